@@ -1,0 +1,35 @@
+# lib.sh - helpers for integration tests (sourced).
+#
+# A test prints "ok - <what>" or "not ok - <what>" per check (scripts/run-tests.sh
+# counts them).  Each test gets a scratch directory that is removed at exit.
+# $DTRAIN is the binary under test.
+
+: "${DTRAIN:?DTRAIN must point at the dtrain binary}"
+T=$(mktemp -d /tmp/dtrain-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+ok()     { echo "ok - $*"; }
+not_ok() { echo "not ok - $*"; }
+
+# check "<what>" command...: ok if the command succeeds.
+check() {
+  local what=$1; shift
+  if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+
+# expect_status N "<what>" command...: ok if the command exits with status N.
+expect_status() {
+  local want=$1 what=$2; shift 2
+  "$@" >"$T/last.out" 2>"$T/last.err"
+  local got=$?
+  if [ "$got" = "$want" ]; then ok "$what"
+  else not_ok "$what (exit $got, wanted $want)"; sed 's/^/    /' "$T/last.err" | head -n 20
+  fi
+}
+
+# contains FILE PATTERN "<what>": ok if grep -E finds PATTERN in FILE.
+contains() {
+  if grep -Eq -- "$2" "$1"; then ok "$3"
+  else not_ok "$3 (no /$2/ in $(basename "$1"))"; sed 's/^/    /' "$1" | head -n 20
+  fi
+}
