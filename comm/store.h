@@ -1,0 +1,77 @@
+/* store.h - client of the coordinator's key-value store (PyTorch TCPStore semantics).
+ *
+ * The wire protocol is PyTorch's TCPStore protocol (comm/store_wire.h holds the
+ * one encoder/decoder used by this client and by the coordinator), so PyTorch's
+ * own TCPStore client can talk to dtrain's coordinator and this client could
+ * talk to PyTorch's server.  dtrain's additions (job-token authentication, a
+ * one-round-trip barrier, heartbeats) use opcodes outside PyTorch's range.
+ *
+ * Every call blocks until the answer arrives or the client's timeout passes;
+ * failures name the coordinator, the operation and the key:
+ * "coordinator 10.0.0.3:41223 did not answer WAIT for key 'x' in 60s".
+ * A client is used by one thread at a time.
+ *
+ * Not for collectives: the communicator uses the store only to bootstrap.
+ */
+#ifndef DT_STORE_H
+#define DT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dt_store;
+
+struct dt_store_options {
+    const char *host;        /* name or address of the coordinator */
+    int port;
+    const char *token;       /* job token (64 hex chars); NULL when the job runs with auth: none */
+    double timeout_s;        /* per-operation deadline, also bounds connect retries; default 60 */
+};
+
+/* Connects (retrying until the deadline while the coordinator is not up yet),
+ * validates like PyTorch's client does, then presents the token. */
+int dt_store_connect(const struct dt_store_options *opts, struct dt_store **out);
+
+/* Connects with the DTRAIN_COORD_ADDR ("host:port") and DTRAIN_JOB_TOKEN a rank
+ * receives from its agent; missing or malformed variables are a clear error. */
+int dt_store_connect_env(double timeout_s, struct dt_store **out);
+
+void dt_store_close(struct dt_store *s);
+
+void dt_store_set_timeout(struct dt_store *s, double timeout_s);
+
+/* --- TCPStore operations ------------------------------------------------ */
+int dt_store_set(struct dt_store *s, const char *key, const void *value, size_t len);
+/* Blocks until the key exists (or the timeout); *value is malloc'd, NUL-terminated
+ * one past len for convenience; free() it. */
+int dt_store_get(struct dt_store *s, const char *key, void **value, size_t *len);
+/* Atomic add to an integer counter stored as decimal text; *result is the new value. */
+int dt_store_add(struct dt_store *s, const char *key, int64_t delta, int64_t *result);
+/* Sets key to desired if its value equals expected (an absent key matches an empty
+ * expected); *current (malloc'd) receives the value after the operation. */
+int dt_store_compare_set(struct dt_store *s, const char *key, const void *expected, size_t expected_len,
+                         const void *desired, size_t desired_len, void **current, size_t *current_len);
+/* Non-blocking: *ready is true when all keys exist. */
+int dt_store_check(struct dt_store *s, const char *const *keys, int n, bool *ready);
+/* Blocks until all keys exist or timeout_s passes (DT_ETIMEDOUT). */
+int dt_store_wait(struct dt_store *s, const char *const *keys, int n, double timeout_s);
+int dt_store_delete_key(struct dt_store *s, const char *key, bool *deleted);
+int dt_store_num_keys(struct dt_store *s, int64_t *n);
+int dt_store_append(struct dt_store *s, const char *key, const void *value, size_t len);
+/* values[i]/lens[i] are malloc'd; the caller frees each. */
+int dt_store_multi_get(struct dt_store *s, const char *const *keys, int n, void **values, size_t *lens);
+int dt_store_multi_set(struct dt_store *s, const char *const *keys, const void *const *values,
+                       const size_t *lens, int n);
+
+/* --- dtrain's additions ------------------------------------------------- */
+/* Returns when `world` clients have entered barrier `name`: one request and one
+ * reply per client, whatever the world size. */
+int dt_store_barrier(struct dt_store *s, const char *name, int world, double timeout_s);
+/* Reports that `rank` is alive at training step `step`. */
+int dt_store_heartbeat(struct dt_store *s, int rank, int64_t step);
+
+/* "host:port" of the coordinator, for messages. */
+const char *dt_store_peer(const struct dt_store *s);
+
+#endif

@@ -1,0 +1,48 @@
+/* coordinator.h - the coordinator: the rendezvous point of a job.
+ *
+ * One libuv event loop on a thread of its own (in the launcher, in node 0's
+ * agent, or in `dtrain coordinator`), serving the key-value store of store.h
+ * over PyTorch's TCPStore wire protocol plus dtrain's operations (barrier,
+ * heartbeats, membership).  Every connection must present the job token
+ * before anything it sends is applied, unless the job runs with auth: none.
+ * Malformed, truncated or oversized frames close that one connection and are
+ * logged; everyone else keeps being served.
+ *
+ * Not for spawning or supervising processes (that is the agent).
+ */
+#ifndef DT_COORDINATOR_H
+#define DT_COORDINATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dt_coord;
+
+struct dt_coord_config {
+    const char *bind_host;   /* default "0.0.0.0" */
+    int port;                /* 0: the kernel picks one; read it back with dt_coord_port() */
+    const char *token;       /* 64 hex chars; NULL means auth: none (logged at start) */
+    size_t max_frame_bytes;  /* 0: defaults (limits are documented in coordinator.c) */
+    size_t max_key_bytes;
+    size_t max_value_bytes;
+    size_t max_total_bytes;
+};
+
+/* Binds, listens and starts the loop thread; returns once clients can connect. */
+int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out);
+
+/* The port actually listened on. */
+int dt_coord_port(const struct dt_coord *c);
+
+/* Reads the step counter last reported by `rank` (and when, in monotonic
+ * seconds); returns DT_ENOTFOUND if that rank never reported. */
+int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when_s);
+
+/* Stops the loop, closes every connection, frees everything. */
+void dt_coord_stop(struct dt_coord *c);
+
+/* Makes a fresh 256-bit job token as 64 lowercase hex characters (+ NUL) from
+ * the kernel's random source. */
+int dt_coord_make_token(char out[65]);
+
+#endif
