@@ -1,0 +1,85 @@
+/* comm.h - the communicator: collectives among the ranks of a job.
+ *
+ * One API over several backends (tcp, shm, nccl, mpi), each behind the ops
+ * table of comm/comm_backend.h; the reducer and the trainer only ever see
+ * this header.  A communicator is bootstrapped through the coordinator's store
+ * (each rank publishes how to reach it, under a key prefix that is unique per
+ * communicator, so a new one can be built in the same process after a failure);
+ * collectives then go peer to peer.
+ *
+ * Semantics follow NCCL/Gloo: every rank calls the same collectives in the same
+ * order with the same counts.  In-place is send == recv.  Every operation has a
+ * deadline (the options' timeout): a dead or stalled peer makes each surviving
+ * rank return DT_ECONN or DT_ETIMEDOUT with a message naming the peer and the
+ * operation, never hang.  After an error the communicator is only good for
+ * dt_comm_destroy().
+ *
+ * Async forms start the operation on the backend's communication thread (CPU)
+ * or stream (GPU) and return a request from a fixed pool; dt_comm_wait() ends it.
+ * Steady-state collectives allocate nothing.
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dt_store;
+struct dt_comm;
+struct dt_comm_req;
+
+enum dt_dtype { DT_F32, DT_F64, DT_F16, DT_BF16, DT_I32, DT_I64, DT_DTYPE_COUNT };
+enum dt_redop { DT_SUM, DT_AVG, DT_MAX, DT_MIN, DT_REDOP_COUNT };
+
+struct dt_comm_options {
+    const char *backend;      /* "tcp", "shm", "nccl", "mpi" or "auto" */
+    int rank, world;          /* this rank and the number of ranks */
+    int local_rank, local_world; /* within this host (shm, auto, GPU choice) */
+    struct dt_store *store;   /* bootstrap only; must outlive dt_comm_init() */
+    const char *key_prefix;   /* store namespace for this communicator, e.g. "comm/0/" */
+    double timeout_s;         /* deadline of bootstrap and of each operation; default 60 */
+    int cuda_device;          /* nccl: the GPU of this rank; -1 = local_rank */
+};
+
+int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out);
+int dt_comm_rank(const struct dt_comm *c);
+int dt_comm_world(const struct dt_comm *c);
+const char *dt_comm_backend_name(const struct dt_comm *c);
+
+size_t dt_dtype_size(enum dt_dtype t);
+const char *dt_dtype_name(enum dt_dtype t);   /* "float", "double", "half", "bfloat16", "int32", "int64" (nccl-tests names) */
+const char *dt_redop_name(enum dt_redop op);  /* "sum", "avg", "max", "min" */
+
+/* Blocking collectives.  `count` is in elements; for allgather and
+ * reduce_scatter it is the count per rank (recv holds world*count for
+ * allgather, send holds world*count for reduce_scatter). */
+int dt_comm_allreduce(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
+                      enum dt_redop op);
+int dt_comm_broadcast(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, int root);
+int dt_comm_allgather(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t);
+int dt_comm_reduce_scatter(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
+                           enum dt_redop op);
+int dt_comm_barrier(struct dt_comm *c);
+
+/* Async forms: *req is valid until dt_comm_wait(). */
+int dt_comm_iallreduce(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
+                       enum dt_redop op, struct dt_comm_req **req);
+int dt_comm_ibroadcast(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, int root,
+                       struct dt_comm_req **req);
+int dt_comm_iallgather(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
+                       struct dt_comm_req **req);
+int dt_comm_ireduce_scatter(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
+                            enum dt_redop op, struct dt_comm_req **req);
+int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req);
+/* Waits for the request and returns its result; the request goes back to the pool. */
+int dt_comm_wait(struct dt_comm_req *req);
+/* Non-blocking: *done is set when the request finished (then call dt_comm_wait). */
+int dt_comm_test(struct dt_comm_req *req, bool *done);
+
+/* Makes every pending and future operation on this communicator fail at once
+ * (used when another rank is known to have died). */
+void dt_comm_abort(struct dt_comm *c);
+void dt_comm_destroy(struct dt_comm *c);
+
+#endif
