@@ -1,6 +1,7 @@
 /* main.c - `dtrain`: finds the subcommand and hands it argv.
  *
- * Nothing else lives here: each subcommand is a file of its own (cli.h).
+ * Nothing else lives here: each subcommand is a file of its own (cli.h),
+ * collected into a table the Makefile generates.
  */
 #include "launcher/cli.h"
 
@@ -16,13 +17,8 @@
 
 const char dt_version[] = DT_VERSION;
 
-extern const struct dt_cli_command dt_cli_version;
-
-static const struct dt_cli_command *const commands[] = {
-    &dt_cli_version,
-};
-
-#define N_COMMANDS (sizeof commands / sizeof commands[0])
+/* Generated from the launcher/cmd_*.c files (see the Makefile), NULL-terminated. */
+extern const struct dt_cli_command *const dt_cli_commands[];
 
 int dt_cli_wants_help(int argc, char **argv)
 {
@@ -54,8 +50,8 @@ static void print_help(FILE *out)
             "       dtrain <command> --help\n\n"
             "Commands:\n",
             dt_version);
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+    for (size_t i = 0; dt_cli_commands[i]; i++)
+        fprintf(out, "  %-12s %s\n", dt_cli_commands[i]->name, dt_cli_commands[i]->summary);
     fprintf(out,
             "\nOptions:\n"
             "  -h, --help     show this help\n"
@@ -80,14 +76,15 @@ int main(int argc, char **argv)
         printf("dtrain %s\n", dt_version);
         return 0;
     }
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        if (strcmp(commands[i]->name, name) != 0)
+    for (size_t i = 0; dt_cli_commands[i]; i++) {
+        const struct dt_cli_command *cmd = dt_cli_commands[i];
+        if (strcmp(cmd->name, name) != 0)
             continue;
         if (dt_cli_wants_help(argc - 1, argv + 1)) {
-            commands[i]->usage(stdout);
+            cmd->usage(stdout);
             return 0;
         }
-        return commands[i]->run(argc - 1, argv + 1);
+        return cmd->run(argc - 1, argv + 1);
     }
     fprintf(stderr, "dtrain: '%s' is not a dtrain command. See 'dtrain --help'.\n", name);
     return 2;
