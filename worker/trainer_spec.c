@@ -1,0 +1,83 @@
+/* trainer_spec.c - defaults of the trainer section (trainer_spec.h).
+ *
+ * Kept next to the struct so the parser and the trainer agree on them.
+ */
+#include "worker/trainer_spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
+{
+    memset(t, 0, sizeof *t);
+    strcpy(t->model.type, "mlp");
+    t->model.hidden[0] = 1024;
+    t->model.hidden[1] = 1024;
+    t->model.n_hidden = 2;
+    t->model.activation = DT_ACT_RELU;
+
+    strcpy(t->data.dataset, "fashion-mnist");
+    t->data.path = NULL; /* NULL means /usr/share/datasets/fashion-mnist */
+    t->data.batch_size = 64;
+    t->data.workers = 2;
+    t->data.prefetch = 2;
+    t->data.shuffle = true;
+    t->data.drop_last = false;
+
+    t->epochs = 1;
+    t->steps = 0;
+
+    strcpy(t->optimizer.type, "adamw");
+    t->optimizer.lr = 1e-3;
+    t->optimizer.beta1 = 0.9;
+    t->optimizer.beta2 = 0.999;
+    t->optimizer.eps = 1e-8;
+    t->optimizer.weight_decay = 0.01;
+    t->optimizer.grad_clip = 0.0;
+
+    t->scheduler.type = DT_SCHED_CONSTANT;
+    t->scheduler.pct_start = 0.3;
+    t->scheduler.anneal = DT_ANNEAL_COS;
+    t->scheduler.div_factor = 25.0;
+    t->scheduler.final_div_factor = 1e4;
+    t->scheduler.three_phase = false;
+    t->scheduler.cycle_momentum = true;
+    t->scheduler.base_momentum = 0.85;
+    t->scheduler.max_momentum = 0.95;
+
+    t->ddp.bucket_cap_mb = 25.0;
+    t->ddp.first_bucket_mb = 1.0;
+    t->ddp.overlap = true;
+    t->ddp.grad_accum = 1;
+    t->ddp.desync_check_every = 100;
+
+    t->checkpoint.every_steps = 500;
+    t->checkpoint.dir = NULL; /* NULL means "checkpoints" inside the run directory */
+    t->checkpoint.keep = 3;
+    t->checkpoint.resume = DT_RESUME_AUTO;
+
+    t->eval_every_epochs = 1;
+    t->seed = 0;
+    t->device = DT_DEVICE_CPU;
+
+    t->amp.dtype = DT_AMP_OFF;
+    t->amp.dynamic = true;
+    t->amp.loss_scale = 0.0;
+    t->amp.init_scale = 65536.0;
+    t->amp.growth_factor = 2.0;
+    t->amp.backoff_factor = 0.5;
+    t->amp.growth_interval = 2000;
+
+    t->trace.first_step = 0;
+    t->trace.last_step = -1;
+    t->cuda_graph = true;
+    t->log_every_steps = 10;
+}
+
+void dt_trainer_spec_release(struct dt_trainer_spec *t)
+{
+    free(t->data.path);
+    free(t->checkpoint.dir);
+    t->data.path = NULL;
+    t->checkpoint.dir = NULL;
+}

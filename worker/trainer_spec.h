@@ -1,0 +1,117 @@
+/* trainer_spec.h - the `trainer:` section of a job spec, as the bundled trainer reads it.
+ *
+ * The job-spec parser (launcher/jobspec.c) fills this struct and validates every
+ * value; the trainer (worker/) only reads it.  It lives in worker/ because the
+ * worker must not depend on the launcher.  Defaults are those of PyTorch where a
+ * PyTorch equivalent exists (AdamW, OneCycleLR, DDP bucket sizes, GradScaler).
+ *
+ * Not for parsing: no YAML here.
+ */
+#ifndef DT_TRAINER_SPEC_H
+#define DT_TRAINER_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum dt_activation { DT_ACT_RELU, DT_ACT_GELU };
+enum dt_sched_type { DT_SCHED_CONSTANT, DT_SCHED_ONECYCLE };
+enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
+enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
+enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
+enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
+
+#define DT_MLP_MAX_HIDDEN 16
+
+struct dt_model_spec {
+    char type[16];                 /* "mlp" (a GPT comes later) */
+    int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
+    int n_hidden;
+    enum dt_activation activation; /* default relu */
+};
+
+struct dt_data_spec {
+    char dataset[32];   /* "fashion-mnist" */
+    char *path;         /* default /usr/share/datasets/fashion-mnist */
+    int batch_size;     /* per rank, default 64 */
+    int workers;        /* loader threads, default 2 */
+    int prefetch;       /* batches queued per loader thread, default 2 */
+    bool shuffle;       /* default true */
+    bool drop_last;     /* default false */
+};
+
+struct dt_optimizer_spec {
+    char type[16];      /* "adamw" */
+    double lr;          /* default 1e-3 */
+    double beta1, beta2; /* default 0.9, 0.999 */
+    double eps;         /* default 1e-8 */
+    double weight_decay; /* default 0.01 (PyTorch AdamW) */
+    double grad_clip;   /* max global L2 norm; 0 = off (default) */
+};
+
+struct dt_scheduler_spec {
+    enum dt_sched_type type; /* default constant */
+    double max_lr;           /* onecycle: required */
+    double pct_start;        /* 0.3 */
+    enum dt_anneal anneal;   /* cos */
+    double div_factor;       /* 25 */
+    double final_div_factor; /* 1e4 */
+    bool three_phase;        /* false */
+    bool cycle_momentum;     /* true */
+    double base_momentum;    /* 0.85 */
+    double max_momentum;     /* 0.95 */
+};
+
+struct dt_ddp_spec {
+    double bucket_cap_mb;   /* 25 */
+    double first_bucket_mb; /* 1 */
+    bool overlap;           /* true */
+    int grad_accum;         /* micro-batches per optimizer step, 1 */
+    int desync_check_every; /* steps between parameter-hash comparisons; 0 = off; default 100 */
+};
+
+struct dt_checkpoint_spec {
+    int every_steps;    /* 0 = only at the end; default 500 */
+    char *dir;          /* relative to the run directory unless absolute; default "checkpoints" */
+    int keep;           /* newest N kept, default 3 */
+    enum dt_resume resume; /* auto (default) or never */
+};
+
+struct dt_amp_spec {
+    enum dt_amp_dtype dtype;  /* off (default), bf16, fp16 */
+    bool dynamic;             /* loss_scale: dynamic (default) or a fixed number */
+    double loss_scale;        /* the fixed scale when !dynamic */
+    double init_scale;        /* 65536 */
+    double growth_factor;     /* 2 */
+    double backoff_factor;    /* 0.5 */
+    int growth_interval;      /* 2000 */
+};
+
+struct dt_trace_spec {
+    int first_step, last_step; /* steps traced, inclusive; 0,-1 = off */
+};
+
+struct dt_trainer_spec {
+    struct dt_model_spec model;
+    struct dt_data_spec data;
+    int epochs;          /* exactly one of epochs and steps is > 0 */
+    int64_t steps;
+    struct dt_optimizer_spec optimizer;
+    struct dt_scheduler_spec scheduler;
+    struct dt_ddp_spec ddp;
+    struct dt_checkpoint_spec checkpoint;
+    int eval_every_epochs; /* 0 = only at the end; default 1 */
+    uint64_t seed;         /* default 0 */
+    enum dt_device device; /* cpu (default) or cuda */
+    struct dt_amp_spec amp;
+    struct dt_trace_spec trace;
+    bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
+    int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
+};
+
+/* Fills every field with its default (the values in the comments above). */
+void dt_trainer_spec_defaults(struct dt_trainer_spec *t);
+
+/* Frees the strings inside (not t itself). */
+void dt_trainer_spec_release(struct dt_trainer_spec *t);
+
+#endif
