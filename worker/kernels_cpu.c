@@ -152,7 +152,7 @@ static double cpu_sumsq(const float *x, size_t n)
 /* torch's single-tensor AdamW, step t, in its order of operations:
  *   p = p * (1 - lr wd)
  *   m = lerp(m, g, 1 - b1) = m + (1 - b1)(g - m)     (fused multiply-add, as ATen's lerp)
- *   v = v b2 + (1 - b2) g g
+ *   v = v b2 + (1 - b2) g g                           (the last add fused, as ATen's addcmul compiles)
  *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
 static void cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
                       size_t n, const struct dt_adamw_scalars *s)
@@ -164,7 +164,7 @@ static void cpu_adamw(float *restrict p, const float *restrict g, float *restric
         float gi = g[i] * gs;
         float pi = p[i] * decay;
         float mi = small ? fmaf(w1, gi - m[i], m[i]) : fmaf(w1 - 1.0f, gi - m[i], gi);
-        float vi = v[i] * b2 + w2 * gi * gi;
+        float vi = fmaf(w2 * gi, gi, v[i] * b2);
         float denom = sqrtf(vi) / bc2 + eps;
         p[i] = pi + step * mi / denom;
         m[i] = mi;
