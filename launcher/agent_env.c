@@ -165,9 +165,10 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     for (int i = 0; i < job->n_env; i++)
         if (!dt_agent_env_is_reserved(job->env[i].name))
             add(&b, "%s=%s", job->env[i].name, job->env[i].value);
-    /* torchrun's default: N ranks of a threaded library on one node would
-     * otherwise each start one thread per core and oversubscribe it N times. */
-    if (!omp_set)
+    /* torchrun's default for more than one rank per node: N ranks of a threaded
+     * library would otherwise each start one thread per core and oversubscribe
+     * the machine N times. */
+    if (!omp_set && cfg->nproc > 1)
         add(&b, "OMP_NUM_THREADS=1");
     /* Python block-buffers a pipe; without this a rank's lines arrive late
      * and a crash loses its last output. */

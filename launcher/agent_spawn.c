@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,8 +58,8 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
     setpgid(0, 0);
     if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0)
         _exit(127);
-    /* The agent blocks nothing, but it ignores SIGPIPE and handles the job's
-     * signals; ignored dispositions survive exec, so reset them. */
+    /* The agent ignores SIGPIPE and handles the job's signals: ignored
+     * dispositions survive exec, and a handler must not run here at all. */
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
     static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
@@ -120,11 +121,19 @@ int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char 
         close(err_log);
         return dt_error_set_errno(DT_EIO, errno, "cannot create a pipe for rank %d", p->rank);
     }
+    /* Until the child has reset the agent's handlers, a signal for it (the
+     * group's SIGTERM) would run the agent's handler in the child and write
+     * into the agent's own signal pipe: keep everything blocked across fork;
+     * the child unblocks after the reset and then gets what is pending. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0)
         child_exec(a, p, parent, po[1], pe[1]);
     int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(po[1]);
     close(pe[1]);
     if (pid < 0) {
