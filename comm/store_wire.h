@@ -1,0 +1,145 @@
+/* store_wire.h - the one encoder/decoder of the store's wire protocol.
+ *
+ * The protocol is PyTorch's TCPStore protocol (torch/csrc/distributed/c10d/
+ * TCPStoreBackend.hpp, TCPStore.cpp, TCPStoreLibUvBackend.cpp, PyTorch 2.x):
+ *
+ *   request  = op:u8 then the op's fields, no length prefix and no framing:
+ *              a request ends where its last field ends.
+ *   u32/i64  = little-endian (PyTorch writes native order; every platform it
+ *              ships on is little-endian).
+ *   string   = len:u64 then len bytes (keys and values alike).
+ *   list     = count:u64 then count strings (CHECK, WAIT, MULTI_GET) or
+ *              count (key, value) pairs (MULTI_SET).
+ *
+ *   op  name         fields                        reply
+ *    0  VALIDATE     magic:u32 (0x3C85F7CE)        none; must be the first request
+ *    1  SET          key, value                    none
+ *    2  COMPARE_SET  key, expected, desired        value (string)
+ *    3  GET          key                           value (string; empty if absent)
+ *    4  ADD          key, delta:i64                new value:i64
+ *    5  CHECK        list of keys                  u8: 0 READY, 1 NOT_READY
+ *    6  WAIT         list of keys                  u8: 0 STOP_WAITING once all exist
+ *    7  GETNUMKEYS   -                             i64
+ *    8  DELETE_KEY   key                           i64 (number deleted, 0 or 1)
+ *    9  APPEND       key, value                    none
+ *   10  MULTI_GET    list of keys                  one string per key
+ *   11  MULTI_SET    list of (key, value)          none
+ *   12  CANCEL_WAIT  -                             u8: 1 WAIT_CANCELED
+ *   13  PING         nonce:u32                     nonce:u32
+ *   14-16            QUEUE_PUSH/POP/LEN (PyTorch 2.6+; not served by dtrain)
+ *
+ * dtrain's additions sit at 0xD0 and up, far from PyTorch's range:
+ *   0xD0 AUTH       token (string, 64 hex chars)   u8: 0 accepted, 1 refused (then closed)
+ *   0xD1 BARRIER    name (string), world:i64       u8: 0 passed, 2 world differs
+ *   0xD2 HEARTBEAT  rank:i64, step:i64             u8: 0
+ *
+ * Not for sockets: this file only turns bytes into requests and back.
+ */
+#ifndef DT_STORE_WIRE_H
+#define DT_STORE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DT_WIRE_MAGIC 0x3C85F7CEu
+
+enum dt_wire_op {
+    DT_WIRE_VALIDATE = 0,
+    DT_WIRE_SET = 1,
+    DT_WIRE_COMPARE_SET = 2,
+    DT_WIRE_GET = 3,
+    DT_WIRE_ADD = 4,
+    DT_WIRE_CHECK = 5,
+    DT_WIRE_WAIT = 6,
+    DT_WIRE_GETNUMKEYS = 7,
+    DT_WIRE_DELETE_KEY = 8,
+    DT_WIRE_APPEND = 9,
+    DT_WIRE_MULTI_GET = 10,
+    DT_WIRE_MULTI_SET = 11,
+    DT_WIRE_CANCEL_WAIT = 12,
+    DT_WIRE_PING = 13,
+    DT_WIRE_AUTH = 0xD0,
+    DT_WIRE_BARRIER = 0xD1,
+    DT_WIRE_HEARTBEAT = 0xD2,
+};
+
+enum { DT_WIRE_READY = 0, DT_WIRE_NOT_READY = 1 };
+enum { DT_WIRE_STOP_WAITING = 0, DT_WIRE_WAIT_CANCELED = 1 };
+enum { DT_WIRE_OK = 0, DT_WIRE_REFUSED = 1, DT_WIRE_WORLD_DIFFERS = 2 };
+
+/* Limits the decoder enforces; a request over any of them is an error
+ * (DT_ENOMEM, "limit"), never a partial read. */
+struct dt_wire_limits {
+    size_t max_frame_bytes;  /* one whole request */
+    size_t max_key_bytes;    /* one key (or barrier name, token) */
+    size_t max_value_bytes;  /* one value */
+    uint64_t max_keys;       /* entries in one list */
+};
+
+/* PyTorch's libuv server: keys 8 KiB, values 8 MiB, 128 Ki keys per list. */
+#define DT_WIRE_DEFAULT_MAX_KEY ((size_t)8 << 10)
+#define DT_WIRE_DEFAULT_MAX_VALUE ((size_t)8 << 20)
+#define DT_WIRE_DEFAULT_MAX_FRAME ((size_t)64 << 20)
+#define DT_WIRE_DEFAULT_MAX_KEYS ((uint64_t)128 << 10)
+
+struct dt_wire_bytes {
+    const uint8_t *p;
+    size_t len;
+};
+
+/* A decoded request; byte ranges point into the caller's buffer. */
+struct dt_wire_request {
+    uint8_t op;
+    uint32_t u32;               /* VALIDATE magic, PING nonce */
+    int64_t i1, i2;             /* ADD delta; BARRIER world; HEARTBEAT rank, step */
+    struct dt_wire_bytes key;   /* key, barrier name, token */
+    struct dt_wire_bytes v1;    /* SET/APPEND value; COMPARE_SET expected */
+    struct dt_wire_bytes v2;    /* COMPARE_SET desired */
+    uint64_t count;             /* entries of the list ops */
+    struct dt_wire_bytes list;  /* the encoded entries, walked with dt_wire_list_next */
+    size_t frame_len;           /* bytes the whole request took */
+};
+
+#define DT_WIRE_INCOMPLETE 1
+
+/* Decodes one request from buf[0..len).  Returns 0 with *req filled,
+ * DT_WIRE_INCOMPLETE when more bytes are needed, or a negative DT_E* code
+ * with the reason in dt_error_last(): DT_EPROTO for an unknown op or a bad
+ * field, DT_ENOMEM for a size over a limit.  Never reads past buf+len. */
+int dt_wire_decode(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
+                   struct dt_wire_request *req);
+
+/* Walks a decoded list: *pos starts at 0; fills the next string (for
+ * MULTI_SET, call it twice per entry: key then value).  Returns false at the
+ * end.  Safe only on lists dt_wire_decode accepted. */
+bool dt_wire_list_next(const struct dt_wire_request *req, size_t *pos, struct dt_wire_bytes *out);
+
+const char *dt_wire_op_name(uint8_t op);
+
+/* --- encoding ------------------------------------------------------------- */
+
+/* A growable output buffer; after an allocation failure every put is a no-op
+ * and `failed` stays set, so callers check once at the end. */
+struct dt_wire_buf {
+    uint8_t *p;
+    size_t len, cap;
+    bool failed;
+};
+
+void dt_wire_buf_init(struct dt_wire_buf *b);
+void dt_wire_buf_free(struct dt_wire_buf *b);
+void dt_wire_put_u8(struct dt_wire_buf *b, uint8_t v);
+void dt_wire_put_u32(struct dt_wire_buf *b, uint32_t v);
+void dt_wire_put_i64(struct dt_wire_buf *b, int64_t v);
+void dt_wire_put_u64(struct dt_wire_buf *b, uint64_t v);
+/* len:u64 then bytes. */
+void dt_wire_put_bytes(struct dt_wire_buf *b, const void *p, size_t len);
+/* One string made of prefix and key (PyTorch's client puts "/" in front of
+ * every user key). */
+void dt_wire_put_key(struct dt_wire_buf *b, const char *prefix, const void *key, size_t len);
+
+uint32_t dt_wire_load_u32(const uint8_t *p);
+uint64_t dt_wire_load_u64(const uint8_t *p);
+
+#endif

@@ -1,0 +1,144 @@
+/* cmd_coordinator.c - `dtrain coordinator`: the coordinator as a process of its own.
+ *
+ * Used where the launcher does not run on node 0 (Slurm, Kubernetes) and by
+ * the benchmarks.  The job token comes from DTRAIN_JOB_TOKEN or a file,
+ * never from the command line, where `ps` would show it to every user.
+ * Prints one line saying where it listens, then serves until SIGINT/SIGTERM.
+ *
+ * Not for launching anything: that is `dtrain launch` and the agent.
+ */
+#include "launcher/cli.h"
+#include "launcher/coordinator.h"
+
+#include "comm/error.h"
+#include "comm/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: dtrain coordinator --port P [--host H] [--token-file F | --auth none]\n\n"
+            "Runs a job's coordinator (key-value store with PyTorch TCPStore's protocol,\n"
+            "barriers, heartbeats) until SIGINT or SIGTERM.\n\n"
+            "  --port P         port to listen on (0: any free port; the line printed says which)\n"
+            "  --host H         address to listen on (default 0.0.0.0)\n"
+            "  --token-file F   read the 64-hex-char job token from F\n"
+            "  --auth none      accept clients without a token (PyTorch scripts cannot present one)\n\n"
+            "Without --token-file the token is read from DTRAIN_JOB_TOKEN.  It is never taken\n"
+            "on the command line, where other users could read it.\n");
+}
+
+static int read_token_file(const char *path, char out[65])
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return dt_error_set_errno(DT_EIO, errno, "%s", path);
+    char line[256] = "";
+    if (!fgets(line, sizeof line, f))
+        line[0] = 0;
+    fclose(f);
+    line[strcspn(line, "\r\n")] = 0;
+    if (strlen(line) != 64)
+        return dt_error_set(DT_EINVAL, "%s: expected the 64-hex-char job token on the first line", path);
+    memcpy(out, line, 65);
+    return 0;
+}
+
+struct args {
+    int port;
+    const char *host;
+    const char *token_file;
+    int auth_none;
+};
+
+static int parse(int argc, char **argv, struct args *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--port") == 0 && v) {
+            char *end;
+            long p = strtol(v, &end, 10);
+            if (*end || p < 0 || p > 65535)
+                return dt_cli_usage_error("coordinator", "--port %s is not a port number", v);
+            a->port = (int)p;
+        } else if (strcmp(o, "--host") == 0 && v) {
+            a->host = v;
+        } else if (strcmp(o, "--token-file") == 0 && v) {
+            a->token_file = v;
+        } else if (strcmp(o, "--auth") == 0 && v) {
+            if (strcmp(v, "none") != 0 && strcmp(v, "token") != 0)
+                return dt_cli_usage_error("coordinator", "--auth takes none or token, not '%s'", v);
+            a->auth_none = strcmp(v, "none") == 0;
+        } else if (strcmp(o, "--token") == 0) {
+            return dt_cli_usage_error("coordinator", "the job token is not taken on the command line "
+                                                     "(others could read it): use DTRAIN_JOB_TOKEN "
+                                                     "or --token-file");
+        } else {
+            return dt_cli_usage_error("coordinator", "unexpected argument '%s'", o);
+        }
+        i++;
+    }
+    if (a->port < 0)
+        return dt_cli_usage_error("coordinator", "--port is required");
+    return 0;
+}
+
+static int run(int argc, char **argv)
+{
+    struct args a = {.port = -1};
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    char token[65] = "";
+    if (!a.auth_none) {
+        const char *env = getenv("DTRAIN_JOB_TOKEN");
+        if (a.token_file) {
+            if (read_token_file(a.token_file, token) != 0)
+                goto fail;
+        } else if (env && *env) {
+            snprintf(token, sizeof token, "%s", env);
+        } else {
+            fprintf(stderr, "dtrain coordinator: no job token: set DTRAIN_JOB_TOKEN, pass --token-file, "
+                            "or run with --auth none\n");
+            return 2;
+        }
+    }
+    /* Blocked before the loop thread starts, so it inherits the mask and
+     * only sigwait() below sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct dt_coord_config cfg = {.bind_host = a.host, .port = a.port,
+                                  .token = a.auth_none ? NULL : token};
+    struct dt_coord *c;
+    if (dt_coord_start(&cfg, &c) != 0)
+        goto fail;
+    printf("dtrain coordinator listening on %s:%d (auth: %s)\n", a.host ? a.host : "0.0.0.0",
+           dt_coord_port(c), a.auth_none ? "none" : "token");
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    dt_log_info("coordinator: %s, stopping", strsignal(sig));
+    dt_coord_stop(c);
+    memset(token, 0, sizeof token);
+    return 0;
+fail:
+    fprintf(stderr, "dtrain coordinator: %s\n", dt_error_last());
+    return 1;
+}
+
+const struct dt_cli_command dt_cli_coordinator = {
+    .name = "coordinator",
+    .summary = "run a job's coordinator (store, barriers, heartbeats) on its own",
+    .run = run,
+    .usage = usage,
+};
