@@ -174,7 +174,7 @@ void dt_agent_signal_groups(struct dt_agent *a, int sig)
  * name in parentheses may itself hold spaces and parentheses. */
 static int read_stat(const char *pid, pid_t *ppid, pid_t *pgrp, char *state)
 {
-    char path[64], buf[512];
+    char path[300], buf[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -206,10 +206,14 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
     DIR *d = opendir("/proc");
     if (!d)
         return 0;
-    pid_t self = getpid(), own_group = getpgrp();
-    int count = 0;
+    /* Collect first, signal after: a signalled group could otherwise die
+     * before the scan reaches its other members, and the count would vary. */
+    enum { MAX_FOUND = 512 }; /* more are caught by the next sweep */
+    pid_t found[MAX_FOUND], groups[MAX_FOUND];
+    int n = 0;
+    pid_t self = getpid();
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
+    while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
         pid_t ppid, pgrp;
@@ -219,14 +223,18 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
         pid_t pid = (pid_t)atoi(de->d_name);
         if (is_rank(a, pid))
             continue;
-        kill(pid, sig);
-        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
-        if (pgrp > 1 && pgrp != own_group)
-            kill(-pgrp, sig);
-        count++;
+        found[n] = pid;
+        groups[n++] = pgrp;
     }
     closedir(d);
-    return count;
+    pid_t own_group = getpgrp();
+    for (int i = 0; i < n; i++) {
+        kill(found[i], sig);
+        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
+        if (groups[i] > 1 && groups[i] != own_group)
+            kill(-groups[i], sig);
+    }
+    return n;
 }
 
 void dt_agent_close_streams(struct dt_agent_proc *p)

@@ -217,8 +217,9 @@ static struct dt_agent_proc *stream_owner(struct dt_agent *a, struct dt_agent_st
 static void stop_leftovers(struct dt_agent *a)
 {
     int sig = a->killing ? SIGKILL : SIGTERM;
-    dt_agent_signal_groups(a, sig);
+    /* /proc first: signalled groups would die before the count could see them. */
     int n = dt_agent_signal_leftovers(a, sig);
+    dt_agent_signal_groups(a, sig);
     if (a->swept)
         return;
     a->swept = true;
