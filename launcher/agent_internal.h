@@ -49,6 +49,7 @@ struct dt_agent {
     bool stopping;              /* SIGTERM (or the forwarded signal) sent to every rank */
     bool killing;               /* SIGKILL sent */
     double kill_at;             /* when `stopping` turns into SIGKILL */
+    double killed_at;           /* when SIGKILL was sent */
     bool swept;                 /* looked for processes the ranks left behind */
     int interrupt_sig;          /* a signal the launcher received, 0 if none */
 };

@@ -30,6 +30,7 @@
 
 #define READ_CHUNK 65536
 #define LEFTOVER_POLL_MS 20   /* how often to look for stragglers once the ranks are gone */
+#define UNKILLABLE_S 10       /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
 static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
@@ -101,6 +102,8 @@ static void start_stopping(struct dt_agent *a, int sig)
 
 static void kill_everything(struct dt_agent *a)
 {
+    if (!a->killing)
+        a->killed_at = dt_agent_now();
     a->stopping = a->killing = true;
     dt_agent_signal_groups(a, SIGKILL);
     dt_agent_signal_leftovers(a, SIGKILL);
@@ -197,6 +200,8 @@ static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
         until = a->kill_at;
     if (a->running == 0 && children)
         return LEFTOVER_POLL_MS;
+    if (a->killing && children)
+        return 100; /* to notice processes that even SIGKILL does not end */
     if (!children)
         until = drain_until;
     if (until < 0)
@@ -255,6 +260,15 @@ static void supervise(struct dt_agent *a, int sig_fd)
             kill_everything(a);
         if (a->running == 0 && children)
             stop_leftovers(a);
+        if (children && a->killing && dt_agent_now() - a->killed_at > UNKILLABLE_S) {
+            /* SIGKILL cannot be ignored; a process that outlives it is stuck in
+             * the kernel (D state: a hung file system or device).  Waiting longer
+             * would hang the launcher with it. */
+            dt_log_error("processes of the job are still there %g s after SIGKILL: they are stuck in the "
+                         "kernel (D state, see `ps -eo pid,stat,wchan,cmd`); the machine may need attention",
+                         (double)UNKILLABLE_S);
+            return;
+        }
         if (!children && drain_until < 0)
             /* Every writer is gone, so the pipes hold a finite rest; the bound
              * only matters if something outside the job tree kept a pipe. */
