@@ -13,8 +13,10 @@
 #ifndef DT_JOBSPEC_H
 #define DT_JOBSPEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum dt_scheduler { DT_SCHED_LOCAL, DT_SCHED_SLURM, DT_SCHED_KUBERNETES, DT_SCHED_MPIRUN };
 enum dt_backend { DT_BACKEND_AUTO, DT_BACKEND_TCP, DT_BACKEND_SHM, DT_BACKEND_NCCL, DT_BACKEND_MPI };
@@ -35,10 +37,93 @@ struct dt_env_entry {
     char *value;
 };
 
+/* restart_policy: what a rank's exit status means for the group.  A rank
+ * killed by signal N counts as exit status 128+N (the shell's convention), so
+ * `137: fail` also catches SIGKILL; codes may be written as SIGKILL too. */
+enum dt_exit_action { DT_EXIT_RETRY, DT_EXIT_FAIL };
+
+struct dt_exit_rule {
+    int code;                   /* 1..255 */
+    enum dt_exit_action action;
+};
+
+struct dt_restart_policy {
+    struct dt_exit_rule *on_exit; /* in file order; codes are unique */
+    int n_on_exit;
+    enum dt_exit_action otherwise; /* codes not listed: retry (default), up to max_restarts */
+};
+
+/* slurm: the sbatch settings of `scheduler: slurm` (issue 10).  Zero or NULL
+ * means "not asked for": the line is left out and Slurm's default applies. */
+struct dt_slurm_spec {
+    char *partition;
+    char *account;
+    char *qos;
+    char *constraint;
+    int64_t time_s;             /* time limit in seconds, written 02:00:00, 1-00:00:00 or 2h */
+    int gpus_per_node;
+    int cpus_per_task;
+    uint64_t mem_bytes;         /* per node */
+    bool exclusive;
+    bool requeue;               /* --requeue, and SIGUSR1 90 s before the time limit */
+    char **extra_sbatch;        /* NULL-terminated: lines added as "#SBATCH <line>" */
+    int n_extra_sbatch;
+};
+
+struct dt_k8s_toleration {
+    char *key;
+    char *operator_name;        /* Equal (default) or Exists */
+    char *value;
+    char *effect;               /* NoSchedule, PreferNoSchedule, NoExecute, or NULL (all) */
+    int64_t toleration_seconds; /* -1 = not set (NoExecute only) */
+};
+
+struct dt_k8s_volume {
+    char *name;                 /* DNS-1123 label */
+    char *mount_path;           /* absolute path in the pod */
+    char *host_path;            /* exactly one of host_path, pvc, config_map, secret */
+    char *pvc;                  /* a PersistentVolumeClaim's name */
+    char *config_map;
+    char *secret;
+    bool read_only;
+};
+
+/* kubernetes: the pods of `scheduler: kubernetes` (issue 11). */
+struct dt_kubernetes_spec {
+    char *image;                /* required */
+    char *image_pull_policy;    /* IfNotPresent, Always, Never, or NULL (Kubernetes' default) */
+    char *namespace_name;       /* default "default" */
+    char *service_account;
+    char *priority_class;
+    int gpus_per_node;          /* nvidia.com/gpu per pod */
+    int cpu_millis;             /* CPU request and limit in millicores; 0 = not set */
+    uint64_t memory_bytes;      /* 0 = not set */
+    uint64_t shm_size_bytes;    /* /dev/shm size limit; 0 = no limit */
+    struct dt_env_entry *node_selector;
+    int n_node_selector;
+    struct dt_k8s_toleration *tolerations;
+    int n_tolerations;
+    struct dt_env_entry *env;   /* extra environment of the agent pods */
+    int n_env;
+    struct dt_k8s_volume *volumes;
+    int n_volumes;
+};
+
+/* mpirun: how `scheduler: mpirun` starts agents (issue 12). */
+struct dt_mpirun_spec {
+    char *program;              /* default "mpirun" */
+    char **hosts;               /* NULL-terminated "host" or "host:slots"; or hostfile */
+    int n_hosts;
+    char *hostfile;
+    char **interfaces;          /* network interfaces for Open MPI (btl/oob_tcp_if_include) */
+    int n_interfaces;
+    bool allow_run_as_root;     /* passes --allow-run-as-root; only when asked */
+    bool oversubscribe;
+    char **extra_args;          /* NULL-terminated, added before the program */
+    int n_extra_args;
+};
+
 struct dt_trainer_spec; /* the bundled trainer's section: worker/trainer_spec.h */
-struct dt_slurm_spec;
-struct dt_kubernetes_spec;
-struct dt_mpirun_spec;
 
 struct dt_job {
     char *path;                 /* the file it was loaded from ("<string>" otherwise) */
@@ -55,6 +140,7 @@ struct dt_job {
     int max_restarts;           /* restarts of the whole group after a failure, >= 0 */
     struct dt_rendezvous_spec rendezvous;
     char *log_dir;              /* default "runs" */
+    struct dt_restart_policy restart_policy;
     struct dt_slurm_spec *slurm;           /* NULL unless the section is present */
     struct dt_kubernetes_spec *kubernetes;
     struct dt_mpirun_spec *mpirun;
@@ -72,5 +158,16 @@ void dt_job_free(struct dt_job *job);
 /* Names for messages and for rendering: "local", "tcp", ... */
 const char *dt_scheduler_name(enum dt_scheduler s);
 const char *dt_backend_name(enum dt_backend b);
+
+/* What restart_policy says for a rank that ended with `status` (exit code,
+ * or 128+N for signal N). */
+enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status);
+
+/* Writes the job as YAML with every default filled in; it loads back to the same job. */
+void dt_job_print(const struct dt_job *job, FILE *out);
+
+/* Prints every key path the parser knows ("rendezvous.timeout", one a line):
+ * the schema test compares this list with configs/job.schema.json. */
+void dt_job_list_keys(FILE *out);
 
 #endif

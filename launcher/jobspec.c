@@ -1,0 +1,424 @@
+/* jobspec.c - the top level of the job spec: its key table, the rules between sections, load and free.
+ *
+ * dt_job_load reads the file (bounded), builds the YAML tree, applies the top
+ * table (which descends into rendezvous, trainer, slurm, ...) and then checks
+ * the rules that join sections: command xor trainer, backend against
+ * scheduler and device, the Kubernetes port.
+ *
+ * Not for the trainer's or the schedulers' keys (jobspec_trainer.c,
+ * jobspec_sched.c) nor for YAML details (jobspec_yaml.c).
+ */
+#include "launcher/jobspec.h"
+
+#include "comm/error.h"
+#include "launcher/jobspec_keys.h"
+#include "worker/trainer_spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DT_K8S_DEFAULT_PORT 29500
+
+static const char *const scheduler_names[] = {"local", "slurm", "kubernetes", "mpirun", NULL};
+static const char *const backend_names[] = {"auto", "tcp", "shm", "nccl", "mpi", NULL};
+static const char *const auth_names[] = {"token", "none", NULL};
+static const char *const action_names[] = {"retry", "fail", NULL};
+
+const char *dt_scheduler_name(enum dt_scheduler s)
+{
+    return (unsigned)s < 4 ? scheduler_names[s] : "?";
+}
+
+const char *dt_backend_name(enum dt_backend b)
+{
+    return (unsigned)b < 5 ? backend_names[b] : "?";
+}
+
+int dt_spec_dns_label(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* nproc_per_node: a count, or "gpu" for one rank per visible GPU. */
+static int set_nproc(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_job *job = obj;
+    long long n;
+    char q[96];
+    if (v->kind == DT_Y_SCALAR && strcmp(v->text, "gpu") == 0) {
+        job->nproc_per_node = DT_NPROC_GPU;
+        return 0;
+    }
+    if (v->kind == DT_Y_SCALAR && v->plain && dt_spec_parse_int(v->text, &n) == 0)
+        return dt_spec_check_range(ctx, k, v, (double)n, 1) ? DT_EINVAL : (job->nproc_per_node = (int)n, 0);
+    if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v))
+        return dt_spec_fail(ctx, v, k->name, "expected an integer or \"gpu\", got %s", dt_ynode_kind_name(v));
+    return dt_spec_fail(ctx, v, k->name, "expected an integer or \"gpu\", got '%s'",
+                        dt_yaml_quote(v->text, q, sizeof q));
+}
+
+/* Exit codes may be written as numbers or signal names (SIGKILL = 137). */
+static int exit_code_of(const char *text)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } sigs[] = {{"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGILL", SIGILL},
+                {"SIGABRT", SIGABRT}, {"SIGBUS", SIGBUS},   {"SIGFPE", SIGFPE},   {"SIGKILL", SIGKILL},
+                {"SIGUSR1", SIGUSR1}, {"SIGSEGV", SIGSEGV}, {"SIGUSR2", SIGUSR2}, {"SIGPIPE", SIGPIPE},
+                {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM}};
+    long long n;
+    if (dt_spec_parse_int(text, &n) == 0)
+        return n >= 1 && n <= 255 ? (int)n : -1;
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        if (strcmp(text, sigs[i].name) == 0)
+            return 128 + sigs[i].sig;
+    return -1;
+}
+
+static void release_on_exit(void *obj)
+{
+    struct dt_restart_policy *p = obj;
+    free(p->on_exit);
+    p->on_exit = NULL;
+    p->n_on_exit = 0;
+}
+
+static int set_on_exit(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_restart_policy *p = obj;
+    char q[96];
+    if (v->kind != DT_Y_MAP)
+        return dt_spec_fail(ctx, v, k->name, "expected a mapping of exit codes to fail or retry, like {42: fail}, "
+                                             "got %s", dt_ynode_kind_name(v));
+    release_on_exit(p);
+    if (!(p->on_exit = calloc(v->n ? v->n : 1, sizeof *p->on_exit)))
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    for (size_t i = 0; i < v->n; i++) {
+        const struct dt_ynode *key = dt_ymap_key(v, i), *val = dt_ymap_val(v, i);
+        int code = exit_code_of(key->text);
+        if (code < 0)
+            return dt_spec_fail(ctx, key, k->name, "expected an exit code from 1 to 255 or a signal name like "
+                                                   "SIGKILL, got '%s'", dt_yaml_quote(key->text, q, sizeof q));
+        for (int j = 0; j < p->n_on_exit; j++)
+            if (p->on_exit[j].code == code)
+                return dt_spec_fail(ctx, key, k->name, "exit code %d is listed twice", code);
+        int action = val->kind == DT_Y_SCALAR ? (strcmp(val->text, "retry") == 0 ? 0 : strcmp(val->text, "fail") == 0 ? 1 : -1) : -1;
+        if (action < 0)
+            return dt_spec_fail(ctx, val, k->name, "%s: expected fail or retry, got %s", key->text,
+                                val->kind == DT_Y_SCALAR ? dt_yaml_quote(val->text, q, sizeof q) : dt_ynode_kind_name(val));
+        p->on_exit[p->n_on_exit].code = code;
+        p->on_exit[p->n_on_exit++].action = (enum dt_exit_action)action;
+    }
+    return 0;
+}
+
+static int print_nproc(const void *obj, char *buf, size_t size)
+{
+    const struct dt_job *job = obj;
+    if (job->nproc_per_node == DT_NPROC_GPU)
+        snprintf(buf, size, "gpu");
+    else
+        snprintf(buf, size, "%d", job->nproc_per_node);
+    return 1;
+}
+
+static int print_on_exit(const void *obj, char *buf, size_t size)
+{
+    const struct dt_restart_policy *p = obj;
+    size_t used = 0;
+    if (!p->n_on_exit)
+        return 0;
+    for (int i = 0; i < p->n_on_exit && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%d: %s", i ? ", " : "{", p->on_exit[i].code,
+                                 action_names[p->on_exit[i].action]);
+    if (used < size)
+        snprintf(buf + used, size - used, "}");
+    return 1;
+}
+
+enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status)
+{
+    for (int i = 0; i < job->restart_policy.n_on_exit; i++)
+        if (job->restart_policy.on_exit[i].code == status)
+            return job->restart_policy.on_exit[i].action;
+    return job->restart_policy.otherwise;
+}
+
+static const struct dt_spec_key rendezvous_keys[] = {
+    DT_KEY("port", DT_KT_INT, struct dt_rendezvous_spec, port, .lo = 0, .hi = 65535, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("timeout", DT_KT_DURATION, struct dt_rendezvous_spec, timeout_s, .lo = 0, .hi = 86400,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+    DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
+           .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+    DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names),
+};
+static const struct dt_spec_section rendezvous_section = {
+    .keys = rendezvous_keys, .n_keys = DT_NKEYS(rendezvous_keys), .size = sizeof(struct dt_rendezvous_spec)};
+
+static const struct dt_spec_key restart_keys[] = {
+    DT_KEY("on_exit", DT_KT_CUSTOM, struct dt_restart_policy, on_exit, .set = set_on_exit,
+           .release = release_on_exit, .print = print_on_exit),
+    DT_KEY("default", DT_KT_ENUM, struct dt_restart_policy, otherwise, .names = action_names),
+};
+static const struct dt_spec_section restart_section = {
+    .keys = restart_keys, .n_keys = DT_NKEYS(restart_keys), .size = sizeof(struct dt_restart_policy)};
+
+static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
+
+static const struct dt_spec_key top_keys[] = {
+    DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED),
+    DT_KEY("scheduler", DT_KT_ENUM, struct dt_job, scheduler, .names = scheduler_names),
+    DT_KEY("nodes", DT_KT_INT, struct dt_job, nodes, .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc, .print = print_nproc, .lo = 1, .hi = 1024,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names),
+    DT_KEY("command", DT_KT_STRLIST, struct dt_job, command, DT_COUNT(struct dt_job, command_argc), .lo = 1,
+           .flags = DT_KF_LO, .hint = "to run a shell line write [sh, -c, 'your line']"),
+    DT_KEY("trainer", DT_KT_SECTION_PTR, struct dt_job, trainer, .sub = &dt_jobspec_trainer_section),
+    DT_KEY("env", DT_KT_STRMAP, struct dt_job, env, DT_COUNT(struct dt_job, n_env), .flags = DT_KF_ENVNAME),
+    DT_KEY("max_restarts", DT_KT_INT, struct dt_job, max_restarts, .lo = 0, .hi = 10000,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
+    DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
+    DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section),
+    DT_KEY("slurm", DT_KT_SECTION_PTR, struct dt_job, slurm, .sub = &dt_jobspec_slurm_section),
+    DT_KEY("kubernetes", DT_KT_SECTION_PTR, struct dt_job, kubernetes, .sub = &dt_jobspec_kubernetes_section),
+    DT_KEY("mpirun", DT_KT_SECTION_PTR, struct dt_job, mpirun, .sub = &dt_jobspec_mpirun_section),
+};
+static const struct dt_spec_section top_section = {
+    .title = "the top level", .keys = top_keys, .n_keys = DT_NKEYS(top_keys), .size = sizeof(struct dt_job),
+    .check = check_top};
+
+void dt_job_print(const struct dt_job *job, FILE *out)
+{
+    dt_spec_print(&top_section, job, 0, out);
+}
+
+void dt_job_list_keys(FILE *out)
+{
+    dt_spec_list_keys(&top_section, out);
+}
+
+static int check_name(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    char q[96];
+    if (dt_spec_dns_label(job->name))
+        return 0;
+    return dt_spec_fail(ctx, dt_ymap_get(map, "name"), "name",
+                        "expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with "
+                        "a letter or digit, at most 63 characters; it names Slurm and Kubernetes objects), got '%s'%s",
+                        dt_yaml_quote(job->name, q, sizeof q), strlen(job->name) > 63 ? " (too long)" : "");
+}
+
+static int check_program(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    if (!job->command && !job->trainer)
+        return dt_spec_fail(ctx, map, NULL,
+                            "neither command nor trainer is set; a job runs either a command on every rank "
+                            "(command: [python3, train.py]) or the bundled trainer (trainer: {...})");
+    if (job->command && job->trainer) {
+        const struct dt_ynode *c = dt_ymap_get(map, "command"), *t = dt_ymap_get(map, "trainer");
+        const struct dt_ynode *later = c->line > t->line || (c->line == t->line && c->col > t->col) ? c : t;
+        return dt_spec_fail(ctx, later, NULL,
+                            "both command and trainer are set; a job runs exactly one of them (remove one)");
+    }
+    return 0;
+}
+
+static int check_backend(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    const struct dt_ynode *b = dt_ymap_get(map, "backend"), *np = dt_ymap_get(map, "nproc_per_node");
+    int cuda = job->trainer && job->trainer->device == DT_DEVICE_CUDA;
+    if (job->backend == DT_BACKEND_MPI && job->scheduler != DT_SCHED_MPIRUN)
+        return dt_spec_fail(ctx, b, "backend", "mpi needs scheduler: mpirun (MPI ranks must be started by "
+                                               "mpirun), but scheduler is %s",
+                            dt_scheduler_name(job->scheduler));
+    if (job->backend == DT_BACKEND_SHM && job->nodes > 1)
+        return dt_spec_fail(ctx, b, "backend", "shm works only within one node, but nodes is %d; use auto or "
+                                               "tcp", job->nodes);
+    if (job->trainer && job->backend == DT_BACKEND_NCCL && !cuda)
+        return dt_spec_fail(ctx, b, "backend", "nccl runs on GPUs; set trainer.device: cuda or use auto, tcp "
+                                               "or shm");
+    if (cuda && (job->backend == DT_BACKEND_TCP || job->backend == DT_BACKEND_SHM))
+        return dt_spec_fail(ctx, b, "backend", "%s is a CPU backend; trainer.device: cuda needs nccl or auto",
+                            dt_backend_name(job->backend));
+    if (job->trainer && job->nproc_per_node == DT_NPROC_GPU && !cuda)
+        return dt_spec_fail(ctx, np, "nproc_per_node", "gpu starts one rank per GPU, but the trainer runs on "
+                                                       "the CPU; set trainer.device: cuda or give a number");
+    return 0;
+}
+
+/* Names the agent sets for each rank: letting env override them would
+ * silently break rendezvous. */
+static int check_env(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    static const char *const reserved[] = {
+        "RANK",       "LOCAL_RANK",      "WORLD_SIZE",  "LOCAL_WORLD_SIZE", "GROUP_RANK",
+        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", NULL};
+    const struct dt_ynode *env = dt_ymap_get(map, "env");
+    for (int i = 0; i < job->n_env; i++)
+        for (int r = 0; reserved[r]; r++)
+            if (strcmp(job->env[i].name, reserved[r]) == 0)
+                return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
+                                    "%s is set by dtrain for every rank and cannot be overridden", reserved[r]);
+    return 0;
+}
+
+/* Pods must know the coordinator's port before it starts, so Kubernetes
+ * jobs get a fixed one (29500, as torchrun) unless the spec names one. */
+static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, struct dt_job *job)
+{
+    if (job->scheduler != DT_SCHED_KUBERNETES)
+        return 0;
+    if (!job->kubernetes)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "scheduler"), "scheduler",
+                            "kubernetes needs a kubernetes: section with at least image");
+    const struct dt_ynode *rdzv = dt_ymap_get(map, "rendezvous");
+    const struct dt_ynode *port = rdzv ? dt_ymap_get(rdzv, "port") : NULL;
+    if (!port)
+        job->rendezvous.port = DT_K8S_DEFAULT_PORT;
+    else if (job->rendezvous.port == 0)
+        return dt_spec_fail(ctx, port, "rendezvous.port",
+                            "0 (a free port) cannot work on Kubernetes: every pod must know the port before the "
+                            "coordinator starts; leave it out for 29500 or give a port");
+    return 0;
+}
+
+static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    struct dt_job *job = obj;
+    int rc = check_name(ctx, map, job);
+    if (!rc)
+        rc = check_program(ctx, map, job);
+    if (!rc)
+        rc = check_backend(ctx, map, job);
+    if (!rc)
+        rc = check_env(ctx, map, job);
+    if (!rc)
+        rc = check_kubernetes(ctx, map, job);
+    return rc;
+}
+
+static void job_defaults(struct dt_job *job)
+{
+    job->scheduler = DT_SCHED_LOCAL;
+    job->nodes = 1;
+    job->nproc_per_node = 1;
+    job->backend = DT_BACKEND_AUTO;
+    job->max_restarts = 0;
+    job->rendezvous.port = 0;
+    job->rendezvous.timeout_s = 60;
+    job->rendezvous.heartbeat_timeout_s = 30;
+    job->rendezvous.auth = DT_AUTH_TOKEN;
+    job->restart_policy.otherwise = DT_EXIT_RETRY;
+}
+
+void dt_job_free(struct dt_job *job)
+{
+    if (!job)
+        return;
+    dt_spec_release(&top_section, job);
+    free(job->path);
+    free(job);
+}
+
+int dt_job_load_string(const char *text, size_t len, const char *name, struct dt_job **out)
+{
+    *out = NULL;
+    if (!name)
+        name = "<string>";
+    if (len > DT_YAML_MAX_BYTES)
+        return dt_error_set(DT_EINVAL, "%s: the file is %zu bytes; a job spec may be at most %d bytes (1 MiB)",
+                            name, len, DT_YAML_MAX_BYTES);
+    struct dt_ynode *root;
+    int rc = dt_yaml_parse(text, len, name, &root);
+    if (rc)
+        return rc;
+    struct dt_job *job = calloc(1, sizeof *job);
+    if (!job || !(job->path = strdup(name))) {
+        free(job);
+        dt_yaml_free(root);
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    }
+    job_defaults(job);
+    struct dt_spec_ctx ctx = {.file = name, .root = &top_section};
+    rc = dt_spec_apply(&ctx, &top_section, root, job);
+    dt_yaml_free(root);
+    if (!rc && !job->log_dir && !(job->log_dir = strdup("runs")))
+        rc = dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    if (rc) {
+        dt_job_free(job);
+        return rc;
+    }
+    *out = job;
+    return 0;
+}
+
+/* Reads at most DT_YAML_MAX_BYTES + 1 bytes, so a huge file or an endless
+ * pipe (/dev/zero) costs nothing before it is refused. */
+static int read_bounded(int fd, const char *path, char **text, size_t *len)
+{
+    size_t cap = DT_YAML_MAX_BYTES + 1, used = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return dt_error_set(DT_ENOMEM, "%s: out of memory reading the file", path);
+    for (;;) {
+        ssize_t n = read(fd, buf + used, cap - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            free(buf);
+            return dt_error_set_errno(DT_EIO, errno, "%s: cannot read", path);
+        }
+        if (n == 0 || (used += (size_t)n) == cap)
+            break;
+    }
+    *text = buf;
+    *len = used;
+    return 0;
+}
+
+int dt_job_load(const char *path, struct dt_job **out)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return dt_error_set(DT_EINVAL, "%s: is a directory, not a job spec file", path);
+    }
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > DT_YAML_MAX_BYTES) {
+        close(fd);
+        return dt_error_set(DT_EINVAL, "%s: the file is %lld bytes; a job spec may be at most %d bytes (1 MiB)",
+                            path, (long long)st.st_size, DT_YAML_MAX_BYTES);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_bounded(fd, path, &text, &len);
+    close(fd);
+    if (rc)
+        return rc;
+    if (len > DT_YAML_MAX_BYTES)
+        rc = dt_error_set(DT_EINVAL, "%s: more than %d bytes; a job spec may be at most %d bytes (1 MiB)", path,
+                          DT_YAML_MAX_BYTES, DT_YAML_MAX_BYTES);
+    else
+        rc = dt_job_load_string(text, len, path, out);
+    free(text);
+    return rc;
+}

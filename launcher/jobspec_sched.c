@@ -1,0 +1,259 @@
+/* jobspec_sched.c - the key tables of the scheduler sections: slurm, kubernetes, mpirun.
+ *
+ * Values are checked here as far as the scheduler itself would refuse them
+ * (time formats, label names, toleration rules), so `dtrain validate` catches
+ * what sbatch or kubectl would only catch after submission.
+ *
+ * Not for rendering sbatch scripts, manifests or mpirun lines
+ * (scheduler-adapters/ reads these structs).
+ */
+#include "comm/error.h"
+#include "launcher/jobspec.h"
+#include "launcher/jobspec_keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const pull_policies[] = {"IfNotPresent", "Always", "Never", NULL};
+static const char *const operators[] = {"Equal", "Exists", NULL};
+static const char *const effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute", NULL};
+
+/* Slurm's own time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+ * D-HH:MM:SS; and dtrain durations (2h, 90m) for people who think in those. */
+static int parse_slurm_time(const char *s, long long *seconds)
+{
+    long long d = 0, f[3] = {0, 0, 0};
+    int n = 0;
+    double dur;
+    if (strpbrk(s, "hms") && dt_spec_parse_duration(s, &dur) == 0) {
+        *seconds = (long long)(dur + 0.5);
+        return 0;
+    }
+    const char *dash = strchr(s, '-');
+    char buf[64];
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    if (dash) {
+        snprintf(buf, sizeof buf, "%.*s", (int)(dash - s), s);
+        if (dt_spec_parse_int(buf, &d) || d < 0)
+            return -1;
+        s = dash + 1;
+    }
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+        if (n == 3 || dt_spec_parse_int(tok, &f[n]) || f[n] < 0 || (n > 0 && f[n] > 59))
+            return -1;
+        n++;
+    }
+    if (n == 0)
+        return -1;
+    if (dash) /* D-HH[:MM[:SS]] */
+        *seconds = d * 86400 + f[0] * 3600 + f[1] * 60 + f[2];
+    else if (n == 1) /* minutes */
+        *seconds = f[0] * 60;
+    else if (n == 2) /* MM:SS */
+        *seconds = f[0] * 60 + f[1];
+    else
+        *seconds = f[0] * 3600 + f[1] * 60 + f[2];
+    return *seconds > 0 ? 0 : -1;
+}
+
+static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_slurm_spec *s = obj;
+    char q[96];
+    long long sec;
+    if (v->kind == DT_Y_SCALAR && parse_slurm_time(v->text, &sec) == 0) {
+        s->time_s = sec;
+        return 0;
+    }
+    return dt_spec_fail(ctx, v, k->name, "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes) or "
+                                         "2h, got %s",
+                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+}
+
+static int print_slurm_time(const void *obj, char *buf, size_t size)
+{
+    const struct dt_slurm_spec *s = obj;
+    long long t = s->time_s;
+    if (t <= 0)
+        return 0;
+    snprintf(buf, size, "\"%lld-%02lld:%02lld:%02lld\"", t / 86400, t / 3600 % 24, t / 60 % 60, t % 60);
+    return 1;
+}
+
+static const struct dt_spec_key slurm_keys[] = {
+    DT_KEY("partition", DT_KT_STR, struct dt_slurm_spec, partition),
+    DT_KEY("account", DT_KT_STR, struct dt_slurm_spec, account),
+    DT_KEY("time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time, .print = print_slurm_time),
+    DT_KEY("gpus_per_node", DT_KT_INT, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("mem", DT_KT_BYTES, struct dt_slurm_spec, mem_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos),
+    DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint),
+    DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive),
+    DT_KEY("requeue", DT_KT_BOOL, struct dt_slurm_spec, requeue),
+    DT_KEY("extra_sbatch", DT_KT_STRLIST, struct dt_slurm_spec, extra_sbatch,
+           DT_COUNT(struct dt_slurm_spec, n_extra_sbatch),
+           .hint = "each item is one sbatch option, like [--mail-type=END, --comment=x]"),
+};
+const struct dt_spec_section dt_jobspec_slurm_section = {
+    .keys = slurm_keys, .n_keys = DT_NKEYS(slurm_keys), .size = sizeof(struct dt_slurm_spec)};
+
+/* Kubernetes CPU quantities: 4, 0.5 (cores) or "500m" (millicores). */
+static int set_cpu(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_kubernetes_spec *s = obj;
+    char q[96], buf[64];
+    double x = -1;
+    if (v->kind == DT_Y_SCALAR && v->len > 1 && v->len < sizeof buf && v->text[v->len - 1] == 'm') {
+        snprintf(buf, sizeof buf, "%.*s", (int)v->len - 1, v->text);
+        if (dt_spec_parse_num(buf, &x) == 0)
+            x /= 1000.0;
+        else
+            x = -1;
+    } else if (v->kind == DT_Y_SCALAR && dt_spec_parse_num(v->text, &x)) {
+        x = -1;
+    }
+    if (x > 0 && x <= 100000 && x * 1000 >= 1) {
+        s->cpu_millis = (int)(x * 1000 + 0.5);
+        return 0;
+    }
+    return dt_spec_fail(ctx, v, k->name, "expected a CPU amount like 4, 0.5 or \"500m\" (> 0), got %s",
+                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+}
+
+static int print_cpu(const void *obj, char *buf, size_t size)
+{
+    const struct dt_kubernetes_spec *s = obj;
+    if (s->cpu_millis <= 0)
+        return 0;
+    snprintf(buf, size, "\"%dm\"", s->cpu_millis);
+    return 1;
+}
+
+static int check_toleration(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_k8s_toleration *t = obj;
+    int exists = t->operator_name && strcmp(t->operator_name, "Exists") == 0;
+    if (exists && t->value)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "value"), "value", "operator Exists takes no value");
+    if (!exists && !t->key)
+        return dt_spec_fail(ctx, map, NULL, "a toleration without a key needs operator: Exists");
+    if (t->toleration_seconds >= 0 && !(t->effect && strcmp(t->effect, "NoExecute") == 0))
+        return dt_spec_fail(ctx, dt_ymap_get(map, "toleration_seconds"), "toleration_seconds",
+                            "only applies with effect: NoExecute");
+    return 0;
+}
+
+static void toleration_init(void *obj)
+{
+    ((struct dt_k8s_toleration *)obj)->toleration_seconds = -1;
+}
+
+static const struct dt_spec_key toleration_keys[] = {
+    DT_KEY("key", DT_KT_STR, struct dt_k8s_toleration, key),
+    DT_KEY("operator", DT_KT_STR, struct dt_k8s_toleration, operator_name, .names = operators),
+    DT_KEY("value", DT_KT_STR, struct dt_k8s_toleration, value, .flags = DT_KF_EMPTY_OK),
+    DT_KEY("effect", DT_KT_STR, struct dt_k8s_toleration, effect, .names = effects),
+    DT_KEY("toleration_seconds", DT_KT_I64, struct dt_k8s_toleration, toleration_seconds, .lo = 0, .hi = 1e12,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+static const struct dt_spec_section toleration_section = {
+    .keys = toleration_keys, .n_keys = DT_NKEYS(toleration_keys), .size = sizeof(struct dt_k8s_toleration),
+    .init = toleration_init, .check = check_toleration};
+
+static int check_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_k8s_volume *v = obj;
+    char q[96];
+    if (!dt_spec_dns_label(v->name))
+        return dt_spec_fail(ctx, dt_ymap_get(map, "name"), "name", "expected a DNS-1123 label, got '%s'",
+                            dt_yaml_quote(v->name, q, sizeof q));
+    if (v->mount_path[0] != '/')
+        return dt_spec_fail(ctx, dt_ymap_get(map, "mount_path"), "mount_path", "expected an absolute path, got '%s'",
+                            dt_yaml_quote(v->mount_path, q, sizeof q));
+    int sources = !!v->host_path + !!v->pvc + !!v->config_map + !!v->secret;
+    if (sources != 1)
+        return dt_spec_fail(ctx, map, NULL, "a volume needs exactly one of host_path, pvc, config_map and secret "
+                                            "(got %d)", sources);
+    return 0;
+}
+
+static const struct dt_spec_key volume_keys[] = {
+    DT_KEY("name", DT_KT_STR, struct dt_k8s_volume, name, .flags = DT_KF_REQUIRED),
+    DT_KEY("mount_path", DT_KT_STR, struct dt_k8s_volume, mount_path, .flags = DT_KF_REQUIRED),
+    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path),
+    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc),
+    DT_KEY("config_map", DT_KT_STR, struct dt_k8s_volume, config_map),
+    DT_KEY("secret", DT_KT_STR, struct dt_k8s_volume, secret),
+    DT_KEY("read_only", DT_KT_BOOL, struct dt_k8s_volume, read_only),
+};
+static const struct dt_spec_section volume_section = {
+    .keys = volume_keys, .n_keys = DT_NKEYS(volume_keys), .size = sizeof(struct dt_k8s_volume),
+    .check = check_volume};
+
+static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    struct dt_kubernetes_spec *k = obj;
+    char q[96];
+    if (k->namespace_name && !dt_spec_dns_label(k->namespace_name))
+        return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace", "expected a DNS-1123 label, got '%s'",
+                            dt_yaml_quote(k->namespace_name, q, sizeof q));
+    if (!k->namespace_name && !(k->namespace_name = strdup("default")))
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    return 0;
+}
+
+static const struct dt_spec_key kubernetes_keys[] = {
+    DT_KEY("image", DT_KT_STR, struct dt_kubernetes_spec, image, .flags = DT_KF_REQUIRED),
+    DT_KEY("image_pull_policy", DT_KT_STR, struct dt_kubernetes_spec, image_pull_policy, .names = pull_policies),
+    DT_KEY("namespace", DT_KT_STR, struct dt_kubernetes_spec, namespace_name),
+    DT_KEY("gpus_per_node", DT_KT_INT, struct dt_kubernetes_spec, gpus_per_node, .lo = 0, .hi = 64,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("cpu", DT_KT_CUSTOM, struct dt_kubernetes_spec, cpu_millis, .set = set_cpu, .print = print_cpu),
+    DT_KEY("memory", DT_KT_BYTES, struct dt_kubernetes_spec, memory_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("service_account", DT_KT_STR, struct dt_kubernetes_spec, service_account),
+    DT_KEY("node_selector", DT_KT_STRMAP, struct dt_kubernetes_spec, node_selector,
+           DT_COUNT(struct dt_kubernetes_spec, n_node_selector)),
+    DT_KEY("tolerations", DT_KT_SECLIST, struct dt_kubernetes_spec, tolerations,
+           DT_COUNT(struct dt_kubernetes_spec, n_tolerations), .sub = &toleration_section),
+    DT_KEY("priority_class", DT_KT_STR, struct dt_kubernetes_spec, priority_class),
+    DT_KEY("shm_size", DT_KT_BYTES, struct dt_kubernetes_spec, shm_size_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("env", DT_KT_STRMAP, struct dt_kubernetes_spec, env, DT_COUNT(struct dt_kubernetes_spec, n_env),
+           .flags = DT_KF_ENVNAME),
+    DT_KEY("volumes", DT_KT_SECLIST, struct dt_kubernetes_spec, volumes,
+           DT_COUNT(struct dt_kubernetes_spec, n_volumes), .sub = &volume_section),
+};
+const struct dt_spec_section dt_jobspec_kubernetes_section = {
+    .keys = kubernetes_keys, .n_keys = DT_NKEYS(kubernetes_keys), .size = sizeof(struct dt_kubernetes_spec),
+    .check = check_kubernetes};
+
+static int check_mpirun(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    struct dt_mpirun_spec *m = obj;
+    if (m->hosts && m->hostfile)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "hostfile"), NULL, "set either hosts or hostfile, not both");
+    if (!m->program && !(m->program = strdup("mpirun")))
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    return 0;
+}
+
+static const struct dt_spec_key mpirun_keys[] = {
+    DT_KEY("program", DT_KT_STR, struct dt_mpirun_spec, program),
+    DT_KEY("hosts", DT_KT_STRLIST, struct dt_mpirun_spec, hosts, DT_COUNT(struct dt_mpirun_spec, n_hosts), .lo = 1,
+           .flags = DT_KF_LO, .hint = "like [node1, node2:4] (host or host:slots)"),
+    DT_KEY("hostfile", DT_KT_STR, struct dt_mpirun_spec, hostfile),
+    DT_KEY("interfaces", DT_KT_STRLIST, struct dt_mpirun_spec, interfaces,
+           DT_COUNT(struct dt_mpirun_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO, .hint = "like [eth0]"),
+    DT_KEY("allow_run_as_root", DT_KT_BOOL, struct dt_mpirun_spec, allow_run_as_root),
+    DT_KEY("oversubscribe", DT_KT_BOOL, struct dt_mpirun_spec, oversubscribe),
+    DT_KEY("extra_args", DT_KT_STRLIST, struct dt_mpirun_spec, extra_args,
+           DT_COUNT(struct dt_mpirun_spec, n_extra_args), .hint = "like [--mca, btl, ^openib]"),
+};
+const struct dt_spec_section dt_jobspec_mpirun_section = {
+    .keys = mpirun_keys, .n_keys = DT_NKEYS(mpirun_keys), .size = sizeof(struct dt_mpirun_spec),
+    .check = check_mpirun};

@@ -1,0 +1,323 @@
+/* jobspec_trainer.c - the key tables of the `trainer:` section (struct dt_trainer_spec).
+ *
+ * Ranges follow what PyTorch accepts for the same settings (AdamW betas in
+ * [0, 1), OneCycle pct_start in [0, 1], GradScaler factors), so a spec that
+ * loads here means what it would mean there.  Defaults come from
+ * dt_trainer_spec_defaults (worker/trainer_spec.c), not from here.
+ *
+ * Not for the top level or the scheduler sections.
+ */
+#include "comm/error.h"
+#include "launcher/jobspec_keys.h"
+#include "worker/trainer_spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RANGE_GT0 .lo = 0, .flags = DT_KF_LO | DT_KF_LO_X
+#define RANGE_GE0 .lo = 0, .flags = DT_KF_LO
+
+static const char *const model_types[] = {"mlp", NULL};
+static const char *const activations[] = {"relu", "gelu", NULL};
+static const char *const datasets[] = {"fashion-mnist", NULL};
+static const char *const optimizers[] = {"adamw", NULL};
+static const char *const sched_types[] = {"constant", "onecycle", NULL};
+static const char *const anneals[] = {"cos", "linear", NULL};
+static const char *const resumes[] = {"auto", "never", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
+static const char *const amp_dtypes[] = {"off", "bf16", "fp16", NULL};
+
+/* A list of plain numbers: hidden widths, betas. */
+static int number_list(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                       size_t min, size_t max, int integer, double *out)
+{
+    char q[96];
+    const char *what = integer ? "a list of integers" : "a list of numbers";
+    if (v->kind != DT_Y_SEQ)
+        return dt_spec_fail(ctx, v, k->name, "expected %s like %s, got %s", what, integer ? "[1024, 1024]" : "[0.9, 0.999]",
+                            dt_ynode_kind_name(v));
+    if (v->n < min || v->n > max)
+        return min == max ? dt_spec_fail(ctx, v, k->name, "expected exactly %zu numbers, got %zu", min, v->n)
+                          : dt_spec_fail(ctx, v, k->name, "expected from %zu to %zu items, got %zu", min, max, v->n);
+    for (size_t i = 0; i < v->n; i++) {
+        const struct dt_ynode *it = v->items[i];
+        long long n;
+        int bad = it->kind != DT_Y_SCALAR || !it->plain ||
+                  (integer ? dt_spec_parse_int(it->text, &n) : dt_spec_parse_num(it->text, &out[i]));
+        if (bad)
+            return dt_spec_fail(ctx, it, k->name, "expected %s, got %s", what,
+                                it->kind == DT_Y_SCALAR ? dt_yaml_quote(it->text, q, sizeof q) : dt_ynode_kind_name(it));
+        if (integer)
+            out[i] = (double)n;
+        if (dt_spec_check_range(ctx, k, it, out[i], integer))
+            return DT_EINVAL;
+    }
+    return 0;
+}
+
+static int set_hidden(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_model_spec *m = obj;
+    double w[DT_MLP_MAX_HIDDEN];
+    if (number_list(ctx, k, v, 1, DT_MLP_MAX_HIDDEN, 1, w))
+        return DT_EINVAL;
+    for (size_t i = 0; i < v->n; i++)
+        m->hidden[i] = (int)w[i];
+    m->n_hidden = (int)v->n;
+    return 0;
+}
+
+static int set_betas(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_optimizer_spec *o = obj;
+    double b[2];
+    if (number_list(ctx, k, v, 2, 2, 0, b))
+        return DT_EINVAL;
+    o->beta1 = b[0];
+    o->beta2 = b[1];
+    return 0;
+}
+
+static int set_loss_scale(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_amp_spec *a = obj;
+    char q[96];
+    double x;
+    if (v->kind == DT_Y_SCALAR && strcmp(v->text, "dynamic") == 0) {
+        a->dynamic = true;
+        return 0;
+    }
+    if (v->kind == DT_Y_SCALAR && v->plain && dt_spec_parse_num(v->text, &x) == 0) {
+        if (dt_spec_check_range(ctx, k, v, x, 0))
+            return DT_EINVAL;
+        a->dynamic = false;
+        a->loss_scale = x;
+        return 0;
+    }
+    return dt_spec_fail(ctx, v, k->name, "expected dynamic or a number > 0, got %s",
+                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+}
+
+/* trace.steps: "10-20" (inclusive), or one step. */
+static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_trace_spec *t = obj;
+    char q[96], a[32] = "", b[32] = "";
+    long long first = -1, last = -1;
+    if (v->kind == DT_Y_SCALAR && v->len < sizeof a) {
+        const char *dash = strchr(v->text, '-');
+        if (dash && dash != v->text) {
+            snprintf(a, sizeof a, "%.*s", (int)(dash - v->text), v->text);
+            snprintf(b, sizeof b, "%s", dash + 1);
+        } else {
+            snprintf(a, sizeof a, "%s", v->text);
+            snprintf(b, sizeof b, "%s", v->text);
+        }
+    }
+    if (dt_spec_parse_int(a, &first) || dt_spec_parse_int(b, &last) || first < 0 || last < first ||
+        last > 1000000000)
+        return dt_spec_fail(ctx, v, k->name, "expected a step range like \"10-20\" (first <= last) or one step, "
+                                             "got %s",
+                            v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+    t->first_step = (int)first;
+    t->last_step = (int)last;
+    return 0;
+}
+
+static int print_hidden(const void *obj, char *buf, size_t size)
+{
+    const struct dt_model_spec *m = obj;
+    size_t used = 0;
+    for (int i = 0; i < m->n_hidden && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%d", i ? ", " : "[", m->hidden[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+    return m->n_hidden > 0;
+}
+
+static int print_betas(const void *obj, char *buf, size_t size)
+{
+    const struct dt_optimizer_spec *o = obj;
+    char a[40], b[40];
+    snprintf(buf, size, "[%s, %s]", dt_spec_shortest(o->beta1, a, sizeof a), dt_spec_shortest(o->beta2, b, sizeof b));
+    return 1;
+}
+
+static int print_loss_scale(const void *obj, char *buf, size_t size)
+{
+    const struct dt_amp_spec *a = obj;
+    if (a->dynamic)
+        snprintf(buf, size, "dynamic");
+    else
+        dt_spec_shortest(a->loss_scale, buf, size);
+    return 1;
+}
+
+static int print_trace_steps(const void *obj, char *buf, size_t size)
+{
+    const struct dt_trace_spec *t = obj;
+    if (t->last_step < t->first_step)
+        return 0;
+    snprintf(buf, size, "\"%d-%d\"", t->first_step, t->last_step);
+    return 1;
+}
+
+static const struct dt_spec_key model_keys[] = {
+    DT_KEY("type", DT_KT_CHARS, struct dt_model_spec, type, .aux = 16, .names = model_types),
+    DT_KEY("hidden", DT_KT_CUSTOM, struct dt_model_spec, hidden, .set = set_hidden, .print = print_hidden, .lo = 1, .hi = 65536,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("activation", DT_KT_ENUM, struct dt_model_spec, activation, .names = activations),
+};
+static const struct dt_spec_section model_section = {.keys = model_keys, .n_keys = DT_NKEYS(model_keys)};
+
+static const struct dt_spec_key data_keys[] = {
+    DT_KEY("dataset", DT_KT_CHARS, struct dt_data_spec, dataset, .aux = 32, .names = datasets),
+    DT_KEY("path", DT_KT_STR, struct dt_data_spec, path),
+    DT_KEY("batch_size", DT_KT_INT, struct dt_data_spec, batch_size, .lo = 1, .hi = 1 << 20,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("workers", DT_KT_INT, struct dt_data_spec, workers, .lo = 0, .hi = 64, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("prefetch", DT_KT_INT, struct dt_data_spec, prefetch, .lo = 1, .hi = 64, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("shuffle", DT_KT_BOOL, struct dt_data_spec, shuffle),
+    DT_KEY("drop_last", DT_KT_BOOL, struct dt_data_spec, drop_last),
+};
+static const struct dt_spec_section data_section = {.keys = data_keys, .n_keys = DT_NKEYS(data_keys)};
+
+static const struct dt_spec_key optimizer_keys[] = {
+    DT_KEY("type", DT_KT_CHARS, struct dt_optimizer_spec, type, .aux = 16, .names = optimizers),
+    DT_KEY("lr", DT_KT_NUM, struct dt_optimizer_spec, lr, RANGE_GT0),
+    DT_KEY("betas", DT_KT_CUSTOM, struct dt_optimizer_spec, beta1, .set = set_betas, .print = print_betas, .lo = 0, .hi = 1,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+    DT_KEY("eps", DT_KT_NUM, struct dt_optimizer_spec, eps, RANGE_GE0),
+    DT_KEY("weight_decay", DT_KT_NUM, struct dt_optimizer_spec, weight_decay, RANGE_GE0),
+    DT_KEY("grad_clip", DT_KT_NUM, struct dt_optimizer_spec, grad_clip, RANGE_GE0),
+};
+static const struct dt_spec_section optimizer_section = {.keys = optimizer_keys,
+                                                         .n_keys = DT_NKEYS(optimizer_keys)};
+
+/* OneCycle without max_lr has no schedule to follow; PyTorch refuses it too. */
+static int check_scheduler(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_scheduler_spec *s = obj;
+    if (s->type != DT_SCHED_ONECYCLE)
+        return 0;
+    if (!dt_ymap_get(map, "max_lr"))
+        return dt_spec_fail(ctx, map, NULL, "type onecycle needs max_lr (the peak learning rate), e.g. max_lr: 3e-3");
+    if (s->cycle_momentum && s->base_momentum > s->max_momentum)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "base_momentum") ? dt_ymap_get(map, "base_momentum") : map,
+                            "base_momentum", "must not exceed max_momentum (%g), got %g", s->max_momentum,
+                            s->base_momentum);
+    if (s->three_phase && s->pct_start > 0.5)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "pct_start") ? dt_ymap_get(map, "pct_start") : map, "pct_start",
+                            "three_phase needs pct_start <= 0.5 (the phases would overlap), got %g", s->pct_start);
+    return 0;
+}
+
+static const struct dt_spec_key scheduler_keys[] = {
+    DT_KEY("type", DT_KT_ENUM, struct dt_scheduler_spec, type, .names = sched_types),
+    DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, RANGE_GT0),
+    DT_KEY("pct_start", DT_KT_NUM, struct dt_scheduler_spec, pct_start, .lo = 0, .hi = 1,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("anneal", DT_KT_ENUM, struct dt_scheduler_spec, anneal, .names = anneals),
+    DT_KEY("div_factor", DT_KT_NUM, struct dt_scheduler_spec, div_factor, RANGE_GT0),
+    DT_KEY("final_div_factor", DT_KT_NUM, struct dt_scheduler_spec, final_div_factor, RANGE_GT0),
+    DT_KEY("three_phase", DT_KT_BOOL, struct dt_scheduler_spec, three_phase),
+    DT_KEY("cycle_momentum", DT_KT_BOOL, struct dt_scheduler_spec, cycle_momentum),
+    DT_KEY("base_momentum", DT_KT_NUM, struct dt_scheduler_spec, base_momentum, .lo = 0, .hi = 1,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+    DT_KEY("max_momentum", DT_KT_NUM, struct dt_scheduler_spec, max_momentum, .lo = 0, .hi = 1,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+};
+static const struct dt_spec_section scheduler_section = {
+    .keys = scheduler_keys, .n_keys = DT_NKEYS(scheduler_keys), .check = check_scheduler};
+
+static const struct dt_spec_key ddp_keys[] = {
+    DT_KEY("bucket_cap_mb", DT_KT_SIZE_MB, struct dt_ddp_spec, bucket_cap_mb, .lo = 0, .hi = 4096,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+    DT_KEY("first_bucket_mb", DT_KT_SIZE_MB, struct dt_ddp_spec, first_bucket_mb, .lo = 0, .hi = 4096,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+    DT_KEY("overlap", DT_KT_BOOL, struct dt_ddp_spec, overlap),
+    DT_KEY("grad_accum", DT_KT_INT, struct dt_ddp_spec, grad_accum, .lo = 1, .hi = 65536,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("desync_check_every", DT_KT_INT, struct dt_ddp_spec, desync_check_every, .lo = 0, .hi = 1e9,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+static const struct dt_spec_section ddp_section = {.keys = ddp_keys, .n_keys = DT_NKEYS(ddp_keys)};
+
+static const struct dt_spec_key checkpoint_keys[] = {
+    DT_KEY("every_steps", DT_KT_INT, struct dt_checkpoint_spec, every_steps, .lo = 0, .hi = 1e9,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("dir", DT_KT_STR, struct dt_checkpoint_spec, dir),
+    DT_KEY("keep", DT_KT_INT, struct dt_checkpoint_spec, keep, .lo = 1, .hi = 10000, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("resume", DT_KT_ENUM, struct dt_checkpoint_spec, resume, .names = resumes),
+};
+static const struct dt_spec_section checkpoint_section = {.keys = checkpoint_keys,
+                                                          .n_keys = DT_NKEYS(checkpoint_keys)};
+
+static const struct dt_spec_key amp_keys[] = {
+    DT_KEY("dtype", DT_KT_ENUM, struct dt_amp_spec, dtype, .names = amp_dtypes),
+    DT_KEY("loss_scale", DT_KT_CUSTOM, struct dt_amp_spec, loss_scale, .set = set_loss_scale, .print = print_loss_scale, RANGE_GT0),
+    DT_KEY("init_scale", DT_KT_NUM, struct dt_amp_spec, init_scale, RANGE_GT0),
+    DT_KEY("growth_factor", DT_KT_NUM, struct dt_amp_spec, growth_factor, .lo = 1,
+           .flags = DT_KF_LO | DT_KF_LO_X),
+    DT_KEY("backoff_factor", DT_KT_NUM, struct dt_amp_spec, backoff_factor, .lo = 0, .hi = 1,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI | DT_KF_HI_X),
+    DT_KEY("growth_interval", DT_KT_INT, struct dt_amp_spec, growth_interval, .lo = 1, .hi = 1e9,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+static const struct dt_spec_section amp_section = {.keys = amp_keys, .n_keys = DT_NKEYS(amp_keys)};
+
+/* eval: {every_epochs} is one int of the trainer struct; the section is
+ * laid over that field, so the table machinery needs no special case. */
+struct eval_view {
+    int every_epochs;
+};
+static const struct dt_spec_key eval_keys[] = {
+    DT_KEY("every_epochs", DT_KT_INT, struct eval_view, every_epochs, .lo = 0, .hi = 1e6,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+static const struct dt_spec_section eval_section = {.keys = eval_keys, .n_keys = DT_NKEYS(eval_keys)};
+
+static const struct dt_spec_key trace_keys[] = {
+    DT_KEY("steps", DT_KT_CUSTOM, struct dt_trace_spec, first_step, .set = set_trace_steps, .print = print_trace_steps),
+};
+static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
+
+/* Exactly one of epochs and steps counts: writing steps turns epochs off. */
+static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    struct dt_trainer_spec *t = obj;
+    const struct dt_ynode *e = dt_ymap_get(map, "epochs"), *s = dt_ymap_get(map, "steps");
+    if (e && s)
+        return dt_spec_fail(ctx, s->line > e->line ? s : e, NULL, "set either epochs or steps, not both");
+    if (s)
+        t->epochs = 0;
+    return 0;
+}
+
+static void trainer_init(void *obj)
+{
+    dt_trainer_spec_defaults(obj);
+}
+
+static const struct dt_spec_key trainer_keys[] = {
+    DT_KEY("model", DT_KT_SECTION, struct dt_trainer_spec, model, .sub = &model_section),
+    DT_KEY("data", DT_KT_SECTION, struct dt_trainer_spec, data, .sub = &data_section),
+    DT_KEY("epochs", DT_KT_INT, struct dt_trainer_spec, epochs, .lo = 1, .hi = 1e6, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("steps", DT_KT_I64, struct dt_trainer_spec, steps, .lo = 1, .hi = 1e12, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("optimizer", DT_KT_SECTION, struct dt_trainer_spec, optimizer, .sub = &optimizer_section),
+    DT_KEY("scheduler", DT_KT_SECTION, struct dt_trainer_spec, scheduler, .sub = &scheduler_section),
+    DT_KEY("ddp", DT_KT_SECTION, struct dt_trainer_spec, ddp, .sub = &ddp_section),
+    DT_KEY("checkpoint", DT_KT_SECTION, struct dt_trainer_spec, checkpoint, .sub = &checkpoint_section),
+    DT_KEY("eval", DT_KT_SECTION, struct dt_trainer_spec, eval_every_epochs, .sub = &eval_section),
+    DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, .lo = 0, .hi = 9.2e18, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices),
+    DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section),
+    DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
+    DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
+    DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+const struct dt_spec_section dt_jobspec_trainer_section = {
+    .keys = trainer_keys, .n_keys = DT_NKEYS(trainer_keys), .size = sizeof(struct dt_trainer_spec),
+    .init = trainer_init, .check = check_trainer};
