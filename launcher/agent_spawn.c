@@ -65,6 +65,7 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
     static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &dfl, NULL);
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -86,6 +87,14 @@ static int open_log(const char *dir, int rank, const char *ext)
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     return fd;
+}
+
+static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
+{
+    if (e == EMFILE || e == ENFILE)
+        return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)", p->rank, a->nproc, a->nproc * 4 + 64);
+    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d", p->rank);
 }
 
 static void stream_reset(struct dt_agent_stream *s, int fd, int log_fd)
@@ -112,14 +121,15 @@ int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char 
     if (pipe2(po, O_CLOEXEC) != 0) {
         close(out_log);
         close(err_log);
-        return dt_error_set_errno(DT_EIO, errno, "cannot create a pipe for rank %d", p->rank);
+        return pipe_error(a, p, errno);
     }
     if (pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
         close(po[0]);
         close(po[1]);
         close(out_log);
         close(err_log);
-        return dt_error_set_errno(DT_EIO, errno, "cannot create a pipe for rank %d", p->rank);
+        return pipe_error(a, p, e);
     }
     /* Until the child has reset the agent's handlers, a signal for it (the
      * group's SIGTERM) would run the agent's handler in the child and write

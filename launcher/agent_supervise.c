@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -426,6 +427,20 @@ static void finish(struct dt_agent *a)
     }
 }
 
+/* Four descriptors per rank (two pipes, two log files) can pass the usual soft
+ * limit of 1024 at a few hundred ranks: raise it for the agent, and hand the
+ * ranks the limit they would have had (agent_spawn.c restores it). */
+static void raise_fd_limit(struct dt_agent *a)
+{
+    getrlimit(RLIMIT_NOFILE, &a->nofile);
+    rlim_t need = (rlim_t)a->nproc * 4 + 64;
+    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
+        return;
+    struct rlimit raised = a->nofile;
+    raised.rlim_cur = a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &raised);
+}
+
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
@@ -433,6 +448,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     a.t0 = dt_agent_now();
     res->started_unix = (double)time(NULL);
     struct saved_signals sv;
+    raise_fd_limit(&a);
     if (rc == 0)
         rc = install_signals(&sv);
     if (rc < 0) {
@@ -456,6 +472,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
     }
     restore_signals(&sv);
+    setrlimit(RLIMIT_NOFILE, &a.nofile);
     agent_free(&a);
     return rc;
 }
