@@ -105,9 +105,9 @@ static int one_broadcast(struct dt_comm *c, struct bufs *b, int r, int root, enu
 /* Every rank's checksum of its last result must be the same. */
 static int same_everywhere(struct dt_comm *c, const char *buf, size_t bytes, int w)
 {
-    int64_t h = 1469598103934665603LL, all[16];
+    uint64_t h = 1469598103934665603ULL, all[16];
     for (size_t i = 0; i < bytes; i++)
-        h = (h ^ (uint8_t)buf[i]) * 1099511628211LL;
+        h = (h ^ (uint8_t)buf[i]) * 1099511628211ULL;
     int rc = dt_comm_allgather(c, &h, all, 1, DT_I64);
     for (int q = 0; rc == 0 && q < w; q++)
         if (all[q] != h)
