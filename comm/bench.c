@@ -302,6 +302,10 @@ int dt_bench_run(const struct dt_bench_args *a, FILE *out)
             fprintf(out, "# average bus bandwidth %g GB/s is below --min-bw %g GB/s\n", avg, a->min_bw);
         fflush(out);
     }
+    /* A failing exit of another rank may make the launcher stop the job:
+     * let rank 0 finish printing first. */
+    if (rc == 0)
+        rc = dt_comm_barrier(x.comm);
     dt_comm_destroy(x.comm);
     dt_store_close(st);
     free(x.send);
