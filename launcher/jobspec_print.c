@@ -114,6 +114,8 @@ static int put_value(const struct dt_spec_key *k, const void *obj, FILE *out)
         fprintf(out, "%llu", (unsigned long long)*FIELD(obj, k, uint64_t));
         return 1;
     case DT_KT_NUM:
+        if ((k->flags & DT_KF_ZERO_UNSET) && *FIELD(obj, k, double) == 0)
+            return 0;
         put_number(*FIELD(obj, k, double), out);
         return 1;
     case DT_KT_BOOL:

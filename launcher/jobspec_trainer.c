@@ -215,7 +215,8 @@ static int check_scheduler(struct dt_spec_ctx *ctx, const struct dt_ynode *map, 
 
 static const struct dt_spec_key scheduler_keys[] = {
     DT_KEY("type", DT_KT_ENUM, struct dt_scheduler_spec, type, .names = sched_types),
-    DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, RANGE_GT0),
+    DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, .lo = 0,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_ZERO_UNSET),
     DT_KEY("pct_start", DT_KT_NUM, struct dt_scheduler_spec, pct_start, .lo = 0, .hi = 1,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("anneal", DT_KT_ENUM, struct dt_scheduler_spec, anneal, .names = anneals),
