@@ -59,7 +59,7 @@ struct args {
 
 static int parse(int argc, char **argv, struct args *a)
 {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--port") == 0 && v) {
@@ -81,9 +81,9 @@ static int parse(int argc, char **argv, struct args *a)
                                                      "(others could read it): use DTRAIN_JOB_TOKEN "
                                                      "or --token-file");
         } else {
-            return dt_cli_usage_error("coordinator", "unexpected argument '%s'", o);
+            return dt_cli_usage_error("coordinator", "unexpected argument '%s'%s", o,
+                                      v ? "" : " (or it lacks its value)");
         }
-        i++;
     }
     if (a->port < 0)
         return dt_cli_usage_error("coordinator", "--port is required");

@@ -170,6 +170,8 @@ static void process(struct coord_conn *conn)
         if (rc < 0) {
             char why[1100];
             snprintf(why, sizeof why, "%s", dt_error_last());
+            /* Answers to the requests before the bad one still go out. */
+            coord_conn_flush(conn);
             coord_conn_close(conn, why);
             return;
         }

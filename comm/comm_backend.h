@@ -1,0 +1,72 @@
+/* comm_backend.h - the ops table every communicator backend fills in.
+ *
+ * comm.c validates arguments, owns the request pool and the communication
+ * thread, and calls one of these tables; a backend (tcp.c, shm.c, later nccl
+ * and mpi) only moves and reduces bytes.  Adding a backend is adding a file
+ * that defines one `const struct dt_comm_backend dt_comm_backend_<name>` and
+ * one line in comm.c's list.
+ *
+ * Contract for a backend:
+ *  - init() bootstraps through opts->store under opts->key_prefix and returns
+ *    its state; it fails (never hangs) after opts->timeout_s.
+ *  - The blocking forms run one collective to completion on the calling thread
+ *    and are called one at a time, in the same order on every rank.  world >= 2
+ *    and count >= 0 are guaranteed; buffers are valid for count elements.
+ *  - Each op has its own deadline of opts->timeout_s.  On any failure the op
+ *    returns DT_ECONN / DT_ETIMEDOUT / DT_EABORTED / DT_EPROTO with a message
+ *    "rank R: <op> #<seq> (<backend>): ... peer rank P ..." and makes its
+ *    peers fail fast too (closes sockets, raises a shared flag).
+ *  - The async forms may be NULL: comm.c then runs the blocking form on its
+ *    communication thread, in submission order (the CPU backends do this).  A
+ *    GPU backend sets them to enqueue on its stream and finish `req` later
+ *    through dt_comm_req_finish().
+ *  - abort() may be called from any thread while an op runs: the op returns
+ *    DT_EABORTED promptly.  destroy() frees everything; it is called once.
+ *
+ * Not for users: they see comm.h only.
+ */
+#ifndef DT_COMM_BACKEND_H
+#define DT_COMM_BACKEND_H
+
+#include "comm/comm.h"
+
+struct dt_comm_backend {
+    const char *name;
+    int (*init)(const struct dt_comm_options *opts, void **state);
+
+    int (*allreduce)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op);
+    int (*broadcast)(void *st, void *buf, size_t count, enum dt_dtype t, int root);
+    int (*allgather)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t);
+    int (*reduce_scatter)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
+                          enum dt_redop op);
+    int (*barrier)(void *st);
+
+    int (*iallreduce)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
+                      enum dt_redop op, struct dt_comm_req *req);
+    int (*ibroadcast)(void *st, void *buf, size_t count, enum dt_dtype t, int root, struct dt_comm_req *req);
+    int (*iallgather)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
+                      struct dt_comm_req *req);
+    int (*ireduce_scatter)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
+                           enum dt_redop op, struct dt_comm_req *req);
+    int (*ibarrier)(void *st, struct dt_comm_req *req);
+
+    void (*abort)(void *st);
+    void (*destroy)(void *st);
+};
+
+/* For backends with native async forms: reports that `req` finished with rc
+ * (and, if rc < 0, the current thread's error message). */
+void dt_comm_req_finish(struct dt_comm_req *req, int rc);
+
+/* Names used in messages: "allreduce", "broadcast", ... */
+enum dt_coll_kind { DT_COLL_ALLREDUCE, DT_COLL_BROADCAST, DT_COLL_ALLGATHER, DT_COLL_REDUCE_SCATTER,
+                    DT_COLL_BARRIER, DT_COLL_KIND_COUNT };
+const char *dt_coll_name(enum dt_coll_kind k);
+
+/* Monotonic clock in seconds (deadlines). */
+double dt_comm_now(void);
+
+extern const struct dt_comm_backend dt_comm_backend_tcp;
+extern const struct dt_comm_backend dt_comm_backend_shm;
+
+#endif

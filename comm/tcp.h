@@ -1,0 +1,107 @@
+/* tcp.h - internals shared by the TCP transport (tcp.c) and the collectives
+ * built on it (tcp_coll.c).  Not a public header.
+ *
+ * The transport is a full mesh of TCP connections, one per pair of ranks,
+ * non-blocking, driven by one engine call per collective step: dt_tcp_run()
+ * streams a list of "out" blocks to one peer while receiving a list of "in"
+ * blocks from another (possibly the same) peer, reducing incoming data
+ * segment by segment.  An out block may depend on an in block: it is sent only
+ * as far as that in block has been processed, which is what pipelines a ring
+ * (byte j of step s leaves as soon as byte j of step s-1 has been reduced),
+ * and since the sender never waits for the receiver's reduction, several
+ * segments are in flight in the socket buffers at once.
+ *
+ * Framing: each collective step starts with a 32-byte header per direction
+ * (magic, kind, seq, count, dtype, op, root), checked against what this rank
+ * is running, so ranks that call collectives in different orders get a clear
+ * error instead of garbage.  The payload that follows is raw elements.
+ */
+#ifndef DT_TCP_H
+#define DT_TCP_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "comm/comm_backend.h"
+
+#define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
+
+struct dt_tcp_hdr {
+    uint32_t magic;
+    uint16_t kind, dtype;
+    uint64_t seq;
+    uint64_t count;
+    int32_t op, root;
+};
+
+enum dt_tcp_in_kind { DT_TCP_IN_DIRECT, DT_TCP_IN_REDUCE };
+
+/* One contiguous piece of a step's byte stream. */
+struct dt_tcp_blk {
+    char *ptr;           /* out: bytes to send; in: where the (reduced) bytes go */
+    const char *src;     /* in REDUCE: this rank's operand: ptr = src op incoming */
+    size_t len;          /* bytes, a multiple of the element size */
+    int dep;             /* out: in-block index bounding how far it may be sent; -1 none */
+    int after_out;       /* in: out-block index that must be fully sent before writing ptr; -1 */
+    uint8_t kind;        /* in: enum dt_tcp_in_kind */
+    bool incoming_first; /* in REDUCE: ptr = incoming op src (else src op incoming) */
+    bool finish;         /* in REDUCE: apply dt_reduce_finish (AVG) to the final sums */
+};
+
+struct dt_tcp_plan {
+    int out_peer, in_peer;             /* -1: no out or no in side */
+    struct dt_tcp_blk *out, *in;
+    int nout, nin;
+    bool check_hdr;                    /* in[0] is a header to check against *hdr */
+    const struct dt_tcp_hdr *hdr;
+    enum dt_dtype dtype;               /* of REDUCE in-blocks */
+    enum dt_redop op;
+};
+
+struct dt_tcp {
+    int rank, world;
+    double timeout_s;
+    int *fd;                  /* per peer; -1 for self */
+    char (*addr)[64];         /* per peer "ip:port", for messages */
+    int abort_fd;             /* eventfd: written by abort() to wake poll() */
+    atomic_int aborted;
+    bool failed;
+    uint64_t seq;             /* collectives run so far (header check, messages) */
+    enum dt_coll_kind cur;    /* the collective running, for messages */
+    double deadline;          /* of the current collective */
+    size_t seg_bytes;         /* reduction segment (DTRAIN_TCP_SEGMENT_BYTES) */
+    size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
+    char *stage;              /* seg_bytes + small_bytes + header: incoming data to reduce */
+    char *small;              /* small_bytes + header: copy of what a small step sends */
+    char *scratch;            /* reduce_scatter partials; grows, never shrinks */
+    size_t scratch_bytes;
+    size_t *processed;        /* per in block, bytes done */
+    struct dt_tcp_blk *out, *in; /* block arrays for one step, 2*world+4 each */
+    int max_blocks;
+};
+
+/* Runs one step to completion, or fails naming the peer and the collective.
+ * On failure every connection is shut down so that peers fail fast too. */
+int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p);
+
+/* Fills a header for the running collective. */
+void dt_tcp_hdr_make(struct dt_tcp *t, struct dt_tcp_hdr *h, size_t count, enum dt_dtype dt,
+                     enum dt_redop op, int root);
+/* Compares a received header with the expected one; names `peer` on mismatch. */
+int dt_tcp_hdr_check(struct dt_tcp *t, int peer, const struct dt_tcp_hdr *got, const struct dt_tcp_hdr *want);
+
+/* Marks the communicator failed and shuts every connection down. */
+void dt_tcp_fail(struct dt_tcp *t);
+
+/* Grows t->scratch to at least `bytes` (touched once; only the first call of
+ * a larger size allocates). */
+int dt_tcp_scratch(struct dt_tcp *t, size_t bytes);
+
+int dt_tcp_init(const struct dt_comm_options *o, void **state);
+void dt_tcp_abort(void *st);
+void dt_tcp_destroy(void *st);
+
+#endif

@@ -1,0 +1,314 @@
+/* tcp_coll.c - the collectives of the `tcp` backend, as plans for the step
+ * engine (tcp_engine.c), and the backend's ops table.
+ *
+ * Large messages (above DTRAIN_TCP_SMALL_BYTES, default 64 KiB):
+ *   allreduce = ring reduce-scatter + ring allgather over p chunks, one
+ *   engine step: out block k is chunk (r-k) and may leave as fast as in block
+ *   k-1 (the same chunk, coming from the left) has been reduced.  Per rank it
+ *   sends and receives 2(p-1)/p * S bytes, the bandwidth lower bound
+ *   (busbw factor 2(p-1)/p); each chunk's sum is computed by one rank in ring
+ *   order and then copied, so all ranks hold the same bits.
+ *   reduce_scatter = the ring's first half; allgather = its second half;
+ *   broadcast = a pipelined chain from the root (busbw factor 1).
+ * Small messages:
+ *   allreduce = recursive doubling (lg p exchanges of the whole vector; a
+ *   non-power-of-two world first folds the extra ranks into their neighbour,
+ *   MPICH style); operands are combined lower-rank group first, so every rank
+ *   computes the same bits.  reduce_scatter = that allreduce then a copy of our
+ *   block; broadcast = binomial tree; barrier = dissemination (ceil(lg p)
+ *   rounds of empty headers).
+ * Crossover: on the 2-core test VM a loopback round trip costs ~20-40 us and a
+ * stream moves ~2-3 GB/s, so the ring's 2(p-1) latencies cost more than lg p
+ * full-vector exchanges below roughly p*alpha/beta ~ 64 KiB at p = 2..8
+ * (comm.md §8); measured figures are in docs/bench.md.
+ *
+ * Not for connections or byte pumping (tcp.c, tcp_engine.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/error.h"
+#include "comm/reduce.h"
+#include "comm/tcp.h"
+
+#define HB sizeof(struct dt_tcp_hdr)
+
+static int mod(int a, int p) { return ((a % p) + p) % p; }
+
+/* Chunk c of p over `count` elements, in bytes: the first count%p chunks get one more. */
+static void chunk(size_t count, int p, int c, size_t es, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)p, rem = count % (size_t)p, cc = (size_t)c;
+    *off = (cc * base + (cc < rem ? cc : rem)) * es;
+    *len = (base + (cc < rem)) * es;
+}
+
+static void begin(struct dt_tcp *t, enum dt_coll_kind k)
+{
+    t->cur = k;
+    t->seq++;
+    t->deadline = dt_comm_now() + t->timeout_s;
+}
+
+static struct dt_tcp_blk blk(const void *ptr, size_t len, int dep)
+{
+    return (struct dt_tcp_blk){.ptr = (char *)ptr, .len = len, .dep = dep, .after_out = -1};
+}
+
+/* One message each way with `peer` (or only one way when a side is -1):
+ * sends [hdr | out_data] from t->small, receives [hdr | in_len] into t->stage. */
+static int exchange_small(struct dt_tcp *t, const struct dt_tcp_hdr *h, int out_peer, const void *out_data,
+                          size_t out_len, int in_peer, size_t in_len)
+{
+    struct dt_tcp_blk out = blk(t->small, HB + out_len, -1), in = blk(t->stage, HB + in_len, -1);
+    if (out_peer >= 0) {
+        memcpy(t->small, h, HB);
+        if (out_len)
+            memcpy(t->small + HB, out_data, out_len);
+    }
+    struct dt_tcp_plan p = {.out_peer = out_peer, .in_peer = in_peer, .out = &out, .in = &in,
+                            .nout = out_peer >= 0, .nin = in_peer >= 0};
+    int rc = dt_tcp_run(t, &p);
+    if (rc == 0 && in_peer >= 0 && (rc = dt_tcp_hdr_check(t, in_peer, (struct dt_tcp_hdr *)t->stage, h)) < 0)
+        dt_tcp_fail(t);
+    return rc;
+}
+
+/* Recursive doubling on buf (bytes <= small_bytes), in place. */
+static int rd_allreduce(struct dt_tcp *t, const struct dt_tcp_hdr *h, void *buf, size_t n, enum dt_dtype dt,
+                        enum dt_redop op)
+{
+    int r = t->rank, p = t->world, pof2 = 1, rc;
+    size_t bytes = n * dt_dtype_size(dt);
+    const char *inc = t->stage + HB;
+    while (pof2 * 2 <= p)
+        pof2 *= 2;
+    int rem = p - pof2, nr;
+    if (r < 2 * rem) {
+        if (r % 2 == 0) { /* folded away: hand our vector over, get the result back */
+            if ((rc = exchange_small(t, h, r + 1, buf, bytes, -1, 0)) < 0 ||
+                (rc = exchange_small(t, h, -1, NULL, 0, r + 1, bytes)) < 0)
+                return rc;
+            memcpy(buf, inc, bytes);
+            return 0;
+        }
+        if ((rc = exchange_small(t, h, -1, NULL, 0, r - 1, bytes)) < 0)
+            return rc;
+        dt_reduce(dt, op, buf, inc, buf, n);
+        nr = r / 2;
+    } else
+        nr = r - rem;
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+        int pn = nr ^ mask, peer = pn < rem ? pn * 2 + 1 : pn + rem;
+        if ((rc = exchange_small(t, h, peer, buf, bytes, peer, bytes)) < 0)
+            return rc;
+        if (peer < r)
+            dt_reduce(dt, op, buf, inc, buf, n);
+        else
+            dt_reduce(dt, op, buf, buf, inc, n);
+    }
+    dt_reduce_finish(dt, op, buf, n, p);
+    if (r < 2 * rem)
+        return exchange_small(t, h, r - 1, buf, bytes, -1, 0);
+    return 0;
+}
+
+static int ring_allreduce(struct dt_tcp *t, const struct dt_tcp_hdr *h, const char *send, char *recv, size_t n,
+                          enum dt_dtype dt, enum dt_redop op)
+{
+    int r = t->rank, p = t->world;
+    size_t es = dt_dtype_size(dt), off, len;
+    struct dt_tcp_hdr rh;
+    t->out[0] = blk(h, HB, -1);
+    t->in[0] = blk(&rh, HB, -1);
+    for (int s = 0; s < p - 1; s++) { /* reduce-scatter */
+        chunk(n, p, mod(r - s, p), es, &off, &len);
+        t->out[1 + s] = blk((s == 0 ? send : recv) + off, len, s == 0 ? -1 : s);
+        chunk(n, p, mod(r - s - 1, p), es, &off, &len);
+        t->in[1 + s] = blk(recv + off, len, -1);
+        t->in[1 + s].src = send + off;
+        t->in[1 + s].kind = DT_TCP_IN_REDUCE;
+        t->in[1 + s].incoming_first = true;
+        t->in[1 + s].finish = s == p - 2;
+    }
+    for (int s = 0; s < p - 1; s++) { /* allgather */
+        int k = p + s;
+        chunk(n, p, mod(r + 1 - s, p), es, &off, &len);
+        t->out[k] = blk(recv + off, len, k - 1);
+        chunk(n, p, mod(r - s, p), es, &off, &len);
+        t->in[k] = blk(recv + off, len, -1);
+    }
+    struct dt_tcp_plan pl = {.out_peer = mod(r + 1, p), .in_peer = mod(r - 1, p), .out = t->out, .in = t->in,
+                             .nout = 2 * p - 1, .nin = 2 * p - 1, .check_hdr = true, .hdr = h, .dtype = dt, .op = op};
+    return dt_tcp_run(t, &pl);
+}
+
+static int tcp_allreduce(void *st, const void *send, void *recv, size_t n, enum dt_dtype dt, enum dt_redop op)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp_hdr h;
+    begin(t, DT_COLL_ALLREDUCE);
+    if (n == 0)
+        return 0;
+    dt_tcp_hdr_make(t, &h, n, dt, op, -1);
+    size_t bytes = n * dt_dtype_size(dt);
+    if (bytes <= t->small_bytes || n < (size_t)t->world) {
+        if (send != recv)
+            memcpy(recv, send, bytes);
+        return rd_allreduce(t, &h, recv, n, dt, op);
+    }
+    return ring_allreduce(t, &h, send, recv, n, dt, op);
+}
+
+/* Ring reduce-scatter: block c of `send` ends, fully reduced, on rank c.  The
+ * partial sum travelling through a rank lives in one of two scratch slots; in
+ * step s we may overwrite slot s%2 only after out step s-1 (which carried its
+ * previous content) has left. */
+static int ring_reduce_scatter(struct dt_tcp *t, const struct dt_tcp_hdr *h, const char *send, char *recv,
+                               size_t n, enum dt_dtype dt, enum dt_redop op)
+{
+    int r = t->rank, p = t->world, rc;
+    size_t len = n * dt_dtype_size(dt);
+    if (p > 2 && (rc = dt_tcp_scratch(t, 2 * len)) < 0)
+        return rc;
+    struct dt_tcp_hdr rh;
+    t->out[0] = blk(h, HB, -1);
+    t->in[0] = blk(&rh, HB, -1);
+    for (int s = 0; s < p - 1; s++) {
+        bool last = s == p - 2;
+        const char *from = s == 0 ? send + (size_t)mod(r - 1, p) * len : t->scratch + (size_t)((s - 1) % 2) * len;
+        t->out[1 + s] = blk(from, len, s == 0 ? -1 : s);
+        t->in[1 + s] = blk(last ? recv : t->scratch + (size_t)(s % 2) * len, len, -1);
+        t->in[1 + s].src = send + (size_t)mod(r - s - 2, p) * len;
+        t->in[1 + s].kind = DT_TCP_IN_REDUCE;
+        t->in[1 + s].incoming_first = true;
+        t->in[1 + s].finish = last;
+        t->in[1 + s].after_out = !last && s >= 2 ? s : -1;
+    }
+    struct dt_tcp_plan pl = {.out_peer = mod(r + 1, p), .in_peer = mod(r - 1, p), .out = t->out, .in = t->in,
+                             .nout = p, .nin = p, .check_hdr = true, .hdr = h, .dtype = dt, .op = op};
+    return dt_tcp_run(t, &pl);
+}
+
+static int tcp_reduce_scatter(void *st, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                              enum dt_redop op)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp_hdr h;
+    begin(t, DT_COLL_REDUCE_SCATTER);
+    if (n == 0)
+        return 0;
+    dt_tcp_hdr_make(t, &h, n, dt, op, -1);
+    size_t es = dt_dtype_size(dt), all = n * es * (size_t)t->world;
+    if (all <= t->small_bytes) { /* latency-bound: reduce everything, keep our block */
+        int rc = dt_tcp_scratch(t, all);
+        if (rc < 0)
+            return rc;
+        memcpy(t->scratch, send, all);
+        if ((rc = rd_allreduce(t, &h, t->scratch, n * (size_t)t->world, dt, op)) < 0)
+            return rc;
+        memmove(recv, t->scratch + (size_t)t->rank * n * es, n * es);
+        return 0;
+    }
+    return ring_reduce_scatter(t, &h, send, recv, n, dt, op);
+}
+
+static int tcp_allgather(void *st, const void *send, void *recv, size_t n, enum dt_dtype dt)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp_hdr h, rh;
+    int r = t->rank, p = t->world;
+    begin(t, DT_COLL_ALLGATHER);
+    if (n == 0)
+        return 0;
+    dt_tcp_hdr_make(t, &h, n, dt, DT_SUM, -1);
+    size_t len = n * dt_dtype_size(dt);
+    char *rb = recv;
+    if (send != rb + (size_t)r * len)
+        memmove(rb + (size_t)r * len, send, len);
+    t->out[0] = blk(&h, HB, -1);
+    t->in[0] = blk(&rh, HB, -1);
+    for (int s = 0; s < p - 1; s++) {
+        t->out[1 + s] = blk(rb + (size_t)mod(r - s, p) * len, len, s == 0 ? -1 : s);
+        t->in[1 + s] = blk(rb + (size_t)mod(r - s - 1, p) * len, len, -1);
+    }
+    struct dt_tcp_plan pl = {.out_peer = mod(r + 1, p), .in_peer = mod(r - 1, p), .out = t->out, .in = t->in,
+                             .nout = p, .nin = p, .check_hdr = true, .hdr = &h, .dtype = dt};
+    return dt_tcp_run(t, &pl);
+}
+
+/* Binomial tree over ranks relative to the root: receive from the parent,
+ * then send to children at decreasing distances. */
+static int tree_broadcast(struct dt_tcp *t, const struct dt_tcp_hdr *h, char *buf, size_t len, int root)
+{
+    int p = t->world, vr = mod(t->rank - root, p), mask = 1, rc;
+    while (mask < p) {
+        if (vr & mask) {
+            if ((rc = exchange_small(t, h, -1, NULL, 0, mod(vr - mask + root, p), len)) < 0)
+                return rc;
+            memcpy(buf, t->stage + HB, len);
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1)
+        if (vr + mask < p && (rc = exchange_small(t, h, mod(vr + mask + root, p), buf, len, -1, 0)) < 0)
+            return rc;
+    return 0;
+}
+
+/* Pipelined chain root -> root+1 -> ...: each rank forwards bytes as they arrive. */
+static int chain_broadcast(struct dt_tcp *t, const struct dt_tcp_hdr *h, char *buf, size_t len, int root)
+{
+    int p = t->world, vr = mod(t->rank - root, p);
+    struct dt_tcp_hdr rh;
+    t->out[0] = blk(h, HB, -1);
+    t->out[1] = blk(buf, len, vr == 0 ? -1 : 1);
+    t->in[0] = blk(&rh, HB, -1);
+    t->in[1] = blk(buf, len, -1);
+    bool has_out = vr < p - 1, has_in = vr > 0;
+    struct dt_tcp_plan pl = {.out_peer = has_out ? mod(t->rank + 1, p) : -1,
+                             .in_peer = has_in ? mod(t->rank - 1, p) : -1, .out = t->out, .in = t->in,
+                             .nout = has_out ? 2 : 0, .nin = has_in ? 2 : 0, .check_hdr = has_in, .hdr = h};
+    return dt_tcp_run(t, &pl);
+}
+
+static int tcp_broadcast(void *st, void *buf, size_t n, enum dt_dtype dt, int root)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp_hdr h;
+    begin(t, DT_COLL_BROADCAST);
+    if (n == 0)
+        return 0;
+    dt_tcp_hdr_make(t, &h, n, dt, DT_SUM, root);
+    size_t len = n * dt_dtype_size(dt);
+    if (len <= t->small_bytes)
+        return tree_broadcast(t, &h, buf, len, root);
+    return chain_broadcast(t, &h, buf, len, root);
+}
+
+static int tcp_barrier(void *st)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp_hdr h;
+    begin(t, DT_COLL_BARRIER);
+    dt_tcp_hdr_make(t, &h, 0, DT_F32, DT_SUM, -1);
+    for (int k = 1; k < t->world; k <<= 1) {
+        int rc = exchange_small(t, &h, mod(t->rank + k, t->world), NULL, 0, mod(t->rank - k, t->world), 0);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+const struct dt_comm_backend dt_comm_backend_tcp = {
+    .name = "tcp",
+    .init = dt_tcp_init,
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .allgather = tcp_allgather,
+    .reduce_scatter = tcp_reduce_scatter,
+    .barrier = tcp_barrier,
+    .abort = dt_tcp_abort,
+    .destroy = dt_tcp_destroy,
+};

@@ -1,0 +1,215 @@
+/* tcp_engine.c - runs one step of a TCP collective: non-blocking send of the
+ * plan's out blocks to one peer and receive of its in blocks from another,
+ * reducing each incoming segment as soon as it is complete.
+ *
+ * Progress rule: try to send (as far as dependencies allow) and to receive;
+ * only when neither moved, poll() the two sockets and the abort eventfd with
+ * the time left before the collective's deadline.  Reductions run on this
+ * thread between syscalls, while the peer keeps filling our socket buffer:
+ * the kernel's buffers are the pipeline.
+ *
+ * Not for choosing algorithms (tcp_coll.c) or setting connections up (tcp.c).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "comm/error.h"
+#include "comm/reduce.h"
+#include "comm/tcp.h"
+
+struct engine {
+    struct dt_tcp *t;
+    const struct dt_tcp_plan *p;
+    int oi, ii;          /* current out / in block */
+    size_t ooff, ioff;   /* bytes done within it */
+    bool out_blocked;    /* the socket is full (EAGAIN) */
+    bool in_gated;       /* waiting for an out block to drain before writing */
+    bool progress;
+};
+
+static int peer_error(struct dt_tcp *t, int code, int peer, const char *what)
+{
+    dt_error_set(code, "rank %d: %s #%llu (tcp): peer rank %d (%s) %s", t->rank, dt_coll_name(t->cur),
+                 (unsigned long long)t->seq, peer, t->addr[peer], what);
+    dt_tcp_fail(t);
+    return code;
+}
+
+static bool out_done(const struct engine *e, int idx)
+{
+    return e->oi > idx || (e->oi == idx && e->ooff == e->p->out[idx].len);
+}
+
+static int pump_out(struct engine *e)
+{
+    const struct dt_tcp_plan *p = e->p;
+    int fd = p->out_peer >= 0 ? e->t->fd[p->out_peer] : -1;
+    e->out_blocked = false;
+    while (e->oi < p->nout) {
+        const struct dt_tcp_blk *b = &p->out[e->oi];
+        if (e->ooff == b->len) {
+            e->oi++;
+            e->ooff = 0;
+            continue;
+        }
+        size_t avail = b->len;
+        if (b->dep >= 0 && e->t->processed[b->dep] < avail)
+            avail = e->t->processed[b->dep];
+        if (e->ooff >= avail)
+            return 0;
+        ssize_t n = send(fd, b->ptr + e->ooff, avail - e->ooff, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                e->out_blocked = true;
+                return 0;
+            }
+            if (errno == EINTR)
+                continue;
+            char what[128];
+            snprintf(what, sizeof what, "could not be sent to: %s", strerror(errno));
+            return peer_error(e->t, DT_ECONN, p->out_peer, what);
+        }
+        e->ooff += (size_t)n;
+        e->progress = true;
+    }
+    return 0;
+}
+
+/* A REDUCE block's segment [s0, s1) is in t->stage: fold it into place. */
+static void reduce_segment(struct engine *e, const struct dt_tcp_blk *b, size_t s0, size_t s1)
+{
+    const struct dt_tcp_plan *p = e->p;
+    size_t es = dt_dtype_size(p->dtype), n = (s1 - s0) / es;
+    const void *mine = b->src + s0, *inc = e->t->stage;
+    if (b->incoming_first)
+        dt_reduce(p->dtype, p->op, b->ptr + s0, inc, mine, n);
+    else
+        dt_reduce(p->dtype, p->op, b->ptr + s0, mine, inc, n);
+    if (b->finish)
+        dt_reduce_finish(p->dtype, p->op, b->ptr + s0, n, e->t->world);
+}
+
+/* Called when in block ii is complete. */
+static int in_block_done(struct engine *e)
+{
+    const struct dt_tcp_plan *p = e->p;
+    e->t->processed[e->ii] = p->in[e->ii].len;
+    if (e->ii == 0 && p->check_hdr) {
+        int rc = dt_tcp_hdr_check(e->t, p->in_peer, (const struct dt_tcp_hdr *)p->in[0].ptr, p->hdr);
+        if (rc < 0) {
+            dt_tcp_fail(e->t);
+            return rc;
+        }
+    }
+    e->ii++;
+    e->ioff = 0;
+    return 0;
+}
+
+static int pump_in(struct engine *e)
+{
+    const struct dt_tcp_plan *p = e->p;
+    struct dt_tcp *t = e->t;
+    int fd = p->in_peer >= 0 ? t->fd[p->in_peer] : -1;
+    e->in_gated = false;
+    while (e->ii < p->nin) {
+        const struct dt_tcp_blk *b = &p->in[e->ii];
+        int rc;
+        if (e->ioff == b->len) {
+            if ((rc = in_block_done(e)) < 0)
+                return rc;
+            continue;
+        }
+        if (b->after_out >= 0 && !out_done(e, b->after_out)) {
+            e->in_gated = true;
+            return 0;
+        }
+        size_t s0 = 0, s1 = b->len;
+        char *dst = b->ptr + e->ioff;
+        if (b->kind == DT_TCP_IN_REDUCE) {
+            s0 = e->ioff / t->seg_bytes * t->seg_bytes;
+            s1 = s0 + t->seg_bytes < b->len ? s0 + t->seg_bytes : b->len;
+            dst = t->stage + (e->ioff - s0);
+        }
+        ssize_t n = recv(fd, dst, s1 - e->ioff, MSG_DONTWAIT);
+        if (n == 0)
+            return peer_error(t, DT_ECONN, p->in_peer, "closed the connection (it exited, failed or aborted)");
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            if (errno == EINTR)
+                continue;
+            char what[128];
+            snprintf(what, sizeof what, "could not be read from: %s", strerror(errno));
+            return peer_error(t, DT_ECONN, p->in_peer, what);
+        }
+        e->ioff += (size_t)n;
+        e->progress = true;
+        if (b->kind == DT_TCP_IN_DIRECT)
+            t->processed[e->ii] = e->ioff;
+        else if (e->ioff == s1) {
+            reduce_segment(e, b, s0, s1);
+            t->processed[e->ii] = s1;
+        }
+    }
+    return 0;
+}
+
+static int wait_events(struct engine *e)
+{
+    struct dt_tcp *t = e->t;
+    const struct dt_tcp_plan *p = e->p;
+    struct pollfd pf[3] = {{.fd = t->abort_fd, .events = POLLIN}};
+    int n = 1;
+    if (e->ii < p->nin && !e->in_gated)
+        pf[n++] = (struct pollfd){.fd = t->fd[p->in_peer], .events = POLLIN};
+    if (e->out_blocked) {
+        if (n == 2 && p->out_peer == p->in_peer)
+            pf[1].events |= POLLOUT;
+        else
+            pf[n++] = (struct pollfd){.fd = t->fd[p->out_peer], .events = POLLOUT};
+    }
+    double left = t->deadline - dt_comm_now();
+    if (left <= 0) {
+        char what[160];
+        if (e->ii < p->nin && !e->in_gated) {
+            snprintf(what, sizeof what, "sent nothing for %.1f s (stalled or dead)", t->timeout_s);
+            return peer_error(t, DT_ETIMEDOUT, p->in_peer, what);
+        }
+        snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)", t->timeout_s);
+        return peer_error(t, DT_ETIMEDOUT, p->out_peer, what);
+    }
+    if (poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0 && errno != EINTR)
+        return dt_error_set_errno(DT_EIO, errno, "rank %d: %s (tcp): poll", t->rank, dt_coll_name(t->cur));
+    if (atomic_load(&t->aborted)) {
+        dt_tcp_fail(t);
+        return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
+                            (unsigned long long)t->seq);
+    }
+    return 0;
+}
+
+int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p)
+{
+    struct engine e = {.t = t, .p = p};
+    for (int i = 0; i < p->nin; i++)
+        t->processed[i] = 0;
+    if (atomic_load(&t->aborted))
+        return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
+                            (unsigned long long)t->seq);
+    for (;;) {
+        e.progress = false;
+        int rc = pump_out(&e);
+        if (rc == 0)
+            rc = pump_in(&e);
+        if (rc < 0)
+            return rc;
+        if (e.oi >= p->nout && e.ii >= p->nin)
+            return 0;
+        if (!e.progress && (rc = wait_events(&e)) < 0)
+            return rc;
+    }
+}

@@ -1,0 +1,166 @@
+/* agent.h - the agent: forks the ranks of one node, supervises them, restarts them.
+ *
+ * The agent is the one place in dtrain that spawns and supervises worker
+ * processes (DESIGN.md).  Given a loaded job and where the coordinator is, it
+ * forks the node's ranks with the torchrun-compatible environment, copies
+ * their output line by line to the console (prefixed "[rank N]") and in full
+ * to per-rank log files, stops the whole group when one rank fails, restarts
+ * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
+ * leaves no process of the job behind (process groups, PR_SET_PDEATHSIG, and
+ * the agent as child subreaper).  Everything runs in one poll loop on the
+ * calling thread: no thread per rank.
+ *
+ * Not for choosing nodes or starting the coordinator (the launcher and the
+ * scheduler adapters do that), nor for parsing the job spec (jobspec.h).
+ *
+ * The pure parts (line splitting, exit-status decoding, the environment, the
+ * summary JSON) are exported too, so unit tests reach them without forking.
+ */
+#ifndef DT_AGENT_H
+#define DT_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+struct dt_job;
+
+#define DT_AGENT_TAIL_LINES 10   /* stderr lines kept per rank for the failure summary */
+#define DT_AGENT_TAIL_WIDTH 512  /* longer lines are cut in the summary (not in the logs) */
+#define DT_AGENT_LINE_MAX 16384  /* longer console lines are split into pieces of this size */
+#define DT_AGENT_DEFAULT_GRACE_S 3.0
+
+struct dt_agent_config {
+    const struct dt_job *job;
+    const char *const *argv;   /* the program each rank runs (job->command, or `dtrain worker`) */
+    int node_rank;             /* this node: 0 .. nnodes-1 */
+    int nnodes;
+    int nproc;                 /* ranks on this node (nproc_per_node, resolved) */
+    const char *run_id;
+    const char *run_dir;       /* exists; attempt_<k>/ directories are made inside */
+    const char *master_addr;   /* the coordinator, as ranks reach it */
+    int master_port;
+    const char *token;         /* job token, or NULL when rendezvous.auth is none */
+    double grace_s;            /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
+    const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
+    int out_fd, err_fd;        /* the console; both 0 mean STDOUT/STDERR_FILENO */
+};
+
+enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
+
+struct dt_agent_rank_result {
+    int rank;                  /* global rank */
+    int pid;
+    bool exited;
+    int wstatus;               /* as waitpid(2) reported it, valid when exited */
+    bool stopped_by_agent;     /* the agent had signalled it before it exited */
+    double spawn_s, exit_s;    /* seconds since the run started (monotonic clock) */
+};
+
+struct dt_agent_attempt {
+    double start_s, end_s;
+    int first_failed;          /* local rank index of the first failure, or -1 */
+    int leftovers;             /* processes the ranks left running, stopped by the agent */
+    struct dt_agent_rank_result *ranks; /* nproc entries */
+};
+
+struct dt_agent_failure {
+    int attempt;
+    int rank;                  /* global rank */
+    int wstatus;
+    double time_s;
+    int n_tail;
+    char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
+    char error_file[4352];     /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
+};
+
+struct dt_agent_result {
+    enum dt_agent_status status;
+    int exit_status;           /* what the launcher exits with: 0, the code, or 128 + signal */
+    int interrupt_signal;      /* the signal that interrupted the job, or 0 */
+    int n_attempts;
+    int max_attempts;          /* entries allocated: max_restarts + 1 */
+    int nproc;
+    struct dt_agent_attempt *attempts; /* max_restarts + 1 entries, n_attempts used */
+    bool have_failure;
+    struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
+    double wall_s;
+    double started_unix;       /* wall-clock time at the start, for the summary */
+};
+
+/* Runs the job on this node until it succeeds, fails past max_restarts, or
+ * is interrupted.  Returns 0 with *res filled (its status says how the job
+ * ended), or a negative DT_E* code when the agent itself could not work
+ * (cannot fork, cannot create log files); *res is still usable for a summary.
+ * Free *res with dt_agent_result_free(). */
+int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
+void dt_agent_result_free(struct dt_agent_result *res);
+
+/* --- environment (agent_env.c) ------------------------------------------ */
+
+/* The environment of one rank: `base` (normally environ) without the names
+ * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns
+ * a malloc'd NULL-terminated array; free with dt_agent_env_free(). */
+int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart,
+                       char *const *base, char ***out);
+void dt_agent_env_free(char **env);
+/* True if `name` is one dtrain sets per rank, so a spec's env: value is overridden. */
+bool dt_agent_env_is_reserved(const char *name);
+
+/* --- output (agent_output.c) --------------------------------------------- */
+
+/* Splits a byte stream into lines.  Complete lines are handed over straight
+ * from the input when nothing is pending (no copy); a line longer than the
+ * buffer's capacity is handed over in pieces with complete = false. */
+struct dt_agent_linebuf {
+    char *buf;
+    size_t len, cap;
+};
+typedef void (*dt_agent_line_fn)(void *ctx, const char *line, size_t len, bool complete);
+
+int dt_agent_linebuf_init(struct dt_agent_linebuf *lb, size_t cap);
+void dt_agent_linebuf_free(struct dt_agent_linebuf *lb);
+void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n,
+                           dt_agent_line_fn fn, void *ctx);
+/* Hands over a pending partial line (at end of stream), if any. */
+void dt_agent_linebuf_flush(struct dt_agent_linebuf *lb, dt_agent_line_fn fn, void *ctx);
+
+/* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
+ * returns the length. */
+size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
+
+/* The last DT_AGENT_TAIL_LINES lines of a stream, each cut to DT_AGENT_TAIL_WIDTH. */
+struct dt_agent_tail {
+    char lines[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH];
+    int next, count;
+    bool continuing;           /* the last line came in pieces and is not finished */
+};
+void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete);
+/* Copies the kept lines, oldest first; returns how many. */
+int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_WIDTH]);
+
+/* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
+int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
+
+/* --- exit statuses and the summary (agent_summary.c) --------------------- */
+
+/* "SIGSEGV", "SIGKILL", ... or "signal 42" (buf is used for the latter). */
+const char *dt_agent_signal_name(int sig, char *buf, size_t size);
+/* "exited with code 3", "killed by SIGSEGV (core dumped)". */
+void dt_agent_describe_status(int wstatus, char *buf, size_t size);
+/* A shell-style exit status: the code, or 128 + signal number. */
+int dt_agent_exit_status(int wstatus);
+const char *dt_agent_status_name(enum dt_agent_status s);
+
+/* Writes <run dir>/summary.json through a temporary file and rename(2), so a
+ * reader never sees half of it. */
+int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
+                           const char *path);
+/* The same JSON to a stream (what the unit tests read). */
+int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
+                              const struct dt_agent_result *res);
+/* Prints the failure report for the console: which rank failed first, how,
+ * and the last lines of its stderr. */
+void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
+
+#endif

@@ -1,0 +1,198 @@
+/* agent_env.c - the environment each rank starts with.
+ *
+ * torchrun's variables (so unmodified PyTorch scripts work: env:// init finds
+ * the store at MASTER_ADDR:MASTER_PORT and, with TORCHELASTIC_USE_AGENT_STORE,
+ * joins it as a client instead of trying to host one), dtrain's own DTRAIN_*
+ * variables (the store client reads DTRAIN_COORD_ADDR and DTRAIN_JOB_TOKEN),
+ * and the spec's env: entries.  Precedence: dtrain's per-rank variables over
+ * the spec's env:, the spec's over the launcher's own environment.
+ *
+ * Built before fork(): the child of a multi-threaded process may only make
+ * async-signal-safe calls, so nothing here may run after fork.
+ */
+#include "launcher/agent.h"
+
+#include "comm/error.h"
+#include "launcher/jobspec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Set for every rank, whatever the launcher's environment or the spec says. */
+static const char *const reserved[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+    "DTRAIN_COORD_ADDR", "DTRAIN_JOB_TOKEN", "DTRAIN_RUN_DIR", "DTRAIN_RUN_ID", "DTRAIN_JOB_NAME",
+    "DTRAIN_NODE_RANK", "DTRAIN_NNODES", "DTRAIN_RESTART_COUNT", "DTRAIN_ERROR_FILE",
+};
+
+bool dt_agent_env_is_reserved(const char *name)
+{
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (strcmp(reserved[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Compares the name part of "NAME=value" with `name`. */
+static bool entry_is(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+static bool entry_reserved(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    if (!eq)
+        return false;
+    char name[64];
+    size_t n = (size_t)(eq - entry);
+    if (n >= sizeof name)
+        return false;
+    memcpy(name, entry, n);
+    name[n] = 0;
+    return dt_agent_env_is_reserved(name);
+}
+
+static const struct dt_env_entry *spec_entry(const struct dt_job *job, const char *name)
+{
+    for (int i = 0; i < job->n_env; i++)
+        if (strcmp(job->env[i].name, name) == 0)
+            return &job->env[i];
+    return NULL;
+}
+
+static bool spec_overrides(const struct dt_job *job, const char *entry)
+{
+    for (int i = 0; i < job->n_env; i++)
+        if (entry_is(entry, job->env[i].name))
+            return true;
+    return false;
+}
+
+struct env_builder {
+    char **v;
+    size_t n, cap;
+    int rc;
+};
+
+static void add(struct env_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct env_builder *b, const char *fmt, ...)
+{
+    if (b->rc < 0)
+        return;
+    if (b->n + 2 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 128;
+        char **v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            b->rc = dt_error_set(DT_ENOMEM, "out of memory building a rank's environment");
+            return;
+        }
+        b->v = v;
+        b->cap = cap;
+        b->v[b->n] = NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(&b->v[b->n], fmt, ap);
+    va_end(ap);
+    if (rc < 0) {
+        b->v[b->n] = NULL;
+        b->rc = dt_error_set(DT_ENOMEM, "out of memory building a rank's environment");
+        return;
+    }
+    b->v[++b->n] = NULL;
+}
+
+static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank,
+                         int local_rank, int restart, const char *error_file)
+{
+    int world = cfg->nnodes * cfg->nproc;
+    add(b, "RANK=%d", rank);
+    add(b, "LOCAL_RANK=%d", local_rank);
+    add(b, "WORLD_SIZE=%d", world);
+    add(b, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
+    add(b, "GROUP_RANK=%d", cfg->node_rank);
+    add(b, "GROUP_WORLD_SIZE=%d", cfg->nnodes);
+    /* One role per job, so the role's ranks are the job's ranks. */
+    add(b, "ROLE_RANK=%d", rank);
+    add(b, "ROLE_NAME=default");
+    add(b, "ROLE_WORLD_SIZE=%d", world);
+    add(b, "MASTER_ADDR=%s", cfg->master_addr);
+    add(b, "MASTER_PORT=%d", cfg->master_port);
+    add(b, "TORCHELASTIC_RESTART_COUNT=%d", restart);
+    add(b, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->job->max_restarts);
+    add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
+    add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
+    add(b, "TORCHELASTIC_ERROR_FILE=%s", error_file);
+}
+
+static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
+                       const char *error_file)
+{
+    add(b, "DTRAIN_COORD_ADDR=%s:%d", cfg->master_addr, cfg->master_port);
+    if (cfg->token)
+        add(b, "DTRAIN_JOB_TOKEN=%s", cfg->token);
+    add(b, "DTRAIN_RUN_DIR=%s", cfg->run_dir);
+    add(b, "DTRAIN_RUN_ID=%s", cfg->run_id);
+    add(b, "DTRAIN_JOB_NAME=%s", cfg->job->name);
+    add(b, "DTRAIN_NODE_RANK=%d", cfg->node_rank);
+    add(b, "DTRAIN_NNODES=%d", cfg->nnodes);
+    add(b, "DTRAIN_RESTART_COUNT=%d", restart);
+    add(b, "DTRAIN_ERROR_FILE=%s", error_file);
+}
+
+int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart,
+                       char *const *base, char ***out)
+{
+    const struct dt_job *job = cfg->job;
+    struct env_builder b = {0};
+    bool omp_set = spec_entry(job, "OMP_NUM_THREADS") != NULL;
+    for (char *const *e = base; e && *e; e++) {
+        if (entry_reserved(*e) || spec_overrides(job, *e))
+            continue;
+        if (entry_is(*e, "OMP_NUM_THREADS"))
+            omp_set = true;
+        if (entry_is(*e, "PYTHONUNBUFFERED"))
+            continue;
+        add(&b, "%s", *e);
+    }
+    for (int i = 0; i < job->n_env; i++)
+        if (!dt_agent_env_is_reserved(job->env[i].name))
+            add(&b, "%s=%s", job->env[i].name, job->env[i].value);
+    /* torchrun's default for more than one rank per node: N ranks of a threaded
+     * library would otherwise each start one thread per core and oversubscribe
+     * the machine N times. */
+    if (!omp_set && cfg->nproc > 1)
+        add(&b, "OMP_NUM_THREADS=1");
+    /* Python block-buffers a pipe; without this a rank's lines arrive late
+     * and a crash loses its last output. */
+    if (!spec_entry(job, "PYTHONUNBUFFERED"))
+        add(&b, "PYTHONUNBUFFERED=1");
+
+    int rank = cfg->node_rank * cfg->nproc + local_rank;
+    char error_file[4200];
+    snprintf(error_file, sizeof error_file, "%s/attempt_%d/rank_%d.error.json", cfg->run_dir, restart, rank);
+    add_torchrun(&b, cfg, rank, local_rank, restart, error_file);
+    add_dtrain(&b, cfg, restart, error_file);
+    if (b.rc < 0) {
+        dt_agent_env_free(b.v);
+        return b.rc;
+    }
+    *out = b.v;
+    return 0;
+}
+
+void dt_agent_env_free(char **env)
+{
+    if (!env)
+        return;
+    for (char **e = env; *e; e++)
+        free(*e);
+    free(env);
+}

@@ -1,0 +1,77 @@
+/* agent_internal.h - state shared by the agent's files (not a public interface).
+ *
+ * agent_spawn.c starts ranks and signals process groups, agent_supervise.c
+ * runs the poll loop and the failure policy, agent_console.c moves output.
+ * Nothing outside launcher/agent_*.c includes this.
+ */
+#ifndef DT_AGENT_INTERNAL_H
+#define DT_AGENT_INTERNAL_H
+
+#include "launcher/agent.h"
+
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+struct dt_agent_stream {
+    int fd;                     /* read end of the rank's pipe; -1 once at end of file */
+    int log_fd;                 /* attempt_<k>/rank_<n>.out or .err */
+    bool is_err;
+    bool continuing;            /* the console got the start of a line that is not finished */
+    struct dt_agent_linebuf lb;
+};
+
+struct dt_agent_proc {
+    int local_rank, rank;
+    pid_t pid;                  /* 0 before spawn */
+    bool running;
+    struct dt_agent_stream out, err;
+    struct dt_agent_tail tail;  /* stderr, for the failure report */
+    char **env;
+};
+
+struct dt_agent {
+    const struct dt_agent_config *cfg;
+    struct dt_agent_result *res;
+    int nproc;
+    struct dt_agent_proc *procs;
+    int out_fd, err_fd;
+    bool console_broken;        /* the console went away (EPIPE): keep logging to files only */
+    int null_fd;                /* /dev/null, the ranks' stdin */
+    struct rlimit nofile;       /* RLIMIT_NOFILE as the launcher found it, for the ranks */
+    char *scratch;              /* one formatted console line */
+    char *readbuf;
+    size_t readbuf_size;
+    struct pollfd *pfds;
+    struct dt_agent_stream **pfd_stream;
+    double t0;                  /* monotonic seconds at the start of the run */
+    double grace_s;
+    int attempt;
+    int running;                /* ranks of this attempt not yet reaped */
+    bool stopping;              /* SIGTERM (or the forwarded signal) sent to every rank */
+    bool killing;               /* SIGKILL sent */
+    double kill_at;             /* when `stopping` turns into SIGKILL */
+    double killed_at;           /* when SIGKILL was sent */
+    bool swept;                 /* looked for processes the ranks left behind */
+    int interrupt_sig;          /* a signal the launcher received, 0 if none */
+};
+
+double dt_agent_now(void);
+
+/* agent_spawn.c */
+int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);
+/* Sends sig to every rank's process group (the ranks and what they started). */
+void dt_agent_signal_groups(struct dt_agent *a, int sig);
+/* Sends sig to the agent's children that are not ranks (orphans re-parented to
+ * the agent as subreaper) and to their process groups; returns how many. */
+int dt_agent_signal_leftovers(struct dt_agent *a, int sig);
+void dt_agent_close_streams(struct dt_agent_proc *p);
+
+/* agent_console.c */
+/* Reads what a stream has, writes it to its log file and the console; at end of
+ * file closes the pipe.  Returns bytes read, 0 at end of file. */
+ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_agent_stream *s);
+/* Hands over a partial last line of each stream (at the end of an attempt). */
+void dt_agent_flush_partial(struct dt_agent *a, struct dt_agent_proc *p);
+
+#endif

@@ -1,0 +1,260 @@
+/* agent_spawn.c - starting a rank and signalling what the ranks started.
+ *
+ * Each rank runs in a process group of its own, so one kill(-pgid) reaches
+ * the rank and everything it started that stayed in its group (DataLoader
+ * workers, `sleep &` in a shell script).  Whatever leaves its group and
+ * outlives its parent is re-parented to the agent, which is a child
+ * subreaper, and found through /proc.  PR_SET_PDEATHSIG covers the last case:
+ * the agent itself killed with SIGKILL.
+ *
+ * Not for the failure policy or the poll loop (agent_supervise.c).
+ */
+#include "launcher/agent_internal.h"
+
+#include "comm/error.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* Only async-signal-safe calls from here on: the launcher has a coordinator
+ * thread, and a forked child of a threaded process may hold copies of its
+ * locks (malloc's, stdio's) in a locked state. */
+static void put(const char *s)
+{
+    ssize_t w = write(STDERR_FILENO, s, strlen(s));
+    (void)w;
+}
+
+static const char *errno_text(int e)
+{
+    switch (e) {
+    case ENOENT: return "no such file (is it on PATH?)";
+    case EACCES: return "permission denied (is it executable?)";
+    case ENOEXEC: return "not an executable format";
+    case ENOMEM: return "out of memory";
+    case E2BIG: return "argument list too long";
+    default: return "exec failed";
+    }
+}
+
+static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent_proc *p, pid_t parent,
+                                 int out_w, int err_w)
+{
+    /* The kernel sends SIGKILL when the thread that forked us dies; that is
+     * the agent's main thread, which lives as long as the agent.  If the agent
+     * died before this line, the signal will never come: check by hand. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    setpgid(0, 0);
+    if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0)
+        _exit(127);
+    /* The agent ignores SIGPIPE and handles the job's signals: ignored
+     * dispositions survive exec, and a handler must not run here at all. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &dfl, NULL);
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvpe(a->cfg->argv[0], (char *const *)a->cfg->argv, p->env);
+    int e = errno;
+    put("dtrain: cannot run '");
+    put(a->cfg->argv[0]);
+    put("': ");
+    put(errno_text(e));
+    put("\n");
+    _exit(127);
+}
+
+static int open_log(const char *dir, int rank, const char *ext)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
+    return fd;
+}
+
+static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
+{
+    if (e == EMFILE || e == ENFILE)
+        return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)", p->rank, a->nproc, a->nproc * 4 + 64);
+    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d", p->rank);
+}
+
+static void stream_reset(struct dt_agent_stream *s, int fd, int log_fd)
+{
+    s->fd = fd;
+    s->log_fd = log_fd;
+    s->continuing = false;
+    s->lb.len = 0;
+}
+
+int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir)
+{
+    int out_log = open_log(attempt_dir, p->rank, "out");
+    if (out_log < 0)
+        return out_log;
+    int err_log = open_log(attempt_dir, p->rank, "err");
+    if (err_log < 0) {
+        close(out_log);
+        return err_log;
+    }
+    /* O_CLOEXEC: a rank must not inherit the write end of another rank's
+     * pipe, or that pipe would never reach end of file. */
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0) {
+        close(out_log);
+        close(err_log);
+        return pipe_error(a, p, errno);
+    }
+    if (pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(po[0]);
+        close(po[1]);
+        close(out_log);
+        close(err_log);
+        return pipe_error(a, p, e);
+    }
+    /* Until the child has reset the agent's handlers, a signal for it (the
+     * group's SIGTERM) would run the agent's handler in the child and write
+     * into the agent's own signal pipe: keep everything blocked across fork;
+     * the child unblocks after the reset and then gets what is pending. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(a, p, parent, po[1], pe[1]);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(po[1]);
+    close(pe[1]);
+    if (pid < 0) {
+        close(po[0]);
+        close(pe[0]);
+        close(out_log);
+        close(err_log);
+        return dt_error_set_errno(DT_EIO, fork_errno, "cannot start rank %d", p->rank);
+    }
+    /* Also from the parent: whichever of the two runs first, the group exists
+     * before the agent could want to signal it. */
+    setpgid(pid, pid);
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    stream_reset(&p->out, po[0], out_log);
+    stream_reset(&p->err, pe[0], err_log);
+    memset(&p->tail, 0, sizeof p->tail);
+    p->pid = pid;
+    p->running = true;
+    return 0;
+}
+
+void dt_agent_signal_groups(struct dt_agent *a, int sig)
+{
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent_proc *p = &a->procs[i];
+        if (p->pid <= 0)
+            continue;
+        if (p->running)
+            a->res->attempts[a->attempt].ranks[i].stopped_by_agent = true;
+        /* The group outlives its leader while anything it started is in it;
+         * ESRCH just means the group is empty. */
+        kill(-p->pid, sig);
+    }
+}
+
+/* Reads "ppid pgrp" and the state letter of /proc/<pid>/stat; the command
+ * name in parentheses may itself hold spaces and parentheses. */
+static int read_stat(const char *pid, pid_t *ppid, pid_t *pgrp, char *state)
+{
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    int pp, pg;
+    if (!rp || sscanf(rp + 1, " %c %d %d", state, &pp, &pg) != 3)
+        return -1;
+    *ppid = pp;
+    *pgrp = pg;
+    return 0;
+}
+
+static bool is_rank(const struct dt_agent *a, pid_t pid)
+{
+    for (int i = 0; i < a->nproc; i++)
+        if (a->procs[i].running && a->procs[i].pid == pid)
+            return true;
+    return false;
+}
+
+int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    /* Collect first, signal after: a signalled group could otherwise die
+     * before the scan reaches its other members, and the count would vary. */
+    enum { MAX_FOUND = 512 }; /* more are caught by the next sweep */
+    pid_t found[MAX_FOUND], groups[MAX_FOUND];
+    int n = 0;
+    pid_t self = getpid();
+    struct dirent *de;
+    while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        pid_t ppid, pgrp;
+        char state;
+        if (read_stat(de->d_name, &ppid, &pgrp, &state) != 0 || ppid != self || state == 'Z')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (is_rank(a, pid))
+            continue;
+        found[n] = pid;
+        groups[n++] = pgrp;
+    }
+    closedir(d);
+    pid_t own_group = getpgrp();
+    for (int i = 0; i < n; i++) {
+        kill(found[i], sig);
+        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
+        if (groups[i] > 1 && groups[i] != own_group)
+            kill(-groups[i], sig);
+    }
+    return n;
+}
+
+void dt_agent_close_streams(struct dt_agent_proc *p)
+{
+    struct dt_agent_stream *ss[2] = {&p->out, &p->err};
+    for (int i = 0; i < 2; i++) {
+        if (ss[i]->fd >= 0)
+            close(ss[i]->fd);
+        if (ss[i]->log_fd >= 0)
+            close(ss[i]->log_fd);
+        ss[i]->fd = ss[i]->log_fd = -1;
+    }
+}

@@ -1,0 +1,262 @@
+/* agent_summary.c - what the agent tells a person after a run: decoded exit
+ * statuses ("killed by SIGSEGV (core dumped)"), the first-failure report on
+ * the console, and <run dir>/summary.json.
+ *
+ * Not for deciding anything: the supervision loop (agent_supervise.c) fills
+ * struct dt_agent_result; this file only renders it.
+ */
+#include "launcher/agent.h"
+
+#include "comm/error.h"
+#include "launcher/jobspec.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct {
+    int sig;
+    const char *name;
+} signal_names[] = {
+    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},     {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},   {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},   {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},   {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},   {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"}, {SIGURG, "SIGURG"},     {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
+    {SIGPWR, "SIGPWR"},   {SIGSYS, "SIGSYS"},
+};
+
+const char *dt_agent_signal_name(int sig, char *buf, size_t size)
+{
+    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
+        if (signal_names[i].sig == sig)
+            return signal_names[i].name;
+    snprintf(buf, size, "signal %d", sig);
+    return buf;
+}
+
+/* Hints for the signals people meet most, so "SIGKILL" is not a dead end. */
+static const char *signal_hint(int sig)
+{
+    switch (sig) {
+    case SIGKILL: return " (often the kernel's out-of-memory killer: see dmesg)";
+    case SIGSEGV: return " (segmentation fault)";
+    case SIGBUS: return " (bus error)";
+    case SIGABRT: return " (abort(), e.g. a failed assertion)";
+    case SIGFPE: return " (arithmetic error)";
+    default: return "";
+    }
+}
+
+void dt_agent_describe_status(int wstatus, char *buf, size_t size)
+{
+    char tmp[32];
+    if (WIFEXITED(wstatus)) {
+        snprintf(buf, size, "exited with code %d", WEXITSTATUS(wstatus));
+    } else if (WIFSIGNALED(wstatus)) {
+        int sig = WTERMSIG(wstatus);
+        snprintf(buf, size, "killed by %s%s%s", dt_agent_signal_name(sig, tmp, sizeof tmp),
+                 signal_hint(sig), WCOREDUMP(wstatus) ? ", core dumped" : "");
+    } else {
+        snprintf(buf, size, "ended with wait status 0x%x", (unsigned)wstatus);
+    }
+}
+
+int dt_agent_exit_status(int wstatus)
+{
+    if (WIFEXITED(wstatus))
+        return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus))
+        return 128 + WTERMSIG(wstatus);
+    return 1;
+}
+
+const char *dt_agent_status_name(enum dt_agent_status s)
+{
+    switch (s) {
+    case DT_AGENT_SUCCEEDED: return "succeeded";
+    case DT_AGENT_FAILED: return "failed";
+    case DT_AGENT_INTERRUPTED: return "interrupted";
+    }
+    return "unknown";
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+/* exit_code and signal as two fields, one of them null, so tools need not decode 128+n. */
+static void json_status(FILE *f, bool exited, int wstatus)
+{
+    char tmp[32];
+    if (!exited) {
+        fputs("\"exit_code\": null, \"signal\": null", f);
+    } else if (WIFSIGNALED(wstatus)) {
+        fputs("\"exit_code\": null, \"signal\": ", f);
+        json_str(f, dt_agent_signal_name(WTERMSIG(wstatus), tmp, sizeof tmp));
+        fprintf(f, ", \"core_dumped\": %s", WCOREDUMP(wstatus) ? "true" : "false");
+    } else {
+        fprintf(f, "\"exit_code\": %d, \"signal\": null", dt_agent_exit_status(wstatus));
+    }
+}
+
+static void json_rank(FILE *f, const struct dt_agent_rank_result *r, int local_rank)
+{
+    fprintf(f, "        {\"rank\": %d, \"local_rank\": %d, \"pid\": %d, ", r->rank, local_rank, r->pid);
+    json_status(f, r->exited, r->wstatus);
+    fprintf(f, ", \"stopped_by_dtrain\": %s, \"spawn_s\": %.6f, \"exit_s\": ",
+            r->stopped_by_agent ? "true" : "false", r->spawn_s);
+    if (r->exited)
+        fprintf(f, "%.6f}", r->exit_s);
+    else
+        fputs("null}", f);
+}
+
+static void json_attempts(FILE *f, const struct dt_agent_result *res)
+{
+    fputs("  \"attempts\": [\n", f);
+    for (int a = 0; a < res->n_attempts; a++) {
+        const struct dt_agent_attempt *at = &res->attempts[a];
+        fprintf(f, "    {\"attempt\": %d, \"start_s\": %.6f, \"end_s\": %.6f, \"leftover_processes\": %d,\n"
+                   "      \"first_failed_rank\": ",
+                a, at->start_s, at->end_s, at->leftovers);
+        if (at->first_failed >= 0)
+            fprintf(f, "%d", at->ranks[at->first_failed].rank);
+        else
+            fputs("null", f);
+        fputs(", \"ranks\": [\n", f);
+        for (int i = 0; i < res->nproc; i++) {
+            json_rank(f, &at->ranks[i], i);
+            fputs(i + 1 < res->nproc ? ",\n" : "\n", f);
+        }
+        fprintf(f, "      ]}%s\n", a + 1 < res->n_attempts ? "," : "");
+    }
+    fputs("  ],\n", f);
+}
+
+static void json_failure(FILE *f, const struct dt_agent_result *res)
+{
+    const struct dt_agent_failure *ff = &res->first_failure;
+    if (!res->have_failure) {
+        fputs("  \"first_failure\": null,\n", f);
+        return;
+    }
+    char desc[160];
+    dt_agent_describe_status(ff->wstatus, desc, sizeof desc);
+    fprintf(f, "  \"first_failure\": {\"attempt\": %d, \"rank\": %d, ", ff->attempt, ff->rank);
+    json_status(f, true, ff->wstatus);
+    fprintf(f, ", \"time_s\": %.6f, \"description\": ", ff->time_s);
+    json_str(f, desc);
+    fputs(", \"error_file\": ", f);
+    if (ff->error_file[0])
+        json_str(f, ff->error_file);
+    else
+        fputs("null", f);
+    fputs(", \"stderr_tail\": [", f);
+    for (int i = 0; i < ff->n_tail; i++) {
+        json_str(f, ff->tail[i]);
+        if (i + 1 < ff->n_tail)
+            fputs(", ", f);
+    }
+    fputs("]},\n", f);
+}
+
+int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
+                              const struct dt_agent_result *res)
+{
+    char when[32] = "";
+    char tmp[32];
+    time_t t = (time_t)res->started_unix;
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fputs("{\n  \"name\": ", f);
+    json_str(f, cfg->job->name);
+    fputs(",\n  \"run_id\": ", f);
+    json_str(f, cfg->run_id);
+    fputs(",\n  \"run_dir\": ", f);
+    json_str(f, cfg->run_dir);
+    fprintf(f, ",\n  \"status\": \"%s\",\n  \"exit_status\": %d,\n  \"interrupted_by\": ",
+            dt_agent_status_name(res->status), res->exit_status);
+    if (res->interrupt_signal)
+        json_str(f, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
+    else
+        fputs("null", f);
+    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"wall_seconds\": %.6f,\n", when, res->wall_s);
+    fprintf(f, "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
+               "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
+            cfg->nnodes * cfg->nproc, cfg->nnodes, cfg->nproc, cfg->job->max_restarts, res->n_attempts);
+    for (int i = 0; cfg->argv[i]; i++) {
+        json_str(f, cfg->argv[i]);
+        if (cfg->argv[i + 1])
+            fputs(", ", f);
+    }
+    fputs("],\n", f);
+    json_failure(f, res);
+    json_attempts(f, res);
+    fputs("  \"version\": 1\n}\n", f);
+    return ferror(f) ? dt_error_set(DT_EIO, "writing the run summary failed") : 0;
+}
+
+int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
+                           const char *path)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return dt_error_set_errno(DT_EIO, errno, "cannot write the run summary %s", tmp);
+    int rc = dt_agent_write_summary_to(f, cfg, res);
+    if (fclose(f) != 0 && rc == 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "cannot write the run summary %s", tmp);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, path);
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    if (!res->have_failure)
+        return;
+    const struct dt_agent_failure *ff = &res->first_failure;
+    int fd = cfg->err_fd > 0 ? cfg->err_fd : STDERR_FILENO;
+    char desc[160];
+    dt_agent_describe_status(ff->wstatus, desc, sizeof desc);
+    dprintf(fd, "dtrain: error: rank %d failed first (attempt %d, %.2f s after the start): %s\n",
+            ff->rank, ff->attempt, ff->time_s, desc);
+    if (ff->n_tail == 0) {
+        dprintf(fd, "dtrain: rank %d wrote nothing on stderr (log: %s/attempt_%d/rank_%d.err)\n",
+                ff->rank, cfg->run_dir, ff->attempt, ff->rank);
+    } else {
+        dprintf(fd, "dtrain: last %d line%s of rank %d's stderr (all of it: %s/attempt_%d/rank_%d.err):\n",
+                ff->n_tail, ff->n_tail == 1 ? "" : "s", ff->rank, cfg->run_dir, ff->attempt, ff->rank);
+        for (int i = 0; i < ff->n_tail; i++)
+            dprintf(fd, "  | %s\n", ff->tail[i]);
+    }
+    if (ff->error_file[0])
+        dprintf(fd, "dtrain: rank %d also wrote an error report: %s\n", ff->rank, ff->error_file);
+}

@@ -1,0 +1,488 @@
+/* agent_supervise.c - the agent's poll loop and failure policy (dt_agent_run).
+ *
+ * One loop on the calling thread watches every rank's stdout and stderr and
+ * a self-pipe fed by the signal handlers (SIGCHLD and the job signals), so a
+ * signal can never be lost between a check and the wait.  Policy, as in
+ * torchrun: the first rank that fails stops the group (SIGTERM, SIGKILL
+ * after the grace period) and the group restarts up to max_restarts times;
+ * a signal to the launcher is forwarded and ends the run without restart.
+ * An attempt ends only when no process of it is left: the agent is a child
+ * subreaper, so it waits until it has no children at all.
+ *
+ * Not for spawning details (agent_spawn.c) or rendering (agent_summary.c).
+ */
+#include "launcher/agent_internal.h"
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "launcher/jobspec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READ_CHUNK 65536
+#define LEFTOVER_POLL_MS 20   /* how often to look for stragglers once the ranks are gone */
+#define UNKILLABLE_S 10       /* after SIGKILL, how long to wait for processes stuck in the kernel */
+
+static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
+
+static int signal_pipe_w = -1;
+
+double dt_agent_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(signal_pipe_w, &b, 1);
+    (void)w;
+    errno = saved;
+}
+
+struct saved_signals {
+    struct sigaction job[N_JOB_SIGNALS], chld, pipe;
+    int pipe_fd[2];
+};
+
+static int install_signals(struct saved_signals *sv)
+{
+    if (pipe2(sv->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the agent's signal pipe");
+    signal_pipe_w = sv->pipe_fd[1];
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < N_JOB_SIGNALS; i++)
+        sigaction(job_signals[i], &sa, &sv->job[i]);
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, &sv->chld);
+    /* A closed console must not kill the launcher (and, through PDEATHSIG, the job). */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &sv->pipe);
+    /* Orphans of the job (a rank's `cmd &` after the rank exits) become our
+     * children instead of init's, so they can be found and stopped. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    return 0;
+}
+
+static void restore_signals(struct saved_signals *sv)
+{
+    for (int i = 0; i < N_JOB_SIGNALS; i++)
+        sigaction(job_signals[i], &sv->job[i], NULL);
+    sigaction(SIGCHLD, &sv->chld, NULL);
+    sigaction(SIGPIPE, &sv->pipe, NULL);
+    signal_pipe_w = -1;
+    close(sv->pipe_fd[0]);
+    close(sv->pipe_fd[1]);
+}
+
+static void start_stopping(struct dt_agent *a, int sig)
+{
+    dt_agent_signal_groups(a, sig);
+    dt_agent_signal_leftovers(a, sig);
+    if (!a->stopping) {
+        a->stopping = true;
+        a->kill_at = dt_agent_now() + a->grace_s;
+    }
+}
+
+static void kill_everything(struct dt_agent *a)
+{
+    if (!a->killing)
+        a->killed_at = dt_agent_now();
+    a->stopping = a->killing = true;
+    dt_agent_signal_groups(a, SIGKILL);
+    dt_agent_signal_leftovers(a, SIGKILL);
+}
+
+static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_agent_rank_result *r = &at->ranks[i];
+    r->exited = true;
+    r->wstatus = wstatus;
+    r->exit_s = dt_agent_now() - a->t0;
+    a->procs[i].running = false;
+    a->running--;
+    bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (ok || a->interrupt_sig || at->first_failed >= 0 || r->stopped_by_agent)
+        return;
+    at->first_failed = i;
+    char desc[160];
+    dt_agent_describe_status(wstatus, desc, sizeof desc);
+    if (a->running > 0)
+        dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
+                    a->running, a->running == 1 ? "" : "s", a->grace_s);
+    start_stopping(a, SIGTERM);
+}
+
+/* Reaps every child that has exited: ranks and orphans alike.  Returns true
+ * while the agent still has children. */
+static bool reap(struct dt_agent *a)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid == 0)
+            return true;
+        if (pid < 0)
+            return errno == EINTR ? true : false;
+        for (int i = 0; i < a->nproc; i++)
+            if (a->procs[i].running && a->procs[i].pid == pid)
+                on_rank_exit(a, i, st);
+    }
+}
+
+static void on_interrupt(struct dt_agent *a, int sig)
+{
+    char tmp[32];
+    const char *name = dt_agent_signal_name(sig, tmp, sizeof tmp);
+    if (a->interrupt_sig == 0) {
+        a->interrupt_sig = sig;
+        dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
+                    name, a->grace_s);
+        start_stopping(a, sig);
+    } else if (!a->killing) {
+        dt_log_warn("received %s again: killing every process of the job now", name);
+        kill_everything(a);
+    }
+}
+
+/* Returns false once no child is left. */
+static bool handle_signals(struct dt_agent *a, int fd)
+{
+    unsigned char buf[64];
+    ssize_t n;
+    bool children = true;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] != SIGCHLD)
+                on_interrupt(a, buf[i]);
+    children = reap(a);
+    return children;
+}
+
+static int open_streams(struct dt_agent *a, int sig_fd)
+{
+    int n = 0;
+    a->pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
+    a->pfd_stream[n++] = NULL;
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent_stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
+        for (int k = 0; k < 2; k++) {
+            if (ss[k]->fd < 0)
+                continue;
+            a->pfds[n] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+            a->pfd_stream[n++] = ss[k];
+        }
+    }
+    return n;
+}
+
+static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
+{
+    double now = dt_agent_now(), until = -1;
+    if (a->stopping && !a->killing)
+        until = a->kill_at;
+    if (a->running == 0 && children)
+        return LEFTOVER_POLL_MS;
+    if (a->killing && children)
+        return 100; /* to notice processes that even SIGKILL does not end */
+    if (!children)
+        until = drain_until;
+    if (until < 0)
+        return -1;
+    return until <= now ? 0 : (int)((until - now) * 1000) + 1;
+}
+
+static struct dt_agent_proc *stream_owner(struct dt_agent *a, struct dt_agent_stream *s)
+{
+    for (int i = 0; i < a->nproc; i++)
+        if (&a->procs[i].out == s || &a->procs[i].err == s)
+            return &a->procs[i];
+    return NULL;
+}
+
+/* Once the ranks are gone: stop what they left behind (counted on the first
+ * sweep), then keep sweeping, since each kill can orphan a new generation. */
+static void stop_leftovers(struct dt_agent *a)
+{
+    int sig = a->killing ? SIGKILL : SIGTERM;
+    /* /proc first: signalled groups would die before the count could see them. */
+    int n = dt_agent_signal_leftovers(a, sig);
+    dt_agent_signal_groups(a, sig);
+    if (a->swept)
+        return;
+    a->swept = true;
+    a->res->attempts[a->attempt].leftovers = n;
+    if (n > 0)
+        dt_log_info("the ranks left %d process%s running; stopping %s", n, n == 1 ? "" : "es",
+                    n == 1 ? "it" : "them");
+    if (!a->stopping) {
+        a->stopping = true;
+        a->kill_at = dt_agent_now() + a->grace_s;
+    }
+}
+
+static void supervise(struct dt_agent *a, int sig_fd)
+{
+    bool children = true;
+    double drain_until = -1;
+    for (;;) {
+        int n = open_streams(a, sig_fd);
+        if (!children && (n == 1 || dt_agent_now() >= drain_until))
+            return;
+        int rc = poll(a->pfds, (nfds_t)n, poll_timeout(a, children, drain_until));
+        if (rc < 0 && errno != EINTR)
+            return;
+        for (int k = 1; k < n && rc > 0; k++) {
+            if (!a->pfds[k].revents)
+                continue;
+            struct dt_agent_stream *s = a->pfd_stream[k];
+            dt_agent_pump(a, stream_owner(a, s), s);
+        }
+        children = handle_signals(a, sig_fd);
+        if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
+            kill_everything(a);
+        if (a->running == 0 && children)
+            stop_leftovers(a);
+        if (children && a->killing && dt_agent_now() - a->killed_at > UNKILLABLE_S) {
+            /* SIGKILL cannot be ignored; a process that outlives it is stuck in
+             * the kernel (D state: a hung file system or device).  Waiting longer
+             * would hang the launcher with it. */
+            dt_log_error("processes of the job are still there %g s after SIGKILL: they are stuck in the "
+                         "kernel (D state, see `ps -eo pid,stat,wchan,cmd`); the machine may need attention",
+                         (double)UNKILLABLE_S);
+            return;
+        }
+        if (!children && drain_until < 0)
+            /* Every writer is gone, so the pipes hold a finite rest; the bound
+             * only matters if something outside the job tree kept a pipe. */
+            drain_until = dt_agent_now() + 1.0;
+    }
+}
+
+static void record_failure(struct dt_agent *a, const char *attempt_dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    if (at->first_failed < 0)
+        return;
+    struct dt_agent_proc *p = &a->procs[at->first_failed];
+    struct dt_agent_failure *ff = &a->res->first_failure;
+    a->res->have_failure = true;
+    ff->attempt = a->attempt;
+    ff->rank = p->rank;
+    ff->wstatus = at->ranks[at->first_failed].wstatus;
+    ff->time_s = at->ranks[at->first_failed].exit_s;
+    ff->n_tail = dt_agent_tail_copy(&p->tail, ff->tail);
+    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
+    if (access(ff->error_file, F_OK) != 0)
+        ff->error_file[0] = 0;
+}
+
+static void reset_attempt_state(struct dt_agent *a)
+{
+    a->running = 0;
+    a->stopping = a->killing = a->swept = false;
+    a->kill_at = 0;
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    at->start_s = dt_agent_now() - a->t0;
+    at->first_failed = -1;
+    at->leftovers = 0;
+    a->res->n_attempts = a->attempt + 1;
+}
+
+/* One attempt: spawn every rank, supervise until no process of it is left. */
+static int run_attempt(struct dt_agent *a, int sig_fd)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/attempt_%d", a->cfg->run_dir, a->attempt);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
+    reset_attempt_state(a);
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    int rc = 0;
+    for (int i = 0; i < a->nproc && rc == 0; i++) {
+        struct dt_agent_proc *p = &a->procs[i];
+        dt_agent_env_free(p->env);
+        p->env = NULL;
+        rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
+        if (rc == 0)
+            rc = dt_agent_spawn_rank(a, p, dir);
+        if (rc < 0)
+            break;
+        at->ranks[i].pid = p->pid;
+        at->ranks[i].spawn_s = dt_agent_now() - a->t0;
+        a->running++;
+    }
+    if (rc < 0)
+        kill_everything(a); /* the ranks already started must not wait forever for the rest */
+    else
+        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nproc,
+                     a->nproc == 1 ? "" : "s", dir);
+    supervise(a, sig_fd);
+    for (int i = 0; i < a->nproc; i++) {
+        dt_agent_close_streams(&a->procs[i]);
+        /* No process of the group is left, so the number may be reused: forget it. */
+        a->procs[i].pid = 0;
+        a->procs[i].running = false;
+    }
+    at->end_s = dt_agent_now() - a->t0;
+    if (rc == 0)
+        record_failure(a, dir);
+    return rc;
+}
+
+static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
+{
+    memset(a, 0, sizeof *a);
+    memset(res, 0, sizeof *res);
+    a->cfg = cfg;
+    a->res = res;
+    a->nproc = res->nproc = cfg->nproc;
+    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
+    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
+    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_AGENT_DEFAULT_GRACE_S;
+    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int n_attempts = cfg->job->max_restarts + 1;
+    res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
+    res->max_attempts = res->attempts ? n_attempts : 0;
+    a->procs = calloc((size_t)cfg->nproc, sizeof *a->procs);
+    a->pfds = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfds);
+    a->pfd_stream = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_stream);
+    a->readbuf_size = READ_CHUNK;
+    a->readbuf = malloc(READ_CHUNK);
+    a->scratch = malloc(DT_AGENT_LINE_MAX + 64);
+    if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->readbuf || !a->scratch)
+        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
+    for (int k = 0; k < n_attempts; k++) {
+        res->attempts[k].first_failed = -1;
+        res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
+        if (!res->attempts[k].ranks)
+            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
+        for (int i = 0; i < cfg->nproc; i++)
+            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
+    }
+    for (int i = 0; i < cfg->nproc; i++) {
+        struct dt_agent_proc *p = &a->procs[i];
+        p->local_rank = i;
+        p->rank = cfg->node_rank * cfg->nproc + i;
+        p->out.fd = p->out.log_fd = p->err.fd = p->err.log_fd = -1;
+        p->err.is_err = true;
+        int rc = dt_agent_linebuf_init(&p->out.lb, DT_AGENT_LINE_MAX);
+        if (rc == 0)
+            rc = dt_agent_linebuf_init(&p->err.lb, DT_AGENT_LINE_MAX);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void agent_free(struct dt_agent *a)
+{
+    for (int i = 0; a->procs && i < a->nproc; i++) {
+        dt_agent_linebuf_free(&a->procs[i].out.lb);
+        dt_agent_linebuf_free(&a->procs[i].err.lb);
+        dt_agent_env_free(a->procs[i].env);
+    }
+    if (a->null_fd >= 0)
+        close(a->null_fd);
+    free(a->procs);
+    free(a->pfds);
+    free(a->pfd_stream);
+    free(a->readbuf);
+    free(a->scratch);
+}
+
+static void finish(struct dt_agent *a)
+{
+    struct dt_agent_result *res = a->res;
+    struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
+    res->wall_s = dt_agent_now() - a->t0;
+    res->interrupt_signal = a->interrupt_sig;
+    if (a->interrupt_sig) {
+        res->status = DT_AGENT_INTERRUPTED;
+        res->exit_status = 128 + a->interrupt_sig;
+    } else if (res->n_attempts > 0 && last->first_failed >= 0) {
+        res->status = DT_AGENT_FAILED;
+        res->exit_status = dt_agent_exit_status(last->ranks[last->first_failed].wstatus);
+    } else {
+        res->status = DT_AGENT_SUCCEEDED;
+        res->exit_status = 0;
+    }
+}
+
+/* Four descriptors per rank (two pipes, two log files) can pass the usual soft
+ * limit of 1024 at a few hundred ranks: raise it for the agent, and hand the
+ * ranks the limit they would have had (agent_spawn.c restores it). */
+static void raise_fd_limit(struct dt_agent *a)
+{
+    getrlimit(RLIMIT_NOFILE, &a->nofile);
+    rlim_t need = (rlim_t)a->nproc * 4 + 64;
+    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
+        return;
+    struct rlimit raised = a->nofile;
+    raised.rlim_cur = a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &raised);
+}
+
+int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
+{
+    struct dt_agent a;
+    int rc = agent_init(&a, cfg, res);
+    a.t0 = dt_agent_now();
+    res->started_unix = (double)time(NULL);
+    struct saved_signals sv;
+    raise_fd_limit(&a);
+    if (rc == 0)
+        rc = install_signals(&sv);
+    if (rc < 0) {
+        agent_free(&a);
+        res->status = DT_AGENT_FAILED;
+        res->exit_status = 1;
+        return rc;
+    }
+    for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
+        rc = run_attempt(&a, sv.pipe_fd[0]);
+        if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0)
+            break;
+        dt_agent_print_failure(cfg, res);
+        if (a.attempt < cfg->job->max_restarts)
+            dt_log_warn("restarting all %d rank%s (restart %d of %d)", a.nproc, a.nproc == 1 ? "" : "s",
+                        a.attempt + 1, cfg->job->max_restarts);
+    }
+    finish(&a);
+    if (rc < 0) {
+        res->status = DT_AGENT_FAILED;
+        res->exit_status = 1;
+    }
+    restore_signals(&sv);
+    setrlimit(RLIMIT_NOFILE, &a.nofile);
+    agent_free(&a);
+    return rc;
+}
+
+void dt_agent_result_free(struct dt_agent_result *res)
+{
+    if (!res->attempts)
+        return;
+    for (int k = 0; k < res->max_attempts; k++)
+        free(res->attempts[k].ranks);
+    free(res->attempts);
+    res->attempts = NULL;
+}

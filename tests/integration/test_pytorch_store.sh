@@ -1,0 +1,116 @@
+# test_pytorch_store.sh - PyTorch's own TCPStore and dtrain's store, both directions.
+#
+#  1. torch.distributed.TCPStore(is_master=False) against `dtrain coordinator --auth none`:
+#     every operation, a wait timeout, and world_size-style "init/" counting.
+#  2. dtrain's C client and PyTorch's client on one coordinator see the same keys.
+#  3. With auth on, a PyTorch client is refused and the coordinator's log says
+#     to set `rendezvous: {auth: none}`.
+#  4. dtrain's C client against PyTorch's own libuv TCPStore server.
+# Needs a PyTorch 2.x from pip (scripts/python-deps.txt); without it the test fails.
+. "$(dirname "$0")/lib.sh"
+
+PY=${PYTHON:-python3}
+PROBE=${BUILD:-build}/tests/helpers/store_probe
+if ! "$PY" -c 'import torch.distributed as d; assert d.is_available()' 2>"$T/torch.err"; then
+  not_ok "PyTorch is importable ($PY; scripts/install-deps.sh installs it)"; sed 's/^/    /' "$T/torch.err" | tail -3
+  exit 0
+fi
+ok "PyTorch $("$PY" -c 'import torch; print(torch.__version__)') is importable"
+[ -x "$PROBE" ] || { not_ok "store_probe helper is built ($PROBE)"; exit 0; }
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+
+# start_coordinator NAME ARGS...: starts it, sets PORT from the line it prints.
+start_coordinator() {
+  local name=$1; shift
+  "$DTRAIN" coordinator --port 0 --host 127.0.0.1 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    PORT=$(sed -n 's/^dtrain coordinator listening on [^ ]*:\([0-9]*\) .*/\1/p' "$T/$name.out")
+    [ -n "$PORT" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+check "dtrain coordinator --auth none starts" start_coordinator open --auth none
+
+cat >"$T/client.py" <<'EOF'
+import sys, datetime
+import torch.distributed as dist
+port = int(sys.argv[1])
+def check(cond, what):
+    print(("ok - " if cond else "not ok - ") + "pytorch client: " + what, flush=True)
+s = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=False,
+                  timeout=datetime.timedelta(seconds=10))
+s.set("k", "v1"); check(s.get("k") == b"v1", "set then get")
+check(s.add("ctr", 5) == 5 and s.add("ctr", -2) == 3, "add returns the new value")
+check(s.get("ctr") == b"3", "add keeps the counter as decimal text")
+check(s.check(["k"]) and not s.check(["k", "absent"]), "check")
+s.wait(["k"]); check(True, "wait on a present key")
+try:
+    s.wait(["absent"], datetime.timedelta(milliseconds=300)); check(False, "wait times out")
+except Exception as e:
+    check("timeout" in str(e).lower(), "wait times out: " + str(e).splitlines()[0][:60])
+check(s.get("k") == b"v1", "the connection is in step after a cancelled wait")
+check(s.compare_set("k", "v1", "v2") == b"v2", "compare_set swaps on a match")
+check(s.compare_set("k", "zz", "v3") == b"v2", "compare_set keeps the value on a mismatch")
+check(s.compare_set("fresh", "", "new") == b"new", "compare_set sets an absent key when expected is empty")
+s.append("ap", "a"); s.append("ap", "b"); check(s.get("ap") == b"ab", "append")
+s.multi_set(["m1", "m2"], ["1", "2"]); check(s.multi_get(["m1", "m2"]) == [b"1", b"2"], "multi_set then multi_get")
+n = s.num_keys()
+check(s.delete_key("m1") and not s.delete_key("m1"), "delete_key answers whether it deleted")
+check(s.num_keys() == n - 1, "num_keys counts the deletion")
+s.set("from-pytorch", "hello-c")
+# A second client with world_size counts itself on the internal init/ key, as ranks do.
+s2 = dist.TCPStore("127.0.0.1", port, world_size=2, is_master=False, wait_for_workers=True,
+                   timeout=datetime.timedelta(seconds=10))
+check(s2.get("k") == b"v2", "a second client sees the first one's keys")
+EOF
+"$PY" "$T/client.py" "$PORT" >"$T/py.out" 2>"$T/py.err"
+cat "$T/py.out"
+check "the PyTorch client script ran to its end" grep -q "second client sees" "$T/py.out"
+[ -s "$T/py.err" ] && grep -v "socket.cpp\|waitForInput" "$T/py.err" | head -5 | sed 's/^/    /'
+
+out=$("$PROBE" 127.0.0.1 "$PORT" get from-pytorch 2>&1)
+check "dtrain's client reads a key PyTorch's client set" test "$out" = hello-c
+"$PROBE" 127.0.0.1 "$PORT" set from-dtrain hello-py
+out=$("$PY" -c "
+import sys, datetime, torch.distributed as d
+s = d.TCPStore('127.0.0.1', $PORT, is_master=False, timeout=datetime.timedelta(seconds=5))
+print(s.get('from-dtrain').decode())" 2>/dev/null)
+check "PyTorch's client reads a key dtrain's client set" test "$out" = hello-py
+
+# Auth on: a PyTorch client cannot present the token.
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+check "dtrain coordinator with a token starts" start_coordinator auth
+"$PY" -c "
+import datetime, torch.distributed as d
+s = d.TCPStore('127.0.0.1', $PORT, is_master=False, timeout=datetime.timedelta(seconds=3))
+s.set('x', 'y'); s.get('x')" >"$T/refused.out" 2>&1
+check "a PyTorch client is refused when auth is on" test $? -ne 0
+sleep 0.2
+contains "$T/auth.err" "looks like a PyTorch TCPStore client" "the coordinator logs why it refused the PyTorch client"
+contains "$T/auth.err" "rendezvous: \{auth: none\}" "the log line names the setting to change"
+check "dtrain's client with the token is served" "$PROBE" 127.0.0.1 "$PORT" set k v
+unset DTRAIN_JOB_TOKEN
+
+# dtrain's client against PyTorch's own libuv server.
+cat >"$T/server.py" <<'EOF'
+import sys, time, datetime
+import torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False,
+                  timeout=datetime.timedelta(seconds=30))
+print(s.port, flush=True)
+time.sleep(60)
+EOF
+"$PY" "$T/server.py" >"$T/server.out" 2>"$T/server.err" &
+pids+=($!)
+for _ in $(seq 200); do [ -s "$T/server.out" ] && break; sleep 0.05; done
+PTPORT=$(head -n1 "$T/server.out")
+check "PyTorch's libuv TCPStore server started" test -n "$PTPORT"
+"$PROBE" 127.0.0.1 "$PTPORT" ops >"$T/probe.out" 2>&1
+cat "$T/probe.out"
+check "dtrain's client ran every operation against PyTorch's server" grep -q "delete_key removes" "$T/probe.out"

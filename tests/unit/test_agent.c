@@ -1,0 +1,279 @@
+/* test_agent.c - the agent's pure parts: line splitting and prefixing, the
+ * stderr tail, --ranks lists, exit-status decoding, the rank environment and
+ * the summary JSON.  Nothing here forks (test_agent_run.c does). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "comm/error.h"
+#include "launcher/agent.h"
+#include "launcher/jobspec.h"
+
+/* Collects what a line buffer hands over as "<text>|" or "<text>+" (unfinished). */
+struct collect {
+    char out[8192];
+    size_t len;
+};
+
+static void collect_line(void *ctx, const char *line, size_t len, bool complete)
+{
+    struct collect *c = ctx;
+    memcpy(c->out + c->len, line, len);
+    c->len += len;
+    c->out[c->len++] = complete ? '|' : '+';
+    c->out[c->len] = 0;
+}
+
+static void lines_split_across_reads(void **state)
+{
+    (void)state;
+    struct dt_agent_linebuf lb;
+    assert_int_equal(dt_agent_linebuf_init(&lb, 64), 0);
+    struct collect c = {0};
+    dt_agent_linebuf_feed(&lb, "one\ntw", 6, collect_line, &c);
+    assert_string_equal(c.out, "one|");
+    dt_agent_linebuf_feed(&lb, "o\n\nthree", 8, collect_line, &c);
+    assert_string_equal(c.out, "one|two||");
+    dt_agent_linebuf_flush(&lb, collect_line, &c);
+    assert_string_equal(c.out, "one|two||three|");
+    dt_agent_linebuf_flush(&lb, collect_line, &c); /* nothing pending: nothing more */
+    assert_string_equal(c.out, "one|two||three|");
+    dt_agent_linebuf_free(&lb);
+}
+
+static void long_lines_come_in_pieces(void **state)
+{
+    (void)state;
+    struct dt_agent_linebuf lb;
+    assert_int_equal(dt_agent_linebuf_init(&lb, 4), 0);
+    struct collect c = {0};
+    /* In one read, longer than the buffer. */
+    dt_agent_linebuf_feed(&lb, "abcdefghij\nxy\n", 14, collect_line, &c);
+    assert_string_equal(c.out, "abcd+efgh+ij|xy|");
+    c.len = 0;
+    /* Spread over reads while something is pending. */
+    dt_agent_linebuf_feed(&lb, "ab", 2, collect_line, &c);
+    dt_agent_linebuf_feed(&lb, "cdefg\n", 6, collect_line, &c);
+    assert_string_equal(c.out, "abcd+efg|");
+    c.len = 0;
+    /* Exactly at a piece boundary: the end of the line is an empty final piece. */
+    dt_agent_linebuf_feed(&lb, "abcd", 4, collect_line, &c);
+    dt_agent_linebuf_feed(&lb, "\n", 1, collect_line, &c);
+    assert_string_equal(c.out, "abcd+|");
+    dt_agent_linebuf_free(&lb);
+}
+
+static void prefix_is_rank_and_newline(void **state)
+{
+    (void)state;
+    char out[64];
+    size_t n = dt_agent_format_line(out, 12, "hello", 5);
+    assert_int_equal(n, strlen("[rank 12] hello\n"));
+    assert_memory_equal(out, "[rank 12] hello\n", n);
+    n = dt_agent_format_line(out, 0, "", 0);
+    assert_memory_equal(out, "[rank 0] \n", n);
+}
+
+static void tail_keeps_last_lines_in_order(void **state)
+{
+    (void)state;
+    struct dt_agent_tail t;
+    memset(&t, 0, sizeof t);
+    char line[32];
+    for (int i = 0; i < DT_AGENT_TAIL_LINES + 5; i++) {
+        int n = snprintf(line, sizeof line, "line %d", i);
+        dt_agent_tail_push(&t, line, (size_t)n, true);
+    }
+    char out[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH];
+    assert_int_equal(dt_agent_tail_copy(&t, out), DT_AGENT_TAIL_LINES);
+    assert_string_equal(out[0], "line 5");
+    assert_string_equal(out[DT_AGENT_TAIL_LINES - 1], "line 14");
+    /* A line in pieces counts once, and a very long one is cut with "...". */
+    memset(&t, 0, sizeof t);
+    char big[DT_AGENT_TAIL_WIDTH * 2];
+    memset(big, 'x', sizeof big);
+    dt_agent_tail_push(&t, big, sizeof big, false);
+    dt_agent_tail_push(&t, "rest", 4, true);
+    dt_agent_tail_push(&t, "last", 4, true);
+    assert_int_equal(dt_agent_tail_copy(&t, out), 2);
+    assert_int_equal(strlen(out[0]), DT_AGENT_TAIL_WIDTH - 1);
+    assert_string_equal(out[0] + DT_AGENT_TAIL_WIDTH - 4, "...");
+    assert_string_equal(out[1], "last");
+}
+
+static void ranks_lists(void **state)
+{
+    (void)state;
+    unsigned char m[8];
+    assert_int_equal(dt_agent_parse_ranks("0,2,5-7", 8, m), 0);
+    unsigned char want[8] = {1, 0, 1, 0, 0, 1, 1, 1};
+    assert_memory_equal(m, want, 8);
+    assert_int_equal(dt_agent_parse_ranks("8", 8, m), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "rank 8 does not exist"));
+    assert_int_equal(dt_agent_parse_ranks("3-1", 8, m), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "backwards"));
+    assert_int_equal(dt_agent_parse_ranks("1;2", 8, m), DT_EINVAL);
+    assert_int_equal(dt_agent_parse_ranks("", 8, m), DT_EINVAL);
+    assert_int_equal(dt_agent_parse_ranks("-1", 8, m), DT_EINVAL);
+}
+
+static void exit_statuses_decoded(void **state)
+{
+    (void)state;
+    char buf[160], tmp[32];
+    int exited3 = 3 << 8, segv = SIGSEGV, killed = SIGKILL, abrt_core = SIGABRT | 0x80;
+    dt_agent_describe_status(exited3, buf, sizeof buf);
+    assert_string_equal(buf, "exited with code 3");
+    assert_int_equal(dt_agent_exit_status(exited3), 3);
+    dt_agent_describe_status(segv, buf, sizeof buf);
+    assert_string_equal(buf, "killed by SIGSEGV (segmentation fault)");
+    assert_int_equal(dt_agent_exit_status(segv), 128 + SIGSEGV);
+    dt_agent_describe_status(killed, buf, sizeof buf);
+    assert_non_null(strstr(buf, "killed by SIGKILL"));
+    dt_agent_describe_status(abrt_core, buf, sizeof buf);
+    assert_non_null(strstr(buf, "SIGABRT"));
+    assert_non_null(strstr(buf, "core dumped"));
+    assert_string_equal(dt_agent_signal_name(SIGTERM, tmp, sizeof tmp), "SIGTERM");
+    assert_string_equal(dt_agent_signal_name(SIGRTMIN + 3, tmp, sizeof tmp) == tmp ? "x" : "y", "x");
+}
+
+static struct dt_env_entry spec_env[] = {
+    {(char *)"FROM_SPEC", (char *)"yes"}, {(char *)"RANK", (char *)"99"}, {(char *)"KEEP", (char *)"spec"}};
+static char *cmd_argv[] = {(char *)"printenv", NULL};
+static struct dt_job job = {
+    .name = (char *)"unit", .nodes = 2, .nproc_per_node = 4, .command = cmd_argv, .command_argc = 1,
+    .env = spec_env, .n_env = 3, .max_restarts = 2,
+};
+
+static struct dt_agent_config make_cfg(void)
+{
+    return (struct dt_agent_config){
+        .job = &job, .argv = (const char *const *)cmd_argv, .node_rank = 1, .nnodes = 2, .nproc = 4,
+        .run_id = "RID", .run_dir = "/tmp/run \"x\"", .master_addr = "127.0.0.1", .master_port = 4242,
+        .token = "ab12",
+    };
+}
+
+static const char *get(char **env, const char *name)
+{
+    const char *found = NULL;
+    size_t n = strlen(name);
+    for (char **e = env; *e; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
+            assert_null(found); /* never twice */
+            found = *e + n + 1;
+        }
+    }
+    return found;
+}
+
+static void environment_for_a_rank(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    char *base[] = {(char *)"PATH=/bin", (char *)"RANK=7", (char *)"KEEP=base", (char *)"DTRAIN_JOB_TOKEN=old",
+                    (char *)"PYTHONUNBUFFERED=0", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 2, 1, base, &env), 0);
+    assert_string_equal(get(env, "PATH"), "/bin");
+    assert_string_equal(get(env, "RANK"), "6");
+    assert_string_equal(get(env, "LOCAL_RANK"), "2");
+    assert_string_equal(get(env, "WORLD_SIZE"), "8");
+    assert_string_equal(get(env, "LOCAL_WORLD_SIZE"), "4");
+    assert_string_equal(get(env, "GROUP_RANK"), "1");
+    assert_string_equal(get(env, "GROUP_WORLD_SIZE"), "2");
+    assert_string_equal(get(env, "ROLE_RANK"), "6");
+    assert_string_equal(get(env, "ROLE_NAME"), "default");
+    assert_string_equal(get(env, "ROLE_WORLD_SIZE"), "8");
+    assert_string_equal(get(env, "MASTER_ADDR"), "127.0.0.1");
+    assert_string_equal(get(env, "MASTER_PORT"), "4242");
+    assert_string_equal(get(env, "TORCHELASTIC_RESTART_COUNT"), "1");
+    assert_string_equal(get(env, "TORCHELASTIC_MAX_RESTARTS"), "2");
+    assert_string_equal(get(env, "TORCHELASTIC_RUN_ID"), "RID");
+    assert_string_equal(get(env, "TORCHELASTIC_USE_AGENT_STORE"), "True");
+    assert_string_equal(get(env, "DTRAIN_COORD_ADDR"), "127.0.0.1:4242");
+    assert_string_equal(get(env, "DTRAIN_JOB_TOKEN"), "ab12");
+    assert_string_equal(get(env, "DTRAIN_NODE_RANK"), "1");
+    assert_string_equal(get(env, "DTRAIN_NNODES"), "2");
+    assert_string_equal(get(env, "DTRAIN_RESTART_COUNT"), "1");
+    assert_string_equal(get(env, "DTRAIN_ERROR_FILE"), "/tmp/run \"x\"/attempt_1/rank_6.error.json");
+    assert_string_equal(get(env, "TORCHELASTIC_ERROR_FILE"), get(env, "DTRAIN_ERROR_FILE"));
+    assert_string_equal(get(env, "OMP_NUM_THREADS"), "1");
+    assert_string_equal(get(env, "PYTHONUNBUFFERED"), "1");
+    assert_string_equal(get(env, "FROM_SPEC"), "yes");
+    assert_string_equal(get(env, "KEEP"), "spec");
+    dt_agent_env_free(env);
+}
+
+static void no_token_no_variable(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    cfg.token = NULL;
+    char *base[] = {(char *)"DTRAIN_JOB_TOKEN=inherited", (char *)"OMP_NUM_THREADS=8", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_null(get(env, "DTRAIN_JOB_TOKEN"));
+    assert_string_equal(get(env, "OMP_NUM_THREADS"), "8");
+    assert_true(dt_agent_env_is_reserved("MASTER_PORT"));
+    assert_false(dt_agent_env_is_reserved("OMP_NUM_THREADS"));
+    dt_agent_env_free(env);
+}
+
+static void summary_json(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    cfg.nnodes = 1;
+    cfg.node_rank = 0;
+    cfg.nproc = 2;
+    struct dt_agent_rank_result r0[2] = {{0, 100, true, 1 << 8, false, 0.1, 0.2}, {1, 101, true, SIGTERM, true, 0.1, 0.3}};
+    struct dt_agent_rank_result r1[2] = {{0, 200, true, 0, false, 0.5, 0.6}, {1, 201, true, 0, false, 0.5, 0.7}};
+    struct dt_agent_attempt at[2] = {{0.0, 0.4, 0, 1, r0}, {0.5, 0.8, -1, 0, r1}};
+    struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED, .n_attempts = 2, .nproc = 2, .attempts = at,
+                                  .have_failure = true, .wall_s = 0.9, .started_unix = 0};
+    res.first_failure.attempt = 0;
+    res.first_failure.rank = 0;
+    res.first_failure.wstatus = 1 << 8;
+    res.first_failure.n_tail = 1;
+    strcpy(res.first_failure.tail[0], "boom \"quoted\"\tend");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
+    fclose(f);
+    assert_non_null(strstr(text, "\"status\": \"succeeded\""));
+    assert_non_null(strstr(text, "\"run_dir\": \"/tmp/run \\\"x\\\"\""));
+    assert_non_null(strstr(text, "\"n_attempts\": 2"));
+    assert_non_null(strstr(text, "\"world_size\": 2"));
+    assert_non_null(strstr(text, "\"stderr_tail\": [\"boom \\\"quoted\\\"\\tend\"]"));
+    assert_non_null(strstr(text, "\"exit_code\": null, \"signal\": \"SIGTERM\""));
+    assert_non_null(strstr(text, "\"stopped_by_dtrain\": true"));
+    assert_non_null(strstr(text, "\"started_at\": \"1970-01-01T00:00:00Z\""));
+    assert_non_null(strstr(text, "\"command\": [\"printenv\"]"));
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lines_split_across_reads),
+        cmocka_unit_test(long_lines_come_in_pieces),
+        cmocka_unit_test(prefix_is_rank_and_newline),
+        cmocka_unit_test(tail_keeps_last_lines_in_order),
+        cmocka_unit_test(ranks_lists),
+        cmocka_unit_test(exit_statuses_decoded),
+        cmocka_unit_test(environment_for_a_rank),
+        cmocka_unit_test(no_token_no_variable),
+        cmocka_unit_test(summary_json),
+    };
+    return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
+}

@@ -1,0 +1,230 @@
+/* test_comm.c - every collective x dtype x op x world size 1-8 x awkward sizes,
+ * on the tcp and shm backends, against a reference computed on each rank.
+ *
+ * Data are small integers (-5..5), so sums are exact in every dtype (bf16
+ * holds integers up to 256) and in any order: the reference can be computed
+ * plainly and compared bit for bit, AVG included (its one division is done
+ * the same way as the library's: in the dtype's arithmetic, fp32 for halves).
+ * Matching the reference bitwise on every rank means identical bits across
+ * ranks; a checksum allgather checks that directly too.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "comm/reduce.h"
+#include "tests/unit/test_comm_harness.h"
+
+static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 40009};
+#define NSIZES (sizeof sizes / sizeof *sizes)
+#define MAXN 40009
+
+static double gen(int rank, size_t i) { return (double)((rank * 7 + (long)(i % 1000003) * 3) % 11) - 5; }
+
+/* Reference for one element reduced over all ranks' gen(q, i). */
+static void ref_put(enum dt_dtype t, enum dt_redop op, void *buf, size_t at, int world, size_t i)
+{
+    double acc = gen(0, i);
+    for (int q = 1; q < world; q++) {
+        double v = gen(q, i);
+        acc = op == DT_MAX ? (v > acc ? v : acc) : op == DT_MIN ? (v < acc ? v : acc) : acc + v;
+    }
+    if (op == DT_AVG) {
+        switch (t) {
+        case DT_F64: acc = acc / world; break;
+        case DT_I32: case DT_I64: acc = (double)((int64_t)acc / world); break;
+        default: acc = (double)((float)acc / (float)world); break;
+        }
+    }
+    dt_dtype_put(t, buf, at, acc);
+}
+
+static int wrong(const char *what, enum dt_dtype t, enum dt_redop op, size_t n, size_t i)
+{
+    return dt_error_set(DT_EINTERNAL, "%s: wrong result (%s, %s, count %zu) at element %zu", what,
+                        dt_dtype_name(t), dt_redop_name(op), n, i);
+}
+
+static int check(const char *what, enum dt_dtype t, enum dt_redop op, const char *got, const char *want, size_t n)
+{
+    size_t es = dt_dtype_size(t);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(got + i * es, want + i * es, es))
+            return wrong(what, t, op, n, i);
+    return 0;
+}
+
+struct bufs { char *send, *recv, *want; };
+
+static int one_allreduce(struct dt_comm *c, struct bufs *b, int r, int w, enum dt_dtype t, enum dt_redop op,
+                         size_t n, bool inplace)
+{
+    for (size_t i = 0; i < n; i++) {
+        dt_dtype_put(t, b->send, i, gen(r, i));
+        ref_put(t, op, b->want, i, w, i);
+    }
+    char *dst = inplace ? b->send : b->recv;
+    int rc = dt_comm_allreduce(c, b->send, dst, n, t, op);
+    return rc ? rc : check(inplace ? "allreduce in-place" : "allreduce", t, op, dst, b->want, n);
+}
+
+static int one_reduce_scatter(struct dt_comm *c, struct bufs *b, int r, int w, enum dt_dtype t, enum dt_redop op,
+                              size_t n)
+{
+    for (size_t i = 0; i < n * (size_t)w; i++)
+        dt_dtype_put(t, b->send, i, gen(r, i));
+    for (size_t i = 0; i < n; i++)
+        ref_put(t, op, b->want, i, w, (size_t)r * n + i);
+    int rc = dt_comm_reduce_scatter(c, b->send, b->recv, n, t, op);
+    return rc ? rc : check("reduce_scatter", t, op, b->recv, b->want, n);
+}
+
+static int one_allgather(struct dt_comm *c, struct bufs *b, int r, int w, enum dt_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dt_dtype_put(t, b->send, i, gen(r, i));
+    for (int q = 0; q < w; q++)
+        for (size_t i = 0; i < n; i++)
+            dt_dtype_put(t, b->want, (size_t)q * n + i, gen(q, i));
+    int rc = dt_comm_allgather(c, b->send, b->recv, n, t);
+    return rc ? rc : check("allgather", t, DT_SUM, b->recv, b->want, n * (size_t)w);
+}
+
+static int one_broadcast(struct dt_comm *c, struct bufs *b, int r, int root, enum dt_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        dt_dtype_put(t, b->recv, i, gen(r, i));
+        dt_dtype_put(t, b->want, i, gen(root, i));
+    }
+    int rc = dt_comm_broadcast(c, b->recv, n, t, root);
+    return rc ? rc : check("broadcast", t, DT_SUM, b->recv, b->want, n);
+}
+
+/* Every rank's checksum of its last result must be the same. */
+static int same_everywhere(struct dt_comm *c, const char *buf, size_t bytes, int w)
+{
+    int64_t h = 1469598103934665603LL, all[16];
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ (uint8_t)buf[i]) * 1099511628211LL;
+    int rc = dt_comm_allgather(c, &h, all, 1, DT_I64);
+    for (int q = 0; rc == 0 && q < w; q++)
+        if (all[q] != h)
+            rc = dt_error_set(DT_EINTERNAL, "results differ between ranks (rank %d's checksum differs)", q);
+    return rc;
+}
+
+static int body_sweep(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    struct bufs b = {malloc(MAXN * 8 * 8), malloc(MAXN * 8 * 8), malloc(MAXN * 8 * 8)};
+    int rc = 0;
+    for (int t = 0; t < DT_DTYPE_COUNT && rc == 0; t++) {
+        for (int op = 0; op < DT_REDOP_COUNT && rc == 0; op++)
+            for (size_t k = 0; k < NSIZES && rc == 0; k++) {
+                size_t n = sizes[k];
+                rc = one_allreduce(c, &b, r, w, t, op, n, k % 2);
+                if (rc == 0 && k == NSIZES - 1)
+                    rc = same_everywhere(c, k % 2 ? b.send : b.recv, n * dt_dtype_size(t), w);
+                if (rc == 0 && (k % 3 == 0 || op == DT_SUM))
+                    rc = one_reduce_scatter(c, &b, r, w, t, op, n / (size_t)w + (k % 2));
+            }
+        for (size_t k = 0; k < NSIZES && rc == 0; k++) {
+            rc = one_allgather(c, &b, r, w, t, sizes[k] / (size_t)w + 1);
+            if (rc == 0)
+                rc = one_broadcast(c, &b, r, (int)(k % (size_t)w), t, sizes[k]);
+        }
+        if (rc == 0)
+            rc = dt_comm_barrier(c);
+    }
+    free(b.send);
+    free(b.recv);
+    free(b.want);
+    return rc;
+}
+
+static void sweep(const char *backend, int lo, int hi)
+{
+    for (int w = lo; w <= hi; w++) {
+        int failed = harness_run(w, backend, 60, body_sweep, NULL);
+        if (failed)
+            fprintf(stderr, "%s: world %d: %d rank(s) failed\n", backend, w, failed);
+        assert_int_equal(failed, 0);
+    }
+}
+
+static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
+static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
+
+/* 64 MiB of f32 (16 Mi elements): ring pipelining over many segments. */
+static int body_large(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    size_t n = 16u << 20;
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)gen(r, i);
+    int rc = dt_comm_allreduce(c, x, y, n, DT_F32, DT_SUM);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < w; q++)
+            want += gen(q, i);
+        if (y[i] != (float)want)
+            rc = wrong("allreduce 64 MiB", DT_F32, DT_SUM, n, i);
+    }
+    free(x);
+    free(y);
+    return rc;
+}
+
+static void tcp_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "tcp", 60, body_large, NULL), 0); }
+
+/* Async: several f32 AVG requests in flight, waited in order and out of order. */
+static int body_async(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    enum { K = 6, N = 5000 };
+    static float buf[K][N];
+    struct dt_comm_req *req[K];
+    int rc = 0;
+    for (int k = 0; k < K && rc == 0; k++) {
+        for (int i = 0; i < N; i++)
+            buf[k][i] = (float)gen(r, (size_t)(i + k));
+        rc = dt_comm_iallreduce(c, buf[k], buf[k], N, DT_F32, DT_AVG, &req[k]);
+    }
+    for (int k = K - 1; k >= 0 && rc == 0; k--)
+        rc = dt_comm_wait(req[k]);
+    for (int k = 0; k < K && rc == 0; k++)
+        for (int i = 0; i < N && rc == 0; i++) {
+            float want;
+            ref_put(DT_F32, DT_AVG, &want, 0, w, (size_t)(i + k));
+            if (memcmp(&want, &buf[k][i], 4))
+                rc = wrong("iallreduce", DT_F32, DT_AVG, N, (size_t)i);
+        }
+    bool done = false;
+    struct dt_comm_req *b;
+    if (rc == 0 && (rc = dt_comm_ibarrier(c, &b)) == 0) {
+        while (rc == 0 && !done)
+            rc = dt_comm_test(b, &done);
+        if (rc == 0)
+            rc = dt_comm_wait(b);
+    }
+    return rc;
+}
+
+static void async_requests(void **s)
+{
+    (void)s;
+    assert_int_equal(harness_run(3, "tcp", 30, body_async, NULL), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
+        cmocka_unit_test(tcp_64mib),
+        cmocka_unit_test(async_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

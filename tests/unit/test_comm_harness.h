@@ -1,0 +1,88 @@
+/* test_comm_harness.h - runs a function on N forked ranks that share an
+ * in-process coordinator, for the communicator's unit tests.
+ *
+ * Each call gets a fresh store prefix, so communicators of different calls
+ * (and a second communicator after a failure) never see each other's keys.
+ * A rank's failure message goes to stderr with its rank; the parent returns
+ * the number of ranks that failed.  Every rank has an alarm so a hang fails
+ * the test instead of blocking CI.
+ */
+#ifndef TEST_COMM_HARNESS_H
+#define TEST_COMM_HARNESS_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "comm/error.h"
+#include "comm/store.h"
+#include "launcher/coordinator.h"
+
+static struct dt_coord *harness_coord;
+static int harness_seq;
+
+static void harness_start(void)
+{
+    if (harness_coord)
+        return;
+    struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .port = 0};
+    if (dt_coord_start(&cfg, &harness_coord) != 0) {
+        fprintf(stderr, "harness: coordinator: %s\n", dt_error_last());
+        exit(2);
+    }
+}
+
+static int harness_store(struct dt_store **s)
+{
+    struct dt_store_options so = {.host = "127.0.0.1", .port = dt_coord_port(harness_coord), .timeout_s = 30};
+    return dt_store_connect(&so, s);
+}
+
+typedef int (*harness_body)(struct dt_comm *c, int rank, int world, void *arg);
+
+/* Runs body on `world` ranks; returns how many failed.  The body returns 0 or
+ * a negative code (its message in dt_error_last()). */
+static int harness_run(int world, const char *backend, double timeout_s, harness_body body, void *arg)
+{
+    harness_start();
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "h%d-%d/", (int)getpid(), harness_seq++);
+    pid_t pids[16];
+    fflush(NULL);
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            alarm(150);
+            struct dt_store *s = NULL;
+            struct dt_comm *c = NULL;
+            struct dt_comm_options o = {.backend = backend, .rank = r, .world = world, .local_rank = r,
+                                        .local_world = world, .key_prefix = prefix, .timeout_s = timeout_s};
+            int rc = harness_store(&s);
+            if (rc == 0) {
+                o.store = s;
+                rc = dt_comm_init(&o, &c);
+            }
+            if (rc == 0)
+                rc = body(c, r, world, arg);
+            if (rc != 0)
+                fprintf(stderr, "rank %d/%d (%s): %s\n", r, world, backend, dt_error_last());
+            dt_comm_destroy(c);
+            dt_store_close(s);
+            fflush(NULL);
+            _exit(rc == 0 ? 0 : 1);
+        }
+    }
+    int failed = 0;
+    for (int r = 0; r < world; r++) {
+        int st;
+        if (waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            failed++;
+    }
+    return failed;
+}
+
+#endif
