@@ -120,11 +120,11 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     /* OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does) caps the
      * kernel threads, as it caps PyTorch's intra-op threads; unset, the trainer
      * splits the cores among the host's ranks. */
-    int threads = 0;
-    if (env_int("OMP_NUM_THREADS", 0, &threads))
+    int threads = 0, bench = 0;
+    if (env_int("OMP_NUM_THREADS", 0, &threads) || env_int("DTRAIN_BENCH_ALLREDUCE", 0, &bench))
         return DT_EINVAL;
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
-                                   .local_world = e->local_world, .quiet = e->rank != 0};
+                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0};
     struct dt_trainer *t;
     int rc = dt_trainer_create(job->trainer, &o, &t);
     if (rc)
