@@ -292,7 +292,9 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->small_bytes = env_size("DTRAIN_SHM_SMALL_BYTES", 16 << 10);
     if (s->small_bytes > s->slot)
         s->small_bytes = s->slot;
-    s->spin = s->world > cpus_available() ? 4 : 20000;
+    /* ~10 us of pause before yielding: enough for a peer that is running, short
+     * enough not to burn a time slice when it is not (busy or shared machine). */
+    s->spin = s->world > cpus_available() ? 4 : 256;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
     int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)
