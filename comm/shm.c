@@ -17,8 +17,9 @@
  * reduction and copy-out on other ranks.  Small allreduces skip B and C:
  * every rank reduces the whole vector from all slots itself.
  *
- * Memory traffic per rank for allreduce of S bytes: copy-in 2S, reduce
- * S + S/p, copy-out 2S (busbw factor 2(p-1)/p as for any allreduce).
+ * Memory traffic per rank for allreduce of S bytes (a rank's own piece is
+ * reduced straight from its send buffer): copy-in 2(p-1)/p*S, reduce S + 2S/p,
+ * copy-out 2(p-1)/p*S; busbw factor 2(p-1)/p as for any allreduce.
  *
  * Waiting spins (pause) then yields; when ranks outnumber cores it yields at
  * once.  Every wait checks the collective's deadline, the abort flag, a

@@ -43,7 +43,11 @@ static int allreduce_small(struct dt_shm *s, const char *send, char *recv, size_
     return 0;
 }
 
-/* One round of the large allreduce: elements [j0, j0+m) of every chunk. */
+/* One round of the large allreduce: elements [j0, j0+m) of every chunk.
+ * Our own piece never goes through the segment on the way in: we reduce it
+ * straight from `send` into `recv` and only then publish the result, so per
+ * rank the round moves (p-1)/p*S in, reads S and writes 2S/p to reduce, and
+ * (p-1)/p*S out. */
 static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_t n, size_t j0, size_t m,
                            enum dt_dtype t, enum dt_redop op)
 {
@@ -53,28 +57,29 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
         return rc;
     uint64_t k = s->round;
     char *mine = dt_shm_slot(s, me, k);
-    for (int c = 0; c < p; c++) { /* A: my pieces of every chunk */
+    for (int c = 0; c < p; c++) { /* A: my pieces of the other ranks' chunks */
         chunk(n, p, c, &off, &len);
-        if (j0 < len)
+        if (c != me && j0 < len)
             memcpy(mine + (size_t)c * m * es, send + (off + j0) * es, (len - j0 < m ? len - j0 : m) * es);
     }
     dt_shm_publish(s, DT_SHM_IN, k + 1);
     if ((rc = dt_shm_wait_all(s, DT_SHM_IN, k + 1)) < 0)
         return rc;
-    chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, rank order */
+    chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, in rank order */
     if (j0 < len) {
         size_t cnt = len - j0 < m ? len - j0 : m;
         for (int q = 0; q < p; q++)
-            s->srcs[q] = dt_shm_slot(s, q, k) + (size_t)me * m * es;
-        dt_reduce_many(t, op, mine + (size_t)me * m * es, s->srcs, p, cnt);
-        dt_reduce_finish(t, op, mine + (size_t)me * m * es, cnt, p);
+            s->srcs[q] = q == me ? send + (off + j0) * es : dt_shm_slot(s, q, k) + (size_t)me * m * es;
+        dt_reduce_many(t, op, recv + (off + j0) * es, s->srcs, p, cnt);
+        dt_reduce_finish(t, op, recv + (off + j0) * es, cnt, p);
+        memcpy(mine + (size_t)me * m * es, recv + (off + j0) * es, cnt * es);
     }
     dt_shm_publish(s, DT_SHM_RED, k + 1);
     if ((rc = dt_shm_wait_all(s, DT_SHM_RED, k + 1)) < 0)
         return rc;
-    for (int c = 0; c < p; c++) { /* C: every reduced piece out */
+    for (int c = 0; c < p; c++) { /* C: the other ranks' results out */
         chunk(n, p, c, &off, &len);
-        if (j0 < len)
+        if (c != me && j0 < len)
             memcpy(recv + (off + j0) * es, dt_shm_slot(s, c, k) + (size_t)c * m * es,
                    (len - j0 < m ? len - j0 : m) * es);
     }
