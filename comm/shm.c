@@ -21,8 +21,9 @@
  * reduced straight from its send buffer): copy-in 2(p-1)/p*S, reduce S + 2S/p,
  * copy-out 2(p-1)/p*S; busbw factor 2(p-1)/p as for any allreduce.
  *
- * Waiting spins (pause) then yields; when ranks outnumber cores it yields at
- * once.  Every wait checks the collective's deadline, the abort flag, a
+ * Waiting spins (pause), yields a little, then sleeps on the peer's futex
+ * word (woken by its next publish); when ranks outnumber cores it spins
+ * hardly at all.  Every wait checks the collective's deadline, the abort flag, a
  * shared "failed" flag (set by the first rank that fails, so everyone fails
  * fast with its reason), and every 10 ms whether the awaited peer's process
  * still exists (a zombie counts as dead).
@@ -31,6 +32,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -98,7 +103,26 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Waits until counter `which` of rank q reaches `target`. */
+/* Sleeps on rank q's futex word until it publishes again (or 10 ms pass, so
+ * deadlines, aborts and dead peers are still noticed).  The sleeper count and
+ * the counter re-check make a lost wake-up impossible: either the publisher
+ * sees us counted and wakes us, or we see its new counter value. */
+static void sleep_on(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_t target)
+{
+    struct shm_ctl *peer = &s->ctl[q];
+    unsigned w = atomic_load(&peer->wake);
+    atomic_fetch_add(&peer->sleepers, 1);
+    if (atomic_load(c) < target) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        syscall(SYS_futex, &peer->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&peer->sleepers, 1);
+}
+
+/* Waits until counter `which` of rank q reaches `target`: spin (a running
+ * peer answers within microseconds), then yield a little, then sleep on a
+ * futex so a rank waiting for a slow peer (one still computing its
+ * gradients) leaves the core to it. */
 int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
 {
     atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
@@ -108,9 +132,11 @@ int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
             return 0;
         if (i < (uint64_t)s->spin)
             cpu_relax();
-        else
+        else if (i < (uint64_t)s->spin + 64)
             sched_yield();
-        if ((i & 63) != 63)
+        else
+            sleep_on(s, q, c, target);
+        if ((i & 63) != 63 && i < (uint64_t)s->spin + 64)
             continue;
         int f = atomic_load(&s->hdr->failed);
         if (f && f != s->rank + 1)
@@ -150,7 +176,10 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
 void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
 {
     struct shm_ctl *c = &s->ctl[s->rank];
-    atomic_store_explicit(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v, memory_order_release);
+    atomic_store(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v);
+    atomic_fetch_add(&c->wake, 1);
+    if (atomic_load(&c->sleepers) > 0)
+        syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 /* Starts a round: the slot set is free once every rank finished round k - nbuf. */

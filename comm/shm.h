@@ -29,6 +29,8 @@ struct shm_ctl {
     _Alignas(LINE) atomic_uint_fast64_t red;
     _Alignas(LINE) atomic_uint_fast64_t out;
     _Alignas(LINE) int32_t pid;
+    atomic_uint wake;           /* futex word: bumped on every publish */
+    atomic_int sleepers;        /* ranks blocked on `wake` */
 };
 
 struct dt_shm {
