@@ -63,8 +63,10 @@ char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round)
 int dt_shm_fail(struct dt_shm *s, int code)
 {
     int zero = 0;
-    if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1))
+    if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1)) {
         snprintf(s->hdr->why, sizeof s->hdr->why, "%s", dt_error_last());
+        atomic_store(&s->hdr->code, code);
+    }
     return code;
 }
 
@@ -95,6 +97,8 @@ static bool pid_dead(int pid)
     char *p = strrchr(buf, ')');
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
+
+static int check_desc(struct dt_shm *s, int q, uint64_t round);
 
 static inline void cpu_relax(void)
 {
@@ -129,7 +133,7 @@ int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
     double next_pid_check = 0;
     for (uint64_t i = 0;; i++) {
         if (atomic_load_explicit(c, memory_order_acquire) >= target)
-            return 0;
+            return which == DT_SHM_IN ? check_desc(s, q, target - 1) : 0;
         if (i < (uint64_t)s->spin)
             cpu_relax();
         else if (i < (uint64_t)s->spin + 64)
@@ -139,8 +143,9 @@ int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
         if ((i & 63) != 63 && i < (uint64_t)s->spin + 64)
             continue;
         int f = atomic_load(&s->hdr->failed);
-        if (f && f != s->rank + 1)
-            return dt_error_set(DT_ECONN, "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
+        if (f && f != s->rank + 1) /* its code: a protocol error stays one, a death stays DT_ECONN */
+            return dt_error_set(atomic_load(&s->hdr->code) == DT_EPROTO ? DT_EPROTO : DT_ECONN,
+                                "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
                                 dt_coll_name(s->cur), (unsigned long long)s->seq, f - 1, s->hdr->why);
         if (atomic_load(&s->aborted)) {
             dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
@@ -186,9 +191,12 @@ void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
 int dt_shm_round_begin(struct dt_shm *s)
 {
     uint64_t k = s->round;
-    if (k + 1 > (uint64_t)s->nbuf)
-        return dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf);
-    return 0;
+    /* The description goes into the slot set only once it is free: a peer
+     * still in round k - nbuf may be reading the old one. */
+    int rc = k + 1 > (uint64_t)s->nbuf ? dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf) : 0;
+    if (rc == 0)
+        s->ctl[s->rank].desc[k % (uint64_t)s->nbuf] = s->cur_desc;
+    return rc;
 }
 
 void dt_shm_round_end(struct dt_shm *s)
@@ -199,11 +207,27 @@ void dt_shm_round_end(struct dt_shm *s)
     dt_shm_publish(s, 2, v);
 }
 
-void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k)
+void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root)
 {
     s->cur = k;
     s->seq++;
     s->deadline = dt_comm_now() + s->timeout_s;
+    s->cur_desc = (struct shm_desc){.seq = s->seq, .count = count, .kind = k, .dtype = t, .op = op, .root = root};
+}
+
+static int check_desc(struct dt_shm *s, int q, uint64_t round)
+{
+    const struct shm_desc *d = &s->ctl[q].desc[round % (uint64_t)s->nbuf], *m = &s->cur_desc;
+    if (!memcmp(d, m, sizeof *d))
+        return 0;
+    dt_error_set(DT_EPROTO,
+                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d): peer rank %d is running %s #%llu (count %llu, "
+                 "%s, %s, root %d); every rank must call the same collectives in the same order",
+                 s->rank, dt_coll_name(s->cur), (unsigned long long)m->seq, (unsigned long long)m->count,
+                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, q, dt_coll_name(d->kind),
+                 (unsigned long long)d->seq, (unsigned long long)d->count, dt_dtype_name(d->dtype),
+                 dt_redop_name(d->op), d->root);
+    return dt_shm_fail(s, DT_EPROTO);
 }
 
 

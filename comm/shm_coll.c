@@ -90,7 +90,7 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
 static int shm_allreduce(void *st, const void *send, void *recv, size_t n, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_ALLREDUCE);
+    dt_shm_begin(s, DT_COLL_ALLREDUCE, n, t, op, -1);
     if (n == 0)
         return 0;
     size_t es = dt_dtype_size(t);
@@ -130,7 +130,7 @@ static int reduce_scatter_round(struct dt_shm *s, const char *send, char *recv, 
 static int shm_reduce_scatter(void *st, const void *send, void *recv, size_t n, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_REDUCE_SCATTER);
+    dt_shm_begin(s, DT_COLL_REDUCE_SCATTER, n, t, op, -1);
     size_t per = s->slot / dt_dtype_size(t) / (size_t)s->world;
     for (size_t j0 = 0; j0 < n; j0 += per) {
         int rc = reduce_scatter_round(s, send, recv, n, j0, n - j0 < per ? n - j0 : per, t, op);
@@ -143,7 +143,7 @@ static int shm_reduce_scatter(void *st, const void *send, void *recv, size_t n, 
 static int shm_allgather(void *st, const void *send, void *recv, size_t n, enum dt_dtype t)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_ALLGATHER);
+    dt_shm_begin(s, DT_COLL_ALLGATHER, n, t, DT_SUM, -1);
     size_t es = dt_dtype_size(t), per = s->slot / es;
     const char *in = send;
     char *out = recv;
@@ -167,7 +167,7 @@ static int shm_allgather(void *st, const void *send, void *recv, size_t n, enum 
 static int shm_broadcast(void *st, void *buf, size_t n, enum dt_dtype t, int root)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_BROADCAST);
+    dt_shm_begin(s, DT_COLL_BROADCAST, n, t, DT_SUM, root);
     size_t es = dt_dtype_size(t), per = s->slot / es;
     char *b = buf;
     for (size_t j0 = 0; j0 < n; j0 += per) {
@@ -192,7 +192,7 @@ static int shm_broadcast(void *st, void *buf, size_t n, enum dt_dtype t, int roo
 static int shm_barrier(void *st)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_BARRIER);
+    dt_shm_begin(s, DT_COLL_BARRIER, 0, DT_F32, DT_SUM, -1);
     int rc = dt_shm_round_begin(s);
     if (rc < 0)
         return rc;
