@@ -11,6 +11,7 @@
 #include "launcher/jobspec.h"
 
 #include "comm/error.h"
+#include "launcher/agent.h"
 #include "launcher/jobspec_keys.h"
 #include "worker/trainer_spec.h"
 
@@ -230,7 +231,7 @@ static int check_program(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
                             "neither command nor trainer is set; a job runs either a command on every rank "
                             "(command: [python3, train.py]) or the bundled trainer (trainer: {...})");
     if (job->command && job->trainer) {
-        const struct dt_ynode *c = dt_ymap_get(map, "command"), *t = dt_ymap_get(map, "trainer");
+        const struct dt_ynode *c = dt_ymap_key_node(map, "command"), *t = dt_ymap_key_node(map, "trainer");
         const struct dt_ynode *later = c->line > t->line || (c->line == t->line && c->col > t->col) ? c : t;
         return dt_spec_fail(ctx, later, NULL,
                             "both command and trainer are set; a job runs exactly one of them (remove one)");
@@ -261,20 +262,15 @@ static int check_backend(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
     return 0;
 }
 
-/* Names the agent sets for each rank: letting env override them would
- * silently break rendezvous. */
+/* Names the agent sets for each rank (the agent's list is the one truth):
+ * a value in env: would be silently overridden, so it is refused here. */
 static int check_env(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    static const char *const reserved[] = {
-        "RANK",       "LOCAL_RANK",      "WORLD_SIZE",  "LOCAL_WORLD_SIZE", "GROUP_RANK",
-        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
-        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", NULL};
     const struct dt_ynode *env = dt_ymap_get(map, "env");
     for (int i = 0; i < job->n_env; i++)
-        for (int r = 0; reserved[r]; r++)
-            if (strcmp(job->env[i].name, reserved[r]) == 0)
-                return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
-                                    "%s is set by dtrain for every rank and cannot be overridden", reserved[r]);
+        if (dt_agent_env_is_reserved(job->env[i].name))
+            return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
+                                "%s is set by dtrain for every rank and cannot be overridden", job->env[i].name);
     return 0;
 }
 

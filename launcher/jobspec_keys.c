@@ -58,6 +58,12 @@ static int set_word(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const 
     if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v))
         return shape_error(ctx, k, v, want);
     int idx = k->names ? word_index(k, v->text) : 0;
+    const char *close = idx < 0 ? dt_spec_suggest_word(k->names, v->text) : NULL;
+    if (close) {
+        char q[96];
+        return dt_spec_fail(ctx, v, k->name, "expected %s, got '%s'; did you mean '%s'?", want,
+                            dt_yaml_quote(v->text, q, sizeof q), close);
+    }
     if (idx < 0 || (!(k->flags & DT_KF_EMPTY_OK) && v->len == 0))
         return shape_error(ctx, k, v, want);
     if (k->type == DT_KT_ENUM) {

@@ -144,6 +144,8 @@ int dt_spec_check_range(struct dt_spec_ctx *ctx, const struct dt_spec_key *key, 
 
 /* The closest known key of `sec` to `name`, or NULL when none is close. */
 const char *dt_spec_suggest(const struct dt_spec_section *sec, const char *name);
+/* The closest of the NULL-terminated `words` to `text`, or NULL. */
+const char *dt_spec_suggest_word(const char *const *words, const char *text);
 /* The dotted path of a key called exactly `name` in another section of the
  * tree under `root` (into buf), or NULL. */
 const char *dt_spec_find_elsewhere(const struct dt_spec_section *root, const struct dt_spec_section *not_in,

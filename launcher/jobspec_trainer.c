@@ -288,9 +288,11 @@ static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_trainer_spec *t = obj;
-    const struct dt_ynode *e = dt_ymap_get(map, "epochs"), *s = dt_ymap_get(map, "steps");
-    if (e && s)
-        return dt_spec_fail(ctx, s->line > e->line ? s : e, NULL, "set either epochs or steps, not both");
+    const struct dt_ynode *e = dt_ymap_key_node(map, "epochs"), *s = dt_ymap_key_node(map, "steps");
+    if (e && s) {
+        const struct dt_ynode *later = s->line > e->line || (s->line == e->line && s->col > e->col) ? s : e;
+        return dt_spec_fail(ctx, later, NULL, "set either epochs or steps, not both");
+    }
     if (s)
         t->epochs = 0;
     return 0;
@@ -314,7 +316,8 @@ static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("checkpoint", DT_KT_SECTION, struct dt_trainer_spec, checkpoint, .sub = &checkpoint_section),
     DT_KEY("eval", DT_KT_SECTION, struct dt_trainer_spec, eval_every_epochs, .sub = &eval_section),
     DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, .lo = 0, .hi = 9.2e18, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices),
+    DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices,
+           .hint = "NVIDIA GPUs are device: cuda"),
     DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section),
     DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),

@@ -337,6 +337,16 @@ const struct dt_ynode *dt_ymap_get(const struct dt_ynode *map, const char *key)
     return NULL;
 }
 
+const struct dt_ynode *dt_ymap_key_node(const struct dt_ynode *map, const char *key)
+{
+    if (!map || map->kind != DT_Y_MAP)
+        return NULL;
+    for (size_t i = 0; i < map->n; i++)
+        if (strcmp(dt_ymap_key(map, i)->text, key) == 0)
+            return dt_ymap_key(map, i);
+    return NULL;
+}
+
 const char *dt_yaml_quote(const char *text, char *buf, size_t bufsize)
 {
     size_t max = bufsize > 4 ? bufsize - 4 : 0, i = 0;

@@ -40,6 +40,8 @@ void dt_yaml_free(struct dt_ynode *node);
 
 /* Mapping helpers: the value for `key`, or NULL. */
 const struct dt_ynode *dt_ymap_get(const struct dt_ynode *map, const char *key);
+/* The key node named `key` (for messages about the key itself), or NULL. */
+const struct dt_ynode *dt_ymap_key_node(const struct dt_ynode *map, const char *key);
 /* The key node of pair `i` and its value. */
 static inline const struct dt_ynode *dt_ymap_key(const struct dt_ynode *map, size_t i)
 {
