@@ -172,8 +172,8 @@ static int check_duplicates(const struct builder *b, const struct dt_ynode *map)
     int rc = 0;
     if (dup) {
         char q[96];
-        rc = dt_error_set(DT_EINVAL, "%s:%d:%d: duplicate key '%s' (first set at line %d)", b->name, dup->line,
-                          dup->col, dt_yaml_quote(dup->text, q, sizeof q), first->line);
+        rc = dt_error_set(DT_EINVAL, "%s:%d:%d: duplicate key '%s' (first set at line %d)", b->name,
+                          dup->line, dup->col, dt_yaml_quote(dup->text, q, sizeof q), first->line);
     }
     free(keys);
     return rc;
@@ -288,8 +288,9 @@ static int refuse_nul(const struct builder *b)
             col++;
         }
     }
-    return dt_error_set(DT_EINVAL, "%s:%zu:%zu: a NUL byte: a job spec is a text file (is this a binary file?)",
-                        b->name, line, col);
+    return dt_error_set(DT_EINVAL,
+                        "%s:%zu:%zu: a NUL byte: a job spec is a text file (is this a binary file?)", b->name,
+                        line, col);
 }
 
 int dt_yaml_parse(const char *text, size_t len, const char *name, struct dt_ynode **root)

@@ -23,12 +23,12 @@ enum dt_ynode_kind { DT_Y_SCALAR, DT_Y_MAP, DT_Y_SEQ };
 
 struct dt_ynode {
     enum dt_ynode_kind kind;
-    int line, col;          /* 1-based position of the node's first character */
-    char *text;             /* scalar: its value, NUL-terminated */
-    size_t len;             /* scalar: length of text */
-    int plain;              /* scalar written without quotes: 3 is a number, "3" a string */
+    int line, col;           /* 1-based position of the node's first character */
+    char *text;              /* scalar: its value, NUL-terminated */
+    size_t len;              /* scalar: length of text */
+    int plain;               /* scalar written without quotes: 3 is a number, "3" a string */
     struct dt_ynode **items; /* sequence: the items; mapping: key, value, key, value, ... */
-    size_t n;               /* sequence: items; mapping: pairs */
+    size_t n;                /* sequence: items; mapping: pairs */
 };
 
 /* Parses `text` (len bytes) into a tree.  `name` is used in messages.  On
