@@ -44,6 +44,8 @@ struct dt_agent_config {
     double grace_s;            /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;        /* the console; both 0 mean STDOUT/STDERR_FILENO */
+    double start_mono;         /* CLOCK_MONOTONIC seconds when the launcher started (times in the
+                                  summary count from it); 0 means when dt_agent_run starts */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
@@ -54,7 +56,7 @@ struct dt_agent_rank_result {
     bool exited;
     int wstatus;               /* as waitpid(2) reported it, valid when exited */
     bool stopped_by_agent;     /* the agent had signalled it before it exited */
-    double spawn_s, exit_s;    /* seconds since the run started (monotonic clock) */
+    double spawn_s, exit_s;    /* seconds since cfg->start_mono */
 };
 
 struct dt_agent_attempt {
@@ -95,6 +97,9 @@ struct dt_agent_result {
  * Free *res with dt_agent_result_free(). */
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
+
+/* CLOCK_MONOTONIC in seconds, the clock of every time in the result. */
+double dt_agent_now(void);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 

@@ -44,7 +44,7 @@ struct dt_agent {
     size_t readbuf_size;
     struct pollfd *pfds;
     struct dt_agent_stream **pfd_stream;
-    double t0;                  /* monotonic seconds at the start of the run */
+    double t0;                  /* cfg->start_mono, or when dt_agent_run started */
     double grace_s;
     int attempt;
     int running;                /* ranks of this attempt not yet reaped */
@@ -55,8 +55,6 @@ struct dt_agent {
     bool swept;                 /* looked for processes the ranks left behind */
     int interrupt_sig;          /* a signal the launcher received, 0 if none */
 };
-
-double dt_agent_now(void);
 
 /* agent_spawn.c */
 int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);

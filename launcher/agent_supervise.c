@@ -445,7 +445,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
     int rc = agent_init(&a, cfg, res);
-    a.t0 = dt_agent_now();
+    a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_agent_now();
     res->started_unix = (double)time(NULL);
     struct saved_signals sv;
     raise_fd_limit(&a);
