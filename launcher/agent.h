@@ -74,6 +74,8 @@ struct dt_agent_failure {
     int n_tail;
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
     char error_file[4352];     /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
+    int oom_killer;            /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
+                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
 };
 
 struct dt_agent_result {
@@ -146,6 +148,13 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
 
 /* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
 int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
+
+/* --- the OOM killer (agent_oom.c) ----------------------------------------- */
+
+/* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
+int dt_agent_oom_count(long long *count);
+/* Reads the "oom_kill N" line of memory.events / memory.oom_control text. */
+int dt_agent_oom_parse(const char *text, long long *count);
 
 /* --- exit statuses and the summary (agent_summary.c) --------------------- */
 

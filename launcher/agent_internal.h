@@ -53,6 +53,8 @@ struct dt_agent {
     double kill_at;             /* when `stopping` turns into SIGKILL */
     double killed_at;           /* when SIGKILL was sent */
     bool swept;                 /* looked for processes the ranks left behind */
+    long long oom_base;         /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;            /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;          /* a signal the launcher received, 0 if none */
 };
 

@@ -295,6 +295,18 @@ static void run_dirs_are_new_and_absolute(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static void oom_counter_parsed(void **state)
+{
+    (void)state;
+    long long n = -1;
+    assert_int_equal(dt_agent_oom_parse("low 0\nhigh 0\nmax 3\noom 2\noom_kill 7\n", &n), 0);
+    assert_int_equal(n, 7);
+    assert_int_equal(dt_agent_oom_parse("oom_kill_disable 0\nunder_oom 0\noom_kill 12", &n), 0);
+    assert_int_equal(n, 12);
+    assert_int_equal(dt_agent_oom_parse("oom_kill_disable 0\nunder_oom 0\n", &n), DT_ENOTFOUND);
+    assert_int_equal(dt_agent_oom_parse("oom_kill x\n", &n), DT_ENOTFOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +320,7 @@ int main(void)
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(summary_json),
         cmocka_unit_test(run_dirs_are_new_and_absolute),
+        cmocka_unit_test(oom_counter_parsed),
     };
     return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }
