@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <malloc.h>
+#include <sys/resource.h>
+
 #include "comm/reduce.h"
 #include "tests/unit/test_comm_harness.h"
 
@@ -105,9 +108,9 @@ static int one_broadcast(struct dt_comm *c, struct bufs *b, int r, int root, enu
 /* Every rank's checksum of its last result must be the same. */
 static int same_everywhere(struct dt_comm *c, const char *buf, size_t bytes, int w)
 {
-    int64_t h = 1469598103934665603LL, all[16];
+    uint64_t h = 1469598103934665603ULL, all[16];
     for (size_t i = 0; i < bytes; i++)
-        h = (h ^ (uint8_t)buf[i]) * 1099511628211LL;
+        h = (h ^ (uint8_t)buf[i]) * 1099511628211ULL;
     int rc = dt_comm_allgather(c, &h, all, 1, DT_I64);
     for (int q = 0; rc == 0 && q < w; q++)
         if (all[q] != h)
@@ -156,6 +159,8 @@ static void sweep(const char *backend, int lo, int hi)
 
 static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
 static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
+static void shm_worlds_1_to_4(void **s) { (void)s; sweep("shm", 1, 4); }
+static void shm_worlds_5_to_8(void **s) { (void)s; sweep("shm", 5, 8); }
 
 /* 64 MiB of f32 (16 Mi elements): ring pipelining over many segments. */
 static int body_large(struct dt_comm *c, int r, int w, void *arg)
@@ -179,6 +184,7 @@ static int body_large(struct dt_comm *c, int r, int w, void *arg)
 }
 
 static void tcp_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "tcp", 60, body_large, NULL), 0); }
+static void shm_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "shm", 60, body_large, NULL), 0); }
 
 /* Async: several f32 AVG requests in flight, waited in order and out of order. */
 static int body_async(struct dt_comm *c, int r, int w, void *arg)
@@ -217,14 +223,69 @@ static void async_requests(void **s)
 {
     (void)s;
     assert_int_equal(harness_run(3, "tcp", 30, body_async, NULL), 0);
+    assert_int_equal(harness_run(3, "shm", 30, body_async, NULL), 0);
+}
+
+/* Steady state allocates nothing and touches no fresh page: after warm-up,
+ * 50 more collectives of each kind leave the heap and the minor-fault count
+ * unchanged (reference/comm.md §9 goal 9). */
+static int body_steady(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)r;
+    (void)w;
+    (void)arg;
+    enum { N = 1 << 18 }; /* 1 MiB of f32: the ring path; 64 floats: the small path */
+    float *x = calloc(N, 4), *y = calloc(N, 4), *g = calloc((size_t)N * 4, 4);
+    int rc = 0;
+    struct rusage ru0 = {0}, ru1;
+    struct mallinfo2 m0 = {0}, m1;
+    for (int phase = 0; phase < 2 && rc == 0; phase++) {
+        if (phase == 1) {
+            getrusage(RUSAGE_SELF, &ru0);
+            m0 = mallinfo2();
+        }
+        for (int i = 0; i < 50 && rc == 0; i++) {
+            struct dt_comm_req *req;
+            rc = dt_comm_allreduce(c, x, y, N, DT_F32, DT_SUM);
+            if (rc == 0)
+                rc = dt_comm_allreduce(c, x, x, 64, DT_F32, DT_AVG);
+            if (rc == 0)
+                rc = dt_comm_reduce_scatter(c, g, y, N / 4, DT_F32, DT_SUM);
+            if (rc == 0)
+                rc = dt_comm_allgather(c, x, g, N / 4, DT_F32);
+            if (rc == 0)
+                rc = dt_comm_broadcast(c, x, N, DT_F32, 0);
+            if (rc == 0 && (rc = dt_comm_iallreduce(c, y, y, N, DT_F32, DT_AVG, &req)) == 0)
+                rc = dt_comm_wait(req);
+        }
+    }
+    getrusage(RUSAGE_SELF, &ru1);
+    m1 = mallinfo2();
+    if (rc == 0 && ru1.ru_minflt != ru0.ru_minflt)
+        rc = dt_error_set(DT_EINTERNAL, "%ld page faults in steady state", ru1.ru_minflt - ru0.ru_minflt);
+    if (rc == 0 && (m1.uordblks != m0.uordblks || m1.hblkhd != m0.hblkhd))
+        rc = dt_error_set(DT_EINTERNAL, "the heap changed in steady state (%zu -> %zu bytes in use)", m0.uordblks,
+                          m1.uordblks);
+    free(x);
+    free(y);
+    free(g);
+    return rc;
+}
+
+static void steady_state_allocates_nothing(void **s)
+{
+    (void)s;
+    assert_int_equal(harness_run(4, "tcp", 30, body_steady, NULL), 0);
+    assert_int_equal(harness_run(4, "shm", 30, body_steady, NULL), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
-        cmocka_unit_test(tcp_64mib),
-        cmocka_unit_test(async_requests),
+        cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
+        cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
+        cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
