@@ -21,7 +21,7 @@ DEB_PACKAGES=(
   libyaml-dev libuv1-dev libcmocka-dev libopenblas-dev zlib1g-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
-  clang python3 python3-pip python3-venv procps iproute2
+  clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2
 )
 
 check_only=0
