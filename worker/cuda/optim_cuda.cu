@@ -14,7 +14,9 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
-#include "comm/error.h"
+extern "C" {
+#include "comm/error.h" /* a C header without C++ guards */
+}
 #include "worker/cuda/cuda_internal.h"
 
 namespace {
