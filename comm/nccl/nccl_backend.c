@@ -166,6 +166,8 @@ static int make_cuda_objects(struct dt_nccl *st)
             return dt_nccl_cuda_error(e, st->rank, "cudaEventCreateWithFlags");
     if ((e = cudaMalloc(&st->scratch, 64)) != cudaSuccess)
         return dt_nccl_cuda_error(e, st->rank, "cudaMalloc (barrier scratch)");
+    if ((e = cudaMalloc(&st->stage, DT_NCCL_STAGE)) != cudaSuccess)
+        return dt_nccl_cuda_error(e, st->rank, "cudaMalloc (staging for host buffers)");
     if ((e = cudaMemset(st->scratch, 0, 64)) != cudaSuccess)
         return dt_nccl_cuda_error(e, st->rank, "cudaMemset");
     return 0;
@@ -287,6 +289,8 @@ static void nccl_destroy(void *p)
             cudaEventDestroy(st->ring[i].done);
     if (st->scratch)
         cudaFree(st->scratch);
+    if (st->stage)
+        cudaFree(st->stage);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st);

@@ -150,12 +150,59 @@ static int query_event(struct dt_nccl *st, cudaEvent_t ev, enum dt_coll_kind kin
     return rc;
 }
 
+/* Host memory (plain malloc, or pinned) is not a buffer NCCL may be handed. */
+static bool on_host(const void *p)
+{
+    if (!p)
+        return false;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* older drivers fail on unregistered memory */
+        return true;
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+}
+
+/* Bytes sent and received by c on this rank (comm.h's count conventions). */
+static void coll_bytes(const struct dt_nccl *st, const struct coll *c, size_t *sb, size_t *rb)
+{
+    size_t b = c->count * dt_dtype_size(c->t);
+    *sb = c->kind == DT_COLL_REDUCE_SCATTER ? b * st->world : c->kind == DT_COLL_BARRIER ? 0 : b;
+    *rb = c->kind == DT_COLL_ALLGATHER ? b * st->world : c->kind == DT_COLL_BARRIER ? 0 : b;
+}
+
+/* Points dc at the staging buffer and copies the host input in.  The copy
+ * back waits until the op is known to be done (a stuck op must not block the
+ * host inside cudaMemcpy, past the deadline). */
+static int stage_in(struct dt_nccl *st, const struct coll *c, struct coll *dc, size_t *rb)
+{
+    size_t sb;
+    coll_bytes(st, c, &sb, rb);
+    size_t off = (sb + 255) / 256 * 256;
+    if (off + *rb > DT_NCCL_STAGE)
+        return dt_error_set(DT_EINVAL,
+                            "rank %d: %s (nccl): %zu bytes in host memory; NCCL needs device buffers (host buffers "
+                            "are staged only up to %u bytes)",
+                            st->rank, dt_coll_name(c->kind), sb + *rb, DT_NCCL_STAGE);
+    char *d = st->stage;
+    dc->send = d;
+    dc->recv = c->kind == DT_COLL_BROADCAST ? d : d + off;
+    cudaError_t e = cudaMemcpyAsync(d, c->kind == DT_COLL_BROADCAST ? c->recv : c->send, sb,
+                                    cudaMemcpyHostToDevice, st->stream);
+    return e == cudaSuccess ? 0 : dt_nccl_cuda_error(e, st->rank, "cudaMemcpyAsync (host buffer in)");
+}
+
 static int run_blocking(struct dt_nccl *st, const struct coll *c)
 {
     double deadline = dt_comm_now() + st->timeout_s;
     uint64_t seq = 0;
+    struct coll dc = *c;
+    size_t rb = 0;
+    bool staged = c->kind != DT_COLL_BARRIER && (on_host(c->send) || on_host(c->recv));
     pthread_mutex_lock(&st->mu);
-    int rc = enqueue_locked(st, c, &seq, deadline);
+    int rc = staged ? stage_in(st, c, &dc, &rb) : 0;
+    if (rc == 0)
+        rc = enqueue_locked(st, &dc, &seq, deadline);
     if (rc == 0) {
         cudaError_t e = cudaEventRecord(st->blocking_done, st->stream);
         if (e != cudaSuccess)
@@ -173,12 +220,20 @@ static int run_blocking(struct dt_nccl *st, const struct coll *c)
             break;
         dt_nccl_pause(&spins);
     }
+    if (rc == 0 && staged && rb) {
+        cudaError_t e = cudaMemcpy(c->recv, dc.recv, rb, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess)
+            rc = dt_nccl_cuda_error(e, st->rank, "cudaMemcpy (host buffer out)");
+    }
     return rc;
 }
 
 static int run_async(struct dt_nccl *st, const struct coll *c, struct dt_comm_req *req)
 {
     double deadline = dt_comm_now() + st->timeout_s;
+    if (c->kind != DT_COLL_BARRIER && (on_host(c->send) || on_host(c->recv)))
+        return dt_error_set(DT_EINVAL, "rank %d: %s (nccl): async collectives need device buffers", st->rank,
+                            dt_coll_name(c->kind));
     pthread_mutex_lock(&st->mu);
     if (st->len == DT_NCCL_RING) {
         pthread_mutex_unlock(&st->mu);

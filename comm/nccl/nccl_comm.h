@@ -47,8 +47,21 @@ int dt_nccl_mem_alloc(void **p, size_t bytes);
 void dt_nccl_mem_free(void *p);
 int dt_nccl_mem_copy(void *dst, const void *src, size_t bytes);
 int dt_nccl_mem_set(void *p, int byte, size_t bytes);
-/* "NVIDIA H200 [0000:1a:00]" style name of device `dev`, for reports. */
+/* "[0000:1a:00] NVIDIA H200": device `dev` as nccl-tests prints it. */
 int dt_nccl_device_name(int dev, char *buf, size_t len);
+/* Device twins of a harness's host buffers (the self-test fills and checks
+ * host memory, and times the collectives on device memory): `in` copies the
+ * host buffers to the device and points *send and *recv at the device copies,
+ * `out` copies the results back and points them at the host buffers again. */
+struct dt_nccl_mirror {
+    char *host_send, *host_recv, *dev_send, *dev_recv;
+    size_t bytes;
+};
+int dt_nccl_mirror_init(struct dt_nccl_mirror *m, char *host_send, char *host_recv, size_t bytes);
+int dt_nccl_mirror_in(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes);
+int dt_nccl_mirror_out(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes);
+void dt_nccl_mirror_release(struct dt_nccl_mirror *m);
+
 /* NCCL's version code as ncclGetVersion returns it (22809 for 2.28.9). */
 int dt_nccl_version(void);
 

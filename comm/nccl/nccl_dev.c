@@ -102,7 +102,7 @@ int dt_nccl_device_name(int dev, char *buf, size_t len)
     cudaError_t e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess)
         return dt_error_set(DT_EINVAL, "cudaGetDeviceProperties(%d) failed: %s", dev, cudaGetErrorString(e));
-    snprintf(buf, len, "%s [%04x:%02x:%02x]", prop.name, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    snprintf(buf, len, "[%04x:%02x:%02x] %s", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, prop.name);
     return 0;
 }
 
@@ -110,4 +110,46 @@ int dt_nccl_version(void)
 {
     int v = 0;
     return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+int dt_nccl_mirror_init(struct dt_nccl_mirror *m, char *host_send, char *host_recv, size_t bytes)
+{
+    *m = (struct dt_nccl_mirror){.host_send = host_send, .host_recv = host_recv, .bytes = bytes};
+    int rc = dt_nccl_mem_alloc((void **)&m->dev_send, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_alloc((void **)&m->dev_recv, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_set(m->dev_send, 0, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_set(m->dev_recv, 0, bytes);
+    if (rc < 0)
+        dt_nccl_mirror_release(m);
+    return rc;
+}
+
+int dt_nccl_mirror_in(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes)
+{
+    int rc = dt_nccl_mem_copy(m->dev_send, m->host_send, send_bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_copy(m->dev_recv, m->host_recv, recv_bytes);
+    *send = m->dev_send;
+    *recv = m->dev_recv;
+    return rc;
+}
+
+int dt_nccl_mirror_out(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes)
+{
+    int rc = dt_nccl_mem_copy(m->host_send, m->dev_send, send_bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_copy(m->host_recv, m->dev_recv, recv_bytes);
+    *send = m->host_send;
+    *recv = m->host_recv;
+    return rc;
+}
+
+void dt_nccl_mirror_release(struct dt_nccl_mirror *m)
+{
+    dt_nccl_mem_free(m->dev_send);
+    dt_nccl_mem_free(m->dev_recv);
+    m->dev_send = m->dev_recv = NULL;
 }

@@ -18,6 +18,10 @@
 
 /* Collectives in flight; comm.c never has more requests than this out. */
 #define DT_NCCL_RING 512
+/* Device bytes for blocking collectives on host buffers (control messages:
+ * the bench's rank table and timings, a trainer's loss); payloads belong in
+ * device memory. */
+#define DT_NCCL_STAGE (4u << 20)
 
 struct dt_nccl_pending {
     struct dt_comm_req *req;
@@ -41,6 +45,7 @@ struct dt_nccl {
     cudaEvent_t ready;        /* input-ready point on `compute` */
     cudaEvent_t blocking_done;
     void *scratch;            /* one int on the device: the barrier's payload */
+    void *stage;              /* DT_NCCL_STAGE bytes for host buffers */
     struct dt_nccl_pending ring[DT_NCCL_RING];
     int head, len;
     uint64_t seq;
