@@ -214,7 +214,7 @@ static int run_blocking(struct dt_nccl *st, const struct coll *c)
         pthread_mutex_lock(&st->mu);
         /* An abort also lets the event fire (the kernels were killed): the
          * data is then not the result, so the sticky failure wins. */
-        rc = q < 0 ? q : poll_locked(st, c->kind, seq, deadline);
+        rc = q < 0 ? q : q == 1 ? (st->failed ? sticky(st) : 0) : poll_locked(st, c->kind, seq, deadline);
         pthread_mutex_unlock(&st->mu);
         if (q == 1 || rc < 0)
             break;
@@ -274,7 +274,9 @@ void *dt_nccl_watcher_main(void *arg)
         pthread_mutex_unlock(&st->mu);
         int q = query_event(st, p.done, p.kind, p.seq);
         pthread_mutex_lock(&st->mu);
-        int rc = q < 0 ? q : poll_locked(st, p.kind, p.seq, st->stopping ? 0 : p.deadline);
+        int rc = q < 0    ? q
+                 : q == 1 ? (st->failed ? sticky(st) : 0)
+                          : poll_locked(st, p.kind, p.seq, st->stopping ? 0 : p.deadline);
         if (q == 0 && rc == 0) {
             pthread_mutex_unlock(&st->mu);
             dt_nccl_pause(&spins);

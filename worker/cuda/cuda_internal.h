@@ -15,7 +15,8 @@ extern "C" {
 
 #define DT_CUDA_PLANS 64
 #define DT_CUDA_WORKSPACE (32u << 20)
-#define DT_CUDA_MAX_BLOCKS 256 /* grid of the fixed-order reductions */
+#define DT_CUDA_MAX_BLOCKS 256
+#define DT_GEMM_CANDIDATES 8 /* heuristic answers timed per plan */ /* grid of the fixed-order reductions */
 
 /* One GEMM in cuBLASLt's column-major terms: D[m,n] = op(A) op(B) (+ beta D). */
 struct dt_gemm {
@@ -46,6 +47,8 @@ struct dt_cuda_ctx {
     cublasLtHandle_t lt;
     void *workspace;
     int fallbacks;
+    bool autotune;       /* time the heuristic's candidates per plan */
+    int tuned;           /* plans chosen by timing */
     bool relu_mask_bad;  /* a forward could not write the ReLU mask */
     /* Fixed-order reductions (loss, hits, sum of squares): one partial per
      * block, then the last block to finish sums them; `ticket` counts the

@@ -35,6 +35,7 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
     if (!k)
         return dt_error_set(DT_ENOMEM, "cuda: out of memory for the kernel context");
     k->device = device;
+    k->autotune = true;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         free(k);
@@ -91,6 +92,7 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
 }
 
 cudaStream_t dt_cuda_stream(const struct dt_cuda_ctx *k) { return k->stream; }
+void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on) { k->autotune = on; }
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k) { return k->fallbacks; }
 
 int dt_cuda_sync(struct dt_cuda_ctx *k)
@@ -162,6 +164,50 @@ fail:
     return rc;
 }
 
+/* The heuristic's first answer is not always the fastest, least so with
+ * epilogues; so each plan times the candidates on its real operands and keeps
+ * the best (once, at warm-up).  Only when that is harmless: beta == 0 (the
+ * output is rewritten by the real call), not while a graph is being captured. */
+static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
+                   const cublasLtMatmulHeuristicResult_t *res, int found)
+{
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (!k->autotune || found < 2 || g->beta != 0.0f || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone)
+        return 0;
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess)
+        return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 0;
+    }
+    const float alpha = 1.0f;
+    int best = 0;
+    float best_ms = 1e30f;
+    for (int i = 0; i < found; i++) {
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        for (int rep = 0; rep < 6 && st == CUBLAS_STATUS_SUCCESS; rep++) {
+            if (rep == 1) /* the first run warms caches and loads the kernel */
+                cudaEventRecord(e0, k->stream);
+            st = cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, g->d, p->ld, g->d,
+                                p->ld, &res[i].algo, k->workspace, DT_CUDA_WORKSPACE, k->stream);
+        }
+        cudaEventRecord(e1, k->stream);
+        float ms = 0;
+        if (st == CUBLAS_STATUS_SUCCESS && cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
+            best_ms = ms;
+            best = i;
+        }
+    }
+    cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    k->tuned++;
+    return best;
+}
+
 /* Descriptor and layouts; the pointers of bias/aux are set per call. */
 static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p)
 {
@@ -187,16 +233,16 @@ static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_
     LT(cublasLtMatmulPreferenceCreate(&pref));
     if ((rc = set_pref_alignment(pref, g)) < 0)
         goto fail;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[DT_GEMM_CANDIDATES];
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(k->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res,
-                                                      &found);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(k->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                      DT_GEMM_CANDIDATES, res, &found);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
         rc = dt_error_set(DT_EUNSUPPORTED, "cublasLt: no algorithm for a %dx%dx%d GEMM with epilogue %d", g->m,
                           g->n, g->k, (int)g->epi);
         goto fail;
     }
-    p->algo = res.algo;
+    p->algo = res[fastest(k, g, p, res, found)].algo;
     cublasLtMatmulPreferenceDestroy(pref);
     return 0;
 fail:

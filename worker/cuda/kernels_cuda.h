@@ -52,6 +52,9 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k);
 cudaStream_t dt_cuda_stream(const struct dt_cuda_ctx *k);
 /* Waits for the stream and reports any kernel error as a sentence. */
 int dt_cuda_sync(struct dt_cuda_ctx *k);
+/* Each new GEMM shape times cuBLASLt's candidate algorithms once and keeps
+ * the fastest (default on; off: the heuristic's first answer). */
+void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on);
 /* How many GEMMs fell back from a fused cuBLASLt epilogue to an own kernel
  * (0 on a GPU whose cuBLASLt fuses everything asked of it). */
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k);
