@@ -216,10 +216,26 @@ int main(void)
         for (int a = DT_CUDA_ACT_NONE; a <= DT_CUDA_ACT_GELU_TANH; a++) {
             test_forward(k, t, (enum dt_cuda_act)a, 64, 96, 80);
             test_forward(k, t, (enum dt_cuda_act)a, 33, 784, 200);
-            test_backward(k, t, (enum dt_cuda_act)a, 64, 40, 96, 80);
-            test_backward(k, t, (enum dt_cuda_act)a, 37, 24, 200, 10);
         }
         test_forward(k, t, DT_CUDA_ACT_NONE, 256, 1024, 10);
+    }
+    /* Backward in each way it can run: timed choice, epilogue, GEMM + own
+     * kernel, own kernel (narrow layers), on wide and narrow layers. */
+    static const char *const ways[] = {"auto", "epilogue", "separate", "own"};
+    for (int f = DT_CUDA_FUSE_AUTO; f <= DT_CUDA_FUSE_OWN; f++) {
+        dt_cuda_set_fusion(k, (enum dt_cuda_fusion)f);
+        printf("# backward: %s\n", ways[f]);
+        for (int ti = 0; ti < 2; ti++)
+            for (int a = DT_CUDA_ACT_NONE; a <= DT_CUDA_ACT_GELU_TANH; a++) {
+                test_backward(k, types[ti], (enum dt_cuda_act)a, 64, 40, 96, 80);
+                test_backward(k, types[ti], (enum dt_cuda_act)a, 37, 24, 200, 10);
+                test_backward(k, types[ti], (enum dt_cuda_act)a, 300, 16, 72, 20);
+            }
+        test_backward(k, DT_CUDA_BF16, DT_CUDA_ACT_RELU, 4096, 64, 1024, 10);
+        /* The MLP (784-1024-1024-10) at batch 256. */
+        test_backward(k, DT_CUDA_BF16, DT_CUDA_ACT_RELU, 256, 784, 1024, 1024);
+        test_backward(k, DT_CUDA_BF16, DT_CUDA_ACT_RELU, 256, 1024, 1024, 10);
+        test_backward(k, DT_CUDA_F32, DT_CUDA_ACT_RELU, 256, 1024, 1024, 10);
     }
     int fb = dt_cuda_fallbacks(k);
     printf("# cuBLASLt epilogue fallbacks to own kernels: %d\n", fb);

@@ -16,7 +16,9 @@ extern "C" {
 #define DT_CUDA_PLANS 64
 #define DT_CUDA_WORKSPACE (32u << 20)
 #define DT_CUDA_MAX_BLOCKS 256
-#define DT_GEMM_CANDIDATES 8 /* heuristic answers timed per plan */ /* grid of the fixed-order reductions */
+#define DT_GEMM_CANDIDATES 8 /* heuristic answers timed per plan */
+#define DT_CUDA_SPLIT_FLOATS (1u << 20) /* partials of the narrow weight gradient */
+#define DT_CUDA_CHOICES 64 /* grid of the fixed-order reductions */
 
 /* One GEMM in cuBLASLt's column-major terms: D[m,n] = op(A) op(B) (+ beta D). */
 struct dt_gemm {
@@ -53,6 +55,14 @@ struct dt_cuda_ctx {
     /* Fixed-order reductions (loss, hits, sum of squares): one partial per
      * block, then the last block to finish sums them; `ticket` counts the
      * finished blocks and is reset by the last one, so replays need no reset. */
+    float *split;        /* DT_CUDA_SPLIT_FLOATS partial sums (narrow layers) */
+    size_t split_floats;
+    enum dt_cuda_fusion fusion;
+    /* Which way each backward op of a shape runs, found by timing once. */
+    struct dt_cuda_choice {
+        int kind, act, t, B, in, out, variant;
+    } choice[DT_CUDA_CHOICES];
+    int n_choices;
     float *part_f;
     int *part_i;
     unsigned *ticket;
@@ -72,6 +82,11 @@ int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, co
                                enum dt_cuda_act act);
 int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *z_or_h, size_t n,
                                 enum dt_cuda_act act);
+/* Layers with at most 32 outputs (act_cuda.cu); see there. */
+int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
+                                const void *x, int B, int in, int out, bool accumulate);
+int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz, const void *w,
+                                const void *src, int B, int in, int out, enum dt_cuda_act act);
 /* db[n] (+)= sum over B rows of dz[B,n] (fp32 out, fixed order). */
 int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
                              bool accumulate);

@@ -58,7 +58,10 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
     else if ((e = cudaMalloc((void **)&k->part_f, DT_CUDA_MAX_BLOCKS * (sizeof(float) + sizeof(int)) + 64)) !=
              cudaSuccess)
         rc = dt_cuda_err(e, "cudaMalloc (reduction partials)");
+    else if ((e = cudaMalloc((void **)&k->split, DT_CUDA_SPLIT_FLOATS * sizeof(float))) != cudaSuccess)
+        rc = dt_cuda_err(e, "cudaMalloc (narrow-layer partials)");
     else {
+        k->split_floats = DT_CUDA_SPLIT_FLOATS;
         k->part_i = (int *)(k->part_f + DT_CUDA_MAX_BLOCKS);
         k->ticket = (unsigned *)(k->part_i + DT_CUDA_MAX_BLOCKS);
         if ((e = cudaMemset(k->ticket, 0, sizeof *k->ticket)) != cudaSuccess)
@@ -86,6 +89,8 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
         cudaFree(k->workspace);
     if (k->part_f)
         cudaFree(k->part_f);
+    if (k->split)
+        cudaFree(k->split);
     if (k->own_stream)
         cudaStreamDestroy(k->stream);
     free(k);
@@ -93,6 +98,11 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
 
 cudaStream_t dt_cuda_stream(const struct dt_cuda_ctx *k) { return k->stream; }
 void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on) { k->autotune = on; }
+void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f)
+{
+    k->fusion = f;
+    k->n_choices = 0;
+}
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k) { return k->fallbacks; }
 
 int dt_cuda_sync(struct dt_cuda_ctx *k)
@@ -164,15 +174,20 @@ fail:
     return rc;
 }
 
-/* The heuristic's first answer is not always the fastest, least so with
- * epilogues; so each plan times the candidates on its real operands and keeps
- * the best (once, at warm-up).  Only when that is harmless: beta == 0 (the
- * output is rewritten by the real call), not while a graph is being captured. */
+/* The heuristic's first answer is not always the fastest; so each plan
+ * times the candidates on its real operands and keeps the best (once, at
+ * warm-up).  Only when that is harmless: beta == 0 (the output is rewritten
+ * by the real call), not while a graph is being captured, and only for the
+ * plain and bias epilogues: on an H200 with CUDA 13.0, with every epilogue
+ * timed, a DRELU GEMM (run as GEMM plus a separate epilogue pass) gave wrong
+ * gradients where the heuristic's first answer had been right, so the fused
+ * epilogues keep the first answer. */
 static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
                    const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (!k->autotune || found < 2 || g->beta != 0.0f || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
+    bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
+    if (!k->autotune || found < 2 || g->beta != 0.0f || !plain || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
         cap != cudaStreamCaptureStatusNone)
         return 0;
     cudaEvent_t e0, e1;

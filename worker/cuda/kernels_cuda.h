@@ -55,6 +55,14 @@ int dt_cuda_sync(struct dt_cuda_ctx *k);
 /* Each new GEMM shape times cuBLASLt's candidate algorithms once and keeps
  * the fastest (default on; off: the heuristic's first answer). */
 void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on);
+/* How backward ops are done.  AUTO (default) times, once per shape, the
+ * cuBLASLt epilogue (DRELU/DGELU, BGRADB), a plain GEMM followed by an own
+ * kernel, and for layers of at most 32 outputs an own kernel alone, and keeps
+ * the fastest: an epilogue is not always the fast way (cuBLASLt may run it as
+ * a second pass), and narrow layers defeat the tensor cores.  The others force
+ * one way (tests cover each). */
+enum dt_cuda_fusion { DT_CUDA_FUSE_AUTO, DT_CUDA_FUSE_EPILOGUE, DT_CUDA_FUSE_SEPARATE, DT_CUDA_FUSE_OWN };
+void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f);
 /* How many GEMMs fell back from a fused cuBLASLt epilogue to an own kernel
  * (0 on a GPU whose cuBLASLt fuses everything asked of it). */
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k);
