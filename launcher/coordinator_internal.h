@@ -28,11 +28,11 @@ struct kv_entry {
     struct kv_entry *next;       /* hash chain */
     uint64_t hash;
     bool present;
-    uint8_t *key;
     size_t klen;
     uint8_t *val;
     size_t vlen;
     struct wait_node *waiters;   /* doubly linked through prev/next */
+    uint8_t key[];               /* in the entry: one cache miss less per lookup */
 };
 
 /* A client waiting for one key; it sits both on the key's list and on the
@@ -73,7 +73,7 @@ struct coord_conn {
     struct dt_coord *coord;
     struct coord_conn *prev, *next;
     char peer[64];
-    uint8_t *rbuf;
+    uint8_t *rbuf;               /* an incomplete request's bytes (NULL when none) */
     size_t rlen, rcap;
     struct dt_wire_buf out;      /* replies gathered while a read is processed */
     bool validated, authed, closing, in_read;
@@ -95,6 +95,11 @@ struct dt_coord {
     struct dt_wire_limits lim;
     size_t max_total_bytes;
     size_t max_write_queue;
+    /* Reads land here first; only an incomplete request's bytes are copied
+     * to the connection's own buffer, so idle connections hold no buffer. */
+    uint8_t *scratch;
+    size_t scratch_cap;
+    bool scratch_busy;
     struct kv_table kv;
     struct coord_conn *conns;
     size_t nconns;
