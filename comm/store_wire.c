@@ -290,6 +290,13 @@ void dt_wire_put_bytes(struct dt_wire_buf *b, const void *p, size_t len)
         memcpy(at + 8, p, len);
 }
 
+void dt_wire_put_raw(struct dt_wire_buf *b, const void *p, size_t len)
+{
+    uint8_t *at = grow(b, len);
+    if (at && len)
+        memcpy(at, p, len);
+}
+
 void dt_wire_put_key(struct dt_wire_buf *b, const char *prefix, const void *key, size_t len)
 {
     size_t plen = strlen(prefix);

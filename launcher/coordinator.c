@@ -225,6 +225,8 @@ void dt_coord_stop(struct dt_coord *c)
     uv_loop_close(&c->loop);
     barrier_free_all(c);
     kv_free(&c->kv);
+    free(c->mget.keys);
+    free(c->mget.reply);
     pthread_mutex_destroy(&c->hb_lock);
     free(c->hb);
     free(c->scratch);

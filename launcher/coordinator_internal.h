@@ -50,6 +50,20 @@ struct kv_table {
     size_t nentries;   /* present or waited-for */
     size_t npresent;
     size_t bytes;      /* accounted against max_total_bytes */
+    uint64_t generation; /* bumped by every change a reader could see */
+};
+
+/* The last MULTI_GET's key list and encoded answer: in a rendezvous every
+ * rank asks for the same keys after the same barrier, so all but the first
+ * are a compare and a copy instead of N lookups.  Valid while the table's
+ * generation is unchanged. */
+struct mget_cache {
+    uint8_t *keys;
+    size_t keys_len;
+    uint8_t *reply;
+    size_t reply_len;
+    uint64_t generation;
+    bool valid;
 };
 
 struct coord_barrier {
@@ -101,6 +115,7 @@ struct dt_coord {
     size_t scratch_cap;
     bool scratch_busy;
     struct kv_table kv;
+    struct mget_cache mget;
     struct coord_conn *conns;
     size_t nconns;
     struct coord_barrier *barriers;

@@ -146,6 +146,7 @@ static int store_value(struct dt_coord *c, struct kv_entry *e, size_t keep, cons
         memcpy(p + keep, val, len);
     e->val = p;
     c->kv.bytes = c->kv.bytes - old + total;
+    c->kv.generation++;
     e->vlen = total;
     if (!e->present) {
         e->present = true;
@@ -171,6 +172,7 @@ void kv_remove(struct kv_table *t, struct kv_entry *e)
         pp = &(*pp)->next;
     *pp = e->next;
     t->nentries--;
+    t->generation++;
     t->bytes -= e->klen + ENTRY_COST + (e->present ? e->vlen : 0);
     if (e->present)
         t->npresent--;

@@ -1,6 +1,7 @@
 /* rendezvous_clients.c - N store clients doing a job's rendezvous, for bench/rendezvous.sh.
  *
  *   rendezvous_clients --port P --clients N --server dtrain|pytorch [--host H]
+ *                      [--connect-window K]   (at most K connects in flight; 0: all at once)
  *
  * Every client connects, authenticates, sets its key, passes a barrier and
  * reads all N keys; the program prints how long that took for all of them.
@@ -44,6 +45,8 @@ struct client {
 
 static struct {
     int n, pytorch, epfd, done, barrier_done;
+    int window, started, connecting;  /* --connect-window: connects in flight at most */
+    struct client *cs;
     const char *token;
     struct sockaddr_in addr;
     struct dt_wire_buf mget;
@@ -63,6 +66,8 @@ static void die(const char *what, int id)
     fprintf(stderr, "rendezvous_clients: client %d: %s\n", id, what);
     exit(1);
 }
+
+static void start_more(void);
 
 static void watch(struct client *c, int out)
 {
@@ -201,7 +206,9 @@ static void on_writable(struct client *c)
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err)
             die(strerror(err), c->id);
+        g.connecting--;
         first_batch(c);
+        start_more();
     }
     while (c->out_off < c->out_len) {
         ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
@@ -212,6 +219,18 @@ static void on_writable(struct client *c)
         c->out_off += (size_t)w;
     }
     watch(c, 0);
+}
+
+static void start_client(struct client *c, int id);
+
+/* Starts clients while fewer than the window are still connecting. */
+static void start_more(void)
+{
+    while (g.started < g.n && (g.window == 0 || g.connecting < g.window)) {
+        g.connecting++;
+        start_client(&g.cs[g.started], g.started);
+        g.started++;
+    }
 }
 
 static void start_client(struct client *c, int id)
@@ -239,6 +258,8 @@ static void parse_args(int argc, char **argv)
             g.n = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--server"))
             g.pytorch = !strcmp(argv[i + 1], "pytorch");
+        else if (!strcmp(argv[i], "--connect-window"))
+            g.window = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--host"))
             host = argv[i + 1];
     }
@@ -269,11 +290,10 @@ int main(int argc, char **argv)
         g.values[i].len = (size_t)snprintf(v, sizeof v, "addr-of-%d", i);
         g.values[i].p = (const uint8_t *)strdup(v);
     }
-    struct client *cs = calloc((unsigned)g.n, sizeof *cs);
+    struct client *cs = g.cs = calloc((unsigned)g.n, sizeof *cs);
     g.epfd = epoll_create1(0);
     g.t0 = now();
-    for (int i = 0; i < g.n; i++)
-        start_client(&cs[i], i);
+    start_more();
     struct epoll_event evs[256];
     while (g.done < g.n) {
         int k = epoll_wait(g.epfd, evs, 256, 1000);
