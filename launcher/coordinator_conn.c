@@ -24,6 +24,8 @@
 #define READ_CHUNK ((size_t)64 << 10)
 /* A reply buffer larger than this is freed once sent, not kept per connection. */
 #define IDLE_KEEP ((size_t)4 << 10)
+#define LOG_FIRST 5ul
+#define LOG_EVERY 100ul
 
 struct write_req {
     uv_write_t req;
@@ -56,13 +58,24 @@ static void on_closed(uv_handle_t *h)
     free(conn);
 }
 
+/* Clients that retry (PyTorch's does, for up to 30 minutes) would fill the
+ * log: the first few closes are logged, then one in LOG_EVERY with a count. */
+static void log_close(struct coord_conn *conn, const char *reason)
+{
+    struct dt_coord *c = conn->coord;
+    unsigned long n = ++c->closes_logged;
+    if (n <= LOG_FIRST || n % LOG_EVERY == 0)
+        dt_log_warn("coordinator: closed the connection from %s: %s%s", conn->peer, reason,
+                    n == LOG_FIRST ? " (further closes: one line in 100)" : "");
+}
+
 void coord_conn_close(struct coord_conn *conn, const char *reason)
 {
     if (conn->closing)
         return;
     conn->closing = true;
     if (reason)
-        dt_log_warn("coordinator: closed the connection from %s: %s", conn->peer, reason);
+        log_close(conn, reason);
     wait_cancel(conn);
     barrier_leave(conn);
     struct dt_coord *c = conn->coord;

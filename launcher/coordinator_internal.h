@@ -119,6 +119,10 @@ struct dt_coord {
     struct coord_conn *conns;
     size_t nconns;
     struct coord_barrier *barriers;
+    unsigned long closes_logged;
+    /* Under hb_lock too: read by dt_coord_refusals from the launcher's thread. */
+    unsigned long refusals;
+    char last_refusal[512];
     pthread_mutex_t hb_lock;
     struct coord_heartbeat *hb;
     size_t hb_cap;
@@ -160,6 +164,8 @@ int barrier_enter(struct coord_conn *conn, const struct dt_wire_request *r);
 void barrier_leave(struct coord_conn *conn);
 void barrier_free_all(struct dt_coord *c);
 int heartbeat_record(struct dt_coord *c, int64_t rank, int64_t step);
+/* Counts a client turned away for lack of the token (see dt_coord_refusals). */
+void refusal_record(struct dt_coord *c, const char *why);
 
 /* Printable form of a key for log lines: at most 64 chars, non-printables as '?'. */
 const char *coord_key_str(const uint8_t *key, size_t len, char buf[80]);

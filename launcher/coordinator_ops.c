@@ -59,16 +59,21 @@ static int gate(struct coord_conn *conn, const struct dt_wire_request *r)
         uint8_t no = DT_WIRE_REFUSED;
         uv_buf_t b = uv_buf_init((char *)&no, 1);
         uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-        return dt_error_set(DT_EAUTH, "wrong job token");
+        dt_error_set(DT_EAUTH, "wrong job token");
+        refusal_record(conn->coord, dt_error_last());
+        return DT_EAUTH;
     }
     if (!conn->authed) {
         if (r->op <= DT_WIRE_PING)
-            return dt_error_set(DT_EAUTH,
-                                "%s before the job token; this looks like a PyTorch TCPStore client, "
-                                "which cannot present one: to let PyTorch scripts in, set "
-                                "`rendezvous: {auth: none}` in the job spec",
-                                dt_wire_op_name(r->op));
-        return dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(r->op));
+            dt_error_set(DT_EAUTH,
+                         "%s before the job token; this looks like a PyTorch TCPStore client, "
+                         "which cannot present one: to let PyTorch scripts in, set "
+                         "`rendezvous: {auth: none}` in the job spec",
+                         dt_wire_op_name(r->op));
+        else
+            dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(r->op));
+        refusal_record(conn->coord, dt_error_last());
+        return DT_EAUTH;
     }
     return 1;
 }
