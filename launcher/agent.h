@@ -73,9 +73,10 @@ struct dt_agent_failure {
     double time_s;
     int n_tail;
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
-    char error_file[4352]; /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
-    int oom_killer;        /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
-                              the attempt, 0 if not; -1 otherwise or when it cannot tell */
+    char error_file[4352];    /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
+    char error_message[1024]; /* the "message" in that file, "" if none */
+    int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
+                                 the attempt, 0 if not; -1 otherwise or when it cannot tell */
 };
 
 struct dt_agent_result {
@@ -148,6 +149,13 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
 
 /* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
 int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
+
+/* --- error reports (agent_error_file.c) ---------------------------------- */
+
+/* The first "message" string in a rank's error report (PyTorch's @record
+ * format or {"message": "..."}); returns -1 and leaves out empty if none. */
+int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
+int dt_agent_error_file_message(const char *path, char *out, size_t size);
 
 /* --- the OOM killer (agent_oom.c) ----------------------------------------- */
 

@@ -199,6 +199,11 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         json_str(f, ff->error_file);
     else
         fputs("null", f);
+    fputs(", \"error_message\": ", f);
+    if (ff->error_message[0])
+        json_str(f, ff->error_message);
+    else
+        fputs("null", f);
     fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
     fputs(", \"stderr_tail\": [", f);
     for (int i = 0; i < ff->n_tail; i++) {
@@ -297,6 +302,14 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
         for (int i = 0; i < ff->n_tail; i++)
             dprintf(fd, "  | %s\n", ff->tail[i]);
     }
-    if (ff->error_file[0])
+    if (ff->error_file[0] && !ff->error_message[0])
         dprintf(fd, "dtrain: rank %d also wrote an error report: %s\n", ff->rank, ff->error_file);
+    if (ff->error_message[0]) {
+        dprintf(fd, "dtrain: rank %d's error report (%s) says:\n", ff->rank, ff->error_file);
+        for (const char *line = ff->error_message; *line;) {
+            size_t n = strcspn(line, "\n");
+            dprintf(fd, "  > %.*s\n", (int)n, line);
+            line += n + (line[n] == '\n');
+        }
+    }
 }

@@ -292,6 +292,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
+    dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
 }
 
 static void reset_attempt_state(struct dt_agent *a)

@@ -330,6 +330,28 @@ static void oom_counter_parsed(void **state)
     assert_int_equal(dt_agent_oom_parse("oom_kill x\n", &n), DT_ENOTFOUND);
 }
 
+static void error_report_message(void **state)
+{
+    (void)state;
+    char out[64];
+    const char *torch = "{\"message\": {\"message\": \"ValueError: bad \\\"batch\\\"\\nline 2\", "
+                        "\"extraInfo\": {\"timestamp\": \"1\"}}}";
+    assert_int_equal(dt_agent_error_message(torch, strlen(torch), out, sizeof out), 0);
+    assert_string_equal(out, "ValueError: bad \"batch\"\nline 2");
+    const char *plain = "{\"message\":\"oops\"}";
+    assert_int_equal(dt_agent_error_message(plain, strlen(plain), out, sizeof out), 0);
+    assert_string_equal(out, "oops");
+    const char *none = "{\"error\": 1, \"message\": 5}";
+    assert_int_equal(dt_agent_error_message(none, strlen(none), out, sizeof out), -1);
+    assert_string_equal(out, "");
+    char small[8];
+    assert_int_equal(dt_agent_error_message(plain, strlen(plain), small, sizeof small), 0);
+    assert_string_equal(small, "oops");
+    const char *cut = "{\"message\": \"a very long message that does not fit\"}";
+    assert_int_equal(dt_agent_error_message(cut, strlen(cut), small, sizeof small), 0);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +366,7 @@ int main(void)
         cmocka_unit_test(summary_json),
         cmocka_unit_test(run_dirs_are_new_and_absolute),
         cmocka_unit_test(oom_counter_parsed),
+        cmocka_unit_test(error_report_message),
     };
     return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }
