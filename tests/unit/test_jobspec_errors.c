@@ -63,6 +63,12 @@ static const struct bad_case bad_cases[] = {
     {HEAD "slurm: {partion: gpu}\n", 3, 9, "did you mean 'partition'?"},
     {HEAD "kubernetes: {image: x, namespce: a}\n", 3, 24, "did you mean 'namespace'?"},
     {HEAD "mpirun: {host: [a]}\n", 3, 10, "did you mean 'hosts'?"},
+    {HEAD "rendezvous: {timeout:3s}\n", 3, 14,
+     "unknown key 'timeout:3s' in rendezvous; write 'timeout: 3s' (YAML needs a space after the colon)"},
+    {"name:t\n", 1, 1, "got a single value (YAML needs a space after each ':')"},
+    {HEAD "rendezvous:\ntimeout: 3s\n", 3, 12,
+     "rendezvous: expected a mapping of keys (key: value), got nothing (null) (indent its keys under it"},
+    {HEAD "rendezvous: port:3\n", 3, 13, "(YAML needs a space after each ':')"},
     /* required, exclusive */
     {"command: [a]\n", 1, 1, "missing required key 'name' in the top level"},
     {"name: t\n", 1, 1, "neither command nor trainer"},
