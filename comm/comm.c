@@ -43,7 +43,7 @@ struct dt_comm_req {
 };
 
 struct dt_comm {
-    const struct dt_comm_backend *be;   /* NULL for world 1 */
+    const struct dt_comm_ops *be;   /* NULL for world 1 */
     void *st;
     const char *name;
     int rank, world;
@@ -53,10 +53,10 @@ struct dt_comm {
     bool thread_started, stopping;
     int queue[DT_COMM_MAX_REQS];        /* FIFO of request indices */
     int qhead, qlen;
-    int inflight;                       /* submitted and not yet finished */
+    atomic_int inflight;                /* submitted and not yet finished */
     int free_head;
     atomic_int aborted;
-    int failed;                         /* sticky error code, 0 if none */
+    atomic_int failed;                  /* sticky error code, 0 if none; err is written first */
     char err[DT_COMM_ERR_MAX];
     struct dt_comm_req reqs[DT_COMM_MAX_REQS];
 };
@@ -91,11 +91,11 @@ const char *dt_redop_name(enum dt_redop op)
     return (unsigned)op < DT_REDOP_COUNT ? names[op] : "?";
 }
 
-static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm};
+static const struct dt_comm_ops *const backends[] = {&dt_comm_ops_tcp, &dt_comm_ops_shm};
 
 /* auto: one rank needs no backend; all ranks on one host share memory;
  * otherwise TCP. */
-static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_backend **out)
+static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_ops **out)
 {
     const char *want = o->backend && *o->backend ? o->backend : "auto";
     if (!strcmp(want, "auto"))
@@ -128,7 +128,7 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
         o.local_world = 1;
         o.local_rank = 0;
     }
-    const struct dt_comm_backend *be = NULL;
+    const struct dt_comm_ops *be = NULL;
     int rc = pick_backend(&o, &be);
     if (rc < 0)
         return rc;
@@ -198,17 +198,15 @@ static int execute(struct dt_comm_req *r)
     if (atomic_load(&c->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s: the communicator was aborted", c->rank,
                             dt_coll_name(r->kind));
-    pthread_mutex_lock(&c->mu);
-    int failed = c->failed;
-    pthread_mutex_unlock(&c->mu);
+    int failed = atomic_load(&c->failed); /* no lock on the hot path: err is set before failed */
     if (failed)
         return dt_error_set(failed, "%s", c->err);
     int rc = run_backend(r);
     if (rc < 0) {
         pthread_mutex_lock(&c->mu);
-        if (!c->failed) {
-            c->failed = rc;
+        if (!atomic_load(&c->failed)) {
             snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+            atomic_store(&c->failed, rc);
         }
         pthread_mutex_unlock(&c->mu);
     }
@@ -275,7 +273,7 @@ static struct dt_comm_req *req_take(struct dt_comm *c, const struct dt_comm_req 
 /* A backend with its own async forms (a GPU stream) orders work itself. */
 static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
 {
-    const struct dt_comm_backend *b = c->be;
+    const struct dt_comm_ops *b = c->be;
     if (!b)
         return false;
     switch (k) {
@@ -290,7 +288,7 @@ static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
 
 static int start_native(struct dt_comm_req *r)
 {
-    const struct dt_comm_backend *b = r->c->be;
+    const struct dt_comm_ops *b = r->c->be;
     void *st = r->c->st;
     switch (r->kind) {
     case DT_COLL_ALLREDUCE: return b->iallreduce(st, r->send, r->recv, r->count, r->dtype, r->op, r);
@@ -365,9 +363,9 @@ void dt_comm_req_finish(struct dt_comm_req *r, int rc)
 {
     struct dt_comm *c = r->c;
     pthread_mutex_lock(&c->mu);
-    if (rc < 0 && !c->failed) {
-        c->failed = rc;
+    if (rc < 0 && !atomic_load(&c->failed)) {
         snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+        atomic_store(&c->failed, rc);
     }
     r->rc = rc;
     atomic_store(&r->done, 1);
@@ -383,9 +381,7 @@ static int run_blocking(struct dt_comm *c, const struct dt_comm_req *proto)
     int rc = check_args(c, proto);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&c->mu);
-    int busy = c->inflight;
-    pthread_mutex_unlock(&c->mu);
+    int busy = atomic_load(&c->inflight);
     if (!busy || native_async(c, proto->kind)) {
         struct dt_comm_req r = *proto;
         r.c = c;

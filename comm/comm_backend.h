@@ -3,7 +3,7 @@
  * comm.c validates arguments, owns the request pool and the communication
  * thread, and calls one of these tables; a backend (tcp.c, shm.c, later nccl
  * and mpi) only moves and reduces bytes.  Adding a backend is adding a file
- * that defines one `const struct dt_comm_backend dt_comm_backend_<name>` and
+ * that defines one `const struct dt_comm_ops dt_comm_ops_<name>` and
  * one line in comm.c's list.
  *
  * Contract for a backend:
@@ -30,7 +30,7 @@
 
 #include "comm/comm.h"
 
-struct dt_comm_backend {
+struct dt_comm_ops {
     const char *name;
     int (*init)(const struct dt_comm_options *opts, void **state);
 
@@ -66,7 +66,7 @@ const char *dt_coll_name(enum dt_coll_kind k);
 /* Monotonic clock in seconds (deadlines). */
 double dt_comm_now(void);
 
-extern const struct dt_comm_backend dt_comm_backend_tcp;
-extern const struct dt_comm_backend dt_comm_backend_shm;
+extern const struct dt_comm_ops dt_comm_ops_tcp;
+extern const struct dt_comm_ops dt_comm_ops_shm;
 
 #endif

@@ -33,13 +33,14 @@ struct shm_desc {
 };
 
 struct shm_ctl {
+    /* `in` and the description share a line: a peer reads both at once. */
     _Alignas(LINE) atomic_uint_fast64_t in;
+    struct shm_desc desc[2];    /* per slot set (round % nbuf, nbuf <= 2) */
     _Alignas(LINE) atomic_uint_fast64_t red;
     _Alignas(LINE) atomic_uint_fast64_t out;
     _Alignas(LINE) int32_t pid;
     atomic_uint wake;           /* futex word: bumped on every publish */
     atomic_int sleepers;        /* ranks blocked on `wake` */
-    struct shm_desc desc[2];    /* per slot set (round % nbuf, nbuf <= 2) */
 };
 
 struct dt_shm {
@@ -49,7 +50,8 @@ struct dt_shm {
     bool unlinked;
     char *base;
     size_t map_bytes, slot, small_bytes;
-    int nbuf, spin;
+    int nbuf;
+    double spin_s, yield_s;   /* waiting: pause until spin_s, yield until yield_s, then sleep */
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     char *data;
