@@ -21,9 +21,9 @@
  * reduced straight from its send buffer): copy-in 2(p-1)/p*S, reduce S + 2S/p,
  * copy-out 2(p-1)/p*S; busbw factor 2(p-1)/p as for any allreduce.
  *
- * Waiting spins (pause) for 3 us, yields until 2 ms, then sleeps on the
- * peer's futex word (woken by its next publish); when ranks outnumber cores
- * it yields at once.  Every wait checks the collective's deadline, the abort flag, a
+ * Waiting spins (pause) while the peer runs on another CPU, yields while it
+ * shares ours, and after 1 ms sleeps on the peer's futex word (woken by its
+ * next publish).  Every wait checks the collective's deadline, the abort flag, a
  * shared "failed" flag (set by the first rank that fails, so everyone fails
  * fast with its reason), and every 10 ms whether the awaited peer's process
  * still exists (a zombie counts as dead).
@@ -153,29 +153,33 @@ static int wait_checks(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_
     return 0;
 }
 
-/* Waits until counter `which` of rank q reaches `target`: spin with pause for
- * spin_s = 3 us (a peer running on another core answers within a
- * microsecond), then poll with sched_yield until yield_s = 2 ms (cheap when
- * the core is otherwise idle, and it hands the core over when the peer was
- * scheduled on the same one: spinning longer made 8-byte allreduces cost
- * ~80 us whenever two ranks shared a core), then sleep on the peer's futex,
- * so a rank waiting for a slow peer (one still computing its gradients)
- * gives the core back. */
+/* Waits until counter `which` of rank q reaches `target`.  For the first
+ * millisecond: spin with pause if the peer last ran on another CPU (it
+ * answers within a microsecond, and a spinning rank keeps its time slice on
+ * a busy machine, where sched_yield would hand it to another process for
+ * milliseconds), or sched_yield if it ran on this CPU (spinning would only
+ * delay it: that made 8-byte allreduces cost ~80 us when the scheduler put
+ * two ranks on one core).  Then sleep on the peer's futex, so a rank waiting
+ * for a slow peer (one still computing its gradients) gives the core back. */
 int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
 {
     atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
     double t0 = 0, waited = 0, next_pid_check = 0;
+    bool spin = !s->oversubscribed;
     for (uint64_t i = 0;; i++) {
         if (atomic_load_explicit(c, memory_order_acquire) >= target)
             return which == DT_SHM_IN ? check_desc(s, q, target - 1) : 0;
-        if (waited < s->spin_s)
-            cpu_relax();
-        else if (waited < s->yield_s)
+        if (waited >= s->sleep_s)
+            sleep_on(s, q, c, target);
+        else if (!spin)
             sched_yield();
         else
-            sleep_on(s, q, c, target);
-        if ((i & 15) != 15 && waited < s->spin_s)
+            cpu_relax();
+        if ((i & 15) != 15 && waited < s->sleep_s)
             continue;
+        /* Spinning only helps when the peer runs on another CPU; on ours it
+         * only delays it, so yield then. */
+        spin = !s->oversubscribed && atomic_load_explicit(&s->ctl[q].cpu, memory_order_relaxed) != sched_getcpu();
         double now = dt_comm_now();
         if (t0 == 0) { /* the first look at /proc costs tens of us: not before 10 ms of waiting */
             t0 = now;
@@ -202,6 +206,7 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
 
 static void wake_sleepers(struct shm_ctl *c)
 {
+    atomic_store_explicit(&c->cpu, sched_getcpu(), memory_order_relaxed);
     atomic_fetch_add(&c->wake, 1);
     if (atomic_load(&c->sleepers) > 0)
         syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
@@ -377,8 +382,8 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
         s->small_bytes = s->slot;
     /* More ranks than cores: a spinning rank holds the core its peer needs, so
      * yield at once. */
-    s->spin_s = s->world > cpus_available() ? 0 : 3e-6;
-    s->yield_s = 2e-3;
+    s->oversubscribed = s->world > cpus_available();
+    s->sleep_s = 1e-3;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
     int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)

@@ -41,6 +41,7 @@ struct shm_ctl {
     _Alignas(LINE) int32_t pid;
     atomic_uint wake;           /* futex word: bumped on every publish */
     atomic_int sleepers;        /* ranks blocked on `wake` */
+    atomic_int cpu;             /* the CPU it last published from (spin or yield?) */
 };
 
 struct dt_shm {
@@ -51,7 +52,8 @@ struct dt_shm {
     char *base;
     size_t map_bytes, slot, small_bytes;
     int nbuf;
-    double spin_s, yield_s;   /* waiting: pause until spin_s, yield until yield_s, then sleep */
+    bool oversubscribed;      /* more ranks than CPUs: never spin */
+    double sleep_s;           /* waiting: spin or yield until sleep_s, then sleep */
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     char *data;
