@@ -95,7 +95,8 @@ for n in $RANKS; do
     {
       run_peer "$p" "$n" 8 8 2000 100
       run_peer "$p" "$n" 1024 65536 200 20
-      run_peer "$p" "$n" 262144 "$MAXB" 5 2
+      run_peer "$p" "$n" 262144 $((MAXB < 4194304 ? MAXB : 4194304)) 50 5
+      [ "$MAXB" -ge 16777216 ] && run_peer "$p" "$n" 16777216 "$MAXB" 5 2
     } >"$W/$n.$p"
   done
   [ -n "${KEEP:-}" ] && cp "$W"/"$n".* "$KEEP"/
