@@ -43,7 +43,7 @@ struct dt_comm_req {
 };
 
 struct dt_comm {
-    const struct dt_comm_ops *be;   /* NULL for world 1 */
+    const struct dt_comm_backend *be;   /* NULL for world 1 */
     void *st;
     const char *name;
     int rank, world;
@@ -91,11 +91,15 @@ const char *dt_redop_name(enum dt_redop op)
     return (unsigned)op < DT_REDOP_COUNT ? names[op] : "?";
 }
 
-static const struct dt_comm_ops *const backends[] = {&dt_comm_ops_tcp, &dt_comm_ops_shm};
+static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm,
+#ifdef DT_HAVE_CUDA
+                                                          &dt_comm_backend_nccl,
+#endif
+};
 
 /* auto: one rank needs no backend; all ranks on one host share memory;
  * otherwise TCP. */
-static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_ops **out)
+static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_backend **out)
 {
     const char *want = o->backend && *o->backend ? o->backend : "auto";
     if (!strcmp(want, "auto"))
@@ -128,7 +132,7 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
         o.local_world = 1;
         o.local_rank = 0;
     }
-    const struct dt_comm_ops *be = NULL;
+    const struct dt_comm_backend *be = NULL;
     int rc = pick_backend(&o, &be);
     if (rc < 0)
         return rc;
@@ -138,8 +142,8 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
     c->rank = o.rank;
     c->world = o.world;
     c->name = be->name;
-    if (o.world > 1) {
-        if (!o.store) {
+    if (o.world > 1 || be->device_buffers) {
+        if (!o.store && o.world > 1) {
             free(c);
             return dt_error_set(DT_EINVAL, "communicator: world size %d needs a store to bootstrap", o.world);
         }
@@ -164,6 +168,11 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
 int dt_comm_rank(const struct dt_comm *c) { return c->rank; }
 int dt_comm_world(const struct dt_comm *c) { return c->world; }
 const char *dt_comm_backend_name(const struct dt_comm *c) { return c->name; }
+
+void *dt_comm_backend_state(struct dt_comm *c, const struct dt_comm_backend *be)
+{
+    return c && be && c->be == be ? c->st : NULL;
+}
 
 /* World 1: every collective is a copy (an average over one rank is the value). */
 static int run_self(struct dt_comm_req *r)
@@ -273,7 +282,7 @@ static struct dt_comm_req *req_take(struct dt_comm *c, const struct dt_comm_req 
 /* A backend with its own async forms (a GPU stream) orders work itself. */
 static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
 {
-    const struct dt_comm_ops *b = c->be;
+    const struct dt_comm_backend *b = c->be;
     if (!b)
         return false;
     switch (k) {
@@ -288,7 +297,7 @@ static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
 
 static int start_native(struct dt_comm_req *r)
 {
-    const struct dt_comm_ops *b = r->c->be;
+    const struct dt_comm_backend *b = r->c->be;
     void *st = r->c->st;
     switch (r->kind) {
     case DT_COLL_ALLREDUCE: return b->iallreduce(st, r->send, r->recv, r->count, r->dtype, r->op, r);

@@ -3,7 +3,7 @@
  * comm.c validates arguments, owns the request pool and the communication
  * thread, and calls one of these tables; a backend (tcp.c, shm.c, later nccl
  * and mpi) only moves and reduces bytes.  Adding a backend is adding a file
- * that defines one `const struct dt_comm_ops dt_comm_ops_<name>` and
+ * that defines one `const struct dt_comm_backend dt_comm_backend_<name>` and
  * one line in comm.c's list.
  *
  * Contract for a backend:
@@ -11,7 +11,8 @@
  *    its state; it fails (never hangs) after opts->timeout_s.
  *  - The blocking forms run one collective to completion on the calling thread
  *    and are called one at a time, in the same order on every rank.  world >= 2
- *    and count >= 0 are guaranteed; buffers are valid for count elements.
+ *    (any world for a device_buffers backend) and count >= 0 are guaranteed;
+ *    buffers are valid for count elements.
  *  - Each op has its own deadline of opts->timeout_s.  On any failure the op
  *    returns DT_ECONN / DT_ETIMEDOUT / DT_EABORTED / DT_EPROTO with a message
  *    "rank R: <op> #<seq> (<backend>): ... peer rank P ..." and makes its
@@ -30,7 +31,7 @@
 
 #include "comm/comm.h"
 
-struct dt_comm_ops {
+struct dt_comm_backend {
     const char *name;
     int (*init)(const struct dt_comm_options *opts, void **state);
 
@@ -52,7 +53,16 @@ struct dt_comm_ops {
 
     void (*abort)(void *st);
     void (*destroy)(void *st);
+
+    /* Buffers live in device memory (nccl): comm.c cannot copy them itself, so
+     * a world of one still goes through the backend, and the store may then be
+     * NULL. */
+    bool device_buffers;
 };
+
+/* The backend state of `c` when its backend is `be`, else NULL: how a
+ * backend's own extension header (comm/nccl/nccl_comm.h: streams) reaches it. */
+void *dt_comm_backend_state(struct dt_comm *c, const struct dt_comm_backend *be);
 
 /* For backends with native async forms: reports that `req` finished with rc
  * (and, if rc < 0, the current thread's error message). */
@@ -66,7 +76,10 @@ const char *dt_coll_name(enum dt_coll_kind k);
 /* Monotonic clock in seconds (deadlines). */
 double dt_comm_now(void);
 
-extern const struct dt_comm_ops dt_comm_ops_tcp;
-extern const struct dt_comm_ops dt_comm_ops_shm;
+extern const struct dt_comm_backend dt_comm_backend_tcp;
+extern const struct dt_comm_backend dt_comm_backend_shm;
+#ifdef DT_HAVE_CUDA
+extern const struct dt_comm_backend dt_comm_backend_nccl;
+#endif
 
 #endif

@@ -203,7 +203,7 @@ static int shm_barrier(void *st)
     return 0;
 }
 
-const struct dt_comm_ops dt_comm_ops_shm = {
+const struct dt_comm_backend dt_comm_backend_shm = {
     .name = "shm",
     .init = dt_shm_init,
     .allreduce = shm_allreduce,

@@ -298,7 +298,7 @@ static int tcp_barrier(void *st)
     return 0;
 }
 
-const struct dt_comm_ops dt_comm_ops_tcp = {
+const struct dt_comm_backend dt_comm_backend_tcp = {
     .name = "tcp",
     .init = dt_tcp_init,
     .allreduce = tcp_allreduce,
