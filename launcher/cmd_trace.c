@@ -331,7 +331,12 @@ static int run(int argc, char **argv)
     if (n_names == 0)
         return dt_cli_usage_error("trace", "merge needs a run directory or trace files");
     struct stat st;
-    if (n_names == 1 && stat(names[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+    bool exists = stat(names[0], &st) == 0;
+    if (n_names == 1 && !m.out && !exists) {
+        fprintf(stderr, "dtrain trace merge: cannot open the run directory %s: %s\n", names[0], strerror(errno));
+        return 1;
+    }
+    if (n_names == 1 && exists && S_ISDIR(st.st_mode)) {
         m.run_dir = names[0];
         snprintf(out_default, sizeof out_default, "%s/trace_merged.json", names[0]);
         m.out = m.out ? m.out : out_default;

@@ -268,10 +268,11 @@ static int parse_list(struct parser *ps, struct dt_json *v, char close, bool mem
         v->n++;
         skip_ws(ps);
         if (ps->p < ps->end && *ps->p == ',') {
+            struct parser at_comma = *ps;
             ps->p++;
             skip_ws(ps);
             if (ps->p < ps->end && *ps->p == close)
-                return fail(ps, "trailing ',' before '%c'", close);
+                return fail(&at_comma, "trailing ',' before '%c'", close);
             continue;
         }
         if (ps->p < ps->end && *ps->p == close) {
