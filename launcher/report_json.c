@@ -167,11 +167,12 @@ static int escape(struct parser *ps, char **o)
 /* A string at ps->p (the opening quote); decoded text never outgrows its source. */
 static int parse_string(struct parser *ps, const char **str, size_t *len)
 {
-    const char *s = ++ps->p;
+    const char *s = ps->p + 1;
     while (s < ps->end && *s != '"')
         s += *s == '\\' && s + 1 < ps->end ? 2 : 1;
     if (s >= ps->end)
         return fail(ps, "a string is not closed (missing \")");
+    ps->p++;
     char *buf = arena_alloc(ps->a, (size_t)(s - ps->p) + 1), *o = buf;
     if (!buf)
         return dt_error_set(DT_ENOMEM, "%s: no memory for a string", ps->file);
