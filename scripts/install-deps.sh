@@ -19,6 +19,7 @@ DEB_PACKAGES=(
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   clang python3 python3-pip procps iproute2
+  chromium
 )
 
 check_only=0
