@@ -99,7 +99,7 @@ static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_ba
 {
     const char *want = o->backend && *o->backend ? o->backend : "auto";
     if (!strcmp(want, "auto"))
-        want = "tcp";
+        want = o->local_world == o->world ? "shm" : "tcp";
     for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
         if (!strcmp(backends[i]->name, want)) {
             *out = backends[i];

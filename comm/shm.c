@@ -1,13 +1,325 @@
-/* shm.c - the shared-memory backend (same-host ranks).  This first version
- * only reports that it is not available; `auto` picks tcp meanwhile. */
+/* shm.c - the `shm` backend: collectives among ranks of one host through one
+ * POSIX shared-memory segment.
+ *
+ * Segment: a header, one control block per rank (three monotonically growing
+ * counters, each on its own 128-byte line: in, red, out), and per rank
+ * `nbuf` slots of `slot` bytes.  A collective is a sequence of rounds; round
+ * k uses slot set k % nbuf and has up to three phases:
+ *   A (in):  each rank copies its part of the segment into its own slot;
+ *   B (red): rank q reduces piece q of every rank's slot, in rank order
+ *            0..p-1, into its own slot (one rank computes each piece, so all
+ *            ranks end with the same bits);
+ *   C (out): each rank copies every rank's reduced piece out.
+ * A phase ends by publishing the round number (release store) in the rank's
+ * counter; a rank waits for the counters it needs (acquire loads).  A rank
+ * may start round k only when every rank's `out` has passed round k - nbuf,
+ * so with nbuf = 2 one round's copy-in overlaps the previous round's
+ * reduction and copy-out on other ranks.  Small allreduces skip B and C:
+ * every rank reduces the whole vector from all slots itself.
+ *
+ * Memory traffic per rank for allreduce of S bytes: copy-in 2S, reduce
+ * S + S/p, copy-out 2S (busbw factor 2(p-1)/p as for any allreduce).
+ *
+ * Waiting spins (pause) then yields; when ranks outnumber cores it yields at
+ * once.  Every wait checks the collective's deadline, the abort flag, a
+ * shared "failed" flag (set by the first rank that fails, so everyone fails
+ * fast with its reason), and every 10 ms whether the awaited peer's process
+ * still exists (a zombie counts as dead).
+ *
+ * Not for ranks on different hosts (tcp), and not a general allocator.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "comm/comm_backend.h"
 #include "comm/error.h"
+#include "comm/reduce.h"
+#include "comm/store.h"
+#include "comm/shm.h"
 
-static int shm_init(const struct dt_comm_options *o, void **st)
+static size_t hdr_bytes(void) { return (sizeof(struct shm_hdr) + LINE - 1) / LINE * LINE; }
+
+char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round)
 {
-    (void)o;
-    (void)st;
-    return dt_error_set(DT_EUNSUPPORTED, "communicator backend 'shm' is not available in this build; use tcp");
+    return s->data + ((size_t)q * (size_t)s->nbuf + (size_t)(round % (uint64_t)s->nbuf)) * s->slot;
 }
 
-const struct dt_comm_backend dt_comm_backend_shm = {.name = "shm", .init = shm_init};
+/* Records the first failure in the segment so every rank stops waiting. */
+int dt_shm_fail(struct dt_shm *s, int code)
+{
+    int zero = 0;
+    if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1))
+        snprintf(s->hdr->why, sizeof s->hdr->why, "%s", dt_error_last());
+    return code;
+}
+
+static int peer_fail(struct dt_shm *s, int code, int peer, const char *what)
+{
+    dt_error_set(code, "rank %d: %s #%llu (shm): peer rank %d (pid %d) %s", s->rank, dt_coll_name(s->cur),
+                 (unsigned long long)s->seq, peer, (int)s->ctl[peer].pid, what);
+    return dt_shm_fail(s, code);
+}
+
+/* A process that is gone or a zombie is dead. */
+static bool pid_dead(int pid)
+{
+    if (pid <= 0)
+        return false;
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return true;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Waits until counter `which` of rank q reaches `target`. */
+int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
+{
+    atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
+    double next_pid_check = 0;
+    for (uint64_t i = 0;; i++) {
+        if (atomic_load_explicit(c, memory_order_acquire) >= target)
+            return 0;
+        if (i < (uint64_t)s->spin)
+            cpu_relax();
+        else
+            sched_yield();
+        if ((i & 63) != 63)
+            continue;
+        int f = atomic_load(&s->hdr->failed);
+        if (f && f != s->rank + 1)
+            return dt_error_set(DT_ECONN, "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
+                                dt_coll_name(s->cur), (unsigned long long)s->seq, f - 1, s->hdr->why);
+        if (atomic_load(&s->aborted)) {
+            dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
+                         (unsigned long long)s->seq);
+            return dt_shm_fail(s, DT_EABORTED);
+        }
+        double now = dt_comm_now();
+        if (now > s->deadline) {
+            char what[96];
+            snprintf(what, sizeof what, "made no progress for %.1f s (stalled or dead)", s->timeout_s);
+            return peer_fail(s, DT_ETIMEDOUT, q, what);
+        }
+        if (now >= next_pid_check) {
+            if (pid_dead(s->ctl[q].pid))
+                return peer_fail(s, DT_ECONN, q, "died");
+            next_pid_check = now + 0.01;
+        }
+    }
+}
+
+int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
+{
+    for (int q = 0; q < s->world; q++) {
+        if (q == s->rank)
+            continue;
+        int rc = dt_shm_wait(s, q, which, target);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
+{
+    struct shm_ctl *c = &s->ctl[s->rank];
+    atomic_store_explicit(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v, memory_order_release);
+}
+
+/* Starts a round: the slot set is free once every rank finished round k - nbuf. */
+int dt_shm_round_begin(struct dt_shm *s)
+{
+    uint64_t k = s->round;
+    if (k + 1 > (uint64_t)s->nbuf)
+        return dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf);
+    return 0;
+}
+
+void dt_shm_round_end(struct dt_shm *s)
+{
+    uint64_t v = ++s->round;
+    dt_shm_publish(s, 0, v);
+    dt_shm_publish(s, 1, v);
+    dt_shm_publish(s, 2, v);
+}
+
+void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k)
+{
+    s->cur = k;
+    s->seq++;
+    s->deadline = dt_comm_now() + s->timeout_s;
+}
+
+
+static size_t env_size(const char *name, size_t def)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
+    return v && *v && !*end && x ? (size_t)x : def;
+}
+
+static int cpus_available(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Rank 0 creates, sizes and touches the segment (first-touch page faults are
+ * paid here, once), then publishes its name; the others map it populated. */
+static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
+{
+    size_t total = hdr_bytes() + sizeof(struct shm_ctl) * (size_t)s->world +
+                   (size_t)s->world * (size_t)s->nbuf * s->slot;
+    char key[256];
+    snprintf(key, sizeof key, "%sshm/name", o->key_prefix);
+    int fd, rc;
+    if (s->rank == 0) {
+        snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_comm_now() * 1e6));
+        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return dt_error_set_errno(DT_EIO, e, "rank 0: shm: cannot create %s (%zu bytes)", s->name, total);
+        }
+    } else {
+        const char *keys[1] = {key};
+        void *v = NULL;
+        size_t len = 0;
+        if ((rc = dt_store_wait(o->store, keys, 1, o->timeout_s)) < 0 ||
+            (rc = dt_store_get(o->store, key, &v, &len)) < 0)
+            return dt_error_prefix("rank %d: shm: name of the segment from rank 0", s->rank);
+        snprintf(s->name, sizeof s->name, "%.*s", (int)len, (char *)v);
+        free(v);
+        fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size != total) {
+            if (fd >= 0)
+                close(fd);
+            return dt_error_set(DT_EIO, "rank %d: shm: cannot open segment %s of rank 0 (is it on this host?)",
+                                s->rank, s->name);
+        }
+    }
+    s->base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        return dt_error_set_errno(DT_ENOMEM, errno, "rank %d: shm: cannot map %zu bytes", s->rank, total);
+    }
+    s->map_bytes = total;
+    s->hdr = (struct shm_hdr *)s->base;
+    s->ctl = (struct shm_ctl *)(s->base + hdr_bytes());
+    s->data = (char *)(s->ctl + s->world);
+    if (s->rank == 0) {
+        memset(s->base, 0, total);
+        s->hdr->magic = SHM_MAGIC;
+        s->hdr->world = (uint32_t)s->world;
+        s->hdr->nbuf = (uint32_t)s->nbuf;
+        s->hdr->slot = s->slot;
+        return dt_store_set(o->store, key, s->name, strlen(s->name));
+    }
+    if (s->hdr->magic != SHM_MAGIC || (int)s->hdr->world != s->world || s->hdr->slot != s->slot)
+        return dt_error_set(DT_EPROTO, "rank %d: shm: segment %s does not match this communicator "
+                            "(different DTRAIN_SHM_SLOT_BYTES on some rank?)", s->rank, s->name);
+    return 0;
+}
+
+/* Everyone waits until all ranks mapped the segment; then the name is removed
+ * so nothing is left in /dev/shm whatever happens to the processes later. */
+static int attach(struct dt_shm *s)
+{
+    s->ctl[s->rank].pid = (int32_t)getpid();
+    atomic_fetch_add(&s->hdr->attached, 1);
+    while (atomic_load(&s->hdr->attached) < s->world) {
+        if (dt_comm_now() > s->deadline)
+            return dt_error_set(DT_ETIMEDOUT, "rank %d: shm: only %d of %d ranks attached to %s within %.1f s",
+                                s->rank, atomic_load(&s->hdr->attached), s->world, s->name, s->timeout_s);
+        usleep(200);
+    }
+    if (s->rank == 0) {
+        shm_unlink(s->name);
+        s->unlinked = true;
+    }
+    return 0;
+}
+
+int dt_shm_init(const struct dt_comm_options *o, void **state)
+{
+    if (o->local_world != o->world)
+        return dt_error_set(DT_EINVAL, "rank %d: shm: needs every rank on one host (world %d, %d on this host); "
+                            "use tcp or auto", o->rank, o->world, o->local_world);
+    struct dt_shm *s = calloc(1, sizeof *s);
+    if (!s)
+        return dt_error_set(DT_ENOMEM, "shm: out of memory");
+    s->rank = o->rank;
+    s->world = o->world;
+    s->timeout_s = o->timeout_s;
+    s->deadline = dt_comm_now() + o->timeout_s;
+    s->nbuf = 2;
+    s->slot = env_size("DTRAIN_SHM_SLOT_BYTES", 512 << 10) / 64 * 64;
+    if (s->slot < 4096)
+        s->slot = 4096;
+    s->small_bytes = env_size("DTRAIN_SHM_SMALL_BYTES", 16 << 10);
+    if (s->small_bytes > s->slot)
+        s->small_bytes = s->slot;
+    s->spin = s->world > cpus_available() ? 4 : 20000;
+    s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
+    int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
+    if (rc == 0)
+        rc = attach(s);
+    if (rc < 0) {
+        dt_shm_destroy(s);
+        return rc;
+    }
+    *state = s;
+    return 0;
+}
+
+void dt_shm_abort(void *st)
+{
+    struct dt_shm *s = st;
+    atomic_store(&s->aborted, 1);
+}
+
+void dt_shm_destroy(void *st)
+{
+    struct dt_shm *s = st;
+    if (!s)
+        return;
+    if (s->rank == 0 && !s->unlinked && s->name[0])
+        shm_unlink(s->name);
+    if (s->base)
+        munmap(s->base, s->map_bytes);
+    free(s->srcs);
+    free(s);
+}

@@ -67,11 +67,8 @@ static int exchange_small(struct dt_tcp *t, const struct dt_tcp_hdr *h, int out_
             memcpy(t->small + HB, out_data, out_len);
     }
     struct dt_tcp_plan p = {.out_peer = out_peer, .in_peer = in_peer, .out = &out, .in = &in,
-                            .nout = out_peer >= 0, .nin = in_peer >= 0};
-    int rc = dt_tcp_run(t, &p);
-    if (rc == 0 && in_peer >= 0 && (rc = dt_tcp_hdr_check(t, in_peer, (struct dt_tcp_hdr *)t->stage, h)) < 0)
-        dt_tcp_fail(t);
-    return rc;
+                            .nout = out_peer >= 0, .nin = in_peer >= 0, .check_hdr = in_peer >= 0, .hdr = h};
+    return dt_tcp_run(t, &p);
 }
 
 /* Recursive doubling on buf (bytes <= small_bytes), in place. */

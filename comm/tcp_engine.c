@@ -28,6 +28,7 @@ struct engine {
     bool out_blocked;    /* the socket is full (EAGAIN) */
     bool in_gated;       /* waiting for an out block to drain before writing */
     bool progress;
+    bool hdr_checked;
 };
 
 static int peer_error(struct dt_tcp *t, int code, int peer, const char *what)
@@ -92,18 +93,25 @@ static void reduce_segment(struct engine *e, const struct dt_tcp_blk *b, size_t 
         dt_reduce_finish(p->dtype, p->op, b->ptr + s0, n, e->t->world);
 }
 
+/* The header is checked as soon as it is in (block 0 may carry data after
+ * it), so a mismatch is reported before the payload lengths disagree. */
+static int check_header(struct engine *e)
+{
+    const struct dt_tcp_plan *p = e->p;
+    if (!p->check_hdr || e->hdr_checked || e->ii != 0 || e->ioff < sizeof(struct dt_tcp_hdr))
+        return 0;
+    e->hdr_checked = true;
+    int rc = dt_tcp_hdr_check(e->t, p->in_peer, (const struct dt_tcp_hdr *)p->in[0].ptr, p->hdr);
+    if (rc < 0)
+        dt_tcp_fail(e->t);
+    return rc;
+}
+
 /* Called when in block ii is complete. */
 static int in_block_done(struct engine *e)
 {
     const struct dt_tcp_plan *p = e->p;
     e->t->processed[e->ii] = p->in[e->ii].len;
-    if (e->ii == 0 && p->check_hdr) {
-        int rc = dt_tcp_hdr_check(e->t, p->in_peer, (const struct dt_tcp_hdr *)p->in[0].ptr, p->hdr);
-        if (rc < 0) {
-            dt_tcp_fail(e->t);
-            return rc;
-        }
-    }
     e->ii++;
     e->ioff = 0;
     return 0;
@@ -148,6 +156,8 @@ static int pump_in(struct engine *e)
         }
         e->ioff += (size_t)n;
         e->progress = true;
+        if ((rc = check_header(e)) < 0)
+            return rc;
         if (b->kind == DT_TCP_IN_DIRECT)
             t->processed[e->ii] = e->ioff;
         else if (e->ioff == s1) {
@@ -166,17 +176,25 @@ static int wait_events(struct engine *e)
     int n = 1;
     if (e->ii < p->nin && !e->in_gated)
         pf[n++] = (struct pollfd){.fd = t->fd[p->in_peer], .events = POLLIN};
-    if (e->out_blocked) {
+    /* While we still owe the out peer data it cannot have finished the step,
+     * so a hang-up on its socket means it died: watch for that too, or a rank
+     * waiting on a dependency would only hear of the death second hand. */
+    int outi = -1;
+    if (e->oi < p->nout) {
+        short ev = (short)(POLLRDHUP | (e->out_blocked ? POLLOUT : 0));
         if (n == 2 && p->out_peer == p->in_peer)
-            pf[1].events |= POLLOUT;
-        else
-            pf[n++] = (struct pollfd){.fd = t->fd[p->out_peer], .events = POLLOUT};
+            pf[1].events |= ev;
+        else {
+            outi = n;
+            pf[n++] = (struct pollfd){.fd = t->fd[p->out_peer], .events = ev};
+        }
     }
     double left = t->deadline - dt_comm_now();
     if (left <= 0) {
         char what[160];
         if (e->ii < p->nin && !e->in_gated) {
-            snprintf(what, sizeof what, "sent nothing for %.1f s (stalled or dead)", t->timeout_s);
+            snprintf(what, sizeof what, "sent nothing for %.1f s (it, or a rank it waits for, stalled or died)",
+                     t->timeout_s);
             return peer_error(t, DT_ETIMEDOUT, p->in_peer, what);
         }
         snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)", t->timeout_s);
@@ -184,6 +202,8 @@ static int wait_events(struct engine *e)
     }
     if (poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0 && errno != EINTR)
         return dt_error_set_errno(DT_EIO, errno, "rank %d: %s (tcp): poll", t->rank, dt_coll_name(t->cur));
+    if (outi >= 0 && (pf[outi].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return peer_error(t, DT_ECONN, p->out_peer, "closed the connection (it exited, failed or aborted)");
     if (atomic_load(&t->aborted)) {
         dt_tcp_fail(t);
         return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),

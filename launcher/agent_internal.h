@@ -10,6 +10,7 @@
 #include "launcher/agent.h"
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 struct dt_agent_stream {
@@ -37,6 +38,7 @@ struct dt_agent {
     int out_fd, err_fd;
     bool console_broken;        /* the console went away (EPIPE): keep logging to files only */
     int null_fd;                /* /dev/null, the ranks' stdin */
+    struct rlimit nofile;       /* RLIMIT_NOFILE as the launcher found it, for the ranks */
     char *scratch;              /* one formatted console line */
     char *readbuf;
     size_t readbuf_size;
@@ -49,6 +51,7 @@ struct dt_agent {
     bool stopping;              /* SIGTERM (or the forwarded signal) sent to every rank */
     bool killing;               /* SIGKILL sent */
     double kill_at;             /* when `stopping` turns into SIGKILL */
+    double killed_at;           /* when SIGKILL was sent */
     bool swept;                 /* looked for processes the ranks left behind */
     int interrupt_sig;          /* a signal the launcher received, 0 if none */
 };

@@ -65,6 +65,7 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
     static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &dfl, NULL);
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -86,6 +87,14 @@ static int open_log(const char *dir, int rank, const char *ext)
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     return fd;
+}
+
+static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
+{
+    if (e == EMFILE || e == ENFILE)
+        return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)", p->rank, a->nproc, a->nproc * 4 + 64);
+    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d", p->rank);
 }
 
 static void stream_reset(struct dt_agent_stream *s, int fd, int log_fd)
@@ -112,14 +121,15 @@ int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char 
     if (pipe2(po, O_CLOEXEC) != 0) {
         close(out_log);
         close(err_log);
-        return dt_error_set_errno(DT_EIO, errno, "cannot create a pipe for rank %d", p->rank);
+        return pipe_error(a, p, errno);
     }
     if (pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
         close(po[0]);
         close(po[1]);
         close(out_log);
         close(err_log);
-        return dt_error_set_errno(DT_EIO, errno, "cannot create a pipe for rank %d", p->rank);
+        return pipe_error(a, p, e);
     }
     /* Until the child has reset the agent's handlers, a signal for it (the
      * group's SIGTERM) would run the agent's handler in the child and write
@@ -174,7 +184,7 @@ void dt_agent_signal_groups(struct dt_agent *a, int sig)
  * name in parentheses may itself hold spaces and parentheses. */
 static int read_stat(const char *pid, pid_t *ppid, pid_t *pgrp, char *state)
 {
-    char path[64], buf[512];
+    char path[300], buf[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -206,10 +216,14 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
     DIR *d = opendir("/proc");
     if (!d)
         return 0;
-    pid_t self = getpid(), own_group = getpgrp();
-    int count = 0;
+    /* Collect first, signal after: a signalled group could otherwise die
+     * before the scan reaches its other members, and the count would vary. */
+    enum { MAX_FOUND = 512 }; /* more are caught by the next sweep */
+    pid_t found[MAX_FOUND], groups[MAX_FOUND];
+    int n = 0;
+    pid_t self = getpid();
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
+    while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
         pid_t ppid, pgrp;
@@ -219,14 +233,18 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
         pid_t pid = (pid_t)atoi(de->d_name);
         if (is_rank(a, pid))
             continue;
-        kill(pid, sig);
-        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
-        if (pgrp > 1 && pgrp != own_group)
-            kill(-pgrp, sig);
-        count++;
+        found[n] = pid;
+        groups[n++] = pgrp;
     }
     closedir(d);
-    return count;
+    pid_t own_group = getpgrp();
+    for (int i = 0; i < n; i++) {
+        kill(found[i], sig);
+        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
+        if (groups[i] > 1 && groups[i] != own_group)
+            kill(-groups[i], sig);
+    }
+    return n;
 }
 
 void dt_agent_close_streams(struct dt_agent_proc *p)

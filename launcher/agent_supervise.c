@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,6 +31,7 @@
 
 #define READ_CHUNK 65536
 #define LEFTOVER_POLL_MS 20   /* how often to look for stragglers once the ranks are gone */
+#define UNKILLABLE_S 10       /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
 static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
@@ -101,6 +103,8 @@ static void start_stopping(struct dt_agent *a, int sig)
 
 static void kill_everything(struct dt_agent *a)
 {
+    if (!a->killing)
+        a->killed_at = dt_agent_now();
     a->stopping = a->killing = true;
     dt_agent_signal_groups(a, SIGKILL);
     dt_agent_signal_leftovers(a, SIGKILL);
@@ -197,6 +201,8 @@ static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
         until = a->kill_at;
     if (a->running == 0 && children)
         return LEFTOVER_POLL_MS;
+    if (a->killing && children)
+        return 100; /* to notice processes that even SIGKILL does not end */
     if (!children)
         until = drain_until;
     if (until < 0)
@@ -217,8 +223,9 @@ static struct dt_agent_proc *stream_owner(struct dt_agent *a, struct dt_agent_st
 static void stop_leftovers(struct dt_agent *a)
 {
     int sig = a->killing ? SIGKILL : SIGTERM;
-    dt_agent_signal_groups(a, sig);
+    /* /proc first: signalled groups would die before the count could see them. */
     int n = dt_agent_signal_leftovers(a, sig);
+    dt_agent_signal_groups(a, sig);
     if (a->swept)
         return;
     a->swept = true;
@@ -254,6 +261,15 @@ static void supervise(struct dt_agent *a, int sig_fd)
             kill_everything(a);
         if (a->running == 0 && children)
             stop_leftovers(a);
+        if (children && a->killing && dt_agent_now() - a->killed_at > UNKILLABLE_S) {
+            /* SIGKILL cannot be ignored; a process that outlives it is stuck in
+             * the kernel (D state: a hung file system or device).  Waiting longer
+             * would hang the launcher with it. */
+            dt_log_error("processes of the job are still there %g s after SIGKILL: they are stuck in the "
+                         "kernel (D state, see `ps -eo pid,stat,wchan,cmd`); the machine may need attention",
+                         (double)UNKILLABLE_S);
+            return;
+        }
         if (!children && drain_until < 0)
             /* Every writer is gone, so the pipes hold a finite rest; the bound
              * only matters if something outside the job tree kept a pipe. */
@@ -411,6 +427,20 @@ static void finish(struct dt_agent *a)
     }
 }
 
+/* Four descriptors per rank (two pipes, two log files) can pass the usual soft
+ * limit of 1024 at a few hundred ranks: raise it for the agent, and hand the
+ * ranks the limit they would have had (agent_spawn.c restores it). */
+static void raise_fd_limit(struct dt_agent *a)
+{
+    getrlimit(RLIMIT_NOFILE, &a->nofile);
+    rlim_t need = (rlim_t)a->nproc * 4 + 64;
+    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
+        return;
+    struct rlimit raised = a->nofile;
+    raised.rlim_cur = a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &raised);
+}
+
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
@@ -418,6 +448,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     a.t0 = dt_agent_now();
     res->started_unix = (double)time(NULL);
     struct saved_signals sv;
+    raise_fd_limit(&a);
     if (rc == 0)
         rc = install_signals(&sv);
     if (rc < 0) {
@@ -441,6 +472,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
     }
     restore_signals(&sv);
+    setrlimit(RLIMIT_NOFILE, &a.nofile);
     agent_free(&a);
     return rc;
 }

@@ -118,7 +118,7 @@ static int set_on_exit(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
         int action = val->kind == DT_Y_SCALAR ? (strcmp(val->text, "retry") == 0 ? 0 : strcmp(val->text, "fail") == 0 ? 1 : -1) : -1;
         if (action < 0)
             return dt_spec_fail(ctx, val, k->name, "%s: expected fail or retry, got %s", key->text,
-                                val->kind == DT_Y_SCALAR ? dt_yaml_quote(val->text, q, sizeof q) : dt_ynode_kind_name(val));
+                                dt_spec_got(val, q, sizeof q));
         p->on_exit[p->n_on_exit].code = code;
         p->on_exit[p->n_on_exit++].action = (enum dt_exit_action)action;
     }

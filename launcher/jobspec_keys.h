@@ -46,6 +46,8 @@ enum dt_kt {
 #define DT_KF_REQUIRED 16u
 #define DT_KF_EMPTY_OK 32u /* strings: "" is allowed */
 #define DT_KF_ENVNAME 64u  /* strmap: keys must be environment variable names */
+#define DT_KF_ZERO_UNSET 128u /* numbers: 0 means "not set" and is left out by --print */
+#define DT_KF_NEG_UNSET 256u  /* numbers: below 0 means "not set" and is left out by --print */
 
 struct dt_spec_ctx;
 struct dt_spec_key;
@@ -130,6 +132,8 @@ const char *dt_spec_path(const struct dt_spec_ctx *ctx, const char *key, char *b
 
 /* Scalar readers shared by the tables' custom setters.  Each checks the
  * node's shape and text and reports failures through dt_spec_fail. */
+/* "'text'" for a scalar, "a list", "a mapping" or "nothing (null)" otherwise: the "got" of a message. */
+const char *dt_spec_got(const struct dt_ynode *v, char *buf, size_t size);
 int dt_spec_scalar(struct dt_spec_ctx *ctx, const char *key, const struct dt_ynode *v, const char *what);
 int dt_spec_parse_int(const char *s, long long *out);
 int dt_spec_parse_num(const char *s, double *out);

@@ -100,15 +100,22 @@ static int put_value(const struct dt_spec_key *k, const void *obj, FILE *out)
         put_quoted(FIELD(obj, k, char), out);
         return 1;
     case DT_KT_INT:
+        if ((k->flags & DT_KF_ZERO_UNSET) && !*FIELD(obj, k, int))
+            return 0;
         fprintf(out, "%d", *FIELD(obj, k, int));
         return 1;
     case DT_KT_I64:
+        if (((k->flags & DT_KF_ZERO_UNSET) && !*FIELD(obj, k, int64_t)) ||
+            ((k->flags & DT_KF_NEG_UNSET) && *FIELD(obj, k, int64_t) < 0))
+            return 0;
         fprintf(out, "%lld", (long long)*FIELD(obj, k, int64_t));
         return 1;
     case DT_KT_U64:
         fprintf(out, "%llu", (unsigned long long)*FIELD(obj, k, uint64_t));
         return 1;
     case DT_KT_NUM:
+        if ((k->flags & DT_KF_ZERO_UNSET) && *FIELD(obj, k, double) == 0)
+            return 0;
         put_number(*FIELD(obj, k, double), out);
         return 1;
     case DT_KT_BOOL:

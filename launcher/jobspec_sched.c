@@ -70,7 +70,7 @@ static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, 
     }
     return dt_spec_fail(ctx, v, k->name, "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes) or "
                                          "2h, got %s",
-                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+                        dt_spec_got(v, q, sizeof q));
 }
 
 static int print_slurm_time(const void *obj, char *buf, size_t size)
@@ -90,7 +90,7 @@ static const struct dt_spec_key slurm_keys[] = {
     DT_KEY("gpus_per_node", DT_KT_INT, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
     DT_KEY("mem", DT_KT_BYTES, struct dt_slurm_spec, mem_bytes, .lo = 1, .flags = DT_KF_LO),
     DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos),
     DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint),
@@ -123,7 +123,7 @@ static int set_cpu(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const s
         return 0;
     }
     return dt_spec_fail(ctx, v, k->name, "expected a CPU amount like 4, 0.5 or \"500m\" (> 0), got %s",
-                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+                        dt_spec_got(v, q, sizeof q));
 }
 
 static int print_cpu(const void *obj, char *buf, size_t size)
@@ -160,7 +160,7 @@ static const struct dt_spec_key toleration_keys[] = {
     DT_KEY("value", DT_KT_STR, struct dt_k8s_toleration, value, .flags = DT_KF_EMPTY_OK),
     DT_KEY("effect", DT_KT_STR, struct dt_k8s_toleration, effect, .names = effects),
     DT_KEY("toleration_seconds", DT_KT_I64, struct dt_k8s_toleration, toleration_seconds, .lo = 0, .hi = 1e12,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_NEG_UNSET),
 };
 static const struct dt_spec_section toleration_section = {
     .keys = toleration_keys, .n_keys = DT_NKEYS(toleration_keys), .size = sizeof(struct dt_k8s_toleration),

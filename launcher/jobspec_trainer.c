@@ -47,7 +47,7 @@ static int number_list(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
                   (integer ? dt_spec_parse_int(it->text, &n) : dt_spec_parse_num(it->text, &out[i]));
         if (bad)
             return dt_spec_fail(ctx, it, k->name, "expected %s, got %s", what,
-                                it->kind == DT_Y_SCALAR ? dt_yaml_quote(it->text, q, sizeof q) : dt_ynode_kind_name(it));
+                                dt_spec_got(it, q, sizeof q));
         if (integer)
             out[i] = (double)n;
         if (dt_spec_check_range(ctx, k, it, out[i], integer))
@@ -96,7 +96,7 @@ static int set_loss_scale(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, 
         return 0;
     }
     return dt_spec_fail(ctx, v, k->name, "expected dynamic or a number > 0, got %s",
-                        v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+                        dt_spec_got(v, q, sizeof q));
 }
 
 /* trace.steps: "10-20" (inclusive), or one step. */
@@ -119,7 +119,7 @@ static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k,
         last > 1000000000)
         return dt_spec_fail(ctx, v, k->name, "expected a step range like \"10-20\" (first <= last) or one step, "
                                              "got %s",
-                            v->kind == DT_Y_SCALAR ? dt_yaml_quote(v->text, q, sizeof q) : dt_ynode_kind_name(v));
+                            dt_spec_got(v, q, sizeof q));
     t->first_step = (int)first;
     t->last_step = (int)last;
     return 0;
@@ -215,7 +215,8 @@ static int check_scheduler(struct dt_spec_ctx *ctx, const struct dt_ynode *map, 
 
 static const struct dt_spec_key scheduler_keys[] = {
     DT_KEY("type", DT_KT_ENUM, struct dt_scheduler_spec, type, .names = sched_types),
-    DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, RANGE_GT0),
+    DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, .lo = 0,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_ZERO_UNSET),
     DT_KEY("pct_start", DT_KT_NUM, struct dt_scheduler_spec, pct_start, .lo = 0, .hi = 1,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("anneal", DT_KT_ENUM, struct dt_scheduler_spec, anneal, .names = anneals),
@@ -303,8 +304,10 @@ static void trainer_init(void *obj)
 static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("model", DT_KT_SECTION, struct dt_trainer_spec, model, .sub = &model_section),
     DT_KEY("data", DT_KT_SECTION, struct dt_trainer_spec, data, .sub = &data_section),
-    DT_KEY("epochs", DT_KT_INT, struct dt_trainer_spec, epochs, .lo = 1, .hi = 1e6, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("steps", DT_KT_I64, struct dt_trainer_spec, steps, .lo = 1, .hi = 1e12, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("epochs", DT_KT_INT, struct dt_trainer_spec, epochs, .lo = 1, .hi = 1e6,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
+    DT_KEY("steps", DT_KT_I64, struct dt_trainer_spec, steps, .lo = 1, .hi = 1e12,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
     DT_KEY("optimizer", DT_KT_SECTION, struct dt_trainer_spec, optimizer, .sub = &optimizer_section),
     DT_KEY("scheduler", DT_KT_SECTION, struct dt_trainer_spec, scheduler, .sub = &scheduler_section),
     DT_KEY("ddp", DT_KT_SECTION, struct dt_trainer_spec, ddp, .sub = &ddp_section),

@@ -41,6 +41,16 @@ int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const
     return dt_error_set(DT_EINVAL, "%s:%d:%d: %s", ctx->file, at->line, at->col, msg);
 }
 
+const char *dt_spec_got(const struct dt_ynode *v, char *buf, size_t size)
+{
+    char q[96];
+    if (v->kind == DT_Y_SCALAR && !dt_ynode_is_null(v))
+        snprintf(buf, size, "'%s'", dt_yaml_quote(v->text, q, sizeof q));
+    else
+        snprintf(buf, size, "%s", dt_ynode_kind_name(v));
+    return buf;
+}
+
 int dt_spec_scalar(struct dt_spec_ctx *ctx, const char *key, const struct dt_ynode *v, const char *what)
 {
     if (v->kind == DT_Y_SCALAR && !dt_ynode_is_null(v))

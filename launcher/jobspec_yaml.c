@@ -56,11 +56,24 @@ static int parser_error(const struct builder *b, const yaml_parser_t *p)
     else if (strstr(problem, "UTF") || strstr(problem, "octet") || strstr(problem, "control characters"))
         hint = "; a job spec must be UTF-8 text (is this a binary file?)";
     char what[512];
+    yaml_mark_t mark = p->problem_mark;
+    if (p->error == YAML_READER_ERROR) {
+        /* The reader reports a byte offset, not a mark: count lines up to it. */
+        mark.line = mark.column = 0;
+        for (size_t i = 0; i < p->problem_offset && i < b->len; i++) {
+            if (b->text[i] == '\n') {
+                mark.line++;
+                mark.column = 0;
+            } else {
+                mark.column++;
+            }
+        }
+    }
     if (p->context)
         snprintf(what, sizeof what, "YAML syntax error: %s %s%s", problem, p->context, hint);
     else
         snprintf(what, sizeof what, "YAML syntax error: %s%s", problem, hint);
-    return fail_at(b, p->problem_mark, what);
+    return fail_at(b, mark, what);
 }
 
 static struct dt_ynode *new_node(enum dt_ynode_kind kind, yaml_mark_t mark)

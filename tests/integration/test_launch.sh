@@ -133,3 +133,8 @@ job noauth 'rendezvous: {auth: none}' "command: [bash, -c, 'echo token=\${DTRAIN
 expect_status 0 "auth: none job runs" "$DTRAIN" launch "$T/noauth.yaml"
 contains "$T/last.err" "auth is none" "auth: none is announced at start"
 contains "$T/last.out" '^\[rank 0\] token=unset$' "auth: none ranks get no token"
+
+# --- many ranks under a low soft limit on open files ----------------------------
+job wide 'nproc_per_node: 24' "command: [bash, -c, 'echo limit \$(ulimit -Sn)']"
+expect_status 0 "24 ranks under ulimit -Sn 64 (the agent raises its own limit)" bash -c "ulimit -Sn 64; exec '$DTRAIN' launch '$T/wide.yaml'"
+check "every one of the 24 ranks printed" test "$(grep -c '^\[rank [0-9]*\] limit 64$' "$T/last.out")" = 24

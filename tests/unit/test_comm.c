@@ -105,9 +105,9 @@ static int one_broadcast(struct dt_comm *c, struct bufs *b, int r, int root, enu
 /* Every rank's checksum of its last result must be the same. */
 static int same_everywhere(struct dt_comm *c, const char *buf, size_t bytes, int w)
 {
-    int64_t h = 1469598103934665603LL, all[16];
+    uint64_t h = 1469598103934665603ULL, all[16];
     for (size_t i = 0; i < bytes; i++)
-        h = (h ^ (uint8_t)buf[i]) * 1099511628211LL;
+        h = (h ^ (uint8_t)buf[i]) * 1099511628211ULL;
     int rc = dt_comm_allgather(c, &h, all, 1, DT_I64);
     for (int q = 0; rc == 0 && q < w; q++)
         if (all[q] != h)
@@ -156,6 +156,8 @@ static void sweep(const char *backend, int lo, int hi)
 
 static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
 static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
+static void shm_worlds_1_to_4(void **s) { (void)s; sweep("shm", 1, 4); }
+static void shm_worlds_5_to_8(void **s) { (void)s; sweep("shm", 5, 8); }
 
 /* 64 MiB of f32 (16 Mi elements): ring pipelining over many segments. */
 static int body_large(struct dt_comm *c, int r, int w, void *arg)
@@ -179,6 +181,7 @@ static int body_large(struct dt_comm *c, int r, int w, void *arg)
 }
 
 static void tcp_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "tcp", 60, body_large, NULL), 0); }
+static void shm_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "shm", 60, body_large, NULL), 0); }
 
 /* Async: several f32 AVG requests in flight, waited in order and out of order. */
 static int body_async(struct dt_comm *c, int r, int w, void *arg)
@@ -217,13 +220,15 @@ static void async_requests(void **s)
 {
     (void)s;
     assert_int_equal(harness_run(3, "tcp", 30, body_async, NULL), 0);
+    assert_int_equal(harness_run(3, "shm", 30, body_async, NULL), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
-        cmocka_unit_test(tcp_64mib),
+        cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
+        cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,6 +24,9 @@
 
 static struct dt_coord *harness_coord;
 static int harness_seq;
+/* In a rank: its store and communicator prefix, to build another communicator. */
+static struct dt_store *harness_rank_store;
+static const char *harness_rank_prefix;
 
 static void harness_start(void)
 {
@@ -64,6 +67,8 @@ static int harness_run(int world, const char *backend, double timeout_s, harness
             int rc = harness_store(&s);
             if (rc == 0) {
                 o.store = s;
+                harness_rank_store = s;
+                harness_rank_prefix = prefix;
                 rc = dt_comm_init(&o, &c);
             }
             if (rc == 0)

@@ -1,0 +1,72 @@
+/* shm.h - internals shared by the shm backend's segment and synchronization
+ * code (shm.c) and its collectives (shm_coll.c).  Not a public header; the
+ * protocol is described at the top of shm.c.
+ */
+#ifndef DT_SHM_H
+#define DT_SHM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "comm/comm_backend.h"
+
+#define SHM_MAGIC 0x314d4853u /* "SHM1" */
+#define LINE 128
+
+struct shm_hdr {
+    uint32_t magic, world, nbuf, pad;
+    uint64_t slot;
+    atomic_int attached;
+    atomic_int failed;          /* 1 + rank of the first rank that failed; 0 if none */
+    char why[512];              /* its message */
+};
+
+struct shm_ctl {
+    _Alignas(LINE) atomic_uint_fast64_t in;
+    _Alignas(LINE) atomic_uint_fast64_t red;
+    _Alignas(LINE) atomic_uint_fast64_t out;
+    _Alignas(LINE) int32_t pid;
+};
+
+struct dt_shm {
+    int rank, world;
+    double timeout_s, deadline;
+    char name[64];
+    bool unlinked;
+    char *base;
+    size_t map_bytes, slot, small_bytes;
+    int nbuf, spin;
+    struct shm_hdr *hdr;
+    struct shm_ctl *ctl;
+    char *data;
+    uint64_t round, seq;
+    enum dt_coll_kind cur;
+    atomic_int aborted;
+    const void **srcs;          /* world pointers, for dt_reduce_many */
+};
+
+enum { DT_SHM_IN, DT_SHM_RED, DT_SHM_OUT };
+
+/* Slot of rank q in the slot set of `round`. */
+char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round);
+/* Waits until counter `which` of rank q reaches target (deadline, abort, peer death). */
+int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target);
+/* The same for every other rank. */
+int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target);
+void dt_shm_publish(struct dt_shm *s, int which, uint64_t v);
+/* Round k may start once every rank finished round k - nbuf. */
+int dt_shm_round_begin(struct dt_shm *s);
+/* Publishes all three counters for the round and moves to the next. */
+void dt_shm_round_end(struct dt_shm *s);
+void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k);
+/* Records this rank's failure (the current error) in the segment; returns code. */
+int dt_shm_fail(struct dt_shm *s, int code);
+
+int dt_shm_init(const struct dt_comm_options *o, void **state);
+void dt_shm_abort(void *st);
+void dt_shm_destroy(void *st);
+
+#endif

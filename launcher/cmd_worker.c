@@ -1,0 +1,142 @@
+/* cmd_worker.c - `dtrain worker job.yaml`: one rank of the bundled trainer.
+ *
+ * `dtrain launch` runs this as every rank's command when the job has a
+ * `trainer:` section.  It is the bridge between the launcher's world and the
+ * worker library: it loads the spec, reads the rank's environment (RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, DTRAIN_RUN_DIR, DTRAIN_RESTART_COUNT),
+ * connects to the coordinator's store, builds the communicator and hands both
+ * to the trainer (worker/trainer.h).  Run by hand without WORLD_SIZE, it
+ * trains as a single process in the current directory.
+ *
+ * Not for training logic: that lives in worker/.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/error.h"
+#include "comm/log.h"
+#include "comm/store.h"
+#include "launcher/cli.h"
+#include "launcher/jobspec.h"
+#include "worker/trainer.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: dtrain worker JOB.yaml\n\n"
+                 "Runs one rank of the bundled trainer described by the job's trainer: section.\n"
+                 "`dtrain launch` starts it on every rank; by hand (no WORLD_SIZE set) it trains as a\n"
+                 "single process and writes metrics.jsonl, checkpoints/ and trainer_summary.json in\n"
+                 "$DTRAIN_RUN_DIR or the current directory.\n");
+}
+
+static int env_int(const char *name, int dflt, int *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        *out = dflt;
+        return 0;
+    }
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1 << 20)
+        return dt_error_set(DT_EINVAL, "environment variable %s=%s is not a rank count", name, v);
+    *out = (int)x;
+    return 0;
+}
+
+struct rank_env {
+    int rank, world, local_rank, local_world, restart;
+};
+
+static int read_env(struct rank_env *e)
+{
+    int rc = env_int("WORLD_SIZE", 0, &e->world);
+    if (!rc)
+        rc = env_int("RANK", 0, &e->rank);
+    if (!rc)
+        rc = env_int("LOCAL_RANK", e->rank, &e->local_rank);
+    if (!rc)
+        rc = env_int("LOCAL_WORLD_SIZE", e->world > 0 ? e->world : 1, &e->local_world);
+    if (!rc)
+        rc = env_int("DTRAIN_RESTART_COUNT", 0, &e->restart);
+    if (!rc && e->world > 0 && e->rank >= e->world)
+        rc = dt_error_set(DT_EINVAL, "RANK=%d is not below WORLD_SIZE=%d", e->rank, e->world);
+    return rc;
+}
+
+/* Store and communicator for a launched rank; none for a lone process. */
+static int connect(const struct dt_job *job, const struct rank_env *e, struct dt_store **store,
+                   struct dt_comm **comm)
+{
+    if (e->world == 0)
+        return 0;
+    double timeout = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
+    int rc = dt_store_connect_env(timeout, store);
+    if (rc)
+        return dt_error_prefix("rank %d: connecting to the coordinator", e->rank);
+    /* A fresh key namespace per restart, so a new round never meets the old one's keys. */
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "trainer/%d/", e->restart);
+    struct dt_comm_options o = {.backend = dt_backend_name(job->backend), .rank = e->rank, .world = e->world,
+                                .local_rank = e->local_rank, .local_world = e->local_world, .store = *store,
+                                .key_prefix = prefix, .timeout_s = timeout, .cuda_device = -1};
+    rc = dt_comm_init(&o, comm);
+    return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
+}
+
+static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm)
+{
+    struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"),
+                                   .local_world = e->local_world, .quiet = e->rank != 0};
+    struct dt_trainer *t;
+    int rc = dt_trainer_create(job->trainer, &o, &t);
+    if (rc)
+        return rc;
+    struct dt_metrics_summary s;
+    rc = dt_trainer_run(t, &s);
+    if (!rc && e->rank == 0)
+        printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s\n", (long long)s.steps,
+               s.final_loss, s.test_accuracy, s.samples_per_s);
+    dt_trainer_destroy(t);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    if (argc != 2)
+        return dt_cli_usage_error("worker", "expects one argument, the job spec");
+    dt_log_level_from_env();
+    struct rank_env e;
+    struct dt_job *job = NULL;
+    struct dt_store *store = NULL;
+    struct dt_comm *comm = NULL;
+    int rc = read_env(&e);
+    if (!rc)
+        rc = dt_job_load(argv[1], &job);
+    if (!rc && !job->trainer)
+        rc = dt_error_set(DT_EINVAL, "%s: the job has no trainer: section (it runs a command)", argv[1]);
+    if (!rc)
+        rc = connect(job, &e, &store, &comm);
+    if (!rc)
+        rc = train(job, &e, comm);
+    if (rc) {
+        fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
+        if (comm)
+            dt_comm_abort(comm);
+    }
+    fflush(stdout);
+    dt_comm_destroy(comm);
+    if (store)
+        dt_store_close(store);
+    dt_job_free(job);
+    return rc ? 1 : 0;
+}
+
+const struct dt_cli_command dt_cli_worker = {
+    .name = "worker",
+    .summary = "run one rank of the bundled trainer (started by launch)",
+    .run = run,
+    .usage = usage,
+};

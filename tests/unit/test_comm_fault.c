@@ -1,0 +1,210 @@
+/* test_comm_fault.c - failures: a peer killed or stopped in the middle of a
+ * collective makes every survivor fail within the deadline with a message
+ * naming the operation (and, where it talks to it, the peer); the survivors
+ * can then build a new communicator and work.  Also: mismatched collectives,
+ * abort from another thread, and a bootstrap whose peer never comes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include "comm/comm_backend.h"
+#include "tests/unit/test_comm_harness.h"
+
+#define VICTIM 2
+#define TIMEOUT 3.0
+
+static void *signal_self_later(void *arg)
+{
+    int sig = *(int *)arg;
+    usleep(150000);
+    if (sig == SIGSTOP && fork() == 0) { /* a watchdog ends the stopped rank after the test */
+        usleep((useconds_t)((TIMEOUT + 4) * 1e6));
+        kill(getppid(), SIGKILL);
+        _exit(0);
+    }
+    kill(getpid(), sig);
+    return NULL;
+}
+
+/* Survivors: a second communicator over the survivors, renumbered, must work. */
+static int rebuild(int rank, const char *backend)
+{
+    int nr = rank < VICTIM ? rank : rank - 1;
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%sagain/", harness_rank_prefix);
+    struct dt_comm_options o = {.backend = backend, .rank = nr, .world = 3, .local_rank = nr, .local_world = 3,
+                                .store = harness_rank_store, .key_prefix = prefix, .timeout_s = 10};
+    struct dt_comm *c;
+    int rc = dt_comm_init(&o, &c);
+    if (rc < 0)
+        return rc;
+    int x = nr + 1, y = 0;
+    rc = dt_comm_allreduce(c, &x, &y, 1, DT_I32, DT_SUM);
+    if (rc == 0 && y != 6)
+        rc = dt_error_set(DT_EINTERNAL, "rebuilt communicator: sum %d, wanted 6", y);
+    dt_comm_destroy(c);
+    return rc;
+}
+
+struct fault { const char *backend; int sig; char marks[64]; };
+
+static int body_fault(struct dt_comm *c, int rank, int world, void *arg)
+{
+    (void)world;
+    const struct fault *f = arg;
+    size_t n = 1 << 20;
+    float *x = calloc(n, 4);
+    pthread_t th;
+    if (rank == VICTIM)
+        pthread_create(&th, NULL, signal_self_later, (void *)&f->sig);
+    int rc = 0;
+    double t0 = 0;
+    for (int i = 0; i < 100000 && rc == 0; i++) {
+        t0 = dt_comm_now();
+        rc = dt_comm_allreduce(c, x, x, n, DT_F32, DT_SUM);
+    }
+    free(x);
+    double took = dt_comm_now() - t0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dt_error_last());
+    fprintf(stderr, "rank %d saw (%.2f s): %s\n", rank, took, msg);
+    if (rc != DT_ECONN && rc != DT_ETIMEDOUT)
+        return dt_error_set(DT_EINTERNAL, "wanted DT_ECONN or DT_ETIMEDOUT, got %d: %s", rc, msg);
+    if (took > TIMEOUT + 1.5)
+        return dt_error_set(DT_EINTERNAL, "the failing allreduce took %.2f s (deadline %.1f s)", took, TIMEOUT);
+    if (!strstr(msg, "allreduce") || !strstr(msg, "peer rank"))
+        return dt_error_set(DT_EINTERNAL, "message does not name the operation and a peer: %s", msg);
+    /* shm names the failed rank everywhere (the segment carries the first
+     * failure).  Over tcp a rank hears of it from whichever neighbour closed
+     * first, so only some survivors can name it: they leave a mark that the
+     * parent counts. */
+    bool names = strstr(msg, "peer rank 2") != NULL;
+    if (!strcmp(f->backend, "shm") && !names)
+        return dt_error_set(DT_EINTERNAL, "message does not name the failed rank 2: %s", msg);
+    if (names) {
+        char mark[128];
+        snprintf(mark, sizeof mark, "%s.%d", f->marks, rank);
+        fclose(fopen(mark, "w"));
+    }
+    rc = dt_comm_allreduce(c, &rc, &rc, 1, DT_I32, DT_SUM);
+    if (rc >= 0)
+        return dt_error_set(DT_EINTERNAL, "a failed communicator accepted another collective");
+    return rebuild(rank, f->backend);
+}
+
+static void run_fault(const char *backend, int sig)
+{
+    struct fault f = {backend, sig, ""};
+    snprintf(f.marks, sizeof f.marks, "/tmp/dtrain-fault-%d", (int)getpid());
+    /* the victim is the one rank that must not exit cleanly */
+    assert_int_equal(harness_run(4, backend, TIMEOUT, body_fault, &f), 1);
+    int named = 0;
+    for (int r = 0; r < 4; r++) {
+        char mark[128];
+        snprintf(mark, sizeof mark, "%s.%d", f.marks, r);
+        named += unlink(mark) == 0;
+    }
+    if (sig == SIGKILL || !strcmp(backend, "shm"))
+        assert_true(named >= 1); /* someone names the dead rank; a stall can be blamed on a waiting neighbour */
+}
+
+static void tcp_killed_peer(void **s) { (void)s; run_fault("tcp", SIGKILL); }
+static void shm_killed_peer(void **s) { (void)s; run_fault("shm", SIGKILL); }
+static void tcp_stalled_peer(void **s) { (void)s; run_fault("tcp", SIGSTOP); }
+static void shm_stalled_peer(void **s) { (void)s; run_fault("shm", SIGSTOP); }
+
+static int body_mismatch(struct dt_comm *c, int rank, int world, void *arg)
+{
+    (void)world;
+    (void)arg;
+    float x[64] = {0};
+    int rc = dt_comm_allreduce(c, x, x, rank == 0 ? 10 : 20, DT_F32, DT_SUM);
+    if (rc == 0)
+        return dt_error_set(DT_EINTERNAL, "mismatched counts were not detected");
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dt_error_last());
+    if (rank == 1 && (rc != DT_EPROTO || !strstr(msg, "same order")))
+        return dt_error_set(DT_EINTERNAL, "rank 1 wanted a protocol error, got: %s", msg);
+    return 0;
+}
+
+static void tcp_mismatch_detected(void **s)
+{
+    (void)s;
+    assert_int_equal(harness_run(2, "tcp", TIMEOUT, body_mismatch, NULL), 0);
+}
+
+static void *abort_later(void *arg)
+{
+    usleep(200000);
+    dt_comm_abort(arg);
+    return NULL;
+}
+
+/* Rank 1 never joins the collective; rank 0 is aborted from another thread. */
+static int body_abort(struct dt_comm *c, int rank, int world, void *arg)
+{
+    (void)world;
+    const char *backend = arg;
+    if (rank == 1) {
+        usleep(1500000);
+        return 0;
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, abort_later, c);
+    double t0 = dt_comm_now();
+    float x = 1;
+    int rc = dt_comm_allreduce(c, &x, &x, 1, DT_F32, DT_SUM);
+    pthread_join(th, NULL);
+    if (rc != DT_EABORTED || dt_comm_now() - t0 > 1.0)
+        return dt_error_set(DT_EINTERNAL, "%s: wanted a prompt DT_EABORTED, got %d after %.2f s", backend, rc,
+                            dt_comm_now() - t0);
+    return 0;
+}
+
+static void abort_interrupts(void **s)
+{
+    (void)s;
+    assert_int_equal(harness_run(2, "tcp", 10, body_abort, "tcp"), 0);
+    assert_int_equal(harness_run(2, "shm", 10, body_abort, "shm"), 0);
+}
+
+static void bootstrap_peer_missing(void **s)
+{
+    (void)s;
+    harness_start();
+    struct dt_store *st;
+    assert_int_equal(harness_store(&st), 0);
+    const char *backends[] = {"tcp", "shm"};
+    for (int i = 0; i < 2; i++) {
+        struct dt_comm_options o = {.backend = backends[i], .rank = 1, .world = 2, .local_rank = 1,
+                                    .local_world = 2, .store = st, .key_prefix = i ? "lonely-shm/" : "lonely-tcp/",
+                                    .timeout_s = 0.5};
+        struct dt_comm *c = NULL;
+        double t0 = dt_comm_now();
+        int rc = dt_comm_init(&o, &c);
+        assert_true(rc < 0);
+        assert_null(c);
+        assert_true(dt_comm_now() - t0 < 3);
+        assert_non_null(strstr(dt_error_last(), i ? "rank 0" : "peer rank 0"));
+    }
+    dt_store_close(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tcp_killed_peer),       cmocka_unit_test(shm_killed_peer),
+        cmocka_unit_test(tcp_stalled_peer),      cmocka_unit_test(shm_stalled_peer),
+        cmocka_unit_test(tcp_mismatch_detected), cmocka_unit_test(abort_interrupts),
+        cmocka_unit_test(bootstrap_peer_missing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,111 @@
+/* test_idx.c - the IDX reader on the real Fashion-MNIST files and on broken
+ * ones (bad magic, wrong dims, truncated, trailing data), each error naming the file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "comm/error.h"
+#include "worker/idx.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+static void real_files(void **state)
+{
+    (void)state;
+    struct dt_dataset tr, te;
+    int rc = dt_data_load_fashion_mnist(FMNIST, 1, &tr);
+    if (rc)
+        fail_msg("%s (install dataset-fashion-mnist: scripts/install-deps.sh)", dt_error_last());
+    assert_int_equal(tr.n, 60000);
+    assert_int_equal(tr.labels[0], 9);
+    assert_int_equal(tr.labels[1], 0);
+    assert_int_equal(tr.labels[3], 3);
+    int counts[10] = {0};
+    for (int i = 0; i < 60000; i++)
+        counts[tr.labels[i]]++;
+    for (int c = 0; c < 10; c++)
+        assert_int_equal(counts[c], 6000);
+    assert_int_equal(dt_data_load_fashion_mnist(FMNIST, 0, &te), 0);
+    assert_int_equal(te.n, 10000);
+    assert_int_equal(te.labels[0], 9);
+    assert_int_equal(te.labels[1], 2);
+    dt_data_release(&tr);
+    dt_data_release(&te);
+}
+
+/* Writes a gzip'd file of `len` bytes. */
+static void write_gz(const char *path, const uint8_t *b, size_t len)
+{
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, b, (unsigned)len), (int)len);
+    gzclose(f);
+}
+
+static int load(const char *path, int ndim, const int64_t *want)
+{
+    struct dt_idx x;
+    int rc = dt_data_idx_load(path, ndim, want, &x);
+    if (rc == 0)
+        dt_data_idx_release(&x);
+    return rc;
+}
+
+static void broken_files(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtrain-idx-%d.gz", (int)getpid());
+    const int64_t img[3] = {0, 2, 2}, any[1] = {0};
+    /* 2 images of 2x2: magic 0x00000803, dims 2, 2, 2, then 8 bytes. */
+    uint8_t good[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    write_gz(path, good, sizeof good);
+    assert_int_equal(load(path, 3, img), 0);
+
+    write_gz(path, good, sizeof good - 3);
+    assert_int_equal(load(path, 3, img), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), path));
+    assert_non_null(strstr(dt_error_last(), "truncated"));
+
+    uint8_t bad[sizeof good];
+    memcpy(bad, good, sizeof good);
+    bad[2] = 0x0d; /* float data */
+    write_gz(path, bad, sizeof bad);
+    assert_int_equal(load(path, 3, img), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "magic 0x00000d03"));
+
+    write_gz(path, good, sizeof good);
+    const int64_t img3[3] = {0, 3, 2};
+    assert_int_equal(load(path, 3, img3), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "dim 1 is 2, expected 3"));
+    assert_int_equal(load(path, 1, any), DT_EINVAL); /* a label file was expected */
+
+    uint8_t longer[sizeof good + 1];
+    memcpy(longer, good, sizeof good);
+    longer[sizeof good] = 9;
+    write_gz(path, longer, sizeof longer);
+    assert_int_equal(load(path, 3, img), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "more data"));
+
+    unlink(path);
+    assert_int_equal(load(path, 3, img), DT_ENOTFOUND);
+    assert_int_equal(dt_data_load_fashion_mnist("/nonexistent", 1, &(struct dt_dataset){0}), DT_ENOTFOUND);
+    assert_non_null(strstr(dt_error_last(), "/nonexistent/train-images-idx3-ubyte.gz"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(real_files),
+        cmocka_unit_test(broken_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,172 @@
+/* test_model.c - the MLP's logits, loss and gradients for a fixed batch against
+ * PyTorch (tests/fixtures/mlp.safetensors, <= 1e-5 relative), 10 AdamW steps of
+ * loss, and the order in which backward hands gradient ranges to the reducer. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+
+#include "worker/adamw.h"
+#include "worker/model.h"
+#include "fixture.h"
+
+static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_kact kact)
+{
+    const int hidden[2] = {48, 24};
+    struct dt_model *m;
+    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 784, hidden, 2, 10, kact, 16, 0, &m), 0);
+    for (int l = 0; l < 3; l++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s.w%d", act, l);
+        const struct dt_st_tensor *w = fixture_tensor(f, key, "F32");
+        snprintf(key, sizeof key, "%s.b%d", act, l);
+        const struct dt_st_tensor *b = fixture_tensor(f, key, "F32");
+        assert_int_equal(fixture_numel(w), (size_t)m->layer[l].in * m->layer[l].out);
+        memcpy(m->params + m->layer[l].w, w->data, fixture_numel(w) * 4);
+        memcpy(m->params + m->layer[l].b, b->data, fixture_numel(b) * 4);
+    }
+    return m;
+}
+
+static void labels(const struct dt_safetensors *f, const char *act, int32_t *y)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s.y", act);
+    const int64_t *y64 = fixture_tensor(f, key, "I64")->data;
+    for (int i = 0; i < 16; i++)
+        y[i] = (int32_t)y64[i];
+}
+
+/* Tensor-wise relative error ||a - b|| / ||b|| <= 1e-5, and no element off by
+ * more than 1e-5 of the tensor's largest magnitude: gradient elements that are
+ * sums of cancelling terms carry absolute, not relative, rounding error. */
+static void check(const char *what, const float *mine, const struct dt_st_tensor *t)
+{
+    const float *ref = t->data;
+    double num = 0, den = 0, scale = 0, worst = 0;
+    for (size_t i = 0; i < fixture_numel(t); i++) {
+        double d = (double)mine[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        scale = fmax(scale, fabs(ref[i]));
+        worst = fmax(worst, fabs(d));
+    }
+    double rel = sqrt(num / den);
+    if (!(rel <= 1e-5) || !(worst <= 1e-5 * scale))
+        fail_msg("%s: relative error %.3g, worst element %.3g of scale %.3g (limit 1e-5)", what, rel, worst,
+                 scale);
+}
+
+static void against_torch(const char *act, enum dt_kact kact)
+{
+    struct dt_safetensors f;
+    fixture_open("mlp.safetensors", &f);
+    struct dt_model *m = load(&f, act, kact);
+    int32_t y[16];
+    labels(&f, act, y);
+    char key[32];
+    snprintf(key, sizeof key, "%s.x", act);
+    const float *x = fixture_tensor(&f, key, "F32")->data;
+    double loss = dt_model_train_batch(m, x, y, 16, 1.0f / 16, 0, NULL, NULL, NULL) / 16;
+    snprintf(key, sizeof key, "%s.loss", act);
+    float want = *(const float *)fixture_tensor(&f, key, "F32")->data;
+    if (fabs(loss - want) > 1e-5 * fabs(want))
+        fail_msg("%s loss %.9g, torch %.9g", act, loss, want);
+    snprintf(key, sizeof key, "%s.logits", act);
+    check("logits", m->layer[2].h, fixture_tensor(&f, key, "F32"));
+    for (int l = 0; l < 3; l++) {
+        snprintf(key, sizeof key, "%s.gw%d", act, l);
+        check(key, m->grads + m->layer[l].w, fixture_tensor(&f, key, "F32"));
+        snprintf(key, sizeof key, "%s.gb%d", act, l);
+        check(key, m->grads + m->layer[l].b, fixture_tensor(&f, key, "F32"));
+    }
+    /* Then 10 AdamW steps (lr 1e-3, torch defaults) on the same batch. */
+    snprintf(key, sizeof key, "%s.losses", act);
+    const double *losses = fixture_tensor(&f, key, "F64")->data;
+    struct dt_adamw a;
+    assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.999, 1e-8, 0.01), 0);
+    struct dt_model *fresh = load(&f, act, kact);
+    for (int s = 0; s < 10; s++) {
+        double l = dt_model_train_batch(fresh, x, y, 16, 1.0f / 16, 0, NULL, NULL, NULL) / 16;
+        if (fabs(l - losses[s]) > 1e-5 * fabs(losses[s]))
+            fail_msg("%s step %d loss %.9g, torch %.9g", act, s, l, losses[s]);
+        dt_adamw_step(&a, fresh->params, fresh->grads, 1e-3, 0.9, 1.0f);
+    }
+    dt_adamw_release(&a);
+    dt_model_destroy(fresh);
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
+static void relu_matches_torch(void **state)
+{
+    (void)state;
+    against_torch("relu", DT_KACT_RELU);
+}
+
+static void gelu_matches_torch(void **state)
+{
+    (void)state;
+    against_torch("gelu", DT_KACT_GELU);
+}
+
+struct ranges {
+    size_t lo[8], hi[8];
+    int n;
+};
+
+static void record(void *ctx, size_t lo, size_t hi)
+{
+    struct ranges *r = ctx;
+    r->lo[r->n] = lo;
+    r->hi[r->n++] = hi;
+}
+
+static void ready_ranges_in_reverse_order(void **state)
+{
+    (void)state;
+    const int hidden[2] = {32, 16};
+    struct dt_model *m;
+    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 20, hidden, 2, 10, DT_KACT_RELU, 4, 1, &m), 0);
+    float x[80];
+    int32_t y[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 80; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    struct ranges r = {.n = 0};
+    dt_model_train_batch(m, x, y, 4, 0.25f, 0, record, &r, NULL);
+    assert_int_equal(r.n, 3);
+    /* Last layer first; together the ranges tile the arena from the end down to 0. */
+    assert_int_equal(r.hi[0], m->n_params);
+    assert_int_equal(r.lo[1 + 1], 0);
+    assert_int_equal(r.hi[1], r.lo[0]);
+    assert_int_equal(r.hi[2], r.lo[1]);
+    dt_model_destroy(m);
+}
+
+static void init_is_torch_bound_and_seeded(void **state)
+{
+    (void)state;
+    const int hidden[1] = {64};
+    struct dt_model *a, *b;
+    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 1, 10, DT_KACT_RELU, 2, 7, &a), 0);
+    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 1, 10, DT_KACT_RELU, 2, 7, &b), 0);
+    assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
+    for (size_t i = 0; i < (size_t)64 * 100; i++)
+        assert_true(fabsf(a->params[i]) <= 0.1f);
+    dt_model_destroy(a);
+    dt_model_destroy(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(relu_matches_torch),
+        cmocka_unit_test(gelu_matches_torch),
+        cmocka_unit_test(ready_ranges_in_reverse_order),
+        cmocka_unit_test(init_is_torch_bound_and_seeded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,147 @@
+/* test_safetensors.c - the safetensors writer byte for byte against the
+ * reference implementation's vectors, and the reader's refusals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "worker/safetensors.h"
+
+/* Writes entries to a temp file and returns its bytes (malloc'd). */
+static uint8_t *write_mem(const struct dt_st_entry *e, int n, const char *const *meta, int n_meta, size_t *len)
+{
+    char path[] = "/tmp/dtrain-st-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(dt_safetensors_write_fd(fd, path, e, n, meta, n_meta), 0);
+    off_t size = lseek(fd, 0, SEEK_END);
+    uint8_t *buf = malloc((size_t)size);
+    assert_int_equal(pread(fd, buf, (size_t)size, 0), size);
+    close(fd);
+    unlink(path);
+    *len = (size_t)size;
+    return buf;
+}
+
+static void reference_vectors(void **state)
+{
+    (void)state;
+    /* safetensors/src/tensor.rs: "attn.0", F32 [1,2,3], 0..5 -> 64-byte header, 96-byte file. */
+    float v[6] = {0, 1, 2, 3, 4, 5};
+    struct dt_st_entry e = {"attn.0", "F32", 3, {1, 2, 3}, v};
+    size_t len;
+    uint8_t *b = write_mem(&e, 1, NULL, 0, &len);
+    const char *hdr = "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}";
+    assert_int_equal(len, 96);
+    assert_int_equal(b[0], 64);
+    assert_memory_equal(b + 8, hdr, 64);
+    assert_memory_equal(b + 72, v, 24);
+    free(b);
+    /* "attn0", [1,1,2,3]: 65 bytes of JSON padded with 7 spaces to 72. */
+    struct dt_st_entry e2 = {"attn0", "F32", 4, {1, 1, 2, 3}, v};
+    b = write_mem(&e2, 1, NULL, 0, &len);
+    assert_int_equal(b[0], 72);
+    assert_memory_equal(b + 8 + 65, "       ", 7);
+    free(b);
+    /* Empty with {"framework":"pt"}: N = 40. */
+    const char *meta[2] = {"framework", "pt"};
+    b = write_mem(NULL, 0, meta, 1, &len);
+    assert_int_equal(b[0], 40);
+    assert_memory_equal(b + 8, "{\"__metadata__\":{\"framework\":\"pt\"}}     ", 40);
+    free(b);
+    /* Empty: {} and 6 spaces. */
+    b = write_mem(NULL, 0, NULL, 0, &len);
+    assert_int_equal(b[0], 8);
+    assert_memory_equal(b + 8, "{}      ", 8);
+    free(b);
+}
+
+static void round_trip_orders_by_alignment_then_name(void **state)
+{
+    (void)state;
+    float f[2] = {1.5f, -2};
+    double d[1] = {0.1};
+    int64_t i[3] = {-1, 0, 7};
+    struct dt_st_entry e[3] = {
+        {"b.f", "F32", 1, {2}, f}, {"a.f", "F32", 0, {0}, f}, {"z.d", "F64", 1, {1}, d}};
+    e[1].ndim = 1;
+    e[1].shape[0] = 1;
+    struct dt_st_entry all[4] = {e[0], e[1], e[2], {"i", "I64", 1, {3}, i}};
+    const char *meta[4] = {"step", "42", "quote", "a\"b\\c"};
+    size_t len;
+    uint8_t *b = write_mem(all, 4, meta, 2, &len);
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_parse("mem", b, len, &st), 0);
+    assert_string_equal(dt_safetensors_meta(&st, "step"), "42");
+    assert_string_equal(dt_safetensors_meta(&st, "quote"), "a\"b\\c");
+    const struct dt_st_tensor *zd = dt_safetensors_find(&st, "z.d"), *ii = dt_safetensors_find(&st, "i");
+    const struct dt_st_tensor *af = dt_safetensors_find(&st, "a.f");
+    assert_non_null(zd);
+    assert_non_null(ii);
+    /* 8-byte dtypes first (i before z.d by name), then the F32s by name. */
+    assert_int_equal(ii->begin, 0);
+    assert_int_equal(zd->begin, 24);
+    assert_int_equal(af->begin, 32);
+    assert_memory_equal(ii->data, i, sizeof i);
+    assert_true(*(const double *)zd->data == 0.1);
+    assert_int_equal(dt_safetensors_find(&st, "b.f")->shape[0], 2);
+    dt_safetensors_release(&st);
+}
+
+static int parse_text(const char *json, size_t data_len)
+{
+    size_t n = strlen(json), len = 8 + n + data_len;
+    uint8_t *b = calloc(1, len);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, json, n);
+    struct dt_safetensors st;
+    int rc = dt_safetensors_parse("bad.safetensors", b, len, &st);
+    if (rc == 0)
+        dt_safetensors_release(&st);
+    return rc;
+}
+
+static void reader_refuses_bad_files(void **state)
+{
+    (void)state;
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8), 0);
+    /* size disagrees with shape */
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "bad.safetensors"));
+    /* not contiguous */
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8), DT_EINVAL);
+    /* trailing bytes */
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12), DT_EINVAL);
+    /* unknown dtype, broken JSON */
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"X9\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8), DT_EINVAL);
+    assert_int_equal(parse_text("{\"a\":{\"dtype\":\"F32\",\"shape\":[2", 8), DT_EINVAL);
+    /* header length beyond the file, and over 100 MB */
+    uint8_t *b = calloc(1, 16);
+    b[0] = 200;
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_parse("short", b, 16, &st), DT_EINVAL);
+    b = calloc(1, 16);
+    b[4] = 1; /* 2^32 */
+    assert_int_equal(dt_safetensors_parse("huge", b, 16, &st), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "100 MB"));
+    assert_int_equal(dt_safetensors_read("/nonexistent/x.safetensors", &st), DT_ENOTFOUND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reference_vectors),
+        cmocka_unit_test(round_trip_orders_by_alignment_then_name),
+        cmocka_unit_test(reader_refuses_bad_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,61 @@
+/* adamw.c - AdamW scalars and state (see adamw.h). */
+#include "worker/adamw.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/error.h"
+
+int dt_adamw_init(struct dt_adamw *a, const struct dt_kernels *k, size_t n, double beta2, double eps,
+                  double weight_decay)
+{
+    memset(a, 0, sizeof *a);
+    a->k = k;
+    a->n = n;
+    a->beta2 = beta2;
+    a->eps = eps;
+    a->weight_decay = weight_decay;
+    a->m = calloc(2 * (n ? n : 1), sizeof(float));
+    if (!a->m)
+        return dt_error_set(DT_ENOMEM, "adamw: no memory for %zu moments", 2 * n);
+    a->v = a->m + n;
+    return 0;
+}
+
+void dt_adamw_release(struct dt_adamw *a)
+{
+    free(a->m);
+    a->m = a->v = NULL;
+}
+
+/* step += 1; bias_correction1 = 1 - beta1**step; bias_correction2 = 1 - beta2**step;
+ * step_size = lr / bias_correction1; bias_correction2_sqrt = bias_correction2**0.5.
+ * Python floats are doubles; the tensor ops take them as float. */
+void dt_adamw_step(struct dt_adamw *a, float *params, const float *grads, double lr, double beta1,
+                   float grad_scale)
+{
+    a->step++;
+    double t = (double)a->step;
+    double bc1 = 1 - pow(beta1, t), bc2 = 1 - pow(a->beta2, t);
+    struct dt_adamw_scalars s = {
+        .decay = (float)(1 - lr * a->weight_decay),
+        .w1 = (float)(1 - beta1),
+        .beta2 = (float)a->beta2,
+        .w2 = (float)(1 - a->beta2),
+        .bc2_sqrt = (float)pow(bc2, 0.5),
+        .eps = (float)a->eps,
+        .neg_step = (float)(-(lr / bc1)),
+        .grad_scale = grad_scale,
+    };
+    a->k->adamw(params, grads, a->m, a->v, a->n, &s);
+}
+
+/* clip_coef = max_norm / (total_norm + 1e-6); clamped to 1.  total_norm is an
+ * fp32 tensor in torch, so the sum is rounded to float first. */
+float dt_adamw_clip_coef(double total_norm, double max_norm)
+{
+    float norm = (float)total_norm;
+    float coef = (float)max_norm / (norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}

@@ -1,0 +1,206 @@
+/* kernels_cpu.c - the CPU kernel table: GEMMs through OpenBLAS, the rest as
+ * fused loops (bias + activation forward, activation' + bias gradient backward,
+ * softmax + cross-entropy + its gradient, AdamW in one pass).
+ *
+ * Fusion is where a C trainer beats an op-by-op framework on CPU: each loop
+ * here reads and writes its arrays once.  Not for threading policy: the
+ * trainer decides how many threads each rank gets (set_threads).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include "worker/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* y = x W^T: x [B,in] row-major, W [out,in] row-major. */
+static void cpu_matmul_forward(float *y, const float *x, const float *w, int B, int in, int out)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+}
+
+/* dW = dy^T x: [out,B] x [B,in]. */
+static void cpu_matmul_backward_w(float *dw, const float *dy, const float *x, int B, int in, int out,
+                                  bool accumulate)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in,
+                accumulate ? 1.0f : 0.0f, dw, in);
+}
+
+/* dx = dy W: [B,out] x [out,in]. */
+static void cpu_matmul_backward_x(float *dx, const float *dy, const float *w, int B, int in, int out)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+}
+
+/* GELU (exact, torch's approximate='none'): gelu(z) = z * Phi(z) = 0.5 z (1 + erf(z / sqrt 2)). */
+static inline float gelu(float z)
+{
+    return 0.5f * z * (1.0f + erff(z * (float)M_SQRT1_2));
+}
+
+/* gelu'(z) = Phi(z) + z phi(z), phi(z) = exp(-z^2 / 2) / sqrt(2 pi). */
+static inline float gelu_grad(float z)
+{
+    const float alpha = (float)(M_2_SQRTPI * M_SQRT1_2 * 0.5);
+    float cdf = 0.5f * (1.0f + erff(z * (float)M_SQRT1_2));
+    float pdf = alpha * expf(-0.5f * z * z);
+    return cdf + z * pdf;
+}
+
+static void cpu_bias_act_forward(float *z, float *h, const float *y, const float *b, int B, int n,
+                                 enum dt_kact act)
+{
+    for (int r = 0; r < B; r++) {
+        const float *yr = y + (size_t)r * n;
+        float *hr = h + (size_t)r * n, *zr = z ? z + (size_t)r * n : NULL;
+        switch (act) {
+        case DT_KACT_NONE:
+            for (int i = 0; i < n; i++)
+                hr[i] = yr[i] + b[i];
+            break;
+        case DT_KACT_RELU:
+            for (int i = 0; i < n; i++) {
+                float v = yr[i] + b[i];
+                hr[i] = v > 0.0f ? v : 0.0f;
+            }
+            break;
+        case DT_KACT_GELU:
+            for (int i = 0; i < n; i++) {
+                float v = yr[i] + b[i];
+                zr[i] = v;
+                hr[i] = gelu(v);
+            }
+            break;
+        }
+    }
+}
+
+/* relu'(z) = [z > 0] = [h > 0] (torch's threshold_backward reads the output). */
+static void cpu_act_bias_backward(float *dz, float *db, const float *dh, const float *z, const float *h, int B,
+                                  int n, enum dt_kact act, bool accumulate)
+{
+    if (!accumulate)
+        memset(db, 0, (size_t)n * sizeof *db);
+    for (int r = 0; r < B; r++) {
+        const float *dhr = dh + (size_t)r * n;
+        float *dzr = dz + (size_t)r * n;
+        if (act == DT_KACT_RELU) {
+            const float *hr = h + (size_t)r * n;
+            for (int i = 0; i < n; i++)
+                dzr[i] = hr[i] > 0.0f ? dhr[i] : 0.0f;
+        } else if (act == DT_KACT_GELU) {
+            const float *zr = z + (size_t)r * n;
+            for (int i = 0; i < n; i++)
+                dzr[i] = dhr[i] * gelu_grad(zr[i]);
+        } else if (dzr != dhr) {
+            memcpy(dzr, dhr, (size_t)n * sizeof *dzr);
+        }
+        for (int i = 0; i < n; i++)
+            db[i] += dzr[i];
+    }
+}
+
+/* loss_i = logsumexp(x_i) - x_i[y_i] = log(sum_j exp(x_ij - max_i)) - (x_i[y_i] - max_i);
+ * d loss_i / d x_ij = softmax_ij - [j == y_i]. */
+static double cpu_xent(float *dlogits, const float *logits, const int32_t *y, int B, int C, float dscale,
+                       int64_t *correct)
+{
+    double total = 0.0;
+    int64_t hits = 0;
+    for (int r = 0; r < B; r++) {
+        const float *x = logits + (size_t)r * C;
+        float mx = x[0];
+        int arg = 0;
+        for (int j = 1; j < C; j++)
+            if (x[j] > mx) {
+                mx = x[j];
+                arg = j;
+            }
+        float sum = 0.0f;
+        for (int j = 0; j < C; j++)
+            sum += expf(x[j] - mx);
+        float lse = logf(sum);
+        total += (double)(lse - (x[y[r]] - mx));
+        hits += arg == y[r];
+        if (dlogits) {
+            float *d = dlogits + (size_t)r * C, inv = 1.0f / sum;
+            for (int j = 0; j < C; j++)
+                d[j] = (expf(x[j] - mx) * inv - (j == y[r] ? 1.0f : 0.0f)) * dscale;
+        }
+    }
+    if (correct)
+        *correct += hits;
+    return total;
+}
+
+static double cpu_sumsq(const float *x, size_t n)
+{
+    /* Four partial sums keep the loop vectorisable without -ffast-math. */
+    double s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            s[k] += (double)x[i + k] * x[i + k];
+    for (; i < n; i++)
+        s[0] += (double)x[i] * x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* torch's single-tensor AdamW, step t, in its order of operations:
+ *   p = p * (1 - lr wd)
+ *   m = lerp(m, g, 1 - b1) = m + (1 - b1)(g - m)     (fused multiply-add, as ATen's lerp)
+ *   v = v b2 + (1 - b2) g g                           (the last add fused, as ATen's addcmul compiles)
+ *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+static void cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                      size_t n, const struct dt_adamw_scalars *s)
+{
+    const float decay = s->decay, w1 = s->w1, b2 = s->beta2, w2 = s->w2, bc2 = s->bc2_sqrt, eps = s->eps,
+                step = s->neg_step, gs = s->grad_scale;
+    const bool small = w1 < 0.5f;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        float pi = p[i] * decay;
+        float mi = small ? fmaf(w1, gi - m[i], m[i]) : fmaf(w1 - 1.0f, gi - m[i], gi);
+        float vi = fmaf(w2 * gi, gi, v[i] * b2);
+        float denom = sqrtf(vi) / bc2 + eps;
+        p[i] = pi + step * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+/* FNV-1a over 32-bit words, four lanes interleaved for speed. */
+static uint64_t cpu_hash(const float *x, size_t n)
+{
+    uint64_t h[4] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull, 0x2325cbf29ce48422ull};
+    const uint32_t *w = (const uint32_t *)x;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            h[k] = (h[k] ^ w[i + k]) * 0x100000001b3ull;
+    for (; i < n; i++)
+        h[0] = (h[0] ^ w[i]) * 0x100000001b3ull;
+    return h[0] ^ (h[1] * 31) ^ (h[2] * 961) ^ (h[3] * 29791) ^ n;
+}
+
+static void cpu_set_threads(int n)
+{
+    openblas_set_num_threads(n > 0 ? n : 1);
+}
+
+const struct dt_kernels dt_kernels_cpu = {
+    .name = "cpu",
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward_w = cpu_matmul_backward_w,
+    .matmul_backward_x = cpu_matmul_backward_x,
+    .bias_act_forward = cpu_bias_act_forward,
+    .act_bias_backward = cpu_act_bias_backward,
+    .xent = cpu_xent,
+    .sumsq = cpu_sumsq,
+    .adamw = cpu_adamw,
+    .hash = cpu_hash,
+    .set_threads = cpu_set_threads,
+};

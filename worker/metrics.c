@@ -1,0 +1,87 @@
+/* metrics.c - metrics.jsonl rows and trainer_summary.json (see metrics.h).
+ *
+ * Numbers are printed with %.9g (enough to read a float back exactly); a
+ * non-finite value becomes null so every line stays valid JSON.
+ */
+#include "worker/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/error.h"
+
+static const char *num(char *buf, size_t len, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, len, "%.9g", v);
+    return buf;
+}
+
+int dt_metrics_open(struct dt_metrics *m, const char *run_dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    m->f = fopen(path, "a");
+    if (!m->f)
+        return dt_error_set_errno(DT_EIO, errno, "cannot open %s", path);
+    return 0;
+}
+
+void dt_metrics_close(struct dt_metrics *m)
+{
+    if (m->f)
+        fclose(m->f);
+    m->f = NULL;
+}
+
+void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
+                     double grad_norm, double samples_per_s, double time_s)
+{
+    if (!m->f)
+        return;
+    char a[6][32];
+    fprintf(m->f,
+            "{\"step\": %lld, \"epoch\": %.6g, \"loss\": %s, \"lr\": %s, \"beta1\": %s, \"grad_norm\": %s, "
+            "\"samples_per_s\": %s, \"time_s\": %.3f}\n",
+            (long long)step, epoch, num(a[0], 32, loss), num(a[1], 32, lr), num(a[2], 32, beta1),
+            num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s);
+    fflush(m->f);
+}
+
+void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy)
+{
+    if (!m->f)
+        return;
+    char a[2][32];
+    fprintf(m->f, "{\"step\": %lld, \"epoch\": %.6g, \"test_loss\": %s, \"test_accuracy\": %s}\n",
+            (long long)step, epoch, num(a[0], 32, test_loss), num(a[1], 32, test_accuracy));
+    fflush(m->f);
+}
+
+int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summary *s)
+{
+    char path[4200], tmp[4250], a[8][32];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    snprintf(tmp, sizeof tmp, "%s/.trainer_summary.json.tmp", run_dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return dt_error_set_errno(DT_EIO, errno, "cannot write %s", tmp);
+    fprintf(f,
+            "{\n  \"final_loss\": %s,\n  \"test_loss\": %s,\n  \"test_accuracy\": %s,\n  \"steps\": %lld,\n"
+            "  \"total_steps\": %lld,\n  \"epochs\": %.6g,\n  \"samples_per_s\": %s,\n  \"train_seconds\": %s,\n"
+            "  \"data_wait_seconds\": %s,\n  \"comm_wait_seconds\": %s,\n  \"world_size\": %d,\n"
+            "  \"batch_size_per_rank\": %d,\n  \"resumed_from_step\": %lld\n}\n",
+            num(a[0], 32, s->final_loss), num(a[1], 32, s->test_loss), num(a[2], 32, s->test_accuracy),
+            (long long)s->steps, (long long)s->total_steps, s->epochs, num(a[3], 32, s->samples_per_s),
+            num(a[4], 32, s->train_s), num(a[5], 32, s->data_wait_s), num(a[6], 32, s->comm_wait_s), s->world,
+            s->batch_size, (long long)s->resumed_from);
+    int bad = ferror(f);
+    if (fclose(f) || bad)
+        return dt_error_set(DT_EIO, "writing %s failed", tmp);
+    if (rename(tmp, path))
+        return dt_error_set_errno(DT_EIO, errno, "cannot rename %s", tmp);
+    return 0;
+}

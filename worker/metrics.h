@@ -1,0 +1,42 @@
+/* metrics.h - what a run tells about itself: metrics.jsonl and trainer_summary.json.
+ *
+ * metrics.jsonl has one JSON object per line: a training row every
+ * log_every_steps steps {"step", "epoch", "loss", "lr", "beta1", "grad_norm",
+ * "samples_per_s", "time_s"} and an evaluation row after each evaluation
+ * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
+ * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
+ *
+ * Not for the launcher's summary.json: trainer_summary.json carries the
+ * trainer's figures (final_loss, test_accuracy, steps, samples_per_s, ...) for
+ * the launcher to fold in.
+ */
+#ifndef DT_METRICS_H
+#define DT_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct dt_metrics {
+    FILE *f;
+};
+
+struct dt_metrics_summary {
+    double final_loss, test_loss, test_accuracy, samples_per_s, train_s, data_wait_s, comm_wait_s;
+    int64_t steps, total_steps;
+    double epochs;
+    int world, batch_size;
+    int64_t resumed_from; /* step of the checkpoint resumed from, -1 when none */
+};
+
+/* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it). */
+int dt_metrics_open(struct dt_metrics *m, const char *run_dir);
+void dt_metrics_close(struct dt_metrics *m);
+
+void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
+                     double grad_norm, double samples_per_s, double time_s);
+void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
+
+/* Writes <run_dir>/trainer_summary.json (temp file + rename). */
+int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summary *s);
+
+#endif

@@ -1,0 +1,186 @@
+/* model.c - MLP forward and backward over the flat arenas (see model.h).
+ *
+ * Each layer's forward and backward are written side by side with the math
+ * above them, as in llm.c's train_gpt2.c.  Not for kernels themselves: every
+ * arithmetic loop goes through the device table (kernels.h).
+ */
+#include "worker/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/error.h"
+#include "worker/sampler.h"
+
+/* torch.nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) gives
+ * bound = gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e.
+ * 1/sqrt(fan_in); the bias uses the same bound.  Uniform from 24 bits of MT19937. */
+static void init_uniform(float *x, size_t n, float bound, struct dt_mt19937 *g)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(dt_mt19937_next(g) >> 8) * (1.0f / 16777216.0f);
+        x[i] = (2.0f * u - 1.0f) * bound;
+    }
+}
+
+static int layout(struct dt_model *m, int in, const int *hidden, int n_hidden, int classes, enum dt_kact act)
+{
+    if (n_hidden < 0 || n_hidden + 1 > DT_MODEL_MAX_LAYERS)
+        return dt_error_set(DT_EINVAL, "model: %d hidden layers, at most %d", n_hidden, DT_MODEL_MAX_LAYERS - 1);
+    size_t off = 0;
+    int prev = in;
+    m->n_layers = n_hidden + 1;
+    for (int l = 0; l < m->n_layers; l++) {
+        struct dt_model_layer *L = &m->layer[l];
+        L->in = prev;
+        L->out = l < n_hidden ? hidden[l] : classes;
+        if (L->out < 1)
+            return dt_error_set(DT_EINVAL, "model: layer %d has width %d", l, L->out);
+        L->act = l < n_hidden ? act : DT_KACT_NONE;
+        L->w = off;
+        off += (size_t)L->out * (size_t)L->in;
+        L->b = off;
+        off += (size_t)L->out;
+        prev = L->out;
+    }
+    m->n_params = off;
+    return 0;
+}
+
+static int alloc_buffers(struct dt_model *m)
+{
+    size_t acts = 0, widest = (size_t)m->in;
+    for (int l = 0; l < m->n_layers; l++) {
+        size_t per = (size_t)m->max_batch * (size_t)m->layer[l].out;
+        acts += per * (m->layer[l].act == DT_KACT_GELU ? 2 : 1);
+        if ((size_t)m->layer[l].out > widest)
+            widest = (size_t)m->layer[l].out;
+    }
+    size_t scratch = (size_t)m->max_batch * widest;
+    m->params = calloc(2 * m->n_params, sizeof(float));
+    m->acts = calloc(acts + 2 * scratch + (size_t)m->max_batch * (size_t)m->classes, sizeof(float));
+    if (!m->params || !m->acts)
+        return dt_error_set(DT_ENOMEM, "model: no memory for %zu parameters and %zu activations", m->n_params,
+                            acts);
+    m->grads = m->params + m->n_params;
+    float *p = m->acts;
+    for (int l = 0; l < m->n_layers; l++) {
+        struct dt_model_layer *L = &m->layer[l];
+        size_t per = (size_t)m->max_batch * (size_t)L->out;
+        L->h = p;
+        p += per;
+        if (L->act == DT_KACT_GELU) {
+            L->z = p;
+            p += per;
+        }
+    }
+    m->scratch[0] = p;
+    m->scratch[1] = p + scratch;
+    m->dlogits = p + 2 * scratch;
+    return 0;
+}
+
+int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, int n_hidden, int classes,
+                        enum dt_kact act, int max_batch, uint64_t seed, struct dt_model **out)
+{
+    *out = NULL;
+    if (max_batch < 1 || in < 1 || classes < 2)
+        return dt_error_set(DT_EINVAL, "model: bad sizes (in %d, classes %d, batch %d)", in, classes, max_batch);
+    struct dt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "model: no memory");
+    m->k = k;
+    m->in = in;
+    m->classes = classes;
+    m->max_batch = max_batch;
+    int rc = layout(m, in, hidden, n_hidden, classes, act);
+    if (rc == 0)
+        rc = alloc_buffers(m);
+    if (rc) {
+        dt_model_destroy(m);
+        return rc;
+    }
+    struct dt_mt19937 g;
+    dt_mt19937_seed(&g, (uint32_t)seed);
+    for (int l = 0; l < m->n_layers; l++) {
+        const struct dt_model_layer *L = &m->layer[l];
+        float bound = 1.0f / sqrtf((float)L->in);
+        init_uniform(m->params + L->w, (size_t)L->out * (size_t)L->in, bound, &g);
+        init_uniform(m->params + L->b, (size_t)L->out, bound, &g);
+    }
+    *out = m;
+    return 0;
+}
+
+void dt_model_destroy(struct dt_model *m)
+{
+    if (!m)
+        return;
+    free(m->params);
+    free(m->acts);
+    free(m);
+}
+
+/* Layer l forward:  z = x W^T + b,  h = act(z)   (x [B,in], W [out,in], h [B,out]). */
+const float *dt_model_forward(struct dt_model *m, const float *x, int B)
+{
+    const struct dt_kernels *k = m->k;
+    for (int l = 0; l < m->n_layers; l++) {
+        struct dt_model_layer *L = &m->layer[l];
+        k->matmul_forward(L->h, x, m->params + L->w, B, L->in, L->out);
+        k->bias_act_forward(L->z, L->h, L->h, m->params + L->b, B, L->out, L->act);
+        x = L->h;
+    }
+    return m->layer[m->n_layers - 1].h;
+}
+
+/* Layer l backward, given dh = dloss/dh [B,out]:
+ *   dz = dh * act'(z)          db = sum_rows dz
+ *   dW = dz^T x                dx = dz W     (skipped for the first layer: the input needs no gradient)
+ * The last layer has no activation: dz = dlogits = (softmax - onehot) * dscale. */
+static void backward(struct dt_model *m, const float *x0, int B, int accumulate, dt_model_ready_fn ready,
+                     void *ctx)
+{
+    const struct dt_kernels *k = m->k;
+    const float *dh = m->dlogits;
+    int buf = 0;
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        struct dt_model_layer *L = &m->layer[l];
+        const float *x = l > 0 ? m->layer[l - 1].h : x0;
+        float *dz = (float *)dh; /* in place: dh is dead once dz is known */
+        k->act_bias_backward(dz, m->grads + L->b, dh, L->z, L->h, B, L->out, L->act, accumulate);
+        k->matmul_backward_w(m->grads + L->w, dz, x, B, L->in, L->out, accumulate);
+        if (ready)
+            ready(ctx, L->w, L->b + (size_t)L->out);
+        if (l > 0) {
+            float *dx = m->scratch[buf];
+            buf ^= 1;
+            k->matmul_backward_x(dx, dz, m->params + L->w, B, L->in, L->out);
+            dh = dx;
+        }
+    }
+}
+
+double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y, int B, float dscale,
+                            int accumulate, dt_model_ready_fn ready, void *ctx, int64_t *correct)
+{
+    const float *logits = dt_model_forward(m, x, B);
+    double loss = m->k->xent(m->dlogits, logits, y, B, m->classes, dscale, correct);
+    backward(m, x, B, accumulate, ready, ctx);
+    return loss;
+}
+
+double dt_model_eval_batch(struct dt_model *m, const float *x, const int32_t *y, int B, int64_t *correct)
+{
+    const float *logits = dt_model_forward(m, x, B);
+    return m->k->xent(NULL, logits, y, B, m->classes, 0.0f, correct);
+}
+
+void dt_model_param_name(const struct dt_model *m, int layer, int is_bias, char *buf, size_t len)
+{
+    (void)m;
+    /* nn.Sequential(Linear, act, Linear, act, ..., Linear): Linear l is module 2l. */
+    snprintf(buf, len, "layers.%d.%s", 2 * layer, is_bias ? "bias" : "weight");
+}

@@ -1,0 +1,69 @@
+/* model.h - the MLP: parameters in one flat arena, gradients in another of the same layout.
+ *
+ * Layout (PyTorch's parameter order): w0 [h0,in], b0 [h0], w1 [h1,h0], b1, ...,
+ * w_last [classes, h_last], b_last.  One allocation holds every parameter and
+ * one every gradient (llm.c style), so the reducer's buckets are plain ranges
+ * of the gradient arena and a checkpoint is a handful of memcpy-free writes.
+ * Activations for the largest batch are allocated once at creation; forward and
+ * backward allocate nothing.
+ *
+ * Backward reports each layer's gradient range as soon as it is written, so
+ * the reducer can start its all-reduce while earlier layers are still going.
+ * Not for optimisation or data: see adamw.h, loader.h.
+ */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/kernels.h"
+
+#define DT_MODEL_MAX_LAYERS 17
+
+struct dt_model_layer {
+    int in, out;
+    size_t w, b;        /* offsets of the weight and the bias in the arenas */
+    enum dt_kact act;   /* activation after this layer (NONE for the last) */
+    float *z, *h;       /* pre-activation (GELU only) and output, [max_batch, out] */
+};
+
+/* Called by backward when grads[lo, hi) hold this micro-batch's final values. */
+typedef void (*dt_model_ready_fn)(void *ctx, size_t lo, size_t hi);
+
+struct dt_model {
+    const struct dt_kernels *k;
+    int n_layers, in, classes, max_batch;
+    struct dt_model_layer layer[DT_MODEL_MAX_LAYERS];
+    size_t n_params;
+    float *params, *grads;   /* the two arenas, n_params floats each */
+    float *acts;             /* every layer's z and h */
+    float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
+    float *dlogits;
+};
+
+/* An MLP in -> hidden[0..n_hidden) -> classes with `act` between layers.
+ * Parameters get PyTorch's nn.Linear default initialisation
+ * (U(-1/sqrt(in), 1/sqrt(in)) for weight and bias) from an MT19937 seeded with `seed`. */
+int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, int n_hidden, int classes,
+                        enum dt_kact act, int max_batch, uint64_t seed, struct dt_model **out);
+void dt_model_destroy(struct dt_model *m);
+
+/* Forward for B rows of x [B, in]; returns the logits [B, classes] (inside the model). */
+const float *dt_model_forward(struct dt_model *m, const float *x, int B);
+
+/* Loss and gradients of one micro-batch: runs forward, then backward with
+ * dloss/dlogits scaled by `dscale` (1/B for a mean over the batch, 1/(B*accum)
+ * under accumulation).  Gradients are added to the arena when `accumulate`,
+ * else overwrite it.  Returns the summed (not averaged) loss; *correct, when not
+ * NULL, gets the number of argmax hits added. */
+double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y, int B, float dscale,
+                            int accumulate, dt_model_ready_fn ready, void *ctx, int64_t *correct);
+
+/* Summed loss and hits of B rows, forward only. */
+double dt_model_eval_batch(struct dt_model *m, const float *x, const int32_t *y, int B, int64_t *correct);
+
+/* Names as PyTorch's nn.Sequential would give them ("layers.0.weight"); used in checkpoints. */
+void dt_model_param_name(const struct dt_model *m, int layer, int is_bias, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,68 @@
+/* reducer.h - data-parallel gradient averaging in buckets, overlapped with backward.
+ *
+ * The gradient arena (model.h) is cut into buckets of whole tensors in
+ * reverse parameter order, the order backward produces them: the first bucket
+ * closes at first_bucket_bytes (1 MiB, as PyTorch DDP's rebuilt buckets), the
+ * others at bucket_cap_bytes (25 MiB).  Buckets are views into the arena, so
+ * nothing is copied.  While backward runs, dt_reducer_ready() learns which
+ * range has its final gradients; every bucket that is complete starts its
+ * all-reduce (average) on the communicator's thread at once, in bucket order
+ * on every rank.  dt_reducer_finish() waits for all of them: the optimizer
+ * never sees a gradient that is not averaged.
+ *
+ * With no communicator or one rank, nothing is sent.  Not for the optimizer or
+ * clipping: the trainer does those after dt_reducer_finish().
+ */
+#ifndef DT_REDUCER_H
+#define DT_REDUCER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "worker/kernels.h"
+
+struct dt_reducer_bucket {
+    size_t lo, hi;               /* float range of the gradient arena */
+    struct dt_comm_req *req;
+};
+
+struct dt_reducer {
+    struct dt_comm *comm;        /* NULL: one process, nothing to reduce */
+    int world;
+    float *grads;
+    size_t n;
+    struct dt_reducer_bucket *b; /* in launch order: b[0] holds the last parameters */
+    int nb;
+    int next;                    /* first bucket not yet started this backward */
+    size_t ready_lo;             /* grads[ready_lo, n) are final for this backward */
+    bool overlap;                /* start buckets during backward (else all at finish) */
+    bool communicate;            /* this backward is the last micro-batch of a step */
+    int err;                     /* first error from starting an all-reduce */
+    double wait_s;               /* time spent in finish waiting for the network */
+    int64_t *hashes;             /* one per rank, for dt_reducer_check_same */
+};
+
+/* bounds[0..n_tensors] are the tensors' start offsets in the arena, ascending,
+ * bounds[n_tensors] == n. */
+int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
+                    int n_tensors, double first_bucket_bytes, double bucket_cap_bytes, bool overlap);
+void dt_reducer_release(struct dt_reducer *r);
+
+/* Before each micro-batch's backward; `communicate` is true for the last one
+ * of an optimizer step (accumulation sends once). */
+void dt_reducer_begin(struct dt_reducer *r, bool communicate);
+
+/* Model callback (dt_model_ready_fn): grads[lo, hi) are final. */
+void dt_reducer_ready(void *r, size_t lo, size_t hi);
+
+/* Starts what is left and waits for every bucket; returns the first error. */
+int dt_reducer_finish(struct dt_reducer *r);
+
+/* Desync detection: every rank hashes its parameters and compares with all
+ * the others; a mismatch is DT_EINTERNAL naming the ranks that differ from rank 0. */
+int dt_reducer_check_same(struct dt_reducer *r, const struct dt_kernels *k, const float *params, size_t n,
+                          int64_t step);
+
+#endif

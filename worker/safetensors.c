@@ -1,0 +1,497 @@
+/* safetensors.c - safetensors reader and writer (see safetensors.h).
+ *
+ * The JSON parser here knows only the shapes a safetensors header can take
+ * (objects of strings, integer arrays and one level of string metadata); it is
+ * not a general JSON library.
+ */
+#include "worker/safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+
+#define ST_MAX_HEADER 100000000ull
+
+static const struct {
+    const char *name;
+    size_t size;
+} st_dtypes[] = {
+    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
+    {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8},
+};
+
+size_t dt_safetensors_dtype_size(const char *dtype)
+{
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (strcmp(st_dtypes[i].name, dtype) == 0)
+            return st_dtypes[i].size;
+    return 0;
+}
+
+/* --- a minimal JSON reader over the header ------------------------------ */
+
+struct jp {
+    const char *s, *end, *start, *name;
+};
+
+static void jp_ws(struct jp *p)
+{
+    while (p->s < p->end && (*p->s == ' ' || *p->s == '\n' || *p->s == '\r' || *p->s == '\t'))
+        p->s++;
+}
+
+static int jp_fail(struct jp *p, const char *what)
+{
+    return dt_error_set(DT_EINVAL, "%s: bad safetensors header: %s at byte %td", p->name, what,
+                        p->s - p->start + 8);
+}
+
+static int jp_expect(struct jp *p, char c)
+{
+    jp_ws(p);
+    if (p->s >= p->end || *p->s != c) {
+        char what[32];
+        snprintf(what, sizeof what, "expected '%c'", c);
+        return jp_fail(p, what);
+    }
+    p->s++;
+    return 0;
+}
+
+static void put_utf8(char **o, unsigned cp)
+{
+    if (cp < 0x80) {
+        *(*o)++ = (char)cp;
+    } else if (cp < 0x800) {
+        *(*o)++ = (char)(0xc0 | cp >> 6);
+        *(*o)++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+        *(*o)++ = (char)(0xe0 | cp >> 12);
+        *(*o)++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *(*o)++ = (char)(0x80 | (cp & 0x3f));
+    }
+}
+
+/* A JSON string into a fresh malloc'd C string. */
+static int jp_string(struct jp *p, char **out)
+{
+    if (jp_expect(p, '"'))
+        return DT_EINVAL;
+    const char *start = p->s;
+    while (p->s < p->end && *p->s != '"')
+        p->s += (*p->s == '\\' && p->s + 1 < p->end) ? 2 : 1;
+    if (p->s >= p->end)
+        return jp_fail(p, "unterminated string");
+    char *o = malloc((size_t)(p->s - start) + 1), *w = o;
+    if (!o)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for the header", p->name);
+    for (const char *r = start; r < p->s; r++) {
+        if (*r != '\\') {
+            *w++ = *r;
+            continue;
+        }
+        char c = *++r;
+        unsigned cp = 0;
+        switch (c) {
+        case 'n': *w++ = '\n'; break;
+        case 't': *w++ = '\t'; break;
+        case 'r': *w++ = '\r'; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'u':
+            if (p->s - r < 5 || sscanf(r + 1, "%4x", &cp) != 1) {
+                free(o);
+                return jp_fail(p, "bad \\u escape");
+            }
+            put_utf8(&w, cp);
+            r += 4;
+            break;
+        default: *w++ = c; break;
+        }
+    }
+    *w = 0;
+    p->s++;
+    *out = o;
+    return 0;
+}
+
+static int jp_int(struct jp *p, int64_t *v)
+{
+    jp_ws(p);
+    char *e;
+    errno = 0;
+    long long x = strtoll(p->s, &e, 10);
+    if (e == p->s || e > p->end || errno || x < 0)
+        return jp_fail(p, "expected a non-negative integer");
+    p->s = e;
+    *v = x;
+    return 0;
+}
+
+/* [int, int, ...] with at most `max` entries. */
+static int jp_int_array(struct jp *p, int64_t *v, int max, int *n)
+{
+    if (jp_expect(p, '['))
+        return DT_EINVAL;
+    *n = 0;
+    jp_ws(p);
+    if (p->s < p->end && *p->s == ']') {
+        p->s++;
+        return 0;
+    }
+    for (;;) {
+        if (*n >= max)
+            return jp_fail(p, "too many dims");
+        if (jp_int(p, &v[(*n)++]))
+            return DT_EINVAL;
+        jp_ws(p);
+        if (p->s < p->end && *p->s == ',') {
+            p->s++;
+            continue;
+        }
+        return jp_expect(p, ']');
+    }
+}
+
+/* Iterates the members of an object: calls fn(key) positioned at the value. */
+static int jp_object(struct jp *p, int (*fn)(struct jp *, const char *, void *), void *ctx)
+{
+    if (jp_expect(p, '{'))
+        return DT_EINVAL;
+    jp_ws(p);
+    if (p->s < p->end && *p->s == '}') {
+        p->s++;
+        return 0;
+    }
+    for (;;) {
+        char *key;
+        int rc = jp_string(p, &key);
+        if (rc)
+            return rc;
+        rc = jp_expect(p, ':');
+        if (rc == 0)
+            rc = fn(p, key, ctx);
+        free(key);
+        if (rc)
+            return rc;
+        jp_ws(p);
+        if (p->s < p->end && *p->s == ',') {
+            p->s++;
+            continue;
+        }
+        return jp_expect(p, '}');
+    }
+}
+
+static int tensor_field(struct jp *p, const char *key, void *ctx)
+{
+    struct dt_st_tensor *t = ctx;
+    if (strcmp(key, "dtype") == 0) {
+        char *s;
+        int rc = jp_string(p, &s);
+        if (rc)
+            return rc;
+        snprintf(t->dtype, sizeof t->dtype, "%s", s);
+        rc = dt_safetensors_dtype_size(s) ? 0 : jp_fail(p, "unknown dtype");
+        free(s);
+        return rc;
+    }
+    if (strcmp(key, "shape") == 0)
+        return jp_int_array(p, t->shape, DT_ST_MAX_DIMS, &t->ndim);
+    if (strcmp(key, "data_offsets") == 0) {
+        int64_t v[2];
+        int n;
+        int rc = jp_int_array(p, v, 2, &n);
+        if (rc == 0 && n != 2)
+            return jp_fail(p, "data_offsets needs 2 numbers");
+        t->begin = (size_t)v[0];
+        t->end = (size_t)v[1];
+        return rc;
+    }
+    return jp_fail(p, "unknown tensor field");
+}
+
+static int meta_field(struct jp *p, const char *key, void *ctx)
+{
+    struct dt_safetensors *f = ctx;
+    char **m = realloc(f->meta, (size_t)(f->n_meta + 1) * 2 * sizeof *m);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for metadata", p->name);
+    f->meta = m;
+    char *v;
+    int rc = jp_string(p, &v);
+    if (rc)
+        return rc;
+    m[2 * f->n_meta] = strdup(key);
+    m[2 * f->n_meta + 1] = v;
+    f->n_meta++;
+    return 0;
+}
+
+static int top_field(struct jp *p, const char *key, void *ctx)
+{
+    struct dt_safetensors *f = ctx;
+    if (strcmp(key, "__metadata__") == 0)
+        return jp_object(p, meta_field, f);
+    if (strlen(key) >= DT_ST_MAX_NAME)
+        return jp_fail(p, "tensor name too long");
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->tensors[i].name, key) == 0)
+            return jp_fail(p, "duplicate tensor name");
+    struct dt_st_tensor *t = realloc(f->tensors, (size_t)(f->n + 1) * sizeof *t);
+    if (!t)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for the header", p->name);
+    f->tensors = t;
+    t = &f->tensors[f->n++];
+    memset(t, 0, sizeof *t);
+    t->end = (size_t)-1;
+    strcpy(t->name, key);
+    int rc = jp_object(p, tensor_field, t);
+    if (rc == 0 && (!t->dtype[0] || t->end == (size_t)-1))
+        return jp_fail(p, "tensor without dtype or data_offsets");
+    return rc;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const struct dt_st_tensor *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Offsets must tile [0, data_len) exactly, each the size its shape says. */
+static int check_layout(const char *name, struct dt_safetensors *f, size_t data_len, const uint8_t *data)
+{
+    struct dt_st_tensor *sorted = malloc((size_t)(f->n ? f->n : 1) * sizeof *sorted);
+    if (!sorted)
+        return dt_error_set(DT_ENOMEM, "%s: no memory", name);
+    memcpy(sorted, f->tensors, (size_t)f->n * sizeof *sorted);
+    qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
+    size_t at = 0;
+    int rc = 0;
+    for (int i = 0; i < f->n && rc == 0; i++) {
+        const struct dt_st_tensor *t = &sorted[i];
+        size_t want = dt_safetensors_dtype_size(t->dtype);
+        for (int d = 0; d < t->ndim; d++)
+            want *= (size_t)t->shape[d];
+        if (t->begin != at || t->end < t->begin)
+            rc = dt_error_set(DT_EINVAL, "%s: tensor '%s': data_offsets [%zu, %zu] not contiguous (expected start %zu)",
+                              name, t->name, t->begin, t->end, at);
+        else if (t->end - t->begin != want)
+            rc = dt_error_set(DT_EINVAL, "%s: tensor '%s': %zu bytes for a shape of %zu bytes", name, t->name,
+                              t->end - t->begin, want);
+        at = t->end;
+    }
+    if (rc == 0 && at != data_len)
+        rc = dt_error_set(DT_EINVAL, "%s: %zu data bytes, the header describes %zu", name, data_len, at);
+    free(sorted);
+    for (int i = 0; rc == 0 && i < f->n; i++)
+        f->tensors[i].data = data + f->tensors[i].begin;
+    return rc;
+}
+
+int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_safetensors *out)
+{
+    memset(out, 0, sizeof *out);
+    out->file = buf;
+    out->file_len = len;
+    if (len < 8) {
+        dt_safetensors_release(out);
+        return dt_error_set(DT_EINVAL, "%s: %zu bytes, too small for a safetensors file", name, len);
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | buf[i];
+    if (n > ST_MAX_HEADER || n > len - 8) {
+        dt_safetensors_release(out);
+        return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name,
+                            (unsigned long long)n, n > ST_MAX_HEADER ? "100 MB" : "the file");
+    }
+    struct jp p = {(const char *)buf + 8, (const char *)buf + 8 + n, (const char *)buf + 8, name};
+    int rc = jp_object(&p, top_field, out);
+    if (rc == 0)
+        rc = check_layout(name, out, len - 8 - n, buf + 8 + n);
+    if (rc)
+        dt_safetensors_release(out);
+    return rc;
+}
+
+int dt_safetensors_read(const char *path, struct dt_safetensors *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    uint8_t *buf = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        len = ftell(f);
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)len + 1);
+    int rc = 0;
+    if (!buf)
+        rc = dt_error_set(DT_EIO, "%s: cannot size or buffer the file", path);
+    else if (fread(buf, 1, (size_t)len, f) != (size_t)len)
+        rc = dt_error_set(DT_EIO, "%s: short read", path);
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    return dt_safetensors_parse(path, buf, (size_t)len, out);
+}
+
+void dt_safetensors_release(struct dt_safetensors *f)
+{
+    for (int i = 0; i < 2 * f->n_meta; i++)
+        free(f->meta[i]);
+    free(f->meta);
+    free(f->tensors);
+    free(f->file);
+    memset(f, 0, sizeof *f);
+}
+
+const struct dt_st_tensor *dt_safetensors_find(const struct dt_safetensors *f, const char *name)
+{
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->tensors[i].name, name) == 0)
+            return &f->tensors[i];
+    return NULL;
+}
+
+const char *dt_safetensors_meta(const struct dt_safetensors *f, const char *key)
+{
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta[2 * i], key) == 0)
+            return f->meta[2 * i + 1];
+    return NULL;
+}
+
+/* --- writer ----------------------------------------------------------- */
+
+/* Appends a JSON string literal; returns the new length (the buffer was
+ * sized by the caller for the worst case of 6 bytes per input byte). */
+static size_t put_json_string(char *o, size_t at, const char *s)
+{
+    o[at++] = '"';
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            o[at++] = '\\';
+            o[at++] = (char)c;
+        } else if (c < 0x20) {
+            at += (size_t)sprintf(o + at, "\\u%04x", c);
+        } else {
+            o[at++] = (char)c;
+        }
+    }
+    o[at++] = '"';
+    return at;
+}
+
+struct st_order {
+    const struct dt_st_entry *e;
+    size_t bytes, align;
+};
+
+/* The reference writer's order: dtype alignment descending, then name. */
+static int cmp_order(const void *a, const void *b)
+{
+    const struct st_order *x = a, *y = b;
+    if (x->align != y->align)
+        return x->align > y->align ? -1 : 1;
+    return strcmp(x->e->name, y->e->name);
+}
+
+static int write_all(int fd, const char *path, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return dt_error_set_errno(DT_EIO, errno, "%s: write", path);
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static char *build_header(const struct st_order *o, int n, const char *const *meta, int n_meta, size_t *len)
+{
+    size_t cap = 64;
+    for (int i = 0; i < n; i++)
+        cap += 6 * strlen(o[i].e->name) + 96 + 24 * (size_t)o[i].e->ndim;
+    for (int i = 0; i < 2 * n_meta; i++)
+        cap += 6 * strlen(meta[i]) + 4;
+    char *h = malloc(cap + 8);
+    if (!h)
+        return NULL;
+    size_t at = 0, off = 0;
+    h[at++] = '{';
+    if (n_meta > 0) {
+        at += (size_t)sprintf(h + at, "\"__metadata__\":{");
+        for (int i = 0; i < n_meta; i++) {
+            at = put_json_string(h, at, meta[2 * i]);
+            h[at++] = ':';
+            at = put_json_string(h, at, meta[2 * i + 1]);
+            h[at++] = i + 1 < n_meta ? ',' : '}';
+        }
+        if (n > 0)
+            h[at++] = ',';
+    }
+    for (int i = 0; i < n; i++) {
+        at = put_json_string(h, at, o[i].e->name);
+        at += (size_t)sprintf(h + at, ":{\"dtype\":\"%s\",\"shape\":[", o[i].e->dtype);
+        for (int d = 0; d < o[i].e->ndim; d++)
+            at += (size_t)sprintf(h + at, "%s%lld", d ? "," : "", (long long)o[i].e->shape[d]);
+        at += (size_t)sprintf(h + at, "],\"data_offsets\":[%zu,%zu]}%s", off, off + o[i].bytes,
+                              i + 1 < n ? "," : "");
+        off += o[i].bytes;
+    }
+    h[at++] = '}';
+    while (at % 8)
+        h[at++] = ' ';
+    *len = at;
+    return h;
+}
+
+int dt_safetensors_write_fd(int fd, const char *path, const struct dt_st_entry *e, int n,
+                            const char *const *meta, int n_meta)
+{
+    struct st_order *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    if (!o)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for the header", path);
+    for (int i = 0; i < n; i++) {
+        o[i].e = &e[i];
+        o[i].align = dt_safetensors_dtype_size(e[i].dtype);
+        if (!o[i].align) {
+            free(o);
+            return dt_error_set(DT_EINVAL, "%s: tensor '%s' has unknown dtype '%s'", path, e[i].name,
+                                e[i].dtype);
+        }
+        o[i].bytes = o[i].align;
+        for (int d = 0; d < e[i].ndim; d++)
+            o[i].bytes *= (size_t)e[i].shape[d];
+    }
+    qsort(o, (size_t)n, sizeof *o, cmp_order);
+    size_t hlen = 0;
+    char *h = build_header(o, n, meta, n_meta, &hlen);
+    int rc = h ? 0 : dt_error_set(DT_ENOMEM, "%s: no memory for the header", path);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    if (rc == 0)
+        rc = write_all(fd, path, le, 8);
+    if (rc == 0)
+        rc = write_all(fd, path, h, hlen);
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = write_all(fd, path, o[i].e->data, o[i].bytes);
+    free(h);
+    free(o);
+    return rc;
+}

@@ -1,0 +1,256 @@
+/* trainer.c - setting a trainer up, checkpoints and evaluation (see trainer.h).
+ *
+ * Everything the step loop touches is allocated here, before the first step.
+ * Not for the loop itself: trainer_loop.c.
+ */
+#include "worker/trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "comm/log.h"
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+double dt_trainer_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int check_spec(const struct dt_trainer_spec *s)
+{
+    if (strcmp(s->model.type, "mlp"))
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.model.type '%s': this trainer builds 'mlp'", s->model.type);
+    if (strcmp(s->data.dataset, "fashion-mnist"))
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
+                            s->data.dataset);
+    if (s->device != DT_DEVICE_CPU)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this build trains on the CPU only");
+    if (s->amp.dtype != DT_AMP_OFF)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.amp: mixed precision is not built into the CPU trainer");
+    if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
+        return dt_error_set(DT_EINVAL, "trainer: batch_size %d and grad_accum %d must be >= 1", s->data.batch_size,
+                            s->ddp.grad_accum);
+    if ((s->epochs > 0) == (s->steps > 0))
+        return dt_error_set(DT_EINVAL, "trainer: give exactly one of epochs and steps (epochs %d, steps %lld)",
+                            s->epochs, (long long)s->steps);
+    return 0;
+}
+
+static void paths(struct dt_trainer *t)
+{
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", t->o.run_dir && *t->o.run_dir ? t->o.run_dir : ".");
+    const char *d = t->spec.checkpoint.dir ? t->spec.checkpoint.dir : "checkpoints";
+    if (d[0] == '/')
+        snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", d);
+    else
+        snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/%s", t->run_dir, d);
+}
+
+static void set_threads(struct dt_trainer *t)
+{
+    int n = t->o.threads;
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int lw = t->o.local_world > 0 ? t->o.local_world : 1;
+        n = cores > lw ? (int)(cores / lw) : 1;
+    }
+    t->k->set_threads(n);
+}
+
+static int build_model(struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    enum dt_kact act = s->model.activation == DT_ACT_GELU ? DT_KACT_GELU : DT_KACT_RELU;
+    t->eval_batch = s->data.batch_size > 1000 ? s->data.batch_size : 1000;
+    int rc = dt_model_create_mlp(t->k, t->train.rows * t->train.cols, s->model.hidden, s->model.n_hidden,
+                                 t->train.classes, act, t->eval_batch, s->seed, &t->model);
+    if (rc)
+        return rc;
+    t->eval_x = calloc((size_t)t->eval_batch * (size_t)(t->train.rows * t->train.cols), sizeof(float));
+    t->eval_y = calloc((size_t)t->eval_batch, sizeof(int32_t));
+    if (!t->eval_x || !t->eval_y)
+        return dt_error_set(DT_ENOMEM, "trainer: no memory for evaluation batches");
+    /* DDP starts from rank 0's parameters; with one seed they agree anyway. */
+    if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, t->model->params, t->model->n_params, DT_F32, 0))
+        return dt_error_prefix("broadcasting the initial parameters");
+    return 0;
+}
+
+static int build_reducer(struct dt_trainer *t)
+{
+    size_t bounds[2 * DT_MODEL_MAX_LAYERS + 1];
+    int nt = 0;
+    for (int l = 0; l < t->model->n_layers; l++) {
+        bounds[nt++] = t->model->layer[l].w;
+        bounds[nt++] = t->model->layer[l].b;
+    }
+    bounds[nt] = t->model->n_params;
+    const double MiB = 1024.0 * 1024.0;
+    return dt_reducer_init(&t->red, t->comm, t->model->grads, bounds, nt, t->spec.ddp.first_bucket_mb * MiB,
+                           t->spec.ddp.bucket_cap_mb * MiB, t->spec.ddp.overlap);
+}
+
+static int build_data(struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    const char *dir = s->data.path ? s->data.path : DEFAULT_DATA;
+    int rc = dt_data_load_fashion_mnist(dir, 1, &t->train);
+    if (!rc)
+        rc = dt_data_load_fashion_mnist(dir, 0, &t->test);
+    if (rc)
+        return rc;
+    struct dt_loader_options lo = {.batch_size = s->data.batch_size, .drop_last = s->data.drop_last,
+                                   .shuffle = s->data.shuffle, .seed = s->seed, .rank = t->rank,
+                                   .world = t->world, .workers = s->data.workers, .prefetch = s->data.prefetch};
+    rc = dt_loader_create(&t->train, &lo, &t->loader);
+    if (rc)
+        return rc;
+    t->batches_per_epoch = dt_loader_batches_per_epoch(t->loader);
+    if (t->batches_per_epoch < 1)
+        return dt_error_set(DT_EINVAL, "trainer: no batch of %d per rank fits in %lld examples over %d ranks",
+                            s->data.batch_size, (long long)t->train.n, t->world);
+    int64_t accum = s->ddp.grad_accum;
+    t->steps_per_epoch = (t->batches_per_epoch + accum - 1) / accum;
+    t->total_steps = s->steps > 0 ? s->steps : (int64_t)s->epochs * t->steps_per_epoch;
+    return 0;
+}
+
+/* resume: auto -> rank 0 picks the newest checkpoint and every rank loads that one. */
+static int maybe_resume(struct dt_trainer *t)
+{
+    if (t->spec.checkpoint.resume != DT_RESUME_AUTO)
+        return 0;
+    char path[8400];
+    int64_t step = -1;
+    if (t->rank == 0 && dt_ckpt_latest(t->ckpt_dir, path, sizeof path) == 0)
+        sscanf(strrchr(path, '/') + 1, "step_%lld", (long long *)&step);
+    if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, &step, 1, DT_I64, 0))
+        return dt_error_prefix("agreeing on the checkpoint to resume from");
+    if (step < 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/step_%08lld.safetensors", t->ckpt_dir, (long long)step);
+    struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size};
+    int rc = dt_ckpt_load(path, t->model, &t->opt, &st);
+    if (rc)
+        return rc;
+    if (st.step > t->total_steps)
+        return dt_error_set(DT_EINVAL, "%s: step %lld is past this job's %lld steps", path, (long long)st.step,
+                            (long long)t->total_steps);
+    t->step = st.step;
+    t->epoch = st.epoch;
+    t->batch = st.batch;
+    t->resumed_from = st.step;
+    if (t->rank == 0)
+        dt_log_info("resuming from %s (step %lld, epoch %lld, batch %lld)", path, (long long)st.step,
+                    (long long)st.epoch, (long long)st.batch);
+    return dt_onecycle_seek(&t->sched, t->step);
+}
+
+static int setup(struct dt_trainer *t)
+{
+    int rc = check_spec(&t->spec);
+    if (!rc)
+        rc = build_data(t);
+    if (!rc)
+        rc = build_model(t);
+    if (!rc)
+        rc = dt_adamw_init(&t->opt, t->k, t->model->n_params, t->spec.optimizer.beta2, t->spec.optimizer.eps,
+                           t->spec.optimizer.weight_decay);
+    if (!rc)
+        rc = dt_onecycle_init(&t->sched, &t->spec.scheduler, t->total_steps, t->spec.optimizer.lr,
+                              t->spec.optimizer.beta1);
+    if (!rc)
+        rc = build_reducer(t);
+    if (!rc)
+        rc = maybe_resume(t);
+    if (!rc && t->rank == 0)
+        rc = dt_metrics_open(&t->metrics, t->run_dir);
+    return rc;
+}
+
+int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_trainer_options *o,
+                      struct dt_trainer **out)
+{
+    *out = NULL;
+    struct dt_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return dt_error_set(DT_ENOMEM, "trainer: no memory");
+    t->spec = *spec;
+    t->o = *o;
+    t->comm = o->comm;
+    t->rank = o->comm ? dt_comm_rank(o->comm) : 0;
+    t->world = o->comm ? dt_comm_world(o->comm) : 1;
+    t->k = &dt_kernels_cpu;
+    t->resumed_from = -1;
+    t->evaluated_at = -1;
+    t->test_loss = t->test_acc = t->last_loss = NAN;
+    paths(t);
+    set_threads(t);
+    int rc = setup(t);
+    if (rc) {
+        dt_trainer_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void dt_trainer_destroy(struct dt_trainer *t)
+{
+    if (!t)
+        return;
+    dt_metrics_close(&t->metrics);
+    dt_loader_destroy(t->loader);
+    dt_reducer_release(&t->red);
+    dt_adamw_release(&t->opt);
+    dt_model_destroy(t->model);
+    free(t->eval_x);
+    free(t->eval_y);
+    dt_data_release(&t->train);
+    dt_data_release(&t->test);
+    free(t);
+}
+
+struct dt_model *dt_trainer_model(struct dt_trainer *t)
+{
+    return t->model;
+}
+
+/* Test loss and accuracy over the whole test set: rank r takes the r-th
+ * contiguous share, sums go through one all-reduce. */
+int dt_trainer_evaluate(struct dt_trainer *t)
+{
+    int64_t lo = t->test.n * t->rank / t->world, hi = t->test.n * (t->rank + 1) / t->world;
+    double sums[3] = {0, 0, (double)(hi - lo)};
+    for (int64_t at = lo; at < hi; at += t->eval_batch) {
+        int n = hi - at < t->eval_batch ? (int)(hi - at) : t->eval_batch;
+        int64_t hits = 0;
+        dt_loader_fill_range(&t->test, at, n, t->eval_x, t->eval_y);
+        sums[0] += dt_model_eval_batch(t->model, t->eval_x, t->eval_y, n, &hits);
+        sums[1] += (double)hits;
+    }
+    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, sums, sums, 3, DT_F64, DT_SUM))
+        return dt_error_prefix("summing the evaluation over ranks");
+    t->test_loss = sums[0] / sums[2];
+    t->test_acc = sums[1] / sums[2];
+    t->evaluated_at = t->step;
+    return 0;
+}
+
+/* Only rank 0 writes: parameters and moments are the same on every rank. */
+int dt_trainer_save(struct dt_trainer *t)
+{
+    if (t->rank != 0)
+        return 0;
+    struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
+                               .world = t->world, .batch_size = t->spec.data.batch_size};
+    return dt_ckpt_save(t->ckpt_dir, t->model, &t->opt, &st, t->spec.checkpoint.keep);
+}

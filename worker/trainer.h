@@ -1,0 +1,47 @@
+/* trainer.h - the bundled trainer: one rank's training loop.
+ *
+ * Reads the `trainer:` section (trainer_spec.h) and trains the MLP on
+ * Fashion-MNIST with data parallelism over a communicator: each rank draws its
+ * share of every epoch (DistributedSampler order), gradients are averaged in
+ * buckets while backward runs, AdamW with OneCycle (or a constant lr) steps
+ * the same way on every rank.  Rank 0 writes metrics.jsonl, checkpoints and
+ * trainer_summary.json into the run directory.
+ *
+ * Not for process setup: launcher/cmd_worker.c connects the store and builds
+ * the communicator; tests pass their own (or none for one process).
+ */
+#ifndef DT_TRAINER_H
+#define DT_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "worker/metrics.h"
+#include "worker/trainer_spec.h"
+
+struct dt_trainer;
+struct dt_model;
+
+struct dt_trainer_options {
+    struct dt_comm *comm;     /* NULL: a single process */
+    const char *run_dir;      /* metrics, summary and relative checkpoint dirs; NULL = "." */
+    int threads;              /* kernel threads for this rank; 0 = online cores / local_world */
+    int local_world;          /* ranks on this host (for the automatic thread count); 0 = 1 */
+    int64_t stop_after;       /* stop after this many optimizer steps, as if killed (tests); 0 = never */
+    bool quiet;               /* no progress lines on stdout */
+    /* Called after every optimizer step (tests: perturb a rank, record parameters). */
+    void (*after_step)(void *ctx, struct dt_model *m, int64_t step);
+    void *ctx;
+};
+
+int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_trainer_options *o,
+                      struct dt_trainer **out);
+
+/* Trains to the end (or stop_after) and fills *res (may be NULL). */
+int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res);
+
+struct dt_model *dt_trainer_model(struct dt_trainer *t);
+void dt_trainer_destroy(struct dt_trainer *t);
+
+#endif

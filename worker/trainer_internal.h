@@ -1,0 +1,48 @@
+/* trainer_internal.h - the trainer's state, shared by trainer.c (set-up,
+ * checkpoints) and trainer_loop.c (the step loop, evaluation, logging).
+ * Not a public header. */
+#ifndef DT_TRAINER_INTERNAL_H
+#define DT_TRAINER_INTERNAL_H
+
+#include "worker/adamw.h"
+#include "worker/ckpt.h"
+#include "worker/idx.h"
+#include "worker/loader.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+#include "worker/onecycle.h"
+#include "worker/reducer.h"
+#include "worker/trainer.h"
+
+struct dt_trainer {
+    struct dt_trainer_spec spec;   /* shallow copy; strings owned by the caller */
+    struct dt_trainer_options o;
+    struct dt_comm *comm;
+    int rank, world;
+    const struct dt_kernels *k;
+    struct dt_dataset train, test;
+    struct dt_model *model;
+    struct dt_adamw opt;
+    struct dt_onecycle sched;
+    struct dt_reducer red;
+    struct dt_loader *loader;
+    struct dt_metrics metrics;
+    char run_dir[4096], ckpt_dir[4096 + 4096 + 2];
+    int64_t batches_per_epoch, steps_per_epoch, total_steps;
+    int eval_batch;
+    float *eval_x;
+    int32_t *eval_y;
+    /* position */
+    int64_t step, epoch, batch;
+    int64_t resumed_from;
+    /* figures */
+    double last_loss, test_loss, test_acc, train_s, samples;
+    int64_t evaluated_at;          /* step of the last evaluation, -1 none */
+};
+
+double dt_trainer_now(void);
+int dt_trainer_evaluate(struct dt_trainer *t);
+int dt_trainer_save(struct dt_trainer *t);
+int dt_trainer_loop(struct dt_trainer *t);
+
+#endif

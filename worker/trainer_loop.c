@@ -1,0 +1,165 @@
+/* trainer_loop.c - the step loop (see trainer.h).
+ *
+ * One optimizer step: grad_accum micro-batches (fewer at the end of an
+ * epoch), each a forward and a backward whose gradient ranges feed the
+ * reducer; then the wait for the averaged gradients, the global norm (for
+ * clipping and the metrics), AdamW with the schedule's lr and beta1, the
+ * schedule's step.  Nothing here allocates.  Not for set-up: trainer.c.
+ */
+#include "worker/trainer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "comm/error.h"
+#include "comm/log.h"
+
+struct window {          /* what a metrics row averages over */
+    double loss, samples, t0;
+};
+
+/* The micro-batches of one step; returns the rank's summed loss and rows. */
+static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
+{
+    int64_t left = t->batches_per_epoch - t->batch;
+    int k = left < t->spec.ddp.grad_accum ? (int)left : t->spec.ddp.grad_accum;
+    if (t->batch == 0 || t->step == t->resumed_from)
+        dt_loader_start_epoch(t->loader, t->epoch, t->batch);
+    for (int i = 0; i < k; i++) {
+        const struct dt_batch *b = dt_loader_next(t->loader);
+        if (!b)
+            return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
+                                (long long)t->batch);
+        /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches. */
+        float dscale = 1.0f / ((float)b->n * (float)k);
+        dt_reducer_begin(&t->red, i == k - 1);
+        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, dt_reducer_ready, &t->red, NULL);
+        *rows += b->n;
+        t->batch = b->index + 1;
+    }
+    return dt_reducer_finish(&t->red);
+}
+
+/* Gradient norm after the all-reduce (the same on every rank), clipping
+ * coefficient, AdamW, schedule. */
+static int update(struct dt_trainer *t, bool want_norm, double *norm)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    float coef = 1.0f;
+    *norm = NAN;
+    if (s->optimizer.grad_clip > 0 || want_norm)
+        *norm = sqrt(t->k->sumsq(t->model->grads, t->model->n_params));
+    if (s->optimizer.grad_clip > 0)
+        coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
+    dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
+    return dt_onecycle_step(&t->sched);
+}
+
+static int log_row(struct dt_trainer *t, struct window *w, double lr, double beta1, double norm)
+{
+    double v[2] = {w->loss, w->samples};
+    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 2, DT_F64, DT_SUM))
+        return dt_error_prefix("averaging the loss over ranks");
+    double now = dt_trainer_now(), dt = now - w->t0;
+    t->last_loss = v[0] / v[1];
+    double sps = dt > 0 ? v[1] / dt : NAN;
+    double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
+    if (t->rank == 0) {
+        dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        if (!t->o.quiet)
+            printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s\n",
+                   (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm, sps);
+        fflush(stdout);
+    }
+    w->loss = w->samples = 0;
+    w->t0 = dt_trainer_now();
+    return 0;
+}
+
+static int eval_row(struct dt_trainer *t)
+{
+    int rc = dt_trainer_evaluate(t);
+    if (rc)
+        return rc;
+    if (t->rank == 0) {
+        dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc);
+        if (!t->o.quiet)
+            printf("eval  step %lld  epoch %lld  test_loss %.4f  test_accuracy %.4f\n", (long long)t->step,
+                   (long long)t->epoch, t->test_loss, t->test_acc);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* What happens between steps: epoch end and evaluation, desync check, checkpoint. */
+static int between_steps(struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    int rc = 0;
+    if (t->batch == t->batches_per_epoch) {
+        t->epoch++;
+        t->batch = 0;
+        if (s->eval_every_epochs > 0 && t->epoch % s->eval_every_epochs == 0 && t->step < t->total_steps)
+            rc = eval_row(t);
+    }
+    int every = s->ddp.desync_check_every;
+    if (!rc && every > 0 && t->step % every == 0)
+        rc = dt_reducer_check_same(&t->red, t->k, t->model->params, t->model->n_params, t->step);
+    if (!rc && s->checkpoint.every_steps > 0 && t->step % s->checkpoint.every_steps == 0 &&
+        t->step < t->total_steps)
+        rc = dt_trainer_save(t);
+    return rc;
+}
+
+int dt_trainer_loop(struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    struct window w = {0, 0, dt_trainer_now()};
+    int every = s->log_every_steps > 0 ? s->log_every_steps : 1;
+    while (t->step < t->total_steps && !(t->o.stop_after > 0 && t->step >= t->o.stop_after)) {
+        double t0 = dt_trainer_now(), norm, rows = 0;
+        double lr = t->sched.lr, beta1 = t->sched.beta1;
+        int rc = micro_batches(t, &w.loss, &rows);
+        bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps;
+        if (!rc)
+            rc = update(t, log, &norm);
+        if (rc)
+            return rc;
+        t->step++;
+        w.samples += rows;
+        t->samples += rows;
+        t->train_s += dt_trainer_now() - t0;
+        if (log && (rc = log_row(t, &w, lr, beta1, norm)))
+            return rc;
+        double pause = dt_trainer_now();
+        if ((rc = between_steps(t)))
+            return rc;
+        w.t0 += dt_trainer_now() - pause;
+        if (t->o.after_step)
+            t->o.after_step(t->o.ctx, t->model, t->step);
+    }
+    return 0;
+}
+
+int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
+{
+    double samples0 = t->samples;
+    int rc = dt_trainer_loop(t);
+    bool finished = t->step >= t->total_steps;
+    if (!rc && finished && t->evaluated_at != t->step)
+        rc = eval_row(t);
+    if (!rc && finished) /* stop_after stands for a kill: no final checkpoint */
+        rc = dt_trainer_save(t);
+    struct dt_metrics_summary s = {
+        .final_loss = t->last_loss, .test_loss = t->test_loss, .test_accuracy = t->test_acc,
+        .samples_per_s = t->train_s > 0 ? (t->samples - samples0) * t->world / t->train_s : NAN,
+        .train_s = t->train_s, .data_wait_s = dt_loader_wait_s(t->loader), .comm_wait_s = t->red.wait_s,
+        .steps = t->step, .total_steps = t->total_steps,
+        .epochs = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch,
+        .world = t->world, .batch_size = t->spec.data.batch_size, .resumed_from = t->resumed_from};
+    if (!rc && t->rank == 0)
+        rc = dt_metrics_write_summary(t->run_dir, &s);
+    if (res)
+        *res = s;
+    return rc;
+}
