@@ -44,6 +44,8 @@ struct dt_agent_config {
     double grace_s;            /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;        /* the console; both 0 mean STDOUT/STDERR_FILENO */
+    double start_mono;         /* CLOCK_MONOTONIC seconds when the launcher started (times in the
+                                  summary count from it); 0 means when dt_agent_run starts */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
@@ -54,7 +56,7 @@ struct dt_agent_rank_result {
     bool exited;
     int wstatus;               /* as waitpid(2) reported it, valid when exited */
     bool stopped_by_agent;     /* the agent had signalled it before it exited */
-    double spawn_s, exit_s;    /* seconds since the run started (monotonic clock) */
+    double spawn_s, exit_s;    /* seconds since cfg->start_mono */
 };
 
 struct dt_agent_attempt {
@@ -72,6 +74,8 @@ struct dt_agent_failure {
     int n_tail;
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
     char error_file[4352];     /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
+    int oom_killer;            /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
+                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
 };
 
 struct dt_agent_result {
@@ -95,6 +99,9 @@ struct dt_agent_result {
  * Free *res with dt_agent_result_free(). */
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
+
+/* CLOCK_MONOTONIC in seconds, the clock of every time in the result. */
+double dt_agent_now(void);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 
@@ -141,6 +148,13 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
 
 /* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
 int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
+
+/* --- the OOM killer (agent_oom.c) ----------------------------------------- */
+
+/* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
+int dt_agent_oom_count(long long *count);
+/* Reads the "oom_kill N" line of memory.events / memory.oom_control text. */
+int dt_agent_oom_parse(const char *text, long long *count);
 
 /* --- exit statuses and the summary (agent_summary.c) --------------------- */
 

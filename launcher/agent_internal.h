@@ -44,7 +44,7 @@ struct dt_agent {
     size_t readbuf_size;
     struct pollfd *pfds;
     struct dt_agent_stream **pfd_stream;
-    double t0;                  /* monotonic seconds at the start of the run */
+    double t0;                  /* cfg->start_mono, or when dt_agent_run started */
     double grace_s;
     int attempt;
     int running;                /* ranks of this attempt not yet reaped */
@@ -53,10 +53,10 @@ struct dt_agent {
     double kill_at;             /* when `stopping` turns into SIGKILL */
     double killed_at;           /* when SIGKILL was sent */
     bool swept;                 /* looked for processes the ranks left behind */
+    long long oom_base;         /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;            /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;          /* a signal the launcher received, 0 if none */
 };
-
-double dt_agent_now(void);
 
 /* agent_spawn.c */
 int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);

@@ -54,7 +54,7 @@ static const char *signal_hint(int sig)
     }
 }
 
-void dt_agent_describe_status(int wstatus, char *buf, size_t size)
+static void describe(int wstatus, bool hint, char *buf, size_t size)
 {
     char tmp[32];
     if (WIFEXITED(wstatus)) {
@@ -62,10 +62,15 @@ void dt_agent_describe_status(int wstatus, char *buf, size_t size)
     } else if (WIFSIGNALED(wstatus)) {
         int sig = WTERMSIG(wstatus);
         snprintf(buf, size, "killed by %s%s%s", dt_agent_signal_name(sig, tmp, sizeof tmp),
-                 signal_hint(sig), WCOREDUMP(wstatus) ? ", core dumped" : "");
+                 hint || sig != SIGKILL ? signal_hint(sig) : "", WCOREDUMP(wstatus) ? ", core dumped" : "");
     } else {
         snprintf(buf, size, "ended with wait status 0x%x", (unsigned)wstatus);
     }
+}
+
+void dt_agent_describe_status(int wstatus, char *buf, size_t size)
+{
+    describe(wstatus, true, buf, size);
 }
 
 int dt_agent_exit_status(int wstatus)
@@ -174,6 +179,7 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         json_str(f, ff->error_file);
     else
         fputs("null", f);
+    fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
     fputs(", \"stderr_tail\": [", f);
     for (int i = 0; i < ff->n_tail; i++) {
         json_str(f, ff->tail[i]);
@@ -245,9 +251,16 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
     const struct dt_agent_failure *ff = &res->first_failure;
     int fd = cfg->err_fd > 0 ? cfg->err_fd : STDERR_FILENO;
     char desc[160];
-    dt_agent_describe_status(ff->wstatus, desc, sizeof desc);
+    /* "often the OOM killer" is a guess; not needed when the cgroup told us. */
+    describe(ff->wstatus, ff->oom_killer < 0, desc, sizeof desc);
     dprintf(fd, "dtrain: error: rank %d failed first (attempt %d, %.2f s after the start): %s\n",
             ff->rank, ff->attempt, ff->time_s, desc);
+    if (ff->oom_killer == 1)
+        dprintf(fd, "dtrain: the kernel's out-of-memory killer ran in this job's memory cgroup during the attempt: "
+                    "rank %d most likely used more memory than the machine or the cgroup limit allows\n", ff->rank);
+    else if (ff->oom_killer == 0)
+        dprintf(fd, "dtrain: it was not the out-of-memory killer (the memory cgroup counted no OOM kill); "
+                    "something outside dtrain sent SIGKILL\n");
     if (ff->n_tail == 0) {
         dprintf(fd, "dtrain: rank %d wrote nothing on stderr (log: %s/attempt_%d/rank_%d.err)\n",
                 ff->rank, cfg->run_dir, ff->attempt, ff->rank);

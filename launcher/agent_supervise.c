@@ -123,8 +123,14 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (ok || a->interrupt_sig || at->first_failed >= 0 || r->stopped_by_agent)
         return;
     at->first_failed = i;
+    a->oom_verdict = -1;
+    long long oom_now;
+    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 && dt_agent_oom_count(&oom_now) == 0)
+        a->oom_verdict = oom_now > a->oom_base;
     char desc[160];
     dt_agent_describe_status(wstatus, desc, sizeof desc);
+    if (a->oom_verdict >= 0)
+        snprintf(desc, sizeof desc, "killed by SIGKILL%s", a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);
@@ -290,6 +296,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->wstatus = at->ranks[at->first_failed].wstatus;
     ff->time_s = at->ranks[at->first_failed].exit_s;
     ff->n_tail = dt_agent_tail_copy(&p->tail, ff->tail);
+    ff->oom_killer = a->oom_verdict;
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
@@ -304,6 +311,8 @@ static void reset_attempt_state(struct dt_agent *a)
     at->start_s = dt_agent_now() - a->t0;
     at->first_failed = -1;
     at->leftovers = 0;
+    if (dt_agent_oom_count(&a->oom_base) < 0)
+        a->oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
 
@@ -445,7 +454,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
     int rc = agent_init(&a, cfg, res);
-    a.t0 = dt_agent_now();
+    a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_agent_now();
     res->started_unix = (double)time(NULL);
     struct saved_signals sv;
     raise_fd_limit(&a);

@@ -30,6 +30,7 @@ struct launch_opts {
     const char *log_dir;
     const char *ranks;
     double grace_s;
+    double start_mono;          /* the summary's times count from here */
 };
 
 static void usage(FILE *out)
@@ -118,6 +119,17 @@ static int count_gpus(void)
     return n;
 }
 
+/* The generated table of subcommands (main.c). */
+extern const struct dt_cli_command *const dt_cli_commands[];
+
+static bool has_command(const char *name)
+{
+    for (size_t i = 0; dt_cli_commands[i]; i++)
+        if (strcmp(dt_cli_commands[i]->name, name) == 0)
+            return true;
+    return false;
+}
+
 /* The spec names a program that is not there: say so now, not four times
  * over from four ranks, and not after a restart loop. */
 static int check_program(const char *prog)
@@ -194,6 +206,11 @@ static int prepare(const struct launch_opts *o, const struct dt_job *job, int *n
             return 2;
         }
     }
+    if (!job->command && !has_command("worker")) {
+        dt_error_set(DT_EUNSUPPORTED, "%s: trainer: this dtrain (%s) has no bundled trainer yet (`dtrain worker`); "
+                     "use command: to run a program", job->path, dt_version);
+        return 2;
+    }
     if (job->command && check_program(job->command[0]) != 0) {
         dt_error_set(DT_ENOTFOUND, "%s: command: '%s' %s", job->path, job->command[0],
                      strchr(job->command[0], '/') ? "does not exist or is not executable" : "was not found on PATH");
@@ -257,7 +274,7 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         .job = job, .argv = job->command ? (const char *const *)job->command : worker_argv,
         .node_rank = 0, .nnodes = 1, .nproc = nproc, .run_id = run_id, .run_dir = run_dir,
         .master_addr = "127.0.0.1", .master_port = dt_coord_port(coord), .token = token[0] ? token : NULL,
-        .grace_s = o->grace_s, .console_stdout = show,
+        .grace_s = o->grace_s, .console_stdout = show, .start_mono = o->start_mono,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);
@@ -280,7 +297,7 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
 
 static int run(int argc, char **argv)
 {
-    struct launch_opts o = {0};
+    struct launch_opts o = {.start_mono = dt_agent_now()};
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;

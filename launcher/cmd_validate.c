@@ -55,8 +55,8 @@ static void print_program(const struct dt_job *job)
 static void print_summary(const char *path, const struct dt_job *job, int as_comment)
 {
     /* With --print the summary is a YAML comment, so the output stays loadable. */
-    printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", path, job->name, dt_scheduler_name(job->scheduler), job->nodes,
-           job->nodes == 1 ? "" : "s");
+    printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", path, job->name,
+           dt_scheduler_name(job->scheduler), job->nodes, job->nodes == 1 ? "" : "s");
     if (job->nproc_per_node == DT_NPROC_GPU)
         printf("one rank per GPU, ");
     else
@@ -72,9 +72,10 @@ static int validate_one(const char *path, int print)
     if (strcmp(path, "-") == 0) {
         static char buf[1024 * 1024 + 1];
         size_t len = fread(buf, 1, sizeof buf, stdin);
-        rc = len == sizeof buf ? dt_error_set(DT_EINVAL, "<stdin>: more than 1048576 bytes; a job spec may be at "
-                                                         "most 1048576 bytes (1 MiB)")
-                               : dt_job_load_string(buf, len, "<stdin>", &job);
+        rc = len == sizeof buf
+                 ? dt_error_set(DT_EINVAL, "<stdin>: more than 1048576 bytes; a job spec may be at "
+                                           "most 1048576 bytes (1 MiB)")
+                 : dt_job_load_string(buf, len, "<stdin>", &job);
     } else {
         rc = dt_job_load(path, &job);
     }

@@ -11,6 +11,7 @@
 #include "launcher/jobspec.h"
 
 #include "comm/error.h"
+#include "launcher/agent.h"
 #include "launcher/jobspec_keys.h"
 #include "worker/trainer_spec.h"
 
@@ -52,7 +53,8 @@ int dt_spec_dns_label(const char *s)
 }
 
 /* nproc_per_node: a count, or "gpu" for one rank per visible GPU. */
-static int set_nproc(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_nproc(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                     void *obj)
 {
     struct dt_job *job = obj;
     long long n;
@@ -96,13 +98,16 @@ static void release_on_exit(void *obj)
     p->n_on_exit = 0;
 }
 
-static int set_on_exit(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_on_exit(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                       void *obj)
 {
     struct dt_restart_policy *p = obj;
     char q[96];
     if (v->kind != DT_Y_MAP)
-        return dt_spec_fail(ctx, v, k->name, "expected a mapping of exit codes to fail or retry, like {42: fail}, "
-                                             "got %s", dt_ynode_kind_name(v));
+        return dt_spec_fail(ctx, v, k->name,
+                            "expected a mapping of exit codes to fail or retry, like {42: fail}, "
+                            "got %s",
+                            dt_ynode_kind_name(v));
     release_on_exit(p);
     if (!(p->on_exit = calloc(v->n ? v->n : 1, sizeof *p->on_exit)))
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
@@ -110,12 +115,17 @@ static int set_on_exit(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
         const struct dt_ynode *key = dt_ymap_key(v, i), *val = dt_ymap_val(v, i);
         int code = exit_code_of(key->text);
         if (code < 0)
-            return dt_spec_fail(ctx, key, k->name, "expected an exit code from 1 to 255 or a signal name like "
-                                                   "SIGKILL, got '%s'", dt_yaml_quote(key->text, q, sizeof q));
+            return dt_spec_fail(ctx, key, k->name,
+                                "expected an exit code from 1 to 255 or a signal name like "
+                                "SIGKILL, got '%s'",
+                                dt_yaml_quote(key->text, q, sizeof q));
         for (int j = 0; j < p->n_on_exit; j++)
             if (p->on_exit[j].code == code)
                 return dt_spec_fail(ctx, key, k->name, "exit code %d is listed twice", code);
-        int action = val->kind == DT_Y_SCALAR ? (strcmp(val->text, "retry") == 0 ? 0 : strcmp(val->text, "fail") == 0 ? 1 : -1) : -1;
+        int action = val->kind == DT_Y_SCALAR ? (strcmp(val->text, "retry") == 0  ? 0
+                                                 : strcmp(val->text, "fail") == 0 ? 1
+                                                                                  : -1)
+                                              : -1;
         if (action < 0)
             return dt_spec_fail(ctx, val, k->name, "%s: expected fail or retry, got %s", key->text,
                                 dt_spec_got(val, q, sizeof q));
@@ -158,7 +168,8 @@ enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status)
 }
 
 static const struct dt_spec_key rendezvous_keys[] = {
-    DT_KEY("port", DT_KT_INT, struct dt_rendezvous_spec, port, .lo = 0, .hi = 65535, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("port", DT_KT_INT, struct dt_rendezvous_spec, port, .lo = 0, .hi = 65535,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("timeout", DT_KT_DURATION, struct dt_rendezvous_spec, timeout_s, .lo = 0, .hi = 86400,
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
@@ -182,8 +193,8 @@ static const struct dt_spec_key top_keys[] = {
     DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED),
     DT_KEY("scheduler", DT_KT_ENUM, struct dt_job, scheduler, .names = scheduler_names),
     DT_KEY("nodes", DT_KT_INT, struct dt_job, nodes, .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc, .print = print_nproc, .lo = 1, .hi = 1024,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,
+           .print = print_nproc, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names),
     DT_KEY("command", DT_KT_STRLIST, struct dt_job, command, DT_COUNT(struct dt_job, command_argc), .lo = 1,
            .flags = DT_KF_LO, .hint = "to run a shell line write [sh, -c, 'your line']"),
@@ -198,9 +209,11 @@ static const struct dt_spec_key top_keys[] = {
     DT_KEY("kubernetes", DT_KT_SECTION_PTR, struct dt_job, kubernetes, .sub = &dt_jobspec_kubernetes_section),
     DT_KEY("mpirun", DT_KT_SECTION_PTR, struct dt_job, mpirun, .sub = &dt_jobspec_mpirun_section),
 };
-static const struct dt_spec_section top_section = {
-    .title = "the top level", .keys = top_keys, .n_keys = DT_NKEYS(top_keys), .size = sizeof(struct dt_job),
-    .check = check_top};
+static const struct dt_spec_section top_section = {.title = "the top level",
+                                                   .keys = top_keys,
+                                                   .n_keys = DT_NKEYS(top_keys),
+                                                   .size = sizeof(struct dt_job),
+                                                   .check = check_top};
 
 void dt_job_print(const struct dt_job *job, FILE *out)
 {
@@ -217,10 +230,11 @@ static int check_name(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const
     char q[96];
     if (dt_spec_dns_label(job->name))
         return 0;
-    return dt_spec_fail(ctx, dt_ymap_get(map, "name"), "name",
-                        "expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with "
-                        "a letter or digit, at most 63 characters; it names Slurm and Kubernetes objects), got '%s'%s",
-                        dt_yaml_quote(job->name, q, sizeof q), strlen(job->name) > 63 ? " (too long)" : "");
+    return dt_spec_fail(
+        ctx, dt_ymap_get(map, "name"), "name",
+        "expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with "
+        "a letter or digit, at most 63 characters; it names Slurm and Kubernetes objects), got '%s'%s",
+        dt_yaml_quote(job->name, q, sizeof q), strlen(job->name) > 63 ? " (too long)" : "");
 }
 
 static int check_program(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
@@ -230,7 +244,7 @@ static int check_program(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
                             "neither command nor trainer is set; a job runs either a command on every rank "
                             "(command: [python3, train.py]) or the bundled trainer (trainer: {...})");
     if (job->command && job->trainer) {
-        const struct dt_ynode *c = dt_ymap_get(map, "command"), *t = dt_ymap_get(map, "trainer");
+        const struct dt_ynode *c = dt_ymap_key_node(map, "command"), *t = dt_ymap_key_node(map, "trainer");
         const struct dt_ynode *later = c->line > t->line || (c->line == t->line && c->col > t->col) ? c : t;
         return dt_spec_fail(ctx, later, NULL,
                             "both command and trainer are set; a job runs exactly one of them (remove one)");
@@ -243,38 +257,39 @@ static int check_backend(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
     const struct dt_ynode *b = dt_ymap_get(map, "backend"), *np = dt_ymap_get(map, "nproc_per_node");
     int cuda = job->trainer && job->trainer->device == DT_DEVICE_CUDA;
     if (job->backend == DT_BACKEND_MPI && job->scheduler != DT_SCHED_MPIRUN)
-        return dt_spec_fail(ctx, b, "backend", "mpi needs scheduler: mpirun (MPI ranks must be started by "
-                                               "mpirun), but scheduler is %s",
+        return dt_spec_fail(ctx, b, "backend",
+                            "mpi needs scheduler: mpirun (MPI ranks must be started by "
+                            "mpirun), but scheduler is %s",
                             dt_scheduler_name(job->scheduler));
     if (job->backend == DT_BACKEND_SHM && job->nodes > 1)
-        return dt_spec_fail(ctx, b, "backend", "shm works only within one node, but nodes is %d; use auto or "
-                                               "tcp", job->nodes);
+        return dt_spec_fail(ctx, b, "backend",
+                            "shm works only within one node, but nodes is %d; use auto or "
+                            "tcp",
+                            job->nodes);
     if (job->trainer && job->backend == DT_BACKEND_NCCL && !cuda)
-        return dt_spec_fail(ctx, b, "backend", "nccl runs on GPUs; set trainer.device: cuda or use auto, tcp "
-                                               "or shm");
+        return dt_spec_fail(ctx, b, "backend",
+                            "nccl runs on GPUs; set trainer.device: cuda or use auto, tcp "
+                            "or shm");
     if (cuda && (job->backend == DT_BACKEND_TCP || job->backend == DT_BACKEND_SHM))
         return dt_spec_fail(ctx, b, "backend", "%s is a CPU backend; trainer.device: cuda needs nccl or auto",
                             dt_backend_name(job->backend));
     if (job->trainer && job->nproc_per_node == DT_NPROC_GPU && !cuda)
-        return dt_spec_fail(ctx, np, "nproc_per_node", "gpu starts one rank per GPU, but the trainer runs on "
-                                                       "the CPU; set trainer.device: cuda or give a number");
+        return dt_spec_fail(ctx, np, "nproc_per_node",
+                            "gpu starts one rank per GPU, but the trainer runs on "
+                            "the CPU; set trainer.device: cuda or give a number");
     return 0;
 }
 
-/* Names the agent sets for each rank: letting env override them would
- * silently break rendezvous. */
+/* Names the agent sets for each rank (the agent's list is the one truth):
+ * a value in env: would be silently overridden, so it is refused here. */
 static int check_env(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    static const char *const reserved[] = {
-        "RANK",       "LOCAL_RANK",      "WORLD_SIZE",  "LOCAL_WORLD_SIZE", "GROUP_RANK",
-        "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
-        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", NULL};
     const struct dt_ynode *env = dt_ymap_get(map, "env");
     for (int i = 0; i < job->n_env; i++)
-        for (int r = 0; reserved[r]; r++)
-            if (strcmp(job->env[i].name, reserved[r]) == 0)
-                return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
-                                    "%s is set by dtrain for every rank and cannot be overridden", reserved[r]);
+        if (dt_agent_env_is_reserved(job->env[i].name))
+            return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
+                                "%s is set by dtrain for every rank and cannot be overridden",
+                                job->env[i].name);
     return 0;
 }
 
@@ -292,9 +307,10 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
     if (!port)
         job->rendezvous.port = DT_K8S_DEFAULT_PORT;
     else if (job->rendezvous.port == 0)
-        return dt_spec_fail(ctx, port, "rendezvous.port",
-                            "0 (a free port) cannot work on Kubernetes: every pod must know the port before the "
-                            "coordinator starts; leave it out for 29500 or give a port");
+        return dt_spec_fail(
+            ctx, port, "rendezvous.port",
+            "0 (a free port) cannot work on Kubernetes: every pod must know the port before the "
+            "coordinator starts; leave it out for 29500 or give a port");
     return 0;
 }
 
@@ -342,8 +358,9 @@ int dt_job_load_string(const char *text, size_t len, const char *name, struct dt
     if (!name)
         name = "<string>";
     if (len > DT_YAML_MAX_BYTES)
-        return dt_error_set(DT_EINVAL, "%s: the file is %zu bytes; a job spec may be at most %d bytes (1 MiB)",
-                            name, len, DT_YAML_MAX_BYTES);
+        return dt_error_set(DT_EINVAL,
+                            "%s: the file is %zu bytes; a job spec may be at most %d bytes (1 MiB)", name,
+                            len, DT_YAML_MAX_BYTES);
     struct dt_ynode *root;
     int rc = dt_yaml_parse(text, len, name, &root);
     if (rc)
@@ -405,8 +422,9 @@ int dt_job_load(const char *path, struct dt_job **out)
     }
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > DT_YAML_MAX_BYTES) {
         close(fd);
-        return dt_error_set(DT_EINVAL, "%s: the file is %lld bytes; a job spec may be at most %d bytes (1 MiB)",
-                            path, (long long)st.st_size, DT_YAML_MAX_BYTES);
+        return dt_error_set(DT_EINVAL,
+                            "%s: the file is %lld bytes; a job spec may be at most %d bytes (1 MiB)", path,
+                            (long long)st.st_size, DT_YAML_MAX_BYTES);
     }
     char *text = NULL;
     size_t len = 0;
@@ -415,8 +433,8 @@ int dt_job_load(const char *path, struct dt_job **out)
     if (rc)
         return rc;
     if (len > DT_YAML_MAX_BYTES)
-        rc = dt_error_set(DT_EINVAL, "%s: more than %d bytes; a job spec may be at most %d bytes (1 MiB)", path,
-                          DT_YAML_MAX_BYTES, DT_YAML_MAX_BYTES);
+        rc = dt_error_set(DT_EINVAL, "%s: more than %d bytes; a job spec may be at most %d bytes (1 MiB)",
+                          path, DT_YAML_MAX_BYTES, DT_YAML_MAX_BYTES);
     else
         rc = dt_job_load_string(text, len, path, out);
     free(text);

@@ -43,7 +43,7 @@ struct dt_env_entry {
 enum dt_exit_action { DT_EXIT_RETRY, DT_EXIT_FAIL };
 
 struct dt_exit_rule {
-    int code;                   /* 1..255 */
+    int code; /* 1..255 */
     enum dt_exit_action action;
 };
 
@@ -60,29 +60,29 @@ struct dt_slurm_spec {
     char *account;
     char *qos;
     char *constraint;
-    int64_t time_s;             /* time limit in seconds, written 02:00:00, 1-00:00:00 or 2h */
+    int64_t time_s; /* time limit in seconds, written 02:00:00, 1-00:00:00 or 2h */
     int gpus_per_node;
     int cpus_per_task;
-    uint64_t mem_bytes;         /* per node */
+    uint64_t mem_bytes; /* per node */
     bool exclusive;
-    bool requeue;               /* --requeue, and SIGUSR1 90 s before the time limit */
-    char **extra_sbatch;        /* NULL-terminated: lines added as "#SBATCH <line>" */
+    bool requeue;        /* --requeue, and SIGUSR1 90 s before the time limit */
+    char **extra_sbatch; /* NULL-terminated: lines added as "#SBATCH <line>" */
     int n_extra_sbatch;
 };
 
 struct dt_k8s_toleration {
     char *key;
-    char *operator_name;        /* Equal (default) or Exists */
+    char *operator_name; /* Equal (default) or Exists */
     char *value;
     char *effect;               /* NoSchedule, PreferNoSchedule, NoExecute, or NULL (all) */
     int64_t toleration_seconds; /* -1 = not set (NoExecute only) */
 };
 
 struct dt_k8s_volume {
-    char *name;                 /* DNS-1123 label */
-    char *mount_path;           /* absolute path in the pod */
-    char *host_path;            /* exactly one of host_path, pvc, config_map, secret */
-    char *pvc;                  /* a PersistentVolumeClaim's name */
+    char *name;       /* DNS-1123 label */
+    char *mount_path; /* absolute path in the pod */
+    char *host_path;  /* exactly one of host_path, pvc, config_map, secret */
+    char *pvc;        /* a PersistentVolumeClaim's name */
     char *config_map;
     char *secret;
     bool read_only;
@@ -90,20 +90,20 @@ struct dt_k8s_volume {
 
 /* kubernetes: the pods of `scheduler: kubernetes` (issue 11). */
 struct dt_kubernetes_spec {
-    char *image;                /* required */
-    char *image_pull_policy;    /* IfNotPresent, Always, Never, or NULL (Kubernetes' default) */
-    char *namespace_name;       /* default "default" */
+    char *image;             /* required */
+    char *image_pull_policy; /* IfNotPresent, Always, Never, or NULL (Kubernetes' default) */
+    char *namespace_name;    /* default "default" */
     char *service_account;
     char *priority_class;
-    int gpus_per_node;          /* nvidia.com/gpu per pod */
-    int cpu_millis;             /* CPU request and limit in millicores; 0 = not set */
-    uint64_t memory_bytes;      /* 0 = not set */
-    uint64_t shm_size_bytes;    /* /dev/shm size limit; 0 = no limit */
+    int gpus_per_node;       /* nvidia.com/gpu per pod */
+    int cpu_millis;          /* CPU request and limit in millicores; 0 = not set */
+    uint64_t memory_bytes;   /* 0 = not set */
+    uint64_t shm_size_bytes; /* /dev/shm size limit; 0 = no limit */
     struct dt_env_entry *node_selector;
     int n_node_selector;
     struct dt_k8s_toleration *tolerations;
     int n_tolerations;
-    struct dt_env_entry *env;   /* extra environment of the agent pods */
+    struct dt_env_entry *env; /* extra environment of the agent pods */
     int n_env;
     struct dt_k8s_volume *volumes;
     int n_volumes;
@@ -111,37 +111,37 @@ struct dt_kubernetes_spec {
 
 /* mpirun: how `scheduler: mpirun` starts agents (issue 12). */
 struct dt_mpirun_spec {
-    char *program;              /* default "mpirun" */
-    char **hosts;               /* NULL-terminated "host" or "host:slots"; or hostfile */
+    char *program; /* default "mpirun" */
+    char **hosts;  /* NULL-terminated "host" or "host:slots"; or hostfile */
     int n_hosts;
     char *hostfile;
-    char **interfaces;          /* network interfaces for Open MPI (btl/oob_tcp_if_include) */
+    char **interfaces; /* network interfaces for Open MPI (btl/oob_tcp_if_include) */
     int n_interfaces;
-    bool allow_run_as_root;     /* passes --allow-run-as-root; only when asked */
+    bool allow_run_as_root; /* passes --allow-run-as-root; only when asked */
     bool oversubscribe;
-    char **extra_args;          /* NULL-terminated, added before the program */
+    char **extra_args; /* NULL-terminated, added before the program */
     int n_extra_args;
 };
 
 struct dt_trainer_spec; /* the bundled trainer's section: worker/trainer_spec.h */
 
 struct dt_job {
-    char *path;                 /* the file it was loaded from ("<string>" otherwise) */
-    char *name;                 /* DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 */
+    char *path; /* the file it was loaded from ("<string>" otherwise) */
+    char *name; /* DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 */
     enum dt_scheduler scheduler;
-    int nodes;                  /* agents, one per node, >= 1 */
-    int nproc_per_node;         /* ranks per node, >= 1, or DT_NPROC_GPU */
+    int nodes;          /* agents, one per node, >= 1 */
+    int nproc_per_node; /* ranks per node, >= 1, or DT_NPROC_GPU */
     enum dt_backend backend;
-    char **command;             /* NULL-terminated argv, or NULL when the trainer runs */
+    char **command; /* NULL-terminated argv, or NULL when the trainer runs */
     int command_argc;
     struct dt_trainer_spec *trainer; /* NULL when command runs; exactly one of the two is set */
-    struct dt_env_entry *env;   /* extra environment for every rank, in file order */
+    struct dt_env_entry *env;        /* extra environment for every rank, in file order */
     int n_env;
-    int max_restarts;           /* restarts of the whole group after a failure, >= 0 */
+    int max_restarts; /* restarts of the whole group after a failure, >= 0 */
     struct dt_rendezvous_spec rendezvous;
-    char *log_dir;              /* default "runs" */
+    char *log_dir; /* default "runs" */
     struct dt_restart_policy restart_policy;
-    struct dt_slurm_spec *slurm;           /* NULL unless the section is present */
+    struct dt_slurm_spec *slurm; /* NULL unless the section is present */
     struct dt_kubernetes_spec *kubernetes;
     struct dt_mpirun_spec *mpirun;
 };

@@ -26,8 +26,8 @@ static int shape_error(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
 {
     char q[96];
     if (v->kind == DT_Y_SCALAR && !dt_ynode_is_null(v))
-        return dt_spec_fail(ctx, v, k->name, "expected %s, got '%s'%s%s", what, dt_yaml_quote(v->text, q, sizeof q),
-                            k->hint ? "; " : "", k->hint ? k->hint : "");
+        return dt_spec_fail(ctx, v, k->name, "expected %s, got '%s'%s%s", what,
+                            dt_yaml_quote(v->text, q, sizeof q), k->hint ? "; " : "", k->hint ? k->hint : "");
     return dt_spec_fail(ctx, v, k->name, "expected %s, got %s%s%s", what, dt_ynode_kind_name(v),
                         k->hint ? "; " : "", k->hint ? k->hint : "");
 }
@@ -58,6 +58,12 @@ static int set_word(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const 
     if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v))
         return shape_error(ctx, k, v, want);
     int idx = k->names ? word_index(k, v->text) : 0;
+    const char *close = idx < 0 ? dt_spec_suggest_word(k->names, v->text) : NULL;
+    if (close) {
+        char q[96];
+        return dt_spec_fail(ctx, v, k->name, "expected %s, got '%s'; did you mean '%s'?", want,
+                            dt_yaml_quote(v->text, q, sizeof q), close);
+    }
     if (idx < 0 || (!(k->flags & DT_KF_EMPTY_OK) && v->len == 0))
         return shape_error(ctx, k, v, want);
     if (k->type == DT_KT_ENUM) {
@@ -78,7 +84,8 @@ static int set_word(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const 
 
 /* A quoted "3" where a number belongs is refused: the JSON Schema (and any
  * YAML library) sees a string there, and the two must agree. */
-static int set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                      void *obj)
 {
     int integer = k->type == DT_KT_INT || k->type == DT_KT_I64 || k->type == DT_KT_U64;
     const char *what = integer ? "an integer" : "a number";
@@ -113,7 +120,8 @@ static int set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, cons
  * libraries and strings to others, so they are refused rather than guessed. */
 static int set_bool(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
 {
-    static const char *const yes[] = {"true", "True", "TRUE", NULL}, *const no[] = {"false", "False", "FALSE", NULL};
+    static const char *const yes[] = {"true", "True", "TRUE", NULL}, *const no[] = {"false", "False", "FALSE",
+                                                                                    NULL};
     if (v->kind == DT_Y_SCALAR && v->plain) {
         for (int i = 0; yes[i]; i++) {
             if (strcmp(v->text, yes[i]) == 0)
@@ -125,16 +133,18 @@ static int set_bool(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const 
     return shape_error(ctx, k, v, "true or false");
 }
 
-static int set_measure(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_measure(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                       void *obj)
 {
     double x;
-    const char *what = k->type == DT_KT_DURATION ? "a duration like 30s, 10m or 500ms"
+    const char *what = k->type == DT_KT_DURATION  ? "a duration like 30s, 10m or 500ms"
                        : k->type == DT_KT_SIZE_MB ? "a size like 25 (MiB), 25MB or 1GiB"
                                                   : "a size like 512Mi, 64Gi or 4GB";
     if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v))
         return shape_error(ctx, k, v, what);
-    int bad = k->type == DT_KT_DURATION ? dt_spec_parse_duration(v->text, &x)
-                                        : dt_spec_parse_bytes(v->text, k->type == DT_KT_SIZE_MB ? 1048576.0 : 1.0, &x);
+    int bad = k->type == DT_KT_DURATION
+                  ? dt_spec_parse_duration(v->text, &x)
+                  : dt_spec_parse_bytes(v->text, k->type == DT_KT_SIZE_MB ? 1048576.0 : 1.0, &x);
     if (bad) {
         char q[96];
         double n;
@@ -163,7 +173,8 @@ static void free_strlist(char **list)
 
 /* Items are taken as written: in `command: [train, --epochs, 3]` the 3 is
  * the text "3", which is what a user means. */
-static int set_strlist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_strlist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                       void *obj)
 {
     if (v->kind != DT_Y_SEQ)
         return shape_error(ctx, k, v, "a list of strings like [a, b]");
@@ -210,7 +221,8 @@ static int env_name_ok(const char *s)
 
 /* Values are taken as written (OMP_NUM_THREADS: 1 is "1"): an environment
  * value is always a string, and making users quote numbers helps nobody. */
-static int set_strmap(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_strmap(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                      void *obj)
 {
     char q[96];
     if (v->kind != DT_Y_MAP)
@@ -225,7 +237,8 @@ static int set_strmap(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, cons
         if (!(k->flags & DT_KF_ENVNAME) && name->len == 0)
             return dt_spec_fail(ctx, name, k->name, "empty name");
         if (val->kind != DT_Y_SCALAR || dt_ynode_is_null(val))
-            return dt_spec_fail(ctx, val, k->name, "%s: expected a string value, got %s (write \"\" for an empty value)",
+            return dt_spec_fail(ctx, val, k->name,
+                                "%s: expected a string value, got %s (write \"\" for an empty value)",
                                 dt_yaml_quote(name->text, q, sizeof q), dt_ynode_kind_name(val));
     }
     struct dt_env_entry *e = calloc(v->n ? v->n : 1, sizeof *e);
@@ -257,8 +270,8 @@ static size_t push_path(struct dt_spec_ctx *ctx, const char *key, long index)
     return old;
 }
 
-static int apply_sub(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *sub,
-                     long index)
+static int apply_sub(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                     void *sub, long index)
 {
     size_t old = push_path(ctx, k->name, index);
     int rc = dt_spec_apply(ctx, k->sub, v, sub);
@@ -274,7 +287,8 @@ static void *new_struct(const struct dt_spec_section *sec, size_t n)
     return mem;
 }
 
-static int set_seclist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_seclist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                       void *obj)
 {
     if (v->kind != DT_Y_SEQ)
         return shape_error(ctx, k, v, "a list of mappings");
@@ -343,8 +357,8 @@ static int unknown_key(struct dt_spec_ctx *ctx, const struct dt_spec_section *se
     dt_yaml_quote(key->text, q, sizeof q);
     const char *close = dt_spec_suggest(sec, key->text);
     if (close)
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; did you mean '%s'?", ctx->file, key->line,
-                            key->col, q, title, close);
+        return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; did you mean '%s'?", ctx->file,
+                            key->line, key->col, q, title, close);
     if (dt_spec_find_elsewhere(ctx->root, sec, key->text, elsewhere, sizeof elsewhere))
         return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; it belongs in another section: %s",
                             ctx->file, key->line, key->col, q, title, elsewhere);
@@ -356,12 +370,15 @@ static int unknown_key(struct dt_spec_ctx *ctx, const struct dt_spec_section *se
                         key->col, q, title, where);
 }
 
-int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, const struct dt_ynode *map, void *obj)
+int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, const struct dt_ynode *map,
+                  void *obj)
 {
     if (map->kind != DT_Y_MAP) {
         if (!ctx->path[0])
-            return dt_spec_fail(ctx, map, NULL, "the top level must be a mapping of keys (name: ..., command: ...), "
-                                                "got %s", dt_ynode_kind_name(map));
+            return dt_spec_fail(ctx, map, NULL,
+                                "the top level must be a mapping of keys (name: ..., command: ...), "
+                                "got %s",
+                                dt_ynode_kind_name(map));
         return dt_spec_fail(ctx, map, NULL, "expected a mapping of keys (key: value), got %s",
                             dt_ynode_kind_name(map));
     }

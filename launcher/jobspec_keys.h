@@ -44,8 +44,8 @@ enum dt_kt {
 #define DT_KF_LO_X 4u
 #define DT_KF_HI_X 8u
 #define DT_KF_REQUIRED 16u
-#define DT_KF_EMPTY_OK 32u /* strings: "" is allowed */
-#define DT_KF_ENVNAME 64u  /* strmap: keys must be environment variable names */
+#define DT_KF_EMPTY_OK 32u    /* strings: "" is allowed */
+#define DT_KF_ENVNAME 64u     /* strmap: keys must be environment variable names */
 #define DT_KF_ZERO_UNSET 128u /* numbers: 0 means "not set" and is left out by --print */
 #define DT_KF_NEG_UNSET 256u  /* numbers: below 0 means "not set" and is left out by --print */
 
@@ -53,18 +53,18 @@ struct dt_spec_ctx;
 struct dt_spec_key;
 struct dt_spec_section;
 
-typedef int (*dt_spec_set_fn)(struct dt_spec_ctx *ctx, const struct dt_spec_key *key, const struct dt_ynode *val,
-                              void *obj);
+typedef int (*dt_spec_set_fn)(struct dt_spec_ctx *ctx, const struct dt_spec_key *key,
+                              const struct dt_ynode *val, void *obj);
 typedef void (*dt_spec_release_fn)(void *obj);
 
 struct dt_spec_key {
     const char *name;
     enum dt_kt type;
-    size_t off;                 /* the field inside the section's struct */
-    size_t aux;                 /* count field (lists, maps) or buffer size (chars) */
-    double lo, hi;              /* range, with DT_KF_LO/HI */
+    size_t off;    /* the field inside the section's struct */
+    size_t aux;    /* count field (lists, maps) or buffer size (chars) */
+    double lo, hi; /* range, with DT_KF_LO/HI */
     unsigned flags;
-    const char *const *names;   /* words of an enum or an allowed-word string */
+    const char *const *names; /* words of an enum or an allowed-word string */
     const struct dt_spec_section *sub;
     dt_spec_set_fn set;         /* DT_KT_CUSTOM */
     dt_spec_release_fn release; /* DT_KT_CUSTOM: frees the field's allocations */
@@ -75,11 +75,11 @@ struct dt_spec_key {
 };
 
 struct dt_spec_section {
-    const char *title;          /* for messages: "the top level", "rendezvous" */
+    const char *title; /* for messages: "the top level", "rendezvous" */
     const struct dt_spec_key *keys;
     size_t n_keys;
-    size_t size;                /* struct size, for SECTION_PTR and SECLIST */
-    void (*init)(void *obj);    /* defaults; NULL means all zero */
+    size_t size;             /* struct size, for SECTION_PTR and SECLIST */
+    void (*init)(void *obj); /* defaults; NULL means all zero */
     /* Rules between keys of this section, run after its keys are set. */
     int (*check)(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
     void (*release)(void *obj); /* frees what `init` allocated beyond the keys */
@@ -87,12 +87,15 @@ struct dt_spec_section {
 
 struct dt_spec_ctx {
     const char *file;
-    char path[256];             /* dotted path of the section being read ("" at the top) */
+    char path[256]; /* dotted path of the section being read ("" at the top) */
     const struct dt_spec_section *root;
 };
 
 /* A table entry: DT_KEY("nodes", DT_KT_INT, struct dt_job, nodes, .lo = 1, .flags = DT_KF_LO). */
-#define DT_KEY(n, t, S, f, ...) {.name = (n), .type = (t), .off = offsetof(S, f), __VA_ARGS__}
+#define DT_KEY(n, t, S, f, ...)                                                                              \
+    {                                                                                                        \
+        .name = (n), .type = (t), .off = offsetof(S, f), __VA_ARGS__                                         \
+    }
 #define DT_COUNT(S, f) .aux = offsetof(S, f)
 #define DT_NKEYS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -124,8 +127,8 @@ void dt_spec_list_keys(const struct dt_spec_section *root, FILE *out);
 
 /* "<file>:<line>:<col>: <path>.<key>: <message>" at `at`; returns DT_EINVAL.
  * `key` may be NULL (the message is about the section itself). */
-int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt,
+                 ...) __attribute__((format(printf, 4, 5)));
 
 /* The key's full dotted name into buf ("rendezvous.timeout"). */
 const char *dt_spec_path(const struct dt_spec_ctx *ctx, const char *key, char *buf, size_t size);
@@ -144,6 +147,8 @@ int dt_spec_check_range(struct dt_spec_ctx *ctx, const struct dt_spec_key *key, 
 
 /* The closest known key of `sec` to `name`, or NULL when none is close. */
 const char *dt_spec_suggest(const struct dt_spec_section *sec, const char *name);
+/* The closest of the NULL-terminated `words` to `text`, or NULL. */
+const char *dt_spec_suggest_word(const char *const *words, const char *text);
 /* The dotted path of a key called exactly `name` in another section of the
  * tree under `root` (into buf), or NULL. */
 const char *dt_spec_find_elsewhere(const struct dt_spec_section *root, const struct dt_spec_section *not_in,

@@ -59,7 +59,8 @@ static int parse_slurm_time(const char *s, long long *seconds)
     return *seconds > 0 ? 0 : -1;
 }
 
-static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                          void *obj)
 {
     struct dt_slurm_spec *s = obj;
     char q[96];
@@ -68,8 +69,9 @@ static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, 
         s->time_s = sec;
         return 0;
     }
-    return dt_spec_fail(ctx, v, k->name, "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes) or "
-                                         "2h, got %s",
+    return dt_spec_fail(ctx, v, k->name,
+                        "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes) or "
+                        "2h, got %s",
                         dt_spec_got(v, q, sizeof q));
 }
 
@@ -86,7 +88,8 @@ static int print_slurm_time(const void *obj, char *buf, size_t size)
 static const struct dt_spec_key slurm_keys[] = {
     DT_KEY("partition", DT_KT_STR, struct dt_slurm_spec, partition),
     DT_KEY("account", DT_KT_STR, struct dt_slurm_spec, account),
-    DT_KEY("time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time, .print = print_slurm_time),
+    DT_KEY("time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time,
+           .print = print_slurm_time),
     DT_KEY("gpus_per_node", DT_KT_INT, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
@@ -162,9 +165,11 @@ static const struct dt_spec_key toleration_keys[] = {
     DT_KEY("toleration_seconds", DT_KT_I64, struct dt_k8s_toleration, toleration_seconds, .lo = 0, .hi = 1e12,
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_NEG_UNSET),
 };
-static const struct dt_spec_section toleration_section = {
-    .keys = toleration_keys, .n_keys = DT_NKEYS(toleration_keys), .size = sizeof(struct dt_k8s_toleration),
-    .init = toleration_init, .check = check_toleration};
+static const struct dt_spec_section toleration_section = {.keys = toleration_keys,
+                                                          .n_keys = DT_NKEYS(toleration_keys),
+                                                          .size = sizeof(struct dt_k8s_toleration),
+                                                          .init = toleration_init,
+                                                          .check = check_toleration};
 
 static int check_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
@@ -174,12 +179,14 @@ static int check_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, voi
         return dt_spec_fail(ctx, dt_ymap_get(map, "name"), "name", "expected a DNS-1123 label, got '%s'",
                             dt_yaml_quote(v->name, q, sizeof q));
     if (v->mount_path[0] != '/')
-        return dt_spec_fail(ctx, dt_ymap_get(map, "mount_path"), "mount_path", "expected an absolute path, got '%s'",
-                            dt_yaml_quote(v->mount_path, q, sizeof q));
+        return dt_spec_fail(ctx, dt_ymap_get(map, "mount_path"), "mount_path",
+                            "expected an absolute path, got '%s'", dt_yaml_quote(v->mount_path, q, sizeof q));
     int sources = !!v->host_path + !!v->pvc + !!v->config_map + !!v->secret;
     if (sources != 1)
-        return dt_spec_fail(ctx, map, NULL, "a volume needs exactly one of host_path, pvc, config_map and secret "
-                                            "(got %d)", sources);
+        return dt_spec_fail(ctx, map, NULL,
+                            "a volume needs exactly one of host_path, pvc, config_map and secret "
+                            "(got %d)",
+                            sources);
     return 0;
 }
 
@@ -192,16 +199,18 @@ static const struct dt_spec_key volume_keys[] = {
     DT_KEY("secret", DT_KT_STR, struct dt_k8s_volume, secret),
     DT_KEY("read_only", DT_KT_BOOL, struct dt_k8s_volume, read_only),
 };
-static const struct dt_spec_section volume_section = {
-    .keys = volume_keys, .n_keys = DT_NKEYS(volume_keys), .size = sizeof(struct dt_k8s_volume),
-    .check = check_volume};
+static const struct dt_spec_section volume_section = {.keys = volume_keys,
+                                                      .n_keys = DT_NKEYS(volume_keys),
+                                                      .size = sizeof(struct dt_k8s_volume),
+                                                      .check = check_volume};
 
 static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_kubernetes_spec *k = obj;
     char q[96];
     if (k->namespace_name && !dt_spec_dns_label(k->namespace_name))
-        return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace", "expected a DNS-1123 label, got '%s'",
+        return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace",
+                            "expected a DNS-1123 label, got '%s'",
                             dt_yaml_quote(k->namespace_name, q, sizeof q));
     if (!k->namespace_name && !(k->namespace_name = strdup("default")))
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
@@ -210,7 +219,8 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
 
 static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("image", DT_KT_STR, struct dt_kubernetes_spec, image, .flags = DT_KF_REQUIRED),
-    DT_KEY("image_pull_policy", DT_KT_STR, struct dt_kubernetes_spec, image_pull_policy, .names = pull_policies),
+    DT_KEY("image_pull_policy", DT_KT_STR, struct dt_kubernetes_spec, image_pull_policy,
+           .names = pull_policies),
     DT_KEY("namespace", DT_KT_STR, struct dt_kubernetes_spec, namespace_name),
     DT_KEY("gpus_per_node", DT_KT_INT, struct dt_kubernetes_spec, gpus_per_node, .lo = 0, .hi = 64,
            .flags = DT_KF_LO | DT_KF_HI),
@@ -228,15 +238,17 @@ static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("volumes", DT_KT_SECLIST, struct dt_kubernetes_spec, volumes,
            DT_COUNT(struct dt_kubernetes_spec, n_volumes), .sub = &volume_section),
 };
-const struct dt_spec_section dt_jobspec_kubernetes_section = {
-    .keys = kubernetes_keys, .n_keys = DT_NKEYS(kubernetes_keys), .size = sizeof(struct dt_kubernetes_spec),
-    .check = check_kubernetes};
+const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,
+                                                              .n_keys = DT_NKEYS(kubernetes_keys),
+                                                              .size = sizeof(struct dt_kubernetes_spec),
+                                                              .check = check_kubernetes};
 
 static int check_mpirun(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_mpirun_spec *m = obj;
     if (m->hosts && m->hostfile)
-        return dt_spec_fail(ctx, dt_ymap_get(map, "hostfile"), NULL, "set either hosts or hostfile, not both");
+        return dt_spec_fail(ctx, dt_ymap_get(map, "hostfile"), NULL,
+                            "set either hosts or hostfile, not both");
     if (!m->program && !(m->program = strdup("mpirun")))
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     return 0;
@@ -244,8 +256,8 @@ static int check_mpirun(struct dt_spec_ctx *ctx, const struct dt_ynode *map, voi
 
 static const struct dt_spec_key mpirun_keys[] = {
     DT_KEY("program", DT_KT_STR, struct dt_mpirun_spec, program),
-    DT_KEY("hosts", DT_KT_STRLIST, struct dt_mpirun_spec, hosts, DT_COUNT(struct dt_mpirun_spec, n_hosts), .lo = 1,
-           .flags = DT_KF_LO, .hint = "like [node1, node2:4] (host or host:slots)"),
+    DT_KEY("hosts", DT_KT_STRLIST, struct dt_mpirun_spec, hosts, DT_COUNT(struct dt_mpirun_spec, n_hosts),
+           .lo = 1, .flags = DT_KF_LO, .hint = "like [node1, node2:4] (host or host:slots)"),
     DT_KEY("hostfile", DT_KT_STR, struct dt_mpirun_spec, hostfile),
     DT_KEY("interfaces", DT_KT_STRLIST, struct dt_mpirun_spec, interfaces,
            DT_COUNT(struct dt_mpirun_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO, .hint = "like [eth0]"),
@@ -254,6 +266,7 @@ static const struct dt_spec_key mpirun_keys[] = {
     DT_KEY("extra_args", DT_KT_STRLIST, struct dt_mpirun_spec, extra_args,
            DT_COUNT(struct dt_mpirun_spec, n_extra_args), .hint = "like [--mca, btl, ^openib]"),
 };
-const struct dt_spec_section dt_jobspec_mpirun_section = {
-    .keys = mpirun_keys, .n_keys = DT_NKEYS(mpirun_keys), .size = sizeof(struct dt_mpirun_spec),
-    .check = check_mpirun};
+const struct dt_spec_section dt_jobspec_mpirun_section = {.keys = mpirun_keys,
+                                                          .n_keys = DT_NKEYS(mpirun_keys),
+                                                          .size = sizeof(struct dt_mpirun_spec),
+                                                          .check = check_mpirun};

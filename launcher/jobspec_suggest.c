@@ -45,22 +45,52 @@ static size_t osa_distance(const char *a, const char *b)
     return d[n][m];
 }
 
+/* Distance from the normalised `a` to `known`, or (size_t)-1 when too far
+ * to be a typo: 1 edit up to 4 letters, 2 up to 8, 3 beyond; case and '-'
+ * for '_' are free.  Values of 3 letters get no edits at all: gpu is not a
+ * typo of cpu, nor tcp of mpi. */
+static size_t typo_distance(const char *a, const char *known, int is_value)
+{
+    char b[SUGGEST_MAX_LEN + 1];
+    size_t len = strlen(known);
+    if (len > SUGGEST_MAX_LEN)
+        return (size_t)-1;
+    normalise(known, b, sizeof b);
+    size_t limit = len <= 3 && is_value ? 0 : len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    size_t d = osa_distance(a, b);
+    return d <= limit ? d : (size_t)-1;
+}
+
 const char *dt_spec_suggest(const struct dt_spec_section *sec, const char *name)
 {
-    char a[SUGGEST_MAX_LEN + 1], b[SUGGEST_MAX_LEN + 1];
+    char a[SUGGEST_MAX_LEN + 1];
     if (strlen(name) > SUGGEST_MAX_LEN)
         return NULL;
     normalise(name, a, sizeof a);
     const char *best = NULL;
     size_t best_d = (size_t)-1;
     for (size_t i = 0; i < sec->n_keys; i++) {
-        const char *known = sec->keys[i].name;
-        normalise(known, b, sizeof b);
-        size_t len = strlen(known);
-        size_t limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
-        size_t d = osa_distance(a, b);
-        if (d <= limit && d < best_d) {
-            best = known;
+        size_t d = typo_distance(a, sec->keys[i].name, 0);
+        if (d < best_d) {
+            best = sec->keys[i].name;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+const char *dt_spec_suggest_word(const char *const *words, const char *text)
+{
+    char a[SUGGEST_MAX_LEN + 1];
+    if (strlen(text) > SUGGEST_MAX_LEN)
+        return NULL;
+    normalise(text, a, sizeof a);
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; words[i]; i++) {
+        size_t d = typo_distance(a, words[i], 1);
+        if (d < best_d) {
+            best = words[i];
             best_d = d;
         }
     }

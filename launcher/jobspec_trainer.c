@@ -35,19 +35,19 @@ static int number_list(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
     char q[96];
     const char *what = integer ? "a list of integers" : "a list of numbers";
     if (v->kind != DT_Y_SEQ)
-        return dt_spec_fail(ctx, v, k->name, "expected %s like %s, got %s", what, integer ? "[1024, 1024]" : "[0.9, 0.999]",
-                            dt_ynode_kind_name(v));
+        return dt_spec_fail(ctx, v, k->name, "expected %s like %s, got %s", what,
+                            integer ? "[1024, 1024]" : "[0.9, 0.999]", dt_ynode_kind_name(v));
     if (v->n < min || v->n > max)
-        return min == max ? dt_spec_fail(ctx, v, k->name, "expected exactly %zu numbers, got %zu", min, v->n)
-                          : dt_spec_fail(ctx, v, k->name, "expected from %zu to %zu items, got %zu", min, max, v->n);
+        return min == max
+                   ? dt_spec_fail(ctx, v, k->name, "expected exactly %zu numbers, got %zu", min, v->n)
+                   : dt_spec_fail(ctx, v, k->name, "expected from %zu to %zu items, got %zu", min, max, v->n);
     for (size_t i = 0; i < v->n; i++) {
         const struct dt_ynode *it = v->items[i];
         long long n;
         int bad = it->kind != DT_Y_SCALAR || !it->plain ||
                   (integer ? dt_spec_parse_int(it->text, &n) : dt_spec_parse_num(it->text, &out[i]));
         if (bad)
-            return dt_spec_fail(ctx, it, k->name, "expected %s, got %s", what,
-                                dt_spec_got(it, q, sizeof q));
+            return dt_spec_fail(ctx, it, k->name, "expected %s, got %s", what, dt_spec_got(it, q, sizeof q));
         if (integer)
             out[i] = (double)n;
         if (dt_spec_check_range(ctx, k, it, out[i], integer))
@@ -56,7 +56,8 @@ static int number_list(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
     return 0;
 }
 
-static int set_hidden(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_hidden(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                      void *obj)
 {
     struct dt_model_spec *m = obj;
     double w[DT_MLP_MAX_HIDDEN];
@@ -68,7 +69,8 @@ static int set_hidden(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, cons
     return 0;
 }
 
-static int set_betas(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_betas(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                     void *obj)
 {
     struct dt_optimizer_spec *o = obj;
     double b[2];
@@ -79,7 +81,8 @@ static int set_betas(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const
     return 0;
 }
 
-static int set_loss_scale(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_loss_scale(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                          void *obj)
 {
     struct dt_amp_spec *a = obj;
     char q[96];
@@ -100,7 +103,8 @@ static int set_loss_scale(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, 
 }
 
 /* trace.steps: "10-20" (inclusive), or one step. */
-static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                           void *obj)
 {
     struct dt_trace_spec *t = obj;
     char q[96], a[32] = "", b[32] = "";
@@ -117,8 +121,9 @@ static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k,
     }
     if (dt_spec_parse_int(a, &first) || dt_spec_parse_int(b, &last) || first < 0 || last < first ||
         last > 1000000000)
-        return dt_spec_fail(ctx, v, k->name, "expected a step range like \"10-20\" (first <= last) or one step, "
-                                             "got %s",
+        return dt_spec_fail(ctx, v, k->name,
+                            "expected a step range like \"10-20\" (first <= last) or one step, "
+                            "got %s",
                             dt_spec_got(v, q, sizeof q));
     t->first_step = (int)first;
     t->last_step = (int)last;
@@ -140,7 +145,8 @@ static int print_betas(const void *obj, char *buf, size_t size)
 {
     const struct dt_optimizer_spec *o = obj;
     char a[40], b[40];
-    snprintf(buf, size, "[%s, %s]", dt_spec_shortest(o->beta1, a, sizeof a), dt_spec_shortest(o->beta2, b, sizeof b));
+    snprintf(buf, size, "[%s, %s]", dt_spec_shortest(o->beta1, a, sizeof a),
+             dt_spec_shortest(o->beta2, b, sizeof b));
     return 1;
 }
 
@@ -165,8 +171,8 @@ static int print_trace_steps(const void *obj, char *buf, size_t size)
 
 static const struct dt_spec_key model_keys[] = {
     DT_KEY("type", DT_KT_CHARS, struct dt_model_spec, type, .aux = 16, .names = model_types),
-    DT_KEY("hidden", DT_KT_CUSTOM, struct dt_model_spec, hidden, .set = set_hidden, .print = print_hidden, .lo = 1, .hi = 65536,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("hidden", DT_KT_CUSTOM, struct dt_model_spec, hidden, .set = set_hidden, .print = print_hidden,
+           .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("activation", DT_KT_ENUM, struct dt_model_spec, activation, .names = activations),
 };
 static const struct dt_spec_section model_section = {.keys = model_keys, .n_keys = DT_NKEYS(model_keys)};
@@ -176,8 +182,10 @@ static const struct dt_spec_key data_keys[] = {
     DT_KEY("path", DT_KT_STR, struct dt_data_spec, path),
     DT_KEY("batch_size", DT_KT_INT, struct dt_data_spec, batch_size, .lo = 1, .hi = 1 << 20,
            .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("workers", DT_KT_INT, struct dt_data_spec, workers, .lo = 0, .hi = 64, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("prefetch", DT_KT_INT, struct dt_data_spec, prefetch, .lo = 1, .hi = 64, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("workers", DT_KT_INT, struct dt_data_spec, workers, .lo = 0, .hi = 64,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("prefetch", DT_KT_INT, struct dt_data_spec, prefetch, .lo = 1, .hi = 64,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("shuffle", DT_KT_BOOL, struct dt_data_spec, shuffle),
     DT_KEY("drop_last", DT_KT_BOOL, struct dt_data_spec, drop_last),
 };
@@ -186,8 +194,8 @@ static const struct dt_spec_section data_section = {.keys = data_keys, .n_keys =
 static const struct dt_spec_key optimizer_keys[] = {
     DT_KEY("type", DT_KT_CHARS, struct dt_optimizer_spec, type, .aux = 16, .names = optimizers),
     DT_KEY("lr", DT_KT_NUM, struct dt_optimizer_spec, lr, RANGE_GT0),
-    DT_KEY("betas", DT_KT_CUSTOM, struct dt_optimizer_spec, beta1, .set = set_betas, .print = print_betas, .lo = 0, .hi = 1,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+    DT_KEY("betas", DT_KT_CUSTOM, struct dt_optimizer_spec, beta1, .set = set_betas, .print = print_betas,
+           .lo = 0, .hi = 1, .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
     DT_KEY("eps", DT_KT_NUM, struct dt_optimizer_spec, eps, RANGE_GE0),
     DT_KEY("weight_decay", DT_KT_NUM, struct dt_optimizer_spec, weight_decay, RANGE_GE0),
     DT_KEY("grad_clip", DT_KT_NUM, struct dt_optimizer_spec, grad_clip, RANGE_GE0),
@@ -202,14 +210,16 @@ static int check_scheduler(struct dt_spec_ctx *ctx, const struct dt_ynode *map, 
     if (s->type != DT_SCHED_ONECYCLE)
         return 0;
     if (!dt_ymap_get(map, "max_lr"))
-        return dt_spec_fail(ctx, map, NULL, "type onecycle needs max_lr (the peak learning rate), e.g. max_lr: 3e-3");
+        return dt_spec_fail(ctx, map, NULL,
+                            "type onecycle needs max_lr (the peak learning rate), e.g. max_lr: 3e-3");
     if (s->cycle_momentum && s->base_momentum > s->max_momentum)
         return dt_spec_fail(ctx, dt_ymap_get(map, "base_momentum") ? dt_ymap_get(map, "base_momentum") : map,
                             "base_momentum", "must not exceed max_momentum (%g), got %g", s->max_momentum,
                             s->base_momentum);
     if (s->three_phase && s->pct_start > 0.5)
-        return dt_spec_fail(ctx, dt_ymap_get(map, "pct_start") ? dt_ymap_get(map, "pct_start") : map, "pct_start",
-                            "three_phase needs pct_start <= 0.5 (the phases would overlap), got %g", s->pct_start);
+        return dt_spec_fail(
+            ctx, dt_ymap_get(map, "pct_start") ? dt_ymap_get(map, "pct_start") : map, "pct_start",
+            "three_phase needs pct_start <= 0.5 (the phases would overlap), got %g", s->pct_start);
     return 0;
 }
 
@@ -249,7 +259,8 @@ static const struct dt_spec_key checkpoint_keys[] = {
     DT_KEY("every_steps", DT_KT_INT, struct dt_checkpoint_spec, every_steps, .lo = 0, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("dir", DT_KT_STR, struct dt_checkpoint_spec, dir),
-    DT_KEY("keep", DT_KT_INT, struct dt_checkpoint_spec, keep, .lo = 1, .hi = 10000, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("keep", DT_KT_INT, struct dt_checkpoint_spec, keep, .lo = 1, .hi = 10000,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("resume", DT_KT_ENUM, struct dt_checkpoint_spec, resume, .names = resumes),
 };
 static const struct dt_spec_section checkpoint_section = {.keys = checkpoint_keys,
@@ -257,7 +268,8 @@ static const struct dt_spec_section checkpoint_section = {.keys = checkpoint_key
 
 static const struct dt_spec_key amp_keys[] = {
     DT_KEY("dtype", DT_KT_ENUM, struct dt_amp_spec, dtype, .names = amp_dtypes),
-    DT_KEY("loss_scale", DT_KT_CUSTOM, struct dt_amp_spec, loss_scale, .set = set_loss_scale, .print = print_loss_scale, RANGE_GT0),
+    DT_KEY("loss_scale", DT_KT_CUSTOM, struct dt_amp_spec, loss_scale, .set = set_loss_scale,
+           .print = print_loss_scale, RANGE_GT0),
     DT_KEY("init_scale", DT_KT_NUM, struct dt_amp_spec, init_scale, RANGE_GT0),
     DT_KEY("growth_factor", DT_KT_NUM, struct dt_amp_spec, growth_factor, .lo = 1,
            .flags = DT_KF_LO | DT_KF_LO_X),
@@ -280,7 +292,8 @@ static const struct dt_spec_key eval_keys[] = {
 static const struct dt_spec_section eval_section = {.keys = eval_keys, .n_keys = DT_NKEYS(eval_keys)};
 
 static const struct dt_spec_key trace_keys[] = {
-    DT_KEY("steps", DT_KT_CUSTOM, struct dt_trace_spec, first_step, .set = set_trace_steps, .print = print_trace_steps),
+    DT_KEY("steps", DT_KT_CUSTOM, struct dt_trace_spec, first_step, .set = set_trace_steps,
+           .print = print_trace_steps),
 };
 static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
 
@@ -288,9 +301,11 @@ static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_trainer_spec *t = obj;
-    const struct dt_ynode *e = dt_ymap_get(map, "epochs"), *s = dt_ymap_get(map, "steps");
-    if (e && s)
-        return dt_spec_fail(ctx, s->line > e->line ? s : e, NULL, "set either epochs or steps, not both");
+    const struct dt_ynode *e = dt_ymap_key_node(map, "epochs"), *s = dt_ymap_key_node(map, "steps");
+    if (e && s) {
+        const struct dt_ynode *later = s->line > e->line || (s->line == e->line && s->col > e->col) ? s : e;
+        return dt_spec_fail(ctx, later, NULL, "set either epochs or steps, not both");
+    }
     if (s)
         t->epochs = 0;
     return 0;
@@ -313,14 +328,18 @@ static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("ddp", DT_KT_SECTION, struct dt_trainer_spec, ddp, .sub = &ddp_section),
     DT_KEY("checkpoint", DT_KT_SECTION, struct dt_trainer_spec, checkpoint, .sub = &checkpoint_section),
     DT_KEY("eval", DT_KT_SECTION, struct dt_trainer_spec, eval_every_epochs, .sub = &eval_section),
-    DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, .lo = 0, .hi = 9.2e18, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices),
+    DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, .lo = 0, .hi = 9.2e18,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices,
+           .hint = "NVIDIA GPUs are device: cuda"),
     DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section),
     DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
     DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
 };
-const struct dt_spec_section dt_jobspec_trainer_section = {
-    .keys = trainer_keys, .n_keys = DT_NKEYS(trainer_keys), .size = sizeof(struct dt_trainer_spec),
-    .init = trainer_init, .check = check_trainer};
+const struct dt_spec_section dt_jobspec_trainer_section = {.keys = trainer_keys,
+                                                           .n_keys = DT_NKEYS(trainer_keys),
+                                                           .size = sizeof(struct dt_trainer_spec),
+                                                           .init = trainer_init,
+                                                           .check = check_trainer};

@@ -28,7 +28,8 @@ const char *dt_spec_path(const struct dt_spec_ctx *ctx, const char *key, char *b
     return buf;
 }
 
-int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt, ...)
+int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt,
+                 ...)
 {
     char msg[768], path[300];
     va_list ap;
@@ -146,10 +147,23 @@ int dt_spec_parse_bytes(const char *s, double plain_unit, double *bytes)
         const char *unit;
         double scale;
     } units[] = {
-        {"B", 1},           {"K", 1e3},          {"KB", 1e3},          {"M", 1e6},           {"MB", 1e6},
-        {"G", 1e9},         {"GB", 1e9},         {"T", 1e12},          {"TB", 1e12},         {"Ki", 1024.0},
-        {"KiB", 1024.0},    {"Mi", 1048576.0},   {"MiB", 1048576.0},   {"Gi", 1073741824.0}, {"GiB", 1073741824.0},
-        {"Ti", 1099511627776.0}, {"TiB", 1099511627776.0},
+        {"B", 1},
+        {"K", 1e3},
+        {"KB", 1e3},
+        {"M", 1e6},
+        {"MB", 1e6},
+        {"G", 1e9},
+        {"GB", 1e9},
+        {"T", 1e12},
+        {"TB", 1e12},
+        {"Ki", 1024.0},
+        {"KiB", 1024.0},
+        {"Mi", 1048576.0},
+        {"MiB", 1048576.0},
+        {"Gi", 1073741824.0},
+        {"GiB", 1073741824.0},
+        {"Ti", 1099511627776.0},
+        {"TiB", 1099511627776.0},
     };
     double x;
     if (leading_number(&s, &x))
@@ -186,8 +200,8 @@ static void range_text(const struct dt_spec_key *k, int integer, char *buf, size
         snprintf(buf, size, "%s", noun);
 }
 
-int dt_spec_check_range(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, double x,
-                        int integer)
+int dt_spec_check_range(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                        double x, int integer)
 {
     int bad = 0;
     if (k->flags & DT_KF_LO)

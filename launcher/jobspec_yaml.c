@@ -172,8 +172,8 @@ static int check_duplicates(const struct builder *b, const struct dt_ynode *map)
     int rc = 0;
     if (dup) {
         char q[96];
-        rc = dt_error_set(DT_EINVAL, "%s:%d:%d: duplicate key '%s' (first set at line %d)", b->name, dup->line,
-                          dup->col, dt_yaml_quote(dup->text, q, sizeof q), first->line);
+        rc = dt_error_set(DT_EINVAL, "%s:%d:%d: duplicate key '%s' (first set at line %d)", b->name,
+                          dup->line, dup->col, dt_yaml_quote(dup->text, q, sizeof q), first->line);
     }
     free(keys);
     return rc;
@@ -288,8 +288,9 @@ static int refuse_nul(const struct builder *b)
             col++;
         }
     }
-    return dt_error_set(DT_EINVAL, "%s:%zu:%zu: a NUL byte: a job spec is a text file (is this a binary file?)",
-                        b->name, line, col);
+    return dt_error_set(DT_EINVAL,
+                        "%s:%zu:%zu: a NUL byte: a job spec is a text file (is this a binary file?)", b->name,
+                        line, col);
 }
 
 int dt_yaml_parse(const char *text, size_t len, const char *name, struct dt_ynode **root)
@@ -334,6 +335,16 @@ const struct dt_ynode *dt_ymap_get(const struct dt_ynode *map, const char *key)
     for (size_t i = 0; i < map->n; i++)
         if (strcmp(dt_ymap_key(map, i)->text, key) == 0)
             return dt_ymap_val(map, i);
+    return NULL;
+}
+
+const struct dt_ynode *dt_ymap_key_node(const struct dt_ynode *map, const char *key)
+{
+    if (!map || map->kind != DT_Y_MAP)
+        return NULL;
+    for (size_t i = 0; i < map->n; i++)
+        if (strcmp(dt_ymap_key(map, i)->text, key) == 0)
+            return dt_ymap_key(map, i);
     return NULL;
 }
 

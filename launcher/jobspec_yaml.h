@@ -23,12 +23,12 @@ enum dt_ynode_kind { DT_Y_SCALAR, DT_Y_MAP, DT_Y_SEQ };
 
 struct dt_ynode {
     enum dt_ynode_kind kind;
-    int line, col;          /* 1-based position of the node's first character */
-    char *text;             /* scalar: its value, NUL-terminated */
-    size_t len;             /* scalar: length of text */
-    int plain;              /* scalar written without quotes: 3 is a number, "3" a string */
+    int line, col;           /* 1-based position of the node's first character */
+    char *text;              /* scalar: its value, NUL-terminated */
+    size_t len;              /* scalar: length of text */
+    int plain;               /* scalar written without quotes: 3 is a number, "3" a string */
     struct dt_ynode **items; /* sequence: the items; mapping: key, value, key, value, ... */
-    size_t n;               /* sequence: items; mapping: pairs */
+    size_t n;                /* sequence: items; mapping: pairs */
 };
 
 /* Parses `text` (len bytes) into a tree.  `name` is used in messages.  On
@@ -40,6 +40,8 @@ void dt_yaml_free(struct dt_ynode *node);
 
 /* Mapping helpers: the value for `key`, or NULL. */
 const struct dt_ynode *dt_ymap_get(const struct dt_ynode *map, const char *key);
+/* The key node named `key` (for messages about the key itself), or NULL. */
+const struct dt_ynode *dt_ymap_key_node(const struct dt_ynode *map, const char *key);
 /* The key node of pair `i` and its value. */
 static inline const struct dt_ynode *dt_ymap_key(const struct dt_ynode *map, size_t i)
 {
