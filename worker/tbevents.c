@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,8 @@ static int write_all(struct dt_tb_writer *w, const unsigned char *p, size_t n)
 
 int dt_tb_flush(struct dt_tb_writer *w)
 {
+    if (!w)
+        return 0;
     if (w->error)
         return dt_error_set(w->error, "%s: an earlier write failed", w->path);
     int rc = w->len ? write_all(w, w->buf, w->len) : 0;
@@ -201,6 +204,19 @@ int dt_tb_scalar_at(struct dt_tb_writer *w, const char *tag, int64_t step, float
 int dt_tb_scalar(struct dt_tb_writer *w, const char *tag, int64_t step, float value)
 {
     return dt_tb_scalar_at(w, tag, step, value, wall_now());
+}
+
+int dt_tb_scalars(struct dt_tb_writer *w, int64_t step, const char *const *tags, const double *values, int n)
+{
+    if (!w)
+        return 0;
+    double now = wall_now();
+    for (int i = 0; i < n; i++) {
+        int rc = isfinite(values[i]) ? dt_tb_scalar_at(w, tags[i], step, (float)values[i], now) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* ---- files ---- */

@@ -46,6 +46,11 @@ int dt_tb_scalar(struct dt_tb_writer *w, const char *tag, int64_t step, float va
 /* Appends a scalar with a given wall time (seconds since the epoch). */
 int dt_tb_scalar_at(struct dt_tb_writer *w, const char *tag, int64_t step, float value, double wall_time);
 
+/* Appends n scalars of one step (tags[i], values[i]); a NaN or infinite
+ * value is left out, as metrics.jsonl writes it as null.  A NULL writer is
+ * fine and does nothing, so a rank without TensorBoard needs no test. */
+int dt_tb_scalars(struct dt_tb_writer *w, int64_t step, const char *const *tags, const double *values, int n);
+
 /* Writes out what is buffered. */
 int dt_tb_flush(struct dt_tb_writer *w);
 

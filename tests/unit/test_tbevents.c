@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,27 @@ static void many_scalars_survive_buffer_flushes(void **state)
     assert_int_equal(off, n);
 }
 
+/* The trainer's form: several tags of one step, non-finite values left out (null in metrics.jsonl). */
+static void scalars_of_a_step_skip_non_finite(void **state)
+{
+    (void)state;
+    static const char *const tags[] = {"train/loss", "train/grad_norm", "train/lr"};
+    double values[] = {0.25, NAN, 1e-3};
+    char path[128];
+    struct dt_tb_writer *w;
+    assert_int_equal(dt_tb_scalars(NULL, 1, tags, values, 3), 0);
+    assert_int_equal(dt_tb_flush(NULL), 0);
+    snprintf(path, sizeof path, "%s/step", dir);
+    assert_int_equal(dt_tb_open_file(path, 1.0, &w), 0);
+    assert_int_equal(dt_tb_scalars(w, 7, tags, values, 3), 0);
+    assert_int_equal(dt_tb_close(w), 0);
+    unsigned char buf[1024];
+    size_t n = slurp(path, buf, sizeof buf), off = 16 + le(buf, 8);
+    off += check_scalar(buf + off, "train/loss", 7, 0.25f);
+    off += check_scalar(buf + off, "train/lr", 7, 1e-3f);
+    assert_int_equal(off, n);
+}
+
 static long file_size(const char *path)
 {
     struct stat st;
@@ -228,6 +250,7 @@ int main(void)
         cmocka_unit_test(crc32c_vectors),
         cmocka_unit_test(reference_file_byte_exact),
         cmocka_unit_test(many_scalars_survive_buffer_flushes),
+        cmocka_unit_test(scalars_of_a_step_skip_non_finite),
         cmocka_unit_test(buffered_until_flush),
         cmocka_unit_test(named_for_time_and_host_without_clobbering),
         cmocka_unit_test(bad_input_is_reported),
