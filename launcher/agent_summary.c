@@ -210,7 +210,8 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
         json_str(f, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
     else
         fputs("null", f);
-    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"wall_seconds\": %.6f,\n", when, res->wall_s);
+    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
+            res->started_unix, res->wall_s);
     fprintf(f, "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
                "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
             cfg->nnodes * cfg->nproc, cfg->nnodes, cfg->nproc, cfg->job->max_restarts, res->n_attempts);

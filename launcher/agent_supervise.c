@@ -455,7 +455,9 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     struct dt_agent a;
     int rc = agent_init(&a, cfg, res);
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_agent_now();
-    res->started_unix = (double)time(NULL);
+    struct timespec wall; /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
+    clock_gettime(CLOCK_REALTIME, &wall);
+    res->started_unix = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec - (dt_agent_now() - a.t0);
     struct saved_signals sv;
     raise_fd_limit(&a);
     if (rc == 0)
