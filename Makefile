@@ -122,7 +122,7 @@ deps:
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	$(BINDIR)/dtrain launch configs/demo.yaml
+	$(BINDIR)/dtrain launch configs/quickstart.yaml
 
 # `make test`: every suite, one closing "N passed, N failed" line.
 test: deps

@@ -17,11 +17,13 @@
  * reduction and copy-out on other ranks.  Small allreduces skip B and C:
  * every rank reduces the whole vector from all slots itself.
  *
- * Memory traffic per rank for allreduce of S bytes: copy-in 2S, reduce
- * S + S/p, copy-out 2S (busbw factor 2(p-1)/p as for any allreduce).
+ * Memory traffic per rank for allreduce of S bytes (a rank's own piece is
+ * reduced straight from its send buffer): copy-in 2(p-1)/p*S, reduce S + 2S/p,
+ * copy-out 2(p-1)/p*S; busbw factor 2(p-1)/p as for any allreduce.
  *
- * Waiting spins (pause) then yields; when ranks outnumber cores it yields at
- * once.  Every wait checks the collective's deadline, the abort flag, a
+ * Waiting spins (pause), yields a little, then sleeps on the peer's futex
+ * word (woken by its next publish); when ranks outnumber cores it spins
+ * hardly at all.  Every wait checks the collective's deadline, the abort flag, a
  * shared "failed" flag (set by the first rank that fails, so everyone fails
  * fast with its reason), and every 10 ms whether the awaited peer's process
  * still exists (a zombie counts as dead).
@@ -30,6 +32,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -57,8 +63,10 @@ char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round)
 int dt_shm_fail(struct dt_shm *s, int code)
 {
     int zero = 0;
-    if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1))
+    if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1)) {
         snprintf(s->hdr->why, sizeof s->hdr->why, "%s", dt_error_last());
+        atomic_store(&s->hdr->code, code);
+    }
     return code;
 }
 
@@ -90,6 +98,8 @@ static bool pid_dead(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+static int check_desc(struct dt_shm *s, int q, uint64_t round);
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -97,23 +107,45 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Waits until counter `which` of rank q reaches `target`. */
+/* Sleeps on rank q's futex word until it publishes again (or 10 ms pass, so
+ * deadlines, aborts and dead peers are still noticed).  The sleeper count and
+ * the counter re-check make a lost wake-up impossible: either the publisher
+ * sees us counted and wakes us, or we see its new counter value. */
+static void sleep_on(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_t target)
+{
+    struct shm_ctl *peer = &s->ctl[q];
+    unsigned w = atomic_load(&peer->wake);
+    atomic_fetch_add(&peer->sleepers, 1);
+    if (atomic_load(c) < target) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        syscall(SYS_futex, &peer->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&peer->sleepers, 1);
+}
+
+/* Waits until counter `which` of rank q reaches `target`: spin (a running
+ * peer answers within microseconds), then yield a little, then sleep on a
+ * futex so a rank waiting for a slow peer (one still computing its
+ * gradients) leaves the core to it. */
 int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
 {
     atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
     double next_pid_check = 0;
     for (uint64_t i = 0;; i++) {
         if (atomic_load_explicit(c, memory_order_acquire) >= target)
-            return 0;
+            return which == DT_SHM_IN ? check_desc(s, q, target - 1) : 0;
         if (i < (uint64_t)s->spin)
             cpu_relax();
-        else
+        else if (i < (uint64_t)s->spin + 64)
             sched_yield();
-        if ((i & 63) != 63)
+        else
+            sleep_on(s, q, c, target);
+        if ((i & 63) != 63 && i < (uint64_t)s->spin + 64)
             continue;
         int f = atomic_load(&s->hdr->failed);
-        if (f && f != s->rank + 1)
-            return dt_error_set(DT_ECONN, "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
+        if (f && f != s->rank + 1) /* its code: a protocol error stays one, a death stays DT_ECONN */
+            return dt_error_set(atomic_load(&s->hdr->code) == DT_EPROTO ? DT_EPROTO : DT_ECONN,
+                                "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
                                 dt_coll_name(s->cur), (unsigned long long)s->seq, f - 1, s->hdr->why);
         if (atomic_load(&s->aborted)) {
             dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
@@ -149,16 +181,22 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
 void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
 {
     struct shm_ctl *c = &s->ctl[s->rank];
-    atomic_store_explicit(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v, memory_order_release);
+    atomic_store(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v);
+    atomic_fetch_add(&c->wake, 1);
+    if (atomic_load(&c->sleepers) > 0)
+        syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 /* Starts a round: the slot set is free once every rank finished round k - nbuf. */
 int dt_shm_round_begin(struct dt_shm *s)
 {
     uint64_t k = s->round;
-    if (k + 1 > (uint64_t)s->nbuf)
-        return dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf);
-    return 0;
+    /* The description goes into the slot set only once it is free: a peer
+     * still in round k - nbuf may be reading the old one. */
+    int rc = k + 1 > (uint64_t)s->nbuf ? dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf) : 0;
+    if (rc == 0)
+        s->ctl[s->rank].desc[k % (uint64_t)s->nbuf] = s->cur_desc;
+    return rc;
 }
 
 void dt_shm_round_end(struct dt_shm *s)
@@ -169,11 +207,27 @@ void dt_shm_round_end(struct dt_shm *s)
     dt_shm_publish(s, 2, v);
 }
 
-void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k)
+void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root)
 {
     s->cur = k;
     s->seq++;
     s->deadline = dt_comm_now() + s->timeout_s;
+    s->cur_desc = (struct shm_desc){.seq = s->seq, .count = count, .kind = k, .dtype = t, .op = op, .root = root};
+}
+
+static int check_desc(struct dt_shm *s, int q, uint64_t round)
+{
+    const struct shm_desc *d = &s->ctl[q].desc[round % (uint64_t)s->nbuf], *m = &s->cur_desc;
+    if (!memcmp(d, m, sizeof *d))
+        return 0;
+    dt_error_set(DT_EPROTO,
+                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d): peer rank %d is running %s #%llu (count %llu, "
+                 "%s, %s, root %d); every rank must call the same collectives in the same order",
+                 s->rank, dt_coll_name(s->cur), (unsigned long long)m->seq, (unsigned long long)m->count,
+                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, q, dt_coll_name(d->kind),
+                 (unsigned long long)d->seq, (unsigned long long)d->count, dt_dtype_name(d->dtype),
+                 dt_redop_name(d->op), d->root);
+    return dt_shm_fail(s, DT_EPROTO);
 }
 
 
@@ -292,7 +346,9 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->small_bytes = env_size("DTRAIN_SHM_SMALL_BYTES", 16 << 10);
     if (s->small_bytes > s->slot)
         s->small_bytes = s->slot;
-    s->spin = s->world > cpus_available() ? 4 : 20000;
+    /* ~10 us of pause before yielding: enough for a peer that is running, short
+     * enough not to burn a time slice when it is not (busy or shared machine). */
+    s->spin = s->world > cpus_available() ? 4 : 256;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
     int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)

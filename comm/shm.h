@@ -21,7 +21,15 @@ struct shm_hdr {
     uint64_t slot;
     atomic_int attached;
     atomic_int failed;          /* 1 + rank of the first rank that failed; 0 if none */
+    atomic_int code;            /* its DT_E* code */
     char why[512];              /* its message */
+};
+
+/* What a rank is running in a round: peers compare it with their own so
+ * that ranks calling different collectives fail instead of mixing data. */
+struct shm_desc {
+    uint64_t seq, count;
+    int32_t kind, dtype, op, root;
 };
 
 struct shm_ctl {
@@ -29,6 +37,9 @@ struct shm_ctl {
     _Alignas(LINE) atomic_uint_fast64_t red;
     _Alignas(LINE) atomic_uint_fast64_t out;
     _Alignas(LINE) int32_t pid;
+    atomic_uint wake;           /* futex word: bumped on every publish */
+    atomic_int sleepers;        /* ranks blocked on `wake` */
+    struct shm_desc desc[2];    /* per slot set (round % nbuf, nbuf <= 2) */
 };
 
 struct dt_shm {
@@ -46,6 +57,7 @@ struct dt_shm {
     enum dt_coll_kind cur;
     atomic_int aborted;
     const void **srcs;          /* world pointers, for dt_reduce_many */
+    struct shm_desc cur_desc;   /* of the running collective */
 };
 
 enum { DT_SHM_IN, DT_SHM_RED, DT_SHM_OUT };
@@ -61,7 +73,8 @@ void dt_shm_publish(struct dt_shm *s, int which, uint64_t v);
 int dt_shm_round_begin(struct dt_shm *s);
 /* Publishes all three counters for the round and moves to the next. */
 void dt_shm_round_end(struct dt_shm *s);
-void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k);
+/* Starts a collective: its deadline, and what peers must be running too. */
+void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root);
 /* Records this rank's failure (the current error) in the segment; returns code. */
 int dt_shm_fail(struct dt_shm *s, int code);
 

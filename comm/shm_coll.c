@@ -43,7 +43,11 @@ static int allreduce_small(struct dt_shm *s, const char *send, char *recv, size_
     return 0;
 }
 
-/* One round of the large allreduce: elements [j0, j0+m) of every chunk. */
+/* One round of the large allreduce: elements [j0, j0+m) of every chunk.
+ * Our own piece never goes through the segment on the way in: we reduce it
+ * straight from `send` into `recv` and only then publish the result, so per
+ * rank the round moves (p-1)/p*S in, reads S and writes 2S/p to reduce, and
+ * (p-1)/p*S out. */
 static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_t n, size_t j0, size_t m,
                            enum dt_dtype t, enum dt_redop op)
 {
@@ -53,28 +57,29 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
         return rc;
     uint64_t k = s->round;
     char *mine = dt_shm_slot(s, me, k);
-    for (int c = 0; c < p; c++) { /* A: my pieces of every chunk */
+    for (int c = 0; c < p; c++) { /* A: my pieces of the other ranks' chunks */
         chunk(n, p, c, &off, &len);
-        if (j0 < len)
+        if (c != me && j0 < len)
             memcpy(mine + (size_t)c * m * es, send + (off + j0) * es, (len - j0 < m ? len - j0 : m) * es);
     }
     dt_shm_publish(s, DT_SHM_IN, k + 1);
     if ((rc = dt_shm_wait_all(s, DT_SHM_IN, k + 1)) < 0)
         return rc;
-    chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, rank order */
+    chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, in rank order */
     if (j0 < len) {
         size_t cnt = len - j0 < m ? len - j0 : m;
         for (int q = 0; q < p; q++)
-            s->srcs[q] = dt_shm_slot(s, q, k) + (size_t)me * m * es;
-        dt_reduce_many(t, op, mine + (size_t)me * m * es, s->srcs, p, cnt);
-        dt_reduce_finish(t, op, mine + (size_t)me * m * es, cnt, p);
+            s->srcs[q] = q == me ? send + (off + j0) * es : dt_shm_slot(s, q, k) + (size_t)me * m * es;
+        dt_reduce_many(t, op, recv + (off + j0) * es, s->srcs, p, cnt);
+        dt_reduce_finish(t, op, recv + (off + j0) * es, cnt, p);
+        memcpy(mine + (size_t)me * m * es, recv + (off + j0) * es, cnt * es);
     }
     dt_shm_publish(s, DT_SHM_RED, k + 1);
     if ((rc = dt_shm_wait_all(s, DT_SHM_RED, k + 1)) < 0)
         return rc;
-    for (int c = 0; c < p; c++) { /* C: every reduced piece out */
+    for (int c = 0; c < p; c++) { /* C: the other ranks' results out */
         chunk(n, p, c, &off, &len);
-        if (j0 < len)
+        if (c != me && j0 < len)
             memcpy(recv + (off + j0) * es, dt_shm_slot(s, c, k) + (size_t)c * m * es,
                    (len - j0 < m ? len - j0 : m) * es);
     }
@@ -85,7 +90,7 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
 static int shm_allreduce(void *st, const void *send, void *recv, size_t n, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_ALLREDUCE);
+    dt_shm_begin(s, DT_COLL_ALLREDUCE, n, t, op, -1);
     if (n == 0)
         return 0;
     size_t es = dt_dtype_size(t);
@@ -125,7 +130,7 @@ static int reduce_scatter_round(struct dt_shm *s, const char *send, char *recv, 
 static int shm_reduce_scatter(void *st, const void *send, void *recv, size_t n, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_REDUCE_SCATTER);
+    dt_shm_begin(s, DT_COLL_REDUCE_SCATTER, n, t, op, -1);
     size_t per = s->slot / dt_dtype_size(t) / (size_t)s->world;
     for (size_t j0 = 0; j0 < n; j0 += per) {
         int rc = reduce_scatter_round(s, send, recv, n, j0, n - j0 < per ? n - j0 : per, t, op);
@@ -138,7 +143,7 @@ static int shm_reduce_scatter(void *st, const void *send, void *recv, size_t n, 
 static int shm_allgather(void *st, const void *send, void *recv, size_t n, enum dt_dtype t)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_ALLGATHER);
+    dt_shm_begin(s, DT_COLL_ALLGATHER, n, t, DT_SUM, -1);
     size_t es = dt_dtype_size(t), per = s->slot / es;
     const char *in = send;
     char *out = recv;
@@ -162,7 +167,7 @@ static int shm_allgather(void *st, const void *send, void *recv, size_t n, enum 
 static int shm_broadcast(void *st, void *buf, size_t n, enum dt_dtype t, int root)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_BROADCAST);
+    dt_shm_begin(s, DT_COLL_BROADCAST, n, t, DT_SUM, root);
     size_t es = dt_dtype_size(t), per = s->slot / es;
     char *b = buf;
     for (size_t j0 = 0; j0 < n; j0 += per) {
@@ -187,7 +192,7 @@ static int shm_broadcast(void *st, void *buf, size_t n, enum dt_dtype t, int roo
 static int shm_barrier(void *st)
 {
     struct dt_shm *s = st;
-    dt_shm_begin(s, DT_COLL_BARRIER);
+    dt_shm_begin(s, DT_COLL_BARRIER, 0, DT_F32, DT_SUM, -1);
     int rc = dt_shm_round_begin(s);
     if (rc < 0)
         return rc;

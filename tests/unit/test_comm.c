@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <malloc.h>
+#include <sys/resource.h>
+
 #include "comm/reduce.h"
 #include "tests/unit/test_comm_harness.h"
 
@@ -223,13 +226,66 @@ static void async_requests(void **s)
     assert_int_equal(harness_run(3, "shm", 30, body_async, NULL), 0);
 }
 
+/* Steady state allocates nothing and touches no fresh page: after warm-up,
+ * 50 more collectives of each kind leave the heap and the minor-fault count
+ * unchanged (reference/comm.md §9 goal 9). */
+static int body_steady(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)r;
+    (void)w;
+    (void)arg;
+    enum { N = 1 << 18 }; /* 1 MiB of f32: the ring path; 64 floats: the small path */
+    float *x = calloc(N, 4), *y = calloc(N, 4), *g = calloc((size_t)N * 4, 4);
+    int rc = 0;
+    struct rusage ru0 = {0}, ru1;
+    struct mallinfo2 m0 = {0}, m1;
+    for (int phase = 0; phase < 2 && rc == 0; phase++) {
+        if (phase == 1) {
+            getrusage(RUSAGE_SELF, &ru0);
+            m0 = mallinfo2();
+        }
+        for (int i = 0; i < 50 && rc == 0; i++) {
+            struct dt_comm_req *req;
+            rc = dt_comm_allreduce(c, x, y, N, DT_F32, DT_SUM);
+            if (rc == 0)
+                rc = dt_comm_allreduce(c, x, x, 64, DT_F32, DT_AVG);
+            if (rc == 0)
+                rc = dt_comm_reduce_scatter(c, g, y, N / 4, DT_F32, DT_SUM);
+            if (rc == 0)
+                rc = dt_comm_allgather(c, x, g, N / 4, DT_F32);
+            if (rc == 0)
+                rc = dt_comm_broadcast(c, x, N, DT_F32, 0);
+            if (rc == 0 && (rc = dt_comm_iallreduce(c, y, y, N, DT_F32, DT_AVG, &req)) == 0)
+                rc = dt_comm_wait(req);
+        }
+    }
+    getrusage(RUSAGE_SELF, &ru1);
+    m1 = mallinfo2();
+    if (rc == 0 && ru1.ru_minflt != ru0.ru_minflt)
+        rc = dt_error_set(DT_EINTERNAL, "%ld page faults in steady state", ru1.ru_minflt - ru0.ru_minflt);
+    if (rc == 0 && (m1.uordblks != m0.uordblks || m1.hblkhd != m0.hblkhd))
+        rc = dt_error_set(DT_EINTERNAL, "the heap changed in steady state (%zu -> %zu bytes in use)", m0.uordblks,
+                          m1.uordblks);
+    free(x);
+    free(y);
+    free(g);
+    return rc;
+}
+
+static void steady_state_allocates_nothing(void **s)
+{
+    (void)s;
+    assert_int_equal(harness_run(4, "tcp", 30, body_steady, NULL), 0);
+    assert_int_equal(harness_run(4, "shm", 30, body_steady, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
         cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
-        cmocka_unit_test(async_requests),
+        cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

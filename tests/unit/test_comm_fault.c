@@ -135,10 +135,11 @@ static int body_mismatch(struct dt_comm *c, int rank, int world, void *arg)
     return 0;
 }
 
-static void tcp_mismatch_detected(void **s)
+static void mismatch_detected(void **s)
 {
     (void)s;
     assert_int_equal(harness_run(2, "tcp", TIMEOUT, body_mismatch, NULL), 0);
+    assert_int_equal(harness_run(2, "shm", TIMEOUT, body_mismatch, NULL), 0);
 }
 
 static void *abort_later(void *arg)
@@ -203,7 +204,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_killed_peer),       cmocka_unit_test(shm_killed_peer),
         cmocka_unit_test(tcp_stalled_peer),      cmocka_unit_test(shm_stalled_peer),
-        cmocka_unit_test(tcp_mismatch_detected), cmocka_unit_test(abort_interrupts),
+        cmocka_unit_test(mismatch_detected), cmocka_unit_test(abort_interrupts),
         cmocka_unit_test(bootstrap_peer_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# allreduce.sh - dtrain's CPU allreduce against its peers on this machine, in one run:
+#   dtrain shm and tcp     `dtrain bench allreduce` under `dtrain launch`
+#   ompi-sm                Open MPI 4.1 MPI_Allreduce, shared memory (vader), defaults
+#   ompi-sm+g              the same with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:... (no fresh-page
+#                          cliff: Open MPI's per-call temporaries stay in the heap, infra.md §9)
+#   ompi-tcp, ompi-tcp+g   --mca btl self,tcp over loopback, without and with the tunable
+#   gloo                   torch.distributed all_reduce on the Gloo backend (PyTorch CPU)
+# float32 sum, in place, buffers allocated and touched once; 8 B (latency) and 1 KiB - 256 MiB
+# by 4x; 2 and 4 ranks.  Every figure is the mean time per call over the timed iterations,
+# averaged over ranks; busbw = size/time * 2(n-1)/n in GB/s (1e9), as nccl-tests.
+# Prints one table per rank count with the ratios the targets are stated in (docs/bench.md):
+#   shm/sm   dtrain shm busbw / the better Open MPI shared-memory variant   (target >= 1.0 at >= 1 MiB)
+#   tcp/tcp  dtrain tcp busbw / the better Open MPI TCP variant             (target >= 1.0 at >= 1 MiB)
+#   tcp/gloo dtrain tcp busbw / Gloo                                        (target >= 2.0 at >= 1 MiB)
+#   8 B row: times in us and shm time / Open MPI sm time                   (target <= 1.5)
+# One run per peer and size, peers run one after another: on a busy machine repeat it and
+# look at medians (reference/comm.md §7.4: up to 10x run-to-run noise under contention).
+#
+#   bench/allreduce.sh [RANKS...]        default: 2 4
+#   MAX=64M bench/allreduce.sh 2         a shorter sweep
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
+RANKS=${*:-2 4}
+MAX=${MAX:-256M}
+PY=${PYTHON:-python3}
+W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+
+bytes() { numfmt --from=iec "$1"; }
+MAXB=$(bytes "$MAX")
+[ -x "$DTRAIN" ] || { echo "allreduce.sh: build dtrain first (make)"; exit 1; }
+mpicc -O2 -o "$W/mpi_allreduce" bench/mpi_allreduce.c
+"$PY" -c 'import torch.distributed' 2>/dev/null || { echo "allreduce.sh: $PY cannot import torch"; exit 1; }
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+export OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
+TUNE=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
+
+# Each peer prints "size time_us busbw" rows; arguments: RANKS MIN MAX ITERS WARMUP.
+peer_dtrain() { # BACKEND N MIN MAX ITERS WARMUP
+  local be=$1 n=$2
+  cat >"$W/job.yaml" <<YAML
+name: bench-allreduce
+scheduler: local
+log_dir: $W/runs
+nproc_per_node: $n
+command: ["$DTRAIN", bench, allreduce, -b, "$3", -e, "$4", -f, "4", -n, "$5", -w, "$6", -c, "1", --backend, $be]
+YAML
+  "$DTRAIN" launch --quiet --ranks 0 "$W/job.yaml" >"$W/out" 2>&1 || { cat "$W/out" >&2; return 1; }
+  # in-place columns: time $10, busbw $12, #wrong $13 (out-of-place $9)
+  sed -n 's/^\[rank 0\] //p' "$W/out" | awk '!/^#/ { if ($9 != 0 || $13 != 0) { print "wrong values" > "/dev/stderr"; exit 1 }
+                                                  print $1, $10, $12 }'
+}
+peer_mpi() { # BTL TUNED N MIN MAX ITERS WARMUP
+  local btl=$1 tuned=$2 n=$3; shift 3
+  local env=()
+  [ "$tuned" = 1 ] && env=(-x GLIBC_TUNABLES=$TUNE)
+  mpirun -np "$n" --mca btl "self,$btl" "${env[@]}" "$W/mpi_allreduce" "$1" "$2" 4 "$3" "$4" 2>"$W/err" ||
+    { cat "$W/err" >&2; return 1; }
+}
+peer_gloo() { # N MIN MAX ITERS WARMUP
+  local n=$1 port=$((20000 + RANDOM % 20000)) pids=()
+  shift
+  for ((r = 0; r < n; r++)); do
+    RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$PY" bench/gloo_allreduce.py "$1" "$2" 4 "$3" "$4" >"$W/gloo.$r" 2>&1 & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { cat "$W"/gloo.* >&2; return 1; }; done
+  cat "$W/gloo.0"
+}
+
+PEERS="shm tcp ompi-sm ompi-sm+g ompi-tcp ompi-tcp+g gloo"
+run_peer() { # PEER N MIN MAX ITERS WARMUP
+  local p=$1; shift
+  case $p in
+    shm|tcp) peer_dtrain "$p" "$@" ;;
+    ompi-sm) peer_mpi vader 0 "$@" ;;
+    ompi-sm+g) peer_mpi vader 1 "$@" ;;
+    ompi-tcp) peer_mpi tcp 0 "$@" ;;
+    ompi-tcp+g) peer_mpi tcp 1 "$@" ;;
+    gloo) peer_gloo "$@" ;;
+  esac
+}
+
+for n in $RANKS; do
+  for p in $PEERS; do
+    echo "allreduce.sh: $n ranks, $p" >&2
+    {
+      run_peer "$p" "$n" 8 8 2000 100
+      run_peer "$p" "$n" 1024 65536 200 20
+      run_peer "$p" "$n" 262144 "$MAXB" 5 2
+    } >"$W/$n.$p"
+  done
+  [ -n "${KEEP:-}" ] && cp "$W"/"$n".* "$KEEP"/
+  echo
+  echo "# allreduce, float32 sum, in place, $n ranks on $(getconf _NPROCESSORS_ONLN) cores: busbw GB/s (8 B row: time in us)"
+  awk -v peers="$PEERS" -v dir="$W" -v n="$n" '
+    BEGIN {
+      np = split(peers, P, " ")
+      for (i = 1; i <= np; i++) {
+        f = dir "/" n "." P[i]
+        while ((getline line < f) > 0) { split(line, a, " "); T[P[i], a[1]] = a[2]; B[P[i], a[1]] = a[3]; S[a[1]] = 1 }
+      }
+      printf "%10s", "size"; for (i = 1; i <= np; i++) printf " %10s", P[i]
+      printf " %8s %8s %8s\n", "shm/sm", "tcp/tcp", "tcp/gloo"
+      m = 0; for (s in S) Z[++m] = s + 0
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (Z[j] < Z[i]) { t = Z[i]; Z[i] = Z[j]; Z[j] = t }
+      for (k = 1; k <= m; k++) {
+        s = Z[k]; lat = s < 1024
+        printf "%10d", s
+        for (i = 1; i <= np; i++) { v = lat ? T[P[i], s] : B[P[i], s]; printf " %10s", v }
+        if (lat) {
+          sm = T["ompi-sm", s]; if (T["ompi-sm+g", s] < sm) sm = T["ompi-sm+g", s]
+          r = sm > 0 ? T["shm", s] / sm : 0
+          printf " %8.2f %8s %8s   (time ratio, lower is better)\n", r, "-", "-"
+          continue
+        }
+        sm = B["ompi-sm", s]; if (B["ompi-sm+g", s] > sm) sm = B["ompi-sm+g", s]
+        tc = B["ompi-tcp", s]; if (B["ompi-tcp+g", s] > tc) tc = B["ompi-tcp+g", s]
+        r1 = sm > 0 ? B["shm", s] / sm : 0; r2 = tc > 0 ? B["tcp", s] / tc : 0
+        r3 = B["gloo", s] > 0 ? B["tcp", s] / B["gloo", s] : 0
+        printf " %8.2f %8.2f %8.2f\n", r1, r2, r3
+      }
+    }'
+done
