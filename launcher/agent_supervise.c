@@ -253,7 +253,10 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int n = open_streams(a, sig_fd);
         if (!children && (n == 1 || dt_agent_now() >= drain_until))
             return;
-        int rc = poll(a->pfds, (nfds_t)n, poll_timeout(a, children, drain_until));
+        int timeout = poll_timeout(a, children, drain_until);
+        if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
+            timeout = 250;
+        int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
         for (int k = 1; k < n && rc > 0; k++) {
@@ -262,6 +265,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
             struct dt_agent_stream *s = a->pfd_stream[k];
             dt_agent_pump(a, stream_owner(a, s), s);
         }
+        dt_progress_update(a->progress, dt_agent_now(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
@@ -379,6 +383,8 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
     a->scratch = malloc(DT_AGENT_LINE_MAX + 64);
     if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
+    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
+        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
     for (int k = 0; k < n_attempts; k++) {
         res->attempts[k].first_failed = -1;
         res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
@@ -404,6 +410,7 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
 
 static void agent_free(struct dt_agent *a)
 {
+    dt_progress_close(a->progress);
     for (int i = 0; a->procs && i < a->nproc; i++) {
         dt_agent_linebuf_free(&a->procs[i].out.lb);
         dt_agent_linebuf_free(&a->procs[i].err.lb);

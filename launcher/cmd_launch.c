@@ -283,6 +283,7 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         .node_rank = 0, .nnodes = 1, .nproc = nproc, .run_id = run_id, .run_dir = run_dir,
         .master_addr = "127.0.0.1", .master_port = dt_coord_port(coord), .token = token[0] ? token : NULL,
         .grace_s = o->grace_s, .console_stdout = show, .start_mono = o->start_mono,
+        .progress = job->trainer && dt_log_get_level() <= DT_LOG_INFO,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);

@@ -227,12 +227,15 @@ static const struct chart_def charts[] = {
 
 static bool charted(const char *name)
 {
-    static const char *const not_charted[] = {"epoch", "time_s"};
+    static const char *const not_charted[] = {"epoch", "time_s", "total_steps"};
     for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++)
         for (int k = 0; k < 5 && charts[i].names[k]; k++)
             if (strcmp(charts[i].names[k], name) == 0)
                 return true;
-    return strcmp(name, not_charted[0]) == 0 || strcmp(name, not_charted[1]) == 0;
+    for (size_t i = 0; i < sizeof not_charted / sizeof not_charted[0]; i++)
+        if (strcmp(name, not_charted[i]) == 0)
+            return true;
+    return false;
 }
 
 static void curves(FILE *f, const struct dt_report *r)

@@ -45,9 +45,9 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
     char a[6][32];
     fprintf(m->f,
             "{\"step\": %lld, \"epoch\": %.6g, \"loss\": %s, \"lr\": %s, \"beta1\": %s, \"grad_norm\": %s, "
-            "\"samples_per_s\": %s, \"time_s\": %.3f}\n",
+            "\"samples_per_s\": %s, \"time_s\": %.3f, \"total_steps\": %lld}\n",
             (long long)step, epoch, num(a[0], 32, loss), num(a[1], 32, lr), num(a[2], 32, beta1),
-            num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s);
+            num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s, (long long)m->total_steps);
     fflush(m->f);
 }
 

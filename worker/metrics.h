@@ -2,7 +2,7 @@
  *
  * metrics.jsonl has one JSON object per line: a training row every
  * log_every_steps steps {"step", "epoch", "loss", "lr", "beta1", "grad_norm",
- * "samples_per_s", "time_s"} and an evaluation row after each evaluation
+ * "samples_per_s", "time_s", "total_steps"} and an evaluation row after each evaluation
  * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
  *
@@ -18,6 +18,7 @@
 
 struct dt_metrics {
     FILE *f;
+    int64_t total_steps; /* written in training rows when > 0, for the launcher's progress line */
 };
 
 struct dt_metrics_summary {

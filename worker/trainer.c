@@ -194,6 +194,7 @@ static int setup(struct dt_trainer *t)
         rc = maybe_resume(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
+    t->metrics.total_steps = t->total_steps;
     if (!rc && t->rank == 0)
         rc = dt_tb_open(t->run_dir, &t->tb);
     return rc;

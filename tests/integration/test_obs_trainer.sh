@@ -5,7 +5,8 @@
 # metrics.jsonl, a Chrome trace per rank whose spans nest (data wait,
 # forward, backward, comm wait, optimizer, one all-reduce per bucket from the
 # communication thread, start-up phases), a merge with a precise launch row,
-# and a report page.
+# and a report page; the launcher shows a progress line (plain lines off a
+# terminal, redrawn in place on one).
 source "$(dirname "$0")/lib.sh"
 
 python3 -c 'import tensorboard' 2>/dev/null || { not_ok "python3 can import tensorboard (scripts/install-deps.sh)"; exit 1; }
@@ -26,6 +27,15 @@ trainer:
 YAML
 expect_status 0 "a traced 2-rank trainer job runs" "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs"
 run=$(echo "$T"/runs/obs-*)
+contains "$T/last.out" '^\[dtrain\] epoch [0-9.]+ \| step [0-9]+/40 \| loss [0-9.]+ \| lr' "off a terminal the launcher prints plain progress lines"
+# On a terminal (script(1) gives one) the line is drawn with \r and erase-line, and erased before rank output.
+if command -v script >/dev/null; then
+  script -qec "'$DTRAIN' launch '$T/job.yaml' --log-dir '$T/runs-tty'" /dev/null > "$T/tty.out" 2>&1
+  check "on a terminal the progress line redraws in place" grep -q $'\r\033\\[K\\[dtrain\\] epoch' "$T/tty.out"
+  check "rank output is written after erasing the line" grep -q $'\r\033\\[K\\[rank 0\\]' "$T/tty.out"
+else
+  not_ok "script(1) is installed (bsdutils) to give the launcher a terminal"
+fi
 check "rank 0 wrote one event file" test "$(ls "$run"/events.out.tfevents.* | wc -l)" = 1
 
 python3 - "$run" <<'PY'
@@ -39,7 +49,7 @@ for line in open(run + "/metrics.jsonl"):
     row = json.loads(line)
     group = "eval" if "test_accuracy" in row else "train"
     for k, v in row.items():
-        if k not in ("step", "epoch", "time_s") and v is not None:
+        if k not in ("step", "epoch", "time_s", "total_steps") and v is not None:
             want.setdefault(group + "/" + k, []).append((row["step"], v))
 acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0})
 acc.Reload()
