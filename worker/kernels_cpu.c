@@ -6,8 +6,15 @@
  * here reads and writes its arrays once.  Not for threading policy: the
  * trainer decides how many threads each rank gets (set_threads).
  */
+/* O3 vectorises the elementwise loops; no-math-errno lets sqrtf vectorise too
+ * (an errno for sqrt of a negative can never happen here: v >= 0).  The hot
+ * elementwise kernels are also cloned for AVX-512 and AVX2 and picked at load
+ * time, so one binary runs everywhere and fast where it can. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3")
+#pragma GCC optimize("O3", "no-math-errno")
+#define DT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DT_CLONES
 #endif
 #include "worker/kernels.h"
 
@@ -50,7 +57,7 @@ static inline float gelu_grad(float z)
     return cdf + z * pdf;
 }
 
-static void cpu_bias_act_forward(float *z, float *h, const float *y, const float *b, int B, int n,
+DT_CLONES static void cpu_bias_act_forward(float *z, float *h, const float *y, const float *b, int B, int n,
                                  enum dt_kact act)
 {
     for (int r = 0; r < B; r++) {
@@ -79,7 +86,7 @@ static void cpu_bias_act_forward(float *z, float *h, const float *y, const float
 }
 
 /* relu'(z) = [z > 0] = [h > 0] (torch's threshold_backward reads the output). */
-static void cpu_act_bias_backward(float *dz, float *db, const float *dh, const float *z, const float *h, int B,
+DT_CLONES static void cpu_act_bias_backward(float *dz, float *db, const float *dh, const float *z, const float *h, int B,
                                   int n, enum dt_kact act, bool accumulate)
 {
     if (!accumulate)
@@ -136,7 +143,7 @@ static double cpu_xent(float *dlogits, const float *logits, const int32_t *y, in
     return total;
 }
 
-static double cpu_sumsq(const float *x, size_t n)
+DT_CLONES static double cpu_sumsq(const float *x, size_t n)
 {
     /* Four partial sums keep the loop vectorisable without -ffast-math. */
     double s[4] = {0, 0, 0, 0};
@@ -154,7 +161,7 @@ static double cpu_sumsq(const float *x, size_t n)
  *   m = lerp(m, g, 1 - b1) = m + (1 - b1)(g - m)     (fused multiply-add, as ATen's lerp)
  *   v = v b2 + (1 - b2) g g                           (the last add fused, as ATen's addcmul compiles)
  *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
-static void cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+DT_CLONES static void cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
                       size_t n, const struct dt_adamw_scalars *s)
 {
     const float decay = s->decay, w1 = s->w1, b2 = s->beta2, w2 = s->w2, bc2 = s->bc2_sqrt, eps = s->eps,

@@ -27,6 +27,7 @@ struct dt_metrics_summary {
     double epochs;
     int world, batch_size;
     int64_t resumed_from; /* step of the checkpoint resumed from, -1 when none */
+    double allreduce_s;   /* one step's bucketed all-reduce alone (bench_allreduce), NAN if not measured */
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it). */

@@ -31,6 +31,8 @@ struct dt_trainer_options {
     int local_world;          /* ranks on this host (for the automatic thread count); 0 = 1 */
     int64_t stop_after;       /* stop after this many optimizer steps, as if killed (tests); 0 = never */
     bool quiet;               /* no progress lines on stdout */
+    int bench_allreduce;      /* after training, time this many all-reduces of the gradient
+                               * buckets with nothing else running (benchmarks); 0 = none */
     /* Called after every optimizer step (tests: perturb a rank, record parameters). */
     void (*after_step)(void *ctx, struct dt_model *m, int64_t step);
     void *ctx;

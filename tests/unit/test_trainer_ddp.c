@@ -1,5 +1,5 @@
-/* test_trainer_ddp.c - data parallelism on forked ranks over the tcp
- * communicator: 4 ranks x batch 64 train like 1 rank x batch 256; bucketed
+/* test_trainer_ddp.c - data parallelism on forked ranks over the tcp and shm
+ * communicators: 4 ranks x batch 64 train like 1 rank x batch 256; bucketed
  * and unbucketed reduction give the same bits; parameters stay bitwise
  * identical on every rank every step (desync check at every step); a rank
  * whose parameters drift is named in the error. */
@@ -14,6 +14,7 @@
 
 struct job {
     struct dt_trainer_spec spec;
+    const char *backend;
     char dir[64];
     int perturb_rank;      /* -1: none */
     char expect[64];       /* when set, the run must fail with this in the message */
@@ -56,7 +57,7 @@ static float *run_ranks(struct job *j, int world, size_t *n)
         if (rank_body(NULL, 0, 1, j))
             fail_msg("1 rank: %s", dt_error_last());
     } else {
-        assert_int_equal(harness_run(world, "tcp", 60, rank_body, j), 0);
+        assert_int_equal(harness_run(world, j->backend ? j->backend : "tcp", 60, rank_body, j), 0);
     }
     if (j->expect[0]) {
         rm_rf(j->dir);
@@ -71,8 +72,8 @@ static float *run_ranks(struct job *j, int world, size_t *n)
 
 static void four_ranks_equal_one_big_batch(void **state)
 {
-    (void)state;
-    struct job a = {.perturb_rank = -1}, b = {.perturb_rank = -1};
+    const char *backend = *state;
+    struct job a = {.perturb_rank = -1}, b = {.perturb_rank = -1, .backend = backend};
     small_spec(&a.spec, 8, 256);
     small_spec(&b.spec, 8, 64);
     size_t na, nb;
@@ -83,16 +84,16 @@ static void four_ranks_equal_one_big_batch(void **state)
         worst = fmax(worst, fabs((double)pa[i] - pb[i]));
     /* The same 256 samples per step, summed in another order (fp32): far below one AdamW step (lr ~1e-3). */
     if (worst > 1e-5)
-        fail_msg("4x64 and 1x256 parameters differ by %.3g after 8 steps", worst);
+        fail_msg("%s: 4x64 and 1x256 parameters differ by %.3g after 8 steps", backend, worst);
     free(pa);
     free(pb);
 }
 
 static void bucketed_equals_unbucketed(void **state)
 {
-    (void)state;
+    const char *backend = *state;
     for (int world = 2; world <= 4; world += 2) {
-        struct job a = {.perturb_rank = -1}, b = {.perturb_rank = -1};
+        struct job a = {.perturb_rank = -1, .backend = backend}, b = {.perturb_rank = -1, .backend = backend};
         small_spec(&a.spec, 5, 32);
         small_spec(&b.spec, 5, 32);
         b.spec.ddp.first_bucket_mb = b.spec.ddp.bucket_cap_mb = 1e6; /* one bucket: the whole arena */
@@ -101,7 +102,7 @@ static void bucketed_equals_unbucketed(void **state)
         float *pa = run_ranks(&a, world, &na), *pb = run_ranks(&b, world, &nb);
         assert_int_equal(na, nb);
         if (memcmp(pa, pb, na * sizeof(float)) != 0)
-            fail_msg("world %d: bucketed and unbucketed all-reduce gave different parameters", world);
+            fail_msg("%s, world %d: bucketed and unbucketed all-reduce gave different parameters", backend, world);
         free(pa);
         free(pb);
     }
@@ -139,8 +140,10 @@ static void accumulation_with_ranks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(four_ranks_equal_one_big_batch),
-        cmocka_unit_test(bucketed_equals_unbucketed),
+        cmocka_unit_test_prestate(four_ranks_equal_one_big_batch, "tcp"),
+        cmocka_unit_test_prestate(four_ranks_equal_one_big_batch, "shm"),
+        cmocka_unit_test_prestate(bucketed_equals_unbucketed, "tcp"),
+        cmocka_unit_test_prestate(bucketed_equals_unbucketed, "shm"),
         cmocka_unit_test(desync_names_the_rank),
         cmocka_unit_test(accumulation_with_ranks),
     };

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# trainer_cpu.sh - the bundled trainer against PyTorch CPU on the same MLP, same run.
+#
+#   1. One rank: samples/s of `dtrain worker` and of bench/trainer_cpu_torch.py
+#      (784-1024-1024-10 ReLU, AdamW, OneCycle, clipping; same batch, same thread
+#      count) at batch 64 and 256, interleaved; steady state only (the first
+#      logged window is left out).  Target: dtrain >= 1.2x PyTorch.
+#   2. Four ranks on this host, batch 64 per rank: exposed communication =
+#      step time of the 4-rank job minus the step time of 4 lone ranks running
+#      side by side (same CPU sharing, no communication), as a fraction of the
+#      bucketed all-reduce of one step timed alone (DTRAIN_BENCH_ALLREDUCE).
+#      Target: <= 25%.
+#
+#   bench/trainer_cpu.sh
+#   DTRAIN=path/to/dtrain  THREADS=1  STEPS=200   (steps per one-rank run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
+THREADS=${THREADS:-1}
+STEPS=${STEPS:-200}
+[ -x "$DTRAIN" ] || { echo "trainer_cpu: $DTRAIN is not built (run make)" >&2; exit 1; }
+python3 -c 'import torch' 2>/dev/null || { echo "trainer_cpu: python3 cannot import torch: pip install torch" >&2; exit 1; }
+
+W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+
+# spec NAME NPROC BATCH STEPS OVERLAP
+spec() {
+  cat >"$W/$1.yaml" <<EOF
+name: bench-$1
+nproc_per_node: $2
+log_dir: $W/runs
+trainer:
+  model: {type: mlp, hidden: [1024, 1024], activation: relu}
+  data: {batch_size: $3, workers: 1, prefetch: 2}
+  steps: $4
+  optimizer: {lr: 1e-3, weight_decay: 0.01, grad_clip: 1.0}
+  scheduler: {type: onecycle, max_lr: 3e-3}
+  ddp: {overlap: $5, desync_check_every: 0}
+  checkpoint: {every_steps: 0, resume: never}
+  eval: {every_epochs: 0}
+  log_every_steps: 20
+EOF
+}
+
+# steady DIR: "<samples/s of one rank> <seconds per step>" from metrics.jsonl, first window left out
+steady() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"loss"' in l]
+a, b = rows[0], rows[-1]
+dt, steps = b["time_s"] - a["time_s"], b["step"] - a["step"]
+world = json.load(open(sys.argv[1] + "/trainer_summary.json"))["world_size"]
+batch = json.load(open(sys.argv[1] + "/trainer_summary.json"))["batch_size_per_rank"]
+print(f"{steps * batch * world / dt:.1f} {dt / steps:.6f}")
+EOF
+}
+
+# one_rank NAME BATCH: runs `dtrain worker` alone in its own directory
+one_rank() {
+  mkdir -p "$W/$1"
+  (cd "$W/$1" && env -u WORLD_SIZE -u RANK OMP_NUM_THREADS=$THREADS "$DTRAIN" worker "$W/$1.yaml" >/dev/null)
+}
+
+echo "# trainer_cpu: MLP 784-1024-1024-10 relu, AdamW + OneCycle + clip, $THREADS thread(s), $(nproc) cores"
+echo "# one rank: steady samples/s"
+printf "%-8s %14s %14s %8s\n" batch dtrain torch ratio
+for b in 64 256; do
+  steps=$STEPS; [ "$b" = 256 ] && steps=$((STEPS / 2))
+  spec "one$b" 1 "$b" "$steps" true
+  one_rank "one$b" "$b"
+  d=$(steady "$W/one$b" | cut -d' ' -f1)
+  t=$(OMP_NUM_THREADS=$THREADS python3 bench/trainer_cpu_torch.py --batch "$b" --steps "$steps" --threads "$THREADS" |
+      sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+  printf "%-8s %14.1f %14.1f %7.2fx\n" "$b" "$d" "$t" "$(echo "$d / $t" | bc -l)"
+done
+
+echo "# four ranks, batch 64 per rank, backend auto"
+spec lone 1 64 "$STEPS" true
+for r in 0 1 2 3; do cp "$W/lone.yaml" "$W/lone$r.yaml"; one_rank "lone$r" 64 & done
+wait
+lone=$(for r in 0 1 2 3; do steady "$W/lone$r" | cut -d' ' -f2; done | awk '{s+=$1} END {printf "%.6f", s/NR}')
+for ov in true false; do
+  spec "four-$ov" 4 64 "$STEPS" "$ov"
+  DTRAIN_BENCH_ALLREDUCE=20 "$DTRAIN" launch "$W/four-$ov.yaml" >"$W/four-$ov.log" 2>&1 ||
+    { cat "$W/four-$ov.log"; exit 1; }
+  dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
+  read -r sps step < <(steady "$dir")
+  ar=$(python3 -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
+  exposed=$(echo "$step - $lone" | bc -l)
+  printf "overlap %-5s step %.2f ms  lone-rank step %.2f ms  exposed %.2f ms  all-reduce alone %.2f ms  exposed/all-reduce %.0f%%  (%.0f samples/s)\n" \
+    "$ov" "$(echo "$step*1000" | bc -l)" "$(echo "$lone*1000" | bc -l)" "$(echo "$exposed*1000" | bc -l)" \
+    "$(echo "$ar*1000" | bc -l)" "$(echo "100*$exposed/$ar" | bc -l)" "$sps"
+done

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_trainer.sh - the bundled trainer under `dtrain launch`: the quickstart job
+# (4 ranks on CPU) trains Fashion-MNIST to >= 88% test accuracy and leaves its
+# metrics, checkpoints and summary; resume continues from an absolute
+# checkpoint dir; bad input stops a worker with a message naming the culprit.
+. "$(dirname "$0")/lib.sh"
+
+# --- errors, first (cheap) --------------------------------------------------
+cat >"$T/cmd.yaml" <<'EOF'
+name: cmd
+command: [true]
+EOF
+expect_status 1 "worker refuses a job without trainer:" "$DTRAIN" worker "$T/cmd.yaml"
+contains "$T/last.err" "no trainer: section" "the message says the trainer section is missing"
+
+cat >"$T/nodata.yaml" <<'EOF'
+name: nodata
+nproc_per_node: 2
+trainer:
+  model: {hidden: [16]}
+  data: {path: /nonexistent/fmnist}
+  steps: 5
+EOF
+expect_status 1 "a launched trainer with a missing data set fails" "$DTRAIN" launch "$T/nodata.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "/nonexistent/fmnist/train-images-idx3-ubyte.gz" "the error names the missing file"
+
+# --- resume from an absolute checkpoint dir ---------------------------------
+small() { # steps
+  cat <<EOF
+name: small
+nproc_per_node: 2
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: $1
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 20, dir: $T/ckpt, keep: 2, resume: auto}
+  eval: {every_epochs: 0}
+EOF
+}
+small 40 >"$T/s40.yaml"
+small 60 >"$T/s60.yaml"
+expect_status 0 "a 2-rank job of 40 steps runs" "$DTRAIN" launch "$T/s40.yaml" --log-dir "$T/runs"
+check "its checkpoints are at steps 20 and 40" test -f "$T/ckpt/step_00000040.safetensors" -a -f "$T/ckpt/step_00000020.safetensors"
+expect_status 0 "a 60-step job on the same dir resumes" "$DTRAIN" launch "$T/s60.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "resuming from $T/ckpt/step_00000040.safetensors" "it says where it resumes from"
+s60=$(ls -d "$T"/runs/small-* | tail -n 1)
+contains "$s60/trainer_summary.json" '"resumed_from_step": 40' "the summary records the resume"
+check "keep: 2 leaves two checkpoints" test "$(ls "$T/ckpt" | grep -c '^step_')" = 2
+
+# --- the quickstart: 4 ranks, 4 epochs ---------------------------------------
+start=$(date +%s)
+expect_status 0 "configs/quickstart.yaml trains on 4 ranks" "$DTRAIN" launch configs/quickstart.yaml --log-dir "$T/runs"
+echo "# quickstart took $(( $(date +%s) - start )) s"
+run=$(ls -d "$T"/runs/quickstart-*)
+sum="$run/trainer_summary.json"
+check "trainer_summary.json is written" test -s "$sum"
+acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$sum")
+echo "# quickstart test accuracy $acc"
+check "test accuracy >= 0.88 (got $acc)" awk -v a="$acc" 'BEGIN { exit !(a >= 0.88) }'
+contains "$sum" '"steps": 940,' "4 epochs of 60000/(4x64) are 940 steps"
+contains "$sum" '"world_size": 4,' "the summary counts 4 ranks"
+check "four evaluation rows" test "$(grep -c '"test_accuracy"' "$run/metrics.jsonl")" = 4
+contains "$run/metrics.jsonl" '^\{"step": 10, "epoch": [0-9.e-]+, "loss": [0-9.e-]+, "lr": [0-9.e-]+, "beta1": [0-9.e-]+, "grad_norm": [0-9.e-]+, "samples_per_s": [0-9.e+.-]+, "time_s": [0-9.]+, "total_steps": 940\}$' \
+  "metrics rows carry step, epoch, loss, lr, beta1, grad_norm, samples_per_s, total_steps"
+check "checkpoints at 500 and the end" test -f "$run/checkpoints/step_00000500.safetensors" -a -f "$run/checkpoints/step_00000940.safetensors"
+contains "$run/summary.json" '"status": "succeeded"' "the launcher's summary says succeeded"
