@@ -41,6 +41,8 @@ struct dt_trainer {
     int64_t resumed_from;
     /* figures */
     double last_loss, test_loss, test_acc, train_s, samples;
+    int64_t split_ns[DT_METRICS_SPLIT]; /* this rank's step-time split since the last metrics row */
+    int64_t split_steps;
     int64_t evaluated_at;          /* step of the last evaluation, -1 none */
 };
 

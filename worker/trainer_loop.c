@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "comm/error.h"
 #include "comm/log.h"
@@ -37,15 +38,20 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
         float dscale = 1.0f / ((float)b->n * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, dt_reducer_ready, &t->red, NULL);
-        int64_t b1 = dt_trace_now();
-        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, t->model->backward_start_ns);
-        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", t->model->backward_start_ns, b1);
+        int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
+        t->split_ns[0] += f0 - w0;
+        t->split_ns[1] += b0 - f0;
+        t->split_ns[2] += b1 - b0;
         *rows += b->n;
         t->batch = b->index + 1;
     }
     int64_t c0 = dt_trace_now();
     int rc = dt_reducer_finish(&t->red);
-    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "comm wait", c0, dt_trace_now());
+    int64_t c1 = dt_trace_now();
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "comm wait", c0, c1);
+    t->split_ns[3] += c1 - c0;
     return rc;
 }
 
@@ -74,11 +80,15 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     double sps = dt > 0 ? v[1] / dt : NAN;
     double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
     if (t->rank == 0) {
+        for (int i = 0; i < DT_METRICS_SPLIT; i++)
+            t->metrics.split[i] = t->split_steps ? 1e-9 * (double)t->split_ns[i] / (double)t->split_steps : NAN;
         dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
         static const char *const tags[] = {"train/loss", "train/lr", "train/beta1", "train/grad_norm",
-                                           "train/samples_per_s"};
-        double tv[] = {t->last_loss, lr, beta1, norm, sps};
-        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, 5);
+                                           "train/samples_per_s", "train/data_s", "train/forward_s",
+                                           "train/backward_s", "train/comm_wait_s", "train/optimizer_s"};
+        double tv[] = {t->last_loss, lr, beta1, norm, sps, t->metrics.split[0], t->metrics.split[1],
+                       t->metrics.split[2], t->metrics.split[3], t->metrics.split[4]};
+        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, 10);
         if (rc)
             return rc;
         if (!t->o.quiet)
@@ -88,6 +98,8 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     }
     w->loss = w->samples = 0;
     w->t0 = dt_trainer_now();
+    memset(t->split_ns, 0, sizeof t->split_ns);
+    t->split_steps = 0;
     return 0;
 }
 
@@ -135,11 +147,14 @@ static int between_steps(struct dt_trainer *t)
     return rc;
 }
 
-/* The step's own spans once its parts are recorded: optimizer from o0, the
- * whole step from s0, and on the launch track the first step of the run. */
-static void trace_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
+/* The end of a step: the optimizer's time (from o0) into the split, and the
+ * step's own spans: optimizer, the whole step from s0, and on the launch track
+ * the first step of the run. */
+static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
 {
     int64_t end = dt_trace_now();
+    t->split_ns[4] += end - o0;
+    t->split_steps++;
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "optimizer", o0, end);
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "step", s0, end);
     if (first)
@@ -164,7 +179,7 @@ int dt_trainer_loop(struct dt_trainer *t)
             rc = update(t, log, &norm);
         if (rc)
             return rc;
-        trace_step(t, s0, o0, first);
+        end_step(t, s0, o0, first);
         first = false;
         t->step++;
         w.samples += rows;
