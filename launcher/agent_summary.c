@@ -212,6 +212,9 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
         fputs("null", f);
     fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
             res->started_unix, res->wall_s);
+    fputs("  \"coordinator\": ", f);
+    json_str(f, cfg->master_addr);
+    fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port, cfg->token ? "token" : "none");
     fprintf(f, "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
                "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
             cfg->nnodes * cfg->nproc, cfg->nnodes, cfg->nproc, cfg->job->max_restarts, res->n_attempts);

@@ -4,7 +4,10 @@
 # Idempotent and quick when everything is there (one dpkg-query), so `make demo`
 # and `make test` call it every time.  Debian packages come through apt-get; the
 # Python packages the tests use as peers and oracles (PyTorch, tensorboard, ...)
-# through pip, into the interpreter the tests use (scripts/python-deps.txt).
+# through pip into the virtual environment .venv/ (Debian 12's own python3 refuses
+# pip installs outside one, PEP 668).  The venv sees the system's site-packages,
+# so what is already installed is not fetched again; scripts/run-tests.sh and the
+# benchmarks put .venv/bin first on PATH.
 #
 #   scripts/install-deps.sh            install what is missing
 #   scripts/install-deps.sh --check    only report; exit 1 if something is missing
@@ -18,7 +21,7 @@ DEB_PACKAGES=(
   libyaml-dev libuv1-dev libcmocka-dev libopenblas-dev zlib1g-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
-  clang python3 python3-pip procps iproute2
+  clang python3 python3-pip python3-venv procps iproute2
   chromium
 )
 
@@ -52,15 +55,25 @@ fi
 
 # Python packages: peers (PyTorch's TCPStore and Gloo) and oracles (fixtures, TensorBoard reader).
 if [ "${DTRAIN_SKIP_PIP:-0}" != 1 ] && [ -s scripts/python-deps.txt ]; then
-  py=$(command -v python3)
-  need=()
-  while read -r req; do
-    req=${req%%#*}; req=$(echo "$req" | xargs)
-    [ -z "$req" ] && continue
-    mod=${req%%[<>=]*}
-    case "$mod" in tensorboard) imp=tensorboard ;; kubernetes-validate) imp=kubernetes_validate ;; *) imp=${mod//-/_} ;; esac
-    "$py" -c "import $imp" >/dev/null 2>&1 || need+=("$req")
-  done < scripts/python-deps.txt
+  if [ ! -x .venv/bin/python3 ]; then
+    if [ $check_only = 1 ]; then echo "install-deps: no Python environment in .venv"; exit 1; fi
+    python3 -m venv --system-site-packages .venv
+  fi
+  py=$PWD/.venv/bin/python3
+  # Which requirements are not installed, by distribution name (no import-name guessing).
+  mapfile -t need < <("$py" - scripts/python-deps.txt <<'PY'
+import importlib.metadata as md, re, sys
+for line in open(sys.argv[1]):
+    req = line.split('#', 1)[0].strip()
+    if not req:
+        continue
+    dist = re.split(r'[<>=!~\[; ]', req, maxsplit=1)[0]
+    try:
+        md.version(dist)
+    except md.PackageNotFoundError:
+        print(req)
+PY
+)
   if [ ${#need[@]} -gt 0 ]; then
     if [ $check_only = 1 ]; then echo "install-deps: missing Python packages: ${need[*]}"; exit 1; fi
     echo "install-deps: pip installing ${need[*]} (PyTorch is large; pip keeps it in its cache)"

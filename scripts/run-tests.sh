@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 : "${DTRAIN:=$PWD/bin/dtrain}"
 : "${DTRAIN_TEST_TIMEOUT:=600}"
 export DTRAIN BUILD
+# The Python peers and oracles live in the venv scripts/install-deps.sh made.
+[ -x "$PWD/.venv/bin/python3" ] && export PATH="$PWD/.venv/bin:$PATH"
 filter=${1:-}
 
 passed=0

@@ -17,6 +17,7 @@
 #define DT_CLONES
 #endif
 #include "worker/kernels.h"
+#include "worker/cpu_pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -161,13 +162,22 @@ DT_CLONES static double cpu_sumsq(const float *x, size_t n)
  *   m = lerp(m, g, 1 - b1) = m + (1 - b1)(g - m)     (fused multiply-add, as ATen's lerp)
  *   v = v b2 + (1 - b2) g g                           (the last add fused, as ATen's addcmul compiles)
  *   p = p + (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
-DT_CLONES static void cpu_adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                      size_t n, const struct dt_adamw_scalars *s)
+struct adamw_job {
+    float *p, *m, *v;
+    const float *g;
+    const struct dt_adamw_scalars *s;
+};
+
+DT_CLONES static void adamw_range(void *ctx, size_t lo, size_t hi)
 {
+    const struct adamw_job *j = ctx;
+    float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
+    const float *restrict g = j->g;
+    const struct dt_adamw_scalars *s = j->s;
     const float decay = s->decay, w1 = s->w1, b2 = s->beta2, w2 = s->w2, bc2 = s->bc2_sqrt, eps = s->eps,
                 step = s->neg_step, gs = s->grad_scale;
     const bool small = w1 < 0.5f;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         float gi = g[i] * gs;
         float pi = p[i] * decay;
         float mi = small ? fmaf(w1, gi - m[i], m[i]) : fmaf(w1 - 1.0f, gi - m[i], gi);
@@ -177,6 +187,13 @@ DT_CLONES static void cpu_adamw(float *restrict p, const float *restrict g, floa
         m[i] = mi;
         v[i] = vi;
     }
+}
+
+/* Elementwise, so split over the pool's threads without changing a bit. */
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const struct dt_adamw_scalars *s)
+{
+    struct adamw_job j = {p, m, v, g, s};
+    dt_cpu_pool_run(adamw_range, &j, n, 16);
 }
 
 /* FNV-1a over 32-bit words, four lanes interleaved for speed. */
@@ -196,6 +213,7 @@ static uint64_t cpu_hash(const float *x, size_t n)
 static void cpu_set_threads(int n)
 {
     openblas_set_num_threads(n > 0 ? n : 1);
+    dt_cpu_pool_set_threads(n);
 }
 
 const struct dt_kernels dt_kernels_cpu = {

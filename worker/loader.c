@@ -54,15 +54,15 @@ static void make_lut(float *lut)
         lut[p] = ((float)p / 255.0f - FMNIST_MEAN) / FMNIST_STD;
 }
 
-static void gather(const struct dt_loader *l, const int64_t *idx, int n, float *x, int32_t *y)
+static void gather(const struct dt_dataset *d, const float *lut, const int64_t *idx, int n, float *x, int32_t *y)
 {
-    const size_t px = (size_t)l->d->rows * (size_t)l->d->cols;
+    const size_t px = (size_t)d->rows * (size_t)d->cols;
     for (int i = 0; i < n; i++) {
-        const uint8_t *img = l->d->images + (size_t)idx[i] * px;
+        const uint8_t *img = d->images + (size_t)idx[i] * px;
         float *xi = x + (size_t)i * px;
         for (size_t j = 0; j < px; j++)
-            xi[j] = l->lut[img[j]];
-        y[i] = l->d->labels[idx[i]];
+            xi[j] = lut[img[j]];
+        y[i] = d->labels[idx[i]];
     }
 }
 
@@ -77,7 +77,7 @@ static void fill(struct dt_loader *l, int64_t b)
     struct slot *s = &l->slots[b % l->nslots];
     s->b.n = batch_rows(l, b);
     s->b.index = b;
-    gather(l, l->indices + b * l->o.batch_size, s->b.n, s->b.x, s->b.y);
+    gather(l->d, l->lut, l->indices + b * l->o.batch_size, s->b.n, s->b.x, s->b.y);
 }
 
 static void *worker_main(void *arg)
@@ -236,15 +236,14 @@ double dt_loader_wait_s(const struct dt_loader *l)
 
 void dt_loader_fill_range(const struct dt_dataset *d, int64_t first, int n, float *x, int32_t *y)
 {
-    struct dt_loader tmp;
-    tmp.d = d;
-    make_lut(tmp.lut);
+    float lut[256];
+    make_lut(lut);
     int64_t idx[256];
     for (int done = 0; done < n;) {
         int k = n - done < 256 ? n - done : 256;
         for (int i = 0; i < k; i++)
             idx[i] = first + done + i;
-        gather(&tmp, idx, k, x + (size_t)done * d->rows * d->cols, y + done);
+        gather(d, lut, idx, k, x + (size_t)done * d->rows * d->cols, y + done);
         done += k;
     }
 }

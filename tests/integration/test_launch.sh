@@ -138,3 +138,9 @@ contains "$T/last.out" '^\[rank 0\] token=unset$' "auth: none ranks get no token
 job wide 'nproc_per_node: 24' "command: [bash, -c, 'echo limit \$(ulimit -Sn)']"
 expect_status 0 "24 ranks under ulimit -Sn 64 (the agent raises its own limit)" bash -c "ulimit -Sn 64; exec '$DTRAIN' launch '$T/wide.yaml'"
 check "every one of the 24 ranks printed" test "$(grep -c '^\[rank [0-9]*\] limit 64$' "$T/last.out")" = 24
+
+# --- the console goes away (`| head`): the job goes on, the logs stay whole -----
+job headjob 'nproc_per_node: 2' "command: [bash, -c, 'for i in \$(seq 50000); do echo line \$i; done']"
+"$DTRAIN" launch --quiet "$T/headjob.yaml" 2>/dev/null | head -n 1 >/dev/null
+check "dtrain launch | head: the launcher still exits 0" test "${PIPESTATUS[0]}" = 0
+check "dtrain launch | head: the log files have every line" test "$(wc -l <"$(run_dir_of headjob)/attempt_0/rank_1.out")" = 50000

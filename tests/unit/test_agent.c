@@ -263,6 +263,8 @@ static void summary_json(void **state)
     assert_non_null(strstr(text, "\"stopped_by_dtrain\": true"));
     assert_non_null(strstr(text, "\"started_at\": \"1970-01-01T00:00:00Z\""));
     assert_non_null(strstr(text, "\"command\": [\"printenv\"]"));
+    assert_non_null(strstr(text, "\"coordinator_port\": 4242"));
+    assert_non_null(strstr(text, "\"auth\": \"token\""));
     free(text);
 }
 
