@@ -5,7 +5,8 @@
  * named "rank N"), keeps each rank's tracks (launch, compute, communication,
  * data) and adds, when the run directory holds the launcher's summary.json, a
  * "dtrain launch" row with each attempt and each rank's life from spawn to
- * exit, so a slow start-up shows where it went.  Timestamps are wall-clock
+ * exit, so a slow start-up shows where it went.  It then prints each rank's
+ * time per step and names a straggler.  Timestamps are wall-clock
  * microseconds in every input, so nothing is shifted.
  *
  * Not for recording spans (worker/trace.c) or for reading JSON (report_json.c).
@@ -49,7 +50,8 @@ static void usage(FILE *out)
             "job runs with --trace or trace: {steps: \"10-20\"}) into one file that chrome://tracing\n"
             "and https://ui.perfetto.dev open: one process row per rank, with its launch, compute,\n"
             "communication and data tracks, plus a \"dtrain launch\" row (attempts, each rank's\n"
-            "spawn to exit) when RUN_DIR holds summary.json.\n\n"
+            "spawn to exit) when RUN_DIR holds summary.json.  Prints each rank's time per step\n"
+            "and names a straggler: a rank whose work per step is 10%% over the median rank's.\n\n"
             "Options:\n"
             "  -o FILE     where to write (default: RUN_DIR/trace_merged.json; required for files)\n"
             "  -h, --help  show this help\n\n"
@@ -259,6 +261,59 @@ static int write_merged(struct merge *m, const struct dt_json *summary)
     return 0;
 }
 
+/* Mean per-step time of a rank's "step" spans and of its "comm wait" spans (µs). */
+static bool step_means(const struct dt_json *doc, double *step_us, double *wait_us)
+{
+    double sum[2] = {0, 0}, dur;
+    int n = 0;
+    for (const struct dt_json *e = events_of(doc)->child; e; e = e->next) {
+        const char *name = dt_json_get_str(e, "name"), *ph = dt_json_get_str(e, "ph");
+        if (!name || strcmp(ph, "X") || !dt_json_get_num(e, "dur", &dur))
+            continue;
+        if (strcmp(name, "step") == 0) {
+            sum[0] += dur;
+            n++;
+        } else if (strcmp(name, "comm wait") == 0) {
+            sum[1] += dur;
+        }
+    }
+    *step_us = n ? sum[0] / n : 0;
+    *wait_us = n ? sum[1] / n : 0;
+    return n > 0;
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* In data-parallel training every rank's step lasts as long as the slowest
+ * rank's work, the others wait in "comm wait"; so the work per step (step
+ * minus comm wait) tells a straggler: named when 10% over the median rank. */
+static void say_stragglers(const struct merge *m)
+{
+    double work[MAX_INPUTS], sorted[MAX_INPUTS], step, wait;
+    int n = 0;
+    for (int i = 0; i < m->n; i++) {
+        work[i] = step_means(m->in[i].doc, &step, &wait) ? step - wait : NAN;
+        if (!isnan(work[i])) {
+            sorted[n++] = work[i];
+            printf("rank %d: %.3f ms per step, of which %.3f ms waiting for communication\n", m->in[i].rank,
+                   step / 1000, wait / 1000);
+        }
+    }
+    if (n < 2)
+        return;
+    qsort(sorted, (size_t)n, sizeof *sorted, by_double);
+    double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    for (int i = 0; i < m->n; i++)
+        if (!isnan(work[i]) && median > 0 && work[i] > 1.1 * median)
+            printf("rank %d is a straggler: %.3f ms of work per step against a median of %.3f ms (+%.0f%%); "
+                   "the other ranks wait for it\n", m->in[i].rank, work[i] / 1000, median / 1000,
+                   100 * (work[i] / median - 1));
+}
+
 /* summary.json of the run directory, if there is one; a broken one is an error. */
 static int load_summary(struct merge *m, const struct dt_json **out)
 {
@@ -303,6 +358,8 @@ static int merge(struct merge *m, char **inputs, int n_inputs)
         rc = load_summary(m, &summary);
     if (!rc)
         rc = write_merged(m, summary);
+    if (!rc)
+        say_stragglers(m);
     return rc;
 }
 

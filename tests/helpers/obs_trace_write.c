@@ -2,13 +2,14 @@
  * run with worker/trace.h, exactly as the trainer does (same tracks, same
  * nesting), and writes RUN_DIR/trace_rank<RANK>.json.
  *
- *   obs_trace_write RUN_DIR RANK STEPS NSTEPS [CAPACITY]
+ *   obs_trace_write RUN_DIR RANK STEPS NSTEPS [CAPACITY [SLOW]]
  *
  * STEPS is the window ("10-20"), NSTEPS how many steps run.  Each step: a
  * data wait, then step > forward, backward, optimizer on the compute track,
  * and four bucket all-reduces on the communication track, each starting when
  * its bucket is ready during backward (overlap), the last one after it; a checkpoint every 5
  * steps.  Times are synthetic (no sleeping): 1 ms units from the clock's now.
+ * SLOW (ms) lengthens this rank's backward, as a straggler's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +28,10 @@ static void launch_phases(struct dt_trace *t, int64_t t0)
 }
 
 /* One step starting at t; returns when it ends. */
-static int64_t step(struct dt_trace *t, int64_t s, int64_t at, int rank)
+static int64_t step(struct dt_trace *t, int64_t s, int64_t at, int rank, int64_t slow)
 {
     dt_trace_set_step(t, s);
-    int64_t wait = (1 + rank % 2) * MS, fwd = 3 * MS, bwd = 6 * MS;
+    int64_t wait = (1 + rank % 2) * MS, fwd = 3 * MS, bwd = 6 * MS + slow;
     dt_trace_span(t, DT_TRACE_DATA, "data wait", at, at + wait);
     int64_t f0 = at + wait, b0 = f0 + fwd, b1 = b0 + bwd;
     dt_trace_span(t, DT_TRACE_COMPUTE, "forward", f0, b0);
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
         int64_t at = now + 20 * MS;
         dt_trace_span(t, DT_TRACE_LAUNCH, "first step", at, at + 12 * MS);
         for (int s = 0; s < n; s++)
-            at = step(t, s, at, rank);
+            at = step(t, s, at, rank, argc > 6 ? atoll(argv[6]) * MS : 0);
         rc = dt_trace_write_dir(t, argv[1]);
     }
     if (!rc)

@@ -2,7 +2,8 @@
 # test_obs_trace.sh - per-rank Chrome traces and `dtrain trace merge`: the
 # files load with Python's json, spans nest properly on every track, the
 # communication track overlaps backward, only the window's steps are kept,
-# the merge gives one pid per rank and a launch row from summary.json, and
+# the merge gives one pid per rank and a launch row from summary.json and
+# names a straggler rank, and
 # bad input gets a message naming the file and line, never a crash.
 source "$(dirname "$0")/lib.sh"
 
@@ -26,6 +27,13 @@ cat > "$run/summary.json" <<JSON
 JSON
 expect_status 0 "dtrain trace merge RUN_DIR" "$DTRAIN" trace merge "$run"
 contains "$T/last.out" "merged 3 rank traces into .*trace_merged.json" "merge says what it wrote"
+contains "$T/last.out" "^rank 1: 15.500 ms per step, of which 0.000 ms waiting" "merge prints each rank's time per step"
+check "ranks within 10% of each other: no straggler named" bash -c "! grep -q straggler '$T/last.out'"
+mkdir -p "$T/slow"
+for r in 0 1 2 3; do "$helper" "$T/slow" "$r" 2-6 10 0 "$([ $r = 2 ] && echo 5 || echo 0)" > /dev/null; done
+expect_status 0 "merge of a run with a slow rank" "$DTRAIN" trace merge "$T/slow"
+contains "$T/last.out" "^rank 2 is a straggler: 18.000 ms of work per step against a median of 15.500 ms \\(\\+16%\\)" \
+  "the straggler is named with its figure"
 python3 - "$run" > "$T/merge.out" <<'PY'
 import json, sys
 run = sys.argv[1]
