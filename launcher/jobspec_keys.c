@@ -355,6 +355,18 @@ static int unknown_key(struct dt_spec_ctx *ctx, const struct dt_spec_section *se
     char q[96], where[300], elsewhere[300];
     const char *title = ctx->path[0] ? ctx->path : "the top level";
     dt_yaml_quote(key->text, q, sizeof q);
+    const char *colon = strchr(key->text, ':');
+    if (colon && colon[1] != ' ' && colon > key->text) {
+        /* "timeout:3s" is one plain word to YAML: the space after ':' is missing. */
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(colon - key->text) < 63 ? (int)(colon - key->text) : 63,
+                 key->text);
+        if (find_key(sec, name))
+            return dt_error_set(DT_EINVAL,
+                                "%s:%d:%d: unknown key '%s' in %s; write '%s: %s' (YAML needs a "
+                                "space after the colon)",
+                                ctx->file, key->line, key->col, q, title, name, colon + 1);
+    }
     const char *close = dt_spec_suggest(sec, key->text);
     if (close)
         return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; did you mean '%s'?", ctx->file,
@@ -374,13 +386,17 @@ int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, co
                   void *obj)
 {
     if (map->kind != DT_Y_MAP) {
+        int colon = map->kind == DT_Y_SCALAR && strchr(map->text, ':');
         if (!ctx->path[0])
             return dt_spec_fail(ctx, map, NULL,
                                 "the top level must be a mapping of keys (name: ..., command: ...), "
-                                "got %s",
-                                dt_ynode_kind_name(map));
-        return dt_spec_fail(ctx, map, NULL, "expected a mapping of keys (key: value), got %s",
-                            dt_ynode_kind_name(map));
+                                "got %s%s",
+                                dt_ynode_kind_name(map), colon ? " (YAML needs a space after each ':')" : "");
+        return dt_spec_fail(ctx, map, NULL, "expected a mapping of keys (key: value), got %s%s",
+                            dt_ynode_kind_name(map),
+                            dt_ynode_is_null(map) ? " (indent its keys under it, with spaces)"
+                            : colon               ? " (YAML needs a space after each ':')"
+                                                  : "");
     }
     for (size_t i = 0; i < map->n; i++) {
         const struct dt_ynode *key = dt_ymap_key(map, i);

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_TIME_S (3650LL * 86400) /* ten years: beyond any partition's limit */
+#define MAX_BYTES 1e18              /* an exabyte: beyond any node */
+
 static const char *const pull_policies[] = {"IfNotPresent", "Always", "Never", NULL};
 static const char *const operators[] = {"Equal", "Exists", NULL};
 static const char *const effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute", NULL};
@@ -26,7 +29,10 @@ static int parse_slurm_time(const char *s, long long *seconds)
     long long d = 0, f[3] = {0, 0, 0};
     int n = 0;
     double dur;
+    /* Bounds first: a hostile "9999...9h" must not overflow the conversions below. */
     if (strpbrk(s, "hms") && dt_spec_parse_duration(s, &dur) == 0) {
+        if (!(dur >= 1 && dur <= MAX_TIME_S))
+            return -1;
         *seconds = (long long)(dur + 0.5);
         return 0;
     }
@@ -36,13 +42,14 @@ static int parse_slurm_time(const char *s, long long *seconds)
         return -1;
     if (dash) {
         snprintf(buf, sizeof buf, "%.*s", (int)(dash - s), s);
-        if (dt_spec_parse_int(buf, &d) || d < 0)
+        if (dt_spec_parse_int(buf, &d) || d < 0 || d > MAX_TIME_S / 86400)
             return -1;
         s = dash + 1;
     }
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *tok = strtok_r(buf, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
-        if (n == 3 || dt_spec_parse_int(tok, &f[n]) || f[n] < 0 || (n > 0 && f[n] > 59))
+        if (n == 3 || dt_spec_parse_int(tok, &f[n]) || f[n] < 0 || f[n] > MAX_TIME_S / 60 ||
+            (n > 0 && f[n] > 59))
             return -1;
         n++;
     }
@@ -94,7 +101,8 @@ static const struct dt_spec_key slurm_keys[] = {
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
-    DT_KEY("mem", DT_KT_BYTES, struct dt_slurm_spec, mem_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("mem", DT_KT_BYTES, struct dt_slurm_spec, mem_bytes, .lo = 1, .hi = MAX_BYTES,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos),
     DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint),
     DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive),
@@ -225,14 +233,16 @@ static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("gpus_per_node", DT_KT_INT, struct dt_kubernetes_spec, gpus_per_node, .lo = 0, .hi = 64,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("cpu", DT_KT_CUSTOM, struct dt_kubernetes_spec, cpu_millis, .set = set_cpu, .print = print_cpu),
-    DT_KEY("memory", DT_KT_BYTES, struct dt_kubernetes_spec, memory_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("memory", DT_KT_BYTES, struct dt_kubernetes_spec, memory_bytes, .lo = 1, .hi = MAX_BYTES,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("service_account", DT_KT_STR, struct dt_kubernetes_spec, service_account),
     DT_KEY("node_selector", DT_KT_STRMAP, struct dt_kubernetes_spec, node_selector,
            DT_COUNT(struct dt_kubernetes_spec, n_node_selector)),
     DT_KEY("tolerations", DT_KT_SECLIST, struct dt_kubernetes_spec, tolerations,
            DT_COUNT(struct dt_kubernetes_spec, n_tolerations), .sub = &toleration_section),
     DT_KEY("priority_class", DT_KT_STR, struct dt_kubernetes_spec, priority_class),
-    DT_KEY("shm_size", DT_KT_BYTES, struct dt_kubernetes_spec, shm_size_bytes, .lo = 1, .flags = DT_KF_LO),
+    DT_KEY("shm_size", DT_KT_BYTES, struct dt_kubernetes_spec, shm_size_bytes, .lo = 1, .hi = MAX_BYTES,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("env", DT_KT_STRMAP, struct dt_kubernetes_spec, env, DT_COUNT(struct dt_kubernetes_spec, n_env),
            .flags = DT_KF_ENVNAME),
     DT_KEY("volumes", DT_KT_SECLIST, struct dt_kubernetes_spec, volumes,

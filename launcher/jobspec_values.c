@@ -185,17 +185,22 @@ int dt_spec_parse_bytes(const char *s, double plain_unit, double *bytes)
 
 static void range_text(const struct dt_spec_key *k, int integer, char *buf, size_t size)
 {
-    const char *noun = integer ? "an integer" : k->type == DT_KT_DURATION ? "a duration" : "a number";
+    const char *noun = integer                     ? "an integer"
+                       : k->type == DT_KT_DURATION ? "a duration"
+                       : k->type == DT_KT_SIZE_MB  ? "a size"
+                       : k->type == DT_KT_BYTES    ? "a size"
+                                                   : "a number";
+    const char *unit = k->type == DT_KT_SIZE_MB ? " MiB" : k->type == DT_KT_BYTES ? " bytes" : "";
     int lo = (k->flags & DT_KF_LO) != 0, hi = (k->flags & DT_KF_HI) != 0;
     if (lo && hi && integer)
         snprintf(buf, size, "%s from %.15g to %.15g", noun, k->lo, k->hi);
     else if (lo && hi)
-        snprintf(buf, size, "%s in %c%.15g, %.15g%c", noun, k->flags & DT_KF_LO_X ? '(' : '[', k->lo, k->hi,
-                 k->flags & DT_KF_HI_X ? ')' : ']');
+        snprintf(buf, size, "%s in %c%.15g, %.15g%c%s", noun, k->flags & DT_KF_LO_X ? '(' : '[', k->lo, k->hi,
+                 k->flags & DT_KF_HI_X ? ')' : ']', unit);
     else if (lo)
-        snprintf(buf, size, "%s %s %.15g", noun, k->flags & DT_KF_LO_X ? ">" : ">=", k->lo);
+        snprintf(buf, size, "%s %s %.15g%s", noun, k->flags & DT_KF_LO_X ? ">" : ">=", k->lo, unit);
     else if (hi)
-        snprintf(buf, size, "%s %s %.15g", noun, k->flags & DT_KF_HI_X ? "<" : "<=", k->hi);
+        snprintf(buf, size, "%s %s %.15g%s", noun, k->flags & DT_KF_HI_X ? "<" : "<=", k->hi, unit);
     else
         snprintf(buf, size, "%s", noun);
 }
