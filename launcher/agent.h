@@ -6,7 +6,7 @@
  * their output line by line to the console (prefixed "[rank N]") and in full
  * to per-rank log files, stops the whole group when one rank fails, restarts
  * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
- * leaves no process of the job behind (process groups, PR_SET_PDEATHSIG, and
+ * leaves no process of the job behind (a session per rank, PR_SET_PDEATHSIG, and
  * the agent as child subreaper).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *

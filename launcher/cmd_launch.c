@@ -279,12 +279,14 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
     const char *worker_argv[] = {self, "worker", job->path, NULL};
     char run_id[DT_RUN_ID_MAX], run_dir[PATH_MAX], token[65] = "";
     struct dt_coord *coord = NULL;
-    int rc = dt_run_dir_create(o->log_dir     ? o->log_dir
-                               : job->log_dir ? job->log_dir
-                                              : "runs",
-                               job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
-    if (rc == 0)
-        rc = start_coordinator(job, token, &coord);
+    const char *log_dir = o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs";
+    /* The coordinator first: a busy fixed port must not leave an empty run directory. */
+    int rc = start_coordinator(job, token, &coord);
+    if (rc == 0) {
+        rc = dt_run_dir_create(log_dir, job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
+        if (rc < 0)
+            dt_coord_stop(coord);
+    }
     if (rc < 0) {
         free(show);
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
