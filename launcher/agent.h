@@ -46,6 +46,7 @@ struct dt_agent_config {
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
+    bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
