@@ -91,14 +91,15 @@ static int read_i64(struct cursor *c, int64_t *v)
     return rc;
 }
 
-/* what: "key" or "value", for the limit and the message. */
-static int read_str(struct cursor *c, const char *what, struct dt_wire_bytes *out)
+/* is_key picks the limit and the word in the message. */
+static int read_str(struct cursor *c, bool is_key, struct dt_wire_bytes *out)
 {
     uint64_t n;
     int rc = read_u64(c, &n);
     if (rc)
         return rc;
-    size_t max = strcmp(what, "key") == 0 ? c->lim->max_key_bytes : c->lim->max_value_bytes;
+    size_t max = is_key ? c->lim->max_key_bytes : c->lim->max_value_bytes;
+    const char *what = is_key ? "key" : "value";
     if (n > max)
         return dt_error_set(DT_ENOMEM, "%s %s of %llu bytes is over the %zu-byte limit",
                             dt_wire_op_name(c->op), what, (unsigned long long)n, max);
@@ -123,9 +124,9 @@ static int read_list(struct cursor *c, struct dt_wire_request *r, int per_entry)
     size_t start = c->pos;
     struct dt_wire_bytes s;
     for (uint64_t i = 0; i < r->count; i++) {
-        if ((rc = read_str(c, "key", &s)) != 0)
+        if ((rc = read_str(c, true, &s)) != 0)
             return rc;
-        if (per_entry == 2 && (rc = read_str(c, "value", &s)) != 0)
+        if (per_entry == 2 && (rc = read_str(c, false, &s)) != 0)
             return rc;
     }
     r->list.p = c->buf + start;
@@ -141,21 +142,21 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
         return read_u32(c, &r->u32);
     case DT_WIRE_SET:
     case DT_WIRE_APPEND: {
-        int rc = read_str(c, "key", &r->key);
-        return rc ? rc : read_str(c, "value", &r->v1);
+        int rc = read_str(c, true, &r->key);
+        return rc ? rc : read_str(c, false, &r->v1);
     }
     case DT_WIRE_COMPARE_SET: {
-        int rc = read_str(c, "key", &r->key);
+        int rc = read_str(c, true, &r->key);
         if (rc == 0)
-            rc = read_str(c, "value", &r->v1);
-        return rc ? rc : read_str(c, "value", &r->v2);
+            rc = read_str(c, false, &r->v1);
+        return rc ? rc : read_str(c, false, &r->v2);
     }
     case DT_WIRE_GET:
     case DT_WIRE_DELETE_KEY:
     case DT_WIRE_AUTH:
-        return read_str(c, "key", &r->key);
+        return read_str(c, true, &r->key);
     case DT_WIRE_ADD: {
-        int rc = read_str(c, "key", &r->key);
+        int rc = read_str(c, true, &r->key);
         return rc ? rc : read_i64(c, &r->i1);
     }
     case DT_WIRE_CHECK:
@@ -168,7 +169,7 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
     case DT_WIRE_CANCEL_WAIT:
         return 0;
     case DT_WIRE_BARRIER: {
-        int rc = read_str(c, "key", &r->key);
+        int rc = read_str(c, true, &r->key);
         return rc ? rc : read_i64(c, &r->i1);
     }
     case DT_WIRE_HEARTBEAT: {
@@ -277,7 +278,23 @@ void dt_wire_put_i64(struct dt_wire_buf *b, int64_t v)
 
 void dt_wire_put_bytes(struct dt_wire_buf *b, const void *p, size_t len)
 {
-    dt_wire_put_key(b, "", p, len);
+    /* One grow for length and bytes: MULTI_GET replies are made of these. */
+    uint8_t *at = len <= SIZE_MAX - 8 ? grow(b, 8 + len) : NULL;
+    if (!at) {
+        b->failed = true;
+        return;
+    }
+    for (int i = 0; i < 8; i++)
+        at[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    if (len)
+        memcpy(at + 8, p, len);
+}
+
+void dt_wire_put_raw(struct dt_wire_buf *b, const void *p, size_t len)
+{
+    uint8_t *at = grow(b, len);
+    if (at && len)
+        memcpy(at, p, len);
 }
 
 void dt_wire_put_key(struct dt_wire_buf *b, const char *prefix, const void *key, size_t len)

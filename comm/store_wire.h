@@ -135,6 +135,8 @@ void dt_wire_put_i64(struct dt_wire_buf *b, int64_t v);
 void dt_wire_put_u64(struct dt_wire_buf *b, uint64_t v);
 /* len:u64 then bytes. */
 void dt_wire_put_bytes(struct dt_wire_buf *b, const void *p, size_t len);
+/* Bytes as they are, no length in front (an already encoded reply). */
+void dt_wire_put_raw(struct dt_wire_buf *b, const void *p, size_t len);
 /* One string made of prefix and key (PyTorch's client puts "/" in front of
  * every user key). */
 void dt_wire_put_key(struct dt_wire_buf *b, const char *prefix, const void *key, size_t len);

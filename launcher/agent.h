@@ -25,71 +25,72 @@
 
 struct dt_job;
 
-#define DT_AGENT_TAIL_LINES 10   /* stderr lines kept per rank for the failure summary */
-#define DT_AGENT_TAIL_WIDTH 512  /* longer lines are cut in the summary (not in the logs) */
-#define DT_AGENT_LINE_MAX 16384  /* longer console lines are split into pieces of this size */
+#define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
+#define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
+#define DT_AGENT_LINE_MAX 16384 /* longer console lines are split into pieces of this size */
 #define DT_AGENT_DEFAULT_GRACE_S 3.0
 
 struct dt_agent_config {
     const struct dt_job *job;
-    const char *const *argv;   /* the program each rank runs (job->command, or `dtrain worker`) */
-    int node_rank;             /* this node: 0 .. nnodes-1 */
+    const char *const *argv; /* the program each rank runs (job->command, or `dtrain worker`) */
+    int node_rank;           /* this node: 0 .. nnodes-1 */
     int nnodes;
-    int nproc;                 /* ranks on this node (nproc_per_node, resolved) */
+    int nproc; /* ranks on this node (nproc_per_node, resolved) */
     const char *run_id;
-    const char *run_dir;       /* exists; attempt_<k>/ directories are made inside */
-    const char *master_addr;   /* the coordinator, as ranks reach it */
+    const char *run_dir;     /* exists; attempt_<k>/ directories are made inside */
+    const char *master_addr; /* the coordinator, as ranks reach it */
     int master_port;
-    const char *token;         /* job token, or NULL when rendezvous.auth is none */
-    double grace_s;            /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
+    const char *token;                   /* job token, or NULL when rendezvous.auth is none */
+    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
-    int out_fd, err_fd;        /* the console; both 0 mean STDOUT/STDERR_FILENO */
-    double start_mono;         /* CLOCK_MONOTONIC seconds when the launcher started (times in the
-                                  summary count from it); 0 means when dt_agent_run starts */
+    int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
+    double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
+                                            summary count from it); 0 means when dt_agent_run starts */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
 
 struct dt_agent_rank_result {
-    int rank;                  /* global rank */
+    int rank; /* global rank */
     int pid;
     bool exited;
-    int wstatus;               /* as waitpid(2) reported it, valid when exited */
-    bool stopped_by_agent;     /* the agent had signalled it before it exited */
-    double spawn_s, exit_s;    /* seconds since cfg->start_mono */
+    int wstatus;            /* as waitpid(2) reported it, valid when exited */
+    bool stopped_by_agent;  /* the agent had signalled it before it exited */
+    double spawn_s, exit_s; /* seconds since cfg->start_mono */
 };
 
 struct dt_agent_attempt {
     double start_s, end_s;
-    int first_failed;          /* local rank index of the first failure, or -1 */
-    int leftovers;             /* processes the ranks left running, stopped by the agent */
+    int first_failed;                   /* local rank index of the first failure, or -1 */
+    int leftovers;                      /* processes the ranks left running, stopped by the agent */
     struct dt_agent_rank_result *ranks; /* nproc entries */
 };
 
 struct dt_agent_failure {
     int attempt;
-    int rank;                  /* global rank */
+    int rank; /* global rank */
     int wstatus;
     double time_s;
     int n_tail;
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
-    char error_file[4352];     /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
-    int oom_killer;            /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
-                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
+    char error_file[4352];    /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
+    char error_message[1024]; /* the "message" in that file, "" if none */
+    int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
+                                 the attempt, 0 if not; -1 otherwise or when it cannot tell */
 };
 
 struct dt_agent_result {
     enum dt_agent_status status;
-    int exit_status;           /* what the launcher exits with: 0, the code, or 128 + signal */
-    int interrupt_signal;      /* the signal that interrupted the job, or 0 */
+    int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
+    int interrupt_signal; /* the signal that interrupted the job, or 0 */
     int n_attempts;
-    int max_attempts;          /* entries allocated: max_restarts + 1 */
+    int max_attempts; /* entries allocated: max_restarts + 1 */
     int nproc;
     struct dt_agent_attempt *attempts; /* max_restarts + 1 entries, n_attempts used */
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
     double wall_s;
-    double started_unix;       /* wall-clock time at the start, for the summary */
+    double started_unix; /* wall-clock time at the start, for the summary */
 };
 
 /* Runs the job on this node until it succeeds, fails past max_restarts, or
@@ -108,8 +109,8 @@ double dt_agent_now(void);
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns
  * a malloc'd NULL-terminated array; free with dt_agent_env_free(). */
-int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart,
-                       char *const *base, char ***out);
+int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
+                       char ***out);
 void dt_agent_env_free(char **env);
 /* True if `name` is one dtrain sets per rank, so a spec's env: value is overridden. */
 bool dt_agent_env_is_reserved(const char *name);
@@ -127,8 +128,8 @@ typedef void (*dt_agent_line_fn)(void *ctx, const char *line, size_t len, bool c
 
 int dt_agent_linebuf_init(struct dt_agent_linebuf *lb, size_t cap);
 void dt_agent_linebuf_free(struct dt_agent_linebuf *lb);
-void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n,
-                           dt_agent_line_fn fn, void *ctx);
+void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n, dt_agent_line_fn fn,
+                           void *ctx);
 /* Hands over a pending partial line (at end of stream), if any. */
 void dt_agent_linebuf_flush(struct dt_agent_linebuf *lb, dt_agent_line_fn fn, void *ctx);
 
@@ -140,7 +141,7 @@ size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
 struct dt_agent_tail {
     char lines[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH];
     int next, count;
-    bool continuing;           /* the last line came in pieces and is not finished */
+    bool continuing; /* the last line came in pieces and is not finished */
 };
 void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete);
 /* Copies the kept lines, oldest first; returns how many. */
@@ -148,6 +149,13 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
 
 /* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
 int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
+
+/* --- error reports (agent_error_file.c) ---------------------------------- */
+
+/* The first "message" string in a rank's error report (PyTorch's @record
+ * format or {"message": "..."}); returns -1 and leaves out empty if none. */
+int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
+int dt_agent_error_file_message(const char *path, char *out, size_t size);
 
 /* --- the OOM killer (agent_oom.c) ----------------------------------------- */
 
@@ -171,8 +179,7 @@ const char *dt_agent_status_name(enum dt_agent_status s);
 int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
                            const char *path);
 /* The same JSON to a stream (what the unit tests read). */
-int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
-                              const struct dt_agent_result *res);
+int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 /* Prints the failure report for the console: which rank failed first, how,
  * and the last lines of its stderr. */
 void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);

@@ -22,12 +22,31 @@
 
 /* Set for every rank, whatever the launcher's environment or the spec says. */
 static const char *const reserved[] = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-    "DTRAIN_COORD_ADDR", "DTRAIN_JOB_TOKEN", "DTRAIN_RUN_DIR", "DTRAIN_RUN_ID", "DTRAIN_JOB_NAME",
-    "DTRAIN_NODE_RANK", "DTRAIN_NNODES", "DTRAIN_RESTART_COUNT", "DTRAIN_ERROR_FILE",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "DTRAIN_COORD_ADDR",
+    "DTRAIN_JOB_TOKEN",
+    "DTRAIN_RUN_DIR",
+    "DTRAIN_RUN_ID",
+    "DTRAIN_JOB_NAME",
+    "DTRAIN_NODE_RANK",
+    "DTRAIN_NNODES",
+    "DTRAIN_RESTART_COUNT",
+    "DTRAIN_ERROR_FILE",
 };
 
 bool dt_agent_env_is_reserved(const char *name)
@@ -109,8 +128,8 @@ static void add(struct env_builder *b, const char *fmt, ...)
     b->v[++b->n] = NULL;
 }
 
-static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank,
-                         int local_rank, int restart, const char *error_file)
+static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int local_rank,
+                         int restart, const char *error_file)
 {
     int world = cfg->nnodes * cfg->nproc;
     add(b, "RANK=%d", rank);
@@ -147,8 +166,8 @@ static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg,
     add(b, "DTRAIN_ERROR_FILE=%s", error_file);
 }
 
-int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart,
-                       char *const *base, char ***out)
+int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
+                       char ***out)
 {
     const struct dt_job *job = cfg->job;
     struct env_builder b = {0};

@@ -14,19 +14,19 @@
 #include <sys/types.h>
 
 struct dt_agent_stream {
-    int fd;                     /* read end of the rank's pipe; -1 once at end of file */
-    int log_fd;                 /* attempt_<k>/rank_<n>.out or .err */
+    int fd;     /* read end of the rank's pipe; -1 once at end of file */
+    int log_fd; /* attempt_<k>/rank_<n>.out or .err */
     bool is_err;
-    bool continuing;            /* the console got the start of a line that is not finished */
+    bool continuing; /* the console got the start of a line that is not finished */
     struct dt_agent_linebuf lb;
 };
 
 struct dt_agent_proc {
     int local_rank, rank;
-    pid_t pid;                  /* 0 before spawn */
+    pid_t pid; /* 0 before spawn */
     bool running;
     struct dt_agent_stream out, err;
-    struct dt_agent_tail tail;  /* stderr, for the failure report */
+    struct dt_agent_tail tail; /* stderr, for the failure report */
     char **env;
 };
 
@@ -36,26 +36,27 @@ struct dt_agent {
     int nproc;
     struct dt_agent_proc *procs;
     int out_fd, err_fd;
-    bool console_broken;        /* the console went away (EPIPE): keep logging to files only */
-    int null_fd;                /* /dev/null, the ranks' stdin */
-    struct rlimit nofile;       /* RLIMIT_NOFILE as the launcher found it, for the ranks */
-    char *scratch;              /* one formatted console line */
+    bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
+    int null_fd;          /* /dev/null, the ranks' stdin */
+    struct rlimit nofile; /* RLIMIT_NOFILE as the launcher found it, for the ranks */
+    char *scratch;        /* one formatted console line */
     char *readbuf;
     size_t readbuf_size;
     struct pollfd *pfds;
-    struct dt_agent_stream **pfd_stream;
-    double t0;                  /* cfg->start_mono, or when dt_agent_run started */
+    struct dt_agent_stream **pfd_stream; /* what each pollfd reads, and whose it is */
+    struct dt_agent_proc **pfd_proc;
+    double t0; /* cfg->start_mono, or when dt_agent_run started */
     double grace_s;
     int attempt;
-    int running;                /* ranks of this attempt not yet reaped */
-    bool stopping;              /* SIGTERM (or the forwarded signal) sent to every rank */
-    bool killing;               /* SIGKILL sent */
-    double kill_at;             /* when `stopping` turns into SIGKILL */
-    double killed_at;           /* when SIGKILL was sent */
-    bool swept;                 /* looked for processes the ranks left behind */
-    long long oom_base;         /* the cgroup's OOM kill count when the attempt started, -1: unknown */
-    int oom_verdict;            /* for the first failure: see dt_agent_failure.oom_killer */
-    int interrupt_sig;          /* a signal the launcher received, 0 if none */
+    int running;        /* ranks of this attempt not yet reaped */
+    bool stopping;      /* SIGTERM (or the forwarded signal) sent to every rank */
+    bool killing;       /* SIGKILL sent */
+    double kill_at;     /* when `stopping` turns into SIGKILL */
+    double killed_at;   /* when SIGKILL was sent */
+    bool swept;         /* looked for processes the ranks left behind */
+    long long oom_base; /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
+    int interrupt_sig;  /* a signal the launcher received, 0 if none */
 };
 
 /* agent_spawn.c */

@@ -32,8 +32,8 @@ void dt_agent_linebuf_free(struct dt_agent_linebuf *lb)
 
 /* Appends to the pending piece; when it fills up, hands it over as an
  * unfinished line so no rank can make the agent buffer without bound. */
-static void append_pending(struct dt_agent_linebuf *lb, const char *data, size_t n,
-                           dt_agent_line_fn fn, void *ctx)
+static void append_pending(struct dt_agent_linebuf *lb, const char *data, size_t n, dt_agent_line_fn fn,
+                           void *ctx)
 {
     while (n > 0) {
         size_t room = lb->cap - lb->len;
@@ -49,8 +49,8 @@ static void append_pending(struct dt_agent_linebuf *lb, const char *data, size_t
     }
 }
 
-void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n,
-                           dt_agent_line_fn fn, void *ctx)
+void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n, dt_agent_line_fn fn,
+                           void *ctx)
 {
     while (n > 0) {
         const char *nl = memchr(data, '\n', n);
@@ -176,8 +176,8 @@ int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask)
         if (*end == 0)
             return 0;
         if (*end != ',')
-            return dt_error_set(DT_EINVAL, "--ranks '%s': unexpected '%c'; expected rank numbers like 0,2,4-7",
-                                list, *end);
+            return dt_error_set(
+                DT_EINVAL, "--ranks '%s': unexpected '%c'; expected rank numbers like 0,2,4-7", list, *end);
         p = end + 1;
     }
 }

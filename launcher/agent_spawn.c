@@ -37,12 +37,18 @@ static void put(const char *s)
 static const char *errno_text(int e)
 {
     switch (e) {
-    case ENOENT: return "no such file (is it on PATH?)";
-    case EACCES: return "permission denied (is it executable?)";
-    case ENOEXEC: return "not an executable format";
-    case ENOMEM: return "out of memory";
-    case E2BIG: return "argument list too long";
-    default: return "exec failed";
+    case ENOENT:
+        return "no such file (is it on PATH?)";
+    case EACCES:
+        return "permission denied (is it executable?)";
+    case ENOEXEC:
+        return "not an executable format";
+    case ENOMEM:
+        return "out of memory";
+    case E2BIG:
+        return "argument list too long";
+    default:
+        return "exec failed";
     }
 }
 
@@ -56,7 +62,8 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
     if (getppid() != parent)
         _exit(1);
     setpgid(0, 0);
-    if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0)
+    if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 ||
+        dup2(err_w, STDERR_FILENO) < 0)
         _exit(127);
     /* The agent ignores SIGPIPE and handles the job's signals: ignored
      * dispositions survive exec, and a handler must not run here at all. */
@@ -92,8 +99,10 @@ static int open_log(const char *dir, int rank, const char *ext)
 static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
 {
     if (e == EMFILE || e == ENFILE)
-        return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d (%d ranks need about %d file "
-                                  "descriptors: raise `ulimit -n`)", p->rank, a->nproc, a->nproc * 4 + 64);
+        return dt_error_set_errno(DT_EIO, e,
+                                  "cannot create a pipe for rank %d (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)",
+                                  p->rank, a->nproc, a->nproc * 4 + 64);
     return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d", p->rank);
 }
 

@@ -22,14 +22,14 @@ static const struct {
     int sig;
     const char *name;
 } signal_names[] = {
-    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},     {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},   {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},   {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"},   {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
-    {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},   {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
-    {SIGTTOU, "SIGTTOU"}, {SIGURG, "SIGURG"},     {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+    {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},   {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},     {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"},   {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},   {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},   {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},   {SIGXFSZ, "SIGXFSZ"},
     {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
-    {SIGPWR, "SIGPWR"},   {SIGSYS, "SIGSYS"},
+    {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
 };
 
 const char *dt_agent_signal_name(int sig, char *buf, size_t size)
@@ -45,12 +45,18 @@ const char *dt_agent_signal_name(int sig, char *buf, size_t size)
 static const char *signal_hint(int sig)
 {
     switch (sig) {
-    case SIGKILL: return " (often the kernel's out-of-memory killer: see dmesg)";
-    case SIGSEGV: return " (segmentation fault)";
-    case SIGBUS: return " (bus error)";
-    case SIGABRT: return " (abort(), e.g. a failed assertion)";
-    case SIGFPE: return " (arithmetic error)";
-    default: return "";
+    case SIGKILL:
+        return " (often the kernel's out-of-memory killer: see dmesg)";
+    case SIGSEGV:
+        return " (segmentation fault)";
+    case SIGBUS:
+        return " (bus error)";
+    case SIGABRT:
+        return " (abort(), e.g. a failed assertion)";
+    case SIGFPE:
+        return " (arithmetic error)";
+    default:
+        return "";
     }
 }
 
@@ -85,9 +91,12 @@ int dt_agent_exit_status(int wstatus)
 const char *dt_agent_status_name(enum dt_agent_status s)
 {
     switch (s) {
-    case DT_AGENT_SUCCEEDED: return "succeeded";
-    case DT_AGENT_FAILED: return "failed";
-    case DT_AGENT_INTERRUPTED: return "interrupted";
+    case DT_AGENT_SUCCEEDED:
+        return "succeeded";
+    case DT_AGENT_FAILED:
+        return "failed";
+    case DT_AGENT_INTERRUPTED:
+        return "interrupted";
     }
     return "unknown";
 }
@@ -97,11 +106,21 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
         default:
             if (*p < 0x20)
                 fprintf(f, "\\u%04x", *p);
@@ -144,8 +163,9 @@ static void json_attempts(FILE *f, const struct dt_agent_result *res)
     fputs("  \"attempts\": [\n", f);
     for (int a = 0; a < res->n_attempts; a++) {
         const struct dt_agent_attempt *at = &res->attempts[a];
-        fprintf(f, "    {\"attempt\": %d, \"start_s\": %.6f, \"end_s\": %.6f, \"leftover_processes\": %d,\n"
-                   "      \"first_failed_rank\": ",
+        fprintf(f,
+                "    {\"attempt\": %d, \"start_s\": %.6f, \"end_s\": %.6f, \"leftover_processes\": %d,\n"
+                "      \"first_failed_rank\": ",
                 a, at->start_s, at->end_s, at->leftovers);
         if (at->first_failed >= 0)
             fprintf(f, "%d", at->ranks[at->first_failed].rank);
@@ -179,6 +199,11 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         json_str(f, ff->error_file);
     else
         fputs("null", f);
+    fputs(", \"error_message\": ", f);
+    if (ff->error_message[0])
+        json_str(f, ff->error_message);
+    else
+        fputs("null", f);
     fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
     fputs(", \"stderr_tail\": [", f);
     for (int i = 0; i < ff->n_tail; i++) {
@@ -189,8 +214,7 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
     fputs("]},\n", f);
 }
 
-int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
-                              const struct dt_agent_result *res)
+int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     char when[32] = "";
     char tmp[32];
@@ -213,9 +237,11 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg,
     fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"wall_seconds\": %.6f,\n", when, res->wall_s);
     fputs("  \"coordinator\": ", f);
     json_str(f, cfg->master_addr);
-    fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port, cfg->token ? "token" : "none");
-    fprintf(f, "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
-               "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
+    fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port,
+            cfg->token ? "token" : "none");
+    fprintf(f,
+            "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
+            "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
             cfg->nnodes * cfg->nproc, cfg->nnodes, cfg->nproc, cfg->job->max_restarts, res->n_attempts);
     for (int i = 0; cfg->argv[i]; i++) {
         json_str(f, cfg->argv[i]);
@@ -256,23 +282,34 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
     char desc[160];
     /* "often the OOM killer" is a guess; not needed when the cgroup told us. */
     describe(ff->wstatus, ff->oom_killer < 0, desc, sizeof desc);
-    dprintf(fd, "dtrain: error: rank %d failed first (attempt %d, %.2f s after the start): %s\n",
-            ff->rank, ff->attempt, ff->time_s, desc);
+    dprintf(fd, "dtrain: error: rank %d failed first (attempt %d, %.2f s after the start): %s\n", ff->rank,
+            ff->attempt, ff->time_s, desc);
     if (ff->oom_killer == 1)
-        dprintf(fd, "dtrain: the kernel's out-of-memory killer ran in this job's memory cgroup during the attempt: "
-                    "rank %d most likely used more memory than the machine or the cgroup limit allows\n", ff->rank);
+        dprintf(
+            fd,
+            "dtrain: the kernel's out-of-memory killer ran in this job's memory cgroup during the attempt: "
+            "rank %d most likely used more memory than the machine or the cgroup limit allows\n",
+            ff->rank);
     else if (ff->oom_killer == 0)
         dprintf(fd, "dtrain: it was not the out-of-memory killer (the memory cgroup counted no OOM kill); "
                     "something outside dtrain sent SIGKILL\n");
     if (ff->n_tail == 0) {
-        dprintf(fd, "dtrain: rank %d wrote nothing on stderr (log: %s/attempt_%d/rank_%d.err)\n",
-                ff->rank, cfg->run_dir, ff->attempt, ff->rank);
+        dprintf(fd, "dtrain: rank %d wrote nothing on stderr (log: %s/attempt_%d/rank_%d.err)\n", ff->rank,
+                cfg->run_dir, ff->attempt, ff->rank);
     } else {
         dprintf(fd, "dtrain: last %d line%s of rank %d's stderr (all of it: %s/attempt_%d/rank_%d.err):\n",
                 ff->n_tail, ff->n_tail == 1 ? "" : "s", ff->rank, cfg->run_dir, ff->attempt, ff->rank);
         for (int i = 0; i < ff->n_tail; i++)
             dprintf(fd, "  | %s\n", ff->tail[i]);
     }
-    if (ff->error_file[0])
+    if (ff->error_file[0] && !ff->error_message[0])
         dprintf(fd, "dtrain: rank %d also wrote an error report: %s\n", ff->rank, ff->error_file);
+    if (ff->error_message[0]) {
+        dprintf(fd, "dtrain: rank %d's error report (%s) says:\n", ff->rank, ff->error_file);
+        for (const char *line = ff->error_message; *line;) {
+            size_t n = strcspn(line, "\n");
+            dprintf(fd, "  > %.*s\n", (int)n, line);
+            line += n + (line[n] == '\n');
+        }
+    }
 }

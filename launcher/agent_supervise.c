@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #define READ_CHUNK 65536
-#define LEFTOVER_POLL_MS 20   /* how often to look for stragglers once the ranks are gone */
-#define UNKILLABLE_S 10       /* after SIGKILL, how long to wait for processes stuck in the kernel */
+#define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
+#define UNKILLABLE_S 10     /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
 static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
@@ -125,12 +125,14 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     at->first_failed = i;
     a->oom_verdict = -1;
     long long oom_now;
-    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 && dt_agent_oom_count(&oom_now) == 0)
+    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
+        dt_agent_oom_count(&oom_now) == 0)
         a->oom_verdict = oom_now > a->oom_base;
     char desc[160];
     dt_agent_describe_status(wstatus, desc, sizeof desc);
     if (a->oom_verdict >= 0)
-        snprintf(desc, sizeof desc, "killed by SIGKILL%s", a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
+        snprintf(desc, sizeof desc, "killed by SIGKILL%s",
+                 a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);
@@ -174,13 +176,11 @@ static bool handle_signals(struct dt_agent *a, int fd)
 {
     unsigned char buf[64];
     ssize_t n;
-    bool children = true;
     while ((n = read(fd, buf, sizeof buf)) > 0)
         for (ssize_t i = 0; i < n; i++)
             if (buf[i] != SIGCHLD)
                 on_interrupt(a, buf[i]);
-    children = reap(a);
-    return children;
+    return reap(a);
 }
 
 static int open_streams(struct dt_agent *a, int sig_fd)
@@ -194,6 +194,7 @@ static int open_streams(struct dt_agent *a, int sig_fd)
             if (ss[k]->fd < 0)
                 continue;
             a->pfds[n] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+            a->pfd_proc[n] = &a->procs[i];
             a->pfd_stream[n++] = ss[k];
         }
     }
@@ -214,14 +215,6 @@ static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
     if (until < 0)
         return -1;
     return until <= now ? 0 : (int)((until - now) * 1000) + 1;
-}
-
-static struct dt_agent_proc *stream_owner(struct dt_agent *a, struct dt_agent_stream *s)
-{
-    for (int i = 0; i < a->nproc; i++)
-        if (&a->procs[i].out == s || &a->procs[i].err == s)
-            return &a->procs[i];
-    return NULL;
 }
 
 /* Once the ranks are gone: stop what they left behind (counted on the first
@@ -259,8 +252,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
-            struct dt_agent_stream *s = a->pfd_stream[k];
-            dt_agent_pump(a, stream_owner(a, s), s);
+            dt_agent_pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
         children = handle_signals(a, sig_fd);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
@@ -300,6 +292,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
+    dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
 }
 
 static void reset_attempt_state(struct dt_agent *a)
@@ -374,10 +367,12 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
     a->procs = calloc((size_t)cfg->nproc, sizeof *a->procs);
     a->pfds = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfds);
     a->pfd_stream = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_stream);
+    a->pfd_proc = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_proc);
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
     a->scratch = malloc(DT_AGENT_LINE_MAX + 64);
-    if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->readbuf || !a->scratch)
+    if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
+        !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
     for (int k = 0; k < n_attempts; k++) {
         res->attempts[k].first_failed = -1;
@@ -414,6 +409,7 @@ static void agent_free(struct dt_agent *a)
     free(a->procs);
     free(a->pfds);
     free(a->pfd_stream);
+    free(a->pfd_proc);
     free(a->readbuf);
     free(a->scratch);
 }
@@ -446,7 +442,8 @@ static void raise_fd_limit(struct dt_agent *a)
     if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
         return;
     struct rlimit raised = a->nofile;
-    raised.rlim_cur = a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
+    raised.rlim_cur =
+        a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &raised);
 }
 
@@ -471,6 +468,10 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0)
             break;
         dt_agent_print_failure(cfg, res);
+        /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
+        handle_signals(&a, sv.pipe_fd[0]);
+        if (a.interrupt_sig)
+            break;
         if (a.attempt < cfg->job->max_restarts)
             dt_log_warn("restarting all %d rank%s (restart %d of %d)", a.nproc, a.nproc == 1 ? "" : "s",
                         a.attempt + 1, cfg->job->max_restarts);

@@ -30,7 +30,7 @@ struct launch_opts {
     const char *log_dir;
     const char *ranks;
     double grace_s;
-    double start_mono;          /* the summary's times count from here */
+    double start_mono; /* the summary's times count from here */
 };
 
 static void usage(FILE *out)
@@ -187,33 +187,41 @@ static void print_outcome(const struct dt_agent_config *cfg, const struct dt_age
 static int prepare(const struct launch_opts *o, const struct dt_job *job, int *nproc, unsigned char **show)
 {
     if (job->scheduler != DT_SCHED_LOCAL) {
-        dt_error_set(DT_EUNSUPPORTED,
-                     "%s: scheduler: %s is not built into this version of dtrain (%s); only scheduler: local is",
-                     job->path, dt_scheduler_name(job->scheduler), dt_version);
+        dt_error_set(
+            DT_EUNSUPPORTED,
+            "%s: scheduler: %s is not built into this version of dtrain (%s); only scheduler: local is",
+            job->path, dt_scheduler_name(job->scheduler), dt_version);
         return 2;
     }
     if (job->nodes != 1) {
-        dt_error_set(DT_EUNSUPPORTED, "%s: nodes: %d with scheduler: local; a local job runs on this one machine "
-                     "(nodes: 1)", job->path, job->nodes);
+        dt_error_set(DT_EUNSUPPORTED,
+                     "%s: nodes: %d with scheduler: local; a local job runs on this one machine "
+                     "(nodes: 1)",
+                     job->path, job->nodes);
         return 2;
     }
     *nproc = job->nproc_per_node;
     if (*nproc == DT_NPROC_GPU) {
         *nproc = count_gpus();
         if (*nproc == 0) {
-            dt_error_set(DT_EINVAL, "%s: nproc_per_node: gpu, but this machine shows no GPU "
-                         "(no /dev/nvidia<N>, or CUDA_VISIBLE_DEVICES is empty)", job->path);
+            dt_error_set(DT_EINVAL,
+                         "%s: nproc_per_node: gpu, but this machine shows no GPU "
+                         "(no /dev/nvidia<N>, or CUDA_VISIBLE_DEVICES is empty)",
+                         job->path);
             return 2;
         }
     }
     if (!job->command && !has_command("worker")) {
-        dt_error_set(DT_EUNSUPPORTED, "%s: trainer: this dtrain (%s) has no bundled trainer yet (`dtrain worker`); "
-                     "use command: to run a program", job->path, dt_version);
+        dt_error_set(DT_EUNSUPPORTED,
+                     "%s: trainer: this dtrain (%s) has no bundled trainer yet (`dtrain worker`); "
+                     "use command: to run a program",
+                     job->path, dt_version);
         return 2;
     }
     if (job->command && check_program(job->command[0]) != 0) {
         dt_error_set(DT_ENOTFOUND, "%s: command: '%s' %s", job->path, job->command[0],
-                     strchr(job->command[0], '/') ? "does not exist or is not executable" : "was not found on PATH");
+                     strchr(job->command[0], '/') ? "does not exist or is not executable"
+                                                  : "was not found on PATH");
         return 2;
     }
     if (o->ranks) {
@@ -233,14 +241,16 @@ static int start_coordinator(const struct dt_job *job, char token[65], struct dt
             return rc;
     }
     /* Loopback only: every rank of a local job is on this machine. */
-    struct dt_coord_config cc = {.bind_host = "127.0.0.1", .port = job->rendezvous.port,
-                                 .token = auth ? token : NULL};
+    struct dt_coord_config cc = {
+        .bind_host = "127.0.0.1", .port = job->rendezvous.port, .token = auth ? token : NULL};
     int rc = dt_coord_start(&cc, coord);
     if (rc < 0)
         return dt_error_prefix("cannot start the coordinator on port %d", job->rendezvous.port);
     if (!auth)
-        dt_log_warn("rendezvous.auth is none: the coordinator on 127.0.0.1:%d serves any local client without "
-                    "a job token (what PyTorch scripts need)", dt_coord_port(*coord));
+        dt_log_warn(
+            "rendezvous.auth is none: the coordinator on 127.0.0.1:%d serves any local client without "
+            "a job token (what PyTorch scripts need)",
+            dt_coord_port(*coord));
     return 0;
 }
 
@@ -261,8 +271,10 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
     const char *worker_argv[] = {self, "worker", job->path, NULL};
     char run_id[DT_RUN_ID_MAX], run_dir[PATH_MAX], token[65] = "";
     struct dt_coord *coord = NULL;
-    int rc = dt_run_dir_create(o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs", job->name, run_id,
-                               sizeof run_id, run_dir, sizeof run_dir);
+    int rc = dt_run_dir_create(o->log_dir     ? o->log_dir
+                               : job->log_dir ? job->log_dir
+                                              : "runs",
+                               job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
     if (rc == 0)
         rc = start_coordinator(job, token, &coord);
     if (rc < 0) {
@@ -271,10 +283,19 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         return 1;
     }
     struct dt_agent_config cfg = {
-        .job = job, .argv = job->command ? (const char *const *)job->command : worker_argv,
-        .node_rank = 0, .nnodes = 1, .nproc = nproc, .run_id = run_id, .run_dir = run_dir,
-        .master_addr = "127.0.0.1", .master_port = dt_coord_port(coord), .token = token[0] ? token : NULL,
-        .grace_s = o->grace_s, .console_stdout = show, .start_mono = o->start_mono,
+        .job = job,
+        .argv = job->command ? (const char *const *)job->command : worker_argv,
+        .node_rank = 0,
+        .nnodes = 1,
+        .nproc = nproc,
+        .run_id = run_id,
+        .run_dir = run_dir,
+        .master_addr = "127.0.0.1",
+        .master_port = dt_coord_port(coord),
+        .token = token[0] ? token : NULL,
+        .grace_s = o->grace_s,
+        .console_stdout = show,
+        .start_mono = o->start_mono,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);

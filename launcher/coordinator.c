@@ -153,6 +153,7 @@ static void unwind(struct dt_coord *c)
     uv_loop_close(&c->loop);
     kv_free(&c->kv);
     pthread_mutex_destroy(&c->hb_lock);
+    free(c->scratch);
     free(c);
 }
 
@@ -162,7 +163,13 @@ int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
     if (cfg->token && check_token(cfg->token) != 0)
         return DT_EINVAL;
     struct dt_coord *c = calloc(1, sizeof *c);
-    if (!c || kv_init(&c->kv) != 0) {
+    if (c) {
+        c->scratch_cap = (size_t)256 << 10;
+        c->scratch = malloc(c->scratch_cap);
+    }
+    if (!c || !c->scratch || kv_init(&c->kv) != 0) {
+        if (c)
+            free(c->scratch);
         free(c);
         return dt_error_set(DT_ENOMEM, "coordinator: out of memory");
     }
@@ -218,7 +225,10 @@ void dt_coord_stop(struct dt_coord *c)
     uv_loop_close(&c->loop);
     barrier_free_all(c);
     kv_free(&c->kv);
+    free(c->mget.keys);
+    free(c->mget.reply);
     pthread_mutex_destroy(&c->hb_lock);
     free(c->hb);
+    free(c->scratch);
     free(c);
 }

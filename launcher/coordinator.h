@@ -38,6 +38,13 @@ int dt_coord_port(const struct dt_coord *c);
  * seconds); returns DT_ENOTFOUND if that rank never reported. */
 int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when_s);
 
+/* How many connections were turned away for lack of the job token, and the
+ * last reason (into `last`, may be NULL).  PyTorch's client retries such a
+ * refusal for as long as its timeout (30 minutes by default), so a launcher
+ * that sees this grow can stop the job and say "set rendezvous: {auth: none}"
+ * instead of letting it hang.  Safe from any thread. */
+unsigned long dt_coord_refusals(struct dt_coord *c, char *last, size_t n);
+
 /* Stops the loop, closes every connection, frees everything. */
 void dt_coord_stop(struct dt_coord *c);
 

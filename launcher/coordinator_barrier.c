@@ -10,6 +10,8 @@
  *
  * HEARTBEAT(rank, step): stored in a table indexed by rank that the agent
  * reads from its own thread through dt_coord_heartbeat (hence the lock).
+ * The count of clients refused for lack of the job token sits under the same
+ * lock, for dt_coord_refusals.
  *
  * Not for key-value semantics (coordinator_ops.c).
  */
@@ -17,6 +19,7 @@
 
 #include "comm/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +128,24 @@ void barrier_free_all(struct dt_coord *c)
 {
     while (c->barriers)
         unlink_free(c, c->barriers);
+}
+
+void refusal_record(struct dt_coord *c, const char *why)
+{
+    pthread_mutex_lock(&c->hb_lock);
+    c->refusals++;
+    snprintf(c->last_refusal, sizeof c->last_refusal, "%s", why);
+    pthread_mutex_unlock(&c->hb_lock);
+}
+
+unsigned long dt_coord_refusals(struct dt_coord *c, char *last, size_t n)
+{
+    pthread_mutex_lock(&c->hb_lock);
+    unsigned long r = c->refusals;
+    if (last && n)
+        snprintf(last, n, "%s", c->last_refusal);
+    pthread_mutex_unlock(&c->hb_lock);
+    return r;
 }
 
 int heartbeat_record(struct dt_coord *c, int64_t rank, int64_t step)

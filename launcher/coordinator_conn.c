@@ -22,6 +22,10 @@
 #include <string.h>
 
 #define READ_CHUNK ((size_t)64 << 10)
+/* A reply buffer larger than this is freed once sent, not kept per connection. */
+#define IDLE_KEEP ((size_t)4 << 10)
+#define LOG_FIRST 5ul
+#define LOG_EVERY 100ul
 
 struct write_req {
     uv_write_t req;
@@ -54,13 +58,24 @@ static void on_closed(uv_handle_t *h)
     free(conn);
 }
 
+/* Clients that retry (PyTorch's does, for up to 30 minutes) would fill the
+ * log: the first few closes are logged, then one in LOG_EVERY with a count. */
+static void log_close(struct coord_conn *conn, const char *reason)
+{
+    struct dt_coord *c = conn->coord;
+    unsigned long n = ++c->closes_logged;
+    if (n <= LOG_FIRST || n % LOG_EVERY == 0)
+        dt_log_warn("coordinator: closed the connection from %s: %s%s", conn->peer, reason,
+                    n == LOG_FIRST ? " (further closes: one line in 100)" : "");
+}
+
 void coord_conn_close(struct coord_conn *conn, const char *reason)
 {
     if (conn->closing)
         return;
     conn->closing = true;
     if (reason)
-        dt_log_warn("coordinator: closed the connection from %s: %s", conn->peer, reason);
+        log_close(conn, reason);
     wait_cancel(conn);
     barrier_leave(conn);
     struct dt_coord *c = conn->coord;
@@ -91,7 +106,8 @@ static void on_written(uv_write_t *req, int status)
 }
 
 /* Tries the write at once (most replies are a few bytes and leave here);
- * queues what the socket did not take. */
+ * what the socket does not take is queued, the buffer handed to libuv
+ * without a copy. */
 void coord_conn_flush(struct coord_conn *conn)
 {
     struct dt_wire_buf *o = &conn->out;
@@ -110,6 +126,8 @@ void coord_conn_flush(struct coord_conn *conn)
     }
     if (done == o->len) {
         o->len = 0;
+        if (o->cap > IDLE_KEEP)
+            dt_wire_buf_free(o);
         return;
     }
     if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) > conn->coord->max_write_queue) {
@@ -117,30 +135,35 @@ void coord_conn_flush(struct coord_conn *conn)
         return;
     }
     struct write_req *w = malloc(sizeof *w);
-    uint8_t *data = malloc(o->len - done);
-    if (!w || !data) {
-        free(w);
-        free(data);
+    if (!w) {
         coord_conn_close(conn, "out of memory for a reply");
         return;
     }
-    memcpy(data, o->p + done, o->len - done);
-    w->data = data;
-    b = uv_buf_init((char *)data, (unsigned)(o->len - done));
-    o->len = 0;
+    w->data = o->p;
+    b = uv_buf_init((char *)o->p + done, (unsigned)(o->len - done));
+    dt_wire_buf_init(o);
     int e = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, on_written);
     if (e < 0) {
-        free(data);
+        free(w->data);
         free(w);
         coord_conn_close(conn, uv_strerror(e));
     }
 }
 
+/* An empty connection reads into the shared scratch buffer; one holding
+ * part of a request reads into its own, grown to fit what the decoder has
+ * said it still needs (bounded by the frame limit). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct coord_conn *conn = h->data;
-    size_t limit = conn->coord->lim.max_frame_bytes + READ_CHUNK;
+    struct dt_coord *c = conn->coord;
+    if (conn->rlen == 0 && !c->scratch_busy) {
+        c->scratch_busy = true;
+        *buf = uv_buf_init((char *)c->scratch, (unsigned)c->scratch_cap);
+        return;
+    }
+    size_t limit = c->lim.max_frame_bytes + READ_CHUNK;
     if (conn->rcap - conn->rlen < READ_CHUNK && conn->rcap < limit) {
         size_t cap = conn->rcap ? conn->rcap * 2 : READ_CHUNK;
         while (cap - conn->rlen < READ_CHUNK)
@@ -156,13 +179,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)conn->rbuf + conn->rlen, (unsigned)(conn->rcap - conn->rlen));
 }
 
-/* Decodes and serves every whole request in the buffer. */
-static void process(struct coord_conn *conn)
+/* Decodes and serves every whole request in buf[0..len); returns the bytes
+ * used, or SIZE_MAX once the connection is closing. */
+static size_t process(struct coord_conn *conn, const uint8_t *buf, size_t len)
 {
     size_t off = 0;
-    while (!conn->closing && off < conn->rlen) {
+    while (off < len) {
         struct dt_wire_request r;
-        int rc = dt_wire_decode(conn->rbuf + off, conn->rlen - off, &conn->coord->lim, &r);
+        int rc = dt_wire_decode(buf + off, len - off, &conn->coord->lim, &r);
         if (rc == DT_WIRE_INCOMPLETE)
             break;
         if (rc == 0)
@@ -173,34 +197,63 @@ static void process(struct coord_conn *conn)
             /* Answers to the requests before the bad one still go out. */
             coord_conn_flush(conn);
             coord_conn_close(conn, why);
-            return;
         }
+        if (conn->closing)
+            return SIZE_MAX;
         off += r.frame_len;
     }
-    if (conn->closing)
+    return off;
+}
+
+/* Keeps the unused tail of a read in the connection's own buffer. */
+static void keep_tail(struct coord_conn *conn, const uint8_t *from, size_t n)
+{
+    if (n == 0) {
+        free(conn->rbuf);
+        conn->rbuf = NULL;
+        conn->rlen = conn->rcap = 0;
         return;
-    memmove(conn->rbuf, conn->rbuf + off, conn->rlen - off);
-    conn->rlen -= off;
-    /* The decoder refuses oversized requests as soon as their sizes are
-     * read; this only catches a buffer that could not grow further. */
-    if (conn->rlen == conn->rcap && conn->rcap >= conn->coord->lim.max_frame_bytes)
-        coord_conn_close(conn, "request larger than the frame limit");
+    }
+    if (from != conn->rbuf) {
+        if (n > conn->rcap) {
+            uint8_t *p = realloc(conn->rbuf, n);
+            if (!p) {
+                coord_conn_close(conn, "out of memory for a request");
+                return;
+            }
+            conn->rbuf = p;
+            conn->rcap = n;
+        }
+    }
+    memmove(conn->rbuf, from, n);
+    conn->rlen = n;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct coord_conn *conn = s->data;
+    struct dt_coord *c = conn->coord;
+    bool scratch = (uint8_t *)buf->base == c->scratch;
+    if (scratch)
+        c->scratch_busy = false;
     if (nread == 0 || conn->closing)
         return;
     if (nread < 0) {
         coord_conn_close(conn, nread == UV_EOF ? NULL : uv_strerror((int)nread));
         return;
     }
-    conn->rlen += (size_t)nread;
+    const uint8_t *data = scratch ? c->scratch : conn->rbuf;
+    size_t len = scratch ? (size_t)nread : conn->rlen + (size_t)nread;
     conn->in_read = true;
-    process(conn);
+    size_t used = process(conn, data, len);
     conn->in_read = false;
+    if (used == SIZE_MAX)
+        return;
+    keep_tail(conn, data + used, len - used);
+    /* The decoder refuses oversized requests as soon as their sizes are
+     * read; this only catches a buffer that could not grow further. */
+    if (!conn->closing && conn->rlen >= conn->coord->lim.max_frame_bytes)
+        coord_conn_close(conn, "request larger than the frame limit");
     coord_conn_flush(conn);
 }
 

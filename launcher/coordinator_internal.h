@@ -28,11 +28,11 @@ struct kv_entry {
     struct kv_entry *next;       /* hash chain */
     uint64_t hash;
     bool present;
-    uint8_t *key;
     size_t klen;
     uint8_t *val;
     size_t vlen;
     struct wait_node *waiters;   /* doubly linked through prev/next */
+    uint8_t key[];               /* in the entry: one cache miss less per lookup */
 };
 
 /* A client waiting for one key; it sits both on the key's list and on the
@@ -50,6 +50,20 @@ struct kv_table {
     size_t nentries;   /* present or waited-for */
     size_t npresent;
     size_t bytes;      /* accounted against max_total_bytes */
+    uint64_t generation; /* bumped by every change a reader could see */
+};
+
+/* The last MULTI_GET's key list and encoded answer: in a rendezvous every
+ * rank asks for the same keys after the same barrier, so all but the first
+ * are a compare and a copy instead of N lookups.  Valid while the table's
+ * generation is unchanged. */
+struct mget_cache {
+    uint8_t *keys;
+    size_t keys_len;
+    uint8_t *reply;
+    size_t reply_len;
+    uint64_t generation;
+    bool valid;
 };
 
 struct coord_barrier {
@@ -73,7 +87,7 @@ struct coord_conn {
     struct dt_coord *coord;
     struct coord_conn *prev, *next;
     char peer[64];
-    uint8_t *rbuf;
+    uint8_t *rbuf;               /* an incomplete request's bytes (NULL when none) */
     size_t rlen, rcap;
     struct dt_wire_buf out;      /* replies gathered while a read is processed */
     bool validated, authed, closing, in_read;
@@ -95,10 +109,20 @@ struct dt_coord {
     struct dt_wire_limits lim;
     size_t max_total_bytes;
     size_t max_write_queue;
+    /* Reads land here first; only an incomplete request's bytes are copied
+     * to the connection's own buffer, so idle connections hold no buffer. */
+    uint8_t *scratch;
+    size_t scratch_cap;
+    bool scratch_busy;
     struct kv_table kv;
+    struct mget_cache mget;
     struct coord_conn *conns;
     size_t nconns;
     struct coord_barrier *barriers;
+    unsigned long closes_logged;
+    /* Under hb_lock too: read by dt_coord_refusals from the launcher's thread. */
+    unsigned long refusals;
+    char last_refusal[512];
     pthread_mutex_t hb_lock;
     struct coord_heartbeat *hb;
     size_t hb_cap;
@@ -140,6 +164,8 @@ int barrier_enter(struct coord_conn *conn, const struct dt_wire_request *r);
 void barrier_leave(struct coord_conn *conn);
 void barrier_free_all(struct dt_coord *c);
 int heartbeat_record(struct dt_coord *c, int64_t rank, int64_t step);
+/* Counts a client turned away for lack of the token (see dt_coord_refusals). */
+void refusal_record(struct dt_coord *c, const char *why);
 
 /* Printable form of a key for log lines: at most 64 chars, non-printables as '?'. */
 const char *coord_key_str(const uint8_t *key, size_t len, char buf[80]);

@@ -39,7 +39,6 @@ int kv_init(struct kv_table *t)
 
 static void entry_free(struct kv_entry *e)
 {
-    free(e->key);
     free(e->val);
     free(e);
 }
@@ -109,13 +108,9 @@ int kv_lookup_or_add(struct dt_coord *c, const uint8_t *key, size_t klen, struct
     size_t cost = klen + ENTRY_COST;
     if (t->bytes + cost > c->max_total_bytes)
         return over_budget(c, cost);
-    e = calloc(1, sizeof *e);
-    if (e && klen)
-        e->key = malloc(klen);
-    if (!e || (klen && !e->key)) {
-        free(e);
+    e = calloc(1, sizeof *e + klen);
+    if (!e)
         return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a key");
-    }
     if (klen)
         memcpy(e->key, key, klen);
     e->klen = klen;
@@ -151,6 +146,7 @@ static int store_value(struct dt_coord *c, struct kv_entry *e, size_t keep, cons
         memcpy(p + keep, val, len);
     e->val = p;
     c->kv.bytes = c->kv.bytes - old + total;
+    c->kv.generation++;
     e->vlen = total;
     if (!e->present) {
         e->present = true;
@@ -176,6 +172,7 @@ void kv_remove(struct kv_table *t, struct kv_entry *e)
         pp = &(*pp)->next;
     *pp = e->next;
     t->nentries--;
+    t->generation++;
     t->bytes -= e->klen + ENTRY_COST + (e->present ? e->vlen : 0);
     if (e->present)
         t->npresent--;

@@ -59,16 +59,21 @@ static int gate(struct coord_conn *conn, const struct dt_wire_request *r)
         uint8_t no = DT_WIRE_REFUSED;
         uv_buf_t b = uv_buf_init((char *)&no, 1);
         uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-        return dt_error_set(DT_EAUTH, "wrong job token");
+        dt_error_set(DT_EAUTH, "wrong job token");
+        refusal_record(conn->coord, dt_error_last());
+        return DT_EAUTH;
     }
     if (!conn->authed) {
         if (r->op <= DT_WIRE_PING)
-            return dt_error_set(DT_EAUTH,
-                                "%s before the job token; this looks like a PyTorch TCPStore client, "
-                                "which cannot present one: to let PyTorch scripts in, set "
-                                "`rendezvous: {auth: none}` in the job spec",
-                                dt_wire_op_name(r->op));
-        return dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(r->op));
+            dt_error_set(DT_EAUTH,
+                         "%s before the job token; this looks like a PyTorch TCPStore client, "
+                         "which cannot present one: to let PyTorch scripts in, set "
+                         "`rendezvous: {auth: none}` in the job spec",
+                         dt_wire_op_name(r->op));
+        else
+            dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(r->op));
+        refusal_record(conn->coord, dt_error_last());
+        return DT_EAUTH;
     }
     return 1;
 }
@@ -160,6 +165,47 @@ static void put_value_of(struct dt_coord *c, struct dt_wire_buf *out, const stru
         dt_wire_put_bytes(out, "", 0);
 }
 
+static bool cache_hit(const struct mget_cache *m, const struct kv_table *t, const struct dt_wire_request *r)
+{
+    return m->valid && m->generation == t->generation && m->keys_len == r->list.len &&
+           memcmp(m->keys, r->list.p, r->list.len) == 0;
+}
+
+static void cache_fill(struct mget_cache *m, const struct kv_table *t, const struct dt_wire_request *r,
+                       const uint8_t *reply, size_t reply_len)
+{
+    uint8_t *k = malloc(r->list.len ? r->list.len : 1);
+    uint8_t *v = malloc(reply_len ? reply_len : 1);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return;
+    }
+    free(m->keys);
+    free(m->reply);
+    memcpy(k, r->list.p, r->list.len);
+    memcpy(v, reply, reply_len);
+    *m = (struct mget_cache){k, r->list.len, v, reply_len, t->generation, true};
+}
+
+static int op_multi_get(struct coord_conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_wire_buf *out = &conn->out;
+    if (cache_hit(&c->mget, &c->kv, r)) {
+        dt_wire_put_raw(out, c->mget.reply, c->mget.reply_len);
+        return 0;
+    }
+    size_t start = out->len, pos = 0;
+    struct dt_wire_bytes k;
+    while (dt_wire_list_next(r, &pos, &k))
+        put_value_of(c, out, &k);
+    /* Only lists worth it: a few keys are as cheap to look up as to compare. */
+    if (!out->failed && r->count >= 16)
+        cache_fill(&c->mget, &c->kv, r, out->p + start, out->len - start);
+    return 0;
+}
+
 static bool all_present(struct dt_coord *c, const struct dt_wire_request *r)
 {
     size_t pos = 0;
@@ -182,9 +228,7 @@ static int op_list(struct coord_conn *conn, const struct dt_wire_request *r)
         dt_wire_put_u8(&conn->out, all_present(c, r) ? DT_WIRE_READY : DT_WIRE_NOT_READY);
         return 0;
     case DT_WIRE_MULTI_GET:
-        while (dt_wire_list_next(r, &pos, &k))
-            put_value_of(c, &conn->out, &k);
-        return 0;
+        return op_multi_get(conn, r);
     case DT_WIRE_MULTI_SET:
         while (dt_wire_list_next(r, &pos, &k) && dt_wire_list_next(r, &pos, &v)) {
             int rc = op_set(c, &k, &v);

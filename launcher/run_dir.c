@@ -49,8 +49,8 @@ static int mkdir_parents(const char *path)
     return 0;
 }
 
-int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size,
-                      char *path, size_t path_size)
+int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size, char *path,
+                      size_t path_size)
 {
     int rc = mkdir_parents(log_dir);
     if (rc < 0)

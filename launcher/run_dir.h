@@ -20,7 +20,7 @@ int dt_run_dir_make_id(char *out, size_t size);
 /* Creates log_dir (and its parents) if needed, then a new run directory in
  * it; writes the run id and the directory's path (absolute when log_dir is
  * relative, so ranks that change directory still find it). */
-int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size,
-                      char *path, size_t path_size);
+int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size, char *path,
+                      size_t path_size);
 
 #endif

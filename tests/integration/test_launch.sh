@@ -88,6 +88,21 @@ check "summary.json: the others were stopped by SIGTERM" test \
   = "[('SIGTERM', True), ('SIGTERM', True), ('SIGTERM', True)]"
 check "summary.json keeps the stderr tail" test "$(json "$rd/summary.json" 'd["first_failure"]["stderr_tail"][-1]')" = "err line 15"
 
+# --- an error report written to TORCHELASTIC_ERROR_FILE (PyTorch's @record format) ---
+cat >"$T/report.sh" <<'EOF'
+if [ "$RANK" = 1 ]; then
+  echo '{"message": {"message": "ValueError: bad batch 7", "extraInfo": {"timestamp": "1"}}}' >"$TORCHELASTIC_ERROR_FILE"
+  exit 1
+fi
+exec sleep 30
+EOF
+job reportjob 'nproc_per_node: 2' "command: [bash, $T/report.sh]"
+expect_status 1 "a rank that writes an error report and exits 1" "$DTRAIN" launch "$T/reportjob.yaml"
+contains "$T/last.err" "rank 1's error report .*rank_1.error.json. says:" "the launcher points at the error report"
+contains "$T/last.err" '^  > ValueError: bad batch 7$' "the launcher shows the report's message"
+check "summary.json keeps the report's message" test \
+  "$(json "$(run_dir_of reportjob)/summary.json" 'd["first_failure"]["error_message"]')" = "ValueError: bad batch 7"
+
 # --- signal names -------------------------------------------------------------
 job segv 'nproc_per_node: 2' "command: [bash, -c, '[ \$RANK = 1 ] && kill -SEGV \$\$; exec sleep 30']"
 expect_status 139 "a rank killed by SIGSEGV: exit status 128+11" "$DTRAIN" launch "$T/segv.yaml"

@@ -153,15 +153,28 @@ static struct dt_env_entry spec_env[] = {
     {(char *)"FROM_SPEC", (char *)"yes"}, {(char *)"RANK", (char *)"99"}, {(char *)"KEEP", (char *)"spec"}};
 static char *cmd_argv[] = {(char *)"printenv", NULL};
 static struct dt_job job = {
-    .name = (char *)"unit", .nodes = 2, .nproc_per_node = 4, .command = cmd_argv, .command_argc = 1,
-    .env = spec_env, .n_env = 3, .max_restarts = 2,
+    .name = (char *)"unit",
+    .nodes = 2,
+    .nproc_per_node = 4,
+    .command = cmd_argv,
+    .command_argc = 1,
+    .env = spec_env,
+    .n_env = 3,
+    .max_restarts = 2,
 };
 
 static struct dt_agent_config make_cfg(void)
 {
     return (struct dt_agent_config){
-        .job = &job, .argv = (const char *const *)cmd_argv, .node_rank = 1, .nnodes = 2, .nproc = 4,
-        .run_id = "RID", .run_dir = "/tmp/run \"x\"", .master_addr = "127.0.0.1", .master_port = 4242,
+        .job = &job,
+        .argv = (const char *const *)cmd_argv,
+        .node_rank = 1,
+        .nnodes = 2,
+        .nproc = 4,
+        .run_id = "RID",
+        .run_dir = "/tmp/run \"x\"",
+        .master_addr = "127.0.0.1",
+        .master_port = 4242,
         .token = "ab12",
     };
 }
@@ -183,7 +196,8 @@ static void environment_for_a_rank(void **state)
 {
     (void)state;
     struct dt_agent_config cfg = make_cfg();
-    char *base[] = {(char *)"PATH=/bin", (char *)"RANK=7", (char *)"KEEP=base", (char *)"DTRAIN_JOB_TOKEN=old",
+    char *base[] = {(char *)"PATH=/bin",          (char *)"RANK=7",
+                    (char *)"KEEP=base",          (char *)"DTRAIN_JOB_TOKEN=old",
                     (char *)"PYTHONUNBUFFERED=0", NULL};
     char **env;
     assert_int_equal(dt_agent_env_build(&cfg, 2, 1, base, &env), 0);
@@ -239,11 +253,18 @@ static void summary_json(void **state)
     cfg.nnodes = 1;
     cfg.node_rank = 0;
     cfg.nproc = 2;
-    struct dt_agent_rank_result r0[2] = {{0, 100, true, 1 << 8, false, 0.1, 0.2}, {1, 101, true, SIGTERM, true, 0.1, 0.3}};
-    struct dt_agent_rank_result r1[2] = {{0, 200, true, 0, false, 0.5, 0.6}, {1, 201, true, 0, false, 0.5, 0.7}};
+    struct dt_agent_rank_result r0[2] = {{0, 100, true, 1 << 8, false, 0.1, 0.2},
+                                         {1, 101, true, SIGTERM, true, 0.1, 0.3}};
+    struct dt_agent_rank_result r1[2] = {{0, 200, true, 0, false, 0.5, 0.6},
+                                         {1, 201, true, 0, false, 0.5, 0.7}};
     struct dt_agent_attempt at[2] = {{0.0, 0.4, 0, 1, r0}, {0.5, 0.8, -1, 0, r1}};
-    struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED, .n_attempts = 2, .nproc = 2, .attempts = at,
-                                  .have_failure = true, .wall_s = 0.9, .started_unix = 0};
+    struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED,
+                                  .n_attempts = 2,
+                                  .nproc = 2,
+                                  .attempts = at,
+                                  .have_failure = true,
+                                  .wall_s = 0.9,
+                                  .started_unix = 0};
     res.first_failure.attempt = 0;
     res.first_failure.rank = 0;
     res.first_failure.wstatus = 1 << 8;
@@ -309,6 +330,28 @@ static void oom_counter_parsed(void **state)
     assert_int_equal(dt_agent_oom_parse("oom_kill x\n", &n), DT_ENOTFOUND);
 }
 
+static void error_report_message(void **state)
+{
+    (void)state;
+    char out[64];
+    const char *torch = "{\"message\": {\"message\": \"ValueError: bad \\\"batch\\\"\\nline 2\", "
+                        "\"extraInfo\": {\"timestamp\": \"1\"}}}";
+    assert_int_equal(dt_agent_error_message(torch, strlen(torch), out, sizeof out), 0);
+    assert_string_equal(out, "ValueError: bad \"batch\"\nline 2");
+    const char *plain = "{\"message\":\"oops\"}";
+    assert_int_equal(dt_agent_error_message(plain, strlen(plain), out, sizeof out), 0);
+    assert_string_equal(out, "oops");
+    const char *none = "{\"error\": 1, \"message\": 5}";
+    assert_int_equal(dt_agent_error_message(none, strlen(none), out, sizeof out), -1);
+    assert_string_equal(out, "");
+    char small[8];
+    assert_int_equal(dt_agent_error_message(plain, strlen(plain), small, sizeof small), 0);
+    assert_string_equal(small, "oops");
+    const char *cut = "{\"message\": \"a very long message that does not fit\"}";
+    assert_int_equal(dt_agent_error_message(cut, strlen(cut), small, sizeof small), 0);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -323,6 +366,7 @@ int main(void)
         cmocka_unit_test(summary_json),
         cmocka_unit_test(run_dirs_are_new_and_absolute),
         cmocka_unit_test(oom_counter_parsed),
+        cmocka_unit_test(error_report_message),
     };
     return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }

@@ -44,8 +44,16 @@ static int setup(void **state)
     f->job.name = "unit";
     f->job.nodes = 1;
     f->cfg = (struct dt_agent_config){
-        .job = &f->job, .argv = (const char *const *)f->argv, .nnodes = 1, .run_id = "RID", .run_dir = f->dir,
-        .master_addr = "127.0.0.1", .master_port = 1, .grace_s = 1.0, .out_fd = f->out_fd, .err_fd = f->err_fd,
+        .job = &f->job,
+        .argv = (const char *const *)f->argv,
+        .nnodes = 1,
+        .run_id = "RID",
+        .run_dir = f->dir,
+        .master_addr = "127.0.0.1",
+        .master_port = 1,
+        .grace_s = 1.0,
+        .out_fd = f->out_fd,
+        .err_fd = f->err_fd,
     };
     *state = f;
     return 0;
@@ -125,9 +133,10 @@ static void ranks_succeed_with_logs_and_prefixes(void **state)
 static void first_failure_stops_the_others(void **state)
 {
     struct fixture *f = *state;
-    double t = run(f, 3, 0,
-                   "if [ $RANK = 1 ]; then sleep 0.2; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo e$i >&2; done;"
-                   " exit 3; fi; exec sleep 30");
+    double t =
+        run(f, 3, 0,
+            "if [ $RANK = 1 ]; then sleep 0.2; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo e$i >&2; done;"
+            " exit 3; fi; exec sleep 30");
     assert_true(t < 5.0);
     assert_int_equal(f->res.status, DT_AGENT_FAILED);
     assert_int_equal(f->res.exit_status, 3);
@@ -187,7 +196,8 @@ static void leftovers_are_stopped(void **state)
 {
     struct fixture *f = *state;
     char script[256];
-    snprintf(script, sizeof script, "sleep 300 & echo $! > %s/child.$RANK; setsid sleep 301 & exit 0", f->dir);
+    snprintf(script, sizeof script, "sleep 300 & echo $! > %s/child.$RANK; setsid sleep 301 & exit 0",
+             f->dir);
     double t = run(f, 2, 0, script);
     assert_int_equal(f->res.status, DT_AGENT_SUCCEEDED);
     assert_true(f->res.attempts[0].leftovers >= 2);
@@ -214,7 +224,8 @@ static void signal_to_agent_is_forwarded(void **state)
 {
     struct fixture *f = *state;
     char script[256];
-    snprintf(script, sizeof script, "trap 'echo got INT; exit 9' INT; [ $RANK = 0 ] && sleep 0.2 && kill -INT %d; sleep 30 & wait",
+    snprintf(script, sizeof script,
+             "trap 'echo got INT; exit 9' INT; [ $RANK = 0 ] && sleep 0.2 && kill -INT %d; sleep 30 & wait",
              (int)getpid());
     double t = run(f, 2, 2, script);
     assert_true(t < 3.0);

@@ -200,6 +200,9 @@ static void ops_before_token_close_and_apply_nothing(void **state)
     assert_true(closed_without_reply(fd));
     assert_true(log_has(f, "SET before the job token"));
     assert_true(log_has(f, "rendezvous: {auth: none}"));
+    char last[512] = "";
+    assert_int_equal(dt_coord_refusals(f->c, last, sizeof last), 1);
+    assert_non_null(strstr(last, "rendezvous: {auth: none}"));
     still_serving_without(f, "early");
 }
 
@@ -220,6 +223,7 @@ static void wrong_token_closes_and_pipelined_set_is_not_applied(void **state)
     assert_int_equal(r, DT_WIRE_REFUSED);
     assert_true(closed_without_reply(fd));
     assert_true(log_has(f, "wrong job token"));
+    assert_int_equal(dt_coord_refusals(f->c, NULL, 0), 1);
     still_serving_without(f, "sneak");
 }
 
@@ -388,6 +392,32 @@ static void too_many_keys_closes(void **state)
     still_serving_without(f, "x");
 }
 
+static void retrying_refused_clients_are_logged_sparingly(void **state)
+{
+    struct fx *f = *state;
+    for (int i = 0; i < 30; i++) {
+        int fd = raw_connect(f);
+        struct dt_wire_buf b;
+        dt_wire_buf_init(&b);
+        put_validate(&b);
+        dt_wire_put_u8(&b, DT_WIRE_PING);
+        dt_wire_put_u32(&b, 1);
+        send_buf(fd, &b);
+        assert_true(closed_without_reply(fd));
+    }
+    assert_int_equal(dt_coord_refusals(f->c, NULL, 0), 30);
+    char buf[65536] = "";
+    FILE *fp = fopen(f->logpath, "r");
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    int lines = 0;
+    for (char *p = buf; (p = strstr(p, "closed the connection")) != NULL; p++)
+        lines++;
+    assert_int_equal(lines, 5);
+    assert_true(log_has(f, "further closes: one line in 100"));
+}
+
 static void raw_client_without_auth_gets_tcpstore_answers(void **state)
 {
     struct fx *f = *state;
@@ -435,6 +465,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(second_wait_while_waiting_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(too_many_keys_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(retrying_refused_clients_are_logged_sparingly, setup, teardown),
         cmocka_unit_test_setup_teardown(raw_client_without_auth_gets_tcpstore_answers, setup_noauth,
                                         teardown),
     };

@@ -266,6 +266,34 @@ static void multi_set_and_multi_get(void **state)
         free(out[i]);
 }
 
+/* 16+ keys take the coordinator's MULTI_GET cache: a change must show. */
+static void multi_get_sees_changes_between_identical_requests(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 20 };
+    char names[N][16];
+    const char *keys[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "g%d", i);
+        keys[i] = names[i];
+        assert_int_equal(dt_store_set(f->s, keys[i], "old", 3), 0);
+    }
+    void *out[N];
+    size_t lens[N];
+    for (int round = 0; round < 4; round++) {
+        if (round == 2)
+            assert_int_equal(dt_store_set(f->s, "g7", "new!", 4), 0);
+        if (round == 3)
+            assert_int_equal(dt_store_append(f->s, "g7", "+", 1), 0);
+        assert_int_equal(dt_store_multi_get(f->s, keys, N, out, lens), 0);
+        const char *want7 = round < 2 ? "old" : round == 2 ? "new!" : "new!+";
+        assert_string_equal(out[7], want7);
+        assert_string_equal(out[8], "old");
+        for (int i = 0; i < N; i++)
+            free(out[i]);
+    }
+}
+
 static void binary_values_round_trip(void **state)
 {
     struct fx *f = *state;
@@ -296,6 +324,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(delete_and_num_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(append_creates_then_extends, setup, teardown),
         cmocka_unit_test_setup_teardown(multi_set_and_multi_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(multi_get_sees_changes_between_identical_requests, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(binary_values_round_trip, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# rendezvous.sh - N clients connect, authenticate, set a key, pass a barrier and
+# read all keys, on loopback: dtrain's coordinator and PyTorch's libuv TCPStore
+# server, same client program (tests/helpers/rendezvous_clients.c), same run.
+#
+#   bench/rendezvous.sh [N ...]          default: 256 1024 4096
+#   REPEAT=3 bench/rendezvous.sh         best of 3 per server and N
+#
+# Prints one line per N: wall time for each server (best of REPEAT), their
+# ratio, and the server processes' CPU seconds, which a machine shared with
+# other work perturbs less than wall time.  Target: 4096 clients under 1 s.
+# For PyTorch the barrier is its store barrier: ADD on a counter, the last
+# arrival SETs a key, everyone WAITs on it.  PyTorch has no token; dtrain's
+# clients present one (AUTH), so dtrain does the extra work.  PyTorch's server
+# runs with getnameinfo() made numeric (bench/numeric_getnameinfo.c): it
+# reverse-resolves every client on its loop thread, and here a lost DNS
+# answer would add 5 s per lost query to its figure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+DTRAIN=${DTRAIN:-bin/dtrain}
+PY=${PYTHON:-python3}
+CLIENTS=$BUILD/tests/helpers/rendezvous_clients
+REPEAT=${REPEAT:-3}
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(256 1024 4096)
+
+[ -x "$CLIENTS" ] && [ -x "$DTRAIN" ] || { echo "rendezvous.sh: build first (make all $CLIENTS)" >&2; exit 1; }
+"$PY" -c 'import torch.distributed' 2>/dev/null || { echo "rendezvous.sh: PyTorch is needed (pip install torch)" >&2; exit 1; }
+
+max=0; for n in "${sizes[@]}"; do [ "$n" -gt "$max" ] && max=$n; done
+need=$((2 * max + 64))
+if [ "$(ulimit -n)" -lt "$need" ]; then
+  ulimit -n "$need" 2>/dev/null || { echo "rendezvous.sh: ulimit -n is $(ulimit -n), $need needed" >&2; exit 1; }
+fi
+somax=$(cat /proc/sys/net/core/somaxconn 2>/dev/null || echo 4096)
+[ "$somax" -ge "$max" ] || echo "rendezvous.sh: note: net.core.somaxconn=$somax < $max clients; connects may be retried"
+
+W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap cleanup EXIT
+
+# PyTorch's server reverse-resolves each client on its loop thread (see the
+# shim's comment); numeric answers keep DNS out of the figure and off the wire.
+cc -shared -fPIC -O2 -o "$W/numeric_getnameinfo.so" bench/numeric_getnameinfo.c -ldl
+
+cpu_s() { awk '{printf "%.2f", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"; }
+
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+# One fresh server per (server, N, repeat), so no run sees another's keys.
+start_dtrain() {
+  "$DTRAIN" coordinator --port 0 --host 127.0.0.1 >"$W/d.out" 2>"$W/d.err" &
+  SPID=$!; pids+=("$SPID")
+  for _ in $(seq 200); do
+    PORT=$(sed -n 's/^dtrain coordinator listening on [^ ]*:\([0-9]*\) .*/\1/p' "$W/d.out")
+    [ -n "$PORT" ] && return 0; sleep 0.02
+  done
+  echo "rendezvous.sh: dtrain coordinator did not start" >&2; cat "$W/d.err" >&2; exit 1
+}
+start_pytorch() {
+  mkfifo "$W/in.$$.$RANDOM" 2>/dev/null || true
+  local fifo; fifo=$(ls "$W"/in.* | tail -n1)
+  LD_PRELOAD="$W/numeric_getnameinfo.so" "$PY" bench/rendezvous_pytorch_server.py <"$fifo" >"$W/p.out" 2>"$W/p.err" &
+  SPID=$!; pids+=("$SPID")
+  exec 8>"$fifo"
+  for _ in $(seq 500); do
+    PORT=$(head -n1 "$W/p.out" 2>/dev/null || true)
+    [ -n "$PORT" ] && return 0; sleep 0.02
+  done
+  echo "rendezvous.sh: PyTorch server did not start" >&2; cat "$W/p.err" >&2; exit 1
+}
+stop_server() { exec 8>&- 2>/dev/null || true; kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
+
+# run SERVER N -> prints "wall_s cpu_s"
+run() {
+  local server=$1 n=$2 line
+  if [ "$server" = dtrain ]; then start_dtrain; else start_pytorch; fi
+  local c0; c0=$(cpu_s "$SPID")
+  line=$("$CLIENTS" --port "$PORT" --clients "$n" --server "$server" --connect-window "${CONNECT_WINDOW:-0}") || { stop_server; echo "fail fail"; return; }
+  local c1; c1=$(cpu_s "$SPID")
+  stop_server
+  echo "$(sed -n 's/.*total_s=\([0-9.]*\).*/\1/p' <<<"$line") $(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b - a}')"
+}
+
+best() { sort -n | head -n1; }
+
+printf '%-8s %12s %12s %8s %14s %14s\n' clients dtrain_s pytorch_s ratio dtrain_cpu_s pytorch_cpu_s
+for n in "${sizes[@]}"; do
+  : >"$W/dt"; : >"$W/pt"
+  for _ in $(seq "$REPEAT"); do
+    run dtrain "$n" >>"$W/dt"
+    run pytorch "$n" >>"$W/pt"
+  done
+  dw=$(awk '{print $1}' "$W/dt" | best); dc=$(awk '{print $2}' "$W/dt" | best)
+  pw=$(awk '{print $1}' "$W/pt" | best); pc=$(awk '{print $2}' "$W/pt" | best)
+  ratio=$(awk -v d="$dw" -v p="$pw" 'BEGIN{ if (d > 0 && p > 0) printf "%.1fx", p / d; else print "n/a" }')
+  printf '%-8s %12s %12s %8s %14s %14s\n' "$n" "$dw" "$pw" "$ratio" "$dc" "$pc"
+done
+echo "(best of $REPEAT runs; ratio = PyTorch time / dtrain time; loopback, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
