@@ -47,6 +47,8 @@ struct dt_comm {
     void *st;
     const char *name;
     int rank, world;
+    dt_comm_span_fn span_fn;            /* trace hook, called on the comm thread */
+    void *span_ctx;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     pthread_t thread;
@@ -65,6 +67,21 @@ static const char *const coll_names[DT_COLL_KIND_COUNT] = {"allreduce", "broadca
                                                            "reduce_scatter", "barrier"};
 
 const char *dt_coll_name(enum dt_coll_kind k) { return k < DT_COLL_KIND_COUNT ? coll_names[k] : "?"; }
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void dt_comm_set_span_hook(struct dt_comm *c, dt_comm_span_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&c->mu);
+    c->span_fn = fn;
+    c->span_ctx = ctx;
+    pthread_mutex_unlock(&c->mu);
+}
 
 double dt_comm_now(void)
 {
@@ -237,7 +254,10 @@ static void *comm_thread_main(void *arg)
         c->qhead = (c->qhead + 1) % DT_COMM_MAX_REQS;
         c->qlen--;
         pthread_mutex_unlock(&c->mu);
+        int64_t t0 = c->span_fn ? now_ns() : 0;
         int rc = execute(r);
+        if (c->span_fn)
+            c->span_fn(c->span_ctx, dt_coll_name(r->kind), r->recv, t0, now_ns());
         pthread_mutex_lock(&c->mu);
         r->rc = rc;
         atomic_store(&r->done, 1);
