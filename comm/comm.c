@@ -55,10 +55,10 @@ struct dt_comm {
     bool thread_started, stopping;
     int queue[DT_COMM_MAX_REQS];        /* FIFO of request indices */
     int qhead, qlen;
-    int inflight;                       /* submitted and not yet finished */
+    atomic_int inflight;                /* submitted and not yet finished */
     int free_head;
     atomic_int aborted;
-    int failed;                         /* sticky error code, 0 if none */
+    atomic_int failed;                  /* sticky error code, 0 if none; err is written first */
     char err[DT_COMM_ERR_MAX];
     struct dt_comm_req reqs[DT_COMM_MAX_REQS];
 };
@@ -224,17 +224,15 @@ static int execute(struct dt_comm_req *r)
     if (atomic_load(&c->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s: the communicator was aborted", c->rank,
                             dt_coll_name(r->kind));
-    pthread_mutex_lock(&c->mu);
-    int failed = c->failed;
-    pthread_mutex_unlock(&c->mu);
+    int failed = atomic_load(&c->failed); /* no lock on the hot path: err is set before failed */
     if (failed)
         return dt_error_set(failed, "%s", c->err);
     int rc = run_backend(r);
     if (rc < 0) {
         pthread_mutex_lock(&c->mu);
-        if (!c->failed) {
-            c->failed = rc;
+        if (!atomic_load(&c->failed)) {
             snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+            atomic_store(&c->failed, rc);
         }
         pthread_mutex_unlock(&c->mu);
     }
@@ -394,9 +392,9 @@ void dt_comm_req_finish(struct dt_comm_req *r, int rc)
 {
     struct dt_comm *c = r->c;
     pthread_mutex_lock(&c->mu);
-    if (rc < 0 && !c->failed) {
-        c->failed = rc;
+    if (rc < 0 && !atomic_load(&c->failed)) {
         snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+        atomic_store(&c->failed, rc);
     }
     r->rc = rc;
     atomic_store(&r->done, 1);
@@ -412,9 +410,7 @@ static int run_blocking(struct dt_comm *c, const struct dt_comm_req *proto)
     int rc = check_args(c, proto);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&c->mu);
-    int busy = c->inflight;
-    pthread_mutex_unlock(&c->mu);
+    int busy = atomic_load(&c->inflight);
     if (!busy || native_async(c, proto->kind)) {
         struct dt_comm_req r = *proto;
         r.c = c;
