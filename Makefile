@@ -3,6 +3,7 @@
 #   make              bin/dtrain and build/libdtrain.a (CUDA parts when nvcc is found)
 #   make demo         install what is missing, build, run the demo job here
 #   make test         install what is missing, build, run every test; ends "N passed, N failed"
+#   make test-gpu     the GPU tests (needs a GPU; CI only compiles them)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
 #   make install      PREFIX=/usr/local: binary, library, headers, man page
@@ -55,7 +56,7 @@ GPU_SRC := $(wildcard comm/nccl/*.c worker/cuda/*.c)
 CU_SRC  := $(wildcard comm/nccl/*.cu worker/cuda/*.cu)
 CFLAGS_ALL += -DDT_HAVE_CUDA -I$(CUDA_HOME)/include
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
-NVCCFLAGS ?= -O3 -std=c++17 -I. -DDT_HAVE_CUDA -Xcompiler -Wall,-fPIC \
+NVCCFLAGS ?= -O3 -std=c++17 -I. -DDT_HAVE_CUDA -MMD -MP -Xcompiler -Wall,-fPIC \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 endif
 
@@ -70,7 +71,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 LIBS := $(DEP_LIBS) $(GPU_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
-.PHONY: FORCE all deps demo test test-only unit asan fuzz install clean format
+.PHONY: FORCE all deps demo test test-only test-gpu unit asan fuzz install clean format
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -130,6 +131,10 @@ test: deps
 
 test-only: all $(UNIT_BIN) $(HELPER_BIN)
 	@DTRAIN=$(abspath $(BINDIR)/dtrain) BUILD=$(abspath $(BUILD)) scripts/run-tests.sh
+
+# GPU tests (CUDA kernels against the CPU reference, NCCL collectives): a machine with a GPU.
+test-gpu: all
+	@BUILD=$(BUILD) CC=$(CC) CFLAGS='$(CFLAGS_ALL)' LIBS='$(LIBS)' tests/gpu/run.sh
 
 unit: $(UNIT_BIN)
 

@@ -30,7 +30,7 @@ static void usage(FILE *out)
             "  -h, --help  show this help\n\n"
             "A file name of - reads standard input.  Files over 1 MiB are refused.\n"
             "Exit status: 0 if every file is valid, 2 if any is not or on a usage error.\n"
-            "The keys are described in docs/jobspec.md and configs/job.schema.json.\n");
+            "The keys are described in README.md (Job spec reference) and configs/job.schema.json.\n");
 }
 
 static void print_program(const struct dt_job *job)
