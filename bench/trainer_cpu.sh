@@ -3,21 +3,26 @@
 #
 #   1. One rank: samples/s of `dtrain worker` and of bench/trainer_cpu_torch.py
 #      (784-1024-1024-10 ReLU, AdamW, OneCycle, clipping; same batch, same thread
-#      count) at batch 64 and 256, interleaved; steady state only (the first
-#      logged window is left out).  Target: dtrain >= 1.2x PyTorch.
+#      count) at batch 64 and 256; steady state only (the first logged window
+#      is left out); REPS runs of each, interleaved (dtrain, torch, dtrain, ...),
+#      best of each kept, since other load on the machine only ever slows a run.
+#      Target: dtrain >= 1.2x PyTorch.
 #   2. Four ranks on this host, batch 64 per rank: exposed communication =
 #      step time of the 4-rank job minus the step time of 4 lone ranks running
 #      side by side (same CPU sharing, no communication), as a fraction of the
-#      bucketed all-reduce of one step timed alone (DTRAIN_BENCH_ALLREDUCE).
-#      Target: <= 25%.
+#      bucketed all-reduce of one step timed alone (DTRAIN_BENCH_ALLREDUCE);
+#      best of REPS for each.  Target: <= 25%.  When ranks outnumber cores the
+#      all-reduce's own CPU work (shm copies and sums) cannot hide behind a
+#      backward that already uses every core; the figure says so.
 #
 #   bench/trainer_cpu.sh
-#   DTRAIN=path/to/dtrain  THREADS=1  STEPS=200   (steps per one-rank run)
+#   DTRAIN=path/to/dtrain  THREADS=1  STEPS=200 (steps per one-rank run)  REPS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 THREADS=${THREADS:-1}
 STEPS=${STEPS:-200}
+REPS=${REPS:-3}
 [ -x "$DTRAIN" ] || { echo "trainer_cpu: $DTRAIN is not built (run make)" >&2; exit 1; }
 python3 -c 'import torch' 2>/dev/null || { echo "trainer_cpu: python3 cannot import torch: pip install torch" >&2; exit 1; }
 
@@ -68,27 +73,44 @@ printf "%-8s %14s %14s %8s\n" batch dtrain torch ratio
 for b in 64 256; do
   steps=$STEPS; [ "$b" = 256 ] && steps=$((STEPS / 2))
   spec "one$b" 1 "$b" "$steps" true
-  one_rank "one$b" "$b"
-  d=$(steady "$W/one$b" | cut -d' ' -f1)
-  t=$(OMP_NUM_THREADS=$THREADS python3 bench/trainer_cpu_torch.py --batch "$b" --steps "$steps" --threads "$THREADS" |
-      sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+  d=0; t=0
+  for rep in $(seq "$REPS"); do
+    rm -rf "$W/one$b"
+    one_rank "one$b" "$b"
+    d=$(printf '%s\n%s\n' "$d" "$(steady "$W/one$b" | cut -d' ' -f1)" | sort -g | tail -n 1)
+    x=$(OMP_NUM_THREADS=$THREADS python3 bench/trainer_cpu_torch.py --batch "$b" --steps "$steps" --threads "$THREADS" |
+        sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+    t=$(printf '%s\n%s\n' "$t" "$x" | sort -g | tail -n 1)
+  done
   printf "%-8s %14.1f %14.1f %7.2fx\n" "$b" "$d" "$t" "$(echo "$d / $t" | bc -l)"
 done
 
-echo "# four ranks, batch 64 per rank, backend auto"
+echo "# four ranks, batch 64 per rank, backend auto; best of $REPS"
 spec lone 1 64 "$STEPS" true
-for r in 0 1 2 3; do cp "$W/lone.yaml" "$W/lone$r.yaml"; one_rank "lone$r" 64 & done
-wait
-lone=$(for r in 0 1 2 3; do steady "$W/lone$r" | cut -d' ' -f2; done | awk '{s+=$1} END {printf "%.6f", s/NR}')
+for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov"; done
+best_min() { printf '%s\n%s\n' "$1" "$2" | sort -g | head -n 1; }
+lone=1e9; declare -A step ar sps
+for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; done
+for rep in $(seq "$REPS"); do
+  for r in 0 1 2 3; do cp "$W/lone.yaml" "$W/lone$r.yaml"; rm -rf "$W/lone$r"; one_rank "lone$r" 64 & done
+  wait
+  x=$(for r in 0 1 2 3; do steady "$W/lone$r" | cut -d' ' -f2; done | awk '{s+=$1} END {printf "%.6f", s/NR}')
+  lone=$(best_min "$lone" "$x")
+  for ov in true false; do
+    rm -rf "$W/runs"
+    DTRAIN_BENCH_ALLREDUCE=20 "$DTRAIN" launch "$W/four-$ov.yaml" >"$W/four-$ov.log" 2>&1 ||
+      { cat "$W/four-$ov.log"; exit 1; }
+    dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
+    read -r s1 s2 < <(steady "$dir")
+    a=$(python3 -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
+    step[$ov]=$(best_min "${step[$ov]}" "$s2")
+    ar[$ov]=$(best_min "${ar[$ov]}" "$a")
+    sps[$ov]=$(printf '%s\n%s\n' "${sps[$ov]}" "$s1" | sort -g | tail -n 1)
+  done
+done
 for ov in true false; do
-  spec "four-$ov" 4 64 "$STEPS" "$ov"
-  DTRAIN_BENCH_ALLREDUCE=20 "$DTRAIN" launch "$W/four-$ov.yaml" >"$W/four-$ov.log" 2>&1 ||
-    { cat "$W/four-$ov.log"; exit 1; }
-  dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
-  read -r sps step < <(steady "$dir")
-  ar=$(python3 -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
-  exposed=$(echo "$step - $lone" | bc -l)
+  exposed=$(echo "${step[$ov]} - $lone" | bc -l)
   printf "overlap %-5s step %.2f ms  lone-rank step %.2f ms  exposed %.2f ms  all-reduce alone %.2f ms  exposed/all-reduce %.0f%%  (%.0f samples/s)\n" \
-    "$ov" "$(echo "$step*1000" | bc -l)" "$(echo "$lone*1000" | bc -l)" "$(echo "$exposed*1000" | bc -l)" \
-    "$(echo "$ar*1000" | bc -l)" "$(echo "100*$exposed/$ar" | bc -l)" "$sps"
+    "$ov" "$(echo "${step[$ov]}*1000" | bc -l)" "$(echo "$lone*1000" | bc -l)" "$(echo "$exposed*1000" | bc -l)" \
+    "$(echo "${ar[$ov]}*1000" | bc -l)" "$(echo "100*$exposed/${ar[$ov]}" | bc -l)" "${sps[$ov]}"
 done

@@ -23,6 +23,36 @@
 #include "comm/reduce.h"
 #include "comm/store.h"
 #include "comm/comm_backend.h"
+#ifdef DT_HAVE_CUDA
+#include "comm/nccl/nccl_comm.h"
+
+/* nccl: the collectives run on device twins of the host buffers that fill
+ * and check use (copies are outside the timed loop). */
+static struct dt_nccl_mirror mirror;
+static bool mirrored;
+#endif
+
+static int to_device(struct dt_bench_ctx *x)
+{
+#ifdef DT_HAVE_CUDA
+    size_t es = dt_dtype_size(x->dtype);
+    if (mirrored)
+        return dt_nccl_mirror_in(&mirror, &x->send, &x->recv, x->send_n * es, x->recv_n * es);
+#endif
+    (void)x;
+    return 0;
+}
+
+static int to_host(struct dt_bench_ctx *x)
+{
+#ifdef DT_HAVE_CUDA
+    size_t es = dt_dtype_size(x->dtype);
+    if (mirrored)
+        return dt_nccl_mirror_out(&mirror, &x->send, &x->recv, x->send_n * es, x->recv_n * es);
+#endif
+    (void)x;
+    return 0;
+}
 
 double dt_bench_value(int rank, size_t i, int seed)
 {
@@ -123,13 +153,18 @@ static void fmt_num(double v, int width, char *out, size_t n)
         snprintf(out, n, "%*.0e", width, v);
 }
 
-struct rec { int64_t pid, local_rank; char host[48]; };
+struct rec { int64_t pid, local_rank; char host[48], dev[64]; };
 
 static int preamble(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const struct dt_bench_args *a,
                     FILE *out)
 {
     struct rec me = {.pid = getpid(), .local_rank = env_int("LOCAL_RANK", 0)}, *all;
     gethostname(me.host, sizeof me.host - 1);
+    snprintf(me.dev, sizeof me.dev, "[0000:00:00] CPU (%s)", dt_comm_backend_name(x->comm));
+#ifdef DT_HAVE_CUDA
+    if (mirrored)
+        dt_nccl_device_name(dt_nccl_device(x->comm), me.dev, sizeof me.dev);
+#endif
     all = calloc((size_t)x->world, sizeof *all);
     if (!all)
         return dt_error_set(DT_ENOMEM, "bench: out of memory");
@@ -147,8 +182,8 @@ static int preamble(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const
                 a->warmup, a->iters, a->check);
         fprintf(out, "# Using devices\n");
         for (int q = 0; q < x->world; q++)
-            fprintf(out, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0000:00:00] CPU (%s)\n", q, 0,
-                    (int)all[q].pid, all[q].host, (int)all[q].local_rank, dt_comm_backend_name(x->comm));
+            fprintf(out, "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n", q, 0, (int)all[q].pid,
+                    all[q].host, (int)all[q].local_rank, all[q].dev);
         fprintf(out, "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
                 "", "", "", "", "");
         fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count",
@@ -165,8 +200,8 @@ static int preamble(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const
 static int time_placement(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const struct dt_bench_args *a,
                           bool in_place, double *sec)
 {
-    int rc = 0;
     k->fill(x, 0);
+    int rc = to_device(x);
     for (int i = 0; i < a->warmup && rc == 0; i++)
         rc = k->run(x, in_place);
     if (rc == 0)
@@ -175,6 +210,9 @@ static int time_placement(struct dt_bench_ctx *x, const struct dt_bench_coll *k,
     for (int i = 0; i < a->iters && rc == 0; i++)
         rc = k->run(x, in_place);
     double dt = (dt_comm_now() - t0) / a->iters;
+    int back = to_host(x);
+    if (rc == 0)
+        rc = back;
     if (rc == 0)
         rc = dt_comm_allreduce(x->comm, &dt, sec, 1, DT_F64, DT_AVG);
     return rc;
@@ -187,7 +225,10 @@ static int check_placement(struct dt_bench_ctx *x, const struct dt_bench_coll *k
     int rc = 0;
     for (int rep = 0; rep < a->check && rc == 0; rep++) {
         k->fill(x, rep + 1);
-        if ((rc = k->run(x, in_place)) == 0)
+        if ((rc = to_device(x)) == 0)
+            rc = k->run(x, in_place);
+        int back = to_host(x);
+        if (rc == 0 && (rc = back) == 0)
             mine += (int64_t)k->check(x, rep + 1, in_place);
     }
     if (rc == 0)
@@ -267,6 +308,14 @@ static int alloc_buffers(struct dt_bench_ctx *x, size_t max_bytes)
         return dt_error_set(DT_ENOMEM, "bench: cannot allocate 2 x %zu bytes", bytes);
     memset(x->send, 0, bytes);
     memset(x->recv, 0, bytes);
+#ifdef DT_HAVE_CUDA
+    if (!strcmp(dt_comm_backend_name(x->comm), "nccl")) {
+        int rc = dt_nccl_mirror_init(&mirror, x->send, x->recv, bytes);
+        if (rc < 0)
+            return rc;
+        mirrored = true;
+    }
+#endif
     return 0;
 }
 
@@ -308,6 +357,11 @@ int dt_bench_run(const struct dt_bench_args *a, FILE *out)
         rc = dt_comm_barrier(x.comm);
     dt_comm_destroy(x.comm);
     dt_store_close(st);
+#ifdef DT_HAVE_CUDA
+    if (mirrored)
+        dt_nccl_mirror_release(&mirror);
+    mirrored = false;
+#endif
     free(x.send);
     free(x.recv);
     if (rc < 0)

@@ -91,7 +91,11 @@ const char *dt_redop_name(enum dt_redop op)
     return (unsigned)op < DT_REDOP_COUNT ? names[op] : "?";
 }
 
-static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm};
+static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm,
+#ifdef DT_HAVE_CUDA
+                                                          &dt_comm_backend_nccl,
+#endif
+};
 
 /* auto: one rank needs no backend; all ranks on one host share memory;
  * otherwise TCP. */
@@ -138,8 +142,8 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
     c->rank = o.rank;
     c->world = o.world;
     c->name = be->name;
-    if (o.world > 1) {
-        if (!o.store) {
+    if (o.world > 1 || be->device_buffers) {
+        if (!o.store && o.world > 1) {
             free(c);
             return dt_error_set(DT_EINVAL, "communicator: world size %d needs a store to bootstrap", o.world);
         }
@@ -164,6 +168,11 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
 int dt_comm_rank(const struct dt_comm *c) { return c->rank; }
 int dt_comm_world(const struct dt_comm *c) { return c->world; }
 const char *dt_comm_backend_name(const struct dt_comm *c) { return c->name; }
+
+void *dt_comm_backend_state(struct dt_comm *c, const struct dt_comm_backend *be)
+{
+    return c && be && c->be == be ? c->st : NULL;
+}
 
 /* World 1: every collective is a copy (an average over one rank is the value). */
 static int run_self(struct dt_comm_req *r)

@@ -11,7 +11,8 @@
  *    its state; it fails (never hangs) after opts->timeout_s.
  *  - The blocking forms run one collective to completion on the calling thread
  *    and are called one at a time, in the same order on every rank.  world >= 2
- *    and count >= 0 are guaranteed; buffers are valid for count elements.
+ *    (any world for a device_buffers backend) and count >= 0 are guaranteed;
+ *    buffers are valid for count elements.
  *  - Each op has its own deadline of opts->timeout_s.  On any failure the op
  *    returns DT_ECONN / DT_ETIMEDOUT / DT_EABORTED / DT_EPROTO with a message
  *    "rank R: <op> #<seq> (<backend>): ... peer rank P ..." and makes its
@@ -52,7 +53,16 @@ struct dt_comm_backend {
 
     void (*abort)(void *st);
     void (*destroy)(void *st);
+
+    /* Buffers live in device memory (nccl): comm.c cannot copy them itself, so
+     * a world of one still goes through the backend, and the store may then be
+     * NULL. */
+    bool device_buffers;
 };
+
+/* The backend state of `c` when its backend is `be`, else NULL: how a
+ * backend's own extension header (comm/nccl/nccl_comm.h: streams) reaches it. */
+void *dt_comm_backend_state(struct dt_comm *c, const struct dt_comm_backend *be);
 
 /* For backends with native async forms: reports that `req` finished with rc
  * (and, if rc < 0, the current thread's error message). */
@@ -68,5 +78,8 @@ double dt_comm_now(void);
 
 extern const struct dt_comm_backend dt_comm_backend_tcp;
 extern const struct dt_comm_backend dt_comm_backend_shm;
+#ifdef DT_HAVE_CUDA
+extern const struct dt_comm_backend dt_comm_backend_nccl;
+#endif
 
 #endif

@@ -1,0 +1,155 @@
+/* nccl_dev.c - the stream controls and device helpers of nccl_comm.h.
+ *
+ * The helpers exist so that comm/ users that must not link worker/ (the
+ * all-reduce self-test, the GPU tests) can place buffers on the GPU.  Not for
+ * the trainer's memory (worker/cuda/ owns that).
+ */
+#include <stdio.h>
+
+#include "comm/error.h"
+#include "comm/nccl/nccl_comm.h"
+#include "comm/nccl/nccl_internal.h"
+
+static struct dt_nccl *state_of(struct dt_comm *c)
+{
+    return dt_comm_backend_state(c, &dt_comm_backend_nccl);
+}
+
+int dt_nccl_set_compute_stream(struct dt_comm *c, cudaStream_t compute)
+{
+    struct dt_nccl *st = state_of(c);
+    if (!st)
+        return dt_error_set(DT_EINVAL, "dt_nccl_set_compute_stream: the communicator does not run on nccl");
+    pthread_mutex_lock(&st->mu);
+    st->compute = compute;
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+cudaStream_t dt_nccl_comm_stream(struct dt_comm *c)
+{
+    struct dt_nccl *st = state_of(c);
+    return st ? st->stream : NULL;
+}
+
+int dt_nccl_device(struct dt_comm *c)
+{
+    struct dt_nccl *st = state_of(c);
+    return st ? st->device : -1;
+}
+
+int dt_nccl_stream_wait_comm(struct dt_comm *c, cudaStream_t s)
+{
+    struct dt_nccl *st = state_of(c);
+    if (!st)
+        return dt_error_set(DT_EINVAL, "dt_nccl_stream_wait_comm: the communicator does not run on nccl");
+    /* A fresh event per call would allocate; `ready` is free between ops
+     * because cudaStreamWaitEvent captures the event's state when called. */
+    pthread_mutex_lock(&st->mu);
+    cudaError_t e = cudaEventRecord(st->ready, st->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(s, st->ready, 0);
+    pthread_mutex_unlock(&st->mu);
+    return e == cudaSuccess ? 0 : dt_nccl_cuda_error(e, st->rank, "cudaStreamWaitEvent (compute waits for comm)");
+}
+
+int dt_nccl_device_count(int *n)
+{
+    *n = 0;
+    cudaError_t e = cudaGetDeviceCount(n);
+    if (e != cudaSuccess) {
+        *n = 0;
+        return dt_error_set(DT_EUNSUPPORTED, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+int dt_nccl_mem_alloc(void **p, size_t bytes)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return dt_error_set(DT_ENOMEM, "cudaMalloc of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+void dt_nccl_mem_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+int dt_nccl_mem_copy(void *dst, const void *src, size_t bytes)
+{
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    return e == cudaSuccess ? 0 : dt_error_set(DT_EIO, "cudaMemcpy of %zu bytes failed: %s", bytes,
+                                               cudaGetErrorString(e));
+}
+
+int dt_nccl_mem_set(void *p, int byte, size_t bytes)
+{
+    cudaError_t e = cudaMemset(p, byte, bytes);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? 0 : dt_error_set(DT_EIO, "cudaMemset of %zu bytes failed: %s", bytes,
+                                               cudaGetErrorString(e));
+}
+
+int dt_nccl_device_name(int dev, char *buf, size_t len)
+{
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess)
+        return dt_error_set(DT_EINVAL, "cudaGetDeviceProperties(%d) failed: %s", dev, cudaGetErrorString(e));
+    snprintf(buf, len, "[%04x:%02x:%02x] %s", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID, prop.name);
+    return 0;
+}
+
+int dt_nccl_version(void)
+{
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+int dt_nccl_mirror_init(struct dt_nccl_mirror *m, char *host_send, char *host_recv, size_t bytes)
+{
+    *m = (struct dt_nccl_mirror){.host_send = host_send, .host_recv = host_recv, .bytes = bytes};
+    int rc = dt_nccl_mem_alloc((void **)&m->dev_send, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_alloc((void **)&m->dev_recv, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_set(m->dev_send, 0, bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_set(m->dev_recv, 0, bytes);
+    if (rc < 0)
+        dt_nccl_mirror_release(m);
+    return rc;
+}
+
+int dt_nccl_mirror_in(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes)
+{
+    int rc = dt_nccl_mem_copy(m->dev_send, m->host_send, send_bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_copy(m->dev_recv, m->host_recv, recv_bytes);
+    *send = m->dev_send;
+    *recv = m->dev_recv;
+    return rc;
+}
+
+int dt_nccl_mirror_out(struct dt_nccl_mirror *m, char **send, char **recv, size_t send_bytes, size_t recv_bytes)
+{
+    int rc = dt_nccl_mem_copy(m->host_send, m->dev_send, send_bytes);
+    if (rc == 0)
+        rc = dt_nccl_mem_copy(m->host_recv, m->dev_recv, recv_bytes);
+    *send = m->host_send;
+    *recv = m->host_recv;
+    return rc;
+}
+
+void dt_nccl_mirror_release(struct dt_nccl_mirror *m)
+{
+    dt_nccl_mem_free(m->dev_send);
+    dt_nccl_mem_free(m->dev_recv);
+    m->dev_send = m->dev_recv = NULL;
+}

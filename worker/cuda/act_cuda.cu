@@ -1,0 +1,307 @@
+/* act_cuda.cu - the elementwise kernels around the GEMMs: activations where
+ * cuBLASLt cannot fuse them (torch's exact erf GELU, and fallbacks), the bias
+ * gradient when it cannot come from the epilogue, casts and zeroing.
+ *
+ * Math (z the pre-activation, h = act(z)):
+ *   relu(z) = max(z, 0)                    relu'(z) = [z > 0] = [h > 0]
+ *   gelu(z) = z Phi(z) = z/2 (1 + erf(z/sqrt2))
+ *   gelu'(z) = Phi(z) + z phi(z),  phi(z) = exp(-z^2/2) / sqrt(2 pi)
+ *   gelu_tanh(z) = z/2 (1 + tanh(u)),  u = sqrt(2/pi) (z + 0.044715 z^3)
+ *   gelu_tanh'(z) = (1 + tanh u)/2 + z/2 (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 z^2)
+ * Arithmetic is fp32; bf16 only on load and store.
+ *
+ * Also the narrow-layer kernels: a layer with few outputs (the 10 classes)
+ * has leading dimensions of 10 elements, which no tensor-core GEMM accepts
+ * (they need 16-byte multiples), and cuBLASLt then falls to a SIMT kernel that
+ * took 277 us for the 4096x1024x10 weight gradient on an H200.  These do it
+ * directly:
+ *   dW[o,i] (+)= sum_r dz[r,o] x[r,i]  rows split in S slices, partials summed
+ *                                       in slice order (fixed order)
+ *   dx[r,i]  = sum_o dz[r,o] W[o,i] * act'(src[r,i])
+ *
+ * Not for the GEMMs (linear_cuda.c) or the optimizer (optim_cuda.cu).
+ */
+#include <cuda_bf16.h>
+
+extern "C" {
+#include "comm/error.h" /* a C header without C++ guards */
+}
+#include "worker/cuda/cuda_internal.h"
+
+namespace {
+
+__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+
+__device__ __forceinline__ float act_f(float z, int act)
+{
+    const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
+    switch (act) {
+    case DT_CUDA_ACT_RELU: return z > 0.0f ? z : 0.0f;
+    case DT_CUDA_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    case DT_CUDA_ACT_GELU_TANH: return 0.5f * z * (1.0f + tanhf(k0 * (z + 0.044715f * z * z * z)));
+    default: return z;
+    }
+}
+
+/* src is h for ReLU (its sign is z's), z for the GELUs. */
+__device__ __forceinline__ float act_grad(float src, int act)
+{
+    const float k0 = 0.7978845608028654f;
+    switch (act) {
+    case DT_CUDA_ACT_RELU: return src > 0.0f ? 1.0f : 0.0f;
+    case DT_CUDA_ACT_GELU: {
+        float cdf = 0.5f * (1.0f + erff(src * 0.70710678118654752f));
+        float pdf = 0.3989422804014327f * expf(-0.5f * src * src);
+        return cdf + src * pdf;
+    }
+    case DT_CUDA_ACT_GELU_TANH: {
+        float th = tanhf(k0 * (src + 0.044715f * src * src * src));
+        return 0.5f * (1.0f + th) + 0.5f * src * (1.0f - th * th) * k0 * (1.0f + 3.0f * 0.044715f * src * src);
+    }
+    default: return 1.0f;
+    }
+}
+
+template <typename T> __global__ void act_forward_kernel(T *h, const T *z, size_t n, int act)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store(h, i, act_f(load(z, i), act));
+}
+
+template <typename T> __global__ void act_backward_kernel(T *dz, const T *src, size_t n, int act)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store(dz, i, load(dz, i) * act_grad(load(src, i), act));
+}
+
+/* db[j] (+)= sum_r dz[r, j]: 32 columns per block, 16 row lanes each summing
+ * a strided set of rows, then the 16 partials added in a fixed order. */
+template <typename T> __global__ void bias_grad_kernel(float *db, const T *dz, int B, int n, int accumulate)
+{
+    __shared__ float part[16][33];
+    int j = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (j < n)
+        for (int r = threadIdx.y; r < B; r += 16)
+            s += load(dz, (size_t)r * n + j);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+        float t = 0.0f;
+        for (int i = 0; i < 16; i++)
+            t += part[i][threadIdx.x];
+        db[j] = accumulate ? db[j] + t : t;
+    }
+}
+
+template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store(dst, i, load(src, i));
+}
+
+/* One thread per input column i, all outputs in registers; block (i-tile,
+ * slice) sums its slice's rows, 32 at a time through shared memory. */
+template <typename T, int OUTMAX>
+__global__ void wgrad_partial_kernel(float *part, const T *dz, const T *x, int B, int in, int out, int rows)
+{
+    __shared__ float d[32][OUTMAX];
+    const int i = blockIdx.x * 128 + threadIdx.x, s = blockIdx.y;
+    const int r0 = s * rows, r1 = min(B, r0 + rows);
+    float acc[OUTMAX];
+#pragma unroll
+    for (int o = 0; o < OUTMAX; o++)
+        acc[o] = 0.0f;
+    for (int rt = r0; rt < r1; rt += 32) {
+        for (int e = threadIdx.x; e < 32 * OUTMAX; e += 128) {
+            int rr = e / OUTMAX, o = e % OUTMAX;
+            d[rr][o] = rt + rr < r1 && o < out ? load(dz, (size_t)(rt + rr) * out + o) : 0.0f;
+        }
+        __syncthreads();
+        if (i < in)
+            for (int rr = 0; rr < 32 && rt + rr < r1; rr++) {
+                float xv = load(x, (size_t)(rt + rr) * in + i);
+#pragma unroll
+                for (int o = 0; o < OUTMAX; o++)
+                    acc[o] += d[rr][o] * xv;
+            }
+        __syncthreads();
+    }
+    if (i < in)
+        for (int o = 0; o < out; o++)
+            part[((size_t)s * out + o) * in + i] = acc[o];
+}
+
+__global__ void wgrad_reduce_kernel(float *dw, const float *part, int S, int in, int out, int accumulate)
+{
+    size_t n = (size_t)in * out;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        float t = 0.0f;
+        for (int s = 0; s < S; s++)
+            t += part[(size_t)s * n + e];
+        dw[e] = accumulate ? dw[e] + t : t;
+    }
+}
+
+/* W's column i stays in registers while the block walks its rows. */
+template <typename T, int OUTMAX>
+__global__ void xgrad_narrow_kernel(T *dzp, const T *dz, const T *w, const T *src, int B, int in, int out, int act)
+{
+    __shared__ float d[OUTMAX];
+    const int i = blockIdx.x * 128 + threadIdx.x;
+    float wc[OUTMAX];
+#pragma unroll
+    for (int o = 0; o < OUTMAX; o++)
+        wc[o] = i < in && o < out ? load(w, (size_t)o * in + i) : 0.0f;
+    for (int r = blockIdx.y; r < B; r += gridDim.y) {
+        if (threadIdx.x < OUTMAX)
+            d[threadIdx.x] = threadIdx.x < out ? load(dz, (size_t)r * out + threadIdx.x) : 0.0f;
+        __syncthreads();
+        if (i < in) {
+            float s = 0.0f;
+#pragma unroll
+            for (int o = 0; o < OUTMAX; o++)
+                s += d[o] * wc[o];
+            if (act != DT_CUDA_ACT_NONE)
+                s *= act_grad(load(src, (size_t)r * in + i), act);
+            store(dzp, (size_t)r * in + i, s);
+        }
+        __syncthreads();
+    }
+}
+
+unsigned grid_for(size_t n)
+{
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g < 1 ? 1 : g > 4096 ? 4096 : g);
+}
+
+int launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+} // namespace
+
+extern "C" int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
+                                          enum dt_cuda_act act)
+{
+    if (t == DT_CUDA_BF16)
+        act_forward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)z, n, (int)act);
+    else
+        act_forward_kernel<<<grid_for(n), 256, 0, s>>>((float *)h, (const float *)z, n, (int)act);
+    return launched("activation forward kernel launch");
+}
+
+extern "C" int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *src,
+                                           size_t n, enum dt_cuda_act act)
+{
+    if (t == DT_CUDA_BF16)
+        act_backward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)dz, (const __nv_bfloat16 *)src, n,
+                                                        (int)act);
+    else
+        act_backward_kernel<<<grid_for(n), 256, 0, s>>>((float *)dz, (const float *)src, n, (int)act);
+    return launched("activation backward kernel launch");
+}
+
+extern "C" int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B,
+                                        int n, bool accumulate)
+{
+    dim3 block(32, 16), grid((unsigned)(n + 31) / 32);
+    if (t == DT_CUDA_BF16)
+        bias_grad_kernel<<<grid, block, 0, s>>>(db, (const __nv_bfloat16 *)dz, B, n, accumulate);
+    else
+        bias_grad_kernel<<<grid, block, 0, s>>>(db, (const float *)dz, B, n, accumulate);
+    return launched("bias gradient kernel launch");
+}
+
+extern "C" int dt_cuda_cast(struct dt_cuda_ctx *k, enum dt_cuda_dtype dt, void *dst, enum dt_cuda_dtype st,
+                            const void *src, size_t n)
+{
+    cudaStream_t s = k->stream;
+    if (dt == st) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, n * dt_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice, s);
+        return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemcpyAsync (cast to the same type)");
+    }
+    if (dt == DT_CUDA_BF16)
+        cast_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)dst, (const float *)src, n);
+    else
+        cast_kernel<<<grid_for(n), 256, 0, s>>>((float *)dst, (const __nv_bfloat16 *)src, n);
+    return launched("cast kernel launch");
+}
+
+extern "C" int dt_cuda_zero(struct dt_cuda_ctx *k, void *p, size_t bytes)
+{
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, k->stream);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemsetAsync");
+}
+
+extern "C" int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
+                                           const void *x, int B, int in, int out, bool accumulate)
+{
+    if (out > 32)
+        return dt_error_set(DT_EINTERNAL, "narrow weight gradient: %d outputs (at most 32)", out);
+    int S = (B + 63) / 64;
+    S = S > 64 ? 64 : S;
+    while (S > 1 && (size_t)S * out * in > k->split_floats)
+        S--;
+    int rows = (B + S - 1) / S;
+    dim3 grid((unsigned)(in + 127) / 128, (unsigned)S);
+    cudaStream_t s = k->stream;
+    bool small = out <= 16;
+    if (t == DT_CUDA_BF16) {
+        auto *d = (const __nv_bfloat16 *)dz;
+        auto *xx = (const __nv_bfloat16 *)x;
+        if (small)
+            wgrad_partial_kernel<__nv_bfloat16, 16><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+        else
+            wgrad_partial_kernel<__nv_bfloat16, 32><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+    } else {
+        auto *d = (const float *)dz;
+        auto *xx = (const float *)x;
+        if (small)
+            wgrad_partial_kernel<float, 16><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+        else
+            wgrad_partial_kernel<float, 32><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+    }
+    int rc = launched("narrow weight gradient kernel launch");
+    if (rc == 0) {
+        wgrad_reduce_kernel<<<grid_for((size_t)in * out), 256, 0, s>>>(dw, k->split, S, in, out, accumulate);
+        rc = launched("narrow weight gradient reduction launch");
+    }
+    return rc;
+}
+
+extern "C" int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz,
+                                           const void *w, const void *src, int B, int in, int out,
+                                           enum dt_cuda_act act)
+{
+    if (out > 32)
+        return dt_error_set(DT_EINTERNAL, "narrow input gradient: %d outputs (at most 32)", out);
+    dim3 grid((unsigned)(in + 127) / 128, (unsigned)(B < 1024 ? B : 1024));
+    bool small = out <= 16;
+    if (t == DT_CUDA_BF16) {
+        auto *o = (__nv_bfloat16 *)dzp;
+        auto *d = (const __nv_bfloat16 *)dz;
+        auto *ww = (const __nv_bfloat16 *)w;
+        auto *sr = (const __nv_bfloat16 *)src;
+        if (small)
+            xgrad_narrow_kernel<__nv_bfloat16, 16><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+        else
+            xgrad_narrow_kernel<__nv_bfloat16, 32><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+    } else {
+        auto *o = (float *)dzp;
+        auto *d = (const float *)dz;
+        auto *ww = (const float *)w;
+        auto *sr = (const float *)src;
+        if (small)
+            xgrad_narrow_kernel<float, 16><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+        else
+            xgrad_narrow_kernel<float, 32><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+    }
+    return launched("narrow input gradient kernel launch");
+}

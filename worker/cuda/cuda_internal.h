@@ -1,0 +1,98 @@
+/* cuda_internal.h - the CUDA context and the launchers shared by worker/cuda/
+ * files only: the cuBLASLt plan cache (gemm_cuda.c) and the own kernels
+ * (*.cu, C-callable launchers).  Not for the trainer: see kernels_cuda.h.
+ */
+#ifndef DT_CUDA_INTERNAL_H
+#define DT_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+
+#include "worker/cuda/kernels_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_CUDA_PLANS 64
+#define DT_CUDA_WORKSPACE (32u << 20)
+#define DT_CUDA_MAX_BLOCKS 256
+#define DT_GEMM_CANDIDATES 8 /* heuristic answers timed per plan */
+#define DT_CUDA_SPLIT_FLOATS (1u << 20) /* partials of the narrow weight gradient */
+#define DT_CUDA_CHOICES 64 /* grid of the fixed-order reductions */
+
+/* One GEMM in cuBLASLt's column-major terms: D[m,n] = op(A) op(B) (+ beta D). */
+struct dt_gemm {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldd;
+    cudaDataType_t ab_type, d_type;
+    cublasLtEpilogue_t epi;
+    const void *a, *b;
+    void *d;
+    float beta;
+    const void *bias;   /* bias (forward) or bias gradient output (BGRAD*) */
+    void *aux;          /* ReLU mask / GELU input */
+    int64_t aux_ld;
+};
+
+struct dt_gemm_plan {
+    bool used;
+    uint64_t key[4];
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct dt_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    bool own_stream;
+    cublasLtHandle_t lt;
+    void *workspace;
+    int fallbacks;
+    bool autotune;       /* time the heuristic's candidates per plan */
+    int tuned;           /* plans chosen by timing */
+    bool relu_mask_bad;  /* a forward could not write the ReLU mask */
+    /* Fixed-order reductions (loss, hits, sum of squares): one partial per
+     * block, then the last block to finish sums them; `ticket` counts the
+     * finished blocks and is reset by the last one, so replays need no reset. */
+    float *split;        /* DT_CUDA_SPLIT_FLOATS partial sums (narrow layers) */
+    size_t split_floats;
+    enum dt_cuda_fusion fusion;
+    /* Which way each backward op of a shape runs, found by timing once. */
+    struct dt_cuda_choice {
+        int kind, act, t, B, in, out, variant;
+    } choice[DT_CUDA_CHOICES];
+    int n_choices;
+    float *part_f;
+    int *part_i;
+    unsigned *ticket;
+    struct dt_gemm_plan plans[DT_CUDA_PLANS];
+};
+
+int dt_cuda_err(cudaError_t e, const char *call);
+int dt_cublas_err(cublasStatus_t s, const char *call);
+
+/* Runs g through a cached plan; DT_EUNSUPPORTED when cuBLASLt has no
+ * algorithm for that epilogue here (the caller then falls back). */
+int dt_gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
+void dt_gemm_plans_release(struct dt_cuda_ctx *k);
+
+/* Own kernels (act_cuda.cu); all enqueue on `s`. */
+int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
+                               enum dt_cuda_act act);
+int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *z_or_h, size_t n,
+                                enum dt_cuda_act act);
+/* Layers with at most 32 outputs (act_cuda.cu); see there. */
+int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
+                                const void *x, int B, int in, int out, bool accumulate);
+int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz, const void *w,
+                                const void *src, int B, int in, int out, enum dt_cuda_act act);
+/* db[n] (+)= sum over B rows of dz[B,n] (fp32 out, fixed order). */
+int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
+                             bool accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

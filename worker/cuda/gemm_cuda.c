@@ -1,0 +1,316 @@
+/* gemm_cuda.c - the CUDA context and cuBLASLt GEMMs through a plan cache.
+ *
+ * A cuBLASLt matmul needs a descriptor, three layouts and an algorithm from
+ * the heuristic; building them is host work (and allocation), so each
+ * distinct GEMM (shape, types, epilogue, pointer alignment) is planned once and
+ * kept: a steady-state step only sets the pointers and launches.  The
+ * heuristic is told the real alignment of A, B and D, because offsets into a
+ * flat arena are not always 16-byte aligned and an algorithm that assumes more
+ * than it gets reads the wrong bytes.
+ *
+ * Not for the layer math (linear_cuda.c) or own kernels (*.cu).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/error.h"
+#include "worker/cuda/cuda_internal.h"
+
+int dt_cuda_err(cudaError_t e, const char *call)
+{
+    return dt_error_set(DT_EIO, "cuda: %s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int dt_cublas_err(cublasStatus_t s, const char *call)
+{
+    return dt_error_set(s == CUBLAS_STATUS_NOT_SUPPORTED ? DT_EUNSUPPORTED : DT_EIO, "cublasLt: %s failed: %s (%d)",
+                        call, cublasLtGetStatusString(s), (int)s);
+}
+
+int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out)
+{
+    *out = NULL;
+    struct dt_cuda_ctx *k = calloc(1, sizeof *k);
+    if (!k)
+        return dt_error_set(DT_ENOMEM, "cuda: out of memory for the kernel context");
+    k->device = device;
+    k->autotune = true;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        free(k);
+        return dt_cuda_err(e, "cudaSetDevice");
+    }
+    k->stream = stream;
+    if (!stream) {
+        if ((e = cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+            free(k);
+            return dt_cuda_err(e, "cudaStreamCreateWithFlags (compute stream)");
+        }
+        k->own_stream = true;
+    }
+    cublasStatus_t s = cublasLtCreate(&k->lt);
+    int rc = 0;
+    if (s != CUBLAS_STATUS_SUCCESS)
+        rc = dt_cublas_err(s, "cublasLtCreate");
+    else if ((e = cudaMalloc(&k->workspace, DT_CUDA_WORKSPACE)) != cudaSuccess)
+        rc = dt_cuda_err(e, "cudaMalloc (cuBLASLt workspace)");
+    else if ((e = cudaMalloc((void **)&k->part_f, DT_CUDA_MAX_BLOCKS * (sizeof(float) + sizeof(int)) + 64)) !=
+             cudaSuccess)
+        rc = dt_cuda_err(e, "cudaMalloc (reduction partials)");
+    else if ((e = cudaMalloc((void **)&k->split, DT_CUDA_SPLIT_FLOATS * sizeof(float))) != cudaSuccess)
+        rc = dt_cuda_err(e, "cudaMalloc (narrow-layer partials)");
+    else {
+        k->split_floats = DT_CUDA_SPLIT_FLOATS;
+        k->part_i = (int *)(k->part_f + DT_CUDA_MAX_BLOCKS);
+        k->ticket = (unsigned *)(k->part_i + DT_CUDA_MAX_BLOCKS);
+        if ((e = cudaMemset(k->ticket, 0, sizeof *k->ticket)) != cudaSuccess)
+            rc = dt_cuda_err(e, "cudaMemset (reduction ticket)");
+    }
+    if (rc < 0) {
+        dt_cuda_ctx_destroy(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
+}
+
+void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
+{
+    if (!k)
+        return;
+    cudaSetDevice(k->device);
+    if (k->stream)
+        cudaStreamSynchronize(k->stream);
+    dt_gemm_plans_release(k);
+    if (k->lt)
+        cublasLtDestroy(k->lt);
+    if (k->workspace)
+        cudaFree(k->workspace);
+    if (k->part_f)
+        cudaFree(k->part_f);
+    if (k->split)
+        cudaFree(k->split);
+    if (k->own_stream)
+        cudaStreamDestroy(k->stream);
+    free(k);
+}
+
+cudaStream_t dt_cuda_stream(const struct dt_cuda_ctx *k) { return k->stream; }
+void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on) { k->autotune = on; }
+void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f)
+{
+    k->fusion = f;
+    k->n_choices = 0;
+}
+int dt_cuda_fallbacks(const struct dt_cuda_ctx *k) { return k->fallbacks; }
+
+int dt_cuda_sync(struct dt_cuda_ctx *k)
+{
+    cudaError_t e = cudaStreamSynchronize(k->stream);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, "a kernel on the compute stream (seen at cudaStreamSynchronize)");
+}
+
+static unsigned align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 1 && (a & (al - 1)))
+        al >>= 1;
+    return al;
+}
+
+static void plan_key(const struct dt_gemm *g, uint64_t key[4])
+{
+    key[0] = (uint64_t)g->m | (uint64_t)g->n << 32;
+    key[1] = (uint64_t)g->k | (uint64_t)g->lda << 32;
+    key[2] = (uint64_t)g->ldb | (uint64_t)g->ldd << 32;
+    key[3] = (uint64_t)g->ta | (uint64_t)g->tb << 2 | (uint64_t)g->ab_type << 4 | (uint64_t)g->d_type << 12 |
+             (uint64_t)g->epi << 20 | (uint64_t)(g->beta != 0) << 32 | (uint64_t)align_of(g->a) << 33 |
+             (uint64_t)align_of(g->b) << 42 | (uint64_t)align_of(g->d) << 51;
+}
+
+static void plan_release(struct dt_gemm_plan *p)
+{
+    if (p->desc)
+        cublasLtMatmulDescDestroy(p->desc);
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->ld)
+        cublasLtMatrixLayoutDestroy(p->ld);
+    memset(p, 0, sizeof *p);
+}
+
+void dt_gemm_plans_release(struct dt_cuda_ctx *k)
+{
+    for (int i = 0; i < DT_CUDA_PLANS; i++)
+        plan_release(&k->plans[i]);
+}
+
+#define LT(call)                                      \
+    do {                                              \
+        cublasStatus_t s_ = (call);                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {            \
+            rc = dt_cublas_err(s_, #call);            \
+            goto fail;                                \
+        }                                             \
+    } while (0)
+
+static int set_pref_alignment(cublasLtMatmulPreference_t pref, const struct dt_gemm *g)
+{
+    uint32_t a = align_of(g->a), b = align_of(g->b), d = align_of(g->d);
+    uint64_t ws = DT_CUDA_WORKSPACE;
+    int rc = 0;
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a, sizeof a));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d, sizeof d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d, sizeof d));
+fail:
+    return rc;
+}
+
+/* The heuristic's first answer is not always the fastest; so each plan
+ * times the candidates on its real operands and keeps the best (once, at
+ * warm-up).  Only when that is harmless: beta == 0 (the output is rewritten
+ * by the real call), not while a graph is being captured, and only for the
+ * plain and bias epilogues: on an H200 with CUDA 13.0, with every epilogue
+ * timed, a DRELU GEMM (run as GEMM plus a separate epilogue pass) gave wrong
+ * gradients where the heuristic's first answer had been right, so the fused
+ * epilogues keep the first answer. */
+static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
+                   const cublasLtMatmulHeuristicResult_t *res, int found)
+{
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
+    if (!k->autotune || found < 2 || g->beta != 0.0f || !plain || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone)
+        return 0;
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess)
+        return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 0;
+    }
+    const float alpha = 1.0f;
+    int best = 0;
+    float best_ms = 1e30f;
+    for (int i = 0; i < found; i++) {
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        for (int rep = 0; rep < 6 && st == CUBLAS_STATUS_SUCCESS; rep++) {
+            if (rep == 1) /* the first run warms caches and loads the kernel */
+                cudaEventRecord(e0, k->stream);
+            st = cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, g->d, p->ld, g->d,
+                                p->ld, &res[i].algo, k->workspace, DT_CUDA_WORKSPACE, k->stream);
+        }
+        cudaEventRecord(e1, k->stream);
+        float ms = 0;
+        if (st == CUBLAS_STATUS_SUCCESS && cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
+            best_ms = ms;
+            best = i;
+        }
+    }
+    cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    k->tuned++;
+    return best;
+}
+
+/* Descriptor and layouts; the pointers of bias/aux are set per call. */
+static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p)
+{
+    int rc = 0;
+    cublasLtMatmulPreference_t pref = NULL;
+    int ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
+    int br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
+    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
+    if (g->bias)
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    if (g->aux) {
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                          sizeof g->aux));
+        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->aux_ld,
+                                          sizeof g->aux_ld));
+    }
+    LT(cublasLtMatrixLayoutCreate(&p->la, g->ab_type, ar, ac, g->lda));
+    LT(cublasLtMatrixLayoutCreate(&p->lb, g->ab_type, br, bc, g->ldb));
+    LT(cublasLtMatrixLayoutCreate(&p->ld, g->d_type, g->m, g->n, g->ldd));
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    if ((rc = set_pref_alignment(pref, g)) < 0)
+        goto fail;
+    cublasLtMatmulHeuristicResult_t res[DT_GEMM_CANDIDATES];
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(k->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                      DT_GEMM_CANDIDATES, res, &found);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+        rc = dt_error_set(DT_EUNSUPPORTED, "cublasLt: no algorithm for a %dx%dx%d GEMM with epilogue %d", g->m,
+                          g->n, g->k, (int)g->epi);
+        goto fail;
+    }
+    p->algo = res[fastest(k, g, p, res, found)].algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return 0;
+fail:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    plan_release(p);
+    return rc;
+}
+
+static struct dt_gemm_plan *plan_find(struct dt_cuda_ctx *k, const uint64_t key[4], bool *fresh)
+{
+    struct dt_gemm_plan *free_slot = NULL;
+    for (int i = 0; i < DT_CUDA_PLANS; i++) {
+        struct dt_gemm_plan *p = &k->plans[i];
+        if (p->used && !memcmp(p->key, key, sizeof p->key)) {
+            *fresh = false;
+            return p;
+        }
+        if (!p->used && !free_slot)
+            free_slot = p;
+    }
+    if (!free_slot) { /* full: a model with this many distinct GEMMs replans the first slot */
+        free_slot = &k->plans[0];
+        plan_release(free_slot);
+    }
+    *fresh = true;
+    return free_slot;
+}
+
+int dt_gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g)
+{
+    uint64_t key[4];
+    plan_key(g, key);
+    bool fresh = false;
+    struct dt_gemm_plan *p = plan_find(k, key, &fresh);
+    int rc = 0;
+    if (fresh) {
+        if ((rc = plan_build(k, g, p)) < 0)
+            return rc;
+        memcpy(p->key, key, sizeof key);
+        p->used = true;
+    } else {
+        if (g->bias)
+            LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                              sizeof g->bias));
+        if (g->aux)
+            LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                              sizeof g->aux));
+    }
+    const float alpha = 1.0f;
+    LT(cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, g->d, p->ld, g->d, p->ld,
+                      &p->algo, k->workspace, DT_CUDA_WORKSPACE, k->stream));
+    return 0;
+fail:
+    return rc;
+}

@@ -1,0 +1,247 @@
+/* linear_cuda.c - a Linear layer's forward and backward on the GPU: row-major
+ * math mapped onto cuBLASLt's column-major GEMMs, with bias and activation in
+ * the epilogue, and an own kernel whenever cuBLASLt cannot fuse.
+ *
+ * Row-major X[B,in] is column-major X^T with leading dimension in, so:
+ *   forward     Z^T[out,B]  = W[out,in] (A = W^T col-major, op T) * X^T[in,B]
+ *               epilogue RELU_AUX_BIAS / GELU_AUX_BIAS / BIAS: bias over rows (out)
+ *   weight grad dW^T[in,out] = X^T[in,B] * dZ[B,out] (B = dZ^T col-major, op T)
+ *               epilogue BGRADB: the bias gradient is the sum over op(B)'s rows
+ *               (the batch), a vector of length out = sum_rows dz
+ *   input grad  dX^T[in,B]  = W^T[in,out] * dZ^T[out,B]
+ *               epilogue DRELU / DGELU with the previous layer's aux: the
+ *               result is multiplied by act'(z_prev), i.e. it is dz_prev.
+ * Weight gradients go out in fp32 whatever the input type (D type 32F with
+ * bf16 A/B), so they land straight in the fp32 gradient arena.
+ *
+ * Not for the own kernels (act_cuda.cu) or planning GEMMs (gemm_cuda.c).
+ */
+#include "comm/error.h"
+#include "worker/cuda/cuda_internal.h"
+
+static cudaDataType_t cuda_type(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+size_t dt_cuda_dtype_size(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? 2 : 4; }
+
+static int64_t mask_ld(int rows) { return ((int64_t)rows + 127) / 128 * 128; }
+
+size_t dt_cuda_aux_bytes(enum dt_cuda_dtype t, enum dt_cuda_act act, int B, int out)
+{
+    switch (act) {
+    case DT_CUDA_ACT_RELU: return (size_t)(mask_ld(out) / 8) * (size_t)B;
+    case DT_CUDA_ACT_GELU:
+    case DT_CUDA_ACT_GELU_TANH: return (size_t)B * (size_t)out * dt_cuda_dtype_size(t);
+    default: return 0;
+    }
+}
+
+static struct dt_gemm forward_gemm(enum dt_cuda_dtype t, void *d, const void *x, const void *w, const void *b,
+                                   int B, int in, int out)
+{
+    struct dt_gemm g = {.ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N, .m = out, .n = B, .k = in, .lda = in, .ldb = in,
+                        .ldd = out, .ab_type = cuda_type(t), .d_type = cuda_type(t), .epi = CUBLASLT_EPILOGUE_BIAS,
+                        .a = w, .b = x, .d = d, .beta = 0.0f, .bias = b};
+    return g;
+}
+
+/* Unfused forward: GEMM + bias into `zdst`, then h = act(z) by an own kernel. */
+static int forward_unfused(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h, void *zdst, const void *x,
+                           const void *w, const void *b, int B, int in, int out, enum dt_cuda_act act)
+{
+    struct dt_gemm g = forward_gemm(t, zdst, x, w, b, B, in, out);
+    int rc = dt_gemm_run(k, &g); /* the BIAS epilogue exists for every type we use */
+    if (rc < 0 || act == DT_CUDA_ACT_NONE)
+        return rc;
+    return dt_cuda_launch_act_forward(k->stream, t, h, zdst, (size_t)B * out, act);
+}
+
+int dt_cuda_linear_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h, void *aux, const void *x,
+                           const void *w, const void *b, int B, int in, int out, enum dt_cuda_act act)
+{
+    struct dt_gemm g = forward_gemm(t, h, x, w, b, B, in, out);
+    switch (act) {
+    case DT_CUDA_ACT_NONE: return dt_gemm_run(k, &g);
+    case DT_CUDA_ACT_GELU: /* exact erf GELU: z into aux by the GEMM, h by our kernel */
+        return forward_unfused(k, t, h, aux, x, w, b, B, in, out, act);
+    case DT_CUDA_ACT_RELU:
+        g.epi = CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+        g.aux = aux;
+        g.aux_ld = mask_ld(out);
+        break;
+    case DT_CUDA_ACT_GELU_TANH:
+        g.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        g.aux = aux;
+        g.aux_ld = out;
+        break;
+    }
+    int rc = dt_gemm_run(k, &g);
+    if (rc != DT_EUNSUPPORTED)
+        return rc;
+    k->fallbacks++;
+    if (act == DT_CUDA_ACT_RELU) {
+        k->relu_mask_bad = true; /* backward then reads relu'(z) = [h > 0] from h */
+        return forward_unfused(k, t, h, h, x, w, b, B, in, out, act);
+    }
+    return forward_unfused(k, t, h, aux, x, w, b, B, in, out, act);
+}
+
+/* The ways a backward op can run (enum dt_cuda_fusion without AUTO). */
+enum { V_EPILOGUE, V_SEPARATE, V_OWN, V_COUNT };
+enum { OP_WGRAD, OP_XGRAD };
+
+struct bwd {
+    int op;
+    enum dt_cuda_dtype t;
+    int B, in, out;
+    bool accumulate;
+    enum dt_cuda_act act;
+    float *dw, *db;
+    void *dzp;
+    const void *dz, *x, *w, *aux;
+};
+
+static int run_wgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
+{
+    if (v == V_OWN) {
+        int rc = dt_cuda_launch_wgrad_narrow(k, a->t, a->dw, a->dz, a->x, a->B, a->in, a->out, a->accumulate);
+        return rc < 0 || !a->db ? rc : dt_cuda_launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out,
+                                                                 a->accumulate);
+    }
+    struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = a->in, .n = a->out, .k = a->B, .lda = a->in,
+                        .ldb = a->out, .ldd = a->in, .ab_type = cuda_type(a->t), .d_type = CUDA_R_32F,
+                        .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = a->x, .b = a->dz, .d = a->dw,
+                        .beta = a->accumulate ? 1.0f : 0.0f};
+    /* BGRADB overwrites the bias gradient, so accumulation sums it by hand. */
+    if (v == V_EPILOGUE && a->db && !a->accumulate) {
+        g.epi = CUBLASLT_EPILOGUE_BGRADB;
+        g.bias = a->db;
+        return dt_gemm_run(k, &g);
+    }
+    int rc = dt_gemm_run(k, &g);
+    if (rc < 0 || !a->db)
+        return rc;
+    return dt_cuda_launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out, a->accumulate);
+}
+
+static int run_xgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
+{
+    /* ReLU reads [h > 0] from this layer's input; the GELUs read z from aux. */
+    const void *src = a->act == DT_CUDA_ACT_RELU ? a->x : a->aux;
+    if (v == V_OWN)
+        return dt_cuda_launch_xgrad_narrow(k->stream, a->t, a->dzp, a->dz, a->w, src, a->B, a->in, a->out, a->act);
+    struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N, .m = a->in, .n = a->B, .k = a->out, .lda = a->in,
+                        .ldb = a->out, .ldd = a->in, .ab_type = cuda_type(a->t), .d_type = cuda_type(a->t),
+                        .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = a->w, .b = a->dz, .d = a->dzp, .beta = 0.0f};
+    /* A dz whose rows are not 16-byte multiples (the 10 classes) sends
+     * cuBLASLt to SIMT kernels, where the DRELU epilogue was seen to give
+     * wrong values (H200, CUDA 13.0): the act' is then our own kernel. */
+    bool aligned = (size_t)a->out * dt_cuda_dtype_size(a->t) % 16 == 0;
+    if (v == V_EPILOGUE && aligned && a->act == DT_CUDA_ACT_RELU && !k->relu_mask_bad) {
+        g.epi = CUBLASLT_EPILOGUE_DRELU;
+        g.aux = (void *)a->aux;
+        g.aux_ld = mask_ld(a->in);
+        return dt_gemm_run(k, &g);
+    }
+    if (v == V_EPILOGUE && aligned && a->act == DT_CUDA_ACT_GELU_TANH) {
+        g.epi = CUBLASLT_EPILOGUE_DGELU;
+        g.aux = (void *)a->aux;
+        g.aux_ld = a->in;
+        return dt_gemm_run(k, &g);
+    }
+    int rc = dt_gemm_run(k, &g);
+    if (rc < 0 || a->act == DT_CUDA_ACT_NONE)
+        return rc;
+    return dt_cuda_launch_act_backward(k->stream, a->t, a->dzp, src, (size_t)a->B * a->in, a->act);
+}
+
+static int run_variant(struct dt_cuda_ctx *k, const struct bwd *a, int v)
+{
+    return a->op == OP_WGRAD ? run_wgrad(k, a, v) : run_xgrad(k, a, v);
+}
+
+static struct dt_cuda_choice *find_choice(struct dt_cuda_ctx *k, const struct bwd *a)
+{
+    for (int i = 0; i < k->n_choices; i++) {
+        struct dt_cuda_choice *c = &k->choice[i];
+        if (c->kind == a->op && c->act == (int)a->act && c->t == (int)a->t && c->B == a->B && c->in == a->in &&
+            c->out == a->out)
+            return c;
+    }
+    return NULL;
+}
+
+/* Times each way (one warm run, then five) on the real operands; only when
+ * the outputs are overwritten anyway and no graph is being captured. */
+static int time_variants(struct dt_cuda_ctx *k, const struct bwd *a, int nv)
+{
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess)
+        return V_SEPARATE;
+    cudaEventCreate(&e1);
+    int best = V_SEPARATE;
+    float best_ms = 1e30f;
+    for (int v = 0; v < nv; v++) {
+        int rc = run_variant(k, a, v);
+        cudaEventRecord(e0, k->stream);
+        for (int rep = 0; rep < 5 && rc == 0; rep++)
+            rc = run_variant(k, a, v);
+        cudaEventRecord(e1, k->stream);
+        float ms = 0;
+        if (rc == 0 && cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
+            ms < best_ms) {
+            best_ms = ms;
+            best = v;
+        }
+        if (rc == DT_EUNSUPPORTED && v == V_EPILOGUE)
+            k->fallbacks++;
+        dt_error_clear();
+    }
+    cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
+static int run_best(struct dt_cuda_ctx *k, const struct bwd *a)
+{
+    int nv = a->out <= 32 ? V_COUNT : V_OWN; /* own kernels exist for narrow layers only */
+    if (k->fusion != DT_CUDA_FUSE_AUTO) {
+        int v = (int)k->fusion - 1;
+        v = v < nv ? v : V_SEPARATE;
+        int rc = run_variant(k, a, v);
+        if (rc != DT_EUNSUPPORTED || v != V_EPILOGUE)
+            return rc;
+        k->fallbacks++;
+        return run_variant(k, a, V_SEPARATE);
+    }
+    struct dt_cuda_choice *c = find_choice(k, a);
+    if (!c) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        bool can_time = !a->accumulate && k->n_choices < DT_CUDA_CHOICES &&
+                        cudaStreamIsCapturing(k->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
+        if (!can_time) /* accumulating or capturing: a safe way, not timed */
+            return run_variant(k, a, nv == V_COUNT ? V_OWN : V_SEPARATE);
+        c = &k->choice[k->n_choices++];
+        *c = (struct dt_cuda_choice){.kind = a->op, .act = (int)a->act, .t = (int)a->t, .B = a->B, .in = a->in,
+                                     .out = a->out, .variant = time_variants(k, a, nv)};
+    }
+    /* The epilogue cannot accumulate a bias gradient: then its GEMM runs plain. */
+    return run_variant(k, a, c->variant == V_EPILOGUE && a->accumulate ? V_SEPARATE : c->variant);
+}
+
+int dt_cuda_linear_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, float *db, const void *dz,
+                              const void *x, int B, int in, int out, bool accumulate)
+{
+    struct bwd a = {.op = OP_WGRAD, .t = t, .B = B, .in = in, .out = out, .accumulate = accumulate,
+                    .act = DT_CUDA_ACT_NONE, .dw = dw, .db = db, .dz = dz, .x = x};
+    return run_best(k, &a);
+}
+
+int dt_cuda_linear_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dzp, const void *dz,
+                              const void *w, const void *aux_prev, const void *x, int B, int in, int out,
+                              enum dt_cuda_act act_prev)
+{
+    struct bwd a = {.op = OP_XGRAD, .t = t, .B = B, .in = in, .out = out, .act = act_prev, .dzp = dzp, .dz = dz,
+                    .w = w, .aux = aux_prev, .x = x};
+    return run_best(k, &a);
+}

@@ -1,0 +1,325 @@
+/* optim_cuda.cu - the kernels between the last GEMM and the next step: fused
+ * softmax cross-entropy (forward and backward in one pass), AdamW over the
+ * whole flat arena in one kernel, the AMP inf/nan check with unscaling, the
+ * scale update, and the sum of squares for clipping.
+ *
+ * No host synchronisation anywhere: the loss, the hit count, found_inf and
+ * AdamW's step count live on the device, so a step can be captured whole in
+ * a CUDA graph.  Reductions are fixed-order (per-block tree, then the last
+ * block to finish adds the block partials in index order), so equal inputs
+ * give equal bits, run after run.
+ *
+ * Not for the layer kernels (act_cuda.cu, linear_cuda.c).
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+
+extern "C" {
+#include "comm/error.h" /* a C header without C++ guards */
+}
+#include "worker/cuda/cuda_internal.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+
+struct Partials {
+    float *f;
+    int *i;
+    unsigned *ticket;
+};
+
+/* Sums (f, i) over the grid in a fixed order into out_f/out_i (either may be
+ * NULL).  Every thread of every block must call it. */
+__device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i)
+{
+    __shared__ float sf[kThreads];
+    __shared__ int si[kThreads];
+    __shared__ bool last;
+    sf[threadIdx.x] = f;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) {
+            sf[threadIdx.x] += sf[threadIdx.x + w];
+            si[threadIdx.x] += si[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        part.f[blockIdx.x] = sf[0];
+        part.i[blockIdx.x] = si[0];
+        __threadfence();
+        last = atomicAdd(part.ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        float tf = 0.0f;
+        int ti = 0;
+        for (unsigned b = 0; b < gridDim.x; b++) {
+            tf += ((volatile float *)part.f)[b];
+            ti += ((volatile int *)part.i)[b];
+        }
+        if (out_f)
+            *out_f = tf;
+        if (out_i)
+            *out_i = ti;
+        *part.ticket = 0; /* ready for the next launch (or graph replay) */
+    }
+}
+
+/* One row per group of G lanes (G = 1 for few classes, 32 for many).
+ * With m = max_j x_j and s = sum_j exp(x_j - m):
+ *   loss = log s - (x_y - m)        dlogits_j = (exp(x_j - m) / s - [j == y]) * scale */
+template <typename T, int G>
+__global__ void xent_kernel(T *dl, const T *logits, const int32_t *y, int B, int C, float dscale,
+                            const float *loss_scale, Partials part, float *loss_sum, int *correct)
+{
+    const float scale = dscale * (loss_scale ? *loss_scale : 1.0f);
+    const int lane = threadIdx.x % G;
+    const int groups = gridDim.x * kThreads / G;
+    float my_loss = 0.0f;
+    int my_hits = 0;
+    for (int r = (blockIdx.x * kThreads + threadIdx.x) / G; r < B; r += groups) {
+        const T *x = logits + (size_t)r * C;
+        float m = -INFINITY;
+        int am = C;
+        for (int j = lane; j < C; j += G) {
+            float v = load(x, j);
+            if (v > m) {
+                m = v;
+                am = j;
+            }
+        }
+        for (int off = G / 2; off > 0; off >>= 1) { /* max, first index on ties (torch's argmax) */
+            float om = __shfl_xor_sync(0xffffffffu, m, off, G);
+            int oa = __shfl_xor_sync(0xffffffffu, am, off, G);
+            if (om > m || (om == m && oa < am)) {
+                m = om;
+                am = oa;
+            }
+        }
+        float s = 0.0f;
+        for (int j = lane; j < C; j += G)
+            s += expf(load(x, j) - m);
+        for (int off = G / 2; off > 0; off >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, off, G);
+        const int lbl = y[r];
+        const bool ok = lbl >= 0 && lbl < C;
+        if (lane == 0 && ok) {
+            my_loss += logf(s) - (load(x, lbl) - m);
+            my_hits += am == lbl;
+        }
+        if (dl) {
+            const float inv = 1.0f / s;
+            for (int j = lane; j < C; j += G) {
+                float p = expf(load(x, j) - m) * inv;
+                store(dl + (size_t)r * C, j, ok ? (p - (j == lbl ? 1.0f : 0.0f)) * scale : 0.0f);
+            }
+        }
+    }
+    grid_sum(my_loss, my_hits, part, loss_sum, correct);
+}
+
+struct AdamScalars {
+    double lr, beta1, beta2, eps;
+    float decay, w1, w2, grad_scale;
+};
+
+/* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
+ * step-dependent scalars are computed in double once per block, as torch
+ * computes them in Python floats. */
+__device__ __forceinline__ float adamw_one(float p, float g, float &m, float &v, const AdamScalars &a, float gmul,
+                                           float neg_step, float bc2_sqrt)
+{
+    float gi = g * gmul;
+    float pi = p * a.decay;
+    m = m + a.w1 * (gi - m); /* lerp(m, g, 1 - beta1) */
+    v = (float)a.beta2 * v + a.w2 * gi * gi;
+    return pi + neg_step * m / (sqrtf(v) / bc2_sqrt + (float)a.eps);
+}
+
+/* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
+ * step-dependent scalars are computed in double once per block, as torch
+ * computes them in Python floats.  16-byte loads when the arenas allow. */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, __nv_bfloat16 *pl, size_t n,
+                             AdamScalars a, const int64_t *step, const float *found_inf, const float *amp_scale,
+                             int vec)
+{
+    if (found_inf && *found_inf != 0.0f)
+        return;
+    __shared__ float sc[3];
+    if (threadIdx.x == 0) {
+        double t = (double)(*step + 1);
+        sc[0] = (float)(-a.lr / (1.0 - pow(a.beta1, t)));
+        sc[1] = (float)sqrt(1.0 - pow(a.beta2, t));
+        sc[2] = amp_scale ? a.grad_scale * (float)(1.0 / (double)*amp_scale) : a.grad_scale;
+    }
+    __syncthreads();
+    const float neg_step = sc[0], bc2_sqrt = sc[1], gmul = sc[2];
+    const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t n4 = vec ? n / 4 : 0;
+    for (size_t q = tid; q < n4; q += stride) {
+        float4 P = ((float4 *)p)[q], G = ((const float4 *)g)[q], M = ((float4 *)m)[q], V = ((float4 *)v)[q];
+        P.x = adamw_one(P.x, G.x, M.x, V.x, a, gmul, neg_step, bc2_sqrt);
+        P.y = adamw_one(P.y, G.y, M.y, V.y, a, gmul, neg_step, bc2_sqrt);
+        P.z = adamw_one(P.z, G.z, M.z, V.z, a, gmul, neg_step, bc2_sqrt);
+        P.w = adamw_one(P.w, G.w, M.w, V.w, a, gmul, neg_step, bc2_sqrt);
+        ((float4 *)p)[q] = P, ((float4 *)m)[q] = M, ((float4 *)v)[q] = V;
+        if (pl) {
+            ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
+            ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
+        }
+    }
+    for (size_t i = n4 * 4 + tid; i < n; i += stride) {
+        float mi = m[i], vi = v[i];
+        float pi = adamw_one(p[i], g[i], mi, vi, a, gmul, neg_step, bc2_sqrt);
+        m[i] = mi, v[i] = vi, p[i] = pi;
+        if (pl)
+            pl[i] = __float2bfloat16(pi);
+    }
+}
+
+__global__ void adamw_commit_kernel(int64_t *step, const float *found_inf)
+{
+    if (!found_inf || *found_inf == 0.0f)
+        *step += 1;
+}
+
+__global__ void unscale_kernel(float *g, size_t n, const float *scale, float *found_inf)
+{
+    const float inv = (float)(1.0 / (double)*scale); /* torch: reciprocal in double */
+    bool bad = false;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i];
+        bad |= !isfinite(x);
+        g[i] = x * inv;
+    }
+    if (bad)
+        *found_inf = 1.0f;
+}
+
+__global__ void scaler_update_kernel(float *scale, int *tracker, const float *found_inf, float growth,
+                                     float backoff, int interval)
+{
+    if (*found_inf != 0.0f) {
+        *scale *= backoff;
+        *tracker = 0;
+        return;
+    }
+    int ok = *tracker + 1;
+    if (ok == interval) {
+        float grown = *scale * growth;
+        if (isfinite(grown))
+            *scale = grown;
+        *tracker = 0;
+    } else {
+        *tracker = ok;
+    }
+}
+
+__global__ void sumsq_kernel(const float *g, size_t n, Partials part, float *out)
+{
+    float s = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        s += g[i] * g[i];
+    grid_sum(s, 0, part, out, nullptr);
+}
+
+unsigned blocks_for(size_t work, unsigned cap)
+{
+    size_t b = (work + kThreads - 1) / kThreads;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+int launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+} // namespace
+
+extern "C" int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum,
+                            int *correct, const void *logits, const int32_t *y, int B, int C, float dscale,
+                            const float *loss_scale)
+{
+    if (B <= 0 || C <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_xent: batch %d and classes %d must be positive", B, C);
+    Partials part = {k->part_f, k->part_i, k->ticket};
+    const bool narrow = C <= 32;
+    unsigned grid = blocks_for((size_t)B * (narrow ? 1 : 32), DT_CUDA_MAX_BLOCKS);
+    cudaStream_t s = k->stream;
+    if (t == DT_CUDA_BF16) {
+        auto *d = (__nv_bfloat16 *)dlogits;
+        auto *x = (const __nv_bfloat16 *)logits;
+        if (narrow)
+            xent_kernel<__nv_bfloat16, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part,
+                                                                   loss_sum, correct);
+        else
+            xent_kernel<__nv_bfloat16, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part,
+                                                                    loss_sum, correct);
+    } else {
+        auto *d = (float *)dlogits;
+        auto *x = (const float *)logits;
+        if (narrow)
+            xent_kernel<float, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                           correct);
+        else
+            xent_kernel<float, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                            correct);
+    }
+    return launched("softmax cross-entropy kernel launch");
+}
+
+extern "C" int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp,
+                             size_t n, const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,
+                             const float *inv_from_scale)
+{
+    AdamScalars sc;
+    sc.lr = a->lr;
+    sc.beta1 = a->beta1;
+    sc.beta2 = a->beta2;
+    sc.eps = a->eps;
+    sc.decay = (float)(1.0 - a->lr * a->weight_decay);
+    sc.w1 = (float)(1.0 - a->beta1);
+    sc.w2 = (float)(1.0 - a->beta2);
+    sc.grad_scale = a->grad_scale;
+    uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
+    int vec = (al % 16) == 0 && ((uintptr_t)p_lowp % 8) == 0;
+    unsigned grid = blocks_for(vec ? n / 4 : n, 132 * 16); /* a few waves over the H200's 132 SMs */
+    adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, step, found_inf,
+                                                   inv_from_scale, vec);
+    int rc = launched("AdamW kernel launch");
+    if (rc == 0) {
+        adamw_commit_kernel<<<1, 1, 0, k->stream>>>(step, found_inf);
+        rc = launched("AdamW step-count kernel launch");
+    }
+    return rc;
+}
+
+extern "C" int dt_cuda_unscale_check(struct dt_cuda_ctx *k, float *g, size_t n, const float *scale,
+                                     float *found_inf)
+{
+    unscale_kernel<<<blocks_for(n, 132 * 8), kThreads, 0, k->stream>>>(g, n, scale, found_inf);
+    return launched("AMP unscale kernel launch");
+}
+
+extern "C" int dt_cuda_scaler_update(struct dt_cuda_ctx *k, float *scale, int *growth_tracker,
+                                     const float *found_inf, float growth, float backoff, int interval)
+{
+    scaler_update_kernel<<<1, 1, 0, k->stream>>>(scale, growth_tracker, found_inf, growth, backoff, interval);
+    return launched("AMP scale update kernel launch");
+}
+
+extern "C" int dt_cuda_sumsq(struct dt_cuda_ctx *k, float *out, const float *g, size_t n)
+{
+    Partials part = {k->part_f, k->part_i, k->ticket};
+    sumsq_kernel<<<blocks_for(n, DT_CUDA_MAX_BLOCKS), kThreads, 0, k->stream>>>(g, n, part, out);
+    return launched("sum of squares kernel launch");
+}
