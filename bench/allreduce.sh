@@ -6,6 +6,9 @@
 #                          cliff: Open MPI's per-call temporaries stay in the heap, infra.md §9)
 #   ompi-tcp, ompi-tcp+g   --mca btl self,tcp over loopback, without and with the tunable
 #   gloo                   torch.distributed all_reduce on the Gloo backend (PyTorch CPU)
+# dtrain shm runs with --bind (one core per rank) because mpirun binds ranks to cores by default;
+# tcp does not (on loopback the receiver's softirq work runs on the sender's core, and pinning
+# measured slower on the 2-core VM).
 # float32 sum, in place, buffers allocated and touched once; 8 B (latency) and 1 KiB - 256 MiB
 # by 4x; 2 and 4 ranks.  Every figure is the mean time per call over the timed iterations,
 # averaged over ranks; busbw = size/time * 2(n-1)/n in GB/s (1e9), as nccl-tests.
@@ -41,13 +44,14 @@ TUNE=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
 
 # Each peer prints "size time_us busbw" rows; arguments: RANKS MIN MAX ITERS WARMUP.
 peer_dtrain() { # BACKEND N MIN MAX ITERS WARMUP
-  local be=$1 n=$2
+  local be=$1 n=$2 bind=""
+  [ "$be" = shm ] && bind=", --bind"
   cat >"$W/job.yaml" <<YAML
 name: bench-allreduce
 scheduler: local
 log_dir: $W/runs
 nproc_per_node: $n
-command: ["$DTRAIN", bench, allreduce, -b, "$3", -e, "$4", -f, "4", -n, "$5", -w, "$6", -c, "1", --backend, $be]
+command: ["$DTRAIN", bench, allreduce, -b, "$3", -e, "$4", -f, "4", -n, "$5", -w, "$6", -c, "1", --backend, $be$bind]
 YAML
   "$DTRAIN" launch --quiet --ranks 0 "$W/job.yaml" >"$W/out" 2>&1 || { cat "$W/out" >&2; return 1; }
   # in-place columns: time $10, busbw $12, #wrong $13 (out-of-place $9)
@@ -91,7 +95,8 @@ for n in $RANKS; do
     {
       run_peer "$p" "$n" 8 8 2000 100
       run_peer "$p" "$n" 1024 65536 200 20
-      run_peer "$p" "$n" 262144 "$MAXB" 5 2
+      run_peer "$p" "$n" 262144 $((MAXB < 4194304 ? MAXB : 4194304)) 50 5
+      [ "$MAXB" -ge 16777216 ] && run_peer "$p" "$n" 16777216 "$MAXB" 5 2
     } >"$W/$n.$p"
   done
   [ -n "${KEEP:-}" ] && cp "$W"/"$n".* "$KEEP"/

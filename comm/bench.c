@@ -15,6 +15,8 @@
  */
 #include "comm/bench.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -121,6 +123,28 @@ static int env_int(const char *name, int def)
     return v && *v ? atoi(v) : def;
 }
 
+/* --bind: the local_rank-th CPU this process may run on, as `mpirun` binds
+ * ranks to cores by default.  Unbound ranks that wake each other tend to be
+ * pulled onto one core by the scheduler, which turns sub-microsecond shared
+ * memory hand-offs into context switches. */
+static int bind_to_core(int local_rank)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return dt_error_set_errno(DT_EIO, errno, "bench: --bind: sched_getaffinity");
+    int n = CPU_COUNT(&allowed), want = local_rank % (n > 0 ? n : 1);
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || k++ != want)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0)
+            return dt_error_set_errno(DT_EIO, errno, "bench: --bind: cannot pin to CPU %d", cpu);
+        return 0;
+    }
+    return 0;
+}
+
 /* One communicator for the whole sweep, bootstrapped like any worker. */
 static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct dt_comm **c)
 {
@@ -128,6 +152,11 @@ static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct
                                 .world = env_int("WORLD_SIZE", 1), .local_rank = env_int("LOCAL_RANK", 0),
                                 .timeout_s = a->timeout_s, .cuda_device = -1};
     o.local_world = env_int("LOCAL_WORLD_SIZE", o.world);
+    if (a->bind) {
+        int rc = bind_to_core(o.local_rank);
+        if (rc < 0)
+            return rc;
+    }
     char prefix[64];
     snprintf(prefix, sizeof prefix, "bench/%s/", a->coll);
     o.key_prefix = prefix;

@@ -30,6 +30,7 @@ struct dt_bench_args {
     const char *backend;         /* --backend */
     double min_bw;               /* --min-bw GB/s; 0 = no check */
     double timeout_s;            /* --timeout */
+    bool bind;                   /* --bind: pin this rank to one core (as mpirun does by default) */
 };
 
 /* What one collective's file provides to the harness. */

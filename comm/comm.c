@@ -47,16 +47,18 @@ struct dt_comm {
     void *st;
     const char *name;
     int rank, world;
+    dt_comm_span_fn span_fn;            /* trace hook, called on the comm thread */
+    void *span_ctx;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     pthread_t thread;
     bool thread_started, stopping;
     int queue[DT_COMM_MAX_REQS];        /* FIFO of request indices */
     int qhead, qlen;
-    int inflight;                       /* submitted and not yet finished */
+    atomic_int inflight;                /* submitted and not yet finished */
     int free_head;
     atomic_int aborted;
-    int failed;                         /* sticky error code, 0 if none */
+    atomic_int failed;                  /* sticky error code, 0 if none; err is written first */
     char err[DT_COMM_ERR_MAX];
     struct dt_comm_req reqs[DT_COMM_MAX_REQS];
 };
@@ -65,6 +67,21 @@ static const char *const coll_names[DT_COLL_KIND_COUNT] = {"allreduce", "broadca
                                                            "reduce_scatter", "barrier"};
 
 const char *dt_coll_name(enum dt_coll_kind k) { return k < DT_COLL_KIND_COUNT ? coll_names[k] : "?"; }
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void dt_comm_set_span_hook(struct dt_comm *c, dt_comm_span_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&c->mu);
+    c->span_fn = fn;
+    c->span_ctx = ctx;
+    pthread_mutex_unlock(&c->mu);
+}
 
 double dt_comm_now(void)
 {
@@ -207,17 +224,15 @@ static int execute(struct dt_comm_req *r)
     if (atomic_load(&c->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s: the communicator was aborted", c->rank,
                             dt_coll_name(r->kind));
-    pthread_mutex_lock(&c->mu);
-    int failed = c->failed;
-    pthread_mutex_unlock(&c->mu);
+    int failed = atomic_load(&c->failed); /* no lock on the hot path: err is set before failed */
     if (failed)
         return dt_error_set(failed, "%s", c->err);
     int rc = run_backend(r);
     if (rc < 0) {
         pthread_mutex_lock(&c->mu);
-        if (!c->failed) {
-            c->failed = rc;
+        if (!atomic_load(&c->failed)) {
             snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+            atomic_store(&c->failed, rc);
         }
         pthread_mutex_unlock(&c->mu);
     }
@@ -237,7 +252,10 @@ static void *comm_thread_main(void *arg)
         c->qhead = (c->qhead + 1) % DT_COMM_MAX_REQS;
         c->qlen--;
         pthread_mutex_unlock(&c->mu);
+        int64_t t0 = c->span_fn ? now_ns() : 0;
         int rc = execute(r);
+        if (c->span_fn)
+            c->span_fn(c->span_ctx, dt_coll_name(r->kind), r->recv, t0, now_ns());
         pthread_mutex_lock(&c->mu);
         r->rc = rc;
         atomic_store(&r->done, 1);
@@ -374,9 +392,9 @@ void dt_comm_req_finish(struct dt_comm_req *r, int rc)
 {
     struct dt_comm *c = r->c;
     pthread_mutex_lock(&c->mu);
-    if (rc < 0 && !c->failed) {
-        c->failed = rc;
+    if (rc < 0 && !atomic_load(&c->failed)) {
         snprintf(c->err, sizeof c->err, "%s", dt_error_last());
+        atomic_store(&c->failed, rc);
     }
     r->rc = rc;
     atomic_store(&r->done, 1);
@@ -392,9 +410,7 @@ static int run_blocking(struct dt_comm *c, const struct dt_comm_req *proto)
     int rc = check_args(c, proto);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&c->mu);
-    int busy = c->inflight;
-    pthread_mutex_unlock(&c->mu);
+    int busy = atomic_load(&c->inflight);
     if (!busy || native_async(c, proto->kind)) {
         struct dt_comm_req r = *proto;
         r.c = c;

@@ -77,6 +77,14 @@ int dt_comm_wait(struct dt_comm_req *req);
 /* Non-blocking: *done is set when the request finished (then call dt_comm_wait). */
 int dt_comm_test(struct dt_comm_req *req, bool *done);
 
+/* Called on the communication thread after each asynchronous operation it ran:
+ * the operation's name ("allreduce", ...), its receive buffer, and when it
+ * started and ended (CLOCK_MONOTONIC nanoseconds).  Traces use it to show
+ * communication as it really ran; NULL removes the hook.  Set it while no
+ * operation is in flight. */
+typedef void (*dt_comm_span_fn)(void *ctx, const char *op, const void *recv, int64_t t0_ns, int64_t t1_ns);
+void dt_comm_set_span_hook(struct dt_comm *c, dt_comm_span_fn fn, void *ctx);
+
 /* Makes every pending and future operation on this communicator fail at once
  * (used when another rank is known to have died). */
 void dt_comm_abort(struct dt_comm *c);

@@ -21,9 +21,9 @@
  * reduced straight from its send buffer): copy-in 2(p-1)/p*S, reduce S + 2S/p,
  * copy-out 2(p-1)/p*S; busbw factor 2(p-1)/p as for any allreduce.
  *
- * Waiting spins (pause), yields a little, then sleeps on the peer's futex
- * word (woken by its next publish); when ranks outnumber cores it spins
- * hardly at all.  Every wait checks the collective's deadline, the abort flag, a
+ * Waiting spins (pause) while the peer runs on another CPU, yields while it
+ * shares ours, and after 1 ms sleeps on the peer's futex word (woken by its
+ * next publish).  Every wait checks the collective's deadline, the abort flag, a
  * shared "failed" flag (set by the first rank that fails, so everyone fails
  * fast with its reason), and every 10 ms whether the awaited peer's process
  * still exists (a zombie counts as dead).
@@ -123,46 +123,72 @@ static void sleep_on(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_t 
     atomic_fetch_sub(&peer->sleepers, 1);
 }
 
-/* Waits until counter `which` of rank q reaches `target`: spin (a running
- * peer answers within microseconds), then yield a little, then sleep on a
- * futex so a rank waiting for a slow peer (one still computing its
- * gradients) leaves the core to it. */
+/* The checks a waiting rank makes now and then: a failed peer, abort, the
+ * deadline, and (every 10 ms) whether the awaited process still exists. */
+static int wait_checks(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_t target, double now,
+                       double *next_pid_check)
+{
+    int f = atomic_load(&s->hdr->failed);
+    if (f && f != s->rank + 1) /* its code: a protocol error stays one, a death stays DT_ECONN */
+        return dt_error_set(atomic_load(&s->hdr->code) == DT_EPROTO ? DT_EPROTO : DT_ECONN,
+                            "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank, dt_coll_name(s->cur),
+                            (unsigned long long)s->seq, f - 1, s->hdr->why);
+    if (atomic_load(&s->aborted)) {
+        dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
+                     (unsigned long long)s->seq);
+        return dt_shm_fail(s, DT_EABORTED);
+    }
+    if (now > s->deadline) {
+        char what[96];
+        snprintf(what, sizeof what, "made no progress for %.1f s (stalled or dead)", s->timeout_s);
+        return peer_fail(s, DT_ETIMEDOUT, q, what);
+    }
+    if (now >= *next_pid_check) {
+        /* A peer that published and then exited normally is not a failure:
+         * look at the counter again once we know the process is gone. */
+        if (pid_dead(s->ctl[q].pid) && atomic_load(c) < target)
+            return peer_fail(s, DT_ECONN, q, "died");
+        *next_pid_check = now + 0.01;
+    }
+    return 0;
+}
+
+/* Waits until counter `which` of rank q reaches `target`.  For the first
+ * millisecond: spin with pause if the peer last ran on another CPU (it
+ * answers within a microsecond, and a spinning rank keeps its time slice on
+ * a busy machine, where sched_yield would hand it to another process for
+ * milliseconds), or sched_yield if it ran on this CPU (spinning would only
+ * delay it: that made 8-byte allreduces cost ~80 us when the scheduler put
+ * two ranks on one core).  Then sleep on the peer's futex, so a rank waiting
+ * for a slow peer (one still computing its gradients) gives the core back. */
 int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
 {
     atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
-    double next_pid_check = 0;
+    double t0 = 0, waited = 0, next_pid_check = 0;
+    bool spin = !s->oversubscribed;
     for (uint64_t i = 0;; i++) {
         if (atomic_load_explicit(c, memory_order_acquire) >= target)
             return which == DT_SHM_IN ? check_desc(s, q, target - 1) : 0;
-        if (i < (uint64_t)s->spin)
-            cpu_relax();
-        else if (i < (uint64_t)s->spin + 64)
+        if (waited >= s->sleep_s)
+            sleep_on(s, q, c, target);
+        else if (!spin)
             sched_yield();
         else
-            sleep_on(s, q, c, target);
-        if ((i & 63) != 63 && i < (uint64_t)s->spin + 64)
+            cpu_relax();
+        if ((i & 15) != 15 && waited < s->sleep_s)
             continue;
-        int f = atomic_load(&s->hdr->failed);
-        if (f && f != s->rank + 1) /* its code: a protocol error stays one, a death stays DT_ECONN */
-            return dt_error_set(atomic_load(&s->hdr->code) == DT_EPROTO ? DT_EPROTO : DT_ECONN,
-                                "rank %d: %s #%llu (shm): peer rank %d failed: %s", s->rank,
-                                dt_coll_name(s->cur), (unsigned long long)s->seq, f - 1, s->hdr->why);
-        if (atomic_load(&s->aborted)) {
-            dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
-                         (unsigned long long)s->seq);
-            return dt_shm_fail(s, DT_EABORTED);
-        }
+        /* Spinning only helps when the peer runs on another CPU; on ours it
+         * only delays it, so yield then. */
+        spin = !s->oversubscribed && atomic_load_explicit(&s->ctl[q].cpu, memory_order_relaxed) != sched_getcpu();
         double now = dt_comm_now();
-        if (now > s->deadline) {
-            char what[96];
-            snprintf(what, sizeof what, "made no progress for %.1f s (stalled or dead)", s->timeout_s);
-            return peer_fail(s, DT_ETIMEDOUT, q, what);
-        }
-        if (now >= next_pid_check) {
-            if (pid_dead(s->ctl[q].pid))
-                return peer_fail(s, DT_ECONN, q, "died");
+        if (t0 == 0) { /* the first look at /proc costs tens of us: not before 10 ms of waiting */
+            t0 = now;
             next_pid_check = now + 0.01;
         }
+        waited = now - t0;
+        int rc = wait_checks(s, q, c, target, now, &next_pid_check);
+        if (rc < 0)
+            return rc;
     }
 }
 
@@ -178,13 +204,19 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
     return 0;
 }
 
+static void wake_sleepers(struct shm_ctl *c)
+{
+    atomic_store_explicit(&c->cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_fetch_add(&c->wake, 1);
+    if (atomic_load(&c->sleepers) > 0)
+        syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
 void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
 {
     struct shm_ctl *c = &s->ctl[s->rank];
     atomic_store(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v);
-    atomic_fetch_add(&c->wake, 1);
-    if (atomic_load(&c->sleepers) > 0)
-        syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    wake_sleepers(c);
 }
 
 /* Starts a round: the slot set is free once every rank finished round k - nbuf. */
@@ -201,10 +233,12 @@ int dt_shm_round_begin(struct dt_shm *s)
 
 void dt_shm_round_end(struct dt_shm *s)
 {
+    struct shm_ctl *c = &s->ctl[s->rank];
     uint64_t v = ++s->round;
-    dt_shm_publish(s, 0, v);
-    dt_shm_publish(s, 1, v);
-    dt_shm_publish(s, 2, v);
+    atomic_store(&c->in, v);
+    atomic_store(&c->red, v);
+    atomic_store(&c->out, v);
+    wake_sleepers(c);
 }
 
 void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root)
@@ -346,9 +380,10 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->small_bytes = env_size("DTRAIN_SHM_SMALL_BYTES", 16 << 10);
     if (s->small_bytes > s->slot)
         s->small_bytes = s->slot;
-    /* ~10 us of pause before yielding: enough for a peer that is running, short
-     * enough not to burn a time slice when it is not (busy or shared machine). */
-    s->spin = s->world > cpus_available() ? 4 : 256;
+    /* More ranks than cores: a spinning rank holds the core its peer needs, so
+     * yield at once. */
+    s->oversubscribed = s->world > cpus_available();
+    s->sleep_s = 1e-3;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
     int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)

@@ -33,13 +33,15 @@ struct shm_desc {
 };
 
 struct shm_ctl {
+    /* `in` and the description share a line: a peer reads both at once. */
     _Alignas(LINE) atomic_uint_fast64_t in;
+    struct shm_desc desc[2];    /* per slot set (round % nbuf, nbuf <= 2) */
     _Alignas(LINE) atomic_uint_fast64_t red;
     _Alignas(LINE) atomic_uint_fast64_t out;
     _Alignas(LINE) int32_t pid;
     atomic_uint wake;           /* futex word: bumped on every publish */
     atomic_int sleepers;        /* ranks blocked on `wake` */
-    struct shm_desc desc[2];    /* per slot set (round % nbuf, nbuf <= 2) */
+    atomic_int cpu;             /* the CPU it last published from (spin or yield?) */
 };
 
 struct dt_shm {
@@ -49,7 +51,9 @@ struct dt_shm {
     bool unlinked;
     char *base;
     size_t map_bytes, slot, small_bytes;
-    int nbuf, spin;
+    int nbuf;
+    bool oversubscribed;      /* more ranks than CPUs: never spin */
+    double sleep_s;           /* waiting: spin or yield until sleep_s, then sleep */
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     char *data;

@@ -54,11 +54,19 @@ static size_t env_size(const char *name, size_t def)
     return *end || x == 0 ? def : (size_t)x;
 }
 
+/* No Nagle (a small step must leave at once), non-blocking (the engine
+ * polls), and socket buffers of DTRAIN_TCP_SOCKBUF_BYTES when set (0, the
+ * default, leaves the kernel's autotuning alone). */
 static void tune_socket(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    int buf = (int)env_size("DTRAIN_TCP_SOCKBUF_BYTES", 0);
+    if (buf > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    }
 }
 
 /* The local address that routes to the coordinator (no packet is sent). */

@@ -6,7 +6,7 @@
  * their output line by line to the console (prefixed "[rank N]") and in full
  * to per-rank log files, stops the whole group when one rank fails, restarts
  * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
- * leaves no process of the job behind (process groups, PR_SET_PDEATHSIG, and
+ * leaves no process of the job behind (a session per rank, PR_SET_PDEATHSIG, and
  * the agent as child subreaper).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *
@@ -46,6 +46,7 @@ struct dt_agent_config {
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
+    bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };

@@ -24,6 +24,7 @@ struct line_ctx {
  * terminal only slows the agent down, it never drops output. */
 static void console_write(struct dt_agent *a, int fd, const char *buf, size_t len)
 {
+    dt_progress_hide(a->progress); /* rank output scrolls above the progress line */
     while (len > 0 && !a->console_broken) {
         ssize_t w = write(fd, buf, len);
         if (w < 0 && errno == EINTR)

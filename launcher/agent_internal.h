@@ -8,6 +8,7 @@
 #define DT_AGENT_INTERNAL_H
 
 #include "launcher/agent.h"
+#include "launcher/report_progress.h"
 
 #include <poll.h>
 #include <sys/resource.h>
@@ -57,6 +58,7 @@ struct dt_agent {
     long long oom_base; /* the cgroup's OOM kill count when the attempt started, -1: unknown */
     int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;  /* a signal the launcher received, 0 if none */
+    struct dt_progress *progress; /* the live progress line, NULL when off */
 };
 
 /* agent_spawn.c */

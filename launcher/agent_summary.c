@@ -234,7 +234,8 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
         json_str(f, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
     else
         fputs("null", f);
-    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"wall_seconds\": %.6f,\n", when, res->wall_s);
+    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
+            res->started_unix, res->wall_s);
     fputs("  \"coordinator\": ", f);
     json_str(f, cfg->master_addr);
     fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port,

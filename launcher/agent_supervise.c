@@ -246,7 +246,10 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int n = open_streams(a, sig_fd);
         if (!children && (n == 1 || dt_agent_now() >= drain_until))
             return;
-        int rc = poll(a->pfds, (nfds_t)n, poll_timeout(a, children, drain_until));
+        int timeout = poll_timeout(a, children, drain_until);
+        if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
+            timeout = 250;
+        int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
         for (int k = 1; k < n && rc > 0; k++) {
@@ -254,6 +257,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
                 continue;
             dt_agent_pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
+        dt_progress_update(a->progress, dt_agent_now(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
@@ -374,6 +378,8 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
     if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
         !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
+    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
+        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
     for (int k = 0; k < n_attempts; k++) {
         res->attempts[k].first_failed = -1;
         res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
@@ -399,6 +405,7 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
 
 static void agent_free(struct dt_agent *a)
 {
+    dt_progress_close(a->progress);
     for (int i = 0; a->procs && i < a->nproc; i++) {
         dt_agent_linebuf_free(&a->procs[i].out.lb);
         dt_agent_linebuf_free(&a->procs[i].err.lb);
@@ -452,7 +459,9 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     struct dt_agent a;
     int rc = agent_init(&a, cfg, res);
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_agent_now();
-    res->started_unix = (double)time(NULL);
+    struct timespec wall; /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
+    clock_gettime(CLOCK_REALTIME, &wall);
+    res->started_unix = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec - (dt_agent_now() - a.t0);
     struct saved_signals sv;
     raise_fd_limit(&a);
     if (rc == 0)

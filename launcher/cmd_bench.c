@@ -33,7 +33,8 @@ static void usage(FILE *out)
             "  -r, --root R            root of broadcast (default 0)\n"
             "      --backend B         tcp, shm or auto (default auto: shm on one host)\n"
             "      --min-bw GB/s       fail (exit 1) if the average bus bandwidth is below this\n"
-            "      --timeout SECONDS   deadline of bootstrap and of each collective (default 60)\n\n"
+            "      --timeout SECONDS   deadline of bootstrap and of each collective (default 60)\n"
+            "      --bind              pin each rank to one core (LOCAL_RANK-th allowed CPU), as mpirun does\n\n"
             "Example: dtrain launch -n 4 -- dtrain bench allreduce -b 8 -e 64M -f 2\n"
             "Exit status: 0 if every value was right (and --min-bw met), 1 otherwise.\n");
 }
@@ -68,7 +69,7 @@ static int parse(int argc, char **argv, struct dt_bench_args *a)
         {"minbytes", 1, 0, 'b'}, {"maxbytes", 1, 0, 'e'}, {"stepfactor", 1, 0, 'f'}, {"stepbytes", 1, 0, 'i'},
         {"iters", 1, 0, 'n'},    {"warmup_iters", 1, 0, 'w'}, {"check", 1, 0, 'c'}, {"datatype", 1, 0, 'd'},
         {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},      {"backend", 1, 0, 'B'},   {"min-bw", 1, 0, 'M'},
-        {"timeout", 1, 0, 'T'},  {0, 0, 0, 0}};
+        {"timeout", 1, 0, 'T'},  {"bind", 0, 0, 'P'},    {0, 0, 0, 0}};
     int ch;
     double d;
     optind = 2;
@@ -88,6 +89,7 @@ static int parse(int argc, char **argv, struct dt_bench_args *a)
         case 'M': if (parse_num(optarg, 0, &a->min_bw)) return dt_cli_usage_error("bench", "--min-bw wants GB/s"); break;
         case 'T': if (parse_num(optarg, 0.001, &a->timeout_s)) return dt_cli_usage_error("bench", "--timeout wants seconds"); break;
         case 'B': a->backend = optarg; break;
+        case 'P': a->bind = true; break;
         case 'd': if (parse_enum("bench", "datatype", optarg, dtype_name, DT_DTYPE_COUNT, &a->dtype)) return 2; break;
         case 'o': if (parse_enum("bench", "op", optarg, redop_name, DT_REDOP_COUNT, &a->op)) return 2; break;
         default: return dt_cli_usage_error("bench", "unknown flag");

@@ -17,6 +17,7 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
+#include "worker/trace.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -47,6 +48,8 @@ static void usage(FILE *out)
             "                        every rank is always shown)\n"
             "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
             "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default %g)\n"
+            "  --trace[=STEPS]       trainer jobs without a trace: window: a Chrome trace per rank of\n"
+            "                        these steps (default 10-20), see docs/observability.md\n"
             "  --quiet               only dtrain's warnings and errors (rank output still shows)\n"
             "  --verbose             also dtrain's debug messages\n"
             "  -h, --help            show this help\n\n"
@@ -74,6 +77,11 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
             dt_log_set_level(DT_LOG_WARN);
         } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
             dt_log_set_level(DT_LOG_DEBUG);
+        } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
+            struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (cmd_worker.c) */
+            const char *steps = a[7] == '=' ? a + 8 : "10-20";
+            if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
+                return dt_cli_usage_error("launch", "--trace=%s: expected steps like 10-20 or 15", steps);
         } else if (strcmp(a, "--ranks") == 0 && has_value) {
             o->ranks = argv[++i];
         } else if (strcmp(a, "--log-dir") == 0 && has_value) {
@@ -271,12 +279,14 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
     const char *worker_argv[] = {self, "worker", job->path, NULL};
     char run_id[DT_RUN_ID_MAX], run_dir[PATH_MAX], token[65] = "";
     struct dt_coord *coord = NULL;
-    int rc = dt_run_dir_create(o->log_dir     ? o->log_dir
-                               : job->log_dir ? job->log_dir
-                                              : "runs",
-                               job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
-    if (rc == 0)
-        rc = start_coordinator(job, token, &coord);
+    const char *log_dir = o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs";
+    /* The coordinator first: a busy fixed port must not leave an empty run directory. */
+    int rc = start_coordinator(job, token, &coord);
+    if (rc == 0) {
+        rc = dt_run_dir_create(log_dir, job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
+        if (rc < 0)
+            dt_coord_stop(coord);
+    }
     if (rc < 0) {
         free(show);
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
@@ -296,6 +306,7 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         .grace_s = o->grace_s,
         .console_stdout = show,
         .start_mono = o->start_mono,
+        .progress = job->trainer && dt_log_get_level() <= DT_LOG_INFO,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);

@@ -22,6 +22,7 @@
 #include "comm/store.h"
 #include "launcher/cli.h"
 #include "launcher/jobspec.h"
+#include "worker/trace.h"
 #include "worker/trainer.h"
 
 static void usage(FILE *out)
@@ -95,14 +96,17 @@ static int read_env(struct rank_env *e)
     return rc;
 }
 
-/* Store and communicator for a launched rank; none for a lone process. */
+/* Store and communicator for a launched rank; none for a lone process.
+ * ph[0..2] get the start, store-connected and communicator-ready times (traces). */
 static int connect(const struct dt_job *job, const struct rank_env *e, struct dt_store **store,
-                   struct dt_comm **comm)
+                   struct dt_comm **comm, int64_t ph[3])
 {
+    ph[0] = ph[1] = ph[2] = dt_trace_now();
     if (e->world == 0)
         return 0;
     double timeout = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
     int rc = dt_store_connect_env(timeout, store);
+    ph[1] = ph[2] = dt_trace_now();
     if (rc)
         return dt_error_prefix("rank %d: connecting to the coordinator", e->rank);
     /* A fresh key namespace per restart, so a new round never meets the old one's keys. */
@@ -112,10 +116,11 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
                                 .local_rank = e->local_rank, .local_world = e->local_world, .store = *store,
                                 .key_prefix = prefix, .timeout_s = timeout, .cuda_device = -1};
     rc = dt_comm_init(&o, comm);
+    ph[2] = dt_trace_now();
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
 }
 
-static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm)
+static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3])
 {
     /* OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does) caps the
      * kernel threads, as it caps PyTorch's intra-op threads; unset, the trainer
@@ -125,10 +130,18 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
         return DT_EINVAL;
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
                                    .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0};
+    struct dt_trainer_spec spec = *job->trainer;
+    const char *steps = getenv("DTRAIN_TRACE"); /* `dtrain launch --trace` when the spec names no window */
+    if (steps && *steps && spec.trace.last_step < 0 && dt_trace_parse_steps(steps, &spec.trace))
+        return dt_error_prefix("DTRAIN_TRACE");
     struct dt_trainer *t;
-    int rc = dt_trainer_create(job->trainer, &o, &t);
+    int rc = dt_trainer_create(&spec, &o, &t);
     if (rc)
         return rc;
+    if (e->world > 0) {
+        dt_trace_span(dt_trainer_trace(t), DT_TRACE_LAUNCH, "store connect", ph[0], ph[1]);
+        dt_trace_span(dt_trainer_trace(t), DT_TRACE_LAUNCH, "communicator init", ph[1], ph[2]);
+    }
     struct dt_metrics_summary s;
     rc = dt_trainer_run(t, &s);
     if (!rc && e->rank == 0)
@@ -153,10 +166,11 @@ static int run(int argc, char **argv)
         rc = dt_job_load(argv[1], &job);
     if (!rc && !job->trainer)
         rc = dt_error_set(DT_EINVAL, "%s: the job has no trainer: section (it runs a command)", argv[1]);
+    int64_t phases[3];
     if (!rc)
-        rc = connect(job, &e, &store, &comm);
+        rc = connect(job, &e, &store, &comm, phases);
     if (!rc)
-        rc = train(job, &e, comm);
+        rc = train(job, &e, comm, phases);
     if (rc) {
         fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
         if (comm)

@@ -22,6 +22,7 @@ DEB_PACKAGES=(
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   clang python3 python3-pip python3-venv procps iproute2
+  chromium
 )
 
 check_only=0

@@ -37,6 +37,9 @@ void dt_metrics_close(struct dt_metrics *m)
     m->f = NULL;
 }
 
+const char *const dt_metrics_split_names[DT_METRICS_SPLIT] = {"data_s", "forward_s", "backward_s",
+                                                               "comm_wait_s", "optimizer_s"};
+
 void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
                      double grad_norm, double samples_per_s, double time_s)
 {
@@ -45,9 +48,12 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
     char a[6][32];
     fprintf(m->f,
             "{\"step\": %lld, \"epoch\": %.6g, \"loss\": %s, \"lr\": %s, \"beta1\": %s, \"grad_norm\": %s, "
-            "\"samples_per_s\": %s, \"time_s\": %.3f}\n",
+            "\"samples_per_s\": %s, \"time_s\": %.3f, \"total_steps\": %lld",
             (long long)step, epoch, num(a[0], 32, loss), num(a[1], 32, lr), num(a[2], 32, beta1),
-            num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s);
+            num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s, (long long)m->total_steps);
+    for (int i = 0; i < DT_METRICS_SPLIT; i++)
+        fprintf(m->f, ", \"%s\": %s", dt_metrics_split_names[i], num(a[5], 32, m->split[i]));
+    fputs("}\n", m->f);
     fflush(m->f);
 }
 

@@ -2,7 +2,9 @@
  *
  * metrics.jsonl has one JSON object per line: a training row every
  * log_every_steps steps {"step", "epoch", "loss", "lr", "beta1", "grad_norm",
- * "samples_per_s", "time_s"} and an evaluation row after each evaluation
+ * "samples_per_s", "time_s", "total_steps", then rank 0's step-time split in
+ * seconds per step: "data_s", "forward_s", "backward_s", "comm_wait_s",
+ * "optimizer_s"} and an evaluation row after each evaluation
  * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
  *
@@ -16,8 +18,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#define DT_METRICS_SPLIT 5
+/* "data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s" */
+extern const char *const dt_metrics_split_names[DT_METRICS_SPLIT];
+
 struct dt_metrics {
     FILE *f;
+    int64_t total_steps;             /* written in training rows, for the launcher's progress line */
+    double split[DT_METRICS_SPLIT];  /* seconds per step, written in the next training row */
 };
 
 struct dt_metrics_summary {

@@ -5,6 +5,7 @@
  * arithmetic loop goes through the device table (kernels.h).
  */
 #include "worker/model.h"
+#include "worker/trace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -168,6 +169,7 @@ double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y
 {
     const float *logits = dt_model_forward(m, x, B);
     double loss = m->k->xent(m->dlogits, logits, y, B, m->classes, dscale, correct);
+    m->backward_start_ns = dt_trace_now();
     backward(m, x, B, accumulate, ready, ctx);
     return loss;
 }

@@ -40,6 +40,7 @@ struct dt_model {
     float *acts;             /* every layer's z and h */
     float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
+    int64_t backward_start_ns; /* dt_trace_now() when the last train_batch's backward began (traces) */
 };
 
 /* An MLP in -> hidden[0..n_hidden) -> classes with `act` between layers.

@@ -154,6 +154,27 @@ static int maybe_resume(struct dt_trainer *t)
     return dt_onecycle_seek(&t->sched, t->step);
 }
 
+/* Communication-thread hook: one span per collective, named by bucket when
+ * it reduces one (buckets are views into the gradient arena). */
+static void comm_span(void *ctx, const char *op, const void *recv, int64_t t0, int64_t t1)
+{
+    struct dt_trainer *t = ctx;
+    int64_t bucket = -1;
+    for (int i = 0; i < t->red.nb; i++)
+        if ((const float *)recv == t->model->grads + t->red.b[i].lo)
+            bucket = i;
+    dt_trace_span_arg(t->trace, DT_TRACE_COMM, op, t0, t1, "bucket", bucket);
+}
+
+/* Tracing is on when the spec names a window (trace: {steps: "10-20"}). */
+static int trace_start(struct dt_trainer *t)
+{
+    const struct dt_trace_spec *w = &t->spec.trace;
+    if (w->first_step < 0 || w->last_step < w->first_step)
+        return 0;
+    return dt_trace_create(w, t->rank, 0, &t->trace);
+}
+
 static int setup(struct dt_trainer *t)
 {
     int rc = check_spec(&t->spec);
@@ -173,6 +194,9 @@ static int setup(struct dt_trainer *t)
         rc = maybe_resume(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
+    t->metrics.total_steps = t->total_steps;
+    if (!rc && t->rank == 0)
+        rc = dt_tb_open(t->run_dir, &t->tb);
     return rc;
 }
 
@@ -194,7 +218,13 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
     t->test_loss = t->test_acc = t->last_loss = NAN;
     paths(t);
     set_threads(t);
-    int rc = setup(t);
+    int rc = trace_start(t);
+    int64_t t0 = dt_trace_now();
+    if (!rc)
+        rc = setup(t);
+    dt_trace_span(t->trace, DT_TRACE_LAUNCH, "trainer setup", t0, dt_trace_now());
+    if (!rc && t->trace && t->comm) /* after setup: the hook reads the model and the buckets */
+        dt_comm_set_span_hook(t->comm, comm_span, t);
     if (rc) {
         dt_trainer_destroy(t);
         return rc;
@@ -207,6 +237,10 @@ void dt_trainer_destroy(struct dt_trainer *t)
 {
     if (!t)
         return;
+    if (t->comm && t->trace)
+        dt_comm_set_span_hook(t->comm, NULL, NULL);
+    dt_trace_destroy(t->trace);
+    dt_tb_close(t->tb);
     dt_metrics_close(&t->metrics);
     dt_loader_destroy(t->loader);
     dt_reducer_release(&t->red);
@@ -222,6 +256,11 @@ void dt_trainer_destroy(struct dt_trainer *t)
 struct dt_model *dt_trainer_model(struct dt_trainer *t)
 {
     return t->model;
+}
+
+struct dt_trace *dt_trainer_trace(struct dt_trainer *t)
+{
+    return t ? t->trace : NULL;
 }
 
 /* Test loss and accuracy over the whole test set: rank r takes the r-th

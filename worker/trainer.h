@@ -22,6 +22,7 @@
 
 struct dt_trainer;
 struct dt_model;
+struct dt_trace;
 
 struct dt_trainer_options {
     struct dt_comm *comm;     /* NULL: a single process */
@@ -44,6 +45,10 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
 int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res);
 
 struct dt_model *dt_trainer_model(struct dt_trainer *t);
+
+/* The trace being recorded (NULL when the spec has no trace window), for the
+ * caller's own start-up spans (store connect, communicator init). */
+struct dt_trace *dt_trainer_trace(struct dt_trainer *t);
 void dt_trainer_destroy(struct dt_trainer *t);
 
 #endif

@@ -12,6 +12,8 @@
 #include "worker/model.h"
 #include "worker/onecycle.h"
 #include "worker/reducer.h"
+#include "worker/tbevents.h"
+#include "worker/trace.h"
 #include "worker/trainer.h"
 
 struct dt_trainer {
@@ -27,6 +29,8 @@ struct dt_trainer {
     struct dt_reducer red;
     struct dt_loader *loader;
     struct dt_metrics metrics;
+    struct dt_tb_writer *tb;       /* rank 0's TensorBoard scalars (NULL on other ranks) */
+    struct dt_trace *trace;        /* spans of the trace: window (NULL when tracing is off) */
     char run_dir[4096], ckpt_dir[4096 + 4096 + 2];
     int64_t batches_per_epoch, steps_per_epoch, total_steps;
     int eval_batch;
@@ -37,6 +41,8 @@ struct dt_trainer {
     int64_t resumed_from;
     /* figures */
     double last_loss, test_loss, test_acc, train_s, samples;
+    int64_t split_ns[DT_METRICS_SPLIT]; /* this rank's step-time split since the last metrics row */
+    int64_t split_steps;
     int64_t evaluated_at;          /* step of the last evaluation, -1 none */
 };
 

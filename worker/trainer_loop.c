@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "comm/error.h"
 #include "comm/log.h"
@@ -26,7 +27,10 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
     if (t->batch == 0 || t->step == t->resumed_from)
         dt_loader_start_epoch(t->loader, t->epoch, t->batch);
     for (int i = 0; i < k; i++) {
+        int64_t w0 = dt_trace_now();
         const struct dt_batch *b = dt_loader_next(t->loader);
+        int64_t f0 = dt_trace_now();
+        dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, f0);
         if (!b)
             return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
                                 (long long)t->batch);
@@ -34,10 +38,21 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
         float dscale = 1.0f / ((float)b->n * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, dt_reducer_ready, &t->red, NULL);
+        int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
+        t->split_ns[0] += f0 - w0;
+        t->split_ns[1] += b0 - f0;
+        t->split_ns[2] += b1 - b0;
         *rows += b->n;
         t->batch = b->index + 1;
     }
-    return dt_reducer_finish(&t->red);
+    int64_t c0 = dt_trace_now();
+    int rc = dt_reducer_finish(&t->red);
+    int64_t c1 = dt_trace_now();
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "comm wait", c0, c1);
+    t->split_ns[3] += c1 - c0;
+    return rc;
 }
 
 /* Gradient norm after the all-reduce (the same on every rank), clipping
@@ -65,7 +80,17 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     double sps = dt > 0 ? v[1] / dt : NAN;
     double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
     if (t->rank == 0) {
+        for (int i = 0; i < DT_METRICS_SPLIT; i++)
+            t->metrics.split[i] = t->split_steps ? 1e-9 * (double)t->split_ns[i] / (double)t->split_steps : NAN;
         dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        static const char *const tags[] = {"train/loss", "train/lr", "train/beta1", "train/grad_norm",
+                                           "train/samples_per_s", "train/data_s", "train/forward_s",
+                                           "train/backward_s", "train/comm_wait_s", "train/optimizer_s"};
+        double tv[] = {t->last_loss, lr, beta1, norm, sps, t->metrics.split[0], t->metrics.split[1],
+                       t->metrics.split[2], t->metrics.split[3], t->metrics.split[4]};
+        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, 10);
+        if (rc)
+            return rc;
         if (!t->o.quiet)
             printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s\n",
                    (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm, sps);
@@ -73,16 +98,24 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     }
     w->loss = w->samples = 0;
     w->t0 = dt_trainer_now();
+    memset(t->split_ns, 0, sizeof t->split_ns);
+    t->split_steps = 0;
     return 0;
 }
 
 static int eval_row(struct dt_trainer *t)
 {
+    int64_t e0 = dt_trace_now();
     int rc = dt_trainer_evaluate(t);
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_trace_now());
     if (rc)
         return rc;
     if (t->rank == 0) {
         dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc);
+        static const char *const tags[] = {"eval/test_loss", "eval/test_accuracy"};
+        double tv[] = {t->test_loss, t->test_acc};
+        if ((rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
+            return rc;
         if (!t->o.quiet)
             printf("eval  step %lld  epoch %lld  test_loss %.4f  test_accuracy %.4f\n", (long long)t->step,
                    (long long)t->epoch, t->test_loss, t->test_acc);
@@ -106,9 +139,26 @@ static int between_steps(struct dt_trainer *t)
     if (!rc && every > 0 && t->step % every == 0)
         rc = dt_reducer_check_same(&t->red, t->k, t->model->params, t->model->n_params, t->step);
     if (!rc && s->checkpoint.every_steps > 0 && t->step % s->checkpoint.every_steps == 0 &&
-        t->step < t->total_steps)
+        t->step < t->total_steps) {
+        int64_t c0 = dt_trace_now();
         rc = dt_trainer_save(t);
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "checkpoint", c0, dt_trace_now());
+    }
     return rc;
+}
+
+/* The end of a step: the optimizer's time (from o0) into the split, and the
+ * step's own spans: optimizer, the whole step from s0, and on the launch track
+ * the first step of the run. */
+static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
+{
+    int64_t end = dt_trace_now();
+    t->split_ns[4] += end - o0;
+    t->split_steps++;
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "optimizer", o0, end);
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "step", s0, end);
+    if (first)
+        dt_trace_span(t->trace, DT_TRACE_LAUNCH, "first step", s0, end);
 }
 
 int dt_trainer_loop(struct dt_trainer *t)
@@ -116,15 +166,21 @@ int dt_trainer_loop(struct dt_trainer *t)
     const struct dt_trainer_spec *s = &t->spec;
     struct window w = {0, 0, dt_trainer_now()};
     int every = s->log_every_steps > 0 ? s->log_every_steps : 1;
+    bool first = true;
     while (t->step < t->total_steps && !(t->o.stop_after > 0 && t->step >= t->o.stop_after)) {
         double t0 = dt_trainer_now(), norm, rows = 0;
         double lr = t->sched.lr, beta1 = t->sched.beta1;
+        dt_trace_set_step(t->trace, t->step);
+        int64_t s0 = dt_trace_now();
         int rc = micro_batches(t, &w.loss, &rows);
         bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps;
+        int64_t o0 = dt_trace_now();
         if (!rc)
             rc = update(t, log, &norm);
         if (rc)
             return rc;
+        end_step(t, s0, o0, first);
+        first = false;
         t->step++;
         w.samples += rows;
         t->samples += rows;
@@ -166,6 +222,8 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
 {
     double samples0 = t->samples;
     int rc = dt_trainer_loop(t);
+    int trc = dt_trace_write_dir(t->trace, t->run_dir); /* also after a failure: the trace shows where */
+    rc = rc ? rc : trc;
     bool finished = t->step >= t->total_steps;
     if (!rc && finished && t->evaluated_at != t->step)
         rc = eval_row(t);
@@ -185,6 +243,8 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
         .allreduce_s = allreduce_s};
     if (!rc && t->rank == 0)
         rc = dt_metrics_write_summary(t->run_dir, &s);
+    if (!rc)
+        rc = dt_tb_flush(t->tb);
     if (res)
         *res = s;
     return rc;

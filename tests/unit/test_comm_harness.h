@@ -22,26 +22,60 @@
 #include "comm/store.h"
 #include "launcher/coordinator.h"
 
-static struct dt_coord *harness_coord;
+static int harness_port;
+static pid_t harness_coord_pid;
+/* Always NULL now (the coordinator is a process of its own, stopped at
+ * exit); kept so tests written against the in-process version still build. */
+static struct dt_coord *harness_coord __attribute__((unused));
 static int harness_seq;
 /* In a rank: its store and communicator prefix, to build another communicator. */
 static struct dt_store *harness_rank_store;
 static const char *harness_rank_prefix;
 
+static void harness_stop(void)
+{
+    if (harness_coord_pid > 0) {
+        kill(harness_coord_pid, SIGKILL);
+        waitpid(harness_coord_pid, NULL, 0);
+    }
+}
+
+/* The coordinator runs in a process of its own, forked before this process
+ * has any thread: forking ranks from a process whose other threads may hold
+ * allocator locks (the coordinator's loop, sanitizer runtimes) can deadlock
+ * a child. */
 static void harness_start(void)
 {
-    if (harness_coord)
+    if (harness_port)
         return;
-    struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .port = 0};
-    if (dt_coord_start(&cfg, &harness_coord) != 0) {
-        fprintf(stderr, "harness: coordinator: %s\n", dt_error_last());
+    int fds[2];
+    if (pipe(fds) != 0)
+        exit(2);
+    fflush(NULL);
+    harness_coord_pid = fork();
+    if (harness_coord_pid == 0) {
+        struct dt_coord *coord;
+        struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .port = 0};
+        int port = dt_coord_start(&cfg, &coord) == 0 ? dt_coord_port(coord) : -1;
+        if (port < 0)
+            fprintf(stderr, "harness: coordinator: %s\n", dt_error_last());
+        if (write(fds[1], &port, sizeof port) != sizeof port || port < 0)
+            _exit(2);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    if (read(fds[0], &harness_port, sizeof harness_port) != sizeof harness_port || harness_port <= 0) {
+        fprintf(stderr, "harness: the coordinator did not start\n");
         exit(2);
     }
+    close(fds[0]);
+    atexit(harness_stop);
 }
 
 static int harness_store(struct dt_store **s)
 {
-    struct dt_store_options so = {.host = "127.0.0.1", .port = dt_coord_port(harness_coord), .timeout_s = 30};
+    struct dt_store_options so = {.host = "127.0.0.1", .port = harness_port, .timeout_s = 30};
     return dt_store_connect(&so, s);
 }
 

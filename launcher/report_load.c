@@ -1,0 +1,162 @@
+/* report_load.c - reads a run directory for `dtrain report` (see report.h).
+ *
+ * metrics.jsonl rows come in two shapes (worker/metrics.h): training rows
+ * {"step", "epoch", "loss", "lr", ...} and evaluation rows {"step", "epoch",
+ * "test_loss", "test_accuracy"}.  Each numeric member other than "step" is
+ * appended to the series of its name at x = step; null (the trainer's
+ * spelling of a non-finite value) is kept as NaN, a gap in the curve.  Lines are parsed one at a time in a scratch arena, so a long
+ * run costs its numbers, not its JSON trees.
+ */
+#include "launcher/report.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/error.h"
+
+#define MAX_METRICS_BYTES ((size_t)1 << 30)
+
+/* Names go into the page as they are, so only plain ones become series. */
+static bool plain_name(const char *s)
+{
+    for (; *s; s++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-", *s))
+            return false;
+    return true;
+}
+
+static struct dt_report_series *series_for(struct dt_report *r, const char *name)
+{
+    for (int i = 0; i < r->n_series; i++)
+        if (strcmp(r->series[i].name, name) == 0)
+            return &r->series[i];
+    if (r->n_series == DT_REPORT_MAX_SERIES || strlen(name) >= sizeof r->series[0].name || !plain_name(name))
+        return NULL; /* beyond what a page can show; the known series come first in every row */
+    struct dt_report_series *s = &r->series[r->n_series++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static int append(struct dt_report_series *s, double step, double value)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        double *a = realloc(s->step, cap * sizeof *a), *b = a ? realloc(s->value, cap * sizeof *b) : NULL;
+        if (a)
+            s->step = a;
+        if (!b)
+            return dt_error_set(DT_ENOMEM, "no memory for the %s series", s->name);
+        s->value = b;
+        s->cap = cap;
+    }
+    s->step[s->n] = step;
+    s->value[s->n++] = value;
+    return 0;
+}
+
+static int take_row(struct dt_report *r, const struct dt_json *row, const char *path, int line)
+{
+    double step;
+    if (row->type != DT_JSON_OBJECT)
+        return dt_error_set(DT_EINVAL, "%s:%d: a metrics line must be a JSON object", path, line);
+    if (!dt_json_get_num(row, "step", &step))
+        return dt_error_set(DT_EINVAL, "%s:%d: the row has no numeric \"step\"", path, line);
+    for (const struct dt_json *m = row->child; m; m = m->next) {
+        if ((m->type != DT_JSON_NUMBER && m->type != DT_JSON_NULL) || strcmp(m->key, "step") == 0)
+            continue;
+        struct dt_report_series *s = series_for(r, m->key);
+        int rc = s ? append(s, step, m->type == DT_JSON_NUMBER ? m->num : NAN) : 0;
+        if (rc)
+            return rc;
+    }
+    r->rows++;
+    return 0;
+}
+
+static int load_metrics(struct dt_report *r)
+{
+    char path[4200], *src = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    struct dt_json_arena file = {0};
+    int rc = dt_json_read_file(&file, path, MAX_METRICS_BYTES, &src, &len);
+    if (rc == DT_ENOTFOUND)
+        rc = dt_error_set(DT_ENOTFOUND, "%s: no metrics.jsonl (is this the run directory of a trainer job?)",
+                          r->run_dir);
+    const char *p = src, *end = src + len;
+    for (int line = 1; !rc && p < end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *stop = nl ? nl : end;
+        struct dt_json_arena scratch = {0};
+        struct dt_json *row;
+        if (!nl)
+            rc = dt_error_set(DT_EINVAL, "%s:%d: the last line has no newline (the file was cut short?)", path,
+                              line);
+        else if (stop == p)
+            rc = dt_error_set(DT_EINVAL, "%s:%d: empty line", path, line);
+        if (!rc)
+            rc = dt_json_parse(&scratch, p, (size_t)(stop - p), path, line, &row);
+        if (!rc)
+            rc = take_row(r, row, path, line);
+        dt_json_arena_free(&scratch);
+        p = stop + 1;
+    }
+    if (!rc && r->rows == 0)
+        rc = dt_error_set(DT_EINVAL, "%s: empty (the run logged no step yet)", path);
+    dt_json_arena_free(&file);
+    return rc;
+}
+
+/* An optional JSON file of the run directory; absent is fine, broken is not. */
+static int load_optional(struct dt_report *r, const char *name, const struct dt_json **out)
+{
+    char path[4200], *src;
+    size_t len;
+    struct dt_json *doc;
+    snprintf(path, sizeof path, "%s/%s", r->run_dir, name);
+    int rc = dt_json_read_file(&r->arena, path, 64 << 20, &src, &len);
+    if (rc == DT_ENOTFOUND)
+        return 0;
+    if (!rc)
+        rc = dt_json_parse(&r->arena, src, len, path, 1, &doc);
+    if (!rc && doc->type != DT_JSON_OBJECT)
+        rc = dt_error_set(DT_EINVAL, "%s:1:1: expected a JSON object", path);
+    if (!rc)
+        *out = doc;
+    return rc;
+}
+
+int dt_report_load(const char *run_dir, struct dt_report *r)
+{
+    memset(r, 0, sizeof *r);
+    if (snprintf(r->run_dir, sizeof r->run_dir, "%s", run_dir) >= (int)sizeof r->run_dir)
+        return dt_error_set(DT_EINVAL, "run directory path too long");
+    int rc = load_metrics(r);
+    if (!rc)
+        rc = load_optional(r, "summary.json", &r->summary);
+    if (!rc)
+        rc = load_optional(r, "trainer_summary.json", &r->trainer);
+    if (rc)
+        dt_report_free(r);
+    return rc;
+}
+
+void dt_report_free(struct dt_report *r)
+{
+    for (int i = 0; i < r->n_series; i++) {
+        free(r->series[i].step);
+        free(r->series[i].value);
+    }
+    r->n_series = 0;
+    dt_json_arena_free(&r->arena);
+}
+
+const struct dt_report_series *dt_report_series(const struct dt_report *r, const char *name)
+{
+    for (int i = 0; i < r->n_series; i++)
+        if (strcmp(r->series[i].name, name) == 0 && r->series[i].n > 0)
+            return &r->series[i];
+    return NULL;
+}

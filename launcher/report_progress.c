@@ -1,0 +1,207 @@
+/* report_progress.c - the live progress line (see report_progress.h).
+ *
+ * The file is read from where the last call stopped into a fixed buffer; a
+ * line without its newline yet stays in the buffer for the next call.  A line
+ * longer than the buffer is dropped whole.  ETA uses the launcher's own clock
+ * between the first and the latest row seen, so evaluation and checkpoint
+ * time are part of the rate.
+ */
+#include "launcher/report_progress.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launcher/report_json.h"
+
+#define BUF 65536
+#define REDRAW_S 0.25
+
+struct dt_progress {
+    char path[4200];
+    int in_fd, out_fd;
+    bool tty, shown, news;
+    double interval_s, last_draw;
+    double first_now, first_step; /* for the rate: when the first row was seen */
+    struct dt_progress_state st;
+    size_t len;                   /* bytes of an incomplete line kept in buf */
+    char buf[BUF];
+};
+
+int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, struct dt_progress **out)
+{
+    struct dt_progress *p = calloc(1, sizeof *p);
+    if (!p)
+        return -1;
+    snprintf(p->path, sizeof p->path, "%s/metrics.jsonl", run_dir);
+    p->in_fd = -1;
+    p->out_fd = fd;
+    p->tty = tty;
+    p->interval_s = interval_s > 0 ? interval_s : 10;
+    p->last_draw = -1e30;
+    p->first_now = NAN;
+    p->st = (struct dt_progress_state){.epoch = NAN, .loss = NAN, .lr = NAN, .samples_per_s = NAN,
+                                       .test_accuracy = NAN, .eta_s = NAN};
+    *out = p;
+    return 0;
+}
+
+static void take(struct dt_progress *p, const struct dt_json *row, double now)
+{
+    double step, v;
+    if (!dt_json_get_num(row, "step", &step))
+        return;
+    p->st.step = (int64_t)step;
+    if (dt_json_get_num(row, "total_steps", &v))
+        p->st.total_steps = (int64_t)v;
+    if (dt_json_get_num(row, "test_accuracy", &v)) {
+        p->st.test_accuracy = v;
+        return; /* an evaluation row (whole epochs): the training figures stay */
+    }
+    if (dt_json_get_num(row, "epoch", &v))
+        p->st.epoch = v;
+    if (dt_json_get_num(row, "loss", &v))
+        p->st.loss = v;
+    if (dt_json_get_num(row, "lr", &v))
+        p->st.lr = v;
+    if (dt_json_get_num(row, "samples_per_s", &v))
+        p->st.samples_per_s = v;
+    if (isnan(p->first_now) || step < p->first_step) { /* first row, or a restart went back */
+        p->first_now = now;
+        p->first_step = step;
+    } else if (step > p->first_step && p->st.total_steps > 0) {
+        double rate = (step - p->first_step) / (now - p->first_now);
+        p->st.eta_s = rate > 0 ? (double)(p->st.total_steps - p->st.step) / rate : NAN;
+    }
+}
+
+/* Reads what the file gained; true if at least one row was taken. */
+static bool read_rows(struct dt_progress *p, double now)
+{
+    if (p->in_fd < 0 && (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC)) < 0)
+        return false;
+    bool any = false;
+    for (;;) {
+        ssize_t n = read(p->in_fd, p->buf + p->len, BUF - p->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return any;
+        p->len += (size_t)n;
+        char *start = p->buf, *nl;
+        while ((nl = memchr(start, '\n', p->len - (size_t)(start - p->buf)))) {
+            struct dt_json_arena a = {0};
+            struct dt_json *row;
+            if (dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0) {
+                take(p, row, now);
+                any = true;
+            }
+            dt_json_arena_free(&a);
+            start = nl + 1;
+        }
+        p->len -= (size_t)(start - p->buf);
+        memmove(p->buf, start, p->len);
+        if (p->len == BUF) /* a line longer than the buffer: not ours to show */
+            p->len = 0;
+    }
+}
+
+static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...)
+{
+    if (used >= size)
+        return used;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + used, size - used, fmt, ap);
+    va_end(ap);
+    used += n > 0 ? (size_t)n : 0;
+    return used < size ? used : size - 1;
+}
+
+size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    if (!isnan(s->epoch))
+        n = add(buf, size, n, "epoch %.2f | ", s->epoch);
+    n = s->total_steps > 0 ? add(buf, size, n, "step %lld/%lld", (long long)s->step, (long long)s->total_steps)
+                           : add(buf, size, n, "step %lld", (long long)s->step);
+    if (!isnan(s->loss))
+        n = add(buf, size, n, " | loss %.4f", s->loss);
+    if (!isnan(s->lr))
+        n = add(buf, size, n, " | lr %.2e", s->lr);
+    if (!isnan(s->samples_per_s))
+        n = add(buf, size, n, " | %.0f samples/s", s->samples_per_s);
+    if (!isnan(s->test_accuracy))
+        n = add(buf, size, n, " | test acc %.4f", s->test_accuracy);
+    if (s->total_steps > 0 && !isnan(s->eta_s) && s->eta_s >= 0) {
+        long e = lround(s->eta_s);
+        n = e >= 3600 ? add(buf, size, n, " | ETA %ldh%02ldm", e / 3600, e / 60 % 60)
+                      : add(buf, size, n, " | ETA %ldm%02lds", e / 60, e % 60);
+    }
+    return add(buf, size, n, " | restarts %d", s->restarts);
+}
+
+static void put(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the console went away: the agent notices on its own writes */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+void dt_progress_update(struct dt_progress *p, double now, int restarts)
+{
+    if (!p)
+        return;
+    p->news |= read_rows(p, now) || restarts != p->st.restarts;
+    p->st.restarts = restarts;
+    bool due = p->tty ? (p->news || !p->shown) && now - p->last_draw >= REDRAW_S
+                      : p->news && now - p->last_draw >= p->interval_s;
+    if (!due || isnan(p->first_now))
+        return;
+    /* on a terminal: \r and erase-to-end-of-line, then the line without a newline */
+    char line[512];
+    size_t head = (size_t)snprintf(line, sizeof line, "%s[dtrain] ", p->tty ? "\r\033[K" : "");
+    size_t n = head + dt_progress_format(&p->st, line + head, sizeof line - head - 1);
+    if (!p->tty)
+        line[n++] = '\n';
+    put(p->out_fd, line, n);
+    p->shown = p->tty;
+    p->news = false;
+    p->last_draw = now;
+}
+
+void dt_progress_hide(struct dt_progress *p)
+{
+    if (!p || !p->shown)
+        return;
+    put(p->out_fd, "\r\033[K", 4);
+    p->shown = false;
+}
+
+const struct dt_progress_state *dt_progress_state(const struct dt_progress *p)
+{
+    return &p->st;
+}
+
+void dt_progress_close(struct dt_progress *p)
+{
+    if (!p)
+        return;
+    dt_progress_hide(p);
+    if (p->in_fd >= 0)
+        close(p->in_fd);
+    free(p);
+}

@@ -1,0 +1,52 @@
+/* report_progress.h - the live progress line of `dtrain launch` for trainer jobs.
+ *
+ * The launcher follows <run dir>/metrics.jsonl as rank 0 writes it (one
+ * flushed line per logged step) and shows
+ *   epoch 1.42 | step 340/1000 | loss 0.4567 | lr 1.2e-03 | 12345 samples/s | ETA 1m23s | restarts 0
+ * On a terminal the line is redrawn in place (at most 4 times a second) and
+ * is erased before other output is written, so rank output scrolls above it;
+ * elsewhere (CI, a file) a plain line is printed every interval_s when there
+ * is news.  Reading tolerates a line still being written: only complete lines
+ * count, and one that does not parse is skipped (the report is strict, not
+ * the live view).
+ *
+ * Not for the agent's decisions: it only reads and prints.
+ */
+#ifndef DT_REPORT_PROGRESS_H
+#define DT_REPORT_PROGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dt_progress_state {
+    int64_t step, total_steps;  /* total 0: unknown */
+    double epoch, loss, lr, samples_per_s, test_accuracy; /* NaN: not seen yet */
+    double eta_s;               /* NaN: unknown */
+    int restarts;
+};
+
+struct dt_progress;
+
+/* Follows run_dir/metrics.jsonl (it may not exist yet) and draws on fd;
+ * tty selects in-place redrawing; interval_s paces plain lines (0: 10 s). */
+int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, struct dt_progress **out);
+
+/* Reads what metrics.jsonl gained and redraws or prints when due; now is a
+ * monotonic time in seconds.  Cheap when nothing changed. */
+void dt_progress_update(struct dt_progress *p, double now, int restarts);
+
+/* Erases the line on a terminal before someone else writes to fd; the next
+ * update draws it again.  NULL is fine. */
+void dt_progress_hide(struct dt_progress *p);
+
+/* Erases the line and frees (NULL is fine). */
+void dt_progress_close(struct dt_progress *p);
+
+/* What the line says now (tests, the end-of-run summary). */
+const struct dt_progress_state *dt_progress_state(const struct dt_progress *p);
+
+/* Formats the line; returns its length. */
+size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t size);
+
+#endif

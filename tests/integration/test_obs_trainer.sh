@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# test_obs_trainer.sh - what a real trainer job leaves to look at: `dtrain
+# launch` of 2 CPU ranks with trace: {steps: "10-19"} writes an event file
+# that TensorBoard's reader loads with the same steps and values as
+# metrics.jsonl, a Chrome trace per rank whose spans nest (data wait,
+# forward, backward, comm wait, optimizer, one all-reduce per bucket from the
+# communication thread, start-up phases), a merge with a precise launch row,
+# and a report page; the launcher shows a progress line (plain lines off a
+# terminal, redrawn in place on one).
+source "$(dirname "$0")/lib.sh"
+
+python3 -c 'import tensorboard' 2>/dev/null || { not_ok "python3 can import tensorboard (scripts/install-deps.sh)"; exit 1; }
+[ -d /usr/share/datasets/fashion-mnist ] || { not_ok "Fashion-MNIST is installed (dataset-fashion-mnist)"; exit 1; }
+cat > "$T/job.yaml" <<'YAML'
+name: obs
+nproc_per_node: 2
+backend: tcp
+trainer:
+  model: {type: mlp, hidden: [128, 64]}
+  data: {dataset: fashion-mnist, batch_size: 64, workers: 1}
+  steps: 40
+  scheduler: {type: onecycle, max_lr: 3e-3}
+  ddp: {bucket_cap_mb: 0.02, first_bucket_mb: 0.01}
+  checkpoint: {every_steps: 15}
+  log_every_steps: 5
+  trace: {steps: "10-19"}
+YAML
+expect_status 0 "a traced 2-rank trainer job runs" "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs"
+run=$(echo "$T"/runs/obs-*)
+contains "$T/last.out" '^\[dtrain\] epoch [0-9.]+ \| step [0-9]+/40 \| loss [0-9.]+ \| lr' "off a terminal the launcher prints plain progress lines"
+# On a terminal (script(1) gives one) the line is drawn with \r and erase-line, and erased before rank output.
+if command -v script >/dev/null; then
+  script -qec "'$DTRAIN' launch '$T/job.yaml' --log-dir '$T/runs-tty'" /dev/null > "$T/tty.out" 2>&1
+  check "on a terminal the progress line redraws in place" grep -q $'\r\033\\[K\\[dtrain\\] epoch' "$T/tty.out"
+  check "rank output is written after erasing the line" grep -q $'\r\033\\[K\\[rank 0\\]' "$T/tty.out"
+else
+  not_ok "script(1) is installed (bsdutils) to give the launcher a terminal"
+fi
+check "rank 0 wrote one event file" test "$(ls "$run"/events.out.tfevents.* | wc -l)" = 1
+
+python3 - "$run" <<'PY'
+import json, math, struct, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+run = sys.argv[1]
+def say(cond, what):
+    print(("ok - " if cond else "not ok - ") + what)
+want = {}
+for line in open(run + "/metrics.jsonl"):
+    row = json.loads(line)
+    group = "eval" if "test_accuracy" in row else "train"
+    for k, v in row.items():
+        if k not in ("step", "epoch", "time_s", "total_steps") and v is not None:
+            want.setdefault(group + "/" + k, []).append((row["step"], v))
+acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0})
+acc.Reload()
+tags = set(acc.Tags()["scalars"])
+say(tags == set(want), "TensorBoard tags %s" % sorted(tags))
+# metrics.jsonl prints the double with 9 digits; the event file holds the
+# float32 of the same double: equal to within one float32 rounding.
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+ulp = lambda x: abs(f32(x) - struct.unpack("<f", struct.pack("<I", struct.unpack("<I", struct.pack("<f", x))[0] ^ 1))[0])
+bad = [(t, s, v, e.value) for t in want if t in tags
+       for (s, v), e in zip(want[t], acc.Scalars(t)) if e.step != s or abs(e.value - f32(v)) > ulp(v)]
+counts = all(len(acc.Scalars(t)) == len(want[t]) for t in want if t in tags)
+say(not bad and counts, "every step and value of metrics.jsonl is in the event file%s" % (": %s" % bad[:3] if bad else ""))
+PY
+
+for r in 0 1; do
+  python3 "$(dirname "$0")/obs_trace_check.py" "$run/trace_rank$r.json" 10 19
+done
+expect_status 0 "dtrain trace merge of the run" "$DTRAIN" trace merge "$run"
+python3 - "$run" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/trace_merged.json"))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in m if e["ph"] == "M" and e["name"] == "process_name"}
+print(("ok - " if names == {0: "rank 0", 1: "rank 1", 2: "dtrain launch"} else "not ok - ") + "merged processes %s" % names)
+first = min(e["ts"] for e in m if e["pid"] in (0, 1) and e["ph"] == "X")
+spawn = [e for e in m if e["pid"] == 2 and e["name"] == "spawn to exit"]
+# each rank's spawn-to-exit span encloses that rank's own spans: the clocks agree
+ok = len(spawn) == 2 and all(s["ts"] <= first and
+                             max(e["ts"] + e["dur"] for e in m if e["pid"] == s["tid"] - 2 and e["ph"] == "X") <= s["ts"] + s["dur"] + 1000
+                             for s in spawn)
+print(("ok - " if ok else "not ok - ") + "each rank's life on the launch row encloses its trace")
+PY
+expect_status 0 "dtrain report of the run" "$DTRAIN" report "$run"
+contains "$run/report.html" 'data-series="test_accuracy"' "the report draws test accuracy"

@@ -1,0 +1,142 @@
+/* test_report_progress.c - the live progress line: it follows metrics.jsonl
+ * as it grows (a half-written line waits for its newline), formats epoch,
+ * step/total, loss, lr, throughput, accuracy, ETA and restarts, redraws in
+ * place on a terminal and erases itself before other output, and prints plain
+ * paced lines elsewhere. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launcher/report_progress.h"
+
+static char dir[64], metrics[128];
+static int pipe_fd[2];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dt-progress-XXXXXX");
+    if (!mkdtemp(dir) || pipe(pipe_fd))
+        return -1;
+    fcntl(pipe_fd[0], F_SETFL, O_NONBLOCK);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    close(pipe_fd[0]);
+    close(pipe_fd[1]);
+    unlink(metrics);
+    return rmdir(dir);
+}
+
+static void append(const char *text)
+{
+    FILE *f = fopen(metrics, "a");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Everything written to the console so far. */
+static const char *drain(void)
+{
+    static char buf[8192];
+    ssize_t n = read(pipe_fd[0], buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    return buf;
+}
+
+static void format_has_every_field(void **state)
+{
+    (void)state;
+    char line[256];
+    struct dt_progress_state s = {.step = 340, .total_steps = 1000, .epoch = 1.4166, .loss = 0.45671,
+                                  .lr = 0.0012, .samples_per_s = 12345.4, .test_accuracy = 0.8512,
+                                  .eta_s = 83, .restarts = 1};
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "epoch 1.42 | step 340/1000 | loss 0.4567 | lr 1.20e-03 | 12345 samples/s | "
+                              "test acc 0.8512 | ETA 1m23s | restarts 1");
+    s = (struct dt_progress_state){.step = 5, .epoch = NAN, .loss = NAN, .lr = NAN, .samples_per_s = NAN,
+                                   .test_accuracy = NAN, .eta_s = 7300};
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5 | restarts 0");
+    s.total_steps = 10;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | ETA 2h01m | restarts 0");
+    char tiny[8];
+    dt_progress_format(&s, tiny, sizeof tiny);
+    assert_int_equal(strlen(tiny), 7);
+}
+
+static void follows_the_file_and_paces_plain_lines(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    dt_progress_update(p, 0, 0); /* no file yet: nothing */
+    assert_string_equal(drain(), "");
+    append("{\"step\": 10, \"epoch\": 0.5, \"loss\": 2.5, \"lr\": 0.001, \"samples_per_s\": 100, "
+           "\"total_steps\": 110}\n{\"step\": 20, \"ep");
+    dt_progress_update(p, 1, 0);
+    assert_string_equal(drain(), "[dtrain] epoch 0.50 | step 10/110 | loss 2.5000 | lr 1.00e-03 | 100 samples/s "
+                                 "| restarts 0\n");
+    append("och\": 1, \"loss\": 1.5, \"lr\": 0.002, \"samples_per_s\": 200, \"total_steps\": 110}\n");
+    dt_progress_update(p, 3, 0); /* news, but the next plain line is due at 11 */
+    assert_string_equal(drain(), "");
+    assert_int_equal(dt_progress_state(p)->step, 20);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 18) < 1e-9); /* 10 steps in 2 s, 90 to go */
+    append("{\"step\": 20, \"epoch\": 1, \"test_loss\": 0.4, \"test_accuracy\": 0.875}\nnot json\n");
+    dt_progress_update(p, 11, 1);
+    assert_string_equal(drain(), "[dtrain] epoch 1.00 | step 20/110 | loss 1.5000 | lr 2.00e-03 | 200 samples/s | "
+                                 "test acc 0.8750 | ETA 0m18s | restarts 1\n");
+    dt_progress_update(p, 30, 1); /* no news: no line */
+    assert_string_equal(drain(), "");
+    dt_progress_close(p);
+    unlink(metrics);
+}
+
+static void redraws_in_place_on_a_terminal(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], true, 0, &p), 0);
+    append("{\"step\": 1, \"loss\": 2}\n");
+    dt_progress_update(p, 0, 0);
+    assert_string_equal(drain(), "\r\033[K[dtrain] step 1 | loss 2.0000 | restarts 0");
+    dt_progress_hide(p);
+    assert_string_equal(drain(), "\r\033[K");
+    dt_progress_hide(p); /* already hidden: nothing */
+    assert_string_equal(drain(), "");
+    dt_progress_update(p, 0.1, 0); /* hidden lines come back, 4 times a second at most */
+    assert_string_equal(drain(), "");
+    dt_progress_update(p, 0.3, 0);
+    assert_string_equal(drain(), "\r\033[K[dtrain] step 1 | loss 2.0000 | restarts 0");
+    dt_progress_close(p);
+    assert_string_equal(drain(), "\r\033[K");
+    dt_progress_hide(NULL);
+    dt_progress_update(NULL, 0, 0);
+    dt_progress_close(NULL);
+    unlink(metrics);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(format_has_every_field),
+        cmocka_unit_test(follows_the_file_and_paces_plain_lines),
+        cmocka_unit_test(redraws_in_place_on_a_terminal),
+    };
+    return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
+}
