@@ -77,14 +77,19 @@ stop_server() { exec 8>&- 2>/dev/null || true; kill "$SPID" 2>/dev/null || true;
 run() {
   local server=$1 n=$2 line
   if [ "$server" = dtrain ]; then start_dtrain; else start_pytorch; fi
-  local c0; c0=$(cpu_s "$SPID")
-  line=$("$CLIENTS" --port "$PORT" --clients "$n" --server "$server" --connect-window "${CONNECT_WINDOW:-0}") || { stop_server; echo "fail fail"; return; }
+  local c0 rc=0; c0=$(cpu_s "$SPID")
+  line=$("$CLIENTS" --port "$PORT" --clients "$n" --server "$server" --connect-window "${CONNECT_WINDOW:-0}") || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "rendezvous.sh: $server, $n clients: the client program failed (status $rc)" >&2
+    echo "$server $n" >>"$W/failures"
+    stop_server; return
+  fi
   local c1; c1=$(cpu_s "$SPID")
   stop_server
   echo "$(sed -n 's/.*total_s=\([0-9.]*\).*/\1/p' <<<"$line") $(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b - a}')"
 }
 
-best() { sort -n | head -n1; }
+best() { sort -n | head -n1 | grep . || echo fail; }
 
 printf '%-8s %12s %12s %8s %14s %14s\n' clients dtrain_s pytorch_s ratio dtrain_cpu_s pytorch_cpu_s
 for n in "${sizes[@]}"; do
@@ -95,7 +100,12 @@ for n in "${sizes[@]}"; do
   done
   dw=$(awk '{print $1}' "$W/dt" | best); dc=$(awk '{print $2}' "$W/dt" | best)
   pw=$(awk '{print $1}' "$W/pt" | best); pc=$(awk '{print $2}' "$W/pt" | best)
-  ratio=$(awk -v d="$dw" -v p="$pw" 'BEGIN{ if (d > 0 && p > 0) printf "%.1fx", p / d; else print "n/a" }')
+  ratio=n/a
+  [ "$dw" != fail ] && [ "$pw" != fail ] && ratio=$(awk -v d="$dw" -v p="$pw" 'BEGIN{ printf "%.1fx", p / d }')
   printf '%-8s %12s %12s %8s %14s %14s\n' "$n" "$dw" "$pw" "$ratio" "$dc" "$pc"
 done
 echo "(best of $REPEAT runs; ratio = PyTorch time / dtrain time; loopback, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+if [ -s "$W/failures" ]; then
+  echo "rendezvous.sh: $(wc -l <"$W/failures") run(s) failed; the figures are of the others" >&2
+  exit 1
+fi
