@@ -153,7 +153,10 @@ fuzz: deps
 	    build-fuzz/libdtrain-app.a build-fuzz/libdtrain.a $(DEP_LIBS) $(SYS_LIBS); \
 	  mkdir -p build-fuzz/corpus/$$name; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  build-fuzz/fuzz/$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 build-fuzz/corpus/$$name $$( [ -d tests/fuzz/corpus/$$name ] && echo tests/fuzz/corpus/$$name ) 2>&1 | tail -n 3; \
+	  build-fuzz/fuzz/$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 build-fuzz/corpus/$$name \
+	    $$( [ -d tests/fuzz/corpus/$$name ] && echo tests/fuzz/corpus/$$name ) > build-fuzz/fuzz/$$name.log 2>&1 \
+	    || { tail -n 40 build-fuzz/fuzz/$$name.log; echo "fuzz: $$name found a crash (log: build-fuzz/fuzz/$$name.log)"; exit 1; }; \
+	  tail -n 3 build-fuzz/fuzz/$$name.log; \
 	done
 
 install: all
