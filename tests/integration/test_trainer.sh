@@ -44,7 +44,8 @@ expect_status 0 "a 2-rank job of 40 steps runs" "$DTRAIN" launch "$T/s40.yaml" -
 check "its checkpoints are at steps 20 and 40" test -f "$T/ckpt/step_00000040.safetensors" -a -f "$T/ckpt/step_00000020.safetensors"
 expect_status 0 "a 60-step job on the same dir resumes" "$DTRAIN" launch "$T/s60.yaml" --log-dir "$T/runs"
 contains "$T/last.err" "resuming from $T/ckpt/step_00000040.safetensors" "it says where it resumes from"
-s60=$(ls -d "$T"/runs/small-* | tail -n 1)
+# The run directory is the one the launcher names (two runs in one second sort by their random suffix).
+s60=$(sed -n 's/.*logs and summary.json in \(.*\)$/\1/p' "$T/last.err" | tail -n 1)
 contains "$s60/trainer_summary.json" '"resumed_from_step": 40' "the summary records the resume"
 check "keep: 2 leaves two checkpoints" test "$(ls "$T/ckpt" | grep -c '^step_')" = 2
 
