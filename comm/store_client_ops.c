@@ -45,14 +45,20 @@ static int recv_i64(struct dt_store *s, int64_t *v, double deadline)
     return rc;
 }
 
-int dt_store_set(struct dt_store *s, const char *key, const void *value, size_t len)
+/* SET and APPEND share one request shape: op, key, value; neither has a reply. */
+static int send_key_value(struct dt_store *s, uint8_t op, const char *key, const void *value, size_t len)
 {
-    int rc = dt_store_begin(s, DT_WIRE_SET, key, 1);
+    int rc = dt_store_begin(s, op, key, 1);
     if (rc)
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
     dt_wire_put_bytes(&s->req, value, len);
     return dt_store_send(s, dt_store_now() + s->timeout_s);
+}
+
+int dt_store_set(struct dt_store *s, const char *key, const void *value, size_t len)
+{
+    return send_key_value(s, DT_WIRE_SET, key, value, len);
 }
 
 /* Cancels a timed-out WAIT and leaves the connection in step. */
@@ -200,12 +206,7 @@ int dt_store_num_keys(struct dt_store *s, int64_t *n)
 
 int dt_store_append(struct dt_store *s, const char *key, const void *value, size_t len)
 {
-    int rc = dt_store_begin(s, DT_WIRE_APPEND, key, 1);
-    if (rc)
-        return rc;
-    dt_wire_put_key(&s->req, P, key, strlen(key));
-    dt_wire_put_bytes(&s->req, value, len);
-    return dt_store_send(s, dt_store_now() + s->timeout_s);
+    return send_key_value(s, DT_WIRE_APPEND, key, value, len);
 }
 
 int dt_store_multi_get(struct dt_store *s, const char *const *keys, int n, void **values, size_t *lens)
