@@ -22,6 +22,8 @@
 #include "comm/store.h"
 #include "launcher/cli.h"
 #include "launcher/jobspec.h"
+#include "worker/heartbeat.h"
+#include "worker/heartbeat_fault.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
 
@@ -120,7 +122,43 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
 }
 
-static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3])
+/* The heartbeat (worker/heartbeat.h) on a connection of its own: the agent's
+ * watchdog reads it, and it ends this rank when the coordinator is gone.
+ * Five reports per heartbeat_timeout, so one late report is no alarm. */
+static int start_heartbeat(const struct dt_job *job, const struct rank_env *e, struct dt_heartbeat **hb)
+{
+    *hb = NULL;
+    if (e->world == 0)
+        return 0;
+    double lost = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
+    double every = job->rendezvous.heartbeat_timeout_s > 0 ? job->rendezvous.heartbeat_timeout_s / 5 : 5;
+    struct dt_store *s;
+    int rc = dt_store_connect_env(lost, &s);
+    if (rc)
+        return dt_error_prefix("rank %d: connecting the heartbeat to the coordinator", e->rank);
+    struct dt_heartbeat_options o = {.rank = e->rank, .interval_s = every < 0.05 ? 0.05 : every > 5 ? 5 : every,
+                                     .lost_after_s = lost};
+    rc = dt_heartbeat_start(&o, s, hb);
+    if (rc)
+        dt_store_close(s);
+    return rc;
+}
+
+struct step_hook {
+    struct dt_heartbeat *hb;
+    struct dt_heartbeat_fault fault;
+};
+
+static void after_step(void *ctx, struct dt_model *m, int64_t step)
+{
+    (void)m;
+    struct step_hook *h = ctx;
+    dt_heartbeat_step(h->hb, step);
+    dt_heartbeat_fault_after_step(&h->fault, step);
+}
+
+static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3],
+                 struct step_hook *hook)
 {
     /* OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does) caps the
      * kernel threads, as it caps PyTorch's intra-op threads; unset, the trainer
@@ -129,7 +167,8 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     if (env_int("OMP_NUM_THREADS", 0, &threads) || env_int("DTRAIN_BENCH_ALLREDUCE", 0, &bench))
         return DT_EINVAL;
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
-                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0};
+                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0,
+                                   .after_step = after_step, .ctx = hook};
     struct dt_trainer_spec spec = *job->trainer;
     const char *steps = getenv("DTRAIN_TRACE"); /* `dtrain launch --trace` when the spec names no window */
     if (steps && *steps && spec.trace.last_step < 0 && dt_trace_parse_steps(steps, &spec.trace))
@@ -161,7 +200,10 @@ static int run(int argc, char **argv)
     struct dt_job *job = NULL;
     struct dt_store *store = NULL;
     struct dt_comm *comm = NULL;
+    struct step_hook hook = {0};
     int rc = read_env(&e);
+    if (!rc)
+        rc = dt_heartbeat_fault_from_env(e.rank, e.restart, &hook.fault);
     if (!rc)
         rc = dt_job_load(argv[1], &job);
     if (!rc && !job->trainer)
@@ -170,13 +212,16 @@ static int run(int argc, char **argv)
     if (!rc)
         rc = connect(job, &e, &store, &comm, phases);
     if (!rc)
-        rc = train(job, &e, comm, phases);
+        rc = start_heartbeat(job, &e, &hook.hb);
+    if (!rc)
+        rc = train(job, &e, comm, phases, &hook);
     if (rc) {
         fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
         if (comm)
             dt_comm_abort(comm);
     }
     fflush(stdout);
+    dt_heartbeat_stop(hook.hb);
     dt_comm_destroy(comm);
     if (store)
         dt_store_close(store);
