@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct dt_job;
@@ -47,6 +48,12 @@ struct dt_agent_config {
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
     bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
+    /* The ranks' heartbeats, for the watchdog (agent_watchdog.c): rank's last
+     * reported step and the seconds since it arrived; DT_ENOTFOUND if it sent
+     * none.  Read only for trainer: jobs (their ranks send them).  NULL: the
+     * watchdog judges by what /proc shows alone. */
+    int (*heartbeat)(void *ctx, int rank, int64_t *step, double *age_s);
+    void *heartbeat_ctx;
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
@@ -64,6 +71,7 @@ struct dt_agent_attempt {
     double start_s, end_s;
     int first_failed;                   /* local rank index of the first failure, or -1 */
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
+    int hung;                           /* local rank index the watchdog declared hung, or -1 */
     struct dt_agent_rank_result *ranks; /* nproc entries */
 };
 
@@ -78,6 +86,12 @@ struct dt_agent_failure {
     char error_message[1024]; /* the "message" in that file, "" if none */
     int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
+    bool hung;                /* the watchdog declared it hung and killed it */
+    int64_t hung_step;        /* the last step its heartbeat reported (sampled); -1 when none */
+    double hang_detected_s;   /* when the watchdog gave its verdict (seconds since the start) */
+    char hang_reason[256];    /* "silent for 3.2 s (no heartbeat) ...", "" unless hung */
+    char hang_report[4352];   /* attempt_<k>/hang_rank_<n>.txt: states, stacks, last log lines */
+    bool final;               /* restart_policy.on_exit made this failure final (no restart) */
 };
 
 struct dt_agent_result {
@@ -104,6 +118,37 @@ void dt_agent_result_free(struct dt_agent_result *res);
 
 /* CLOCK_MONOTONIC in seconds, the clock of every time in the result. */
 double dt_agent_now(void);
+
+/* --- the watchdog's rule (agent_watchdog.c) ------------------------------ */
+
+/* One rank as the watchdog last saw it; times on the agent's clock. */
+struct dt_agent_watch {
+    double spawn_s;       /* when it was started */
+    bool has_hb;          /* a heartbeat of this attempt arrived */
+    int64_t step;         /* the last reported step */
+    double hb_age_s;      /* seconds since that heartbeat */
+    double step_since_s;  /* when `step` last changed */
+    double behind_since_s; /* since when another rank has reported a higher step; 0: not behind.
+                              Heartbeats are samples, so a rank is "behind" by a step for up to
+                              one interval after every step: only a lasting lag counts. */
+    char state;           /* /proc state letter of its worst process: T, D, or 0 for neither */
+    double state_since_s; /* since when it has been in `state` */
+};
+
+/* The watchdog's verdict at time `now` for n ranks: the index of the first
+ * rank that is hung, or -1.  Hung: stopped or in uninterruptible sleep (T or
+ * D in /proc) for hb_timeout (D only when no heartbeats are read: a trainer's
+ * heartbeat says more); with heartbeats, silent for hb_timeout, silent since
+ * its start for first_hb_s, or at a step below another rank's while its own
+ * has not moved and stayed behind for hb_timeout.  `why` gets a sentence. */
+struct dt_agent_watch_limits {
+    double hb_timeout; /* rendezvous.heartbeat_timeout */
+    double first_hb_s; /* from spawn to the first heartbeat: rendezvous.timeout + heartbeat_timeout */
+    bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) */
+    int first_rank;    /* global rank of w[0], for the messages */
+};
+int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
+                         char *why, size_t size);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 

@@ -29,6 +29,7 @@ struct dt_agent_proc {
     struct dt_agent_stream out, err;
     struct dt_agent_tail tail; /* stderr, for the failure report */
     char **env;
+    struct dt_agent_watch watch; /* what the watchdog last saw of it */
 };
 
 struct dt_agent {
@@ -59,6 +60,7 @@ struct dt_agent {
     int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;  /* a signal the launcher received, 0 if none */
     struct dt_progress *progress; /* the live progress line, NULL when off */
+    double next_watch;            /* when the watchdog looks next; 0: it is off */
 };
 
 /* agent_spawn.c */
@@ -69,6 +71,17 @@ void dt_agent_signal_groups(struct dt_agent *a, int sig);
  * the agent as subreaper) and to their process groups; returns how many. */
 int dt_agent_signal_leftovers(struct dt_agent *a, int sig);
 void dt_agent_close_streams(struct dt_agent_proc *p);
+
+/* agent_watchdog.c */
+#define DT_AGENT_WATCH_PERIOD_S 0.25 /* how often the watchdog looks */
+/* Arms the watchdog for the attempt just spawned (off when heartbeat_timeout is 0). */
+void dt_agent_watchdog_begin(struct dt_agent *a);
+/* Looks at every running rank once its period is due; returns the local index
+ * of a hung rank (with the reason in why), or -1. */
+int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size);
+/* Writes what can be seen of every rank (states, wchan, kernel stacks, last
+ * log lines) to attempt_<k>/hang_rank_<n>.txt; path gets the file's name. */
+int dt_agent_watchdog_capture(struct dt_agent *a, int hung, const char *why, char *path, size_t size);
 
 /* agent_console.c */
 /* Reads what a stream has, writes it to its log file and the console; at end of

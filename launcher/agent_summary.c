@@ -171,6 +171,11 @@ static void json_attempts(FILE *f, const struct dt_agent_result *res)
             fprintf(f, "%d", at->ranks[at->first_failed].rank);
         else
             fputs("null", f);
+        fputs(", \"hung_rank\": ", f);
+        if (at->hung >= 0)
+            fprintf(f, "%d", at->ranks[at->hung].rank);
+        else
+            fputs("null", f);
         fputs(", \"ranks\": [\n", f);
         for (int i = 0; i < res->nproc; i++) {
             json_rank(f, &at->ranks[i], i);
@@ -205,6 +210,24 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
     else
         fputs("null", f);
     fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
+    fprintf(f, ", \"final\": %s, \"hang\": ", ff->final ? "true" : "false");
+    if (ff->hung) {
+        fprintf(f, "{\"rank\": %d, \"step\": ", ff->rank);
+        if (ff->hung_step >= 0)
+            fprintf(f, "%lld", (long long)ff->hung_step);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"detected_s\": %.6f, \"reason\": ", ff->hang_detected_s);
+        json_str(f, ff->hang_reason);
+        fputs(", \"report\": ", f);
+        if (ff->hang_report[0])
+            json_str(f, ff->hang_report);
+        else
+            fputs("null", f);
+        fputs("}", f);
+    } else {
+        fputs("null", f);
+    }
     fputs(", \"stderr_tail\": [", f);
     for (int i = 0; i < ff->n_tail; i++) {
         json_str(f, ff->tail[i]);
@@ -282,9 +305,18 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
     int fd = cfg->err_fd > 0 ? cfg->err_fd : STDERR_FILENO;
     char desc[160];
     /* "often the OOM killer" is a guess; not needed when the cgroup told us. */
-    describe(ff->wstatus, ff->oom_killer < 0, desc, sizeof desc);
+    describe(ff->wstatus, ff->oom_killer < 0 && !ff->hung, desc, sizeof desc);
+    if (ff->hung) {
+        char step[32] = "";
+        if (ff->hung_step >= 0)
+            snprintf(step, sizeof step, " at step %lld", (long long)ff->hung_step);
+        snprintf(desc, sizeof desc, "hung%s, killed by dtrain's watchdog", step);
+    }
     dprintf(fd, "dtrain: error: rank %d failed first (attempt %d, %.2f s after the start): %s\n", ff->rank,
             ff->attempt, ff->time_s, desc);
+    if (ff->hung)
+        dprintf(fd, "dtrain: rank %d was %s; states, stacks and last log lines: %s\n", ff->rank, ff->hang_reason,
+                ff->hang_report[0] ? ff->hang_report : "(the report could not be written)");
     if (ff->oom_killer == 1)
         dprintf(
             fd,

@@ -139,6 +139,31 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     start_stopping(a, SIGTERM);
 }
 
+/* The watchdog's verdict: the capture first (the states and stacks of the
+ * hang itself), then SIGKILL for the hung rank's group (a stopped process
+ * would hold SIGTERM pending for ever) and the usual stop for the others;
+ * the group restarts like after any failure. */
+static void on_hang(struct dt_agent *a, int i, const char *why)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_agent_failure *ff = &a->res->first_failure;
+    struct dt_agent_proc *p = &a->procs[i];
+    at->hung = i;
+    at->first_failed = i;
+    a->oom_verdict = -1;
+    ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
+    ff->hang_detected_s = dt_agent_now() - a->t0;
+    snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
+    if (dt_agent_watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
+        dt_log_warn("%s", dt_error_last());
+    dt_log_error("rank %d is hung: %s; what it looked like: %s; stopping the group", p->rank, why,
+                 ff->hang_report[0] ? ff->hang_report : "(no report)");
+    at->ranks[i].stopped_by_agent = true;
+    if (kill(-p->pid, SIGKILL) != 0)
+        kill(p->pid, SIGKILL);
+    start_stopping(a, SIGTERM);
+}
+
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
  * while the agent still has children. */
 static bool reap(struct dt_agent *a)
@@ -249,6 +274,9 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int timeout = poll_timeout(a, children, drain_until);
         if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
             timeout = 250;
+        int watch_ms = (int)(DT_AGENT_WATCH_PERIOD_S * 1000);
+        if (a->next_watch > 0 && a->running > 0 && !a->stopping && (timeout < 0 || timeout > watch_ms))
+            timeout = watch_ms;
         int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
@@ -259,6 +287,10 @@ static void supervise(struct dt_agent *a, int sig_fd)
         }
         dt_progress_update(a->progress, dt_agent_now(), a->attempt);
         children = handle_signals(a, sig_fd);
+        char why[256];
+        int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
+        if (hung >= 0)
+            on_hang(a, hung, why);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
@@ -293,6 +325,11 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->time_s = at->ranks[at->first_failed].exit_s;
     ff->n_tail = dt_agent_tail_copy(&p->tail, ff->tail);
     ff->oom_killer = a->oom_verdict;
+    ff->hung = at->hung == at->first_failed;
+    if (!ff->hung) {
+        ff->hung_step = -1;
+        ff->hang_reason[0] = ff->hang_report[0] = 0;
+    }
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
@@ -307,6 +344,7 @@ static void reset_attempt_state(struct dt_agent *a)
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_agent_now() - a->t0;
     at->first_failed = -1;
+    at->hung = -1;
     at->leftovers = 0;
     if (dt_agent_oom_count(&a->oom_base) < 0)
         a->oom_base = -1;
@@ -341,6 +379,8 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     else
         dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nproc,
                      a->nproc == 1 ? "" : "s", dir);
+    if (rc == 0)
+        dt_agent_watchdog_begin(a);
     supervise(a, sig_fd);
     for (int i = 0; i < a->nproc; i++) {
         dt_agent_close_streams(&a->procs[i]);
@@ -352,6 +392,25 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (rc == 0)
         record_failure(a, dir);
     return rc;
+}
+
+/* restart_policy.on_exit: is the first failure of this attempt one the spec
+ * says not to retry?  A hang is never final: its SIGKILL came from the agent. */
+static bool final_by_policy(struct dt_agent *a)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    if (at->hung >= 0 && at->hung == at->first_failed)
+        return false;
+    int status = dt_agent_exit_status(at->ranks[at->first_failed].wstatus);
+    if (dt_job_exit_action(a->cfg->job, status) != DT_EXIT_FAIL)
+        return false;
+    a->res->first_failure.final = true;
+    bool listed = false;
+    for (int i = 0; i < a->cfg->job->restart_policy.n_on_exit; i++)
+        listed |= a->cfg->job->restart_policy.on_exit[i].code == status;
+    dt_log_error("rank %d ended with exit status %d, which restart_policy.%s says is final: not restarting",
+                 at->ranks[at->first_failed].rank, status, listed ? "on_exit" : "default");
+    return true;
 }
 
 static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
@@ -382,6 +441,7 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
         return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
     for (int k = 0; k < n_attempts; k++) {
         res->attempts[k].first_failed = -1;
+        res->attempts[k].hung = -1;
         res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
         if (!res->attempts[k].ranks)
             return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
@@ -477,6 +537,8 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0)
             break;
         dt_agent_print_failure(cfg, res);
+        if (final_by_policy(&a))
+            break;
         /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
         handle_signals(&a, sv.pipe_fd[0]);
         if (a.interrupt_sig)

@@ -262,6 +262,17 @@ static int start_coordinator(const struct dt_job *job, char token[65], struct dt
     return 0;
 }
 
+/* The watchdog's view of the heartbeats: the coordinator runs in this process,
+ * on the same CLOCK_MONOTONIC as the agent. */
+static int coord_heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
+{
+    double when;
+    int rc = dt_coord_heartbeat(ctx, rank, step, &when);
+    if (rc == 0)
+        *age_s = dt_agent_now() - when;
+    return rc;
+}
+
 static int run_local(const struct launch_opts *o, const struct dt_job *job)
 {
     int nproc = 0;
@@ -307,6 +318,8 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         .console_stdout = show,
         .start_mono = o->start_mono,
         .progress = job->trainer && dt_log_get_level() <= DT_LOG_INFO,
+        .heartbeat = coord_heartbeat,
+        .heartbeat_ctx = coord,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);
