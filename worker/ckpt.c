@@ -1,4 +1,17 @@
-/* ckpt.c - checkpoint files (see ckpt.h). */
+/* ckpt.c - checkpoint files (see ckpt.h).
+ *
+ * Atomic writes: the file goes to .step_N.safetensors.tmp, is fsync'd, renamed
+ * over its final name, and the directory is fsync'd, so after a crash at any
+ * instant the directory holds the old set or the new one; a dot-name is never
+ * taken for a checkpoint, and later saves remove such leftovers.
+ * Damage after the fact (a truncated copy, a flipped bit, a full disk that a
+ * file system did not report) is caught on reading: the safetensors reader
+ * rejects a file whose sizes disagree, and every tensor carries its CRC-32C
+ * in the metadata ("crc32c.<name>", 8 hex digits).  dt_ckpt_latest() skips a
+ * damaged newest file with a warning and returns the newest intact one.
+ *
+ * Not for choosing when to save (the trainer) or the file format (safetensors.c).
+ */
 #include "worker/ckpt.h"
 
 #include <dirent.h>
@@ -11,9 +24,13 @@
 #include <unistd.h>
 
 #include "comm/error.h"
+#include "comm/log.h"
+#include "worker/crc32c.h"
 #include "worker/safetensors.h"
 
 #define CKPT_FORMAT "dtrain-trainer-1"
+#define CRC_PREFIX "crc32c."
+#define MAX_ENTRIES (2 * DT_MODEL_MAX_LAYERS + 2)
 
 static int mkdir_p(const char *dir)
 {
@@ -47,6 +64,14 @@ static int entries(const struct dt_model *m, const struct dt_adamw *a, struct dt
     }
     e[n++] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};
     e[n++] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)a->n}, a->v};
+    return n;
+}
+
+static size_t entry_bytes(const struct dt_st_entry *e)
+{
+    size_t n = 4; /* every tensor of a checkpoint is F32 */
+    for (int d = 0; d < e->ndim; d++)
+        n *= (size_t)e->shape[d];
     return n;
 }
 
@@ -90,8 +115,28 @@ static int list_steps(const char *dir, long long *steps, int max)
     return n;
 }
 
+/* Temporary files of saves that never finished (the writer was killed). */
+static void remove_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strncmp(n, ".step_", 6) == 0 && strlen(n) == strlen(".step_00000000.safetensors.tmp") &&
+            strcmp(n + 14, ".safetensors.tmp") == 0) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 static void prune(const char *dir, int keep)
 {
+    remove_leftovers(dir);
     long long steps[1024];
     int n = list_steps(dir, steps, 1024);
     for (int i = keep; keep > 0 && i < n; i++) {
@@ -120,8 +165,8 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     int rc = mkdir_p(dir);
     if (rc)
         return rc;
-    struct dt_st_entry e[2 * DT_MODEL_MAX_LAYERS + 2];
-    char names[2 * DT_MODEL_MAX_LAYERS][64];
+    struct dt_st_entry e[MAX_ENTRIES];
+    char names[MAX_ENTRIES][64];
     int n = entries(m, a, e, names);
     char v[7][32];
     snprintf(v[0], 32, "%lld", (long long)s->step);
@@ -131,12 +176,20 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     snprintf(v[4], 32, "%d", s->world);
     snprintf(v[5], 32, "%d", s->batch_size);
     snprintf(v[6], 32, "%lld", (long long)a->step);
-    const char *meta[] = {"format", CKPT_FORMAT, "step", v[0], "epoch", v[1], "batch", v[2], "seed", v[3],
-                          "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
+    const char *meta[2 * (8 + MAX_ENTRIES)] = {"format", CKPT_FORMAT, "step", v[0], "epoch", v[1], "batch", v[2],
+                                               "seed", v[3], "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
+    char crc_key[MAX_ENTRIES][80], crc_val[MAX_ENTRIES][16];
+    int nm = 8; /* the pairs above */
+    for (int i = 0; i < n; i++, nm++) {
+        snprintf(crc_key[i], sizeof crc_key[i], CRC_PREFIX "%s", e[i].name);
+        snprintf(crc_val[i], sizeof crc_val[i], "%08x", dt_crc32c(0, e[i].data, entry_bytes(&e[i])));
+        meta[2 * nm] = crc_key[i];
+        meta[2 * nm + 1] = crc_val[i];
+    }
     char path[4200], tmp[4250];
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, (long long)s->step);
     snprintf(tmp, sizeof tmp, "%s/.step_%08lld.safetensors.tmp", dir, (long long)s->step);
-    rc = write_file(tmp, e, n, meta, (int)(sizeof meta / sizeof meta[0] / 2));
+    rc = write_file(tmp, e, n, meta, nm);
     if (rc == 0 && rename(tmp, path))
         rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, path);
     if (rc == 0)
@@ -149,14 +202,75 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     return 0;
 }
 
+static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long *v);
+
+/* What dt_ckpt_load() needs of a file before it touches the model: the
+ * format, the metadata, and each tensor's bytes matching its checksum. */
+static int verify(const struct dt_safetensors *f, const char *path)
+{
+    const char *fmt = dt_safetensors_meta(f, "format");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT))
+        return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", path, CKPT_FORMAT);
+    static const char *const keys[] = {"step", "epoch", "batch", "seed", "world", "batch_size", "adamw_step"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        long long v;
+        if (meta_i64(f, path, keys[k], &v))
+            return DT_EINVAL;
+    }
+    for (int i = 0; i < f->n; i++) {
+        const struct dt_st_tensor *t = &f->tensors[i];
+        char key[DT_ST_MAX_NAME + 16];
+        snprintf(key, sizeof key, CRC_PREFIX "%s", t->name);
+        const char *want = dt_safetensors_meta(f, key);
+        char *end;
+        unsigned long w = want ? strtoul(want, &end, 16) : 0;
+        if (!want || *end || strlen(want) != 8)
+            return dt_error_set(DT_EINVAL, "%s: tensor %s has no checksum (metadata '%s' missing or bad)", path,
+                                t->name, key);
+        uint32_t got = dt_crc32c(0, t->data, t->end - t->begin);
+        if (got != (uint32_t)w)
+            return dt_error_set(DT_EINVAL, "%s: tensor %s is damaged: CRC-32C %08x, the file says %08lx", path,
+                                t->name, got, w);
+    }
+    return 0;
+}
+
+/* Reads and verifies a whole file; on success *f holds it (release it). */
+static int read_verified(const char *path, struct dt_safetensors *f)
+{
+    int rc = dt_safetensors_read(path, f);
+    if (rc)
+        return rc;
+    rc = verify(f, path);
+    if (rc)
+        dt_safetensors_release(f);
+    return rc;
+}
+
 int dt_ckpt_latest(const char *dir, char *path, size_t len)
 {
     long long all[1024];
     int n = list_steps(dir, all, 1024);
     if (n == 0)
         return dt_error_set(DT_ENOTFOUND, "no checkpoint in %s", dir);
-    snprintf(path, len, "%s/step_%08lld.safetensors", dir, all[0]);
-    return 0;
+    char first_err[1024] = "";
+    for (int i = 0; i < n; i++) {
+        snprintf(path, len, "%s/step_%08lld.safetensors", dir, all[i]);
+        struct dt_safetensors f;
+        if (read_verified(path, &f) == 0) {
+            dt_safetensors_release(&f);
+            return 0;
+        }
+        if (!first_err[0])
+            snprintf(first_err, sizeof first_err, "%s", dt_error_last());
+        dt_log_warn("checkpoint rejected: %s; %s", dt_error_last(),
+                    i + 1 < n ? "trying the one before it" : "it was the oldest");
+    }
+    path[0] = 0;
+    return dt_error_set(DT_EINVAL,
+                        "no usable checkpoint in %s: all %d are damaged (the newest: %s); move them away to start "
+                        "over, or set checkpoint.resume: never",
+                        dir, n, first_err);
 }
 
 static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long *v)
@@ -184,14 +298,11 @@ static int restore_tensor(const struct dt_safetensors *f, const char *path, cons
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
 {
     struct dt_safetensors f;
-    int rc = dt_safetensors_read(path, &f);
+    int rc = read_verified(path, &f);
     if (rc)
         return rc;
-    const char *fmt = dt_safetensors_meta(&f, "format");
     long long step = 0, epoch = 0, batch = 0, seed = 0, world = 0, bs = 0, astep = 0;
-    if (!fmt || strcmp(fmt, CKPT_FORMAT))
-        rc = dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", path, CKPT_FORMAT);
-    if (!rc && !(rc = meta_i64(&f, path, "step", &step)) && !(rc = meta_i64(&f, path, "epoch", &epoch)) &&
+    if (!(rc = meta_i64(&f, path, "step", &step)) && !(rc = meta_i64(&f, path, "epoch", &epoch)) &&
         !(rc = meta_i64(&f, path, "batch", &batch)) && !(rc = meta_i64(&f, path, "seed", &seed)) &&
         !(rc = meta_i64(&f, path, "world", &world)) && !(rc = meta_i64(&f, path, "batch_size", &bs)))
         rc = meta_i64(&f, path, "adamw_step", &astep);
@@ -200,8 +311,8 @@ int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struc
                           "%s: saved with seed %lld, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
                           "(the data order would differ; use another checkpoint dir or resume: never)",
                           path, seed, world, bs, (unsigned long long)s->seed, s->world, s->batch_size);
-    struct dt_st_entry e[2 * DT_MODEL_MAX_LAYERS + 2];
-    char names[2 * DT_MODEL_MAX_LAYERS][64];
+    struct dt_st_entry e[MAX_ENTRIES];
+    char names[MAX_ENTRIES][64];
     int n = entries(m, a, e, names);
     for (int i = 0; i < n && !rc; i++)
         rc = restore_tensor(&f, path, &e[i]);

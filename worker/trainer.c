@@ -129,11 +129,17 @@ static int maybe_resume(struct dt_trainer *t)
     if (t->spec.checkpoint.resume != DT_RESUME_AUTO)
         return 0;
     char path[8400];
-    int64_t step = -1;
-    if (t->rank == 0 && dt_ckpt_latest(t->ckpt_dir, path, sizeof path) == 0)
+    int64_t step = -1; /* -2: every checkpoint there is damaged (ckpt.c said which and why) */
+    int found = t->rank == 0 ? dt_ckpt_latest(t->ckpt_dir, path, sizeof path) : DT_ENOTFOUND;
+    if (found == 0)
         sscanf(strrchr(path, '/') + 1, "step_%lld", (long long *)&step);
+    else if (found != DT_ENOTFOUND)
+        step = -2;
     if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, &step, 1, DT_I64, 0))
         return dt_error_prefix("agreeing on the checkpoint to resume from");
+    if (step == -2)
+        return t->rank == 0 ? found
+                            : dt_error_set(DT_EINVAL, "rank 0 found no usable checkpoint in %s", t->ckpt_dir);
     if (step < 0)
         return 0;
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", t->ckpt_dir, (long long)step);

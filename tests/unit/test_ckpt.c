@@ -1,0 +1,255 @@
+/* test_ckpt.c - checkpoint files under damage: a save/load round trip is exact;
+ * a truncated, bit-flipped or foreign newest file is rejected with a sentence
+ * naming it and the previous one is used; all damaged is an error, not a
+ * fresh start; a writer SIGKILLed at random instants mid-save never leaves a
+ * directory whose newest usable checkpoint fails to load, and its temporary
+ * leftovers are ignored and later cleaned up. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "worker/adamw.h"
+#include "worker/ckpt.h"
+#include "worker/model.h"
+
+struct fx {
+    char dir[64];
+    struct dt_model *m;
+    struct dt_adamw a;
+};
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    strcpy(f->dir, "/tmp/dtrain-ckpt-test.XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    const int hidden[2] = {256, 128};
+    if (dt_model_create_mlp(&dt_kernels_cpu, 784, hidden, 2, 10, DT_KACT_RELU, 4, 1, &f->m) ||
+        dt_adamw_init(&f->a, &dt_kernels_cpu, f->m->n_params, 0.999, 1e-8, 0.01))
+        return -1;
+    dt_log_set_level(DT_LOG_ERROR); /* the rejections are expected here */
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    dt_model_destroy(f->m);
+    dt_adamw_release(&f->a);
+    free(f);
+    return rc == 0 ? 0 : -1;
+}
+
+static struct dt_ckpt_state state_at(int64_t step)
+{
+    return (struct dt_ckpt_state){.step = step, .epoch = step / 10, .batch = step % 10, .seed = 5, .world = 4,
+                                  .batch_size = 32};
+}
+
+/* Parameters and moments that differ per step, so a load shows which file it read. */
+static void fill(struct fx *f, int64_t step)
+{
+    for (size_t i = 0; i < f->m->n_params; i++)
+        f->m->params[i] = (float)step + (float)i * 1e-6f;
+    for (size_t i = 0; i < f->a.n; i++) {
+        f->a.m[i] = (float)step * 0.5f;
+        f->a.v[i] = (float)step * 0.25f;
+    }
+    f->a.step = step;
+}
+
+static void save(struct fx *f, int64_t step)
+{
+    fill(f, step);
+    struct dt_ckpt_state s = state_at(step);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), 0);
+}
+
+/* Loads the newest usable file into a zeroed model; returns its step. */
+static int64_t load_latest(struct fx *f)
+{
+    char path[4300];
+    if (dt_ckpt_latest(f->dir, path, sizeof path) != 0)
+        fail_msg("%s", dt_error_last());
+    memset(f->m->params, 0, f->m->n_params * sizeof(float));
+    struct dt_ckpt_state s = state_at(0);
+    assert_int_equal(dt_ckpt_load(path, f->m, &f->a, &s), 0);
+    assert_true(f->m->params[0] == (float)s.step);
+    assert_true(f->a.v[f->a.n - 1] == (float)s.step * 0.25f);
+    assert_int_equal(f->a.step, s.step);
+    return s.step;
+}
+
+static void path_of(struct fx *f, int64_t step, char *out, size_t n)
+{
+    snprintf(out, n, "%s/step_%08lld.safetensors", f->dir, (long long)step);
+}
+
+static void round_trip(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    save(f, 7);
+    assert_int_equal(load_latest(f), 7);
+    assert_true(f->m->params[12345] == 7.0f + 12345 * 1e-6f);
+}
+
+static void truncated_newest_falls_back(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    save(f, 7);
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(truncate(p, st.st_size / 2), 0);
+    char got[4300];
+    assert_int_equal(dt_ckpt_latest(f->dir, got, sizeof got), 0);
+    path_of(f, 3, p, sizeof p);
+    assert_string_equal(got, p);
+    assert_int_equal(load_latest(f), 3);
+    /* Loading the damaged file by name is a clear error, not a crash. */
+    path_of(f, 7, p, sizeof p);
+    struct dt_ckpt_state s = state_at(0);
+    assert_true(dt_ckpt_load(p, f->m, &f->a, &s) < 0);
+    assert_non_null(strstr(dt_error_last(), "step_00000007.safetensors"));
+}
+
+static void flipped_bit_is_caught_by_the_checksum(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    save(f, 7);
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    int fd = open(p, O_RDWR);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    unsigned char b;
+    off_t at = st.st_size - 1000; /* inside the tensor data, past the header */
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+    struct dt_ckpt_state s = state_at(0);
+    assert_true(dt_ckpt_load(p, f->m, &f->a, &s) < 0);
+    assert_non_null(strstr(dt_error_last(), "is damaged: CRC-32C"));
+    assert_int_equal(load_latest(f), 3);
+}
+
+static void all_damaged_is_an_error(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    save(f, 7);
+    for (int64_t s = 3; s <= 7; s += 4) {
+        char p[4300];
+        path_of(f, s, p, sizeof p);
+        assert_int_equal(truncate(p, 100), 0);
+    }
+    char got[4300];
+    int rc = dt_ckpt_latest(f->dir, got, sizeof got);
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "no usable checkpoint"));
+    assert_non_null(strstr(dt_error_last(), "all 2 are damaged"));
+    /* An empty directory is different: nothing to resume from. */
+    char empty[80];
+    snprintf(empty, sizeof empty, "%s/none", f->dir);
+    assert_int_equal(dt_ckpt_latest(empty, got, sizeof got), DT_ENOTFOUND);
+}
+
+static int count_tmp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += de->d_name[0] == '.' && strstr(de->d_name, ".tmp") != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A child saves step after step; the parent SIGKILLs it at a random instant
+ * within a few saves' time, then checks the directory: the newest usable file
+ * loads, and it is never older than one already seen. */
+static void killed_writer_leaves_a_usable_checkpoint(void **state)
+{
+    struct fx *f = *state;
+    unsigned seed = (unsigned)time(NULL);
+    printf("# kill-during-write seed %u\n", seed);
+    srand(seed);
+    int torn = 0;
+    save(f, 1); /* a checkpoint from before the writer, which must survive whatever the kills do */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    save(f, 2);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long save_us = (b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 + 500;
+    printf("# one save takes about %ld us\n", save_us);
+    if (save_us > 50000) /* a slow disk: kills mid-write anyway, and the test stays short */
+        save_us = 50000;
+    int64_t base = 3, newest = 2;
+    for (int round = 0; round < 12; round++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            for (int64_t s = base;; s++) {
+                fill(f, s);
+                struct dt_ckpt_state st = state_at(s);
+                if (dt_ckpt_save(f->dir, f->m, &f->a, &st, 3))
+                    _exit(3);
+            }
+        }
+        long us = rand() % (4 * save_us) + 100;
+        struct timespec ts = {us / 1000000, us % 1000000 * 1000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFSIGNALED(st));
+        torn += count_tmp(f->dir) > 0;
+        int64_t got = load_latest(f);
+        assert_true(got >= newest); /* a finished save is never lost */
+        newest = got;
+        base = got + 1;
+    }
+    printf("# the newest usable checkpoint after the last kill: step %lld\n", (long long)newest);
+    printf("# %d of 12 kills left a half-written temporary file behind\n", torn);
+    /* The next finished save removes the leftovers. */
+    save(f, 1000);
+    assert_int_equal(count_tmp(f->dir), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(truncated_newest_falls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(flipped_bit_is_caught_by_the_checksum, setup, teardown),
+        cmocka_unit_test_setup_teardown(all_damaged_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(killed_writer_leaves_a_usable_checkpoint, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
