@@ -1,0 +1,275 @@
+/* test_agent_watchdog.c - the watchdog's rule on made-up observations (each
+ * way to be hung, and the look-alikes that are not), then the agent with real
+ * processes: a rank that SIGSTOPs itself (alone, or as the child of a shell) is
+ * declared hung within heartbeat_timeout plus a period, its report is written,
+ * the group restarts and succeeds; restart_policy.on_exit makes a code final
+ * or retried. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launcher/agent.h"
+#include "launcher/jobspec.h"
+
+/* --- the rule --------------------------------------------------------------- */
+
+static const struct dt_agent_watch_limits hb = {.hb_timeout = 3, .first_hb_s = 63, .heartbeats = true,
+                                                .first_rank = 4};
+
+/* Four healthy ranks at step 10 at t = 100, spawned at t = 0. */
+static void healthy(struct dt_agent_watch w[4])
+{
+    for (int i = 0; i < 4; i++)
+        w[i] = (struct dt_agent_watch){.spawn_s = 0, .has_hb = true, .step = 10, .hb_age_s = 0.5,
+                                       .step_since_s = 99, .state = 0, .state_since_s = 0};
+}
+
+static void judge_healthy_and_look_alikes(void **state)
+{
+    (void)state;
+    struct dt_agent_watch w[4];
+    char why[256];
+    healthy(w);
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), -1);
+    /* All at one step for long: a long step (or a stuck collective), not one rank's fault. */
+    for (int i = 0; i < 4; i++)
+        w[i].step_since_s = 10;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), -1);
+    /* One sample behind for a moment: heartbeats are samples. */
+    healthy(w);
+    w[2].step = 9;
+    w[2].step_since_s = 90;
+    w[2].behind_since_s = 99.5;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), -1);
+    /* D with heartbeats coming: busy in the kernel, and the heartbeat says it lives. */
+    healthy(w);
+    w[1].state = 'D';
+    w[1].state_since_s = 50;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), -1);
+    /* Starting up without a heartbeat yet, inside rendezvous.timeout + heartbeat_timeout. */
+    healthy(w);
+    w[3].has_hb = false;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 60, &hb, why, sizeof why), -1);
+}
+
+static void judge_each_way_to_hang(void **state)
+{
+    (void)state;
+    struct dt_agent_watch w[4];
+    char why[256];
+    healthy(w);
+    w[2].state = 'T';
+    w[2].state_since_s = 96.5;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), 2);
+    assert_non_null(strstr(why, "process state T"));
+    healthy(w);
+    w[1].hb_age_s = 3.2;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), 1);
+    assert_non_null(strstr(why, "silent for 3.2 s"));
+    assert_non_null(strstr(why, "last step 10"));
+    healthy(w);
+    w[3].has_hb = false;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 64, &hb, why, sizeof why), 3);
+    assert_non_null(strstr(why, "without a heartbeat"));
+    healthy(w);
+    w[0].step = 7;
+    w[0].step_since_s = 80;
+    w[0].behind_since_s = 95;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &hb, why, sizeof why), 0);
+    assert_non_null(strstr(why, "stuck at step 7 for 20.0 s while rank 5 reached step 10"));
+    /* Without heartbeats (command: jobs) only /proc counts, D included. */
+    struct dt_agent_watch_limits none = hb;
+    none.heartbeats = false;
+    healthy(w);
+    w[1].hb_age_s = 50; /* ignored */
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &none, why, sizeof why), -1);
+    w[1].state = 'D';
+    w[1].state_since_s = 97;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &none, why, sizeof why), 1);
+    assert_non_null(strstr(why, "uninterruptible sleep"));
+    w[1].state_since_s = 98; /* not yet heartbeat_timeout */
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &none, why, sizeof why), -1);
+}
+
+/* --- the agent with real processes -------------------------------------------- */
+
+struct fixture {
+    char dir[64];
+    char *argv[4];
+    struct dt_job job;
+    struct dt_agent_config cfg;
+    struct dt_agent_result res;
+    int out_fd, err_fd;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    strcpy(f->dir, "/tmp/dtrain-watchdog-test.XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    char path[128];
+    snprintf(path, sizeof path, "%s/console.out", f->dir);
+    f->out_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    snprintf(path, sizeof path, "%s/console.err", f->dir);
+    f->err_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->job.name = "unit";
+    f->job.nodes = 1;
+    f->job.rendezvous.heartbeat_timeout_s = 1;
+    f->job.rendezvous.timeout_s = 10;
+    f->cfg = (struct dt_agent_config){.job = &f->job, .argv = (const char *const *)f->argv, .nnodes = 1,
+                                      .run_id = "RID", .run_dir = f->dir, .master_addr = "127.0.0.1",
+                                      .master_port = 1, .grace_s = 1.0, .out_fd = f->out_fd, .err_fd = f->err_fd};
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    dt_agent_result_free(&f->res);
+    close(f->out_fd);
+    close(f->err_fd);
+    free(f->job.restart_policy.on_exit);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    free(f);
+    return rc == 0 ? 0 : -1;
+}
+
+static void run(struct fixture *f, int nproc, int max_restarts, const char *script)
+{
+    f->argv[0] = "sh";
+    f->argv[1] = "-c";
+    f->argv[2] = (char *)script;
+    f->job.max_restarts = max_restarts;
+    f->job.nproc_per_node = nproc;
+    f->cfg.nproc = nproc;
+    assert_int_equal(dt_agent_run(&f->cfg, &f->res), 0);
+}
+
+static char *slurp(const char *path)
+{
+    static char buf[1 << 16];
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return NULL;
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    return buf;
+}
+
+static void check_stopped_rank_recovers(struct fixture *f, const char *script)
+{
+    run(f, 3, 1, script);
+    assert_int_equal(f->res.status, DT_AGENT_SUCCEEDED);
+    assert_int_equal(f->res.n_attempts, 2);
+    struct dt_agent_attempt *at = &f->res.attempts[0];
+    assert_int_equal(at->hung, 1);
+    assert_int_equal(at->first_failed, 1);
+    /* The stop comes right after the start; the verdict within heartbeat_timeout (1 s) + 5 s. */
+    double took = at->end_s - at->start_s;
+    printf("# attempt 0 with a stopped rank lasted %.2f s\n", took);
+    assert_true(took >= 1.0 && took < 6.0);
+    assert_true(f->res.have_failure && f->res.first_failure.hung);
+    assert_int_equal(f->res.first_failure.rank, 1);
+    assert_int_equal(f->res.first_failure.hung_step, -1);
+    assert_non_null(strstr(f->res.first_failure.hang_reason, "process state T"));
+    char path[256];
+    snprintf(path, sizeof path, "%s/attempt_0/hang_rank_1.txt", f->dir);
+    assert_string_equal(f->res.first_failure.hang_report, path);
+    char *report = slurp(path);
+    assert_non_null(report);
+    assert_non_null(strstr(report, "rank 1 (pid "));
+    assert_non_null(strstr(report, "state T"));
+    assert_non_null(strstr(report, "about to stop"));          /* its last stderr line */
+    assert_non_null(strstr(report, "== rank 0 (local 0, pid")); /* the others too */
+    FILE *sf = tmpfile();
+    assert_int_equal(dt_agent_write_summary_to(sf, &f->cfg, &f->res), 0);
+    rewind(sf);
+    char json[1 << 15];
+    json[fread(json, 1, sizeof json - 1, sf)] = 0;
+    fclose(sf);
+    assert_non_null(strstr(json, "\"hang\": {\"rank\": 1, \"step\": null, \"detected_s\": "));
+    assert_non_null(strstr(json, "\"hung_rank\": 1,"));
+}
+
+static void stopped_rank_is_hung_and_the_group_recovers(void **state)
+{
+    check_stopped_rank_recovers(*state, "if [ $RANK = 1 ] && [ $DTRAIN_RESTART_COUNT = 0 ]; then "
+                                        "echo about to stop >&2; kill -STOP $$; fi; sleep 0.2");
+}
+
+/* The process in T is a child of the rank's shell: the watchdog looks at the whole group. */
+static void stopped_child_of_a_shell_is_seen(void **state)
+{
+    check_stopped_rank_recovers(*state, "if [ $RANK = 1 ] && [ $DTRAIN_RESTART_COUNT = 0 ]; then "
+                                        "echo about to stop >&2; sh -c 'kill -STOP $$'; fi; sleep 0.2");
+}
+
+static void set_policy(struct fixture *f, int code, enum dt_exit_action action, enum dt_exit_action otherwise)
+{
+    f->job.restart_policy.on_exit = calloc(1, sizeof *f->job.restart_policy.on_exit);
+    f->job.restart_policy.on_exit[0] = (struct dt_exit_rule){code, action};
+    f->job.restart_policy.n_on_exit = 1;
+    f->job.restart_policy.otherwise = otherwise;
+}
+
+static void on_exit_fail_is_final(void **state)
+{
+    struct fixture *f = *state;
+    set_policy(f, 42, DT_EXIT_FAIL, DT_EXIT_RETRY);
+    run(f, 2, 3, "[ $RANK = 1 ] && exit 42; sleep 5");
+    assert_int_equal(f->res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->res.exit_status, 42);
+    assert_int_equal(f->res.n_attempts, 1);
+    assert_true(f->res.first_failure.final);
+}
+
+static void other_codes_are_retried(void **state)
+{
+    struct fixture *f = *state;
+    set_policy(f, 42, DT_EXIT_FAIL, DT_EXIT_RETRY);
+    run(f, 2, 2, "[ $RANK = 1 ] && exit 3; true");
+    assert_int_equal(f->res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->res.exit_status, 3);
+    assert_int_equal(f->res.n_attempts, 3);
+    assert_false(f->res.first_failure.final);
+}
+
+/* default: fail makes unlisted codes final, and a listed retry still retries. */
+static void default_fail_with_a_retry_code(void **state)
+{
+    struct fixture *f = *state;
+    set_policy(f, 75, DT_EXIT_RETRY, DT_EXIT_FAIL);
+    run(f, 2, 2, "[ $RANK = 0 ] && [ $DTRAIN_RESTART_COUNT = 0 ] && exit 75; [ $RANK = 0 ] && exit 9; true");
+    assert_int_equal(f->res.n_attempts, 2); /* 75 retried once, then 9 is final */
+    assert_int_equal(f->res.exit_status, 9);
+    assert_true(f->res.first_failure.final);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(judge_healthy_and_look_alikes),
+        cmocka_unit_test(judge_each_way_to_hang),
+        cmocka_unit_test_setup_teardown(stopped_rank_is_hung_and_the_group_recovers, setup, teardown),
+        cmocka_unit_test_setup_teardown(stopped_child_of_a_shell_is_seen, setup, teardown),
+        cmocka_unit_test_setup_teardown(on_exit_fail_is_final, setup, teardown),
+        cmocka_unit_test_setup_teardown(other_codes_are_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(default_fail_with_a_retry_code, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
