@@ -59,6 +59,7 @@ struct dt_agent {
     long long oom_base; /* the cgroup's OOM kill count when the attempt started, -1: unknown */
     int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;  /* a signal the launcher received, 0 if none */
+    int stop_sig;       /* the signal `stopping` sent (SIGTERM or the forwarded one) */
     struct dt_progress *progress; /* the live progress line, NULL when off */
     double next_watch;            /* when the watchdog looks next; 0: it is off */
 };

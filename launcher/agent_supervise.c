@@ -97,6 +97,7 @@ static void start_stopping(struct dt_agent *a, int sig)
     dt_agent_signal_leftovers(a, sig);
     if (!a->stopping) {
         a->stopping = true;
+        a->stop_sig = sig;
         a->kill_at = dt_agent_now() + a->grace_s;
     }
 }
@@ -110,6 +111,25 @@ static void kill_everything(struct dt_agent *a)
     dt_agent_signal_leftovers(a, SIGKILL);
 }
 
+/* A rank that dies by a signal dtrain did not send, right after another rank
+ * exited with a code, is the first failure: its peers' "peer died" exits can
+ * be reaped before it (SIGKILL leaves no error file with a timestamp to elect
+ * by, as torchrun does).  The agent's own signals: stop_sig while stopping,
+ * SIGKILL once killing. */
+#define ROOT_CAUSE_WINDOW_S 1.0
+static bool root_cause(struct dt_agent *a, int i, int wstatus)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    if (!WIFSIGNALED(wstatus) || at->first_failed < 0 || at->hung >= 0)
+        return false;
+    int sig = WTERMSIG(wstatus);
+    if ((a->stopping && sig == a->stop_sig) || (a->killing && sig == SIGKILL))
+        return false;
+    const struct dt_agent_rank_result *first = &at->ranks[at->first_failed];
+    return first->exited && WIFEXITED(first->wstatus) &&
+           at->ranks[i].exit_s - first->exit_s < ROOT_CAUSE_WINDOW_S;
+}
+
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
@@ -120,8 +140,14 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     a->procs[i].running = false;
     a->running--;
     bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-    if (ok || a->interrupt_sig || at->first_failed >= 0 || r->stopped_by_agent)
+    if (ok || a->interrupt_sig || (at->first_failed >= 0 && !root_cause(a, i, wstatus)) ||
+        (r->stopped_by_agent && !root_cause(a, i, wstatus)))
         return;
+    bool replaces = at->first_failed >= 0;
+    if (replaces)
+        dt_log_warn("rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
+                    "the first failure",
+                    r->rank, at->ranks[at->first_failed].rank, r->rank);
     at->first_failed = i;
     a->oom_verdict = -1;
     long long oom_now;
@@ -133,6 +159,8 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (a->oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
                  a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
+    if (replaces)
+        return;
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);

@@ -3,7 +3,8 @@
  * processes: a rank that SIGSTOPs itself (alone, or as the child of a shell) is
  * declared hung within heartbeat_timeout plus a period, its report is written,
  * the group restarts and succeeds; restart_policy.on_exit makes a code final
- * or retried. */
+ * or retried; a rank killed by someone else's signal is the first failure even
+ * when a peer's exit is reaped first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,8 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +263,18 @@ static void default_fail_with_a_retry_code(void **state)
     assert_true(f->res.first_failure.final);
 }
 
+/* A rank SIGKILLed by something else is the root cause even when a peer's
+ * "peer died" exit is reaped first (the order the kill-point test met). */
+static void signal_death_outranks_a_peer_exit(void **state)
+{
+    struct fixture *f = *state;
+    run(f, 2, 0, "if [ $RANK = 1 ]; then exit 1; fi; trap '' TERM; sleep 0.2; kill -KILL $$");
+    assert_int_equal(f->res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->res.first_failure.rank, 0);
+    assert_true(WIFSIGNALED(f->res.first_failure.wstatus) && WTERMSIG(f->res.first_failure.wstatus) == SIGKILL);
+    assert_int_equal(f->res.exit_status, 137);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +285,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(on_exit_fail_is_final, setup, teardown),
         cmocka_unit_test_setup_teardown(other_codes_are_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(default_fail_with_a_retry_code, setup, teardown),
+        cmocka_unit_test_setup_teardown(signal_death_outranks_a_peer_exit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
