@@ -54,6 +54,12 @@ struct dt_agent_config {
      * watchdog judges by what /proc shows alone. */
     int (*heartbeat)(void *ctx, int rank, int64_t *step, double *age_s);
     void *heartbeat_ctx;
+    /* Called before each restart, when no rank runs: gives the new attempt an
+     * empty store at the same address (PyTorch's env:// rendezvous would
+     * otherwise read the last attempt's keys, e.g. Gloo's peer addresses, as
+     * torchrun avoids with a new store per round).  NULL: nothing to reset. */
+    int (*new_round)(void *ctx, int attempt);
+    void *new_round_ctx;
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };

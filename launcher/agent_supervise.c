@@ -574,6 +574,9 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         if (a.attempt < cfg->job->max_restarts)
             dt_log_warn("restarting all %d rank%s (restart %d of %d)", a.nproc, a.nproc == 1 ? "" : "s",
                         a.attempt + 1, cfg->job->max_restarts);
+        if (a.attempt < cfg->job->max_restarts && cfg->new_round &&
+            (rc = cfg->new_round(cfg->new_round_ctx, a.attempt + 1)) < 0)
+            break;
     }
     finish(&a);
     if (rc < 0) {

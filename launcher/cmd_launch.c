@@ -240,7 +240,8 @@ static int prepare(const struct launch_opts *o, const struct dt_job *job, int *n
     return 0;
 }
 
-static int start_coordinator(const struct dt_job *job, char token[65], struct dt_coord **coord)
+static int start_coordinator(const struct dt_job *job, char token[65], struct dt_coord **coord,
+                             struct dt_coord_config *used)
 {
     bool auth = job->rendezvous.auth != DT_AUTH_NONE;
     if (auth) {
@@ -251,6 +252,7 @@ static int start_coordinator(const struct dt_job *job, char token[65], struct dt
     /* Loopback only: every rank of a local job is on this machine. */
     struct dt_coord_config cc = {
         .bind_host = "127.0.0.1", .port = job->rendezvous.port, .token = auth ? token : NULL};
+    *used = cc;
     int rc = dt_coord_start(&cc, coord);
     if (rc < 0)
         return dt_error_prefix("cannot start the coordinator on port %d", job->rendezvous.port);
@@ -262,15 +264,34 @@ static int start_coordinator(const struct dt_job *job, char token[65], struct dt
     return 0;
 }
 
+/* The coordinator as the agent's hooks see it: replaced at each restart. */
+struct coord_slot {
+    struct dt_coord *coord;
+    struct dt_coord_config cc;
+};
+
 /* The watchdog's view of the heartbeats: the coordinator runs in this process,
  * on the same CLOCK_MONOTONIC as the agent. */
 static int coord_heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
 {
     double when;
-    int rc = dt_coord_heartbeat(ctx, rank, step, &when);
+    int rc = dt_coord_heartbeat(((struct coord_slot *)ctx)->coord, rank, step, &when);
     if (rc == 0)
         *age_s = dt_agent_now() - when;
     return rc;
+}
+
+/* A fresh coordinator on the same port for each restart (agent.h: new_round). */
+static int coord_new_round(void *ctx, int attempt)
+{
+    struct coord_slot *slot = ctx;
+    slot->cc.port = dt_coord_port(slot->coord);
+    dt_coord_stop(slot->coord);
+    slot->coord = NULL;
+    int rc = dt_coord_start(&slot->cc, &slot->coord);
+    if (rc < 0)
+        return dt_error_prefix("attempt %d: cannot start a fresh coordinator on port %d", attempt, slot->cc.port);
+    return 0;
 }
 
 static int run_local(const struct launch_opts *o, const struct dt_job *job)
@@ -292,7 +313,9 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
     struct dt_coord *coord = NULL;
     const char *log_dir = o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs";
     /* The coordinator first: a busy fixed port must not leave an empty run directory. */
-    int rc = start_coordinator(job, token, &coord);
+    struct coord_slot slot = {0};
+    int rc = start_coordinator(job, token, &coord, &slot.cc);
+    slot.coord = coord;
     if (rc == 0) {
         rc = dt_run_dir_create(log_dir, job->name, run_id, sizeof run_id, run_dir, sizeof run_dir);
         if (rc < 0)
@@ -319,14 +342,16 @@ static int run_local(const struct launch_opts *o, const struct dt_job *job)
         .start_mono = o->start_mono,
         .progress = job->trainer && dt_log_get_level() <= DT_LOG_INFO,
         .heartbeat = coord_heartbeat,
-        .heartbeat_ctx = coord,
+        .heartbeat_ctx = &slot,
+        .new_round = coord_new_round,
+        .new_round_ctx = &slot,
     };
     dt_log_info("job %s: %d rank%s of '%s', coordinator 127.0.0.1:%d, run %s", job->name, nproc,
                 nproc == 1 ? "" : "s", cfg.argv[0], cfg.master_port, run_dir);
     say_environment_defaults(job, nproc);
     struct dt_agent_result res;
     rc = dt_agent_run(&cfg, &res);
-    dt_coord_stop(coord);
+    dt_coord_stop(slot.coord);
     if (rc < 0)
         dt_log_error("%s", dt_error_last());
     char summary[PATH_MAX + 16];

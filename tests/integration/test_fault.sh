@@ -10,6 +10,7 @@
 #    used (the result still bit-identical); all of them damaged stops the job;
 #  - a command: rank (sh, and a PyTorch DDP script) that stops itself is caught from
 #    /proc alone and the job recovers; restart_policy.on_exit makes 42 final, 3 retried;
+#  - a restart gets an empty store at the same address (stale keys broke PyTorch restarts);
 #  - the coordinator's death makes the workers exit with a clear error within
 #    rendezvous.timeout, leaving no process behind.
 . "$(dirname "$0")/lib.sh"
@@ -126,6 +127,23 @@ contains "$dir/summary.json" '"n_attempts": 1,' "no restart after a final exit c
 contains "$dir/summary.json" '"final": true' "summary.json marks the failure final"
 expect_status 3 "exit 3 (not listed) is retried up to max_restarts" env CODE=3 "$DTRAIN" launch "$T/policy.yaml" --log-dir "$T/runs"
 contains "$(run_dir "$T/last.err")/summary.json" '"n_attempts": 4,' "three restarts, then the job fails"
+
+# A restart gets an empty store at the same address (as torchrun's new store per round):
+# PyTorch's env:// rendezvous would otherwise read the last attempt's keys (Gloo's peer
+# addresses) and connect to dead ranks.
+PROBE=${BUILD:-build}/tests/helpers/store_probe
+if [ -x "$PROBE" ]; then
+  cat >"$T/fresh.yaml" <<EOF
+name: fresh-store
+nproc_per_node: 1
+max_restarts: 1
+command: [sh, -c, 'if [ \$DTRAIN_RESTART_COUNT = 0 ]; then $PROBE 127.0.0.1 \$MASTER_PORT set stale yes; exit 1; fi; $PROBE 127.0.0.1 \$MASTER_PORT set fresh yes || exit 8; if timeout 2 $PROBE 127.0.0.1 \$MASTER_PORT get stale; then exit 7; fi']
+EOF
+  expect_status 0 "a restarted attempt does not see the keys of the one before (same port, empty store)" \
+    "$DTRAIN" launch "$T/fresh.yaml" --log-dir "$T/runs"
+else
+  not_ok "store_probe helper is built ($PROBE)"
+fi
 
 # --- a PyTorch script ---------------------------------------------------------------
 if python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>"$T/torch.err"; then
