@@ -268,7 +268,11 @@ static void default_fail_with_a_retry_code(void **state)
 static void signal_death_outranks_a_peer_exit(void **state)
 {
     struct fixture *f = *state;
-    run(f, 2, 0, "if [ $RANK = 1 ]; then exit 1; fi; trap '' TERM; sleep 0.2; kill -KILL $$");
+    /* Rank 1 exits once rank 0 ignores SIGTERM (its sleep inherits that), so
+     * rank 0 outlives the agent's SIGTERM and dies by its own SIGKILL. */
+    run(f, 2, 0,
+        "if [ $RANK = 1 ]; then while [ ! -e $DTRAIN_RUN_DIR/ready ]; do sleep 0.01; done; exit 1; fi; "
+        "trap '' TERM; touch $DTRAIN_RUN_DIR/ready; sleep 0.1; kill -KILL $$");
     assert_int_equal(f->res.status, DT_AGENT_FAILED);
     assert_int_equal(f->res.first_failure.rank, 0);
     assert_true(WIFSIGNALED(f->res.first_failure.wstatus) && WTERMSIG(f->res.first_failure.wstatus) == SIGKILL);
