@@ -50,8 +50,11 @@ struct dt_agent_config {
     bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
     /* The ranks' heartbeats, for the watchdog (agent_watchdog.c): rank's last
      * reported step and the seconds since it arrived; DT_ENOTFOUND if it sent
-     * none.  Read only for trainer: jobs (their ranks send them).  NULL: the
-     * watchdog judges by what /proc shows alone. */
+     * none; any other error means the coordinator cannot be reached, and after
+     * rendezvous.timeout of that the agent stops the job for good (an agent on
+     * another node outliving its coordinator would wait for ever).  Steps are
+     * read only for trainer: jobs (their ranks send them).  NULL: the watchdog
+     * judges by what /proc shows alone. */
     int (*heartbeat)(void *ctx, int rank, int64_t *step, double *age_s);
     void *heartbeat_ctx;
     /* Called before each restart, when no rank runs: gives the new attempt an
@@ -110,6 +113,7 @@ struct dt_agent_result {
     struct dt_agent_attempt *attempts; /* max_restarts + 1 entries, n_attempts used */
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
+    char coordinator_lost[512]; /* why the agent gave up on an unreachable coordinator, "" if it did not */
     double wall_s;
     double started_unix; /* wall-clock time at the start, for the summary */
 };

@@ -62,6 +62,7 @@ struct dt_agent {
     int stop_sig;       /* the signal `stopping` sent (SIGTERM or the forwarded one) */
     struct dt_progress *progress; /* the live progress line, NULL when off */
     double next_watch;            /* when the watchdog looks next; 0: it is off */
+    double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
 };
 
 /* agent_spawn.c */
@@ -78,7 +79,9 @@ void dt_agent_close_streams(struct dt_agent_proc *p);
 /* Arms the watchdog for the attempt just spawned (off when heartbeat_timeout is 0). */
 void dt_agent_watchdog_begin(struct dt_agent *a);
 /* Looks at every running rank once its period is due; returns the local index
- * of a hung rank (with the reason in why), or -1. */
+ * of a hung rank (with the reason in why), -1, or DT_AGENT_COORD_LOST when
+ * the coordinator has been unreachable for rendezvous.timeout. */
+#define DT_AGENT_COORD_LOST (-2)
 int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size);
 /* Writes what can be seen of every rank (states, wchan, kernel stacks, last
  * log lines) to attempt_<k>/hang_rank_<n>.txt; path gets the file's name. */

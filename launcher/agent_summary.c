@@ -274,6 +274,12 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     }
     fputs("],\n", f);
     json_failure(f, res);
+    fputs("  \"coordinator_lost\": ", f);
+    if (res->coordinator_lost[0])
+        json_str(f, res->coordinator_lost);
+    else
+        fputs("null", f);
+    fputs(",\n", f);
     json_attempts(f, res);
     fputs("  \"version\": 1\n}\n", f);
     return ferror(f) ? dt_error_set(DT_EIO, "writing the run summary failed") : 0;

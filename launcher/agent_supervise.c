@@ -319,6 +319,11 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
         if (hung >= 0)
             on_hang(a, hung, why);
+        if (hung == DT_AGENT_COORD_LOST) {
+            snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
+            dt_log_error("%s; stopping every rank, no restart", why);
+            start_stopping(a, SIGTERM);
+        }
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
@@ -518,6 +523,9 @@ static void finish(struct dt_agent *a)
     if (a->interrupt_sig) {
         res->status = DT_AGENT_INTERRUPTED;
         res->exit_status = 128 + a->interrupt_sig;
+    } else if (res->coordinator_lost[0]) {
+        res->status = DT_AGENT_FAILED;
+        res->exit_status = 1;
     } else if (res->n_attempts > 0 && last->first_failed >= 0) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = dt_agent_exit_status(last->ranks[last->first_failed].wstatus);
@@ -562,7 +570,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     }
     for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
         rc = run_attempt(&a, sv.pipe_fd[0]);
-        if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0)
+        if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0 || res->coordinator_lost[0])
             break;
         dt_agent_print_failure(cfg, res);
         if (final_by_policy(&a))

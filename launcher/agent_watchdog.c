@@ -195,20 +195,42 @@ static bool heartbeats(const struct dt_agent *a)
 }
 
 /* A heartbeat counts when it came during this attempt: older ones are the
- * previous round's, still in the coordinator's table. */
-static void read_heartbeat(struct dt_agent *a, int i, double now, double attempt_start)
+ * previous round's, still in the coordinator's table.  Returns the source's
+ * error other than "none yet" (the coordinator cannot be reached), or 0. */
+static int read_heartbeat(struct dt_agent *a, int i, double now, double attempt_start, bool use)
 {
     struct dt_agent_watch *w = &a->procs[i].watch;
     int64_t step;
     double age;
-    if (a->cfg->heartbeat(a->cfg->heartbeat_ctx, a->procs[i].rank, &step, &age) != 0 ||
-        age >= now - attempt_start)
-        return;
+    int rc = a->cfg->heartbeat(a->cfg->heartbeat_ctx, a->procs[i].rank, &step, &age);
+    if (rc != 0)
+        return rc == DT_ENOTFOUND ? 0 : rc;
+    if (!use || age >= now - attempt_start)
+        return 0;
     if (!w->has_hb || step != w->step)
         w->step_since_s = now;
     w->has_hb = true;
     w->step = step;
     w->hb_age_s = age;
+    return 0;
+}
+
+/* The coordinator is unreachable once its heartbeat source has failed for
+ * rendezvous.timeout: the ranks' own clients give up after as long. */
+static int coordinator_check(struct dt_agent *a, int err, double now, char *why, size_t size)
+{
+    if (err == 0) {
+        a->coord_down_since = 0;
+        return -1;
+    }
+    if (a->coord_down_since <= 0)
+        a->coord_down_since = now;
+    double down = now - a->coord_down_since, limit = a->cfg->job->rendezvous.timeout_s;
+    if (down < limit)
+        return -1;
+    snprintf(why, size, "the coordinator %s:%d has not answered for %.1f s (rendezvous.timeout %g s): %s",
+             a->cfg->master_addr, a->cfg->master_port, down, limit, dt_error_last());
+    return DT_AGENT_COORD_LOST;
 }
 
 /* An exited rank must not look "ahead"; the others get behind_since_s. */
@@ -246,17 +268,21 @@ int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size)
                                       .first_hb_s = rv->timeout_s + rv->heartbeat_timeout_s,
                                       .heartbeats = heartbeats(a),
                                       .first_rank = a->procs[0].rank};
+    int err = 0;
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_watch *pw = &a->procs[i].watch;
         if (worst[i] != pw->state)
             pw->state_since_s = now;
         pw->state = worst[i];
-        if (l.heartbeats && a->procs[i].running)
-            read_heartbeat(a, i, now, attempt_start);
+        /* Command ranks send no heartbeat: one read still tells whether the coordinator answers. */
+        if (a->cfg->heartbeat && !err && (l.heartbeats ? a->procs[i].running : i == 0))
+            err = read_heartbeat(a, i, now, attempt_start, l.heartbeats);
         w[i] = *pw;
         if (!a->procs[i].running) /* exited ones are the supervision loop's business */
             w[i] = (struct dt_agent_watch){.spawn_s = now, .step_since_s = now, .state_since_s = now};
     }
+    if (coordinator_check(a, err, now, why, size) == DT_AGENT_COORD_LOST)
+        return DT_AGENT_COORD_LOST;
     if (l.heartbeats)
         mark_behind(a, w, now);
     return dt_agent_watch_judge(w, a->nproc, now, &l, why, size);

@@ -6,6 +6,8 @@
 #    run never interrupted (the final safetensors compared byte for byte);
 #  - a trainer rank stopped with SIGSTOP is declared hung within heartbeat_timeout + 5 s,
 #    summary.json names the rank and its step, and the job recovers bit-identically;
+#  - a trainer rank whose compute thread hangs is named by its peers' all-reduce deadline
+#    and the job recovers bit-identically;
 #  - a truncated newest checkpoint is rejected with a message and the previous one
 #    used (the result still bit-identical); all of them damaged stops the job;
 #  - a command: rank (sh, and a PyTorch DDP script) that stops itself is caught from
@@ -84,6 +86,15 @@ lag=$(awk -v a="$detected" -v b="$stop_at" 'BEGIN { printf "%.2f", a - b }')
 echo "# SIGSTOP at $stop_at, verdict at $detected: $lag s (heartbeat_timeout 2 s)"
 check "the stop was detected within heartbeat_timeout + 5 s (took $lag s)" awk -v l="$lag" 'BEGIN { exit !(l > 0 && l <= 7) }'
 check "after the hang the result is still bit-identical" cmp -s "$ref" "$dir/checkpoints/step_00000040.safetensors"
+
+# --- a trainer rank whose compute thread hangs (its heartbeat goes on) ------------------
+# Its peers wait for it inside the all-reduce at the same step, so no step is behind; the
+# communicator's deadline (rendezvous.timeout) fails them naming the stalled rank.
+sed 's/timeout: 20s/timeout: 3s/' "$T/job.yaml" >"$T/hang.yaml"
+expect_status 0 "a trainer job whose rank 2's compute thread hangs after step 10 recovers" \
+  env DTRAIN_FAULT=hang:2:10 "$DTRAIN" launch "$T/hang.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "peer rank 2 .*stalled or dead" "the peers' all-reduce names the stalled rank"
+check "after the hang the result is still bit-identical" cmp -s "$ref" "$(run_dir "$T/last.err")/checkpoints/step_00000040.safetensors"
 
 # --- a damaged newest checkpoint -----------------------------------------------------
 trainer_job damaged "$T/ck" >"$T/damaged.yaml"

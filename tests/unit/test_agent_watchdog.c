@@ -4,7 +4,8 @@
  * declared hung within heartbeat_timeout plus a period, its report is written,
  * the group restarts and succeeds; restart_policy.on_exit makes a code final
  * or retried; a rank killed by someone else's signal is the first failure even
- * when a peer's exit is reaped first. */
+ * when a peer's exit is reaped first; an unreachable coordinator ends the job
+ * after rendezvous.timeout, without restarts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/error.h"
 #include "launcher/agent.h"
 #include "launcher/jobspec.h"
 
@@ -279,6 +281,33 @@ static void signal_death_outranks_a_peer_exit(void **state)
     assert_int_equal(f->res.exit_status, 137);
 }
 
+/* A heartbeat source that says the coordinator is gone. */
+static int gone(void *ctx, int rank, int64_t *step, double *age_s)
+{
+    (void)ctx, (void)rank, (void)step, (void)age_s;
+    return dt_error_set(DT_ECONN, "cannot connect to 127.0.0.1:1: Connection refused");
+}
+
+static void unreachable_coordinator_ends_the_job(void **state)
+{
+    struct fixture *f = *state;
+    f->job.rendezvous.timeout_s = 1;
+    f->cfg.heartbeat = gone;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    run(f, 2, 3, "sleep 30");
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    assert_int_equal(f->res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->res.exit_status, 1);
+    assert_int_equal(f->res.n_attempts, 1); /* no restart against a dead coordinator */
+    assert_non_null(strstr(f->res.coordinator_lost, "the coordinator 127.0.0.1:1 has not answered for"));
+    assert_non_null(strstr(f->res.coordinator_lost, "Connection refused"));
+    assert_true(took >= 1.0 && took < 4.0);
+    for (int i = 0; i < 2; i++)
+        assert_true(f->res.attempts[0].ranks[i].exited && f->res.attempts[0].ranks[i].stopped_by_agent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +319,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(other_codes_are_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(default_fail_with_a_retry_code, setup, teardown),
         cmocka_unit_test_setup_teardown(signal_death_outranks_a_peer_exit, setup, teardown),
+        cmocka_unit_test_setup_teardown(unreachable_coordinator_ends_the_job, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
