@@ -30,6 +30,7 @@ struct dt_agent_proc {
     struct dt_agent_tail tail; /* stderr, for the failure report */
     char **env;
     struct dt_agent_watch watch; /* what the watchdog last saw of it */
+    long long cpu_ticks;         /* CPU time its process group had used at the last look */
 };
 
 struct dt_agent {

@@ -6,7 +6,8 @@
  *    is a session leader, so its pgrp is its pid and a `sh -c` wrapper's
  *    children are seen too).  T (stopped by SIGSTOP or a debugger) for
  *    heartbeat_timeout means hung for any job; D (uninterruptible sleep:
- *    a hung file system or device) too, for jobs without heartbeats.
+ *    a hung file system or device) too, for jobs without heartbeats, when
+ *    the group used no CPU time meanwhile (I/O-bound work passes through D).
  *  - heartbeats (trainer: jobs; worker/heartbeat.h): silence for
  *    heartbeat_timeout, none since the start for rendezvous.timeout +
  *    heartbeat_timeout, or a step below another rank's that has not moved
@@ -131,7 +132,7 @@ int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, cons
 
 /* The state letter of /proc/<pid>/stat and its pgrp; the command name in
  * parentheses may itself hold spaces and parentheses. */
-static int proc_stat(const char *pid, char *state, int *pgrp)
+static int proc_stat(const char *pid, char *state, int *pgrp, long long *cpu_ticks)
 {
     char path[300], buf[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
@@ -145,7 +146,13 @@ static int proc_stat(const char *pid, char *state, int *pgrp)
     buf[n] = 0;
     char *rp = strrchr(buf, ')');
     int ppid;
-    return rp && sscanf(rp + 1, " %c %d %d", state, &ppid, pgrp) == 3 ? 0 : -1;
+    unsigned long long ut, st;
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (!rp || sscanf(rp + 1, " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ppid, pgrp, &ut,
+                      &st) != 5)
+        return -1;
+    *cpu_ticks = (long long)(ut + st);
+    return 0;
 }
 
 /* T or t outrank D; anything else counts as nothing to report. */
@@ -154,11 +161,14 @@ static int badness(char s)
     return s == 'T' || s == 't' ? 2 : s == 'D' ? 1 : 0;
 }
 
-/* One pass over /proc: the worst state in each running rank's process group. */
-static void scan_states(struct dt_agent *a, char *worst)
+/* One pass over /proc: the worst state in each running rank's process group,
+ * and the CPU time the group has used (clock ticks). */
+static void scan_states(struct dt_agent *a, char *worst, long long *ticks)
 {
-    for (int i = 0; i < a->nproc; i++)
+    for (int i = 0; i < a->nproc; i++) {
         worst[i] = 0;
+        ticks[i] = 0;
+    }
     DIR *d = opendir("/proc");
     if (!d)
         return;
@@ -168,11 +178,16 @@ static void scan_states(struct dt_agent *a, char *worst)
             continue;
         char st;
         int pgrp;
-        if (proc_stat(de->d_name, &st, &pgrp) != 0 || badness(st) == 0)
+        long long cpu;
+        if (proc_stat(de->d_name, &st, &pgrp, &cpu) != 0)
             continue;
-        for (int i = 0; i < a->nproc; i++)
-            if (a->procs[i].running && a->procs[i].pid == pgrp && badness(st) > badness(worst[i]))
+        for (int i = 0; i < a->nproc; i++) {
+            if (!a->procs[i].running || a->procs[i].pid != pgrp)
+                continue;
+            ticks[i] += cpu;
+            if (badness(st) > badness(worst[i]))
                 worst[i] = st;
+        }
     }
     closedir(d);
 }
@@ -260,7 +275,8 @@ int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size)
         return -1;
     a->next_watch = now + DT_AGENT_WATCH_PERIOD_S;
     char worst[a->nproc];
-    scan_states(a, worst);
+    long long ticks[a->nproc];
+    scan_states(a, worst, ticks);
     struct dt_agent_watch w[a->nproc];
     double attempt_start = a->t0 + a->res->attempts[a->attempt].start_s;
     const struct dt_rendezvous_spec *rv = &a->cfg->job->rendezvous;
@@ -271,8 +287,11 @@ int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size)
     int err = 0;
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_watch *pw = &a->procs[i].watch;
-        if (worst[i] != pw->state)
+        /* D counts only while the group makes no progress: I/O-bound work
+         * passes through D all the time, and still uses some CPU. */
+        if (worst[i] != pw->state || (worst[i] == 'D' && ticks[i] != a->procs[i].cpu_ticks))
             pw->state_since_s = now;
+        a->procs[i].cpu_ticks = ticks[i];
         pw->state = worst[i];
         /* Command ranks send no heartbeat: one read still tells whether the coordinator answers. */
         if (a->cfg->heartbeat && !err && (l.heartbeats ? a->procs[i].running : i == 0))
