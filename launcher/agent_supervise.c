@@ -192,6 +192,20 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     start_stopping(a, SIGTERM);
 }
 
+/* The watchdog's verdicts (agent_watchdog.c), while the ranks run undisturbed. */
+static void watchdog(struct dt_agent *a)
+{
+    char why[256];
+    int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
+    if (hung >= 0)
+        on_hang(a, hung, why);
+    if (hung == DT_AGENT_COORD_LOST) {
+        snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
+        dt_log_error("%s; stopping every rank, no restart", why);
+        start_stopping(a, SIGTERM);
+    }
+}
+
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
  * while the agent still has children. */
 static bool reap(struct dt_agent *a)
@@ -315,15 +329,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         }
         dt_progress_update(a->progress, dt_agent_now(), a->attempt);
         children = handle_signals(a, sig_fd);
-        char why[256];
-        int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
-        if (hung >= 0)
-            on_hang(a, hung, why);
-        if (hung == DT_AGENT_COORD_LOST) {
-            snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
-            dt_log_error("%s; stopping every rank, no restart", why);
-            start_stopping(a, SIGTERM);
-        }
+        watchdog(a);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
