@@ -64,15 +64,15 @@ static const char *state_words(char s)
 }
 
 /* Stopped or in D: what /proc says, for any job. */
-static int judge_state(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                       char *why, size_t size)
+static int judge_state(const struct dt_agent_watch *w, int n, double now,
+                       const struct dt_agent_watch_limits *l, char *why, size_t size)
 {
     for (int i = 0; i < n; i++) {
         char st = w[i].state;
         double in_state = now - w[i].state_since_s;
         if ((st == 'T' || st == 't' || (st == 'D' && !l->heartbeats)) && in_state >= l->hb_timeout) {
-            snprintf(why, size, "in process state %c (%s) for %.1f s (heartbeat_timeout %g s)", st, state_words(st),
-                     in_state, l->hb_timeout);
+            snprintf(why, size, "in process state %c (%s) for %.1f s (heartbeat_timeout %g s)", st,
+                     state_words(st), in_state, l->hb_timeout);
             return i;
         }
     }
@@ -80,8 +80,8 @@ static int judge_state(const struct dt_agent_watch *w, int n, double now, const 
 }
 
 /* Silence: no heartbeat for hb_timeout, or none at all since the start. */
-static int judge_silence(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                         char *why, size_t size)
+static int judge_silence(const struct dt_agent_watch *w, int n, double now,
+                         const struct dt_agent_watch_limits *l, char *why, size_t size)
 {
     for (int i = 0; i < n; i++) {
         if (w[i].has_hb && w[i].hb_age_s >= l->hb_timeout) {
@@ -90,9 +90,10 @@ static int judge_silence(const struct dt_agent_watch *w, int n, double now, cons
             return i;
         }
         if (!w[i].has_hb && now - w[i].spawn_s >= l->first_hb_s) {
-            snprintf(why, size,
-                     "without a heartbeat in the %.1f s since it started (rendezvous.timeout + heartbeat_timeout)",
-                     now - w[i].spawn_s);
+            snprintf(
+                why, size,
+                "without a heartbeat in the %.1f s since it started (rendezvous.timeout + heartbeat_timeout)",
+                now - w[i].spawn_s);
             return i;
         }
     }
@@ -100,8 +101,8 @@ static int judge_silence(const struct dt_agent_watch *w, int n, double now, cons
 }
 
 /* A step that stays below another rank's while it does not move. */
-static int judge_stall(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                       char *why, size_t size)
+static int judge_stall(const struct dt_agent_watch *w, int n, double now,
+                       const struct dt_agent_watch_limits *l, char *why, size_t size)
 {
     int ahead = -1;
     for (int i = 0; i < n; i++)
@@ -111,16 +112,17 @@ static int judge_stall(const struct dt_agent_watch *w, int n, double now, const 
         if (!w[i].has_hb || w[i].step >= w[ahead].step || w[i].behind_since_s <= 0 ||
             now - w[i].behind_since_s < l->hb_timeout || now - w[i].step_since_s < l->hb_timeout)
             continue;
-        snprintf(why, size, "stuck at step %lld for %.1f s while rank %d reached step %lld (heartbeat_timeout %g s)",
-                 (long long)w[i].step, now - w[i].step_since_s, l->first_rank + ahead, (long long)w[ahead].step,
-                 l->hb_timeout);
+        snprintf(why, size,
+                 "stuck at step %lld for %.1f s while rank %d reached step %lld (heartbeat_timeout %g s)",
+                 (long long)w[i].step, now - w[i].step_since_s, l->first_rank + ahead,
+                 (long long)w[ahead].step, l->hb_timeout);
         return i;
     }
     return -1;
 }
 
-int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                         char *why, size_t size)
+int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
+                         const struct dt_agent_watch_limits *l, char *why, size_t size)
 {
     int i = judge_state(w, n, now, l, why, size);
     if (i < 0 && l->heartbeats)

@@ -196,9 +196,11 @@ int dt_agent_watchdog_capture(struct dt_agent *a, int hung, const char *why, cha
     char when[32] = "";
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(f, "dtrain watchdog: rank %d (pid %d) is hung: %s\n", a->procs[hung].rank, (int)a->procs[hung].pid, why);
+    fprintf(f, "dtrain watchdog: rank %d (pid %d) is hung: %s\n", a->procs[hung].rank,
+            (int)a->procs[hung].pid, why);
     fprintf(f, "attempt %d, %.2f s after the start, %s\n", a->attempt, dt_agent_now() - a->t0, when);
-    fprintf(f, "User-space stacks need a tool such as py-spy or gdb; dtrain kills the group right after writing this.\n");
+    fprintf(f, "User-space stacks need a tool such as py-spy or gdb; dtrain kills the group right after "
+               "writing this.\n");
     write_rank(f, a, hung, dir, true);
     for (int i = 0; i < a->nproc; i++)
         if (i != hung)

@@ -69,7 +69,8 @@ static void *run(void *arg)
     while (!sleep_until(h, next)) {
         double now = mono_now(), left = h->o.lost_after_s - (now - last_ok);
         dt_store_set_timeout(h->store, left > 0.05 ? left : 0.05);
-        int rc = dt_store_heartbeat(h->store, h->o.rank, atomic_load_explicit(&h->step, memory_order_relaxed));
+        int rc =
+            dt_store_heartbeat(h->store, h->o.rank, atomic_load_explicit(&h->step, memory_order_relaxed));
         now = mono_now();
         if (rc == 0) {
             last_ok = now;
@@ -95,12 +96,13 @@ static void *run(void *arg)
     return NULL;
 }
 
-int dt_heartbeat_start(const struct dt_heartbeat_options *o, struct dt_store *store, struct dt_heartbeat **out)
+int dt_heartbeat_start(const struct dt_heartbeat_options *o, struct dt_store *store,
+                       struct dt_heartbeat **out)
 {
     *out = NULL;
     if (!(o->interval_s > 0) || !(o->lost_after_s > 0))
-        return dt_error_set(DT_EINVAL, "heartbeat: interval %g s and lost-after %g s must be > 0", o->interval_s,
-                            o->lost_after_s);
+        return dt_error_set(DT_EINVAL, "heartbeat: interval %g s and lost-after %g s must be > 0",
+                            o->interval_s, o->lost_after_s);
     struct dt_heartbeat *h = calloc(1, sizeof *h);
     if (!h)
         return dt_error_set(DT_ENOMEM, "out of memory for the heartbeat");

@@ -35,7 +35,8 @@ struct dt_heartbeat_options {
 
 /* Starts the thread on `store`, which the heartbeat then owns and closes
  * (give it a connection of its own: a store client serves one thread). */
-int dt_heartbeat_start(const struct dt_heartbeat_options *o, struct dt_store *store, struct dt_heartbeat **out);
+int dt_heartbeat_start(const struct dt_heartbeat_options *o, struct dt_store *store,
+                       struct dt_heartbeat **out);
 
 /* Publishes the step just finished; async-signal-safe, never blocks.  h may be NULL. */
 void dt_heartbeat_step(struct dt_heartbeat *h, int64_t step);

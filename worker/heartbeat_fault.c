@@ -25,10 +25,11 @@ int dt_heartbeat_fault_parse(const char *text, struct dt_heartbeat_fault *f)
         n = (int)strlen(text);
     }
     if (got != 3 || text[n] || rank < 0 || step < 1)
-        return dt_error_set(DT_EINVAL,
-                            "DTRAIN_FAULT='%s': expected ACTION:RANK:STEP[:MS] with ACTION kill, stop or hang, "
-                            "RANK >= 0, STEP >= 1 (e.g. kill:2:17:5)",
-                            text);
+        return dt_error_set(
+            DT_EINVAL,
+            "DTRAIN_FAULT='%s': expected ACTION:RANK:STEP[:MS] with ACTION kill, stop or hang, "
+            "RANK >= 0, STEP >= 1 (e.g. kill:2:17:5)",
+            text);
     if (strcmp(action, "kill") == 0)
         f->action = DT_FAULT_KILL;
     else if (strcmp(action, "stop") == 0)
@@ -36,7 +37,8 @@ int dt_heartbeat_fault_parse(const char *text, struct dt_heartbeat_fault *f)
     else if (strcmp(action, "hang") == 0)
         f->action = DT_FAULT_HANG;
     else
-        return dt_error_set(DT_EINVAL, "DTRAIN_FAULT='%s': unknown action '%s' (kill, stop or hang)", text, action);
+        return dt_error_set(DT_EINVAL, "DTRAIN_FAULT='%s': unknown action '%s' (kill, stop or hang)", text,
+                            action);
     if (delay && f->action != DT_FAULT_KILL)
         return dt_error_set(DT_EINVAL, "DTRAIN_FAULT='%s': only kill takes a delay", text);
     f->rank = rank;
@@ -78,7 +80,9 @@ void dt_heartbeat_fault_after_step(const struct dt_heartbeat_fault *f, int64_t s
 {
     if (f->action == DT_FAULT_NONE || step != f->step)
         return;
-    const char *what = f->action == DT_FAULT_KILL ? "SIGKILL" : f->action == DT_FAULT_STOP ? "SIGSTOP" : "hang";
+    const char *what = f->action == DT_FAULT_KILL   ? "SIGKILL"
+                       : f->action == DT_FAULT_STOP ? "SIGSTOP"
+                                                    : "hang";
     fprintf(stderr, "DTRAIN_FAULT: rank %d %s after step %lld (+%d ms) at unix time %.3f\n", f->rank, what,
             (long long)step, f->delay_ms, wall_now());
     fflush(stderr);

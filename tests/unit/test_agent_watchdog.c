@@ -28,15 +28,20 @@
 
 /* --- the rule --------------------------------------------------------------- */
 
-static const struct dt_agent_watch_limits hb = {.hb_timeout = 3, .first_hb_s = 63, .heartbeats = true,
-                                                .first_rank = 4};
+static const struct dt_agent_watch_limits hb = {
+    .hb_timeout = 3, .first_hb_s = 63, .heartbeats = true, .first_rank = 4};
 
 /* Four healthy ranks at step 10 at t = 100, spawned at t = 0. */
 static void healthy(struct dt_agent_watch w[4])
 {
     for (int i = 0; i < 4; i++)
-        w[i] = (struct dt_agent_watch){.spawn_s = 0, .has_hb = true, .step = 10, .hb_age_s = 0.5,
-                                       .step_since_s = 99, .state = 0, .state_since_s = 0};
+        w[i] = (struct dt_agent_watch){.spawn_s = 0,
+                                       .has_hb = true,
+                                       .step = 10,
+                                       .hb_age_s = 0.5,
+                                       .step_since_s = 99,
+                                       .state = 0,
+                                       .state_since_s = 0};
 }
 
 static void judge_healthy_and_look_alikes(void **state)
@@ -132,9 +137,16 @@ static int setup(void **state)
     f->job.nodes = 1;
     f->job.rendezvous.heartbeat_timeout_s = 1;
     f->job.rendezvous.timeout_s = 10;
-    f->cfg = (struct dt_agent_config){.job = &f->job, .argv = (const char *const *)f->argv, .nnodes = 1,
-                                      .run_id = "RID", .run_dir = f->dir, .master_addr = "127.0.0.1",
-                                      .master_port = 1, .grace_s = 1.0, .out_fd = f->out_fd, .err_fd = f->err_fd};
+    f->cfg = (struct dt_agent_config){.job = &f->job,
+                                      .argv = (const char *const *)f->argv,
+                                      .nnodes = 1,
+                                      .run_id = "RID",
+                                      .run_dir = f->dir,
+                                      .master_addr = "127.0.0.1",
+                                      .master_port = 1,
+                                      .grace_s = 1.0,
+                                      .out_fd = f->out_fd,
+                                      .err_fd = f->err_fd};
     *state = f;
     return 0;
 }
@@ -199,7 +211,7 @@ static void check_stopped_rank_recovers(struct fixture *f, const char *script)
     assert_non_null(report);
     assert_non_null(strstr(report, "rank 1 (pid "));
     assert_non_null(strstr(report, "state T"));
-    assert_non_null(strstr(report, "about to stop"));          /* its last stderr line */
+    assert_non_null(strstr(report, "about to stop"));           /* its last stderr line */
     assert_non_null(strstr(report, "== rank 0 (local 0, pid")); /* the others too */
     FILE *sf = tmpfile();
     assert_int_equal(dt_agent_write_summary_to(sf, &f->cfg, &f->res), 0);
@@ -277,7 +289,8 @@ static void signal_death_outranks_a_peer_exit(void **state)
         "trap '' TERM; touch $DTRAIN_RUN_DIR/ready; sleep 0.1; kill -KILL $$");
     assert_int_equal(f->res.status, DT_AGENT_FAILED);
     assert_int_equal(f->res.first_failure.rank, 0);
-    assert_true(WIFSIGNALED(f->res.first_failure.wstatus) && WTERMSIG(f->res.first_failure.wstatus) == SIGKILL);
+    assert_true(WIFSIGNALED(f->res.first_failure.wstatus) &&
+                WTERMSIG(f->res.first_failure.wstatus) == SIGKILL);
     assert_int_equal(f->res.exit_status, 137);
 }
 

@@ -62,8 +62,8 @@ static int teardown(void **state)
 
 static struct dt_ckpt_state state_at(int64_t step)
 {
-    return (struct dt_ckpt_state){.step = step, .epoch = step / 10, .batch = step % 10, .seed = 5, .world = 4,
-                                  .batch_size = 32};
+    return (struct dt_ckpt_state){
+        .step = step, .epoch = step / 10, .batch = step % 10, .seed = 5, .world = 4, .batch_size = 32};
 }
 
 /* Parameters and moments that differ per step, so a load shows which file it read. */

@@ -71,8 +71,8 @@ static void steps_reach_the_coordinator_and_its_death_is_noticed(void **state)
     struct dt_coord *c;
     assert_int_equal(dt_coord_start(&cc, &c), 0);
     struct lost l = {0};
-    struct dt_heartbeat_options o = {.rank = 3, .interval_s = 0.05, .lost_after_s = 0.8, .first_step = 5,
-                                     .on_lost = on_lost, .ctx = &l};
+    struct dt_heartbeat_options o = {
+        .rank = 3, .interval_s = 0.05, .lost_after_s = 0.8, .first_step = 5, .on_lost = on_lost, .ctx = &l};
     struct dt_heartbeat *h;
     assert_int_equal(dt_heartbeat_start(&o, connect_to(c), &h), 0);
     assert_true(step_arrives(c, 5, 2.0));
@@ -124,7 +124,8 @@ static void fault_syntax(void **state)
     assert_int_equal(f.action, DT_FAULT_STOP);
     assert_int_equal(dt_heartbeat_fault_parse("hang:1:3", &f), 0);
     assert_int_equal(f.action, DT_FAULT_HANG);
-    const char *bad[] = {"kill:2", "kill:-1:3", "kill:1:0", "nap:1:3", "stop:1:3:9", "kill:1:3:x", "kill:1:3x", ""};
+    const char *bad[] = {"kill:2",     "kill:-1:3",  "kill:1:0",  "nap:1:3",
+                         "stop:1:3:9", "kill:1:3:x", "kill:1:3x", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(dt_heartbeat_fault_parse(bad[i], &f), DT_EINVAL);
         assert_non_null(strstr(dt_error_last(), "DTRAIN_FAULT"));
