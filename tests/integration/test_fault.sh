@@ -19,12 +19,13 @@
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 
 # trainer_job NAME [CHECKPOINT_DIR]: 4 ranks, hidden [32], 40 steps, a checkpoint every 4.
+# heartbeat_timeout 10 s, so a loaded CI machine never fakes a hang; the stop test lowers it.
 trainer_job() {
   cat <<EOF
 name: $1
 nproc_per_node: 4
 max_restarts: 2
-rendezvous: {heartbeat_timeout: 2s, timeout: 20s}
+rendezvous: {heartbeat_timeout: 10s, timeout: 20s}
 trainer:
   model: {hidden: [32]}
   data: {batch_size: 32, workers: 1}
@@ -72,8 +73,9 @@ done
 check "10 of 10 kill points: killed, restarted once, final state bit-identical to the reference" test "$same" = 10
 
 # --- a stopped trainer rank ---------------------------------------------------------
+sed 's/heartbeat_timeout: 10s/heartbeat_timeout: 2s/' "$T/job.yaml" >"$T/stop.yaml"
 expect_status 0 "a trainer job with rank 1 SIGSTOPped after step 10 recovers" \
-  env DTRAIN_FAULT=stop:1:10 "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs"
+  env DTRAIN_FAULT=stop:1:10 "$DTRAIN" launch "$T/stop.yaml" --log-dir "$T/runs"
 dir=$(run_dir "$T/last.err")
 sum="$dir/summary.json"
 contains "$sum" '"hang": \{"rank": 1, "step": [0-9]+, "detected_s": ' "summary.json names the hung rank and its last step"
