@@ -76,7 +76,7 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig);
 void dt_agent_close_streams(struct dt_agent_proc *p);
 
 /* agent_watchdog.c */
-#define DT_AGENT_WATCH_PERIOD_S 0.25 /* how often the watchdog looks */
+#define DT_AGENT_WATCH_PERIOD_S 0.5 /* how often the watchdog looks */
 /* Arms the watchdog for the attempt just spawned (off when heartbeat_timeout is 0). */
 void dt_agent_watchdog_begin(struct dt_agent *a);
 /* Looks at every running rank once its period is due; returns the local index

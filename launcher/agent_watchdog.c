@@ -1,6 +1,6 @@
 /* agent_watchdog.c - the agent's hang detection: which rank is stuck, and what it looked like.
  *
- * Every DT_AGENT_WATCH_PERIOD_S the supervision loop asks the watchdog to
+ * Every DT_AGENT_WATCH_PERIOD_S (0.5 s) the supervision loop asks the watchdog to
  * look at the running ranks.  Two sources, as torchrun has neither:
  *  - /proc: the state of every process in the rank's process group (a rank
  *    is a session leader, so its pgrp is its pid and a `sh -c` wrapper's
