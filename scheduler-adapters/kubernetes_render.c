@@ -46,17 +46,22 @@ void dt_k8s_put_meta(const struct dt_job *job, const char *kind, const char *suf
     dt_k8s_labels(job, 4, out);
 }
 
-/* The spec file as the user wrote it (comments and all), or the loaded job
- * with its defaults when there is no file. */
+/* The spec file as the user wrote it (comments and all) when it says
+ * scheduler: kubernetes.  Otherwise (rendering a spec written for another
+ * scheduler, or one not read from a file) the loaded job with its defaults
+ * and scheduler: kubernetes, so the agents in the pods discover as pods. */
 static int spec_text(const struct dt_job *job, const char *job_path, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
-    if (!job_path) {
+    if (!job_path || job->scheduler != DT_SCHED_KUBERNETES) {
+        struct dt_job pod_job = *job; /* shallow: only printed */
+        pod_job.scheduler = DT_SCHED_KUBERNETES;
+        pod_job.rendezvous.port = dt_k8s_port(job);
         FILE *m = open_memstream(text, len);
         if (!m)
             return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
-        dt_job_print(job, m);
+        dt_job_print(&pod_job, m);
         return fclose(m) == 0 ? 0 : dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
     }
     FILE *f = fopen(job_path, "rb");

@@ -218,6 +218,38 @@ static void auth_none_has_no_secret(void **state)
     free(out);
 }
 
+/* A spec written for another scheduler still makes pods that discover as
+ * pods: the ConfigMap holds it with scheduler: kubernetes and a fixed port. */
+static void other_scheduler_spec_becomes_a_pod_spec(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: loc\nnodes: 2\ncommand: [\"true\"]\nkubernetes: {image: img}\n", &rc);
+    assert_int_equal(rc, 0);
+    const char *start = strstr(out, "  job.yaml: |\n");
+    assert_non_null(start);
+    start += strlen("  job.yaml: |\n");
+    const char *end = strstr(start, "\n---");
+    assert_non_null(end);
+    char text[4096];
+    size_t n = 0;
+    for (const char *p = start; p < end && n + 2 < sizeof text; p++) /* strip the block's 4-space indent */
+        if (!((p == start || p[-1] == '\n') && strncmp(p, "    ", 4) == 0))
+            text[n++] = *p;
+        else
+            p += 3;
+    text[n++] = '\n';
+    text[n] = 0;
+    struct dt_job *job = NULL;
+    if (dt_job_load_string(text, n, "configmap", &job))
+        fail_msg("%s\n%s", dt_error_last(), text);
+    assert_int_equal(job->scheduler, DT_SCHED_KUBERNETES);
+    assert_int_equal(job->rendezvous.port, 29500);
+    assert_int_equal(job->nodes, 2);
+    dt_job_free(job);
+    free(out);
+}
+
 /* ---- discover ---- */
 
 static char hosts[64];
@@ -452,6 +484,7 @@ int main(void)
         cmocka_unit_test(failure_policy_follows_restart_policy),
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
+        cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
         cmocka_unit_test_teardown(discover_names_bad_variables, cleanup),
         cmocka_unit_test_teardown(discover_waits_for_pod_0, cleanup),
