@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #define POLL_S 1.0
+#define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
 
 static int on_path(const char *prog)
 {
@@ -66,7 +67,7 @@ static int run(char *const argv[], const char *in, size_t len, char **out)
     close(ip[0]);
     if (out)
         close(op[1]);
-    signal(SIGPIPE, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN); /* a kubectl that quits before reading it all: EPIPE, not death */
     for (size_t done = 0; in && done < len;) {
         ssize_t w = write(ip[1], in + done, len - done);
         if (w < 0 && errno == EINTR)
@@ -187,39 +188,64 @@ static int failed_status(const struct dt_job *job)
     return status;
 }
 
-/* Polls until the Job is Complete (0) or Failed (its status). */
+/* One look at the Job: its exit status once it ended, -1 while it runs, -2
+ * when kubectl could not say (API server unreachable, Job deleted). */
+static int look(const struct dt_job *job)
+{
+    char name[160];
+    snprintf(name, sizeof name, "job/%s", job->name);
+    char *cond = get(job, name, 0, "{.status.conditions[?(@.status==\"True\")].type}");
+    int status = !cond                      ? -2
+                 : strstr(cond, "Complete") ? 0
+                 : strstr(cond, "Failed")   ? failed_status(job)
+                                            : -1;
+    free(cond);
+    return status;
+}
+
+/* Prints the pods' phases when they change; starts the log stream once all run. */
+static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
+{
+    char *pods = get(job, "pods", 1, "{range .items[*]}{.metadata.name}={.status.phase} {end}");
+    if (!pods)
+        return;
+    if (!*last || strcmp(pods, *last) != 0)
+        dt_log_info("kubernetes: pods: %s", *pods ? pods : "(none yet)");
+    free(*last);
+    *last = pods;
+    int running = 0;
+    for (const char *p = pods; (p = strstr(p, "=Running")); p++)
+        running++;
+    if (*logs < 0 && running >= job->nodes)
+        *logs = start_logs(job);
+}
+
+/* Polls until the Job is Complete (0) or Failed (its status); 2 when
+ * kubectl cannot tell for MAX_FAILED_LOOKS polls in a row. */
 static int follow(const struct dt_job *job)
 {
     char *last = NULL;
     pid_t logs = -1;
-    int status = -1;
+    int status = -1, lost = 0;
     dt_log_info("kubernetes: following Job %s in namespace %s (Ctrl-C stops following, not the job)",
                 job->name, job->kubernetes->namespace_name);
-    while (status < 0) {
-        char *pods = get(job, "pods", 1, "{range .items[*]}{.metadata.name}={.status.phase} {end}");
-        if (pods && (!last || strcmp(pods, last) != 0))
-            dt_log_info("kubernetes: pods: %s", *pods ? pods : "(none yet)");
-        if (pods) {
-            free(last);
-            last = pods;
+    for (int failed_looks = 0;;) {
+        watch_pods(job, &last, &logs);
+        status = look(job);
+        if (status >= 0)
+            break;
+        failed_looks = status == -2 ? failed_looks + 1 : 0;
+        if (failed_looks >= MAX_FAILED_LOOKS) {
+            dt_error_set(DT_ECONN, "kubernetes: `kubectl get job/%s -n %s` failed %d times in a row (its "
+                                   "message is above); the Job may still run: kubectl get job %s -n %s",
+                         job->name, job->kubernetes->namespace_name, MAX_FAILED_LOOKS, job->name,
+                         job->kubernetes->namespace_name);
+            status = 2;
+            lost = 1;
+            break;
         }
-        int running = 0;
-        for (const char *p = last; p && (p = strstr(p, "=Running")); p++)
-            running++;
-        if (logs < 0 && running >= job->nodes)
-            logs = start_logs(job);
-        char name[160];
-        snprintf(name, sizeof name, "job/%s", job->name);
-        char *cond = get(job, name, 0, "{.status.conditions[?(@.status==\"True\")].type}");
-        if (cond && strstr(cond, "Complete"))
-            status = 0;
-        else if (cond && strstr(cond, "Failed"))
-            status = failed_status(job);
-        free(cond);
-        if (status < 0) {
-            struct timespec ts = {(time_t)POLL_S, (long)((POLL_S - (time_t)POLL_S) * 1e9)};
-            nanosleep(&ts, NULL);
-        }
+        struct timespec ts = {(time_t)POLL_S, (long)((POLL_S - (time_t)POLL_S) * 1e9)};
+        nanosleep(&ts, NULL);
     }
     if (logs > 0) {
         sleep(1); /* the last lines still in flight */
@@ -227,7 +253,8 @@ static int follow(const struct dt_job *job)
         waitpid(logs, NULL, 0);
     }
     free(last);
-    dt_log_info("kubernetes: Job %s %s", job->name, status == 0 ? "completed" : "failed");
+    if (!lost)
+        dt_log_info("kubernetes: Job %s %s", job->name, status == 0 ? "completed" : "failed");
     return status;
 }
 
