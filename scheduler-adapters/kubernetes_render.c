@@ -141,8 +141,9 @@ int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
     int rc = check_job(job);
     if (rc)
         return rc;
+    char shown[256]; /* a path with a newline must not end the comment */
     fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
-            job_path ? job_path : job->path);
+            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
     if ((rc = put_config_map(job, job_path, out)))
         return rc;
     if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
