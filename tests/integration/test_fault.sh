@@ -54,7 +54,7 @@ echo "# kill points from seed $seed (DTRAIN_FAULT_SEED=$seed replays them)"
 RANDOM=$seed
 same=0
 for i in $(seq 10); do
-  r=$((RANDOM % 4)) s=$((RANDOM % 36 + 1)) d=$((RANDOM % 15))
+  r=$((RANDOM % 4)) s=$((RANDOM % 32 + 1)) d=$((RANDOM % 15))
   DTRAIN_FAULT=kill:$r:$s:$d "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs" >"$T/k.out" 2>"$T/k.err"
   rc=$?
   dir=$(run_dir "$T/k.err")
@@ -62,7 +62,7 @@ for i in $(seq 10); do
   resumed=$(sed -n 's/.*resuming from .*step_0*\([0-9]*\)\.safetensors.*/\1/p' "$T/k.err" | head -n 1)
   echo "# kill $i: rank $r SIGKILLed $d ms after step $s; resumed from step ${resumed:-0 (no checkpoint yet)}; exit $rc"
   if [ "$rc" = 0 ] && grep -q '"n_attempts": 2' "$dir/summary.json" &&
-     grep -q "\"first_failure\": {\"attempt\": 0, \"rank\": $r, \"exit_code\": null, \"signal\": \"SIGKILL\"" "$dir/summary.json" &&
+     grep -Eq "\"first_failure\": \{\"attempt\": 0, \"rank\": $r, .*\"signal\": \"SIGKILL\"" "$dir/summary.json" &&
      cmp -s "$ref" "$got"; then
     same=$((same + 1))
   else
