@@ -135,8 +135,12 @@ static int maybe_resume(struct dt_trainer *t)
     int found = t->rank == 0 ? dt_ckpt_latest(t->ckpt_dir, path, sizeof path) : DT_ENOTFOUND;
     if (found == 0)
         sscanf(strrchr(path, '/') + 1, "step_%lld", (long long *)&step);
-    else if (found != DT_ENOTFOUND)
+    else if (found != DT_ENOTFOUND) {
         step = -2;
+        /* Said before the broadcast: the other ranks stop as soon as they hear,
+         * and the agent may stop this one before its own exit message. */
+        dt_log_error("%s", dt_error_last());
+    }
     if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, &step, 1, DT_I64, 0))
         return dt_error_prefix("agreeing on the checkpoint to resume from");
     if (step == -2)
