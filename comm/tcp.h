@@ -94,6 +94,7 @@ struct dt_tcp {
     uint32_t nonce;           /* hash of the key prefix: tells our notices from strays */
     struct sockaddr_in *uaddr; /* per peer: where its notices socket listens */
     int suspect;              /* the peer this rank saw fail in the current step, -1 */
+    double grace_s;           /* end of each deadline kept for collecting notices */
     char *heard;              /* per peer: sent a notice */
     int *suspected;           /* per peer: a rank that blamed it, -1 none */
     char (*notice_msg)[480];  /* per peer: the message of its notice */

@@ -202,10 +202,11 @@ static int wait_events(struct engine *e)
         char what[160];
         if (e->ii < p->nin && !e->in_gated) {
             snprintf(what, sizeof what, "sent nothing for %.1f s (it, or a rank it waits for, stalled or died)",
-                     t->timeout_s);
+                     t->timeout_s - t->grace_s);
             return peer_error(t, DT_ETIMEDOUT, p->in_peer, what);
         }
-        snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)", t->timeout_s);
+        snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)",
+                 t->timeout_s - t->grace_s);
         return peer_error(t, DT_ETIMEDOUT, p->out_peer, what);
     }
     if (poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0 && errno != EINTR)
