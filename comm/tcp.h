@@ -31,7 +31,9 @@
 
 #define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
 #define DT_TCP_MAX_SLICES 128     /* ring allreduce slices per call */
-#define DT_TCP_SPIN_US 200        /* default busy-poll before sleeping */
+#define DT_TCP_SPIN_US 1000       /* default busy-poll before sleeping */
+#define DT_TCP_SPIN_BACKOFF_S 0.1 /* no spinning this long after being preempted in a spin */
+#define DT_TCP_LOAD_CHECK_S 0.05  /* how often spinning re-reads the machine's load */
 
 struct dt_tcp_hdr {
     uint32_t magic;
@@ -80,7 +82,9 @@ struct dt_tcp {
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
     size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
     double spin_s;            /* retry this long before sleeping in poll() (DTRAIN_TCP_SPIN_US) */
-    bool oversubscribed;      /* more local ranks than CPUs: yield between retries */
+    double spin_off_until;    /* no spinning before this (preempted while spinning, busy machine) */
+    double load_checked;      /* when /proc/loadavg was last read */
+    int ncpus;                /* CPUs this process may run on */
     char *stage;              /* seg_bytes + small_bytes + header: incoming data to reduce */
     char *small;              /* small_bytes + header: copy of what a small step sends */
     char *scratch;            /* reduce_scatter partials; grows, never shrinks */
