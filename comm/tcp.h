@@ -124,6 +124,17 @@ int dt_tcp_fault_check(struct dt_tcp *t);
  * Returns rc. */
 int dt_tcp_fault(struct dt_tcp *t, int rc);
 
+/* A wait's spin (tcp_spin.c). */
+struct dt_tcp_spin {
+    double start;   /* 0: not spinning */
+    long csw;       /* involuntary context switches when it started */
+};
+/* Nothing moved: true to retry at once (spin), false to sleep in poll(). */
+bool dt_tcp_spin_again(struct dt_tcp *t, struct dt_tcp_spin *s);
+/* Something moved (or the spin gave up): ends the spin, backing off if we
+ * were preempted during it. */
+void dt_tcp_spin_end(struct dt_tcp *t, struct dt_tcp_spin *s);
+
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp_fail(struct dt_tcp *t);
 

@@ -3,19 +3,10 @@
  * reducing each incoming segment as soon as it is complete.
  *
  * Progress rule: try to send (as far as dependencies allow) and to receive;
- * when neither moved, keep retrying for DTRAIN_TCP_SPIN_US (default 1 ms),
- * and only then poll() the sockets, the abort eventfd and the failure notices
- * with the time left before the collective's deadline.  Why spin: on the
- * 2-core VM a poll() sleep and the peer's wake-up cost 20-40 us each way,
- * several times a 1 KiB exchange (measured: 1 KiB allreduce ~45 us sleeping,
- * ~6 us spinning; Open MPI's progress engine never sleeps).  But a spinning
- * rank that shares its CPU holds it from the peer it waits for, or from
- * another job, for a whole time slice (measured: 1 KiB took > 200 us with a
- * 200 us spin on the loaded VM).  So: no spin when the host runs more ranks
- * than it has CPUs, none while the machine has more runnable tasks than CPUs
- * (/proc/loadavg), and none for DT_TCP_SPIN_BACKOFF_S after a spin during
- * which the scheduler preempted us (the rusage count of involuntary context
- * switches went up).
+ * when neither moved, keep retrying while the spin policy allows
+ * (tcp_spin.c: up to 1 ms when the machine has a CPU to spare), and only then
+ * poll() the sockets, the abort eventfd and the failure notices with the time
+ * left before the collective's deadline.
  * Reductions run on this thread between syscalls, while the peer keeps
  * filling our socket buffer: the kernel's buffers are the pipeline.
  * On failure every exit goes through dt_tcp_fault() (tcp_fault.c), which
@@ -27,7 +18,6 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "comm/error.h"
@@ -225,50 +215,6 @@ static int wait_events(struct engine *e)
     return pf[1].revents & POLLIN ? dt_tcp_fault_check(t) : 0;
 }
 
-static long involuntary_switches(void)
-{
-    struct rusage u;
-    return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_nivcsw : 0;
-}
-
-/* A spin that lasted long enough to matter ended: if the scheduler preempted
- * us meanwhile, something else wanted this CPU (perhaps the very peer we wait
- * for, or another job): stop spinning for a while. */
-static void spin_ended(struct dt_tcp *t, double start, long csw0, double now)
-{
-    if (now - start > 20e-6 && involuntary_switches() != csw0)
-        t->spin_off_until = now + DT_TCP_SPIN_BACKOFF_S;
-}
-
-/* Runnable tasks on the machine right now (the fourth field of
- * /proc/loadavg, "running/total"), or 0 when it cannot be read. */
-static int runnable_now(void)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    int running = 0;
-    if (f) {
-        if (fscanf(f, "%*f %*f %*f %d/", &running) != 1)
-            running = 0;
-        fclose(f);
-    }
-    return running;
-}
-
-/* May this wait spin?  Not while more tasks are runnable than there are
- * CPUs (re-read every DT_TCP_LOAD_CHECK_S): then every microsecond we spin
- * is taken from a peer rank or another job. */
-static bool may_spin(struct dt_tcp *t, double now)
-{
-    if (t->spin_s <= 0 || now < t->spin_off_until)
-        return false;
-    if (now - t->load_checked > DT_TCP_LOAD_CHECK_S) {
-        t->load_checked = now;
-        if (runnable_now() > t->ncpus)
-            t->spin_off_until = now + DT_TCP_LOAD_CHECK_S;
-    }
-    return now >= t->spin_off_until;
-}
-
 static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
 {
     struct engine e = {.t = t, .p = p};
@@ -277,8 +223,7 @@ static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
     if (atomic_load(&t->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
                             (unsigned long long)t->seq);
-    double spin_start = 0;
-    long csw0 = 0;
+    struct dt_tcp_spin spin = {0};
     for (;;) {
         e.progress = false;
         int rc = pump_out(&e);
@@ -288,24 +233,13 @@ static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
             return rc;
         bool done = e.oi >= p->nout && e.ii >= p->nin;
         if (e.progress || done) {
-            if (spin_start > 0)
-                spin_ended(t, spin_start, csw0, dt_comm_now());
-            spin_start = 0;
+            dt_tcp_spin_end(t, &spin);
             if (done)
                 return 0;
             continue;
         }
-        double now = t->spin_s > 0 ? dt_comm_now() : 0;
-        if (spin_start > 0 || may_spin(t, now)) {
-            if (spin_start == 0) {
-                spin_start = now;
-                csw0 = involuntary_switches();
-            }
-            if (now < spin_start + t->spin_s)
-                continue;
-            spin_ended(t, spin_start, csw0, now);
-        }
-        spin_start = 0;
+        if (dt_tcp_spin_again(t, &spin))
+            continue;
         if ((rc = wait_events(&e)) < 0)
             return rc;
     }
