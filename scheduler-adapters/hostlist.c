@@ -56,8 +56,8 @@ static int fail(const struct parser *ps, const char *at, const char *fmt, const 
 
 static bool name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-           c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_';
 }
 
 /* A printable form of one character for messages. */
@@ -291,7 +291,8 @@ int dt_hostlist_expand(const char *expr, struct dt_hostlist *out)
             break;
         ps.p++;
         if (*ps.p == 0)
-            return fail(&ps, ps.p - 1, "%s", "empty host name (two commas in a row, or a comma at the start or end)");
+            return fail(&ps, ps.p - 1, "%s",
+                        "empty host name (two commas in a row, or a comma at the start or end)");
     }
     out->hosts = calloc((size_t)total, sizeof *out->hosts);
     if (!out->hosts)
@@ -326,8 +327,8 @@ int dt_hostlist_nth(const char *expr, int index, char *out, size_t size)
     if (rc < 0)
         return rc;
     if (index < 0 || index >= hl.n) {
-        rc = dt_error_set(DT_EINVAL, "hostlist \"%.200s\" has %d host%s; there is no host number %d", expr, hl.n,
-                          hl.n == 1 ? "" : "s", index);
+        rc = dt_error_set(DT_EINVAL, "hostlist \"%.200s\" has %d host%s; there is no host number %d", expr,
+                          hl.n, hl.n == 1 ? "" : "s", index);
     } else if (snprintf(out, size, "%s", hl.hosts[index]) >= (int)size) {
         rc = dt_error_set(DT_EINVAL, "host name %s is longer than %zu characters", hl.hosts[index], size - 1);
     }

@@ -50,8 +50,8 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *op
  * capturing stdout and stderr; killed after timeout_s.  Returns its exit
  * status (128 + signal), or a negative DT_E* code when it could not run or
  * timed out (DT_ENOTFOUND: not installed). */
-int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size, char *err,
-                 size_t err_size);
+int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size,
+                 char *err, size_t err_size);
 
 /* Parses `scontrol show job -o` output into the state word ("RUNNING",
  * "COMPLETED", ...), the exit code (ExitCode=N:S: N, or 128 + S when a

@@ -67,8 +67,8 @@ static bool drain(struct sink *s)
     return true;
 }
 
-int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size, char *err,
-                 size_t err_size)
+int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size,
+                 char *err, size_t err_size)
 {
     char dummy_out[1], dummy_err[1];
     struct sink s[2] = {{-1, out_size ? out : dummy_out, out_size ? out_size : 1, 0},
@@ -114,9 +114,12 @@ int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char 
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
         ;
     if (timed_out)
-        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0], timeout_s);
+        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0],
+                            timeout_s);
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 127 && strstr(s[1].buf, "No such file"))
-        return dt_error_set(DT_ENOTFOUND, "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
-                            "runs where Slurm's client commands are installed (Debian: slurm-client)", argv[0]);
+        return dt_error_set(DT_ENOTFOUND,
+                            "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
+                            "runs where Slurm's client commands are installed (Debian: slurm-client)",
+                            argv[0]);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }

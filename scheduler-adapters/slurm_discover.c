@@ -77,8 +77,8 @@ static int check_port_free(int port, const char *how)
         return dt_error_set_errno(DT_EIO, errno, "cannot open a socket to check port %d", port);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* as the coordinator binds */
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_ANY)};
     int rc = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
     close(fd);
     if (rc == EADDRINUSE)
@@ -87,7 +87,8 @@ static int check_port_free(int port, const char *how)
                             "to a free port in the job spec",
                             port, how);
     if (rc)
-        return dt_error_set_errno(DT_EIO, rc, "cannot bind the coordinator's port %d (%s) on node 0", port, how);
+        return dt_error_set_errno(DT_EIO, rc, "cannot bind the coordinator's port %d (%s) on node 0", port,
+                                  how);
     return 0;
 }
 
@@ -121,14 +122,16 @@ static int place(const struct dt_job *job, char *const *env, struct dt_adapter_n
     if (rc)
         return rc;
     if (out->nnodes != job->nodes)
-        return dt_error_set(DT_EINVAL, "%s: nodes: %d, but this Slurm step runs on %d node%s (%s); "
+        return dt_error_set(DT_EINVAL,
+                            "%s: nodes: %d, but this Slurm step runs on %d node%s (%s); "
                             "allocate %d (sbatch --nodes=%d, as `dtrain render slurm` writes)",
                             job->path, job->nodes, out->nnodes, out->nnodes == 1 ? "" : "s", nn_name,
                             job->nodes, job->nodes);
     int tasks = 0;
     rc = env_int(env, "SLURM_STEP_NUM_TASKS", 1, 1 << 24, &tasks);
     if (rc == 0 && tasks != out->nnodes)
-        return dt_error_set(DT_EINVAL, "srun started %d tasks on %d node%s; dtrain needs exactly one agent "
+        return dt_error_set(DT_EINVAL,
+                            "srun started %d tasks on %d node%s; dtrain needs exactly one agent "
                             "per node (srun --ntasks-per-node=1, as `dtrain render slurm` writes)",
                             tasks, out->nnodes, out->nnodes == 1 ? "" : "s");
     if (rc && rc != DT_ENOTFOUND)
@@ -162,8 +165,10 @@ static int coordinator(char *const *env, struct dt_adapter_node *out)
         /* The batch host is node 0: say so loudly on node 0 if a site's Slurm does otherwise. */
         const char *me = dt_adapter_getenv(env, "SLURMD_NODENAME");
         if (out->node_rank == 0 && me && strcmp(me, node0) != 0)
-            return dt_error_set(DT_EINVAL, "node 0 is %s by %s, but srun runs on %s (SLURMD_NODENAME): the "
-                                "batch script must run on the first node of the allocation", node0, which, me);
+            return dt_error_set(DT_EINVAL,
+                                "node 0 is %s by %s, but srun runs on %s (SLURMD_NODENAME): the "
+                                "batch script must run on the first node of the allocation",
+                                node0, which, me);
         if (strlen(launch) >= sizeof out->coord_host)
             return dt_error_set(DT_EINVAL, "SLURM_LAUNCH_NODE_IPADDR is too long");
         snprintf(out->coord_host, sizeof out->coord_host, "%s", launch);
@@ -177,7 +182,8 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
     memset(out, 0, sizeof *out);
     const char *id = dt_adapter_getenv(env, "SLURM_JOB_ID");
     if (!id || !*id)
-        return dt_error_set(DT_ENOTFOUND, "SLURM_JOB_ID is not set: this is not a Slurm job (submit it with "
+        return dt_error_set(DT_ENOTFOUND,
+                            "SLURM_JOB_ID is not set: this is not a Slurm job (submit it with "
                             "`dtrain launch` or sbatch, or give `dtrain agent` its placement flags)");
     if (strlen(id) >= sizeof out->job_id || strlen(id) >= sizeof out->run_id)
         return dt_error_set(DT_EINVAL, "SLURM_JOB_ID='%s' is too long", id);
@@ -193,7 +199,8 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
         if (job->rendezvous.port > 0)
             snprintf(how, sizeof how, "rendezvous.port");
         else
-            snprintf(how, sizeof how, "%d + SLURM_JOB_ID %s %% %d", DT_SLURM_PORT_BASE, id, DT_SLURM_PORT_SPAN);
+            snprintf(how, sizeof how, "%d + SLURM_JOB_ID %s %% %d", DT_SLURM_PORT_BASE, id,
+                     DT_SLURM_PORT_SPAN);
         rc = check_port_free(out->coord_port, how);
     }
     return rc < 0 ? dt_error_prefix("dtrain agent under Slurm (job %s)", id) : 0;

@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #define TICK_S 0.25
-#define FAST_POLL_S 10.0  /* poll the state every tick this long, then every second */
-#define LOST_S 60.0       /* Slurm has not known the job this long: give up */
+#define FAST_POLL_S 10.0 /* poll the state every tick this long, then every second */
+#define LOST_S 60.0      /* Slurm has not known the job this long: give up */
 #define CMD_TIMEOUT_S 30.0
 
 static volatile sig_atomic_t got_signal, n_signals;
@@ -115,11 +115,13 @@ static void say_state(const struct dt_slurm_follow *f, const struct dt_slurm_job
                       const struct dt_slurm_job_info *before)
 {
     if (now->restarts > before->restarts)
-        dt_log_warn("Slurm job %s was requeued (restart %d); its output continues below", f->job_id, now->restarts);
+        dt_log_warn("Slurm job %s was requeued (restart %d); its output continues below", f->job_id,
+                    now->restarts);
     if (strcmp(now->state, before->state) == 0)
         return;
     if (strcmp(now->state, "PENDING") == 0)
-        dt_log_info("Slurm job %s is pending (%s)", f->job_id, now->reason[0] ? now->reason : "queued");
+        dt_log_info("Slurm job %s is pending (%s)", f->job_id,
+                    now->reason[0] && strcmp(now->reason, "None") ? now->reason : "queued");
     else if (strcmp(now->state, "RUNNING") == 0)
         dt_log_info("Slurm job %s is running on %s", f->job_id, now->nodes[0] ? now->nodes : "its nodes");
     else if (!dt_slurm_state_final(now->state))
@@ -144,9 +146,10 @@ static int outcome(const struct dt_slurm_follow *f, const struct dt_slurm_job_in
     }
     if (st <= 0)
         st = strcmp(info->state, "CANCELLED") == 0 ? 128 + SIGTERM : 1;
-    dt_log_error("job %s (Slurm job %s) ended %s with exit status %d after %.2f s; logs and summary.json in %s "
-                 "(batch output: %s, %s)",
-                 f->name, f->job_id, info->state, st, wall, f->run_dir, f->out_path, f->err_path);
+    dt_log_error(
+        "job %s (Slurm job %s) ended %s with exit status %d after %.2f s; logs and summary.json in %s "
+        "(batch output: %s, %s)",
+        f->name, f->job_id, info->state, st, wall, f->run_dir, f->out_path, f->err_path);
     return st;
 }
 
@@ -174,8 +177,9 @@ static int follow_loop(const struct dt_slurm_follow *f, struct stream s[2])
             handled = n_signals;
             if (!cancelled_by) {
                 cancelled_by = got_signal;
-                dt_log_warn("cancelling Slurm job %s (scancel); waiting for it to end (again to stop waiting)",
-                            f->job_id);
+                dt_log_warn(
+                    "cancelling Slurm job %s (scancel); waiting for it to end (again to stop waiting)",
+                    f->job_id);
                 cancel(f->job_id, false);
             } else {
                 dt_log_warn("not waiting for Slurm job %s any longer", f->job_id);
@@ -199,8 +203,9 @@ static int follow_loop(const struct dt_slurm_follow *f, struct stream s[2])
                 }
             } else if (now - known_at > LOST_S) {
                 drain_all(s);
-                dt_log_error("Slurm does not know job %s any more (scontrol and sacct); its output is in %s and %s",
-                             f->job_id, f->out_path, f->err_path);
+                dt_log_error(
+                    "Slurm does not know job %s any more (scontrol and sacct); its output is in %s and %s",
+                    f->job_id, f->out_path, f->err_path);
                 return 1;
             }
         }

@@ -85,9 +85,9 @@ void dt_slurm_parse_job_info(const char *text, struct dt_slurm_job_info *info)
 
 bool dt_slurm_state_final(const char *state)
 {
-    static const char *const final[] = {"COMPLETED", "FAILED",    "CANCELLED",  "TIMEOUT",  "NODE_FAIL",
-                                        "PREEMPTED", "BOOT_FAIL", "DEADLINE",   "OUT_OF_MEMORY",
-                                        "SPECIAL_EXIT", "REVOKED", NULL};
+    static const char *const final[] = {"COMPLETED",     "FAILED",       "CANCELLED", "TIMEOUT",
+                                        "NODE_FAIL",     "PREEMPTED",    "BOOT_FAIL", "DEADLINE",
+                                        "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",   NULL};
     for (int i = 0; final[i]; i++)
         if (strcmp(state, final[i]) == 0)
             return true;

@@ -21,7 +21,8 @@
 /* 'text' for the shell: single quotes, a quote inside as '\''. */
 static void shell_quote(FILE *out, const char *s)
 {
-    if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == strlen(s)) {
+    if (*s &&
+        strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == strlen(s)) {
         fputs(s, out);
         return;
     }
@@ -60,7 +61,8 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
     if (job->nproc_per_node == DT_NPROC_GPU)
         snprintf(per_node, sizeof per_node, "one rank per GPU");
     else
-        snprintf(per_node, sizeof per_node, "%d rank%s", job->nproc_per_node, job->nproc_per_node == 1 ? "" : "s");
+        snprintf(per_node, sizeof per_node, "%d rank%s", job->nproc_per_node,
+                 job->nproc_per_node == 1 ? "" : "s");
     fprintf(out,
             "#!/bin/bash\n"
             "# %s.sbatch - job '%s' for Slurm, rendered by `dtrain render slurm %s`.\n"
@@ -101,10 +103,11 @@ static void print_sbatch_lines(const struct dt_job *job, FILE *out)
     fprintf(out, "#SBATCH --output=%s-%%j.out\n", job->name);
     fprintf(out, "#SBATCH --error=%s-%%j.err\n", job->name);
     if (s && s->requeue)
-        fprintf(out,
-                "#SBATCH --open-mode=append\n" /* a requeued run adds to the files instead of truncating them */
-                "#SBATCH --signal=B:USR1@90\n"
-                "#SBATCH --requeue\n");
+        fprintf(
+            out,
+            "#SBATCH --open-mode=append\n" /* a requeued run adds to the files instead of truncating them */
+            "#SBATCH --signal=B:USR1@90\n"
+            "#SBATCH --requeue\n");
     for (int i = 0; s && i < s->n_extra_sbatch; i++)
         fprintf(out, "#SBATCH %s\n", s->extra_sbatch[i]);
 }
@@ -112,7 +115,9 @@ static void print_sbatch_lines(const struct dt_job *job, FILE *out)
 static void print_token(const struct dt_job *job, FILE *out)
 {
     if (job->rendezvous.auth == DT_AUTH_NONE) {
-        fprintf(out, "\n# rendezvous.auth is none: the coordinator serves any client (PyTorch scripts need that).\n");
+        fprintf(
+            out,
+            "\n# rendezvous.auth is none: the coordinator serves any client (PyTorch scripts need that).\n");
         return;
     }
     fprintf(out, "\n"
@@ -128,7 +133,8 @@ static void print_token(const struct dt_job *job, FILE *out)
 static void print_run(const struct dt_job *job, FILE *out)
 {
     if (!job->slurm || !job->slurm->requeue) {
-        fprintf(out, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\"\n");
+        fprintf(out, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
+                     "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"}\n");
         return;
     }
     fprintf(out,
@@ -136,9 +142,11 @@ static void print_run(const struct dt_job *job, FILE *out)
             "# SIGUSR1 comes 90 s before the time limit.  srun passes it to the agents, they to the ranks;\n"
             "# the trainer writes a checkpoint and stops with status %d, and the job is requeued (same\n"
             "# job id, same run directory): the next run resumes from that checkpoint.\n"
-            "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 \"$step\" "
+            "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
+            "\"$step\" "
             "2>/dev/null; interrupted=1' USR1\n"
-            "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" &\n"
+            "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
+            "\"$DTRAIN_LOG_DIR\"} &\n"
             "step=$!\n"
             "while :; do\n"
             "  interrupted=0\n"
@@ -157,8 +165,8 @@ static void print_run(const struct dt_job *job, FILE *out)
 static int check_one_line(const char *job_path, const char *key, const char *v)
 {
     if (v && strpbrk(v, "\n\r"))
-        return dt_error_set(DT_EINVAL, "%s: slurm.%s: a line break cannot be part of an sbatch option", job_path,
-                            key);
+        return dt_error_set(DT_EINVAL, "%s: slurm.%s: a line break cannot be part of an sbatch option",
+                            job_path, key);
     return 0;
 }
 
@@ -182,18 +190,21 @@ static int check_values(const struct dt_job *job, const char *job_path)
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
     if (job->scheduler != DT_SCHED_SLURM)
-        return dt_error_set(DT_EINVAL,
-                            "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
-                            "read it to learn their place from Slurm's variables)",
-                            job_path, dt_scheduler_name(job->scheduler));
+        return dt_error_set(
+            DT_EINVAL,
+            "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
+            "read it to learn their place from Slurm's variables)",
+            job_path, dt_scheduler_name(job->scheduler));
     int rc = check_values(job, job_path);
     if (rc < 0)
         return rc;
     print_header(job, job_path, out);
     print_sbatch_lines(job, out);
-    fprintf(out, "\nset -u\n"
-                 "DTRAIN=${DTRAIN:-dtrain}  # the dtrain binary as the nodes see it (`dtrain launch` sets it)\n"
-                 "JOB=");
+    fprintf(out,
+            "\nset -u\n"
+            "DTRAIN=${DTRAIN:-dtrain}  # the dtrain binary as the nodes see it (`dtrain launch` sets it,\n"
+            "                          # and DTRAIN_LOG_DIR when --log-dir is given)\n"
+            "JOB=");
     shell_quote(out, job_path);
     fprintf(out, "  # the job spec, read by every agent\n");
     print_token(job, out);

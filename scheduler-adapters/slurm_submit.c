@@ -57,7 +57,8 @@ static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch 
 }
 
 /* The script, kept in the log directory as <name>-submit-XXXXXX.sbatch (renamed after sbatch). */
-static int write_script(const struct dt_job *job, const char *job_abs, const char *log_dir, char *path, size_t size)
+static int write_script(const struct dt_job *job, const char *job_abs, const char *log_dir, char *path,
+                        size_t size)
 {
     if (snprintf(path, size, "%s/%s-submit-XXXXXX.sbatch", log_dir, job->name) >= (int)size)
         return dt_error_set(DT_EINVAL, "log directory path is too long: %s", log_dir);
@@ -75,34 +76,43 @@ static int write_script(const struct dt_job *job, const char *job_abs, const cha
     return rc;
 }
 
-/* This environment with DTRAIN, DTRAIN_LOG_DIR and DTRAIN_JOB_TOKEN replaced. */
+/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN and (so the
+ * agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
 static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token)
 {
-    size_t n = 0;
+    static const char *const ours[] = {
+        "DTRAIN=", "DTRAIN_LOG_DIR=", "DTRAIN_JOB_TOKEN=", "DTRAIN_LOG=", NULL};
+    static const char *const levels[] = {"debug", "info", "warn", "error", "error"};
+    static char v[4][PATH_MAX + 32];
+    size_t n = 0, k = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env)
         return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "DTRAIN=", 7) && strncmp(environ[i], "DTRAIN_LOG_DIR=", 15) &&
-            strncmp(environ[i], "DTRAIN_JOB_TOKEN=", 17))
+    for (size_t i = 0; i < n; i++) {
+        bool mine = false;
+        for (int j = 0; ours[j]; j++)
+            mine |= strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
+        if (!mine)
             env[k++] = environ[i];
-    static char v[3][PATH_MAX + 32];
+    }
     snprintf(v[0], sizeof v[0], "DTRAIN=%s", dtrain);
     snprintf(v[1], sizeof v[1], "DTRAIN_LOG_DIR=%s", log_dir);
+    snprintf(v[2], sizeof v[2], "DTRAIN_LOG=%s", levels[dt_log_get_level()]);
     env[k++] = v[0];
     env[k++] = v[1];
+    env[k++] = v[2];
     if (token) {
-        snprintf(v[2], sizeof v[2], "DTRAIN_JOB_TOKEN=%s", token);
-        env[k++] = v[2];
+        snprintf(v[3], sizeof v[3], "DTRAIN_JOB_TOKEN=%s", token);
+        env[k++] = v[3];
     }
     return env;
 }
 
 /* sbatch --parsable: "<id>" or "<id>;<cluster>". */
-static int sbatch(char **env, const char *script, const char *out_pat, const char *err_pat, char *id, size_t size)
+static int sbatch(char **env, const char *script, const char *out_pat, const char *err_pat, char *id,
+                  size_t size)
 {
     char out[512], err[2048], o_arg[PATH_MAX + 16], e_arg[PATH_MAX + 16];
     snprintf(o_arg, sizeof o_arg, "--output=%s", out_pat);
@@ -113,7 +123,8 @@ static int sbatch(char **env, const char *script, const char *out_pat, const cha
         return rc;
     err[strcspn(err, "\n")] = 0;
     if (rc != 0)
-        return dt_error_set(DT_EIO, "sbatch refused the job (exit status %d): %s", rc, err[0] ? err : "(no message)");
+        return dt_error_set(DT_EIO, "sbatch refused the job (exit status %d): %s", rc,
+                            err[0] ? err : "(no message)");
     out[strcspn(out, ";\n")] = 0;
     if (!out[0] || strspn(out, "0123456789_") != strlen(out) || strlen(out) >= size)
         return dt_error_set(DT_EPROTO, "sbatch --parsable printed '%s', not a job id", out);
@@ -160,8 +171,9 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     if (n > 0)
         self[n] = 0;
     int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_coord_make_token(token);
-    char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir, token[0] ? token : NULL)
-                         : NULL;
+    char **env = rc == 0
+                     ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir, token[0] ? token : NULL)
+                     : NULL;
     if (rc == 0 && !env)
         rc = dt_error_set(DT_ENOMEM, "out of memory");
     if (rc == 0)
@@ -181,8 +193,14 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     snprintf(run_dir, sizeof run_dir, "%s/%s-%s", p.log_dir, job->name, id);
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
                 job->nodes, job->nodes == 1 ? "" : "s", script);
-    struct dt_slurm_follow f = {.job_id = id, .name = job->name, .out_path = out, .err_path = err,
-                                .run_dir = run_dir, .show = show, .world = world, .start_mono = o->start_mono};
+    struct dt_slurm_follow f = {.job_id = id,
+                                .name = job->name,
+                                .out_path = out,
+                                .err_path = err,
+                                .run_dir = run_dir,
+                                .show = show,
+                                .world = world,
+                                .start_mono = o->start_mono};
     int status = dt_slurm_follow(&f);
     free(show);
     return status;

@@ -70,28 +70,47 @@ static void registered(void **state)
 static void render_every_option(void **state)
 {
     (void)state;
-    struct dt_job *job = load("name: big\nscheduler: slurm\nnodes: 4\nnproc_per_node: 8\ncommand: [python3, t.py]\n"
-                              "slurm:\n  partition: gpu\n  account: ml\n  time: \"1-02:03:04\"\n"
-                              "  gpus_per_node: 8\n  cpus_per_task: 32\n  mem: 256Gi\n  qos: high\n"
-                              "  constraint: h100\n  exclusive: true\n  requeue: true\n"
-                              "  extra_sbatch: [--mail-type=END, --comment=x y]\n");
+    struct dt_job *job =
+        load("name: big\nscheduler: slurm\nnodes: 4\nnproc_per_node: 8\ncommand: [python3, t.py]\n"
+             "slurm:\n  partition: gpu\n  account: ml\n  time: \"1-02:03:04\"\n"
+             "  gpus_per_node: 8\n  cpus_per_task: 32\n  mem: 256Gi\n  qos: high\n"
+             "  constraint: h100\n  exclusive: true\n  requeue: true\n"
+             "  extra_sbatch: [--mail-type=END, --comment=x y]\n");
     int rc;
     char *s = render(job, "jobs/big job.yaml", &rc);
     assert_int_equal(rc, 0);
     assert_true(strncmp(s, "#!/bin/bash\n", 12) == 0);
-    static const char *const lines[] = {
-        "#SBATCH --job-name=big\n", "#SBATCH --nodes=4\n", "#SBATCH --ntasks-per-node=1\n",
-        "#SBATCH --gpus-per-node=8\n", "#SBATCH --cpus-per-task=32\n", "#SBATCH --mem=256G\n",
-        "#SBATCH --time=1-02:03:04\n", "#SBATCH --partition=gpu\n", "#SBATCH --account=ml\n",
-        "#SBATCH --qos=high\n", "#SBATCH --constraint=h100\n", "#SBATCH --exclusive\n",
-        "#SBATCH --output=big-%j.out\n", "#SBATCH --error=big-%j.err\n", "#SBATCH --open-mode=append\n",
-        "#SBATCH --signal=B:USR1@90\n", "#SBATCH --requeue\n", "#SBATCH --mail-type=END\n",
-        "#SBATCH --comment=x y\n",
-        "JOB='jobs/big job.yaml'", /* quoted for the shell */
-        "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" &\n", "trap '", "kill -USR1 \"$step\"",
-        "if [ \"$status\" = 75 ]; then", "scontrol requeue \"$SLURM_JOB_ID\"", "exit \"$status\"\n",
-        "DTRAIN_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom", "export DTRAIN_JOB_TOKEN", "4 nodes",
-        "forks 8 ranks"};
+    static const char *const lines[] = {"#SBATCH --job-name=big\n",
+                                        "#SBATCH --nodes=4\n",
+                                        "#SBATCH --ntasks-per-node=1\n",
+                                        "#SBATCH --gpus-per-node=8\n",
+                                        "#SBATCH --cpus-per-task=32\n",
+                                        "#SBATCH --mem=256G\n",
+                                        "#SBATCH --time=1-02:03:04\n",
+                                        "#SBATCH --partition=gpu\n",
+                                        "#SBATCH --account=ml\n",
+                                        "#SBATCH --qos=high\n",
+                                        "#SBATCH --constraint=h100\n",
+                                        "#SBATCH --exclusive\n",
+                                        "#SBATCH --output=big-%j.out\n",
+                                        "#SBATCH --error=big-%j.err\n",
+                                        "#SBATCH --open-mode=append\n",
+                                        "#SBATCH --signal=B:USR1@90\n",
+                                        "#SBATCH --requeue\n",
+                                        "#SBATCH --mail-type=END\n",
+                                        "#SBATCH --comment=x y\n",
+                                        "JOB='jobs/big job.yaml'", /* quoted for the shell */
+                                        "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
+                                        "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} &\n",
+                                        "trap '",
+                                        "kill -USR1 \"$step\"",
+                                        "if [ \"$status\" = 75 ]; then",
+                                        "scontrol requeue \"$SLURM_JOB_ID\"",
+                                        "exit \"$status\"\n",
+                                        "DTRAIN_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom",
+                                        "export DTRAIN_JOB_TOKEN",
+                                        "4 nodes",
+                                        "forks 8 ranks"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         has(s, lines[i]);
     /* every #SBATCH line comes before the first command, or sbatch ignores it */
@@ -115,11 +134,12 @@ static void render_minimal(void **state)
     assert_int_equal(rc, 0);
     has(s, "#SBATCH --nodes=2\n");
     has(s, "JOB=small.yaml  #");
-    has(s, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\"\n");
+    has(s, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
+           "\"$DTRAIN_LOG_DIR\"}\n");
     has(s, "rendezvous.auth is none");
-    static const char *const absent[] = {"--partition", "--account", "--qos", "--constraint", "--exclusive",
-                                         "--gpus", "--cpus", "--mem", "--time", "--requeue", "--signal",
-                                         "DTRAIN_JOB_TOKEN=", "trap"};
+    static const char *const absent[] = {
+        "--partition", "--account", "--qos",     "--constraint", "--exclusive",       "--gpus", "--cpus",
+        "--mem",       "--time",    "--requeue", "--signal",     "DTRAIN_JOB_TOKEN=", "trap"};
     for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
         lacks(s, absent[i]);
     free(s);
@@ -147,7 +167,8 @@ static void render_refuses(void **state)
     int rc;
     free(render(job, "l.yaml", &rc));
     assert_int_equal(rc, DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "l.yaml: scheduler: local; an sbatch script needs scheduler: slurm"));
+    assert_non_null(
+        strstr(dt_error_last(), "l.yaml: scheduler: local; an sbatch script needs scheduler: slurm"));
     dt_job_free(job);
     job = load("name: l\nscheduler: slurm\ncommand: [a]\nslurm: {partition: \"gpu\\nrm -rf /\"}\n");
     free(render(job, "l.yaml", &rc));
@@ -162,10 +183,18 @@ static void discover_batch_job(void **state)
 {
     (void)state;
     struct dt_job *job = load(JOB2 "rendezvous: {port: 1}\n"); /* port 1: never checked on node 1 */
-    char *env[] = {"ENVIRONMENT=BATCH", "SLURM_JOB_ID=4242", "SLURM_NODEID=1", "SLURM_PROCID=1",
-                   "SLURM_STEP_NUM_NODES=2", "SLURM_NNODES=2", "SLURM_STEP_NUM_TASKS=2",
-                   "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_JOB_NODELIST=gpu[07-08]", "SLURMD_NODENAME=gpu08",
-                   "SLURM_LAUNCH_NODE_IPADDR=10.1.2.3", NULL};
+    char *env[] = {"ENVIRONMENT=BATCH",
+                   "SLURM_JOB_ID=4242",
+                   "SLURM_NODEID=1",
+                   "SLURM_PROCID=1",
+                   "SLURM_STEP_NUM_NODES=2",
+                   "SLURM_NNODES=2",
+                   "SLURM_STEP_NUM_TASKS=2",
+                   "SLURM_STEP_NODELIST=gpu[07-08]",
+                   "SLURM_JOB_NODELIST=gpu[07-08]",
+                   "SLURMD_NODENAME=gpu08",
+                   "SLURM_LAUNCH_NODE_IPADDR=10.1.2.3",
+                   NULL};
     struct dt_adapter_node n;
     assert_int_equal(dt_slurm_discover(job, env, &n), 0);
     assert_int_equal(n.node_rank, 1);
@@ -181,8 +210,14 @@ static void discover_derives_port(void **state)
 {
     (void)state;
     struct dt_job *job = load(JOB2);
-    char *env[] = {"ENVIRONMENT=BATCH", "SLURM_JOB_ID=1234567", "SLURM_NODEID=0", "SLURM_NNODES=2",
-                   "SLURM_JOB_NODELIST=n[1-2]", "SLURMD_NODENAME=n1", "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1", NULL};
+    char *env[] = {"ENVIRONMENT=BATCH",
+                   "SLURM_JOB_ID=1234567",
+                   "SLURM_NODEID=0",
+                   "SLURM_NNODES=2",
+                   "SLURM_JOB_NODELIST=n[1-2]",
+                   "SLURMD_NODENAME=n1",
+                   "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
+                   NULL};
     struct dt_adapter_node n;
     if (dt_slurm_discover(job, env, &n) != 0)
         fail_msg("%s", dt_error_last());
@@ -206,8 +241,13 @@ static void discover_port_taken(void **state)
     char yaml[256];
     snprintf(yaml, sizeof yaml, JOB2 "rendezvous: {port: %d}\n", ntohs(a.sin_port));
     struct dt_job *job = load(yaml);
-    char *env[] = {"ENVIRONMENT=BATCH", "SLURM_JOB_ID=7", "SLURM_NODEID=0", "SLURM_NNODES=2",
-                   "SLURM_JOB_NODELIST=n[1-2]", "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1", NULL};
+    char *env[] = {"ENVIRONMENT=BATCH",
+                   "SLURM_JOB_ID=7",
+                   "SLURM_NODEID=0",
+                   "SLURM_NNODES=2",
+                   "SLURM_JOB_NODELIST=n[1-2]",
+                   "SLURM_LAUNCH_NODE_IPADDR=127.0.0.1",
+                   NULL};
     struct dt_adapter_node n;
     assert_int_equal(dt_slurm_discover(job, env, &n), DT_EIO);
     has(dt_error_last(), "already in use on node 0; set rendezvous.port to a free port");
@@ -219,8 +259,12 @@ static void discover_outside_batch_resolves(void **state)
 {
     (void)state;
     struct dt_job *job = load(JOB2 "rendezvous: {port: 1}\n");
-    char *env[] = {"SLURM_JOB_ID=9", "SLURM_NODEID=1", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=localhost,n2",
-                   "SLURM_LAUNCH_NODE_IPADDR=10.9.9.9", NULL};
+    char *env[] = {"SLURM_JOB_ID=9",
+                   "SLURM_NODEID=1",
+                   "SLURM_NNODES=2",
+                   "SLURM_JOB_NODELIST=localhost,n2",
+                   "SLURM_LAUNCH_NODE_IPADDR=10.9.9.9",
+                   NULL};
     struct dt_adapter_node n;
     assert_int_equal(dt_slurm_discover(job, env, &n), 0);
     assert_true(strcmp(n.coord_host, "127.0.0.1") == 0 || strcmp(n.coord_host, "::1") == 0);
@@ -240,24 +284,33 @@ struct bad_env {
 static const struct bad_env bad_envs[] = {
     {{"SLURM_NODEID=0", NULL}, DT_ENOTFOUND, "SLURM_JOB_ID is not set: this is not a Slurm job"},
     {{"SLURM_JOB_ID=5", "SLURM_NNODES=2", NULL}, DT_ENOTFOUND, "SLURM_NODEID is not set"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", NULL}, DT_ENOTFOUND, "neither SLURM_STEP_NUM_NODES nor SLURM_NNODES"},
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", NULL},
+     DT_ENOTFOUND,
+     "neither SLURM_STEP_NUM_NODES nor SLURM_NNODES"},
     {{"SLURM_JOB_ID=5", "SLURM_NODEID=x", "SLURM_NNODES=2", NULL}, DT_EINVAL, "SLURM_NODEID='x'"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=3", NULL}, DT_EINVAL,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=3", NULL},
+     DT_EINVAL,
      "job.yaml: nodes: 2, but this Slurm step runs on 3 nodes (SLURM_NNODES)"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_STEP_NUM_NODES=1", "SLURM_NNODES=2", NULL}, DT_EINVAL,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_STEP_NUM_NODES=1", "SLURM_NNODES=2", NULL},
+     DT_EINVAL,
      "runs on 1 node (SLURM_STEP_NUM_NODES)"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_STEP_NUM_TASKS=4", NULL}, DT_EINVAL,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_STEP_NUM_TASKS=4", NULL},
+     DT_EINVAL,
      "srun started 4 tasks on 2 nodes; dtrain needs exactly one agent per node"},
     {{"SLURM_JOB_ID=5", "SLURM_NODEID=2", "SLURM_NNODES=2", NULL}, DT_EINVAL, "SLURM_NODEID=2, but the step"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", NULL}, DT_ENOTFOUND,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", NULL},
+     DT_ENOTFOUND,
      "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-", NULL}, DT_EINVAL,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-", NULL},
+     DT_EINVAL,
      "SLURM_JOB_NODELIST: hostlist \"n[1-\": column 5"},
-    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-3]", NULL}, DT_EINVAL,
+    {{"SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-3]", NULL},
+     DT_EINVAL,
      "SLURM_JOB_NODELIST='n[1-3]' names 3 hosts, but the step has 2 nodes"},
     {{"ENVIRONMENT=BATCH", "SLURM_JOB_ID=5", "SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=n[1-2]",
       "SLURMD_NODENAME=n2", "SLURM_LAUNCH_NODE_IPADDR=10.0.0.1", NULL},
-     DT_EINVAL, "node 0 is n1 by SLURM_JOB_NODELIST, but srun runs on n2"},
+     DT_EINVAL,
+     "node 0 is n1 by SLURM_JOB_NODELIST, but srun runs on n2"},
 };
 
 static void discover_names_what_is_wrong(void **state)
@@ -268,8 +321,8 @@ static void discover_names_what_is_wrong(void **state)
         struct dt_adapter_node n;
         int rc = dt_slurm_discover(job, (char *const *)bad_envs[i].vars, &n);
         if (rc != bad_envs[i].code || !strstr(dt_error_last(), bad_envs[i].needle))
-            fail_msg("case %zu: got %d \"%s\", expected %d with \"%s\"", i, rc, dt_error_last(), bad_envs[i].code,
-                     bad_envs[i].needle);
+            fail_msg("case %zu: got %d \"%s\", expected %d with \"%s\"", i, rc, dt_error_last(),
+                     bad_envs[i].code, bad_envs[i].needle);
     }
     dt_job_free(job);
 }
@@ -278,10 +331,11 @@ static void parses_job_info(void **state)
 {
     (void)state;
     struct dt_slurm_job_info i = {.exit_status = -1};
-    dt_slurm_parse_job_info("JobId=12 JobName=q UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) "
-                            "Requeue=1 Restarts=2 BatchFlag=1 ExitCode=0:0 ReqNodeList=(null) "
-                            "ExcNodeList=(null) NodeList=n[1-2] BatchHost=n1\n",
-                            &i);
+    dt_slurm_parse_job_info(
+        "JobId=12 JobName=q UserId=root(0) JobState=RUNNING Reason=None Dependency=(null) "
+        "Requeue=1 Restarts=2 BatchFlag=1 ExitCode=0:0 ReqNodeList=(null) "
+        "ExcNodeList=(null) NodeList=n[1-2] BatchHost=n1\n",
+        &i);
     assert_string_equal(i.state, "RUNNING");
     assert_string_equal(i.reason, "None");
     assert_string_equal(i.nodes, "n[1-2]");
