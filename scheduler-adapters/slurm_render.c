@@ -65,14 +65,14 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
                  job->nproc_per_node == 1 ? "" : "s");
     fprintf(out,
             "#!/bin/bash\n"
-            "# %s.sbatch - job '%s' for Slurm, rendered by `dtrain render slurm %s`.\n"
+            "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
             "#\n"
             "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n"
             "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
             "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
             "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
             "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
-            job->name, job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node,
+            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node,
             job->log_dir ? job->log_dir : "runs", job->name);
 }
 
@@ -143,8 +143,7 @@ static void print_run(const struct dt_job *job, FILE *out)
             "# the trainer writes a checkpoint and stops with status %d, and the job is requeued (same\n"
             "# job id, same run directory): the next run resumes from that checkpoint.\n"
             "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
-            "\"$step\" "
-            "2>/dev/null; interrupted=1' USR1\n"
+            "\"${step:-}\" 2>/dev/null; interrupted=1' USR1\n"
             "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
             "\"$DTRAIN_LOG_DIR\"} &\n"
             "step=$!\n"

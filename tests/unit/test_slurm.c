@@ -103,7 +103,7 @@ static void render_every_option(void **state)
                                         "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
                                         "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} &\n",
                                         "trap '",
-                                        "kill -USR1 \"$step\"",
+                                        "kill -USR1 \"${step:-}\"",
                                         "if [ \"$status\" = 75 ]; then",
                                         "scontrol requeue \"$SLURM_JOB_ID\"",
                                         "exit \"$status\"\n",
