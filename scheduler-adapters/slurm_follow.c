@@ -111,15 +111,36 @@ static void cancel(const char *id, bool kill_now)
         dt_log_error("scancel %s failed: %s", id, rc < 0 ? dt_error_last() : err);
 }
 
+/* Pending reasons that no amount of waiting cures (squeue(1), JOB REASON CODES). */
+static bool hopeless(const char *reason)
+{
+    static const char *const never[] = {"PartitionConfig",
+                                        "PartitionNodeLimit",
+                                        "PartitionTimeLimit",
+                                        "BadConstraints",
+                                        "InvalidAccount",
+                                        "InvalidQOS",
+                                        NULL};
+    for (int i = 0; never[i]; i++)
+        if (strcmp(reason, never[i]) == 0)
+            return true;
+    return false;
+}
+
 static void say_state(const struct dt_slurm_follow *f, const struct dt_slurm_job_info *now,
                       const struct dt_slurm_job_info *before)
 {
     if (now->restarts > before->restarts)
         dt_log_warn("Slurm job %s was requeued (restart %d); its output continues below", f->job_id,
                     now->restarts);
-    if (strcmp(now->state, before->state) == 0)
+    if (strcmp(now->state, before->state) == 0 && strcmp(now->reason, before->reason) == 0)
         return;
-    if (strcmp(now->state, "PENDING") == 0)
+    if (strcmp(now->state, "PENDING") == 0 && hopeless(now->reason))
+        dt_log_warn("Slurm job %s is pending (%s): it cannot start as the partition is configured (too many "
+                    "nodes, a time limit or constraint it cannot meet, an account or QOS it does not know); "
+                    "Ctrl-C cancels it",
+                    f->job_id, now->reason);
+    else if (strcmp(now->state, "PENDING") == 0)
         dt_log_info("Slurm job %s is pending (%s)", f->job_id,
                     now->reason[0] && strcmp(now->reason, "None") ? now->reason : "queued");
     else if (strcmp(now->state, "RUNNING") == 0)
