@@ -118,7 +118,7 @@ for rep in $(seq "$REPS"); do
     sps[$ov]=$(printf '%s\n%s\n' "${sps[$ov]}" "$s1" | sort -g | tail -n 1)
   done
 done
-ms() { echo "$1*1000" | bc -l; }
+ms() { echo "($1)*1000" | bc -l; }
 pct() { echo "100*($1 - $2)/$3" | bc -l; }
 for ov in true false; do
   printf "overlap %-5s step %.2f ms; all-reduce alone %.2f ms (%.0f samples/s)\n" "$ov" "$(ms "${step[$ov]}")" \
