@@ -7,7 +7,10 @@
 #include <string.h>
 
 /* Each adapter file defines one of these; list it below when it lands. */
+extern const struct dt_adapter dt_adapter_local;
+
 static const struct dt_adapter *const adapters[] = {
+    &dt_adapter_local,
     NULL,
 };
 
