@@ -155,6 +155,41 @@ void dt_agent_plan_say_env(const struct dt_job *job, int nproc);
 /* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
 void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 
+/* --- restart rounds across nodes (agent_round.c) ------------------------- */
+
+/* One node of a multi-node job: its agent's link to the others through the
+ * coordinator's store (membership, the round counter, the first failure). */
+struct dt_agent_round;
+
+struct dt_agent_round_config {
+    const struct dt_job *job;
+    int node_rank, nnodes, nproc;
+    const char *coord_host; /* how this agent reaches the coordinator */
+    int coord_port;
+    const char *token;      /* NULL with auth: none */
+    double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
+    double grace_s;
+    struct dt_coord *coord; /* node 0: the coordinator it hosts (for the refusal watch), else NULL */
+};
+
+/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
+ * coordinator that cannot be reached is an error naming host:port. */
+int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out);
+/* The run id every node uses: run_id as given (node 0 publishes it), or
+ * node 0 makes one and the others read it. */
+int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n);
+/* Returns when all nnodes nodes joined; an error naming the missing ones
+ * after rendezvous.timeout. */
+int dt_agent_round_wait_all(struct dt_agent_round *r);
+/* The hooks that make dt_agent_run restart in step with the other nodes. */
+void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
+/* Ends the job everywhere with `status` (the first abort stands). */
+int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
+/* After dt_agent_run: passes an interruption or failure on to the other
+ * nodes, then leaves (node 0 first waits, bounded, for the others to go). */
+void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res);
+void dt_agent_round_close(struct dt_agent_round *r);
+
 /* --- environment (agent_env.c) ------------------------------------------ */
 
 /* The environment of one rank: `base` (normally environ) without the names
