@@ -369,10 +369,11 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
                                  .timeout_s = cfg->timeout_s};
     int rc = dt_store_connect(&o, &r->store);
     if (rc) {
+        dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
+                        "rendezvous.timeout (%gs)",
+                        cfg->node_rank, r->coord, cfg->timeout_s);
         free(r);
-        return dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
-                               "rendezvous.timeout (%gs)",
-                               cfg->node_rank, r->coord, cfg->timeout_s);
+        return rc;
     }
     char host[256] = "?";
     gethostname(host, sizeof host);
