@@ -106,6 +106,8 @@ struct dt_agent_failure {
     char error_message[1024]; /* the "message" in that file, "" if none */
     int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
+    int node;                 /* the node it ran on (another node's, in node 0's multi-node summary) */
+    char host[256];           /* that node's host name when it was another node, else "" */
 };
 
 struct dt_agent_result {

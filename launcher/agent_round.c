@@ -251,6 +251,8 @@ static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res,
     memset(ff, 0, sizeof *ff);
     if (sscanf(next_line(&p), "%d %d %d %d", &ff->rank, &ff->wstatus, &node, &n_tail) == 4) {
         char *host = next_line(&p);
+        ff->node = node;
+        snprintf(ff->host, sizeof ff->host, "%s", host);
         snprintf(ff->error_file, sizeof ff->error_file, "%s", next_line(&p));
         snprintf(ff->error_message, sizeof ff->error_message, "%s", next_line(&p));
         for (int i = 0; i < n_tail && i < DT_AGENT_TAIL_LINES && p; i++)

@@ -103,7 +103,7 @@ failjob 0 >"$T/f0.yaml"
 agents "$T/f0.yaml" 2 f0
 check "with no restarts left both agents exit with the failed rank's status 3" test "$(rc_of f0.0)$(rc_of f0.1)" = 33
 sum=$(ls "$T"/runs-f0/failjob-*/summary.json)
-contains "$sum" '"first_failure": \{"attempt": 0, "rank": 3, "exit_code": 3' "node 0's summary.json names rank 3 on node 1 as the first failure"
+contains "$sum" '"first_failure": \{"attempt": 0, "rank": 3, "node": 1, "host": "[^"]+", "exit_code": 3' "node 0's summary.json names rank 3 on node 1 as the first failure"
 contains "$sum" '"stderr_tail": \["rank 3 breaks"\]' "and carries its last stderr line"
 
 # --- a node 1 that cannot reach the coordinator ----------------------------------
