@@ -8,9 +8,11 @@
 
 /* Each adapter file defines one of these; list it below when it lands. */
 extern const struct dt_adapter dt_adapter_local;
+extern const struct dt_adapter dt_adapter_kubernetes;
 
 static const struct dt_adapter *const adapters[] = {
     &dt_adapter_local,
+    &dt_adapter_kubernetes,
     NULL,
 };
 
