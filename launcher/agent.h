@@ -108,8 +108,8 @@ struct dt_agent_attempt {
     double start_s, end_s;
     int first_failed;                   /* local rank index of the first failure, or -1 */
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
-    int hung;                           /* local rank index the watchdog declared hung, or -1 */
     struct dt_agent_rank_result *ranks; /* nproc entries */
+    int hung;                           /* local rank index the watchdog declared hung, or -1 */
 };
 
 struct dt_agent_failure {
