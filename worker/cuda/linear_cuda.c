@@ -217,9 +217,9 @@ static int run_best(struct dt_cuda_ctx *k, const struct bwd *a)
     struct dt_cuda_choice *c = find_choice(k, a);
     if (!c) {
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        bool can_time = !a->accumulate && k->n_choices < DT_CUDA_CHOICES &&
+        bool can_time = k->autotune && !a->accumulate && k->n_choices < DT_CUDA_CHOICES &&
                         cudaStreamIsCapturing(k->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
-        if (!can_time) /* accumulating or capturing: a safe way, not timed */
+        if (!can_time) /* no tuning, accumulating or capturing: a safe way, not timed */
             return run_variant(k, a, nv == V_COUNT ? V_OWN : V_SEPARATE);
         c = &k->choice[k->n_choices++];
         *c = (struct dt_cuda_choice){.kind = a->op, .act = (int)a->act, .t = (int)a->t, .B = a->B, .in = a->in,
