@@ -53,8 +53,20 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
             num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s, (long long)m->total_steps);
     for (int i = 0; i < DT_METRICS_SPLIT; i++)
         fprintf(m->f, ", \"%s\": %s", dt_metrics_split_names[i], num(a[5], 32, m->split[i]));
+    for (int k = 0; k < 2 && m->gpu_ranks > 0; k++) {
+        fputs(k ? ", \"gpu_mem_mib\": [" : ", \"gpu_util_pct\": [", m->f);
+        for (int r = 0; r < m->gpu_ranks; r++)
+            fprintf(m->f, "%s%s", r ? ", " : "", num(a[5], 32, m->gpu[2 * r + k]));
+        fputc(']', m->f);
+    }
     fputs("}\n", m->f);
     fflush(m->f);
+}
+
+void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks)
+{
+    m->gpu_ranks = ranks < DT_METRICS_GPU_RANKS ? ranks : DT_METRICS_GPU_RANKS;
+    memcpy(m->gpu, util_mem, 2 * (size_t)m->gpu_ranks * sizeof *util_mem);
 }
 
 void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy)
