@@ -176,6 +176,14 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     *out = NULL;
     if (c->n_layers < 1 || c->n_layers > DT_ENGINE_MAX_LAYERS)
         return dt_error_set(DT_EINVAL, "cuda trainer: %d layers, 1..%d supported", c->n_layers, DT_ENGINE_MAX_LAYERS);
+    int ngpu = 0;
+    cudaError_t ge = cudaGetDeviceCount(&ngpu);
+    if (ge != cudaSuccess || ngpu < 1) {
+        cudaGetLastError();
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: no usable CUDA GPU on this machine (%s); use "
+                                             "device: cpu here",
+                            ge != cudaSuccess ? cudaGetErrorString(ge) : "no device found");
+    }
     struct dt_dev_model *d = calloc(1, sizeof *d);
     if (!d)
         return dt_error_set(DT_ENOMEM, "cuda trainer: no memory");
