@@ -91,7 +91,12 @@ struct dt_dev_config {
     int dims[18];                   /* in, hidden..., classes (n_layers + 1 entries) */
     enum dt_kact act;
     int batch, max_batch;           /* training batch (graphs are captured for it); most rows at once */
-    bool bf16;                      /* GEMMs in bf16 with fp32 master weights (trainer.amp.dtype bf16) */
+    bool bf16, fp16;                /* GEMMs in bf16 / fp16 with fp32 master weights (trainer.amp.dtype) */
+    /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device):
+     * dynamic from init_scale, or a fixed loss_scale */
+    bool dynamic_scale;
+    double loss_scale, init_scale, growth_factor, backoff_factor;
+    int growth_interval;
     bool cuda_graph;                /* capture the whole step once and replay it */
     double beta2, eps, weight_decay, grad_clip;
     const struct dt_dataset *train, *test;

@@ -34,9 +34,6 @@ static int check_spec(const struct dt_trainer_spec *s)
     if (s->device == DT_DEVICE_CUDA && !dt_device_kernels_find("cuda"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
-    if (s->device == DT_DEVICE_CUDA && s->amp.dtype == DT_AMP_FP16)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.amp.dtype fp16 on cuda: the CUDA kernels compute in fp32 "
-                                             "and bf16; use amp: {dtype: bf16} (no loss scaling needed)");
     if (s->device == DT_DEVICE_CPU && s->amp.dtype != DT_AMP_OFF)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.amp: mixed precision is not built into the CPU trainer");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)

@@ -32,7 +32,10 @@ int dt_trainer_device_create(struct dt_trainer *t)
     struct dt_dev_config c = {
         .device = -1, .n_layers = m->n_layers, .act = m->layer[0].act, .batch = s->data.batch_size,
         .max_batch = t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
-        .bf16 = s->amp.dtype == DT_AMP_BF16, .cuda_graph = s->cuda_graph, .beta2 = s->optimizer.beta2,
+        .bf16 = s->amp.dtype == DT_AMP_BF16, .fp16 = s->amp.dtype == DT_AMP_FP16,
+        .dynamic_scale = s->amp.dynamic, .loss_scale = s->amp.loss_scale, .init_scale = s->amp.init_scale,
+        .growth_factor = s->amp.growth_factor, .backoff_factor = s->amp.backoff_factor,
+        .growth_interval = s->amp.growth_interval, .cuda_graph = s->cuda_graph, .beta2 = s->optimizer.beta2,
         .eps = s->optimizer.eps, .weight_decay = s->optimizer.weight_decay, .grad_clip = s->optimizer.grad_clip,
         .train = &t->train, .test = &t->test, .rank = t->rank, .world = t->world, .shuffle = s->data.shuffle,
         .drop_last = s->data.drop_last, .seed = s->seed, .comm = t->comm,
@@ -44,7 +47,10 @@ int dt_trainer_device_create(struct dt_trainer *t)
     int rc = t->devk->create(&c, &t->dev);
     free(buckets); /* the engine keeps its own copy */
     if (!rc && t->rank == 0)
-        dt_log_info("training on %s: %s, CUDA graphs %s", name, c.bf16 ? "bf16 GEMMs, fp32 master weights" : "fp32",
+        dt_log_info("training on %s: %s, CUDA graphs %s", name,
+                    c.bf16   ? "bf16 GEMMs, fp32 master weights"
+                    : c.fp16 ? "fp16 GEMMs, fp32 master weights, loss scaling on the device"
+                             : "fp32",
                     c.cuda_graph ? "on" : "off");
     return rc;
 }

@@ -10,8 +10,12 @@
  *   - a run stopped at a checkpoint and resumed equals the straight run, bit
  *     for bit (both with DTRAIN_CUDA_TUNE=0: kernels chosen by timing may
  *     differ from run to run in the last bits);
- *   - bf16 (fp32 master weights) learns like fp32: test accuracy within 2
- *     points after 125 steps.
+ *   - bf16 and fp16 (fp32 master weights; fp16 with GradScaler's dynamic loss
+ *     scale on the device) learn like fp32: test accuracy within 2 points
+ *     after 125 steps;
+ *   - fp16 overflow: a fixed loss scale of 1e30 makes every step skip
+ *     (parameters after 5 and 10 steps are the same bits), and a dynamic scale
+ *     starting at 2^40 backs off on its own and still learns.
  */
 #include "tests/gpu/gpu_buffers.h"
 
@@ -170,32 +174,52 @@ static void test_resume(void)
     free(straight.p), free(first.p), free(resumed.p);
 }
 
-static void test_bf16(void)
+static void test_amp(void)
 {
     struct dt_trainer_spec s;
-    struct run f32 = {0}, b16 = {0};
+    struct run f32 = {0}, b16 = {0}, f16 = {0};
     spec_for(&s, DT_DEVICE_CUDA, 125, 512);
     s.cuda_graph = true;
     int rc = train(&s, NULL, 0, &f32);
     s.amp.dtype = DT_AMP_BF16;
-    rc = rc ? rc : train(&s, NULL, 0, &b16);
-    gt_result(!rc && fabs(b16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && b16.s.test_accuracy > 0.8,
+    int rb = rc ? rc : train(&s, NULL, 0, &b16);
+    s.amp.dtype = DT_AMP_FP16;
+    int rh = rc ? rc : train(&s, NULL, 0, &f16);
+    gt_result(!rb && fabs(b16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && b16.s.test_accuracy > 0.8,
               "bf16 (fp32 master weights) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, loss %.4f vs %.4f",
               b16.s.test_accuracy, f32.s.test_accuracy, b16.s.final_loss, f32.s.final_loss);
-    free(f32.p), free(b16.p);
+    gt_result(!rh && fabs(f16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && f16.s.test_accuracy > 0.8,
+              "fp16 (dynamic loss scale on the device) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, "
+              "loss %.4f vs %.4f",
+              f16.s.test_accuracy, f32.s.test_accuracy, f16.s.final_loss, f32.s.final_loss);
+    free(f32.p), free(b16.p), free(f16.p);
 }
 
-static void test_fp16_refused(void)
+static void test_fp16_overflow(void)
 {
     struct dt_trainer_spec s;
-    spec_for(&s, DT_DEVICE_CUDA, 5, 64);
+    struct run five = {0}, ten = {0}, dyn = {0};
+    spec_for(&s, DT_DEVICE_CUDA, 5, 256);
+    s.cuda_graph = true;
     s.amp.dtype = DT_AMP_FP16;
-    struct dt_trainer *t = NULL;
-    struct dt_trainer_options o = {.run_dir = "/tmp", .quiet = true};
-    int rc = dt_trainer_create(&s, &o, &t);
-    gt_result(rc == DT_EUNSUPPORTED && strstr(dt_error_last(), "fp16"), "amp fp16 on cuda is refused: %s",
-              rc ? dt_error_last() : "(accepted)");
-    dt_trainer_destroy(t);
+    s.amp.dynamic = false;
+    s.amp.loss_scale = 1e30;
+    int rc = train(&s, NULL, 0, &five);
+    s.steps = 10;
+    rc = rc ? rc : train(&s, NULL, 0, &ten);
+    gt_result(!rc && same_bits(&five, &ten) && five.s.test_accuracy < 0.3,
+              "fp16 with a fixed loss scale of 1e30: every step overflows and is skipped (same parameters after 5 "
+              "and 10 steps, test accuracy %.4f)",
+              five.s.test_accuracy);
+    s.amp.dynamic = true;
+    s.amp.init_scale = 1099511627776.0; /* 2^40: the first ~26 steps overflow */
+    s.steps = 125;
+    s.data.batch_size = 512;
+    rc = train(&s, NULL, 0, &dyn);
+    gt_result(!rc && dyn.s.test_accuracy > 0.75,
+              "fp16 with a dynamic scale from 2^40: it backs off and learns (test accuracy %.4f after 125 steps)",
+              dyn.s.test_accuracy);
+    free(five.p), free(ten.p), free(dyn.p);
 }
 
 int main(void)
@@ -212,7 +236,7 @@ int main(void)
     test_graph_identical(2);
     test_resume();
     unsetenv("DTRAIN_CUDA_TUNE");
-    test_bf16();
-    test_fp16_refused();
+    test_amp();
+    test_fp16_overflow();
     return gt_finish();
 }

@@ -59,7 +59,7 @@ static int alloc_model(struct dt_dev_model *d)
     if (rc)
         return rc;
     d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
-    if (d->t == DT_CUDA_BF16 && (rc = dmalloc(&d->plow, d->n * 2, "the bf16 parameters")))
+    if (d->t != DT_CUDA_F32 && (rc = dmalloc(&d->plow, d->n * 2, "the 16-bit parameters")))
         return rc;
     if ((rc = dmalloc(&d->x, B * (size_t)d->c.dims[0] * es, "the input batch")) ||
         (rc = dmalloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
@@ -151,7 +151,10 @@ static int upload_state(struct dt_dev_model *d)
     if (!rc && d->c.comm && d->c.world > 1 && dt_comm_broadcast(d->c.comm, d->p, d->n, DT_F32, 0))
         rc = dt_error_prefix("cuda trainer: broadcasting rank 0's parameters");
     if (!rc && d->plow)
-        rc = dt_cuda_cast(d->k, DT_CUDA_BF16, d->plow, DT_CUDA_F32, d->p, d->n);
+        rc = dt_cuda_cast(d->k, d->t, d->plow, DT_CUDA_F32, d->p, d->n);
+    float scale = (float)(d->c.dynamic_scale ? d->c.init_scale : d->c.loss_scale);
+    if (!rc && d->c.fp16)
+        rc = up(&d->sc->scale, &scale, sizeof scale, "uploading the loss scale");
     return rc ? rc : dt_cuda_sync(d->k);
 }
 
@@ -192,7 +195,7 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     d->nl = c->n_layers;
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
         d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
-    d->t = c->bf16 ? DT_CUDA_BF16 : DT_CUDA_F32;
+    d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
     d->act = c->act == DT_KACT_GELU ? DT_CUDA_ACT_GELU : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU : DT_CUDA_ACT_NONE;
     d->order_epoch = -1;
     layout(d);

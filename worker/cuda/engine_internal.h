@@ -43,7 +43,10 @@ struct dt_engine_scalars {
     float loss;             /* the last micro-batch's summed loss */
     float sumsq;            /* the last step's sum of squared gradients */
     float eval_loss;
-    int correct, eval_correct, pad;
+    int correct, eval_correct;
+    float scale;            /* fp16: the loss scale (GradScaler's) */
+    float found_inf;        /* fp16: this step's gradients held an inf or NaN (the step is skipped) */
+    int growth_tracker;     /* fp16: clean steps since the scale last changed */
 };
 
 /* A slot holds one step's inputs: lr and beta1 (doubles), then the batch's

@@ -11,6 +11,7 @@
  * Not for model math (act_cuda.cu, optim_cuda.cu, linear_cuda.c).
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 extern "C" {
 #include "comm/error.h" /* a C header without C++ guards */
@@ -28,6 +29,12 @@ __device__ __forceinline__ void put4(__nv_bfloat16 *x, size_t q, const float *v)
 {
     ((__nv_bfloat162 *)x)[2 * q] = __floats2bfloat162_rn(v[0], v[1]);
     ((__nv_bfloat162 *)x)[2 * q + 1] = __floats2bfloat162_rn(v[2], v[3]);
+}
+
+__device__ __forceinline__ void put4(__half *x, size_t q, const float *v)
+{
+    ((__half2 *)x)[2 * q] = __floats2half2_rn(v[0], v[1]);
+    ((__half2 *)x)[2 * q + 1] = __floats2half2_rn(v[2], v[3]);
 }
 
 /* One thread per 4 pixels (px4 = px / 4 groups a row): 32-bit index math,
@@ -72,6 +79,8 @@ extern "C" int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, i
         grid = 1;
     if (t == DT_CUDA_BF16)
         gather_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)x, y, images, labels, idx, first, B, px / 4, lut);
+    else if (t == DT_CUDA_F16)
+        gather_kernel<<<grid, 256, 0, s>>>((__half *)x, y, images, labels, idx, first, B, px / 4, lut);
     else
         gather_kernel<<<grid, 256, 0, s>>>((float *)x, y, images, labels, idx, first, B, px / 4, lut);
     return launched("batch gather kernel launch");

@@ -101,7 +101,8 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
         rc = dt_engine_forward(d, B);
     if (!rc)
         rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1], d->y,
-                              B, C, dscale, NULL, count_loss ? &d->sc->loss_acc : NULL);
+                              B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
+                              count_loss ? &d->sc->loss_acc : NULL);
     if (!rc)
         rc = backward(d, B, accumulate, communicate);
     return rc;
@@ -114,11 +115,24 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
 static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
 {
     struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2, .eps = d->c.eps, .weight_decay = d->c.weight_decay,
-                                   .grad_scale = 1.0f};
-    int rc = d->c.grad_clip > 0 ? dt_cuda_sumsq(d->k, &d->sc->sumsq, d->g, d->n) : 0;
+                                   .grad_scale = 1.0f, .lowp_f16 = d->c.fp16};
+    struct dt_engine_scalars *sc = d->sc;
+    int rc = 0;
+    /* fp16, as torch's GradScaler: unscale_ (g /= scale, found_inf), clip,
+     * step (skipped on found_inf, AdamW's count unchanged), update (backoff
+     * on inf, growth after growth_interval clean steps). */
+    if (d->c.fp16)
+        rc = dt_cuda_zero(d->k, &sc->found_inf, sizeof sc->found_inf);
+    if (!rc && d->c.fp16)
+        rc = dt_cuda_unscale_check(d->k, d->g, d->n, &sc->scale, &sc->found_inf);
+    if (!rc && d->c.grad_clip > 0)
+        rc = dt_cuda_sumsq(d->k, &sc->sumsq, d->g, d->n);
     if (!rc)
-        rc = dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &d->sc->sumsq,
-                               (float)d->c.grad_clip, &d->sc->adam_step, NULL, NULL);
+        rc = dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
+                               (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+    if (!rc && d->c.fp16 && d->c.dynamic_scale)
+        rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
+                                   (float)d->c.growth_factor, (float)d->c.backoff_factor, d->c.growth_interval);
     return rc;
 }
 

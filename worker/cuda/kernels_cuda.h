@@ -5,9 +5,9 @@
  * Shapes and layouts are the CPU table's (worker/kernels.h): activations are
  * row-major [B, features], a Linear weight is [out, in], y = x W^T + b, and
  * parameters and gradients are flat fp32 arenas in PyTorch's order.  With
- * bf16 the GEMMs read bf16 activations and a bf16 copy of the parameters
- * (written by the AdamW kernel) and accumulate in fp32; gradients, the master
- * weights and the optimizer state stay fp32.
+ * bf16 (or fp16) the GEMMs read 16-bit activations and a 16-bit copy of the
+ * parameters (written by the AdamW kernel) and accumulate in fp32; gradients,
+ * the master weights and the optimizer state stay fp32.
  *
  * Everything is enqueued on the context's stream and returns at once; nothing
  * here synchronises with the host (loss, hit count and found-inf stay on the
@@ -36,7 +36,8 @@
 extern "C" {
 #endif
 
-enum dt_cuda_dtype { DT_CUDA_F32, DT_CUDA_BF16 };
+/* F16 is IEEE half (AMP fp16: the loss must be scaled, see dt_cuda_unscale_check). */
+enum dt_cuda_dtype { DT_CUDA_F32, DT_CUDA_BF16, DT_CUDA_F16 };
 
 /* GELU is torch's exact erf form (approximate='none': what the CPU table
  * computes; its GEMM fuses the bias, an own kernel applies erf); GELU_TANH is
@@ -115,10 +116,11 @@ int dt_cuda_xent_acc(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits,
  * found_inf (may be NULL): when *found_inf != 0 the step is skipped entirely
  * and *step does not advance (torch's fused AdamW under GradScaler).
  * inv_from_scale (may be NULL): the AMP scale; gradients are divided by it.
- * p_lowp (may be NULL): receives bf16(p) for the next forward. */
+ * p_lowp (may be NULL): receives bf16(p) (fp16(p) with a->lowp_f16) for the next forward. */
 struct dt_cuda_adamw_args {
     double lr, beta1, beta2, eps, weight_decay; /* doubles, as torch's param group holds them */
     float grad_scale;                          /* clipping coefficient, 1 for none */
+    bool lowp_f16;                             /* p_lowp is fp16 (else bf16) */
 };
 int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp, size_t n,
                   const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,

@@ -19,9 +19,12 @@
 #include "comm/error.h"
 #include "worker/cuda/cuda_internal.h"
 
-static cudaDataType_t cuda_type(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType_t cuda_type(enum dt_cuda_dtype t)
+{
+    return t == DT_CUDA_BF16 ? CUDA_R_16BF : t == DT_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
-size_t dt_cuda_dtype_size(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? 2 : 4; }
+size_t dt_cuda_dtype_size(enum dt_cuda_dtype t) { return t == DT_CUDA_F32 ? 4 : 2; }
 
 static int64_t mask_ld(int rows) { return ((int64_t)rows + 127) / 128 * 128; }
 

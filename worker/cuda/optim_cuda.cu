@@ -12,6 +12,7 @@
  * Not for the layer kernels (act_cuda.cu, linear_cuda.c).
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 extern "C" {
@@ -25,8 +26,22 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
 __device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+/* The 16-bit copy of four updated parameters (bf16 or fp16). */
+__device__ __forceinline__ void store4(__nv_bfloat16 *pl, size_t q, float4 P)
+{
+    ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
+    ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
+}
+__device__ __forceinline__ void store4(__half *pl, size_t q, float4 P)
+{
+    ((__half2 *)pl)[2 * q] = __floats2half2_rn(P.x, P.y);
+    ((__half2 *)pl)[2 * q + 1] = __floats2half2_rn(P.z, P.w);
+}
 
 struct Partials {
     float *f;
@@ -161,7 +176,8 @@ struct AdamDyn {
 /* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
  * step-dependent scalars are computed in double once per block, as torch
  * computes them in Python floats.  16-byte loads when the arenas allow. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, __nv_bfloat16 *pl, size_t n,
+template <typename L>
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, L *pl, size_t n,
                              AdamScalars a, AdamDyn dyn, const int64_t *step, const float *found_inf,
                              const float *amp_scale, int vec)
 {
@@ -201,17 +217,15 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, __nv_
         P.z = adamw_one(P.z, G.z, M.z, V.z, a, gmul, neg_step, bc2_sqrt);
         P.w = adamw_one(P.w, G.w, M.w, V.w, a, gmul, neg_step, bc2_sqrt);
         ((float4 *)p)[q] = P, ((float4 *)m)[q] = M, ((float4 *)v)[q] = V;
-        if (pl) {
-            ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
-            ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
-        }
+        if (pl)
+            store4(pl, q, P);
     }
     for (size_t i = n4 * 4 + tid; i < n; i += stride) {
         float mi = m[i], vi = v[i];
         float pi = adamw_one(p[i], g[i], mi, vi, a, gmul, neg_step, bc2_sqrt);
         m[i] = mi, v[i] = vi, p[i] = pi;
         if (pl)
-            pl[i] = __float2bfloat16(pi);
+            store(pl, i, pi);
     }
 }
 
@@ -294,6 +308,15 @@ extern "C" int dt_cuda_xent_acc(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, voi
         else
             xent_kernel<__nv_bfloat16, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part,
                                                                     loss_sum, correct, loss_acc);
+    } else if (t == DT_CUDA_F16) {
+        auto *d = (__half *)dlogits;
+        auto *x = (const __half *)logits;
+        if (narrow)
+            xent_kernel<__half, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                            correct, loss_acc);
+        else
+            xent_kernel<__half, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                             correct, loss_acc);
     } else {
         auto *d = (float *)dlogits;
         auto *x = (const float *)logits;
@@ -330,8 +353,12 @@ static int adamw_launch(struct dt_cuda_ctx *k, float *p, const float *g, float *
     uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
     int vec = (al % 16) == 0 && ((uintptr_t)p_lowp % 8) == 0;
     unsigned grid = blocks_for(vec ? n / 4 : n, 132 * 16); /* a few waves over the H200's 132 SMs */
-    adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, dyn, step,
-                                                   found_inf, inv_from_scale, vec);
+    if (a->lowp_f16)
+        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__half *)p_lowp, n, sc, dyn, step, found_inf,
+                                                       inv_from_scale, vec);
+    else
+        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, dyn, step,
+                                                       found_inf, inv_from_scale, vec);
     int rc = launched("AdamW kernel launch");
     if (rc == 0) {
         adamw_commit_kernel<<<1, 1, 0, k->stream>>>(step, found_inf);
