@@ -22,25 +22,47 @@ int dt_trainer_device_create(struct dt_trainer *t)
     if (!t->devk)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device %s: not built into this dtrain", name);
     const struct dt_model *m = t->model;
-    size_t (*buckets)[2] = calloc((size_t)(t->red.nb > 0 ? t->red.nb : 1), sizeof *buckets);
+    size_t(*buckets)[2] = calloc((size_t)(t->red.nb > 0 ? t->red.nb : 1), sizeof *buckets);
     if (!buckets)
         return dt_error_set(DT_ENOMEM, "trainer: no memory for %d buckets", t->red.nb);
     for (int i = 0; i < t->red.nb; i++) {
         buckets[i][0] = t->red.b[i].lo;
         buckets[i][1] = t->red.b[i].hi;
     }
-    struct dt_dev_config c = {
-        .device = -1, .n_layers = m->n_layers, .act = m->layer[0].act, .batch = s->data.batch_size,
-        .max_batch = t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
-        .bf16 = s->amp.dtype == DT_AMP_BF16, .fp16 = s->amp.dtype == DT_AMP_FP16,
-        .dynamic_scale = s->amp.dynamic, .loss_scale = s->amp.loss_scale, .init_scale = s->amp.init_scale,
-        .growth_factor = s->amp.growth_factor, .backoff_factor = s->amp.backoff_factor,
-        .growth_interval = s->amp.growth_interval, .cuda_graph = s->cuda_graph, .beta2 = s->optimizer.beta2,
-        .eps = s->optimizer.eps, .weight_decay = s->optimizer.weight_decay, .grad_clip = s->optimizer.grad_clip,
-        .train = &t->train, .test = &t->test, .rank = t->rank, .world = t->world, .shuffle = s->data.shuffle,
-        .drop_last = s->data.drop_last, .seed = s->seed, .comm = t->comm,
-        .buckets = (const size_t(*)[2])buckets, .n_buckets = t->red.nb, .params = m->params, .m = t->opt.m,
-        .v = t->opt.v, .n_params = m->n_params, .adam_step = t->opt.step};
+    struct dt_dev_config c = {.device = -1,
+                              .n_layers = m->n_layers,
+                              .act = m->layer[0].act,
+                              .batch = s->data.batch_size,
+                              .max_batch =
+                                  t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
+                              .bf16 = s->amp.dtype == DT_AMP_BF16,
+                              .fp16 = s->amp.dtype == DT_AMP_FP16,
+                              .dynamic_scale = s->amp.dynamic,
+                              .loss_scale = s->amp.loss_scale,
+                              .init_scale = s->amp.init_scale,
+                              .growth_factor = s->amp.growth_factor,
+                              .backoff_factor = s->amp.backoff_factor,
+                              .growth_interval = s->amp.growth_interval,
+                              .cuda_graph = s->cuda_graph,
+                              .beta2 = s->optimizer.beta2,
+                              .eps = s->optimizer.eps,
+                              .weight_decay = s->optimizer.weight_decay,
+                              .grad_clip = s->optimizer.grad_clip,
+                              .train = &t->train,
+                              .test = &t->test,
+                              .rank = t->rank,
+                              .world = t->world,
+                              .shuffle = s->data.shuffle,
+                              .drop_last = s->data.drop_last,
+                              .seed = s->seed,
+                              .comm = t->comm,
+                              .buckets = (const size_t(*)[2])buckets,
+                              .n_buckets = t->red.nb,
+                              .params = m->params,
+                              .m = t->opt.m,
+                              .v = t->opt.v,
+                              .n_params = m->n_params,
+                              .adam_step = t->opt.step};
     c.dims[0] = m->in;
     for (int l = 0; l < m->n_layers; l++)
         c.dims[l + 1] = m->layer[l].out;

@@ -120,8 +120,8 @@ static void test_cpu_vs_cuda(void)
         return;
     }
     double rel = fabs(gpu.s.final_loss - cpu.s.final_loss) / fabs(cpu.s.final_loss);
-    gt_result(rel < 2e-3, "fp32 cuda vs cpu, 30 steps: final loss %.6f vs %.6f (relative %.1e)", gpu.s.final_loss,
-              cpu.s.final_loss, rel);
+    gt_result(rel < 2e-3, "fp32 cuda vs cpu, 30 steps: final loss %.6f vs %.6f (relative %.1e)",
+              gpu.s.final_loss, cpu.s.final_loss, rel);
     double worst, f = frac_off(&gpu, &cpu, 1e-4, &worst);
     gt_result(f < 0.01 && worst < 0.05,
               "fp32 cuda vs cpu, 30 steps: %.4f%% of %zu parameters differ by more than 1e-4 (largest %.2e)",
@@ -141,10 +141,11 @@ static void test_graph_identical(int accum)
     int rc = train(&s, NULL, 0, &eager);
     s.cuda_graph = true;
     rc = rc ? rc : train(&s, NULL, 0, &graph);
-    gt_result(!rc && same_bits(&eager, &graph) && eager.s.final_loss == graph.s.final_loss,
-              "cuda graph on and off (grad_accum %d, across an epoch's short batch): identical parameters, loss "
-              "%.6f and %.6f",
-              accum, eager.s.final_loss, graph.s.final_loss);
+    gt_result(
+        !rc && same_bits(&eager, &graph) && eager.s.final_loss == graph.s.final_loss,
+        "cuda graph on and off (grad_accum %d, across an epoch's short batch): identical parameters, loss "
+        "%.6f and %.6f",
+        accum, eager.s.final_loss, graph.s.final_loss);
     free(eager.p), free(graph.p);
 }
 
@@ -165,7 +166,8 @@ static void test_resume(void)
     rc = train(&s, dir, 20, &first);
     rc = rc ? rc : train(&s, dir, 0, &resumed);
     gt_result(!rc && resumed.s.resumed_from == 20 && same_bits(&straight, &resumed),
-              "cuda: stopped at step 20, resumed from its checkpoint (step %lld): the same bits as the straight run",
+              "cuda: stopped at step 20, resumed from its checkpoint (step %lld): the same bits as the "
+              "straight run",
               (long long)resumed.s.resumed_from);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -186,12 +188,14 @@ static void test_amp(void)
     s.amp.dtype = DT_AMP_FP16;
     int rh = rc ? rc : train(&s, NULL, 0, &f16);
     gt_result(!rb && fabs(b16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && b16.s.test_accuracy > 0.8,
-              "bf16 (fp32 master weights) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, loss %.4f vs %.4f",
+              "bf16 (fp32 master weights) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, loss %.4f "
+              "vs %.4f",
               b16.s.test_accuracy, f32.s.test_accuracy, b16.s.final_loss, f32.s.final_loss);
-    gt_result(!rh && fabs(f16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && f16.s.test_accuracy > 0.8,
-              "fp16 (dynamic loss scale on the device) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, "
-              "loss %.4f vs %.4f",
-              f16.s.test_accuracy, f32.s.test_accuracy, f16.s.final_loss, f32.s.final_loss);
+    gt_result(
+        !rh && fabs(f16.s.test_accuracy - f32.s.test_accuracy) < 0.02 && f16.s.test_accuracy > 0.8,
+        "fp16 (dynamic loss scale on the device) vs fp32 on cuda, 125 steps: test accuracy %.4f vs %.4f, "
+        "loss %.4f vs %.4f",
+        f16.s.test_accuracy, f32.s.test_accuracy, f16.s.final_loss, f32.s.final_loss);
     free(f32.p), free(b16.p), free(f16.p);
 }
 
@@ -207,18 +211,20 @@ static void test_fp16_overflow(void)
     int rc = train(&s, NULL, 0, &five);
     s.steps = 10;
     rc = rc ? rc : train(&s, NULL, 0, &ten);
-    gt_result(!rc && same_bits(&five, &ten) && five.s.test_accuracy < 0.3,
-              "fp16 with a fixed loss scale of 1e30: every step overflows and is skipped (same parameters after 5 "
-              "and 10 steps, test accuracy %.4f)",
-              five.s.test_accuracy);
+    gt_result(
+        !rc && same_bits(&five, &ten) && five.s.test_accuracy < 0.3,
+        "fp16 with a fixed loss scale of 1e30: every step overflows and is skipped (same parameters after 5 "
+        "and 10 steps, test accuracy %.4f)",
+        five.s.test_accuracy);
     s.amp.dynamic = true;
     s.amp.init_scale = 1099511627776.0; /* 2^40: the first ~26 steps overflow */
     s.steps = 125;
     s.data.batch_size = 512;
     rc = train(&s, NULL, 0, &dyn);
-    gt_result(!rc && dyn.s.test_accuracy > 0.75,
-              "fp16 with a dynamic scale from 2^40: it backs off and learns (test accuracy %.4f after 125 steps)",
-              dyn.s.test_accuracy);
+    gt_result(
+        !rc && dyn.s.test_accuracy > 0.75,
+        "fp16 with a dynamic scale from 2^40: it backs off and learns (test accuracy %.4f after 125 steps)",
+        dyn.s.test_accuracy);
     free(five.p), free(ten.p), free(dyn.p);
 }
 
@@ -227,7 +233,8 @@ int main(void)
     if (gt_need_gpu("test_cuda_trainer") < 0)
         return 0;
     if (access(data_dir(), R_OK) != 0) {
-        printf("not ok - Fashion-MNIST not found at %s (set DTRAIN_FMNIST)\n1 passed, 1 failed\n", data_dir());
+        printf("not ok - Fashion-MNIST not found at %s (set DTRAIN_FMNIST)\n1 passed, 1 failed\n",
+               data_dir());
         return 1;
     }
     test_cpu_vs_cuda();

@@ -55,7 +55,8 @@ static int alloc_model(struct dt_dev_model *d)
     /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
      * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
     d->stride = (d->n + 63) / 64 * 64;
-    int rc = dmalloc((void **)&d->p, 4 * d->stride * sizeof(float), "the parameter, gradient and AdamW arenas");
+    int rc =
+        dmalloc((void **)&d->p, 4 * d->stride * sizeof(float), "the parameter, gradient and AdamW arenas");
     if (rc)
         return rc;
     d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
@@ -75,7 +76,8 @@ static int alloc_model(struct dt_dev_model *d)
     if ((rc = dmalloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
         (rc = dmalloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
         return rc;
-    return cudaMemset(d->sc, 0, sizeof *d->sc) == cudaSuccess ? 0 : dt_error_set(DT_EIO, "cudaMemset (scalars)");
+    return cudaMemset(d->sc, 0, sizeof *d->sc) == cudaSuccess ? 0
+                                                              : dt_error_set(DT_EIO, "cudaMemset (scalars)");
 }
 
 static int upload_data(struct dt_dev_model *d)
@@ -164,10 +166,13 @@ static int setup_comm(struct dt_dev_model *d)
         return 0;
     d->cs = dt_nccl_comm_stream(d->c.comm);
     if (!d->cs)
-        return dt_error_set(DT_EINVAL, "trainer.device cuda with %d ranks needs the nccl backend (backend: nccl "
-                                       "or auto)", d->c.world);
+        return dt_error_set(DT_EINVAL,
+                            "trainer.device cuda with %d ranks needs the nccl backend (backend: nccl "
+                            "or auto)",
+                            d->c.world);
     if (d->c.n_buckets > DT_ENGINE_MAX_BUCKETS)
-        return dt_error_set(DT_EINVAL, "cuda trainer: %d gradient buckets, at most %d (raise ddp.bucket_cap_mb)",
+        return dt_error_set(DT_EINVAL,
+                            "cuda trainer: %d gradient buckets, at most %d (raise ddp.bucket_cap_mb)",
                             d->c.n_buckets, DT_ENGINE_MAX_BUCKETS);
     return dt_nccl_set_compute_stream(d->c.comm, d->s);
 }
@@ -178,13 +183,15 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
 {
     *out = NULL;
     if (c->n_layers < 1 || c->n_layers > DT_ENGINE_MAX_LAYERS)
-        return dt_error_set(DT_EINVAL, "cuda trainer: %d layers, 1..%d supported", c->n_layers, DT_ENGINE_MAX_LAYERS);
+        return dt_error_set(DT_EINVAL, "cuda trainer: %d layers, 1..%d supported", c->n_layers,
+                            DT_ENGINE_MAX_LAYERS);
     int ngpu = 0;
     cudaError_t ge = cudaGetDeviceCount(&ngpu);
     if (ge != cudaSuccess || ngpu < 1) {
         cudaGetLastError();
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: no usable CUDA GPU on this machine (%s); use "
-                                             "device: cpu here",
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "trainer.device cuda: no usable CUDA GPU on this machine (%s); use "
+                            "device: cpu here",
                             ge != cudaSuccess ? cudaGetErrorString(ge) : "no device found");
     }
     struct dt_dev_model *d = calloc(1, sizeof *d);
@@ -196,10 +203,12 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
         d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
     d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
-    d->act = c->act == DT_KACT_GELU ? DT_CUDA_ACT_GELU : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU : DT_CUDA_ACT_NONE;
+    d->act = c->act == DT_KACT_GELU   ? DT_CUDA_ACT_GELU
+             : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU
+                                      : DT_CUDA_ACT_NONE;
     d->order_epoch = -1;
     layout(d);
-    size_t (*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
+    size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
     if (bk && c->n_buckets > 0)
         memcpy(bk, c->buckets, (size_t)c->n_buckets * sizeof *bk);
     d->c.buckets = (const size_t(*)[2])bk;
@@ -317,9 +326,11 @@ static int engine_read_stats(struct dt_dev_model *d, double *loss_sum, double *g
 static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, double *loss_sum, int64_t *hits)
 {
     if (n < 1 || n > d->c.max_batch || first < 0 || first + n > d->c.test->n)
-        return dt_error_set(DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
-                            (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
-    int rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
+        return dt_error_set(
+            DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
+            (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
+    int rc =
+        dt_engine_gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
     if (!rc)
         rc = dt_engine_forward(d, n);
     if (!rc)

@@ -22,7 +22,8 @@ extern "C" {
 
 /* The launcher of engine_kernels.cu (enqueues on s). */
 int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
-                     const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px, const float *lut);
+                     const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
+                     const float *lut);
 
 #ifdef __cplusplus
 }
@@ -33,31 +34,31 @@ int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, 
 #include "worker/sampler.h"
 
 #define DT_ENGINE_MAX_LAYERS 17
-#define DT_ENGINE_SLOTS 2   /* double buffering of the per-step host -> device inputs */
+#define DT_ENGINE_SLOTS 2 /* double buffering of the per-step host -> device inputs */
 #define DT_ENGINE_MAX_BUCKETS 64
 
 /* Device scalars of a step (one allocation, read back in one copy). */
 struct dt_engine_scalars {
-    double loss_acc;        /* training loss summed since creation */
-    int64_t adam_step;      /* AdamW's step count (torch's state['step']) */
-    float loss;             /* the last micro-batch's summed loss */
-    float sumsq;            /* the last step's sum of squared gradients */
+    double loss_acc;   /* training loss summed since creation */
+    int64_t adam_step; /* AdamW's step count (torch's state['step']) */
+    float loss;        /* the last micro-batch's summed loss */
+    float sumsq;       /* the last step's sum of squared gradients */
     float eval_loss;
     int correct, eval_correct;
-    float scale;            /* fp16: the loss scale (GradScaler's) */
-    float found_inf;        /* fp16: this step's gradients held an inf or NaN (the step is skipped) */
-    int growth_tracker;     /* fp16: clean steps since the scale last changed */
+    float scale;        /* fp16: the loss scale (GradScaler's) */
+    float found_inf;    /* fp16: this step's gradients held an inf or NaN (the step is skipped) */
+    int growth_tracker; /* fp16: clean steps since the scale last changed */
 };
 
 /* A slot holds one step's inputs: lr and beta1 (doubles), then the batch's
  * example indices (int32), pinned on the host and twinned on the device, so
  * a graph step needs one copy. */
 struct dt_engine_slot {
-    double *h_buf, *d_buf;   /* [lr, beta1, idx as int32...] */
-    int32_t *h_idx, *d_idx;  /* views into h_buf, d_buf */
-    cudaEvent_t copied;      /* on `copy`: h_idx is free again, d_idx holds the batch */
-    cudaEvent_t consumed;    /* on `s`: the step reading d_idx is past its gather */
-    cudaGraphExec_t graph;   /* the whole step reading this slot's d_idx */
+    double *h_buf, *d_buf;  /* [lr, beta1, idx as int32...] */
+    int32_t *h_idx, *d_idx; /* views into h_buf, d_buf */
+    cudaEvent_t copied;     /* on `copy`: h_idx is free again, d_idx holds the batch */
+    cudaEvent_t consumed;   /* on `s`: the step reading d_idx is past its gather */
+    cudaGraphExec_t graph;  /* the whole step reading this slot's d_idx */
 };
 
 struct dt_dev_model {
@@ -67,18 +68,18 @@ struct dt_dev_model {
     enum dt_cuda_dtype t;
     enum dt_cuda_act act;
     int nl, px;
-    size_t n, stride;                         /* parameters; arena stride (n rounded up to 256 bytes) */
+    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes) */
     size_t woff[DT_ENGINE_MAX_LAYERS], boff[DT_ENGINE_MAX_LAYERS];
     float *p, *g, *m, *v;
-    void *plow;                               /* bf16 copy of p (bf16 runs) */
+    void *plow; /* bf16 copy of p (bf16 runs) */
     void *x;
     int32_t *y;
     void *h[DT_ENGINE_MAX_LAYERS], *aux[DT_ENGINE_MAX_LAYERS], *dz[DT_ENGINE_MAX_LAYERS];
     uint8_t *train_img, *train_lbl, *test_img, *test_lbl;
     float *lut;
     struct dt_engine_scalars *sc;
-    double *d_hyper;                          /* lr, beta1 of the next update */
-    double *h_hyper[DT_ENGINE_SLOTS];         /* pinned */
+    double *d_hyper;                  /* lr, beta1 of the next update */
+    double *h_hyper[DT_ENGINE_SLOTS]; /* pinned */
     cudaEvent_t hyper_copied[DT_ENGINE_SLOTS];
     int next_hyper;
     struct dt_engine_slot slot[DT_ENGINE_SLOTS];
@@ -95,13 +96,13 @@ struct dt_dev_model {
     size_t ready_lo;
     int next_bucket;
     cudaEvent_t bucket_ev[DT_ENGINE_MAX_BUCKETS], join_ev;
-    double loss_read;                         /* loss_acc at the last read_stats */
+    double loss_read; /* loss_acc at the last read_stats */
     struct dt_nvml *nvml;
 };
 
 /* engine_step.c */
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate, bool last,
-                          int *rows);
+int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                          bool last, int *rows);
 int dt_engine_update(struct dt_dev_model *d, double lr, double beta1);
 /* forward of B rows already in d->x / d->y (evaluation and training) */
 int dt_engine_forward(struct dt_dev_model *d, int B);

@@ -6,10 +6,13 @@
  * Per step (graph mode), host side: lr, beta1 and the batch's B indices into
  * a pinned slot, one async copy, one graph launch.
  * Device side, in order:
- *   copy stream:  wait slot.consumed (the step two back read d_idx) -> H2D indices -> slot.copied
- *   compute:      wait slot.copied -> [graph: gather x,y | fwd | xent+loss sum | bwd | (sumsq) | AdamW] -> slot.consumed
- *   comm (DDP):   per bucket i: wait bucket_ev[i] (recorded on compute after the
- *                 bucket's last weight gradient) -> ncclAllReduce(avg); compute waits join_ev
+ *   copy stream: wait slot.consumed (the step two back read d_idx),
+ *                H2D slot, record slot.copied
+ *   compute:     wait slot.copied, [graph: gather x,y | fwd | xent + loss
+ *                sum | bwd | (sumsq) | AdamW], record slot.consumed
+ *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on compute after
+ *                the bucket's last weight gradient), ncclAllReduce(avg);
+ *                compute waits join_ev before the optimizer
  * The host writes a pinned slot only after its previous copy finished
  * (slot.copied), so it runs up to two steps ahead of the device.
  *
@@ -57,7 +60,8 @@ static int start_buckets(struct dt_dev_model *d, size_t ready_lo)
         size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
         int rc = cuda_call(cudaEventRecord(d->bucket_ev[i], d->s), "cudaEventRecord (bucket ready)");
         if (!rc)
-            rc = cuda_call(cudaStreamWaitEvent(d->cs, d->bucket_ev[i], 0), "cudaStreamWaitEvent (bucket ready)");
+            rc = cuda_call(cudaStreamWaitEvent(d->cs, d->bucket_ev[i], 0),
+                           "cudaStreamWaitEvent (bucket ready)");
         if (!rc)
             rc = dt_nccl_allreduce_stream(d->c.comm, d->g + lo, hi - lo, DT_F32, DT_AVG, d->cs);
         if (rc)
@@ -79,8 +83,8 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
         if (!rc && communicate)
             rc = start_buckets(d, d->woff[l]);
         if (!rc && l > 0)
-            rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]), d->aux[l - 1], in,
-                                           B, d->c.dims[l], d->c.dims[l + 1], d->act);
+            rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
+                                           d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
     }
     if (!rc && communicate) { /* the optimizer reads averaged gradients: compute waits for comm */
         rc = cuda_call(cudaEventRecord(d->join_ev, d->cs), "cudaEventRecord (buckets done)");
@@ -96,12 +100,13 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
                  bool communicate, bool count_loss)
 {
     int C = d->c.dims[d->nl];
-    int rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px, d->lut);
+    int rc =
+        dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px, d->lut);
     if (!rc)
         rc = dt_engine_forward(d, B);
     if (!rc)
-        rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1], d->y,
-                              B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
+        rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1],
+                              d->y, B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
                               count_loss ? &d->sc->loss_acc : NULL);
     if (!rc)
         rc = backward(d, B, accumulate, communicate);
@@ -114,8 +119,11 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
  * beta1 from lr_beta1 (device). */
 static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
 {
-    struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2, .eps = d->c.eps, .weight_decay = d->c.weight_decay,
-                                   .grad_scale = 1.0f, .lowp_f16 = d->c.fp16};
+    struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2,
+                                   .eps = d->c.eps,
+                                   .weight_decay = d->c.weight_decay,
+                                   .grad_scale = 1.0f,
+                                   .lowp_f16 = d->c.fp16};
     struct dt_engine_scalars *sc = d->sc;
     int rc = 0;
     /* fp16, as torch's GradScaler: unscale_ (g /= scale, found_inf), clip,
@@ -128,16 +136,19 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
     if (!rc && d->c.grad_clip > 0)
         rc = dt_cuda_sumsq(d->k, &sc->sumsq, d->g, d->n);
     if (!rc)
-        rc = dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
-                               (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+        rc =
+            dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
+                              (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
     if (!rc && d->c.fp16 && d->c.dynamic_scale)
         rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
-                                   (float)d->c.growth_factor, (float)d->c.backoff_factor, d->c.growth_interval);
+                                   (float)d->c.growth_factor, (float)d->c.backoff_factor,
+                                   d->c.growth_interval);
     return rc;
 }
 
 /* This rank's indices of `batch` into the next pinned slot. */
-static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *rows, struct dt_engine_slot **out)
+static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *rows,
+                     struct dt_engine_slot **out)
 {
     if (d->order_epoch != epoch) {
         dt_sampler_epoch(&d->sampler, epoch, d->order);
@@ -146,7 +157,8 @@ static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *
     int64_t bs = d->c.batch, left = d->sampler.num_samples - batch * bs;
     int n = left < bs ? (int)left : (int)bs;
     if (n < 1 || batch < 0)
-        return dt_error_set(DT_EINTERNAL, "cuda trainer: batch %lld of epoch %lld is past this rank's %lld examples",
+        return dt_error_set(DT_EINTERNAL,
+                            "cuda trainer: batch %lld of epoch %lld is past this rank's %lld examples",
                             (long long)batch, (long long)epoch, (long long)d->sampler.num_samples);
     int i = d->next_slot;
     d->next_slot = (i + 1) % DT_ENGINE_SLOTS;
@@ -187,8 +199,9 @@ static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
         return rc;
     d->h_hyper[i][0] = lr;
     d->h_hyper[i][1] = beta1;
-    rc = cuda_call(cudaMemcpyAsync(d->d_hyper, d->h_hyper[i], 2 * sizeof(double), cudaMemcpyHostToDevice, d->s),
-                   "cudaMemcpyAsync (lr, beta1)");
+    rc = cuda_call(
+        cudaMemcpyAsync(d->d_hyper, d->h_hyper[i], 2 * sizeof(double), cudaMemcpyHostToDevice, d->s),
+        "cudaMemcpyAsync (lr, beta1)");
     if (!rc)
         rc = cuda_call(cudaEventRecord(d->hyper_copied[i], d->s), "cudaEventRecord (lr copied)");
     return rc;
@@ -224,13 +237,14 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
     if (g)
         cudaGraphDestroy(g);
     if (erc)
-        return dt_error_prefix("trainer.cuda_graph: capturing the training step (set cuda_graph: false to run "
-                               "without graphs)");
+        return dt_error_prefix(
+            "trainer.cuda_graph: capturing the training step (set cuda_graph: false to run "
+            "without graphs)");
     return 0;
 }
 
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate, bool last,
-                          int *rows)
+int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                          bool last, int *rows)
 {
     struct dt_engine_slot *sl = NULL;
     if (d->pending)
