@@ -49,6 +49,8 @@ int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt
  * rank abort its communicator and return DT_ETIMEDOUT, DT_ECONN or
  * DT_EABORTED (naming `what`) instead of hanging. */
 int dt_nccl_wait_stream(struct dt_comm *c, cudaStream_t s, const char *what);
+/* The same for an event already recorded (cudaEventSynchronize, bounded). */
+int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what);
 
 /* The CUDA device the communicator uses. */
 int dt_nccl_device(struct dt_comm *c);

@@ -134,6 +134,24 @@ static int wait_poll_locked(struct dt_nccl *st, cudaEvent_t ev, const char *what
     return 0;
 }
 
+int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what)
+{
+    struct dt_nccl *st = state_of(c);
+    if (!st)
+        return dt_error_set(DT_EINVAL, "dt_nccl_wait_event: the communicator does not run on nccl");
+    double deadline = dt_comm_now() + st->timeout_s;
+    int spins = 0, rc;
+    for (;;) {
+        pthread_mutex_lock(&st->mu);
+        rc = wait_poll_locked(st, ev, what, deadline);
+        pthread_mutex_unlock(&st->mu);
+        if (rc)
+            break;
+        dt_nccl_pause(&spins);
+    }
+    return rc < 0 ? rc : 0;
+}
+
 int dt_nccl_wait_stream(struct dt_comm *c, cudaStream_t s, const char *what)
 {
     struct dt_nccl *st = state_of(c);
@@ -145,18 +163,9 @@ int dt_nccl_wait_stream(struct dt_comm *c, cudaStream_t s, const char *what)
         cudaEventDestroy(ev);
     if (e != cudaSuccess)
         return dt_nccl_cuda_error(e, st->rank, "cudaEventRecord (waiting for the device)");
-    double deadline = dt_comm_now() + st->timeout_s;
-    int spins = 0, rc;
-    for (;;) {
-        pthread_mutex_lock(&st->mu);
-        rc = wait_poll_locked(st, ev, what, deadline);
-        pthread_mutex_unlock(&st->mu);
-        if (rc)
-            break;
-        dt_nccl_pause(&spins);
-    }
+    int rc = dt_nccl_wait_event(c, ev, what);
     cudaEventDestroy(ev);
-    return rc < 0 ? rc : 0;
+    return rc;
 }
 
 int dt_nccl_device_count(int *n)

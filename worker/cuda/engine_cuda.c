@@ -251,6 +251,8 @@ static void engine_destroy(struct dt_dev_model *d)
 {
     if (!d)
         return;
+    if (d->k && d->cs) /* bounded: a hung collective gets the communicator aborted first */
+        dt_engine_wait(d, "finishing before freeing the GPU buffers");
     if (d->k)
         cudaStreamSynchronize(d->s);
     for (int i = 0; i < DT_ENGINE_SLOTS; i++) {

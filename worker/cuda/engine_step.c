@@ -34,6 +34,16 @@ static int cuda_call(cudaError_t e, const char *what)
     return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
 }
 
+/* A host wait for the device; with NCCL bounded and abortable (a dead peer
+ * would otherwise hang the rank here, a step or two after the last
+ * collective that could finish). */
+static int wait_event(struct dt_dev_model *d, cudaEvent_t ev, const char *what)
+{
+    if (d->cs)
+        return dt_nccl_wait_event(d->c.comm, ev, what);
+    return cuda_call(cudaEventSynchronize(ev), what);
+}
+
 /* The weights the GEMMs read: the bf16 copy, or the fp32 masters. */
 static const void *W(const struct dt_dev_model *d, size_t off)
 {
@@ -163,7 +173,7 @@ static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *
     int i = d->next_slot;
     d->next_slot = (i + 1) % DT_ENGINE_SLOTS;
     struct dt_engine_slot *sl = &d->slot[i];
-    int rc = cuda_call(cudaEventSynchronize(sl->copied), "cudaEventSynchronize (index slot free)");
+    int rc = wait_event(d, sl->copied, "waiting for a free index slot");
     if (rc)
         return rc;
     const int64_t *src = d->order + batch * bs;
@@ -194,7 +204,7 @@ static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
 {
     int i = d->next_hyper;
     d->next_hyper = (i + 1) % DT_ENGINE_SLOTS;
-    int rc = cuda_call(cudaEventSynchronize(d->hyper_copied[i]), "cudaEventSynchronize (lr slot free)");
+    int rc = wait_event(d, d->hyper_copied[i], "waiting for a free lr slot");
     if (rc)
         return rc;
     d->h_hyper[i][0] = lr;
