@@ -7,7 +7,9 @@
 #include <string.h>
 
 /* Each adapter file defines one of these; list it below when it lands. */
+extern const struct dt_adapter dt_adapter_kubernetes;
 static const struct dt_adapter *const adapters[] = {
+    &dt_adapter_kubernetes,
     NULL,
 };
 

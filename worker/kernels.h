@@ -92,10 +92,12 @@ struct dt_dev_config {
     enum dt_kact act;
     int batch, max_batch;           /* training batch (graphs are captured for it); most rows at once */
     bool bf16, fp16;                /* GEMMs in bf16 / fp16 with fp32 master weights (trainer.amp.dtype) */
-    /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device):
-     * dynamic from init_scale, or a fixed loss_scale */
+    /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device)
+     * from the host scaler's state (grad_scaler.h; resumed from a checkpoint) */
     bool dynamic_scale;
-    double loss_scale, init_scale, growth_factor, backoff_factor;
+    float scale;
+    int growth_tracker;
+    double growth_factor, backoff_factor;
     int growth_interval;
     bool cuda_graph;                /* capture the whole step once and replay it */
     double beta2, eps, weight_decay, grad_clip;
@@ -131,6 +133,9 @@ struct dt_device_kernels {
     int (*read_stats)(struct dt_dev_model *d, double *loss_sum, double *grad_norm);
     /* Summed loss and hits of test examples [first, first + n). */
     int (*eval_batch)(struct dt_dev_model *d, int64_t first, int n, double *loss_sum, int64_t *hits);
+    /* fp16: the loss scale and its growth tracker as the device has them, and
+     * AdamW's step count (steps taken; the others were skipped).  Waits. */
+    int (*read_scaler)(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step);
     /* Parameters, moments and AdamW's step to or from the host (checkpoints, desync checks). */
     int (*get_state)(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step);
     /* Utilisation (percent) and memory in use (MiB) of this rank's device; NAN when unknown. */

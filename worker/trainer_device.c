@@ -14,6 +14,24 @@
 #include "comm/error.h"
 #include "comm/log.h"
 
+/* fp16: the host scaler mirrors the device's (metrics rows, checkpoints);
+ * optimizer steps not taken by AdamW were skipped. */
+int dt_trainer_device_scaler(struct dt_trainer *t)
+{
+    if (!t->dev || !t->scaler.enabled)
+        return 0;
+    float scale = 0;
+    int tracker = 0;
+    int64_t taken = 0;
+    int rc = t->devk->read_scaler(t->dev, &scale, &tracker, &taken);
+    if (rc)
+        return dt_error_prefix("reading the loss scale at step %lld", (long long)t->step);
+    t->scaler.scale = scale;
+    t->scaler.growth_tracker = tracker;
+    t->scaler.skipped = t->step - taken;
+    return 0;
+}
+
 int dt_trainer_device_create(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
@@ -21,6 +39,10 @@ int dt_trainer_device_create(struct dt_trainer *t)
     t->devk = dt_device_kernels_find(name);
     if (!t->devk)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device %s: not built into this dtrain", name);
+    /* bf16 has fp32's range: no loss scaling on the device (torch's bf16
+     * autocast runs without a GradScaler), so metrics carry no loss_scale. */
+    if (s->amp.dtype == DT_AMP_BF16)
+        t->scaler.enabled = false;
     const struct dt_model *m = t->model;
     size_t(*buckets)[2] = calloc((size_t)(t->red.nb > 0 ? t->red.nb : 1), sizeof *buckets);
     if (!buckets)
@@ -37,12 +59,12 @@ int dt_trainer_device_create(struct dt_trainer *t)
                                   t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
                               .bf16 = s->amp.dtype == DT_AMP_BF16,
                               .fp16 = s->amp.dtype == DT_AMP_FP16,
-                              .dynamic_scale = s->amp.dynamic,
-                              .loss_scale = s->amp.loss_scale,
-                              .init_scale = s->amp.init_scale,
-                              .growth_factor = s->amp.growth_factor,
-                              .backoff_factor = s->amp.backoff_factor,
-                              .growth_interval = s->amp.growth_interval,
+                              .dynamic_scale = t->scaler.dynamic,
+                              .scale = t->scaler.scale,
+                              .growth_tracker = t->scaler.growth_tracker,
+                              .growth_factor = t->scaler.growth_factor,
+                              .backoff_factor = t->scaler.backoff_factor,
+                              .growth_interval = t->scaler.growth_interval,
                               .cuda_graph = s->cuda_graph,
                               .beta2 = s->optimizer.beta2,
                               .eps = s->optimizer.eps,

@@ -6,6 +6,7 @@
 
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
+#include "worker/grad_scaler.h"
 #include "worker/idx.h"
 #include "worker/loader.h"
 #include "worker/metrics.h"
@@ -30,6 +31,7 @@ struct dt_trainer {
     struct dt_model *model;
     struct dt_adamw opt;
     struct dt_onecycle sched;
+    struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
     struct dt_loader *loader;
     struct dt_metrics metrics;
@@ -56,5 +58,6 @@ int dt_trainer_save(struct dt_trainer *t);
 int dt_trainer_loop(struct dt_trainer *t);
 /* trainer_device.c: the accelerator's engine from the CPU model's state */
 int dt_trainer_device_create(struct dt_trainer *t);
+int dt_trainer_device_scaler(struct dt_trainer *t);
 
 #endif

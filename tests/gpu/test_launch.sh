@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_launch.sh - `dtrain launch` of configs/cuda.yaml on the GPU (fp32, then
-# bf16): Fashion-MNIST to >= 88% test accuracy like the CPU quickstart, with
+# test_launch.sh - `dtrain launch` of configs/cuda.yaml on the GPU (fp32, bf16,
+# fp16 with the device's loss scale in the metrics): Fashion-MNIST to >= 88% test accuracy like the CPU quickstart, with
 # per-rank GPU utilisation and memory (NVML) in metrics.jsonl and TensorBoard
 # events written.  TAP lines, then "N passed, N failed" (tests/gpu/run.sh).
 #   DTRAIN=path/to/dtrain  DTRAIN_FMNIST=data dir
@@ -16,8 +16,8 @@ check() { # name cmd...
   if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
 }
 
-for dt in fp32 bf16; do
-  amp=off; [ $dt = bf16 ] && amp=bf16
+for dt in fp32 bf16 fp16; do
+  amp=off; [ $dt != fp32 ] && amp=$dt
   sed -e "s|path: /usr/share/datasets/fashion-mnist|path: $DATA|" -e "s|^name: cuda|name: cuda-$dt|" \
       -e "s|  cuda_graph: true|  cuda_graph: true\n  amp: {dtype: $amp}|" configs/cuda.yaml >"$T/$dt.yaml"
   start=$(date +%s.%N)
@@ -34,6 +34,11 @@ for dt in fp32 bf16; do
   check "$dt: metrics.jsonl rows carry gpu_util_pct and gpu_mem_mib" \
     grep -q '"gpu_util_pct": \[[0-9.]*\], "gpu_mem_mib": \[[0-9.]*\]' "$run/metrics.jsonl"
   check "$dt: a TensorBoard events file is written" sh -c "ls '$run'/events.out.tfevents.* >/dev/null 2>&1"
+  if [ $dt = fp16 ]; then
+    check "fp16: metrics rows carry the device's loss_scale and skipped_steps" \
+      grep -q '"loss_scale": [0-9.e+]*, "skipped_steps": [0-9]*' "$run/metrics.jsonl"
+    grep '"loss_scale"' "$run/metrics.jsonl" | tail -n 1 | grep -o '"loss_scale": [^}]*' | sed 's/^/# /'
+  fi
   grep -m1 '"gpu_util_pct"' "$run/metrics.jsonl" | sed 's/^/# /' | cut -c1-300
 done
 echo "$pass passed, $fail failed"

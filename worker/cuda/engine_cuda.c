@@ -154,9 +154,10 @@ static int upload_state(struct dt_dev_model *d)
         rc = dt_error_prefix("cuda trainer: broadcasting rank 0's parameters");
     if (!rc && d->plow)
         rc = dt_cuda_cast(d->k, d->t, d->plow, DT_CUDA_F32, d->p, d->n);
-    float scale = (float)(d->c.dynamic_scale ? d->c.init_scale : d->c.loss_scale);
     if (!rc && d->c.fp16)
-        rc = up(&d->sc->scale, &scale, sizeof scale, "uploading the loss scale");
+        rc = up(&d->sc->scale, &d->c.scale, sizeof d->c.scale, "uploading the loss scale");
+    if (!rc && d->c.fp16)
+        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int), "uploading the scale's growth tracker");
     return rc ? rc : dt_cuda_sync(d->k);
 }
 
@@ -365,6 +366,18 @@ static int engine_get_state(struct dt_dev_model *d, float *params, float *m, flo
     return rc ? rc : e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: copying the state to the host");
 }
 
+static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step)
+{
+    struct dt_engine_scalars h;
+    int rc = read_scalars(d, &h, "reading the loss scale");
+    if (rc)
+        return rc;
+    *scale = h.scale;
+    *growth_tracker = h.growth_tracker;
+    *adam_step = h.adam_step;
+    return 0;
+}
+
 static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
 {
     dt_nvml_sample(d->nvml, util_pct, mem_mib);
@@ -378,6 +391,7 @@ const struct dt_device_kernels dt_device_kernels_cuda = {
     .update = dt_engine_update,
     .read_stats = engine_read_stats,
     .eval_batch = engine_eval_batch,
+    .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
 };
