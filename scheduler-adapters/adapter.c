@@ -7,9 +7,14 @@
 #include <string.h>
 
 /* Each adapter file defines one of these; list it below when it lands. */
+extern const struct dt_adapter dt_adapter_local;
 extern const struct dt_adapter dt_adapter_kubernetes;
+extern const struct dt_adapter dt_adapter_slurm;
+
 static const struct dt_adapter *const adapters[] = {
+    &dt_adapter_local,
     &dt_adapter_kubernetes,
+    &dt_adapter_slurm,
     NULL,
 };
 
