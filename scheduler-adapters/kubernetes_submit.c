@@ -261,16 +261,20 @@ static int follow(const struct dt_job *job)
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
     (void)opts;
+    int status;
+    dt_error_clear();
     if (!on_path("kubectl")) {
         dt_error_set(DT_EUNSUPPORTED,
                      "kubectl is not on PATH, so dtrain cannot submit the job. Render the manifests "
                      "and apply them where kubectl works:\n  dtrain render kubernetes %s > job.k8s.yaml\n"
                      "  kubectl apply -f job.k8s.yaml",
                      job->path);
-        return 2;
+        status = 2;
+    } else {
+        status = apply(job) ? 2 : follow(job);
     }
-    int rc = apply(job);
-    if (rc)
-        return 2;
-    return follow(job);
+    /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */
+    if (status == 2 && dt_error_code() != DT_OK)
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+    return status;
 }

@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
-RENDER=("$BUILD/tests/helpers/adapter_render" k8s)
+RENDER=("$DTRAIN" render k8s)  # k8s: the alias of kubernetes
 KV=$(command -v kubernetes-validate || true)
 PY=$(command -v python3)
 if [ -z "$KV" ]; then

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""k8s_pods.py MANIFEST DIR INDEX... - runs pods of a rendered Indexed Job as local processes.
+
+Each pod gets what the manifest (and the Job controller) would give it, nothing from
+this shell:
+  - its files: every projected ConfigMap/Secret key of the volume mounted at a path
+    under DIR/pod-<i>/<mountPath> (e.g. DIR/pod-0/etc/dtrain/job.yaml), and the command's
+    arguments and env values that name a mounted path rewritten to it;
+  - its environment: the container's env (value, or downward-API fieldRef: the Job's
+    UID label -> a fixed fake UID, status.podIP -> 127.0.0.1), plus what Kubernetes
+    adds: JOB_COMPLETION_INDEX, HOSTNAME=<job>-<i>, and PATH (the image's; here the
+    directory of $DTRAIN first); DTRAIN_HOSTS_FILE=DIR/hosts stands in for cluster DNS;
+  - its name: "127.0.0.1 <job>-<i>.<service> <job>-<i>" is appended to DIR/hosts when
+    the pod starts, as DNS learns a pod's name only once it runs;
+  - its working directory: DIR/pod-<i>/work (the image's WORKDIR).
+Pods start in the order given, --delay seconds apart; each one's stdout and stderr go to
+DIR/pod-<i>.out/.err.  Waits for all and prints "pod <i> exit <status>" for each; exits
+with the first non-zero status (or 0).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import yaml
+
+FAKE_UID = "3f2a9c1b-e4d7-4a1e-9c55-0123456789ab"
+FIELDS = {"metadata.labels['batch.kubernetes.io/controller-uid']": FAKE_UID, "status.podIP": "127.0.0.1"}
+
+
+def files_of(docs, volume):
+    """{relative path: text} of a projected or configMap/secret volume."""
+    out = {}
+    sources = volume.get("projected", {}).get("sources") or [volume]
+    for src in sources:
+        if "configMap" in src:
+            cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == src["configMap"]["name"])
+            out.update(cm.get("data") or {})
+        elif "secret" in src:
+            name = src["secret"].get("name") or src["secret"].get("secretName")
+            sec = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name)
+            out.update(sec.get("stringData") or {})
+        elif "emptyDir" in src:
+            pass
+        else:
+            sys.exit(f"k8s_pods: volume {volume['name']}: only ConfigMap, Secret and emptyDir are simulated")
+    return out
+
+
+def pod_setup(docs, job, index, root):
+    pod = job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    pdir = os.path.join(root, f"pod-{index}")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    remap = {}
+    for m in c.get("volumeMounts") or []:
+        v = volumes[m["name"]]
+        if "emptyDir" in v:  # /dev/shm: the host's own tmpfs stands in
+            continue
+        local = pdir + m["mountPath"]
+        os.makedirs(local, exist_ok=True)
+        for rel, text in files_of(docs, v).items():
+            with open(os.path.join(local, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        remap[m["mountPath"]] = local
+
+    def local_path(s):
+        for mount, local in remap.items():
+            if s == mount or s.startswith(mount + "/"):
+                return local + s[len(mount):]
+        return s
+
+    name = job["metadata"]["name"]
+    env = {"PATH": os.path.dirname(os.environ["DTRAIN"]) + ":/usr/local/bin:/usr/bin:/bin",
+           "HOSTNAME": f"{name}-{index}", "JOB_COMPLETION_INDEX": str(index),
+           "DTRAIN_HOSTS_FILE": os.path.join(root, "hosts")}
+    for e in c.get("env") or []:
+        if "valueFrom" in e:
+            env[e["name"]] = FIELDS[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[e["name"]] = local_path(e["value"])
+    argv = [local_path(a) for a in c["command"] + (c.get("args") or [])]
+    work = os.path.join(pdir, "work")
+    os.makedirs(work, exist_ok=True)
+    return argv, env, work, f"127.0.0.1 {name}-{index}.{pod['subdomain']} {name}-{index}\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("manifest")
+    ap.add_argument("dir")
+    ap.add_argument("indexes", nargs="+", type=int)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--timeout", type=float, default=120.0)
+    a = ap.parse_args()
+    docs = [d for d in yaml.safe_load_all(open(a.manifest, encoding="utf-8")) if d]
+    job = next(d for d in docs if d["kind"] == "Job")
+    open(os.path.join(a.dir, "hosts"), "w").close()
+    procs = {}
+    for n, i in enumerate(a.indexes):
+        if n:
+            time.sleep(a.delay)
+        argv, env, work, host_line = pod_setup(docs, job, i, a.dir)
+        with open(os.path.join(a.dir, "hosts"), "a") as f:
+            f.write(host_line)
+        out = open(os.path.join(a.dir, f"pod-{i}.out"), "w")
+        err = open(os.path.join(a.dir, f"pod-{i}.err"), "w")
+        procs[i] = subprocess.Popen(argv, env=env, cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + a.timeout
+    first = 0
+    for i, p in procs.items():
+        try:
+            rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+            print(f"pod {i} killed after the {a.timeout}s limit")
+        rc = rc if rc >= 0 else 128 - rc
+        print(f"pod {i} exit {rc}")
+        first = first or rc
+    return first
+
+
+if __name__ == "__main__":
+    sys.exit(main())
