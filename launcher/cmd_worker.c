@@ -22,6 +22,7 @@
 #include "comm/store.h"
 #include "launcher/cli.h"
 #include "launcher/jobspec.h"
+#include "scheduler-adapters/mpirun.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
 
@@ -157,11 +158,14 @@ static int run(int argc, char **argv)
         return dt_cli_usage_error("worker", "expects one argument, the job spec");
     dt_log_level_from_env();
     fix_blas_kernels(argv[1]);
-    struct rank_env e;
+    struct rank_env e = {0};
     struct dt_job *job = NULL;
     struct dt_store *store = NULL;
     struct dt_comm *comm = NULL;
-    int rc = read_env(&e);
+    /* Started by mpirun itself (backend: mpi): the rank is MPI's. */
+    int rc = dt_mpirun_rank_env();
+    if (rc >= 0)
+        rc = read_env(&e);
     if (!rc)
         rc = dt_job_load(argv[1], &job);
     if (!rc && !job->trainer)

@@ -6,8 +6,11 @@
 
 #include <string.h>
 
+#include "scheduler-adapters/mpirun.h"
+
 /* Each adapter file defines one of these; list it below when it lands. */
 static const struct dt_adapter *const adapters[] = {
+    &dt_adapter_mpirun,
     NULL,
 };
 
