@@ -35,7 +35,8 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
                                        "per node", job_path);
     const char *none[] = {NULL};
     struct dt_mpirun_call call = {.dtrain = "dtrain", .job_path = job_path,
-                                  .export_names = mpi ? none : dt_mpirun_agent_exports(job)};
+                                  .export_names = mpi ? none : dt_mpirun_agent_exports(job),
+                                  .rank_wrapper = true};
     struct dt_mpirun_line l;
     int rc = dt_mpirun_build(job, nproc, &call, &l);
     if (rc)

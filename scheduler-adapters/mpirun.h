@@ -39,6 +39,7 @@ struct dt_mpirun_call {
     const char *job_path;     /* the spec as the nodes read it */
     const char *const *export_names; /* NULL-terminated names passed as -x NAME */
     bool tag_output;          /* --tag-output: the launcher demultiplexes ranks' lines */
+    bool rank_wrapper;        /* backend: mpi: each rank runs under `dtrain mpirank --` */
 };
 
 /* True when ranks are MPI processes started by mpirun (backend: mpi). */
@@ -66,6 +67,11 @@ int dt_mpirun_first_host(const struct dt_mpirun_spec *m, char *out, size_t size)
  * error file from them.  Returns 1 if it did, 0 if there was nothing to do,
  * or a negative DT_E* code for a malformed variable. */
 int dt_mpirun_rank_env(void);
+
+/* `dtrain mpirank -- PROGRAM ...` (mpirun_rank.c): runs PROGRAM as this MPI
+ * rank's child with the rank's variables set, passes signals on, records how
+ * it ended in <run dir>/attempt_<k>/rank_<r>.exit, and ends the same way. */
+int dt_mpirun_rank_main(char *const *argv);
 
 /* One rank's place as an MPI launcher describes it, from env ("NAME=value" array). */
 struct dt_mpirun_place {

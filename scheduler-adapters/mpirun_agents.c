@@ -106,6 +106,8 @@ int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launc
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
         return 1;
     }
+    if (a.interrupt_signal)
+        return 128 + a.interrupt_signal;
     if (a.status)
         dt_log_error("job %s failed: mpirun exited with status %d%s", job->name, a.status,
                      a.verdict.rank >= 0 ? " (see the agents' failure report above)" : "");

@@ -139,6 +139,11 @@ int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_
             rc = push(out, "%s", call->export_names[i]);
     for (int i = 0; rc == 0 && m && i < m->n_extra_args; i++)
         rc = push(out, "%s", m->extra_args[i]);
+    /* MPI ranks run under `dtrain mpirank --` (mpirun_rank.c) when the call
+     * asks: RANK and friends for any program, and exit records. */
+    if (rc == 0 && mpi && call->rank_wrapper && (rc = push(out, "%s", call->dtrain)) == 0 &&
+        (rc = push(out, "mpirank")) == 0)
+        rc = push(out, "--");
     if (rc == 0 && mpi && job->command) {
         for (int i = 0; rc == 0 && job->command[i]; i++)
             rc = push(out, "%s", job->command[i]);

@@ -28,6 +28,7 @@ struct dt_mpirun_attempt {
     struct dt_mpirun_verdict verdict;
     struct dt_agent_tail *tails;  /* world entries: each rank's last stderr lines */
     int mpirun_pid;
+    int leftovers;                /* orphaned processes stopped after mpirun ended */
     double start_s, end_s;
 };
 

@@ -172,30 +172,77 @@ struct run {
     struct dt_agent_result res;
 };
 
-static void record(struct run *r, int k, struct dt_mpirun_attempt *a)
+/* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
+ * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
+static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, long long *t_ns)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.exit", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = fscanf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld", ws, stopped, pid, t_ns);
+    fclose(f);
+    return n == 4 ? 0 : -1;
+}
+
+/* Fills attempt k from the ranks' exit records; returns the first rank that
+ * failed by itself (earliest record), or -1. */
+static int record_ranks(struct run *r, int k, const char *dir, struct dt_mpirun_attempt *a)
+{
+    struct dt_agent_attempt *at = &r->res.attempts[k];
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    /* realtime of the launcher's start, to put the records on its clock */
+    double t0_real = (double)rt.tv_sec + rt.tv_nsec * 1e-9 - (dt_agent_now() - r->cfg.start_mono);
+    int first = -1;
+    long long first_t = 0;
+    for (int q = 0; q < r->world; q++) {
+        struct dt_agent_rank_result *rr = &at->ranks[q];
+        *rr = (struct dt_agent_rank_result){.rank = q, .spawn_s = a->start_s, .stopped_by_agent = a->status != 0};
+        int ws, stopped, pid;
+        long long t;
+        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0)
+            continue;
+        *rr = (struct dt_agent_rank_result){.rank = q, .pid = pid, .exited = true, .wstatus = ws,
+                                            .stopped_by_agent = stopped != 0, .spawn_s = a->start_s,
+                                            .exit_s = (double)t * 1e-9 - t0_real};
+        if (!stopped && ws != 0 && (first < 0 || t < first_t)) {
+            first = q;
+            first_t = t;
+        }
+    }
+    return first;
+}
+
+static void record(struct run *r, int k, const char *dir, struct dt_mpirun_attempt *a)
 {
     struct dt_agent_attempt *at = &r->res.attempts[k];
     at->start_s = a->start_s;
     at->end_s = a->end_s;
     at->first_failed = -1;
-    for (int q = 0; q < r->world; q++)
-        at->ranks[q] = (struct dt_agent_rank_result){.rank = q, .exited = a->status == 0, .spawn_s = a->start_s,
-                                                     .exit_s = a->end_s, .stopped_by_agent = a->status != 0};
-    int q = a->verdict.rank;
-    if (a->status == 0 || a->interrupt_signal || q < 0 || q >= r->world)
+    at->leftovers = a->leftovers;
+    int q = record_ranks(r, k, dir, a);
+    if (a->status == 0 || a->interrupt_signal)
         return;
-    int status = a->verdict.status ? a->verdict.status : a->status;
-    int ws = status > 128 && a->verdict.signaled ? status - 128 : (status & 0xff) << 8;
+    if (q < 0 && a->verdict.rank >= 0 && a->verdict.rank < r->world) {
+        /* No record (run directory not shared with that host): mpirun's word. */
+        q = a->verdict.rank;
+        int status = a->verdict.status ? a->verdict.status : a->status;
+        at->ranks[q].exited = true;
+        at->ranks[q].wstatus = a->verdict.signaled ? status - 128 : (status & 0xff) << 8;
+        at->ranks[q].exit_s = a->end_s;
+    }
+    if (q < 0)
+        return;
     at->first_failed = q;
-    at->ranks[q].exited = true;
-    at->ranks[q].wstatus = ws;
     at->ranks[q].stopped_by_agent = false;
     struct dt_agent_failure *ff = &r->res.first_failure;
-    memset(ff, 0, sizeof *ff);
     r->res.have_failure = true;
-    *ff = (struct dt_agent_failure){.attempt = k, .rank = q, .wstatus = ws, .time_s = a->end_s, .oom_killer = -1};
+    *ff = (struct dt_agent_failure){.attempt = k, .rank = q, .wstatus = at->ranks[q].wstatus,
+                                    .time_s = at->ranks[q].exit_s, .oom_killer = -1};
     ff->n_tail = dt_agent_tail_copy(&a->tails[q], ff->tail);
-    snprintf(ff->error_file, sizeof ff->error_file, "%s/attempt_%d/rank_%d.error.json", r->run_dir, k, q);
+    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", dir, q);
     if (access(ff->error_file, R_OK) != 0)
         ff->error_file[0] = 0;
     else
@@ -219,16 +266,21 @@ static int mpi_attempt(struct run *r, int k)
     rc = dt_mpirun_run_attempt(&a);
     dt_agent_env_free(env);
     if (rc == 0) {
-        record(r, k, &a);
+        record(r, k, dir, &a);
         r->res.n_attempts = k + 1;
-        r->res.exit_status = a.status;
+        r->res.exit_status = a.interrupt_signal ? 128 + a.interrupt_signal : a.status;
+        int ff = r->res.attempts[k].first_failed;
+        if (a.status && !a.interrupt_signal && ff >= 0) /* the rank's own status, as a local job reports */
+            r->res.exit_status = dt_agent_exit_status(r->res.attempts[k].ranks[ff].wstatus);
         r->res.interrupt_signal = a.interrupt_signal;
         r->res.status = a.status == 0 ? DT_AGENT_SUCCEEDED
                         : a.interrupt_signal ? DT_AGENT_INTERRUPTED
                                              : DT_AGENT_FAILED;
-        if (a.status && !a.interrupt_signal && a.verdict.rank < 0)
-            dt_log_error("mpirun exited with status %d without naming a failed rank; its messages are in %s/mpirun.err",
-                         a.status, dir);
+        if (a.leftovers)
+            dt_log_info("stopped %d process%s the ranks left behind", a.leftovers, a.leftovers == 1 ? "" : "es");
+        if (a.status && !a.interrupt_signal && r->res.attempts[k].first_failed < 0)
+            dt_log_error("mpirun exited with status %d and no rank says it failed; mpirun's messages are in "
+                         "%s/mpirun.err", a.status, dir);
     }
     free(a.tails);
     return rc;
@@ -307,7 +359,7 @@ static int run_mpi(struct run *r)
     char self[PATH_MAX];
     snprintf(self, sizeof self, "%s", r->opts->dtrain_path ? r->opts->dtrain_path : "dtrain");
     struct dt_mpirun_call call = {.dtrain = self, .job_path = r->job->path, .export_names = names,
-                                  .tag_output = true};
+                                  .tag_output = true, .rank_wrapper = true};
     if (rc == 0)
         rc = dt_mpirun_build(r->job, r->nproc, &call, &r->line);
     free(names);

@@ -12,12 +12,17 @@
  * Signals: SIGINT/SIGTERM/SIGHUP/SIGQUIT to the launcher become SIGTERM to
  * mpirun, which forwards it to every rank and tears the job down; after the
  * grace period SIGKILL goes to mpirun's process group.  mpirun dies with the
- * launcher (PR_SET_PDEATHSIG), and its ranks with it.
+ * launcher (PR_SET_PDEATHSIG), and its ranks with it.  mpirun signals only the
+ * ranks it started, so what they started (a shell's `sleep`, DataLoader
+ * workers) would outlive the job: the launcher is a child subreaper, inherits
+ * such orphans on this host, and stops them once mpirun has ended.
  *
  * Not for settling the job or restarts (mpirun_submit.c).
  */
 #include "scheduler-adapters/mpirun_internal.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -27,6 +32,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/error.h"
@@ -192,6 +198,48 @@ static void pump(struct dt_mpirun_attempt *a, struct sorter *s, struct loop *l)
     }
 }
 
+/* Our children other than mpirun are orphans we inherited as subreaper. */
+static int kill_leftovers(void)
+{
+    int total = 0;
+    for (int round = 0; round < 50; round++) {
+        DIR *d = opendir("/proc");
+        if (!d)
+            break;
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (!isdigit((unsigned char)de->d_name[0]))
+                continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+            FILE *f = fopen(path, "r");
+            size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[len] = 0;
+            const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+            char state;
+            int ppid;
+            if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || ppid != getpid() || state == 'Z')
+                continue;
+            kill(atoi(de->d_name), SIGKILL);
+            n++;
+        }
+        closedir(d);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        if (!n)
+            break;
+        total += n;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    return total;
+}
+
 static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
 {
     int out[2], err[2];
@@ -221,6 +269,7 @@ static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
+    a->leftovers = kill_leftovers();
     a->end_s = dt_agent_now() - a->t0;
     a->status = dt_agent_exit_status(st);
     dt_agent_linebuf_free(&l.lb[0]);
@@ -254,6 +303,7 @@ int dt_mpirun_run_attempt(struct dt_mpirun_attempt *a)
     int rc = pipe2(sp, O_CLOEXEC | O_NONBLOCK) ? dt_error_set_errno(DT_EIO, errno, "cannot make a signal pipe") : 0;
     if (rc == 0) {
         sig_w = sp[1];
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
         for (int i = 0; i < 4; i++)
             sigaction(job_signals[i], &sa, &old[i]);
         sigaction(SIGPIPE, &ign, &oldpipe);
