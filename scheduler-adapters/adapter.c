@@ -6,9 +6,8 @@
 
 #include <string.h>
 
-#include "scheduler-adapters/mpirun.h"
-
 /* Each adapter file defines one of these; list it below when it lands. */
+extern const struct dt_adapter dt_adapter_mpirun;
 static const struct dt_adapter *const adapters[] = {
     &dt_adapter_mpirun,
     NULL,

@@ -85,6 +85,9 @@ int dt_mpirun_read_place(char *const *env, struct dt_mpirun_place *out);
  * *is_err and *text.  Returns false for mpirun's own lines. */
 bool dt_mpirun_parse_tag(const char *line, size_t len, int *rank, bool *is_err, const char **text);
 
+/* Removes tags that arrived inside a line's text; returns the new length. */
+size_t dt_mpirun_strip_tags(char *text, size_t len);
+
 /* Reads mpirun's closing report: which rank it says failed first and how.
  * Feed each of mpirun's own lines; then *rank >= 0 once it knows, with
  * *status the exit code or 128 + signal. */

@@ -95,3 +95,21 @@ void dt_mpirun_verdict_feed(struct dt_mpirun_verdict *v, const char *line, size_
         v->state = 3;
     }
 }
+
+size_t dt_mpirun_strip_tags(char *text, size_t len)
+{
+    /* A rank that ends a piece of output without a newline (a progress line
+     * redrawn with \r) gets its next piece tagged in the middle of a line. */
+    size_t w = 0;
+    for (size_t i = 0; i < len;) {
+        int r;
+        bool err;
+        const char *rest;
+        if (text[i] == '[' && dt_mpirun_parse_tag(text + i, len - i, &r, &err, &rest)) {
+            i = (size_t)(rest - text);
+            continue;
+        }
+        text[w++] = text[i++];
+    }
+    return w;
+}

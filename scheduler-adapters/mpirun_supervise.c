@@ -55,6 +55,7 @@ struct sorter {
     int (*fds)[2]; /* per rank: .out and .err, opened on first line (-1 before) */
     int mpirun_log;
     char *buf;     /* one console line */
+    char *scratch; /* a line's text without embedded tags */
 };
 
 static void write_all(int fd, const char *p, size_t n)
@@ -103,6 +104,11 @@ static void on_line(void *ctx, const char *line, size_t len, bool complete)
         return;
     }
     size_t n = len - (size_t)(text - line);
+    if (memchr(text, '<', n) && n <= DT_AGENT_LINE_MAX) { /* rare: another tag inside the line */
+        memcpy(s->scratch, text, n);
+        n = dt_mpirun_strip_tags(s->scratch, n);
+        text = s->scratch;
+    }
     int fd = rank_fd(s, rank, err);
     if (fd >= 0) {
         write_all(fd, text, n);
@@ -284,10 +290,12 @@ int dt_mpirun_run_attempt(struct dt_mpirun_attempt *a)
     struct sorter s = {.a = a, .mpirun_log = -1};
     s.fds = malloc((size_t)(a->world > 0 ? a->world : 1) * sizeof *s.fds);
     s.buf = malloc(DT_AGENT_LINE_MAX + 64);
+    s.scratch = malloc(DT_AGENT_LINE_MAX + 1);
     a->tails = calloc((size_t)(a->world > 0 ? a->world : 1), sizeof *a->tails);
-    if (!s.fds || !s.buf || !a->tails) {
+    if (!s.fds || !s.buf || !s.scratch || !a->tails) {
         free(s.fds);
         free(s.buf);
+        free(s.scratch);
         return dt_error_set(DT_ENOMEM, "out of memory supervising mpirun");
     }
     for (int r = 0; r < a->world; r++)
@@ -323,5 +331,6 @@ int dt_mpirun_run_attempt(struct dt_mpirun_attempt *a)
         close(s.mpirun_log);
     free(s.fds);
     free(s.buf);
+    free(s.scratch);
     return rc;
 }

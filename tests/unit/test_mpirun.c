@@ -245,6 +245,15 @@ static void tagged_lines(void **s)
         assert_false(dt_mpirun_parse_tag(own[i], strlen(own[i]), &r, &err, &text));
 }
 
+static void tags_inside_a_line(void **s)
+{
+    (void)s;
+    char text[] = "\r[dtrain] step 10[1,0]<stdout>:\r[rank 0] step 20 <x>";
+    size_t n = dt_mpirun_strip_tags(text, strlen(text));
+    text[n] = 0;
+    assert_string_equal(text, "\r[dtrain] step 10\r[rank 0] step 20 <x>");
+}
+
 static struct dt_mpirun_verdict verdict_of(const char *const *lines)
 {
     struct dt_mpirun_verdict v = {.rank = -1};
@@ -302,6 +311,7 @@ int main(void)
         cmocka_unit_test(discover_under_srun_pmix),
         cmocka_unit_test(rank_env_from_mpirun),
         cmocka_unit_test(tagged_lines),
+        cmocka_unit_test(tags_inside_a_line),
         cmocka_unit_test(mpirun_verdicts),
         cmocka_unit_test(backend_mpi_needs_mpirun),
     };
