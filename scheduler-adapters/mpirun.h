@@ -40,6 +40,7 @@ struct dt_mpirun_call {
     const char *const *export_names; /* NULL-terminated names passed as -x NAME */
     bool tag_output;          /* --tag-output: the launcher demultiplexes ranks' lines */
     bool rank_wrapper;        /* backend: mpi: each rank runs under `dtrain mpirank --` */
+    const char *const *agent_args; /* NULL-terminated options after `dtrain agent job.yaml`, or NULL */
 };
 
 /* True when ranks are MPI processes started by mpirun (backend: mpi). */

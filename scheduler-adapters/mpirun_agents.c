@@ -84,9 +84,22 @@ int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launc
                     setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
         rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
     struct dt_mpirun_line line = {0};
+    /* The launcher's options that the agents apply. */
+    char grace[32];
+    snprintf(grace, sizeof grace, "%g", opts->grace_s > 0 ? opts->grace_s : DT_AGENT_DEFAULT_GRACE_S);
+    const char *args[8] = {"--grace-period", grace};
+    int n = 2;
+    if (opts->log_dir) {
+        args[n++] = "--log-dir";
+        args[n++] = opts->log_dir;
+    }
+    if (opts->ranks) {
+        args[n++] = "--ranks";
+        args[n++] = opts->ranks;
+    }
     struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
                                   .job_path = job->path, .export_names = dt_mpirun_agent_exports(job),
-                                  .tag_output = true};
+                                  .tag_output = true, .agent_args = args};
     if (rc == 0)
         rc = dt_mpirun_build(job, job->nproc_per_node, &call, &line);
     if (rc) {

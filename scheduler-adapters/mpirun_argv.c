@@ -150,6 +150,8 @@ int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_
     } else if (rc == 0) {
         if ((rc = push(out, "%s", call->dtrain)) == 0 && (rc = push(out, "%s", mpi ? "worker" : "agent")) == 0)
             rc = push(out, "%s", call->job_path);
+        for (int i = 0; rc == 0 && !mpi && call->agent_args && call->agent_args[i]; i++)
+            rc = push(out, "%s", call->agent_args[i]);
     }
     if (rc)
         dt_mpirun_line_free(out);

@@ -49,6 +49,33 @@ echo "# final loss: mpi $mpi_loss, tcp $tcp_loss"
 check "MPI and tcp reach the same loss (within 1e-3: only the summation order differs)" \
   awk -v a="$mpi_loss" -v b="$tcp_loss" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 1e-3 && d > -1e-3) }'
 
+# --- agents: mpirun starts 2 dtrain agents, each runs 2 ranks ---------------
+# One machine plays both nodes: --map-by slot instead of ppr:1:node.
+cat >"$T/agents.yaml" <<EOF
+name: mpiagents
+scheduler: mpirun
+nodes: 2
+nproc_per_node: 2
+backend: tcp
+mpirun: {hosts: ['localhost:2'], allow_run_as_root: $root, oversubscribe: true, interfaces: [lo],
+         extra_args: [--map-by, slot, --mca, btl_vader_single_copy_mechanism, none]}
+trainer:
+  model: {hidden: [64]}
+  data: {batch_size: 32, workers: 1}
+  steps: 40
+  scheduler: {type: constant}
+  eval: {every_epochs: 0}
+EOF
+expect_status 0 "the trainer runs as 2 agents x 2 ranks under mpirun" "$DTRAIN" launch "$T/agents.yaml" --log-dir "$T/runs"
+contains "$T/last.err" 'job mpiagents: 2 agents through mpirun' "the launcher started two agents through mpirun"
+contains "$T/last.err" 'node 1 of 2, 2 ranks .*global ranks 2-3' "the second agent learned it is node 1 from OMPI_COMM_WORLD_RANK"
+agents_run=$(ls -d "$T"/runs/mpiagents-* | head -n 1)
+contains "$agents_run/summary.json" '"world_size": 4' "node 0 wrote summary.json for 4 ranks"
+agents_loss=$(sed -n 's/.*"final_loss": \([0-9.e-]*\).*/\1/p' "$agents_run/trainer_summary.json")
+echo "# final loss: agents over tcp $agents_loss"
+check "the agents' job learns as the MPI one does (within 1e-3)" \
+  awk -v a="$agents_loss" -v b="$mpi_loss" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 1e-3 && d > -1e-3) }'
+
 # --- dtrain bench allreduce on the MPI backend ------------------------------
 cat >"$T/bench.yaml" <<EOF
 name: mpibench
