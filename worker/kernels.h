@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 enum dt_kact { DT_KACT_NONE, DT_KACT_RELU, DT_KACT_GELU };
+/* The precision a value is rounded to (AMP keeps low-precision values in float arrays). */
+enum dt_kprec { DT_KPREC_F32, DT_KPREC_BF16, DT_KPREC_F16 };
 
 /* Scalars of one AdamW step, computed in double by adamw.c as torch does. */
 struct dt_adamw_scalars {
@@ -53,6 +55,13 @@ struct dt_kernels {
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const struct dt_adamw_scalars *s);
     /* 64-bit hash of the bytes of x (desync detection); equal data, equal hash */
     uint64_t (*hash)(const float *x, size_t n);
+    /* g *= inv_scale; returns true when an element was inf or NaN before
+     * (torch's _amp_foreach_non_finite_check_and_unscale_). */
+    bool (*unscale)(float *g, size_t n, float inv_scale);
+    /* dst (+)= src rounded to the nearest value of precision p, ties to even
+     * (fp16: beyond 65504 rounds to inf, below 2^-14 to multiples of 2^-24;
+     * bf16: float's range, 8 bits).  dst may be src when not accumulating. */
+    void (*round_lowp)(float *dst, const float *src, size_t n, enum dt_kprec p, bool accumulate);
     /* Sets the threads the kernels may use (BLAS and elementwise). */
     void (*set_threads)(int n);
 };

@@ -210,6 +210,68 @@ static uint64_t cpu_hash(const float *x, size_t n)
     return h[0] ^ (h[1] * 31) ^ (h[2] * 961) ^ (h[3] * 29791) ^ n;
 }
 
+/* Finiteness by the exponent bits (all ones: inf or NaN), OR-ed so the loop
+ * vectorises; the value is checked before it is scaled, as torch does. */
+DT_CLONES static bool cpu_unscale(float *g, size_t n, float inv_scale)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &g[i], sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+        g[i] *= inv_scale;
+    }
+    return bad != 0;
+}
+
+/* bf16 is float's top 16 bits: add 0x7fff plus the lowest kept bit and cut
+ * (round to nearest, ties to even; a carry into the exponent is the right
+ * result, up to inf).  NaN stays NaN. */
+static inline float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* fp16 keeps 11 significant bits for |x| >= 2^-14, the same bit trick at bit
+ * 13; below that its subnormals are multiples of 2^-24, which adding 0.5 (a
+ * float whose ulp is 2^-24) rounds to, ties to even.  |x| >= 65520 (half way
+ * between 65504, the largest fp16, and 65536) overflows to inf. */
+static inline float round_f16(float x)
+{
+    float a = fabsf(x);
+    if (a >= 65520.0f)
+        return a == a ? copysignf(INFINITY, x) : x;
+    if (a < 0x1p-14f)
+        return copysignf((a + 0.5f) - 0.5f, x);
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+DT_CLONES static void cpu_round_lowp(float *dst, const float *src, size_t n, enum dt_kprec p, bool accumulate)
+{
+    if (p == DT_KPREC_BF16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = accumulate ? dst[i] + round_bf16(src[i]) : round_bf16(src[i]);
+    } else if (p == DT_KPREC_F16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = accumulate ? dst[i] + round_f16(src[i]) : round_f16(src[i]);
+    } else if (accumulate) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] += src[i];
+    } else if (dst != src) {
+        memcpy(dst, src, n * sizeof *dst);
+    }
+}
+
 static void cpu_set_threads(int n)
 {
     openblas_set_num_threads(n > 0 ? n : 1);
@@ -227,5 +289,7 @@ const struct dt_kernels dt_kernels_cpu = {
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
     .hash = cpu_hash,
+    .unscale = cpu_unscale,
+    .round_lowp = cpu_round_lowp,
     .set_threads = cpu_set_threads,
 };
