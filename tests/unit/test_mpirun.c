@@ -108,6 +108,25 @@ static void render_keeps_token_off_the_line(void **s)
     dt_job_free(job);
 }
 
+static void render_mpi_ranks(void **s)
+{
+    (void)s;
+    struct dt_job *job = load("name: j\nscheduler: mpirun\nnodes: 2\nnproc_per_node: 4\nbackend: mpi\n"
+                              "trainer: {model: {hidden: [8]}, steps: 1}\nmpirun: {hosts: [n1, n2], "
+                              "interfaces: [eth0]}\n");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(dt_adapter_mpirun.render(job, "job.yaml", f), 0);
+    fclose(f);
+    /* The line docs/mpirun.md shows. */
+    assert_non_null(strstr(text, "\nmpirun -np 8 --map-by ppr:4:node --host n1:4,n2:4 --mca btl_tcp_if_include eth0 "
+                                 "--mca oob_tcp_if_include eth0 dtrain mpirank -- dtrain worker job.yaml\n"));
+    assert_non_null(strstr(text, "dtrain launch job.yaml"));
+    free(text);
+    dt_job_free(job);
+}
+
 static void first_host_of_hostfile(void **s)
 {
     (void)s;
@@ -305,6 +324,7 @@ int main(void)
         cmocka_unit_test(mpi_ranks_line),
         cmocka_unit_test(trainer_and_user_mapping),
         cmocka_unit_test(render_keeps_token_off_the_line),
+        cmocka_unit_test(render_mpi_ranks),
         cmocka_unit_test(first_host_of_hostfile),
         cmocka_unit_test(place_from_ompi_and_pmix),
         cmocka_unit_test(discover_agents),
