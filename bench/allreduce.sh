@@ -17,16 +17,18 @@
 #   tcp/tcp  dtrain tcp busbw / the better Open MPI TCP variant             (target >= 1.0 at >= 1 MiB)
 #   tcp/gloo dtrain tcp busbw / Gloo                                        (target >= 2.0 at >= 1 MiB)
 #   8 B row: times in us and shm time / Open MPI sm time                   (target <= 1.5)
-# One run per peer and size, peers run one after another: on a busy machine repeat it and
-# look at medians (reference/comm.md §7.4: up to 10x run-to-run noise under contention).
+# REPS rounds (default 3); each round runs every peer once, one after another, so slow phases
+# of a busy machine hit all peers alike; every cell is the median over the rounds
+# (reference/comm.md §7.4: up to 10x run-to-run noise under contention).
 #
 #   bench/allreduce.sh [RANKS...]        default: 2 4
-#   MAX=64M bench/allreduce.sh 2         a shorter sweep
+#   MAX=64M REPS=1 bench/allreduce.sh 2  a shorter sweep
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 RANKS=${*:-2 4}
 MAX=${MAX:-256M}
+REPS=${REPS:-3}
 PY=${PYTHON:-python3}
 W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -89,19 +91,35 @@ run_peer() { # PEER N MIN MAX ITERS WARMUP
   esac
 }
 
+# median FILE: "size time busbw" rows -> one row per size, median time and median busbw
+median() {
+  sort -k1,1n -k2,2g "$1" | awk '
+    function flush(  i, j, t) {
+      if (!n) return
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (B[j] < B[i]) { t = B[i]; B[i] = B[j]; B[j] = t }
+      print s, T[int((n + 1) / 2)], B[int((n + 1) / 2)]; n = 0
+    }
+    $1 != s { flush(); s = $1 }
+    { n++; T[n] = $2; B[n] = $3 }
+    END { flush() }'
+}
+
 for n in $RANKS; do
-  for p in $PEERS; do
-    echo "allreduce.sh: $n ranks, $p" >&2
-    {
-      run_peer "$p" "$n" 8 8 2000 100
-      run_peer "$p" "$n" 1024 65536 200 20
-      run_peer "$p" "$n" 262144 $((MAXB < 4194304 ? MAXB : 4194304)) 50 5
-      [ "$MAXB" -ge 16777216 ] && run_peer "$p" "$n" 16777216 "$MAXB" 5 2
-    } >"$W/$n.$p"
+  for ((rep = 1; rep <= REPS; rep++)); do
+    for p in $PEERS; do
+      echo "allreduce.sh: $n ranks, $p, round $rep of $REPS" >&2
+      {
+        run_peer "$p" "$n" 8 8 2000 100
+        run_peer "$p" "$n" 1024 65536 200 20
+        run_peer "$p" "$n" 262144 $((MAXB < 4194304 ? MAXB : 4194304)) 50 5
+        [ "$MAXB" -ge 16777216 ] && run_peer "$p" "$n" 16777216 "$MAXB" 5 2
+      } >>"$W/$n.$p.raw"
+    done
   done
+  for p in $PEERS; do median "$W/$n.$p.raw" >"$W/$n.$p"; done
   [ -n "${KEEP:-}" ] && cp "$W"/"$n".* "$KEEP"/
   echo
-  echo "# allreduce, float32 sum, in place, $n ranks on $(getconf _NPROCESSORS_ONLN) cores: busbw GB/s (8 B row: time in us)"
+  echo "# allreduce, float32 sum, in place, $n ranks on $(getconf _NPROCESSORS_ONLN) cores, median of $REPS round(s): busbw GB/s (8 B row: time in us)"
   awk -v peers="$PEERS" -v dir="$W" -v n="$n" '
     BEGIN {
       np = split(peers, P, " ")

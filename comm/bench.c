@@ -379,6 +379,9 @@ int dt_bench_run(const struct dt_bench_args *a, FILE *out)
         if (bw_fail)
             fprintf(out, "# average bus bandwidth %g GB/s is below --min-bw %g GB/s\n", avg, a->min_bw);
         fflush(out);
+        if (bw_fail)
+            fprintf(stderr, "dtrain bench: %s on %d rank(s) (%s): average bus bandwidth %g GB/s is below --min-bw %g GB/s\n",
+                    k->name, x.world, dt_comm_backend_name(x.comm), avg, a->min_bw);
     }
     /* A failing exit of another rank may make the launcher stop the job:
      * let rank 0 finish printing first. */

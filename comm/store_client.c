@@ -16,6 +16,7 @@
 #include "comm/store_client_internal.h"
 
 #include "comm/error.h"
+#include "comm/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,7 +87,7 @@ static int open_socket(struct dt_store *s, double deadline)
     int err = 0;
     for (;;) {
         struct addrinfo *res = NULL;
-        int g = getaddrinfo(s->host, port, &hints, &res);
+        int g = dt_resolve(s->host, port, &hints, &res); /* DTRAIN_HOSTS_FILE first */
         if (g == 0) {
             for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
                 if ((err = try_connect(ai, deadline, &s->fd)) == 0)
@@ -96,7 +97,7 @@ static int open_socket(struct dt_store *s, double deadline)
                 return 0;
         } else if (g != EAI_AGAIN) {
             return dt_error_set(DT_ECONN, "coordinator %s: cannot resolve '%s': %s", s->peer,
-                                s->host, gai_strerror(g));
+                                s->host, dt_resolve_strerror(g));
         }
         double left = deadline - dt_store_now();
         if (left <= 0)

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +45,27 @@ static uint32_t hash_str(const char *s)
     return h;
 }
 
-static size_t env_size(const char *name, size_t def)
+/* A positive number from the environment (or, with zero_ok, 0 too); def when
+ * unset or malformed. */
+static size_t env_num(const char *name, size_t def, bool zero_ok)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return def;
     char *end;
     unsigned long long x = strtoull(v, &end, 10);
-    return *end || x == 0 ? def : (size_t)x;
+    return *end || (x == 0 && !zero_ok) ? def : (size_t)x;
+}
+
+static size_t env_size(const char *name, size_t def) { return env_num(name, def, false); }
+
+/* More ranks on this host than CPUs this process may run on. */
+static bool oversubscribed(int local_world)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return false;
+    return local_world > CPU_COUNT(&set);
 }
 
 /* No Nagle (a small step must leave at once), non-blocking (the engine
@@ -207,38 +221,66 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->timeout_s = o->timeout_s;
     t->seg_bytes = env_size("DTRAIN_TCP_SEGMENT_BYTES", 256 << 10) & ~(size_t)7;
     t->small_bytes = env_size("DTRAIN_TCP_SMALL_BYTES", 64 << 10) & ~(size_t)7;
+    t->spin_s = (double)env_num("DTRAIN_TCP_SPIN_US", DT_TCP_SPIN_US, true) * 1e-6;
+    t->oversubscribed = oversubscribed(o->local_world);
     if (t->seg_bytes < 64)
         t->seg_bytes = 64;
-    t->max_blocks = 2 * t->world + 4;
+    t->slice_bytes = env_size("DTRAIN_TCP_SLICE_BYTES", 512 << 10);
+    t->max_blocks = 1 + DT_TCP_MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
     t->fd = malloc(sizeof *t->fd * (size_t)t->world);
     t->addr = calloc((size_t)t->world, sizeof *t->addr);
     t->processed = calloc((size_t)t->max_blocks, sizeof *t->processed);
     t->out = calloc((size_t)t->max_blocks, sizeof *t->out);
     t->in = calloc((size_t)t->max_blocks, sizeof *t->in);
+    t->last_pos = calloc(2 * (size_t)t->world, sizeof *t->last_pos);
+    t->uaddr = calloc((size_t)t->world, sizeof *t->uaddr);
+    t->heard = calloc((size_t)t->world, 1);
+    t->suspected = malloc(sizeof *t->suspected * (size_t)t->world);
+    t->notice_msg = calloc((size_t)t->world, sizeof *t->notice_msg);
     size_t hb = sizeof(struct dt_tcp_hdr);
     t->stage = malloc(t->seg_bytes + t->small_bytes + hb);
     t->small = malloc(t->small_bytes + hb);
     t->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!t->fd || !t->addr || !t->processed || !t->out || !t->in || !t->stage || !t->small || t->abort_fd < 0)
+    if (!t->fd || !t->addr || !t->processed || !t->out || !t->in || !t->last_pos || !t->uaddr || !t->heard || !t->suspected || !t->notice_msg || !t->stage || !t->small || t->abort_fd < 0)
         return dt_error_set(DT_ENOMEM, "rank %d: tcp: out of memory", t->rank);
     memset(t->stage, 0, t->seg_bytes + t->small_bytes + hb); /* touch once, not in the step loop */
     memset(t->small, 0, t->small_bytes + hb);
     for (int i = 0; i < t->world; i++)
-        t->fd[i] = -1;
+        t->fd[i] = t->suspected[i] = -1;
+    t->suspect = -1;
     return 0;
+}
+
+/* Splits a peer's published "ip:port:uport" into t->addr[p] ("ip:port", what
+ * connect_peer() and messages use) and its notice address. */
+static void notice_addr(struct dt_tcp *t, int p)
+{
+    char *colon = strrchr(t->addr[p], ':');
+    if (!colon || colon == strchr(t->addr[p], ':'))
+        return; /* no notice port: connect_peer() reports the bad address */
+    int uport = atoi(colon + 1);
+    *colon = 0;
+    char host[64];
+    snprintf(host, sizeof host, "%s", t->addr[p]);
+    char *c = strrchr(host, ':');
+    *c = 0;
+    t->uaddr[p].sin_family = AF_INET;
+    if (uport > 0 && uport < 65536 && inet_pton(AF_INET, host, &t->uaddr[p].sin_addr) == 1)
+        t->uaddr[p].sin_port = htons((uint16_t)uport);
 }
 
 /* Publishes our address, reads everyone's, connects the mesh. */
 static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
 {
     double deadline = dt_comm_now() + o->timeout_s;
-    int lfd = -1, port = 0, rc;
-    if ((rc = listen_any(t, &lfd, &port)) < 0)
+    int lfd = -1, port = 0, uport = 0, rc;
+    if ((rc = dt_tcp_fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
         return rc;
     char ip[64], key[256], val[96];
     local_ip(o->store ? dt_store_peer(o->store) : NULL, ip, sizeof ip);
     snprintf(key, sizeof key, "%stcp/%d", o->key_prefix, t->rank);
-    int n = snprintf(val, sizeof val, "%s:%d", ip, port);
+    /* "ip:port:uport": the mesh's listener, then the failure-notice socket */
+    int n = snprintf(val, sizeof val, "%s:%d:%d", ip, port, uport);
     if ((rc = dt_store_set(o->store, key, val, (size_t)n)) < 0)
         goto out;
     for (int p = 0; p < t->world && rc == 0; p++) {
@@ -258,9 +300,10 @@ static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
         }
         snprintf(t->addr[p], sizeof t->addr[p], "%.*s", (int)len, (char *)v);
         free(v);
+        notice_addr(t, p);
     }
-    snprintf(t->addr[t->rank], sizeof t->addr[t->rank], "%.63s", val);
-    uint32_t nonce = hash_str(o->key_prefix);
+    snprintf(t->addr[t->rank], sizeof t->addr[t->rank], "%.46s:%d", ip, port);
+    uint32_t nonce = t->nonce = hash_str(o->key_prefix);
     for (int p = 0; p < t->rank && rc == 0; p++)
         rc = connect_peer(t, p, nonce, deadline);
     if (rc == 0)
@@ -275,7 +318,7 @@ int dt_tcp_init(const struct dt_comm_options *o, void **state)
     struct dt_tcp *t = calloc(1, sizeof *t);
     if (!t)
         return dt_error_set(DT_ENOMEM, "tcp: out of memory");
-    t->abort_fd = -1;
+    t->abort_fd = t->ufd = -1;
     int rc = alloc_state(t, o);
     if (rc == 0)
         rc = bootstrap(t, o);
@@ -315,11 +358,18 @@ void dt_tcp_destroy(void *st)
             close(t->fd[p]);
     if (t->abort_fd >= 0)
         close(t->abort_fd);
+    if (t->ufd >= 0)
+        close(t->ufd);
     free(t->fd);
     free(t->addr);
     free(t->processed);
     free(t->out);
     free(t->in);
+    free(t->last_pos);
+    free(t->uaddr);
+    free(t->heard);
+    free(t->suspected);
+    free(t->notice_msg);
     free(t->stage);
     free(t->small);
     free(t->scratch);

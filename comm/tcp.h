@@ -24,10 +24,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <netinet/in.h>
+
 #include "comm/comm.h"
 #include "comm/comm_backend.h"
 
 #define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
+#define DT_TCP_MAX_SLICES 128     /* ring allreduce slices per call */
+#define DT_TCP_SPIN_US 200        /* default busy-poll before sleeping */
 
 struct dt_tcp_hdr {
     uint32_t magic;
@@ -74,13 +78,25 @@ struct dt_tcp {
     double deadline;          /* of the current collective */
     size_t seg_bytes;         /* reduction segment (DTRAIN_TCP_SEGMENT_BYTES) */
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
+    size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
+    double spin_s;            /* retry this long before sleeping in poll() (DTRAIN_TCP_SPIN_US) */
+    bool oversubscribed;      /* more local ranks than CPUs: yield between retries */
     char *stage;              /* seg_bytes + small_bytes + header: incoming data to reduce */
     char *small;              /* small_bytes + header: copy of what a small step sends */
     char *scratch;            /* reduce_scatter partials; grows, never shrinks */
     size_t scratch_bytes;
     size_t *processed;        /* per in block, bytes done */
-    struct dt_tcp_blk *out, *in; /* block arrays for one step, 2*world+4 each */
+    struct dt_tcp_blk *out, *in; /* block arrays for one step, max_blocks each */
     int max_blocks;
+    int *last_pos;            /* ring_blocks(): latest block of each ring step, 2*world */
+    /* failure notices (tcp_fault.c) */
+    int ufd;                  /* UDP socket; -1 until bootstrap */
+    uint32_t nonce;           /* hash of the key prefix: tells our notices from strays */
+    struct sockaddr_in *uaddr; /* per peer: where its notices socket listens */
+    int suspect;              /* the peer this rank saw fail in the current step, -1 */
+    char *heard;              /* per peer: sent a notice */
+    int *suspected;           /* per peer: a rank that blamed it, -1 none */
+    char (*notice_msg)[480];  /* per peer: the message of its notice */
 };
 
 /* Runs one step to completion, or fails naming the peer and the collective.
@@ -92,6 +108,16 @@ void dt_tcp_hdr_make(struct dt_tcp *t, struct dt_tcp_hdr *h, size_t count, enum 
                      enum dt_redop op, int root);
 /* Compares a received header with the expected one; names `peer` on mismatch. */
 int dt_tcp_hdr_check(struct dt_tcp *t, int peer, const struct dt_tcp_hdr *got, const struct dt_tcp_hdr *want);
+
+/* Binds the failure-notice socket; *port is published with the TCP address. */
+int dt_tcp_fault_open(struct dt_tcp *t, int *port);
+/* The notice socket is readable during a step: 0, or the failure a peer reported. */
+int dt_tcp_fault_check(struct dt_tcp *t);
+/* A step failed with rc (message set, t->suspect the peer it blames): tells
+ * every peer, shuts the connections down, waits briefly for the other ranks'
+ * notices and rewrites the message to name the rank that died or stalled.
+ * Returns rc. */
+int dt_tcp_fault(struct dt_tcp *t, int rc);
 
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp_fail(struct dt_tcp *t);

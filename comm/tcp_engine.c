@@ -3,15 +3,23 @@
  * reducing each incoming segment as soon as it is complete.
  *
  * Progress rule: try to send (as far as dependencies allow) and to receive;
- * only when neither moved, poll() the two sockets and the abort eventfd with
- * the time left before the collective's deadline.  Reductions run on this
- * thread between syscalls, while the peer keeps filling our socket buffer:
- * the kernel's buffers are the pipeline.
+ * when neither moved, keep retrying for DTRAIN_TCP_SPIN_US (default 200 us,
+ * yielding the CPU between tries when this host runs more ranks than it has
+ * CPUs), and only then poll() the sockets, the abort eventfd and the failure
+ * notices with the time left before the collective's deadline.  Why spin: on
+ * the 2-core VM a poll() sleep and its wake-up cost 20-40 us, several times a
+ * 1 KiB exchange, and Open MPI's progress engine never sleeps at all; the
+ * bounded spin keeps that latency without holding a core for long.
+ * Reductions run on this thread between syscalls, while the peer keeps
+ * filling our socket buffer: the kernel's buffers are the pipeline.
+ * On failure every exit goes through dt_tcp_fault() (tcp_fault.c), which
+ * tells the other ranks and names the rank that failed.
  *
  * Not for choosing algorithms (tcp_coll.c) or setting connections up (tcp.c).
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,7 +43,7 @@ static int peer_error(struct dt_tcp *t, int code, int peer, const char *what)
 {
     dt_error_set(code, "rank %d: %s #%llu (tcp): peer rank %d (%s) %s", t->rank, dt_coll_name(t->cur),
                  (unsigned long long)t->seq, peer, t->addr[peer], what);
-    dt_tcp_fail(t);
+    t->suspect = peer;
     return code;
 }
 
@@ -103,7 +111,7 @@ static int check_header(struct engine *e)
     e->hdr_checked = true;
     int rc = dt_tcp_hdr_check(e->t, p->in_peer, (const struct dt_tcp_hdr *)p->in[0].ptr, p->hdr);
     if (rc < 0)
-        dt_tcp_fail(e->t);
+        e->t->suspect = p->in_peer;
     return rc;
 }
 
@@ -172,8 +180,8 @@ static int wait_events(struct engine *e)
 {
     struct dt_tcp *t = e->t;
     const struct dt_tcp_plan *p = e->p;
-    struct pollfd pf[3] = {{.fd = t->abort_fd, .events = POLLIN}};
-    int n = 1;
+    struct pollfd pf[4] = {{.fd = t->abort_fd, .events = POLLIN}, {.fd = t->ufd, .events = POLLIN}};
+    int n = 2;
     if (e->ii < p->nin && !e->in_gated)
         pf[n++] = (struct pollfd){.fd = t->fd[p->in_peer], .events = POLLIN};
     /* While we still owe the out peer data it cannot have finished the step,
@@ -182,8 +190,8 @@ static int wait_events(struct engine *e)
     int outi = -1;
     if (e->oi < p->nout) {
         short ev = (short)(POLLRDHUP | (e->out_blocked ? POLLOUT : 0));
-        if (n == 2 && p->out_peer == p->in_peer)
-            pf[1].events |= ev;
+        if (n == 3 && p->out_peer == p->in_peer)
+            pf[2].events |= ev;
         else {
             outi = n;
             pf[n++] = (struct pollfd){.fd = t->fd[p->out_peer], .events = ev};
@@ -204,15 +212,13 @@ static int wait_events(struct engine *e)
         return dt_error_set_errno(DT_EIO, errno, "rank %d: %s (tcp): poll", t->rank, dt_coll_name(t->cur));
     if (outi >= 0 && (pf[outi].revents & (POLLRDHUP | POLLHUP | POLLERR)))
         return peer_error(t, DT_ECONN, p->out_peer, "closed the connection (it exited, failed or aborted)");
-    if (atomic_load(&t->aborted)) {
-        dt_tcp_fail(t);
+    if (atomic_load(&t->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
                             (unsigned long long)t->seq);
-    }
-    return 0;
+    return pf[1].revents & POLLIN ? dt_tcp_fault_check(t) : 0;
 }
 
-int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p)
+static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
 {
     struct engine e = {.t = t, .p = p};
     for (int i = 0; i < p->nin; i++)
@@ -220,6 +226,7 @@ int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p)
     if (atomic_load(&t->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
                             (unsigned long long)t->seq);
+    double spin_end = 0;
     for (;;) {
         e.progress = false;
         int rc = pump_out(&e);
@@ -229,7 +236,29 @@ int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p)
             return rc;
         if (e.oi >= p->nout && e.ii >= p->nin)
             return 0;
-        if (!e.progress && (rc = wait_events(&e)) < 0)
+        if (e.progress) {
+            spin_end = 0;
+            continue;
+        }
+        if (t->spin_s > 0) {
+            double now = dt_comm_now();
+            if (spin_end == 0)
+                spin_end = now + t->spin_s;
+            if (now < spin_end) {
+                if (t->oversubscribed)
+                    sched_yield(); /* the peer we wait for may need this CPU */
+                continue;
+            }
+        }
+        spin_end = 0;
+        if ((rc = wait_events(&e)) < 0)
             return rc;
     }
+}
+
+int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p)
+{
+    t->suspect = -1;
+    int rc = run(t, p);
+    return rc < 0 ? dt_tcp_fault(t, rc) : rc;
 }

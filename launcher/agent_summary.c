@@ -11,6 +11,7 @@
 #include "launcher/jobspec.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -214,6 +215,43 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
     fputs("]},\n", f);
 }
 
+/* The bundled trainer's figures (rank 0 writes <run dir>/trainer_summary.json,
+ * worker/metrics.c): the four a person looks for first are copied to the top
+ * level, the whole object goes under "trainer".  Jobs that run a command have
+ * no such file and get neither.  The file is our own flat JSON object, so
+ * each value is the token after its key up to the next ',' or newline. */
+static void json_trainer(FILE *f, const char *run_dir)
+{
+    char path[4200], buf[8192];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 2 || buf[0] != '{')
+        return;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = 0;
+    if (buf[n - 1] != '}')
+        return;
+    static const char *const keys[] = {"final_loss", "test_accuracy", "steps", "samples_per_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char pat[48];
+        snprintf(pat, sizeof pat, "\"%s\": ", keys[i]);
+        const char *v = strstr(buf, pat);
+        if (v) {
+            v += strlen(pat);
+            fprintf(f, "  \"%s\": %.*s,\n", keys[i], (int)strcspn(v, ",\n}"), v);
+        }
+    }
+    fputs("  \"trainer\": ", f);
+    for (const char *c = buf; *c; c++) /* indented one level deeper, as the rest of the file */
+        fputs(*c == '\n' ? "\n  " : (char[2]){*c, 0}, f);
+    fputs(",\n", f);
+}
+
 int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     char when[32] = "";
@@ -252,6 +290,7 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     fputs("],\n", f);
     json_failure(f, res);
     json_attempts(f, res);
+    json_trainer(f, cfg->run_dir);
     fputs("  \"version\": 1\n}\n", f);
     return ferror(f) ? dt_error_set(DT_EIO, "writing the run summary failed") : 0;
 }

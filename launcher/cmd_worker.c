@@ -6,14 +6,17 @@
  * WORLD_SIZE, LOCAL_WORLD_SIZE, DTRAIN_RUN_DIR, DTRAIN_RESTART_COUNT),
  * connects to the coordinator's store, builds the communicator and hands both
  * to the trainer (worker/trainer.h).  Run by hand without WORLD_SIZE, it
- * trains as a single process in the current directory.
+ * trains as a single process in the current directory.  A fatal error goes
+ * to stderr and, when TORCHELASTIC_ERROR_FILE is set, into that report.
  *
  * Not for training logic: that lives in worker/.
  */
 #include <cblas.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -152,6 +155,40 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     return rc;
 }
 
+static void json_escaped(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+}
+
+/* The failure report the agent reads (launcher/agent_error_file.c), in the
+ * format PyTorch's @record writes to TORCHELASTIC_ERROR_FILE, so the
+ * launcher's "rank N failed first" report quotes the trainer's own sentence.
+ * A failure to write it is logged, not fatal: the message is on stderr too. */
+static void write_error_file(int rank, const char *msg)
+{
+    const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+    if (!path || !*path)
+        return;
+    FILE *f = fopen(path, "we");
+    if (!f) {
+        dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"message\": {\"message\": \"DtrainWorkerError: rank %d: ", rank);
+    json_escaped(f, msg);
+    fprintf(f, "\", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"%lld\"}}}\n",
+            (long long)time(NULL));
+    if (fclose(f))
+        dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));
+}
+
 static int run(int argc, char **argv)
 {
     if (argc != 2)
@@ -177,6 +214,7 @@ static int run(int argc, char **argv)
         rc = train(job, &e, comm, phases);
     if (rc) {
         fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
+        write_error_file(e.rank, dt_error_last());
         if (comm)
             dt_comm_abort(comm);
     }

@@ -7,8 +7,10 @@
 #include <string.h>
 
 /* Each adapter file defines one of these; list it below when it lands. */
+extern const struct dt_adapter dt_adapter_kubernetes;
 extern const struct dt_adapter dt_adapter_mpirun;
 static const struct dt_adapter *const adapters[] = {
+    &dt_adapter_kubernetes,
     &dt_adapter_mpirun,
     NULL,
 };

@@ -50,6 +50,19 @@ static int entries(const struct dt_model *m, const struct dt_adamw *a, struct dt
     return n;
 }
 
+static const char *const amp_names[] = {[DT_AMP_OFF] = "off", [DT_AMP_BF16] = "bf16", [DT_AMP_FP16] = "fp16"};
+
+/* The AMP metadata: type, and the scaler's scale (%.9g reads back the same
+ * float), growth tracker and skipped steps. */
+static void amp_meta(const struct dt_ckpt_state *s, char v[3][32], const char **meta)
+{
+    snprintf(v[0], 32, "%.9g", (double)s->scaler.scale);
+    snprintf(v[1], 32, "%d", (int)s->scaler.growth_tracker);
+    snprintf(v[2], 32, "%lld", (long long)s->scaler.skipped);
+    const char *m[] = {"amp", amp_names[s->amp], "loss_scale", v[0], "growth_tracker", v[1], "skipped_steps", v[2]};
+    memcpy(meta, m, sizeof m);
+}
+
 static int fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -131,8 +144,10 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     snprintf(v[4], 32, "%d", s->world);
     snprintf(v[5], 32, "%d", s->batch_size);
     snprintf(v[6], 32, "%lld", (long long)a->step);
-    const char *meta[] = {"format", CKPT_FORMAT, "step", v[0], "epoch", v[1], "batch", v[2], "seed", v[3],
-                          "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
+    char va[3][32];
+    const char *meta[24] = {"format", CKPT_FORMAT, "step", v[0], "epoch", v[1], "batch", v[2], "seed", v[3],
+                            "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
+    amp_meta(s, va, meta + 16);
     char path[4200], tmp[4250];
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, (long long)s->step);
     snprintf(tmp, sizeof tmp, "%s/.step_%08lld.safetensors.tmp", dir, (long long)s->step);
@@ -181,6 +196,28 @@ static int restore_tensor(const struct dt_safetensors *f, const char *path, cons
     return 0;
 }
 
+/* A checkpoint from before AMP has no "amp" key: it was an fp32 run. */
+static int amp_restore(const struct dt_safetensors *f, const char *path, struct dt_ckpt_state *s)
+{
+    const char *amp = dt_safetensors_meta(f, "amp");
+    if (strcmp(amp ? amp : "off", amp_names[s->amp]))
+        return dt_error_set(DT_EINVAL, "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
+                            "another checkpoint dir)", path, amp ? amp : "off", amp_names[s->amp]);
+    if (!amp)
+        return 0;
+    long long tracker, skipped;
+    const char *scale = dt_safetensors_meta(f, "loss_scale");
+    char *end = NULL;
+    float v = scale ? strtof(scale, &end) : 0;
+    if (!scale || *end || meta_i64(f, path, "growth_tracker", &tracker) ||
+        meta_i64(f, path, "skipped_steps", &skipped))
+        return dt_error_set(DT_EINVAL, "%s: AMP checkpoint without a readable loss scaler state", path);
+    s->scaler.scale = v;
+    s->scaler.growth_tracker = (int32_t)tracker;
+    s->scaler.skipped = skipped;
+    return 0;
+}
+
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
 {
     struct dt_safetensors f;
@@ -205,6 +242,8 @@ int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struc
     int n = entries(m, a, e, names);
     for (int i = 0; i < n && !rc; i++)
         rc = restore_tensor(&f, path, &e[i]);
+    if (!rc)
+        rc = amp_restore(&f, path, s);
     if (!rc) {
         s->step = step;
         s->epoch = epoch;

@@ -4,7 +4,8 @@
  * model's tensors under PyTorch's names (layers.0.weight, ...), AdamW's moments
  * (optimizer.exp_avg, optimizer.exp_avg_sq, flat in the arena's layout) and, in
  * the metadata, everything else that decides the next step: optimizer and
- * scheduler step counts, epoch and batch position of the sampler, the seed.
+ * scheduler step counts, epoch and batch position of the sampler, the seed,
+ * the AMP type and the loss scaler's state.
  * Files are written to a temporary name, fsync'd and renamed, so a crash
  * leaves either the old set or the new one, never a torn file.
  *
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "worker/adamw.h"
+#include "worker/grad_scaler.h"
 #include "worker/model.h"
 
 struct dt_ckpt_state {
@@ -25,6 +27,8 @@ struct dt_ckpt_state {
     int64_t batch;       /* index within that epoch of the next batch */
     uint64_t seed;
     int world, batch_size;
+    enum dt_amp_dtype amp;         /* must match on load: the run's numbers depend on it */
+    struct dt_grad_scaler scaler;  /* scale, growth tracker, skipped steps: saved and restored */
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and

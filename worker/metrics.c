@@ -53,6 +53,9 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
             num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s, (long long)m->total_steps);
     for (int i = 0; i < DT_METRICS_SPLIT; i++)
         fprintf(m->f, ", \"%s\": %s", dt_metrics_split_names[i], num(a[5], 32, m->split[i]));
+    if (m->amp)
+        fprintf(m->f, ", \"loss_scale\": %s, \"skipped_steps\": %lld", num(a[5], 32, m->loss_scale),
+                (long long)m->skipped_steps);
     fputs("}\n", m->f);
     fflush(m->f);
 }

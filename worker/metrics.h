@@ -4,7 +4,9 @@
  * log_every_steps steps {"step", "epoch", "loss", "lr", "beta1", "grad_norm",
  * "samples_per_s", "time_s", "total_steps", then rank 0's step-time split in
  * seconds per step: "data_s", "forward_s", "backward_s", "comm_wait_s",
- * "optimizer_s"} and an evaluation row after each evaluation
+ * "optimizer_s"; under AMP also "loss_scale" (after this step's update) and
+ * "skipped_steps" (optimizer steps skipped for inf/NaN so far)} and an
+ * evaluation row after each evaluation
  * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
  *
@@ -15,6 +17,7 @@
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,6 +29,9 @@ struct dt_metrics {
     FILE *f;
     int64_t total_steps;             /* written in training rows, for the launcher's progress line */
     double split[DT_METRICS_SPLIT];  /* seconds per step, written in the next training row */
+    bool amp;                        /* write loss_scale and skipped_steps in training rows */
+    double loss_scale;
+    int64_t skipped_steps;
 };
 
 struct dt_metrics_summary {

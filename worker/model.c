@@ -5,6 +5,7 @@
  * arithmetic loop goes through the device table (kernels.h).
  */
 #include "worker/model.h"
+#include "worker/model_amp.h"
 #include "worker/trace.h"
 
 #include <math.h>
@@ -119,6 +120,7 @@ void dt_model_destroy(struct dt_model *m)
 {
     if (!m)
         return;
+    free(m->params_lp);
     free(m->params);
     free(m->acts);
     free(m);
@@ -127,6 +129,8 @@ void dt_model_destroy(struct dt_model *m)
 /* Layer l forward:  z = x W^T + b,  h = act(z)   (x [B,in], W [out,in], h [B,out]). */
 const float *dt_model_forward(struct dt_model *m, const float *x, int B)
 {
+    if (m->prec != DT_KPREC_F32)
+        return dt_model_amp_forward(m, x, B);
     const struct dt_kernels *k = m->k;
     for (int l = 0; l < m->n_layers; l++) {
         struct dt_model_layer *L = &m->layer[l];
@@ -170,7 +174,10 @@ double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y
     const float *logits = dt_model_forward(m, x, B);
     double loss = m->k->xent(m->dlogits, logits, y, B, m->classes, dscale, correct);
     m->backward_start_ns = dt_trace_now();
-    backward(m, x, B, accumulate, ready, ctx);
+    if (m->prec != DT_KPREC_F32)
+        dt_model_amp_backward(m, B, accumulate, ready, ctx);
+    else
+        backward(m, x, B, accumulate, ready, ctx);
     return loss;
 }
 

@@ -41,6 +41,13 @@ struct dt_model {
     float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
     int64_t backward_start_ns; /* dt_trace_now() when the last train_batch's backward began (traces) */
+    /* Autocast (model_amp.c): GEMM inputs and outputs, activations and their
+     * gradients rounded to prec; NULL buffers while prec is F32. */
+    enum dt_kprec prec;
+    float *params_lp;        /* the parameters rounded to prec, refreshed every forward */
+    float *x_lp;             /* the input batch rounded, [max_batch, in] */
+    float *wtmp, *btmp;      /* one layer's weight and bias gradient before rounding */
+    float *zeros;            /* [widest]: a zero bias */
 };
 
 /* An MLP in -> hidden[0..n_hidden) -> classes with `act` between layers.
@@ -49,6 +56,12 @@ struct dt_model {
 int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, int n_hidden, int classes,
                         enum dt_kact act, int max_batch, uint64_t seed, struct dt_model **out);
 void dt_model_destroy(struct dt_model *m);
+
+/* Autocast as PyTorch's for this model (fp32 master weights stay in params):
+ * DT_KPREC_BF16 or F16 make Linear layers compute in that type with fp32
+ * accumulation, and keep activations and gradients in it; loss and softmax
+ * stay fp32; parameter gradients are accumulated in fp32.  F32 turns it off. */
+int dt_model_set_precision(struct dt_model *m, enum dt_kprec p);
 
 /* Forward for B rows of x [B, in]; returns the logits [B, classes] (inside the model). */
 const float *dt_model_forward(struct dt_model *m, const float *x, int B);

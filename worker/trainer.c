@@ -33,8 +33,6 @@ static int check_spec(const struct dt_trainer_spec *s)
                             s->data.dataset);
     if (s->device != DT_DEVICE_CPU)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this build trains on the CPU only");
-    if (s->amp.dtype != DT_AMP_OFF)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.amp: mixed precision is not built into the CPU trainer");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
         return dt_error_set(DT_EINVAL, "trainer: batch_size %d and grad_accum %d must be >= 1", s->data.batch_size,
                             s->ddp.grad_accum);
@@ -73,6 +71,10 @@ static int build_model(struct dt_trainer *t)
     int rc = dt_model_create_mlp(t->k, t->train.rows * t->train.cols, s->model.hidden, s->model.n_hidden,
                                  t->train.classes, act, t->eval_batch, s->seed, &t->model);
     if (rc)
+        return rc;
+    static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
+                                         [DT_AMP_FP16] = DT_KPREC_F16};
+    if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))
         return rc;
     t->eval_x = calloc((size_t)t->eval_batch * (size_t)(t->train.rows * t->train.cols), sizeof(float));
     t->eval_y = calloc((size_t)t->eval_batch, sizeof(int32_t));
@@ -137,7 +139,8 @@ static int maybe_resume(struct dt_trainer *t)
     if (step < 0)
         return 0;
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", t->ckpt_dir, (long long)step);
-    struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size};
+    struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size,
+                               .amp = t->spec.amp.dtype, .scaler = t->scaler};
     int rc = dt_ckpt_load(path, t->model, &t->opt, &st);
     if (rc)
         return rc;
@@ -148,6 +151,7 @@ static int maybe_resume(struct dt_trainer *t)
     t->epoch = st.epoch;
     t->batch = st.batch;
     t->resumed_from = st.step;
+    t->scaler = st.scaler;
     if (t->rank == 0)
         dt_log_info("resuming from %s (step %lld, epoch %lld, batch %lld)", path, (long long)st.step,
                     (long long)st.epoch, (long long)st.batch);
@@ -188,6 +192,8 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = dt_onecycle_init(&t->sched, &t->spec.scheduler, t->total_steps, t->spec.optimizer.lr,
                               t->spec.optimizer.beta1);
+    if (!rc)
+        rc = dt_grad_scaler_init(&t->scaler, &t->spec.amp);
     if (!rc)
         rc = build_reducer(t);
     if (!rc)
@@ -290,6 +296,7 @@ int dt_trainer_save(struct dt_trainer *t)
     if (t->rank != 0)
         return 0;
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
-                               .world = t->world, .batch_size = t->spec.data.batch_size};
+                               .world = t->world, .batch_size = t->spec.data.batch_size,
+                               .amp = t->spec.amp.dtype, .scaler = t->scaler};
     return dt_ckpt_save(t->ckpt_dir, t->model, &t->opt, &st, t->spec.checkpoint.keep);
 }

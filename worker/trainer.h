@@ -35,6 +35,9 @@ struct dt_trainer_options {
                                * buckets with nothing else running (benchmarks); 0 = none */
     /* Called after every optimizer step (tests: perturb a rank, record parameters). */
     void (*after_step)(void *ctx, struct dt_model *m, int64_t step);
+    /* Called once the step's gradients are averaged, before the AMP check and
+     * the optimizer (tests: an overflow on one rank only). */
+    void (*after_reduce)(void *ctx, struct dt_model *m, int64_t step);
     void *ctx;
 };
 

@@ -6,6 +6,7 @@
 
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
+#include "worker/grad_scaler.h"
 #include "worker/idx.h"
 #include "worker/loader.h"
 #include "worker/metrics.h"
@@ -26,6 +27,7 @@ struct dt_trainer {
     struct dt_model *model;
     struct dt_adamw opt;
     struct dt_onecycle sched;
+    struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
     struct dt_loader *loader;
     struct dt_metrics metrics;

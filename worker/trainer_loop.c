@@ -34,8 +34,9 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
         if (!b)
             return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
                                 (long long)t->batch);
-        /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches. */
-        float dscale = 1.0f / ((float)b->n * (float)k);
+        /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches;
+         * under AMP times the loss scale (a power of two while dynamic: exact). */
+        float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)b->n * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, dt_reducer_ready, &t->red, NULL);
         int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
@@ -55,18 +56,39 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
     return rc;
 }
 
+/* Under AMP: unscale the averaged gradients and agree with every rank on
+ * whether any was inf/NaN (then the optimizer step is skipped everywhere). */
+static int unscale(struct dt_trainer *t, bool *skip)
+{
+    *skip = false;
+    if (!t->scaler.enabled)
+        return 0;
+    bool bad = t->k->unscale(t->model->grads, t->model->n_params, dt_grad_scaler_inv_scale(&t->scaler));
+    return dt_grad_scaler_agree(&t->scaler, t->comm, bad, skip);
+}
+
 /* Gradient norm after the all-reduce (the same on every rank), clipping
- * coefficient, AdamW, schedule. */
+ * coefficient, AdamW, schedule.  A skipped AMP step leaves parameters, moments
+ * and AdamW's step count alone but still steps the schedule, as a PyTorch loop
+ * (scaler.step(opt); scaler.update(); sched.step()) does. */
 static int update(struct dt_trainer *t, bool want_norm, double *norm)
 {
     const struct dt_trainer_spec *s = &t->spec;
     float coef = 1.0f;
+    bool skip;
     *norm = NAN;
-    if (s->optimizer.grad_clip > 0 || want_norm)
+    if (t->o.after_reduce)
+        t->o.after_reduce(t->o.ctx, t->model, t->step);
+    int rc = unscale(t, &skip);
+    if (rc)
+        return rc;
+    if (!skip && (s->optimizer.grad_clip > 0 || want_norm))
         *norm = sqrt(t->k->sumsq(t->model->grads, t->model->n_params));
-    if (s->optimizer.grad_clip > 0)
+    if (!skip && s->optimizer.grad_clip > 0)
         coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
-    dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
+    if (!skip)
+        dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
+    dt_grad_scaler_update(&t->scaler);
     return dt_onecycle_step(&t->sched);
 }
 
@@ -82,13 +104,18 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     if (t->rank == 0) {
         for (int i = 0; i < DT_METRICS_SPLIT; i++)
             t->metrics.split[i] = t->split_steps ? 1e-9 * (double)t->split_ns[i] / (double)t->split_steps : NAN;
+        t->metrics.amp = t->scaler.enabled;
+        t->metrics.loss_scale = t->scaler.scale;
+        t->metrics.skipped_steps = t->scaler.skipped;
         dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
         static const char *const tags[] = {"train/loss", "train/lr", "train/beta1", "train/grad_norm",
                                            "train/samples_per_s", "train/data_s", "train/forward_s",
-                                           "train/backward_s", "train/comm_wait_s", "train/optimizer_s"};
+                                           "train/backward_s", "train/comm_wait_s", "train/optimizer_s",
+                                           "train/loss_scale", "train/skipped_steps"};
         double tv[] = {t->last_loss, lr, beta1, norm, sps, t->metrics.split[0], t->metrics.split[1],
-                       t->metrics.split[2], t->metrics.split[3], t->metrics.split[4]};
-        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, 10);
+                       t->metrics.split[2], t->metrics.split[3], t->metrics.split[4], t->scaler.scale,
+                       (double)t->scaler.skipped};
+        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
         if (rc)
             return rc;
         if (!t->o.quiet)

@@ -23,6 +23,10 @@ trainer:
 EOF
 expect_status 1 "a launched trainer with a missing data set fails" "$DTRAIN" launch "$T/nodata.yaml" --log-dir "$T/runs"
 contains "$T/last.err" "/nonexistent/fmnist/train-images-idx3-ubyte.gz" "the error names the missing file"
+contains "$T/last.err" "rank [01]'s error report \(.*rank_[01]\.error\.json\) says:" \
+  "the launcher's failure report quotes the worker's TORCHELASTIC_ERROR_FILE"
+contains "$T/last.err" "  > DtrainWorkerError: rank [01]: .*/nonexistent/fmnist/train-images-idx3-ubyte.gz" \
+  "the quoted report is the trainer's own sentence"
 
 # --- resume from an absolute checkpoint dir ---------------------------------
 small() { # steps
@@ -47,6 +51,7 @@ contains "$T/last.err" "resuming from $T/ckpt/step_00000040.safetensors" "it say
 # The run directory is the one the launcher names (two runs in one second sort by their random suffix).
 s60=$(sed -n 's/.*logs and summary.json in \(.*\)$/\1/p' "$T/last.err" | tail -n 1)
 contains "$s60/trainer_summary.json" '"resumed_from_step": 40' "the summary records the resume"
+contains "$s60/summary.json" '^  "steps": 60,$' "the launcher's summary.json carries the trainer's step count"
 check "keep: 2 leaves two checkpoints" test "$(ls "$T/ckpt" | grep -c '^step_')" = 2
 
 # --- the quickstart: 4 ranks, 4 epochs ---------------------------------------
@@ -66,3 +71,9 @@ contains "$run/metrics.jsonl" '^\{"step": 10, "epoch": [0-9.e-]+, "loss": [0-9.e
   "metrics rows carry step, epoch, loss, lr, beta1, grad_norm, samples_per_s, total_steps and the step-time split"
 check "checkpoints at 500 and the end" test -f "$run/checkpoints/step_00000500.safetensors" -a -f "$run/checkpoints/step_00000940.safetensors"
 contains "$run/summary.json" '"status": "succeeded"' "the launcher's summary says succeeded"
+contains "$run/summary.json" "^  \"test_accuracy\": $acc,\$" "summary.json has the trainer's test_accuracy"
+contains "$run/summary.json" '^  "final_loss": [0-9.e-]+,$' "summary.json has final_loss"
+contains "$run/summary.json" '^  "steps": 940,$' "summary.json has steps"
+contains "$run/summary.json" '^  "samples_per_s": [0-9.e+]+,$' "summary.json has samples_per_s"
+check "summary.json stays valid JSON with the trainer's object inside" python3 -c \
+  "import json,sys; d=json.load(open(sys.argv[1])); assert d['trainer']['world_size'] == 4" "$run/summary.json"

@@ -157,6 +157,22 @@ static void sweep(const char *backend, int lo, int hi)
     }
 }
 
+/* The tcp ring with tiny slices, segments and crossover: nearly every size
+ * takes the sliced, pipelined ring (many slices, chunks of uneven length,
+ * segments cut inside chunks), which the default sizes only reach at 64 MiB. */
+static void tcp_ring_small_slices(void **s)
+{
+    (void)s;
+    setenv("DTRAIN_TCP_SLICE_BYTES", "1000", 1);
+    setenv("DTRAIN_TCP_SEGMENT_BYTES", "200", 1);
+    setenv("DTRAIN_TCP_SMALL_BYTES", "64", 1);
+    sweep("tcp", 2, 3);
+    sweep("tcp", 5, 5);
+    unsetenv("DTRAIN_TCP_SLICE_BYTES");
+    unsetenv("DTRAIN_TCP_SEGMENT_BYTES");
+    unsetenv("DTRAIN_TCP_SMALL_BYTES");
+}
+
 static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
 static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
 static void shm_worlds_1_to_4(void **s) { (void)s; sweep("shm", 1, 4); }
@@ -291,6 +307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
         cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
+        cmocka_unit_test(tcp_ring_small_slices),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
     };

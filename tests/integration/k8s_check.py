@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""k8s_check.py SPEC MANIFEST - does a rendered manifest say what the job spec says?
+
+Read with PyYAML, a YAML 1.1 reader (the strictest about retyping: `yes`, `on`
+and `0123` are not strings to it), so a value that was not quoted where it had
+to be shows up here as a bool or an int.  Checks the objects, their names and
+namespace, the ConfigMap holding the spec byte for byte, the token, the Indexed
+Job's counts and failure policy, and every env value, volume and resource the
+spec's kubernetes section asks for.  Prints what is wrong; exit 1 if anything is.
+"""
+import re
+import sys
+
+import yaml
+
+SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGABRT": 6, "SIGKILL": 9, "SIGSEGV": 11,
+           "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15, "SIGBUS": 7, "SIGFPE": 8, "SIGUSR1": 10,
+           "SIGUSR2": 12, "SIGILL": 4}
+problems = []
+
+
+def expect(cond, what):
+    if not cond:
+        problems.append(what)
+
+
+def exit_code(key):
+    return int(key) if not isinstance(key, str) or key.isdigit() else 128 + SIGNALS[key]
+
+
+def check_policy(spec, job):
+    rp = spec.get("restart_policy") or {}
+    on_exit = {exit_code(k): v for k, v in (rp.get("on_exit") or {}).items()}
+    default = rp.get("default", "retry")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    expect(rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+           f"first rule ignores disruptions: {rules[0]}")
+    exit_rules = [r for r in rules if "onExitCodes" in r]
+    if default == "retry":
+        fail = sorted(c for c, a in on_exit.items() if a == "fail")
+        want = [{"action": "FailJob", "onExitCodes": {"containerName": "agent", "operator": "In",
+                                                      "values": fail}}] if fail else []
+    else:
+        retry = sorted(c for c, a in on_exit.items() if a == "retry") or [0]
+        want = [{"action": "FailJob", "onExitCodes": {"containerName": "agent", "operator": "NotIn",
+                                                      "values": retry}}]
+    expect(exit_rules == want, f"exit-code rules {exit_rules} != {want}")
+
+
+def check_pod(spec, k, pod):
+    c = pod["containers"][0]
+    expect(pod["restartPolicy"] == "Never" and pod["subdomain"] == spec["name"], "restartPolicy/subdomain")
+    expect(c["command"] == ["dtrain", "agent", "/etc/dtrain/job.yaml"], f"command {c['command']}")
+    expect(c["image"] == k["image"], f"image {c['image']!r}")
+    env = {e["name"]: e for e in c["env"]}
+    for name, value in (k.get("env") or {}).items():
+        got = env.get(name, {}).get("value")
+        expect(isinstance(got, str) and got == str(value), f"env {name}: {got!r} != {value!r}")
+    uid = env["DTRAIN_JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    expect(uid == "metadata.labels['batch.kubernetes.io/controller-uid']", f"uid fieldPath {uid!r}")
+    auth = (spec.get("rendezvous") or {}).get("auth", "token")
+    expect(("DTRAIN_JOB_TOKEN_FILE" in env) == (auth == "token"), "token file env iff auth: token")
+    lim = (c.get("resources") or {}).get("limits") or {}
+    if k.get("gpus_per_node"):
+        expect(lim.get("nvidia.com/gpu") == k["gpus_per_node"], f"gpus {lim}")
+    for key in ("node_selector",):
+        expect(pod.get("nodeSelector") == k.get(key), f"nodeSelector {pod.get('nodeSelector')}")
+    expect(pod.get("serviceAccountName") == k.get("service_account"), "serviceAccountName")
+    expect(pod.get("priorityClassName") == k.get("priority_class"), "priorityClassName")
+    expect(len(pod.get("tolerations") or []) == len(k.get("tolerations") or []), "tolerations")
+    vols = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    expect(vols["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm", "dshm")
+    for v in k.get("volumes") or []:
+        expect(v["name"] in vols and mounts.get(v["name"], {}).get("mountPath") == v["mount_path"],
+               f"volume {v['name']}")
+        expect(bool(mounts.get(v["name"], {}).get("readOnly")) == bool(v.get("read_only")),
+               f"volume {v['name']} readOnly")
+
+
+def main(spec_path, manifest_path):
+    raw = open(spec_path, encoding="utf-8").read()
+    spec = yaml.safe_load(raw)
+    k = spec["kubernetes"]
+    ns = k.get("namespace", "default")
+    docs = [d for d in yaml.safe_load_all(open(manifest_path, encoding="utf-8")) if d]
+    kinds = [d["kind"] for d in docs]
+    auth = (spec.get("rendezvous") or {}).get("auth", "token")
+    want_kinds = ["ConfigMap"] + (["Secret"] if auth == "token" else []) + ["Service", "Job"]
+    expect(kinds == want_kinds, f"kinds {kinds} != {want_kinds}")
+    by = {d["kind"]: d for d in docs}
+    for d in docs:
+        expect(d["metadata"]["namespace"] == ns, f"{d['kind']} namespace {d['metadata']['namespace']!r} != {ns!r}")
+    held = by["ConfigMap"]["data"]["job.yaml"]
+    if spec.get("scheduler") == "kubernetes":
+        expect(held == raw, "ConfigMap job.yaml is the spec byte for byte")
+    else:
+        pod_spec = yaml.safe_load(held)
+        expect(pod_spec["scheduler"] == "kubernetes" and pod_spec["name"] == spec["name"],
+               "ConfigMap job.yaml: the spec with scheduler: kubernetes")
+    if "Secret" in by:
+        expect(re.fullmatch(r"[0-9a-f]{64}", str(by["Secret"]["stringData"]["token"])), "token is 64 hex")
+    svc = by["Service"]["spec"]
+    expect(svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True, "headless Service")
+    job = by["Job"]
+    nodes = spec.get("nodes", 1)
+    js = job["spec"]
+    expect(js["completionMode"] == "Indexed" and js["completions"] == nodes and js["parallelism"] == nodes,
+           "Indexed, completions = parallelism = nodes")
+    expect(js["backoffLimit"] == spec.get("max_restarts", 0), "backoffLimit = max_restarts")
+    expect(svc["selector"] == js["template"]["metadata"]["labels"], "Service selects the Job's pods")
+    expect(by["Service"]["metadata"]["name"] == spec["name"], "Service is named after the job")
+    check_policy(spec, job)
+    check_pod(spec, k, js["template"]["spec"])
+    for p in problems:
+        print(f"{manifest_path}: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,495 @@
+/* test_kubernetes.c - the Kubernetes adapter's pieces: YAML scalars that read
+ * back as written, quantities, the failure policy from restart_policy, render's
+ * refusals, discover from the pod's environment (waiting for pod 0's name), and
+ * submit without and with a (fake) kubectl.  The manifests as a whole are
+ * validated against the API schemas in tests/integration/test_kubernetes.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "launcher/jobspec.h"
+#include "scheduler-adapters/adapter.h"
+#include "scheduler-adapters/kubernetes_internal.h"
+
+static const struct dt_adapter *k8s(void)
+{
+    const struct dt_adapter *a = dt_adapter_by_name("k8s");
+    assert_non_null(a);
+    assert_ptr_equal(a, dt_adapter_by_name("kubernetes"));
+    assert_ptr_equal(a, dt_adapter_for(DT_SCHED_KUBERNETES));
+    return a;
+}
+
+static struct dt_job *load(const char *text)
+{
+    struct dt_job *job = NULL;
+    if (dt_job_load_string(text, strlen(text), "job.yaml", &job))
+        fail_msg("%s", dt_error_last());
+    return job;
+}
+
+#define SPEC(extra)                                                                                          \
+    "name: fmnist\nscheduler: kubernetes\nnodes: 2\nnproc_per_node: 2\ncommand: [\"true\"]\n" extra          \
+    "kubernetes:\n  image: img\n"
+
+/* What a writer gives for s, as a string. */
+static char *emit(void (*fn)(FILE *, const char *), const char *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    fn(m, s);
+    fclose(m);
+    return buf;
+}
+
+static void str_quotes_what_yaml_would_retype(void **state)
+{
+    (void)state;
+    static const char *const quoted[] = {"yes", "No", "ON", "off", "y", "n", "True", "false", "null", "~",
+                                         "0123", "1e3", "12:30", ":", "a: b", "- x", "", " lead", "#c",
+                                         "x y", "[a]", "{a}", "*ref", "&a", "!tag", "%p", "@a", "`a", ".inf",
+                                         "-1", "0x1F", "a#b", "1_000", NULL};
+    for (int i = 0; quoted[i]; i++) {
+        char *out = emit(dt_k8s_str, quoted[i]);
+        if (out[0] != '"')
+            fail_msg("'%s' written bare as %s", quoted[i], out);
+        free(out);
+    }
+    static const char *const plain[] = {"fmnist", "/etc/dtrain/job.yaml", "NVIDIA-H200", "nvidia.com/gpu",
+                                        "Equal", "a_b", NULL};
+    for (int i = 0; plain[i]; i++) {
+        char *out = emit(dt_k8s_str, plain[i]);
+        assert_string_equal(out, plain[i]);
+        free(out);
+    }
+    char *out = emit(dt_k8s_str, "say \"hi\"\\\n\t\x01");
+    assert_string_equal(out, "\"say \\\"hi\\\"\\\\\\n\\t\\x01\"");
+    free(out);
+}
+
+static char *block(const char *text, size_t len)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    dt_k8s_block(m, 2, text, len);
+    fclose(m);
+    return buf;
+}
+
+static void block_keeps_every_byte(void **state)
+{
+    (void)state;
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a: 1\nb: 2\n", "|\n  a: 1\n  b: 2\n"},
+        {"a: 1", "|-\n  a: 1\n"},
+        {"a: 1\n\n\n", "|+\n  a: 1\n\n\n"},
+        {"  indented\nx\n", "|2\n    indented\n  x\n"},
+        {"\nafter blank\n", "|2\n\n  after blank\n"},
+        {"a\n\nb\n", "|\n  a\n\n  b\n"},
+        {"crlf\r\n", "\"crlf\\x0d\\n\"\n"},
+        {"", "\"\"\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = block(cases[i].in, strlen(cases[i].in));
+        assert_string_equal(out, cases[i].out);
+        free(out);
+    }
+}
+
+static void bytes_as_quantities(void **state)
+{
+    (void)state;
+    struct {
+        uint64_t b;
+        const char *q;
+    } cases[] = {{1ULL << 30, "\"1Gi\""}, {64ULL << 30, "\"64Gi\""}, {1536ULL << 20, "\"1536Mi\""},
+                 {1ULL << 40, "\"1Ti\""}, {1000, "\"1000\""},        {4096, "\"4Ki\""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *buf = NULL;
+        size_t n = 0;
+        FILE *m = open_memstream(&buf, &n);
+        dt_k8s_bytes(m, cases[i].b);
+        fclose(m);
+        assert_string_equal(buf, cases[i].q);
+        free(buf);
+    }
+}
+
+static char *render(const char *spec, int *rc)
+{
+    struct dt_job *job = load(spec);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    *rc = k8s()->render(job, NULL, m);
+    fclose(m);
+    dt_job_free(job);
+    return buf;
+}
+
+static void failure_policy_follows_restart_policy(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(SPEC("max_restarts: 4\nrestart_policy: {on_exit: {3: fail, 1: fail, 75: retry}}\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "  backoffLimit: 4\n"));
+    assert_non_null(strstr(out, "action: FailJob\n        onExitCodes:\n          containerName: agent\n"
+                                "          operator: In\n          values: [1, 3]\n"));
+    assert_null(strstr(out, "NotIn"));
+    free(out);
+    out = render(SPEC("restart_policy: {on_exit: {SIGKILL: retry, 75: retry}, default: fail}\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "operator: NotIn\n          values: [75, 137]\n"));
+    free(out);
+    out = render(SPEC("restart_policy: {default: fail}\n"), &rc);
+    assert_non_null(strstr(out, "operator: NotIn\n          values: [0]\n"));
+    free(out);
+    /* Only the disruption rule: every failure retries within backoffLimit. */
+    out = render(SPEC(""), &rc);
+    assert_null(strstr(out, "onExitCodes"));
+    assert_non_null(strstr(out, "type: DisruptionTarget"));
+    free(out);
+}
+
+static void render_refuses_what_kubernetes_would(void **state)
+{
+    (void)state;
+    int rc;
+    struct {
+        const char *spec, *msg;
+    } cases[] = {
+        {"name: x\nnodes: 2\ncommand: [\"true\"]\n", "needs a kubernetes: section"},
+        {"name: x\nnproc_per_node: gpu\ncommand: [\"true\"]\nkubernetes: {image: i}\n",
+         "kubernetes.gpus_per_node is 0"},
+        {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, env: {JOB_COMPLETION_INDEX: \"3\"}}\n",
+         "kubernetes.env.JOB_COMPLETION_INDEX: the manifest sets"},
+        {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, volumes: [{name: dshm, mount_path: /a, pvc: p}]}\n",
+         "'dshm' is the name of a volume dtrain adds"},
+        {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, volumes: [{name: a, mount_path: /etc/dtrain, "
+         "pvc: p}]}\n",
+         "dtrain mounts /etc/dtrain itself"},
+        {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, volumes: [{name: a, mount_path: /a, pvc: p}, "
+         "{name: a, mount_path: /b, pvc: q}]}\n",
+         "volumes[1].name: 'a' is also volumes[0]'s"},
+        {"name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nnodes: 12\ncommand: [\"true\"]\n"
+         "kubernetes: {image: i}\n",
+         "over Kubernetes' 63: shorten the job's name"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = render(cases[i].spec, &rc);
+        assert_int_equal(rc, DT_EINVAL);
+        if (!strstr(dt_error_last(), cases[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, dt_error_last(), cases[i].msg);
+        assert_string_equal(out, ""); /* nothing half-written */
+        free(out);
+    }
+}
+
+static void auth_none_has_no_secret(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(SPEC("rendezvous: {auth: none, port: 29411}\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_null(strstr(out, "kind: Secret"));
+    assert_null(strstr(out, "DTRAIN_JOB_TOKEN_FILE"));
+    assert_non_null(strstr(out, "containerPort: 29411"));
+    free(out);
+    out = render(SPEC(""), &rc);
+    assert_non_null(strstr(out, "kind: Secret"));
+    assert_non_null(strstr(out, "value: /etc/dtrain/token"));
+    assert_non_null(strstr(out, "containerPort: 29500"));
+    free(out);
+}
+
+/* A spec written for another scheduler still makes pods that discover as
+ * pods: the ConfigMap holds it with scheduler: kubernetes and a fixed port. */
+static void other_scheduler_spec_becomes_a_pod_spec(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: loc\nnodes: 2\ncommand: [\"true\"]\nkubernetes: {image: img}\n", &rc);
+    assert_int_equal(rc, 0);
+    const char *start = strstr(out, "  job.yaml: |\n");
+    assert_non_null(start);
+    start += strlen("  job.yaml: |\n");
+    const char *end = strstr(start, "\n---");
+    assert_non_null(end);
+    char text[4096];
+    size_t n = 0;
+    for (const char *p = start; p < end && n + 2 < sizeof text; p++) /* strip the block's 4-space indent */
+        if (!((p == start || p[-1] == '\n') && strncmp(p, "    ", 4) == 0))
+            text[n++] = *p;
+        else
+            p += 3;
+    text[n++] = '\n';
+    text[n] = 0;
+    struct dt_job *job = NULL;
+    if (dt_job_load_string(text, n, "configmap", &job))
+        fail_msg("%s\n%s", dt_error_last(), text);
+    assert_int_equal(job->scheduler, DT_SCHED_KUBERNETES);
+    assert_int_equal(job->rendezvous.port, 29500);
+    assert_int_equal(job->nodes, 2);
+    dt_job_free(job);
+    free(out);
+}
+
+/* ---- discover ---- */
+
+static char hosts[64];
+
+static int cleanup(void **state)
+{
+    (void)state;
+    unsetenv("DTRAIN_HOSTS_FILE");
+    if (hosts[0])
+        unlink(hosts);
+    hosts[0] = 0;
+    return 0;
+}
+
+static void write_hosts(const char *text)
+{
+    FILE *f = fopen(hosts, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void use_hosts(const char *text)
+{
+    snprintf(hosts, sizeof hosts, "/tmp/dtrain-k8s-hosts.%d", (int)getpid());
+    write_hosts(text);
+    setenv("DTRAIN_HOSTS_FILE", hosts, 1);
+}
+
+static void discover_reads_the_pod(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC("rendezvous: {port: 29411}\n"));
+    use_hosts("127.0.0.1 fmnist-0.fmnist fmnist-1.fmnist\n");
+    char *env[] = {"JOB_COMPLETION_INDEX=1", "DTRAIN_JOB_UID=3f2a9c1b-e4d7-4a1e-9c55-0123456789ab", NULL};
+    struct dt_adapter_node node;
+    assert_int_equal(k8s()->discover(job, env, &node), 0);
+    assert_int_equal(node.node_rank, 1);
+    assert_int_equal(node.nnodes, 2);
+    assert_string_equal(node.coord_host, "fmnist-0.fmnist");
+    assert_int_equal(node.coord_port, 29411);
+    assert_string_equal(node.run_id, "3f2a9c1be4d7");
+    assert_string_equal(node.job_id, "fmnist");
+    dt_job_free(job);
+}
+
+static void discover_names_bad_variables(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    use_hosts("127.0.0.1 fmnist-0.fmnist\n");
+    struct {
+        char *env[3];
+        const char *msg;
+    } cases[] = {
+        {{"DTRAIN_JOB_UID=ab", NULL}, "JOB_COMPLETION_INDEX is not set"},
+        {{"JOB_COMPLETION_INDEX=2", "DTRAIN_JOB_UID=ab", NULL}, "JOB_COMPLETION_INDEX='2' is not a node rank"},
+        {{"JOB_COMPLETION_INDEX=1x", "DTRAIN_JOB_UID=ab", NULL}, "JOB_COMPLETION_INDEX='1x'"},
+        {{"JOB_COMPLETION_INDEX=0", NULL}, "DTRAIN_JOB_UID is not set or empty"},
+        {{"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=", NULL}, "DTRAIN_JOB_UID is not set or empty"},
+        {{"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=x;y", NULL}, "is not a Kubernetes UID"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct dt_adapter_node node;
+        assert_int_equal(k8s()->discover(job, cases[i].env, &node), DT_EINVAL);
+        if (!strstr(dt_error_last(), cases[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, dt_error_last(), cases[i].msg);
+    }
+    dt_job_free(job);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *publish_later(void *arg)
+{
+    (void)arg;
+    usleep(400 * 1000);
+    write_hosts("127.0.0.1 fmnist-0.fmnist\n");
+    return NULL;
+}
+
+/* Pod 0's name appears only once it runs: discover waits for it, and after
+ * rendezvous.timeout says what is probably missing. */
+static void discover_waits_for_pod_0(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: fmnist\nscheduler: kubernetes\nnodes: 2\ncommand: [\"true\"]\n"
+                              "rendezvous: {timeout: 20s}\nkubernetes: {image: i, namespace: team}\n");
+    use_hosts("# nothing yet\n");
+    char *env[] = {"JOB_COMPLETION_INDEX=1", "DTRAIN_JOB_UID=ab", NULL};
+    struct dt_adapter_node node;
+    pthread_t t;
+    pthread_create(&t, NULL, publish_later, NULL);
+    double t0 = now_s();
+    assert_int_equal(k8s()->discover(job, env, &node), 0);
+    double waited = now_s() - t0;
+    pthread_join(t, NULL);
+    assert_true(waited > 0.3 && waited < 10);
+    dt_job_free(job);
+
+    job = load("name: nobody\nscheduler: kubernetes\nnodes: 2\ncommand: [\"true\"]\n"
+               "rendezvous: {timeout: 0.5s}\nkubernetes: {image: i, namespace: team}\n");
+    t0 = now_s();
+    assert_int_equal(k8s()->discover(job, env, &node), DT_ETIMEDOUT);
+    waited = now_s() - t0;
+    assert_true(waited >= 0.5 && waited < 15); /* one slow DNS answer at most past the deadline */
+    const char *want[] = {"the coordinator's name 'nobody-0.nobody' did not resolve within 0.5s",
+                          "is pod 0 of Job 'nobody' running", "Service 'nobody' exist in namespace 'team'"};
+    for (int i = 0; i < 3; i++)
+        if (!strstr(dt_error_last(), want[i]))
+            fail_msg("'%s' lacks '%s'", dt_error_last(), want[i]);
+    dt_job_free(job);
+}
+
+/* ---- submit ---- */
+
+static void submit_without_kubectl_says_how(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    char *path = strdup(getenv("PATH"));
+    setenv("PATH", "/nonexistent", 1);
+    struct dt_adapter_launch opts = {0};
+    int st = k8s()->submit(job, &opts);
+    setenv("PATH", path, 1);
+    free(path);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(dt_error_last(), "kubectl is not on PATH"));
+    assert_non_null(strstr(dt_error_last(), "dtrain render kubernetes job.yaml > job.k8s.yaml"));
+    dt_job_free(job);
+}
+
+/* A kubectl that records what it was asked and plays a Job that ends with
+ * `outcome` on the second look (Complete, or Failed with agents exiting 0 and 3). */
+static const char fake_kubectl[] =
+    "#!/bin/sh\n"
+    "d=$(dirname \"$0\")\n"
+    "echo \"$*\" >> \"$d/calls\"\n"
+    "case \"$*\" in\n"
+    "  'apply -f -') cat > \"$d/applied\" ;;\n"
+    "  *exitCode*) printf '0 3 ' ;;\n"
+    "  'get pods'*) printf 'fmnist-0-abc=Running fmnist-1-def=Running ' ;;\n"
+    "  'get job/fmnist'*) n=$(cat \"$d/n\" 2>/dev/null || echo 0); echo $((n+1)) > \"$d/n\";\n"
+    "     [ \"$n\" -ge 1 ] && printf '%s' \"$(cat \"$d/outcome\")\" ;;\n"
+    "  logs*) echo '[pod/fmnist-0-abc/agent] hello' ;;\n"
+    "esac\n";
+
+static int submit_with_fake(const char *outcome, char *dir, char **applied, char **calls)
+{
+    char path[512], file[600];
+    snprintf(dir, 64, "/tmp/dtrain-kubectl.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/kubectl", dir);
+    FILE *f = fopen(file, "w");
+    fputs(fake_kubectl, f);
+    fclose(f);
+    chmod(file, 0755);
+    snprintf(file, sizeof file, "%s/outcome", dir);
+    f = fopen(file, "w");
+    fputs(outcome, f);
+    fclose(f);
+    char *old = strdup(getenv("PATH"));
+    snprintf(path, sizeof path, "%s:%s", dir, old);
+    setenv("PATH", path, 1);
+    /* Loaded from a file, as `dtrain launch` does: the ConfigMap holds the file's text. */
+    snprintf(file, sizeof file, "%s/job.yaml", dir);
+    f = fopen(file, "w");
+    fputs(SPEC(""), f);
+    fclose(f);
+    struct dt_job *job = NULL;
+    assert_int_equal(dt_job_load(file, &job), 0);
+    struct dt_adapter_launch opts = {0};
+    int st = k8s()->submit(job, &opts);
+    if (st == 2)
+        print_error("submit: %s\n", dt_error_last());
+    setenv("PATH", old, 1);
+    free(old);
+    dt_job_free(job);
+    char *bufs[2] = {NULL, NULL};
+    const char *names[2] = {"applied", "calls"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        f = fopen(file, "r");
+        assert_non_null(f);
+        bufs[i] = calloc(1, 1 << 16);
+        fread(bufs[i], 1, (1 << 16) - 1, f);
+        fclose(f);
+    }
+    *applied = bufs[0];
+    *calls = bufs[1];
+    return st;
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void submit_applies_and_follows(void **state)
+{
+    (void)state;
+    char dir[64], *applied, *calls;
+    assert_int_equal(submit_with_fake("SuccessCriteriaMet Complete", dir, &applied, &calls), 0);
+    assert_non_null(strstr(applied, "kind: Job"));
+    assert_non_null(strstr(applied, "kind: Secret"));
+    assert_non_null(strstr(calls, "get pods -n default -l app.kubernetes.io/instance=fmnist"));
+    assert_non_null(strstr(calls, "logs -f --prefix -n default -l app.kubernetes.io/instance=fmnist"));
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+
+    assert_int_equal(submit_with_fake("FailureTarget Failed", dir, &applied, &calls), 3);
+    assert_non_null(strstr(calls, "exitCode"));
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(str_quotes_what_yaml_would_retype),
+        cmocka_unit_test(block_keeps_every_byte),
+        cmocka_unit_test(bytes_as_quantities),
+        cmocka_unit_test(failure_policy_follows_restart_policy),
+        cmocka_unit_test(render_refuses_what_kubernetes_would),
+        cmocka_unit_test(auth_none_has_no_secret),
+        cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
+        cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
+        cmocka_unit_test_teardown(discover_names_bad_variables, cleanup),
+        cmocka_unit_test_teardown(discover_waits_for_pod_0, cleanup),
+        cmocka_unit_test(submit_without_kubectl_says_how),
+        cmocka_unit_test(submit_applies_and_follows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
