@@ -121,9 +121,11 @@ int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launc
     }
     if (a.interrupt_signal)
         return 128 + a.interrupt_signal;
-    if (a.status)
-        dt_log_error("job %s failed: mpirun exited with status %d%s", job->name, a.status,
-                     a.verdict.rank >= 0 ? " (see the agents' failure report above)" : "");
+    if (a.status && a.verdict.rank >= 0)
+        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first", job->name,
+                     a.status, a.verdict.rank);
+    else if (a.status)
+        dt_log_error("job %s failed: mpirun exited with status %d", job->name, a.status);
     else
         dt_log_info("job %s succeeded in %.2f s", job->name, a.end_s);
     return a.status;
