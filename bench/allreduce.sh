@@ -21,6 +21,9 @@
 # of a busy machine hit all peers alike; every cell is the median over the rounds
 # (reference/comm.md §7.4: up to 10x run-to-run noise under contention).
 #
+# QUIET=S: before each peer's run wait up to S seconds for a second in which the machine was
+# >= 90% idle (other users' builds), so that the peers are measured alone when possible.
+#
 #   bench/allreduce.sh [RANKS...]        default: 2 4
 #   MAX=64M REPS=1 bench/allreduce.sh 2  a shorter sweep
 set -euo pipefail
@@ -78,6 +81,19 @@ peer_gloo() { # N MIN MAX ITERS WARMUP
   cat "$W/gloo.0"
 }
 
+# quiet: waits up to $QUIET seconds for a second with >= 90% of the CPU time idle
+quiet() {
+  local end=$((SECONDS + ${QUIET:-0})) a b c d e f g t1 i1 t2 i2
+  while [ "$SECONDS" -lt "$end" ]; do
+    read -r _ a b c d e f g _ </proc/stat; t1=$((a + b + c + d + e + f + g)); i1=$d
+    sleep 1
+    read -r _ a b c d e f g _ </proc/stat; t2=$((a + b + c + d + e + f + g)); i2=$d
+    [ $((100 * (i2 - i1) / (t2 - t1 + 1))) -ge 90 ] && return 0
+  done
+  [ "${QUIET:-0}" -gt 0 ] && echo "allreduce.sh: the machine stayed busy for $QUIET s; measuring anyway" >&2
+  return 0
+}
+
 PEERS="shm tcp ompi-sm ompi-sm+g ompi-tcp ompi-tcp+g gloo"
 run_peer() { # PEER N MIN MAX ITERS WARMUP
   local p=$1; shift
@@ -107,6 +123,7 @@ median() {
 for n in $RANKS; do
   for ((rep = 1; rep <= REPS; rep++)); do
     for p in $PEERS; do
+      quiet
       echo "allreduce.sh: $n ranks, $p, round $rep of $REPS" >&2
       {
         run_peer "$p" "$n" 8 8 2000 100

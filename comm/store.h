@@ -71,6 +71,42 @@ int dt_store_barrier(struct dt_store *s, const char *name, int world, double tim
 /* Reports that `rank` is alive at training step `step`. */
 int dt_store_heartbeat(struct dt_store *s, int rank, int64_t step);
 
+/* --- PyTorch's queues (2.6+) ----------------------------------------- */
+int dt_store_queue_push(struct dt_store *s, const char *key, const void *value, size_t len);
+/* Pops the front item; with `block`, first waits (up to the client's timeout)
+ * until the queue has one.  An empty queue without `block` is DT_ENOTFOUND.
+ * *value is malloc'd; free() it. */
+int dt_store_queue_pop(struct dt_store *s, const char *key, bool block, void **value, size_t *len);
+int dt_store_queue_len(struct dt_store *s, const char *key, int64_t *n);
+
+/* --- agent membership --------------------------------------------------- */
+/* An agent joins once per job, on a connection it keeps: the connection
+ * closing without dt_store_leave() shows as DT_STORE_MEMBER_LOST.  (The
+ * client reconnects after a failure, but a new connection is not a member
+ * until it joins again.) */
+enum dt_store_member_state {
+    DT_STORE_MEMBER_JOINED = 1,
+    DT_STORE_MEMBER_LEFT = 2,
+    DT_STORE_MEMBER_LOST = 3,
+};
+
+struct dt_store_member {
+    int node_rank;
+    int nproc;
+    long pid;
+    enum dt_store_member_state state;
+    char host[256];
+};
+
+/* Joins as node `node_rank` of `nnodes` with `nproc` ranks, from `host`
+ * (this process's pid is sent along).  A node rank out of range, another
+ * node count than the first agent's, or a node rank another connected agent
+ * holds is DT_EINVAL with the coordinator's sentence saying which. */
+int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host);
+int dt_store_leave(struct dt_store *s);
+/* Every node rank that ever joined, by node rank; *out is malloc'd (free()). */
+int dt_store_members(struct dt_store *s, struct dt_store_member **out, int *n);
+
 /* "host:port" of the coordinator, for messages. */
 const char *dt_store_peer(const struct dt_store *s);
 

@@ -36,6 +36,9 @@ const char *dt_wire_op_name(uint8_t op)
     case DT_WIRE_AUTH: return "AUTH";
     case DT_WIRE_BARRIER: return "BARRIER";
     case DT_WIRE_HEARTBEAT: return "HEARTBEAT";
+    case DT_WIRE_JOIN: return "JOIN";
+    case DT_WIRE_LEAVE: return "LEAVE";
+    case DT_WIRE_MEMBERS: return "MEMBERS";
     default: return "unknown";
     }
 }
@@ -141,7 +144,8 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
     case DT_WIRE_PING:
         return read_u32(c, &r->u32);
     case DT_WIRE_SET:
-    case DT_WIRE_APPEND: {
+    case DT_WIRE_APPEND:
+    case DT_WIRE_QUEUE_PUSH: {
         int rc = read_str(c, true, &r->key);
         return rc ? rc : read_str(c, false, &r->v1);
     }
@@ -154,6 +158,8 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
     case DT_WIRE_GET:
     case DT_WIRE_DELETE_KEY:
     case DT_WIRE_AUTH:
+    case DT_WIRE_QUEUE_POP:
+    case DT_WIRE_QUEUE_LEN:
         return read_str(c, true, &r->key);
     case DT_WIRE_ADD: {
         int rc = read_str(c, true, &r->key);
@@ -167,7 +173,18 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
         return read_list(c, r, 2);
     case DT_WIRE_GETNUMKEYS:
     case DT_WIRE_CANCEL_WAIT:
+    case DT_WIRE_LEAVE:
+    case DT_WIRE_MEMBERS:
         return 0;
+    case DT_WIRE_JOIN: {
+        int64_t *v[4] = {&r->i1, &r->i2, &r->i3, &r->i4};
+        for (int i = 0; i < 4; i++) {
+            int rc = read_i64(c, v[i]);
+            if (rc)
+                return rc;
+        }
+        return read_str(c, true, &r->key);
+    }
     case DT_WIRE_BARRIER: {
         int rc = read_str(c, true, &r->key);
         return rc ? rc : read_i64(c, &r->i1);
@@ -177,9 +194,8 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
         return rc ? rc : read_i64(c, &r->i2);
     }
     default:
-        return dt_error_set(DT_EPROTO, "unknown request type %u (%s)", r->op,
-                            r->op <= 16 ? "a PyTorch queue operation dtrain does not serve"
-                                        : "not a TCPStore client, or a newer protocol");
+        return dt_error_set(DT_EPROTO, "unknown request type %u (not a TCPStore client, or a "
+                                       "newer protocol)", r->op);
     }
 }
 

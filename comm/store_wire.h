@@ -26,12 +26,24 @@
  *   11  MULTI_SET    list of (key, value)          none
  *   12  CANCEL_WAIT  -                             u8: 1 WAIT_CANCELED
  *   13  PING         nonce:u32                     nonce:u32
- *   14-16            QUEUE_PUSH/POP/LEN (PyTorch 2.6+; not served by dtrain)
+ *   14  QUEUE_PUSH   key, value                    none; wakes one client WAITing on key
+ *   15  QUEUE_POP    key                           len:i64 (before the pop), then the
+ *                                                  front value (string) when len > 0
+ *   16  QUEUE_LEN    key                           i64
+ *   (queues are a key space of their own; CHECK and WAIT count a key whose
+ *   queue is not empty as present, so a blocking pop is WAIT then POP)
  *
  * dtrain's additions sit at 0xD0 and up, far from PyTorch's range:
  *   0xD0 AUTH       token (string, 64 hex chars)   u8: 0 accepted, 1 refused (then closed)
  *   0xD1 BARRIER    name (string), world:i64       u8: 0 passed, 2 world differs
  *   0xD2 HEARTBEAT  rank:i64, step:i64             u8: 0
+ *   0xD3 JOIN       node_rank:i64, nnodes:i64,     u8: 0 joined, 3 taken, 4 out of range,
+ *                   nproc:i64, pid:i64, host       then a message (string, empty when 0)
+ *   0xD4 LEAVE      -                              u8: 0
+ *   0xD5 MEMBERS    -                              count:u64, then per member node_rank:i64,
+ *                                                  nproc:i64, pid:i64, state:u8, host (string)
+ *   A member is the connection that JOINed: closing it without LEAVE marks
+ *   the member lost (state 3), LEAVE marks it left (2); joined is 1.
  *
  * Not for sockets: this file only turns bytes into requests and back.
  */
@@ -59,14 +71,22 @@ enum dt_wire_op {
     DT_WIRE_MULTI_SET = 11,
     DT_WIRE_CANCEL_WAIT = 12,
     DT_WIRE_PING = 13,
+    DT_WIRE_QUEUE_PUSH = 14,
+    DT_WIRE_QUEUE_POP = 15,
+    DT_WIRE_QUEUE_LEN = 16,
     DT_WIRE_AUTH = 0xD0,
     DT_WIRE_BARRIER = 0xD1,
     DT_WIRE_HEARTBEAT = 0xD2,
+    DT_WIRE_JOIN = 0xD3,
+    DT_WIRE_LEAVE = 0xD4,
+    DT_WIRE_MEMBERS = 0xD5,
 };
 
 enum { DT_WIRE_READY = 0, DT_WIRE_NOT_READY = 1 };
 enum { DT_WIRE_STOP_WAITING = 0, DT_WIRE_WAIT_CANCELED = 1 };
-enum { DT_WIRE_OK = 0, DT_WIRE_REFUSED = 1, DT_WIRE_WORLD_DIFFERS = 2 };
+enum { DT_WIRE_OK = 0, DT_WIRE_REFUSED = 1, DT_WIRE_WORLD_DIFFERS = 2, DT_WIRE_TAKEN = 3,
+       DT_WIRE_OUT_OF_RANGE = 4 };
+enum { DT_WIRE_MEMBER_JOINED = 1, DT_WIRE_MEMBER_LEFT = 2, DT_WIRE_MEMBER_LOST = 3 };
 
 /* Limits the decoder enforces; a request over any of them is an error
  * (DT_ENOMEM, "limit"), never a partial read. */
@@ -92,9 +112,11 @@ struct dt_wire_bytes {
 struct dt_wire_request {
     uint8_t op;
     uint32_t u32;               /* VALIDATE magic, PING nonce */
-    int64_t i1, i2;             /* ADD delta; BARRIER world; HEARTBEAT rank, step */
-    struct dt_wire_bytes key;   /* key, barrier name, token */
-    struct dt_wire_bytes v1;    /* SET/APPEND value; COMPARE_SET expected */
+    int64_t i1, i2;             /* ADD delta; BARRIER world; HEARTBEAT rank, step;
+                                   JOIN node_rank, nnodes */
+    int64_t i3, i4;             /* JOIN nproc, pid */
+    struct dt_wire_bytes key;   /* key, barrier name, token, JOIN host */
+    struct dt_wire_bytes v1;    /* SET/APPEND/QUEUE_PUSH value; COMPARE_SET expected */
     struct dt_wire_bytes v2;    /* COMPARE_SET desired */
     uint64_t count;             /* entries of the list ops */
     struct dt_wire_bytes list;  /* the encoded entries, walked with dt_wire_list_next */

@@ -59,13 +59,13 @@ static size_t env_num(const char *name, size_t def, bool zero_ok)
 
 static size_t env_size(const char *name, size_t def) { return env_num(name, def, false); }
 
-/* More ranks on this host than CPUs this process may run on. */
-static bool oversubscribed(int local_world)
+/* CPUs this process may run on. */
+static int cpus_allowed(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return false;
-    return local_world > CPU_COUNT(&set);
+        return 1;
+    return CPU_COUNT(&set);
 }
 
 /* No Nagle (a small step must leave at once), non-blocking (the engine
@@ -221,8 +221,9 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->timeout_s = o->timeout_s;
     t->seg_bytes = env_size("DTRAIN_TCP_SEGMENT_BYTES", 256 << 10) & ~(size_t)7;
     t->small_bytes = env_size("DTRAIN_TCP_SMALL_BYTES", 64 << 10) & ~(size_t)7;
-    t->spin_s = (double)env_num("DTRAIN_TCP_SPIN_US", DT_TCP_SPIN_US, true) * 1e-6;
-    t->oversubscribed = oversubscribed(o->local_world);
+    /* more ranks than CPUs here: by default no spin, it would hold a peer's CPU */
+    t->ncpus = cpus_allowed();
+    t->spin_s = (double)env_num("DTRAIN_TCP_SPIN_US", o->local_world > t->ncpus ? 0 : DT_TCP_SPIN_US, true) * 1e-6;
     if (t->seg_bytes < 64)
         t->seg_bytes = 64;
     t->slice_bytes = env_size("DTRAIN_TCP_SLICE_BYTES", 512 << 10);

@@ -31,7 +31,9 @@
 
 #define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
 #define DT_TCP_MAX_SLICES 128     /* ring allreduce slices per call */
-#define DT_TCP_SPIN_US 200        /* default busy-poll before sleeping */
+#define DT_TCP_SPIN_US 1000       /* default busy-poll before sleeping */
+#define DT_TCP_SPIN_BACKOFF_S 0.1 /* no spinning this long after being preempted in a spin */
+#define DT_TCP_LOAD_CHECK_S 0.05  /* how often spinning re-reads the machine's load */
 
 struct dt_tcp_hdr {
     uint32_t magic;
@@ -80,7 +82,9 @@ struct dt_tcp {
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
     size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
     double spin_s;            /* retry this long before sleeping in poll() (DTRAIN_TCP_SPIN_US) */
-    bool oversubscribed;      /* more local ranks than CPUs: yield between retries */
+    double spin_off_until;    /* no spinning before this (preempted while spinning, busy machine) */
+    double load_checked;      /* when /proc/loadavg was last read */
+    int ncpus;                /* CPUs this process may run on */
     char *stage;              /* seg_bytes + small_bytes + header: incoming data to reduce */
     char *small;              /* small_bytes + header: copy of what a small step sends */
     char *scratch;            /* reduce_scatter partials; grows, never shrinks */
@@ -94,6 +98,7 @@ struct dt_tcp {
     uint32_t nonce;           /* hash of the key prefix: tells our notices from strays */
     struct sockaddr_in *uaddr; /* per peer: where its notices socket listens */
     int suspect;              /* the peer this rank saw fail in the current step, -1 */
+    double grace_s;           /* end of each deadline kept for collecting notices */
     char *heard;              /* per peer: sent a notice */
     int *suspected;           /* per peer: a rank that blamed it, -1 none */
     char (*notice_msg)[480];  /* per peer: the message of its notice */
@@ -118,6 +123,17 @@ int dt_tcp_fault_check(struct dt_tcp *t);
  * notices and rewrites the message to name the rank that died or stalled.
  * Returns rc. */
 int dt_tcp_fault(struct dt_tcp *t, int rc);
+
+/* A wait's spin (tcp_spin.c). */
+struct dt_tcp_spin {
+    double start;   /* 0: not spinning */
+    long csw;       /* involuntary context switches when it started */
+};
+/* Nothing moved: true to retry at once (spin), false to sleep in poll(). */
+bool dt_tcp_spin_again(struct dt_tcp *t, struct dt_tcp_spin *s);
+/* Something moved (or the spin gave up): ends the spin, backing off if we
+ * were preempted during it. */
+void dt_tcp_spin_end(struct dt_tcp *t, struct dt_tcp_spin *s);
 
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp_fail(struct dt_tcp *t);

@@ -50,7 +50,7 @@ static void begin(struct dt_tcp *t, enum dt_coll_kind k)
 {
     t->cur = k;
     t->seq++;
-    t->deadline = dt_comm_now() + t->timeout_s;
+    t->deadline = dt_comm_now() + t->timeout_s - t->grace_s; /* the rest: naming who failed */
 }
 
 static struct dt_tcp_blk blk(const void *ptr, size_t len, int dep)

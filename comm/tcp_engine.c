@@ -3,13 +3,10 @@
  * reducing each incoming segment as soon as it is complete.
  *
  * Progress rule: try to send (as far as dependencies allow) and to receive;
- * when neither moved, keep retrying for DTRAIN_TCP_SPIN_US (default 200 us,
- * yielding the CPU between tries when this host runs more ranks than it has
- * CPUs), and only then poll() the sockets, the abort eventfd and the failure
- * notices with the time left before the collective's deadline.  Why spin: on
- * the 2-core VM a poll() sleep and its wake-up cost 20-40 us, several times a
- * 1 KiB exchange, and Open MPI's progress engine never sleeps at all; the
- * bounded spin keeps that latency without holding a core for long.
+ * when neither moved, keep retrying while the spin policy allows
+ * (tcp_spin.c: up to 1 ms when the machine has a CPU to spare), and only then
+ * poll() the sockets, the abort eventfd and the failure notices with the time
+ * left before the collective's deadline.
  * Reductions run on this thread between syscalls, while the peer keeps
  * filling our socket buffer: the kernel's buffers are the pipeline.
  * On failure every exit goes through dt_tcp_fault() (tcp_fault.c), which
@@ -19,7 +16,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -202,10 +198,11 @@ static int wait_events(struct engine *e)
         char what[160];
         if (e->ii < p->nin && !e->in_gated) {
             snprintf(what, sizeof what, "sent nothing for %.1f s (it, or a rank it waits for, stalled or died)",
-                     t->timeout_s);
+                     t->timeout_s - t->grace_s);
             return peer_error(t, DT_ETIMEDOUT, p->in_peer, what);
         }
-        snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)", t->timeout_s);
+        snprintf(what, sizeof what, "took no data for %.1f s (stalled or dead)",
+                 t->timeout_s - t->grace_s);
         return peer_error(t, DT_ETIMEDOUT, p->out_peer, what);
     }
     if (poll(pf, (nfds_t)n, (int)(left * 1000) + 1) < 0 && errno != EINTR)
@@ -226,7 +223,7 @@ static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
     if (atomic_load(&t->aborted))
         return dt_error_set(DT_EABORTED, "rank %d: %s #%llu (tcp): aborted", t->rank, dt_coll_name(t->cur),
                             (unsigned long long)t->seq);
-    double spin_end = 0;
+    struct dt_tcp_spin spin = {0};
     for (;;) {
         e.progress = false;
         int rc = pump_out(&e);
@@ -234,23 +231,15 @@ static int run(struct dt_tcp *t, const struct dt_tcp_plan *p)
             rc = pump_in(&e);
         if (rc < 0)
             return rc;
-        if (e.oi >= p->nout && e.ii >= p->nin)
-            return 0;
-        if (e.progress) {
-            spin_end = 0;
+        bool done = e.oi >= p->nout && e.ii >= p->nin;
+        if (e.progress || done) {
+            dt_tcp_spin_end(t, &spin);
+            if (done)
+                return 0;
             continue;
         }
-        if (t->spin_s > 0) {
-            double now = dt_comm_now();
-            if (spin_end == 0)
-                spin_end = now + t->spin_s;
-            if (now < spin_end) {
-                if (t->oversubscribed)
-                    sched_yield(); /* the peer we wait for may need this CPU */
-                continue;
-            }
-        }
-        spin_end = 0;
+        if (dt_tcp_spin_again(t, &spin))
+            continue;
         if ((rc = wait_events(&e)) < 0)
             return rc;
     }

@@ -13,7 +13,9 @@
  *   3. collects the other ranks' notices until every peer has reported in,
  *      or every rank that has not is suspected by someone (a dead or stopped
  *      process sends nothing, and its neighbours suspect it first hand), or
- *      a short grace period (DT_TCP_FAULT_GRACE_S) ends.
+ *      the grace period ends: a tenth of the timeout, at most 1 s, taken off
+ *      the end of every collective's deadline (tcp_coll.c begin()), so the
+ *      survivors have named the culprit when the deadline expires.
  * The silent, suspected ranks are the culprits: a rank without first-hand
  * evidence against them rewrites its message to name them and quotes the
  * rank that saw it.  A lost datagram only weakens the message (back to the
@@ -36,7 +38,6 @@
 #include "comm/tcp.h"
 
 #define NOTICE_MAGIC 0x31465444u /* "DTF1" */
-#define DT_TCP_FAULT_GRACE_S 1.0
 
 struct notice {
     uint32_t magic, nonce, world;
@@ -49,6 +50,8 @@ struct notice {
 
 int dt_tcp_fault_open(struct dt_tcp *t, int *port)
 {
+    /* with two ranks the one peer is the only suspect: nothing to wait for */
+    t->grace_s = t->world < 3 ? 0 : t->timeout_s / 10 < 1.0 ? t->timeout_s / 10 : 1.0;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof a;
@@ -133,8 +136,7 @@ static bool settled(const struct dt_tcp *t)
 
 static void collect(struct dt_tcp *t)
 {
-    double grace = t->timeout_s / 10 < DT_TCP_FAULT_GRACE_S ? t->timeout_s / 10 : DT_TCP_FAULT_GRACE_S;
-    double end = dt_comm_now() + grace;
+    double end = dt_comm_now() + t->grace_s;
     for (;;) {
         read_notices(t, NULL, 0, NULL);
         double left = end - dt_comm_now();

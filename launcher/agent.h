@@ -24,6 +24,33 @@
 #include <stdio.h>
 
 struct dt_job;
+struct dt_coord;
+struct dt_agent_result;
+
+/* What a hook's poll tells the agent while an attempt runs. */
+enum dt_agent_verdict {
+    DT_AGENT_GO_ON,
+    DT_AGENT_STOP_ATTEMPT, /* another node's rank failed: stop this node's ranks; the attempt failed there */
+    DT_AGENT_ABORT,        /* stop every rank and end the job with *status (the hook said why) */
+};
+
+/* Lets what is outside this node's ranks take part in the job's policy: the
+ * launcher watching for refused PyTorch clients, the restart rounds of a
+ * multi-node job (agent_round.c).  Every member is optional. */
+struct dt_agent_hooks {
+    void *ctx;
+    double period_s; /* how often poll runs while ranks run; <= 0 means 0.1 s */
+    /* From the supervise loop; *status is the job's exit status for ABORT. */
+    enum dt_agent_verdict (*poll)(void *ctx, const struct dt_agent_result *res, int attempt, int *status);
+    /* After attempt `attempt` ended on this node (its local failure, if any,
+     * already in res->first_failure): decides, the same way on every node,
+     * whether the job restarts (*restart) or ends with *status; may put
+     * another node's failure in res->first_failure.  It must return promptly
+     * (1, with *status unset) when sig_fd becomes readable: a signal to the
+     * agent.  Returns 0, or a negative DT_E* code (the job ends, status 1). */
+    int (*attempt_end)(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart,
+                       int *status);
+};
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
@@ -47,6 +74,7 @@ struct dt_agent_config {
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
     bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
+    const struct dt_agent_hooks *hooks;  /* NULL: this node alone decides (one-node jobs) */
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
@@ -78,6 +106,8 @@ struct dt_agent_failure {
     char error_message[1024]; /* the "message" in that file, "" if none */
     int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
+    int node;                 /* the node it ran on (another node's, in node 0's multi-node summary) */
+    char host[256];           /* that node's host name when it was another node, else "" */
 };
 
 struct dt_agent_result {
@@ -104,6 +134,63 @@ void dt_agent_result_free(struct dt_agent_result *res);
 
 /* CLOCK_MONOTONIC in seconds, the clock of every time in the result. */
 double dt_agent_now(void);
+
+/* A hook's poll for jobs with auth: token: when the coordinator turned away
+ * a client that looks like PyTorch's TCPStore client (which cannot present
+ * the token and would otherwise retry until its 30-minute timeout), logs an
+ * error that says to set `rendezvous: {auth: none}` and returns
+ * DT_AGENT_ABORT with *status 1.  *seen carries the refusal count between
+ * calls (start it at 0). */
+enum dt_agent_verdict dt_agent_watch_refusals(struct dt_coord *c, const struct dt_job *job, unsigned long *seen,
+                                              int *status);
+
+/* --- before the run (agent_plan.c) --------------------------------------- */
+
+/* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
+int dt_agent_plan_nproc(const struct dt_job *job, int *nproc);
+/* The spec's command exists here (on PATH, or the path is executable). */
+int dt_agent_plan_check_command(const struct dt_job *job);
+/* This binary's path, which ranks of the bundled trainer run as `<self> worker`. */
+void dt_agent_plan_self(char *self, size_t size);
+/* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
+void dt_agent_plan_say_env(const struct dt_job *job, int nproc);
+/* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
+void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
+
+/* --- restart rounds across nodes (agent_round.c) ------------------------- */
+
+/* One node of a multi-node job: its agent's link to the others through the
+ * coordinator's store (membership, the round counter, the first failure). */
+struct dt_agent_round;
+
+struct dt_agent_round_config {
+    const struct dt_job *job;
+    int node_rank, nnodes, nproc;
+    const char *coord_host; /* how this agent reaches the coordinator */
+    int coord_port;
+    const char *token;      /* NULL with auth: none */
+    double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
+    double grace_s;
+    struct dt_coord *coord; /* node 0: the coordinator it hosts (for the refusal watch), else NULL */
+};
+
+/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
+ * coordinator that cannot be reached is an error naming host:port. */
+int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out);
+/* The run id every node uses: run_id as given (node 0 publishes it), or
+ * node 0 makes one and the others read it. */
+int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n);
+/* Returns when all nnodes nodes joined; an error naming the missing ones
+ * after rendezvous.timeout. */
+int dt_agent_round_wait_all(struct dt_agent_round *r);
+/* The hooks that make dt_agent_run restart in step with the other nodes. */
+void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
+/* Ends the job everywhere with `status` (the first abort stands). */
+int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
+/* After dt_agent_run: passes an interruption or failure on to the other
+ * nodes, then leaves (node 0 first waits, bounded, for the others to go). */
+void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res);
+void dt_agent_round_close(struct dt_agent_round *r);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 

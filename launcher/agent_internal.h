@@ -59,7 +59,20 @@ struct dt_agent {
     int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;  /* a signal the launcher received, 0 if none */
     struct dt_progress *progress; /* the live progress line, NULL when off */
+    double next_hook_poll;        /* when cfg->hooks->poll runs next */
+    int abort_status;             /* a hook ended the job with this status, -1 if not */
+    int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
+
+/* agent_supervise.c: SIGTERM (or sig) to every rank, SIGKILL after the grace period. */
+void dt_agent_start_stopping(struct dt_agent *a, int sig);
+
+/* agent_hooks.c: runs cfg->hooks->poll when due and acts on its verdict. */
+void dt_agent_hooks_poll(struct dt_agent *a);
+/* The poll() timeout (ms) capped so the hook runs on time. */
+int dt_agent_hooks_timeout(const struct dt_agent *a, int timeout);
+/* After an attempt: 1 to restart, 0 to end the job, negative on error. */
+int dt_agent_hooks_attempt_end(struct dt_agent *a, int sig_fd);
 
 /* agent_spawn.c */
 int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);

@@ -191,7 +191,13 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
     }
     char desc[160];
     dt_agent_describe_status(ff->wstatus, desc, sizeof desc);
-    fprintf(f, "  \"first_failure\": {\"attempt\": %d, \"rank\": %d, ", ff->attempt, ff->rank);
+    fprintf(f, "  \"first_failure\": {\"attempt\": %d, \"rank\": %d, \"node\": %d, \"host\": ", ff->attempt,
+            ff->rank, ff->node);
+    if (ff->host[0])
+        json_str(f, ff->host);
+    else
+        fputs("null", f);
+    fputs(", ", f);
     json_status(f, true, ff->wstatus);
     fprintf(f, ", \"time_s\": %.6f, \"description\": ", ff->time_s);
     json_str(f, desc);

@@ -91,7 +91,7 @@ static void restore_signals(struct saved_signals *sv)
     close(sv->pipe_fd[1]);
 }
 
-static void start_stopping(struct dt_agent *a, int sig)
+void dt_agent_start_stopping(struct dt_agent *a, int sig)
 {
     dt_agent_signal_groups(a, sig);
     dt_agent_signal_leftovers(a, sig);
@@ -136,7 +136,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);
-    start_stopping(a, SIGTERM);
+    dt_agent_start_stopping(a, SIGTERM);
 }
 
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
@@ -164,7 +164,7 @@ static void on_interrupt(struct dt_agent *a, int sig)
         a->interrupt_sig = sig;
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
                     name, a->grace_s);
-        start_stopping(a, sig);
+        dt_agent_start_stopping(a, sig);
     } else if (!a->killing) {
         dt_log_warn("received %s again: killing every process of the job now", name);
         kill_everything(a);
@@ -249,6 +249,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int timeout = poll_timeout(a, children, drain_until);
         if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
             timeout = 250;
+        timeout = dt_agent_hooks_timeout(a, timeout);
         int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
@@ -259,6 +260,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         }
         dt_progress_update(a->progress, dt_agent_now(), a->attempt);
         children = handle_signals(a, sig_fd);
+        dt_agent_hooks_poll(a);
         if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
@@ -360,6 +362,7 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
     memset(res, 0, sizeof *res);
     a->cfg = cfg;
     a->res = res;
+    a->abort_status = a->job_status = -1;
     a->nproc = res->nproc = cfg->nproc;
     a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
     a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
@@ -430,6 +433,9 @@ static void finish(struct dt_agent *a)
     if (a->interrupt_sig) {
         res->status = DT_AGENT_INTERRUPTED;
         res->exit_status = 128 + a->interrupt_sig;
+    } else if (a->abort_status >= 0 || a->job_status >= 0) {
+        res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
+        res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
     } else if (res->n_attempts > 0 && last->first_failed >= 0) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = dt_agent_exit_status(last->ranks[last->first_failed].wstatus);
@@ -474,9 +480,22 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     }
     for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
         rc = run_attempt(&a, sv.pipe_fd[0]);
-        if (rc < 0 || a.interrupt_sig || res->attempts[a.attempt].first_failed < 0)
+        if (rc < 0 || a.interrupt_sig || a.abort_status >= 0)
             break;
-        dt_agent_print_failure(cfg, res);
+        if (res->attempts[a.attempt].first_failed >= 0)
+            dt_agent_print_failure(cfg, res);
+        if (cfg->hooks && cfg->hooks->attempt_end) {
+            /* Other nodes take part: the restart is decided with them. */
+            int next = dt_agent_hooks_attempt_end(&a, sv.pipe_fd[0]);
+            handle_signals(&a, sv.pipe_fd[0]);
+            if (next <= 0 || a.interrupt_sig)
+                break;
+            dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a.nproc,
+                        a.nproc == 1 ? "" : "s", a.attempt + 1, cfg->job->max_restarts);
+            continue;
+        }
+        if (res->attempts[a.attempt].first_failed < 0)
+            break;
         /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
         handle_signals(&a, sv.pipe_fd[0]);
         if (a.interrupt_sig)

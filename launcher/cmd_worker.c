@@ -13,6 +13,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +125,21 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
 }
 
-static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3])
+/* SIGUSR1: a scheduler's time limit is near (Slurm's --signal, passed on by
+ * the agent).  The trainer stops at a step every rank agrees on, after a
+ * checkpoint, and the rank exits with EXIT_REQUEUE (EX_TEMPFAIL, "try again
+ * later"): the batch script requeues the job and the next run resumes. */
+#define EXIT_REQUEUE 75
+static volatile sig_atomic_t stop_request;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    stop_request = 1;
+}
+
+static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3],
+                 bool *stopped)
 {
     /* OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does) caps the
      * kernel threads, as it caps PyTorch's intra-op threads; unset, the trainer
@@ -133,7 +148,8 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     if (env_int("OMP_NUM_THREADS", 0, &threads) || env_int("DTRAIN_BENCH_ALLREDUCE", 0, &bench))
         return DT_EINVAL;
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
-                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0};
+                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0,
+                                   .stop_request = &stop_request};
     struct dt_trainer_spec spec = *job->trainer;
     const char *steps = getenv("DTRAIN_TRACE"); /* `dtrain launch --trace` when the spec names no window */
     if (steps && *steps && spec.trace.last_step < 0 && dt_trace_parse_steps(steps, &spec.trace))
@@ -148,7 +164,11 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     }
     struct dt_metrics_summary s;
     rc = dt_trainer_run(t, &s);
-    if (!rc && e->rank == 0)
+    *stopped = !rc && dt_trainer_stopped(t);
+    if (*stopped && e->rank == 0)
+        printf("stopped at step %lld of %lld on SIGUSR1 after a checkpoint; exiting with %d to be requeued\n",
+               (long long)s.steps, (long long)s.total_steps, EXIT_REQUEUE);
+    else if (!rc && e->rank == 0)
         printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s\n", (long long)s.steps,
                s.final_loss, s.test_accuracy, s.samples_per_s);
     dt_trainer_destroy(t);
@@ -208,10 +228,13 @@ static int run(int argc, char **argv)
     if (!rc && !job->trainer)
         rc = dt_error_set(DT_EINVAL, "%s: the job has no trainer: section (it runs a command)", argv[1]);
     int64_t phases[3];
+    bool stopped = false;
+    struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+    sigaction(SIGUSR1, &sa, NULL);
     if (!rc)
         rc = connect(job, &e, &store, &comm, phases);
     if (!rc)
-        rc = train(job, &e, comm, phases);
+        rc = train(job, &e, comm, phases, &stopped);
     if (rc) {
         fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
         write_error_file(e.rank, dt_error_last());
@@ -223,7 +246,7 @@ static int run(int argc, char **argv)
     if (store)
         dt_store_close(store);
     dt_job_free(job);
-    return rc ? 1 : 0;
+    return rc ? 1 : stopped ? EXIT_REQUEUE : 0;
 }
 
 const struct dt_cli_command dt_cli_worker = {

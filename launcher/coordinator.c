@@ -77,6 +77,7 @@ static int check_token(const char *t)
 static void on_stop(uv_async_t *a)
 {
     struct dt_coord *c = a->data;
+    c->stopping = true;
     coord_close_all(c);
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
@@ -224,6 +225,8 @@ void dt_coord_stop(struct dt_coord *c)
     uv_thread_join(&c->thread);
     uv_loop_close(&c->loop);
     barrier_free_all(c);
+    queue_free_all(c);
+    member_free_all(c);
     kv_free(&c->kv);
     free(c->mget.keys);
     free(c->mget.reply);

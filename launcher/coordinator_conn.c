@@ -78,6 +78,7 @@ void coord_conn_close(struct coord_conn *conn, const char *reason)
         log_close(conn, reason);
     wait_cancel(conn);
     barrier_leave(conn);
+    member_lost(conn);
     struct dt_coord *c = conn->coord;
     if (conn->prev)
         conn->prev->next = conn->next;
@@ -264,6 +265,7 @@ int coord_conn_accept(struct dt_coord *c)
         return dt_error_set(DT_ENOMEM, "out of memory for a connection");
     conn->coord = c;
     conn->authed = !c->auth;
+    conn->member = -1;
     dt_wire_buf_init(&conn->out);
     uv_tcp_init(&c->loop, &conn->tcp);
     conn->tcp.data = conn;

@@ -5,7 +5,8 @@
  * writing, closing), coordinator_ops.c (one request -> its effect and reply,
  * the auth gate), coordinator_kv.c (the key-value table, memory accounting),
  * coordinator_wait.c (clients blocked in WAIT), coordinator_barrier.c
- * (barriers and heartbeats).
+ * (barriers and heartbeats), coordinator_queue.c (PyTorch's queues),
+ * coordinator_members.c (agent membership).
  *
  * Everything here runs on the loop thread, except the heartbeat table, which
  * dt_coord_heartbeat() reads from other threads under hb_lock.
@@ -76,6 +77,33 @@ struct coord_barrier {
     struct coord_conn **waiters;
 };
 
+/* PyTorch's queues (QUEUE_PUSH/POP/LEN): a key space apart from the
+ * key-value table; an empty queue is removed. */
+struct coord_queue_item {
+    struct coord_queue_item *next;
+    size_t len;
+    uint8_t data[];
+};
+
+struct coord_queue {
+    struct coord_queue *next; /* hash chain */
+    uint64_t hash;
+    size_t klen;
+    size_t n;
+    struct coord_queue_item *head, *tail;
+    uint8_t key[];
+};
+
+#define COORD_QUEUE_SLOTS 256
+
+/* One agent of the job, by node rank. */
+struct coord_member {
+    uint8_t state; /* 0 never joined, else DT_WIRE_MEMBER_* */
+    int64_t nproc, pid;
+    char host[256];
+    struct coord_conn *conn; /* while joined */
+};
+
 struct coord_heartbeat {
     int64_t step;
     double when_s;
@@ -95,6 +123,7 @@ struct coord_conn {
     bool waiting;
     struct wait_node *wait_nodes;
     struct coord_barrier *barrier;
+    int64_t member; /* the node rank this connection joined as, or -1 */
 };
 
 struct dt_coord {
@@ -119,6 +148,10 @@ struct dt_coord {
     struct coord_conn *conns;
     size_t nconns;
     struct coord_barrier *barriers;
+    struct coord_queue *queues[COORD_QUEUE_SLOTS];
+    struct coord_member *members; /* nnodes entries once the first agent joined */
+    int64_t nnodes;
+    bool stopping; /* dt_coord_stop is closing everything: members leaving is no news */
     unsigned long closes_logged;
     /* Under hb_lock too: read by dt_coord_refusals from the launcher's thread. */
     unsigned long refusals;
@@ -141,6 +174,7 @@ void coord_close_all(struct dt_coord *c);
 int coord_handle(struct coord_conn *conn, const struct dt_wire_request *r);
 
 /* coordinator_kv.c */
+uint64_t kv_hash(const uint8_t *p, size_t n); /* FNV-1a */
 int kv_init(struct kv_table *t);
 void kv_free(struct kv_table *t);
 struct kv_entry *kv_find(struct kv_table *t, const uint8_t *key, size_t klen);
@@ -166,6 +200,24 @@ void barrier_free_all(struct dt_coord *c);
 int heartbeat_record(struct dt_coord *c, int64_t rank, int64_t step);
 /* Counts a client turned away for lack of the token (see dt_coord_refusals). */
 void refusal_record(struct dt_coord *c, const char *why);
+
+/* coordinator_queue.c */
+int queue_push(struct dt_coord *c, const struct dt_wire_bytes *key, const struct dt_wire_bytes *val);
+int queue_pop(struct coord_conn *conn, const struct dt_wire_bytes *key);
+void queue_len(struct coord_conn *conn, const struct dt_wire_bytes *key);
+bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen);
+void queue_free_all(struct dt_coord *c);
+
+/* coordinator_wait.c: a queue got an item; answers one waiter of that key. */
+void wait_wake_one(struct dt_coord *c, struct kv_entry *e);
+
+/* coordinator_members.c */
+int member_join(struct coord_conn *conn, const struct dt_wire_request *r);
+void member_leave(struct coord_conn *conn);
+/* The connection closed: a member that had not left is lost. */
+void member_lost(struct coord_conn *conn);
+void member_list(struct coord_conn *conn);
+void member_free_all(struct dt_coord *c);
 
 /* Printable form of a key for log lines: at most 64 chars, non-printables as '?'. */
 const char *coord_key_str(const uint8_t *key, size_t len, char buf[80]);

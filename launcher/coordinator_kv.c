@@ -19,7 +19,7 @@
 
 #define ENTRY_COST 64u
 
-static uint64_t hash_bytes(const uint8_t *p, size_t n)
+uint64_t kv_hash(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
@@ -59,7 +59,7 @@ void kv_free(struct kv_table *t)
 
 struct kv_entry *kv_find(struct kv_table *t, const uint8_t *key, size_t klen)
 {
-    uint64_t h = hash_bytes(key, klen);
+    uint64_t h = kv_hash(key, klen);
     for (struct kv_entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
         if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->key, key, klen) == 0))
             return e;
@@ -114,7 +114,7 @@ int kv_lookup_or_add(struct dt_coord *c, const uint8_t *key, size_t klen, struct
     if (klen)
         memcpy(e->key, key, klen);
     e->klen = klen;
-    e->hash = hash_bytes(key, klen);
+    e->hash = kv_hash(key, klen);
     maybe_grow(t);
     size_t slot = e->hash & (t->nslots - 1);
     e->next = t->slots[slot];

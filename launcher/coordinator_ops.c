@@ -6,7 +6,8 @@
  * only when `expected` is empty and otherwise answers `expected` back;
  * DELETE_KEY answers how many keys went (0 or 1); GETNUMKEYS counts every
  * key, PyTorch's internal "init/" counter included.  SET, APPEND and
- * MULTI_SET answer nothing.
+ * MULTI_SET answer nothing.  Queues are in coordinator_queue.c, agent
+ * membership in coordinator_members.c.
  *
  * The gate: the first request must be VALIDATE with PyTorch's magic; with
  * auth on, the next must be AUTH with the job token.  Anything else closes
@@ -212,7 +213,7 @@ static bool all_present(struct dt_coord *c, const struct dt_wire_request *r)
     struct dt_wire_bytes k;
     while (dt_wire_list_next(r, &pos, &k)) {
         struct kv_entry *e = kv_find(&c->kv, k.p, k.len);
-        if (!e || !e->present)
+        if ((!e || !e->present) && !queue_nonempty(c, k.p, k.len))
             return false;
     }
     return true;
@@ -308,6 +309,21 @@ int coord_handle(struct coord_conn *conn, const struct dt_wire_request *r)
         return 0;
     case DT_WIRE_BARRIER:
         return barrier_enter(conn, r);
+    case DT_WIRE_QUEUE_PUSH:
+        return queue_push(c, &r->key, &r->v1);
+    case DT_WIRE_QUEUE_POP:
+        return queue_pop(conn, &r->key);
+    case DT_WIRE_QUEUE_LEN:
+        queue_len(conn, &r->key);
+        return 0;
+    case DT_WIRE_JOIN:
+        return member_join(conn, r);
+    case DT_WIRE_LEAVE:
+        member_leave(conn);
+        return 0;
+    case DT_WIRE_MEMBERS:
+        member_list(conn);
+        return 0;
     case DT_WIRE_HEARTBEAT: {
         int rc = heartbeat_record(c, r->i1, r->i2);
         if (rc == 0)

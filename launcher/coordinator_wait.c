@@ -46,6 +46,9 @@ void wait_cancel(struct coord_conn *conn)
 
 static int add_node(struct coord_conn *conn, const struct dt_wire_bytes *k)
 {
+    /* A key whose queue holds an item counts as present (a blocking pop). */
+    if (queue_nonempty(conn->coord, k->p, k->len))
+        return 0;
     struct kv_entry *e;
     int rc = kv_lookup_or_add(conn->coord, k->p, k->len, &e);
     if (rc)
@@ -90,6 +93,30 @@ int wait_register(struct coord_conn *conn, const struct dt_wire_request *r, bool
     *ready = conn->waits_left == 0;
     conn->waiting = !*ready;
     return 0;
+}
+
+/* PyTorch wakes one waiter per pushed item, so two blocked pops do not race
+ * for one item: the first waiter in the list is answered; a waiter still
+ * missing other keys counts this one as there and the next is tried. */
+void wait_wake_one(struct dt_coord *c, struct kv_entry *e)
+{
+    while (e->waiters) {
+        struct wait_node *n = e->waiters;
+        e->waiters = n->next;
+        if (e->waiters)
+            e->waiters->prev = NULL;
+        n->entry = NULL;
+        struct coord_conn *conn = n->conn;
+        if (--conn->waits_left == 0) {
+            wait_cancel(conn);
+            dt_wire_put_u8(&conn->out, DT_WIRE_STOP_WAITING);
+            if (!conn->in_read)
+                coord_conn_flush(conn);
+            break;
+        }
+    }
+    if (!e->present && !e->waiters)
+        kv_remove(&c->kv, e);
 }
 
 /* The nodes stay linked from the client's list until that WAIT completes;

@@ -72,3 +72,19 @@ int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_
     }
     return dt_error_set(DT_EIO, "cannot find an unused run directory name in %s", log_dir);
 }
+
+int dt_run_dir_open(const char *log_dir, const char *name, const char *run_id, char *path, size_t path_size)
+{
+    int rc = mkdir_parents(log_dir);
+    if (rc < 0)
+        return rc;
+    char cwd[PATH_MAX] = "";
+    if (log_dir[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return dt_error_set_errno(DT_EIO, errno, "cannot read the current directory");
+    int n = snprintf(path, path_size, "%s%s%s/%s-%s", cwd, cwd[0] ? "/" : "", log_dir, name, run_id);
+    if (n < 0 || (size_t)n >= path_size)
+        return dt_error_set(DT_EINVAL, "run directory path is too long: %s/%s-%s", log_dir, name, run_id);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
+    return 0;
+}

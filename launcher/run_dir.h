@@ -23,4 +23,8 @@ int dt_run_dir_make_id(char *out, size_t size);
 int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size, char *path,
                       size_t path_size);
 
+/* The run directory of a run id every node of a multi-node job shares:
+ * created if missing, used as it is if another node made it first. */
+int dt_run_dir_open(const char *log_dir, const char *name, const char *run_id, char *path, size_t path_size);
+
 #endif

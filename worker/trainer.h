@@ -13,6 +13,7 @@
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -33,6 +34,10 @@ struct dt_trainer_options {
     bool quiet;               /* no progress lines on stdout */
     int bench_allreduce;      /* after training, time this many all-reduces of the gradient
                                * buckets with nothing else running (benchmarks); 0 = none */
+    /* Non-NULL: once *stop_request is non-zero (a SIGUSR1 handler sets it when a scheduler's
+     * time limit is near), every rank stops at the next metrics row (they agree on it in the
+     * loss all-reduce), a checkpoint is written, and dt_trainer_stopped() is true. */
+    volatile sig_atomic_t *stop_request;
     /* Called after every optimizer step (tests: perturb a rank, record parameters). */
     void (*after_step)(void *ctx, struct dt_model *m, int64_t step);
     /* Called once the step's gradients are averaged, before the AMP check and
@@ -46,6 +51,9 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
 
 /* Trains to the end (or stop_after) and fills *res (may be NULL). */
 int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res);
+
+/* True when the run ended early on stop_request, after its checkpoint. */
+bool dt_trainer_stopped(const struct dt_trainer *t);
 
 struct dt_model *dt_trainer_model(struct dt_trainer *t);
 

@@ -46,6 +46,7 @@ struct dt_trainer {
     int64_t split_ns[DT_METRICS_SPLIT]; /* this rank's step-time split since the last metrics row */
     int64_t split_steps;
     int64_t evaluated_at;          /* step of the last evaluation, -1 none */
+    bool stopping;                 /* every rank saw a stop request at the last metrics row */
 };
 
 double dt_trainer_now(void);

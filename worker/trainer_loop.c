@@ -94,9 +94,12 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
 
 static int log_row(struct dt_trainer *t, struct window *w, double lr, double beta1, double norm)
 {
-    double v[2] = {w->loss, w->samples};
-    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 2, DT_F64, DT_SUM))
+    /* The stop request rides along: the signal reaches ranks at different steps, and all
+     * must stop at the same one, or the others would wait in the next all-reduce. */
+    double v[3] = {w->loss, w->samples, t->o.stop_request && *t->o.stop_request ? 1 : 0};
+    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 3, DT_F64, DT_SUM))
         return dt_error_prefix("averaging the loss over ranks");
+    t->stopping = v[2] > 0;
     double now = dt_trainer_now(), dt = now - w->t0;
     t->last_loss = v[0] / v[1];
     double sps = dt > 0 ? v[1] / dt : NAN;
@@ -220,6 +223,8 @@ int dt_trainer_loop(struct dt_trainer *t)
         w.t0 += dt_trainer_now() - pause;
         if (t->o.after_step)
             t->o.after_step(t->o.ctx, t->model, t->step);
+        if (t->stopping)
+            break;
     }
     return 0;
 }
@@ -256,6 +261,9 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
         rc = eval_row(t);
     if (!rc && finished) /* stop_after stands for a kill: no final checkpoint */
         rc = dt_trainer_save(t);
+    int every_ckpt = t->spec.checkpoint.every_steps;
+    if (!rc && !finished && t->stopping && !(every_ckpt > 0 && t->step % every_ckpt == 0))
+        rc = dt_trainer_save(t); /* between_steps has not saved this step */
     double wait_before = t->red.wait_s, allreduce_s = NAN;
     if (!rc)
         rc = time_allreduce(t, &allreduce_s);
@@ -275,4 +283,9 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
     if (res)
         *res = s;
     return rc;
+}
+
+bool dt_trainer_stopped(const struct dt_trainer *t)
+{
+    return t->stopping && t->step < t->total_steps;
 }

@@ -29,6 +29,7 @@ static void reencode(const uint8_t *frame, const struct dt_wire_request *r)
     case DT_WIRE_PING: dt_wire_put_u32(&b, r->u32); break;
     case DT_WIRE_SET:
     case DT_WIRE_APPEND:
+    case DT_WIRE_QUEUE_PUSH:
         dt_wire_put_bytes(&b, r->key.p, r->key.len);
         dt_wire_put_bytes(&b, r->v1.p, r->v1.len);
         break;
@@ -39,7 +40,16 @@ static void reencode(const uint8_t *frame, const struct dt_wire_request *r)
         break;
     case DT_WIRE_GET:
     case DT_WIRE_DELETE_KEY:
-    case DT_WIRE_AUTH: dt_wire_put_bytes(&b, r->key.p, r->key.len); break;
+    case DT_WIRE_AUTH:
+    case DT_WIRE_QUEUE_POP:
+    case DT_WIRE_QUEUE_LEN: dt_wire_put_bytes(&b, r->key.p, r->key.len); break;
+    case DT_WIRE_JOIN:
+        dt_wire_put_i64(&b, r->i1);
+        dt_wire_put_i64(&b, r->i2);
+        dt_wire_put_i64(&b, r->i3);
+        dt_wire_put_i64(&b, r->i4);
+        dt_wire_put_bytes(&b, r->key.p, r->key.len);
+        break;
     case DT_WIRE_ADD:
     case DT_WIRE_BARRIER:
         dt_wire_put_bytes(&b, r->key.p, r->key.len);

@@ -72,6 +72,21 @@ static void run_ops(struct dt_store *s)
     check(dt_store_num_keys(s, &before) == 0 && dt_store_delete_key(s, "probe/m1", &del) == 0 && del &&
               dt_store_num_keys(s, &after) == 0 && after == before - 1,
           "delete_key removes one key from num_keys");
+    /* Queues: the same requests PyTorch's client sends, so its server must agree. */
+    int64_t qn = -1;
+    void *qv = NULL;
+    size_t qlen = 0;
+    check(dt_store_queue_push(s, "probe/q", "first", 5) == 0 && dt_store_queue_push(s, "probe/q", "2nd", 3) == 0 &&
+              dt_store_queue_len(s, "probe/q", &qn) == 0 && qn == 2,
+          "queue_push then queue_len");
+    check(dt_store_queue_pop(s, "probe/q", true, &qv, &qlen) == 0 && qlen == 5 && memcmp(qv, "first", 5) == 0,
+          "queue_pop is first in, first out");
+    free(qv);
+    qv = NULL;
+    int last = dt_store_queue_pop(s, "probe/q", false, &qv, &qlen);
+    free(qv);
+    check(last == 0 && qlen == 3 && dt_store_queue_pop(s, "probe/q", false, &qv, &qlen) == DT_ENOTFOUND,
+          "queue_pop on an empty queue is an error");
 }
 
 int main(int argc, char **argv)

@@ -63,6 +63,21 @@ s.multi_set(["m1", "m2"], ["1", "2"]); check(s.multi_get(["m1", "m2"]) == [b"1",
 n = s.num_keys()
 check(s.delete_key("m1") and not s.delete_key("m1"), "delete_key answers whether it deleted")
 check(s.num_keys() == n - 1, "num_keys counts the deletion")
+# Queues (PyTorch 2.6+): FIFO, a key space of their own, blocking pop woken by a push.
+s.queue_push("q", "a"); s.queue_push("q", b"b")
+check(s.queue_len("q") == 2, "queue_len counts pushed items")
+check(s.queue_pop("q", block=False) == b"a" and s.queue_pop("q") == b"b", "queue_pop is first in, first out")
+try:
+    s.queue_pop("q", block=False); check(False, "queue_pop on an empty queue raises")
+except Exception as e:
+    check("empty" in str(e).lower(), "queue_pop on an empty queue raises: " + type(e).__name__)
+check(s.queue_len("q") == 0 and not s.check(["q"]), "an emptied queue has length 0 and is not a key")
+import threading
+pusher = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10))
+t = threading.Timer(0.3, lambda: pusher.queue_push("work", "item"))
+t.start()
+check(s.queue_pop("work", block=True) == b"item", "a blocking queue_pop waits for the push")
+t.join()
 s.set("from-pytorch", "hello-c")
 # A second client with world_size counts itself on the internal init/ key, as ranks do.
 s2 = dist.TCPStore("127.0.0.1", port, world_size=2, is_master=False, wait_for_workers=True,

@@ -1,0 +1,126 @@
+/* agent_plan.c - what an agent settles before it starts a coordinator or a rank.
+ *
+ * Shared by the local adapter's `dtrain launch` and by `dtrain agent`: how
+ * many ranks this node runs (nproc_per_node: gpu counts the GPUs it may
+ * use), whether the spec's command exists here (say so once, not once per
+ * rank and again after every restart), the program each rank runs, the
+ * environment defaults worth a line, and the closing line of a run.
+ *
+ * Not for running ranks (agent_supervise.c) or for the spec itself (jobspec.h).
+ */
+#include "launcher/agent.h"
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "launcher/jobspec.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The GPUs this process may use, as CUDA would count them. */
+static int count_gpus(void)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int n = 0;
+        for (const char *p = cvd; *p; p++)
+            if (*p != ',' && (p == cvd || p[-1] == ','))
+                n++;
+        return n;
+    }
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "nvidia", 6) == 0 && de->d_name[6] >= '0' && de->d_name[6] <= '9')
+            n++;
+    closedir(d);
+    return n;
+}
+
+int dt_agent_plan_nproc(const struct dt_job *job, int *nproc)
+{
+    *nproc = job->nproc_per_node;
+    if (*nproc != DT_NPROC_GPU)
+        return 0;
+    *nproc = count_gpus();
+    if (*nproc == 0)
+        return dt_error_set(DT_EINVAL,
+                            "%s: nproc_per_node: gpu, but this machine shows no GPU "
+                            "(no /dev/nvidia<N>, or CUDA_VISIBLE_DEVICES is empty)",
+                            job->path);
+    return 0;
+}
+
+static bool on_path(const char *prog)
+{
+    if (strchr(prog, '/'))
+        return access(prog, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char buf[PATH_MAX];
+    for (const char *p = path; *p;) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, n ? p : ".", prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        p += n + (colon ? 1 : 0);
+    }
+    return false;
+}
+
+int dt_agent_plan_check_command(const struct dt_job *job)
+{
+    if (!job->command || on_path(job->command[0]))
+        return 0;
+    return dt_error_set(DT_ENOTFOUND, "%s: command: '%s' %s", job->path, job->command[0],
+                        strchr(job->command[0], '/') ? "does not exist or is not executable"
+                                                     : "was not found on PATH");
+}
+
+void dt_agent_plan_self(char *self, size_t size)
+{
+    snprintf(self, size, "dtrain");
+    ssize_t n = readlink("/proc/self/exe", self, size - 1);
+    if (n > 0)
+        self[n] = 0;
+}
+
+void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
+{
+    bool omp = getenv("OMP_NUM_THREADS") != NULL;
+    for (int i = 0; i < job->n_env; i++) {
+        if (strcmp(job->env[i].name, "OMP_NUM_THREADS") == 0)
+            omp = true;
+        if (dt_agent_env_is_reserved(job->env[i].name))
+            dt_log_warn("%s: env: %s is set by dtrain for each rank; the value in the spec is ignored",
+                        job->path, job->env[i].name);
+    }
+    if (!omp && nproc > 1)
+        dt_log_info("OMP_NUM_THREADS is not set: each rank gets OMP_NUM_THREADS=1, as under torchrun "
+                    "(set it under env: to change that)");
+}
+
+void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    char tmp[32], attempts[48] = "";
+    if (res->n_attempts > 1)
+        snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
+    if (res->status == DT_AGENT_SUCCEEDED)
+        dt_log_info("job %s succeeded in %.2f s%s; logs and summary.json in %s", cfg->job->name, res->wall_s,
+                    attempts, cfg->run_dir);
+    else if (res->status == DT_AGENT_INTERRUPTED)
+        dt_log_warn("job %s interrupted by %s after %.2f s; logs and summary.json in %s", cfg->job->name,
+                    dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, cfg->run_dir);
+    else
+        dt_log_error("job %s failed with exit status %d after %.2f s%s; logs and summary.json in %s",
+                     cfg->job->name, res->exit_status, res->wall_s, attempts, cfg->run_dir);
+}

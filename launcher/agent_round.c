@@ -1,0 +1,507 @@
+/* agent_round.c - restart rounds across the nodes of a job, on the coordinator's store.
+ *
+ * Every node's agent holds one store connection for the job: it JOINs on it
+ * (its membership, coordinator_members.c) and polls through it.  Attempt k
+ * of the job is attempt k on every node (the round, as torchrun's
+ * rendezvous rounds; ranks see it as TORCHELASTIC_RESTART_COUNT), kept in
+ * step by a few keys:
+ *
+ *   dtrain/fail/<k>      "<rank> <wstatus> <node>": the first rank that failed
+ *                        in round k, wherever it ran (COMPARE_SET on an absent
+ *                        key: the first writer wins, the coordinator orders them)
+ *   dtrain/failinfo/<k>  that failure in full (host, error message, last stderr
+ *                        lines), for node 0's summary.json
+ *   dtrain/end/<k>       a counter: nodes whose ranks of round k are all gone
+ *   dtrain/abort         "<status> <sentence>": the job ends with this status
+ *                        (a signal to one agent, refused PyTorch ranks)
+ *
+ * While ranks run, each agent polls (every 0.1 s): a local failure is
+ * published to fail/<k>; another node's fail/<k> stops this node's ranks;
+ * dtrain/abort, or a member lost (its agent's connection closed without
+ * LEAVE), ends the job.  After its ranks are gone a node adds itself to
+ * end/<k> and waits for every node; then all read fail/<k> and decide
+ * alike: no failure, the job succeeded; a failure whose exit status the
+ * restart_policy retries, with restarts left (max_restarts counts rounds,
+ * for the whole job), every node starts round k+1; otherwise every agent
+ * exits with the failed rank's status.  Publishing before adding to
+ * end/<k> is what makes every node read the same fail/<k>.
+ *
+ * Not for spawning or stopping ranks (agent_supervise.c does, told through
+ * the hooks of agent.h), nor for the coordinator itself (coordinator.h).
+ */
+#include "launcher/agent.h"
+#include "launcher/run_dir.h"
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "comm/store.h"
+#include "launcher/jobspec.h"
+
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_S 0.1
+#define MAX_ROUNDS 1024
+
+struct dt_agent_round {
+    struct dt_agent_round_config cfg;
+    struct dt_store *store;
+    char coord[300];       /* host:port, for messages */
+    bool dead;             /* the coordinator is gone: nothing more is asked of it */
+    bool published[MAX_ROUNDS];
+    bool told_stop;
+    unsigned long refusals_seen;
+};
+
+static void key(char *out, size_t n, const char *what, int k)
+{
+    snprintf(out, n, "dtrain/%s/%d", what, k);
+}
+
+/* A store call failed: the coordinator (node 0's agent) is gone or broken. */
+static enum dt_agent_verdict lost_coordinator(struct dt_agent_round *r, int *status)
+{
+    if (!r->dead)
+        dt_log_error("node %d: lost the coordinator at %s (hosted by node 0's agent, which has exited or "
+                     "was killed, or the network went away): %s; stopping this node's ranks",
+                     r->cfg.node_rank, r->coord, dt_error_last());
+    r->dead = true;
+    *status = 1;
+    return DT_AGENT_ABORT;
+}
+
+/* 1 when the key exists, 0 when not, negative on a store error. */
+static int exists(struct dt_agent_round *r, const char *k)
+{
+    bool ready = false;
+    int rc = dt_store_check(r->store, &k, 1, &ready);
+    return rc < 0 ? rc : ready;
+}
+
+static int get_text(struct dt_agent_round *r, const char *k, char *out, size_t n)
+{
+    void *v = NULL;
+    size_t len = 0;
+    int rc = dt_store_get(r->store, k, &v, &len);
+    if (rc == 0)
+        snprintf(out, n, "%.*s", (int)len, (const char *)v);
+    free(v);
+    return rc;
+}
+
+int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why)
+{
+    if (r->dead)
+        return 0;
+    char v[600];
+    snprintf(v, sizeof v, "%d node %d: %s", status, r->cfg.node_rank, why);
+    void *got = NULL;
+    size_t len = 0;
+    /* The first abort stands: its status is the job's. */
+    int rc = dt_store_compare_set(r->store, "dtrain/abort", "", 0, v, strlen(v), &got, &len);
+    free(got);
+    return rc;
+}
+
+/* dtrain/abort exists: *status and the sentence from it. */
+static int read_abort(struct dt_agent_round *r, int *status, char *why, size_t n)
+{
+    char v[600];
+    int rc = get_text(r, "dtrain/abort", v, sizeof v);
+    if (rc)
+        return rc;
+    char *sp = strchr(v, ' ');
+    *status = atoi(v);
+    snprintf(why, n, "%s", sp ? sp + 1 : v);
+    return 0;
+}
+
+/* 1 when a member was lost (its agent's connection closed without LEAVE). */
+static int member_lost(struct dt_agent_round *r, char *why, size_t n)
+{
+    struct dt_store_member *m;
+    int count;
+    int rc = dt_store_members(r->store, &m, &count);
+    if (rc)
+        return rc;
+    int lost = 0;
+    for (int i = 0; i < count && !lost; i++)
+        if (m[i].state == DT_STORE_MEMBER_LOST) {
+            snprintf(why, n,
+                     "node %d (%s, agent pid %ld) lost its connection to the coordinator: its agent was killed, "
+                     "or its host or the network went away",
+                     m[i].node_rank, m[i].host, m[i].pid);
+            lost = 1;
+        }
+    free(m);
+    return lost;
+}
+
+/* Publishes this node's first failure of round k; 1 if it is the round's first. */
+static int publish_fail(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
+{
+    const struct dt_agent_attempt *at = &res->attempts[k];
+    const struct dt_agent_rank_result *rr = &at->ranks[at->first_failed];
+    char k1[64], v[64];
+    key(k1, sizeof k1, "fail", k);
+    snprintf(v, sizeof v, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
+    void *got = NULL;
+    size_t len = 0;
+    int rc = dt_store_compare_set(r->store, k1, "", 0, v, strlen(v), &got, &len);
+    int first = rc == 0 && len == strlen(v) && memcmp(got, v, len) == 0;
+    free(got);
+    r->published[k] = rc == 0;
+    return rc < 0 ? rc : first;
+}
+
+/* Where the polls look: abort, a lost member, another node's failure. */
+static enum dt_agent_verdict look(struct dt_agent_round *r, int k, int *status)
+{
+    char why[600], k1[64];
+    int rc = exists(r, "dtrain/abort");
+    if (rc == 1 && (rc = read_abort(r, status, why, sizeof why)) == 0) {
+        dt_log_error("the job is ending: %s", why);
+        return DT_AGENT_ABORT;
+    }
+    if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
+        dt_log_error("%s; stopping the job", why);
+        *status = 1;
+        return DT_AGENT_ABORT;
+    }
+    key(k1, sizeof k1, "fail", k);
+    if (rc == 0 && (rc = exists(r, k1)) == 1)
+        return DT_AGENT_STOP_ATTEMPT;
+    return rc < 0 ? lost_coordinator(r, status) : DT_AGENT_GO_ON;
+}
+
+static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result *res, int k, int *status)
+{
+    struct dt_agent_round *r = ctx;
+    if (r->dead)
+        return lost_coordinator(r, status);
+    if (k >= MAX_ROUNDS)
+        return DT_AGENT_GO_ON;
+    if (res->attempts[k].first_failed >= 0 && !r->published[k] && publish_fail(r, res, k) < 0)
+        return lost_coordinator(r, status);
+    if (dt_agent_watch_refusals(r->cfg.coord, r->cfg.job, &r->refusals_seen, status) == DT_AGENT_ABORT) {
+        dt_agent_round_abort(r, *status, "PyTorch ranks were refused for lack of the job token: set "
+                                         "`rendezvous: {auth: none}` in the job spec");
+        return DT_AGENT_ABORT;
+    }
+    enum dt_agent_verdict v = look(r, k, status);
+    if (v == DT_AGENT_STOP_ATTEMPT && res->attempts[k].first_failed < 0 && !r->told_stop) {
+        dt_log_warn("node %d: a rank on another node failed in round %d; stopping this node's ranks",
+                    r->cfg.node_rank, k);
+        r->told_stop = true;
+    }
+    return v;
+}
+
+/* The round's failure in full, for node 0's summary.json:
+ * "<rank> <wstatus> <node> <n_tail>\n<host>\n<error file>\n<error message>\n<tail lines>". */
+static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
+{
+    const struct dt_agent_failure *ff = &res->first_failure;
+    size_t cap = 8192 + sizeof ff->tail, len = 0;
+    char *v = malloc(cap), host[256] = "?", k1[64];
+    if (!v)
+        return;
+    gethostname(host, sizeof host);
+    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d\n%s\n%s\n%s\n", ff->rank, ff->wstatus,
+                            r->cfg.node_rank, ff->n_tail, host, ff->error_file, ff->error_message);
+    for (int i = 0; i < ff->n_tail && len < cap; i++)
+        len += (size_t)snprintf(v + len, cap - len, "%s\n", ff->tail[i]);
+    key(k1, sizeof k1, "failinfo", k);
+    dt_store_set(r->store, k1, v, len < cap ? len : cap - 1);
+    free(v);
+}
+
+static char *next_line(char **p)
+{
+    char *s = *p, *nl = s ? strchr(s, '\n') : NULL;
+    if (!s)
+        return "";
+    if (nl) {
+        *nl = 0;
+        *p = nl + 1;
+    } else {
+        *p = NULL;
+    }
+    return s;
+}
+
+/* Node 0 puts another node's failure of round k where the summary reads it. */
+static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k)
+{
+    char k1[64];
+    key(k1, sizeof k1, "failinfo", k);
+    void *v = NULL;
+    size_t len = 0;
+    if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0)
+        return;
+    struct dt_agent_failure *ff = &res->first_failure;
+    char *p = v;
+    int node = -1, n_tail = 0;
+    memset(ff, 0, sizeof *ff);
+    if (sscanf(next_line(&p), "%d %d %d %d", &ff->rank, &ff->wstatus, &node, &n_tail) == 4) {
+        char *host = next_line(&p);
+        ff->node = node;
+        snprintf(ff->host, sizeof ff->host, "%s", host);
+        snprintf(ff->error_file, sizeof ff->error_file, "%s", next_line(&p));
+        snprintf(ff->error_message, sizeof ff->error_message, "%s", next_line(&p));
+        for (int i = 0; i < n_tail && i < DT_AGENT_TAIL_LINES && p; i++)
+            snprintf(ff->tail[ff->n_tail++], DT_AGENT_TAIL_WIDTH, "%s", next_line(&p));
+        ff->attempt = k;
+        ff->oom_killer = -1;
+        res->have_failure = true;
+        dt_log_debug("round %d failed first on node %d (%s)", k, node, host);
+    }
+    free(v);
+}
+
+/* Adds this node to end/<k>, then waits for every node (or an abort, a lost
+ * member, a signal).  0 when all ended, 1 on a signal, 2 on abort (*status set). */
+static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *status)
+{
+    char k1[64], why[600];
+    key(k1, sizeof k1, "end", k);
+    int64_t n = 0;
+    int rc = dt_store_add(r->store, k1, 1, &n);
+    while (rc == 0 && n < r->cfg.nnodes) {
+        struct pollfd p = {.fd = sig_fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(POLL_S * 1000)) > 0)
+            return 1;
+        /* Members before the counter: a node leaves only after it saw the
+         * counter full, so a node seen lost or left here is no false alarm. */
+        if ((rc = exists(r, "dtrain/abort")) == 1) {
+            if ((rc = read_abort(r, status, why, sizeof why)) == 0) {
+                dt_log_error("the job is ending: %s", why);
+                return 2;
+            }
+        } else if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
+            dt_log_error("%s; stopping the job", why);
+            *status = 1;
+            return 2;
+        }
+        if (rc == 0)
+            rc = dt_store_add(r->store, k1, 0, &n);
+    }
+    if (rc < 0) {
+        lost_coordinator(r, status);
+        return 2;
+    }
+    return 0;
+}
+
+/* Every node reads the same fail/<k> after the round ended everywhere, so
+ * every node decides the same: succeeded, restart, or fail with its status. */
+static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, bool *restart, int *status)
+{
+    char k1[64], v[64], desc[160];
+    key(k1, sizeof k1, "fail", k);
+    int rc = exists(r, k1);
+    if (rc == 0) {
+        *status = 0;
+        return 0;
+    }
+    if (rc == 1)
+        rc = get_text(r, k1, v, sizeof v);
+    if (rc < 0) {
+        lost_coordinator(r, status);
+        return 0;
+    }
+    int rank = -1, wstatus = 0, node = -1;
+    sscanf(v, "%d %d %d", &rank, &wstatus, &node);
+    int st = dt_agent_exit_status(wstatus);
+    dt_agent_describe_status(wstatus, desc, sizeof desc);
+    bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
+    if (retry && k < r->cfg.job->max_restarts) {
+        dt_log_warn("round %d: rank %d on node %d %s first; every node restarts its ranks", k, rank, node, desc);
+        *restart = true;
+        return 0;
+    }
+    *status = st;
+    dt_log_error("the job failed in round %d: rank %d on node %d %s first%s", k, rank, node, desc,
+                 retry ? " (no restarts left)" : " (restart_policy: fail)");
+    if (r->cfg.node_rank == 0 && node != 0)
+        read_failinfo(r, res, k);
+    return 0;
+}
+
+static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd, bool *restart, int *status)
+{
+    struct dt_agent_round *r = ctx;
+    *restart = false;
+    if (r->dead || k >= MAX_ROUNDS) {
+        *status = 1;
+        return 0;
+    }
+    if (res->attempts[k].first_failed >= 0) {
+        int first = r->published[k] ? 0 : publish_fail(r, res, k);
+        char k1[64], v[64], mine[64];
+        key(k1, sizeof k1, "fail", k);
+        const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[res->attempts[k].first_failed];
+        snprintf(mine, sizeof mine, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
+        if (first == 1 || (first == 0 && get_text(r, k1, v, sizeof v) == 0 && strcmp(v, mine) == 0))
+            publish_failinfo(r, res, k);
+    }
+    int w = wait_round_end(r, k, sig_fd, status);
+    if (w == 1)
+        return 1;
+    if (w == 2)
+        return 0;
+    return decide(r, res, k, restart, status);
+}
+
+int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out)
+{
+    *out = NULL;
+    struct dt_agent_round *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    r->cfg = *cfg;
+    snprintf(r->coord, sizeof r->coord, "%s:%d", cfg->coord_host, cfg->coord_port);
+    struct dt_store_options o = {.host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token,
+                                 .timeout_s = cfg->timeout_s};
+    int rc = dt_store_connect(&o, &r->store);
+    if (rc) {
+        dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
+                        "rendezvous.timeout (%gs)",
+                        cfg->node_rank, r->coord, cfg->timeout_s);
+        free(r);
+        return rc;
+    }
+    char host[256] = "?";
+    gethostname(host, sizeof host);
+    rc = dt_store_join(r->store, cfg->node_rank, cfg->nnodes, cfg->nproc, host);
+    if (rc) {
+        dt_agent_round_close(r);
+        return dt_error_prefix("node %d", cfg->node_rank);
+    }
+    *out = r;
+    return 0;
+}
+
+int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n)
+{
+    if (run_id[0] && r->cfg.node_rank != 0)
+        return 0;
+    if (r->cfg.node_rank == 0) {
+        int rc = run_id[0] ? 0 : dt_run_dir_make_id(run_id, n);
+        return rc ? rc : dt_store_set(r->store, "dtrain/run_id", run_id, strlen(run_id));
+    }
+    int rc = get_text(r, "dtrain/run_id", run_id, n);
+    return rc ? dt_error_prefix("node %d: waiting for node 0 to publish the run id", r->cfg.node_rank) : 0;
+}
+
+/* Missing node ranks into out, as "1, 3"; returns how many joined. */
+static int joined(const struct dt_store_member *m, int count, int nnodes, char *missing, size_t n)
+{
+    int in = 0;
+    size_t len = 0;
+    missing[0] = 0;
+    for (int node = 0; node < nnodes; node++) {
+        bool here = false;
+        for (int i = 0; i < count; i++)
+            here |= m[i].node_rank == node && m[i].state == DT_STORE_MEMBER_JOINED;
+        in += here;
+        if (!here && len < n)
+            len += (size_t)snprintf(missing + len, n - len, "%s%d", len ? ", " : "", node);
+    }
+    return in;
+}
+
+static int same_nproc(struct dt_agent_round *r, const struct dt_store_member *m, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (m[i].nproc != r->cfg.nproc)
+            return dt_error_set(DT_EINVAL,
+                                "node %d (%s) runs %d ranks but node %d runs %d: nproc_per_node must come out "
+                                "the same on every node (WORLD_SIZE = nnodes x nproc_per_node)",
+                                m[i].node_rank, m[i].host, m[i].nproc, r->cfg.node_rank, r->cfg.nproc);
+    return 0;
+}
+
+int dt_agent_round_wait_all(struct dt_agent_round *r)
+{
+    double deadline = dt_agent_now() + r->cfg.timeout_s;
+    char missing[256];
+    for (;;) {
+        struct dt_store_member *m;
+        int count;
+        int rc = dt_store_members(r->store, &m, &count);
+        if (rc)
+            return dt_error_prefix("node %d: listing the job's nodes", r->cfg.node_rank);
+        int in = joined(m, count, r->cfg.nnodes, missing, sizeof missing);
+        rc = same_nproc(r, m, count);
+        free(m);
+        if (rc || in == r->cfg.nnodes)
+            return rc;
+        if (dt_agent_now() >= deadline)
+            return dt_error_set(DT_ETIMEDOUT,
+                                "node %d: only %d of %d nodes joined the coordinator at %s within "
+                                "rendezvous.timeout (%gs); missing node%s %s",
+                                r->cfg.node_rank, in, r->cfg.nnodes, r->coord, r->cfg.timeout_s,
+                                strchr(missing, ',') ? "s" : "", missing);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h)
+{
+    *h = (struct dt_agent_hooks){.ctx = r, .period_s = POLL_S, .poll = poll_round, .attempt_end = attempt_end};
+}
+
+/* Node 0 hosts the coordinator: it waits (bounded) until the other agents
+ * have read the verdict and left, so none of them finds the store gone. */
+static void wait_others_gone(struct dt_agent_round *r)
+{
+    double deadline = dt_agent_now() + r->cfg.grace_s + 10;
+    while (!r->dead && dt_agent_now() < deadline) {
+        struct dt_store_member *m;
+        int count, here = 0;
+        if (dt_store_members(r->store, &m, &count) != 0)
+            return;
+        for (int i = 0; i < count; i++)
+            here += m[i].node_rank != 0 && m[i].state == DT_STORE_MEMBER_JOINED;
+        free(m);
+        if (here == 0)
+            return;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res)
+{
+    if (res->status == DT_AGENT_INTERRUPTED) {
+        char why[128], tmp[32];
+        snprintf(why, sizeof why, "its agent was interrupted by %s",
+                 dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
+        dt_agent_round_abort(r, res->exit_status, why);
+    } else if (res->status != DT_AGENT_SUCCEEDED) {
+        /* Whatever ended the job here must end it everywhere (a no-op when
+         * an abort or the round's verdict got there first). */
+        dt_agent_round_abort(r, res->exit_status, "the job failed");
+    }
+    if (r->dead)
+        return;
+    if (r->cfg.node_rank == 0)
+        wait_others_gone(r);
+    dt_store_leave(r->store);
+}
+
+void dt_agent_round_close(struct dt_agent_round *r)
+{
+    if (!r)
+        return;
+    dt_store_close(r->store);
+    free(r);
+}

@@ -1,0 +1,93 @@
+/* cmd_render.c - `dtrain render <scheduler> job.yaml`: what to submit by hand.
+ *
+ * Hands the loaded job to the scheduler adapter's render (an sbatch script,
+ * Kubernetes manifests, an mpirun line) and writes it to stdout or -o FILE,
+ * so a user can read, keep or edit exactly what `dtrain launch` would
+ * submit.  A scheduler with no adapter built in, or one with nothing to
+ * render (local), is a clear error with exit status 2.
+ *
+ * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
+ */
+#include "launcher/cli.h"
+#include "launcher/jobspec.h"
+#include "scheduler-adapters/adapter.h"
+
+#include "comm/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: dtrain render SCHEDULER JOB.yaml [-o FILE]\n\n"
+            "Writes what would be submitted for JOB.yaml under SCHEDULER (slurm: an sbatch script,\n"
+            "kubernetes or k8s: manifests, mpirun: the command line) to stdout or FILE, without\n"
+            "submitting anything.\n\n"
+            "  -o, --output FILE   write to FILE instead of stdout\n");
+}
+
+static int render_to(const struct dt_adapter *ad, const struct dt_job *job, const char *path, const char *out)
+{
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) {
+        dt_error_set_errno(DT_EIO, errno, "cannot write %s", out);
+        return -1;
+    }
+    int rc = ad->render(job, path, f);
+    if (out && fclose(f) != 0 && rc == 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "writing %s", out);
+    else if (!out && fflush(stdout) != 0 && rc == 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "writing the rendered job to stdout");
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *sched = NULL, *path = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
+            out = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1])
+            return dt_cli_usage_error("render", "unknown option '%s'", argv[i]);
+        else if (!sched)
+            sched = argv[i];
+        else if (!path)
+            path = argv[i];
+        else
+            return dt_cli_usage_error("render", "unexpected argument '%s'", argv[i]);
+    }
+    if (!sched || !path)
+        return dt_cli_usage_error("render", "expected a scheduler and a job spec, e.g. `dtrain render slurm job.yaml`");
+    const struct dt_adapter *ad = dt_adapter_by_name(sched);
+    if (!ad) {
+        fprintf(stderr, "dtrain render: no scheduler adapter named '%s' is built into this dtrain (%s)\n", sched,
+                dt_version);
+        return 2;
+    }
+    if (!ad->render) {
+        fprintf(stderr, "dtrain render: scheduler %s has nothing to render: `dtrain launch` runs such a job "
+                        "directly\n", ad->name);
+        return 2;
+    }
+    struct dt_job *job = NULL;
+    if (dt_job_load(path, &job) < 0) {
+        fprintf(stderr, "dtrain render: %s\n", dt_error_last());
+        return 2;
+    }
+    int rc = render_to(ad, job, path, out);
+    dt_job_free(job);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain render: %s\n", dt_error_last());
+        return rc == DT_EINVAL || rc == DT_EUNSUPPORTED ? 2 : 1;
+    }
+    return 0;
+}
+
+const struct dt_cli_command dt_cli_render = {
+    .name = "render",
+    .summary = "write what would be submitted for a scheduler (sbatch script, manifests, mpirun line)",
+    .run = run,
+    .usage = usage,
+};

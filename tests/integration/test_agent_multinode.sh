@@ -1,0 +1,182 @@
+# test_agent_multinode.sh - `dtrain agent` with manual placement: two and three
+# agents on this machine run one job as two or three "nodes".
+#
+#  - a command: job sees torchrun's multi-node variables on every rank;
+#  - the bundled trainer on two nodes ends with the same loss as on one;
+#  - a rank failing on node 1 restarts both nodes; with no restarts left both
+#    agents exit with its status and node 0's summary.json names it;
+#  - a node-1 agent that cannot reach the coordinator fails in time, naming host:port;
+#  - killing node 0's agent makes node 1's agent exit with a clear error and
+#    leave no process; bad placements and a missing token are refused;
+#  - `dtrain render` refuses schedulers with nothing to render.
+. "$(dirname "$0")/lib.sh"
+
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+
+# agents SPEC N TAG: runs N agents of SPEC (node 0 in the background), waits for
+# all; their exit statuses go to $T/TAG.<node>.rc, output to $T/TAG.<node>.{out,err}.
+agents() {
+  local spec=$1 n=$2 tag=$3 port; port=$(free_port)
+  local ps=()
+  for node in $(seq 0 $((n - 1))); do
+    ( "$DTRAIN" agent "$spec" --node-rank "$node" --nnodes "$n" --coordinator "127.0.0.1:$port" \
+        --log-dir "$T/runs-$tag" >"$T/$tag.$node.out" 2>"$T/$tag.$node.err"; echo $? >"$T/$tag.$node.rc" ) &
+    ps+=($!)
+  done
+  wait "${ps[@]}"
+}
+rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
+
+# --- a command: job on 2 and on 3 nodes ----------------------------------------
+cat >"$T/env.yaml" <<'EOF2'
+name: envjob
+nproc_per_node: 2
+command: [sh, -c, 'echo "env rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK gws=$GROUP_WORLD_SIZE role=$ROLE_RANK rws=$ROLE_WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT node=$DTRAIN_NODE_RANK"']
+rendezvous: {timeout: 20s}
+EOF2
+agents "$T/env.yaml" 2 env2
+check "two agents of a command: job both exit 0" test "$(rc_of env2.0)$(rc_of env2.1)" = 00
+cat "$T"/env2.*.out >"$T/env2.all"
+for r in 0 1 2 3; do
+  node=$((r / 2)) local=$((r % 2))
+  contains "$T/env2.all" "^\[rank $r\] env rank=$r world=4 local=$local lws=2 group=$node gws=2 role=$r rws=4 restart=0 node=$node$" \
+    "rank $r sees RANK, WORLD_SIZE, LOCAL_RANK, GROUP_RANK... of a 2x2 job"
+done
+check "node 1's agent shows only its own ranks" test "$(grep -c '^\[rank [23]\]' "$T/env2.1.out")" = 2
+
+sed 's/^nproc_per_node: 2/nproc_per_node: 1/' "$T/env.yaml" >"$T/env1.yaml"
+agents "$T/env1.yaml" 3 env3
+check "three agents of a command: job all exit 0" test "$(rc_of env3.0)$(rc_of env3.1)$(rc_of env3.2)" = 000
+cat "$T"/env3.*.out >"$T/env3.all"
+check "three nodes run global ranks 0, 1, 2 of world 3" test \
+  "$(grep -c 'world=3 local=0 lws=1' "$T/env3.all")" = 3 -a -n "$(grep 'rank=2 .*group=2 gws=3' "$T/env3.all")"
+
+# --- the bundled trainer: two nodes of one rank equal one node of two ----------
+trainer() { # nodes-line nproc
+  cat <<EOF2
+name: tr
+$1
+nproc_per_node: $2
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: 10
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 0}
+  eval: {every_epochs: 0}
+rendezvous: {timeout: 30s}
+EOF2
+}
+trainer "nodes: 2" 1 >"$T/tr2.yaml"
+trainer "" 2 >"$T/tr1.yaml"
+agents "$T/tr2.yaml" 2 tr
+check "the trainer on two agents exits 0 on both" test "$(rc_of tr.0)$(rc_of tr.1)" = 00
+expect_status 0 "the same trainer on one node of two ranks" "$DTRAIN" launch "$T/tr1.yaml" --log-dir "$T/runs-tr1"
+two=$(sed -n 's/.*"final_loss": \([-0-9.e]*\).*/\1/p' "$T"/runs-tr/tr-*/trainer_summary.json)
+one=$(sed -n 's/.*"final_loss": \([-0-9.e]*\).*/\1/p' "$T"/runs-tr1/tr-*/trainer_summary.json)
+check "two nodes reach the same final loss as one node ($two vs $one)" test -n "$two" -a "$two" = "$one"
+contains "$T"/runs-tr/tr-*/trainer_summary.json '"world_size": 2' "the two-node trainer ran with world size 2"
+
+# --- a rank failing on node 1 restarts both nodes ------------------------------
+failjob() { # max_restarts
+  cat <<EOF2
+name: failjob
+nproc_per_node: 2
+max_restarts: $1
+command: [sh, -c, 'if [ \$RANK = 3 ] && [ \$TORCHELASTIC_RESTART_COUNT = 0 ]; then echo "rank 3 breaks" >&2; exit 3; fi; sleep 1; echo "done rank=\$RANK round=\$TORCHELASTIC_RESTART_COUNT"']
+rendezvous: {timeout: 20s}
+EOF2
+}
+failjob 1 >"$T/f1.yaml"
+agents "$T/f1.yaml" 2 f1
+check "after rank 3 failed on node 1, both agents end with 0" test "$(rc_of f1.0)$(rc_of f1.1)" = 00
+cat "$T"/f1.*.out >"$T/f1.all"
+check "every rank of both nodes ran again in round 1" test "$(grep -c 'round=1' "$T/f1.all")" = 4
+check "no rank finished round 0 (node 0's ranks were stopped too)" test "$(grep -c 'round=0' "$T/f1.all")" = 0
+contains "$T/f1.0.err" "rank 3 on node 1 exited with code 3 first; every node restarts" "node 0 says which rank on which node caused the restart"
+
+failjob 0 >"$T/f0.yaml"
+agents "$T/f0.yaml" 2 f0
+check "with no restarts left both agents exit with the failed rank's status 3" test "$(rc_of f0.0)$(rc_of f0.1)" = 33
+sum=$(ls "$T"/runs-f0/failjob-*/summary.json)
+contains "$sum" '"first_failure": \{"attempt": 0, "rank": 3, "node": 1, "host": "[^"]+", "exit_code": 3' "node 0's summary.json names rank 3 on node 1 as the first failure"
+contains "$sum" '"stderr_tail": \["rank 3 breaks"\]' "and carries its last stderr line"
+
+# --- a node 1 that cannot reach the coordinator ----------------------------------
+sed 's/timeout: 20s/timeout: 2s/' "$T/env.yaml" >"$T/short.yaml"
+port=$(free_port)
+start=$(date +%s)
+expect_status 1 "node 1 without a coordinator fails" "$DTRAIN" agent "$T/short.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port"
+took=$(( $(date +%s) - start ))
+check "within rendezvous.timeout (2s) and a margin: ${took}s" test "$took" -le 6
+contains "$T/last.err" "cannot reach the coordinator at 127.0.0.1:$port .* within rendezvous.timeout \(2s\)" "the error names host:port and the timeout"
+
+# --- node 0's agent killed ------------------------------------------------------
+# A sleep of a length no other test runs, so pgrep counts only this job's ranks.
+nap="37.$$"
+cat >"$T/long.yaml" <<EOF2
+name: longjob
+nproc_per_node: 2
+command: [sleep, "$nap"]
+rendezvous: {timeout: 20s}
+EOF2
+port=$(free_port)
+"$DTRAIN" agent "$T/long.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-k" >"$T/k0.out" 2>"$T/k0.err" &
+a0=$!; pids+=($a0)
+"$DTRAIN" agent "$T/long.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-k" >"$T/k1.out" 2>"$T/k1.err" &
+a1=$!; pids+=($a1)
+for _ in $(seq 100); do [ "$(pgrep -fc "sleep $nap")" -ge 4 ] && break; sleep 0.1; done
+check "both nodes' ranks are running" test "$(pgrep -fc "sleep $nap")" -ge 4
+kill -9 "$a0"; wait "$a0" 2>/dev/null
+start=$(date +%s)
+wait "$a1"; st=$?
+took=$(( $(date +%s) - start ))
+check "node 1's agent exits with an error once node 0's agent is killed (exit $st, ${took}s)" test "$st" = 1 -a "$took" -le 8
+contains "$T/k1.err" "lost the coordinator at 127.0.0.1:$port" "and says it lost the coordinator at host:port"
+sleep 0.5
+check "no process of the job is left" test "$(pgrep -fc "sleep $nap")" = 0
+
+# --- bad placements, no token --------------------------------------------------
+port=$(free_port)
+"$DTRAIN" agent "$T/long.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-d" >"$T/d0.out" 2>"$T/d0.err" &
+d0=$!; pids+=($d0)
+"$DTRAIN" agent "$T/long.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-d" >"$T/d1.out" 2>"$T/d1.err" &
+d1=$!; pids+=($d1)
+for _ in $(seq 100); do [ "$(pgrep -fc "sleep $nap")" -ge 4 ] && break; sleep 0.1; done
+expect_status 1 "a second agent with node rank 1 is refused" "$DTRAIN" agent "$T/long.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port"
+contains "$T/last.err" "node rank 1 is already taken by the agent with pid $d1" "the error says which agent holds node rank 1"
+# SIGTERM to node 0's agent ends the job on both nodes with one status, 128 + 15.
+kill -TERM "$d0"
+wait "$d0"; st0=$?
+wait "$d1"; st1=$?
+check "SIGTERM to node 0's agent ends both agents with status 143 ($st0 $st1)" test "$st0$st1" = 143143
+contains "$T/d1.err" "the job is ending: node 0: its agent was interrupted by SIGTERM" "node 1 says why it stopped"
+check "no process of the job is left after the SIGTERM" test "$(pgrep -fc "sleep $nap")" = 0
+expect_status 2 "--node-rank out of range is a usage problem" "$DTRAIN" agent "$T/env.yaml" --node-rank 2 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "--node-rank 2 is out of range for 2 nodes" "it says the range"
+expect_status 2 "several nodes need --coordinator" "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2
+expect_status 2 "the token is not taken on the command line" "$DTRAIN" agent "$T/env.yaml" --token abc
+DTRAIN_JOB_TOKEN= expect_status 2 "a multi-node job with auth: token needs DTRAIN_JOB_TOKEN" \
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE" "the error names both ways to give it"
+
+# --- the token from a file (Kubernetes Secrets) ----------------------------------
+echo "$DTRAIN_JOB_TOKEN" >"$T/token"
+port=$(free_port)
+( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" >"$T/tf1.out" 2>&1 ) &
+tf1=$!
+( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-tf" >"$T/tf0.out" 2>&1 )
+st0=$?; wait "$tf1"; st1=$?
+check "two agents with DTRAIN_JOB_TOKEN_FILE run the job ($st0 $st1)" test "$st0$st1" = 00
+
+# --- dtrain render ----------------------------------------------------------------
+expect_status 2 "dtrain render local: nothing to render" "$DTRAIN" render local "$T/env.yaml"
+contains "$T/last.err" "nothing to render" "it says why"
+expect_status 2 "dtrain render of an unknown scheduler" "$DTRAIN" render nosuch "$T/env.yaml"
+contains "$T/last.err" "no scheduler adapter named 'nosuch'" "it names the scheduler"
