@@ -66,6 +66,9 @@ trainer:
   scheduler: {type: constant}
   eval: {every_epochs: 0}
 EOF
+expect_status 0 "dtrain render mpirun prints the agents' line" "$DTRAIN" render mpirun "$T/agents.yaml"
+contains "$T/last.out" '^mpirun -np 2 --host localhost:2 .*-x DTRAIN_JOB_TOKEN .*--map-by slot .* agent ' \
+  "one agent per node, the token passed by name, the user's --map-by instead of ppr:1:node"
 expect_status 0 "the trainer runs as 2 agents x 2 ranks under mpirun" "$DTRAIN" launch "$T/agents.yaml" --log-dir "$T/runs"
 contains "$T/last.err" 'job mpiagents: 2 agents through mpirun' "the launcher started two agents through mpirun"
 contains "$T/last.err" 'node 1 of 2, 2 ranks .*global ranks 2-3' "the second agent learned it is node 1 from OMPI_COMM_WORLD_RANK"
