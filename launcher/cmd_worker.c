@@ -26,6 +26,7 @@
 #include "comm/store.h"
 #include "launcher/cli.h"
 #include "launcher/jobspec.h"
+#include "scheduler-adapters/mpirun.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
 
@@ -222,7 +223,10 @@ static int run(int argc, char **argv)
     struct dt_job *job = NULL;
     struct dt_store *store = NULL;
     struct dt_comm *comm = NULL;
-    int rc = read_env(&e);
+    /* Started by mpirun itself (backend: mpi): the rank is MPI's. */
+    int rc = dt_mpirun_rank_env();
+    if (rc >= 0)
+        rc = read_env(&e);
     if (!rc)
         rc = dt_job_load(argv[1], &job);
     if (!rc && !job->trainer)
