@@ -55,7 +55,7 @@ ifeq ($(CUDA),1)
 GPU_SRC := $(wildcard comm/nccl/*.c worker/cuda/*.c)
 CU_SRC  := $(wildcard comm/nccl/*.cu worker/cuda/*.cu)
 CFLAGS_ALL += -DDT_HAVE_CUDA -I$(CUDA_HOME)/include
-GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 NVCCFLAGS ?= -O3 -std=c++17 -I. -DDT_HAVE_CUDA -MMD -MP -Xcompiler -Wall,-fPIC \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 endif

@@ -6,7 +6,7 @@
 #                          cliff: Open MPI's per-call temporaries stay in the heap, infra.md §9)
 #   ompi-tcp, ompi-tcp+g   --mca btl self,tcp over loopback, without and with the tunable
 #   gloo                   torch.distributed all_reduce on the Gloo backend (PyTorch CPU)
-# dtrain shm runs with --bind (one core per rank) because mpirun binds ranks to cores by default;
+# dtrain shm runs with --bind (one core per rank, at <= 2 ranks, as mpirun binds by default);
 # tcp does not (on loopback the receiver's softirq work runs on the sender's core, and pinning
 # measured slower on the 2-core VM).
 # float32 sum, in place, buffers allocated and touched once; 8 B (latency) and 1 KiB - 256 MiB

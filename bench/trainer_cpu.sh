@@ -15,7 +15,9 @@
 #      run), and 4 lone ranks side by side (the same CPU sharing, no
 #      communication).  With more ranks than cores the first also counts the
 #      ranks' slowdown from sharing cores, which is not communication; the
-#      second isolates what the all-reduce adds.  When ranks outnumber cores the
+#      second isolates what the all-reduce adds.  A third view needs no second
+#      run: rank 0's wait for the gradients after backward (comm_wait_s in
+#      metrics.jsonl) over the all-reduce timed alone at the end of the same run.  When ranks outnumber cores the
 #      all-reduce's own CPU work (shm copies and sums) cannot hide behind a
 #      backward that already uses every core; the figures say so.
 #
@@ -54,7 +56,8 @@ trainer:
 EOF
 }
 
-# steady DIR: "<samples/s of one rank> <seconds per step>" from metrics.jsonl, first window left out
+# steady DIR: "<samples/s of one rank> <seconds per step> <rank 0's comm wait per step>" from
+# metrics.jsonl, first window left out
 steady() {
   python3 - "$1" <<'EOF'
 import json, sys
@@ -63,7 +66,8 @@ a, b = rows[0], rows[-1]
 dt, steps = b["time_s"] - a["time_s"], b["step"] - a["step"]
 world = json.load(open(sys.argv[1] + "/trainer_summary.json"))["world_size"]
 batch = json.load(open(sys.argv[1] + "/trainer_summary.json"))["batch_size_per_rank"]
-print(f"{steps * batch * world / dt:.1f} {dt / steps:.6f}")
+wait = sum(r["comm_wait_s"] for r in rows[1:]) / max(len(rows) - 1, 1)
+print(f"{steps * batch * world / dt:.1f} {dt / steps:.6f} {wait:.6f}")
 EOF
 }
 
@@ -83,7 +87,7 @@ for b in 64 256; do
   for rep in $(seq "$REPS"); do
     rm -rf "$W/one$b"
     one_rank "one$b" "$b"
-    read -r x1 x2 < <(steady "$W/one$b")
+    read -r x1 x2 _ < <(steady "$W/one$b")
     d=$(printf '%s\n%s\n' "$d" "$x1" | sort -g | tail -n 1)
     [ "$b" = 64 ] && one_step=$(printf '%s\n%s\n' "${one_step:-1e9}" "$x2" | sort -g | head -n 1)
     [ "$SKIP_TORCH" = 1 ] && { t=nan; continue; }
@@ -98,9 +102,11 @@ done
 echo "# four ranks, batch 64 per rank, backend auto; best of $REPS"
 spec lone 1 64 "$STEPS" true
 for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov"; done
+ms() { echo "($1)*1000" | bc -l; }
+pct() { echo "100*($1 - $2)/$3" | bc -l; }
 best_min() { printf '%s\n%s\n' "$1" "$2" | sort -g | head -n 1; }
-lone=1e9; declare -A step ar sps
-for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; done
+lone=1e9; declare -A step ar sps wait
+for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; done
 for rep in $(seq "$REPS"); do
   for r in 0 1 2 3; do cp "$W/lone.yaml" "$W/lone$r.yaml"; rm -rf "$W/lone$r"; one_rank "lone$r" 64 & done
   wait
@@ -111,15 +117,17 @@ for rep in $(seq "$REPS"); do
     DTRAIN_BENCH_ALLREDUCE=20 "$DTRAIN" launch "$W/four-$ov.yaml" >"$W/four-$ov.log" 2>&1 ||
       { cat "$W/four-$ov.log"; exit 1; }
     dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
-    read -r s1 s2 < <(steady "$dir")
+    read -r s1 s2 s3 < <(steady "$dir")
     a=$(python3 -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
+    echo "#   rep $rep overlap $ov: step $(ms "$s2") ms, comm wait $(ms "$s3") ms, all-reduce alone $(ms "$a") ms"
+    # Within one run: the wait after backward over that run's all-reduce alone.
+    f=$(echo "$s3 / $a" | bc -l)
+    wait[$ov]=$(best_min "${wait[$ov]}" "$f")
     step[$ov]=$(best_min "${step[$ov]}" "$s2")
     ar[$ov]=$(best_min "${ar[$ov]}" "$a")
     sps[$ov]=$(printf '%s\n%s\n' "${sps[$ov]}" "$s1" | sort -g | tail -n 1)
   done
 done
-ms() { echo "$1*1000" | bc -l; }
-pct() { echo "100*($1 - $2)/$3" | bc -l; }
 for ov in true false; do
   printf "overlap %-5s step %.2f ms; all-reduce alone %.2f ms (%.0f samples/s)\n" "$ov" "$(ms "${step[$ov]}")" \
     "$(ms "${ar[$ov]}")" "${sps[$ov]}"
@@ -127,4 +135,6 @@ for ov in true false; do
     "$(ms "${step[$ov]} - $one_step")" "$(pct "${step[$ov]}" "$one_step" "${ar[$ov]}")"
   printf "  vs 4 lone ranks together %.2f ms: exposed %.2f ms = %.0f%% of the all-reduce\n" "$(ms "$lone")" \
     "$(ms "${step[$ov]} - $lone")" "$(pct "${step[$ov]}" "$lone" "${ar[$ov]}")"
+  printf "  same run: rank 0 waits after backward %.0f%% of that run's all-reduce alone (best of $REPS)\n" \
+    "$(echo "100*${wait[$ov]}" | bc -l)"
 done

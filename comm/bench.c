@@ -126,13 +126,19 @@ static int env_int(const char *name, int def)
 /* --bind: the local_rank-th CPU this process may run on, as `mpirun` binds
  * ranks to cores by default.  Unbound ranks that wake each other tend to be
  * pulled onto one core by the scheduler, which turns sub-microsecond shared
- * memory hand-offs into context switches. */
-static int bind_to_core(int local_rank)
+ * memory hand-offs into context switches.  Like mpirun (Open MPI 4: bind to
+ * core for np <= 2, to the socket above, nothing when oversubscribed), it
+ * pins only when there are at most two local ranks and a CPU for each:
+ * pinned in pairs on a 2-core VM, a 4-rank shm allreduce of 8 B measured
+ * ~1 ms instead of ~10 us unpinned. */
+static int bind_to_core(int local_rank, int local_world)
 {
     cpu_set_t allowed, one;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
         return dt_error_set_errno(DT_EIO, errno, "bench: --bind: sched_getaffinity");
     int n = CPU_COUNT(&allowed), want = local_rank % (n > 0 ? n : 1);
+    if (local_world > 2 || local_world > n)
+        return 0;
     for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++) {
         if (!CPU_ISSET(cpu, &allowed) || k++ != want)
             continue;
@@ -153,7 +159,7 @@ static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct
                                 .timeout_s = a->timeout_s, .cuda_device = -1};
     o.local_world = env_int("LOCAL_WORLD_SIZE", o.world);
     if (a->bind) {
-        int rc = bind_to_core(o.local_rank);
+        int rc = bind_to_core(o.local_rank, o.local_world);
         if (rc < 0)
             return rc;
     }

@@ -273,13 +273,18 @@ static size_t env_size(const char *name, size_t def)
     return v && *v && !*end && x ? (size_t)x : def;
 }
 
+/* CPUs the local ranks can share.  A process pinned to one CPU of several
+ * was pinned by a launcher (bench --bind, mpirun, Slurm --cpu-bind), which
+ * gives each rank its own: count the machine's CPUs then, or every pinned
+ * rank would think itself oversubscribed and yield instead of spinning
+ * (measured: 8 B allreduce 0.8-1.3 us instead of ~0.4 us). */
 static int cpus_available(void)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
         return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    return online > 0 ? (int)online : 1;
 }
 
 /* Rank 0 creates, sizes and touches the segment (first-touch page faults are

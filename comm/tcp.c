@@ -59,13 +59,16 @@ static size_t env_num(const char *name, size_t def, bool zero_ok)
 
 static size_t env_size(const char *name, size_t def) { return env_num(name, def, false); }
 
-/* CPUs this process may run on. */
+/* CPUs the local ranks can share (as shm.c): a process pinned to one CPU
+ * of several was pinned by a launcher that gives each rank its own, so count
+ * the machine's then. */
 static int cpus_allowed(void)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return 1;
-    return CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
+        return CPU_COUNT(&set);
+    return online > 0 ? (int)online : 1;
 }
 
 /* No Nagle (a small step must leave at once), non-blocking (the engine

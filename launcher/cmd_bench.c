@@ -34,7 +34,8 @@ static void usage(FILE *out)
             "      --backend B         tcp, shm or auto (default auto: shm on one host)\n"
             "      --min-bw GB/s       fail (exit 1) if the average bus bandwidth is below this\n"
             "      --timeout SECONDS   deadline of bootstrap and of each collective (default 60)\n"
-            "      --bind              pin each rank to one core (LOCAL_RANK-th allowed CPU), as mpirun does\n\n"
+            "      --bind              pin each rank to one core (LOCAL_RANK-th allowed CPU) as mpirun does:\n"
+            "                          only with at most 2 ranks per host and a CPU for each\n\n"
             "Example: dtrain launch -n 4 -- dtrain bench allreduce -b 8 -e 64M -f 2\n"
             "Exit status: 0 if every value was right (and --min-bw met), 1 otherwise.\n");
 }

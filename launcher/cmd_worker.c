@@ -116,7 +116,11 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
     /* A fresh key namespace per restart, so a new round never meets the old one's keys. */
     char prefix[64];
     snprintf(prefix, sizeof prefix, "trainer/%d/", e->restart);
-    struct dt_comm_options o = {.backend = dt_backend_name(job->backend), .rank = e->rank, .world = e->world,
+    /* auto on GPUs is nccl (comm.c's auto picks among CPU backends); rank i
+     * of a host takes GPU local_rank (cuda_device -1). */
+    bool cuda = job->trainer && job->trainer->device == DT_DEVICE_CUDA;
+    const char *backend = cuda && job->backend == DT_BACKEND_AUTO ? "nccl" : dt_backend_name(job->backend);
+    struct dt_comm_options o = {.backend = backend, .rank = e->rank, .world = e->world,
                                 .local_rank = e->local_rank, .local_world = e->local_world, .store = *store,
                                 .key_prefix = prefix, .timeout_s = timeout, .cuda_device = -1};
     rc = dt_comm_init(&o, comm);

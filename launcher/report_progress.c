@@ -51,6 +51,26 @@ int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, s
     return 0;
 }
 
+/* "gpu_util_pct": [..], "gpu_mem_mib": [..] (one entry per rank, null when
+ * NVML had no answer): mean utilisation, largest memory. */
+static void take_gpu(struct dt_progress_state *st, const struct dt_json *row)
+{
+    const struct dt_json *u = dt_json_get(row, "gpu_util_pct"), *m = dt_json_get(row, "gpu_mem_mib");
+    if (!u || !m || u->type != DT_JSON_ARRAY || m->type != DT_JSON_ARRAY)
+        return;
+    double sum = 0, most = NAN;
+    int n = 0;
+    for (const struct dt_json *e = u->child; e; e = e->next)
+        if (e->type == DT_JSON_NUMBER)
+            sum += e->num, n++;
+    for (const struct dt_json *e = m->child; e; e = e->next)
+        if (e->type == DT_JSON_NUMBER && !(e->num <= most))
+            most = e->num;
+    st->gpu_ranks = (int)u->n;
+    st->gpu_util_pct = n ? sum / n : NAN;
+    st->gpu_mem_mib = most;
+}
+
 static void take(struct dt_progress *p, const struct dt_json *row, double now)
 {
     double step, v;
@@ -71,6 +91,7 @@ static void take(struct dt_progress *p, const struct dt_json *row, double now)
         p->st.lr = v;
     if (dt_json_get_num(row, "samples_per_s", &v))
         p->st.samples_per_s = v;
+    take_gpu(&p->st, row);
     if (isnan(p->first_now) || step < p->first_step) { /* first row, or a restart went back */
         p->first_now = now;
         p->first_step = step;
@@ -138,6 +159,11 @@ size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t s
         n = add(buf, size, n, " | lr %.2e", s->lr);
     if (!isnan(s->samples_per_s))
         n = add(buf, size, n, " | %.0f samples/s", s->samples_per_s);
+    if (s->gpu_ranks > 0 && !isnan(s->gpu_util_pct))
+        n = add(buf, size, n, " | gpu %.0f%%", s->gpu_util_pct);
+    if (s->gpu_ranks > 0 && !isnan(s->gpu_mem_mib))
+        n = add(buf, size, n, s->gpu_mem_mib >= 1024 ? " %.1f GiB" : " %.0f MiB",
+                s->gpu_mem_mib >= 1024 ? s->gpu_mem_mib / 1024 : s->gpu_mem_mib);
     if (!isnan(s->test_accuracy))
         n = add(buf, size, n, " | test acc %.4f", s->test_accuracy);
     if (s->total_steps > 0 && !isnan(s->eta_s) && s->eta_s >= 0) {

@@ -3,6 +3,8 @@
  * The launcher follows <run dir>/metrics.jsonl as rank 0 writes it (one
  * flushed line per logged step) and shows
  *   epoch 1.42 | step 340/1000 | loss 0.4567 | lr 1.2e-03 | 12345 samples/s | ETA 1m23s | restarts 0
+ * and on GPU runs "| gpu 87% 1.2 GiB" after the samples/s (the ranks' mean
+ * utilisation and the largest memory in use, from the rows' NVML lists).
  * On a terminal the line is redrawn in place (at most 4 times a second) and
  * is erased before other output is written, so rank output scrolls above it;
  * elsewhere (CI, a file) a plain line is printed every interval_s when there
@@ -24,6 +26,8 @@ struct dt_progress_state {
     double epoch, loss, lr, samples_per_s, test_accuracy; /* NaN: not seen yet */
     double eta_s;               /* NaN: unknown */
     int restarts;
+    int gpu_ranks;              /* ranks with GPU figures in the last row; 0: none */
+    double gpu_util_pct, gpu_mem_mib; /* mean utilisation, largest memory in use */
 };
 
 struct dt_progress;

@@ -1,7 +1,10 @@
 /* kernels.h - the per-device kernel table the model and the optimizer call.
  *
- * One table per device (CPU: kernels_cpu.c over OpenBLAS; CUDA later), so the
- * model, the optimizer and the training loop are written once.  Pointers
+ * One table per device (CPU: kernels_cpu.c over OpenBLAS), so the model, the
+ * optimizer and the training loop are written once.  An accelerator instead
+ * fills struct dt_device_kernels below: there the whole model, its optimizer
+ * state and the training data live on the device, and the loop hands it whole
+ * steps (a GPU step is too short to cross PCIe per op).  Pointers
  * passed to a table's functions live on that table's device.  Layouts follow
  * PyTorch: activations are row-major [batch, features], a Linear weight is
  * [out, in] and y = x W^T + b.
@@ -67,5 +70,79 @@ struct dt_kernels {
 };
 
 extern const struct dt_kernels dt_kernels_cpu;
+
+/* ---- Accelerator entries (CUDA: worker/cuda/engine_*.c) -------------------
+ *
+ * The trainer loop stays one loop: at each point where it would call the CPU
+ * model (a micro-batch, the optimizer step, evaluation, a checkpoint) it calls
+ * these instead when trainer.device is not cpu.  Nothing here waits for the
+ * device except read_stats, eval_batch, get_state and sample; a step enqueues
+ * and returns, so the host runs ahead and the device never idles.  The data
+ * set is uploaded once (bytes) and each batch crosses PCIe as its indices
+ * only, through pinned double buffers on a copy stream.
+ */
+struct dt_comm;
+struct dt_dataset;
+struct dt_dev_model;
+
+struct dt_dev_config {
+    int device;                     /* CUDA device index */
+    int n_layers;
+    int dims[18];                   /* in, hidden..., classes (n_layers + 1 entries) */
+    enum dt_kact act;
+    int batch, max_batch;           /* training batch (graphs are captured for it); most rows at once */
+    bool bf16, fp16;                /* GEMMs in bf16 / fp16 with fp32 master weights (trainer.amp.dtype) */
+    /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device)
+     * from the host scaler's state (grad_scaler.h; resumed from a checkpoint) */
+    bool dynamic_scale;
+    float scale;
+    int growth_tracker;
+    double growth_factor, backoff_factor;
+    int growth_interval;
+    bool cuda_graph;                /* capture the whole step once and replay it */
+    double beta2, eps, weight_decay, grad_clip;
+    const struct dt_dataset *train, *test;
+    int rank, world;                /* this rank's share of each epoch (DistributedSampler) */
+    bool shuffle, drop_last;
+    uint64_t seed;
+    struct dt_comm *comm;           /* NULL or world 1: nothing to reduce; else an NCCL communicator */
+    const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
+    int n_buckets;
+    /* initial state (host, the CPU model's arenas): parameters, AdamW moments and step */
+    const float *params, *m, *v;
+    size_t n_params;
+    int64_t adam_step;
+};
+
+struct dt_device_kernels {
+    const char *name;
+    int (*create)(const struct dt_dev_config *c, struct dt_dev_model **out);
+    void (*destroy)(struct dt_dev_model *d);
+    /* One micro-batch of a step of k: batch `batch` of `epoch` (this rank's
+     * order), forward, backward with dloss/dlogits scaled by 1/(rows * k) (the
+     * step's gradient is the mean over its micro-batches); accumulate adds to the
+     * gradients.  `last`: the step's final micro-batch, whose buckets are
+     * all-reduced (averaged) on the communication stream as backward writes them.
+     * *rows gets the batch's rows (the last one of an epoch may be short). */
+    int (*train_batch)(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate, bool last,
+                       int *rows);
+    /* Gradient norm, clipping, AdamW with this step's lr and beta1. */
+    int (*update)(struct dt_dev_model *d, double lr, double beta1);
+    /* Waits for the device: the summed training loss and rows since the last
+     * call, and the gradient norm of the last step. */
+    int (*read_stats)(struct dt_dev_model *d, double *loss_sum, double *grad_norm);
+    /* Summed loss and hits of test examples [first, first + n). */
+    int (*eval_batch)(struct dt_dev_model *d, int64_t first, int n, double *loss_sum, int64_t *hits);
+    /* fp16: the loss scale and its growth tracker as the device has them, and
+     * AdamW's step count (steps taken; the others were skipped).  Waits. */
+    int (*read_scaler)(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step);
+    /* Parameters, moments and AdamW's step to or from the host (checkpoints, desync checks). */
+    int (*get_state)(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step);
+    /* Utilisation (percent) and memory in use (MiB) of this rank's device; NAN when unknown. */
+    void (*sample)(struct dt_dev_model *d, double *util_pct, double *mem_mib);
+};
+
+/* The table of `device` ("cuda"), or NULL when this build has none. */
+const struct dt_device_kernels *dt_device_kernels_find(const char *device);
 
 #endif

@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #define DT_METRICS_SPLIT 5
+#define DT_METRICS_GPU_RANKS 64
 /* "data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s" */
 extern const char *const dt_metrics_split_names[DT_METRICS_SPLIT];
 
@@ -32,6 +33,11 @@ struct dt_metrics {
     bool amp;                        /* write loss_scale and skipped_steps in training rows */
     double loss_scale;
     int64_t skipped_steps;
+    /* GPU runs: per rank utilisation (percent) and memory in use (MiB) as NVML
+     * reads them, written in the next training row as "gpu_util_pct" and
+     * "gpu_mem_mib" lists (rank order); gpu_ranks 0 = none */
+    int gpu_ranks;
+    double gpu[2 * DT_METRICS_GPU_RANKS];
 };
 
 struct dt_metrics_summary {
@@ -49,6 +55,8 @@ void dt_metrics_close(struct dt_metrics *m);
 
 void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
                      double grad_norm, double samples_per_s, double time_s);
+/* util_mem[2r], util_mem[2r+1]: rank r's utilisation and memory (NAN: unknown). */
+void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks);
 void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
 
 /* Writes <run_dir>/trainer_summary.json (temp file + rename). */

@@ -31,8 +31,9 @@ static int check_spec(const struct dt_trainer_spec *s)
     if (strcmp(s->data.dataset, "fashion-mnist"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
                             s->data.dataset);
-    if (s->device != DT_DEVICE_CPU)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this build trains on the CPU only");
+    if (s->device == DT_DEVICE_CUDA && !dt_device_kernels_find("cuda"))
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
+                                             "not found at build time); rebuild with CUDA=1 or use device: cpu");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
         return dt_error_set(DT_EINVAL, "trainer: batch_size %d and grad_accum %d must be >= 1", s->data.batch_size,
                             s->ddp.grad_accum);
@@ -80,8 +81,10 @@ static int build_model(struct dt_trainer *t)
     t->eval_y = calloc((size_t)t->eval_batch, sizeof(int32_t));
     if (!t->eval_x || !t->eval_y)
         return dt_error_set(DT_ENOMEM, "trainer: no memory for evaluation batches");
-    /* DDP starts from rank 0's parameters; with one seed they agree anyway. */
-    if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, t->model->params, t->model->n_params, DT_F32, 0))
+    /* DDP starts from rank 0's parameters; with one seed they agree anyway.
+     * On a device the engine broadcasts its own copy. */
+    if (t->comm && t->world > 1 && s->device == DT_DEVICE_CPU &&
+        dt_comm_broadcast(t->comm, t->model->params, t->model->n_params, DT_F32, 0))
         return dt_error_prefix("broadcasting the initial parameters");
     return 0;
 }
@@ -198,6 +201,8 @@ static int setup(struct dt_trainer *t)
         rc = build_reducer(t);
     if (!rc)
         rc = maybe_resume(t);
+    if (!rc && t->spec.device != DT_DEVICE_CPU)
+        rc = dt_trainer_device_create(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
@@ -245,6 +250,8 @@ void dt_trainer_destroy(struct dt_trainer *t)
         return;
     if (t->comm && t->trace)
         dt_comm_set_span_hook(t->comm, NULL, NULL);
+    if (t->dev)
+        t->devk->destroy(t->dev);
     dt_trace_destroy(t->trace);
     dt_tb_close(t->tb);
     dt_metrics_close(&t->metrics);
@@ -278,8 +285,16 @@ int dt_trainer_evaluate(struct dt_trainer *t)
     for (int64_t at = lo; at < hi; at += t->eval_batch) {
         int n = hi - at < t->eval_batch ? (int)(hi - at) : t->eval_batch;
         int64_t hits = 0;
-        dt_loader_fill_range(&t->test, at, n, t->eval_x, t->eval_y);
-        sums[0] += dt_model_eval_batch(t->model, t->eval_x, t->eval_y, n, &hits);
+        if (t->dev) {
+            double loss = 0;
+            int rc = t->devk->eval_batch(t->dev, at, n, &loss, &hits);
+            if (rc)
+                return rc;
+            sums[0] += loss;
+        } else {
+            dt_loader_fill_range(&t->test, at, n, t->eval_x, t->eval_y);
+            sums[0] += dt_model_eval_batch(t->model, t->eval_x, t->eval_y, n, &hits);
+        }
         sums[1] += (double)hits;
     }
     if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, sums, sums, 3, DT_F64, DT_SUM))
@@ -295,6 +310,11 @@ int dt_trainer_save(struct dt_trainer *t)
 {
     if (t->rank != 0)
         return 0;
+    int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
+    if (!rc)
+        rc = dt_trainer_device_scaler(t);
+    if (rc)
+        return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
                                .world = t->world, .batch_size = t->spec.data.batch_size,
                                .amp = t->spec.amp.dtype, .scaler = t->scaler};

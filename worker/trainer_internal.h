@@ -23,6 +23,10 @@ struct dt_trainer {
     struct dt_comm *comm;
     int rank, world;
     const struct dt_kernels *k;
+    /* trainer.device other than cpu: the model, optimizer and data live on the
+     * accelerator and the loop hands it whole steps (kernels.h); NULL on cpu */
+    const struct dt_device_kernels *devk;
+    struct dt_dev_model *dev;
     struct dt_dataset train, test;
     struct dt_model *model;
     struct dt_adamw opt;
@@ -53,5 +57,8 @@ double dt_trainer_now(void);
 int dt_trainer_evaluate(struct dt_trainer *t);
 int dt_trainer_save(struct dt_trainer *t);
 int dt_trainer_loop(struct dt_trainer *t);
+/* trainer_device.c: the accelerator's engine from the CPU model's state */
+int dt_trainer_device_create(struct dt_trainer *t);
+int dt_trainer_device_scaler(struct dt_trainer *t);
 
 #endif

@@ -19,11 +19,30 @@ struct window {          /* what a metrics row averages over */
     double loss, samples, t0;
 };
 
+/* On an accelerator (kernels.h): the engine makes each batch from the
+ * sampler's indices and keeps the loss on the device (read at metrics rows),
+ * so nothing here waits for it. */
+static int device_micro_batches(struct dt_trainer *t, int k, double *rows)
+{
+    for (int i = 0; i < k; i++) {
+        int n = 0;
+        int rc = t->devk->train_batch(t->dev, t->epoch, t->batch, k, i > 0, i == k - 1, &n);
+        if (rc)
+            return dt_error_prefix("step %lld, epoch %lld batch %lld", (long long)t->step, (long long)t->epoch,
+                                   (long long)t->batch);
+        *rows += n;
+        t->batch++;
+    }
+    return 0;
+}
+
 /* The micro-batches of one step; returns the rank's summed loss and rows. */
 static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
 {
     int64_t left = t->batches_per_epoch - t->batch;
     int k = left < t->spec.ddp.grad_accum ? (int)left : t->spec.ddp.grad_accum;
+    if (t->dev)
+        return device_micro_batches(t, k, rows);
     if (t->batch == 0 || t->step == t->resumed_from)
         dt_loader_start_epoch(t->loader, t->epoch, t->batch);
     for (int i = 0; i < k; i++) {
@@ -77,6 +96,12 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
     float coef = 1.0f;
     bool skip;
     *norm = NAN;
+    if (t->dev) { /* norm, clipping, AMP scaling and AdamW on the device; the norm is read at metrics rows */
+        (void)want_norm;
+        (void)skip;
+        int rc = t->devk->update(t->dev, t->sched.lr, t->sched.beta1);
+        return rc ? dt_error_prefix("optimizer step %lld", (long long)t->step) : dt_onecycle_step(&t->sched);
+    }
     if (t->o.after_reduce)
         t->o.after_reduce(t->o.ctx, t->model, t->step);
     int rc = unscale(t, &skip);
@@ -90,6 +115,38 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
         dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
     dt_grad_scaler_update(&t->scaler);
     return dt_onecycle_step(&t->sched);
+}
+
+/* The device's loss sum since the last row and the last step's gradient
+ * norm (the one wait for the device per metrics row), and its utilisation
+ * and memory as NVML reads them, per rank. */
+static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
+{
+    int rc = t->devk->read_stats(t->dev, &w->loss, norm);
+    if (rc)
+        return dt_error_prefix("step %lld", (long long)t->step);
+    if ((rc = dt_trainer_device_scaler(t)))
+        return rc;
+    double mine[2], all[2 * DT_METRICS_GPU_RANKS];
+    t->devk->sample(t->dev, &mine[0], &mine[1]);
+    bool each = t->comm && t->world > 1 && t->world <= DT_METRICS_GPU_RANKS; /* else rank 0's alone */
+    int n = each ? t->world : 1;
+    if (each && dt_comm_allgather(t->comm, mine, all, 2, DT_F64))
+        return dt_error_prefix("gathering the GPU utilisation of every rank");
+    if (!each)
+        all[0] = mine[0], all[1] = mine[1];
+    if (t->rank != 0 || !t->tb)
+        return 0;
+    for (int r = 0; r < n; r++) {
+        char tu[48], tm[48];
+        snprintf(tu, sizeof tu, "gpu/util_pct_rank%d", r);
+        snprintf(tm, sizeof tm, "gpu/mem_mib_rank%d", r);
+        const char *const tags[] = {tu, tm};
+        if ((rc = dt_tb_scalars(t->tb, t->step, tags, &all[2 * r], 2)))
+            return rc;
+    }
+    dt_metrics_set_gpu(&t->metrics, all, n);
+    return 0;
 }
 
 static int log_row(struct dt_trainer *t, struct window *w, double lr, double beta1, double norm)
@@ -166,6 +223,8 @@ static int between_steps(struct dt_trainer *t)
             rc = eval_row(t);
     }
     int every = s->ddp.desync_check_every;
+    if (!rc && t->dev && t->world > 1 && every > 0 && t->step % every == 0) /* the host mirror, then compare */
+        rc = t->devk->get_state(t->dev, t->model->params, NULL, NULL, NULL);
     if (!rc && every > 0 && t->step % every == 0)
         rc = dt_reducer_check_same(&t->red, t->k, t->model->params, t->model->n_params, t->step);
     if (!rc && s->checkpoint.every_steps > 0 && t->step % s->checkpoint.every_steps == 0 &&
@@ -214,6 +273,8 @@ int dt_trainer_loop(struct dt_trainer *t)
         t->step++;
         w.samples += rows;
         t->samples += rows;
+        if (log && t->dev && (rc = device_stats(t, &w, &norm)))
+            return rc;
         t->train_s += dt_trainer_now() - t0;
         if (log && (rc = log_row(t, &w, lr, beta1, norm)))
             return rc;
@@ -234,7 +295,7 @@ int dt_trainer_loop(struct dt_trainer *t)
 static int time_allreduce(struct dt_trainer *t, double *per_step)
 {
     *per_step = NAN;
-    if (t->o.bench_allreduce <= 0 || t->world <= 1)
+    if (t->o.bench_allreduce <= 0 || t->world <= 1 || t->dev) /* the reducer's buckets are host memory */
         return 0;
     if (dt_comm_barrier(t->comm))
         return dt_error_prefix("barrier before timing the all-reduce");

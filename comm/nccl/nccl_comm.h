@@ -37,6 +37,21 @@ cudaStream_t dt_nccl_comm_stream(struct dt_comm *c);
 /* Makes `s` wait, on the device, for every collective issued so far on `c`. */
 int dt_nccl_stream_wait_comm(struct dt_comm *c, cudaStream_t s);
 
+/* Enqueues an all-reduce of the device buffer buf[0..count) in place on
+ * stream `s` with no input-ready event and no watcher: the caller orders it
+ * (events) and may capture it in a CUDA graph.  The trainer's buckets use it
+ * on the communication stream; dt_nccl_wait_stream() bounds the wait. */
+int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, enum dt_redop op,
+                             cudaStream_t s);
+
+/* Waits for the work queued so far on `s`, polling NCCL's asynchronous error,
+ * dt_comm_abort() and the communicator's timeout, so a dead peer makes this
+ * rank abort its communicator and return DT_ETIMEDOUT, DT_ECONN or
+ * DT_EABORTED (naming `what`) instead of hanging. */
+int dt_nccl_wait_stream(struct dt_comm *c, cudaStream_t s, const char *what);
+/* The same for an event already recorded (cudaEventSynchronize, bounded). */
+int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what);
+
 /* The CUDA device the communicator uses. */
 int dt_nccl_device(struct dt_comm *c);
 

@@ -9,6 +9,8 @@
 # The Makefile's test-gpu target passes BUILD, CC, CFLAGS and LIBS so the tests
 # link exactly like bin/dtrain (STATIC_DEPS=1 included); the defaults below
 # serve a hand run.  A test without a CUDA device prints "ok - # SKIP".
+# tests/gpu/test_*.sh (end to end through `dtrain launch`) run after the
+# programs; they read DTRAIN (default bin/dtrain) and DTRAIN_FMNIST.
 # Not for CPU tests: scripts/run-tests.sh runs those.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +40,7 @@ build() {
 
 run_all() {
   local passed=0 failed=0 bin text p f rc
-  for bin in "$out"/test_*; do
+  for bin in "$out"/test_* tests/gpu/test_*.sh; do
     [ -x "$bin" ] || continue
     echo "# $(basename "$bin")"
     text=$(timeout 600 "$bin" 2>&1); rc=$?

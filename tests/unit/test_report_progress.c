@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,12 @@ static void format_has_every_field(void **state)
     s.total_steps = 10;
     dt_progress_format(&s, line, sizeof line);
     assert_string_equal(line, "step 5/10 | ETA 2h01m | restarts 0");
+    s.gpu_ranks = 2; /* a GPU run: the ranks' mean utilisation and the largest memory */
+    s.gpu_util_pct = 87.4;
+    s.gpu_mem_mib = 1228.8;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | gpu 87% 1.2 GiB | ETA 2h01m | restarts 0");
+    s.gpu_ranks = 0;
     char tiny[8];
     dt_progress_format(&s, tiny, sizeof tiny);
     assert_int_equal(strlen(tiny), 7);
@@ -131,10 +138,41 @@ static void redraws_in_place_on_a_terminal(void **state)
     unlink(metrics);
 }
 
+/* A GPU run's row: per-rank NVML lists become the mean utilisation and the
+ * largest memory; a rank NVML could not read (null) is left out. */
+static void reads_gpu_lists(void **state)
+{
+    (void)state;
+    char sub[160], file[200]; /* a run directory of its own: the other tests follow dir's file */
+    snprintf(sub, sizeof sub, "%s/gpu", dir);
+    snprintf(file, sizeof file, "%s/metrics.jsonl", sub);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("{\"step\": 10, \"total_steps\": 100, \"loss\": 1.5, \"samples_per_s\": 1000, "
+          "\"gpu_util_pct\": [80, 90, null], \"gpu_mem_mib\": [1000, 3072, null]}\n", f);
+    fclose(f);
+    struct dt_progress *p = NULL;
+    assert_int_equal(dt_progress_open(sub, pipe_fd[1], false, 10, &p), 0);
+    dt_progress_update(p, 1.0, 0);
+    const struct dt_progress_state *s = dt_progress_state(p);
+    assert_int_equal(s->gpu_ranks, 3);
+    assert_true(fabs(s->gpu_util_pct - 85) < 1e-9);
+    assert_true(fabs(s->gpu_mem_mib - 3072) < 1e-9);
+    char line[256];
+    dt_progress_format(s, line, sizeof line);
+    assert_non_null(strstr(line, "| gpu 85% 3.0 GiB |"));
+    dt_progress_close(p);
+    drain();
+    unlink(file);
+    rmdir(sub);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(format_has_every_field),
+        cmocka_unit_test(reads_gpu_lists),
         cmocka_unit_test(follows_the_file_and_paces_plain_lines),
         cmocka_unit_test(redraws_in_place_on_a_terminal),
     };

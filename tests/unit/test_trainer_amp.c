@@ -2,13 +2,15 @@
  * one rank skips the step on every rank (parameters stay identical, AdamW's
  * step count does not advance); an fp16 run with a moving loss scale resumes
  * bit for bit (the scaler's state is in the checkpoint) and logs loss_scale
- * and skipped_steps; bf16 reaches fp32's Fashion-MNIST accuracy within half a
+ * and skipped_steps (metrics.jsonl and TensorBoard); bf16 reaches fp32's Fashion-MNIST accuracy within half a
  * point after one epoch from the same seed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <dirent.h>
 
 #include "test_comm_harness.h"
 #include "trainer_fixture.h"
@@ -24,6 +26,27 @@ static long long ckpt_meta(const char *path, const char *key)
     long long x = atoll(v);
     dt_safetensors_release(&f);
     return x;
+}
+
+/* True when one of dir's TensorBoard event files holds the tag (tags are plain bytes in a record). */
+static bool tb_has_tag(const char *dir, const char *tag)
+{
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20))
+            continue;
+        char path[512], buf[1 << 16];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f)
+            fclose(f);
+        found = memmem(buf, n, tag, strlen(tag)) != NULL;
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 static int train(const struct dt_trainer_spec *s, struct dt_trainer_options *o, struct dt_metrics_summary *res)
@@ -119,6 +142,7 @@ static void fp16_resume_equals_uninterrupted(void **state)
         rows += strstr(line, "\"loss_scale\": ") && strstr(line, "\"skipped_steps\": ");
     fclose(f);
     assert_int_equal(rows, 4);
+    assert_true(tb_has_tag(a, "train/loss_scale") && tb_has_tag(a, "train/skipped_steps"));
     free(xa);
     free(xb);
     rm_rf(a);

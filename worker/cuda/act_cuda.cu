@@ -22,6 +22,7 @@
  * Not for the GEMMs (linear_cuda.c) or the optimizer (optim_cuda.cu).
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 extern "C" {
 #include "comm/error.h" /* a C header without C++ guards */
@@ -32,8 +33,10 @@ namespace {
 
 __device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
 __device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 __device__ __forceinline__ float act_f(float z, int act)
 {
@@ -192,6 +195,8 @@ extern "C" int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, 
 {
     if (t == DT_CUDA_BF16)
         act_forward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)z, n, (int)act);
+    else if (t == DT_CUDA_F16)
+        act_forward_kernel<<<grid_for(n), 256, 0, s>>>((__half *)h, (const __half *)z, n, (int)act);
     else
         act_forward_kernel<<<grid_for(n), 256, 0, s>>>((float *)h, (const float *)z, n, (int)act);
     return launched("activation forward kernel launch");
@@ -203,6 +208,8 @@ extern "C" int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t,
     if (t == DT_CUDA_BF16)
         act_backward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)dz, (const __nv_bfloat16 *)src, n,
                                                         (int)act);
+    else if (t == DT_CUDA_F16)
+        act_backward_kernel<<<grid_for(n), 256, 0, s>>>((__half *)dz, (const __half *)src, n, (int)act);
     else
         act_backward_kernel<<<grid_for(n), 256, 0, s>>>((float *)dz, (const float *)src, n, (int)act);
     return launched("activation backward kernel launch");
@@ -214,6 +221,8 @@ extern "C" int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, fl
     dim3 block(32, 16), grid((unsigned)(n + 31) / 32);
     if (t == DT_CUDA_BF16)
         bias_grad_kernel<<<grid, block, 0, s>>>(db, (const __nv_bfloat16 *)dz, B, n, accumulate);
+    else if (t == DT_CUDA_F16)
+        bias_grad_kernel<<<grid, block, 0, s>>>(db, (const __half *)dz, B, n, accumulate);
     else
         bias_grad_kernel<<<grid, block, 0, s>>>(db, (const float *)dz, B, n, accumulate);
     return launched("bias gradient kernel launch");
@@ -227,8 +236,14 @@ extern "C" int dt_cuda_cast(struct dt_cuda_ctx *k, enum dt_cuda_dtype dt, void *
         cudaError_t e = cudaMemcpyAsync(dst, src, n * dt_cuda_dtype_size(dt), cudaMemcpyDeviceToDevice, s);
         return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemcpyAsync (cast to the same type)");
     }
+    if (dt != DT_CUDA_F32 && st != DT_CUDA_F32)
+        return dt_error_set(DT_EINVAL, "dt_cuda_cast: bf16 <-> fp16 is not a cast this library does");
     if (dt == DT_CUDA_BF16)
         cast_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)dst, (const float *)src, n);
+    else if (dt == DT_CUDA_F16)
+        cast_kernel<<<grid_for(n), 256, 0, s>>>((__half *)dst, (const float *)src, n);
+    else if (st == DT_CUDA_F16)
+        cast_kernel<<<grid_for(n), 256, 0, s>>>((float *)dst, (const __half *)src, n);
     else
         cast_kernel<<<grid_for(n), 256, 0, s>>>((float *)dst, (const __nv_bfloat16 *)src, n);
     return launched("cast kernel launch");
@@ -260,6 +275,13 @@ extern "C" int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_d
             wgrad_partial_kernel<__nv_bfloat16, 16><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
         else
             wgrad_partial_kernel<__nv_bfloat16, 32><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+    } else if (t == DT_CUDA_F16) {
+        auto *d = (const __half *)dz;
+        auto *xx = (const __half *)x;
+        if (small)
+            wgrad_partial_kernel<__half, 16><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
+        else
+            wgrad_partial_kernel<__half, 32><<<grid, 128, 0, s>>>(k->split, d, xx, B, in, out, rows);
     } else {
         auto *d = (const float *)dz;
         auto *xx = (const float *)x;
@@ -293,6 +315,15 @@ extern "C" int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t,
             xgrad_narrow_kernel<__nv_bfloat16, 16><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
         else
             xgrad_narrow_kernel<__nv_bfloat16, 32><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+    } else if (t == DT_CUDA_F16) {
+        auto *o = (__half *)dzp;
+        auto *d = (const __half *)dz;
+        auto *ww = (const __half *)w;
+        auto *sr = (const __half *)src;
+        if (small)
+            xgrad_narrow_kernel<__half, 16><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
+        else
+            xgrad_narrow_kernel<__half, 32><<<grid, 128, 0, s>>>(o, d, ww, sr, B, in, out, (int)act);
     } else {
         auto *o = (float *)dzp;
         auto *d = (const float *)dz;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/error.h"
+#include "worker/cuda/cublaslt_dl.h"
 #include "worker/cuda/cuda_internal.h"
 
 int dt_cuda_err(cudaError_t e, const char *call)
@@ -49,8 +50,14 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
         }
         k->own_stream = true;
     }
+    int rc = dt_cublaslt_load();
+    if (rc) {
+        if (k->own_stream)
+            cudaStreamDestroy(k->stream);
+        free(k);
+        return rc;
+    }
     cublasStatus_t s = cublasLtCreate(&k->lt);
-    int rc = 0;
     if (s != CUBLAS_STATUS_SUCCESS)
         rc = dt_cublas_err(s, "cublasLtCreate");
     else if ((e = cudaMalloc(&k->workspace, DT_CUDA_WORKSPACE)) != cudaSuccess)

@@ -5,9 +5,9 @@
  * Shapes and layouts are the CPU table's (worker/kernels.h): activations are
  * row-major [B, features], a Linear weight is [out, in], y = x W^T + b, and
  * parameters and gradients are flat fp32 arenas in PyTorch's order.  With
- * bf16 the GEMMs read bf16 activations and a bf16 copy of the parameters
- * (written by the AdamW kernel) and accumulate in fp32; gradients, the master
- * weights and the optimizer state stay fp32.
+ * bf16 (or fp16) the GEMMs read 16-bit activations and a 16-bit copy of the
+ * parameters (written by the AdamW kernel) and accumulate in fp32; gradients,
+ * the master weights and the optimizer state stay fp32.
  *
  * Everything is enqueued on the context's stream and returns at once; nothing
  * here synchronises with the host (loss, hit count and found-inf stay on the
@@ -36,7 +36,8 @@
 extern "C" {
 #endif
 
-enum dt_cuda_dtype { DT_CUDA_F32, DT_CUDA_BF16 };
+/* F16 is IEEE half (AMP fp16: the loss must be scaled, see dt_cuda_unscale_check). */
+enum dt_cuda_dtype { DT_CUDA_F32, DT_CUDA_BF16, DT_CUDA_F16 };
 
 /* GELU is torch's exact erf form (approximate='none': what the CPU table
  * computes; its GEMM fuses the bias, an own kernel applies erf); GELU_TANH is
@@ -53,7 +54,10 @@ cudaStream_t dt_cuda_stream(const struct dt_cuda_ctx *k);
 /* Waits for the stream and reports any kernel error as a sentence. */
 int dt_cuda_sync(struct dt_cuda_ctx *k);
 /* Each new GEMM shape times cuBLASLt's candidate algorithms once and keeps
- * the fastest (default on; off: the heuristic's first answer). */
+ * the fastest, and AUTO fusion times the backward ways (default on).  Off:
+ * the heuristic's first answer and a fixed backward way (own kernels for
+ * narrow layers, else GEMM + own kernel), so two runs give the same bits;
+ * timing may pick differently from run to run. */
 void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on);
 /* How backward ops are done.  AUTO (default) times, once per shape, the
  * cuBLASLt epilogue (DRELU/DGELU, BGRADB), a plain GEMM followed by an own
@@ -99,6 +103,11 @@ int dt_cuda_linear_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void 
  * loss 0 and zero gradient. */
 int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum, int *correct,
                  const void *logits, const int32_t *y, int B, int C, float dscale, const float *loss_scale);
+/* The same, also adding the loss sum to *loss_acc (a double on the device:
+ * the trainer's running total, read back only at metrics rows). */
+int dt_cuda_xent_acc(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum, int *correct,
+                     const void *logits, const int32_t *y, int B, int C, float dscale, const float *loss_scale,
+                     double *loss_acc);
 
 /* AdamW (torch.optim.AdamW, decoupled decay applied first) over n fp32
  * elements in one kernel, t = *step + 1:
@@ -107,14 +116,24 @@ int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, flo
  * found_inf (may be NULL): when *found_inf != 0 the step is skipped entirely
  * and *step does not advance (torch's fused AdamW under GradScaler).
  * inv_from_scale (may be NULL): the AMP scale; gradients are divided by it.
- * p_lowp (may be NULL): receives bf16(p) for the next forward. */
+ * p_lowp (may be NULL): receives bf16(p) (fp16(p) with a->lowp_f16) for the next forward. */
 struct dt_cuda_adamw_args {
     double lr, beta1, beta2, eps, weight_decay; /* doubles, as torch's param group holds them */
     float grad_scale;                          /* clipping coefficient, 1 for none */
+    bool lowp_f16;                             /* p_lowp is fp16 (else bf16) */
 };
 int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp, size_t n,
                   const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,
                   const float *inv_from_scale);
+
+/* The same step with the inputs a replayed CUDA graph cannot bake in: lr and
+ * beta1 read from lr_beta1[0..1] (device doubles, written before each replay;
+ * a->lr and a->beta1 are ignored), and, when max_norm > 0, the clipping
+ * coefficient min(max_norm / (sqrt(*sumsq) + 1e-6), 1) from the device's sum
+ * of squares (dt_cuda_sumsq) instead of a->grad_scale. */
+int dt_cuda_adamw_dev(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp, size_t n,
+                      const struct dt_cuda_adamw_args *a, const double *lr_beta1, const float *sumsq,
+                      float max_norm, int64_t *step, const float *found_inf, const float *inv_from_scale);
 
 /* AMP: g *= 1 / *scale and *found_inf = 1 if any g is inf or nan (torch's
  * _amp_foreach_non_finite_check_and_unscale_; found_inf is only ever raised,

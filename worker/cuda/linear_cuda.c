@@ -19,9 +19,12 @@
 #include "comm/error.h"
 #include "worker/cuda/cuda_internal.h"
 
-static cudaDataType_t cuda_type(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType_t cuda_type(enum dt_cuda_dtype t)
+{
+    return t == DT_CUDA_BF16 ? CUDA_R_16BF : t == DT_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
-size_t dt_cuda_dtype_size(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? 2 : 4; }
+size_t dt_cuda_dtype_size(enum dt_cuda_dtype t) { return t == DT_CUDA_F32 ? 4 : 2; }
 
 static int64_t mask_ld(int rows) { return ((int64_t)rows + 127) / 128 * 128; }
 
@@ -217,9 +220,9 @@ static int run_best(struct dt_cuda_ctx *k, const struct bwd *a)
     struct dt_cuda_choice *c = find_choice(k, a);
     if (!c) {
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        bool can_time = !a->accumulate && k->n_choices < DT_CUDA_CHOICES &&
+        bool can_time = k->autotune && !a->accumulate && k->n_choices < DT_CUDA_CHOICES &&
                         cudaStreamIsCapturing(k->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
-        if (!can_time) /* accumulating or capturing: a safe way, not timed */
+        if (!can_time) /* no tuning, accumulating or capturing: a safe way, not timed */
             return run_variant(k, a, nv == V_COUNT ? V_OWN : V_SEPARATE);
         c = &k->choice[k->n_choices++];
         *c = (struct dt_cuda_choice){.kind = a->op, .act = (int)a->act, .t = (int)a->t, .B = a->B, .in = a->in,

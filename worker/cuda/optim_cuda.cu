@@ -12,6 +12,7 @@
  * Not for the layer kernels (act_cuda.cu, linear_cuda.c).
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 extern "C" {
@@ -25,8 +26,22 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
 __device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+/* The 16-bit copy of four updated parameters (bf16 or fp16). */
+__device__ __forceinline__ void store4(__nv_bfloat16 *pl, size_t q, float4 P)
+{
+    ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
+    ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
+}
+__device__ __forceinline__ void store4(__half *pl, size_t q, float4 P)
+{
+    ((__half2 *)pl)[2 * q] = __floats2half2_rn(P.x, P.y);
+    ((__half2 *)pl)[2 * q + 1] = __floats2half2_rn(P.z, P.w);
+}
 
 struct Partials {
     float *f;
@@ -35,8 +50,9 @@ struct Partials {
 };
 
 /* Sums (f, i) over the grid in a fixed order into out_f/out_i (either may be
- * NULL).  Every thread of every block must call it. */
-__device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i)
+ * NULL), and adds the float sum to *acc_f when acc_f is not NULL (a running
+ * total kept on the device).  Every thread of every block must call it. */
+__device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i, double *acc_f = nullptr)
 {
     __shared__ float sf[kThreads];
     __shared__ int si[kThreads];
@@ -69,6 +85,8 @@ __device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i
             *out_f = tf;
         if (out_i)
             *out_i = ti;
+        if (acc_f)
+            *acc_f += (double)tf;
         *part.ticket = 0; /* ready for the next launch (or graph replay) */
     }
 }
@@ -78,7 +96,7 @@ __device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i
  *   loss = log s - (x_y - m)        dlogits_j = (exp(x_j - m) / s - [j == y]) * scale */
 template <typename T, int G>
 __global__ void xent_kernel(T *dl, const T *logits, const int32_t *y, int B, int C, float dscale,
-                            const float *loss_scale, Partials part, float *loss_sum, int *correct)
+                            const float *loss_scale, Partials part, float *loss_sum, int *correct, double *loss_acc)
 {
     const float scale = dscale * (loss_scale ? *loss_scale : 1.0f);
     const int lane = threadIdx.x % G;
@@ -123,7 +141,7 @@ __global__ void xent_kernel(T *dl, const T *logits, const int32_t *y, int B, int
             }
         }
     }
-    grid_sum(my_loss, my_hits, part, loss_sum, correct);
+    grid_sum(my_loss, my_hits, part, loss_sum, correct, loss_acc);
 }
 
 struct AdamScalars {
@@ -144,23 +162,51 @@ __device__ __forceinline__ float adamw_one(float p, float g, float &m, float &v,
     return pi + neg_step * m / (sqrtf(v) / bc2_sqrt + (float)a.eps);
 }
 
+/* The per-step inputs a replayed graph cannot bake in: lr and beta1 from
+ * device memory (written before each replay), and the clipping coefficient
+ * from the device's sum of squares, torch's clip_grad_norm_:
+ *   coef = min(max_norm / (sqrt(sumsq) + 1e-6), 1). */
+struct AdamDyn {
+    const double *lr_beta1; /* NULL: use AdamScalars' lr, beta1, decay, w1 */
+    double weight_decay;
+    const float *sumsq;     /* NULL: no clipping from the device */
+    float max_norm;
+};
+
 /* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
  * step-dependent scalars are computed in double once per block, as torch
  * computes them in Python floats.  16-byte loads when the arenas allow. */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, __nv_bfloat16 *pl, size_t n,
-                             AdamScalars a, const int64_t *step, const float *found_inf, const float *amp_scale,
-                             int vec)
+template <typename L>
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, L *pl, size_t n,
+                             AdamScalars a, AdamDyn dyn, const int64_t *step, const float *found_inf,
+                             const float *amp_scale, int vec)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
-    __shared__ float sc[3];
+    __shared__ float sc[5];
     if (threadIdx.x == 0) {
+        double lr = a.lr, beta1 = a.beta1;
+        float decay = a.decay, w1 = a.w1, gs = a.grad_scale;
+        if (dyn.lr_beta1) {
+            lr = dyn.lr_beta1[0];
+            beta1 = dyn.lr_beta1[1];
+            decay = (float)(1.0 - lr * dyn.weight_decay);
+            w1 = (float)(1.0 - beta1);
+        }
+        if (dyn.sumsq && dyn.max_norm > 0.0f) {
+            float coef = dyn.max_norm / (sqrtf(*dyn.sumsq) + 1e-6f);
+            gs = coef < 1.0f ? coef : 1.0f;
+        }
         double t = (double)(*step + 1);
-        sc[0] = (float)(-a.lr / (1.0 - pow(a.beta1, t)));
+        sc[0] = (float)(-lr / (1.0 - pow(beta1, t)));
         sc[1] = (float)sqrt(1.0 - pow(a.beta2, t));
-        sc[2] = amp_scale ? a.grad_scale * (float)(1.0 / (double)*amp_scale) : a.grad_scale;
+        sc[2] = amp_scale ? gs * (float)(1.0 / (double)*amp_scale) : gs;
+        sc[3] = decay;
+        sc[4] = w1;
     }
     __syncthreads();
+    a.decay = sc[3];
+    a.w1 = sc[4];
     const float neg_step = sc[0], bc2_sqrt = sc[1], gmul = sc[2];
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     const size_t n4 = vec ? n / 4 : 0;
@@ -171,17 +217,15 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, __nv_
         P.z = adamw_one(P.z, G.z, M.z, V.z, a, gmul, neg_step, bc2_sqrt);
         P.w = adamw_one(P.w, G.w, M.w, V.w, a, gmul, neg_step, bc2_sqrt);
         ((float4 *)p)[q] = P, ((float4 *)m)[q] = M, ((float4 *)v)[q] = V;
-        if (pl) {
-            ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
-            ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
-        }
+        if (pl)
+            store4(pl, q, P);
     }
     for (size_t i = n4 * 4 + tid; i < n; i += stride) {
         float mi = m[i], vi = v[i];
         float pi = adamw_one(p[i], g[i], mi, vi, a, gmul, neg_step, bc2_sqrt);
         m[i] = mi, v[i] = vi, p[i] = pi;
         if (pl)
-            pl[i] = __float2bfloat16(pi);
+            store(pl, i, pi);
     }
 }
 
@@ -245,9 +289,9 @@ int launched(const char *what)
 
 } // namespace
 
-extern "C" int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum,
-                            int *correct, const void *logits, const int32_t *y, int B, int C, float dscale,
-                            const float *loss_scale)
+extern "C" int dt_cuda_xent_acc(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum,
+                                int *correct, const void *logits, const int32_t *y, int B, int C, float dscale,
+                                const float *loss_scale, double *loss_acc)
 {
     if (B <= 0 || C <= 0)
         return dt_error_set(DT_EINVAL, "dt_cuda_xent: batch %d and classes %d must be positive", B, C);
@@ -260,26 +304,42 @@ extern "C" int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *d
         auto *x = (const __nv_bfloat16 *)logits;
         if (narrow)
             xent_kernel<__nv_bfloat16, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part,
-                                                                   loss_sum, correct);
+                                                                   loss_sum, correct, loss_acc);
         else
             xent_kernel<__nv_bfloat16, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part,
-                                                                    loss_sum, correct);
+                                                                    loss_sum, correct, loss_acc);
+    } else if (t == DT_CUDA_F16) {
+        auto *d = (__half *)dlogits;
+        auto *x = (const __half *)logits;
+        if (narrow)
+            xent_kernel<__half, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                            correct, loss_acc);
+        else
+            xent_kernel<__half, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
+                                                             correct, loss_acc);
     } else {
         auto *d = (float *)dlogits;
         auto *x = (const float *)logits;
         if (narrow)
             xent_kernel<float, 1><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
-                                                           correct);
+                                                           correct, loss_acc);
         else
             xent_kernel<float, 32><<<grid, kThreads, 0, s>>>(d, x, y, B, C, dscale, loss_scale, part, loss_sum,
-                                                            correct);
+                                                            correct, loss_acc);
     }
     return launched("softmax cross-entropy kernel launch");
 }
 
-extern "C" int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp,
-                             size_t n, const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,
-                             const float *inv_from_scale)
+extern "C" int dt_cuda_xent(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits, float *loss_sum,
+                            int *correct, const void *logits, const int32_t *y, int B, int C, float dscale,
+                            const float *loss_scale)
+{
+    return dt_cuda_xent_acc(k, t, dlogits, loss_sum, correct, logits, y, B, C, dscale, loss_scale, nullptr);
+}
+
+static int adamw_launch(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp,
+                        size_t n, const struct dt_cuda_adamw_args *a, AdamDyn dyn, int64_t *step,
+                        const float *found_inf, const float *inv_from_scale)
 {
     AdamScalars sc;
     sc.lr = a->lr;
@@ -293,14 +353,35 @@ extern "C" int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, fl
     uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
     int vec = (al % 16) == 0 && ((uintptr_t)p_lowp % 8) == 0;
     unsigned grid = blocks_for(vec ? n / 4 : n, 132 * 16); /* a few waves over the H200's 132 SMs */
-    adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, step, found_inf,
-                                                   inv_from_scale, vec);
+    if (a->lowp_f16)
+        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__half *)p_lowp, n, sc, dyn, step, found_inf,
+                                                       inv_from_scale, vec);
+    else
+        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, dyn, step,
+                                                       found_inf, inv_from_scale, vec);
     int rc = launched("AdamW kernel launch");
     if (rc == 0) {
         adamw_commit_kernel<<<1, 1, 0, k->stream>>>(step, found_inf);
         rc = launched("AdamW step-count kernel launch");
     }
     return rc;
+}
+
+extern "C" int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp,
+                             size_t n, const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,
+                             const float *inv_from_scale)
+{
+    AdamDyn none = {nullptr, 0.0, nullptr, 0.0f};
+    return adamw_launch(k, p, g, m, v, p_lowp, n, a, none, step, found_inf, inv_from_scale);
+}
+
+extern "C" int dt_cuda_adamw_dev(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v,
+                                 void *p_lowp, size_t n, const struct dt_cuda_adamw_args *a,
+                                 const double *lr_beta1, const float *sumsq, float max_norm, int64_t *step,
+                                 const float *found_inf, const float *inv_from_scale)
+{
+    AdamDyn dyn = {lr_beta1, a->weight_decay, sumsq, max_norm};
+    return adamw_launch(k, p, g, m, v, p_lowp, n, a, dyn, step, found_inf, inv_from_scale);
 }
 
 extern "C" int dt_cuda_unscale_check(struct dt_cuda_ctx *k, float *g, size_t n, const float *scale,

@@ -1,0 +1,397 @@
+/* engine_cuda.c - the CUDA trainer engine: setting it up, evaluation, state
+ * to and from the host, and the table kernels.h's trainer loop calls.
+ *
+ * Memory (all cudaMalloc, once): the fp32 parameter, gradient and AdamW
+ * arenas in the CPU model's layout (so checkpoints are plain copies), a bf16
+ * copy of the parameters for bf16 GEMMs, per layer an output, an aux (ReLU
+ * mask / GELU input) and a gradient buffer for max_batch rows, the data set
+ * as bytes with the loader's normalisation table, and the step scalars.
+ * Not for the step itself: engine_step.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/error.h"
+#include "comm/nccl/nccl_comm.h"
+#include "worker/cuda/cuda_internal.h"
+#include "worker/cuda/engine_internal.h"
+#include "worker/idx.h"
+
+#define FMNIST_MEAN 0.2860f /* loader.c's Normalize((0.2860,), (0.3530,)) */
+#define FMNIST_STD 0.3530f
+
+static int dmalloc(void **p, size_t bytes, const char *what)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return dt_error_set(DT_ENOMEM, "cuda trainer: cudaMalloc of %zu bytes for %s failed: %s", bytes, what,
+                            cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+static int up(void *dst, const void *src, size_t bytes, const char *what)
+{
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+static void layout(struct dt_dev_model *d)
+{
+    d->n = 0;
+    for (int l = 0; l < d->nl; l++) {
+        d->woff[l] = d->n;
+        d->n += (size_t)d->c.dims[l + 1] * (size_t)d->c.dims[l];
+        d->boff[l] = d->n;
+        d->n += (size_t)d->c.dims[l + 1];
+    }
+}
+
+static int alloc_model(struct dt_dev_model *d)
+{
+    size_t es = dt_cuda_dtype_size(d->t), B = (size_t)d->c.max_batch;
+    /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
+     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
+    d->stride = (d->n + 63) / 64 * 64;
+    int rc =
+        dmalloc((void **)&d->p, 4 * d->stride * sizeof(float), "the parameter, gradient and AdamW arenas");
+    if (rc)
+        return rc;
+    d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
+    if (d->t != DT_CUDA_F32 && (rc = dmalloc(&d->plow, d->n * 2, "the 16-bit parameters")))
+        return rc;
+    if ((rc = dmalloc(&d->x, B * (size_t)d->c.dims[0] * es, "the input batch")) ||
+        (rc = dmalloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
+        return rc;
+    for (int l = 0; l < d->nl; l++) {
+        int out = d->c.dims[l + 1];
+        enum dt_cuda_act a = l < d->nl - 1 ? d->act : DT_CUDA_ACT_NONE;
+        if ((rc = dmalloc(&d->h[l], B * (size_t)out * es, "a layer's output")) ||
+            (rc = dmalloc(&d->dz[l], B * (size_t)out * es, "a layer's gradient")) ||
+            (rc = dmalloc(&d->aux[l], dt_cuda_aux_bytes(d->t, a, (int)B, out) + 256, "a layer's aux")))
+            return rc;
+    }
+    if ((rc = dmalloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
+        (rc = dmalloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
+        return rc;
+    return cudaMemset(d->sc, 0, sizeof *d->sc) == cudaSuccess ? 0
+                                                              : dt_error_set(DT_EIO, "cudaMemset (scalars)");
+}
+
+static int upload_data(struct dt_dev_model *d)
+{
+    const struct dt_dataset *tr = d->c.train, *te = d->c.test;
+    d->px = tr->rows * tr->cols;
+    size_t ntr = (size_t)tr->n * (size_t)d->px, nte = (size_t)te->n * (size_t)d->px;
+    float lut[256];
+    for (int p = 0; p < 256; p++) /* loader.c's make_lut, the same float expression */
+        lut[p] = ((float)p / 255.0f - FMNIST_MEAN) / FMNIST_STD;
+    int rc = dmalloc((void **)&d->train_img, ntr + nte + (size_t)tr->n + (size_t)te->n, "the data set");
+    if (!rc)
+        rc = dmalloc((void **)&d->lut, sizeof lut, "the normalisation table");
+    if (rc)
+        return rc;
+    d->test_img = d->train_img + ntr;
+    d->train_lbl = d->test_img + nte;
+    d->test_lbl = d->train_lbl + tr->n;
+    if (!rc)
+        rc = up(d->train_img, tr->images, ntr, "uploading the training images");
+    if (!rc)
+        rc = up(d->test_img, te->images, nte, "uploading the test images");
+    if (!rc)
+        rc = up(d->train_lbl, tr->labels, (size_t)tr->n, "uploading the training labels");
+    if (!rc)
+        rc = up(d->test_lbl, te->labels, (size_t)te->n, "uploading the test labels");
+    if (!rc)
+        rc = up(d->lut, lut, sizeof lut, "uploading the normalisation table");
+    return rc;
+}
+
+static int make_slots(struct dt_dev_model *d)
+{
+    cudaError_t e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
+    for (int i = 0; i < DT_ENGINE_SLOTS && e == cudaSuccess; i++) {
+        struct dt_engine_slot *s = &d->slot[i];
+        size_t bytes = 2 * sizeof(double) + (size_t)d->c.max_batch * sizeof(int32_t);
+        e = cudaMallocHost((void **)&s->h_buf, bytes);
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&s->d_buf, bytes);
+        if (e == cudaSuccess)
+            s->h_idx = (int32_t *)(s->h_buf + 2), s->d_idx = (int32_t *)(s->d_buf + 2);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->consumed, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaMallocHost((void **)&d->h_hyper[i], 2 * sizeof(double));
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&d->hyper_copied[i], cudaEventDisableTiming);
+    }
+    for (int i = 0; i < DT_ENGINE_MAX_BUCKETS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&d->bucket_ev[i], cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&d->join_ev, cudaEventDisableTiming);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: streams, pinned buffers and events");
+}
+
+static int upload_state(struct dt_dev_model *d)
+{
+    size_t b = d->n * sizeof(float);
+    int rc = up(d->p, d->c.params, b, "uploading the parameters");
+    if (!rc && d->c.m)
+        rc = up(d->m, d->c.m, b, "uploading AdamW's first moments");
+    if (!rc && d->c.v)
+        rc = up(d->v, d->c.v, b, "uploading AdamW's second moments");
+    if (!rc && (!d->c.m || !d->c.v))
+        rc = cudaMemset(d->m, 0, 2 * d->stride * sizeof(float)) == cudaSuccess
+                 ? 0
+                 : dt_error_set(DT_EIO, "cudaMemset (moments)");
+    if (!rc)
+        rc = up(&d->sc->adam_step, &d->c.adam_step, sizeof(int64_t), "uploading AdamW's step");
+    if (!rc && d->c.comm && d->c.world > 1 && dt_comm_broadcast(d->c.comm, d->p, d->n, DT_F32, 0))
+        rc = dt_error_prefix("cuda trainer: broadcasting rank 0's parameters");
+    if (!rc && d->plow)
+        rc = dt_cuda_cast(d->k, d->t, d->plow, DT_CUDA_F32, d->p, d->n);
+    if (!rc && d->c.fp16)
+        rc = up(&d->sc->scale, &d->c.scale, sizeof d->c.scale, "uploading the loss scale");
+    if (!rc && d->c.fp16)
+        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int), "uploading the scale's growth tracker");
+    return rc ? rc : dt_cuda_sync(d->k);
+}
+
+static int setup_comm(struct dt_dev_model *d)
+{
+    if (!d->c.comm || d->c.world <= 1)
+        return 0;
+    d->cs = dt_nccl_comm_stream(d->c.comm);
+    if (!d->cs)
+        return dt_error_set(DT_EINVAL,
+                            "trainer.device cuda with %d ranks needs the nccl backend (backend: nccl "
+                            "or auto)",
+                            d->c.world);
+    if (d->c.n_buckets > DT_ENGINE_MAX_BUCKETS)
+        return dt_error_set(DT_EINVAL,
+                            "cuda trainer: %d gradient buckets, at most %d (raise ddp.bucket_cap_mb)",
+                            d->c.n_buckets, DT_ENGINE_MAX_BUCKETS);
+    return dt_nccl_set_compute_stream(d->c.comm, d->s);
+}
+
+static void engine_destroy(struct dt_dev_model *d);
+
+static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **out)
+{
+    *out = NULL;
+    if (c->n_layers < 1 || c->n_layers > DT_ENGINE_MAX_LAYERS)
+        return dt_error_set(DT_EINVAL, "cuda trainer: %d layers, 1..%d supported", c->n_layers,
+                            DT_ENGINE_MAX_LAYERS);
+    int ngpu = 0;
+    cudaError_t ge = cudaGetDeviceCount(&ngpu);
+    if (ge != cudaSuccess || ngpu < 1) {
+        cudaGetLastError();
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "trainer.device cuda: no usable CUDA GPU on this machine (%s); use "
+                            "device: cpu here",
+                            ge != cudaSuccess ? cudaGetErrorString(ge) : "no device found");
+    }
+    struct dt_dev_model *d = calloc(1, sizeof *d);
+    if (!d)
+        return dt_error_set(DT_ENOMEM, "cuda trainer: no memory");
+    d->c = *c;
+    d->c.buckets = NULL; /* our own copy below */
+    d->nl = c->n_layers;
+    if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
+        d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
+    d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
+    d->act = c->act == DT_KACT_GELU   ? DT_CUDA_ACT_GELU
+             : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU
+                                      : DT_CUDA_ACT_NONE;
+    d->order_epoch = -1;
+    layout(d);
+    size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
+    if (bk && c->n_buckets > 0)
+        memcpy(bk, c->buckets, (size_t)c->n_buckets * sizeof *bk);
+    d->c.buckets = (const size_t(*)[2])bk;
+    int rc = 0;
+    if (!bk)
+        rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the buckets");
+    else if (d->n != c->n_params)
+        rc = dt_error_set(DT_EINVAL, "cuda trainer: %zu parameters, the model has %zu", d->n, c->n_params);
+    if (!rc)
+        rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
+    if (!rc) {
+        d->s = dt_cuda_stream(d->k);
+        const char *tune = getenv("DTRAIN_CUDA_TUNE"); /* 0: bit-reproducible runs (kernels_cuda.h) */
+        dt_cuda_set_autotune(d->k, !(tune && !strcmp(tune, "0")));
+        rc = alloc_model(d);
+    }
+    if (!rc)
+        rc = upload_data(d);
+    if (!rc)
+        rc = make_slots(d);
+    if (!rc)
+        rc = setup_comm(d);
+    if (!rc)
+        rc = upload_state(d);
+    if (!rc)
+        rc = dt_sampler_init(&d->sampler, c->train->n, c->rank, c->world, c->shuffle, c->drop_last, c->seed);
+    if (!rc && !(d->order = malloc((size_t)d->sampler.num_samples * sizeof *d->order)))
+        rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the epoch order");
+    if (rc) {
+        rc = dt_error_prefix("trainer.device cuda (GPU %d)", d->c.device);
+        engine_destroy(d);
+        return rc;
+    }
+    d->nvml = dt_nvml_open(d->c.device);
+    *out = d;
+    return 0;
+}
+
+static void engine_destroy(struct dt_dev_model *d)
+{
+    if (!d)
+        return;
+    if (d->k && d->cs) /* bounded: a hung collective gets the communicator aborted first */
+        dt_engine_wait(d, "finishing before freeing the GPU buffers");
+    if (d->k)
+        cudaStreamSynchronize(d->s);
+    for (int i = 0; i < DT_ENGINE_SLOTS; i++) {
+        struct dt_engine_slot *s = &d->slot[i];
+        if (s->graph)
+            cudaGraphExecDestroy(s->graph);
+        cudaFreeHost(s->h_buf);
+        cudaFree(s->d_buf);
+        if (s->copied)
+            cudaEventDestroy(s->copied);
+        if (s->consumed)
+            cudaEventDestroy(s->consumed);
+        cudaFreeHost(d->h_hyper[i]);
+        if (d->hyper_copied[i])
+            cudaEventDestroy(d->hyper_copied[i]);
+    }
+    for (int i = 0; i < DT_ENGINE_MAX_BUCKETS; i++)
+        if (d->bucket_ev[i])
+            cudaEventDestroy(d->bucket_ev[i]);
+    if (d->join_ev)
+        cudaEventDestroy(d->join_ev);
+    if (d->copy)
+        cudaStreamDestroy(d->copy);
+    cudaFree(d->p);
+    cudaFree(d->plow);
+    cudaFree(d->x);
+    cudaFree(d->y);
+    for (int l = 0; l < d->nl; l++)
+        cudaFree(d->h[l]), cudaFree(d->dz[l]), cudaFree(d->aux[l]);
+    cudaFree(d->sc);
+    cudaFree(d->d_hyper);
+    cudaFree(d->train_img);
+    cudaFree(d->lut);
+    dt_sampler_release(&d->sampler);
+    free(d->order);
+    free((void *)d->c.buckets);
+    dt_nvml_close(d->nvml);
+    dt_cuda_ctx_destroy(d->k);
+    free(d);
+}
+
+int dt_engine_wait(struct dt_dev_model *d, const char *what)
+{
+    if (d->cs)
+        return dt_nccl_wait_stream(d->c.comm, d->s, what);
+    cudaError_t e = cudaStreamSynchronize(d->s);
+    return e == cudaSuccess ? 0 : dt_error_set(DT_EIO, "cuda trainer: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int read_scalars(struct dt_dev_model *d, struct dt_engine_scalars *h, const char *what)
+{
+    int rc = dt_engine_wait(d, what);
+    if (rc)
+        return rc;
+    cudaError_t e = cudaMemcpy(h, d->sc, sizeof *h, cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+static int engine_read_stats(struct dt_dev_model *d, double *loss_sum, double *grad_norm)
+{
+    struct dt_engine_scalars h;
+    int rc = d->c.grad_clip > 0 ? 0 : dt_cuda_sumsq(d->k, &d->sc->sumsq, d->g, d->n); /* AdamW left g alone */
+    if (!rc)
+        rc = read_scalars(d, &h, "reading the training loss");
+    if (rc)
+        return rc;
+    *loss_sum = h.loss_acc - d->loss_read;
+    d->loss_read = h.loss_acc;
+    *grad_norm = sqrt((double)h.sumsq);
+    return 0;
+}
+
+static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, double *loss_sum, int64_t *hits)
+{
+    if (n < 1 || n > d->c.max_batch || first < 0 || first + n > d->c.test->n)
+        return dt_error_set(
+            DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
+            (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
+    int rc =
+        dt_engine_gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
+    if (!rc)
+        rc = dt_engine_forward(d, n);
+    if (!rc)
+        rc = dt_cuda_xent(d->k, d->t, NULL, &d->sc->eval_loss, &d->sc->eval_correct, d->h[d->nl - 1], d->y, n,
+                          d->c.dims[d->nl], 0.0f, NULL);
+    struct dt_engine_scalars h;
+    if (!rc)
+        rc = read_scalars(d, &h, "evaluating");
+    if (rc)
+        return dt_error_prefix("cuda trainer: evaluation of test rows %lld..%lld", (long long)first,
+                               (long long)(first + n));
+    *loss_sum = h.eval_loss;
+    *hits = h.eval_correct;
+    return 0;
+}
+
+static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
+{
+    int rc = dt_engine_wait(d, "copying the parameters to the host");
+    size_t b = d->n * sizeof(float);
+    cudaError_t e = cudaSuccess;
+    if (!rc && params)
+        e = cudaMemcpy(params, d->p, b, cudaMemcpyDeviceToHost);
+    if (!rc && e == cudaSuccess && m)
+        e = cudaMemcpy(m, d->m, b, cudaMemcpyDeviceToHost);
+    if (!rc && e == cudaSuccess && v)
+        e = cudaMemcpy(v, d->v, b, cudaMemcpyDeviceToHost);
+    if (!rc && e == cudaSuccess && step)
+        e = cudaMemcpy(step, &d->sc->adam_step, sizeof *step, cudaMemcpyDeviceToHost);
+    return rc ? rc : e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: copying the state to the host");
+}
+
+static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step)
+{
+    struct dt_engine_scalars h;
+    int rc = read_scalars(d, &h, "reading the loss scale");
+    if (rc)
+        return rc;
+    *scale = h.scale;
+    *growth_tracker = h.growth_tracker;
+    *adam_step = h.adam_step;
+    return 0;
+}
+
+static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
+{
+    dt_nvml_sample(d->nvml, util_pct, mem_mib);
+}
+
+const struct dt_device_kernels dt_device_kernels_cuda = {
+    .name = "cuda",
+    .create = engine_create,
+    .destroy = engine_destroy,
+    .train_batch = dt_engine_train_batch,
+    .update = dt_engine_update,
+    .read_stats = engine_read_stats,
+    .eval_batch = engine_eval_batch,
+    .read_scaler = engine_read_scaler,
+    .get_state = engine_get_state,
+    .sample = engine_sample,
+};

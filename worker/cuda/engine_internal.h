@@ -1,0 +1,119 @@
+/* engine_internal.h - the CUDA trainer engine's state (the table of
+ * kernels.h's struct dt_device_kernels), shared by worker/cuda/engine_*.c
+ * and engine_kernels.cu only.  Not for the trainer: it sees kernels.h.
+ *
+ * Streams: `s` (the kernel context's) computes; `copy` moves each batch's
+ * indices host -> device; `cs` (the NCCL communicator's) all-reduces buckets.
+ * Events order them on the device; the host waits only where kernels.h says.
+ */
+#ifndef DT_ENGINE_INTERNAL_H
+#define DT_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "worker/cuda/kernels_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The launcher of engine_kernels.cu (enqueues on s). */
+int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
+                     const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
+                     const float *lut);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __CUDACC__
+#include "worker/kernels.h"
+#include "worker/sampler.h"
+
+#define DT_ENGINE_MAX_LAYERS 17
+#define DT_ENGINE_SLOTS 2 /* double buffering of the per-step host -> device inputs */
+#define DT_ENGINE_MAX_BUCKETS 64
+
+/* Device scalars of a step (one allocation, read back in one copy). */
+struct dt_engine_scalars {
+    double loss_acc;   /* training loss summed since creation */
+    int64_t adam_step; /* AdamW's step count (torch's state['step']) */
+    float loss;        /* the last micro-batch's summed loss */
+    float sumsq;       /* the last step's sum of squared gradients */
+    float eval_loss;
+    int correct, eval_correct;
+    float scale;        /* fp16: the loss scale (GradScaler's) */
+    float found_inf;    /* fp16: this step's gradients held an inf or NaN (the step is skipped) */
+    int growth_tracker; /* fp16: clean steps since the scale last changed */
+};
+
+/* A slot holds one step's inputs: lr and beta1 (doubles), then the batch's
+ * example indices (int32), pinned on the host and twinned on the device, so
+ * a graph step needs one copy. */
+struct dt_engine_slot {
+    double *h_buf, *d_buf;  /* [lr, beta1, idx as int32...] */
+    int32_t *h_idx, *d_idx; /* views into h_buf, d_buf */
+    cudaEvent_t copied;     /* on `copy`: h_idx is free again, d_idx holds the batch */
+    cudaEvent_t consumed;   /* on `s`: the step reading d_idx is past its gather */
+    cudaGraphExec_t graph;  /* the whole step reading this slot's d_idx */
+};
+
+struct dt_dev_model {
+    struct dt_dev_config c;
+    struct dt_cuda_ctx *k;
+    cudaStream_t s, copy, cs;
+    enum dt_cuda_dtype t;
+    enum dt_cuda_act act;
+    int nl, px;
+    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes) */
+    size_t woff[DT_ENGINE_MAX_LAYERS], boff[DT_ENGINE_MAX_LAYERS];
+    float *p, *g, *m, *v;
+    void *plow; /* bf16 copy of p (bf16 runs) */
+    void *x;
+    int32_t *y;
+    void *h[DT_ENGINE_MAX_LAYERS], *aux[DT_ENGINE_MAX_LAYERS], *dz[DT_ENGINE_MAX_LAYERS];
+    uint8_t *train_img, *train_lbl, *test_img, *test_lbl;
+    float *lut;
+    struct dt_engine_scalars *sc;
+    double *d_hyper;                  /* lr, beta1 of the next update */
+    double *h_hyper[DT_ENGINE_SLOTS]; /* pinned */
+    cudaEvent_t hyper_copied[DT_ENGINE_SLOTS];
+    int next_hyper;
+    struct dt_engine_slot slot[DT_ENGINE_SLOTS];
+    int next_slot;
+    /* this rank's order of the current epoch */
+    struct dt_sampler sampler;
+    int64_t *order, order_epoch;
+    /* a whole step waiting for update() to launch it (one micro-batch of the training batch, graphs on) */
+    bool pending;
+    int pending_slot, pending_rows;
+    float pending_dscale;
+    bool warmed;
+    /* buckets: all-reduced on cs as backward writes them */
+    size_t ready_lo;
+    int next_bucket;
+    cudaEvent_t bucket_ev[DT_ENGINE_MAX_BUCKETS], join_ev;
+    double loss_read; /* loss_acc at the last read_stats */
+    struct dt_nvml *nvml;
+};
+
+/* engine_step.c */
+int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                          bool last, int *rows);
+int dt_engine_update(struct dt_dev_model *d, double lr, double beta1);
+/* forward of B rows already in d->x / d->y (evaluation and training) */
+int dt_engine_forward(struct dt_dev_model *d, int B);
+/* Waits for everything queued on s; with NCCL, bounded and abortable. */
+int dt_engine_wait(struct dt_dev_model *d, const char *what);
+
+/* nvml_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
+struct dt_nvml;
+struct dt_nvml *dt_nvml_open(int cuda_device);
+void dt_nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
+void dt_nvml_close(struct dt_nvml *n);
+#endif
+
+#endif

@@ -1,0 +1,299 @@
+/* engine_step.c - one training step of the CUDA engine: the batch's indices
+ * to the device, forward, loss, backward with each gradient bucket's
+ * all-reduce started on the communication stream as soon as backward has
+ * written it, and the optimizer; eagerly, or as one replayed CUDA graph.
+ *
+ * Per step (graph mode), host side: lr, beta1 and the batch's B indices into
+ * a pinned slot, one async copy, one graph launch.
+ * Device side, in order:
+ *   copy stream: wait slot.consumed (the step two back read d_idx),
+ *                H2D slot, record slot.copied
+ *   compute:     wait slot.copied, [graph: gather x,y | fwd | xent + loss
+ *                sum | bwd | (sumsq) | AdamW], record slot.consumed
+ *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on compute after
+ *                the bucket's last weight gradient), ncclAllReduce(avg);
+ *                compute waits join_ev before the optimizer
+ * The host writes a pinned slot only after its previous copy finished
+ * (slot.copied), so it runs up to two steps ahead of the device.
+ *
+ * The graph bakes in the batch size and the micro-batch count, so it covers
+ * the steps of one micro-batch of the training batch; the short last batch of
+ * an epoch and gradient accumulation run the same kernels eagerly (equal
+ * bits either way).  Not for set-up or evaluation: engine_cuda.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/error.h"
+#include "comm/nccl/nccl_comm.h"
+#include "worker/cuda/cuda_internal.h"
+#include "worker/cuda/engine_internal.h"
+
+static int cuda_call(cudaError_t e, const char *what)
+{
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+/* A host wait for the device; with NCCL bounded and abortable (a dead peer
+ * would otherwise hang the rank here, a step or two after the last
+ * collective that could finish). */
+static int wait_event(struct dt_dev_model *d, cudaEvent_t ev, const char *what)
+{
+    if (d->cs)
+        return dt_nccl_wait_event(d->c.comm, ev, what);
+    return cuda_call(cudaEventSynchronize(ev), what);
+}
+
+/* The weights the GEMMs read: the bf16 copy, or the fp32 masters. */
+static const void *W(const struct dt_dev_model *d, size_t off)
+{
+    return d->plow ? (const void *)((const uint16_t *)d->plow + off) : (const void *)(d->p + off);
+}
+
+int dt_engine_forward(struct dt_dev_model *d, int B)
+{
+    int rc = 0;
+    for (int l = 0; l < d->nl && rc == 0; l++) {
+        enum dt_cuda_act act = l < d->nl - 1 ? d->act : DT_CUDA_ACT_NONE;
+        rc = dt_cuda_linear_forward(d->k, d->t, d->h[l], d->aux[l], l ? d->h[l - 1] : d->x, W(d, d->woff[l]),
+                                    W(d, d->boff[l]), B, d->c.dims[l], d->c.dims[l + 1], act);
+    }
+    return rc;
+}
+
+/* Starts every bucket whose range backward has finished (reducer.c's rule,
+ * in bucket order on every rank, as collectives require). */
+static int start_buckets(struct dt_dev_model *d, size_t ready_lo)
+{
+    while (d->next_bucket < d->c.n_buckets && d->c.buckets[d->next_bucket][0] >= ready_lo) {
+        int i = d->next_bucket++;
+        size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
+        int rc = cuda_call(cudaEventRecord(d->bucket_ev[i], d->s), "cudaEventRecord (bucket ready)");
+        if (!rc)
+            rc = cuda_call(cudaStreamWaitEvent(d->cs, d->bucket_ev[i], 0),
+                           "cudaStreamWaitEvent (bucket ready)");
+        if (!rc)
+            rc = dt_nccl_allreduce_stream(d->c.comm, d->g + lo, hi - lo, DT_F32, DT_AVG, d->cs);
+        if (rc)
+            return dt_error_prefix("gradient bucket %d (floats %zu..%zu)", i, lo, hi);
+    }
+    return 0;
+}
+
+/* Layer l backward (kernels_cuda.h): dW, db from dz[l] and the layer's
+ * input; dz[l-1] = (dz[l] W) * act'(z[l-1]) in one fused call. */
+static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communicate)
+{
+    int rc = 0;
+    d->next_bucket = 0;
+    for (int l = d->nl - 1; l >= 0 && rc == 0; l--) {
+        const void *in = l ? d->h[l - 1] : d->x;
+        rc = dt_cuda_linear_backward_w(d->k, d->t, d->g + d->woff[l], d->g + d->boff[l], d->dz[l], in, B,
+                                       d->c.dims[l], d->c.dims[l + 1], accumulate);
+        if (!rc && communicate)
+            rc = start_buckets(d, d->woff[l]);
+        if (!rc && l > 0)
+            rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
+                                           d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
+    }
+    if (!rc && communicate) { /* the optimizer reads averaged gradients: compute waits for comm */
+        rc = cuda_call(cudaEventRecord(d->join_ev, d->cs), "cudaEventRecord (buckets done)");
+        if (!rc)
+            rc = cuda_call(cudaStreamWaitEvent(d->s, d->join_ev, 0), "cudaStreamWaitEvent (buckets done)");
+    }
+    return rc;
+}
+
+/* One micro-batch from the slot's indices; `count_loss` false only for the
+ * warm-up before a capture (it must leave the loss sum alone). */
+static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, bool accumulate,
+                 bool communicate, bool count_loss)
+{
+    int C = d->c.dims[d->nl];
+    int rc =
+        dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px, d->lut);
+    if (!rc)
+        rc = dt_engine_forward(d, B);
+    if (!rc)
+        rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1],
+                              d->y, B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
+                              count_loss ? &d->sc->loss_acc : NULL);
+    if (!rc)
+        rc = backward(d, B, accumulate, communicate);
+    return rc;
+}
+
+/* Gradient norm when clipping (the sum of squares feeds AdamW's clip
+ * coefficient on the device; without clipping read_stats computes it from
+ * the gradients left in the arena, only at metrics rows) and AdamW with lr,
+ * beta1 from lr_beta1 (device). */
+static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
+{
+    struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2,
+                                   .eps = d->c.eps,
+                                   .weight_decay = d->c.weight_decay,
+                                   .grad_scale = 1.0f,
+                                   .lowp_f16 = d->c.fp16};
+    struct dt_engine_scalars *sc = d->sc;
+    int rc = 0;
+    /* fp16, as torch's GradScaler: unscale_ (g /= scale, found_inf), clip,
+     * step (skipped on found_inf, AdamW's count unchanged), update (backoff
+     * on inf, growth after growth_interval clean steps). */
+    if (d->c.fp16)
+        rc = dt_cuda_zero(d->k, &sc->found_inf, sizeof sc->found_inf);
+    if (!rc && d->c.fp16)
+        rc = dt_cuda_unscale_check(d->k, d->g, d->n, &sc->scale, &sc->found_inf);
+    if (!rc && d->c.grad_clip > 0)
+        rc = dt_cuda_sumsq(d->k, &sc->sumsq, d->g, d->n);
+    if (!rc)
+        rc =
+            dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
+                              (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+    if (!rc && d->c.fp16 && d->c.dynamic_scale)
+        rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
+                                   (float)d->c.growth_factor, (float)d->c.backoff_factor,
+                                   d->c.growth_interval);
+    return rc;
+}
+
+/* This rank's indices of `batch` into the next pinned slot. */
+static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *rows,
+                     struct dt_engine_slot **out)
+{
+    if (d->order_epoch != epoch) {
+        dt_sampler_epoch(&d->sampler, epoch, d->order);
+        d->order_epoch = epoch;
+    }
+    int64_t bs = d->c.batch, left = d->sampler.num_samples - batch * bs;
+    int n = left < bs ? (int)left : (int)bs;
+    if (n < 1 || batch < 0)
+        return dt_error_set(DT_EINTERNAL,
+                            "cuda trainer: batch %lld of epoch %lld is past this rank's %lld examples",
+                            (long long)batch, (long long)epoch, (long long)d->sampler.num_samples);
+    int i = d->next_slot;
+    d->next_slot = (i + 1) % DT_ENGINE_SLOTS;
+    struct dt_engine_slot *sl = &d->slot[i];
+    int rc = wait_event(d, sl->copied, "waiting for a free index slot");
+    if (rc)
+        return rc;
+    const int64_t *src = d->order + batch * bs;
+    for (int r = 0; r < n; r++)
+        sl->h_idx[r] = (int32_t)src[r];
+    *rows = n;
+    *out = sl;
+    return 0;
+}
+
+/* The slot (lr, beta1 and n indices) host -> device on the copy stream;
+ * compute waits for it. */
+static int send_slot(struct dt_dev_model *d, struct dt_engine_slot *sl, int n)
+{
+    int rc = cuda_call(cudaStreamWaitEvent(d->copy, sl->consumed, 0), "cudaStreamWaitEvent (slot consumed)");
+    if (!rc)
+        rc = cuda_call(cudaMemcpyAsync(sl->d_buf, sl->h_buf, 2 * sizeof(double) + (size_t)n * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, d->copy),
+                       "cudaMemcpyAsync (batch indices)");
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(sl->copied, d->copy), "cudaEventRecord (indices copied)");
+    if (!rc)
+        rc = cuda_call(cudaStreamWaitEvent(d->s, sl->copied, 0), "cudaStreamWaitEvent (indices copied)");
+    return rc;
+}
+
+static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
+{
+    int i = d->next_hyper;
+    d->next_hyper = (i + 1) % DT_ENGINE_SLOTS;
+    int rc = wait_event(d, d->hyper_copied[i], "waiting for a free lr slot");
+    if (rc)
+        return rc;
+    d->h_hyper[i][0] = lr;
+    d->h_hyper[i][1] = beta1;
+    rc = cuda_call(
+        cudaMemcpyAsync(d->d_hyper, d->h_hyper[i], 2 * sizeof(double), cudaMemcpyHostToDevice, d->s),
+        "cudaMemcpyAsync (lr, beta1)");
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(d->hyper_copied[i], d->s), "cudaEventRecord (lr copied)");
+    return rc;
+}
+
+/* The whole step of this slot as a graph: a warm-up of the same shapes
+ * first (cuBLASLt plans and the backward ways are chosen by timing, which a
+ * capture must not do), then capture and instantiate. */
+static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale)
+{
+    bool comm = d->cs != NULL;
+    int rc = 0;
+    if (!d->warmed) {
+        rc = micro(d, sl, B, dscale, false, false, false);
+        if (!rc)
+            rc = dt_engine_wait(d, "warming up before the graph capture");
+        if (rc)
+            return rc;
+        d->warmed = true;
+    }
+    cudaGraph_t g = NULL;
+    rc = cuda_call(cudaStreamBeginCapture(d->s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    if (rc)
+        return rc;
+    int erc = micro(d, sl, B, dscale, false, comm, true);
+    if (!erc)
+        erc = optimizer(d, sl->d_buf);
+    cudaError_t e = cudaStreamEndCapture(d->s, &g);
+    if (!erc && e != cudaSuccess)
+        erc = dt_cuda_err(e, "cudaStreamEndCapture");
+    if (!erc)
+        erc = cuda_call(cudaGraphInstantiate(&sl->graph, g, 0), "cudaGraphInstantiate");
+    if (g)
+        cudaGraphDestroy(g);
+    if (erc)
+        return dt_error_prefix(
+            "trainer.cuda_graph: capturing the training step (set cuda_graph: false to run "
+            "without graphs)");
+    return 0;
+}
+
+int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                          bool last, int *rows)
+{
+    struct dt_engine_slot *sl = NULL;
+    if (d->pending)
+        return dt_error_set(DT_EINTERNAL, "cuda trainer: a micro-batch after the whole step was queued");
+    int rc = take_slot(d, epoch, batch, rows, &sl);
+    if (rc)
+        return rc;
+    float dscale = 1.0f / ((float)*rows * (float)k); /* as trainer_loop.c scales the CPU model's loss */
+    if (d->c.cuda_graph && !accumulate && last && *rows == d->c.batch) {
+        d->pending = true; /* update() launches the whole step once it knows lr */
+        d->pending_slot = (int)(sl - d->slot);
+        d->pending_rows = *rows;
+        d->pending_dscale = dscale;
+        return 0;
+    }
+    rc = send_slot(d, sl, *rows);
+    if (!rc)
+        rc = micro(d, sl, *rows, dscale, accumulate, last && d->cs, true);
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(sl->consumed, d->s), "cudaEventRecord (slot consumed)");
+    return rc;
+}
+
+int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
+{
+    if (!d->pending) { /* eager: the indices went with the micro-batches; lr and beta1 on their own */
+        int rc = send_hyper(d, lr, beta1);
+        return rc ? rc : optimizer(d, d->d_hyper);
+    }
+    d->pending = false;
+    struct dt_engine_slot *sl = &d->slot[d->pending_slot];
+    sl->h_buf[0] = lr; /* the slot is free: take_slot waited for its last copy */
+    sl->h_buf[1] = beta1;
+    int rc = send_slot(d, sl, d->pending_rows);
+    if (!rc && !sl->graph)
+        rc = capture(d, sl, d->pending_rows, d->pending_dscale);
+    if (!rc)
+        rc = cuda_call(cudaGraphLaunch(sl->graph, d->s), "cudaGraphLaunch (training step)");
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(sl->consumed, d->s), "cudaEventRecord (slot consumed)");
+    return rc;
+}

@@ -1,0 +1,100 @@
+/* trainer_device.c - the trainer on an accelerator: the engine of kernels.h
+ * (struct dt_device_kernels) built from what setup made for the CPU: the
+ * model's layout and initial (or resumed) parameters, AdamW's state, the
+ * reducer's buckets, the data sets and the sampler's settings.
+ *
+ * The loop (trainer_loop.c) then calls the engine at the points where it
+ * would call the CPU model; the CPU arenas stay as the host mirror that
+ * checkpoints and desync checks read.  Not for the loop itself.
+ */
+#include "worker/trainer_internal.h"
+
+#include <stdlib.h>
+
+#include "comm/error.h"
+#include "comm/log.h"
+
+/* fp16: the host scaler mirrors the device's (metrics rows, checkpoints);
+ * optimizer steps not taken by AdamW were skipped. */
+int dt_trainer_device_scaler(struct dt_trainer *t)
+{
+    if (!t->dev || !t->scaler.enabled)
+        return 0;
+    float scale = 0;
+    int tracker = 0;
+    int64_t taken = 0;
+    int rc = t->devk->read_scaler(t->dev, &scale, &tracker, &taken);
+    if (rc)
+        return dt_error_prefix("reading the loss scale at step %lld", (long long)t->step);
+    t->scaler.scale = scale;
+    t->scaler.growth_tracker = tracker;
+    t->scaler.skipped = t->step - taken;
+    return 0;
+}
+
+int dt_trainer_device_create(struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    const char *name = s->device == DT_DEVICE_CUDA ? "cuda" : "?";
+    t->devk = dt_device_kernels_find(name);
+    if (!t->devk)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.device %s: not built into this dtrain", name);
+    /* bf16 has fp32's range: no loss scaling on the device (torch's bf16
+     * autocast runs without a GradScaler), so metrics carry no loss_scale. */
+    if (s->amp.dtype == DT_AMP_BF16)
+        t->scaler.enabled = false;
+    const struct dt_model *m = t->model;
+    size_t(*buckets)[2] = calloc((size_t)(t->red.nb > 0 ? t->red.nb : 1), sizeof *buckets);
+    if (!buckets)
+        return dt_error_set(DT_ENOMEM, "trainer: no memory for %d buckets", t->red.nb);
+    for (int i = 0; i < t->red.nb; i++) {
+        buckets[i][0] = t->red.b[i].lo;
+        buckets[i][1] = t->red.b[i].hi;
+    }
+    struct dt_dev_config c = {.device = -1,
+                              .n_layers = m->n_layers,
+                              .act = m->layer[0].act,
+                              .batch = s->data.batch_size,
+                              .max_batch =
+                                  t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
+                              .bf16 = s->amp.dtype == DT_AMP_BF16,
+                              .fp16 = s->amp.dtype == DT_AMP_FP16,
+                              .dynamic_scale = t->scaler.dynamic,
+                              .scale = t->scaler.scale,
+                              .growth_tracker = t->scaler.growth_tracker,
+                              .growth_factor = t->scaler.growth_factor,
+                              .backoff_factor = t->scaler.backoff_factor,
+                              .growth_interval = t->scaler.growth_interval,
+                              .cuda_graph = s->cuda_graph,
+                              .beta2 = s->optimizer.beta2,
+                              .eps = s->optimizer.eps,
+                              .weight_decay = s->optimizer.weight_decay,
+                              .grad_clip = s->optimizer.grad_clip,
+                              .train = &t->train,
+                              .test = &t->test,
+                              .rank = t->rank,
+                              .world = t->world,
+                              .shuffle = s->data.shuffle,
+                              .drop_last = s->data.drop_last,
+                              .seed = s->seed,
+                              .comm = t->comm,
+                              .buckets = (const size_t(*)[2])buckets,
+                              .n_buckets = t->red.nb,
+                              .params = m->params,
+                              .m = t->opt.m,
+                              .v = t->opt.v,
+                              .n_params = m->n_params,
+                              .adam_step = t->opt.step};
+    c.dims[0] = m->in;
+    for (int l = 0; l < m->n_layers; l++)
+        c.dims[l + 1] = m->layer[l].out;
+    int rc = t->devk->create(&c, &t->dev);
+    free(buckets); /* the engine keeps its own copy */
+    if (!rc && t->rank == 0)
+        dt_log_info("training on %s: %s, CUDA graphs %s", name,
+                    c.bf16   ? "bf16 GEMMs, fp32 master weights"
+                    : c.fp16 ? "fp16 GEMMs, fp32 master weights, loss scaling on the device"
+                             : "fp32",
+                    c.cuda_graph ? "on" : "off");
+    return rc;
+}
