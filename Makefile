@@ -8,10 +8,12 @@
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
 #   make install      PREFIX=/usr/local: binary, library, headers, man page
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
+#   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
 #   STATIC_DEPS=1     link libyaml, libuv and OpenBLAS statically (for machines without them)
 #
 # Sources are found by folder: comm/ and worker/ make libdtrain.a, launcher/ and
-# scheduler-adapters/ make the CLI, GPU code lives in comm/nccl/ and worker/cuda/.
+# scheduler-adapters/ make the CLI, GPU code lives in comm/nccl/ and worker/cuda/,
+# the MPI backend in comm/mpi/.
 # Adding a file needs no edit here.
 
 VERSION   := 0.1.0
@@ -26,6 +28,10 @@ STATIC_DEPS ?= 0
 
 ifeq ($(origin CUDA),undefined)
 CUDA := $(if $(wildcard $(NVCC)),1,0)
+endif
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+ifeq ($(origin MPI),undefined)
+MPI := $(if $(MPICC),1,0)
 endif
 
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -g -pthread -MMD -MP \
@@ -60,7 +66,17 @@ NVCCFLAGS ?= -O3 -std=c++17 -I. -DDT_HAVE_CUDA -MMD -MP -Xcompiler -Wall,-fPIC \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 endif
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GPU_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o)
+# The MPI backend: built against the MPI library mpicc names (Open MPI 4.1 on Debian).
+MPI_SRC :=
+MPI_LIBS :=
+ifeq ($(MPI),1)
+MPI_SRC := $(wildcard comm/mpi/*.c)
+CFLAGS_ALL += -DDT_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info | cut -d' ' -f2-)
+MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info | cut -d' ' -f2-)
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GPU_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) \
+           $(MPI_SRC:%.c=$(BUILD)/%.o)
 APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ := $(BUILD)/launcher/main.o $(BUILD)/gen/cli_table.o
 # Subcommands: every launcher/cmd_<name>.c defines dt_cli_<name>; the table is generated.
@@ -69,7 +85,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
-LIBS := $(DEP_LIBS) $(GPU_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
+LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
 .PHONY: FORCE all deps demo test test-only test-gpu unit asan fuzz install clean format
 .DELETE_ON_ERROR:

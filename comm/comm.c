@@ -112,6 +112,9 @@ static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &
 #ifdef DT_HAVE_CUDA
                                                           &dt_comm_backend_nccl,
 #endif
+#ifdef DT_HAVE_MPI
+                                                          &dt_comm_backend_mpi,
+#endif
 };
 
 /* auto: one rank needs no backend; all ranks on one host share memory;
@@ -160,7 +163,7 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
     c->world = o.world;
     c->name = be->name;
     if (o.world > 1 || be->device_buffers) {
-        if (!o.store && o.world > 1) {
+        if (!o.store && o.world > 1 && !be->self_bootstrap) {
             free(c);
             return dt_error_set(DT_EINVAL, "communicator: world size %d needs a store to bootstrap", o.world);
         }

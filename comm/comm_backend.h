@@ -1,8 +1,8 @@
 /* comm_backend.h - the ops table every communicator backend fills in.
  *
  * comm.c validates arguments, owns the request pool and the communication
- * thread, and calls one of these tables; a backend (tcp.c, shm.c, later nccl
- * and mpi) only moves and reduces bytes.  Adding a backend is adding a file
+ * thread, and calls one of these tables; a backend (tcp.c, shm.c, nccl/,
+ * mpi/) only moves and reduces bytes.  Adding a backend is adding a file
  * that defines one `const struct dt_comm_backend dt_comm_backend_<name>` and
  * one line in comm.c's list.
  *
@@ -58,6 +58,10 @@ struct dt_comm_backend {
      * a world of one still goes through the backend, and the store may then be
      * NULL. */
     bool device_buffers;
+
+    /* The backend's runtime wires the ranks itself (mpi: mpirun did), so
+     * init() needs no store even for a world of several ranks. */
+    bool self_bootstrap;
 };
 
 /* The backend state of `c` when its backend is `be`, else NULL: how a
@@ -80,6 +84,9 @@ extern const struct dt_comm_backend dt_comm_backend_tcp;
 extern const struct dt_comm_backend dt_comm_backend_shm;
 #ifdef DT_HAVE_CUDA
 extern const struct dt_comm_backend dt_comm_backend_nccl;
+#endif
+#ifdef DT_HAVE_MPI
+extern const struct dt_comm_backend dt_comm_backend_mpi;
 #endif
 
 #endif

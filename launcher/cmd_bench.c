@@ -13,6 +13,7 @@
 #include "comm/bench.h"
 #include "comm/error.h"
 #include "launcher/cli.h"
+#include "scheduler-adapters/mpirun.h"
 
 static void usage(FILE *out)
 {
@@ -31,7 +32,8 @@ static void usage(FILE *out)
             "  -d, --datatype T        float double half bfloat16 int32 int64 or all (default float)\n"
             "  -o, --op OP             sum avg max min or all (default sum)\n"
             "  -r, --root R            root of broadcast (default 0)\n"
-            "      --backend B         tcp, shm or auto (default auto: shm on one host)\n"
+            "      --backend B         tcp, shm, mpi or auto (default auto: shm on one host; mpi for\n"
+            "                        ranks of a backend: mpi job)\n"
             "      --min-bw GB/s       fail (exit 1) if the average bus bandwidth is below this\n"
             "      --timeout SECONDS   deadline of bootstrap and of each collective (default 60)\n"
             "      --bind              pin each rank to one core (LOCAL_RANK-th allowed CPU) as mpirun does:\n"
@@ -117,8 +119,14 @@ static int run(int argc, char **argv)
     if (!ok)
         return dt_cli_usage_error("bench", "unknown collective '%s' (allreduce, allgather, reduce_scatter, broadcast)",
                                   a.coll);
-    int rc = parse(argc, argv, &a);
-    if (rc)
+    /* Ranks that mpirun started (backend: mpi jobs) read their rank from it,
+     * and measure the MPI backend unless --backend says otherwise. */
+    int rc = dt_mpirun_rank_env();
+    if (rc < 0)
+        return dt_cli_usage_error("bench", "%s", dt_error_last());
+    if (getenv("DTRAIN_MPI_RANKS"))
+        a.backend = "mpi";
+    if ((rc = parse(argc, argv, &a)) != 0)
         return rc;
     rc = dt_bench_run(&a, stdout);
     if (rc < 0) {

@@ -28,6 +28,7 @@
 #include "launcher/jobspec.h"
 #include "worker/heartbeat.h"
 #include "worker/heartbeat_fault.h"
+#include "scheduler-adapters/mpirun.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
 
@@ -260,7 +261,10 @@ static int run(int argc, char **argv)
     struct dt_store *store = NULL;
     struct dt_comm *comm = NULL;
     struct step_hook hook = {0};
-    int rc = read_env(&e);
+    /* Started by mpirun itself (backend: mpi): the rank is MPI's. */
+    int rc = dt_mpirun_rank_env();
+    if (rc >= 0)
+        rc = read_env(&e);
     if (!rc)
         rc = dt_heartbeat_fault_from_env(e.rank, e.restart, &hook.fault);
     if (!rc)

@@ -10,11 +10,13 @@
 extern const struct dt_adapter dt_adapter_local;
 extern const struct dt_adapter dt_adapter_kubernetes;
 extern const struct dt_adapter dt_adapter_slurm;
+extern const struct dt_adapter dt_adapter_mpirun;
 
 static const struct dt_adapter *const adapters[] = {
     &dt_adapter_local,
     &dt_adapter_kubernetes,
     &dt_adapter_slurm,
+    &dt_adapter_mpirun,
     NULL,
 };
 

@@ -12,7 +12,22 @@
 . "$(dirname "$0")/lib.sh"
 
 export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the kernel's ephemeral range (32768-60999 here), so no
+# process binding port 0 elsewhere on this machine is handed it before node 0
+# binds it; and below 20000, where the Slurm adapter puts its coordinators.
+free_port() {
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(10000, 19999)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
@@ -168,12 +183,13 @@ contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE" "the error names both ways to giv
 echo "$DTRAIN_JOB_TOKEN" >"$T/token"
 port=$(free_port)
 ( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
-  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" >"$T/tf1.out" 2>&1 ) &
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-tf" >"$T/tf1.out" 2>&1 ) &
 tf1=$!
 ( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
   "$DTRAIN" agent "$T/env.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-tf" >"$T/tf0.out" 2>&1 )
 st0=$?; wait "$tf1"; st1=$?
 check "two agents with DTRAIN_JOB_TOKEN_FILE run the job ($st0 $st1)" test "$st0$st1" = 00
+[ "$st0$st1" = 00 ] || { sed 's/^/    node 0: /' "$T/tf0.out"; sed 's/^/    node 1: /' "$T/tf1.out"; } | tail -n 20
 
 # --- dtrain render ----------------------------------------------------------------
 expect_status 2 "dtrain render local: nothing to render" "$DTRAIN" render local "$T/env.yaml"

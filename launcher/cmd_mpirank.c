@@ -1,0 +1,36 @@
+/* cmd_mpirank.c - `dtrain mpirank -- PROGRAM ...`: one rank of a backend: mpi
+ * job, as mpirun starts it (scheduler-adapters/mpirun_rank.c does the work).
+ *
+ * Not for running by hand: `dtrain launch` puts it on the mpirun line.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "launcher/cli.h"
+#include "scheduler-adapters/mpirun.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: dtrain mpirank -- PROGRAM [ARGS...]\n\n"
+                 "What mpirun runs for each rank of a `backend: mpi` job (dtrain launch writes the line):\n"
+                 "sets RANK, LOCAL_RANK, WORLD_SIZE, ... from mpirun's OMPI_COMM_WORLD_* (or PMIX_RANK),\n"
+                 "runs PROGRAM, passes on mpirun's signals, and records how PROGRAM ended in\n"
+                 "$DTRAIN_RUN_DIR/attempt_<k>/rank_<r>.exit for the launcher's summary.\n");
+}
+
+static int run(int argc, char **argv)
+{
+    int first = 1;
+    if (first < argc && !strcmp(argv[first], "--"))
+        first++;
+    if (first >= argc)
+        return dt_cli_usage_error("mpirank", "which program? dtrain mpirank -- PROGRAM [ARGS...]");
+    return dt_mpirun_rank_main(argv + first);
+}
+
+const struct dt_cli_command dt_cli_mpirank = {
+    .name = "mpirank",
+    .summary = "run one rank of a backend: mpi job under mpirun (started by launch)",
+    .run = run,
+    .usage = usage,
+};

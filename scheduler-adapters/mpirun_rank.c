@@ -1,0 +1,108 @@
+/* mpirun_rank.c - `dtrain mpirank -- PROGRAM ...`: what mpirun starts for each
+ * rank of a backend: mpi job.
+ *
+ * mpirun cannot give each rank its own RANK, and tells the launcher which rank
+ * failed first only in a message it does not always print (Open MPI 4.1 drops
+ * its "first process to do so" report now and then when it tears the job
+ * down).  So each rank runs under this small parent: it sets the torchrun
+ * variables from OMPI_COMM_WORLD_* (any program, not only `dtrain worker`,
+ * sees RANK, LOCAL_RANK, ...), runs the program as its child, passes on every
+ * signal mpirun sends, and when the program ends writes
+ *   <run dir>/attempt_<k>/rank_<r>.exit   "wstatus=N stopped=0|1 pid=P time_ns=T"
+ * (T: CLOCK_REALTIME) before ending the same way.  stopped=1 means mpirun had
+ * signalled the rank first, i.e. it did not fail by itself.  The launcher
+ * reads these files for the first failure and the per-rank table of
+ * summary.json; without them (a run directory not shared with other hosts) it
+ * falls back to mpirun's report.
+ *
+ * The program, not this parent, is the MPI process: MPI_Init finds its
+ * launcher through the inherited PMIx variables, as under `mpirun sh -c ...`.
+ *
+ * Not for agents (they supervise their own ranks).
+ */
+#include "scheduler-adapters/mpirun.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+
+static volatile sig_atomic_t child_pid;
+static volatile sig_atomic_t stopped;
+
+static const int passed_on[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
+#define N_PASSED (int)(sizeof passed_on / sizeof *passed_on)
+
+static void pass_on(int sig)
+{
+    if (sig != SIGCONT && sig != SIGUSR1 && sig != SIGUSR2)
+        stopped = 1;
+    if (child_pid > 0)
+        kill(child_pid, sig);
+}
+
+static void write_exit_file(int rank, int wstatus, pid_t pid)
+{
+    const char *dir = getenv("DTRAIN_RUN_DIR"), *k = getenv("DTRAIN_RESTART_COUNT");
+    if (!dir)
+        return;
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/attempt_%s/rank_%d.exit", dir, k ? k : "0", rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped, (int)pid,
+            (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    if (fclose(f) == 0)
+        rename(tmp, path);
+}
+
+int dt_mpirun_rank_main(char *const *argv)
+{
+    int rc = dt_mpirun_rank_env();
+    if (rc < 0) {
+        fprintf(stderr, "dtrain mpirank: %s\n", dt_error_last());
+        return 1;
+    }
+    const char *rs = getenv("RANK");
+    int rank = rs ? atoi(rs) : 0;
+    struct sigaction sa = {.sa_handler = pass_on, .sa_flags = SA_RESTART};
+    for (int i = 0; i < N_PASSED; i++)
+        sigaction(passed_on[i], &sa, NULL);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dtrain mpirank: rank %d: cannot fork: %s\n", rank, strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        for (int i = 0; i < N_PASSED; i++)
+            signal(passed_on[i], SIG_DFL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* mpirun's SIGKILL reaches only us */
+        execvp(argv[0], argv);
+        fprintf(stderr, "dtrain: rank %d: cannot run %s: %s\n", rank, argv[0], strerror(errno));
+        _exit(127);
+    }
+    child_pid = pid;
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    write_exit_file(rank, st, pid);
+    if (WIFSIGNALED(st)) {
+        /* End as the program did, so mpirun reports the same signal. */
+        signal(WTERMSIG(st), SIG_DFL);
+        prctl(PR_SET_DUMPABLE, 0); /* the program already dumped core if it was going to */
+        kill(getpid(), WTERMSIG(st));
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
