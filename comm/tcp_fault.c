@@ -13,7 +13,7 @@
  *   3. collects the other ranks' notices until every peer has reported in,
  *      or every rank that has not is suspected by someone (a dead or stopped
  *      process sends nothing, and its neighbours suspect it first hand), or
- *      the grace period ends: a tenth of the timeout, at most 1 s, taken off
+ *      the grace period ends: a quarter of the timeout, at most 2 s, taken off
  *      the end of every collective's deadline (tcp_coll.c begin()), so the
  *      survivors have named the culprit when the deadline expires.
  * The silent, suspected ranks are the culprits: a rank without first-hand
@@ -51,7 +51,10 @@ struct notice {
 int dt_tcp_fault_open(struct dt_tcp *t, int *port)
 {
     /* with two ranks the one peer is the only suspect: nothing to wait for */
-    t->grace_s = t->world < 3 ? 0 : t->timeout_s / 10 < 1.0 ? t->timeout_s / 10 : 1.0;
+    /* A quarter, not less: on a loaded machine the survivors' notices can take
+     * a few hundred ms to be scheduled, and a rank that settles early keeps
+     * blaming its neighbour instead of the culprit. */
+    t->grace_s = t->world < 3 ? 0 : t->timeout_s / 4 < 2.0 ? t->timeout_s / 4 : 2.0;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof a;

@@ -57,6 +57,10 @@ struct dt_agent_hooks {
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
 #define DT_AGENT_LINE_MAX 16384 /* longer console lines are split into pieces of this size */
 #define DT_AGENT_DEFAULT_GRACE_S 3.0
+/* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
+ * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
+ * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
+#define DT_AGENT_EXIT_REQUEUE 75
 
 struct dt_agent_config {
     const struct dt_job *job;

@@ -61,6 +61,8 @@ struct dt_agent {
     int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
     int interrupt_sig;  /* a signal the launcher received, 0 if none */
     int stop_sig;       /* the signal `stopping` sent (SIGTERM or the forwarded one) */
+    bool requeue_asked; /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
+    int requeue_exits;  /* ranks of this attempt that did */
     struct dt_progress *progress; /* the live progress line, NULL when off */
     double next_watch;            /* when the watchdog looks next; 0: it is off */
     double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
@@ -68,6 +70,12 @@ struct dt_agent {
     int abort_status;             /* a hook ended the job with this status, -1 if not */
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
+
+/* agent_requeue.c: SIGUSR1 passed on to the ranks; whether a rank's exit is its
+ * stop for a requeue (not a failure); the outcome when ranks stopped so. */
+void dt_agent_requeue_signal(struct dt_agent *a);
+bool dt_agent_requeue_exit(struct dt_agent *a, int wstatus);
+bool dt_agent_requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *last);
 
 /* agent_supervise.c: SIGTERM (or sig) to every rank, SIGKILL after the grace period. */
 void dt_agent_start_stopping(struct dt_agent *a, int sig);

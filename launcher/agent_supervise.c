@@ -55,7 +55,7 @@ static void on_signal(int sig)
 }
 
 struct saved_signals {
-    struct sigaction job[N_JOB_SIGNALS], chld, pipe;
+    struct sigaction job[N_JOB_SIGNALS], chld, pipe, usr1;
     int pipe_fd[2];
 };
 
@@ -68,6 +68,7 @@ static int install_signals(struct saved_signals *sv)
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < N_JOB_SIGNALS; i++)
         sigaction(job_signals[i], &sa, &sv->job[i]);
+    sigaction(SIGUSR1, &sa, &sv->usr1);
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, &sv->chld);
     /* A closed console must not kill the launcher (and, through PDEATHSIG, the job). */
@@ -86,6 +87,7 @@ static void restore_signals(struct saved_signals *sv)
         sigaction(job_signals[i], &sv->job[i], NULL);
     sigaction(SIGCHLD, &sv->chld, NULL);
     sigaction(SIGPIPE, &sv->pipe, NULL);
+    sigaction(SIGUSR1, &sv->usr1, NULL);
     signal_pipe_w = -1;
     close(sv->pipe_fd[0]);
     close(sv->pipe_fd[1]);
@@ -139,7 +141,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     r->exit_s = dt_agent_now() - a->t0;
     a->procs[i].running = false;
     a->running--;
-    bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent_requeue_exit(a, wstatus);
     if (ok || a->interrupt_sig || (at->first_failed >= 0 && !root_cause(a, i, wstatus)) ||
         (r->stopped_by_agent && !root_cause(a, i, wstatus)))
         return;
@@ -245,7 +247,9 @@ static bool handle_signals(struct dt_agent *a, int fd)
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0)
         for (ssize_t i = 0; i < n; i++)
-            if (buf[i] != SIGCHLD)
+            if (buf[i] == SIGUSR1)
+                dt_agent_requeue_signal(a);
+            else if (buf[i] != SIGCHLD)
                 on_interrupt(a, buf[i]);
     return reap(a);
 }
@@ -387,6 +391,7 @@ static void reset_attempt_state(struct dt_agent *a)
     at->first_failed = -1;
     at->hung = -1;
     at->leftovers = 0;
+    a->requeue_exits = 0;
     if (dt_agent_oom_count(&a->oom_base) < 0)
         a->oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
@@ -535,6 +540,8 @@ static void finish(struct dt_agent *a)
     } else if (res->coordinator_lost[0]) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
+    } else if (dt_agent_requeue_outcome(a, last)) {
+        res->interrupt_signal = SIGUSR1;
     } else if (a->abort_status >= 0 || a->job_status >= 0) {
         res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
         res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
@@ -589,8 +596,10 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         if (cfg->hooks && cfg->hooks->attempt_end) {
             /* Other nodes take part: the restart is decided with them. */
             int next = dt_agent_hooks_attempt_end(&a, sv.pipe_fd[0]);
+            if (next <= 0)
+                break; /* the job is over: a signal now (srun -K's SIGTERM) does not change how */
             handle_signals(&a, sv.pipe_fd[0]);
-            if (next <= 0 || a.interrupt_sig)
+            if (a.interrupt_sig)
                 break;
             dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a.nproc,
                         a.nproc == 1 ? "" : "s", a.attempt + 1, cfg->job->max_restarts);

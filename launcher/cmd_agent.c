@@ -24,6 +24,7 @@
 #include "comm/log.h"
 
 #include <ctype.h>
+#include <signal.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -309,6 +310,11 @@ static int run_ranks(struct node_run *nr)
                 nr->n.coord_port, nr->run_dir);
     dt_agent_plan_say_env(job, nr->nproc);
     struct dt_agent_result res;
+    /* Ignored outside dt_agent_run, which handles it while ranks run (and resets it for
+     * them): once the job has ended, a SIGTERM (srun --kill-on-bad-exit sends one when
+     * another node's agent exited first) must neither turn this node's exit status into
+     * 143 nor cut summary.json short. */
+    signal(SIGTERM, SIG_IGN);
     int rc = dt_agent_run(&cfg, &res);
     if (rc < 0)
         dt_log_error("%s", dt_error_last());

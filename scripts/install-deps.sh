@@ -23,6 +23,7 @@ DEB_PACKAGES=(
   dataset-fashion-mnist
   clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2
   chromium
+  slurmctld slurmd slurm-client munge
 )
 
 check_only=0

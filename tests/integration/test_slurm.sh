@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# test_slurm.sh - dtrain on a REAL Slurm cluster (scripts/slurm-local.sh: one slurmctld and two
+# slurmd on this machine): the trainer through `dtrain launch` with 2 nodes x 2 ranks, the
+# rendered examples up to date and one submitted with plain sbatch, a failing rank, a job
+# cancelled with Ctrl-C, and a requeue on SIGUSR1 that resumes from the checkpoint.
+# A cluster that cannot start is a failure, not a skip.
+. "$(dirname "$0")/lib.sh"
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+
+if ! "$REPO/scripts/slurm-local.sh" up >"$T/up.log" 2>&1; then
+  not_ok "the local Slurm cluster starts (scripts/slurm-local.sh up)"
+  sed 's/^/    /' "$T/up.log"
+  exit 1
+fi
+ok "the local Slurm cluster starts"
+export SLURM_CONF=${DTRAIN_SLURM_DIR:-/tmp/dtrain-slurm}/etc/slurm.conf
+cd "$T" || exit 1
+
+job_id() { sed -n 's/.*submitted as Slurm job \([0-9]*\).*/\1/p' "$1" | head -n1; }
+state_of() { scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+# wait_for FILE PATTERN SECONDS: until grep finds it
+wait_for() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do grep -Eq -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+
+# --- the trainer, 2 nodes x 2 ranks ------------------------------------------
+cat >train.yaml <<'EOF'
+name: train
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+backend: tcp
+trainer:
+  model: {hidden: [64]}
+  data: {batch_size: 64, workers: 1}
+  steps: 200
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 100, dir: checkpoints, keep: 2, resume: auto}
+  eval: {every_epochs: 0}
+  log_every_steps: 50
+slurm: {time: "00:05:00"}
+EOF
+expect_status 0 "the trainer runs through Slurm on 2 nodes x 2 ranks" timeout 180 "$DTRAIN" launch train.yaml
+cp "$T/last.out" train.out; cp "$T/last.err" train.err
+id=$(job_id train.err)
+run="runs/train-$id"
+contains train.err "submitted as Slurm job [0-9]+" "launch says which Slurm job it submitted"
+contains train.err "Slurm job $id is running on n\[1-2\]" "launch follows the job's state and node list"
+contains train.out "^\[rank 0\] done: 200 steps, final loss" "rank 0's output is streamed to the console"
+check "every rank of both nodes logged (rank_0..3)" test -f "$run/attempt_0/rank_3.out" -a -f "$run/attempt_0/rank_0.out"
+contains "$run/summary.json" '"world_size": 4' "summary.json: a world of 4"
+contains "$run/summary.json" '"nnodes": 2' "summary.json: 2 nodes"
+contains "$run/trainer_summary.json" '"steps": 200' "the trainer's summary records 200 steps"
+check "the batch script and its output are kept by the job id" test -s "runs/train-$id.sbatch" -a -s "runs/train-$id.out"
+if grep -q "DTRAIN_JOB_TOKEN=[0-9a-f]\{64\}" "runs/train-$id.sbatch" train.err; then
+  not_ok "the job token is not written into the script or the console"
+else ok "the job token is not written into the script or the console"; fi
+
+# --- the examples: up to date, and one submitted with plain sbatch ------------
+for y in "$REPO"/examples/slurm/*.yaml; do
+  s=${y%.yaml}.sbatch
+  if (cd "$REPO" && "$DTRAIN" render slurm "examples/slurm/$(basename "$y")") >rendered.sbatch 2>render.err &&
+     cmp -s rendered.sbatch "$s"; then ok "examples/slurm/$(basename "$s") is what dtrain render writes"
+  else not_ok "examples/slurm/$(basename "$s") is what dtrain render writes (re-render it)"
+    diff "$s" rendered.sbatch | head -n 20 | sed 's/^/    /'; sed 's/^/    /' render.err; fi
+done
+id=$(cd "$REPO" && DTRAIN="$DTRAIN" DTRAIN_LOG_DIR="$T/runs" \
+     sbatch --parsable --output="$T/hello-%j.out" --error="$T/hello-%j.err" examples/slurm/hello.sbatch)
+for ((i = 0; i < 600; i++)); do
+  st=$(state_of "$id"); case "$st" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL) break ;; esac; sleep 0.1
+done
+check "the rendered hello.sbatch, submitted with plain sbatch, completes (job $id: ${st:-unknown})" test "$st" = COMPLETED
+check "its 4 ranks ran on both nodes" test "$(grep -c '^\[rank [0-3]\] rank [0-3] of 4 on node [01]' "hello-$id.out")" = 4
+contains "hello-$id.out" "^\[rank 3\] rank 3 of 4 on node 1 .*coordinator 127\.0\.0\.1:[0-9]+" \
+  "ranks reach the coordinator at the batch host's address"
+
+# --- a failing rank -------------------------------------------------------------
+cat >fail.yaml <<'EOF'
+name: fail
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+command: [sh, -c, 'if [ "$RANK" = 3 ]; then echo "bad batch on rank 3" >&2; exit 3; fi; exec sleep 60']
+EOF
+expect_status 3 "a rank's exit code 3 is the launcher's exit status" timeout 120 "$DTRAIN" launch fail.yaml
+contains "$T/last.err" "rank 3 exited with code 3" "the console names the failing rank and its code"
+contains "$T/last.err" "bad batch on rank 3" "the failing rank's stderr is shown"
+contains "$T/last.err" "ended FAILED with exit status 3" "launch reports the Slurm job's end"
+
+# --- a cancelled job --------------------------------------------------------------
+mark="slow-rank-of-${T##*/}" # in every rank's command line, so pgrep finds this test's ranks only
+cat >slow.yaml <<EOF
+name: slow
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+command: [sh, -c, 'echo "rank \$RANK up"; sleep 120; echo $mark']
+EOF
+timeout 120 "$DTRAIN" launch slow.yaml >slow.out 2>slow.err &
+pid=$!
+if wait_for slow.out "\[rank 3\] rank 3 up" 60; then ok "the long job runs"; else not_ok "the long job runs"; fi
+id=$(job_id slow.err)
+kill -INT "$pid"
+wait "$pid"; rc=$?
+check "Ctrl-C: launch exits 130 (exit $rc)" test "$rc" = 130
+contains slow.err "cancelling Slurm job $id \(scancel\)" "launch says it cancels the job"
+check "Slurm shows job $id CANCELLED ($(state_of "$id"))" test "$(state_of "$id")" = CANCELLED
+for ((i = 0; i < 100; i++)); do pgrep -f "$mark" >/dev/null || break; sleep 0.1; done
+check "no rank of the cancelled job is left" test -z "$(pgrep -f "$mark")"
+
+# --- requeue on SIGUSR1 -----------------------------------------------------------
+cat >requeue.yaml <<'EOF'
+name: requeue
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+backend: tcp
+trainer:
+  model: {hidden: [64]}
+  data: {batch_size: 64, workers: 1}
+  steps: 1000
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 5000, dir: checkpoints, keep: 2, resume: auto}
+  eval: {every_epochs: 0}
+  log_every_steps: 10
+slurm: {time: "00:10:00", requeue: true}
+EOF
+timeout 170 "$DTRAIN" launch requeue.yaml >requeue.out 2>requeue.err &
+pid=$!
+if wait_for requeue.out "\[rank 0\] step [0-9]+0/1000" 60; then ok "the requeue job trains"; else not_ok "the requeue job trains"; fi
+id=$(job_id requeue.err)
+# What Slurm does 90 s before the time limit with --signal=B:USR1@90, sent now.
+scancel --signal=USR1 --batch "$id"
+wait "$pid"; rc=$?
+check "the requeued job completes and launch exits 0 (exit $rc)" test "$rc" = 0
+contains requeue.out "stopped at step [0-9]+ of 1000 on SIGUSR1 after a checkpoint" "the trainer checkpoints and stops on SIGUSR1"
+step=$(sed -n 's/.*stopped at step \([0-9]*\) of 1000.*/\1/p' requeue.out | head -n1)
+contains requeue.err "requeueing job $id" "the batch script requeues the job"
+contains requeue.err "Slurm job $id was requeued \(restart 1\)" "launch follows the job through its requeue"
+contains requeue.err "resuming from .*runs/requeue-$id/checkpoints/step_0*${step:-X}\.safetensors" \
+  "the requeued run resumes from that checkpoint"
+contains "runs/requeue-$id/trainer_summary.json" "\"resumed_from_step\": ${step:-X}," "the trainer's summary records the resume"
+contains "runs/requeue-$id/trainer_summary.json" '"steps": 1000' "and the training reached its last step"
