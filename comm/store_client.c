@@ -288,6 +288,17 @@ int dt_store_send(struct dt_store *s, double deadline)
     return 0;
 }
 
+int dt_store_recv_i64(struct dt_store *s, int64_t *v, double deadline)
+{
+    uint8_t b[8];
+    int rc = dt_store_recv(s, b, 8, deadline);
+    if (rc == 0) {
+        uint64_t u = dt_wire_load_u64(b);
+        memcpy(v, &u, sizeof *v);
+    }
+    return rc;
+}
+
 int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline)
 {
     size_t got = 0;

@@ -42,6 +42,8 @@ int dt_store_send(struct dt_store *s, double deadline);
 
 /* Receives exactly n bytes before the deadline (absolute, dt_store_now()). */
 int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline);
+/* A reply's int64 (8 bytes, little-endian on the wire). */
+int dt_store_recv_i64(struct dt_store *s, int64_t *v, double deadline);
 
 /* Receives a string: len:u64 then bytes, malloc'd with a NUL after them. */
 int dt_store_recv_bytes(struct dt_store *s, void **out, size_t *len, double deadline);

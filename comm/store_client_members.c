@@ -18,17 +18,6 @@
 
 #define MAX_MEMBERS (1 << 20)
 
-static int recv_i64(struct dt_store *s, int64_t *v, double deadline)
-{
-    uint8_t b[8];
-    int rc = dt_store_recv(s, b, 8, deadline);
-    if (rc == 0) {
-        uint64_t u = dt_wire_load_u64(b);
-        memcpy(v, &u, sizeof *v);
-    }
-    return rc;
-}
-
 int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host)
 {
     int rc = dt_store_begin(s, DT_WIRE_JOIN, NULL, 0);
@@ -82,11 +71,11 @@ static int recv_member(struct dt_store *s, struct dt_store_member *m, double dea
     uint8_t state = 0;
     void *host = NULL;
     size_t len = 0;
-    int rc = recv_i64(s, &rank, deadline);
+    int rc = dt_store_recv_i64(s, &rank, deadline);
     if (rc == 0)
-        rc = recv_i64(s, &nproc, deadline);
+        rc = dt_store_recv_i64(s, &nproc, deadline);
     if (rc == 0)
-        rc = recv_i64(s, &pid, deadline);
+        rc = dt_store_recv_i64(s, &pid, deadline);
     if (rc == 0)
         rc = dt_store_recv(s, &state, 1, deadline);
     if (rc == 0)
@@ -113,7 +102,7 @@ int dt_store_members(struct dt_store *s, struct dt_store_member **out, int *n)
     int64_t count = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
-        rc = recv_i64(s, &count, deadline);
+        rc = dt_store_recv_i64(s, &count, deadline);
     if (rc)
         return rc;
     if (count < 0 || count > MAX_MEMBERS) {

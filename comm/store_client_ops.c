@@ -34,17 +34,6 @@ static int recv_u8(struct dt_store *s, uint8_t *v, double deadline)
     return dt_store_recv(s, v, 1, deadline);
 }
 
-static int recv_i64(struct dt_store *s, int64_t *v, double deadline)
-{
-    uint8_t b[8];
-    int rc = dt_store_recv(s, b, 8, deadline);
-    if (rc == 0) {
-        uint64_t u = dt_wire_load_u64(b);
-        memcpy(v, &u, sizeof *v);
-    }
-    return rc;
-}
-
 /* SET and APPEND share one request shape: op, key, value; neither has a reply. */
 static int send_key_value(struct dt_store *s, uint8_t op, const char *key, const void *value, size_t len)
 {
@@ -138,7 +127,7 @@ int dt_store_add(struct dt_store *s, const char *key, int64_t delta, int64_t *re
     int64_t v = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
-        rc = recv_i64(s, &v, deadline);
+        rc = dt_store_recv_i64(s, &v, deadline);
     if (rc == 0 && result)
         *result = v;
     return rc;
@@ -188,7 +177,7 @@ int dt_store_delete_key(struct dt_store *s, const char *key, bool *deleted)
     int64_t n = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
-        rc = recv_i64(s, &n, deadline);
+        rc = dt_store_recv_i64(s, &n, deadline);
     if (deleted)
         *deleted = n == 1;
     return rc;
@@ -201,7 +190,7 @@ int dt_store_num_keys(struct dt_store *s, int64_t *n)
         return rc;
     double deadline = dt_store_now() + s->timeout_s;
     rc = dt_store_send(s, deadline);
-    return rc ? rc : recv_i64(s, n, deadline);
+    return rc ? rc : dt_store_recv_i64(s, n, deadline);
 }
 
 int dt_store_append(struct dt_store *s, const char *key, const void *value, size_t len)

@@ -17,17 +17,6 @@
 
 #define P DT_STORE_KEY_PREFIX
 
-static int recv_i64(struct dt_store *s, int64_t *v, double deadline)
-{
-    uint8_t b[8];
-    int rc = dt_store_recv(s, b, 8, deadline);
-    if (rc == 0) {
-        uint64_t u = dt_wire_load_u64(b);
-        memcpy(v, &u, sizeof *v);
-    }
-    return rc;
-}
-
 int dt_store_queue_push(struct dt_store *s, const char *key, const void *value, size_t len)
 {
     int rc = dt_store_begin(s, DT_WIRE_QUEUE_PUSH, key, 1);
@@ -47,7 +36,7 @@ static int send_key_get_i64(struct dt_store *s, uint8_t op, const char *key, int
     dt_wire_put_key(&s->req, P, key, strlen(key));
     rc = dt_store_send(s, deadline);
     if (rc == 0)
-        rc = recv_i64(s, n, deadline);
+        rc = dt_store_recv_i64(s, n, deadline);
     if (rc == 0 && *n < 0) {
         dt_store_drop(s);
         return dt_error_set(DT_EPROTO, "coordinator %s answered %s for key '%s' with length %lld", s->peer,
