@@ -127,6 +127,15 @@ static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
         return dt_error_prefix("step %lld", (long long)t->step);
     if ((rc = dt_trainer_device_scaler(t)))
         return rc;
+    double split[DT_METRICS_SPLIT];
+    if (t->devk->read_split && (rc = t->devk->read_split(t->dev, split)) == 0) {
+        /* the device's own clock: one finished step stands for the window */
+        for (int i = 0; i < DT_METRICS_SPLIT; i++)
+            t->split_ns[i] = isfinite(split[i]) ? (int64_t)(split[i] * 1e9) : 0;
+        t->split_steps = 1;
+    }
+    if (rc)
+        return dt_error_prefix("step %lld", (long long)t->step);
     double mine[2], all[2 * DT_METRICS_GPU_RANKS];
     t->devk->sample(t->dev, &mine[0], &mine[1]);
     bool each = t->comm && t->world > 1 && t->world <= DT_METRICS_GPU_RANKS; /* else rank 0's alone */
