@@ -13,6 +13,7 @@
 #include "comm/error.h"
 #include "comm/log.h"
 #include "launcher/jobspec.h"
+#include "launcher/report.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -114,6 +115,8 @@ void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_a
     char tmp[32], attempts[48] = "";
     if (res->n_attempts > 1)
         snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
+    if (res->status != DT_AGENT_FAILED) /* what limited the run (report.h); silent without metrics.jsonl */
+        dt_report_print_findings(cfg->run_dir);
     if (res->status == DT_AGENT_SUCCEEDED)
         dt_log_info("job %s succeeded in %.2f s%s; logs and summary.json in %s", cfg->job->name, res->wall_s,
                     attempts, cfg->run_dir);

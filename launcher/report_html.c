@@ -1,22 +1,20 @@
 /* report_html.c - the page of `dtrain report` (see report.h).
  *
  * Sections: run (summary.json), trainer figures (trainer_summary.json),
- * findings (what limits the run), step-time split, curves.  The page carries
+ * findings (what limits the run: report_diagnose.c), step-time split, curves.  The page carries
  * its own small stylesheet and no script, so it opens from a file on a
  * machine with no network.  Not for the charts' geometry (report_svg.c).
  */
 #include "launcher/report.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "comm/error.h"
 
 /* The parts of a step the trainer may log per row (seconds per step). */
-static const char *const split_names[] = {"data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s"};
 static const char *const split_labels[] = {"data wait", "forward", "backward", "communication wait", "optimizer"};
-#define N_SPLIT 5
+#define N_SPLIT DT_REPORT_SPLIT
 static const char *const split_colors[] = {"#ff7f0e", "#1f77b4", "#9467bd", "#d62728", "#2ca02c"};
 
 static void esc(FILE *f, const char *s)
@@ -77,99 +75,11 @@ static void table(FILE *f, const char *id, const struct dt_json *obj, const char
     fputs("</table>\n", f);
 }
 
-static double mean_of(const struct dt_report_series *s)
-{
-    double sum = 0;
-    size_t n = 0;
-    for (size_t k = 0; s && k < s->n; k++)
-        if (isfinite(s->value[k])) {
-            sum += s->value[k];
-            n++;
-        }
-    return n ? sum / (double)n : NAN;
-}
-
-/* Mean seconds per step of each part of the split; false if the rows have none. */
-static bool split_means(const struct dt_report *r, double *part, double *total)
-{
-    bool any = false;
-    *total = 0;
-    for (int i = 0; i < N_SPLIT; i++) {
-        part[i] = mean_of(dt_report_series(r, split_names[i]));
-        any |= isfinite(part[i]);
-        *total += isfinite(part[i]) ? part[i] : 0;
-    }
-    return any && *total > 0;
-}
-
-/* Shares of step time spent waiting for data and for communication: from the
- * per-row split when the trainer logs one, else from trainer_summary.json. */
-static bool wait_shares(const struct dt_report *r, double *data, double *comm, const char **source)
-{
-    double part[N_SPLIT], total, train, dw, cw;
-    if (split_means(r, part, &total)) {
-        *data = isfinite(part[0]) ? part[0] / total : 0;
-        *comm = isfinite(part[3]) ? part[3] / total : 0;
-        *source = "per-step split in metrics.jsonl";
-        return true;
-    }
-    if (dt_json_get_num(r->trainer, "train_seconds", &train) && train > 0 &&
-        dt_json_get_num(r->trainer, "data_wait_seconds", &dw) && dt_json_get_num(r->trainer, "comm_wait_seconds", &cw)) {
-        *data = dw / train;
-        *comm = cw / train;
-        *source = "trainer_summary.json";
-        return true;
-    }
-    return false;
-}
-
-struct says {
-    char *buf;
-    size_t size, used;
-    int n;
-};
-
-static void say(struct says *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(struct says *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(s->buf + s->used, s->size - s->used, fmt, ap);
-    va_end(ap);
-    s->used += k < 0 ? 0 : (size_t)k;
-    s->used = s->used < s->size ? s->used : s->size - 1;
-    s->n++;
-}
-
-int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
-{
-    struct says s = {buf, size, 0, 0};
-    double data = 0, comm = 0, gpu = mean_of(dt_report_series(r, "gpu_util"));
-    const char *src = "";
-    buf[0] = 0;
-    bool have = wait_shares(r, &data, &comm, &src);
-    if (have && data > 0.10)
-        say(&s, "Data loading limits the run: %.0f%% of step time is spent waiting for batches (%s). "
-                "Raise data.workers or data.prefetch.\n", 100 * data, src);
-    if (have && comm > 0.10)
-        say(&s, "Communication is exposed: %.0f%% of step time is spent waiting for the gradient all-reduce "
-                "(%s). Keep ddp.overlap on, try a larger ddp.bucket_cap_mb, or a faster backend.\n", 100 * comm, src);
-    if (isfinite(gpu) && gpu < 50)
-        say(&s, "The GPU is underused: %.0f%% utilisation on average (gpu_util). Raise data.batch_size or look "
-                "for data waits.\n", gpu);
-    if (s.n == 0 && have)
-        say(&s, "No bottleneck found: data wait %.1f%%, communication wait %.1f%% of step time (%s).\n",
-            100 * data, 100 * comm, src);
-    if (s.n == 0)
-        say(&s, "No step-time figures in this run (no trainer_summary.json and no per-step split).\n");
-    return s.n;
-}
-
 /* A horizontal bar of the step split with the share of each part. */
 static void split_bar(FILE *f, const struct dt_report *r)
 {
     double part[N_SPLIT], total, train, dw, cw;
-    if (!split_means(r, part, &total)) {
+    if (!dt_report_split(r, part, &total)) {
         if (!dt_json_get_num(r->trainer, "train_seconds", &train) || train <= 0 ||
             !dt_json_get_num(r->trainer, "data_wait_seconds", &dw) ||
             !dt_json_get_num(r->trainer, "comm_wait_seconds", &cw))
@@ -223,6 +133,9 @@ static const struct chart_def charts[] = {
     {"Throughput (samples/s)", {"samples_per_s"}},
     {"Step time split (s per step)", {"data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s"}},
     {"Loss scale", {"loss_scale"}},
+    {"GPU utilisation (%, mean over ranks)", {"gpu_util_pct"}},
+    {"GPU memory in use (MiB, mean over ranks)", {"gpu_mem_mib"}},
+    {"Work per step (s, mean over ranks)", {"rank_work_s"}},
 };
 
 static bool charted(const char *name)
@@ -284,7 +197,7 @@ static void heading(FILE *f, const struct dt_report *r)
 int dt_report_write(const struct dt_report *r, FILE *f)
 {
     static const char *const summary_skip[] = {"attempts", "first_failure", "version", NULL};
-    char findings[2048];
+    char findings[4096];
     heading(f, r);
     fputs("<h2>Findings</h2>\n", f);
     dt_report_diagnose(r, findings, sizeof findings);

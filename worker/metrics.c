@@ -62,8 +62,16 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
             fprintf(m->f, "%s%s", r ? ", " : "", num(a[5], 32, m->gpu[2 * r + k]));
         fputc(']', m->f);
     }
-    fputs("}\n", m->f);
+    for (int r = 0; r < m->work_ranks; r++)
+        fprintf(m->f, "%s%s", r ? ", " : ", \"rank_work_s\": [", num(a[5], 32, m->work[r]));
+    fputs(m->work_ranks ? "]}\n" : "}\n", m->f);
     fflush(m->f);
+}
+
+void dt_metrics_set_work(struct dt_metrics *m, const double *work, int ranks)
+{
+    m->work_ranks = ranks < DT_METRICS_GPU_RANKS ? ranks : DT_METRICS_GPU_RANKS;
+    memcpy(m->work, work, (size_t)m->work_ranks * sizeof *work);
 }
 
 void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks)

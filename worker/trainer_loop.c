@@ -153,9 +153,16 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
 {
     /* The stop request rides along: the signal reaches ranks at different steps, and all
      * must stop at the same one, or the others would wait in the next all-reduce. */
-    double v[3] = {w->loss, w->samples, t->o.stop_request && *t->o.stop_request ? 1 : 0};
-    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 3, DT_F64, DT_SUM))
+    /* Each rank's work per step (the split less its communication wait) rides along too, in
+     * its own slot of the sum, so rank 0 can name a straggler (metrics.h, "rank_work_s"). */
+    double v[3 + DT_METRICS_GPU_RANKS] = {w->loss, w->samples, t->o.stop_request && *t->o.stop_request ? 1 : 0};
+    int ranks = t->world <= DT_METRICS_GPU_RANKS ? t->world : 0;
+    if (ranks && t->split_steps)
+        v[3 + t->rank] = 1e-9 * (double)(t->split_ns[0] + t->split_ns[1] + t->split_ns[2] + t->split_ns[4]) /
+                         (double)t->split_steps;
+    if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 3 + (size_t)ranks, DT_F64, DT_SUM))
         return dt_error_prefix("averaging the loss over ranks");
+    dt_metrics_set_work(&t->metrics, &v[3], t->split_steps ? ranks : 0);
     t->stopping = v[2] > 0;
     double now = dt_trainer_now(), dt = now - w->t0;
     t->last_loss = v[0] / v[1];

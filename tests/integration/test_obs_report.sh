@@ -19,7 +19,7 @@ with open(run + "/metrics.jsonl", "w") as f:
         f.write(json.dumps({"step": s, "epoch": s / 100, "loss": 2.3 * math.exp(-s / 90) + 0.3,
                             "lr": 0.01 * math.sin(math.pi * s / 500) + 1e-5, "beta1": 0.9,
                             "grad_norm": 1 / math.sqrt(s), "samples_per_s": 12000 + s,
-                            "time_s": s / 100}) + "\n")
+                            "time_s": s / 100, "rank_work_s": [0.010, 0.016]}) + "\n")
         if s % 100 == 0:
             f.write(json.dumps({"step": s, "epoch": s / 100, "test_loss": 1 / s + 0.3,
                                 "test_accuracy": 0.7 + s / 5000}) + "\n")
@@ -32,8 +32,11 @@ PY
 
 expect_status 0 "dtrain report RUN_DIR" "$DTRAIN" report "$run"
 contains "$T/last.out" "report: .*/report.html" "it says where the page is"
-contains "$T/last.out" "Data loading limits the run: 25% of step time" "it names the bottleneck with its figure"
+contains "$T/last.out" "Data loading limits the run: 25% of the step .*\\(2.5 s of 10.0 s training" \
+  "it names the bottleneck with its figure"
+contains "$T/last.out" "Rank 1 is a straggler: 16.0 ms of work per step, 6.0 ms \\(60%\\) more" "it names the straggler rank"
 page="$run/report.html"
+contains "$page" '<p class="finding">Rank 1 is a straggler' "the page shows the findings"
 contains "$page" '<polyline class="curve" data-series="loss"' "the page has the loss polyline"
 contains "$page" 'fmnist&lt;demo&gt;' "summary strings are escaped"
 contains "$page" '20261202-120000-abcdef' "the run id is shown"

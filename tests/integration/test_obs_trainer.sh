@@ -28,6 +28,17 @@ YAML
 expect_status 0 "a traced 2-rank trainer job runs" "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs"
 run=$(echo "$T"/runs/obs-*)
 contains "$T/last.out" '^\[dtrain\] epoch [0-9.]+ \| step [0-9]+/40 \| loss [0-9.]+ \| lr' "off a terminal the launcher prints plain progress lines"
+contains "$T/last.err" '^dtrain: finding: (No bottleneck found|Data loading|Communication is exposed|Rank [01] is a straggler)' \
+  "the end-of-run summary says what limits the run"
+python3 - "$T"/runs/obs-*/metrics.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+# rank 0's entry is its own split less the communication wait (the split is rank 0's)
+ok = rows and all(len(r.get("rank_work_s", [])) == 2 and r["rank_work_s"][1] > 0 and
+                  abs(r["rank_work_s"][0] - (r["data_s"] + r["forward_s"] + r["backward_s"] + r["optimizer_s"])) < 1e-8
+                  for r in rows)
+print(("ok - " if ok else "not ok - ") + "every training row has both ranks' work per step: %s" % rows[-1].get("rank_work_s"))
+PY
 # On a terminal (script(1) gives one) the line is drawn with \r and erase-line, and erased before rank output.
 if command -v script >/dev/null; then
   script -qec "'$DTRAIN' launch '$T/job.yaml' --log-dir '$T/runs-tty'" /dev/null > "$T/tty.out" 2>&1
@@ -49,7 +60,8 @@ for line in open(run + "/metrics.jsonl"):
     row = json.loads(line)
     group = "eval" if "test_accuracy" in row else "train"
     for k, v in row.items():
-        if k not in ("step", "epoch", "time_s", "total_steps") and v is not None:
+        # lists hold one number per rank (rank_work_s; gpu_* on GPUs, tags gpu/*_rank<N>)
+        if k not in ("step", "epoch", "time_s", "total_steps") and v is not None and not isinstance(v, list):
             want.setdefault(group + "/" + k, []).append((row["step"], v))
 acc = ea.EventAccumulator(run, size_guidance={ea.SCALARS: 0})
 acc.Reload()
@@ -74,13 +86,17 @@ import json, sys
 m = json.load(open(sys.argv[1] + "/trace_merged.json"))["traceEvents"]
 names = {e["pid"]: e["args"]["name"] for e in m if e["ph"] == "M" and e["name"] == "process_name"}
 print(("ok - " if names == {0: "rank 0", 1: "rank 1", 2: "dtrain launch"} else "not ok - ") + "merged processes %s" % names)
-first = min(e["ts"] for e in m if e["pid"] in (0, 1) and e["ph"] == "X")
 spawn = [e for e in m if e["pid"] == 2 and e["name"] == "spawn to exit"]
-# each rank's spawn-to-exit span encloses that rank's own spans: the clocks agree
-ok = len(spawn) == 2 and all(s["ts"] <= first and
-                             max(e["ts"] + e["dur"] for e in m if e["pid"] == s["tid"] - 2 and e["ph"] == "X") <= s["ts"] + s["dur"] + 1000
-                             for s in spawn)
-print(("ok - " if ok else "not ok - ") + "each rank's life on the launch row encloses its trace")
+# each rank's spawn-to-exit span encloses that rank's own spans (not the other
+# rank's: rank 0 may trace before rank 1 is forked): the clocks agree
+def own(s):
+    return [e for e in m if e["pid"] == s["tid"] - 2 and e["ph"] == "X"]
+bad = [(s["tid"] - 2, s["ts"], s["ts"] + s["dur"], min(e["ts"] for e in own(s)), max(e["ts"] + e["dur"] for e in own(s)))
+       for s in spawn if not own(s) or min(e["ts"] for e in own(s)) < s["ts"] or
+       max(e["ts"] + e["dur"] for e in own(s)) > s["ts"] + s["dur"] + 1000]
+ok = len(spawn) == 2 and {s["tid"] - 2 for s in spawn} == {0, 1} and not bad
+print(("ok - " if ok else "not ok - ") + "each rank's life on the launch row encloses its trace%s" %
+      (" (rank, spawn, exit, first, last event: %s)" % bad if bad else ""))
 PY
 expect_status 0 "dtrain report of the run" "$DTRAIN" report "$run"
 contains "$run/report.html" 'data-series="test_accuracy"' "the report draws test accuracy"
