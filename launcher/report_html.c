@@ -15,7 +15,8 @@
 /* The parts of a step the trainer may log per row (seconds per step). */
 static const char *const split_labels[] = {"data wait", "forward", "backward", "communication wait", "optimizer"};
 #define N_SPLIT DT_REPORT_SPLIT
-static const char *const split_colors[] = {"#ff7f0e", "#1f77b4", "#9467bd", "#d62728", "#2ca02c"};
+/* the colours report_svg.c gives these series in the "Step time split" chart */
+static const char *const split_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"};
 
 static void esc(FILE *f, const char *s)
 {
@@ -36,7 +37,8 @@ static void cell(FILE *f, const struct dt_json *v)
     if (v->type == DT_JSON_STRING) {
         esc(f, v->str);
     } else if (v->type == DT_JSON_NUMBER) {
-        fprintf(f, "%.6g", v->num);
+        /* %g would print a Unix time as 1.79627e+09 */
+        fprintf(f, fabs(v->num) >= 1e6 && fabs(v->num) < 1e15 ? "%.3f" : "%.6g", v->num);
     } else if (v->type == DT_JSON_ARRAY) {
         for (const struct dt_json *c = v->child; c; c = c->next) {
             cell(f, c);
@@ -102,8 +104,11 @@ static void split_bar(FILE *f, const struct dt_report *r)
         fprintf(f, "<rect class=\"part\" data-part=\"%s\" x=\"%.1f\" y=\"4\" width=\"%.1f\" height=\"30\" "
                    "fill=\"%s\"><title>%s: %.1f%%</title></rect>\n", label, x, w, split_colors[i], label,
                 100 * part[i] / total);
-        fprintf(f, "<text class=\"legend\" x=\"%.1f\" y=\"52\">%s %.0f%%</text>\n", x + 2, w > 60 ? label : "",
-                100 * part[i] / total);
+        /* 11 px text is about 6.2 px a character; a part too thin for its text keeps it in the tooltip */
+        bool named = w > 6.2 * (double)(strlen(label) + 5);
+        if (w > 28)
+            fprintf(f, "<text class=\"legend\" x=\"%.1f\" y=\"52\">%s%s%.0f%%</text>\n", x + 2, named ? label : "",
+                    named ? " " : "", 100 * part[i] / total);
         x += w;
     }
     fputs("</svg>\n", f);
@@ -196,7 +201,8 @@ static void heading(FILE *f, const struct dt_report *r)
 
 int dt_report_write(const struct dt_report *r, FILE *f)
 {
-    static const char *const summary_skip[] = {"attempts", "first_failure", "version", NULL};
+    /* "trainer" is trainer_summary.json again: it has its own table */
+    static const char *const summary_skip[] = {"attempts", "first_failure", "version", "trainer", NULL};
     char findings[4096];
     heading(f, r);
     fputs("<h2>Findings</h2>\n", f);
