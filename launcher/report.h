@@ -9,7 +9,7 @@
  * "step"; a truncated or garbled line is an error naming the file and line.
  * Every other numeric member becomes a series over steps, so fields the
  * trainer adds later (forward_s, ...) show up without a change here; a list of
- * numbers (one per rank, e.g. gpu_util_pct) becomes a series of its mean over
+ * numbers (one per rank: gpu_util_pct, gpu_mem_mib) becomes a series of its mean over
  * ranks plus each rank's mean over the run (struct dt_report_ranks).
  *
  * Not for live progress (the launcher's console) or for TensorBoard.
@@ -27,8 +27,8 @@
 #define DT_REPORT_MAX_LISTS 4
 #define DT_REPORT_MAX_RANKS 64
 
-/* A member that holds one number per rank ("gpu_util_pct": [..], "rank_work_s":
- * [..]): each rank's mean over the rows, NaN where a rank never had a number. */
+/* A member that holds one number per rank ("gpu_util_pct": [..]): each
+ * rank's mean over the rows, NaN where a rank never had a number. */
 struct dt_report_ranks {
     char name[48];
     int ranks;
@@ -85,10 +85,5 @@ double dt_report_rank_mean(const struct dt_report_ranks *l, int k);
  * that shows it; returns how many (a "no bottleneck" line counts).  The
  * rules and thresholds are in report_diagnose.c. */
 int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size);
-
-/* The end-of-run console summary: the findings of run_dir as log lines.
- * Silent when run_dir has no metrics.jsonl (not a trainer job, or rank 0 ran
- * on another node); a broken file is a warning, never a failed job. */
-void dt_report_print_findings(const char *run_dir);
 
 #endif

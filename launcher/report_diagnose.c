@@ -6,8 +6,8 @@
  *   exposed comm   mean comm_wait_s over 10% of the step: the all-reduce is not
  *                  hidden behind backward (ddp.overlap, ddp.bucket_cap_mb);
  *   low GPU use    mean gpu_util_pct (NVML, per rank) under 70%;
- *   straggler      one rank's work per step (rank_work_s: its step less its
- *                  communication wait) 15% over the median of the others:
+ *   straggler      one rank's work (rank_work_seconds: its train time less its
+ *                  data and all-reduce waits) 10% over the median of the others:
  *                  in synchronous data parallelism every rank waits for the
  *                  slowest one at each all-reduce, so its excess is every
  *                  other rank's loss.
@@ -21,15 +21,13 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm/error.h"
-#include "comm/log.h"
 
 #define DATA_SHARE 0.10
 #define COMM_SHARE 0.10
 #define GPU_UTIL_PCT 70.0
-#define STRAGGLER_EXCESS 0.15
+#define STRAGGLER_EXCESS 0.10
 
 static const char *const split_names[DT_REPORT_SPLIT] = {"data_s", "forward_s", "backward_s", "comm_wait_s",
                                                          "optimizer_s"};
@@ -116,27 +114,35 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The rank with the most work per step against the median of the others. */
+/* The rank with the most work against the median of the others: rank_work_seconds
+ * of trainer_summary.json, each rank's train time less its data and all-reduce
+ * waits, gathered once at the end of training (worker/metrics.h). */
 static bool straggler(const struct dt_report *r, int *rank, double *mine, double *median)
 {
-    const struct dt_report_ranks *l = dt_report_ranks(r, "rank_work_s");
-    double others[DT_REPORT_MAX_RANKS];
-    int n = 0, worst = -1;
-    for (int k = 0; l && k < l->ranks; k++) {
-        double w = dt_report_rank_mean(l, k);
-        if (isfinite(w) && (worst < 0 || w > dt_report_rank_mean(l, worst)))
-            worst = k;
-    }
-    for (int k = 0; worst >= 0 && k < l->ranks; k++)
-        if (k != worst && isfinite(dt_report_rank_mean(l, k)))
-            others[n++] = dt_report_rank_mean(l, k);
-    if (n == 0)
+    const struct dt_json *l = dt_json_get(r->trainer, "rank_work_seconds");
+    if (!l || l->type != DT_JSON_ARRAY || l->n < 2)
         return false;
-    qsort(others, (size_t)n, sizeof others[0], by_value);
-    *median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
-    *rank = worst;
-    *mine = dt_report_rank_mean(l, worst);
-    return *median > 0 && *mine > *median * (1 + STRAGGLER_EXCESS);
+    double *v = malloc(2 * l->n * sizeof *v), *others = v + l->n;
+    size_t n = 0, worst = 0;
+    for (const struct dt_json *e = l->child; v && e; e = e->next, n++) {
+        if (e->type != DT_JSON_NUMBER || !isfinite(e->num) || e->num <= 0)
+            break; /* a rank without a figure: no verdict */
+        v[n] = e->num;
+        worst = v[n] > v[worst] ? n : worst;
+    }
+    bool whole = v && n == l->n;
+    size_t k = 0;
+    for (size_t i = 0; whole && i < n; i++)
+        if (i != worst)
+            others[k++] = v[i];
+    if (whole) {
+        qsort(others, k, sizeof others[0], by_value);
+        *median = k % 2 ? others[k / 2] : (others[k / 2 - 1] + others[k / 2]) / 2;
+        *rank = (int)worst;
+        *mine = v[worst];
+    }
+    free(v);
+    return whole && *median > 0 && *mine > *median * (1 + STRAGGLER_EXCESS);
 }
 
 /* The mean utilisation over ranks and the least used rank. */
@@ -183,32 +189,15 @@ int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
         say(&s, "The GPUs are underused: %.0f%% utilisation on average, rank %d lowest at %.0f%% (gpu_util_pct, "
                 "NVML). Raise data.batch_size, or look for data or communication waits.\n", gpu, low_rank, low);
     if (lagging)
-        say(&s, "Rank %d is a straggler: %.1f ms of work per step, %.1f ms (%.0f%%) more than the median of the "
-                "other ranks (%.1f ms; rank_work_s: its step less its communication wait). Every other rank waits "
-                "for it at each all-reduce: look for other load on its host or device.\n", slow, 1e3 * mine,
-            1e3 * (mine - median), 100 * (mine / median - 1), 1e3 * median);
+        say(&s, "Rank %d is a straggler: %.1f s of work, %.1f s (%.0f%%) more than the median of the other ranks "
+                "(%.1f s; rank_work_seconds in trainer_summary.json: train time less data and all-reduce waits). "
+                "Every other rank waits for it at each all-reduce: look for other load on its host or device.\n",
+            slow, mine, mine - median, 100 * (mine / median - 1), median);
     if (s.n == 0 && have)
         say(&s, "No bottleneck found: data wait %.1f%%, communication wait %.1f%% of the step%s%s.\n",
             100 * w.data / w.total, 100 * w.comm / w.total, gpus ? ", GPU utilisation at least 70%" : "",
-            dt_report_ranks(r, "rank_work_s") ? ", no straggler rank" : "");
+            dt_json_get(r->trainer, "rank_work_seconds") ? ", no straggler rank" : "");
     if (s.n == 0)
         say(&s, "No step-time figures in this run (no trainer_summary.json and no per-step split).\n");
     return s.n;
-}
-
-void dt_report_print_findings(const char *run_dir)
-{
-    struct dt_report r;
-    char path[4200], findings[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    if (access(path, F_OK) != 0)
-        return;
-    if (dt_report_load(run_dir, &r)) {
-        dt_log_warn("no findings for this run: %s", dt_error_last());
-        return;
-    }
-    dt_report_diagnose(&r, findings, sizeof findings);
-    for (char *save = NULL, *line = strtok_r(findings, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-        dt_log_info("finding: %s", line);
-    dt_report_free(&r);
 }

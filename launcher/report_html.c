@@ -140,7 +140,6 @@ static const struct chart_def charts[] = {
     {"Loss scale", {"loss_scale"}},
     {"GPU utilisation (%, mean over ranks)", {"gpu_util_pct"}},
     {"GPU memory in use (MiB, mean over ranks)", {"gpu_mem_mib"}},
-    {"Work per step (s, mean over ranks)", {"rank_work_s"}},
 };
 
 static bool charted(const char *name)

@@ -5,9 +5,7 @@
  * "samples_per_s", "time_s", "total_steps", then rank 0's step-time split in
  * seconds per step: "data_s", "forward_s", "backward_s", "comm_wait_s",
  * "optimizer_s"; under AMP also "loss_scale" (after this step's update) and
- * "skipped_steps" (optimizer steps skipped for inf/NaN so far); "rank_work_s"
- * (each rank's step time less its communication wait, rank order) and on GPUs
- * "gpu_util_pct", "gpu_mem_mib" (one number per rank)} and an
+ * "skipped_steps" (optimizer steps skipped for inf/NaN so far)} and an
  * evaluation row after each evaluation
  * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
@@ -40,12 +38,10 @@ struct dt_metrics {
      * "gpu_mem_mib" lists (rank order); gpu_ranks 0 = none */
     int gpu_ranks;
     double gpu[2 * DT_METRICS_GPU_RANKS];
-    /* each rank's work per step in seconds (its split less comm_wait_s), written
-     * as "rank_work_s" (rank order): the slowest rank makes the others wait in
-     * every all-reduce, so this names a straggler; work_ranks 0 = none */
-    int work_ranks;
-    double work[DT_METRICS_GPU_RANKS];
 };
+
+/* trainer_summary.json lists each rank's work time up to this world size. */
+#define DT_METRICS_WORK_RANKS 4096
 
 struct dt_metrics_summary {
     double final_loss, test_loss, test_accuracy, samples_per_s, train_s, data_wait_s, comm_wait_s;
@@ -54,6 +50,11 @@ struct dt_metrics_summary {
     int world, batch_size;
     int64_t resumed_from; /* step of the checkpoint resumed from, -1 when none */
     double allreduce_s;   /* one step's bucketed all-reduce alone (bench_allreduce), NAN if not measured */
+    /* Each rank's work: training time less its waits for data and for the
+     * all-reduce, in seconds (n_work ranks, NULL when not gathered).  A rank
+     * that works longer than the others makes them wait: a straggler. */
+    const double *work_s;
+    int n_work;
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it). */
@@ -64,8 +65,6 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
                      double grad_norm, double samples_per_s, double time_s);
 /* util_mem[2r], util_mem[2r+1]: rank r's utilisation and memory (NAN: unknown). */
 void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks);
-/* work[r]: rank r's seconds of work per step since the last row. */
-void dt_metrics_set_work(struct dt_metrics *m, const double *work, int ranks);
 void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
 
 /* Writes <run_dir>/trainer_summary.json (temp file + rename). */
