@@ -12,7 +12,7 @@
  *   run as a wavefront, so that a byte is reduced and forwarded while it is
  *   still in cache (ring_blocks()).
  *   In a power-of-two world of >= 4 ranks, up to DTRAIN_TCP_HALVING_BYTES
- *   (default 16 MiB) allreduce is halving-doubling instead (tcp_halving.c):
+ *   (default 64 MiB) allreduce is halving-doubling instead (tcp_halving.c):
  *   2 lg p dependent steps instead of the ring's 2(p-1), which is what costs
  *   when ranks outnumber cores.
  *   reduce_scatter = the ring's first half; allgather = its second half;
