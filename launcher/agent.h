@@ -62,6 +62,12 @@ struct dt_agent_hooks {
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
 #define DT_AGENT_EXIT_REQUEUE 75
 
+/* The line put in a rank's log before a later run's output when the run
+ * directory is used again (a Slurm requeue keeps the job id as run id). */
+#define DT_AGENT_LOG_RERUN_MARK                                                                              \
+    "---- dtrain: the run directory was used again (a Slurm requeue or the same --run-id); this run's "      \
+    "output follows ----"
+
 struct dt_agent_config {
     const struct dt_job *job;
     const char *const *argv; /* the program each rank runs (job->command, or `dtrain worker`) */

@@ -122,6 +122,16 @@ static int read_abort(struct dt_agent_round *r, int *status, char *why, size_t n
     return 0;
 }
 
+/* Another node's abort, said as what it is: a requeue stop (every node's ranks
+ * checkpointed on SIGUSR1 and exit DT_AGENT_EXIT_REQUEUE) is expected, not an error. */
+static void say_abort(int status, const char *why)
+{
+    if (status == DT_AGENT_EXIT_REQUEUE)
+        dt_log_info("the job is stopping to be requeued: %s", why);
+    else
+        dt_log_error("the job is ending: %s", why);
+}
+
 /* 1 when a member was lost (its agent's connection closed without LEAVE). */
 static int member_lost(struct dt_agent_round *r, char *why, size_t n)
 {
@@ -166,7 +176,7 @@ static enum dt_agent_verdict look(struct dt_agent_round *r, int k, int *status)
     char why[600], k1[64];
     int rc = exists(r, "dtrain/abort");
     if (rc == 1 && (rc = read_abort(r, status, why, sizeof why)) == 0) {
-        dt_log_error("the job is ending: %s", why);
+        say_abort(*status, why);
         return DT_AGENT_ABORT;
     }
     if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
@@ -281,7 +291,7 @@ static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *stat
          * counter full, so a node seen lost or left here is no false alarm. */
         if ((rc = exists(r, "dtrain/abort")) == 1) {
             if ((rc = read_abort(r, status, why, sizeof why)) == 0) {
-                dt_log_error("the job is ending: %s", why);
+                say_abort(*status, why);
                 return 2;
             }
         } else if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
@@ -481,7 +491,9 @@ static void wait_others_gone(struct dt_agent_round *r)
 
 void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res)
 {
-    if (res->status == DT_AGENT_INTERRUPTED) {
+    if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
+        dt_agent_round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+    } else if (res->status == DT_AGENT_INTERRUPTED) {
         char why[128], tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",
                  dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));

@@ -130,6 +130,20 @@ static void ranks_succeed_with_logs_and_prefixes(void **state)
     }
 }
 
+/* A requeued Slurm job runs again in the same run directory: both runs' output stays. */
+static void rerun_appends_to_the_logs(void **state)
+{
+    struct fixture *f = *state;
+    run(f, 1, 0, "echo first run; printf 'no newline' >&2");
+    dt_agent_result_free(&f->res);
+    run(f, 1, 0, "echo second run");
+    assert_int_equal(f->res.status, DT_AGENT_SUCCEEDED);
+    assert_string_equal(slurp(f->dir, "attempt_0/rank_0.out"),
+                        "first run\n" DT_AGENT_LOG_RERUN_MARK "\nsecond run\n");
+    /* The mark starts a line of its own even after an unfinished one. */
+    assert_string_equal(slurp(f->dir, "attempt_0/rank_0.err"), "no newline\n" DT_AGENT_LOG_RERUN_MARK "\n");
+}
+
 static void first_failure_stops_the_others(void **state)
 {
     struct fixture *f = *state;
@@ -251,6 +265,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(ranks_succeed_with_logs_and_prefixes, setup, teardown),
+        cmocka_unit_test_setup_teardown(rerun_appends_to_the_logs, setup, teardown),
         cmocka_unit_test_setup_teardown(first_failure_stops_the_others, setup, teardown),
         cmocka_unit_test_setup_teardown(crash_by_signal, setup, teardown),
         cmocka_unit_test_setup_teardown(restart_then_success, setup, teardown),
