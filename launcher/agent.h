@@ -120,6 +120,10 @@ struct dt_agent_attempt {
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
     struct dt_agent_rank_result *ranks; /* nproc entries */
     int hung;                           /* local rank index the watchdog declared hung, or -1 */
+    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_round.c
+     * gathers them at the end); times on node 0's clock through the wall clock. */
+    struct dt_agent_rank_result *others;
+    int n_others;
 };
 
 struct dt_agent_failure {
@@ -252,8 +256,10 @@ void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
 /* Ends the job everywhere with `status` (the first abort stands). */
 int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
 /* After dt_agent_run: passes an interruption or failure on to the other
- * nodes, then leaves (node 0 first waits, bounded, for the others to go). */
-void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res);
+ * nodes, then leaves (node 0 first waits, bounded, for the others to go).
+ * The others publish their ranks' records before they leave; node 0 adds
+ * them to res (attempts[k].others) for its summary.json. */
+void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res);
 void dt_agent_round_close(struct dt_agent_round *r);
 
 /* --- environment (agent_env.c) ------------------------------------------ */

@@ -9,8 +9,11 @@
  *   dtrain/fail/<k>      "<rank> <wstatus> <node>": the first rank that failed
  *                        in round k, wherever it ran (COMPARE_SET on an absent
  *                        key: the first writer wins, the coordinator orders them)
- *   dtrain/failinfo/<k>  that failure in full (host, error message, last stderr
- *                        lines), for node 0's summary.json
+ *   dtrain/failinfo/<k>  that failure in full (host, wall-clock time, error message,
+ *                        last stderr lines), for node 0's summary.json
+ *   dtrain/ranks/<node>  that node's rank records of every round, written as it
+ *                        leaves, for node 0's summary.json (times as wall-clock
+ *                        seconds: each agent's monotonic clock is its own)
  *   dtrain/end/<k>       a counter: nodes whose ranks of round k are all gone
  *   dtrain/abort         "<status> <sentence>": the job ends with this status
  *                        (a signal to one agent, refused PyTorch ranks)
@@ -214,7 +217,7 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
 }
 
 /* The round's failure in full, for node 0's summary.json:
- * "<rank> <wstatus> <node> <n_tail>\n<host>\n<error file>\n<error message>\n<tail lines>". */
+ * "<rank> <wstatus> <node> <n_tail> <unix time>\n<host>\n<error file>\n<error message>\n<tail lines>". */
 static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
 {
     const struct dt_agent_failure *ff = &res->first_failure;
@@ -223,8 +226,9 @@ static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_res
     if (!v)
         return;
     gethostname(host, sizeof host);
-    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d\n%s\n%s\n%s\n", ff->rank, ff->wstatus,
-                            r->cfg.node_rank, ff->n_tail, host, ff->error_file, ff->error_message);
+    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f\n%s\n%s\n%s\n", ff->rank, ff->wstatus,
+                            r->cfg.node_rank, ff->n_tail, res->started_unix + ff->time_s, host, ff->error_file,
+                            ff->error_message);
     for (int i = 0; i < ff->n_tail && len < cap; i++)
         len += (size_t)snprintf(v + len, cap - len, "%s\n", ff->tail[i]);
     key(k1, sizeof k1, "failinfo", k);
@@ -258,10 +262,12 @@ static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res,
     struct dt_agent_failure *ff = &res->first_failure;
     char *p = v;
     int node = -1, n_tail = 0;
+    double when = 0;
     memset(ff, 0, sizeof *ff);
-    if (sscanf(next_line(&p), "%d %d %d %d", &ff->rank, &ff->wstatus, &node, &n_tail) == 4) {
+    if (sscanf(next_line(&p), "%d %d %d %d %lf", &ff->rank, &ff->wstatus, &node, &n_tail, &when) == 5) {
         char *host = next_line(&p);
         ff->node = node;
+        ff->time_s = when - res->started_unix; /* on node 0's clock, as the summary's other times */
         snprintf(ff->host, sizeof ff->host, "%s", host);
         snprintf(ff->error_file, sizeof ff->error_file, "%s", next_line(&p));
         snprintf(ff->error_message, sizeof ff->error_message, "%s", next_line(&p));
@@ -489,7 +495,73 @@ static void wait_others_gone(struct dt_agent_round *r)
     }
 }
 
-void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res)
+/* This node's rank records, one line per rank and round:
+ * "<round> <rank> <pid> <exited> <wstatus> <stopped by agent> <spawn unix> <exit unix>". */
+static void publish_ranks(struct dt_agent_round *r, const struct dt_agent_result *res)
+{
+    size_t cap = 64 + (size_t)res->n_attempts * (size_t)res->nproc * 96, len = 0;
+    char *v = malloc(cap), k1[64];
+    if (!v)
+        return;
+    v[0] = 0;
+    for (int k = 0; k < res->n_attempts; k++)
+        for (int i = 0; i < res->nproc && len < cap; i++) {
+            const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[i];
+            len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %d %d %.6f %.6f\n", k, rr->rank, rr->pid,
+                                    rr->exited, rr->wstatus, rr->stopped_by_agent, res->started_unix + rr->spawn_s,
+                                    rr->exited ? res->started_unix + rr->exit_s : 0.0);
+        }
+    key(k1, sizeof k1, "ranks", r->cfg.node_rank);
+    if (dt_store_set(r->store, k1, v, len < cap ? len : cap - 1) != 0)
+        dt_log_warn("node %d: cannot hand this node's rank records to node 0 (%s); its summary.json will "
+                    "list node 0's ranks only",
+                    r->cfg.node_rank, dt_error_last());
+    free(v);
+}
+
+static void add_other(struct dt_agent_attempt *at, const struct dt_agent_rank_result *rr)
+{
+    struct dt_agent_rank_result *o = realloc(at->others, (size_t)(at->n_others + 1) * sizeof *o);
+    if (!o)
+        return;
+    at->others = o;
+    at->others[at->n_others++] = *rr;
+}
+
+/* Node 0: every other node's records into res->attempts[k].others.  A node
+ * that left without them (killed, lost) is named, not guessed at. */
+static void read_ranks(struct dt_agent_round *r, struct dt_agent_result *res)
+{
+    for (int node = 1; node < r->cfg.nnodes; node++) {
+        char k1[64];
+        void *v = NULL;
+        size_t len = 0;
+        key(k1, sizeof k1, "ranks", node);
+        if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0) {
+            dt_log_warn("node %d left no rank records: summary.json lists its failure only if it was the "
+                        "round's first", node);
+            free(v);
+            continue;
+        }
+        char *p = v; /* NUL-terminated by dt_store_get */
+        while (p && *p) {
+            struct dt_agent_rank_result rr = {0};
+            int k, exited, stopped;
+            double spawn_u, exit_u;
+            if (sscanf(next_line(&p), "%d %d %d %d %d %d %lf %lf", &k, &rr.rank, &rr.pid, &exited, &rr.wstatus,
+                       &stopped, &spawn_u, &exit_u) != 8 || k < 0 || k >= res->n_attempts)
+                continue;
+            rr.exited = exited;
+            rr.stopped_by_agent = stopped;
+            rr.spawn_s = spawn_u - res->started_unix;
+            rr.exit_s = exited ? exit_u - res->started_unix : 0;
+            add_other(&res->attempts[k], &rr);
+        }
+        free(v);
+    }
+}
+
+void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res)
 {
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
         dt_agent_round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
@@ -505,8 +577,12 @@ void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_resul
     }
     if (r->dead)
         return;
-    if (r->cfg.node_rank == 0)
+    if (r->cfg.node_rank != 0)
+        publish_ranks(r, res);
+    if (r->cfg.node_rank == 0) {
         wait_others_gone(r);
+        read_ranks(r, res);
+    }
     dt_store_leave(r->store);
 }
 

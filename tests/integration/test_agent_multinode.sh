@@ -120,6 +120,18 @@ check "with no restarts left both agents exit with the failed rank's status 3" t
 sum=$(ls "$T"/runs-f0/failjob-*/summary.json)
 contains "$sum" '"first_failure": \{"attempt": 0, "rank": 3, "node": 1, "host": "[^"]+", "exit_code": 3' "node 0's summary.json names rank 3 on node 1 as the first failure"
 contains "$sum" '"stderr_tail": \["rank 3 breaks"\]' "and carries its last stderr line"
+t=$(sed -n 's/.*"first_failure": {.*"time_s": \([0-9.]*\),.*/\1/p' "$sum")
+x=$(sed -n 's/.*{"rank": 3, "local_rank": 1, .*"exit_s": \([0-9.]*\)}.*/\1/p' "$sum" | head -n 1)
+check "the failure's time_s is on node 0's clock: rank 3's exit time, not 0 ($t s vs $x s)" \
+  awk -v t="${t:-0}" -v x="${x:--9}" 'BEGIN { d = t - x; exit !(t > 0 && d < 0.5 && d > -0.5) }'
+for r in 0 1 2 3; do
+  contains "$sum" "\{\"rank\": $r, \"local_rank\": $((r % 2)), \"pid\": [1-9]" "summary.json's attempt lists rank $r (both nodes' ranks)"
+done
+contains "$sum" '\{"rank": 3, "local_rank": 1, "pid": [0-9]+, "exit_code": 3, .*"spawn_s": [0-9.]+, "exit_s": [0-9.]+\}' \
+  "node 1's failed rank carries its exit code and times"
+if grep -q "summary.json in" "$T/f0.1.err"; then not_ok "node 1 does not point at a summary.json it does not write"
+else ok "node 1 does not point at a summary.json it does not write"; fi
+contains "$T/f0.1.err" "node 0 writes summary.json" "node 1 says node 0 writes summary.json"
 
 # --- a node 1 that cannot reach the coordinator ----------------------------------
 sed 's/timeout: 20s/timeout: 2s/' "$T/env.yaml" >"$T/short.yaml"
