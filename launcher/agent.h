@@ -261,6 +261,20 @@ int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
  * them to res (attempts[k].others) for its summary.json. */
 void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res);
 void dt_agent_round_close(struct dt_agent_round *r);
+/* The watchdog's heartbeat source on a node other than 0 (agent.h's
+ * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
+int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s);
+
+/* agent_heartbeats.c: node 0 relays each other node's ranks' heartbeats from
+ * the coordinator it hosts to dtrain/hb/<node>; that node's agent reads them. */
+struct dt_agent_hb;
+struct dt_store;
+struct dt_agent_hb *dt_agent_hb_new(int node, int nnodes, int nproc);
+void dt_agent_hb_free(struct dt_agent_hb *h);
+/* Node 0, called often: writes every other node's key at most every 0.25 s. */
+int dt_agent_hb_relay(struct dt_agent_hb *h, struct dt_store *s, struct dt_coord *c);
+/* Other nodes: 0, or DT_ENOTFOUND when none was relayed for `rank`, or a store error. */
+int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_t *step, double *age_s);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 

@@ -60,6 +60,7 @@ struct dt_agent_round {
     bool published[MAX_ROUNDS];
     bool told_stop;
     unsigned long refusals_seen;
+    struct dt_agent_hb *hb; /* heartbeats: node 0 relays them, the others read them */
 };
 
 static void key(char *out, size_t n, const char *what, int k)
@@ -207,6 +208,8 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
                                          "`rendezvous: {auth: none}` in the job spec");
         return DT_AGENT_ABORT;
     }
+    if (r->cfg.job->trainer && dt_agent_hb_relay(r->hb, r->store, r->cfg.coord) < 0)
+        return lost_coordinator(r, status);
     enum dt_agent_verdict v = look(r, k, status);
     if (v == DT_AGENT_STOP_ATTEMPT && res->attempts[k].first_failed < 0 && !r->told_stop) {
         dt_log_warn("node %d: a rank on another node failed in round %d; stopping this node's ranks",
@@ -293,6 +296,9 @@ static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *stat
         struct pollfd p = {.fd = sig_fd, .events = POLLIN};
         if (poll(&p, 1, (int)(POLL_S * 1000)) > 0)
             return 1;
+        /* Another node's ranks may still run: their watchdog needs the relay. */
+        if (r->cfg.job->trainer)
+            dt_agent_hb_relay(r->hb, r->store, r->cfg.coord);
         /* Members before the counter: a node leaves only after it saw the
          * counter full, so a node seen lost or left here is no false alarm. */
         if ((rc = exists(r, "dtrain/abort")) == 1) {
@@ -382,6 +388,11 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
     if (!r)
         return dt_error_set(DT_ENOMEM, "out of memory");
     r->cfg = *cfg;
+    r->hb = dt_agent_hb_new(cfg->node_rank, cfg->nnodes, cfg->nproc);
+    if (!r->hb) {
+        free(r);
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    }
     snprintf(r->coord, sizeof r->coord, "%s:%d", cfg->coord_host, cfg->coord_port);
     struct dt_store_options o = {.host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token,
                                  .timeout_s = cfg->timeout_s};
@@ -390,6 +401,7 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
         dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
                         "rendezvous.timeout (%gs)",
                         cfg->node_rank, r->coord, cfg->timeout_s);
+        dt_agent_hb_free(r->hb);
         free(r);
         return rc;
     }
@@ -591,5 +603,13 @@ void dt_agent_round_close(struct dt_agent_round *r)
     if (!r)
         return;
     dt_store_close(r->store);
+    dt_agent_hb_free(r->hb);
     free(r);
+}
+
+int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s)
+{
+    if (r->dead)
+        return dt_error_set(DT_EIO, "the coordinator at %s is gone", r->coord);
+    return dt_agent_hb_read(r->hb, r->store, rank, step, age_s);
 }

@@ -96,6 +96,22 @@ one=$(sed -n 's/.*"final_loss": \([-0-9.e]*\).*/\1/p' "$T"/runs-tr1/tr-*/trainer
 check "two nodes reach the same final loss as one node ($two vs $one)" test -n "$two" -a "$two" = "$one"
 contains "$T"/runs-tr/tr-*/trainer_summary.json '"world_size": 2' "the two-node trainer ran with world size 2"
 
+# --- a rank hung on node 1: node 1's watchdog reads its heartbeats too ----------
+# Heartbeats reach only the coordinator on node 0; node 0 relays node 1's through the
+# store.  Rank 1 (node 1) stops itself at step 10; node 1's hang report must show the
+# step its heartbeat last reported, which it can only know through that relay.
+trainer "nodes: 2" 1 | sed -e 's/steps: 10/steps: 40/' \
+  -e 's/^rendezvous: .*/rendezvous: {timeout: 20s, heartbeat_timeout: 2s}\nmax_restarts: 1/' >"$T/hang.yaml"
+DTRAIN_FAULT=stop:1:10 agents "$T/hang.yaml" 2 hang
+check "a rank stopped on node 1: both agents recover with a restart and exit 0 ($(rc_of hang.0)$(rc_of hang.1))" \
+  test "$(rc_of hang.0)$(rc_of hang.1)" = 00
+contains "$T/hang.1.err" "rank 1 .*hung" "node 1's watchdog declares rank 1 hung"
+report=$(ls "$T"/runs-hang/tr-*/attempt_0/hang_rank_1.txt 2>/dev/null | head -n 1)
+contains "${report:-$T/none}" "heartbeat: step [0-9]+, [0-9.]+ s ago" \
+  "node 1's hang report has rank 1's last heartbeat (relayed from node 0's coordinator)"
+if grep -q "hung" "$T/tr.1.err" "$T/tr.0.err"; then not_ok "the healthy two-node trainer is not declared hung"
+else ok "the healthy two-node trainer is not declared hung"; fi
+
 # --- a rank failing on node 1 restarts both nodes ------------------------------
 failjob() { # max_restarts
   cat <<EOF2
