@@ -34,6 +34,8 @@ SKIP_TORCH=${SKIP_TORCH:-0}
 [ -x "$DTRAIN" ] || { echo "trainer_cpu: $DTRAIN is not built (run make)" >&2; exit 1; }
 [ "$SKIP_TORCH" = 1 ] || python3 -c 'import torch' 2>/dev/null || { echo "trainer_cpu: python3 cannot import torch: pip install torch" >&2; exit 1; }
 
+# calc EXPR: floating-point arithmetic in awk (bc is not on every machine, e.g. the GPU host)
+calc() { awk "BEGIN { printf \"%.9g\", $1 }"; }
 W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
@@ -96,14 +98,14 @@ for b in 64 256; do
     t=$(printf '%s\n%s\n' "$t" "$x" | sort -g | tail -n 1)
   done
   [ "$SKIP_TORCH" = 1 ] && { printf "%-8s %14.1f %14s\n" "$b" "$d" "-"; continue; }
-  printf "%-8s %14.1f %14.1f %7.2fx\n" "$b" "$d" "$t" "$(echo "$d / $t" | bc -l)"
+  printf "%-8s %14.1f %14.1f %7.2fx\n" "$b" "$d" "$t" "$(calc "$d / $t")"
 done
 
 echo "# four ranks, batch 64 per rank, backend auto; best of $REPS"
 spec lone 1 64 "$STEPS" true
 for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov"; done
-ms() { echo "($1)*1000" | bc -l; }
-pct() { echo "100*($1 - $2)/$3" | bc -l; }
+ms() { awk "BEGIN { printf \"%.3f\", ($1)*1000 }"; }
+pct() { calc "100*($1 - $2)/$3"; }
 best_min() { printf '%s\n%s\n' "$1" "$2" | sort -g | head -n 1; }
 lone=1e9; declare -A step ar sps wait
 for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; done
@@ -121,7 +123,7 @@ for rep in $(seq "$REPS"); do
     a=$(python3 -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
     echo "#   rep $rep overlap $ov: step $(ms "$s2") ms, comm wait $(ms "$s3") ms, all-reduce alone $(ms "$a") ms"
     # Within one run: the wait after backward over that run's all-reduce alone.
-    f=$(echo "$s3 / $a" | bc -l)
+    f=$(calc "$s3 / $a")
     wait[$ov]=$(best_min "${wait[$ov]}" "$f")
     step[$ov]=$(best_min "${step[$ov]}" "$s2")
     ar[$ov]=$(best_min "${ar[$ov]}" "$a")
@@ -136,5 +138,5 @@ for ov in true false; do
   printf "  vs 4 lone ranks together %.2f ms: exposed %.2f ms = %.0f%% of the all-reduce\n" "$(ms "$lone")" \
     "$(ms "${step[$ov]} - $lone")" "$(pct "${step[$ov]}" "$lone" "${ar[$ov]}")"
   printf "  same run: rank 0 waits after backward %.0f%% of that run's all-reduce alone (best of $REPS)\n" \
-    "$(echo "100*${wait[$ov]}" | bc -l)"
+    "$(calc "100*${wait[$ov]}")"
 done
