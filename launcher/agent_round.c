@@ -6,11 +6,16 @@
  * rendezvous rounds; ranks see it as TORCHELASTIC_RESTART_COUNT), kept in
  * step by a few keys:
  *
- *   dtrain/fail/<k>      "<rank> <wstatus> <node>": the first rank that failed
- *                        in round k, wherever it ran (COMPARE_SET on an absent
- *                        key: the first writer wins, the coordinator orders them)
- *   dtrain/failinfo/<k>  that failure in full (host, wall-clock time, error message,
- *                        last stderr lines), for node 0's summary.json
+ *   dtrain/fail/<k>      "<rank> <wstatus> <node> <hung>": the first rank that
+ *                        failed in round k, wherever it ran (COMPARE_SET on an
+ *                        absent key: the first writer wins, the coordinator
+ *                        orders them), except that a rank the watchdog declared
+ *                        hung replaces an ordinary exit: the hung rank's peers
+ *                        fail when the agent kills it, often before its own
+ *                        node publishes, and the cause must not lose to them
+ *   dtrain/failinfo/<k>/<node>  that node's failure of round k in full (host,
+ *                        wall-clock time, hang, error message, last stderr
+ *                        lines); node 0 reads the one fail/<k> names
  *   dtrain/ranks/<node>  that node's rank records of every round, written as it
  *                        leaves, for node 0's summary.json (times as wall-clock
  *                        seconds: each agent's monotonic clock is its own)
@@ -163,12 +168,19 @@ static int publish_fail(struct dt_agent_round *r, const struct dt_agent_result *
     const struct dt_agent_attempt *at = &res->attempts[k];
     const struct dt_agent_rank_result *rr = &at->ranks[at->first_failed];
     char k1[64], v[64];
+    bool hung = at->hung >= 0 && at->hung == at->first_failed;
     key(k1, sizeof k1, "fail", k);
-    snprintf(v, sizeof v, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
+    snprintf(v, sizeof v, "%d %d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank, hung);
     void *got = NULL;
     size_t len = 0;
     int rc = dt_store_compare_set(r->store, k1, "", 0, v, strlen(v), &got, &len);
     int first = rc == 0 && len == strlen(v) && memcmp(got, v, len) == 0;
+    int other_hung = 0;
+    if (rc == 0 && !first && got && sscanf(got, "%*d %*d %*d %d", &other_hung) == 1 && hung && !other_hung) {
+        /* Before any node passes end/<k>, so every node's decide reads this. */
+        rc = dt_store_set(r->store, k1, v, strlen(v));
+        first = rc == 0;
+    }
     free(got);
     r->published[k] = rc == 0;
     return rc < 0 ? rc : first;
@@ -219,22 +231,40 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
     return v;
 }
 
-/* The round's failure in full, for node 0's summary.json:
- * "<rank> <wstatus> <node> <n_tail> <unix time>\n<host>\n<error file>\n<error message>\n<tail lines>". */
+/* One line of the value: a line break inside (a Python traceback's message) would end it. */
+static const char *one_line(const char *in, char *out, size_t n)
+{
+    snprintf(out, n, "%s", in);
+    for (char *c = out; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    return out;
+}
+
+/* The round's failure in full, for node 0's summary.json: "<rank> <wstatus> <node> <n_tail>
+ * <unix time> <hung> <hung step> <hang detected, unix> <oom killer> <final>\n<host>\n<error file>\n
+ * <error message>\n<hang reason>\n<hang report>\n<tail lines>". */
+static void failinfo_key(char *out, size_t n, int k, int node)
+{
+    snprintf(out, n, "dtrain/failinfo/%d/%d", k, node);
+}
+
 static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
 {
     const struct dt_agent_failure *ff = &res->first_failure;
-    size_t cap = 8192 + sizeof ff->tail, len = 0;
-    char *v = malloc(cap), host[256] = "?", k1[64];
+    size_t cap = 16384 + sizeof ff->tail, len = 0;
+    char *v = malloc(cap), host[256] = "?", k1[64], msg[sizeof ff->error_message], why[sizeof ff->hang_reason];
     if (!v)
         return;
     gethostname(host, sizeof host);
-    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f\n%s\n%s\n%s\n", ff->rank, ff->wstatus,
-                            r->cfg.node_rank, ff->n_tail, res->started_unix + ff->time_s, host, ff->error_file,
-                            ff->error_message);
+    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f %d %lld %.6f %d %d\n%s\n%s\n%s\n%s\n%s\n", ff->rank,
+                            ff->wstatus, r->cfg.node_rank, ff->n_tail, res->started_unix + ff->time_s, ff->hung,
+                            (long long)ff->hung_step, res->started_unix + ff->hang_detected_s, ff->oom_killer,
+                            ff->final, host, ff->error_file, one_line(ff->error_message, msg, sizeof msg),
+                            one_line(ff->hang_reason, why, sizeof why), ff->hang_report);
     for (int i = 0; i < ff->n_tail && len < cap; i++)
         len += (size_t)snprintf(v + len, cap - len, "%s\n", ff->tail[i]);
-    key(k1, sizeof k1, "failinfo", k);
+    failinfo_key(k1, sizeof k1, k, r->cfg.node_rank);
     dt_store_set(r->store, k1, v, len < cap ? len : cap - 1);
     free(v);
 }
@@ -254,30 +284,39 @@ static char *next_line(char **p)
 }
 
 /* Node 0 puts another node's failure of round k where the summary reads it. */
-static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k)
+static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k, int from)
 {
     char k1[64];
-    key(k1, sizeof k1, "failinfo", k);
+    failinfo_key(k1, sizeof k1, k, from);
     void *v = NULL;
     size_t len = 0;
     if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0)
         return;
     struct dt_agent_failure *ff = &res->first_failure;
     char *p = v;
-    int node = -1, n_tail = 0;
-    double when = 0;
+    int node = -1, n_tail = 0, hung = 0, oom = -1, final = 0;
+    long long hung_step = -1;
+    double when = 0, detected = 0;
     memset(ff, 0, sizeof *ff);
-    if (sscanf(next_line(&p), "%d %d %d %d %lf", &ff->rank, &ff->wstatus, &node, &n_tail, &when) == 5) {
+    if (sscanf(next_line(&p), "%d %d %d %d %lf %d %lld %lf %d %d", &ff->rank, &ff->wstatus, &node, &n_tail, &when,
+               &hung, &hung_step, &detected, &oom, &final) == 10) {
         char *host = next_line(&p);
         ff->node = node;
-        ff->time_s = when - res->started_unix; /* on node 0's clock, as the summary's other times */
+        /* On node 0's clock, as the summary's other times. */
+        ff->time_s = when - res->started_unix;
+        ff->hung = hung;
+        ff->hung_step = hung_step;
+        ff->hang_detected_s = hung ? detected - res->started_unix : 0;
+        ff->final = final;
         snprintf(ff->host, sizeof ff->host, "%s", host);
         snprintf(ff->error_file, sizeof ff->error_file, "%s", next_line(&p));
         snprintf(ff->error_message, sizeof ff->error_message, "%s", next_line(&p));
+        snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", next_line(&p));
+        snprintf(ff->hang_report, sizeof ff->hang_report, "%s", next_line(&p));
         for (int i = 0; i < n_tail && i < DT_AGENT_TAIL_LINES && p; i++)
             snprintf(ff->tail[ff->n_tail++], DT_AGENT_TAIL_WIDTH, "%s", next_line(&p));
         ff->attempt = k;
-        ff->oom_killer = -1;
+        ff->oom_killer = oom;
         res->have_failure = true;
         dt_log_debug("round %d failed first on node %d (%s)", k, node, host);
     }
@@ -343,6 +382,12 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
     int st = dt_agent_exit_status(wstatus);
     dt_agent_describe_status(wstatus, desc, sizeof desc);
     bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
+    /* Node 0's summary names the round's first failure wherever it was, as the
+     * first failure of the last failed attempt of a one-node job. */
+    if (r->cfg.node_rank == 0 && node != 0)
+        read_failinfo(r, res, k, node);
+    if (r->cfg.node_rank == 0 && res->have_failure && res->first_failure.attempt == k)
+        res->first_failure.final = !retry;
     if (retry && k < r->cfg.job->max_restarts) {
         dt_log_warn("round %d: rank %d on node %d %s first; every node restarts its ranks", k, rank, node, desc);
         *restart = true;
@@ -351,8 +396,6 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
     *status = st;
     dt_log_error("the job failed in round %d: rank %d on node %d %s first%s", k, rank, node, desc,
                  retry ? " (no restarts left)" : " (restart_policy: fail)");
-    if (r->cfg.node_rank == 0 && node != 0)
-        read_failinfo(r, res, k);
     return 0;
 }
 
@@ -364,14 +407,11 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd
         *status = 1;
         return 0;
     }
+    /* Published before end/<k>: node 0 reads it after every node has passed. */
     if (res->attempts[k].first_failed >= 0) {
-        int first = r->published[k] ? 0 : publish_fail(r, res, k);
-        char k1[64], v[64], mine[64];
-        key(k1, sizeof k1, "fail", k);
-        const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[res->attempts[k].first_failed];
-        snprintf(mine, sizeof mine, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
-        if (first == 1 || (first == 0 && get_text(r, k1, v, sizeof v) == 0 && strcmp(v, mine) == 0))
-            publish_failinfo(r, res, k);
+        if (!r->published[k])
+            publish_fail(r, res, k);
+        publish_failinfo(r, res, k);
     }
     int w = wait_round_end(r, k, sig_fd, status);
     if (w == 1)

@@ -109,6 +109,9 @@ contains "$T/hang.1.err" "rank 1 .*hung" "node 1's watchdog declares rank 1 hung
 report=$(ls "$T"/runs-hang/tr-*/attempt_0/hang_rank_1.txt 2>/dev/null | head -n 1)
 contains "${report:-$T/none}" "heartbeat: step [0-9]+, [0-9.]+ s ago" \
   "node 1's hang report has rank 1's last heartbeat (relayed from node 0's coordinator)"
+hsum=$(ls "$T"/runs-hang/tr-*/summary.json 2>/dev/null | head -n 1)
+contains "${hsum:-$T/none}" '"first_failure": \{"attempt": 0, "rank": 1, "node": 1, .*"final": false, "hang": \{"rank": 1, "step": [0-9]+, "detected_s": [0-9.]+, "reason": "(in process state T|silent for)' \
+  "node 0's summary.json names the hang on node 1: rank, step, reason (the job then succeeded)"
 if grep -q "hung" "$T/tr.1.err" "$T/tr.0.err"; then not_ok "the healthy two-node trainer is not declared hung"
 else ok "the healthy two-node trainer is not declared hung"; fi
 
