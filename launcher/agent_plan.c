@@ -115,7 +115,7 @@ void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
  * sentences `dtrain report` prints, so nobody has to ask for them. */
 static void print_findings(const char *run_dir)
 {
-    char path[PATH_MAX + 32], buf[2048];
+    char path[PATH_MAX + 32], buf[4096];
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
     if (access(path, R_OK) != 0)
         return;

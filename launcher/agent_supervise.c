@@ -412,12 +412,14 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         dt_agent_env_free(p->env);
         p->env = NULL;
         rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
+        /* taken before fork: the child may run (and trace) before the parent is scheduled again */
+        double spawn_s = dt_agent_now() - a->t0;
         if (rc == 0)
             rc = dt_agent_spawn_rank(a, p, dir);
         if (rc < 0)
             break;
         at->ranks[i].pid = p->pid;
-        at->ranks[i].spawn_s = dt_agent_now() - a->t0;
+        at->ranks[i].spawn_s = spawn_s;
         a->running++;
     }
     if (rc < 0)

@@ -72,7 +72,7 @@ static int run(int argc, char **argv)
         rc = dt_error_set_errno(DT_ENOTFOUND, errno, "run directory %s", dir);
     else if (!S_ISDIR(st.st_mode))
         rc = dt_error_set(DT_EINVAL, "%s is not a directory (give the run directory)", dir);
-    char out_default[4200], findings[2048];
+    char out_default[4200], findings[4096];
     snprintf(out_default, sizeof out_default, "%s/report.html", dir);
     out = out ? out : out_default;
     struct dt_report r;

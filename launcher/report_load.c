@@ -56,6 +56,40 @@ static int append(struct dt_report_series *s, double step, double value)
     return 0;
 }
 
+static struct dt_report_ranks *list_for(struct dt_report *r, const char *name)
+{
+    for (int i = 0; i < r->n_lists; i++)
+        if (strcmp(r->lists[i].name, name) == 0)
+            return &r->lists[i];
+    if (r->n_lists == DT_REPORT_MAX_LISTS || strlen(name) >= sizeof r->lists[0].name || !plain_name(name))
+        return NULL;
+    struct dt_report_ranks *l = &r->lists[r->n_lists++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    return l;
+}
+
+/* A per-rank list: each rank's number into its mean, and the mean over the
+ * ranks that have one into the series of the list's name (the chart). */
+static int take_list(struct dt_report *r, const struct dt_json *m, double step)
+{
+    struct dt_report_ranks *l = list_for(r, m->key);
+    double sum = 0;
+    int k = 0, n = 0;
+    for (const struct dt_json *c = m->child; l && c && k < DT_REPORT_MAX_RANKS; c = c->next, k++) {
+        if (c->type != DT_JSON_NUMBER || !isfinite(c->num))
+            continue;
+        l->sum[k] += c->num;
+        l->count[k]++;
+        sum += c->num;
+        n++;
+    }
+    if (l && k > l->ranks)
+        l->ranks = k;
+    struct dt_report_series *s = l ? series_for(r, m->key) : NULL;
+    return s ? append(s, step, n ? sum / n : NAN) : 0;
+}
+
 static int take_row(struct dt_report *r, const struct dt_json *row, const char *path, int line)
 {
     double step;
@@ -64,6 +98,12 @@ static int take_row(struct dt_report *r, const struct dt_json *row, const char *
     if (!dt_json_get_num(row, "step", &step))
         return dt_error_set(DT_EINVAL, "%s:%d: the row has no numeric \"step\"", path, line);
     for (const struct dt_json *m = row->child; m; m = m->next) {
+        if (m->type == DT_JSON_ARRAY) {
+            int rc = take_list(r, m, step);
+            if (rc)
+                return rc;
+            continue;
+        }
         if ((m->type != DT_JSON_NUMBER && m->type != DT_JSON_NULL) || strcmp(m->key, "step") == 0)
             continue;
         struct dt_report_series *s = series_for(r, m->key);
@@ -150,6 +190,7 @@ void dt_report_free(struct dt_report *r)
         free(r->series[i].value);
     }
     r->n_series = 0;
+    r->n_lists = 0;
     dt_json_arena_free(&r->arena);
 }
 
@@ -159,4 +200,17 @@ const struct dt_report_series *dt_report_series(const struct dt_report *r, const
         if (strcmp(r->series[i].name, name) == 0 && r->series[i].n > 0)
             return &r->series[i];
     return NULL;
+}
+
+const struct dt_report_ranks *dt_report_ranks(const struct dt_report *r, const char *name)
+{
+    for (int i = 0; i < r->n_lists; i++)
+        if (strcmp(r->lists[i].name, name) == 0 && r->lists[i].ranks > 0)
+            return &r->lists[i];
+    return NULL;
+}
+
+double dt_report_rank_mean(const struct dt_report_ranks *l, int k)
+{
+    return l && k >= 0 && k < l->ranks && l->count[k] ? l->sum[k] / l->count[k] : NAN;
 }

@@ -139,12 +139,17 @@ int dt_report_svg_chart(FILE *f, const struct dt_report *r, const char *title, c
                "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"%s\">\n", W, H, W, H, title);
     fprintf(f, "<text class=\"title\" x=\"%g\" y=\"18\">%s</text>\n", ML, title);
     axes(f, &fr);
-    double lx = W - MR;
-    for (int i = n - 1; i >= 0; i--) { /* legend, right-aligned in the top margin */
+    /* legend, right-aligned in the top margin; below the title when both do not fit on
+     * one line (about 7 px per character of legend, 7.5 of the bold title) */
+    double lx = W - MR, width = 0;
+    for (int i = 0; i < n; i++)
+        width += 14 + 7.0 * (double)strlen(s[i]->name);
+    int y = lx - width < ML + 7.5 * (double)strlen(title) + 12 ? 30 : 18;
+    for (int i = n - 1; i >= 0; i--) {
         const char *c = colors[i % 6];
         lx -= 14 + 7.0 * (double)strlen(s[i]->name);
-        fprintf(f, "<rect x=\"%.0f\" y=\"9\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-                   "<text class=\"legend\" x=\"%.0f\" y=\"18\">%s</text>\n", lx, c, lx + 13, s[i]->name);
+        fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                   "<text class=\"legend\" x=\"%.0f\" y=\"%d\">%s</text>\n", lx, y - 9, c, lx + 13, y, s[i]->name);
     }
     for (int i = 0; i < n; i++)
         curve(f, &fr, s[i], colors[i % 6]);
