@@ -13,6 +13,7 @@
 #include "comm/error.h"
 #include "comm/log.h"
 #include "launcher/jobspec.h"
+#include "launcher/report.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -109,6 +110,28 @@ void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
                     "(set it under env: to change that)");
 }
 
+/* A trainer job ends with what limited it (report_html.c's findings: data
+ * waits, exposed communication, an idle GPU, a straggler rank), the same
+ * sentences `dtrain report` prints, so nobody has to ask for them. */
+static void print_findings(const char *run_dir)
+{
+    char path[PATH_MAX + 32], buf[2048];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    if (access(path, R_OK) != 0)
+        return;
+    struct dt_report r;
+    if (dt_report_load(run_dir, &r)) {
+        dt_log_warn("no run findings: %s", dt_error_last());
+        dt_error_clear();
+        return;
+    }
+    dt_report_diagnose(&r, buf, sizeof buf);
+    dt_report_free(&r);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        dt_log_info("%s", line);
+    dt_log_info("curves and the step-time split: dtrain report %s", run_dir);
+}
+
 void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     char tmp[32], attempts[48] = "";
@@ -123,4 +146,6 @@ void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_a
     else
         dt_log_error("job %s failed with exit status %d after %.2f s%s; logs and summary.json in %s",
                      cfg->job->name, res->exit_status, res->wall_s, attempts, cfg->run_dir);
+    if (res->status == DT_AGENT_SUCCEEDED)
+        print_findings(cfg->run_dir);
 }

@@ -14,6 +14,7 @@
  * Not for the failure policy or the poll loop (agent_supervise.c).
  */
 #include "launcher/agent_internal.h"
+#include "launcher/proc_stat.h"
 
 #include "comm/error.h"
 
@@ -193,29 +194,6 @@ void dt_agent_signal_groups(struct dt_agent *a, int sig)
     }
 }
 
-/* Reads "ppid pgrp" and the state letter of /proc/<pid>/stat; the command
- * name in parentheses may itself hold spaces and parentheses. */
-static int read_stat(const char *pid, pid_t *ppid, pid_t *pgrp, char *state)
-{
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    char *rp = strrchr(buf, ')');
-    int pp, pg;
-    if (!rp || sscanf(rp + 1, " %c %d %d", state, &pp, &pg) != 3)
-        return -1;
-    *ppid = pp;
-    *pgrp = pg;
-    return 0;
-}
-
 static bool is_rank(const struct dt_agent *a, pid_t pid)
 {
     for (int i = 0; i < a->nproc; i++)
@@ -239,15 +217,14 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
     while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
-        pid_t ppid, pgrp;
-        char state;
-        if (read_stat(de->d_name, &ppid, &pgrp, &state) != 0 || ppid != self || state == 'Z')
+        struct dt_proc_stat ps;
+        if (dt_proc_stat_read(de->d_name, &ps) != 0 || ps.ppid != self || ps.state == 'Z')
             continue;
         pid_t pid = (pid_t)atoi(de->d_name);
         if (is_rank(a, pid))
             continue;
         found[n] = pid;
-        groups[n++] = pgrp;
+        groups[n++] = ps.pgrp;
     }
     closedir(d);
     pid_t own_group = getpgrp();

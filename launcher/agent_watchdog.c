@@ -26,6 +26,7 @@
  * restarts it as it does after any failure.
  */
 #include "launcher/agent_internal.h"
+#include "launcher/proc_stat.h"
 
 #include "comm/error.h"
 #include "launcher/jobspec.h"
@@ -132,31 +133,6 @@ int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
     return i;
 }
 
-/* The state letter of /proc/<pid>/stat and its pgrp; the command name in
- * parentheses may itself hold spaces and parentheses. */
-static int proc_stat(const char *pid, char *state, int *pgrp, long long *cpu_ticks)
-{
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    char *rp = strrchr(buf, ')');
-    int ppid;
-    unsigned long long ut, st;
-    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (!rp || sscanf(rp + 1, " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ppid, pgrp, &ut,
-                      &st) != 5)
-        return -1;
-    *cpu_ticks = (long long)(ut + st);
-    return 0;
-}
-
 /* T or t outrank D; anything else counts as nothing to report. */
 static int badness(char s)
 {
@@ -178,17 +154,15 @@ static void scan_states(struct dt_agent *a, char *worst, long long *ticks)
     while ((de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
-        char st;
-        int pgrp;
-        long long cpu;
-        if (proc_stat(de->d_name, &st, &pgrp, &cpu) != 0)
+        struct dt_proc_stat ps;
+        if (dt_proc_stat_read(de->d_name, &ps) != 0)
             continue;
         for (int i = 0; i < a->nproc; i++) {
-            if (!a->procs[i].running || a->procs[i].pid != pgrp)
+            if (!a->procs[i].running || a->procs[i].pid != ps.pgrp)
                 continue;
-            ticks[i] += cpu;
-            if (badness(st) > badness(worst[i]))
-                worst[i] = st;
+            ticks[i] += ps.cpu_ticks;
+            if (badness(ps.state) > badness(worst[i]))
+                worst[i] = ps.state;
         }
     }
     closedir(d);

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/error.h"
@@ -141,6 +142,38 @@ static void say(struct says *s, const char *fmt, ...)
     s->n++;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rank whose work (train time less its waits, trainer_summary.json's
+ * rank_work_seconds) is the largest, and how far it is over the median rank:
+ * in a synchronous job every other rank waits that long for it each step. */
+static bool straggler(const struct dt_report *r, int *rank, double *excess, double *median)
+{
+    const struct dt_json *w = dt_json_get(r->trainer, "rank_work_seconds");
+    if (!w || w->type != DT_JSON_ARRAY || w->n < 2 || w->n > 4096)
+        return false;
+    double v[4096] = {0}, sorted[4096] = {0};
+    size_t n = 0;
+    for (const struct dt_json *e = w->child; e; e = e->next) {
+        if (e->type != DT_JSON_NUMBER || !isfinite(e->num) || e->num <= 0)
+            return false;
+        v[n] = sorted[n] = e->num;
+        n++;
+    }
+    qsort(sorted, n, sizeof *sorted, cmp_double);
+    *median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    size_t worst = 0;
+    for (size_t i = 1; i < n; i++)
+        worst = v[i] > v[worst] ? i : worst;
+    *rank = (int)worst;
+    *excess = v[worst] / *median - 1;
+    return true;
+}
+
 int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
 {
     struct says s = {buf, size, 0, 0};
@@ -157,6 +190,12 @@ int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
     if (isfinite(gpu) && gpu < 50)
         say(&s, "The GPU is underused: %.0f%% utilisation on average (gpu_util). Raise data.batch_size or look "
                 "for data waits.\n", gpu);
+    int slow = -1;
+    double excess = 0, median = 0;
+    if (straggler(r, &slow, &excess, &median) && excess > 0.10)
+        say(&s, "Rank %d is a straggler: %.1f s of work against a median rank's %.1f s (+%.0f%%), and the other "
+                "ranks wait for it at every all-reduce (rank_work_seconds in trainer_summary.json). Look for "
+                "other load on its host or core.\n", slow, (1 + excess) * median, median, 100 * excess);
     if (s.n == 0 && have)
         say(&s, "No bottleneck found: data wait %.1f%%, communication wait %.1f%% of step time (%s).\n",
             100 * data, 100 * comm, src);

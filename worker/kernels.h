@@ -143,6 +143,12 @@ struct dt_device_kernels {
     int (*get_state)(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step);
     /* Utilisation (percent) and memory in use (MiB) of this rank's device; NAN when unknown. */
     void (*sample)(struct dt_dev_model *d, double *util_pct, double *mem_mib);
+    /* The device's own step-time split of the last finished step, in seconds:
+     * data (the batch gather), forward (with the loss), backward, comm wait (for
+     * the last bucket's all-reduce) and optimizer, as metrics.h names them.  The
+     * host's clock cannot see these: it runs ahead of the device.  Waits for
+     * the device; NAN where unknown.  NULL: the engine cannot tell. */
+    int (*read_split)(struct dt_dev_model *d, double split_s[5]);
 };
 
 /* The table of `device` ("cuda"), or NULL when this build has none. */

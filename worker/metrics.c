@@ -94,11 +94,18 @@ int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summar
             "{\n  \"final_loss\": %s,\n  \"test_loss\": %s,\n  \"test_accuracy\": %s,\n  \"steps\": %lld,\n"
             "  \"total_steps\": %lld,\n  \"epochs\": %.6g,\n  \"samples_per_s\": %s,\n  \"train_seconds\": %s,\n"
             "  \"data_wait_seconds\": %s,\n  \"comm_wait_seconds\": %s,\n  \"world_size\": %d,\n"
-            "  \"batch_size_per_rank\": %d,\n  \"resumed_from_step\": %lld,\n  \"allreduce_alone_seconds\": %s\n}\n",
+            "  \"batch_size_per_rank\": %d,\n  \"resumed_from_step\": %lld,\n  \"allreduce_alone_seconds\": %s",
             num(a[0], 32, s->final_loss), num(a[1], 32, s->test_loss), num(a[2], 32, s->test_accuracy),
             (long long)s->steps, (long long)s->total_steps, s->epochs, num(a[3], 32, s->samples_per_s),
             num(a[4], 32, s->train_s), num(a[5], 32, s->data_wait_s), num(a[6], 32, s->comm_wait_s), s->world,
             s->batch_size, (long long)s->resumed_from, num(a[7], 32, s->allreduce_s));
+    if (s->work_s && s->n_work > 0) {
+        fputs(",\n  \"rank_work_seconds\": [", f);
+        for (int r = 0; r < s->n_work; r++)
+            fprintf(f, "%s%s", r ? ", " : "", num(a[0], 32, s->work_s[r]));
+        fputc(']', f);
+    }
+    fputs("\n}\n", f);
     int bad = ferror(f);
     if (fclose(f) || bad)
         return dt_error_set(DT_EIO, "writing %s failed", tmp);

@@ -40,6 +40,9 @@ struct dt_metrics {
     double gpu[2 * DT_METRICS_GPU_RANKS];
 };
 
+/* trainer_summary.json lists each rank's work time up to this world size. */
+#define DT_METRICS_WORK_RANKS 4096
+
 struct dt_metrics_summary {
     double final_loss, test_loss, test_accuracy, samples_per_s, train_s, data_wait_s, comm_wait_s;
     int64_t steps, total_steps;
@@ -47,6 +50,11 @@ struct dt_metrics_summary {
     int world, batch_size;
     int64_t resumed_from; /* step of the checkpoint resumed from, -1 when none */
     double allreduce_s;   /* one step's bucketed all-reduce alone (bench_allreduce), NAN if not measured */
+    /* Each rank's work: training time less its waits for data and for the
+     * all-reduce, in seconds (n_work ranks, NULL when not gathered).  A rank
+     * that works longer than the others makes them wait: a straggler. */
+    const double *work_s;
+    int n_work;
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it). */

@@ -9,6 +9,7 @@
 #include "worker/trainer_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,6 +128,15 @@ static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
         return dt_error_prefix("step %lld", (long long)t->step);
     if ((rc = dt_trainer_device_scaler(t)))
         return rc;
+    double split[DT_METRICS_SPLIT];
+    if (t->devk->read_split && (rc = t->devk->read_split(t->dev, split)) == 0) {
+        /* the device's own clock: one finished step stands for the window */
+        for (int i = 0; i < DT_METRICS_SPLIT; i++)
+            t->split_ns[i] = isfinite(split[i]) ? (int64_t)(split[i] * 1e9) : 0;
+        t->split_steps = 1;
+    }
+    if (rc)
+        return dt_error_prefix("step %lld", (long long)t->step);
     double mine[2], all[2 * DT_METRICS_GPU_RANKS];
     t->devk->sample(t->dev, &mine[0], &mine[1]);
     bool each = t->comm && t->world > 1 && t->world <= DT_METRICS_GPU_RANKS; /* else rank 0's alone */
@@ -311,6 +321,30 @@ static int time_allreduce(struct dt_trainer *t, double *per_step)
     return 0;
 }
 
+/* Every rank's work time (train time less its data and all-reduce waits)
+ * on rank 0, for the straggler finding of `dtrain report` and the end of
+ * `dtrain launch`: the slow rank waits least, the others wait for it.  One
+ * all-gather at the end of training, on every rank alike. */
+static int gather_work(struct dt_trainer *t, struct dt_metrics_summary *s, double **out)
+{
+    *out = NULL;
+    if (!t->comm || t->world < 2 || t->world > DT_METRICS_WORK_RANKS)
+        return 0;
+    double mine = s->train_s - (isfinite(s->data_wait_s) ? s->data_wait_s : 0) -
+                  (isfinite(s->comm_wait_s) ? s->comm_wait_s : 0);
+    double *all = malloc((size_t)t->world * sizeof *all);
+    if (!all)
+        return dt_error_set(DT_ENOMEM, "trainer: no memory to gather %d ranks' work times", t->world);
+    if (dt_comm_allgather(t->comm, &mine, all, 1, DT_F64)) {
+        free(all);
+        return dt_error_prefix("gathering every rank's work time");
+    }
+    s->work_s = all;
+    s->n_work = t->world;
+    *out = all;
+    return 0;
+}
+
 int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
 {
     double samples0 = t->samples;
@@ -337,8 +371,14 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
         .epochs = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch,
         .world = t->world, .batch_size = t->spec.data.batch_size, .resumed_from = t->resumed_from,
         .allreduce_s = allreduce_s};
+    double *work = NULL;
+    if (!rc)
+        rc = gather_work(t, &s, &work);
     if (!rc && t->rank == 0)
         rc = dt_metrics_write_summary(t->run_dir, &s);
+    free(work);
+    s.work_s = NULL;
+    s.n_work = 0;
     if (!rc)
         rc = dt_tb_flush(t->tb);
     if (res)

@@ -16,6 +16,28 @@ check() { # name cmd...
   if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
 }
 
+# split_check METRICS: "ok|bad <what it saw>": on one GPU the engine's phase
+# marks (worker/cuda/engine_internal.h) must give data, forward, backward and
+# optimizer > 0, comm wait near 0 (no peers: two marks back to back), and a sum close to the step time the
+# host saw between rows (a graph step keeps the GPU busy: the device time is
+# most of it, never much more).
+split_check() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"forward_s"' in l]
+if len(rows) < 3:
+    print("bad only", len(rows), "rows with a split"); sys.exit()
+a, b = rows[1], rows[-1]
+step = (b["time_s"] - a["time_s"]) / (b["step"] - a["step"])
+names = ["data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s"]
+last = [b[n] for n in names]
+total = sum(last)
+ok = all(last[i] > 0 for i in (0, 1, 2, 4)) and last[3] < 0.1 * total and 0.3 * step <= total <= 1.3 * step
+print("ok" if ok else "bad", " ".join(f"{n}={v * 1e6:.1f}us" for n, v in zip(names, last)),
+      f"sum={total * 1e6:.1f}us host step={step * 1e6:.1f}us")
+EOF
+}
+
 for dt in fp32 bf16 fp16; do
   amp=off; [ $dt != fp32 ] && amp=$dt
   sed -e "s|path: /usr/share/datasets/fashion-mnist|path: $DATA|" -e "s|^name: cuda|name: cuda-$dt|" \
@@ -40,6 +62,10 @@ for dt in fp32 bf16 fp16; do
     grep '"loss_scale"' "$run/metrics.jsonl" | tail -n 1 | grep -o '"loss_scale": [^}]*' | sed 's/^/# /'
   fi
   grep -m1 '"gpu_util_pct"' "$run/metrics.jsonl" | sed 's/^/# /' | cut -c1-300
+  split=$(split_check "$run/metrics.jsonl")
+  echo "# $dt: ${split#* }"
+  check "$dt: the step-time split is the device's own (each phase > 0, comm wait ~0, sum 0.3-1.3x the step)" \
+    test "${split%% *}" = ok
 done
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

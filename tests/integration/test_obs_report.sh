@@ -33,6 +33,30 @@ PY
 expect_status 0 "dtrain report RUN_DIR" "$DTRAIN" report "$run"
 contains "$T/last.out" "report: .*/report.html" "it says where the page is"
 contains "$T/last.out" "Data loading limits the run: 25% of step time" "it names the bottleneck with its figure"
+
+# The straggler rule: rank_work_seconds (each rank's train time less its
+# waits) with one rank 30% over the median is named with its figure; 5% over
+# is not (noise on a shared machine).
+strag="$T/strag"
+mkdir -p "$strag"
+cp "$run/metrics.jsonl" "$run/summary.json" "$strag/"
+python3 - "$strag" 1.30 <<'PY'
+import json, sys
+json.dump({"final_loss": 0.31, "steps": 500, "train_seconds": 14.0, "data_wait_seconds": 0.1,
+           "comm_wait_seconds": 0.2, "rank_work_seconds": [10.0, 10.2, 10.0 * float(sys.argv[2]), 9.9]},
+          open(sys.argv[1] + "/trainer_summary.json", "w"))
+PY
+expect_status 0 "dtrain report of a run with a slow rank" "$DTRAIN" report "$strag"
+contains "$T/last.out" "Rank 2 is a straggler: 13.0 s of work against a median rank's 10.1 s .+29%." \
+  "it names the straggler rank with its excess over the median"
+python3 - "$strag" 1.05 <<'PY'
+import json, sys
+json.dump({"final_loss": 0.31, "steps": 500, "train_seconds": 14.0, "data_wait_seconds": 0.1,
+           "comm_wait_seconds": 0.2, "rank_work_seconds": [10.0, 10.2, 10.0 * float(sys.argv[2]), 9.9]},
+          open(sys.argv[1] + "/trainer_summary.json", "w"))
+PY
+expect_status 0 "dtrain report of a run with even ranks" "$DTRAIN" report "$strag"
+check "ranks within 10% of the median: no straggler named" sh -c "! grep -q straggler '$T/last.out'"
 page="$run/report.html"
 contains "$page" '<polyline class="curve" data-series="loss"' "the page has the loss polyline"
 contains "$page" 'fmnist&lt;demo&gt;' "summary strings are escaped"

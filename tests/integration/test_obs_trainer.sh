@@ -28,6 +28,8 @@ YAML
 expect_status 0 "a traced 2-rank trainer job runs" "$DTRAIN" launch "$T/job.yaml" --log-dir "$T/runs"
 run=$(echo "$T"/runs/obs-*)
 contains "$T/last.out" '^\[dtrain\] epoch [0-9.]+ \| step [0-9]+/40 \| loss [0-9.]+ \| lr' "off a terminal the launcher prints plain progress lines"
+contains "$T/last.err" 'curves and the step-time split: dtrain report ' "the job ends with the run's findings and where the report is"
+contains "$T/last.err" '(No bottleneck found|limits the run|is exposed|is a straggler)' "the findings name what limits the run (or that nothing does)"
 # On a terminal (script(1) gives one) the line is drawn with \r and erase-line, and erased before rank output.
 if command -v script >/dev/null; then
   script -qec "'$DTRAIN' launch '$T/job.yaml' --log-dir '$T/runs-tty'" /dev/null > "$T/tty.out" 2>&1
@@ -37,6 +39,8 @@ else
   not_ok "script(1) is installed (bsdutils) to give the launcher a terminal"
 fi
 check "rank 0 wrote one event file" test "$(ls "$run"/events.out.tfevents.* | wc -l)" = 1
+check "trainer_summary.json lists both ranks' work seconds (the straggler rule's input)" \
+  grep -Eq '"rank_work_seconds": \[[0-9.e+-]+, [0-9.e+-]+\]' "$run/trainer_summary.json"
 
 python3 - "$run" <<'PY'
 import json, math, struct, sys

@@ -179,6 +179,8 @@ static int setup_comm(struct dt_dev_model *d)
 }
 
 static void engine_destroy(struct dt_dev_model *d);
+static int make_wgrad_stream(struct dt_dev_model *d, bool autotune);
+static int make_phase_events(struct dt_dev_model *d);
 
 static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **out)
 {
@@ -224,6 +226,11 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         d->s = dt_cuda_stream(d->k);
         const char *tune = getenv("DTRAIN_CUDA_TUNE"); /* 0: bit-reproducible runs (kernels_cuda.h) */
         dt_cuda_set_autotune(d->k, !(tune && !strcmp(tune, "0")));
+        rc = make_wgrad_stream(d, !(tune && !strcmp(tune, "0")));
+    }
+    if (!rc)
+        rc = make_phase_events(d);
+    if (!rc) {
         rc = alloc_model(d);
     }
     if (!rc)
@@ -248,6 +255,40 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     return 0;
 }
 
+/* The weight-gradient stream and its context (engine_internal.h says why);
+ * DTRAIN_CUDA_WGRAD_STREAM=0 keeps the whole backward on the compute stream. */
+static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
+{
+    const char *env = getenv("DTRAIN_CUDA_WGRAD_STREAM");
+    if (env && !strcmp(env, "0"))
+        return 0;
+    int rc = dt_cuda_ctx_create(d->c.device, 0, &d->kw);
+    if (rc)
+        return rc;
+    d->sw = dt_cuda_stream(d->kw);
+    dt_cuda_set_autotune(d->kw, autotune);
+    cudaError_t e = cudaEventCreateWithFlags(&d->dz_ready_ev, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&d->wgrad_done_ev, cudaEventDisableTiming);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaEventCreate (weight-gradient stream)");
+}
+
+/* The phase marks (engine_internal.h); DTRAIN_CUDA_PHASE_EVENTS=0 leaves them
+ * out, to measure what they cost a step. */
+static int make_phase_events(struct dt_dev_model *d)
+{
+    const char *env = getenv("DTRAIN_CUDA_PHASE_EVENTS");
+    if (env && !strcmp(env, "0"))
+        return 0;
+    d->time_next = true; /* the first metrics row gets a split too */
+    for (int i = 0; i <= DT_ENGINE_PHASES; i++) {
+        cudaError_t e = cudaEventCreate(&d->phase_ev[i]);
+        if (e != cudaSuccess)
+            return dt_cuda_err(e, "cudaEventCreate (phase marks)");
+    }
+    return 0;
+}
+
 static void engine_destroy(struct dt_dev_model *d)
 {
     if (!d)
@@ -260,6 +301,8 @@ static void engine_destroy(struct dt_dev_model *d)
         struct dt_engine_slot *s = &d->slot[i];
         if (s->graph)
             cudaGraphExecDestroy(s->graph);
+        if (s->timed)
+            cudaGraphExecDestroy(s->timed);
         cudaFreeHost(s->h_buf);
         cudaFree(s->d_buf);
         if (s->copied)
@@ -291,6 +334,14 @@ static void engine_destroy(struct dt_dev_model *d)
     free(d->order);
     free((void *)d->c.buckets);
     dt_nvml_close(d->nvml);
+    for (int i = 0; i <= DT_ENGINE_PHASES; i++)
+        if (d->phase_ev[i])
+            cudaEventDestroy(d->phase_ev[i]);
+    if (d->wgrad_done_ev)
+        cudaEventDestroy(d->wgrad_done_ev);
+    if (d->dz_ready_ev)
+        cudaEventDestroy(d->dz_ready_ev);
+    dt_cuda_ctx_destroy(d->kw);
     dt_cuda_ctx_destroy(d->k);
     free(d);
 }
@@ -394,4 +445,5 @@ const struct dt_device_kernels dt_device_kernels_cuda = {
     .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
+    .read_split = dt_engine_read_split,
 };

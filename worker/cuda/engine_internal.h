@@ -59,12 +59,35 @@ struct dt_engine_slot {
     cudaEvent_t copied;     /* on `copy`: h_idx is free again, d_idx holds the batch */
     cudaEvent_t consumed;   /* on `s`: the step reading d_idx is past its gather */
     cudaGraphExec_t graph;  /* the whole step reading this slot's d_idx */
+    cudaGraphExec_t timed;  /* the same step with the phase marks (engine_internal.h) */
 };
+
+enum { DT_ENGINE_PHASES = 5 }; /* data, forward, backward, comm wait, optimizer */
 
 struct dt_dev_model {
     struct dt_dev_config c;
     struct dt_cuda_ctx *k;
     cudaStream_t s, copy, cs;
+    /* Weight gradients run on their own stream `sw` (context kw: its own
+     * cuBLASLt workspace and reduction partials, so the two streams never
+     * share scratch).  At B=256 a layer's input-gradient GEMM has 256x1024
+     * outputs, 16 tiles of 128x128 for 132 SMs; run beside the weight-gradient
+     * GEMM of the same layer and the next layer's, the GPU is fuller and the
+     * backward's critical path is the input-gradient chain alone.  kw is NULL
+     * when DTRAIN_CUDA_WGRAD_STREAM=0 (everything on s, for comparison). */
+    struct dt_cuda_ctx *kw;
+    cudaStream_t sw;
+    cudaEvent_t dz_ready_ev, wgrad_done_ev;
+    /* Phase marks on s: before the gather, after it, after the loss, after
+     * backward (weight gradients joined), after the comm join, after the
+     * optimizer.  Only one step per metrics row carries them: as event nodes
+     * in a graph (cudaEventRecordExternal) six marks cost an H200 step about
+     * 25 us of 156 (fp32, B=256), measured; so each slot has a second,
+     * `timed` graph, launched for the step after each read_split. */
+    cudaEvent_t phase_ev[DT_ENGINE_PHASES + 1];
+    bool marking;   /* the step being issued or captured records the marks */
+    bool time_next; /* read_split asked for a timed step */
+    bool timed_any; /* a timed step has been issued */
     enum dt_cuda_dtype t;
     enum dt_cuda_act act;
     int nl, px;
@@ -104,6 +127,7 @@ struct dt_dev_model {
 int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
                           bool last, int *rows);
 int dt_engine_update(struct dt_dev_model *d, double lr, double beta1);
+int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
 /* forward of B rows already in d->x / d->y (evaluation and training) */
 int dt_engine_forward(struct dt_dev_model *d, int B);
 /* Waits for everything queued on s; with NCCL, bounded and abortable. */

@@ -21,6 +21,7 @@
  * an epoch and gradient accumulation run the same kernels eagerly (equal
  * bits either way).  Not for set-up or evaluation: engine_cuda.c.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +45,24 @@ static int wait_event(struct dt_dev_model *d, cudaEvent_t ev, const char *what)
     return cuda_call(cudaEventSynchronize(ev), what);
 }
 
+/* Phase mark i on the compute stream (engine_internal.h).  While capturing,
+ * recorded as external so the capture turns it into an event node that each
+ * replay records anew (a plain record would only order the capture); outside
+ * a capture that flag is an error (cudaErrorIllegalState), so a plain one. */
+static int mark(struct dt_dev_model *d, int i)
+{
+    if (!d->marking)
+        return 0;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    int rc = cuda_call(cudaStreamIsCapturing(d->s, &cap), "cudaStreamIsCapturing (phase mark)");
+    if (rc)
+        return rc;
+    if (cap == cudaStreamCaptureStatusActive)
+        return cuda_call(cudaEventRecordWithFlags(d->phase_ev[i], d->s, cudaEventRecordExternal),
+                         "cudaEventRecordWithFlags (phase mark in a capture)");
+    return cuda_call(cudaEventRecord(d->phase_ev[i], d->s), "cudaEventRecord (phase mark)");
+}
+
 /* The weights the GEMMs read: the bf16 copy, or the fp32 masters. */
 static const void *W(const struct dt_dev_model *d, size_t off)
 {
@@ -62,13 +81,14 @@ int dt_engine_forward(struct dt_dev_model *d, int B)
 }
 
 /* Starts every bucket whose range backward has finished (reducer.c's rule,
- * in bucket order on every rank, as collectives require). */
-static int start_buckets(struct dt_dev_model *d, size_t ready_lo)
+ * in bucket order on every rank, as collectives require); `written_on` is
+ * the stream that wrote the gradients. */
+static int start_buckets(struct dt_dev_model *d, size_t ready_lo, cudaStream_t written_on)
 {
     while (d->next_bucket < d->c.n_buckets && d->c.buckets[d->next_bucket][0] >= ready_lo) {
         int i = d->next_bucket++;
         size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
-        int rc = cuda_call(cudaEventRecord(d->bucket_ev[i], d->s), "cudaEventRecord (bucket ready)");
+        int rc = cuda_call(cudaEventRecord(d->bucket_ev[i], written_on), "cudaEventRecord (bucket ready)");
         if (!rc)
             rc = cuda_call(cudaStreamWaitEvent(d->cs, d->bucket_ev[i], 0),
                            "cudaStreamWaitEvent (bucket ready)");
@@ -81,26 +101,50 @@ static int start_buckets(struct dt_dev_model *d, size_t ready_lo)
 }
 
 /* Layer l backward (kernels_cuda.h): dW, db from dz[l] and the layer's
- * input; dz[l-1] = (dz[l] W) * act'(z[l-1]) in one fused call. */
+ * input; dz[l-1] = (dz[l] W) * act'(z[l-1]) in one fused call.
+ * With a weight-gradient stream, the compute stream s runs the chain
+ * dz[L-1] -> dz[L-2] -> ... and, for each layer, marks dz[l] ready; sw waits
+ * for that mark and writes dW, db (and starts the buckets they complete)
+ * while s goes on to dz[l-1].  Both only read dz[l] and the layer input, and
+ * write disjoint buffers; s waits for sw before anything after backward
+ * (clipping, the optimizer, the next forward overwriting the inputs). */
 static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communicate)
 {
     int rc = 0;
+    struct dt_cuda_ctx *kw = d->kw ? d->kw : d->k;
+    cudaStream_t sw = d->kw ? d->sw : d->s;
     d->next_bucket = 0;
     for (int l = d->nl - 1; l >= 0 && rc == 0; l--) {
         const void *in = l ? d->h[l - 1] : d->x;
-        rc = dt_cuda_linear_backward_w(d->k, d->t, d->g + d->woff[l], d->g + d->boff[l], d->dz[l], in, B,
-                                       d->c.dims[l], d->c.dims[l + 1], accumulate);
+        if (d->kw) {
+            rc = cuda_call(cudaEventRecord(d->dz_ready_ev, d->s), "cudaEventRecord (dz ready)");
+            if (!rc)
+                rc = cuda_call(cudaStreamWaitEvent(sw, d->dz_ready_ev, 0), "cudaStreamWaitEvent (dz ready)");
+        }
+        if (!rc)
+            rc = dt_cuda_linear_backward_w(kw, d->t, d->g + d->woff[l], d->g + d->boff[l], d->dz[l], in, B,
+                                           d->c.dims[l], d->c.dims[l + 1], accumulate);
         if (!rc && communicate)
-            rc = start_buckets(d, d->woff[l]);
+            rc = start_buckets(d, d->woff[l], sw);
         if (!rc && l > 0)
             rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
                                            d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
     }
+    if (!rc && d->kw) {
+        rc = cuda_call(cudaEventRecord(d->wgrad_done_ev, sw), "cudaEventRecord (weight gradients done)");
+        if (!rc)
+            rc = cuda_call(cudaStreamWaitEvent(d->s, d->wgrad_done_ev, 0),
+                           "cudaStreamWaitEvent (weight gradients done)");
+    }
+    if (!rc)
+        rc = mark(d, 3);
     if (!rc && communicate) { /* the optimizer reads averaged gradients: compute waits for comm */
         rc = cuda_call(cudaEventRecord(d->join_ev, d->cs), "cudaEventRecord (buckets done)");
         if (!rc)
             rc = cuda_call(cudaStreamWaitEvent(d->s, d->join_ev, 0), "cudaStreamWaitEvent (buckets done)");
     }
+    if (!rc)
+        rc = mark(d, 4);
     return rc;
 }
 
@@ -110,14 +154,20 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
                  bool communicate, bool count_loss)
 {
     int C = d->c.dims[d->nl];
-    int rc =
-        dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px, d->lut);
+    int rc = mark(d, 0);
+    if (!rc)
+        rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
+                              d->lut);
+    if (!rc)
+        rc = mark(d, 1);
     if (!rc)
         rc = dt_engine_forward(d, B);
     if (!rc)
         rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1],
                               d->y, B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
                               count_loss ? &d->sc->loss_acc : NULL);
+    if (!rc)
+        rc = mark(d, 2);
     if (!rc)
         rc = backward(d, B, accumulate, communicate);
     return rc;
@@ -153,6 +203,8 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
         rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
                                    (float)d->c.growth_factor, (float)d->c.backoff_factor,
                                    d->c.growth_interval);
+    if (!rc)
+        rc = mark(d, DT_ENGINE_PHASES);
     return rc;
 }
 
@@ -220,12 +272,15 @@ static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
 /* The whole step of this slot as a graph: a warm-up of the same shapes
  * first (cuBLASLt plans and the backward ways are chosen by timing, which a
  * capture must not do), then capture and instantiate. */
-static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale)
+static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, cudaGraphExec_t *exec)
 {
     bool comm = d->cs != NULL;
     int rc = 0;
     if (!d->warmed) {
+        bool marking = d->marking;
+        d->marking = false;
         rc = micro(d, sl, B, dscale, false, false, false);
+        d->marking = marking;
         if (!rc)
             rc = dt_engine_wait(d, "warming up before the graph capture");
         if (rc)
@@ -243,7 +298,7 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
     if (!erc && e != cudaSuccess)
         erc = dt_cuda_err(e, "cudaStreamEndCapture");
     if (!erc)
-        erc = cuda_call(cudaGraphInstantiate(&sl->graph, g, 0), "cudaGraphInstantiate");
+        erc = cuda_call(cudaGraphInstantiate(exec, g, 0), "cudaGraphInstantiate");
     if (g)
         cudaGraphDestroy(g);
     if (erc)
@@ -263,6 +318,8 @@ int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, 
     if (rc)
         return rc;
     float dscale = 1.0f / ((float)*rows * (float)k); /* as trainer_loop.c scales the CPU model's loss */
+    if (!accumulate)
+        d->marking = d->time_next && d->phase_ev[0]; /* this step is the timed one */
     if (d->c.cuda_graph && !accumulate && last && *rows == d->c.batch) {
         d->pending = true; /* update() launches the whole step once it knows lr */
         d->pending_slot = (int)(sl - d->slot);
@@ -280,20 +337,53 @@ int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, 
 
 int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
 {
+    int rc = 0;
     if (!d->pending) { /* eager: the indices went with the micro-batches; lr and beta1 on their own */
-        int rc = send_hyper(d, lr, beta1);
-        return rc ? rc : optimizer(d, d->d_hyper);
+        rc = send_hyper(d, lr, beta1);
+        if (!rc)
+            rc = optimizer(d, d->d_hyper);
+    } else {
+        d->pending = false;
+        struct dt_engine_slot *sl = &d->slot[d->pending_slot];
+        cudaGraphExec_t *exec = d->marking ? &sl->timed : &sl->graph;
+        sl->h_buf[0] = lr; /* the slot is free: take_slot waited for its last copy */
+        sl->h_buf[1] = beta1;
+        rc = send_slot(d, sl, d->pending_rows);
+        if (!rc && !*exec)
+            rc = capture(d, sl, d->pending_rows, d->pending_dscale, exec);
+        if (!rc)
+            rc = cuda_call(cudaGraphLaunch(*exec, d->s), "cudaGraphLaunch (training step)");
+        if (!rc)
+            rc = cuda_call(cudaEventRecord(sl->consumed, d->s), "cudaEventRecord (slot consumed)");
     }
-    d->pending = false;
-    struct dt_engine_slot *sl = &d->slot[d->pending_slot];
-    sl->h_buf[0] = lr; /* the slot is free: take_slot waited for its last copy */
-    sl->h_buf[1] = beta1;
-    int rc = send_slot(d, sl, d->pending_rows);
-    if (!rc && !sl->graph)
-        rc = capture(d, sl, d->pending_rows, d->pending_dscale);
-    if (!rc)
-        rc = cuda_call(cudaGraphLaunch(sl->graph, d->s), "cudaGraphLaunch (training step)");
-    if (!rc)
-        rc = cuda_call(cudaEventRecord(sl->consumed, d->s), "cudaEventRecord (slot consumed)");
+    if (d->marking) {
+        d->marking = d->time_next = false;
+        d->timed_any = true;
+    }
     return rc;
+}
+
+/* Phase i lasts from mark i to mark i+1 of the last timed step (the first
+ * step after the previous call; the marks cost time, so only it has them).
+ * A step with gradient accumulation marks each micro-batch: the split is
+ * then the last micro-batch's phases and the optimizer's. */
+int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES])
+{
+    for (int i = 0; i < DT_ENGINE_PHASES; i++)
+        split_s[i] = NAN;
+    if (!d->phase_ev[0])
+        return 0;
+    d->time_next = true;
+    if (!d->timed_any)
+        return 0;
+    int rc = wait_event(d, d->phase_ev[DT_ENGINE_PHASES], "waiting for the step to time its phases");
+    if (rc)
+        return rc;
+    for (int i = 0; i < DT_ENGINE_PHASES; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, d->phase_ev[i], d->phase_ev[i + 1]) == cudaSuccess)
+            split_s[i] = 1e-3 * (double)ms;
+    }
+    cudaGetLastError(); /* a mark not yet recorded (no step yet) is not an error of the next call */
+    return 0;
 }

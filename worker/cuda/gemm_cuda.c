@@ -10,6 +10,7 @@
  *
  * Not for the layer math (linear_cuda.c) or own kernels (*.cu).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,27 +182,86 @@ fail:
     return rc;
 }
 
+/* Bytes of D (m x n of d_type) and of the epilogue's aux output. */
+static size_t d_bytes(const struct dt_gemm *g)
+{
+    return (size_t)g->ldd * (size_t)g->n * (g->d_type == CUDA_R_32F ? 4u : 2u);
+}
+
+static size_t aux_bytes(const struct dt_gemm *g)
+{
+    if (!g->aux)
+        return 0;
+    if (g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS) /* one bit per row, aux_ld rows per column */
+        return (size_t)(g->aux_ld / 8) * (size_t)g->n;
+    return (size_t)g->aux_ld * (size_t)g->n * (g->d_type == CUDA_R_32F ? 4u : 2u);
+}
+
+/* A fused forward epilogue (ReLU or GELU with aux) is timed only with a
+ * check: each candidate's D and aux are compared with the heuristic's first
+ * answer, D within a relative 1e-5 of its largest value (another split of
+ * the sum over k rounds differently) and the aux output (the ReLU bit mask,
+ * GELU's input) exactly; a candidate that differs more is not used.  On an
+ * H200 (CUDA 13.0) a DRELU backward GEMM was seen giving wrong gradients
+ * with some algorithms, so epilogues are not trusted unchecked. */
+struct tune_check {
+    void *host_ref, *host_got; /* D, then aux */
+    size_t d, aux;
+};
+
+static bool check_same(const struct dt_gemm *g, struct tune_check *c, bool first)
+{
+    char *dst = first ? c->host_ref : c->host_got;
+    if (cudaMemcpy(dst, g->d, c->d, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        (c->aux && cudaMemcpy(dst + c->d, g->aux, c->aux, cudaMemcpyDeviceToHost) != cudaSuccess))
+        return false;
+    if (first)
+        return true;
+    if (c->aux && memcmp((char *)c->host_ref + c->d, (char *)c->host_got + c->d, c->aux) != 0)
+        return false;
+    if (g->d_type != CUDA_R_32F) /* low-precision D: the aux check stands alone */
+        return true;
+    const float *r = c->host_ref, *x = c->host_got;
+    size_t n = c->d / sizeof(float);
+    float big = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        big = fmaxf(big, fabsf(r[i]));
+        diff = fmaxf(diff, fabsf(r[i] - x[i]));
+    }
+    return diff <= 1e-5f * big;
+}
+
 /* The heuristic's first answer is not always the fastest; so each plan
  * times the candidates on its real operands and keeps the best (once, at
  * warm-up).  Only when that is harmless: beta == 0 (the output is rewritten
- * by the real call), not while a graph is being captured, and only for the
- * plain and bias epilogues: on an H200 with CUDA 13.0, with every epilogue
- * timed, a DRELU GEMM (run as GEMM plus a separate epilogue pass) gave wrong
- * gradients where the heuristic's first answer had been right, so the fused
- * epilogues keep the first answer. */
+ * by the real call) and not while a graph is being captured.  The plain and
+ * bias epilogues are timed as they are; the fused forward ones with the
+ * check above; the backward epilogues (DRELU, DGELU, BGRADB) keep the first
+ * answer (linear_cuda.c times those against separate kernels instead). */
 static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
                    const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
-    if (!k->autotune || found < 2 || g->beta != 0.0f || !plain || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
-        cap != cudaStreamCaptureStatusNone)
+    bool fused_fwd = g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (!k->autotune || found < 2 || g->beta != 0.0f || !(plain || fused_fwd) ||
+        cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
         return 0;
+    struct tune_check c = {.d = d_bytes(g), .aux = aux_bytes(g)};
+    if (fused_fwd) {
+        c.host_ref = malloc(2 * (c.d + c.aux));
+        if (!c.host_ref)
+            return 0;
+        c.host_got = (char *)c.host_ref + c.d + c.aux;
+    }
     cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess)
+    if (cudaEventCreate(&e0) != cudaSuccess) {
+        free(c.host_ref);
         return 0;
+    }
     if (cudaEventCreate(&e1) != cudaSuccess) {
         cudaEventDestroy(e0);
+        free(c.host_ref);
         return 0;
     }
     const float alpha = 1.0f;
@@ -217,8 +277,13 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
         }
         cudaEventRecord(e1, k->stream);
         float ms = 0;
-        if (st == CUBLAS_STATUS_SUCCESS && cudaEventSynchronize(e1) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
+        bool ok = st == CUBLAS_STATUS_SUCCESS && cudaEventSynchronize(e1) == cudaSuccess &&
+                  cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+        if (ok && fused_fwd)
+            ok = check_same(g, &c, i == 0);
+        if (!ok && i == 0 && fused_fwd)
+            break; /* no reference: keep the first answer */
+        if (ok && ms < best_ms) {
             best_ms = ms;
             best = i;
         }
@@ -226,6 +291,7 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
     cudaGetLastError();
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    free(c.host_ref);
     k->tuned++;
     return best;
 }
