@@ -26,6 +26,16 @@
 #
 #   bench/allreduce.sh [RANKS...]        default: 2 4
 #   MAX=64M REPS=1 bench/allreduce.sh 2  a shorter sweep
+#
+# What it runs, each printed at the start; a missing piece stops the run (no peer is ever
+# dropped or replaced silently):
+#   DTRAIN=path     dtrain binary (default bin/dtrain)
+#   MPI_BENCH=path  a prebuilt bench/mpi_allreduce.c (e.g. `mpicc -O2 -o mpi_allreduce
+#                   bench/mpi_allreduce.c` on a machine with mpicc, for a host that has mpirun
+#                   but no mpicc); default: built here with mpicc
+#   PYTHON=path     a python that imports torch, for the Gloo peer (default .venv/bin/python if
+#                   there is one, else python3)
+#   MPIRUN=path     (default mpirun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
@@ -33,19 +43,44 @@ RANKS=${*:-2 4}
 MAX=${MAX:-256M}
 REPS=${REPS:-3}
 PY=${PYTHON:-python3}
+[ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=$PWD/.venv/bin/python # the repo's peers (scripts/install-deps.sh)
+MPIRUN=${MPIRUN:-mpirun}
 W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
+die() { echo "allreduce.sh: $*" >&2; exit 1; }
 bytes() { numfmt --from=iec "$1"; }
-MAXB=$(bytes "$MAX")
-[ -x "$DTRAIN" ] || { echo "allreduce.sh: build dtrain first (make)"; exit 1; }
-mpicc -O2 -o "$W/mpi_allreduce" bench/mpi_allreduce.c
-"$PY" -c 'import torch.distributed' 2>/dev/null || { echo "allreduce.sh: $PY cannot import torch"; exit 1; }
+MAXB=$(bytes "$MAX") || die "MAX=$MAX is not a size (e.g. 64M)"
+for n in $RANKS; do [[ $n =~ ^[1-9][0-9]*$ && $n -ge 2 ]] || die "rank count '$n' is not an integer >= 2"; done
+[ -x "$DTRAIN" ] || die "no dtrain binary at $DTRAIN: build it first (make) or set DTRAIN=path"
+command -v "$MPIRUN" >/dev/null || die "no $MPIRUN on PATH: Open MPI is a peer of this benchmark (set MPIRUN=path)"
+MPI_VER=$("$MPIRUN" --version 2>&1 | head -1)
+if [ -n "${MPI_BENCH:-}" ]; then
+  [ -x "$MPI_BENCH" ] || die "MPI_BENCH=$MPI_BENCH is not an executable file"
+  MPI_BIN=$(realpath "$MPI_BENCH") MPI_FROM="prebuilt (MPI_BENCH)"
+else
+  command -v mpicc >/dev/null ||
+    die "no mpicc here to build bench/mpi_allreduce.c: build it where mpicc exists and pass MPI_BENCH=path"
+  mpicc -O2 -o "$W/mpi_allreduce" bench/mpi_allreduce.c || die "mpicc could not build bench/mpi_allreduce.c"
+  MPI_BIN=$W/mpi_allreduce MPI_FROM="built here by $(command -v mpicc)"
+fi
+TORCH_VER=$("$PY" -c 'import torch, torch.distributed as d; print(torch.__version__, "gloo" if d.is_gloo_available() else "NO-GLOO")' 2>&1) ||
+  die "PYTHON=$PY cannot import torch (set PYTHON to a python with PyTorch): $(echo "${TORCH_VER:-no output}" | tail -1)"
+[[ $TORCH_VER == *NO-GLOO ]] && die "PYTHON=$PY: this torch ($TORCH_VER) has no Gloo backend"
+# Open MPI 5 renamed the shared-memory BTL vader -> sm.
+SM_BTL=vader
+[[ $MPI_VER =~ \ ([0-9]+)\. ]] && [ "${BASH_REMATCH[1]}" -ge 5 ] && SM_BTL=sm
+echo "allreduce.sh: dtrain  $DTRAIN ($("$DTRAIN" --version 2>&1 | head -1))"
+echo "allreduce.sh: mpi     $MPI_BIN, $MPI_FROM; $(command -v "$MPIRUN"): $MPI_VER; shm btl $SM_BTL"
+echo "allreduce.sh: gloo    $(command -v "$PY" || echo "$PY"): torch $TORCH_VER"
+echo "allreduce.sh: host    $(nproc) CPUs online to this process, $(getconf _NPROCESSORS_ONLN) on the machine; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 export OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 TUNE=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
+"$MPIRUN" -np 1 "$MPI_BIN" 8 8 2 1 0 >"$W/probe" 2>&1 ||
+  die "the MPI peer does not run here ($MPIRUN -np 1 $MPI_BIN): $(tail -3 "$W/probe")"
 
 # Each peer prints "size time_us busbw" rows; arguments: RANKS MIN MAX ITERS WARMUP.
 peer_dtrain() { # BACKEND N MIN MAX ITERS WARMUP
@@ -67,7 +102,7 @@ peer_mpi() { # BTL TUNED N MIN MAX ITERS WARMUP
   local btl=$1 tuned=$2 n=$3; shift 3
   local env=()
   [ "$tuned" = 1 ] && env=(-x GLIBC_TUNABLES=$TUNE)
-  mpirun -np "$n" --mca btl "self,$btl" "${env[@]}" "$W/mpi_allreduce" "$1" "$2" 4 "$3" "$4" 2>"$W/err" ||
+  "$MPIRUN" -np "$n" --mca btl "self,$btl" "${env[@]}" "$MPI_BIN" "$1" "$2" 4 "$3" "$4" 2>"$W/err" ||
     { cat "$W/err" >&2; return 1; }
 }
 peer_gloo() { # N MIN MAX ITERS WARMUP
@@ -99,8 +134,8 @@ run_peer() { # PEER N MIN MAX ITERS WARMUP
   local p=$1; shift
   case $p in
     shm|tcp) peer_dtrain "$p" "$@" ;;
-    ompi-sm) peer_mpi vader 0 "$@" ;;
-    ompi-sm+g) peer_mpi vader 1 "$@" ;;
+    ompi-sm) peer_mpi "$SM_BTL" 0 "$@" ;;
+    ompi-sm+g) peer_mpi "$SM_BTL" 1 "$@" ;;
     ompi-tcp) peer_mpi tcp 0 "$@" ;;
     ompi-tcp+g) peer_mpi tcp 1 "$@" ;;
     gloo) peer_gloo "$@" ;;

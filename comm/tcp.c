@@ -230,6 +230,15 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     if (t->seg_bytes < 64)
         t->seg_bytes = 64;
     t->slice_bytes = env_size("DTRAIN_TCP_SLICE_BYTES", 512 << 10);
+    /* Halving-doubling saves 2(p-1) - 2 lg p dependent steps over the ring:
+     * none at p = 2; in a power-of-two world of 4 or more it measured 1.3-1.6x
+     * faster than the ring at 4-32 MiB with 4 ranks on 2 cores and even at
+     * 64 MiB, where the switch to the ring therefore makes no cliff
+     * (docs/bench.md).
+     * Elsewhere the fold sends whole vectors (2S more for the folding ranks):
+     * ring unless DTRAIN_TCP_HALVING_BYTES asks for it. */
+    bool pof2 = (t->world & (t->world - 1)) == 0;
+    t->halving_bytes = env_num("DTRAIN_TCP_HALVING_BYTES", pof2 && t->world >= 4 ? 64u << 20 : 0, true);
     t->max_blocks = 1 + DT_TCP_MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
     t->fd = malloc(sizeof *t->fd * (size_t)t->world);
     t->addr = calloc((size_t)t->world, sizeof *t->addr);

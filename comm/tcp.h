@@ -81,6 +81,7 @@ struct dt_tcp {
     size_t seg_bytes;         /* reduction segment (DTRAIN_TCP_SEGMENT_BYTES) */
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
     size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
+    size_t halving_bytes;     /* up to: halving-doubling allreduce, above: ring (DTRAIN_TCP_HALVING_BYTES) */
     double spin_s;            /* retry this long before sleeping in poll() (DTRAIN_TCP_SPIN_US) */
     double spin_off_until;    /* no spinning before this (preempted while spinning, busy machine) */
     double load_checked;      /* when /proc/loadavg was last read */
@@ -134,6 +135,10 @@ bool dt_tcp_spin_again(struct dt_tcp *t, struct dt_tcp_spin *s);
 /* Something moved (or the spin gave up): ends the spin, backing off if we
  * were preempted during it. */
 void dt_tcp_spin_end(struct dt_tcp *t, struct dt_tcp_spin *s);
+
+/* Rabenseifner allreduce (tcp_halving.c): send -> recv (may be equal). */
+int dt_tcp_halving_allreduce(struct dt_tcp *t, const struct dt_tcp_hdr *h, const char *send, char *recv, size_t n,
+                             enum dt_dtype dt, enum dt_redop op);
 
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp_fail(struct dt_tcp *t);

@@ -11,6 +11,10 @@
  *   cut into slices of DTRAIN_TCP_SLICE_BYTES (default 512 KiB) whose rings
  *   run as a wavefront, so that a byte is reduced and forwarded while it is
  *   still in cache (ring_blocks()).
+ *   In a power-of-two world of >= 4 ranks, up to DTRAIN_TCP_HALVING_BYTES
+ *   (default 64 MiB) allreduce is halving-doubling instead (tcp_halving.c):
+ *   2 lg p dependent steps instead of the ring's 2(p-1), which is what costs
+ *   when ranks outnumber cores.
  *   reduce_scatter = the ring's first half; allgather = its second half;
  *   broadcast = a pipelined chain from the root (busbw factor 1).
  * Small messages:
@@ -194,6 +198,8 @@ static int tcp_allreduce(void *st, const void *send, void *recv, size_t n, enum 
             memcpy(recv, send, bytes);
         return rd_allreduce(t, &h, recv, n, dt, op);
     }
+    if (bytes <= t->halving_bytes && t->world > 2)
+        return dt_tcp_halving_allreduce(t, &h, send, recv, n, dt, op);
     return ring_allreduce(t, &h, send, recv, n, dt, op);
 }
 

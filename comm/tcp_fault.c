@@ -101,7 +101,8 @@ static int read_notices(struct dt_tcp *t, char *first, size_t first_len, int *co
             t->heard[n.rank] = 1;
             snprintf(t->notice_msg[n.rank], sizeof t->notice_msg[n.rank], "%s", n.msg);
         }
-        if (n.suspect >= 0 && n.suspect < t->world && t->suspected[n.suspect] < 0)
+        if (n.suspect >= 0 && n.suspect < t->world &&
+            (t->suspected[n.suspect] < 0 || t->suspected[n.suspect] == t->rank)) /* another's word first */
             t->suspected[n.suspect] = n.rank;
         if (got < 0) {
             got = n.rank;
@@ -128,11 +129,15 @@ int dt_tcp_fault_check(struct dt_tcp *t)
                         dt_coll_name(t->cur), (unsigned long long)t->seq, from, t->addr[from], m);
 }
 
-/* Every peer reported in, or every one that did not is suspected. */
+/* Every peer reported in, or every one that did not is suspected by another
+ * rank.  Our own suspicion does not settle it: under load the neighbour we
+ * timed out on is often alive, itself waiting on the culprit, and its notice
+ * is merely late; settling on our own word then named that neighbour.  A
+ * peer only we can see dead costs at most the grace period. */
 static bool settled(const struct dt_tcp *t)
 {
     for (int p = 0; p < t->world; p++)
-        if (p != t->rank && !t->heard[p] && t->suspected[p] < 0)
+        if (p != t->rank && !t->heard[p] && (t->suspected[p] < 0 || t->suspected[p] == t->rank))
             return false;
     return true;
 }

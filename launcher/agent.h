@@ -62,6 +62,12 @@ struct dt_agent_hooks {
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
 #define DT_AGENT_EXIT_REQUEUE 75
 
+/* The line put in a rank's log before a later run's output when the run
+ * directory is used again (a Slurm requeue keeps the job id as run id). */
+#define DT_AGENT_LOG_RERUN_MARK                                                                              \
+    "---- dtrain: the run directory was used again (a Slurm requeue or the same --run-id); this run's "      \
+    "output follows ----"
+
 struct dt_agent_config {
     const struct dt_job *job;
     const char *const *argv; /* the program each rank runs (job->command, or `dtrain worker`) */
@@ -114,6 +120,10 @@ struct dt_agent_attempt {
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
     struct dt_agent_rank_result *ranks; /* nproc entries */
     int hung;                           /* local rank index the watchdog declared hung, or -1 */
+    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_round.c
+     * gathers them at the end); times on node 0's clock through the wall clock. */
+    struct dt_agent_rank_result *others;
+    int n_others;
 };
 
 struct dt_agent_failure {
@@ -246,9 +256,25 @@ void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
 /* Ends the job everywhere with `status` (the first abort stands). */
 int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
 /* After dt_agent_run: passes an interruption or failure on to the other
- * nodes, then leaves (node 0 first waits, bounded, for the others to go). */
-void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res);
+ * nodes, then leaves (node 0 first waits, bounded, for the others to go).
+ * The others publish their ranks' records before they leave; node 0 adds
+ * them to res (attempts[k].others) for its summary.json. */
+void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res);
 void dt_agent_round_close(struct dt_agent_round *r);
+/* The watchdog's heartbeat source on a node other than 0 (agent.h's
+ * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
+int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s);
+
+/* agent_heartbeats.c: node 0 relays each other node's ranks' heartbeats from
+ * the coordinator it hosts to dtrain/hb/<node>; that node's agent reads them. */
+struct dt_agent_hb;
+struct dt_store;
+struct dt_agent_hb *dt_agent_hb_new(int node, int nnodes, int nproc);
+void dt_agent_hb_free(struct dt_agent_hb *h);
+/* Node 0, called often: writes every other node's key at most every 0.25 s. */
+int dt_agent_hb_relay(struct dt_agent_hb *h, struct dt_store *s, struct dt_coord *c);
+/* Other nodes: 0, or DT_ENOTFOUND when none was relayed for `rank`, or a store error. */
+int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_t *step, double *age_s);
 
 /* --- environment (agent_env.c) ------------------------------------------ */
 

@@ -134,18 +134,28 @@ static void print_findings(const char *run_dir)
 
 void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
-    char tmp[32], attempts[48] = "";
+    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
     if (res->n_attempts > 1)
         snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
-    if (res->status == DT_AGENT_SUCCEEDED)
-        dt_log_info("job %s succeeded in %.2f s%s; logs and summary.json in %s", cfg->job->name, res->wall_s,
-                    attempts, cfg->run_dir);
-    else if (res->status == DT_AGENT_INTERRUPTED)
-        dt_log_warn("job %s interrupted by %s after %.2f s; logs and summary.json in %s", cfg->job->name,
-                    dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, cfg->run_dir);
+    /* Only node 0 writes summary.json (it alone hears every node's ranks). */
+    if (cfg->node_rank == 0)
+        snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
     else
-        dt_log_error("job %s failed with exit status %d after %.2f s%s; logs and summary.json in %s",
-                     cfg->job->name, res->exit_status, res->wall_s, attempts, cfg->run_dir);
+        snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);
     if (res->status == DT_AGENT_SUCCEEDED)
+        dt_log_info("job %s succeeded in %.2f s%s; %s", cfg->job->name, res->wall_s, attempts, where);
+    else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
+        dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
+                    "status %d); %s",
+                    cfg->job->name, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
+    else if (res->status == DT_AGENT_INTERRUPTED)
+        dt_log_warn("job %s interrupted by %s after %.2f s; %s", cfg->job->name,
+                    dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
+    else
+        dt_log_error("job %s failed with exit status %d after %.2f s%s; %s", cfg->job->name, res->exit_status,
+                     res->wall_s, attempts, where);
+    /* Node 0 for the findings too: it is rank 0's node, which writes trainer_summary.json. */
+    if (res->status == DT_AGENT_SUCCEEDED && cfg->node_rank == 0)
         print_findings(cfg->run_dir);
 }

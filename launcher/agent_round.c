@@ -6,11 +6,19 @@
  * rendezvous rounds; ranks see it as TORCHELASTIC_RESTART_COUNT), kept in
  * step by a few keys:
  *
- *   dtrain/fail/<k>      "<rank> <wstatus> <node>": the first rank that failed
- *                        in round k, wherever it ran (COMPARE_SET on an absent
- *                        key: the first writer wins, the coordinator orders them)
- *   dtrain/failinfo/<k>  that failure in full (host, error message, last stderr
- *                        lines), for node 0's summary.json
+ *   dtrain/fail/<k>      "<rank> <wstatus> <node> <hung>": the first rank that
+ *                        failed in round k, wherever it ran (COMPARE_SET on an
+ *                        absent key: the first writer wins, the coordinator
+ *                        orders them), except that a rank the watchdog declared
+ *                        hung replaces an ordinary exit: the hung rank's peers
+ *                        fail when the agent kills it, often before its own
+ *                        node publishes, and the cause must not lose to them
+ *   dtrain/failinfo/<k>/<node>  that node's failure of round k in full (host,
+ *                        wall-clock time, hang, error message, last stderr
+ *                        lines); node 0 reads the one fail/<k> names
+ *   dtrain/ranks/<node>  that node's rank records of every round, written as it
+ *                        leaves, for node 0's summary.json (times as wall-clock
+ *                        seconds: each agent's monotonic clock is its own)
  *   dtrain/end/<k>       a counter: nodes whose ranks of round k are all gone
  *   dtrain/abort         "<status> <sentence>": the job ends with this status
  *                        (a signal to one agent, refused PyTorch ranks)
@@ -57,6 +65,7 @@ struct dt_agent_round {
     bool published[MAX_ROUNDS];
     bool told_stop;
     unsigned long refusals_seen;
+    struct dt_agent_hb *hb; /* heartbeats: node 0 relays them, the others read them */
 };
 
 static void key(char *out, size_t n, const char *what, int k)
@@ -122,6 +131,16 @@ static int read_abort(struct dt_agent_round *r, int *status, char *why, size_t n
     return 0;
 }
 
+/* Another node's abort, said as what it is: a requeue stop (every node's ranks
+ * checkpointed on SIGUSR1 and exit DT_AGENT_EXIT_REQUEUE) is expected, not an error. */
+static void say_abort(int status, const char *why)
+{
+    if (status == DT_AGENT_EXIT_REQUEUE)
+        dt_log_info("the job is stopping to be requeued: %s", why);
+    else
+        dt_log_error("the job is ending: %s", why);
+}
+
 /* 1 when a member was lost (its agent's connection closed without LEAVE). */
 static int member_lost(struct dt_agent_round *r, char *why, size_t n)
 {
@@ -149,12 +168,19 @@ static int publish_fail(struct dt_agent_round *r, const struct dt_agent_result *
     const struct dt_agent_attempt *at = &res->attempts[k];
     const struct dt_agent_rank_result *rr = &at->ranks[at->first_failed];
     char k1[64], v[64];
+    bool hung = at->hung >= 0 && at->hung == at->first_failed;
     key(k1, sizeof k1, "fail", k);
-    snprintf(v, sizeof v, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
+    snprintf(v, sizeof v, "%d %d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank, hung);
     void *got = NULL;
     size_t len = 0;
     int rc = dt_store_compare_set(r->store, k1, "", 0, v, strlen(v), &got, &len);
     int first = rc == 0 && len == strlen(v) && memcmp(got, v, len) == 0;
+    int other_hung = 0;
+    if (rc == 0 && !first && got && sscanf(got, "%*d %*d %*d %d", &other_hung) == 1 && hung && !other_hung) {
+        /* Before any node passes end/<k>, so every node's decide reads this. */
+        rc = dt_store_set(r->store, k1, v, strlen(v));
+        first = rc == 0;
+    }
     free(got);
     r->published[k] = rc == 0;
     return rc < 0 ? rc : first;
@@ -166,7 +192,7 @@ static enum dt_agent_verdict look(struct dt_agent_round *r, int k, int *status)
     char why[600], k1[64];
     int rc = exists(r, "dtrain/abort");
     if (rc == 1 && (rc = read_abort(r, status, why, sizeof why)) == 0) {
-        dt_log_error("the job is ending: %s", why);
+        say_abort(*status, why);
         return DT_AGENT_ABORT;
     }
     if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
@@ -194,6 +220,8 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
                                          "`rendezvous: {auth: none}` in the job spec");
         return DT_AGENT_ABORT;
     }
+    if (r->cfg.job->trainer && dt_agent_hb_relay(r->hb, r->store, r->cfg.coord) < 0)
+        return lost_coordinator(r, status);
     enum dt_agent_verdict v = look(r, k, status);
     if (v == DT_AGENT_STOP_ATTEMPT && res->attempts[k].first_failed < 0 && !r->told_stop) {
         dt_log_warn("node %d: a rank on another node failed in round %d; stopping this node's ranks",
@@ -203,21 +231,40 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
     return v;
 }
 
-/* The round's failure in full, for node 0's summary.json:
- * "<rank> <wstatus> <node> <n_tail>\n<host>\n<error file>\n<error message>\n<tail lines>". */
+/* One line of the value: a line break inside (a Python traceback's message) would end it. */
+static const char *one_line(const char *in, char *out, size_t n)
+{
+    snprintf(out, n, "%s", in);
+    for (char *c = out; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    return out;
+}
+
+/* The round's failure in full, for node 0's summary.json: "<rank> <wstatus> <node> <n_tail>
+ * <unix time> <hung> <hung step> <hang detected, unix> <oom killer> <final>\n<host>\n<error file>\n
+ * <error message>\n<hang reason>\n<hang report>\n<tail lines>". */
+static void failinfo_key(char *out, size_t n, int k, int node)
+{
+    snprintf(out, n, "dtrain/failinfo/%d/%d", k, node);
+}
+
 static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
 {
     const struct dt_agent_failure *ff = &res->first_failure;
-    size_t cap = 8192 + sizeof ff->tail, len = 0;
-    char *v = malloc(cap), host[256] = "?", k1[64];
+    size_t cap = 16384 + sizeof ff->tail, len = 0;
+    char *v = malloc(cap), host[256] = "?", k1[64], msg[sizeof ff->error_message], why[sizeof ff->hang_reason];
     if (!v)
         return;
     gethostname(host, sizeof host);
-    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d\n%s\n%s\n%s\n", ff->rank, ff->wstatus,
-                            r->cfg.node_rank, ff->n_tail, host, ff->error_file, ff->error_message);
+    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f %d %lld %.6f %d %d\n%s\n%s\n%s\n%s\n%s\n", ff->rank,
+                            ff->wstatus, r->cfg.node_rank, ff->n_tail, res->started_unix + ff->time_s, ff->hung,
+                            (long long)ff->hung_step, res->started_unix + ff->hang_detected_s, ff->oom_killer,
+                            ff->final, host, ff->error_file, one_line(ff->error_message, msg, sizeof msg),
+                            one_line(ff->hang_reason, why, sizeof why), ff->hang_report);
     for (int i = 0; i < ff->n_tail && len < cap; i++)
         len += (size_t)snprintf(v + len, cap - len, "%s\n", ff->tail[i]);
-    key(k1, sizeof k1, "failinfo", k);
+    failinfo_key(k1, sizeof k1, k, r->cfg.node_rank);
     dt_store_set(r->store, k1, v, len < cap ? len : cap - 1);
     free(v);
 }
@@ -237,28 +284,39 @@ static char *next_line(char **p)
 }
 
 /* Node 0 puts another node's failure of round k where the summary reads it. */
-static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k)
+static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k, int from)
 {
     char k1[64];
-    key(k1, sizeof k1, "failinfo", k);
+    failinfo_key(k1, sizeof k1, k, from);
     void *v = NULL;
     size_t len = 0;
     if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0)
         return;
     struct dt_agent_failure *ff = &res->first_failure;
     char *p = v;
-    int node = -1, n_tail = 0;
+    int node = -1, n_tail = 0, hung = 0, oom = -1, final = 0;
+    long long hung_step = -1;
+    double when = 0, detected = 0;
     memset(ff, 0, sizeof *ff);
-    if (sscanf(next_line(&p), "%d %d %d %d", &ff->rank, &ff->wstatus, &node, &n_tail) == 4) {
+    if (sscanf(next_line(&p), "%d %d %d %d %lf %d %lld %lf %d %d", &ff->rank, &ff->wstatus, &node, &n_tail, &when,
+               &hung, &hung_step, &detected, &oom, &final) == 10) {
         char *host = next_line(&p);
         ff->node = node;
+        /* On node 0's clock, as the summary's other times. */
+        ff->time_s = when - res->started_unix;
+        ff->hung = hung;
+        ff->hung_step = hung_step;
+        ff->hang_detected_s = hung ? detected - res->started_unix : 0;
+        ff->final = final;
         snprintf(ff->host, sizeof ff->host, "%s", host);
         snprintf(ff->error_file, sizeof ff->error_file, "%s", next_line(&p));
         snprintf(ff->error_message, sizeof ff->error_message, "%s", next_line(&p));
+        snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", next_line(&p));
+        snprintf(ff->hang_report, sizeof ff->hang_report, "%s", next_line(&p));
         for (int i = 0; i < n_tail && i < DT_AGENT_TAIL_LINES && p; i++)
             snprintf(ff->tail[ff->n_tail++], DT_AGENT_TAIL_WIDTH, "%s", next_line(&p));
         ff->attempt = k;
-        ff->oom_killer = -1;
+        ff->oom_killer = oom;
         res->have_failure = true;
         dt_log_debug("round %d failed first on node %d (%s)", k, node, host);
     }
@@ -277,11 +335,14 @@ static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *stat
         struct pollfd p = {.fd = sig_fd, .events = POLLIN};
         if (poll(&p, 1, (int)(POLL_S * 1000)) > 0)
             return 1;
+        /* Another node's ranks may still run: their watchdog needs the relay. */
+        if (r->cfg.job->trainer)
+            dt_agent_hb_relay(r->hb, r->store, r->cfg.coord);
         /* Members before the counter: a node leaves only after it saw the
          * counter full, so a node seen lost or left here is no false alarm. */
         if ((rc = exists(r, "dtrain/abort")) == 1) {
             if ((rc = read_abort(r, status, why, sizeof why)) == 0) {
-                dt_log_error("the job is ending: %s", why);
+                say_abort(*status, why);
                 return 2;
             }
         } else if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
@@ -321,6 +382,12 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
     int st = dt_agent_exit_status(wstatus);
     dt_agent_describe_status(wstatus, desc, sizeof desc);
     bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
+    /* Node 0's summary names the round's first failure wherever it was, as the
+     * first failure of the last failed attempt of a one-node job. */
+    if (r->cfg.node_rank == 0 && node != 0)
+        read_failinfo(r, res, k, node);
+    if (r->cfg.node_rank == 0 && res->have_failure && res->first_failure.attempt == k)
+        res->first_failure.final = !retry;
     if (retry && k < r->cfg.job->max_restarts) {
         dt_log_warn("round %d: rank %d on node %d %s first; every node restarts its ranks", k, rank, node, desc);
         *restart = true;
@@ -329,8 +396,6 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
     *status = st;
     dt_log_error("the job failed in round %d: rank %d on node %d %s first%s", k, rank, node, desc,
                  retry ? " (no restarts left)" : " (restart_policy: fail)");
-    if (r->cfg.node_rank == 0 && node != 0)
-        read_failinfo(r, res, k);
     return 0;
 }
 
@@ -342,14 +407,11 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd
         *status = 1;
         return 0;
     }
+    /* Published before end/<k>: node 0 reads it after every node has passed. */
     if (res->attempts[k].first_failed >= 0) {
-        int first = r->published[k] ? 0 : publish_fail(r, res, k);
-        char k1[64], v[64], mine[64];
-        key(k1, sizeof k1, "fail", k);
-        const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[res->attempts[k].first_failed];
-        snprintf(mine, sizeof mine, "%d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank);
-        if (first == 1 || (first == 0 && get_text(r, k1, v, sizeof v) == 0 && strcmp(v, mine) == 0))
-            publish_failinfo(r, res, k);
+        if (!r->published[k])
+            publish_fail(r, res, k);
+        publish_failinfo(r, res, k);
     }
     int w = wait_round_end(r, k, sig_fd, status);
     if (w == 1)
@@ -366,6 +428,11 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
     if (!r)
         return dt_error_set(DT_ENOMEM, "out of memory");
     r->cfg = *cfg;
+    r->hb = dt_agent_hb_new(cfg->node_rank, cfg->nnodes, cfg->nproc);
+    if (!r->hb) {
+        free(r);
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    }
     snprintf(r->coord, sizeof r->coord, "%s:%d", cfg->coord_host, cfg->coord_port);
     struct dt_store_options o = {.host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token,
                                  .timeout_s = cfg->timeout_s};
@@ -374,6 +441,7 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
         dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
                         "rendezvous.timeout (%gs)",
                         cfg->node_rank, r->coord, cfg->timeout_s);
+        dt_agent_hb_free(r->hb);
         free(r);
         return rc;
     }
@@ -479,9 +547,77 @@ static void wait_others_gone(struct dt_agent_round *r)
     }
 }
 
-void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_result *res)
+/* This node's rank records, one line per rank and round:
+ * "<round> <rank> <pid> <exited> <wstatus> <stopped by agent> <spawn unix> <exit unix>". */
+static void publish_ranks(struct dt_agent_round *r, const struct dt_agent_result *res)
 {
-    if (res->status == DT_AGENT_INTERRUPTED) {
+    size_t cap = 64 + (size_t)res->n_attempts * (size_t)res->nproc * 96, len = 0;
+    char *v = malloc(cap), k1[64];
+    if (!v)
+        return;
+    v[0] = 0;
+    for (int k = 0; k < res->n_attempts; k++)
+        for (int i = 0; i < res->nproc && len < cap; i++) {
+            const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[i];
+            len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %d %d %.6f %.6f\n", k, rr->rank, rr->pid,
+                                    rr->exited, rr->wstatus, rr->stopped_by_agent, res->started_unix + rr->spawn_s,
+                                    rr->exited ? res->started_unix + rr->exit_s : 0.0);
+        }
+    key(k1, sizeof k1, "ranks", r->cfg.node_rank);
+    if (dt_store_set(r->store, k1, v, len < cap ? len : cap - 1) != 0)
+        dt_log_warn("node %d: cannot hand this node's rank records to node 0 (%s); its summary.json will "
+                    "list node 0's ranks only",
+                    r->cfg.node_rank, dt_error_last());
+    free(v);
+}
+
+static void add_other(struct dt_agent_attempt *at, const struct dt_agent_rank_result *rr)
+{
+    struct dt_agent_rank_result *o = realloc(at->others, (size_t)(at->n_others + 1) * sizeof *o);
+    if (!o)
+        return;
+    at->others = o;
+    at->others[at->n_others++] = *rr;
+}
+
+/* Node 0: every other node's records into res->attempts[k].others.  A node
+ * that left without them (killed, lost) is named, not guessed at. */
+static void read_ranks(struct dt_agent_round *r, struct dt_agent_result *res)
+{
+    for (int node = 1; node < r->cfg.nnodes; node++) {
+        char k1[64];
+        void *v = NULL;
+        size_t len = 0;
+        key(k1, sizeof k1, "ranks", node);
+        if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0) {
+            dt_log_warn("node %d left no rank records: summary.json lists its failure only if it was the "
+                        "round's first", node);
+            free(v);
+            continue;
+        }
+        char *p = v; /* NUL-terminated by dt_store_get */
+        while (p && *p) {
+            struct dt_agent_rank_result rr = {0};
+            int k, exited, stopped;
+            double spawn_u, exit_u;
+            if (sscanf(next_line(&p), "%d %d %d %d %d %d %lf %lf", &k, &rr.rank, &rr.pid, &exited, &rr.wstatus,
+                       &stopped, &spawn_u, &exit_u) != 8 || k < 0 || k >= res->n_attempts)
+                continue;
+            rr.exited = exited;
+            rr.stopped_by_agent = stopped;
+            rr.spawn_s = spawn_u - res->started_unix;
+            rr.exit_s = exited ? exit_u - res->started_unix : 0;
+            add_other(&res->attempts[k], &rr);
+        }
+        free(v);
+    }
+}
+
+void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res)
+{
+    if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
+        dt_agent_round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+    } else if (res->status == DT_AGENT_INTERRUPTED) {
         char why[128], tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",
                  dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
@@ -493,8 +629,12 @@ void dt_agent_round_finish(struct dt_agent_round *r, const struct dt_agent_resul
     }
     if (r->dead)
         return;
-    if (r->cfg.node_rank == 0)
+    if (r->cfg.node_rank != 0)
+        publish_ranks(r, res);
+    if (r->cfg.node_rank == 0) {
         wait_others_gone(r);
+        read_ranks(r, res);
+    }
     dt_store_leave(r->store);
 }
 
@@ -503,5 +643,13 @@ void dt_agent_round_close(struct dt_agent_round *r)
     if (!r)
         return;
     dt_store_close(r->store);
+    dt_agent_hb_free(r->hb);
     free(r);
+}
+
+int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s)
+{
+    if (r->dead)
+        return dt_error_set(DT_EIO, "the coordinator at %s is gone", r->coord);
+    return dt_agent_hb_read(r->hb, r->store, rank, step, age_s);
 }

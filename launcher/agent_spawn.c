@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Only async-signal-safe calls from here on: the launcher has a coordinator
@@ -91,13 +92,26 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
     _exit(127);
 }
 
+/* A run directory is used again by a requeued Slurm job (its run id is the
+ * job id) or a repeated --run-id: the log is appended to, after a line that
+ * says where this run begins, so the earlier run's output is kept. */
 static int open_log(const char *dir, int rank, const char *ext)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
+    struct stat st;
+    char last = '\n';
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        int rd = open(path, O_RDONLY | O_CLOEXEC);
+        if (rd >= 0 && pread(rd, &last, 1, st.st_size - 1) != 1)
+            last = '\n';
+        if (rd >= 0)
+            close(rd);
+        dprintf(fd, "%s%s\n", last == '\n' ? "" : "\n", DT_AGENT_LOG_RERUN_MARK);
+    }
     return fd;
 }
 

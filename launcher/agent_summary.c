@@ -180,7 +180,11 @@ static void json_attempts(FILE *f, const struct dt_agent_result *res)
         fputs(", \"ranks\": [\n", f);
         for (int i = 0; i < res->nproc; i++) {
             json_rank(f, &at->ranks[i], i);
-            fputs(i + 1 < res->nproc ? ",\n" : "\n", f);
+            fputs(i + 1 < res->nproc || at->n_others > 0 ? ",\n" : "\n", f);
+        }
+        for (int i = 0; i < at->n_others; i++) { /* every node runs nproc ranks: local = rank % nproc */
+            json_rank(f, &at->others[i], res->nproc > 0 ? at->others[i].rank % res->nproc : 0);
+            fputs(i + 1 < at->n_others ? ",\n" : "\n", f);
         }
         fprintf(f, "      ]}%s\n", a + 1 < res->n_attempts ? "," : "");
     }

@@ -635,8 +635,10 @@ void dt_agent_result_free(struct dt_agent_result *res)
 {
     if (!res->attempts)
         return;
-    for (int k = 0; k < res->max_attempts; k++)
+    for (int k = 0; k < res->max_attempts; k++) {
         free(res->attempts[k].ranks);
+        free(res->attempts[k].others);
+    }
     free(res->attempts);
     res->attempts = NULL;
 }

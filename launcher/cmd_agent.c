@@ -287,6 +287,21 @@ static int rendezvous(struct node_run *nr)
     return rc;
 }
 
+/* The watchdog's heartbeats: node 0 reads the coordinator it hosts, the
+ * others what node 0 relays through the store (agent_heartbeats.c). */
+static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
+{
+    struct node_run *nr = ctx;
+    if (nr->coord) {
+        double when;
+        int rc = dt_coord_heartbeat(nr->coord, rank, step, &when);
+        if (rc == 0)
+            *age_s = dt_agent_now() - when;
+        return rc;
+    }
+    return dt_agent_round_heartbeat(nr->round, rank, step, age_s);
+}
+
 static int run_ranks(struct node_run *nr)
 {
     const struct dt_job *job = nr->job;
@@ -303,7 +318,8 @@ static int run_ranks(struct node_run *nr)
         .token = nr->token[0] ? nr->token : NULL, .grace_s = nr->o->grace_s, .console_stdout = nr->show,
         .start_mono = nr->o->start_mono, .progress = job->trainer && nr->n.node_rank == 0 &&
                                                      dt_log_get_level() <= DT_LOG_INFO,
-        .hooks = nr->round || nr->token[0] ? &hooks : NULL};
+        .hooks = nr->round || nr->token[0] ? &hooks : NULL, .heartbeat = nr->coord || nr->round ? heartbeat : NULL,
+        .heartbeat_ctx = nr};
     dt_log_info("job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s",
                 job->name, nr->n.node_rank, nr->n.nnodes, nr->nproc, nr->nproc == 1 ? "" : "s", cfg.argv[0],
                 nr->n.node_rank * nr->nproc, (nr->n.node_rank + 1) * nr->nproc - 1, nr->n.coord_host,

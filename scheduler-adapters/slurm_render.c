@@ -134,7 +134,8 @@ static void print_run(const struct dt_job *job, FILE *out)
 {
     if (!job->slurm || !job->slurm->requeue) {
         fprintf(out, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
-                     "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"}\n");
+                     "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
+                     "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}\n");
         return;
     }
     fprintf(out,
@@ -145,7 +146,7 @@ static void print_run(const struct dt_job *job, FILE *out)
             "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
             "\"${step:-}\" 2>/dev/null; interrupted=1' USR1\n"
             "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
-            "\"$DTRAIN_LOG_DIR\"} &\n"
+            "\"$DTRAIN_LOG_DIR\"} ${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"} &\n"
             "step=$!\n"
             "while :; do\n"
             "  interrupted=0\n"

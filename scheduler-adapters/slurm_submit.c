@@ -2,7 +2,8 @@
  *
  * Renders the job's sbatch script into the log directory, makes the job
  * token, and runs `sbatch --parsable` with the token, the dtrain binary
- * (DTRAIN) and the log directory (DTRAIN_LOG_DIR) in sbatch's environment,
+ * (DTRAIN), the log directory (DTRAIN_LOG_DIR) and --grace-period
+ * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) in sbatch's environment,
  * which Slurm passes to the batch script and srun to every agent (sbatch's
  * default --export=ALL): the token is never on a command line.  The job's
  * --output/--error files go to the log directory; then slurm_follow.c
@@ -76,18 +77,18 @@ static int write_script(const struct dt_job *job, const char *job_abs, const cha
     return rc;
 }
 
-/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN and (so the
- * agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
-static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token)
+/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD
+ * and (so the agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
+static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token, double grace_s)
 {
     static const char *const ours[] = {
-        "DTRAIN=", "DTRAIN_LOG_DIR=", "DTRAIN_JOB_TOKEN=", "DTRAIN_LOG=", NULL};
+        "DTRAIN=", "DTRAIN_LOG_DIR=", "DTRAIN_JOB_TOKEN=", "DTRAIN_LOG=", "DTRAIN_GRACE_PERIOD=", NULL};
     static const char *const levels[] = {"debug", "info", "warn", "error", "error"};
-    static char v[4][PATH_MAX + 32];
+    static char v[5][PATH_MAX + 32];
     size_t n = 0, k = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 5, sizeof *env);
+    char **env = calloc(n + 6, sizeof *env);
     if (!env)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -106,6 +107,10 @@ static char **sbatch_env(const char *dtrain, const char *log_dir, const char *to
     if (token) {
         snprintf(v[3], sizeof v[3], "DTRAIN_JOB_TOKEN=%s", token);
         env[k++] = v[3];
+    }
+    if (grace_s > 0) {
+        snprintf(v[4], sizeof v[4], "DTRAIN_GRACE_PERIOD=%g", grace_s);
+        env[k++] = v[4];
     }
     return env;
 }
@@ -171,9 +176,9 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     if (n > 0)
         self[n] = 0;
     int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_coord_make_token(token);
-    char **env = rc == 0
-                     ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir, token[0] ? token : NULL)
-                     : NULL;
+    char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir,
+                                      token[0] ? token : NULL, o->grace_s)
+                         : NULL;
     if (rc == 0 && !env)
         rc = dt_error_set(DT_ENOMEM, "out of memory");
     if (rc == 0)

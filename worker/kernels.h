@@ -40,6 +40,9 @@ struct dt_kernels {
     /* dw[out,in] (+)= dy[B,out]^T x[B,in]  (accumulate: add to dw instead of overwriting) */
     void (*matmul_backward_w)(float *dw, const float *dy, const float *x, int B, int in, int out,
                               bool accumulate);
+    /* Rows [r0, r0+rows) of the above: dw points at row r0 of dW, dy is the whole [B,out] */
+    void (*matmul_backward_w_rows)(float *dw, const float *dy, const float *x, int B, int in, int out, int r0,
+                                   int rows, bool accumulate);
     /* dx[B,in] = dy[B,out] W[out,in] */
     void (*matmul_backward_x)(float *dx, const float *dy, const float *w, int B, int in, int out);
     /* z = y + b (row broadcast), h = act(z); z may be NULL when act needs only h to go back */

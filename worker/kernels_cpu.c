@@ -37,6 +37,14 @@ static void cpu_matmul_backward_w(float *dw, const float *dy, const float *x, in
                 accumulate ? 1.0f : 0.0f, dw, in);
 }
 
+/* Rows r0.. of dW = dy^T x: dy's columns r0..r0+rows, with dy's leading dimension still out. */
+static void cpu_matmul_backward_w_rows(float *dw, const float *dy, const float *x, int B, int in, int out, int r0,
+                                       int rows, bool accumulate)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in, B, 1.0f, dy + r0, out, x, in,
+                accumulate ? 1.0f : 0.0f, dw, in);
+}
+
 /* dx = dy W: [B,out] x [out,in]. */
 static void cpu_matmul_backward_x(float *dx, const float *dy, const float *w, int B, int in, int out)
 {
@@ -282,6 +290,7 @@ const struct dt_kernels dt_kernels_cpu = {
     .name = "cpu",
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward_w = cpu_matmul_backward_w,
+    .matmul_backward_w_rows = cpu_matmul_backward_w_rows,
     .matmul_backward_x = cpu_matmul_backward_x,
     .bias_act_forward = cpu_bias_act_forward,
     .act_bias_backward = cpu_act_bias_backward,

@@ -97,6 +97,7 @@ int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, i
     m->in = in;
     m->classes = classes;
     m->max_batch = max_batch;
+    m->grad_chunk = DT_MODEL_GRAD_CHUNK;
     int rc = layout(m, in, hidden, n_hidden, classes, act);
     if (rc == 0)
         rc = alloc_buffers(m);
@@ -141,6 +142,79 @@ const float *dt_model_forward(struct dt_model *m, const float *x, int B)
     return m->layer[m->n_layers - 1].h;
 }
 
+void dt_model_set_grad_chunk(struct dt_model *m, size_t floats)
+{
+    m->grad_chunk = floats;
+}
+
+int dt_model_chunk_rows(const struct dt_model *m, int l)
+{
+    const struct dt_model_layer *L = &m->layer[l];
+    size_t per = m->grad_chunk / (size_t)L->in / 64 * 64;
+    if (m->grad_chunk == 0 || (size_t)L->out * (size_t)L->in <= m->grad_chunk)
+        return L->out;
+    if (per < 64)
+        per = 64;
+    return per >= (size_t)L->out ? L->out : (int)per;
+}
+
+/* Chunk starts: 0, 64, 64 + R, 64 + 2R, ...: every chunk starts on a multiple
+ * of 64 rows, as the whole GEMM's tiles do, and the first rows, written last,
+ * are one 64-row chunk: the all-reduce nothing can hide is the smallest. */
+static int next_chunk(int r, int R)
+{
+    return r == 0 ? 64 : r + R;
+}
+
+int dt_model_grad_segments(const struct dt_model *m, size_t *bounds, bool *cut)
+{
+    int n = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const struct dt_model_layer *L = &m->layer[l];
+        int R = dt_model_chunk_rows(m, l);
+        for (int r = 0; r < L->out; r = next_chunk(r, R), n++) {
+            if (bounds)
+                bounds[n] = L->w + (size_t)r * (size_t)L->in;
+            if (bounds && cut)
+                cut[n] = R < L->out;
+        }
+        if (bounds)
+            bounds[n] = L->b;
+        if (bounds && cut)
+            cut[n] = false;
+        n++;
+    }
+    if (bounds)
+        bounds[n] = m->n_params;
+    return n;
+}
+
+/* dW of layer l, chunk by chunk from the last rows down (see
+ * dt_model_set_grad_chunk); the bias gradient is already final, so the first
+ * range reported also covers it. */
+static void weight_grad(struct dt_model *m, int l, const float *dz, const float *x, int B, int accumulate,
+                        dt_model_ready_fn ready, void *ctx)
+{
+    const struct dt_model_layer *L = &m->layer[l];
+    int R = dt_model_chunk_rows(m, l);
+    size_t hi = L->b + (size_t)L->out;
+    if (R >= L->out) {
+        m->k->matmul_backward_w(m->grads + L->w, dz, x, B, L->in, L->out, accumulate);
+        if (ready)
+            ready(ctx, L->w, hi);
+        return;
+    }
+    for (int top = L->out; top > 0;) {
+        int r0 = top <= 64 ? 0 : 64 + (top - 64 - 1) / R * R; /* the chunk start below top */
+        size_t lo = L->w + (size_t)r0 * (size_t)L->in;
+        m->k->matmul_backward_w_rows(m->grads + lo, dz, x, B, L->in, L->out, r0, top - r0, accumulate);
+        if (ready)
+            ready(ctx, lo, hi);
+        hi = lo;
+        top = r0;
+    }
+}
+
 /* Layer l backward, given dh = dloss/dh [B,out]:
  *   dz = dh * act'(z)          db = sum_rows dz
  *   dW = dz^T x                dx = dz W     (skipped for the first layer: the input needs no gradient)
@@ -156,9 +230,7 @@ static void backward(struct dt_model *m, const float *x0, int B, int accumulate,
         const float *x = l > 0 ? m->layer[l - 1].h : x0;
         float *dz = (float *)dh; /* in place: dh is dead once dz is known */
         k->act_bias_backward(dz, m->grads + L->b, dh, L->z, L->h, B, L->out, L->act, accumulate);
-        k->matmul_backward_w(m->grads + L->w, dz, x, B, L->in, L->out, accumulate);
-        if (ready)
-            ready(ctx, L->w, L->b + (size_t)L->out);
+        weight_grad(m, l, dz, x, B, accumulate, ready, ctx);
         if (l > 0) {
             float *dx = m->scratch[buf];
             buf ^= 1;

@@ -14,6 +14,7 @@
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,7 @@ struct dt_model {
     float *x_lp;             /* the input batch rounded, [max_batch, in] */
     float *wtmp, *btmp;      /* one layer's weight and bias gradient before rounding */
     float *zeros;            /* [widest]: a zero bias */
+    size_t grad_chunk;       /* floats (dt_model_set_grad_chunk); 0: weight gradients written whole */
 };
 
 /* An MLP in -> hidden[0..n_hidden) -> classes with `act` between layers.
@@ -76,6 +78,31 @@ double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y
 
 /* Summed loss and hits of B rows, forward only. */
 double dt_model_eval_batch(struct dt_model *m, const float *x, const int32_t *y, int B, int64_t *correct);
+
+/* Backward writes a weight gradient of more than `floats` elements in row
+ * (output-feature) chunks of at most that size, from the last rows to the
+ * first, and reports each chunk as ready once written, so its all-reduce can
+ * run while the next chunk is computed.  Chunks start at rows 0, 64, 64 + R,
+ * 64 + 2R, ... (R a multiple of 64): the first rows, written last, are the
+ * smallest chunk.  Each element of dW sums over the batch in the same order as
+ * in a whole GEMM, and with one BLAS thread the bits are the same; with more,
+ * OpenBLAS splits a whole GEMM among its threads differently and the last bit
+ * may differ.  So chunking is a property of the model, not of the run: 1 MiB
+ * (DT_MODEL_GRAD_CHUNK) by default whatever the ranks, buckets or overlap, so
+ * that those settings never change a gradient.  0 writes whole tensors.  F32
+ * only: autocast writes whole tensors. */
+#define DT_MODEL_GRAD_CHUNK ((size_t)1 << 18)
+void dt_model_set_grad_chunk(struct dt_model *m, size_t floats);
+
+/* Rows per chunk of layer l's weight gradient (out when not chunked). */
+int dt_model_chunk_rows(const struct dt_model *m, int l);
+
+/* The gradient arena cut into the ranges backward reports: each weight chunk
+ * and each bias, ascending.  Returns their count n; when bounds is not NULL
+ * fills bounds[0..n] (bounds[n] = n_params) and, when cut is not NULL, cut[i]
+ * = true where segment i is one chunk of a chunked weight (a bucket must start
+ * there for the chunk's all-reduce to start on time). */
+int dt_model_grad_segments(const struct dt_model *m, size_t *bounds, bool *cut);
 
 /* Names as PyTorch's nn.Sequential would give them ("layers.0.weight"); used in checkpoints. */
 void dt_model_param_name(const struct dt_model *m, int layer, int is_bias, char *buf, size_t len);

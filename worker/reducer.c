@@ -22,8 +22,9 @@ static double now_s(void)
 }
 
 /* Walk tensors from the last to the first; a bucket closes once it holds at
- * least the current limit (first_bucket_bytes for bucket 0, then the cap). */
-static int assign(struct dt_reducer *r, const size_t *bounds, int nt, double first, double cap)
+ * least the current limit (first_bucket_bytes for bucket 0, then the cap), or
+ * at a chunk start (cut). */
+static int assign(struct dt_reducer *r, const size_t *bounds, const bool *cut, int nt, double first, double cap)
 {
     r->b = calloc((size_t)(nt > 0 ? nt : 1), sizeof *r->b);
     if (!r->b)
@@ -32,7 +33,7 @@ static int assign(struct dt_reducer *r, const size_t *bounds, int nt, double fir
     for (int t = nt - 1; t >= 0; t--) {
         double limit = r->nb == 0 ? first : cap;
         double bytes = (double)(hi - bounds[t]) * sizeof(float);
-        if (bytes >= limit || t == 0) {
+        if (bytes >= limit || t == 0 || (cut && cut[t])) {
             r->b[r->nb++] = (struct dt_reducer_bucket){.lo = bounds[t], .hi = hi};
             hi = bounds[t];
         }
@@ -41,7 +42,8 @@ static int assign(struct dt_reducer *r, const size_t *bounds, int nt, double fir
 }
 
 int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
-                    int n_tensors, double first_bucket_bytes, double bucket_cap_bytes, bool overlap)
+                    const bool *cut, int n_tensors, double first_bucket_bytes, double bucket_cap_bytes,
+                    bool overlap)
 {
     memset(r, 0, sizeof *r);
     if (n_tensors < 1 || bounds[0] != 0)
@@ -57,7 +59,7 @@ int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, co
     r->hashes = calloc((size_t)r->world, sizeof *r->hashes);
     if (!r->hashes)
         return dt_error_set(DT_ENOMEM, "reducer: no memory for %d hashes", r->world);
-    return assign(r, bounds, n_tensors, first_bucket_bytes, bucket_cap_bytes);
+    return assign(r, bounds, cut, n_tensors, first_bucket_bytes, bucket_cap_bytes);
 }
 
 void dt_reducer_release(struct dt_reducer *r)

@@ -3,7 +3,8 @@
  * The gradient arena (model.h) is cut into buckets of whole tensors in
  * reverse parameter order, the order backward produces them: the first bucket
  * closes at first_bucket_bytes (1 MiB, as PyTorch DDP's rebuilt buckets), the
- * others at bucket_cap_bytes (25 MiB).  Buckets are views into the arena, so
+ * others at bucket_cap_bytes (25 MiB); a weight written in row chunks gets a
+ * bucket per chunk (the last, the first rows, is the smallest).  Buckets are views into the arena, so
  * nothing is copied.  While backward runs, dt_reducer_ready() learns which
  * range has its final gradients; every bucket that is complete starts its
  * all-reduce (average) on the communicator's thread at once, in bucket order
@@ -45,9 +46,13 @@ struct dt_reducer {
 };
 
 /* bounds[0..n_tensors] are the tensors' start offsets in the arena, ascending,
- * bounds[n_tensors] == n. */
+ * bounds[n_tensors] == n.  A "tensor" may be a row chunk of one
+ * (dt_model_grad_segments); cut, when not NULL, marks those where a bucket must
+ * start whatever its size, so that each chunk is all-reduced as soon as
+ * backward has written it. */
 int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
-                    int n_tensors, double first_bucket_bytes, double bucket_cap_bytes, bool overlap);
+                    const bool *cut, int n_tensors, double first_bucket_bytes, double bucket_cap_bytes,
+                    bool overlap);
 void dt_reducer_release(struct dt_reducer *r);
 
 /* Before each micro-batch's backward; `communicate` is true for the last one

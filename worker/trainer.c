@@ -89,18 +89,26 @@ static int build_model(struct dt_trainer *t)
     return 0;
 }
 
+/* Buckets follow the ranges backward reports: with overlap, each chunk of a
+ * weight written in row chunks (model.h) is its own bucket, so the first
+ * layer's weight, written last in backward, is not one all-reduce that
+ * nothing can hide; only its first 64 rows are. */
 static int build_reducer(struct dt_trainer *t)
 {
-    size_t bounds[2 * DT_MODEL_MAX_LAYERS + 1];
-    int nt = 0;
-    for (int l = 0; l < t->model->n_layers; l++) {
-        bounds[nt++] = t->model->layer[l].w;
-        bounds[nt++] = t->model->layer[l].b;
-    }
-    bounds[nt] = t->model->n_params;
     const double MiB = 1024.0 * 1024.0;
-    return dt_reducer_init(&t->red, t->comm, t->model->grads, bounds, nt, t->spec.ddp.first_bucket_mb * MiB,
-                           t->spec.ddp.bucket_cap_mb * MiB, t->spec.ddp.overlap);
+    const struct dt_ddp_spec *d = &t->spec.ddp;
+    int n = dt_model_grad_segments(t->model, NULL, NULL);
+    size_t *bounds = malloc((size_t)(n + 1) * sizeof *bounds);
+    bool *cut = malloc((size_t)(n + 1) * sizeof *cut);
+    int rc = bounds && cut ? 0 : dt_error_set(DT_ENOMEM, "trainer: no memory for %d gradient segments", n);
+    if (!rc) {
+        dt_model_grad_segments(t->model, bounds, cut);
+        rc = dt_reducer_init(&t->red, t->comm, t->model->grads, bounds, d->overlap ? cut : NULL, n, d->first_bucket_mb * MiB,
+                             d->bucket_cap_mb * MiB, d->overlap);
+    }
+    free(bounds);
+    free(cut);
+    return rc;
 }
 
 static int build_data(struct dt_trainer *t)

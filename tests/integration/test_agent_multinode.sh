@@ -96,6 +96,25 @@ one=$(sed -n 's/.*"final_loss": \([-0-9.e]*\).*/\1/p' "$T"/runs-tr1/tr-*/trainer
 check "two nodes reach the same final loss as one node ($two vs $one)" test -n "$two" -a "$two" = "$one"
 contains "$T"/runs-tr/tr-*/trainer_summary.json '"world_size": 2' "the two-node trainer ran with world size 2"
 
+# --- a rank hung on node 1: node 1's watchdog reads its heartbeats too ----------
+# Heartbeats reach only the coordinator on node 0; node 0 relays node 1's through the
+# store.  Rank 1 (node 1) stops itself at step 10; node 1's hang report must show the
+# step its heartbeat last reported, which it can only know through that relay.
+trainer "nodes: 2" 1 | sed -e 's/steps: 10/steps: 40/' \
+  -e 's/^rendezvous: .*/rendezvous: {timeout: 20s, heartbeat_timeout: 2s}\nmax_restarts: 1/' >"$T/hang.yaml"
+DTRAIN_FAULT=stop:1:10 agents "$T/hang.yaml" 2 hang
+check "a rank stopped on node 1: both agents recover with a restart and exit 0 ($(rc_of hang.0)$(rc_of hang.1))" \
+  test "$(rc_of hang.0)$(rc_of hang.1)" = 00
+contains "$T/hang.1.err" "rank 1 .*hung" "node 1's watchdog declares rank 1 hung"
+report=$(ls "$T"/runs-hang/tr-*/attempt_0/hang_rank_1.txt 2>/dev/null | head -n 1)
+contains "${report:-$T/none}" "heartbeat: step [0-9]+, [0-9.]+ s ago" \
+  "node 1's hang report has rank 1's last heartbeat (relayed from node 0's coordinator)"
+hsum=$(ls "$T"/runs-hang/tr-*/summary.json 2>/dev/null | head -n 1)
+contains "${hsum:-$T/none}" '"first_failure": \{"attempt": 0, "rank": 1, "node": 1, .*"final": false, "hang": \{"rank": 1, "step": [0-9]+, "detected_s": [0-9.]+, "reason": "(in process state T|silent for)' \
+  "node 0's summary.json names the hang on node 1: rank, step, reason (the job then succeeded)"
+if grep -q "hung" "$T/tr.1.err" "$T/tr.0.err"; then not_ok "the healthy two-node trainer is not declared hung"
+else ok "the healthy two-node trainer is not declared hung"; fi
+
 # --- a rank failing on node 1 restarts both nodes ------------------------------
 failjob() { # max_restarts
   cat <<EOF2
@@ -120,6 +139,18 @@ check "with no restarts left both agents exit with the failed rank's status 3" t
 sum=$(ls "$T"/runs-f0/failjob-*/summary.json)
 contains "$sum" '"first_failure": \{"attempt": 0, "rank": 3, "node": 1, "host": "[^"]+", "exit_code": 3' "node 0's summary.json names rank 3 on node 1 as the first failure"
 contains "$sum" '"stderr_tail": \["rank 3 breaks"\]' "and carries its last stderr line"
+t=$(sed -n 's/.*"first_failure": {.*"time_s": \([0-9.]*\),.*/\1/p' "$sum")
+x=$(sed -n 's/.*{"rank": 3, "local_rank": 1, .*"exit_s": \([0-9.]*\)}.*/\1/p' "$sum" | head -n 1)
+check "the failure's time_s is on node 0's clock: rank 3's exit time, not 0 ($t s vs $x s)" \
+  awk -v t="${t:-0}" -v x="${x:--9}" 'BEGIN { d = t - x; exit !(t > 0 && d < 0.5 && d > -0.5) }'
+for r in 0 1 2 3; do
+  contains "$sum" "\{\"rank\": $r, \"local_rank\": $((r % 2)), \"pid\": [1-9]" "summary.json's attempt lists rank $r (both nodes' ranks)"
+done
+contains "$sum" '\{"rank": 3, "local_rank": 1, "pid": [0-9]+, "exit_code": 3, .*"spawn_s": [0-9.]+, "exit_s": [0-9.]+\}' \
+  "node 1's failed rank carries its exit code and times"
+if grep -q "summary.json in" "$T/f0.1.err"; then not_ok "node 1 does not point at a summary.json it does not write"
+else ok "node 1 does not point at a summary.json it does not write"; fi
+contains "$T/f0.1.err" "node 0 writes summary.json" "node 1 says node 0 writes summary.json"
 
 # --- a node 1 that cannot reach the coordinator ----------------------------------
 sed 's/timeout: 20s/timeout: 2s/' "$T/env.yaml" >"$T/short.yaml"

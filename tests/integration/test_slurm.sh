@@ -24,6 +24,14 @@ wait_for() {
   for ((i = 0; i < $3 * 10; i++)); do grep -Eq -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
+# launch_until NAME SECONDS PATTERN WHAT: `dtrain launch NAME.yaml` in the background (output in
+# NAME.out/NAME.err, killed after SECONDS) until PATTERN is in NAME.out; sets pid and the Slurm job's id.
+launch_until() {
+  timeout "$2" "$DTRAIN" launch "$1.yaml" >"$1.out" 2>"$1.err" &
+  pid=$!
+  if wait_for "$1.out" "$3" 60; then ok "$4"; else not_ok "$4"; sed 's/^/    /' "$1.err" | head -n 20; fi
+  id=$(job_id "$1.err")
+}
 
 # --- the trainer, 2 nodes x 2 ranks ------------------------------------------
 cat >train.yaml <<'EOF'
@@ -84,8 +92,10 @@ nodes: 2
 nproc_per_node: 2
 command: [sh, -c, 'if [ "$RANK" = 3 ]; then echo "bad batch on rank 3" >&2; exit 3; fi; exec sleep 60']
 EOF
-expect_status 3 "a rank's exit code 3 is the launcher's exit status" timeout 120 "$DTRAIN" launch fail.yaml
+expect_status 3 "a rank's exit code 3 is the launcher's exit status" \
+  timeout 120 "$DTRAIN" launch --grace-period 2.5 fail.yaml
 contains "$T/last.err" "rank 3 exited with code 3" "the console names the failing rank and its code"
+contains "$T/last.err" "SIGKILL after 2\.5 s" "launch --grace-period reaches the agents through the batch script"
 contains "$T/last.err" "bad batch on rank 3" "the failing rank's stderr is shown"
 contains "$T/last.err" "ended FAILED with exit status 3" "launch reports the Slurm job's end"
 
@@ -98,10 +108,7 @@ nodes: 2
 nproc_per_node: 2
 command: [sh, -c, 'echo "rank \$RANK up"; sleep 120; echo $mark']
 EOF
-timeout 120 "$DTRAIN" launch slow.yaml >slow.out 2>slow.err &
-pid=$!
-if wait_for slow.out "\[rank 3\] rank 3 up" 60; then ok "the long job runs"; else not_ok "the long job runs"; fi
-id=$(job_id slow.err)
+launch_until slow 120 "\[rank 3\] rank 3 up" "the long job runs"
 kill -INT "$pid"
 wait "$pid"; rc=$?
 check "Ctrl-C: launch exits 130 (exit $rc)" test "$rc" = 130
@@ -127,10 +134,7 @@ trainer:
   log_every_steps: 10
 slurm: {time: "00:10:00", requeue: true}
 EOF
-timeout 170 "$DTRAIN" launch requeue.yaml >requeue.out 2>requeue.err &
-pid=$!
-if wait_for requeue.out "\[rank 0\] step [0-9]+0/1000" 60; then ok "the requeue job trains"; else not_ok "the requeue job trains"; fi
-id=$(job_id requeue.err)
+launch_until requeue 170 "\[rank 0\] step [0-9]+0/1000" "the requeue job trains"
 # What Slurm does 90 s before the time limit with --signal=B:USR1@90, sent now.
 scancel --signal=USR1 --batch "$id"
 wait "$pid"; rc=$?
@@ -143,3 +147,12 @@ contains requeue.err "resuming from .*runs/requeue-$id/checkpoints/step_0*${step
   "the requeued run resumes from that checkpoint"
 contains "runs/requeue-$id/trainer_summary.json" "\"resumed_from_step\": ${step:-X}," "the trainer's summary records the resume"
 contains "runs/requeue-$id/trainer_summary.json" '"steps": 1000' "and the training reached its last step"
+log0="runs/requeue-$id/attempt_0/rank_0.out"
+contains "$log0" "stopped at step ${step:-X} of 1000 on SIGUSR1" "rank 0's log keeps the run before the requeue"
+contains "$log0" "^---- dtrain: the run directory was used again" "a line marks where the requeued run begins"
+contains "$log0" "done: 1000 steps" "and the requeued run follows in the same log"
+contains requeue.err "the ranks checkpointed and stopped on SIGUSR1 .* to be requeued" \
+  "the agents report the requeue stop as such"
+if grep -q "^dtrain: error:" requeue.err; then
+  not_ok "the expected stop for a requeue prints no dtrain error line"; grep "^dtrain: error:" requeue.err | sed 's/^/    /'
+else ok "the expected stop for a requeue prints no dtrain error line"; fi

@@ -25,6 +25,7 @@
 #include "comm/error.h"
 #include "launcher/agent.h"
 #include "launcher/jobspec.h"
+#include "tests/unit/agent_fixture.h"
 
 /* --- the rule --------------------------------------------------------------- */
 
@@ -114,107 +115,61 @@ static void judge_each_way_to_hang(void **state)
 /* --- the agent with real processes -------------------------------------------- */
 
 struct fixture {
-    char dir[64];
-    char *argv[4];
-    struct dt_job job;
-    struct dt_agent_config cfg;
-    struct dt_agent_result res;
-    int out_fd, err_fd;
+    struct agent_fixture a;
 };
 
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof *f);
-    strcpy(f->dir, "/tmp/dtrain-watchdog-test.XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    char path[128];
-    snprintf(path, sizeof path, "%s/console.out", f->dir);
-    f->out_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    snprintf(path, sizeof path, "%s/console.err", f->dir);
-    f->err_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    f->job.name = "unit";
-    f->job.nodes = 1;
-    f->job.rendezvous.heartbeat_timeout_s = 1;
-    f->job.rendezvous.timeout_s = 10;
-    f->cfg = (struct dt_agent_config){.job = &f->job,
-                                      .argv = (const char *const *)f->argv,
-                                      .nnodes = 1,
-                                      .run_id = "RID",
-                                      .run_dir = f->dir,
-                                      .master_addr = "127.0.0.1",
-                                      .master_port = 1,
-                                      .grace_s = 1.0,
-                                      .out_fd = f->out_fd,
-                                      .err_fd = f->err_fd};
     *state = f;
+    if (!f || agent_fixture_open(&f->a, "watchdog") < 0)
+        return -1;
+    f->a.job.rendezvous.heartbeat_timeout_s = 1;
+    f->a.job.rendezvous.timeout_s = 10;
     return 0;
 }
 
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    dt_agent_result_free(&f->res);
-    close(f->out_fd);
-    close(f->err_fd);
-    free(f->job.restart_policy.on_exit);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
-    int rc = system(cmd);
+    free(f->a.job.restart_policy.on_exit);
+    int rc = agent_fixture_close(&f->a);
     free(f);
-    return rc == 0 ? 0 : -1;
+    return rc;
 }
 
 static void run(struct fixture *f, int nproc, int max_restarts, const char *script)
 {
-    f->argv[0] = "sh";
-    f->argv[1] = "-c";
-    f->argv[2] = (char *)script;
-    f->job.max_restarts = max_restarts;
-    f->job.nproc_per_node = nproc;
-    f->cfg.nproc = nproc;
-    assert_int_equal(dt_agent_run(&f->cfg, &f->res), 0);
-}
-
-static char *slurp(const char *path)
-{
-    static char buf[1 << 16];
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return NULL;
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    buf[n] = 0;
-    return buf;
+    agent_fixture_run(&f->a, nproc, max_restarts, script);
 }
 
 static void check_stopped_rank_recovers(struct fixture *f, const char *script)
 {
     run(f, 3, 1, script);
-    assert_int_equal(f->res.status, DT_AGENT_SUCCEEDED);
-    assert_int_equal(f->res.n_attempts, 2);
-    struct dt_agent_attempt *at = &f->res.attempts[0];
+    assert_int_equal(f->a.res.status, DT_AGENT_SUCCEEDED);
+    assert_int_equal(f->a.res.n_attempts, 2);
+    struct dt_agent_attempt *at = &f->a.res.attempts[0];
     assert_int_equal(at->hung, 1);
     assert_int_equal(at->first_failed, 1);
     /* The stop comes right after the start; the verdict within heartbeat_timeout (1 s) + 5 s. */
     double took = at->end_s - at->start_s;
     printf("# attempt 0 with a stopped rank lasted %.2f s\n", took);
     assert_true(took >= 1.0 && took < 6.0);
-    assert_true(f->res.have_failure && f->res.first_failure.hung);
-    assert_int_equal(f->res.first_failure.rank, 1);
-    assert_int_equal(f->res.first_failure.hung_step, -1);
-    assert_non_null(strstr(f->res.first_failure.hang_reason, "process state T"));
+    assert_true(f->a.res.have_failure && f->a.res.first_failure.hung);
+    assert_int_equal(f->a.res.first_failure.rank, 1);
+    assert_int_equal(f->a.res.first_failure.hung_step, -1);
+    assert_non_null(strstr(f->a.res.first_failure.hang_reason, "process state T"));
     char path[256];
-    snprintf(path, sizeof path, "%s/attempt_0/hang_rank_1.txt", f->dir);
-    assert_string_equal(f->res.first_failure.hang_report, path);
-    char *report = slurp(path);
+    snprintf(path, sizeof path, "%s/attempt_0/hang_rank_1.txt", f->a.dir);
+    assert_string_equal(f->a.res.first_failure.hang_report, path);
+    char *report = agent_fixture_read(&f->a, path);
     assert_non_null(report);
     assert_non_null(strstr(report, "rank 1 (pid "));
     assert_non_null(strstr(report, "state T"));
     assert_non_null(strstr(report, "about to stop"));           /* its last stderr line */
     assert_non_null(strstr(report, "== rank 0 (local 0, pid")); /* the others too */
     FILE *sf = tmpfile();
-    assert_int_equal(dt_agent_write_summary_to(sf, &f->cfg, &f->res), 0);
+    assert_int_equal(dt_agent_write_summary_to(sf, &f->a.cfg, &f->a.res), 0);
     rewind(sf);
     char json[1 << 15];
     json[fread(json, 1, sizeof json - 1, sf)] = 0;
@@ -238,10 +193,10 @@ static void stopped_child_of_a_shell_is_seen(void **state)
 
 static void set_policy(struct fixture *f, int code, enum dt_exit_action action, enum dt_exit_action otherwise)
 {
-    f->job.restart_policy.on_exit = calloc(1, sizeof *f->job.restart_policy.on_exit);
-    f->job.restart_policy.on_exit[0] = (struct dt_exit_rule){code, action};
-    f->job.restart_policy.n_on_exit = 1;
-    f->job.restart_policy.otherwise = otherwise;
+    f->a.job.restart_policy.on_exit = calloc(1, sizeof *f->a.job.restart_policy.on_exit);
+    f->a.job.restart_policy.on_exit[0] = (struct dt_exit_rule){code, action};
+    f->a.job.restart_policy.n_on_exit = 1;
+    f->a.job.restart_policy.otherwise = otherwise;
 }
 
 static void on_exit_fail_is_final(void **state)
@@ -249,10 +204,10 @@ static void on_exit_fail_is_final(void **state)
     struct fixture *f = *state;
     set_policy(f, 42, DT_EXIT_FAIL, DT_EXIT_RETRY);
     run(f, 2, 3, "[ $RANK = 1 ] && exit 42; sleep 5");
-    assert_int_equal(f->res.status, DT_AGENT_FAILED);
-    assert_int_equal(f->res.exit_status, 42);
-    assert_int_equal(f->res.n_attempts, 1);
-    assert_true(f->res.first_failure.final);
+    assert_int_equal(f->a.res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->a.res.exit_status, 42);
+    assert_int_equal(f->a.res.n_attempts, 1);
+    assert_true(f->a.res.first_failure.final);
 }
 
 static void other_codes_are_retried(void **state)
@@ -260,10 +215,10 @@ static void other_codes_are_retried(void **state)
     struct fixture *f = *state;
     set_policy(f, 42, DT_EXIT_FAIL, DT_EXIT_RETRY);
     run(f, 2, 2, "[ $RANK = 1 ] && exit 3; true");
-    assert_int_equal(f->res.status, DT_AGENT_FAILED);
-    assert_int_equal(f->res.exit_status, 3);
-    assert_int_equal(f->res.n_attempts, 3);
-    assert_false(f->res.first_failure.final);
+    assert_int_equal(f->a.res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->a.res.exit_status, 3);
+    assert_int_equal(f->a.res.n_attempts, 3);
+    assert_false(f->a.res.first_failure.final);
 }
 
 /* default: fail makes unlisted codes final, and a listed retry still retries. */
@@ -272,9 +227,9 @@ static void default_fail_with_a_retry_code(void **state)
     struct fixture *f = *state;
     set_policy(f, 75, DT_EXIT_RETRY, DT_EXIT_FAIL);
     run(f, 2, 2, "[ $RANK = 0 ] && [ $DTRAIN_RESTART_COUNT = 0 ] && exit 75; [ $RANK = 0 ] && exit 9; true");
-    assert_int_equal(f->res.n_attempts, 2); /* 75 retried once, then 9 is final */
-    assert_int_equal(f->res.exit_status, 9);
-    assert_true(f->res.first_failure.final);
+    assert_int_equal(f->a.res.n_attempts, 2); /* 75 retried once, then 9 is final */
+    assert_int_equal(f->a.res.exit_status, 9);
+    assert_true(f->a.res.first_failure.final);
 }
 
 /* A rank SIGKILLed by something else is the root cause even when a peer's
@@ -287,11 +242,11 @@ static void signal_death_outranks_a_peer_exit(void **state)
     run(f, 2, 0,
         "if [ $RANK = 1 ]; then while [ ! -e $DTRAIN_RUN_DIR/ready ]; do sleep 0.01; done; exit 1; fi; "
         "trap '' TERM; touch $DTRAIN_RUN_DIR/ready; sleep 0.1; kill -KILL $$");
-    assert_int_equal(f->res.status, DT_AGENT_FAILED);
-    assert_int_equal(f->res.first_failure.rank, 0);
-    assert_true(WIFSIGNALED(f->res.first_failure.wstatus) &&
-                WTERMSIG(f->res.first_failure.wstatus) == SIGKILL);
-    assert_int_equal(f->res.exit_status, 137);
+    assert_int_equal(f->a.res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->a.res.first_failure.rank, 0);
+    assert_true(WIFSIGNALED(f->a.res.first_failure.wstatus) &&
+                WTERMSIG(f->a.res.first_failure.wstatus) == SIGKILL);
+    assert_int_equal(f->a.res.exit_status, 137);
 }
 
 /* A heartbeat source that says the coordinator is gone. */
@@ -304,21 +259,21 @@ static int gone(void *ctx, int rank, int64_t *step, double *age_s)
 static void unreachable_coordinator_ends_the_job(void **state)
 {
     struct fixture *f = *state;
-    f->job.rendezvous.timeout_s = 1;
-    f->cfg.heartbeat = gone;
+    f->a.job.rendezvous.timeout_s = 1;
+    f->a.cfg.heartbeat = gone;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     run(f, 2, 3, "sleep 30");
     clock_gettime(CLOCK_MONOTONIC, &b);
     double took = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    assert_int_equal(f->res.status, DT_AGENT_FAILED);
-    assert_int_equal(f->res.exit_status, 1);
-    assert_int_equal(f->res.n_attempts, 1); /* no restart against a dead coordinator */
-    assert_non_null(strstr(f->res.coordinator_lost, "the coordinator 127.0.0.1:1 has not answered for"));
-    assert_non_null(strstr(f->res.coordinator_lost, "Connection refused"));
+    assert_int_equal(f->a.res.status, DT_AGENT_FAILED);
+    assert_int_equal(f->a.res.exit_status, 1);
+    assert_int_equal(f->a.res.n_attempts, 1); /* no restart against a dead coordinator */
+    assert_non_null(strstr(f->a.res.coordinator_lost, "the coordinator 127.0.0.1:1 has not answered for"));
+    assert_non_null(strstr(f->a.res.coordinator_lost, "Connection refused"));
     assert_true(took >= 1.0 && took < 4.0);
     for (int i = 0; i < 2; i++)
-        assert_true(f->res.attempts[0].ranks[i].exited && f->res.attempts[0].ranks[i].stopped_by_agent);
+        assert_true(f->a.res.attempts[0].ranks[i].exited && f->a.res.attempts[0].ranks[i].stopped_by_agent);
 }
 
 int main(void)

@@ -173,6 +173,21 @@ static void tcp_ring_small_slices(void **s)
     unsetenv("DTRAIN_TCP_SMALL_BYTES");
 }
 
+/* Halving-doubling (Rabenseifner) for every size above 64 B, with segments
+ * cut inside its ranges: a power of two (4) and folds of 1, 2 and 3 extra
+ * ranks (5, 6, 7; 3 folds one into a pair). */
+static void tcp_halving_doubling(void **s)
+{
+    (void)s;
+    setenv("DTRAIN_TCP_HALVING_BYTES", "1073741824", 1);
+    setenv("DTRAIN_TCP_SEGMENT_BYTES", "200", 1);
+    setenv("DTRAIN_TCP_SMALL_BYTES", "64", 1);
+    sweep("tcp", 3, 7);
+    unsetenv("DTRAIN_TCP_HALVING_BYTES");
+    unsetenv("DTRAIN_TCP_SEGMENT_BYTES");
+    unsetenv("DTRAIN_TCP_SMALL_BYTES");
+}
+
 static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
 static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
 static void shm_worlds_1_to_4(void **s) { (void)s; sweep("shm", 1, 4); }
@@ -307,7 +322,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
         cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
-        cmocka_unit_test(tcp_ring_small_slices),
+        cmocka_unit_test(tcp_ring_small_slices), cmocka_unit_test(tcp_halving_doubling),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
     };

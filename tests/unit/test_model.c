@@ -1,12 +1,14 @@
 /* test_model.c - the MLP's logits, loss and gradients for a fixed batch against
  * PyTorch (tests/fixtures/mlp.safetensors, <= 1e-5 relative), 10 AdamW steps of
- * loss, and the order in which backward hands gradient ranges to the reducer. */
+ * loss, the order in which backward hands gradient ranges to the reducer, and
+ * row-chunked weight gradients equal to whole ones. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "worker/adamw.h"
@@ -146,6 +148,87 @@ static void ready_ranges_in_reverse_order(void **state)
     dt_model_destroy(m);
 }
 
+struct seg_ranges {
+    size_t lo[32], hi[32];
+    int n;
+};
+
+static void record_seg(void *ctx, size_t lo, size_t hi)
+{
+    struct seg_ranges *r = ctx;
+    assert_true(r->n < 32);
+    r->lo[r->n] = lo;
+    r->hi[r->n++] = hi;
+}
+
+/* Two micro-batches (overwrite, then accumulate) of a 100-300-200-10 MLP. */
+static void two_batches(struct dt_model *m, struct seg_ranges *r)
+{
+    enum { B = 24, IN = 100 };
+    static float x[B * IN];
+    int32_t y[B];
+    for (int i = 0; i < B * IN; i++)
+        x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    for (int i = 0; i < B; i++)
+        y[i] = (i * 7) % 10;
+    dt_model_train_batch(m, x, y, B, 1.0f / B, 0, record_seg, r, NULL);
+    dt_model_train_batch(m, x + IN, y, B - 1, 1.0f / B, 1, NULL, NULL, NULL);
+}
+
+/* Row-chunked weight gradients (chunks 0, 64, 64+128 rows for the first layer,
+ * of 64 rows with an 8-row top for the second) come out from the last rows
+ * down and match the segments the reducer is given; with one BLAS thread they
+ * hold the same bits as whole ones, with two they agree to fp32 rounding
+ * (OpenBLAS splits a whole GEMM among threads its own way). */
+static void chunked_weight_grads_equal_whole(void **state)
+{
+    (void)state;
+    const int hidden[2] = {300, 200};
+    for (int threads = 1; threads <= 2; threads++) {
+        dt_kernels_cpu.set_threads(threads);
+        struct dt_model *whole, *chunked;
+        assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 2, 10, DT_KACT_RELU, 24, 3, &whole), 0);
+        assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 2, 10, DT_KACT_RELU, 24, 3, &chunked),
+                         0);
+        dt_model_set_grad_chunk(whole, 0);
+        dt_model_set_grad_chunk(chunked, 12800);
+        assert_int_equal(dt_model_chunk_rows(chunked, 0), 128);
+        assert_int_equal(dt_model_chunk_rows(chunked, 1), 64);
+        assert_int_equal(dt_model_chunk_rows(chunked, 2), 10);
+        struct seg_ranges rw = {.n = 0}, rc = {.n = 0};
+        two_batches(whole, &rw);
+        two_batches(chunked, &rc);
+        if (threads == 1)
+            assert_memory_equal(whole->grads, chunked->grads, whole->n_params * sizeof(float));
+        for (size_t i = 0; i < whole->n_params; i++)
+            if (fabsf(whole->grads[i] - chunked->grads[i]) > 1e-6f * (1.0f + fabsf(whole->grads[i])))
+                fail_msg("%d threads: gradient %zu is %g chunked, %g whole", threads, i, chunked->grads[i],
+                         whole->grads[i]);
+        /* 3 + 4 chunks and the output layer whole: 8 ranges tiling the arena downwards. */
+        assert_int_equal(rw.n, 3);
+        assert_int_equal(rc.n, 8);
+        size_t bounds[16];
+        bool cut[16];
+        int n = dt_model_grad_segments(chunked, bounds, cut);
+        assert_int_equal(n, 3 + 1 + 4 + 1 + 1 + 1);
+        assert_int_equal(bounds[n], chunked->n_params);
+        assert_int_equal(bounds[1], 64 * 100); /* rows [0, 64): reported last, the smallest */
+        assert_int_equal(bounds[2], 192 * 100);
+        assert_true(cut[0] && cut[2] && !cut[3] && cut[4] && !cut[9]);
+        assert_int_equal(rc.hi[0], chunked->n_params);
+        assert_int_equal(rc.lo[rc.n - 1], 0);
+        for (int i = 1; i < rc.n; i++) {
+            assert_int_equal(rc.hi[i], rc.lo[i - 1]);
+            int k = 0; /* every range starts at a segment bound */
+            while (k < n && bounds[k] != rc.lo[i])
+                k++;
+            assert_true(k < n);
+        }
+        dt_model_destroy(whole);
+        dt_model_destroy(chunked);
+    }
+}
+
 static void init_is_torch_bound_and_seeded(void **state)
 {
     (void)state;
@@ -166,6 +249,7 @@ int main(void)
         cmocka_unit_test(relu_matches_torch),
         cmocka_unit_test(gelu_matches_torch),
         cmocka_unit_test(ready_ranges_in_reverse_order),
+        cmocka_unit_test(chunked_weight_grads_equal_whole),
         cmocka_unit_test(init_is_torch_bound_and_seeded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

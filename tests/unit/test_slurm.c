@@ -101,7 +101,8 @@ static void render_every_option(void **state)
                                         "#SBATCH --comment=x y\n",
                                         "JOB='jobs/big job.yaml'", /* quoted for the shell */
                                         "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
-                                        "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} &\n",
+                                        "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
+                                        "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"} &\n",
                                         "trap '",
                                         "kill -USR1 \"${step:-}\"",
                                         "if [ \"$status\" = 75 ]; then",
@@ -135,7 +136,7 @@ static void render_minimal(void **state)
     has(s, "#SBATCH --nodes=2\n");
     has(s, "JOB=small.yaml  #");
     has(s, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
-           "\"$DTRAIN_LOG_DIR\"}\n");
+           "\"$DTRAIN_LOG_DIR\"} ${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}\n");
     has(s, "rendezvous.auth is none");
     static const char *const absent[] = {
         "--partition", "--account", "--qos",     "--constraint", "--exclusive",       "--gpus", "--cpus",

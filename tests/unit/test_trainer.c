@@ -147,7 +147,7 @@ static void buckets_first_small_then_cap(void **state)
     float *g = calloc(bounds[6], sizeof *g);
     struct dt_reducer r;
     /* first bucket 1 MiB = 262144 floats: closes after the 300k tensor (reverse order). */
-    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, 6, 1 << 20, 25 << 20, true), 0);
+    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, NULL, 6, 1 << 20, 25 << 20, true), 0);
     assert_int_equal(r.nb, 2);
     assert_int_equal(r.b[0].hi, bounds[6]);
     assert_int_equal(r.b[0].lo, bounds[2]);
@@ -155,10 +155,21 @@ static void buckets_first_small_then_cap(void **state)
     assert_int_equal(r.b[1].lo, 0);
     dt_reducer_release(&r);
     /* Tiny limits: every tensor its own bucket, last first. */
-    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, 6, 4, 4, true), 0);
+    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, NULL, 6, 4, 4, true), 0);
     assert_int_equal(r.nb, 6);
     for (int i = 0; i < 6; i++)
         assert_int_equal(r.b[i].lo, bounds[5 - i]);
+    dt_reducer_release(&r);
+    /* A cut starts a bucket whatever its size: the 300k tensor in two chunks. */
+    size_t cb[8] = {0, 100000, 300000, 301000, 601000, 602000, 612000, 612010};
+    bool cut[8] = {true, true, false, false, false, false, false, false};
+    assert_int_equal(dt_reducer_init(&r, NULL, g, cb, cut, 7, 1 << 20, 25 << 20, true), 0);
+    assert_int_equal(r.nb, 3);
+    assert_int_equal(r.b[0].lo, cb[3]);
+    assert_int_equal(r.b[1].lo, cb[1]);
+    assert_int_equal(r.b[1].hi, cb[3]);
+    assert_int_equal(r.b[2].lo, 0);
+    assert_int_equal(r.b[2].hi, cb[1]);
     /* One process: begin/ready/finish send nothing and succeed. */
     dt_reducer_begin(&r, true);
     dt_reducer_ready(&r, 0, bounds[6]);
