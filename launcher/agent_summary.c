@@ -149,7 +149,11 @@ static void json_status(FILE *f, bool exited, int wstatus)
 
 static void json_rank(FILE *f, const struct dt_agent_rank_result *r, int local_rank)
 {
-    fprintf(f, "        {\"rank\": %d, \"local_rank\": %d, \"pid\": %d, ", r->rank, local_rank, r->pid);
+    fprintf(f, "        {\"rank\": %d, \"local_rank\": %d, \"pid\": ", r->rank, local_rank);
+    if (r->pid > 0) /* 0: never started, or (mpirun) no record of it reached us */
+        fprintf(f, "%d, ", r->pid);
+    else
+        fputs("null, ", f);
     json_status(f, r->exited, r->wstatus);
     fprintf(f, ", \"stopped_by_dtrain\": %s, \"spawn_s\": %.6f, \"exit_s\": ",
             r->stopped_by_agent ? "true" : "false", r->spawn_s);

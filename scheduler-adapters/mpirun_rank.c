@@ -9,7 +9,11 @@
  * sees RANK, LOCAL_RANK, ...), runs the program as its child, passes on every
  * signal mpirun sends, and when the program ends writes
  *   <run dir>/attempt_<k>/rank_<r>.exit   "wstatus=N stopped=0|1 pid=P time_ns=T"
- * (T: CLOCK_REALTIME) before ending the same way.  stopped=1 means mpirun had
+ * (T: CLOCK_REALTIME) before ending the same way.  rank_<r>.pid ("pid=P") is
+ * written as the program starts: mpirun follows its SIGTERM with a SIGKILL
+ * one second later (odls_base_sigkill_timeout), and on a busy host that can
+ * land between our waitpid and the .exit record, so the launcher still knows
+ * which process the rank was.  stopped=1 means mpirun had
  * signalled the rank first, i.e. it did not fail by itself.  The launcher
  * reads these files for the first failure and the per-rank table of
  * summary.json; without them (a run directory not shared with other hosts) it
@@ -48,27 +52,53 @@ static void pass_on(int sig)
         kill(child_pid, sig);
 }
 
-static void write_exit_file(int rank, int wstatus, pid_t pid)
+/* <run dir>/attempt_<k>/rank_<r>.<what>, written whole or not at all. */
+static void write_record(int rank, const char *what, const char *line)
 {
     const char *dir = getenv("DTRAIN_RUN_DIR"), *k = getenv("DTRAIN_RESTART_COUNT");
     if (!dir)
         return;
     char path[4200], tmp[4300];
-    snprintf(path, sizeof path, "%s/attempt_%s/rank_%d.exit", dir, k ? k : "0", rank);
+    snprintf(path, sizeof path, "%s/attempt_%s/rank_%d.%s", dir, k ? k : "0", rank, what);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     FILE *f = fopen(tmp, "w");
     if (!f)
         return;
-    fprintf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped, (int)pid,
-            (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    fputs(line, f);
     if (fclose(f) == 0)
         rename(tmp, path);
 }
 
+static void write_exit_file(int rank, int wstatus, pid_t pid)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char line[128];
+    snprintf(line, sizeof line, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped, (int)pid,
+             (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    write_record(rank, "exit", line);
+}
+
+/* Signal handling has a window: mpirun may stop the job (a peer failed in its
+ * first milliseconds) before our child exists.  So the handlers go in before
+ * anything else, the passed-on signals are blocked across fork() (a handler
+ * running between fork and `child_pid = pid` would find no one to signal),
+ * and a stop that came before the child did is passed on to it at once.
+ * Either way the rank ends through waitpid and leaves its .exit record. */
+static void block_passed_on(int how)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < N_PASSED; i++)
+        sigaddset(&set, passed_on[i]);
+    sigprocmask(how, &set, NULL);
+}
+
 int dt_mpirun_rank_main(char *const *argv)
 {
+    struct sigaction sa = {.sa_handler = pass_on, .sa_flags = SA_RESTART};
+    for (int i = 0; i < N_PASSED; i++)
+        sigaction(passed_on[i], &sa, NULL);
     int rc = dt_mpirun_rank_env();
     if (rc < 0) {
         fprintf(stderr, "dtrain mpirank: %s\n", dt_error_last());
@@ -76,10 +106,8 @@ int dt_mpirun_rank_main(char *const *argv)
     }
     const char *rs = getenv("RANK");
     int rank = rs ? atoi(rs) : 0;
-    struct sigaction sa = {.sa_handler = pass_on, .sa_flags = SA_RESTART};
-    for (int i = 0; i < N_PASSED; i++)
-        sigaction(passed_on[i], &sa, NULL);
     fflush(NULL);
+    block_passed_on(SIG_BLOCK);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "dtrain mpirank: rank %d: cannot fork: %s\n", rank, strerror(errno));
@@ -88,12 +116,19 @@ int dt_mpirun_rank_main(char *const *argv)
     if (pid == 0) {
         for (int i = 0; i < N_PASSED; i++)
             signal(passed_on[i], SIG_DFL);
+        block_passed_on(SIG_UNBLOCK);
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* mpirun's SIGKILL reaches only us */
         execvp(argv[0], argv);
         fprintf(stderr, "dtrain: rank %d: cannot run %s: %s\n", rank, argv[0], strerror(errno));
         _exit(127);
     }
     child_pid = pid;
+    char line[32];
+    snprintf(line, sizeof line, "pid=%d\n", (int)pid);
+    write_record(rank, "pid", line);
+    if (stopped)
+        kill(pid, SIGTERM);
+    block_passed_on(SIG_UNBLOCK);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }

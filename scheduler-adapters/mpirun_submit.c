@@ -186,6 +186,21 @@ static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, lo
     return n == 4 ? 0 : -1;
 }
 
+/* The pid `dtrain mpirank` recorded when rank q's program started, or 0. */
+static int read_pid(const char *dir, int q)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.pid", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int pid = 0;
+    if (fscanf(f, "pid=%d", &pid) != 1 || pid < 0)
+        pid = 0;
+    fclose(f);
+    return pid;
+}
+
 /* Fills attempt k from the ranks' exit records; returns the first rank that
  * failed by itself (earliest record), or -1. */
 static int record_ranks(struct run *r, int k, const char *dir, struct dt_mpirun_attempt *a)
@@ -202,8 +217,10 @@ static int record_ranks(struct run *r, int k, const char *dir, struct dt_mpirun_
         *rr = (struct dt_agent_rank_result){.rank = q, .spawn_s = a->start_s, .stopped_by_agent = a->status != 0};
         int ws, stopped, pid;
         long long t;
-        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0)
+        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0) {
+            rr->pid = read_pid(dir, q); /* killed before it could say how it ended */
             continue;
+        }
         *rr = (struct dt_agent_rank_result){.rank = q, .pid = pid, .exited = true, .wstatus = ws,
                                             .stopped_by_agent = stopped != 0, .spawn_s = a->start_s,
                                             .exit_s = (double)t * 1e-9 - t0_real};
@@ -221,6 +238,7 @@ static void record(struct run *r, int k, const char *dir, struct dt_mpirun_attem
     at->start_s = a->start_s;
     at->end_s = a->end_s;
     at->first_failed = -1;
+    at->hung = -1; /* mpirun has no watchdog of ours: no rank is ever declared hung */
     at->leftovers = a->leftovers;
     int q = record_ranks(r, k, dir, a);
     if (a->status == 0 || a->interrupt_signal)

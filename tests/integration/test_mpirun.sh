@@ -114,6 +114,7 @@ contains "$T/last.err" '  \| boom: bad batch' "and shows the tail of its stderr"
 run=$(summary_of)
 contains "$run/summary.json" '"first_failure": \{"attempt": 0, "rank": 1, .*"exit_code": 3' "summary.json names the first failure"
 contains "$run/attempt_0/rank_1.err" 'boom: bad batch' "rank 1's stderr is in its own log"
+contains "$run/summary.json" '"first_failed_rank": 1, "hung_rank": null,' "no rank is called hung (mpirun has no watchdog of ours)"
 contains "$run/summary.json" '\{"rank": 0, "local_rank": 0, "pid": [1-9][0-9]*, .*"stopped_by_dtrain": true' \
   "summary.json lists rank 0 with its pid, as stopped because of the failure"
 contains "$run/summary.json" '"mpirank", "--", "sh"' "each rank ran under dtrain mpirank"

@@ -289,6 +289,14 @@ static int make_phase_events(struct dt_dev_model *d)
     return 0;
 }
 
+/* The events of ev[0..n) that were created (NULL: never made). */
+static void events_destroy(cudaEvent_t *ev, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+}
+
 static void engine_destroy(struct dt_dev_model *d)
 {
     if (!d)
@@ -313,11 +321,8 @@ static void engine_destroy(struct dt_dev_model *d)
         if (d->hyper_copied[i])
             cudaEventDestroy(d->hyper_copied[i]);
     }
-    for (int i = 0; i < DT_ENGINE_MAX_BUCKETS; i++)
-        if (d->bucket_ev[i])
-            cudaEventDestroy(d->bucket_ev[i]);
-    if (d->join_ev)
-        cudaEventDestroy(d->join_ev);
+    events_destroy(d->bucket_ev, DT_ENGINE_MAX_BUCKETS);
+    events_destroy(&d->join_ev, 1);
     if (d->copy)
         cudaStreamDestroy(d->copy);
     cudaFree(d->p);
@@ -334,13 +339,9 @@ static void engine_destroy(struct dt_dev_model *d)
     free(d->order);
     free((void *)d->c.buckets);
     dt_nvml_close(d->nvml);
-    for (int i = 0; i <= DT_ENGINE_PHASES; i++)
-        if (d->phase_ev[i])
-            cudaEventDestroy(d->phase_ev[i]);
-    if (d->wgrad_done_ev)
-        cudaEventDestroy(d->wgrad_done_ev);
-    if (d->dz_ready_ev)
-        cudaEventDestroy(d->dz_ready_ev);
+    events_destroy(d->phase_ev, DT_ENGINE_PHASES + 1);
+    events_destroy(&d->wgrad_done_ev, 1);
+    events_destroy(&d->dz_ready_ev, 1);
     dt_cuda_ctx_destroy(d->kw);
     dt_cuda_ctx_destroy(d->k);
     free(d);
