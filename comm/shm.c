@@ -201,43 +201,67 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
         if (rc < 0)
             return rc;
     }
+    if (which == DT_SHM_IN && target > s->in_seen)
+        s->in_seen = target;
     return 0;
 }
 
+/* After a rank's counters are stored (release), wakes its sleepers.  Every
+ * store to a line a peer has read costs a cache miss, and a seq_cst store
+ * waits for it; so the counters go out as release stores, which overlap, and
+ * one fence orders them all before the look at `sleepers`.  That fence is what
+ * makes a lost wake-up impossible (sleep_on): either we see a sleeper
+ * counted, or it sees our counter.  `wake` is bumped only when someone
+ * sleeps, and `cpu` rewritten only when it changed, so an 8-byte allreduce
+ * on 2 ranks moves a handful of lines instead of a dozen. */
 static void wake_sleepers(struct shm_ctl *c)
 {
-    atomic_store_explicit(&c->cpu, sched_getcpu(), memory_order_relaxed);
-    atomic_fetch_add(&c->wake, 1);
-    if (atomic_load(&c->sleepers) > 0)
+    int cpu = sched_getcpu();
+    if (atomic_load_explicit(&c->cpu, memory_order_relaxed) != cpu)
+        atomic_store_explicit(&c->cpu, cpu, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->sleepers, memory_order_relaxed) > 0) {
+        atomic_fetch_add(&c->wake, 1);
         syscall(SYS_futex, &c->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    }
 }
 
 void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
 {
     struct shm_ctl *c = &s->ctl[s->rank];
-    atomic_store(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v);
+    atomic_store_explicit(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v, memory_order_release);
     wake_sleepers(c);
 }
 
-/* Starts a round: the slot set is free once every rank finished round k - nbuf. */
+/* Starts a round: the slot set is free once every rank finished round
+ * k - nbuf.  A peer whose `in` reached k has begun round k - 1, so it
+ * finished round k - 2 (= k - nbuf): when the last round waited for every
+ * rank's `in` (s->in_seen), there is nothing to wait for, and the peers'
+ * `out` lines need not even be read. */
 int dt_shm_round_begin(struct dt_shm *s)
 {
     uint64_t k = s->round;
+    int rc = 0;
+    if (k + 1 > (uint64_t)s->nbuf && !(s->nbuf == 2 && s->in_seen >= k))
+        rc = dt_shm_wait_all(s, DT_SHM_OUT, k + 1 - (uint64_t)s->nbuf);
     /* The description goes into the slot set only once it is free: a peer
      * still in round k - nbuf may be reading the old one. */
-    int rc = k + 1 > (uint64_t)s->nbuf ? dt_shm_wait_all(s, 2, k + 1 - (uint64_t)s->nbuf) : 0;
     if (rc == 0)
         s->ctl[s->rank].desc[k % (uint64_t)s->nbuf] = s->cur_desc;
     return rc;
 }
 
+/* Counters only grow and a round may have published `in` or `red` already:
+ * a store that changes nothing is skipped (it would still take the line
+ * away from the peers reading it). */
 void dt_shm_round_end(struct dt_shm *s)
 {
     struct shm_ctl *c = &s->ctl[s->rank];
     uint64_t v = ++s->round;
-    atomic_store(&c->in, v);
-    atomic_store(&c->red, v);
-    atomic_store(&c->out, v);
+    atomic_uint_fast64_t *ctr[3] = {&c->in, &c->red, &c->out};
+    for (int i = 0; i < 3; i++)
+        if (atomic_load_explicit(ctr[i], memory_order_relaxed) != v)
+            atomic_store_explicit(ctr[i], v, memory_order_release);
     wake_sleepers(c);
 }
 

@@ -58,6 +58,7 @@ struct dt_shm {
     struct shm_ctl *ctl;
     char *data;
     uint64_t round, seq;
+    uint64_t in_seen;           /* every peer's `in` was seen at least this high */
     enum dt_coll_kind cur;
     atomic_int aborted;
     const void **srcs;          /* world pointers, for dt_reduce_many */
