@@ -15,9 +15,6 @@
     X(cublasLtDestroy)                                                                                       \
     X(cublasLtGetStatusString)                                                                               \
     X(cublasLtMatmul)                                                                                        \
-    X(cublasLtMatmulAlgoCheck)                                                                               \
-    X(cublasLtMatmulAlgoConfigGetAttribute)                                                                  \
-    X(cublasLtMatmulAlgoConfigSetAttribute)                                                                  \
     X(cublasLtMatmulAlgoGetHeuristic)                                                                        \
     X(cublasLtMatmulDescCreate)                                                                              \
     X(cublasLtMatmulDescDestroy)                                                                             \
@@ -47,9 +44,6 @@ int dt_cublaslt_load(void);
 #define cublasLtDestroy dt_lt.cublasLtDestroy
 #define cublasLtGetStatusString dt_lt.cublasLtGetStatusString
 #define cublasLtMatmul dt_lt.cublasLtMatmul
-#define cublasLtMatmulAlgoCheck dt_lt.cublasLtMatmulAlgoCheck
-#define cublasLtMatmulAlgoConfigGetAttribute dt_lt.cublasLtMatmulAlgoConfigGetAttribute
-#define cublasLtMatmulAlgoConfigSetAttribute dt_lt.cublasLtMatmulAlgoConfigSetAttribute
 #define cublasLtMatmulAlgoGetHeuristic dt_lt.cublasLtMatmulAlgoGetHeuristic
 #define cublasLtMatmulDescCreate dt_lt.cublasLtMatmulDescCreate
 #define cublasLtMatmulDescDestroy dt_lt.cublasLtMatmulDescDestroy

@@ -192,22 +192,12 @@ static size_t aux_bytes(const struct dt_gemm *g)
 {
     if (!g->aux)
         return 0;
-    if (g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_DRELU) /* one bit per row, aux_ld rows per column */
+    if (g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS) /* one bit per row, aux_ld rows per column */
         return (size_t)(g->aux_ld / 8) * (size_t)g->n;
     return (size_t)g->aux_ld * (size_t)g->n * (g->d_type == CUDA_R_32F ? 4u : 2u);
 }
 
-static int splitk_of(const cublasLtMatmulAlgo_t *algo)
-{
-    int32_t s = 1;
-    size_t w = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof s, &w) !=
-        CUBLAS_STATUS_SUCCESS)
-        return 1;
-    return s < 1 ? 1 : s;
-}
-
-/* A fused epilogue (ReLU or GELU with aux, forward or backward) is timed only with a
+/* A fused forward epilogue (ReLU or GELU with aux) is timed only with a
  * check: each candidate's D and aux are compared with the heuristic's first
  * answer, D within a relative 1e-5 of its largest value (another split of
  * the sum over k rounds differently) and the aux output (the ReLU bit mask,
@@ -245,17 +235,15 @@ static bool check_same(const struct dt_gemm *g, struct tune_check *c, bool first
  * times the candidates on its real operands and keeps the best (once, at
  * warm-up).  Only when that is harmless: beta == 0 (the output is rewritten
  * by the real call) and not while a graph is being captured.  The plain and
- * bias epilogues are timed as they are; the fused ones (forward ReLU/GELU
- * with aux, backward DRELU/DGELU) with the check above; BGRADB keeps the
- * first answer (its bias-gradient output is not checked).  DTRAIN_GEMM_TRACE=1
- * prints each plan's choice on stderr. */
+ * bias epilogues are timed as they are; the fused forward ones with the
+ * check above; the backward epilogues (DRELU, DGELU, BGRADB) keep the first
+ * answer (linear_cuda.c times those against separate kernels instead). */
 static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
                    const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
-    bool fused_fwd = g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-                     g->epi == CUBLASLT_EPILOGUE_DRELU || g->epi == CUBLASLT_EPILOGUE_DGELU;
+    bool fused_fwd = g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (!k->autotune || found < 2 || g->beta != 0.0f || !(plain || fused_fwd) ||
         cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
         return 0;
@@ -278,7 +266,7 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
     }
     const float alpha = 1.0f;
     int best = 0;
-    float best_ms = 1e30f, first_ms = 0;
+    float best_ms = 1e30f;
     for (int i = 0; i < found; i++) {
         cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
         for (int rep = 0; rep < 6 && st == CUBLAS_STATUS_SUCCESS; rep++) {
@@ -299,55 +287,13 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
             best_ms = ms;
             best = i;
         }
-        if (i == 0)
-            first_ms = ms;
     }
-    if (getenv("DTRAIN_GEMM_TRACE"))
-        fprintf(stderr, "dtrain: gemm m=%d n=%d k=%d epilogue %d: %d candidates, #%d (split-K %d) %.1f us, first %.1f us\n",
-                g->m, g->n, g->k, (int)g->epi, found, best, splitk_of(&res[best].algo), 200.0f * best_ms,
-                200.0f * first_ms);
     cudaGetLastError();
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     free(c.host_ref);
     k->tuned++;
     return best;
-}
-
-/* Split-K candidates.  At batch 256 a layer's output is 1024 x 256: in
- * 128 x 128 tiles that is 16 thread blocks for an H200's 132 SMs, and the
- * heuristic mostly keeps the sum over k whole.  Splitting it in S slices of
- * at least 128 gives S times the blocks, at the price of summing S partial
- * outputs afterwards (in the workspace, in fp32).  So the first answers
- * without a split get variants with S = 2, 4, 8 when
- * cublasLtMatmulAlgoCheck accepts them within the workspace; fastest()
- * times them with the rest (a fused epilogue runs after the sum, and is
- * checked there as any candidate is).  Returns the new count. */
-static int add_splitk(struct dt_cuda_ctx *k, struct dt_gemm_plan *p, int kdim, cublasLtMatmulHeuristicResult_t *res,
-                      int found, int cap)
-{
-    static const int32_t splits[] = {2, 4, 8};
-    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    int n = found;
-    for (int i = 0; i < found && i < 4; i++) {
-        if (splitk_of(&res[i].algo) > 1)
-            continue;
-        for (int s = 0; s < 3 && n < cap && kdim / splits[s] >= 128; s++) {
-            cublasLtMatmulAlgo_t algo = res[i].algo;
-            cublasLtMatmulHeuristicResult_t r;
-            if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits[s],
-                                                     sizeof splits[s]) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                     sizeof scheme) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoCheck(k->lt, p->desc, p->la, p->lb, p->ld, p->ld, &algo, &r) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                r.workspaceSize > DT_CUDA_WORKSPACE)
-                continue;
-            r.algo = algo;
-            res[n++] = r;
-        }
-    }
-    return n;
 }
 
 /* Descriptor and layouts; the pointers of bias/aux are set per call. */
@@ -375,7 +321,7 @@ static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_
     LT(cublasLtMatmulPreferenceCreate(&pref));
     if ((rc = set_pref_alignment(pref, g)) < 0)
         goto fail;
-    cublasLtMatmulHeuristicResult_t res[DT_GEMM_CANDIDATES + 12];
+    cublasLtMatmulHeuristicResult_t res[DT_GEMM_CANDIDATES];
     int found = 0;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(k->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
                                                       DT_GEMM_CANDIDATES, res, &found);
@@ -384,8 +330,6 @@ static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_
                           g->n, g->k, (int)g->epi);
         goto fail;
     }
-    if (k->autotune && g->beta == 0.0f && g->epi != CUBLASLT_EPILOGUE_BGRADB)
-        found = add_splitk(k, p, g->k, res, found, DT_GEMM_CANDIDATES + 12);
     p->algo = res[fastest(k, g, p, res, found)].algo;
     cublasLtMatmulPreferenceDestroy(pref);
     return 0;
