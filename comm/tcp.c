@@ -326,21 +326,35 @@ out:
     return rc;
 }
 
-int dt_tcp_init(const struct dt_comm_options *o, void **state)
+int dt_tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out)
 {
+    *out = NULL;
     struct dt_tcp *t = calloc(1, sizeof *t);
     if (!t)
         return dt_error_set(DT_ENOMEM, "tcp: out of memory");
     t->abort_fd = t->ufd = -1;
+    t->nlanes = 1;
     int rc = alloc_state(t, o);
+    if (rc == 0 && with_lanes)
+        rc = dt_tcp_lanes_choose(t, o);
     if (rc == 0)
         rc = bootstrap(t, o);
+    if (rc == 0 && with_lanes)
+        rc = dt_tcp_lanes_init(t, o);
     if (rc < 0) {
         dt_tcp_destroy(t);
         return rc;
     }
-    *state = t;
+    *out = t;
     return 0;
+}
+
+int dt_tcp_init(const struct dt_comm_options *o, void **state)
+{
+    struct dt_tcp *t = NULL;
+    int rc = dt_tcp_create(o, true, &t);
+    *state = t;
+    return rc;
 }
 
 void dt_tcp_fail(struct dt_tcp *t)
@@ -355,6 +369,7 @@ void dt_tcp_abort(void *st)
 {
     struct dt_tcp *t = st;
     atomic_store(&t->aborted, 1);
+    dt_tcp_lanes_abort(t);
     uint64_t one = 1;
     if (write(t->abort_fd, &one, sizeof one) < 0) {
         /* the counter is saturated only if abort was called 2^64 times */
@@ -366,6 +381,7 @@ void dt_tcp_destroy(void *st)
     struct dt_tcp *t = st;
     if (!t)
         return;
+    dt_tcp_lanes_destroy(t);
     for (int p = 0; t->fd && p < t->world; p++)
         if (t->fd[p] >= 0)
             close(t->fd[p]);

@@ -103,6 +103,10 @@ struct dt_tcp {
     char *heard;              /* per peer: sent a notice */
     int *suspected;           /* per peer: a rank that blamed it, -1 none */
     char (*notice_msg)[480];  /* per peer: the message of its notice */
+    /* lanes (tcp_lanes.c): more connections per peer for large allreduces */
+    int nlanes;               /* connections per peer pair; 1: no lanes */
+    size_t lane_bytes;        /* allreduces from this size on are striped over the lanes */
+    struct dt_tcp_lanes *lanes; /* NULL when nlanes == 1, and in a lane itself */
 };
 
 /* Runs one step to completion, or fails naming the peer and the collective.
@@ -147,6 +151,25 @@ void dt_tcp_fail(struct dt_tcp *t);
  * a larger size allocates). */
 int dt_tcp_scratch(struct dt_tcp *t, size_t bytes);
 
+/* One allreduce on this communicator's own connections (the algorithm by
+ * size); tcp_allreduce() stripes large ones over the lanes first. */
+int dt_tcp_allreduce_one(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                         enum dt_redop op);
+
+/* Lanes (tcp_lanes.c).  How many, and from what size: rank 0's choice,
+ * published under "<prefix>tcp/lanes" before its address (choose, before
+ * the bootstrap), read by the others once they have that address (init). */
+int dt_tcp_lanes_choose(struct dt_tcp *t, const struct dt_comm_options *o);
+/* Reads rank 0's choice, then builds lanes 1..nlanes-1 (a tcp communicator
+ * each, under "<prefix>lane<i>/") and their threads. */
+int dt_tcp_lanes_init(struct dt_tcp *t, const struct dt_comm_options *o);
+int dt_tcp_lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                           enum dt_redop op);
+void dt_tcp_lanes_abort(struct dt_tcp *t);
+void dt_tcp_lanes_destroy(struct dt_tcp *t);
+
+/* A tcp communicator; with_lanes false for a lane itself. */
+int dt_tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out);
 int dt_tcp_init(const struct dt_comm_options *o, void **state);
 void dt_tcp_abort(void *st);
 void dt_tcp_destroy(void *st);

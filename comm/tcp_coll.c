@@ -184,9 +184,9 @@ static int ring_allreduce(struct dt_tcp *t, const struct dt_tcp_hdr *h, const ch
     return dt_tcp_run(t, &pl);
 }
 
-static int tcp_allreduce(void *st, const void *send, void *recv, size_t n, enum dt_dtype dt, enum dt_redop op)
+int dt_tcp_allreduce_one(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                         enum dt_redop op)
 {
-    struct dt_tcp *t = st;
     struct dt_tcp_hdr h;
     begin(t, DT_COLL_ALLREDUCE);
     if (n == 0)
@@ -201,6 +201,14 @@ static int tcp_allreduce(void *st, const void *send, void *recv, size_t n, enum 
     if (bytes <= t->halving_bytes && t->world > 2)
         return dt_tcp_halving_allreduce(t, &h, send, recv, n, dt, op);
     return ring_allreduce(t, &h, send, recv, n, dt, op);
+}
+
+static int tcp_allreduce(void *st, const void *send, void *recv, size_t n, enum dt_dtype dt, enum dt_redop op)
+{
+    struct dt_tcp *t = st;
+    if (t->lanes && n * dt_dtype_size(dt) >= t->lane_bytes)
+        return dt_tcp_lanes_allreduce(t, send, recv, n, dt, op);
+    return dt_tcp_allreduce_one(t, send, recv, n, dt, op);
 }
 
 /* Ring reduce-scatter: block c of `send` ends, fully reduced, on rank c.  The

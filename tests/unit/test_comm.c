@@ -188,6 +188,27 @@ static void tcp_halving_doubling(void **s)
     unsetenv("DTRAIN_TCP_SMALL_BYTES");
 }
 
+static int body_steady(struct dt_comm *c, int r, int w, void *arg);
+
+/* Lanes (tcp_lanes.c): every allreduce from 1 KiB striped over 3 connection
+ * meshes and threads, stripes of uneven length, tiny segments inside them;
+ * results must match the reference and be the same bits on every rank, and
+ * the steady state must still allocate nothing. */
+static void tcp_lanes(void **s)
+{
+    (void)s;
+    setenv("DTRAIN_TCP_LANES", "3", 1);
+    setenv("DTRAIN_TCP_LANE_BYTES", "1024", 1);
+    setenv("DTRAIN_TCP_SEGMENT_BYTES", "200", 1);
+    setenv("DTRAIN_TCP_SMALL_BYTES", "64", 1);
+    sweep("tcp", 2, 4);
+    unsetenv("DTRAIN_TCP_SEGMENT_BYTES");
+    unsetenv("DTRAIN_TCP_SMALL_BYTES");
+    assert_int_equal(harness_run(4, "tcp", 30, body_steady, NULL), 0);
+    unsetenv("DTRAIN_TCP_LANES");
+    unsetenv("DTRAIN_TCP_LANE_BYTES");
+}
+
 static void tcp_worlds_1_to_4(void **s) { (void)s; sweep("tcp", 1, 4); }
 static void tcp_worlds_5_to_8(void **s) { (void)s; sweep("tcp", 5, 8); }
 static void shm_worlds_1_to_4(void **s) { (void)s; sweep("shm", 1, 4); }
@@ -323,6 +344,7 @@ int main(void)
         cmocka_unit_test(tcp_worlds_1_to_4), cmocka_unit_test(tcp_worlds_5_to_8),
         cmocka_unit_test(shm_worlds_1_to_4), cmocka_unit_test(shm_worlds_5_to_8),
         cmocka_unit_test(tcp_ring_small_slices), cmocka_unit_test(tcp_halving_doubling),
+        cmocka_unit_test(tcp_lanes),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
     };

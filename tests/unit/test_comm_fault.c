@@ -115,6 +115,18 @@ static void shm_killed_peer(void **s) { (void)s; run_fault("shm", SIGKILL); }
 static void tcp_stalled_peer(void **s) { (void)s; run_fault("tcp", SIGSTOP); }
 static void shm_stalled_peer(void **s) { (void)s; run_fault("shm", SIGSTOP); }
 
+/* The same over 3 lanes (tcp_lanes.c): a 4 MiB allreduce is 3 stripes on 3
+ * connection meshes, each on its own thread; every lane must fail in time
+ * and the message still names the operation and rank 2. */
+static void tcp_lanes_fault(int sig)
+{
+    setenv("DTRAIN_TCP_LANES", "3", 1);
+    run_fault("tcp", sig);
+    unsetenv("DTRAIN_TCP_LANES");
+}
+static void tcp_lanes_killed_peer(void **s) { (void)s; tcp_lanes_fault(SIGKILL); }
+static void tcp_lanes_stalled_peer(void **s) { (void)s; tcp_lanes_fault(SIGSTOP); }
+
 static int body_mismatch(struct dt_comm *c, int rank, int world, void *arg)
 {
     (void)world;
@@ -199,6 +211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tcp_killed_peer),       cmocka_unit_test(shm_killed_peer),
         cmocka_unit_test(tcp_stalled_peer),      cmocka_unit_test(shm_stalled_peer),
+        cmocka_unit_test(tcp_lanes_killed_peer), cmocka_unit_test(tcp_lanes_stalled_peer),
         cmocka_unit_test(mismatch_detected), cmocka_unit_test(abort_interrupts),
         cmocka_unit_test(bootstrap_peer_missing),
     };
