@@ -387,7 +387,7 @@ void dt_tcp_destroy(void *st)
             close(t->fd[p]);
     if (t->abort_fd >= 0)
         close(t->abort_fd);
-    if (t->ufd >= 0)
+    if (t->ufd >= 0 && !t->notices_borrowed)
         close(t->ufd);
     free(t->fd);
     free(t->addr);
@@ -395,10 +395,12 @@ void dt_tcp_destroy(void *st)
     free(t->out);
     free(t->in);
     free(t->last_pos);
-    free(t->uaddr);
-    free(t->heard);
-    free(t->suspected);
-    free(t->notice_msg);
+    if (!t->notices_borrowed) {
+        free(t->uaddr);
+        free(t->heard);
+        free(t->suspected);
+        free(t->notice_msg);
+    }
     free(t->stage);
     free(t->small);
     free(t->scratch);

@@ -19,6 +19,7 @@
 #ifndef DT_TCP_H
 #define DT_TCP_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -103,6 +104,8 @@ struct dt_tcp {
     char *heard;              /* per peer: sent a notice */
     int *suspected;           /* per peer: a rank that blamed it, -1 none */
     char (*notice_msg)[480];  /* per peer: the message of its notice */
+    pthread_mutex_t *notice_mu; /* with lanes: guards the notice state above, shared by all lanes */
+    bool notices_borrowed;    /* a lane: ufd and the arrays above belong to lane 0 */
     /* lanes (tcp_lanes.c): more connections per peer for large allreduces */
     int nlanes;               /* connections per peer pair; 1: no lanes */
     size_t lane_bytes;        /* allreduces from this size on are striped over the lanes */

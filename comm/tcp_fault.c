@@ -21,6 +21,12 @@
  * rank that saw it.  A lost datagram only weakens the message (back to the
  * neighbour it saw), never delays it past the grace period.
  *
+ * With lanes (tcp_lanes.c) the notice socket and what it has heard belong to
+ * the communicator, not to a lane: every lane of a rank sends and reads
+ * through lane 0's socket under notice_mu, so a failure seen on any lane is
+ * known to all of them, and a rank whose lanes all finished the collective
+ * still hears about it in the next one.
+ *
  * Not for detecting failures (tcp_engine.c) or for the connections (tcp.c).
  */
 #include <arpa/inet.h>
@@ -70,6 +76,18 @@ int dt_tcp_fault_open(struct dt_tcp *t, int *port)
     return 0;
 }
 
+static void notices_lock(struct dt_tcp *t)
+{
+    if (t->notice_mu)
+        pthread_mutex_lock(t->notice_mu);
+}
+
+static void notices_unlock(struct dt_tcp *t)
+{
+    if (t->notice_mu)
+        pthread_mutex_unlock(t->notice_mu);
+}
+
 static void send_notices(struct dt_tcp *t, int suspect)
 {
     struct notice n = {NOTICE_MAGIC, t->nonce, (uint32_t)t->world, t->rank, suspect, dt_error_code(),
@@ -87,12 +105,15 @@ static int read_notices(struct dt_tcp *t, char *first, size_t first_len, int *co
 {
     int got = -1;
     struct notice n;
+    notices_lock(t);
     for (;;) {
         ssize_t r = recv(t->ufd, &n, sizeof n, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0)
+        if (r < 0) {
+            notices_unlock(t);
             return got;
+        }
         if (r != (ssize_t)sizeof n || n.magic != NOTICE_MAGIC || n.nonce != t->nonce ||
             (int)n.world != t->world || n.rank < 0 || n.rank >= t->world || n.rank == t->rank)
             continue; /* not one of ours */
@@ -148,10 +169,15 @@ static void collect(struct dt_tcp *t)
     for (;;) {
         read_notices(t, NULL, 0, NULL);
         double left = end - dt_comm_now();
-        if (settled(t) || left <= 0)
+        notices_lock(t);
+        bool done = settled(t);
+        notices_unlock(t);
+        if (done || left <= 0)
             return;
+        /* another lane's thread may take the datagram we wait for: look again soon */
+        int ms = (int)(left * 1000) + 1;
         struct pollfd pf = {.fd = t->ufd, .events = POLLIN};
-        poll(&pf, 1, (int)(left * 1000) + 1);
+        poll(&pf, 1, t->notice_mu && ms > 10 ? 10 : ms);
     }
 }
 
@@ -200,13 +226,17 @@ int dt_tcp_fault(struct dt_tcp *t, int rc)
     if (t->failed)
         return rc;
     read_notices(t, NULL, 0, NULL);
+    notices_lock(t);
     if (t->suspect >= 0 && t->suspected[t->suspect] < 0)
         t->suspected[t->suspect] = t->rank;
+    notices_unlock(t);
     send_notices(t, rc == DT_EABORTED ? -1 : t->suspect);
     dt_tcp_fail(t);
     if (rc == DT_EABORTED || t->world < 3)
         return rc; /* an abort names no peer; with two ranks the one peer is the only suspect */
     collect(t);
+    notices_lock(t);
     rename_culprits(t);
+    notices_unlock(t);
     return rc;
 }

@@ -24,11 +24,14 @@
  * DTRAIN_TCP_LANES and DTRAIN_TCP_LANE_BYTES (default 1 MiB) on rank 0 set
  * them.
  *
- * Faults: each lane has the deadline and failure notices of any tcp
- * communicator.  When one lane fails the others are aborted, so the call
- * returns as soon as every lane has; the message is lane 0's when it failed,
- * else that of the first lane that did.  The communicator is unusable after
- * a failure, as without lanes.
+ * Faults: each lane has the deadline of any tcp communicator; the failure
+ * notices (tcp_fault.c) go through lane 0's socket for all lanes, so the
+ * survivors name the culprit whichever lane saw it.  Once every lane has
+ * returned and one failed, every lane shuts its connections: a peer whose
+ * lanes all finished and that is already waiting in the next collective
+ * fails at once instead of at its deadline.  The message is lane 0's when it
+ * failed, else that of the first lane that did.  The communicator is unusable
+ * after a failure, as without lanes.
  *
  * Not for the other collectives (they run on lane 0 alone) or for the
  * connection setup of a lane (tcp.c).
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/error.h"
 #include "comm/store.h"
@@ -63,6 +67,7 @@ struct lane {
 
 struct dt_tcp_lanes {
     int n;                    /* lanes, lane 0 (the communicator itself) included */
+    pthread_mutex_t notice_mu; /* the notice state all lanes share (lane 0's) */
     struct lane lane[DT_TCP_MAX_LANES];
 };
 
@@ -150,6 +155,26 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
+/* A lane reports and hears failures through lane 0's socket (its own one was
+ * published but is never written to: peers send to lane 0's). */
+static void borrow_notices(struct dt_tcp *lane, struct dt_tcp *t)
+{
+    close(lane->ufd);
+    free(lane->uaddr);
+    free(lane->heard);
+    free(lane->suspected);
+    free(lane->notice_msg);
+    lane->ufd = t->ufd;
+    lane->uaddr = t->uaddr;
+    lane->heard = t->heard;
+    lane->suspected = t->suspected;
+    lane->notice_msg = t->notice_msg;
+    lane->nonce = t->nonce;
+    lane->grace_s = t->grace_s;
+    lane->notice_mu = t->notice_mu;
+    lane->notices_borrowed = true;
+}
+
 int dt_tcp_lanes_init(struct dt_tcp *t, const struct dt_comm_options *o)
 {
     int rc = read_choice(t, o);
@@ -160,6 +185,8 @@ int dt_tcp_lanes_init(struct dt_tcp *t, const struct dt_comm_options *o)
         return dt_error_set(DT_ENOMEM, "rank %d: tcp: out of memory for %d lanes", t->rank, t->nlanes);
     t->lanes = L;
     L->n = t->nlanes;
+    pthread_mutex_init(&L->notice_mu, NULL);
+    t->notice_mu = &L->notice_mu;
     for (int i = 1; i < L->n; i++) {
         struct lane *l = &L->lane[i];
         char prefix[256];
@@ -168,6 +195,7 @@ int dt_tcp_lanes_init(struct dt_tcp *t, const struct dt_comm_options *o)
         lo.key_prefix = prefix;
         if ((rc = dt_tcp_create(&lo, false, &l->t)) < 0)
             return dt_error_prefix("rank %d: tcp lane %d of %d", t->rank, i, L->n);
+        borrow_notices(l->t, t);
         pthread_mutex_init(&l->mu, NULL);
         pthread_cond_init(&l->cv, NULL);
         if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
@@ -197,8 +225,6 @@ int dt_tcp_lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_
         off += len;
     }
     int rc = dt_tcp_allreduce_one(t, send, recv, base + (rem > 0), dt, op);
-    if (rc < 0)
-        dt_tcp_lanes_abort(t); /* the others would fail anyway: let them return now */
     int first = -1;
     for (int i = 1; i < L->n; i++) {
         struct lane *l = &L->lane[i];
@@ -206,17 +232,16 @@ int dt_tcp_lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_
         while (l->done != l->posted)
             pthread_cond_wait(&l->cv, &l->mu);
         pthread_mutex_unlock(&l->mu);
-        if (l->rc < 0 && first < 0) {
+        if (l->rc < 0 && first < 0)
             first = i;
-            if (rc == 0)
-                dt_tcp_lanes_abort(t);
-        }
     }
+    if (rc == 0 && first < 0)
+        return 0;
+    dt_tcp_fail(t);
+    for (int i = 1; i < L->n; i++)
+        dt_tcp_fail(L->lane[i].t);
     if (rc < 0)
         return rc;
-    if (first < 0)
-        return 0;
-    t->failed = true;
     struct lane *l = &L->lane[first];
     return dt_error_set(l->code, "%s (lane %d of %d)", l->msg, first, L->n);
 }
@@ -247,6 +272,8 @@ void dt_tcp_lanes_destroy(struct dt_tcp *t)
         }
         dt_tcp_destroy(l->t);
     }
+    t->notice_mu = NULL;
+    pthread_mutex_destroy(&L->notice_mu);
     free(L);
     t->lanes = NULL;
 }
