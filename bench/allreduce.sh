@@ -37,6 +37,7 @@
 #                   there is one, else python3)
 #   MPIRUN=path     (default mpirun)
 set -euo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 RANKS=${*:-2 4}

@@ -14,6 +14,7 @@
 #   bench/launch_overhead.sh [REPS_TRUE (default 10)] [REPS_TORCH (default 3)]
 #   DTRAIN=path/to/dtrain   the binary (default bin/dtrain)
 set -euo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 reps_true=${1:-10}

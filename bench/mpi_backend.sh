@@ -16,6 +16,7 @@
 #   bench/mpi_backend.sh [RANKS...]      default: 2 4
 #   MAX=16M ITERS=20 bench/mpi_backend.sh 2
 set -euo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 RANKS=${*:-2 4}

@@ -22,6 +22,7 @@
 # Not a test: CI has no GPU.  Written before any multi-GPU machine was lent; run it first
 # with GPUS=2 and read the output before trusting a figure.
 set -uo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}

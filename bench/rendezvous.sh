@@ -16,6 +16,7 @@
 # reverse-resolves every client on its loop thread, and here a lost DNS
 # answer would add 5 s per lost query to its figure.
 set -euo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 DTRAIN=${DTRAIN:-bin/dtrain}

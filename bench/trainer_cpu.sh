@@ -32,10 +32,12 @@
 #   Needs bash, awk and python3; no bc.  16-core machine, ~2 min:
 #     FMNIST=/data/fmnist THREADS=2 bench/trainer_cpu.sh
 set -euo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 THREADS=${THREADS:-1}
 STEPS=${STEPS:-200}
+[ "$STEPS" -ge 60 ] 2>/dev/null || { echo "trainer_cpu: STEPS=$STEPS: need a whole number >= 60 (rows every 20 steps; the first is left out)" >&2; exit 2; }
 REPS=${REPS:-3}
 SKIP_TORCH=${SKIP_TORCH:-0}
 PYTHON=${PYTHON:-python3}

@@ -12,6 +12,7 @@
 #   bench/trainer_gpu.sh            (on a GPU machine; DTRAIN=path/to/dtrain, FMNIST=data dir)
 #   VARIANTS=eager,graph  CONFIGS="fp32:256 bf16:4096"
 set -uo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
 cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
