@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/env.h"
 #include "comm/error.h"
 #include "comm/reduce.h"
 #include "comm/store.h"
@@ -117,10 +118,13 @@ static const struct dt_bench_coll *find_coll(const char *name)
     return NULL;
 }
 
-static int env_int(const char *name, int def)
+/* torchrun's variables, checked: a malformed RANK is an error, not rank 0. */
+static int env_int(const char *name, int def, int *out)
 {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
+    uint64_t v;
+    int rc = dt_env_u64(name, (uint64_t)def, 0, 1u << 20, &v);
+    *out = (int)v;
+    return rc;
 }
 
 /* --bind: the local_rank-th CPU this process may run on, as `mpirun` binds
@@ -154,15 +158,18 @@ static int bind_to_core(int local_rank, int local_world)
 /* One communicator for the whole sweep, bootstrapped like any worker. */
 static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct dt_comm **c)
 {
-    struct dt_comm_options o = {.backend = a->backend, .rank = env_int("RANK", 0),
-                                .world = env_int("WORLD_SIZE", 1), .local_rank = env_int("LOCAL_RANK", 0),
-                                .timeout_s = a->timeout_s, .cuda_device = -1};
-    o.local_world = env_int("LOCAL_WORLD_SIZE", o.world);
-    if (a->bind) {
-        int rc = bind_to_core(o.local_rank, o.local_world);
-        if (rc < 0)
-            return rc;
-    }
+    struct dt_comm_options o = {.backend = a->backend, .timeout_s = a->timeout_s, .cuda_device = -1};
+    int rc = env_int("RANK", 0, &o.rank);
+    if (rc == 0)
+        rc = env_int("WORLD_SIZE", 1, &o.world);
+    if (rc == 0)
+        rc = env_int("LOCAL_RANK", 0, &o.local_rank);
+    if (rc == 0)
+        rc = env_int("LOCAL_WORLD_SIZE", o.world, &o.local_world);
+    if (rc < 0)
+        return dt_error_prefix("dtrain bench: this rank's place");
+    if (a->bind && (rc = bind_to_core(o.local_rank, o.local_world)) < 0)
+        return rc;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "bench/%s/", a->coll);
     o.key_prefix = prefix;
@@ -193,7 +200,9 @@ struct rec { int64_t pid, local_rank; char host[48], dev[64]; };
 static int preamble(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const struct dt_bench_args *a,
                     FILE *out)
 {
-    struct rec me = {.pid = getpid(), .local_rank = env_int("LOCAL_RANK", 0)}, *all;
+    int local_rank = 0;
+    env_int("LOCAL_RANK", 0, &local_rank); /* checked at bootstrap */
+    struct rec me = {.pid = getpid(), .local_rank = local_rank}, *all;
     gethostname(me.host, sizeof me.host - 1);
     snprintf(me.dev, sizeof me.dev, "[0000:00:00] CPU (%s)", dt_comm_backend_name(x->comm));
 #ifdef DT_HAVE_CUDA

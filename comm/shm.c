@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "comm/comm_backend.h"
+#include "comm/env.h"
 #include "comm/error.h"
 #include "comm/reduce.h"
 #include "comm/store.h"
@@ -289,14 +290,6 @@ static int check_desc(struct dt_shm *s, int q, uint64_t round)
 }
 
 
-static size_t env_size(const char *name, size_t def)
-{
-    const char *v = getenv(name);
-    char *end;
-    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
-    return v && *v && !*end && x ? (size_t)x : def;
-}
-
 /* CPUs the local ranks can share.  A process pinned to one CPU of several
  * was pinned by a launcher (bench --bind, mpirun, Slurm --cpu-bind), which
  * gives each rank its own: count the machine's CPUs then, or every pinned
@@ -403,18 +396,23 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->timeout_s = o->timeout_s;
     s->deadline = dt_comm_now() + o->timeout_s;
     s->nbuf = 2;
-    s->slot = env_size("DTRAIN_SHM_SLOT_BYTES", 512 << 10) / 64 * 64;
-    if (s->slot < 4096)
-        s->slot = 4096;
-    s->small_bytes = env_size("DTRAIN_SHM_SMALL_BYTES", 16 << 10);
-    if (s->small_bytes > s->slot)
-        s->small_bytes = s->slot;
+    uint64_t slot, small;
+    int rc = dt_env_u64("DTRAIN_SHM_SLOT_BYTES", 512 << 10, 4096, 1u << 30, &slot);
+    if (rc == 0)
+        rc = dt_env_u64("DTRAIN_SHM_SMALL_BYTES", 16 << 10, 0, 1u << 30, &small);
+    if (rc < 0) {
+        dt_error_prefix("rank %d: shm", o->rank);
+        free(s);
+        return rc;
+    }
+    s->slot = (size_t)slot / 64 * 64;
+    s->small_bytes = small > s->slot ? s->slot : (size_t)small;
     /* More ranks than cores: a spinning rank holds the core its peer needs, so
      * yield at once. */
     s->oversubscribed = s->world > cpus_available();
     s->sleep_s = 1e-3;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
-    int rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
+    rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)
         rc = attach(s);
     if (rc < 0) {

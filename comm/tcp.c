@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/env.h"
 #include "comm/error.h"
 #include "comm/reduce.h"
 #include "comm/store.h"
@@ -45,19 +46,7 @@ static uint32_t hash_str(const char *s)
     return h;
 }
 
-/* A positive number from the environment (or, with zero_ok, 0 too); def when
- * unset or malformed. */
-static size_t env_num(const char *name, size_t def, bool zero_ok)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    return *end || (x == 0 && !zero_ok) ? def : (size_t)x;
-}
 
-static size_t env_size(const char *name, size_t def) { return env_num(name, def, false); }
 
 /* CPUs the local ranks can share (as shm.c): a process pinned to one CPU
  * of several was pinned by a launcher that gives each rank its own, so count
@@ -74,13 +63,13 @@ static int cpus_allowed(void)
 /* No Nagle (a small step must leave at once), non-blocking (the engine
  * polls), and socket buffers of DTRAIN_TCP_SOCKBUF_BYTES when set (0, the
  * default, leaves the kernel's autotuning alone). */
-static void tune_socket(int fd)
+static void tune_socket(const struct dt_tcp *t, int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    int buf = (int)env_size("DTRAIN_TCP_SOCKBUF_BYTES", 0);
-    if (buf > 0) {
+    if (t->sockbuf > 0) {
+        int buf = (int)t->sockbuf;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
     }
@@ -175,7 +164,7 @@ static int connect_peer(struct dt_tcp *t, int peer, uint32_t nonce, double deadl
         if (r == 0) {
             struct hello h = {DT_TCP_MAGIC, (uint32_t)t->rank, (uint32_t)t->world, nonce};
             if (wait_fd(fd, POLLOUT, deadline) > 0 && send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h) {
-                tune_socket(fd);
+                tune_socket(t, fd);
                 t->fd[peer] = fd;
                 return 0;
             }
@@ -210,7 +199,7 @@ static int accept_peers(struct dt_tcp *t, int lfd, uint32_t nonce, double deadli
             close(fd); /* not one of ours (stale communicator, scanner): ignore it */
             continue;
         }
-        tune_socket(fd);
+        tune_socket(t, fd);
         t->fd[h.rank] = fd;
         missing--;
     }
@@ -222,14 +211,9 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->rank = o->rank;
     t->world = o->world;
     t->timeout_s = o->timeout_s;
-    t->seg_bytes = env_size("DTRAIN_TCP_SEGMENT_BYTES", 256 << 10) & ~(size_t)7;
-    t->small_bytes = env_size("DTRAIN_TCP_SMALL_BYTES", 64 << 10) & ~(size_t)7;
-    /* more ranks than CPUs here: by default no spin, it would hold a peer's CPU */
     t->ncpus = cpus_allowed();
-    t->spin_s = (double)env_num("DTRAIN_TCP_SPIN_US", o->local_world > t->ncpus ? 0 : DT_TCP_SPIN_US, true) * 1e-6;
-    if (t->seg_bytes < 64)
-        t->seg_bytes = 64;
-    t->slice_bytes = env_size("DTRAIN_TCP_SLICE_BYTES", 512 << 10);
+    uint64_t seg, small, spin_us, slice, halving, sockbuf;
+    bool pof2 = (t->world & (t->world - 1)) == 0;
     /* Halving-doubling saves 2(p-1) - 2 lg p dependent steps over the ring:
      * none at p = 2; in a power-of-two world of 4 or more it measured 1.3-1.6x
      * faster than the ring at 4-32 MiB with 4 ranks on 2 cores and even at
@@ -237,8 +221,23 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
      * (docs/bench.md).
      * Elsewhere the fold sends whole vectors (2S more for the folding ranks):
      * ring unless DTRAIN_TCP_HALVING_BYTES asks for it. */
-    bool pof2 = (t->world & (t->world - 1)) == 0;
-    t->halving_bytes = env_num("DTRAIN_TCP_HALVING_BYTES", pof2 && t->world >= 4 ? 64u << 20 : 0, true);
+    int rc = 0;
+    if ((rc = dt_env_u64("DTRAIN_TCP_SEGMENT_BYTES", 256 << 10, 64, 1u << 30, &seg)) < 0 ||
+        (rc = dt_env_u64("DTRAIN_TCP_SMALL_BYTES", 64 << 10, 8, 1u << 30, &small)) < 0 ||
+        /* more ranks than CPUs here: by default no spin, it would hold a peer's CPU */
+        (rc = dt_env_u64("DTRAIN_TCP_SPIN_US", o->local_world > t->ncpus ? 0 : DT_TCP_SPIN_US, 0, 10000000,
+                         &spin_us)) < 0 ||
+        (rc = dt_env_u64("DTRAIN_TCP_SLICE_BYTES", 512 << 10, 1, UINT64_MAX, &slice)) < 0 ||
+        (rc = dt_env_u64("DTRAIN_TCP_HALVING_BYTES", pof2 && t->world >= 4 ? 64u << 20 : 0, 0, UINT64_MAX,
+                         &halving)) < 0 ||
+        (rc = dt_env_u64("DTRAIN_TCP_SOCKBUF_BYTES", 0, 0, 1u << 30, &sockbuf)) < 0)
+        return dt_error_prefix("rank %d: tcp", t->rank);
+    t->seg_bytes = (size_t)seg & ~(size_t)7;
+    t->small_bytes = (size_t)small & ~(size_t)7;
+    t->spin_s = (double)spin_us * 1e-6;
+    t->slice_bytes = (size_t)slice;
+    t->halving_bytes = (size_t)halving;
+    t->sockbuf = (size_t)sockbuf;
     t->max_blocks = 1 + DT_TCP_MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
     t->fd = malloc(sizeof *t->fd * (size_t)t->world);
     t->addr = calloc((size_t)t->world, sizeof *t->addr);

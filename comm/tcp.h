@@ -83,6 +83,7 @@ struct dt_tcp {
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
     size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
     size_t halving_bytes;     /* up to: halving-doubling allreduce, above: ring (DTRAIN_TCP_HALVING_BYTES) */
+    size_t sockbuf;           /* SO_SNDBUF/SO_RCVBUF (DTRAIN_TCP_SOCKBUF_BYTES); 0: the kernel's autotuning */
     double spin_s;            /* retry this long before sleeping in poll() (DTRAIN_TCP_SPIN_US) */
     double spin_off_until;    /* no spinning before this (preempted while spinning, busy machine) */
     double load_checked;      /* when /proc/loadavg was last read */

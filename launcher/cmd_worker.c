@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/env.h"
 #include "comm/error.h"
 #include "comm/log.h"
 #include "comm/store.h"
@@ -68,19 +69,13 @@ static void fix_blas_kernels(const char *spec)
     dt_log_warn("could not re-run with OPENBLAS_CORETYPE=%s; OpenBLAS keeps its slow Prescott kernels", want);
 }
 
+/* torchrun's rank variables, checked (env.h). */
 static int env_int(const char *name, int dflt, int *out)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) {
-        *out = dflt;
-        return 0;
-    }
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 0 || x > 1 << 20)
-        return dt_error_set(DT_EINVAL, "environment variable %s=%s is not a rank count", name, v);
-    *out = (int)x;
-    return 0;
+    uint64_t v;
+    int rc = dt_env_u64(name, (uint64_t)dflt, 0, 1u << 20, &v);
+    *out = (int)v;
+    return rc;
 }
 
 struct rank_env {

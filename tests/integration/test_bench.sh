@@ -37,6 +37,16 @@ rows "$T/last.out" >"$T/all.rows"
 check "6 dtypes x 4 ops x 3 sizes rows" test "$(wc -l <"$T/all.rows")" = 72
 check "all rows exact" awk '$9 != 0 || $13 != 0 { exit 1 }' "$T/all.rows"
 
+# A malformed tuning knob is refused with its name, not replaced by the default.
+job knob 2 allreduce -b 8 -e 8 --backend tcp
+expect_status 1 "a malformed DTRAIN_TCP_SEGMENT_BYTES stops the bench" \
+  env DTRAIN_TCP_SEGMENT_BYTES=8k "$DTRAIN" launch --ranks 0 "$T/knob.yaml"
+contains "$T/last.err" 'DTRAIN_TCP_SEGMENT_BYTES="8k": expected a whole number' "the message names the variable and the range"
+job knob2 2 allreduce -b 8 -e 8 --backend shm
+expect_status 1 "a malformed DTRAIN_SHM_SLOT_BYTES stops the bench" \
+  env DTRAIN_SHM_SLOT_BYTES=lots "$DTRAIN" launch --ranks 0 "$T/knob2.yaml"
+contains "$T/last.err" 'DTRAIN_SHM_SLOT_BYTES="lots"' "the message names it"
+
 for coll in allgather reduce_scatter broadcast; do
   for be in tcp shm; do
     name=$(echo "$coll-$be" | tr _ -)
