@@ -7,6 +7,10 @@
 . "$(dirname "$0")/lib.sh"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
+# A cluster this test starts, it stops again at the end (a developer's running one stays up).
+if ! "$REPO/scripts/slurm-local.sh" status >/dev/null 2>&1; then
+  trap 'rm -rf "$T"; "$REPO/scripts/slurm-local.sh" down >/dev/null 2>&1' EXIT
+fi
 if ! "$REPO/scripts/slurm-local.sh" up >"$T/up.log" 2>&1; then
   not_ok "the local Slurm cluster starts (scripts/slurm-local.sh up)"
   sed 's/^/    /' "$T/up.log"
