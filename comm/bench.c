@@ -118,15 +118,6 @@ static const struct dt_bench_coll *find_coll(const char *name)
     return NULL;
 }
 
-/* torchrun's variables, checked: a malformed RANK is an error, not rank 0. */
-static int env_int(const char *name, int def, int *out)
-{
-    uint64_t v;
-    int rc = dt_env_u64(name, (uint64_t)def, 0, 1u << 20, &v);
-    *out = (int)v;
-    return rc;
-}
-
 /* --bind: the local_rank-th CPU this process may run on, as `mpirun` binds
  * ranks to cores by default.  Unbound ranks that wake each other tend to be
  * pulled onto one core by the scheduler, which turns sub-microsecond shared
@@ -156,18 +147,21 @@ static int bind_to_core(int local_rank, int local_world)
 }
 
 /* One communicator for the whole sweep, bootstrapped like any worker. */
-static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct dt_comm **c)
+static int bootstrap(const struct dt_bench_args *a, struct dt_store **st, struct dt_comm **c, int *local_rank)
 {
+    /* torchrun's variables, checked: a malformed RANK is an error, not rank 0 */
     struct dt_comm_options o = {.backend = a->backend, .timeout_s = a->timeout_s, .cuda_device = -1};
-    int rc = env_int("RANK", 0, &o.rank);
+    const int most = 1 << 20;
+    int rc = dt_env_int("RANK", 0, 0, most, &o.rank);
     if (rc == 0)
-        rc = env_int("WORLD_SIZE", 1, &o.world);
+        rc = dt_env_int("WORLD_SIZE", 1, 1, most, &o.world);
     if (rc == 0)
-        rc = env_int("LOCAL_RANK", 0, &o.local_rank);
+        rc = dt_env_int("LOCAL_RANK", 0, 0, most, &o.local_rank);
     if (rc == 0)
-        rc = env_int("LOCAL_WORLD_SIZE", o.world, &o.local_world);
+        rc = dt_env_int("LOCAL_WORLD_SIZE", o.world, 1, most, &o.local_world);
     if (rc < 0)
-        return dt_error_prefix("dtrain bench: this rank's place");
+        return dt_error_prefix("reading this rank's place");
+    *local_rank = o.local_rank;
     if (a->bind && (rc = bind_to_core(o.local_rank, o.local_world)) < 0)
         return rc;
     char prefix[64];
@@ -200,9 +194,7 @@ struct rec { int64_t pid, local_rank; char host[48], dev[64]; };
 static int preamble(struct dt_bench_ctx *x, const struct dt_bench_coll *k, const struct dt_bench_args *a,
                     FILE *out)
 {
-    int local_rank = 0;
-    env_int("LOCAL_RANK", 0, &local_rank); /* checked at bootstrap */
-    struct rec me = {.pid = getpid(), .local_rank = local_rank}, *all;
+    struct rec me = {.pid = getpid(), .local_rank = x->local_rank}, *all;
     gethostname(me.host, sizeof me.host - 1);
     snprintf(me.dev, sizeof me.dev, "[0000:00:00] CPU (%s)", dt_comm_backend_name(x->comm));
 #ifdef DT_HAVE_CUDA
@@ -371,7 +363,7 @@ int dt_bench_run(const struct dt_bench_args *a, FILE *out)
     struct dt_store *st = NULL;
     struct dt_bench_ctx x = {.root = a->root};
     struct totals tot = {0};
-    int rc = bootstrap(a, &st, &x.comm);
+    int rc = bootstrap(a, &st, &x.comm, &x.local_rank);
     if (rc == 0) {
         x.rank = dt_comm_rank(x.comm);
         x.world = dt_comm_world(x.comm);

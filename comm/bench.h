@@ -37,6 +37,7 @@ struct dt_bench_args {
 struct dt_bench_ctx {
     struct dt_comm *comm;
     int rank, world, root;
+    int local_rank;              /* LOCAL_RANK, for the preamble's device list */
     enum dt_dtype dtype;
     enum dt_redop op;
     size_t send_n, recv_n;       /* elements in this rank's send and recv buffers */

@@ -21,3 +21,11 @@ int dt_env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi, uint64_
     *out = x;
     return 0;
 }
+
+int dt_env_int(const char *name, int def, int lo, int hi, int *out)
+{
+    uint64_t v;
+    int rc = dt_env_u64(name, (uint64_t)def, (uint64_t)lo, (uint64_t)hi, &v);
+    *out = (int)v;
+    return rc;
+}

@@ -13,4 +13,7 @@
  * "NAME=\"value\": expected a whole number from lo to hi" otherwise. */
 int dt_env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi, uint64_t *out);
 
+/* The same into an int: ranks, world sizes, counts. */
+int dt_env_int(const char *name, int def, int lo, int hi, int *out);
+
 #endif

@@ -46,8 +46,6 @@ static uint32_t hash_str(const char *s)
     return h;
 }
 
-
-
 /* CPUs the local ranks can share (as shm.c): a process pinned to one CPU
  * of several was pinned by a launcher that gives each rank its own, so count
  * the machine's then. */

@@ -77,19 +77,19 @@ int dt_tcp_lanes_choose(struct dt_tcp *t, const struct dt_comm_options *o)
     if (t->rank != 0 || t->world < 2)
         return 0;
     int local = o->local_world > 0 ? o->local_world : 1;
-    int per = t->ncpus / local / 2;
-    uint64_t lanes, bytes;
-    int rc = dt_env_u64("DTRAIN_TCP_LANES", per < 1 ? 1 : per > 4 ? 4 : per, 1, DT_TCP_MAX_LANES, &lanes);
+    int per = t->ncpus / local / 2, lanes;
+    uint64_t bytes;
+    int rc = dt_env_int("DTRAIN_TCP_LANES", per < 1 ? 1 : per > 4 ? 4 : per, 1, DT_TCP_MAX_LANES, &lanes);
     if (rc == 0)
         rc = dt_env_u64("DTRAIN_TCP_LANE_BYTES", 1 << 20, 1024, 1ull << 40, &bytes);
     if (rc < 0)
         return dt_error_prefix("rank 0: tcp lanes");
     char key[256], val[64];
     snprintf(key, sizeof key, "%stcp/lanes", o->key_prefix);
-    int len = snprintf(val, sizeof val, "%d %llu", (int)lanes, (unsigned long long)bytes);
+    int len = snprintf(val, sizeof val, "%d %llu", lanes, (unsigned long long)bytes);
     if ((rc = dt_store_set(o->store, key, val, (size_t)len)) < 0)
         return dt_error_prefix("rank 0: tcp bootstrap: publishing the lane count");
-    t->nlanes = (int)lanes;
+    t->nlanes = lanes;
     t->lane_bytes = (size_t)bytes;
     return 0;
 }

@@ -70,13 +70,7 @@ static void fix_blas_kernels(const char *spec)
 }
 
 /* torchrun's rank variables, checked (env.h). */
-static int env_int(const char *name, int dflt, int *out)
-{
-    uint64_t v;
-    int rc = dt_env_u64(name, (uint64_t)dflt, 0, 1u << 20, &v);
-    *out = (int)v;
-    return rc;
-}
+static int env_int(const char *name, int dflt, int *out) { return dt_env_int(name, dflt, 0, 1 << 20, out); }
 
 struct rank_env {
     int rank, world, local_rank, local_world, restart;

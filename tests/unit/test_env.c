@@ -49,11 +49,27 @@ static void bad_values_are_errors(void **s)
     unsetenv("DT_TEST_KNOB");
 }
 
+/* dt_env_int: the same checks into an int (ranks, world sizes). */
+static void ints(void **s)
+{
+    (void)s;
+    int v = -5;
+    setenv("DT_TEST_KNOB", "3", 1);
+    assert_int_equal(dt_env_int("DT_TEST_KNOB", 1, 1, 8, &v), 0);
+    assert_int_equal(v, 3);
+    setenv("DT_TEST_KNOB", "9", 1);
+    assert_int_equal(dt_env_int("DT_TEST_KNOB", 1, 1, 8, &v), DT_EINVAL);
+    assert_int_equal(v, 1);
+    assert_non_null(strstr(dt_error_last(), "DT_TEST_KNOB=\"9\": expected a whole number from 1 to 8"));
+    unsetenv("DT_TEST_KNOB");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_and_values),
         cmocka_unit_test(bad_values_are_errors),
+        cmocka_unit_test(ints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
