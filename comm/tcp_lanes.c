@@ -18,9 +18,12 @@
  * gets the same bits.  All ranks must stripe alike: rank 0 decides L and
  * lane_bytes and publishes them before its address; the others read them.
  *
- * How many by default: a lane wants a core for itself and one for the
- * kernel's work on its stream, so L = CPUs per local rank / 2, at most 4
- * (16 cores, 2 ranks: 4 lanes; 4 ranks: 2; the 2-core VM: 1, no lanes).
+ * How many by default: L = CPUs per local rank, at most 4 (16 cores, 2 or 4
+ * ranks: 4 lanes; the 2-core VM: 1, no lanes).  A lane's thread and the
+ * kernel's work on its stream share the rank's cores well enough: 4 ranks on
+ * the 16-core host, 64-256 MiB, measured 2.9-4.3 GB/s busbw with 2 lanes,
+ * 4.2-5.3 with 3, 5.0-6.1 with 4 and 5.1-6.4 with 6 (6 lost half of 4's
+ * rate at 4-16 MiB); Gloo 2.1-2.3 in the same run (docs/bench.md).
  * DTRAIN_TCP_LANES and DTRAIN_TCP_LANE_BYTES (default 1 MiB) on rank 0 set
  * them.
  *
@@ -77,7 +80,7 @@ int dt_tcp_lanes_choose(struct dt_tcp *t, const struct dt_comm_options *o)
     if (t->rank != 0 || t->world < 2)
         return 0;
     int local = o->local_world > 0 ? o->local_world : 1;
-    int per = t->ncpus / local / 2, lanes;
+    int per = t->ncpus / local, lanes;
     uint64_t bytes;
     int rc = dt_env_int("DTRAIN_TCP_LANES", per < 1 ? 1 : per > 4 ? 4 : per, 1, DT_TCP_MAX_LANES, &lanes);
     if (rc == 0)
