@@ -2,12 +2,7 @@
  * cuBLASLt cannot fuse them (torch's exact erf GELU, and fallbacks), the bias
  * gradient when it cannot come from the epilogue, casts and zeroing.
  *
- * Math (z the pre-activation, h = act(z)):
- *   relu(z) = max(z, 0)                    relu'(z) = [z > 0] = [h > 0]
- *   gelu(z) = z Phi(z) = z/2 (1 + erf(z/sqrt2))
- *   gelu'(z) = Phi(z) + z phi(z),  phi(z) = exp(-z^2/2) / sqrt(2 pi)
- *   gelu_tanh(z) = z/2 (1 + tanh(u)),  u = sqrt(2/pi) (z + 0.044715 z^3)
- *   gelu_tanh'(z) = (1 + tanh u)/2 + z/2 (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 z^2)
+ * The activations and their derivatives are in device_common.cuh.
  * Arithmetic is fp32; bf16 only on load and store.
  *
  * Also the narrow-layer kernels: a layer with few outputs (the 10 classes)
@@ -27,46 +22,9 @@
 extern "C" {
 #include "comm/error.h" /* a C header without C++ guards */
 }
-#include "worker/cuda/cuda_internal.h"
+#include "worker/cuda/device_common.cuh"
 
 namespace {
-
-__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
-__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-
-__device__ __forceinline__ float act_f(float z, int act)
-{
-    const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
-    switch (act) {
-    case DT_CUDA_ACT_RELU: return z > 0.0f ? z : 0.0f;
-    case DT_CUDA_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
-    case DT_CUDA_ACT_GELU_TANH: return 0.5f * z * (1.0f + tanhf(k0 * (z + 0.044715f * z * z * z)));
-    default: return z;
-    }
-}
-
-/* src is h for ReLU (its sign is z's), z for the GELUs. */
-__device__ __forceinline__ float act_grad(float src, int act)
-{
-    const float k0 = 0.7978845608028654f;
-    switch (act) {
-    case DT_CUDA_ACT_RELU: return src > 0.0f ? 1.0f : 0.0f;
-    case DT_CUDA_ACT_GELU: {
-        float cdf = 0.5f * (1.0f + erff(src * 0.70710678118654752f));
-        float pdf = 0.3989422804014327f * expf(-0.5f * src * src);
-        return cdf + src * pdf;
-    }
-    case DT_CUDA_ACT_GELU_TANH: {
-        float th = tanhf(k0 * (src + 0.044715f * src * src * src));
-        return 0.5f * (1.0f + th) + 0.5f * src * (1.0f - th * th) * k0 * (1.0f + 3.0f * 0.044715f * src * src);
-    }
-    default: return 1.0f;
-    }
-}
 
 template <typename T> __global__ void act_forward_kernel(T *h, const T *z, size_t n, int act)
 {
@@ -180,12 +138,6 @@ unsigned grid_for(size_t n)
 {
     size_t g = (n + 255) / 256;
     return (unsigned)(g < 1 ? 1 : g > 4096 ? 4096 : g);
-}
-
-int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
 }
 
 } // namespace

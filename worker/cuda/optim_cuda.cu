@@ -18,18 +18,11 @@
 extern "C" {
 #include "comm/error.h" /* a C header without C++ guards */
 }
-#include "worker/cuda/cuda_internal.h"
+#include "worker/cuda/device_common.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
-__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 /* The 16-bit copy of four updated parameters (bf16 or fp16). */
 __device__ __forceinline__ void store4(__nv_bfloat16 *pl, size_t q, float4 P)
@@ -41,54 +34,6 @@ __device__ __forceinline__ void store4(__half *pl, size_t q, float4 P)
 {
     ((__half2 *)pl)[2 * q] = __floats2half2_rn(P.x, P.y);
     ((__half2 *)pl)[2 * q + 1] = __floats2half2_rn(P.z, P.w);
-}
-
-struct Partials {
-    float *f;
-    int *i;
-    unsigned *ticket;
-};
-
-/* Sums (f, i) over the grid in a fixed order into out_f/out_i (either may be
- * NULL), and adds the float sum to *acc_f when acc_f is not NULL (a running
- * total kept on the device).  Every thread of every block must call it. */
-__device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i, double *acc_f = nullptr)
-{
-    __shared__ float sf[kThreads];
-    __shared__ int si[kThreads];
-    __shared__ bool last;
-    sf[threadIdx.x] = f;
-    si[threadIdx.x] = i;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w) {
-            sf[threadIdx.x] += sf[threadIdx.x + w];
-            si[threadIdx.x] += si[threadIdx.x + w];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        part.f[blockIdx.x] = sf[0];
-        part.i[blockIdx.x] = si[0];
-        __threadfence();
-        last = atomicAdd(part.ticket, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (last && threadIdx.x == 0) {
-        float tf = 0.0f;
-        int ti = 0;
-        for (unsigned b = 0; b < gridDim.x; b++) {
-            tf += ((volatile float *)part.f)[b];
-            ti += ((volatile int *)part.i)[b];
-        }
-        if (out_f)
-            *out_f = tf;
-        if (out_i)
-            *out_i = ti;
-        if (acc_f)
-            *acc_f += (double)tf;
-        *part.ticket = 0; /* ready for the next launch (or graph replay) */
-    }
 }
 
 /* One row per group of G lanes (G = 1 for few classes, 32 for many).
@@ -141,7 +86,7 @@ __global__ void xent_kernel(T *dl, const T *logits, const int32_t *y, int B, int
             }
         }
     }
-    grid_sum(my_loss, my_hits, part, loss_sum, correct, loss_acc);
+    grid_sum<kThreads>(my_loss, my_hits, part, loss_sum, correct, loss_acc);
 }
 
 struct AdamScalars {
@@ -272,19 +217,13 @@ __global__ void sumsq_kernel(const float *g, size_t n, Partials part, float *out
     float s = 0.0f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         s += g[i] * g[i];
-    grid_sum(s, 0, part, out, nullptr);
+    grid_sum<kThreads>(s, 0, part, out, nullptr);
 }
 
 unsigned blocks_for(size_t work, unsigned cap)
 {
     size_t b = (work + kThreads - 1) / kThreads;
     return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
-}
-
-int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
 }
 
 } // namespace

@@ -1,0 +1,132 @@
+/* device_common.cuh - device helpers shared by the CUDA kernel files:
+ * typed loads and stores (fp32 arithmetic, bf16/fp16 only in memory), the
+ * activations and their derivatives, and the fixed-order grid reduction.
+ *
+ * Math (z the pre-activation, h = act(z)):
+ *   relu(z) = max(z, 0)                    relu'(z) = [z > 0] = [h > 0]
+ *   gelu(z) = z Phi(z) = z/2 (1 + erf(z/sqrt2))
+ *   gelu'(z) = Phi(z) + z phi(z),  phi(z) = exp(-z^2/2) / sqrt(2 pi)
+ *   gelu_tanh(z) = z/2 (1 + tanh(u)),  u = sqrt(2/pi) (z + 0.044715 z^3)
+ *   gelu_tanh'(z) = (1 + tanh u)/2 + z/2 (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 z^2)
+ *
+ * Everything here sits in an anonymous namespace: each .cu file that
+ * includes it gets its own internal copy.  Needs comm/error.h included
+ * first (inside extern "C": it has no C++ guards).
+ */
+#ifndef DT_WORKER_CUDA_DEVICE_COMMON_CUH
+#define DT_WORKER_CUDA_DEVICE_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "worker/cuda/cuda_internal.h"
+
+namespace {
+
+__device__ __forceinline__ float load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+__device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+/* v as a T in memory would hold it (what a kernel reading it back sees). */
+template <typename T> __device__ __forceinline__ float rounded(float v);
+template <> __device__ __forceinline__ float rounded<float>(float v) { return v; }
+template <> __device__ __forceinline__ float rounded<__nv_bfloat16>(float v)
+{
+    return __bfloat162float(__float2bfloat16(v));
+}
+template <> __device__ __forceinline__ float rounded<__half>(float v) { return __half2float(__float2half_rn(v)); }
+
+__device__ __forceinline__ float act_f(float z, int act)
+{
+    const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
+    switch (act) {
+    case DT_CUDA_ACT_RELU: return z > 0.0f ? z : 0.0f;
+    case DT_CUDA_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    case DT_CUDA_ACT_GELU_TANH: return 0.5f * z * (1.0f + tanhf(k0 * (z + 0.044715f * z * z * z)));
+    default: return z;
+    }
+}
+
+/* src is h for ReLU (its sign is z's), z for the GELUs. */
+__device__ __forceinline__ float act_grad(float src, int act)
+{
+    const float k0 = 0.7978845608028654f;
+    switch (act) {
+    case DT_CUDA_ACT_RELU: return src > 0.0f ? 1.0f : 0.0f;
+    case DT_CUDA_ACT_GELU: {
+        float cdf = 0.5f * (1.0f + erff(src * 0.70710678118654752f));
+        float pdf = 0.3989422804014327f * expf(-0.5f * src * src);
+        return cdf + src * pdf;
+    }
+    case DT_CUDA_ACT_GELU_TANH: {
+        float th = tanhf(k0 * (src + 0.044715f * src * src * src));
+        return 0.5f * (1.0f + th) + 0.5f * src * (1.0f - th * th) * k0 * (1.0f + 3.0f * 0.044715f * src * src);
+    }
+    default: return 1.0f;
+    }
+}
+
+struct Partials {
+    float *f;
+    int *i;
+    unsigned *ticket;
+};
+
+/* Sums (f, i) over the grid in a fixed order into out_f/out_i (either may be
+ * NULL), and adds the float sum to *acc_f when acc_f is not NULL (a running
+ * total kept on the device).  Every thread of every block must call it;
+ * NT is the block size.  Each block's tree sum goes to its partial, then the
+ * last block to take a ticket adds the partials in block order, so equal
+ * inputs give equal bits whatever order the blocks ran in. */
+template <int NT>
+__device__ void grid_sum(float f, int i, Partials part, float *out_f, int *out_i, double *acc_f = nullptr)
+{
+    __shared__ float sf[NT];
+    __shared__ int si[NT];
+    __shared__ bool last;
+    sf[threadIdx.x] = f;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) {
+            sf[threadIdx.x] += sf[threadIdx.x + w];
+            si[threadIdx.x] += si[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        part.f[blockIdx.x] = sf[0];
+        part.i[blockIdx.x] = si[0];
+        __threadfence();
+        last = atomicAdd(part.ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        float tf = 0.0f;
+        int ti = 0;
+        for (unsigned b = 0; b < gridDim.x; b++) {
+            tf += ((volatile float *)part.f)[b];
+            ti += ((volatile int *)part.i)[b];
+        }
+        if (out_f)
+            *out_f = tf;
+        if (out_i)
+            *out_i = ti;
+        if (acc_f)
+            *acc_f += (double)tf;
+        *part.ticket = 0; /* ready for the next launch (or graph replay) */
+    }
+}
+
+inline int launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
+} // namespace
+
+#endif
