@@ -156,17 +156,44 @@ static double cpu_xent(float *dlogits, const float *logits, const int32_t *y, in
     return total;
 }
 
-DT_CLONES static double cpu_sumsq(const float *x, size_t n)
+/* Sum of x^2 over one block, in double.  A float's square is exact in double
+ * (24 + 24 significant bits < 53), so only the adds round; sixteen partial
+ * sums (lane k takes the elements i = k mod 16) vectorise without
+ * -ffast-math and are combined in a fixed tree, so every clone and every
+ * thread count gives the same bits. */
+static inline double block_sumsq(const float *x, size_t n)
 {
-    /* Four partial sums keep the loop vectorisable without -ffast-math. */
-    double s[4] = {0, 0, 0, 0};
+    double s[16] = {0};
     size_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int k = 0; k < 4; k++)
-            s[k] += (double)x[i + k] * x[i + k];
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            s[k] += (double)x[i + k] * (double)x[i + k];
     for (; i < n; i++)
-        s[0] += (double)x[i] * x[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+        s[i % 16] += (double)x[i] * (double)x[i];
+    for (int w = 8; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            s[k] += s[k + w];
+    return s[0];
+}
+
+struct sumsq_job {
+    double *out;
+    const float *x;
+    size_t block;
+};
+
+/* The pool's pieces are whole blocks (align = block), so each sum is one thread's. */
+DT_CLONES static void sumsq_range(void *ctx, size_t lo, size_t hi)
+{
+    const struct sumsq_job *j = ctx;
+    for (size_t at = lo; at < hi; at += j->block)
+        j->out[at / j->block] = block_sumsq(j->x + at, hi - at < j->block ? hi - at : j->block);
+}
+
+static void cpu_sumsq_blocks(double *out, const float *x, size_t n, size_t block)
+{
+    struct sumsq_job j = {out, x, block};
+    dt_cpu_pool_run(sumsq_range, &j, n, block);
 }
 
 /* torch's single-tensor AdamW, step t, in its order of operations:
@@ -299,7 +326,7 @@ const struct dt_kernels dt_kernels_cpu = {
     .bias_act_forward = cpu_bias_act_forward,
     .act_bias_backward = cpu_act_bias_backward,
     .xent = cpu_xent,
-    .sumsq = cpu_sumsq,
+    .sumsq_blocks = cpu_sumsq_blocks,
     .adamw = cpu_adamw,
     .hash = cpu_hash,
     .unscale = cpu_unscale,
