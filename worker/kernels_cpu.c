@@ -190,10 +190,18 @@ DT_CLONES static void sumsq_range(void *ctx, size_t lo, size_t hi)
         j->out[at / j->block] = block_sumsq(j->x + at, hi - at < j->block ? hi - at : j->block);
 }
 
+/* A chunk summed behind backward (<= 256k floats, in cache) takes ~30 us on
+ * one core; waking a pool helper for half of it cost as much again on the
+ * 2-core test VM.  Only a whole-arena pass (after an all-reduce) is split. */
+#define SUMSQ_SPLIT ((size_t)1 << 20)
+
 static void cpu_sumsq_blocks(double *out, const float *x, size_t n, size_t block)
 {
     struct sumsq_job j = {out, x, block};
-    dt_cpu_pool_run(sumsq_range, &j, n, block);
+    if (n < SUMSQ_SPLIT)
+        sumsq_range(&j, 0, n);
+    else
+        dt_cpu_pool_run(sumsq_range, &j, n, block);
 }
 
 /* torch's single-tensor AdamW, step t, in its order of operations:

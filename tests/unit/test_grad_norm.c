@@ -14,8 +14,9 @@
 
 #include "worker/grad_norm.h"
 
-/* Not a multiple of the block, and large enough for the pool to split (> 2 x 65536). */
-#define N ((size_t)300001)
+/* Not a multiple of the block, and large enough for the kernel to split it
+ * over the pool (a whole-arena pass: >= 2^20 floats). */
+#define N (((size_t)1 << 20) + 12345)
 
 static float *random_grads(void)
 {
@@ -44,7 +45,7 @@ static double one_pass(const float *g, int threads)
  * that fall inside blocks; a second step on the same state starts afresh. */
 static double behind_backward(const float *g, int threads)
 {
-    static const size_t edges[] = {299000, 250003, 250003, 131072, 4097, 4096, 1};
+    static const size_t edges[] = {N - 1000, 250003, 250003, 131072, 4097, 4096, 1};
     struct dt_grad_norm gn;
     dt_kernels_cpu.set_threads(threads);
     assert_int_equal(dt_grad_norm_init(&gn, &dt_kernels_cpu, g, N), 0);
