@@ -92,6 +92,9 @@ LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
 
+# The CPU kernels: vectorised loops need O3, and sqrtf vectorises only without errno (kernels_cpu.c).
+$(BUILD)/worker/kernels_cpu.o: CFLAGS_ALL += -O3 -fno-math-errno
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@

@@ -29,6 +29,8 @@
 #   FMNIST=dir (Fashion-MNIST .gz files; default the trainer's /usr/share/datasets/fashion-mnist)
 #   PYTHON=python3 (with torch; json parsing needs only the standard library)
 #   SKIP_TORCH=1 leaves PyTorch out of part 1 (only dtrain's one-rank step is measured)
+#   BATCHES="64 256" the part-1 batch sizes; SKIP_FOUR=1 leaves part 2 out (a quick
+#   one-rank A/B: SKIP_FOUR=1 BATCHES=64)
 #   Needs bash, awk and python3; no bc.  16-core machine, ~2 min:
 #     FMNIST=/data/fmnist THREADS=2 bench/trainer_cpu.sh
 set -euo pipefail
@@ -40,6 +42,8 @@ STEPS=${STEPS:-200}
 [ "$STEPS" -ge 60 ] 2>/dev/null || { echo "trainer_cpu: STEPS=$STEPS: need a whole number >= 60 (rows every 20 steps; the first is left out)" >&2; exit 2; }
 REPS=${REPS:-3}
 SKIP_TORCH=${SKIP_TORCH:-0}
+SKIP_FOUR=${SKIP_FOUR:-0}
+BATCHES=${BATCHES:-64 256}
 PYTHON=${PYTHON:-python3}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 [ -x "$DTRAIN" ] || { echo "trainer_cpu: $DTRAIN is not built (run make)" >&2; exit 1; }
@@ -97,7 +101,7 @@ one_rank() {
 echo "# trainer_cpu: MLP 784-1024-1024-10 relu, AdamW + OneCycle + clip, $THREADS thread(s), $(nproc) cores"
 echo "# one rank: steady samples/s"
 printf "%-8s %14s %14s %8s\n" batch dtrain torch ratio
-for b in 64 256; do
+for b in $BATCHES; do
   steps=$STEPS; [ "$b" = 256 ] && steps=$((STEPS / 2))
   spec "one$b" 1 "$b" "$steps" true
   d=0; t=0
@@ -117,6 +121,8 @@ for b in 64 256; do
   printf "%-8s %14.1f %14.1f %7.2fx\n" "$b" "$d" "$t" "$(calc "$d / $t")"
 done
 
+[ "$SKIP_FOUR" = 1 ] && exit 0
+[ -n "${one_step:-}" ] || { echo "trainer_cpu: part 2 needs batch 64 in BATCHES (its one-rank step)" >&2; exit 2; }
 echo "# four ranks, batch 64 per rank, $THREADS thread(s) per rank, backend auto; best of $REPS"
 spec lone 1 64 "$STEPS" true
 for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov"; done

@@ -6,7 +6,8 @@
  * loops whose elements are independent go here, so the result does not depend
  * on the thread count.
  *
- * Not for reductions (their summation order would change with the threads).
+ * Not for reductions whose summation order would change with the threads; a
+ * reduction in fixed blocks, one sum per block (align = the block), is fine.
  */
 #ifndef DT_CPU_POOL_H
 #define DT_CPU_POOL_H

@@ -56,8 +56,9 @@ struct dt_kernels {
      * (softmax - onehot) * dscale into it. */
     double (*xent)(float *dlogits, const float *logits, const int32_t *y, int B, int C, float dscale,
                    int64_t *correct);
-    /* sum of x^2 in double */
-    double (*sumsq)(const float *x, size_t n);
+    /* out[b] = sum of x^2 over x[b block, min((b+1) block, n)), in double; each
+     * block's sum has the same bits whatever the threads (grad_norm.h) */
+    void (*sumsq_blocks)(double *out, const float *x, size_t n, size_t block);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const struct dt_adamw_scalars *s);
     /* 64-bit hash of the bytes of x (desync detection); equal data, equal hash */
     uint64_t (*hash)(const float *x, size_t n);

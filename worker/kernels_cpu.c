@@ -6,13 +6,17 @@
  * here reads and writes its arrays once.  Not for threading policy: the
  * trainer decides how many threads each rank gets (set_threads).
  */
-/* O3 vectorises the elementwise loops; no-math-errno lets sqrtf vectorise too
- * (an errno for sqrt of a negative can never happen here: v >= 0).  The hot
- * elementwise kernels are also cloned for AVX-512 and AVX2 and picked at load
- * time, so one binary runs everywhere and fast where it can. */
+/* The Makefile builds this file with -O3 -fno-math-errno: O3 vectorises the
+ * elementwise loops, and without errno sqrtf is one instruction GCC can
+ * vectorise (errno for sqrt of a negative can never happen here: v >= 0).
+ * `#pragma GCC optimize("no-math-errno")` is not enough: GCC 12 still guards
+ * each sqrtf with a branch to libm, and AdamW ran scalar (a third of a
+ * batch-64 step).  The hot elementwise kernels are also cloned for x86-64-v4
+ * (AVX-512) and v3 (AVX2 with FMA: a plain "avx2" clone has no FMA, so each
+ * fmaf would be a libm call) and picked at load time, so one binary runs
+ * everywhere and fast where it can. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3", "no-math-errno")
-#define DT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DT_CLONES
 #endif
@@ -152,17 +156,52 @@ static double cpu_xent(float *dlogits, const float *logits, const int32_t *y, in
     return total;
 }
 
-DT_CLONES static double cpu_sumsq(const float *x, size_t n)
+/* Sum of x^2 over one block, in double.  A float's square is exact in double
+ * (24 + 24 significant bits < 53), so only the adds round; sixteen partial
+ * sums (lane k takes the elements i = k mod 16) vectorise without
+ * -ffast-math and are combined in a fixed tree, so every clone and every
+ * thread count gives the same bits. */
+static inline double block_sumsq(const float *x, size_t n)
 {
-    /* Four partial sums keep the loop vectorisable without -ffast-math. */
-    double s[4] = {0, 0, 0, 0};
+    double s[16] = {0};
     size_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int k = 0; k < 4; k++)
-            s[k] += (double)x[i + k] * x[i + k];
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            s[k] += (double)x[i + k] * (double)x[i + k];
     for (; i < n; i++)
-        s[0] += (double)x[i] * x[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
+        s[i % 16] += (double)x[i] * (double)x[i];
+    for (int w = 8; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            s[k] += s[k + w];
+    return s[0];
+}
+
+struct sumsq_job {
+    double *out;
+    const float *x;
+    size_t block;
+};
+
+/* The pool's pieces are whole blocks (align = block), so each sum is one thread's. */
+DT_CLONES static void sumsq_range(void *ctx, size_t lo, size_t hi)
+{
+    const struct sumsq_job *j = ctx;
+    for (size_t at = lo; at < hi; at += j->block)
+        j->out[at / j->block] = block_sumsq(j->x + at, hi - at < j->block ? hi - at : j->block);
+}
+
+/* A chunk summed behind backward (<= 256k floats, in cache) takes ~30 us on
+ * one core; waking a pool helper for half of it cost as much again on the
+ * 2-core test VM.  Only a whole-arena pass (after an all-reduce) is split. */
+#define SUMSQ_SPLIT ((size_t)1 << 20)
+
+static void cpu_sumsq_blocks(double *out, const float *x, size_t n, size_t block)
+{
+    struct sumsq_job j = {out, x, block};
+    if (n < SUMSQ_SPLIT)
+        sumsq_range(&j, 0, n);
+    else
+        dt_cpu_pool_run(sumsq_range, &j, n, block);
 }
 
 /* torch's single-tensor AdamW, step t, in its order of operations:
@@ -295,7 +334,7 @@ const struct dt_kernels dt_kernels_cpu = {
     .bias_act_forward = cpu_bias_act_forward,
     .act_bias_backward = cpu_act_bias_backward,
     .xent = cpu_xent,
-    .sumsq = cpu_sumsq,
+    .sumsq_blocks = cpu_sumsq_blocks,
     .adamw = cpu_adamw,
     .hash = cpu_hash,
     .unscale = cpu_unscale,

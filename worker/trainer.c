@@ -218,6 +218,8 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = build_reducer(t);
     if (!rc)
+        rc = dt_grad_norm_init(&t->gnorm, t->k, t->model->grads, t->model->n_params);
+    if (!rc)
         rc = maybe_resume(t);
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer_device_create(t);
@@ -275,6 +277,7 @@ void dt_trainer_destroy(struct dt_trainer *t)
     dt_metrics_close(&t->metrics);
     dt_loader_destroy(t->loader);
     dt_reducer_release(&t->red);
+    dt_grad_norm_release(&t->gnorm);
     dt_adamw_release(&t->opt);
     dt_model_destroy(t->model);
     free(t->eval_x);

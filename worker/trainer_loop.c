@@ -37,8 +37,28 @@ static int device_micro_batches(struct dt_trainer *t, int k, double *rows)
     return 0;
 }
 
-/* The micro-batches of one step; returns the rank's summed loss and rows. */
-static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
+/* Gradients backward reports are the step's final ones, as clipping sees them,
+ * when no all-reduce (one rank), no AMP unscale and no test hook will change
+ * them after backward: then the norm is summed block by block right behind
+ * backward, while they are still in cache, instead of in one more pass over
+ * the whole arena (grad_norm.h: the same bits either way). */
+static bool norm_in_backward(const struct dt_trainer *t)
+{
+    return t->world <= 1 && !t->scaler.enabled && !t->o.after_reduce;
+}
+
+/* The model's callback: grads[lo, hi) are final for this backward. */
+static void grads_ready(void *ctx, size_t lo, size_t hi)
+{
+    struct dt_trainer *t = ctx;
+    dt_reducer_ready(&t->red, lo, hi);
+    if (t->norm_live)
+        dt_grad_norm_ready(&t->gnorm, lo);
+}
+
+/* The micro-batches of one step; returns the rank's summed loss and rows.
+ * want_norm: the step needs the gradient norm (clipping or a metrics row). */
+static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows)
 {
     int64_t left = t->batches_per_epoch - t->batch;
     int k = left < t->spec.ddp.grad_accum ? (int)left : t->spec.ddp.grad_accum;
@@ -46,6 +66,8 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
         return device_micro_batches(t, k, rows);
     if (t->batch == 0 || t->step == t->resumed_from)
         dt_loader_start_epoch(t->loader, t->epoch, t->batch);
+    dt_grad_norm_begin(&t->gnorm);
+    bool early = want_norm && norm_in_backward(t);
     for (int i = 0; i < k; i++) {
         int64_t w0 = dt_trace_now();
         const struct dt_batch *b = dt_loader_next(t->loader);
@@ -58,7 +80,9 @@ static int micro_batches(struct dt_trainer *t, double *loss, double *rows)
          * under AMP times the loss scale (a power of two while dynamic: exact). */
         float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)b->n * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
-        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, dt_reducer_ready, &t->red, NULL);
+        t->norm_live = early && i == k - 1;
+        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, t, NULL);
+        t->norm_live = false;
         int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
@@ -109,7 +133,7 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
     if (rc)
         return rc;
     if (!skip && (s->optimizer.grad_clip > 0 || want_norm))
-        *norm = sqrt(t->k->sumsq(t->model->grads, t->model->n_params));
+        *norm = sqrt(dt_grad_norm_finish(&t->gnorm));
     if (!skip && s->optimizer.grad_clip > 0)
         coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
     if (!skip)
@@ -271,8 +295,8 @@ int dt_trainer_loop(struct dt_trainer *t)
         double lr = t->sched.lr, beta1 = t->sched.beta1;
         dt_trace_set_step(t->trace, t->step);
         int64_t s0 = dt_trace_now();
-        int rc = micro_batches(t, &w.loss, &rows);
         bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps;
+        int rc = micro_batches(t, s->optimizer.grad_clip > 0 || log, &w.loss, &rows);
         int64_t o0 = dt_trace_now();
         if (!rc)
             rc = update(t, log, &norm);

@@ -1,6 +1,7 @@
 /* test_trainer.c - the training loop on one process: resuming from a
  * checkpoint gives the same parameters bit for bit as never stopping (across
- * an epoch boundary), gradient accumulation equals one big batch, the bucket
+ * an epoch boundary), gradient accumulation equals one big batch, the
+ * clipping norm summed behind backward equals one pass after it, the bucket
  * layout, metrics files, and the spec checks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -99,6 +100,41 @@ static void accumulation_equals_big_batch(void **state)
      * at most ~lr per step, so agreement far below lr means the same gradients. */
     if (worst > 1e-5)
         fail_msg("accumulated and big-batch parameters differ by %.3g", worst);
+    free(xa);
+    free(xb);
+    rm_rf(a);
+    rm_rf(b);
+}
+
+static void leave_alone(void *ctx, struct dt_model *m, int64_t step)
+{
+    (void)ctx, (void)m, (void)step;
+}
+
+/* One rank sums the clipping norm behind backward, block by block; a hook
+ * after the (absent) all-reduce makes it one pass after backward instead.
+ * The two must train the same parameters bit for bit (grad_norm.h). */
+static void norm_behind_backward_same_bits(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec s;
+    small_spec(&s, 8, 128);
+    s.optimizer.grad_clip = 0.05; /* clips every step: the norm's bits reach the parameters */
+    char a[64], b[64], pa[128], pb[128];
+    scratch_dir(a, sizeof a, "norm-a");
+    scratch_dir(b, sizeof b, "norm-b");
+    train(&s, a, 0, NULL);
+    struct dt_trainer_options o = {.run_dir = b, .threads = 1, .quiet = true, .after_reduce = leave_alone};
+    struct dt_trainer *t;
+    if (dt_trainer_create(&s, &o, &t) || dt_trainer_run(t, NULL))
+        fail_msg("%s", dt_error_last());
+    dt_trainer_destroy(t);
+    snprintf(pa, sizeof pa, "%s/checkpoints/step_00000008.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/checkpoints/step_00000008.safetensors", b);
+    size_t na, nb;
+    float *xa = ckpt_params(pa, &na), *xb = ckpt_params(pb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(xa, xb, na * sizeof(float));
     free(xa);
     free(xb);
     rm_rf(a);
@@ -209,6 +245,7 @@ int main(void)
         cmocka_unit_test(bad_specs_refused),
         cmocka_unit_test(metrics_and_summary),
         cmocka_unit_test(accumulation_equals_big_batch),
+        cmocka_unit_test(norm_behind_backward_same_bits),
         cmocka_unit_test(resume_equals_uninterrupted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
