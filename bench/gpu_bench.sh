@@ -26,7 +26,6 @@ case ${1:---run} in
       for b in 256 4096; do
         d=$("$bin" --batch "$b" --dtype "$dt" --profile 1 2>&1); printf '%s\n' "$d"
         "$bin" --batch "$b" --dtype "$dt" --autotune 0 2>&1 | grep -v 'per step'
-        "$bin" --batch "$b" --dtype "$dt" --fused-head 0 2>&1 | grep -v 'per step'
         t=$(python3 bench/gpu_mlp_step_torch.py --batch "$b" --dtype "$dt" 2>&1); printf '%s\n' "$t"
         dg=$(printf '%s\n' "$d" | sed -n 's/.* graph: \([0-9.]*\) us.*/\1/p')
         tg=$(printf '%s\n' "$t" | sed -n 's/.* graph: \([0-9.]*\) us.*/\1/p')

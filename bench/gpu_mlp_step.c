@@ -2,7 +2,7 @@
  * (784-1024-1024-10, ReLU, softmax cross-entropy, AdamW) built from
  * worker/cuda/ kernels, eagerly and as one replayed CUDA graph.
  *
- *   gpu_mlp_step --batch 256 --dtype fp32|bf16 [--steps 200] [--profile 1] [--autotune 0] [--fused-head 0]
+ *   gpu_mlp_step --batch 256 --dtype fp32|bf16 [--steps 200] [--profile 1] [--autotune 0]
  *
  * Prints one line per variant: "dtrain <dtype> B=<batch> <eager|graph>: <us>
  * us/step", then the loss after the timed steps (the same fixed batch every
@@ -125,7 +125,7 @@ static const void *W(const struct net *N, size_t off)
 /* Per-op GPU time when profiling: an event after each op, its time charged to
  * the op's kind. */
 enum { P_FWD, P_XENT, P_BWD_W, P_BWD_X, P_ADAMW, P_KINDS };
-static const char *const kind_name[P_KINDS] = {"forward GEMMs", "softmax xent (fused head: + last layer)", "weight-grad GEMMs",
+static const char *const kind_name[P_KINDS] = {"forward GEMMs", "softmax xent", "weight-grad GEMMs",
                                                 "input-grad GEMMs", "AdamW"};
 static struct {
     bool on;
@@ -153,37 +153,27 @@ static void prof_collect(void)
     prof.n = 0;
 }
 
-/* --fused-head 1 (default): the last layer, the loss and its input gradient
- * as one kernel, as the trainer runs them (head_cuda.cu); 0: three. */
-static bool fused_head = true;
-
 static int step(struct net *N, struct dt_cuda_ctx *k)
 {
     int rc = 0;
     mark(k, P_FWD);
     enum dt_cuda_dtype t = N->t;
-    int fwd = fused_head ? NL - 1 : NL;
-    for (int l = 0; l < fwd && rc == 0; l++) {
+    for (int l = 0; l < NL && rc == 0; l++) {
         enum dt_cuda_act act = l < NL - 1 ? DT_CUDA_ACT_RELU : DT_CUDA_ACT_NONE;
         rc = dt_cuda_linear_forward(k, t, N->h[l], N->aux[l], l ? N->h[l - 1] : N->x, W(N, N->woff[l]),
                                     W(N, N->boff[l]), N->B, dims[l], dims[l + 1], act);
         mark(k, P_FWD);
     }
-    struct dt_cuda_head hd = {.t = t, .B = N->B, .K = dims[NL - 1], .C = dims[NL], .x = N->h[NL - 2],
-                              .w = W(N, N->woff[NL - 1]), .b = W(N, N->boff[NL - 1]), .src = N->h[NL - 2],
-                              .y = N->y, .act = DT_CUDA_ACT_RELU, .dscale = 1.0f / N->B, .logits = N->h[NL - 1],
-                              .dl = N->dz[NL - 1], .dx = N->dz[NL - 2], .loss_sum = N->loss, .correct = N->correct};
     if (rc == 0)
-        rc = fused_head ? dt_cuda_head_fused(k, &hd)
-                        : dt_cuda_xent(k, t, N->dz[NL - 1], N->loss, N->correct, N->h[NL - 1], N->y, N->B,
-                                       dims[NL], 1.0f / N->B, NULL);
+        rc = dt_cuda_xent(k, t, N->dz[NL - 1], N->loss, N->correct, N->h[NL - 1], N->y, N->B, dims[NL],
+                          1.0f / N->B, NULL);
     mark(k, P_XENT);
     for (int l = NL - 1; l >= 0 && rc == 0; l--) {
         const void *in = l ? N->h[l - 1] : N->x;
         rc = dt_cuda_linear_backward_w(k, t, N->g + N->woff[l], N->g + N->boff[l], N->dz[l], in, N->B, dims[l],
                                        dims[l + 1], false);
         mark(k, P_BWD_W);
-        if (rc == 0 && l > 0 && !(fused_head && l == NL - 1))
+        if (rc == 0 && l > 0)
             rc = dt_cuda_linear_backward_x(k, t, N->dz[l - 1], N->dz[l], W(N, N->woff[l]), N->aux[l - 1], in, N->B,
                                            dims[l], dims[l + 1], DT_CUDA_ACT_RELU);
         if (l > 0)
@@ -232,8 +222,6 @@ int main(int argc, char **argv)
             profile = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--autotune"))
             autotune = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--fused-head"))
-            fused_head = atoi(argv[i + 1]) != 0;
     }
     struct dt_cuda_ctx *k = NULL;
     die(dt_cuda_ctx_create(0, 0, &k), "context");
@@ -246,8 +234,7 @@ int main(int argc, char **argv)
     float loss0 = 0;
     cudaMemcpy(&loss0, N.loss, 4, cudaMemcpyDeviceToHost);
     double eager = time_steps(&N, k, NULL, steps);
-    printf("dtrain %s B=%d eager: %.1f us/step%s%s\n", tn, N.B, eager, autotune ? "" : " (no autotune)",
-           fused_head ? "" : " (head unfused)");
+    printf("dtrain %s B=%d eager: %.1f us/step%s\n", tn, N.B, eager, autotune ? "" : " (no autotune)");
     if (profile) {
         prof.on = true;
         for (int i = 0; i < 16; i++)
@@ -274,8 +261,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 10; i++)
         cudaGraphLaunch(exec, s);
     double graph = time_steps(&N, k, exec, steps);
-    printf("dtrain %s B=%d graph: %.1f us/step%s%s\n", tn, N.B, graph, autotune ? "" : " (no autotune)",
-           fused_head ? "" : " (head unfused)");
+    printf("dtrain %s B=%d graph: %.1f us/step%s\n", tn, N.B, graph, autotune ? "" : " (no autotune)");
     float loss1 = 0;
     int correct = 0;
     cudaMemcpy(&loss1, N.loss, 4, cudaMemcpyDeviceToHost);

@@ -16,7 +16,6 @@ extern "C" {
 #define DT_CUDA_PLANS 64
 #define DT_CUDA_WORKSPACE (32u << 20)
 #define DT_CUDA_MAX_BLOCKS 256
-#define DT_CUDA_PARTIALS 1024 /* partial sums a grid_sum can hold: its most blocks */
 #define DT_GEMM_CANDIDATES 16 /* heuristic answers timed per plan */
 #define DT_CUDA_SPLIT_FLOATS (1u << 20) /* partials of the narrow weight gradient */
 #define DT_CUDA_CHOICES 64 /* grid of the fixed-order reductions */

@@ -30,15 +30,6 @@ __device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
 __device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
-/* v as a T in memory would hold it (what a kernel reading it back sees). */
-template <typename T> __device__ __forceinline__ float rounded(float v);
-template <> __device__ __forceinline__ float rounded<float>(float v) { return v; }
-template <> __device__ __forceinline__ float rounded<__nv_bfloat16>(float v)
-{
-    return __bfloat162float(__float2bfloat16(v));
-}
-template <> __device__ __forceinline__ float rounded<__half>(float v) { return __half2float(__float2half_rn(v)); }
-
 __device__ __forceinline__ float act_f(float z, int act)
 {
     const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */

@@ -210,8 +210,6 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
              : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU
                                       : DT_CUDA_ACT_NONE;
     d->order_epoch = -1;
-    const char *fuse = getenv("DTRAIN_CUDA_FUSED_HEAD");
-    d->fused_head = d->nl >= 2 && c->dims[d->nl] <= DT_CUDA_HEAD_MAX_CLASSES && !(fuse && !strcmp(fuse, "0"));
     layout(d);
     size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
     if (bk && c->n_buckets > 0)

@@ -78,11 +78,6 @@ struct dt_dev_model {
     struct dt_cuda_ctx *kw;
     cudaStream_t sw;
     cudaEvent_t dz_ready_ev, wgrad_done_ev;
-    /* The last layer, its loss and its input gradient as one kernel
-     * (head_cuda.cu) when it has at most DT_CUDA_HEAD_MAX_CLASSES outputs
-     * and a layer before it; DTRAIN_CUDA_FUSED_HEAD=0 keeps the three
-     * launches (for comparison).  Training only: evaluation runs the GEMM. */
-    bool fused_head;
     /* Phase marks on s: before the gather, after it, after the loss, after
      * backward (weight gradients joined), after the comm join, after the
      * optimizer.  Only one step per metrics row carries them: as event nodes

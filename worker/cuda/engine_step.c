@@ -9,8 +9,7 @@
  *   copy stream: wait slot.consumed (the step two back read d_idx),
  *                H2D slot, record slot.copied
  *   compute:     wait slot.copied, [graph: gather x,y | fwd | xent + loss
- *                sum (with the last layer and its input gradient when the
- *                head is fused) | bwd | (sumsq) | AdamW], record slot.consumed
+ *                sum | bwd | (sumsq) | AdamW], record slot.consumed
  *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on compute after
  *                the bucket's last weight gradient), ncclAllReduce(avg);
  *                compute waits join_ev before the optimizer
@@ -70,57 +69,15 @@ static const void *W(const struct dt_dev_model *d, size_t off)
     return d->plow ? (const void *)((const uint16_t *)d->plow + off) : (const void *)(d->p + off);
 }
 
-/* Layers [0, n) forward. */
-static int forward_layers(struct dt_dev_model *d, int B, int n)
+int dt_engine_forward(struct dt_dev_model *d, int B)
 {
     int rc = 0;
-    for (int l = 0; l < n && rc == 0; l++) {
+    for (int l = 0; l < d->nl && rc == 0; l++) {
         enum dt_cuda_act act = l < d->nl - 1 ? d->act : DT_CUDA_ACT_NONE;
         rc = dt_cuda_linear_forward(d->k, d->t, d->h[l], d->aux[l], l ? d->h[l - 1] : d->x, W(d, d->woff[l]),
                                     W(d, d->boff[l]), B, d->c.dims[l], d->c.dims[l + 1], act);
     }
     return rc;
-}
-
-int dt_engine_forward(struct dt_dev_model *d, int B) { return forward_layers(d, B, d->nl); }
-
-/* Forward, loss and dlogits for training.  With the fused head (engine_internal.h)
- * the last layer, the cross-entropy and the last layer's input gradient are
- * one kernel (head_cuda.cu), and backward starts at the last layer's weight
- * gradient; else the last layer's GEMM, then the cross-entropy kernel. */
-static int forward_loss(struct dt_dev_model *d, int B, float dscale, bool count_loss)
-{
-    int L = d->nl - 1, C = d->c.dims[d->nl];
-    const float *loss_scale = d->c.fp16 ? &d->sc->scale : NULL;
-    double *loss_acc = count_loss ? &d->sc->loss_acc : NULL;
-    if (!d->fused_head) {
-        int rc = forward_layers(d, B, d->nl);
-        return rc ? rc
-                  : dt_cuda_xent_acc(d->k, d->t, d->dz[L], &d->sc->loss, &d->sc->correct, d->h[L], d->y, B, C,
-                                     dscale, loss_scale, loss_acc);
-    }
-    int rc = forward_layers(d, B, L);
-    if (rc)
-        return rc;
-    struct dt_cuda_head a = {.t = d->t,
-                             .B = B,
-                             .K = d->c.dims[L],
-                             .C = C,
-                             .x = d->h[L - 1],
-                             .w = W(d, d->woff[L]),
-                             .b = W(d, d->boff[L]),
-                             .src = d->act == DT_CUDA_ACT_RELU ? d->h[L - 1] : d->aux[L - 1],
-                             .y = d->y,
-                             .act = d->act,
-                             .dscale = dscale,
-                             .loss_scale = loss_scale,
-                             .logits = d->h[L],
-                             .dl = d->dz[L],
-                             .dx = d->dz[L - 1],
-                             .loss_sum = &d->sc->loss,
-                             .correct = &d->sc->correct,
-                             .loss_acc = loss_acc};
-    return dt_cuda_head_fused(d->k, &a);
 }
 
 /* Starts every bucket whose range backward has finished (reducer.c's rule,
@@ -169,7 +126,7 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
                                            d->c.dims[l], d->c.dims[l + 1], accumulate);
         if (!rc && communicate)
             rc = start_buckets(d, d->woff[l], sw);
-        if (!rc && l > 0 && !(d->fused_head && l == d->nl - 1)) /* the fused head wrote dz[nl-2] */
+        if (!rc && l > 0)
             rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
                                            d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
     }
@@ -196,6 +153,7 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
 static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, bool accumulate,
                  bool communicate, bool count_loss)
 {
+    int C = d->c.dims[d->nl];
     int rc = mark(d, 0);
     if (!rc)
         rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
@@ -203,7 +161,11 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
     if (!rc)
         rc = mark(d, 1);
     if (!rc)
-        rc = forward_loss(d, B, dscale, count_loss);
+        rc = dt_engine_forward(d, B);
+    if (!rc)
+        rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1],
+                              d->y, B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
+                              count_loss ? &d->sc->loss_acc : NULL);
     if (!rc)
         rc = mark(d, 2);
     if (!rc)

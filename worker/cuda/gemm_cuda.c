@@ -63,15 +63,15 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
         rc = dt_cublas_err(s, "cublasLtCreate");
     else if ((e = cudaMalloc(&k->workspace, DT_CUDA_WORKSPACE)) != cudaSuccess)
         rc = dt_cuda_err(e, "cudaMalloc (cuBLASLt workspace)");
-    else if ((e = cudaMalloc((void **)&k->part_f, DT_CUDA_PARTIALS * (sizeof(float) + sizeof(int)) + 64)) !=
+    else if ((e = cudaMalloc((void **)&k->part_f, DT_CUDA_MAX_BLOCKS * (sizeof(float) + sizeof(int)) + 64)) !=
              cudaSuccess)
         rc = dt_cuda_err(e, "cudaMalloc (reduction partials)");
     else if ((e = cudaMalloc((void **)&k->split, DT_CUDA_SPLIT_FLOATS * sizeof(float))) != cudaSuccess)
         rc = dt_cuda_err(e, "cudaMalloc (narrow-layer partials)");
     else {
         k->split_floats = DT_CUDA_SPLIT_FLOATS;
-        k->part_i = (int *)(k->part_f + DT_CUDA_PARTIALS);
-        k->ticket = (unsigned *)(k->part_i + DT_CUDA_PARTIALS);
+        k->part_i = (int *)(k->part_f + DT_CUDA_MAX_BLOCKS);
+        k->ticket = (unsigned *)(k->part_i + DT_CUDA_MAX_BLOCKS);
         if ((e = cudaMemset(k->ticket, 0, sizeof *k->ticket)) != cudaSuccess)
             rc = dt_cuda_err(e, "cudaMemset (reduction ticket)");
     }

@@ -109,29 +109,6 @@ int dt_cuda_xent_acc(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dlogits,
                      const void *logits, const int32_t *y, int B, int C, float dscale, const float *loss_scale,
                      double *loss_acc);
 
-/* The last layer with few outputs fused with its loss (head_cuda.cu), for
- * training: logits = x W^T + b, the softmax cross-entropy of
- * dt_cuda_xent_acc (dl, loss_sum, correct, loss_acc, dscale, loss_scale), and
- * dx = (dl W) * act'(src), the previous layer's dz, in one kernel.  Rows of
- * x[B,K], W[C,K], b[C], logits and dl [B,C], dx and src [B,K], all of type t.
- * src is the previous layer's h for ReLU and its z (aux) for the GELUs;
- * act NONE needs none. */
-#define DT_CUDA_HEAD_MAX_CLASSES 32
-struct dt_cuda_head {
-    enum dt_cuda_dtype t;
-    int B, K, C;
-    const void *x, *w, *b, *src;
-    const int32_t *y;
-    enum dt_cuda_act act;
-    float dscale;
-    const float *loss_scale; /* NULL: 1 */
-    void *logits, *dl, *dx;
-    float *loss_sum;
-    int *correct;
-    double *loss_acc; /* NULL: not accumulated */
-};
-int dt_cuda_head_fused(struct dt_cuda_ctx *k, const struct dt_cuda_head *a);
-
 /* AdamW (torch.optim.AdamW, decoupled decay applied first) over n fp32
  * elements in one kernel, t = *step + 1:
  *   g = g * grad_scale * inv_scale;   p *= 1 - lr wd;   m = lerp(m, g, 1 - b1);
