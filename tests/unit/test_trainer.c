@@ -47,7 +47,7 @@ static void resume_equals_uninterrupted(void **state)
     s.checkpoint.keep = 2;
     s.checkpoint.resume = DT_RESUME_AUTO;
     s.log_every_steps = 10; /* loss windows line up with the resume point */
-    char a[64], b[64], pa[128], pb[128];
+    char a[64], b[64];
     scratch_dir(a, sizeof a, "resume-a");
     scratch_dir(b, sizeof b, "resume-b");
     struct dt_metrics_summary ra, rb;
@@ -57,20 +57,12 @@ static void resume_equals_uninterrupted(void **state)
     train(&s, b, 0, &rb);     /* resumes from 100 */
     assert_int_equal(rb.resumed_from, 100);
     assert_int_equal(rb.steps, 130);
-    snprintf(pa, sizeof pa, "%s/checkpoints/step_00000130.safetensors", a);
-    snprintf(pb, sizeof pb, "%s/checkpoints/step_00000130.safetensors", b);
-    size_t na, nb;
-    float *xa = ckpt_params(pa, &na), *xb = ckpt_params(pb, &nb);
-    assert_int_equal(na, nb);
-    assert_true(na > 50000);
-    assert_memory_equal(xa, xb, na * sizeof(float));
+    assert_true(assert_same_params(a, b, 130) > 50000);
     assert_true(ra.final_loss == rb.final_loss);
     /* keep: 2 -> steps 100 and 130 remain. */
     char ck[96];
     snprintf(ck, sizeof ck, "%s/checkpoints", b);
     assert_int_equal(count_files(ck, "step_"), 2);
-    free(xa);
-    free(xb);
     rm_rf(a);
     rm_rf(b);
 }
@@ -120,7 +112,7 @@ static void norm_behind_backward_same_bits(void **state)
     struct dt_trainer_spec s;
     small_spec(&s, 8, 128);
     s.optimizer.grad_clip = 0.05; /* clips every step: the norm's bits reach the parameters */
-    char a[64], b[64], pa[128], pb[128];
+    char a[64], b[64];
     scratch_dir(a, sizeof a, "norm-a");
     scratch_dir(b, sizeof b, "norm-b");
     train(&s, a, 0, NULL);
@@ -129,14 +121,7 @@ static void norm_behind_backward_same_bits(void **state)
     if (dt_trainer_create(&s, &o, &t) || dt_trainer_run(t, NULL))
         fail_msg("%s", dt_error_last());
     dt_trainer_destroy(t);
-    snprintf(pa, sizeof pa, "%s/checkpoints/step_00000008.safetensors", a);
-    snprintf(pb, sizeof pb, "%s/checkpoints/step_00000008.safetensors", b);
-    size_t na, nb;
-    float *xa = ckpt_params(pa, &na), *xb = ckpt_params(pb, &nb);
-    assert_int_equal(na, nb);
-    assert_memory_equal(xa, xb, na * sizeof(float));
-    free(xa);
-    free(xb);
+    assert_same_params(a, b, 8);
     rm_rf(a);
     rm_rf(b);
 }

@@ -79,4 +79,20 @@ static inline float *ckpt_params(const char *path, size_t *n)
     return out;
 }
 
+/* The model parameters in runs a and b's checkpoints of `step` are the same
+ * bits (resuming, or another way to the same step); returns how many. */
+static inline size_t assert_same_params(const char *run_a, const char *run_b, int step)
+{
+    char pa[160], pb[160];
+    snprintf(pa, sizeof pa, "%s/checkpoints/step_%08d.safetensors", run_a, step);
+    snprintf(pb, sizeof pb, "%s/checkpoints/step_%08d.safetensors", run_b, step);
+    size_t na, nb;
+    float *xa = ckpt_params(pa, &na), *xb = ckpt_params(pb, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(xa, xb, na * sizeof(float));
+    free(xa);
+    free(xb);
+    return na;
+}
+
 #endif
