@@ -35,7 +35,6 @@ struct dt_trainer {
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
     struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (grad_norm.h) */
-    bool norm_live;                /* this backward's final gradients go into gnorm as they are written */
     struct dt_loader *loader;
     struct dt_metrics metrics;
     struct dt_tb_writer *tb;       /* rank 0's TensorBoard scalars (NULL on other ranks) */

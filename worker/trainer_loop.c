@@ -47,13 +47,19 @@ static bool norm_in_backward(const struct dt_trainer *t)
     return t->world <= 1 && !t->scaler.enabled && !t->o.after_reduce;
 }
 
+/* What the model's callback needs for one backward. */
+struct ready_ctx {
+    struct dt_trainer *t;
+    bool norm; /* these gradients are final for clipping: sum their norm blocks now */
+};
+
 /* The model's callback: grads[lo, hi) are final for this backward. */
 static void grads_ready(void *ctx, size_t lo, size_t hi)
 {
-    struct dt_trainer *t = ctx;
-    dt_reducer_ready(&t->red, lo, hi);
-    if (t->norm_live)
-        dt_grad_norm_ready(&t->gnorm, lo);
+    struct ready_ctx *r = ctx;
+    dt_reducer_ready(&r->t->red, lo, hi);
+    if (r->norm)
+        dt_grad_norm_ready(&r->t->gnorm, lo);
 }
 
 /* The micro-batches of one step; returns the rank's summed loss and rows.
@@ -80,9 +86,8 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
          * under AMP times the loss scale (a power of two while dynamic: exact). */
         float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)b->n * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
-        t->norm_live = early && i == k - 1;
-        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, t, NULL);
-        t->norm_live = false;
+        struct ready_ctx ready = {t, early && i == k - 1};
+        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, &ready, NULL);
         int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
