@@ -100,23 +100,36 @@ static int start_buckets(struct dt_dev_model *d, size_t ready_lo, cudaStream_t w
     return 0;
 }
 
+/* s waits for everything queued on sw so far. */
+static int join_wgrad_stream(struct dt_dev_model *d)
+{
+    int rc = cuda_call(cudaEventRecord(d->wgrad_done_ev, d->sw), "cudaEventRecord (weight gradients done)");
+    return rc ? rc : cuda_call(cudaStreamWaitEvent(d->s, d->wgrad_done_ev, 0),
+                               "cudaStreamWaitEvent (weight gradients done)");
+}
+
 /* Layer l backward (kernels_cuda.h): dW, db from dz[l] and the layer's
  * input; dz[l-1] = (dz[l] W) * act'(z[l-1]) in one fused call.
  * With a weight-gradient stream, the compute stream s runs the chain
  * dz[L-1] -> dz[L-2] -> ... and, for each layer, marks dz[l] ready; sw waits
  * for that mark and writes dW, db (and starts the buckets they complete)
  * while s goes on to dz[l-1].  Both only read dz[l] and the layer input, and
- * write disjoint buffers; s waits for sw before anything after backward
- * (clipping, the optimizer, the next forward overwriting the inputs). */
+ * write disjoint buffers.  The first layer's weight gradient runs on s
+ * itself, which has nothing else left to do by then, beside what sw still
+ * has queued (the head's and layer 1's); s then waits for sw before layer
+ * 0's buckets start (they may hold gradients sw wrote) and before anything
+ * after backward (clipping, the optimizer, the next forward overwriting the
+ * inputs). */
 static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communicate)
 {
     int rc = 0;
-    struct dt_cuda_ctx *kw = d->kw ? d->kw : d->k;
-    cudaStream_t sw = d->kw ? d->sw : d->s;
     d->next_bucket = 0;
     for (int l = d->nl - 1; l >= 0 && rc == 0; l--) {
         const void *in = l ? d->h[l - 1] : d->x;
-        if (d->kw) {
+        bool side = d->kw && l > 0;
+        struct dt_cuda_ctx *kw = side ? d->kw : d->k;
+        cudaStream_t sw = side ? d->sw : d->s;
+        if (side) {
             rc = cuda_call(cudaEventRecord(d->dz_ready_ev, d->s), "cudaEventRecord (dz ready)");
             if (!rc)
                 rc = cuda_call(cudaStreamWaitEvent(sw, d->dz_ready_ev, 0), "cudaStreamWaitEvent (dz ready)");
@@ -124,17 +137,13 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
         if (!rc)
             rc = dt_cuda_linear_backward_w(kw, d->t, d->g + d->woff[l], d->g + d->boff[l], d->dz[l], in, B,
                                            d->c.dims[l], d->c.dims[l + 1], accumulate);
+        if (!rc && d->kw && l == 0)
+            rc = join_wgrad_stream(d);
         if (!rc && communicate)
             rc = start_buckets(d, d->woff[l], sw);
         if (!rc && l > 0)
             rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
                                            d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
-    }
-    if (!rc && d->kw) {
-        rc = cuda_call(cudaEventRecord(d->wgrad_done_ev, sw), "cudaEventRecord (weight gradients done)");
-        if (!rc)
-            rc = cuda_call(cudaStreamWaitEvent(d->s, d->wgrad_done_ev, 0),
-                           "cudaStreamWaitEvent (weight gradients done)");
     }
     if (!rc)
         rc = mark(d, 3);
