@@ -1,5 +1,6 @@
 /* adamw.c - AdamW scalars and state (see adamw.h). */
 #include "worker/adamw.h"
+#include "worker/arena.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@ int dt_adamw_init(struct dt_adamw *a, const struct dt_kernels *k, size_t n, doub
     a->beta2 = beta2;
     a->eps = eps;
     a->weight_decay = weight_decay;
-    a->m = calloc(2 * (n ? n : 1), sizeof(float));
+    a->m = dt_arena_calloc(2 * (n ? n : 1), sizeof(float));
     if (!a->m)
         return dt_error_set(DT_ENOMEM, "adamw: no memory for %zu moments", 2 * n);
     a->v = a->m + n;
@@ -25,7 +26,7 @@ int dt_adamw_init(struct dt_adamw *a, const struct dt_kernels *k, size_t n, doub
 
 void dt_adamw_release(struct dt_adamw *a)
 {
-    free(a->m);
+    dt_arena_free(a->m);
     a->m = a->v = NULL;
 }
 

@@ -5,6 +5,7 @@
  * arithmetic loop goes through the device table (kernels.h).
  */
 #include "worker/model.h"
+#include "worker/arena.h"
 #include "worker/model_amp.h"
 #include "worker/trace.h"
 
@@ -61,8 +62,8 @@ static int alloc_buffers(struct dt_model *m)
             widest = (size_t)m->layer[l].out;
     }
     size_t scratch = (size_t)m->max_batch * widest;
-    m->params = calloc(2 * m->n_params, sizeof(float));
-    m->acts = calloc(acts + 2 * scratch + (size_t)m->max_batch * (size_t)m->classes, sizeof(float));
+    m->params = dt_arena_calloc(2 * m->n_params, sizeof(float));
+    m->acts = dt_arena_calloc(acts + 2 * scratch + (size_t)m->max_batch * (size_t)m->classes, sizeof(float));
     if (!m->params || !m->acts)
         return dt_error_set(DT_ENOMEM, "model: no memory for %zu parameters and %zu activations", m->n_params,
                             acts);
@@ -122,8 +123,8 @@ void dt_model_destroy(struct dt_model *m)
     if (!m)
         return;
     free(m->params_lp);
-    free(m->params);
-    free(m->acts);
+    dt_arena_free(m->params);
+    dt_arena_free(m->acts);
     free(m);
 }
 
