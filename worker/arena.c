@@ -14,7 +14,7 @@ void *dt_arena_calloc(size_t n, size_t size)
         return NULL;
     size_t bytes = n * size;
     if (bytes < DT_ARENA_HUGE) /* not worth a huge page */
-        return calloc(n ? n : 1, size ? size : 1);
+        return calloc(1, bytes ? bytes : 1);
     size_t rounded = (bytes + DT_ARENA_HUGE - 1) / DT_ARENA_HUGE * DT_ARENA_HUGE;
     void *p = NULL;
     if (posix_memalign(&p, DT_ARENA_HUGE, rounded))
