@@ -484,6 +484,26 @@ int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req)
     return submit(c, &PROTO(DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, -1), req);
 }
 
+int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (!c->be || !c->be->alloc_shared)
+        return 0;
+    if (atomic_load(&c->inflight))
+        return dt_error_set(DT_EINVAL, "rank %d: alloc_shared: %d operations are still in flight", c->rank,
+                            atomic_load(&c->inflight));
+    int failed = atomic_load(&c->failed);
+    if (failed)
+        return dt_error_set(failed, "%s", c->err);
+    return c->be->alloc_shared(c->st, bytes, out);
+}
+
+void dt_comm_free_shared(struct dt_comm *c, void *p)
+{
+    if (c && p && c->be && c->be->free_shared)
+        c->be->free_shared(c->st, p);
+}
+
 void dt_comm_abort(struct dt_comm *c)
 {
     if (!c)

@@ -54,6 +54,13 @@ struct dt_comm_backend {
     void (*abort)(void *st);
     void (*destroy)(void *st);
 
+    /* Optional (NULL: no shared memory; comm.c then reports none).
+     * alloc_shared is collective, called with nothing in flight, and maps
+     * `bytes` that the backend's collectives may read on the peers' side;
+     * free_shared is local and takes what alloc_shared returned. */
+    int (*alloc_shared)(void *st, size_t bytes, void **out);
+    void (*free_shared)(void *st, void *p);
+
     /* Buffers live in device memory (nccl): comm.c cannot copy them itself, so
      * a world of one still goes through the backend, and the store may then be
      * NULL. */

@@ -28,6 +28,10 @@
  * fast with its reason), and every 10 ms whether the awaited peer's process
  * still exists (a zombie counts as dead).
  *
+ * An in-place allreduce of a buffer from dt_comm_alloc_shared skips the
+ * slots: every rank maps every rank's buffer and reduces its piece straight
+ * from them (shm_shared.c).
+ *
  * Not for ranks on different hosts (tcp), and not a general allocator.
  */
 #include <errno.h>
@@ -280,12 +284,14 @@ static int check_desc(struct dt_shm *s, int q, uint64_t round)
     if (!memcmp(d, m, sizeof *d))
         return 0;
     dt_error_set(DT_EPROTO,
-                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d): peer rank %d is running %s #%llu (count %llu, "
-                 "%s, %s, root %d); every rank must call the same collectives in the same order",
+                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d, shared buffer %llu+%llu): peer rank %d is "
+                 "running %s #%llu (count %llu, %s, %s, root %d, shared buffer %llu+%llu); every rank must call the "
+                 "same collectives in the same order, on a shared buffer (dt_comm_alloc_shared) on all ranks or on none",
                  s->rank, dt_coll_name(s->cur), (unsigned long long)m->seq, (unsigned long long)m->count,
-                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, q, dt_coll_name(d->kind),
-                 (unsigned long long)d->seq, (unsigned long long)d->count, dt_dtype_name(d->dtype),
-                 dt_redop_name(d->op), d->root);
+                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, (unsigned long long)m->region,
+                 (unsigned long long)m->offset, q, dt_coll_name(d->kind), (unsigned long long)d->seq,
+                 (unsigned long long)d->count, dt_dtype_name(d->dtype), dt_redop_name(d->op), d->root,
+                 (unsigned long long)d->region, (unsigned long long)d->offset);
     return dt_shm_fail(s, DT_EPROTO);
 }
 
@@ -436,6 +442,7 @@ void dt_shm_destroy(void *st)
         return;
     if (s->rank == 0 && !s->unlinked && s->name[0])
         shm_unlink(s->name);
+    dt_shm_free_regions(s);
     if (s->base)
         munmap(s->base, s->map_bytes);
     free(s->srcs);

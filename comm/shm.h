@@ -30,6 +30,7 @@ struct shm_hdr {
 struct shm_desc {
     uint64_t seq, count;
     int32_t kind, dtype, op, root;
+    uint64_t region, offset;    /* a shared buffer's id (0: none) and the byte offset in it */
 };
 
 struct shm_ctl {
@@ -42,6 +43,14 @@ struct shm_ctl {
     atomic_uint wake;           /* futex word: bumped on every publish */
     atomic_int sleepers;        /* ranks blocked on `wake` */
     atomic_int cpu;             /* the CPU it last published from (spin or yield?) */
+};
+
+/* A shared buffer (shm_shared.c): every rank's mapping of every rank's part. */
+#define SHM_MAX_REGIONS 8
+struct shm_region {
+    uint64_t id;                /* 1, 2, ... in allocation order, the same on every rank; 0: slot free */
+    size_t bytes;               /* per rank, page-rounded */
+    char **at;                  /* world mappings; at[rank] is ours */
 };
 
 struct dt_shm {
@@ -63,9 +72,19 @@ struct dt_shm {
     atomic_int aborted;
     const void **srcs;          /* world pointers, for dt_reduce_many */
     struct shm_desc cur_desc;   /* of the running collective */
+    struct shm_region regions[SHM_MAX_REGIONS];
+    uint64_t region_seq;        /* ids handed out so far */
 };
 
 enum { DT_SHM_IN, DT_SHM_RED, DT_SHM_OUT };
+
+/* Piece c of p over `count` elements: the first count % p pieces get one more. */
+static inline void dt_shm_chunk(size_t count, int p, int c, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)p, rem = count % (size_t)p, cc = (size_t)c;
+    *off = cc * base + (cc < rem ? cc : rem);
+    *len = base + (cc < rem);
+}
 
 /* Slot of rank q in the slot set of `round`. */
 char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round);
@@ -82,6 +101,17 @@ void dt_shm_round_end(struct dt_shm *s);
 void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root);
 /* Records this rank's failure (the current error) in the segment; returns code. */
 int dt_shm_fail(struct dt_shm *s, int code);
+
+/* Shared buffers (shm_shared.c). */
+int dt_shm_alloc_shared(void *st, size_t bytes, void **out);
+void dt_shm_free_shared(void *st, void *p);
+void dt_shm_free_regions(struct dt_shm *s);
+/* The region holding [p, p + bytes) of our own part, with p's offset in it; NULL if none. */
+struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, size_t *offset);
+/* In-place allreduce of `n` elements at `offset` of region g on every rank. */
+int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, size_t n, enum dt_dtype t,
+                            enum dt_redop op);
+int dt_shm_barrier(void *st);
 
 int dt_shm_init(const struct dt_comm_options *o, void **state);
 void dt_shm_abort(void *st);

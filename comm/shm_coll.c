@@ -15,13 +15,6 @@
 #include "comm/reduce.h"
 #include "comm/shm.h"
 
-static void chunk(size_t count, int p, int c, size_t *off, size_t *len)
-{
-    size_t base = count / (size_t)p, rem = count % (size_t)p, cc = (size_t)c;
-    *off = cc * base + (cc < rem ? cc : rem);
-    *len = base + (cc < rem);
-}
-
 /* Small: everyone copies in, then everyone reduces all slots in rank order. */
 static int allreduce_small(struct dt_shm *s, const char *send, char *recv, size_t n, enum dt_dtype t,
                            enum dt_redop op)
@@ -58,14 +51,14 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
     uint64_t k = s->round;
     char *mine = dt_shm_slot(s, me, k);
     for (int c = 0; c < p; c++) { /* A: my pieces of the other ranks' chunks */
-        chunk(n, p, c, &off, &len);
+        dt_shm_chunk(n, p, c, &off, &len);
         if (c != me && j0 < len)
             memcpy(mine + (size_t)c * m * es, send + (off + j0) * es, (len - j0 < m ? len - j0 : m) * es);
     }
     dt_shm_publish(s, DT_SHM_IN, k + 1);
     if ((rc = dt_shm_wait_all(s, DT_SHM_IN, k + 1)) < 0)
         return rc;
-    chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, in rank order */
+    dt_shm_chunk(n, p, me, &off, &len); /* B: piece `me` over all ranks, in rank order */
     if (j0 < len) {
         size_t cnt = len - j0 < m ? len - j0 : m;
         for (int q = 0; q < p; q++)
@@ -78,7 +71,7 @@ static int allreduce_round(struct dt_shm *s, const char *send, char *recv, size_
     if ((rc = dt_shm_wait_all(s, DT_SHM_RED, k + 1)) < 0)
         return rc;
     for (int c = 0; c < p; c++) { /* C: the other ranks' results out */
-        chunk(n, p, c, &off, &len);
+        dt_shm_chunk(n, p, c, &off, &len);
         if (c != me && j0 < len)
             memcpy(recv + (off + j0) * es, dt_shm_slot(s, c, k) + (size_t)c * m * es,
                    (len - j0 < m ? len - j0 : m) * es);
@@ -93,7 +86,10 @@ static int shm_allreduce(void *st, const void *send, void *recv, size_t n, enum 
     dt_shm_begin(s, DT_COLL_ALLREDUCE, n, t, op, -1);
     if (n == 0)
         return 0;
-    size_t es = dt_dtype_size(t);
+    size_t es = dt_dtype_size(t), at;
+    struct shm_region *g = send == recv ? dt_shm_region_of(s, recv, n * es, &at) : NULL;
+    if (g)
+        return dt_shm_allreduce_shared(s, g, at, n, t, op);
     if (n * es <= s->small_bytes)
         return allreduce_small(s, send, recv, n, t, op);
     size_t m = s->slot / es / (size_t)s->world, longest = (n + (size_t)s->world - 1) / (size_t)s->world;
@@ -189,7 +185,7 @@ static int shm_broadcast(void *st, void *buf, size_t n, enum dt_dtype t, int roo
     return 0;
 }
 
-static int shm_barrier(void *st)
+int dt_shm_barrier(void *st)
 {
     struct dt_shm *s = st;
     dt_shm_begin(s, DT_COLL_BARRIER, 0, DT_F32, DT_SUM, -1);
@@ -210,7 +206,9 @@ const struct dt_comm_backend dt_comm_backend_shm = {
     .broadcast = shm_broadcast,
     .allgather = shm_allgather,
     .reduce_scatter = shm_reduce_scatter,
-    .barrier = shm_barrier,
+    .barrier = dt_shm_barrier,
     .abort = dt_shm_abort,
     .destroy = dt_shm_destroy,
+    .alloc_shared = dt_shm_alloc_shared,
+    .free_shared = dt_shm_free_shared,
 };

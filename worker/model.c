@@ -62,12 +62,12 @@ static int alloc_buffers(struct dt_model *m)
             widest = (size_t)m->layer[l].out;
     }
     size_t scratch = (size_t)m->max_batch * widest;
-    m->params = dt_arena_calloc(2 * m->n_params, sizeof(float));
+    m->params = dt_arena_calloc(m->n_params, sizeof(float));
+    m->grads = m->grads_own = dt_arena_calloc(m->n_params, sizeof(float));
     m->acts = dt_arena_calloc(acts + 2 * scratch + (size_t)m->max_batch * (size_t)m->classes, sizeof(float));
-    if (!m->params || !m->acts)
+    if (!m->params || !m->grads || !m->acts)
         return dt_error_set(DT_ENOMEM, "model: no memory for %zu parameters and %zu activations", m->n_params,
                             acts);
-    m->grads = m->params + m->n_params;
     float *p = m->acts;
     for (int l = 0; l < m->n_layers; l++) {
         struct dt_model_layer *L = &m->layer[l];
@@ -118,12 +118,20 @@ int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, i
     return 0;
 }
 
+void dt_model_use_grads(struct dt_model *m, float *grads)
+{
+    dt_arena_free(m->grads_own);
+    m->grads_own = NULL;
+    m->grads = grads;
+}
+
 void dt_model_destroy(struct dt_model *m)
 {
     if (!m)
         return;
     free(m->params_lp);
     dt_arena_free(m->params);
+    dt_arena_free(m->grads_own);
     dt_arena_free(m->acts);
     free(m);
 }

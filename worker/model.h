@@ -38,6 +38,7 @@ struct dt_model {
     struct dt_model_layer layer[DT_MODEL_MAX_LAYERS];
     size_t n_params;
     float *params, *grads;   /* the two arenas, n_params floats each */
+    float *grads_own;        /* the model's own gradient arena; NULL after dt_model_use_grads */
     float *acts;             /* every layer's z and h */
     float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
@@ -58,6 +59,12 @@ struct dt_model {
 int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, int n_hidden, int classes,
                         enum dt_kact act, int max_batch, uint64_t seed, struct dt_model **out);
 void dt_model_destroy(struct dt_model *m);
+
+/* Gradients go to `grads` (n_params zeroed floats that the caller owns and
+ * keeps until dt_model_destroy) from now on: memory the communicator shares
+ * with the other ranks (dt_comm_alloc_shared), which the reducer's all-reduce
+ * then reads in place.  The model's own gradient arena is freed. */
+void dt_model_use_grads(struct dt_model *m, float *grads);
 
 /* Autocast as PyTorch's for this model (fp32 master weights stay in params):
  * DT_KPREC_BF16 or F16 make Linear layers compute in that type with fp32

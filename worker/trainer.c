@@ -64,6 +64,25 @@ static void set_threads(struct dt_trainer *t)
     t->k->set_threads(n);
 }
 
+/* On one host (the shm backend) the gradient arena lives in memory the ranks
+ * share, so each bucket's all-reduce reads the peers' gradients where backward
+ * wrote them instead of copying them through the backend's segment and back
+ * (comm.h: 2.75 S of memory traffic per rank instead of 4.5 S at 4 ranks).
+ * Other backends have none and the model keeps its own arena. */
+static int share_grads(struct dt_trainer *t)
+{
+    if (!t->comm || t->world < 2 || t->spec.device != DT_DEVICE_CPU)
+        return 0;
+    void *p = NULL;
+    if (dt_comm_alloc_shared(t->comm, t->model->n_params * sizeof(float), &p))
+        return dt_error_prefix("gradients in shared memory (%zu floats)", t->model->n_params);
+    if (p) {
+        t->shared_grads = p;
+        dt_model_use_grads(t->model, p);
+    }
+    return 0;
+}
+
 static int build_model(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
@@ -86,7 +105,7 @@ static int build_model(struct dt_trainer *t)
     if (t->comm && t->world > 1 && s->device == DT_DEVICE_CPU &&
         dt_comm_broadcast(t->comm, t->model->params, t->model->n_params, DT_F32, 0))
         return dt_error_prefix("broadcasting the initial parameters");
-    return 0;
+    return share_grads(t);
 }
 
 /* Buckets follow the ranges backward reports: with overlap, each chunk of a
@@ -280,6 +299,7 @@ void dt_trainer_destroy(struct dt_trainer *t)
     dt_grad_norm_release(&t->gnorm);
     dt_adamw_release(&t->opt);
     dt_model_destroy(t->model);
+    dt_comm_free_shared(t->comm, t->shared_grads);
     free(t->eval_x);
     free(t->eval_y);
     dt_data_release(&t->train);

@@ -30,6 +30,7 @@ struct dt_trainer {
     struct dt_dev_model *dev;
     struct dt_dataset train, test;
     struct dt_model *model;
+    float *shared_grads;           /* the model's gradients in the communicator's shared memory, or NULL */
     struct dt_adamw opt;
     struct dt_onecycle sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */

@@ -238,6 +238,119 @@ static int body_large(struct dt_comm *c, int r, int w, void *arg)
 static void tcp_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "tcp", 60, body_large, NULL), 0); }
 static void shm_64mib(void **s) { (void)s; assert_int_equal(harness_run(3, "shm", 60, body_large, NULL), 0); }
 
+/* Shared buffers (dt_comm_alloc_shared): an in-place allreduce of a range of
+ * one gives the bits the slot path gives for the same data, touches nothing
+ * outside the range, works with requests in flight and after a free; a
+ * rank that passes a shared range where its peers pass private memory fails
+ * with a protocol error naming the shared buffer instead of mixing data. */
+static int shared_range(struct dt_comm *c, float *buf, float *priv, int r, int w, size_t at, size_t n,
+                        enum dt_redop op)
+{
+    for (size_t i = 0; i < n + 64 && at + i < (1u << 18); i++)
+        buf[at + i] = priv[i] = (float)gen(r, i) * 0.37f + (float)r * 1e-3f; /* inexact: the order shows */
+    for (size_t i = 0; i < 16 && i < at; i++)
+        buf[at - 1 - i] = -1.0f - (float)i;
+    int rc = dt_comm_allreduce(c, buf + at, buf + at, n, DT_F32, op);
+    if (rc == 0)
+        rc = dt_comm_allreduce(c, priv, priv, n, DT_F32, op);
+    if (rc == 0 && (rc = check("shared allreduce", DT_F32, op, (char *)(buf + at), (char *)priv, n)) == 0)
+        rc = same_everywhere(c, (char *)(buf + at), n * 4, w);
+    for (size_t i = 0; rc == 0 && i < 16 && i < at; i++)
+        if (buf[at - 1 - i] != -1.0f - (float)i)
+            rc = dt_error_set(DT_EINTERNAL, "shared allreduce at %zu: element %zu before the range changed", at,
+                              at - 1 - i);
+    for (size_t i = n; rc == 0 && i < n + 64 && at + i < (1u << 18); i++)
+        if (buf[at + i] != (float)gen(r, i) * 0.37f + (float)r * 1e-3f)
+            rc = dt_error_set(DT_EINTERNAL, "shared allreduce at %zu: element %zu after the range changed", at,
+                              at + i);
+    return rc;
+}
+
+static int body_shared(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    enum { N = 1 << 18 };
+    static const size_t at[] = {0, 0, 4, 4, 1000, 4099, 0, 77};
+    static const size_t len[] = {0, 1, 3, 7, 40009, 100003, N, 1};
+    float *buf = NULL, *priv = malloc((N + 64) * sizeof *priv);
+    int rc = priv ? dt_comm_alloc_shared(c, N * sizeof *buf, (void **)&buf) : DT_ENOMEM;
+    if (rc == 0 && !buf)
+        rc = dt_error_set(DT_EINTERNAL, "%s gave no shared buffer", dt_comm_backend_name(c));
+    for (size_t k = 0; rc == 0 && k < sizeof at / sizeof *at; k++)
+        rc = shared_range(c, buf, priv, r, w, at[k], len[k] < N - at[k] ? len[k] : N - at[k], k % 2 ? DT_AVG : DT_SUM);
+    /* Two disjoint ranges in flight at once, as the reducer's buckets are. */
+    struct dt_comm_req *q1 = NULL, *q2 = NULL;
+    for (size_t i = 0; rc == 0 && i < N; i++)
+        buf[i] = (float)gen(r, i);
+    if (rc == 0 && (rc = dt_comm_iallreduce(c, buf + N / 2, buf + N / 2, N / 2, DT_F32, DT_SUM, &q1)) == 0 &&
+        (rc = dt_comm_iallreduce(c, buf, buf, N / 2, DT_F32, DT_SUM, &q2)) == 0) {
+        rc = dt_comm_wait(q1);
+        int rc2 = dt_comm_wait(q2);
+        rc = rc ? rc : rc2;
+    }
+    for (size_t i = 0; rc == 0 && i < N; i++) {
+        float want;
+        ref_put(DT_F32, DT_SUM, &want, 0, w, i);
+        if (buf[i] != want)
+            rc = wrong("shared iallreduce", DT_F32, DT_SUM, N, i);
+    }
+    /* Freed and allocated again: a new buffer, zeroed, that works as the first did. */
+    if (rc == 0) {
+        dt_comm_free_shared(c, buf);
+        buf = NULL;
+        rc = dt_comm_alloc_shared(c, 5000 * sizeof *buf, (void **)&buf);
+    }
+    for (size_t i = 0; rc == 0 && i < 5000; i++)
+        if (buf[i] != 0.0f)
+            rc = dt_error_set(DT_EINTERNAL, "a new shared buffer is not zeroed at %zu", i);
+    if (rc == 0)
+        rc = shared_range(c, buf, priv, r, w, 8, 4000, DT_AVG);
+    dt_comm_free_shared(c, buf);
+    free(priv);
+    return rc;
+}
+
+/* Rank 0 reduces its shared buffer, rank 1 a private copy: a protocol error on both. */
+static int body_shared_mismatch(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)w;
+    (void)arg;
+    float *buf = NULL, priv[100] = {0};
+    int rc = dt_comm_alloc_shared(c, sizeof priv, (void **)&buf);
+    if (rc)
+        return rc;
+    rc = dt_comm_allreduce(c, r == 0 ? buf : priv, r == 0 ? buf : priv, 100, DT_F32, DT_SUM);
+    const char *msg = dt_error_last();
+    dt_comm_free_shared(c, buf);
+    if (rc == 0)
+        return dt_error_set(DT_EINTERNAL, "a shared range against a private one was not detected");
+    if (rc != DT_EPROTO || !strstr(msg, "shared buffer"))
+        return dt_error_set(DT_EINTERNAL, "want a protocol error naming the shared buffer, got %d: %s", rc, msg);
+    return 0;
+}
+
+/* tcp has no shared memory: none is handed out, and nothing fails. */
+static int body_no_shared(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)r;
+    (void)w;
+    (void)arg;
+    void *p = (void *)1;
+    int rc = dt_comm_alloc_shared(c, 4096, &p);
+    if (rc == 0 && p)
+        rc = dt_error_set(DT_EINTERNAL, "%s handed out shared memory", dt_comm_backend_name(c));
+    return rc;
+}
+
+static void shared_buffers(void **s)
+{
+    (void)s;
+    for (int w = 2; w <= 5; w++)
+        assert_int_equal(harness_run(w, "shm", 30, body_shared, NULL), 0);
+    assert_int_equal(harness_run(2, "shm", 10, body_shared_mismatch, NULL), 0);
+    assert_int_equal(harness_run(3, "tcp", 10, body_no_shared, NULL), 0);
+}
+
 /* Async: several f32 AVG requests in flight, waited in order and out of order. */
 static int body_async(struct dt_comm *c, int r, int w, void *arg)
 {
@@ -287,8 +400,8 @@ static int body_steady(struct dt_comm *c, int r, int w, void *arg)
     (void)w;
     (void)arg;
     enum { N = 1 << 18 }; /* 1 MiB of f32: the ring path; 64 floats: the small path */
-    float *x = calloc(N, 4), *y = calloc(N, 4), *g = calloc((size_t)N * 4, 4);
-    int rc = 0;
+    float *x = calloc(N, 4), *y = calloc(N, 4), *g = calloc((size_t)N * 4, 4), *sh = NULL;
+    int rc = dt_comm_alloc_shared(c, N * 4, (void **)&sh);
     struct rusage ru0 = {0}, ru1;
     struct mallinfo2 m0 = {0}, m1;
     for (int phase = 0; phase < 2 && rc == 0; phase++) {
@@ -309,6 +422,8 @@ static int body_steady(struct dt_comm *c, int r, int w, void *arg)
                 rc = dt_comm_broadcast(c, x, N, DT_F32, 0);
             if (rc == 0 && (rc = dt_comm_iallreduce(c, y, y, N, DT_F32, DT_AVG, &req)) == 0)
                 rc = dt_comm_wait(req);
+            if (rc == 0 && sh) /* shm: the shared buffers' path */
+                rc = dt_comm_allreduce(c, sh, sh, N, DT_F32, DT_AVG);
         }
     }
     getrusage(RUSAGE_SELF, &ru1);
@@ -325,6 +440,7 @@ static int body_steady(struct dt_comm *c, int r, int w, void *arg)
     if (rc == 0 && (m1.uordblks != m0.uordblks || m1.hblkhd != m0.hblkhd))
         rc = dt_error_set(DT_EINTERNAL, "the heap changed in steady state (%zu -> %zu bytes in use)", m0.uordblks,
                           m1.uordblks);
+    dt_comm_free_shared(c, sh);
     free(x);
     free(y);
     free(g);
@@ -347,6 +463,7 @@ int main(void)
         cmocka_unit_test(tcp_lanes),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
+        cmocka_unit_test(shared_buffers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

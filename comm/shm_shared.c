@@ -1,0 +1,185 @@
+/* shm_shared.c - shared buffers of the `shm` backend (dt_comm_alloc_shared)
+ * and the in-place allreduce that reads the peers' buffers directly.
+ *
+ * A shared buffer is one POSIX shared-memory object per rank
+ * ("<segment name>.b<id>.<rank>"), each mapped by every rank; ids count
+ * allocations, which are collective, so they agree across ranks.  The names
+ * go once every rank has mapped every part, as the segment's does.
+ *
+ * Allreduce of elements [o, o + n) of a buffer, in place, one round of the
+ * segment's counters (shm.c) and no slot:
+ *   in:  the range holds this rank's contribution (publish `in`, wait for all);
+ *   red: rank q sums piece q (dt_shm_chunk) of every rank's range in rank
+ *        order 0..p-1, as the slot path does, so the bits are the same, and
+ *        writes it into its own range (only q reads piece q of q's range in
+ *        this phase, so the write races with no reader); publish `red`;
+ *   out: for each peer q, once q's `red` is seen, copy piece q from q's
+ *        range into ours (q has finished reading our piece q by then);
+ *        publish `out`, then wait for every rank's `out`: after that nobody
+ *        reads our range, so the caller may write it again.
+ * Per rank for S bytes: read S and write S/p to reduce, read and write
+ * (p-1)/p S to copy out.  The slot path also copies (p-1)/p S in and back.
+ *
+ * Not for buffers of different sizes or offsets on different ranks: the
+ * round's description carries (id, offset) and a mismatch fails as a
+ * protocol error, like any other collective mismatch.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "comm/reduce.h"
+#include "comm/shm.h"
+
+static void part_name(const struct dt_shm *s, uint64_t id, int q, char *out, size_t len)
+{
+    snprintf(out, len, "%s.b%llu.%d", s->name, (unsigned long long)id, q);
+}
+
+static void unmap_region(struct dt_shm *s, struct shm_region *g)
+{
+    for (int q = 0; g->at && q < s->world; q++)
+        if (g->at[q])
+            munmap(g->at[q], g->bytes);
+    free(g->at);
+    memset(g, 0, sizeof *g);
+}
+
+/* Maps rank q's part: ours is created and populated (first-touch faults are
+ * paid here, once); a peer's is opened and its size checked. */
+static int map_part(struct dt_shm *s, struct shm_region *g, int q)
+{
+    char name[128];
+    part_name(s, g->id, q, name, sizeof name);
+    bool mine = q == s->rank;
+    int fd = mine ? shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600) : shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    struct stat st;
+    if (fd < 0 || (mine && ftruncate(fd, (off_t)g->bytes) < 0) ||
+        (!mine && (fstat(fd, &st) < 0 || (size_t)st.st_size != g->bytes))) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (mine)
+            shm_unlink(name);
+        return dt_error_set_errno(DT_EIO, e, "rank %d: shm: shared buffer %llu: cannot %s %s (%zu bytes)", s->rank,
+                                  (unsigned long long)g->id, mine ? "create" : "open rank's part", name, g->bytes);
+    }
+    void *p = mmap(NULL, g->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return dt_error_set_errno(DT_ENOMEM, errno, "rank %d: shm: shared buffer %llu: cannot map %zu bytes of rank %d",
+                                  s->rank, (unsigned long long)g->id, g->bytes, q);
+    g->at[q] = p;
+    return 0;
+}
+
+/* Collective: create our part, wait until every part exists, map the peers',
+ * wait until everyone has mapped everything, then remove our name. */
+int dt_shm_alloc_shared(void *st, size_t bytes, void **out)
+{
+    struct dt_shm *s = st;
+    *out = NULL;
+    struct shm_region *g = NULL;
+    for (int i = 0; i < SHM_MAX_REGIONS && !g; i++)
+        if (!s->regions[i].id)
+            g = &s->regions[i];
+    uint64_t id = ++s->region_seq;
+    if (!g)
+        return dt_shm_fail(s, dt_error_set(DT_ENOMEM, "rank %d: shm: more than %d shared buffers", s->rank,
+                                           SHM_MAX_REGIONS));
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pg = page > 0 ? (size_t)page : 4096;
+    *g = (struct shm_region){.id = id, .bytes = (bytes + pg - 1) / pg * pg};
+    if (!g->bytes)
+        g->bytes = pg;
+    g->at = calloc((size_t)s->world, sizeof *g->at);
+    int rc = g->at ? map_part(s, g, s->rank) : dt_error_set(DT_ENOMEM, "shm: out of memory");
+    if (rc < 0)
+        dt_shm_fail(s, rc);
+    if (rc == 0)
+        rc = dt_shm_barrier(s);
+    for (int q = 0; rc == 0 && q < s->world; q++)
+        if (q != s->rank && (rc = map_part(s, g, q)) < 0)
+            dt_shm_fail(s, rc);
+    if (rc == 0)
+        rc = dt_shm_barrier(s);
+    char name[128];
+    part_name(s, id, s->rank, name, sizeof name);
+    if (g->at && g->at[s->rank])
+        shm_unlink(name);
+    if (rc < 0) {
+        unmap_region(s, g);
+        return rc;
+    }
+    *out = g->at[s->rank];
+    return 0;
+}
+
+void dt_shm_free_shared(void *st, void *p)
+{
+    struct dt_shm *s = st;
+    for (int i = 0; i < SHM_MAX_REGIONS; i++)
+        if (s->regions[i].id && s->regions[i].at[s->rank] == p)
+            unmap_region(s, &s->regions[i]);
+}
+
+void dt_shm_free_regions(struct dt_shm *s)
+{
+    for (int i = 0; i < SHM_MAX_REGIONS; i++)
+        if (s->regions[i].id)
+            unmap_region(s, &s->regions[i]);
+}
+
+struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, size_t *offset)
+{
+    const char *c = p;
+    for (int i = 0; i < SHM_MAX_REGIONS; i++) {
+        struct shm_region *g = &s->regions[i];
+        const char *mine = g->id ? g->at[s->rank] : NULL;
+        if (mine && c >= mine && c < mine + g->bytes && bytes <= g->bytes - (size_t)(c - mine)) {
+            *offset = (size_t)(c - mine);
+            return g;
+        }
+    }
+    return NULL;
+}
+
+int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, size_t n, enum dt_dtype t,
+                            enum dt_redop op)
+{
+    int p = s->world, me = s->rank, rc;
+    size_t es = dt_dtype_size(t), off, len;
+    s->cur_desc.region = g->id;
+    s->cur_desc.offset = offset;
+    if ((rc = dt_shm_round_begin(s)) < 0)
+        return rc;
+    uint64_t k = s->round;
+    dt_shm_publish(s, DT_SHM_IN, k + 1);
+    if ((rc = dt_shm_wait_all(s, DT_SHM_IN, k + 1)) < 0)
+        return rc;
+    dt_shm_chunk(n, p, me, &off, &len);
+    char *mine = g->at[me] + offset + off * es;
+    for (int q = 0; q < p; q++)
+        s->srcs[q] = g->at[q] + offset + off * es;
+    dt_reduce_many(t, op, mine, s->srcs, p, len);
+    dt_reduce_finish(t, op, mine, len, p);
+    dt_shm_publish(s, DT_SHM_RED, k + 1);
+    for (int c = 1; c < p; c++) { /* start with the next rank: not every rank reads rank 0 first */
+        int q = (me + c) % p;
+        if ((rc = dt_shm_wait(s, q, DT_SHM_RED, k + 1)) < 0)
+            return rc;
+        dt_shm_chunk(n, p, q, &off, &len);
+        memcpy(g->at[me] + offset + off * es, g->at[q] + offset + off * es, len * es);
+    }
+    dt_shm_publish(s, DT_SHM_OUT, k + 1);
+    if ((rc = dt_shm_wait_all(s, DT_SHM_OUT, k + 1)) < 0)
+        return rc;
+    dt_shm_round_end(s);
+    return 0;
+}
