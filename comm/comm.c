@@ -484,7 +484,7 @@ int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req)
     return submit(c, &PROTO(DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, -1), req);
 }
 
-int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out)
+static int alloc_shared(struct dt_comm *c, size_t bytes, bool common, void **out)
 {
     *out = NULL;
     if (!c->be || !c->be->alloc_shared)
@@ -495,7 +495,17 @@ int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out)
     int failed = atomic_load(&c->failed);
     if (failed)
         return dt_error_set(failed, "%s", c->err);
-    return c->be->alloc_shared(c->st, bytes, out);
+    return c->be->alloc_shared(c->st, bytes, common, out);
+}
+
+int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out)
+{
+    return alloc_shared(c, bytes, false, out);
+}
+
+int dt_comm_alloc_common(struct dt_comm *c, size_t bytes, void **out)
+{
+    return alloc_shared(c, bytes, true, out);
 }
 
 void dt_comm_free_shared(struct dt_comm *c, void *p)

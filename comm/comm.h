@@ -90,6 +90,13 @@ int dt_comm_test(struct dt_comm_req *req, bool *done);
  * The memory is zeroed and page aligned; give it back with
  * dt_comm_free_shared() (local, any order) before dt_comm_destroy(). */
 int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out);
+/* One buffer for all the ranks of the host: every rank maps the same memory
+ * (at its own address), so what one rank writes the others read after a
+ * synchronization (a barrier).  For state the ranks would otherwise each hold
+ * a copy of (the CPU trainer's parameters and AdamW moments), not for
+ * collectives.  Collective like dt_comm_alloc_shared, and like it NULL and 0
+ * from a backend without shared memory; zeroed; dt_comm_free_shared frees it. */
+int dt_comm_alloc_common(struct dt_comm *c, size_t bytes, void **out);
 void dt_comm_free_shared(struct dt_comm *c, void *p);
 
 /* Called on the communication thread after each asynchronous operation it ran:

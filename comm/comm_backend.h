@@ -56,9 +56,10 @@ struct dt_comm_backend {
 
     /* Optional (NULL: no shared memory; comm.c then reports none).
      * alloc_shared is collective, called with nothing in flight, and maps
-     * `bytes` that the backend's collectives may read on the peers' side;
-     * free_shared is local and takes what alloc_shared returned. */
-    int (*alloc_shared)(void *st, size_t bytes, void **out);
+     * `bytes` that the backend's collectives may read on the peers' side, or
+     * with `common` one buffer that every rank maps; free_shared is local and
+     * takes what alloc_shared returned. */
+    int (*alloc_shared)(void *st, size_t bytes, bool common, void **out);
     void (*free_shared)(void *st, void *p);
 
     /* Buffers live in device memory (nccl): comm.c cannot copy them itself, so

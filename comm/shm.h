@@ -50,6 +50,7 @@ struct shm_ctl {
 struct shm_region {
     uint64_t id;                /* 1, 2, ... in allocation order, the same on every rank; 0: slot free */
     size_t bytes;               /* per rank, page-rounded */
+    bool common;                /* one buffer (rank 0's part) that every rank maps: at[rank] only */
     char **at;                  /* world mappings; at[rank] is ours */
 };
 
@@ -103,7 +104,7 @@ void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_d
 int dt_shm_fail(struct dt_shm *s, int code);
 
 /* Shared buffers (shm_shared.c). */
-int dt_shm_alloc_shared(void *st, size_t bytes, void **out);
+int dt_shm_alloc_shared(void *st, size_t bytes, bool common, void **out);
 void dt_shm_free_shared(void *st, void *p);
 void dt_shm_free_regions(struct dt_shm *s);
 /* The region holding [p, p + bytes) of our own part, with p's offset in it; NULL if none. */

@@ -4,7 +4,9 @@
  * A shared buffer is one POSIX shared-memory object per rank
  * ("<segment name>.b<id>.<rank>"), each mapped by every rank; ids count
  * allocations, which are collective, so they agree across ranks.  The names
- * go once every rank has mapped every part, as the segment's does.
+ * go once every rank has mapped every part, as the segment's does.  A common
+ * buffer is rank 0's part alone, mapped by every rank; collectives never take
+ * it for a shared buffer (every rank's "part" would be the same memory).
  *
  * Allreduce of elements [o, o + n) of a buffer, in place, one round of the
  * segment's counters (shm.c) and no slot:
@@ -51,9 +53,10 @@ static void unmap_region(struct dt_shm *s, struct shm_region *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Maps rank q's part: ours is created and populated (first-touch faults are
- * paid here, once); a peer's is opened and its size checked. */
-static int map_part(struct dt_shm *s, struct shm_region *g, int q)
+/* Maps rank q's part at g->at[slot]: ours is created and populated
+ * (first-touch faults are paid here, once); a peer's is opened and its size
+ * checked. */
+static int map_part(struct dt_shm *s, struct shm_region *g, int q, int slot)
 {
     char name[128];
     part_name(s, g->id, q, name, sizeof name);
@@ -75,13 +78,14 @@ static int map_part(struct dt_shm *s, struct shm_region *g, int q)
     if (p == MAP_FAILED)
         return dt_error_set_errno(DT_ENOMEM, errno, "rank %d: shm: shared buffer %llu: cannot map %zu bytes of rank %d",
                                   s->rank, (unsigned long long)g->id, g->bytes, q);
-    g->at[q] = p;
+    g->at[slot] = p;
     return 0;
 }
 
-/* Collective: create our part, wait until every part exists, map the peers',
- * wait until everyone has mapped everything, then remove our name. */
-int dt_shm_alloc_shared(void *st, size_t bytes, void **out)
+/* Collective: create our part (common: rank 0 alone), wait until every part
+ * exists, map the peers' (common: rank 0's), wait until everyone has mapped
+ * everything, then remove our name. */
+int dt_shm_alloc_shared(void *st, size_t bytes, bool common, void **out)
 {
     struct dt_shm *s = st;
     *out = NULL;
@@ -95,23 +99,25 @@ int dt_shm_alloc_shared(void *st, size_t bytes, void **out)
                                            SHM_MAX_REGIONS));
     long page = sysconf(_SC_PAGESIZE);
     size_t pg = page > 0 ? (size_t)page : 4096;
-    *g = (struct shm_region){.id = id, .bytes = (bytes + pg - 1) / pg * pg};
+    *g = (struct shm_region){.id = id, .bytes = (bytes + pg - 1) / pg * pg, .common = common};
     if (!g->bytes)
         g->bytes = pg;
     g->at = calloc((size_t)s->world, sizeof *g->at);
-    int rc = g->at ? map_part(s, g, s->rank) : dt_error_set(DT_ENOMEM, "shm: out of memory");
+    bool creator = !common || s->rank == 0;
+    int rc = !g->at ? dt_error_set(DT_ENOMEM, "shm: out of memory") : creator ? map_part(s, g, s->rank, s->rank) : 0;
     if (rc < 0)
         dt_shm_fail(s, rc);
     if (rc == 0)
         rc = dt_shm_barrier(s);
     for (int q = 0; rc == 0 && q < s->world; q++)
-        if (q != s->rank && (rc = map_part(s, g, q)) < 0)
-            dt_shm_fail(s, rc);
+        if (common ? q == 0 && !creator : q != s->rank)
+            if ((rc = map_part(s, g, q, common ? s->rank : q)) < 0)
+                dt_shm_fail(s, rc);
     if (rc == 0)
         rc = dt_shm_barrier(s);
     char name[128];
     part_name(s, id, s->rank, name, sizeof name);
-    if (g->at && g->at[s->rank])
+    if (creator && g->at && g->at[s->rank])
         shm_unlink(name);
     if (rc < 0) {
         unmap_region(s, g);
@@ -141,7 +147,7 @@ struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t byte
     const char *c = p;
     for (int i = 0; i < SHM_MAX_REGIONS; i++) {
         struct shm_region *g = &s->regions[i];
-        const char *mine = g->id ? g->at[s->rank] : NULL;
+        const char *mine = g->id && !g->common ? g->at[s->rank] : NULL;
         if (mine && c >= mine && c < mine + g->bytes && bytes <= g->bytes - (size_t)(c - mine)) {
             *offset = (size_t)(c - mine);
             return g;

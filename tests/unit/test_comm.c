@@ -329,6 +329,38 @@ static int body_shared_mismatch(struct dt_comm *c, int r, int w, void *arg)
     return 0;
 }
 
+/* A common buffer is one memory for all: what each rank writes there every
+ * rank reads after a barrier; shared buffers allocated around it still work. */
+static int body_common(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    enum { N = 100000 };
+    float *one = NULL, *sh = NULL, priv[16 + 64];
+    int rc = dt_comm_alloc_common(c, N * sizeof(float), (void **)&one);
+    if (rc == 0 && !one)
+        rc = dt_error_set(DT_EINTERNAL, "%s gave no common buffer", dt_comm_backend_name(c));
+    for (size_t i = 0; rc == 0 && i < N; i++)
+        if (one[i] != 0.0f)
+            rc = dt_error_set(DT_EINTERNAL, "a new common buffer is not zeroed at %zu", i);
+    if (rc == 0)
+        rc = dt_comm_barrier(c); /* everyone has looked before anyone writes */
+    for (size_t i = (size_t)r; rc == 0 && i < N; i += (size_t)w)
+        one[i] = (float)(i * 3 + 1);
+    if (rc == 0)
+        rc = dt_comm_barrier(c);
+    for (size_t i = 0; rc == 0 && i < N; i++)
+        if (one[i] != (float)(i * 3 + 1))
+            rc = dt_error_set(DT_EINTERNAL, "common buffer: element %zu (written by rank %zu) reads %g", i,
+                              i % (size_t)w, one[i]);
+    if (rc == 0)
+        rc = dt_comm_alloc_shared(c, 1024 * sizeof *sh, (void **)&sh); /* shared_range writes 64 past the range */
+    if (rc == 0)
+        rc = shared_range(c, sh, priv, r, w, 0, 16, DT_SUM);
+    dt_comm_free_shared(c, sh);
+    dt_comm_free_shared(c, one);
+    return rc;
+}
+
 /* tcp has no shared memory: none is handed out, and nothing fails. */
 static int body_no_shared(struct dt_comm *c, int r, int w, void *arg)
 {
@@ -339,6 +371,9 @@ static int body_no_shared(struct dt_comm *c, int r, int w, void *arg)
     int rc = dt_comm_alloc_shared(c, 4096, &p);
     if (rc == 0 && p)
         rc = dt_error_set(DT_EINTERNAL, "%s handed out shared memory", dt_comm_backend_name(c));
+    p = (void *)1;
+    if (rc == 0 && (rc = dt_comm_alloc_common(c, 4096, &p)) == 0 && p)
+        rc = dt_error_set(DT_EINTERNAL, "%s handed out common memory", dt_comm_backend_name(c));
     return rc;
 }
 
@@ -348,6 +383,7 @@ static void shared_buffers(void **s)
     for (int w = 2; w <= 5; w++)
         assert_int_equal(harness_run(w, "shm", 30, body_shared, NULL), 0);
     assert_int_equal(harness_run(2, "shm", 10, body_shared_mismatch, NULL), 0);
+    assert_int_equal(harness_run(3, "shm", 10, body_common, NULL), 0);
     assert_int_equal(harness_run(3, "tcp", 10, body_no_shared, NULL), 0);
 }
 
