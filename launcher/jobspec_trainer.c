@@ -252,6 +252,7 @@ static const struct dt_spec_key ddp_keys[] = {
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("desync_check_every", DT_KT_INT, struct dt_ddp_spec, desync_check_every, .lo = 0, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("share_state", DT_KT_BOOL, struct dt_ddp_spec, share_state),
 };
 static const struct dt_spec_section ddp_section = {.keys = ddp_keys, .n_keys = DT_NKEYS(ddp_keys)};
 

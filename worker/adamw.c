@@ -17,17 +17,29 @@ int dt_adamw_init(struct dt_adamw *a, const struct dt_kernels *k, size_t n, doub
     a->beta2 = beta2;
     a->eps = eps;
     a->weight_decay = weight_decay;
-    a->m = dt_arena_calloc(2 * (n ? n : 1), sizeof(float));
+    a->m = a->own = dt_arena_calloc(2 * (n ? n : 1), sizeof(float));
     if (!a->m)
         return dt_error_set(DT_ENOMEM, "adamw: no memory for %zu moments", 2 * n);
     a->v = a->m + n;
     return 0;
 }
 
+void dt_adamw_use_state(struct dt_adamw *a, float *m, float *v, bool copy)
+{
+    if (copy) {
+        memcpy(m, a->m, a->n * sizeof *m);
+        memcpy(v, a->v, a->n * sizeof *v);
+    }
+    dt_arena_free(a->own);
+    a->own = NULL;
+    a->m = m;
+    a->v = v;
+}
+
 void dt_adamw_release(struct dt_adamw *a)
 {
-    dt_arena_free(a->m);
-    a->m = a->v = NULL;
+    dt_arena_free(a->own);
+    a->m = a->v = a->own = NULL;
 }
 
 /* step += 1; bias_correction1 = 1 - beta1**step; bias_correction2 = 1 - beta2**step;
@@ -35,6 +47,12 @@ void dt_adamw_release(struct dt_adamw *a)
  * Python floats are doubles; the tensor ops take them as float. */
 void dt_adamw_step(struct dt_adamw *a, float *params, const float *grads, double lr, double beta1,
                    float grad_scale)
+{
+    dt_adamw_step_range(a, params, grads, 0, a->n, lr, beta1, grad_scale);
+}
+
+void dt_adamw_step_range(struct dt_adamw *a, float *params, const float *grads, size_t lo, size_t hi, double lr,
+                         double beta1, float grad_scale)
 {
     a->step++;
     double t = (double)a->step;
@@ -49,7 +67,7 @@ void dt_adamw_step(struct dt_adamw *a, float *params, const float *grads, double
         .neg_step = (float)(-(lr / bc1)),
         .grad_scale = grad_scale,
     };
-    a->k->adamw(params, grads, a->m, a->v, a->n, &s);
+    a->k->adamw(params + lo, grads + lo, a->m + lo, a->v + lo, hi - lo, &s);
 }
 
 /* clip_coef = max_norm / (total_norm + 1e-6); clamped to 1.  total_norm is an

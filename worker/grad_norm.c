@@ -13,7 +13,7 @@ int dt_grad_norm_init(struct dt_grad_norm *gn, const struct dt_kernels *k, const
     gn->g = grads;
     gn->n = n;
     gn->blocks = (n + DT_GRAD_NORM_BLOCK - 1) / DT_GRAD_NORM_BLOCK;
-    gn->s = calloc(gn->blocks ? gn->blocks : 1, sizeof *gn->s);
+    gn->s = gn->own = calloc(gn->blocks ? gn->blocks : 1, sizeof *gn->s);
     if (!gn->s)
         return dt_error_set(DT_ENOMEM, "gradient norm: no memory for %zu block sums", gn->blocks);
     gn->done = gn->blocks;
@@ -22,8 +22,8 @@ int dt_grad_norm_init(struct dt_grad_norm *gn, const struct dt_kernels *k, const
 
 void dt_grad_norm_release(struct dt_grad_norm *gn)
 {
-    free(gn->s);
-    gn->s = NULL;
+    free(gn->own);
+    gn->s = gn->own = NULL;
 }
 
 void dt_grad_norm_begin(struct dt_grad_norm *gn)
@@ -49,11 +49,31 @@ void dt_grad_norm_ready(struct dt_grad_norm *gn, size_t lo)
     sum_down_to(gn, (lo + DT_GRAD_NORM_BLOCK - 1) / DT_GRAD_NORM_BLOCK);
 }
 
-double dt_grad_norm_finish(struct dt_grad_norm *gn)
+void dt_grad_norm_share(struct dt_grad_norm *gn, double *s)
 {
-    sum_down_to(gn, 0);
+    free(gn->own);
+    gn->own = NULL;
+    gn->s = s;
+}
+
+void dt_grad_norm_slice(struct dt_grad_norm *gn, size_t lo, size_t hi)
+{
+    if (hi > gn->n)
+        hi = gn->n;
+    if (lo < hi)
+        gn->k->sumsq_blocks(gn->s + lo / DT_GRAD_NORM_BLOCK, gn->g + lo, hi - lo, DT_GRAD_NORM_BLOCK);
+}
+
+double dt_grad_norm_total(const struct dt_grad_norm *gn)
+{
     double total = 0.0;
     for (size_t b = 0; b < gn->blocks; b++)
         total += gn->s[b];
     return total;
+}
+
+double dt_grad_norm_finish(struct dt_grad_norm *gn)
+{
+    sum_down_to(gn, 0);
+    return dt_grad_norm_total(gn);
 }

@@ -29,6 +29,7 @@ struct dt_grad_norm {
     const float *g;
     size_t n;
     double *s;       /* s_b per block */
+    double *own;     /* the allocation behind s; NULL after dt_grad_norm_share */
     size_t blocks;
     size_t done;     /* blocks [done, blocks) are summed this step */
 };
@@ -41,6 +42,17 @@ void dt_grad_norm_begin(struct dt_grad_norm *gn);
 
 /* grads[lo, n) are final: sums the blocks that lie wholly inside and are not summed yet. */
 void dt_grad_norm_ready(struct dt_grad_norm *gn, size_t lo);
+
+/* The block sums live in s (`blocks` doubles, owned by the caller): one
+ * array for the ranks of a host, each summing its slice (host_state.h). */
+void dt_grad_norm_share(struct dt_grad_norm *gn, double *s);
+
+/* Sums blocks [lo / S, ceil(hi / S)) only, lo a multiple of S: one rank's
+ * share of the blocks. */
+void dt_grad_norm_slice(struct dt_grad_norm *gn, size_t lo, size_t hi);
+
+/* norm^2 from the block sums as they stand, in block order. */
+double dt_grad_norm_total(const struct dt_grad_norm *gn);
 
 /* Sums the blocks left and returns norm^2. */
 double dt_grad_norm_finish(struct dt_grad_norm *gn);

@@ -62,7 +62,7 @@ static int alloc_buffers(struct dt_model *m)
             widest = (size_t)m->layer[l].out;
     }
     size_t scratch = (size_t)m->max_batch * widest;
-    m->params = dt_arena_calloc(m->n_params, sizeof(float));
+    m->params = m->params_own = dt_arena_calloc(m->n_params, sizeof(float));
     m->grads = m->grads_own = dt_arena_calloc(m->n_params, sizeof(float));
     m->acts = dt_arena_calloc(acts + 2 * scratch + (size_t)m->max_batch * (size_t)m->classes, sizeof(float));
     if (!m->params || !m->grads || !m->acts)
@@ -125,12 +125,21 @@ void dt_model_use_grads(struct dt_model *m, float *grads)
     m->grads = grads;
 }
 
+void dt_model_use_params(struct dt_model *m, float *params, bool copy)
+{
+    if (copy)
+        memcpy(params, m->params, m->n_params * sizeof *params);
+    dt_arena_free(m->params_own);
+    m->params_own = NULL;
+    m->params = params;
+}
+
 void dt_model_destroy(struct dt_model *m)
 {
     if (!m)
         return;
     free(m->params_lp);
-    dt_arena_free(m->params);
+    dt_arena_free(m->params_own);
     dt_arena_free(m->grads_own);
     dt_arena_free(m->acts);
     free(m);

@@ -39,6 +39,7 @@ struct dt_model {
     size_t n_params;
     float *params, *grads;   /* the two arenas, n_params floats each */
     float *grads_own;        /* the model's own gradient arena; NULL after dt_model_use_grads */
+    float *params_own;       /* the model's own parameter arena; NULL after dt_model_use_params */
     float *acts;             /* every layer's z and h */
     float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
@@ -65,6 +66,12 @@ void dt_model_destroy(struct dt_model *m);
  * with the other ranks (dt_comm_alloc_shared), which the reducer's all-reduce
  * then reads in place.  The model's own gradient arena is freed. */
 void dt_model_use_grads(struct dt_model *m, float *grads);
+
+/* Parameters live in `params` (n_params floats, owned by the caller and kept
+ * until dt_model_destroy) from now on, with their current values copied there
+ * first unless `copy` is false: one copy for the ranks of a host
+ * (host_state.h).  The model's own parameter arena is freed. */
+void dt_model_use_params(struct dt_model *m, float *params, bool copy);
 
 /* Autocast as PyTorch's for this model (fp32 master weights stay in params):
  * DT_KPREC_BF16 or F16 make Linear layers compute in that type with fp32

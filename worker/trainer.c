@@ -64,25 +64,6 @@ static void set_threads(struct dt_trainer *t)
     t->k->set_threads(n);
 }
 
-/* On one host (the shm backend) the gradient arena lives in memory the ranks
- * share, so each bucket's all-reduce reads the peers' gradients where backward
- * wrote them instead of copying them through the backend's segment and back
- * (comm.h: 2.75 S of memory traffic per rank instead of 4.5 S at 4 ranks).
- * Other backends have none and the model keeps its own arena. */
-static int share_grads(struct dt_trainer *t)
-{
-    if (!t->comm || t->world < 2 || t->spec.device != DT_DEVICE_CPU)
-        return 0;
-    void *p = NULL;
-    if (dt_comm_alloc_shared(t->comm, t->model->n_params * sizeof(float), &p))
-        return dt_error_prefix("gradients in shared memory (%zu floats)", t->model->n_params);
-    if (p) {
-        t->shared_grads = p;
-        dt_model_use_grads(t->model, p);
-    }
-    return 0;
-}
-
 static int build_model(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
@@ -105,7 +86,7 @@ static int build_model(struct dt_trainer *t)
     if (t->comm && t->world > 1 && s->device == DT_DEVICE_CPU &&
         dt_comm_broadcast(t->comm, t->model->params, t->model->n_params, DT_F32, 0))
         return dt_error_prefix("broadcasting the initial parameters");
-    return share_grads(t);
+    return 0;
 }
 
 /* Buckets follow the ranges backward reports: with overlap, each chunk of a
@@ -235,11 +216,15 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = dt_grad_scaler_init(&t->scaler, &t->spec.amp);
     if (!rc)
+        rc = maybe_resume(t);
+    if (!rc && t->spec.device == DT_DEVICE_CPU) /* after the resume: rank 0's values go to the host's copy */
+        rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt, t->spec.ddp.share_state);
+    if (!rc)
         rc = build_reducer(t);
     if (!rc)
         rc = dt_grad_norm_init(&t->gnorm, t->k, t->model->grads, t->model->n_params);
     if (!rc)
-        rc = maybe_resume(t);
+        dt_host_state_share_norm(&t->hs, &t->gnorm);
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer_device_create(t);
     if (!rc && t->rank == 0)
@@ -299,7 +284,7 @@ void dt_trainer_destroy(struct dt_trainer *t)
     dt_grad_norm_release(&t->gnorm);
     dt_adamw_release(&t->opt);
     dt_model_destroy(t->model);
-    dt_comm_free_shared(t->comm, t->shared_grads);
+    dt_host_state_release(&t->hs);
     free(t->eval_x);
     free(t->eval_y);
     dt_data_release(&t->train);

@@ -7,6 +7,7 @@
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/grad_norm.h"
+#include "worker/host_state.h"
 #include "worker/grad_scaler.h"
 #include "worker/idx.h"
 #include "worker/loader.h"
@@ -30,7 +31,7 @@ struct dt_trainer {
     struct dt_dev_model *dev;
     struct dt_dataset train, test;
     struct dt_model *model;
-    float *shared_grads;           /* the model's gradients in the communicator's shared memory, or NULL */
+    struct dt_host_state hs;       /* shared gradients; one copy of parameters and moments per host */
     struct dt_adamw opt;
     struct dt_onecycle sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */

@@ -137,11 +137,20 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
     int rc = unscale(t, &skip);
     if (rc)
         return rc;
-    if (!skip && (s->optimizer.grad_clip > 0 || want_norm))
-        *norm = sqrt(dt_grad_norm_finish(&t->gnorm));
+    double norm2 = NAN;
+    if (!skip && (s->optimizer.grad_clip > 0 || want_norm)) {
+        if (!t->hs.common)
+            norm2 = dt_grad_norm_finish(&t->gnorm);
+        else if ((rc = dt_host_state_norm(&t->hs, &t->gnorm, &norm2)))
+            return dt_error_prefix("step %lld", (long long)t->step);
+        *norm = sqrt(norm2);
+    }
     if (!skip && s->optimizer.grad_clip > 0)
         coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
-    if (!skip)
+    if (t->hs.common) { /* this rank's slice, then the barrier before anyone's next forward */
+        if ((rc = dt_host_state_adamw(&t->hs, &t->opt, t->model, skip, t->sched.lr, t->sched.beta1, coef)))
+            return dt_error_prefix("step %lld", (long long)t->step);
+    } else if (!skip)
         dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
     dt_grad_scaler_update(&t->scaler);
     return dt_onecycle_step(&t->sched);

@@ -50,6 +50,7 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->ddp.overlap = true;
     t->ddp.grad_accum = 1;
     t->ddp.desync_check_every = 100;
+    t->ddp.share_state = true;
 
     t->checkpoint.every_steps = 500;
     t->checkpoint.dir = NULL; /* NULL means "checkpoints" inside the run directory */

@@ -67,6 +67,7 @@ struct dt_ddp_spec {
     bool overlap;           /* true */
     int grad_accum;         /* micro-batches per optimizer step, 1 */
     int desync_check_every; /* steps between parameter-hash comparisons; 0 = off; default 100 */
+    bool share_state;       /* one host: one copy of parameters and moments, AdamW split (host_state.h); true */
 };
 
 struct dt_checkpoint_spec {

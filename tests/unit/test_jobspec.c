@@ -111,7 +111,7 @@ static const char full_trainer[] =
     "              final_div_factor: 1e3, three_phase: true, cycle_momentum: false,\n"
     "              base_momentum: 0.8, max_momentum: 0.9}\n"
     "  ddp: {bucket_cap_mb: 1GiB, first_bucket_mb: 512KiB, overlap: false, grad_accum: 4, "
-    "desync_check_every: 0}\n"
+    "desync_check_every: 0, share_state: false}\n"
     "  checkpoint: {every_steps: 100, dir: ckpt, keep: 7, resume: never}\n"
     "  eval: {every_epochs: 0}\n"
     "  seed: 1234567890123\n"
@@ -159,6 +159,7 @@ static void every_trainer_key_read(void **state)
     assert_false(t->ddp.overlap);
     assert_int_equal(t->ddp.grad_accum, 4);
     assert_int_equal(t->ddp.desync_check_every, 0);
+    assert_false(t->ddp.share_state);
     assert_int_equal(t->checkpoint.every_steps, 100);
     assert_string_equal(t->checkpoint.dir, "ckpt");
     assert_int_equal(t->checkpoint.keep, 7);

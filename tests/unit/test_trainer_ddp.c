@@ -1,7 +1,8 @@
 /* test_trainer_ddp.c - data parallelism on forked ranks over the tcp and shm
  * communicators: 4 ranks x batch 64 train like 1 rank x batch 256; bucketed
  * and unbucketed reduction give the same bits, also with a weight written and
- * reduced in row chunks; parameters stay bitwise
+ * reduced in row chunks; one copy of the parameters and moments per host
+ * (shm) gives the bits of a copy per rank and resumes bit for bit; parameters stay bitwise
  * identical on every rank every step (desync check at every step); a rank
  * whose parameters drift is named in the error. */
 #include <setjmp.h>
@@ -18,6 +19,9 @@ struct job {
     const char *backend;
     char dir[64];
     int perturb_rank;      /* -1: none */
+    int64_t stop_after;    /* 0: run to the end */
+    bool keep_dir;         /* run_ranks leaves the run directory (a resume follows) */
+    int resumed_check;     /* > 0: the run must have resumed from this step */
     char expect[64];       /* when set, the run must fail with this in the message */
 };
 
@@ -33,7 +37,8 @@ static int rank_body(struct dt_comm *c, int rank, int world, void *arg)
 {
     struct job *j = arg;
     (void)world;
-    struct dt_trainer_options o = {.comm = c, .run_dir = j->dir, .threads = 1, .quiet = true};
+    struct dt_trainer_options o = {.comm = c, .run_dir = j->dir, .threads = 1, .quiet = true,
+                                   .stop_after = j->stop_after};
     if (rank == j->perturb_rank)
         o.after_step = perturb, o.ctx = j;
     struct dt_trainer *t;
@@ -53,7 +58,8 @@ static int rank_body(struct dt_comm *c, int rank, int world, void *arg)
 
 static float *run_ranks(struct job *j, int world, size_t *n)
 {
-    scratch_dir(j->dir, sizeof j->dir, "ddp");
+    if (!j->dir[0])
+        scratch_dir(j->dir, sizeof j->dir, "ddp");
     if (world == 1) {
         if (rank_body(NULL, 0, 1, j))
             fail_msg("1 rank: %s", dt_error_last());
@@ -64,7 +70,24 @@ static float *run_ranks(struct job *j, int world, size_t *n)
         rm_rf(j->dir);
         return NULL;
     }
+    if (j->keep_dir) { /* stopped early, to be resumed: nothing to read yet */
+        j->keep_dir = false;
+        return NULL;
+    }
     char path[128];
+    if (j->resumed_check) {
+        char want[64];
+        snprintf(path, sizeof path, "%s/trainer_summary.json", j->dir);
+        snprintf(want, sizeof want, "\"resumed_from_step\": %d,", j->resumed_check);
+        FILE *f = fopen(path, "r");
+        char buf[4096] = "";
+        size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        buf[got] = 0;
+        if (f)
+            fclose(f);
+        if (!strstr(buf, want))
+            fail_msg("%s: no %s in:\n%s", path, want, buf);
+    }
     snprintf(path, sizeof path, "%s/checkpoints/step_%08lld.safetensors", j->dir, (long long)j->spec.steps);
     float *p = ckpt_params(path, n);
     rm_rf(j->dir);
@@ -138,6 +161,54 @@ static void chunked_buckets_equal_unbucketed(void **state)
     free(pb);
 }
 
+/* On one host the parameters and AdamW moments are one copy and each rank
+ * steps its slice (ddp.share_state, host_state.h): the bits of every rank
+ * holding a copy and stepping all of it, with clipping active every step. */
+static void one_copy_per_host(void **state)
+{
+    (void)state;
+    for (int world = 2; world <= 4; world += 2) {
+        struct job a = {.perturb_rank = -1, .backend = "shm"}, b = {.perturb_rank = -1, .backend = "shm"};
+        small_spec(&a.spec, 5, 32);
+        a.spec.model.hidden[0] = 400;
+        a.spec.optimizer.grad_clip = 0.05;
+        b.spec = a.spec;
+        b.spec.ddp.share_state = false;
+        size_t na, nb;
+        float *pa = run_ranks(&a, world, &na), *pb = run_ranks(&b, world, &nb);
+        assert_int_equal(na, nb);
+        if (memcmp(pa, pb, na * sizeof(float)) != 0)
+            fail_msg("world %d: one copy per host and a copy per rank gave different parameters", world);
+        free(pa);
+        free(pb);
+    }
+}
+
+/* Stopped at a checkpoint and resumed (rank 0's checkpoint into the host's
+ * one copy), a 4-rank shm job ends with the bits of one that never stopped. */
+static void one_copy_resumes(void **state)
+{
+    (void)state;
+    struct job a = {.perturb_rank = -1, .backend = "shm"}, b = {.perturb_rank = -1, .backend = "shm"};
+    small_spec(&a.spec, 8, 32);
+    a.spec.checkpoint.every_steps = 4;
+    a.spec.checkpoint.resume = DT_RESUME_AUTO;
+    b.spec = a.spec;
+    b.stop_after = 6; /* the newest checkpoint is step 4 */
+    b.keep_dir = true;
+    size_t na, nb;
+    float *pa = run_ranks(&a, 4, &na), *pb;
+    run_ranks(&b, 4, &nb);
+    b.stop_after = 0;
+    b.resumed_check = 4;
+    pb = run_ranks(&b, 4, &nb);
+    assert_int_equal(na, nb);
+    if (memcmp(pa, pb, na * sizeof(float)) != 0)
+        fail_msg("resumed from step 4, the parameters differ from a run that never stopped");
+    free(pa);
+    free(pb);
+}
+
 static void desync_names_the_rank(void **state)
 {
     (void)state;
@@ -176,6 +247,8 @@ int main(void)
         cmocka_unit_test_prestate(bucketed_equals_unbucketed, "shm"),
         cmocka_unit_test_prestate(chunked_buckets_equal_unbucketed, "tcp"),
         cmocka_unit_test_prestate(chunked_buckets_equal_unbucketed, "shm"),
+        cmocka_unit_test(one_copy_per_host),
+        cmocka_unit_test(one_copy_resumes),
         cmocka_unit_test(desync_names_the_rank),
         cmocka_unit_test(accumulation_with_ranks),
     };
