@@ -35,7 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/env.h"
 #include "comm/error.h"
+#include "comm/log.h"
 #include "comm/reduce.h"
 #include "comm/shm.h"
 
@@ -53,26 +55,8 @@ static void unmap_region(struct dt_shm *s, struct shm_region *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Maps rank q's part at g->at[slot]: ours is created and populated
- * (first-touch faults are paid here, once); a peer's is opened and its size
- * checked. */
-static int map_part(struct dt_shm *s, struct shm_region *g, int q, int slot)
+static int map_fd(struct dt_shm *s, struct shm_region *g, int fd, int q, int slot)
 {
-    char name[128];
-    part_name(s, g->id, q, name, sizeof name);
-    bool mine = q == s->rank;
-    int fd = mine ? shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600) : shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    struct stat st;
-    if (fd < 0 || (mine && ftruncate(fd, (off_t)g->bytes) < 0) ||
-        (!mine && (fstat(fd, &st) < 0 || (size_t)st.st_size != g->bytes))) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        if (mine)
-            shm_unlink(name);
-        return dt_error_set_errno(DT_EIO, e, "rank %d: shm: shared buffer %llu: cannot %s %s (%zu bytes)", s->rank,
-                                  (unsigned long long)g->id, mine ? "create" : "open rank's part", name, g->bytes);
-    }
     void *p = mmap(NULL, g->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
@@ -82,9 +66,78 @@ static int map_part(struct dt_shm *s, struct shm_region *g, int q, int slot)
     return 0;
 }
 
-/* Collective: create our part (common: rank 0 alone), wait until every part
- * exists, map the peers' (common: rank 0's), wait until everyone has mapped
- * everything, then remove our name. */
+/* Our part, created at its full size: posix_fallocate makes a /dev/shm too
+ * small for it (Docker's default is 64 MiB) say so now, as ENOSPC, instead of
+ * a page fault killing the rank with SIGBUS later.  No room (or more than
+ * DTRAIN_SHM_SHARED_MAX_BYTES) is not an error: *no_room, and the caller
+ * does without. */
+static int create_part(struct dt_shm *s, struct shm_region *g, bool *no_room)
+{
+    uint64_t limit;
+    if (dt_env_u64("DTRAIN_SHM_SHARED_MAX_BYTES", UINT64_MAX, 0, UINT64_MAX, &limit) < 0)
+        return dt_error_prefix("rank %d: shm", s->rank);
+    if (g->bytes > limit) {
+        *no_room = true;
+        return 0;
+    }
+    char name[128];
+    part_name(s, g->id, s->rank, name, sizeof name);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "rank %d: shm: shared buffer %llu: cannot create %s", s->rank,
+                                  (unsigned long long)g->id, name);
+    int e = ftruncate(fd, (off_t)g->bytes) < 0 ? errno : posix_fallocate(fd, 0, (off_t)g->bytes);
+    if (e) {
+        close(fd);
+        shm_unlink(name);
+        if (e == ENOSPC || e == ENOMEM || e == EFBIG) {
+            *no_room = true;
+            return 0;
+        }
+        return dt_error_set_errno(DT_EIO, e, "rank %d: shm: shared buffer %llu: cannot size %s to %zu bytes",
+                                  s->rank, (unsigned long long)g->id, name, g->bytes);
+    }
+    return map_fd(s, g, fd, s->rank, s->rank);
+}
+
+/* Rank q's part (common: rank 0's), its size checked, at g->at[slot]. */
+static int open_part(struct dt_shm *s, struct shm_region *g, int q, int slot)
+{
+    char name[128];
+    part_name(s, g->id, q, name, sizeof name);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size != g->bytes) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return dt_error_set_errno(DT_EIO, e, "rank %d: shm: shared buffer %llu: cannot open rank %d's part %s "
+                                  "(%zu bytes)", s->rank, (unsigned long long)g->id, q, name, g->bytes);
+    }
+    return map_fd(s, g, fd, q, slot);
+}
+
+/* Every rank learns whether some rank had no room, and the lowest such rank
+ * says so: the allreduce's maximum of world - rank over those ranks. */
+static int agree_room(struct dt_shm *s, const struct shm_region *g, bool no_room, bool *all_room)
+{
+    int32_t mine = no_room ? s->world - s->rank : 0, worst = 0;
+    int rc = dt_comm_backend_shm.allreduce(s, &mine, &worst, 1, DT_I32, DT_MAX);
+    if (rc < 0)
+        return rc;
+    *all_room = worst == 0;
+    if (no_room && worst == mine)
+        dt_log_warn("rank %d: shm: no room in /dev/shm for %s of %.1f MiB; %s instead (slower).  Give the job a "
+                    "larger /dev/shm (docker run --shm-size, a Kubernetes emptyDir with medium: Memory)", s->rank,
+                    g->common ? "a buffer shared by all ranks" : "a shared buffer per rank",
+                    (double)g->bytes / 1048576.0,
+                    g->common ? "each rank keeps its own copy" : "collectives on it copy through the segment");
+    return 0;
+}
+
+/* Collective: create our part (common: rank 0 alone), agree that every part
+ * exists (else nobody gets one), map the peers' (common: rank 0's), wait
+ * until everyone has mapped everything, then remove our name. */
 int dt_shm_alloc_shared(void *st, size_t bytes, bool common, void **out)
 {
     struct dt_shm *s = st;
@@ -93,33 +146,35 @@ int dt_shm_alloc_shared(void *st, size_t bytes, bool common, void **out)
     for (int i = 0; i < SHM_MAX_REGIONS && !g; i++)
         if (!s->regions[i].id)
             g = &s->regions[i];
-    uint64_t id = ++s->region_seq;
-    if (!g)
-        return dt_shm_fail(s, dt_error_set(DT_ENOMEM, "rank %d: shm: more than %d shared buffers", s->rank,
-                                           SHM_MAX_REGIONS));
+    uint64_t id = ++s->region_seq; /* the same count on every rank, whatever happens below */
+    if (!g) {
+        dt_log_warn("rank %d: shm: more than %d shared buffers; this one is private memory", s->rank,
+                    SHM_MAX_REGIONS);
+        return 0;
+    }
     long page = sysconf(_SC_PAGESIZE);
     size_t pg = page > 0 ? (size_t)page : 4096;
     *g = (struct shm_region){.id = id, .bytes = (bytes + pg - 1) / pg * pg, .common = common};
     if (!g->bytes)
         g->bytes = pg;
     g->at = calloc((size_t)s->world, sizeof *g->at);
-    bool creator = !common || s->rank == 0;
-    int rc = !g->at ? dt_error_set(DT_ENOMEM, "shm: out of memory") : creator ? map_part(s, g, s->rank, s->rank) : 0;
+    bool creator = !common || s->rank == 0, no_room = false, all_room = false;
+    int rc = !g->at ? dt_error_set(DT_ENOMEM, "shm: out of memory") : creator ? create_part(s, g, &no_room) : 0;
     if (rc < 0)
         dt_shm_fail(s, rc);
     if (rc == 0)
-        rc = dt_shm_barrier(s);
-    for (int q = 0; rc == 0 && q < s->world; q++)
+        rc = agree_room(s, g, no_room, &all_room); /* also the barrier after which every part exists */
+    for (int q = 0; rc == 0 && all_room && q < s->world; q++)
         if (common ? q == 0 && !creator : q != s->rank)
-            if ((rc = map_part(s, g, q, common ? s->rank : q)) < 0)
+            if ((rc = open_part(s, g, q, common ? s->rank : q)) < 0)
                 dt_shm_fail(s, rc);
-    if (rc == 0)
+    if (rc == 0 && all_room)
         rc = dt_shm_barrier(s);
     char name[128];
     part_name(s, id, s->rank, name, sizeof name);
     if (creator && g->at && g->at[s->rank])
         shm_unlink(name);
-    if (rc < 0) {
+    if (rc < 0 || !all_room) {
         unmap_region(s, g);
         return rc;
     }

@@ -361,6 +361,34 @@ static int body_common(struct dt_comm *c, int r, int w, void *arg)
     return rc;
 }
 
+/* A rank without room for its part (here: over DTRAIN_SHM_SHARED_MAX_BYTES,
+ * set in rank 1 alone; a full /dev/shm takes the same way) means no shared
+ * buffer for anyone, no error, and the next buffer that fits works. */
+static int body_no_room(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    float *big = (float *)1, *small = NULL, priv[16 + 64];
+    if (r == 1)
+        setenv("DTRAIN_SHM_SHARED_MAX_BYTES", "65536", 1);
+    int rc = dt_comm_alloc_shared(c, 1 << 20, (void **)&big);
+    if (rc == 0 && big)
+        rc = dt_error_set(DT_EINTERNAL, "a shared buffer was handed out though rank 1 had no room for its part");
+    big = (float *)1;
+    /* rank 0 creates the common buffer: rank 1's limit does not apply */
+    if (rc == 0 && (rc = dt_comm_alloc_common(c, 1 << 20, (void **)&big)) == 0 && !big)
+        rc = dt_error_set(DT_EINTERNAL, "no common buffer, though rank 0 (its creator) had room");
+    if (rc == 0)
+        dt_comm_free_shared(c, big);
+    if (rc == 0)
+        rc = dt_comm_alloc_shared(c, 1024 * sizeof *small, (void **)&small);
+    if (rc == 0 && !small)
+        rc = dt_error_set(DT_EINTERNAL, "no shared buffer under the limit");
+    if (rc == 0)
+        rc = shared_range(c, small, priv, r, w, 0, 16, DT_SUM);
+    dt_comm_free_shared(c, small);
+    return rc;
+}
+
 /* tcp has no shared memory: none is handed out, and nothing fails. */
 static int body_no_shared(struct dt_comm *c, int r, int w, void *arg)
 {
@@ -384,6 +412,7 @@ static void shared_buffers(void **s)
         assert_int_equal(harness_run(w, "shm", 30, body_shared, NULL), 0);
     assert_int_equal(harness_run(2, "shm", 10, body_shared_mismatch, NULL), 0);
     assert_int_equal(harness_run(3, "shm", 10, body_common, NULL), 0);
+    assert_int_equal(harness_run(3, "shm", 10, body_no_room, NULL), 0);
     assert_int_equal(harness_run(3, "tcp", 10, body_no_shared, NULL), 0);
 }
 
