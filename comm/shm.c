@@ -322,11 +322,16 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
     if (s->rank == 0) {
         snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_comm_now() * 1e6));
         fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
-            int e = errno;
-            if (fd >= 0)
+        /* At its full size now: a full /dev/shm is an error here, not a SIGBUS at first touch. */
+        int e = fd < 0 ? errno : ftruncate(fd, (off_t)total) < 0 ? errno : posix_fallocate(fd, 0, (off_t)total);
+        if (e) {
+            if (fd >= 0) {
                 close(fd);
-            return dt_error_set_errno(DT_EIO, e, "rank 0: shm: cannot create %s (%zu bytes)", s->name, total);
+                shm_unlink(s->name);
+            }
+            return dt_error_set_errno(DT_EIO, e, "rank 0: shm: cannot create %s (%zu bytes)%s", s->name, total,
+                                      e == ENOSPC ? "; give the job a larger /dev/shm (docker run --shm-size) or "
+                                                    "use the tcp backend" : "");
         }
     } else {
         const char *keys[1] = {key};
