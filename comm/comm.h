@@ -87,14 +87,18 @@ int dt_comm_test(struct dt_comm_req *req, bool *done);
  * pieces back, instead of the segment's 2(p-1)/p S more on the way in and
  * the extra pass over the own piece (4.5 S -> 2.75 S at p = 4).  A backend
  * without it leaves *out NULL and returns 0: the caller keeps its own memory.
+ * An allreduce from a shared buffer into a common one (below) leaves the
+ * result there with no copy back at all: rank q writes piece q and every
+ * rank reads the one result (S + S/p per rank).
  * The memory is zeroed and page aligned; give it back with
  * dt_comm_free_shared() (local, any order) before dt_comm_destroy(). */
 int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out);
 /* One buffer for all the ranks of the host: every rank maps the same memory
  * (at its own address), so what one rank writes the others read after a
  * synchronization (a barrier).  For state the ranks would otherwise each hold
- * a copy of (the CPU trainer's parameters and AdamW moments), not for
- * collectives.  Collective like dt_comm_alloc_shared, and like it NULL and 0
+ * a copy of (the CPU trainer's parameters and AdamW moments); in
+ * collectives only as the receive buffer of an allreduce from a shared
+ * buffer (the same offsets on every rank).  Collective like dt_comm_alloc_shared, and like it NULL and 0
  * from a backend without shared memory; zeroed; dt_comm_free_shared frees it. */
 int dt_comm_alloc_common(struct dt_comm *c, size_t bytes, void **out);
 void dt_comm_free_shared(struct dt_comm *c, void *p);

@@ -31,6 +31,7 @@ struct shm_desc {
     uint64_t seq, count;
     int32_t kind, dtype, op, root;
     uint64_t region, offset;    /* a shared buffer's id (0: none) and the byte offset in it */
+    uint64_t to_region, to_offset; /* the same for a common buffer the result goes to */
 };
 
 struct shm_ctl {
@@ -107,11 +108,13 @@ int dt_shm_fail(struct dt_shm *s, int code);
 int dt_shm_alloc_shared(void *st, size_t bytes, bool common, void **out);
 void dt_shm_free_shared(void *st, void *p);
 void dt_shm_free_regions(struct dt_shm *s);
-/* The region holding [p, p + bytes) of our own part, with p's offset in it; NULL if none. */
-struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, size_t *offset);
-/* In-place allreduce of `n` elements at `offset` of region g on every rank. */
-int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, size_t n, enum dt_dtype t,
-                            enum dt_redop op);
+/* The region holding [p, p + bytes) of our own part (common: of the common
+ * buffer), with p's offset in it; NULL if none. */
+struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, bool common, size_t *offset);
+/* Allreduce of `n` elements at `offset` of region g on every rank: in place,
+ * or into common buffer `to` at `to_offset` when `to` is not NULL. */
+int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, struct shm_region *to,
+                            size_t to_offset, size_t n, enum dt_dtype t, enum dt_redop op);
 int dt_shm_barrier(void *st);
 
 int dt_shm_init(const struct dt_comm_options *o, void **state);

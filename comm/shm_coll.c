@@ -86,10 +86,11 @@ static int shm_allreduce(void *st, const void *send, void *recv, size_t n, enum 
     dt_shm_begin(s, DT_COLL_ALLREDUCE, n, t, op, -1);
     if (n == 0)
         return 0;
-    size_t es = dt_dtype_size(t), at;
-    struct shm_region *g = send == recv ? dt_shm_region_of(s, recv, n * es, &at) : NULL;
-    if (g)
-        return dt_shm_allreduce_shared(s, g, at, n, t, op);
+    size_t es = dt_dtype_size(t), at, to_at = 0;
+    struct shm_region *g = dt_shm_region_of(s, send, n * es, false, &at);
+    struct shm_region *to = g && send != recv ? dt_shm_region_of(s, recv, n * es, true, &to_at) : NULL;
+    if (g && (send == recv || to))
+        return dt_shm_allreduce_shared(s, g, at, to, to_at, n, t, op);
     if (n * es <= s->small_bytes)
         return allreduce_small(s, send, recv, n, t, op);
     size_t m = s->slot / es / (size_t)s->world, longest = (n + (size_t)s->world - 1) / (size_t)s->world;

@@ -22,6 +22,12 @@
  * Per rank for S bytes: read S and write S/p to reduce, read and write
  * (p-1)/p S to copy out.  The slot path also copies (p-1)/p S in and back.
  *
+ * Into a common buffer (recv in memory every rank maps, dt_comm_alloc_common,
+ * send in a shared buffer): rank q writes piece q straight into it and waits
+ * for every rank's `red`; nothing is copied out, since every rank reads the
+ * one result.  Per rank: read S, write S/p.  After it returns nobody reads
+ * the caller's send range any more (each rank read its piece before `red`).
+ *
  * Not for buffers of different sizes or offsets on different ranks: the
  * round's description carries (id, offset) and a mismatch fails as a
  * protocol error, like any other collective mismatch.
@@ -197,12 +203,12 @@ void dt_shm_free_regions(struct dt_shm *s)
             unmap_region(s, &s->regions[i]);
 }
 
-struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, size_t *offset)
+struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t bytes, bool common, size_t *offset)
 {
     const char *c = p;
     for (int i = 0; i < SHM_MAX_REGIONS; i++) {
         struct shm_region *g = &s->regions[i];
-        const char *mine = g->id && !g->common ? g->at[s->rank] : NULL;
+        const char *mine = g->id && g->common == common ? g->at[s->rank] : NULL;
         if (mine && c >= mine && c < mine + g->bytes && bytes <= g->bytes - (size_t)(c - mine)) {
             *offset = (size_t)(c - mine);
             return g;
@@ -211,13 +217,15 @@ struct shm_region *dt_shm_region_of(struct dt_shm *s, const void *p, size_t byte
     return NULL;
 }
 
-int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, size_t n, enum dt_dtype t,
-                            enum dt_redop op)
+int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offset, struct shm_region *to,
+                            size_t to_offset, size_t n, enum dt_dtype t, enum dt_redop op)
 {
     int p = s->world, me = s->rank, rc;
     size_t es = dt_dtype_size(t), off, len;
     s->cur_desc.region = g->id;
     s->cur_desc.offset = offset;
+    s->cur_desc.to_region = to ? to->id : 0;
+    s->cur_desc.to_offset = to_offset;
     if ((rc = dt_shm_round_begin(s)) < 0)
         return rc;
     uint64_t k = s->round;
@@ -225,12 +233,18 @@ int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offse
     if ((rc = dt_shm_wait_all(s, DT_SHM_IN, k + 1)) < 0)
         return rc;
     dt_shm_chunk(n, p, me, &off, &len);
-    char *mine = g->at[me] + offset + off * es;
+    char *mine = to ? to->at[me] + to_offset + off * es : g->at[me] + offset + off * es;
     for (int q = 0; q < p; q++)
         s->srcs[q] = g->at[q] + offset + off * es;
     dt_reduce_many(t, op, mine, s->srcs, p, len);
     dt_reduce_finish(t, op, mine, len, p);
     dt_shm_publish(s, DT_SHM_RED, k + 1);
+    if (to) { /* every piece is in the common buffer once every rank has reduced its own */
+        if ((rc = dt_shm_wait_all(s, DT_SHM_RED, k + 1)) < 0)
+            return rc;
+        dt_shm_round_end(s);
+        return 0;
+    }
     for (int c = 1; c < p; c++) { /* start with the next rank: not every rank reads rank 0 first */
         int q = (me + c) % p;
         if ((rc = dt_shm_wait(s, q, DT_SHM_RED, k + 1)) < 0)

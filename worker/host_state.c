@@ -18,18 +18,21 @@ static int share_grads(struct dt_host_state *hs, struct dt_model *m)
     return 0;
 }
 
-/* Layout of the common buffer: params, m, v (n floats each), then the block
- * sums (doubles, 8-byte aligned since 3n floats may be odd). */
+/* Layout of the common buffer: params, m, v, averaged gradients (n floats
+ * each), then the block sums (doubles, 8-byte aligned since 4n floats are
+ * rounded up to an even count). */
 static int one_copy(struct dt_host_state *hs, struct dt_model *m, struct dt_adamw *opt)
 {
     size_t n = m->n_params, blocks = (n + DT_GRAD_NORM_BLOCK - 1) / DT_GRAD_NORM_BLOCK;
-    size_t floats = (3 * n + 1) / 2 * 2;
+    size_t floats = (4 * n + 1) / 2 * 2;
     void *p = NULL;
     if (dt_comm_alloc_common(hs->comm, floats * sizeof(float) + (blocks ? blocks : 1) * sizeof(double), &p))
-        return dt_error_prefix("parameters and moments in one copy for the host (%zu floats)", 3 * n);
+        return dt_error_prefix("parameters, moments and averaged gradients in one copy for the host (%zu floats)",
+                               4 * n);
     if (!p)
         return 0;
     hs->common = p;
+    hs->avg = hs->common + 3 * n;
     hs->sums = (double *)(hs->common + floats);
     int rank = dt_comm_rank(hs->comm), world = dt_comm_world(hs->comm);
     bool first = rank == 0; /* every rank holds rank 0's values: one writes them */
@@ -83,7 +86,7 @@ int dt_host_state_adamw(struct dt_host_state *hs, struct dt_adamw *opt, struct d
                         double beta1, float grad_scale)
 {
     if (!skip)
-        dt_adamw_step_range(opt, m->params, m->grads, hs->lo, hs->hi, lr, beta1, grad_scale);
+        dt_adamw_step_range(opt, m->params, hs->avg, hs->lo, hs->hi, lr, beta1, grad_scale);
     if (dt_comm_barrier(hs->comm))
         return dt_error_prefix("waiting for every rank's part of the optimizer step");
     return 0;

@@ -10,8 +10,10 @@
  * fixed (grad_norm.h), so every bit is what each rank would compute doing all
  * of it; the optimizer's memory traffic and work per rank are 1/p, and the
  * host holds one copy instead of p.  Each rank keeps its own gradient arena,
- * in shared memory so that the all-reduce reads the peers' gradients in place
- * (comm.h); after it every rank holds the same averaged gradients.
+ * in shared memory, where backward writes; the all-reduce reads the peers'
+ * arenas in place and writes the average into one host-wide array (comm.h:
+ * rank q writes piece q, nothing is copied back), which the norm and AdamW
+ * read.
  *
  * One step, after dt_reducer_finish():
  *   - nobody reads the parameters any more this step: the last bucket's
@@ -40,7 +42,8 @@
 struct dt_host_state {
     struct dt_comm *comm;
     float *grads;        /* this rank's gradient arena in shared memory, or NULL */
-    float *common;       /* parameters | m | v | norm block sums, one for the host, or NULL */
+    float *common;       /* parameters | m | v | averaged gradients | norm block sums, one for the host, or NULL */
+    float *avg;          /* the averaged gradients, inside common: the all-reduce writes them there */
     double *sums;        /* the norm's block sums, inside common */
     size_t lo, hi;       /* this rank's slice of the parameters (whole norm blocks) */
 };
@@ -61,8 +64,8 @@ void dt_host_state_share_norm(struct dt_host_state *hs, struct dt_grad_norm *gn)
 /* norm^2 of the averaged gradients: this rank's blocks, then every rank's. */
 int dt_host_state_norm(struct dt_host_state *hs, struct dt_grad_norm *gn, double *norm2);
 
-/* AdamW on this rank's slice (skip: no step, as an AMP step with inf/NaN),
- * then the barrier after which every parameter is updated. */
+/* AdamW on this rank's slice of hs->avg (skip: no step, as an AMP step with
+ * inf/NaN), then the barrier after which every parameter is updated. */
 int dt_host_state_adamw(struct dt_host_state *hs, struct dt_adamw *opt, struct dt_model *m, bool skip, double lr,
                         double beta1, float grad_scale);
 

@@ -53,13 +53,18 @@ int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, co
                             first_bucket_bytes, bucket_cap_bytes);
     r->comm = comm;
     r->world = comm ? dt_comm_world(comm) : 1;
-    r->grads = grads;
+    r->grads = r->out = grads;
     r->n = bounds[n_tensors];
     r->overlap = overlap;
     r->hashes = calloc((size_t)r->world, sizeof *r->hashes);
     if (!r->hashes)
         return dt_error_set(DT_ENOMEM, "reducer: no memory for %d hashes", r->world);
     return assign(r, bounds, cut, n_tensors, first_bucket_bytes, bucket_cap_bytes);
+}
+
+void dt_reducer_set_output(struct dt_reducer *r, float *out)
+{
+    r->out = out;
 }
 
 void dt_reducer_release(struct dt_reducer *r)
@@ -81,7 +86,7 @@ static void start(struct dt_reducer *r, struct dt_reducer_bucket *b)
 {
     if (r->err)
         return;
-    int rc = dt_comm_iallreduce(r->comm, r->grads + b->lo, r->grads + b->lo, b->hi - b->lo, DT_F32, DT_AVG,
+    int rc = dt_comm_iallreduce(r->comm, r->grads + b->lo, r->out + b->lo, b->hi - b->lo, DT_F32, DT_AVG,
                                 &b->req);
     if (rc) {
         b->req = NULL;

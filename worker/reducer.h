@@ -33,6 +33,7 @@ struct dt_reducer {
     struct dt_comm *comm;        /* NULL: one process, nothing to reduce */
     int world;
     float *grads;
+    float *out;                  /* where the averages go: grads (in place) or a host-wide array */
     size_t n;
     struct dt_reducer_bucket *b; /* in launch order: b[0] holds the last parameters */
     int nb;
@@ -53,6 +54,9 @@ struct dt_reducer {
 int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
                     const bool *cut, int n_tensors, double first_bucket_bytes, double bucket_cap_bytes,
                     bool overlap);
+/* The averages go to out[0, n) instead of back into grads: one array for all
+ * the ranks of a host (host_state.h), filled by the all-reduce itself. */
+void dt_reducer_set_output(struct dt_reducer *r, float *out);
 void dt_reducer_release(struct dt_reducer *r);
 
 /* Before each micro-batch's backward; `communicate` is true for the last one

@@ -218,11 +218,14 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = maybe_resume(t);
     if (!rc && t->spec.device == DT_DEVICE_CPU) /* after the resume: rank 0's values go to the host's copy */
-        rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt, t->spec.ddp.share_state);
+        rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt,
+                                t->spec.ddp.share_state && !t->o.after_reduce); /* the hook edits m->grads */
     if (!rc)
         rc = build_reducer(t);
+    if (!rc && t->hs.avg)
+        dt_reducer_set_output(&t->red, t->hs.avg);
     if (!rc)
-        rc = dt_grad_norm_init(&t->gnorm, t->k, t->model->grads, t->model->n_params);
+        rc = dt_grad_norm_init(&t->gnorm, t->k, t->hs.avg ? t->hs.avg : t->model->grads, t->model->n_params);
     if (!rc)
         dt_host_state_share_norm(&t->hs, &t->gnorm);
     if (!rc && t->spec.device != DT_DEVICE_CPU)

@@ -112,7 +112,10 @@ static int unscale(struct dt_trainer *t, bool *skip)
     *skip = false;
     if (!t->scaler.enabled)
         return 0;
-    bool bad = t->k->unscale(t->model->grads, t->model->n_params, dt_grad_scaler_inv_scale(&t->scaler));
+    /* One host-wide copy of the averages: each rank unscales its slice (the agreement below covers them all). */
+    float *g = t->hs.avg ? t->hs.avg + t->hs.lo : t->model->grads;
+    size_t n = t->hs.avg ? t->hs.hi - t->hs.lo : t->model->n_params;
+    bool bad = t->k->unscale(g, n, dt_grad_scaler_inv_scale(&t->scaler));
     return dt_grad_scaler_agree(&t->scaler, t->comm, bad, skip);
 }
 

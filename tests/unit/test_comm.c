@@ -329,6 +329,46 @@ static int body_shared_mismatch(struct dt_comm *c, int r, int w, void *arg)
     return 0;
 }
 
+/* An allreduce from a shared buffer into a common one: the slot path's bits
+ * in the common buffer, the send range untouched, nothing outside the
+ * result's range written, also with two requests in flight. */
+static int into_common(struct dt_comm *c, float *one, int r)
+{
+    enum { N = 100000, AT = 1000, M = 77777 };
+    float *sh = NULL, *want = malloc(N * sizeof *want);
+    int rc = want ? dt_comm_alloc_shared(c, N * sizeof *sh, (void **)&sh) : DT_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < N; i++)
+        sh[i] = want[i] = (float)gen(r, i) * 0.37f + (float)r * 1e-3f;
+    if (rc == 0)
+        rc = dt_comm_barrier(c); /* everyone is done reading the common buffer above */
+    for (size_t i = 0; rc == 0 && i < N; i++)
+        one[i] = -1.0f;
+    if (rc == 0)
+        rc = dt_comm_barrier(c);
+    struct dt_comm_req *q1, *q2;
+    if (rc == 0 && (rc = dt_comm_iallreduce(c, sh + AT + M / 2, one + AT + M / 2, M - M / 2, DT_F32, DT_AVG, &q1)) == 0 &&
+        (rc = dt_comm_iallreduce(c, sh + AT, one + AT, M / 2, DT_F32, DT_AVG, &q2)) == 0) {
+        rc = dt_comm_wait(q1);
+        int rc2 = dt_comm_wait(q2);
+        rc = rc ? rc : rc2;
+    }
+    if (rc == 0)
+        rc = dt_comm_allreduce(c, want + AT, want + AT, M / 2, DT_F32, DT_AVG);
+    if (rc == 0)
+        rc = dt_comm_allreduce(c, want + AT + M / 2, want + AT + M / 2, M - M / 2, DT_F32, DT_AVG);
+    if (rc == 0)
+        rc = check("allreduce into a common buffer", DT_F32, DT_AVG, (char *)(one + AT), (char *)(want + AT), M);
+    for (size_t i = 0; rc == 0 && i < N; i++) {
+        if (sh[i] != (float)gen(r, i) * 0.37f + (float)r * 1e-3f)
+            rc = dt_error_set(DT_EINTERNAL, "allreduce into a common buffer changed its send buffer at %zu", i);
+        else if ((i < AT || i >= AT + M) && one[i] != -1.0f)
+            rc = dt_error_set(DT_EINTERNAL, "allreduce into a common buffer wrote element %zu outside", i);
+    }
+    dt_comm_free_shared(c, sh);
+    free(want);
+    return rc;
+}
+
 /* A common buffer is one memory for all: what each rank writes there every
  * rank reads after a barrier; shared buffers allocated around it still work. */
 static int body_common(struct dt_comm *c, int r, int w, void *arg)
@@ -357,6 +397,8 @@ static int body_common(struct dt_comm *c, int r, int w, void *arg)
     if (rc == 0)
         rc = shared_range(c, sh, priv, r, w, 0, 16, DT_SUM);
     dt_comm_free_shared(c, sh);
+    if (rc == 0)
+        rc = into_common(c, one, r);
     dt_comm_free_shared(c, one);
     return rc;
 }

@@ -167,18 +167,23 @@ static void chunked_buckets_equal_unbucketed(void **state)
 static void one_copy_per_host(void **state)
 {
     (void)state;
-    for (int world = 2; world <= 4; world += 2) {
+    /* fp16 with dynamic loss scaling: each rank unscales its slice, and skipped steps agree. */
+    static const struct { int world; enum dt_amp_dtype amp; } cases[] = {
+        {2, DT_AMP_OFF}, {4, DT_AMP_OFF}, {4, DT_AMP_FP16}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         struct job a = {.perturb_rank = -1, .backend = "shm"}, b = {.perturb_rank = -1, .backend = "shm"};
         small_spec(&a.spec, 5, 32);
         a.spec.model.hidden[0] = 400;
         a.spec.optimizer.grad_clip = 0.05;
+        a.spec.amp.dtype = cases[k].amp;
         b.spec = a.spec;
         b.spec.ddp.share_state = false;
         size_t na, nb;
-        float *pa = run_ranks(&a, world, &na), *pb = run_ranks(&b, world, &nb);
+        float *pa = run_ranks(&a, cases[k].world, &na), *pb = run_ranks(&b, cases[k].world, &nb);
         assert_int_equal(na, nb);
         if (memcmp(pa, pb, na * sizeof(float)) != 0)
-            fail_msg("world %d: one copy per host and a copy per rank gave different parameters", world);
+            fail_msg("world %d%s: one copy per host and a copy per rank gave different parameters", cases[k].world,
+                     cases[k].amp == DT_AMP_FP16 ? ", fp16" : "");
         free(pa);
         free(pb);
     }
