@@ -284,14 +284,15 @@ static int check_desc(struct dt_shm *s, int q, uint64_t round)
     if (!memcmp(d, m, sizeof *d))
         return 0;
     dt_error_set(DT_EPROTO,
-                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d, shared buffer %llu+%llu): peer rank %d is "
-                 "running %s #%llu (count %llu, %s, %s, root %d, shared buffer %llu+%llu); every rank must call the "
-                 "same collectives in the same order, on a shared buffer (dt_comm_alloc_shared) on all ranks or on none",
+                 "rank %d: %s #%llu (shm, count %llu, %s, %s, root %d, shared buffer %u+%llu -> %u+%llu): peer rank "
+                 "%d is running %s #%llu (count %llu, %s, %s, root %d, shared buffer %u+%llu -> %u+%llu); every rank "
+                 "must call the same collectives in the same order, on shared buffers (dt_comm_alloc_shared, "
+                 "_common) at the same offsets on all ranks or on none",
                  s->rank, dt_coll_name(s->cur), (unsigned long long)m->seq, (unsigned long long)m->count,
-                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, (unsigned long long)m->region,
-                 (unsigned long long)m->offset, q, dt_coll_name(d->kind), (unsigned long long)d->seq,
-                 (unsigned long long)d->count, dt_dtype_name(d->dtype), dt_redop_name(d->op), d->root,
-                 (unsigned long long)d->region, (unsigned long long)d->offset);
+                 dt_dtype_name(m->dtype), dt_redop_name(m->op), m->root, m->region, (unsigned long long)m->offset,
+                 m->to_region, (unsigned long long)m->to_offset, q, dt_coll_name(d->kind), (unsigned long long)d->seq,
+                 (unsigned long long)d->count, dt_dtype_name(d->dtype), dt_redop_name(d->op), d->root, d->region,
+                 (unsigned long long)d->offset, d->to_region, (unsigned long long)d->to_offset);
     return dt_shm_fail(s, DT_EPROTO);
 }
 

@@ -30,9 +30,11 @@ struct shm_hdr {
 struct shm_desc {
     uint64_t seq, count;
     int32_t kind, dtype, op, root;
-    uint64_t region, offset;    /* a shared buffer's id (0: none) and the byte offset in it */
-    uint64_t to_region, to_offset; /* the same for a common buffer the result goes to */
+    uint32_t region, to_region; /* a shared buffer's id (0: none), and a common one the result goes to */
+    uint64_t offset, to_offset; /* byte offsets in them */
 };
+/* `in` and both descriptions share one line (struct shm_ctl). */
+_Static_assert(sizeof(uint64_t) + 2 * sizeof(struct shm_desc) <= LINE, "shm_desc outgrew its cache line");
 
 struct shm_ctl {
     /* `in` and the description share a line: a peer reads both at once. */

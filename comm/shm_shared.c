@@ -222,9 +222,9 @@ int dt_shm_allreduce_shared(struct dt_shm *s, struct shm_region *g, size_t offse
 {
     int p = s->world, me = s->rank, rc;
     size_t es = dt_dtype_size(t), off, len;
-    s->cur_desc.region = g->id;
+    s->cur_desc.region = (uint32_t)g->id;
     s->cur_desc.offset = offset;
-    s->cur_desc.to_region = to ? to->id : 0;
+    s->cur_desc.to_region = to ? (uint32_t)to->id : 0;
     s->cur_desc.to_offset = to_offset;
     if ((rc = dt_shm_round_begin(s)) < 0)
         return rc;
