@@ -21,7 +21,9 @@
  *     and backward's last parameter read comes before that;
  *   - each rank sums its slice's norm blocks into the common block sums;
  *     barrier; every rank totals all of them in block order (same bits);
- *   - AdamW on the slice; barrier: the next forward reads finished parameters.
+ *   - AdamW on the slice; barrier: the next forward reads finished
+ *     parameters, and the next all-reduce writes the averages only once every
+ *     rank has read its slice of them.
  * Checkpoints, evaluation and the desync hash read the parameters between a
  * step's last barrier and the next step's all-reduce, which waits for them.
  *
