@@ -55,7 +55,8 @@ int dt_host_state_init(struct dt_host_state *hs, struct dt_comm *comm, struct dt
         return 0;
     hs->comm = comm;
     int rc = share_grads(hs, m);
-    return rc || !one ? rc : one_copy(hs, m, opt);
+    /* The all-reduce writes into the host's copy only from shared gradients (all ranks agree on having them). */
+    return rc || !one || !hs->grads ? rc : one_copy(hs, m, opt);
 }
 
 void dt_host_state_release(struct dt_host_state *hs)
