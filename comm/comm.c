@@ -24,6 +24,7 @@
 
 #include "comm/comm_backend.h"
 #include "comm/error.h"
+#include "comm/log.h"
 
 #define DT_COMM_MAX_REQS 512   /* requests in flight per communicator */
 #define DT_COMM_ERR_MAX 512
@@ -117,11 +118,16 @@ static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &
 #endif
 };
 
+static bool auto_backend(const struct dt_comm_options *o)
+{
+    return !o->backend || !*o->backend || !strcmp(o->backend, "auto");
+}
+
 /* auto: one rank needs no backend; all ranks on one host share memory;
  * otherwise TCP. */
 static int pick_backend(const struct dt_comm_options *o, const struct dt_comm_backend **out)
 {
-    const char *want = o->backend && *o->backend ? o->backend : "auto";
+    const char *want = auto_backend(o) ? "auto" : o->backend;
     if (!strcmp(want, "auto"))
         want = o->local_world == o->world ? "shm" : "tcp";
     for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
@@ -167,7 +173,17 @@ int dt_comm_init(const struct dt_comm_options *opts, struct dt_comm **out)
             free(c);
             return dt_error_set(DT_EINVAL, "communicator: world size %d needs a store to bootstrap", o.world);
         }
-        if ((rc = be->init(&o, &c->st)) < 0) {
+        rc = be->init(&o, &c->st);
+        /* auto on one host, with no room in /dev/shm for shm's segment (rank 0
+         * told every rank so): tcp over loopback works anywhere. */
+        if (rc == DT_ENOMEM && be == &dt_comm_backend_shm && auto_backend(&o)) {
+            if (o.rank == 0)
+                dt_log_warn("%s; the auto communicator uses tcp instead", dt_error_last());
+            be = &dt_comm_backend_tcp;
+            c->name = be->name;
+            rc = be->init(&o, &c->st);
+        }
+        if (rc < 0) {
             free(c);
             return rc;
         }

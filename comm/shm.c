@@ -311,28 +311,49 @@ static int cpus_available(void)
     return online > 0 ? (int)online : 1;
 }
 
+/* The segment at its full size now (posix_fallocate): a /dev/shm without room
+ * (or a segment over DTRAIN_SHM_MAX_BYTES) is DT_ENOMEM here, not a SIGBUS at
+ * first touch. */
+static int create_segment(struct dt_shm *s, size_t total, int *fd)
+{
+    uint64_t limit;
+    if (dt_env_u64("DTRAIN_SHM_MAX_BYTES", UINT64_MAX, 0, UINT64_MAX, &limit) < 0)
+        return dt_error_prefix("rank 0: shm");
+    if (total > limit)
+        return dt_error_set(DT_ENOMEM, "rank 0: shm: the segment (%zu bytes) is over DTRAIN_SHM_MAX_BYTES=%llu",
+                            total, (unsigned long long)limit);
+    *fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int e = *fd < 0 ? errno : ftruncate(*fd, (off_t)total) < 0 ? errno : posix_fallocate(*fd, 0, (off_t)total);
+    if (!e)
+        return 0;
+    if (*fd >= 0) {
+        close(*fd);
+        shm_unlink(s->name);
+    }
+    return dt_error_set_errno(e == ENOSPC ? DT_ENOMEM : DT_EIO, e, "rank 0: shm: cannot create %s (%zu bytes)%s",
+                              s->name, total, e == ENOSPC ? " in /dev/shm; give the job a larger /dev/shm "
+                              "(docker run --shm-size) or use the tcp backend" : "");
+}
+
 /* Rank 0 creates, sizes and touches the segment (first-touch page faults are
- * paid here, once), then publishes its name; the others map it populated. */
+ * paid here, once), then publishes its name; the others map it populated.
+ * When rank 0 has no room it publishes NO_ROOM instead, so every rank fails
+ * the same way at once (and `auto` turns to tcp on all of them). */
+#define NO_ROOM "-"
 static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
 {
     size_t total = hdr_bytes() + sizeof(struct shm_ctl) * (size_t)s->world +
                    (size_t)s->world * (size_t)s->nbuf * s->slot;
     char key[256];
     snprintf(key, sizeof key, "%sshm/name", o->key_prefix);
-    int fd, rc;
+    int fd = -1, rc;
     if (s->rank == 0) {
         snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_comm_now() * 1e6));
-        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        /* At its full size now: a full /dev/shm is an error here, not a SIGBUS at first touch. */
-        int e = fd < 0 ? errno : ftruncate(fd, (off_t)total) < 0 ? errno : posix_fallocate(fd, 0, (off_t)total);
-        if (e) {
-            if (fd >= 0) {
-                close(fd);
-                shm_unlink(s->name);
-            }
-            return dt_error_set_errno(DT_EIO, e, "rank 0: shm: cannot create %s (%zu bytes)%s", s->name, total,
-                                      e == ENOSPC ? "; give the job a larger /dev/shm (docker run --shm-size) or "
-                                                    "use the tcp backend" : "");
+        if ((rc = create_segment(s, total, &fd)) < 0) {
+            if (rc == DT_ENOMEM)
+                dt_store_set(o->store, key, NO_ROOM, strlen(NO_ROOM)); /* the message is ours either way */
+            s->name[0] = 0;
+            return rc;
         }
     } else {
         const char *keys[1] = {key};
@@ -343,6 +364,9 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
             return dt_error_prefix("rank %d: shm: name of the segment from rank 0", s->rank);
         snprintf(s->name, sizeof s->name, "%.*s", (int)len, (char *)v);
         free(v);
+        if (!strcmp(s->name, NO_ROOM))
+            return dt_error_set(DT_ENOMEM, "rank %d: shm: rank 0 had no room in /dev/shm for the segment (its "
+                                "message says why)", s->rank);
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size != total) {

@@ -75,12 +75,12 @@ static int map_fd(struct dt_shm *s, struct shm_region *g, int fd, int q, int slo
 /* Our part, created at its full size: posix_fallocate makes a /dev/shm too
  * small for it (Docker's default is 64 MiB) say so now, as ENOSPC, instead of
  * a page fault killing the rank with SIGBUS later.  No room (or more than
- * DTRAIN_SHM_SHARED_MAX_BYTES) is not an error: *no_room, and the caller
+ * DTRAIN_SHM_MAX_BYTES) is not an error: *no_room, and the caller
  * does without. */
 static int create_part(struct dt_shm *s, struct shm_region *g, bool *no_room)
 {
     uint64_t limit;
-    if (dt_env_u64("DTRAIN_SHM_SHARED_MAX_BYTES", UINT64_MAX, 0, UINT64_MAX, &limit) < 0)
+    if (dt_env_u64("DTRAIN_SHM_MAX_BYTES", UINT64_MAX, 0, UINT64_MAX, &limit) < 0)
         return dt_error_prefix("rank %d: shm", s->rank);
     if (g->bytes > limit) {
         *no_room = true;

@@ -403,7 +403,7 @@ static int body_common(struct dt_comm *c, int r, int w, void *arg)
     return rc;
 }
 
-/* A rank without room for its part (here: over DTRAIN_SHM_SHARED_MAX_BYTES,
+/* A rank without room for its part (here: over DTRAIN_SHM_MAX_BYTES,
  * set in rank 1 alone; a full /dev/shm takes the same way) means no shared
  * buffer for anyone, no error, and the next buffer that fits works. */
 static int body_no_room(struct dt_comm *c, int r, int w, void *arg)
@@ -411,7 +411,7 @@ static int body_no_room(struct dt_comm *c, int r, int w, void *arg)
     (void)arg;
     float *big = (float *)1, *small = NULL, priv[16 + 64];
     if (r == 1)
-        setenv("DTRAIN_SHM_SHARED_MAX_BYTES", "65536", 1);
+        setenv("DTRAIN_SHM_MAX_BYTES", "65536", 1);
     int rc = dt_comm_alloc_shared(c, 1 << 20, (void **)&big);
     if (rc == 0 && big)
         rc = dt_error_set(DT_EINTERNAL, "a shared buffer was handed out though rank 1 had no room for its part");
@@ -445,6 +445,32 @@ static int body_no_shared(struct dt_comm *c, int r, int w, void *arg)
     if (rc == 0 && (rc = dt_comm_alloc_common(c, 4096, &p)) == 0 && p)
         rc = dt_error_set(DT_EINTERNAL, "%s handed out common memory", dt_comm_backend_name(c));
     return rc;
+}
+
+/* auto on one host with no room in /dev/shm for shm's segment (here: over
+ * DTRAIN_SHM_MAX_BYTES on every rank): every rank turns to tcp, which works. */
+static int body_auto_tcp(struct dt_comm *c, int r, int w, void *arg)
+{
+    (void)arg;
+    if (strcmp(dt_comm_backend_name(c), "tcp") != 0)
+        return dt_error_set(DT_EINTERNAL, "auto picked %s with no room for shm", dt_comm_backend_name(c));
+    struct bufs b = {malloc(4096), malloc(4096), malloc(4096)};
+    int rc = one_allreduce(c, &b, r, w, DT_F32, DT_SUM, 100, false);
+    free(b.send);
+    free(b.recv);
+    free(b.want);
+    return rc;
+}
+
+static void auto_without_room_uses_tcp(void **s)
+{
+    (void)s;
+    setenv("DTRAIN_SHM_MAX_BYTES", "4096", 1);
+    int auto_failed = harness_run(3, "auto", 10, body_auto_tcp, NULL);
+    int shm_failed = harness_run(3, "shm", 10, body_auto_tcp, NULL); /* asked for shm: every rank fails */
+    unsetenv("DTRAIN_SHM_MAX_BYTES");
+    assert_int_equal(auto_failed, 0);
+    assert_int_equal(shm_failed, 3);
 }
 
 static void shared_buffers(void **s)
@@ -570,7 +596,7 @@ int main(void)
         cmocka_unit_test(tcp_lanes),
         cmocka_unit_test(tcp_64mib),         cmocka_unit_test(shm_64mib),
         cmocka_unit_test(async_requests),    cmocka_unit_test(steady_state_allocates_nothing),
-        cmocka_unit_test(shared_buffers),
+        cmocka_unit_test(shared_buffers),    cmocka_unit_test(auto_without_room_uses_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@ struct job {
     int64_t stop_after;    /* 0: run to the end */
     bool keep_dir;         /* run_ranks leaves the run directory (a resume follows) */
     int resumed_check;     /* > 0: the run must have resumed from this step */
-    const char *shm_cap;   /* DTRAIN_SHM_SHARED_MAX_BYTES for rank 1 (no room for its shared buffers) */
+    const char *shm_cap;   /* DTRAIN_SHM_MAX_BYTES for rank 1 (no room for its shared buffers) */
     char expect[64];       /* when set, the run must fail with this in the message */
 };
 
@@ -43,7 +43,7 @@ static int rank_body(struct dt_comm *c, int rank, int world, void *arg)
     if (rank == j->perturb_rank)
         o.after_step = perturb, o.ctx = j;
     if (j->shm_cap && rank == 1)
-        setenv("DTRAIN_SHM_SHARED_MAX_BYTES", j->shm_cap, 1);
+        setenv("DTRAIN_SHM_MAX_BYTES", j->shm_cap, 1);
     struct dt_trainer *t;
     int rc = dt_trainer_create(&j->spec, &o, &t);
     if (!rc)
