@@ -98,8 +98,9 @@ int dt_comm_alloc_shared(struct dt_comm *c, size_t bytes, void **out);
  * synchronization (a barrier).  For state the ranks would otherwise each hold
  * a copy of (the CPU trainer's parameters and AdamW moments); in
  * collectives only as the receive buffer of an allreduce from a shared
- * buffer (the same offsets on every rank).  Collective like dt_comm_alloc_shared, and like it NULL and 0
- * from a backend without shared memory; zeroed; dt_comm_free_shared frees it. */
+ * buffer (the same offsets on every rank).  Collective like
+ * dt_comm_alloc_shared, and like it NULL and 0 from a backend without shared
+ * memory; zeroed; dt_comm_free_shared frees it. */
 int dt_comm_alloc_common(struct dt_comm *c, size_t bytes, void **out);
 void dt_comm_free_shared(struct dt_comm *c, void *p);
 

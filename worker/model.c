@@ -118,20 +118,24 @@ int dt_model_create_mlp(const struct dt_kernels *k, int in, const int *hidden, i
     return 0;
 }
 
+/* An arena moves to caller-owned memory: its values go along when `copy`. */
+static void move_arena(float **cur, float **own, float *to, size_t n, bool copy)
+{
+    if (copy)
+        memcpy(to, *cur, n * sizeof *to);
+    dt_arena_free(*own);
+    *own = NULL;
+    *cur = to;
+}
+
 void dt_model_use_grads(struct dt_model *m, float *grads)
 {
-    dt_arena_free(m->grads_own);
-    m->grads_own = NULL;
-    m->grads = grads;
+    move_arena(&m->grads, &m->grads_own, grads, m->n_params, false);
 }
 
 void dt_model_use_params(struct dt_model *m, float *params, bool copy)
 {
-    if (copy)
-        memcpy(params, m->params, m->n_params * sizeof *params);
-    dt_arena_free(m->params_own);
-    m->params_own = NULL;
-    m->params = params;
+    move_arena(&m->params, &m->params_own, params, m->n_params, copy);
 }
 
 void dt_model_destroy(struct dt_model *m)
