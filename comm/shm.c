@@ -335,11 +335,21 @@ static int create_segment(struct dt_shm *s, size_t total, int *fd)
                               "(docker run --shm-size) or use the tcp backend" : "");
 }
 
-/* Rank 0 creates, sizes and touches the segment (first-touch page faults are
- * paid here, once), then publishes its name; the others map it populated.
- * When rank 0 has no room it publishes NO_ROOM instead, so every rank fails
- * the same way at once (and `auto` turns to tcp on all of them). */
+/* When rank 0 cannot set the segment up it publishes why in place of a name
+ * (NO_ROOM: DT_ENOMEM, so `auto` turns to tcp on every rank; FAILED: any
+ * other error), so the others fail at once instead of at their deadline. */
 #define NO_ROOM "-"
+#define FAILED "!"
+static int refuse(struct dt_shm *s, const struct dt_comm_options *o, const char *key, int rc)
+{
+    const char *why = rc == DT_ENOMEM ? NO_ROOM : FAILED;
+    dt_store_set(o->store, key, why, strlen(why)); /* rank 0's own message stays the one it returns */
+    s->name[0] = 0; /* nothing of ours to remove at destroy */
+    return rc;
+}
+
+/* Rank 0 creates, sizes and touches the segment (first-touch page faults are
+ * paid here, once), then publishes its name; the others map it populated. */
 static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
 {
     size_t total = hdr_bytes() + sizeof(struct shm_ctl) * (size_t)s->world +
@@ -349,12 +359,8 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
     int fd = -1, rc;
     if (s->rank == 0) {
         snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_comm_now() * 1e6));
-        if ((rc = create_segment(s, total, &fd)) < 0) {
-            if (rc == DT_ENOMEM)
-                dt_store_set(o->store, key, NO_ROOM, strlen(NO_ROOM)); /* the message is ours either way */
-            s->name[0] = 0;
-            return rc;
-        }
+        if ((rc = create_segment(s, total, &fd)) < 0)
+            return refuse(s, o, key, rc); /* create_segment removed what it made */
     } else {
         const char *keys[1] = {key};
         void *v = NULL;
@@ -364,9 +370,10 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
             return dt_error_prefix("rank %d: shm: name of the segment from rank 0", s->rank);
         snprintf(s->name, sizeof s->name, "%.*s", (int)len, (char *)v);
         free(v);
-        if (!strcmp(s->name, NO_ROOM))
-            return dt_error_set(DT_ENOMEM, "rank %d: shm: rank 0 had no room in /dev/shm for the segment (its "
-                                "message says why)", s->rank);
+        if (!strcmp(s->name, NO_ROOM) || !strcmp(s->name, FAILED))
+            return dt_error_set(!strcmp(s->name, NO_ROOM) ? DT_ENOMEM : DT_EIO, "rank %d: shm: rank 0 %s the "
+                                "segment (its message says why)", s->rank,
+                                !strcmp(s->name, NO_ROOM) ? "had no room in /dev/shm for" : "could not create");
         fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size != total) {
@@ -380,7 +387,10 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
     close(fd);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        return dt_error_set_errno(DT_ENOMEM, errno, "rank %d: shm: cannot map %zu bytes", s->rank, total);
+        rc = dt_error_set_errno(DT_ENOMEM, errno, "rank %d: shm: cannot map %zu bytes", s->rank, total);
+        if (s->rank == 0)
+            shm_unlink(s->name);
+        return s->rank == 0 ? refuse(s, o, key, rc) : rc;
     }
     s->map_bytes = total;
     s->hdr = (struct shm_hdr *)s->base;

@@ -17,6 +17,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
+#include "comm/comm_backend.h"
 #include "comm/reduce.h"
 #include "tests/unit/test_comm_harness.h"
 
@@ -468,9 +469,17 @@ static void auto_without_room_uses_tcp(void **s)
     setenv("DTRAIN_SHM_MAX_BYTES", "4096", 1);
     int auto_failed = harness_run(3, "auto", 10, body_auto_tcp, NULL);
     int shm_failed = harness_run(3, "shm", 10, body_auto_tcp, NULL); /* asked for shm: every rank fails */
+    /* A bad value on rank 0 is its error; the others hear of it at once, not at their 30 s deadline. */
+    setenv("DTRAIN_SHM_MAX_BYTES", "lots", 1);
+    double t0 = dt_comm_now();
+    int bad_failed = harness_run(3, "shm", 30, body_auto_tcp, NULL);
+    double took = dt_comm_now() - t0;
     unsetenv("DTRAIN_SHM_MAX_BYTES");
     assert_int_equal(auto_failed, 0);
     assert_int_equal(shm_failed, 3);
+    assert_int_equal(bad_failed, 3);
+    if (took > 10)
+        fail_msg("a bad DTRAIN_SHM_MAX_BYTES took %.1f s to fail every rank", took);
 }
 
 static void shared_buffers(void **s)
