@@ -40,6 +40,7 @@
 #include "worker/adamw.h"
 #include "worker/grad_norm.h"
 #include "worker/model.h"
+#include "worker/trace.h"
 
 struct dt_host_state {
     struct dt_comm *comm;
@@ -48,6 +49,7 @@ struct dt_host_state {
     float *avg;          /* the averaged gradients, inside common: the all-reduce writes them there */
     double *sums;        /* the norm's block sums, inside common */
     size_t lo, hi;       /* this rank's slice of the parameters (whole norm blocks) */
+    struct dt_trace *trace; /* NULL, or where the slices and the waits after them go (compute track) */
 };
 
 /* After the model, the optimizer and a resume hold rank 0's values on every

@@ -180,13 +180,14 @@ static int maybe_resume(struct dt_trainer *t)
 }
 
 /* Communication-thread hook: one span per collective, named by bucket when
- * it reduces one (buckets are views into the gradient arena). */
+ * it reduces one (a bucket's result is a view into the reducer's output: the
+ * gradient arena, or the host's averaged gradients). */
 static void comm_span(void *ctx, const char *op, const void *recv, int64_t t0, int64_t t1)
 {
     struct dt_trainer *t = ctx;
     int64_t bucket = -1;
     for (int i = 0; i < t->red.nb; i++)
-        if ((const float *)recv == t->model->grads + t->red.b[i].lo)
+        if ((const float *)recv == t->red.out + t->red.b[i].lo)
             bucket = i;
     dt_trace_span_arg(t->trace, DT_TRACE_COMM, op, t0, t1, "bucket", bucket);
 }
@@ -220,6 +221,7 @@ static int setup(struct dt_trainer *t)
     if (!rc && t->spec.device == DT_DEVICE_CPU) /* after the resume: rank 0's values go to the host's copy */
         rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt,
                                 t->spec.ddp.share_state && !t->o.after_reduce); /* the hook edits m->grads */
+    t->hs.trace = t->trace;
     if (!rc)
         rc = build_reducer(t);
     if (!rc && t->hs.avg)

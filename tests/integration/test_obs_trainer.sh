@@ -91,5 +91,30 @@ ok = len(spawn) == 2 and {s["tid"] - 2 for s in spawn} == {0, 1} and not bad
 print(("ok - " if ok else "not ok - ") + "each rank's life on the launch row encloses its trace%s" %
       (" (rank, spawn, exit, first, last event: %s)" % bad if bad else ""))
 PY
+
+# On one host (shm) the averages go to the host's one copy and each rank steps
+# its slice: the buckets are still named, and the optimizer span shows this
+# rank's slices apart from the waits for the slowest rank (clipping on: the
+# norm every step).
+sed -e 's/^backend: tcp/backend: shm/' -e 's/steps: "10-19"/steps: "3-5"/' -e 's/steps: 40/steps: 8\n  optimizer: {grad_clip: 1.0}/' \
+  "$T/job.yaml" > "$T/shm.yaml"
+expect_status 0 "a traced 2-rank job on shm runs" "$DTRAIN" launch "$T/shm.yaml" --log-dir "$T/runs-shm"
+shm_run=$(echo "$T"/runs-shm/obs-*)
+for r in 0 1; do
+  python3 "$(dirname "$0")/obs_trace_check.py" "$shm_run/trace_rank$r.json" 3 5
+done
+python3 - "$shm_run" <<'PY'
+import json, sys
+for r in (0, 1):
+    xs = [e for e in json.load(open("%s/trace_rank%d.json" % (sys.argv[1], r)))["traceEvents"] if e["ph"] == "X"]
+    opt = {e["args"]["step"]: e for e in xs if e["name"] == "optimizer"}
+    parts = ("norm slice", "norm wait", "adamw slice", "adamw wait")
+    ok = sorted(opt) == [3, 4, 5]
+    for s, o in opt.items():
+        got = sorted((e["ts"], e["name"]) for e in xs if e["args"].get("step") == s and e["name"] in parts)
+        ok = ok and [n for _, n in got] == list(parts) and all(o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"] + 1
+                                                               for e in xs if e["args"].get("step") == s and e["name"] in parts)
+    print(("ok - " if ok else "not ok - ") + "rank %d: each optimizer span holds its norm and AdamW slices and waits, in order" % r)
+PY
 expect_status 0 "dtrain report of the run" "$DTRAIN" report "$run"
 contains "$run/report.html" 'data-series="test_accuracy"' "the report draws test accuracy"
