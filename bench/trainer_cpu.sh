@@ -19,9 +19,12 @@
 #      Target: <= 25%.  The denominator is the faster of the two bucket layouts
 #      (overlap on: chunk-sized buckets; off: whole tensors up to 25 MiB), so
 #      small buckets cannot inflate it.  Best of REPS for every time.
-#      Two more views: 4 lone ranks side by side (the same core sharing, no
-#      communication) as the baseline, and rank 0's wait for the gradients
-#      after backward (comm_wait_s) in the same run.  With fewer than about
+#      Three more views: 4 lone ranks side by side (the same core sharing, no
+#      communication) as the baseline; rank 0's wait for the gradients after
+#      backward (comm_wait_s) in the same run; and from the 4-rank runs'
+#      traces (bench/trainer_cpu_trace.py), per step, the all-reduce still
+#      running once the slowest rank has ended backward (the tail nothing hid)
+#      apart from how far the ranks' backward ends lie apart (compute noise).  With fewer than about
 #      4 x (THREADS + 1) cores the ranks and their communication threads share
 #      cores, and the first figure also counts that slowdown, which is not
 #      communication: on a 2-core VM only the second and third views mean much.
@@ -60,7 +63,7 @@ calc() { awk "BEGIN { printf \"%.9g\", $1 }"; }
 W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
-# spec NAME NPROC BATCH STEPS OVERLAP
+# spec NAME NPROC BATCH STEPS OVERLAP [TRACE_STEPS]
 spec() {
   cat >"$W/$1.yaml" <<EOF
 name: bench-$1
@@ -77,6 +80,7 @@ trainer:
   eval: {every_epochs: 0}
   log_every_steps: 20
 EOF
+  [ -z "${6:-}" ] || echo "  trace: {steps: \"$6\"}" >>"$W/$1.yaml"
 }
 
 # steady DIR: "<samples/s of one rank> <seconds per step> <rank 0's comm wait per step>" from
@@ -127,12 +131,12 @@ echo "# four ranks, batch 64 per rank, $THREADS thread(s) per rank, backend auto
 spec one64 1 64 "$STEPS" true
 one_step=1e9
 spec lone 1 64 "$STEPS" true
-for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov"; done
+for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov" "$((STEPS / 5))-$((STEPS * 9 / 10))"; done
 ms() { calc "($1)*1000"; }
 pct() { calc "100*($1 - $2)/$3"; }
 best_min() { printf '%s\n%s\n' "$1" "$2" | sort -g | head -n 1; }
-lone=1e9; declare -A step ar sps wait
-for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; done
+lone=1e9; declare -A step ar sps wait tail skew
+for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; tail[$ov]=1e9; skew[$ov]=1e9; done
 for rep in $(seq "$REPS"); do
   rm -rf "$W/one64"
   one_rank one64 64
@@ -150,7 +154,11 @@ for rep in $(seq "$REPS"); do
     dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
     read -r s1 s2 s3 < <(steady "$dir")
     a=$("$PYTHON" -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
-    echo "#   rep $rep overlap $ov: step $(ms "$s2") ms, comm wait $(ms "$s3") ms, all-reduce alone $(ms "$a") ms"
+    read -r t1 t2 _ < <("$PYTHON" bench/trainer_cpu_trace.py "$dir")
+    echo "#   rep $rep overlap $ov: step $(ms "$s2") ms, comm wait $(ms "$s3") ms, all-reduce alone $(ms "$a") ms," \
+      "tail $(ms "$t1") ms, backward-end spread $(ms "$t2") ms"
+    tail[$ov]=$(best_min "${tail[$ov]}" "$(calc "$t1 / $a")")
+    skew[$ov]=$(best_min "${skew[$ov]}" "$t2")
     # Within one run: the wait after backward over that run's all-reduce alone.
     wait[$ov]=$(best_min "${wait[$ov]}" "$(calc "$s3 / $a")")
     step[$ov]=$(best_min "${step[$ov]}" "$s2")
@@ -169,6 +177,10 @@ for ov in true false; do
     "$(ms "${step[$ov]} - $lone")" "$(pct "${step[$ov]}" "$lone" "$ar_best")"
   printf "  same run: rank 0 waits after backward %.0f%% of that run's all-reduce alone (best of $REPS)\n" \
     "$(calc "100*${wait[$ov]}")"
+  printf "  traces: after the slowest rank's backward the all-reduce runs on %.0f%% of that run's all-reduce alone;\n" \
+    "$(calc "100*${tail[$ov]}")"
+  printf "          the ranks' backward ends lie %.2f ms apart (medians over the traced steps, best of $REPS)\n" \
+    "$(ms "${skew[$ov]}")"
 done
 cores=$(nproc)
 note=""
