@@ -162,13 +162,15 @@ asan: deps
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_SECONDS ?= 20
+# UBSan aborts on its first report: left to recover, it prints and the fuzzer carries on as if nothing were found.
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz BINDIR=build-fuzz/bin CC=clang CUDA=0 \
-	  CFLAGS_EXTRA='-fsanitize=fuzzer-no-link,address,undefined' build-fuzz/libdtrain.a build-fuzz/libdtrain-app.a
+	  CFLAGS_EXTRA='-fsanitize=fuzzer-no-link $(FUZZ_SAN)' build-fuzz/libdtrain.a build-fuzz/libdtrain-app.a
 	@mkdir -p build-fuzz/fuzz
 	@set -e; for src in $(FUZZ_SRC); do \
 	  name=$$(basename $$src .c); \
-	  clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz/$$name $$src \
+	  clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o build-fuzz/fuzz/$$name $$src \
 	    build-fuzz/libdtrain-app.a build-fuzz/libdtrain.a $(DEP_LIBS) $(SYS_LIBS); \
 	  mkdir -p build-fuzz/corpus/$$name; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
