@@ -76,6 +76,25 @@ static void put_utf8(char **o, unsigned cp)
     }
 }
 
+/* Exactly 4 hex digits, as JSON has them: sscanf("%4x") would take a sign,
+ * spaces or "0x", and first runs strlen over the rest of the file, past its
+ * end when the file holds no zero byte. */
+static int hex4(const char *s, unsigned *cp)
+{
+    *cp = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+        if (d > 15)
+            return -1;
+        *cp = *cp << 4 | d;
+    }
+    return 0;
+}
+
 /* A JSON string into a fresh malloc'd C string. */
 static int jp_string(struct jp *p, char **out)
 {
@@ -103,7 +122,7 @@ static int jp_string(struct jp *p, char **out)
         case 'b': *w++ = '\b'; break;
         case 'f': *w++ = '\f'; break;
         case 'u':
-            if (p->s - r < 5 || sscanf(r + 1, "%4x", &cp) != 1) {
+            if (p->s - r < 5 || hex4(r + 1, &cp)) {
                 free(o);
                 return jp_fail(p, "bad \\u escape");
             }
@@ -119,15 +138,17 @@ static int jp_string(struct jp *p, char **out)
     return 0;
 }
 
+/* Digits read by hand, not strtoll: the header is not zero-terminated, and
+ * a header that ends in a digit would have strtoll read past the file. */
 static int jp_int(struct jp *p, int64_t *v)
 {
     jp_ws(p);
-    char *e;
-    errno = 0;
-    long long x = strtoll(p->s, &e, 10);
-    if (e == p->s || e > p->end || errno || x < 0)
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9')
         return jp_fail(p, "expected a non-negative integer");
-    p->s = e;
+    int64_t x = 0;
+    for (; p->s < p->end && *p->s >= '0' && *p->s <= '9'; p->s++)
+        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *p->s - '0', &x))
+            return jp_fail(p, "integer too large");
     *v = x;
     return 0;
 }
@@ -203,14 +224,16 @@ static int tensor_field(struct jp *p, const char *key, void *ctx)
     if (strcmp(key, "shape") == 0)
         return jp_int_array(p, t->shape, DT_ST_MAX_DIMS, &t->ndim);
     if (strcmp(key, "data_offsets") == 0) {
-        int64_t v[2];
+        int64_t v[3]; /* room for a third, so that it is named for what it is */
         int n;
-        int rc = jp_int_array(p, v, 2, &n);
-        if (rc == 0 && n != 2)
+        int rc = jp_int_array(p, v, 3, &n);
+        if (rc)
+            return rc;
+        if (n != 2)
             return jp_fail(p, "data_offsets needs 2 numbers");
         t->begin = (size_t)v[0];
         t->end = (size_t)v[1];
-        return rc;
+        return 0;
     }
     return jp_fail(p, "unknown tensor field");
 }
@@ -268,16 +291,22 @@ static int check_layout(const char *name, struct dt_safetensors *f, size_t data_
     struct dt_st_tensor *sorted = malloc((size_t)(f->n ? f->n : 1) * sizeof *sorted);
     if (!sorted)
         return dt_error_set(DT_ENOMEM, "%s: no memory", name);
-    memcpy(sorted, f->tensors, (size_t)f->n * sizeof *sorted);
+    if (f->n) /* a file of no tensors has tensors == NULL, which memcpy may not be given */
+        memcpy(sorted, f->tensors, (size_t)f->n * sizeof *sorted);
     qsort(sorted, (size_t)f->n, sizeof *sorted, cmp_begin);
     size_t at = 0;
     int rc = 0;
     for (int i = 0; i < f->n && rc == 0; i++) {
         const struct dt_st_tensor *t = &sorted[i];
         size_t want = dt_safetensors_dtype_size(t->dtype);
+        int wraps = 0;
+        /* A product that wraps could equal the byte count of a small range
+         * while a reader sizing a copy by the shape runs far past it. */
         for (int d = 0; d < t->ndim; d++)
-            want *= (size_t)t->shape[d];
-        if (t->begin != at || t->end < t->begin)
+            wraps |= __builtin_mul_overflow(want, (size_t)t->shape[d], &want);
+        if (wraps)
+            rc = dt_error_set(DT_EINVAL, "%s: tensor '%s': shape of more than 2^64 bytes", name, t->name);
+        else if (t->begin != at || t->end < t->begin)
             rc = dt_error_set(DT_EINVAL, "%s: tensor '%s': data_offsets [%zu, %zu] not contiguous (expected start %zu)",
                               name, t->name, t->begin, t->end, at);
         else if (t->end - t->begin != want)
@@ -312,6 +341,11 @@ int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_s
     }
     struct jp p = {(const char *)buf + 8, (const char *)buf + 8 + n, (const char *)buf + 8, name};
     int rc = jp_object(&p, top_field, out);
+    if (rc == 0) {
+        jp_ws(&p); /* the writers pad with spaces; anything else is not JSON */
+        if (p.s < p.end)
+            rc = jp_fail(&p, "trailing bytes after the header's object");
+    }
     if (rc == 0)
         rc = check_layout(name, out, len - 8 - n, buf + 8 + n);
     if (rc)

@@ -1,5 +1,6 @@
 /* test_safetensors.c - the safetensors writer byte for byte against the
- * reference implementation's vectors, and the reader's refusals. */
+ * reference implementation's vectors, and the reader's refusals, among them
+ * the inputs tests/fuzz/fuzz_safetensors.c found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,12 +137,58 @@ static void reader_refuses_bad_files(void **state)
     assert_int_equal(dt_safetensors_read("/nonexistent/x.safetensors", &st), DT_ENOTFOUND);
 }
 
+/* Refused with a message naming the file and containing `why`. */
+static void refused(const char *json, size_t data_len, const char *why)
+{
+    assert_int_equal(parse_text(json, data_len), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "bad.safetensors"));
+    if (!strstr(dt_error_last(), why))
+        fail_msg("wanted '%s' in: %s", why, dt_error_last());
+}
+
+/* Inputs fuzz_safetensors found or that stand next to them; each was a read
+ * past the buffer, undefined behaviour, or a file accepted that must not be. */
+static void reader_survives_fuzzed_headers(void **state)
+{
+    (void)state;
+    /* The file ends inside a number: strtoll read past the buffer's end. */
+    refused("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0", 0, "expected ']'");
+    refused("{\"a\":{\"dtype\":\"U8\",\"shape\":[", 0, "non-negative integer");
+    refused("{\"a\":{\"shape\":[-1]}}", 0, "non-negative integer");
+    refused("{\"a\":{\"shape\":[+2]}}", 0, "non-negative integer");
+    refused("{\"a\":{\"shape\":[99999999999999999999]}}", 0, "integer too large");
+    /* 2^62 x 4 floats is 2^66 bytes, 0 once wrapped to 64 bits, which an
+     * empty range matched. */
+    refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}", 0,
+            "more than 2^64 bytes");
+    /* A u-escape takes exactly 4 hex digits (sscanf took signs, spaces, 0x,
+     * and ran strlen over the rest of the file). */
+    refused("{\"__metadata__\":{\"k\":\"\\u+123\"}}", 0, "bad \\u escape");
+    refused("{\"__metadata__\":{\"k\":\"\\u 123\"}}", 0, "bad \\u escape");
+    refused("{\"__metadata__\":{\"k\":\"\\u0x12\"}}", 0, "bad \\u escape");
+    refused("{}x", 0, "trailing bytes");
+    refused("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0,0]}}", 0, "data_offsets needs 2");
+    /* No tensors at all: memcpy from a NULL array (UBSan). */
+    assert_int_equal(parse_text("{}   ", 0), 0);
+
+    const char *ok = "{\"__metadata__\":{\"k\":\"caf\\u00e9\\u2603\"}}";
+    size_t n = strlen(ok);
+    uint8_t *b = calloc(1, 8 + n);
+    b[0] = (uint8_t)n;
+    memcpy(b + 8, ok, n);
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_parse("ok", b, 8 + n, &st), 0);
+    assert_string_equal(dt_safetensors_meta(&st, "k"), "caf\xc3\xa9\xe2\x98\x83");
+    dt_safetensors_release(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_vectors),
         cmocka_unit_test(round_trip_orders_by_alignment_then_name),
         cmocka_unit_test(reader_refuses_bad_files),
+        cmocka_unit_test(reader_survives_fuzzed_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
