@@ -14,22 +14,85 @@
 
 #include "comm/error.h"
 
-static int read_exact(gzFile f, const char *path, void *buf, size_t len, const char *what)
+/* zlib's message for the last error, without the "<path>: " it puts first
+ * (ours are prefixed with the path already). */
+static const char *gz_message(gzFile f, const char *path, int *zerr)
 {
-    size_t got = 0;
-    while (got < len) {
-        unsigned chunk = len - got > (1u << 30) ? (1u << 30) : (unsigned)(len - got);
-        int r = gzread(f, (char *)buf + got, chunk);
-        if (r < 0) {
+    const char *msg = gzerror(f, zerr);
+    size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
+}
+
+/* Fills buf[from, to) of a `total`-byte part (the count is for the message). */
+static int read_range(gzFile f, const char *path, uint8_t *buf, size_t from, size_t to, size_t total,
+                      const char *what)
+{
+    while (from < to) {
+        unsigned chunk = to - from > (1u << 30) ? (1u << 30) : (unsigned)(to - from);
+        int r = gzread(f, buf + from, chunk);
+        if (r < 0) { /* Z_ERRNO: the disk failed; any other: the gzip stream is damaged */
             int zerr;
-            const char *msg = gzerror(f, &zerr);
-            return dt_error_set(DT_EIO, "%s: reading %s: %s", path, what, msg);
+            const char *msg = gz_message(f, path, &zerr);
+            if (zerr == Z_ERRNO)
+                return dt_error_set(DT_EIO, "%s: reading %s: %s", path, what, msg);
+            return dt_error_set(DT_EINVAL, "%s: damaged gzip stream in %s: %s", path, what, msg);
         }
         if (r == 0)
             return dt_error_set(DT_EINVAL, "%s: truncated: %s ends after %zu of %zu bytes", path, what,
-                                got, len);
-        got += (size_t)r;
+                                from, total);
+        from += (size_t)r;
     }
+    return 0;
+}
+
+static int read_exact(gzFile f, const char *path, void *buf, size_t len, const char *what)
+{
+    return read_range(f, path, buf, 0, len, len, what);
+}
+
+/* The data, in a buffer that grows (doubling from 1 MiB) as bytes arrive:
+ * the dims are only the header's word, and 20 bytes can claim 2^62 of data.
+ * Sized up front, such a file fails as "no memory" (or, lazily allocated,
+ * not at all until the short read) instead of as the truncated file it is. */
+static int read_data(gzFile f, const char *path, size_t bytes, uint8_t **out)
+{
+    size_t cap = bytes < ((size_t)1 << 20) ? bytes : (size_t)1 << 20, got = 0;
+    uint8_t *buf = malloc(cap ? cap : 1);
+    int rc = buf ? 0 : dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", path, cap);
+    while (rc == 0 && got < bytes) {
+        if (got == cap) {
+            cap = cap > bytes / 2 ? bytes : 2 * cap;
+            uint8_t *more = realloc(buf, cap);
+            if (!more) {
+                rc = dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", path, cap);
+                break;
+            }
+            buf = more;
+        }
+        rc = read_range(f, path, buf, got, cap, bytes, "the data");
+        got = cap;
+    }
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    return 0;
+}
+
+/* After the data: the end of the file, and for gzip its trailer.  A stream
+ * cut right after the data reads as a clean end (gzread returns 0, as it
+ * does for a file still being written) and only gzerror's Z_BUF_ERROR
+ * tells, which leaves the data's CRC unchecked. */
+static int read_end(gzFile f, const char *path, size_t bytes)
+{
+    uint8_t extra;
+    int r = gzread(f, &extra, 1), zerr = Z_OK;
+    const char *msg = gz_message(f, path, &zerr);
+    if (r > 0)
+        return dt_error_set(DT_EINVAL, "%s: more data than the header's dims say (%zu bytes)", path, bytes);
+    if (r < 0 || zerr == Z_BUF_ERROR)
+        return dt_error_set(DT_EINVAL, "%s: damaged gzip stream after the data: %s", path, msg);
     return 0;
 }
 
@@ -81,18 +144,10 @@ int dt_data_idx_load(const char *path, int ndim, const int64_t *want_dims, struc
                                   "%s: cannot open", path);
     size_t bytes = 0;
     int rc = read_header(f, path, ndim, want_dims, out, &bytes);
-    if (rc == 0) {
-        out->data = malloc(bytes ? bytes : 1);
-        if (!out->data)
-            rc = dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", path, bytes);
-    }
     if (rc == 0)
-        rc = read_exact(f, path, out->data, bytes, "the data");
-    if (rc == 0) {
-        uint8_t extra;
-        if (gzread(f, &extra, 1) > 0)
-            rc = dt_error_set(DT_EINVAL, "%s: more data than the header's dims say (%zu bytes)", path, bytes);
-    }
+        rc = read_data(f, path, bytes, &out->data);
+    if (rc == 0)
+        rc = read_end(f, path, bytes);
     gzclose(f);
     if (rc)
         dt_data_idx_release(out);

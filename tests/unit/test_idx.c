@@ -1,5 +1,6 @@
 /* test_idx.c - the IDX reader on the real Fashion-MNIST files and on broken
- * ones (bad magic, wrong dims, truncated, trailing data), each error naming the file. */
+ * ones (bad magic, wrong dims, truncated, trailing data, damaged gzip, dims
+ * far beyond the file), each error naming the file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,11 +102,63 @@ static void broken_files(void **state)
     assert_non_null(strstr(dt_error_last(), "/nonexistent/train-images-idx3-ubyte.gz"));
 }
 
+/* Writes raw bytes (no gzip framing of ours). */
+static void write_raw(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+}
+
+/* What fuzz_idx found: dims claiming terabytes in a 20-byte file were
+ * allocated up front and failed as "no memory".  Next to it: a gzip stream
+ * cut before its trailer was taken as whole, and a CRC mismatch was called
+ * an I/O error. */
+static void fuzzed_files(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtrain-idx-fz-%d.gz", (int)getpid());
+    const int64_t img[3] = {0, 28, 28}, any[2] = {0, 0};
+    uint8_t huge[16 + 4] = {0, 0, 8, 3, 0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 28, 0, 0, 0, 28, 1, 2, 3, 4};
+    write_gz(path, huge, sizeof huge);
+    assert_int_equal(load(path, 3, img), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), path));
+    assert_non_null(strstr(dt_error_last(), "truncated: the data ends after 4 of 1683627179248 bytes"));
+    uint8_t huge2[12 + 4] = {0, 0, 8, 2, 0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3, 4};
+    write_raw(path, huge2, sizeof huge2);
+    assert_int_equal(load(path, 2, any), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "truncated"));
+
+    /* A gzip file's last 8 bytes: CRC-32 and length of the data. */
+    uint8_t good[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 9, 0, 3};
+    const int64_t lab[1] = {0};
+    write_gz(path, good, sizeof good);
+    FILE *f = fopen(path, "rb");
+    uint8_t gz[256];
+    size_t n = fread(gz, 1, sizeof gz, f);
+    fclose(f);
+    assert_true(n > 8 && n < sizeof gz);
+    gz[n - 8] ^= 1;
+    write_raw(path, gz, n);
+    assert_int_equal(load(path, 1, lab), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "damaged gzip stream"));
+    gz[n - 8] ^= 1;
+    write_raw(path, gz, n - 8);
+    assert_int_equal(load(path, 1, lab), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "damaged gzip stream"));
+    write_raw(path, gz, n);
+    assert_int_equal(load(path, 1, lab), 0);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(real_files),
         cmocka_unit_test(broken_files),
+        cmocka_unit_test(fuzzed_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
