@@ -17,6 +17,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,21 +219,24 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     return 0;
 }
 
-static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long *v);
+static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
+                    long long *v);
+
+/* The run's counters in the metadata, in the order of verify()'s keys. */
+enum { M_STEP, M_EPOCH, M_BATCH, M_SEED, M_WORLD, M_BATCH_SIZE, M_ADAMW_STEP, M_COUNT };
 
 /* What dt_ckpt_load() needs of a file before it touches the model: the
- * format, the metadata, and each tensor's bytes matching its checksum. */
-static int verify(const struct dt_safetensors *f, const char *path)
+ * format, the counters (into v[M_COUNT]), and each tensor's bytes matching
+ * its checksum. */
+static int verify(const struct dt_safetensors *f, const char *path, long long *v)
 {
     const char *fmt = dt_safetensors_meta(f, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
         return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", path, CKPT_FORMAT);
-    static const char *const keys[] = {"step", "epoch", "batch", "seed", "world", "batch_size", "adamw_step"};
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        long long v;
-        if (meta_i64(f, path, keys[k], &v))
+    static const char *const keys[M_COUNT] = {"step", "epoch", "batch", "seed", "world", "batch_size", "adamw_step"};
+    for (int k = 0; k < M_COUNT; k++)
+        if (meta_i64(f, path, keys[k], 0, LLONG_MAX, &v[k]))
             return DT_EINVAL;
-    }
     for (int i = 0; i < f->n; i++) {
         const struct dt_st_tensor *t = &f->tensors[i];
         char key[DT_ST_MAX_NAME + 16];
@@ -251,12 +256,12 @@ static int verify(const struct dt_safetensors *f, const char *path)
 }
 
 /* Reads and verifies a whole file; on success *f holds it (release it). */
-static int read_verified(const char *path, struct dt_safetensors *f)
+static int read_verified(const char *path, struct dt_safetensors *f, long long *v)
 {
     int rc = dt_safetensors_read(path, f);
     if (rc)
         return rc;
-    rc = verify(f, path);
+    rc = verify(f, path, v);
     if (rc)
         dt_safetensors_release(f);
     return rc;
@@ -272,7 +277,8 @@ int dt_ckpt_latest(const char *dir, char *path, size_t len)
     for (int i = 0; i < n; i++) {
         snprintf(path, len, "%s/step_%08lld.safetensors", dir, all[i]);
         struct dt_safetensors f;
-        if (read_verified(path, &f) == 0) {
+        long long v[M_COUNT];
+        if (read_verified(path, &f, v) == 0) {
             dt_safetensors_release(&f);
             return 0;
         }
@@ -288,78 +294,100 @@ int dt_ckpt_latest(const char *dir, char *path, size_t len)
                         dir, n, first_err);
 }
 
-static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long *v)
+/* An integer of the metadata in [lo, hi]: no checksum covers the metadata,
+ * and a negative batch would index the loader's slots backwards. */
+static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
+                    long long *v)
 {
     const char *s = dt_safetensors_meta(f, key);
-    char *end;
-    if (!s || (*v = strtoll(s, &end, 10), *end))
+    char *end = NULL;
+    errno = 0;
+    if (!s || !*s || (*v = strtoll(s, &end, 10), *end) || errno)
         return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
+    if (*v < lo || *v > hi)
+        return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo, hi);
     return 0;
 }
 
-static int restore_tensor(const struct dt_safetensors *f, const char *path, const struct dt_st_entry *e)
+/* A model tensor in the file: present, F32, of the model's shape.  Checked
+ * for all before any is copied, so a refused file leaves the model as it was. */
+static const struct dt_st_tensor *file_tensor(const struct dt_safetensors *f, const char *path,
+                                              const struct dt_st_entry *e)
 {
     const struct dt_st_tensor *t = dt_safetensors_find(f, e->name);
-    if (!t || strcmp(t->dtype, "F32") || t->ndim != e->ndim)
-        return dt_error_set(DT_EINVAL, "%s: tensor %s missing or not F32 of %d dims", path, e->name, e->ndim);
+    if (!t || strcmp(t->dtype, "F32") || t->ndim != e->ndim) {
+        dt_error_set(DT_EINVAL, "%s: tensor %s missing or not F32 of %d dims", path, e->name, e->ndim);
+        return NULL;
+    }
     for (int d = 0; d < e->ndim; d++)
-        if (t->shape[d] != e->shape[d])
-            return dt_error_set(DT_EINVAL, "%s: tensor %s dim %d is %lld, this model has %lld", path, e->name, d,
-                                (long long)t->shape[d], (long long)e->shape[d]);
-    memcpy((void *)e->data, t->data, t->end - t->begin);
-    return 0;
+        if (t->shape[d] != e->shape[d]) {
+            dt_error_set(DT_EINVAL, "%s: tensor %s dim %d is %lld, this model has %lld", path, e->name, d,
+                         (long long)t->shape[d], (long long)e->shape[d]);
+            return NULL;
+        }
+    return t;
 }
 
-/* A checkpoint from before AMP has no "amp" key: it was an fp32 run. */
-static int amp_restore(const struct dt_safetensors *f, const char *path, struct dt_ckpt_state *s)
+/* A checkpoint from before AMP has no "amp" key: it was an fp32 run.  The
+ * scaler's state is the file's word, so it is held to what the scaler's
+ * state machine can reach: a scale in [0, FLT_MAX] (backing off has no lower
+ * clamp, growing stops short of inf), a tracker and a count not negative. */
+static int amp_restore(const struct dt_safetensors *f, const char *path, enum dt_amp_dtype want,
+                       struct dt_grad_scaler *sc)
 {
     const char *amp = dt_safetensors_meta(f, "amp");
-    if (strcmp(amp ? amp : "off", amp_names[s->amp]))
+    if (strcmp(amp ? amp : "off", amp_names[want]))
         return dt_error_set(DT_EINVAL, "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
-                            "another checkpoint dir)", path, amp ? amp : "off", amp_names[s->amp]);
+                            "another checkpoint dir)", path, amp ? amp : "off", amp_names[want]);
     if (!amp)
         return 0;
     long long tracker, skipped;
     const char *scale = dt_safetensors_meta(f, "loss_scale");
     char *end = NULL;
     float v = scale ? strtof(scale, &end) : 0;
-    if (!scale || *end || meta_i64(f, path, "growth_tracker", &tracker) ||
-        meta_i64(f, path, "skipped_steps", &skipped))
+    if (!scale || !*scale || *end)
         return dt_error_set(DT_EINVAL, "%s: AMP checkpoint without a readable loss scaler state", path);
-    s->scaler.scale = v;
-    s->scaler.growth_tracker = (int32_t)tracker;
-    s->scaler.skipped = skipped;
+    if (!isfinite(v) || v < 0)
+        return dt_error_set(DT_EINVAL, "%s: loss_scale %s is not a finite number >= 0", path, scale);
+    if (meta_i64(f, path, "growth_tracker", 0, INT32_MAX, &tracker) ||
+        meta_i64(f, path, "skipped_steps", 0, LLONG_MAX, &skipped))
+        return DT_EINVAL;
+    sc->scale = v;
+    sc->growth_tracker = (int32_t)tracker;
+    sc->skipped = skipped;
     return 0;
 }
 
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
 {
     struct dt_safetensors f;
-    int rc = read_verified(path, &f);
+    long long v[M_COUNT];
+    int rc = read_verified(path, &f, v);
     if (rc)
         return rc;
-    long long step = 0, epoch = 0, batch = 0, seed = 0, world = 0, bs = 0, astep = 0;
-    if (!(rc = meta_i64(&f, path, "step", &step)) && !(rc = meta_i64(&f, path, "epoch", &epoch)) &&
-        !(rc = meta_i64(&f, path, "batch", &batch)) && !(rc = meta_i64(&f, path, "seed", &seed)) &&
-        !(rc = meta_i64(&f, path, "world", &world)) && !(rc = meta_i64(&f, path, "batch_size", &bs)))
-        rc = meta_i64(&f, path, "adamw_step", &astep);
-    if (!rc && ((uint64_t)seed != s->seed || world != s->world || bs != s->batch_size))
+    if ((uint64_t)v[M_SEED] != s->seed || v[M_WORLD] != s->world || v[M_BATCH_SIZE] != s->batch_size)
         rc = dt_error_set(DT_EINVAL,
                           "%s: saved with seed %lld, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
                           "(the data order would differ; use another checkpoint dir or resume: never)",
-                          path, seed, world, bs, (unsigned long long)s->seed, s->world, s->batch_size);
+                          path, v[M_SEED], v[M_WORLD], v[M_BATCH_SIZE], (unsigned long long)s->seed, s->world,
+                          s->batch_size);
     struct dt_st_entry e[MAX_ENTRIES];
+    const struct dt_st_tensor *t[MAX_ENTRIES];
     char names[MAX_ENTRIES][64];
     int n = entries(m, a, e, names);
     for (int i = 0; i < n && !rc; i++)
-        rc = restore_tensor(&f, path, &e[i]);
+        rc = (t[i] = file_tensor(&f, path, &e[i])) ? 0 : DT_EINVAL;
+    struct dt_grad_scaler scaler = s->scaler;
     if (!rc)
-        rc = amp_restore(&f, path, s);
+        rc = amp_restore(&f, path, s->amp, &scaler);
+    for (int i = 0; i < n && !rc; i++)
+        memcpy((void *)e[i].data, t[i]->data, t[i]->end - t[i]->begin);
     if (!rc) {
-        s->step = step;
-        s->epoch = epoch;
-        s->batch = batch;
-        a->step = astep;
+        s->step = v[M_STEP];
+        s->epoch = v[M_EPOCH];
+        s->batch = v[M_BATCH];
+        s->scaler = scaler;
+        a->step = v[M_ADAMW_STEP];
     }
     dt_safetensors_release(&f);
     return rc;

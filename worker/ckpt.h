@@ -40,7 +40,8 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
 int dt_ckpt_latest(const char *dir, char *path, size_t len);
 
 /* Restores model, optimizer and state; the model's shapes, the seed, world
- * size and batch size must match the file's (the data order depends on them). */
+ * size and batch size must match the file's (the data order depends on them).
+ * A file refused for any reason leaves all three as they were. */
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);
 
 #endif

@@ -168,6 +168,9 @@ static int maybe_resume(struct dt_trainer *t)
     if (st.step > t->total_steps)
         return dt_error_set(DT_EINVAL, "%s: step %lld is past this job's %lld steps", path, (long long)st.step,
                             (long long)t->total_steps);
+    if (st.batch > t->batches_per_epoch) /* the loader would run dry, which reads as a bug of dtrain */
+        return dt_error_set(DT_EINVAL, "%s: batch %lld is past this job's %lld batches per epoch", path,
+                            (long long)st.batch, (long long)t->batches_per_epoch);
     t->step = st.step;
     t->epoch = st.epoch;
     t->batch = st.batch;

@@ -1,7 +1,7 @@
 /* test_ckpt.c - checkpoint files under damage: a save/load round trip is exact;
  * a truncated, bit-flipped or foreign newest file is rejected with a sentence
  * naming it and the previous one is used; all damaged is an error, not a
- * fresh start; a writer SIGKILLed at random instants mid-save never leaves a
+ * fresh start; metadata out of range is refused and leaves the model alone; a writer SIGKILLed at random instants mid-save never leaves a
  * directory whose newest usable checkpoint fails to load, and its temporary
  * leftovers are ignored and later cleaned up. */
 #include <setjmp.h>
@@ -26,6 +26,7 @@
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/model.h"
+#include "worker/safetensors.h"
 
 struct fx {
     char dir[64];
@@ -179,6 +180,74 @@ static void all_damaged_is_an_error(void **state)
     assert_int_equal(dt_ckpt_latest(empty, got, sizeof got), DT_ENOTFOUND);
 }
 
+/* Rewrites a checkpoint with one metadata value replaced; the tensors and
+ * their checksums stay as they were, since nothing covers the metadata. */
+static void edit_meta(const char *path, const char *key, const char *value)
+{
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_read(path, &st), 0);
+    struct dt_st_entry *e = calloc((size_t)st.n, sizeof *e);
+    for (int i = 0; i < st.n; i++) {
+        const struct dt_st_tensor *t = &st.tensors[i];
+        e[i] = (struct dt_st_entry){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(e[i].shape, t->shape, sizeof t->shape);
+    }
+    const char **meta = calloc(2 * (size_t)st.n_meta, sizeof *meta);
+    int found = 0;
+    for (int i = 0; i < st.n_meta; i++) {
+        meta[2 * i] = st.meta[2 * i];
+        found += strcmp(st.meta[2 * i], key) == 0;
+        meta[2 * i + 1] = strcmp(st.meta[2 * i], key) ? st.meta[2 * i + 1] : value;
+    }
+    assert_int_equal(found, 1);
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(dt_safetensors_write_fd(fd, path, e, st.n, meta, st.n_meta), 0);
+    close(fd);
+    free(meta);
+    free(e);
+    dt_safetensors_release(&st);
+}
+
+/* What fuzz_ckpt found: metadata the trainer cannot resume from (a negative
+ * batch indexes the loader's slots backwards; a NaN loss scale skips every
+ * step) was taken, and a file refused after the tensors were checked
+ * had already overwritten the model. */
+static void bad_metadata_is_refused_and_leaves_the_model(void **state)
+{
+    struct fx *f = *state;
+    static const struct {
+        const char *key, *value, *why;
+    } bad[] = {
+        {"batch", "-2", "metadata 'batch' is -2, outside 0..9223372036854775807"},
+        {"step", "", "metadata 'step' missing or bad"},
+        {"epoch", "99999999999999999999", "metadata 'epoch' missing or bad"},
+        {"adamw_step", "-1", "metadata 'adamw_step' is -1"},
+        {"loss_scale", "nan", "loss_scale nan is not a finite number >= 0"},
+        {"loss_scale", "-1", "loss_scale -1 is not a finite number >= 0"},
+        {"loss_scale", "inf", "loss_scale inf is not a finite number >= 0"},
+        {"loss_scale", "", "without a readable loss scaler state"},
+        {"growth_tracker", "-5", "metadata 'growth_tracker' is -5"},
+        {"growth_tracker", "4294967296", "outside 0..2147483647"},
+        {"skipped_steps", "-1", "metadata 'skipped_steps' is -1"},
+    };
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        save(f, 7);
+        edit_meta(p, bad[i].key, bad[i].value);
+        fill(f, 1);
+        struct dt_ckpt_state s = state_at(0);
+        assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+        assert_non_null(strstr(dt_error_last(), p));
+        if (!strstr(dt_error_last(), bad[i].why))
+            fail_msg("%s=\"%s\": wanted '%s' in: %s", bad[i].key, bad[i].value, bad[i].why, dt_error_last());
+        assert_true(f->m->params[0] == 1.0f && f->a.m[0] == 0.5f); /* step 1's values, not the file's */
+        assert_int_equal(s.step, 0);
+        assert_int_equal(f->a.step, 1);
+    }
+}
+
 static int count_tmp(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -249,6 +318,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(truncated_newest_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(flipped_bit_is_caught_by_the_checksum, setup, teardown),
         cmocka_unit_test_setup_teardown(all_damaged_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_metadata_is_refused_and_leaves_the_model, setup, teardown),
         cmocka_unit_test_setup_teardown(killed_writer_leaves_a_usable_checkpoint, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
