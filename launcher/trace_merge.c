@@ -30,6 +30,9 @@
 
 #define MAX_INPUTS 4096
 #define MAX_FILE_BYTES ((size_t)2 << 30)
+/* Ranks and attempt numbers beyond are garbage, and kept below INT_MAX the
+ * pid after the last rank and the tid of a rank's row are ints. */
+#define MAX_RANK 1000000
 
 struct input {
     char path[4200];
@@ -45,15 +48,19 @@ struct merge {
     const char *out;
 };
 
-/* N from ".../trace_rank<N>.json", or -1. */
+/* N from ".../trace_rank<N>.json", or -1 (also for an N beyond MAX_RANK). */
 static int rank_from_name(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    int rank, used = 0;
-    if (sscanf(base, "trace_rank%d.json%n", &rank, &used) == 1 && used > 0 && base[used] == 0 && rank >= 0)
-        return rank;
-    return -1;
+    if (strncmp(base, "trace_rank", 10) != 0 || base[10] < '0' || base[10] > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long rank = strtol(base + 10, &end, 10); /* not sscanf's %d: overflow is undefined there */
+    if (errno || rank > MAX_RANK || strcmp(end, ".json") != 0)
+        return -1;
+    return (int)rank;
 }
 
 static int add_input(struct merge *m, const char *path)
@@ -130,9 +137,14 @@ static int load(struct merge *m, struct input *in, int index)
         if (e->type != DT_JSON_OBJECT || !dt_json_get_str(e, "ph"))
             return dt_error_set(DT_EINVAL, "%s:%d:%d: a trace event must be an object with a \"ph\" string",
                                 in->path, e->line, e->col);
-    double r;
-    if (dt_json_get_num(dt_json_get(in->doc, "otherData"), "rank", &r) && r >= 0 && r == floor(r))
-        in->rank = (int)r;
+    const struct dt_json *r = dt_json_get(dt_json_get(in->doc, "otherData"), "rank");
+    if (r && r->type == DT_JSON_NUMBER) {
+        if (!(r->num >= 0 && r->num <= MAX_RANK && r->num == floor(r->num)))
+            return dt_error_set(DT_EINVAL,
+                                "%s:%d:%d: otherData.rank is %.40s, not a rank (a whole number from 0 to %d)",
+                                in->path, r->line, r->col, r->str, MAX_RANK);
+        in->rank = (int)r->num;
+    }
     if (in->rank < 0)
         in->rank = index;
     return 0;
@@ -169,10 +181,15 @@ static bool launch_anchor(const struct dt_json *s, double *unix_s, bool *coarse)
     return true;
 }
 
+/* A span of the launch row; none when a garbled summary.json puts it beyond
+ * a double (1e308 s), as printf would write "inf", which is not JSON. */
 static void write_x(FILE *f, int pid, int tid, const char *name, double t0_us, double t1_us, const char *args)
 {
+    double dur = t1_us > t0_us ? t1_us - t0_us : 0;
+    if (!isfinite(t0_us) || !isfinite(dur))
+        return;
     fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"ts\": %.3f, \"dur\": %.3f, "
-               "\"args\": {%s}}", pid, tid, name, t0_us, t1_us > t0_us ? t1_us - t0_us : 0, args);
+               "\"args\": {%s}}", pid, tid, name, t0_us, dur, args);
 }
 
 static void write_meta(FILE *f, int pid, int tid, const char *what, const char *key, const char *value)
@@ -187,7 +204,8 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
     double base, t0, t1, rank;
     bool coarse;
     const struct dt_json *attempts = dt_json_get(s, "attempts");
-    if (!launch_anchor(s, &base, &coarse) || !attempts || attempts->type != DT_JSON_ARRAY)
+    if (!launch_anchor(s, &base, &coarse) || !isfinite(base * 1e6) || !attempts ||
+        attempts->type != DT_JSON_ARRAY)
         return;
     base *= 1e6;
     write_meta(f, pid, 0, "process_name", "name",
@@ -198,13 +216,16 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
     for (const struct dt_json *a = attempts->child; a; a = a->next) {
         char args[64];
         double k = 0;
-        dt_json_get_num(a, "attempt", &k);
-        snprintf(args, sizeof args, "\"attempt\": %d", (int)k);
+        if (dt_json_get_num(a, "attempt", &k) && k >= 0 && k <= MAX_RANK)
+            snprintf(args, sizeof args, "\"attempt\": %d", (int)k);
+        else
+            args[0] = 0; /* the spans stay, unlabelled */
         if (dt_json_get_num(a, "start_s", &t0) && dt_json_get_num(a, "end_s", &t1))
             write_x(f, pid, 1, "attempt", base + t0 * 1e6, base + t1 * 1e6, args);
         const struct dt_json *ranks = dt_json_get(a, "ranks");
         for (const struct dt_json *r = ranks ? ranks->child : NULL; r; r = r->next) {
-            if (!dt_json_get_num(r, "rank", &rank) || rank < 0 || rank > 1e6 || !dt_json_get_num(r, "spawn_s", &t0))
+            if (!dt_json_get_num(r, "rank", &rank) || rank < 0 || rank > MAX_RANK ||
+                !dt_json_get_num(r, "spawn_s", &t0))
                 continue;
             if (!dt_json_get_num(r, "exit_s", &t1))
                 t1 = t0;
