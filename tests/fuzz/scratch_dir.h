@@ -6,7 +6,8 @@
  * missing part means that file is absent, so "no summary.json" is fuzzed too.
  * The directory is made once per process, in $TMPDIR or else /dev/shm (a
  * file written and removed on every run costs a disk's journal otherwise:
- * ten times fewer runs a second), and emptied at exit.
+ * ten times fewer runs a second), and removed at a clean exit; a crash
+ * leaves it, holding the files of the input that crashed.
  *
  * Not a fuzz target (the Makefile builds only tests/fuzz/fuzz_*.c) and not
  * for anything but tests: it aborts on any file system error.
