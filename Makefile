@@ -162,7 +162,9 @@ asan: deps
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_SECONDS ?= 20
-# UBSan aborts on its first report: left to recover, it prints and the fuzzer carries on as if nothing were found.
+# UBSan aborts on its first report: left to recover, it prints and the fuzzer
+# carries on as if nothing were found (and only each log's tail is shown).
+# An input that runs 25 s is a hang (libFuzzer's default waits 20 minutes).
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz BINDIR=build-fuzz/bin CC=clang CUDA=0 \
@@ -174,8 +176,10 @@ fuzz: deps
 	    build-fuzz/libdtrain-app.a build-fuzz/libdtrain.a $(DEP_LIBS) $(SYS_LIBS); \
 	  mkdir -p build-fuzz/corpus/$$name; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  build-fuzz/fuzz/$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 build-fuzz/corpus/$$name \
-	    $$( [ -d tests/fuzz/corpus/$$name ] && echo tests/fuzz/corpus/$$name ) > build-fuzz/fuzz/$$name.log 2>&1 \
+	  UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1} \
+	  build-fuzz/fuzz/$$name -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=0 \
+	    build-fuzz/corpus/$$name $$( [ -d tests/fuzz/corpus/$$name ] && echo tests/fuzz/corpus/$$name ) \
+	    > build-fuzz/fuzz/$$name.log 2>&1 \
 	    || { tail -n 40 build-fuzz/fuzz/$$name.log; echo "fuzz: $$name found a crash (log: build-fuzz/fuzz/$$name.log)"; exit 1; }; \
 	  tail -n 3 build-fuzz/fuzz/$$name.log; \
 	done

@@ -1,46 +1,19 @@
-/* cmd_trace.c - `dtrain trace merge`: one Chrome trace out of every rank's.
+/* cmd_trace.c - `dtrain trace merge`: its command line, defaults and messages.
  *
- * Each rank of a traced run writes <run dir>/trace_rank<N>.json
- * (worker/trace.h).  Merging gives every rank its own process row (pid = rank,
- * named "rank N"), keeps each rank's tracks (launch, compute, communication,
- * data) and adds, when the run directory holds the launcher's summary.json, a
- * "dtrain launch" row with each attempt and each rank's life from spawn to
- * exit, so a slow start-up shows where it went.  It then prints each rank's
- * time per step and names a straggler.  Timestamps are wall-clock
- * microseconds in every input, so nothing is shifted.
- *
- * Not for recording spans (worker/trace.c) or for reading JSON (report_json.c).
+ * The merge itself is dt_trace_merge (trace_merge.c), so it runs without a
+ * process of its own.  Not for recording spans (worker/trace.c) or for reading
+ * JSON (report_json.c).
  */
 #include "launcher/cli.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "comm/error.h"
-#include "launcher/report_json.h"
-
-#define MAX_INPUTS 4096
-#define MAX_FILE_BYTES ((size_t)2 << 30)
-
-struct input {
-    char path[4200];
-    int rank;
-    struct dt_json *doc;
-};
-
-struct merge {
-    struct dt_json_arena arena;
-    struct input *in;
-    int n;
-    const char *run_dir;   /* the one directory given, for summary.json */
-    const char *out;
-};
+#include "launcher/trace_merge.h"
 
 static void usage(FILE *out)
 {
@@ -58,325 +31,19 @@ static void usage(FILE *out)
             "Exit status: 0 on success, 1 when an input is missing or not a trace, 2 on a usage error.\n");
 }
 
-/* N from ".../trace_rank<N>.json", or -1. */
-static int rank_from_name(const char *path)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    int rank, used = 0;
-    if (sscanf(base, "trace_rank%d.json%n", &rank, &used) == 1 && used > 0 && base[used] == 0 && rank >= 0)
-        return rank;
-    return -1;
-}
-
-static int add_input(struct merge *m, const char *path)
-{
-    if (m->n >= MAX_INPUTS)
-        return dt_error_set(DT_EINVAL, "more than %d trace files", MAX_INPUTS);
-    struct input *in = &m->in[m->n++];
-    snprintf(in->path, sizeof in->path, "%s", path);
-    in->rank = rank_from_name(path);
-    return 0;
-}
-
-static int by_rank(const void *a, const void *b)
-{
-    const struct input *x = a, *y = b;
-    return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
-/* Every trace_rank<N>.json in dir, in rank order. */
-static int add_dir(struct merge *m, const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "cannot open the run directory %s",
-                                  dir);
-    int first = m->n, rc = 0;
-    struct dirent *e;
-    while (!rc && (e = readdir(d))) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (rank_from_name(e->d_name) >= 0)
-            rc = add_input(m, path);
-    }
-    closedir(d);
-    if (!rc && m->n == first)
-        rc = dt_error_set(DT_ENOTFOUND, "%s holds no trace_rank<N>.json (run the job with --trace or "
-                                        "trace: {steps: \"10-20\"} in its trainer: section)", dir);
-    qsort(m->in + first, (size_t)(m->n - first), sizeof *m->in, by_rank);
-    return rc;
-}
-
-/* The events array of a trace: the object form {"traceEvents": [...]} or a bare array. */
-static const struct dt_json *events_of(const struct dt_json *doc)
-{
-    if (doc->type == DT_JSON_ARRAY)
-        return doc;
-    const struct dt_json *ev = dt_json_get(doc, "traceEvents");
-    return ev && ev->type == DT_JSON_ARRAY ? ev : NULL;
-}
-
-static int load(struct merge *m, struct input *in, int index)
-{
-    char *src;
-    size_t len;
-    int rc = dt_json_read_file(&m->arena, in->path, MAX_FILE_BYTES, &src, &len);
-    if (!rc)
-        rc = dt_json_parse(&m->arena, src, len, in->path, 1, &in->doc);
-    if (rc)
-        return rc;
-    const struct dt_json *ev = events_of(in->doc);
-    if (!ev)
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: not a Chrome trace (no \"traceEvents\" array)", in->path,
-                            in->doc->line, in->doc->col);
-    for (const struct dt_json *e = ev->child; e; e = e->next)
-        if (e->type != DT_JSON_OBJECT || !dt_json_get_str(e, "ph"))
-            return dt_error_set(DT_EINVAL, "%s:%d:%d: a trace event must be an object with a \"ph\" string",
-                                in->path, e->line, e->col);
-    double r;
-    if (dt_json_get_num(dt_json_get(in->doc, "otherData"), "rank", &r) && r >= 0 && r == floor(r))
-        in->rank = (int)r;
-    if (in->rank < 0)
-        in->rank = index;
-    return 0;
-}
-
-/* One event with its pid replaced by the rank (added if it had none). */
-static void write_event(FILE *f, const struct dt_json *e, int pid)
-{
-    fprintf(f, "{\"pid\": %d", pid);
-    for (const struct dt_json *c = e->child; c; c = c->next) {
-        if (strcmp(c->key, "pid") == 0)
-            continue;
-        fputs(", ", f);
-        dt_json_write_str(f, c->key, strlen(c->key));
-        fputs(": ", f);
-        dt_json_write(f, c);
-    }
-    fputc('}', f);
-}
-
-/* The launcher's start as Unix seconds: "started_unix" when summary.json has
- * it, else "started_at" (whole seconds, so the row is aligned only that well). */
-static bool launch_anchor(const struct dt_json *s, double *unix_s, bool *coarse)
-{
-    *coarse = false;
-    if (dt_json_get_num(s, "started_unix", unix_s))
-        return true;
-    const char *at = dt_json_get_str(s, "started_at");
-    struct tm tm = {0};
-    if (!at || !strptime(at, "%Y-%m-%dT%H:%M:%SZ", &tm))
-        return false;
-    *unix_s = (double)timegm(&tm);
-    *coarse = true;
-    return true;
-}
-
-static void write_x(FILE *f, int pid, int tid, const char *name, double t0_us, double t1_us, const char *args)
-{
-    fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"ts\": %.3f, \"dur\": %.3f, "
-               "\"args\": {%s}}", pid, tid, name, t0_us, t1_us > t0_us ? t1_us - t0_us : 0, args);
-}
-
-static void write_meta(FILE *f, int pid, int tid, const char *what, const char *key, const char *value)
-{
-    fprintf(f, ",\n{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"args\": {\"%s\": %s}}", pid, tid,
-            what, key, value);
-}
-
-/* A "dtrain launch" process: tid 1 the attempts, tid 2 + r the life of rank r. */
-static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
-{
-    double base, t0, t1, rank;
-    bool coarse;
-    const struct dt_json *attempts = dt_json_get(s, "attempts");
-    if (!launch_anchor(s, &base, &coarse) || !attempts || attempts->type != DT_JSON_ARRAY)
-        return;
-    base *= 1e6;
-    write_meta(f, pid, 0, "process_name", "name",
-               coarse ? "\"dtrain launch (aligned to the second)\"" : "\"dtrain launch\"");
-    write_meta(f, pid, 0, "process_sort_index", "sort_index", "-1");
-    write_meta(f, pid, 1, "thread_name", "name", "\"attempts\"");
-    int shown = 0;
-    for (const struct dt_json *a = attempts->child; a; a = a->next) {
-        char args[64];
-        double k = 0;
-        dt_json_get_num(a, "attempt", &k);
-        snprintf(args, sizeof args, "\"attempt\": %d", (int)k);
-        if (dt_json_get_num(a, "start_s", &t0) && dt_json_get_num(a, "end_s", &t1))
-            write_x(f, pid, 1, "attempt", base + t0 * 1e6, base + t1 * 1e6, args);
-        const struct dt_json *ranks = dt_json_get(a, "ranks");
-        for (const struct dt_json *r = ranks ? ranks->child : NULL; r; r = r->next) {
-            if (!dt_json_get_num(r, "rank", &rank) || rank < 0 || rank > 1e6 || !dt_json_get_num(r, "spawn_s", &t0))
-                continue;
-            if (!dt_json_get_num(r, "exit_s", &t1))
-                t1 = t0;
-            if ((int)rank >= shown) { /* name each rank's row once */
-                for (; shown <= (int)rank; shown++) {
-                    char name[48];
-                    snprintf(name, sizeof name, "\"rank %d process\"", shown);
-                    write_meta(f, pid, 2 + shown, "thread_name", "name", name);
-                }
-            }
-            write_x(f, pid, 2 + (int)rank, "spawn to exit", base + t0 * 1e6, base + t1 * 1e6, args);
-        }
-    }
-}
-
-static int write_merged(struct merge *m, const struct dt_json *summary)
-{
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", m->out);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", tmp);
-    fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"merged_from\": [", f);
-    for (int i = 0; i < m->n; i++) {
-        dt_json_write_str(f, m->in[i].path, strlen(m->in[i].path));
-        fputs(i + 1 < m->n ? ", " : "", f);
-    }
-    fputs("]},\n\"traceEvents\": [\n", f);
-    int max_rank = -1, first = 1;
-    for (int i = 0; i < m->n; i++) {
-        max_rank = m->in[i].rank > max_rank ? m->in[i].rank : max_rank;
-        for (const struct dt_json *e = events_of(m->in[i].doc)->child; e; e = e->next) {
-            fputs(first ? "" : ",\n", f);
-            first = 0;
-            write_event(f, e, m->in[i].rank);
-        }
-    }
-    if (first) /* keep the launch row's leading commas valid */
-        fputs("{\"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"name\": \"process_name\", \"args\": {\"name\": \"rank 0\"}}", f);
-    if (summary)
-        write_launch_row(f, summary, max_rank + 1);
-    fputs("\n]}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        remove(tmp);
-        return dt_error_set(DT_EIO, "writing %s failed (disk full?)", tmp);
-    }
-    if (rename(tmp, m->out) != 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, m->out);
-    return 0;
-}
-
-/* Mean per-step time of a rank's "step" spans and of its "comm wait" spans (µs). */
-static bool step_means(const struct dt_json *doc, double *step_us, double *wait_us)
-{
-    double sum[2] = {0, 0}, dur;
-    int n = 0;
-    for (const struct dt_json *e = events_of(doc)->child; e; e = e->next) {
-        const char *name = dt_json_get_str(e, "name"), *ph = dt_json_get_str(e, "ph");
-        if (!name || strcmp(ph, "X") || !dt_json_get_num(e, "dur", &dur))
-            continue;
-        if (strcmp(name, "step") == 0) {
-            sum[0] += dur;
-            n++;
-        } else if (strcmp(name, "comm wait") == 0) {
-            sum[1] += dur;
-        }
-    }
-    *step_us = n ? sum[0] / n : 0;
-    *wait_us = n ? sum[1] / n : 0;
-    return n > 0;
-}
-
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* In data-parallel training every rank's step lasts as long as the slowest
- * rank's work, the others wait in "comm wait"; so the work per step (step
- * minus comm wait) tells a straggler: named when 10% over the median rank. */
-static void say_stragglers(const struct merge *m)
-{
-    double work[MAX_INPUTS], sorted[MAX_INPUTS], step, wait;
-    int n = 0;
-    for (int i = 0; i < m->n; i++) {
-        work[i] = step_means(m->in[i].doc, &step, &wait) ? step - wait : NAN;
-        if (!isnan(work[i])) {
-            sorted[n++] = work[i];
-            printf("rank %d: %.3f ms per step, of which %.3f ms waiting for communication\n", m->in[i].rank,
-                   step / 1000, wait / 1000);
-        }
-    }
-    if (n < 2)
-        return;
-    qsort(sorted, (size_t)n, sizeof *sorted, by_double);
-    double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-    for (int i = 0; i < m->n; i++)
-        if (!isnan(work[i]) && median > 0 && work[i] > 1.1 * median)
-            printf("rank %d is a straggler: %.3f ms of work per step against a median of %.3f ms (+%.0f%%); "
-                   "the other ranks wait for it\n", m->in[i].rank, work[i] / 1000, median / 1000,
-                   100 * (work[i] / median - 1));
-}
-
-/* summary.json of the run directory, if there is one; a broken one is an error. */
-static int load_summary(struct merge *m, const struct dt_json **out)
-{
-    *out = NULL;
-    if (!m->run_dir)
-        return 0;
-    char path[4200], *src;
-    size_t len;
-    struct dt_json *doc;
-    snprintf(path, sizeof path, "%s/summary.json", m->run_dir);
-    int rc = dt_json_read_file(&m->arena, path, 64 << 20, &src, &len);
-    if (rc == DT_ENOTFOUND)
-        return 0;
-    if (!rc)
-        rc = dt_json_parse(&m->arena, src, len, path, 1, &doc);
-    if (!rc)
-        *out = doc;
-    return rc;
-}
-
-static int merge(struct merge *m, char **inputs, int n_inputs)
-{
-    int rc = 0;
-    struct stat st;
-    for (int i = 0; !rc && i < n_inputs; i++) {
-        if (stat(inputs[i], &st) != 0)
-            rc = dt_error_set_errno(DT_ENOTFOUND, errno, "%s", inputs[i]);
-        else if (S_ISDIR(st.st_mode))
-            rc = add_dir(m, inputs[i]);
-        else
-            rc = add_input(m, inputs[i]);
-    }
-    for (int i = 0; !rc && i < m->n; i++)
-        rc = load(m, &m->in[i], i);
-    for (int i = 0; !rc && i < m->n; i++)
-        for (int j = 0; !rc && j < i; j++)
-            if (m->in[i].rank == m->in[j].rank)
-                rc = dt_error_set(DT_EINVAL, "%s and %s are both rank %d's trace", m->in[j].path, m->in[i].path,
-                                  m->in[i].rank);
-    const struct dt_json *summary = NULL;
-    if (!rc)
-        rc = load_summary(m, &summary);
-    if (!rc)
-        rc = write_merged(m, summary);
-    if (!rc)
-        say_stragglers(m);
-    return rc;
-}
-
 static int run(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "merge") != 0)
         return dt_cli_usage_error("trace", argc < 2 ? "needs a subcommand: merge" : "unknown subcommand '%s'",
                                   argc < 2 ? "" : argv[1]);
-    static struct input inputs[MAX_INPUTS];
-    struct merge m = {.in = inputs};
+    const char *run_dir = NULL, *out = NULL;
     char *names[256], out_default[4200];
-    int n_names = 0;
+    int n_names = 0, merged = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
             if (++i >= argc)
                 return dt_cli_usage_error("trace", "-o needs a file name");
-            m.out = argv[i];
+            out = argv[i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return dt_cli_usage_error("trace", "unknown option '%s'", argv[i]);
         } else if (n_names < 256) {
@@ -389,24 +56,22 @@ static int run(int argc, char **argv)
         return dt_cli_usage_error("trace", "merge needs a run directory or trace files");
     struct stat st;
     bool exists = stat(names[0], &st) == 0;
-    if (n_names == 1 && !m.out && !exists) {
+    if (n_names == 1 && !out && !exists) {
         fprintf(stderr, "dtrain trace merge: cannot open the run directory %s: %s\n", names[0], strerror(errno));
         return 1;
     }
     if (n_names == 1 && exists && S_ISDIR(st.st_mode)) {
-        m.run_dir = names[0];
+        run_dir = names[0];
         snprintf(out_default, sizeof out_default, "%s/trace_merged.json", names[0]);
-        m.out = m.out ? m.out : out_default;
+        out = out ? out : out_default;
     }
-    if (!m.out)
+    if (!out)
         return dt_cli_usage_error("trace", "-o MERGED.json is needed when merging files");
-    int rc = merge(&m, names, n_names);
-    dt_json_arena_free(&m.arena);
-    if (rc) {
+    if (dt_trace_merge(names, n_names, run_dir, out, stdout, &merged)) {
         fprintf(stderr, "dtrain trace merge: %s\n", dt_error_last());
         return 1;
     }
-    printf("merged %d rank trace%s into %s\n", m.n, m.n == 1 ? "" : "s", m.out);
+    printf("merged %d rank trace%s into %s\n", merged, merged == 1 ? "" : "s", out);
     return 0;
 }
 

@@ -115,17 +115,11 @@ static int take_row(struct dt_report *r, const struct dt_json *row, const char *
     return 0;
 }
 
-static int load_metrics(struct dt_report *r)
+/* Every line of metrics.jsonl, each parsed in a scratch arena of its own. */
+static int take_lines(struct dt_report *r, const char *path, const char *src, size_t len)
 {
-    char path[4200], *src = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-    struct dt_json_arena file = {0};
-    int rc = dt_json_read_file(&file, path, MAX_METRICS_BYTES, &src, &len);
-    if (rc == DT_ENOTFOUND)
-        rc = dt_error_set(DT_ENOTFOUND, "%s: no metrics.jsonl (is this the run directory of a trainer job?)",
-                          r->run_dir);
     const char *p = src, *end = src + len;
+    int rc = 0;
     for (int line = 1; !rc && p < end; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *stop = nl ? nl : end;
@@ -145,6 +139,21 @@ static int load_metrics(struct dt_report *r)
     }
     if (!rc && r->rows == 0)
         rc = dt_error_set(DT_EINVAL, "%s: empty (the run logged no step yet)", path);
+    return rc;
+}
+
+static int load_metrics(struct dt_report *r)
+{
+    char path[4200], *src = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    struct dt_json_arena file = {0};
+    int rc = dt_json_read_file(&file, path, MAX_METRICS_BYTES, &src, &len);
+    if (rc == DT_ENOTFOUND)
+        rc = dt_error_set(DT_ENOTFOUND, "%s: no metrics.jsonl (is this the run directory of a trainer job?)",
+                          r->run_dir);
+    if (!rc) /* only then: src is NULL when the file could not be read */
+        rc = take_lines(r, path, src, len);
     dt_json_arena_free(&file);
     return rc;
 }

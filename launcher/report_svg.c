@@ -5,7 +5,9 @@
  * "nice" ticks (1, 2 or 5 times a power of ten).  A series is one
  * <polyline class="curve" data-series="NAME">, split where a value is NaN
  * (a null in metrics.jsonl) so a gap is not bridged; series of few points
- * (evaluations) also get a dot per point.  Not for the page around the chart.
+ * (evaluations) also get a dot per point.  Values beyond +-1e150 are drawn as
+ * gaps too: only a garbled file holds them, and the axis arithmetic on them
+ * would overflow.  Not for the page around the chart.
  */
 #include "launcher/report.h"
 
@@ -18,6 +20,9 @@
 #define MR 16.0
 #define MT 34.0
 #define MB 36.0
+#define MAX_VALUE 1e150
+/* a nice step gives at most 9 ticks on an axis; more means it did not advance */
+#define MAX_TICKS 12
 
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
 
@@ -42,7 +47,14 @@ static double nice_step(double range)
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
-/* Data bounds over the series drawn; false if no finite point. */
+static bool drawn(double x, double y)
+{
+    return fabs(x) <= MAX_VALUE && fabs(y) <= MAX_VALUE; /* false for NaN too */
+}
+
+/* Data bounds over the series drawn; false if no point is drawn.  Each axis
+ * ends up wider than 0 so px() and py() divide by something: x + 1 is x
+ * itself beyond 2^53, and 10% of a subnormal y is 0. */
 static bool bounds(const struct dt_report_series *const *s, int n, struct frame *fr)
 {
     bool any = false;
@@ -50,7 +62,7 @@ static bool bounds(const struct dt_report_series *const *s, int n, struct frame 
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < s[i]->n; k++) {
             double x = s[i]->step[k], y = s[i]->value[k];
-            if (!isfinite(x) || !isfinite(y))
+            if (!drawn(x, y))
                 continue;
             any = true;
             fr->x0 = fmin(fr->x0, x);
@@ -61,11 +73,15 @@ static bool bounds(const struct dt_report_series *const *s, int n, struct frame 
     if (!any)
         return false;
     if (fr->x1 == fr->x0)
-        fr->x1 = fr->x0 + 1;
+        fr->x1 = fr->x0 + fmax(1, fabs(fr->x0) * 1e-9);
     if (fr->y1 == fr->y0) {
         double pad = fr->y0 != 0 ? fabs(fr->y0) * 0.1 : 1;
         fr->y0 -= pad;
         fr->y1 += pad;
+    }
+    if (fr->y1 == fr->y0) {
+        fr->y0 -= 1;
+        fr->y1 += 1;
     }
     double pad = (fr->y1 - fr->y0) * 0.05;
     fr->y0 -= pad;
@@ -82,20 +98,39 @@ static const char *tick(char *buf, size_t size, double v, double step)
     return buf;
 }
 
+/* The multiples of step in [lo, hi], at most MAX_TICKS: counted rather than
+ * stepped to hi, since lo + step == lo when step is below lo's precision. */
+static int ticks(double lo, double hi, double step, double *at)
+{
+    int n = 0;
+    double first = ceil(lo / step) * step;
+    for (int i = 0; n < MAX_TICKS; i++) {
+        double v = first + i * step;
+        if (!(v <= hi) || (n > 0 && !(v > at[n - 1])))
+            break;
+        at[n++] = v;
+    }
+    return n;
+}
+
 static void axes(FILE *f, const struct frame *fr)
 {
     char t[32];
     fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" class=\"plot\"/>\n", ML, MT, W - ML - MR,
             H - MT - MB);
-    double ys = nice_step(fr->y1 - fr->y0), xs = nice_step(fr->x1 - fr->x0);
+    double ys = nice_step(fr->y1 - fr->y0), xs = nice_step(fr->x1 - fr->x0), at[MAX_TICKS];
     xs = xs < 1 ? 1 : xs; /* steps are integers */
-    for (double y = ceil(fr->y0 / ys) * ys; y <= fr->y1; y += ys)
+    for (int i = 0, n = ticks(fr->y0, fr->y1, ys, at); i < n; i++) {
+        double y = at[i];
         fprintf(f, "<line class=\"grid\" x1=\"%g\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\"/>"
                    "<text class=\"tick\" x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
                 ML, W - MR, py(fr, y), py(fr, y), ML - 4, py(fr, y) + 4, tick(t, sizeof t, y, ys));
-    for (double x = ceil(fr->x0 / xs) * xs; x <= fr->x1; x += xs)
+    }
+    for (int i = 0, n = ticks(fr->x0, fr->x1, xs, at); i < n; i++) {
+        double x = at[i];
         fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%s</text>\n", px(fr, x),
                 H - MB + 16, tick(t, sizeof t, x, xs));
+    }
     fprintf(f, "<text class=\"axis\" x=\"%g\" y=\"%g\" text-anchor=\"middle\">step</text>\n", (ML + W - MR) / 2,
             H - 4);
 }
@@ -105,7 +140,7 @@ static void curve(FILE *f, const struct frame *fr, const struct dt_report_series
 {
     bool open = false;
     for (size_t k = 0; k < s->n; k++) {
-        bool ok = isfinite(s->value[k]) && isfinite(s->step[k]);
+        bool ok = drawn(s->step[k], s->value[k]);
         if (ok && !open)
             fprintf(f, "<polyline class=\"curve\" data-series=\"%s\" stroke=\"%s\" points=\"", s->name, color);
         else if (!ok && open)
@@ -119,7 +154,7 @@ static void curve(FILE *f, const struct frame *fr, const struct dt_report_series
     if (s->n > 40)
         return;
     for (size_t k = 0; k < s->n; k++)
-        if (isfinite(s->value[k]) && isfinite(s->step[k]))
+        if (drawn(s->step[k], s->value[k]))
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s at step %.0f: %.6g</title>"
                        "</circle>\n", px(fr, s->step[k]), py(fr, s->value[k]), color, s->name, s->step[k],
                     s->value[k]);

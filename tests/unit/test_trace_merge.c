@@ -1,0 +1,141 @@
+/* test_trace_merge.c - dt_trace_merge (`dtrain trace merge`) on run
+ * directories no run writes: what tests/fuzz/fuzz_trace_merge.c found, kept
+ * as cases.  A rank that no int holds, in otherData or in a file name, is
+ * refused or ignored rather than overflowing; a launch row that a double
+ * cannot place is left out rather than written as "inf", which is not JSON.
+ *
+ * Not for merging real traces (tests/integration/test_obs_trace.sh).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/error.h"
+#include "launcher/report_json.h"
+#include "launcher/trace_merge.h"
+
+static char dir[64], path[512], out[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dt-trace-merge-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(out, sizeof out, "%s/trace_merged.json", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+    return rmdir(dir);
+}
+
+static void write_file(const char *name, const char *text)
+{
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int merge(void)
+{
+    char *inputs[1] = {dir};
+    int merged;
+    FILE *says = fopen("/dev/null", "w");
+    assert_non_null(says);
+    int rc = dt_trace_merge(inputs, 1, dir, out, says, &merged);
+    fclose(says);
+    return rc;
+}
+
+/* The merged file parses; returns how many of its events are named name. */
+static int merged_events(const char *name)
+{
+    struct dt_json_arena a = {0};
+    struct dt_json *doc;
+    char *src;
+    size_t len;
+    int n = 0;
+    assert_int_equal(dt_json_read_file(&a, out, 1 << 20, &src, &len), 0);
+    assert_int_equal(dt_json_parse(&a, src, len, out, 1, &doc), 0);
+    const struct dt_json *ev = dt_json_get(doc, "traceEvents");
+    assert_non_null(ev);
+    for (const struct dt_json *e = ev->child; e; e = e->next) {
+        const char *s = dt_json_get_str(e, "name");
+        n += s && strcmp(s, name) == 0;
+    }
+    dt_json_arena_free(&a);
+    return n;
+}
+
+static void a_rank_no_run_has_is_an_error_naming_the_place(void **state)
+{
+    (void)state;
+    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 5.88889e+77},\n \"traceEvents\": []}");
+    assert_int_equal(merge(), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "trace_rank0.json:1:24: otherData.rank is 5.88889e+77, not a rank"));
+    /* was INT_MAX, and the launch row's pid after it overflowed */
+    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 2147483647}, \"traceEvents\": []}");
+    assert_int_equal(merge(), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "otherData.rank is 2147483647"));
+    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 3}, \"traceEvents\": []}");
+    assert_int_equal(merge(), 0);
+}
+
+/* sscanf's %d on these is undefined; they are not trace_rank<N> files. */
+static void a_file_name_beyond_any_rank_is_not_a_trace(void **state)
+{
+    (void)state;
+    write_file("trace_rank99999999999.json", "{\"traceEvents\": []}");
+    write_file("trace_rank2147483647.json", "{\"traceEvents\": []}");
+    assert_int_equal(merge(), DT_ENOTFOUND);
+    assert_non_null(strstr(dt_error_last(), "holds no trace_rank<N>.json"));
+    assert_non_null(strstr(dt_error_last(), dir));
+}
+
+static void a_launch_row_beyond_a_double_is_left_out(void **state)
+{
+    (void)state;
+    write_file("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
+    write_file("summary.json", "{\"started_unix\": 1e308, \"attempts\": [{\"attempt\": 0, \"start_s\": 0, "
+                               "\"end_s\": 1, \"ranks\": []}]}");
+    assert_int_equal(merge(), 0);
+    assert_int_equal(merged_events("attempt"), 0);
+    write_file("summary.json", "{\"started_unix\": 1, \"attempts\": [{\"attempt\": 1e10, \"start_s\": 0, "
+                               "\"end_s\": 1, \"ranks\": [{\"rank\": 0, \"spawn_s\": 0, \"exit_s\": 1e308}, "
+                               "{\"rank\": 1, \"spawn_s\": 0.5, \"exit_s\": 0.75}]}]}");
+    assert_int_equal(merge(), 0);
+    assert_int_equal(merged_events("attempt"), 1);       /* without its number, which no int holds */
+    assert_int_equal(merged_events("spawn to exit"), 1); /* rank 1's; rank 0's ends beyond a double */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_file_name_beyond_any_rank_is_not_a_trace, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_launch_row_beyond_a_double_is_left_out, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
