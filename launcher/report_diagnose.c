@@ -117,6 +117,13 @@ static int by_value(const void *a, const void *b)
 /* The rank with the most work against the median of the others: rank_work_seconds
  * of trainer_summary.json, each rank's train time less its data and all-reduce
  * waits, gathered once at the end of training (worker/metrics.h). */
+/* Seconds under one are shown to the millisecond: a short run's straggler
+ * read "0.0 s of work, 0.0 s (90%) more" with one decimal. */
+static int decimals(double seconds)
+{
+    return fabs(seconds) >= 1 ? 1 : 3;
+}
+
 static bool straggler(const struct dt_report *r, int *rank, double *mine, double *median)
 {
     const struct dt_json *l = dt_json_get(r->trainer, "rank_work_seconds");
@@ -189,10 +196,11 @@ int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
         say(&s, "The GPUs are underused: %.0f%% utilisation on average, rank %d lowest at %.0f%% (gpu_util_pct, "
                 "NVML). Raise data.batch_size, or look for data or communication waits.\n", gpu, low_rank, low);
     if (lagging)
-        say(&s, "Rank %d is a straggler: %.1f s of work, %.1f s (%.0f%%) more than the median of the other ranks "
-                "(%.1f s; rank_work_seconds in trainer_summary.json: train time less data and all-reduce waits). "
+        say(&s, "Rank %d is a straggler: %.*f s of work, %.*f s (%.0f%%) more than the median of the other ranks "
+                "(%.*f s; rank_work_seconds in trainer_summary.json: train time less data and all-reduce waits). "
                 "Every other rank waits for it at each all-reduce: look for other load on its host or device.\n",
-            slow, mine, mine - median, 100 * (mine / median - 1), median);
+            slow, decimals(mine), mine, decimals(mine - median), mine - median, 100 * (mine / median - 1),
+            decimals(median), median);
     if (s.n == 0 && have)
         say(&s, "No bottleneck found: data wait %.1f%%, communication wait %.1f%% of the step%s%s.\n",
             100 * w.data / w.total, 100 * w.comm / w.total, gpus ? ", GPU utilisation at least 70%" : "",

@@ -142,6 +142,10 @@ static void straggler_rank_is_named_with_its_excess(void **state)
     f = diagnose(&n);
     assert_null(strstr(f, "straggler:"));
     assert_non_null(strstr(f, "no straggler rank"));
+    /* a short run's seconds keep their digits */
+    write_file("trainer_summary.json", "{\"rank_work_seconds\": [0.040, 0.041, 0.076, 0.039]}");
+    assert_non_null(strstr(diagnose(&n), "Rank 2 is a straggler: 0.076 s of work, 0.036 s (90%) more than the "
+                                          "median of the other ranks (0.040 s;"));
     /* a rank without a figure gives no verdict */
     write_file("trainer_summary.json", "{\"rank_work_seconds\": [10.0, null, 30.0]}");
     assert_null(strstr(diagnose(&n), "straggler:"));
