@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,7 +213,12 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
                coarse ? "\"dtrain launch (aligned to the second)\"" : "\"dtrain launch\"");
     write_meta(f, pid, 0, "process_sort_index", "sort_index", "-1");
     write_meta(f, pid, 1, "thread_name", "name", "\"attempts\"");
-    int shown = 0;
+    /* Each rank's row is named once, and only the rows of ranks that ran:
+     * naming every row up to the highest rank let one bogus rank of 999999 in
+     * summary.json write a million names. */
+    uint8_t *named = calloc(MAX_RANK / 8 + 1, 1);
+    if (!named)
+        return;
     for (const struct dt_json *a = attempts->child; a; a = a->next) {
         char args[64];
         double k = 0;
@@ -229,16 +235,17 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
                 continue;
             if (!dt_json_get_num(r, "exit_s", &t1))
                 t1 = t0;
-            if ((int)rank >= shown) { /* name each rank's row once */
-                for (; shown <= (int)rank; shown++) {
-                    char name[48];
-                    snprintf(name, sizeof name, "\"rank %d process\"", shown);
-                    write_meta(f, pid, 2 + shown, "thread_name", "name", name);
-                }
+            int k = (int)rank;
+            if (!(named[k / 8] & (1u << (k % 8)))) {
+                char name[48];
+                snprintf(name, sizeof name, "\"rank %d process\"", k);
+                write_meta(f, pid, 2 + k, "thread_name", "name", name);
+                named[k / 8] |= (uint8_t)(1u << (k % 8));
             }
-            write_x(f, pid, 2 + (int)rank, "spawn to exit", base + t0 * 1e6, base + t1 * 1e6, args);
+            write_x(f, pid, 2 + k, "spawn to exit", base + t0 * 1e6, base + t1 * 1e6, args);
         }
     }
+    free(named);
 }
 
 static int write_merged(struct merge *m, const struct dt_json *summary)

@@ -2,7 +2,8 @@
  * directories no run writes: what tests/fuzz/fuzz_trace_merge.c found, kept
  * as cases.  A rank that no int holds, in otherData or in a file name, is
  * refused or ignored rather than overflowing; a launch row that a double
- * cannot place is left out rather than written as "inf", which is not JSON.
+ * cannot place is left out rather than written as "inf", which is not JSON;
+ * the launch row names only the ranks that ran.
  *
  * Not for merging real traces (tests/integration/test_obs_trace.sh).
  */
@@ -130,12 +131,29 @@ static void a_launch_row_beyond_a_double_is_left_out(void **state)
     assert_int_equal(merged_events("spawn to exit"), 1); /* rank 1's; rank 0's ends beyond a double */
 }
 
+/* One row name per rank that ran (two attempts of rank 0 name it once), none
+ * for the ranks in between: a bogus rank of 999999 wrote a million names. */
+static void only_the_ranks_that_ran_get_a_launch_row(void **state)
+{
+    (void)state;
+    write_file("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
+    write_file("summary.json", "{\"started_unix\": 1, \"attempts\": ["
+                               "{\"attempt\": 0, \"start_s\": 0, \"end_s\": 1, \"ranks\": ["
+                               "{\"rank\": 0, \"spawn_s\": 0, \"exit_s\": 1}, {\"rank\": 999999, \"spawn_s\": 0, \"exit_s\": 1}]},"
+                               "{\"attempt\": 1, \"start_s\": 1, \"end_s\": 2, \"ranks\": ["
+                               "{\"rank\": 0, \"spawn_s\": 1, \"exit_s\": 2}]}]}");
+    assert_int_equal(merge(), 0);
+    assert_int_equal(merged_events("thread_name"), 3); /* attempts, rank 0, rank 999999 */
+    assert_int_equal(merged_events("spawn to exit"), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup, teardown),
         cmocka_unit_test_setup_teardown(a_file_name_beyond_any_rank_is_not_a_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(a_launch_row_beyond_a_double_is_left_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(only_the_ranks_that_ran_get_a_launch_row, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
