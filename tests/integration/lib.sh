@@ -8,6 +8,10 @@
 T=$(mktemp -d /tmp/dtrain-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
+# Seconds a guard against runaway work allows, scaled for slow builds: `make
+# asan` sets DTRAIN_TEST_TIME_SCALE (its allocations unwind the whole stack).
+limit_s() { echo $(($1 * ${DTRAIN_TEST_TIME_SCALE:-1})); }
+
 ok()     { echo "ok - $*"; }
 not_ok() { echo "not ok - $*"; }
 
