@@ -16,35 +16,7 @@
 #include <unistd.h>
 
 #include "launcher/report.h"
-
-static char dir[64], path[128];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-diagnose-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    static const char *const files[] = {"metrics.jsonl", "trainer_summary.json"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    return rmdir(dir);
-}
-
-static void write_file(const char *name, const char *text)
-{
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
+#include "tests/unit/run_dir_fixture.h"
 
 /* Two training rows with the same split (seconds per step: data, forward,
  * backward, comm wait, optimizer) and the given extra members. */
@@ -57,7 +29,7 @@ static void rows(double data, double comm, const char *extra)
                       "{\"step\": %d, \"loss\": 0.5, \"data_s\": %g, \"forward_s\": 0.010, \"backward_s\": 0.020, "
                       "\"comm_wait_s\": %g, \"optimizer_s\": %g%s}\n",
                       step, data, comm, 0.070 - data - comm, extra);
-    write_file("metrics.jsonl", text);
+    run_dir_write("metrics.jsonl", text);
 }
 
 /* The findings of the run directory as one string; n gets their number. */
@@ -65,7 +37,7 @@ static const char *diagnose(int *n)
 {
     static char buf[4096];
     struct dt_report r;
-    assert_int_equal(dt_report_load(dir, &r), 0);
+    assert_int_equal(dt_report_load(run_dir, &r), 0);
     *n = dt_report_diagnose(&r, buf, sizeof buf);
     dt_report_free(&r);
     return buf;
@@ -123,7 +95,7 @@ static void work(double rank2)
 {
     char text[256];
     snprintf(text, sizeof text, "{\"train_seconds\": 20, \"rank_work_seconds\": [10.0, 10.1, %g, 9.9]}", rank2);
-    write_file("trainer_summary.json", text);
+    run_dir_write("trainer_summary.json", text);
 }
 
 /* Rank 2 works 15 s, the others 9.9-10.1: 5 s (50%) over their median of 10 s. */
@@ -143,13 +115,13 @@ static void straggler_rank_is_named_with_its_excess(void **state)
     assert_null(strstr(f, "straggler:"));
     assert_non_null(strstr(f, "no straggler rank"));
     /* a short run's seconds keep their digits */
-    write_file("trainer_summary.json", "{\"rank_work_seconds\": [0.040, 0.041, 0.076, 0.039]}");
+    run_dir_write("trainer_summary.json", "{\"rank_work_seconds\": [0.040, 0.041, 0.076, 0.039]}");
     assert_non_null(strstr(diagnose(&n), "Rank 2 is a straggler: 0.076 s of work, 0.036 s (90%) more than the "
                                           "median of the other ranks (0.040 s;"));
     /* a rank without a figure gives no verdict */
-    write_file("trainer_summary.json", "{\"rank_work_seconds\": [10.0, null, 30.0]}");
+    run_dir_write("trainer_summary.json", "{\"rank_work_seconds\": [10.0, null, 30.0]}");
     assert_null(strstr(diagnose(&n), "straggler:"));
-    write_file("trainer_summary.json", "{\"rank_work_seconds\": [30.0]}");
+    run_dir_write("trainer_summary.json", "{\"rank_work_seconds\": [30.0]}");
     assert_null(strstr(diagnose(&n), "straggler:"));
 }
 
@@ -159,7 +131,7 @@ static void every_limit_is_named_at_once(void **state)
     (void)state;
     int n;
     rows(0.030, 0.030, ", \"gpu_util_pct\": [20, 30]");
-    write_file("trainer_summary.json", "{\"rank_work_seconds\": [20, 40]}");
+    run_dir_write("trainer_summary.json", "{\"rank_work_seconds\": [20, 40]}");
     const char *f = diagnose(&n);
     assert_int_equal(n, 4);
     assert_non_null(strstr(f, "Data loading"));
@@ -173,10 +145,10 @@ static void every_limit_is_named_at_once(void **state)
 static void per_rank_lists_are_averaged_per_rank(void **state)
 {
     (void)state;
-    write_file("metrics.jsonl", "{\"step\": 10, \"gpu_util_pct\": [10, 50, null]}\n"
+    run_dir_write("metrics.jsonl", "{\"step\": 10, \"gpu_util_pct\": [10, 50, null]}\n"
                                 "{\"step\": 20, \"gpu_util_pct\": [30, 70, 90]}\n");
     struct dt_report r;
-    assert_int_equal(dt_report_load(dir, &r), 0);
+    assert_int_equal(dt_report_load(run_dir, &r), 0);
     const struct dt_report_ranks *l = dt_report_ranks(&r, "gpu_util_pct");
     assert_non_null(l);
     assert_int_equal(l->ranks, 3);
@@ -198,15 +170,15 @@ static void trainer_summary_totals_are_the_fallback(void **state)
 {
     (void)state;
     int n;
-    write_file("metrics.jsonl", "{\"step\": 10, \"loss\": 0.5}\n");
-    write_file("trainer_summary.json",
+    run_dir_write("metrics.jsonl", "{\"step\": 10, \"loss\": 0.5}\n");
+    run_dir_write("trainer_summary.json",
                "{\"train_seconds\": 100, \"data_wait_seconds\": 25, \"comm_wait_seconds\": 1}");
     const char *f = diagnose(&n);
     assert_int_equal(n, 1);
     assert_non_null(strstr(f, "25% of the step is spent waiting for batches (25.0 s of 100.0 s training, "
                               "trainer_summary.json)"));
-    snprintf(path, sizeof path, "%s/trainer_summary.json", dir);
-    unlink(path);
+    snprintf(run_path, sizeof run_path, "%s/trainer_summary.json", run_dir);
+    unlink(run_path);
     f = diagnose(&n);
     assert_non_null(strstr(f, "No step-time figures in this run"));
 }
@@ -214,13 +186,13 @@ static void trainer_summary_totals_are_the_fallback(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(data_wait_over_a_tenth_is_named, setup, teardown),
-        cmocka_unit_test_setup_teardown(exposed_communication_is_named, setup, teardown),
-        cmocka_unit_test_setup_teardown(low_gpu_utilisation_is_named, setup, teardown),
-        cmocka_unit_test_setup_teardown(straggler_rank_is_named_with_its_excess, setup, teardown),
-        cmocka_unit_test_setup_teardown(every_limit_is_named_at_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(per_rank_lists_are_averaged_per_rank, setup, teardown),
-        cmocka_unit_test_setup_teardown(trainer_summary_totals_are_the_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(data_wait_over_a_tenth_is_named, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(exposed_communication_is_named, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(low_gpu_utilisation_is_named, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(straggler_rank_is_named_with_its_excess, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(every_limit_is_named_at_once, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(per_rank_lists_are_averaged_per_rank, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(trainer_summary_totals_are_the_fallback, run_dir_setup, run_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

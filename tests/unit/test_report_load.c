@@ -21,34 +21,23 @@
 
 #include "comm/error.h"
 #include "launcher/report.h"
-
-static char dir[64], path[128];
+#include "tests/unit/run_dir_fixture.h"
 
 static int setup(void **state)
 {
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-report-load-XXXXXX");
-    /* a chart that never ends is a failure, not a hung suite */
-    alarm(10);
-    return mkdtemp(dir) ? 0 : -1;
+    alarm(10); /* a chart that never ends is a failure, not a hung suite */
+    return run_dir_setup(state);
 }
 
 static int teardown(void **state)
 {
-    (void)state;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    unlink(path);
     alarm(0);
-    return rmdir(dir);
+    return run_dir_teardown(state);
 }
 
 static void write_metrics(const char *text)
 {
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    run_dir_write("metrics.jsonl", text);
 }
 
 /* The page of the run directory, which must fit in 1 MiB: a fixed buffer,
@@ -57,7 +46,7 @@ static const char *page(void)
 {
     static char text[1 << 20];
     struct dt_report r;
-    assert_int_equal(dt_report_load(dir, &r), 0);
+    assert_int_equal(dt_report_load(run_dir, &r), 0);
     FILE *f = fmemopen(text, sizeof text, "w");
     assert_non_null(f);
     dt_report_write(&r, f);
@@ -70,8 +59,8 @@ static void missing_metrics_names_the_run_directory(void **state)
 {
     (void)state;
     struct dt_report r;
-    assert_int_equal(dt_report_load(dir, &r), DT_ENOTFOUND);
-    assert_non_null(strstr(dt_error_last(), dir));
+    assert_int_equal(dt_report_load(run_dir, &r), DT_ENOTFOUND);
+    assert_non_null(strstr(dt_error_last(), run_dir));
     assert_non_null(strstr(dt_error_last(), "no metrics.jsonl"));
 }
 

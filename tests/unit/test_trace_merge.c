@@ -13,7 +13,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,50 +21,25 @@
 #include "comm/error.h"
 #include "launcher/report_json.h"
 #include "launcher/trace_merge.h"
+#include "tests/unit/run_dir_fixture.h"
 
-static char dir[64], path[512], out[128];
+static char out[128];
 
 static int setup(void **state)
 {
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-trace-merge-XXXXXX");
-    if (!mkdtemp(dir))
+    if (run_dir_setup(state))
         return -1;
-    snprintf(out, sizeof out, "%s/trace_merged.json", dir);
+    snprintf(out, sizeof out, "%s/trace_merged.json", run_dir);
     return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
-}
-
-static void write_file(const char *name, const char *text)
-{
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 static int merge(void)
 {
-    char *inputs[1] = {dir};
+    char *inputs[1] = {run_dir};
     int merged;
     FILE *says = fopen("/dev/null", "w");
     assert_non_null(says);
-    int rc = dt_trace_merge(inputs, 1, dir, out, says, &merged);
+    int rc = dt_trace_merge(inputs, 1, run_dir, out, says, &merged);
     fclose(says);
     return rc;
 }
@@ -93,14 +67,14 @@ static int merged_events(const char *name)
 static void a_rank_no_run_has_is_an_error_naming_the_place(void **state)
 {
     (void)state;
-    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 5.88889e+77},\n \"traceEvents\": []}");
+    run_dir_write("trace_rank0.json", "{\"otherData\": {\"rank\": 5.88889e+77},\n \"traceEvents\": []}");
     assert_int_equal(merge(), DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "trace_rank0.json:1:24: otherData.rank is 5.88889e+77, not a rank"));
     /* was INT_MAX, and the launch row's pid after it overflowed */
-    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 2147483647}, \"traceEvents\": []}");
+    run_dir_write("trace_rank0.json", "{\"otherData\": {\"rank\": 2147483647}, \"traceEvents\": []}");
     assert_int_equal(merge(), DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "otherData.rank is 2147483647"));
-    write_file("trace_rank0.json", "{\"otherData\": {\"rank\": 3}, \"traceEvents\": []}");
+    run_dir_write("trace_rank0.json", "{\"otherData\": {\"rank\": 3}, \"traceEvents\": []}");
     assert_int_equal(merge(), 0);
 }
 
@@ -108,22 +82,22 @@ static void a_rank_no_run_has_is_an_error_naming_the_place(void **state)
 static void a_file_name_beyond_any_rank_is_not_a_trace(void **state)
 {
     (void)state;
-    write_file("trace_rank99999999999.json", "{\"traceEvents\": []}");
-    write_file("trace_rank2147483647.json", "{\"traceEvents\": []}");
+    run_dir_write("trace_rank99999999999.json", "{\"traceEvents\": []}");
+    run_dir_write("trace_rank2147483647.json", "{\"traceEvents\": []}");
     assert_int_equal(merge(), DT_ENOTFOUND);
     assert_non_null(strstr(dt_error_last(), "holds no trace_rank<N>.json"));
-    assert_non_null(strstr(dt_error_last(), dir));
+    assert_non_null(strstr(dt_error_last(), run_dir));
 }
 
 static void a_launch_row_beyond_a_double_is_left_out(void **state)
 {
     (void)state;
-    write_file("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
-    write_file("summary.json", "{\"started_unix\": 1e308, \"attempts\": [{\"attempt\": 0, \"start_s\": 0, "
+    run_dir_write("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
+    run_dir_write("summary.json", "{\"started_unix\": 1e308, \"attempts\": [{\"attempt\": 0, \"start_s\": 0, "
                                "\"end_s\": 1, \"ranks\": []}]}");
     assert_int_equal(merge(), 0);
     assert_int_equal(merged_events("attempt"), 0);
-    write_file("summary.json", "{\"started_unix\": 1, \"attempts\": [{\"attempt\": 1e10, \"start_s\": 0, "
+    run_dir_write("summary.json", "{\"started_unix\": 1, \"attempts\": [{\"attempt\": 1e10, \"start_s\": 0, "
                                "\"end_s\": 1, \"ranks\": [{\"rank\": 0, \"spawn_s\": 0, \"exit_s\": 1e308}, "
                                "{\"rank\": 1, \"spawn_s\": 0.5, \"exit_s\": 0.75}]}]}");
     assert_int_equal(merge(), 0);
@@ -136,8 +110,8 @@ static void a_launch_row_beyond_a_double_is_left_out(void **state)
 static void only_the_ranks_that_ran_get_a_launch_row(void **state)
 {
     (void)state;
-    write_file("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
-    write_file("summary.json", "{\"started_unix\": 1, \"attempts\": ["
+    run_dir_write("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 1, \"dur\": 2}]}");
+    run_dir_write("summary.json", "{\"started_unix\": 1, \"attempts\": ["
                                "{\"attempt\": 0, \"start_s\": 0, \"end_s\": 1, \"ranks\": ["
                                "{\"rank\": 0, \"spawn_s\": 0, \"exit_s\": 1}, {\"rank\": 999999, \"spawn_s\": 0, \"exit_s\": 1}]},"
                                "{\"attempt\": 1, \"start_s\": 1, \"end_s\": 2, \"ranks\": ["
@@ -150,10 +124,10 @@ static void only_the_ranks_that_ran_get_a_launch_row(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup, teardown),
-        cmocka_unit_test_setup_teardown(a_file_name_beyond_any_rank_is_not_a_trace, setup, teardown),
-        cmocka_unit_test_setup_teardown(a_launch_row_beyond_a_double_is_left_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(only_the_ranks_that_ran_get_a_launch_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(a_file_name_beyond_any_rank_is_not_a_trace, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(a_launch_row_beyond_a_double_is_left_out, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(only_the_ranks_that_ran_get_a_launch_row, setup, run_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
