@@ -1,6 +1,7 @@
-/* run_dir_fixture.h - a scratch run directory for the unit tests of what
- * reads one (dtrain report, trace merge): made before each test, emptied and
- * removed after it, with files written into it by name.  Header-only, like
+/* run_dir_fixture.h - a scratch directory for the unit tests of what writes
+ * or reads a run directory's files (event files, traces, the report, trace
+ * merge): made before each test, emptied and removed after it, with files
+ * written into it by name.  Header-only, like
  * fixture.h; not a test itself, and not for directories that hold
  * subdirectories (the teardown removes files only). */
 #ifndef DT_TEST_RUN_DIR_FIXTURE_H
@@ -14,7 +15,7 @@
 static char run_dir[64], run_path[512];
 
 /* cmocka setup: a fresh /tmp/dt-run-XXXXXX in run_dir. */
-static int run_dir_setup(void **state)
+static inline int run_dir_setup(void **state)
 {
     (void)state;
     snprintf(run_dir, sizeof run_dir, "/tmp/dt-run-XXXXXX");
@@ -22,7 +23,7 @@ static int run_dir_setup(void **state)
 }
 
 /* cmocka teardown: every file in run_dir, then run_dir. */
-static int run_dir_teardown(void **state)
+static inline int run_dir_teardown(void **state)
 {
     (void)state;
     DIR *d = opendir(run_dir);
@@ -38,7 +39,7 @@ static int run_dir_teardown(void **state)
 }
 
 /* run_dir/name now holds text. */
-static void run_dir_write(const char *name, const char *text)
+static inline void run_dir_write(const char *name, const char *text)
 {
     snprintf(run_path, sizeof run_path, "%s/%s", run_dir, name);
     FILE *f = fopen(run_path, "w");

@@ -18,23 +18,7 @@
 #include "comm/error.h"
 #include "worker/crc32c.h"
 #include "worker/tbevents.h"
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-tb-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
-}
+#include "tests/unit/run_dir_fixture.h"
 
 static size_t slurp(const char *path, unsigned char *buf, size_t cap)
 {
@@ -83,7 +67,7 @@ static void reference_file_byte_exact(void **state)
     char path[128];
     unsigned char got[256];
     struct dt_tb_writer *w;
-    snprintf(path, sizeof path, "%s/events.out.tfevents.1700000000.host", dir);
+    snprintf(path, sizeof path, "%s/events.out.tfevents.1700000000.host", run_dir);
     assert_int_equal(dt_tb_open_file(path, 1700000000.5, &w), 0);
     assert_int_equal(dt_tb_scalar_at(w, "train/loss", 42, 0.5f, 1700000001.25), 0);
     assert_int_equal(dt_tb_close(w), 0);
@@ -149,7 +133,7 @@ static void many_scalars_survive_buffer_flushes(void **state)
     static const char *tags[] = {"train/loss", "train/lr", "a/much/longer/tag/name/for/the/varint/length/of/the/tag"};
     char path[128];
     struct dt_tb_writer *w;
-    snprintf(path, sizeof path, "%s/many", dir);
+    snprintf(path, sizeof path, "%s/many", run_dir);
     assert_int_equal(dt_tb_open_file(path, 1.0, &w), 0);
     for (int i = 0; i < 5000; i++)
         assert_int_equal(dt_tb_scalar(w, tags[i % 3], (int64_t)i * 1000003, 1.0f / (float)(i + 1)), 0);
@@ -171,7 +155,7 @@ static void scalars_of_a_step_skip_non_finite(void **state)
     struct dt_tb_writer *w;
     assert_int_equal(dt_tb_scalars(NULL, 1, tags, values, 3), 0);
     assert_int_equal(dt_tb_flush(NULL), 0);
-    snprintf(path, sizeof path, "%s/step", dir);
+    snprintf(path, sizeof path, "%s/step", run_dir);
     assert_int_equal(dt_tb_open_file(path, 1.0, &w), 0);
     assert_int_equal(dt_tb_scalars(w, 7, tags, values, 3), 0);
     assert_int_equal(dt_tb_close(w), 0);
@@ -193,7 +177,7 @@ static void buffered_until_flush(void **state)
     (void)state;
     char path[128];
     struct dt_tb_writer *w;
-    snprintf(path, sizeof path, "%s/buffered", dir);
+    snprintf(path, sizeof path, "%s/buffered", run_dir);
     assert_int_equal(dt_tb_open_file(path, 1.0, &w), 0);
     long first = file_size(path); /* the file_version event is written at once */
     assert_int_equal(first, 16 + 9 + 15);
@@ -212,8 +196,8 @@ static void named_for_time_and_host_without_clobbering(void **state)
 {
     (void)state;
     struct dt_tb_writer *a, *b;
-    assert_int_equal(dt_tb_open(dir, &a), 0);
-    assert_int_equal(dt_tb_open(dir, &b), 0);
+    assert_int_equal(dt_tb_open(run_dir, &a), 0);
+    assert_int_equal(dt_tb_open(run_dir, &b), 0);
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     const char *base = strrchr(dt_tb_path(a), '/') + 1;
@@ -232,7 +216,7 @@ static void bad_input_is_reported(void **state)
     assert_int_equal(dt_tb_open("/nonexistent/dir", &w), DT_EIO);
     assert_non_null(strstr(dt_error_last(), "/nonexistent/dir/events.out.tfevents."));
     char path[128], tag[DT_TB_MAX_TAG + 2];
-    snprintf(path, sizeof path, "%s/tags", dir);
+    snprintf(path, sizeof path, "%s/tags", run_dir);
     assert_int_equal(dt_tb_open_file(path, 1.0, &w), 0);
     memset(tag, 't', sizeof tag - 1);
     tag[sizeof tag - 1] = 0;
@@ -255,5 +239,5 @@ int main(void)
         cmocka_unit_test(named_for_time_and_host_without_clobbering),
         cmocka_unit_test(bad_input_is_reported),
     };
-    return cmocka_run_group_tests_name("tbevents", tests, make_dir, remove_dir);
+    return cmocka_run_group_tests_name("tbevents", tests, run_dir_setup, run_dir_teardown);
 }

@@ -16,23 +16,7 @@
 #include "comm/error.h"
 #include "launcher/report_json.h"
 #include "worker/trace.h"
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-trace-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd);
-}
+#include "tests/unit/run_dir_fixture.h"
 
 static void steps_parse_like_the_spec(void **state)
 {
@@ -93,7 +77,7 @@ static void ring_keeps_the_newest(void **state)
     assert_int_equal(dt_trace_count(t), 8);
     assert_int_equal(dt_trace_dropped(t), 12);
     char path[128];
-    snprintf(path, sizeof path, "%s/ring.json", dir);
+    snprintf(path, sizeof path, "%s/ring.json", run_dir);
     assert_int_equal(dt_trace_write(t, path), 0);
     struct dt_json_arena a = {0};
     char *src;
@@ -149,9 +133,9 @@ static void file_has_tracks_names_and_exact_times(void **state)
     dt_trace_span(t, DT_TRACE_DATA, "data wait", base, base + 1000);
     dt_trace_span(t, DT_TRACE_COMPUTE, "step", base, base + 12000);
     dt_trace_span(t, DT_TRACE_LAUNCH, "communicator init", base - 5000, base - 1);
-    assert_int_equal(dt_trace_write_dir(t, dir), 0);
+    assert_int_equal(dt_trace_write_dir(t, run_dir), 0);
     char path[128];
-    snprintf(path, sizeof path, "%s/trace_rank3.json", dir);
+    snprintf(path, sizeof path, "%s/trace_rank3.json", run_dir);
     struct dt_json_arena a = {0};
     char *src;
     size_t len;
@@ -243,5 +227,5 @@ int main(void)
         cmocka_unit_test(threads_record_without_losing_spans),
         cmocka_unit_test(recording_is_cheap),
     };
-    return cmocka_run_group_tests_name("trace", tests, make_dir, remove_dir);
+    return cmocka_run_group_tests_name("trace", tests, run_dir_setup, run_dir_teardown);
 }
