@@ -221,22 +221,25 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
 
 static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
                     long long *v);
+static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v);
 
 /* The run's counters in the metadata, in the order of verify()'s keys. */
-enum { M_STEP, M_EPOCH, M_BATCH, M_SEED, M_WORLD, M_BATCH_SIZE, M_ADAMW_STEP, M_COUNT };
+enum { M_STEP, M_EPOCH, M_BATCH, M_WORLD, M_BATCH_SIZE, M_ADAMW_STEP, M_COUNT };
 
 /* What dt_ckpt_load() needs of a file before it touches the model: the
- * format, the counters (into v[M_COUNT]), and each tensor's bytes matching
- * its checksum. */
-static int verify(const struct dt_safetensors *f, const char *path, long long *v)
+ * format, the counters (into v[M_COUNT]) and the seed, and each tensor's
+ * bytes matching its checksum. */
+static int verify(const struct dt_safetensors *f, const char *path, long long *v, uint64_t *seed)
 {
     const char *fmt = dt_safetensors_meta(f, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
         return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", path, CKPT_FORMAT);
-    static const char *const keys[M_COUNT] = {"step", "epoch", "batch", "seed", "world", "batch_size", "adamw_step"};
+    static const char *const keys[M_COUNT] = {"step", "epoch", "batch", "world", "batch_size", "adamw_step"};
     for (int k = 0; k < M_COUNT; k++)
         if (meta_i64(f, path, keys[k], 0, LLONG_MAX, &v[k]))
             return DT_EINVAL;
+    if (meta_u64(f, path, "seed", seed))
+        return DT_EINVAL;
     for (int i = 0; i < f->n; i++) {
         const struct dt_st_tensor *t = &f->tensors[i];
         char key[DT_ST_MAX_NAME + 16];
@@ -256,12 +259,12 @@ static int verify(const struct dt_safetensors *f, const char *path, long long *v
 }
 
 /* Reads and verifies a whole file; on success *f holds it (release it). */
-static int read_verified(const char *path, struct dt_safetensors *f, long long *v)
+static int read_verified(const char *path, struct dt_safetensors *f, long long *v, uint64_t *seed)
 {
     int rc = dt_safetensors_read(path, f);
     if (rc)
         return rc;
-    rc = verify(f, path, v);
+    rc = verify(f, path, v, seed);
     if (rc)
         dt_safetensors_release(f);
     return rc;
@@ -278,7 +281,8 @@ int dt_ckpt_latest(const char *dir, char *path, size_t len)
         snprintf(path, len, "%s/step_%08lld.safetensors", dir, all[i]);
         struct dt_safetensors f;
         long long v[M_COUNT];
-        if (read_verified(path, &f, v) == 0) {
+        uint64_t seed;
+        if (read_verified(path, &f, v, &seed) == 0) {
             dt_safetensors_release(&f);
             return 0;
         }
@@ -306,6 +310,21 @@ static int meta_i64(const struct dt_safetensors *f, const char *path, const char
         return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
     if (*v < lo || *v > hi)
         return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo, hi);
+    return 0;
+}
+
+/* The seed is a uint64, written with %llu, so it is read back unsigned: the
+ * job spec caps it at 9.2e18, but the library takes any uint64.  Digits only,
+ * since strtoull would take "-1" (or " 1") and wrap it. */
+static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v)
+{
+    const char *s = dt_safetensors_meta(f, key);
+    char *end = NULL;
+    unsigned long long x = 0;
+    errno = 0;
+    if (!s || *s < '0' || *s > '9' || (x = strtoull(s, &end, 10), *end) || errno)
+        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
+    *v = x;
     return 0;
 }
 
@@ -362,15 +381,16 @@ int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struc
 {
     struct dt_safetensors f;
     long long v[M_COUNT];
-    int rc = read_verified(path, &f, v);
+    uint64_t seed;
+    int rc = read_verified(path, &f, v, &seed);
     if (rc)
         return rc;
-    if ((uint64_t)v[M_SEED] != s->seed || v[M_WORLD] != s->world || v[M_BATCH_SIZE] != s->batch_size)
+    if (seed != s->seed || v[M_WORLD] != s->world || v[M_BATCH_SIZE] != s->batch_size)
         rc = dt_error_set(DT_EINVAL,
-                          "%s: saved with seed %lld, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
+                          "%s: saved with seed %llu, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
                           "(the data order would differ; use another checkpoint dir or resume: never)",
-                          path, v[M_SEED], v[M_WORLD], v[M_BATCH_SIZE], (unsigned long long)s->seed, s->world,
-                          s->batch_size);
+                          path, (unsigned long long)seed, v[M_WORLD], v[M_BATCH_SIZE], (unsigned long long)s->seed,
+                          s->world, s->batch_size);
     struct dt_st_entry e[MAX_ENTRIES];
     const struct dt_st_tensor *t[MAX_ENTRIES];
     char names[MAX_ENTRIES][64];

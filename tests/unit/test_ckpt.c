@@ -248,6 +248,37 @@ static void bad_metadata_is_refused_and_leaves_the_model(void **state)
     }
 }
 
+/* The seed is a uint64 written with %llu: one above INT64_MAX was read back
+ * as a signed number, refused as "missing or bad", and a mismatch printed
+ * it as a negative.  A sign or a space before the digits is not a seed. */
+static void seed_above_int64_max_round_trips(void **state)
+{
+    struct fx *f = *state;
+    const uint64_t big = 18446744073709551615ull;
+    fill(f, 7);
+    struct dt_ckpt_state s = state_at(7);
+    s.seed = big;
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), 0);
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    s = state_at(0);
+    s.seed = big;
+    if (dt_ckpt_load(p, f->m, &f->a, &s))
+        fail_msg("%s", dt_error_last());
+    assert_int_equal(s.step, 7);
+    s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "saved with seed 18446744073709551615,"));
+    static const char *const bad[] = {"-1", " 5", "+5", "18446744073709551616", "5x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        edit_meta(p, "seed", bad[i]);
+        s = state_at(0);
+        assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+        if (!strstr(dt_error_last(), "metadata 'seed' missing or bad"))
+            fail_msg("seed \"%s\": %s", bad[i], dt_error_last());
+    }
+}
+
 static int count_tmp(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -319,6 +350,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(flipped_bit_is_caught_by_the_checksum, setup, teardown),
         cmocka_unit_test_setup_teardown(all_damaged_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_metadata_is_refused_and_leaves_the_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(seed_above_int64_max_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(killed_writer_leaves_a_usable_checkpoint, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
