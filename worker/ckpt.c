@@ -7,8 +7,9 @@
  * Damage after the fact (a truncated copy, a flipped bit, a full disk that a
  * file system did not report) is caught on reading: the safetensors reader
  * rejects a file whose sizes disagree, and every tensor carries its CRC-32C
- * in the metadata ("crc32c.<name>", 8 hex digits).  dt_ckpt_latest() skips a
- * damaged newest file with a warning and returns the newest intact one.
+ * in the metadata ("crc32c.<name>", 8 hex digits).  dt_ckpt_read_latest()
+ * skips a damaged newest file with a warning and keeps the newest intact one
+ * in memory, so resuming reads and checks the file once.
  *
  * Not for choosing when to save (the trainer) or the file format (safetensors.c).
  */
@@ -223,23 +224,9 @@ static int meta_i64(const struct dt_safetensors *f, const char *path, const char
                     long long *v);
 static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v);
 
-/* The run's counters in the metadata, in the order of verify()'s keys. */
-enum { M_STEP, M_EPOCH, M_BATCH, M_WORLD, M_BATCH_SIZE, M_ADAMW_STEP, M_COUNT };
-
-/* What dt_ckpt_load() needs of a file before it touches the model: the
- * format, the counters (into v[M_COUNT]) and the seed, and each tensor's
- * bytes matching its checksum. */
-static int verify(const struct dt_safetensors *f, const char *path, long long *v, uint64_t *seed)
+/* Each tensor's bytes against the CRC-32C its metadata key holds. */
+static int verify_crcs(const struct dt_safetensors *f, const char *path)
 {
-    const char *fmt = dt_safetensors_meta(f, "format");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT))
-        return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", path, CKPT_FORMAT);
-    static const char *const keys[M_COUNT] = {"step", "epoch", "batch", "world", "batch_size", "adamw_step"};
-    for (int k = 0; k < M_COUNT; k++)
-        if (meta_i64(f, path, keys[k], 0, LLONG_MAX, &v[k]))
-            return DT_EINVAL;
-    if (meta_u64(f, path, "seed", seed))
-        return DT_EINVAL;
     for (int i = 0; i < f->n; i++) {
         const struct dt_st_tensor *t = &f->tensors[i];
         char key[DT_ST_MAX_NAME + 16];
@@ -258,40 +245,64 @@ static int verify(const struct dt_safetensors *f, const char *path, long long *v
     return 0;
 }
 
-/* Reads and verifies a whole file; on success *f holds it (release it). */
-static int read_verified(const char *path, struct dt_safetensors *f, long long *v, uint64_t *seed)
+/* What a file must pass before dt_ckpt_apply() may use it: the format, the
+ * counters (into c) and each tensor's checksum. */
+static int verify(struct dt_ckpt_file *c)
 {
-    int rc = dt_safetensors_read(path, f);
-    if (rc)
-        return rc;
-    rc = verify(f, path, v, seed);
-    if (rc)
-        dt_safetensors_release(f);
+    const char *fmt = dt_safetensors_meta(&c->st, "format");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT))
+        return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", c->path, CKPT_FORMAT);
+    const struct {
+        const char *key;
+        int64_t *v;
+    } counters[] = {{"step", &c->step},   {"epoch", &c->epoch},           {"batch", &c->batch},
+                    {"world", &c->world}, {"batch_size", &c->batch_size}, {"adamw_step", &c->adamw_step}};
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        long long v;
+        if (meta_i64(&c->st, c->path, counters[k].key, 0, LLONG_MAX, &v))
+            return DT_EINVAL;
+        *counters[k].v = v;
+    }
+    if (meta_u64(&c->st, c->path, "seed", &c->seed))
+        return DT_EINVAL;
+    return verify_crcs(&c->st, c->path);
+}
+
+int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
+{
+    memset(c, 0, sizeof *c);
+    if ((size_t)snprintf(c->path, sizeof c->path, "%s", path) >= sizeof c->path)
+        return dt_error_set(DT_EINVAL, "checkpoint path of %zu bytes is too long: %.80s...", strlen(path), path);
+    int rc = dt_safetensors_read(path, &c->st);
+    if (rc == 0 && (rc = verify(c)))
+        dt_safetensors_release(&c->st);
     return rc;
 }
 
-int dt_ckpt_latest(const char *dir, char *path, size_t len)
+void dt_ckpt_release(struct dt_ckpt_file *c)
 {
+    dt_safetensors_release(&c->st);
+}
+
+int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c)
+{
+    memset(c, 0, sizeof *c);
     long long all[1024];
     int n = list_steps(dir, all, 1024);
     if (n == 0)
         return dt_error_set(DT_ENOTFOUND, "no checkpoint in %s", dir);
-    char first_err[1024] = "";
+    char first_err[1024] = "", path[sizeof c->path];
     for (int i = 0; i < n; i++) {
-        snprintf(path, len, "%s/step_%08lld.safetensors", dir, all[i]);
-        struct dt_safetensors f;
-        long long v[M_COUNT];
-        uint64_t seed;
-        if (read_verified(path, &f, v, &seed) == 0) {
-            dt_safetensors_release(&f);
+        if ((size_t)snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, all[i]) >= sizeof path)
+            return dt_error_set(DT_EINVAL, "checkpoint directory name of %zu bytes is too long: %.80s...",
+                                strlen(dir), dir);
+        if (dt_ckpt_read(path, c) == 0)
             return 0;
-        }
         if (!first_err[0])
             snprintf(first_err, sizeof first_err, "%s", dt_error_last());
         dt_log_warn("checkpoint rejected: %s; %s", dt_error_last(),
                     i + 1 < n ? "trying the one before it" : "it was the oldest");
     }
-    path[0] = 0;
     return dt_error_set(DT_EINVAL,
                         "no usable checkpoint in %s: all %d are damaged (the newest: %s); move them away to start "
                         "over, or set checkpoint.resume: never",
@@ -377,38 +388,43 @@ static int amp_restore(const struct dt_safetensors *f, const char *path, enum dt
     return 0;
 }
 
-int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
+int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
 {
-    struct dt_safetensors f;
-    long long v[M_COUNT];
-    uint64_t seed;
-    int rc = read_verified(path, &f, v, &seed);
-    if (rc)
-        return rc;
-    if (seed != s->seed || v[M_WORLD] != s->world || v[M_BATCH_SIZE] != s->batch_size)
+    const char *path = c->path;
+    int rc = 0;
+    if (c->seed != s->seed || c->world != s->world || c->batch_size != s->batch_size)
         rc = dt_error_set(DT_EINVAL,
                           "%s: saved with seed %llu, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
                           "(the data order would differ; use another checkpoint dir or resume: never)",
-                          path, (unsigned long long)seed, v[M_WORLD], v[M_BATCH_SIZE], (unsigned long long)s->seed,
-                          s->world, s->batch_size);
+                          path, (unsigned long long)c->seed, (long long)c->world, (long long)c->batch_size,
+                          (unsigned long long)s->seed, s->world, s->batch_size);
     struct dt_st_entry e[MAX_ENTRIES];
     const struct dt_st_tensor *t[MAX_ENTRIES];
     char names[MAX_ENTRIES][64];
     int n = entries(m, a, e, names);
     for (int i = 0; i < n && !rc; i++)
-        rc = (t[i] = file_tensor(&f, path, &e[i])) ? 0 : DT_EINVAL;
+        rc = (t[i] = file_tensor(&c->st, path, &e[i])) ? 0 : DT_EINVAL;
     struct dt_grad_scaler scaler = s->scaler;
     if (!rc)
-        rc = amp_restore(&f, path, s->amp, &scaler);
+        rc = amp_restore(&c->st, path, s->amp, &scaler);
     for (int i = 0; i < n && !rc; i++)
         memcpy((void *)e[i].data, t[i]->data, t[i]->end - t[i]->begin);
     if (!rc) {
-        s->step = v[M_STEP];
-        s->epoch = v[M_EPOCH];
-        s->batch = v[M_BATCH];
+        s->step = c->step;
+        s->epoch = c->epoch;
+        s->batch = c->batch;
         s->scaler = scaler;
-        a->step = v[M_ADAMW_STEP];
+        a->step = c->adamw_step;
     }
-    dt_safetensors_release(&f);
+    return rc;
+}
+
+int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)
+{
+    struct dt_ckpt_file c;
+    int rc = dt_ckpt_read(path, &c);
+    if (rc == 0)
+        rc = dt_ckpt_apply(&c, m, a, s);
+    dt_ckpt_release(&c);
     return rc;
 }

@@ -20,6 +20,10 @@
 #include "worker/adamw.h"
 #include "worker/grad_scaler.h"
 #include "worker/model.h"
+#include "worker/safetensors.h"
+
+/* The trainer's checkpoint dir (two 4 KiB paths joined) and a file name. */
+#define DT_CKPT_PATH_MAX 8400
 
 struct dt_ckpt_state {
     int64_t step;        /* optimizer steps done (also the scheduler's last_epoch) */
@@ -36,12 +40,33 @@ struct dt_ckpt_state {
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep);
 
-/* Path of the newest checkpoint in dir; DT_ENOTFOUND when there is none. */
-int dt_ckpt_latest(const char *dir, char *path, size_t len);
+/* A checkpoint file read into memory and verified (format, counters, every
+ * tensor's CRC-32C) but not yet applied: the bytes that were checked are the
+ * bytes dt_ckpt_apply() copies, and a resume reads the file once. */
+struct dt_ckpt_file {
+    char path[DT_CKPT_PATH_MAX];
+    struct dt_safetensors st;
+    int64_t step, epoch, batch, world, batch_size, adamw_step; /* the metadata's counters */
+    uint64_t seed;
+};
 
-/* Restores model, optimizer and state; the model's shapes, the seed, world
- * size and batch size must match the file's (the data order depends on them).
- * A file refused for any reason leaves all three as they were. */
+/* Reads and verifies one file; release it even on failure. */
+int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
+
+/* The newest checkpoint in dir that reads and verifies; a damaged newer one
+ * is skipped with a warning.  DT_ENOTFOUND when dir holds none, DT_EINVAL
+ * when every one is damaged.  Release it even on failure. */
+int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
+
+/* Restores model, optimizer and state from a file read above; the model's
+ * shapes, the seed, world size and batch size must match the file's (the
+ * data order depends on them).  A file refused for any reason leaves all
+ * three as they were. */
+int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);
+
+void dt_ckpt_release(struct dt_ckpt_file *c);
+
+/* dt_ckpt_read, dt_ckpt_apply and dt_ckpt_release of one path. */
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);
 
 #endif

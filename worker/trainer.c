@@ -136,40 +136,47 @@ static int build_data(struct dt_trainer *t)
     return 0;
 }
 
-/* resume: auto -> rank 0 picks the newest checkpoint and every rank loads that one. */
-static int maybe_resume(struct dt_trainer *t)
+/* Rank 0 reads the newest intact checkpoint and keeps it in *ck; the step it
+ * broadcasts (-1: none, -2: all damaged) tells the other ranks which file to
+ * read.  Each rank reads and checks the file once. */
+static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_t *step)
 {
-    if (t->spec.checkpoint.resume != DT_RESUME_AUTO)
-        return 0;
-    char path[8400];
-    int64_t step = -1; /* -2: every checkpoint there is damaged (ckpt.c said which and why) */
-    int found = t->rank == 0 ? dt_ckpt_latest(t->ckpt_dir, path, sizeof path) : DT_ENOTFOUND;
-    if (found == 0)
-        sscanf(strrchr(path, '/') + 1, "step_%lld", (long long *)&step);
-    else if (found != DT_ENOTFOUND) {
-        step = -2;
+    *step = -1;
+    int found = t->rank == 0 ? dt_ckpt_read_latest(t->ckpt_dir, ck) : DT_ENOTFOUND;
+    if (found == 0) {
+        long long named = -1; /* read_latest takes only names of that form */
+        sscanf(strrchr(ck->path, '/') + 1, "step_%lld", &named);
+        *step = named;
+    } else if (found != DT_ENOTFOUND) {
+        *step = -2;
         /* Said before the broadcast: the other ranks stop as soon as they hear,
          * and the agent may stop this one before its own exit message. */
         dt_log_error("%s", dt_error_last());
     }
-    if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, &step, 1, DT_I64, 0))
+    if (t->comm && t->world > 1 && dt_comm_broadcast(t->comm, step, 1, DT_I64, 0))
         return dt_error_prefix("agreeing on the checkpoint to resume from");
-    if (step == -2)
+    if (*step == -2)
         return t->rank == 0 ? found
                             : dt_error_set(DT_EINVAL, "rank 0 found no usable checkpoint in %s", t->ckpt_dir);
-    if (step < 0)
+    if (*step < 0 || t->rank == 0)
         return 0;
-    snprintf(path, sizeof path, "%s/step_%08lld.safetensors", t->ckpt_dir, (long long)step);
+    char path[sizeof ck->path];
+    snprintf(path, sizeof path, "%s/step_%08lld.safetensors", t->ckpt_dir, (long long)*step);
+    return dt_ckpt_read(path, ck);
+}
+
+static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
+{
     struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size,
                                .amp = t->spec.amp.dtype, .scaler = t->scaler};
-    int rc = dt_ckpt_load(path, t->model, &t->opt, &st);
+    int rc = dt_ckpt_apply(ck, t->model, &t->opt, &st);
     if (rc)
         return rc;
     if (st.step > t->total_steps)
-        return dt_error_set(DT_EINVAL, "%s: step %lld is past this job's %lld steps", path, (long long)st.step,
+        return dt_error_set(DT_EINVAL, "%s: step %lld is past this job's %lld steps", ck->path, (long long)st.step,
                             (long long)t->total_steps);
     if (st.batch > t->batches_per_epoch) /* the loader would run dry, which reads as a bug of dtrain */
-        return dt_error_set(DT_EINVAL, "%s: batch %lld is past this job's %lld batches per epoch", path,
+        return dt_error_set(DT_EINVAL, "%s: batch %lld is past this job's %lld batches per epoch", ck->path,
                             (long long)st.batch, (long long)t->batches_per_epoch);
     t->step = st.step;
     t->epoch = st.epoch;
@@ -177,9 +184,23 @@ static int maybe_resume(struct dt_trainer *t)
     t->resumed_from = st.step;
     t->scaler = st.scaler;
     if (t->rank == 0)
-        dt_log_info("resuming from %s (step %lld, epoch %lld, batch %lld)", path, (long long)st.step,
+        dt_log_info("resuming from %s (step %lld, epoch %lld, batch %lld)", ck->path, (long long)st.step,
                     (long long)st.epoch, (long long)st.batch);
     return dt_onecycle_seek(&t->sched, t->step);
+}
+
+/* resume: auto -> every rank loads the checkpoint rank 0 found. */
+static int maybe_resume(struct dt_trainer *t)
+{
+    if (t->spec.checkpoint.resume != DT_RESUME_AUTO)
+        return 0;
+    struct dt_ckpt_file ck = {0};
+    int64_t step;
+    int rc = read_checkpoint(t, &ck, &step);
+    if (rc == 0 && step >= 0)
+        rc = apply_checkpoint(t, &ck);
+    dt_ckpt_release(&ck);
+    return rc;
 }
 
 /* Communication-thread hook: one span per collective, named by bucket when

@@ -89,12 +89,13 @@ static void save(struct fx *f, int64_t step)
 /* Loads the newest usable file into a zeroed model; returns its step. */
 static int64_t load_latest(struct fx *f)
 {
-    char path[4300];
-    if (dt_ckpt_latest(f->dir, path, sizeof path) != 0)
+    struct dt_ckpt_file c;
+    if (dt_ckpt_read_latest(f->dir, &c) != 0)
         fail_msg("%s", dt_error_last());
     memset(f->m->params, 0, f->m->n_params * sizeof(float));
     struct dt_ckpt_state s = state_at(0);
-    assert_int_equal(dt_ckpt_load(path, f->m, &f->a, &s), 0);
+    assert_int_equal(dt_ckpt_apply(&c, f->m, &f->a, &s), 0);
+    dt_ckpt_release(&c);
     assert_true(f->m->params[0] == (float)s.step);
     assert_true(f->a.v[f->a.n - 1] == (float)s.step * 0.25f);
     assert_int_equal(f->a.step, s.step);
@@ -125,10 +126,11 @@ static void truncated_newest_falls_back(void **state)
     struct stat st;
     assert_int_equal(stat(p, &st), 0);
     assert_int_equal(truncate(p, st.st_size / 2), 0);
-    char got[4300];
-    assert_int_equal(dt_ckpt_latest(f->dir, got, sizeof got), 0);
+    struct dt_ckpt_file got;
+    assert_int_equal(dt_ckpt_read_latest(f->dir, &got), 0);
     path_of(f, 3, p, sizeof p);
-    assert_string_equal(got, p);
+    assert_string_equal(got.path, p);
+    dt_ckpt_release(&got);
     assert_int_equal(load_latest(f), 3);
     /* Loading the damaged file by name is a clear error, not a crash. */
     path_of(f, 7, p, sizeof p);
@@ -169,15 +171,17 @@ static void all_damaged_is_an_error(void **state)
         path_of(f, s, p, sizeof p);
         assert_int_equal(truncate(p, 100), 0);
     }
-    char got[4300];
-    int rc = dt_ckpt_latest(f->dir, got, sizeof got);
+    struct dt_ckpt_file got;
+    int rc = dt_ckpt_read_latest(f->dir, &got);
+    dt_ckpt_release(&got);
     assert_int_equal(rc, DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "no usable checkpoint"));
     assert_non_null(strstr(dt_error_last(), "all 2 are damaged"));
     /* An empty directory is different: nothing to resume from. */
     char empty[80];
     snprintf(empty, sizeof empty, "%s/none", f->dir);
-    assert_int_equal(dt_ckpt_latest(empty, got, sizeof got), DT_ENOTFOUND);
+    assert_int_equal(dt_ckpt_read_latest(empty, &got), DT_ENOTFOUND);
+    dt_ckpt_release(&got);
 }
 
 /* Rewrites a checkpoint with one metadata value replaced; the tensors and
