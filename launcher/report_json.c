@@ -4,6 +4,7 @@
  *   value  = object | array | string | number | true | false | null
  *   number = [-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]
  *   string = " chars " with escapes \" \\ \/ \b \f \n \r \t \uXXXX (surrogate pairs joined)
+ * but for \u0000: decoded strings are C strings (comm/json_escape.h).
  * The arena is a list of blocks of at least 64 KiB, so a trace of a hundred
  * thousand events costs a few dozen mallocs, not a million.
  */
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "comm/error.h"
+#include "comm/json_escape.h"
 
 #define BLOCK_MIN (64 * 1024)
 #define MAX_DEPTH 64
@@ -100,40 +102,6 @@ static struct dt_json *new_node(struct parser *ps, enum dt_json_type type)
 
 static int parse_value(struct parser *ps, struct dt_json **out);
 
-static int hex4(struct parser *ps, const char *s, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = s + i < ps->end ? s[i] : 0;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0)
-            return fail(ps, "\\u must be followed by 4 hex digits");
-        v = v << 4 | (unsigned)d;
-    }
-    *out = v;
-    return 0;
-}
-
-static char *put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        *o++ = (char)cp;
-    } else if (cp < 0x800) {
-        *o++ = (char)(0xC0 | cp >> 6);
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xE0 | cp >> 12);
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-        *o++ = (char)(0xF0 | cp >> 18);
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    }
-    return o;
-}
-
 /* One escape after the backslash at ps->p; appends its UTF-8 to *o. */
 static int escape(struct parser *ps, char **o)
 {
@@ -147,20 +115,11 @@ static int escape(struct parser *ps, char **o)
     }
     if (c != 'u')
         return fail(ps, "unknown escape \\%c in a string", c ? c : '?');
-    unsigned cp, lo;
-    if (hex4(ps, ps->p + 1, &cp))
-        return DT_EINVAL;
-    ps->p += 5;
-    if (cp >= 0xD800 && cp < 0xDC00) {
-        if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u' || hex4(ps, ps->p + 2, &lo) ||
-            lo < 0xDC00 || lo > 0xDFFF)
-            return fail(ps, "a \\u high surrogate must be followed by a low one");
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        ps->p += 6;
-    } else if (cp >= 0xDC00 && cp < 0xE000) {
-        return fail(ps, "a lone \\u low surrogate");
-    }
-    *o = put_utf8(*o, cp);
+    const char *why;
+    size_t used = dt_json_decode_u(ps->p, ps->end, o, &why);
+    if (!used)
+        return fail(ps, "%s", why);
+    ps->p += used;
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "comm/error.h"
+#include "comm/json_escape.h"
 
 #define ST_MAX_HEADER 100000000ull
 
@@ -62,40 +63,34 @@ static int jp_expect(struct jp *p, char c)
     return 0;
 }
 
-static void put_utf8(char **o, unsigned cp)
+/* One escape; r is at its backslash, end at the closing quote.  Only JSON's
+ * escapes: letting any other character stand for itself would let a
+ * backslash and a raw NUL byte put a NUL into the string. */
+static int jp_escape(struct jp *p, const char **r, const char *end, char **w)
 {
-    if (cp < 0x80) {
-        *(*o)++ = (char)cp;
-    } else if (cp < 0x800) {
-        *(*o)++ = (char)(0xc0 | cp >> 6);
-        *(*o)++ = (char)(0x80 | (cp & 0x3f));
-    } else {
-        *(*o)++ = (char)(0xe0 | cp >> 12);
-        *(*o)++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *(*o)++ = (char)(0x80 | (cp & 0x3f));
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    char c = *++*r;
+    const char *k = c ? strchr(from, c) : NULL;
+    if (k) {
+        *(*w)++ = to[k - from];
+        return 0;
     }
-}
-
-/* Exactly 4 hex digits, as JSON has them: sscanf("%4x") would take a sign,
- * spaces or "0x", and first runs strlen over the rest of the file, past its
- * end when the file holds no zero byte. */
-static int hex4(const char *s, unsigned *cp)
-{
-    *cp = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
-                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-                                            : 16u;
-        if (d > 15)
-            return -1;
-        *cp = *cp << 4 | d;
+    if (c != 'u') {
+        p->s = *r - 1;
+        return jp_fail(p, "unknown escape in a string");
     }
+    const char *why;
+    size_t used = dt_json_decode_u(*r, end, w, &why);
+    if (!used) {
+        p->s = *r - 1; /* the message's offset: the escape, not the string's end */
+        return jp_fail(p, why);
+    }
+    *r += used - 1;
     return 0;
 }
 
-/* A JSON string into a fresh malloc'd C string. */
+/* A JSON string into a fresh malloc'd C string; a NUL in it, raw or \u0000,
+ * would cut the C string short, so it is refused. */
 static int jp_string(struct jp *p, char **out)
 {
     if (jp_expect(p, '"'))
@@ -108,32 +103,27 @@ static int jp_string(struct jp *p, char **out)
     char *o = malloc((size_t)(p->s - start) + 1), *w = o;
     if (!o)
         return dt_error_set(DT_ENOMEM, "%s: no memory for the header", p->name);
-    for (const char *r = start; r < p->s; r++) {
-        if (*r != '\\') {
+    const char *end = p->s;
+    for (const char *r = start; r < end; r++) {
+        int rc = 0;
+        if ((unsigned char)*r < 0x20) {
+            char what[80];
+            snprintf(what, sizeof what, "control character 0x%02x inside a string (must be escaped)",
+                     (unsigned char)*r);
+            p->s = r;
+            rc = jp_fail(p, what);
+        } else if (*r == '\\') {
+            rc = jp_escape(p, &r, end, &w);
+        } else {
             *w++ = *r;
-            continue;
         }
-        char c = *++r;
-        unsigned cp = 0;
-        switch (c) {
-        case 'n': *w++ = '\n'; break;
-        case 't': *w++ = '\t'; break;
-        case 'r': *w++ = '\r'; break;
-        case 'b': *w++ = '\b'; break;
-        case 'f': *w++ = '\f'; break;
-        case 'u':
-            if (p->s - r < 5 || hex4(r + 1, &cp)) {
-                free(o);
-                return jp_fail(p, "bad \\u escape");
-            }
-            put_utf8(&w, cp);
-            r += 4;
-            break;
-        default: *w++ = c; break;
+        if (rc) {
+            free(o);
+            return rc;
         }
     }
     *w = 0;
-    p->s++;
+    p->s = end + 1;
     *out = o;
     return 0;
 }

@@ -3,7 +3,9 @@
  * A missing metrics.jsonl is an error naming the run directory (it was also
  * undefined behaviour, caught by `make asan`); steps and values a double
  * barely holds draw a chart of bounded size with no NaN in it (a single point
- * at step 1e89 used to write tick labels forever).
+ * at step 1e89 used to write tick labels forever).  A \u0000 in a key or
+ * value is refused where it stands: keys and values are used as C strings,
+ * so "loss\u0000x" was read as "loss".
  *
  * Not for the findings (test_report_diagnose.c) or the page's looks
  * (tests/integration/test_obs_report.sh).
@@ -99,6 +101,19 @@ static void absurd_values_draw_no_nan(void **state)
     assert_non_null(strstr(text, "data-series=\"lr\""));
 }
 
+static void nul_in_a_string_is_refused_with_its_place(void **state)
+{
+    (void)state;
+    write_metrics("{\"step\": 1, \"loss\": 1}\n{\"step\": 2, \"loss\\u0000x\": 7}\n");
+    struct dt_report r;
+    assert_int_equal(dt_report_load(run_dir, &r), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "metrics.jsonl:2:19: \\u0000 (a NUL character) is not allowed"));
+    write_metrics("{\"step\": 1, \"loss\": 1, \"note\": \"a\\u0000\"}\n");
+    assert_int_equal(dt_report_load(run_dir, &r), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "metrics.jsonl:1:"));
+    assert_non_null(strstr(dt_error_last(), "NUL character"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -106,6 +121,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(one_point_at_a_huge_step_draws_a_bounded_chart, setup, teardown),
         cmocka_unit_test_setup_teardown(steps_closer_than_a_double_holds_draw_a_bounded_chart, setup, teardown),
         cmocka_unit_test_setup_teardown(absurd_values_draw_no_nan, setup, teardown),
+        cmocka_unit_test_setup_teardown(nul_in_a_string_is_refused_with_its_place, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

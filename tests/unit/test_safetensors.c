@@ -163,9 +163,9 @@ static void reader_survives_fuzzed_headers(void **state)
             "more than 2^64 bytes");
     /* A u-escape takes exactly 4 hex digits (sscanf took signs, spaces, 0x,
      * and ran strlen over the rest of the file). */
-    refused("{\"__metadata__\":{\"k\":\"\\u+123\"}}", 0, "bad \\u escape");
-    refused("{\"__metadata__\":{\"k\":\"\\u 123\"}}", 0, "bad \\u escape");
-    refused("{\"__metadata__\":{\"k\":\"\\u0x12\"}}", 0, "bad \\u escape");
+    refused("{\"__metadata__\":{\"k\":\"\\u+123\"}}", 0, "\\u must be followed by 4 hex digits");
+    refused("{\"__metadata__\":{\"k\":\"\\u 123\"}}", 0, "\\u must be followed by 4 hex digits");
+    refused("{\"__metadata__\":{\"k\":\"\\u0x12\"}}", 0, "\\u must be followed by 4 hex digits");
     refused("{}x", 0, "trailing bytes");
     refused("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0,0]}}", 0, "data_offsets needs 2");
     /* No tensors at all: memcpy from a NULL array (UBSan). */
@@ -182,6 +182,48 @@ static void reader_survives_fuzzed_headers(void **state)
     dt_safetensors_release(&st);
 }
 
+/* Names and metadata are C strings: a NUL decoded into one cut it short
+ * silently ("a\u0000b" was tensor "a").  Refused, raw or escaped, with the
+ * byte of the header where it stands.  Surrogate pairs are one character
+ * (they were written as two 3-byte sequences, which are not UTF-8). */
+static void nul_in_a_string_is_refused(void **state)
+{
+    (void)state;
+    const char *nul = "\\u0000 (a NUL character) is not allowed";
+    refused("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, nul);
+    refused("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, "at byte 11");
+    refused("{\"__metadata__\":{\"k\\u0000\":\"v\"}}", 0, nul);
+    refused("{\"__metadata__\":{\"k\":\"v\\u0000x\"}}", 0, nul);
+    refused("{\"__metadata__\":{\"k\":\"v\\u0000x\"}}", 0, "at byte 31");
+    refused("{\"__metadata__\":{\"k\":\"\\ud800\"}}", 0, "high surrogate must be followed by a low one");
+    refused("{\"__metadata__\":{\"k\":\"\\udc00\"}}", 0, "lone \\u low surrogate");
+    refused("{\"__metadata__\":{\"k\":\"\\q\"}}", 0, "unknown escape");
+    refused("{\"__metadata__\":{\"k\":\"\t\"}}", 0, "control character 0x09 inside a string");
+    /* A raw NUL byte, and one behind a backslash (which stood for itself). */
+    static const char raw[2][32] = {"{\"__metadata__\":{\"k\":\"v\0\"}}", "{\"__metadata__\":{\"k\":\"v\\\0\"}}"};
+    static const char *const why[2] = {"control character 0x00 inside a string", "unknown escape"};
+    for (int i = 0; i < 2; i++) {
+        size_t len = 23 + (size_t)i + 4; /* the NUL is at 23 + i, then "}} */
+        uint8_t *b = calloc(1, 8 + len); /* the parser owns and frees it */
+        b[0] = (uint8_t)len;
+        memcpy(b + 8, raw[i], len);
+        struct dt_safetensors st;
+        assert_int_equal(dt_safetensors_parse("nul.safetensors", b, 8 + len, &st), DT_EINVAL);
+        assert_non_null(strstr(dt_error_last(), "nul.safetensors"));
+        if (!strstr(dt_error_last(), why[i]))
+            fail_msg("%s", dt_error_last());
+    }
+    const char *ok = "{\"__metadata__\":{\"k\":\"\\ud83d\\ude00\"}}";
+    size_t n = strlen(ok);
+    uint8_t *b = calloc(1, 8 + n);
+    b[0] = (uint8_t)n;
+    memcpy(b + 8, ok, n);
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_parse("ok", b, 8 + n, &st), 0);
+    assert_string_equal(dt_safetensors_meta(&st, "k"), "\xf0\x9f\x98\x80");
+    dt_safetensors_release(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -189,6 +231,7 @@ int main(void)
         cmocka_unit_test(round_trip_orders_by_alignment_then_name),
         cmocka_unit_test(reader_refuses_bad_files),
         cmocka_unit_test(reader_survives_fuzzed_headers),
+        cmocka_unit_test(nul_in_a_string_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
