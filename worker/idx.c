@@ -1,12 +1,13 @@
 /* idx.c - IDX reader through zlib and the Fashion-MNIST loader (see idx.h).
  *
- * gzread reads plain files too, so an uncompressed copy of the data set works
- * as well.  Not for writing IDX files.
+ * A file without the gzip magic is read as it is, so an uncompressed copy of
+ * the data set works as well.  Not for writing IDX files.
  */
 #include "worker/idx.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,62 +15,169 @@
 
 #include "comm/error.h"
 
-/* zlib's message for the last error, without the "<path>: " it puts first
- * (ours are prefixed with the path already). */
-static const char *gz_message(gzFile f, const char *path, int *zerr)
-{
-    const char *msg = gzerror(f, zerr);
-    size_t n = strlen(path);
-    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
-}
+/* The file through inflate, not gzread: after a gzip member, gzread takes
+ * bytes that do not start another member for "trailing garbage" and ends
+ * quietly, so a data set file with junk appended (or a second file glued
+ * on badly) loaded as if whole.  Here a member may only be followed by
+ * another member (gzip allows several; the data runs on through them) or by
+ * the end of the file.  A file that does not start with the gzip magic is
+ * read as it is, as gzread did. */
+struct idx_in {
+    FILE *f;
+    const char *path;
+    z_stream z;
+    int gzip;         /* else the bytes are the data */
+    int member_ended; /* inflate reached a member's end: next, a member or EOF */
+    long long raw_at; /* bytes of the file consumed, for messages */
+    uint8_t buf[1 << 16];
+};
 
-/* Fills buf[from, to) of a `total`-byte part (the count is for the message). */
-static int read_range(gzFile f, const char *path, uint8_t *buf, size_t from, size_t to, size_t total,
-                      const char *what)
+/* Tops the input up to at least `want` bytes where the file has them. */
+static int in_fill(struct idx_in *in, size_t want, const char *what)
 {
-    while (from < to) {
-        unsigned chunk = to - from > (1u << 30) ? (1u << 30) : (unsigned)(to - from);
-        int r = gzread(f, buf + from, chunk);
-        if (r < 0) { /* Z_ERRNO: the disk failed; any other: the gzip stream is damaged */
-            int zerr;
-            const char *msg = gz_message(f, path, &zerr);
-            if (zerr == Z_ERRNO)
-                return dt_error_set(DT_EIO, "%s: reading %s: %s", path, what, msg);
-            return dt_error_set(DT_EINVAL, "%s: damaged gzip stream in %s: %s", path, what, msg);
-        }
-        if (r == 0)
-            return dt_error_set(DT_EINVAL, "%s: truncated: %s ends after %zu of %zu bytes", path, what,
-                                from, total);
-        from += (size_t)r;
+    if (in->z.avail_in >= want)
+        return 0;
+    memmove(in->buf, in->z.next_in, in->z.avail_in);
+    in->z.next_in = in->buf;
+    while (in->z.avail_in < want) {
+        size_t n = fread(in->buf + in->z.avail_in, 1, sizeof in->buf - in->z.avail_in, in->f);
+        if (n == 0 && ferror(in->f))
+            return dt_error_set_errno(DT_EIO, errno, "%s: reading %s", in->path, what);
+        if (n == 0)
+            return 0;
+        in->z.avail_in += (uInt)n;
     }
     return 0;
 }
 
-static int read_exact(gzFile f, const char *path, void *buf, size_t len, const char *what)
+static int in_open(struct idx_in *in, const char *path)
 {
-    return read_range(f, path, buf, 0, len, len, what);
+    memset(in, 0, offsetof(struct idx_in, buf));
+    in->path = path;
+    in->z.next_in = in->buf;
+    in->f = fopen(path, "rb");
+    if (!in->f)
+        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    int rc = in_fill(in, 2, "the header");
+    in->gzip = rc == 0 && in->z.avail_in >= 2 && in->buf[0] == 0x1f && in->buf[1] == 0x8b;
+    if (rc == 0 && in->gzip && inflateInit2(&in->z, 16 + MAX_WBITS) != Z_OK)
+        rc = dt_error_set(DT_ENOMEM, "%s: no memory for zlib", path);
+    return rc;
+}
+
+static void in_close(struct idx_in *in)
+{
+    if (in->gzip)
+        inflateEnd(&in->z);
+    if (in->f)
+        fclose(in->f);
+}
+
+/* After a member's end: the next member, or the end of the file (*eof). */
+static int next_member(struct idx_in *in, const char *what, int *eof)
+{
+    int rc = in_fill(in, 2, what);
+    *eof = rc == 0 && in->z.avail_in == 0;
+    if (rc || *eof)
+        return rc;
+    if (in->z.avail_in < 2 || in->z.next_in[0] != 0x1f || in->z.next_in[1] != 0x8b)
+        return dt_error_set(DT_EINVAL,
+                            "%s: bytes after the gzip data at offset %lld that are not another gzip "
+                            "member (trailing garbage: a damaged or badly joined file)",
+                            in->path, in->raw_at);
+    inflateReset(&in->z);
+    in->member_ended = 0;
+    return 0;
+}
+
+/* One inflate call's worth into z's output; *eof at the clean end. */
+static int inflate_some(struct idx_in *in, const char *what, int *eof)
+{
+    *eof = 0;
+    if (in->member_ended)
+        return next_member(in, what, eof);
+    int rc = in_fill(in, 1, what);
+    if (rc)
+        return rc;
+    if (in->z.avail_in == 0)
+        return dt_error_set(DT_EINVAL, "%s: damaged gzip stream while reading %s: unexpected end of file",
+                            in->path, what);
+    uInt before = in->z.avail_in;
+    int zr = inflate(&in->z, Z_NO_FLUSH);
+    in->raw_at += before - in->z.avail_in;
+    if (zr == Z_STREAM_END)
+        in->member_ended = 1;
+    else if (zr == Z_MEM_ERROR)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for zlib", in->path);
+    else if (zr != Z_OK && zr != Z_BUF_ERROR) /* BUF: no progress this call, which the next one makes */
+        return dt_error_set(DT_EINVAL, "%s: damaged gzip stream while reading %s: %s", in->path, what,
+                            in->z.msg ? in->z.msg : zError(zr));
+    return 0;
+}
+
+/* Up to len bytes of the data into buf; *got < len only at the end. */
+static int in_read(struct idx_in *in, uint8_t *buf, size_t len, size_t *got, const char *what)
+{
+    *got = 0;
+    while (*got < len) {
+        int rc, eof = 0;
+        if (!in->gzip) {
+            size_t take = in->z.avail_in < len - *got ? in->z.avail_in : len - *got;
+            memcpy(buf + *got, in->z.next_in, take);
+            in->z.next_in += take;
+            in->z.avail_in -= (uInt)take;
+            *got += take;
+            rc = *got < len ? in_fill(in, 1, what) : 0;
+            eof = in->z.avail_in == 0;
+        } else {
+            size_t room = len - *got > (1u << 30) ? (1u << 30) : len - *got;
+            in->z.next_out = buf + *got;
+            in->z.avail_out = (uInt)room;
+            rc = inflate_some(in, what, &eof);
+            *got += room - in->z.avail_out;
+        }
+        if (rc || eof)
+            return rc;
+    }
+    return 0;
+}
+
+/* Fills buf[from, to) of a `total`-byte part (the count is for the message). */
+static int read_range(struct idx_in *in, uint8_t *buf, size_t from, size_t to, size_t total, const char *what)
+{
+    size_t got;
+    int rc = in_read(in, buf + from, to - from, &got, what);
+    if (rc == 0 && got < to - from)
+        rc = dt_error_set(DT_EINVAL, "%s: truncated: %s ends after %zu of %zu bytes", in->path, what,
+                          from + got, total);
+    return rc;
+}
+
+static int read_exact(struct idx_in *in, void *buf, size_t len, const char *what)
+{
+    return read_range(in, buf, 0, len, len, what);
 }
 
 /* The data, in a buffer that grows (doubling from 1 MiB) as bytes arrive:
  * the dims are only the header's word, and 20 bytes can claim 2^62 of data.
  * Sized up front, such a file fails as "no memory" (or, lazily allocated,
  * not at all until the short read) instead of as the truncated file it is. */
-static int read_data(gzFile f, const char *path, size_t bytes, uint8_t **out)
+static int read_data(struct idx_in *in, size_t bytes, uint8_t **out)
 {
     size_t cap = bytes < ((size_t)1 << 20) ? bytes : (size_t)1 << 20, got = 0;
     uint8_t *buf = malloc(cap ? cap : 1);
-    int rc = buf ? 0 : dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", path, cap);
+    int rc = buf ? 0 : dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", in->path, cap);
     while (rc == 0 && got < bytes) {
         if (got == cap) {
             cap = cap > bytes / 2 ? bytes : 2 * cap;
             uint8_t *more = realloc(buf, cap);
             if (!more) {
-                rc = dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", path, cap);
+                rc = dt_error_set(DT_ENOMEM, "%s: no memory for %zu bytes", in->path, cap);
                 break;
             }
             buf = more;
         }
-        rc = read_range(f, path, buf, got, cap, bytes, "the data");
+        rc = read_range(in, buf, got, cap, bytes, "the data");
         got = cap;
     }
     if (rc) {
@@ -80,20 +188,16 @@ static int read_data(gzFile f, const char *path, size_t bytes, uint8_t **out)
     return 0;
 }
 
-/* After the data: the end of the file, and for gzip its trailer.  A stream
- * cut right after the data reads as a clean end (gzread returns 0, as it
- * does for a file still being written) and only gzerror's Z_BUF_ERROR
- * tells, which leaves the data's CRC unchecked. */
-static int read_end(gzFile f, const char *path, size_t bytes)
+/* After the data: the end of the file, and for gzip the end of its last
+ * member (trailer checked) with nothing but members after it. */
+static int read_end(struct idx_in *in, size_t bytes)
 {
     uint8_t extra;
-    int r = gzread(f, &extra, 1), zerr = Z_OK;
-    const char *msg = gz_message(f, path, &zerr);
-    if (r > 0)
-        return dt_error_set(DT_EINVAL, "%s: more data than the header's dims say (%zu bytes)", path, bytes);
-    if (r < 0 || zerr == Z_BUF_ERROR)
-        return dt_error_set(DT_EINVAL, "%s: damaged gzip stream after the data: %s", path, msg);
-    return 0;
+    size_t got;
+    int rc = in_read(in, &extra, 1, &got, "past the data");
+    if (rc == 0 && got > 0)
+        rc = dt_error_set(DT_EINVAL, "%s: more data than the header's dims say (%zu bytes)", in->path, bytes);
+    return rc;
 }
 
 static uint32_t be32(const uint8_t *b)
@@ -102,18 +206,18 @@ static uint32_t be32(const uint8_t *b)
 }
 
 /* Header: magic (0, 0, type 0x08 = ubyte, ndim), then ndim big-endian int32 dims. */
-static int read_header(gzFile f, const char *path, int ndim, const int64_t *want, struct dt_idx *out,
-                       size_t *bytes)
+static int read_header(struct idx_in *in, int ndim, const int64_t *want, struct dt_idx *out, size_t *bytes)
 {
+    const char *path = in->path;
     uint8_t b[4 + 4 * DT_IDX_MAX_DIMS];
-    int rc = read_exact(f, path, b, 4, "the header");
+    int rc = read_exact(in, b, 4, "the header");
     if (rc)
         return rc;
     uint32_t magic = be32(b);
     if (b[0] != 0 || b[1] != 0 || b[2] != 0x08 || b[3] != ndim)
         return dt_error_set(DT_EINVAL, "%s: not an IDX file of %d-dim unsigned bytes (magic 0x%08x, want 0x%08x)",
                             path, ndim, magic, 0x0800u | (unsigned)ndim);
-    rc = read_exact(f, path, b + 4, 4 * (size_t)ndim, "the header");
+    rc = read_exact(in, b + 4, 4 * (size_t)ndim, "the header");
     if (rc)
         return rc;
     size_t total = 1;
@@ -138,17 +242,19 @@ int dt_data_idx_load(const char *path, int ndim, const int64_t *want_dims, struc
     if (ndim < 1 || ndim > DT_IDX_MAX_DIMS)
         return dt_error_set(DT_EINVAL, "%s: %d dims asked for, IDX supports 1..%d", path, ndim,
                             DT_IDX_MAX_DIMS);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno ? errno : ENOMEM,
-                                  "%s: cannot open", path);
+    struct idx_in *in = malloc(sizeof *in);
+    if (!in)
+        return dt_error_set(DT_ENOMEM, "%s: no memory for a read buffer", path);
     size_t bytes = 0;
-    int rc = read_header(f, path, ndim, want_dims, out, &bytes);
+    int rc = in_open(in, path);
     if (rc == 0)
-        rc = read_data(f, path, bytes, &out->data);
+        rc = read_header(in, ndim, want_dims, out, &bytes);
     if (rc == 0)
-        rc = read_end(f, path, bytes);
-    gzclose(f);
+        rc = read_data(in, bytes, &out->data);
+    if (rc == 0)
+        rc = read_end(in, bytes);
+    in_close(in);
+    free(in);
     if (rc)
         dt_data_idx_release(out);
     return rc;

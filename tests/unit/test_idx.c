@@ -153,12 +153,82 @@ static void fuzzed_files(void **state)
     unlink(path);
 }
 
+/* The gzip'd bytes of `len` bytes of data (as write_gz writes them). */
+static size_t gz_bytes(const uint8_t *b, size_t len, uint8_t *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtrain-idx-gz-%d.gz", (int)getpid());
+    write_gz(path, b, len);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap, f);
+    fclose(f);
+    unlink(path);
+    assert_true(n > 0 && n < cap);
+    return n;
+}
+
+/* zlib's gzread stops quietly at bytes after a gzip member that do not start
+ * another one, so junk appended to a data set file was never noticed.  gzip
+ * allows members one after another, and the data may run on through them;
+ * anything else after the last member is refused, naming where it starts. */
+static void bytes_after_the_gzip_data(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtrain-idx-tail-%d.gz", (int)getpid());
+    const int64_t lab[1] = {0};
+    uint8_t good[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 9, 0, 3};
+    uint8_t gz[512];
+    size_t n = gz_bytes(good, sizeof good, gz, sizeof gz);
+    static const char *const tails[] = {"garbage", "\x1f", "\0\0\0\0"};
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        size_t t = strlen(tails[i]) ? strlen(tails[i]) : 4;
+        memcpy(gz + n, tails[i], t);
+        write_raw(path, gz, n + t);
+        assert_int_equal(load(path, 1, lab), DT_EINVAL);
+        assert_non_null(strstr(dt_error_last(), path));
+        char at[64];
+        snprintf(at, sizeof at, "at offset %zu that are not another gzip member", n);
+        if (!strstr(dt_error_last(), at))
+            fail_msg("tail %zu: wanted '%s' in: %s", i, at, dt_error_last());
+    }
+    /* Two members, the data split between them: one file. */
+    size_t n1 = gz_bytes(good, 9, gz, sizeof gz);
+    size_t n2 = gz_bytes(good + 9, 2, gz + n1, sizeof gz - n1);
+    write_raw(path, gz, n1 + n2);
+    struct dt_idx x;
+    assert_int_equal(dt_data_idx_load(path, 1, lab, &x), 0);
+    assert_int_equal(x.dims[0], 3);
+    assert_memory_equal(x.data, good + 8, 3);
+    dt_data_idx_release(&x);
+    /* A third member holding more than the dims say; then one cut inside its header. */
+    size_t n3 = gz_bytes(good + 9, 1, gz + n1 + n2, sizeof gz - n1 - n2);
+    write_raw(path, gz, n1 + n2 + n3);
+    assert_int_equal(load(path, 1, lab), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "more data than the header's dims say"));
+    write_raw(path, gz, n1 + n2 + 5);
+    assert_int_equal(load(path, 1, lab), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "damaged gzip stream"));
+    /* An uncompressed file is read as it is, and its tail is more data. */
+    write_raw(path, good, sizeof good);
+    assert_int_equal(load(path, 1, lab), 0);
+    uint8_t longer[sizeof good + 1];
+    memcpy(longer, good, sizeof good);
+    longer[sizeof good] = 1;
+    write_raw(path, longer, sizeof longer);
+    assert_int_equal(load(path, 1, lab), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "more data"));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(real_files),
         cmocka_unit_test(broken_files),
         cmocka_unit_test(fuzzed_files),
+        cmocka_unit_test(bytes_after_the_gzip_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
