@@ -1,14 +1,40 @@
-/* json_escape.h - the \uXXXX escape of JSON strings, decoded to UTF-8, for
- * the readers that need it: launcher/report_json.c (dtrain's own run files)
- * and worker/safetensors.c (checkpoint and model headers).  One decoder, so
- * both join surrogate pairs and refuse the same escapes.
+/* json_escape.h - JSON string escapes, both ways, so every writer and reader
+ * of dtrain's JSON agrees on them.
  *
- * Not a JSON parser, and not for writing escapes.
+ * Writing: dt_json_put_str and dt_json_quote write a C string as a JSON
+ * string literal, for the trace, the run summary, the error file the worker
+ * leaves for the agent, safetensors headers and `dtrain report`/`trace merge`.
+ * Reading: dt_json_decode_u decodes the \uXXXX escape, for the readers
+ * launcher/report_json.c (dtrain's own run files) and worker/safetensors.c
+ * (checkpoint and model headers), so both join surrogate pairs and refuse
+ * the same escapes.
+ *
+ * Not a JSON parser or a writer of anything but strings.
  */
 #ifndef DT_JSON_ESCAPE_H
 #define DT_JSON_ESCAPE_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+/* How bytes below 0x20 are written; either way '"' and '\\' get a backslash
+ * and every other byte (DEL, UTF-8) is copied as it is.  Both are what
+ * RFC 8259 section 7 allows: it requires only '"', '\\' and 0x00-0x1F to be
+ * escaped. */
+enum dt_json_style {
+    DT_JSON_U,        /* all of them as \u00xx (lowercase hex) */
+    DT_JSON_SHORT_WS, /* \n, \r and \t by name, the rest as \u00xx: messages stay readable */
+};
+
+/* Writes s to f as a JSON string literal, quotes included.  Write errors
+ * are left in f's error flag for the caller's fclose/ferror. */
+void dt_json_put_str(FILE *f, const char *s, enum dt_json_style style);
+
+/* Writes s into buf as a JSON string literal, quotes included, and a NUL
+ * after it; *len gets the literal's length without the NUL.  Returns 0, or
+ * DT_ENOMEM when the literal and its NUL need more than size bytes (buf
+ * then holds "" if size > 0).  6 bytes per byte of s, plus 3, always do. */
+int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style style, size_t *len);
 
 /* Decodes the escape whose 'u' is at s (the text ends before end), joining
  * a surrogate pair "\uD83D\uDE00" into one code point, and appends its

@@ -1,10 +1,19 @@
-/* test_json_escape.c - the \uXXXX decoder both JSON readers share: UTF-8 of
- * 1 to 4 bytes, surrogate pairs joined, and the escapes it refuses (\u0000,
- * lone surrogates, fewer than 4 hex digits, digits past the end of the
- * text), each with the sentence the readers put in their messages.
+/* test_json_escape.c - JSON string escapes, both ways.
+ *
+ * The writer (dt_json_put_str, dt_json_quote): '"' and '\\', every control
+ * byte 0x01-0x1F in both styles, DEL and UTF-8 copied as they are, the two
+ * forms writing the same bytes, a buffer one byte too small, and the output
+ * read back by the project's reader (launcher/report_json.c).  0x00 cannot
+ * be asked for: the writer takes C strings, which end there.
+ *
+ * The \uXXXX decoder both JSON readers share: UTF-8 of 1 to 4 bytes,
+ * surrogate pairs joined, and the escapes it refuses (\u0000, lone
+ * surrogates, fewer than 4 hex digits, digits past the end of the text),
+ * each with the sentence the readers put in their messages.
  *
  * Not for where the readers place the message (test_safetensors.c,
- * test_report_load.c).
+ * test_report_load.c) or for what each writer's file looks like
+ * (test_trace.c, test_agent_run.c, ...).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,9 +21,146 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "comm/error.h"
 #include "comm/json_escape.h"
+#include "launcher/report_json.h"
+
+/* --- writer ----------------------------------------------------------- */
+
+/* What dt_json_put_str writes for s (a static buffer, valid until the next call). */
+static const char *put(const char *s, enum dt_json_style style)
+{
+    static char out[1024];
+    FILE *f = fmemopen(out, sizeof out, "w");
+    assert_non_null(f);
+    dt_json_put_str(f, s, style);
+    assert_int_equal(fclose(f), 0);
+    return out;
+}
+
+/* What dt_json_quote writes for s into a roomy buffer; checks *len. */
+static const char *quote(const char *s, enum dt_json_style style)
+{
+    static char out[1024];
+    size_t len = 0;
+    assert_int_equal(dt_json_quote(out, sizeof out, s, style, &len), 0);
+    assert_int_equal(len, strlen(out));
+    return out;
+}
+
+static void quote_and_backslash_get_a_backslash(void **state)
+{
+    (void)state;
+    assert_string_equal(put("", DT_JSON_U), "\"\"");
+    assert_string_equal(put("a\"b\\c", DT_JSON_U), "\"a\\\"b\\\\c\"");
+    assert_string_equal(put("\\\"", DT_JSON_SHORT_WS), "\"\\\\\\\"\"");
+    assert_string_equal(quote("a\"b\\c", DT_JSON_U), "\"a\\\"b\\\\c\"");
+    assert_string_equal(put("/", DT_JSON_U), "\"/\""); /* RFC 8259 allows \/ but does not need it */
+}
+
+/* RFC 8259 section 7: every byte below 0x20 must be escaped. */
+static void every_control_byte_is_escaped(void **state)
+{
+    (void)state;
+    for (int c = 1; c < 0x20; c++) {
+        char in[] = {'x', (char)c, 'y', 0}, want_u[16], want_ws[16];
+        snprintf(want_u, sizeof want_u, "\"x\\u%04xy\"", (unsigned)c);
+        const char *named = c == '\n' ? "n" : c == '\r' ? "r" : c == '\t' ? "t" : NULL;
+        if (named)
+            snprintf(want_ws, sizeof want_ws, "\"x\\%sy\"", named);
+        else
+            strcpy(want_ws, want_u);
+        assert_string_equal(put(in, DT_JSON_U), want_u);
+        assert_string_equal(quote(in, DT_JSON_U), want_u);
+        assert_string_equal(put(in, DT_JSON_SHORT_WS), want_ws);
+        assert_string_equal(quote(in, DT_JSON_SHORT_WS), want_ws);
+    }
+    assert_string_equal(put("\x1f\x01", DT_JSON_U), "\"\\u001f\\u0001\""); /* lowercase hex */
+}
+
+static void del_and_utf8_are_copied(void **state)
+{
+    (void)state;
+    const char *s = "\x7f caf\xc3\xa9 \xe2\x98\x83 \xf0\x9f\x98\x80 \xc2\x85";
+    char want[64];
+    snprintf(want, sizeof want, "\"%s\"", s);
+    assert_string_equal(put(s, DT_JSON_U), want);
+    assert_string_equal(put(s, DT_JSON_SHORT_WS), want);
+    assert_string_equal(quote(s, DT_JSON_U), want);
+}
+
+static void a_small_buffer_is_refused_whole(void **state)
+{
+    (void)state;
+    const char *s = "a\nb\"";
+    const char *want = "\"a\\u000ab\\\"\""; /* 12 bytes, 13 with the NUL */
+    char buf[32];
+    size_t len = 99;
+    assert_int_equal(dt_json_quote(buf, 13, s, DT_JSON_U, &len), 0);
+    assert_string_equal(buf, want);
+    assert_int_equal(len, 12);
+
+    memset(buf, 'z', sizeof buf);
+    len = 99;
+    assert_int_equal(dt_json_quote(buf, 12, s, DT_JSON_U, &len), DT_ENOMEM);
+    assert_string_equal(buf, ""); /* no half escape, no missing quote */
+    assert_int_equal(buf[1], 'z');
+    assert_int_equal(len, 99);
+    assert_non_null(strstr(dt_error_last(), "needs 13 bytes, the buffer has 12"));
+
+    buf[0] = 'z';
+    assert_int_equal(dt_json_quote(buf, 0, "", DT_JSON_U, &len), DT_ENOMEM);
+    assert_int_equal(buf[0], 'z'); /* size 0: nothing written at all */
+    assert_int_equal(dt_json_quote(buf, 2, "", DT_JSON_U, &len), DT_ENOMEM);
+    assert_int_equal(dt_json_quote(buf, 3, "", DT_JSON_U, &len), 0);
+    assert_string_equal(buf, "\"\"");
+}
+
+/* The writer's worst case, which safetensors sizes its header by: 6 bytes a byte, plus 3. */
+static void six_bytes_a_byte_always_fit(void **state)
+{
+    (void)state;
+    char in[33], buf[6 * 32 + 3];
+    memset(in, 0x01, 32);
+    in[32] = 0;
+    size_t len;
+    assert_int_equal(dt_json_quote(buf, sizeof buf, in, DT_JSON_U, &len), 0);
+    assert_int_equal(len, sizeof buf - 1);
+}
+
+/* What the project's reader makes of the writer's output. */
+static const char *read_back(struct dt_json_arena *a, const char *literal)
+{
+    struct dt_json *v = NULL;
+    if (dt_json_parse(a, literal, strlen(literal), "test", 1, &v))
+        fail_msg("%s does not parse: %s", literal, dt_error_last());
+    assert_int_equal(v->type, DT_JSON_STRING);
+    return v->str;
+}
+
+static void output_reads_back_as_the_input(void **state)
+{
+    (void)state;
+    char all_controls[32];
+    for (int c = 1; c < 0x20; c++)
+        all_controls[c - 1] = (char)c;
+    all_controls[31] = 0;
+    const char *cases[] = {"", "plain", "a\"b\\c\\\"", all_controls, "tab\there\r\nnext line",
+                           "\x7f caf\xc3\xa9 \xf0\x9f\x98\x80", "\\u0041 stays six bytes"};
+    struct dt_json_arena a = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_string_equal(read_back(&a, put(cases[i], DT_JSON_U)), cases[i]);
+        assert_string_equal(read_back(&a, put(cases[i], DT_JSON_SHORT_WS)), cases[i]);
+        assert_string_equal(read_back(&a, quote(cases[i], DT_JSON_U)), cases[i]);
+    }
+    dt_json_arena_free(&a);
+}
+
+/* --- \u decoder -------------------------------------------------------- */
 
 /* Decodes the escape in text (which starts at its 'u'); returns the UTF-8. */
 static const char *decoded(const char *text, size_t want_used)
@@ -68,6 +214,12 @@ static void nul_and_broken_escapes_are_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(quote_and_backslash_get_a_backslash),
+        cmocka_unit_test(every_control_byte_is_escaped),
+        cmocka_unit_test(del_and_utf8_are_copied),
+        cmocka_unit_test(a_small_buffer_is_refused_whole),
+        cmocka_unit_test(six_bytes_a_byte_always_fit),
+        cmocka_unit_test(output_reads_back_as_the_input),
         cmocka_unit_test(code_points_decode_to_utf8),
         cmocka_unit_test(nul_and_broken_escapes_are_refused),
     };
