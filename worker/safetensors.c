@@ -7,6 +7,7 @@
 #include "worker/safetensors.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,24 +397,33 @@ const char *dt_safetensors_meta(const struct dt_safetensors *f, const char *key)
 
 /* --- writer ----------------------------------------------------------- */
 
-/* Appends a JSON string literal; returns the new length (the buffer was
- * sized by the caller for the worst case of 6 bytes per input byte). */
-static size_t put_json_string(char *o, size_t at, const char *s)
+/* Appends s as a JSON string literal at h + *at.  The header was sized at
+ * 6 bytes per byte of every string, dt_json_quote's worst case, so false
+ * means that count is wrong; it stops the header instead of overrunning it. */
+static bool put_string(char *h, size_t size, size_t *at, const char *s)
 {
-    o[at++] = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            o[at++] = '\\';
-            o[at++] = (char)c;
-        } else if (c < 0x20) {
-            at += (size_t)sprintf(o + at, "\\u%04x", c);
-        } else {
-            o[at++] = (char)c;
-        }
+    size_t n;
+    if (dt_json_quote(h + *at, size - *at, s, DT_JSON_U, &n)) {
+        dt_error_prefix("the header was sized too small");
+        return false;
     }
-    o[at++] = '"';
-    return at;
+    *at += n;
+    return true;
+}
+
+/* "__metadata__":{"k":"v",...} */
+static bool put_meta(char *h, size_t size, size_t *at, const char *const *meta, int n_meta)
+{
+    *at += (size_t)sprintf(h + *at, "\"__metadata__\":{");
+    for (int i = 0; i < n_meta; i++) {
+        if (!put_string(h, size, at, meta[2 * i]))
+            return false;
+        h[(*at)++] = ':';
+        if (!put_string(h, size, at, meta[2 * i + 1]))
+            return false;
+        h[(*at)++] = i + 1 < n_meta ? ',' : '}';
+    }
+    return true;
 }
 
 struct st_order {
@@ -445,37 +455,38 @@ static int write_all(int fd, const char *path, const void *buf, size_t len)
     return 0;
 }
 
+/* The header, padded with spaces to a multiple of 8; NULL with the error set. */
 static char *build_header(const struct st_order *o, int n, const char *const *meta, int n_meta, size_t *len)
 {
-    size_t cap = 64;
+    size_t size = 64 + 8;
     for (int i = 0; i < n; i++)
-        cap += 6 * strlen(o[i].e->name) + 96 + 24 * (size_t)o[i].e->ndim;
+        size += 6 * strlen(o[i].e->name) + 96 + 24 * (size_t)o[i].e->ndim;
     for (int i = 0; i < 2 * n_meta; i++)
-        cap += 6 * strlen(meta[i]) + 4;
-    char *h = malloc(cap + 8);
-    if (!h)
+        size += 6 * strlen(meta[i]) + 4;
+    char *h = malloc(size);
+    if (!h) {
+        dt_error_set(DT_ENOMEM, "no memory for the header");
         return NULL;
+    }
     size_t at = 0, off = 0;
     h[at++] = '{';
-    if (n_meta > 0) {
-        at += (size_t)sprintf(h + at, "\"__metadata__\":{");
-        for (int i = 0; i < n_meta; i++) {
-            at = put_json_string(h, at, meta[2 * i]);
-            h[at++] = ':';
-            at = put_json_string(h, at, meta[2 * i + 1]);
-            h[at++] = i + 1 < n_meta ? ',' : '}';
-        }
-        if (n > 0)
-            h[at++] = ',';
-    }
-    for (int i = 0; i < n; i++) {
-        at = put_json_string(h, at, o[i].e->name);
+    bool ok = n_meta == 0 || put_meta(h, size, &at, meta, n_meta);
+    if (ok && n_meta > 0 && n > 0)
+        h[at++] = ',';
+    for (int i = 0; ok && i < n; i++) {
+        ok = put_string(h, size, &at, o[i].e->name);
+        if (!ok)
+            break;
         at += (size_t)sprintf(h + at, ":{\"dtype\":\"%s\",\"shape\":[", o[i].e->dtype);
         for (int d = 0; d < o[i].e->ndim; d++)
             at += (size_t)sprintf(h + at, "%s%lld", d ? "," : "", (long long)o[i].e->shape[d]);
         at += (size_t)sprintf(h + at, "],\"data_offsets\":[%zu,%zu]}%s", off, off + o[i].bytes,
                               i + 1 < n ? "," : "");
         off += o[i].bytes;
+    }
+    if (!ok) {
+        free(h);
+        return NULL;
     }
     h[at++] = '}';
     while (at % 8)
@@ -505,7 +516,7 @@ int dt_safetensors_write_fd(int fd, const char *path, const struct dt_st_entry *
     qsort(o, (size_t)n, sizeof *o, cmp_order);
     size_t hlen = 0;
     char *h = build_header(o, n, meta, n_meta, &hlen);
-    int rc = h ? 0 : dt_error_set(DT_ENOMEM, "%s: no memory for the header", path);
+    int rc = h ? 0 : dt_error_prefix("%s", path);
     uint8_t le[8];
     for (int i = 0; i < 8; i++)
         le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));

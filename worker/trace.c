@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "comm/error.h"
+#include "comm/json_escape.h"
 
 #define MAX_LAUNCH 64
 
@@ -176,22 +177,6 @@ static int by_track_start_longest(const void *a, const void *b)
     return 0;
 }
 
-/* A JSON string; names come from the code, but a quote must not break the file. */
-static void put_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* Microseconds with three decimals from integer nanoseconds (non-negative). */
 static void put_us(FILE *f, int64_t ns)
 {
@@ -215,7 +200,7 @@ static void put_metadata(FILE *f, int rank)
 static void put_span(FILE *f, const struct dt_trace *t, const struct span *s)
 {
     fprintf(f, ",\n  {\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": ", t->rank, s->track + 1);
-    put_str(f, s->name ? s->name : "?");
+    dt_json_put_str(f, s->name ? s->name : "?", DT_JSON_U);
     fputs(", \"ts\": ", f);
     put_us(f, s->t0 + t->wall_minus_mono);
     fputs(", \"dur\": ", f);
@@ -224,7 +209,7 @@ static void put_span(FILE *f, const struct dt_trace *t, const struct span *s)
     if (s->track != DT_TRACE_LAUNCH)
         fprintf(f, "\"step\": %d%s", s->step, s->arg_name ? ", " : "");
     if (s->arg_name) {
-        put_str(f, s->arg_name);
+        dt_json_put_str(f, s->arg_name, DT_JSON_U);
         fprintf(f, ": %lld", (long long)s->arg);
     }
     fputs("}}", f);
