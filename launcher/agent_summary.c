@@ -8,6 +8,7 @@
 #include "launcher/agent.h"
 
 #include "comm/error.h"
+#include "comm/json_escape.h"
 #include "launcher/jobspec.h"
 
 #include <errno.h>
@@ -102,34 +103,10 @@ const char *dt_agent_status_name(enum dt_agent_status s)
     return "unknown";
 }
 
+/* Error messages and tracebacks keep their lines and tabs readable here. */
 static void json_str(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"':
-            fputs("\\\"", f);
-            break;
-        case '\\':
-            fputs("\\\\", f);
-            break;
-        case '\n':
-            fputs("\\n", f);
-            break;
-        case '\r':
-            fputs("\\r", f);
-            break;
-        case '\t':
-            fputs("\\t", f);
-            break;
-        default:
-            if (*p < 0x20)
-                fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
-        }
-    }
-    fputc('"', f);
+    dt_json_put_str(f, s, DT_JSON_SHORT_WS);
 }
 
 /* exit_code and signal as two fields, one of them null, so tools need not decode 128+n. */

@@ -23,6 +23,7 @@
 #include "comm/comm.h"
 #include "comm/env.h"
 #include "comm/error.h"
+#include "comm/json_escape.h"
 #include "comm/log.h"
 #include "comm/store.h"
 #include "launcher/cli.h"
@@ -205,18 +206,6 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     return rc;
 }
 
-static void json_escaped(FILE *f, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-}
-
 /* The failure report the agent reads (launcher/agent_error_file.c), in the
  * format PyTorch's @record writes to TORCHELASTIC_ERROR_FILE, so the
  * launcher's "rank N failed first" report quotes the trainer's own sentence.
@@ -231,9 +220,13 @@ static void write_error_file(int rank, const char *msg)
         dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"message\": {\"message\": \"DtrainWorkerError: rank %d: ", rank);
-    json_escaped(f, msg);
-    fprintf(f, "\", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"%lld\"}}}\n",
+    /* On the stack: the failure being reported may be running out of memory.
+     * msg is dt_error_last(), well under this. */
+    char text[4096];
+    snprintf(text, sizeof text, "DtrainWorkerError: rank %d: %s", rank, msg);
+    fputs("{\"message\": {\"message\": ", f);
+    dt_json_put_str(f, text, DT_JSON_U);
+    fprintf(f, ", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"%lld\"}}}\n",
             (long long)time(NULL));
     if (fclose(f))
         dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));

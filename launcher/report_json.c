@@ -359,21 +359,6 @@ const char *dt_json_get_str(const struct dt_json *v, const char *key)
     return m && m->type == DT_JSON_STRING ? m->str : NULL;
 }
 
-void dt_json_write_str(FILE *f, const char *s, size_t len)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 void dt_json_write(FILE *f, const struct dt_json *v)
 {
     switch (v->type) {
@@ -381,13 +366,13 @@ void dt_json_write(FILE *f, const struct dt_json *v)
     case DT_JSON_FALSE: fputs("false", f); return;
     case DT_JSON_TRUE: fputs("true", f); return;
     case DT_JSON_NUMBER: fwrite(v->str, 1, v->len, f); return;
-    case DT_JSON_STRING: dt_json_write_str(f, v->str, v->len); return;
+    case DT_JSON_STRING: dt_json_put_str(f, v->str, DT_JSON_U); return;
     case DT_JSON_ARRAY:
     case DT_JSON_OBJECT:
         fputc(v->type == DT_JSON_ARRAY ? '[' : '{', f);
         for (const struct dt_json *c = v->child; c; c = c->next) {
             if (v->type == DT_JSON_OBJECT) {
-                dt_json_write_str(f, c->key, strlen(c->key));
+                dt_json_put_str(f, c->key, DT_JSON_U);
                 fputs(": ", f);
             }
             dt_json_write(f, c);

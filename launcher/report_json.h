@@ -10,7 +10,8 @@
  *
  * Nodes and decoded strings live in an arena owned by the caller; freeing
  * the arena frees every tree parsed into it.  Not for writing JSON beyond
- * re-emitting a parsed value (dt_json_write).
+ * re-emitting a parsed value (dt_json_write); strings are written by
+ * comm/json_escape.h.
  */
 #ifndef DT_REPORT_JSON_H
 #define DT_REPORT_JSON_H
@@ -60,8 +61,5 @@ const char *dt_json_get_str(const struct dt_json *v, const char *key);
 
 /* Writes v compactly; numbers as their source text, so nothing is rounded. */
 void dt_json_write(FILE *f, const struct dt_json *v);
-
-/* Writes s as a JSON string (quotes and escapes). */
-void dt_json_write_str(FILE *f, const char *s, size_t len);
 
 #endif

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "comm/error.h"
+#include "comm/json_escape.h"
 #include "launcher/report_json.h"
 
 #define MAX_INPUTS 4096
@@ -159,7 +160,7 @@ static void write_event(FILE *f, const struct dt_json *e, int pid)
         if (strcmp(c->key, "pid") == 0)
             continue;
         fputs(", ", f);
-        dt_json_write_str(f, c->key, strlen(c->key));
+        dt_json_put_str(f, c->key, DT_JSON_U);
         fputs(": ", f);
         dt_json_write(f, c);
     }
@@ -257,7 +258,7 @@ static int write_merged(struct merge *m, const struct dt_json *summary)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", tmp);
     fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"merged_from\": [", f);
     for (int i = 0; i < m->n; i++) {
-        dt_json_write_str(f, m->in[i].path, strlen(m->in[i].path));
+        dt_json_put_str(f, m->in[i].path, DT_JSON_U);
         fputs(i + 1 < m->n ? ", " : "", f);
     }
     fputs("]},\n\"traceEvents\": [\n", f);
