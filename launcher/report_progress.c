@@ -5,6 +5,12 @@
  * longer than the buffer is dropped whole.  ETA uses the launcher's own clock
  * between the first and the latest row seen, so evaluation and checkpoint
  * time are part of the rate.
+ *
+ * The file is written by the ranks, so it holds whatever they wrote: a step
+ * must be a count (0 to 2^53, where doubles stop holding every whole number),
+ * a figure beyond a double (1e999 reads as inf) counts as null, and a line
+ * that would say "inf", "nan" or hundreds of digits leaves the field out or
+ * writes it in three significant digits.
  */
 #include "launcher/report_progress.h"
 
@@ -21,6 +27,9 @@
 
 #define BUF 65536
 #define REDRAW_S 0.25
+#define COUNT_MAX 0x1p53 /* beyond it, doubles skip whole numbers */
+#define FIXED_MAX 1e9    /* figures at or above it print in 3 significant digits */
+#define ETA_MAX_S 1e9    /* 31 years: an ETA beyond it says nothing */
 
 struct dt_progress {
     char path[4200];
@@ -61,44 +70,66 @@ static void take_gpu(struct dt_progress_state *st, const struct dt_json *row)
     double sum = 0, most = NAN;
     int n = 0;
     for (const struct dt_json *e = u->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER)
+        if (e->type == DT_JSON_NUMBER && isfinite(e->num))
             sum += e->num, n++;
     for (const struct dt_json *e = m->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER && !(e->num <= most))
+        if (e->type == DT_JSON_NUMBER && isfinite(e->num) && !(e->num <= most))
             most = e->num;
     st->gpu_ranks = (int)u->n;
-    st->gpu_util_pct = n ? sum / n : NAN;
+    st->gpu_util_pct = n && isfinite(sum) ? sum / n : NAN;
     st->gpu_mem_mib = most;
 }
 
-static void take(struct dt_progress *p, const struct dt_json *row, double now)
+/* Sets *out to the number in member key unless it is absent, null or
+ * beyond a double. */
+static void take_figure(const struct dt_json *row, const char *key, double *out)
 {
-    double step, v;
-    if (!dt_json_get_num(row, "step", &step))
-        return;
-    p->st.step = (int64_t)step;
-    if (dt_json_get_num(row, "total_steps", &v))
-        p->st.total_steps = (int64_t)v;
-    if (dt_json_get_num(row, "test_accuracy", &v)) {
-        p->st.test_accuracy = v;
-        return; /* an evaluation row (whole epochs): the training figures stay */
-    }
-    if (dt_json_get_num(row, "epoch", &v))
-        p->st.epoch = v;
-    if (dt_json_get_num(row, "loss", &v))
-        p->st.loss = v;
-    if (dt_json_get_num(row, "lr", &v))
-        p->st.lr = v;
-    if (dt_json_get_num(row, "samples_per_s", &v))
-        p->st.samples_per_s = v;
-    take_gpu(&p->st, row);
+    double v;
+    if (dt_json_get_num(row, key, &v) && isfinite(v))
+        *out = v;
+}
+
+/* The count in member key, if it is one (0 to COUNT_MAX; the worker writes
+ * whole numbers with %lld). */
+static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
+{
+    double v;
+    if (!dt_json_get_num(row, key, &v) || !(v >= 0 && v <= COUNT_MAX))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+/* The rate is taken from the first row read to the latest. */
+static void take_rate(struct dt_progress *p, double now)
+{
+    double step = (double)p->st.step;
     if (isnan(p->first_now) || step < p->first_step) { /* first row, or a restart went back */
         p->first_now = now;
         p->first_step = step;
     } else if (step > p->first_step && p->st.total_steps > 0) {
         double rate = (step - p->first_step) / (now - p->first_now);
-        p->st.eta_s = rate > 0 ? (double)(p->st.total_steps - p->st.step) / rate : NAN;
+        p->st.eta_s = (double)(p->st.total_steps - p->st.step) / rate;
     }
+}
+
+/* True if the row had a step (it is news). */
+static bool take(struct dt_progress *p, const struct dt_json *row, double now)
+{
+    if (!get_count(row, "step", &p->st.step))
+        return false;
+    get_count(row, "total_steps", &p->st.total_steps);
+    if (dt_json_get(row, "test_accuracy")) {
+        take_figure(row, "test_accuracy", &p->st.test_accuracy);
+        return true; /* an evaluation row (whole epochs): the training figures stay */
+    }
+    take_figure(row, "epoch", &p->st.epoch);
+    take_figure(row, "loss", &p->st.loss);
+    take_figure(row, "lr", &p->st.lr);
+    take_figure(row, "samples_per_s", &p->st.samples_per_s);
+    take_gpu(&p->st, row);
+    take_rate(p, now);
+    return true;
 }
 
 /* Reads what the file gained; true if at least one row was taken. */
@@ -118,10 +149,8 @@ static bool read_rows(struct dt_progress *p, double now)
         while ((nl = memchr(start, '\n', p->len - (size_t)(start - p->buf)))) {
             struct dt_json_arena a = {0};
             struct dt_json *row;
-            if (dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0) {
-                take(p, row, now);
-                any = true;
-            }
+            if (dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0)
+                any |= take(p, row, now);
             dt_json_arena_free(&a);
             start = nl + 1;
         }
@@ -145,28 +174,41 @@ static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...)
     return used < size ? used : size - 1;
 }
 
+/* x with prec decimals, or in 3 significant digits from FIXED_MAX on, where
+ * fixed notation runs to hundreds of digits. */
+static const char *fig(char out[32], double x, int prec)
+{
+    bool fixed = fabs(x) < FIXED_MAX;
+    snprintf(out, 32, fixed ? "%.*f" : "%.*g", fixed ? prec : 3, x);
+    return out;
+}
+
 size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t size)
 {
     size_t n = 0;
+    char f[32];
     buf[0] = 0;
-    if (!isnan(s->epoch))
-        n = add(buf, size, n, "epoch %.2f | ", s->epoch);
+    if (isfinite(s->epoch))
+        n = add(buf, size, n, "epoch %s | ", fig(f, s->epoch, 2));
     n = s->total_steps > 0 ? add(buf, size, n, "step %lld/%lld", (long long)s->step, (long long)s->total_steps)
                            : add(buf, size, n, "step %lld", (long long)s->step);
-    if (!isnan(s->loss))
-        n = add(buf, size, n, " | loss %.4f", s->loss);
-    if (!isnan(s->lr))
+    if (isfinite(s->loss))
+        n = add(buf, size, n, " | loss %s", fig(f, s->loss, 4));
+    if (isfinite(s->lr))
         n = add(buf, size, n, " | lr %.2e", s->lr);
-    if (!isnan(s->samples_per_s))
-        n = add(buf, size, n, " | %.0f samples/s", s->samples_per_s);
-    if (s->gpu_ranks > 0 && !isnan(s->gpu_util_pct))
-        n = add(buf, size, n, " | gpu %.0f%%", s->gpu_util_pct);
-    if (s->gpu_ranks > 0 && !isnan(s->gpu_mem_mib))
-        n = add(buf, size, n, s->gpu_mem_mib >= 1024 ? " %.1f GiB" : " %.0f MiB",
-                s->gpu_mem_mib >= 1024 ? s->gpu_mem_mib / 1024 : s->gpu_mem_mib);
-    if (!isnan(s->test_accuracy))
-        n = add(buf, size, n, " | test acc %.4f", s->test_accuracy);
-    if (s->total_steps > 0 && !isnan(s->eta_s) && s->eta_s >= 0) {
+    if (isfinite(s->samples_per_s))
+        n = add(buf, size, n, " | %s samples/s", fig(f, s->samples_per_s, 0));
+    bool util = isfinite(s->gpu_util_pct), mem = isfinite(s->gpu_mem_mib);
+    if (s->gpu_ranks > 0 && (util || mem))
+        n = add(buf, size, n, " | gpu");
+    if (s->gpu_ranks > 0 && util)
+        n = add(buf, size, n, " %s%%", fig(f, s->gpu_util_pct, 0));
+    if (s->gpu_ranks > 0 && mem)
+        n = add(buf, size, n, s->gpu_mem_mib >= 1024 ? " %s GiB" : " %s MiB",
+                s->gpu_mem_mib >= 1024 ? fig(f, s->gpu_mem_mib / 1024, 1) : fig(f, s->gpu_mem_mib, 0));
+    if (isfinite(s->test_accuracy))
+        n = add(buf, size, n, " | test acc %s", fig(f, s->test_accuracy, 4));
+    if (s->total_steps > 0 && s->eta_s >= 0 && s->eta_s < ETA_MAX_S) {
         long e = lround(s->eta_s);
         n = e >= 3600 ? add(buf, size, n, " | ETA %ldh%02ldm", e / 3600, e / 60 % 60)
                       : add(buf, size, n, " | ETA %ldm%02lds", e / 60, e % 60);

@@ -2,7 +2,9 @@
  * as it grows (a half-written line waits for its newline), formats epoch,
  * step/total, loss, lr, throughput, accuracy, ETA and restarts, redraws in
  * place on a terminal and erases itself before other output, and prints plain
- * paced lines elsewhere. */
+ * paced lines elsewhere.  The rows no worker writes (numbers beyond a double
+ * or an int64, negative steps) are what tests/fuzz/fuzz_report_progress.c and
+ * reading the code found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,6 +170,50 @@ static void reads_gpu_lists(void **state)
     rmdir(sub);
 }
 
+/* Figures no worker writes: an ETA past any run and a number beyond a
+ * double (1e999 reads as inf) are left out, not printed as "inf" or as
+ * lround's out-of-range garbage; a huge figure keeps the line short. */
+static void format_leaves_out_what_is_no_figure(void **state)
+{
+    (void)state;
+    char line[512];
+    struct dt_progress_state s = {.step = 5, .total_steps = 10, .epoch = INFINITY, .loss = -INFINITY,
+                                  .lr = NAN, .samples_per_s = 1e300, .test_accuracy = NAN, .eta_s = 1e300,
+                                  .gpu_ranks = 1, .gpu_util_pct = INFINITY, .gpu_mem_mib = 1e300};
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | 1e+300 samples/s | gpu 9.77e+296 GiB | restarts 0");
+    s.gpu_util_pct = NAN; /* no rank had a utilisation: the memory still says "gpu" */
+    s.gpu_mem_mib = 3072;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | 1e+300 samples/s | gpu 3.0 GiB | restarts 0");
+    s.gpu_ranks = 0;
+    s.eta_s = INFINITY;
+    s.loss = -1e12;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | loss -1e+12 | 1e+300 samples/s | restarts 0");
+}
+
+/* A step or total beyond what a double holds exactly, negative or inf is
+ * no count: such a row is skipped, such a total ignored; an inf figure is
+ * treated as null (the previous one stands). */
+static void skips_steps_that_are_no_count(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 4, \"total_steps\": 10, \"loss\": 2}\n"
+           "{\"step\": 6, \"total_steps\": 1e999, \"loss\": 1e999}\n{\"step\": 7, \"total_steps\": -3}\n"
+           "{\"step\": -5}\n{\"step\": 9007199254740994}\n{\"step\": 1e300, \"loss\": 1}\n");
+    dt_progress_update(p, 1, 0);
+    const struct dt_progress_state *st = dt_progress_state(p);
+    assert_int_equal(st->step, 7);
+    assert_int_equal(st->total_steps, 10);
+    assert_true(st->loss == 2);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +221,8 @@ int main(void)
         cmocka_unit_test(reads_gpu_lists),
         cmocka_unit_test(follows_the_file_and_paces_plain_lines),
         cmocka_unit_test(redraws_in_place_on_a_terminal),
+        cmocka_unit_test(format_leaves_out_what_is_no_figure),
+        cmocka_unit_test(skips_steps_that_are_no_count),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
