@@ -100,11 +100,13 @@ static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
     return true;
 }
 
-/* The rate is taken from the first row read to the latest. */
+/* The rate is taken from the first row read to the latest.  Rows read at
+ * the same moment say nothing about time, so the latest of them is the
+ * start; so is a row whose step went back (a restart). */
 static void take_rate(struct dt_progress *p, double now)
 {
     double step = (double)p->st.step;
-    if (isnan(p->first_now) || step < p->first_step) { /* first row, or a restart went back */
+    if (isnan(p->first_now) || step < p->first_step || now <= p->first_now) {
         p->first_now = now;
         p->first_step = step;
     } else if (step > p->first_step && p->st.total_steps > 0) {

@@ -214,6 +214,25 @@ static void skips_steps_that_are_no_count(void **state)
     unlink(metrics);
 }
 
+/* Rows read in one go carry no timing between them: the rate waits for a
+ * row read later (it was "ETA 0m00s", the steps over no time at all). */
+static void eta_waits_for_rows_read_apart(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"total_steps\": 110}\n{\"step\": 20, \"total_steps\": 110}\n"
+           "{\"step\": 30, \"total_steps\": 110}\n");
+    dt_progress_update(p, 1, 0);
+    assert_string_equal(drain(), "[dtrain] step 30/110 | restarts 0\n");
+    append("{\"step\": 40, \"total_steps\": 110}\n");
+    dt_progress_update(p, 2, 0);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 7) < 1e-9); /* 10 steps in 1 s since step 30, 70 to go */
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +242,7 @@ int main(void)
         cmocka_unit_test(redraws_in_place_on_a_terminal),
         cmocka_unit_test(format_leaves_out_what_is_no_figure),
         cmocka_unit_test(skips_steps_that_are_no_count),
+        cmocka_unit_test(eta_waits_for_rows_read_apart),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
