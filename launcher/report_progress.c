@@ -35,6 +35,7 @@ struct dt_progress {
     char path[4200];
     int in_fd, out_fd;
     bool tty, shown, news;
+    bool skipping; /* inside a line longer than buf: dropped up to its newline */
     double interval_s, last_draw;
     double first_now, first_step; /* for the rate: when the first row was seen */
     struct dt_progress_state st;
@@ -134,6 +135,29 @@ static bool take(struct dt_progress *p, const struct dt_json *row, double now)
     return true;
 }
 
+/* Takes the complete lines in buf and keeps the rest; true if a row was taken. */
+static bool take_lines(struct dt_progress *p, double now)
+{
+    bool any = false;
+    char *start = p->buf, *end = p->buf + p->len, *nl;
+    while ((nl = memchr(start, '\n', (size_t)(end - start)))) {
+        struct dt_json_arena a = {0};
+        struct dt_json *row;
+        if (!p->skipping && dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0)
+            any |= take(p, row, now);
+        dt_json_arena_free(&a);
+        p->skipping = false;
+        start = nl + 1;
+    }
+    p->len = (size_t)(end - start);
+    memmove(p->buf, start, p->len);
+    if (p->len == BUF) { /* a line longer than the buffer: not ours to show */
+        p->len = 0;
+        p->skipping = true;
+    }
+    return any;
+}
+
 /* Reads what the file gained; true if at least one row was taken. */
 static bool read_rows(struct dt_progress *p, double now)
 {
@@ -147,19 +171,7 @@ static bool read_rows(struct dt_progress *p, double now)
         if (n <= 0)
             return any;
         p->len += (size_t)n;
-        char *start = p->buf, *nl;
-        while ((nl = memchr(start, '\n', p->len - (size_t)(start - p->buf)))) {
-            struct dt_json_arena a = {0};
-            struct dt_json *row;
-            if (dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0)
-                any |= take(p, row, now);
-            dt_json_arena_free(&a);
-            start = nl + 1;
-        }
-        p->len -= (size_t)(start - p->buf);
-        memmove(p->buf, start, p->len);
-        if (p->len == BUF) /* a line longer than the buffer: not ours to show */
-            p->len = 0;
+        any |= take_lines(p, now);
     }
 }
 

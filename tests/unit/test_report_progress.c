@@ -3,8 +3,8 @@
  * step/total, loss, lr, throughput, accuracy, ETA and restarts, redraws in
  * place on a terminal and erases itself before other output, and prints plain
  * paced lines elsewhere.  The rows no worker writes (numbers beyond a double
- * or an int64, negative steps) are what tests/fuzz/fuzz_report_progress.c and
- * reading the code found. */
+ * or an int64, negative steps, a line longer than the reader's buffer) are
+ * what tests/fuzz/fuzz_report_progress.c and reading the code found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -233,6 +233,28 @@ static void eta_waits_for_rows_read_apart(void **state)
     unlink(metrics);
 }
 
+/* A line longer than the buffer (64 KiB) is dropped up to its newline; its
+ * tail was read as a line of its own. */
+static void drops_an_overlong_line_whole(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    static char junk[70000];
+    memset(junk, 'x', 65536);
+    strcpy(junk + 65536, "{\"step\": 99}\n");
+    append("{\"step\": 1}\n");
+    append(junk);
+    dt_progress_update(p, 1, 0);
+    assert_int_equal(dt_progress_state(p)->step, 1);
+    append("{\"step\": 3}\n");
+    dt_progress_update(p, 2, 0);
+    assert_int_equal(dt_progress_state(p)->step, 3);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +265,7 @@ int main(void)
         cmocka_unit_test(format_leaves_out_what_is_no_figure),
         cmocka_unit_test(skips_steps_that_are_no_count),
         cmocka_unit_test(eta_waits_for_rows_read_apart),
+        cmocka_unit_test(drops_an_overlong_line_whole),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
