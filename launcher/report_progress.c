@@ -2,9 +2,10 @@
  *
  * The file is read from where the last call stopped into a fixed buffer; a
  * line without its newline yet stays in the buffer for the next call.  A line
- * longer than the buffer is dropped whole.  ETA uses the launcher's own clock
- * between the first and the latest row seen, so evaluation and checkpoint
- * time are part of the rate.
+ * longer than the buffer is dropped whole.  A file truncated below where
+ * reading stopped, or another file put under the name, is read again from its
+ * start.  ETA uses the launcher's own clock between the first and the latest
+ * row seen, so evaluation and checkpoint time are part of the rate.
  *
  * The file is written by the ranks, so it holds whatever they wrote: a step
  * must be a count (0 to 2^53, where doubles stop holding every whole number),
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "launcher/report_json.h"
@@ -135,6 +137,25 @@ static bool take(struct dt_progress *p, const struct dt_json *row, double now)
     return true;
 }
 
+/* True if the name no longer holds what in_fd reads: another file, or this
+ * one truncated below where reading stopped.  A removed file stays read. */
+static bool file_changed(const struct dt_progress *p)
+{
+    struct stat named, open_st;
+    off_t pos = lseek(p->in_fd, 0, SEEK_CUR);
+    if (fstat(p->in_fd, &open_st) || stat(p->path, &named))
+        return false;
+    return named.st_ino != open_st.st_ino || named.st_dev != open_st.st_dev || open_st.st_size < pos;
+}
+
+static void close_file(struct dt_progress *p)
+{
+    close(p->in_fd);
+    p->in_fd = -1;
+    p->len = 0;
+    p->skipping = false;
+}
+
 /* Takes the complete lines in buf and keeps the rest; true if a row was taken. */
 static bool take_lines(struct dt_progress *p, double now)
 {
@@ -161,18 +182,22 @@ static bool take_lines(struct dt_progress *p, double now)
 /* Reads what the file gained; true if at least one row was taken. */
 static bool read_rows(struct dt_progress *p, double now)
 {
-    if (p->in_fd < 0 && (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC)) < 0)
-        return false;
-    bool any = false;
-    for (;;) {
+    bool any = false, reopened = false;
+    while (p->in_fd >= 0 || (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC)) >= 0) {
         ssize_t n = read(p->in_fd, p->buf + p->len, BUF - p->len);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n == 0 && !reopened && file_changed(p)) {
+            close_file(p); /* once a call: a file replaced over and over must not hold the launcher */
+            reopened = true;
+            continue;
+        }
         if (n <= 0)
-            return any;
+            break;
         p->len += (size_t)n;
         any |= take_lines(p, now);
     }
+    return any;
 }
 
 static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -3,8 +3,9 @@
  * step/total, loss, lr, throughput, accuracy, ETA and restarts, redraws in
  * place on a terminal and erases itself before other output, and prints plain
  * paced lines elsewhere.  The rows no worker writes (numbers beyond a double
- * or an int64, negative steps, a line longer than the reader's buffer) are
- * what tests/fuzz/fuzz_report_progress.c and reading the code found. */
+ * or an int64, negative steps, a line longer than the reader's buffer, a file
+ * truncated or replaced) are what tests/fuzz/fuzz_report_progress.c and
+ * reading the code found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,29 @@ static void drops_an_overlong_line_whole(void **state)
     unlink(metrics);
 }
 
+/* A file truncated below where reading stopped, or another file put under
+ * the name, is read again from its start; the line froze before. */
+static void follows_a_truncated_or_replaced_file(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"loss\": 3}\n{\"step\": 20, \"loss\": 2}\n{\"step\": 30, \"loss\": 1}\n");
+    dt_progress_update(p, 1, 0);
+    assert_int_equal(dt_progress_state(p)->step, 30);
+    assert_int_equal(truncate(metrics, 0), 0);
+    append("{\"step\": 5}\n");
+    dt_progress_update(p, 2, 0);
+    assert_int_equal(dt_progress_state(p)->step, 5);
+    unlink(metrics);
+    append("{\"step\": 7, \"loss\": 0.5, \"epoch\": 1, \"lr\": 0.1, \"samples_per_s\": 10}\n");
+    dt_progress_update(p, 3, 0);
+    assert_int_equal(dt_progress_state(p)->step, 7);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +290,7 @@ int main(void)
         cmocka_unit_test(skips_steps_that_are_no_count),
         cmocka_unit_test(eta_waits_for_rows_read_apart),
         cmocka_unit_test(drops_an_overlong_line_whole),
+        cmocka_unit_test(follows_a_truncated_or_replaced_file),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
