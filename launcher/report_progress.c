@@ -38,6 +38,7 @@ struct dt_progress {
     int in_fd, out_fd;
     bool tty, shown, news;
     bool skipping; /* inside a line longer than buf: dropped up to its newline */
+    bool refused;  /* the console was told that the name is no regular file */
     double interval_s, last_draw;
     double first_now, first_step; /* for the rate: when the first row was seen */
     struct dt_progress_state st;
@@ -137,6 +138,41 @@ static bool take(struct dt_progress *p, const struct dt_json *row, double now)
     return true;
 }
 
+static void put(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the console went away: the agent notices on its own writes */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Opens the file if it is not open yet; false while there is none to read.
+ * Regular files only, opened non-blocking: opening a FIFO waits for a
+ * writer, and the launcher supervises the ranks from the same loop. */
+static bool open_file(struct dt_progress *p)
+{
+    struct stat st;
+    if (p->in_fd >= 0)
+        return true;
+    if (stat(p->path, &st))
+        return false;
+    if (S_ISREG(st.st_mode))
+        return (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) >= 0;
+    if (!p->refused) {
+        char note[4400];
+        int n = snprintf(note, sizeof note, "[dtrain] no progress line: %s is not a regular file\n", p->path);
+        dt_progress_hide(p);
+        put(p->out_fd, note, n > 0 && (size_t)n < sizeof note ? (size_t)n : 0);
+        p->refused = true;
+    }
+    return false;
+}
+
 /* True if the name no longer holds what in_fd reads: another file, or this
  * one truncated below where reading stopped.  A removed file stays read. */
 static bool file_changed(const struct dt_progress *p)
@@ -183,7 +219,7 @@ static bool take_lines(struct dt_progress *p, double now)
 static bool read_rows(struct dt_progress *p, double now)
 {
     bool any = false, reopened = false;
-    while (p->in_fd >= 0 || (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC)) >= 0) {
+    while (open_file(p)) {
         ssize_t n = read(p->in_fd, p->buf + p->len, BUF - p->len);
         if (n < 0 && errno == EINTR)
             continue;
@@ -253,19 +289,6 @@ size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t s
                       : add(buf, size, n, " | ETA %ldm%02lds", e / 60, e % 60);
     }
     return add(buf, size, n, " | restarts %d", s->restarts);
-}
-
-static void put(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* the console went away: the agent notices on its own writes */
-        s += w;
-        n -= (size_t)w;
-    }
 }
 
 void dt_progress_update(struct dt_progress *p, double now, int restarts)

@@ -4,8 +4,8 @@
  * place on a terminal and erases itself before other output, and prints plain
  * paced lines elsewhere.  The rows no worker writes (numbers beyond a double
  * or an int64, negative steps, a line longer than the reader's buffer, a file
- * truncated or replaced) are what tests/fuzz/fuzz_report_progress.c and
- * reading the code found. */
+ * truncated, replaced or not a file at all) are what
+ * tests/fuzz/fuzz_report_progress.c and reading the code found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,6 +280,32 @@ static void follows_a_truncated_or_replaced_file(void **state)
     unlink(metrics);
 }
 
+static void give_up(int sig)
+{
+    (void)sig;
+    fail_msg("dt_progress_update blocked on a FIFO");
+}
+
+/* A FIFO under the name blocked the launcher in open() until someone wrote
+ * to it; it is no file to follow, and the console is told once. */
+static void a_fifo_is_no_metrics_file(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(mkfifo(metrics, 0600), 0);
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    signal(SIGALRM, give_up);
+    alarm(5);
+    dt_progress_update(p, 1, 0);
+    dt_progress_update(p, 20, 0);
+    alarm(0);
+    assert_non_null(strstr(drain(), "is not a regular file"));
+    dt_progress_update(p, 40, 0);
+    assert_string_equal(drain(), "");
+    dt_progress_close(p);
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +318,7 @@ int main(void)
         cmocka_unit_test(eta_waits_for_rows_read_apart),
         cmocka_unit_test(drops_an_overlong_line_whole),
         cmocka_unit_test(follows_a_truncated_or_replaced_file),
+        cmocka_unit_test(a_fifo_is_no_metrics_file),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
