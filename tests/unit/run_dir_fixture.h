@@ -1,7 +1,7 @@
 /* run_dir_fixture.h - a scratch directory for the unit tests of what writes
- * or reads a run directory's files (event files, traces, the report, trace
- * merge): made before each test, emptied and removed after it, with files
- * written into it by name.  Header-only, like
+ * or reads a run directory's files (event files, traces, the report, the
+ * live progress line, trace merge): made before each test, emptied and
+ * removed after it, with files written into it by name.  Header-only, like
  * fixture.h; not a test itself, and not for directories that hold
  * subdirectories (the teardown removes files only). */
 #ifndef DT_TEST_RUN_DIR_FIXTURE_H

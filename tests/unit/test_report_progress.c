@@ -22,28 +22,26 @@
 #include <unistd.h>
 
 #include "launcher/report_progress.h"
+#include "tests/unit/run_dir_fixture.h"
 
-static char dir[64], metrics[128];
-static int pipe_fd[2];
+static char metrics[128];
+static int pipe_fd[2]; /* the console: its read end is non-blocking, so drain() never waits */
 
+/* Each test follows a run directory of its own, so no file outlives it. */
 static int setup(void **state)
 {
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt-progress-XXXXXX");
-    if (!mkdtemp(dir) || pipe(pipe_fd))
+    if (run_dir_setup(state) || pipe(pipe_fd))
         return -1;
     fcntl(pipe_fd[0], F_SETFL, O_NONBLOCK);
-    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run_dir);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
     close(pipe_fd[0]);
     close(pipe_fd[1]);
-    unlink(metrics);
-    return rmdir(dir);
+    return run_dir_teardown(state);
 }
 
 static void append(const char *text)
@@ -95,7 +93,7 @@ static void follows_the_file_and_paces_plain_lines(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     dt_progress_update(p, 0, 0); /* no file yet: nothing */
     assert_string_equal(drain(), "");
     append("{\"step\": 10, \"epoch\": 0.5, \"loss\": 2.5, \"lr\": 0.001, \"samples_per_s\": 100, "
@@ -115,14 +113,13 @@ static void follows_the_file_and_paces_plain_lines(void **state)
     dt_progress_update(p, 30, 1); /* no news: no line */
     assert_string_equal(drain(), "");
     dt_progress_close(p);
-    unlink(metrics);
 }
 
 static void redraws_in_place_on_a_terminal(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], true, 0, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], true, 0, &p), 0);
     append("{\"step\": 1, \"loss\": 2}\n");
     dt_progress_update(p, 0, 0);
     assert_string_equal(drain(), "\r\033[K[dtrain] step 1 | loss 2.0000 | restarts 0");
@@ -139,7 +136,6 @@ static void redraws_in_place_on_a_terminal(void **state)
     dt_progress_hide(NULL);
     dt_progress_update(NULL, 0, 0);
     dt_progress_close(NULL);
-    unlink(metrics);
 }
 
 /* A GPU run's row: per-rank NVML lists become the mean utilisation and the
@@ -147,17 +143,10 @@ static void redraws_in_place_on_a_terminal(void **state)
 static void reads_gpu_lists(void **state)
 {
     (void)state;
-    char sub[160], file[200]; /* a run directory of its own: the other tests follow dir's file */
-    snprintf(sub, sizeof sub, "%s/gpu", dir);
-    snprintf(file, sizeof file, "%s/metrics.jsonl", sub);
-    assert_int_equal(mkdir(sub, 0700), 0);
-    FILE *f = fopen(file, "w");
-    assert_non_null(f);
-    fputs("{\"step\": 10, \"total_steps\": 100, \"loss\": 1.5, \"samples_per_s\": 1000, "
-          "\"gpu_util_pct\": [80, 90, null], \"gpu_mem_mib\": [1000, 3072, null]}\n", f);
-    fclose(f);
+    append("{\"step\": 10, \"total_steps\": 100, \"loss\": 1.5, \"samples_per_s\": 1000, "
+           "\"gpu_util_pct\": [80, 90, null], \"gpu_mem_mib\": [1000, 3072, null]}\n");
     struct dt_progress *p = NULL;
-    assert_int_equal(dt_progress_open(sub, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     dt_progress_update(p, 1.0, 0);
     const struct dt_progress_state *s = dt_progress_state(p);
     assert_int_equal(s->gpu_ranks, 3);
@@ -167,9 +156,6 @@ static void reads_gpu_lists(void **state)
     dt_progress_format(s, line, sizeof line);
     assert_non_null(strstr(line, "| gpu 85% 3.0 GiB |"));
     dt_progress_close(p);
-    drain();
-    unlink(file);
-    rmdir(sub);
 }
 
 /* Figures no worker writes: an ETA past any run and a number beyond a
@@ -202,7 +188,7 @@ static void skips_steps_that_are_no_count(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     append("{\"step\": 4, \"total_steps\": 10, \"loss\": 2}\n"
            "{\"step\": 6, \"total_steps\": 1e999, \"loss\": 1e999}\n{\"step\": 7, \"total_steps\": -3}\n"
            "{\"step\": -5}\n{\"step\": 9007199254740994}\n{\"step\": 1e300, \"loss\": 1}\n");
@@ -212,8 +198,6 @@ static void skips_steps_that_are_no_count(void **state)
     assert_int_equal(st->total_steps, 10);
     assert_true(st->loss == 2);
     dt_progress_close(p);
-    drain();
-    unlink(metrics);
 }
 
 /* Rows read in one go carry no timing between them: the rate waits for a
@@ -222,7 +206,7 @@ static void eta_waits_for_rows_read_apart(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     append("{\"step\": 10, \"total_steps\": 110}\n{\"step\": 20, \"total_steps\": 110}\n"
            "{\"step\": 30, \"total_steps\": 110}\n");
     dt_progress_update(p, 1, 0);
@@ -231,8 +215,6 @@ static void eta_waits_for_rows_read_apart(void **state)
     dt_progress_update(p, 2, 0);
     assert_true(fabs(dt_progress_state(p)->eta_s - 7) < 1e-9); /* 10 steps in 1 s since step 30, 70 to go */
     dt_progress_close(p);
-    drain();
-    unlink(metrics);
 }
 
 /* A line longer than the buffer (64 KiB) is dropped up to its newline; its
@@ -241,7 +223,7 @@ static void drops_an_overlong_line_whole(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     static char junk[70000];
     memset(junk, 'x', 65536);
     strcpy(junk + 65536, "{\"step\": 99}\n");
@@ -253,8 +235,6 @@ static void drops_an_overlong_line_whole(void **state)
     dt_progress_update(p, 2, 0);
     assert_int_equal(dt_progress_state(p)->step, 3);
     dt_progress_close(p);
-    drain();
-    unlink(metrics);
 }
 
 /* A file truncated below where reading stopped, or another file put under
@@ -263,7 +243,7 @@ static void follows_a_truncated_or_replaced_file(void **state)
 {
     (void)state;
     struct dt_progress *p;
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     append("{\"step\": 10, \"loss\": 3}\n{\"step\": 20, \"loss\": 2}\n{\"step\": 30, \"loss\": 1}\n");
     dt_progress_update(p, 1, 0);
     assert_int_equal(dt_progress_state(p)->step, 30);
@@ -276,8 +256,6 @@ static void follows_a_truncated_or_replaced_file(void **state)
     dt_progress_update(p, 3, 0);
     assert_int_equal(dt_progress_state(p)->step, 7);
     dt_progress_close(p);
-    drain();
-    unlink(metrics);
 }
 
 static void give_up(int sig)
@@ -293,7 +271,7 @@ static void a_fifo_is_no_metrics_file(void **state)
     (void)state;
     struct dt_progress *p;
     assert_int_equal(mkfifo(metrics, 0600), 0);
-    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
     signal(SIGALRM, give_up);
     alarm(5);
     dt_progress_update(p, 1, 0);
@@ -303,22 +281,21 @@ static void a_fifo_is_no_metrics_file(void **state)
     dt_progress_update(p, 40, 0);
     assert_string_equal(drain(), "");
     dt_progress_close(p);
-    unlink(metrics);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(format_has_every_field),
-        cmocka_unit_test(reads_gpu_lists),
-        cmocka_unit_test(follows_the_file_and_paces_plain_lines),
-        cmocka_unit_test(redraws_in_place_on_a_terminal),
-        cmocka_unit_test(format_leaves_out_what_is_no_figure),
-        cmocka_unit_test(skips_steps_that_are_no_count),
-        cmocka_unit_test(eta_waits_for_rows_read_apart),
-        cmocka_unit_test(drops_an_overlong_line_whole),
-        cmocka_unit_test(follows_a_truncated_or_replaced_file),
-        cmocka_unit_test(a_fifo_is_no_metrics_file),
+        cmocka_unit_test_setup_teardown(format_has_every_field, setup, teardown),
+        cmocka_unit_test_setup_teardown(reads_gpu_lists, setup, teardown),
+        cmocka_unit_test_setup_teardown(follows_the_file_and_paces_plain_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(redraws_in_place_on_a_terminal, setup, teardown),
+        cmocka_unit_test_setup_teardown(format_leaves_out_what_is_no_figure, setup, teardown),
+        cmocka_unit_test_setup_teardown(skips_steps_that_are_no_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(eta_waits_for_rows_read_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(drops_an_overlong_line_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(follows_a_truncated_or_replaced_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_fifo_is_no_metrics_file, setup, teardown),
     };
-    return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
+    return cmocka_run_group_tests_name("report_progress", tests, NULL, NULL);
 }
