@@ -65,12 +65,18 @@ int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, s
 }
 
 /* "gpu_util_pct": [..], "gpu_mem_mib": [..] (one entry per rank, null when
- * NVML had no answer): mean utilisation, largest memory. */
+ * NVML had no answer): mean utilisation, largest memory.  A GPU run writes
+ * both in every training row (the trainer samples NVML for each row it
+ * logs), so a training row without them is from a run with no GPU (a CPU
+ * job, a restart on other hardware): the last GPU figures are not its own. */
 static void take_gpu(struct dt_progress_state *st, const struct dt_json *row)
 {
     const struct dt_json *u = dt_json_get(row, "gpu_util_pct"), *m = dt_json_get(row, "gpu_mem_mib");
-    if (!u || !m || u->type != DT_JSON_ARRAY || m->type != DT_JSON_ARRAY)
+    if (!u || !m || u->type != DT_JSON_ARRAY || m->type != DT_JSON_ARRAY) {
+        st->gpu_ranks = 0;
+        st->gpu_util_pct = st->gpu_mem_mib = NAN;
         return;
+    }
     double sum = 0, most = NAN;
     int n = 0;
     for (const struct dt_json *e = u->child; e; e = e->next)

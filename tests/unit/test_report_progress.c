@@ -158,6 +158,27 @@ static void reads_gpu_lists(void **state)
     dt_progress_close(p);
 }
 
+/* Every training row of a GPU run has the lists, so one without them is
+ * from a run with no GPU (a restart on other hardware): the GPU figures go
+ * (they stayed, the last GPU row's).  An evaluation row never has them and
+ * leaves them be. */
+static void a_training_row_without_gpu_lists_drops_the_figures(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"gpu_util_pct\": [80], \"gpu_mem_mib\": [1000]}\n"
+           "{\"step\": 10, \"test_accuracy\": 0.5}\n");
+    dt_progress_update(p, 1, 0);
+    assert_int_equal(dt_progress_state(p)->gpu_ranks, 1);
+    append("{\"step\": 20, \"loss\": 1}\n");
+    dt_progress_update(p, 2, 0);
+    char line[256];
+    dt_progress_format(dt_progress_state(p), line, sizeof line);
+    assert_string_equal(line, "step 20 | loss 1.0000 | test acc 0.5000 | restarts 0");
+    dt_progress_close(p);
+}
+
 /* Figures no worker writes: an ETA past any run and a number beyond a
  * double (1e999 reads as inf) are left out, not printed as "inf" or as
  * lround's out-of-range garbage; a huge figure keeps the line short. */
@@ -288,6 +309,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(format_has_every_field, setup, teardown),
         cmocka_unit_test_setup_teardown(reads_gpu_lists, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_training_row_without_gpu_lists_drops_the_figures, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_the_file_and_paces_plain_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(redraws_in_place_on_a_terminal, setup, teardown),
         cmocka_unit_test_setup_teardown(format_leaves_out_what_is_no_figure, setup, teardown),
