@@ -112,13 +112,15 @@ static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
 
 /* The rate is taken from the first row read to the latest.  Rows read at
  * the same moment say nothing about time, so the latest of them is the
- * start; so is a row whose step went back (a restart). */
+ * start; so is a row whose step went back (a restart).  A new start has no
+ * rate yet: the ETA is unknown until a row read later. */
 static void take_rate(struct dt_progress *p, double now)
 {
     double step = (double)p->st.step;
     if (isnan(p->first_now) || step < p->first_step || now <= p->first_now) {
         p->first_now = now;
         p->first_step = step;
+        p->st.eta_s = NAN;
     } else if (step > p->first_step && p->st.total_steps > 0) {
         double rate = (step - p->first_step) / (now - p->first_now);
         p->st.eta_s = (double)(p->st.total_steps - p->st.step) / rate;

@@ -238,6 +238,27 @@ static void eta_waits_for_rows_read_apart(void **state)
     dt_progress_close(p);
 }
 
+/* A restart starts the rate again, and the ETA with it: it is unknown
+ * until a row read later (the old run's ETA stayed on the line). */
+static void a_restart_clears_the_eta(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"total_steps\": 110}\n");
+    dt_progress_update(p, 1, 0);
+    append("{\"step\": 20, \"total_steps\": 110}\n");
+    dt_progress_update(p, 2, 0);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 9) < 1e-9);
+    append("{\"step\": 5, \"total_steps\": 110}\n"); /* restarted from scratch */
+    dt_progress_update(p, 3, 1);
+    assert_true(isnan(dt_progress_state(p)->eta_s));
+    append("{\"step\": 15, \"total_steps\": 110}\n");
+    dt_progress_update(p, 5, 1);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 19) < 1e-9); /* 10 steps in 2 s since step 5, 95 to go */
+    dt_progress_close(p);
+}
+
 /* A line longer than the buffer (64 KiB) is dropped up to its newline; its
  * tail was read as a line of its own. */
 static void drops_an_overlong_line_whole(void **state)
@@ -315,6 +336,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(format_leaves_out_what_is_no_figure, setup, teardown),
         cmocka_unit_test_setup_teardown(skips_steps_that_are_no_count, setup, teardown),
         cmocka_unit_test_setup_teardown(eta_waits_for_rows_read_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_restart_clears_the_eta, setup, teardown),
         cmocka_unit_test_setup_teardown(drops_an_overlong_line_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_a_truncated_or_replaced_file, setup, teardown),
         cmocka_unit_test_setup_teardown(a_fifo_is_no_metrics_file, setup, teardown),
