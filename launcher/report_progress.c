@@ -41,6 +41,7 @@ struct dt_progress {
     bool refused;  /* the console was told that the name is no regular file */
     double interval_s, last_draw;
     double first_now, first_step; /* for the rate: when the first row was seen */
+    double last_step;             /* the latest training row's, to see a restart go back */
     struct dt_progress_state st;
     size_t len;                   /* bytes of an incomplete line kept in buf */
     char buf[BUF];
@@ -112,12 +113,14 @@ static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
 
 /* The rate is taken from the first row read to the latest.  Rows read at
  * the same moment say nothing about time, so the latest of them is the
- * start; so is a row whose step went back (a restart).  A new start has no
- * rate yet: the ETA is unknown until a row read later. */
+ * start; so is a row whose step went back from the row before (a restart
+ * from a checkpoint, which is usually past the first row).  A new start has
+ * no rate yet: the ETA is unknown until a row read later. */
 static void take_rate(struct dt_progress *p, double now)
 {
-    double step = (double)p->st.step;
-    if (isnan(p->first_now) || step < p->first_step || now <= p->first_now) {
+    double step = (double)p->st.step, last = p->last_step;
+    p->last_step = step;
+    if (isnan(p->first_now) || step < last || now <= p->first_now) {
         p->first_now = now;
         p->first_step = step;
         p->st.eta_s = NAN;

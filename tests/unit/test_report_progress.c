@@ -259,6 +259,27 @@ static void a_restart_clears_the_eta(void **state)
     dt_progress_close(p);
 }
 
+/* A restart from a checkpoint goes back from the last row but not below the
+ * first: the rate starts again all the same (it went on from the first
+ * row, counting the steps done twice and the time of the restart). */
+static void a_restart_past_the_first_row_starts_the_rate_again(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"total_steps\": 110}\n");
+    dt_progress_update(p, 1, 0);
+    append("{\"step\": 50, \"total_steps\": 110}\n");
+    dt_progress_update(p, 2, 0);
+    append("{\"step\": 30, \"total_steps\": 110}\n"); /* resumed from the checkpoint at 30 */
+    dt_progress_update(p, 12, 1);
+    assert_true(isnan(dt_progress_state(p)->eta_s));
+    append("{\"step\": 50, \"total_steps\": 110}\n");
+    dt_progress_update(p, 14, 1);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 6) < 1e-9); /* 20 steps in 2 s since step 30, 60 to go */
+    dt_progress_close(p);
+}
+
 /* A line longer than the buffer (64 KiB) is dropped up to its newline; its
  * tail was read as a line of its own. */
 static void drops_an_overlong_line_whole(void **state)
@@ -337,6 +358,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(skips_steps_that_are_no_count, setup, teardown),
         cmocka_unit_test_setup_teardown(eta_waits_for_rows_read_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(a_restart_clears_the_eta, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_restart_past_the_first_row_starts_the_rate_again, setup, teardown),
         cmocka_unit_test_setup_teardown(drops_an_overlong_line_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_a_truncated_or_replaced_file, setup, teardown),
         cmocka_unit_test_setup_teardown(a_fifo_is_no_metrics_file, setup, teardown),
