@@ -7,6 +7,15 @@
  * start.  ETA uses the launcher's own clock between the first and the latest
  * row seen, so evaluation and checkpoint time are part of the rate.
  *
+ * The launcher calls in from the loop that supervises the ranks, so a call
+ * reads about READ_MAX at most, and more than READ_MAX unread (a big file
+ * opened, a writer ahead of the reader) is skipped to its last READ_MAX.
+ * Skipping, not catching up over later calls: rows read late would be timed
+ * at the later call, a rate of how fast the reader caught up; skipped rows
+ * cost the rate nothing, as steps are counted, not rows.  The line shows
+ * the latest rows anyway; an evaluation row skipped over leaves "test acc"
+ * out until the next one.
+ *
  * The file is written by the ranks, so it holds whatever they wrote: a step
  * must be a count (0 to 2^53, where doubles stop holding every whole number),
  * a figure beyond a double (1e999 reads as inf) counts as null, and a line
@@ -28,6 +37,7 @@
 #include "launcher/report_json.h"
 
 #define BUF 65536
+#define READ_MAX (1 << 20) /* bytes a call reads: thousands of rows, milliseconds to parse */
 #define REDRAW_S 0.25
 #define COUNT_MAX 0x1p53 /* beyond it, doubles skip whole numbers */
 #define FIXED_MAX 1e9    /* figures at or above it print in 3 significant digits */
@@ -203,6 +213,21 @@ static void close_file(struct dt_progress *p)
     p->skipping = false;
 }
 
+/* Moves past all but the last READ_MAX unread bytes, if there are more.
+ * Reading then starts at any byte: the line there is dropped up to its newline,
+ * and so is what buf kept of the line before the skip. */
+static void skip_backlog(struct dt_progress *p)
+{
+    struct stat st;
+    off_t pos = lseek(p->in_fd, 0, SEEK_CUR);
+    if (pos < 0 || fstat(p->in_fd, &st) || st.st_size - pos <= READ_MAX)
+        return;
+    if (lseek(p->in_fd, st.st_size - READ_MAX, SEEK_SET) < 0)
+        return;
+    p->len = 0;
+    p->skipping = true;
+}
+
 /* Takes the complete lines in buf and keeps the rest; true if a row was taken. */
 static bool take_lines(struct dt_progress *p, double now)
 {
@@ -226,11 +251,14 @@ static bool take_lines(struct dt_progress *p, double now)
     return any;
 }
 
-/* Reads what the file gained; true if at least one row was taken. */
+/* Reads what the file gained, READ_MAX or so at most; true if at least one
+ * row was taken. */
 static bool read_rows(struct dt_progress *p, double now)
 {
     bool any = false, reopened = false;
-    while (open_file(p)) {
+    size_t got = 0;
+    while (got < READ_MAX && open_file(p)) {
+        skip_backlog(p);
         ssize_t n = read(p->in_fd, p->buf + p->len, BUF - p->len);
         if (n < 0 && errno == EINTR)
             continue;
@@ -241,6 +269,7 @@ static bool read_rows(struct dt_progress *p, double now)
         }
         if (n <= 0)
             break;
+        got += (size_t)n;
         p->len += (size_t)n;
         any |= take_lines(p, now);
     }

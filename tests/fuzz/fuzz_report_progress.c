@@ -18,8 +18,9 @@
  *
  * Not for the JSON grammar itself (fuzz_json.c) or the report's reading of
  * the same file (fuzz_report_load.c).  Lines longer than the reader's 64 KiB
- * buffer are beyond the inputs libFuzzer makes; the unit tests
- * (tests/unit/test_report_progress.c) hold them.
+ * buffer and backlogs past the 1 MiB an update reads are beyond the inputs
+ * libFuzzer makes; the unit tests (tests/unit/test_report_progress.c) hold
+ * them.
  */
 #include <fcntl.h>
 #include <stdint.h>

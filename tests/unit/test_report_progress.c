@@ -300,6 +300,33 @@ static void drops_an_overlong_line_whole(void **state)
     dt_progress_close(p);
 }
 
+/* More than a call reads (1 MiB) unread is skipped to its end: the
+ * evaluation row at the start of a 2 MiB file is never read (it was, and
+ * the whole file with it, however big, in one call).  The rows taken are
+ * read at one moment, so the rate starts from the last of them. */
+static void a_big_backlog_is_skipped_to_its_end(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
+    FILE *f = fopen(metrics, "w");
+    assert_non_null(f);
+    fputs("{\"step\": 0, \"test_accuracy\": 0.5}\n", f);
+    for (int step = 1; step <= 50000; step++)
+        fprintf(f, "{\"step\": %d, \"total_steps\": 100000, \"loss\": 1}\n", step);
+    assert_true(ftell(f) > 2 << 20);
+    fclose(f);
+    dt_progress_update(p, 1, 0);
+    const struct dt_progress_state *st = dt_progress_state(p);
+    assert_int_equal(st->step, 50000);
+    assert_true(isnan(st->test_accuracy));
+    assert_true(isnan(st->eta_s));
+    append("{\"step\": 50100, \"total_steps\": 100000}\n");
+    dt_progress_update(p, 2, 0);
+    assert_true(fabs(st->eta_s - 499) < 1e-9); /* 100 steps in 1 s since step 50000 */
+    dt_progress_close(p);
+}
+
 /* A file truncated below where reading stopped, or another file put under
  * the name, is read again from its start; the line froze before. */
 static void follows_a_truncated_or_replaced_file(void **state)
@@ -360,6 +387,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_restart_clears_the_eta, setup, teardown),
         cmocka_unit_test_setup_teardown(a_restart_past_the_first_row_starts_the_rate_again, setup, teardown),
         cmocka_unit_test_setup_teardown(drops_an_overlong_line_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_big_backlog_is_skipped_to_its_end, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_a_truncated_or_replaced_file, setup, teardown),
         cmocka_unit_test_setup_teardown(a_fifo_is_no_metrics_file, setup, teardown),
     };
