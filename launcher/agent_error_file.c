@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 /* Decodes the JSON string starting after its opening quote into out;
- * \uXXXX outside ASCII becomes '?', which is enough for a one-line report. */
+ * \uXXXX outside ASCII becomes '?', which is enough for a one-line report.
+ * So does a raw NUL byte, alone or after a backslash: no JSON has one, and
+ * copied as it is it would end the message there without a word. */
 static void copy_json_string(const char *p, const char *end, char *out, size_t size)
 {
     size_t o = 0;
@@ -25,7 +27,7 @@ static void copy_json_string(const char *p, const char *end, char *out, size_t s
             if (e == 'u')
                 p += (end - p) >= 4 ? 4 : end - p;
         }
-        out[o++] = c;
+        out[o++] = c ? c : '?';
     }
     out[o] = 0;
 }

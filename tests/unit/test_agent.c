@@ -350,6 +350,10 @@ static void error_report_message(void **state)
     const char *cut = "{\"message\": \"a very long message that does not fit\"}";
     assert_int_equal(dt_agent_error_message(cut, strlen(cut), small, sizeof small), 0);
     assert_int_equal(strlen(small), sizeof small - 1);
+    /* a raw NUL, alone or escaped, shows as '?' (the message ended at it) */
+    const char nul[] = "{\"message\": \"bad\0byte and \\\0 too\"}";
+    assert_int_equal(dt_agent_error_message(nul, sizeof nul - 1, out, sizeof out), 0);
+    assert_string_equal(out, "bad?byte and ? too");
 }
 
 int main(void)
