@@ -19,12 +19,15 @@
 #      Target: <= 25%.  The denominator is the faster of the two bucket layouts
 #      (overlap on: chunk-sized buckets; off: whole tensors up to 25 MiB), so
 #      small buckets cannot inflate it.  Best of REPS for every time.
-#      Three more views: 4 lone ranks side by side (the same core sharing, no
+#      More views: 4 lone ranks side by side (the same core sharing, no
 #      communication) as the baseline; rank 0's wait for the gradients after
-#      backward (comm_wait_s) in the same run; and from the 4-rank runs'
-#      traces (bench/trainer_cpu_trace.py), per step, the all-reduce still
-#      running once the slowest rank has ended backward (the tail nothing hid)
-#      apart from how far the ranks' backward ends lie apart (compute noise).  With fewer than about
+#      backward (comm_wait_s) in the same run; and from the traces of every
+#      run (bench/trainer_cpu_trace.py), the step taken apart, medians per
+#      step: data + forward + backward up to the slowest rank's last gradient,
+#      the all-reduce still running after it (the tail nothing hid), the
+#      optimizer, how far the ranks' backward ends lie apart (compute noise);
+#      one rank's, the 4-rank job's and the slowest lone rank's side by side,
+#      so the issue's figure reads as host slowdown + tail + optimizer.  With fewer than about
 #      4 x (THREADS + 1) cores the ranks and their communication threads share
 #      cores, and the first figure also counts that slowdown, which is not
 #      communication: on a 2-core VM only the second and third views mean much.
@@ -128,25 +131,39 @@ done
 
 [ "$SKIP_FOUR" = 1 ] && exit 0
 echo "# four ranks, batch 64 per rank, $THREADS thread(s) per rank, backend auto; best of $REPS"
-spec one64 1 64 "$STEPS" true
+win="$((STEPS / 5))-$((STEPS * 9 / 10))"
+spec one64 1 64 "$STEPS" true "$win"
 one_step=1e9
-spec lone 1 64 "$STEPS" true
-for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov" "$((STEPS / 5))-$((STEPS * 9 / 10))"; done
+spec lone 1 64 "$STEPS" true "$win"
+for ov in true false; do spec "four-$ov" 4 64 "$STEPS" "$ov" "$win"; done
 ms() { calc "($1)*1000"; }
 pct() { calc "100*($1 - $2)/$3"; }
 best_min() { printf '%s\n%s\n' "$1" "$2" | sort -g | head -n 1; }
-lone=1e9; declare -A step ar sps wait tail skew
-for ov in true false; do step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; tail[$ov]=1e9; skew[$ov]=1e9; done
+lone=1e9; declare -A step ar sps wait tail skew comp opt tstep
+for ov in true false one lone; do
+  step[$ov]=1e9; ar[$ov]=1e9; sps[$ov]=0; wait[$ov]=1e9; tail[$ov]=1e9; skew[$ov]=1e9; comp[$ov]=1e9; opt[$ov]=1e9; tstep[$ov]=1e9
+done
+# parts KEY RUN_DIR: the traced step's parts of that run, best of the repetitions so far
+parts() {
+  local c t o s k
+  read -r c t o s k _ < <("$PYTHON" bench/trainer_cpu_trace.py "$2")
+  comp[$1]=$(best_min "${comp[$1]}" "$c"); tail[$1]=$(best_min "${tail[$1]}" "$t"); opt[$1]=$(best_min "${opt[$1]}" "$o")
+  tstep[$1]=$(best_min "${tstep[$1]}" "$s"); skew[$1]=$(best_min "${skew[$1]}" "$k")
+}
 for rep in $(seq "$REPS"); do
   rm -rf "$W/one64"
   one_rank one64 64
   read -r _ x2 _ < <(steady "$W/one64")
   echo "#   rep $rep one rank: step $(ms "$x2") ms"
   one_step=$(best_min "$one_step" "$x2")
+  parts one "$W/one64"
   for r in 0 1 2 3; do cp "$W/lone.yaml" "$W/lone$r.yaml"; rm -rf "$W/lone$r"; one_rank "lone$r" 64 & done
   wait
   x=$(for r in 0 1 2 3; do steady "$W/lone$r" | cut -d' ' -f2; done | awk '{s+=$1} END {printf "%.6f", s/NR}')
   lone=$(best_min "$lone" "$x")
+  # The lone ranks run unsynchronised: the slowest one's compute (a synchronous step waits for it).
+  slow=$(for r in 0 1 2 3; do "$PYTHON" bench/trainer_cpu_trace.py "$W/lone$r" | cut -d' ' -f1; done | sort -g | tail -n 1)
+  comp[lone]=$(best_min "${comp[lone]}" "$slow")
   for ov in true false; do
     rm -rf "$W/runs"
     OMP_NUM_THREADS=$THREADS DTRAIN_BENCH_ALLREDUCE=20 "$DTRAIN" launch "$W/four-$ov.yaml" >"$W/four-$ov.log" 2>&1 ||
@@ -154,11 +171,10 @@ for rep in $(seq "$REPS"); do
     dir=$(ls -d "$W"/runs/bench-four-"$ov"-*)
     read -r s1 s2 s3 < <(steady "$dir")
     a=$("$PYTHON" -c "import json; print(json.load(open('$dir/trainer_summary.json'))['allreduce_alone_seconds'])")
-    read -r t1 t2 _ < <("$PYTHON" bench/trainer_cpu_trace.py "$dir")
+    parts "$ov" "$dir"
+    read -r c1 t1 _ _ t2 _ < <("$PYTHON" bench/trainer_cpu_trace.py "$dir")
     echo "#   rep $rep overlap $ov: step $(ms "$s2") ms, comm wait $(ms "$s3") ms, all-reduce alone $(ms "$a") ms," \
-      "tail $(ms "$t1") ms, backward-end spread $(ms "$t2") ms"
-    tail[$ov]=$(best_min "${tail[$ov]}" "$(calc "$t1 / $a")")
-    skew[$ov]=$(best_min "${skew[$ov]}" "$t2")
+      "to the last gradient $(ms "$c1") ms, tail $(ms "$t1") ms, backward-end spread $(ms "$t2") ms"
     # Within one run: the wait after backward over that run's all-reduce alone.
     wait[$ov]=$(best_min "${wait[$ov]}" "$(calc "$s3 / $a")")
     step[$ov]=$(best_min "${step[$ov]}" "$s2")
@@ -167,6 +183,12 @@ for rep in $(seq "$REPS"); do
   done
 done
 ar_best=$(best_min "${ar[true]}" "${ar[false]}")
+# row LABEL BASE KEY PART: one line of the traced parts, BASE's against KEY's
+row() {
+  local a=${4}[$2] b=${4}[$3]
+  printf "    %-46s %7.2f ms %7.2f ms %+6.2f ms %+5.0f%%\n" "$1" "$(ms "${!a}")" "$(ms "${!b}")" \
+    "$(ms "${!b} - ${!a}")" "$(pct "${!b}" "${!a}" "$ar_best")"
+}
 for ov in true false; do
   printf "overlap %-5s step %.2f ms (%.0f samples/s); all-reduce alone %.2f ms with these buckets\n" \
     "$ov" "$(ms "${step[$ov]}")" "${sps[$ov]}" "$(ms "${ar[$ov]}")"
@@ -177,11 +199,17 @@ for ov in true false; do
     "$(ms "${step[$ov]} - $lone")" "$(pct "${step[$ov]}" "$lone" "$ar_best")"
   printf "  same run: rank 0 waits after backward %.0f%% of that run's all-reduce alone (best of $REPS)\n" \
     "$(calc "100*${wait[$ov]}")"
-  printf "  traces: after the slowest rank's backward the all-reduce runs on %.0f%% of that run's all-reduce alone;\n" \
-    "$(calc "100*${tail[$ov]}")"
-  printf "          the ranks' backward ends lie %.2f ms apart (medians over the traced steps, best of $REPS)\n" \
-    "$(ms "${skew[$ov]}")"
+  printf "  traces, medians per step (best of $REPS), %% of the all-reduce alone:  one rank   4 ranks   extra\n"
+  row "data + forward + backward to the last gradient" one "$ov" comp
+  row "all-reduce after the last gradient (tail)" one "$ov" tail
+  row "optimizer (4 ranks: a quarter each, barriers)" one "$ov" opt
+  row "step" one "$ov" tstep
+  printf "    the ranks' backward ends lie %.2f ms apart\n" "$(ms "${skew[$ov]}")"
 done
+printf "4 lone ranks side by side (no communication): the slowest one's data + forward + backward %.2f ms,\n" \
+  "$(ms "${comp[lone]}")"
+printf "  %.2f ms over one rank's = %.0f%% of the all-reduce alone: what this host adds before any communication\n" \
+  "$(ms "${comp[lone]} - ${comp[one]}")" "$(pct "${comp[lone]}" "${comp[one]}" "$ar_best")"
 cores=$(nproc)
 note=""
 [ "$cores" -lt $((4 * (THREADS + 1))) ] &&

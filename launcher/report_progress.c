@@ -2,9 +2,16 @@
  *
  * The file is read from where the last call stopped into a fixed buffer; a
  * line without its newline yet stays in the buffer for the next call.  A line
- * longer than the buffer is dropped whole.  ETA uses the launcher's own clock
- * between the first and the latest row seen, so evaluation and checkpoint
- * time are part of the rate.
+ * longer than the buffer is dropped whole.  A file truncated below where
+ * reading stopped, or another file put under the name, is read again from its
+ * start.  ETA uses the launcher's own clock between the first and the latest
+ * row seen, so evaluation and checkpoint time are part of the rate.
+ *
+ * The file is written by the ranks, so it holds whatever they wrote: a step
+ * must be a count (0 to 2^53, where doubles stop holding every whole number),
+ * a figure beyond a double (1e999 reads as inf) counts as null, and a line
+ * that would say "inf", "nan" or hundreds of digits leaves the field out or
+ * writes it in three significant digits.
  */
 #include "launcher/report_progress.h"
 
@@ -15,17 +22,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "launcher/report_json.h"
 
 #define BUF 65536
 #define REDRAW_S 0.25
+#define COUNT_MAX 0x1p53 /* beyond it, doubles skip whole numbers */
+#define FIXED_MAX 1e9    /* figures at or above it print in 3 significant digits */
+#define ETA_MAX_S 1e9    /* 31 years: an ETA beyond it says nothing */
 
 struct dt_progress {
     char path[4200];
     int in_fd, out_fd;
     bool tty, shown, news;
+    bool skipping; /* inside a line longer than buf: dropped up to its newline */
+    bool refused;  /* the console was told that the name is no regular file */
     double interval_s, last_draw;
     double first_now, first_step; /* for the rate: when the first row was seen */
     struct dt_progress_state st;
@@ -61,75 +74,166 @@ static void take_gpu(struct dt_progress_state *st, const struct dt_json *row)
     double sum = 0, most = NAN;
     int n = 0;
     for (const struct dt_json *e = u->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER)
+        if (e->type == DT_JSON_NUMBER && isfinite(e->num))
             sum += e->num, n++;
     for (const struct dt_json *e = m->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER && !(e->num <= most))
+        if (e->type == DT_JSON_NUMBER && isfinite(e->num) && !(e->num <= most))
             most = e->num;
     st->gpu_ranks = (int)u->n;
-    st->gpu_util_pct = n ? sum / n : NAN;
+    st->gpu_util_pct = n && isfinite(sum) ? sum / n : NAN;
     st->gpu_mem_mib = most;
 }
 
-static void take(struct dt_progress *p, const struct dt_json *row, double now)
+/* Sets *out to the number in member key unless it is absent, null or
+ * beyond a double. */
+static void take_figure(const struct dt_json *row, const char *key, double *out)
 {
-    double step, v;
-    if (!dt_json_get_num(row, "step", &step))
-        return;
-    p->st.step = (int64_t)step;
-    if (dt_json_get_num(row, "total_steps", &v))
-        p->st.total_steps = (int64_t)v;
-    if (dt_json_get_num(row, "test_accuracy", &v)) {
-        p->st.test_accuracy = v;
-        return; /* an evaluation row (whole epochs): the training figures stay */
-    }
-    if (dt_json_get_num(row, "epoch", &v))
-        p->st.epoch = v;
-    if (dt_json_get_num(row, "loss", &v))
-        p->st.loss = v;
-    if (dt_json_get_num(row, "lr", &v))
-        p->st.lr = v;
-    if (dt_json_get_num(row, "samples_per_s", &v))
-        p->st.samples_per_s = v;
-    take_gpu(&p->st, row);
-    if (isnan(p->first_now) || step < p->first_step) { /* first row, or a restart went back */
+    double v;
+    if (dt_json_get_num(row, key, &v) && isfinite(v))
+        *out = v;
+}
+
+/* The count in member key, if it is one (0 to COUNT_MAX; the worker writes
+ * whole numbers with %lld). */
+static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
+{
+    double v;
+    if (!dt_json_get_num(row, key, &v) || !(v >= 0 && v <= COUNT_MAX))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+/* The rate is taken from the first row read to the latest.  Rows read at
+ * the same moment say nothing about time, so the latest of them is the
+ * start; so is a row whose step went back (a restart). */
+static void take_rate(struct dt_progress *p, double now)
+{
+    double step = (double)p->st.step;
+    if (isnan(p->first_now) || step < p->first_step || now <= p->first_now) {
         p->first_now = now;
         p->first_step = step;
     } else if (step > p->first_step && p->st.total_steps > 0) {
         double rate = (step - p->first_step) / (now - p->first_now);
-        p->st.eta_s = rate > 0 ? (double)(p->st.total_steps - p->st.step) / rate : NAN;
+        p->st.eta_s = (double)(p->st.total_steps - p->st.step) / rate;
     }
+}
+
+/* True if the row had a step (it is news). */
+static bool take(struct dt_progress *p, const struct dt_json *row, double now)
+{
+    if (!get_count(row, "step", &p->st.step))
+        return false;
+    get_count(row, "total_steps", &p->st.total_steps);
+    if (dt_json_get(row, "test_accuracy")) {
+        take_figure(row, "test_accuracy", &p->st.test_accuracy);
+        return true; /* an evaluation row (whole epochs): the training figures stay */
+    }
+    take_figure(row, "epoch", &p->st.epoch);
+    take_figure(row, "loss", &p->st.loss);
+    take_figure(row, "lr", &p->st.lr);
+    take_figure(row, "samples_per_s", &p->st.samples_per_s);
+    take_gpu(&p->st, row);
+    take_rate(p, now);
+    return true;
+}
+
+static void put(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the console went away: the agent notices on its own writes */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Opens the file if it is not open yet; false while there is none to read.
+ * Regular files only, opened non-blocking: opening a FIFO waits for a
+ * writer, and the launcher supervises the ranks from the same loop. */
+static bool open_file(struct dt_progress *p)
+{
+    struct stat st;
+    if (p->in_fd >= 0)
+        return true;
+    if (stat(p->path, &st))
+        return false;
+    if (S_ISREG(st.st_mode))
+        return (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) >= 0;
+    if (!p->refused) {
+        char note[4400];
+        int n = snprintf(note, sizeof note, "[dtrain] no progress line: %s is not a regular file\n", p->path);
+        dt_progress_hide(p);
+        put(p->out_fd, note, n > 0 && (size_t)n < sizeof note ? (size_t)n : 0);
+        p->refused = true;
+    }
+    return false;
+}
+
+/* True if the name no longer holds what in_fd reads: another file, or this
+ * one truncated below where reading stopped.  A removed file stays read. */
+static bool file_changed(const struct dt_progress *p)
+{
+    struct stat named, open_st;
+    off_t pos = lseek(p->in_fd, 0, SEEK_CUR);
+    if (fstat(p->in_fd, &open_st) || stat(p->path, &named))
+        return false;
+    return named.st_ino != open_st.st_ino || named.st_dev != open_st.st_dev || open_st.st_size < pos;
+}
+
+static void close_file(struct dt_progress *p)
+{
+    close(p->in_fd);
+    p->in_fd = -1;
+    p->len = 0;
+    p->skipping = false;
+}
+
+/* Takes the complete lines in buf and keeps the rest; true if a row was taken. */
+static bool take_lines(struct dt_progress *p, double now)
+{
+    bool any = false;
+    char *start = p->buf, *end = p->buf + p->len, *nl;
+    while ((nl = memchr(start, '\n', (size_t)(end - start)))) {
+        struct dt_json_arena a = {0};
+        struct dt_json *row;
+        if (!p->skipping && dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0)
+            any |= take(p, row, now);
+        dt_json_arena_free(&a);
+        p->skipping = false;
+        start = nl + 1;
+    }
+    p->len = (size_t)(end - start);
+    memmove(p->buf, start, p->len);
+    if (p->len == BUF) { /* a line longer than the buffer: not ours to show */
+        p->len = 0;
+        p->skipping = true;
+    }
+    return any;
 }
 
 /* Reads what the file gained; true if at least one row was taken. */
 static bool read_rows(struct dt_progress *p, double now)
 {
-    if (p->in_fd < 0 && (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC)) < 0)
-        return false;
-    bool any = false;
-    for (;;) {
+    bool any = false, reopened = false;
+    while (open_file(p)) {
         ssize_t n = read(p->in_fd, p->buf + p->len, BUF - p->len);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            return any;
-        p->len += (size_t)n;
-        char *start = p->buf, *nl;
-        while ((nl = memchr(start, '\n', p->len - (size_t)(start - p->buf)))) {
-            struct dt_json_arena a = {0};
-            struct dt_json *row;
-            if (dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0) {
-                take(p, row, now);
-                any = true;
-            }
-            dt_json_arena_free(&a);
-            start = nl + 1;
+        if (n == 0 && !reopened && file_changed(p)) {
+            close_file(p); /* once a call: a file replaced over and over must not hold the launcher */
+            reopened = true;
+            continue;
         }
-        p->len -= (size_t)(start - p->buf);
-        memmove(p->buf, start, p->len);
-        if (p->len == BUF) /* a line longer than the buffer: not ours to show */
-            p->len = 0;
+        if (n <= 0)
+            break;
+        p->len += (size_t)n;
+        any |= take_lines(p, now);
     }
+    return any;
 }
 
 static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -145,46 +249,46 @@ static size_t add(char *buf, size_t size, size_t used, const char *fmt, ...)
     return used < size ? used : size - 1;
 }
 
+/* x with prec decimals, or in 3 significant digits from FIXED_MAX on, where
+ * fixed notation runs to hundreds of digits. */
+static const char *fig(char out[32], double x, int prec)
+{
+    bool fixed = fabs(x) < FIXED_MAX;
+    snprintf(out, 32, fixed ? "%.*f" : "%.*g", fixed ? prec : 3, x);
+    return out;
+}
+
 size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t size)
 {
     size_t n = 0;
+    char f[32];
     buf[0] = 0;
-    if (!isnan(s->epoch))
-        n = add(buf, size, n, "epoch %.2f | ", s->epoch);
+    if (isfinite(s->epoch))
+        n = add(buf, size, n, "epoch %s | ", fig(f, s->epoch, 2));
     n = s->total_steps > 0 ? add(buf, size, n, "step %lld/%lld", (long long)s->step, (long long)s->total_steps)
                            : add(buf, size, n, "step %lld", (long long)s->step);
-    if (!isnan(s->loss))
-        n = add(buf, size, n, " | loss %.4f", s->loss);
-    if (!isnan(s->lr))
+    if (isfinite(s->loss))
+        n = add(buf, size, n, " | loss %s", fig(f, s->loss, 4));
+    if (isfinite(s->lr))
         n = add(buf, size, n, " | lr %.2e", s->lr);
-    if (!isnan(s->samples_per_s))
-        n = add(buf, size, n, " | %.0f samples/s", s->samples_per_s);
-    if (s->gpu_ranks > 0 && !isnan(s->gpu_util_pct))
-        n = add(buf, size, n, " | gpu %.0f%%", s->gpu_util_pct);
-    if (s->gpu_ranks > 0 && !isnan(s->gpu_mem_mib))
-        n = add(buf, size, n, s->gpu_mem_mib >= 1024 ? " %.1f GiB" : " %.0f MiB",
-                s->gpu_mem_mib >= 1024 ? s->gpu_mem_mib / 1024 : s->gpu_mem_mib);
-    if (!isnan(s->test_accuracy))
-        n = add(buf, size, n, " | test acc %.4f", s->test_accuracy);
-    if (s->total_steps > 0 && !isnan(s->eta_s) && s->eta_s >= 0) {
+    if (isfinite(s->samples_per_s))
+        n = add(buf, size, n, " | %s samples/s", fig(f, s->samples_per_s, 0));
+    bool util = isfinite(s->gpu_util_pct), mem = isfinite(s->gpu_mem_mib);
+    if (s->gpu_ranks > 0 && (util || mem))
+        n = add(buf, size, n, " | gpu");
+    if (s->gpu_ranks > 0 && util)
+        n = add(buf, size, n, " %s%%", fig(f, s->gpu_util_pct, 0));
+    if (s->gpu_ranks > 0 && mem)
+        n = add(buf, size, n, s->gpu_mem_mib >= 1024 ? " %s GiB" : " %s MiB",
+                s->gpu_mem_mib >= 1024 ? fig(f, s->gpu_mem_mib / 1024, 1) : fig(f, s->gpu_mem_mib, 0));
+    if (isfinite(s->test_accuracy))
+        n = add(buf, size, n, " | test acc %s", fig(f, s->test_accuracy, 4));
+    if (s->total_steps > 0 && s->eta_s >= 0 && s->eta_s < ETA_MAX_S) {
         long e = lround(s->eta_s);
         n = e >= 3600 ? add(buf, size, n, " | ETA %ldh%02ldm", e / 3600, e / 60 % 60)
                       : add(buf, size, n, " | ETA %ldm%02lds", e / 60, e % 60);
     }
     return add(buf, size, n, " | restarts %d", s->restarts);
-}
-
-static void put(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* the console went away: the agent notices on its own writes */
-        s += w;
-        n -= (size_t)w;
-    }
 }
 
 void dt_progress_update(struct dt_progress *p, double now, int restarts)

@@ -10,7 +10,8 @@
  * elsewhere (CI, a file) a plain line is printed every interval_s when there
  * is news.  Reading tolerates a line still being written: only complete lines
  * count, and one that does not parse is skipped (the report is strict, not
- * the live view).
+ * the live view).  A metrics.jsonl that is no regular file (a FIFO) is not
+ * followed, and the console is told so once.
  *
  * Not for the agent's decisions: it only reads and prints.
  */

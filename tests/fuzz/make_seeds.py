@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""make_seeds.py - writes the seed corpora of fuzz_safetensors, fuzz_idx and fuzz_ckpt.
+"""make_seeds.py - writes the seed corpora of fuzz_safetensors, fuzz_idx, fuzz_ckpt and
+fuzz_report_progress.
 
 Standard library only, so the seeds can be remade on any machine:
     python3 tests/fuzz/make_seeds.py
@@ -138,8 +139,41 @@ def ckpt_seeds():
     write(t, "bad_crc", bytes(damaged))
 
 
+def row(step, total=12, gpu=None, **extra):
+    """A metrics.jsonl training row as worker/metrics.c writes it; gpu: the (utilisation, memory) lists."""
+    r = ('{"step": %d, "epoch": %.6g, "loss": %.9g, "lr": 0.001, "beta1": 0.9, "grad_norm": 1.62112949, '
+         '"samples_per_s": 14857.2845, "time_s": 0.017, "total_steps": %d, "data_s": 0.0001564415, '
+         '"forward_s": 0.001694954, "backward_s": 0.000120364, "comm_wait_s": 0.006256394, '
+         '"optimizer_s": 4.19325e-05' % (step, step / 469.0, 2.3 / (1 + step), total))
+    if gpu:
+        r += ', "gpu_util_pct": [%s], "gpu_mem_mib": [%s]' % gpu
+    for k, v in extra.items():
+        r += ', "%s": %s' % (k, v)
+    return r + "}\n"
+
+
+def progress_seeds():
+    """Appends cut at form feeds; a part that starts with \v truncates the file, \a replaces it."""
+    t = "fuzz_report_progress"
+    ev = '{"step": 12, "epoch": 1, "test_loss": 1.21721135, "test_accuracy": 0.6553}\n'
+    r = [row(s) for s in (2, 4, 6, 8, 10, 12)]
+    write(t, "run", "\f".join([r[0], r[1][:40], r[1][40:] + r[2], r[3], r[4] + r[5] + ev, ""]).encode())
+    write(t, "all_at_once", "".join(r).encode())
+    gpu = [row(2, gpu=("80, 90, null", "1000, 3072, null")), row(4, gpu=("95, null", "1100, null")), row(6)]
+    write(t, "gpu", "\f".join(gpu).encode())
+    write(t, "restart_goes_back", "\f".join([r[0], r[1], r[2], r[1], r[2] + r[3]]).encode())
+    write(t, "truncated_and_replaced",
+          "\f".join([r[0] + r[1], "\v" + r[2], r[3], "\a" + r[4][:30], r[4][30:]]).encode())
+    write(t, "huge_and_negative", "\f".join([
+        row(2), row(4, total=10 ** 30, loss="1e999"), '{"step": 1e300, "total_steps": 1e999}\n',
+        '{"step": -5, "loss": -1e308, "samples_per_s": 1e300, "epoch": 1e200}\n',
+        '{"step": 9007199254740993, "total_steps": 9223372036854775808, "lr": 1e999}\n',
+        row(6, gpu=("1e308, 1e308", "1e308, 1e999"), test_accuracy="1e999")]).encode())
+
+
 if __name__ == "__main__":
     assert crc32c(b"123456789") == 0xE3069283
     safetensors_seeds()
     idx_seeds()
     ckpt_seeds()
+    progress_seeds()

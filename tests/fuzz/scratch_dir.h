@@ -4,6 +4,7 @@
  * The input is cut at each form feed (0x0c, which no JSON text needs) into
  * parts; part i becomes the file names[i] of the directory, and an empty or
  * missing part means that file is absent, so "no summary.json" is fuzzed too.
+ * A target that grows one file over several calls appends with scratch_put.
  * The directory is made once per process, in $TMPDIR or else /dev/shm (a
  * file written and removed on every run costs a disk's journal otherwise:
  * ten times fewer runs a second), and removed at a clean exit; a crash
@@ -53,17 +54,26 @@ static const char *scratch_dir(void)
     return scratch;
 }
 
+/* Writes data to the file `name` with fopen's mode: "wb" truncates in
+ * place (the same inode), "ab" appends as a flushing writer does. */
+static void scratch_put(const char *name, const uint8_t *data, size_t size, const char *mode)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", scratch_dir(), name);
+    FILE *f = fopen(path, mode);
+    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
+        abort();
+}
+
+/* An empty part removes the file. */
 static void scratch_write(const char *name, const uint8_t *data, size_t size)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", scratch_dir(), name);
-    if (size == 0) {
+    if (size == 0)
         unlink(path);
-        return;
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-        abort();
+    else
+        scratch_put(name, data, size, "wb");
 }
 
 /* Writes the parts of data as names[0..n); returns the directory. */

@@ -121,5 +121,11 @@ for r in (0, 1):
     print(("ok - " if not bad else "not ok - ") + "rank %d: each optimizer span holds its norm and AdamW slices and waits, in order%s"
           % (r, " (%s)" % bad[:2] if bad else ""))
 PY
+# The bench's reading of those traces (bench/trainer_cpu_trace.py): the step's
+# parts over the traced steps but the first, none negative or past the step.
+read -r comp tail opt stp skew n < <(python3 "$(dirname "$0")/../../bench/trainer_cpu_trace.py" "$shm_run")
+check "bench/trainer_cpu_trace.py takes the 2 later traced steps apart (got: $comp $tail $opt $stp $skew $n)" \
+  python3 -c "import sys; c, t, o, s, k, n = map(float, sys.argv[1:]); assert n == 2 and min(c, t, o, k) >= 0 and 0 < c <= s and t + o <= s" \
+  "$comp" "$tail" "$opt" "$stp" "$skew" "$n"
 expect_status 0 "dtrain report of the run" "$DTRAIN" report "$run"
 contains "$run/report.html" 'data-series="test_accuracy"' "the report draws test accuracy"

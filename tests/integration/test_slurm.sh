@@ -117,6 +117,9 @@ kill -INT "$pid"
 wait "$pid"; rc=$?
 check "Ctrl-C: launch exits 130 (exit $rc)" test "$rc" = 130
 contains slow.err "cancelling Slurm job $id \(scancel\)" "launch says it cancels the job"
+# COMPLETING is a flag Slurm shows over the final state while the nodes still
+# clean up (scontrol prints it first): a 2-core CI VM can take a moment.
+for ((i = 0; i < 100; i++)); do [ "$(state_of "$id")" = COMPLETING ] || break; sleep 0.1; done
 check "Slurm shows job $id CANCELLED ($(state_of "$id"))" test "$(state_of "$id")" = CANCELLED
 for ((i = 0; i < 100; i++)); do pgrep -f "$mark" >/dev/null || break; sleep 0.1; done
 check "no rank of the cancelled job is left" test -z "$(pgrep -f "$mark")"

@@ -2,7 +2,10 @@
  * as it grows (a half-written line waits for its newline), formats epoch,
  * step/total, loss, lr, throughput, accuracy, ETA and restarts, redraws in
  * place on a terminal and erases itself before other output, and prints plain
- * paced lines elsewhere. */
+ * paced lines elsewhere.  The rows no worker writes (numbers beyond a double
+ * or an int64, negative steps, a line longer than the reader's buffer, a file
+ * truncated, replaced or not a file at all) are what
+ * tests/fuzz/fuzz_report_progress.c and reading the code found. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +14,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +172,140 @@ static void reads_gpu_lists(void **state)
     rmdir(sub);
 }
 
+/* Figures no worker writes: an ETA past any run and a number beyond a
+ * double (1e999 reads as inf) are left out, not printed as "inf" or as
+ * lround's out-of-range garbage; a huge figure keeps the line short. */
+static void format_leaves_out_what_is_no_figure(void **state)
+{
+    (void)state;
+    char line[512];
+    struct dt_progress_state s = {.step = 5, .total_steps = 10, .epoch = INFINITY, .loss = -INFINITY,
+                                  .lr = NAN, .samples_per_s = 1e300, .test_accuracy = NAN, .eta_s = 1e300,
+                                  .gpu_ranks = 1, .gpu_util_pct = INFINITY, .gpu_mem_mib = 1e300};
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | 1e+300 samples/s | gpu 9.77e+296 GiB | restarts 0");
+    s.gpu_util_pct = NAN; /* no rank had a utilisation: the memory still says "gpu" */
+    s.gpu_mem_mib = 3072;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | 1e+300 samples/s | gpu 3.0 GiB | restarts 0");
+    s.gpu_ranks = 0;
+    s.eta_s = INFINITY;
+    s.loss = -1e12;
+    dt_progress_format(&s, line, sizeof line);
+    assert_string_equal(line, "step 5/10 | loss -1e+12 | 1e+300 samples/s | restarts 0");
+}
+
+/* A step or total beyond what a double holds exactly, negative or inf is
+ * no count: such a row is skipped, such a total ignored; an inf figure is
+ * treated as null (the previous one stands). */
+static void skips_steps_that_are_no_count(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 4, \"total_steps\": 10, \"loss\": 2}\n"
+           "{\"step\": 6, \"total_steps\": 1e999, \"loss\": 1e999}\n{\"step\": 7, \"total_steps\": -3}\n"
+           "{\"step\": -5}\n{\"step\": 9007199254740994}\n{\"step\": 1e300, \"loss\": 1}\n");
+    dt_progress_update(p, 1, 0);
+    const struct dt_progress_state *st = dt_progress_state(p);
+    assert_int_equal(st->step, 7);
+    assert_int_equal(st->total_steps, 10);
+    assert_true(st->loss == 2);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
+/* Rows read in one go carry no timing between them: the rate waits for a
+ * row read later (it was "ETA 0m00s", the steps over no time at all). */
+static void eta_waits_for_rows_read_apart(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"total_steps\": 110}\n{\"step\": 20, \"total_steps\": 110}\n"
+           "{\"step\": 30, \"total_steps\": 110}\n");
+    dt_progress_update(p, 1, 0);
+    assert_string_equal(drain(), "[dtrain] step 30/110 | restarts 0\n");
+    append("{\"step\": 40, \"total_steps\": 110}\n");
+    dt_progress_update(p, 2, 0);
+    assert_true(fabs(dt_progress_state(p)->eta_s - 7) < 1e-9); /* 10 steps in 1 s since step 30, 70 to go */
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
+/* A line longer than the buffer (64 KiB) is dropped up to its newline; its
+ * tail was read as a line of its own. */
+static void drops_an_overlong_line_whole(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    static char junk[70000];
+    memset(junk, 'x', 65536);
+    strcpy(junk + 65536, "{\"step\": 99}\n");
+    append("{\"step\": 1}\n");
+    append(junk);
+    dt_progress_update(p, 1, 0);
+    assert_int_equal(dt_progress_state(p)->step, 1);
+    append("{\"step\": 3}\n");
+    dt_progress_update(p, 2, 0);
+    assert_int_equal(dt_progress_state(p)->step, 3);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
+/* A file truncated below where reading stopped, or another file put under
+ * the name, is read again from its start; the line froze before. */
+static void follows_a_truncated_or_replaced_file(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"loss\": 3}\n{\"step\": 20, \"loss\": 2}\n{\"step\": 30, \"loss\": 1}\n");
+    dt_progress_update(p, 1, 0);
+    assert_int_equal(dt_progress_state(p)->step, 30);
+    assert_int_equal(truncate(metrics, 0), 0);
+    append("{\"step\": 5}\n");
+    dt_progress_update(p, 2, 0);
+    assert_int_equal(dt_progress_state(p)->step, 5);
+    unlink(metrics);
+    append("{\"step\": 7, \"loss\": 0.5, \"epoch\": 1, \"lr\": 0.1, \"samples_per_s\": 10}\n");
+    dt_progress_update(p, 3, 0);
+    assert_int_equal(dt_progress_state(p)->step, 7);
+    dt_progress_close(p);
+    drain();
+    unlink(metrics);
+}
+
+static void give_up(int sig)
+{
+    (void)sig;
+    fail_msg("dt_progress_update blocked on a FIFO");
+}
+
+/* A FIFO under the name blocked the launcher in open() until someone wrote
+ * to it; it is no file to follow, and the console is told once. */
+static void a_fifo_is_no_metrics_file(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(mkfifo(metrics, 0600), 0);
+    assert_int_equal(dt_progress_open(dir, pipe_fd[1], false, 10, &p), 0);
+    signal(SIGALRM, give_up);
+    alarm(5);
+    dt_progress_update(p, 1, 0);
+    dt_progress_update(p, 20, 0);
+    alarm(0);
+    assert_non_null(strstr(drain(), "is not a regular file"));
+    dt_progress_update(p, 40, 0);
+    assert_string_equal(drain(), "");
+    dt_progress_close(p);
+    unlink(metrics);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +313,12 @@ int main(void)
         cmocka_unit_test(reads_gpu_lists),
         cmocka_unit_test(follows_the_file_and_paces_plain_lines),
         cmocka_unit_test(redraws_in_place_on_a_terminal),
+        cmocka_unit_test(format_leaves_out_what_is_no_figure),
+        cmocka_unit_test(skips_steps_that_are_no_count),
+        cmocka_unit_test(eta_waits_for_rows_read_apart),
+        cmocka_unit_test(drops_an_overlong_line_whole),
+        cmocka_unit_test(follows_a_truncated_or_replaced_file),
+        cmocka_unit_test(a_fifo_is_no_metrics_file),
     };
     return cmocka_run_group_tests_name("report_progress", tests, setup, teardown);
 }
