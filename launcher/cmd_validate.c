@@ -9,6 +9,7 @@
 #include "comm/error.h"
 #include "launcher/cli.h"
 #include "launcher/jobspec.h"
+#include "launcher/jobspec_yaml.h"
 #include "worker/trainer_spec.h"
 
 #include <stdio.h>
@@ -42,20 +43,23 @@ static void print_program(const struct dt_job *job)
     }
     printf("command:");
     size_t shown = 0;
+    char q[80];
     for (int i = 0; i < job->command_argc; i++) {
         if (shown > 60) {
             printf(" ...");
             break;
         }
-        printf(" %s", job->command[i]);
-        shown += strlen(job->command[i]) + 1;
+        printf(" %s", dt_yaml_quote(job->command[i], q, sizeof q));
+        shown += strlen(q) + 1;
     }
 }
 
 static void print_summary(const char *path, const struct dt_job *job, int as_comment)
 {
-    /* With --print the summary is a YAML comment, so the output stays loadable. */
-    printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", path, job->name,
+    /* With --print the summary is a YAML comment, so the output stays loadable:
+     * one line, whatever the path and the command hold. */
+    char q[4200];
+    printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", dt_yaml_quote(path, q, sizeof q), job->name,
            dt_scheduler_name(job->scheduler), job->nodes, job->nodes == 1 ? "" : "s");
     if (job->nproc_per_node == DT_NPROC_GPU)
         printf("one rank per GPU, ");

@@ -7,6 +7,7 @@
  *
  * Not for messages (jobspec_values.c) or for rendering scheduler files.
  */
+#include "comm/yaml_escape.h"
 #include "launcher/jobspec.h"
 #include "launcher/jobspec_keys.h"
 
@@ -17,19 +18,11 @@
 #define FIELD(obj, k, T) ((const T *)((const char *)(obj) + (k)->off))
 #define COUNT(obj, k) (*(const int *)((const char *)(obj) + (k)->aux))
 
+/* A loaded job's strings came through libyaml, which decodes only to UTF-8,
+ * so the writer's refusal of anything else cannot happen here. */
 static void put_quoted(const char *s, FILE *out)
 {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(out, "\\x%02x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
+    (void)dt_yaml_put_quoted(out, s, strlen(s), DT_YAML_HEX);
 }
 
 const char *dt_spec_shortest(double x, char *buf, size_t size)

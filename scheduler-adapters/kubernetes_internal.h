@@ -56,8 +56,9 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out);
 void dt_k8s_str(FILE *out, const char *s);
 /* `text` (len bytes) as a literal block scalar (after "key: "), its lines at
  * indentation `ind`, reading back byte for byte; quoted when it cannot be a
- * block (carriage returns, control characters). */
-void dt_k8s_block(FILE *out, int ind, const char *text, size_t len);
+ * block (carriage returns, control characters).  Returns 0, or DT_EINVAL
+ * having written nothing when text is not UTF-8, which YAML cannot hold. */
+int dt_k8s_block(FILE *out, int ind, const char *text, size_t len);
 /* A byte count as a Kubernetes quantity string: "16Gi", "512Mi", "1000". */
 void dt_k8s_bytes(FILE *out, uint64_t bytes);
 /* `ind` spaces. */

@@ -90,8 +90,10 @@ static int put_config_map(const struct dt_job *job, const char *job_path, FILE *
         return rc;
     dt_k8s_put_meta(job, "ConfigMap", "-spec", out);
     fputs("data:\n  job.yaml: ", out);
-    dt_k8s_block(out, 4, text, len);
+    rc = dt_k8s_block(out, 4, text, len);
     free(text);
+    if (rc) /* the file changed since libyaml loaded it, which it does only from UTF-8 */
+        return dt_error_prefix("render kubernetes: the ConfigMap's copy of %s", job_path);
     return 0;
 }
 

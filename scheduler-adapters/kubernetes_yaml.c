@@ -7,11 +7,13 @@
  * a string is written plain only when it starts with a letter or '/' and
  * holds only letters, digits and ". _ / -", and is not one of the
  * boolean/null words; everything else is double-quoted, which every reader
- * takes as a string.
+ * takes as a string, with comm/yaml_escape's escapes.
  *
  * Not for reading YAML (launcher/jobspec_yaml.c does that).
  */
 #include "scheduler-adapters/kubernetes_internal.h"
+
+#include "comm/yaml_escape.h"
 
 #include <string.h>
 #include <strings.h>
@@ -30,33 +32,14 @@ static int plain_ok(const char *s)
     return 1;
 }
 
-static void put_quoted(FILE *out, const unsigned char *s, size_t len)
-{
-    fputc('"', out);
-    for (size_t i = 0; i < len; i++) {
-        unsigned c = s[i];
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", out);
-        else if (c == '\t')
-            fputs("\\t", out);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(out, "\\x%02x", c);
-        else if (c == 0xc2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f) /* C1 controls */
-            fprintf(out, "\\u00%02x", s[++i]);
-        else
-            fputc((int)c, out);
-    }
-    fputc('"', out);
-}
-
+/* A loaded job's strings came through libyaml, which decodes only to UTF-8,
+ * so the writer's refusal of anything else cannot happen here. */
 void dt_k8s_str(FILE *out, const char *s)
 {
     if (plain_ok(s))
         fputs(s, out);
     else
-        put_quoted(out, (const unsigned char *)s, strlen(s));
+        (void)dt_yaml_put_quoted(out, s, strlen(s), DT_YAML_SHORT_WS);
 }
 
 void dt_k8s_indent(FILE *out, int ind)
@@ -64,25 +47,14 @@ void dt_k8s_indent(FILE *out, int ind)
     fprintf(out, "%*s", ind, "");
 }
 
-/* Bytes a literal block may hold: tab, newline, printable ASCII, UTF-8 except C1 controls. */
-static int block_ok(const unsigned char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        if ((s[i] < 0x20 && s[i] != '\t' && s[i] != '\n') || s[i] == 0x7f)
-            return 0;
-        if (s[i] == 0xc2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] <= 0x9f)
-            return 0;
-    }
-    return 1;
-}
-
-void dt_k8s_block(FILE *out, int ind, const char *text, size_t len)
+int dt_k8s_block(FILE *out, int ind, const char *text, size_t len)
 {
     const unsigned char *s = (const unsigned char *)text;
-    if (len == 0 || !block_ok(s, len)) {
-        put_quoted(out, s, len);
-        fputc('\n', out);
-        return;
+    if (len == 0 || !dt_yaml_block_ok(text, len)) {
+        int rc = dt_yaml_put_quoted(out, text, len, DT_YAML_SHORT_WS);
+        if (rc == 0)
+            fputc('\n', out);
+        return rc;
     }
     size_t trailing = 0;
     while (trailing < len && s[len - 1 - trailing] == '\n')
@@ -105,6 +77,7 @@ void dt_k8s_block(FILE *out, int ind, const char *text, size_t len)
         fputc('\n', out);
         i = end + 1;
     }
+    return 0;
 }
 
 void dt_k8s_bytes(FILE *out, uint64_t bytes)

@@ -107,3 +107,23 @@ contains "$T/printed.yaml" "^    bucket_cap_mb: 25MiB" "--print fills in and nor
 expect_status 0 "--print output is a valid spec" "$DTRAIN" validate --print "$T/printed.yaml"
 grep -v '^#' "$T/printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
 check "--print output prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+
+# C1 controls and U+2028 may reach a spec through escapes; YAML 1.2 section 5.1 allows no C1
+# control raw (libyaml refuses them, and folds NEL and U+2028 as line breaks), so --print
+# escapes them again.
+printf 'name: c1\ncommand: [a]\nenv: {K: "x\\x80\\x85 \\u2028 y"}\n' > "$T/c1.yaml"
+expect_status 0 "--print of C1 controls exits 0" "$DTRAIN" validate --print "$T/c1.yaml"
+cp "$T/last.out" "$T/c1-printed.yaml"
+contains "$T/c1-printed.yaml" '"K": "x\\u0080\\u0085 \\u2028 y"' "--print escapes C1 controls, NEL and U+2028"
+expect_status 0 "--print output with C1 controls is a valid spec" "$DTRAIN" validate --print "$T/c1-printed.yaml"
+grep -v '^#' "$T/c1-printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
+check "--print output with C1 controls prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+# The summary comment is one line whatever the command holds (a newline, NEL or
+# U+2028 there would end the comment and leave the rest as YAML).
+printf 'name: c1cmd\ncommand: ["a\\nb: 1", "c\\x85d\\u2028e"]\n' > "$T/c1cmd.yaml"
+expect_status 0 "--print of a command with line breaks exits 0" "$DTRAIN" validate --print "$T/c1cmd.yaml"
+cp "$T/last.out" "$T/c1cmd-printed.yaml"
+contains "$T/c1cmd-printed.yaml" '^# .*command: a\?b: 1 c\?d\?e$' "the summary comment shows line breaks in the command as ?"
+expect_status 0 "--print output with line breaks in the command is a valid spec" "$DTRAIN" validate --print "$T/c1cmd-printed.yaml"
+grep -v '^#' "$T/c1cmd-printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
+check "--print output with line breaks in the command prints the same again" cmp -s "$T/a.txt" "$T/b.txt"

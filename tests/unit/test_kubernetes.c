@@ -77,6 +77,10 @@ static void str_quotes_what_yaml_would_retype(void **state)
     char *out = emit(dt_k8s_str, "say \"hi\"\\\n\t\x01");
     assert_string_equal(out, "\"say \\\"hi\\\"\\\\\\n\\t\\x01\"");
     free(out);
+    /* YAML 1.2 section 5.1 allows no C1 control raw; libyaml folds NEL and U+2028 as breaks. */
+    out = emit(dt_k8s_str, "a\xc2\x80\xc2\x85 \xe2\x80\xa8 \x7f\xc3\xa9");
+    assert_string_equal(out, "\"a\\u0080\\u0085 \\u2028 \\x7f\xc3\xa9\"");
+    free(out);
 }
 
 static char *block(const char *text, size_t len)
@@ -103,12 +107,52 @@ static void block_keeps_every_byte(void **state)
         {"a\n\nb\n", "|\n  a\n\n  b\n"},
         {"crlf\r\n", "\"crlf\\x0d\\n\"\n"},
         {"", "\"\"\n"},
+        {"c1\xc2\x9b\n", "\"c1\\u009b\\n\"\n"},
+        {"nel\xc2\x85x\n", "\"nel\\u0085x\\n\"\n"},
+        {"ls\xe2\x80\xa8x\n", "\"ls\\u2028x\\n\"\n"},
+        {"\xef\xbb\xbfx: 1\n", "\"\\ufeffx: 1\\n\"\n"},
+        {"caf\xc3\xa9\n", "|\n  caf\xc3\xa9\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = block(cases[i].in, strlen(cases[i].in));
         assert_string_equal(out, cases[i].out);
         free(out);
     }
+    /* No escape reads back as a byte outside a UTF-8 character: refused, nothing written. */
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_block(m, 2, "a: \xff\n", 6), DT_EINVAL);
+    fclose(m);
+    assert_int_equal(n, 0);
+    free(buf);
+}
+
+/* The ConfigMap holds the spec file as it is now; one that is no longer
+ * UTF-8 (libyaml loaded it as UTF-8) is refused, not written as bad YAML. */
+static void render_refuses_a_spec_file_not_utf8(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_kubernetes.XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(SPEC("# caf\xe9\n"), f);
+    fclose(f);
+    struct dt_job *job = load(SPEC(""));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(k8s()->render(job, path, m), DT_EINVAL);
+    fclose(m);
+    char want[160];
+    snprintf(want, sizeof want, "render kubernetes: the ConfigMap's copy of %s: byte 85 (0xe9) is not part", path);
+    assert_non_null(strstr(dt_error_last(), want));
+    free(buf);
+    dt_job_free(job);
+    remove(path);
+    rmdir(dir);
 }
 
 static void bytes_as_quantities(void **state)
@@ -480,6 +524,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(str_quotes_what_yaml_would_retype),
         cmocka_unit_test(block_keeps_every_byte),
+        cmocka_unit_test(render_refuses_a_spec_file_not_utf8),
         cmocka_unit_test(bytes_as_quantities),
         cmocka_unit_test(failure_policy_follows_restart_policy),
         cmocka_unit_test(render_refuses_what_kubernetes_would),

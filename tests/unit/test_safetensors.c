@@ -146,6 +146,19 @@ static void refused(const char *json, size_t data_len, const char *why)
         fail_msg("wanted '%s' in: %s", why, dt_error_last());
 }
 
+/* A header that parses, whose metadata "k" decodes to want. */
+static void meta_k_is(const char *header, const char *want)
+{
+    size_t n = strlen(header);
+    uint8_t *b = calloc(1, 8 + n); /* the parser owns and frees it */
+    b[0] = (uint8_t)n;
+    memcpy(b + 8, header, n);
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_parse("ok", b, 8 + n, &st), 0);
+    assert_string_equal(dt_safetensors_meta(&st, "k"), want);
+    dt_safetensors_release(&st);
+}
+
 /* Inputs fuzz_safetensors found or that stand next to them; each was a read
  * past the buffer, undefined behaviour, or a file accepted that must not be. */
 static void reader_survives_fuzzed_headers(void **state)
@@ -171,15 +184,7 @@ static void reader_survives_fuzzed_headers(void **state)
     /* No tensors at all: memcpy from a NULL array (UBSan). */
     assert_int_equal(parse_text("{}   ", 0), 0);
 
-    const char *ok = "{\"__metadata__\":{\"k\":\"caf\\u00e9\\u2603\"}}";
-    size_t n = strlen(ok);
-    uint8_t *b = calloc(1, 8 + n);
-    b[0] = (uint8_t)n;
-    memcpy(b + 8, ok, n);
-    struct dt_safetensors st;
-    assert_int_equal(dt_safetensors_parse("ok", b, 8 + n, &st), 0);
-    assert_string_equal(dt_safetensors_meta(&st, "k"), "caf\xc3\xa9\xe2\x98\x83");
-    dt_safetensors_release(&st);
+    meta_k_is("{\"__metadata__\":{\"k\":\"caf\\u00e9\\u2603\"}}", "caf\xc3\xa9\xe2\x98\x83");
 }
 
 /* Names and metadata are C strings: a NUL decoded into one cut it short
@@ -213,15 +218,7 @@ static void nul_in_a_string_is_refused(void **state)
         if (!strstr(dt_error_last(), why[i]))
             fail_msg("%s", dt_error_last());
     }
-    const char *ok = "{\"__metadata__\":{\"k\":\"\\ud83d\\ude00\"}}";
-    size_t n = strlen(ok);
-    uint8_t *b = calloc(1, 8 + n);
-    b[0] = (uint8_t)n;
-    memcpy(b + 8, ok, n);
-    struct dt_safetensors st;
-    assert_int_equal(dt_safetensors_parse("ok", b, 8 + n, &st), 0);
-    assert_string_equal(dt_safetensors_meta(&st, "k"), "\xf0\x9f\x98\x80");
-    dt_safetensors_release(&st);
+    meta_k_is("{\"__metadata__\":{\"k\":\"\\ud83d\\ude00\"}}", "\xf0\x9f\x98\x80");
 }
 
 int main(void)
