@@ -100,30 +100,26 @@ contains "$T/last.err" "unknown option '--frobnicate'" "unknown option is named"
 expect_status 0 "--help exits 0" "$DTRAIN" validate --help
 contains "$T/last.out" "Exit status: 0 if every file is valid, 2" "--help documents the exit status"
 
-# --print writes YAML that validates and prints the same again.
-expect_status 0 "--print exits 0" "$DTRAIN" validate --print configs/reference.yaml
-cp "$T/last.out" "$T/printed.yaml"
-contains "$T/printed.yaml" "^    bucket_cap_mb: 25MiB" "--print fills in and normalises values"
-expect_status 0 "--print output is a valid spec" "$DTRAIN" validate --print "$T/printed.yaml"
-grep -v '^#' "$T/printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
-check "--print output prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+# print_round_trip SPEC PATTERN WHAT: `validate --print SPEC` exits 0 and its
+# output matches PATTERN; that output is a valid spec which prints the same again.
+print_round_trip() {
+  expect_status 0 "--print $3 exits 0" "$DTRAIN" validate --print "$1"
+  cp "$T/last.out" "$T/printed.yaml"
+  contains "$T/printed.yaml" "$2" "--print $3: output matches '$2'"
+  expect_status 0 "--print $3: its output is a valid spec" "$DTRAIN" validate --print "$T/printed.yaml"
+  grep -v '^#' "$T/printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
+  check "--print $3: its output prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+}
+
+# --print fills in and normalises values.
+print_round_trip configs/reference.yaml "^    bucket_cap_mb: 25MiB" "of the reference spec"
 
 # C1 controls and U+2028 may reach a spec through escapes; YAML 1.2 section 5.1 allows no C1
 # control raw (libyaml refuses them, and folds NEL and U+2028 as line breaks), so --print
 # escapes them again.
 printf 'name: c1\ncommand: [a]\nenv: {K: "x\\x80\\x85 \\u2028 y"}\n' > "$T/c1.yaml"
-expect_status 0 "--print of C1 controls exits 0" "$DTRAIN" validate --print "$T/c1.yaml"
-cp "$T/last.out" "$T/c1-printed.yaml"
-contains "$T/c1-printed.yaml" '"K": "x\\u0080\\u0085 \\u2028 y"' "--print escapes C1 controls, NEL and U+2028"
-expect_status 0 "--print output with C1 controls is a valid spec" "$DTRAIN" validate --print "$T/c1-printed.yaml"
-grep -v '^#' "$T/c1-printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
-check "--print output with C1 controls prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+print_round_trip "$T/c1.yaml" '"K": "x\\u0080\\u0085 \\u2028 y"' "of C1 controls, NEL and U+2028 (escaped)"
 # The summary comment is one line whatever the command holds (a newline, NEL or
-# U+2028 there would end the comment and leave the rest as YAML).
+# U+2028 there would end the comment and leave the rest as YAML): shown as '?'.
 printf 'name: c1cmd\ncommand: ["a\\nb: 1", "c\\x85d\\u2028e"]\n' > "$T/c1cmd.yaml"
-expect_status 0 "--print of a command with line breaks exits 0" "$DTRAIN" validate --print "$T/c1cmd.yaml"
-cp "$T/last.out" "$T/c1cmd-printed.yaml"
-contains "$T/c1cmd-printed.yaml" '^# .*command: a\?b: 1 c\?d\?e$' "the summary comment shows line breaks in the command as ?"
-expect_status 0 "--print output with line breaks in the command is a valid spec" "$DTRAIN" validate --print "$T/c1cmd-printed.yaml"
-grep -v '^#' "$T/c1cmd-printed.yaml" > "$T/a.txt"; grep -v '^#' "$T/last.out" > "$T/b.txt"
-check "--print output with line breaks in the command prints the same again" cmp -s "$T/a.txt" "$T/b.txt"
+print_round_trip "$T/c1cmd.yaml" '^# .*command: a\?b: 1 c\?d\?e$' "of a command with line breaks"
