@@ -93,3 +93,11 @@ int dt_yaml_block_ok(const char *s, size_t len)
             return 0;
     return 1;
 }
+
+size_t dt_yaml_char(const char *s, size_t len, int *unsafe)
+{
+    unsigned cp;
+    size_t n = utf8_char((const unsigned char *)s, len, &cp);
+    *unsafe = !n || must_escape(cp);
+    return n ? n : 1;
+}

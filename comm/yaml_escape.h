@@ -4,8 +4,10 @@
  * dt_yaml_put_quoted writes a string for the Kubernetes manifests
  * (scheduler-adapters/kubernetes_yaml.c) and `dtrain validate --print`
  * (launcher/jobspec_print.c); dt_yaml_block_ok says whether text may stand
- * unescaped, as a literal block scalar.  Both follow one rule for which
- * characters a YAML document may hold as they are.
+ * unescaped, as a literal block scalar; dt_yaml_char finds what a
+ * one-line message or comment must not show raw (launcher/jobspec_yaml.c's
+ * dt_yaml_quote).  All follow one rule for which characters a YAML
+ * document may hold as they are.
  *
  * Not a YAML reader (launcher/jobspec_yaml.c, through libyaml) and not for
  * deciding whether a string needs quotes at all (kubernetes_yaml.c).
@@ -36,5 +38,10 @@ int dt_yaml_put_quoted(FILE *f, const char *s, size_t len, enum dt_yaml_style st
  * block scalar: nothing dt_yaml_put_quoted would escape, except tab and
  * newline.  0 when it has to be quoted instead. */
 int dt_yaml_block_ok(const char *s, size_t len);
+
+/* The length of the UTF-8 character at s (len bytes left, len > 0), or 1
+ * for a byte that is not part of one; *unsafe is 1 for such a byte and for
+ * a character dt_yaml_put_quoted would escape (tab and newline too). */
+size_t dt_yaml_char(const char *s, size_t len, int *unsafe);
 
 #endif

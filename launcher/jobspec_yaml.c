@@ -11,6 +11,7 @@
 #include "launcher/jobspec_yaml.h"
 
 #include "comm/error.h"
+#include "comm/yaml_escape.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -348,31 +349,21 @@ const struct dt_ynode *dt_ymap_key_node(const struct dt_ynode *map, const char *
     return NULL;
 }
 
-/* Bytes of a control character at s, 0 for anything else: C0 and DEL, the C1
- * controls (UTF-8 C2 80..C2 9F, NEL among them) and U+2028/U+2029 (E2 80 A8/A9),
- * which libyaml, after YAML 1.1, takes as line breaks even inside a comment. */
-static size_t control_len(const unsigned char *s)
-{
-    if (s[0] < 0x20 || s[0] == 0x7f)
-        return 1;
-    if (s[0] == 0xC2 && s[1] >= 0x80 && s[1] <= 0x9F)
-        return 2;
-    if (s[0] == 0xE2 && s[1] == 0x80 && (s[2] == 0xA8 || s[2] == 0xA9))
-        return 3;
-    return 0;
-}
-
 const char *dt_yaml_quote(const char *text, char *buf, size_t bufsize)
 {
-    size_t max = bufsize > 4 ? bufsize - 4 : 0, i = 0, o = 0;
-    while (text[i] && o < max) {
-        size_t n = control_len((const unsigned char *)text + i);
-        buf[o++] = n ? '?' : text[i];
-        i += n ? n : 1;
+    size_t max = bufsize > 4 ? bufsize - 4 : 0, i = 0, o = 0, len = strlen(text);
+    while (text[i]) { /* whole characters only: never half a UTF-8 sequence */
+        int unsafe;
+        size_t n = dt_yaml_char(text + i, len - i, &unsafe);
+        if (o + (unsafe ? 1 : n) > max)
+            break;
+        if (unsafe)
+            buf[o++] = '?';
+        else
+            memcpy(buf + o, text + i, n), o += n;
+        i += n;
     }
     if (text[i] && bufsize >= 4) {
-        while (o > 0 && ((unsigned char)text[i] & 0xC0) == 0x80)
-            o--, i--; /* never cut a UTF-8 sequence in half */
         memcpy(buf + o, "...", 3);
         o += 3;
     }

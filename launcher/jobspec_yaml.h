@@ -53,8 +53,9 @@ static inline const struct dt_ynode *dt_ymap_val(const struct dt_ynode *map, siz
 }
 
 /* A scalar's text made safe to quote in a one-line message or a YAML
- * comment: at most bufsize - 4 bytes (then "..."), each control character
- * (C0, DEL, C1, U+2028/U+2029) shown as one '?'. */
+ * comment: at most bufsize - 4 bytes (then "..."), each character YAML
+ * would escape (controls, C1, U+2028/U+2029, ...) and each byte that is not
+ * UTF-8 shown as one '?'. */
 const char *dt_yaml_quote(const char *text, char *buf, size_t bufsize);
 
 /* A plain empty value, ~ or null: YAML's "nothing". */

@@ -24,6 +24,7 @@
 
 #include "comm/error.h"
 #include "comm/yaml_escape.h"
+#include "launcher/jobspec_yaml.h"
 
 /* What the writer gives for s (len bytes), NUL-terminated; asserts it accepted s. */
 static char *put(const char *s, size_t len, enum dt_yaml_style style)
@@ -254,6 +255,28 @@ static void block_ok_only_without_escapes(void **state)
     assert_false(dt_yaml_block_ok("a\0b", 3));
 }
 
+/* A one-line message or YAML comment shows each character the writer would
+ * escape, and each byte that is no UTF-8, as one '?' (a NEL or U+2028 in a
+ * `validate --print` comment was a line break to libyaml); other UTF-8 as it is. */
+static void messages_show_what_yaml_escapes_as_a_mark(void **state)
+{
+    (void)state;
+    char q[64];
+    assert_string_equal(dt_yaml_quote("a\nb\x7f" "c\xc2\x85" "d\xe2\x80\xa8" "e\xff" "f\xc3\xa9", q, sizeof q),
+                        "a?b?c?d?e?f\xc3\xa9");
+    int unsafe;
+    assert_int_equal(dt_yaml_char("\xc2\x85", 2, &unsafe), 2);
+    assert_true(unsafe);
+    assert_int_equal(dt_yaml_char("\xe2\x80\xa9", 3, &unsafe), 3);
+    assert_true(unsafe);
+    assert_int_equal(dt_yaml_char("\xe2\x80", 2, &unsafe), 1); /* cut short: one byte at a time */
+    assert_true(unsafe);
+    assert_int_equal(dt_yaml_char("\xc3\xa9", 2, &unsafe), 2);
+    assert_false(unsafe);
+    /* Cut to the buffer without halving a character. */
+    assert_string_equal(dt_yaml_quote("\xc3\xa9\xc3\xa9\xc3\xa9", q, 8), "\xc3\xa9\xc3\xa9...");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +284,7 @@ int main(void)
         cmocka_unit_test(del_c1_and_breaks_are_escaped),       cmocka_unit_test(ordinary_utf8_is_copied),
         cmocka_unit_test(invalid_utf8_is_refused_whole),       cmocka_unit_test(every_code_point_reads_back),
         cmocka_unit_test(block_ok_only_without_escapes),
+        cmocka_unit_test(messages_show_what_yaml_escapes_as_a_mark),
     };
     return cmocka_run_group_tests_name("yaml_escape", tests, NULL, NULL);
 }
