@@ -9,11 +9,11 @@
 #   make install      PREFIX=/usr/local: binary, library, headers, man page
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
 #   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
-#   STATIC_DEPS=1     link libyaml, libuv and OpenBLAS statically (for machines without them)
+#   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
 #
-# Sources are found by folder: comm/ and worker/ make libdtrain.a, launcher/ and
-# scheduler-adapters/ make the CLI, GPU code lives in comm/nccl/ and worker/cuda/,
-# the MPI backend in comm/mpi/.
+# Sources are found by folder, the layers of docs/architecture.md: base/, spec/,
+# comm/ and worker/ make libdtrain.a, scheduler-adapters/ and launcher/ the CLI;
+# GPU code lives in comm/nccl/ and worker/cuda/, the MPI backend in comm/mpi/.
 # Adding a file needs no edit here.
 
 VERSION   := 0.1.0
@@ -50,13 +50,13 @@ CFLAGS_EXTRA ?=
 CFLAGS_ALL := $(CFLAGS_COMMON) $(CFLAGS_EXTRA)
 
 ifeq ($(STATIC_DEPS),1)
-DEP_LIBS := -Wl,-Bstatic -l:libyaml.a -l:libuv_a.a -l:libopenblas.a -l:libz.a -l:libgfortran.a -l:libquadmath.a -Wl,-Bdynamic
+DEP_LIBS := -Wl,-Bstatic -l:libyaml.a -l:libuv_a.a -l:libjansson.a -l:libopenblas.a -l:libz.a -l:libgfortran.a -l:libquadmath.a -Wl,-Bdynamic
 else
-DEP_LIBS := -lyaml -luv -lopenblas -lz
+DEP_LIBS := -lyaml -luv -ljansson -lopenblas -lz
 endif
 SYS_LIBS := -lm -lpthread -ldl -lrt
 
-LIB_SRC := $(wildcard comm/*.c worker/*.c)
+LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c worker/*.c)
 APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c scheduler-adapters/*.c))
 GPU_SRC :=
 CU_SRC  :=
@@ -194,10 +194,12 @@ fuzz: deps
 	done
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dtrain/comm \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dtrain/base \
+	  $(DESTDIR)$(PREFIX)/include/dtrain/comm \
 	  $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BINDIR)/dtrain $(DESTDIR)$(PREFIX)/bin/dtrain
 	install -m 644 $(BUILD)/libdtrain.a $(DESTDIR)$(PREFIX)/lib/libdtrain.a
+	install -m 644 base/*.h $(DESTDIR)$(PREFIX)/include/dtrain/base/
 	install -m 644 comm/*.h $(DESTDIR)$(PREFIX)/include/dtrain/comm/
 	install -m 644 docs/dtrain.1 $(DESTDIR)$(PREFIX)/share/man/man1/dtrain.1
 

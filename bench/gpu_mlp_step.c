@@ -26,7 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/cuda/kernels_cuda.h"
 
 #define NL 3

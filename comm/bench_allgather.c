@@ -4,7 +4,7 @@
  * the n-1 blocks it does not have).  In-place: send is this rank's block of
  * the receive buffer. */
 #include "comm/bench.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 
 static double factor(int n) { return n > 1 ? (double)(n - 1) / n : 0; }

@@ -3,7 +3,7 @@
  * busbw = algbw * 2(n-1)/n: each rank must send and receive 2(n-1)/n of the
  * data whatever the algorithm (reference/comm.md §1.4). */
 #include "comm/bench.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 
 static double factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0; }

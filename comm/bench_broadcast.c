@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm/bench.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 
 static double factor(int n) { (void)n; return 1; }

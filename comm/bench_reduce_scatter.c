@@ -3,7 +3,7 @@
  * reduction of its own block.  The size column is the whole send buffer;
  * busbw = algbw * (n-1)/n.  In-place: recv is this rank's block of send. */
 #include "comm/bench.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 
 static double factor(int n) { return n > 1 ? (double)(n - 1) / n : 0; }

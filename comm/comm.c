@@ -23,8 +23,9 @@
 #include <time.h>
 
 #include "comm/comm_backend.h"
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/clock.h"
 
 #define DT_COMM_MAX_REQS 512   /* requests in flight per communicator */
 #define DT_COMM_ERR_MAX 512
@@ -69,26 +70,12 @@ static const char *const coll_names[DT_COLL_KIND_COUNT] = {"allreduce", "broadca
 
 const char *dt_coll_name(enum dt_coll_kind k) { return k < DT_COLL_KIND_COUNT ? coll_names[k] : "?"; }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void dt_comm_set_span_hook(struct dt_comm *c, dt_comm_span_fn fn, void *ctx)
 {
     pthread_mutex_lock(&c->mu);
     c->span_fn = fn;
     c->span_ctx = ctx;
     pthread_mutex_unlock(&c->mu);
-}
-
-double dt_comm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 size_t dt_dtype_size(enum dt_dtype t)
@@ -271,10 +258,10 @@ static void *comm_thread_main(void *arg)
         c->qhead = (c->qhead + 1) % DT_COMM_MAX_REQS;
         c->qlen--;
         pthread_mutex_unlock(&c->mu);
-        int64_t t0 = c->span_fn ? now_ns() : 0;
+        int64_t t0 = c->span_fn ? dt_clock_ns() : 0;
         int rc = execute(r);
         if (c->span_fn)
-            c->span_fn(c->span_ctx, dt_coll_name(r->kind), r->recv, t0, now_ns());
+            c->span_fn(c->span_ctx, dt_coll_name(r->kind), r->recv, t0, dt_clock_ns());
         pthread_mutex_lock(&c->mu);
         r->rc = rc;
         atomic_store(&r->done, 1);

@@ -85,9 +85,6 @@ enum dt_coll_kind { DT_COLL_ALLREDUCE, DT_COLL_BROADCAST, DT_COLL_ALLGATHER, DT_
                     DT_COLL_BARRIER, DT_COLL_KIND_COUNT };
 const char *dt_coll_name(enum dt_coll_kind k);
 
-/* Monotonic clock in seconds (deadlines). */
-double dt_comm_now(void);
-
 extern const struct dt_comm_backend dt_comm_backend_tcp;
 extern const struct dt_comm_backend dt_comm_backend_shm;
 #ifdef DT_HAVE_CUDA

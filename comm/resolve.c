@@ -9,7 +9,7 @@
  */
 #include "comm/resolve.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -51,11 +51,12 @@
 #include <unistd.h>
 
 #include "comm/comm_backend.h"
-#include "comm/env.h"
-#include "comm/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 #include "comm/store.h"
 #include "comm/shm.h"
+#include "base/clock.h"
 
 static size_t hdr_bytes(void) { return (sizeof(struct shm_hdr) + LINE - 1) / LINE * LINE; }
 
@@ -185,7 +186,7 @@ int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
         /* Spinning only helps when the peer runs on another CPU; on ours it
          * only delays it, so yield then. */
         spin = !s->oversubscribed && atomic_load_explicit(&s->ctl[q].cpu, memory_order_relaxed) != sched_getcpu();
-        double now = dt_comm_now();
+        double now = dt_clock_s();
         if (t0 == 0) { /* the first look at /proc costs tens of us: not before 10 ms of waiting */
             t0 = now;
             next_pid_check = now + 0.01;
@@ -274,7 +275,7 @@ void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_d
 {
     s->cur = k;
     s->seq++;
-    s->deadline = dt_comm_now() + s->timeout_s;
+    s->deadline = dt_clock_s() + s->timeout_s;
     s->cur_desc = (struct shm_desc){.seq = s->seq, .count = count, .kind = k, .dtype = t, .op = op, .root = root};
 }
 
@@ -358,7 +359,7 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
     snprintf(key, sizeof key, "%sshm/name", o->key_prefix);
     int fd = -1, rc;
     if (s->rank == 0) {
-        snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_comm_now() * 1e6));
+        snprintf(s->name, sizeof s->name, "/dtrain-%d-%08lx", (int)getpid(), (unsigned long)(dt_clock_s() * 1e6));
         if ((rc = create_segment(s, total, &fd)) < 0)
             return refuse(s, o, key, rc); /* create_segment removed what it made */
     } else {
@@ -417,7 +418,7 @@ static int attach(struct dt_shm *s)
     s->ctl[s->rank].pid = (int32_t)getpid();
     atomic_fetch_add(&s->hdr->attached, 1);
     while (atomic_load(&s->hdr->attached) < s->world) {
-        if (dt_comm_now() > s->deadline)
+        if (dt_clock_s() > s->deadline)
             return dt_error_set(DT_ETIMEDOUT, "rank %d: shm: only %d of %d ranks attached to %s within %.1f s",
                                 s->rank, atomic_load(&s->hdr->attached), s->world, s->name, s->timeout_s);
         usleep(200);
@@ -440,7 +441,7 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->rank = o->rank;
     s->world = o->world;
     s->timeout_s = o->timeout_s;
-    s->deadline = dt_comm_now() + o->timeout_s;
+    s->deadline = dt_clock_s() + o->timeout_s;
     s->nbuf = 2;
     uint64_t slot, small;
     int rc = dt_env_u64("DTRAIN_SHM_SLOT_BYTES", 512 << 10, 4096, 1u << 30, &slot);

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 #include "comm/shm.h"
 

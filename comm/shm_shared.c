@@ -41,9 +41,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/env.h"
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/reduce.h"
 #include "comm/shm.h"
 

@@ -15,8 +15,9 @@
  */
 #include "comm/store_client_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/resolve.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,17 +32,10 @@
 #include <time.h>
 #include <unistd.h>
 
-double dt_store_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int wait_fd(int fd, short ev, double deadline)
 {
     for (;;) {
-        double left = deadline - dt_store_now();
+        double left = deadline - dt_clock_s();
         if (left <= 0)
             return 0;
         struct pollfd p = {.fd = fd, .events = ev};
@@ -99,7 +93,7 @@ static int open_socket(struct dt_store *s, double deadline)
             return dt_error_set(DT_ECONN, "coordinator %s: cannot resolve '%s': %s", s->peer,
                                 s->host, dt_resolve_strerror(g));
         }
-        double left = deadline - dt_store_now();
+        double left = deadline - dt_clock_s();
         if (left <= 0)
             break;
         struct timespec ts = {0, (long)((backoff < left ? backoff : left) * 1e9)};
@@ -152,7 +146,7 @@ static int handshake(struct dt_store *s, double deadline)
 
 static int reconnect(struct dt_store *s)
 {
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     int rc = open_socket(s, deadline);
     return rc ? rc : handshake(s, deadline);
 }

@@ -9,6 +9,7 @@
 
 #include "comm/store.h"
 #include "comm/store_wire.h"
+#include "base/clock.h"
 
 /* PyTorch's TCPStore client puts this in front of every user key; dtrain's
  * client does the same so both see one key space on one coordinator. */
@@ -31,8 +32,6 @@ struct dt_store {
     char what[128];         /* ...and " for key 'x'" or "" */
 };
 
-double dt_store_now(void);
-
 /* Begins a request: makes sure the connection is up, clears the request
  * buffer, puts the op byte and notes op/key for messages. */
 int dt_store_begin(struct dt_store *s, uint8_t op, const char *key, int nkeys);
@@ -40,7 +39,7 @@ int dt_store_begin(struct dt_store *s, uint8_t op, const char *key, int nkeys);
 /* Sends the built request. */
 int dt_store_send(struct dt_store *s, double deadline);
 
-/* Receives exactly n bytes before the deadline (absolute, dt_store_now()). */
+/* Receives exactly n bytes before the deadline (absolute, dt_clock_s()). */
 int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline);
 /* A reply's int64 (8 bytes, little-endian on the wire). */
 int dt_store_recv_i64(struct dt_store *s, int64_t *v, double deadline);

@@ -9,7 +9,8 @@
  */
 #include "comm/store_client_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, cons
     dt_wire_put_i64(&s->req, nproc);
     dt_wire_put_i64(&s->req, (int64_t)getpid());
     dt_wire_put_bytes(&s->req, host, strlen(host));
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     uint8_t st = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -53,7 +54,7 @@ int dt_store_leave(struct dt_store *s)
     int rc = dt_store_begin(s, DT_WIRE_LEAVE, NULL, 0);
     if (rc)
         return rc;
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     uint8_t st = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -98,7 +99,7 @@ int dt_store_members(struct dt_store *s, struct dt_store_member **out, int *n)
     int rc = dt_store_begin(s, DT_WIRE_MEMBERS, NULL, 0);
     if (rc)
         return rc;
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     int64_t count = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)

@@ -11,7 +11,8 @@
  */
 #include "comm/store_client_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static int send_key_value(struct dt_store *s, uint8_t op, const char *key, const
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
     dt_wire_put_bytes(&s->req, value, len);
-    return dt_store_send(s, dt_store_now() + s->timeout_s);
+    return dt_store_send(s, dt_clock_s() + s->timeout_s);
 }
 
 int dt_store_set(struct dt_store *s, const char *key, const void *value, size_t len)
@@ -55,7 +56,7 @@ static int cancel_wait(struct dt_store *s)
 {
     s->req.len = 0;
     dt_wire_put_u8(&s->req, DT_WIRE_CANCEL_WAIT);
-    double deadline = dt_store_now() + (s->timeout_s < 10 ? s->timeout_s : 10);
+    double deadline = dt_clock_s() + (s->timeout_s < 10 ? s->timeout_s : 10);
     int rc = dt_store_send(s, deadline);
     uint8_t b = DT_WIRE_STOP_WAITING;
     while (rc == 0 && b == DT_WIRE_STOP_WAITING)
@@ -73,7 +74,7 @@ static int do_wait(struct dt_store *s, const char *const *keys, int n, double ti
     if (rc || (rc = put_keys(s, keys, n)) != 0)
         return rc;
     s->op_timeout_s = timeout_s;
-    double deadline = dt_store_now() + timeout_s;
+    double deadline = dt_clock_s() + timeout_s;
     if ((rc = dt_store_send(s, deadline)) != 0)
         return rc;
     uint8_t b;
@@ -111,7 +112,7 @@ int dt_store_get(struct dt_store *s, const char *key, void **value, size_t *len)
     if (rc)
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     rc = dt_store_send(s, deadline);
     return rc ? rc : dt_store_recv_bytes(s, value, len, deadline);
 }
@@ -123,7 +124,7 @@ int dt_store_add(struct dt_store *s, const char *key, int64_t delta, int64_t *re
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
     dt_wire_put_i64(&s->req, delta);
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     int64_t v = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -144,7 +145,7 @@ int dt_store_compare_set(struct dt_store *s, const char *key, const void *expect
     dt_wire_put_key(&s->req, P, key, strlen(key));
     dt_wire_put_bytes(&s->req, expected, expected_len);
     dt_wire_put_bytes(&s->req, desired, desired_len);
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     rc = dt_store_send(s, deadline);
     return rc ? rc : dt_store_recv_bytes(s, current, current_len, deadline);
 }
@@ -154,7 +155,7 @@ int dt_store_check(struct dt_store *s, const char *const *keys, int n, bool *rea
     int rc = dt_store_begin(s, DT_WIRE_CHECK, n > 0 ? keys[0] : NULL, n);
     if (rc || (rc = put_keys(s, keys, n)) != 0)
         return rc;
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     uint8_t b = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -173,7 +174,7 @@ int dt_store_delete_key(struct dt_store *s, const char *key, bool *deleted)
     if (rc)
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     int64_t n = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -188,7 +189,7 @@ int dt_store_num_keys(struct dt_store *s, int64_t *n)
     int rc = dt_store_begin(s, DT_WIRE_GETNUMKEYS, NULL, 0);
     if (rc)
         return rc;
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     rc = dt_store_send(s, deadline);
     return rc ? rc : dt_store_recv_i64(s, n, deadline);
 }
@@ -209,7 +210,7 @@ int dt_store_multi_get(struct dt_store *s, const char *const *keys, int n, void 
         rc = dt_store_begin(s, DT_WIRE_MULTI_GET, n > 0 ? keys[0] : NULL, n);
     if (rc || (rc = put_keys(s, keys, n)) != 0)
         return rc;
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     rc = dt_store_send(s, deadline);
     for (int i = 0; rc == 0 && i < n; i++)
         rc = dt_store_recv_bytes(s, &values[i], &lens[i], deadline);
@@ -235,7 +236,7 @@ int dt_store_multi_set(struct dt_store *s, const char *const *keys, const void *
         dt_wire_put_key(&s->req, P, keys[i], strlen(keys[i]));
         dt_wire_put_bytes(&s->req, values[i], lens[i]);
     }
-    return dt_store_send(s, dt_store_now() + s->timeout_s);
+    return dt_store_send(s, dt_clock_s() + s->timeout_s);
 }
 
 int dt_store_barrier(struct dt_store *s, const char *name, int world, double timeout_s)
@@ -249,7 +250,7 @@ int dt_store_barrier(struct dt_store *s, const char *name, int world, double tim
     s->op_timeout_s = timeout_s > 0 ? timeout_s : s->timeout_s;
     dt_wire_put_bytes(&s->req, name, strlen(name));
     dt_wire_put_i64(&s->req, world);
-    double deadline = dt_store_now() + s->op_timeout_s;
+    double deadline = dt_clock_s() + s->op_timeout_s;
     uint8_t b = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)
@@ -271,7 +272,7 @@ int dt_store_heartbeat(struct dt_store *s, int rank, int64_t step)
         return rc;
     dt_wire_put_i64(&s->req, rank);
     dt_wire_put_i64(&s->req, step);
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     uint8_t b = 0;
     rc = dt_store_send(s, deadline);
     if (rc == 0)

@@ -10,7 +10,8 @@
  */
 #include "comm/store_client_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,7 @@ int dt_store_queue_push(struct dt_store *s, const char *key, const void *value, 
         return rc;
     dt_wire_put_key(&s->req, P, key, strlen(key));
     dt_wire_put_bytes(&s->req, value, len);
-    return dt_store_send(s, dt_store_now() + s->timeout_s);
+    return dt_store_send(s, dt_clock_s() + s->timeout_s);
 }
 
 /* QUEUE_POP and QUEUE_LEN: op, key; both answer an i64 first. */
@@ -54,7 +55,7 @@ int dt_store_queue_pop(struct dt_store *s, const char *key, bool block, void **v
         if (rc)
             return rc;
     }
-    double deadline = dt_store_now() + s->timeout_s;
+    double deadline = dt_clock_s() + s->timeout_s;
     int64_t n = 0;
     int rc = send_key_get_i64(s, DT_WIRE_QUEUE_POP, key, &n, deadline);
     if (rc)
@@ -66,5 +67,5 @@ int dt_store_queue_pop(struct dt_store *s, const char *key, bool block, void **v
 
 int dt_store_queue_len(struct dt_store *s, const char *key, int64_t *n)
 {
-    return send_key_get_i64(s, DT_WIRE_QUEUE_LEN, key, n, dt_store_now() + s->timeout_s);
+    return send_key_get_i64(s, DT_WIRE_QUEUE_LEN, key, n, dt_clock_s() + s->timeout_s);
 }

@@ -9,7 +9,7 @@
  */
 #include "comm/store_wire.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,10 +29,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/env.h"
-#include "comm/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 #include "comm/store.h"
+#include "base/clock.h"
 
 struct hello {
     uint32_t magic, rank, world, nonce;
@@ -121,7 +122,7 @@ static int listen_any(struct dt_tcp *t, int *fd_out, int *port)
 static int wait_fd(int fd, short events, double deadline)
 {
     for (;;) {
-        double left = deadline - dt_comm_now();
+        double left = deadline - dt_clock_s();
         if (left <= 0)
             return 0;
         struct pollfd p = {.fd = fd, .events = events};
@@ -147,7 +148,7 @@ static int connect_peer(struct dt_tcp *t, int peer, uint32_t nonce, double deadl
         return dt_error_set(DT_EPROTO, "rank %d: tcp bootstrap: peer rank %d published a bad address '%s'",
                             t->rank, peer, t->addr[peer]);
     int err = 0;
-    while (dt_comm_now() < deadline) {
+    while (dt_clock_s() < deadline) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return dt_error_set_errno(DT_EIO, errno, "rank %d: tcp bootstrap: socket", t->rank);
@@ -282,7 +283,7 @@ static void notice_addr(struct dt_tcp *t, int p)
 /* Publishes our address, reads everyone's, connects the mesh. */
 static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
 {
-    double deadline = dt_comm_now() + o->timeout_s;
+    double deadline = dt_clock_s() + o->timeout_s;
     int lfd = -1, port = 0, uport = 0, rc;
     if ((rc = dt_tcp_fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
         return rc;
@@ -300,7 +301,7 @@ static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
         const char *keys[1] = {key};
         void *v = NULL;
         size_t len = 0;
-        double left = deadline - dt_comm_now();
+        double left = deadline - dt_clock_s();
         rc = dt_store_wait(o->store, keys, 1, left > 0 ? left : 0.001);
         if (rc == 0)
             rc = dt_store_get(o->store, key, &v, &len);

@@ -34,9 +34,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 #include "comm/tcp.h"
+#include "base/clock.h"
 
 #define HB sizeof(struct dt_tcp_hdr)
 
@@ -54,7 +55,7 @@ static void begin(struct dt_tcp *t, enum dt_coll_kind k)
 {
     t->cur = k;
     t->seq++;
-    t->deadline = dt_comm_now() + t->timeout_s - t->grace_s; /* the rest: naming who failed */
+    t->deadline = dt_clock_s() + t->timeout_s - t->grace_s; /* the rest: naming who failed */
 }
 
 static struct dt_tcp_blk blk(const void *ptr, size_t len, int dep)

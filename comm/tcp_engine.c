@@ -20,9 +20,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 #include "comm/tcp.h"
+#include "base/clock.h"
 
 struct engine {
     struct dt_tcp *t;
@@ -193,7 +194,7 @@ static int wait_events(struct engine *e)
             pf[n++] = (struct pollfd){.fd = t->fd[p->out_peer], .events = ev};
         }
     }
-    double left = t->deadline - dt_comm_now();
+    double left = t->deadline - dt_clock_s();
     if (left <= 0) {
         char what[160];
         if (e->ii < p->nin && !e->in_gated) {

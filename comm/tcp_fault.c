@@ -40,8 +40,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/tcp.h"
+#include "base/clock.h"
 
 #define NOTICE_MAGIC 0x31465444u /* "DTF1" */
 
@@ -165,10 +166,10 @@ static bool settled(const struct dt_tcp *t)
 
 static void collect(struct dt_tcp *t)
 {
-    double end = dt_comm_now() + t->grace_s;
+    double end = dt_clock_s() + t->grace_s;
     for (;;) {
         read_notices(t, NULL, 0, NULL);
-        double left = end - dt_comm_now();
+        double left = end - dt_clock_s();
         notices_lock(t);
         bool done = settled(t);
         notices_unlock(t);

@@ -45,8 +45,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/env.h"
-#include "comm/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "comm/tcp.h"
 

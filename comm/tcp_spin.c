@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "comm/tcp.h"
+#include "base/clock.h"
 
 static long involuntary_switches(void)
 {
@@ -67,7 +68,7 @@ bool dt_tcp_spin_again(struct dt_tcp *t, struct dt_tcp_spin *s)
 {
     if (t->spin_s <= 0)
         return false;
-    double now = dt_comm_now();
+    double now = dt_clock_s();
     if (s->start == 0) {
         if (!may_spin(t, now))
             return false;
@@ -84,7 +85,7 @@ void dt_tcp_spin_end(struct dt_tcp *t, struct dt_tcp_spin *s)
 {
     if (s->start == 0)
         return;
-    double now = dt_comm_now();
+    double now = dt_clock_s();
     if (now - s->start > 20e-6 && involuntary_switches() != s->csw)
         t->spin_off_until = now + DT_TCP_SPIN_BACKOFF_S;
     s->start = 0;

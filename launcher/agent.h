@@ -170,9 +170,6 @@ struct dt_agent_result {
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
 
-/* CLOCK_MONOTONIC in seconds, the clock of every time in the result. */
-double dt_agent_now(void);
-
 /* --- the watchdog's rule (agent_watchdog.c) ------------------------------ */
 
 /* One rank as the watchdog last saw it; times on the agent's clock. */
@@ -218,8 +215,6 @@ enum dt_agent_verdict dt_agent_watch_refusals(struct dt_coord *c, const struct d
 int dt_agent_plan_nproc(const struct dt_job *job, int *nproc);
 /* The spec's command exists here (on PATH, or the path is executable). */
 int dt_agent_plan_check_command(const struct dt_job *job);
-/* This binary's path, which ranks of the bundled trainer run as `<self> worker`. */
-void dt_agent_plan_self(char *self, size_t size);
 /* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
 void dt_agent_plan_say_env(const struct dt_job *job, int nproc);
 /* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
@@ -284,8 +279,6 @@ int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_
 int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
                        char ***out);
 void dt_agent_env_free(char **env);
-/* True if `name` is one dtrain sets per rank, so a spec's env: value is overridden. */
-bool dt_agent_env_is_reserved(const char *name);
 
 /* --- output (agent_output.c) --------------------------------------------- */
 

@@ -12,50 +12,13 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Set for every rank, whatever the launcher's environment or the spec says. */
-static const char *const reserved[] = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_NAME",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE",
-    "DTRAIN_COORD_ADDR",
-    "DTRAIN_JOB_TOKEN",
-    "DTRAIN_RUN_DIR",
-    "DTRAIN_RUN_ID",
-    "DTRAIN_JOB_NAME",
-    "DTRAIN_NODE_RANK",
-    "DTRAIN_NNODES",
-    "DTRAIN_RESTART_COUNT",
-    "DTRAIN_ERROR_FILE",
-};
-
-bool dt_agent_env_is_reserved(const char *name)
-{
-    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
-        if (strcmp(reserved[i], name) == 0)
-            return true;
-    return false;
-}
 
 /* Compares the name part of "NAME=value" with `name`. */
 static bool entry_is(const char *entry, const char *name)
@@ -75,7 +38,7 @@ static bool entry_reserved(const char *entry)
         return false;
     memcpy(name, entry, n);
     name[n] = 0;
-    return dt_agent_env_is_reserved(name);
+    return dt_job_env_is_reserved(name);
 }
 
 static const struct dt_env_entry *spec_entry(const struct dt_job *job, const char *name)
@@ -182,7 +145,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
         add(&b, "%s", *e);
     }
     for (int i = 0; i < job->n_env; i++)
-        if (!dt_agent_env_is_reserved(job->env[i].name))
+        if (!dt_job_env_is_reserved(job->env[i].name))
             add(&b, "%s=%s", job->env[i].name, job->env[i].value);
     /* torchrun's default for more than one rank per node: N ranks of a threaded
      * library would otherwise each start one thread per core and oversubscribe

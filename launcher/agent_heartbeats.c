@@ -20,9 +20,10 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
+#include "base/clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -91,7 +92,7 @@ static size_t node_value(struct dt_agent_hb *h, struct dt_coord *c, int node, do
 
 int dt_agent_hb_relay(struct dt_agent_hb *h, struct dt_store *s, struct dt_coord *c)
 {
-    double now = dt_agent_now();
+    double now = dt_clock_s();
     if (h->node != 0 || h->nnodes < 2 || !c || now - h->last_s < RELAY_S)
         return 0;
     h->last_s = now;
@@ -153,7 +154,7 @@ static int refresh(struct dt_agent_hb *h, struct dt_store *s, double now)
 
 int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_t *step, double *age_s)
 {
-    double now = dt_agent_now();
+    double now = dt_clock_s();
     if (now - h->last_s >= RELAY_S) {
         h->last_s = now;
         int rc = refresh(h, s, now);

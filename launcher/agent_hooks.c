@@ -13,9 +13,10 @@
  */
 #include "launcher/agent_internal.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 #include <signal.h>
 
@@ -32,7 +33,7 @@ int dt_agent_hooks_timeout(const struct dt_agent *a, int timeout)
     const struct dt_agent_hooks *h = a->cfg->hooks;
     if (!h || !h->poll || a->abort_status >= 0)
         return timeout;
-    double left = a->next_hook_poll - dt_agent_now();
+    double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
     return timeout < 0 || timeout > ms ? ms : timeout;
 }
@@ -40,7 +41,7 @@ int dt_agent_hooks_timeout(const struct dt_agent *a, int timeout)
 void dt_agent_hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    double now = dt_agent_now();
+    double now = dt_clock_s();
     if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
         return;
     a->next_hook_poll = now + period(a);

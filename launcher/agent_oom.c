@@ -10,7 +10,7 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -10,10 +10,11 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "spec/jobspec.h"
 #include "launcher/report.h"
+#include "base/fs.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -59,40 +60,13 @@ int dt_agent_plan_nproc(const struct dt_job *job, int *nproc)
     return 0;
 }
 
-static bool on_path(const char *prog)
-{
-    if (strchr(prog, '/'))
-        return access(prog, X_OK) == 0;
-    const char *path = getenv("PATH");
-    if (!path)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    char buf[PATH_MAX];
-    for (const char *p = path; *p;) {
-        const char *colon = strchr(p, ':');
-        size_t n = colon ? (size_t)(colon - p) : strlen(p);
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, n ? p : ".", prog);
-        if (access(buf, X_OK) == 0)
-            return true;
-        p += n + (colon ? 1 : 0);
-    }
-    return false;
-}
-
 int dt_agent_plan_check_command(const struct dt_job *job)
 {
-    if (!job->command || on_path(job->command[0]))
+    if (!job->command || dt_fs_on_path(job->command[0]))
         return 0;
     return dt_error_set(DT_ENOTFOUND, "%s: command: '%s' %s", job->path, job->command[0],
                         strchr(job->command[0], '/') ? "does not exist or is not executable"
                                                      : "was not found on PATH");
-}
-
-void dt_agent_plan_self(char *self, size_t size)
-{
-    snprintf(self, size, "dtrain");
-    ssize_t n = readlink("/proc/self/exe", self, size - 1);
-    if (n > 0)
-        self[n] = 0;
 }
 
 void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
@@ -101,7 +75,7 @@ void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
     for (int i = 0; i < job->n_env; i++) {
         if (strcmp(job->env[i].name, "OMP_NUM_THREADS") == 0)
             omp = true;
-        if (dt_agent_env_is_reserved(job->env[i].name))
+        if (dt_job_env_is_reserved(job->env[i].name))
             dt_log_warn("%s: env: %s is set by dtrain for each rank; the value in the spec is ignored",
                         job->path, job->env[i].name);
     }

@@ -12,9 +12,9 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/log.h"
+#include "base/log.h"
 #include "launcher/coordinator.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 
 #include <string.h>
 

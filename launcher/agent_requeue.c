@@ -13,7 +13,7 @@
  */
 #include "launcher/agent_internal.h"
 
-#include "comm/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -40,10 +40,11 @@
 #include "launcher/agent.h"
 #include "launcher/run_dir.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/store.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 #include <inttypes.h>
 #include <poll.h>
@@ -498,7 +499,7 @@ static int same_nproc(struct dt_agent_round *r, const struct dt_store_member *m,
 
 int dt_agent_round_wait_all(struct dt_agent_round *r)
 {
-    double deadline = dt_agent_now() + r->cfg.timeout_s;
+    double deadline = dt_clock_s() + r->cfg.timeout_s;
     char missing[256];
     for (;;) {
         struct dt_store_member *m;
@@ -511,7 +512,7 @@ int dt_agent_round_wait_all(struct dt_agent_round *r)
         free(m);
         if (rc || in == r->cfg.nnodes)
             return rc;
-        if (dt_agent_now() >= deadline)
+        if (dt_clock_s() >= deadline)
             return dt_error_set(DT_ETIMEDOUT,
                                 "node %d: only %d of %d nodes joined the coordinator at %s within "
                                 "rendezvous.timeout (%gs); missing node%s %s",
@@ -531,8 +532,8 @@ void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h)
  * have read the verdict and left, so none of them finds the store gone. */
 static void wait_others_gone(struct dt_agent_round *r)
 {
-    double deadline = dt_agent_now() + r->cfg.grace_s + 10;
-    while (!r->dead && dt_agent_now() < deadline) {
+    double deadline = dt_clock_s() + r->cfg.grace_s + 10;
+    while (!r->dead && dt_clock_s() < deadline) {
         struct dt_store_member *m;
         int count, here = 0;
         if (dt_store_members(r->store, &m, &count) != 0)

@@ -16,7 +16,7 @@
 #include "launcher/agent_internal.h"
 #include "launcher/proc_stat.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -7,9 +7,10 @@
  */
 #include "launcher/agent.h"
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "base/json_escape.h"
+#include "spec/jobspec.h"
+#include "base/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -315,22 +316,22 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     return ferror(f) ? dt_error_set(DT_EIO, "writing the run summary failed") : 0;
 }
 
+struct summary_out {
+    const struct dt_agent_config *cfg;
+    const struct dt_agent_result *res;
+};
+
+static int write_summary(void *ctx, FILE *f)
+{
+    const struct summary_out *o = ctx;
+    return dt_agent_write_summary_to(f, o->cfg, o->res);
+}
+
 int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
                            const char *path)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot write the run summary %s", tmp);
-    int rc = dt_agent_write_summary_to(f, cfg, res);
-    if (fclose(f) != 0 && rc == 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot write the run summary %s", tmp);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, path);
-    if (rc < 0)
-        unlink(tmp);
-    return rc;
+    struct summary_out o = {cfg, res};
+    return dt_fs_write_atomic(path, false, write_summary, &o);
 }
 
 void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)

@@ -13,9 +13,10 @@
  */
 #include "launcher/agent_internal.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,13 +38,6 @@ static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 #define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
 
 static int signal_pipe_w = -1;
-
-double dt_agent_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void on_signal(int sig)
 {
@@ -100,14 +94,14 @@ void dt_agent_start_stopping(struct dt_agent *a, int sig)
     if (!a->stopping) {
         a->stopping = true;
         a->stop_sig = sig;
-        a->kill_at = dt_agent_now() + a->grace_s;
+        a->kill_at = dt_clock_s() + a->grace_s;
     }
 }
 
 static void kill_everything(struct dt_agent *a)
 {
     if (!a->killing)
-        a->killed_at = dt_agent_now();
+        a->killed_at = dt_clock_s();
     a->stopping = a->killing = true;
     dt_agent_signal_groups(a, SIGKILL);
     dt_agent_signal_leftovers(a, SIGKILL);
@@ -138,7 +132,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     struct dt_agent_rank_result *r = &at->ranks[i];
     r->exited = true;
     r->wstatus = wstatus;
-    r->exit_s = dt_agent_now() - a->t0;
+    r->exit_s = dt_clock_s() - a->t0;
     a->procs[i].running = false;
     a->running--;
     bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent_requeue_exit(a, wstatus);
@@ -182,7 +176,7 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     at->first_failed = i;
     a->oom_verdict = -1;
     ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
-    ff->hang_detected_s = dt_agent_now() - a->t0;
+    ff->hang_detected_s = dt_clock_s() - a->t0;
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
     if (dt_agent_watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
         dt_log_warn("%s", dt_error_last());
@@ -274,7 +268,7 @@ static int open_streams(struct dt_agent *a, int sig_fd)
 
 static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
 {
-    double now = dt_agent_now(), until = -1;
+    double now = dt_clock_s(), until = -1;
     if (a->stopping && !a->killing)
         until = a->kill_at;
     if (a->running == 0 && children)
@@ -305,7 +299,7 @@ static void stop_leftovers(struct dt_agent *a)
                     n == 1 ? "it" : "them");
     if (!a->stopping) {
         a->stopping = true;
-        a->kill_at = dt_agent_now() + a->grace_s;
+        a->kill_at = dt_clock_s() + a->grace_s;
     }
 }
 
@@ -315,7 +309,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
     double drain_until = -1;
     for (;;) {
         int n = open_streams(a, sig_fd);
-        if (!children && (n == 1 || dt_agent_now() >= drain_until))
+        if (!children && (n == 1 || dt_clock_s() >= drain_until))
             return;
         int timeout = poll_timeout(a, children, drain_until);
         if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
@@ -332,15 +326,15 @@ static void supervise(struct dt_agent *a, int sig_fd)
                 continue;
             dt_agent_pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
-        dt_progress_update(a->progress, dt_agent_now(), a->attempt);
+        dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         watchdog(a);
         dt_agent_hooks_poll(a);
-        if (a->stopping && !a->killing && dt_agent_now() >= a->kill_at)
+        if (a->stopping && !a->killing && dt_clock_s() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
             stop_leftovers(a);
-        if (children && a->killing && dt_agent_now() - a->killed_at > UNKILLABLE_S) {
+        if (children && a->killing && dt_clock_s() - a->killed_at > UNKILLABLE_S) {
             /* SIGKILL cannot be ignored; a process that outlives it is stuck in
              * the kernel (D state: a hung file system or device).  Waiting longer
              * would hang the launcher with it. */
@@ -352,7 +346,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         if (!children && drain_until < 0)
             /* Every writer is gone, so the pipes hold a finite rest; the bound
              * only matters if something outside the job tree kept a pipe. */
-            drain_until = dt_agent_now() + 1.0;
+            drain_until = dt_clock_s() + 1.0;
     }
 }
 
@@ -387,7 +381,7 @@ static void reset_attempt_state(struct dt_agent *a)
     a->stopping = a->killing = a->swept = false;
     a->kill_at = 0;
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    at->start_s = dt_agent_now() - a->t0;
+    at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
     at->hung = -1;
     at->leftovers = 0;
@@ -413,7 +407,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         p->env = NULL;
         rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
         /* taken before fork: the child may run (and trace) before the parent is scheduled again */
-        double spawn_s = dt_agent_now() - a->t0;
+        double spawn_s = dt_clock_s() - a->t0;
         if (rc == 0)
             rc = dt_agent_spawn_rank(a, p, dir);
         if (rc < 0)
@@ -436,7 +430,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         a->procs[i].pid = 0;
         a->procs[i].running = false;
     }
-    at->end_s = dt_agent_now() - a->t0;
+    at->end_s = dt_clock_s() - a->t0;
     if (rc == 0)
         record_failure(a, dir);
     return rc;
@@ -534,7 +528,7 @@ static void finish(struct dt_agent *a)
 {
     struct dt_agent_result *res = a->res;
     struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
-    res->wall_s = dt_agent_now() - a->t0;
+    res->wall_s = dt_clock_s() - a->t0;
     res->interrupt_signal = a->interrupt_sig;
     if (a->interrupt_sig) {
         res->status = DT_AGENT_INTERRUPTED;
@@ -575,10 +569,9 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
     int rc = agent_init(&a, cfg, res);
-    a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_agent_now();
-    struct timespec wall; /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
-    clock_gettime(CLOCK_REALTIME, &wall);
-    res->started_unix = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec - (dt_agent_now() - a.t0);
+    a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_clock_s();
+    /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
+    res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
     struct saved_signals sv;
     raise_fd_limit(&a);
     if (rc == 0)

@@ -28,8 +28,9 @@
 #include "launcher/agent_internal.h"
 #include "launcher/proc_stat.h"
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -171,7 +172,7 @@ static void scan_states(struct dt_agent *a, char *worst, long long *ticks)
 void dt_agent_watchdog_begin(struct dt_agent *a)
 {
     double hbt = a->cfg->job->rendezvous.heartbeat_timeout_s;
-    a->next_watch = hbt > 0 ? dt_agent_now() + DT_AGENT_WATCH_PERIOD_S : 0;
+    a->next_watch = hbt > 0 ? dt_clock_s() + DT_AGENT_WATCH_PERIOD_S : 0;
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_watch *w = &a->procs[i].watch;
         memset(w, 0, sizeof *w);
@@ -246,7 +247,7 @@ static void mark_behind(struct dt_agent *a, struct dt_agent_watch *w, double now
 
 int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size)
 {
-    double now = dt_agent_now();
+    double now = dt_clock_s();
     if (a->next_watch <= 0 || now < a->next_watch)
         return -1;
     a->next_watch = now + DT_AGENT_WATCH_PERIOD_S;

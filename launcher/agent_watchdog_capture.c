@@ -12,8 +12,9 @@
  */
 #include "launcher/agent_internal.h"
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -198,7 +199,7 @@ int dt_agent_watchdog_capture(struct dt_agent *a, int hung, const char *why, cha
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fprintf(f, "dtrain watchdog: rank %d (pid %d) is hung: %s\n", a->procs[hung].rank,
             (int)a->procs[hung].pid, why);
-    fprintf(f, "attempt %d, %.2f s after the start, %s\n", a->attempt, dt_agent_now() - a->t0, when);
+    fprintf(f, "attempt %d, %.2f s after the start, %s\n", a->attempt, dt_clock_s() - a->t0, when);
     fprintf(f, "User-space stacks need a tool such as py-spy or gdb; dtrain kills the group right after "
                "writing this.\n");
     write_rank(f, a, hung, dir, true);

@@ -16,12 +16,15 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/coordinator.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "launcher/run_dir.h"
 #include "scheduler-adapters/adapter.h"
+#include "spec/token.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/clock.h"
+#include "base/fs.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -182,41 +185,22 @@ static int placement(const struct agent_opts *o, const struct dt_job *job, struc
     return rc;
 }
 
-static int read_token(const struct dt_job *job, int nnodes, char token[65])
+static int read_token(const struct dt_job *job, int nnodes, char token[DT_TOKEN_LEN + 1])
 {
     token[0] = 0;
     if (job->rendezvous.auth == DT_AUTH_NONE)
         return 0;
-    const char *env = getenv("DTRAIN_JOB_TOKEN"), *file = getenv("DTRAIN_JOB_TOKEN_FILE");
-    char line[256] = "";
-    if (env && *env) {
-        snprintf(line, sizeof line, "%s", env);
-    } else if (file && *file) {
-        FILE *f = fopen(file, "r");
-        if (!f)
-            return dt_error_set_errno(DT_EIO, errno, "DTRAIN_JOB_TOKEN_FILE=%s", file);
-        if (!fgets(line, sizeof line, f))
-            line[0] = 0;
-        fclose(f);
-        line[strcspn(line, "\r\n")] = 0;
-    } else if (nnodes == 1) {
-        return dt_coord_make_token(token);
-    } else {
-        return dt_error_set(DT_EINVAL,
-                            "%s: rendezvous.auth is token, but neither DTRAIN_JOB_TOKEN nor "
-                            "DTRAIN_JOB_TOKEN_FILE is set: every node needs the same 64-hex-char token "
-                            "(e.g. from `openssl rand -hex 32`)",
-                            job->path);
-    }
-    size_t n = strlen(line);
-    for (size_t i = 0; i < n; i++)
-        if (!isxdigit((unsigned char)line[i]))
-            n = 0;
-    if (n != 64)
-        return dt_error_set(DT_EINVAL, "the job token from %s must be 64 hexadecimal characters",
-                            env && *env ? "DTRAIN_JOB_TOKEN" : file);
-    memcpy(token, line, 65);
-    return 0;
+    bool found;
+    int rc = dt_token_from_env(token, &found);
+    if (rc < 0 || found)
+        return rc;
+    if (nnodes == 1)
+        return dt_token_make(token);
+    return dt_error_set(DT_EINVAL,
+                        "%s: rendezvous.auth is token, but neither DTRAIN_JOB_TOKEN nor "
+                        "DTRAIN_JOB_TOKEN_FILE is set: every node needs the same 64-hex-char token "
+                        "(e.g. from `openssl rand -hex 32`)",
+                        job->path);
 }
 
 /* What one node's run holds from start to end. */
@@ -281,7 +265,7 @@ static int rendezvous(struct node_run *nr)
     } else if (rc == 0 && !nr->run_id[0]) {
         rc = dt_run_dir_make_id(nr->run_id, sizeof nr->run_id);
     }
-    const char *log_dir = nr->o->log_dir ? nr->o->log_dir : job->log_dir ? job->log_dir : "runs";
+    const char *log_dir = nr->o->log_dir ? nr->o->log_dir : job->log_dir;
     if (rc == 0)
         rc = dt_run_dir_open(log_dir, job->name, nr->run_id, nr->run_dir, sizeof nr->run_dir);
     return rc;
@@ -296,7 +280,7 @@ static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
         double when;
         int rc = dt_coord_heartbeat(nr->coord, rank, step, &when);
         if (rc == 0)
-            *age_s = dt_agent_now() - when;
+            *age_s = dt_clock_s() - when;
         return rc;
     }
     return dt_agent_round_heartbeat(nr->round, rank, step, age_s);
@@ -306,7 +290,7 @@ static int run_ranks(struct node_run *nr)
 {
     const struct dt_job *job = nr->job;
     char self[PATH_MAX];
-    dt_agent_plan_self(self, sizeof self);
+    dt_fs_self_path(self, sizeof self);
     const char *worker_argv[] = {self, "worker", job->path, NULL};
     struct dt_agent_hooks hooks = {.ctx = nr, .period_s = 0.2, .poll = watch};
     if (nr->round)
@@ -367,7 +351,7 @@ static int prepare(struct node_run *nr)
 
 static int run(int argc, char **argv)
 {
-    struct agent_opts o = {.node_rank = -1, .nnodes = -1, .start_mono = dt_agent_now()};
+    struct agent_opts o = {.node_rank = -1, .nnodes = -1, .start_mono = dt_clock_s()};
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;

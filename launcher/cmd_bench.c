@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "comm/bench.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/cli.h"
 #include "scheduler-adapters/mpirun.h"
 

@@ -10,8 +10,8 @@
 #include "launcher/cli.h"
 #include "launcher/coordinator.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <pthread.h>

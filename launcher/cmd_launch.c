@@ -10,12 +10,14 @@
  */
 #include "launcher/agent.h"
 #include "launcher/cli.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "worker/trace.h"
+#include "base/clock.h"
+#include "base/fs.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -102,7 +104,7 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
 
 static int run(int argc, char **argv)
 {
-    struct launch_opts o = {.start_mono = dt_agent_now()};
+    struct launch_opts o = {.start_mono = dt_clock_s()};
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;
@@ -120,7 +122,7 @@ static int run(int argc, char **argv)
         return 2;
     }
     char self[PATH_MAX];
-    dt_agent_plan_self(self, sizeof self);
+    dt_fs_self_path(self, sizeof self);
     struct dt_adapter_launch lo = {.log_dir = o.log_dir, .ranks = o.ranks, .grace_s = o.grace_s,
                                    .start_mono = o.start_mono, .dtrain_path = self};
     int status = ad->submit(job, &lo);

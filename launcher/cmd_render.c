@@ -9,10 +9,10 @@
  * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
  */
 #include "launcher/cli.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <stdio.h>

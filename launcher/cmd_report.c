@@ -11,8 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report.h"
+#include "base/fs.h"
 
 static void usage(FILE *out)
 {
@@ -29,23 +30,16 @@ static void usage(FILE *out)
             "malformed (the message names the file and line), 2 on a usage error.\n");
 }
 
+static int write_report(void *r, FILE *f)
+{
+    return dt_report_write(r, f);
+}
+
 static int write_page(const struct dt_report *r, const char *out)
 {
     if (strcmp(out, "-") == 0)
         return dt_report_write(r, stdout);
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", tmp);
-    int rc = dt_report_write(r, f);
-    if (fclose(f) != 0 && !rc)
-        rc = dt_error_set(DT_EIO, "writing %s failed (disk full?)", tmp);
-    if (!rc && rename(tmp, out) != 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, out);
-    if (rc)
-        remove(tmp);
-    return rc;
+    return dt_fs_write_atomic(out, false, write_report, (void *)r);
 }
 
 static int run(int argc, char **argv)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/trace_merge.h"
 
 static void usage(FILE *out)

@@ -6,11 +6,11 @@
  *
  * Not for the rules themselves: they live in the key tables (jobspec*.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/cli.h"
-#include "launcher/jobspec.h"
-#include "launcher/jobspec_yaml.h"
-#include "worker/trainer_spec.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_yaml.h"
+#include "spec/trainer_spec.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -21,18 +21,19 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/env.h"
-#include "comm/error.h"
-#include "comm/json_escape.h"
-#include "comm/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/json_escape.h"
+#include "base/log.h"
 #include "comm/store.h"
 #include "launcher/cli.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "worker/heartbeat.h"
 #include "worker/heartbeat_fault.h"
 #include "scheduler-adapters/mpirun.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
+#include "base/clock.h"
 
 static void usage(FILE *out)
 {
@@ -98,12 +99,12 @@ static int read_env(struct rank_env *e)
 static int connect(const struct dt_job *job, const struct rank_env *e, struct dt_store **store,
                    struct dt_comm **comm, int64_t ph[3])
 {
-    ph[0] = ph[1] = ph[2] = dt_trace_now();
+    ph[0] = ph[1] = ph[2] = dt_clock_ns();
     if (e->world == 0)
         return 0;
     double timeout = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
     int rc = dt_store_connect_env(timeout, store);
-    ph[1] = ph[2] = dt_trace_now();
+    ph[1] = ph[2] = dt_clock_ns();
     if (rc)
         return dt_error_prefix("rank %d: connecting to the coordinator", e->rank);
     /* A fresh key namespace per restart, so a new round never meets the old one's keys. */
@@ -117,7 +118,7 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
                                 .local_rank = e->local_rank, .local_world = e->local_world, .store = *store,
                                 .key_prefix = prefix, .timeout_s = timeout, .cuda_device = -1};
     rc = dt_comm_init(&o, comm);
-    ph[2] = dt_trace_now();
+    ph[2] = dt_clock_ns();
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
 }
 

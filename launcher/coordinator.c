@@ -16,9 +16,10 @@
  * Not for serving requests (coordinator_ops.c) or connections (coordinator_conn.c).
  */
 #include "launcher/coordinator_internal.h"
+#include "spec/token.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -38,40 +39,6 @@ const char *coord_key_str(const uint8_t *key, size_t len, char buf[80])
         buf[i] = isprint(key[i]) && key[i] != '\'' ? (char)key[i] : '?';
     strcpy(buf + n, len > 64 ? "..." : "");
     return buf;
-}
-
-int dt_coord_make_token(char out[65])
-{
-    uint8_t raw[32];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_error_set_errno(DT_EIO, errno, "making the job token: getrandom");
-        }
-        got += (size_t)n;
-    }
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof raw; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[64] = 0;
-    return 0;
-}
-
-static int check_token(const char *t)
-{
-    size_t n = strlen(t);
-    for (size_t i = 0; i < n; i++)
-        if (!isxdigit((unsigned char)t[i]))
-            n = 0;
-    if (n != 64)
-        return dt_error_set(DT_EINVAL, "the job token must be 64 hexadecimal characters "
-                                       "(as `dtrain launch` makes it)");
-    return 0;
 }
 
 static void on_stop(uv_async_t *a)
@@ -161,7 +128,7 @@ static void unwind(struct dt_coord *c)
 int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
 {
     *out = NULL;
-    if (cfg->token && check_token(cfg->token) != 0)
+    if (cfg->token && dt_token_check(cfg->token, "the coordinator's configuration") != 0)
         return DT_EINVAL;
     struct dt_coord *c = calloc(1, sizeof *c);
     if (c) {

@@ -48,8 +48,4 @@ unsigned long dt_coord_refusals(struct dt_coord *c, char *last, size_t n);
 /* Stops the loop, closes every connection, frees everything. */
 void dt_coord_stop(struct dt_coord *c);
 
-/* Makes a fresh 256-bit job token as 64 lowercase hex characters (+ NUL) from
- * the kernel's random source. */
-int dt_coord_make_token(char out[65]);
-
 #endif

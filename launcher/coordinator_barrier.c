@@ -17,7 +17,7 @@
  */
 #include "launcher/coordinator_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>

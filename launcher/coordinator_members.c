@@ -17,8 +17,8 @@
  */
 #include "launcher/coordinator_internal.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
  */
 #include "launcher/coordinator_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

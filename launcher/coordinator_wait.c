@@ -11,7 +11,7 @@
  */
 #include "launcher/coordinator_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 

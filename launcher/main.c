@@ -5,7 +5,7 @@
  */
 #include "launcher/cli.h"
 
-#include "comm/log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #define DATA_SHARE 0.10
 #define COMM_SHARE 0.10

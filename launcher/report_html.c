@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 /* The parts of a step the trainer may log per row (seconds per step). */
 static const char *const split_labels[] = {"data wait", "forward", "backward", "communication wait", "optimizer"};

@@ -4,7 +4,7 @@
  *   value  = object | array | string | number | true | false | null
  *   number = [-] (0 | [1-9][0-9]*) [. [0-9]+] [(e|E) [+|-] [0-9]+]
  *   string = " chars " with escapes \" \\ \/ \b \f \n \r \t \uXXXX (surrogate pairs joined)
- * but for \u0000: decoded strings are C strings (comm/json_escape.h).
+ * but for \u0000: decoded strings are C strings (base/json_escape.h).
  * The arena is a list of blocks of at least 64 KiB, so a trace of a hundred
  * thousand events costs a few dozen mallocs, not a million.
  */
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
+#include "base/error.h"
+#include "base/json_escape.h"
 
 #define BLOCK_MIN (64 * 1024)
 #define MAX_DEPTH 64

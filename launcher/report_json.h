@@ -11,7 +11,7 @@
  * Nodes and decoded strings live in an arena owned by the caller; freeing
  * the arena frees every tree parsed into it.  Not for writing JSON beyond
  * re-emitting a parsed value (dt_json_write); strings are written by
- * comm/json_escape.h.
+ * base/json_escape.h.
  */
 #ifndef DT_REPORT_JSON_H
 #define DT_REPORT_JSON_H

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #define MAX_METRICS_BYTES ((size_t)1 << 30)
 

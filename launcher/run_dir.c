@@ -4,7 +4,8 @@
  */
 #include "launcher/run_dir.h"
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/fs.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,28 +32,10 @@ int dt_run_dir_make_id(char *out, size_t size)
     return 0;
 }
 
-static int mkdir_parents(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return dt_error_set(DT_EINVAL, "log directory path is too long: %s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_error_set_errno(DT_EIO, errno, "cannot create the log directory %s", buf);
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create the log directory %s", buf);
-    return 0;
-}
-
 int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size, char *path,
                       size_t path_size)
 {
-    int rc = mkdir_parents(log_dir);
+    int rc = dt_fs_mkdir_p(log_dir, 0755, "log directory");
     if (rc < 0)
         return rc;
     char cwd[PATH_MAX] = "";
@@ -75,7 +58,7 @@ int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_
 
 int dt_run_dir_open(const char *log_dir, const char *name, const char *run_id, char *path, size_t path_size)
 {
-    int rc = mkdir_parents(log_dir);
+    int rc = dt_fs_mkdir_p(log_dir, 0755, "log directory");
     if (rc < 0)
         return rc;
     char cwd[PATH_MAX] = "";

@@ -26,9 +26,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
+#include "base/error.h"
+#include "base/json_escape.h"
 #include "launcher/report_json.h"
+#include "base/fs.h"
 
 #define MAX_INPUTS 4096
 #define MAX_FILE_BYTES ((size_t)2 << 30)
@@ -249,13 +250,15 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
     free(named);
 }
 
-static int write_merged(struct merge *m, const struct dt_json *summary)
+struct merged_out {
+    struct merge *m;
+    const struct dt_json *summary;
+};
+
+static int write_merged_to(void *ctx, FILE *f)
 {
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", m->out);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", tmp);
+    struct merge *m = ((struct merged_out *)ctx)->m;
+    const struct dt_json *summary = ((struct merged_out *)ctx)->summary;
     fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"merged_from\": [", f);
     for (int i = 0; i < m->n; i++) {
         dt_json_put_str(f, m->in[i].path, DT_JSON_U);
@@ -276,14 +279,13 @@ static int write_merged(struct merge *m, const struct dt_json *summary)
     if (summary)
         write_launch_row(f, summary, max_rank + 1);
     fputs("\n]}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        remove(tmp);
-        return dt_error_set(DT_EIO, "writing %s failed (disk full?)", tmp);
-    }
-    if (rename(tmp, m->out) != 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, m->out);
     return 0;
+}
+
+static int write_merged(struct merge *m, const struct dt_json *summary)
+{
+    struct merged_out o = {m, summary};
+    return dt_fs_write_atomic(m->out, false, write_merged_to, &o);
 }
 
 /* Mean per-step time of a rank's "step" spans and of its "comm wait" spans (µs). */

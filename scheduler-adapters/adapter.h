@@ -16,7 +16,7 @@
 #ifndef DT_ADAPTER_H
 #define DT_ADAPTER_H
 
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 
 #include <stdbool.h>
 #include <stdio.h>

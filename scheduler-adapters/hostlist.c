@@ -11,7 +11,7 @@
  */
 #include "scheduler-adapters/hostlist.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -18,20 +18,14 @@
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/kubernetes_internal.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/resolve.h"
+#include "base/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Answers that may change once pod 0 is up: retried.  Anything else (a bad
  * DTRAIN_HOSTS_FILE, a resolver misconfiguration) is reported at once. */
@@ -42,7 +36,7 @@ static int transient(int g)
 
 static int wait_resolvable(const struct dt_job *job, const char *host)
 {
-    double timeout = job->rendezvous.timeout_s, deadline = now_s() + timeout, pause = 0.05;
+    double timeout = job->rendezvous.timeout_s, deadline = dt_clock_s() + timeout, pause = 0.05;
     for (int tries = 0;; tries++) {
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
         int g = dt_resolve(host, NULL, &hints, &res);
@@ -56,7 +50,7 @@ static int wait_resolvable(const struct dt_job *job, const char *host)
         if (tries == 0)
             dt_log_info("kubernetes: waiting for '%s' to resolve (pod 0 may still be starting; up to %gs)",
                         host, timeout);
-        double left = deadline - now_s();
+        double left = deadline - dt_clock_s();
         if (left <= 0)
             return dt_error_set(DT_ETIMEDOUT,
                                 "kubernetes: the coordinator's name '%s' did not resolve within %gs "

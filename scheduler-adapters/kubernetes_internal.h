@@ -11,7 +11,7 @@
 #ifndef DT_KUBERNETES_INTERNAL_H
 #define DT_KUBERNETES_INTERNAL_H
 
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -19,7 +19,7 @@
  */
 #include "scheduler-adapters/kubernetes_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <string.h>
 

@@ -15,9 +15,10 @@
  */
 #include "scheduler-adapters/kubernetes_internal.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/coordinator.h"
-#include "launcher/jobspec_yaml.h"
+#include "spec/jobspec_yaml.h"
+#include "spec/token.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -100,7 +101,7 @@ static int put_config_map(const struct dt_job *job, const char *job_path, FILE *
 static int put_secret(const struct dt_job *job, FILE *out)
 {
     char token[65];
-    int rc = dt_coord_make_token(token);
+    int rc = dt_token_make(token);
     if (rc)
         return dt_error_prefix("render kubernetes: making the job token");
     dt_k8s_put_meta(job, "Secret", "-token", out);

@@ -17,8 +17,9 @@
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/kubernetes_internal.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,20 +32,6 @@
 
 #define POLL_S 1.0
 #define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
-
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[4096];
-    for (const char *p = path ? path : ""; *p;) {
-        size_t n = strcspn(p, ":");
-        if (n > 0 && snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, prog) < (int)sizeof buf &&
-            access(buf, X_OK) == 0)
-            return 1;
-        p += n + (p[n] == ':');
-    }
-    return 0;
-}
 
 /* Runs argv with `in` (len bytes) on its stdin and, when out is not NULL,
  * its stdout captured into *out (malloc'd, NUL-terminated).  Returns the
@@ -263,7 +250,7 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
     (void)opts;
     int status;
     dt_error_clear();
-    if (!on_path("kubectl")) {
+    if (!dt_fs_on_path("kubectl")) {
         dt_error_set(DT_EUNSUPPORTED,
                      "kubectl is not on PATH, so dtrain cannot submit the job. Render the manifests "
                      "and apply them where kubectl works:\n  dtrain render kubernetes %s > job.k8s.yaml\n"

@@ -9,11 +9,11 @@
  * boolean/null words; everything else is double-quoted, which every reader
  * takes as a string, with comm/yaml_escape's escapes.
  *
- * Not for reading YAML (launcher/jobspec_yaml.c does that).
+ * Not for reading YAML (spec/jobspec_yaml.c does that).
  */
 #include "scheduler-adapters/kubernetes_internal.h"
 
-#include "comm/yaml_escape.h"
+#include "base/yaml_escape.h"
 
 #include <string.h>
 #include <strings.h>

@@ -17,11 +17,14 @@
  */
 #include "scheduler-adapters/adapter.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "launcher/agent.h"
 #include "launcher/coordinator.h"
 #include "launcher/run_dir.h"
+#include "spec/token.h"
+#include "base/clock.h"
+#include "base/fs.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -54,7 +57,7 @@ static int start_coordinator(const struct dt_job *job, char token[65], struct dt
 {
     bool auth = job->rendezvous.auth != DT_AUTH_NONE;
     if (auth) {
-        int rc = dt_coord_make_token(token);
+        int rc = dt_token_make(token);
         if (rc < 0)
             return rc;
     }
@@ -89,7 +92,7 @@ static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
     double when;
     int rc = dt_coord_heartbeat(((struct refusal_watch *)ctx)->coord, rank, step, &when);
     if (rc == 0)
-        *age_s = dt_agent_now() - when;
+        *age_s = dt_clock_s() - when;
     return rc;
 }
 
@@ -118,11 +121,11 @@ static enum dt_agent_verdict watch(void *ctx, const struct dt_agent_result *res,
 static int run(const struct dt_job *job, const struct dt_adapter_launch *o, int nproc, const unsigned char *show)
 {
     char self[PATH_MAX];
-    dt_agent_plan_self(self, sizeof self);
+    dt_fs_self_path(self, sizeof self);
     const char *worker_argv[] = {o->dtrain_path ? o->dtrain_path : self, "worker", job->path, NULL};
     char run_id[DT_RUN_ID_MAX], run_dir[PATH_MAX], token[65] = "";
     struct dt_coord *coord = NULL;
-    const char *log_dir = o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs";
+    const char *log_dir = o->log_dir ? o->log_dir : job->log_dir;
     /* The coordinator first: a busy fixed port must not leave an empty run directory. */
     struct refusal_watch w = {.job = job};
     int rc = start_coordinator(job, token, &coord, &w.cc);

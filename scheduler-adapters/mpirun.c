@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "scheduler-adapters/adapter.h"
 
 /* What the agents are told by `dtrain launch`, as -x NAME. */

@@ -12,7 +12,7 @@
  * (mpirun copies the value from its own environment), never as a value on
  * the command line, where `ps` would show it.
  *
- * Not for parsing the mpirun: section (launcher/jobspec_sched.c) or for
+ * Not for parsing the mpirun: section (spec/jobspec_sched.c) or for
  * spawning ranks of an agent (launcher/agent.h).
  */
 #ifndef DT_MPIRUN_H
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 
 extern const struct dt_adapter dt_adapter_mpirun;
 

@@ -20,10 +20,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "launcher/coordinator.h"
 #include "launcher/run_dir.h"
+#include "spec/token.h"
 
 extern char **environ;
 
@@ -53,7 +54,7 @@ static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char tok
 {
     int rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
     if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
-        rc = dt_coord_make_token(token);
+        rc = dt_token_make(token);
     if (rc == 0)
         rc = dt_mpirun_first_host(job->mpirun, host, 256);
     if (rc)

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 static int push(struct dt_mpirun_line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int push(struct dt_mpirun_line *l, const char *fmt, ...)

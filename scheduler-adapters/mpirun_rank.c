@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
+#include "base/fs.h"
 
 static volatile sig_atomic_t child_pid;
 static volatile sig_atomic_t stopped;
@@ -52,30 +54,29 @@ static void pass_on(int sig)
         kill(child_pid, sig);
 }
 
-/* <run dir>/attempt_<k>/rank_<r>.<what>, written whole or not at all. */
+static int put_line(void *line, FILE *f)
+{
+    fputs(line, f);
+    return 0;
+}
+
+/* <run dir>/attempt_<k>/rank_<r>.<what>, written whole or not at all.  Best
+ * effort: the launcher falls back on mpirun's own report without it. */
 static void write_record(int rank, const char *what, const char *line)
 {
     const char *dir = getenv("DTRAIN_RUN_DIR"), *k = getenv("DTRAIN_RESTART_COUNT");
     if (!dir)
         return;
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/attempt_%s/rank_%d.%s", dir, k ? k : "0", rank, what);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return;
-    fputs(line, f);
-    if (fclose(f) == 0)
-        rename(tmp, path);
+    dt_fs_write_atomic(path, false, put_line, (void *)line);
 }
 
 static void write_exit_file(int rank, int wstatus, pid_t pid)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     char line[128];
     snprintf(line, sizeof line, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped, (int)pid,
-             (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+             (long long)dt_clock_wall_ns());
     write_record(rank, "exit", line);
 }
 

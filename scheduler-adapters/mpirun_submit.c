@@ -32,31 +32,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "launcher/coordinator.h"
 #include "launcher/run_dir.h"
 #include "scheduler-adapters/adapter.h"
+#include "spec/token.h"
+#include "base/clock.h"
+#include "base/fs.h"
 
 extern char **environ;
-
-/* The spec's program on PATH (or as a path), else exit status 2 with why. */
-static int check_program(const char *prog)
-{
-    char buf[PATH_MAX];
-    const char *path = getenv("PATH");
-    if (strchr(prog, '/'))
-        return access(prog, X_OK) == 0 ? 0 : -1;
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        const char *colon = strchr(p, ':');
-        size_t n = colon ? (size_t)(colon - p) : strlen(p);
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, n ? p : ".", prog);
-        if (access(buf, X_OK) == 0)
-            return 0;
-        p += n + (colon ? 1 : 0);
-    }
-    return -1;
-}
 
 static bool is_local_name(const char *h)
 {
@@ -134,7 +119,7 @@ static const char **export_names(const struct dt_job *job, char *const *env)
                 v[n++] = shared_names[k];
         for (int k = 0; k < job->n_env; k++)
             if (strlen(job->env[k].name) == len && !strncmp(env[i], job->env[k].name, len) &&
-                !named(env[i], shared_names) && !dt_agent_env_is_reserved(job->env[k].name))
+                !named(env[i], shared_names) && !dt_job_env_is_reserved(job->env[k].name))
                 v[n++] = job->env[k].name;
     }
     return v;
@@ -206,10 +191,8 @@ static int read_pid(const char *dir, int q)
 static int record_ranks(struct run *r, int k, const char *dir, struct dt_mpirun_attempt *a)
 {
     struct dt_agent_attempt *at = &r->res.attempts[k];
-    struct timespec rt;
-    clock_gettime(CLOCK_REALTIME, &rt);
     /* realtime of the launcher's start, to put the records on its clock */
-    double t0_real = (double)rt.tv_sec + rt.tv_nsec * 1e-9 - (dt_agent_now() - r->cfg.start_mono);
+    double t0_real = dt_clock_wall_s() - (dt_clock_s() - r->cfg.start_mono);
     int first = -1;
     long long first_t = 0;
     for (int q = 0; q < r->world; q++) {
@@ -321,7 +304,7 @@ static int alloc_result(struct run *r)
 static void finish(struct run *r)
 {
     struct dt_agent_result *res = &r->res;
-    res->wall_s = dt_agent_now() - r->cfg.start_mono;
+    res->wall_s = dt_clock_s() - r->cfg.start_mono;
     char summary[PATH_MAX + 16];
     snprintf(summary, sizeof summary, "%s/summary.json", r->run_dir);
     if (dt_agent_write_summary(&r->cfg, res, summary) < 0)
@@ -343,7 +326,7 @@ static int start_mpi_job(struct run *r)
 {
     bool local = all_local(r->job);
     bool auth = r->job->rendezvous.auth != DT_AUTH_NONE;
-    int rc = auth ? dt_coord_make_token(r->token) : 0;
+    int rc = auth ? dt_token_make(r->token) : 0;
     struct dt_coord_config cc = {.bind_host = local ? "127.0.0.1" : "0.0.0.0", .port = r->job->rendezvous.port,
                                  .token = auth ? r->token : NULL};
     if (rc == 0 && (rc = dt_coord_start(&cc, &r->coord)) < 0)
@@ -352,7 +335,7 @@ static int start_mpi_job(struct run *r)
         snprintf(r->host, sizeof r->host, "127.0.0.1");
     else
         advertised_host(r->job, r->host, sizeof r->host);
-    const char *log_dir = r->opts->log_dir ? r->opts->log_dir : r->job->log_dir ? r->job->log_dir : "runs";
+    const char *log_dir = r->opts->log_dir ? r->opts->log_dir : r->job->log_dir;
     if (rc == 0)
         rc = dt_run_dir_create(log_dir, r->job->name, r->run_id, sizeof r->run_id, r->run_dir, sizeof r->run_dir);
     return rc;
@@ -416,7 +399,7 @@ static int run_mpi(struct run *r)
 int dt_mpirun_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
     const char *prog = job->mpirun && job->mpirun->program ? job->mpirun->program : "mpirun";
-    if (check_program(prog) != 0) {
+    if (!dt_fs_on_path(prog)) {
         fprintf(stderr, "dtrain launch: %s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)\n",
                 job->path, prog, strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
         return 2;

@@ -35,7 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 static int sig_w = -1;
 
@@ -169,7 +170,7 @@ static void pass_signal(struct dt_mpirun_attempt *a, struct loop *l, int sig)
         return;
     }
     l->stopping = true;
-    l->kill_at = dt_agent_now() + a->grace_s;
+    l->kill_at = dt_clock_s() + a->grace_s;
     kill(a->mpirun_pid, SIGTERM);
 }
 
@@ -180,9 +181,9 @@ static void pump(struct dt_mpirun_attempt *a, struct sorter *s, struct loop *l)
         int timeout = l->stopping ? 100 : -1;
         if (poll(l->pfd, 3, timeout) < 0 && errno != EINTR)
             break;
-        if (l->stopping && dt_agent_now() >= l->kill_at) {
+        if (l->stopping && dt_clock_s() >= l->kill_at) {
             kill(-a->mpirun_pid, SIGKILL);
-            l->kill_at = dt_agent_now() + 3600;
+            l->kill_at = dt_clock_s() + 3600;
         }
         if (l->pfd[2].revents & POLLIN) {
             unsigned char sig;
@@ -251,7 +252,7 @@ static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
         return dt_error_set_errno(DT_EIO, errno, "cannot make pipes for mpirun");
-    a->start_s = dt_agent_now() - a->t0;
+    a->start_s = dt_clock_s() - a->t0;
     pid_t pid = spawn(a, out, err);
     close(out[1]);
     close(err[1]);
@@ -276,7 +277,7 @@ static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     a->leftovers = kill_leftovers();
-    a->end_s = dt_agent_now() - a->t0;
+    a->end_s = dt_clock_s() - a->t0;
     a->status = dt_agent_exit_status(st);
     dt_agent_linebuf_free(&l.lb[0]);
     dt_agent_linebuf_free(&l.lb[1]);

@@ -8,7 +8,8 @@
  */
 #include "scheduler-adapters/slurm.h"
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,13 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void child(int out_w, int err_w, char *const argv[], char *const envp[])
 {
@@ -92,10 +86,10 @@ int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char 
     }
     s[0].fd = po[0];
     s[1].fd = pe[0];
-    double deadline = now_s() + timeout_s;
+    double deadline = dt_clock_s() + timeout_s;
     bool open_[2] = {true, true}, timed_out = false;
     while (open_[0] || open_[1]) {
-        int left_ms = (int)((deadline - now_s()) * 1000);
+        int left_ms = (int)((deadline - dt_clock_s()) * 1000);
         if (left_ms <= 0) {
             timed_out = true;
             kill(pid, SIGKILL);

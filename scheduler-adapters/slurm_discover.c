@@ -18,7 +18,7 @@
  */
 #include "scheduler-adapters/slurm.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "scheduler-adapters/hostlist.h"
 
 #include <errno.h>

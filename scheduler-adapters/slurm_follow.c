@@ -16,9 +16,10 @@
  */
 #include "scheduler-adapters/slurm.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "launcher/agent.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -152,7 +153,7 @@ static void say_state(const struct dt_slurm_follow *f, const struct dt_slurm_job
 /* The launcher's exit status for a job that ended in `info`. */
 static int outcome(const struct dt_slurm_follow *f, const struct dt_slurm_job_info *info, int cancelled_by)
 {
-    double wall = dt_agent_now() - f->start_mono;
+    double wall = dt_clock_s() - f->start_mono;
     int st = info->exit_status;
     if (strcmp(info->state, "COMPLETED") == 0 && st <= 0) {
         dt_log_info("job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name,
@@ -191,7 +192,7 @@ static void sleep_tick(void)
 static int follow_loop(const struct dt_slurm_follow *f, struct stream s[2])
 {
     struct dt_slurm_job_info info = {.exit_status = -1}, last = {.exit_status = -1};
-    double t0 = dt_agent_now(), next_poll = 0, known_at = t0;
+    double t0 = dt_clock_s(), next_poll = 0, known_at = t0;
     int cancelled_by = 0, handled = 0;
     for (;;) {
         if (n_signals > handled) {
@@ -211,7 +212,7 @@ static int follow_loop(const struct dt_slurm_follow *f, struct stream s[2])
         }
         pump(&s[0]);
         pump(&s[1]);
-        double now = dt_agent_now();
+        double now = dt_clock_s();
         if (now >= next_poll) {
             next_poll = now + (now - t0 < FAST_POLL_S ? TICK_S : 1.0);
             if (query(f->job_id, &info) == 0) {

@@ -12,7 +12,7 @@
  */
 #include "scheduler-adapters/slurm.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,7 +73,7 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
             "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
             "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
             job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node,
-            job->log_dir ? job->log_dir : "runs", job->name);
+            job->log_dir, job->name);
 }
 
 static void print_sbatch_lines(const struct dt_job *job, FILE *out)

@@ -13,10 +13,12 @@
  */
 #include "scheduler-adapters/slurm.h"
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "launcher/agent.h"
 #include "launcher/coordinator.h"
+#include "spec/token.h"
+#include "base/fs.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -28,28 +30,11 @@
 
 extern char **environ;
 
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return dt_error_set(DT_EINVAL, "log directory path is too long: %s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p && *p != '/')
-            continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_error_set_errno(DT_EIO, errno, "cannot create the log directory %s", buf);
-        if (!(*p = c))
-            return 0;
-    }
-}
-
 /* The log directory, absolute: the batch script runs in the submit directory, but say what we mean. */
 static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch *o, char *out, size_t size)
 {
-    const char *d = o->log_dir ? o->log_dir : job->log_dir ? job->log_dir : "runs";
-    int rc = mkdir_p(d);
+    const char *d = o->log_dir ? o->log_dir : job->log_dir;
+    int rc = dt_fs_mkdir_p(d, 0755, "log directory");
     if (rc < 0)
         return rc;
     if (!realpath(d, out) || strlen(out) >= size)
@@ -171,11 +156,9 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
         free(show);
         return 2;
     }
-    char self[PATH_MAX] = "dtrain", token[65] = "", id[64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0)
-        self[n] = 0;
-    int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_coord_make_token(token);
+    char self[PATH_MAX], token[65] = "", id[64];
+    dt_fs_self_path(self, sizeof self);
+    int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_token_make(token);
     char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir,
                                       token[0] ? token : NULL, o->grace_s)
                          : NULL;

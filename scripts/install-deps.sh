@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
   build-essential pkg-config
-  libyaml-dev libuv1-dev libcmocka-dev libopenblas-dev zlib1g-dev
+  libyaml-dev libuv1-dev libjansson-dev libcmocka-dev libopenblas-dev zlib1g-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2

@@ -1,12 +1,12 @@
 /* adamw.c - AdamW scalars and state (see adamw.h). */
 #include "worker/adamw.h"
-#include "worker/arena.h"
+#include "base/arena.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 int dt_adamw_init(struct dt_adamw *a, const struct dt_kernels *k, size_t n, double beta2, double eps,
                   double weight_decay)

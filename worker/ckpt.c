@@ -26,31 +26,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
-#include "worker/crc32c.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/crc32c.h"
 #include "worker/safetensors.h"
+#include "base/fs.h"
 
 #define CKPT_FORMAT "dtrain-trainer-1"
 #define CRC_PREFIX "crc32c."
 #define MAX_ENTRIES (2 * DT_MODEL_MAX_LAYERS + 2)
-
-static int mkdir_p(const char *dir)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) && errno != EEXIST)
-            return dt_error_set_errno(DT_EIO, errno, "cannot create checkpoint directory %s", tmp);
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) && errno != EEXIST)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create checkpoint directory %s", tmp);
-    return 0;
-}
 
 /* The model's tensors (views into the arena) and the two moment arrays. */
 static int entries(const struct dt_model *m, const struct dt_adamw *a, struct dt_st_entry *e, char names[][64])
@@ -89,16 +73,6 @@ static void amp_meta(const struct dt_ckpt_state *s, char v[3][32], const char **
     snprintf(v[2], 32, "%lld", (long long)s->scaler.skipped);
     const char *m[] = {"amp", amp_names[s->amp], "loss_scale", v[0], "growth_tracker", v[1], "skipped_steps", v[2]};
     memcpy(meta, m, sizeof m);
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot open %s to sync it", dir);
-    int rc = fsync(fd) ? dt_error_set_errno(DT_EIO, errno, "fsync %s", dir) : 0;
-    close(fd);
-    return rc;
 }
 
 static int is_ckpt_name(const char *name, long long *step)
@@ -162,23 +136,24 @@ static void prune(const char *dir, int keep)
     }
 }
 
-static int write_file(const char *tmp, const struct dt_st_entry *e, int n, const char *const *meta, int nm)
+/* What dt_fs_write_atomic writes: the safetensors bytes, straight to the descriptor. */
+struct ckpt_bytes {
+    const char *path;
+    const struct dt_st_entry *e;
+    int n, nm;
+    const char *const *meta;
+};
+
+static int write_bytes(void *ctx, FILE *f)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create checkpoint %s", tmp);
-    int rc = dt_safetensors_write_fd(fd, tmp, e, n, meta, nm);
-    if (rc == 0 && fsync(fd))
-        rc = dt_error_set_errno(DT_EIO, errno, "fsync %s", tmp);
-    if (close(fd) && rc == 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "close %s", tmp);
-    return rc;
+    const struct ckpt_bytes *b = ctx;
+    return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, b->meta, b->nm);
 }
 
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep)
 {
-    int rc = mkdir_p(dir);
+    int rc = dt_fs_mkdir_p(dir, 0777, "checkpoint directory");
     if (rc)
         return rc;
     struct dt_st_entry e[MAX_ENTRIES];
@@ -204,18 +179,12 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
         meta[2 * nm] = crc_key[i];
         meta[2 * nm + 1] = crc_val[i];
     }
-    char path[4200], tmp[4250];
+    char path[4200];
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, (long long)s->step);
-    snprintf(tmp, sizeof tmp, "%s/.step_%08lld.safetensors.tmp", dir, (long long)s->step);
-    rc = write_file(tmp, e, n, meta, nm);
-    if (rc == 0 && rename(tmp, path))
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, path);
-    if (rc == 0)
-        rc = fsync_dir(dir);
-    if (rc) {
-        unlink(tmp);
+    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = nm, .meta = meta};
+    rc = dt_fs_write_atomic(path, true, write_bytes, &b);
+    if (rc)
         return rc;
-    }
     prune(dir, keep);
     return 0;
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 int dt_grad_norm_init(struct dt_grad_norm *gn, const struct dt_kernels *k, const float *grads, size_t n)
 {

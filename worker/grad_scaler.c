@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 int dt_grad_scaler_init(struct dt_grad_scaler *s, const struct dt_amp_spec *a)
 {

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
-#include "worker/trainer_spec.h"
+#include "spec/trainer_spec.h"
 
 struct dt_grad_scaler {
     bool enabled;            /* false (amp off): scale 1, nothing checked, never skips */

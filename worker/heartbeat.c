@@ -20,8 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
+#include "base/clock.h"
 
 struct dt_heartbeat {
     struct dt_heartbeat_options o;
@@ -33,13 +34,6 @@ struct dt_heartbeat {
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     bool stop;
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void default_on_lost(void *ctx, const char *why)
 {
@@ -64,14 +58,14 @@ static bool sleep_until(struct dt_heartbeat *h, double until)
 static void *run(void *arg)
 {
     struct dt_heartbeat *h = arg;
-    double last_ok = mono_now(), next = last_ok;
+    double last_ok = dt_clock_s(), next = last_ok;
     char last_err[512] = "";
     while (!sleep_until(h, next)) {
-        double now = mono_now(), left = h->o.lost_after_s - (now - last_ok);
+        double now = dt_clock_s(), left = h->o.lost_after_s - (now - last_ok);
         dt_store_set_timeout(h->store, left > 0.05 ? left : 0.05);
         int rc =
             dt_store_heartbeat(h->store, h->o.rank, atomic_load_explicit(&h->step, memory_order_relaxed));
-        now = mono_now();
+        now = dt_clock_s();
         if (rc == 0) {
             last_ok = now;
             atomic_fetch_add_explicit(&h->sent, 1, memory_order_relaxed);

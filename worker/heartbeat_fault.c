@@ -9,7 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 int dt_heartbeat_fault_parse(const char *text, struct dt_heartbeat_fault *f)
 {
@@ -59,13 +60,6 @@ int dt_heartbeat_fault_from_env(int rank, int restart, struct dt_heartbeat_fault
     return rc;
 }
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *kill_later(void *arg)
 {
     int ms = (int)(intptr_t)arg;
@@ -84,7 +78,7 @@ void dt_heartbeat_fault_after_step(const struct dt_heartbeat_fault *f, int64_t s
                        : f->action == DT_FAULT_STOP ? "SIGSTOP"
                                                     : "hang";
     fprintf(stderr, "DTRAIN_FAULT: rank %d %s after step %lld (+%d ms) at unix time %.3f\n", f->rank, what,
-            (long long)step, f->delay_ms, wall_now());
+            (long long)step, f->delay_ms, dt_clock_wall_s());
     fflush(stderr);
     pthread_t t;
     switch (f->action) {

@@ -4,7 +4,8 @@
 
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 static int share_grads(struct dt_host_state *hs, struct dt_model *m)
 {
@@ -78,16 +79,16 @@ void dt_host_state_share_norm(struct dt_host_state *hs, struct dt_grad_norm *gn)
  * slowest rank, which is what a long optimizer span usually is. */
 static int slice_then_barrier(struct dt_host_state *hs, int64_t t0, const char *slice, const char *wait)
 {
-    int64_t t1 = dt_trace_now();
+    int64_t t1 = dt_clock_ns();
     int rc = dt_comm_barrier(hs->comm);
     dt_trace_span(hs->trace, DT_TRACE_COMPUTE, slice, t0, t1);
-    dt_trace_span(hs->trace, DT_TRACE_COMPUTE, wait, t1, dt_trace_now());
+    dt_trace_span(hs->trace, DT_TRACE_COMPUTE, wait, t1, dt_clock_ns());
     return rc;
 }
 
 int dt_host_state_norm(struct dt_host_state *hs, struct dt_grad_norm *gn, double *norm2)
 {
-    int64_t t0 = dt_trace_now();
+    int64_t t0 = dt_clock_ns();
     dt_grad_norm_slice(gn, hs->lo, hs->hi);
     if (slice_then_barrier(hs, t0, "norm slice", "norm wait"))
         return dt_error_prefix("waiting for every rank's part of the gradient norm");
@@ -98,7 +99,7 @@ int dt_host_state_norm(struct dt_host_state *hs, struct dt_grad_norm *gn, double
 int dt_host_state_adamw(struct dt_host_state *hs, struct dt_adamw *opt, struct dt_model *m, bool skip, double lr,
                         double beta1, float grad_scale)
 {
-    int64_t t0 = dt_trace_now();
+    int64_t t0 = dt_clock_ns();
     if (!skip)
         dt_adamw_step_range(opt, m->params, hs->avg, hs->lo, hs->hi, lr, beta1, grad_scale);
     if (slice_then_barrier(hs, t0, "adamw slice", "adamw wait"))

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 /* The file through inflate, not gzread: after a gzip member, gzread takes
  * bytes that do not start another member for "trailing garbage" and ends

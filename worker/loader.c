@@ -11,7 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/clock.h"
 
 #define FMNIST_MEAN 0.2860f
 #define FMNIST_STD 0.3530f
@@ -39,13 +40,6 @@ struct dt_loader {
     bool stop;
     double wait_s;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ToTensor then Normalize: (p / 255 - mean) / std, in float as torchvision computes it. */
 static void make_lut(float *lut)
@@ -219,10 +213,10 @@ const struct dt_batch *dt_loader_next(struct dt_loader *l)
         s->ready = b;
         pthread_mutex_lock(&l->mu);
     } else if (s->ready != b) {
-        double t0 = now_s();
+        double t0 = dt_clock_s();
         while (s->ready != b)
             pthread_cond_wait(&l->cv, &l->mu);
-        l->wait_s += now_s() - t0;
+        l->wait_s += dt_clock_s() - t0;
     }
     l->next_take = b + 1;
     pthread_mutex_unlock(&l->mu);

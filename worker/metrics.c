@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
+#include "base/fs.h"
 
 static const char *num(char *buf, size_t len, double v)
 {
@@ -82,14 +83,10 @@ void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double te
     fflush(m->f);
 }
 
-int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summary *s)
+static int write_summary(void *ctx, FILE *f)
 {
-    char path[4200], tmp[4250], a[8][32];
-    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    snprintf(tmp, sizeof tmp, "%s/.trainer_summary.json.tmp", run_dir);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot write %s", tmp);
+    const struct dt_metrics_summary *s = ctx;
+    char a[8][32];
     fprintf(f,
             "{\n  \"final_loss\": %s,\n  \"test_loss\": %s,\n  \"test_accuracy\": %s,\n  \"steps\": %lld,\n"
             "  \"total_steps\": %lld,\n  \"epochs\": %.6g,\n  \"samples_per_s\": %s,\n  \"train_seconds\": %s,\n"
@@ -106,10 +103,12 @@ int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summar
         fputc(']', f);
     }
     fputs("\n}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) || bad)
-        return dt_error_set(DT_EIO, "writing %s failed", tmp);
-    if (rename(tmp, path))
-        return dt_error_set_errno(DT_EIO, errno, "cannot rename %s", tmp);
     return 0;
+}
+
+int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summary *s)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    return dt_fs_write_atomic(path, false, write_summary, (void *)s);
 }

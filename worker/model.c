@@ -5,7 +5,7 @@
  * arithmetic loop goes through the device table (kernels.h).
  */
 #include "worker/model.h"
-#include "worker/arena.h"
+#include "base/arena.h"
 #include "worker/model_amp.h"
 #include "worker/trace.h"
 
@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/sampler.h"
+#include "base/clock.h"
 
 /* torch.nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) gives
  * bound = gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e.
@@ -267,7 +268,7 @@ double dt_model_train_batch(struct dt_model *m, const float *x, const int32_t *y
 {
     const float *logits = dt_model_forward(m, x, B);
     double loss = m->k->xent(m->dlogits, logits, y, B, m->classes, dscale, correct);
-    m->backward_start_ns = dt_trace_now();
+    m->backward_start_ns = dt_clock_ns();
     if (m->prec != DT_KPREC_F32)
         dt_model_amp_backward(m, B, accumulate, ready, ctx);
     else

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "worker/kernels.h"
+#include "base/clock.h"
 
 #define DT_MODEL_MAX_LAYERS 17
 
@@ -43,7 +44,7 @@ struct dt_model {
     float *acts;             /* every layer's z and h */
     float *scratch[2];       /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
-    int64_t backward_start_ns; /* dt_trace_now() when the last train_batch's backward began (traces) */
+    int64_t backward_start_ns; /* dt_clock_ns() when the last train_batch's backward began (traces) */
     /* Autocast (model_amp.c): GEMM inputs and outputs, activations and their
      * gradients rounded to prec; NULL buffers while prec is F32. */
     enum dt_kprec prec;

@@ -21,7 +21,7 @@
 
 #include <stdlib.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 int dt_model_set_precision(struct dt_model *m, enum dt_kprec p)
 {

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 /* cos: end + (start - end) / 2.0 * (cos(pi * pct) + 1); linear: (end - start) * pct + start. */
 static double anneal(enum dt_anneal a, double start, double end, double pct)

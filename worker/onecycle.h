@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/trainer_spec.h"
+#include "spec/trainer_spec.h"
 
 struct dt_onecycle_phase {
     double end_step;

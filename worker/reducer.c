@@ -12,14 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/error.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/error.h"
+#include "base/clock.h"
 
 /* Walk tensors from the last to the first; a bucket closes once it holds at
  * least the current limit (first_bucket_bytes for bucket 0, then the cap), or
@@ -112,7 +106,7 @@ int dt_reducer_finish(struct dt_reducer *r)
         return 0;
     while (r->next < r->nb)
         start(r, &r->b[r->next++]);
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     int rc = r->err;
     for (int i = 0; i < r->nb; i++) {
         if (!r->b[i].req)
@@ -122,7 +116,7 @@ int dt_reducer_finish(struct dt_reducer *r)
         if (w && !rc)
             rc = dt_error_prefix("all-reduce of gradient bucket %d", i);
     }
-    r->wait_s += now_s() - t0;
+    r->wait_s += dt_clock_s() - t0;
     r->err = 0;
     r->communicate = false;
     return rc;

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
+#include "base/error.h"
+#include "base/json_escape.h"
 
 #define ST_MAX_HEADER 100000000ull
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 enum { MT_N = 624, MT_M = 397 };
 #define MT_MATRIX_A 0x9908b0dfu

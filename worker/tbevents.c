@@ -29,8 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "worker/crc32c.h"
+#include "base/error.h"
+#include "base/crc32c.h"
+#include "base/clock.h"
 
 #define BUF_SIZE (64 * 1024)
 /* Largest record: 16 framing bytes + Event of at most 9 + 11 + 1 + 2 + 1 + 2 + (1 + 2 + tag + 5). */
@@ -44,20 +45,6 @@ struct dt_tb_writer {
     unsigned char buf[BUF_SIZE];
     char path[4096];
 };
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- protobuf and framing primitives; each returns the new end pointer ---- */
 
@@ -148,7 +135,7 @@ int dt_tb_flush(struct dt_tb_writer *w)
         return dt_error_set(w->error, "%s: an earlier write failed", w->path);
     int rc = w->len ? write_all(w, w->buf, w->len) : 0;
     w->len = 0;
-    w->last_write = mono_now();
+    w->last_write = dt_clock_s();
     return rc;
 }
 
@@ -196,21 +183,21 @@ int dt_tb_scalar_at(struct dt_tb_writer *w, const char *tag, int64_t step, float
     *p++ = 0x15; /* Value.simple_value */
     p = put_le(p, vbits, 4);
     w->len += frame(rec, (size_t)(p - rec - 12));
-    if (mono_now() - w->last_write >= w->flush_secs)
+    if (dt_clock_s() - w->last_write >= w->flush_secs)
         return dt_tb_flush(w);
     return 0;
 }
 
 int dt_tb_scalar(struct dt_tb_writer *w, const char *tag, int64_t step, float value)
 {
-    return dt_tb_scalar_at(w, tag, step, value, wall_now());
+    return dt_tb_scalar_at(w, tag, step, value, dt_clock_wall_s());
 }
 
 int dt_tb_scalars(struct dt_tb_writer *w, int64_t step, const char *const *tags, const double *values, int n)
 {
     if (!w)
         return 0;
-    double now = wall_now();
+    double now = dt_clock_wall_s();
     for (int i = 0; i < n; i++) {
         int rc = isfinite(values[i]) ? dt_tb_scalar_at(w, tags[i], step, (float)values[i], now) : 0;
         if (rc)
@@ -253,7 +240,7 @@ int dt_tb_open_file(const char *path, double wall_time, struct dt_tb_writer **ou
 int dt_tb_open(const char *dir, struct dt_tb_writer **out)
 {
     char host[256] = "localhost", path[4096];
-    double now = wall_now();
+    double now = dt_clock_wall_s();
     if (gethostname(host, sizeof host - 1) != 0)
         snprintf(host, sizeof host, "localhost");
     for (int n = 0; n < 100; n++) {

@@ -25,8 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
+#include "base/error.h"
+#include "base/json_escape.h"
+#include "base/clock.h"
 
 #define MAX_LAUNCH 64
 
@@ -49,18 +50,6 @@ struct dt_trace {
 };
 
 static const char *const track_names[DT_TRACE_N_TRACKS] = {"launch", "compute", "communication", "data"};
-
-static int64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t dt_trace_now(void)
-{
-    return clock_ns(CLOCK_MONOTONIC);
-}
 
 int dt_trace_parse_steps(const char *text, struct dt_trace_spec *out)
 {
@@ -93,7 +82,7 @@ int dt_trace_create(const struct dt_trace_spec *window, int rank, size_t capacit
     t->window = *window;
     t->rank = rank;
     t->cap = capacity;
-    t->wall_minus_mono = clock_ns(CLOCK_REALTIME) - dt_trace_now();
+    t->wall_minus_mono = dt_clock_wall_ns() - dt_clock_ns();
     atomic_init(&t->active, false);
     atomic_init(&t->step, -1);
     atomic_init(&t->next, 0);

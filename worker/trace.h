@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/trainer_spec.h"
+#include "spec/trainer_spec.h"
 
 enum dt_trace_track {
     DT_TRACE_LAUNCH,  /* start-up phases, recorded whatever the window */
@@ -44,9 +44,6 @@ void dt_trace_destroy(struct dt_trace *t);
 
 /* Parses "10-20" or "15" into a window; the same rule as the job spec's trace.steps. */
 int dt_trace_parse_steps(const char *text, struct dt_trace_spec *out);
-
-/* Monotonic clock in nanoseconds: the unit of t0/t1 below. */
-int64_t dt_trace_now(void);
 
 /* Says which optimizer step runs next; spans are kept while it is in the window. */
 void dt_trace_set_step(struct dt_trace *t, int64_t step);

@@ -12,17 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/clock.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
-
-double dt_trainer_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int check_spec(const struct dt_trainer_spec *s)
 {
@@ -283,10 +277,10 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
     paths(t);
     set_threads(t);
     int rc = trace_start(t);
-    int64_t t0 = dt_trace_now();
+    int64_t t0 = dt_clock_ns();
     if (!rc)
         rc = setup(t);
-    dt_trace_span(t->trace, DT_TRACE_LAUNCH, "trainer setup", t0, dt_trace_now());
+    dt_trace_span(t->trace, DT_TRACE_LAUNCH, "trainer setup", t0, dt_clock_ns());
     if (!rc && t->trace && t->comm) /* after setup: the hook reads the model and the buckets */
         dt_comm_set_span_hook(t->comm, comm_span, t);
     if (rc) {

@@ -19,7 +19,7 @@
 
 #include "comm/comm.h"
 #include "worker/metrics.h"
-#include "worker/trainer_spec.h"
+#include "spec/trainer_spec.h"
 
 struct dt_trainer;
 struct dt_model;

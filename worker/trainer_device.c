@@ -11,8 +11,8 @@
 
 #include <stdlib.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* fp16: the host scaler mirrors the device's (metrics rows, checkpoints);
  * optimizer steps not taken by AdamW were skipped. */

@@ -57,7 +57,6 @@ struct dt_trainer {
     bool stopping;                 /* every rank saw a stop request at the last metrics row */
 };
 
-double dt_trainer_now(void);
 int dt_trainer_evaluate(struct dt_trainer *t);
 int dt_trainer_save(struct dt_trainer *t);
 int dt_trainer_loop(struct dt_trainer *t);

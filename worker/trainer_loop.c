@@ -13,8 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/clock.h"
 
 struct window {          /* what a metrics row averages over */
     double loss, samples, t0;
@@ -75,9 +76,9 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
     dt_grad_norm_begin(&t->gnorm);
     bool early = want_norm && norm_in_backward(t);
     for (int i = 0; i < k; i++) {
-        int64_t w0 = dt_trace_now();
+        int64_t w0 = dt_clock_ns();
         const struct dt_batch *b = dt_loader_next(t->loader);
-        int64_t f0 = dt_trace_now();
+        int64_t f0 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, f0);
         if (!b)
             return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
@@ -88,7 +89,7 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
         dt_reducer_begin(&t->red, i == k - 1);
         struct ready_ctx ready = {t, early && i == k - 1};
         *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, &ready, NULL);
-        int64_t b0 = t->model->backward_start_ns, b1 = dt_trace_now();
+        int64_t b0 = t->model->backward_start_ns, b1 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
         t->split_ns[0] += f0 - w0;
@@ -97,9 +98,9 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
         *rows += b->n;
         t->batch = b->index + 1;
     }
-    int64_t c0 = dt_trace_now();
+    int64_t c0 = dt_clock_ns();
     int rc = dt_reducer_finish(&t->red);
-    int64_t c1 = dt_trace_now();
+    int64_t c1 = dt_clock_ns();
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "comm wait", c0, c1);
     t->split_ns[3] += c1 - c0;
     return rc;
@@ -208,7 +209,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 3, DT_F64, DT_SUM))
         return dt_error_prefix("averaging the loss over ranks");
     t->stopping = v[2] > 0;
-    double now = dt_trainer_now(), dt = now - w->t0;
+    double now = dt_clock_s(), dt = now - w->t0;
     t->last_loss = v[0] / v[1];
     double sps = dt > 0 ? v[1] / dt : NAN;
     double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
@@ -235,7 +236,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         fflush(stdout);
     }
     w->loss = w->samples = 0;
-    w->t0 = dt_trainer_now();
+    w->t0 = dt_clock_s();
     memset(t->split_ns, 0, sizeof t->split_ns);
     t->split_steps = 0;
     return 0;
@@ -243,9 +244,9 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
 
 static int eval_row(struct dt_trainer *t)
 {
-    int64_t e0 = dt_trace_now();
+    int64_t e0 = dt_clock_ns();
     int rc = dt_trainer_evaluate(t);
-    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_trace_now());
+    dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_clock_ns());
     if (rc)
         return rc;
     if (t->rank == 0) {
@@ -280,9 +281,9 @@ static int between_steps(struct dt_trainer *t)
         rc = dt_reducer_check_same(&t->red, t->k, t->model->params, t->model->n_params, t->step);
     if (!rc && s->checkpoint.every_steps > 0 && t->step % s->checkpoint.every_steps == 0 &&
         t->step < t->total_steps) {
-        int64_t c0 = dt_trace_now();
+        int64_t c0 = dt_clock_ns();
         rc = dt_trainer_save(t);
-        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "checkpoint", c0, dt_trace_now());
+        dt_trace_span(t->trace, DT_TRACE_COMPUTE, "checkpoint", c0, dt_clock_ns());
     }
     return rc;
 }
@@ -292,7 +293,7 @@ static int between_steps(struct dt_trainer *t)
  * the first step of the run. */
 static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
 {
-    int64_t end = dt_trace_now();
+    int64_t end = dt_clock_ns();
     t->split_ns[4] += end - o0;
     t->split_steps++;
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "optimizer", o0, end);
@@ -304,17 +305,17 @@ static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
 int dt_trainer_loop(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
-    struct window w = {0, 0, dt_trainer_now()};
+    struct window w = {0, 0, dt_clock_s()};
     int every = s->log_every_steps > 0 ? s->log_every_steps : 1;
     bool first = true;
     while (t->step < t->total_steps && !(t->o.stop_after > 0 && t->step >= t->o.stop_after)) {
-        double t0 = dt_trainer_now(), norm, rows = 0;
+        double t0 = dt_clock_s(), norm, rows = 0;
         double lr = t->sched.lr, beta1 = t->sched.beta1;
         dt_trace_set_step(t->trace, t->step);
-        int64_t s0 = dt_trace_now();
+        int64_t s0 = dt_clock_ns();
         bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps;
         int rc = micro_batches(t, s->optimizer.grad_clip > 0 || log, &w.loss, &rows);
-        int64_t o0 = dt_trace_now();
+        int64_t o0 = dt_clock_ns();
         if (!rc)
             rc = update(t, log, &norm);
         if (rc)
@@ -326,13 +327,13 @@ int dt_trainer_loop(struct dt_trainer *t)
         t->samples += rows;
         if (log && t->dev && (rc = device_stats(t, &w, &norm)))
             return rc;
-        t->train_s += dt_trainer_now() - t0;
+        t->train_s += dt_clock_s() - t0;
         if (log && (rc = log_row(t, &w, lr, beta1, norm)))
             return rc;
-        double pause = dt_trainer_now();
+        double pause = dt_clock_s();
         if ((rc = between_steps(t)))
             return rc;
-        w.t0 += dt_trainer_now() - pause;
+        w.t0 += dt_clock_s() - pause;
         if (t->o.after_step)
             t->o.after_step(t->o.ctx, t->model, t->step);
         if (t->stopping)
@@ -350,7 +351,7 @@ static int time_allreduce(struct dt_trainer *t, double *per_step)
         return 0;
     if (dt_comm_barrier(t->comm))
         return dt_error_prefix("barrier before timing the all-reduce");
-    double t0 = dt_trainer_now();
+    double t0 = dt_clock_s();
     for (int i = 0; i < t->o.bench_allreduce; i++) {
         dt_reducer_begin(&t->red, true);
         dt_reducer_ready(&t->red, 0, t->model->n_params);
@@ -358,7 +359,7 @@ static int time_allreduce(struct dt_trainer *t, double *per_step)
         if (rc)
             return rc;
     }
-    *per_step = (dt_trainer_now() - t0) / t->o.bench_allreduce;
+    *per_step = (dt_clock_s() - t0) / t->o.bench_allreduce;
     return 0;
 }
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/mpi/mpi_internal.h"
 
 atomic_int dt_mpi_tainted;

@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/mpi/mpi_internal.h"
 #include "comm/reduce.h"
+#include "base/clock.h"
 
 #define PIECE ((size_t)1 << 30)
 
@@ -49,7 +50,7 @@ static int fail(struct dt_mpi *st, int code)
 
 int dt_mpi_wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uint64_t seq)
 {
-    double deadline = dt_comm_now() + st->timeout_s;
+    double deadline = dt_clock_s() + st->timeout_s;
     for (;;) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -63,7 +64,7 @@ int dt_mpi_wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uin
         if (atomic_load(&st->abort_requested))
             return fail(st, dt_error_set(DT_EABORTED, "rank %d: %s #%llu (mpi): the communicator was aborted",
                                          st->rank, dt_coll_name(kind), (unsigned long long)seq));
-        if (dt_comm_now() > deadline)
+        if (dt_clock_s() > deadline)
             return fail(st, dt_error_set(DT_ETIMEDOUT,
                                          "rank %d: %s #%llu (mpi): not finished after %.0f s; some peer rank of "
                                          "the %d is stalled or stuck (MPI does not say which)",

@@ -9,7 +9,7 @@
  *
  * Not for running collectives (mpi_coll.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/mpi/mpi_internal.h"
 #include "comm/reduce.h"
 

@@ -17,10 +17,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/nccl/nccl_internal.h"
 #include "comm/store.h"
+#include "base/clock.h"
 
 int dt_nccl_cuda_error(cudaError_t e, int rank, const char *call)
 {
@@ -80,7 +81,7 @@ int dt_nccl_settle_locked(struct dt_nccl *st, const char *what, double deadline)
             dt_nccl_abort_locked(st, rc, dt_error_last());
             return rc;
         }
-        if (atomic_load(&st->abort_requested) || dt_comm_now() > deadline) {
+        if (atomic_load(&st->abort_requested) || dt_clock_s() > deadline) {
             bool aborted = atomic_load(&st->abort_requested);
             char msg[256];
             snprintf(msg, sizeof msg,
@@ -114,7 +115,7 @@ static int exchange_id(const struct dt_comm_options *o, ncclUniqueId *id, double
         return rc < 0 ? dt_error_prefix("rank 0: nccl: publishing the unique id under %s", key) : 0;
     }
     const char *keys[1] = {key};
-    double left = deadline - dt_comm_now();
+    double left = deadline - dt_clock_s();
     int rc = dt_store_wait(o->store, keys, 1, left > 0 ? left : 0.001);
     if (rc < 0)
         return dt_error_prefix("rank %d: nccl: waiting for rank 0's unique id under %s", o->rank, key);
@@ -199,7 +200,7 @@ static void nccl_destroy(void *p);
 
 static int nccl_init(const struct dt_comm_options *o, void **out)
 {
-    double deadline = dt_comm_now() + o->timeout_s;
+    double deadline = dt_clock_s() + o->timeout_s;
     struct dt_nccl *st = calloc(1, sizeof *st);
     if (!st)
         return dt_error_set(DT_ENOMEM, "rank %d: nccl: out of memory", o->rank);
@@ -251,7 +252,7 @@ static void close_comm(struct dt_nccl *st)
     if (st->comm && !st->failed) {
         ncclResult_t r = ncclCommFinalize(st->comm);
         if (r == ncclSuccess || r == ncclInProgress) {
-            if (dt_nccl_settle_locked(st, "communicator finalize", dt_comm_now() + st->timeout_s) == 0 &&
+            if (dt_nccl_settle_locked(st, "communicator finalize", dt_clock_s() + st->timeout_s) == 0 &&
                 st->comm) {
                 ncclCommDestroy(st->comm);
                 st->comm = NULL;

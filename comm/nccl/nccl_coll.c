@@ -15,8 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/nccl/nccl_internal.h"
+#include "base/clock.h"
 
 static ncclDataType_t nccl_type(enum dt_dtype t)
 {
@@ -122,7 +123,7 @@ static int poll_locked(struct dt_nccl *st, enum dt_coll_kind kind, uint64_t seq,
         dt_nccl_abort_locked(st, DT_EABORTED, msg);
         return dt_error_set(DT_EABORTED, "%s", msg);
     }
-    if (dt_comm_now() > deadline) {
+    if (dt_clock_s() > deadline) {
         snprintf(msg, sizeof msg,
                  "rank %d: %s #%llu (nccl): not finished after %.0f s; aborted the NCCL communicator so this "
                  "rank does not hang (a peer rank died or stopped calling collectives)",
@@ -194,7 +195,7 @@ static int stage_in(struct dt_nccl *st, const struct coll *c, struct coll *dc, s
 
 static int run_blocking(struct dt_nccl *st, const struct coll *c)
 {
-    double deadline = dt_comm_now() + st->timeout_s;
+    double deadline = dt_clock_s() + st->timeout_s;
     uint64_t seq = 0;
     struct coll dc = *c;
     size_t rb = 0;
@@ -230,7 +231,7 @@ static int run_blocking(struct dt_nccl *st, const struct coll *c)
 
 static int run_async(struct dt_nccl *st, const struct coll *c, struct dt_comm_req *req)
 {
-    double deadline = dt_comm_now() + st->timeout_s;
+    double deadline = dt_clock_s() + st->timeout_s;
     if (c->kind != DT_COLL_BARRIER && (on_host(c->send) || on_host(c->recv)))
         return dt_error_set(DT_EINVAL, "rank %d: %s (nccl): async collectives need device buffers", st->rank,
                             dt_coll_name(c->kind));

@@ -6,9 +6,10 @@
  */
 #include <stdio.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/nccl/nccl_internal.h"
+#include "base/clock.h"
 
 static struct dt_nccl *state_of(struct dt_comm *c)
 {
@@ -89,7 +90,7 @@ int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt
     } else {
         ncclResult_t r = ncclAllReduce(buf, buf, count, dev_type(t), dev_op(op), st->comm, s);
         if (r == ncclInProgress)
-            rc = dt_nccl_settle_locked(st, "gradient bucket all-reduce", dt_comm_now() + st->timeout_s);
+            rc = dt_nccl_settle_locked(st, "gradient bucket all-reduce", dt_clock_s() + st->timeout_s);
         else if (r != ncclSuccess) {
             rc = dt_nccl_nccl_error(r, st->rank, "ncclAllReduce (gradient bucket)");
             dt_nccl_abort_locked(st, rc, dt_error_last());
@@ -121,7 +122,7 @@ static int wait_poll_locked(struct dt_nccl *st, cudaEvent_t ev, const char *what
         return dt_error_set(DT_ECONN, "%s", msg);
     }
     bool aborted = atomic_load(&st->abort_requested);
-    if (aborted || dt_comm_now() > deadline) {
+    if (aborted || dt_clock_s() > deadline) {
         snprintf(msg, sizeof msg,
                  aborted ? "rank %d: %s (nccl): the communicator was aborted"
                          : "rank %d: %s (nccl): not finished after %.0f s; aborted the NCCL communicator so this "
@@ -139,7 +140,7 @@ int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what)
     struct dt_nccl *st = state_of(c);
     if (!st)
         return dt_error_set(DT_EINVAL, "dt_nccl_wait_event: the communicator does not run on nccl");
-    double deadline = dt_comm_now() + st->timeout_s;
+    double deadline = dt_clock_s() + st->timeout_s;
     int spins = 0, rc;
     for (;;) {
         pthread_mutex_lock(&st->mu);

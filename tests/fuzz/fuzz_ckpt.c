@@ -19,8 +19,8 @@
  * Not for the safetensors parser itself (fuzz_safetensors.c) nor for picking
  * the newest intact file (tests/unit/test_ckpt.c).
  */
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/model.h"

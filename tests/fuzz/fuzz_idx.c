@@ -12,7 +12,7 @@
  *
  * Not a test of the Fashion-MNIST loader's label checks (tests/unit/test_idx.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/idx.h"
 
 #include <stdint.h>

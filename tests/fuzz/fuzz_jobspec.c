@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

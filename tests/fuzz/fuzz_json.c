@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report_json.h"
 
 #define MAX_DEPTH 64 /* what report_json.h promises to refuse beyond */

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report.h"
 #include "tests/fuzz/scratch_dir.h"
 

@@ -11,7 +11,7 @@
  * Not a test of the reader's refusals one by one (tests/unit/test_safetensors.c)
  * nor of checkpoints' checksums (fuzz_ckpt.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/safetensors.h"
 
 #include <stdint.h>

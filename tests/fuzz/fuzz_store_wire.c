@@ -8,7 +8,7 @@
  *
  * Not a test of the coordinator's semantics (tests/unit/test_coordinator.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store_wire.h"
 
 #include <stdlib.h>

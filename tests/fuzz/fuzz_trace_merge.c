@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report_json.h"
 #include "launcher/trace_merge.h"
 #include "tests/fuzz/scratch_dir.h"

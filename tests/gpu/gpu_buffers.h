@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "tests/gpu/gpu_test.h"
 #include "worker/cuda/kernels_cuda.h"
 

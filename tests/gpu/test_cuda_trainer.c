@@ -21,7 +21,7 @@
 
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 

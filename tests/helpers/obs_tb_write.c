@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report_json.h"
 #include "worker/tbevents.h"
 

@@ -14,8 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/trace.h"
+#include "base/clock.h"
 
 #define MS 1000000LL
 
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
     if (!rc)
         rc = dt_trace_create(&w, rank, argc > 5 ? (size_t)atol(argv[5]) : 0, &t);
     if (!rc) {
-        int64_t now = dt_trace_now();
+        int64_t now = dt_clock_ns();
         launch_phases(t, now);
         int64_t at = now + 20 * MS;
         dt_trace_span(t, DT_TRACE_LAUNCH, "first step", at, at + 12 * MS);

@@ -17,6 +17,7 @@
  * The token comes from DTRAIN_JOB_TOKEN.  Not a test: it prints figures.
  */
 #include "comm/store_wire.h"
+#include "base/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,13 +54,6 @@ static struct {
     struct dt_wire_bytes *values; /* what key i must hold */
     double t0, t_barrier;
 } g;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, int id)
 {
@@ -117,7 +111,7 @@ static void first_batch(struct client *c)
 static void start_reading(struct client *c)
 {
     if (++g.barrier_done == g.n)
-        g.t_barrier = now();
+        g.t_barrier = dt_clock_s();
     c->phase = READING_KEYS;
     c->out = g.mget.p;
     c->out_len = g.mget.len;
@@ -292,12 +286,12 @@ int main(int argc, char **argv)
     }
     struct client *cs = g.cs = calloc((unsigned)g.n, sizeof *cs);
     g.epfd = epoll_create1(0);
-    g.t0 = now();
+    g.t0 = dt_clock_s();
     start_more();
     struct epoll_event evs[256];
     while (g.done < g.n) {
         int k = epoll_wait(g.epfd, evs, 256, 1000);
-        if (now() - g.t0 > 120)
+        if (dt_clock_s() - g.t0 > 120)
             die("gave up after 120 s", -1);
         for (int i = 0; i < k; i++) {
             struct client *c = evs[i].data.ptr;
@@ -307,7 +301,7 @@ int main(int argc, char **argv)
                 on_writable(c);
         }
     }
-    double t = now() - g.t0;
+    double t = dt_clock_s() - g.t0;
     printf("server=%s clients=%d barrier_s=%.3f total_s=%.3f\n", g.pytorch ? "pytorch" : "dtrain",
            g.n, g.t_barrier - g.t0, t);
     for (int i = 0; i < g.n; i++)

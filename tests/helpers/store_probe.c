@@ -8,7 +8,7 @@
  * DTRAIN_JOB_TOKEN is set.  Used by tests/integration/test_pytorch_store.sh
  * to show the client speaks PyTorch's protocol to PyTorch's own server.
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 
 #include <stdio.h>

@@ -13,7 +13,7 @@ check "man page installed" grep -q '^\.TH DTRAIN 1' "$prefix/share/man/man1/dtra
 
 # A user's program: only the installed header and library.
 cat > "$T/user.c" <<'C'
-#include "comm/error.h"
+#include "base/error.h"
 #include <stdio.h>
 #include <string.h>
 int main(void)

@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
+#include "base/clock.h"
 
 struct agent_fixture {
     char dir[64];
@@ -94,13 +95,6 @@ static inline char *agent_fixture_read(const struct agent_fixture *a, const char
     fclose(fp);
     buf[n] = 0;
     return buf;
-}
-
-static inline double agent_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 #endif

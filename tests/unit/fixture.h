@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/safetensors.h"
 
 /* Tests run from the repository root (scripts/run-tests.sh cds there). */

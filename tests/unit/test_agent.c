@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "launcher/run_dir.h"
 
 #include <sys/stat.h>
@@ -241,8 +241,8 @@ static void no_token_no_variable(void **state)
     assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
     assert_null(get(env, "DTRAIN_JOB_TOKEN"));
     assert_string_equal(get(env, "OMP_NUM_THREADS"), "8");
-    assert_true(dt_agent_env_is_reserved("MASTER_PORT"));
-    assert_false(dt_agent_env_is_reserved("OMP_NUM_THREADS"));
+    assert_true(dt_job_env_is_reserved("MASTER_PORT"));
+    assert_false(dt_job_env_is_reserved("OMP_NUM_THREADS"));
     dt_agent_env_free(env);
 }
 

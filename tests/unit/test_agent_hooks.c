@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 
 struct fixture {
@@ -78,9 +78,9 @@ static void poll_abort_ends_the_job_with_its_status(void **state)
     f->a.argv[2] = "sleep 20";
     f->hooks.poll = poll_hook;
     f->abort_after = 3;
-    double t0 = agent_now_s();
+    double t0 = dt_clock_s();
     assert_int_equal(dt_agent_run(&f->a.cfg, &f->a.res), 0);
-    assert_true(agent_now_s() - t0 < 5); /* SIGTERM went out at once, not after 20 s */
+    assert_true(dt_clock_s() - t0 < 5); /* SIGTERM went out at once, not after 20 s */
     assert_int_equal(f->a.res.status, DT_AGENT_FAILED);
     assert_int_equal(f->a.res.exit_status, 7);
     assert_int_equal(f->a.res.n_attempts, 1);
@@ -96,9 +96,9 @@ static void stop_then_restart_runs_a_second_round(void **state)
     f->hooks.attempt_end = end_hook;
     f->stop_in_attempt = 0;
     f->done_status = 0;
-    double t0 = agent_now_s();
+    double t0 = dt_clock_s();
     assert_int_equal(dt_agent_run(&f->a.cfg, &f->a.res), 0);
-    assert_true(agent_now_s() - t0 < 5);
+    assert_true(dt_clock_s() - t0 < 5);
     assert_int_equal(f->ends, 2);
     assert_int_equal(f->a.res.n_attempts, 2);
     assert_int_equal(f->a.res.status, DT_AGENT_SUCCEEDED);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 
 struct fixture {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 
 struct fixture {
@@ -44,9 +44,9 @@ static int teardown(void **state)
 /* Seconds the run took. */
 static double run(struct fixture *f, int nproc, int max_restarts, const char *script)
 {
-    double t = agent_now_s();
+    double t = dt_clock_s();
     agent_fixture_run(&f->a, nproc, max_restarts, script);
-    return agent_now_s() - t;
+    return dt_clock_s() - t;
 }
 
 static void ranks_succeed_with_logs_and_prefixes(void **state)

@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/agent.h"
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 
 /* --- the rule --------------------------------------------------------------- */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/arena.h"
+#include "base/arena.h"
 
 static int all_zero(const unsigned char *p, size_t n)
 {

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "worker/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/model.h"

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
 

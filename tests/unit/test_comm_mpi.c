@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/reduce.h"
 
 static char self_path[4096];

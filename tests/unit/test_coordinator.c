@@ -20,10 +20,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "comm/store_wire.h"
 #include "launcher/coordinator.h"
+#include "spec/token.h"
 
 static char token[65];
 
@@ -211,7 +212,7 @@ static void wrong_token_closes_and_pipelined_set_is_not_applied(void **state)
     struct fx *f = *state;
     int fd = raw_connect(f);
     char bad[65];
-    dt_coord_make_token(bad);
+    dt_token_make(bad);
     struct dt_wire_buf b;
     dt_wire_buf_init(&b);
     put_validate(&b);
@@ -447,7 +448,7 @@ static void raw_client_without_auth_gets_tcpstore_answers(void **state)
 
 int main(void)
 {
-    dt_coord_make_token(token);
+    dt_token_make(token);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(garbage_first_bytes_close, setup, teardown),
         cmocka_unit_test_setup_teardown(wrong_magic_closes, setup, teardown),

@@ -1,4 +1,4 @@
-/* test_env.c - checked whole numbers from the environment (comm/env.h): the
+/* test_env.c - checked whole numbers from the environment (base/env.h): the
  * default when unset or empty, the value inside the range, and for anything
  * else an error naming the variable and the range, with the default left in
  * place (tests/integration/test_bench.sh checks a bad knob through dtrain
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/env.h"
-#include "comm/error.h"
+#include "base/env.h"
+#include "base/error.h"
 
 static void defaults_and_values(void **s)
 {

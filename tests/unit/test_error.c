@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 static void set_returns_code_and_message(void **state)
 {

@@ -17,18 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
 #include "worker/heartbeat.h"
 #include "worker/heartbeat_fault.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 struct lost {
     _Atomic int calls;
@@ -40,7 +34,7 @@ static void on_lost(void *ctx, const char *why)
 {
     struct lost *l = ctx;
     snprintf(l->why, sizeof l->why, "%s", why);
-    l->when = now_s();
+    l->when = dt_clock_s();
     atomic_fetch_add(&l->calls, 1);
 }
 
@@ -55,7 +49,7 @@ static struct dt_store *connect_to(struct dt_coord *c)
 /* Waits up to `limit` s for rank 3's reported step to equal want. */
 static bool step_arrives(struct dt_coord *c, int64_t want, double limit)
 {
-    for (double end = now_s() + limit; now_s() < end; usleep(10000)) {
+    for (double end = dt_clock_s() + limit; dt_clock_s() < end; usleep(10000)) {
         int64_t step;
         double when;
         if (dt_coord_heartbeat(c, 3, &step, &when) == 0 && step == want)
@@ -87,10 +81,10 @@ static void steps_reach_the_coordinator_and_its_death_is_noticed(void **state)
     double when;
     assert_int_equal(dt_coord_heartbeat(c, 3, &step, &when), 0);
     assert_int_equal(step, 17);
-    assert_true(now_s() - when < 0.3);
-    double stopped = now_s();
+    assert_true(dt_clock_s() - when < 0.3);
+    double stopped = dt_clock_s();
     dt_coord_stop(c);
-    while (atomic_load(&l.calls) == 0 && now_s() - stopped < 5)
+    while (atomic_load(&l.calls) == 0 && dt_clock_s() - stopped < 5)
         usleep(10000);
     assert_int_equal(atomic_load(&l.calls), 1);
     printf("# on_lost %.2f s after the coordinator stopped: %s\n", l.when - stopped, l.why);

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/idx.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"

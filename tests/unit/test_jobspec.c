@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
-#include "worker/trainer_spec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "spec/trainer_spec.h"
 
 static struct dt_job *load_ok(const char *yaml)
 {

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 
 struct bad_case {
     const char *yaml;

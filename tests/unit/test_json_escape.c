@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
-#include "comm/json_escape.h"
+#include "base/error.h"
+#include "base/json_escape.h"
 #include "launcher/report_json.h"
 
 /* --- writer ----------------------------------------------------------- */

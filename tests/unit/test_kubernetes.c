@@ -17,10 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/kubernetes_internal.h"
+#include "base/clock.h"
 
 static const struct dt_adapter *k8s(void)
 {
@@ -365,13 +366,6 @@ static void discover_names_bad_variables(void **state)
     dt_job_free(job);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *publish_later(void *arg)
 {
     (void)arg;
@@ -392,18 +386,18 @@ static void discover_waits_for_pod_0(void **state)
     struct dt_adapter_node node;
     pthread_t t;
     pthread_create(&t, NULL, publish_later, NULL);
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     assert_int_equal(k8s()->discover(job, env, &node), 0);
-    double waited = now_s() - t0;
+    double waited = dt_clock_s() - t0;
     pthread_join(t, NULL);
     assert_true(waited > 0.3 && waited < 10);
     dt_job_free(job);
 
     job = load("name: nobody\nscheduler: kubernetes\nnodes: 2\ncommand: [\"true\"]\n"
                "rendezvous: {timeout: 0.5s}\nkubernetes: {image: i, namespace: team}\n");
-    t0 = now_s();
+    t0 = dt_clock_s();
     assert_int_equal(k8s()->discover(job, env, &node), DT_ETIMEDOUT);
-    waited = now_s() - t0;
+    waited = dt_clock_s() - t0;
     assert_true(waited >= 0.5 && waited < 15); /* one slow DNS answer at most past the deadline */
     const char *want[] = {"the coordinator's name 'nobody-0.nobody' did not resolve within 0.5s",
                           "is pod 0 of Job 'nobody' running", "Service 'nobody' exist in namespace 'team'"};

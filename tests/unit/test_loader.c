@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/loader.h"
 
 /* 1003 tiny 2x2 "images": pixel j of image i is (i * 7 + j) % 256, label i % 10. */

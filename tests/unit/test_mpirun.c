@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/mpirun.h"
 

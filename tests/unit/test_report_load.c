@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report.h"
 #include "tests/unit/run_dir_fixture.h"
 

@@ -14,10 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/resolve.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
+#include "spec/token.h"
 
 static char path[64];
 
@@ -136,7 +137,7 @@ static void store_client_uses_the_override(void **state)
     (void)state;
     char token[65];
     struct dt_coord *c = NULL;
-    assert_int_equal(dt_coord_make_token(token), 0);
+    assert_int_equal(dt_token_make(token), 0);
     struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .token = token};
     assert_int_equal(dt_coord_start(&cfg, &c), 0);
     write_hosts("127.0.0.1 fmnist-0.fmnist.invalid\n");

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/safetensors.h"
 
 /* Writes entries to a temp file and returns its bytes (malloc'd). */

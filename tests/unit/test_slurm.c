@@ -16,8 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/slurm.h"
 

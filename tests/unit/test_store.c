@@ -14,17 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "spec/token.h"
+#include "base/clock.h"
 
 struct fx {
     struct dt_coord *coord;
@@ -42,7 +37,7 @@ static int connect_to(struct fx *f, const char *token, double timeout, struct dt
 static int setup(void **state)
 {
     struct fx *f = calloc(1, sizeof *f);
-    assert_int_equal(dt_coord_make_token(f->token), 0);
+    assert_int_equal(dt_token_make(f->token), 0);
     struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .token = f->token};
     assert_int_equal(dt_coord_start(&cfg, &f->coord), 0);
     assert_int_equal(connect_to(f, f->token, 5, &f->s), 0);
@@ -63,8 +58,8 @@ static void token_is_64_hex_and_fresh(void **state)
 {
     (void)state;
     char a[65], b[65];
-    assert_int_equal(dt_coord_make_token(a), 0);
-    assert_int_equal(dt_coord_make_token(b), 0);
+    assert_int_equal(dt_token_make(a), 0);
+    assert_int_equal(dt_token_make(b), 0);
     assert_int_equal(strlen(a), 64);
     assert_int_equal(strspn(a, "0123456789abcdef"), 64);
     assert_string_not_equal(a, b);
@@ -168,9 +163,9 @@ static void wait_times_out_with_message_and_stays_usable(void **state)
 {
     struct fx *f = *state;
     const char *keys[] = {"never"};
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     assert_int_equal(dt_store_wait(f->s, keys, 1, 0.2), DT_ETIMEDOUT);
-    double dt = now_s() - t0;
+    double dt = dt_clock_s() - t0;
     assert_true(dt >= 0.19 && dt < 2);
     char want[128];
     snprintf(want, sizeof want, "coordinator 127.0.0.1:%d did not answer WAIT for key 'never' in 0.2s",

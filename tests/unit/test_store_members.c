@@ -19,10 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "comm/store.h"
 #include "comm/store_wire.h"
 #include "launcher/coordinator.h"
+#include "spec/token.h"
 
 struct fx {
     struct dt_coord *coord;
@@ -42,7 +43,7 @@ static struct dt_store *client(struct fx *f)
 static int setup(void **state)
 {
     struct fx *f = calloc(1, sizeof *f);
-    assert_int_equal(dt_coord_make_token(f->token), 0);
+    assert_int_equal(dt_token_make(f->token), 0);
     struct dt_coord_config cfg = {.bind_host = "127.0.0.1", .token = f->token};
     assert_int_equal(dt_coord_start(&cfg, &f->coord), 0);
     f->s = client(f);

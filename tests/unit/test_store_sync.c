@@ -15,10 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "comm/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "comm/store.h"
 #include "launcher/coordinator.h"
+#include "spec/token.h"
 
 static char token[65];
 
@@ -138,7 +139,7 @@ static void wrong_token_is_refused(void **state)
     (void)state;
     struct dt_coord *c = start(token);
     char other[65];
-    dt_coord_make_token(other);
+    dt_token_make(other);
     struct dt_store *s = NULL;
     dt_log_set_level(DT_LOG_SILENT);
     assert_int_equal(connect_to(c, other, 2, &s), DT_EAUTH);
@@ -249,7 +250,7 @@ static void connect_env_parses_and_validates(void **state)
 
 int main(void)
 {
-    dt_coord_make_token(token);
+    dt_token_make(token);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(barrier_releases_all_and_is_reusable),
         cmocka_unit_test(barrier_times_out_and_leaver_is_not_counted),

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/error.h"
-#include "worker/crc32c.h"
+#include "base/error.h"
+#include "base/crc32c.h"
 #include "worker/tbevents.h"
 #include "tests/unit/run_dir_fixture.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "launcher/report_json.h"
 #include "launcher/trace_merge.h"
 #include "tests/unit/run_dir_fixture.h"

@@ -22,9 +22,9 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "comm/error.h"
-#include "comm/yaml_escape.h"
-#include "launcher/jobspec_yaml.h"
+#include "base/error.h"
+#include "base/yaml_escape.h"
+#include "spec/jobspec_yaml.h"
 
 /* What the writer gives for s (len bytes), NUL-terminated; asserts it accepted s. */
 static char *put(const char *s, size_t len, enum dt_yaml_style style)

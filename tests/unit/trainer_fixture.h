@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/model.h"
 #include "worker/safetensors.h"
 #include "worker/trainer.h"

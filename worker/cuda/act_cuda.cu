@@ -20,7 +20,7 @@
 #include <cuda_fp16.h>
 
 extern "C" {
-#include "comm/error.h" /* a C header without C++ guards */
+#include "base/error.h" /* a C header without C++ guards */
 }
 #include "worker/cuda/device_common.cuh"
 

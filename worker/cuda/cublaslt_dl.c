@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #define DT_CUBLASLT_DL_IMPL
 #include "worker/cuda/cublaslt_dl.h"
 

@@ -10,7 +10,7 @@
  *   gelu_tanh'(z) = (1 + tanh u)/2 + z/2 (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 z^2)
  *
  * Everything here sits in an anonymous namespace: each .cu file that
- * includes it gets its own internal copy.  Needs comm/error.h included
+ * includes it gets its own internal copy.  Needs base/error.h included
  * first (inside extern "C": it has no C++ guards).
  */
 #ifndef DT_WORKER_CUDA_DEVICE_COMMON_CUH

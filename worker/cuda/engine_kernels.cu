@@ -14,7 +14,7 @@
 #include <cuda_fp16.h>
 
 extern "C" {
-#include "comm/error.h" /* a C header without C++ guards */
+#include "base/error.h" /* a C header without C++ guards */
 }
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"

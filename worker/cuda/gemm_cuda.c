@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/cuda/cublaslt_dl.h"
 #include "worker/cuda/cuda_internal.h"
 

@@ -16,7 +16,7 @@
  *
  * Not for the own kernels (act_cuda.cu) or planning GEMMs (gemm_cuda.c).
  */
-#include "comm/error.h"
+#include "base/error.h"
 #include "worker/cuda/cuda_internal.h"
 
 static cudaDataType_t cuda_type(enum dt_cuda_dtype t)

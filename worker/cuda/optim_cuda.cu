@@ -16,7 +16,7 @@
 #include <math.h>
 
 extern "C" {
-#include "comm/error.h" /* a C header without C++ guards */
+#include "base/error.h" /* a C header without C++ guards */
 }
 #include "worker/cuda/device_common.cuh"
 

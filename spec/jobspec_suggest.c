@@ -6,7 +6,7 @@
  *
  * Not for deciding whether a key is known (jobspec_keys.c does that).
  */
-#include "launcher/jobspec_keys.h"
+#include "spec/jobspec_keys.h"
 
 #include <ctype.h>
 #include <string.h>

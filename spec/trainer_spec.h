@@ -1,6 +1,6 @@
 /* trainer_spec.h - the `trainer:` section of a job spec, as the bundled trainer reads it.
  *
- * The job-spec parser (launcher/jobspec.c) fills this struct and validates every
+ * The job-spec parser (spec/jobspec.c) fills this struct and validates every
  * value; the trainer (worker/) only reads it.  It lives in worker/ because the
  * worker must not depend on the launcher.  Defaults are those of PyTorch where a
  * PyTorch equivalent exists (AdamW, OneCycleLR, DDP bucket sizes, GradScaler).

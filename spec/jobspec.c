@@ -8,12 +8,11 @@
  * Not for the trainer's or the schedulers' keys (jobspec_trainer.c,
  * jobspec_sched.c) nor for YAML details (jobspec_yaml.c).
  */
-#include "launcher/jobspec.h"
+#include "spec/jobspec.h"
 
-#include "comm/error.h"
-#include "launcher/agent.h"
-#include "launcher/jobspec_keys.h"
-#include "worker/trainer_spec.h"
+#include "base/error.h"
+#include "spec/jobspec_keys.h"
+#include "spec/trainer_spec.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -280,13 +279,51 @@ static int check_backend(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
     return 0;
 }
 
-/* Names the agent sets for each rank (the agent's list is the one truth):
- * a value in env: would be silently overridden, so it is refused here. */
+/* The variables the agent sets for every rank, whatever the launcher's
+ * environment or the spec says (launcher/agent_env.c builds them). */
+static const char *const reserved[] = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "DTRAIN_COORD_ADDR",
+    "DTRAIN_JOB_TOKEN",
+    "DTRAIN_RUN_DIR",
+    "DTRAIN_RUN_ID",
+    "DTRAIN_JOB_NAME",
+    "DTRAIN_NODE_RANK",
+    "DTRAIN_NNODES",
+    "DTRAIN_RESTART_COUNT",
+    "DTRAIN_ERROR_FILE",
+};
+
+bool dt_job_env_is_reserved(const char *name)
+{
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (strcmp(reserved[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* A value in env: for a name the agent sets would be silently overridden,
+ * so it is refused here. */
 static int check_env(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
     const struct dt_ynode *env = dt_ymap_get(map, "env");
     for (int i = 0; i < job->n_env; i++)
-        if (dt_agent_env_is_reserved(job->env[i].name))
+        if (dt_job_env_is_reserved(job->env[i].name))
             return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
                                 "%s is set by dtrain for every rank and cannot be overridden",
                                 job->env[i].name);

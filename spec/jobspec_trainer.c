@@ -3,13 +3,13 @@
  * Ranges follow what PyTorch accepts for the same settings (AdamW betas in
  * [0, 1), OneCycle pct_start in [0, 1], GradScaler factors), so a spec that
  * loads here means what it would mean there.  Defaults come from
- * dt_trainer_spec_defaults (worker/trainer_spec.c), not from here.
+ * dt_trainer_spec_defaults (spec/trainer_spec.c), not from here.
  *
  * Not for the top level or the scheduler sections.
  */
-#include "comm/error.h"
-#include "launcher/jobspec_keys.h"
-#include "worker/trainer_spec.h"
+#include "base/error.h"
+#include "spec/jobspec_keys.h"
+#include "spec/trainer_spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* arena.c - zeroed, huge-page backed allocations (arena.h). */
-#include "worker/arena.h"
+#include "base/arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>

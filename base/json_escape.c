@@ -6,11 +6,11 @@
  * U+FFFF is written as a UTF-16 surrogate pair, high (D800..DBFF) then low
  * (DC00..DFFF); either alone is no character and has no UTF-8 form.
  */
-#include "comm/json_escape.h"
+#include "base/json_escape.h"
 
 #include <string.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 /* The escaped form of byte c at e (room for 6); returns its length.  The
  * one place that decides how a byte is written, for both writers below. */

@@ -7,9 +7,9 @@
  *
  * Not for messages (jobspec_values.c) or for rendering scheduler files.
  */
-#include "comm/yaml_escape.h"
-#include "launcher/jobspec.h"
-#include "launcher/jobspec_keys.h"
+#include "base/yaml_escape.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_keys.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * One fixed buffer per thread: setting an error never allocates, so it is
  * safe on out-of-memory paths and inside the step loop.
  */
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

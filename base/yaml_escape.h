@@ -3,13 +3,13 @@
  *
  * dt_yaml_put_quoted writes a string for the Kubernetes manifests
  * (scheduler-adapters/kubernetes_yaml.c) and `dtrain validate --print`
- * (launcher/jobspec_print.c); dt_yaml_block_ok says whether text may stand
+ * (spec/jobspec_print.c); dt_yaml_block_ok says whether text may stand
  * unescaped, as a literal block scalar; dt_yaml_char finds what a
- * one-line message or comment must not show raw (launcher/jobspec_yaml.c's
+ * one-line message or comment must not show raw (spec/jobspec_yaml.c's
  * dt_yaml_quote).  All follow one rule for which characters a YAML
  * document may hold as they are.
  *
- * Not a YAML reader (launcher/jobspec_yaml.c, through libyaml) and not for
+ * Not a YAML reader (spec/jobspec_yaml.c, through libyaml) and not for
  * deciding whether a string needs quotes at all (kubernetes_yaml.c).
  */
 #ifndef DT_YAML_ESCAPE_H

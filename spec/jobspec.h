@@ -123,7 +123,7 @@ struct dt_mpirun_spec {
     int n_extra_args;
 };
 
-struct dt_trainer_spec; /* the bundled trainer's section: worker/trainer_spec.h */
+struct dt_trainer_spec; /* the bundled trainer's section: spec/trainer_spec.h */
 
 struct dt_job {
     char *path; /* the file it was loaded from ("<string>" otherwise) */
@@ -162,6 +162,10 @@ const char *dt_backend_name(enum dt_backend b);
 /* What restart_policy says for a rank that ended with `status` (exit code,
  * or 128+N for signal N). */
 enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status);
+
+/* True if `name` is a variable dtrain sets for every rank (RANK, MASTER_ADDR,
+ * DTRAIN_JOB_TOKEN, ...), so the spec's env: may not set it. */
+bool dt_job_env_is_reserved(const char *name);
 
 /* Writes the job as YAML with every default filled in; it loads back to the same job. */
 void dt_job_print(const struct dt_job *job, FILE *out);

@@ -6,10 +6,10 @@
  *
  * Not for the tables themselves (jobspec.c, jobspec_trainer.c, jobspec_sched.c).
  */
-#include "launcher/jobspec_keys.h"
+#include "spec/jobspec_keys.h"
 
-#include "comm/error.h"
-#include "launcher/jobspec.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
 
 #include <ctype.h>
 #include <stdbool.h>

@@ -2,7 +2,7 @@
  *
  * Kept next to the struct so the parser and the trainer agree on them.
  */
-#include "worker/trainer_spec.h"
+#include "spec/trainer_spec.h"
 
 #include <stdlib.h>
 #include <string.h>

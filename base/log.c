@@ -3,7 +3,7 @@
  * Each line is formatted into one buffer and written with a single write(2),
  * so lines from the coordinator thread and the agent never interleave.
  */
-#include "comm/log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
 /* env.c - checked whole numbers from the environment (see env.h). */
-#include "comm/env.h"
+#include "base/env.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#include "comm/error.h"
+#include "base/error.h"
 
 int dt_env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi, uint64_t *out)
 {

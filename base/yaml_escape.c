@@ -6,9 +6,9 @@
  * allowed").  Escapes name code points (\x80 is U+0080, two bytes of UTF-8),
  * so invalid UTF-8 has no escape that reads back as the same bytes.
  */
-#include "comm/yaml_escape.h"
+#include "base/yaml_escape.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 /* Length of the UTF-8 character at s (left bytes remain) with its code
  * point in *cp, or 0 when the bytes there are not one (RFC 3629 section 3):

@@ -4,7 +4,7 @@
  * twice and nothing is allocated: table[n] is the CRC of the byte n with a
  * zero register, e.g. table[1] = 0xF26B8303.
  */
-#include "worker/crc32c.h"
+#include "base/crc32c.h"
 
 #include <pthread.h>
 

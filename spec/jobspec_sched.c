@@ -7,9 +7,9 @@
  * Not for rendering sbatch scripts, manifests or mpirun lines
  * (scheduler-adapters/ reads these structs).
  */
-#include "comm/error.h"
-#include "launcher/jobspec.h"
-#include "launcher/jobspec_keys.h"
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_keys.h"
 
 #include <stdio.h>
 #include <stdlib.h>

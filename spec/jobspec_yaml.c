@@ -8,10 +8,10 @@
  *
  * Not for key names, types or ranges (jobspec_keys.c).
  */
-#include "launcher/jobspec_yaml.h"
+#include "spec/jobspec_yaml.h"
 
-#include "comm/error.h"
-#include "comm/yaml_escape.h"
+#include "base/error.h"
+#include "base/yaml_escape.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,9 +5,9 @@
  *
  * Not for walking sections or knowing key names (jobspec_keys.c).
  */
-#include "launcher/jobspec_keys.h"
+#include "spec/jobspec_keys.h"
 
-#include "comm/error.h"
+#include "base/error.h"
 
 #include <ctype.h>
 #include <errno.h>

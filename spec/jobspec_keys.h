@@ -12,7 +12,7 @@
 #ifndef DT_JOBSPEC_KEYS_H
 #define DT_JOBSPEC_KEYS_H
 
-#include "launcher/jobspec_yaml.h"
+#include "spec/jobspec_yaml.h"
 
 #include <stddef.h>
 #include <stdint.h>

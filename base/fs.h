@@ -1,0 +1,43 @@
+/* fs.h - the file-system steps every layer takes: make a directory with its
+ * parents, find a program on PATH, name this executable, and replace a file
+ * so that a reader never sees half of it.
+ *
+ * Errors name the path and what it was for (`what`: "log directory",
+ * "checkpoint directory", ...), so a user reads a sentence, not an errno.
+ * Not for the formats written into the files (their modules do that).
+ */
+#ifndef DT_FS_H
+#define DT_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* mkdir -p: every missing directory of `path` with `mode` (before umask).
+ * DT_EIO "cannot create the <what> <dir>: <reason>" naming the first that failed. */
+int dt_fs_mkdir_p(const char *path, mode_t mode, const char *what);
+
+/* True when `prog` runs: a path (with a '/') that is executable, or a name
+ * found executable in a directory of $PATH (default /usr/local/bin:/usr/bin:/bin). */
+bool dt_fs_on_path(const char *prog);
+
+/* This executable's path (/proc/self/exe), or "dtrain" when it cannot be read,
+ * as ranks and agents run it (`<self> worker`, `<self> agent`). */
+void dt_fs_self_path(char *out, size_t size);
+
+/* Writes `path` whole or not at all: `write` fills a temporary file beside it
+ * (.<name>.tmp in the same directory, hidden from
+ * listings), which then replaces `path` by rename(2); on any error the
+ * temporary file is removed and `path` is untouched.  With `durable` the data
+ * and the directory entry are fsync'd too, so a power cut leaves the old file
+ * or the new one (checkpoints).  `write` returns 0 or a negative DT_E* code
+ * with the error set; a write error the stream reports is turned into one
+ * naming the file ("disk full?"). */
+typedef int (*dt_fs_write_fn)(void *ctx, FILE *f);
+int dt_fs_write_atomic(const char *path, bool durable, dt_fs_write_fn write, void *ctx);
+
+/* fsync of a directory, so a rename inside it survives a crash. */
+int dt_fs_sync_dir(const char *dir);
+
+#endif
