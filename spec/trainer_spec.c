@@ -4,7 +4,6 @@
  */
 #include "spec/trainer_spec.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
@@ -73,12 +72,4 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->trace.last_step = -1;
     t->cuda_graph = true;
     t->log_every_steps = 10;
-}
-
-void dt_trainer_spec_release(struct dt_trainer_spec *t)
-{
-    free(t->data.path);
-    free(t->checkpoint.dir);
-    t->data.path = NULL;
-    t->checkpoint.dir = NULL;
 }

@@ -1,8 +1,8 @@
 /* trainer_spec.h - the `trainer:` section of a job spec, as the bundled trainer reads it.
  *
  * The job-spec parser (spec/jobspec.c) fills this struct and validates every
- * value; the trainer (worker/) only reads it.  It lives in worker/ because the
- * worker must not depend on the launcher.  Defaults are those of PyTorch where a
+ * value, and frees its strings with the job; the trainer (worker/) only reads
+ * it.  Defaults are those of PyTorch where a
  * PyTorch equivalent exists (AdamW, OneCycleLR, DDP bucket sizes, GradScaler).
  *
  * Not for parsing: no YAML here.
@@ -111,8 +111,5 @@ struct dt_trainer_spec {
 
 /* Fills every field with its default (the values in the comments above). */
 void dt_trainer_spec_defaults(struct dt_trainer_spec *t);
-
-/* Frees the strings inside (not t itself). */
-void dt_trainer_spec_release(struct dt_trainer_spec *t);
 
 #endif
