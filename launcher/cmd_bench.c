@@ -33,13 +33,17 @@ static void usage(FILE *out)
             "  -o, --op OP             sum avg max min or all (default sum)\n"
             "  -r, --root R            root of broadcast (default 0)\n"
             "      --backend B         tcp, shm, nccl, mpi or auto (default auto: shm on one host; mpi for\n"
-            "                        ranks of a backend: mpi job).  nccl: one GPU per rank (LOCAL_RANK),\n"
-            "                        device buffers, busbw as nccl-tests computes it\n"
+            "                          ranks of a backend: mpi job).  nccl: one GPU per rank (LOCAL_RANK),\n"
+            "                          device buffers, busbw as nccl-tests computes it\n"
             "      --min-bw GB/s       fail (exit 1) if the average bus bandwidth is below this\n"
             "      --timeout SECONDS   deadline of bootstrap and of each collective (default 60)\n"
             "      --bind              pin each rank to one core (LOCAL_RANK-th allowed CPU) as mpirun does:\n"
             "                          only with at most 2 ranks per host and a CPU for each\n\n"
-            "Example: dtrain launch -n 4 -- dtrain bench allreduce -b 8 -e 64M -f 2\n"
+            "Example: run it as the command of a job, here 4 ranks on this machine (bench.yaml):\n"
+            "  name: bench\n"
+            "  nproc_per_node: 4\n"
+            "  command: [dtrain, bench, allreduce, -b, \"8\", -e, 64M, -f, \"2\"]\n"
+            "then: dtrain launch --ranks 0 bench.yaml\n\n"
             "Exit status: 0 if every value was right (and --min-bw met), 1 otherwise.\n");
 }
 
