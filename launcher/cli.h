@@ -1,8 +1,9 @@
 /* cli.h - the table of `dtrain` subcommands.
  *
  * Each subcommand lives in its own file (launcher/cmd_<name>.c) and exports
- * one `const struct dt_cli_command`; main.c lists them.  Adding a subcommand
- * is adding a file and one line to that list.
+ * one `const struct dt_cli_command dt_cli_<name>`; the Makefile generates the
+ * table of them (build/gen/cli_table.c), so adding a subcommand is adding a
+ * file.  main.c decides only the order `dtrain --help` lists them in.
  *
  * Conventions every subcommand follows: `-h/--help` prints its usage on
  * stdout and exits 0; a usage error prints one sentence and the usage line on

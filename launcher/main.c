@@ -1,13 +1,14 @@
 /* main.c - `dtrain`: finds the subcommand and hands it argv.
  *
- * Nothing else lives here: each subcommand is a file of its own (cli.h),
- * collected into a table the Makefile generates.
+ * Nothing else lives here but the order of `dtrain --help`: each subcommand
+ * is a file of its own (cli.h), collected into a table the Makefile generates.
  */
 #include "launcher/cli.h"
 
 #include "base/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,22 +43,70 @@ int dt_cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+/* The order `dtrain --help` lists commands in: what a user runs, in the order
+ * a job meets them, then what dtrain runs itself on the nodes.  Lookup uses
+ * the generated table; a command missing here is listed under "Other", so
+ * adding a cmd_<name>.c file still needs no edit. */
+static const struct {
+    const char *heading;
+    const char *names[6];
+} help_groups[] = {
+    {"Run a job", {"launch", "validate", "render"}},
+    {"Look at a run", {"report", "trace"}},
+    {"Measure", {"bench"}},
+    {"Started by dtrain on the nodes (or by hand, see their --help)", {"agent", "coordinator", "worker", "mpirank"}},
+    {"Other", {"version"}},
+};
+
+static const struct dt_cli_command *find_command(const char *name)
+{
+    for (size_t i = 0; dt_cli_commands[i]; i++)
+        if (strcmp(dt_cli_commands[i]->name, name) == 0)
+            return dt_cli_commands[i];
+    return NULL;
+}
+
+static bool in_help_groups(const char *name)
+{
+    for (size_t g = 0; g < sizeof help_groups / sizeof help_groups[0]; g++)
+        for (size_t k = 0; k < 6 && help_groups[g].names[k]; k++)
+            if (strcmp(help_groups[g].names[k], name) == 0)
+                return true;
+    return false;
+}
+
+static void print_command(FILE *out, const struct dt_cli_command *c)
+{
+    fprintf(out, "  %-12s %s\n", c->name, c->summary);
+}
+
 static void print_help(FILE *out)
 {
     fprintf(out,
             "dtrain %s - distributed training launcher and coordinator\n\n"
             "Usage: dtrain <command> [options]\n"
-            "       dtrain <command> --help\n\n"
-            "Commands:\n",
+            "       dtrain <command> --help\n",
             dt_version);
-    for (size_t i = 0; dt_cli_commands[i]; i++)
-        fprintf(out, "  %-12s %s\n", dt_cli_commands[i]->name, dt_cli_commands[i]->summary);
+    size_t n_groups = sizeof help_groups / sizeof help_groups[0];
+    for (size_t g = 0; g < n_groups; g++) {
+        fprintf(out, "\n%s:\n", help_groups[g].heading);
+        for (size_t k = 0; k < 6 && help_groups[g].names[k]; k++) {
+            const struct dt_cli_command *c = find_command(help_groups[g].names[k]);
+            if (c)
+                print_command(out, c);
+        }
+        if (g + 1 == n_groups) /* "Other": also any command not placed above */
+            for (size_t i = 0; dt_cli_commands[i]; i++)
+                if (!in_help_groups(dt_cli_commands[i]->name))
+                    print_command(out, dt_cli_commands[i]);
+    }
     fprintf(out,
             "\nOptions:\n"
             "  -h, --help     show this help\n"
             "  --version      print the version\n\n"
             "Environment: DTRAIN_LOG=debug|info|warn|error sets how much dtrain itself says.\n"
-            "A job is one YAML file; `man dtrain` and README.md describe its keys.\n");
+            "A job is one YAML file: `dtrain validate --print JOB.yaml` shows every key with its value;\n"
+            "`man dtrain` lists the commands and keys, README.md describes each key.\n");
 }
 
 int main(int argc, char **argv)
@@ -76,16 +125,13 @@ int main(int argc, char **argv)
         printf("dtrain %s\n", dt_version);
         return 0;
     }
-    for (size_t i = 0; dt_cli_commands[i]; i++) {
-        const struct dt_cli_command *cmd = dt_cli_commands[i];
-        if (strcmp(cmd->name, name) != 0)
-            continue;
-        if (dt_cli_wants_help(argc - 1, argv + 1)) {
-            cmd->usage(stdout);
-            return 0;
-        }
-        return cmd->run(argc - 1, argv + 1);
+    const struct dt_cli_command *cmd = find_command(name);
+    if (cmd && dt_cli_wants_help(argc - 1, argv + 1)) {
+        cmd->usage(stdout);
+        return 0;
     }
+    if (cmd)
+        return cmd->run(argc - 1, argv + 1);
     fprintf(stderr, "dtrain: '%s' is not a dtrain command. See 'dtrain --help'.\n", name);
     return 2;
 }

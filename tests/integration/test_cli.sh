@@ -8,7 +8,14 @@ contains "$T/last.out" "^dtrain [0-9]+\.[0-9]+\.[0-9]+" "--version prints a vers
 expect_status 2 "unknown command exits 2" "$DTRAIN" frobnicate
 contains "$T/last.err" "not a dtrain command" "unknown command is named"
 expect_status 2 "no command exits 2" "$DTRAIN"
-for cmd in $("$DTRAIN" --help | awk '/^Commands:/{f=1;next} f&&/^  [a-z]/{print $1}'); do
+# The command lines of --help: two spaces, a name, its summary (under group headings).
+cmds=$("$DTRAIN" --help | awk '/^Options:/{exit} /^  [a-z][a-z_]* /{print $1}')
+have=$(ls "$(dirname "$0")"/../../launcher/cmd_*.c | sed 's|.*/cmd_||; s|\.c$||' | sort | tr '\n' ' ')
+check "--help lists every command once (launcher/cmd_*.c)" \
+  test "$(printf '%s\n' $cmds | sort | tr '\n' ' ')" = "$have"
+check "--help lists launch, validate and render first, in that order" \
+  test "$(printf '%s\n' $cmds | head -n 3 | tr '\n' ' ')" = "launch validate render "
+for cmd in $cmds; do
   expect_status 0 "dtrain $cmd --help exits 0" "$DTRAIN" "$cmd" --help
   contains "$T/last.out" "Usage: dtrain $cmd" "dtrain $cmd --help shows its usage"
 done
