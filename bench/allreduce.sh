@@ -19,7 +19,7 @@
 #   8 B row: times in us and shm time / Open MPI sm time                   (target <= 1.5)
 # REPS rounds (default 3); each round runs every peer once, one after another, so slow phases
 # of a busy machine hit all peers alike; every cell is the median over the rounds
-# (reference/comm.md §7.4: up to 10x run-to-run noise under contention).
+# (on a shared machine one run of the same collective can be up to 10x slower than the next).
 #
 # QUIET=S: before each peer's run wait up to S seconds for a second in which the machine was
 # >= 90% idle (other users' builds), so that the peers are measured alone when possible.

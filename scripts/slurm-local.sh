@@ -2,8 +2,9 @@
 # slurm-local.sh - a real Slurm cluster on this one machine, for dtrain's tests.
 #
 # Debian's slurm-wlm and munge; one slurmctld and NODES slurmd daemons
-# (n1..nN, all on 127.0.0.1, ports 17001..), as in shared/reference/infra.md
-# §3-§6.  Idempotent: `up` on a running cluster with the same settings only
+# (n1..nN, all on 127.0.0.1, ports 17001..: several slurmd on one host, each
+# with its own NodeName, port and %n-named spool, pid and log files: Debian's
+# 22.05 slurmd runs several per host that way).  Idempotent: `up` on a running cluster with the same settings only
 # checks it (well under a second); changed settings restart the daemons.
 # Runs as root, without systemd.  It stops only what it started (pid files).
 #

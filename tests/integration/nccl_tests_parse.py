@@ -2,8 +2,8 @@
 nccl-tests' (all_reduce_perf ...) and checks that it has nccl-tests' layout,
 for tests/integration/test_bench.sh.
 
-The layout is nccl-tests' printf formats (src/common.cu, reference/comm.md
-§1.1): header lines with fixed column widths, rows of
+The layout is nccl-tests' printf formats (NVIDIA/nccl-tests src/common.cu):
+header lines with fixed column widths, rows of
 "%12li  %12li  %8s  %6s  %6i" then, per placement (out-of-place, in-place),
 "  %7s  %6s  %6s  %6g" (time us, algbw, busbw, #wrong or N/A), and the footer
 "# Out of bounds values : N OK|FAILED", "# Avg bus bandwidth    : X [OK|FAILED]",
