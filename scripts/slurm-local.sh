@@ -4,8 +4,9 @@
 # Debian's slurm-wlm and munge; one slurmctld and NODES slurmd daemons
 # (n1..nN, all on 127.0.0.1, ports 17001..: several slurmd on one host, each
 # with its own NodeName, port and %n-named spool, pid and log files: Debian's
-# 22.05 slurmd runs several per host that way).  Idempotent: `up` on a running cluster with the same settings only
-# checks it (well under a second); changed settings restart the daemons.
+# 22.05 slurmd runs several per host that way).  Idempotent: `up` on a running
+# cluster with the same settings only checks it (well under a second); changed
+# settings restart the daemons.
 # Runs as root, without systemd.  It stops only what it started (pid files).
 #
 #   scripts/slurm-local.sh up        install what is missing, start, wait until every node is idle
