@@ -11,16 +11,21 @@
  * Failure is sticky: the first error is kept, and every later call (queued or
  * new) returns it, so a trainer sees one clear cause.
  *
+ * Also the one CPU count the backends' spin policies share
+ * (dt_comm_cpus_available, comm_backend.h).
+ *
  * Not for moving bytes: that is the backends' job (comm_backend.h).
  */
 #include "comm/comm.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_backend.h"
 #include "base/error.h"
@@ -94,6 +99,15 @@ const char *dt_redop_name(enum dt_redop op)
 {
     static const char *const names[DT_REDOP_COUNT] = {"sum", "avg", "max", "min"};
     return (unsigned)op < DT_REDOP_COUNT ? names[op] : "?";
+}
+
+int dt_comm_cpus_available(void)
+{
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
+        return CPU_COUNT(&set);
+    return online > 0 ? (int)online : 1;
 }
 
 static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm,
