@@ -1,10 +1,11 @@
 /* comm_backend.h - the ops table every communicator backend fills in.
  *
  * comm.c validates arguments, owns the request pool and the communication
- * thread, and calls one of these tables; a backend (tcp.c, shm.c, nccl/,
- * mpi/) only moves and reduces bytes.  Adding a backend is adding a file
- * that defines one `const struct dt_comm_backend dt_comm_backend_<name>` and
- * one line in comm.c's list.
+ * thread, and calls one of these tables; a backend (a folder: comm/tcp/,
+ * comm/shm/, comm/nccl/, comm/mpi/) only moves and reduces bytes.  Adding a
+ * backend is adding a folder whose files define one
+ * `const struct dt_comm_backend dt_comm_backend_<name>`, and one line in
+ * comm.c's list (and one wildcard in the Makefile's sources).
  *
  * Contract for a backend:
  *  - init() bootstraps through opts->store under opts->key_prefix and returns
