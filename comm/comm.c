@@ -319,31 +319,22 @@ static struct dt_comm_req *req_take(struct dt_comm *c, const struct dt_comm_req 
     return r;
 }
 
-/* A backend with its own async forms (a GPU stream) orders work itself. */
-static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
+/* A backend with its own async forms (a GPU stream) orders its work itself:
+ * its async requests start on its stream, not on the communication thread,
+ * and its blocking forms run on the caller's thread even with requests
+ * pending (the stream puts them behind those). */
+static bool native_async(const struct dt_comm *c)
 {
-    const struct dt_comm_backend *b = c->be;
-    if (!b)
-        return false;
-    switch (k) {
-    case DT_COLL_ALLREDUCE: return b->iallreduce != NULL;
-    case DT_COLL_BROADCAST: return b->ibroadcast != NULL;
-    case DT_COLL_ALLGATHER: return b->iallgather != NULL;
-    case DT_COLL_REDUCE_SCATTER: return b->ireduce_scatter != NULL;
-    case DT_COLL_BARRIER: return b->ibarrier != NULL;
-    default: return false;
-    }
+    return c->be && c->be->iallreduce != NULL;
 }
 
+/* The async forms are allreduce and barrier (dt_comm_iallreduce, _ibarrier). */
 static int start_native(struct dt_comm_req *r)
 {
     const struct dt_comm_backend *b = r->c->be;
     void *st = r->c->st;
     switch (r->kind) {
     case DT_COLL_ALLREDUCE: return b->iallreduce(st, r->send, r->recv, r->count, r->dtype, r->op, r);
-    case DT_COLL_BROADCAST: return b->ibroadcast(st, r->recv, r->count, r->dtype, r->root, r);
-    case DT_COLL_ALLGATHER: return b->iallgather(st, r->send, r->recv, r->count, r->dtype, r);
-    case DT_COLL_REDUCE_SCATTER: return b->ireduce_scatter(st, r->send, r->recv, r->count, r->dtype, r->op, r);
     case DT_COLL_BARRIER: return b->ibarrier(st, r);
     default: return dt_error_set(DT_EINTERNAL, "comm.c: unknown collective %d", (int)r->kind);
     }
@@ -370,7 +361,7 @@ static int submit(struct dt_comm *c, const struct dt_comm_req *proto, struct dt_
     }
     c->inflight++;
     *out = r;
-    if (native_async(c, r->kind)) {
+    if (native_async(c)) {
         pthread_mutex_unlock(&c->mu);
         if ((rc = start_native(r)) < 0)
             dt_comm_req_finish(r, rc);
@@ -431,7 +422,7 @@ static int run_blocking(struct dt_comm *c, const struct dt_comm_req *proto)
     if (rc < 0)
         return rc;
     int busy = atomic_load(&c->inflight);
-    if (!busy || native_async(c, proto->kind)) {
+    if (!busy || native_async(c)) {
         struct dt_comm_req r = *proto;
         r.c = c;
         return execute(&r);
@@ -476,24 +467,6 @@ int dt_comm_iallreduce(struct dt_comm *c, const void *send, void *recv, size_t c
                        enum dt_redop op, struct dt_comm_req **req)
 {
     return submit(c, &PROTO(DT_COLL_ALLREDUCE, send, recv, count, t, op, -1), req);
-}
-
-int dt_comm_ibroadcast(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, int root,
-                       struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root), req);
-}
-
-int dt_comm_iallgather(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                       struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_ALLGATHER, send, recv, count, t, DT_SUM, -1), req);
-}
-
-int dt_comm_ireduce_scatter(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                            enum dt_redop op, struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_REDUCE_SCATTER, send, recv, count, t, op, -1), req);
 }
 
 int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req)

@@ -18,10 +18,13 @@
  *    returns DT_ECONN / DT_ETIMEDOUT / DT_EABORTED / DT_EPROTO with a message
  *    "rank R: <op> #<seq> (<backend>): ... peer rank P ..." and makes its
  *    peers fail fast too (closes sockets, raises a shared flag).
- *  - The async forms may be NULL: comm.c then runs the blocking form on its
- *    communication thread, in submission order (the CPU backends do this).  A
- *    GPU backend sets them to enqueue on its stream and finish `req` later
- *    through dt_comm_req_finish().
+ *  - The async forms (iallreduce, ibarrier: both or neither) may be NULL:
+ *    comm.c then runs the blocking form on its communication thread, in
+ *    submission order (the CPU backends do this).  A GPU backend sets them to
+ *    enqueue on its stream and finish `req` later through
+ *    dt_comm_req_finish(); comm.c then calls its blocking forms on the
+ *    caller's thread even while requests are pending, since the stream
+ *    orders them.
  *  - abort() may be called from any thread while an op runs: the op returns
  *    DT_EABORTED promptly.  destroy() frees everything; it is called once.
  *
@@ -45,11 +48,6 @@ struct dt_comm_backend {
 
     int (*iallreduce)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
                       enum dt_redop op, struct dt_comm_req *req);
-    int (*ibroadcast)(void *st, void *buf, size_t count, enum dt_dtype t, int root, struct dt_comm_req *req);
-    int (*iallgather)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                      struct dt_comm_req *req);
-    int (*ireduce_scatter)(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                           enum dt_redop op, struct dt_comm_req *req);
     int (*ibarrier)(void *st, struct dt_comm_req *req);
 
     void (*abort)(void *st);
