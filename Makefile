@@ -56,7 +56,7 @@ DEP_LIBS := -lyaml -luv -ljansson -lopenblas -lz
 endif
 SYS_LIBS := -lm -lpthread -ldl -lrt
 
-LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/shm/*.c comm/tcp/*.c worker/*.c)
+LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/bench/*.c comm/shm/*.c comm/tcp/*.c worker/*.c)
 APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/coordinator/*.c scheduler-adapters/*.c))
 GPU_SRC :=
 CU_SRC  :=

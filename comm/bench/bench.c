@@ -13,7 +13,7 @@
  *
  * Not for the collectives' specifics (bench_<collective>.c).
  */
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 
 #include <errno.h>
 #include <sched.h>

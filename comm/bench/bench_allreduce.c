@@ -2,7 +2,7 @@
  * every rank contributes `count` elements and receives their reduction.
  * busbw = algbw * 2(n-1)/n: each rank must send and receive 2(n-1)/n of the
  * data whatever the algorithm (reference/comm.md §1.4). */
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "comm/reduce.h"
 
