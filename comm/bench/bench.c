@@ -1,6 +1,6 @@
 /* bench.c - the self-test harness behind `dtrain bench`: bootstrap from the
  * job's environment, the size sweep, timing, validation, and output in
- * nccl-tests' all_reduce_perf format (reference/comm.md §1.1):
+ * nccl-tests' all_reduce_perf format (its src/common.cu):
  *
  *   time  = wall clock of `iters` back-to-back collectives / iters, averaged
  *           over ranks (after `warmup` untimed ones and a barrier);

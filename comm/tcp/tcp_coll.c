@@ -27,7 +27,8 @@
  * Crossover: on the 2-core test VM a loopback round trip costs ~20-40 us and a
  * stream moves ~2-3 GB/s, so the ring's 2(p-1) latencies cost more than lg p
  * full-vector exchanges below roughly p*alpha/beta ~ 64 KiB at p = 2..8
- * (comm.md §8); measured figures are in docs/bench.md.
+ * (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005); measured
+ * figures are in docs/bench.md.
  *
  * Not for connections or byte pumping (tcp_mesh.c, tcp_engine.c).
  */

@@ -536,7 +536,7 @@ static void async_requests(void **s)
 
 /* Steady state allocates nothing and touches no fresh page: after warm-up,
  * 50 more collectives of each kind leave the heap and the minor-fault count
- * unchanged (reference/comm.md §9 goal 9). */
+ * unchanged (comm.h: steady-state collectives allocate nothing). */
 static int body_steady(struct dt_comm *c, int r, int w, void *arg)
 {
     (void)r;
