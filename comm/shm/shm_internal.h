@@ -32,7 +32,7 @@ struct dt_shm__desc {
 };
 
 /* A shared buffer (shm_shared.c): every rank's mapping of every rank's part. */
-#define DT_SHM_MAX_REGIONS 8
+#define DT_SHM__MAX_REGIONS 8
 struct dt_shm__region {
     uint64_t id;                /* 1, 2, ... in allocation order, the same on every rank; 0: slot free */
     size_t bytes;               /* per rank, page-rounded */
@@ -59,7 +59,7 @@ struct dt_shm {
     atomic_int aborted;
     const void **srcs;          /* world pointers, for dt_reduce_many */
     struct dt_shm__desc cur_desc; /* of the running collective */
-    struct dt_shm__region regions[DT_SHM_MAX_REGIONS];
+    struct dt_shm__region regions[DT_SHM__MAX_REGIONS];
     uint64_t region_seq;        /* ids handed out so far */
 };
 

@@ -150,13 +150,13 @@ int dt_shm__alloc_shared(void *st, size_t bytes, bool common, void **out)
     struct dt_shm *s = st;
     *out = NULL;
     struct dt_shm__region *g = NULL;
-    for (int i = 0; i < DT_SHM_MAX_REGIONS && !g; i++)
+    for (int i = 0; i < DT_SHM__MAX_REGIONS && !g; i++)
         if (!s->regions[i].id)
             g = &s->regions[i];
     uint64_t id = ++s->region_seq; /* the same count on every rank, whatever happens below */
     if (!g) {
         dt_log_warn("rank %d: shm: more than %d shared buffers; this one is private memory", s->rank,
-                    DT_SHM_MAX_REGIONS);
+                    DT_SHM__MAX_REGIONS);
         return 0;
     }
     long page = sysconf(_SC_PAGESIZE);
@@ -192,14 +192,14 @@ int dt_shm__alloc_shared(void *st, size_t bytes, bool common, void **out)
 void dt_shm__free_shared(void *st, void *p)
 {
     struct dt_shm *s = st;
-    for (int i = 0; i < DT_SHM_MAX_REGIONS; i++)
+    for (int i = 0; i < DT_SHM__MAX_REGIONS; i++)
         if (s->regions[i].id && s->regions[i].at[s->rank] == p)
             unmap_region(s, &s->regions[i]);
 }
 
 void dt_shm__free_regions(struct dt_shm *s)
 {
-    for (int i = 0; i < DT_SHM_MAX_REGIONS; i++)
+    for (int i = 0; i < DT_SHM__MAX_REGIONS; i++)
         if (s->regions[i].id)
             unmap_region(s, &s->regions[i]);
 }
@@ -208,7 +208,7 @@ struct dt_shm__region *dt_shm__region_of(struct dt_shm *s, const void *p, size_t
                                          size_t *offset)
 {
     const char *c = p;
-    for (int i = 0; i < DT_SHM_MAX_REGIONS; i++) {
+    for (int i = 0; i < DT_SHM__MAX_REGIONS; i++) {
         struct dt_shm__region *g = &s->regions[i];
         const char *mine = g->id && g->common == common ? g->at[s->rank] : NULL;
         if (mine && c >= mine && c < mine + g->bytes && bytes <= g->bytes - (size_t)(c - mine)) {

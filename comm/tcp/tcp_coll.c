@@ -189,15 +189,15 @@ static void ring_blocks(struct dt_tcp *t, const char *send, char *recv, size_t n
         }
 }
 
-/* Slices: DTRAIN_TCP_SLICE_BYTES each, at most DT_TCP_MAX_SLICES, and never
+/* Slices: DTRAIN_TCP_SLICE_BYTES each, at most DT_TCP__MAX_SLICES, and never
  * so small that a ring chunk falls under one element. */
 static int ring_slices(const struct dt_tcp *t, size_t n, size_t es)
 {
     size_t ns = (n * es + t->slice_bytes - 1) / t->slice_bytes;
     if (ns > n / (size_t)t->world)
         ns = n / (size_t)t->world;
-    if (ns > DT_TCP_MAX_SLICES)
-        ns = DT_TCP_MAX_SLICES;
+    if (ns > DT_TCP__MAX_SLICES)
+        ns = DT_TCP__MAX_SLICES;
     return ns < 1 ? 1 : (int)ns;
 }
 

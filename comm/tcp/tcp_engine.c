@@ -44,7 +44,7 @@ void dt_tcp__hdr_make(struct dt_tcp *t, struct dt_tcp__hdr *h, size_t count, enu
                       enum dt_redop op, int root)
 {
     memset(h, 0, sizeof *h);
-    h->magic = DT_TCP_MAGIC;
+    h->magic = DT_TCP__MAGIC;
     h->kind = (uint16_t)t->cur;
     h->dtype = (uint16_t)dt;
     h->seq = t->seq;
@@ -57,7 +57,7 @@ void dt_tcp__hdr_make(struct dt_tcp *t, struct dt_tcp__hdr *h, size_t count, enu
 static int hdr_check(struct dt_tcp *t, int peer, const struct dt_tcp__hdr *got,
                      const struct dt_tcp__hdr *want)
 {
-    if (got->magic != DT_TCP_MAGIC)
+    if (got->magic != DT_TCP__MAGIC)
         return dt_error_set(DT_EPROTO, "rank %d: %s #%llu (tcp): peer rank %d sent a corrupt frame", t->rank,
                             dt_coll_name(t->cur), (unsigned long long)t->seq, peer);
     if (memcmp(got, want, sizeof *got) != 0)

@@ -42,9 +42,8 @@
 #include "comm/comm.h"
 #include "comm/comm_backend.h"
 
-#define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
-#define DT_TCP_MAX_SLICES 128     /* ring allreduce slices per call */
-#define DT_TCP_SPIN_US 1000       /* default busy-poll before sleeping */
+#define DT_TCP__MAGIC 0x31435444u /* "DTC1": hellos and step headers */
+#define DT_TCP__MAX_SLICES 128    /* ring allreduce slices per call */
 
 struct dt_tcp__hdr {
     uint32_t magic;

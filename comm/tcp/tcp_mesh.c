@@ -35,6 +35,8 @@
 #include "base/error.h"
 #include "comm/store.h"
 
+#define DT_TCP_SPIN_US 1000 /* default busy-poll before sleeping (tcp_engine.c) */
+
 /* ---- the mesh: bootstrap through the store ---- */
 
 struct hello {
@@ -151,7 +153,7 @@ static int connect_peer(struct dt_tcp *t, int peer, uint32_t nonce, double deadl
         } else if (r < 0)
             err = errno;
         if (r == 0) {
-            struct hello h = {DT_TCP_MAGIC, (uint32_t)t->rank, (uint32_t)t->world, nonce};
+            struct hello h = {DT_TCP__MAGIC, (uint32_t)t->rank, (uint32_t)t->world, nonce};
             if (wait_fd(fd, POLLOUT, deadline) > 0 && send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h) {
                 tune_socket(t, fd);
                 t->fd[peer] = fd;
@@ -183,7 +185,7 @@ static int accept_peers(struct dt_tcp *t, int lfd, uint32_t nonce, double deadli
             continue;
         struct hello h;
         if (wait_fd(fd, POLLIN, deadline) <= 0 || recv(fd, &h, sizeof h, MSG_WAITALL) != sizeof h ||
-            h.magic != DT_TCP_MAGIC || h.nonce != nonce || (int)h.world != t->world || (int)h.rank <= t->rank ||
+            h.magic != DT_TCP__MAGIC || h.nonce != nonce || (int)h.world != t->world || (int)h.rank <= t->rank ||
             (int)h.rank >= t->world || t->fd[h.rank] >= 0) {
             close(fd); /* not one of ours (stale communicator, scanner): ignore it */
             continue;
@@ -229,7 +231,7 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->slice_bytes = (size_t)slice;
     t->halving_bytes = (size_t)halving;
     t->sockbuf = (size_t)sockbuf;
-    t->max_blocks = 1 + DT_TCP_MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
+    t->max_blocks = 1 + DT_TCP__MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
     t->fd = malloc(sizeof *t->fd * (size_t)t->world);
     t->addr = calloc((size_t)t->world, sizeof *t->addr);
     t->processed = calloc((size_t)t->max_blocks, sizeof *t->processed);

@@ -392,7 +392,7 @@ struct dt_coord__queue {
 
 static struct dt_coord__queue **slot_of(struct dt_coord *c, uint64_t h)
 {
-    return &c->queues[h % DT_COORD_QUEUE_SLOTS];
+    return &c->queues[h % DT_COORD__QUEUE_SLOTS];
 }
 
 static struct dt_coord__queue *queue_find(struct dt_coord *c, const uint8_t *key, size_t klen)
@@ -491,7 +491,7 @@ static void queue_len(struct dt_coord__conn *conn, const struct dt_wire_bytes *k
 
 static void queue_free_all(struct dt_coord *c)
 {
-    for (size_t i = 0; i < DT_COORD_QUEUE_SLOTS; i++) {
+    for (size_t i = 0; i < DT_COORD__QUEUE_SLOTS; i++) {
         while (c->queues[i]) {
             struct dt_coord__queue *q = c->queues[i];
             while (q->head) {

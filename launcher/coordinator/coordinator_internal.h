@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#define DT_COORD_QUEUE_SLOTS 256
+#define DT_COORD__QUEUE_SLOTS 256
 
 /* The key-value table (coord_store.c): chained hashing over entries that
  * keep their address (waiting clients point at them). */
@@ -90,7 +90,7 @@ struct dt_coord {
     struct dt_coord__conn *conns;
     size_t nconns;
     struct dt_coord__barrier *barriers;
-    struct dt_coord__queue *queues[DT_COORD_QUEUE_SLOTS];
+    struct dt_coord__queue *queues[DT_COORD__QUEUE_SLOTS];
     struct dt_coord__member *members; /* nnodes entries once the first agent joined */
     int64_t nnodes;
     bool stopping; /* dt_coord_stop is closing everything: members leaving is no news */
