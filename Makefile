@@ -56,8 +56,8 @@ DEP_LIBS := -lyaml -luv -ljansson -lopenblas -lz
 endif
 SYS_LIBS := -lm -lpthread -ldl -lrt
 
-LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c worker/*.c)
-APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c scheduler-adapters/*.c))
+LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/bench/*.c comm/shm/*.c comm/tcp/*.c worker/*.c)
+APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/coordinator/*.c scheduler-adapters/*.c))
 GPU_SRC :=
 CU_SRC  :=
 GPU_LIBS :=

@@ -11,16 +11,21 @@
  * Failure is sticky: the first error is kept, and every later call (queued or
  * new) returns it, so a trainer sees one clear cause.
  *
+ * Also the one CPU count the backends' spin policies share
+ * (dt_comm_cpus_available, comm_backend.h).
+ *
  * Not for moving bytes: that is the backends' job (comm_backend.h).
  */
 #include "comm/comm.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_backend.h"
 #include "base/error.h"
@@ -94,6 +99,15 @@ const char *dt_redop_name(enum dt_redop op)
 {
     static const char *const names[DT_REDOP_COUNT] = {"sum", "avg", "max", "min"};
     return (unsigned)op < DT_REDOP_COUNT ? names[op] : "?";
+}
+
+int dt_comm_cpus_available(void)
+{
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
+        return CPU_COUNT(&set);
+    return online > 0 ? (int)online : 1;
 }
 
 static const struct dt_comm_backend *const backends[] = {&dt_comm_backend_tcp, &dt_comm_backend_shm,
@@ -305,31 +319,22 @@ static struct dt_comm_req *req_take(struct dt_comm *c, const struct dt_comm_req 
     return r;
 }
 
-/* A backend with its own async forms (a GPU stream) orders work itself. */
-static bool native_async(const struct dt_comm *c, enum dt_coll_kind k)
+/* A backend with its own async forms (a GPU stream) orders its work itself:
+ * its async requests start on its stream, not on the communication thread,
+ * and its blocking forms run on the caller's thread even with requests
+ * pending (the stream puts them behind those). */
+static bool native_async(const struct dt_comm *c)
 {
-    const struct dt_comm_backend *b = c->be;
-    if (!b)
-        return false;
-    switch (k) {
-    case DT_COLL_ALLREDUCE: return b->iallreduce != NULL;
-    case DT_COLL_BROADCAST: return b->ibroadcast != NULL;
-    case DT_COLL_ALLGATHER: return b->iallgather != NULL;
-    case DT_COLL_REDUCE_SCATTER: return b->ireduce_scatter != NULL;
-    case DT_COLL_BARRIER: return b->ibarrier != NULL;
-    default: return false;
-    }
+    return c->be && c->be->iallreduce != NULL;
 }
 
+/* The async forms are allreduce and barrier (dt_comm_iallreduce, _ibarrier). */
 static int start_native(struct dt_comm_req *r)
 {
     const struct dt_comm_backend *b = r->c->be;
     void *st = r->c->st;
     switch (r->kind) {
     case DT_COLL_ALLREDUCE: return b->iallreduce(st, r->send, r->recv, r->count, r->dtype, r->op, r);
-    case DT_COLL_BROADCAST: return b->ibroadcast(st, r->recv, r->count, r->dtype, r->root, r);
-    case DT_COLL_ALLGATHER: return b->iallgather(st, r->send, r->recv, r->count, r->dtype, r);
-    case DT_COLL_REDUCE_SCATTER: return b->ireduce_scatter(st, r->send, r->recv, r->count, r->dtype, r->op, r);
     case DT_COLL_BARRIER: return b->ibarrier(st, r);
     default: return dt_error_set(DT_EINTERNAL, "comm.c: unknown collective %d", (int)r->kind);
     }
@@ -356,7 +361,7 @@ static int submit(struct dt_comm *c, const struct dt_comm_req *proto, struct dt_
     }
     c->inflight++;
     *out = r;
-    if (native_async(c, r->kind)) {
+    if (native_async(c)) {
         pthread_mutex_unlock(&c->mu);
         if ((rc = start_native(r)) < 0)
             dt_comm_req_finish(r, rc);
@@ -417,7 +422,7 @@ static int run_blocking(struct dt_comm *c, const struct dt_comm_req *proto)
     if (rc < 0)
         return rc;
     int busy = atomic_load(&c->inflight);
-    if (!busy || native_async(c, proto->kind)) {
+    if (!busy || native_async(c)) {
         struct dt_comm_req r = *proto;
         r.c = c;
         return execute(&r);
@@ -462,24 +467,6 @@ int dt_comm_iallreduce(struct dt_comm *c, const void *send, void *recv, size_t c
                        enum dt_redop op, struct dt_comm_req **req)
 {
     return submit(c, &PROTO(DT_COLL_ALLREDUCE, send, recv, count, t, op, -1), req);
-}
-
-int dt_comm_ibroadcast(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, int root,
-                       struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root), req);
-}
-
-int dt_comm_iallgather(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                       struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_ALLGATHER, send, recv, count, t, DT_SUM, -1), req);
-}
-
-int dt_comm_ireduce_scatter(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                            enum dt_redop op, struct dt_comm_req **req)
-{
-    return submit(c, &PROTO(DT_COLL_REDUCE_SCATTER, send, recv, count, t, op, -1), req);
 }
 
 int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req)

@@ -65,12 +65,6 @@ int dt_comm_barrier(struct dt_comm *c);
 /* Async forms: *req is valid until dt_comm_wait(). */
 int dt_comm_iallreduce(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
                        enum dt_redop op, struct dt_comm_req **req);
-int dt_comm_ibroadcast(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, int root,
-                       struct dt_comm_req **req);
-int dt_comm_iallgather(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                       struct dt_comm_req **req);
-int dt_comm_ireduce_scatter(struct dt_comm *c, const void *send, void *recv, size_t count, enum dt_dtype t,
-                            enum dt_redop op, struct dt_comm_req **req);
 int dt_comm_ibarrier(struct dt_comm *c, struct dt_comm_req **req);
 /* Waits for the request and returns its result; the request goes back to the pool. */
 int dt_comm_wait(struct dt_comm_req *req);

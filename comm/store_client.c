@@ -11,7 +11,8 @@
  * operation's deadline.  After any failure the connection is dropped, since
  * replies would no longer line up with requests; the next call reconnects.
  *
- * Not for the operations themselves (store_client_ops.c).
+ * Not for the operations themselves (store_client_ops.c,
+ * store_client_members.c).
  */
 #include "comm/store_client_internal.h"
 
@@ -31,6 +32,11 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Replies larger than this are refused rather than allocated. */
+#define DT_STORE_MAX_REPLY ((uint64_t)1 << 30)
+
+/* ---- the connection ---- */
 
 static int wait_fd(int fd, short ev, double deadline)
 {
@@ -122,23 +128,23 @@ static int handshake(struct dt_store *s, double deadline)
         s->op = "PING";
     }
     s->what[0] = 0;
-    int rc = dt_store_send(s, deadline);
+    int rc = dt_store__send(s, deadline);
     if (rc)
         return rc;
     uint8_t r[4];
-    rc = dt_store_recv(s, r, s->token ? 1 : 4, deadline);
+    rc = dt_store__recv(s, r, s->token ? 1 : 4, deadline);
     if (rc && s->token && dt_error_code() == DT_ECONN)
         return dt_error_prefix("presenting the job token (a PyTorch TCPStore server takes none: "
                                "run the job with rendezvous: {auth: none})");
     if (rc)
         return rc;
     if (s->token && r[0] != DT_WIRE_OK) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_EAUTH, "coordinator %s refused the job token: DTRAIN_JOB_TOKEN "
                                       "is not this job's", s->peer);
     }
     if (!s->token && dt_wire_load_u32(r) != nonce) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_EPROTO, "coordinator %s answered PING with the wrong nonce", s->peer);
     }
     return 0;
@@ -208,7 +214,7 @@ int dt_store_connect_env(double timeout_s, struct dt_store **out)
     return dt_store_connect(&o, out);
 }
 
-void dt_store_drop(struct dt_store *s)
+void dt_store__drop(struct dt_store *s)
 {
     if (s->fd >= 0)
         close(s->fd);
@@ -219,7 +225,7 @@ void dt_store_close(struct dt_store *s)
 {
     if (!s)
         return;
-    dt_store_drop(s);
+    dt_store__drop(s);
     if (s->token)
         memset(s->token, 0, strlen(s->token));
     free(s->token);
@@ -235,7 +241,9 @@ void dt_store_set_timeout(struct dt_store *s, double timeout_s)
 
 const char *dt_store_peer(const struct dt_store *s) { return s->peer; }
 
-int dt_store_begin(struct dt_store *s, uint8_t op, const char *key, int nkeys)
+/* ---- one request's bytes ---- */
+
+int dt_store__begin(struct dt_store *s, uint8_t op, const char *key, int nkeys)
 {
     s->op = dt_wire_op_name(op);
     if (key && nkeys > 1)
@@ -257,7 +265,7 @@ int dt_store_begin(struct dt_store *s, uint8_t op, const char *key, int nkeys)
     return 0;
 }
 
-int dt_store_send(struct dt_store *s, double deadline)
+int dt_store__send(struct dt_store *s, double deadline)
 {
     if (s->req.failed) {
         s->req.failed = false;
@@ -275,17 +283,17 @@ int dt_store_send(struct dt_store *s, double deadline)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s->fd, POLLOUT, deadline) > 0)
             continue;
         int err = n < 0 && errno != EAGAIN ? errno : ETIMEDOUT;
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_ECONN, "coordinator %s: sending %s%s: %s", s->peer, s->op, s->what,
                             strerror(err));
     }
     return 0;
 }
 
-int dt_store_recv_i64(struct dt_store *s, int64_t *v, double deadline)
+int dt_store__recv_i64(struct dt_store *s, int64_t *v, double deadline)
 {
     uint8_t b[8];
-    int rc = dt_store_recv(s, b, 8, deadline);
+    int rc = dt_store__recv(s, b, 8, deadline);
     if (rc == 0) {
         uint64_t u = dt_wire_load_u64(b);
         memcpy(v, &u, sizeof *v);
@@ -293,7 +301,7 @@ int dt_store_recv_i64(struct dt_store *s, int64_t *v, double deadline)
     return rc;
 }
 
-int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline)
+int dt_store__recv(struct dt_store *s, void *buf, size_t n, double deadline)
 {
     size_t got = 0;
     while (got < n) {
@@ -308,12 +316,12 @@ int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline)
             if (wait_fd(s->fd, POLLIN, deadline) > 0)
                 continue;
             if (!s->keep_on_timeout)
-                dt_store_drop(s);
+                dt_store__drop(s);
             return dt_error_set(DT_ETIMEDOUT, "coordinator %s did not answer %s%s in %gs", s->peer,
                                 s->op, s->what, s->op_timeout_s);
         }
         int err = r < 0 ? errno : 0;
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_ECONN, "coordinator %s closed the connection during %s%s (%s; its "
                             "log says why: job token, a limit, or a bad request)",
                             s->peer, s->op, s->what, err ? strerror(err) : "end of stream");
@@ -321,25 +329,25 @@ int dt_store_recv(struct dt_store *s, void *buf, size_t n, double deadline)
     return 0;
 }
 
-int dt_store_recv_bytes(struct dt_store *s, void **out, size_t *len, double deadline)
+int dt_store__recv_bytes(struct dt_store *s, void **out, size_t *len, double deadline)
 {
     uint8_t l[8];
-    int rc = dt_store_recv(s, l, 8, deadline);
+    int rc = dt_store__recv(s, l, 8, deadline);
     if (rc)
         return rc;
     uint64_t n = dt_wire_load_u64(l);
     if (n > DT_STORE_MAX_REPLY) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_EPROTO, "coordinator %s answered %s%s with %llu bytes (over 1 GiB)",
                             s->peer, s->op, s->what, (unsigned long long)n);
     }
     char *p = malloc((size_t)n + 1);
     if (!p) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_ENOMEM, "store: out of memory for a %llu-byte value",
                             (unsigned long long)n);
     }
-    if ((rc = dt_store_recv(s, p, (size_t)n, deadline)) != 0) {
+    if ((rc = dt_store__recv(s, p, (size_t)n, deadline)) != 0) {
         free(p);
         return rc;
     }

@@ -21,7 +21,7 @@
 
 int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host)
 {
-    int rc = dt_store_begin(s, DT_WIRE_JOIN, NULL, 0);
+    int rc = dt_store__begin(s, DT_WIRE_JOIN, NULL, 0);
     if (rc)
         return rc;
     snprintf(s->what, sizeof s->what, " as node %d of %d", node_rank, nnodes);
@@ -32,13 +32,13 @@ int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, cons
     dt_wire_put_bytes(&s->req, host, strlen(host));
     double deadline = dt_clock_s() + s->timeout_s;
     uint8_t st = 0;
-    rc = dt_store_send(s, deadline);
+    rc = dt_store__send(s, deadline);
     if (rc == 0)
-        rc = dt_store_recv(s, &st, 1, deadline);
+        rc = dt_store__recv(s, &st, 1, deadline);
     void *msg = NULL;
     size_t len = 0;
     if (rc == 0)
-        rc = dt_store_recv_bytes(s, &msg, &len, deadline);
+        rc = dt_store__recv_bytes(s, &msg, &len, deadline);
     if (rc)
         return rc;
     if (st != DT_WIRE_OK)
@@ -51,16 +51,16 @@ int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, cons
 
 int dt_store_leave(struct dt_store *s)
 {
-    int rc = dt_store_begin(s, DT_WIRE_LEAVE, NULL, 0);
+    int rc = dt_store__begin(s, DT_WIRE_LEAVE, NULL, 0);
     if (rc)
         return rc;
     double deadline = dt_clock_s() + s->timeout_s;
     uint8_t st = 0;
-    rc = dt_store_send(s, deadline);
+    rc = dt_store__send(s, deadline);
     if (rc == 0)
-        rc = dt_store_recv(s, &st, 1, deadline);
+        rc = dt_store__recv(s, &st, 1, deadline);
     if (rc == 0 && st != DT_WIRE_OK) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_EPROTO, "coordinator %s answered LEAVE with %u", s->peer, st);
     }
     return rc;
@@ -72,15 +72,15 @@ static int recv_member(struct dt_store *s, struct dt_store_member *m, double dea
     uint8_t state = 0;
     void *host = NULL;
     size_t len = 0;
-    int rc = dt_store_recv_i64(s, &rank, deadline);
+    int rc = dt_store__recv_i64(s, &rank, deadline);
     if (rc == 0)
-        rc = dt_store_recv_i64(s, &nproc, deadline);
+        rc = dt_store__recv_i64(s, &nproc, deadline);
     if (rc == 0)
-        rc = dt_store_recv_i64(s, &pid, deadline);
+        rc = dt_store__recv_i64(s, &pid, deadline);
     if (rc == 0)
-        rc = dt_store_recv(s, &state, 1, deadline);
+        rc = dt_store__recv(s, &state, 1, deadline);
     if (rc == 0)
-        rc = dt_store_recv_bytes(s, &host, &len, deadline);
+        rc = dt_store__recv_bytes(s, &host, &len, deadline);
     if (rc)
         return rc;
     m->node_rank = (int)rank;
@@ -96,24 +96,24 @@ int dt_store_members(struct dt_store *s, struct dt_store_member **out, int *n)
 {
     *out = NULL;
     *n = 0;
-    int rc = dt_store_begin(s, DT_WIRE_MEMBERS, NULL, 0);
+    int rc = dt_store__begin(s, DT_WIRE_MEMBERS, NULL, 0);
     if (rc)
         return rc;
     double deadline = dt_clock_s() + s->timeout_s;
     int64_t count = 0;
-    rc = dt_store_send(s, deadline);
+    rc = dt_store__send(s, deadline);
     if (rc == 0)
-        rc = dt_store_recv_i64(s, &count, deadline);
+        rc = dt_store__recv_i64(s, &count, deadline);
     if (rc)
         return rc;
     if (count < 0 || count > MAX_MEMBERS) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_EPROTO, "coordinator %s answered MEMBERS with %lld members", s->peer,
                             (long long)count);
     }
     struct dt_store_member *m = calloc(count ? (size_t)count : 1, sizeof *m);
     if (!m) {
-        dt_store_drop(s);
+        dt_store__drop(s);
         return dt_error_set(DT_ENOMEM, "store: out of memory for %lld members", (long long)count);
     }
     for (int64_t i = 0; i < count && rc == 0; i++)

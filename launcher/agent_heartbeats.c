@@ -22,7 +22,7 @@
 
 #include "base/error.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "base/clock.h"
 
 #include <inttypes.h>

@@ -13,7 +13,7 @@
 #include "launcher/agent.h"
 
 #include "base/log.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
 
 #include <string.h>

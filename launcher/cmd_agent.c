@@ -15,7 +15,7 @@
  */
 #include "launcher/agent.h"
 #include "launcher/cli.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
 #include "launcher/run_dir.h"
 #include "scheduler-adapters/adapter.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "launcher/cli.h"
 #include "scheduler-adapters/mpirun.h"

@@ -8,7 +8,7 @@
  * Not for launching anything: that is `dtrain launch` and the agent.
  */
 #include "launcher/cli.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 
 #include "base/error.h"
 #include "base/log.h"

@@ -20,7 +20,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "launcher/agent.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "launcher/run_dir.h"
 #include "spec/token.h"
 #include "base/clock.h"

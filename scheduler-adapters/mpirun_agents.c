@@ -22,7 +22,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "launcher/run_dir.h"
 #include "spec/token.h"
 

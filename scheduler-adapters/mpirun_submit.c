@@ -34,7 +34,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "launcher/run_dir.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/token.h"

@@ -16,7 +16,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "launcher/agent.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/token.h"
 #include "base/fs.h"
 

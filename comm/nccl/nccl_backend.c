@@ -306,11 +306,6 @@ int dt_nccl_reduce_scatter(void *st, const void *send, void *recv, size_t count,
 int dt_nccl_barrier(void *st);
 int dt_nccl_iallreduce(void *st, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op,
                        struct dt_comm_req *req);
-int dt_nccl_ibroadcast(void *st, void *buf, size_t count, enum dt_dtype t, int root, struct dt_comm_req *req);
-int dt_nccl_iallgather(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                       struct dt_comm_req *req);
-int dt_nccl_ireduce_scatter(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                            enum dt_redop op, struct dt_comm_req *req);
 int dt_nccl_ibarrier(void *st, struct dt_comm_req *req);
 
 const struct dt_comm_backend dt_comm_backend_nccl = {
@@ -322,9 +317,6 @@ const struct dt_comm_backend dt_comm_backend_nccl = {
     .reduce_scatter = dt_nccl_reduce_scatter,
     .barrier = dt_nccl_barrier,
     .iallreduce = dt_nccl_iallreduce,
-    .ibroadcast = dt_nccl_ibroadcast,
-    .iallgather = dt_nccl_iallgather,
-    .ireduce_scatter = dt_nccl_ireduce_scatter,
     .ibarrier = dt_nccl_ibarrier,
     .abort = nccl_abort,
     .destroy = nccl_destroy,

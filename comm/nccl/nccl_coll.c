@@ -327,23 +327,6 @@ int dt_nccl_iallreduce(void *st, const void *send, void *recv, size_t count, enu
     return run_async(st, &COLL(DT_COLL_ALLREDUCE, send, recv, count, t, op, 0), req);
 }
 
-int dt_nccl_ibroadcast(void *st, void *buf, size_t count, enum dt_dtype t, int root, struct dt_comm_req *req)
-{
-    return run_async(st, &COLL(DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root), req);
-}
-
-int dt_nccl_iallgather(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                       struct dt_comm_req *req)
-{
-    return run_async(st, &COLL(DT_COLL_ALLGATHER, send, recv, count, t, DT_SUM, 0), req);
-}
-
-int dt_nccl_ireduce_scatter(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
-                            enum dt_redop op, struct dt_comm_req *req)
-{
-    return run_async(st, &COLL(DT_COLL_REDUCE_SCATTER, send, recv, count, t, op, 0), req);
-}
-
 int dt_nccl_ibarrier(void *st, struct dt_comm_req *req)
 {
     return run_async(st, &COLL(DT_COLL_BARRIER, NULL, NULL, 1, DT_I32, DT_SUM, 0), req);

@@ -24,7 +24,7 @@
 #include "base/error.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "tests/gpu/gpu_test.h"
 #include "base/clock.h"
 

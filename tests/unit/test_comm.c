@@ -192,8 +192,8 @@ static void tcp_halving_doubling(void **s)
 
 static int body_steady(struct dt_comm *c, int r, int w, void *arg);
 
-/* Lanes (tcp_lanes.c): every allreduce from 1 KiB striped over 3 connection
- * meshes and threads, stripes of uneven length, tiny segments inside them;
+/* Lanes (comm/tcp/tcp_mesh.c): every allreduce from 1 KiB striped over 3
+ * connection meshes and threads, stripes of uneven length, tiny segments inside them;
  * results must match the reference and be the same bits on every rank, and
  * the steady state must still allocate nothing. */
 static void tcp_lanes(void **s)
@@ -536,7 +536,7 @@ static void async_requests(void **s)
 
 /* Steady state allocates nothing and touches no fresh page: after warm-up,
  * 50 more collectives of each kind leave the heap and the minor-fault count
- * unchanged (reference/comm.md §9 goal 9). */
+ * unchanged (comm.h: steady-state collectives allocate nothing). */
 static int body_steady(struct dt_comm *c, int r, int w, void *arg)
 {
     (void)r;

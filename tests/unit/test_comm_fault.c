@@ -84,7 +84,8 @@ static int body_fault(struct dt_comm *c, int rank, int world, void *arg)
         return dt_error_set(DT_EINTERNAL, "message does not name the operation and a peer: %s", msg);
     /* Every survivor names the failed rank, not only its neighbours: shm
      * through the segment's first-failure record, tcp through the failure
-     * notices (tcp_fault.c).  Each survivor leaves a mark the parent counts. */
+     * notices (comm/tcp/tcp_engine.c).  Each survivor leaves a mark the parent
+     * counts. */
     if (!strstr(msg, "peer rank 2 "))
         return dt_error_set(DT_EINTERNAL, "message does not name the failed rank 2: %s", msg);
     char mark[128];
@@ -116,8 +117,8 @@ static void shm_killed_peer(void **s) { (void)s; run_fault("shm", SIGKILL); }
 static void tcp_stalled_peer(void **s) { (void)s; run_fault("tcp", SIGSTOP); }
 static void shm_stalled_peer(void **s) { (void)s; run_fault("shm", SIGSTOP); }
 
-/* The same over 3 lanes (tcp_lanes.c): a 4 MiB allreduce is 3 stripes on 3
- * connection meshes, each on its own thread; every lane must fail in time
+/* The same over 3 lanes (comm/tcp/tcp_mesh.c): a 4 MiB allreduce is 3 stripes
+ * on 3 connection meshes, each on its own thread; every lane must fail in time
  * and the message still names the operation and rank 2. */
 static void tcp_lanes_fault(int sig)
 {

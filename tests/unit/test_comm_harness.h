@@ -20,7 +20,7 @@
 #include "comm/comm.h"
 #include "base/error.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 
 static int harness_port;
 static pid_t harness_coord_pid;

@@ -23,7 +23,7 @@
 #include "base/error.h"
 #include "comm/store.h"
 #include "comm/store_wire.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/token.h"
 
 static char token[65];

@@ -19,7 +19,7 @@
 
 #include "base/error.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "worker/heartbeat.h"
 #include "worker/heartbeat_fault.h"
 #include "base/clock.h"

@@ -17,7 +17,7 @@
 #include "base/error.h"
 #include "comm/resolve.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/token.h"
 
 static char path[64];

@@ -17,7 +17,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/token.h"
 #include "base/clock.h"
 

@@ -18,7 +18,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/store.h"
-#include "launcher/coordinator.h"
+#include "launcher/coordinator/coordinator.h"
 #include "spec/token.h"
 
 static char token[65];

@@ -1,5 +1,6 @@
-/* shm.c - the `shm` backend: collectives among ranks of one host through one
- * POSIX shared-memory segment.
+/* shm_segment.c - the `shm` backend (collectives among ranks of one host
+ * through one POSIX shared-memory segment): the segment and the protocol of
+ * rounds every collective runs on.
  *
  * Segment: a header, one control block per rank (three monotonically growing
  * counters, each on its own 128-byte line: in, red, out), and per rank
@@ -32,41 +33,74 @@
  * slots: every rank maps every rank's buffer and reduces its piece straight
  * from them (shm_shared.c).
  *
- * Not for ranks on different hosts (tcp), and not a general allocator.
+ * Not for ranks on different hosts (tcp), not a general allocator, and not
+ * for what a collective puts in the slots (shm_coll.c).
  */
+#include "comm/shm/shm_internal.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <stdint.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "comm/comm_backend.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
-#include "comm/reduce.h"
 #include "comm/store.h"
-#include "comm/shm.h"
-#include "base/clock.h"
 
-static size_t hdr_bytes(void) { return (sizeof(struct shm_hdr) + LINE - 1) / LINE * LINE; }
+/* ---- the segment's layout ---- */
 
-char *dt_shm_slot(struct dt_shm *s, int q, uint64_t round)
+#define SHM_MAGIC 0x314d4853u /* "SHM1" */
+#define LINE 128
+
+/* The segment: this header, one control block per rank, then the slots. */
+struct dt_shm__hdr {
+    uint32_t magic, world, nbuf, pad;
+    uint64_t slot;
+    atomic_int attached;
+    atomic_int failed;          /* 1 + rank of the first rank that failed; 0 if none */
+    atomic_int code;            /* its DT_E* code */
+    char why[512];              /* its message */
+};
+
+/* `in` and both descriptions share one line (struct dt_shm__ctl). */
+_Static_assert(sizeof(uint64_t) + 2 * sizeof(struct dt_shm__desc) <= LINE,
+               "dt_shm__desc outgrew its cache line");
+
+struct dt_shm__ctl {
+    /* `in` and the description share a line: a peer reads both at once. */
+    _Alignas(LINE) atomic_uint_fast64_t in;
+    struct dt_shm__desc desc[2]; /* per slot set (round % nbuf, nbuf <= 2) */
+    _Alignas(LINE) atomic_uint_fast64_t red;
+    _Alignas(LINE) atomic_uint_fast64_t out;
+    _Alignas(LINE) int32_t pid;
+    atomic_uint wake;           /* futex word: bumped on every publish */
+    atomic_int sleepers;        /* ranks blocked on `wake` */
+    atomic_int cpu;             /* the CPU it last published from (spin or yield?) */
+};
+
+static size_t hdr_bytes(void) { return (sizeof(struct dt_shm__hdr) + LINE - 1) / LINE * LINE; }
+
+char *dt_shm__slot(struct dt_shm *s, int q, uint64_t round)
 {
     return s->data + ((size_t)q * (size_t)s->nbuf + (size_t)(round % (uint64_t)s->nbuf)) * s->slot;
 }
 
+/* ---- failure ---- */
+
 /* Records the first failure in the segment so every rank stops waiting. */
-int dt_shm_fail(struct dt_shm *s, int code)
+int dt_shm__fail(struct dt_shm *s, int code)
 {
     int zero = 0;
     if (atomic_compare_exchange_strong(&s->hdr->failed, &zero, s->rank + 1)) {
@@ -80,7 +114,7 @@ static int peer_fail(struct dt_shm *s, int code, int peer, const char *what)
 {
     dt_error_set(code, "rank %d: %s #%llu (shm): peer rank %d (pid %d) %s", s->rank, dt_coll_name(s->cur),
                  (unsigned long long)s->seq, peer, (int)s->ctl[peer].pid, what);
-    return dt_shm_fail(s, code);
+    return dt_shm__fail(s, code);
 }
 
 /* A process that is gone or a zombie is dead. */
@@ -104,6 +138,8 @@ static bool pid_dead(int pid)
     return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+/* ---- waiting for a peer ---- */
+
 static int check_desc(struct dt_shm *s, int q, uint64_t round);
 
 static inline void cpu_relax(void)
@@ -119,7 +155,7 @@ static inline void cpu_relax(void)
  * sees us counted and wakes us, or we see its new counter value. */
 static void sleep_on(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_t target)
 {
-    struct shm_ctl *peer = &s->ctl[q];
+    struct dt_shm__ctl *peer = &s->ctl[q];
     unsigned w = atomic_load(&peer->wake);
     atomic_fetch_add(&peer->sleepers, 1);
     if (atomic_load(c) < target) {
@@ -142,7 +178,7 @@ static int wait_checks(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_
     if (atomic_load(&s->aborted)) {
         dt_error_set(DT_EABORTED, "rank %d: %s #%llu (shm): aborted", s->rank, dt_coll_name(s->cur),
                      (unsigned long long)s->seq);
-        return dt_shm_fail(s, DT_EABORTED);
+        return dt_shm__fail(s, DT_EABORTED);
     }
     if (now > s->deadline) {
         char what[96];
@@ -167,14 +203,14 @@ static int wait_checks(struct dt_shm *s, int q, atomic_uint_fast64_t *c, uint64_
  * delay it: that made 8-byte allreduces cost ~80 us when the scheduler put
  * two ranks on one core).  Then sleep on the peer's futex, so a rank waiting
  * for a slow peer (one still computing its gradients) gives the core back. */
-int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
+int dt_shm__wait(struct dt_shm *s, int q, int which, uint64_t target)
 {
     atomic_uint_fast64_t *c = which == 0 ? &s->ctl[q].in : which == 1 ? &s->ctl[q].red : &s->ctl[q].out;
     double t0 = 0, waited = 0, next_pid_check = 0;
     bool spin = !s->oversubscribed;
     for (uint64_t i = 0;; i++) {
         if (atomic_load_explicit(c, memory_order_acquire) >= target)
-            return which == DT_SHM_IN ? check_desc(s, q, target - 1) : 0;
+            return which == DT_SHM__IN ? check_desc(s, q, target - 1) : 0;
         if (waited >= s->sleep_s)
             sleep_on(s, q, c, target);
         else if (!spin)
@@ -198,19 +234,21 @@ int dt_shm_wait(struct dt_shm *s, int q, int which, uint64_t target)
     }
 }
 
-int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
+int dt_shm__wait_all(struct dt_shm *s, int which, uint64_t target)
 {
     for (int q = 0; q < s->world; q++) {
         if (q == s->rank)
             continue;
-        int rc = dt_shm_wait(s, q, which, target);
+        int rc = dt_shm__wait(s, q, which, target);
         if (rc < 0)
             return rc;
     }
-    if (which == DT_SHM_IN && target > s->in_seen)
+    if (which == DT_SHM__IN && target > s->in_seen)
         s->in_seen = target;
     return 0;
 }
+
+/* ---- rounds ---- */
 
 /* After a rank's counters are stored (release), wakes its sleepers.  Every
  * store to a line a peer has read costs a cache miss, and a seq_cst store
@@ -220,7 +258,7 @@ int dt_shm_wait_all(struct dt_shm *s, int which, uint64_t target)
  * counted, or it sees our counter.  `wake` is bumped only when someone
  * sleeps, and `cpu` rewritten only when it changed, so an 8-byte allreduce
  * on 2 ranks moves a handful of lines instead of a dozen. */
-static void wake_sleepers(struct shm_ctl *c)
+static void wake_sleepers(struct dt_shm__ctl *c)
 {
     int cpu = sched_getcpu();
     if (atomic_load_explicit(&c->cpu, memory_order_relaxed) != cpu)
@@ -232,9 +270,9 @@ static void wake_sleepers(struct shm_ctl *c)
     }
 }
 
-void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
+void dt_shm__publish(struct dt_shm *s, int which, uint64_t v)
 {
-    struct shm_ctl *c = &s->ctl[s->rank];
+    struct dt_shm__ctl *c = &s->ctl[s->rank];
     atomic_store_explicit(which == 0 ? &c->in : which == 1 ? &c->red : &c->out, v, memory_order_release);
     wake_sleepers(c);
 }
@@ -244,12 +282,12 @@ void dt_shm_publish(struct dt_shm *s, int which, uint64_t v)
  * finished round k - 2 (= k - nbuf): when the last round waited for every
  * rank's `in` (s->in_seen), there is nothing to wait for, and the peers'
  * `out` lines need not even be read. */
-int dt_shm_round_begin(struct dt_shm *s)
+int dt_shm__round_begin(struct dt_shm *s)
 {
     uint64_t k = s->round;
     int rc = 0;
     if (k + 1 > (uint64_t)s->nbuf && !(s->nbuf == 2 && s->in_seen >= k))
-        rc = dt_shm_wait_all(s, DT_SHM_OUT, k + 1 - (uint64_t)s->nbuf);
+        rc = dt_shm__wait_all(s, DT_SHM__OUT, k + 1 - (uint64_t)s->nbuf);
     /* The description goes into the slot set only once it is free: a peer
      * still in round k - nbuf may be reading the old one. */
     if (rc == 0)
@@ -260,9 +298,9 @@ int dt_shm_round_begin(struct dt_shm *s)
 /* Counters only grow and a round may have published `in` or `red` already:
  * a store that changes nothing is skipped (it would still take the line
  * away from the peers reading it). */
-void dt_shm_round_end(struct dt_shm *s)
+void dt_shm__round_end(struct dt_shm *s)
 {
-    struct shm_ctl *c = &s->ctl[s->rank];
+    struct dt_shm__ctl *c = &s->ctl[s->rank];
     uint64_t v = ++s->round;
     atomic_uint_fast64_t *ctr[3] = {&c->in, &c->red, &c->out};
     for (int i = 0; i < 3; i++)
@@ -271,17 +309,19 @@ void dt_shm_round_end(struct dt_shm *s)
     wake_sleepers(c);
 }
 
-void dt_shm_begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op, int root)
+void dt_shm__begin(struct dt_shm *s, enum dt_coll_kind k, size_t count, enum dt_dtype t, enum dt_redop op,
+                   int root)
 {
     s->cur = k;
     s->seq++;
     s->deadline = dt_clock_s() + s->timeout_s;
-    s->cur_desc = (struct shm_desc){.seq = s->seq, .count = count, .kind = k, .dtype = t, .op = op, .root = root};
+    s->cur_desc =
+        (struct dt_shm__desc){.seq = s->seq, .count = count, .kind = k, .dtype = t, .op = op, .root = root};
 }
 
 static int check_desc(struct dt_shm *s, int q, uint64_t round)
 {
-    const struct shm_desc *d = &s->ctl[q].desc[round % (uint64_t)s->nbuf], *m = &s->cur_desc;
+    const struct dt_shm__desc *d = &s->ctl[q].desc[round % (uint64_t)s->nbuf], *m = &s->cur_desc;
     if (!memcmp(d, m, sizeof *d))
         return 0;
     dt_error_set(DT_EPROTO,
@@ -294,23 +334,10 @@ static int check_desc(struct dt_shm *s, int q, uint64_t round)
                  m->to_region, (unsigned long long)m->to_offset, q, dt_coll_name(d->kind), (unsigned long long)d->seq,
                  (unsigned long long)d->count, dt_dtype_name(d->dtype), dt_redop_name(d->op), d->root, d->region,
                  (unsigned long long)d->offset, d->to_region, (unsigned long long)d->to_offset);
-    return dt_shm_fail(s, DT_EPROTO);
+    return dt_shm__fail(s, DT_EPROTO);
 }
 
-
-/* CPUs the local ranks can share.  A process pinned to one CPU of several
- * was pinned by a launcher (bench --bind, mpirun, Slurm --cpu-bind), which
- * gives each rank its own: count the machine's CPUs then, or every pinned
- * rank would think itself oversubscribed and yield instead of spinning
- * (measured: 8 B allreduce 0.8-1.3 us instead of ~0.4 us). */
-static int cpus_available(void)
-{
-    cpu_set_t set;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
-        return CPU_COUNT(&set);
-    return online > 0 ? (int)online : 1;
-}
+/* ---- setup and teardown ---- */
 
 /* The segment at its full size now (posix_fallocate): a /dev/shm without room
  * (or a segment over DTRAIN_SHM_MAX_BYTES) is DT_ENOMEM here, not a SIGBUS at
@@ -353,7 +380,7 @@ static int refuse(struct dt_shm *s, const struct dt_comm_options *o, const char 
  * paid here, once), then publishes its name; the others map it populated. */
 static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
 {
-    size_t total = hdr_bytes() + sizeof(struct shm_ctl) * (size_t)s->world +
+    size_t total = hdr_bytes() + sizeof(struct dt_shm__ctl) * (size_t)s->world +
                    (size_t)s->world * (size_t)s->nbuf * s->slot;
     char key[256];
     snprintf(key, sizeof key, "%sshm/name", o->key_prefix);
@@ -394,8 +421,8 @@ static int map_segment(struct dt_shm *s, const struct dt_comm_options *o)
         return s->rank == 0 ? refuse(s, o, key, rc) : rc;
     }
     s->map_bytes = total;
-    s->hdr = (struct shm_hdr *)s->base;
-    s->ctl = (struct shm_ctl *)(s->base + hdr_bytes());
+    s->hdr = (struct dt_shm__hdr *)s->base;
+    s->ctl = (struct dt_shm__ctl *)(s->base + hdr_bytes());
     s->data = (char *)(s->ctl + s->world);
     if (s->rank == 0) {
         memset(s->base, 0, total);
@@ -430,7 +457,7 @@ static int attach(struct dt_shm *s)
     return 0;
 }
 
-int dt_shm_init(const struct dt_comm_options *o, void **state)
+int dt_shm__init(const struct dt_comm_options *o, void **state)
 {
     if (o->local_world != o->world)
         return dt_error_set(DT_EINVAL, "rank %d: shm: needs every rank on one host (world %d, %d on this host); "
@@ -456,34 +483,34 @@ int dt_shm_init(const struct dt_comm_options *o, void **state)
     s->small_bytes = small > s->slot ? s->slot : (size_t)small;
     /* More ranks than cores: a spinning rank holds the core its peer needs, so
      * yield at once. */
-    s->oversubscribed = s->world > cpus_available();
+    s->oversubscribed = s->world > dt_comm_cpus_available();
     s->sleep_s = 1e-3;
     s->srcs = calloc((size_t)s->world, sizeof *s->srcs);
     rc = s->srcs ? map_segment(s, o) : dt_error_set(DT_ENOMEM, "shm: out of memory");
     if (rc == 0)
         rc = attach(s);
     if (rc < 0) {
-        dt_shm_destroy(s);
+        dt_shm__destroy(s);
         return rc;
     }
     *state = s;
     return 0;
 }
 
-void dt_shm_abort(void *st)
+void dt_shm__abort(void *st)
 {
     struct dt_shm *s = st;
     atomic_store(&s->aborted, 1);
 }
 
-void dt_shm_destroy(void *st)
+void dt_shm__destroy(void *st)
 {
     struct dt_shm *s = st;
     if (!s)
         return;
     if (s->rank == 0 && !s->unlinked && s->name[0])
         shm_unlink(s->name);
-    dt_shm_free_regions(s);
+    dt_shm__free_regions(s);
     if (s->base)
         munmap(s->base, s->map_bytes);
     free(s->srcs);

@@ -5,7 +5,7 @@
  * with distinct buffers must move it too). */
 #include <string.h>
 
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "comm/reduce.h"
 

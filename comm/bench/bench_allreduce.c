@@ -1,8 +1,8 @@
 /* bench_allreduce.c - `dtrain bench allreduce` (nccl-tests all_reduce_perf):
  * every rank contributes `count` elements and receives their reduction.
  * busbw = algbw * 2(n-1)/n: each rank must send and receive 2(n-1)/n of the
- * data whatever the algorithm (reference/comm.md §1.4). */
-#include "comm/bench.h"
+ * data whatever the algorithm (nccl-tests' doc/PERFORMANCE.md). */
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "comm/reduce.h"
 

@@ -3,7 +3,7 @@
  * column is the gathered buffer; busbw = algbw * (n-1)/n (each rank receives
  * the n-1 blocks it does not have).  In-place: send is this rank's block of
  * the receive buffer. */
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "comm/reduce.h"
 

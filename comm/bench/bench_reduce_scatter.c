@@ -2,7 +2,7 @@
  * reduce_scatter_perf): each rank contributes n blocks and receives the
  * reduction of its own block.  The size column is the whole send buffer;
  * busbw = algbw * (n-1)/n.  In-place: recv is this rank's block of send. */
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 #include "base/error.h"
 #include "comm/reduce.h"
 

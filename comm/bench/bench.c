@@ -1,6 +1,6 @@
 /* bench.c - the self-test harness behind `dtrain bench`: bootstrap from the
  * job's environment, the size sweep, timing, validation, and output in
- * nccl-tests' all_reduce_perf format (reference/comm.md §1.1):
+ * nccl-tests' all_reduce_perf format (its src/common.cu):
  *
  *   time  = wall clock of `iters` back-to-back collectives / iters, averaged
  *           over ranks (after `warmup` untimed ones and a barrier);
@@ -13,7 +13,7 @@
  *
  * Not for the collectives' specifics (bench_<collective>.c).
  */
-#include "comm/bench.h"
+#include "comm/bench/bench.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -22,7 +22,7 @@ struct dt_coord_config {
     const char *bind_host;   /* default "0.0.0.0" */
     int port;                /* 0: the kernel picks one; read it back with dt_coord_port() */
     const char *token;       /* 64 hex chars; NULL means auth: none (logged at start) */
-    size_t max_frame_bytes;  /* 0: defaults (limits are documented in coordinator.c) */
+    size_t max_frame_bytes;  /* 0: defaults (limits are documented in coord_server.c) */
     size_t max_key_bytes;
     size_t max_value_bytes;
     size_t max_total_bytes;

@@ -1,8 +1,20 @@
-/* tcp.h - internals shared by the TCP transport (tcp.c) and the collectives
- * built on it (tcp_coll.c).  Not a public header.
+/* tcp_internal.h - what the files of the `tcp` backend share; not a public
+ * header (users see comm/comm.h, comm.c sees dt_comm_backend_tcp).
+ *
+ * The backend in three files:
+ *   tcp_mesh.c    the transport: the full mesh of connections bootstrapped
+ *                 through the store, the state's lifetime, and the lanes
+ *                 (more meshes, one thread each, for large allreduces);
+ *   tcp_engine.c  runs one step: streams the plan's out blocks to one peer
+ *                 while receiving (and reducing) in blocks from another, the
+ *                 spin-or-sleep policy, and the failure notices that name the
+ *                 rank that died or stalled;
+ *   tcp_coll.c    the collectives as plans for the engine (recursive
+ *                 doubling, ring, halving-doubling, chain, tree,
+ *                 dissemination) and the backend's ops table.
  *
  * The transport is a full mesh of TCP connections, one per pair of ranks,
- * non-blocking, driven by one engine call per collective step: dt_tcp_run()
+ * non-blocking, driven by one engine call per collective step: dt_tcp__run()
  * streams a list of "out" blocks to one peer while receiving a list of "in"
  * blocks from another (possibly the same) peer, reducing incoming data
  * segment by segment.  An out block may depend on an in block: it is sent only
@@ -16,8 +28,8 @@
  * is running, so ranks that call collectives in different orders get a clear
  * error instead of garbage.  The payload that follows is raw elements.
  */
-#ifndef DT_TCP_H
-#define DT_TCP_H
+#ifndef DT_TCP_INTERNAL_H
+#define DT_TCP_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,13 +42,10 @@
 #include "comm/comm.h"
 #include "comm/comm_backend.h"
 
-#define DT_TCP_MAGIC 0x31435444u /* "DTC1" */
-#define DT_TCP_MAX_SLICES 128     /* ring allreduce slices per call */
-#define DT_TCP_SPIN_US 1000       /* default busy-poll before sleeping */
-#define DT_TCP_SPIN_BACKOFF_S 0.1 /* no spinning this long after being preempted in a spin */
-#define DT_TCP_LOAD_CHECK_S 0.05  /* how often spinning re-reads the machine's load */
+#define DT_TCP__MAGIC 0x31435444u /* "DTC1": hellos and step headers */
+#define DT_TCP__MAX_SLICES 128    /* ring allreduce slices per call */
 
-struct dt_tcp_hdr {
+struct dt_tcp__hdr {
     uint32_t magic;
     uint16_t kind, dtype;
     uint64_t seq;
@@ -44,26 +53,26 @@ struct dt_tcp_hdr {
     int32_t op, root;
 };
 
-enum dt_tcp_in_kind { DT_TCP_IN_DIRECT, DT_TCP_IN_REDUCE };
+enum dt_tcp__in_kind { DT_TCP__IN_DIRECT, DT_TCP__IN_REDUCE };
 
 /* One contiguous piece of a step's byte stream. */
-struct dt_tcp_blk {
+struct dt_tcp__blk {
     char *ptr;           /* out: bytes to send; in: where the (reduced) bytes go */
     const char *src;     /* in REDUCE: this rank's operand: ptr = src op incoming */
     size_t len;          /* bytes, a multiple of the element size */
     int dep;             /* out: in-block index bounding how far it may be sent; -1 none */
     int after_out;       /* in: out-block index that must be fully sent before writing ptr; -1 */
-    uint8_t kind;        /* in: enum dt_tcp_in_kind */
+    uint8_t kind;        /* in: enum dt_tcp__in_kind */
     bool incoming_first; /* in REDUCE: ptr = incoming op src (else src op incoming) */
     bool finish;         /* in REDUCE: apply dt_reduce_finish (AVG) to the final sums */
 };
 
-struct dt_tcp_plan {
+struct dt_tcp__plan {
     int out_peer, in_peer;             /* -1: no out or no in side */
-    struct dt_tcp_blk *out, *in;
+    struct dt_tcp__blk *out, *in;
     int nout, nin;
     bool check_hdr;                    /* in[0] is a header to check against *hdr */
-    const struct dt_tcp_hdr *hdr;
+    const struct dt_tcp__hdr *hdr;
     enum dt_dtype dtype;               /* of REDUCE in-blocks */
     enum dt_redop op;
 };
@@ -93,10 +102,10 @@ struct dt_tcp {
     char *scratch;            /* reduce_scatter partials; grows, never shrinks */
     size_t scratch_bytes;
     size_t *processed;        /* per in block, bytes done */
-    struct dt_tcp_blk *out, *in; /* block arrays for one step, max_blocks each */
+    struct dt_tcp__blk *out, *in; /* block arrays for one step, max_blocks each */
     int max_blocks;
     int *last_pos;            /* ring_blocks(): latest block of each ring step, 2*world */
-    /* failure notices (tcp_fault.c) */
+    /* failure notices (tcp_engine.c) */
     int ufd;                  /* UDP socket; -1 until bootstrap */
     uint32_t nonce;           /* hash of the key prefix: tells our notices from strays */
     struct sockaddr_in *uaddr; /* per peer: where its notices socket listens */
@@ -107,75 +116,40 @@ struct dt_tcp {
     char (*notice_msg)[480];  /* per peer: the message of its notice */
     pthread_mutex_t *notice_mu; /* with lanes: guards the notice state above, shared by all lanes */
     bool notices_borrowed;    /* a lane: ufd and the arrays above belong to lane 0 */
-    /* lanes (tcp_lanes.c): more connections per peer for large allreduces */
+    /* lanes (tcp_mesh.c): more connections per peer for large allreduces */
     int nlanes;               /* connections per peer pair; 1: no lanes */
     size_t lane_bytes;        /* allreduces from this size on are striped over the lanes */
-    struct dt_tcp_lanes *lanes; /* NULL when nlanes == 1, and in a lane itself */
+    struct dt_tcp__lanes *lanes; /* NULL when nlanes == 1, and in a lane itself */
 };
+
+/* ---- tcp_mesh.c: the transport ---- */
+
+/* The backend's init, abort and destroy (its ops table is in tcp_coll.c). */
+int dt_tcp__init(const struct dt_comm_options *o, void **state);
+void dt_tcp__abort(void *st);
+void dt_tcp__destroy(void *st);
+/* An allreduce striped over the lanes (t->lanes set, n * esize >= lane_bytes). */
+int dt_tcp__lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                            enum dt_redop op);
+
+/* ---- tcp_engine.c: one step, failures ---- */
 
 /* Runs one step to completion, or fails naming the peer and the collective.
  * On failure every connection is shut down so that peers fail fast too. */
-int dt_tcp_run(struct dt_tcp *t, const struct dt_tcp_plan *p);
-
+int dt_tcp__run(struct dt_tcp *t, const struct dt_tcp__plan *p);
 /* Fills a header for the running collective. */
-void dt_tcp_hdr_make(struct dt_tcp *t, struct dt_tcp_hdr *h, size_t count, enum dt_dtype dt,
-                     enum dt_redop op, int root);
-/* Compares a received header with the expected one; names `peer` on mismatch. */
-int dt_tcp_hdr_check(struct dt_tcp *t, int peer, const struct dt_tcp_hdr *got, const struct dt_tcp_hdr *want);
-
+void dt_tcp__hdr_make(struct dt_tcp *t, struct dt_tcp__hdr *h, size_t count, enum dt_dtype dt,
+                      enum dt_redop op, int root);
 /* Binds the failure-notice socket; *port is published with the TCP address. */
-int dt_tcp_fault_open(struct dt_tcp *t, int *port);
-/* The notice socket is readable during a step: 0, or the failure a peer reported. */
-int dt_tcp_fault_check(struct dt_tcp *t);
-/* A step failed with rc (message set, t->suspect the peer it blames): tells
- * every peer, shuts the connections down, waits briefly for the other ranks'
- * notices and rewrites the message to name the rank that died or stalled.
- * Returns rc. */
-int dt_tcp_fault(struct dt_tcp *t, int rc);
-
-/* A wait's spin (tcp_spin.c). */
-struct dt_tcp_spin {
-    double start;   /* 0: not spinning */
-    long csw;       /* involuntary context switches when it started */
-};
-/* Nothing moved: true to retry at once (spin), false to sleep in poll(). */
-bool dt_tcp_spin_again(struct dt_tcp *t, struct dt_tcp_spin *s);
-/* Something moved (or the spin gave up): ends the spin, backing off if we
- * were preempted during it. */
-void dt_tcp_spin_end(struct dt_tcp *t, struct dt_tcp_spin *s);
-
-/* Rabenseifner allreduce (tcp_halving.c): send -> recv (may be equal). */
-int dt_tcp_halving_allreduce(struct dt_tcp *t, const struct dt_tcp_hdr *h, const char *send, char *recv, size_t n,
-                             enum dt_dtype dt, enum dt_redop op);
-
+int dt_tcp__fault_open(struct dt_tcp *t, int *port);
 /* Marks the communicator failed and shuts every connection down. */
-void dt_tcp_fail(struct dt_tcp *t);
+void dt_tcp__fail(struct dt_tcp *t);
 
-/* Grows t->scratch to at least `bytes` (touched once; only the first call of
- * a larger size allocates). */
-int dt_tcp_scratch(struct dt_tcp *t, size_t bytes);
+/* ---- tcp_coll.c: the collectives ---- */
 
 /* One allreduce on this communicator's own connections (the algorithm by
- * size); tcp_allreduce() stripes large ones over the lanes first. */
-int dt_tcp_allreduce_one(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
-                         enum dt_redop op);
-
-/* Lanes (tcp_lanes.c).  How many, and from what size: rank 0's choice,
- * published under "<prefix>tcp/lanes" before its address (choose, before
- * the bootstrap), read by the others once they have that address (init). */
-int dt_tcp_lanes_choose(struct dt_tcp *t, const struct dt_comm_options *o);
-/* Reads rank 0's choice, then builds lanes 1..nlanes-1 (a tcp communicator
- * each, under "<prefix>lane<i>/") and their threads. */
-int dt_tcp_lanes_init(struct dt_tcp *t, const struct dt_comm_options *o);
-int dt_tcp_lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
-                           enum dt_redop op);
-void dt_tcp_lanes_abort(struct dt_tcp *t);
-void dt_tcp_lanes_destroy(struct dt_tcp *t);
-
-/* A tcp communicator; with_lanes false for a lane itself. */
-int dt_tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out);
-int dt_tcp_init(const struct dt_comm_options *o, void **state);
-void dt_tcp_abort(void *st);
-void dt_tcp_destroy(void *st);
+ * size); the backend's allreduce stripes large ones over the lanes first. */
+int dt_tcp__allreduce_one(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                          enum dt_redop op);
 
 #endif

@@ -1,6 +1,6 @@
-/* tcp.c - the TCP transport: bootstrap of a full mesh through the store, and
- * the step engine that streams blocks to one peer while receiving (and
- * reducing) blocks from another, under the collective's deadline.
+/* tcp_mesh.c - the `tcp` backend's transport: a full mesh of connections
+ * bootstrapped through the store, the state's lifetime, and the lanes (more
+ * meshes, each driven by a thread of its own, for large allreduces).
  *
  * Bootstrap: each rank listens on an ephemeral port, publishes "ip:port"
  * under <prefix>tcp/<rank>, then connects to every lower rank (retrying
@@ -10,9 +10,10 @@
  * routes to the coordinator (a connected UDP socket tells us without sending
  * anything), or DTRAIN_COMM_HOST.
  *
- * Not for the collectives' algorithms (tcp_coll.c).
+ * Not for moving bytes during a collective (tcp_engine.c) or for the
+ * collectives' algorithms (tcp_coll.c).
  */
-#include "comm/tcp.h"
+#include "comm/tcp/tcp_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,7 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
-#include "comm/reduce.h"
 #include "comm/store.h"
-#include "base/clock.h"
+
+#define DT_TCP_SPIN_US 1000 /* default busy-poll before sleeping (tcp_engine.c) */
+
+/* ---- the mesh: bootstrap through the store ---- */
 
 struct hello {
     uint32_t magic, rank, world, nonce;
@@ -45,18 +49,6 @@ static uint32_t hash_str(const char *s)
     for (; *s; s++)
         h = (h ^ (uint8_t)*s) * 16777619u;
     return h;
-}
-
-/* CPUs the local ranks can share (as shm.c): a process pinned to one CPU
- * of several was pinned by a launcher that gives each rank its own, so count
- * the machine's then. */
-static int cpus_allowed(void)
-{
-    cpu_set_t set;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && (CPU_COUNT(&set) > 1 || online <= 1))
-        return CPU_COUNT(&set);
-    return online > 0 ? (int)online : 1;
 }
 
 /* No Nagle (a small step must leave at once), non-blocking (the engine
@@ -161,7 +153,7 @@ static int connect_peer(struct dt_tcp *t, int peer, uint32_t nonce, double deadl
         } else if (r < 0)
             err = errno;
         if (r == 0) {
-            struct hello h = {DT_TCP_MAGIC, (uint32_t)t->rank, (uint32_t)t->world, nonce};
+            struct hello h = {DT_TCP__MAGIC, (uint32_t)t->rank, (uint32_t)t->world, nonce};
             if (wait_fd(fd, POLLOUT, deadline) > 0 && send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h) {
                 tune_socket(t, fd);
                 t->fd[peer] = fd;
@@ -193,7 +185,7 @@ static int accept_peers(struct dt_tcp *t, int lfd, uint32_t nonce, double deadli
             continue;
         struct hello h;
         if (wait_fd(fd, POLLIN, deadline) <= 0 || recv(fd, &h, sizeof h, MSG_WAITALL) != sizeof h ||
-            h.magic != DT_TCP_MAGIC || h.nonce != nonce || (int)h.world != t->world || (int)h.rank <= t->rank ||
+            h.magic != DT_TCP__MAGIC || h.nonce != nonce || (int)h.world != t->world || (int)h.rank <= t->rank ||
             (int)h.rank >= t->world || t->fd[h.rank] >= 0) {
             close(fd); /* not one of ours (stale communicator, scanner): ignore it */
             continue;
@@ -205,12 +197,14 @@ static int accept_peers(struct dt_tcp *t, int lfd, uint32_t nonce, double deadli
     return 0;
 }
 
+/* ---- the state ---- */
+
 static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
 {
     t->rank = o->rank;
     t->world = o->world;
     t->timeout_s = o->timeout_s;
-    t->ncpus = cpus_allowed();
+    t->ncpus = dt_comm_cpus_available();
     uint64_t seg, small, spin_us, slice, halving, sockbuf;
     bool pof2 = (t->world & (t->world - 1)) == 0;
     /* Halving-doubling saves 2(p-1) - 2 lg p dependent steps over the ring:
@@ -237,7 +231,7 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->slice_bytes = (size_t)slice;
     t->halving_bytes = (size_t)halving;
     t->sockbuf = (size_t)sockbuf;
-    t->max_blocks = 1 + DT_TCP_MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
+    t->max_blocks = 1 + DT_TCP__MAX_SLICES * 2 * (t->world - 1) + 2 * t->world + 4;
     t->fd = malloc(sizeof *t->fd * (size_t)t->world);
     t->addr = calloc((size_t)t->world, sizeof *t->addr);
     t->processed = calloc((size_t)t->max_blocks, sizeof *t->processed);
@@ -248,7 +242,7 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->heard = calloc((size_t)t->world, 1);
     t->suspected = malloc(sizeof *t->suspected * (size_t)t->world);
     t->notice_msg = calloc((size_t)t->world, sizeof *t->notice_msg);
-    size_t hb = sizeof(struct dt_tcp_hdr);
+    size_t hb = sizeof(struct dt_tcp__hdr);
     t->stage = malloc(t->seg_bytes + t->small_bytes + hb);
     t->small = malloc(t->small_bytes + hb);
     t->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -285,7 +279,7 @@ static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
 {
     double deadline = dt_clock_s() + o->timeout_s;
     int lfd = -1, port = 0, uport = 0, rc;
-    if ((rc = dt_tcp_fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
+    if ((rc = dt_tcp__fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
         return rc;
     char ip[64], key[256], val[96];
     local_ip(o->store ? dt_store_peer(o->store) : NULL, ip, sizeof ip);
@@ -324,7 +318,273 @@ out:
     return rc;
 }
 
-int dt_tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out)
+/* ---- lanes ---- */
+
+/* Large allreduces are striped over several TCP connections per peer, each
+ * lane driven by its own thread.
+ *
+ * Why: one TCP stream moves 2-3 GB/s on the 16-core test host whoever drives
+ * it (Open MPI's TCP transport lands in the same place, docs/bench.md): the
+ * kernel copies each byte twice and does the receive work on one core per
+ * stream.  L streams on L cores move up to L times as much, until memory
+ * bandwidth or the cores run out; NCCL's socket transport splits its traffic
+ * over several sockets and threads for the same reason.
+ *
+ * A lane is a whole tcp communicator (its own mesh, failure-notice socket,
+ * buffers and sequence numbers) bootstrapped under "<prefix>lane<i>/"; lane 0
+ * is the communicator itself.  An allreduce of at least lane_bytes is cut into
+ * L stripes of whole elements (the first n%L one element longer) and lane i
+ * runs the ordinary algorithm (ring or halving-doubling, chosen by the stripe's
+ * size) on stripe i: lanes 1..L-1 on their threads, lane 0 on the caller's.
+ * Each stripe's sum is computed as it would be alone, so every rank still
+ * gets the same bits.  All ranks must stripe alike: rank 0 decides L and
+ * lane_bytes and publishes them before its address; the others read them.
+ *
+ * How many by default: L = CPUs per local rank, at most 4 (16 cores, 2 or 4
+ * ranks: 4 lanes; the 2-core VM: 1, no lanes).  A lane's thread and the
+ * kernel's work on its stream share the rank's cores well enough: 4 ranks on
+ * the 16-core host, 64-256 MiB, measured 2.9-4.3 GB/s busbw with 2 lanes,
+ * 4.2-5.3 with 3, 5.0-6.1 with 4 and 5.1-6.4 with 6 (6 lost half of 4's
+ * rate at 4-16 MiB); Gloo 2.1-2.3 in the same run (docs/bench.md).
+ * DTRAIN_TCP_LANES and DTRAIN_TCP_LANE_BYTES (default 1 MiB) on rank 0 set
+ * them.
+ *
+ * Faults: each lane has the deadline of any tcp communicator; the failure
+ * notices (tcp_engine.c) go through lane 0's socket for all lanes, so the
+ * survivors name the culprit whichever lane saw it.  Once every lane has
+ * returned and one failed, every lane shuts its connections: a peer whose
+ * lanes all finished and that is already waiting in the next collective
+ * fails at once instead of at its deadline.  The message is lane 0's when it
+ * failed, else that of the first lane that did.  The communicator is unusable
+ * after a failure, as without lanes.
+ *
+ * The other collectives run on lane 0 alone.
+ */
+#define DT_TCP_MAX_LANES 8
+
+struct lane {
+    struct dt_tcp *t;
+    pthread_t thread;
+    bool started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* a job posted, a job done, or stop */
+    uint64_t posted, done;
+    const char *send;
+    char *recv;
+    size_t n;
+    enum dt_dtype dt;
+    enum dt_redop op;
+    int rc;
+    int code;
+    char msg[1024];            /* its error message (error.h keeps one per thread) */
+};
+
+struct dt_tcp__lanes {
+    int n;                    /* lanes, lane 0 (the communicator itself) included */
+    pthread_mutex_t notice_mu; /* the notice state all lanes share (lane 0's) */
+    struct lane lane[DT_TCP_MAX_LANES];
+};
+
+/* A tcp communicator; with_lanes false for a lane itself (lifetime, below). */
+static int tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out);
+
+static int lanes_choose(struct dt_tcp *t, const struct dt_comm_options *o)
+{
+    if (t->rank != 0 || t->world < 2)
+        return 0;
+    int local = o->local_world > 0 ? o->local_world : 1;
+    int per = t->ncpus / local, lanes;
+    uint64_t bytes;
+    int rc = dt_env_int("DTRAIN_TCP_LANES", per < 1 ? 1 : per > 4 ? 4 : per, 1, DT_TCP_MAX_LANES, &lanes);
+    if (rc == 0)
+        rc = dt_env_u64("DTRAIN_TCP_LANE_BYTES", 1 << 20, 1024, 1ull << 40, &bytes);
+    if (rc < 0)
+        return dt_error_prefix("rank 0: tcp lanes");
+    char key[256], val[64];
+    snprintf(key, sizeof key, "%stcp/lanes", o->key_prefix);
+    int len = snprintf(val, sizeof val, "%d %llu", lanes, (unsigned long long)bytes);
+    if ((rc = dt_store_set(o->store, key, val, (size_t)len)) < 0)
+        return dt_error_prefix("rank 0: tcp bootstrap: publishing the lane count");
+    t->nlanes = lanes;
+    t->lane_bytes = (size_t)bytes;
+    return 0;
+}
+
+/* Rank 0's choice: it published it before its address, which we have. */
+static int read_choice(struct dt_tcp *t, const struct dt_comm_options *o)
+{
+    if (t->rank == 0 || t->world < 2)
+        return 0;
+    char key[256];
+    snprintf(key, sizeof key, "%stcp/lanes", o->key_prefix);
+    void *v = NULL;
+    size_t len = 0;
+    int rc = dt_store_get(o->store, key, &v, &len);
+    if (rc < 0)
+        return dt_error_prefix("rank %d: tcp bootstrap: rank 0's lane count", t->rank);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (char *)v);
+    free(v);
+    int lanes = 0;
+    unsigned long long bytes = 0;
+    if (sscanf(buf, "%d %llu", &lanes, &bytes) != 2 || lanes < 1 || lanes > DT_TCP_MAX_LANES || bytes < 1024)
+        return dt_error_set(DT_EPROTO, "rank %d: tcp bootstrap: rank 0 published a bad lane count \"%s\" under %s",
+                            t->rank, buf, key);
+    t->nlanes = lanes;
+    t->lane_bytes = (size_t)bytes;
+    return 0;
+}
+
+static void *lane_main(void *arg)
+{
+    struct lane *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (l->done == l->posted && !l->stop)
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (l->stop)
+            break;
+        pthread_mutex_unlock(&l->mu);
+        int rc = dt_tcp__allreduce_one(l->t, l->send, l->recv, l->n, l->dt, l->op);
+        pthread_mutex_lock(&l->mu);
+        l->rc = rc;
+        if (rc < 0) { /* the message lives in this thread's error buffer */
+            l->code = dt_error_code();
+            snprintf(l->msg, sizeof l->msg, "%s", dt_error_last());
+        }
+        l->done++;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* A lane reports and hears failures through lane 0's socket (its own one was
+ * published but is never written to: peers send to lane 0's). */
+static void borrow_notices(struct dt_tcp *lane, struct dt_tcp *t)
+{
+    close(lane->ufd);
+    free(lane->uaddr);
+    free(lane->heard);
+    free(lane->suspected);
+    free(lane->notice_msg);
+    lane->ufd = t->ufd;
+    lane->uaddr = t->uaddr;
+    lane->heard = t->heard;
+    lane->suspected = t->suspected;
+    lane->notice_msg = t->notice_msg;
+    lane->nonce = t->nonce;
+    lane->grace_s = t->grace_s;
+    lane->notice_mu = t->notice_mu;
+    lane->notices_borrowed = true;
+}
+
+static int lanes_init(struct dt_tcp *t, const struct dt_comm_options *o)
+{
+    int rc = read_choice(t, o);
+    if (rc < 0 || t->nlanes < 2)
+        return rc;
+    struct dt_tcp__lanes *L = calloc(1, sizeof *L);
+    if (!L)
+        return dt_error_set(DT_ENOMEM, "rank %d: tcp: out of memory for %d lanes", t->rank, t->nlanes);
+    t->lanes = L;
+    L->n = t->nlanes;
+    pthread_mutex_init(&L->notice_mu, NULL);
+    t->notice_mu = &L->notice_mu;
+    for (int i = 1; i < L->n; i++) {
+        struct lane *l = &L->lane[i];
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%slane%d/", o->key_prefix, i);
+        struct dt_comm_options lo = *o;
+        lo.key_prefix = prefix;
+        if ((rc = tcp_create(&lo, false, &l->t)) < 0)
+            return dt_error_prefix("rank %d: tcp lane %d of %d", t->rank, i, L->n);
+        borrow_notices(l->t, t);
+        pthread_mutex_init(&l->mu, NULL);
+        pthread_cond_init(&l->cv, NULL);
+        if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
+            return dt_error_set(DT_ENOMEM, "rank %d: tcp: cannot start the thread of lane %d", t->rank, i);
+        l->started = true;
+    }
+    return 0;
+}
+
+int dt_tcp__lanes_allreduce(struct dt_tcp *t, const void *send, void *recv, size_t n, enum dt_dtype dt,
+                            enum dt_redop op)
+{
+    struct dt_tcp__lanes *L = t->lanes;
+    size_t es = dt_dtype_size(dt), base = n / (size_t)L->n, rem = n % (size_t)L->n, off = base + (rem > 0);
+    for (int i = 1; i < L->n; i++) {
+        struct lane *l = &L->lane[i];
+        size_t len = base + ((size_t)i < rem);
+        pthread_mutex_lock(&l->mu);
+        l->send = (const char *)send + off * es;
+        l->recv = (char *)recv + off * es;
+        l->n = len;
+        l->dt = dt;
+        l->op = op;
+        l->posted++;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        off += len;
+    }
+    int rc = dt_tcp__allreduce_one(t, send, recv, base + (rem > 0), dt, op);
+    int first = -1;
+    for (int i = 1; i < L->n; i++) {
+        struct lane *l = &L->lane[i];
+        pthread_mutex_lock(&l->mu);
+        while (l->done != l->posted)
+            pthread_cond_wait(&l->cv, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+        if (l->rc < 0 && first < 0)
+            first = i;
+    }
+    if (rc == 0 && first < 0)
+        return 0;
+    dt_tcp__fail(t);
+    for (int i = 1; i < L->n; i++)
+        dt_tcp__fail(L->lane[i].t);
+    if (rc < 0)
+        return rc;
+    struct lane *l = &L->lane[first];
+    return dt_error_set(l->code, "%s (lane %d of %d)", l->msg, first, L->n);
+}
+
+static void lanes_abort(struct dt_tcp *t)
+{
+    struct dt_tcp__lanes *L = t->lanes;
+    for (int i = 1; L && i < L->n; i++)
+        if (L->lane[i].t)
+            dt_tcp__abort(L->lane[i].t);
+}
+
+static void lanes_destroy(struct dt_tcp *t)
+{
+    struct dt_tcp__lanes *L = t->lanes;
+    if (!L)
+        return;
+    for (int i = 1; i < L->n; i++) {
+        struct lane *l = &L->lane[i];
+        if (l->started) {
+            pthread_mutex_lock(&l->mu);
+            l->stop = true;
+            pthread_cond_broadcast(&l->cv);
+            pthread_mutex_unlock(&l->mu);
+            pthread_join(l->thread, NULL);
+            pthread_mutex_destroy(&l->mu);
+            pthread_cond_destroy(&l->cv);
+        }
+        dt_tcp__destroy(l->t);
+    }
+    t->notice_mu = NULL;
+    pthread_mutex_destroy(&L->notice_mu);
+    free(L);
+    t->lanes = NULL;
+}
+
+/* ---- lifetime ---- */
+
+static int tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tcp **out)
 {
     *out = NULL;
     struct dt_tcp *t = calloc(1, sizeof *t);
@@ -334,52 +594,44 @@ int dt_tcp_create(const struct dt_comm_options *o, bool with_lanes, struct dt_tc
     t->nlanes = 1;
     int rc = alloc_state(t, o);
     if (rc == 0 && with_lanes)
-        rc = dt_tcp_lanes_choose(t, o);
+        rc = lanes_choose(t, o);
     if (rc == 0)
         rc = bootstrap(t, o);
     if (rc == 0 && with_lanes)
-        rc = dt_tcp_lanes_init(t, o);
+        rc = lanes_init(t, o);
     if (rc < 0) {
-        dt_tcp_destroy(t);
+        dt_tcp__destroy(t);
         return rc;
     }
     *out = t;
     return 0;
 }
 
-int dt_tcp_init(const struct dt_comm_options *o, void **state)
+int dt_tcp__init(const struct dt_comm_options *o, void **state)
 {
     struct dt_tcp *t = NULL;
-    int rc = dt_tcp_create(o, true, &t);
+    int rc = tcp_create(o, true, &t);
     *state = t;
     return rc;
 }
 
-void dt_tcp_fail(struct dt_tcp *t)
-{
-    t->failed = true;
-    for (int p = 0; p < t->world; p++)
-        if (t->fd[p] >= 0)
-            shutdown(t->fd[p], SHUT_RDWR);
-}
-
-void dt_tcp_abort(void *st)
+void dt_tcp__abort(void *st)
 {
     struct dt_tcp *t = st;
     atomic_store(&t->aborted, 1);
-    dt_tcp_lanes_abort(t);
+    lanes_abort(t);
     uint64_t one = 1;
     if (write(t->abort_fd, &one, sizeof one) < 0) {
         /* the counter is saturated only if abort was called 2^64 times */
     }
 }
 
-void dt_tcp_destroy(void *st)
+void dt_tcp__destroy(void *st)
 {
     struct dt_tcp *t = st;
     if (!t)
         return;
-    dt_tcp_lanes_destroy(t);
+    lanes_destroy(t);
     for (int p = 0; t->fd && p < t->world; p++)
         if (t->fd[p] >= 0)
             close(t->fd[p]);
@@ -403,47 +655,4 @@ void dt_tcp_destroy(void *st)
     free(t->small);
     free(t->scratch);
     free(t);
-}
-
-int dt_tcp_scratch(struct dt_tcp *t, size_t bytes)
-{
-    if (bytes <= t->scratch_bytes)
-        return 0;
-    char *p = realloc(t->scratch, bytes);
-    if (!p)
-        return dt_error_set(DT_ENOMEM, "rank %d: tcp: cannot allocate %zu bytes of scratch", t->rank, bytes);
-    memset(p, 0, bytes);
-    t->scratch = p;
-    t->scratch_bytes = bytes;
-    return 0;
-}
-
-void dt_tcp_hdr_make(struct dt_tcp *t, struct dt_tcp_hdr *h, size_t count, enum dt_dtype dt, enum dt_redop op,
-                     int root)
-{
-    memset(h, 0, sizeof *h);
-    h->magic = DT_TCP_MAGIC;
-    h->kind = (uint16_t)t->cur;
-    h->dtype = (uint16_t)dt;
-    h->seq = t->seq;
-    h->count = count;
-    h->op = op;
-    h->root = root;
-}
-
-int dt_tcp_hdr_check(struct dt_tcp *t, int peer, const struct dt_tcp_hdr *got, const struct dt_tcp_hdr *want)
-{
-    if (got->magic != DT_TCP_MAGIC)
-        return dt_error_set(DT_EPROTO, "rank %d: %s #%llu (tcp): peer rank %d sent a corrupt frame", t->rank,
-                            dt_coll_name(t->cur), (unsigned long long)t->seq, peer);
-    if (memcmp(got, want, sizeof *got) != 0)
-        return dt_error_set(DT_EPROTO,
-                            "rank %d: %s #%llu (tcp, count %llu, %s, %s, root %d): peer rank %d is running %s #%llu "
-                            "(count %llu, %s, %s, root %d); every rank must call the same collectives in the same order",
-                            t->rank, dt_coll_name(t->cur), (unsigned long long)t->seq,
-                            (unsigned long long)want->count, dt_dtype_name(want->dtype), dt_redop_name(want->op),
-                            want->root, peer, dt_coll_name(got->kind), (unsigned long long)got->seq,
-                            (unsigned long long)got->count, dt_dtype_name(got->dtype), dt_redop_name(got->op),
-                            got->root);
-    return 0;
 }

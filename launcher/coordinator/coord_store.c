@@ -1,0 +1,776 @@
+/* coord_store.c - the TCPStore half of the coordinator: what each request
+ * does to the store and what it answers, the key-value table and its memory
+ * budget, clients blocked in WAIT, and PyTorch's queues.
+ *
+ * Semantics follow PyTorch's libuv TCPStore server (TCPStoreLibUvBackend.cpp):
+ * GET of an absent key answers an empty value (PyTorch's client WAITs first);
+ * ADD keeps the counter as decimal text; COMPARE_SET on an absent key sets it
+ * only when `expected` is empty and otherwise answers `expected` back;
+ * DELETE_KEY answers how many keys went (0 or 1); GETNUMKEYS counts every
+ * key, PyTorch's internal "init/" counter included.  SET, APPEND and
+ * MULTI_SET answer nothing.
+ *
+ * Not for framing, sockets or the job token (coord_server.c), nor for
+ * dtrain's barrier, heartbeats and membership (coord_rendezvous.c).
+ */
+#include "launcher/coordinator/coordinator_internal.h"
+
+#include "base/error.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the key-value table ---- */
+
+/* Chained hashing (FNV-1a over the key bytes) with entries allocated one by
+ * one, so an entry keeps its address when the table grows: waiting clients
+ * point at entries.  Keys are bytes, not C strings, as in TCPStore.
+ *
+ * Every key costs its bytes plus ENTRY_COST against max_total_bytes,
+ * waited-for keys included, so a client cannot grow the coordinator without
+ * bound by waiting on fresh names.
+ */
+#define ENTRY_COST 64u
+
+/* One key.  An entry that is not `present` exists only to hold the clients
+ * waiting for it; it is removed when the last of them leaves. */
+struct dt_coord__entry {
+    struct dt_coord__entry *next; /* hash chain */
+    uint64_t hash;
+    bool present;
+    size_t klen;
+    uint8_t *val;
+    size_t vlen;
+    struct dt_coord__wait *waiters; /* doubly linked through prev/next */
+    uint8_t key[];                  /* in the entry: one cache miss less per lookup */
+};
+
+static uint64_t kv_hash(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int kv_init(struct dt_coord__kv *t)
+{
+    memset(t, 0, sizeof *t);
+    t->nslots = 1024;
+    t->slots = calloc(t->nslots, sizeof *t->slots);
+    return t->slots ? 0 : DT_ENOMEM;
+}
+
+static void entry_free(struct dt_coord__entry *e)
+{
+    free(e->val);
+    free(e);
+}
+
+static void kv_free(struct dt_coord__kv *t)
+{
+    for (size_t i = 0; i < t->nslots; i++) {
+        struct dt_coord__entry *e = t->slots[i];
+        while (e) {
+            struct dt_coord__entry *next = e->next;
+            entry_free(e);
+            e = next;
+        }
+    }
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static struct dt_coord__entry *kv_find(struct dt_coord__kv *t, const uint8_t *key, size_t klen)
+{
+    uint64_t h = kv_hash(key, klen);
+    for (struct dt_coord__entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
+        if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->key, key, klen) == 0))
+            return e;
+    return NULL;
+}
+
+/* Doubling keeps chains short; a failed grow only makes them longer. */
+static void maybe_grow(struct dt_coord__kv *t)
+{
+    if (t->nentries < t->nslots)
+        return;
+    size_t n = t->nslots * 2;
+    struct dt_coord__entry **slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return;
+    for (size_t i = 0; i < t->nslots; i++) {
+        struct dt_coord__entry *e = t->slots[i];
+        while (e) {
+            struct dt_coord__entry *next = e->next;
+            e->next = slots[e->hash & (n - 1)];
+            slots[e->hash & (n - 1)] = e;
+            e = next;
+        }
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->nslots = n;
+}
+
+static int over_budget(struct dt_coord *c, size_t more)
+{
+    return dt_error_set(DT_ENOMEM,
+                        "the store is full: %zu more bytes would pass the %zu-byte total memory "
+                        "limit (%zu in use)",
+                        more, c->max_total_bytes, c->kv.bytes);
+}
+
+static int kv_lookup_or_add(struct dt_coord *c, const uint8_t *key, size_t klen, struct dt_coord__entry **out)
+{
+    struct dt_coord__kv *t = &c->kv;
+    struct dt_coord__entry *e = kv_find(t, key, klen);
+    if (e) {
+        *out = e;
+        return 0;
+    }
+    size_t cost = klen + ENTRY_COST;
+    if (t->bytes + cost > c->max_total_bytes)
+        return over_budget(c, cost);
+    e = calloc(1, sizeof *e + klen);
+    if (!e)
+        return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a key");
+    if (klen)
+        memcpy(e->key, key, klen);
+    e->klen = klen;
+    e->hash = kv_hash(key, klen);
+    maybe_grow(t);
+    size_t slot = e->hash & (t->nslots - 1);
+    e->next = t->slots[slot];
+    t->slots[slot] = e;
+    t->nentries++;
+    t->bytes += cost;
+    *out = e;
+    return 0;
+}
+
+/* Puts len bytes at offset `keep` of e's value, growing it. */
+static int store_value(struct dt_coord *c, struct dt_coord__entry *e, size_t keep, const uint8_t *val,
+                       size_t len)
+{
+    size_t total = keep + len;
+    if (total > c->lim.max_value_bytes)
+        return dt_error_set(DT_ENOMEM, "value of %zu bytes would pass the %zu-byte value limit",
+                            total, c->lim.max_value_bytes);
+    size_t old = e->present ? e->vlen : 0;
+    if (total > old && c->kv.bytes + (total - old) > c->max_total_bytes)
+        return over_budget(c, total - old);
+    uint8_t *p = e->val;
+    if (total > old || !p) {
+        p = realloc(e->val, total ? total : 1);
+        if (!p)
+            return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a value");
+    }
+    if (len)
+        memcpy(p + keep, val, len);
+    e->val = p;
+    c->kv.bytes = c->kv.bytes - old + total;
+    c->kv.generation++;
+    e->vlen = total;
+    if (!e->present) {
+        e->present = true;
+        c->kv.npresent++;
+    }
+    return 0;
+}
+
+static int kv_put(struct dt_coord *c, struct dt_coord__entry *e, const uint8_t *val, size_t vlen)
+{
+    return store_value(c, e, 0, val, vlen);
+}
+
+static int kv_append(struct dt_coord *c, struct dt_coord__entry *e, const uint8_t *val, size_t vlen)
+{
+    return store_value(c, e, e->present ? e->vlen : 0, val, vlen);
+}
+
+static void kv_remove(struct dt_coord__kv *t, struct dt_coord__entry *e)
+{
+    struct dt_coord__entry **pp = &t->slots[e->hash & (t->nslots - 1)];
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    t->nentries--;
+    t->generation++;
+    t->bytes -= e->klen + ENTRY_COST + (e->present ? e->vlen : 0);
+    if (e->present)
+        t->npresent--;
+    entry_free(e);
+}
+
+/* ---- WAIT ---- */
+
+/* Clients blocked in WAIT until their keys exist.  A WAIT names keys; the
+ * reply (one STOP_WAITING byte) goes out when the last missing one appears.
+ * Each missing key gets a node (struct dt_coord__wait) on both the key's list
+ * and the client's list, so a key appearing wakes its waiters in O(waiters)
+ * and a client leaving (CANCEL_WAIT, timeout, disconnect) drops its nodes in
+ * O(its keys).  One WAIT per client at a time: PyTorch's client
+ * blocks on the reply, so a second one is a protocol error.
+ */
+
+/* A client waiting for one key; it sits both on the key's list and on the
+ * client's own list, so either side can drop it in O(1). */
+struct dt_coord__wait {
+    struct dt_coord__wait *prev, *next;
+    struct dt_coord__wait *conn_next;
+    struct dt_coord__entry *entry;
+    struct dt_coord__conn *conn;
+};
+
+/* A key whose queue holds an item counts as present (queues, below). */
+static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen);
+
+static void unlink_node(struct dt_coord *c, struct dt_coord__wait *n)
+{
+    struct dt_coord__entry *e = n->entry;
+    if (!e) /* its key already appeared and emptied its list */
+        return;
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        e->waiters = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    if (!e->present && !e->waiters)
+        kv_remove(&c->kv, e);
+}
+
+void dt_coord__wait_cancel(struct dt_coord__conn *conn)
+{
+    struct dt_coord__wait *n = conn->wait_nodes;
+    while (n) {
+        struct dt_coord__wait *next = n->conn_next;
+        unlink_node(conn->coord, n);
+        free(n);
+        n = next;
+    }
+    conn->wait_nodes = NULL;
+    conn->waits_left = 0;
+    conn->waiting = false;
+}
+
+static int add_node(struct dt_coord__conn *conn, const struct dt_wire_bytes *k)
+{
+    /* A key whose queue holds an item counts as present (a blocking pop). */
+    if (queue_nonempty(conn->coord, k->p, k->len))
+        return 0;
+    struct dt_coord__entry *e;
+    int rc = kv_lookup_or_add(conn->coord, k->p, k->len, &e);
+    if (rc)
+        return rc;
+    if (e->present)
+        return 0;
+    /* The same key twice in one WAIT counts once. */
+    for (struct dt_coord__wait *m = e->waiters; m; m = m->next)
+        if (m->conn == conn)
+            return 0;
+    struct dt_coord__wait *n = calloc(1, sizeof *n);
+    if (!n) {
+        if (!e->waiters)
+            kv_remove(&conn->coord->kv, e);
+        return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a waiter");
+    }
+    n->entry = e;
+    n->conn = conn;
+    n->next = e->waiters;
+    if (e->waiters)
+        e->waiters->prev = n;
+    e->waiters = n;
+    n->conn_next = conn->wait_nodes;
+    conn->wait_nodes = n;
+    conn->waits_left++;
+    return 0;
+}
+
+static int wait_register(struct dt_coord__conn *conn, const struct dt_wire_request *r, bool *ready)
+{
+    if (conn->waiting)
+        return dt_error_set(DT_EPROTO, "WAIT while its previous WAIT is still pending");
+    size_t pos = 0;
+    struct dt_wire_bytes k;
+    while (dt_wire_list_next(r, &pos, &k)) {
+        int rc = add_node(conn, &k);
+        if (rc) {
+            dt_coord__wait_cancel(conn);
+            return rc;
+        }
+    }
+    *ready = conn->waits_left == 0;
+    conn->waiting = !*ready;
+    return 0;
+}
+
+/* PyTorch wakes one waiter per pushed item, so two blocked pops do not race
+ * for one item: the first waiter in the list is answered; a waiter still
+ * missing other keys counts this one as there and the next is tried. */
+static void wait_wake_one(struct dt_coord *c, struct dt_coord__entry *e)
+{
+    while (e->waiters) {
+        struct dt_coord__wait *n = e->waiters;
+        e->waiters = n->next;
+        if (e->waiters)
+            e->waiters->prev = NULL;
+        n->entry = NULL;
+        struct dt_coord__conn *conn = n->conn;
+        if (--conn->waits_left == 0) {
+            dt_coord__wait_cancel(conn);
+            dt_wire_put_u8(&conn->out, DT_WIRE_STOP_WAITING);
+            if (!conn->in_read)
+                dt_coord__conn_flush(conn);
+            break;
+        }
+    }
+    if (!e->present && !e->waiters)
+        kv_remove(&c->kv, e);
+}
+
+/* The nodes stay linked from the client's list until that WAIT completes;
+ * only the key's list is emptied here. */
+static void wait_key_present(struct dt_coord *c, struct dt_coord__entry *e)
+{
+    struct dt_coord__wait *n = e->waiters;
+    e->waiters = NULL;
+    while (n) {
+        struct dt_coord__wait *next = n->next;
+        struct dt_coord__conn *conn = n->conn;
+        n->entry = NULL;
+        if (--conn->waits_left == 0) {
+            dt_coord__wait_cancel(conn);
+            dt_wire_put_u8(&conn->out, DT_WIRE_STOP_WAITING);
+            if (!conn->in_read)
+                dt_coord__conn_flush(conn);
+        }
+        n = next;
+    }
+    (void)c;
+}
+
+/* ---- queues ---- */
+
+/* PyTorch's store queues: QUEUE_PUSH, QUEUE_POP, QUEUE_LEN.  Semantics of
+ * PyTorch's libuv server (TCPStoreLibUvBackend.cpp, 2.6+): queues are a key
+ * space apart from the key-value table (GET, DELETE_KEY and GETNUMKEYS do
+ * not see them); PUSH appends and answers nothing, and wakes one client
+ * WAITing on that key; POP answers the length before the
+ * pop as i64 and, when it was not empty, the front value; LEN answers the
+ * length.  CHECK and WAIT count a key whose queue is not empty as present,
+ * which is how PyTorch's client makes a blocking pop: WAIT, then POP (and a
+ * pop that finds the queue empty is the client's "queue is empty" error).
+ *
+ * Items count against max_total_bytes like values do (their bytes plus
+ * ITEM_COST), so a client cannot grow the coordinator without bound.
+ */
+#define ITEM_COST 32u
+
+/* PyTorch's queues (QUEUE_PUSH/POP/LEN): a key space apart from the
+ * key-value table; an empty queue is removed. */
+struct queue_item {
+    struct queue_item *next;
+    size_t len;
+    uint8_t data[];
+};
+
+struct dt_coord__queue {
+    struct dt_coord__queue *next; /* hash chain */
+    uint64_t hash;
+    size_t klen;
+    size_t n;
+    struct queue_item *head, *tail;
+    uint8_t key[];
+};
+
+static struct dt_coord__queue **slot_of(struct dt_coord *c, uint64_t h)
+{
+    return &c->queues[h % DT_COORD__QUEUE_SLOTS];
+}
+
+static struct dt_coord__queue *queue_find(struct dt_coord *c, const uint8_t *key, size_t klen)
+{
+    uint64_t h = kv_hash(key, klen);
+    for (struct dt_coord__queue *q = *slot_of(c, h); q; q = q->next)
+        if (q->hash == h && q->klen == klen && (klen == 0 || memcmp(q->key, key, klen) == 0))
+            return q;
+    return NULL;
+}
+
+static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen)
+{
+    struct dt_coord__queue *q = queue_find(c, key, klen);
+    return q && q->n > 0;
+}
+
+static void unlink_queue(struct dt_coord *c, struct dt_coord__queue *q)
+{
+    struct dt_coord__queue **pp = slot_of(c, q->hash);
+    while (*pp != q)
+        pp = &(*pp)->next;
+    *pp = q->next;
+    c->kv.bytes -= q->klen + ITEM_COST;
+    free(q);
+}
+
+static int queue_push(struct dt_coord *c, const struct dt_wire_bytes *key, const struct dt_wire_bytes *val)
+{
+    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
+    size_t cost = val->len + ITEM_COST + (q ? 0 : key->len + ITEM_COST);
+    if (c->kv.bytes + cost > c->max_total_bytes)
+        return dt_error_set(DT_ENOMEM,
+                            "the store is full: a queue item of %zu bytes would pass the %zu-byte "
+                            "total memory limit (%zu in use)",
+                            val->len, c->max_total_bytes, c->kv.bytes);
+    struct queue_item *it = malloc(sizeof *it + val->len);
+    if (!it)
+        return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue item");
+    if (!q) {
+        q = calloc(1, sizeof *q + key->len);
+        if (!q) {
+            free(it);
+            return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue");
+        }
+        if (key->len)
+            memcpy(q->key, key->p, key->len);
+        q->klen = key->len;
+        q->hash = kv_hash(key->p, key->len);
+        struct dt_coord__queue **slot = slot_of(c, q->hash);
+        q->next = *slot;
+        *slot = q;
+    }
+    it->next = NULL;
+    it->len = val->len;
+    if (val->len)
+        memcpy(it->data, val->p, val->len);
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    q->n++;
+    c->kv.bytes += cost;
+    struct dt_coord__entry *e = kv_find(&c->kv, key->p, key->len);
+    if (e && e->waiters)
+        wait_wake_one(c, e);
+    return 0;
+}
+
+static int queue_pop(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
+    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
+    if (!q)
+        return 0;
+    struct queue_item *it = q->head;
+    dt_wire_put_bytes(&conn->out, it->data, it->len);
+    q->head = it->next;
+    if (!q->head)
+        q->tail = NULL;
+    q->n--;
+    c->kv.bytes -= it->len + ITEM_COST;
+    free(it);
+    if (q->n == 0)
+        unlink_queue(c, q);
+    return 0;
+}
+
+static void queue_len(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
+{
+    struct dt_coord__queue *q = queue_find(conn->coord, key->p, key->len);
+    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
+}
+
+static void queue_free_all(struct dt_coord *c)
+{
+    for (size_t i = 0; i < DT_COORD__QUEUE_SLOTS; i++) {
+        while (c->queues[i]) {
+            struct dt_coord__queue *q = c->queues[i];
+            while (q->head) {
+                struct queue_item *it = q->head;
+                q->head = it->next;
+                free(it);
+            }
+            c->queues[i] = q->next;
+            free(q);
+        }
+    }
+}
+
+/* ---- requests ---- */
+
+static int parse_counter(const struct dt_coord__entry *e, int64_t *v)
+{
+    char tmp[32];
+    char kb[80];
+    if (e->vlen == 0 || e->vlen >= sizeof tmp)
+        goto bad;
+    memcpy(tmp, e->val, e->vlen);
+    tmp[e->vlen] = 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(tmp, &end, 10);
+    if (errno || *end)
+        goto bad;
+    *v = x;
+    return 0;
+bad:
+    return dt_error_set(DT_EPROTO, "ADD on key '%s', whose value is not a decimal integer",
+                        dt_coord__key_str(e->key, e->klen, kb));
+}
+
+static int op_set(struct dt_coord *c, const struct dt_wire_bytes *k, const struct dt_wire_bytes *v)
+{
+    struct dt_coord__entry *e;
+    int rc = kv_lookup_or_add(c, k->p, k->len, &e);
+    if (rc == 0)
+        rc = kv_put(c, e, v->p, v->len);
+    if (rc == 0)
+        wait_key_present(c, e);
+    return rc;
+}
+
+static int op_add(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_coord__entry *e;
+    int64_t v = 0;
+    int rc = kv_lookup_or_add(c, r->key.p, r->key.len, &e);
+    if (rc == 0 && e->present)
+        rc = parse_counter(e, &v);
+    if (rc == 0 && __builtin_add_overflow(v, r->i1, &v))
+        rc = dt_error_set(DT_EPROTO, "ADD overflows a 64-bit counter");
+    if (rc) {
+        if (!e->present && !e->waiters)
+            kv_remove(&c->kv, e);
+        return rc;
+    }
+    char txt[32];
+    int n = snprintf(txt, sizeof txt, "%" PRId64, v);
+    if ((rc = kv_put(c, e, (const uint8_t *)txt, (size_t)n)) != 0)
+        return rc;
+    wait_key_present(c, e);
+    dt_wire_put_i64(&conn->out, v);
+    return 0;
+}
+
+static int op_compare_set(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_coord__entry *e = kv_find(&c->kv, r->key.p, r->key.len);
+    if (!e || !e->present) {
+        if (r->v1.len != 0) {
+            dt_wire_put_bytes(&conn->out, r->v1.p, r->v1.len);
+            return 0;
+        }
+        int rc = op_set(c, &r->key, &r->v2);
+        if (rc == 0)
+            dt_wire_put_bytes(&conn->out, r->v2.p, r->v2.len);
+        return rc;
+    }
+    if (e->vlen == r->v1.len && (e->vlen == 0 || memcmp(e->val, r->v1.p, e->vlen) == 0)) {
+        int rc = kv_put(c, e, r->v2.p, r->v2.len);
+        if (rc)
+            return rc;
+    }
+    dt_wire_put_bytes(&conn->out, e->val, e->vlen);
+    return 0;
+}
+
+static void put_value_of(struct dt_coord *c, struct dt_wire_buf *out, const struct dt_wire_bytes *k)
+{
+    struct dt_coord__entry *e = kv_find(&c->kv, k->p, k->len);
+    if (e && e->present)
+        dt_wire_put_bytes(out, e->val, e->vlen);
+    else
+        dt_wire_put_bytes(out, "", 0);
+}
+
+static bool cache_hit(const struct dt_coord__mget *m, const struct dt_coord__kv *t, const struct dt_wire_request *r)
+{
+    return m->valid && m->generation == t->generation && m->keys_len == r->list.len &&
+           memcmp(m->keys, r->list.p, r->list.len) == 0;
+}
+
+static void cache_fill(struct dt_coord__mget *m, const struct dt_coord__kv *t, const struct dt_wire_request *r,
+                       const uint8_t *reply, size_t reply_len)
+{
+    uint8_t *k = malloc(r->list.len ? r->list.len : 1);
+    uint8_t *v = malloc(reply_len ? reply_len : 1);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return;
+    }
+    free(m->keys);
+    free(m->reply);
+    memcpy(k, r->list.p, r->list.len);
+    memcpy(v, reply, reply_len);
+    *m = (struct dt_coord__mget){k, r->list.len, v, reply_len, t->generation, true};
+}
+
+static int op_multi_get(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_wire_buf *out = &conn->out;
+    if (cache_hit(&c->mget, &c->kv, r)) {
+        dt_wire_put_raw(out, c->mget.reply, c->mget.reply_len);
+        return 0;
+    }
+    size_t start = out->len, pos = 0;
+    struct dt_wire_bytes k;
+    while (dt_wire_list_next(r, &pos, &k))
+        put_value_of(c, out, &k);
+    /* Only lists worth it: a few keys are as cheap to look up as to compare. */
+    if (!out->failed && r->count >= 16)
+        cache_fill(&c->mget, &c->kv, r, out->p + start, out->len - start);
+    return 0;
+}
+
+static bool all_present(struct dt_coord *c, const struct dt_wire_request *r)
+{
+    size_t pos = 0;
+    struct dt_wire_bytes k;
+    while (dt_wire_list_next(r, &pos, &k)) {
+        struct dt_coord__entry *e = kv_find(&c->kv, k.p, k.len);
+        if ((!e || !e->present) && !queue_nonempty(c, k.p, k.len))
+            return false;
+    }
+    return true;
+}
+
+static int op_list(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    size_t pos = 0;
+    struct dt_wire_bytes k, v;
+    switch (r->op) {
+    case DT_WIRE_CHECK:
+        dt_wire_put_u8(&conn->out, all_present(c, r) ? DT_WIRE_READY : DT_WIRE_NOT_READY);
+        return 0;
+    case DT_WIRE_MULTI_GET:
+        return op_multi_get(conn, r);
+    case DT_WIRE_MULTI_SET:
+        while (dt_wire_list_next(r, &pos, &k) && dt_wire_list_next(r, &pos, &v)) {
+            int rc = op_set(c, &k, &v);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    default: { /* WAIT */
+        bool ready = false;
+        int rc = wait_register(conn, r, &ready);
+        if (rc == 0 && ready)
+            dt_wire_put_u8(&conn->out, DT_WIRE_STOP_WAITING);
+        return rc;
+    }
+    }
+}
+
+static int op_append(struct dt_coord *c, const struct dt_wire_request *r)
+{
+    struct dt_coord__entry *e;
+    int rc = kv_lookup_or_add(c, r->key.p, r->key.len, &e);
+    if (rc == 0)
+        rc = kv_append(c, e, r->v1.p, r->v1.len);
+    if (rc == 0)
+        wait_key_present(c, e);
+    return rc;
+}
+
+static int op_delete(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord__entry *e = kv_find(&conn->coord->kv, r->key.p, r->key.len);
+    int64_t n = 0;
+    if (e && e->present) {
+        kv_remove(&conn->coord->kv, e);
+        n = 1;
+    }
+    dt_wire_put_i64(&conn->out, n);
+    return 0;
+}
+
+int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    switch (r->op) {
+    case DT_WIRE_VALIDATE:
+        return 0;
+    case DT_WIRE_SET:
+        return op_set(c, &r->key, &r->v1);
+    case DT_WIRE_COMPARE_SET:
+        return op_compare_set(conn, r);
+    case DT_WIRE_GET:
+        put_value_of(c, &conn->out, &r->key);
+        return 0;
+    case DT_WIRE_ADD:
+        return op_add(conn, r);
+    case DT_WIRE_CHECK:
+    case DT_WIRE_WAIT:
+    case DT_WIRE_MULTI_GET:
+    case DT_WIRE_MULTI_SET:
+        return op_list(conn, r);
+    case DT_WIRE_GETNUMKEYS:
+        dt_wire_put_i64(&conn->out, (int64_t)c->kv.npresent);
+        return 0;
+    case DT_WIRE_DELETE_KEY:
+        return op_delete(conn, r);
+    case DT_WIRE_APPEND:
+        return op_append(c, r);
+    case DT_WIRE_CANCEL_WAIT:
+        dt_coord__wait_cancel(conn);
+        dt_wire_put_u8(&conn->out, DT_WIRE_WAIT_CANCELED);
+        return 0;
+    case DT_WIRE_PING:
+        dt_wire_put_u32(&conn->out, r->u32);
+        return 0;
+    case DT_WIRE_BARRIER:
+        return dt_coord__barrier_enter(conn, r);
+    case DT_WIRE_QUEUE_PUSH:
+        return queue_push(c, &r->key, &r->v1);
+    case DT_WIRE_QUEUE_POP:
+        return queue_pop(conn, &r->key);
+    case DT_WIRE_QUEUE_LEN:
+        queue_len(conn, &r->key);
+        return 0;
+    case DT_WIRE_JOIN:
+        return dt_coord__member_join(conn, r);
+    case DT_WIRE_LEAVE:
+        dt_coord__member_leave(conn);
+        return 0;
+    case DT_WIRE_MEMBERS:
+        dt_coord__member_list(conn);
+        return 0;
+    case DT_WIRE_HEARTBEAT: {
+        int rc = dt_coord__heartbeat_record(c, r->i1, r->i2);
+        if (rc == 0)
+            dt_wire_put_u8(&conn->out, DT_WIRE_OK);
+        return rc;
+    }
+    default:
+        return dt_error_set(DT_EPROTO, "unexpected request %s", dt_wire_op_name(r->op));
+    }
+}
+
+/* ---- lifetime ---- */
+
+int dt_coord__store_init(struct dt_coord *c)
+{
+    return kv_init(&c->kv);
+}
+
+void dt_coord__store_free(struct dt_coord *c)
+{
+    queue_free_all(c);
+    kv_free(&c->kv);
+    free(c->mget.keys);
+    free(c->mget.reply);
+}
