@@ -6,7 +6,7 @@
 #   make test-gpu     the GPU tests (needs a GPU; CI only compiles them)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
-#   make install      PREFIX=/usr/local: binary, library, headers, man page, docs
+#   make install      PREFIX=/usr/local: binary, library, public headers, man page, docs
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
 #   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
 #   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
@@ -200,8 +200,8 @@ install: all
 	  $(DESTDIR)$(PREFIX)/include/dtrain/comm $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(DOCDIR)
 	install -m 755 $(BINDIR)/dtrain $(DESTDIR)$(PREFIX)/bin/dtrain
 	install -m 644 $(BUILD)/libdtrain.a $(DESTDIR)$(PREFIX)/lib/libdtrain.a
-	install -m 644 base/*.h $(DESTDIR)$(PREFIX)/include/dtrain/base/
-	install -m 644 comm/*.h $(DESTDIR)$(PREFIX)/include/dtrain/comm/
+	install -m 644 base/error.h $(DESTDIR)$(PREFIX)/include/dtrain/base/
+	install -m 644 comm/comm.h comm/store.h $(DESTDIR)$(PREFIX)/include/dtrain/comm/
 	install -m 644 README.md docs/*.md configs/reference.yaml configs/job.schema.json $(DESTDIR)$(DOCDIR)/
 	sed 's|@DOCDIR@|$(DOCDIR)|g' docs/dtrain.1 > $(DESTDIR)$(PREFIX)/share/man/man1/dtrain.1
 	chmod 644 $(DESTDIR)$(PREFIX)/share/man/man1/dtrain.1

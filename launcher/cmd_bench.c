@@ -1,7 +1,7 @@
 /* cmd_bench.c - `dtrain bench allreduce|allgather|reduce_scatter|broadcast`:
  * the communicator self-test, with nccl-tests' flags and output.
  *
- * Only parses the command line; the harness is comm/bench.c.  Run it as the
+ * Only parses the command line; the harness is comm/bench/bench.c.  Run it as the
  * command of a `dtrain launch` job (every rank runs it; rank 0 prints), or
  * alone for one rank.
  */
