@@ -4,10 +4,8 @@
  * Writing: dt_json_put_str and dt_json_quote write a C string as a JSON
  * string literal, for the trace, the run summary, the error file the worker
  * leaves for the agent, safetensors headers and `dtrain report`/`trace merge`.
- * Reading: dt_json_decode_u decodes the \uXXXX escape, for the readers
- * launcher/report_json.c (dtrain's own run files) and worker/safetensors.c
- * (checkpoint and model headers), so both join surrogate pairs and refuse
- * the same escapes.
+ * Reading: dt_json_decode_u decodes the \uXXXX escape for
+ * worker/safetensors.c's header reader, the last one not on base/json.h.
  *
  * Not a JSON parser or a writer of anything but strings.
  */
