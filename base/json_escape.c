@@ -2,9 +2,7 @@
  *
  * RFC 8259 section 7: inside a string '"', '\\' and the control characters
  * U+0000..U+001F must be escaped, as \uXXXX or (for some) a two-character
- * form like \n; anything else may be written as it is.  A code point above
- * U+FFFF is written as a UTF-16 surrogate pair, high (D800..DBFF) then low
- * (DC00..DFFF); either alone is no character and has no UTF-8 form.
+ * form like \n; anything else may be written as it is.
  */
 #include "base/json_escape.h"
 
@@ -66,72 +64,4 @@ int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style styl
     *o = 0;
     *len = (size_t)(o - buf);
     return 0;
-}
-
-/* Exactly 4 hex digits, as JSON has them: sscanf("%4x") would take a sign,
- * spaces or "0x", and first runs strlen over the rest of the text. */
-static int hex4(const char *s, const char *end, unsigned *cp)
-{
-    if (end - s < 4)
-        return -1;
-    *cp = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-                                            : 16u;
-        if (d > 15)
-            return -1;
-        *cp = *cp << 4 | d;
-    }
-    return 0;
-}
-
-static char *put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) {
-        *o++ = (char)cp;
-    } else if (cp < 0x800) {
-        *o++ = (char)(0xC0 | cp >> 6);
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xE0 | cp >> 12);
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-        *o++ = (char)(0xF0 | cp >> 18);
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-        *o++ = (char)(0x80 | (cp & 0x3F));
-    }
-    return o;
-}
-
-size_t dt_json_decode_u(const char *s, const char *end, char **o, const char **why)
-{
-    unsigned cp, lo;
-    size_t used = 5;
-    if (hex4(s + 1, end, &cp)) {
-        *why = "\\u must be followed by 4 hex digits";
-        return 0;
-    }
-    if (cp >= 0xD800 && cp < 0xDC00) {
-        const char *n = s + 5;
-        if (end - n < 6 || n[0] != '\\' || n[1] != 'u' || hex4(n + 2, end, &lo) || lo < 0xDC00 ||
-            lo > 0xDFFF) {
-            *why = "a \\u high surrogate must be followed by a low one";
-            return 0;
-        }
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        used = 11;
-    } else if (cp >= 0xDC00 && cp < 0xE000) {
-        *why = "a lone \\u low surrogate";
-        return 0;
-    } else if (cp == 0) {
-        *why = "\\u0000 (a NUL character) is not allowed: dtrain's strings are C strings";
-        return 0;
-    }
-    *o = put_utf8(*o, cp);
-    return used;
 }
