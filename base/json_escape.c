@@ -2,7 +2,11 @@
  *
  * RFC 8259 section 7: inside a string '"', '\\' and the control characters
  * U+0000..U+001F must be escaped, as \uXXXX or (for some) a two-character
- * form like \n; anything else may be written as it is.
+ * form like \n; anything else may be written as it is.  Section 8.1: the
+ * text is UTF-8, and readers (jansson, Python's json) refuse anything else,
+ * so a byte that starts no well-formed UTF-8 character (a rank's stderr in
+ * Latin-1, a line cut inside a character) is written as U+FFFD, the
+ * replacement character, as Python's errors="replace" does.
  */
 #include "base/json_escape.h"
 
@@ -10,19 +14,46 @@
 
 #include "base/error.h"
 
-/* The escaped form of byte c at e (room for 6); returns its length.  The
- * one place that decides how a byte is written, for both writers below. */
-static size_t escape_byte(unsigned char c, enum dt_json_style style, char *e)
+/* Bytes of the well-formed UTF-8 character at s, 1 to 4, or 0 if there is
+ * none (Unicode's table 3-7: no overlong forms, no surrogates, nothing past
+ * U+10FFFF).  s ends with a NUL, which no continuation byte matches. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    size_t n = c < 0x80                 ? 1
+               : c >= 0xc2 && c <= 0xdf ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80; /* the second byte's range */
+    unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    for (size_t i = 1; i < n; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    return n;
+}
+
+/* The escaped form of the character at *s at e (room for 6); advances *s
+ * past it and returns the form's length.  The one place that decides how a
+ * byte is written, for both writers below. */
+static size_t escape_char(const unsigned char **s, enum dt_json_style style, char *e)
 {
     static const char hex[] = "0123456789abcdef";
+    unsigned char c = **s;
+    size_t n = utf8_len(*s);
+    *s += n ? n : 1;
+    if (n == 0) {
+        memcpy(e, "\xef\xbf\xbd", 3); /* U+FFFD */
+        return 3;
+    }
     if (c == '"' || c == '\\') {
         e[0] = '\\';
         e[1] = (char)c;
         return 2;
     }
     if (c >= 0x20) {
-        e[0] = (char)c;
-        return 1;
+        memcpy(e, *s - n, n);
+        return n;
     }
     if (style == DT_JSON_SHORT_WS && (c == '\n' || c == '\r' || c == '\t')) {
         e[0] = '\\';
@@ -39,8 +70,8 @@ void dt_json_put_str(FILE *f, const char *s, enum dt_json_style style)
 {
     char e[6];
     fputc('"', f);
-    for (; *s; s++)
-        fwrite(e, 1, escape_byte((unsigned char)*s, style, e), f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;)
+        fwrite(e, 1, escape_char(&p, style, e), f);
     fputc('"', f);
 }
 
@@ -49,8 +80,8 @@ int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style styl
 {
     char e[6];
     size_t need = 3; /* the two quotes and the NUL */
-    for (const char *p = s; *p; p++)
-        need += escape_byte((unsigned char)*p, style, e);
+    for (const unsigned char *p = (const unsigned char *)s; *p;)
+        need += escape_char(&p, style, e);
     if (need > size) {
         if (size > 0)
             buf[0] = 0;
@@ -58,8 +89,8 @@ int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style styl
     }
     char *o = buf;
     *o++ = '"';
-    for (; *s; s++)
-        o += escape_byte((unsigned char)*s, style, o);
+    for (const unsigned char *p = (const unsigned char *)s; *p;)
+        o += escape_char(&p, style, o);
     *o++ = '"';
     *o = 0;
     *len = (size_t)(o - buf);

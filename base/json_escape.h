@@ -2,7 +2,8 @@
  * writes strings the same way: dt_json_put_str and dt_json_quote write a C
  * string as a JSON string literal, for the trace, the run summary, the error
  * file the worker leaves for the agent, safetensors headers and `dtrain
- * report`/`trace merge`.
+ * report`/`trace merge`.  What they write is valid UTF-8 whatever the bytes
+ * given, so base/json.h (jansson, which refuses invalid UTF-8) reads it back.
  *
  * Not for reading JSON (base/json.h) or writing anything but strings.
  */
@@ -12,10 +13,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* How bytes below 0x20 are written; either way '"' and '\\' get a backslash
- * and every other byte (DEL, UTF-8) is copied as it is.  Both are what
- * RFC 8259 section 7 allows: it requires only '"', '\\' and 0x00-0x1F to be
- * escaped. */
+/* How bytes below 0x20 are written; either way '"' and '\\' get a backslash,
+ * well-formed UTF-8 (and DEL) is copied as it is, and a byte that starts no
+ * UTF-8 character is written as U+FFFD.  Both styles are what RFC 8259
+ * section 7 allows: it requires only '"', '\\' and 0x00-0x1F to be escaped. */
 enum dt_json_style {
     DT_JSON_U,        /* all of them as \u00xx (lowercase hex) */
     DT_JSON_SHORT_WS, /* \n, \r and \t by name, the rest as \u00xx: messages stay readable */

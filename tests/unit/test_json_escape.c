@@ -1,10 +1,11 @@
 /* test_json_escape.c - JSON string literals as dtrain writes them.
  *
  * The writer (dt_json_put_str, dt_json_quote): '"' and '\\', every control
- * byte 0x01-0x1F in both styles, DEL and UTF-8 copied as they are, the two
- * forms writing the same bytes, a buffer one byte too small, and the output
- * read back by the project's reader (base/json.h).  0x00 cannot be asked
- * for: the writer takes C strings, which end there.
+ * byte 0x01-0x1F in both styles, DEL and UTF-8 copied as they are, bytes that
+ * are no UTF-8 written as U+FFFD, the two forms writing the same bytes, a
+ * buffer one byte too small, and the output read back by the project's reader
+ * (base/json.h).  0x00 cannot be asked for: the writer takes C strings, which
+ * end there.
  *
  * Not for the reader's own rules (test_json.c) or for what each writer's
  * file looks like (test_trace.c, test_agent_run.c, ...).
@@ -126,6 +127,37 @@ static void six_bytes_a_byte_always_fit(void **state)
     assert_int_equal(len, sizeof buf - 1);
 }
 
+/* RFC 8259 section 8.1: JSON is UTF-8.  Each byte that starts no
+ * well-formed character (a stray continuation, a lead byte cut short, an
+ * overlong form, a surrogate, past U+10FFFF, 0xFE/0xFF) becomes U+FFFD, and
+ * what follows it is read again from the next byte. */
+static void bytes_that_are_no_utf8_become_u_fffd(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a\x80z", "\"a\xef\xbf\xbdz\""},             /* a continuation alone */
+        {"\xc3(", "\"\xef\xbf\xbd(\""},               /* a lead byte without its continuation */
+        {"\xe2\x98", "\"\xef\xbf\xbd\xef\xbf\xbd\""}, /* cut at the end of the text */
+        {"\xc0\xaf", "\"\xef\xbf\xbd\xef\xbf\xbd\""}, /* an overlong '/' */
+        {"\xed\xa0\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""}, /* the surrogate U+D800 */
+        {"\xf4\x90\x80\x80", "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\""}, /* U+110000 */
+        {"\xff\"", "\"\xef\xbf\xbd\\\"\""},           /* and the quote after it is still escaped */
+        {"\xf4\x8f\xbf\xbf", "\"\xf4\x8f\xbf\xbf\""}, /* U+10FFFF is a character */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_string_equal(put(cases[i].in, DT_JSON_U), cases[i].out);
+        assert_string_equal(quote(cases[i].in, DT_JSON_SHORT_WS), cases[i].out);
+    }
+    char in[33], buf[6 * 32 + 3]; /* still within 6 bytes a byte */
+    memset(in, 0xff, 32);
+    in[32] = 0;
+    size_t len;
+    assert_int_equal(dt_json_quote(buf, sizeof buf, in, DT_JSON_U, &len), 0);
+    assert_int_equal(len, 3 * 32 + 2);
+}
+
 /* What the project's reader makes of the writer's output. */
 static void read_back(const char *literal, const char *want)
 {
@@ -144,13 +176,19 @@ static void output_reads_back_as_the_input(void **state)
     for (int c = 1; c < 0x20; c++)
         all_controls[c - 1] = (char)c;
     all_controls[31] = 0;
-    const char *cases[] = {"", "plain", "a\"b\\c\\\"", all_controls, "tab\there\r\nnext line",
-                           "\x7f caf\xc3\xa9 \xf0\x9f\x98\x80", "\\u0041 stays six bytes"};
+    const char *cases[] = {"",
+                           "plain",
+                           "a\"b\\c\\\"",
+                           all_controls,
+                           "tab\there\r\nnext line",
+                           "\x7f caf\xc3\xa9 \xf0\x9f\x98\x80",
+                           "\\u0041 stays six bytes"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         read_back(put(cases[i], DT_JSON_U), cases[i]);
         read_back(put(cases[i], DT_JSON_SHORT_WS), cases[i]);
         read_back(quote(cases[i], DT_JSON_U), cases[i]);
     }
+    read_back(put("Latin-1 caf\xe9", DT_JSON_U), "Latin-1 caf\xef\xbf\xbd"); /* was JSON no reader took */
 }
 
 int main(void)
@@ -161,6 +199,7 @@ int main(void)
         cmocka_unit_test(del_and_utf8_are_copied),
         cmocka_unit_test(a_small_buffer_is_refused_whole),
         cmocka_unit_test(six_bytes_a_byte_always_fit),
+        cmocka_unit_test(bytes_that_are_no_utf8_become_u_fffd),
         cmocka_unit_test(output_reads_back_as_the_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
