@@ -1,15 +1,11 @@
-/* json_escape.h - JSON string escapes, both ways, so every writer and reader
- * of dtrain's JSON agrees on them.
+/* json_escape.h - JSON string literals, so every writer of dtrain's JSON
+ * writes strings the same way: dt_json_put_str and dt_json_quote write a C
+ * string as a JSON string literal, for the trace, the run summary, the error
+ * file the worker leaves for the agent, safetensors headers and `dtrain
+ * report`/`trace merge`.  What they write is valid UTF-8 whatever the bytes
+ * given, so base/json.h (jansson, which refuses invalid UTF-8) reads it back.
  *
- * Writing: dt_json_put_str and dt_json_quote write a C string as a JSON
- * string literal, for the trace, the run summary, the error file the worker
- * leaves for the agent, safetensors headers and `dtrain report`/`trace merge`.
- * Reading: dt_json_decode_u decodes the \uXXXX escape, for the readers
- * launcher/report_json.c (dtrain's own run files) and worker/safetensors.c
- * (checkpoint and model headers), so both join surrogate pairs and refuse
- * the same escapes.
- *
- * Not a JSON parser or a writer of anything but strings.
+ * Not for reading JSON (base/json.h) or writing anything but strings.
  */
 #ifndef DT_JSON_ESCAPE_H
 #define DT_JSON_ESCAPE_H
@@ -17,10 +13,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* How bytes below 0x20 are written; either way '"' and '\\' get a backslash
- * and every other byte (DEL, UTF-8) is copied as it is.  Both are what
- * RFC 8259 section 7 allows: it requires only '"', '\\' and 0x00-0x1F to be
- * escaped. */
+/* How bytes below 0x20 are written; either way '"' and '\\' get a backslash,
+ * well-formed UTF-8 (and DEL) is copied as it is, and a byte that starts no
+ * UTF-8 character is written as U+FFFD.  Both styles are what RFC 8259
+ * section 7 allows: it requires only '"', '\\' and 0x00-0x1F to be escaped. */
 enum dt_json_style {
     DT_JSON_U,        /* all of them as \u00xx (lowercase hex) */
     DT_JSON_SHORT_WS, /* \n, \r and \t by name, the rest as \u00xx: messages stay readable */
@@ -35,13 +31,5 @@ void dt_json_put_str(FILE *f, const char *s, enum dt_json_style style);
  * DT_ENOMEM when the literal and its NUL need more than size bytes (buf
  * then holds "" if size > 0).  6 bytes per byte of s, plus 3, always do. */
 int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style style, size_t *len);
-
-/* Decodes the escape whose 'u' is at s (the text ends before end), joining
- * a surrogate pair "\uD83D\uDE00" into one code point, and appends its
- * UTF-8 at *o: at most 4 bytes, never more than the escape's own length.
- * Returns the bytes used from s on (5, or 11 for a pair), or 0 with *why
- * saying what is wrong.  \u0000 is refused: dtrain's strings are C strings,
- * where a NUL would silently end the name or value. */
-size_t dt_json_decode_u(const char *s, const char *end, char **o, const char **why);
 
 #endif

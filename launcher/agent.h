@@ -317,8 +317,9 @@ int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
 
 /* --- error reports (agent_error_file.c) ---------------------------------- */
 
-/* The first "message" string in a rank's error report (PyTorch's @record
- * format or {"message": "..."}); returns -1 and leaves out empty if none. */
+/* The "message" string of a rank's error report (PyTorch's @record format
+ * or {"message": "..."}); returns -1 and leaves out empty if none, or if the
+ * report is no JSON. */
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
 int dt_agent_error_file_message(const char *path, char *out, size_t size);
 

@@ -1,63 +1,59 @@
 /* agent_error_file.c - the message in a rank's error report (TORCHELASTIC_ERROR_FILE).
  *
  * PyTorch's @record writes {"message": {"message": "ValueError: ...",
- * "extraInfo": {...}}}; a program of one's own may write {"message": "..."}.
- * Either way the first "message" whose value is a string is what a person
- * wants in the failure report, so that is all this reads: it is not a JSON
- * parser, and a file it cannot read leaves the message empty.
+ * "extraInfo": {"py_callstack": ..., "timestamp": ...}}}; a program of one's
+ * own may write {"message": "..."}.  Either way that string is what a person
+ * wants in the failure report, so it is all this takes from the file (read
+ * with base/json.h): a file that is not JSON, or has no such string, leaves
+ * the message empty, and the report then points at the file instead.
  */
 #include "launcher/agent.h"
 
-#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-/* Decodes the JSON string starting after its opening quote into out;
- * \uXXXX outside ASCII becomes '?', which is enough for a one-line report.
- * So does a raw NUL byte, alone or after a backslash: no JSON has one, and
- * copied as it is it would end the message there without a word. */
-static void copy_json_string(const char *p, const char *end, char *out, size_t size)
+#include "base/json.h"
+
+/* A traceback of thousands of frames is a few MiB; the whole file is read,
+ * since a file cut short is no JSON. */
+#define MAX_ERROR_FILE_BYTES (16u << 20)
+
+/* s into out, cut at a character boundary when it does not fit: summary.json
+ * is UTF-8, and half a character would make it unreadable JSON. */
+static void copy_utf8(char *out, size_t size, const char *s)
 {
-    size_t o = 0;
-    while (p < end && *p != '"' && o + 1 < size) {
-        char c = *p++;
-        if (c == '\\' && p < end) {
-            char e = *p++;
-            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'u' ? '?' : e;
-            if (e == 'u')
-                p += (end - p) >= 4 ? 4 : end - p;
-        }
-        out[o++] = c ? c : '?';
+    size_t n = strlen(s);
+    if (n >= size) {
+        n = size - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) /* s[n] continues the character before */
+            n--;
     }
-    out[o] = 0;
+    memcpy(out, s, n);
+    out[n] = 0;
 }
 
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size)
 {
-    const char *end = text + len, *p = text;
+    json_error_t err;
+    json_t *doc = dt_json_loadb(text, len, &err);
+    json_t *m = json_object_get(doc, "message");
+    if (json_is_object(m)) /* @record's form */
+        m = json_object_get(m, "message");
     out[0] = 0;
-    while ((p = memmem(p, (size_t)(end - p), "\"message\"", 9)) != NULL) {
-        p += 9;
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ':'))
-            p++;
-        if (p < end && *p == '"') {
-            copy_json_string(p + 1, end, out, size);
-            return out[0] ? 0 : -1;
-        }
-    }
-    return -1;
+    if (json_is_string(m))
+        copy_utf8(out, size, json_string_value(m));
+    json_decref(doc);
+    return out[0] ? 0 : -1;
 }
 
 int dt_agent_error_file_message(const char *path, char *out, size_t size)
 {
-    char buf[65536];
+    char *text;
+    size_t len;
     out[0] = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (!path[0] || dt_json_read_file(path, MAX_ERROR_FILE_BYTES, &text, &len))
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    return dt_agent_error_message(buf, (size_t)n, out, size);
+    int rc = dt_agent_error_message(text, len, out, size);
+    free(text);
+    return rc;
 }

@@ -8,14 +8,15 @@
 #include "launcher/agent.h"
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/json_escape.h"
 #include "spec/jobspec.h"
 #include "base/fs.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -232,39 +233,40 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
 
 /* The bundled trainer's figures (rank 0 writes <run dir>/trainer_summary.json,
  * worker/metrics.c): the four a person looks for first are copied to the top
- * level, the whole object goes under "trainer".  Jobs that run a command have
- * no such file and get neither.  The file is our own flat JSON object, so
- * each value is the token after its key up to the next ',' or newline. */
+ * level, the whole object goes under "trainer" as the file has it.  Jobs that
+ * run a command have no such file, and a file that is no JSON object (a
+ * trainer killed while writing it) is left out: neither is written.  Numbers
+ * are copied in 15 digits, so each one the trainer wrote (%.9g) reads as
+ * itself. */
 static void json_trainer(FILE *f, const char *run_dir)
 {
-    char path[4200], buf[8192];
-    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 2 || buf[0] != '{')
-        return;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = 0;
-    if (buf[n - 1] != '}')
-        return;
     static const char *const keys[] = {"final_loss", "test_accuracy", "steps", "samples_per_s"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        char pat[48];
-        snprintf(pat, sizeof pat, "\"%s\": ", keys[i]);
-        const char *v = strstr(buf, pat);
-        if (v) {
-            v += strlen(pat);
-            fprintf(f, "  \"%s\": %.*s,\n", keys[i], (int)strcspn(v, ",\n}"), v);
-        }
+    char path[4200], *text = NULL;
+    size_t len = 0;
+    json_t *doc = NULL;
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    if (dt_json_read_file(path, 1 << 20, &text, &len) || dt_json_parse(text, len, path, 1, &doc) ||
+        !json_is_object(doc)) {
+        json_decref(doc);
+        free(text);
+        return;
     }
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(doc, keys[i]);
+        if (!v)
+            continue;
+        fprintf(f, "  \"%s\": ", keys[i]);
+        json_dumpf(v, f, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+        fputs(",\n", f);
+    }
+    while (len > 0 && strchr(" \t\r\n", text[len - 1]))
+        len--;
     fputs("  \"trainer\": ", f);
-    for (const char *c = buf; *c; c++) /* indented one level deeper, as the rest of the file */
-        fputs(*c == '\n' ? "\n  " : (char[2]){*c, 0}, f);
+    for (size_t c = 0; c < len; c++) /* indented one level deeper, as the rest of the file */
+        fputs(text[c] == '\n' ? "\n  " : (char[2]){text[c], 0}, f);
     fputs(",\n", f);
+    json_decref(doc);
+    free(text);
 }
 
 int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res)

@@ -2,7 +2,7 @@
  *
  * The merge itself is dt_trace_merge (trace_merge.c), so it runs without a
  * process of its own.  Not for recording spans (worker/trace.c) or for reading
- * JSON (report_json.c).
+ * JSON (base/json.h).
  */
 #include "launcher/cli.h"
 

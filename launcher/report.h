@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "launcher/report_json.h"
+#include "base/json.h"
 
 #define DT_REPORT_MAX_SERIES 48
 #define DT_REPORT_MAX_LISTS 4
@@ -44,14 +44,13 @@ struct dt_report_series {
 
 struct dt_report {
     char run_dir[4096];
-    struct dt_json_arena arena;
     struct dt_report_series series[DT_REPORT_MAX_SERIES];
     int n_series;
     struct dt_report_ranks lists[DT_REPORT_MAX_LISTS];
     int n_lists;
     size_t rows;                         /* lines of metrics.jsonl */
-    const struct dt_json *summary;       /* summary.json or NULL */
-    const struct dt_json *trainer;       /* trainer_summary.json or NULL */
+    json_t *summary;                     /* summary.json (an object) or NULL */
+    json_t *trainer;                     /* trainer_summary.json (an object) or NULL */
 };
 
 /* Reads a run directory; on error the message names the file (and line). */

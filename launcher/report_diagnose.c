@@ -126,18 +126,20 @@ static int decimals(double seconds)
 
 static bool straggler(const struct dt_report *r, int *rank, double *mine, double *median)
 {
-    const struct dt_json *l = dt_json_get(r->trainer, "rank_work_seconds");
-    if (!l || l->type != DT_JSON_ARRAY || l->n < 2)
+    const json_t *l = json_object_get(r->trainer, "rank_work_seconds");
+    size_t ranks = json_array_size(l);
+    if (ranks < 2)
         return false;
-    double *v = malloc(2 * l->n * sizeof *v), *others = v + l->n;
+    double *v = malloc(2 * ranks * sizeof *v), *others = v + ranks;
     size_t n = 0, worst = 0;
-    for (const struct dt_json *e = l->child; v && e; e = e->next, n++) {
-        if (e->type != DT_JSON_NUMBER || !isfinite(e->num) || e->num <= 0)
+    for (; v && n < ranks; n++) {
+        const json_t *e = json_array_get(l, n);
+        if (!json_is_number(e) || !isfinite(json_number_value(e)) || json_number_value(e) <= 0)
             break; /* a rank without a figure: no verdict */
-        v[n] = e->num;
+        v[n] = json_number_value(e);
         worst = v[n] > v[worst] ? n : worst;
     }
-    bool whole = v && n == l->n;
+    bool whole = v && n == ranks;
     size_t k = 0;
     for (size_t i = 0; whole && i < n; i++)
         if (i != worst)
@@ -204,7 +206,7 @@ int dt_report_diagnose(const struct dt_report *r, char *buf, size_t size)
     if (s.n == 0 && have)
         say(&s, "No bottleneck found: data wait %.1f%%, communication wait %.1f%% of the step%s%s.\n",
             100 * w.data / w.total, 100 * w.comm / w.total, gpus ? ", GPU utilisation at least 70%" : "",
-            dt_json_get(r->trainer, "rank_work_seconds") ? ", no straggler rank" : "");
+            json_object_get(r->trainer, "rank_work_seconds") ? ", no straggler rank" : "");
     if (s.n == 0)
         say(&s, "No step-time figures in this run (no trainer_summary.json and no per-step split).\n");
     return s.n;

@@ -32,44 +32,51 @@ static void esc(FILE *f, const char *s)
 }
 
 /* A JSON value as table text: strings bare, arrays space-joined, objects compact. */
-static void cell(FILE *f, const struct dt_json *v)
+static void cell(FILE *f, json_t *v)
 {
-    if (v->type == DT_JSON_STRING) {
-        esc(f, v->str);
-    } else if (v->type == DT_JSON_NUMBER) {
+    const char *key;
+    json_t *c;
+    size_t i, n = json_is_array(v) ? json_array_size(v) : json_object_size(v);
+    if (json_is_string(v)) {
+        esc(f, json_string_value(v));
+    } else if (json_is_number(v)) {
         /* %g would print a Unix time as 1.79627e+09 */
-        fprintf(f, fabs(v->num) >= 1e6 && fabs(v->num) < 1e15 ? "%.3f" : "%.6g", v->num);
-    } else if (v->type == DT_JSON_ARRAY) {
-        for (const struct dt_json *c = v->child; c; c = c->next) {
+        double x = json_number_value(v);
+        fprintf(f, fabs(x) >= 1e6 && fabs(x) < 1e15 ? "%.3f" : "%.6g", x);
+    } else if (json_is_array(v)) {
+        json_array_foreach (v, i, c) {
             cell(f, c);
-            fputs(c->next ? " " : "", f);
+            fputs(i + 1 < n ? " " : "", f);
         }
-    } else if (v->type == DT_JSON_OBJECT) {
+    } else if (json_is_object(v)) {
         fputs("{", f);
-        for (const struct dt_json *c = v->child; c; c = c->next) {
-            esc(f, c->key);
+        i = 0;
+        json_object_foreach (v, key, c) {
+            esc(f, key);
             fputs(": ", f);
             cell(f, c);
-            fputs(c->next ? ", " : "", f);
+            fputs(++i < n ? ", " : "", f);
         }
         fputs("}", f);
     } else {
-        fputs(v->type == DT_JSON_NULL ? "&mdash;" : v->type == DT_JSON_TRUE ? "true" : "false", f);
+        fputs(json_is_null(v) ? "&mdash;" : json_is_true(v) ? "true" : "false", f);
     }
 }
 
 /* Every top-level member except those named in skip (NULL-terminated). */
-static void table(FILE *f, const char *id, const struct dt_json *obj, const char *const *skip)
+static void table(FILE *f, const char *id, json_t *obj, const char *const *skip)
 {
+    const char *key;
+    json_t *m;
     fprintf(f, "<table id=\"%s\">\n", id);
-    for (const struct dt_json *m = obj->child; m; m = m->next) {
+    json_object_foreach (obj, key, m) {
         bool skipped = false;
         for (int i = 0; skip && skip[i]; i++)
-            skipped |= strcmp(skip[i], m->key) == 0;
+            skipped |= strcmp(skip[i], key) == 0;
         if (skipped)
             continue;
         fputs("<tr><th>", f);
-        esc(f, m->key);
+        esc(f, key);
         fputs("</th><td>", f);
         cell(f, m);
         fputs("</td></tr>\n", f);
@@ -174,8 +181,9 @@ static void curves(FILE *f, const struct dt_report *r)
 
 static void heading(FILE *f, const struct dt_report *r)
 {
-    const char *name = dt_json_get_str(r->summary, "name"), *id = dt_json_get_str(r->summary, "run_id");
-    const char *status = dt_json_get_str(r->summary, "status");
+    const char *name = json_string_value(json_object_get(r->summary, "name"));
+    const char *id = json_string_value(json_object_get(r->summary, "run_id"));
+    const char *status = json_string_value(json_object_get(r->summary, "status"));
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>dtrain report: ", f);
     esc(f, name ? name : r->run_dir);
     fprintf(f, "</title>\n<style>%s</style></head>\n<body>\n<h1>dtrain report: ", style);
@@ -187,7 +195,8 @@ static void heading(FILE *f, const struct dt_report *r)
     }
     fputs("</h1>\n", f);
     if (status && strcmp(status, "succeeded") != 0) {
-        const char *why = dt_json_get_str(dt_json_get(r->summary, "first_failure"), "description");
+        const json_t *first = json_object_get(r->summary, "first_failure");
+        const char *why = json_string_value(json_object_get(first, "description"));
         fputs("<p class=\"failed\">The run ", f);
         esc(f, status);
         if (why) {

@@ -4,8 +4,9 @@
  * {"step", "epoch", "loss", "lr", ...} and evaluation rows {"step", "epoch",
  * "test_loss", "test_accuracy"}.  Each numeric member other than "step" is
  * appended to the series of its name at x = step; null (the trainer's
- * spelling of a non-finite value) is kept as NaN, a gap in the curve.  Lines are parsed one at a time in a scratch arena, so a long
- * run costs its numbers, not its JSON trees.
+ * spelling of a non-finite value) is kept as NaN, a gap in the curve.  Lines
+ * are parsed one at a time (base/json.h) and each tree freed after its row,
+ * so a long run costs its numbers, not its JSON trees.
  */
 #include "launcher/report.h"
 
@@ -71,43 +72,47 @@ static struct dt_report_ranks *list_for(struct dt_report *r, const char *name)
 
 /* A per-rank list: each rank's number into its mean, and the mean over the
  * ranks that have one into the series of the list's name (the chart). */
-static int take_list(struct dt_report *r, const struct dt_json *m, double step)
+static int take_list(struct dt_report *r, const char *key, const json_t *list, double step)
 {
-    struct dt_report_ranks *l = list_for(r, m->key);
+    struct dt_report_ranks *l = list_for(r, key);
     double sum = 0;
-    int k = 0, n = 0;
-    for (const struct dt_json *c = m->child; l && c && k < DT_REPORT_MAX_RANKS; c = c->next, k++) {
-        if (c->type != DT_JSON_NUMBER || !isfinite(c->num))
+    int n = 0;
+    size_t ranks = json_array_size(list) < DT_REPORT_MAX_RANKS ? json_array_size(list) : DT_REPORT_MAX_RANKS;
+    for (size_t k = 0; l && k < ranks; k++) {
+        const json_t *c = json_array_get(list, k);
+        if (!json_is_number(c) || !isfinite(json_number_value(c)))
             continue;
-        l->sum[k] += c->num;
+        l->sum[k] += json_number_value(c);
         l->count[k]++;
-        sum += c->num;
+        sum += json_number_value(c);
         n++;
     }
-    if (l && k > l->ranks)
-        l->ranks = k;
-    struct dt_report_series *s = l ? series_for(r, m->key) : NULL;
+    if (l && (int)ranks > l->ranks)
+        l->ranks = (int)ranks;
+    struct dt_report_series *s = l ? series_for(r, key) : NULL;
     return s ? append(s, step, n ? sum / n : NAN) : 0;
 }
 
-static int take_row(struct dt_report *r, const struct dt_json *row, const char *path, int line)
+static int take_row(struct dt_report *r, json_t *row, const char *path, int line)
 {
     double step;
-    if (row->type != DT_JSON_OBJECT)
+    const char *key;
+    json_t *m;
+    if (!json_is_object(row))
         return dt_error_set(DT_EINVAL, "%s:%d: a metrics line must be a JSON object", path, line);
     if (!dt_json_get_num(row, "step", &step))
         return dt_error_set(DT_EINVAL, "%s:%d: the row has no numeric \"step\"", path, line);
-    for (const struct dt_json *m = row->child; m; m = m->next) {
-        if (m->type == DT_JSON_ARRAY) {
-            int rc = take_list(r, m, step);
+    json_object_foreach (row, key, m) {
+        if (json_is_array(m)) {
+            int rc = take_list(r, key, m, step);
             if (rc)
                 return rc;
             continue;
         }
-        if ((m->type != DT_JSON_NUMBER && m->type != DT_JSON_NULL) || strcmp(m->key, "step") == 0)
+        if ((!json_is_number(m) && !json_is_null(m)) || strcmp(key, "step") == 0)
             continue;
-        struct dt_report_series *s = series_for(r, m->key);
-        int rc = s ? append(s, step, m->type == DT_JSON_NUMBER ? m->num : NAN) : 0;
+        struct dt_report_series *s = series_for(r, key);
+        int rc = s ? append(s, step, json_is_number(m) ? json_number_value(m) : NAN) : 0;
         if (rc)
             return rc;
     }
@@ -115,7 +120,7 @@ static int take_row(struct dt_report *r, const struct dt_json *row, const char *
     return 0;
 }
 
-/* Every line of metrics.jsonl, each parsed in a scratch arena of its own. */
+/* Every line of metrics.jsonl, each parsed and freed on its own. */
 static int take_lines(struct dt_report *r, const char *path, const char *src, size_t len)
 {
     const char *p = src, *end = src + len;
@@ -123,18 +128,17 @@ static int take_lines(struct dt_report *r, const char *path, const char *src, si
     for (int line = 1; !rc && p < end; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *stop = nl ? nl : end;
-        struct dt_json_arena scratch = {0};
-        struct dt_json *row;
+        json_t *row = NULL;
         if (!nl)
             rc = dt_error_set(DT_EINVAL, "%s:%d: the last line has no newline (the file was cut short?)", path,
                               line);
         else if (stop == p)
             rc = dt_error_set(DT_EINVAL, "%s:%d: empty line", path, line);
         if (!rc)
-            rc = dt_json_parse(&scratch, p, (size_t)(stop - p), path, line, &row);
+            rc = dt_json_parse(p, (size_t)(stop - p), path, line, &row);
         if (!rc)
             rc = take_row(r, row, path, line);
-        dt_json_arena_free(&scratch);
+        json_decref(row);
         p = stop + 1;
     }
     if (!rc && r->rows == 0)
@@ -147,33 +151,26 @@ static int load_metrics(struct dt_report *r)
     char path[4200], *src = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-    struct dt_json_arena file = {0};
-    int rc = dt_json_read_file(&file, path, MAX_METRICS_BYTES, &src, &len);
+    int rc = dt_json_read_file(path, MAX_METRICS_BYTES, &src, &len);
     if (rc == DT_ENOTFOUND)
         rc = dt_error_set(DT_ENOTFOUND, "%s: no metrics.jsonl (is this the run directory of a trainer job?)",
                           r->run_dir);
     if (!rc) /* only then: src is NULL when the file could not be read */
         rc = take_lines(r, path, src, len);
-    dt_json_arena_free(&file);
+    free(src);
     return rc;
 }
 
-/* An optional JSON file of the run directory; absent is fine, broken is not. */
-static int load_optional(struct dt_report *r, const char *name, const struct dt_json **out)
+/* An optional JSON object of the run directory; absent is fine, broken is not. */
+static int load_optional(struct dt_report *r, const char *name, json_t **out)
 {
-    char path[4200], *src;
-    size_t len;
-    struct dt_json *doc;
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", r->run_dir, name);
-    int rc = dt_json_read_file(&r->arena, path, 64 << 20, &src, &len);
+    int rc = dt_json_load_file(path, 64 << 20, out);
     if (rc == DT_ENOTFOUND)
         return 0;
-    if (!rc)
-        rc = dt_json_parse(&r->arena, src, len, path, 1, &doc);
-    if (!rc && doc->type != DT_JSON_OBJECT)
-        rc = dt_error_set(DT_EINVAL, "%s:1:1: expected a JSON object", path);
-    if (!rc)
-        *out = doc;
+    if (!rc && !json_is_object(*out))
+        rc = dt_error_set(DT_EINVAL, "%s: expected a JSON object", path);
     return rc;
 }
 
@@ -200,7 +197,9 @@ void dt_report_free(struct dt_report *r)
     }
     r->n_series = 0;
     r->n_lists = 0;
-    dt_json_arena_free(&r->arena);
+    json_decref(r->summary);
+    json_decref(r->trainer);
+    r->summary = r->trainer = NULL;
 }
 
 const struct dt_report_series *dt_report_series(const struct dt_report *r, const char *name)

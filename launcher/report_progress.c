@@ -18,9 +18,9 @@
  *
  * The file is written by the ranks, so it holds whatever they wrote: a step
  * must be a count (0 to 2^53, where doubles stop holding every whole number),
- * a figure beyond a double (1e999 reads as inf) counts as null, and a line
- * that would say "inf", "nan" or hundreds of digits leaves the field out or
- * writes it in three significant digits.
+ * a row with a figure beyond a double (1e999) does not parse (base/json.h)
+ * and is skipped, and a line that would say "inf", "nan" or hundreds of
+ * digits leaves the field out or writes it in three significant digits.
  */
 #include "launcher/report_progress.h"
 
@@ -34,7 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "launcher/report_json.h"
+#include "base/json.h"
 
 #define BUF 65536
 #define READ_MAX (1 << 20) /* bytes a call reads: thousands of rows, milliseconds to parse */
@@ -80,39 +80,31 @@ int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, s
  * both in every training row (the trainer samples NVML for each row it
  * logs), so a training row without them is from a run with no GPU (a CPU
  * job, a restart on other hardware): the last GPU figures are not its own. */
-static void take_gpu(struct dt_progress_state *st, const struct dt_json *row)
+static void take_gpu(struct dt_progress_state *st, const json_t *row)
 {
-    const struct dt_json *u = dt_json_get(row, "gpu_util_pct"), *m = dt_json_get(row, "gpu_mem_mib");
-    if (!u || !m || u->type != DT_JSON_ARRAY || m->type != DT_JSON_ARRAY) {
+    json_t *u = json_object_get(row, "gpu_util_pct"), *m = json_object_get(row, "gpu_mem_mib"), *e;
+    size_t i;
+    if (!json_is_array(u) || !json_is_array(m)) {
         st->gpu_ranks = 0;
         st->gpu_util_pct = st->gpu_mem_mib = NAN;
         return;
     }
     double sum = 0, most = NAN;
     int n = 0;
-    for (const struct dt_json *e = u->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER && isfinite(e->num))
-            sum += e->num, n++;
-    for (const struct dt_json *e = m->child; e; e = e->next)
-        if (e->type == DT_JSON_NUMBER && isfinite(e->num) && !(e->num <= most))
-            most = e->num;
-    st->gpu_ranks = (int)u->n;
+    json_array_foreach (u, i, e)
+        if (json_is_number(e))
+            sum += json_number_value(e), n++;
+    json_array_foreach (m, i, e)
+        if (json_is_number(e) && !(json_number_value(e) <= most))
+            most = json_number_value(e);
+    st->gpu_ranks = (int)json_array_size(u);
     st->gpu_util_pct = n && isfinite(sum) ? sum / n : NAN;
     st->gpu_mem_mib = most;
 }
 
-/* Sets *out to the number in member key unless it is absent, null or
- * beyond a double. */
-static void take_figure(const struct dt_json *row, const char *key, double *out)
-{
-    double v;
-    if (dt_json_get_num(row, key, &v) && isfinite(v))
-        *out = v;
-}
-
 /* The count in member key, if it is one (0 to COUNT_MAX; the worker writes
  * whole numbers with %lld). */
-static bool get_count(const struct dt_json *row, const char *key, int64_t *out)
+static bool get_count(const json_t *row, const char *key, int64_t *out)
 {
     double v;
     if (!dt_json_get_num(row, key, &v) || !(v >= 0 && v <= COUNT_MAX))
@@ -140,20 +132,21 @@ static void take_rate(struct dt_progress *p, double now)
     }
 }
 
-/* True if the row had a step (it is news). */
-static bool take(struct dt_progress *p, const struct dt_json *row, double now)
+/* True if the row had a step (it is news).  A figure absent or null leaves
+ * the one shown before; numbers from base/json.h are finite. */
+static bool take(struct dt_progress *p, const json_t *row, double now)
 {
     if (!get_count(row, "step", &p->st.step))
         return false;
     get_count(row, "total_steps", &p->st.total_steps);
-    if (dt_json_get(row, "test_accuracy")) {
-        take_figure(row, "test_accuracy", &p->st.test_accuracy);
+    if (json_object_get(row, "test_accuracy")) {
+        dt_json_get_num(row, "test_accuracy", &p->st.test_accuracy);
         return true; /* an evaluation row (whole epochs): the training figures stay */
     }
-    take_figure(row, "epoch", &p->st.epoch);
-    take_figure(row, "loss", &p->st.loss);
-    take_figure(row, "lr", &p->st.lr);
-    take_figure(row, "samples_per_s", &p->st.samples_per_s);
+    dt_json_get_num(row, "epoch", &p->st.epoch);
+    dt_json_get_num(row, "loss", &p->st.loss);
+    dt_json_get_num(row, "lr", &p->st.lr);
+    dt_json_get_num(row, "samples_per_s", &p->st.samples_per_s);
     take_gpu(&p->st, row);
     take_rate(p, now);
     return true;
@@ -234,11 +227,11 @@ static bool take_lines(struct dt_progress *p, double now)
     bool any = false;
     char *start = p->buf, *end = p->buf + p->len, *nl;
     while ((nl = memchr(start, '\n', (size_t)(end - start)))) {
-        struct dt_json_arena a = {0};
-        struct dt_json *row;
-        if (!p->skipping && dt_json_parse(&a, start, (size_t)(nl - start), p->path, 0, &row) == 0)
+        json_error_t err;
+        json_t *row = p->skipping ? NULL : dt_json_loadb(start, (size_t)(nl - start), &err);
+        if (row)
             any |= take(p, row, now);
-        dt_json_arena_free(&a);
+        json_decref(row);
         p->skipping = false;
         start = nl + 1;
     }

@@ -8,10 +8,13 @@
  * "dtrain launch" row with each attempt and each rank's life from spawn to
  * exit, so a slow start-up shows where it went.  It then prints each rank's
  * time per step and names a straggler.  Timestamps are wall-clock
- * microseconds in every input, so nothing is shifted.
+ * microseconds in every input, so nothing is shifted.  Events are written
+ * back member by member as jansson read them: integers exactly, reals as the
+ * double nearest their text, in 17 digits (a timestamp of today in µs keeps
+ * a quarter of a µs; the per-rank files have the nanosecond).
  *
  * Not for the command line (cmd_trace.c), recording spans (worker/trace.c) or
- * reading JSON (report_json.c).
+ * reading JSON (base/json.h).
  */
 #include "launcher/trace_merge.h"
 
@@ -27,9 +30,9 @@
 #include <time.h>
 
 #include "base/error.h"
-#include "base/json_escape.h"
-#include "launcher/report_json.h"
 #include "base/fs.h"
+#include "base/json.h"
+#include "base/json_escape.h"
 
 #define MAX_INPUTS 4096
 #define MAX_FILE_BYTES ((size_t)2 << 30)
@@ -40,11 +43,10 @@
 struct input {
     char path[4200];
     int rank;
-    struct dt_json *doc;
+    json_t *doc;
 };
 
 struct merge {
-    struct dt_json_arena arena;
     struct input *in;
     int n, cap;
     const char *run_dir;   /* the one directory given, for summary.json */
@@ -81,6 +83,7 @@ static int add_input(struct merge *m, const char *path)
     struct input *in = &m->in[m->n++];
     snprintf(in->path, sizeof in->path, "%s", path);
     in->rank = rank_from_name(path);
+    in->doc = NULL;
     return 0;
 }
 
@@ -115,67 +118,77 @@ static int add_dir(struct merge *m, const char *dir)
 }
 
 /* The events array of a trace: the object form {"traceEvents": [...]} or a bare array. */
-static const struct dt_json *events_of(const struct dt_json *doc)
+static json_t *events_of(json_t *doc)
 {
-    if (doc->type == DT_JSON_ARRAY)
-        return doc;
-    const struct dt_json *ev = dt_json_get(doc, "traceEvents");
-    return ev && ev->type == DT_JSON_ARRAY ? ev : NULL;
+    json_t *ev = json_is_array(doc) ? doc : json_object_get(doc, "traceEvents");
+    return json_is_array(ev) ? ev : NULL;
 }
 
-static int load(struct merge *m, struct input *in, int index)
+/* otherData.rank, when the trace has one, as the input's rank. */
+static int take_rank(struct input *in)
 {
-    char *src;
-    size_t len;
-    int rc = dt_json_read_file(&m->arena, in->path, MAX_FILE_BYTES, &src, &len);
-    if (!rc)
-        rc = dt_json_parse(&m->arena, src, len, in->path, 1, &in->doc);
-    if (rc)
-        return rc;
-    const struct dt_json *ev = events_of(in->doc);
-    if (!ev)
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: not a Chrome trace (no \"traceEvents\" array)", in->path,
-                            in->doc->line, in->doc->col);
-    for (const struct dt_json *e = ev->child; e; e = e->next)
-        if (e->type != DT_JSON_OBJECT || !dt_json_get_str(e, "ph"))
-            return dt_error_set(DT_EINVAL, "%s:%d:%d: a trace event must be an object with a \"ph\" string",
-                                in->path, e->line, e->col);
-    const struct dt_json *r = dt_json_get(dt_json_get(in->doc, "otherData"), "rank");
-    if (r && r->type == DT_JSON_NUMBER) {
-        if (!(r->num >= 0 && r->num <= MAX_RANK && r->num == floor(r->num)))
-            return dt_error_set(DT_EINVAL,
-                                "%s:%d:%d: otherData.rank is %.40s, not a rank (a whole number from 0 to %d)",
-                                in->path, r->line, r->col, r->str, MAX_RANK);
-        in->rank = (int)r->num;
+    const json_t *r = json_object_get(json_object_get(in->doc, "otherData"), "rank");
+    double k = json_number_value(r);
+    if (!json_is_number(r))
+        return 0;
+    if (!(k >= 0 && k <= MAX_RANK && k == floor(k))) {
+        char text[48];
+        if (json_is_integer(r))
+            snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(r));
+        else
+            snprintf(text, sizeof text, "%.15g", k);
+        return dt_error_set(DT_EINVAL, "%s: otherData.rank is %s, not a rank (a whole number from 0 to %d)",
+                            in->path, text, MAX_RANK);
     }
-    if (in->rank < 0)
-        in->rank = index;
+    in->rank = (int)k;
     return 0;
 }
 
-/* One event with its pid replaced by the rank (added if it had none). */
-static void write_event(FILE *f, const struct dt_json *e, int pid)
+static int load(struct input *in, int index)
 {
+    json_t *ev, *e;
+    size_t i;
+    int rc = dt_json_load_file(in->path, MAX_FILE_BYTES, &in->doc);
+    if (rc)
+        return rc;
+    if (!(ev = events_of(in->doc)))
+        return dt_error_set(DT_EINVAL, "%s: not a Chrome trace (no \"traceEvents\" array)", in->path);
+    json_array_foreach (ev, i, e)
+        if (!json_is_string(json_object_get(e, "ph")))
+            return dt_error_set(DT_EINVAL,
+                                "%s: traceEvents[%zu]: a trace event must be an object with a \"ph\" string",
+                                in->path, i);
+    rc = take_rank(in);
+    if (!rc && in->rank < 0)
+        in->rank = index;
+    return rc;
+}
+
+/* One event with its pid replaced by the rank (added if it had none). */
+static void write_event(FILE *f, json_t *e, int pid)
+{
+    const char *key;
+    json_t *v;
     fprintf(f, "{\"pid\": %d", pid);
-    for (const struct dt_json *c = e->child; c; c = c->next) {
-        if (strcmp(c->key, "pid") == 0)
+    json_object_foreach (e, key, v) {
+        if (strcmp(key, "pid") == 0)
             continue;
         fputs(", ", f);
-        dt_json_put_str(f, c->key, DT_JSON_U);
+        dt_json_put_str(f, key, DT_JSON_U);
         fputs(": ", f);
-        dt_json_write(f, c);
+        json_dumpf(v, f, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
     }
     fputc('}', f);
 }
 
 /* The launcher's start as Unix seconds: "started_unix" when summary.json has
  * it, else "started_at" (whole seconds, so the row is aligned only that well). */
-static bool launch_anchor(const struct dt_json *s, double *unix_s, bool *coarse)
+static bool launch_anchor(const json_t *s, double *unix_s, bool *coarse)
 {
     *coarse = false;
     if (dt_json_get_num(s, "started_unix", unix_s))
         return true;
-    const char *at = dt_json_get_str(s, "started_at");
+    const char *at = json_string_value(json_object_get(s, "started_at"));
     struct tm tm = {0};
     if (!at || !strptime(at, "%Y-%m-%dT%H:%M:%SZ", &tm))
         return false;
@@ -202,13 +215,13 @@ static void write_meta(FILE *f, int pid, int tid, const char *what, const char *
 }
 
 /* A "dtrain launch" process: tid 1 the attempts, tid 2 + r the life of rank r. */
-static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
+static void write_launch_row(FILE *f, const json_t *s, int pid)
 {
     double base, t0, t1, rank;
     bool coarse;
-    const struct dt_json *attempts = dt_json_get(s, "attempts");
-    if (!launch_anchor(s, &base, &coarse) || !isfinite(base * 1e6) || !attempts ||
-        attempts->type != DT_JSON_ARRAY)
+    json_t *attempts = json_object_get(s, "attempts"), *a, *r;
+    size_t i, j;
+    if (!launch_anchor(s, &base, &coarse) || !isfinite(base * 1e6) || !json_is_array(attempts))
         return;
     base *= 1e6;
     write_meta(f, pid, 0, "process_name", "name",
@@ -221,7 +234,7 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
     uint8_t *named = calloc(MAX_RANK / 8 + 1, 1);
     if (!named)
         return;
-    for (const struct dt_json *a = attempts->child; a; a = a->next) {
+    json_array_foreach (attempts, i, a) {
         char args[64];
         double k = 0;
         if (dt_json_get_num(a, "attempt", &k) && k >= 0 && k <= MAX_RANK)
@@ -230,8 +243,7 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
             args[0] = 0; /* the spans stay, unlabelled */
         if (dt_json_get_num(a, "start_s", &t0) && dt_json_get_num(a, "end_s", &t1))
             write_x(f, pid, 1, "attempt", base + t0 * 1e6, base + t1 * 1e6, args);
-        const struct dt_json *ranks = dt_json_get(a, "ranks");
-        for (const struct dt_json *r = ranks ? ranks->child : NULL; r; r = r->next) {
+        json_array_foreach (json_object_get(a, "ranks"), j, r) {
             if (!dt_json_get_num(r, "rank", &rank) || rank < 0 || rank > MAX_RANK ||
                 !dt_json_get_num(r, "spawn_s", &t0))
                 continue;
@@ -252,13 +264,15 @@ static void write_launch_row(FILE *f, const struct dt_json *s, int pid)
 
 struct merged_out {
     struct merge *m;
-    const struct dt_json *summary;
+    const json_t *summary;
 };
 
 static int write_merged_to(void *ctx, FILE *f)
 {
     struct merge *m = ((struct merged_out *)ctx)->m;
-    const struct dt_json *summary = ((struct merged_out *)ctx)->summary;
+    const json_t *summary = ((struct merged_out *)ctx)->summary;
+    json_t *e;
+    size_t k;
     fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"merged_from\": [", f);
     for (int i = 0; i < m->n; i++) {
         dt_json_put_str(f, m->in[i].path, DT_JSON_U);
@@ -268,7 +282,7 @@ static int write_merged_to(void *ctx, FILE *f)
     int max_rank = -1, first = 1;
     for (int i = 0; i < m->n; i++) {
         max_rank = m->in[i].rank > max_rank ? m->in[i].rank : max_rank;
-        for (const struct dt_json *e = events_of(m->in[i].doc)->child; e; e = e->next) {
+        json_array_foreach (events_of(m->in[i].doc), k, e) {
             fputs(first ? "" : ",\n", f);
             first = 0;
             write_event(f, e, m->in[i].rank);
@@ -282,19 +296,22 @@ static int write_merged_to(void *ctx, FILE *f)
     return 0;
 }
 
-static int write_merged(struct merge *m, const struct dt_json *summary)
+static int write_merged(struct merge *m, const json_t *summary)
 {
     struct merged_out o = {m, summary};
     return dt_fs_write_atomic(m->out, false, write_merged_to, &o);
 }
 
 /* Mean per-step time of a rank's "step" spans and of its "comm wait" spans (µs). */
-static bool step_means(const struct dt_json *doc, double *step_us, double *wait_us)
+static bool step_means(json_t *doc, double *step_us, double *wait_us)
 {
     double sum[2] = {0, 0}, dur;
     int n = 0;
-    for (const struct dt_json *e = events_of(doc)->child; e; e = e->next) {
-        const char *name = dt_json_get_str(e, "name"), *ph = dt_json_get_str(e, "ph");
+    size_t i;
+    json_t *e;
+    json_array_foreach (events_of(doc), i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *ph = json_string_value(json_object_get(e, "ph"));
         if (!name || strcmp(ph, "X") || !dt_json_get_num(e, "dur", &dur))
             continue;
         if (strcmp(name, "step") == 0) {
@@ -343,23 +360,15 @@ static void say_stragglers(const struct merge *m, FILE *says)
 }
 
 /* summary.json of the run directory, if there is one; a broken one is an error. */
-static int load_summary(struct merge *m, const struct dt_json **out)
+static int load_summary(struct merge *m, json_t **out)
 {
     *out = NULL;
     if (!m->run_dir)
         return 0;
-    char path[4200], *src;
-    size_t len;
-    struct dt_json *doc;
+    char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", m->run_dir);
-    int rc = dt_json_read_file(&m->arena, path, 64 << 20, &src, &len);
-    if (rc == DT_ENOTFOUND)
-        return 0;
-    if (!rc)
-        rc = dt_json_parse(&m->arena, src, len, path, 1, &doc);
-    if (!rc)
-        *out = doc;
-    return rc;
+    int rc = dt_json_load_file(path, 64 << 20, out);
+    return rc == DT_ENOTFOUND ? 0 : rc;
 }
 
 static int merge(struct merge *m, char *const *inputs, int n_inputs, FILE *says)
@@ -375,19 +384,20 @@ static int merge(struct merge *m, char *const *inputs, int n_inputs, FILE *says)
             rc = add_input(m, inputs[i]);
     }
     for (int i = 0; !rc && i < m->n; i++)
-        rc = load(m, &m->in[i], i);
+        rc = load(&m->in[i], i);
     for (int i = 0; !rc && i < m->n; i++)
         for (int j = 0; !rc && j < i; j++)
             if (m->in[i].rank == m->in[j].rank)
                 rc = dt_error_set(DT_EINVAL, "%s and %s are both rank %d's trace", m->in[j].path, m->in[i].path,
                                   m->in[i].rank);
-    const struct dt_json *summary = NULL;
+    json_t *summary = NULL;
     if (!rc)
         rc = load_summary(m, &summary);
     if (!rc)
         rc = write_merged(m, summary);
     if (!rc)
         say_stragglers(m, says);
+    json_decref(summary);
     return rc;
 }
 
@@ -397,7 +407,8 @@ int dt_trace_merge(char *const *inputs, int n_inputs, const char *run_dir, const
     struct merge m = {.run_dir = run_dir, .out = out};
     int rc = merge(&m, inputs, n_inputs, says);
     *merged = m.n;
-    dt_json_arena_free(&m.arena);
+    for (int i = 0; i < m.n; i++)
+        json_decref(m.in[i].doc);
     free(m.in);
     return rc;
 }

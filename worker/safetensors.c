@@ -1,12 +1,14 @@
 /* safetensors.c - safetensors reader and writer (see safetensors.h).
  *
- * The JSON parser here knows only the shapes a safetensors header can take
- * (objects of strings, integer arrays and one level of string metadata); it is
- * not a general JSON library.
+ * The header is read with base/json.h (jansson), so it is refused for what
+ * any JSON dtrain reads is refused for (a \u0000, a duplicate name, ...);
+ * what is left here is what makes it a safetensors header: tensors of a
+ * known dtype with integer shapes and offsets, and metadata of strings only.
  */
 #include "worker/safetensors.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/json_escape.h"
 
 #define ST_MAX_HEADER 100000000ull
@@ -34,239 +37,131 @@ size_t dt_safetensors_dtype_size(const char *dtype)
     return 0;
 }
 
-/* --- a minimal JSON reader over the header ------------------------------ */
+/* --- the header ---------------------------------------------------------- */
 
-struct jp {
-    const char *s, *end, *start, *name;
-};
-
-static void jp_ws(struct jp *p)
+static int bad_header(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad_header(const char *name, const char *fmt, ...)
 {
-    while (p->s < p->end && (*p->s == ' ' || *p->s == '\n' || *p->s == '\r' || *p->s == '\t'))
-        p->s++;
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dt_error_set(DT_EINVAL, "%s: bad safetensors header: %s", name, what);
 }
 
-static int jp_fail(struct jp *p, const char *what)
+/* Tensor t's member key: an array of at most max non-negative integers. */
+static int take_ints(const char *name, const struct dt_st_tensor *t, const char *key, json_t *a, int64_t *v,
+                     int max, int *n)
 {
-    return dt_error_set(DT_EINVAL, "%s: bad safetensors header: %s at byte %td", p->name, what,
-                        p->s - p->start + 8);
-}
-
-static int jp_expect(struct jp *p, char c)
-{
-    jp_ws(p);
-    if (p->s >= p->end || *p->s != c) {
-        char what[32];
-        snprintf(what, sizeof what, "expected '%c'", c);
-        return jp_fail(p, what);
+    size_t i;
+    json_t *e;
+    if (!json_is_array(a))
+        return bad_header(name, "tensor '%s': %s: expected an array", t->name, key);
+    if (json_array_size(a) > (size_t)max)
+        return bad_header(name, "tensor '%s': %s: more than %d entries", t->name, key, max);
+    json_array_foreach (a, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0)
+            return bad_header(name, "tensor '%s': %s[%zu]: expected a non-negative integer", t->name, key, i);
+        v[i] = json_integer_value(e);
     }
-    p->s++;
+    *n = (int)json_array_size(a);
     return 0;
 }
 
-/* One escape; r is at its backslash, end at the closing quote.  Only JSON's
- * escapes: letting any other character stand for itself would let a
- * backslash and a raw NUL byte put a NUL into the string. */
-static int jp_escape(struct jp *p, const char **r, const char *end, char **w)
+static int take_field(const char *name, struct dt_st_tensor *t, const char *key, json_t *v)
 {
-    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    char c = *++*r;
-    const char *k = c ? strchr(from, c) : NULL;
-    if (k) {
-        *(*w)++ = to[k - from];
-        return 0;
-    }
-    if (c != 'u') {
-        p->s = *r - 1;
-        return jp_fail(p, "unknown escape in a string");
-    }
-    const char *why;
-    size_t used = dt_json_decode_u(*r, end, w, &why);
-    if (!used) {
-        p->s = *r - 1; /* the message's offset: the escape, not the string's end */
-        return jp_fail(p, why);
-    }
-    *r += used - 1;
-    return 0;
-}
-
-/* A JSON string into a fresh malloc'd C string; a NUL in it, raw or \u0000,
- * would cut the C string short, so it is refused. */
-static int jp_string(struct jp *p, char **out)
-{
-    if (jp_expect(p, '"'))
-        return DT_EINVAL;
-    const char *start = p->s;
-    while (p->s < p->end && *p->s != '"')
-        p->s += (*p->s == '\\' && p->s + 1 < p->end) ? 2 : 1;
-    if (p->s >= p->end)
-        return jp_fail(p, "unterminated string");
-    char *o = malloc((size_t)(p->s - start) + 1), *w = o;
-    if (!o)
-        return dt_error_set(DT_ENOMEM, "%s: no memory for the header", p->name);
-    const char *end = p->s;
-    for (const char *r = start; r < end; r++) {
-        int rc = 0;
-        if ((unsigned char)*r < 0x20) {
-            char what[80];
-            snprintf(what, sizeof what, "control character 0x%02x inside a string (must be escaped)",
-                     (unsigned char)*r);
-            p->s = r;
-            rc = jp_fail(p, what);
-        } else if (*r == '\\') {
-            rc = jp_escape(p, &r, end, &w);
-        } else {
-            *w++ = *r;
-        }
-        if (rc) {
-            free(o);
-            return rc;
-        }
-    }
-    *w = 0;
-    p->s = end + 1;
-    *out = o;
-    return 0;
-}
-
-/* Digits read by hand, not strtoll: the header is not zero-terminated, and
- * a header that ends in a digit would have strtoll read past the file. */
-static int jp_int(struct jp *p, int64_t *v)
-{
-    jp_ws(p);
-    if (p->s >= p->end || *p->s < '0' || *p->s > '9')
-        return jp_fail(p, "expected a non-negative integer");
-    int64_t x = 0;
-    for (; p->s < p->end && *p->s >= '0' && *p->s <= '9'; p->s++)
-        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *p->s - '0', &x))
-            return jp_fail(p, "integer too large");
-    *v = x;
-    return 0;
-}
-
-/* [int, int, ...] with at most `max` entries. */
-static int jp_int_array(struct jp *p, int64_t *v, int max, int *n)
-{
-    if (jp_expect(p, '['))
-        return DT_EINVAL;
-    *n = 0;
-    jp_ws(p);
-    if (p->s < p->end && *p->s == ']') {
-        p->s++;
-        return 0;
-    }
-    for (;;) {
-        if (*n >= max)
-            return jp_fail(p, "too many dims");
-        if (jp_int(p, &v[(*n)++]))
-            return DT_EINVAL;
-        jp_ws(p);
-        if (p->s < p->end && *p->s == ',') {
-            p->s++;
-            continue;
-        }
-        return jp_expect(p, ']');
-    }
-}
-
-/* Iterates the members of an object: calls fn(key) positioned at the value. */
-static int jp_object(struct jp *p, int (*fn)(struct jp *, const char *, void *), void *ctx)
-{
-    if (jp_expect(p, '{'))
-        return DT_EINVAL;
-    jp_ws(p);
-    if (p->s < p->end && *p->s == '}') {
-        p->s++;
-        return 0;
-    }
-    for (;;) {
-        char *key;
-        int rc = jp_string(p, &key);
-        if (rc)
-            return rc;
-        rc = jp_expect(p, ':');
-        if (rc == 0)
-            rc = fn(p, key, ctx);
-        free(key);
-        if (rc)
-            return rc;
-        jp_ws(p);
-        if (p->s < p->end && *p->s == ',') {
-            p->s++;
-            continue;
-        }
-        return jp_expect(p, '}');
-    }
-}
-
-static int tensor_field(struct jp *p, const char *key, void *ctx)
-{
-    struct dt_st_tensor *t = ctx;
     if (strcmp(key, "dtype") == 0) {
-        char *s;
-        int rc = jp_string(p, &s);
-        if (rc)
-            return rc;
-        snprintf(t->dtype, sizeof t->dtype, "%s", s);
-        rc = dt_safetensors_dtype_size(s) ? 0 : jp_fail(p, "unknown dtype");
-        free(s);
-        return rc;
+        const char *dtype = json_string_value(v);
+        if (!dtype || !dt_safetensors_dtype_size(dtype))
+            return bad_header(name, "tensor '%s': unknown dtype %.16s", t->name,
+                              dtype ? dtype : "(not a string)");
+        snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
+        return 0;
     }
     if (strcmp(key, "shape") == 0)
-        return jp_int_array(p, t->shape, DT_ST_MAX_DIMS, &t->ndim);
+        return take_ints(name, t, key, v, t->shape, DT_ST_MAX_DIMS, &t->ndim);
     if (strcmp(key, "data_offsets") == 0) {
-        int64_t v[3]; /* room for a third, so that it is named for what it is */
+        int64_t o[2];
         int n;
-        int rc = jp_int_array(p, v, 3, &n);
+        if (json_is_array(v) && json_array_size(v) != 2)
+            return bad_header(name, "tensor '%s': data_offsets needs 2 numbers", t->name);
+        int rc = take_ints(name, t, key, v, o, 2, &n);
         if (rc)
             return rc;
-        if (n != 2)
-            return jp_fail(p, "data_offsets needs 2 numbers");
-        t->begin = (size_t)v[0];
-        t->end = (size_t)v[1];
+        t->begin = (size_t)o[0];
+        t->end = (size_t)o[1];
         return 0;
     }
-    return jp_fail(p, "unknown tensor field");
+    return bad_header(name, "tensor '%s': unknown tensor field \"%s\"", t->name, key);
 }
 
-static int meta_field(struct jp *p, const char *key, void *ctx)
+static int take_tensor(const char *name, struct dt_safetensors *f, const char *key, json_t *obj)
 {
-    struct dt_safetensors *f = ctx;
-    char **m = realloc(f->meta, (size_t)(f->n_meta + 1) * 2 * sizeof *m);
-    if (!m)
-        return dt_error_set(DT_ENOMEM, "%s: no memory for metadata", p->name);
-    f->meta = m;
-    char *v;
-    int rc = jp_string(p, &v);
-    if (rc)
-        return rc;
-    m[2 * f->n_meta] = strdup(key);
-    m[2 * f->n_meta + 1] = v;
-    f->n_meta++;
-    return 0;
-}
-
-static int top_field(struct jp *p, const char *key, void *ctx)
-{
-    struct dt_safetensors *f = ctx;
-    if (strcmp(key, "__metadata__") == 0)
-        return jp_object(p, meta_field, f);
+    const char *field;
+    json_t *v;
     if (strlen(key) >= DT_ST_MAX_NAME)
-        return jp_fail(p, "tensor name too long");
-    for (int i = 0; i < f->n; i++)
-        if (strcmp(f->tensors[i].name, key) == 0)
-            return jp_fail(p, "duplicate tensor name");
-    struct dt_st_tensor *t = realloc(f->tensors, (size_t)(f->n + 1) * sizeof *t);
-    if (!t)
-        return dt_error_set(DT_ENOMEM, "%s: no memory for the header", p->name);
-    f->tensors = t;
-    t = &f->tensors[f->n++];
+        return bad_header(name, "tensor name too long (%zu bytes, at most %d)", strlen(key),
+                          DT_ST_MAX_NAME - 1);
+    struct dt_st_tensor *t = &f->tensors[f->n++];
     memset(t, 0, sizeof *t);
     t->end = (size_t)-1;
     strcpy(t->name, key);
-    int rc = jp_object(p, tensor_field, t);
-    if (rc == 0 && (!t->dtype[0] || t->end == (size_t)-1))
-        return jp_fail(p, "tensor without dtype or data_offsets");
+    if (!json_is_object(obj))
+        return bad_header(name, "tensor '%s': expected an object", key);
+    json_object_foreach (obj, field, v) {
+        int rc = take_field(name, t, field, v);
+        if (rc)
+            return rc;
+    }
+    if (!t->dtype[0] || t->end == (size_t)-1)
+        return bad_header(name, "tensor '%s' without dtype or data_offsets", key);
+    return 0;
+}
+
+/* "__metadata__": {str: str}; other values are refused, as the reference does. */
+static int take_meta(const char *name, struct dt_safetensors *f, json_t *meta)
+{
+    const char *key;
+    json_t *v;
+    if (!json_is_object(meta))
+        return bad_header(name, "__metadata__: expected an object of strings");
+    if (!(f->meta = calloc(2 * json_object_size(meta) + 1, sizeof *f->meta)))
+        return dt_error_set(DT_ENOMEM, "%s: no memory for metadata", name);
+    json_object_foreach (meta, key, v) {
+        if (!json_is_string(v))
+            return bad_header(name, "__metadata__: \"%s\": expected a string", key);
+        char *k = strdup(key), *s = strdup(json_string_value(v));
+        f->meta[2 * f->n_meta] = k;
+        f->meta[2 * f->n_meta + 1] = s;
+        f->n_meta++;
+        if (!k || !s)
+            return dt_error_set(DT_ENOMEM, "%s: no memory for metadata", name);
+    }
+    return 0;
+}
+
+/* The header's JSON into f; errors name the byte of the file. */
+static int take_header(const char *name, struct dt_safetensors *f, const char *text, size_t len)
+{
+    json_error_t err;
+    json_t *h = dt_json_loadb(text, len, &err), *v;
+    const char *key;
+    int rc = 0;
+    if (!h) /* position counts the bytes read, the one at fault included */
+        return err.position < 0 ? bad_header(name, "%s", err.text)
+                                : bad_header(name, "%s at byte %d", err.text,
+                                             8 + (err.position > 0 ? err.position - 1 : 0));
+    if (!json_is_object(h))
+        rc = bad_header(name, "expected an object");
+    else if (!(f->tensors = malloc((json_object_size(h) + 1) * sizeof *f->tensors)))
+        rc = dt_error_set(DT_ENOMEM, "%s: no memory for the header", name);
+    json_object_foreach (h, key, v) {
+        if (rc)
+            break;
+        rc = strcmp(key, "__metadata__") == 0 ? take_meta(name, f, v) : take_tensor(name, f, key, v);
+    }
+    json_decref(h);
     return rc;
 }
 
@@ -330,13 +225,7 @@ int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_s
         return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name,
                             (unsigned long long)n, n > ST_MAX_HEADER ? "100 MB" : "the file");
     }
-    struct jp p = {(const char *)buf + 8, (const char *)buf + 8 + n, (const char *)buf + 8, name};
-    int rc = jp_object(&p, top_field, out);
-    if (rc == 0) {
-        jp_ws(&p); /* the writers pad with spaces; anything else is not JSON */
-        if (p.s < p.end)
-            rc = jp_fail(&p, "trailing bytes after the header's object");
-    }
+    int rc = take_header(name, out, (const char *)buf + 8, (size_t)n);
     if (rc == 0)
         rc = check_layout(name, out, len - 8 - n, buf + 8 + n);
     if (rc)

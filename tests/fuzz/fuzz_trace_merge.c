@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "launcher/report_json.h"
+#include "base/json.h"
 #include "launcher/trace_merge.h"
 #include "tests/fuzz/scratch_dir.h"
 
@@ -25,21 +25,18 @@ static const char *const files[] = {"summary.json", "trace_rank0.json", "trace_r
 
 static void check_merged(const char *path)
 {
-    struct dt_json_arena a = {0};
-    struct dt_json *doc;
-    char *src;
-    size_t len;
+    json_t *doc, *e;
+    size_t i;
     double pid;
-    if (dt_json_read_file(&a, path, (size_t)1 << 30, &src, &len) ||
-        dt_json_parse(&a, src, len, path, 1, &doc))
+    if (dt_json_load_file(path, (size_t)1 << 30, &doc))
         abort();
-    const struct dt_json *ev = dt_json_get(doc, "traceEvents");
-    if (!ev || ev->type != DT_JSON_ARRAY)
+    json_t *ev = json_object_get(doc, "traceEvents");
+    if (!json_is_array(ev))
         abort();
-    for (const struct dt_json *e = ev->child; e; e = e->next)
-        if (!dt_json_get_str(e, "ph") || !dt_json_get_num(e, "pid", &pid))
+    json_array_foreach (ev, i, e)
+        if (!json_is_string(json_object_get(e, "ph")) || !dt_json_get_num(e, "pid", &pid))
             abort();
-    dt_json_arena_free(&a);
+    json_decref(doc);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

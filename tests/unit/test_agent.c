@@ -1,6 +1,7 @@
 /* test_agent.c - the agent's pure parts: line splitting and prefixing, the
- * stderr tail, --ranks lists, exit-status decoding, the rank environment and
- * the summary JSON.  Nothing here forks (test_agent_run.c does). */
+ * stderr tail, --ranks lists, exit-status decoding, the rank environment,
+ * the summary JSON with the trainer's figures, and the message of a rank's
+ * error report.  Nothing here forks (test_agent_run.c does). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "launcher/agent.h"
 #include "spec/jobspec.h"
 #include "launcher/run_dir.h"
@@ -350,10 +352,73 @@ static void error_report_message(void **state)
     const char *cut = "{\"message\": \"a very long message that does not fit\"}";
     assert_int_equal(dt_agent_error_message(cut, strlen(cut), small, sizeof small), 0);
     assert_int_equal(strlen(small), sizeof small - 1);
-    /* a raw NUL, alone or escaped, shows as '?' (the message ended at it) */
+    /* A raw NUL, alone or escaped, makes the file no JSON: no message, so
+     * none ends at it without a word (the report then names the file). */
     const char nul[] = "{\"message\": \"bad\0byte and \\\0 too\"}";
-    assert_int_equal(dt_agent_error_message(nul, sizeof nul - 1, out, sizeof out), 0);
-    assert_string_equal(out, "bad?byte and ? too");
+    assert_int_equal(dt_agent_error_message(nul, sizeof nul - 1, out, sizeof out), -1);
+    assert_string_equal(out, "");
+    /* A message cut to fit is cut between characters: summary.json stays UTF-8. */
+    const char *wide = "{\"message\": \"ab\u00e9\u00e9\"}"; /* a, b, then two 2-byte characters */
+    assert_int_equal(dt_agent_error_message(wide, strlen(wide), small, 6), 0);
+    assert_string_equal(small, "ab\xc3\xa9");
+    const char *torch_cut = "{\"message\": {\"message\": \"Runtime";
+    assert_int_equal(dt_agent_error_message(torch_cut, strlen(torch_cut), out, sizeof out), -1);
+    assert_string_equal(out, "");
+}
+
+/* summary.json of a run dir holding trainer_summary.json (text, or none when NULL); parsed. */
+static json_t *summary_with_trainer(const char *text, char **out)
+{
+    char dir[] = "/tmp/dt-summary-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/trainer_summary.json", dir);
+    FILE *t = fopen(path, "w");
+    assert_non_null(t);
+    fputs(text, t);
+    fclose(t);
+    struct dt_agent_config cfg = make_cfg();
+    cfg.run_dir = dir;
+    struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED};
+    size_t len = 0;
+    FILE *f = open_memstream(out, &len);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
+    fclose(f);
+    unlink(path);
+    rmdir(dir);
+    json_t *doc;
+    if (dt_json_parse(*out, len, "summary.json", 1, &doc))
+        fail_msg("%s\n%s", dt_error_last(), *out);
+    return doc;
+}
+
+/* The trainer's figures: four copied to the top as the trainer wrote them,
+ * the whole object under "trainer"; a file that is no JSON object adds
+ * neither (the summary stays JSON). */
+static void trainer_summary_is_copied_when_it_parses(void **state)
+{
+    (void)state;
+    const char *trainer = "{\n  \"final_loss\": 1.30389352,\n  \"test_accuracy\": null,\n  \"steps\": 500,\n"
+                          "  \"samples_per_s\": 12345.5,\n  \"rank_work_seconds\": [0.5, 1e-05]\n}\n";
+    char *text;
+    json_t *doc = summary_with_trainer(trainer, &text);
+    assert_non_null(strstr(text, "\n  \"final_loss\": 1.30389352,\n"));
+    assert_non_null(strstr(text, "\n  \"test_accuracy\": null,\n"));
+    assert_non_null(strstr(text, "\n  \"steps\": 500,\n"));
+    assert_non_null(strstr(text, "\n  \"samples_per_s\": 12345.5,\n"));
+    assert_non_null(strstr(text, "\"rank_work_seconds\": [0.5, 1e-05]\n  },\n")); /* the file's own text */
+    json_t *want = json_loads(trainer, 0, NULL);
+    assert_true(json_equal(json_object_get(doc, "trainer"), want));
+    json_decref(want);
+    json_decref(doc);
+    free(text);
+    const char *broken[] = {"{\"final_loss\": 1.5, \"steps\": 5", "[1, 2]", "{\"final_loss\": NaN}"};
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
+        doc = summary_with_trainer(broken[i], &text);
+        assert_null(json_object_get(doc, "trainer"));
+        assert_null(json_object_get(doc, "final_loss"));
+        json_decref(doc);
+        free(text);
+    }
 }
 
 int main(void)
@@ -371,6 +436,7 @@ int main(void)
         cmocka_unit_test(run_dirs_are_new_and_absolute),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
+        cmocka_unit_test(trainer_summary_is_copied_when_it_parses),
     };
     return cmocka_run_group_tests_name("agent", tests, NULL, NULL);
 }

@@ -107,7 +107,7 @@ static void nul_in_a_string_is_refused_with_its_place(void **state)
     write_metrics("{\"step\": 1, \"loss\": 1}\n{\"step\": 2, \"loss\\u0000x\": 7}\n");
     struct dt_report r;
     assert_int_equal(dt_report_load(run_dir, &r), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "metrics.jsonl:2:19: \\u0000 (a NUL character) is not allowed"));
+    assert_non_null(strstr(dt_error_last(), "metrics.jsonl:2:25: \\u0000 (a NUL character) is not allowed"));
     write_metrics("{\"step\": 1, \"loss\": 1, \"note\": \"a\\u0000\"}\n");
     assert_int_equal(dt_report_load(run_dir, &r), DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "metrics.jsonl:1:"));

@@ -1,6 +1,7 @@
 /* test_trace.c - the per-rank Chrome trace: the steps window, the ring, the
  * launch track, concurrent recording, and the JSON it writes (read back with
- * the report's strict JSON reader). */
+ * dtrain's JSON reader, base/json.h; the times' digits from the text, as a
+ * double cannot hold 1.7e15 µs to the nanosecond). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "launcher/report_json.h"
+#include "base/json.h"
 #include "worker/trace.h"
 #include "tests/unit/run_dir_fixture.h"
 #include "base/clock.h"
@@ -80,38 +81,60 @@ static void ring_keeps_the_newest(void **state)
     char path[128];
     snprintf(path, sizeof path, "%s/ring.json", run_dir);
     assert_int_equal(dt_trace_write(t, path), 0);
-    struct dt_json_arena a = {0};
-    char *src;
-    size_t len;
-    struct dt_json *doc;
-    assert_int_equal(dt_json_read_file(&a, path, 1 << 20, &src, &len), 0);
-    assert_int_equal(dt_json_parse(&a, src, len, path, 1, &doc), 0);
+    json_t *doc, *e;
+    size_t i;
+    assert_int_equal(dt_json_load_file(path, 1 << 20, &doc), 0);
     double d;
-    assert_true(dt_json_get_num(dt_json_get(doc, "otherData"), "dropped_spans", &d));
+    assert_true(dt_json_get_num(json_object_get(doc, "otherData"), "dropped_spans", &d));
     assert_true(d == 12);
     int buckets = 0;
-    for (const struct dt_json *e = dt_json_get(doc, "traceEvents")->child; e; e = e->next)
-        if (strcmp(dt_json_get_str(e, "ph"), "X") == 0) {
-            assert_true(dt_json_get_num(dt_json_get(e, "args"), "bucket", &d));
+    json_array_foreach (json_object_get(doc, "traceEvents"), i, e)
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") == 0) {
+            assert_true(dt_json_get_num(json_object_get(e, "args"), "bucket", &d));
             assert_true(d == 12 + buckets); /* oldest kept first */
             buckets++;
         }
     assert_int_equal(buckets, 8);
-    dt_json_arena_free(&a);
+    json_decref(doc);
     dt_trace_destroy(t);
 }
 
-/* Finds the "X" event named `name`; returns its tid and fills ts/dur text. */
-static int find_span(const struct dt_json *doc, const char *name, const char **ts, const char **dur, int *pid)
+/* The number after `"key": ` at or after from in the writer's text, as
+ * written: a double rounds the digits this test is about. */
+static const char *number_text(const char *from, const char *key, char out[32])
 {
-    for (const struct dt_json *e = dt_json_get(doc, "traceEvents")->child; e; e = e->next) {
-        const char *ph = dt_json_get_str(e, "ph"), *n = dt_json_get_str(e, "name");
+    char pat[32];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *at = strstr(from, pat);
+    assert_non_null(at);
+    at += strlen(pat);
+    size_t n = strspn(at, "0123456789.-");
+    assert_true(n > 0 && n < 32);
+    memcpy(out, at, n);
+    out[n] = 0;
+    return out;
+}
+
+/* Finds the "X" event named `name` (once in the file); returns its tid and
+ * fills the text of its ts and dur. */
+static int find_span(json_t *doc, const char *src, const char *name, char ts[32], char dur[32], int *pid)
+{
+    json_t *e;
+    size_t i;
+    json_array_foreach (json_object_get(doc, "traceEvents"), i, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        const char *n = json_string_value(json_object_get(e, "name"));
         if (strcmp(ph, "X") || strcmp(n, name))
             continue;
-        double tid, p;
+        double tid, p, ts_us, dur_us;
         assert_true(dt_json_get_num(e, "tid", &tid) && dt_json_get_num(e, "pid", &p));
-        *ts = dt_json_get(e, "ts")->str;
-        *dur = dt_json_get(e, "dur")->str;
+        assert_true(dt_json_get_num(e, "ts", &ts_us) && dt_json_get_num(e, "dur", &dur_us));
+        char at[80];
+        snprintf(at, sizeof at, "\"name\": \"%s\", \"ts\": ", name);
+        const char *text = strstr(src, at);
+        assert_non_null(text);
+        assert_true(strtod(number_text(text, "ts", ts), NULL) == ts_us); /* the text is this event's */
+        assert_true(strtod(number_text(text, "dur", dur), NULL) == dur_us);
         *pid = (int)p;
         return (int)tid;
     }
@@ -137,30 +160,30 @@ static void file_has_tracks_names_and_exact_times(void **state)
     assert_int_equal(dt_trace_write_dir(t, run_dir), 0);
     char path[128];
     snprintf(path, sizeof path, "%s/trace_rank3.json", run_dir);
-    struct dt_json_arena a = {0};
     char *src;
     size_t len;
-    struct dt_json *doc;
-    assert_int_equal(dt_json_read_file(&a, path, 1 << 20, &src, &len), 0);
-    assert_int_equal(dt_json_parse(&a, src, len, path, 1, &doc), 0);
-    const char *ts, *dur, *ts_step, *dur_step;
+    json_t *doc;
+    assert_int_equal(dt_json_read_file(path, 1 << 20, &src, &len), 0);
+    assert_int_equal(dt_json_parse(src, len, path, 1, &doc), 0);
+    char ts[32], dur[32], ts_step[32], dur_step[32];
     int pid;
-    assert_int_equal(find_span(doc, "forward", &ts, &dur, &pid), 1 + DT_TRACE_COMPUTE);
+    assert_int_equal(find_span(doc, src, "forward", ts, dur, &pid), 1 + DT_TRACE_COMPUTE);
     assert_string_equal(dur, "1.500");
     assert_int_equal(pid, 3);
-    assert_int_equal(find_span(doc, "step", &ts_step, &dur_step, &pid), 1 + DT_TRACE_COMPUTE);
+    assert_int_equal(find_span(doc, src, "step", ts_step, dur_step, &pid), 1 + DT_TRACE_COMPUTE);
     assert_string_equal(dur_step, "12.000");
     /* forward starts 1 µs after the step, to the nanosecond */
     assert_int_equal(strtoll(ts, NULL, 10) * 1000 + atoi(strchr(ts, '.') + 1),
                      strtoll(ts_step, NULL, 10) * 1000 + atoi(strchr(ts_step, '.') + 1) + 1000);
-    assert_int_equal(find_span(doc, "allreduce", &ts, &dur, &pid), 1 + DT_TRACE_COMM);
-    assert_int_equal(find_span(doc, "data wait", &ts, &dur, &pid), 1 + DT_TRACE_DATA);
-    assert_int_equal(find_span(doc, "communicator init", &ts, &dur, &pid), 1 + DT_TRACE_LAUNCH);
+    assert_int_equal(find_span(doc, src, "allreduce", ts, dur, &pid), 1 + DT_TRACE_COMM);
+    assert_int_equal(find_span(doc, src, "data wait", ts, dur, &pid), 1 + DT_TRACE_DATA);
+    assert_int_equal(find_span(doc, src, "communicator init", ts, dur, &pid), 1 + DT_TRACE_LAUNCH);
     /* the enclosing step is written before the spans it encloses */
     assert_true(strstr(src, "\"step\", \"ts\"") < strstr(src, "\"forward\""));
     assert_non_null(strstr(src, "\"name\": \"process_name\", \"args\": {\"name\": \"rank 3\"}"));
     assert_non_null(strstr(src, "\"args\": {\"name\": \"communication\"}"));
-    dt_json_arena_free(&a);
+    json_decref(doc);
+    free(src);
     assert_int_equal(dt_trace_write(t, "/nonexistent/dir/trace.json"), DT_EIO);
     assert_non_null(strstr(dt_error_last(), "/nonexistent/dir/trace.json"));
     dt_trace_destroy(t);

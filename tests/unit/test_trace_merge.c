@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "launcher/report_json.h"
+#include "base/json.h"
 #include "launcher/trace_merge.h"
 #include "tests/unit/run_dir_fixture.h"
 
@@ -47,20 +47,17 @@ static int merge(void)
 /* The merged file parses; returns how many of its events are named name. */
 static int merged_events(const char *name)
 {
-    struct dt_json_arena a = {0};
-    struct dt_json *doc;
-    char *src;
-    size_t len;
+    json_t *doc, *e;
+    size_t i;
     int n = 0;
-    assert_int_equal(dt_json_read_file(&a, out, 1 << 20, &src, &len), 0);
-    assert_int_equal(dt_json_parse(&a, src, len, out, 1, &doc), 0);
-    const struct dt_json *ev = dt_json_get(doc, "traceEvents");
-    assert_non_null(ev);
-    for (const struct dt_json *e = ev->child; e; e = e->next) {
-        const char *s = dt_json_get_str(e, "name");
+    assert_int_equal(dt_json_load_file(out, 1 << 20, &doc), 0);
+    json_t *ev = json_object_get(doc, "traceEvents");
+    assert_true(json_is_array(ev));
+    json_array_foreach (ev, i, e) {
+        const char *s = json_string_value(json_object_get(e, "name"));
         n += s && strcmp(s, name) == 0;
     }
-    dt_json_arena_free(&a);
+    json_decref(doc);
     return n;
 }
 
@@ -69,7 +66,7 @@ static void a_rank_no_run_has_is_an_error_naming_the_place(void **state)
     (void)state;
     run_dir_write("trace_rank0.json", "{\"otherData\": {\"rank\": 5.88889e+77},\n \"traceEvents\": []}");
     assert_int_equal(merge(), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "trace_rank0.json:1:24: otherData.rank is 5.88889e+77, not a rank"));
+    assert_non_null(strstr(dt_error_last(), "trace_rank0.json: otherData.rank is 5.88889e+77, not a rank"));
     /* was INT_MAX, and the launch row's pid after it overflowed */
     run_dir_write("trace_rank0.json", "{\"otherData\": {\"rank\": 2147483647}, \"traceEvents\": []}");
     assert_int_equal(merge(), DT_EINVAL);
@@ -121,13 +118,59 @@ static void only_the_ranks_that_ran_get_a_launch_row(void **state)
     assert_int_equal(merged_events("spawn to exit"), 3);
 }
 
+/* Where jansson gives no line and column (the tree has none), a bad event
+ * is named by its index. */
+static void an_event_without_ph_is_named_by_its_index(void **state)
+{
+    (void)state;
+    run_dir_write("trace_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\"}, {\"name\": \"x\"}]}");
+    assert_int_equal(merge(), DT_EINVAL);
+    assert_non_null(
+        strstr(dt_error_last(), "trace_rank0.json: traceEvents[1]: a trace event must be an object"));
+    run_dir_write("trace_rank0.json", "[{\"ph\": \"X\"}, 5]");
+    assert_int_equal(merge(), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "trace_rank0.json: traceEvents[1]: "));
+}
+
+/* An event comes out as it went in, but for its pid: every member, integers
+ * exactly, a real as the double nearest its text. */
+static void events_are_written_back_as_read(void **state)
+{
+    (void)state;
+    run_dir_write("trace_rank2.json", "{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 7, \"name\": \"s\", "
+                                      "\"ts\": 1700000000123456.789, \"dur\": 9007199254740993, "
+                                      "\"args\": {\"k\": [0.1, \"caf\\u00e9\", null, true, {}]}}]}");
+    assert_int_equal(merge(), 0);
+    json_t *doc, *e;
+    assert_int_equal(dt_json_load_file(out, 1 << 20, &doc), 0);
+    size_t i;
+    int found = 0;
+    json_t *want = json_loads("[0.1, \"caf\u00e9\", null, true, {}]", 0, NULL);
+    json_array_foreach (json_object_get(doc, "traceEvents"), i, e) {
+        if (!json_is_string(json_object_get(e, "name")) ||
+            strcmp(json_string_value(json_object_get(e, "name")), "s"))
+            continue;
+        found++;
+        assert_int_equal(json_integer_value(json_object_get(e, "pid")), 2);
+        assert_true(json_real_value(json_object_get(e, "ts")) == 1700000000123456.789);
+        assert_int_equal(json_integer_value(json_object_get(e, "dur")), 9007199254740993LL);
+        assert_true(json_equal(json_object_get(json_object_get(e, "args"), "k"), want));
+    }
+    assert_int_equal(found, 1);
+    json_decref(want);
+    json_decref(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(a_rank_no_run_has_is_an_error_naming_the_place, setup,
+                                        run_dir_teardown),
         cmocka_unit_test_setup_teardown(a_file_name_beyond_any_rank_is_not_a_trace, setup, run_dir_teardown),
         cmocka_unit_test_setup_teardown(a_launch_row_beyond_a_double_is_left_out, setup, run_dir_teardown),
         cmocka_unit_test_setup_teardown(only_the_ranks_that_ran_get_a_launch_row, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(an_event_without_ph_is_named_by_its_index, setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(events_are_written_back_as_read, setup, run_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
