@@ -13,8 +13,8 @@
  * Not for choosing nodes or starting the coordinator (the launcher and the
  * scheduler adapters do that), nor for parsing the job spec (jobspec.h).
  *
- * The pure parts (line splitting, exit-status decoding, the environment, the
- * summary JSON) are exported too, so unit tests reach them without forking.
+ * The pure parts (the "[rank N]" prefix, the stderr tail, the environment,
+ * the summary JSON) are exported too, so unit tests reach them without forking.
  */
 #ifndef DT_AGENT_H
 #define DT_AGENT_H
@@ -55,7 +55,6 @@ struct dt_agent_hooks {
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
-#define DT_AGENT_LINE_MAX 16384 /* longer console lines are split into pieces of this size */
 #define DT_AGENT_DEFAULT_GRACE_S 3.0
 /* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
@@ -282,22 +281,6 @@ void dt_agent_env_free(char **env);
 
 /* --- output (agent_output.c) --------------------------------------------- */
 
-/* Splits a byte stream into lines.  Complete lines are handed over straight
- * from the input when nothing is pending (no copy); a line longer than the
- * buffer's capacity is handed over in pieces with complete = false. */
-struct dt_agent_linebuf {
-    char *buf;
-    size_t len, cap;
-};
-typedef void (*dt_agent_line_fn)(void *ctx, const char *line, size_t len, bool complete);
-
-int dt_agent_linebuf_init(struct dt_agent_linebuf *lb, size_t cap);
-void dt_agent_linebuf_free(struct dt_agent_linebuf *lb);
-void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n, dt_agent_line_fn fn,
-                           void *ctx);
-/* Hands over a pending partial line (at end of stream), if any. */
-void dt_agent_linebuf_flush(struct dt_agent_linebuf *lb, dt_agent_line_fn fn, void *ctx);
-
 /* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
@@ -311,9 +294,6 @@ struct dt_agent_tail {
 void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete);
 /* Copies the kept lines, oldest first; returns how many. */
 int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_WIDTH]);
-
-/* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
-int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
 
 /* --- error reports (agent_error_file.c) ---------------------------------- */
 
@@ -330,14 +310,6 @@ int dt_agent_oom_count(long long *count);
 int dt_agent_oom_parse(const char *text, long long *count);
 
 /* --- exit statuses and the summary (agent_summary.c) --------------------- */
-
-/* "SIGSEGV", "SIGKILL", ... or "signal 42" (buf is used for the latter). */
-const char *dt_agent_signal_name(int sig, char *buf, size_t size);
-/* "exited with code 3", "killed by SIGSEGV (core dumped)". */
-void dt_agent_describe_status(int wstatus, char *buf, size_t size);
-/* A shell-style exit status: the code, or 128 + signal number. */
-int dt_agent_exit_status(int wstatus);
-const char *dt_agent_status_name(enum dt_agent_status s);
 
 /* Writes <run dir>/summary.json through a temporary file and rename(2), so a
  * reader never sees half of it. */

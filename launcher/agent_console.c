@@ -96,19 +96,19 @@ ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_age
         close(s->fd);
         s->fd = -1;
         struct line_ctx c = {a, p, s};
-        dt_agent_linebuf_flush(&s->lb, on_line, &c);
+        dt_lines_flush(&s->lb, on_line, &c);
         return 0;
     }
     log_write(s, a->readbuf, (size_t)n);
     struct line_ctx c = {a, p, s};
-    dt_agent_linebuf_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
+    dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
     return n;
 }
 
 void dt_agent_flush_partial(struct dt_agent *a, struct dt_agent_proc *p)
 {
     struct line_ctx c = {a, p, &p->out};
-    dt_agent_linebuf_flush(&p->out.lb, on_line, &c);
+    dt_lines_flush(&p->out.lb, on_line, &c);
     c.s = &p->err;
-    dt_agent_linebuf_flush(&p->err.lb, on_line, &c);
+    dt_lines_flush(&p->err.lb, on_line, &c);
 }

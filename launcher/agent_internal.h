@@ -9,6 +9,7 @@
 
 #include "launcher/agent.h"
 #include "launcher/report_progress.h"
+#include "base/lines.h"
 
 #include <poll.h>
 #include <sys/resource.h>
@@ -19,7 +20,7 @@ struct dt_agent_stream {
     int log_fd; /* attempt_<k>/rank_<n>.out or .err */
     bool is_err;
     bool continuing; /* the console got the start of a line that is not finished */
-    struct dt_agent_linebuf lb;
+    struct dt_lines lb;
 };
 
 struct dt_agent_proc {

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "spec/jobspec.h"
 #include "launcher/report.h"
 #include "base/fs.h"
@@ -121,11 +122,11 @@ void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_a
     else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
         dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
                     "status %d); %s",
-                    cfg->job->name, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
                     DT_AGENT_EXIT_REQUEUE, where);
     else if (res->status == DT_AGENT_INTERRUPTED)
         dt_log_warn("job %s interrupted by %s after %.2f s; %s", cfg->job->name,
-                    dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
+                    dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
     else
         dt_log_error("job %s failed with exit status %d after %.2f s%s; %s", cfg->job->name, res->exit_status,
                      res->wall_s, attempts, where);

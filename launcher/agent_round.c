@@ -42,6 +42,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "comm/store.h"
 #include "spec/jobspec.h"
 #include "base/clock.h"
@@ -380,8 +381,8 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
     }
     int rank = -1, wstatus = 0, node = -1;
     sscanf(v, "%d %d %d", &rank, &wstatus, &node);
-    int st = dt_agent_exit_status(wstatus);
-    dt_agent_describe_status(wstatus, desc, sizeof desc);
+    int st = dt_proc_exit_status(wstatus);
+    dt_proc_describe(wstatus, true, desc, sizeof desc);
     bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
     /* Node 0's summary names the round's first failure wherever it was, as the
      * first failure of the last failed attempt of a one-node job. */
@@ -621,7 +622,7 @@ void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res
     } else if (res->status == DT_AGENT_INTERRUPTED) {
         char why[128], tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",
-                 dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
+                 dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
         dt_agent_round_abort(r, res->exit_status, why);
     } else if (res->status != DT_AGENT_SUCCEEDED) {
         /* Whatever ended the job here must end it everywhere (a no-op when

@@ -14,7 +14,7 @@
  * Not for the failure policy or the poll loop (agent_supervise.c).
  */
 #include "launcher/agent_internal.h"
-#include "launcher/proc_stat.h"
+#include "base/proc.h"
 
 #include "base/error.h"
 

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "spec/jobspec.h"
 #include "base/clock.h"
 
@@ -34,57 +35,20 @@
 #define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
 #define UNKILLABLE_S 10     /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
-static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-#define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
+/* The job's signals, SIGUSR1 (a scheduler's time limit is near: agent_requeue.c)
+ * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
+ * a check and the wait. */
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
 
-static int signal_pipe_w = -1;
-
-static void on_signal(int sig)
+static int install_signals(struct dt_proc_signals *sv)
 {
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-    ssize_t w = write(signal_pipe_w, &b, 1);
-    (void)w;
-    errno = saved;
-}
-
-struct saved_signals {
-    struct sigaction job[N_JOB_SIGNALS], chld, pipe, usr1;
-    int pipe_fd[2];
-};
-
-static int install_signals(struct saved_signals *sv)
-{
-    if (pipe2(sv->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create the agent's signal pipe");
-    signal_pipe_w = sv->pipe_fd[1];
-    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < N_JOB_SIGNALS; i++)
-        sigaction(job_signals[i], &sa, &sv->job[i]);
-    sigaction(SIGUSR1, &sa, &sv->usr1);
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, &sv->chld);
-    /* A closed console must not kill the launcher (and, through PDEATHSIG, the job). */
-    struct sigaction ign = {.sa_handler = SIG_IGN};
-    sigemptyset(&ign.sa_mask);
-    sigaction(SIGPIPE, &ign, &sv->pipe);
+    int rc = dt_proc_signals_catch(caught, (int)(sizeof caught / sizeof *caught), sv);
+    if (rc < 0)
+        return dt_error_prefix("the agent's signals");
     /* Orphans of the job (a rank's `cmd &` after the rank exits) become our
      * children instead of init's, so they can be found and stopped. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     return 0;
-}
-
-static void restore_signals(struct saved_signals *sv)
-{
-    for (int i = 0; i < N_JOB_SIGNALS; i++)
-        sigaction(job_signals[i], &sv->job[i], NULL);
-    sigaction(SIGCHLD, &sv->chld, NULL);
-    sigaction(SIGPIPE, &sv->pipe, NULL);
-    sigaction(SIGUSR1, &sv->usr1, NULL);
-    signal_pipe_w = -1;
-    close(sv->pipe_fd[0]);
-    close(sv->pipe_fd[1]);
 }
 
 void dt_agent_start_stopping(struct dt_agent *a, int sig)
@@ -151,7 +115,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
         dt_agent_oom_count(&oom_now) == 0)
         a->oom_verdict = oom_now > a->oom_base;
     char desc[160];
-    dt_agent_describe_status(wstatus, desc, sizeof desc);
+    dt_proc_describe(wstatus, true, desc, sizeof desc);
     if (a->oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
                  a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
@@ -222,7 +186,7 @@ static bool reap(struct dt_agent *a)
 static void on_interrupt(struct dt_agent *a, int sig)
 {
     char tmp[32];
-    const char *name = dt_agent_signal_name(sig, tmp, sizeof tmp);
+    const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
     if (a->interrupt_sig == 0) {
         a->interrupt_sig = sig;
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
@@ -443,7 +407,7 @@ static bool final_by_policy(struct dt_agent *a)
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     if (at->hung >= 0 && at->hung == at->first_failed)
         return false;
-    int status = dt_agent_exit_status(at->ranks[at->first_failed].wstatus);
+    int status = dt_proc_exit_status(at->ranks[at->first_failed].wstatus);
     if (dt_job_exit_action(a->cfg->job, status) != DT_EXIT_FAIL)
         return false;
     a->res->first_failure.final = true;
@@ -476,7 +440,7 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
     a->pfd_proc = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_proc);
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_AGENT_LINE_MAX + 64);
+    a->scratch = malloc(DT_LINES_MAX + 64);
     if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
         !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
@@ -497,9 +461,9 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
         p->rank = cfg->node_rank * cfg->nproc + i;
         p->out.fd = p->out.log_fd = p->err.fd = p->err.log_fd = -1;
         p->err.is_err = true;
-        int rc = dt_agent_linebuf_init(&p->out.lb, DT_AGENT_LINE_MAX);
+        int rc = dt_lines_init(&p->out.lb, DT_LINES_MAX);
         if (rc == 0)
-            rc = dt_agent_linebuf_init(&p->err.lb, DT_AGENT_LINE_MAX);
+            rc = dt_lines_init(&p->err.lb, DT_LINES_MAX);
         if (rc < 0)
             return rc;
     }
@@ -510,8 +474,8 @@ static void agent_free(struct dt_agent *a)
 {
     dt_progress_close(a->progress);
     for (int i = 0; a->procs && i < a->nproc; i++) {
-        dt_agent_linebuf_free(&a->procs[i].out.lb);
-        dt_agent_linebuf_free(&a->procs[i].err.lb);
+        dt_lines_free(&a->procs[i].out.lb);
+        dt_lines_free(&a->procs[i].err.lb);
         dt_agent_env_free(a->procs[i].env);
     }
     if (a->null_fd >= 0)
@@ -543,7 +507,7 @@ static void finish(struct dt_agent *a)
         res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
     } else if (res->n_attempts > 0 && last->first_failed >= 0) {
         res->status = DT_AGENT_FAILED;
-        res->exit_status = dt_agent_exit_status(last->ranks[last->first_failed].wstatus);
+        res->exit_status = dt_proc_exit_status(last->ranks[last->first_failed].wstatus);
     } else {
         res->status = DT_AGENT_SUCCEEDED;
         res->exit_status = 0;
@@ -572,7 +536,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_clock_s();
     /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
     res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
-    struct saved_signals sv;
+    struct dt_proc_signals sv;
     raise_fd_limit(&a);
     if (rc == 0)
         rc = install_signals(&sv);
@@ -583,17 +547,17 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         return rc;
     }
     for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
-        rc = run_attempt(&a, sv.pipe_fd[0]);
+        rc = run_attempt(&a, sv.fd);
         if (rc < 0 || a.interrupt_sig || a.abort_status >= 0 || res->coordinator_lost[0])
             break;
         if (res->attempts[a.attempt].first_failed >= 0)
             dt_agent_print_failure(cfg, res);
         if (cfg->hooks && cfg->hooks->attempt_end) {
             /* Other nodes take part: the restart is decided with them. */
-            int next = dt_agent_hooks_attempt_end(&a, sv.pipe_fd[0]);
+            int next = dt_agent_hooks_attempt_end(&a, sv.fd);
             if (next <= 0)
                 break; /* the job is over: a signal now (srun -K's SIGTERM) does not change how */
-            handle_signals(&a, sv.pipe_fd[0]);
+            handle_signals(&a, sv.fd);
             if (a.interrupt_sig)
                 break;
             dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a.nproc,
@@ -603,7 +567,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         if (res->attempts[a.attempt].first_failed < 0 || final_by_policy(&a))
             break;
         /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
-        handle_signals(&a, sv.pipe_fd[0]);
+        handle_signals(&a, sv.fd);
         if (a.interrupt_sig)
             break;
         if (a.attempt < cfg->job->max_restarts)
@@ -618,7 +582,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
     }
-    restore_signals(&sv);
+    dt_proc_signals_release(&sv);
     setrlimit(RLIMIT_NOFILE, &a.nofile);
     agent_free(&a);
     return rc;

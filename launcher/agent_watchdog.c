@@ -26,7 +26,7 @@
  * restarts it as it does after any failure.
  */
 #include "launcher/agent_internal.h"
-#include "launcher/proc_stat.h"
+#include "base/proc.h"
 
 #include "base/error.h"
 #include "spec/jobspec.h"

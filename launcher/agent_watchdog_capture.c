@@ -13,6 +13,7 @@
 #include "launcher/agent_internal.h"
 
 #include "base/error.h"
+#include "base/proc.h"
 #include "spec/jobspec.h"
 #include "base/clock.h"
 
@@ -49,31 +50,15 @@ static int read_small(const char *path, char *buf, size_t size)
     return 0;
 }
 
-/* "S (sleeping)" and the thread's name from /proc/<...>/stat. */
-static void stat_summary(const char *dir, char *state, char *comm, size_t comm_size)
-{
-    char path[512], buf[512];
-    snprintf(path, sizeof path, "%s/stat", dir);
-    *state = '?';
-    snprintf(comm, comm_size, "?");
-    if (read_small(path, buf, sizeof buf) != 0)
-        return;
-    char *lp = strchr(buf, '('), *rp = strrchr(buf, ')');
-    if (!lp || !rp || rp < lp)
-        return;
-    snprintf(comm, comm_size, "%.*s", (int)(rp - lp - 1), lp + 1);
-    sscanf(rp + 1, " %c", state);
-}
-
 static void write_task(FILE *f, const char *dir, const char *indent)
 {
-    char path[600], comm[64], wchan[128], stack[4096];
-    char st;
-    stat_summary(dir, &st, comm, sizeof comm);
+    char path[600], wchan[128], stack[4096];
+    struct dt_proc_stat ps = {.state = '?', .comm = "?"};
+    dt_proc_stat_read(dir + strlen("/proc/"), &ps);
     snprintf(path, sizeof path, "%s/wchan", dir);
     if (read_small(path, wchan, sizeof wchan) == 0 && (!wchan[0] || strcmp(wchan, "0") == 0))
         snprintf(wchan, sizeof wchan, "0 (kernel symbols hidden, or running)");
-    fprintf(f, "%s%s [%s] state %c  wchan %s\n", indent, strrchr(dir, '/') + 1, comm, st, wchan);
+    fprintf(f, "%s%s [%s] state %c  wchan %s\n", indent, strrchr(dir, '/') + 1, ps.comm, ps.state, wchan);
     snprintf(path, sizeof path, "%s/stack", dir);
     read_small(path, stack, sizeof stack);
     for (char *line = stack; *line;) {
@@ -116,14 +101,8 @@ static void write_group(FILE *f, int leader)
     while ((de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]) || atoi(de->d_name) == leader)
             continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
-        if (read_small(path, buf, sizeof buf) != 0)
-            continue;
-        char *rp = strrchr(buf, ')');
-        char st;
-        int ppid, pgrp;
-        if (rp && sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) == 3 && pgrp == leader)
+        struct dt_proc_stat ps;
+        if (dt_proc_stat_read(de->d_name, &ps) == 0 && ps.pgrp == leader)
             write_process(f, atoi(de->d_name));
     }
     closedir(d);

@@ -21,6 +21,7 @@
 #include "scheduler-adapters/adapter.h"
 #include "spec/token.h"
 
+#include "base/args.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/clock.h"
@@ -85,12 +86,8 @@ static int parse_value(const char *a, const char *v, struct agent_opts *o)
         return dt_cli_usage_error("agent", "--node-rank '%s': expected a number from 0", v);
     if (strcmp(a, "--nnodes") == 0 && parse_int(v, 1, 1 << 20, &o->nnodes) < 0)
         return dt_cli_usage_error("agent", "--nnodes '%s': expected a number from 1", v);
-    if (strcmp(a, "--grace-period") == 0) {
-        char *end;
-        o->grace_s = strtod(v, &end);
-        if (end == v || o->grace_s <= 0 || o->grace_s > 3600 || (*end && strcmp(end, "s") != 0))
-            return dt_cli_usage_error("agent", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
-    }
+    if (strcmp(a, "--grace-period") == 0 && dt_args_seconds(v, &o->grace_s) < 0)
+        return dt_cli_usage_error("agent", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
     if (strcmp(a, "--coordinator") == 0)
         o->coordinator = v;
     else if (strcmp(a, "--run-id") == 0)
@@ -344,7 +341,7 @@ static int prepare(struct node_run *nr)
     if (rc == 0 && nr->o->ranks) {
         int world = nr->n.nnodes * nr->nproc;
         nr->show = malloc((size_t)world);
-        rc = nr->show ? dt_agent_parse_ranks(nr->o->ranks, world, nr->show) : DT_ENOMEM;
+        rc = nr->show ? dt_args_ranks(nr->o->ranks, world, nr->show) : DT_ENOMEM;
     }
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 
+#include "base/args.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "worker/trace.h"
@@ -56,16 +57,6 @@ static void usage(FILE *out)
             DT_AGENT_DEFAULT_GRACE_S);
 }
 
-static int parse_seconds(const char *s, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0 || v > 3600 || (*end && strcmp(end, "s") != 0))
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct launch_opts *o)
 {
     for (int i = 1; i < argc; i++) {
@@ -85,7 +76,7 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
         } else if (strcmp(a, "--log-dir") == 0 && has_value) {
             o->log_dir = argv[++i];
         } else if (strcmp(a, "--grace-period") == 0 && has_value) {
-            if (parse_seconds(argv[++i], &o->grace_s) < 0)
+            if (dt_args_seconds(argv[++i], &o->grace_s) < 0)
                 return dt_cli_usage_error("launch", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s",
                                           argv[i]);
         } else if (a[0] == '-' && a[1]) {

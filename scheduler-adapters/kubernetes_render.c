@@ -16,7 +16,6 @@
 #include "scheduler-adapters/kubernetes_internal.h"
 
 #include "base/error.h"
-#include "launcher/coordinator.h"
 #include "spec/jobspec_yaml.h"
 #include "spec/token.h"
 

@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/fs.h"
+#include "base/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,63 +35,19 @@
 #define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
 
 /* Runs argv with `in` (len bytes) on its stdin and, when out is not NULL,
- * its stdout captured into *out (malloc'd, NUL-terminated).  Returns the
- * exit status, 128+signal, or a negative DT_E* code when it could not run. */
+ * its stdout captured into *out (malloc'd, NUL-terminated); its stderr is
+ * the user's (kubectl says there what went wrong).  Returns the exit status,
+ * 128+signal, or a negative DT_E* code when it could not run. */
 static int run(char *const argv[], const char *in, size_t len, char **out)
 {
-    int ip[2], op[2] = {-1, -1};
-    if (pipe2(ip, O_CLOEXEC) < 0 || (out && pipe2(op, O_CLOEXEC) < 0))
-        return dt_error_set_errno(DT_EIO, errno, "kubernetes: pipe for %s", argv[0]);
-    pid_t pid = fork();
-    if (pid < 0)
-        return dt_error_set_errno(DT_EIO, errno, "kubernetes: starting %s", argv[0]);
-    if (pid == 0) {
-        dup2(ip[0], 0);
-        if (out)
-            dup2(op[1], 1);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(ip[0]);
+    struct dt_proc_run r = {.argv = argv, .in = in, .in_len = len,
+                            .io = {out ? DT_PROC_CAPTURE : DT_PROC_INHERIT, DT_PROC_INHERIT}};
+    int rc = dt_proc_run(&r);
+    if (rc < 0)
+        dt_error_prefix("kubernetes");
     if (out)
-        close(op[1]);
-    signal(SIGPIPE, SIG_IGN); /* a kubectl that quits before reading it all: EPIPE, not death */
-    for (size_t done = 0; in && done < len;) {
-        ssize_t w = write(ip[1], in + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
-    close(ip[1]);
-    if (out) {
-        size_t cap = 4096, n = 0;
-        char *buf = malloc(cap);
-        ssize_t r;
-        while (buf && (r = read(op[0], buf + n, cap - n - 1)) != 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0)
-                break;
-            n += (size_t)r;
-            if (cap - n < 2) {
-                char *nb = realloc(buf, cap * 2);
-                if (!nb)
-                    break;
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        close(op[0]);
-        if (buf)
-            buf[n] = 0;
-        *out = buf;
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        *out = r.captured[0];
+    return rc;
 }
 
 static int apply(const struct dt_job *job)

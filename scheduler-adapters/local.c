@@ -17,6 +17,7 @@
  */
 #include "scheduler-adapters/adapter.h"
 
+#include "base/args.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "launcher/agent.h"
@@ -47,7 +48,7 @@ static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, 
         *show = malloc((size_t)*nproc);
         if (!*show)
             return dt_error_set(DT_ENOMEM, "out of memory");
-        rc = dt_agent_parse_ranks(o->ranks, *nproc, *show);
+        rc = dt_args_ranks(o->ranks, *nproc, *show);
     }
     return rc;
 }

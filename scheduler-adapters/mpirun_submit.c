@@ -32,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "base/error.h"
+#include "base/proc.h"
 #include "base/log.h"
 #include "launcher/coordinator.h"
 #include "launcher/run_dir.h"
@@ -272,7 +274,7 @@ static int mpi_attempt(struct run *r, int k)
         r->res.exit_status = a.interrupt_signal ? 128 + a.interrupt_signal : a.status;
         int ff = r->res.attempts[k].first_failed;
         if (a.status && !a.interrupt_signal && ff >= 0) /* the rank's own status, as a local job reports */
-            r->res.exit_status = dt_agent_exit_status(r->res.attempts[k].ranks[ff].wstatus);
+            r->res.exit_status = dt_proc_exit_status(r->res.attempts[k].ranks[ff].wstatus);
         r->res.interrupt_signal = a.interrupt_signal;
         r->res.status = a.status == 0 ? DT_AGENT_SUCCEEDED
                         : a.interrupt_signal ? DT_AGENT_INTERRUPTED
@@ -415,7 +417,7 @@ int dt_mpirun_submit(const struct dt_job *job, const struct dt_adapter_launch *o
     r.world = job->nodes * r.nproc;
     if (opts->ranks) {
         r.show = malloc((size_t)r.world);
-        if (!r.show || dt_agent_parse_ranks(opts->ranks, r.world, r.show) < 0) {
+        if (!r.show || dt_args_ranks(opts->ranks, r.world, r.show) < 0) {
             fprintf(stderr, "dtrain launch: --ranks: %s\n", dt_error_last());
             free(r.show);
             return 2;

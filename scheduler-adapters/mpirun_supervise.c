@@ -36,6 +36,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/lines.h"
+#include "base/proc.h"
 #include "base/clock.h"
 
 static int sig_w = -1;
@@ -105,7 +107,7 @@ static void on_line(void *ctx, const char *line, size_t len, bool complete)
         return;
     }
     size_t n = len - (size_t)(text - line);
-    if (memchr(text, '<', n) && n <= DT_AGENT_LINE_MAX) { /* rare: another tag inside the line */
+    if (memchr(text, '<', n) && n <= DT_LINES_MAX) { /* rare: another tag inside the line */
         memcpy(s->scratch, text, n);
         n = dt_mpirun_strip_tags(s->scratch, n);
         text = s->scratch;
@@ -156,7 +158,7 @@ static pid_t spawn(struct dt_mpirun_attempt *a, int out[2], int err[2])
 
 struct loop {
     struct pollfd pfd[3];
-    struct dt_agent_linebuf lb[2];
+    struct dt_lines lb[2];
     bool stopping;
     double kill_at;
 };
@@ -195,9 +197,9 @@ static void pump(struct dt_mpirun_attempt *a, struct sorter *s, struct loop *l)
                 continue;
             ssize_t n = read(l->pfd[i].fd, chunk, sizeof chunk);
             if (n > 0) {
-                dt_agent_linebuf_feed(&l->lb[i], chunk, (size_t)n, on_line, s);
+                dt_lines_feed(&l->lb[i], chunk, (size_t)n, on_line, s);
             } else if (n == 0 || errno != EINTR) {
-                dt_agent_linebuf_flush(&l->lb[i], on_line, s);
+                dt_lines_flush(&l->lb[i], on_line, s);
                 close(l->pfd[i].fd);
                 l->pfd[i].fd = -1;
             }
@@ -263,9 +265,9 @@ static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
     }
     a->mpirun_pid = pid;
     struct loop l = {.pfd = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {sigfd, POLLIN, 0}}};
-    int rc = dt_agent_linebuf_init(&l.lb[0], DT_AGENT_LINE_MAX);
+    int rc = dt_lines_init(&l.lb[0], DT_LINES_MAX);
     if (rc == 0)
-        rc = dt_agent_linebuf_init(&l.lb[1], DT_AGENT_LINE_MAX);
+        rc = dt_lines_init(&l.lb[1], DT_LINES_MAX);
     if (rc == 0)
         pump(a, s, &l);
     else
@@ -278,9 +280,9 @@ static int run(struct dt_mpirun_attempt *a, struct sorter *s, int sigfd)
     }
     a->leftovers = kill_leftovers();
     a->end_s = dt_clock_s() - a->t0;
-    a->status = dt_agent_exit_status(st);
-    dt_agent_linebuf_free(&l.lb[0]);
-    dt_agent_linebuf_free(&l.lb[1]);
+    a->status = dt_proc_exit_status(st);
+    dt_lines_free(&l.lb[0]);
+    dt_lines_free(&l.lb[1]);
     return rc;
 }
 
@@ -290,8 +292,8 @@ int dt_mpirun_run_attempt(struct dt_mpirun_attempt *a)
     a->interrupt_signal = 0;
     struct sorter s = {.a = a, .mpirun_log = -1};
     s.fds = malloc((size_t)(a->world > 0 ? a->world : 1) * sizeof *s.fds);
-    s.buf = malloc(DT_AGENT_LINE_MAX + 64);
-    s.scratch = malloc(DT_AGENT_LINE_MAX + 1);
+    s.buf = malloc(DT_LINES_MAX + 64);
+    s.scratch = malloc(DT_LINES_MAX + 1);
     a->tails = calloc((size_t)(a->world > 0 ? a->world : 1), sizeof *a->tails);
     if (!s.fds || !s.buf || !s.scratch || !a->tails) {
         free(s.fds);

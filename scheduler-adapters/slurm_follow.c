@@ -18,7 +18,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "launcher/agent.h"
+#include "base/lines.h"
+#include "base/proc.h"
 #include "base/clock.h"
 
 #include <errno.h>
@@ -49,7 +50,7 @@ struct stream {
     FILE *to;
     bool filter;
     const struct dt_slurm_follow *f;
-    struct dt_agent_linebuf lb;
+    struct dt_lines lb;
 };
 
 /* A "[rank N] " line of a rank not asked for is left out. */
@@ -82,7 +83,7 @@ static void pump(struct stream *s)
     char buf[16384];
     ssize_t n;
     while ((n = read(s->fd, buf, sizeof buf)) > 0)
-        dt_agent_linebuf_feed(&s->lb, buf, (size_t)n, on_line, s);
+        dt_lines_feed(&s->lb, buf, (size_t)n, on_line, s);
 }
 
 static int query(const char *id, struct dt_slurm_job_info *info)
@@ -163,7 +164,7 @@ static int outcome(const struct dt_slurm_follow *f, const struct dt_slurm_job_in
     if (cancelled_by) {
         char tmp[32];
         dt_log_warn("job %s (Slurm job %s) cancelled on %s after %.2f s; logs in %s", f->name, f->job_id,
-                    dt_agent_signal_name(cancelled_by, tmp, sizeof tmp), wall, f->run_dir);
+                    dt_proc_signal_name(cancelled_by, tmp, sizeof tmp), wall, f->run_dir);
         return 128 + cancelled_by;
     }
     if (st <= 0)
@@ -179,7 +180,7 @@ static void drain_all(struct stream s[2])
 {
     for (int i = 0; i < 2; i++) {
         pump(&s[i]);
-        dt_agent_linebuf_flush(&s[i].lb, on_line, &s[i]);
+        dt_lines_flush(&s[i].lb, on_line, &s[i]);
     }
 }
 
@@ -239,7 +240,7 @@ int dt_slurm_follow(const struct dt_slurm_follow *f)
 {
     struct stream s[2] = {{f->out_path, -1, stdout, true, f, {0}}, {f->err_path, -1, stderr, false, f, {0}}};
     for (int i = 0; i < 2; i++)
-        if (dt_agent_linebuf_init(&s[i].lb, DT_AGENT_LINE_MAX) < 0)
+        if (dt_lines_init(&s[i].lb, DT_LINES_MAX) < 0)
             return 1;
     struct sigaction sa = {.sa_handler = on_signal}, old[3];
     static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
@@ -252,7 +253,7 @@ int dt_slurm_follow(const struct dt_slurm_follow *f)
     for (int i = 0; i < 2; i++) {
         if (s[i].fd >= 0)
             close(s[i].fd);
-        dt_agent_linebuf_free(&s[i].lb);
+        dt_lines_free(&s[i].lb);
     }
     return status;
 }

@@ -1,4 +1,9 @@
-/* slurm_jobinfo.c - reading a job's state from Slurm's own commands.
+/* slurm_jobinfo.c - Slurm's client commands (sbatch, scontrol, sacct,
+ * scancel): running one, and reading a job's state from their answers.
+ *
+ * A command's stdout and stderr are captured (cut to the buffers' size),
+ * stdin is /dev/null, and one that does not finish in time is killed: a
+ * slurmctld that does not answer must not hang `dtrain launch`.
  *
  * `scontrol show job -o ID` prints one line of Key=Value fields (while the
  * job is known to slurmctld, MinJobAge after it ends); `sacct -n -X -P -o
@@ -6,13 +11,43 @@
  * is configured.  ExitCode=N:S is the batch script's exit code N, or the
  * signal S that ended it; the launcher exits with N, or 128 + S.
  *
- * Not for running the commands (slurm_submit.c) or for deciding what a state means.
+ * Not for deciding what a state means (slurm_follow.c) or for rank
+ * processes (only the agent forks those).
  */
 #include "scheduler-adapters/slurm.h"
+
+#include "base/error.h"
+#include "base/proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void copy_out(char *to, size_t size, const char *from)
+{
+    if (size > 0)
+        snprintf(to, size, "%s", from ? from : "");
+}
+
+int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size,
+                 char *err, size_t err_size)
+{
+    struct dt_proc_run r = {
+        .argv = argv, .envp = envp, .io = {DT_PROC_CAPTURE, DT_PROC_CAPTURE}, .timeout_s = timeout_s};
+    int rc = dt_proc_run(&r);
+    copy_out(out, out_size, r.captured[0]);
+    copy_out(err, err_size, r.captured[1]);
+    free(r.captured[0]);
+    free(r.captured[1]);
+    if (rc == DT_ETIMEDOUT)
+        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0], timeout_s);
+    if (rc == DT_ENOTFOUND)
+        return dt_error_set(DT_ENOTFOUND,
+                            "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
+                            "runs where Slurm's client commands are installed (Debian: slurm-client)",
+                            argv[0]);
+    return rc;
+}
 
 /* The value of " key=" (or key= at the start) up to the next space. */
 static int field(const char *text, const char *key, char *out, size_t size)

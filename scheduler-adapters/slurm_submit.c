@@ -15,8 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "launcher/agent.h"
-#include "launcher/coordinator.h"
+#include "base/args.h"
 #include "spec/token.h"
 #include "base/fs.h"
 
@@ -138,7 +137,7 @@ static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, 
     if (o->ranks) {
         if (!(*show = malloc((size_t)*world)))
             return dt_error_set(DT_ENOMEM, "out of memory");
-        if ((rc = dt_agent_parse_ranks(o->ranks, *world, *show)) < 0)
+        if ((rc = dt_args_ranks(o->ranks, *world, *show)) < 0)
             return rc;
     }
     snprintf(p->out_pat, sizeof p->out_pat, "%s/%s-%%j.out", p->log_dir, job->name);
