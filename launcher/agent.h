@@ -27,6 +27,7 @@
 struct dt_job;
 struct dt_coord;
 struct dt_agent_result;
+struct dt_adapter_group;
 
 /* What a hook's poll tells the agent while an attempt runs. */
 enum dt_agent_verdict {
@@ -169,6 +170,34 @@ struct dt_agent_result {
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
 
+/* --- one node's run of a job (agent_node.c) ----------------------------- */
+
+/* What one node's run is told: by `dtrain agent` from its flags or the
+ * scheduler adapter's discover, by `dtrain launch` for node 0 of a local job
+ * or of mpirun's MPI ranks (the adapters' host_node0). */
+struct dt_agent_node {
+    const struct dt_job *job;
+    const char *who;        /* "dtrain launch", "dtrain agent": how its error lines start */
+    int node_rank, nnodes;  /* nnodes: the job's; one agent for all of them with a group */
+    int nproc;              /* ranks per node; 0: nproc_per_node, with gpu resolved here */
+    const char *coord_bind; /* node 0: the interface the coordinator listens on */
+    const char *coord_host; /* how ranks (MASTER_ADDR) and the other nodes' agents reach it */
+    int coord_port;         /* 0: the kernel picks one (an agent that is the whole job) */
+    const char *token;      /* the job token every node shares; NULL: node 0 makes one (auth: token) */
+    const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
+    const char *log_dir;    /* NULL: the spec's */
+    const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
+    double grace_s, start_mono;
+    const char *dtrain;     /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
+    const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
+};
+
+/* The whole run (checks, rendezvous, the ranks, summary.json, the closing
+ * lines; see agent_node.c).  Returns the exit status: the job's, 2 for a
+ * problem the user must fix, or 1 when the run could not start (both said
+ * on stderr, after n->who). */
+int dt_agent_node_run(const struct dt_agent_node *n);
+
 /* --- the watchdog's rule (agent_watchdog.c) ------------------------------ */
 
 /* One rank as the watchdog last saw it; times on the agent's clock. */
@@ -199,15 +228,6 @@ struct dt_agent_watch_limits {
 };
 int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
                          char *why, size_t size);
-/* A hook's poll for jobs with auth: token: when the coordinator turned away
- * a client that looks like PyTorch's TCPStore client (which cannot present
- * the token and would otherwise retry until its 30-minute timeout), logs an
- * error that says to set `rendezvous: {auth: none}` and returns
- * DT_AGENT_ABORT with *status 1.  *seen carries the refusal count between
- * calls (start it at 0). */
-enum dt_agent_verdict dt_agent_watch_refusals(struct dt_coord *c, const struct dt_job *job, unsigned long *seen,
-                                              int *status);
-
 /* --- before the run (agent_plan.c) --------------------------------------- */
 
 /* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
@@ -233,7 +253,7 @@ struct dt_agent_round_config {
     const char *token;      /* NULL with auth: none */
     double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
     double grace_s;
-    struct dt_coord *coord; /* node 0: the coordinator it hosts (for the refusal watch), else NULL */
+    struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
 };
 
 /* Connects (retrying until timeout_s) and joins as cfg->node_rank; a

@@ -66,7 +66,6 @@ struct dt_agent_round {
     bool dead;             /* the coordinator is gone: nothing more is asked of it */
     bool published[MAX_ROUNDS];
     bool told_stop;
-    unsigned long refusals_seen;
     struct dt_agent_hb *hb; /* heartbeats: node 0 relays them, the others read them */
 };
 
@@ -217,11 +216,6 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
         return DT_AGENT_GO_ON;
     if (res->attempts[k].first_failed >= 0 && !r->published[k] && publish_fail(r, res, k) < 0)
         return lost_coordinator(r, status);
-    if (dt_agent_watch_refusals(r->cfg.coord, r->cfg.job, &r->refusals_seen, status) == DT_AGENT_ABORT) {
-        dt_agent_round_abort(r, *status, "PyTorch ranks were refused for lack of the job token: set "
-                                         "`rendezvous: {auth: none}` in the job spec");
-        return DT_AGENT_ABORT;
-    }
     if (r->cfg.job->trainer && dt_agent_hb_relay(r->hb, r->store, r->cfg.coord) < 0)
         return lost_coordinator(r, status);
     enum dt_agent_verdict v = look(r, k, status);

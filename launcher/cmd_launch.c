@@ -1,8 +1,10 @@
 /* cmd_launch.c - `dtrain launch job.yaml`: runs a job through its scheduler's adapter.
  *
  * Parses the options, loads the spec and hands both to the adapter of the
- * spec's scheduler (scheduler-adapters/adapter.h): the local adapter runs
- * the job here, the others submit it and follow it.  Its exit status is the
+ * spec's scheduler (scheduler-adapters/adapter.h), with host_node0: the
+ * launcher's way to run node 0 of the job here (agent_node.c), which the
+ * local adapter and mpirun's MPI ranks use; the others submit the job and
+ * follow it.  Its exit status is the
  * job's: 0, the failing rank's exit code, or 128 + signal; 2 for a problem
  * the user must fix, such as a scheduler whose adapter is not built in.
  *
@@ -93,6 +95,27 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
     return 0;
 }
 
+/* adapter.h's host_node0: node 0 of the job, run in this process (the local
+ * adapter's whole job; mpirun's MPI ranks, through their one process). */
+static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o, const struct dt_adapter_host *h)
+{
+    struct dt_agent_node n = {.job = job,
+                              .who = "dtrain launch",
+                              .node_rank = 0,
+                              .nnodes = h->nnodes,
+                              .nproc = h->nproc,
+                              .coord_bind = h->bind,
+                              .coord_host = h->advertise,
+                              .coord_port = job->rendezvous.port,
+                              .log_dir = o->log_dir,
+                              .ranks = o->ranks,
+                              .grace_s = o->grace_s,
+                              .start_mono = o->start_mono,
+                              .dtrain = o->dtrain_path,
+                              .group = h->group};
+    return dt_agent_node_run(&n);
+}
+
 static int run(int argc, char **argv)
 {
     struct launch_opts o = {.start_mono = dt_clock_s()};
@@ -115,7 +138,7 @@ static int run(int argc, char **argv)
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
     struct dt_adapter_launch lo = {.log_dir = o.log_dir, .ranks = o.ranks, .grace_s = o.grace_s,
-                                   .start_mono = o.start_mono, .dtrain_path = self};
+                                   .start_mono = o.start_mono, .dtrain_path = self, .host_node0 = host_node0};
     int status = ad->submit(job, &lo);
     dt_job_free(job);
     return status;
