@@ -9,6 +9,10 @@
 #ifndef DT_ARGS_H
 #define DT_ARGS_H
 
+/* --grace-period when none is given: seconds between SIGTERM and SIGKILL
+ * when ranks are stopped (the agent's, and what adapters pass on to theirs). */
+#define DT_ARGS_GRACE_DEFAULT_S 3.0
+
 /* "3", "0.5" or "0.5s": more than 0, at most an hour.  Returns 0, or -1 and
  * leaves *out alone (the caller names the option in its usage error). */
 int dt_args_seconds(const char *s, double *out);

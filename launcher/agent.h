@@ -19,6 +19,8 @@
 #ifndef DT_AGENT_H
 #define DT_AGENT_H
 
+#include "scheduler-adapters/adapter.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +29,6 @@
 struct dt_job;
 struct dt_coord;
 struct dt_agent_result;
-struct dt_adapter_group;
 
 /* What a hook's poll tells the agent while an attempt runs. */
 enum dt_agent_verdict {
@@ -56,7 +57,6 @@ struct dt_agent_hooks {
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
-#define DT_AGENT_DEFAULT_GRACE_S 3.0
 /* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
@@ -79,7 +79,7 @@ struct dt_agent_config {
     const char *master_addr; /* the coordinator, as ranks reach it */
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
-    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
+    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_ARGS_GRACE_DEFAULT_S */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
@@ -101,6 +101,11 @@ struct dt_agent_config {
     int (*new_round)(void *ctx, int attempt);
     void *new_round_ctx;
     const struct dt_agent_hooks *hooks;  /* NULL: this node alone decides (one-node jobs) */
+    /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
+     * group->world ranks (adapter.h): their logs, console lines, failure
+     * report and summary entries come from its output and records; the
+     * watchdog is off (their processes are not this agent's to look at). */
+    const struct dt_adapter_group *group;
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };

@@ -3,8 +3,12 @@
  * Log files get the bytes exactly as the rank wrote them.  The console gets
  * whole lines, each prefixed "[rank N]" and written with one write(2), so lines
  * of different ranks never mix mid-line; stdout is shown only for the ranks
- * chosen with --ranks, stderr always.  Buffers are allocated once per run:
- * nothing is allocated per line.
+ * chosen with --ranks, stderr always.  A group's process (mpirun) carries
+ * every rank's lines on its two pipes: the group's route says whose each is,
+ * and it goes to that rank's log file (a line at a time: the tags are gone)
+ * and the console the same way; the process's own lines go to its log and
+ * stderr as they are.  Buffers are allocated once per run: nothing is
+ * allocated per line.
  *
  * Not for deciding when to read (the poll loop in agent_supervise.c does).
  */
@@ -44,42 +48,74 @@ static void console_write(struct dt_agent *a, int fd, const char *buf, size_t le
     }
 }
 
-static void on_line(void *ctx, const char *line, size_t len, bool complete)
+static void log_write(int *fd, const char *buf, size_t len)
 {
-    struct line_ctx *c = ctx;
-    struct dt_agent_stream *s = c->s;
-    if (s->continuing && complete && len == 0) {
-        /* A long line that ended exactly at a piece boundary: nothing left to show. */
-        s->continuing = false;
-        if (s->is_err)
-            dt_agent_tail_push(&c->p->tail, line, 0, true);
-        return;
-    }
-    s->continuing = !complete;
-    if (s->is_err)
-        dt_agent_tail_push(&c->p->tail, line, len, complete);
-    const unsigned char *show = c->a->cfg->console_stdout;
-    if (!s->is_err && show && !show[c->p->rank])
-        return;
-    size_t n = dt_agent_format_line(c->a->scratch, c->p->rank, line, len);
-    console_write(c->a, s->is_err ? c->a->err_fd : c->a->out_fd, c->a->scratch, n);
-}
-
-static void log_write(struct dt_agent_stream *s, const char *buf, size_t len)
-{
-    while (len > 0 && s->log_fd >= 0) {
-        ssize_t w = write(s->log_fd, buf, len);
+    while (len > 0 && *fd >= 0) {
+        ssize_t w = write(*fd, buf, len);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
             /* A full disk must not stop the job; the console still has the output. */
-            close(s->log_fd);
-            s->log_fd = -1;
+            close(*fd);
+            *fd = -1;
             return;
         }
         buf += w;
         len -= (size_t)w;
     }
+}
+
+/* One line (or piece) of a rank's stream: its stderr tail, the console. */
+static void to_console(struct dt_agent *a, struct dt_agent_sink *k, bool is_err, const char *line, size_t len,
+                       bool complete)
+{
+    bool *continuing = &k->continuing[is_err];
+    if (*continuing && complete && len == 0) {
+        /* A long line that ended exactly at a piece boundary: nothing left to show. */
+        *continuing = false;
+        if (is_err)
+            dt_agent_tail_push(&k->tail, line, 0, true);
+        return;
+    }
+    *continuing = !complete;
+    if (is_err)
+        dt_agent_tail_push(&k->tail, line, len, complete);
+    const unsigned char *show = a->cfg->console_stdout;
+    if (!is_err && show && !show[k->rank])
+        return;
+    size_t n = dt_agent_format_line(a->scratch, k->rank, line, len);
+    console_write(a, is_err ? a->err_fd : a->out_fd, a->scratch, n);
+}
+
+/* A line of a group's process: a rank's, by its route, or its own. */
+static void from_group(struct dt_agent *a, const char *line, size_t len, bool complete)
+{
+    const struct dt_adapter_group *g = a->group;
+    const char *text;
+    size_t n;
+    bool is_err = false;
+    int r = g->route(g->ctx, line, len, &text, &n, &is_err);
+    if (r >= 0 && r < a->nranks) {
+        struct dt_agent_sink *k = &a->sinks[r];
+        log_write(&k->log_fd[is_err], text, n);
+        if (complete)
+            log_write(&k->log_fd[is_err], "\n", 1);
+        to_console(a, k, is_err, text, n, complete);
+        return;
+    }
+    memcpy(a->scratch, line, len);
+    a->scratch[len] = '\n';
+    log_write(&a->own_log, a->scratch, len + 1);
+    console_write(a, a->err_fd, a->scratch, len + 1);
+}
+
+static void on_line(void *ctx, const char *line, size_t len, bool complete)
+{
+    struct line_ctx *c = ctx;
+    if (c->a->group)
+        from_group(c->a, line, len, complete);
+    else
+        to_console(c->a, &c->a->sinks[c->p->index], c->s->is_err, line, len, complete);
 }
 
 ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_agent_stream *s)
@@ -92,23 +128,15 @@ ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_age
     while (n < 0 && errno == EINTR);
     if (n < 0 && errno == EAGAIN)
         return -1;
+    struct line_ctx c = {a, p, s};
     if (n <= 0) {
         close(s->fd);
         s->fd = -1;
-        struct line_ctx c = {a, p, s};
         dt_lines_flush(&s->lb, on_line, &c);
         return 0;
     }
-    log_write(s, a->readbuf, (size_t)n);
-    struct line_ctx c = {a, p, s};
+    if (!a->group)
+        log_write(&a->sinks[p->index].log_fd[s->is_err], a->readbuf, (size_t)n);
     dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
     return n;
-}
-
-void dt_agent_flush_partial(struct dt_agent *a, struct dt_agent_proc *p)
-{
-    struct line_ctx c = {a, p, &p->out};
-    dt_lines_flush(&p->out.lb, on_line, &c);
-    c.s = &p->err;
-    dt_lines_flush(&p->err.lb, on_line, &c);
 }

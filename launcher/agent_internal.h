@@ -15,20 +15,28 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+/* One pipe from a process the agent started. */
 struct dt_agent_stream {
-    int fd;     /* read end of the rank's pipe; -1 once at end of file */
-    int log_fd; /* attempt_<k>/rank_<n>.out or .err */
+    int fd; /* read end; -1 once at end of file */
     bool is_err;
-    bool continuing; /* the console got the start of a line that is not finished */
     struct dt_lines lb;
 };
 
+/* Where one rank's output goes: its log files, the console, its stderr tail. */
+struct dt_agent_sink {
+    int rank;                  /* global rank */
+    int log_fd[2];             /* attempt_<k>/rank_<n>.out and .err; -1 when closed */
+    bool continuing[2];        /* the console got the start of a line that is not finished */
+    struct dt_agent_tail tail; /* stderr, for the failure report */
+};
+
+/* A process the agent started: a rank (index: its entry in sinks and in each
+ * attempt's ranks), or a group's one process (index -1, rank -1). */
 struct dt_agent_proc {
-    int local_rank, rank;
+    int index, rank;
     pid_t pid; /* 0 before spawn */
     bool running;
     struct dt_agent_stream out, err;
-    struct dt_agent_tail tail; /* stderr, for the failure report */
     char **env;
     struct dt_agent_watch watch; /* what the watchdog last saw of it */
     long long cpu_ticks;         /* CPU time its process group had used at the last look */
@@ -37,8 +45,15 @@ struct dt_agent_proc {
 struct dt_agent {
     const struct dt_agent_config *cfg;
     struct dt_agent_result *res;
-    int nproc;
+    const struct dt_adapter_group *group; /* cfg->group: one process stands for every rank */
+    int nproc;                            /* processes: the ranks, or the group's one */
+    int nranks;                           /* entries of sinks and of each attempt's ranks */
     struct dt_agent_proc *procs;
+    struct dt_agent_sink *sinks;
+    int own_log;          /* a group's own lines: attempt_<k>/<log_name>, -1 when closed */
+    int group_wstatus;    /* how a group's process ended this attempt */
+    int group_failed;     /* a group's attempt that failed with no rank named: its exit status, else 0 */
+    bool group_stopped;   /* SIGTERM went to the group's process this attempt */
     int out_fd, err_fd;
     bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
     int null_fd;          /* /dev/null, the ranks' stdin */
@@ -89,13 +104,18 @@ int dt_agent_hooks_timeout(const struct dt_agent *a, int timeout);
 int dt_agent_hooks_attempt_end(struct dt_agent *a, int sig_fd);
 
 /* agent_spawn.c */
-int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);
+/* Opens a rank's attempt_<k>/rank_<n>.{out,err} (appending after a mark
+ * when a rerun finds them) and resets its console state and tail. */
+int dt_agent_open_logs(struct dt_agent_sink *k, const char *attempt_dir);
+/* Forks p running cfg->argv with p->env, its stdout and stderr on pipes. */
+int dt_agent_spawn(struct dt_agent *a, struct dt_agent_proc *p);
 /* Sends sig to every rank's process group (the ranks and what they started). */
 void dt_agent_signal_groups(struct dt_agent *a, int sig);
 /* Sends sig to the agent's children that are not ranks (orphans re-parented to
  * the agent as subreaper) and to their process groups; returns how many. */
 int dt_agent_signal_leftovers(struct dt_agent *a, int sig);
-void dt_agent_close_streams(struct dt_agent_proc *p);
+/* Closes every pipe and log file of the attempt and forgets the pids. */
+void dt_agent_close_attempt(struct dt_agent *a);
 
 /* agent_watchdog.c */
 #define DT_AGENT_WATCH_PERIOD_S 0.5 /* how often the watchdog looks */
@@ -114,7 +134,5 @@ int dt_agent_watchdog_capture(struct dt_agent *a, int hung, const char *why, cha
 /* Reads what a stream has, writes it to its log file and the console; at end of
  * file closes the pipe.  Returns bytes read, 0 at end of file. */
 ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_agent_stream *s);
-/* Hands over a partial last line of each stream (at the end of an attempt). */
-void dt_agent_flush_partial(struct dt_agent *a, struct dt_agent_proc *p);
 
 #endif

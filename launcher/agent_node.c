@@ -27,7 +27,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "launcher/coordinator.h"
-#include "launcher/run_dir.h"
+#include "base/run_dir.h"
 #include "spec/jobspec.h"
 #include "spec/token.h"
 
@@ -100,7 +100,7 @@ static int join_round(struct node *nd)
         .job = job, .node_rank = n->node_rank, .nnodes = n->nnodes, .nproc = nd->nproc,
         .coord_host = nd->coord ? "127.0.0.1" : n->coord_host, .coord_port = n->coord_port,
         .token = nd->token[0] ? nd->token : NULL, .timeout_s = timeout,
-        .grace_s = n->grace_s > 0 ? n->grace_s : DT_AGENT_DEFAULT_GRACE_S, .coord = nd->coord};
+        .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S, .coord = nd->coord};
     int rc = dt_agent_round_open(&rc_cfg, &nd->round);
     if (rc == 0)
         rc = dt_agent_round_run_id(nd->round, nd->run_id, sizeof nd->run_id);
@@ -234,6 +234,24 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
                     nd->nproc == 1 ? "" : "s", cfg->argv[0], cfg->master_addr, cfg->master_port, nd->run_dir);
 }
 
+/* A group's command line, from the environment of a rank of attempt 0 (what
+ * it passes on to the ranks depends on what that holds). */
+static int group_command(const struct dt_adapter_group *g, struct dt_agent_config *cfg)
+{
+    char **rank_env = NULL, **env = NULL;
+    char *const *argv = NULL;
+    int rc = dt_agent_env_build(cfg, 0, 0, environ, &rank_env);
+    if (rc == 0)
+        rc = g->env(g->ctx, rank_env, &env);
+    if (rc == 0)
+        rc = g->argv(g->ctx, env, &argv);
+    dt_agent_env_free(rank_env);
+    dt_agent_env_free(env);
+    cfg->argv = (const char *const *)argv;
+    cfg->group = g;
+    return rc;
+}
+
 static int run(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
@@ -267,6 +285,10 @@ static int run(struct node *nd)
         .new_round = nd->coord && !nd->round ? new_round : NULL,
         .new_round_ctx = nd,
     };
+    if (n->group && group_command(n->group, &cfg) < 0) {
+        fprintf(stderr, "%s: %s\n", n->who, dt_error_last());
+        return 1;
+    }
     say_start(nd, &cfg);
     dt_agent_plan_say_env(job, nd->nproc);
     struct dt_agent_result res;

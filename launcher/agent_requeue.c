@@ -28,6 +28,11 @@ void dt_agent_requeue_signal(struct dt_agent *a)
                     "exits with %d has checkpointed and stopped to be requeued",
                     DT_AGENT_EXIT_REQUEUE);
     a->requeue_asked = true;
+    if (a->group) { /* its process passes SIGUSR1 on to the ranks (mpirun does) */
+        if (a->procs[0].running)
+            kill(a->procs[0].pid, SIGUSR1);
+        return;
+    }
     for (int i = 0; i < a->nproc; i++) {
         const struct dt_agent_proc *p = &a->procs[i];
         if (p->pid > 0 && p->running && kill(-p->pid, SIGUSR1) != 0 && errno == ESRCH)

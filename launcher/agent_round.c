@@ -38,7 +38,7 @@
  * the hooks of agent.h), nor for the coordinator itself (coordinator.h).
  */
 #include "launcher/agent.h"
-#include "launcher/run_dir.h"
+#include "base/run_dir.h"
 
 #include "base/error.h"
 #include "base/log.h"

@@ -61,10 +61,12 @@ static const char *errno_text(int e)
 static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent_proc *p, pid_t parent,
                                  int out_w, int err_w)
 {
-    /* The kernel sends SIGKILL when the thread that forked us dies; that is
-     * the agent's main thread, which lives as long as the agent.  If the agent
-     * died before this line, the signal will never come: check by hand. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* The kernel sends the signal when the thread that forked us dies; that
+     * is the agent's main thread, which lives as long as the agent.  If the
+     * agent died before this line, the signal will never come: check by hand.
+     * A group's process gets SIGTERM: it stops the ranks it started, on other
+     * hosts too, which SIGKILL would leave running. */
+    prctl(PR_SET_PDEATHSIG, a->group ? SIGTERM : SIGKILL);
     if (getppid() != parent)
         _exit(1);
     setsid();
@@ -115,48 +117,60 @@ static int open_log(const char *dir, int rank, const char *ext)
     return fd;
 }
 
-static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
+/* "rank 3", or the group's program: for messages. */
+static const char *proc_name(const struct dt_agent *a, const struct dt_agent_proc *p, char *buf, size_t size)
 {
-    if (e == EMFILE || e == ENFILE)
-        return dt_error_set_errno(DT_EIO, e,
-                                  "cannot create a pipe for rank %d (%d ranks need about %d file "
-                                  "descriptors: raise `ulimit -n`)",
-                                  p->rank, a->nproc, a->nproc * 4 + 64);
-    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for rank %d", p->rank);
+    if (p->rank < 0)
+        return a->cfg->argv[0];
+    snprintf(buf, size, "rank %d", p->rank);
+    return buf;
 }
 
-static void stream_reset(struct dt_agent_stream *s, int fd, int log_fd)
+static int pipe_error(const struct dt_agent *a, const struct dt_agent_proc *p, int e)
+{
+    char tmp[32];
+    const char *what = proc_name(a, p, tmp, sizeof tmp);
+    if (e == EMFILE || e == ENFILE)
+        return dt_error_set_errno(DT_EIO, e,
+                                  "cannot create a pipe for %s (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)",
+                                  what, a->nranks, a->nranks * 4 + 64);
+    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for %s", what);
+}
+
+int dt_agent_open_logs(struct dt_agent_sink *k, const char *attempt_dir)
+{
+    static const char *const ext[2] = {"out", "err"};
+    for (int i = 0; i < 2; i++) {
+        k->log_fd[i] = open_log(attempt_dir, k->rank, ext[i]);
+        if (k->log_fd[i] < 0) {
+            int rc = k->log_fd[i];
+            k->log_fd[i] = -1;
+            return rc;
+        }
+        k->continuing[i] = false;
+    }
+    memset(&k->tail, 0, sizeof k->tail);
+    return 0;
+}
+
+static void stream_reset(struct dt_agent_stream *s, int fd)
 {
     s->fd = fd;
-    s->log_fd = log_fd;
-    s->continuing = false;
     s->lb.len = 0;
 }
 
-int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir)
+int dt_agent_spawn(struct dt_agent *a, struct dt_agent_proc *p)
 {
-    int out_log = open_log(attempt_dir, p->rank, "out");
-    if (out_log < 0)
-        return out_log;
-    int err_log = open_log(attempt_dir, p->rank, "err");
-    if (err_log < 0) {
-        close(out_log);
-        return err_log;
-    }
     /* O_CLOEXEC: a rank must not inherit the write end of another rank's
      * pipe, or that pipe would never reach end of file. */
     int po[2], pe[2];
-    if (pipe2(po, O_CLOEXEC) != 0) {
-        close(out_log);
-        close(err_log);
+    if (pipe2(po, O_CLOEXEC) != 0)
         return pipe_error(a, p, errno);
-    }
     if (pipe2(pe, O_CLOEXEC) != 0) {
         int e = errno;
         close(po[0]);
         close(po[1]);
-        close(out_log);
-        close(err_log);
         return pipe_error(a, p, e);
     }
     /* Until the child has reset the agent's handlers, a signal for it (the
@@ -177,28 +191,47 @@ int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char 
     if (pid < 0) {
         close(po[0]);
         close(pe[0]);
-        close(out_log);
-        close(err_log);
-        return dt_error_set_errno(DT_EIO, fork_errno, "cannot start rank %d", p->rank);
+        char tmp[32];
+        return dt_error_set_errno(DT_EIO, fork_errno, "cannot start %s", proc_name(a, p, tmp, sizeof tmp));
     }
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
-    stream_reset(&p->out, po[0], out_log);
-    stream_reset(&p->err, pe[0], err_log);
-    memset(&p->tail, 0, sizeof p->tail);
+    stream_reset(&p->out, po[0]);
+    stream_reset(&p->err, pe[0]);
     p->pid = pid;
     p->running = true;
     return 0;
 }
 
+/* A group's process stops the job itself when it gets SIGTERM (mpirun passes
+ * it on to every rank it started, on every host): it gets that once, and
+ * only SIGKILL goes to its whole process group. */
+static void signal_group_process(struct dt_agent *a, int sig)
+{
+    struct dt_agent_proc *p = &a->procs[0];
+    if (p->pid <= 0)
+        return;
+    if (sig == SIGKILL) {
+        if (kill(-p->pid, SIGKILL) != 0 && errno == ESRCH && p->running)
+            kill(p->pid, SIGKILL);
+    } else if (p->running && !a->group_stopped) {
+        a->group_stopped = true;
+        kill(p->pid, SIGTERM);
+    }
+}
+
 void dt_agent_signal_groups(struct dt_agent *a, int sig)
 {
+    if (a->group) {
+        signal_group_process(a, sig);
+        return;
+    }
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_proc *p = &a->procs[i];
         if (p->pid <= 0)
             continue;
         if (p->running)
-            a->res->attempts[a->attempt].ranks[i].stopped_by_agent = true;
+            a->res->attempts[a->attempt].ranks[p->index].stopped_by_agent = true;
         /* The group outlives its leader while anything it started is in it;
          * ESRCH means it is empty, or the rank has not reached setsid() yet
          * (the parent cannot make the session for it): then signal the rank,
@@ -251,14 +284,27 @@ int dt_agent_signal_leftovers(struct dt_agent *a, int sig)
     return n;
 }
 
-void dt_agent_close_streams(struct dt_agent_proc *p)
+void dt_agent_close_attempt(struct dt_agent *a)
 {
-    struct dt_agent_stream *ss[2] = {&p->out, &p->err};
-    for (int i = 0; i < 2; i++) {
-        if (ss[i]->fd >= 0)
-            close(ss[i]->fd);
-        if (ss[i]->log_fd >= 0)
-            close(ss[i]->log_fd);
-        ss[i]->fd = ss[i]->log_fd = -1;
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent_proc *p = &a->procs[i];
+        struct dt_agent_stream *ss[2] = {&p->out, &p->err};
+        for (int k = 0; k < 2; k++) {
+            if (ss[k]->fd >= 0)
+                close(ss[k]->fd);
+            ss[k]->fd = -1;
+        }
+        /* No process of the group is left, so the number may be reused: forget it. */
+        p->pid = 0;
+        p->running = false;
     }
+    for (int i = 0; i < a->nranks; i++)
+        for (int k = 0; k < 2; k++) {
+            if (a->sinks[i].log_fd[k] >= 0)
+                close(a->sinks[i].log_fd[k]);
+            a->sinks[i].log_fd[k] = -1;
+        }
+    if (a->own_log >= 0)
+        close(a->own_log);
+    a->own_log = -1;
 }

@@ -13,6 +13,7 @@
  */
 #include "launcher/agent_internal.h"
 
+#include "base/args.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -127,6 +128,18 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     dt_agent_start_stopping(a, SIGTERM);
 }
 
+/* A group's process ended: how its ranks did, its records say (collect_group). */
+static void on_proc_exit(struct dt_agent *a, int i, int wstatus)
+{
+    if (!a->group) {
+        on_rank_exit(a, i, wstatus);
+        return;
+    }
+    a->group_wstatus = wstatus;
+    a->procs[i].running = false;
+    a->running--;
+}
+
 /* The watchdog's verdict: the capture first (the states and stacks of the
  * hang itself), then SIGKILL for the hung rank's group (a stopped process
  * would hold SIGTERM pending for ever) and the usual stop for the others;
@@ -179,7 +192,7 @@ static bool reap(struct dt_agent *a)
             return errno == EINTR ? true : false;
         for (int i = 0; i < a->nproc; i++)
             if (a->procs[i].running && a->procs[i].pid == pid)
-                on_rank_exit(a, i, st);
+                on_proc_exit(a, i, st);
     }
 }
 
@@ -319,24 +332,58 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     if (at->first_failed < 0)
         return;
-    struct dt_agent_proc *p = &a->procs[at->first_failed];
+    const struct dt_agent_rank_result *r = &at->ranks[at->first_failed];
     struct dt_agent_failure *ff = &a->res->first_failure;
     a->res->have_failure = true;
     ff->attempt = a->attempt;
-    ff->rank = p->rank;
-    ff->wstatus = at->ranks[at->first_failed].wstatus;
-    ff->time_s = at->ranks[at->first_failed].exit_s;
-    ff->n_tail = dt_agent_tail_copy(&p->tail, ff->tail);
+    ff->rank = r->rank;
+    ff->wstatus = r->wstatus;
+    ff->time_s = r->exit_s;
+    ff->n_tail = dt_agent_tail_copy(&a->sinks[at->first_failed].tail, ff->tail);
     ff->oom_killer = a->oom_verdict;
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
         ff->hang_reason[0] = ff->hang_report[0] = 0;
     }
-    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
+    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
     dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
+}
+
+/* After a group's attempt: how each rank ended, from the group's records,
+ * and which failed first.  Times come as wall-clock seconds: the ranks may
+ * have run on other hosts. */
+static int collect_group(struct dt_agent *a, const char *attempt_dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_adapter_rank_end *ends = calloc((size_t)a->nranks, sizeof *ends);
+    if (!ends)
+        return dt_error_set(DT_ENOMEM, "out of memory reading how the ranks ended");
+    int status = dt_proc_exit_status(a->group_wstatus);
+    int q = a->group->collect(a->group->ctx, attempt_dir, status, a->interrupt_sig != 0, ends);
+    for (int i = 0; i < a->nranks; i++) {
+        struct dt_agent_rank_result *r = &at->ranks[i];
+        r->pid = ends[i].pid;
+        r->exited = ends[i].exited;
+        r->wstatus = ends[i].wstatus;
+        r->stopped_by_agent = ends[i].stopped;
+        r->exit_s = ends[i].exited ? ends[i].exit_unix - a->res->started_unix : 0;
+    }
+    free(ends);
+    a->oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
+    if (status == 0 || a->interrupt_sig)
+        return 0;
+    if (q >= 0 && q < a->nranks) {
+        at->first_failed = q;
+        at->ranks[q].stopped_by_agent = false;
+        return 0;
+    }
+    a->group_failed = status;
+    dt_log_error("%s exited with status %d and no rank says it failed; its messages are in %s/%s",
+                 a->cfg->argv[0], status, attempt_dir, a->group->log_name);
+    return 0;
 }
 
 static void reset_attempt_state(struct dt_agent *a)
@@ -350,12 +397,73 @@ static void reset_attempt_state(struct dt_agent *a)
     at->hung = -1;
     at->leftovers = 0;
     a->requeue_exits = 0;
+    a->group_wstatus = 0;
+    a->group_failed = 0;
+    a->group_stopped = false;
     if (dt_agent_oom_count(&a->oom_base) < 0)
         a->oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
 
-/* One attempt: spawn every rank, supervise until no process of it is left. */
+/* Every rank, each with its log files and environment. */
+static int start_ranks(struct dt_agent *a, const char *dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent_proc *p = &a->procs[i];
+        dt_agent_env_free(p->env);
+        p->env = NULL;
+        int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
+        /* taken before fork: the child may run (and trace) before the parent is scheduled again */
+        double spawn_s = dt_clock_s() - a->t0;
+        if (rc == 0)
+            rc = dt_agent_open_logs(&a->sinks[i], dir);
+        if (rc == 0)
+            rc = dt_agent_spawn(a, p);
+        if (rc < 0)
+            return rc;
+        at->ranks[i].pid = p->pid;
+        at->ranks[i].spawn_s = spawn_s;
+        a->running++;
+    }
+    return 0;
+}
+
+/* A group's one process, with every rank's log files and its own. */
+static int start_group(struct dt_agent *a, const char *dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_agent_proc *p = &a->procs[0];
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, a->group->log_name);
+    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (a->own_log < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
+    for (int i = 0; i < a->nranks; i++) {
+        int rc = dt_agent_open_logs(&a->sinks[i], dir);
+        if (rc < 0)
+            return rc;
+    }
+    char **rank_env = NULL;
+    dt_agent_env_free(p->env);
+    p->env = NULL;
+    int rc = dt_agent_env_build(a->cfg, 0, a->attempt, environ, &rank_env);
+    if (rc == 0 && (rc = a->group->env(a->group->ctx, rank_env, &p->env)) < 0)
+        p->env = NULL;
+    dt_agent_env_free(rank_env);
+    double spawn_s = dt_clock_s() - a->t0;
+    if (rc == 0)
+        rc = dt_agent_spawn(a, p);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < a->nranks; i++)
+        at->ranks[i].spawn_s = spawn_s;
+    a->running++;
+    return 0;
+}
+
+/* One attempt: spawn every rank (or the group's process), supervise until
+ * no process of it is left. */
 static int run_attempt(struct dt_agent *a, int sig_fd)
 {
     char dir[4200];
@@ -363,103 +471,88 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
     reset_attempt_state(a);
-    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    int rc = 0;
-    for (int i = 0; i < a->nproc && rc == 0; i++) {
-        struct dt_agent_proc *p = &a->procs[i];
-        dt_agent_env_free(p->env);
-        p->env = NULL;
-        rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
-        /* taken before fork: the child may run (and trace) before the parent is scheduled again */
-        double spawn_s = dt_clock_s() - a->t0;
-        if (rc == 0)
-            rc = dt_agent_spawn_rank(a, p, dir);
-        if (rc < 0)
-            break;
-        at->ranks[i].pid = p->pid;
-        at->ranks[i].spawn_s = spawn_s;
-        a->running++;
-    }
+    int rc = a->group ? start_group(a, dir) : start_ranks(a, dir);
     if (rc < 0)
         kill_everything(a); /* the ranks already started must not wait forever for the rest */
     else
-        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nproc,
-                     a->nproc == 1 ? "" : "s", dir);
+        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks, a->nranks == 1 ? "" : "s",
+                     dir);
     if (rc == 0)
         dt_agent_watchdog_begin(a);
     supervise(a, sig_fd);
-    for (int i = 0; i < a->nproc; i++) {
-        dt_agent_close_streams(&a->procs[i]);
-        /* No process of the group is left, so the number may be reused: forget it. */
-        a->procs[i].pid = 0;
-        a->procs[i].running = false;
-    }
-    at->end_s = dt_clock_s() - a->t0;
+    dt_agent_close_attempt(a);
+    a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
+    if (rc == 0 && a->group)
+        rc = collect_group(a, dir);
     if (rc == 0)
         record_failure(a, dir);
     return rc;
 }
 
-/* restart_policy.on_exit: is the first failure of this attempt one the spec
- * says not to retry?  A hang is never final: its SIGKILL came from the agent. */
+/* How an attempt failed, as an exit status: its first failed rank's, or a
+ * group's process's when no rank said it failed; -1 when it did not fail. */
+static int failure_status(const struct dt_agent *a, const struct dt_agent_attempt *at)
+{
+    if (at->first_failed >= 0)
+        return dt_proc_exit_status(at->ranks[at->first_failed].wstatus);
+    return a->group_failed > 0 ? a->group_failed : -1;
+}
+
+/* restart_policy.on_exit: is the failure of this attempt one the spec says
+ * not to retry?  A hang is never final: its SIGKILL came from the agent. */
 static bool final_by_policy(struct dt_agent *a)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     if (at->hung >= 0 && at->hung == at->first_failed)
         return false;
-    int status = dt_proc_exit_status(at->ranks[at->first_failed].wstatus);
+    int status = failure_status(a, at);
     if (dt_job_exit_action(a->cfg->job, status) != DT_EXIT_FAIL)
         return false;
-    a->res->first_failure.final = true;
+    if (at->first_failed >= 0)
+        a->res->first_failure.final = true;
     bool listed = false;
     for (int i = 0; i < a->cfg->job->restart_policy.n_on_exit; i++)
         listed |= a->cfg->job->restart_policy.on_exit[i].code == status;
-    dt_log_error("rank %d ended with exit status %d, which restart_policy.%s says is final: not restarting",
-                 at->ranks[at->first_failed].rank, status, listed ? "on_exit" : "default");
+    char who[64];
+    if (at->first_failed >= 0)
+        snprintf(who, sizeof who, "rank %d", at->ranks[at->first_failed].rank);
+    else
+        snprintf(who, sizeof who, "%s", a->cfg->argv[0]);
+    dt_log_error("%s ended with exit status %d, which restart_policy.%s says is final: not restarting", who, status,
+                 listed ? "on_exit" : "default");
     return true;
 }
 
-static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
+static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
 {
-    memset(a, 0, sizeof *a);
-    memset(res, 0, sizeof *res);
-    a->cfg = cfg;
-    a->res = res;
-    a->abort_status = a->job_status = -1;
-    a->nproc = res->nproc = cfg->nproc;
-    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
-    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_AGENT_DEFAULT_GRACE_S;
-    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct dt_agent_result *res = a->res;
     int n_attempts = cfg->job->max_restarts + 1;
     res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
     res->max_attempts = res->attempts ? n_attempts : 0;
-    a->procs = calloc((size_t)cfg->nproc, sizeof *a->procs);
-    a->pfds = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfds);
-    a->pfd_stream = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_stream);
-    a->pfd_proc = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_proc);
-    a->readbuf_size = READ_CHUNK;
-    a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_LINES_MAX + 64);
-    if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
-        !a->readbuf || !a->scratch)
-        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
-    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
-        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
-    for (int k = 0; k < n_attempts; k++) {
+    for (int k = 0; k < res->max_attempts; k++) {
         res->attempts[k].first_failed = -1;
         res->attempts[k].hung = -1;
-        res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
+        res->attempts[k].ranks = calloc((size_t)a->nranks, sizeof *res->attempts[k].ranks);
         if (!res->attempts[k].ranks)
-            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
-        for (int i = 0; i < cfg->nproc; i++)
+            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+        for (int i = 0; i < a->nranks; i++)
             res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
     }
-    for (int i = 0; i < cfg->nproc; i++) {
+    return res->attempts ? 0 : dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+}
+
+static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
+{
+    for (int i = 0; i < a->nranks; i++) {
+        struct dt_agent_sink *k = &a->sinks[i];
+        k->rank = cfg->node_rank * cfg->nproc + i;
+        k->log_fd[0] = k->log_fd[1] = -1;
+    }
+    for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_proc *p = &a->procs[i];
-        p->local_rank = i;
-        p->rank = cfg->node_rank * cfg->nproc + i;
-        p->out.fd = p->out.log_fd = p->err.fd = p->err.log_fd = -1;
+        p->index = a->group ? -1 : i;
+        p->rank = a->group ? -1 : a->sinks[i].rank;
+        p->out.fd = p->err.fd = -1;
         p->err.is_err = true;
         int rc = dt_lines_init(&p->out.lb, DT_LINES_MAX);
         if (rc == 0)
@@ -468,6 +561,38 @@ static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, str
             return rc;
     }
     return 0;
+}
+
+static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
+{
+    memset(a, 0, sizeof *a);
+    memset(res, 0, sizeof *res);
+    a->cfg = cfg;
+    a->res = res;
+    a->group = cfg->group;
+    a->abort_status = a->job_status = -1;
+    a->nproc = a->group ? 1 : cfg->nproc;
+    a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
+    a->own_log = -1;
+    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
+    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
+    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_ARGS_GRACE_DEFAULT_S;
+    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
+    a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);
+    a->pfds = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfds);
+    a->pfd_stream = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_stream);
+    a->pfd_proc = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_proc);
+    a->readbuf_size = READ_CHUNK;
+    a->readbuf = malloc(READ_CHUNK);
+    a->scratch = malloc(DT_LINES_MAX + 64);
+    if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc || !a->readbuf ||
+        !a->scratch)
+        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
+        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
+    int rc = init_attempts(a, cfg);
+    return rc ? rc : init_procs(a, cfg);
 }
 
 static void agent_free(struct dt_agent *a)
@@ -481,6 +606,7 @@ static void agent_free(struct dt_agent *a)
     if (a->null_fd >= 0)
         close(a->null_fd);
     free(a->procs);
+    free(a->sinks);
     free(a->pfds);
     free(a->pfd_stream);
     free(a->pfd_proc);
@@ -492,6 +618,7 @@ static void finish(struct dt_agent *a)
 {
     struct dt_agent_result *res = a->res;
     struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
+    int failed = res->n_attempts > 0 ? failure_status(a, last) : -1;
     res->wall_s = dt_clock_s() - a->t0;
     res->interrupt_signal = a->interrupt_sig;
     if (a->interrupt_sig) {
@@ -505,28 +632,67 @@ static void finish(struct dt_agent *a)
     } else if (a->abort_status >= 0 || a->job_status >= 0) {
         res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
         res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
-    } else if (res->n_attempts > 0 && last->first_failed >= 0) {
+    } else if (failed >= 0) {
         res->status = DT_AGENT_FAILED;
-        res->exit_status = dt_proc_exit_status(last->ranks[last->first_failed].wstatus);
+        res->exit_status = failed;
     } else {
         res->status = DT_AGENT_SUCCEEDED;
         res->exit_status = 0;
     }
 }
 
-/* Four descriptors per rank (two pipes, two log files) can pass the usual soft
- * limit of 1024 at a few hundred ranks: raise it for the agent, and hand the
- * ranks the limit they would have had (agent_spawn.c restores it). */
+/* Two descriptors per process (its pipes) and two per rank (its log files)
+ * can pass the usual soft limit of 1024 at a few hundred ranks: raise it for
+ * the agent, and hand the ranks the limit they would have had (agent_spawn.c
+ * restores it). */
 static void raise_fd_limit(struct dt_agent *a)
 {
     getrlimit(RLIMIT_NOFILE, &a->nofile);
-    rlim_t need = (rlim_t)a->nproc * 4 + 64;
+    rlim_t need = (rlim_t)a->nproc * 2 + (rlim_t)a->nranks * 2 + 64;
     if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
         return;
     struct rlimit raised = a->nofile;
     raised.rlim_cur =
         a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &raised);
+}
+
+/* After an attempt: 1 to run another, 0 when the job is over, or a negative
+ * DT_E* code (new_round could not reset the coordinator). */
+static int next_attempt(struct dt_agent *a, int sig_fd)
+{
+    const struct dt_agent_config *cfg = a->cfg;
+    int max = cfg->job->max_restarts;
+    if (a->interrupt_sig || a->abort_status >= 0 || a->res->coordinator_lost[0])
+        return 0;
+    if (a->res->attempts[a->attempt].first_failed >= 0)
+        dt_agent_print_failure(cfg, a->res);
+    if (cfg->hooks && cfg->hooks->attempt_end) {
+        /* Other nodes take part: the restart is decided with them.  When the
+         * job is over, a signal now (srun -K's SIGTERM) does not change how. */
+        if (dt_agent_hooks_attempt_end(a, sig_fd) <= 0)
+            return 0;
+        handle_signals(a, sig_fd);
+        if (a->interrupt_sig)
+            return 0;
+        dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a->nranks,
+                    a->nranks == 1 ? "" : "s", a->attempt + 1, max);
+        return 1;
+    }
+    if (failure_status(a, &a->res->attempts[a->attempt]) < 0 || final_by_policy(a))
+        return 0;
+    /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
+    handle_signals(a, sig_fd);
+    if (a->interrupt_sig || a->attempt >= max)
+        return 0;
+    dt_log_warn("restarting every rank (attempt %d of %d), restart %d of %d", a->attempt + 2, max + 1,
+                a->attempt + 1, max);
+    if (cfg->new_round) {
+        int rc = cfg->new_round(cfg->new_round_ctx, a->attempt + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 1;
 }
 
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
@@ -546,37 +712,14 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
         return rc;
     }
-    for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
+    for (a.attempt = 0;; a.attempt++) {
         rc = run_attempt(&a, sv.fd);
-        if (rc < 0 || a.interrupt_sig || a.abort_status >= 0 || res->coordinator_lost[0])
-            break;
-        if (res->attempts[a.attempt].first_failed >= 0)
-            dt_agent_print_failure(cfg, res);
-        if (cfg->hooks && cfg->hooks->attempt_end) {
-            /* Other nodes take part: the restart is decided with them. */
-            int next = dt_agent_hooks_attempt_end(&a, sv.fd);
-            if (next <= 0)
-                break; /* the job is over: a signal now (srun -K's SIGTERM) does not change how */
-            handle_signals(&a, sv.fd);
-            if (a.interrupt_sig)
-                break;
-            dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a.nproc,
-                        a.nproc == 1 ? "" : "s", a.attempt + 1, cfg->job->max_restarts);
-            continue;
-        }
-        if (res->attempts[a.attempt].first_failed < 0 || final_by_policy(&a))
-            break;
-        /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
-        handle_signals(&a, sv.fd);
-        if (a.interrupt_sig)
-            break;
-        if (a.attempt < cfg->job->max_restarts)
-            dt_log_warn("restarting all %d rank%s (restart %d of %d)", a.nproc, a.nproc == 1 ? "" : "s",
-                        a.attempt + 1, cfg->job->max_restarts);
-        if (a.attempt < cfg->job->max_restarts && cfg->new_round &&
-            (rc = cfg->new_round(cfg->new_round_ctx, a.attempt + 1)) < 0)
+        if (rc == 0)
+            rc = next_attempt(&a, sv.fd);
+        if (rc <= 0)
             break;
     }
+    rc = rc < 0 ? rc : 0;
     finish(&a);
     if (rc < 0) {
         res->status = DT_AGENT_FAILED;

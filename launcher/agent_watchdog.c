@@ -172,7 +172,7 @@ static void scan_states(struct dt_agent *a, char *worst, long long *ticks)
 void dt_agent_watchdog_begin(struct dt_agent *a)
 {
     double hbt = a->cfg->job->rendezvous.heartbeat_timeout_s;
-    a->next_watch = hbt > 0 ? dt_clock_s() + DT_AGENT_WATCH_PERIOD_S : 0;
+    a->next_watch = hbt > 0 && !a->group ? dt_clock_s() + DT_AGENT_WATCH_PERIOD_S : 0;
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_watch *w = &a->procs[i].watch;
         memset(w, 0, sizeof *w);

@@ -60,7 +60,7 @@ static void usage(FILE *out)
             "  --quiet, --verbose      less or more of dtrain's own messages\n\n"
             "The job token (rendezvous.auth: token) comes from DTRAIN_JOB_TOKEN, or from the file\n"
             "named by DTRAIN_JOB_TOKEN_FILE; it must be the same on every node.\n",
-            DT_AGENT_DEFAULT_GRACE_S);
+            DT_ARGS_GRACE_DEFAULT_S);
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)

@@ -56,7 +56,7 @@ static void usage(FILE *out)
             "  -h, --help            show this help\n\n"
             "Ctrl-C (SIGINT) or SIGTERM stops every process of the job within the grace period;\n"
             "a second Ctrl-C kills them at once.  See docs/launch.md for the rank environment.\n",
-            DT_AGENT_DEFAULT_GRACE_S);
+            DT_ARGS_GRACE_DEFAULT_S);
 }
 
 static int parse_args(int argc, char **argv, struct launch_opts *o)

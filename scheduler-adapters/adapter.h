@@ -76,10 +76,12 @@ struct dt_adapter_group {
      * may also read its own ones): the rank it belongs to, with *text, *len
      * and *is_err that rank's line, or -1 for a line of the process itself. */
     int (*route)(void *ctx, const char *line, size_t len, const char **text, size_t *text_len, bool *is_err);
-    /* After an attempt (status: the process's exit status): how each rank
-     * ended into ranks[0..world); returns the rank that failed first by
-     * itself, or -1. */
-    int (*collect)(void *ctx, const char *attempt_dir, int status, struct dt_adapter_rank_end *ranks);
+    /* After an attempt (status: the process's exit status; interrupted: a
+     * signal to the job stopped it, so no rank failed by itself): how each
+     * rank ended into ranks[0..world); returns the rank that failed first
+     * by itself, or -1. */
+    int (*collect)(void *ctx, const char *attempt_dir, int status, bool interrupted,
+                   struct dt_adapter_rank_end *ranks);
 };
 
 /* Node 0 of a job, as an adapter asks the launcher to host it. */

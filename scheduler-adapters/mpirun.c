@@ -1,7 +1,7 @@
 /* mpirun.c - the mpirun adapter: `scheduler: mpirun` behind struct dt_adapter.
  *
  * render prints the mpirun line (mpirun_argv.c) with the variables it passes
- * on; submit is mpirun_submit.c; discover, here, tells an agent started by
+ * on; submit is mpirun_submit.c (and mpirun_agents.c); discover, here, tells an agent started by
  * mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
  * and the coordinator from what the launcher settled (DTRAIN_COORD_HOST,
  * DTRAIN_COORD_PORT, DTRAIN_RUN_ID), falling back to the spec: the first
@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "scheduler-adapters/adapter.h"
@@ -21,7 +22,7 @@
 static const char *const agent_names[] = {"DTRAIN_JOB_TOKEN", "DTRAIN_COORD_HOST", "DTRAIN_COORD_PORT",
                                           "DTRAIN_RUN_ID", NULL};
 
-const char *const *dt_mpirun_agent_exports(const struct dt_job *job)
+const char *const *dt_mpirun__agent_exports(const struct dt_job *job)
 {
     return job->rendezvous.auth == DT_AUTH_NONE ? agent_names + 1 : agent_names;
 }
@@ -35,7 +36,7 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
                                        "per node", job_path);
     const char *none[] = {NULL};
     struct dt_mpirun_call call = {.dtrain = "dtrain", .job_path = job_path,
-                                  .export_names = mpi ? none : dt_mpirun_agent_exports(job),
+                                  .export_names = mpi ? none : dt_mpirun__agent_exports(job),
                                   .rank_wrapper = true};
     struct dt_mpirun_line l;
     int rc = dt_mpirun_build(job, nproc, &call, &l);
@@ -78,6 +79,13 @@ static void slurm_first_host(const char *list, char *out, size_t size)
     }
     const char *r = list + pre + 1;
     snprintf(out, size, "%.*s%.*s", (int)pre, list, (int)strcspn(r, "-,]"), r);
+}
+
+bool dt_mpirun__is_here(const char *h)
+{
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me);
 }
 
 static int coordinator(const struct dt_job *job, char *const *env, int nnodes, struct dt_adapter_node *out)
@@ -149,6 +157,6 @@ const struct dt_adapter dt_adapter_mpirun = {
     .name = "mpirun",
     .scheduler = DT_SCHED_MPIRUN,
     .render = render,
-    .submit = dt_mpirun_submit,
+    .submit = dt_mpirun__submit,
     .discover = discover,
 };

@@ -6,27 +6,34 @@
  * listen.  The launcher picks them and hands them over as -x NAME: a port from
  * rendezvous.port, else a free one on this machine when node 0 is this
  * machine, else one derived from the run id (29500-29999) that the agents'
- * rendezvous deadline guards.  The agents supervise and restart their ranks;
- * the launcher's exit status is mpirun's, which is the first failed agent's.
+ * rendezvous deadline guards.  The agents supervise and restart their ranks,
+ * and prefix and log their lines; the launcher only runs mpirun as a helper
+ * (base/proc.h: SIGINT/SIGTERM/SIGHUP/SIGQUIT become SIGTERM to mpirun, which
+ * stops the agents, and SIGKILL to its process group after the grace period),
+ * takes mpirun's --tag-output tags off the agents' lines, and exits with
+ * mpirun's status, which is the first failed agent's.
  *
- * Not for backend: mpi (mpirun_submit.c starts the ranks themselves there).
+ * Not for backend: mpi (mpirun_submit.c: the launcher's agent supervises the
+ * ranks there).
  */
 #include "scheduler-adapters/mpirun_internal.h"
 
-#include <limits.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/args.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/lines.h"
 #include "base/log.h"
-#include "launcher/coordinator.h"
-#include "launcher/run_dir.h"
+#include "base/proc.h"
+#include "base/run_dir.h"
 #include "spec/token.h"
 
-extern char **environ;
 
 /* A port the kernel calls free now (the agent binds it moments later). */
 static int free_port(void)
@@ -43,13 +50,6 @@ static int free_port(void)
     return port;
 }
 
-static bool is_here(const char *h)
-{
-    char me[256] = "";
-    gethostname(me, sizeof me - 1);
-    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me);
-}
-
 static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char token[65], char host[256], int *port)
 {
     int rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
@@ -62,7 +62,7 @@ static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char tok
     if (!host[0])
         gethostname(host, 255); /* mpirun maps rank 0 to the first node of the allocation: this one */
     *port = job->rendezvous.port;
-    if (*port <= 0 && is_here(host))
+    if (*port <= 0 && dt_mpirun__is_here(host))
         *port = free_port();
     if (*port <= 0) {
         unsigned h = 2166136261u;
@@ -75,21 +75,39 @@ static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char tok
     return 0;
 }
 
-int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launch *opts)
+/* mpirun's lines as they come: an agent's without mpirun's tag (the agents
+ * prefix their ranks' lines themselves), mpirun's own ones on stderr and into
+ * its verdict (which agent ended first). */
+struct follow {
+    struct dt_mpirun_verdict verdict;
+    char scratch[DT_LINES_MAX + 1];
+    char line[DT_LINES_MAX + 2];
+};
+
+static void on_line(void *ctx, int stream, const char *line, size_t len, bool complete)
 {
-    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", portbuf[16];
-    int port = 0;
-    int rc = settle(job, run_id, token, host, &port);
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    if (rc == 0 && ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
-                    setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
-        rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
-    struct dt_mpirun_line line = {0};
-    /* The launcher's options that the agents apply. */
-    char grace[32];
-    snprintf(grace, sizeof grace, "%g", opts->grace_s > 0 ? opts->grace_s : DT_AGENT_DEFAULT_GRACE_S);
-    const char *args[8] = {"--grace-period", grace};
-    int n = 2;
+    (void)stream;
+    (void)complete;
+    struct follow *f = ctx;
+    int node;
+    bool err = true;
+    const char *text = line;
+    size_t n = len;
+    if (!dt_mpirun__untag(line, len, f->scratch, &node, &err, &text, &n))
+        dt_mpirun_verdict_feed(&f->verdict, line, len);
+    memcpy(f->line, text, n);
+    f->line[n] = '\n';
+    fwrite(f->line, 1, n + 1, err ? stderr : stdout);
+    fflush(err ? stderr : stdout);
+}
+
+/* The launcher's options that the agents apply, after `dtrain agent job.yaml`. */
+static void agent_args(const struct dt_adapter_launch *opts, char grace[32], const char *args[8])
+{
+    snprintf(grace, 32, "%g", opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S);
+    int n = 0;
+    args[n++] = "--grace-period";
+    args[n++] = grace;
     if (opts->log_dir) {
         args[n++] = "--log-dir";
         args[n++] = opts->log_dir;
@@ -98,8 +116,39 @@ int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launc
         args[n++] = "--ranks";
         args[n++] = opts->ranks;
     }
+    args[n] = NULL;
+}
+
+static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const struct follow *f, int status,
+                   double start)
+{
+    if (r->signal)
+        return 128 + r->signal;
+    if (status && f->verdict.rank >= 0)
+        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first", job->name,
+                     status, f->verdict.rank);
+    else if (status)
+        dt_log_error("job %s failed: mpirun exited with status %d", job->name, status);
+    else
+        dt_log_info("job %s succeeded in %.2f s", job->name, dt_clock_s() - start);
+    return status;
+}
+
+int dt_mpirun__run_agents(const struct dt_job *job, const struct dt_adapter_launch *opts)
+{
+    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", portbuf[16], grace[32];
+    int port = 0;
+    int rc = settle(job, run_id, token, host, &port);
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    if (rc == 0 && ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
+                    setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
+        rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
+    memset(token, 0, sizeof token);
+    struct dt_mpirun_line line = {0};
+    const char *args[8];
+    agent_args(opts, grace, args);
     struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
-                                  .job_path = job->path, .export_names = dt_mpirun_agent_exports(job),
+                                  .job_path = job->path, .export_names = dt_mpirun__agent_exports(job),
                                   .tag_output = true, .agent_args = args};
     if (rc == 0)
         rc = dt_mpirun_build(job, job->nproc_per_node, &call, &line);
@@ -109,25 +158,20 @@ int dt_mpirun_run_agents(const struct dt_job *job, const struct dt_adapter_launc
     }
     dt_log_info("job %s: %d agent%s through %s, coordinator %s:%d (node 0), run id %s", job->name, job->nodes,
                 job->nodes == 1 ? "" : "s", line.argv[0], host, port, run_id);
-    /* Agents prefix their ranks' lines themselves: only mpirun's tag goes. */
-    struct dt_mpirun_attempt a = {.argv = line.argv, .envp = environ, .world = job->nodes,
-                                  .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_AGENT_DEFAULT_GRACE_S,
-                                  .t0 = opts->start_mono};
-    rc = dt_mpirun_run_attempt(&a);
-    free(a.tails);
+    struct follow *f = calloc(1, sizeof *f);
+    if (f)
+        f->verdict.rank = -1;
+    struct dt_proc_run r = {.argv = line.argv, .io = {DT_PROC_LINES, DT_PROC_LINES}, .on_line = on_line,
+                            .ctx = f, .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S};
+    double start = opts->start_mono;
+    rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
     dt_mpirun_line_free(&line);
-    if (rc) {
+    if (rc < 0) {
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        free(f);
         return 1;
     }
-    if (a.interrupt_signal)
-        return 128 + a.interrupt_signal;
-    if (a.status && a.verdict.rank >= 0)
-        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first", job->name,
-                     a.status, a.verdict.rank);
-    else if (a.status)
-        dt_log_error("job %s failed: mpirun exited with status %d", job->name, a.status);
-    else
-        dt_log_info("job %s succeeded in %.2f s", job->name, a.end_s);
-    return a.status;
+    int status = say_end(job, &r, f, rc, start);
+    free(f);
+    return status;
 }

@@ -12,9 +12,11 @@
  *   mpirun has exited due to process rank 1 with PID 0 on        (ended without MPI_Finalize)
  * The first of these names the job's first failure.
  *
- * Not for running mpirun (mpirun_submit.c).
+ * Not for running mpirun (mpirun_submit.c, mpirun_agents.c).
  */
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun_internal.h"
+
+#include "base/lines.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,4 +114,19 @@ size_t dt_mpirun_strip_tags(char *text, size_t len)
         text[w++] = text[i++];
     }
     return w;
+}
+
+bool dt_mpirun__untag(const char *line, size_t len, char *scratch, int *rank, bool *is_err, const char **text,
+                      size_t *text_len)
+{
+    if (!dt_mpirun_parse_tag(line, len, rank, is_err, text))
+        return false;
+    size_t n = len - (size_t)(*text - line);
+    if (memchr(*text, '<', n) && n <= DT_LINES_MAX) { /* rare: another tag inside the line */
+        memcpy(scratch, *text, n);
+        n = dt_mpirun_strip_tags(scratch, n);
+        *text = scratch;
+    }
+    *text_len = n;
+    return true;
 }

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/args.h"
+#include "base/run_dir.h"
 #include "spec/token.h"
 #include "base/fs.h"
 
@@ -177,7 +178,8 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
         snprintf(script, sizeof script, "%s", p.script);
     snprintf(out, sizeof out, "%s/%s-%s.out", p.log_dir, job->name, id);
     snprintf(err, sizeof err, "%s/%s-%s.err", p.log_dir, job->name, id);
-    snprintf(run_dir, sizeof run_dir, "%s/%s-%s", p.log_dir, job->name, id);
+    if (dt_run_dir_path(p.log_dir, job->name, id, run_dir, sizeof run_dir) < 0)
+        snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
                 job->nodes, job->nodes == 1 ? "" : "s", script);
     struct dt_slurm_follow f = {.job_id = id,

@@ -1,8 +1,8 @@
 /* test_agent.c - the agent's pure parts: the "[rank N]" prefix, the stderr
- * tail, the rank environment, the summary JSON, run directories, the OOM
- * counter and error reports.  Nothing here forks (test_agent_run.c does);
- * line splitting, --ranks lists and exit words are base/'s (test_lines.c,
- * test_args.c, test_proc.c). */
+ * tail, the rank environment, the summary JSON, the OOM counter and error
+ * reports.  Nothing here forks (test_agent_run.c does); line splitting,
+ * --ranks lists, exit words and run directories are base/'s (test_lines.c,
+ * test_args.c, test_proc.c, test_run_dir.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +18,6 @@
 #include "base/error.h"
 #include "launcher/agent.h"
 #include "spec/jobspec.h"
-#include "launcher/run_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -201,35 +200,6 @@ static void summary_json(void **state)
     free(text);
 }
 
-static void run_dirs_are_new_and_absolute(void **state)
-{
-    (void)state;
-    char base[] = "/tmp/dtrain-rundir.XXXXXX";
-    assert_non_null(mkdtemp(base));
-    char cwd[4096];
-    assert_non_null(getcwd(cwd, sizeof cwd));
-    assert_int_equal(chdir(base), 0);
-    char id1[DT_RUN_ID_MAX], id2[DT_RUN_ID_MAX], p1[4096], p2[4096];
-    assert_int_equal(dt_run_dir_create("logs/deeper", "job", id1, sizeof id1, p1, sizeof p1), 0);
-    assert_int_equal(dt_run_dir_create("logs/deeper", "job", id2, sizeof id2, p2, sizeof p2), 0);
-    assert_int_equal(chdir(cwd), 0);
-    assert_string_not_equal(id1, id2);
-    assert_int_equal(strlen(id1), strlen("20261202-122525-274efb"));
-    char want[4200];
-    snprintf(want, sizeof want, "%s/logs/deeper/job-%s", base, id1);
-    assert_string_equal(p1, want); /* relative log_dir made absolute */
-    struct stat st;
-    assert_int_equal(stat(p1, &st), 0);
-    assert_true(S_ISDIR(st.st_mode));
-    assert_int_equal(stat(p2, &st), 0);
-    /* A log_dir that cannot be made is a sentence, not an errno. */
-    assert_int_equal(dt_run_dir_create("/proc/no/such", "job", id1, sizeof id1, p1, sizeof p1), DT_EIO);
-    assert_non_null(strstr(dt_error_last(), "cannot create the log directory"));
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
-    assert_int_equal(system(cmd), 0);
-}
-
 static void oom_counter_parsed(void **state)
 {
     (void)state;
@@ -276,7 +246,6 @@ int main(void)
         cmocka_unit_test(environment_for_a_rank),
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(summary_json),
-        cmocka_unit_test(run_dirs_are_new_and_absolute),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
     };

@@ -2,7 +2,7 @@
  *
  * Not for log rotation or clean-up of old runs: dtrain never deletes a run.
  */
-#include "launcher/run_dir.h"
+#include "base/run_dir.h"
 
 #include "base/error.h"
 #include "base/fs.h"
@@ -32,42 +32,41 @@ int dt_run_dir_make_id(char *out, size_t size)
     return 0;
 }
 
+int dt_run_dir_path(const char *log_dir, const char *name, const char *run_id, char *path, size_t size)
+{
+    char cwd[PATH_MAX] = "";
+    if (log_dir[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return dt_error_set_errno(DT_EIO, errno, "cannot read the current directory");
+    int n = snprintf(path, size, "%s%s%s/%s-%s", cwd, cwd[0] ? "/" : "", log_dir, name, run_id);
+    if (n < 0 || (size_t)n >= size)
+        return dt_error_set(DT_EINVAL, "run directory path is too long: %s/%s-%s", log_dir, name, run_id);
+    return 0;
+}
+
 int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_t id_size, char *path,
                       size_t path_size)
 {
     int rc = dt_fs_mkdir_p(log_dir, 0755, "log directory");
-    if (rc < 0)
-        return rc;
-    char cwd[PATH_MAX] = "";
-    if (log_dir[0] != '/' && !getcwd(cwd, sizeof cwd))
-        return dt_error_set_errno(DT_EIO, errno, "cannot read the current directory");
-    for (int tries = 0; tries < 16; tries++) {
+    for (int tries = 0; rc == 0 && tries < 16; tries++) {
         rc = dt_run_dir_make_id(run_id, id_size);
+        if (rc == 0)
+            rc = dt_run_dir_path(log_dir, name, run_id, path, path_size);
         if (rc < 0)
             return rc;
-        int n = snprintf(path, path_size, "%s%s%s/%s-%s", cwd, cwd[0] ? "/" : "", log_dir, name, run_id);
-        if (n < 0 || (size_t)n >= path_size)
-            return dt_error_set(DT_EINVAL, "run directory path is too long: %s/%s-%s", log_dir, name, run_id);
         if (mkdir(path, 0755) == 0)
             return 0;
         if (errno != EEXIST)
             return dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
     }
-    return dt_error_set(DT_EIO, "cannot find an unused run directory name in %s", log_dir);
+    return rc < 0 ? rc : dt_error_set(DT_EIO, "cannot find an unused run directory name in %s", log_dir);
 }
 
 int dt_run_dir_open(const char *log_dir, const char *name, const char *run_id, char *path, size_t path_size)
 {
     int rc = dt_fs_mkdir_p(log_dir, 0755, "log directory");
-    if (rc < 0)
-        return rc;
-    char cwd[PATH_MAX] = "";
-    if (log_dir[0] != '/' && !getcwd(cwd, sizeof cwd))
-        return dt_error_set_errno(DT_EIO, errno, "cannot read the current directory");
-    int n = snprintf(path, path_size, "%s%s%s/%s-%s", cwd, cwd[0] ? "/" : "", log_dir, name, run_id);
-    if (n < 0 || (size_t)n >= path_size)
-        return dt_error_set(DT_EINVAL, "run directory path is too long: %s/%s-%s", log_dir, name, run_id);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
-    return 0;
+    if (rc == 0)
+        rc = dt_run_dir_path(log_dir, name, run_id, path, path_size);
+    if (rc == 0 && mkdir(path, 0755) != 0 && errno != EEXIST)
+        rc = dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
+    return rc;
 }
