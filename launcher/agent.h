@@ -1,4 +1,5 @@
-/* agent.h - the agent: forks the ranks of one node, supervises them, restarts them.
+/* agent.h - the agent: forks the ranks of one node, supervises them, restarts
+ * them; and one node's whole run of a job around it.
  *
  * The agent is the one place in dtrain that spawns and supervises worker
  * processes (DESIGN.md).  Given a loaded job and where the coordinator is, it
@@ -10,15 +11,33 @@
  * the agent as child subreaper).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *
- * Not for choosing nodes or starting the coordinator (the launcher and the
- * scheduler adapters do that), nor for parsing the job spec (jobspec.h).
+ * One process may also stand for every rank (mpirun with backend: mpi, an
+ * adapter's group): the agent then supervises it as it would a rank.
+ *
+ * dt_agent_node_run is a node's whole run of a job: the token, the
+ * coordinator (node 0 hosts it), the restart rounds with the other nodes,
+ * the run directory, dt_agent_run, summary.json and the closing lines; it is
+ * `dtrain agent`, and `dtrain launch` as node 0 (the adapters' host_node0).
+ *
+ * Files: agent_node.c (one node's run, the refusal watch), agent_supervise.c
+ * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
+ * agent_procs.c (spawning, signalling, output), agent_watchdog.c (hangs,
+ * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
+ * relay), agent_plan.c (rank count, command, environment), agent_summary.c
+ * (summary.json, the failure report, the closing line), agent_error_file.c
+ * (a rank's error report); agent_internal.h holds what they share.
+ *
+ * Not for choosing nodes (the scheduler adapters and `dtrain agent`'s flags
+ * do that), nor for parsing the job spec (spec/jobspec.h).
  *
  * The pure parts (the "[rank N]" prefix, the stderr tail, the environment,
- * the summary JSON) are exported too, so unit tests reach them without forking.
+ * the summary JSON, the watchdog's rule) are exported too, so unit tests
+ * reach them without forking.
  */
 #ifndef DT_AGENT_H
 #define DT_AGENT_H
 
+#include "base/args.h"
 #include "scheduler-adapters/adapter.h"
 
 #include <stdbool.h>
@@ -38,8 +57,9 @@ enum dt_agent_verdict {
 };
 
 /* Lets what is outside this node's ranks take part in the job's policy: the
- * launcher watching for refused PyTorch clients, the restart rounds of a
- * multi-node job (agent_round.c).  Every member is optional. */
+ * node's run watching for refused PyTorch clients (agent_node.c), the
+ * restart rounds of a multi-node job (agent_rounds.c).  Every member is
+ * optional. */
 struct dt_agent_hooks {
     void *ctx;
     double period_s; /* how often poll runs while ranks run; <= 0 means 0.1 s */
@@ -125,7 +145,7 @@ struct dt_agent_attempt {
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
     struct dt_agent_rank_result *ranks; /* nproc entries */
     int hung;                           /* local rank index the watchdog declared hung, or -1 */
-    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_round.c
+    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_rounds.c
      * gathers them at the end); times on node 0's clock through the wall clock. */
     struct dt_agent_rank_result *others;
     int n_others;
@@ -233,69 +253,7 @@ struct dt_agent_watch_limits {
 };
 int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
                          char *why, size_t size);
-/* --- before the run (agent_plan.c) --------------------------------------- */
-
-/* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
-int dt_agent_plan_nproc(const struct dt_job *job, int *nproc);
-/* The spec's command exists here (on PATH, or the path is executable). */
-int dt_agent_plan_check_command(const struct dt_job *job);
-/* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
-void dt_agent_plan_say_env(const struct dt_job *job, int nproc);
-/* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
-void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
-
-/* --- restart rounds across nodes (agent_round.c) ------------------------- */
-
-/* One node of a multi-node job: its agent's link to the others through the
- * coordinator's store (membership, the round counter, the first failure). */
-struct dt_agent_round;
-
-struct dt_agent_round_config {
-    const struct dt_job *job;
-    int node_rank, nnodes, nproc;
-    const char *coord_host; /* how this agent reaches the coordinator */
-    int coord_port;
-    const char *token;      /* NULL with auth: none */
-    double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
-    double grace_s;
-    struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
-};
-
-/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
- * coordinator that cannot be reached is an error naming host:port. */
-int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out);
-/* The run id every node uses: run_id as given (node 0 publishes it), or
- * node 0 makes one and the others read it. */
-int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n);
-/* Returns when all nnodes nodes joined; an error naming the missing ones
- * after rendezvous.timeout. */
-int dt_agent_round_wait_all(struct dt_agent_round *r);
-/* The hooks that make dt_agent_run restart in step with the other nodes. */
-void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
-/* Ends the job everywhere with `status` (the first abort stands). */
-int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
-/* After dt_agent_run: passes an interruption or failure on to the other
- * nodes, then leaves (node 0 first waits, bounded, for the others to go).
- * The others publish their ranks' records before they leave; node 0 adds
- * them to res (attempts[k].others) for its summary.json. */
-void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res);
-void dt_agent_round_close(struct dt_agent_round *r);
-/* The watchdog's heartbeat source on a node other than 0 (agent.h's
- * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
-int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s);
-
-/* agent_heartbeats.c: node 0 relays each other node's ranks' heartbeats from
- * the coordinator it hosts to dtrain/hb/<node>; that node's agent reads them. */
-struct dt_agent_hb;
-struct dt_store;
-struct dt_agent_hb *dt_agent_hb_new(int node, int nnodes, int nproc);
-void dt_agent_hb_free(struct dt_agent_hb *h);
-/* Node 0, called often: writes every other node's key at most every 0.25 s. */
-int dt_agent_hb_relay(struct dt_agent_hb *h, struct dt_store *s, struct dt_coord *c);
-/* Other nodes: 0, or DT_ENOTFOUND when none was relayed for `rank`, or a store error. */
-int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_t *step, double *age_s);
-
-/* --- environment (agent_env.c) ------------------------------------------ */
+/* --- the rank environment (agent_plan.c) -------------------------------- */
 
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns
@@ -304,7 +262,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
                        char ***out);
 void dt_agent_env_free(char **env);
 
-/* --- output (agent_output.c) --------------------------------------------- */
+/* --- output (agent_procs.c) ---------------------------------------------- */
 
 /* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
  * returns the length. */
@@ -327,23 +285,14 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
 int dt_agent_error_file_message(const char *path, char *out, size_t size);
 
-/* --- the OOM killer (agent_oom.c) ----------------------------------------- */
+/* --- the OOM killer (agent_watchdog.c) ----------------------------------- */
 
-/* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
-int dt_agent_oom_count(long long *count);
 /* Reads the "oom_kill N" line of memory.events / memory.oom_control text. */
 int dt_agent_oom_parse(const char *text, long long *count);
 
-/* --- exit statuses and the summary (agent_summary.c) --------------------- */
+/* --- the summary (agent_summary.c) --------------------------------------- */
 
-/* Writes <run dir>/summary.json through a temporary file and rename(2), so a
- * reader never sees half of it. */
-int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
-                           const char *path);
-/* The same JSON to a stream (what the unit tests read). */
+/* <run dir>/summary.json's text, to a stream (what the unit tests read). */
 int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res);
-/* Prints the failure report for the console: which rank failed first, how,
- * and the last lines of its stderr. */
-void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 
 #endif

@@ -6,7 +6,7 @@
  *               --ranks; a problem is the user's to fix: exit status 2
  *   rendezvous  the job token (given, or node 0 makes one), node 0's
  *               coordinator, the restart rounds with the other nodes
- *               (agent_round.c), the run id and run directory; a failure
+ *               (agent_rounds.c), the run id and run directory; a failure
  *               here: exit status 1
  *   the run     dt_agent_run with the hooks: on node 0 the refusal watch (a
  *               PyTorch client turned away for want of the token ends the job
@@ -45,7 +45,7 @@ struct node {
     char token[DT_TOKEN_LEN + 1];
     struct dt_coord *coord; /* node 0 */
     struct dt_coord_config cc;
-    struct dt_agent_round *round; /* several agents */
+    struct dt_agent__round *round; /* several agents */
     struct dt_agent_hooks round_hooks;
     unsigned long refusals;
     char run_id[64], run_dir[PATH_MAX];
@@ -57,10 +57,10 @@ static int check(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
     nd->nproc = n->nproc;
-    int rc = nd->nproc > 0 ? 0 : dt_agent_plan_nproc(n->job, &nd->nproc);
+    int rc = nd->nproc > 0 ? 0 : dt_agent__plan_nproc(n->job, &nd->nproc);
     /* A group's program runs where its launcher puts it, not necessarily here. */
     if (rc == 0 && !n->group)
-        rc = dt_agent_plan_check_command(n->job);
+        rc = dt_agent__plan_check_command(n->job);
     if (rc == 0 && n->ranks) {
         int world = n->nnodes * nd->nproc;
         nd->show = malloc((size_t)world);
@@ -96,18 +96,18 @@ static int join_round(struct node *nd)
     const struct dt_agent_node *n = nd->n;
     const struct dt_job *job = n->job;
     double timeout = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
-    struct dt_agent_round_config rc_cfg = {
+    struct dt_agent__round_config rc_cfg = {
         .job = job, .node_rank = n->node_rank, .nnodes = n->nnodes, .nproc = nd->nproc,
         .coord_host = nd->coord ? "127.0.0.1" : n->coord_host, .coord_port = n->coord_port,
         .token = nd->token[0] ? nd->token : NULL, .timeout_s = timeout,
         .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S, .coord = nd->coord};
-    int rc = dt_agent_round_open(&rc_cfg, &nd->round);
+    int rc = dt_agent__round_open(&rc_cfg, &nd->round);
     if (rc == 0)
-        rc = dt_agent_round_run_id(nd->round, nd->run_id, sizeof nd->run_id);
+        rc = dt_agent__round_run_id(nd->round, nd->run_id, sizeof nd->run_id);
     if (rc == 0)
-        rc = dt_agent_round_wait_all(nd->round);
+        rc = dt_agent__round_wait_all(nd->round);
     if (rc == 0)
-        dt_agent_round_hooks(nd->round, &nd->round_hooks);
+        dt_agent__round_hooks(nd->round, &nd->round_hooks);
     return rc;
 }
 
@@ -162,7 +162,7 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
                  job->name, job->path);
     *status = 1;
     if (nd->round)
-        dt_agent_round_abort(nd->round, *status, "PyTorch ranks were refused for lack of the job token: set "
+        dt_agent__round_abort(nd->round, *status, "PyTorch ranks were refused for lack of the job token: set "
                                                  "`rendezvous: {auth: none}` in the job spec");
     return DT_AGENT_ABORT;
 }
@@ -195,7 +195,7 @@ static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
             *age_s = dt_clock_s() - when;
         return rc;
     }
-    return dt_agent_round_heartbeat(nd->round, rank, step, age_s);
+    return dt_agent__round_heartbeat(nd->round, rank, step, age_s);
 }
 
 /* A fresh coordinator on the same port for each restart of a job this agent
@@ -290,7 +290,7 @@ static int run(struct node *nd)
         return 1;
     }
     say_start(nd, &cfg);
-    dt_agent_plan_say_env(job, nd->nproc);
+    dt_agent__plan_say_env(job, nd->nproc);
     struct dt_agent_result res;
     /* Ignored outside dt_agent_run, which handles it while ranks run (and resets it for
      * them): once the job has ended, a SIGTERM (srun --kill-on-bad-exit sends one when
@@ -301,14 +301,14 @@ static int run(struct node *nd)
     if (rc < 0)
         dt_log_error("%s", dt_error_last());
     if (nd->round)
-        dt_agent_round_finish(nd->round, &res);
+        dt_agent__round_finish(nd->round, &res);
     if (n->node_rank == 0) {
         char summary[PATH_MAX + 16];
         snprintf(summary, sizeof summary, "%s/summary.json", nd->run_dir);
-        if (dt_agent_write_summary(&cfg, &res, summary) < 0)
+        if (dt_agent__write_summary(&cfg, &res, summary) < 0)
             dt_log_error("%s", dt_error_last());
     }
-    dt_agent_print_outcome(&cfg, &res);
+    dt_agent__print_outcome(&cfg, &res);
     int status = res.exit_status;
     dt_agent_result_free(&res);
     return status;
@@ -326,7 +326,7 @@ int dt_agent_node_run(const struct dt_agent_node *n)
     } else {
         status = run(&nd);
     }
-    dt_agent_round_close(nd.round);
+    dt_agent__round_close(nd.round);
     dt_coord_stop(nd.coord);
     free(nd.show);
     memset(nd.token, 0, sizeof nd.token);

@@ -4,16 +4,19 @@
  * Not for deciding anything: the supervision loop (agent_supervise.c) fills
  * struct dt_agent_result; this file only renders it.
  */
-#include "launcher/agent.h"
+#include "launcher/agent_internal.h"
 
 #include "base/error.h"
 #include "base/json_escape.h"
+#include "base/log.h"
 #include "base/proc.h"
+#include "launcher/report.h"
 #include "spec/jobspec.h"
 #include "base/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -257,14 +260,14 @@ static int write_summary(void *ctx, FILE *f)
     return dt_agent_write_summary_to(f, o->cfg, o->res);
 }
 
-int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
+int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
                            const char *path)
 {
     struct summary_out o = {cfg, res};
     return dt_fs_write_atomic(path, false, write_summary, &o);
 }
 
-void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     if (!res->have_failure)
         return;
@@ -312,4 +315,54 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
             line += n + (line[n] == '\n');
         }
     }
+}
+
+/* A trainer job ends with what limited it (report_html.c's findings: data
+ * waits, exposed communication, an idle GPU, a straggler rank), the same
+ * sentences `dtrain report` prints, so nobody has to ask for them. */
+static void print_findings(const char *run_dir)
+{
+    char path[PATH_MAX + 32], buf[4096];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    if (access(path, R_OK) != 0)
+        return;
+    struct dt_report r;
+    if (dt_report_load(run_dir, &r)) {
+        dt_log_warn("no run findings: %s", dt_error_last());
+        dt_error_clear();
+        return;
+    }
+    dt_report_diagnose(&r, buf, sizeof buf);
+    dt_report_free(&r);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        dt_log_info("%s", line);
+    dt_log_info("curves and the step-time split: dtrain report %s", run_dir);
+}
+
+void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
+    if (res->n_attempts > 1)
+        snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
+    /* Only node 0 writes summary.json (it alone hears every node's ranks). */
+    if (cfg->node_rank == 0)
+        snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
+    else
+        snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);
+    if (res->status == DT_AGENT_SUCCEEDED)
+        dt_log_info("job %s succeeded in %.2f s%s; %s", cfg->job->name, res->wall_s, attempts, where);
+    else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
+        dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
+                    "status %d); %s",
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
+    else if (res->status == DT_AGENT_INTERRUPTED)
+        dt_log_warn("job %s interrupted by %s after %.2f s; %s", cfg->job->name,
+                    dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
+    else
+        dt_log_error("job %s failed with exit status %d after %.2f s%s; %s", cfg->job->name, res->exit_status,
+                     res->wall_s, attempts, where);
+    /* Node 0 for the findings too: it is rank 0's node, which writes trainer_summary.json. */
+    if (res->status == DT_AGENT_SUCCEEDED && cfg->node_rank == 0)
+        print_findings(cfg->run_dir);
 }

@@ -1,4 +1,4 @@
-/* agent_supervise.c - the agent's poll loop and failure policy (dt_agent_run).
+/* agent_supervise.c - dt_agent_run: the agent's poll loop and failure policy.
  *
  * One loop on the calling thread watches every rank's stdout and stderr and
  * a self-pipe fed by the signal handlers (SIGCHLD and the job signals), so a
@@ -9,16 +9,34 @@
  * An attempt ends only when no process of it is left: the agent is a child
  * subreaper, so it waits until it has no children at all.
  *
- * Not for spawning details (agent_spawn.c) or rendering (agent_summary.c).
+ * What is outside this node's ranks takes part through cfg->hooks (agent.h):
+ * the loop runs the hook's poll at most once a period and turns its verdict
+ * into action (STOP_ATTEMPT stops this node's ranks: another node failed,
+ * the attempt is over everywhere; ABORT stops them and ends the job with
+ * the hook's status), and after an attempt asks the hook whether the job
+ * restarts, so every node of a multi-node job restarts together or not at
+ * all.  What the hooks decide is agent_node.c's (the refusal watch) and
+ * agent_rounds.c's (the restart rounds).
+ *
+ * SIGUSR1 (a scheduler's time limit is near: Slurm's --signal=B:USR1@90,
+ * passed on by the batch script and srun) goes to every rank's process
+ * group and supervision goes on: the bundled trainer writes a checkpoint at
+ * a step all ranks agree on and exits with DT_AGENT_EXIT_REQUEUE (75,
+ * EX_TEMPFAIL).  Such an exit is neither a failure (the others are not
+ * stopped, nothing restarts) nor a success: the agent exits with 75, and the
+ * batch script requeues the job, which resumes from that checkpoint.  A rank
+ * that ignores the signal simply runs on.
+ *
+ * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c) or
+ * rendering (agent_summary.c).
  */
 #include "launcher/agent_internal.h"
-
 #include "base/args.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "spec/jobspec.h"
-#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,11 +50,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define READ_CHUNK 65536
+/* --- signals and stopping --------------------------------------------------- */
+
 #define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
+
 #define UNKILLABLE_S 10     /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
-/* The job's signals, SIGUSR1 (a scheduler's time limit is near: agent_requeue.c)
+/* The job's signals, SIGUSR1 (a scheduler's time limit is near: requeue, below)
  * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
  * a check and the wait. */
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
@@ -52,10 +72,11 @@ static int install_signals(struct dt_proc_signals *sv)
     return 0;
 }
 
-void dt_agent_start_stopping(struct dt_agent *a, int sig)
+/* SIGTERM (or sig) to every rank and what they left, SIGKILL after the grace period. */
+static void start_stopping(struct dt_agent *a, int sig)
 {
-    dt_agent_signal_groups(a, sig);
-    dt_agent_signal_leftovers(a, sig);
+    dt_agent__signal_groups(a, sig);
+    dt_agent__signal_leftovers(a, sig);
     if (!a->stopping) {
         a->stopping = true;
         a->stop_sig = sig;
@@ -68,9 +89,121 @@ static void kill_everything(struct dt_agent *a)
     if (!a->killing)
         a->killed_at = dt_clock_s();
     a->stopping = a->killing = true;
-    dt_agent_signal_groups(a, SIGKILL);
-    dt_agent_signal_leftovers(a, SIGKILL);
+    dt_agent__signal_groups(a, SIGKILL);
+    dt_agent__signal_leftovers(a, SIGKILL);
 }
+
+/* --- SIGUSR1: checkpoint, stop, be requeued --------------------------------- */
+
+/* Not dt_agent__signal_groups: that marks the ranks as stopped by the agent, and
+ * these are only asked to stop; one that then fails has failed. */
+static void requeue_signal(struct dt_agent *a)
+{
+    if (!a->requeue_asked)
+        dt_log_warn("received SIGUSR1 (the time limit is near): passing it on to the ranks; a rank that "
+                    "exits with %d has checkpointed and stopped to be requeued",
+                    DT_AGENT_EXIT_REQUEUE);
+    a->requeue_asked = true;
+    if (a->group) { /* its process passes SIGUSR1 on to the ranks (mpirun does) */
+        if (a->procs[0].running)
+            kill(a->procs[0].pid, SIGUSR1);
+        return;
+    }
+    for (int i = 0; i < a->nproc; i++) {
+        const struct dt_agent__proc *p = &a->procs[i];
+        if (p->pid > 0 && p->running && kill(-p->pid, SIGUSR1) != 0 && errno == ESRCH)
+            kill(p->pid, SIGUSR1); /* not yet in its own group (see dt_agent__signal_groups) */
+    }
+}
+
+/* Whether a rank's exit is its stop for a requeue: not a failure. */
+static bool requeue_exit(struct dt_agent *a, int wstatus)
+{
+    if (!a->requeue_asked || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != DT_AGENT_EXIT_REQUEUE)
+        return false;
+    a->requeue_exits++;
+    return true;
+}
+
+/* The job's outcome when its ranks stopped so: interrupted, exit status 75. */
+static bool requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *last)
+{
+    /* job_status: what the nodes of a multi-node job agreed on; 75 there is another
+     * node's ranks stopping the same way. */
+    bool other_failed = a->job_status > 0 && a->job_status != DT_AGENT_EXIT_REQUEUE;
+    if (a->requeue_exits == 0 || a->abort_status >= 0 || other_failed || last->first_failed >= 0)
+        return false;
+    a->res->status = DT_AGENT_INTERRUPTED;
+    a->res->exit_status = DT_AGENT_EXIT_REQUEUE;
+    return true;
+}
+
+/* --- the hooks -------------------------------------------------------------- */
+
+#define DEFAULT_PERIOD_S 0.1
+
+static double period(const struct dt_agent *a)
+{
+    double p = a->cfg->hooks->period_s;
+    return p > 0 ? p : DEFAULT_PERIOD_S;
+}
+
+/* The poll() timeout (ms) capped so the hook's poll runs on time. */
+static int hooks_timeout(const struct dt_agent *a, int timeout)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    if (!h || !h->poll || a->abort_status >= 0)
+        return timeout;
+    double left = a->next_hook_poll - dt_clock_s();
+    int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+    return timeout < 0 || timeout > ms ? ms : timeout;
+}
+
+/* Runs the hook's poll when due and acts on its verdict. */
+static void hooks_poll(struct dt_agent *a)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    double now = dt_clock_s();
+    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
+        return;
+    a->next_hook_poll = now + period(a);
+    int status = 1;
+    enum dt_agent_verdict v = h->poll(h->ctx, a->res, a->attempt, &status);
+    if (v == DT_AGENT_GO_ON)
+        return;
+    if (v == DT_AGENT_ABORT)
+        a->abort_status = status >= 0 ? status : 1;
+    if (!a->stopping && a->running > 0)
+        start_stopping(a, SIGTERM);
+}
+
+/* After an attempt: 1 to restart, 0 to end the job, negative on error. */
+static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    bool restart = false;
+    int status = -1;
+    int rc = h->attempt_end(h->ctx, a->res, a->attempt, sig_fd, &restart, &status);
+    if (rc < 0) {
+        dt_log_error("%s", dt_error_last());
+        a->abort_status = 1;
+        return rc;
+    }
+    if (rc == 1) /* a signal came: the caller handles it */
+        return 0;
+    if (restart && a->attempt >= a->cfg->job->max_restarts) {
+        dt_log_error("internal: a restart past max_restarts (%d) was asked for; ending the job",
+                     a->cfg->job->max_restarts);
+        a->abort_status = 1;
+        return 0;
+    }
+    if (restart)
+        return 1;
+    a->job_status = status >= 0 ? status : 1;
+    return 0;
+}
+
+/* --- failures and hangs ----------------------------------------------------- */
 
 /* A rank that dies by a signal dtrain did not send, right after another rank
  * exited with a code, is the first failure: its peers' "peer died" exits can
@@ -78,6 +211,7 @@ static void kill_everything(struct dt_agent *a)
  * by, as torchrun does).  The agent's own signals: stop_sig while stopping,
  * SIGKILL once killing. */
 #define ROOT_CAUSE_WINDOW_S 1.0
+
 static bool root_cause(struct dt_agent *a, int i, int wstatus)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
@@ -100,7 +234,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     r->exit_s = dt_clock_s() - a->t0;
     a->procs[i].running = false;
     a->running--;
-    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent_requeue_exit(a, wstatus);
+    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || requeue_exit(a, wstatus);
     if (ok || a->interrupt_sig || (at->first_failed >= 0 && !root_cause(a, i, wstatus)) ||
         (r->stopped_by_agent && !root_cause(a, i, wstatus)))
         return;
@@ -113,7 +247,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     a->oom_verdict = -1;
     long long oom_now;
     if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
-        dt_agent_oom_count(&oom_now) == 0)
+        dt_agent__oom_count(&oom_now) == 0)
         a->oom_verdict = oom_now > a->oom_base;
     char desc[160];
     dt_proc_describe(wstatus, true, desc, sizeof desc);
@@ -125,7 +259,7 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);
-    dt_agent_start_stopping(a, SIGTERM);
+    start_stopping(a, SIGTERM);
 }
 
 /* A group's process ended: how its ranks did, its records say (collect_group). */
@@ -148,36 +282,38 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     struct dt_agent_failure *ff = &a->res->first_failure;
-    struct dt_agent_proc *p = &a->procs[i];
+    struct dt_agent__proc *p = &a->procs[i];
     at->hung = i;
     at->first_failed = i;
     a->oom_verdict = -1;
     ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
     ff->hang_detected_s = dt_clock_s() - a->t0;
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
-    if (dt_agent_watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
+    if (dt_agent__watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
         dt_log_warn("%s", dt_error_last());
     dt_log_error("rank %d is hung: %s; what it looked like: %s; stopping the group", p->rank, why,
                  ff->hang_report[0] ? ff->hang_report : "(no report)");
     at->ranks[i].stopped_by_agent = true;
     if (kill(-p->pid, SIGKILL) != 0)
         kill(p->pid, SIGKILL);
-    dt_agent_start_stopping(a, SIGTERM);
+    start_stopping(a, SIGTERM);
 }
 
 /* The watchdog's verdicts (agent_watchdog.c), while the ranks run undisturbed. */
 static void watchdog(struct dt_agent *a)
 {
     char why[256];
-    int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
+    int hung = a->running > 0 && !a->stopping ? dt_agent__watchdog_tick(a, why, sizeof why) : -1;
     if (hung >= 0)
         on_hang(a, hung, why);
-    if (hung == DT_AGENT_COORD_LOST) {
+    if (hung == DT_AGENT__COORD_LOST) {
         snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
         dt_log_error("%s; stopping every rank, no restart", why);
-        dt_agent_start_stopping(a, SIGTERM);
+        start_stopping(a, SIGTERM);
     }
 }
+
+/* --- the poll loop ---------------------------------------------------------- */
 
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
  * while the agent still has children. */
@@ -204,7 +340,7 @@ static void on_interrupt(struct dt_agent *a, int sig)
         a->interrupt_sig = sig;
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
                     name, a->grace_s);
-        dt_agent_start_stopping(a, sig);
+        start_stopping(a, sig);
     } else if (!a->killing) {
         dt_log_warn("received %s again: killing every process of the job now", name);
         kill_everything(a);
@@ -219,7 +355,7 @@ static bool handle_signals(struct dt_agent *a, int fd)
     while ((n = read(fd, buf, sizeof buf)) > 0)
         for (ssize_t i = 0; i < n; i++)
             if (buf[i] == SIGUSR1)
-                dt_agent_requeue_signal(a);
+                requeue_signal(a);
             else if (buf[i] != SIGCHLD)
                 on_interrupt(a, buf[i]);
     return reap(a);
@@ -231,7 +367,7 @@ static int open_streams(struct dt_agent *a, int sig_fd)
     a->pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     a->pfd_stream[n++] = NULL;
     for (int i = 0; i < a->nproc; i++) {
-        struct dt_agent_stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
+        struct dt_agent__stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
         for (int k = 0; k < 2; k++) {
             if (ss[k]->fd < 0)
                 continue;
@@ -265,8 +401,8 @@ static void stop_leftovers(struct dt_agent *a)
 {
     int sig = a->killing ? SIGKILL : SIGTERM;
     /* /proc first: signalled groups would die before the count could see them. */
-    int n = dt_agent_signal_leftovers(a, sig);
-    dt_agent_signal_groups(a, sig);
+    int n = dt_agent__signal_leftovers(a, sig);
+    dt_agent__signal_groups(a, sig);
     if (a->swept)
         return;
     a->swept = true;
@@ -291,22 +427,22 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int timeout = poll_timeout(a, children, drain_until);
         if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
             timeout = 250;
-        int watch_ms = (int)(DT_AGENT_WATCH_PERIOD_S * 1000);
+        int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
         if (a->next_watch > 0 && a->running > 0 && !a->stopping && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
-        timeout = dt_agent_hooks_timeout(a, timeout);
+        timeout = hooks_timeout(a, timeout);
         int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
-            dt_agent_pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         watchdog(a);
-        dt_agent_hooks_poll(a);
+        hooks_poll(a);
         if (a->stopping && !a->killing && dt_clock_s() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
@@ -326,6 +462,8 @@ static void supervise(struct dt_agent *a, int sig_fd)
             drain_until = dt_clock_s() + 1.0;
     }
 }
+
+/* --- one attempt ------------------------------------------------------------ */
 
 static void record_failure(struct dt_agent *a, const char *attempt_dir)
 {
@@ -400,7 +538,7 @@ static void reset_attempt_state(struct dt_agent *a)
     a->group_wstatus = 0;
     a->group_failed = 0;
     a->group_stopped = false;
-    if (dt_agent_oom_count(&a->oom_base) < 0)
+    if (dt_agent__oom_count(&a->oom_base) < 0)
         a->oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
@@ -410,16 +548,16 @@ static int start_ranks(struct dt_agent *a, const char *dir)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     for (int i = 0; i < a->nproc; i++) {
-        struct dt_agent_proc *p = &a->procs[i];
+        struct dt_agent__proc *p = &a->procs[i];
         dt_agent_env_free(p->env);
         p->env = NULL;
         int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
         /* taken before fork: the child may run (and trace) before the parent is scheduled again */
         double spawn_s = dt_clock_s() - a->t0;
         if (rc == 0)
-            rc = dt_agent_open_logs(&a->sinks[i], dir);
+            rc = dt_agent__open_logs(&a->sinks[i], dir);
         if (rc == 0)
-            rc = dt_agent_spawn(a, p);
+            rc = dt_agent__spawn(a, p);
         if (rc < 0)
             return rc;
         at->ranks[i].pid = p->pid;
@@ -433,14 +571,14 @@ static int start_ranks(struct dt_agent *a, const char *dir)
 static int start_group(struct dt_agent *a, const char *dir)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    struct dt_agent_proc *p = &a->procs[0];
+    struct dt_agent__proc *p = &a->procs[0];
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", dir, a->group->log_name);
     a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (a->own_log < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     for (int i = 0; i < a->nranks; i++) {
-        int rc = dt_agent_open_logs(&a->sinks[i], dir);
+        int rc = dt_agent__open_logs(&a->sinks[i], dir);
         if (rc < 0)
             return rc;
     }
@@ -453,7 +591,7 @@ static int start_group(struct dt_agent *a, const char *dir)
     dt_agent_env_free(rank_env);
     double spawn_s = dt_clock_s() - a->t0;
     if (rc == 0)
-        rc = dt_agent_spawn(a, p);
+        rc = dt_agent__spawn(a, p);
     if (rc < 0)
         return rc;
     for (int i = 0; i < a->nranks; i++)
@@ -478,9 +616,9 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks, a->nranks == 1 ? "" : "s",
                      dir);
     if (rc == 0)
-        dt_agent_watchdog_begin(a);
+        dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
-    dt_agent_close_attempt(a);
+    dt_agent__close_attempt(a);
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
         rc = collect_group(a, dir);
@@ -523,96 +661,7 @@ static bool final_by_policy(struct dt_agent *a)
     return true;
 }
 
-static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
-{
-    struct dt_agent_result *res = a->res;
-    int n_attempts = cfg->job->max_restarts + 1;
-    res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
-    res->max_attempts = res->attempts ? n_attempts : 0;
-    for (int k = 0; k < res->max_attempts; k++) {
-        res->attempts[k].first_failed = -1;
-        res->attempts[k].hung = -1;
-        res->attempts[k].ranks = calloc((size_t)a->nranks, sizeof *res->attempts[k].ranks);
-        if (!res->attempts[k].ranks)
-            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
-        for (int i = 0; i < a->nranks; i++)
-            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
-    }
-    return res->attempts ? 0 : dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
-}
-
-static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
-{
-    for (int i = 0; i < a->nranks; i++) {
-        struct dt_agent_sink *k = &a->sinks[i];
-        k->rank = cfg->node_rank * cfg->nproc + i;
-        k->log_fd[0] = k->log_fd[1] = -1;
-    }
-    for (int i = 0; i < a->nproc; i++) {
-        struct dt_agent_proc *p = &a->procs[i];
-        p->index = a->group ? -1 : i;
-        p->rank = a->group ? -1 : a->sinks[i].rank;
-        p->out.fd = p->err.fd = -1;
-        p->err.is_err = true;
-        int rc = dt_lines_init(&p->out.lb, DT_LINES_MAX);
-        if (rc == 0)
-            rc = dt_lines_init(&p->err.lb, DT_LINES_MAX);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
-{
-    memset(a, 0, sizeof *a);
-    memset(res, 0, sizeof *res);
-    a->cfg = cfg;
-    a->res = res;
-    a->group = cfg->group;
-    a->abort_status = a->job_status = -1;
-    a->nproc = a->group ? 1 : cfg->nproc;
-    a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
-    a->own_log = -1;
-    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
-    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_ARGS_GRACE_DEFAULT_S;
-    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
-    a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);
-    a->pfds = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfds);
-    a->pfd_stream = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_stream);
-    a->pfd_proc = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_proc);
-    a->readbuf_size = READ_CHUNK;
-    a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_LINES_MAX + 64);
-    if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc || !a->readbuf ||
-        !a->scratch)
-        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
-    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
-        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
-    int rc = init_attempts(a, cfg);
-    return rc ? rc : init_procs(a, cfg);
-}
-
-static void agent_free(struct dt_agent *a)
-{
-    dt_progress_close(a->progress);
-    for (int i = 0; a->procs && i < a->nproc; i++) {
-        dt_lines_free(&a->procs[i].out.lb);
-        dt_lines_free(&a->procs[i].err.lb);
-        dt_agent_env_free(a->procs[i].env);
-    }
-    if (a->null_fd >= 0)
-        close(a->null_fd);
-    free(a->procs);
-    free(a->sinks);
-    free(a->pfds);
-    free(a->pfd_stream);
-    free(a->pfd_proc);
-    free(a->readbuf);
-    free(a->scratch);
-}
+/* --- the run ---------------------------------------------------------------- */
 
 static void finish(struct dt_agent *a)
 {
@@ -627,7 +676,7 @@ static void finish(struct dt_agent *a)
     } else if (res->coordinator_lost[0]) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
-    } else if (dt_agent_requeue_outcome(a, last)) {
+    } else if (requeue_outcome(a, last)) {
         res->interrupt_signal = SIGUSR1;
     } else if (a->abort_status >= 0 || a->job_status >= 0) {
         res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
@@ -641,22 +690,6 @@ static void finish(struct dt_agent *a)
     }
 }
 
-/* Two descriptors per process (its pipes) and two per rank (its log files)
- * can pass the usual soft limit of 1024 at a few hundred ranks: raise it for
- * the agent, and hand the ranks the limit they would have had (agent_spawn.c
- * restores it). */
-static void raise_fd_limit(struct dt_agent *a)
-{
-    getrlimit(RLIMIT_NOFILE, &a->nofile);
-    rlim_t need = (rlim_t)a->nproc * 2 + (rlim_t)a->nranks * 2 + 64;
-    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
-        return;
-    struct rlimit raised = a->nofile;
-    raised.rlim_cur =
-        a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &raised);
-}
-
 /* After an attempt: 1 to run another, 0 when the job is over, or a negative
  * DT_E* code (new_round could not reset the coordinator). */
 static int next_attempt(struct dt_agent *a, int sig_fd)
@@ -666,11 +699,11 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
     if (a->interrupt_sig || a->abort_status >= 0 || a->res->coordinator_lost[0])
         return 0;
     if (a->res->attempts[a->attempt].first_failed >= 0)
-        dt_agent_print_failure(cfg, a->res);
+        dt_agent__print_failure(cfg, a->res);
     if (cfg->hooks && cfg->hooks->attempt_end) {
         /* Other nodes take part: the restart is decided with them.  When the
          * job is over, a signal now (srun -K's SIGTERM) does not change how. */
-        if (dt_agent_hooks_attempt_end(a, sig_fd) <= 0)
+        if (hooks_attempt_end(a, sig_fd) <= 0)
             return 0;
         handle_signals(a, sig_fd);
         if (a->interrupt_sig)
@@ -698,16 +731,15 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
-    int rc = agent_init(&a, cfg, res);
+    int rc = dt_agent__init(&a, cfg, res);
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_clock_s();
     /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
     res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
     struct dt_proc_signals sv;
-    raise_fd_limit(&a);
     if (rc == 0)
         rc = install_signals(&sv);
     if (rc < 0) {
-        agent_free(&a);
+        dt_agent__free(&a);
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
         return rc;
@@ -726,8 +758,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
     }
     dt_proc_signals_release(&sv);
-    setrlimit(RLIMIT_NOFILE, &a.nofile);
-    agent_free(&a);
+    dt_agent__free(&a);
     return rc;
 }
 

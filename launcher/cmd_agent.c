@@ -8,7 +8,7 @@
  * names (a Kubernetes Secret), never from the command line, where `ps` shows
  * it to every user.  The run itself is agent_node.c's: node 0's agent hosts
  * the coordinator on all interfaces; every agent joins it, waits for the
- * others, and runs its ranks in restart rounds with them (agent_round.c).
+ * others, and runs its ranks in restart rounds with them (agent_rounds.c).
  * Every agent exits with the job's status; node 0 writes summary.json.
  *
  * Not for starting agents on nodes (the adapters and the schedulers do), nor

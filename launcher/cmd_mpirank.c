@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "launcher/cli.h"
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 
 static void usage(FILE *out)
 {

@@ -1,15 +1,17 @@
-/* kubernetes_internal.h - what the Kubernetes adapter's files share (not a public contract).
+/* kubernetes.h - the Kubernetes adapter's parts, shared by its files and
+ * reached by the unit tests (the adapter itself is dt_adapter_kubernetes,
+ * adapter.h's contract, in kubernetes.c).
  *
  * The adapter (kubernetes.c: discover and the table entry) renders through
- * kubernetes_render.c (ConfigMap, Secret, Service), kubernetes_job.c (the
- * Job and its failure policy) and kubernetes_pod.c (the pod template),
- * writes YAML through kubernetes_yaml.c, and submits through
- * kubernetes_submit.c.  Names of the objects derive from the job's name.
+ * kubernetes_render.c (ConfigMap, Secret, Service, the Job and its failure
+ * policy, YAML scalars) and kubernetes_pod.c (the pod template), and submits
+ * through kubernetes_submit.c.  Names of the objects derive from the job's
+ * name.
  *
  * Not for other adapters: they share only scheduler-adapters/adapter.h.
  */
-#ifndef DT_KUBERNETES_INTERNAL_H
-#define DT_KUBERNETES_INTERNAL_H
+#ifndef DT_KUBERNETES_H
+#define DT_KUBERNETES_H
 
 #include "spec/jobspec.h"
 

@@ -1,4 +1,5 @@
-/* agent_round.c - restart rounds across the nodes of a job, on the coordinator's store.
+/* agent_rounds.c - restart rounds across the nodes of a job, on the coordinator's store,
+ * and the relay of the ranks' heartbeats to the other nodes' watchdogs.
  *
  * Every node's agent holds one store connection for the job: it JOINs on it
  * (its membership, coordinator_members.c) and polls through it.  Attempt k
@@ -34,18 +35,36 @@
  * exits with the failed rank's status.  Publishing before adding to
  * end/<k> is what makes every node read the same fail/<k>.
  *
+ * Heartbeats.  Every rank sends its heartbeats to the coordinator, which
+ * node 0's agent hosts and reads in-process (dt_coord_heartbeat).  The other
+ * agents reach it only through a store client, so node 0 relays: while ranks
+ * run (and while it waits for a round's end), at most every RELAY_S it
+ * writes one key per other node,
+ *
+ *   dtrain/hb/<node>   "<seq>\n" then "<rank> <step> <age>\n" per rank that
+ *                      has sent one; age = seconds since it arrived, on
+ *                      node 0's clock at the moment of writing
+ *
+ * in one MULTI_SET.  A node's agent reads its key at most every RELAY_S and
+ * ages each entry by the time since it first saw that <seq>: no wall clocks
+ * are compared across hosts, and a relay that stops (node 0 busy or gone)
+ * makes the heartbeats older, never younger, so a hang is still found, at
+ * worst RELAY_S plus one read later than on node 0.
+ *
  * Not for spawning or stopping ranks (agent_supervise.c does, told through
- * the hooks of agent.h), nor for the coordinator itself (coordinator.h).
+ * the hooks of agent.h), the watchdog's rule (agent_watchdog.c), nor for the
+ * coordinator itself (coordinator.h).
  */
-#include "launcher/agent.h"
-#include "base/run_dir.h"
+#include "launcher/agent_internal.h"
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
 #include "comm/store.h"
+#include "launcher/coordinator.h"
 #include "spec/jobspec.h"
-#include "base/clock.h"
 
 #include <inttypes.h>
 #include <poll.h>
@@ -56,17 +75,161 @@
 #include <time.h>
 #include <unistd.h>
 
+/* --- heartbeats for the other nodes' watchdogs ------------------------------ */
+
+#define RELAY_S 0.25
+#define LINE_MAX_CHARS 64 /* "<rank> <step> <age>\n" */
+
+struct hb_entry {
+    int rank;
+    int64_t step;
+    double age_s;
+};
+
+struct hb_relay {
+    int node, nnodes, nproc;
+    double last_s;            /* node 0: last write; others: last read */
+    unsigned long long seq;   /* node 0: writes so far; others: the seq last seen */
+    double seen_s;            /* others: when that seq was first seen */
+    struct hb_entry *entries; /* others: this node's ranks as last read */
+    int n_entries;
+};
+
+static struct hb_relay *hb_new(int node, int nnodes, int nproc)
+{
+    struct hb_relay *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->node = node;
+    h->nnodes = nnodes;
+    h->nproc = nproc;
+    h->entries = calloc((size_t)(nproc > 0 ? nproc : 1), sizeof *h->entries);
+    if (!h->entries) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static void hb_free(struct hb_relay *h)
+{
+    if (h)
+        free(h->entries);
+    free(h);
+}
+
+static void hb_key(char *out, size_t n, int node)
+{
+    snprintf(out, n, "dtrain/hb/%d", node);
+}
+
+/* One node's value: its ranks' entries from the coordinator's table. */
+static size_t node_value(struct hb_relay *h, struct dt_coord *c, int node, double now, char *v, size_t cap)
+{
+    size_t len = (size_t)snprintf(v, cap, "%llu\n", h->seq);
+    for (int i = 0; i < h->nproc && len < cap; i++) {
+        int rank = node * h->nproc + i;
+        int64_t step;
+        double when;
+        if (dt_coord_heartbeat(c, rank, &step, &when) == 0)
+            len += (size_t)snprintf(v + len, cap - len, "%d %" PRId64 " %.3f\n", rank, step, now - when);
+    }
+    return len < cap ? len : cap - 1;
+}
+
+static int hb_relay(struct hb_relay *h, struct dt_store *s, struct dt_coord *c)
+{
+    double now = dt_clock_s();
+    if (h->node != 0 || h->nnodes < 2 || !c || now - h->last_s < RELAY_S)
+        return 0;
+    h->last_s = now;
+    h->seq++;
+    int n = h->nnodes - 1;
+    size_t cap = 32 + (size_t)h->nproc * LINE_MAX_CHARS;
+    char *buf = malloc((size_t)n * (cap + 32));
+    const char **keys = calloc((size_t)n, sizeof *keys);
+    const void **vals = calloc((size_t)n, sizeof *vals);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    int rc = buf && keys && vals && lens ? 0 : dt_error_set(DT_ENOMEM, "out of memory relaying heartbeats");
+    for (int k = 0; rc == 0 && k < n; k++) {
+        char *slot = buf + (size_t)k * (cap + 32), *key = slot + cap;
+        hb_key(key, 32, k + 1);
+        lens[k] = node_value(h, c, k + 1, now, slot, cap);
+        keys[k] = key;
+        vals[k] = slot;
+    }
+    if (rc == 0)
+        rc = dt_store_multi_set(s, keys, vals, lens, n);
+    free(buf);
+    free(keys);
+    free(vals);
+    free(lens);
+    return rc;
+}
+
+/* Reads this node's key: new entries when its seq changed. */
+static int refresh(struct hb_relay *h, struct dt_store *s, double now)
+{
+    char key[32];
+    hb_key(key, sizeof key, h->node);
+    const char *k = key;
+    bool ready = false;
+    int rc = dt_store_check(s, &k, 1, &ready);
+    if (rc < 0 || !ready) /* not ready: no rank has been relayed yet */
+        return rc;
+    void *v = NULL;
+    size_t len = 0;
+    if ((rc = dt_store_get(s, key, &v, &len)) < 0)
+        return rc;
+    char *p = v; /* NUL-terminated by dt_store_get */
+    unsigned long long seq = strtoull(p, &p, 10);
+    if (seq != h->seq || h->seen_s <= 0) {
+        h->seq = seq;
+        h->seen_s = now;
+        h->n_entries = 0;
+        struct hb_entry e;
+        int used;
+        while (h->n_entries < h->nproc &&
+               sscanf(p, "%d %" SCNd64 " %lf%n", &e.rank, &e.step, &e.age_s, &used) == 3) {
+            h->entries[h->n_entries++] = e;
+            p += used;
+        }
+    }
+    free(v);
+    return 0;
+}
+
+static int hb_read(struct hb_relay *h, struct dt_store *s, int rank, int64_t *step, double *age_s)
+{
+    double now = dt_clock_s();
+    if (now - h->last_s >= RELAY_S) {
+        h->last_s = now;
+        int rc = refresh(h, s, now);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < h->n_entries; i++)
+        if (h->entries[i].rank == rank) {
+            *step = h->entries[i].step;
+            *age_s = h->entries[i].age_s + (now - h->seen_s);
+            return 0;
+        }
+    return dt_error_set(DT_ENOTFOUND, "rank %d has not sent a heartbeat", rank);
+}
+
+/* --- the rounds ------------------------------------------------------------- */
+
 #define POLL_S 0.1
 #define MAX_ROUNDS 1024
 
-struct dt_agent_round {
-    struct dt_agent_round_config cfg;
+struct dt_agent__round {
+    struct dt_agent__round_config cfg;
     struct dt_store *store;
     char coord[300];       /* host:port, for messages */
     bool dead;             /* the coordinator is gone: nothing more is asked of it */
     bool published[MAX_ROUNDS];
     bool told_stop;
-    struct dt_agent_hb *hb; /* heartbeats: node 0 relays them, the others read them */
+    struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
 };
 
 static void key(char *out, size_t n, const char *what, int k)
@@ -75,7 +238,7 @@ static void key(char *out, size_t n, const char *what, int k)
 }
 
 /* A store call failed: the coordinator (node 0's agent) is gone or broken. */
-static enum dt_agent_verdict lost_coordinator(struct dt_agent_round *r, int *status)
+static enum dt_agent_verdict lost_coordinator(struct dt_agent__round *r, int *status)
 {
     if (!r->dead)
         dt_log_error("node %d: lost the coordinator at %s (hosted by node 0's agent, which has exited or "
@@ -87,14 +250,14 @@ static enum dt_agent_verdict lost_coordinator(struct dt_agent_round *r, int *sta
 }
 
 /* 1 when the key exists, 0 when not, negative on a store error. */
-static int exists(struct dt_agent_round *r, const char *k)
+static int exists(struct dt_agent__round *r, const char *k)
 {
     bool ready = false;
     int rc = dt_store_check(r->store, &k, 1, &ready);
     return rc < 0 ? rc : ready;
 }
 
-static int get_text(struct dt_agent_round *r, const char *k, char *out, size_t n)
+static int get_text(struct dt_agent__round *r, const char *k, char *out, size_t n)
 {
     void *v = NULL;
     size_t len = 0;
@@ -105,7 +268,7 @@ static int get_text(struct dt_agent_round *r, const char *k, char *out, size_t n
     return rc;
 }
 
-int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why)
+int dt_agent__round_abort(struct dt_agent__round *r, int status, const char *why)
 {
     if (r->dead)
         return 0;
@@ -120,7 +283,7 @@ int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why)
 }
 
 /* dtrain/abort exists: *status and the sentence from it. */
-static int read_abort(struct dt_agent_round *r, int *status, char *why, size_t n)
+static int read_abort(struct dt_agent__round *r, int *status, char *why, size_t n)
 {
     char v[600];
     int rc = get_text(r, "dtrain/abort", v, sizeof v);
@@ -143,7 +306,7 @@ static void say_abort(int status, const char *why)
 }
 
 /* 1 when a member was lost (its agent's connection closed without LEAVE). */
-static int member_lost(struct dt_agent_round *r, char *why, size_t n)
+static int member_lost(struct dt_agent__round *r, char *why, size_t n)
 {
     struct dt_store_member *m;
     int count;
@@ -164,7 +327,7 @@ static int member_lost(struct dt_agent_round *r, char *why, size_t n)
 }
 
 /* Publishes this node's first failure of round k; 1 if it is the round's first. */
-static int publish_fail(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
+static int publish_fail(struct dt_agent__round *r, const struct dt_agent_result *res, int k)
 {
     const struct dt_agent_attempt *at = &res->attempts[k];
     const struct dt_agent_rank_result *rr = &at->ranks[at->first_failed];
@@ -188,7 +351,7 @@ static int publish_fail(struct dt_agent_round *r, const struct dt_agent_result *
 }
 
 /* Where the polls look: abort, a lost member, another node's failure. */
-static enum dt_agent_verdict look(struct dt_agent_round *r, int k, int *status)
+static enum dt_agent_verdict look(struct dt_agent__round *r, int k, int *status)
 {
     char why[600], k1[64];
     int rc = exists(r, "dtrain/abort");
@@ -209,14 +372,14 @@ static enum dt_agent_verdict look(struct dt_agent_round *r, int k, int *status)
 
 static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result *res, int k, int *status)
 {
-    struct dt_agent_round *r = ctx;
+    struct dt_agent__round *r = ctx;
     if (r->dead)
         return lost_coordinator(r, status);
     if (k >= MAX_ROUNDS)
         return DT_AGENT_GO_ON;
     if (res->attempts[k].first_failed >= 0 && !r->published[k] && publish_fail(r, res, k) < 0)
         return lost_coordinator(r, status);
-    if (r->cfg.job->trainer && dt_agent_hb_relay(r->hb, r->store, r->cfg.coord) < 0)
+    if (r->cfg.job->trainer && hb_relay(r->hb, r->store, r->cfg.coord) < 0)
         return lost_coordinator(r, status);
     enum dt_agent_verdict v = look(r, k, status);
     if (v == DT_AGENT_STOP_ATTEMPT && res->attempts[k].first_failed < 0 && !r->told_stop) {
@@ -245,7 +408,7 @@ static void failinfo_key(char *out, size_t n, int k, int node)
     snprintf(out, n, "dtrain/failinfo/%d/%d", k, node);
 }
 
-static void publish_failinfo(struct dt_agent_round *r, const struct dt_agent_result *res, int k)
+static void publish_failinfo(struct dt_agent__round *r, const struct dt_agent_result *res, int k)
 {
     const struct dt_agent_failure *ff = &res->first_failure;
     size_t cap = 16384 + sizeof ff->tail, len = 0;
@@ -280,7 +443,7 @@ static char *next_line(char **p)
 }
 
 /* Node 0 puts another node's failure of round k where the summary reads it. */
-static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res, int k, int from)
+static void read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from)
 {
     char k1[64];
     failinfo_key(k1, sizeof k1, k, from);
@@ -321,7 +484,7 @@ static void read_failinfo(struct dt_agent_round *r, struct dt_agent_result *res,
 
 /* Adds this node to end/<k>, then waits for every node (or an abort, a lost
  * member, a signal).  0 when all ended, 1 on a signal, 2 on abort (*status set). */
-static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *status)
+static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *status)
 {
     char k1[64], why[600];
     key(k1, sizeof k1, "end", k);
@@ -333,7 +496,7 @@ static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *stat
             return 1;
         /* Another node's ranks may still run: their watchdog needs the relay. */
         if (r->cfg.job->trainer)
-            dt_agent_hb_relay(r->hb, r->store, r->cfg.coord);
+            hb_relay(r->hb, r->store, r->cfg.coord);
         /* Members before the counter: a node leaves only after it saw the
          * counter full, so a node seen lost or left here is no false alarm. */
         if ((rc = exists(r, "dtrain/abort")) == 1) {
@@ -358,7 +521,7 @@ static int wait_round_end(struct dt_agent_round *r, int k, int sig_fd, int *stat
 
 /* Every node reads the same fail/<k> after the round ended everywhere, so
  * every node decides the same: succeeded, restart, or fail with its status. */
-static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, bool *restart, int *status)
+static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k, bool *restart, int *status)
 {
     char k1[64], v[64], desc[160];
     key(k1, sizeof k1, "fail", k);
@@ -397,7 +560,7 @@ static int decide(struct dt_agent_round *r, struct dt_agent_result *res, int k, 
 
 static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd, bool *restart, int *status)
 {
-    struct dt_agent_round *r = ctx;
+    struct dt_agent__round *r = ctx;
     *restart = false;
     if (r->dead || k >= MAX_ROUNDS) {
         *status = 1;
@@ -417,14 +580,14 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd
     return decide(r, res, k, restart, status);
 }
 
-int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out)
+int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_agent__round **out)
 {
     *out = NULL;
-    struct dt_agent_round *r = calloc(1, sizeof *r);
+    struct dt_agent__round *r = calloc(1, sizeof *r);
     if (!r)
         return dt_error_set(DT_ENOMEM, "out of memory");
     r->cfg = *cfg;
-    r->hb = dt_agent_hb_new(cfg->node_rank, cfg->nnodes, cfg->nproc);
+    r->hb = hb_new(cfg->node_rank, cfg->nnodes, cfg->nproc);
     if (!r->hb) {
         free(r);
         return dt_error_set(DT_ENOMEM, "out of memory");
@@ -437,7 +600,7 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
         dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
                         "rendezvous.timeout (%gs)",
                         cfg->node_rank, r->coord, cfg->timeout_s);
-        dt_agent_hb_free(r->hb);
+        hb_free(r->hb);
         free(r);
         return rc;
     }
@@ -445,14 +608,14 @@ int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent
     gethostname(host, sizeof host);
     rc = dt_store_join(r->store, cfg->node_rank, cfg->nnodes, cfg->nproc, host);
     if (rc) {
-        dt_agent_round_close(r);
+        dt_agent__round_close(r);
         return dt_error_prefix("node %d", cfg->node_rank);
     }
     *out = r;
     return 0;
 }
 
-int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n)
+int dt_agent__round_run_id(struct dt_agent__round *r, char *run_id, size_t n)
 {
     if (run_id[0] && r->cfg.node_rank != 0)
         return 0;
@@ -481,7 +644,7 @@ static int joined(const struct dt_store_member *m, int count, int nnodes, char *
     return in;
 }
 
-static int same_nproc(struct dt_agent_round *r, const struct dt_store_member *m, int count)
+static int same_nproc(struct dt_agent__round *r, const struct dt_store_member *m, int count)
 {
     for (int i = 0; i < count; i++)
         if (m[i].nproc != r->cfg.nproc)
@@ -492,7 +655,7 @@ static int same_nproc(struct dt_agent_round *r, const struct dt_store_member *m,
     return 0;
 }
 
-int dt_agent_round_wait_all(struct dt_agent_round *r)
+int dt_agent__round_wait_all(struct dt_agent__round *r)
 {
     double deadline = dt_clock_s() + r->cfg.timeout_s;
     char missing[256];
@@ -518,14 +681,14 @@ int dt_agent_round_wait_all(struct dt_agent_round *r)
     }
 }
 
-void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h)
+void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)
 {
     *h = (struct dt_agent_hooks){.ctx = r, .period_s = POLL_S, .poll = poll_round, .attempt_end = attempt_end};
 }
 
 /* Node 0 hosts the coordinator: it waits (bounded) until the other agents
  * have read the verdict and left, so none of them finds the store gone. */
-static void wait_others_gone(struct dt_agent_round *r)
+static void wait_others_gone(struct dt_agent__round *r)
 {
     double deadline = dt_clock_s() + r->cfg.grace_s + 10;
     while (!r->dead && dt_clock_s() < deadline) {
@@ -545,7 +708,7 @@ static void wait_others_gone(struct dt_agent_round *r)
 
 /* This node's rank records, one line per rank and round:
  * "<round> <rank> <pid> <exited> <wstatus> <stopped by agent> <spawn unix> <exit unix>". */
-static void publish_ranks(struct dt_agent_round *r, const struct dt_agent_result *res)
+static void publish_ranks(struct dt_agent__round *r, const struct dt_agent_result *res)
 {
     size_t cap = 64 + (size_t)res->n_attempts * (size_t)res->nproc * 96, len = 0;
     char *v = malloc(cap), k1[64];
@@ -578,7 +741,7 @@ static void add_other(struct dt_agent_attempt *at, const struct dt_agent_rank_re
 
 /* Node 0: every other node's records into res->attempts[k].others.  A node
  * that left without them (killed, lost) is named, not guessed at. */
-static void read_ranks(struct dt_agent_round *r, struct dt_agent_result *res)
+static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 {
     for (int node = 1; node < r->cfg.nnodes; node++) {
         char k1[64];
@@ -609,19 +772,19 @@ static void read_ranks(struct dt_agent_round *r, struct dt_agent_result *res)
     }
 }
 
-void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res)
+void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
-        dt_agent_round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+        dt_agent__round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
     } else if (res->status == DT_AGENT_INTERRUPTED) {
         char why[128], tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",
                  dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
-        dt_agent_round_abort(r, res->exit_status, why);
+        dt_agent__round_abort(r, res->exit_status, why);
     } else if (res->status != DT_AGENT_SUCCEEDED) {
         /* Whatever ended the job here must end it everywhere (a no-op when
          * an abort or the round's verdict got there first). */
-        dt_agent_round_abort(r, res->exit_status, "the job failed");
+        dt_agent__round_abort(r, res->exit_status, "the job failed");
     }
     if (r->dead)
         return;
@@ -634,18 +797,18 @@ void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res
     dt_store_leave(r->store);
 }
 
-void dt_agent_round_close(struct dt_agent_round *r)
+void dt_agent__round_close(struct dt_agent__round *r)
 {
     if (!r)
         return;
     dt_store_close(r->store);
-    dt_agent_hb_free(r->hb);
+    hb_free(r->hb);
     free(r);
 }
 
-int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s)
+int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step, double *age_s)
 {
     if (r->dead)
         return dt_error_set(DT_EIO, "the coordinator at %s is gone", r->coord);
-    return dt_agent_hb_read(r->hb, r->store, rank, step, age_s);
+    return hb_read(r->hb, r->store, rank, step, age_s);
 }

@@ -15,7 +15,7 @@
  * Not for writing the manifests (kubernetes_render.c).
  */
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/kubernetes_internal.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
 
 #include "base/error.h"
 #include "base/log.h"

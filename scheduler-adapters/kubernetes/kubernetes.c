@@ -16,7 +16,7 @@
  * (kubernetes_submit.c).
  */
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/kubernetes_internal.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
 
 #include "base/error.h"
 #include "base/log.h"

@@ -15,9 +15,9 @@
  * The user's env, volumes and names may not collide with these: the result
  * would be a pod that silently does something else, so render refuses.
  *
- * Not for the Job around it (kubernetes_job.c).
+ * Not for the Job around it (kubernetes_render.c).
  */
-#include "scheduler-adapters/kubernetes_internal.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
 
 #include "base/error.h"
 

@@ -8,9 +8,9 @@
  * passes it to the agents (srun forwards it to its tasks, the agents to the
  * ranks), and requeues the job when the ranks stop for it (exit status 75).
  *
- * Not for submitting (slurm_submit.c) or for the agents' side (slurm_discover.c).
+ * Not for submitting (slurm_submit.c) or for the agents' side (slurm.c).
  */
-#include "scheduler-adapters/slurm.h"
+#include "scheduler-adapters/slurm/slurm.h"
 
 #include "base/error.h"
 

@@ -16,7 +16,7 @@
  *
  * Not for running mpirun (mpirun_submit.c).
  */
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,4 +1,5 @@
-/* mpirun.h - the pieces of the mpirun adapter that other files and the tests use.
+/* mpirun.h - the pieces of the mpirun adapter that the launcher (dtrain
+ * mpirank, a rank's place for dtrain worker and bench) and the tests use.
  *
  * `scheduler: mpirun` has two shapes (docs/mpirun.md):
  *  - agents (any backend but mpi): `mpirun -np <nodes> --map-by ppr:1:node ...
@@ -6,14 +7,15 @@
  *    (or PMIX_RANK and Slurm's variables under srun --mpi=pmix) and forks
  *    the node's ranks as on any scheduler;
  *  - MPI ranks (backend: mpi): MPI's ranks must be MPI processes, so mpirun
- *    starts every rank itself (`-np` = world size) and the launcher, which
- *    hosts the coordinator, supervises and restarts mpirun as a whole.
+ *    starts every rank itself (`-np` = world size); the launcher hosts the
+ *    coordinator and its agent supervises and restarts mpirun as the one
+ *    process that stands for every rank (adapter.h's group).
  * The job token and the rest of the job's environment travel as `-x NAME`
  * (mpirun copies the value from its own environment), never as a value on
  * the command line, where `ps` would show it.
  *
  * Not for parsing the mpirun: section (spec/jobspec_sched.c) or for
- * spawning ranks of an agent (launcher/agent.h).
+ * spawning or supervising anything (the agent, launcher/agent.h).
  */
 #ifndef DT_MPIRUN_H
 #define DT_MPIRUN_H
@@ -58,7 +60,7 @@ void dt_mpirun_print_line(FILE *out, char *const *argv);
  * ":slots" or " slots=N"), or "" when mpirun picks hosts itself. */
 int dt_mpirun_first_host(const struct dt_mpirun_spec *m, char *out, size_t size);
 
-/* --- the environment of an MPI rank (mpirun_env.c) ----------------------- */
+/* --- the environment of an MPI rank (mpirun_rank.c) ---------------------- */
 
 /* Under mpirun with backend: mpi the launcher cannot give each rank its own
  * RANK; the rank reads it from MPI's launcher instead.  When DTRAIN_MPI_RANKS

@@ -1,7 +1,8 @@
 /* slurm.h - the Slurm adapter's parts (render, submit, discover) and the facts they share.
  *
  * The adapter itself is `dt_adapter_slurm` (adapter.h's contract), defined in
- * slurm.c.  These functions are public so the unit tests reach them with
+ * slurm.c; render is slurm_render.c, submit (sbatch, Slurm's commands,
+ * following the job) slurm_submit.c.  These functions are public so the unit tests reach them with
  * their own environments and without a cluster.
  *
  * One job spec becomes one sbatch script: one task per node (the agent),
@@ -37,7 +38,7 @@ extern const struct dt_adapter dt_adapter_slurm;
 /* The sbatch script for job (job_path as the nodes should open it). */
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out);
 
-/* Where this agent stands, from SLURM_* in env (see slurm_discover.c). */
+/* Where this agent stands, from SLURM_* in env (see slurm.c). */
 int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adapter_node *out);
 
 /* The coordinator's port: rendezvous.port, or derived from the job id. */
@@ -66,20 +67,5 @@ struct dt_slurm_job_info {
 void dt_slurm_parse_job_info(const char *text, struct dt_slurm_job_info *info);
 /* True for a state after which the job runs no more (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...). */
 bool dt_slurm_state_final(const char *state);
-
-/* Follows a submitted job until it ends (slurm_follow.c): state changes,
- * its output files streamed to the console (stdout lines of ranks not in
- * show are left out; NULL shows all), Ctrl-C cancels it.  Returns the
- * launcher's exit status. */
-struct dt_slurm_follow {
-    const char *job_id;
-    const char *name;
-    const char *out_path, *err_path; /* the job's --output and --error files */
-    const char *run_dir;             /* where the agents write logs and summary.json */
-    const unsigned char *show;       /* per global rank, or NULL */
-    int world;                       /* entries of show */
-    double start_mono;
-};
-int dt_slurm_follow(const struct dt_slurm_follow *f);
 
 #endif

@@ -1,4 +1,10 @@
-/* slurm_discover.c - `dtrain agent` under srun: this node's place from SLURM_* variables.
+/* slurm.c - the Slurm adapter (`scheduler: slurm`, adapter.h's contract):
+ * the table entry, and discover: `dtrain agent` under srun learns this
+ * node's place from SLURM_* variables.
+ *
+ *   dtrain render slurm job.yaml   the sbatch script (slurm_render.c)
+ *   dtrain launch job.yaml         sbatch it and follow it (slurm_submit.c)
+ *   dtrain agent job.yaml          under srun: this node's place (here)
  *
  *   node rank   SLURM_NODEID (one agent per node, so also SLURM_PROCID)
  *   nodes       SLURM_STEP_NUM_NODES, else SLURM_NNODES; must equal the spec's nodes:
@@ -16,7 +22,7 @@
  *
  * Not for starting agents (the batch script's srun does) or the coordinator.
  */
-#include "scheduler-adapters/slurm.h"
+#include "scheduler-adapters/slurm/slurm.h"
 
 #include "base/error.h"
 #include "scheduler-adapters/hostlist.h"
@@ -205,3 +211,11 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
     }
     return rc < 0 ? dt_error_prefix("dtrain agent under Slurm (job %s)", id) : 0;
 }
+
+const struct dt_adapter dt_adapter_slurm = {
+    .name = "slurm",
+    .scheduler = DT_SCHED_SLURM,
+    .render = dt_slurm_render,
+    .submit = dt_slurm_submit,
+    .discover = dt_slurm_discover,
+};

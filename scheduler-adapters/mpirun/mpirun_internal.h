@@ -1,15 +1,14 @@
 /* mpirun_internal.h - shared by the mpirun adapter's files only.
  *
  * mpirun.c is the table entry (render, discover); mpirun_submit.c is submit
- * for backend: mpi (the group the launcher's agent supervises) and hands the
- * other backends to mpirun_agents.c (mpirun in front of one agent per node).
- * Not for other adapters.
+ * in both shapes; mpirun_output.c reads what mpirun prints.  Not for other
+ * adapters.
  */
 #ifndef DT_MPIRUN_INTERNAL_H
 #define DT_MPIRUN_INTERNAL_H
 
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 
 /* -x names an agent needs from the launcher (mpirun.c). */
 const char *const *dt_mpirun__agent_exports(const struct dt_job *job);
@@ -25,8 +24,5 @@ bool dt_mpirun__untag(const char *line, size_t len, char *scratch, int *rank, bo
 
 /* The adapter's submit (mpirun_submit.c). */
 int dt_mpirun__submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
-
-/* `dtrain launch` of mpirun in front of one agent per node (mpirun_agents.c). */
-int dt_mpirun__run_agents(const struct dt_job *job, const struct dt_adapter_launch *opts);
 
 #endif

@@ -1,7 +1,7 @@
 /* mpirun.c - the mpirun adapter: `scheduler: mpirun` behind struct dt_adapter.
  *
  * render prints the mpirun line (mpirun_argv.c) with the variables it passes
- * on; submit is mpirun_submit.c (and mpirun_agents.c); discover, here, tells an agent started by
+ * on; submit is mpirun_submit.c; discover, here, tells an agent started by
  * mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
  * and the coordinator from what the launcher settled (DTRAIN_COORD_HOST,
  * DTRAIN_COORD_PORT, DTRAIN_RUN_ID), falling back to the spec: the first
@@ -9,7 +9,7 @@
  *
  * Not for running anything.
  */
-#include "scheduler-adapters/mpirun_internal.h"
+#include "scheduler-adapters/mpirun/mpirun_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -12,9 +12,9 @@
  *   mpirun has exited due to process rank 1 with PID 0 on        (ended without MPI_Finalize)
  * The first of these names the job's first failure.
  *
- * Not for running mpirun (mpirun_submit.c, mpirun_agents.c).
+ * Not for running mpirun (mpirun_submit.c).
  */
-#include "scheduler-adapters/mpirun_internal.h"
+#include "scheduler-adapters/mpirun/mpirun_internal.h"
 
 #include "base/lines.h"
 
