@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- how a process ended ---------------------------------------------------- */
+/* --- how a process ended ------------------------------------------------- */
 
 static const struct {
     int sig;
@@ -71,7 +71,8 @@ void dt_proc_describe(int wstatus, bool sigkill_hint, char *buf, size_t size)
     } else if (WIFSIGNALED(wstatus)) {
         int sig = WTERMSIG(wstatus);
         snprintf(buf, size, "killed by %s%s%s", dt_proc_signal_name(sig, tmp, sizeof tmp),
-                 sigkill_hint || sig != SIGKILL ? signal_hint(sig) : "", WCOREDUMP(wstatus) ? ", core dumped" : "");
+                 sigkill_hint || sig != SIGKILL ? signal_hint(sig) : "",
+                 WCOREDUMP(wstatus) ? ", core dumped" : "");
     } else {
         snprintf(buf, size, "ended with wait status 0x%x", (unsigned)wstatus);
     }
@@ -86,14 +87,15 @@ int dt_proc_exit_status(int wstatus)
     return 1;
 }
 
-/* ---- /proc/<pid>/stat --------------------------------------------------------- */
+/* --- /proc/<pid>/stat ---------------------------------------------------- */
 
 int dt_proc_stat_parse(const char *line, struct dt_proc_stat *out)
 {
     const char *lp = strchr(line, '('), *rp = strrchr(line, ')');
     int ppid, pgrp;
     unsigned long long ut, st;
-    /* after "pid (comm)": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+    /* after "pid (comm)": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
+     * stime */
     if (!lp || !rp || rp < lp ||
         sscanf(rp + 1, " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &out->state, &ppid, &pgrp, &ut,
                &st) != 5)
@@ -120,7 +122,7 @@ int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out)
     return dt_proc_stat_parse(buf, out);
 }
 
-/* ---- signals through a pipe ----------------------------------------------------- */
+/* --- signals through a pipe ---------------------------------------------- */
 
 static int signal_pipe_w = -1;
 
@@ -167,7 +169,7 @@ void dt_proc_signals_release(struct dt_proc_signals *s)
     close(s->w);
 }
 
-/* ---- a helper program, run to its end ---------------------------------------------- */
+/* --- a helper program, run to its end ------------------------------------ */
 
 static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
@@ -252,7 +254,7 @@ struct run {
     struct dt_proc_run *r;
     pid_t pid;
     struct stream s[2];
-    int in_fd;       /* write end of its stdin, -1 once all is written */
+    int in_fd; /* write end of its stdin, -1 once all is written */
     size_t in_done;
     int sig_fd;      /* -1 without signal passing */
     double deadline; /* 0: none */

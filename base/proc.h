@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* ---- how a process ended ---------------------------------------------------- */
+/* --- how a process ended ------------------------------------------------- */
 
 /* "SIGSEGV", "SIGKILL", ... or "signal 42" (written into buf). */
 const char *dt_proc_signal_name(int sig, char *buf, size_t size);
@@ -32,7 +32,7 @@ void dt_proc_describe(int wstatus, bool sigkill_hint, char *buf, size_t size);
 /* The shell's exit status for a waitpid(2) status: the code, or 128 + signal. */
 int dt_proc_exit_status(int wstatus);
 
-/* ---- /proc/<pid>/stat --------------------------------------------------------- */
+/* --- /proc/<pid>/stat ---------------------------------------------------- */
 
 struct dt_proc_stat {
     char state; /* R S D Z T t X ... */
@@ -48,7 +48,7 @@ int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out);
  * ')' itself, so the fields are read after the last ')'. */
 int dt_proc_stat_parse(const char *line, struct dt_proc_stat *out);
 
-/* ---- signals through a pipe ----------------------------------------------------- */
+/* --- signals through a pipe ---------------------------------------------- */
 
 #define DT_PROC_SIGNALS_MAX 8
 
@@ -67,7 +67,7 @@ int dt_proc_signals_catch(const int *sigs, int n, struct dt_proc_signals *s);
 /* Puts the dispositions back and closes the pipe. */
 void dt_proc_signals_release(struct dt_proc_signals *s);
 
-/* ---- a helper program, run to its end ---------------------------------------------- */
+/* --- a helper program, run to its end ------------------------------------ */
 
 /* What becomes of the helper's stdout (io[0]) and stderr (io[1]). */
 enum dt_proc_io {

@@ -104,7 +104,7 @@ struct dt_agent_config {
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
-    bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
+    bool progress; /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
     /* The ranks' heartbeats, for the watchdog (agent_watchdog.c): rank's last
      * reported step and the seconds since it arrived; DT_ENOTFOUND if it sent
      * none; any other error means the coordinator cannot be reached, and after
@@ -120,7 +120,7 @@ struct dt_agent_config {
      * torchrun avoids with a new store per round).  NULL: nothing to reset. */
     int (*new_round)(void *ctx, int attempt);
     void *new_round_ctx;
-    const struct dt_agent_hooks *hooks;  /* NULL: this node alone decides (one-node jobs) */
+    const struct dt_agent_hooks *hooks; /* NULL: this node alone decides (one-node jobs) */
     /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
      * group->world ranks (adapter.h): their logs, console lines, failure
      * report and summary entries come from its output and records; the
@@ -141,10 +141,10 @@ struct dt_agent_rank_result {
 
 struct dt_agent_attempt {
     double start_s, end_s;
-    int first_failed;                   /* local rank index of the first failure, or -1 */
+    int first_failed;                   /* index in ranks of the first failure, or -1 */
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
-    struct dt_agent_rank_result *ranks; /* nproc entries */
-    int hung;                           /* local rank index the watchdog declared hung, or -1 */
+    struct dt_agent_rank_result *ranks; /* res->nproc entries: this node's ranks (a group's: all) */
+    int hung;                           /* index in ranks the watchdog declared hung, or -1 */
     /* Other nodes' ranks of this round, in node 0's multi-node result (agent_rounds.c
      * gathers them at the end); times on node 0's clock through the wall clock. */
     struct dt_agent_rank_result *others;
@@ -177,8 +177,8 @@ struct dt_agent_result {
     int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
     int interrupt_signal; /* the signal that interrupted the job, or 0 */
     int n_attempts;
-    int max_attempts; /* entries allocated: max_restarts + 1 */
-    int nproc;
+    int max_attempts;                  /* entries allocated: max_restarts + 1 */
+    int nproc;                         /* entries of each attempt's ranks */
     struct dt_agent_attempt *attempts; /* max_restarts + 1 entries, n_attempts used */
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
@@ -195,7 +195,7 @@ struct dt_agent_result {
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
 
-/* --- one node's run of a job (agent_node.c) ----------------------------- */
+/* --- one node's run of a job (agent_node.c) ------------------------------ */
 
 /* What one node's run is told: by `dtrain agent` from its flags or the
  * scheduler adapter's discover, by `dtrain launch` for node 0 of a local job
@@ -213,7 +213,7 @@ struct dt_agent_node {
     const char *log_dir;    /* NULL: the spec's */
     const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
     double grace_s, start_mono;
-    const char *dtrain;     /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
+    const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
 };
 
@@ -227,16 +227,16 @@ int dt_agent_node_run(const struct dt_agent_node *n);
 
 /* One rank as the watchdog last saw it; times on the agent's clock. */
 struct dt_agent_watch {
-    double spawn_s;       /* when it was started */
-    bool has_hb;          /* a heartbeat of this attempt arrived */
-    int64_t step;         /* the last reported step */
-    double hb_age_s;      /* seconds since that heartbeat */
-    double step_since_s;  /* when `step` last changed */
+    double spawn_s;        /* when it was started */
+    bool has_hb;           /* a heartbeat of this attempt arrived */
+    int64_t step;          /* the last reported step */
+    double hb_age_s;       /* seconds since that heartbeat */
+    double step_since_s;   /* when `step` last changed */
     double behind_since_s; /* since when another rank has reported a higher step; 0: not behind.
                               Heartbeats are samples, so a rank is "behind" by a step for up to
                               one interval after every step: only a lasting lag counts. */
-    char state;           /* /proc state letter of its worst process: T, D, or 0 for neither */
-    double state_since_s; /* since when it has been in `state` */
+    char state;            /* /proc state letter of its worst process: T, D, or 0 for neither */
+    double state_since_s;  /* since when it has been in `state` */
 };
 
 /* The watchdog's verdict at time `now` for n ranks: the index of the first
@@ -251,9 +251,9 @@ struct dt_agent_watch_limits {
     bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) */
     int first_rank;    /* global rank of w[0], for the messages */
 };
-int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                         char *why, size_t size);
-/* --- the rank environment (agent_plan.c) -------------------------------- */
+int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
+                         const struct dt_agent_watch_limits *l, char *why, size_t size);
+/* --- the rank environment (agent_plan.c) --------------------------------- */
 
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns

@@ -53,10 +53,10 @@ struct dt_agent {
     int nranks;                           /* entries of sinks and of each attempt's ranks */
     struct dt_agent__proc *procs;
     struct dt_agent__sink *sinks;
-    int own_log;          /* a group's own lines: attempt_<k>/<log_name>, -1 when closed */
-    int group_wstatus;    /* how a group's process ended this attempt */
-    int group_failed;     /* a group's attempt that failed with no rank named: its exit status, else 0 */
-    bool group_stopped;   /* SIGTERM went to the group's process this attempt */
+    int own_log;        /* a group's own lines: attempt_<k>/<log_name>, -1 when closed */
+    int group_wstatus;  /* how a group's process ended this attempt */
+    int group_failed;   /* a group's attempt that failed with no rank named: its exit status, else 0 */
+    bool group_stopped; /* SIGTERM went to the group's process this attempt */
     int out_fd, err_fd;
     bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
     int null_fd;          /* /dev/null, the ranks' stdin */
@@ -70,18 +70,18 @@ struct dt_agent {
     double t0; /* cfg->start_mono, or when dt_agent_run started */
     double grace_s;
     int attempt;
-    int running;        /* ranks of this attempt not yet reaped */
-    bool stopping;      /* SIGTERM (or the forwarded signal) sent to every rank */
-    bool killing;       /* SIGKILL sent */
-    double kill_at;     /* when `stopping` turns into SIGKILL */
-    double killed_at;   /* when SIGKILL was sent */
-    bool swept;         /* looked for processes the ranks left behind */
-    long long oom_base; /* the cgroup's OOM kill count when the attempt started, -1: unknown */
-    int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
-    int interrupt_sig;  /* a signal the launcher received, 0 if none */
-    int stop_sig;       /* the signal `stopping` sent (SIGTERM or the forwarded one) */
-    bool requeue_asked; /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
-    int requeue_exits;  /* ranks of this attempt that did */
+    int running;                  /* processes of this attempt not yet reaped */
+    bool stopping;                /* SIGTERM (or the forwarded signal) sent to every rank */
+    bool killing;                 /* SIGKILL sent */
+    double kill_at;               /* when `stopping` turns into SIGKILL */
+    double killed_at;             /* when SIGKILL was sent */
+    bool swept;                   /* looked for processes the ranks left behind */
+    long long oom_base;           /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;              /* for the first failure: see dt_agent_failure.oom_killer */
+    int interrupt_sig;            /* a signal the launcher received, 0 if none */
+    int stop_sig;                 /* the signal `stopping` sent (SIGTERM or the forwarded one) */
+    bool requeue_asked;           /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
+    int requeue_exits;            /* ranks of this attempt that did */
     struct dt_progress *progress; /* the live progress line, NULL when off */
     double next_watch;            /* when the watchdog looks next; 0: it is off */
     double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
@@ -90,7 +90,7 @@ struct dt_agent {
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
 
-/* --- agent_procs.c --------------------------------------------------------- */
+/* --- agent_procs.c ------------------------------------------------------- */
 
 /* Allocates a's processes, sinks and buffers for cfg (and raises the file
  * descriptor limit they need); dt_agent__free undoes it. */
@@ -114,7 +114,7 @@ void dt_agent__close_attempt(struct dt_agent *a);
  * of file closes the pipe.  Returns bytes read, 0 at end of file. */
 ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s);
 
-/* --- agent_watchdog.c ------------------------------------------------------ */
+/* --- agent_watchdog.c ---------------------------------------------------- */
 
 #define DT_AGENT__WATCH_PERIOD_S 0.5 /* how often the watchdog looks */
 #define DT_AGENT__COORD_LOST (-2)    /* dt_agent__watchdog_tick: the coordinator is gone */
@@ -131,7 +131,7 @@ int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, ch
 /* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
 int dt_agent__oom_count(long long *count);
 
-/* --- agent_plan.c ------------------------------------------------------------ */
+/* --- agent_plan.c -------------------------------------------------------- */
 
 /* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
 int dt_agent__plan_nproc(const struct dt_job *job, int *nproc);
@@ -140,7 +140,7 @@ int dt_agent__plan_check_command(const struct dt_job *job);
 /* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
 void dt_agent__plan_say_env(const struct dt_job *job, int nproc);
 
-/* --- agent_summary.c ---------------------------------------------------------- */
+/* --- agent_summary.c ----------------------------------------------------- */
 
 /* Writes <run dir>/summary.json through a temporary file and rename(2), so a
  * reader never sees half of it. */
@@ -152,7 +152,7 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
 /* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
 void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 
-/* --- agent_rounds.c ------------------------------------------------------------- */
+/* --- agent_rounds.c ------------------------------------------------------ */
 
 /* One node of a multi-node job: its agent's link to the others through the
  * coordinator's store (membership, the round counter, the first failure). */
@@ -163,8 +163,8 @@ struct dt_agent__round_config {
     int node_rank, nnodes, nproc;
     const char *coord_host; /* how this agent reaches the coordinator */
     int coord_port;
-    const char *token;      /* NULL with auth: none */
-    double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
+    const char *token; /* NULL with auth: none */
+    double timeout_s;  /* rendezvous.timeout: connecting, every node joining */
     double grace_s;
     struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
 };

@@ -51,7 +51,7 @@ struct node {
     char run_id[64], run_dir[PATH_MAX];
 };
 
-/* ---- checks ------------------------------------------------------------------ */
+/* --- checks -------------------------------------------------------------- */
 
 static int check(struct node *nd)
 {
@@ -69,7 +69,7 @@ static int check(struct node *nd)
     return rc;
 }
 
-/* ---- rendezvous --------------------------------------------------------------- */
+/* --- rendezvous ---------------------------------------------------------- */
 
 static int host_coordinator(struct node *nd)
 {
@@ -77,11 +77,13 @@ static int host_coordinator(struct node *nd)
     nd->cc = (struct dt_coord_config){
         .bind_host = n->coord_bind, .port = n->coord_port, .token = nd->token[0] ? nd->token : NULL};
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
-        return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind, n->coord_port);
+        return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind,
+                               n->coord_port);
     if (!nd->token[0])
-        dt_log_warn("rendezvous.auth is none: the coordinator on %s:%d serves any client that reaches it without a "
-                    "job token (what PyTorch scripts need)",
-                    n->coord_bind, dt_coord_port(nd->coord));
+        dt_log_warn(
+            "rendezvous.auth is none: the coordinator on %s:%d serves any client that reaches it without a "
+            "job token (what PyTorch scripts need)",
+            n->coord_bind, dt_coord_port(nd->coord));
     return 0;
 }
 
@@ -96,11 +98,16 @@ static int join_round(struct node *nd)
     const struct dt_agent_node *n = nd->n;
     const struct dt_job *job = n->job;
     double timeout = job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
-    struct dt_agent__round_config rc_cfg = {
-        .job = job, .node_rank = n->node_rank, .nnodes = n->nnodes, .nproc = nd->nproc,
-        .coord_host = nd->coord ? "127.0.0.1" : n->coord_host, .coord_port = n->coord_port,
-        .token = nd->token[0] ? nd->token : NULL, .timeout_s = timeout,
-        .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S, .coord = nd->coord};
+    struct dt_agent__round_config rc_cfg = {.job = job,
+                                            .node_rank = n->node_rank,
+                                            .nnodes = n->nnodes,
+                                            .nproc = nd->nproc,
+                                            .coord_host = nd->coord ? "127.0.0.1" : n->coord_host,
+                                            .coord_port = n->coord_port,
+                                            .token = nd->token[0] ? nd->token : NULL,
+                                            .timeout_s = timeout,
+                                            .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S,
+                                            .coord = nd->coord};
     int rc = dt_agent__round_open(&rc_cfg, &nd->round);
     if (rc == 0)
         rc = dt_agent__round_run_id(nd->round, nd->run_id, sizeof nd->run_id);
@@ -118,8 +125,9 @@ static int rendezvous(struct node *nd)
     const struct dt_agent_node *n = nd->n;
     const struct dt_job *job = n->job;
     if (several_agents(n) && n->coord_port <= 0)
-        return dt_error_set(DT_EINVAL, "%s: a job of %d nodes needs a fixed coordinator port every node knows: "
-                                       "give --coordinator HOST:PORT or set rendezvous.port",
+        return dt_error_set(DT_EINVAL,
+                            "%s: a job of %d nodes needs a fixed coordinator port every node knows: "
+                            "give --coordinator HOST:PORT or set rendezvous.port",
                             job->path, n->nnodes);
     snprintf(nd->token, sizeof nd->token, "%s", n->token ? n->token : "");
     int rc = 0;
@@ -134,11 +142,12 @@ static int rendezvous(struct node *nd)
     if (rc == 0 && nd->run_id[0])
         rc = dt_run_dir_open(log_dir, job->name, nd->run_id, nd->run_dir, sizeof nd->run_dir);
     else if (rc == 0)
-        rc = dt_run_dir_create(log_dir, job->name, nd->run_id, sizeof nd->run_id, nd->run_dir, sizeof nd->run_dir);
+        rc = dt_run_dir_create(log_dir, job->name, nd->run_id, sizeof nd->run_id, nd->run_dir,
+                               sizeof nd->run_dir);
     return rc;
 }
 
-/* ---- the hooks ------------------------------------------------------------------ */
+/* --- the hooks ----------------------------------------------------------- */
 
 /* With auth: token, PyTorch's TCPStore client (which cannot present dtrain's
  * token) is turned away and retries for as long as its timeout, so the job
@@ -155,15 +164,17 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
     if (!strstr(last, "PyTorch"))
         return DT_AGENT_GO_ON;
     const struct dt_job *job = nd->n->job;
-    dt_log_error("job %s: a rank connected to the coordinator without the job token and was refused: it "
-                 "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
-                 "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
-                 "job.",
-                 job->name, job->path);
+    dt_log_error(
+        "job %s: a rank connected to the coordinator without the job token and was refused: it "
+        "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
+        "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
+        "job.",
+        job->name, job->path);
     *status = 1;
     if (nd->round)
-        dt_agent__round_abort(nd->round, *status, "PyTorch ranks were refused for lack of the job token: set "
-                                                 "`rendezvous: {auth: none}` in the job spec");
+        dt_agent__round_abort(nd->round, *status,
+                              "PyTorch ranks were refused for lack of the job token: set "
+                              "`rendezvous: {auth: none}` in the job spec");
     return DT_AGENT_ABORT;
 }
 
@@ -177,7 +188,8 @@ static enum dt_agent_verdict poll_hook(void *ctx, const struct dt_agent_result *
     return nd->round_hooks.poll(nd->round_hooks.ctx, res, attempt, status);
 }
 
-static int attempt_end(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart, int *status)
+static int attempt_end(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart,
+                       int *status)
 {
     struct node *nd = ctx;
     return nd->round_hooks.attempt_end(nd->round_hooks.ctx, res, attempt, sig_fd, restart, status);
@@ -209,11 +221,12 @@ static int new_round(void *ctx, int attempt)
     nd->coord = NULL;
     nd->refusals = 0;
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
-        return dt_error_prefix("attempt %d: cannot start a fresh coordinator on port %d", attempt, nd->cc.port);
+        return dt_error_prefix("attempt %d: cannot start a fresh coordinator on port %d", attempt,
+                               nd->cc.port);
     return 0;
 }
 
-/* ---- the run ------------------------------------------------------------------------ */
+/* --- the run ------------------------------------------------------------- */
 
 static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
 {
@@ -225,10 +238,11 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
                     world == 1 ? "" : "s", n->nnodes, n->nnodes == 1 ? "" : "s", nd->nproc, cfg->argv[0],
                     cfg->master_addr, cfg->master_port, nd->run_dir);
     else if (n->nnodes > 1)
-        dt_log_info("job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s", job,
-                    n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-                    n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, cfg->master_addr,
-                    cfg->master_port, nd->run_dir);
+        dt_log_info(
+            "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s", job,
+            n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
+            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, cfg->master_addr, cfg->master_port,
+            nd->run_dir);
     else
         dt_log_info("job %s: %d rank%s of '%s', coordinator %s:%d, run %s", job, nd->nproc,
                     nd->nproc == 1 ? "" : "s", cfg->argv[0], cfg->master_addr, cfg->master_port, nd->run_dir);

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* --- before the run --------------------------------------------------------- */
+/* --- before the run ------------------------------------------------------ */
 
 /* The GPUs this process may use, as CUDA would count them. */
 static int count_gpus(void)
@@ -93,7 +93,7 @@ void dt_agent__plan_say_env(const struct dt_job *job, int nproc)
                     "(set it under env: to change that)");
 }
 
-/* --- the rank environment --------------------------------------------------- */
+/* --- the rank environment ------------------------------------------------ */
 
 /* Compares the name part of "NAME=value" with `name`. */
 static bool entry_is(const char *entry, const char *name)

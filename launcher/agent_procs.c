@@ -44,7 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* --- starting and signalling ------------------------------------------------ */
+/* --- starting and signalling --------------------------------------------- */
 
 /* Only async-signal-safe calls from here on: the launcher has a coordinator
  * thread, and a forked child of a threaded process may hold copies of its
@@ -324,7 +324,7 @@ void dt_agent__close_attempt(struct dt_agent *a)
     a->own_log = -1;
 }
 
-/* --- the "[rank N]" prefix and the stderr tail ------------------------------ */
+/* --- the "[rank N]" prefix and the stderr tail --------------------------- */
 
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len)
 {
@@ -376,7 +376,7 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
     return t->count;
 }
 
-/* --- output: pipes to log files and the console ----------------------------- */
+/* --- output: pipes to log files and the console -------------------------- */
 
 struct line_ctx {
     struct dt_agent *a;
@@ -426,8 +426,8 @@ static void log_write(int *fd, const char *buf, size_t len)
 }
 
 /* One line (or piece) of a rank's stream: its stderr tail, the console. */
-static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err, const char *line, size_t len,
-                       bool complete)
+static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err, const char *line,
+                       size_t len, bool complete)
 {
     bool *continuing = &k->continuing[is_err];
     if (*continuing && complete && len == 0) {
@@ -501,7 +501,7 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
     return n;
 }
 
-/* --- the agent's state: processes, sinks, buffers --------------------------- */
+/* --- the agent's state: processes, sinks, buffers ------------------------ */
 
 #define READ_CHUNK 65536
 
@@ -536,7 +536,9 @@ static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
         for (int i = 0; i < a->nranks; i++)
             res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
     }
-    return res->attempts ? 0 : dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+    return res->attempts
+               ? 0
+               : dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
 }
 
 static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
@@ -585,8 +587,8 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
     a->scratch = malloc(DT_LINES_MAX + 64);
-    if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc || !a->readbuf ||
-        !a->scratch)
+    if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
+        !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
     if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
         return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
@@ -613,4 +615,3 @@ void dt_agent__free(struct dt_agent *a)
     free(a->scratch);
     setrlimit(RLIMIT_NOFILE, &a->nofile);
 }
-

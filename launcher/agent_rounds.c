@@ -75,7 +75,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --- heartbeats for the other nodes' watchdogs ------------------------------ */
+/* --- heartbeats for the other nodes' watchdogs --------------------------- */
 
 #define RELAY_S 0.25
 #define LINE_MAX_CHARS 64 /* "<rank> <step> <age>\n" */
@@ -217,7 +217,7 @@ static int hb_read(struct hb_relay *h, struct dt_store *s, int rank, int64_t *st
     return dt_error_set(DT_ENOTFOUND, "rank %d has not sent a heartbeat", rank);
 }
 
-/* --- the rounds ------------------------------------------------------------- */
+/* --- the rounds ---------------------------------------------------------- */
 
 #define POLL_S 0.1
 #define MAX_ROUNDS 1024
@@ -225,8 +225,8 @@ static int hb_read(struct hb_relay *h, struct dt_store *s, int rank, int64_t *st
 struct dt_agent__round {
     struct dt_agent__round_config cfg;
     struct dt_store *store;
-    char coord[300];       /* host:port, for messages */
-    bool dead;             /* the coordinator is gone: nothing more is asked of it */
+    char coord[300]; /* host:port, for messages */
+    bool dead;       /* the coordinator is gone: nothing more is asked of it */
     bool published[MAX_ROUNDS];
     bool told_stop;
     struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
@@ -316,10 +316,11 @@ static int member_lost(struct dt_agent__round *r, char *why, size_t n)
     int lost = 0;
     for (int i = 0; i < count && !lost; i++)
         if (m[i].state == DT_STORE_MEMBER_LOST) {
-            snprintf(why, n,
-                     "node %d (%s, agent pid %ld) lost its connection to the coordinator: its agent was killed, "
-                     "or its host or the network went away",
-                     m[i].node_rank, m[i].host, m[i].pid);
+            snprintf(
+                why, n,
+                "node %d (%s, agent pid %ld) lost its connection to the coordinator: its agent was killed, "
+                "or its host or the network went away",
+                m[i].node_rank, m[i].host, m[i].pid);
             lost = 1;
         }
     free(m);
@@ -412,14 +413,16 @@ static void publish_failinfo(struct dt_agent__round *r, const struct dt_agent_re
 {
     const struct dt_agent_failure *ff = &res->first_failure;
     size_t cap = 16384 + sizeof ff->tail, len = 0;
-    char *v = malloc(cap), host[256] = "?", k1[64], msg[sizeof ff->error_message], why[sizeof ff->hang_reason];
+    char *v = malloc(cap), host[256] = "?", k1[64], msg[sizeof ff->error_message],
+         why[sizeof ff->hang_reason];
     if (!v)
         return;
     gethostname(host, sizeof host);
-    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f %d %lld %.6f %d %d\n%s\n%s\n%s\n%s\n%s\n", ff->rank,
-                            ff->wstatus, r->cfg.node_rank, ff->n_tail, res->started_unix + ff->time_s, ff->hung,
-                            (long long)ff->hung_step, res->started_unix + ff->hang_detected_s, ff->oom_killer,
-                            ff->final, host, ff->error_file, one_line(ff->error_message, msg, sizeof msg),
+    len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %.6f %d %lld %.6f %d %d\n%s\n%s\n%s\n%s\n%s\n",
+                            ff->rank, ff->wstatus, r->cfg.node_rank, ff->n_tail,
+                            res->started_unix + ff->time_s, ff->hung, (long long)ff->hung_step,
+                            res->started_unix + ff->hang_detected_s, ff->oom_killer, ff->final, host,
+                            ff->error_file, one_line(ff->error_message, msg, sizeof msg),
                             one_line(ff->hang_reason, why, sizeof why), ff->hang_report);
     for (int i = 0; i < ff->n_tail && len < cap; i++)
         len += (size_t)snprintf(v + len, cap - len, "%s\n", ff->tail[i]);
@@ -457,8 +460,8 @@ static void read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res
     long long hung_step = -1;
     double when = 0, detected = 0;
     memset(ff, 0, sizeof *ff);
-    if (sscanf(next_line(&p), "%d %d %d %d %lf %d %lld %lf %d %d", &ff->rank, &ff->wstatus, &node, &n_tail, &when,
-               &hung, &hung_step, &detected, &oom, &final) == 10) {
+    if (sscanf(next_line(&p), "%d %d %d %d %lf %d %lld %lf %d %d", &ff->rank, &ff->wstatus, &node, &n_tail,
+               &when, &hung, &hung_step, &detected, &oom, &final) == 10) {
         char *host = next_line(&p);
         ff->node = node;
         /* On node 0's clock, as the summary's other times. */
@@ -548,7 +551,8 @@ static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k,
     if (r->cfg.node_rank == 0 && res->have_failure && res->first_failure.attempt == k)
         res->first_failure.final = !retry;
     if (retry && k < r->cfg.job->max_restarts) {
-        dt_log_warn("round %d: rank %d on node %d %s first; every node restarts its ranks", k, rank, node, desc);
+        dt_log_warn("round %d: rank %d on node %d %s first; every node restarts its ranks", k, rank, node,
+                    desc);
         *restart = true;
         return 0;
     }
@@ -593,8 +597,8 @@ int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_age
         return dt_error_set(DT_ENOMEM, "out of memory");
     }
     snprintf(r->coord, sizeof r->coord, "%s:%d", cfg->coord_host, cfg->coord_port);
-    struct dt_store_options o = {.host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token,
-                                 .timeout_s = cfg->timeout_s};
+    struct dt_store_options o = {
+        .host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token, .timeout_s = cfg->timeout_s};
     int rc = dt_store_connect(&o, &r->store);
     if (rc) {
         dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
@@ -648,10 +652,11 @@ static int same_nproc(struct dt_agent__round *r, const struct dt_store_member *m
 {
     for (int i = 0; i < count; i++)
         if (m[i].nproc != r->cfg.nproc)
-            return dt_error_set(DT_EINVAL,
-                                "node %d (%s) runs %d ranks but node %d runs %d: nproc_per_node must come out "
-                                "the same on every node (WORLD_SIZE = nnodes x nproc_per_node)",
-                                m[i].node_rank, m[i].host, m[i].nproc, r->cfg.node_rank, r->cfg.nproc);
+            return dt_error_set(
+                DT_EINVAL,
+                "node %d (%s) runs %d ranks but node %d runs %d: nproc_per_node must come out "
+                "the same on every node (WORLD_SIZE = nnodes x nproc_per_node)",
+                m[i].node_rank, m[i].host, m[i].nproc, r->cfg.node_rank, r->cfg.nproc);
     return 0;
 }
 
@@ -683,7 +688,8 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 
 void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)
 {
-    *h = (struct dt_agent_hooks){.ctx = r, .period_s = POLL_S, .poll = poll_round, .attempt_end = attempt_end};
+    *h =
+        (struct dt_agent_hooks){.ctx = r, .period_s = POLL_S, .poll = poll_round, .attempt_end = attempt_end};
 }
 
 /* Node 0 hosts the coordinator: it waits (bounded) until the other agents
@@ -719,7 +725,8 @@ static void publish_ranks(struct dt_agent__round *r, const struct dt_agent_resul
         for (int i = 0; i < res->nproc && len < cap; i++) {
             const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[i];
             len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %d %d %.6f %.6f\n", k, rr->rank, rr->pid,
-                                    rr->exited, rr->wstatus, rr->stopped_by_agent, res->started_unix + rr->spawn_s,
+                                    rr->exited, rr->wstatus, rr->stopped_by_agent,
+                                    res->started_unix + rr->spawn_s,
                                     rr->exited ? res->started_unix + rr->exit_s : 0.0);
         }
     key(k1, sizeof k1, "ranks", r->cfg.node_rank);
@@ -750,7 +757,8 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
         key(k1, sizeof k1, "ranks", node);
         if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0) {
             dt_log_warn("node %d left no rank records: summary.json lists its failure only if it was the "
-                        "round's first", node);
+                        "round's first",
+                        node);
             free(v);
             continue;
         }
@@ -759,8 +767,9 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
             struct dt_agent_rank_result rr = {0};
             int k, exited, stopped;
             double spawn_u, exit_u;
-            if (sscanf(next_line(&p), "%d %d %d %d %d %d %lf %lf", &k, &rr.rank, &rr.pid, &exited, &rr.wstatus,
-                       &stopped, &spawn_u, &exit_u) != 8 || k < 0 || k >= res->n_attempts)
+            if (sscanf(next_line(&p), "%d %d %d %d %d %d %lf %lf", &k, &rr.rank, &rr.pid, &exited,
+                       &rr.wstatus, &stopped, &spawn_u, &exit_u) != 8 ||
+                k < 0 || k >= res->n_attempts)
                 continue;
             rr.exited = exited;
             rr.stopped_by_agent = stopped;
@@ -775,7 +784,8 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
-        dt_agent__round_abort(r, res->exit_status, "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+        dt_agent__round_abort(r, res->exit_status,
+                              "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
     } else if (res->status == DT_AGENT_INTERRUPTED) {
         char why[128], tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",

@@ -1,5 +1,6 @@
 /* agent_summary.c - what the agent tells a person after a run: the
- * first-failure report on the console and <run dir>/summary.json.
+ * first-failure report on the console, <run dir>/summary.json, and the
+ * closing line (with a trainer's findings, as `dtrain report` words them).
  *
  * Not for deciding anything: the supervision loop (agent_supervise.c) fills
  * struct dt_agent_result; this file only renders it.

@@ -50,11 +50,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --- signals and stopping --------------------------------------------------- */
+/* --- signals and stopping ------------------------------------------------ */
 
 #define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
 
-#define UNKILLABLE_S 10     /* after SIGKILL, how long to wait for processes stuck in the kernel */
+#define UNKILLABLE_S 10 /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
 /* The job's signals, SIGUSR1 (a scheduler's time limit is near: requeue, below)
  * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
@@ -93,7 +93,7 @@ static void kill_everything(struct dt_agent *a)
     dt_agent__signal_leftovers(a, SIGKILL);
 }
 
-/* --- SIGUSR1: checkpoint, stop, be requeued --------------------------------- */
+/* --- SIGUSR1: checkpoint, stop, be requeued ------------------------------ */
 
 /* Not dt_agent__signal_groups: that marks the ranks as stopped by the agent, and
  * these are only asked to stop; one that then fails has failed. */
@@ -138,7 +138,7 @@ static bool requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *l
     return true;
 }
 
-/* --- the hooks -------------------------------------------------------------- */
+/* --- the hooks ----------------------------------------------------------- */
 
 #define DEFAULT_PERIOD_S 0.1
 
@@ -203,7 +203,7 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
     return 0;
 }
 
-/* --- failures and hangs ----------------------------------------------------- */
+/* --- failures and hangs -------------------------------------------------- */
 
 /* A rank that dies by a signal dtrain did not send, right after another rank
  * exited with a code, is the first failure: its peers' "peer died" exits can
@@ -240,9 +240,10 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
         return;
     bool replaces = at->first_failed >= 0;
     if (replaces)
-        dt_log_warn("rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
-                    "the first failure",
-                    r->rank, at->ranks[at->first_failed].rank, r->rank);
+        dt_log_warn(
+            "rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
+            "the first failure",
+            r->rank, at->ranks[at->first_failed].rank, r->rank);
     at->first_failed = i;
     a->oom_verdict = -1;
     long long oom_now;
@@ -313,7 +314,7 @@ static void watchdog(struct dt_agent *a)
     }
 }
 
-/* --- the poll loop ---------------------------------------------------------- */
+/* --- the poll loop ------------------------------------------------------- */
 
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
  * while the agent still has children. */
@@ -463,7 +464,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
     }
 }
 
-/* --- one attempt ------------------------------------------------------------ */
+/* --- one attempt --------------------------------------------------------- */
 
 static void record_failure(struct dt_agent *a, const char *attempt_dir)
 {
@@ -613,8 +614,8 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (rc < 0)
         kill_everything(a); /* the ranks already started must not wait forever for the rest */
     else
-        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks, a->nranks == 1 ? "" : "s",
-                     dir);
+        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks,
+                     a->nranks == 1 ? "" : "s", dir);
     if (rc == 0)
         dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
@@ -656,12 +657,12 @@ static bool final_by_policy(struct dt_agent *a)
         snprintf(who, sizeof who, "rank %d", at->ranks[at->first_failed].rank);
     else
         snprintf(who, sizeof who, "%s", a->cfg->argv[0]);
-    dt_log_error("%s ended with exit status %d, which restart_policy.%s says is final: not restarting", who, status,
-                 listed ? "on_exit" : "default");
+    dt_log_error("%s ended with exit status %d, which restart_policy.%s says is final: not restarting", who,
+                 status, listed ? "on_exit" : "default");
     return true;
 }
 
-/* --- the run ---------------------------------------------------------------- */
+/* --- the run ------------------------------------------------------------- */
 
 static void finish(struct dt_agent *a)
 {
@@ -708,8 +709,8 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
         handle_signals(a, sig_fd);
         if (a->interrupt_sig)
             return 0;
-        dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a->nranks,
-                    a->nranks == 1 ? "" : "s", a->attempt + 1, max);
+        dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)",
+                    a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
         return 1;
     }
     if (failure_status(a, &a->res->attempts[a->attempt]) < 0 || final_by_policy(a))

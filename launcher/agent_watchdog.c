@@ -58,8 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --- the rule and the look -------------------------------------------------- */
-
+/* --- the rule and the look ----------------------------------------------- */
 
 static const char *state_words(char s)
 {
@@ -300,7 +299,7 @@ int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size)
     return dt_agent_watch_judge(w, a->nproc, now, &l, why, size);
 }
 
-/* --- the hang report -------------------------------------------------------- */
+/* --- the hang report ----------------------------------------------------- */
 
 #define LOG_TAIL_BYTES 8192
 #define LOG_TAIL_LINES 10
@@ -466,7 +465,7 @@ int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, ch
     return rc;
 }
 
-/* --- the OOM killer --------------------------------------------------------- */
+/* --- the OOM killer ------------------------------------------------------ */
 
 int dt_agent_oom_parse(const char *text, long long *count)
 {

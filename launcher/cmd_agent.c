@@ -95,8 +95,8 @@ static int parse_value(const char *a, const char *v, struct agent_opts *o)
 
 static int parse_args(int argc, char **argv, struct agent_opts *o)
 {
-    static const char *const with_value[] = {"--node-rank", "--nnodes", "--coordinator", "--run-id",
-                                             "--log-dir", "--ranks", "--grace-period", NULL};
+    static const char *const with_value[] = {"--node-rank", "--nnodes", "--coordinator",  "--run-id",
+                                             "--log-dir",   "--ranks",  "--grace-period", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool takes = false;
@@ -114,7 +114,8 @@ static int parse_args(int argc, char **argv, struct agent_opts *o)
             return dt_cli_usage_error("agent", "the job token is not taken on the command line (others could "
                                                "read it): set DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE");
         } else if (a[0] == '-' && a[1]) {
-            return dt_cli_usage_error("agent", "unknown option '%s'%s", a, takes ? " (it needs a value)" : "");
+            return dt_cli_usage_error("agent", "unknown option '%s'%s", a,
+                                      takes ? " (it needs a value)" : "");
         } else if (o->job_path) {
             return dt_cli_usage_error("agent", "one job file at a time (got '%s' and '%s')", o->job_path, a);
         } else {
@@ -156,10 +157,11 @@ static int placement(const struct agent_opts *o, const struct dt_job *job, struc
     if (!manual) {
         const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
         if (!ad || !ad->discover)
-            return dt_error_set(DT_EUNSUPPORTED,
-                                "%s: scheduler: %s has no adapter built into this dtrain to tell this node its "
-                                "place: give --node-rank, --nnodes and --coordinator",
-                                job->path, dt_scheduler_name(job->scheduler));
+            return dt_error_set(
+                DT_EUNSUPPORTED,
+                "%s: scheduler: %s has no adapter built into this dtrain to tell this node its "
+                "place: give --node-rank, --nnodes and --coordinator",
+                job->path, dt_scheduler_name(job->scheduler));
         return ad->discover(job, environ, n);
     }
     n->nnodes = o->nnodes > 0 ? o->nnodes : job->nodes;
@@ -171,8 +173,10 @@ static int placement(const struct agent_opts *o, const struct dt_job *job, struc
                             n->nnodes, n->nnodes == 1 ? "" : "s", n->nnodes - 1);
     int rc = parse_coordinator(o->coordinator ? o->coordinator : "127.0.0.1", job, n);
     if (rc == 0 && !o->coordinator && n->nnodes > 1)
-        rc = dt_error_set(DT_EINVAL, "--coordinator HOST:PORT is needed for %d nodes: it says where node 0's "
-                                     "agent hosts the coordinator", n->nnodes);
+        rc = dt_error_set(DT_EINVAL,
+                          "--coordinator HOST:PORT is needed for %d nodes: it says where node 0's "
+                          "agent hosts the coordinator",
+                          n->nnodes);
     return rc;
 }
 

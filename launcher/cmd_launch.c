@@ -97,7 +97,8 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
 
 /* adapter.h's host_node0: node 0 of the job, run in this process (the local
  * adapter's whole job; mpirun's MPI ranks, through their one process). */
-static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o, const struct dt_adapter_host *h)
+static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
+                      const struct dt_adapter_host *h)
 {
     struct dt_agent_node n = {.job = job,
                               .who = "dtrain launch",
@@ -129,16 +130,19 @@ static int run(int argc, char **argv)
     }
     const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
     if (!ad || !ad->submit) {
-        fprintf(stderr,
-                "dtrain launch: %s: scheduler: %s is not built into this version of dtrain (%s)\n",
+        fprintf(stderr, "dtrain launch: %s: scheduler: %s is not built into this version of dtrain (%s)\n",
                 job->path, dt_scheduler_name(job->scheduler), dt_version);
         dt_job_free(job);
         return 2;
     }
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    struct dt_adapter_launch lo = {.log_dir = o.log_dir, .ranks = o.ranks, .grace_s = o.grace_s,
-                                   .start_mono = o.start_mono, .dtrain_path = self, .host_node0 = host_node0};
+    struct dt_adapter_launch lo = {.log_dir = o.log_dir,
+                                   .ranks = o.ranks,
+                                   .grace_s = o.grace_s,
+                                   .start_mono = o.start_mono,
+                                   .dtrain_path = self,
+                                   .host_node0 = host_node0};
     int status = ad->submit(job, &lo);
     dt_job_free(job);
     return status;

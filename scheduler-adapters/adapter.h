@@ -8,7 +8,7 @@
  * adds a plugin behind its ops table: no switch on the scheduler elsewhere.
  *
  *   dtrain render <sched> job.yaml  ->  adapter->render  (sbatch script, manifests, mpirun line)
- *   dtrain launch job.yaml          ->  adapter->submit  (local: host node 0 here; slurm: sbatch and follow; ...)
+ *   dtrain launch job.yaml          ->  adapter->submit  (local: node 0 here; slurm: sbatch, follow; ...)
  *   dtrain agent job.yaml           ->  adapter->discover, then the agent runs this node's ranks
  *
  * Adapters sit below the launcher: they see the spec, comm/ and base/, and
@@ -86,11 +86,12 @@ struct dt_adapter_group {
 
 /* Node 0 of a job, as an adapter asks the launcher to host it. */
 struct dt_adapter_host {
-    int nnodes;             /* the job's nodes: 1, or the nodes a group spans */
-    int nproc;              /* ranks per node; 0: nproc_per_node resolved here (gpu: this machine's GPUs) */
-    const char *bind;       /* where the coordinator listens: "127.0.0.1" when every rank is on this
-                               machine, else "0.0.0.0" */
-    const char *advertise;  /* how ranks reach it (MASTER_ADDR) */
+    int nnodes; /* the job's nodes: 1, or the nodes a group spans */
+    int nproc;  /* ranks per node; 0: nproc_per_node resolved here (gpu: this machine's GPUs) */
+    /* Where the coordinator listens: "127.0.0.1" when every rank is on this
+     * machine, else "0.0.0.0"; and how ranks reach it (MASTER_ADDR). */
+    const char *bind;
+    const char *advertise;
     const struct dt_adapter_group *group; /* NULL: the agent forks nproc ranks here */
 };
 

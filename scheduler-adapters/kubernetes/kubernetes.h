@@ -41,10 +41,6 @@ int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
 struct dt_adapter_launch;
 /* The adapter's submit: kubectl apply, then follow the Job to its end. */
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
-/* "---", apiVersion, kind and metadata (name <job><suffix>, namespace, labels). */
-void dt_k8s_put_meta(const struct dt_job *job, const char *kind, const char *suffix, FILE *out);
-/* Writes the Job object (its pod template through dt_k8s_put_pod_spec). */
-void dt_k8s_put_job(const struct dt_job *job, FILE *out);
 /* What the pod template cannot hold (the user's env or volumes colliding
  * with dtrain's own): 0 or DT_EINVAL naming the key.  Render calls it before
  * writing anything. */
@@ -65,7 +61,5 @@ int dt_k8s_block(FILE *out, int ind, const char *text, size_t len);
 void dt_k8s_bytes(FILE *out, uint64_t bytes);
 /* `ind` spaces. */
 void dt_k8s_indent(FILE *out, int ind);
-/* Common labels of every object, at indentation `ind`. */
-void dt_k8s_labels(const struct dt_job *job, int ind, FILE *out);
 
 #endif

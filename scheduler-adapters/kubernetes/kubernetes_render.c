@@ -50,7 +50,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* --- YAML scalars ----------------------------------------------------------- */
+/* --- YAML scalars -------------------------------------------------------- */
 
 static const char *const typed_words[] = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", NULL};
 
@@ -127,19 +127,7 @@ void dt_k8s_bytes(FILE *out, uint64_t bytes)
     fprintf(out, "\"%llu\"", (unsigned long long)bytes);
 }
 
-void dt_k8s_labels(const struct dt_job *job, int ind, FILE *out)
-{
-    dt_k8s_indent(out, ind);
-    fputs("app.kubernetes.io/name: dtrain\n", out);
-    dt_k8s_indent(out, ind);
-    fputs("app.kubernetes.io/instance: ", out);
-    dt_k8s_str(out, job->name);
-    fputc('\n', out);
-    dt_k8s_indent(out, ind);
-    fputs("app.kubernetes.io/managed-by: dtrain\n", out);
-}
-
-/* --- ConfigMap, Secret, Service and the order of documents ------------------ */
+/* --- metadata, ConfigMap, Secret, Service -------------------------------- */
 
 int dt_k8s_port(const struct dt_job *job)
 {
@@ -151,7 +139,21 @@ void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size)
     snprintf(buf, size, "%s-0.%s", job->name, job->name);
 }
 
-void dt_k8s_put_meta(const struct dt_job *job, const char *kind, const char *suffix, FILE *out)
+/* Common labels of every object, at indentation `ind`. */
+static void labels(const struct dt_job *job, int ind, FILE *out)
+{
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/name: dtrain\n", out);
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/instance: ", out);
+    dt_k8s_str(out, job->name);
+    fputc('\n', out);
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/managed-by: dtrain\n", out);
+}
+
+/* "---", apiVersion, kind and metadata (name <job><suffix>, namespace, labels). */
+static void put_meta(const struct dt_job *job, const char *kind, const char *suffix, FILE *out)
 {
     fprintf(out, "---\napiVersion: %s\nkind: %s\nmetadata:\n  name: ",
             strcmp(kind, "Job") == 0 ? "batch/v1" : "v1", kind);
@@ -161,7 +163,7 @@ void dt_k8s_put_meta(const struct dt_job *job, const char *kind, const char *suf
     fputs("\n  namespace: ", out);
     dt_k8s_str(out, job->kubernetes->namespace_name);
     fputs("\n  labels:\n", out);
-    dt_k8s_labels(job, 4, out);
+    labels(job, 4, out);
 }
 
 /* The spec file as the user wrote it (comments and all) when it says
@@ -206,7 +208,7 @@ static int put_config_map(const struct dt_job *job, const char *job_path, FILE *
     int rc = spec_text(job, job_path, &text, &len);
     if (rc)
         return rc;
-    dt_k8s_put_meta(job, "ConfigMap", "-spec", out);
+    put_meta(job, "ConfigMap", "-spec", out);
     fputs("data:\n  job.yaml: ", out);
     rc = dt_k8s_block(out, 4, text, len);
     free(text);
@@ -221,7 +223,7 @@ static int put_secret(const struct dt_job *job, FILE *out)
     int rc = dt_token_make(token);
     if (rc)
         return dt_error_prefix("render kubernetes: making the job token");
-    dt_k8s_put_meta(job, "Secret", "-token", out);
+    put_meta(job, "Secret", "-token", out);
     fputs("type: Opaque\nstringData:\n  token: ", out);
     dt_k8s_str(out, token);
     fputc('\n', out);
@@ -230,50 +232,14 @@ static int put_secret(const struct dt_job *job, FILE *out)
 
 static void put_service(const struct dt_job *job, FILE *out)
 {
-    dt_k8s_put_meta(job, "Service", "", out);
+    put_meta(job, "Service", "", out);
     fputs("spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n  selector:\n", out);
-    dt_k8s_labels(job, 4, out);
+    labels(job, 4, out);
     fprintf(out, "  ports:\n    - name: rendezvous\n      port: %d\n      targetPort: %d\n", dt_k8s_port(job),
             dt_k8s_port(job));
 }
 
-/* What Kubernetes or the pods would refuse later, refused now. */
-static int check_job(const struct dt_job *job)
-{
-    if (!job->kubernetes)
-        return dt_error_set(DT_EINVAL, "%s: render kubernetes needs a kubernetes: section (at least "
-                                       "kubernetes: {image: ...})", job->path);
-    /* Pod hostnames are <name>-<index>, a DNS label of at most 63 characters. */
-    char host[96];
-    int n = snprintf(host, sizeof host, "%s-%d", job->name, job->nodes - 1);
-    if (n > 63)
-        return dt_error_set(DT_EINVAL, "%s: name: pod hostnames would be '%s' (%d characters), over "
-                                       "Kubernetes' 63: shorten the job's name", job->path, host, n);
-    if (job->nproc_per_node == DT_NPROC_GPU && job->kubernetes->gpus_per_node == 0)
-        return dt_error_set(DT_EINVAL, "%s: nproc_per_node: gpu starts one rank per GPU, but "
-                                       "kubernetes.gpus_per_node is 0, so the pods get no GPU: "
-                                       "set kubernetes.gpus_per_node", job->path);
-    return dt_k8s_check_pod(job);
-}
-
-int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
-{
-    int rc = check_job(job);
-    if (rc)
-        return rc;
-    char shown[256]; /* a path with a newline must not end the comment */
-    fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
-            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
-    if ((rc = put_config_map(job, job_path, out)))
-        return rc;
-    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
-        return rc;
-    put_service(job, out);
-    dt_k8s_put_job(job, out);
-    return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
-}
-
-/* --- the Job and its failure policy ----------------------------------------- */
+/* --- the Job and its failure policy -------------------------------------- */
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -293,8 +259,9 @@ static int codes_with(const struct dt_job *job, enum dt_exit_action want, int co
 
 static void put_exit_rule(const char *action, const char *op, const int *codes, int n, FILE *out)
 {
-    fprintf(out, "      - action: %s\n        onExitCodes:\n          containerName: %s\n"
-                 "          operator: %s\n          values: [",
+    fprintf(out,
+            "      - action: %s\n        onExitCodes:\n          containerName: %s\n"
+            "          operator: %s\n          values: [",
             action, DT_K8S_CONTAINER, op);
     for (int i = 0; i < n; i++)
         fprintf(out, "%s%d", i ? ", " : "", codes[i]);
@@ -320,16 +287,61 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
     }
 }
 
-void dt_k8s_put_job(const struct dt_job *job, FILE *out)
+/* The Job object (its pod template through dt_k8s_put_pod_spec). */
+static void put_job(const struct dt_job *job, FILE *out)
 {
-    dt_k8s_put_meta(job, "Job", "", out);
+    put_meta(job, "Job", "", out);
     fprintf(out,
             "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
             "  backoffLimit: %d\n  podReplacementPolicy: Failed\n",
             job->nodes, job->nodes, job->max_restarts);
     put_failure_policy(job, out);
     fputs("  template:\n    metadata:\n      labels:\n", out);
-    dt_k8s_labels(job, 8, out);
+    labels(job, 8, out);
     fputs("    spec:\n", out);
     dt_k8s_put_pod_spec(job, 6, out);
+}
+
+/* --- every document, in order -------------------------------------------- */
+
+/* What Kubernetes or the pods would refuse later, refused now. */
+static int check_job(const struct dt_job *job)
+{
+    if (!job->kubernetes)
+        return dt_error_set(DT_EINVAL,
+                            "%s: render kubernetes needs a kubernetes: section (at least "
+                            "kubernetes: {image: ...})",
+                            job->path);
+    /* Pod hostnames are <name>-<index>, a DNS label of at most 63 characters. */
+    char host[96];
+    int n = snprintf(host, sizeof host, "%s-%d", job->name, job->nodes - 1);
+    if (n > 63)
+        return dt_error_set(DT_EINVAL,
+                            "%s: name: pod hostnames would be '%s' (%d characters), over "
+                            "Kubernetes' 63: shorten the job's name",
+                            job->path, host, n);
+    if (job->nproc_per_node == DT_NPROC_GPU && job->kubernetes->gpus_per_node == 0)
+        return dt_error_set(DT_EINVAL,
+                            "%s: nproc_per_node: gpu starts one rank per GPU, but "
+                            "kubernetes.gpus_per_node is 0, so the pods get no GPU: "
+                            "set kubernetes.gpus_per_node",
+                            job->path);
+    return dt_k8s_check_pod(job);
+}
+
+int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    int rc = check_job(job);
+    if (rc)
+        return rc;
+    char shown[256]; /* a path with a newline must not end the comment */
+    fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
+            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
+    if ((rc = put_config_map(job, job_path, out)))
+        return rc;
+    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
+        return rc;
+    put_service(job, out);
+    put_job(job, out);
+    return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
 }

@@ -64,7 +64,7 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
             fprintf(out, "#   export DTRAIN_COORD_PORT=29500   # a free port on that host\n");
         fprintf(out, "#   export DTRAIN_RUN_ID=$(date -u +%%Y%%m%%d-%%H%%M%%S)-manual\n");
     }
-    dt_mpirun_print_line(out, l.argv);
+    dt_mpirun__print_line(out, l.argv);
     dt_mpirun_line_free(&l);
     return 0;
 }

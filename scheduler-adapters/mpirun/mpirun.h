@@ -53,8 +53,6 @@ bool dt_mpirun_ranks_are_mpi(const struct dt_job *job);
 int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_call *call,
                     struct dt_mpirun_line *out);
 void dt_mpirun_line_free(struct dt_mpirun_line *l);
-/* Writes argv as one shell line, quoting what needs it. */
-void dt_mpirun_print_line(FILE *out, char *const *argv);
 
 /* The first host of the job (hosts: or the hostfile's first entry, without
  * ":slots" or " slots=N"), or "" when mpirun picks hosts itself. */

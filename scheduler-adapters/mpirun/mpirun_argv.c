@@ -16,7 +16,7 @@
  *
  * Not for running mpirun (mpirun_submit.c).
  */
-#include "scheduler-adapters/mpirun/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -168,7 +168,7 @@ static bool needs_quotes(const char *s)
     return false;
 }
 
-void dt_mpirun_print_line(FILE *out, char *const *argv)
+void dt_mpirun__print_line(FILE *out, char *const *argv)
 {
     for (int i = 0; argv[i]; i++) {
         fputs(i ? " " : "", out);

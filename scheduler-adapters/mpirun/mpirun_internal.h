@@ -13,6 +13,9 @@
 /* -x names an agent needs from the launcher (mpirun.c). */
 const char *const *dt_mpirun__agent_exports(const struct dt_job *job);
 
+/* Writes argv as one shell line, quoting what needs it (mpirun_argv.c). */
+void dt_mpirun__print_line(FILE *out, char *const *argv);
+
 /* True for a name of this machine: localhost, 127.x, or its host name. */
 bool dt_mpirun__is_here(const char *host);
 

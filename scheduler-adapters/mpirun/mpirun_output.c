@@ -2,8 +2,9 @@
  *
  * With --tag-output every line a rank writes arrives as
  *   [<jobid>,<rank>]<stdout>:text      (or <stderr>, <stddiag>)
- * so one pipe carries every rank and the launcher can give each rank its
- * "[rank N]" prefix and log files, as the agent does for its children.
+ * so one pipe carries every rank and the launcher's agent can give each rank
+ * its "[rank N]" prefix and log files (the group's route, mpirun_submit.c),
+ * as it does for ranks it forks.
  *
  * When a rank fails, mpirun (Open MPI 4.1) ends the job and says which rank
  * it blames, in one of three shapes:

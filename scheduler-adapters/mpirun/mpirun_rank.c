@@ -51,7 +51,7 @@
 
 extern char **environ;
 
-/* --- the place, as the MPI launcher says ------------------------------------ */
+/* --- the place, as the MPI launcher says --------------------------------- */
 
 static int read_int(char *const *env, const char *name, int lo, int *out, bool *present)
 {
@@ -111,8 +111,9 @@ int dt_mpirun_read_place(char *const *env, struct dt_mpirun_place *out)
     else if (dt_adapter_getenv(env, "PMIX_RANK"))
         rc = read_pmix(env, &p);
     else
-        return dt_error_set(DT_ENOTFOUND, "neither OMPI_COMM_WORLD_RANK (mpirun) nor PMIX_RANK (srun --mpi=pmix) "
-                                          "is set: this process was not started by an MPI launcher");
+        return dt_error_set(DT_ENOTFOUND,
+                            "neither OMPI_COMM_WORLD_RANK (mpirun) nor PMIX_RANK (srun --mpi=pmix) "
+                            "is set: this process was not started by an MPI launcher");
     if (rc)
         return rc;
     if (p.rank >= p.size)
@@ -145,8 +146,8 @@ int dt_mpirun_rank_env(void)
         return dt_error_prefix("reading this rank's place from the MPI launcher");
     /* ppr:K:node places ranks node by node, so the node is rank / K. */
     int node = p.rank / p.local_size;
-    const char *names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                           "ROLE_WORLD_SIZE", "DTRAIN_NODE_RANK"};
+    const char *names[] = {"RANK",       "LOCAL_RANK", "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
+                           "GROUP_RANK", "ROLE_RANK",  "ROLE_WORLD_SIZE", "DTRAIN_NODE_RANK"};
     int values[] = {p.rank, p.local_rank, p.size, p.local_size, node, p.rank, p.size, node};
     for (size_t i = 0; i < sizeof values / sizeof *values && rc == 0; i++)
         rc = set_int(names[i], values[i]);
@@ -160,7 +161,7 @@ int dt_mpirun_rank_env(void)
     return rc ? rc : 1;
 }
 
-/* --- dtrain mpirank --------------------------------------------------------- */
+/* --- dtrain mpirank ------------------------------------------------------ */
 
 static volatile sig_atomic_t child_pid;
 static volatile sig_atomic_t stopped;
@@ -197,8 +198,8 @@ static void write_record(int rank, const char *what, const char *line)
 static void write_exit_file(int rank, int wstatus, pid_t pid)
 {
     char line[128];
-    snprintf(line, sizeof line, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped, (int)pid,
-             (long long)dt_clock_wall_ns());
+    snprintf(line, sizeof line, "wstatus=%d stopped=%d pid=%d time_ns=%lld\n", wstatus, (int)stopped,
+             (int)pid, (long long)dt_clock_wall_ns());
     write_record(rank, "exit", line);
 }
 

@@ -57,7 +57,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* --- backend: mpi, the group ------------------------------------------------ */
+/* --- backend: mpi, the group --------------------------------------------- */
 
 /* True when every rank runs on this machine: then the coordinator stays on loopback. */
 static bool all_local(const struct dt_job *job)
@@ -93,18 +93,25 @@ static void advertised_host(const struct dt_job *job, char *out, size_t size)
     freeifaddrs(ifs);
 }
 
-/* Names every rank gets through -x: what a local rank gets that is the same
- * on every rank.  RANK and the like each rank reads from mpirun. */
-static const char *const shared_names[] = {
-    "GROUP_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "DTRAIN_COORD_ADDR",
-    "DTRAIN_JOB_TOKEN", "DTRAIN_RUN_DIR", "DTRAIN_RUN_ID", "DTRAIN_JOB_NAME", "DTRAIN_NNODES",
-    "DTRAIN_RESTART_COUNT", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_MPI_RANKS", "DTRAIN_TRACE",
-    "DTRAIN_LOG", NULL};
-static const char *const per_rank_names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                             "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "DTRAIN_NODE_RANK",
-                                             "TORCHELASTIC_ERROR_FILE", "DTRAIN_ERROR_FILE", "DTRAIN_MPI_RANKS",
+/* What differs per rank: each rank reads it from mpirun (dt_mpirun_rank_env),
+ * so it stays out of mpirun's environment. */
+static const char *const per_rank_names[] = {"RANK",
+                                             "LOCAL_RANK",
+                                             "WORLD_SIZE",
+                                             "LOCAL_WORLD_SIZE",
+                                             "GROUP_RANK",
+                                             "ROLE_RANK",
+                                             "ROLE_WORLD_SIZE",
+                                             "DTRAIN_NODE_RANK",
+                                             "TORCHELASTIC_ERROR_FILE",
+                                             "DTRAIN_ERROR_FILE",
+                                             "DTRAIN_MPI_RANKS",
                                              NULL};
+/* Passed on besides what dtrain sets for every rank (dt_job_env_is_reserved):
+ * the defaults a rank gets, the word that tells a rank to read its place from
+ * mpirun, and the knobs dtrain's own programs read. */
+static const char *const also_passed[] = {"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_MPI_RANKS",
+                                          "DTRAIN_TRACE",    "DTRAIN_LOG",       NULL};
 
 static bool named(const char *entry, const char *const *names)
 {
@@ -116,22 +123,46 @@ static bool named(const char *entry, const char *const *names)
     return false;
 }
 
-/* The export list: those of shared_names, then of the spec's env: names,
- * that env (mpirun's environment) has; mpirun warns about absent ones. */
-static const char **export_names(const struct dt_job *job, char *const *env)
+/* Whether mpirun passes this entry of its environment on to every rank: what
+ * a local rank gets that is the same on every rank, and the spec's env:. */
+static bool passed_on(const struct dt_job *job, const char *entry)
 {
-    const char **v = calloc(sizeof shared_names / sizeof *shared_names + (size_t)job->n_env, sizeof *v);
-    int n = 0;
-    for (int i = 0; v && env[i]; i++) {
-        size_t len = strcspn(env[i], "=");
-        for (int k = 0; shared_names[k]; k++)
-            if (strlen(shared_names[k]) == len && !strncmp(env[i], shared_names[k], len))
-                v[n++] = shared_names[k];
-        for (int k = 0; k < job->n_env; k++)
-            if (strlen(job->env[k].name) == len && !strncmp(env[i], job->env[k].name, len) &&
-                !named(env[i], shared_names) && !dt_job_env_is_reserved(job->env[k].name))
-                v[n++] = job->env[k].name;
-    }
+    char name[128];
+    size_t len = strcspn(entry, "=");
+    if (len >= sizeof name)
+        return false;
+    memcpy(name, entry, len);
+    name[len] = 0;
+    if (named(entry, also_passed))
+        return true;
+    if (dt_job_env_is_reserved(name))
+        return !named(entry, per_rank_names);
+    for (int k = 0; k < job->n_env; k++)
+        if (!strcmp(job->env[k].name, name))
+            return true;
+    return false;
+}
+
+static void free_names(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The -x list, in the order of env (mpirun's environment): the names it
+ * passes on.  Malloc'd; free with free_names. */
+static char **export_names(const struct dt_job *job, char *const *env)
+{
+    size_t n = 0, k = 0;
+    while (env[n])
+        n++;
+    char **v = calloc(n + 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        if (passed_on(job, env[i]) && !(v[k++] = strndup(env[i], strcspn(env[i], "=")))) {
+            free_names(v);
+            return NULL;
+        }
     return v;
 }
 
@@ -172,30 +203,35 @@ static int group_env(void *ctx, char *const *rank_env, char ***out)
 static int group_argv(void *ctx, char *const *env, char *const **argv)
 {
     struct mpi_group *g = ctx;
-    const char **names = export_names(g->job, env);
+    char **names = export_names(g->job, env);
     if (!names)
         return dt_error_set(DT_ENOMEM, "out of memory");
     char self[PATH_MAX];
     snprintf(self, sizeof self, "%s", g->opts->dtrain_path ? g->opts->dtrain_path : "dtrain");
-    struct dt_mpirun_call call = {.dtrain = self, .job_path = g->job->path, .export_names = names,
-                                  .tag_output = true, .rank_wrapper = true};
+    struct dt_mpirun_call call = {.dtrain = self,
+                                  .job_path = g->job->path,
+                                  .export_names = (const char *const *)names,
+                                  .tag_output = true,
+                                  .rank_wrapper = true};
     int rc = dt_mpirun_build(g->job, g->nproc, &call, &g->line);
-    free(names);
+    free_names(names);
     *argv = g->line.argv;
     return rc;
 }
 
-static int group_route(void *ctx, const char *line, size_t len, const char **text, size_t *text_len, bool *is_err)
+static int group_route(void *ctx, const char *line, size_t len, const char **text, size_t *text_len,
+                       bool *is_err)
 {
     struct mpi_group *g = ctx;
     int rank;
-    if (dt_mpirun__untag(line, len, g->scratch, &rank, is_err, text, text_len) && rank >= 0 && rank < g->world)
+    if (dt_mpirun__untag(line, len, g->scratch, &rank, is_err, text, text_len) && rank >= 0 &&
+        rank < g->world)
         return rank;
     dt_mpirun_verdict_feed(&g->verdict, line, len);
     return -1;
 }
 
-/* --- how each rank ended ---------------------------------------------------- */
+/* --- how each rank ended ------------------------------------------------- */
 
 /* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
  * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
@@ -239,8 +275,11 @@ static int read_records(struct mpi_group *g, const char *dir, int status, struct
             ends[q] = (struct dt_adapter_rank_end){.pid = read_pid(dir, q), .stopped = status != 0};
             continue;
         }
-        ends[q] = (struct dt_adapter_rank_end){
-            .pid = pid, .exited = true, .wstatus = ws, .stopped = stopped != 0, .exit_unix = (double)t * 1e-9};
+        ends[q] = (struct dt_adapter_rank_end){.pid = pid,
+                                               .exited = true,
+                                               .wstatus = ws,
+                                               .stopped = stopped != 0,
+                                               .exit_unix = (double)t * 1e-9};
         if (!stopped && ws != 0 && (first < 0 || t < first_t)) {
             first = q;
             first_t = t;
@@ -266,7 +305,7 @@ static int group_collect(void *ctx, const char *attempt_dir, int status, bool in
     return v.rank;
 }
 
-/* --- other backends, an agent per node -------------------------------------- */
+/* --- other backends, an agent per node ----------------------------------- */
 
 /* A port the kernel calls free now (the agent binds it moments later). */
 static int free_port(void)
@@ -283,7 +322,8 @@ static int free_port(void)
     return port;
 }
 
-static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char token[65], char host[256], int *port)
+static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char token[65], char host[256],
+                  int *port)
 {
     int rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
     if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
@@ -302,8 +342,10 @@ static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char tok
         for (const char *p = run_id; *p; p++)
             h = (h ^ (unsigned char)*p) * 16777619u;
         *port = 29500 + (int)(h % 500);
-        dt_log_info("rendezvous.port is 0 and node 0 (%s) is another host: the coordinator will listen on port %d "
-                    "there (set rendezvous.port to choose)", host, *port);
+        dt_log_info(
+            "rendezvous.port is 0 and node 0 (%s) is another host: the coordinator will listen on port %d "
+            "there (set rendezvous.port to choose)",
+            host, *port);
     }
     return 0;
 }
@@ -358,8 +400,8 @@ static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const 
     if (r->signal)
         return 128 + r->signal;
     if (status && f->verdict.rank >= 0)
-        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first", job->name,
-                     status, f->verdict.rank);
+        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first",
+                     job->name, status, f->verdict.rank);
     else if (status)
         dt_log_error("job %s failed: mpirun exited with status %d", job->name, status);
     else
@@ -373,16 +415,19 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
     int port = 0;
     int rc = settle(job, run_id, token, host, &port);
     snprintf(portbuf, sizeof portbuf, "%d", port);
-    if (rc == 0 && ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
-                    setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
+    if (rc == 0 &&
+        ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
+         setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
         rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
     memset(token, 0, sizeof token);
     struct dt_mpirun_line line = {0};
     const char *args[8];
     agent_args(opts, grace, args);
     struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
-                                  .job_path = job->path, .export_names = dt_mpirun__agent_exports(job),
-                                  .tag_output = true, .agent_args = args};
+                                  .job_path = job->path,
+                                  .export_names = dt_mpirun__agent_exports(job),
+                                  .tag_output = true,
+                                  .agent_args = args};
     if (rc == 0)
         rc = dt_mpirun_build(job, job->nproc_per_node, &call, &line);
     if (rc) {
@@ -394,8 +439,11 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
     struct follow *f = calloc(1, sizeof *f);
     if (f)
         f->verdict.rank = -1;
-    struct dt_proc_run r = {.argv = line.argv, .io = {DT_PROC_LINES, DT_PROC_LINES}, .on_line = on_line,
-                            .ctx = f, .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S};
+    struct dt_proc_run r = {.argv = line.argv,
+                            .io = {DT_PROC_LINES, DT_PROC_LINES},
+                            .on_line = on_line,
+                            .ctx = f,
+                            .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S};
     double start = opts->start_mono;
     rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
     dt_mpirun_line_free(&line);
@@ -409,7 +457,7 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
     return status;
 }
 
-/* --- submit ------------------------------------------------------------------ */
+/* --- submit -------------------------------------------------------------- */
 
 static int run_mpi(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
@@ -418,16 +466,27 @@ static int run_mpi(const struct dt_job *job, const struct dt_adapter_launch *opt
         fprintf(stderr, "dtrain launch: out of memory\n");
         return 1;
     }
-    *g = (struct mpi_group){.job = job, .opts = opts, .nproc = job->nproc_per_node,
-                            .world = job->nodes * job->nproc_per_node, .verdict = {.rank = -1}};
-    struct dt_adapter_group group = {.world = g->world, .log_name = "mpirun.err", .ctx = g, .env = group_env,
-                                     .argv = group_argv, .route = group_route, .collect = group_collect};
+    *g = (struct mpi_group){.job = job,
+                            .opts = opts,
+                            .nproc = job->nproc_per_node,
+                            .world = job->nodes * job->nproc_per_node,
+                            .verdict = {.rank = -1}};
+    struct dt_adapter_group group = {.world = g->world,
+                                     .log_name = "mpirun.err",
+                                     .ctx = g,
+                                     .env = group_env,
+                                     .argv = group_argv,
+                                     .route = group_route,
+                                     .collect = group_collect};
     bool local = all_local(job);
     char host[256] = "127.0.0.1";
     if (!local)
         advertised_host(job, host, sizeof host);
-    struct dt_adapter_host h = {.nnodes = job->nodes, .nproc = g->nproc, .bind = local ? "127.0.0.1" : "0.0.0.0",
-                                .advertise = host, .group = &group};
+    struct dt_adapter_host h = {.nnodes = job->nodes,
+                                .nproc = g->nproc,
+                                .bind = local ? "127.0.0.1" : "0.0.0.0",
+                                .advertise = host,
+                                .group = &group};
     int status = opts->host_node0(job, opts, &h);
     dt_mpirun_line_free(&g->line);
     free(g);
@@ -439,14 +498,17 @@ int dt_mpirun__submit(const struct dt_job *job, const struct dt_adapter_launch *
     const char *prog = job->mpirun && job->mpirun->program ? job->mpirun->program : "mpirun";
     if (!dt_fs_on_path(prog)) {
         fprintf(stderr, "dtrain launch: %s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)\n",
-                job->path, prog, strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
+                job->path, prog,
+                strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
         return 2;
     }
     if (!dt_mpirun_ranks_are_mpi(job))
         return run_agents(job, opts);
     if (job->nproc_per_node < 1) {
-        fprintf(stderr, "dtrain launch: %s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
-                        "per node (write it, e.g. nproc_per_node: 8)\n", job->path);
+        fprintf(stderr,
+                "dtrain launch: %s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
+                "per node (write it, e.g. nproc_per_node: 8)\n",
+                job->path);
         return 2;
     }
     return run_mpi(job, opts);

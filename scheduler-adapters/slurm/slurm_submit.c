@@ -56,7 +56,7 @@
 
 extern char **environ;
 
-/* ---- Slurm's client commands ------------------------------------------------------------------------- */
+/* --- Slurm's client commands --------------------------------------------- */
 
 static void copy_out(char *to, size_t size, const char *from)
 {
@@ -75,7 +75,8 @@ int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char 
     free(r.captured[0]);
     free(r.captured[1]);
     if (rc == DT_ETIMEDOUT)
-        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0], timeout_s);
+        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0],
+                            timeout_s);
     if (rc == DT_ENOTFOUND)
         return dt_error_set(DT_ENOTFOUND,
                             "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
@@ -164,7 +165,7 @@ bool dt_slurm_state_final(const char *state)
     return false;
 }
 
-/* ---- following a submitted job ----------------------------------------------------------------------- */
+/* --- following a submitted job ------------------------------------------- */
 
 /* A submitted job followed until it ends: state changes, its output files
  * streamed to the console (stdout lines of ranks not in show are left out;
@@ -406,7 +407,7 @@ static int follow_job(const struct follow *f)
     return status;
 }
 
-/* ---- submit ------------------------------------------------------------------------------------------ */
+/* --- submit -------------------------------------------------------------- */
 
 /* The log directory, absolute: the batch script runs in the submit directory, but say what we mean. */
 static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch *o, char *out, size_t size)
@@ -561,13 +562,13 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
                 job->nodes, job->nodes == 1 ? "" : "s", script);
     struct follow f = {.job_id = id,
-                                .name = job->name,
-                                .out_path = out,
-                                .err_path = err,
-                                .run_dir = run_dir,
-                                .show = show,
-                                .world = world,
-                                .start_mono = o->start_mono};
+                       .name = job->name,
+                       .out_path = out,
+                       .err_path = err,
+                       .run_dir = run_dir,
+                       .show = show,
+                       .world = world,
+                       .start_mono = o->start_mono};
     int status = follow_job(&f);
     free(show);
     return status;

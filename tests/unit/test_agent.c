@@ -13,14 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "base/error.h"
 #include "launcher/agent.h"
 #include "spec/jobspec.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 static void prefix_is_rank_and_newline(void **state)
 {

@@ -50,7 +50,8 @@ static void plain_line(void **state)
 {
     (void)state;
     struct dt_proc_stat ps;
-    assert_int_equal(dt_proc_stat_parse("42 (python3) S 7 42 42 0 -1 4194560 100 0 0 0 25 17 0 0 20 0 1", &ps), 0);
+    assert_int_equal(
+        dt_proc_stat_parse("42 (python3) S 7 42 42 0 -1 4194560 100 0 0 0 25 17 0 0 20 0 1", &ps), 0);
     assert_int_equal(ps.state, 'S');
     assert_int_equal(ps.ppid, 7);
     assert_int_equal(ps.pgrp, 42);
@@ -122,8 +123,8 @@ static void helper_output_captured(void **state)
 {
     (void)state;
     char *argv[] = {"sh", "-c", "cat; echo oops >&2; exit 3", NULL};
-    struct dt_proc_run r = {.argv = argv, .in = "from stdin\n", .in_len = 11,
-                            .io = {DT_PROC_CAPTURE, DT_PROC_CAPTURE}};
+    struct dt_proc_run r = {
+        .argv = argv, .in = "from stdin\n", .in_len = 11, .io = {DT_PROC_CAPTURE, DT_PROC_CAPTURE}};
     assert_int_equal(dt_proc_run(&r), 3);
     assert_string_equal(r.captured[0], "from stdin\n");
     assert_string_equal(r.captured[1], "oops\n");
@@ -158,7 +159,8 @@ static void helper_output_by_lines(void **state)
     (void)state;
     char *argv[] = {"sh", "-c", "echo a; echo b >&2; printf c", NULL};
     struct seen s = {""};
-    struct dt_proc_run r = {.argv = argv, .io = {DT_PROC_LINES, DT_PROC_CAPTURE}, .on_line = on_line, .ctx = &s};
+    struct dt_proc_run r = {
+        .argv = argv, .io = {DT_PROC_LINES, DT_PROC_CAPTURE}, .on_line = on_line, .ctx = &s};
     assert_int_equal(dt_proc_run(&r), 0);
     assert_string_equal(s.text, "0:a|0:c|");
     assert_string_equal(r.captured[1], "b\n");
@@ -189,7 +191,8 @@ static void helper_missing_or_slow(void **state)
 static void helper_gets_our_signal(void **state)
 {
     (void)state;
-    char *argv[] = {"sh", "-c", "trap 'echo got TERM; exit 9' TERM; echo up; while :; do sleep 0.05; done", NULL};
+    char *argv[] = {"sh", "-c", "trap 'echo got TERM; exit 9' TERM; echo up; while :; do sleep 0.05; done",
+                    NULL};
     pid_t me = getpid();
     pid_t killer = fork();
     if (killer == 0) {
@@ -212,16 +215,11 @@ static void helper_gets_our_signal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(exit_statuses_decoded),
-        cmocka_unit_test(plain_line),
-        cmocka_unit_test(name_with_spaces_and_parens),
-        cmocka_unit_test(truncated_or_garbage_refused),
-        cmocka_unit_test(reads_own_process),
-        cmocka_unit_test(signals_arrive_on_the_pipe),
-        cmocka_unit_test(helper_output_captured),
-        cmocka_unit_test(helper_output_by_lines),
-        cmocka_unit_test(helper_missing_or_slow),
-        cmocka_unit_test(helper_gets_our_signal),
+        cmocka_unit_test(exit_statuses_decoded),       cmocka_unit_test(plain_line),
+        cmocka_unit_test(name_with_spaces_and_parens), cmocka_unit_test(truncated_or_garbage_refused),
+        cmocka_unit_test(reads_own_process),           cmocka_unit_test(signals_arrive_on_the_pipe),
+        cmocka_unit_test(helper_output_captured),      cmocka_unit_test(helper_output_by_lines),
+        cmocka_unit_test(helper_missing_or_slow),      cmocka_unit_test(helper_gets_our_signal),
     };
     return cmocka_run_group_tests_name("proc", tests, NULL, NULL);
 }
