@@ -2,7 +2,7 @@
  * so every module that writes YAML escapes the same characters.
  *
  * dt_yaml_put_quoted writes a string for the Kubernetes manifests
- * (scheduler-adapters/kubernetes_yaml.c) and `dtrain validate --print`
+ * (scheduler-adapters/kubernetes/kubernetes_render.c) and `dtrain validate --print`
  * (spec/jobspec_print.c); dt_yaml_block_ok says whether text may stand
  * unescaped, as a literal block scalar; dt_yaml_char finds what a
  * one-line message or comment must not show raw (spec/jobspec_yaml.c's
@@ -10,7 +10,7 @@
  * document may hold as they are.
  *
  * Not a YAML reader (spec/jobspec_yaml.c, through libyaml) and not for
- * deciding whether a string needs quotes at all (kubernetes_yaml.c).
+ * deciding whether a string needs quotes at all (kubernetes_render.c).
  */
 #ifndef DT_YAML_ESCAPE_H
 #define DT_YAML_ESCAPE_H

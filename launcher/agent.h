@@ -1,4 +1,5 @@
-/* agent.h - the agent: forks the ranks of one node, supervises them, restarts them.
+/* agent.h - the agent: forks the ranks of one node, supervises them, restarts
+ * them; and one node's whole run of a job around it.
  *
  * The agent is the one place in dtrain that spawns and supervises worker
  * processes (DESIGN.md).  Given a loaded job and where the coordinator is, it
@@ -10,14 +11,34 @@
  * the agent as child subreaper).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *
- * Not for choosing nodes or starting the coordinator (the launcher and the
- * scheduler adapters do that), nor for parsing the job spec (jobspec.h).
+ * One process may also stand for every rank (mpirun with backend: mpi, an
+ * adapter's group): the agent then supervises it as it would a rank.
  *
- * The pure parts (line splitting, exit-status decoding, the environment, the
- * summary JSON) are exported too, so unit tests reach them without forking.
+ * dt_agent_node_run is a node's whole run of a job: the token, the
+ * coordinator (node 0 hosts it), the restart rounds with the other nodes,
+ * the run directory, dt_agent_run, summary.json and the closing lines; it is
+ * `dtrain agent`, and `dtrain launch` as node 0 (the adapters' host_node0).
+ *
+ * Files: agent_node.c (one node's run, the refusal watch), agent_supervise.c
+ * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
+ * agent_procs.c (spawning, signalling, output), agent_watchdog.c (hangs,
+ * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
+ * relay), agent_plan.c (rank count, command, environment), agent_summary.c
+ * (summary.json, the failure report, the closing line), agent_error_file.c
+ * (a rank's error report); agent_internal.h holds what they share.
+ *
+ * Not for choosing nodes (the scheduler adapters and `dtrain agent`'s flags
+ * do that), nor for parsing the job spec (spec/jobspec.h).
+ *
+ * The pure parts (the "[rank N]" prefix, the stderr tail, the environment,
+ * the summary JSON, the watchdog's rule) are exported too, so unit tests
+ * reach them without forking.
  */
 #ifndef DT_AGENT_H
 #define DT_AGENT_H
+
+#include "base/args.h"
+#include "scheduler-adapters/adapter.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,8 +57,9 @@ enum dt_agent_verdict {
 };
 
 /* Lets what is outside this node's ranks take part in the job's policy: the
- * launcher watching for refused PyTorch clients, the restart rounds of a
- * multi-node job (agent_round.c).  Every member is optional. */
+ * node's run watching for refused PyTorch clients (agent_node.c), the
+ * restart rounds of a multi-node job (agent_rounds.c).  Every member is
+ * optional. */
 struct dt_agent_hooks {
     void *ctx;
     double period_s; /* how often poll runs while ranks run; <= 0 means 0.1 s */
@@ -55,8 +77,6 @@ struct dt_agent_hooks {
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
-#define DT_AGENT_LINE_MAX 16384 /* longer console lines are split into pieces of this size */
-#define DT_AGENT_DEFAULT_GRACE_S 3.0
 /* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
@@ -79,12 +99,12 @@ struct dt_agent_config {
     const char *master_addr; /* the coordinator, as ranks reach it */
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
-    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_AGENT_DEFAULT_GRACE_S */
+    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_ARGS_GRACE_DEFAULT_S */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
-    bool progress;                       /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
+    bool progress; /* a live progress line from run_dir/metrics.jsonl (report_progress.h) */
     /* The ranks' heartbeats, for the watchdog (agent_watchdog.c): rank's last
      * reported step and the seconds since it arrived; DT_ENOTFOUND if it sent
      * none; any other error means the coordinator cannot be reached, and after
@@ -100,7 +120,12 @@ struct dt_agent_config {
      * torchrun avoids with a new store per round).  NULL: nothing to reset. */
     int (*new_round)(void *ctx, int attempt);
     void *new_round_ctx;
-    const struct dt_agent_hooks *hooks;  /* NULL: this node alone decides (one-node jobs) */
+    const struct dt_agent_hooks *hooks; /* NULL: this node alone decides (one-node jobs) */
+    /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
+     * group->world ranks (adapter.h): their logs, console lines, failure
+     * report and summary entries come from its output and records; the
+     * watchdog is off (their processes are not this agent's to look at). */
+    const struct dt_adapter_group *group;
 };
 
 enum dt_agent_status { DT_AGENT_SUCCEEDED, DT_AGENT_FAILED, DT_AGENT_INTERRUPTED };
@@ -116,11 +141,11 @@ struct dt_agent_rank_result {
 
 struct dt_agent_attempt {
     double start_s, end_s;
-    int first_failed;                   /* local rank index of the first failure, or -1 */
+    int first_failed;                   /* index in ranks of the first failure, or -1 */
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
-    struct dt_agent_rank_result *ranks; /* nproc entries */
-    int hung;                           /* local rank index the watchdog declared hung, or -1 */
-    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_round.c
+    struct dt_agent_rank_result *ranks; /* res->nproc entries: this node's ranks (a group's: all) */
+    int hung;                           /* index in ranks the watchdog declared hung, or -1 */
+    /* Other nodes' ranks of this round, in node 0's multi-node result (agent_rounds.c
      * gathers them at the end); times on node 0's clock through the wall clock. */
     struct dt_agent_rank_result *others;
     int n_others;
@@ -152,8 +177,8 @@ struct dt_agent_result {
     int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
     int interrupt_signal; /* the signal that interrupted the job, or 0 */
     int n_attempts;
-    int max_attempts; /* entries allocated: max_restarts + 1 */
-    int nproc;
+    int max_attempts;                  /* entries allocated: max_restarts + 1 */
+    int nproc;                         /* entries of each attempt's ranks */
     struct dt_agent_attempt *attempts; /* max_restarts + 1 entries, n_attempts used */
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
@@ -170,20 +195,48 @@ struct dt_agent_result {
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res);
 void dt_agent_result_free(struct dt_agent_result *res);
 
+/* --- one node's run of a job (agent_node.c) ------------------------------ */
+
+/* What one node's run is told: by `dtrain agent` from its flags or the
+ * scheduler adapter's discover, by `dtrain launch` for node 0 of a local job
+ * or of mpirun's MPI ranks (the adapters' host_node0). */
+struct dt_agent_node {
+    const struct dt_job *job;
+    const char *who;        /* "dtrain launch", "dtrain agent": how its error lines start */
+    int node_rank, nnodes;  /* nnodes: the job's; one agent for all of them with a group */
+    int nproc;              /* ranks per node; 0: nproc_per_node, with gpu resolved here */
+    const char *coord_bind; /* node 0: the interface the coordinator listens on */
+    const char *coord_host; /* how ranks (MASTER_ADDR) and the other nodes' agents reach it */
+    int coord_port;         /* 0: the kernel picks one (an agent that is the whole job) */
+    const char *token;      /* the job token every node shares; NULL: node 0 makes one (auth: token) */
+    const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
+    const char *log_dir;    /* NULL: the spec's */
+    const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
+    double grace_s, start_mono;
+    const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
+    const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
+};
+
+/* The whole run (checks, rendezvous, the ranks, summary.json, the closing
+ * lines; see agent_node.c).  Returns the exit status: the job's, 2 for a
+ * problem the user must fix, or 1 when the run could not start (both said
+ * on stderr, after n->who). */
+int dt_agent_node_run(const struct dt_agent_node *n);
+
 /* --- the watchdog's rule (agent_watchdog.c) ------------------------------ */
 
 /* One rank as the watchdog last saw it; times on the agent's clock. */
 struct dt_agent_watch {
-    double spawn_s;       /* when it was started */
-    bool has_hb;          /* a heartbeat of this attempt arrived */
-    int64_t step;         /* the last reported step */
-    double hb_age_s;      /* seconds since that heartbeat */
-    double step_since_s;  /* when `step` last changed */
+    double spawn_s;        /* when it was started */
+    bool has_hb;           /* a heartbeat of this attempt arrived */
+    int64_t step;          /* the last reported step */
+    double hb_age_s;       /* seconds since that heartbeat */
+    double step_since_s;   /* when `step` last changed */
     double behind_since_s; /* since when another rank has reported a higher step; 0: not behind.
                               Heartbeats are samples, so a rank is "behind" by a step for up to
                               one interval after every step: only a lasting lag counts. */
-    char state;           /* /proc state letter of its worst process: T, D, or 0 for neither */
-    double state_since_s; /* since when it has been in `state` */
+    char state;            /* /proc state letter of its worst process: T, D, or 0 for neither */
+    double state_since_s;  /* since when it has been in `state` */
 };
 
 /* The watchdog's verdict at time `now` for n ranks: the index of the first
@@ -198,80 +251,9 @@ struct dt_agent_watch_limits {
     bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) */
     int first_rank;    /* global rank of w[0], for the messages */
 };
-int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now, const struct dt_agent_watch_limits *l,
-                         char *why, size_t size);
-/* A hook's poll for jobs with auth: token: when the coordinator turned away
- * a client that looks like PyTorch's TCPStore client (which cannot present
- * the token and would otherwise retry until its 30-minute timeout), logs an
- * error that says to set `rendezvous: {auth: none}` and returns
- * DT_AGENT_ABORT with *status 1.  *seen carries the refusal count between
- * calls (start it at 0). */
-enum dt_agent_verdict dt_agent_watch_refusals(struct dt_coord *c, const struct dt_job *job, unsigned long *seen,
-                                              int *status);
-
-/* --- before the run (agent_plan.c) --------------------------------------- */
-
-/* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
-int dt_agent_plan_nproc(const struct dt_job *job, int *nproc);
-/* The spec's command exists here (on PATH, or the path is executable). */
-int dt_agent_plan_check_command(const struct dt_job *job);
-/* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
-void dt_agent_plan_say_env(const struct dt_job *job, int nproc);
-/* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
-void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
-
-/* --- restart rounds across nodes (agent_round.c) ------------------------- */
-
-/* One node of a multi-node job: its agent's link to the others through the
- * coordinator's store (membership, the round counter, the first failure). */
-struct dt_agent_round;
-
-struct dt_agent_round_config {
-    const struct dt_job *job;
-    int node_rank, nnodes, nproc;
-    const char *coord_host; /* how this agent reaches the coordinator */
-    int coord_port;
-    const char *token;      /* NULL with auth: none */
-    double timeout_s;       /* rendezvous.timeout: connecting, every node joining */
-    double grace_s;
-    struct dt_coord *coord; /* node 0: the coordinator it hosts (for the refusal watch), else NULL */
-};
-
-/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
- * coordinator that cannot be reached is an error naming host:port. */
-int dt_agent_round_open(const struct dt_agent_round_config *cfg, struct dt_agent_round **out);
-/* The run id every node uses: run_id as given (node 0 publishes it), or
- * node 0 makes one and the others read it. */
-int dt_agent_round_run_id(struct dt_agent_round *r, char *run_id, size_t n);
-/* Returns when all nnodes nodes joined; an error naming the missing ones
- * after rendezvous.timeout. */
-int dt_agent_round_wait_all(struct dt_agent_round *r);
-/* The hooks that make dt_agent_run restart in step with the other nodes. */
-void dt_agent_round_hooks(struct dt_agent_round *r, struct dt_agent_hooks *h);
-/* Ends the job everywhere with `status` (the first abort stands). */
-int dt_agent_round_abort(struct dt_agent_round *r, int status, const char *why);
-/* After dt_agent_run: passes an interruption or failure on to the other
- * nodes, then leaves (node 0 first waits, bounded, for the others to go).
- * The others publish their ranks' records before they leave; node 0 adds
- * them to res (attempts[k].others) for its summary.json. */
-void dt_agent_round_finish(struct dt_agent_round *r, struct dt_agent_result *res);
-void dt_agent_round_close(struct dt_agent_round *r);
-/* The watchdog's heartbeat source on a node other than 0 (agent.h's
- * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
-int dt_agent_round_heartbeat(struct dt_agent_round *r, int rank, int64_t *step, double *age_s);
-
-/* agent_heartbeats.c: node 0 relays each other node's ranks' heartbeats from
- * the coordinator it hosts to dtrain/hb/<node>; that node's agent reads them. */
-struct dt_agent_hb;
-struct dt_store;
-struct dt_agent_hb *dt_agent_hb_new(int node, int nnodes, int nproc);
-void dt_agent_hb_free(struct dt_agent_hb *h);
-/* Node 0, called often: writes every other node's key at most every 0.25 s. */
-int dt_agent_hb_relay(struct dt_agent_hb *h, struct dt_store *s, struct dt_coord *c);
-/* Other nodes: 0, or DT_ENOTFOUND when none was relayed for `rank`, or a store error. */
-int dt_agent_hb_read(struct dt_agent_hb *h, struct dt_store *s, int rank, int64_t *step, double *age_s);
-
-/* --- environment (agent_env.c) ------------------------------------------ */
+int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
+                         const struct dt_agent_watch_limits *l, char *why, size_t size);
+/* --- the rank environment (agent_plan.c) --------------------------------- */
 
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns
@@ -280,23 +262,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
                        char ***out);
 void dt_agent_env_free(char **env);
 
-/* --- output (agent_output.c) --------------------------------------------- */
-
-/* Splits a byte stream into lines.  Complete lines are handed over straight
- * from the input when nothing is pending (no copy); a line longer than the
- * buffer's capacity is handed over in pieces with complete = false. */
-struct dt_agent_linebuf {
-    char *buf;
-    size_t len, cap;
-};
-typedef void (*dt_agent_line_fn)(void *ctx, const char *line, size_t len, bool complete);
-
-int dt_agent_linebuf_init(struct dt_agent_linebuf *lb, size_t cap);
-void dt_agent_linebuf_free(struct dt_agent_linebuf *lb);
-void dt_agent_linebuf_feed(struct dt_agent_linebuf *lb, const char *data, size_t n, dt_agent_line_fn fn,
-                           void *ctx);
-/* Hands over a pending partial line (at end of stream), if any. */
-void dt_agent_linebuf_flush(struct dt_agent_linebuf *lb, dt_agent_line_fn fn, void *ctx);
+/* --- output (agent_procs.c) ---------------------------------------------- */
 
 /* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
  * returns the length. */
@@ -312,9 +278,6 @@ void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, b
 /* Copies the kept lines, oldest first; returns how many. */
 int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_WIDTH]);
 
-/* Parses "0,2,5-7" into mask[0..world) (1 = listed).  Errors name the bad part. */
-int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
-
 /* --- error reports (agent_error_file.c) ---------------------------------- */
 
 /* The "message" string of a rank's error report (PyTorch's @record format
@@ -323,31 +286,14 @@ int dt_agent_parse_ranks(const char *list, int world, unsigned char *mask);
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
 int dt_agent_error_file_message(const char *path, char *out, size_t size);
 
-/* --- the OOM killer (agent_oom.c) ----------------------------------------- */
+/* --- the OOM killer (agent_watchdog.c) ----------------------------------- */
 
-/* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
-int dt_agent_oom_count(long long *count);
 /* Reads the "oom_kill N" line of memory.events / memory.oom_control text. */
 int dt_agent_oom_parse(const char *text, long long *count);
 
-/* --- exit statuses and the summary (agent_summary.c) --------------------- */
+/* --- the summary (agent_summary.c) --------------------------------------- */
 
-/* "SIGSEGV", "SIGKILL", ... or "signal 42" (buf is used for the latter). */
-const char *dt_agent_signal_name(int sig, char *buf, size_t size);
-/* "exited with code 3", "killed by SIGSEGV (core dumped)". */
-void dt_agent_describe_status(int wstatus, char *buf, size_t size);
-/* A shell-style exit status: the code, or 128 + signal number. */
-int dt_agent_exit_status(int wstatus);
-const char *dt_agent_status_name(enum dt_agent_status s);
-
-/* Writes <run dir>/summary.json through a temporary file and rename(2), so a
- * reader never sees half of it. */
-int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
-                           const char *path);
-/* The same JSON to a stream (what the unit tests read). */
+/* <run dir>/summary.json's text, to a stream (what the unit tests read). */
 int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res);
-/* Prints the failure report for the console: which rank failed first, how,
- * and the last lines of its stderr. */
-void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 
 #endif

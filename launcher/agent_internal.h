@@ -1,7 +1,10 @@
-/* agent_internal.h - state shared by the agent's files (not a public interface).
+/* agent_internal.h - what the agent's files share (not a public interface).
  *
- * agent_spawn.c starts ranks and signals process groups, agent_supervise.c
- * runs the poll loop and the failure policy, agent_console.c moves output.
+ * agent_supervise.c runs the poll loop and the failure policy on struct
+ * dt_agent; agent_procs.c starts its processes, signals them and moves their
+ * output; agent_watchdog.c looks at them from outside; agent_rounds.c keeps a
+ * node in step with the others; agent_plan.c, agent_summary.c and
+ * agent_node.c do what comes before and after.  Names carry dt_agent__.
  * Nothing outside launcher/agent_*.c includes this.
  */
 #ifndef DT_AGENT_INTERNAL_H
@@ -9,25 +12,34 @@
 
 #include "launcher/agent.h"
 #include "launcher/report_progress.h"
+#include "base/lines.h"
 
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
-struct dt_agent_stream {
-    int fd;     /* read end of the rank's pipe; -1 once at end of file */
-    int log_fd; /* attempt_<k>/rank_<n>.out or .err */
+/* One pipe from a process the agent started. */
+struct dt_agent__stream {
+    int fd; /* read end; -1 once at end of file */
     bool is_err;
-    bool continuing; /* the console got the start of a line that is not finished */
-    struct dt_agent_linebuf lb;
+    struct dt_lines lb;
 };
 
-struct dt_agent_proc {
-    int local_rank, rank;
+/* Where one rank's output goes: its log files, the console, its stderr tail. */
+struct dt_agent__sink {
+    int rank;                  /* global rank */
+    int log_fd[2];             /* attempt_<k>/rank_<n>.out and .err; -1 when closed */
+    bool continuing[2];        /* the console got the start of a line that is not finished */
+    struct dt_agent_tail tail; /* stderr, for the failure report */
+};
+
+/* A process the agent started: a rank (index: its entry in sinks and in each
+ * attempt's ranks), or a group's one process (index -1, rank -1). */
+struct dt_agent__proc {
+    int index, rank;
     pid_t pid; /* 0 before spawn */
     bool running;
-    struct dt_agent_stream out, err;
-    struct dt_agent_tail tail; /* stderr, for the failure report */
+    struct dt_agent__stream out, err;
     char **env;
     struct dt_agent_watch watch; /* what the watchdog last saw of it */
     long long cpu_ticks;         /* CPU time its process group had used at the last look */
@@ -36,8 +48,15 @@ struct dt_agent_proc {
 struct dt_agent {
     const struct dt_agent_config *cfg;
     struct dt_agent_result *res;
-    int nproc;
-    struct dt_agent_proc *procs;
+    const struct dt_adapter_group *group; /* cfg->group: one process stands for every rank */
+    int nproc;                            /* processes: the ranks, or the group's one */
+    int nranks;                           /* entries of sinks and of each attempt's ranks */
+    struct dt_agent__proc *procs;
+    struct dt_agent__sink *sinks;
+    int own_log;        /* a group's own lines: attempt_<k>/<log_name>, -1 when closed */
+    int group_wstatus;  /* how a group's process ended this attempt */
+    int group_failed;   /* a group's attempt that failed with no rank named: its exit status, else 0 */
+    bool group_stopped; /* SIGTERM went to the group's process this attempt */
     int out_fd, err_fd;
     bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
     int null_fd;          /* /dev/null, the ranks' stdin */
@@ -46,23 +65,23 @@ struct dt_agent {
     char *readbuf;
     size_t readbuf_size;
     struct pollfd *pfds;
-    struct dt_agent_stream **pfd_stream; /* what each pollfd reads, and whose it is */
-    struct dt_agent_proc **pfd_proc;
+    struct dt_agent__stream **pfd_stream; /* what each pollfd reads, and whose it is */
+    struct dt_agent__proc **pfd_proc;
     double t0; /* cfg->start_mono, or when dt_agent_run started */
     double grace_s;
     int attempt;
-    int running;        /* ranks of this attempt not yet reaped */
-    bool stopping;      /* SIGTERM (or the forwarded signal) sent to every rank */
-    bool killing;       /* SIGKILL sent */
-    double kill_at;     /* when `stopping` turns into SIGKILL */
-    double killed_at;   /* when SIGKILL was sent */
-    bool swept;         /* looked for processes the ranks left behind */
-    long long oom_base; /* the cgroup's OOM kill count when the attempt started, -1: unknown */
-    int oom_verdict;    /* for the first failure: see dt_agent_failure.oom_killer */
-    int interrupt_sig;  /* a signal the launcher received, 0 if none */
-    int stop_sig;       /* the signal `stopping` sent (SIGTERM or the forwarded one) */
-    bool requeue_asked; /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
-    int requeue_exits;  /* ranks of this attempt that did */
+    int running;                  /* processes of this attempt not yet reaped */
+    bool stopping;                /* SIGTERM (or the forwarded signal) sent to every rank */
+    bool killing;                 /* SIGKILL sent */
+    double kill_at;               /* when `stopping` turns into SIGKILL */
+    double killed_at;             /* when SIGKILL was sent */
+    bool swept;                   /* looked for processes the ranks left behind */
+    long long oom_base;           /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;              /* for the first failure: see dt_agent_failure.oom_killer */
+    int interrupt_sig;            /* a signal the launcher received, 0 if none */
+    int stop_sig;                 /* the signal `stopping` sent (SIGTERM or the forwarded one) */
+    bool requeue_asked;           /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
+    int requeue_exits;            /* ranks of this attempt that did */
     struct dt_progress *progress; /* the live progress line, NULL when off */
     double next_watch;            /* when the watchdog looks next; 0: it is off */
     double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
@@ -71,49 +90,106 @@ struct dt_agent {
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
 
-/* agent_requeue.c: SIGUSR1 passed on to the ranks; whether a rank's exit is its
- * stop for a requeue (not a failure); the outcome when ranks stopped so. */
-void dt_agent_requeue_signal(struct dt_agent *a);
-bool dt_agent_requeue_exit(struct dt_agent *a, int wstatus);
-bool dt_agent_requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *last);
+/* --- agent_procs.c ------------------------------------------------------- */
 
-/* agent_supervise.c: SIGTERM (or sig) to every rank, SIGKILL after the grace period. */
-void dt_agent_start_stopping(struct dt_agent *a, int sig);
-
-/* agent_hooks.c: runs cfg->hooks->poll when due and acts on its verdict. */
-void dt_agent_hooks_poll(struct dt_agent *a);
-/* The poll() timeout (ms) capped so the hook runs on time. */
-int dt_agent_hooks_timeout(const struct dt_agent *a, int timeout);
-/* After an attempt: 1 to restart, 0 to end the job, negative on error. */
-int dt_agent_hooks_attempt_end(struct dt_agent *a, int sig_fd);
-
-/* agent_spawn.c */
-int dt_agent_spawn_rank(struct dt_agent *a, struct dt_agent_proc *p, const char *attempt_dir);
-/* Sends sig to every rank's process group (the ranks and what they started). */
-void dt_agent_signal_groups(struct dt_agent *a, int sig);
+/* Allocates a's processes, sinks and buffers for cfg (and raises the file
+ * descriptor limit they need); dt_agent__free undoes it. */
+int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res);
+void dt_agent__free(struct dt_agent *a);
+/* Opens a rank's attempt_<k>/rank_<n>.{out,err} (appending after a mark
+ * when a rerun finds them) and resets its console state and tail. */
+int dt_agent__open_logs(struct dt_agent__sink *k, const char *attempt_dir);
+/* Forks p running cfg->argv with p->env, its stdout and stderr on pipes. */
+int dt_agent__spawn(struct dt_agent *a, struct dt_agent__proc *p);
+/* Sends sig to every rank's process group (the ranks and what they
+ * started); a group's process gets one SIGTERM for any stop, and SIGKILL
+ * to its process group. */
+void dt_agent__signal_groups(struct dt_agent *a, int sig);
 /* Sends sig to the agent's children that are not ranks (orphans re-parented to
  * the agent as subreaper) and to their process groups; returns how many. */
-int dt_agent_signal_leftovers(struct dt_agent *a, int sig);
-void dt_agent_close_streams(struct dt_agent_proc *p);
+int dt_agent__signal_leftovers(struct dt_agent *a, int sig);
+/* Closes every pipe and log file of the attempt and forgets the pids. */
+void dt_agent__close_attempt(struct dt_agent *a);
+/* Reads what a stream has, writes it to the log files and the console; at end
+ * of file closes the pipe.  Returns bytes read, 0 at end of file. */
+ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s);
 
-/* agent_watchdog.c */
-#define DT_AGENT_WATCH_PERIOD_S 0.5 /* how often the watchdog looks */
-/* Arms the watchdog for the attempt just spawned (off when heartbeat_timeout is 0). */
-void dt_agent_watchdog_begin(struct dt_agent *a);
+/* --- agent_watchdog.c ---------------------------------------------------- */
+
+#define DT_AGENT__WATCH_PERIOD_S 0.5 /* how often the watchdog looks */
+#define DT_AGENT__COORD_LOST (-2)    /* dt_agent__watchdog_tick: the coordinator is gone */
+/* Arms the watchdog for the attempt just spawned (off when heartbeat_timeout
+ * is 0, and for a group: its ranks are not this agent's to look at). */
+void dt_agent__watchdog_begin(struct dt_agent *a);
 /* Looks at every running rank once its period is due; returns the local index
- * of a hung rank (with the reason in why), -1, or DT_AGENT_COORD_LOST when
+ * of a hung rank (with the reason in why), -1, or DT_AGENT__COORD_LOST when
  * the coordinator has been unreachable for rendezvous.timeout. */
-#define DT_AGENT_COORD_LOST (-2)
-int dt_agent_watchdog_tick(struct dt_agent *a, char *why, size_t size);
+int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size);
 /* Writes what can be seen of every rank (states, wchan, kernel stacks, last
  * log lines) to attempt_<k>/hang_rank_<n>.txt; path gets the file's name. */
-int dt_agent_watchdog_capture(struct dt_agent *a, int hung, const char *why, char *path, size_t size);
+int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, char *path, size_t size);
+/* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
+int dt_agent__oom_count(long long *count);
 
-/* agent_console.c */
-/* Reads what a stream has, writes it to its log file and the console; at end of
- * file closes the pipe.  Returns bytes read, 0 at end of file. */
-ssize_t dt_agent_pump(struct dt_agent *a, struct dt_agent_proc *p, struct dt_agent_stream *s);
-/* Hands over a partial last line of each stream (at the end of an attempt). */
-void dt_agent_flush_partial(struct dt_agent *a, struct dt_agent_proc *p);
+/* --- agent_plan.c -------------------------------------------------------- */
+
+/* nproc_per_node, with `gpu` resolved to the GPUs this process may use. */
+int dt_agent__plan_nproc(const struct dt_job *job, int *nproc);
+/* The spec's command exists here (on PATH, or the path is executable). */
+int dt_agent__plan_check_command(const struct dt_job *job);
+/* Logs env: entries dtrain overrides and the OMP_NUM_THREADS default. */
+void dt_agent__plan_say_env(const struct dt_job *job, int nproc);
+
+/* --- agent_summary.c ----------------------------------------------------- */
+
+/* Writes <run dir>/summary.json through a temporary file and rename(2), so a
+ * reader never sees half of it. */
+int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
+                            const char *path);
+/* The failure report for the console: which rank failed first, how, and the
+ * last lines of its stderr. */
+void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
+/* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
+void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
+
+/* --- agent_rounds.c ------------------------------------------------------ */
+
+/* One node of a multi-node job: its agent's link to the others through the
+ * coordinator's store (membership, the round counter, the first failure). */
+struct dt_agent__round;
+
+struct dt_agent__round_config {
+    const struct dt_job *job;
+    int node_rank, nnodes, nproc;
+    const char *coord_host; /* how this agent reaches the coordinator */
+    int coord_port;
+    const char *token; /* NULL with auth: none */
+    double timeout_s;  /* rendezvous.timeout: connecting, every node joining */
+    double grace_s;
+    struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
+};
+
+/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
+ * coordinator that cannot be reached is an error naming host:port. */
+int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_agent__round **out);
+/* The run id every node uses: run_id as given (node 0 publishes it), or
+ * node 0 makes one and the others read it. */
+int dt_agent__round_run_id(struct dt_agent__round *r, char *run_id, size_t n);
+/* Returns when all nnodes nodes joined; an error naming the missing ones
+ * after rendezvous.timeout. */
+int dt_agent__round_wait_all(struct dt_agent__round *r);
+/* The hooks that make dt_agent_run restart in step with the other nodes. */
+void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h);
+/* Ends the job everywhere with `status` (the first abort stands). */
+int dt_agent__round_abort(struct dt_agent__round *r, int status, const char *why);
+/* After dt_agent_run: passes an interruption or failure on to the other
+ * nodes, then leaves (node 0 first waits, bounded, for the others to go).
+ * The others publish their ranks' records before they leave; node 0 adds
+ * them to res (attempts[k].others) for its summary.json. */
+void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res);
+void dt_agent__round_close(struct dt_agent__round *r);
+/* The watchdog's heartbeat source on a node other than 0 (agent.h's
+ * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
+int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step, double *age_s);
 
 #endif

@@ -1,27 +1,36 @@
-/* agent_plan.c - what an agent settles before it starts a coordinator or a rank.
+/* agent_plan.c - what an agent settles before it starts a coordinator or a
+ * rank: how many ranks this node runs (nproc_per_node: gpu counts the GPUs
+ * it may use), whether the spec's command exists here (say so once, not once
+ * per rank and again after every restart), the environment defaults worth a
+ * line, and the environment each rank starts with.
  *
- * Shared by the local adapter's `dtrain launch` and by `dtrain agent`: how
- * many ranks this node runs (nproc_per_node: gpu counts the GPUs it may
- * use), whether the spec's command exists here (say so once, not once per
- * rank and again after every restart), the program each rank runs, the
- * environment defaults worth a line, and the closing line of a run.
+ * The rank environment: torchrun's variables (so unmodified PyTorch scripts
+ * work: env:// init finds the store at MASTER_ADDR:MASTER_PORT and, with
+ * TORCHELASTIC_USE_AGENT_STORE, joins it as a client instead of trying to
+ * host one), dtrain's own DTRAIN_* variables (the store client reads
+ * DTRAIN_COORD_ADDR and DTRAIN_JOB_TOKEN), and the spec's env: entries.
+ * Precedence: dtrain's per-rank variables over the spec's env:, the spec's
+ * over the launcher's own environment.  Built before fork(): the child of a
+ * multi-threaded process may only make async-signal-safe calls, so nothing
+ * here may run after fork.
  *
- * Not for running ranks (agent_supervise.c) or for the spec itself (jobspec.h).
+ * Not for running ranks (agent_supervise.c) or for the spec itself (spec/jobspec.h).
  */
-#include "launcher/agent.h"
-
+#include "launcher/agent_internal.h"
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/log.h"
 #include "spec/jobspec.h"
-#include "launcher/report.h"
-#include "base/fs.h"
 
 #include <dirent.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* --- before the run ------------------------------------------------------ */
 
 /* The GPUs this process may use, as CUDA would count them. */
 static int count_gpus(void)
@@ -46,7 +55,7 @@ static int count_gpus(void)
     return n;
 }
 
-int dt_agent_plan_nproc(const struct dt_job *job, int *nproc)
+int dt_agent__plan_nproc(const struct dt_job *job, int *nproc)
 {
     *nproc = job->nproc_per_node;
     if (*nproc != DT_NPROC_GPU)
@@ -60,7 +69,7 @@ int dt_agent_plan_nproc(const struct dt_job *job, int *nproc)
     return 0;
 }
 
-int dt_agent_plan_check_command(const struct dt_job *job)
+int dt_agent__plan_check_command(const struct dt_job *job)
 {
     if (!job->command || dt_fs_on_path(job->command[0]))
         return 0;
@@ -69,7 +78,7 @@ int dt_agent_plan_check_command(const struct dt_job *job)
                                                      : "was not found on PATH");
 }
 
-void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
+void dt_agent__plan_say_env(const struct dt_job *job, int nproc)
 {
     bool omp = getenv("OMP_NUM_THREADS") != NULL;
     for (int i = 0; i < job->n_env; i++) {
@@ -84,52 +93,163 @@ void dt_agent_plan_say_env(const struct dt_job *job, int nproc)
                     "(set it under env: to change that)");
 }
 
-/* A trainer job ends with what limited it (report_html.c's findings: data
- * waits, exposed communication, an idle GPU, a straggler rank), the same
- * sentences `dtrain report` prints, so nobody has to ask for them. */
-static void print_findings(const char *run_dir)
+/* --- the rank environment ------------------------------------------------ */
+
+/* Compares the name part of "NAME=value" with `name`. */
+static bool entry_is(const char *entry, const char *name)
 {
-    char path[PATH_MAX + 32], buf[4096];
-    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (access(path, R_OK) != 0)
-        return;
-    struct dt_report r;
-    if (dt_report_load(run_dir, &r)) {
-        dt_log_warn("no run findings: %s", dt_error_last());
-        dt_error_clear();
-        return;
-    }
-    dt_report_diagnose(&r, buf, sizeof buf);
-    dt_report_free(&r);
-    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-        dt_log_info("%s", line);
-    dt_log_info("curves and the step-time split: dtrain report %s", run_dir);
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
-void dt_agent_print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+static bool entry_reserved(const char *entry)
 {
-    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
-    if (res->n_attempts > 1)
-        snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
-    /* Only node 0 writes summary.json (it alone hears every node's ranks). */
-    if (cfg->node_rank == 0)
-        snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
-    else
-        snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);
-    if (res->status == DT_AGENT_SUCCEEDED)
-        dt_log_info("job %s succeeded in %.2f s%s; %s", cfg->job->name, res->wall_s, attempts, where);
-    else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
-        dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
-                    "status %d); %s",
-                    cfg->job->name, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
-                    DT_AGENT_EXIT_REQUEUE, where);
-    else if (res->status == DT_AGENT_INTERRUPTED)
-        dt_log_warn("job %s interrupted by %s after %.2f s; %s", cfg->job->name,
-                    dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
-    else
-        dt_log_error("job %s failed with exit status %d after %.2f s%s; %s", cfg->job->name, res->exit_status,
-                     res->wall_s, attempts, where);
-    /* Node 0 for the findings too: it is rank 0's node, which writes trainer_summary.json. */
-    if (res->status == DT_AGENT_SUCCEEDED && cfg->node_rank == 0)
-        print_findings(cfg->run_dir);
+    const char *eq = strchr(entry, '=');
+    if (!eq)
+        return false;
+    char name[64];
+    size_t n = (size_t)(eq - entry);
+    if (n >= sizeof name)
+        return false;
+    memcpy(name, entry, n);
+    name[n] = 0;
+    return dt_job_env_is_reserved(name);
+}
+
+static const struct dt_env_entry *spec_entry(const struct dt_job *job, const char *name)
+{
+    for (int i = 0; i < job->n_env; i++)
+        if (strcmp(job->env[i].name, name) == 0)
+            return &job->env[i];
+    return NULL;
+}
+
+static bool spec_overrides(const struct dt_job *job, const char *entry)
+{
+    for (int i = 0; i < job->n_env; i++)
+        if (entry_is(entry, job->env[i].name))
+            return true;
+    return false;
+}
+
+struct env_builder {
+    char **v;
+    size_t n, cap;
+    int rc;
+};
+
+static void add(struct env_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct env_builder *b, const char *fmt, ...)
+{
+    if (b->rc < 0)
+        return;
+    if (b->n + 2 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 128;
+        char **v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            b->rc = dt_error_set(DT_ENOMEM, "out of memory building a rank's environment");
+            return;
+        }
+        b->v = v;
+        b->cap = cap;
+        b->v[b->n] = NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(&b->v[b->n], fmt, ap);
+    va_end(ap);
+    if (rc < 0) {
+        b->v[b->n] = NULL;
+        b->rc = dt_error_set(DT_ENOMEM, "out of memory building a rank's environment");
+        return;
+    }
+    b->v[++b->n] = NULL;
+}
+
+static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int local_rank,
+                         int restart, const char *error_file)
+{
+    int world = cfg->nnodes * cfg->nproc;
+    add(b, "RANK=%d", rank);
+    add(b, "LOCAL_RANK=%d", local_rank);
+    add(b, "WORLD_SIZE=%d", world);
+    add(b, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
+    add(b, "GROUP_RANK=%d", cfg->node_rank);
+    add(b, "GROUP_WORLD_SIZE=%d", cfg->nnodes);
+    /* One role per job, so the role's ranks are the job's ranks. */
+    add(b, "ROLE_RANK=%d", rank);
+    add(b, "ROLE_NAME=default");
+    add(b, "ROLE_WORLD_SIZE=%d", world);
+    add(b, "MASTER_ADDR=%s", cfg->master_addr);
+    add(b, "MASTER_PORT=%d", cfg->master_port);
+    add(b, "TORCHELASTIC_RESTART_COUNT=%d", restart);
+    add(b, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->job->max_restarts);
+    add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
+    add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
+    add(b, "TORCHELASTIC_ERROR_FILE=%s", error_file);
+}
+
+static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
+                       const char *error_file)
+{
+    add(b, "DTRAIN_COORD_ADDR=%s:%d", cfg->master_addr, cfg->master_port);
+    if (cfg->token)
+        add(b, "DTRAIN_JOB_TOKEN=%s", cfg->token);
+    add(b, "DTRAIN_RUN_DIR=%s", cfg->run_dir);
+    add(b, "DTRAIN_RUN_ID=%s", cfg->run_id);
+    add(b, "DTRAIN_JOB_NAME=%s", cfg->job->name);
+    add(b, "DTRAIN_NODE_RANK=%d", cfg->node_rank);
+    add(b, "DTRAIN_NNODES=%d", cfg->nnodes);
+    add(b, "DTRAIN_RESTART_COUNT=%d", restart);
+    add(b, "DTRAIN_ERROR_FILE=%s", error_file);
+}
+
+int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
+                       char ***out)
+{
+    const struct dt_job *job = cfg->job;
+    struct env_builder b = {0};
+    bool omp_set = spec_entry(job, "OMP_NUM_THREADS") != NULL;
+    for (char *const *e = base; e && *e; e++) {
+        if (entry_reserved(*e) || spec_overrides(job, *e))
+            continue;
+        if (entry_is(*e, "OMP_NUM_THREADS"))
+            omp_set = true;
+        if (entry_is(*e, "PYTHONUNBUFFERED"))
+            continue;
+        add(&b, "%s", *e);
+    }
+    for (int i = 0; i < job->n_env; i++)
+        if (!dt_job_env_is_reserved(job->env[i].name))
+            add(&b, "%s=%s", job->env[i].name, job->env[i].value);
+    /* torchrun's default for more than one rank per node: N ranks of a threaded
+     * library would otherwise each start one thread per core and oversubscribe
+     * the machine N times. */
+    if (!omp_set && cfg->nproc > 1)
+        add(&b, "OMP_NUM_THREADS=1");
+    /* Python block-buffers a pipe; without this a rank's lines arrive late
+     * and a crash loses its last output. */
+    if (!spec_entry(job, "PYTHONUNBUFFERED"))
+        add(&b, "PYTHONUNBUFFERED=1");
+
+    int rank = cfg->node_rank * cfg->nproc + local_rank;
+    char error_file[4200];
+    snprintf(error_file, sizeof error_file, "%s/attempt_%d/rank_%d.error.json", cfg->run_dir, restart, rank);
+    add_torchrun(&b, cfg, rank, local_rank, restart, error_file);
+    add_dtrain(&b, cfg, restart, error_file);
+    if (b.rc < 0) {
+        dt_agent_env_free(b.v);
+        return b.rc;
+    }
+    *out = b.v;
+    return 0;
+}
+
+void dt_agent_env_free(char **env)
+{
+    if (!env)
+        return;
+    for (char **e = env; *e; e++)
+        free(*e);
+    free(env);
 }

@@ -1,19 +1,23 @@
-/* agent_summary.c - what the agent tells a person after a run: decoded exit
- * statuses ("killed by SIGSEGV (core dumped)"), the first-failure report on
- * the console, and <run dir>/summary.json.
+/* agent_summary.c - what the agent tells a person after a run: the
+ * first-failure report on the console, <run dir>/summary.json, and the
+ * closing line (with a trainer's findings, as `dtrain report` words them).
  *
  * Not for deciding anything: the supervision loop (agent_supervise.c) fills
  * struct dt_agent_result; this file only renders it.
  */
-#include "launcher/agent.h"
+#include "launcher/agent_internal.h"
 
 #include "base/error.h"
 #include "base/json.h"
 #include "base/json_escape.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "launcher/report.h"
 #include "spec/jobspec.h"
 #include "base/fs.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,77 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const struct {
-    int sig;
-    const char *name;
-} signal_names[] = {
-    {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},   {SIGILL, "SIGILL"},
-    {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},     {SIGFPE, "SIGFPE"},
-    {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"},   {SIGUSR2, "SIGUSR2"},
-    {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},   {SIGCHLD, "SIGCHLD"},
-    {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"},   {SIGTTIN, "SIGTTIN"},
-    {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"},   {SIGXFSZ, "SIGXFSZ"},
-    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
-    {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
-};
-
-const char *dt_agent_signal_name(int sig, char *buf, size_t size)
-{
-    for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
-        if (signal_names[i].sig == sig)
-            return signal_names[i].name;
-    snprintf(buf, size, "signal %d", sig);
-    return buf;
-}
-
-/* Hints for the signals people meet most, so "SIGKILL" is not a dead end. */
-static const char *signal_hint(int sig)
-{
-    switch (sig) {
-    case SIGKILL:
-        return " (often the kernel's out-of-memory killer: see dmesg)";
-    case SIGSEGV:
-        return " (segmentation fault)";
-    case SIGBUS:
-        return " (bus error)";
-    case SIGABRT:
-        return " (abort(), e.g. a failed assertion)";
-    case SIGFPE:
-        return " (arithmetic error)";
-    default:
-        return "";
-    }
-}
-
-static void describe(int wstatus, bool hint, char *buf, size_t size)
-{
-    char tmp[32];
-    if (WIFEXITED(wstatus)) {
-        snprintf(buf, size, "exited with code %d", WEXITSTATUS(wstatus));
-    } else if (WIFSIGNALED(wstatus)) {
-        int sig = WTERMSIG(wstatus);
-        snprintf(buf, size, "killed by %s%s%s", dt_agent_signal_name(sig, tmp, sizeof tmp),
-                 hint || sig != SIGKILL ? signal_hint(sig) : "", WCOREDUMP(wstatus) ? ", core dumped" : "");
-    } else {
-        snprintf(buf, size, "ended with wait status 0x%x", (unsigned)wstatus);
-    }
-}
-
-void dt_agent_describe_status(int wstatus, char *buf, size_t size)
-{
-    describe(wstatus, true, buf, size);
-}
-
-int dt_agent_exit_status(int wstatus)
-{
-    if (WIFEXITED(wstatus))
-        return WEXITSTATUS(wstatus);
-    if (WIFSIGNALED(wstatus))
-        return 128 + WTERMSIG(wstatus);
-    return 1;
-}
-
-const char *dt_agent_status_name(enum dt_agent_status s)
+static const char *status_name(enum dt_agent_status s)
 {
     switch (s) {
     case DT_AGENT_SUCCEEDED:
@@ -119,10 +53,10 @@ static void json_status(FILE *f, bool exited, int wstatus)
         fputs("\"exit_code\": null, \"signal\": null", f);
     } else if (WIFSIGNALED(wstatus)) {
         fputs("\"exit_code\": null, \"signal\": ", f);
-        json_str(f, dt_agent_signal_name(WTERMSIG(wstatus), tmp, sizeof tmp));
+        json_str(f, dt_proc_signal_name(WTERMSIG(wstatus), tmp, sizeof tmp));
         fprintf(f, ", \"core_dumped\": %s", WCOREDUMP(wstatus) ? "true" : "false");
     } else {
-        fprintf(f, "\"exit_code\": %d, \"signal\": null", dt_agent_exit_status(wstatus));
+        fprintf(f, "\"exit_code\": %d, \"signal\": null", dt_proc_exit_status(wstatus));
     }
 }
 
@@ -182,7 +116,7 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         return;
     }
     char desc[160];
-    dt_agent_describe_status(ff->wstatus, desc, sizeof desc);
+    dt_proc_describe(ff->wstatus, true, desc, sizeof desc);
     fprintf(f, "  \"first_failure\": {\"attempt\": %d, \"rank\": %d, \"node\": %d, \"host\": ", ff->attempt,
             ff->rank, ff->node);
     if (ff->host[0])
@@ -284,9 +218,9 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     fputs(",\n  \"run_dir\": ", f);
     json_str(f, cfg->run_dir);
     fprintf(f, ",\n  \"status\": \"%s\",\n  \"exit_status\": %d,\n  \"interrupted_by\": ",
-            dt_agent_status_name(res->status), res->exit_status);
+            status_name(res->status), res->exit_status);
     if (res->interrupt_signal)
-        json_str(f, dt_agent_signal_name(res->interrupt_signal, tmp, sizeof tmp));
+        json_str(f, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
     else
         fputs("null", f);
     fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
@@ -329,14 +263,14 @@ static int write_summary(void *ctx, FILE *f)
     return dt_agent_write_summary_to(f, o->cfg, o->res);
 }
 
-int dt_agent_write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
+int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_agent_result *res,
                            const char *path)
 {
     struct summary_out o = {cfg, res};
     return dt_fs_write_atomic(path, false, write_summary, &o);
 }
 
-void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     if (!res->have_failure)
         return;
@@ -344,7 +278,7 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
     int fd = cfg->err_fd > 0 ? cfg->err_fd : STDERR_FILENO;
     char desc[160];
     /* "often the OOM killer" is a guess; not needed when the cgroup told us. */
-    describe(ff->wstatus, ff->oom_killer < 0 && !ff->hung, desc, sizeof desc);
+    dt_proc_describe(ff->wstatus, ff->oom_killer < 0 && !ff->hung, desc, sizeof desc);
     if (ff->hung) {
         char step[32] = "";
         if (ff->hung_step >= 0)
@@ -384,4 +318,54 @@ void dt_agent_print_failure(const struct dt_agent_config *cfg, const struct dt_a
             line += n + (line[n] == '\n');
         }
     }
+}
+
+/* A trainer job ends with what limited it (report_html.c's findings: data
+ * waits, exposed communication, an idle GPU, a straggler rank), the same
+ * sentences `dtrain report` prints, so nobody has to ask for them. */
+static void print_findings(const char *run_dir)
+{
+    char path[PATH_MAX + 32], buf[4096];
+    snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
+    if (access(path, R_OK) != 0)
+        return;
+    struct dt_report r;
+    if (dt_report_load(run_dir, &r)) {
+        dt_log_warn("no run findings: %s", dt_error_last());
+        dt_error_clear();
+        return;
+    }
+    dt_report_diagnose(&r, buf, sizeof buf);
+    dt_report_free(&r);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+        dt_log_info("%s", line);
+    dt_log_info("curves and the step-time split: dtrain report %s", run_dir);
+}
+
+void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
+    if (res->n_attempts > 1)
+        snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
+    /* Only node 0 writes summary.json (it alone hears every node's ranks). */
+    if (cfg->node_rank == 0)
+        snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
+    else
+        snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);
+    if (res->status == DT_AGENT_SUCCEEDED)
+        dt_log_info("job %s succeeded in %.2f s%s; %s", cfg->job->name, res->wall_s, attempts, where);
+    else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
+        dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
+                    "status %d); %s",
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
+    else if (res->status == DT_AGENT_INTERRUPTED)
+        dt_log_warn("job %s interrupted by %s after %.2f s; %s", cfg->job->name,
+                    dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s, where);
+    else
+        dt_log_error("job %s failed with exit status %d after %.2f s%s; %s", cfg->job->name, res->exit_status,
+                     res->wall_s, attempts, where);
+    /* Node 0 for the findings too: it is rank 0's node, which writes trainer_summary.json. */
+    if (res->status == DT_AGENT_SUCCEEDED && cfg->node_rank == 0)
+        print_findings(cfg->run_dir);
 }

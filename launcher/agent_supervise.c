@@ -1,4 +1,4 @@
-/* agent_supervise.c - the agent's poll loop and failure policy (dt_agent_run).
+/* agent_supervise.c - dt_agent_run: the agent's poll loop and failure policy.
  *
  * One loop on the calling thread watches every rank's stdout and stderr and
  * a self-pipe fed by the signal handlers (SIGCHLD and the job signals), so a
@@ -9,14 +9,34 @@
  * An attempt ends only when no process of it is left: the agent is a child
  * subreaper, so it waits until it has no children at all.
  *
- * Not for spawning details (agent_spawn.c) or rendering (agent_summary.c).
+ * What is outside this node's ranks takes part through cfg->hooks (agent.h):
+ * the loop runs the hook's poll at most once a period and turns its verdict
+ * into action (STOP_ATTEMPT stops this node's ranks: another node failed,
+ * the attempt is over everywhere; ABORT stops them and ends the job with
+ * the hook's status), and after an attempt asks the hook whether the job
+ * restarts, so every node of a multi-node job restarts together or not at
+ * all.  What the hooks decide is agent_node.c's (the refusal watch) and
+ * agent_rounds.c's (the restart rounds).
+ *
+ * SIGUSR1 (a scheduler's time limit is near: Slurm's --signal=B:USR1@90,
+ * passed on by the batch script and srun) goes to every rank's process
+ * group and supervision goes on: the bundled trainer writes a checkpoint at
+ * a step all ranks agree on and exits with DT_AGENT_EXIT_REQUEUE (75,
+ * EX_TEMPFAIL).  Such an exit is neither a failure (the others are not
+ * stopped, nothing restarts) nor a success: the agent exits with 75, and the
+ * batch script requeues the job, which resumes from that checkpoint.  A rank
+ * that ignores the signal simply runs on.
+ *
+ * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c) or
+ * rendering (agent_summary.c).
  */
 #include "launcher/agent_internal.h"
-
+#include "base/args.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "spec/jobspec.h"
-#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,67 +50,33 @@
 #include <time.h>
 #include <unistd.h>
 
-#define READ_CHUNK 65536
+/* --- signals and stopping ------------------------------------------------ */
+
 #define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
-#define UNKILLABLE_S 10     /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
-static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-#define N_JOB_SIGNALS (int)(sizeof job_signals / sizeof job_signals[0])
+#define UNKILLABLE_S 10 /* after SIGKILL, how long to wait for processes stuck in the kernel */
 
-static int signal_pipe_w = -1;
+/* The job's signals, SIGUSR1 (a scheduler's time limit is near: requeue, below)
+ * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
+ * a check and the wait. */
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
 
-static void on_signal(int sig)
+static int install_signals(struct dt_proc_signals *sv)
 {
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-    ssize_t w = write(signal_pipe_w, &b, 1);
-    (void)w;
-    errno = saved;
-}
-
-struct saved_signals {
-    struct sigaction job[N_JOB_SIGNALS], chld, pipe, usr1;
-    int pipe_fd[2];
-};
-
-static int install_signals(struct saved_signals *sv)
-{
-    if (pipe2(sv->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create the agent's signal pipe");
-    signal_pipe_w = sv->pipe_fd[1];
-    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < N_JOB_SIGNALS; i++)
-        sigaction(job_signals[i], &sa, &sv->job[i]);
-    sigaction(SIGUSR1, &sa, &sv->usr1);
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, &sv->chld);
-    /* A closed console must not kill the launcher (and, through PDEATHSIG, the job). */
-    struct sigaction ign = {.sa_handler = SIG_IGN};
-    sigemptyset(&ign.sa_mask);
-    sigaction(SIGPIPE, &ign, &sv->pipe);
+    int rc = dt_proc_signals_catch(caught, (int)(sizeof caught / sizeof *caught), sv);
+    if (rc < 0)
+        return dt_error_prefix("the agent's signals");
     /* Orphans of the job (a rank's `cmd &` after the rank exits) become our
      * children instead of init's, so they can be found and stopped. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     return 0;
 }
 
-static void restore_signals(struct saved_signals *sv)
+/* SIGTERM (or sig) to every rank and what they left, SIGKILL after the grace period. */
+static void start_stopping(struct dt_agent *a, int sig)
 {
-    for (int i = 0; i < N_JOB_SIGNALS; i++)
-        sigaction(job_signals[i], &sv->job[i], NULL);
-    sigaction(SIGCHLD, &sv->chld, NULL);
-    sigaction(SIGPIPE, &sv->pipe, NULL);
-    sigaction(SIGUSR1, &sv->usr1, NULL);
-    signal_pipe_w = -1;
-    close(sv->pipe_fd[0]);
-    close(sv->pipe_fd[1]);
-}
-
-void dt_agent_start_stopping(struct dt_agent *a, int sig)
-{
-    dt_agent_signal_groups(a, sig);
-    dt_agent_signal_leftovers(a, sig);
+    dt_agent__signal_groups(a, sig);
+    dt_agent__signal_leftovers(a, sig);
     if (!a->stopping) {
         a->stopping = true;
         a->stop_sig = sig;
@@ -103,9 +89,121 @@ static void kill_everything(struct dt_agent *a)
     if (!a->killing)
         a->killed_at = dt_clock_s();
     a->stopping = a->killing = true;
-    dt_agent_signal_groups(a, SIGKILL);
-    dt_agent_signal_leftovers(a, SIGKILL);
+    dt_agent__signal_groups(a, SIGKILL);
+    dt_agent__signal_leftovers(a, SIGKILL);
 }
+
+/* --- SIGUSR1: checkpoint, stop, be requeued ------------------------------ */
+
+/* Not dt_agent__signal_groups: that marks the ranks as stopped by the agent, and
+ * these are only asked to stop; one that then fails has failed. */
+static void requeue_signal(struct dt_agent *a)
+{
+    if (!a->requeue_asked)
+        dt_log_warn("received SIGUSR1 (the time limit is near): passing it on to the ranks; a rank that "
+                    "exits with %d has checkpointed and stopped to be requeued",
+                    DT_AGENT_EXIT_REQUEUE);
+    a->requeue_asked = true;
+    if (a->group) { /* its process passes SIGUSR1 on to the ranks (mpirun does) */
+        if (a->procs[0].running)
+            kill(a->procs[0].pid, SIGUSR1);
+        return;
+    }
+    for (int i = 0; i < a->nproc; i++) {
+        const struct dt_agent__proc *p = &a->procs[i];
+        if (p->pid > 0 && p->running && kill(-p->pid, SIGUSR1) != 0 && errno == ESRCH)
+            kill(p->pid, SIGUSR1); /* not yet in its own group (see dt_agent__signal_groups) */
+    }
+}
+
+/* Whether a rank's exit is its stop for a requeue: not a failure. */
+static bool requeue_exit(struct dt_agent *a, int wstatus)
+{
+    if (!a->requeue_asked || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != DT_AGENT_EXIT_REQUEUE)
+        return false;
+    a->requeue_exits++;
+    return true;
+}
+
+/* The job's outcome when its ranks stopped so: interrupted, exit status 75. */
+static bool requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *last)
+{
+    /* job_status: what the nodes of a multi-node job agreed on; 75 there is another
+     * node's ranks stopping the same way. */
+    bool other_failed = a->job_status > 0 && a->job_status != DT_AGENT_EXIT_REQUEUE;
+    if (a->requeue_exits == 0 || a->abort_status >= 0 || other_failed || last->first_failed >= 0)
+        return false;
+    a->res->status = DT_AGENT_INTERRUPTED;
+    a->res->exit_status = DT_AGENT_EXIT_REQUEUE;
+    return true;
+}
+
+/* --- the hooks ----------------------------------------------------------- */
+
+#define DEFAULT_PERIOD_S 0.1
+
+static double period(const struct dt_agent *a)
+{
+    double p = a->cfg->hooks->period_s;
+    return p > 0 ? p : DEFAULT_PERIOD_S;
+}
+
+/* The poll() timeout (ms) capped so the hook's poll runs on time. */
+static int hooks_timeout(const struct dt_agent *a, int timeout)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    if (!h || !h->poll || a->abort_status >= 0)
+        return timeout;
+    double left = a->next_hook_poll - dt_clock_s();
+    int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+    return timeout < 0 || timeout > ms ? ms : timeout;
+}
+
+/* Runs the hook's poll when due and acts on its verdict. */
+static void hooks_poll(struct dt_agent *a)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    double now = dt_clock_s();
+    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
+        return;
+    a->next_hook_poll = now + period(a);
+    int status = 1;
+    enum dt_agent_verdict v = h->poll(h->ctx, a->res, a->attempt, &status);
+    if (v == DT_AGENT_GO_ON)
+        return;
+    if (v == DT_AGENT_ABORT)
+        a->abort_status = status >= 0 ? status : 1;
+    if (!a->stopping && a->running > 0)
+        start_stopping(a, SIGTERM);
+}
+
+/* After an attempt: 1 to restart, 0 to end the job, negative on error. */
+static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
+{
+    const struct dt_agent_hooks *h = a->cfg->hooks;
+    bool restart = false;
+    int status = -1;
+    int rc = h->attempt_end(h->ctx, a->res, a->attempt, sig_fd, &restart, &status);
+    if (rc < 0) {
+        dt_log_error("%s", dt_error_last());
+        a->abort_status = 1;
+        return rc;
+    }
+    if (rc == 1) /* a signal came: the caller handles it */
+        return 0;
+    if (restart && a->attempt >= a->cfg->job->max_restarts) {
+        dt_log_error("internal: a restart past max_restarts (%d) was asked for; ending the job",
+                     a->cfg->job->max_restarts);
+        a->abort_status = 1;
+        return 0;
+    }
+    if (restart)
+        return 1;
+    a->job_status = status >= 0 ? status : 1;
+    return 0;
+}
+
+/* --- failures and hangs -------------------------------------------------- */
 
 /* A rank that dies by a signal dtrain did not send, right after another rank
  * exited with a code, is the first failure: its peers' "peer died" exits can
@@ -113,6 +211,7 @@ static void kill_everything(struct dt_agent *a)
  * by, as torchrun does).  The agent's own signals: stop_sig while stopping,
  * SIGKILL once killing. */
 #define ROOT_CAUSE_WINDOW_S 1.0
+
 static bool root_cause(struct dt_agent *a, int i, int wstatus)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
@@ -135,23 +234,24 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     r->exit_s = dt_clock_s() - a->t0;
     a->procs[i].running = false;
     a->running--;
-    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent_requeue_exit(a, wstatus);
+    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || requeue_exit(a, wstatus);
     if (ok || a->interrupt_sig || (at->first_failed >= 0 && !root_cause(a, i, wstatus)) ||
         (r->stopped_by_agent && !root_cause(a, i, wstatus)))
         return;
     bool replaces = at->first_failed >= 0;
     if (replaces)
-        dt_log_warn("rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
-                    "the first failure",
-                    r->rank, at->ranks[at->first_failed].rank, r->rank);
+        dt_log_warn(
+            "rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
+            "the first failure",
+            r->rank, at->ranks[at->first_failed].rank, r->rank);
     at->first_failed = i;
     a->oom_verdict = -1;
     long long oom_now;
     if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
-        dt_agent_oom_count(&oom_now) == 0)
+        dt_agent__oom_count(&oom_now) == 0)
         a->oom_verdict = oom_now > a->oom_base;
     char desc[160];
-    dt_agent_describe_status(wstatus, desc, sizeof desc);
+    dt_proc_describe(wstatus, true, desc, sizeof desc);
     if (a->oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
                  a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
@@ -160,7 +260,19 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", a->grace_s);
-    dt_agent_start_stopping(a, SIGTERM);
+    start_stopping(a, SIGTERM);
+}
+
+/* A group's process ended: how its ranks did, its records say (collect_group). */
+static void on_proc_exit(struct dt_agent *a, int i, int wstatus)
+{
+    if (!a->group) {
+        on_rank_exit(a, i, wstatus);
+        return;
+    }
+    a->group_wstatus = wstatus;
+    a->procs[i].running = false;
+    a->running--;
 }
 
 /* The watchdog's verdict: the capture first (the states and stacks of the
@@ -171,36 +283,38 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     struct dt_agent_failure *ff = &a->res->first_failure;
-    struct dt_agent_proc *p = &a->procs[i];
+    struct dt_agent__proc *p = &a->procs[i];
     at->hung = i;
     at->first_failed = i;
     a->oom_verdict = -1;
     ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
     ff->hang_detected_s = dt_clock_s() - a->t0;
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
-    if (dt_agent_watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
+    if (dt_agent__watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
         dt_log_warn("%s", dt_error_last());
     dt_log_error("rank %d is hung: %s; what it looked like: %s; stopping the group", p->rank, why,
                  ff->hang_report[0] ? ff->hang_report : "(no report)");
     at->ranks[i].stopped_by_agent = true;
     if (kill(-p->pid, SIGKILL) != 0)
         kill(p->pid, SIGKILL);
-    dt_agent_start_stopping(a, SIGTERM);
+    start_stopping(a, SIGTERM);
 }
 
 /* The watchdog's verdicts (agent_watchdog.c), while the ranks run undisturbed. */
 static void watchdog(struct dt_agent *a)
 {
     char why[256];
-    int hung = a->running > 0 && !a->stopping ? dt_agent_watchdog_tick(a, why, sizeof why) : -1;
+    int hung = a->running > 0 && !a->stopping ? dt_agent__watchdog_tick(a, why, sizeof why) : -1;
     if (hung >= 0)
         on_hang(a, hung, why);
-    if (hung == DT_AGENT_COORD_LOST) {
+    if (hung == DT_AGENT__COORD_LOST) {
         snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
         dt_log_error("%s; stopping every rank, no restart", why);
-        dt_agent_start_stopping(a, SIGTERM);
+        start_stopping(a, SIGTERM);
     }
 }
+
+/* --- the poll loop ------------------------------------------------------- */
 
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
  * while the agent still has children. */
@@ -215,19 +329,19 @@ static bool reap(struct dt_agent *a)
             return errno == EINTR ? true : false;
         for (int i = 0; i < a->nproc; i++)
             if (a->procs[i].running && a->procs[i].pid == pid)
-                on_rank_exit(a, i, st);
+                on_proc_exit(a, i, st);
     }
 }
 
 static void on_interrupt(struct dt_agent *a, int sig)
 {
     char tmp[32];
-    const char *name = dt_agent_signal_name(sig, tmp, sizeof tmp);
+    const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
     if (a->interrupt_sig == 0) {
         a->interrupt_sig = sig;
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
                     name, a->grace_s);
-        dt_agent_start_stopping(a, sig);
+        start_stopping(a, sig);
     } else if (!a->killing) {
         dt_log_warn("received %s again: killing every process of the job now", name);
         kill_everything(a);
@@ -242,7 +356,7 @@ static bool handle_signals(struct dt_agent *a, int fd)
     while ((n = read(fd, buf, sizeof buf)) > 0)
         for (ssize_t i = 0; i < n; i++)
             if (buf[i] == SIGUSR1)
-                dt_agent_requeue_signal(a);
+                requeue_signal(a);
             else if (buf[i] != SIGCHLD)
                 on_interrupt(a, buf[i]);
     return reap(a);
@@ -254,7 +368,7 @@ static int open_streams(struct dt_agent *a, int sig_fd)
     a->pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     a->pfd_stream[n++] = NULL;
     for (int i = 0; i < a->nproc; i++) {
-        struct dt_agent_stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
+        struct dt_agent__stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
         for (int k = 0; k < 2; k++) {
             if (ss[k]->fd < 0)
                 continue;
@@ -288,8 +402,8 @@ static void stop_leftovers(struct dt_agent *a)
 {
     int sig = a->killing ? SIGKILL : SIGTERM;
     /* /proc first: signalled groups would die before the count could see them. */
-    int n = dt_agent_signal_leftovers(a, sig);
-    dt_agent_signal_groups(a, sig);
+    int n = dt_agent__signal_leftovers(a, sig);
+    dt_agent__signal_groups(a, sig);
     if (a->swept)
         return;
     a->swept = true;
@@ -314,22 +428,22 @@ static void supervise(struct dt_agent *a, int sig_fd)
         int timeout = poll_timeout(a, children, drain_until);
         if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
             timeout = 250;
-        int watch_ms = (int)(DT_AGENT_WATCH_PERIOD_S * 1000);
+        int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
         if (a->next_watch > 0 && a->running > 0 && !a->stopping && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
-        timeout = dt_agent_hooks_timeout(a, timeout);
+        timeout = hooks_timeout(a, timeout);
         int rc = poll(a->pfds, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             return;
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
-            dt_agent_pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         watchdog(a);
-        dt_agent_hooks_poll(a);
+        hooks_poll(a);
         if (a->stopping && !a->killing && dt_clock_s() >= a->kill_at)
             kill_everything(a);
         if (a->running == 0 && children)
@@ -350,29 +464,65 @@ static void supervise(struct dt_agent *a, int sig_fd)
     }
 }
 
+/* --- one attempt --------------------------------------------------------- */
+
 static void record_failure(struct dt_agent *a, const char *attempt_dir)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     if (at->first_failed < 0)
         return;
-    struct dt_agent_proc *p = &a->procs[at->first_failed];
+    const struct dt_agent_rank_result *r = &at->ranks[at->first_failed];
     struct dt_agent_failure *ff = &a->res->first_failure;
     a->res->have_failure = true;
     ff->attempt = a->attempt;
-    ff->rank = p->rank;
-    ff->wstatus = at->ranks[at->first_failed].wstatus;
-    ff->time_s = at->ranks[at->first_failed].exit_s;
-    ff->n_tail = dt_agent_tail_copy(&p->tail, ff->tail);
+    ff->rank = r->rank;
+    ff->wstatus = r->wstatus;
+    ff->time_s = r->exit_s;
+    ff->n_tail = dt_agent_tail_copy(&a->sinks[at->first_failed].tail, ff->tail);
     ff->oom_killer = a->oom_verdict;
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
         ff->hang_reason[0] = ff->hang_report[0] = 0;
     }
-    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, p->rank);
+    snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
     dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
+}
+
+/* After a group's attempt: how each rank ended, from the group's records,
+ * and which failed first.  Times come as wall-clock seconds: the ranks may
+ * have run on other hosts. */
+static int collect_group(struct dt_agent *a, const char *attempt_dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_adapter_rank_end *ends = calloc((size_t)a->nranks, sizeof *ends);
+    if (!ends)
+        return dt_error_set(DT_ENOMEM, "out of memory reading how the ranks ended");
+    int status = dt_proc_exit_status(a->group_wstatus);
+    int q = a->group->collect(a->group->ctx, attempt_dir, status, a->interrupt_sig != 0, ends);
+    for (int i = 0; i < a->nranks; i++) {
+        struct dt_agent_rank_result *r = &at->ranks[i];
+        r->pid = ends[i].pid;
+        r->exited = ends[i].exited;
+        r->wstatus = ends[i].wstatus;
+        r->stopped_by_agent = ends[i].stopped;
+        r->exit_s = ends[i].exited ? ends[i].exit_unix - a->res->started_unix : 0;
+    }
+    free(ends);
+    a->oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
+    if (status == 0 || a->interrupt_sig)
+        return 0;
+    if (q >= 0 && q < a->nranks) {
+        at->first_failed = q;
+        at->ranks[q].stopped_by_agent = false;
+        return 0;
+    }
+    a->group_failed = status;
+    dt_log_error("%s exited with status %d and no rank says it failed; its messages are in %s/%s",
+                 a->cfg->argv[0], status, attempt_dir, a->group->log_name);
+    return 0;
 }
 
 static void reset_attempt_state(struct dt_agent *a)
@@ -386,12 +536,73 @@ static void reset_attempt_state(struct dt_agent *a)
     at->hung = -1;
     at->leftovers = 0;
     a->requeue_exits = 0;
-    if (dt_agent_oom_count(&a->oom_base) < 0)
+    a->group_wstatus = 0;
+    a->group_failed = 0;
+    a->group_stopped = false;
+    if (dt_agent__oom_count(&a->oom_base) < 0)
         a->oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
 
-/* One attempt: spawn every rank, supervise until no process of it is left. */
+/* Every rank, each with its log files and environment. */
+static int start_ranks(struct dt_agent *a, const char *dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent__proc *p = &a->procs[i];
+        dt_agent_env_free(p->env);
+        p->env = NULL;
+        int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
+        /* taken before fork: the child may run (and trace) before the parent is scheduled again */
+        double spawn_s = dt_clock_s() - a->t0;
+        if (rc == 0)
+            rc = dt_agent__open_logs(&a->sinks[i], dir);
+        if (rc == 0)
+            rc = dt_agent__spawn(a, p);
+        if (rc < 0)
+            return rc;
+        at->ranks[i].pid = p->pid;
+        at->ranks[i].spawn_s = spawn_s;
+        a->running++;
+    }
+    return 0;
+}
+
+/* A group's one process, with every rank's log files and its own. */
+static int start_group(struct dt_agent *a, const char *dir)
+{
+    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    struct dt_agent__proc *p = &a->procs[0];
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, a->group->log_name);
+    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (a->own_log < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
+    for (int i = 0; i < a->nranks; i++) {
+        int rc = dt_agent__open_logs(&a->sinks[i], dir);
+        if (rc < 0)
+            return rc;
+    }
+    char **rank_env = NULL;
+    dt_agent_env_free(p->env);
+    p->env = NULL;
+    int rc = dt_agent_env_build(a->cfg, 0, a->attempt, environ, &rank_env);
+    if (rc == 0 && (rc = a->group->env(a->group->ctx, rank_env, &p->env)) < 0)
+        p->env = NULL;
+    dt_agent_env_free(rank_env);
+    double spawn_s = dt_clock_s() - a->t0;
+    if (rc == 0)
+        rc = dt_agent__spawn(a, p);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < a->nranks; i++)
+        at->ranks[i].spawn_s = spawn_s;
+    a->running++;
+    return 0;
+}
+
+/* One attempt: spawn every rank (or the group's process), supervise until
+ * no process of it is left. */
 static int run_attempt(struct dt_agent *a, int sig_fd)
 {
     char dir[4200];
@@ -399,135 +610,65 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
     reset_attempt_state(a);
-    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    int rc = 0;
-    for (int i = 0; i < a->nproc && rc == 0; i++) {
-        struct dt_agent_proc *p = &a->procs[i];
-        dt_agent_env_free(p->env);
-        p->env = NULL;
-        rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
-        /* taken before fork: the child may run (and trace) before the parent is scheduled again */
-        double spawn_s = dt_clock_s() - a->t0;
-        if (rc == 0)
-            rc = dt_agent_spawn_rank(a, p, dir);
-        if (rc < 0)
-            break;
-        at->ranks[i].pid = p->pid;
-        at->ranks[i].spawn_s = spawn_s;
-        a->running++;
-    }
+    int rc = a->group ? start_group(a, dir) : start_ranks(a, dir);
     if (rc < 0)
         kill_everything(a); /* the ranks already started must not wait forever for the rest */
     else
-        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nproc,
-                     a->nproc == 1 ? "" : "s", dir);
+        dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks,
+                     a->nranks == 1 ? "" : "s", dir);
     if (rc == 0)
-        dt_agent_watchdog_begin(a);
+        dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
-    for (int i = 0; i < a->nproc; i++) {
-        dt_agent_close_streams(&a->procs[i]);
-        /* No process of the group is left, so the number may be reused: forget it. */
-        a->procs[i].pid = 0;
-        a->procs[i].running = false;
-    }
-    at->end_s = dt_clock_s() - a->t0;
+    dt_agent__close_attempt(a);
+    a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
+    if (rc == 0 && a->group)
+        rc = collect_group(a, dir);
     if (rc == 0)
         record_failure(a, dir);
     return rc;
 }
 
-/* restart_policy.on_exit: is the first failure of this attempt one the spec
- * says not to retry?  A hang is never final: its SIGKILL came from the agent. */
+/* How an attempt failed, as an exit status: its first failed rank's, or a
+ * group's process's when no rank said it failed; -1 when it did not fail. */
+static int failure_status(const struct dt_agent *a, const struct dt_agent_attempt *at)
+{
+    if (at->first_failed >= 0)
+        return dt_proc_exit_status(at->ranks[at->first_failed].wstatus);
+    return a->group_failed > 0 ? a->group_failed : -1;
+}
+
+/* restart_policy.on_exit: is the failure of this attempt one the spec says
+ * not to retry?  A hang is never final: its SIGKILL came from the agent. */
 static bool final_by_policy(struct dt_agent *a)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     if (at->hung >= 0 && at->hung == at->first_failed)
         return false;
-    int status = dt_agent_exit_status(at->ranks[at->first_failed].wstatus);
+    int status = failure_status(a, at);
     if (dt_job_exit_action(a->cfg->job, status) != DT_EXIT_FAIL)
         return false;
-    a->res->first_failure.final = true;
+    if (at->first_failed >= 0)
+        a->res->first_failure.final = true;
     bool listed = false;
     for (int i = 0; i < a->cfg->job->restart_policy.n_on_exit; i++)
         listed |= a->cfg->job->restart_policy.on_exit[i].code == status;
-    dt_log_error("rank %d ended with exit status %d, which restart_policy.%s says is final: not restarting",
-                 at->ranks[at->first_failed].rank, status, listed ? "on_exit" : "default");
+    char who[64];
+    if (at->first_failed >= 0)
+        snprintf(who, sizeof who, "rank %d", at->ranks[at->first_failed].rank);
+    else
+        snprintf(who, sizeof who, "%s", a->cfg->argv[0]);
+    dt_log_error("%s ended with exit status %d, which restart_policy.%s says is final: not restarting", who,
+                 status, listed ? "on_exit" : "default");
     return true;
 }
 
-static int agent_init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
-{
-    memset(a, 0, sizeof *a);
-    memset(res, 0, sizeof *res);
-    a->cfg = cfg;
-    a->res = res;
-    a->abort_status = a->job_status = -1;
-    a->nproc = res->nproc = cfg->nproc;
-    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
-    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_AGENT_DEFAULT_GRACE_S;
-    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int n_attempts = cfg->job->max_restarts + 1;
-    res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
-    res->max_attempts = res->attempts ? n_attempts : 0;
-    a->procs = calloc((size_t)cfg->nproc, sizeof *a->procs);
-    a->pfds = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfds);
-    a->pfd_stream = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_stream);
-    a->pfd_proc = calloc((size_t)cfg->nproc * 2 + 1, sizeof *a->pfd_proc);
-    a->readbuf_size = READ_CHUNK;
-    a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_AGENT_LINE_MAX + 64);
-    if (a->null_fd < 0 || !res->attempts || !a->procs || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
-        !a->readbuf || !a->scratch)
-        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
-    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
-        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
-    for (int k = 0; k < n_attempts; k++) {
-        res->attempts[k].first_failed = -1;
-        res->attempts[k].hung = -1;
-        res->attempts[k].ranks = calloc((size_t)cfg->nproc, sizeof *res->attempts[k].ranks);
-        if (!res->attempts[k].ranks)
-            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", cfg->nproc);
-        for (int i = 0; i < cfg->nproc; i++)
-            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
-    }
-    for (int i = 0; i < cfg->nproc; i++) {
-        struct dt_agent_proc *p = &a->procs[i];
-        p->local_rank = i;
-        p->rank = cfg->node_rank * cfg->nproc + i;
-        p->out.fd = p->out.log_fd = p->err.fd = p->err.log_fd = -1;
-        p->err.is_err = true;
-        int rc = dt_agent_linebuf_init(&p->out.lb, DT_AGENT_LINE_MAX);
-        if (rc == 0)
-            rc = dt_agent_linebuf_init(&p->err.lb, DT_AGENT_LINE_MAX);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void agent_free(struct dt_agent *a)
-{
-    dt_progress_close(a->progress);
-    for (int i = 0; a->procs && i < a->nproc; i++) {
-        dt_agent_linebuf_free(&a->procs[i].out.lb);
-        dt_agent_linebuf_free(&a->procs[i].err.lb);
-        dt_agent_env_free(a->procs[i].env);
-    }
-    if (a->null_fd >= 0)
-        close(a->null_fd);
-    free(a->procs);
-    free(a->pfds);
-    free(a->pfd_stream);
-    free(a->pfd_proc);
-    free(a->readbuf);
-    free(a->scratch);
-}
+/* --- the run ------------------------------------------------------------- */
 
 static void finish(struct dt_agent *a)
 {
     struct dt_agent_result *res = a->res;
     struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
+    int failed = res->n_attempts > 0 ? failure_status(a, last) : -1;
     res->wall_s = dt_clock_s() - a->t0;
     res->interrupt_signal = a->interrupt_sig;
     if (a->interrupt_sig) {
@@ -536,91 +677,89 @@ static void finish(struct dt_agent *a)
     } else if (res->coordinator_lost[0]) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
-    } else if (dt_agent_requeue_outcome(a, last)) {
+    } else if (requeue_outcome(a, last)) {
         res->interrupt_signal = SIGUSR1;
     } else if (a->abort_status >= 0 || a->job_status >= 0) {
         res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
         res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
-    } else if (res->n_attempts > 0 && last->first_failed >= 0) {
+    } else if (failed >= 0) {
         res->status = DT_AGENT_FAILED;
-        res->exit_status = dt_agent_exit_status(last->ranks[last->first_failed].wstatus);
+        res->exit_status = failed;
     } else {
         res->status = DT_AGENT_SUCCEEDED;
         res->exit_status = 0;
     }
 }
 
-/* Four descriptors per rank (two pipes, two log files) can pass the usual soft
- * limit of 1024 at a few hundred ranks: raise it for the agent, and hand the
- * ranks the limit they would have had (agent_spawn.c restores it). */
-static void raise_fd_limit(struct dt_agent *a)
+/* After an attempt: 1 to run another, 0 when the job is over, or a negative
+ * DT_E* code (new_round could not reset the coordinator). */
+static int next_attempt(struct dt_agent *a, int sig_fd)
 {
-    getrlimit(RLIMIT_NOFILE, &a->nofile);
-    rlim_t need = (rlim_t)a->nproc * 4 + 64;
-    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
-        return;
-    struct rlimit raised = a->nofile;
-    raised.rlim_cur =
-        a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &raised);
+    const struct dt_agent_config *cfg = a->cfg;
+    int max = cfg->job->max_restarts;
+    if (a->interrupt_sig || a->abort_status >= 0 || a->res->coordinator_lost[0])
+        return 0;
+    if (a->res->attempts[a->attempt].first_failed >= 0)
+        dt_agent__print_failure(cfg, a->res);
+    if (cfg->hooks && cfg->hooks->attempt_end) {
+        /* Other nodes take part: the restart is decided with them.  When the
+         * job is over, a signal now (srun -K's SIGTERM) does not change how. */
+        if (hooks_attempt_end(a, sig_fd) <= 0)
+            return 0;
+        handle_signals(a, sig_fd);
+        if (a->interrupt_sig)
+            return 0;
+        dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)",
+                    a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
+        return 1;
+    }
+    if (failure_status(a, &a->res->attempts[a->attempt]) < 0 || final_by_policy(a))
+        return 0;
+    /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
+    handle_signals(a, sig_fd);
+    if (a->interrupt_sig || a->attempt >= max)
+        return 0;
+    dt_log_warn("restarting every rank (attempt %d of %d), restart %d of %d", a->attempt + 2, max + 1,
+                a->attempt + 1, max);
+    if (cfg->new_round) {
+        int rc = cfg->new_round(cfg->new_round_ctx, a->attempt + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 1;
 }
 
 int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
 {
     struct dt_agent a;
-    int rc = agent_init(&a, cfg, res);
+    int rc = dt_agent__init(&a, cfg, res);
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_clock_s();
     /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
     res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
-    struct saved_signals sv;
-    raise_fd_limit(&a);
+    struct dt_proc_signals sv;
     if (rc == 0)
         rc = install_signals(&sv);
     if (rc < 0) {
-        agent_free(&a);
+        dt_agent__free(&a);
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
         return rc;
     }
-    for (a.attempt = 0; a.attempt <= cfg->job->max_restarts; a.attempt++) {
-        rc = run_attempt(&a, sv.pipe_fd[0]);
-        if (rc < 0 || a.interrupt_sig || a.abort_status >= 0 || res->coordinator_lost[0])
-            break;
-        if (res->attempts[a.attempt].first_failed >= 0)
-            dt_agent_print_failure(cfg, res);
-        if (cfg->hooks && cfg->hooks->attempt_end) {
-            /* Other nodes take part: the restart is decided with them. */
-            int next = dt_agent_hooks_attempt_end(&a, sv.pipe_fd[0]);
-            if (next <= 0)
-                break; /* the job is over: a signal now (srun -K's SIGTERM) does not change how */
-            handle_signals(&a, sv.pipe_fd[0]);
-            if (a.interrupt_sig)
-                break;
-            dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)", a.nproc,
-                        a.nproc == 1 ? "" : "s", a.attempt + 1, cfg->job->max_restarts);
-            continue;
-        }
-        if (res->attempts[a.attempt].first_failed < 0 || final_by_policy(&a))
-            break;
-        /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
-        handle_signals(&a, sv.pipe_fd[0]);
-        if (a.interrupt_sig)
-            break;
-        if (a.attempt < cfg->job->max_restarts)
-            dt_log_warn("restarting all %d rank%s (restart %d of %d)", a.nproc, a.nproc == 1 ? "" : "s",
-                        a.attempt + 1, cfg->job->max_restarts);
-        if (a.attempt < cfg->job->max_restarts && cfg->new_round &&
-            (rc = cfg->new_round(cfg->new_round_ctx, a.attempt + 1)) < 0)
+    for (a.attempt = 0;; a.attempt++) {
+        rc = run_attempt(&a, sv.fd);
+        if (rc == 0)
+            rc = next_attempt(&a, sv.fd);
+        if (rc <= 0)
             break;
     }
+    rc = rc < 0 ? rc : 0;
     finish(&a);
     if (rc < 0) {
         res->status = DT_AGENT_FAILED;
         res->exit_status = 1;
     }
-    restore_signals(&sv);
-    setrlimit(RLIMIT_NOFILE, &a.nofile);
-    agent_free(&a);
+    dt_proc_signals_release(&sv);
+    dt_agent__free(&a);
     return rc;
 }
 

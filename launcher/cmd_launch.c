@@ -1,8 +1,10 @@
 /* cmd_launch.c - `dtrain launch job.yaml`: runs a job through its scheduler's adapter.
  *
  * Parses the options, loads the spec and hands both to the adapter of the
- * spec's scheduler (scheduler-adapters/adapter.h): the local adapter runs
- * the job here, the others submit it and follow it.  Its exit status is the
+ * spec's scheduler (scheduler-adapters/adapter.h), with host_node0: the
+ * launcher's way to run node 0 of the job here (agent_node.c), which the
+ * local adapter and mpirun's MPI ranks use; the others submit the job and
+ * follow it.  Its exit status is the
  * job's: 0, the failing rank's exit code, or 128 + signal; 2 for a problem
  * the user must fix, such as a scheduler whose adapter is not built in.
  *
@@ -13,6 +15,7 @@
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 
+#include "base/args.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "worker/trace.h"
@@ -53,17 +56,7 @@ static void usage(FILE *out)
             "  -h, --help            show this help\n\n"
             "Ctrl-C (SIGINT) or SIGTERM stops every process of the job within the grace period;\n"
             "a second Ctrl-C kills them at once.  See docs/launch.md for the rank environment.\n",
-            DT_AGENT_DEFAULT_GRACE_S);
-}
-
-static int parse_seconds(const char *s, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0 || v > 3600 || (*end && strcmp(end, "s") != 0))
-        return -1;
-    *out = v;
-    return 0;
+            DT_ARGS_GRACE_DEFAULT_S);
 }
 
 static int parse_args(int argc, char **argv, struct launch_opts *o)
@@ -85,7 +78,7 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
         } else if (strcmp(a, "--log-dir") == 0 && has_value) {
             o->log_dir = argv[++i];
         } else if (strcmp(a, "--grace-period") == 0 && has_value) {
-            if (parse_seconds(argv[++i], &o->grace_s) < 0)
+            if (dt_args_seconds(argv[++i], &o->grace_s) < 0)
                 return dt_cli_usage_error("launch", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s",
                                           argv[i]);
         } else if (a[0] == '-' && a[1]) {
@@ -102,6 +95,28 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
     return 0;
 }
 
+/* adapter.h's host_node0: node 0 of the job, run in this process (the local
+ * adapter's whole job; mpirun's MPI ranks, through their one process). */
+static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
+                      const struct dt_adapter_host *h)
+{
+    struct dt_agent_node n = {.job = job,
+                              .who = "dtrain launch",
+                              .node_rank = 0,
+                              .nnodes = h->nnodes,
+                              .nproc = h->nproc,
+                              .coord_bind = h->bind,
+                              .coord_host = h->advertise,
+                              .coord_port = job->rendezvous.port,
+                              .log_dir = o->log_dir,
+                              .ranks = o->ranks,
+                              .grace_s = o->grace_s,
+                              .start_mono = o->start_mono,
+                              .dtrain = o->dtrain_path,
+                              .group = h->group};
+    return dt_agent_node_run(&n);
+}
+
 static int run(int argc, char **argv)
 {
     struct launch_opts o = {.start_mono = dt_clock_s()};
@@ -115,16 +130,19 @@ static int run(int argc, char **argv)
     }
     const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
     if (!ad || !ad->submit) {
-        fprintf(stderr,
-                "dtrain launch: %s: scheduler: %s is not built into this version of dtrain (%s)\n",
+        fprintf(stderr, "dtrain launch: %s: scheduler: %s is not built into this version of dtrain (%s)\n",
                 job->path, dt_scheduler_name(job->scheduler), dt_version);
         dt_job_free(job);
         return 2;
     }
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    struct dt_adapter_launch lo = {.log_dir = o.log_dir, .ranks = o.ranks, .grace_s = o.grace_s,
-                                   .start_mono = o.start_mono, .dtrain_path = self};
+    struct dt_adapter_launch lo = {.log_dir = o.log_dir,
+                                   .ranks = o.ranks,
+                                   .grace_s = o.grace_s,
+                                   .start_mono = o.start_mono,
+                                   .dtrain_path = self,
+                                   .host_node0 = host_node0};
     int status = ad->submit(job, &lo);
     dt_job_free(job);
     return status;

@@ -1,5 +1,5 @@
 /* cmd_mpirank.c - `dtrain mpirank -- PROGRAM ...`: one rank of a backend: mpi
- * job, as mpirun starts it (scheduler-adapters/mpirun_rank.c does the work).
+ * job, as mpirun starts it (scheduler-adapters/mpirun/mpirun_rank.c does the work).
  *
  * Not for running by hand: `dtrain launch` puts it on the mpirun line.
  */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "launcher/cli.h"
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 
 static void usage(FILE *out)
 {

@@ -30,7 +30,7 @@
 #include "spec/jobspec.h"
 #include "worker/heartbeat.h"
 #include "worker/heartbeat_fault.h"
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
 #include "base/clock.h"

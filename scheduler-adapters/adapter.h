@@ -3,15 +3,22 @@
  * An adapter decides only how agents reach nodes and how an agent learns who
  * it is; the agent (launcher/agent.h) is still the one place that forks and
  * supervises ranks, and node 0's agent hosts the coordinator.  Adding a
- * scheduler is adding one file that defines a `const struct dt_adapter
- * dt_adapter_<name>` and one line in adapter.c's table, as Slurm adds a
- * plugin behind its ops table: no switch on the scheduler elsewhere.
+ * scheduler is adding one file (or folder) that defines a `const struct
+ * dt_adapter dt_adapter_<name>` and one line in adapter.c's table, as Slurm
+ * adds a plugin behind its ops table: no switch on the scheduler elsewhere.
  *
  *   dtrain render <sched> job.yaml  ->  adapter->render  (sbatch script, manifests, mpirun line)
- *   dtrain launch job.yaml          ->  adapter->submit  (local: run here; slurm: sbatch and follow; ...)
+ *   dtrain launch job.yaml          ->  adapter->submit  (local: node 0 here; slurm: sbatch, follow; ...)
  *   dtrain agent job.yaml           ->  adapter->discover, then the agent runs this node's ranks
  *
- * Not for spawning ranks, for the coordinator, or for parsing the job spec.
+ * Adapters sit below the launcher: they see the spec, comm/ and base/, and
+ * reach the launcher only through what it hands submit (struct
+ * dt_adapter_launch): host_node0 runs node 0 of the job in this process, as
+ * `dtrain agent` would, for the adapters whose launcher is that node (local,
+ * and mpirun with backend: mpi, whose one process stands for every rank:
+ * struct dt_adapter_group).
+ *
+ * Not for spawning ranks, for the coordinator, or for parsing the job spec (spec/).
  */
 #ifndef DT_ADAPTER_H
 #define DT_ADAPTER_H
@@ -19,6 +26,7 @@
 #include "spec/jobspec.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #define DT_ADAPTER_HOST_MAX 256
@@ -34,13 +42,74 @@ struct dt_adapter_node {
     char run_id[64]; /* the same on every node: names the run directory (<log_dir>/<name>-<run_id>) */
 };
 
-/* Options of `dtrain launch` that an adapter's submit honours. */
+/* How one rank of a group ended, as the group's records tell it. */
+struct dt_adapter_rank_end {
+    int pid;          /* its process, 0 when unknown */
+    bool exited;      /* its end is known: wstatus and exit_unix are valid */
+    int wstatus;      /* as waitpid(2) reported it */
+    bool stopped;     /* it was signalled to stop (another rank's failure, a signal to the job) */
+    double exit_unix; /* when it ended, wall-clock seconds */
+};
+
+/* One process that stands for every rank of the job: mpirun with backend:
+ * mpi, which starts the ranks itself (MPI's ranks must be MPI processes).
+ * The agent spawns it once per attempt instead of forking ranks, sends it
+ * SIGTERM to stop the job (it passes that on to its ranks; SIGKILL goes to its
+ * process group after the grace period), files its output lines under the
+ * ranks they belong to, and after each attempt asks how each rank ended: so
+ * restarts, signals, logs, the failure report and summary.json are the same
+ * code as for ranks the agent forks. */
+struct dt_adapter_group {
+    int world;            /* the ranks it stands for: 0 .. world-1 */
+    const char *log_name; /* its own lines go to attempt_<k>/<log_name> and to stderr */
+    void *ctx;
+    /* Its environment for an attempt, made from the one the agent made for
+     * a rank of that attempt (every rank's variables; each rank reads its own
+     * place from the group's launcher).  *out: malloc'd strings in a malloc'd
+     * NULL-terminated array, freed by the agent. */
+    int (*env)(void *ctx, char *const *rank_env, char ***out);
+    /* Its command line, once, given its environment of attempt 0 (what to
+     * pass on to the ranks depends on what that holds).  *argv stays the
+     * adapter's until the job has ended; summary.json records it. */
+    int (*argv)(void *ctx, char *const *env, char *const **argv);
+    /* One line of its output (each of its lines comes here, so the adapter
+     * may also read its own ones): the rank it belongs to, with *text, *len
+     * and *is_err that rank's line, or -1 for a line of the process itself. */
+    int (*route)(void *ctx, const char *line, size_t len, const char **text, size_t *text_len, bool *is_err);
+    /* After an attempt (status: the process's exit status; interrupted: a
+     * signal to the job stopped it, so no rank failed by itself): how each
+     * rank ended into ranks[0..world); returns the rank that failed first
+     * by itself, or -1. */
+    int (*collect)(void *ctx, const char *attempt_dir, int status, bool interrupted,
+                   struct dt_adapter_rank_end *ranks);
+};
+
+/* Node 0 of a job, as an adapter asks the launcher to host it. */
+struct dt_adapter_host {
+    int nnodes; /* the job's nodes: 1, or the nodes a group spans */
+    int nproc;  /* ranks per node; 0: nproc_per_node resolved here (gpu: this machine's GPUs) */
+    /* Where the coordinator listens: "127.0.0.1" when every rank is on this
+     * machine, else "0.0.0.0"; and how ranks reach it (MASTER_ADDR). */
+    const char *bind;
+    const char *advertise;
+    const struct dt_adapter_group *group; /* NULL: the agent forks nproc ranks here */
+};
+
+/* What `dtrain launch` hands an adapter's submit. */
 struct dt_adapter_launch {
     const char *log_dir;     /* --log-dir, or NULL for the spec's */
     const char *ranks;       /* --ranks: stdout of these ranks only, or NULL */
     double grace_s;          /* --grace-period, <= 0 for the default */
     double start_mono;       /* when the launcher started (CLOCK_MONOTONIC seconds) */
     const char *dtrain_path; /* this binary, as the nodes should run it */
+    /* Runs node 0 of the job in this process with the options above: the job
+     * token, the coordinator, the run directory, the ranks (or the group),
+     * their restarts, summary.json and the closing lines.  Returns the
+     * launcher's exit status: the job's (0, the first failed rank's code, 128
+     * + signal), 2 for a problem the user must fix, 1 when the run could not
+     * start; either of the last two has been said on stderr. */
+    int (*host_node0)(const struct dt_job *job, const struct dt_adapter_launch *opts,
+                      const struct dt_adapter_host *host);
 };
 
 struct dt_adapter {
@@ -53,7 +122,7 @@ struct dt_adapter {
 
     /* `dtrain launch`: runs the job to its end and returns the exit status
      * the launcher exits with (0, the failing rank's code, 128 + signal), or
-     * 2 for a problem the user must fix, with dt_error_last() saying what. */
+     * 2 for a problem the user must fix, having said what on stderr. */
     int (*submit)(const struct dt_job *job, const struct dt_adapter_launch *opts);
 
     /* `dtrain agent`: learns this node's place from the environment the

@@ -1,7 +1,8 @@
-/* test_agent.c - the agent's pure parts: line splitting and prefixing, the
- * stderr tail, --ranks lists, exit-status decoding, the rank environment,
- * the summary JSON with the trainer's figures, and the message of a rank's
- * error report.  Nothing here forks (test_agent_run.c does). */
+/* test_agent.c - the agent's pure parts: the "[rank N]" prefix, the stderr
+ * tail, the rank environment, the summary JSON with the trainer's figures, the
+ * OOM counter and error reports.  Nothing here forks (test_agent_run.c does);
+ * line splitting, --ranks lists, exit words and run directories are base/'s
+ * (test_lines.c, test_args.c, test_proc.c, test_run_dir.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,70 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "base/error.h"
 #include "base/json.h"
 #include "launcher/agent.h"
 #include "spec/jobspec.h"
-#include "launcher/run_dir.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
-
-/* Collects what a line buffer hands over as "<text>|" or "<text>+" (unfinished). */
-struct collect {
-    char out[8192];
-    size_t len;
-};
-
-static void collect_line(void *ctx, const char *line, size_t len, bool complete)
-{
-    struct collect *c = ctx;
-    memcpy(c->out + c->len, line, len);
-    c->len += len;
-    c->out[c->len++] = complete ? '|' : '+';
-    c->out[c->len] = 0;
-}
-
-static void lines_split_across_reads(void **state)
-{
-    (void)state;
-    struct dt_agent_linebuf lb;
-    assert_int_equal(dt_agent_linebuf_init(&lb, 64), 0);
-    struct collect c = {0};
-    dt_agent_linebuf_feed(&lb, "one\ntw", 6, collect_line, &c);
-    assert_string_equal(c.out, "one|");
-    dt_agent_linebuf_feed(&lb, "o\n\nthree", 8, collect_line, &c);
-    assert_string_equal(c.out, "one|two||");
-    dt_agent_linebuf_flush(&lb, collect_line, &c);
-    assert_string_equal(c.out, "one|two||three|");
-    dt_agent_linebuf_flush(&lb, collect_line, &c); /* nothing pending: nothing more */
-    assert_string_equal(c.out, "one|two||three|");
-    dt_agent_linebuf_free(&lb);
-}
-
-static void long_lines_come_in_pieces(void **state)
-{
-    (void)state;
-    struct dt_agent_linebuf lb;
-    assert_int_equal(dt_agent_linebuf_init(&lb, 4), 0);
-    struct collect c = {0};
-    /* In one read, longer than the buffer. */
-    dt_agent_linebuf_feed(&lb, "abcdefghij\nxy\n", 14, collect_line, &c);
-    assert_string_equal(c.out, "abcd+efgh+ij|xy|");
-    c.len = 0;
-    /* Spread over reads while something is pending. */
-    dt_agent_linebuf_feed(&lb, "ab", 2, collect_line, &c);
-    dt_agent_linebuf_feed(&lb, "cdefg\n", 6, collect_line, &c);
-    assert_string_equal(c.out, "abcd+efg|");
-    c.len = 0;
-    /* Exactly at a piece boundary: the end of the line is an empty final piece. */
-    dt_agent_linebuf_feed(&lb, "abcd", 4, collect_line, &c);
-    dt_agent_linebuf_feed(&lb, "\n", 1, collect_line, &c);
-    assert_string_equal(c.out, "abcd+|");
-    dt_agent_linebuf_free(&lb);
-}
 
 static void prefix_is_rank_and_newline(void **state)
 {
@@ -113,42 +55,6 @@ static void tail_keeps_last_lines_in_order(void **state)
     assert_int_equal(strlen(out[0]), DT_AGENT_TAIL_WIDTH - 1);
     assert_string_equal(out[0] + DT_AGENT_TAIL_WIDTH - 4, "...");
     assert_string_equal(out[1], "last");
-}
-
-static void ranks_lists(void **state)
-{
-    (void)state;
-    unsigned char m[8];
-    assert_int_equal(dt_agent_parse_ranks("0,2,5-7", 8, m), 0);
-    unsigned char want[8] = {1, 0, 1, 0, 0, 1, 1, 1};
-    assert_memory_equal(m, want, 8);
-    assert_int_equal(dt_agent_parse_ranks("8", 8, m), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "rank 8 does not exist"));
-    assert_int_equal(dt_agent_parse_ranks("3-1", 8, m), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "backwards"));
-    assert_int_equal(dt_agent_parse_ranks("1;2", 8, m), DT_EINVAL);
-    assert_int_equal(dt_agent_parse_ranks("", 8, m), DT_EINVAL);
-    assert_int_equal(dt_agent_parse_ranks("-1", 8, m), DT_EINVAL);
-}
-
-static void exit_statuses_decoded(void **state)
-{
-    (void)state;
-    char buf[160], tmp[32];
-    int exited3 = 3 << 8, segv = SIGSEGV, killed = SIGKILL, abrt_core = SIGABRT | 0x80;
-    dt_agent_describe_status(exited3, buf, sizeof buf);
-    assert_string_equal(buf, "exited with code 3");
-    assert_int_equal(dt_agent_exit_status(exited3), 3);
-    dt_agent_describe_status(segv, buf, sizeof buf);
-    assert_string_equal(buf, "killed by SIGSEGV (segmentation fault)");
-    assert_int_equal(dt_agent_exit_status(segv), 128 + SIGSEGV);
-    dt_agent_describe_status(killed, buf, sizeof buf);
-    assert_non_null(strstr(buf, "killed by SIGKILL"));
-    dt_agent_describe_status(abrt_core, buf, sizeof buf);
-    assert_non_null(strstr(buf, "SIGABRT"));
-    assert_non_null(strstr(buf, "core dumped"));
-    assert_string_equal(dt_agent_signal_name(SIGTERM, tmp, sizeof tmp), "SIGTERM");
-    assert_string_equal(dt_agent_signal_name(SIGRTMIN + 3, tmp, sizeof tmp) == tmp ? "x" : "y", "x");
 }
 
 static struct dt_env_entry spec_env[] = {
@@ -291,35 +197,6 @@ static void summary_json(void **state)
     free(text);
 }
 
-static void run_dirs_are_new_and_absolute(void **state)
-{
-    (void)state;
-    char base[] = "/tmp/dtrain-rundir.XXXXXX";
-    assert_non_null(mkdtemp(base));
-    char cwd[4096];
-    assert_non_null(getcwd(cwd, sizeof cwd));
-    assert_int_equal(chdir(base), 0);
-    char id1[DT_RUN_ID_MAX], id2[DT_RUN_ID_MAX], p1[4096], p2[4096];
-    assert_int_equal(dt_run_dir_create("logs/deeper", "job", id1, sizeof id1, p1, sizeof p1), 0);
-    assert_int_equal(dt_run_dir_create("logs/deeper", "job", id2, sizeof id2, p2, sizeof p2), 0);
-    assert_int_equal(chdir(cwd), 0);
-    assert_string_not_equal(id1, id2);
-    assert_int_equal(strlen(id1), strlen("20261202-122525-274efb"));
-    char want[4200];
-    snprintf(want, sizeof want, "%s/logs/deeper/job-%s", base, id1);
-    assert_string_equal(p1, want); /* relative log_dir made absolute */
-    struct stat st;
-    assert_int_equal(stat(p1, &st), 0);
-    assert_true(S_ISDIR(st.st_mode));
-    assert_int_equal(stat(p2, &st), 0);
-    /* A log_dir that cannot be made is a sentence, not an errno. */
-    assert_int_equal(dt_run_dir_create("/proc/no/such", "job", id1, sizeof id1, p1, sizeof p1), DT_EIO);
-    assert_non_null(strstr(dt_error_last(), "cannot create the log directory"));
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
-    assert_int_equal(system(cmd), 0);
-}
-
 static void oom_counter_parsed(void **state)
 {
     (void)state;
@@ -424,16 +301,11 @@ static void trainer_summary_is_copied_when_it_parses(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(lines_split_across_reads),
-        cmocka_unit_test(long_lines_come_in_pieces),
         cmocka_unit_test(prefix_is_rank_and_newline),
         cmocka_unit_test(tail_keeps_last_lines_in_order),
-        cmocka_unit_test(ranks_lists),
-        cmocka_unit_test(exit_statuses_decoded),
         cmocka_unit_test(environment_for_a_rank),
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(summary_json),
-        cmocka_unit_test(run_dirs_are_new_and_absolute),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
         cmocka_unit_test(trainer_summary_is_copied_when_it_parses),

@@ -20,7 +20,7 @@
 #include "base/error.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/kubernetes_internal.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
 #include "base/clock.h"
 
 static const struct dt_adapter *k8s(void)

@@ -17,7 +17,7 @@
 #include "base/error.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/mpirun.h"
+#include "scheduler-adapters/mpirun/mpirun.h"
 
 static struct dt_job *load(const char *yaml)
 {

@@ -19,7 +19,7 @@
 #include "base/error.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
-#include "scheduler-adapters/slurm.h"
+#include "scheduler-adapters/slurm/slurm.h"
 
 static struct dt_job *load(const char *yaml)
 {

@@ -1,0 +1,617 @@
+/* agent_procs.c - the agent's processes and their output: starting a rank
+ * (or a group's one process), signalling what the ranks started, and moving
+ * their output from pipes to log files and the console.
+ *
+ * Each rank runs in a session and process group of its own, so one
+ * kill(-pgid) reaches the rank and everything it started that stayed in its
+ * group (DataLoader workers, `sleep &` in a shell script).  A session rather
+ * than only a group, as torchrun does (start_new_session): with the kernel's
+ * autogroup scheduling each session gets a fair share of the CPU, and ranks
+ * crowded into the launcher's one session were measured 2.5x slower to import
+ * torch on a busy machine.  Whatever leaves its group and outlives its parent
+ * is re-parented to the agent, which is a child subreaper, and found through
+ * /proc.  PR_SET_PDEATHSIG covers the last case: the agent itself killed with
+ * SIGKILL.
+ *
+ * Output.  Log files get the bytes exactly as the rank wrote them.  The
+ * console gets whole lines, each prefixed "[rank N]" and written with one
+ * write(2), so lines of different ranks never mix mid-line; stdout is shown
+ * only for the ranks chosen with --ranks, stderr always; the last stderr
+ * lines of each rank are kept for the failure report.  A group's process
+ * (mpirun) carries every rank's lines on its two pipes: the group's route
+ * says whose each is, and it goes to that rank's log file (a line at a time:
+ * the tags are gone) and the console the same way; the process's own lines
+ * go to its log and stderr as they are.  Buffers are allocated once per run:
+ * nothing is allocated per line.
+ *
+ * Not for the failure policy or the poll loop (agent_supervise.c).
+ */
+#include "launcher/agent_internal.h"
+#include "base/error.h"
+#include "base/proc.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* --- starting and signalling --------------------------------------------- */
+
+/* Only async-signal-safe calls from here on: the launcher has a coordinator
+ * thread, and a forked child of a threaded process may hold copies of its
+ * locks (malloc's, stdio's) in a locked state. */
+static void put(const char *s)
+{
+    ssize_t w = write(STDERR_FILENO, s, strlen(s));
+    (void)w;
+}
+
+static const char *errno_text(int e)
+{
+    switch (e) {
+    case ENOENT:
+        return "no such file (is it on PATH?)";
+    case EACCES:
+        return "permission denied (is it executable?)";
+    case ENOEXEC:
+        return "not an executable format";
+    case ENOMEM:
+        return "out of memory";
+    case E2BIG:
+        return "argument list too long";
+    default:
+        return "exec failed";
+    }
+}
+
+static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent__proc *p, pid_t parent,
+                                 int out_w, int err_w)
+{
+    /* The kernel sends the signal when the thread that forked us dies; that
+     * is the agent's main thread, which lives as long as the agent.  If the
+     * agent died before this line, the signal will never come: check by hand.
+     * A group's process gets SIGTERM: it stops the ranks it started, on other
+     * hosts too, which SIGKILL would leave running. */
+    prctl(PR_SET_PDEATHSIG, a->group ? SIGTERM : SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    setsid();
+    if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 ||
+        dup2(err_w, STDERR_FILENO) < 0)
+        _exit(127);
+    /* The agent ignores SIGPIPE and handles the job's signals: ignored
+     * dispositions survive exec, and a handler must not run here at all. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &dfl, NULL);
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvpe(a->cfg->argv[0], (char *const *)a->cfg->argv, p->env);
+    int e = errno;
+    put("dtrain: cannot run '");
+    put(a->cfg->argv[0]);
+    put("': ");
+    put(errno_text(e));
+    put("\n");
+    _exit(127);
+}
+
+/* A run directory is used again by a requeued Slurm job (its run id is the
+ * job id) or a repeated --run-id: the log is appended to, after a line that
+ * says where this run begins, so the earlier run's output is kept. */
+static int open_log(const char *dir, int rank, const char *ext)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
+    struct stat st;
+    char last = '\n';
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        int rd = open(path, O_RDONLY | O_CLOEXEC);
+        if (rd >= 0 && pread(rd, &last, 1, st.st_size - 1) != 1)
+            last = '\n';
+        if (rd >= 0)
+            close(rd);
+        dprintf(fd, "%s%s\n", last == '\n' ? "" : "\n", DT_AGENT_LOG_RERUN_MARK);
+    }
+    return fd;
+}
+
+/* "rank 3", or the group's program: for messages. */
+static const char *proc_name(const struct dt_agent *a, const struct dt_agent__proc *p, char *buf, size_t size)
+{
+    if (p->rank < 0)
+        return a->cfg->argv[0];
+    snprintf(buf, size, "rank %d", p->rank);
+    return buf;
+}
+
+static int pipe_error(const struct dt_agent *a, const struct dt_agent__proc *p, int e)
+{
+    char tmp[32];
+    const char *what = proc_name(a, p, tmp, sizeof tmp);
+    if (e == EMFILE || e == ENFILE)
+        return dt_error_set_errno(DT_EIO, e,
+                                  "cannot create a pipe for %s (%d ranks need about %d file "
+                                  "descriptors: raise `ulimit -n`)",
+                                  what, a->nranks, a->nranks * 4 + 64);
+    return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for %s", what);
+}
+
+int dt_agent__open_logs(struct dt_agent__sink *k, const char *attempt_dir)
+{
+    static const char *const ext[2] = {"out", "err"};
+    for (int i = 0; i < 2; i++) {
+        k->log_fd[i] = open_log(attempt_dir, k->rank, ext[i]);
+        if (k->log_fd[i] < 0) {
+            int rc = k->log_fd[i];
+            k->log_fd[i] = -1;
+            return rc;
+        }
+        k->continuing[i] = false;
+    }
+    memset(&k->tail, 0, sizeof k->tail);
+    return 0;
+}
+
+static void stream_reset(struct dt_agent__stream *s, int fd)
+{
+    s->fd = fd;
+    s->lb.len = 0;
+}
+
+int dt_agent__spawn(struct dt_agent *a, struct dt_agent__proc *p)
+{
+    /* O_CLOEXEC: a rank must not inherit the write end of another rank's
+     * pipe, or that pipe would never reach end of file. */
+    int po[2], pe[2];
+    if (pipe2(po, O_CLOEXEC) != 0)
+        return pipe_error(a, p, errno);
+    if (pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(po[0]);
+        close(po[1]);
+        return pipe_error(a, p, e);
+    }
+    /* Until the child has reset the agent's handlers, a signal for it (the
+     * group's SIGTERM) would run the agent's handler in the child and write
+     * into the agent's own signal pipe: keep everything blocked across fork;
+     * the child unblocks after the reset and then gets what is pending. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(a, p, parent, po[1], pe[1]);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(po[1]);
+    close(pe[1]);
+    if (pid < 0) {
+        close(po[0]);
+        close(pe[0]);
+        char tmp[32];
+        return dt_error_set_errno(DT_EIO, fork_errno, "cannot start %s", proc_name(a, p, tmp, sizeof tmp));
+    }
+    fcntl(po[0], F_SETFL, O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    stream_reset(&p->out, po[0]);
+    stream_reset(&p->err, pe[0]);
+    p->pid = pid;
+    p->running = true;
+    return 0;
+}
+
+/* A group's process stops the job itself when it gets SIGTERM (mpirun passes
+ * it on to every rank it started, on every host): it gets that once, and
+ * only SIGKILL goes to its whole process group. */
+static void signal_group_process(struct dt_agent *a, int sig)
+{
+    struct dt_agent__proc *p = &a->procs[0];
+    if (p->pid <= 0)
+        return;
+    if (sig == SIGKILL) {
+        if (kill(-p->pid, SIGKILL) != 0 && errno == ESRCH && p->running)
+            kill(p->pid, SIGKILL);
+    } else if (p->running && !a->group_stopped) {
+        a->group_stopped = true;
+        kill(p->pid, SIGTERM);
+    }
+}
+
+void dt_agent__signal_groups(struct dt_agent *a, int sig)
+{
+    if (a->group) {
+        signal_group_process(a, sig);
+        return;
+    }
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent__proc *p = &a->procs[i];
+        if (p->pid <= 0)
+            continue;
+        if (p->running)
+            a->res->attempts[a->attempt].ranks[p->index].stopped_by_agent = true;
+        /* The group outlives its leader while anything it started is in it;
+         * ESRCH means it is empty, or the rank has not reached setsid() yet
+         * (the parent cannot make the session for it): then signal the rank,
+         * which holds the signal blocked until it is ready for it. */
+        if (kill(-p->pid, sig) != 0 && errno == ESRCH && p->running)
+            kill(p->pid, sig);
+    }
+}
+
+static bool is_rank(const struct dt_agent *a, pid_t pid)
+{
+    for (int i = 0; i < a->nproc; i++)
+        if (a->procs[i].running && a->procs[i].pid == pid)
+            return true;
+    return false;
+}
+
+int dt_agent__signal_leftovers(struct dt_agent *a, int sig)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    /* Collect first, signal after: a signalled group could otherwise die
+     * before the scan reaches its other members, and the count would vary. */
+    enum { MAX_FOUND = 512 }; /* more are caught by the next sweep */
+    pid_t found[MAX_FOUND], groups[MAX_FOUND];
+    int n = 0;
+    pid_t self = getpid();
+    struct dirent *de;
+    while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        struct dt_proc_stat ps;
+        if (dt_proc_stat_read(de->d_name, &ps) != 0 || ps.ppid != self || ps.state == 'Z')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (is_rank(a, pid))
+            continue;
+        found[n] = pid;
+        groups[n++] = ps.pgrp;
+    }
+    closedir(d);
+    pid_t own_group = getpgrp();
+    for (int i = 0; i < n; i++) {
+        kill(found[i], sig);
+        /* Never our own group: that would signal the launcher and the user's shell pipeline. */
+        if (groups[i] > 1 && groups[i] != own_group)
+            kill(-groups[i], sig);
+    }
+    return n;
+}
+
+void dt_agent__close_attempt(struct dt_agent *a)
+{
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent__proc *p = &a->procs[i];
+        struct dt_agent__stream *ss[2] = {&p->out, &p->err};
+        for (int k = 0; k < 2; k++) {
+            if (ss[k]->fd >= 0)
+                close(ss[k]->fd);
+            ss[k]->fd = -1;
+        }
+        /* No process of the group is left, so the number may be reused: forget it. */
+        p->pid = 0;
+        p->running = false;
+    }
+    for (int i = 0; i < a->nranks; i++)
+        for (int k = 0; k < 2; k++) {
+            if (a->sinks[i].log_fd[k] >= 0)
+                close(a->sinks[i].log_fd[k]);
+            a->sinks[i].log_fd[k] = -1;
+        }
+    if (a->own_log >= 0)
+        close(a->own_log);
+    a->own_log = -1;
+}
+
+/* --- the "[rank N]" prefix and the stderr tail --------------------------- */
+
+size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len)
+{
+    /* Hand-rolled rather than snprintf: this runs once per line of output. */
+    char digits[16];
+    int nd = 0;
+    unsigned v = rank < 0 ? 0u : (unsigned)rank;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    size_t o = 0;
+    memcpy(out, "[rank ", 6);
+    o = 6;
+    while (nd > 0)
+        out[o++] = digits[--nd];
+    out[o++] = ']';
+    out[o++] = ' ';
+    memcpy(out + o, line, len);
+    o += len;
+    out[o++] = '\n';
+    return o;
+}
+
+void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete)
+{
+    if (t->continuing) {
+        /* Rest of a long line whose start is already kept: the start is what matters. */
+        t->continuing = !complete;
+        return;
+    }
+    char *dst = t->lines[t->next];
+    size_t keep = len < DT_AGENT_TAIL_WIDTH - 1 ? len : DT_AGENT_TAIL_WIDTH - 1;
+    memcpy(dst, line, keep);
+    dst[keep] = 0;
+    if (keep < len && keep >= 3)
+        memcpy(dst + keep - 3, "...", 3);
+    t->next = (t->next + 1) % DT_AGENT_TAIL_LINES;
+    if (t->count < DT_AGENT_TAIL_LINES)
+        t->count++;
+    t->continuing = !complete;
+}
+
+int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_WIDTH])
+{
+    int first = (t->next - t->count + DT_AGENT_TAIL_LINES) % DT_AGENT_TAIL_LINES;
+    for (int i = 0; i < t->count; i++)
+        memcpy(out[i], t->lines[(first + i) % DT_AGENT_TAIL_LINES], DT_AGENT_TAIL_WIDTH);
+    return t->count;
+}
+
+/* --- output: pipes to log files and the console -------------------------- */
+
+struct line_ctx {
+    struct dt_agent *a;
+    struct dt_agent__proc *p;
+    struct dt_agent__stream *s;
+};
+
+/* Writes all of buf unless the console is gone; a full pipe to a slow
+ * terminal only slows the agent down, it never drops output. */
+static void console_write(struct dt_agent *a, int fd, const char *buf, size_t len)
+{
+    dt_progress_hide(a->progress); /* rank output scrolls above the progress line */
+    while (len > 0 && !a->console_broken) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, 100);
+            continue;
+        }
+        if (w <= 0) {
+            /* EPIPE (SIGPIPE is ignored): `dtrain launch | head` closed early; the logs go on. */
+            a->console_broken = true;
+            return;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
+static void log_write(int *fd, const char *buf, size_t len)
+{
+    while (len > 0 && *fd >= 0) {
+        ssize_t w = write(*fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            /* A full disk must not stop the job; the console still has the output. */
+            close(*fd);
+            *fd = -1;
+            return;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
+/* One line (or piece) of a rank's stream: its stderr tail, the console. */
+static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err, const char *line,
+                       size_t len, bool complete)
+{
+    bool *continuing = &k->continuing[is_err];
+    if (*continuing && complete && len == 0) {
+        /* A long line that ended exactly at a piece boundary: nothing left to show. */
+        *continuing = false;
+        if (is_err)
+            dt_agent_tail_push(&k->tail, line, 0, true);
+        return;
+    }
+    *continuing = !complete;
+    if (is_err)
+        dt_agent_tail_push(&k->tail, line, len, complete);
+    const unsigned char *show = a->cfg->console_stdout;
+    if (!is_err && show && !show[k->rank])
+        return;
+    size_t n = dt_agent_format_line(a->scratch, k->rank, line, len);
+    console_write(a, is_err ? a->err_fd : a->out_fd, a->scratch, n);
+}
+
+/* A line of a group's process: a rank's, by its route, or its own. */
+static void from_group(struct dt_agent *a, const char *line, size_t len, bool complete)
+{
+    const struct dt_adapter_group *g = a->group;
+    const char *text;
+    size_t n;
+    bool is_err = false;
+    int r = g->route(g->ctx, line, len, &text, &n, &is_err);
+    if (r >= 0 && r < a->nranks) {
+        struct dt_agent__sink *k = &a->sinks[r];
+        log_write(&k->log_fd[is_err], text, n);
+        if (complete)
+            log_write(&k->log_fd[is_err], "\n", 1);
+        to_console(a, k, is_err, text, n, complete);
+        return;
+    }
+    memcpy(a->scratch, line, len);
+    a->scratch[len] = '\n';
+    log_write(&a->own_log, a->scratch, len + 1);
+    console_write(a, a->err_fd, a->scratch, len + 1);
+}
+
+static void on_line(void *ctx, const char *line, size_t len, bool complete)
+{
+    struct line_ctx *c = ctx;
+    if (c->a->group)
+        from_group(c->a, line, len, complete);
+    else
+        to_console(c->a, &c->a->sinks[c->p->index], c->s->is_err, line, len, complete);
+}
+
+ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s)
+{
+    if (s->fd < 0)
+        return 0;
+    ssize_t n;
+    do
+        n = read(s->fd, a->readbuf, a->readbuf_size);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return -1;
+    struct line_ctx c = {a, p, s};
+    if (n <= 0) {
+        close(s->fd);
+        s->fd = -1;
+        dt_lines_flush(&s->lb, on_line, &c);
+        return 0;
+    }
+    if (!a->group)
+        log_write(&a->sinks[p->index].log_fd[s->is_err], a->readbuf, (size_t)n);
+    dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
+    return n;
+}
+
+/* --- the agent's state: processes, sinks, buffers ------------------------ */
+
+#define READ_CHUNK 65536
+
+/* Two descriptors per process (its pipes) and two per rank (its log files)
+ * can pass the usual soft limit of 1024 at a few hundred ranks: raise it for
+ * the agent, and hand the ranks the limit they would have had (child_exec
+ * restores it). */
+static void raise_fd_limit(struct dt_agent *a)
+{
+    getrlimit(RLIMIT_NOFILE, &a->nofile);
+    rlim_t need = (rlim_t)a->nproc * 2 + (rlim_t)a->nranks * 2 + 64;
+    if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
+        return;
+    struct rlimit raised = a->nofile;
+    raised.rlim_cur =
+        a->nofile.rlim_max == RLIM_INFINITY || a->nofile.rlim_max > need ? need : a->nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &raised);
+}
+
+static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
+{
+    struct dt_agent_result *res = a->res;
+    int n_attempts = cfg->job->max_restarts + 1;
+    res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
+    res->max_attempts = res->attempts ? n_attempts : 0;
+    for (int k = 0; k < res->max_attempts; k++) {
+        res->attempts[k].first_failed = -1;
+        res->attempts[k].hung = -1;
+        res->attempts[k].ranks = calloc((size_t)a->nranks, sizeof *res->attempts[k].ranks);
+        if (!res->attempts[k].ranks)
+            return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+        for (int i = 0; i < a->nranks; i++)
+            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
+    }
+    return res->attempts
+               ? 0
+               : dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+}
+
+static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
+{
+    for (int i = 0; i < a->nranks; i++) {
+        struct dt_agent__sink *k = &a->sinks[i];
+        k->rank = cfg->node_rank * cfg->nproc + i;
+        k->log_fd[0] = k->log_fd[1] = -1;
+    }
+    for (int i = 0; i < a->nproc; i++) {
+        struct dt_agent__proc *p = &a->procs[i];
+        p->index = a->group ? -1 : i;
+        p->rank = a->group ? -1 : a->sinks[i].rank;
+        p->out.fd = p->err.fd = -1;
+        p->err.is_err = true;
+        int rc = dt_lines_init(&p->out.lb, DT_LINES_MAX);
+        if (rc == 0)
+            rc = dt_lines_init(&p->err.lb, DT_LINES_MAX);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct dt_agent_result *res)
+{
+    memset(a, 0, sizeof *a);
+    memset(res, 0, sizeof *res);
+    a->cfg = cfg;
+    a->res = res;
+    a->group = cfg->group;
+    a->abort_status = a->job_status = -1;
+    a->nproc = a->group ? 1 : cfg->nproc;
+    a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
+    a->own_log = -1;
+    raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
+    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
+    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
+    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_ARGS_GRACE_DEFAULT_S;
+    a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
+    a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);
+    a->pfds = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfds);
+    a->pfd_stream = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_stream);
+    a->pfd_proc = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_proc);
+    a->readbuf_size = READ_CHUNK;
+    a->readbuf = malloc(READ_CHUNK);
+    a->scratch = malloc(DT_LINES_MAX + 64);
+    if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
+        !a->readbuf || !a->scratch)
+        return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
+    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
+        return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
+    int rc = init_attempts(a, cfg);
+    return rc ? rc : init_procs(a, cfg);
+}
+
+void dt_agent__free(struct dt_agent *a)
+{
+    dt_progress_close(a->progress);
+    for (int i = 0; a->procs && i < a->nproc; i++) {
+        dt_lines_free(&a->procs[i].out.lb);
+        dt_lines_free(&a->procs[i].err.lb);
+        dt_agent_env_free(a->procs[i].env);
+    }
+    if (a->null_fd >= 0)
+        close(a->null_fd);
+    free(a->procs);
+    free(a->sinks);
+    free(a->pfds);
+    free(a->pfd_stream);
+    free(a->pfd_proc);
+    free(a->readbuf);
+    free(a->scratch);
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
+}

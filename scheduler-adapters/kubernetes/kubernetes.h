@@ -1,0 +1,65 @@
+/* kubernetes.h - the Kubernetes adapter's parts, shared by its files and
+ * reached by the unit tests (the adapter itself is dt_adapter_kubernetes,
+ * adapter.h's contract, in kubernetes.c).
+ *
+ * The adapter (kubernetes.c: discover and the table entry) renders through
+ * kubernetes_render.c (ConfigMap, Secret, Service, the Job and its failure
+ * policy, YAML scalars) and kubernetes_pod.c (the pod template), and submits
+ * through kubernetes_submit.c.  Names of the objects derive from the job's
+ * name.
+ *
+ * Not for other adapters: they share only scheduler-adapters/adapter.h.
+ */
+#ifndef DT_KUBERNETES_H
+#define DT_KUBERNETES_H
+
+#include "spec/jobspec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Where the pod sees the job spec and the token (one projected volume). */
+#define DT_K8S_SPEC_DIR "/etc/dtrain"
+#define DT_K8S_SPEC_PATH DT_K8S_SPEC_DIR "/job.yaml"
+#define DT_K8S_TOKEN_PATH DT_K8S_SPEC_DIR "/token"
+#define DT_K8S_CONTAINER "agent"
+#define DT_K8S_DEFAULT_PORT 29500
+/* The Job's UID, passed to the pods through the downward API: the run id
+ * every node agrees on, fresh for each Job object. */
+#define DT_K8S_UID_ENV "DTRAIN_JOB_UID"
+#define DT_K8S_UID_LABEL "batch.kubernetes.io/controller-uid"
+
+/* The rendezvous port the manifest opens and discover uses. */
+int dt_k8s_port(const struct dt_job *job);
+
+/* "<name>-0.<name>": pod 0's name under the headless Service. */
+void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size);
+
+/* The adapter's render: every document, "---" before each. */
+int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
+struct dt_adapter_launch;
+/* The adapter's submit: kubectl apply, then follow the Job to its end. */
+int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
+/* What the pod template cannot hold (the user's env or volumes colliding
+ * with dtrain's own): 0 or DT_EINVAL naming the key.  Render calls it before
+ * writing anything. */
+int dt_k8s_check_pod(const struct dt_job *job);
+/* Writes the pod template's spec at indentation `ind`. */
+void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out);
+
+/* YAML output.  A scalar is written plain only when no YAML reader could
+ * take it for anything but that string (not "yes", "0123", "1e3", "a: b",
+ * "null", ...); otherwise double-quoted with escapes. */
+void dt_k8s_str(FILE *out, const char *s);
+/* `text` (len bytes) as a literal block scalar (after "key: "), its lines at
+ * indentation `ind`, reading back byte for byte; quoted when it cannot be a
+ * block (carriage returns, control characters).  Returns 0, or DT_EINVAL
+ * having written nothing when text is not UTF-8, which YAML cannot hold. */
+int dt_k8s_block(FILE *out, int ind, const char *text, size_t len);
+/* A byte count as a Kubernetes quantity string: "16Gi", "512Mi", "1000". */
+void dt_k8s_bytes(FILE *out, uint64_t bytes);
+/* `ind` spaces. */
+void dt_k8s_indent(FILE *out, int ind);
+
+#endif

@@ -1,0 +1,347 @@
+/* kubernetes_render.c - `dtrain render kubernetes job.yaml`: the manifests a user would apply.
+ *
+ * Four documents, in the order kubectl should create them:
+ *   ConfigMap <name>-spec   the job spec, mounted at /etc/dtrain/job.yaml
+ *   Secret    <name>-token  the job token, mounted at /etc/dtrain/token
+ *                           (only with rendezvous.auth: token)
+ *   Service   <name>        headless; publishNotReadyAddresses, so that pod
+ *                           <name>-<i> resolves as <name>-<i>.<name> as soon
+ *                           as it has an address, before any readiness
+ *   Job       <name>        Indexed, one agent per pod (kubernetes_pod.c)
+ * The token is made fresh for every render: each rendered manifest is a new
+ * job whose clients must prove they belong to it.
+ *
+ * The Job: completions = parallelism = nodes with completionMode Indexed:
+ * pod i gets JOB_COMPLETION_INDEX=i and hostname <name>-i, and a failed pod
+ * is replaced with the same index (podReplacementPolicy Failed: the
+ * replacement starts only once the old pod is gone, so two agents never
+ * claim one node rank).  podFailurePolicy carries restart_policy over to
+ * pods (the agent exits with the job's status: the failing rank's code, or
+ * 128+signal):
+ *   - DisruptionTarget (preemption, eviction, node drain): Ignore, the pod is
+ *     replaced without counting against backoffLimit;
+ *   - codes restart_policy marks `fail`: FailJob, at once;
+ *   - every other failure counts against backoffLimit = max_restarts.
+ * When `otherwise: fail`, the codes marked `retry` are the exceptions, so one
+ * FailJob rule with NotIn says it (NotIn only matches non-zero codes; [0]
+ * stands in for "no exceptions", since In/NotIn need at least one value).
+ *
+ * YAML scalars that read back as what was meant.  The trap is YAML's
+ * implicit typing: `yes`, `on`, `y`, `True` become booleans under YAML 1.1
+ * readers (PyYAML, older Go yaml), `0123` an octal or decimal number, `1e3` a
+ * float, `12:30` a sexagesimal integer, `~` null, and `a: b` or `- x` change
+ * structure.  Rather than enumerating YAML's grammar, a string is written
+ * plain only when it starts with a letter or '/' and holds only letters,
+ * digits and ". _ / -", and is not one of the boolean/null words; everything
+ * else is double-quoted, which every reader takes as a string, with
+ * base/yaml_escape's escapes.
+ *
+ * Not for the pod template (kubernetes_pod.c), for applying anything
+ * (kubernetes_submit.c), or for reading YAML (spec/jobspec_yaml.c).
+ */
+#include "scheduler-adapters/kubernetes/kubernetes.h"
+#include "base/error.h"
+#include "base/yaml_escape.h"
+#include "spec/jobspec_yaml.h"
+#include "spec/token.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* --- YAML scalars -------------------------------------------------------- */
+
+static const char *const typed_words[] = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", NULL};
+
+static int plain_ok(const char *s)
+{
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '/'))
+        return 0;
+    if (s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-")])
+        return 0;
+    for (int i = 0; typed_words[i]; i++)
+        if (strcasecmp(s, typed_words[i]) == 0)
+            return 0;
+    return 1;
+}
+
+/* A loaded job's strings came through libyaml, which decodes only to UTF-8,
+ * so the writer's refusal of anything else cannot happen here. */
+void dt_k8s_str(FILE *out, const char *s)
+{
+    if (plain_ok(s))
+        fputs(s, out);
+    else
+        (void)dt_yaml_put_quoted(out, s, strlen(s), DT_YAML_SHORT_WS);
+}
+
+void dt_k8s_indent(FILE *out, int ind)
+{
+    fprintf(out, "%*s", ind, "");
+}
+
+int dt_k8s_block(FILE *out, int ind, const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    if (len == 0 || !dt_yaml_block_ok(text, len)) {
+        int rc = dt_yaml_put_quoted(out, text, len, DT_YAML_SHORT_WS);
+        if (rc == 0)
+            fputc('\n', out);
+        return rc;
+    }
+    size_t trailing = 0;
+    while (trailing < len && s[len - 1 - trailing] == '\n')
+        trailing++;
+    /* Chomping: "-" drops the one newline a block would add, "" keeps one, "+" keeps all.
+     * An explicit indentation indicator when the content itself starts with
+     * a space or an empty line, which would otherwise set the indentation. */
+    fputc('|', out);
+    if (s[0] == ' ' || s[0] == '\n')
+        fputc('2', out);
+    fputs(trailing == 0 ? "-\n" : trailing == 1 ? "\n" : "+\n", out);
+    size_t i = 0;
+    while (i < len) {
+        const unsigned char *nl = memchr(s + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - s) : len;
+        if (end > i) {
+            dt_k8s_indent(out, ind);
+            fwrite(s + i, 1, end - i, out);
+        }
+        fputc('\n', out);
+        i = end + 1;
+    }
+    return 0;
+}
+
+void dt_k8s_bytes(FILE *out, uint64_t bytes)
+{
+    static const char *const units[] = {"Ei", "Pi", "Ti", "Gi", "Mi", "Ki"};
+    for (int u = 0; u < 6; u++) {
+        uint64_t scale = 1ULL << (10 * (6 - u));
+        if (bytes >= scale && bytes % scale == 0) {
+            fprintf(out, "\"%llu%s\"", (unsigned long long)(bytes / scale), units[u]);
+            return;
+        }
+    }
+    fprintf(out, "\"%llu\"", (unsigned long long)bytes);
+}
+
+/* --- metadata, ConfigMap, Secret, Service -------------------------------- */
+
+int dt_k8s_port(const struct dt_job *job)
+{
+    return job->rendezvous.port > 0 ? job->rendezvous.port : DT_K8S_DEFAULT_PORT;
+}
+
+void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s-0.%s", job->name, job->name);
+}
+
+/* Common labels of every object, at indentation `ind`. */
+static void labels(const struct dt_job *job, int ind, FILE *out)
+{
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/name: dtrain\n", out);
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/instance: ", out);
+    dt_k8s_str(out, job->name);
+    fputc('\n', out);
+    dt_k8s_indent(out, ind);
+    fputs("app.kubernetes.io/managed-by: dtrain\n", out);
+}
+
+/* "---", apiVersion, kind and metadata (name <job><suffix>, namespace, labels). */
+static void put_meta(const struct dt_job *job, const char *kind, const char *suffix, FILE *out)
+{
+    fprintf(out, "---\napiVersion: %s\nkind: %s\nmetadata:\n  name: ",
+            strcmp(kind, "Job") == 0 ? "batch/v1" : "v1", kind);
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", job->name, suffix);
+    dt_k8s_str(out, name);
+    fputs("\n  namespace: ", out);
+    dt_k8s_str(out, job->kubernetes->namespace_name);
+    fputs("\n  labels:\n", out);
+    labels(job, 4, out);
+}
+
+/* The spec file as the user wrote it (comments and all) when it says
+ * scheduler: kubernetes.  Otherwise (rendering a spec written for another
+ * scheduler, or one not read from a file) the loaded job with its defaults
+ * and scheduler: kubernetes, so the agents in the pods discover as pods. */
+static int spec_text(const struct dt_job *job, const char *job_path, char **text, size_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    if (!job_path || job->scheduler != DT_SCHED_KUBERNETES) {
+        struct dt_job pod_job = *job; /* shallow: only printed */
+        pod_job.scheduler = DT_SCHED_KUBERNETES;
+        pod_job.rendezvous.port = dt_k8s_port(job);
+        FILE *m = open_memstream(text, len);
+        if (!m)
+            return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+        dt_job_print(&pod_job, m);
+        return fclose(m) == 0 ? 0 : dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    }
+    FILE *f = fopen(job_path, "rb");
+    if (!f)
+        return dt_error_set_errno(DT_EIO, errno, "render kubernetes: reading %s", job_path);
+    char *buf = malloc(DT_YAML_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, DT_YAML_MAX_BYTES + 1, f) : 0;
+    int bad = !buf || ferror(f) || n > DT_YAML_MAX_BYTES;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return dt_error_set(DT_EIO, "render kubernetes: cannot read %s (or it is over %d bytes)", job_path,
+                            DT_YAML_MAX_BYTES);
+    }
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+static int put_config_map(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    char *text;
+    size_t len;
+    int rc = spec_text(job, job_path, &text, &len);
+    if (rc)
+        return rc;
+    put_meta(job, "ConfigMap", "-spec", out);
+    fputs("data:\n  job.yaml: ", out);
+    rc = dt_k8s_block(out, 4, text, len);
+    free(text);
+    if (rc) /* the file changed since libyaml loaded it, which it does only from UTF-8 */
+        return dt_error_prefix("render kubernetes: the ConfigMap's copy of %s", job_path);
+    return 0;
+}
+
+static int put_secret(const struct dt_job *job, FILE *out)
+{
+    char token[65];
+    int rc = dt_token_make(token);
+    if (rc)
+        return dt_error_prefix("render kubernetes: making the job token");
+    put_meta(job, "Secret", "-token", out);
+    fputs("type: Opaque\nstringData:\n  token: ", out);
+    dt_k8s_str(out, token);
+    fputc('\n', out);
+    return 0;
+}
+
+static void put_service(const struct dt_job *job, FILE *out)
+{
+    put_meta(job, "Service", "", out);
+    fputs("spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n  selector:\n", out);
+    labels(job, 4, out);
+    fprintf(out, "  ports:\n    - name: rendezvous\n      port: %d\n      targetPort: %d\n", dt_k8s_port(job),
+            dt_k8s_port(job));
+}
+
+/* --- the Job and its failure policy -------------------------------------- */
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The codes whose action is `want`, ascending (Kubernetes requires order). */
+static int codes_with(const struct dt_job *job, enum dt_exit_action want, int codes[256])
+{
+    int n = 0;
+    for (int i = 0; i < job->restart_policy.n_on_exit; i++)
+        if (job->restart_policy.on_exit[i].action == want)
+            codes[n++] = job->restart_policy.on_exit[i].code;
+    qsort(codes, (size_t)n, sizeof codes[0], cmp_int);
+    return n;
+}
+
+static void put_exit_rule(const char *action, const char *op, const int *codes, int n, FILE *out)
+{
+    fprintf(out,
+            "      - action: %s\n        onExitCodes:\n          containerName: %s\n"
+            "          operator: %s\n          values: [",
+            action, DT_K8S_CONTAINER, op);
+    for (int i = 0; i < n; i++)
+        fprintf(out, "%s%d", i ? ", " : "", codes[i]);
+    fputs("]\n", out);
+}
+
+static void put_failure_policy(const struct dt_job *job, FILE *out)
+{
+    int codes[256];
+    fputs("  podFailurePolicy:\n    rules:\n"
+          "      - action: Ignore\n        onPodConditions:\n"
+          "          - type: DisruptionTarget\n            status: \"True\"\n",
+          out);
+    if (job->restart_policy.otherwise == DT_EXIT_RETRY) {
+        int n = codes_with(job, DT_EXIT_FAIL, codes);
+        if (n > 0)
+            put_exit_rule("FailJob", "In", codes, n, out);
+    } else {
+        int n = codes_with(job, DT_EXIT_RETRY, codes);
+        if (n == 0)
+            codes[n++] = 0;
+        put_exit_rule("FailJob", "NotIn", codes, n, out);
+    }
+}
+
+/* The Job object (its pod template through dt_k8s_put_pod_spec). */
+static void put_job(const struct dt_job *job, FILE *out)
+{
+    put_meta(job, "Job", "", out);
+    fprintf(out,
+            "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+            "  backoffLimit: %d\n  podReplacementPolicy: Failed\n",
+            job->nodes, job->nodes, job->max_restarts);
+    put_failure_policy(job, out);
+    fputs("  template:\n    metadata:\n      labels:\n", out);
+    labels(job, 8, out);
+    fputs("    spec:\n", out);
+    dt_k8s_put_pod_spec(job, 6, out);
+}
+
+/* --- every document, in order -------------------------------------------- */
+
+/* What Kubernetes or the pods would refuse later, refused now. */
+static int check_job(const struct dt_job *job)
+{
+    if (!job->kubernetes)
+        return dt_error_set(DT_EINVAL,
+                            "%s: render kubernetes needs a kubernetes: section (at least "
+                            "kubernetes: {image: ...})",
+                            job->path);
+    /* Pod hostnames are <name>-<index>, a DNS label of at most 63 characters. */
+    char host[96];
+    int n = snprintf(host, sizeof host, "%s-%d", job->name, job->nodes - 1);
+    if (n > 63)
+        return dt_error_set(DT_EINVAL,
+                            "%s: name: pod hostnames would be '%s' (%d characters), over "
+                            "Kubernetes' 63: shorten the job's name",
+                            job->path, host, n);
+    if (job->nproc_per_node == DT_NPROC_GPU && job->kubernetes->gpus_per_node == 0)
+        return dt_error_set(DT_EINVAL,
+                            "%s: nproc_per_node: gpu starts one rank per GPU, but "
+                            "kubernetes.gpus_per_node is 0, so the pods get no GPU: "
+                            "set kubernetes.gpus_per_node",
+                            job->path);
+    return dt_k8s_check_pod(job);
+}
+
+int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    int rc = check_job(job);
+    if (rc)
+        return rc;
+    char shown[256]; /* a path with a newline must not end the comment */
+    fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
+            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
+    if ((rc = put_config_map(job, job_path, out)))
+        return rc;
+    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
+        return rc;
+    put_service(job, out);
+    put_job(job, out);
+    return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
+}

@@ -1,0 +1,224 @@
+/* kubernetes_submit.c - `dtrain launch` for scheduler: kubernetes: kubectl apply, then follow the Job.
+ *
+ * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
+ * holding the token).  Then, once a second, `kubectl get` reports the pods'
+ * phases (printed when they change) and the Job's conditions; when every pod
+ * runs, `kubectl logs -f --prefix -l <instance label>` streams their output
+ * here.  The Job's end decides the exit status: 0 when Complete; when Failed,
+ * the first non-zero exit code of an agent container (the job's status, as
+ * the agent exits with it), else 1.  Without kubectl the user learns how to
+ * render and apply by hand (exit 2).
+ *
+ * Stopping dtrain stops only the following: the Job keeps running in the
+ * cluster until `kubectl delete job <name>`.
+ *
+ * Not for writing the manifests (kubernetes_render.c).
+ */
+#include "scheduler-adapters/adapter.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/fs.h"
+#include "base/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_S 1.0
+#define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
+
+/* Runs argv with `in` (len bytes) on its stdin and, when out is not NULL,
+ * its stdout captured into *out (malloc'd, NUL-terminated); its stderr is
+ * the user's (kubectl says there what went wrong).  Returns the exit status,
+ * 128+signal, or a negative DT_E* code when it could not run. */
+static int run(char *const argv[], const char *in, size_t len, char **out)
+{
+    struct dt_proc_run r = {.argv = argv, .in = in, .in_len = len,
+                            .io = {out ? DT_PROC_CAPTURE : DT_PROC_INHERIT, DT_PROC_INHERIT}};
+    int rc = dt_proc_run(&r);
+    if (rc < 0)
+        dt_error_prefix("kubernetes");
+    if (out)
+        *out = r.captured[0];
+    return rc;
+}
+
+static int apply(const struct dt_job *job)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    int rc = dt_k8s_render(job, job->path, m);
+    fclose(m);
+    if (rc == 0) {
+        char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
+        int st = run(argv, text, len, NULL);
+        if (st != 0)
+            rc = st < 0 ? st
+                        : dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` failed (exit %d; its "
+                                               "message is above)", st);
+    }
+    free(text);
+    return rc;
+}
+
+/* `kubectl get <what> -n NS [-l instance=NAME] -o jsonpath=<path>`: its output, or NULL. */
+static char *get(const struct dt_job *job, const char *what, int by_label, const char *jsonpath)
+{
+    char sel[160], jp[512];
+    snprintf(sel, sizeof sel, "app.kubernetes.io/instance=%s", job->name);
+    snprintf(jp, sizeof jp, "jsonpath=%s", jsonpath);
+    char *argv[12];
+    int n = 0;
+    argv[n++] = "kubectl";
+    argv[n++] = "get";
+    argv[n++] = (char *)what;
+    argv[n++] = "-n";
+    argv[n++] = job->kubernetes->namespace_name;
+    if (by_label) {
+        argv[n++] = "-l";
+        argv[n++] = sel;
+    }
+    argv[n++] = "-o";
+    argv[n++] = jp;
+    argv[n] = NULL;
+    char *out = NULL;
+    if (run(argv, NULL, 0, &out) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static pid_t start_logs(const struct dt_job *job)
+{
+    char sel[160], maxreq[32];
+    snprintf(sel, sizeof sel, "app.kubernetes.io/instance=%s", job->name);
+    snprintf(maxreq, sizeof maxreq, "--max-log-requests=%d", job->nodes + 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("kubectl", "kubectl", "logs", "-f", "--prefix", "-n", job->kubernetes->namespace_name, "-l", sel,
+               maxreq, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The first non-zero exit code among the agent containers, or 1. */
+static int failed_status(const struct dt_job *job)
+{
+    char *codes = get(job, "pods", 1,
+                      "{range .items[*]}{.status.containerStatuses[0].state.terminated.exitCode} {end}");
+    int status = 1;
+    for (char *p = codes, *end; p && *p; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (v > 0 && v < 256) {
+            status = (int)v;
+            break;
+        }
+    }
+    free(codes);
+    return status;
+}
+
+/* One look at the Job: its exit status once it ended, -1 while it runs, -2
+ * when kubectl could not say (API server unreachable, Job deleted). */
+static int look(const struct dt_job *job)
+{
+    char name[160];
+    snprintf(name, sizeof name, "job/%s", job->name);
+    char *cond = get(job, name, 0, "{.status.conditions[?(@.status==\"True\")].type}");
+    int status = !cond                      ? -2
+                 : strstr(cond, "Complete") ? 0
+                 : strstr(cond, "Failed")   ? failed_status(job)
+                                            : -1;
+    free(cond);
+    return status;
+}
+
+/* Prints the pods' phases when they change; starts the log stream once all run. */
+static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
+{
+    char *pods = get(job, "pods", 1, "{range .items[*]}{.metadata.name}={.status.phase} {end}");
+    if (!pods)
+        return;
+    if (!*last || strcmp(pods, *last) != 0)
+        dt_log_info("kubernetes: pods: %s", *pods ? pods : "(none yet)");
+    free(*last);
+    *last = pods;
+    int running = 0;
+    for (const char *p = pods; (p = strstr(p, "=Running")); p++)
+        running++;
+    if (*logs < 0 && running >= job->nodes)
+        *logs = start_logs(job);
+}
+
+/* Polls until the Job is Complete (0) or Failed (its status); 2 when
+ * kubectl cannot tell for MAX_FAILED_LOOKS polls in a row. */
+static int follow(const struct dt_job *job)
+{
+    char *last = NULL;
+    pid_t logs = -1;
+    int status = -1, lost = 0;
+    dt_log_info("kubernetes: following Job %s in namespace %s (Ctrl-C stops following, not the job)",
+                job->name, job->kubernetes->namespace_name);
+    for (int failed_looks = 0;;) {
+        watch_pods(job, &last, &logs);
+        status = look(job);
+        if (status >= 0)
+            break;
+        failed_looks = status == -2 ? failed_looks + 1 : 0;
+        if (failed_looks >= MAX_FAILED_LOOKS) {
+            dt_error_set(DT_ECONN, "kubernetes: `kubectl get job/%s -n %s` failed %d times in a row (its "
+                                   "message is above); the Job may still run: kubectl get job %s -n %s",
+                         job->name, job->kubernetes->namespace_name, MAX_FAILED_LOOKS, job->name,
+                         job->kubernetes->namespace_name);
+            status = 2;
+            lost = 1;
+            break;
+        }
+        struct timespec ts = {(time_t)POLL_S, (long)((POLL_S - (time_t)POLL_S) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    if (logs > 0) {
+        sleep(1); /* the last lines still in flight */
+        kill(logs, SIGTERM);
+        waitpid(logs, NULL, 0);
+    }
+    free(last);
+    if (!lost)
+        dt_log_info("kubernetes: Job %s %s", job->name, status == 0 ? "completed" : "failed");
+    return status;
+}
+
+int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
+{
+    (void)opts;
+    int status;
+    dt_error_clear();
+    if (!dt_fs_on_path("kubectl")) {
+        dt_error_set(DT_EUNSUPPORTED,
+                     "kubectl is not on PATH, so dtrain cannot submit the job. Render the manifests "
+                     "and apply them where kubectl works:\n  dtrain render kubernetes %s > job.k8s.yaml\n"
+                     "  kubectl apply -f job.k8s.yaml",
+                     job->path);
+        status = 2;
+    } else {
+        status = apply(job) ? 2 : follow(job);
+    }
+    /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */
+    if (status == 2 && dt_error_code() != DT_OK)
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+    return status;
+}

@@ -1,0 +1,515 @@
+/* mpirun_submit.c - `dtrain launch` for scheduler: mpirun, in its two shapes.
+ *
+ * backend: mpi.  The launcher is node 0 of the job, as in a local job: its
+ * agent (host_node0, adapter.h) makes the run directory and the job token,
+ * hosts the coordinator (the ranks' store: metrics, heartbeats), and runs
+ * `mpirun -np <world> ... dtrain mpirank -- dtrain worker job.yaml` (or the
+ * spec's command) as the one process that stands for every rank: the group
+ * below.  The agent restarts, stops, logs and summarises it as it does ranks
+ * it forks; what it asks of this file is the process's environment and
+ * command line, whose rank each output line is, and how each rank ended:
+ *  - every rank gets the environment a local rank would get, passed as
+ *    -x NAME (mpirun copies the value from its own environment, so the token
+ *    never appears on a command line); what differs per rank (RANK,
+ *    LOCAL_RANK, ...) each rank reads from mpirun's OMPI_COMM_WORLD_*
+ *    (dt_mpirun_rank_env);
+ *  - lines arrive tagged (--tag-output: "[job,rank]<stdout>:text");
+ *  - `dtrain mpirank` records each rank's end in attempt_<k>/rank_<r>.exit
+ *    (mpirun_rank.c); without the records (a run directory not shared with
+ *    the other hosts) mpirun's own closing report names the rank.
+ *
+ * Other backends: mpirun starts one `dtrain agent job.yaml` per node
+ * (--map-by ppr:1:node).  Before any agent starts, every agent must know the
+ * run id (it names the run directory on each node), the job token and where
+ * node 0's coordinator will listen.  The launcher picks them and hands them
+ * over as -x NAME: a port from rendezvous.port, else a free one on this
+ * machine when node 0 is this machine, else one derived from the run id
+ * (29500-29999) that the agents' rendezvous deadline guards.  The agents
+ * supervise and restart their ranks, and prefix and log their lines; the
+ * launcher only runs mpirun as a helper (base/proc.h: SIGINT, SIGTERM,
+ * SIGHUP or SIGQUIT become SIGTERM to mpirun, which stops the agents, and
+ * SIGKILL to its process group after the grace period), takes mpirun's
+ * --tag-output tags off the agents' lines, and exits with mpirun's status,
+ * which is the first failed agent's.
+ *
+ * Not for the command line's shape (mpirun_argv.c) or what mpirun prints
+ * (mpirun_output.c).
+ */
+#include "scheduler-adapters/mpirun/mpirun_internal.h"
+
+#include "base/args.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/fs.h"
+#include "base/lines.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "base/run_dir.h"
+#include "spec/token.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* --- backend: mpi, the group --------------------------------------------- */
+
+/* True when every rank runs on this machine: then the coordinator stays on loopback. */
+static bool all_local(const struct dt_job *job)
+{
+    const struct dt_mpirun_spec *m = job->mpirun;
+    if (m && m->hostfile)
+        return false;
+    if (!m || !m->n_hosts)
+        return job->nodes == 1;
+    for (int i = 0; i < m->n_hosts; i++) {
+        char h[256];
+        snprintf(h, sizeof h, "%.*s", (int)strcspn(m->hosts[i], ":"), m->hosts[i]);
+        if (!dt_mpirun__is_here(h))
+            return false;
+    }
+    return true;
+}
+
+/* How other hosts reach this one: the address of mpirun.interfaces[0] when
+ * named (the network the user chose for MPI), else this host's name. */
+static void advertised_host(const struct dt_job *job, char *out, size_t size)
+{
+    gethostname(out, size - 1);
+    const struct dt_mpirun_spec *m = job->mpirun;
+    struct ifaddrs *ifs = NULL;
+    if (!m || !m->n_interfaces || getifaddrs(&ifs) != 0)
+        return;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, m->interfaces[0])) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)size);
+            break;
+        }
+    freeifaddrs(ifs);
+}
+
+/* What differs per rank: each rank reads it from mpirun (dt_mpirun_rank_env),
+ * so it stays out of mpirun's environment. */
+static const char *const per_rank_names[] = {"RANK",
+                                             "LOCAL_RANK",
+                                             "WORLD_SIZE",
+                                             "LOCAL_WORLD_SIZE",
+                                             "GROUP_RANK",
+                                             "ROLE_RANK",
+                                             "ROLE_WORLD_SIZE",
+                                             "DTRAIN_NODE_RANK",
+                                             "TORCHELASTIC_ERROR_FILE",
+                                             "DTRAIN_ERROR_FILE",
+                                             "DTRAIN_MPI_RANKS",
+                                             NULL};
+/* Passed on besides what dtrain sets for every rank (dt_job_env_is_reserved):
+ * the defaults a rank gets, the word that tells a rank to read its place from
+ * mpirun, and the knobs dtrain's own programs read. */
+static const char *const also_passed[] = {"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_MPI_RANKS",
+                                          "DTRAIN_TRACE",    "DTRAIN_LOG",       NULL};
+
+static bool named(const char *entry, const char *const *names)
+{
+    for (int i = 0; names[i]; i++) {
+        size_t n = strlen(names[i]);
+        if (!strncmp(entry, names[i], n) && entry[n] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* Whether mpirun passes this entry of its environment on to every rank: what
+ * a local rank gets that is the same on every rank, and the spec's env:. */
+static bool passed_on(const struct dt_job *job, const char *entry)
+{
+    char name[128];
+    size_t len = strcspn(entry, "=");
+    if (len >= sizeof name)
+        return false;
+    memcpy(name, entry, len);
+    name[len] = 0;
+    if (named(entry, also_passed))
+        return true;
+    if (dt_job_env_is_reserved(name))
+        return !named(entry, per_rank_names);
+    for (int k = 0; k < job->n_env; k++)
+        if (!strcmp(job->env[k].name, name))
+            return true;
+    return false;
+}
+
+static void free_names(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The -x list, in the order of env (mpirun's environment): the names it
+ * passes on.  Malloc'd; free with free_names. */
+static char **export_names(const struct dt_job *job, char *const *env)
+{
+    size_t n = 0, k = 0;
+    while (env[n])
+        n++;
+    char **v = calloc(n + 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        if (passed_on(job, env[i]) && !(v[k++] = strndup(env[i], strcspn(env[i], "=")))) {
+            free_names(v);
+            return NULL;
+        }
+    return v;
+}
+
+/* What the agent asks of the group, and what it keeps between attempts. */
+struct mpi_group {
+    const struct dt_job *job;
+    const struct dt_adapter_launch *opts;
+    int nproc, world;
+    struct dt_mpirun_line line;
+    struct dt_mpirun_verdict verdict; /* mpirun's closing report, read from its own lines */
+    char scratch[DT_LINES_MAX + 1];   /* a rank's line with tags taken out of it */
+};
+
+/* mpirun's environment for an attempt: a rank's, less what differs per rank. */
+static int group_env(void *ctx, char *const *rank_env, char ***out)
+{
+    (void)ctx;
+    size_t n = 0;
+    while (rank_env[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    size_t w = 0;
+    bool ok = env != NULL;
+    for (size_t i = 0; ok && i < n; i++)
+        if (!named(rank_env[i], per_rank_names))
+            ok = (env[w++] = strdup(rank_env[i])) != NULL;
+    ok = ok && (env[w] = strdup("DTRAIN_MPI_RANKS=1")) != NULL;
+    if (ok) {
+        *out = env;
+        return 0;
+    }
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+    return dt_error_set(DT_ENOMEM, "out of memory building mpirun's environment");
+}
+
+static int group_argv(void *ctx, char *const *env, char *const **argv)
+{
+    struct mpi_group *g = ctx;
+    char **names = export_names(g->job, env);
+    if (!names)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    char self[PATH_MAX];
+    snprintf(self, sizeof self, "%s", g->opts->dtrain_path ? g->opts->dtrain_path : "dtrain");
+    struct dt_mpirun_call call = {.dtrain = self,
+                                  .job_path = g->job->path,
+                                  .export_names = (const char *const *)names,
+                                  .tag_output = true,
+                                  .rank_wrapper = true};
+    int rc = dt_mpirun_build(g->job, g->nproc, &call, &g->line);
+    free_names(names);
+    *argv = g->line.argv;
+    return rc;
+}
+
+static int group_route(void *ctx, const char *line, size_t len, const char **text, size_t *text_len,
+                       bool *is_err)
+{
+    struct mpi_group *g = ctx;
+    int rank;
+    if (dt_mpirun__untag(line, len, g->scratch, &rank, is_err, text, text_len) && rank >= 0 &&
+        rank < g->world)
+        return rank;
+    dt_mpirun_verdict_feed(&g->verdict, line, len);
+    return -1;
+}
+
+/* --- how each rank ended ------------------------------------------------- */
+
+/* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
+ * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
+static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, long long *t_ns)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.exit", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = fscanf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld", ws, stopped, pid, t_ns);
+    fclose(f);
+    return n == 4 ? 0 : -1;
+}
+
+/* The pid `dtrain mpirank` recorded when rank q's program started, or 0. */
+static int read_pid(const char *dir, int q)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.pid", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int pid = 0;
+    if (fscanf(f, "pid=%d", &pid) != 1 || pid < 0)
+        pid = 0;
+    fclose(f);
+    return pid;
+}
+
+/* Each rank's record; returns the first that failed by itself (earliest record), or -1. */
+static int read_records(struct mpi_group *g, const char *dir, int status, struct dt_adapter_rank_end *ends)
+{
+    int first = -1;
+    long long first_t = 0;
+    for (int q = 0; q < g->world; q++) {
+        int ws, stopped, pid;
+        long long t;
+        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0) {
+            /* killed before it could say how it ended: stopped, unless mpirun succeeded */
+            ends[q] = (struct dt_adapter_rank_end){.pid = read_pid(dir, q), .stopped = status != 0};
+            continue;
+        }
+        ends[q] = (struct dt_adapter_rank_end){.pid = pid,
+                                               .exited = true,
+                                               .wstatus = ws,
+                                               .stopped = stopped != 0,
+                                               .exit_unix = (double)t * 1e-9};
+        if (!stopped && ws != 0 && (first < 0 || t < first_t)) {
+            first = q;
+            first_t = t;
+        }
+    }
+    return first;
+}
+
+static int group_collect(void *ctx, const char *attempt_dir, int status, bool interrupted,
+                         struct dt_adapter_rank_end *ends)
+{
+    struct mpi_group *g = ctx;
+    struct dt_mpirun_verdict v = g->verdict;
+    g->verdict = (struct dt_mpirun_verdict){.rank = -1}; /* the next attempt's report is its own */
+    int q = read_records(g, attempt_dir, status, ends);
+    if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->world)
+        return q;
+    /* No record (run directory not shared with that host): mpirun's word. */
+    int st = v.status ? v.status : status;
+    ends[v.rank].exited = true;
+    ends[v.rank].wstatus = v.signaled ? st - 128 : (st & 0xff) << 8;
+    ends[v.rank].exit_unix = dt_clock_wall_s();
+    return v.rank;
+}
+
+/* --- other backends, an agent per node ----------------------------------- */
+
+/* A port the kernel calls free now (the agent binds it moments later). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char token[65], char host[256],
+                  int *port)
+{
+    int rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
+    if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
+        rc = dt_token_make(token);
+    if (rc == 0)
+        rc = dt_mpirun_first_host(job->mpirun, host, 256);
+    if (rc)
+        return rc;
+    if (!host[0])
+        gethostname(host, 255); /* mpirun maps rank 0 to the first node of the allocation: this one */
+    *port = job->rendezvous.port;
+    if (*port <= 0 && dt_mpirun__is_here(host))
+        *port = free_port();
+    if (*port <= 0) {
+        unsigned h = 2166136261u;
+        for (const char *p = run_id; *p; p++)
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        *port = 29500 + (int)(h % 500);
+        dt_log_info(
+            "rendezvous.port is 0 and node 0 (%s) is another host: the coordinator will listen on port %d "
+            "there (set rendezvous.port to choose)",
+            host, *port);
+    }
+    return 0;
+}
+
+/* mpirun's lines as they come: an agent's without mpirun's tag (the agents
+ * prefix their ranks' lines themselves), mpirun's own ones on stderr and into
+ * its verdict (which agent ended first). */
+struct follow {
+    struct dt_mpirun_verdict verdict;
+    char scratch[DT_LINES_MAX + 1];
+    char line[DT_LINES_MAX + 2];
+};
+
+static void on_line(void *ctx, int stream, const char *line, size_t len, bool complete)
+{
+    (void)stream;
+    (void)complete;
+    struct follow *f = ctx;
+    int node;
+    bool err = true;
+    const char *text = line;
+    size_t n = len;
+    if (!dt_mpirun__untag(line, len, f->scratch, &node, &err, &text, &n))
+        dt_mpirun_verdict_feed(&f->verdict, line, len);
+    memcpy(f->line, text, n);
+    f->line[n] = '\n';
+    fwrite(f->line, 1, n + 1, err ? stderr : stdout);
+    fflush(err ? stderr : stdout);
+}
+
+/* The launcher's options that the agents apply, after `dtrain agent job.yaml`. */
+static void agent_args(const struct dt_adapter_launch *opts, char grace[32], const char *args[8])
+{
+    snprintf(grace, 32, "%g", opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S);
+    int n = 0;
+    args[n++] = "--grace-period";
+    args[n++] = grace;
+    if (opts->log_dir) {
+        args[n++] = "--log-dir";
+        args[n++] = opts->log_dir;
+    }
+    if (opts->ranks) {
+        args[n++] = "--ranks";
+        args[n++] = opts->ranks;
+    }
+    args[n] = NULL;
+}
+
+static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const struct follow *f, int status,
+                   double start)
+{
+    if (r->signal)
+        return 128 + r->signal;
+    if (status && f->verdict.rank >= 0)
+        dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first",
+                     job->name, status, f->verdict.rank);
+    else if (status)
+        dt_log_error("job %s failed: mpirun exited with status %d", job->name, status);
+    else
+        dt_log_info("job %s succeeded in %.2f s", job->name, dt_clock_s() - start);
+    return status;
+}
+
+static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *opts)
+{
+    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", portbuf[16], grace[32];
+    int port = 0;
+    int rc = settle(job, run_id, token, host, &port);
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    if (rc == 0 &&
+        ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
+         setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
+        rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
+    memset(token, 0, sizeof token);
+    struct dt_mpirun_line line = {0};
+    const char *args[8];
+    agent_args(opts, grace, args);
+    struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
+                                  .job_path = job->path,
+                                  .export_names = dt_mpirun__agent_exports(job),
+                                  .tag_output = true,
+                                  .agent_args = args};
+    if (rc == 0)
+        rc = dt_mpirun_build(job, job->nproc_per_node, &call, &line);
+    if (rc) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        return 2;
+    }
+    dt_log_info("job %s: %d agent%s through %s, coordinator %s:%d (node 0), run id %s", job->name, job->nodes,
+                job->nodes == 1 ? "" : "s", line.argv[0], host, port, run_id);
+    struct follow *f = calloc(1, sizeof *f);
+    if (f)
+        f->verdict.rank = -1;
+    struct dt_proc_run r = {.argv = line.argv,
+                            .io = {DT_PROC_LINES, DT_PROC_LINES},
+                            .on_line = on_line,
+                            .ctx = f,
+                            .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S};
+    double start = opts->start_mono;
+    rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
+    dt_mpirun_line_free(&line);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        free(f);
+        return 1;
+    }
+    int status = say_end(job, &r, f, rc, start);
+    free(f);
+    return status;
+}
+
+/* --- submit -------------------------------------------------------------- */
+
+static int run_mpi(const struct dt_job *job, const struct dt_adapter_launch *opts)
+{
+    struct mpi_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        fprintf(stderr, "dtrain launch: out of memory\n");
+        return 1;
+    }
+    *g = (struct mpi_group){.job = job,
+                            .opts = opts,
+                            .nproc = job->nproc_per_node,
+                            .world = job->nodes * job->nproc_per_node,
+                            .verdict = {.rank = -1}};
+    struct dt_adapter_group group = {.world = g->world,
+                                     .log_name = "mpirun.err",
+                                     .ctx = g,
+                                     .env = group_env,
+                                     .argv = group_argv,
+                                     .route = group_route,
+                                     .collect = group_collect};
+    bool local = all_local(job);
+    char host[256] = "127.0.0.1";
+    if (!local)
+        advertised_host(job, host, sizeof host);
+    struct dt_adapter_host h = {.nnodes = job->nodes,
+                                .nproc = g->nproc,
+                                .bind = local ? "127.0.0.1" : "0.0.0.0",
+                                .advertise = host,
+                                .group = &group};
+    int status = opts->host_node0(job, opts, &h);
+    dt_mpirun_line_free(&g->line);
+    free(g);
+    return status;
+}
+
+int dt_mpirun__submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
+{
+    const char *prog = job->mpirun && job->mpirun->program ? job->mpirun->program : "mpirun";
+    if (!dt_fs_on_path(prog)) {
+        fprintf(stderr, "dtrain launch: %s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)\n",
+                job->path, prog,
+                strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
+        return 2;
+    }
+    if (!dt_mpirun_ranks_are_mpi(job))
+        return run_agents(job, opts);
+    if (job->nproc_per_node < 1) {
+        fprintf(stderr,
+                "dtrain launch: %s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
+                "per node (write it, e.g. nproc_per_node: 8)\n",
+                job->path);
+        return 2;
+    }
+    return run_mpi(job, opts);
+}

@@ -1,0 +1,215 @@
+/* slurm_render.c - `dtrain render slurm job.yaml`: the sbatch script of a job.
+ *
+ * A script a user can read, edit and submit by hand: #SBATCH lines for what
+ * the spec's slurm: section asks (nothing else, so the cluster's defaults
+ * apply), one task per node (the agent), and a body that runs
+ * `srun --kill-on-bad-exit=1 dtrain agent job.yaml`.  With requeue: true the
+ * batch shell gets SIGUSR1 90 s before the time limit (--signal=B:USR1@90),
+ * passes it to the agents (srun forwards it to its tasks, the agents to the
+ * ranks), and requeues the job when the ranks stop for it (exit status 75).
+ *
+ * Not for submitting (slurm_submit.c) or for the agents' side (slurm.c).
+ */
+#include "scheduler-adapters/slurm/slurm.h"
+
+#include "base/error.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* 'text' for the shell: single quotes, a quote inside as '\''. */
+static void shell_quote(FILE *out, const char *s)
+{
+    if (*s &&
+        strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == strlen(s)) {
+        fputs(s, out);
+        return;
+    }
+    fputc('\'', out);
+    for (; *s; s++)
+        if (*s == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*s, out);
+    fputc('\'', out);
+}
+
+/* Slurm's time forms: HH:MM:SS, or D-HH:MM:SS from a day on. */
+static void print_time(FILE *out, int64_t s)
+{
+    int64_t d = s / 86400, h = s % 86400 / 3600, m = s % 3600 / 60, sec = s % 60;
+    if (d)
+        fprintf(out, "#SBATCH --time=%" PRId64 "-%02" PRId64 ":%02" PRId64 ":%02" PRId64 "\n", d, h, m, sec);
+    else
+        fprintf(out, "#SBATCH --time=%02" PRId64 ":%02" PRId64 ":%02" PRId64 "\n", h, m, sec);
+}
+
+/* --mem takes MiB by default (Slurm's "M" is 1024^2); round up so a job never gets less than it asked. */
+static void print_mem(FILE *out, uint64_t bytes)
+{
+    const uint64_t mib = 1024 * 1024, gib = mib * 1024;
+    if (bytes % gib == 0)
+        fprintf(out, "#SBATCH --mem=%" PRIu64 "G\n", bytes / gib);
+    else
+        fprintf(out, "#SBATCH --mem=%" PRIu64 "M\n", (bytes + mib - 1) / mib);
+}
+
+static void print_header(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    char per_node[32];
+    if (job->nproc_per_node == DT_NPROC_GPU)
+        snprintf(per_node, sizeof per_node, "one rank per GPU");
+    else
+        snprintf(per_node, sizeof per_node, "%d rank%s", job->nproc_per_node,
+                 job->nproc_per_node == 1 ? "" : "s");
+    fprintf(out,
+            "#!/bin/bash\n"
+            "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
+            "#\n"
+            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n"
+            "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
+            "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
+            "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
+            "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
+            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node,
+            job->log_dir, job->name);
+}
+
+static void print_sbatch_lines(const struct dt_job *job, FILE *out)
+{
+    const struct dt_slurm_spec *s = job->slurm;
+    fprintf(out, "#SBATCH --job-name=%s\n", job->name);
+    fprintf(out, "#SBATCH --nodes=%d\n", job->nodes);
+    fprintf(out, "#SBATCH --ntasks-per-node=1\n");
+    if (s && s->gpus_per_node > 0)
+        fprintf(out, "#SBATCH --gpus-per-node=%d\n", s->gpus_per_node);
+    if (s && s->cpus_per_task > 0)
+        fprintf(out, "#SBATCH --cpus-per-task=%d\n", s->cpus_per_task);
+    if (s && s->mem_bytes > 0)
+        print_mem(out, s->mem_bytes);
+    if (s && s->time_s > 0)
+        print_time(out, s->time_s);
+    if (s && s->partition)
+        fprintf(out, "#SBATCH --partition=%s\n", s->partition);
+    if (s && s->account)
+        fprintf(out, "#SBATCH --account=%s\n", s->account);
+    if (s && s->qos)
+        fprintf(out, "#SBATCH --qos=%s\n", s->qos);
+    if (s && s->constraint)
+        fprintf(out, "#SBATCH --constraint=%s\n", s->constraint);
+    if (s && s->exclusive)
+        fprintf(out, "#SBATCH --exclusive\n");
+    fprintf(out, "#SBATCH --output=%s-%%j.out\n", job->name);
+    fprintf(out, "#SBATCH --error=%s-%%j.err\n", job->name);
+    if (s && s->requeue)
+        fprintf(
+            out,
+            "#SBATCH --open-mode=append\n" /* a requeued run adds to the files instead of truncating them */
+            "#SBATCH --signal=B:USR1@90\n"
+            "#SBATCH --requeue\n");
+    for (int i = 0; s && i < s->n_extra_sbatch; i++)
+        fprintf(out, "#SBATCH %s\n", s->extra_sbatch[i]);
+}
+
+static void print_token(const struct dt_job *job, FILE *out)
+{
+    if (job->rendezvous.auth == DT_AUTH_NONE) {
+        fprintf(
+            out,
+            "\n# rendezvous.auth is none: the coordinator serves any client (PyTorch scripts need that).\n");
+        return;
+    }
+    fprintf(out, "\n"
+                 "# The job token: the coordinator serves only clients that present it.  It reaches the\n"
+                 "# agents in the job's environment (srun passes it on), never on a command line.\n"
+                 "# `dtrain launch` sets it; a script submitted by hand makes one here.\n"
+                 "if [ -z \"${DTRAIN_JOB_TOKEN:-}\" ]; then\n"
+                 "  DTRAIN_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')\n"
+                 "  export DTRAIN_JOB_TOKEN\n"
+                 "fi\n");
+}
+
+static void print_run(const struct dt_job *job, FILE *out)
+{
+    if (!job->slurm || !job->slurm->requeue) {
+        fprintf(out, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
+                     "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
+                     "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}\n");
+        return;
+    }
+    fprintf(out,
+            "\n"
+            "# SIGUSR1 comes 90 s before the time limit.  srun passes it to the agents, they to the ranks;\n"
+            "# the trainer writes a checkpoint and stops with status %d, and the job is requeued (same\n"
+            "# job id, same run directory): the next run resumes from that checkpoint.\n"
+            "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
+            "\"${step:-}\" 2>/dev/null; interrupted=1' USR1\n"
+            "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
+            "\"$DTRAIN_LOG_DIR\"} ${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"} &\n"
+            "step=$!\n"
+            "while :; do\n"
+            "  interrupted=0\n"
+            "  wait \"$step\"; status=$?\n"
+            "  [ \"$interrupted\" = 1 ] || break  # a trapped signal ends wait early: wait again\n"
+            "done\n"
+            "if [ \"$status\" = %d ]; then\n"
+            "  echo \"dtrain: the ranks stopped to be requeued; requeueing job $SLURM_JOB_ID\" >&2\n"
+            "  scontrol requeue \"$SLURM_JOB_ID\"\n"
+            "fi\n"
+            "exit \"$status\"\n",
+            DT_SLURM_EXIT_REQUEUE, DT_SLURM_EXIT_REQUEUE);
+}
+
+/* A line break in a value would end its #SBATCH line and put the rest in the script's body. */
+static int check_one_line(const char *job_path, const char *key, const char *v)
+{
+    if (v && strpbrk(v, "\n\r"))
+        return dt_error_set(DT_EINVAL, "%s: slurm.%s: a line break cannot be part of an sbatch option",
+                            job_path, key);
+    return 0;
+}
+
+static int check_values(const struct dt_job *job, const char *job_path)
+{
+    const struct dt_slurm_spec *s = job->slurm;
+    if (!s)
+        return 0;
+    int rc = check_one_line(job_path, "partition", s->partition);
+    if (!rc)
+        rc = check_one_line(job_path, "account", s->account);
+    if (!rc)
+        rc = check_one_line(job_path, "qos", s->qos);
+    if (!rc)
+        rc = check_one_line(job_path, "constraint", s->constraint);
+    for (int i = 0; !rc && i < s->n_extra_sbatch; i++)
+        rc = check_one_line(job_path, "extra_sbatch", s->extra_sbatch[i]);
+    return rc;
+}
+
+int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    if (job->scheduler != DT_SCHED_SLURM)
+        return dt_error_set(
+            DT_EINVAL,
+            "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
+            "read it to learn their place from Slurm's variables)",
+            job_path, dt_scheduler_name(job->scheduler));
+    int rc = check_values(job, job_path);
+    if (rc < 0)
+        return rc;
+    print_header(job, job_path, out);
+    print_sbatch_lines(job, out);
+    fprintf(out,
+            "\nset -u\n"
+            "DTRAIN=${DTRAIN:-dtrain}  # the dtrain binary as the nodes see it (`dtrain launch` sets it,\n"
+            "                          # and DTRAIN_LOG_DIR when --log-dir is given)\n"
+            "JOB=");
+    shell_quote(out, job_path);
+    fprintf(out, "  # the job spec, read by every agent\n");
+    print_token(job, out);
+    print_run(job, out);
+    if (ferror(out))
+        return dt_error_set(DT_EIO, "cannot write the sbatch script for %s", job_path);
+    return 0;
+}

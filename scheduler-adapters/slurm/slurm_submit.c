@@ -1,0 +1,575 @@
+/* slurm_submit.c - `dtrain launch job.yaml` with scheduler: slurm: sbatch,
+ * then follow the job to its end through Slurm's client commands.
+ *
+ * Submit.  Renders the job's sbatch script into the log directory, makes the
+ * job token, and runs `sbatch --parsable` with the token, the dtrain binary
+ * (DTRAIN), the log directory (DTRAIN_LOG_DIR) and --grace-period
+ * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) in sbatch's
+ * environment, which Slurm passes to the batch script and srun to every
+ * agent (sbatch's default --export=ALL): the token is never on a command
+ * line.  The job's --output/--error files go to the log directory.
+ *
+ * Slurm's commands (sbatch, scontrol, sacct, scancel) run as helpers
+ * (base/proc.h): output captured, stdin /dev/null, killed when they do not
+ * finish in time (a slurmctld that does not answer must not hang `dtrain
+ * launch`).  `scontrol show job -o ID` prints one line of Key=Value fields
+ * (while the job is known to slurmctld, MinJobAge after it ends); `sacct -n
+ * -X -P -o State,ExitCode,NodeList -j ID` prints "STATE|N:S|nodes" where
+ * accounting is configured.  ExitCode=N:S is the batch script's exit code N,
+ * or the signal S that ended it; the launcher exits with N, or 128 + S.
+ *
+ * Follow.  Every 0.25 s the job's --output and --error files are read from
+ * where the last read stopped and their complete lines copied to the console
+ * (stdout lines "[rank N] ..." of ranks not asked for with --ranks are left
+ * out); every poll interval (0.25 s for the first 10 s, then 1 s: slurmctld
+ * serves everyone) `scontrol show job` (or sacct once slurmctld forgot the
+ * job) says its state, printed when it changes, with the node list.  The
+ * output files are on a file system the submit host shares with the batch
+ * host, as Slurm's own output files always are where users read them.
+ * Ctrl-C (or SIGTERM, SIGHUP) runs `scancel` and keeps following until the
+ * job has ended, so its last lines still show; a second one stops waiting.
+ *
+ * Not for the agents' side (slurm.c) or the script's text (slurm_render.c);
+ * not for rank processes (only the agent forks those).
+ */
+#include "scheduler-adapters/slurm/slurm.h"
+#include "base/args.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/fs.h"
+#include "base/lines.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "base/run_dir.h"
+#include "spec/token.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* --- Slurm's client commands --------------------------------------------- */
+
+static void copy_out(char *to, size_t size, const char *from)
+{
+    if (size > 0)
+        snprintf(to, size, "%s", from ? from : "");
+}
+
+int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size,
+                 char *err, size_t err_size)
+{
+    struct dt_proc_run r = {
+        .argv = argv, .envp = envp, .io = {DT_PROC_CAPTURE, DT_PROC_CAPTURE}, .timeout_s = timeout_s};
+    int rc = dt_proc_run(&r);
+    copy_out(out, out_size, r.captured[0]);
+    copy_out(err, err_size, r.captured[1]);
+    free(r.captured[0]);
+    free(r.captured[1]);
+    if (rc == DT_ETIMEDOUT)
+        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0],
+                            timeout_s);
+    if (rc == DT_ENOTFOUND)
+        return dt_error_set(DT_ENOTFOUND,
+                            "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
+                            "runs where Slurm's client commands are installed (Debian: slurm-client)",
+                            argv[0]);
+    return rc;
+}
+
+/* The value of " key=" (or key= at the start) up to the next space. */
+static int field(const char *text, const char *key, char *out, size_t size)
+{
+    size_t k = strlen(key);
+    for (const char *p = text; (p = strstr(p, key)) != NULL; p += k) {
+        if (p != text && p[-1] != ' ' && p[-1] != '\n')
+            continue;
+        if (p[k] != '=')
+            continue;
+        const char *v = p + k + 1;
+        size_t n = strcspn(v, " \n");
+        if (n >= size)
+            n = size - 1;
+        memcpy(out, v, n);
+        out[n] = 0;
+        return 0;
+    }
+    return -1;
+}
+
+/* "N:S" -> N, or 128 + S when a signal ended it. */
+static int exit_status(const char *v)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end != ':')
+        return -1;
+    long s = strtol(end + 1, NULL, 10);
+    if (n == 0 && s > 0 && s < 128)
+        return 128 + (int)s;
+    return n >= 0 && n < 256 ? (int)n : -1;
+}
+
+static void parse_sacct(const char *text, struct dt_slurm_job_info *info)
+{
+    /* STATE|N:S|nodes; "CANCELLED by 0" carries its cause after a space */
+    char line[1200];
+    snprintf(line, sizeof line, "%s", text);
+    line[strcspn(line, "\n")] = 0;
+    char *bar1 = strchr(line, '|'), *bar2 = bar1 ? strchr(bar1 + 1, '|') : NULL;
+    if (!bar1 || !bar2)
+        return;
+    *bar1 = *bar2 = 0;
+    size_t n = strcspn(line, " ");
+    if (n >= sizeof info->state)
+        n = sizeof info->state - 1;
+    memcpy(info->state, line, n);
+    info->state[n] = 0;
+    info->exit_status = exit_status(bar1 + 1);
+    snprintf(info->nodes, sizeof info->nodes, "%s", bar2 + 1);
+}
+
+void dt_slurm_parse_job_info(const char *text, struct dt_slurm_job_info *info)
+{
+    char v[1024];
+    if (!strstr(text, "JobState=")) {
+        parse_sacct(text, info);
+        return;
+    }
+    field(text, "JobState", info->state, sizeof info->state);
+    field(text, "Reason", info->reason, sizeof info->reason);
+    if (field(text, "NodeList", v, sizeof v) == 0 && strcmp(v, "(null)") != 0)
+        snprintf(info->nodes, sizeof info->nodes, "%s", v);
+    if (field(text, "ExitCode", v, sizeof v) == 0)
+        info->exit_status = exit_status(v);
+    if (field(text, "Restarts", v, sizeof v) == 0)
+        info->restarts = atoi(v);
+}
+
+bool dt_slurm_state_final(const char *state)
+{
+    static const char *const final[] = {"COMPLETED",     "FAILED",       "CANCELLED", "TIMEOUT",
+                                        "NODE_FAIL",     "PREEMPTED",    "BOOT_FAIL", "DEADLINE",
+                                        "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",   NULL};
+    for (int i = 0; final[i]; i++)
+        if (strcmp(state, final[i]) == 0)
+            return true;
+    return false;
+}
+
+/* --- following a submitted job ------------------------------------------- */
+
+/* A submitted job followed until it ends: state changes, its output files
+ * streamed to the console (stdout lines of ranks not in show are left out;
+ * NULL shows all), Ctrl-C cancels it. */
+struct follow {
+    const char *job_id;
+    const char *name;
+    const char *out_path, *err_path; /* the job's --output and --error files */
+    const char *run_dir;             /* where the agents write logs and summary.json */
+    const unsigned char *show;       /* per global rank, or NULL */
+    int world;                       /* entries of show */
+    double start_mono;
+};
+
+#define TICK_S 0.25
+#define FAST_POLL_S 10.0 /* poll the state every tick this long, then every second */
+#define LOST_S 60.0      /* Slurm has not known the job this long: give up */
+#define CMD_TIMEOUT_S 30.0
+
+static volatile sig_atomic_t got_signal, n_signals;
+
+static void on_signal(int sig)
+{
+    got_signal = sig;
+    n_signals++;
+}
+
+struct stream {
+    const char *path;
+    int fd;
+    FILE *to;
+    bool filter;
+    const struct follow *f;
+    struct dt_lines lb;
+};
+
+/* A "[rank N] " line of a rank not asked for is left out. */
+static bool shown(const struct follow *f, const char *line, size_t len)
+{
+    if (!f->show || len < 8 || strncmp(line, "[rank ", 6) != 0)
+        return true;
+    char *end;
+    long r = strtol(line + 6, &end, 10);
+    if (end == line + 6 || *end != ']' || r < 0 || r >= f->world)
+        return true;
+    return f->show[r] != 0;
+}
+
+static void on_line(void *ctx, const char *line, size_t len, bool complete)
+{
+    struct stream *s = ctx;
+    if (s->filter && !shown(s->f, line, len))
+        return;
+    fwrite(line, 1, len, s->to);
+    if (complete || len)
+        fputc('\n', s->to);
+    fflush(s->to);
+}
+
+static void pump(struct stream *s)
+{
+    if (s->fd < 0 && (s->fd = open(s->path, O_RDONLY | O_CLOEXEC)) < 0)
+        return; /* not there until the job starts */
+    char buf[16384];
+    ssize_t n;
+    while ((n = read(s->fd, buf, sizeof buf)) > 0)
+        dt_lines_feed(&s->lb, buf, (size_t)n, on_line, s);
+}
+
+static int query(const char *id, struct dt_slurm_job_info *info)
+{
+    char out[8192], err[1024];
+    char *sc[] = {"scontrol", "show", "job", "-o", (char *)id, NULL};
+    int rc = dt_slurm_cmd(sc, NULL, CMD_TIMEOUT_S, out, sizeof out, err, sizeof err);
+    if (rc == 0 && strstr(out, "JobState=")) {
+        dt_slurm_parse_job_info(out, info);
+        return 0;
+    }
+    char *sa[] = {"sacct", "-n", "-X", "-P", "-o", "State,ExitCode,NodeList", "-j", (char *)id, NULL};
+    rc = dt_slurm_cmd(sa, NULL, CMD_TIMEOUT_S, out, sizeof out, err, sizeof err);
+    if (rc == 0 && strchr(out, '|')) {
+        dt_slurm_parse_job_info(out, info);
+        return 0;
+    }
+    return -1;
+}
+
+static void cancel(const char *id, bool kill_now)
+{
+    char out[256], err[512];
+    char *argv[] = {"scancel", kill_now ? "--signal=KILL" : "--quiet", (char *)id, NULL};
+    int rc = dt_slurm_cmd(argv, NULL, CMD_TIMEOUT_S, out, sizeof out, err, sizeof err);
+    if (rc != 0)
+        dt_log_error("scancel %s failed: %s", id, rc < 0 ? dt_error_last() : err);
+}
+
+/* Pending reasons that no amount of waiting cures (squeue(1), JOB REASON CODES). */
+static bool hopeless(const char *reason)
+{
+    static const char *const never[] = {"PartitionConfig",
+                                        "PartitionNodeLimit",
+                                        "PartitionTimeLimit",
+                                        "BadConstraints",
+                                        "InvalidAccount",
+                                        "InvalidQOS",
+                                        NULL};
+    for (int i = 0; never[i]; i++)
+        if (strcmp(reason, never[i]) == 0)
+            return true;
+    return false;
+}
+
+static void say_state(const struct follow *f, const struct dt_slurm_job_info *now,
+                      const struct dt_slurm_job_info *before)
+{
+    if (now->restarts > before->restarts)
+        dt_log_warn("Slurm job %s was requeued (restart %d); its output continues below", f->job_id,
+                    now->restarts);
+    if (strcmp(now->state, before->state) == 0 && strcmp(now->reason, before->reason) == 0)
+        return;
+    if (strcmp(now->state, "PENDING") == 0 && hopeless(now->reason))
+        dt_log_warn("Slurm job %s is pending (%s): it cannot start as the partition is configured (too many "
+                    "nodes, a time limit or constraint it cannot meet, an account or QOS it does not know); "
+                    "Ctrl-C cancels it",
+                    f->job_id, now->reason);
+    else if (strcmp(now->state, "PENDING") == 0)
+        dt_log_info("Slurm job %s is pending (%s)", f->job_id,
+                    now->reason[0] && strcmp(now->reason, "None") ? now->reason : "queued");
+    else if (strcmp(now->state, "RUNNING") == 0)
+        dt_log_info("Slurm job %s is running on %s", f->job_id, now->nodes[0] ? now->nodes : "its nodes");
+    else if (!dt_slurm_state_final(now->state))
+        dt_log_info("Slurm job %s is %s", f->job_id, now->state);
+}
+
+/* The launcher's exit status for a job that ended in `info`. */
+static int outcome(const struct follow *f, const struct dt_slurm_job_info *info, int cancelled_by)
+{
+    double wall = dt_clock_s() - f->start_mono;
+    int st = info->exit_status;
+    if (strcmp(info->state, "COMPLETED") == 0 && st <= 0) {
+        dt_log_info("job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name,
+                    f->job_id, wall, info->nodes, f->run_dir);
+        return 0;
+    }
+    if (cancelled_by) {
+        char tmp[32];
+        dt_log_warn("job %s (Slurm job %s) cancelled on %s after %.2f s; logs in %s", f->name, f->job_id,
+                    dt_proc_signal_name(cancelled_by, tmp, sizeof tmp), wall, f->run_dir);
+        return 128 + cancelled_by;
+    }
+    if (st <= 0)
+        st = strcmp(info->state, "CANCELLED") == 0 ? 128 + SIGTERM : 1;
+    dt_log_error(
+        "job %s (Slurm job %s) ended %s with exit status %d after %.2f s; logs and summary.json in %s "
+        "(batch output: %s, %s)",
+        f->name, f->job_id, info->state, st, wall, f->run_dir, f->out_path, f->err_path);
+    return st;
+}
+
+static void drain_all(struct stream s[2])
+{
+    for (int i = 0; i < 2; i++) {
+        pump(&s[i]);
+        dt_lines_flush(&s[i].lb, on_line, &s[i]);
+    }
+}
+
+static void sleep_tick(void)
+{
+    struct timespec ts = {0, (long)(TICK_S * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short, which is what we want */
+}
+
+static int follow_loop(const struct follow *f, struct stream s[2])
+{
+    struct dt_slurm_job_info info = {.exit_status = -1}, last = {.exit_status = -1};
+    double t0 = dt_clock_s(), next_poll = 0, known_at = t0;
+    int cancelled_by = 0, handled = 0;
+    for (;;) {
+        if (n_signals > handled) {
+            handled = n_signals;
+            if (!cancelled_by) {
+                cancelled_by = got_signal;
+                dt_log_warn(
+                    "cancelling Slurm job %s (scancel); waiting for it to end (again to stop waiting)",
+                    f->job_id);
+                cancel(f->job_id, false);
+            } else {
+                dt_log_warn("not waiting for Slurm job %s any longer", f->job_id);
+                cancel(f->job_id, true);
+                drain_all(s);
+                return 128 + cancelled_by;
+            }
+        }
+        pump(&s[0]);
+        pump(&s[1]);
+        double now = dt_clock_s();
+        if (now >= next_poll) {
+            next_poll = now + (now - t0 < FAST_POLL_S ? TICK_S : 1.0);
+            if (query(f->job_id, &info) == 0) {
+                known_at = now;
+                say_state(f, &info, &last);
+                last = info;
+                if (dt_slurm_state_final(info.state)) {
+                    drain_all(s);
+                    return outcome(f, &info, cancelled_by);
+                }
+            } else if (now - known_at > LOST_S) {
+                drain_all(s);
+                dt_log_error(
+                    "Slurm does not know job %s any more (scontrol and sacct); its output is in %s and %s",
+                    f->job_id, f->out_path, f->err_path);
+                return 1;
+            }
+        }
+        sleep_tick();
+    }
+}
+
+static int follow_job(const struct follow *f)
+{
+    struct stream s[2] = {{f->out_path, -1, stdout, true, f, {0}}, {f->err_path, -1, stderr, false, f, {0}}};
+    for (int i = 0; i < 2; i++)
+        if (dt_lines_init(&s[i].lb, DT_LINES_MAX) < 0)
+            return 1;
+    struct sigaction sa = {.sa_handler = on_signal}, old[3];
+    static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    got_signal = n_signals = 0;
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &sa, &old[i]);
+    int status = follow_loop(f, s);
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &old[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (s[i].fd >= 0)
+            close(s[i].fd);
+        dt_lines_free(&s[i].lb);
+    }
+    return status;
+}
+
+/* --- submit -------------------------------------------------------------- */
+
+/* The log directory, absolute: the batch script runs in the submit directory, but say what we mean. */
+static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch *o, char *out, size_t size)
+{
+    const char *d = o->log_dir ? o->log_dir : job->log_dir;
+    int rc = dt_fs_mkdir_p(d, 0755, "log directory");
+    if (rc < 0)
+        return rc;
+    if (!realpath(d, out) || strlen(out) >= size)
+        return dt_error_set_errno(DT_EIO, errno, "cannot find the absolute path of the log directory %s", d);
+    return 0;
+}
+
+/* The script, kept in the log directory as <name>-submit-XXXXXX.sbatch (renamed after sbatch). */
+static int write_script(const struct dt_job *job, const char *job_abs, const char *log_dir, char *path,
+                        size_t size)
+{
+    if (snprintf(path, size, "%s/%s-submit-XXXXXX.sbatch", log_dir, job->name) >= (int)size)
+        return dt_error_set(DT_EINVAL, "log directory path is too long: %s", log_dir);
+    int fd = mkstemps(path, 7);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", path);
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        return dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
+    }
+    int rc = dt_slurm_render(job, job_abs, f);
+    if (fclose(f) != 0 && rc == 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
+    return rc;
+}
+
+/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD
+ * and (so the agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
+static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token, double grace_s)
+{
+    static const char *const ours[] = {
+        "DTRAIN=", "DTRAIN_LOG_DIR=", "DTRAIN_JOB_TOKEN=", "DTRAIN_LOG=", "DTRAIN_GRACE_PERIOD=", NULL};
+    static const char *const levels[] = {"debug", "info", "warn", "error", "error"};
+    static char v[5][PATH_MAX + 32];
+    size_t n = 0, k = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 6, sizeof *env);
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        bool mine = false;
+        for (int j = 0; ours[j]; j++)
+            mine |= strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
+        if (!mine)
+            env[k++] = environ[i];
+    }
+    snprintf(v[0], sizeof v[0], "DTRAIN=%s", dtrain);
+    snprintf(v[1], sizeof v[1], "DTRAIN_LOG_DIR=%s", log_dir);
+    snprintf(v[2], sizeof v[2], "DTRAIN_LOG=%s", levels[dt_log_get_level()]);
+    env[k++] = v[0];
+    env[k++] = v[1];
+    env[k++] = v[2];
+    if (token) {
+        snprintf(v[3], sizeof v[3], "DTRAIN_JOB_TOKEN=%s", token);
+        env[k++] = v[3];
+    }
+    if (grace_s > 0) {
+        snprintf(v[4], sizeof v[4], "DTRAIN_GRACE_PERIOD=%g", grace_s);
+        env[k++] = v[4];
+    }
+    return env;
+}
+
+/* sbatch --parsable: "<id>" or "<id>;<cluster>". */
+static int sbatch(char **env, const char *script, const char *out_pat, const char *err_pat, char *id,
+                  size_t size)
+{
+    char out[512], err[2048], o_arg[PATH_MAX + 16], e_arg[PATH_MAX + 16];
+    snprintf(o_arg, sizeof o_arg, "--output=%s", out_pat);
+    snprintf(e_arg, sizeof e_arg, "--error=%s", err_pat);
+    char *argv[] = {"sbatch", "--parsable", o_arg, e_arg, (char *)script, NULL};
+    int rc = dt_slurm_cmd(argv, env, 60, out, sizeof out, err, sizeof err);
+    if (rc < 0)
+        return rc;
+    err[strcspn(err, "\n")] = 0;
+    if (rc != 0)
+        return dt_error_set(DT_EIO, "sbatch refused the job (exit status %d): %s", rc,
+                            err[0] ? err : "(no message)");
+    out[strcspn(out, ";\n")] = 0;
+    if (!out[0] || strspn(out, "0123456789_") != strlen(out) || strlen(out) >= size)
+        return dt_error_set(DT_EPROTO, "sbatch --parsable printed '%s', not a job id", out);
+    snprintf(id, size, "%s", out);
+    return 0;
+}
+
+struct submit_paths {
+    char log_dir[PATH_MAX], job[PATH_MAX], script[PATH_MAX], out_pat[PATH_MAX], err_pat[PATH_MAX];
+};
+
+static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, struct submit_paths *p,
+                   unsigned char **show, int *world)
+{
+    if (!realpath(job->path, p->job))
+        return dt_error_set_errno(DT_EIO, errno, "cannot find the absolute path of %s", job->path);
+    int rc = log_dir_abs(job, o, p->log_dir, sizeof p->log_dir);
+    if (rc < 0)
+        return rc;
+    *world = job->nodes * (job->nproc_per_node > 0 ? job->nproc_per_node : 64);
+    if (o->ranks) {
+        if (!(*show = malloc((size_t)*world)))
+            return dt_error_set(DT_ENOMEM, "out of memory");
+        if ((rc = dt_args_ranks(o->ranks, *world, *show)) < 0)
+            return rc;
+    }
+    snprintf(p->out_pat, sizeof p->out_pat, "%s/%s-%%j.out", p->log_dir, job->name);
+    snprintf(p->err_pat, sizeof p->err_pat, "%s/%s-%%j.err", p->log_dir, job->name);
+    return write_script(job, p->job, p->log_dir, p->script, sizeof p->script);
+}
+
+int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
+{
+    struct submit_paths p;
+    unsigned char *show = NULL;
+    int world = 0;
+    if (prepare(job, o, &p, &show, &world) < 0) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        free(show);
+        return 2;
+    }
+    char self[PATH_MAX], token[65] = "", id[64];
+    dt_fs_self_path(self, sizeof self);
+    int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_token_make(token);
+    char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir,
+                                      token[0] ? token : NULL, o->grace_s)
+                         : NULL;
+    if (rc == 0 && !env)
+        rc = dt_error_set(DT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = sbatch(env, p.script, p.out_pat, p.err_pat, id, sizeof id);
+    free(env);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain launch: %s (script: %s)\n", dt_error_last(), p.script);
+        free(show);
+        return rc == DT_ENOTFOUND ? 2 : 1;
+    }
+    char script[PATH_MAX + 32], out[PATH_MAX + 32], err[PATH_MAX + 32], run_dir[PATH_MAX + 128];
+    snprintf(script, sizeof script, "%s/%s-%s.sbatch", p.log_dir, job->name, id);
+    if (rename(p.script, script) != 0)
+        snprintf(script, sizeof script, "%s", p.script);
+    snprintf(out, sizeof out, "%s/%s-%s.out", p.log_dir, job->name, id);
+    snprintf(err, sizeof err, "%s/%s-%s.err", p.log_dir, job->name, id);
+    if (dt_run_dir_path(p.log_dir, job->name, id, run_dir, sizeof run_dir) < 0)
+        snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
+    dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
+                job->nodes, job->nodes == 1 ? "" : "s", script);
+    struct follow f = {.job_id = id,
+                       .name = job->name,
+                       .out_path = out,
+                       .err_path = err,
+                       .run_dir = run_dir,
+                       .show = show,
+                       .world = world,
+                       .start_mono = o->start_mono};
+    int status = follow_job(&f);
+    free(show);
+    return status;
+}
