@@ -57,7 +57,7 @@ endif
 SYS_LIBS := -lm -lpthread -ldl -lrt
 
 LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/bench/*.c comm/shm/*.c comm/tcp/*.c worker/*.c)
-APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/coordinator/*.c scheduler-adapters/*.c \
+APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c scheduler-adapters/*.c \
                                                    scheduler-adapters/*/*.c))
 GPU_SRC :=
 CU_SRC  :=

@@ -1,7 +1,7 @@
 /* proc.c - processes: exits in words, /proc/<pid>/stat, signals through a
  * pipe, a helper program run to its end (see proc.h).
  *
- * Not for ranks: launcher/agent_procs.c forks those.
+ * Not for ranks: launcher/agent/agent_procs.c forks those.
  */
 #include "base/proc.h"
 

@@ -5,7 +5,7 @@
  * holds it, which node count the job has); it becomes this call's error
  * message as it is, so the agent's user reads the reason, not a code.
  *
- * Not for restart rounds (launcher/agent_round.c) or key-value operations.
+ * Not for restart rounds (launcher/agent/agent_rounds.c) or key-value operations.
  */
 #include "comm/store_client_internal.h"
 

@@ -14,7 +14,7 @@
  * Not for starting agents on nodes (the adapters and the schedulers do), nor
  * for the run (agent_node.c).
  */
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "launcher/cli.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"

@@ -10,7 +10,7 @@
  *
  * Not for running ranks (the agent) or for what a scheduler needs (its adapter).
  */
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "launcher/cli.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 #include "base/fs.h"
 
 static void usage(FILE *out)

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "launcher/trace_merge.h"
+#include "launcher/report/trace_merge.h"
 
 static void usage(FILE *out)
 {

@@ -207,7 +207,7 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     return rc;
 }
 
-/* The failure report the agent reads (launcher/agent_error_file.c), in the
+/* The failure report the agent reads (launcher/agent/agent_error_file.c), in the
  * format PyTorch's @record writes to TORCHELASTIC_ERROR_FILE, so the
  * launcher's "rank N failed first" report quotes the trainer's own sentence.
  * A failure to write it is logged, not fatal: the message is on stderr too. */

@@ -1,7 +1,7 @@
 /* adapter.h - the contract between dtrain and a scheduler (local, Slurm, Kubernetes, mpirun).
  *
  * An adapter decides only how agents reach nodes and how an agent learns who
- * it is; the agent (launcher/agent.h) is still the one place that forks and
+ * it is; the agent (launcher/agent/agent.h) is still the one place that forks and
  * supervises ranks, and node 0's agent hosts the coordinator.  Adding a
  * scheduler is adding one file (or folder) that defines a `const struct
  * dt_adapter dt_adapter_<name>` and one line in adapter.c's table, as Slurm

@@ -280,7 +280,7 @@ static int check_backend(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
 }
 
 /* The variables the agent sets for every rank, whatever the launcher's
- * environment or the spec says (launcher/agent_plan.c builds them). */
+ * environment or the spec says (launcher/agent/agent_plan.c builds them). */
 static const char *const reserved[] = {
     "RANK",
     "LOCAL_RANK",

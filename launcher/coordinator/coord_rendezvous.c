@@ -2,7 +2,7 @@
  * barriers, heartbeats and agent membership.
  *
  * Not for key-value semantics (coord_store.c), nor for restart rounds
- * (launcher/agent_round.c builds them on the store).
+ * (launcher/agent/agent_rounds.c builds them on the store).
  */
 #include "launcher/coordinator/coordinator_internal.h"
 

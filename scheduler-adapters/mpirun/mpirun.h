@@ -15,7 +15,7 @@
  * the command line, where `ps` would show it.
  *
  * Not for parsing the mpirun: section (spec/jobspec_sched.c) or for
- * spawning or supervising anything (the agent, launcher/agent.h).
+ * spawning or supervising anything (the agent, launcher/agent/agent.h).
  */
 #ifndef DT_MPIRUN_H
 #define DT_MPIRUN_H

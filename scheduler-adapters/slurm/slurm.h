@@ -11,7 +11,7 @@
  * and node 0 are on the first node of the allocation) and a port every node
  * computes alike.  The job token travels in the job's environment.
  *
- * Not for the agent's work (launcher/agent.h) or hostlist syntax (hostlist.h).
+ * Not for the agent's work (launcher/agent/agent.h) or hostlist syntax (hostlist.h).
  */
 #ifndef DT_SLURM_H
 #define DT_SLURM_H

@@ -1,5 +1,5 @@
 /* fuzz_report_load.c - libFuzzer target for `dtrain report`'s reading of a run
- * directory (launcher/report_load.c) and what it makes of what it read.
+ * directory (launcher/report/report_load.c) and what it makes of what it read.
  *
  * The input is a run directory cut at form feeds (tests/fuzz/scratch_dir.h):
  * metrics.jsonl, then summary.json, then trainer_summary.json.  Loading must
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 #include "tests/fuzz/scratch_dir.h"
 
 static const char *const files[] = {"metrics.jsonl", "summary.json", "trainer_summary.json"};

@@ -1,5 +1,5 @@
 /* fuzz_report_progress.c - libFuzzer target for the live progress line of
- * `dtrain launch` (launcher/report_progress.h), which follows a metrics.jsonl
+ * `dtrain launch` (launcher/report/report_progress.h), which follows a metrics.jsonl
  * that the ranks' own code writes.
  *
  * The input is that file as it grows, cut at form feeds into appends: each
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/report_progress.h"
+#include "launcher/report/report_progress.h"
 #include "tests/fuzz/scratch_dir.h"
 
 #define FILE_NAME "metrics.jsonl"

@@ -1,5 +1,5 @@
 /* fuzz_trace_merge.c - libFuzzer target for `dtrain trace merge`
- * (dt_trace_merge, launcher/trace_merge.h) over a run directory.
+ * (dt_trace_merge, launcher/report/trace_merge.h) over a run directory.
  *
  * The input is a run directory cut at form feeds (tests/fuzz/scratch_dir.h):
  * summary.json, then trace_rank0.json, trace_rank1.json, trace_rank2.json.
@@ -17,7 +17,7 @@
 
 #include "base/error.h"
 #include "base/json.h"
-#include "launcher/trace_merge.h"
+#include "launcher/report/trace_merge.h"
 #include "tests/fuzz/scratch_dir.h"
 
 static const char *const files[] = {"summary.json", "trace_rank0.json", "trace_rank1.json",

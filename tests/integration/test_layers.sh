@@ -32,7 +32,7 @@ refused() {
   fi
 }
 
-tree up base/log.c '#include "launcher/agent.h"'
+tree up base/log.c '#include "launcher/agent/agent.h"'
 refused up '^base/log.c:1: .*layers only point down' "base/ including a launcher/ header is refused, with file and line"
 tree adapters scheduler-adapters/slurm.c '#include "spec/jobspec.h"' '#include "launcher/coordinator.h"'
 refused adapters '^scheduler-adapters/slurm.c:2: ' "an adapter including a launcher/ header is refused"

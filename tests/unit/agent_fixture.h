@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "spec/jobspec.h"
 #include "base/clock.h"
 

@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 #include "base/json.h"
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "spec/jobspec.h"
 
 static void prefix_is_rank_and_newline(void **state)

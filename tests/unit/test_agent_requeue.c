@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 #include "spec/jobspec.h"
 #include "tests/unit/agent_fixture.h"
 

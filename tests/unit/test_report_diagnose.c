@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 #include "tests/unit/run_dir_fixture.h"
 
 /* Two training rows with the same split (seconds per step: data, forward,

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 #include "tests/unit/run_dir_fixture.h"
 
 static int setup(void **state)

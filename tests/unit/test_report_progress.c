@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/report_progress.h"
+#include "launcher/report/report_progress.h"
 #include "tests/unit/run_dir_fixture.h"
 
 static char metrics[128];

@@ -20,7 +20,7 @@
 
 #include "base/error.h"
 #include "base/json.h"
-#include "launcher/trace_merge.h"
+#include "launcher/report/trace_merge.h"
 #include "tests/unit/run_dir_fixture.h"
 
 static char out[128];

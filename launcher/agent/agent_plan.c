@@ -16,7 +16,7 @@
  *
  * Not for running ranks (agent_supervise.c) or for the spec itself (spec/jobspec.h).
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 #include "base/error.h"
 #include "base/fs.h"
 #include "base/log.h"

@@ -30,7 +30,7 @@
  * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c) or
  * rendering (agent_summary.c).
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 #include "base/args.h"
 #include "base/clock.h"
 #include "base/error.h"

@@ -7,7 +7,7 @@
  * with base/json.h): a file that is not JSON, or has no such string, leaves
  * the message empty, and the report then points at the file instead.
  */
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 
 #include <stdlib.h>
 #include <string.h>

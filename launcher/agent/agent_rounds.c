@@ -55,7 +55,7 @@
  * the hooks of agent.h), the watchdog's rule (agent_watchdog.c), nor for the
  * coordinator itself (coordinator.h).
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 
 #include "base/clock.h"
 #include "base/error.h"

@@ -5,14 +5,14 @@
  * Not for deciding anything: the supervision loop (agent_supervise.c) fills
  * struct dt_agent_result; this file only renders it.
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 
 #include "base/error.h"
 #include "base/json.h"
 #include "base/json_escape.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 #include "spec/jobspec.h"
 #include "base/fs.h"
 

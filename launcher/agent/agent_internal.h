@@ -10,8 +10,8 @@
 #ifndef DT_AGENT_INTERNAL_H
 #define DT_AGENT_INTERNAL_H
 
-#include "launcher/agent.h"
-#include "launcher/report_progress.h"
+#include "launcher/agent/agent.h"
+#include "launcher/report/report_progress.h"
 #include "base/lines.h"
 
 #include <poll.h>

@@ -8,7 +8,7 @@
  * are parsed one at a time (base/json.h) and each tree freed after its row,
  * so a long run costs its numbers, not its JSON trees.
  */
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 
 #include <math.h>
 #include <stdbool.h>

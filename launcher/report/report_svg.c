@@ -9,7 +9,7 @@
  * gaps too: only a garbled file holds them, and the axis arithmetic on them
  * would overflow.  Not for the page around the chart.
  */
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 
 #include <math.h>
 #include <string.h>

@@ -26,7 +26,7 @@
  *
  * Not for the failure policy or the poll loop (agent_supervise.c).
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 #include "base/error.h"
 #include "base/proc.h"
 

@@ -2,8 +2,8 @@
  * them; and one node's whole run of a job around it.
  *
  * The agent is the one place in dtrain that spawns and supervises worker
- * processes (DESIGN.md).  Given a loaded job and where the coordinator is, it
- * forks the node's ranks with the torchrun-compatible environment, copies
+ * processes (docs/architecture.md).  Given a loaded job and where the
+ * coordinator is, it forks the node's ranks with the torchrun-compatible environment, copies
  * their output line by line to the console (prefixed "[rank N]") and in full
  * to per-rank log files, stops the whole group when one rank fails, restarts
  * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and

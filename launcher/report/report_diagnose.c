@@ -15,7 +15,7 @@
  * without the per-step split falls back on trainer_summary.json's totals.
  * Not for rendering (report_html.c) or loading (report_load.c).
  */
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -22,7 +22,7 @@
  * and is skipped, and a line that would say "inf", "nan" or hundreds of
  * digits leaves the field out or writes it in three significant digits.
  */
-#include "launcher/report_progress.h"
+#include "launcher/report/report_progress.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
  * its own small stylesheet and no script, so it opens from a file on a
  * machine with no network.  Not for the charts' geometry (report_svg.c).
  */
-#include "launcher/report.h"
+#include "launcher/report/report.h"
 
 #include <math.h>
 #include <string.h>

@@ -19,7 +19,7 @@
  * Not for where a node stands (cmd_agent.c's flags or an adapter's
  * discover), nor for the ranks themselves (agent_supervise.c).
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 
 #include "base/error.h"
 #include "base/fs.h"

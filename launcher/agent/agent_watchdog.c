@@ -41,7 +41,7 @@
  * restarts it as it does after any failure.  Not for limiting memory or
  * moving ranks between cgroups.
  */
-#include "launcher/agent_internal.h"
+#include "launcher/agent/agent_internal.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/proc.h"

@@ -16,7 +16,7 @@
  * Not for the command line (cmd_trace.c), recording spans (worker/trace.c) or
  * reading JSON (base/json.h).
  */
-#include "launcher/trace_merge.h"
+#include "launcher/report/trace_merge.h"
 
 #include <dirent.h>
 #include <errno.h>
