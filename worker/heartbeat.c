@@ -6,7 +6,7 @@
  * reconnects on the next call, retrying until its own timeout, which is set
  * to the time left before lost_after_s, so the thread never blocks past it.
  *
- * Not for the agent's side (launcher/agent_watchdog.c).
+ * Not for the agent's side (launcher/agent/agent_watchdog.c).
  */
 #include "worker/heartbeat.h"
 

@@ -12,7 +12,7 @@
  * sentence naming the coordinator and the last error; the default prints it
  * and ends the process with exit status 1, so no rank outlives its job.
  *
- * Not for deciding that a rank hangs: the agent does (launcher/agent_watchdog.c).
+ * Not for deciding that a rank hangs: the agent does (launcher/agent/agent_watchdog.c).
  */
 #ifndef DT_HEARTBEAT_H
 #define DT_HEARTBEAT_H
