@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/adamw.h"
-#include "worker/grad_scaler.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/model.h"
 #include "worker/safetensors.h"
 

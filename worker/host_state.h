@@ -37,8 +37,8 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
-#include "worker/adamw.h"
-#include "worker/grad_norm.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_norm.h"
 #include "worker/model.h"
 #include "worker/trace.h"
 

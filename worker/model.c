@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "worker/sampler.h"
+#include "worker/data/sampler.h"
 #include "base/clock.h"
 
 /* torch.nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) gives

@@ -4,16 +4,16 @@
 #ifndef DT_TRAINER_INTERNAL_H
 #define DT_TRAINER_INTERNAL_H
 
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
-#include "worker/grad_norm.h"
+#include "worker/optim/grad_norm.h"
 #include "worker/host_state.h"
-#include "worker/grad_scaler.h"
-#include "worker/idx.h"
-#include "worker/loader.h"
+#include "worker/optim/grad_scaler.h"
+#include "worker/data/idx.h"
+#include "worker/data/loader.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
-#include "worker/onecycle.h"
+#include "worker/optim/onecycle.h"
 #include "worker/reducer.h"
 #include "worker/tbevents.h"
 #include "worker/trace.h"

@@ -21,7 +21,7 @@
  */
 #include "base/error.h"
 #include "base/log.h"
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/model.h"
 

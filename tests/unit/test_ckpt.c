@@ -23,7 +23,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
 #include "worker/model.h"
 #include "worker/safetensors.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "worker/loader.h"
+#include "worker/data/loader.h"
 
 /* 1003 tiny 2x2 "images": pixel j of image i is (i * 7 + j) % 256, label i % 10. */
 static struct dt_dataset make_set(void)

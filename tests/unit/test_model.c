@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/model.h"
 #include "fixture.h"
 

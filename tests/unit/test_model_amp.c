@@ -11,8 +11,8 @@
 
 #include <stdlib.h>
 
-#include "worker/adamw.h"
-#include "worker/grad_scaler.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/model.h"
 #include "fixture.h"
 

@@ -16,7 +16,7 @@
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 #define FMNIST_MEAN 0.2860f /* loader.c's Normalize((0.2860,), (0.3530,)) */
 #define FMNIST_STD 0.3530f

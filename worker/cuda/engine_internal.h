@@ -31,7 +31,7 @@ int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, 
 
 #ifndef __CUDACC__
 #include "worker/kernels.h"
-#include "worker/sampler.h"
+#include "worker/data/sampler.h"
 
 #define DT_ENGINE_MAX_LAYERS 17
 #define DT_ENGINE_SLOTS 2 /* double buffering of the per-step host -> device inputs */

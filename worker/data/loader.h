@@ -17,8 +17,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/idx.h"
-#include "worker/sampler.h"
+#include "worker/data/idx.h"
+#include "worker/data/sampler.h"
 
 struct dt_loader;
 

@@ -4,7 +4,7 @@
  * has been given back, so memory is fixed and order is kept without a
  * reordering buffer.  Not for data set formats (idx.h) or order (sampler.h).
  */
-#include "worker/loader.h"
+#include "worker/data/loader.h"
 
 #include <pthread.h>
 #include <stdlib.h>
