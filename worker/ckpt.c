@@ -34,20 +34,18 @@
 
 #define CKPT_FORMAT "dtrain-trainer-1"
 #define CRC_PREFIX "crc32c."
-#define MAX_ENTRIES (2 * DT_MODEL_MAX_LAYERS + 2)
+#define MAX_ENTRIES 64
 
 /* The model's tensors (views into the arena) and the two moment arrays. */
 static int entries(const struct dt_model *m, const struct dt_adamw *a, struct dt_st_entry *e, char names[][64])
 {
     int n = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct dt_model_layer *L = &m->layer[l];
-        dt_model_param_name(m, l, 0, names[n], 64);
-        e[n] = (struct dt_st_entry){names[n], "F32", 2, {L->out, L->in}, m->params + L->w};
-        n++;
-        dt_model_param_name(m, l, 1, names[n], 64);
-        e[n] = (struct dt_st_entry){names[n], "F32", 1, {L->out}, m->params + L->b};
-        n++;
+    (void)names;
+    for (int i = 0; i < m->n_tensors && n < MAX_ENTRIES - 2; i++, n++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        e[n] = (struct dt_st_entry){t->name, "F32", t->ndim, {0}, m->params + t->offset};
+        for (int d = 0; d < t->ndim; d++)
+            e[n].shape[d] = t->shape[d];
     }
     e[n++] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};
     e[n++] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)a->n}, a->v};

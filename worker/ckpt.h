@@ -19,7 +19,7 @@
 
 #include "worker/optim/adamw.h"
 #include "worker/optim/grad_scaler.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/safetensors.h"
 
 /* The trainer's checkpoint dir (two 4 KiB paths joined) and a file name. */

@@ -39,7 +39,7 @@
 #include "comm/comm.h"
 #include "worker/optim/adamw.h"
 #include "worker/optim/grad_norm.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/trace.h"
 
 struct dt_host_state {

@@ -12,7 +12,7 @@
 #include "worker/data/idx.h"
 #include "worker/data/loader.h"
 #include "worker/metrics.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/optim/onecycle.h"
 #include "worker/reducer.h"
 #include "worker/tbevents.h"
@@ -43,9 +43,8 @@ struct dt_trainer {
     struct dt_trace *trace;        /* spans of the trace: window (NULL when tracing is off) */
     char run_dir[4096], ckpt_dir[4096 + 4096 + 2];
     int64_t batches_per_epoch, steps_per_epoch, total_steps;
-    int eval_batch;
-    float *eval_x;
-    int32_t *eval_y;
+    int eval_batch;                /* rows per evaluation batch */
+    struct dt_batch eval;          /* its buffers */
     /* position */
     int64_t step, epoch, batch;
     int64_t resumed_from;

@@ -85,10 +85,10 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
                                 (long long)t->batch);
         /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches;
          * under AMP times the loss scale (a power of two while dynamic: exact). */
-        float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)b->n * (float)k);
+        float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)dt_batch_terms(b) * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         struct ready_ctx ready = {t, early && i == k - 1};
-        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, &ready, NULL);
+        *loss += dt_model_train_batch(t->model, b, dscale, i > 0, grads_ready, &ready);
         int64_t b0 = t->model->backward_start_ns, b1 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);

@@ -88,7 +88,9 @@ static void normalisation_as_torchvision(void **state)
     d.labels = lab;
     float x[2];
     int32_t y[2];
-    dt_loader_fill_range(&d, 0, 2, x, y);
+    struct dt_batch b = {.x = x, .y = y};
+    dt_loader_fill_range(&d, 0, 2, &b);
+    assert_int_equal(b.n, 2);
     assert_true(x[0] > -0.81020f && x[0] < -0.81019f);
     assert_true(x[1] > 2.02266f && x[1] < 2.02267f);
     assert_int_equal(y[1], 4);
