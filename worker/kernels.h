@@ -88,12 +88,13 @@ extern const struct dt_kernels dt_kernels_cpu;
 struct dt_comm;
 struct dt_dataset;
 struct dt_dev_model;
+struct dt_model;
 
 struct dt_dev_config {
     int device;                     /* CUDA device index */
-    int n_layers;
-    int dims[18];                   /* in, hidden..., classes (n_layers + 1 entries) */
-    enum dt_kact act;
+    /* The host model (worker/models/model.h): its layout, initial (or
+     * resumed) parameters, and through its ops its device half */
+    const struct dt_model *model;
     int batch, max_batch;           /* training batch (graphs are captured for it); most rows at once */
     bool bf16, fp16;                /* GEMMs in bf16 / fp16 with fp32 master weights (trainer.amp.dtype) */
     /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device)
@@ -112,9 +113,8 @@ struct dt_dev_config {
     struct dt_comm *comm;           /* NULL or world 1: nothing to reduce; else an NCCL communicator */
     const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
     int n_buckets;
-    /* initial state (host, the CPU model's arenas): parameters, AdamW moments and step */
-    const float *params, *m, *v;
-    size_t n_params;
+    /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */
+    const float *m, *v;
     int64_t adam_step;
 };
 

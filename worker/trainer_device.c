@@ -52,8 +52,7 @@ int dt_trainer_device_create(struct dt_trainer *t)
         buckets[i][1] = t->red.b[i].hi;
     }
     struct dt_dev_config c = {.device = -1,
-                              .n_layers = m->n_tensors / 2,
-                              .act = s->model.activation == DT_ACT_GELU ? DT_KACT_GELU : DT_KACT_RELU,
+                              .model = m,
                               .batch = s->data.batch_size,
                               .max_batch =
                                   t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
@@ -80,14 +79,9 @@ int dt_trainer_device_create(struct dt_trainer *t)
                               .comm = t->comm,
                               .buckets = (const size_t(*)[2])buckets,
                               .n_buckets = t->red.nb,
-                              .params = m->params,
                               .m = t->opt.m,
                               .v = t->opt.v,
-                              .n_params = m->n_params,
                               .adam_step = t->opt.step};
-    c.dims[0] = (int)m->tensors[0].shape[1];
-    for (int l = 0; l < c.n_layers; l++)
-        c.dims[l + 1] = (int)m->tensors[2 * l].shape[0];
     int rc = t->devk->create(&c, &t->dev);
     free(buckets); /* the engine keeps its own copy */
     if (!rc && t->rank == 0)

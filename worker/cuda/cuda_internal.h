@@ -69,7 +69,6 @@ struct dt_cuda_ctx {
     struct dt_gemm_plan plans[DT_CUDA_PLANS];
 };
 
-int dt_cuda_err(cudaError_t e, const char *call);
 int dt_cublas_err(cublasStatus_t s, const char *call);
 
 /* Runs g through a cached plan; DT_EUNSUPPORTED when cuBLASLt has no

@@ -24,6 +24,16 @@ int dt_cuda_err(cudaError_t e, const char *call)
     return dt_error_set(DT_EIO, "cuda: %s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+int dt_cuda_alloc(void **p, size_t bytes, const char *what)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
+    if (e == cudaSuccess)
+        return 0;
+    *p = NULL;
+    return dt_error_set(DT_ENOMEM, "cuda: cudaMalloc of %zu bytes for %s failed: %s", bytes, what,
+                        cudaGetErrorString(e));
+}
+
 int dt_cublas_err(cublasStatus_t s, const char *call)
 {
     return dt_error_set(s == CUBLAS_STATUS_NOT_SUPPORTED ? DT_EUNSUPPORTED : DT_EIO, "cublasLt: %s failed: %s (%d)",

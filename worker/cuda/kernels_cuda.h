@@ -73,6 +73,11 @@ int dt_cuda_fallbacks(const struct dt_cuda_ctx *k);
 
 size_t dt_cuda_dtype_size(enum dt_cuda_dtype t);
 
+/* A CUDA runtime error as dtrain's: DT_EIO with a sentence naming the call. */
+int dt_cuda_err(cudaError_t e, const char *call);
+/* cudaMalloc of `bytes` (16 when 0) into *p; DT_ENOMEM naming `what` when it fails. */
+int dt_cuda_alloc(void **p, size_t bytes, const char *what);
+
 /* Bytes of a layer's `aux` buffer: ReLU: the bit mask cuBLASLt writes
  * (columns padded to 128 bits); GELU: z itself [B,out] in dtype t; NONE: 0. */
 size_t dt_cuda_aux_bytes(enum dt_cuda_dtype t, enum dt_cuda_act act, int B, int out);

@@ -36,6 +36,13 @@
 #include "base/error.h"
 #include "worker/data/sampler.h"
 
+#ifdef DT_HAVE_CUDA
+extern const struct dt_model_cuda_ops dt_mlp_cuda; /* mlp_cuda.c */
+#define MLP_CUDA (&dt_mlp_cuda)
+#else
+#define MLP_CUDA NULL
+#endif
+
 static struct dt_mlp *mlp(struct dt_model *m)
 {
     return (struct dt_mlp *)m;
@@ -384,4 +391,5 @@ const struct dt_model_ops dt_model_mlp = {
     .train_batch = mlp_train_batch,
     .eval_batch = mlp_eval_batch,
     .logits = mlp_logits,
+    .cuda = MLP_CUDA,
 };
