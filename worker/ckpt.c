@@ -11,7 +11,7 @@
  * skips a damaged newest file with a warning and keeps the newest intact one
  * in memory, so resuming reads and checks the file once.
  *
- * The tensors written and read are the model's named tensors (model.h) and
+ * The tensors written and read are the model's named tensors (worker/models/model.h) and
  * AdamW's moments, whatever the model: nothing here knows what a layer is.
  *
  * Not for choosing when to save (the trainer) or the file format (safetensors.c).
@@ -51,7 +51,8 @@ static struct dt_st_entry *entries(const struct dt_model *m, const struct dt_ada
     }
     for (int i = 0; i < m->n_tensors; i++) {
         const struct dt_model_tensor *t = &m->tensors[i];
-        e[i] = (struct dt_st_entry){.name = t->name, .dtype = "F32", .ndim = t->ndim, .data = m->params + t->offset};
+        e[i] = (struct dt_st_entry){
+            .name = t->name, .dtype = "F32", .ndim = t->ndim, .data = m->params + t->offset};
         memcpy(e[i].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
     e[*n - 2] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};

@@ -23,7 +23,7 @@ static int check_spec(const struct dt_trainer_spec *s)
     if (strcmp(s->data.dataset, "fashion-mnist"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
                             s->data.dataset);
-    if (s->device == DT_DEVICE_CUDA && !dt_device_kernels_find("cuda"))
+    if (s->device == DT_DEVICE_CUDA && !dt_trainer__device_kernels(s->device))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
@@ -62,18 +62,23 @@ static int build_model(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
     t->eval_batch = s->data.batch_size > 1000 ? s->data.batch_size : 1000;
-    struct dt_model_config c = {.spec = &s->model, .k = t->k, .max_batch = t->eval_batch, .seed = s->seed,
-                                .data = {.kind = DT_BATCH_IMAGES, .features = t->train.rows * t->train.cols,
+    struct dt_model_config c = {.spec = &s->model,
+                                .k = t->k,
+                                .max_batch = t->eval_batch,
+                                .seed = s->seed,
+                                .data = {.kind = DT_BATCH_IMAGES,
+                                         .features = t->train.rows * t->train.cols,
                                          .classes = t->train.classes}};
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
     for (int i = 0; i < t->model->n_tensors; i++)
         if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
-            return dt_error_set(DT_EUNSUPPORTED,
-                                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and "
-                                "this optimizer applies one decay to every parameter",
-                                s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
+            return dt_error_set(
+                DT_EUNSUPPORTED,
+                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and "
+                "this optimizer applies one decay to every parameter",
+                s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
                                          [DT_AMP_FP16] = DT_KPREC_F16};
     if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))
@@ -91,9 +96,9 @@ static int build_model(struct dt_trainer *t)
 }
 
 /* Buckets follow the ranges backward reports: with overlap, each chunk of a
- * tensor written in row chunks (model.h) is its own bucket, so the first
- * layer's weight, written last in backward, is not one all-reduce that
- * nothing can hide; only its first 64 rows are. */
+ * tensor written in row chunks (worker/models/model.h) is its own bucket, so
+ * the first layer's weight, written last in backward, is not one all-reduce
+ * that nothing can hide; only its first 64 rows are. */
 static int build_reducer(struct dt_trainer *t)
 {
     const double MiB = 1024.0 * 1024.0;
@@ -256,7 +261,7 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         dt_host_state_share_norm(&t->hs, &t->gnorm);
     if (!rc && t->spec.device != DT_DEVICE_CPU)
-        rc = dt_trainer_device_create(t);
+        rc = dt_trainer__device_create(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
@@ -334,7 +339,7 @@ struct dt_trace *dt_trainer_trace(struct dt_trainer *t)
 
 /* Test loss and accuracy over the whole test set: rank r takes the r-th
  * contiguous share, sums go through one all-reduce. */
-int dt_trainer_evaluate(struct dt_trainer *t)
+int dt_trainer__evaluate(struct dt_trainer *t)
 {
     int64_t lo = t->test.n * t->rank / t->world, hi = t->test.n * (t->rank + 1) / t->world;
     double sums[3] = {0, 0, (double)(hi - lo)};
@@ -362,13 +367,13 @@ int dt_trainer_evaluate(struct dt_trainer *t)
 }
 
 /* Only rank 0 writes: parameters and moments are the same on every rank. */
-int dt_trainer_save(struct dt_trainer *t)
+int dt_trainer__save(struct dt_trainer *t)
 {
     if (t->rank != 0)
         return 0;
     int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
     if (!rc)
-        rc = dt_trainer_device_scaler(t);
+        rc = dt_trainer__device_scaler(t);
     if (rc)
         return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,

@@ -36,7 +36,7 @@ struct dt_trainer {
     struct dt_onecycle sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
-    struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (grad_norm.h) */
+    struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (worker/optim/grad_norm.h) */
     struct dt_loader *loader;
     struct dt_metrics metrics;
     struct dt_tb_writer *tb;       /* rank 0's TensorBoard scalars (NULL on other ranks) */
@@ -56,11 +56,14 @@ struct dt_trainer {
     bool stopping;                 /* every rank saw a stop request at the last metrics row */
 };
 
-int dt_trainer_evaluate(struct dt_trainer *t);
-int dt_trainer_save(struct dt_trainer *t);
-int dt_trainer_loop(struct dt_trainer *t);
-/* trainer_device.c: the accelerator's engine from the CPU model's state */
-int dt_trainer_device_create(struct dt_trainer *t);
-int dt_trainer_device_scaler(struct dt_trainer *t);
+/* trainer.c: evaluation over the test set, a checkpoint (rank 0) */
+int dt_trainer__evaluate(struct dt_trainer *t);
+int dt_trainer__save(struct dt_trainer *t);
+/* trainer_device.c: the accelerator table of trainer.device (NULL when this
+ * build has none), the engine made from the CPU model's state, and the host
+ * scaler refreshed from the device's */
+const struct dt_device_kernels *dt_trainer__device_kernels(enum dt_device device);
+int dt_trainer__device_create(struct dt_trainer *t);
+int dt_trainer__device_scaler(struct dt_trainer *t);
 
 #endif

@@ -6,6 +6,8 @@
 #define DT_TEST_MLP_FIXTURE_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "worker/models/model.h"
@@ -17,7 +19,10 @@ static inline int mlp_fixture(int in, const int *hidden, int n_hidden, int class
 {
     struct dt_model_spec s = {.type = "mlp", .n_hidden = n_hidden, .activation = act};
     memcpy(s.hidden, hidden, (size_t)n_hidden * sizeof *hidden);
-    struct dt_model_config c = {.spec = &s, .k = &dt_kernels_cpu, .max_batch = max_batch, .seed = seed,
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = max_batch,
+                                .seed = seed,
                                 .data = {.kind = DT_BATCH_IMAGES, .features = in, .classes = classes}};
     return dt_model_create(&c, out);
 }
@@ -26,6 +31,20 @@ static inline int mlp_fixture(int in, const int *hidden, int n_hidden, int class
 static inline struct dt_batch mlp_batch(const float *x, const int32_t *y, int n)
 {
     return (struct dt_batch){.kind = DT_BATCH_IMAGES, .n = n, .x = (float *)x, .y = (int32_t *)y};
+}
+
+/* Linear l's weight or bias: nn.Sequential's layers.<2l>.weight|bias (aborts
+ * naming it when the model has no such tensor). */
+static inline const struct dt_model_tensor *mlp_tensor(const struct dt_model *m, int l, int bias)
+{
+    char name[32];
+    snprintf(name, sizeof name, "layers.%d.%s", 2 * l, bias ? "bias" : "weight");
+    const struct dt_model_tensor *t = dt_model_find_tensor(m, name);
+    if (!t) {
+        fprintf(stderr, "the model has no tensor %s\n", name);
+        abort();
+    }
+    return t;
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* test_loader.c - the loader threads give the sampler's order, normalised as
  * torchvision does, for any number of workers and queue depth; a short last
- * batch or none with drop_last; starting mid-epoch gives the same batches. */
+ * batch or none with drop_last; starting mid-epoch gives the same batches;
+ * a batch's loss terms (one per image, one per target token). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -109,12 +110,22 @@ static void bad_options(void **state)
     dt_data_release(&d);
 }
 
+static void batch_terms(void **state)
+{
+    (void)state;
+    struct dt_batch images = {.kind = DT_BATCH_IMAGES, .n = 7};
+    struct dt_batch tokens = {.kind = DT_BATCH_TOKENS, .n = 7, .T = 1024};
+    assert_int_equal(dt_batch_terms(&images), 7);
+    assert_int_equal(dt_batch_terms(&tokens), 7 * 1024);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_and_values),
         cmocka_unit_test(normalisation_as_torchvision),
         cmocka_unit_test(bad_options),
+        cmocka_unit_test(batch_terms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

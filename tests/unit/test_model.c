@@ -18,17 +18,6 @@
 #include "fixture.h"
 #include "mlp_fixture.h"
 
-/* Linear l's weight or bias (PyTorch's name layers.<2l>.weight|bias). */
-static const struct dt_model_tensor *tensor(const struct dt_model *m, int l, int bias)
-{
-    char name[32];
-    snprintf(name, sizeof name, "layers.%d.%s", 2 * l, bias ? "bias" : "weight");
-    const struct dt_model_tensor *t = dt_model_find_tensor(m, name);
-    if (!t)
-        fail_msg("the model has no tensor %s", name);
-    return t;
-}
-
 static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_activation kact)
 {
     const int hidden[2] = {48, 24};
@@ -40,9 +29,9 @@ static struct dt_model *load(const struct dt_safetensors *f, const char *act, en
         const struct dt_st_tensor *w = fixture_tensor(f, key, "F32");
         snprintf(key, sizeof key, "%s.b%d", act, l);
         const struct dt_st_tensor *b = fixture_tensor(f, key, "F32");
-        assert_int_equal(fixture_numel(w), dt_model_tensor_numel(tensor(m, l, 0)));
-        memcpy(m->params + tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
-        memcpy(m->params + tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
+        assert_int_equal(fixture_numel(w), dt_model_tensor_numel(mlp_tensor(m, l, 0)));
+        memcpy(m->params + mlp_tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
     }
     return m;
 }
@@ -96,9 +85,9 @@ static void against_torch(const char *act, enum dt_activation kact)
     check("logits", dt_model_logits(m), fixture_tensor(&f, key, "F32"));
     for (int l = 0; l < 3; l++) {
         snprintf(key, sizeof key, "%s.gw%d", act, l);
-        check(key, m->grads + tensor(m, l, 0)->offset, fixture_tensor(&f, key, "F32"));
+        check(key, m->grads + mlp_tensor(m, l, 0)->offset, fixture_tensor(&f, key, "F32"));
         snprintf(key, sizeof key, "%s.gb%d", act, l);
-        check(key, m->grads + tensor(m, l, 1)->offset, fixture_tensor(&f, key, "F32"));
+        check(key, m->grads + mlp_tensor(m, l, 1)->offset, fixture_tensor(&f, key, "F32"));
     }
     /* Then 10 AdamW steps (lr 1e-3, torch defaults) on the same batch. */
     snprintf(key, sizeof key, "%s.losses", act);
@@ -208,9 +197,9 @@ static void chunked_weight_grads_equal_whole(void **state)
         assert_int_equal(mlp_fixture(100, hidden, 2, 10, DT_ACT_RELU, 24, 3, &chunked), 0);
         dt_model_set_grad_chunk(whole, 0);
         dt_model_set_grad_chunk(chunked, 12800);
-        assert_int_equal(dt_model_chunk_rows(chunked, tensor(chunked, 0, 0)), 128);
-        assert_int_equal(dt_model_chunk_rows(chunked, tensor(chunked, 1, 0)), 64);
-        assert_int_equal(dt_model_chunk_rows(chunked, tensor(chunked, 2, 0)), 10);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 0, 0)), 128);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 1, 0)), 64);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 2, 0)), 10);
         struct seg_ranges rw = {.n = 0}, rc = {.n = 0};
         two_batches(whole, &rw);
         two_batches(chunked, &rc);
@@ -263,7 +252,9 @@ static void table_refuses_unknown_type_and_wrong_data(void **state)
 {
     (void)state;
     struct dt_model_spec s = {.type = "gpt3", .n_hidden = 1, .hidden = {8}};
-    struct dt_model_config c = {.spec = &s, .k = &dt_kernels_cpu, .max_batch = 2,
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = 2,
                                 .data = {.kind = DT_BATCH_IMAGES, .features = 4, .classes = 3}};
     struct dt_model dummy, *m = &dummy;
     assert_int_equal(dt_model_create(&c, &m), DT_EUNSUPPORTED);
@@ -292,8 +283,9 @@ static void mlp_tensors_are_pytorch_state_dict(void **state)
         const char *name;
         int ndim;
         int64_t rows, cols;
-    } want[] = {{"layers.0.weight", 2, 32, 20}, {"layers.0.bias", 1, 32, 0}, {"layers.2.weight", 2, 16, 32},
-                {"layers.2.bias", 1, 16, 0},    {"layers.4.weight", 2, 10, 16}, {"layers.4.bias", 1, 10, 0}};
+    } want[] = {{"layers.0.weight", 2, 32, 20}, {"layers.0.bias", 1, 32, 0},
+                {"layers.2.weight", 2, 16, 32}, {"layers.2.bias", 1, 16, 0},
+                {"layers.4.weight", 2, 10, 16}, {"layers.4.bias", 1, 10, 0}};
     assert_int_equal(m->n_tensors, 6);
     size_t at = 0;
     for (int i = 0; i < 6; i++) {
@@ -304,7 +296,7 @@ static void mlp_tensors_are_pytorch_state_dict(void **state)
         if (t->ndim == 2)
             assert_int_equal(t->shape[1], want[i].cols);
         assert_int_equal(t->offset, at);
-        assert_true(t->decay);                /* torch.optim.AdamW(model.parameters()) decays every one */
+        assert_true(t->decay); /* torch.optim.AdamW(model.parameters()) decays every one */
         assert_int_equal(t->row_chunks, t->ndim == 2);
         at += dt_model_tensor_numel(t);
     }

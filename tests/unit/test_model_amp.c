@@ -16,17 +16,6 @@
 #include "fixture.h"
 #include "mlp_fixture.h"
 
-/* Linear l's weight or bias (PyTorch's name layers.<2l>.weight|bias). */
-static const struct dt_model_tensor *tensor(const struct dt_model *m, int l, int bias)
-{
-    char name[32];
-    snprintf(name, sizeof name, "layers.%d.%s", 2 * l, bias ? "bias" : "weight");
-    const struct dt_model_tensor *t = dt_model_find_tensor(m, name);
-    if (!t)
-        fail_msg("the model has no tensor %s", name);
-    return t;
-}
-
 static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_activation kact)
 {
     const int hidden[2] = {48, 24};
@@ -38,8 +27,8 @@ static struct dt_model *load(const struct dt_safetensors *f, const char *act, en
         const struct dt_st_tensor *w = fixture_tensor(f, key, "F32");
         snprintf(key, sizeof key, "%s.b%d", act, l);
         const struct dt_st_tensor *b = fixture_tensor(f, key, "F32");
-        memcpy(m->params + tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
-        memcpy(m->params + tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
     }
     return m;
 }
@@ -76,7 +65,8 @@ struct tol {
  * values (measured: bit-identical here), so the bound is about one unit in
  * the low type's last place, room for another BLAS's summation order; against
  * fp32 it is two such units, the type's own precision (bf16 2^-8, fp16 2^-11). */
-static void against(const char *act, enum dt_activation kact, const char *type, enum dt_kprec prec, struct tol t)
+static void against(const char *act, enum dt_activation kact, const char *type, enum dt_kprec prec,
+                    struct tol t)
 {
     struct dt_safetensors f, g;
     fixture_open("amp.safetensors", &f);
@@ -104,8 +94,8 @@ static void against(const char *act, enum dt_activation kact, const char *type, 
                  t.vs_torch, e2, t.logits);
     for (int l = 0; l < 3; l++)
         for (int b = 0; b < 2; b++) {
-            size_t n = dt_model_tensor_numel(tensor(m, l, b));
-            const float *mine = m->grads + tensor(m, l, b)->offset;
+            size_t n = dt_model_tensor_numel(mlp_tensor(m, l, b));
+            const float *mine = m->grads + mlp_tensor(m, l, b)->offset;
             snprintf(key, sizeof key, "%s.%s.g%c%d", act, type, b ? 'b' : 'w', l);
             double e = rel(mine, fixture_tensor(&f, key, "F32")->data, n);
             if (e > t.vs_torch)

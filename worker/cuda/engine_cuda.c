@@ -19,7 +19,7 @@
 #include "worker/data/idx.h"
 #include "worker/models/model.h"
 
-#define FMNIST_MEAN 0.2860f /* loader.c's Normalize((0.2860,), (0.3530,)) */
+#define FMNIST_MEAN 0.2860f /* worker/data/loader.c's Normalize((0.2860,), (0.3530,)) */
 #define FMNIST_STD 0.3530f
 
 static int up(void *dst, const void *src, size_t bytes, const char *what)
@@ -34,8 +34,8 @@ static int alloc_arenas(struct dt_dev_model *d)
     /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
      * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
     d->stride = (d->n + 63) / 64 * 64;
-    int rc =
-        dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float), "the parameter, gradient and AdamW arenas");
+    int rc = dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float),
+                           "the parameter, gradient and AdamW arenas");
     if (rc)
         return rc;
     d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
@@ -54,8 +54,15 @@ static int alloc_arenas(struct dt_dev_model *d)
 /* The model's GPU half over the arenas and the batch (model_cuda.h). */
 static int make_model(struct dt_dev_model *d)
 {
-    struct dt_model_cuda_env env = {.k = d->k, .kw = d->kw, .t = d->t, .max_batch = d->c.max_batch,
-                                    .p = d->p, .plow = d->plow, .g = d->g, .x = d->x, .y = d->y};
+    struct dt_model_cuda_env env = {.k = d->k,
+                                    .kw = d->kw,
+                                    .t = d->t,
+                                    .max_batch = d->c.max_batch,
+                                    .p = d->p,
+                                    .plow = d->plow,
+                                    .g = d->g,
+                                    .x = d->x,
+                                    .y = d->y};
     return d->mo->create(d->c.model, &env, &d->ms);
 }
 
@@ -64,7 +71,7 @@ static int upload_data(struct dt_dev_model *d)
     const struct dt_dataset *tr = d->c.train, *te = d->c.test;
     size_t ntr = (size_t)tr->n * (size_t)d->px, nte = (size_t)te->n * (size_t)d->px;
     float lut[256];
-    for (int p = 0; p < 256; p++) /* loader.c's make_lut, the same float expression */
+    for (int p = 0; p < 256; p++) /* worker/data/loader.c's make_lut, the same float expression */
         lut[p] = ((float)p / 255.0f - FMNIST_MEAN) / FMNIST_STD;
     int rc = dt_cuda_alloc((void **)&d->train_img, ntr + nte + (size_t)tr->n + (size_t)te->n, "the data set");
     if (!rc)
@@ -164,7 +171,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
 {
     *out = NULL;
     if (!c->model->ops->cuda)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.model.type %s has no GPU implementation; use device: cpu",
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "trainer.model.type %s has no GPU implementation; use device: cpu",
                             c->model->ops->name);
     int ngpu = 0;
     cudaError_t ge = cudaGetDeviceCount(&ngpu);
@@ -225,7 +233,7 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         engine_destroy(d);
         return rc;
     }
-    d->nvml = dt_nvml_open(d->c.device);
+    d->nvml = dt_engine__nvml_open(d->c.device);
     *out = d;
     return 0;
 }
@@ -273,7 +281,7 @@ static void engine_destroy(struct dt_dev_model *d)
     if (!d)
         return;
     if (d->k && d->cs) /* bounded: a hung collective gets the communicator aborted first */
-        dt_engine_wait(d, "finishing before freeing the GPU buffers");
+        dt_engine__wait(d, "finishing before freeing the GPU buffers");
     if (d->k)
         cudaStreamSynchronize(d->s);
     if (d->ms)
@@ -309,14 +317,14 @@ static void engine_destroy(struct dt_dev_model *d)
     dt_sampler_release(&d->sampler);
     free(d->order);
     free((void *)d->c.buckets);
-    dt_nvml_close(d->nvml);
+    dt_engine__nvml_close(d->nvml);
     events_destroy(d->phase_ev, DT_ENGINE_PHASES + 1);
     dt_cuda_ctx_destroy(d->kw);
     dt_cuda_ctx_destroy(d->k);
     free(d);
 }
 
-int dt_engine_wait(struct dt_dev_model *d, const char *what)
+int dt_engine__wait(struct dt_dev_model *d, const char *what)
 {
     if (d->cs)
         return dt_nccl_wait_stream(d->c.comm, d->s, what);
@@ -326,7 +334,7 @@ int dt_engine_wait(struct dt_dev_model *d, const char *what)
 
 static int read_scalars(struct dt_dev_model *d, struct dt_engine_scalars *h, const char *what)
 {
-    int rc = dt_engine_wait(d, what);
+    int rc = dt_engine__wait(d, what);
     if (rc)
         return rc;
     cudaError_t e = cudaMemcpy(h, d->sc, sizeof *h, cudaMemcpyDeviceToHost);
@@ -354,7 +362,7 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
             DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
             (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
     int rc =
-        dt_engine_gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
+        dt_engine__gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
     struct dt_model_cuda_loss ls = {.loss_sum = &d->sc->eval_loss, .correct = &d->sc->eval_correct};
     if (!rc)
         rc = d->mo->forward_loss(d->ms, n, &ls);
@@ -371,7 +379,7 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
 
 static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
-    int rc = dt_engine_wait(d, "copying the parameters to the host");
+    int rc = dt_engine__wait(d, "copying the parameters to the host");
     size_t b = d->n * sizeof(float);
     cudaError_t e = cudaSuccess;
     if (!rc && params)
@@ -399,19 +407,19 @@ static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_
 
 static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
 {
-    dt_nvml_sample(d->nvml, util_pct, mem_mib);
+    dt_engine__nvml_sample(d->nvml, util_pct, mem_mib);
 }
 
 const struct dt_device_kernels dt_device_kernels_cuda = {
     .name = "cuda",
     .create = engine_create,
     .destroy = engine_destroy,
-    .train_batch = dt_engine_train_batch,
-    .update = dt_engine_update,
+    .train_batch = dt_engine__train_batch,
+    .update = dt_engine__update,
     .read_stats = engine_read_stats,
     .eval_batch = engine_eval_batch,
     .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
-    .read_split = dt_engine_read_split,
+    .read_split = dt_engine__read_split,
 };

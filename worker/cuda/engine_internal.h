@@ -21,9 +21,9 @@ extern "C" {
 #endif
 
 /* The launcher of engine_kernels.cu (enqueues on s). */
-int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
-                     const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
-                     const float *lut);
+int dt_engine__gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
+                      const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
+                      const float *lut);
 
 #ifdef __cplusplus
 }
@@ -71,7 +71,7 @@ struct dt_dev_model {
     /* The model's weight gradients run on a stream of their own, context kw
      * (its own cuBLASLt workspace and reduction partials, so the two streams
      * never share scratch), beside the input-gradient chain on s: the model's
-     * GPU half says how (mlp_cuda.c).  NULL when DTRAIN_CUDA_WGRAD_STREAM=0
+     * GPU half says how (worker/models/mlp_cuda.c).  NULL when DTRAIN_CUDA_WGRAD_STREAM=0
      * (everything on s, for comparison). */
     struct dt_cuda_ctx *kw;
     /* The model's GPU half (model_cuda.h) and its state: activations,
@@ -120,18 +120,18 @@ struct dt_dev_model {
 };
 
 /* engine_step.c */
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                          bool last, int *rows);
-int dt_engine_update(struct dt_dev_model *d, double lr, double beta1);
-int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
+int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                           bool last, int *rows);
+int dt_engine__update(struct dt_dev_model *d, double lr, double beta1);
+int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
 /* Waits for everything queued on s; with NCCL, bounded and abortable. */
-int dt_engine_wait(struct dt_dev_model *d, const char *what);
+int dt_engine__wait(struct dt_dev_model *d, const char *what);
 
-/* nvml_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
+/* dlopen_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
 struct dt_nvml;
-struct dt_nvml *dt_nvml_open(int cuda_device);
-void dt_nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
-void dt_nvml_close(struct dt_nvml *n);
+struct dt_nvml *dt_engine__nvml_open(int cuda_device);
+void dt_engine__nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
+void dt_engine__nvml_close(struct dt_nvml *n);
 #endif
 
 #endif

@@ -118,8 +118,8 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
                                     .loss_acc = count_loss ? &d->sc->loss_acc : NULL};
     int rc = mark(d, 0);
     if (!rc)
-        rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
-                              d->lut);
+        rc = dt_engine__gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
+                               d->lut);
     if (!rc)
         rc = mark(d, 1);
     if (!rc)
@@ -240,7 +240,7 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
         rc = micro(d, sl, B, dscale, false, false, false);
         d->marking = marking;
         if (!rc)
-            rc = dt_engine_wait(d, "warming up before the graph capture");
+            rc = dt_engine__wait(d, "warming up before the graph capture");
         if (rc)
             return rc;
         d->warmed = true;
@@ -266,8 +266,8 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
     return 0;
 }
 
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                          bool last, int *rows)
+int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                           bool last, int *rows)
 {
     struct dt_engine_slot *sl = NULL;
     if (d->pending)
@@ -293,7 +293,7 @@ int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, 
     return rc;
 }
 
-int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
+int dt_engine__update(struct dt_dev_model *d, double lr, double beta1)
 {
     int rc = 0;
     if (!d->pending) { /* eager: the indices went with the micro-batches; lr and beta1 on their own */
@@ -325,7 +325,7 @@ int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
  * step after the previous call; the marks cost time, so only it has them).
  * A step with gradient accumulation marks each micro-batch: the split is
  * then the last micro-batch's phases and the optimizer's. */
-int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES])
+int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES])
 {
     for (int i = 0; i < DT_ENGINE_PHASES; i++)
         split_s[i] = NAN;

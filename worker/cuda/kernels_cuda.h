@@ -1,6 +1,7 @@
-/* kernels_cuda.h - the CUDA kernel library of the MLP trainer: fused linear
+/* kernels_cuda.h - the CUDA kernel library of the trainer: fused linear
  * layers through cuBLASLt, softmax cross-entropy, AdamW over the flat arena,
- * and the AMP scaler, in fp32 and bf16.
+ * and the AMP scaler, in fp32 and bf16, for the engine (engine_*.c) and the
+ * models' GPU halves (worker/models/<name>_cuda.c).
  *
  * Shapes and layouts are the CPU table's (worker/kernels.h): activations are
  * row-major [B, features], a Linear weight is [out, in], y = x W^T + b, and

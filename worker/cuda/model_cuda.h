@@ -34,26 +34,26 @@ struct dt_model;
 /* What the engine lends a model, all fixed for the engine's life (pointers
  * are device memory). */
 struct dt_model_cuda_env {
-    struct dt_cuda_ctx *k;   /* the compute stream's context: forward, loss, backward's input gradients */
-    struct dt_cuda_ctx *kw;  /* a second stream's context for weight gradients; NULL: all on k
-                              * (DTRAIN_CUDA_WGRAD_STREAM=0) */
-    enum dt_cuda_dtype t;    /* GEMM inputs and activations; accumulation, gradients and masters are fp32 */
-    int max_batch;           /* most rows of a train or eval batch */
-    const float *p;          /* fp32 parameters, the host model's arena layout */
-    const void *plow;        /* their copy in t (written by AdamW), NULL when t is fp32 */
-    float *g;                /* the gradient arena, same layout */
-    const void *x;           /* the batch: images [rows, features] in t */
-    const int32_t *y;        /* labels [rows] */
+    struct dt_cuda_ctx *k;  /* the compute stream's context: forward, loss, backward's input gradients */
+    struct dt_cuda_ctx *kw; /* a second stream's context for weight gradients; NULL: all on k
+                             * (DTRAIN_CUDA_WGRAD_STREAM=0) */
+    enum dt_cuda_dtype t;   /* GEMM inputs and activations; accumulation, gradients and masters are fp32 */
+    int max_batch;          /* most rows of a train or eval batch */
+    const float *p;         /* fp32 parameters, the host model's arena layout */
+    const void *plow;       /* their copy in t (written by AdamW), NULL when t is fp32 */
+    float *g;               /* the gradient arena, same layout */
+    const void *x;          /* the batch: images [rows, features] in t */
+    const int32_t *y;       /* labels [rows] */
 };
 
 /* Where the loss of one forward goes; device pointers, overwritten. */
 struct dt_model_cuda_loss {
-    bool backward;            /* keep dloss/dlogits for the backward that follows */
-    float dscale;             /* dlogits = (softmax - onehot) * dscale (* *loss_scale) */
-    const float *loss_scale;  /* fp16's GradScaler scale, or NULL */
-    float *loss_sum;          /* summed loss of the rows */
-    int *correct;             /* argmax hits */
-    double *loss_acc;         /* NULL, or a running total loss_sum is added to */
+    bool backward;           /* keep dloss/dlogits for the backward that follows */
+    float dscale;            /* dlogits = (softmax - onehot) * dscale (* *loss_scale) */
+    const float *loss_scale; /* fp16's GradScaler scale, or NULL */
+    float *loss_sum;         /* summed loss of the rows */
+    int *correct;            /* argmax hits */
+    double *loss_acc;        /* NULL, or a running total loss_sum is added to */
 };
 
 /* Backward reports that gradients [lo, end of arena) are final once the work

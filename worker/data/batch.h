@@ -21,19 +21,19 @@ enum dt_batch_kind {
 
 struct dt_batch {
     enum dt_batch_kind kind;
-    int n;                     /* rows: examples or sequences (an epoch's last batch may be short) */
-    int64_t index;             /* batch number within the epoch */
-    float *x;                  /* DT_BATCH_IMAGES */
+    int n;         /* rows: examples or sequences (an epoch's last batch may be short) */
+    int64_t index; /* batch number within the epoch */
+    float *x;      /* DT_BATCH_IMAGES */
     int32_t *y;
-    int T;                     /* DT_BATCH_TOKENS: sequence length */
+    int T; /* DT_BATCH_TOKENS: sequence length */
     int32_t *inputs, *targets;
 };
 
 /* What a data set gives a model to size itself by. */
 struct dt_batch_shape {
     enum dt_batch_kind kind;
-    int features, classes;     /* images: values per example, label count */
-    int seq_len, vocab;        /* tokens */
+    int features, classes; /* images: values per example, label count */
+    int seq_len, vocab;    /* tokens */
 };
 
 /* Terms of the batch's loss (one per image, one per target token): a

@@ -37,8 +37,8 @@
 #include "worker/data/sampler.h"
 
 #ifdef DT_HAVE_CUDA
-extern const struct dt_model_cuda_ops dt_mlp_cuda; /* mlp_cuda.c */
-#define MLP_CUDA (&dt_mlp_cuda)
+extern const struct dt_model_cuda_ops dt_mlp__cuda; /* mlp_cuda.c */
+#define MLP_CUDA (&dt_mlp__cuda)
 #else
 #define MLP_CUDA NULL
 #endif
@@ -66,8 +66,8 @@ static void name_tensors(struct dt_mlp *n, int l)
 {
     const struct dt_mlp_layer *L = &n->layer[l];
     struct dt_model_tensor *w = &n->tensors[2 * l], *b = w + 1;
-    *w = (struct dt_model_tensor){.ndim = 2, .shape = {L->out, L->in}, .offset = L->w, .decay = true,
-                                  .row_chunks = true};
+    *w = (struct dt_model_tensor){
+        .ndim = 2, .shape = {L->out, L->in}, .offset = L->w, .decay = true, .row_chunks = true};
     *b = (struct dt_model_tensor){.ndim = 1, .shape = {L->out}, .offset = L->b, .decay = true};
     snprintf(w->name, sizeof w->name, "layers.%d.weight", 2 * l);
     snprintf(b->name, sizeof b->name, "layers.%d.bias", 2 * l);
@@ -83,7 +83,7 @@ static int layout(struct dt_mlp *n, const struct dt_model_spec *s)
         L->out = l < s->n_hidden ? s->hidden[l] : n->classes;
         if (L->out < 1)
             return dt_error_set(DT_EINVAL, "model: layer %d has width %d", l, L->out);
-        L->act = l == n->n_layers - 1       ? DT_KACT_NONE
+        L->act = l == n->n_layers - 1           ? DT_KACT_NONE
                  : s->activation == DT_ACT_GELU ? DT_KACT_GELU
                                                 : DT_KACT_RELU;
         L->w = off;
@@ -130,7 +130,7 @@ static int alloc_buffers(struct dt_mlp *n)
     return 0;
 }
 
-extern const struct dt_model_ops dt_model_mlp;
+extern const struct dt_model_ops dt_model__mlp;
 
 /* An MLP in -> hidden[0..n_hidden) -> classes; parameters get PyTorch's
  * nn.Linear default initialisation (U(-1/sqrt(in), 1/sqrt(in)) for weight
@@ -144,7 +144,7 @@ static int mlp_create(const struct dt_model_config *c, struct dt_model **out)
     struct dt_mlp *n = calloc(1, sizeof *n);
     if (!n)
         return dt_error_set(DT_ENOMEM, "model: no memory");
-    n->m.ops = &dt_model_mlp;
+    n->m.ops = &dt_model__mlp;
     n->m.k = c->k;
     n->in = c->data.features;
     n->classes = c->data.classes;
@@ -203,7 +203,8 @@ static int mlp_set_precision(struct dt_model *m, enum dt_kprec p)
     n->params_lp = calloc(m->n_params + xin + wmax + 2 * widest, sizeof(float));
     if (!n->params_lp) {
         m->prec = DT_KPREC_F32;
-        return dt_error_set(DT_ENOMEM, "model: no memory for the autocast copies (%zu parameters)", m->n_params);
+        return dt_error_set(DT_ENOMEM, "model: no memory for the autocast copies (%zu parameters)",
+                            m->n_params);
     }
     n->x_lp = n->params_lp + m->n_params;
     n->wtmp = n->x_lp + xin;
@@ -382,7 +383,7 @@ static const float *mlp_logits(const struct dt_model *m)
     return n->layer[n->n_layers - 1].h;
 }
 
-const struct dt_model_ops dt_model_mlp = {
+const struct dt_model_ops dt_model__mlp = {
     .name = "mlp",
     .input = DT_BATCH_IMAGES,
     .create = mlp_create,

@@ -18,9 +18,9 @@
 
 struct mlp_dev {
     struct dt_model_cuda_env e;
-    const struct dt_mlp *n;  /* the host model: layer shapes and arena offsets */
-    enum dt_cuda_act act;    /* between hidden layers */
-    void **h, **aux, **dz;   /* per layer, [max_batch, out] in e.t (aux: dt_cuda_aux_bytes) */
+    const struct dt_mlp *n;                 /* the host model: layer shapes and arena offsets */
+    enum dt_cuda_act act;                   /* between hidden layers */
+    void **h, **aux, **dz;                  /* per layer, [max_batch, out] in e.t (aux: dt_cuda_aux_bytes) */
     cudaEvent_t dz_ready_ev, wgrad_done_ev; /* with e.kw: the two streams of backward */
 };
 
@@ -161,20 +161,20 @@ static int mlp_cuda_backward(void *state, int B, bool accumulate, dt_model_cuda_
                 rc = call(cudaStreamWaitEvent(sw, d->dz_ready_ev, 0), "cudaStreamWaitEvent (dz ready)");
         }
         if (!rc)
-            rc = dt_cuda_linear_backward_w(kw, d->e.t, d->e.g + L->w, d->e.g + L->b, d->dz[l], in, B, L->in, L->out,
-                                           accumulate);
+            rc = dt_cuda_linear_backward_w(kw, d->e.t, d->e.g + L->w, d->e.g + L->b, d->dz[l], in, B, L->in,
+                                           L->out, accumulate);
         if (!rc && d->e.kw && l == 0)
             rc = join_wgrad_stream(d);
         if (!rc && ready)
             rc = ready(ctx, L->w, sw);
         if (!rc && l > 0)
-            rc = dt_cuda_linear_backward_x(d->e.k, d->e.t, d->dz[l - 1], d->dz[l], W(d, L->w), d->aux[l - 1], in, B,
-                                           L->in, L->out, d->act);
+            rc = dt_cuda_linear_backward_x(d->e.k, d->e.t, d->dz[l - 1], d->dz[l], W(d, L->w), d->aux[l - 1],
+                                           in, B, L->in, L->out, d->act);
     }
     return rc;
 }
 
-const struct dt_model_cuda_ops dt_mlp_cuda = {
+const struct dt_model_cuda_ops dt_mlp__cuda = {
     .create = mlp_cuda_create,
     .destroy = mlp_cuda_destroy,
     .forward_loss = mlp_cuda_forward_loss,

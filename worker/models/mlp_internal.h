@@ -11,18 +11,18 @@
 
 struct dt_mlp_layer {
     int in, out;
-    size_t w, b;        /* offsets of the weight and the bias in the arenas */
-    enum dt_kact act;   /* activation after this layer (NONE for the last) */
-    float *z, *h;       /* pre-activation (GELU only) and output, [max_batch, out] */
+    size_t w, b;      /* offsets of the weight and the bias in the arenas */
+    enum dt_kact act; /* activation after this layer (NONE for the last) */
+    float *z, *h;     /* pre-activation (GELU only) and output, [max_batch, out] */
 };
 
 struct dt_mlp {
-    struct dt_model m;  /* first: a struct dt_model * of this model is a struct dt_mlp * */
+    struct dt_model m; /* first: a struct dt_model * of this model is a struct dt_mlp * */
     int n_layers, in, classes, max_batch;
     struct dt_mlp_layer *layer;
     struct dt_model_tensor *tensors; /* layers.2l.weight, layers.2l.bias per layer l */
-    float *acts;        /* every layer's z and h, the backward scratch and dlogits */
-    float *scratch[2];  /* backward ping-pong, [max_batch, widest] */
+    float *acts;                     /* every layer's z and h, the backward scratch and dlogits */
+    float *scratch[2];               /* backward ping-pong, [max_batch, widest] */
     float *dlogits;
     /* Autocast: GEMM inputs and outputs, activations and their gradients
      * rounded to m.prec; NULL buffers while prec is F32. */

@@ -13,16 +13,16 @@
 
 /* ---- the models this trainer builds: one line each ---- */
 
-extern const struct dt_model_ops dt_model_mlp;
+extern const struct dt_model_ops dt_model__mlp;
 
 static const struct dt_model_ops *const models[] = {
-    &dt_model_mlp,
+    &dt_model__mlp,
 };
 
 #define N_MODELS (int)(sizeof models / sizeof models[0])
 
-static const char *const kind_names[] = {[DT_BATCH_IMAGES] = "images with labels",
-                                         [DT_BATCH_TOKENS] = "token sequences"};
+static const char *const kind_names[] = {
+    [DT_BATCH_IMAGES] = "images with labels", [DT_BATCH_TOKENS] = "token sequences"};
 
 static int find(const char *type, const struct dt_model_ops **out)
 {
@@ -71,7 +71,8 @@ static int check_tensors(const struct dt_model *m)
         for (int d = 0; ok && d < t->ndim; d++)
             ok = t->shape[d] >= 1;
         if (!ok || t->offset + dt_model_tensor_numel(t) > m->n_params)
-            return dt_error_set(DT_EINTERNAL, "model %s: tensor %s (floats from %zu) has a bad shape or overlaps",
+            return dt_error_set(DT_EINTERNAL,
+                                "model %s: tensor %s (floats from %zu) has a bad shape or overlaps",
                                 m->ops->name, t->name, t->offset);
         end = t->offset + dt_model_tensor_numel(t);
     }
@@ -107,7 +108,8 @@ int dt_model__alloc_arenas(struct dt_model *m)
     m->params = m->params_own = dt_arena_calloc(m->n_params, sizeof(float));
     m->grads = m->grads_own = dt_arena_calloc(m->n_params, sizeof(float));
     if (!m->params || !m->grads)
-        return dt_error_set(DT_ENOMEM, "model: no memory for %zu parameters and their gradients", m->n_params);
+        return dt_error_set(DT_ENOMEM, "model: no memory for %zu parameters and their gradients",
+                            m->n_params);
     return 0;
 }
 

@@ -18,7 +18,7 @@
  * largest batch; train and eval batches allocate nothing.
  *
  * Adding a model: worker/models/<name>.c defines
- * `const struct dt_model_ops dt_model_<name>` and gets one line in model.c's
+ * `const struct dt_model_ops dt_model__<name>` and gets one line in model.c's
  * table (and its keys in spec/jobspec_trainer.c).  Its GPU half, if any, is
  * worker/models/<name>_cuda.c behind .cuda (worker/cuda/model_cuda.h).
  *
@@ -40,13 +40,13 @@
 /* One named tensor: a view into the parameter arena, and at the same offset
  * into the gradient arena. */
 struct dt_model_tensor {
-    char name[64];                          /* PyTorch's state_dict name, e.g. "layers.0.weight" */
-    int ndim;                               /* 1..DT_MODEL_TENSOR_DIMS */
-    int64_t shape[DT_MODEL_TENSOR_DIMS];    /* C order */
-    size_t offset;                          /* in floats, from the start of the arena */
-    bool decay;                             /* AdamW's weight decay applies to it */
-    bool row_chunks;                        /* backward may write its gradient in row chunks
-                                             * (dt_model_chunk_rows) and reports each one */
+    char name[64];                       /* PyTorch's state_dict name, e.g. "layers.0.weight" */
+    int ndim;                            /* 1..DT_MODEL_TENSOR_DIMS */
+    int64_t shape[DT_MODEL_TENSOR_DIMS]; /* C order */
+    size_t offset;                       /* in floats, from the start of the arena */
+    bool decay;                          /* AdamW's weight decay applies to it */
+    bool row_chunks;                     /* backward may write its gradient in row chunks
+                                          * (dt_model_chunk_rows) and reports each one */
 };
 
 /* Called by backward when grads[lo, hi) hold this micro-batch's final values. */
@@ -54,19 +54,19 @@ typedef void (*dt_model_ready_fn)(void *ctx, size_t lo, size_t hi);
 
 /* What a model is made from. */
 struct dt_model_config {
-    const struct dt_model_spec *spec;  /* trainer.model: its type picks the ops */
-    const struct dt_kernels *k;        /* the CPU kernel table its arithmetic goes through */
-    struct dt_batch_shape data;        /* the data set's shape (must be the kind ops->input names) */
-    int max_batch;                     /* most rows of a train or eval batch */
-    uint64_t seed;                     /* initial parameters */
+    const struct dt_model_spec *spec; /* trainer.model: its type picks the ops */
+    const struct dt_kernels *k;       /* the CPU kernel table its arithmetic goes through */
+    struct dt_batch_shape data;       /* the data set's shape (must be the kind ops->input names) */
+    int max_batch;                    /* most rows of a train or eval batch */
+    uint64_t seed;                    /* initial parameters */
 };
 
 struct dt_model;
 struct dt_model_cuda_ops; /* worker/cuda/model_cuda.h */
 
 struct dt_model_ops {
-    const char *name;            /* trainer.model.type */
-    enum dt_batch_kind input;    /* the batches it reads */
+    const char *name;         /* trainer.model.type */
+    enum dt_batch_kind input; /* the batches it reads */
     /* A model with parameters initialised from c->seed: fills every field of
      * struct dt_model but grad_chunk (ops: this table; the arenas by
      * dt_model__alloc_arenas, model_internal.h), and on failure frees what it
@@ -98,9 +98,9 @@ struct dt_model {
     const struct dt_model_ops *ops;
     const struct dt_kernels *k;
     size_t n_params;
-    float *params, *grads;     /* the two arenas, n_params floats each */
-    float *params_own;         /* the model's own parameter arena; NULL after dt_model_use_params */
-    float *grads_own;          /* the model's own gradient arena; NULL after dt_model_use_grads */
+    float *params, *grads; /* the two arenas, n_params floats each */
+    float *params_own;     /* the model's own parameter arena; NULL after dt_model_use_params */
+    float *grads_own;      /* the model's own gradient arena; NULL after dt_model_use_grads */
     /* n_tensors, PyTorch's order; disjoint, inside [0, n_params), one at 0;
      * floats between tensors (padding) go with the tensor below them */
     const struct dt_model_tensor *tensors;
