@@ -5,7 +5,7 @@
  * Each layer's forward and backward are written side by side with the math
  * above them, as llm.c's train_gpt2.c keeps them, each in fp32 and under
  * autocast.  Every arithmetic loop goes through the CPU kernel table
- * (kernels.h).  The GPU half is mlp_cuda.c.
+ * (worker/kernels.h).  The GPU half is mlp_cuda.c.
  *
  * Autocast (bf16 or fp16) is torch.autocast's policy for these ops: a Linear
  * casts its input, weight and bias to the low type and runs the GEMM there
@@ -22,7 +22,7 @@
  * out).  This costs a rounding pass per tensor, not memory savings; on CPU
  * AMP is for testing what CUDA runs fast.
  *
- * Not for the loss scale (optim/grad_scaler.c scales dloss and unscales
+ * Not for the loss scale (worker/optim/grad_scaler.c scales dloss and unscales
  * gradients) or the optimizer.
  */
 #include "worker/models/mlp_internal.h"

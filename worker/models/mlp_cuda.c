@@ -8,7 +8,7 @@
  *   forward   h[l] = act(h[l-1] W^T + b), aux[l] the ReLU mask or GELU input
  *   backward  dW, db from dz[l] and the layer input; dz[l-1] = (dz[l] W) * act'
  * dz[last] is the loss's dlogits.  Not for the engine's step, data or
- * optimizer (engine_*.c).
+ * optimizer (worker/cuda/engine_*.c).
  */
 #include <stdlib.h>
 

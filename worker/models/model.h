@@ -8,7 +8,7 @@
  * arena at once, the reducer's buckets are ranges of the gradient arena, and a
  * checkpoint writes views into the parameter arena.  The model describes its
  * arena as named tensors in PyTorch's state_dict order; checkpoints
- * (ckpt.h) and the gradient segments the reducer cuts into buckets
+ * (worker/ckpt.h) and the gradient segments the reducer cuts into buckets
  * (dt_model_grad_segments) are derived from that list alone, so neither knows
  * what a layer is.
  *
@@ -22,7 +22,8 @@
  * table (and its keys in spec/jobspec_trainer.c).  Its GPU half, if any, is
  * worker/models/<name>_cuda.c behind .cuda (worker/cuda/model_cuda.h).
  *
- * Not for the step loop (trainer.h), the optimizer (optim/) or data (data/).
+ * Not for the step loop (worker/trainer.h), the optimizer (worker/optim/) or
+ * data (worker/data/).
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
@@ -131,7 +132,7 @@ void dt_model_use_grads(struct dt_model *m, float *grads);
 /* Parameters live in `params` (n_params floats, owned by the caller and kept
  * until dt_model_destroy) from now on, with their current values copied there
  * first unless `copy` is false: one copy for the ranks of a host
- * (host_state.h).  The model's own parameter arena is freed. */
+ * (worker/host_state.h).  The model's own parameter arena is freed. */
 void dt_model_use_params(struct dt_model *m, float *params, bool copy);
 
 /* The tensor called `name`, NULL when the model has none. */
