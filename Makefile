@@ -13,8 +13,9 @@
 #
 # Sources are found by folder, the layers of docs/architecture.md: base/, spec/,
 # comm/ and worker/ make libdtrain.a, scheduler-adapters/ and launcher/ the CLI;
-# GPU code lives in comm/nccl/ and worker/cuda/, the MPI backend in comm/mpi/.
-# Adding a file needs no edit here.
+# GPU code lives in comm/nccl/, worker/cuda/ and worker/models/*_cuda.c (a
+# model's GPU half, next to its CPU file), the MPI backend in comm/mpi/.
+# Adding a file needs no edit here; adding a folder does.
 
 VERSION   := 0.1.0
 PREFIX    ?= /usr/local
@@ -56,14 +57,15 @@ DEP_LIBS := -lyaml -luv -ljansson -lopenblas -lz
 endif
 SYS_LIBS := -lm -lpthread -ldl -lrt
 
-LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/bench/*.c comm/shm/*.c comm/tcp/*.c worker/*.c)
+LIB_SRC := $(wildcard base/*.c spec/*.c comm/*.c comm/bench/*.c comm/shm/*.c comm/tcp/*.c worker/*.c \
+                      worker/data/*.c worker/optim/*.c) $(filter-out %_cuda.c,$(wildcard worker/models/*.c))
 APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c scheduler-adapters/*.c \
                                                    scheduler-adapters/*/*.c))
 GPU_SRC :=
 CU_SRC  :=
 GPU_LIBS :=
 ifeq ($(CUDA),1)
-GPU_SRC := $(wildcard comm/nccl/*.c worker/cuda/*.c)
+GPU_SRC := $(wildcard comm/nccl/*.c worker/cuda/*.c worker/models/*_cuda.c)
 CU_SRC  := $(wildcard comm/nccl/*.cu worker/cuda/*.cu)
 CFLAGS_ALL += -DDT_HAVE_CUDA -I$(CUDA_HOME)/include
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart

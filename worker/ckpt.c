@@ -11,6 +11,9 @@
  * skips a damaged newest file with a warning and keeps the newest intact one
  * in memory, so resuming reads and checks the file once.
  *
+ * The tensors written and read are the model's named tensors (worker/models/model.h) and
+ * AdamW's moments, whatever the model: nothing here knows what a layer is.
+ *
  * Not for choosing when to save (the trainer) or the file format (safetensors.c).
  */
 #include "worker/ckpt.h"
@@ -34,24 +37,27 @@
 
 #define CKPT_FORMAT "dtrain-trainer-1"
 #define CRC_PREFIX "crc32c."
-#define MAX_ENTRIES (2 * DT_MODEL_MAX_LAYERS + 2)
+#define RUN_META 12 /* metadata pairs besides the checksums: format, 7 counters, 4 of AMP */
 
-/* The model's tensors (views into the arena) and the two moment arrays. */
-static int entries(const struct dt_model *m, const struct dt_adamw *a, struct dt_st_entry *e, char names[][64])
+/* The model's named tensors (views into the parameter arena), then AdamW's
+ * two moment arrays: m->n_tensors + 2 entries. */
+static struct dt_st_entry *entries(const struct dt_model *m, const struct dt_adamw *a, int *n)
 {
-    int n = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct dt_model_layer *L = &m->layer[l];
-        dt_model_param_name(m, l, 0, names[n], 64);
-        e[n] = (struct dt_st_entry){names[n], "F32", 2, {L->out, L->in}, m->params + L->w};
-        n++;
-        dt_model_param_name(m, l, 1, names[n], 64);
-        e[n] = (struct dt_st_entry){names[n], "F32", 1, {L->out}, m->params + L->b};
-        n++;
+    *n = m->n_tensors + 2;
+    struct dt_st_entry *e = calloc((size_t)*n, sizeof *e);
+    if (!e) {
+        dt_error_set(DT_ENOMEM, "checkpoint: no memory for %d tensors", *n);
+        return NULL;
     }
-    e[n++] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};
-    e[n++] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)a->n}, a->v};
-    return n;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        e[i] = (struct dt_st_entry){
+            .name = t->name, .dtype = "F32", .ndim = t->ndim, .data = m->params + t->offset};
+        memcpy(e[i].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+    }
+    e[*n - 2] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};
+    e[*n - 1] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)a->n}, a->v};
+    return e;
 }
 
 static size_t entry_bytes(const struct dt_st_entry *e)
@@ -150,15 +156,17 @@ static int write_bytes(void *ctx, FILE *f)
     return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, b->meta, b->nm);
 }
 
-int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
-                 const struct dt_ckpt_state *s, int keep)
+/* The file of the n entries: the run's metadata, then a checksum per tensor. */
+static int write_file(const char *path, const struct dt_st_entry *e, int n, const struct dt_adamw *a,
+                      const struct dt_ckpt_state *s)
 {
-    int rc = dt_fs_mkdir_p(dir, 0777, "checkpoint directory");
-    if (rc)
-        return rc;
-    struct dt_st_entry e[MAX_ENTRIES];
-    char names[MAX_ENTRIES][64];
-    int n = entries(m, a, e, names);
+    const char **meta = calloc(2 * (size_t)(RUN_META + n), sizeof *meta);
+    char(*crc)[2][80] = calloc((size_t)n, sizeof *crc); /* key, value */
+    if (!meta || !crc) {
+        free(meta);
+        free(crc);
+        return dt_error_set(DT_ENOMEM, "checkpoint: no memory for the metadata of %d tensors", n);
+    }
     char v[7][32];
     snprintf(v[0], 32, "%lld", (long long)s->step);
     snprintf(v[1], 32, "%lld", (long long)s->epoch);
@@ -167,22 +175,38 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     snprintf(v[4], 32, "%d", s->world);
     snprintf(v[5], 32, "%d", s->batch_size);
     snprintf(v[6], 32, "%lld", (long long)a->step);
+    const char *run[] = {"format", CKPT_FORMAT, "step",  v[0], "epoch",      v[1], "batch",      v[2],
+                         "seed",   v[3],        "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
+    memcpy(meta, run, sizeof run);
     char va[3][32];
-    const char *meta[2 * (12 + MAX_ENTRIES)] = {"format", CKPT_FORMAT, "step", v[0], "epoch", v[1], "batch", v[2],
-                                                "seed", v[3], "world", v[4], "batch_size", v[5], "adamw_step", v[6]};
     amp_meta(s, va, meta + 16);
-    char crc_key[MAX_ENTRIES][80], crc_val[MAX_ENTRIES][16];
-    int nm = 12; /* the pairs above: 8, and 4 of AMP */
-    for (int i = 0; i < n; i++, nm++) {
-        snprintf(crc_key[i], sizeof crc_key[i], CRC_PREFIX "%s", e[i].name);
-        snprintf(crc_val[i], sizeof crc_val[i], "%08x", dt_crc32c(0, e[i].data, entry_bytes(&e[i])));
-        meta[2 * nm] = crc_key[i];
-        meta[2 * nm + 1] = crc_val[i];
+    for (int i = 0; i < n; i++) {
+        snprintf(crc[i][0], sizeof crc[i][0], CRC_PREFIX "%s", e[i].name);
+        snprintf(crc[i][1], sizeof crc[i][1], "%08x", dt_crc32c(0, e[i].data, entry_bytes(&e[i])));
+        meta[2 * (RUN_META + i)] = crc[i][0];
+        meta[2 * (RUN_META + i) + 1] = crc[i][1];
     }
+    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = RUN_META + n, .meta = meta};
+    int rc = dt_fs_write_atomic(path, true, write_bytes, &b);
+    free(meta);
+    free(crc);
+    return rc;
+}
+
+int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
+                 const struct dt_ckpt_state *s, int keep)
+{
+    int rc = dt_fs_mkdir_p(dir, 0777, "checkpoint directory");
+    if (rc)
+        return rc;
+    int n;
+    struct dt_st_entry *e = entries(m, a, &n);
+    if (!e)
+        return DT_ENOMEM;
     char path[4200];
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, (long long)s->step);
-    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = nm, .meta = meta};
-    rc = dt_fs_write_atomic(path, true, write_bytes, &b);
+    rc = write_file(path, e, n, a, s);
+    free(e);
     if (rc)
         return rc;
     prune(dir, keep);
@@ -367,10 +391,11 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
                           "(the data order would differ; use another checkpoint dir or resume: never)",
                           path, (unsigned long long)c->seed, (long long)c->world, (long long)c->batch_size,
                           (unsigned long long)s->seed, s->world, s->batch_size);
-    struct dt_st_entry e[MAX_ENTRIES];
-    const struct dt_st_tensor *t[MAX_ENTRIES];
-    char names[MAX_ENTRIES][64];
-    int n = entries(m, a, e, names);
+    int n = 0;
+    struct dt_st_entry *e = rc ? NULL : entries(m, a, &n);
+    const struct dt_st_tensor **t = e ? calloc((size_t)n, sizeof *t) : NULL;
+    if (!rc && !t)
+        rc = e ? dt_error_set(DT_ENOMEM, "checkpoint: no memory for %d tensors", n) : DT_ENOMEM;
     for (int i = 0; i < n && !rc; i++)
         rc = (t[i] = file_tensor(&c->st, path, &e[i])) ? 0 : DT_EINVAL;
     struct dt_grad_scaler scaler = s->scaler;
@@ -378,6 +403,8 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
         rc = amp_restore(&c->st, path, s->amp, &scaler);
     for (int i = 0; i < n && !rc; i++)
         memcpy((void *)e[i].data, t[i]->data, t[i]->end - t[i]->begin);
+    free(e);
+    free(t);
     if (!rc) {
         s->step = c->step;
         s->epoch = c->epoch;

@@ -1,8 +1,9 @@
 /* ckpt.h - training checkpoints: safetensors files a run can resume from.
  *
  * One file per checkpoint, <dir>/step_<8 digits>.safetensors, holding the
- * model's tensors under PyTorch's names (layers.0.weight, ...), AdamW's moments
- * (optimizer.exp_avg, optimizer.exp_avg_sq, flat in the arena's layout) and, in
+ * model's named tensors (worker/models/model.h: PyTorch's names and shapes,
+ * layers.0.weight, ... for the MLP), AdamW's moments (optimizer.exp_avg,
+ * optimizer.exp_avg_sq, flat in the parameter arena's layout) and, in
  * the metadata, everything else that decides the next step: optimizer and
  * scheduler step counts, epoch and batch position of the sampler, the seed,
  * the AMP type and the loss scaler's state.
@@ -17,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/adamw.h"
-#include "worker/grad_scaler.h"
-#include "worker/model.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_scaler.h"
+#include "worker/models/model.h"
 #include "worker/safetensors.h"
 
 /* The trainer's checkpoint dir (two 4 KiB paths joined) and a file name. */
@@ -58,8 +59,9 @@ int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
  * when every one is damaged.  Release it even on failure. */
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 
-/* Restores model, optimizer and state from a file read above; the model's
- * shapes, the seed, world size and batch size must match the file's (the
+/* Restores model, optimizer and state from a file read above; every named
+ * tensor of the model must be in the file with its shape, and the seed,
+ * world size and batch size must match the file's (the
  * data order depends on them).  A file refused for any reason leaves all
  * three as they were. */
 int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);

@@ -7,8 +7,9 @@
  * buffer every rank maps (dt_comm_alloc_common), and each rank sums the
  * clipping norm's blocks and runs AdamW on its slice only (whole norm
  * blocks).  AdamW is elementwise and the norm's partition into blocks is
- * fixed (grad_norm.h), so every bit is what each rank would compute doing all
- * of it; the optimizer's memory traffic and work per rank are 1/p, and the
+ * fixed (worker/optim/grad_norm.h), so every bit is what each rank would
+ * compute doing all of it; the optimizer's memory traffic and work per rank
+ * are 1/p, and the
  * host holds one copy instead of p.  Each rank keeps its own gradient arena,
  * in shared memory, where backward writes; the all-reduce reads the peers'
  * arenas in place and writes the average into one host-wide array (comm.h:
@@ -37,9 +38,9 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
-#include "worker/adamw.h"
-#include "worker/grad_norm.h"
-#include "worker/model.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_norm.h"
+#include "worker/models/model.h"
 #include "worker/trace.h"
 
 struct dt_host_state {

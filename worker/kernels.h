@@ -22,7 +22,8 @@ enum dt_kact { DT_KACT_NONE, DT_KACT_RELU, DT_KACT_GELU };
 /* The precision a value is rounded to (AMP keeps low-precision values in float arrays). */
 enum dt_kprec { DT_KPREC_F32, DT_KPREC_BF16, DT_KPREC_F16 };
 
-/* Scalars of one AdamW step, computed in double by adamw.c as torch does. */
+/* Scalars of one AdamW step, computed in double by worker/optim/adamw.c as
+ * torch does. */
 struct dt_adamw_scalars {
     float decay;       /* 1 - lr * weight_decay */
     float w1;          /* 1 - beta1: the lerp weight */
@@ -57,7 +58,8 @@ struct dt_kernels {
     double (*xent)(float *dlogits, const float *logits, const int32_t *y, int B, int C, float dscale,
                    int64_t *correct);
     /* out[b] = sum of x^2 over x[b block, min((b+1) block, n)), in double; each
-     * block's sum has the same bits whatever the threads (grad_norm.h) */
+     * block's sum has the same bits whatever the threads
+     * (worker/optim/grad_norm.h) */
     void (*sumsq_blocks)(double *out, const float *x, size_t n, size_t block);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const struct dt_adamw_scalars *s);
     /* 64-bit hash of the bytes of x (desync detection); equal data, equal hash */
@@ -83,21 +85,25 @@ extern const struct dt_kernels dt_kernels_cpu;
  * device except read_stats, eval_batch, get_state and sample; a step enqueues
  * and returns, so the host runs ahead and the device never idles.  The data
  * set is uploaded once (bytes) and each batch crosses PCIe as its indices
- * only, through pinned double buffers on a copy stream.
+ * only, through pinned double buffers on a copy stream.  The engine knows no
+ * model: it is given the host model and runs its device half through the
+ * model's ops (CUDA: worker/cuda/model_cuda.h).
  */
 struct dt_comm;
 struct dt_dataset;
 struct dt_dev_model;
+struct dt_model;
 
 struct dt_dev_config {
     int device;                     /* CUDA device index */
-    int n_layers;
-    int dims[18];                   /* in, hidden..., classes (n_layers + 1 entries) */
-    enum dt_kact act;
+    /* The host model (worker/models/model.h): its layout, initial (or
+     * resumed) parameters, and through its ops its device half */
+    const struct dt_model *model;
     int batch, max_batch;           /* training batch (graphs are captured for it); most rows at once */
     bool bf16, fp16;                /* GEMMs in bf16 / fp16 with fp32 master weights (trainer.amp.dtype) */
     /* fp16's loss scaling (torch.amp.GradScaler's rules, run on the device)
-     * from the host scaler's state (grad_scaler.h; resumed from a checkpoint) */
+     * from the host scaler's state (worker/optim/grad_scaler.h; resumed from a
+     * checkpoint) */
     bool dynamic_scale;
     float scale;
     int growth_tracker;
@@ -112,9 +118,8 @@ struct dt_dev_config {
     struct dt_comm *comm;           /* NULL or world 1: nothing to reduce; else an NCCL communicator */
     const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
     int n_buckets;
-    /* initial state (host, the CPU model's arenas): parameters, AdamW moments and step */
-    const float *params, *m, *v;
-    size_t n_params;
+    /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */
+    const float *m, *v;
     int64_t adam_step;
 };
 
@@ -151,8 +156,5 @@ struct dt_device_kernels {
      * the device; NAN where unknown.  NULL: the engine cannot tell. */
     int (*read_split)(struct dt_dev_model *d, double split_s[5]);
 };
-
-/* The table of `device` ("cuda"), or NULL when this build has none. */
-const struct dt_device_kernels *dt_device_kernels_find(const char *device);
 
 #endif

@@ -1,11 +1,11 @@
 /* reducer.h - data-parallel gradient averaging in buckets, overlapped with backward.
  *
- * The gradient arena (model.h) is cut into buckets of whole tensors in
- * reverse parameter order, the order backward produces them: the first bucket
- * closes at first_bucket_bytes (1 MiB, as PyTorch DDP's rebuilt buckets), the
- * others at bucket_cap_bytes (25 MiB); a weight written in row chunks gets a
- * bucket per chunk (the last, the first rows, is the smallest).  Buckets are views into the arena, so
- * nothing is copied.  While backward runs, dt_reducer_ready() learns which
+ * The gradient arena (worker/models/model.h) is cut into buckets of whole
+ * tensors in reverse parameter order, the order backward produces them: the
+ * first bucket closes at first_bucket_bytes (1 MiB, as PyTorch DDP's rebuilt
+ * buckets), the others at bucket_cap_bytes (25 MiB); a tensor written in row
+ * chunks gets a bucket per chunk (the last, the first rows, is the smallest).
+ * Buckets are views into the arena, so nothing is copied.  While backward runs, dt_reducer_ready() learns which
  * range has its final gradients; every bucket that is complete starts its
  * all-reduce (average) on the communicator's thread at once, in bucket order
  * on every rank.  dt_reducer_finish() waits for all of them: the optimizer

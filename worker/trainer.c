@@ -20,12 +20,10 @@
 
 static int check_spec(const struct dt_trainer_spec *s)
 {
-    if (strcmp(s->model.type, "mlp"))
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.model.type '%s': this trainer builds 'mlp'", s->model.type);
     if (strcmp(s->data.dataset, "fashion-mnist"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
                             s->data.dataset);
-    if (s->device == DT_DEVICE_CUDA && !dt_device_kernels_find("cuda"))
+    if (s->device == DT_DEVICE_CUDA && !dt_trainer__device_kernels(s->device))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
@@ -58,22 +56,36 @@ static void set_threads(struct dt_trainer *t)
     t->k->set_threads(n);
 }
 
+/* The model of trainer.model.type for the training set's shape, with room
+ * for evaluation batches. */
 static int build_model(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
-    enum dt_kact act = s->model.activation == DT_ACT_GELU ? DT_KACT_GELU : DT_KACT_RELU;
     t->eval_batch = s->data.batch_size > 1000 ? s->data.batch_size : 1000;
-    int rc = dt_model_create_mlp(t->k, t->train.rows * t->train.cols, s->model.hidden, s->model.n_hidden,
-                                 t->train.classes, act, t->eval_batch, s->seed, &t->model);
+    struct dt_model_config c = {.spec = &s->model,
+                                .k = t->k,
+                                .max_batch = t->eval_batch,
+                                .seed = s->seed,
+                                .data = {.kind = DT_BATCH_IMAGES,
+                                         .features = t->train.rows * t->train.cols,
+                                         .classes = t->train.classes}};
+    int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
+    for (int i = 0; i < t->model->n_tensors; i++)
+        if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
+            return dt_error_set(
+                DT_EUNSUPPORTED,
+                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and "
+                "this optimizer applies one decay to every parameter",
+                s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
                                          [DT_AMP_FP16] = DT_KPREC_F16};
     if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))
         return rc;
-    t->eval_x = calloc((size_t)t->eval_batch * (size_t)(t->train.rows * t->train.cols), sizeof(float));
-    t->eval_y = calloc((size_t)t->eval_batch, sizeof(int32_t));
-    if (!t->eval_x || !t->eval_y)
+    t->eval.x = calloc((size_t)t->eval_batch * (size_t)c.data.features, sizeof(float));
+    t->eval.y = calloc((size_t)t->eval_batch, sizeof(int32_t));
+    if (!t->eval.x || !t->eval.y)
         return dt_error_set(DT_ENOMEM, "trainer: no memory for evaluation batches");
     /* DDP starts from rank 0's parameters; with one seed they agree anyway.
      * On a device the engine broadcasts its own copy. */
@@ -84,9 +96,9 @@ static int build_model(struct dt_trainer *t)
 }
 
 /* Buckets follow the ranges backward reports: with overlap, each chunk of a
- * weight written in row chunks (model.h) is its own bucket, so the first
- * layer's weight, written last in backward, is not one all-reduce that
- * nothing can hide; only its first 64 rows are. */
+ * tensor written in row chunks (worker/models/model.h) is its own bucket, so
+ * the first layer's weight, written last in backward, is not one all-reduce
+ * that nothing can hide; only its first 64 rows are. */
 static int build_reducer(struct dt_trainer *t)
 {
     const double MiB = 1024.0 * 1024.0;
@@ -249,7 +261,7 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         dt_host_state_share_norm(&t->hs, &t->gnorm);
     if (!rc && t->spec.device != DT_DEVICE_CPU)
-        rc = dt_trainer_device_create(t);
+        rc = dt_trainer__device_create(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
@@ -308,8 +320,8 @@ void dt_trainer_destroy(struct dt_trainer *t)
     dt_adamw_release(&t->opt);
     dt_model_destroy(t->model);
     dt_host_state_release(&t->hs);
-    free(t->eval_x);
-    free(t->eval_y);
+    free(t->eval.x);
+    free(t->eval.y);
     dt_data_release(&t->train);
     dt_data_release(&t->test);
     free(t);
@@ -327,7 +339,7 @@ struct dt_trace *dt_trainer_trace(struct dt_trainer *t)
 
 /* Test loss and accuracy over the whole test set: rank r takes the r-th
  * contiguous share, sums go through one all-reduce. */
-int dt_trainer_evaluate(struct dt_trainer *t)
+int dt_trainer__evaluate(struct dt_trainer *t)
 {
     int64_t lo = t->test.n * t->rank / t->world, hi = t->test.n * (t->rank + 1) / t->world;
     double sums[3] = {0, 0, (double)(hi - lo)};
@@ -341,8 +353,8 @@ int dt_trainer_evaluate(struct dt_trainer *t)
                 return rc;
             sums[0] += loss;
         } else {
-            dt_loader_fill_range(&t->test, at, n, t->eval_x, t->eval_y);
-            sums[0] += dt_model_eval_batch(t->model, t->eval_x, t->eval_y, n, &hits);
+            dt_loader_fill_range(&t->test, at, n, &t->eval);
+            sums[0] += dt_model_eval_batch(t->model, &t->eval, &hits);
         }
         sums[1] += (double)hits;
     }
@@ -355,13 +367,13 @@ int dt_trainer_evaluate(struct dt_trainer *t)
 }
 
 /* Only rank 0 writes: parameters and moments are the same on every rank. */
-int dt_trainer_save(struct dt_trainer *t)
+int dt_trainer__save(struct dt_trainer *t)
 {
     if (t->rank != 0)
         return 0;
     int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
     if (!rc)
-        rc = dt_trainer_device_scaler(t);
+        rc = dt_trainer__device_scaler(t);
     if (rc)
         return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,

@@ -1,7 +1,8 @@
 /* trainer.h - the bundled trainer: one rank's training loop.
  *
- * Reads the `trainer:` section (trainer_spec.h) and trains the MLP on
- * Fashion-MNIST with data parallelism over a communicator: each rank draws its
+ * Reads the `trainer:` section (spec/trainer_spec.h) and trains the model of
+ * trainer.model.type (worker/models/: the MLP today) on Fashion-MNIST with
+ * data parallelism over a communicator: each rank draws its
  * share of every epoch (DistributedSampler order), gradients are averaged in
  * buckets while backward runs, AdamW with OneCycle (or a constant lr) steps
  * the same way on every rank.  Rank 0 writes metrics.jsonl, checkpoints and

@@ -1,7 +1,8 @@
-/* trainer_device.c - the trainer on an accelerator: the engine of kernels.h
- * (struct dt_device_kernels) built from what setup made for the CPU: the
- * model's layout and initial (or resumed) parameters, AdamW's state, the
- * reducer's buckets, the data sets and the sampler's settings.
+/* trainer_device.c - the trainer on an accelerator: which accelerator tables
+ * this build has, and the engine of kernels.h (struct dt_device_kernels)
+ * built from what setup made for the CPU: the host model (its layout, initial
+ * or resumed parameters and, through its ops, its device half), AdamW's
+ * state, the reducer's buckets, the data sets and the sampler's settings.
  *
  * The loop (trainer_loop.c) then calls the engine at the points where it
  * would call the CPU model; the CPU arenas stay as the host mirror that
@@ -14,9 +15,26 @@
 #include "base/error.h"
 #include "base/log.h"
 
+/* The CUDA table exists only when nvcc built worker/cuda/; without it a
+ * trainer.device: cuda job gets a sentence (trainer.c), not a link error. */
+#ifdef DT_HAVE_CUDA
+extern const struct dt_device_kernels dt_device_kernels_cuda;
+#endif
+
+const struct dt_device_kernels *dt_trainer__device_kernels(enum dt_device device)
+{
+#ifdef DT_HAVE_CUDA
+    if (device == DT_DEVICE_CUDA)
+        return &dt_device_kernels_cuda;
+#else
+    (void)device;
+#endif
+    return NULL;
+}
+
 /* fp16: the host scaler mirrors the device's (metrics rows, checkpoints);
  * optimizer steps not taken by AdamW were skipped. */
-int dt_trainer_device_scaler(struct dt_trainer *t)
+int dt_trainer__device_scaler(struct dt_trainer *t)
 {
     if (!t->dev || !t->scaler.enabled)
         return 0;
@@ -32,11 +50,11 @@ int dt_trainer_device_scaler(struct dt_trainer *t)
     return 0;
 }
 
-int dt_trainer_device_create(struct dt_trainer *t)
+int dt_trainer__device_create(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
     const char *name = s->device == DT_DEVICE_CUDA ? "cuda" : "?";
-    t->devk = dt_device_kernels_find(name);
+    t->devk = dt_trainer__device_kernels(s->device);
     if (!t->devk)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device %s: not built into this dtrain", name);
     /* bf16 has fp32's range: no loss scaling on the device (torch's bf16
@@ -52,8 +70,7 @@ int dt_trainer_device_create(struct dt_trainer *t)
         buckets[i][1] = t->red.b[i].hi;
     }
     struct dt_dev_config c = {.device = -1,
-                              .n_layers = m->n_layers,
-                              .act = m->layer[0].act,
+                              .model = m,
                               .batch = s->data.batch_size,
                               .max_batch =
                                   t->eval_batch > s->data.batch_size ? t->eval_batch : s->data.batch_size,
@@ -80,14 +97,9 @@ int dt_trainer_device_create(struct dt_trainer *t)
                               .comm = t->comm,
                               .buckets = (const size_t(*)[2])buckets,
                               .n_buckets = t->red.nb,
-                              .params = m->params,
                               .m = t->opt.m,
                               .v = t->opt.v,
-                              .n_params = m->n_params,
                               .adam_step = t->opt.step};
-    c.dims[0] = m->in;
-    for (int l = 0; l < m->n_layers; l++)
-        c.dims[l + 1] = m->layer[l].out;
     int rc = t->devk->create(&c, &t->dev);
     free(buckets); /* the engine keeps its own copy */
     if (!rc && t->rank == 0)

@@ -4,16 +4,16 @@
 #ifndef DT_TRAINER_INTERNAL_H
 #define DT_TRAINER_INTERNAL_H
 
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
-#include "worker/grad_norm.h"
+#include "worker/optim/grad_norm.h"
 #include "worker/host_state.h"
-#include "worker/grad_scaler.h"
-#include "worker/idx.h"
-#include "worker/loader.h"
+#include "worker/optim/grad_scaler.h"
+#include "worker/data/idx.h"
+#include "worker/data/loader.h"
 #include "worker/metrics.h"
-#include "worker/model.h"
-#include "worker/onecycle.h"
+#include "worker/models/model.h"
+#include "worker/optim/onecycle.h"
 #include "worker/reducer.h"
 #include "worker/tbevents.h"
 #include "worker/trace.h"
@@ -36,16 +36,15 @@ struct dt_trainer {
     struct dt_onecycle sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
-    struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (grad_norm.h) */
+    struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (worker/optim/grad_norm.h) */
     struct dt_loader *loader;
     struct dt_metrics metrics;
     struct dt_tb_writer *tb;       /* rank 0's TensorBoard scalars (NULL on other ranks) */
     struct dt_trace *trace;        /* spans of the trace: window (NULL when tracing is off) */
     char run_dir[4096], ckpt_dir[4096 + 4096 + 2];
     int64_t batches_per_epoch, steps_per_epoch, total_steps;
-    int eval_batch;
-    float *eval_x;
-    int32_t *eval_y;
+    int eval_batch;                /* rows per evaluation batch */
+    struct dt_batch eval;          /* its buffers */
     /* position */
     int64_t step, epoch, batch;
     int64_t resumed_from;
@@ -57,11 +56,14 @@ struct dt_trainer {
     bool stopping;                 /* every rank saw a stop request at the last metrics row */
 };
 
-int dt_trainer_evaluate(struct dt_trainer *t);
-int dt_trainer_save(struct dt_trainer *t);
-int dt_trainer_loop(struct dt_trainer *t);
-/* trainer_device.c: the accelerator's engine from the CPU model's state */
-int dt_trainer_device_create(struct dt_trainer *t);
-int dt_trainer_device_scaler(struct dt_trainer *t);
+/* trainer.c: evaluation over the test set, a checkpoint (rank 0) */
+int dt_trainer__evaluate(struct dt_trainer *t);
+int dt_trainer__save(struct dt_trainer *t);
+/* trainer_device.c: the accelerator table of trainer.device (NULL when this
+ * build has none), the engine made from the CPU model's state, and the host
+ * scaler refreshed from the device's */
+const struct dt_device_kernels *dt_trainer__device_kernels(enum dt_device device);
+int dt_trainer__device_create(struct dt_trainer *t);
+int dt_trainer__device_scaler(struct dt_trainer *t);
 
 #endif

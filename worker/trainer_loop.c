@@ -42,7 +42,7 @@ static int device_micro_batches(struct dt_trainer *t, int k, double *rows)
  * when no all-reduce (one rank), no AMP unscale and no test hook will change
  * them after backward: then the norm is summed block by block right behind
  * backward, while they are still in cache, instead of in one more pass over
- * the whole arena (grad_norm.h: the same bits either way). */
+ * the whole arena (worker/optim/grad_norm.h: the same bits either way). */
 static bool norm_in_backward(const struct dt_trainer *t)
 {
     return t->world <= 1 && !t->scaler.enabled && !t->o.after_reduce;
@@ -85,10 +85,10 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
                                 (long long)t->batch);
         /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches;
          * under AMP times the loss scale (a power of two while dynamic: exact). */
-        float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)b->n * (float)k);
+        float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)dt_batch_terms(b) * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         struct ready_ctx ready = {t, early && i == k - 1};
-        *loss += dt_model_train_batch(t->model, b->x, b->y, b->n, dscale, i > 0, grads_ready, &ready, NULL);
+        *loss += dt_model_train_batch(t->model, b, dscale, i > 0, grads_ready, &ready);
         int64_t b0 = t->model->backward_start_ns, b1 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
@@ -168,7 +168,7 @@ static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
     int rc = t->devk->read_stats(t->dev, &w->loss, norm);
     if (rc)
         return dt_error_prefix("step %lld", (long long)t->step);
-    if ((rc = dt_trainer_device_scaler(t)))
+    if ((rc = dt_trainer__device_scaler(t)))
         return rc;
     double split[DT_METRICS_SPLIT];
     if (t->devk->read_split && (rc = t->devk->read_split(t->dev, split)) == 0) {
@@ -245,7 +245,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
 static int eval_row(struct dt_trainer *t)
 {
     int64_t e0 = dt_clock_ns();
-    int rc = dt_trainer_evaluate(t);
+    int rc = dt_trainer__evaluate(t);
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_clock_ns());
     if (rc)
         return rc;
@@ -282,7 +282,7 @@ static int between_steps(struct dt_trainer *t)
     if (!rc && s->checkpoint.every_steps > 0 && t->step % s->checkpoint.every_steps == 0 &&
         t->step < t->total_steps) {
         int64_t c0 = dt_clock_ns();
-        rc = dt_trainer_save(t);
+        rc = dt_trainer__save(t);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "checkpoint", c0, dt_clock_ns());
     }
     return rc;
@@ -302,7 +302,7 @@ static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
         dt_trace_span(t->trace, DT_TRACE_LAUNCH, "first step", s0, end);
 }
 
-int dt_trainer_loop(struct dt_trainer *t)
+static int loop(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
     struct window w = {0, 0, dt_clock_s()};
@@ -390,17 +390,17 @@ static int gather_work(struct dt_trainer *t, struct dt_metrics_summary *s, doubl
 int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
 {
     double samples0 = t->samples;
-    int rc = dt_trainer_loop(t);
+    int rc = loop(t);
     int trc = dt_trace_write_dir(t->trace, t->run_dir); /* also after a failure: the trace shows where */
     rc = rc ? rc : trc;
     bool finished = t->step >= t->total_steps;
     if (!rc && finished && t->evaluated_at != t->step)
         rc = eval_row(t);
     if (!rc && finished) /* stop_after stands for a kill: no final checkpoint */
-        rc = dt_trainer_save(t);
+        rc = dt_trainer__save(t);
     int every_ckpt = t->spec.checkpoint.every_steps;
     if (!rc && !finished && t->stopping && !(every_ckpt > 0 && t->step % every_ckpt == 0))
-        rc = dt_trainer_save(t); /* between_steps has not saved this step */
+        rc = dt_trainer__save(t); /* between_steps has not saved this step */
     double wait_before = t->red.wait_s, allreduce_s = NAN;
     if (!rc)
         rc = time_allreduce(t, &allreduce_s);

@@ -21,9 +21,9 @@
  */
 #include "base/error.h"
 #include "base/log.h"
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
-#include "worker/model.h"
+#include "tests/unit/mlp_fixture.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -43,7 +43,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     const int hidden[1] = {3};
-    if (dt_model_create_mlp(&dt_kernels_cpu, 2, hidden, 1, 2, DT_KACT_RELU, 1, 1, &model) ||
+    if (mlp_fixture(2, hidden, 1, 2, DT_ACT_RELU, 1, 1, &model) ||
         dt_adamw_init(&opt, &dt_kernels_cpu, model->n_params, 0.999, 1e-8, 0.01))
         abort();
     fd = memfd_create("fuzz_ckpt", 0);

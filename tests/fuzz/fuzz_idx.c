@@ -13,7 +13,7 @@
  * Not a test of the Fashion-MNIST loader's label checks (tests/unit/test_idx.c).
  */
 #include "base/error.h"
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/trainer.h"
 
 struct run {

@@ -9,8 +9,8 @@
 
 #include <stdlib.h>
 
-#include "worker/adamw.h"
-#include "worker/onecycle.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/onecycle.h"
 #include "fixture.h"
 
 static double jnum(const char *json, const char *key)

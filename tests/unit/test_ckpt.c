@@ -23,10 +23,10 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "worker/ckpt.h"
-#include "worker/model.h"
 #include "worker/safetensors.h"
+#include "mlp_fixture.h"
 
 struct fx {
     char dir[64];
@@ -41,7 +41,7 @@ static int setup(void **state)
     if (!mkdtemp(f->dir))
         return -1;
     const int hidden[2] = {256, 128};
-    if (dt_model_create_mlp(&dt_kernels_cpu, 784, hidden, 2, 10, DT_KACT_RELU, 4, 1, &f->m) ||
+    if (mlp_fixture(784, hidden, 2, 10, DT_ACT_RELU, 4, 1, &f->m) ||
         dt_adamw_init(&f->a, &dt_kernels_cpu, f->m->n_params, 0.999, 1e-8, 0.01))
         return -1;
     dt_log_set_level(DT_LOG_ERROR); /* the rejections are expected here */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/grad_norm.h"
+#include "worker/optim/grad_norm.h"
 
 /* Not a multiple of the block, and large enough for the kernel to split it
  * over the pool (a whole-arena pass: >= 2^20 floats). */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "test_comm_harness.h"
-#include "worker/grad_scaler.h"
+#include "worker/optim/grad_scaler.h"
 #include "worker/kernels.h"
 #include "fixture.h"
 

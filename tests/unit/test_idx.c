@@ -14,7 +14,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 

@@ -1,6 +1,7 @@
 /* test_loader.c - the loader threads give the sampler's order, normalised as
  * torchvision does, for any number of workers and queue depth; a short last
- * batch or none with drop_last; starting mid-epoch gives the same batches. */
+ * batch or none with drop_last; starting mid-epoch gives the same batches;
+ * a batch's loss terms (one per image, one per target token). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "worker/loader.h"
+#include "worker/data/loader.h"
 
 /* 1003 tiny 2x2 "images": pixel j of image i is (i * 7 + j) % 256, label i % 10. */
 static struct dt_dataset make_set(void)
@@ -88,7 +89,9 @@ static void normalisation_as_torchvision(void **state)
     d.labels = lab;
     float x[2];
     int32_t y[2];
-    dt_loader_fill_range(&d, 0, 2, x, y);
+    struct dt_batch b = {.x = x, .y = y};
+    dt_loader_fill_range(&d, 0, 2, &b);
+    assert_int_equal(b.n, 2);
     assert_true(x[0] > -0.81020f && x[0] < -0.81019f);
     assert_true(x[1] > 2.02266f && x[1] < 2.02267f);
     assert_int_equal(y[1], 4);
@@ -107,12 +110,22 @@ static void bad_options(void **state)
     dt_data_release(&d);
 }
 
+static void batch_terms(void **state)
+{
+    (void)state;
+    struct dt_batch images = {.kind = DT_BATCH_IMAGES, .n = 7};
+    struct dt_batch tokens = {.kind = DT_BATCH_TOKENS, .n = 7, .T = 1024};
+    assert_int_equal(dt_batch_terms(&images), 7);
+    assert_int_equal(dt_batch_terms(&tokens), 7 * 1024);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_and_values),
         cmocka_unit_test(normalisation_as_torchvision),
         cmocka_unit_test(bad_options),
+        cmocka_unit_test(batch_terms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

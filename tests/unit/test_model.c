@@ -1,7 +1,9 @@
 /* test_model.c - the MLP's logits, loss and gradients for a fixed batch against
  * PyTorch (tests/fixtures/mlp.safetensors, <= 1e-5 relative), 10 AdamW steps of
  * loss, the order in which backward hands gradient ranges to the reducer, and
- * row-chunked weight gradients equal to whole ones. */
+ * row-chunked weight gradients equal to whole ones; the model table (an
+ * unknown type or a data set of the wrong kind is refused with a sentence)
+ * and the MLP's named tensors (PyTorch's names and order, tiling the arena). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,24 +13,25 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "worker/adamw.h"
-#include "worker/model.h"
+#include "base/error.h"
+#include "worker/optim/adamw.h"
 #include "fixture.h"
+#include "mlp_fixture.h"
 
-static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_kact kact)
+static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_activation kact)
 {
     const int hidden[2] = {48, 24};
     struct dt_model *m;
-    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 784, hidden, 2, 10, kact, 16, 0, &m), 0);
+    assert_int_equal(mlp_fixture(784, hidden, 2, 10, kact, 16, 0, &m), 0);
     for (int l = 0; l < 3; l++) {
         char key[32];
         snprintf(key, sizeof key, "%s.w%d", act, l);
         const struct dt_st_tensor *w = fixture_tensor(f, key, "F32");
         snprintf(key, sizeof key, "%s.b%d", act, l);
         const struct dt_st_tensor *b = fixture_tensor(f, key, "F32");
-        assert_int_equal(fixture_numel(w), (size_t)m->layer[l].in * m->layer[l].out);
-        memcpy(m->params + m->layer[l].w, w->data, fixture_numel(w) * 4);
-        memcpy(m->params + m->layer[l].b, b->data, fixture_numel(b) * 4);
+        assert_int_equal(fixture_numel(w), dt_model_tensor_numel(mlp_tensor(m, l, 0)));
+        memcpy(m->params + mlp_tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
     }
     return m;
 }
@@ -62,7 +65,7 @@ static void check(const char *what, const float *mine, const struct dt_st_tensor
                  scale);
 }
 
-static void against_torch(const char *act, enum dt_kact kact)
+static void against_torch(const char *act, enum dt_activation kact)
 {
     struct dt_safetensors f;
     fixture_open("mlp.safetensors", &f);
@@ -72,18 +75,19 @@ static void against_torch(const char *act, enum dt_kact kact)
     char key[32];
     snprintf(key, sizeof key, "%s.x", act);
     const float *x = fixture_tensor(&f, key, "F32")->data;
-    double loss = dt_model_train_batch(m, x, y, 16, 1.0f / 16, 0, NULL, NULL, NULL) / 16;
+    struct dt_batch b = mlp_batch(x, y, 16);
+    double loss = dt_model_train_batch(m, &b, 1.0f / 16, false, NULL, NULL) / 16;
     snprintf(key, sizeof key, "%s.loss", act);
     float want = *(const float *)fixture_tensor(&f, key, "F32")->data;
     if (fabs(loss - want) > 1e-5 * fabs(want))
         fail_msg("%s loss %.9g, torch %.9g", act, loss, want);
     snprintf(key, sizeof key, "%s.logits", act);
-    check("logits", m->layer[2].h, fixture_tensor(&f, key, "F32"));
+    check("logits", dt_model_logits(m), fixture_tensor(&f, key, "F32"));
     for (int l = 0; l < 3; l++) {
         snprintf(key, sizeof key, "%s.gw%d", act, l);
-        check(key, m->grads + m->layer[l].w, fixture_tensor(&f, key, "F32"));
+        check(key, m->grads + mlp_tensor(m, l, 0)->offset, fixture_tensor(&f, key, "F32"));
         snprintf(key, sizeof key, "%s.gb%d", act, l);
-        check(key, m->grads + m->layer[l].b, fixture_tensor(&f, key, "F32"));
+        check(key, m->grads + mlp_tensor(m, l, 1)->offset, fixture_tensor(&f, key, "F32"));
     }
     /* Then 10 AdamW steps (lr 1e-3, torch defaults) on the same batch. */
     snprintf(key, sizeof key, "%s.losses", act);
@@ -92,7 +96,7 @@ static void against_torch(const char *act, enum dt_kact kact)
     assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.999, 1e-8, 0.01), 0);
     struct dt_model *fresh = load(&f, act, kact);
     for (int s = 0; s < 10; s++) {
-        double l = dt_model_train_batch(fresh, x, y, 16, 1.0f / 16, 0, NULL, NULL, NULL) / 16;
+        double l = dt_model_train_batch(fresh, &b, 1.0f / 16, false, NULL, NULL) / 16;
         if (fabs(l - losses[s]) > 1e-5 * fabs(losses[s]))
             fail_msg("%s step %d loss %.9g, torch %.9g", act, s, l, losses[s]);
         dt_adamw_step(&a, fresh->params, fresh->grads, 1e-3, 0.9, 1.0f);
@@ -106,13 +110,13 @@ static void against_torch(const char *act, enum dt_kact kact)
 static void relu_matches_torch(void **state)
 {
     (void)state;
-    against_torch("relu", DT_KACT_RELU);
+    against_torch("relu", DT_ACT_RELU);
 }
 
 static void gelu_matches_torch(void **state)
 {
     (void)state;
-    against_torch("gelu", DT_KACT_GELU);
+    against_torch("gelu", DT_ACT_GELU);
 }
 
 struct ranges {
@@ -132,13 +136,14 @@ static void ready_ranges_in_reverse_order(void **state)
     (void)state;
     const int hidden[2] = {32, 16};
     struct dt_model *m;
-    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 20, hidden, 2, 10, DT_KACT_RELU, 4, 1, &m), 0);
+    assert_int_equal(mlp_fixture(20, hidden, 2, 10, DT_ACT_RELU, 4, 1, &m), 0);
     float x[80];
     int32_t y[4] = {1, 2, 3, 4};
     for (int i = 0; i < 80; i++)
         x[i] = (float)(i % 7) - 3.0f;
     struct ranges r = {.n = 0};
-    dt_model_train_batch(m, x, y, 4, 0.25f, 0, record, &r, NULL);
+    struct dt_batch b = mlp_batch(x, y, 4);
+    dt_model_train_batch(m, &b, 0.25f, false, record, &r);
     assert_int_equal(r.n, 3);
     /* Last layer first; together the ranges tile the arena from the end down to 0. */
     assert_int_equal(r.hi[0], m->n_params);
@@ -171,8 +176,9 @@ static void two_batches(struct dt_model *m, struct seg_ranges *r)
         x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
     for (int i = 0; i < B; i++)
         y[i] = (i * 7) % 10;
-    dt_model_train_batch(m, x, y, B, 1.0f / B, 0, record_seg, r, NULL);
-    dt_model_train_batch(m, x + IN, y, B - 1, 1.0f / B, 1, NULL, NULL, NULL);
+    struct dt_batch b0 = mlp_batch(x, y, B), b1 = mlp_batch(x + IN, y, B - 1);
+    dt_model_train_batch(m, &b0, 1.0f / B, false, record_seg, r);
+    dt_model_train_batch(m, &b1, 1.0f / B, true, NULL, NULL);
 }
 
 /* Row-chunked weight gradients (chunks 0, 64, 64+128 rows for the first layer,
@@ -187,14 +193,13 @@ static void chunked_weight_grads_equal_whole(void **state)
     for (int threads = 1; threads <= 2; threads++) {
         dt_kernels_cpu.set_threads(threads);
         struct dt_model *whole, *chunked;
-        assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 2, 10, DT_KACT_RELU, 24, 3, &whole), 0);
-        assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 2, 10, DT_KACT_RELU, 24, 3, &chunked),
-                         0);
+        assert_int_equal(mlp_fixture(100, hidden, 2, 10, DT_ACT_RELU, 24, 3, &whole), 0);
+        assert_int_equal(mlp_fixture(100, hidden, 2, 10, DT_ACT_RELU, 24, 3, &chunked), 0);
         dt_model_set_grad_chunk(whole, 0);
         dt_model_set_grad_chunk(chunked, 12800);
-        assert_int_equal(dt_model_chunk_rows(chunked, 0), 128);
-        assert_int_equal(dt_model_chunk_rows(chunked, 1), 64);
-        assert_int_equal(dt_model_chunk_rows(chunked, 2), 10);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 0, 0)), 128);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 1, 0)), 64);
+        assert_int_equal(dt_model_chunk_rows(chunked, mlp_tensor(chunked, 2, 0)), 10);
         struct seg_ranges rw = {.n = 0}, rc = {.n = 0};
         two_batches(whole, &rw);
         two_batches(chunked, &rc);
@@ -234,13 +239,71 @@ static void init_is_torch_bound_and_seeded(void **state)
     (void)state;
     const int hidden[1] = {64};
     struct dt_model *a, *b;
-    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 1, 10, DT_KACT_RELU, 2, 7, &a), 0);
-    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 100, hidden, 1, 10, DT_KACT_RELU, 2, 7, &b), 0);
+    assert_int_equal(mlp_fixture(100, hidden, 1, 10, DT_ACT_RELU, 2, 7, &a), 0);
+    assert_int_equal(mlp_fixture(100, hidden, 1, 10, DT_ACT_RELU, 2, 7, &b), 0);
     assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
     for (size_t i = 0; i < (size_t)64 * 100; i++)
         assert_true(fabsf(a->params[i]) <= 0.1f);
     dt_model_destroy(a);
     dt_model_destroy(b);
+}
+
+static void table_refuses_unknown_type_and_wrong_data(void **state)
+{
+    (void)state;
+    struct dt_model_spec s = {.type = "gpt3", .n_hidden = 1, .hidden = {8}};
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = 2,
+                                .data = {.kind = DT_BATCH_IMAGES, .features = 4, .classes = 3}};
+    struct dt_model dummy, *m = &dummy;
+    assert_int_equal(dt_model_create(&c, &m), DT_EUNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(dt_error_last(), "'gpt3'"));
+    assert_non_null(strstr(dt_error_last(), "mlp")); /* the known types are named */
+    strcpy(s.type, "mlp");
+    c.data = (struct dt_batch_shape){.kind = DT_BATCH_TOKENS, .seq_len = 8, .vocab = 256};
+    assert_int_equal(dt_model_create(&c, &m), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "token sequences"));
+    c.data = (struct dt_batch_shape){.kind = DT_BATCH_IMAGES, .features = 4, .classes = 3};
+    assert_int_equal(dt_model_create(&c, &m), 0);
+    assert_ptr_equal(m->ops->name, "mlp");
+    dt_model_destroy(m);
+}
+
+/* nn.Sequential(Linear(20, 32), ReLU(), Linear(32, 16), ReLU(), Linear(16, 10)).state_dict()
+ * has these names and shapes in this order; in the arena they follow each other. */
+static void mlp_tensors_are_pytorch_state_dict(void **state)
+{
+    (void)state;
+    const int hidden[2] = {32, 16};
+    struct dt_model *m;
+    assert_int_equal(mlp_fixture(20, hidden, 2, 10, DT_ACT_RELU, 4, 1, &m), 0);
+    static const struct {
+        const char *name;
+        int ndim;
+        int64_t rows, cols;
+    } want[] = {{"layers.0.weight", 2, 32, 20}, {"layers.0.bias", 1, 32, 0},
+                {"layers.2.weight", 2, 16, 32}, {"layers.2.bias", 1, 16, 0},
+                {"layers.4.weight", 2, 10, 16}, {"layers.4.bias", 1, 10, 0}};
+    assert_int_equal(m->n_tensors, 6);
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        assert_string_equal(t->name, want[i].name);
+        assert_int_equal(t->ndim, want[i].ndim);
+        assert_int_equal(t->shape[0], want[i].rows);
+        if (t->ndim == 2)
+            assert_int_equal(t->shape[1], want[i].cols);
+        assert_int_equal(t->offset, at);
+        assert_true(t->decay); /* torch.optim.AdamW(model.parameters()) decays every one */
+        assert_int_equal(t->row_chunks, t->ndim == 2);
+        at += dt_model_tensor_numel(t);
+    }
+    assert_int_equal(at, m->n_params);
+    assert_ptr_equal(dt_model_find_tensor(m, "layers.2.bias"), &m->tensors[3]);
+    assert_null(dt_model_find_tensor(m, "layers.1.weight"));
+    dt_model_destroy(m);
 }
 
 int main(void)
@@ -251,6 +314,8 @@ int main(void)
         cmocka_unit_test(ready_ranges_in_reverse_order),
         cmocka_unit_test(chunked_weight_grads_equal_whole),
         cmocka_unit_test(init_is_torch_bound_and_seeded),
+        cmocka_unit_test(table_refuses_unknown_type_and_wrong_data),
+        cmocka_unit_test(mlp_tensors_are_pytorch_state_dict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

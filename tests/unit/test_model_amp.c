@@ -11,24 +11,24 @@
 
 #include <stdlib.h>
 
-#include "worker/adamw.h"
-#include "worker/grad_scaler.h"
-#include "worker/model.h"
+#include "worker/optim/adamw.h"
+#include "worker/optim/grad_scaler.h"
 #include "fixture.h"
+#include "mlp_fixture.h"
 
-static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_kact kact)
+static struct dt_model *load(const struct dt_safetensors *f, const char *act, enum dt_activation kact)
 {
     const int hidden[2] = {48, 24};
     struct dt_model *m;
-    assert_int_equal(dt_model_create_mlp(&dt_kernels_cpu, 784, hidden, 2, 10, kact, 16, 0, &m), 0);
+    assert_int_equal(mlp_fixture(784, hidden, 2, 10, kact, 16, 0, &m), 0);
     for (int l = 0; l < 3; l++) {
         char key[32];
         snprintf(key, sizeof key, "%s.w%d", act, l);
         const struct dt_st_tensor *w = fixture_tensor(f, key, "F32");
         snprintf(key, sizeof key, "%s.b%d", act, l);
         const struct dt_st_tensor *b = fixture_tensor(f, key, "F32");
-        memcpy(m->params + m->layer[l].w, w->data, fixture_numel(w) * 4);
-        memcpy(m->params + m->layer[l].b, b->data, fixture_numel(b) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 0)->offset, w->data, fixture_numel(w) * 4);
+        memcpy(m->params + mlp_tensor(m, l, 1)->offset, b->data, fixture_numel(b) * 4);
     }
     return m;
 }
@@ -65,7 +65,8 @@ struct tol {
  * values (measured: bit-identical here), so the bound is about one unit in
  * the low type's last place, room for another BLAS's summation order; against
  * fp32 it is two such units, the type's own precision (bf16 2^-8, fp16 2^-11). */
-static void against(const char *act, enum dt_kact kact, const char *type, enum dt_kprec prec, struct tol t)
+static void against(const char *act, enum dt_activation kact, const char *type, enum dt_kprec prec,
+                    struct tol t)
 {
     struct dt_safetensors f, g;
     fixture_open("amp.safetensors", &f);
@@ -75,7 +76,8 @@ static void against(const char *act, enum dt_kact kact, const char *type, enum d
     const float *x;
     int32_t y[16];
     batch(&g, act, &x, y);
-    double loss = dt_model_train_batch(m, x, y, 16, 1.0f / 16, 0, NULL, NULL, NULL) / 16;
+    struct dt_batch b = mlp_batch(x, y, 16);
+    double loss = dt_model_train_batch(m, &b, 1.0f / 16, false, NULL, NULL) / 16;
     char key[48];
     snprintf(key, sizeof key, "%s.%s.loss", act, type);
     float tl = *(const float *)fixture_tensor(&f, key, "F32")->data;
@@ -84,16 +86,16 @@ static void against(const char *act, enum dt_kact kact, const char *type, enum d
     if (fabs(loss - tl) > 1e-6 * tl || fabs(loss - fl) > t.loss * fl)
         fail_msg("%s %s: loss %.9g, torch autocast %.9g, fp32 %.9g", act, type, loss, tl, fl);
     snprintf(key, sizeof key, "%s.%s.logits", act, type);
-    double e1 = rel(m->layer[2].h, fixture_tensor(&f, key, "F32")->data, 160);
+    double e1 = rel(dt_model_logits(m), fixture_tensor(&f, key, "F32")->data, 160);
     snprintf(key, sizeof key, "%s.logits", act);
-    double e2 = rel(m->layer[2].h, fixture_tensor(&g, key, "F32")->data, 160);
+    double e2 = rel(dt_model_logits(m), fixture_tensor(&g, key, "F32")->data, 160);
     if (e1 > t.vs_torch || e2 > t.logits)
         fail_msg("%s %s logits: %.3g from torch autocast (limit %g), %.3g from fp32 (limit %g)", act, type, e1,
                  t.vs_torch, e2, t.logits);
     for (int l = 0; l < 3; l++)
         for (int b = 0; b < 2; b++) {
-            size_t n = b ? (size_t)m->layer[l].out : (size_t)m->layer[l].out * m->layer[l].in;
-            const float *mine = m->grads + (b ? m->layer[l].b : m->layer[l].w);
+            size_t n = dt_model_tensor_numel(mlp_tensor(m, l, b));
+            const float *mine = m->grads + mlp_tensor(m, l, b)->offset;
             snprintf(key, sizeof key, "%s.%s.g%c%d", act, type, b ? 'b' : 'w', l);
             double e = rel(mine, fixture_tensor(&f, key, "F32")->data, n);
             if (e > t.vs_torch)
@@ -108,10 +110,10 @@ static void matches_torch_autocast(void **state)
 {
     (void)state;
     const struct tol bf16 = {4e-3, 8e-3, 1e-3}, fp16 = {5e-4, 1e-3, 1.2e-4};
-    against("relu", DT_KACT_RELU, "bf16", DT_KPREC_BF16, bf16);
-    against("relu", DT_KACT_RELU, "fp16", DT_KPREC_F16, fp16);
-    against("gelu", DT_KACT_GELU, "bf16", DT_KPREC_BF16, bf16);
-    against("gelu", DT_KACT_GELU, "fp16", DT_KPREC_F16, fp16);
+    against("relu", DT_ACT_RELU, "bf16", DT_KPREC_BF16, bf16);
+    against("relu", DT_ACT_RELU, "fp16", DT_KPREC_F16, fp16);
+    against("gelu", DT_ACT_GELU, "bf16", DT_KPREC_BF16, bf16);
+    against("gelu", DT_ACT_GELU, "fp16", DT_KPREC_F16, fp16);
 }
 
 /* 30 AdamW steps on the fixture batch with the loss multiplied by 2^-28:
@@ -121,7 +123,7 @@ static void matches_torch_autocast(void **state)
  * without it every gradient is 0 and the loss cannot fall. */
 static double train_tiny_loss(const struct dt_safetensors *g, enum dt_kprec prec, bool scaled, int64_t *skipped)
 {
-    struct dt_model *m = load(g, "relu", DT_KACT_RELU);
+    struct dt_model *m = load(g, "relu", DT_ACT_RELU);
     assert_int_equal(dt_model_set_precision(m, prec), 0);
     const float *x;
     int32_t y[16];
@@ -135,7 +137,8 @@ static double train_tiny_loss(const struct dt_safetensors *g, enum dt_kprec prec
     double loss = 0;
     for (int step = 0; step < 30; step++) {
         float dscale = 0x1p-28f * dt_grad_scaler_loss_scale(&s) / 16;
-        loss = dt_model_train_batch(m, x, y, 16, dscale, 0, NULL, NULL, NULL) / 16;
+        struct dt_batch b = mlp_batch(x, y, 16);
+        loss = dt_model_train_batch(m, &b, dscale, false, NULL, NULL) / 16;
         bool skip;
         bool bad = dt_kernels_cpu.unscale(m->grads, m->n_params, dt_grad_scaler_inv_scale(&s));
         assert_int_equal(dt_grad_scaler_agree(&s, NULL, bad, &skip), 0);

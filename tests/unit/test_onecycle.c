@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 
-#include "worker/onecycle.h"
+#include "worker/optim/onecycle.h"
 #include "fixture.h"
 
 /* The fixture's config is a JSON object written by json.dumps; read the few keys we need. */

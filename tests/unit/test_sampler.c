@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 
-#include "worker/sampler.h"
+#include "worker/data/sampler.h"
 #include "fixture.h"
 
 static void mt19937_matches_std(void **state)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 #include "worker/safetensors.h"
 #include "worker/trainer.h"
 

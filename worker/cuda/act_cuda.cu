@@ -152,8 +152,8 @@ unsigned grid_for(size_t n)
 
 } // namespace
 
-extern "C" int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
-                                          enum dt_cuda_act act)
+extern "C" int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z,
+                                           size_t n, enum dt_cuda_act act)
 {
     if (t == DT_CUDA_BF16)
         act_forward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)h, (const __nv_bfloat16 *)z, n, (int)act);
@@ -164,8 +164,8 @@ extern "C" int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, 
     return launched("activation forward kernel launch");
 }
 
-extern "C" int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *src,
-                                           size_t n, enum dt_cuda_act act)
+extern "C" int dt_cuda__launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *src,
+                                            size_t n, enum dt_cuda_act act)
 {
     if (t == DT_CUDA_BF16)
         act_backward_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)dz, (const __nv_bfloat16 *)src, n,
@@ -177,8 +177,8 @@ extern "C" int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t,
     return launched("activation backward kernel launch");
 }
 
-extern "C" int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B,
-                                        int n, bool accumulate)
+extern "C" int dt_cuda__launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz,
+                                         int B, int n, bool accumulate)
 {
     dim3 block(32, 16), grid((unsigned)(n + 31) / 32);
     if (t == DT_CUDA_BF16)
@@ -217,8 +217,9 @@ extern "C" int dt_cuda_zero(struct dt_cuda_ctx *k, void *p, size_t bytes)
     return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemsetAsync");
 }
 
-extern "C" int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
-                                           const void *x, int B, int in, int out, bool accumulate)
+extern "C" int dt_cuda__launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw,
+                                            const void *dz, const void *x, int B, int in, int out,
+                                            bool accumulate)
 {
     if (out > 32)
         return dt_error_set(DT_EINTERNAL, "narrow weight gradient: %d outputs (at most 32)", out);
@@ -260,9 +261,9 @@ extern "C" int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_d
     return rc;
 }
 
-extern "C" int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz,
-                                           const void *w, const void *src, int B, int in, int out,
-                                           enum dt_cuda_act act)
+extern "C" int dt_cuda__launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz,
+                                            const void *w, const void *src, int B, int in, int out,
+                                            enum dt_cuda_act act)
 {
     if (out > 32)
         return dt_error_set(DT_EINTERNAL, "narrow input gradient: %d outputs (at most 32)", out);

@@ -2,8 +2,8 @@
  * not linked: loading libcublasLt costs a process about 200 MB of resident
  * memory at start-up, and every dtrain process (the launcher, the agent, a
  * CPU rank) would pay it.  gemm_cuda.c includes this after <cublasLt.h>;
- * each cublasLt* call it makes then goes through dt_lt.  Not for the GEMM
- * logic (gemm_cuda.c).
+ * each cublasLt* call it makes then goes through dt_cuda__lt, which
+ * dlopen_cuda.c fills.  Not for the GEMM logic (gemm_cuda.c).
  */
 #ifndef DT_CUBLASLT_DL_H
 #define DT_CUBLASLT_DL_H
@@ -31,28 +31,28 @@ struct dt_cublaslt_api {
 #undef DT_LT_MEMBER
 };
 
-extern struct dt_cublaslt_api dt_lt;
+extern struct dt_cublaslt_api dt_cuda__lt;
 
 /* Loads libcublasLt once (thread-safe); 0, or DT_EUNSUPPORTED with a
  * sentence naming the library when it or a function is missing. */
-int dt_cublaslt_load(void);
+int dt_cuda__cublaslt_load(void);
 
-/* From here on a cublasLt call in the including file goes through dt_lt
- * (cublaslt_dl.c itself, which fills dt_lt, defines DT_CUBLASLT_DL_IMPL). */
+/* From here on a cublasLt call in the including file goes through dt_cuda__lt
+ * (dlopen_cuda.c, which fills dt_cuda__lt, defines DT_CUBLASLT_DL_IMPL first). */
 #ifndef DT_CUBLASLT_DL_IMPL
-#define cublasLtCreate dt_lt.cublasLtCreate
-#define cublasLtDestroy dt_lt.cublasLtDestroy
-#define cublasLtGetStatusString dt_lt.cublasLtGetStatusString
-#define cublasLtMatmul dt_lt.cublasLtMatmul
-#define cublasLtMatmulAlgoGetHeuristic dt_lt.cublasLtMatmulAlgoGetHeuristic
-#define cublasLtMatmulDescCreate dt_lt.cublasLtMatmulDescCreate
-#define cublasLtMatmulDescDestroy dt_lt.cublasLtMatmulDescDestroy
-#define cublasLtMatmulDescSetAttribute dt_lt.cublasLtMatmulDescSetAttribute
-#define cublasLtMatmulPreferenceCreate dt_lt.cublasLtMatmulPreferenceCreate
-#define cublasLtMatmulPreferenceDestroy dt_lt.cublasLtMatmulPreferenceDestroy
-#define cublasLtMatmulPreferenceSetAttribute dt_lt.cublasLtMatmulPreferenceSetAttribute
-#define cublasLtMatrixLayoutCreate dt_lt.cublasLtMatrixLayoutCreate
-#define cublasLtMatrixLayoutDestroy dt_lt.cublasLtMatrixLayoutDestroy
+#define cublasLtCreate dt_cuda__lt.cublasLtCreate
+#define cublasLtDestroy dt_cuda__lt.cublasLtDestroy
+#define cublasLtGetStatusString dt_cuda__lt.cublasLtGetStatusString
+#define cublasLtMatmul dt_cuda__lt.cublasLtMatmul
+#define cublasLtMatmulAlgoGetHeuristic dt_cuda__lt.cublasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmulDescCreate dt_cuda__lt.cublasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy dt_cuda__lt.cublasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute dt_cuda__lt.cublasLtMatmulDescSetAttribute
+#define cublasLtMatmulPreferenceCreate dt_cuda__lt.cublasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy dt_cuda__lt.cublasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute dt_cuda__lt.cublasLtMatmulPreferenceSetAttribute
+#define cublasLtMatrixLayoutCreate dt_cuda__lt.cublasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy dt_cuda__lt.cublasLtMatrixLayoutDestroy
 #endif
 
 #endif

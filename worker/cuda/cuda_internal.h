@@ -69,27 +69,24 @@ struct dt_cuda_ctx {
     struct dt_gemm_plan plans[DT_CUDA_PLANS];
 };
 
-int dt_cuda_err(cudaError_t e, const char *call);
-int dt_cublas_err(cublasStatus_t s, const char *call);
-
 /* Runs g through a cached plan; DT_EUNSUPPORTED when cuBLASLt has no
  * algorithm for that epilogue here (the caller then falls back). */
-int dt_gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
-void dt_gemm_plans_release(struct dt_cuda_ctx *k);
+int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
 
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
-int dt_cuda_launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
-                               enum dt_cuda_act act);
-int dt_cuda_launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *z_or_h, size_t n,
+int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
                                 enum dt_cuda_act act);
+int dt_cuda__launch_act_backward(cudaStream_t s, enum dt_cuda_dtype t, void *dz, const void *z_or_h, size_t n,
+                                 enum dt_cuda_act act);
 /* Layers with at most 32 outputs (act_cuda.cu); see there. */
-int dt_cuda_launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
-                                const void *x, int B, int in, int out, bool accumulate);
-int dt_cuda_launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz, const void *w,
-                                const void *src, int B, int in, int out, enum dt_cuda_act act);
+int dt_cuda__launch_wgrad_narrow(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, const void *dz,
+                                 const void *x, int B, int in, int out, bool accumulate);
+int dt_cuda__launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp, const void *dz,
+                                 const void *w, const void *src, int B, int in, int out,
+                                 enum dt_cuda_act act);
 /* db[n] (+)= sum over B rows of dz[B,n] (fp32 out, fixed order). */
-int dt_cuda_launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
-                             bool accumulate);
+int dt_cuda__launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
+                              bool accumulate);
 
 #ifdef __cplusplus
 }

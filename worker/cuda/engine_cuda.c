@@ -2,11 +2,11 @@
  * to and from the host, and the table kernels.h's trainer loop calls.
  *
  * Memory (all cudaMalloc, once): the fp32 parameter, gradient and AdamW
- * arenas in the CPU model's layout (so checkpoints are plain copies), a bf16
- * copy of the parameters for bf16 GEMMs, per layer an output, an aux (ReLU
- * mask / GELU input) and a gradient buffer for max_batch rows, the data set
- * as bytes with the loader's normalisation table, and the step scalars.
- * Not for the step itself: engine_step.c.
+ * arenas in the host model's layout (so checkpoints are plain copies), a
+ * 16-bit copy of the parameters for bf16/fp16 GEMMs, the batch, the data set
+ * as bytes with the loader's normalisation table, and the step scalars; the
+ * model's activations are its GPU half's (model_cuda.h), made here through
+ * the model's ops.  Not for the step itself: engine_step.c.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,21 +16,11 @@
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"
-#include "worker/idx.h"
+#include "worker/data/idx.h"
+#include "worker/models/model.h"
 
-#define FMNIST_MEAN 0.2860f /* loader.c's Normalize((0.2860,), (0.3530,)) */
+#define FMNIST_MEAN 0.2860f /* worker/data/loader.c's Normalize((0.2860,), (0.3530,)) */
 #define FMNIST_STD 0.3530f
-
-static int dmalloc(void **p, size_t bytes, const char *what)
-{
-    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
-    if (e != cudaSuccess) {
-        *p = NULL;
-        return dt_error_set(DT_ENOMEM, "cuda trainer: cudaMalloc of %zu bytes for %s failed: %s", bytes, what,
-                            cudaGetErrorString(e));
-    }
-    return 0;
-}
 
 static int up(void *dst, const void *src, size_t bytes, const char *what)
 {
@@ -38,59 +28,54 @@ static int up(void *dst, const void *src, size_t bytes, const char *what)
     return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
 }
 
-static void layout(struct dt_dev_model *d)
-{
-    d->n = 0;
-    for (int l = 0; l < d->nl; l++) {
-        d->woff[l] = d->n;
-        d->n += (size_t)d->c.dims[l + 1] * (size_t)d->c.dims[l];
-        d->boff[l] = d->n;
-        d->n += (size_t)d->c.dims[l + 1];
-    }
-}
-
-static int alloc_model(struct dt_dev_model *d)
+static int alloc_arenas(struct dt_dev_model *d)
 {
     size_t es = dt_cuda_dtype_size(d->t), B = (size_t)d->c.max_batch;
     /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
      * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
     d->stride = (d->n + 63) / 64 * 64;
-    int rc =
-        dmalloc((void **)&d->p, 4 * d->stride * sizeof(float), "the parameter, gradient and AdamW arenas");
+    int rc = dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float),
+                           "the parameter, gradient and AdamW arenas");
     if (rc)
         return rc;
     d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
-    if (d->t != DT_CUDA_F32 && (rc = dmalloc(&d->plow, d->n * 2, "the 16-bit parameters")))
+    if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, d->n * 2, "the 16-bit parameters")))
         return rc;
-    if ((rc = dmalloc(&d->x, B * (size_t)d->c.dims[0] * es, "the input batch")) ||
-        (rc = dmalloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
+    if ((rc = dt_cuda_alloc(&d->x, B * (size_t)d->px * es, "the input batch")) ||
+        (rc = dt_cuda_alloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
         return rc;
-    for (int l = 0; l < d->nl; l++) {
-        int out = d->c.dims[l + 1];
-        enum dt_cuda_act a = l < d->nl - 1 ? d->act : DT_CUDA_ACT_NONE;
-        if ((rc = dmalloc(&d->h[l], B * (size_t)out * es, "a layer's output")) ||
-            (rc = dmalloc(&d->dz[l], B * (size_t)out * es, "a layer's gradient")) ||
-            (rc = dmalloc(&d->aux[l], dt_cuda_aux_bytes(d->t, a, (int)B, out) + 256, "a layer's aux")))
-            return rc;
-    }
-    if ((rc = dmalloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
-        (rc = dmalloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
+    if ((rc = dt_cuda_alloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
+        (rc = dt_cuda_alloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
         return rc;
     return cudaMemset(d->sc, 0, sizeof *d->sc) == cudaSuccess ? 0
                                                               : dt_error_set(DT_EIO, "cudaMemset (scalars)");
 }
 
+/* The model's GPU half over the arenas and the batch (model_cuda.h). */
+static int make_model(struct dt_dev_model *d)
+{
+    struct dt_model_cuda_env env = {.k = d->k,
+                                    .kw = d->kw,
+                                    .t = d->t,
+                                    .max_batch = d->c.max_batch,
+                                    .p = d->p,
+                                    .plow = d->plow,
+                                    .g = d->g,
+                                    .x = d->x,
+                                    .y = d->y};
+    return d->mo->create(d->c.model, &env, &d->ms);
+}
+
 static int upload_data(struct dt_dev_model *d)
 {
     const struct dt_dataset *tr = d->c.train, *te = d->c.test;
-    d->px = tr->rows * tr->cols;
     size_t ntr = (size_t)tr->n * (size_t)d->px, nte = (size_t)te->n * (size_t)d->px;
     float lut[256];
-    for (int p = 0; p < 256; p++) /* loader.c's make_lut, the same float expression */
+    for (int p = 0; p < 256; p++) /* worker/data/loader.c's make_lut, the same float expression */
         lut[p] = ((float)p / 255.0f - FMNIST_MEAN) / FMNIST_STD;
-    int rc = dmalloc((void **)&d->train_img, ntr + nte + (size_t)tr->n + (size_t)te->n, "the data set");
+    int rc = dt_cuda_alloc((void **)&d->train_img, ntr + nte + (size_t)tr->n + (size_t)te->n, "the data set");
     if (!rc)
-        rc = dmalloc((void **)&d->lut, sizeof lut, "the normalisation table");
+        rc = dt_cuda_alloc((void **)&d->lut, sizeof lut, "the normalisation table");
     if (rc)
         return rc;
     d->test_img = d->train_img + ntr;
@@ -139,7 +124,7 @@ static int make_slots(struct dt_dev_model *d)
 static int upload_state(struct dt_dev_model *d)
 {
     size_t b = d->n * sizeof(float);
-    int rc = up(d->p, d->c.params, b, "uploading the parameters");
+    int rc = up(d->p, d->c.model->params, b, "uploading the parameters");
     if (!rc && d->c.m)
         rc = up(d->m, d->c.m, b, "uploading AdamW's first moments");
     if (!rc && d->c.v)
@@ -185,9 +170,10 @@ static int make_phase_events(struct dt_dev_model *d);
 static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **out)
 {
     *out = NULL;
-    if (c->n_layers < 1 || c->n_layers > DT_ENGINE_MAX_LAYERS)
-        return dt_error_set(DT_EINVAL, "cuda trainer: %d layers, 1..%d supported", c->n_layers,
-                            DT_ENGINE_MAX_LAYERS);
+    if (!c->model->ops->cuda)
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "trainer.model.type %s has no GPU implementation; use device: cpu",
+                            c->model->ops->name);
     int ngpu = 0;
     cudaError_t ge = cudaGetDeviceCount(&ngpu);
     if (ge != cudaSuccess || ngpu < 1) {
@@ -202,15 +188,13 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         return dt_error_set(DT_ENOMEM, "cuda trainer: no memory");
     d->c = *c;
     d->c.buckets = NULL; /* our own copy below */
-    d->nl = c->n_layers;
+    d->mo = c->model->ops->cuda;
+    d->n = c->model->n_params;
+    d->px = c->train->rows * c->train->cols;
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
         d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
     d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
-    d->act = c->act == DT_KACT_GELU   ? DT_CUDA_ACT_GELU
-             : c->act == DT_KACT_RELU ? DT_CUDA_ACT_RELU
-                                      : DT_CUDA_ACT_NONE;
     d->order_epoch = -1;
-    layout(d);
     size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
     if (bk && c->n_buckets > 0)
         memcpy(bk, c->buckets, (size_t)c->n_buckets * sizeof *bk);
@@ -218,8 +202,6 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     int rc = 0;
     if (!bk)
         rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the buckets");
-    else if (d->n != c->n_params)
-        rc = dt_error_set(DT_EINVAL, "cuda trainer: %zu parameters, the model has %zu", d->n, c->n_params);
     if (!rc)
         rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
     if (!rc) {
@@ -230,9 +212,10 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     }
     if (!rc)
         rc = make_phase_events(d);
-    if (!rc) {
-        rc = alloc_model(d);
-    }
+    if (!rc)
+        rc = alloc_arenas(d);
+    if (!rc)
+        rc = make_model(d);
     if (!rc)
         rc = upload_data(d);
     if (!rc)
@@ -250,12 +233,12 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         engine_destroy(d);
         return rc;
     }
-    d->nvml = dt_nvml_open(d->c.device);
+    d->nvml = dt_engine__nvml_open(d->c.device);
     *out = d;
     return 0;
 }
 
-/* The weight-gradient stream and its context (engine_internal.h says why);
+/* The weight-gradient stream's context (engine_internal.h says why);
  * DTRAIN_CUDA_WGRAD_STREAM=0 keeps the whole backward on the compute stream. */
 static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
 {
@@ -265,12 +248,8 @@ static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
     int rc = dt_cuda_ctx_create(d->c.device, 0, &d->kw);
     if (rc)
         return rc;
-    d->sw = dt_cuda_stream(d->kw);
     dt_cuda_set_autotune(d->kw, autotune);
-    cudaError_t e = cudaEventCreateWithFlags(&d->dz_ready_ev, cudaEventDisableTiming);
-    if (e == cudaSuccess)
-        e = cudaEventCreateWithFlags(&d->wgrad_done_ev, cudaEventDisableTiming);
-    return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaEventCreate (weight-gradient stream)");
+    return 0;
 }
 
 /* The phase marks (engine_internal.h); DTRAIN_CUDA_PHASE_EVENTS=0 leaves them
@@ -302,9 +281,11 @@ static void engine_destroy(struct dt_dev_model *d)
     if (!d)
         return;
     if (d->k && d->cs) /* bounded: a hung collective gets the communicator aborted first */
-        dt_engine_wait(d, "finishing before freeing the GPU buffers");
+        dt_engine__wait(d, "finishing before freeing the GPU buffers");
     if (d->k)
         cudaStreamSynchronize(d->s);
+    if (d->ms)
+        d->mo->destroy(d->ms);
     for (int i = 0; i < DT_ENGINE_SLOTS; i++) {
         struct dt_engine_slot *s = &d->slot[i];
         if (s->graph)
@@ -329,8 +310,6 @@ static void engine_destroy(struct dt_dev_model *d)
     cudaFree(d->plow);
     cudaFree(d->x);
     cudaFree(d->y);
-    for (int l = 0; l < d->nl; l++)
-        cudaFree(d->h[l]), cudaFree(d->dz[l]), cudaFree(d->aux[l]);
     cudaFree(d->sc);
     cudaFree(d->d_hyper);
     cudaFree(d->train_img);
@@ -338,16 +317,14 @@ static void engine_destroy(struct dt_dev_model *d)
     dt_sampler_release(&d->sampler);
     free(d->order);
     free((void *)d->c.buckets);
-    dt_nvml_close(d->nvml);
+    dt_engine__nvml_close(d->nvml);
     events_destroy(d->phase_ev, DT_ENGINE_PHASES + 1);
-    events_destroy(&d->wgrad_done_ev, 1);
-    events_destroy(&d->dz_ready_ev, 1);
     dt_cuda_ctx_destroy(d->kw);
     dt_cuda_ctx_destroy(d->k);
     free(d);
 }
 
-int dt_engine_wait(struct dt_dev_model *d, const char *what)
+int dt_engine__wait(struct dt_dev_model *d, const char *what)
 {
     if (d->cs)
         return dt_nccl_wait_stream(d->c.comm, d->s, what);
@@ -357,7 +334,7 @@ int dt_engine_wait(struct dt_dev_model *d, const char *what)
 
 static int read_scalars(struct dt_dev_model *d, struct dt_engine_scalars *h, const char *what)
 {
-    int rc = dt_engine_wait(d, what);
+    int rc = dt_engine__wait(d, what);
     if (rc)
         return rc;
     cudaError_t e = cudaMemcpy(h, d->sc, sizeof *h, cudaMemcpyDeviceToHost);
@@ -385,12 +362,10 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
             DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
             (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
     int rc =
-        dt_engine_gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
+        dt_engine__gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
+    struct dt_model_cuda_loss ls = {.loss_sum = &d->sc->eval_loss, .correct = &d->sc->eval_correct};
     if (!rc)
-        rc = dt_engine_forward(d, n);
-    if (!rc)
-        rc = dt_cuda_xent(d->k, d->t, NULL, &d->sc->eval_loss, &d->sc->eval_correct, d->h[d->nl - 1], d->y, n,
-                          d->c.dims[d->nl], 0.0f, NULL);
+        rc = d->mo->forward_loss(d->ms, n, &ls);
     struct dt_engine_scalars h;
     if (!rc)
         rc = read_scalars(d, &h, "evaluating");
@@ -404,7 +379,7 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
 
 static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
-    int rc = dt_engine_wait(d, "copying the parameters to the host");
+    int rc = dt_engine__wait(d, "copying the parameters to the host");
     size_t b = d->n * sizeof(float);
     cudaError_t e = cudaSuccess;
     if (!rc && params)
@@ -432,19 +407,19 @@ static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_
 
 static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
 {
-    dt_nvml_sample(d->nvml, util_pct, mem_mib);
+    dt_engine__nvml_sample(d->nvml, util_pct, mem_mib);
 }
 
 const struct dt_device_kernels dt_device_kernels_cuda = {
     .name = "cuda",
     .create = engine_create,
     .destroy = engine_destroy,
-    .train_batch = dt_engine_train_batch,
-    .update = dt_engine_update,
+    .train_batch = dt_engine__train_batch,
+    .update = dt_engine__update,
     .read_stats = engine_read_stats,
     .eval_batch = engine_eval_batch,
     .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
-    .read_split = dt_engine_read_split,
+    .read_split = dt_engine__read_split,
 };

@@ -21,19 +21,19 @@ extern "C" {
 #endif
 
 /* The launcher of engine_kernels.cu (enqueues on s). */
-int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
-                     const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
-                     const float *lut);
+int dt_engine__gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
+                      const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
+                      const float *lut);
 
 #ifdef __cplusplus
 }
 #endif
 
 #ifndef __CUDACC__
+#include "worker/cuda/model_cuda.h"
 #include "worker/kernels.h"
-#include "worker/sampler.h"
+#include "worker/data/sampler.h"
 
-#define DT_ENGINE_MAX_LAYERS 17
 #define DT_ENGINE_SLOTS 2 /* double buffering of the per-step host -> device inputs */
 #define DT_ENGINE_MAX_BUCKETS 64
 
@@ -59,7 +59,7 @@ struct dt_engine_slot {
     cudaEvent_t copied;     /* on `copy`: h_idx is free again, d_idx holds the batch */
     cudaEvent_t consumed;   /* on `s`: the step reading d_idx is past its gather */
     cudaGraphExec_t graph;  /* the whole step reading this slot's d_idx */
-    cudaGraphExec_t timed;  /* the same step with the phase marks (engine_internal.h) */
+    cudaGraphExec_t timed;  /* the same step with the phase marks (phase_ev below) */
 };
 
 enum { DT_ENGINE_PHASES = 5 }; /* data, forward, backward, comm wait, optimizer */
@@ -68,16 +68,16 @@ struct dt_dev_model {
     struct dt_dev_config c;
     struct dt_cuda_ctx *k;
     cudaStream_t s, copy, cs;
-    /* Weight gradients run on their own stream `sw` (context kw: its own
-     * cuBLASLt workspace and reduction partials, so the two streams never
-     * share scratch).  At B=256 a layer's input-gradient GEMM has 256x1024
-     * outputs, 16 tiles of 128x128 for 132 SMs; run beside the weight-gradient
-     * GEMM of the same layer and the next layer's, the GPU is fuller and the
-     * backward's critical path is the input-gradient chain alone.  kw is NULL
-     * when DTRAIN_CUDA_WGRAD_STREAM=0 (everything on s, for comparison). */
+    /* The model's weight gradients run on a stream of their own, context kw
+     * (its own cuBLASLt workspace and reduction partials, so the two streams
+     * never share scratch), beside the input-gradient chain on s: the model's
+     * GPU half says how (worker/models/mlp_cuda.c).  NULL when DTRAIN_CUDA_WGRAD_STREAM=0
+     * (everything on s, for comparison). */
     struct dt_cuda_ctx *kw;
-    cudaStream_t sw;
-    cudaEvent_t dz_ready_ev, wgrad_done_ev;
+    /* The model's GPU half (model_cuda.h) and its state: activations,
+     * forward, loss, backward. */
+    const struct dt_model_cuda_ops *mo;
+    void *ms;
     /* Phase marks on s: before the gather, after it, after the loss, after
      * backward (weight gradients joined), after the comm join, after the
      * optimizer.  Only one step per metrics row carries them: as event nodes
@@ -89,15 +89,12 @@ struct dt_dev_model {
     bool time_next; /* read_split asked for a timed step */
     bool timed_any; /* a timed step has been issued */
     enum dt_cuda_dtype t;
-    enum dt_cuda_act act;
-    int nl, px;
+    int px;           /* values per example */
     size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes) */
-    size_t woff[DT_ENGINE_MAX_LAYERS], boff[DT_ENGINE_MAX_LAYERS];
     float *p, *g, *m, *v;
-    void *plow; /* bf16 copy of p (bf16 runs) */
-    void *x;
+    void *plow; /* 16-bit copy of p (bf16 and fp16 runs) */
+    void *x;    /* the batch, [max_batch, px] in t */
     int32_t *y;
-    void *h[DT_ENGINE_MAX_LAYERS], *aux[DT_ENGINE_MAX_LAYERS], *dz[DT_ENGINE_MAX_LAYERS];
     uint8_t *train_img, *train_lbl, *test_img, *test_lbl;
     float *lut;
     struct dt_engine_scalars *sc;
@@ -116,7 +113,6 @@ struct dt_dev_model {
     float pending_dscale;
     bool warmed;
     /* buckets: all-reduced on cs as backward writes them */
-    size_t ready_lo;
     int next_bucket;
     cudaEvent_t bucket_ev[DT_ENGINE_MAX_BUCKETS], join_ev;
     double loss_read; /* loss_acc at the last read_stats */
@@ -124,20 +120,18 @@ struct dt_dev_model {
 };
 
 /* engine_step.c */
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                          bool last, int *rows);
-int dt_engine_update(struct dt_dev_model *d, double lr, double beta1);
-int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
-/* forward of B rows already in d->x / d->y (evaluation and training) */
-int dt_engine_forward(struct dt_dev_model *d, int B);
+int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                           bool last, int *rows);
+int dt_engine__update(struct dt_dev_model *d, double lr, double beta1);
+int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
 /* Waits for everything queued on s; with NCCL, bounded and abortable. */
-int dt_engine_wait(struct dt_dev_model *d, const char *what);
+int dt_engine__wait(struct dt_dev_model *d, const char *what);
 
-/* nvml_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
+/* dlopen_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
 struct dt_nvml;
-struct dt_nvml *dt_nvml_open(int cuda_device);
-void dt_nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
-void dt_nvml_close(struct dt_nvml *n);
+struct dt_nvml *dt_engine__nvml_open(int cuda_device);
+void dt_engine__nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
+void dt_engine__nvml_close(struct dt_nvml *n);
 #endif
 
 #endif

@@ -3,7 +3,7 @@
  *
  * Batch: x[i, j] = lut[images[idx_i * px + j]], y[i] = labels[idx_i], with
  * idx_i = idx[i] (the sampler's order) or first + i (evaluation, in order).
- * lut is the loader's ToTensor + Normalize table (loader.c), computed on the
+ * lut is the loader's ToTensor + Normalize table (worker/data/loader.c), computed on the
  * host with the same float expression, so a device batch has the very bits
  * of the loader's.  Four pixels per thread (px = 784 is a multiple of 4; the
  * images are one allocation, so example rows of 784 bytes stay 4-aligned).
@@ -67,9 +67,9 @@ int launched(const char *what)
 
 } // namespace
 
-extern "C" int dt_engine_gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y, const uint8_t *images,
-                                const uint8_t *labels, const int32_t *idx, int64_t first, int B, int px,
-                                const float *lut)
+extern "C" int dt_engine__gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y,
+                                 const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                                 int64_t first, int B, int px, const float *lut)
 {
     if (px % 4 != 0 || (size_t)B * px >= (1ull << 32))
         return dt_error_set(DT_EINVAL, "batch gather: %d pixels per example (need a multiple of 4), %d rows", px, B);

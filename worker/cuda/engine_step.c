@@ -1,7 +1,8 @@
 /* engine_step.c - one training step of the CUDA engine: the batch's indices
- * to the device, forward, loss, backward with each gradient bucket's
- * all-reduce started on the communication stream as soon as backward has
- * written it, and the optimizer; eagerly, or as one replayed CUDA graph.
+ * to the device, the model's forward, loss and backward (its GPU half,
+ * model_cuda.h) with each gradient bucket's all-reduce started on the
+ * communication stream as soon as backward reports it written, and the
+ * optimizer; eagerly, or as one replayed CUDA graph.
  *
  * Per step (graph mode), host side: lr, beta1 and the batch's B indices into
  * a pinned slot, one async copy, one graph launch.
@@ -10,8 +11,8 @@
  *                H2D slot, record slot.copied
  *   compute:     wait slot.copied, [graph: gather x,y | fwd | xent + loss
  *                sum | bwd | (sumsq) | AdamW], record slot.consumed
- *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on compute after
- *                the bucket's last weight gradient), ncclAllReduce(avg);
+ *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on the stream
+ *                that wrote the bucket's last gradient), ncclAllReduce(avg);
  *                compute waits join_ev before the optimizer
  * The host writes a pinned slot only after its previous copy finished
  * (slot.copied), so it runs up to two steps ahead of the device.
@@ -63,28 +64,13 @@ static int mark(struct dt_dev_model *d, int i)
     return cuda_call(cudaEventRecord(d->phase_ev[i], d->s), "cudaEventRecord (phase mark)");
 }
 
-/* The weights the GEMMs read: the bf16 copy, or the fp32 masters. */
-static const void *W(const struct dt_dev_model *d, size_t off)
+/* The model's report (model_cuda.h): gradients [ready_lo, n) are written
+ * once `written_on` has run what it has queued.  Starts every bucket inside
+ * them (reducer.c's rule, in bucket order on every rank, as collectives
+ * require) on the communication stream, behind an event on `written_on`. */
+static int start_buckets(void *ctx, size_t ready_lo, cudaStream_t written_on)
 {
-    return d->plow ? (const void *)((const uint16_t *)d->plow + off) : (const void *)(d->p + off);
-}
-
-int dt_engine_forward(struct dt_dev_model *d, int B)
-{
-    int rc = 0;
-    for (int l = 0; l < d->nl && rc == 0; l++) {
-        enum dt_cuda_act act = l < d->nl - 1 ? d->act : DT_CUDA_ACT_NONE;
-        rc = dt_cuda_linear_forward(d->k, d->t, d->h[l], d->aux[l], l ? d->h[l - 1] : d->x, W(d, d->woff[l]),
-                                    W(d, d->boff[l]), B, d->c.dims[l], d->c.dims[l + 1], act);
-    }
-    return rc;
-}
-
-/* Starts every bucket whose range backward has finished (reducer.c's rule,
- * in bucket order on every rank, as collectives require); `written_on` is
- * the stream that wrote the gradients. */
-static int start_buckets(struct dt_dev_model *d, size_t ready_lo, cudaStream_t written_on)
-{
+    struct dt_dev_model *d = ctx;
     while (d->next_bucket < d->c.n_buckets && d->c.buckets[d->next_bucket][0] >= ready_lo) {
         int i = d->next_bucket++;
         size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
@@ -100,51 +86,13 @@ static int start_buckets(struct dt_dev_model *d, size_t ready_lo, cudaStream_t w
     return 0;
 }
 
-/* s waits for everything queued on sw so far. */
-static int join_wgrad_stream(struct dt_dev_model *d)
-{
-    int rc = cuda_call(cudaEventRecord(d->wgrad_done_ev, d->sw), "cudaEventRecord (weight gradients done)");
-    return rc ? rc : cuda_call(cudaStreamWaitEvent(d->s, d->wgrad_done_ev, 0),
-                               "cudaStreamWaitEvent (weight gradients done)");
-}
-
-/* Layer l backward (kernels_cuda.h): dW, db from dz[l] and the layer's
- * input; dz[l-1] = (dz[l] W) * act'(z[l-1]) in one fused call.
- * With a weight-gradient stream, the compute stream s runs the chain
- * dz[L-1] -> dz[L-2] -> ... and, for each layer, marks dz[l] ready; sw waits
- * for that mark and writes dW, db (and starts the buckets they complete)
- * while s goes on to dz[l-1].  Both only read dz[l] and the layer input, and
- * write disjoint buffers.  The first layer's weight gradient runs on s
- * itself, which has nothing else left to do by then, beside what sw still
- * has queued (the head's and layer 1's); s then waits for sw before layer
- * 0's buckets start (they may hold gradients sw wrote) and before anything
- * after backward (clipping, the optimizer, the next forward overwriting the
- * inputs). */
+/* The model's backward (model_cuda.h), its buckets all-reduced as it
+ * reports them when `communicate`; then the optimizer, on s, waits for the
+ * communication stream. */
 static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communicate)
 {
-    int rc = 0;
     d->next_bucket = 0;
-    for (int l = d->nl - 1; l >= 0 && rc == 0; l--) {
-        const void *in = l ? d->h[l - 1] : d->x;
-        bool side = d->kw && l > 0;
-        struct dt_cuda_ctx *kw = side ? d->kw : d->k;
-        cudaStream_t sw = side ? d->sw : d->s;
-        if (side) {
-            rc = cuda_call(cudaEventRecord(d->dz_ready_ev, d->s), "cudaEventRecord (dz ready)");
-            if (!rc)
-                rc = cuda_call(cudaStreamWaitEvent(sw, d->dz_ready_ev, 0), "cudaStreamWaitEvent (dz ready)");
-        }
-        if (!rc)
-            rc = dt_cuda_linear_backward_w(kw, d->t, d->g + d->woff[l], d->g + d->boff[l], d->dz[l], in, B,
-                                           d->c.dims[l], d->c.dims[l + 1], accumulate);
-        if (!rc && d->kw && l == 0)
-            rc = join_wgrad_stream(d);
-        if (!rc && communicate)
-            rc = start_buckets(d, d->woff[l], sw);
-        if (!rc && l > 0)
-            rc = dt_cuda_linear_backward_x(d->k, d->t, d->dz[l - 1], d->dz[l], W(d, d->woff[l]),
-                                           d->aux[l - 1], in, B, d->c.dims[l], d->c.dims[l + 1], d->act);
-    }
+    int rc = d->mo->backward(d->ms, B, accumulate, communicate ? start_buckets : NULL, d);
     if (!rc)
         rc = mark(d, 3);
     if (!rc && communicate) { /* the optimizer reads averaged gradients: compute waits for comm */
@@ -162,19 +110,20 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
 static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, bool accumulate,
                  bool communicate, bool count_loss)
 {
-    int C = d->c.dims[d->nl];
+    struct dt_model_cuda_loss ls = {.backward = true,
+                                    .dscale = dscale,
+                                    .loss_scale = d->c.fp16 ? &d->sc->scale : NULL,
+                                    .loss_sum = &d->sc->loss,
+                                    .correct = &d->sc->correct,
+                                    .loss_acc = count_loss ? &d->sc->loss_acc : NULL};
     int rc = mark(d, 0);
     if (!rc)
-        rc = dt_engine_gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
-                              d->lut);
+        rc = dt_engine__gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
+                               d->lut);
     if (!rc)
         rc = mark(d, 1);
     if (!rc)
-        rc = dt_engine_forward(d, B);
-    if (!rc)
-        rc = dt_cuda_xent_acc(d->k, d->t, d->dz[d->nl - 1], &d->sc->loss, &d->sc->correct, d->h[d->nl - 1],
-                              d->y, B, C, dscale, d->c.fp16 ? &d->sc->scale : NULL,
-                              count_loss ? &d->sc->loss_acc : NULL);
+        rc = d->mo->forward_loss(d->ms, B, &ls);
     if (!rc)
         rc = mark(d, 2);
     if (!rc)
@@ -291,7 +240,7 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
         rc = micro(d, sl, B, dscale, false, false, false);
         d->marking = marking;
         if (!rc)
-            rc = dt_engine_wait(d, "warming up before the graph capture");
+            rc = dt_engine__wait(d, "warming up before the graph capture");
         if (rc)
             return rc;
         d->warmed = true;
@@ -317,8 +266,8 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
     return 0;
 }
 
-int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                          bool last, int *rows)
+int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
+                           bool last, int *rows)
 {
     struct dt_engine_slot *sl = NULL;
     if (d->pending)
@@ -344,7 +293,7 @@ int dt_engine_train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, 
     return rc;
 }
 
-int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
+int dt_engine__update(struct dt_dev_model *d, double lr, double beta1)
 {
     int rc = 0;
     if (!d->pending) { /* eager: the indices went with the micro-batches; lr and beta1 on their own */
@@ -376,7 +325,7 @@ int dt_engine_update(struct dt_dev_model *d, double lr, double beta1)
  * step after the previous call; the marks cost time, so only it has them).
  * A step with gradient accumulation marks each micro-batch: the split is
  * then the last micro-batch's phases and the optimizer's. */
-int dt_engine_read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES])
+int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES])
 {
     for (int i = 0; i < DT_ENGINE_PHASES; i++)
         split_s[i] = NAN;

@@ -24,7 +24,17 @@ int dt_cuda_err(cudaError_t e, const char *call)
     return dt_error_set(DT_EIO, "cuda: %s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-int dt_cublas_err(cublasStatus_t s, const char *call)
+int dt_cuda_alloc(void **p, size_t bytes, const char *what)
+{
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
+    if (e == cudaSuccess)
+        return 0;
+    *p = NULL;
+    return dt_error_set(DT_ENOMEM, "cuda: cudaMalloc of %zu bytes for %s failed: %s", bytes, what,
+                        cudaGetErrorString(e));
+}
+
+static int cublas_err(cublasStatus_t s, const char *call)
 {
     return dt_error_set(s == CUBLAS_STATUS_NOT_SUPPORTED ? DT_EUNSUPPORTED : DT_EIO, "cublasLt: %s failed: %s (%d)",
                         call, cublasLtGetStatusString(s), (int)s);
@@ -51,7 +61,7 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
         }
         k->own_stream = true;
     }
-    int rc = dt_cublaslt_load();
+    int rc = dt_cuda__cublaslt_load();
     if (rc) {
         if (k->own_stream)
             cudaStreamDestroy(k->stream);
@@ -60,7 +70,7 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
     }
     cublasStatus_t s = cublasLtCreate(&k->lt);
     if (s != CUBLAS_STATUS_SUCCESS)
-        rc = dt_cublas_err(s, "cublasLtCreate");
+        rc = cublas_err(s, "cublasLtCreate");
     else if ((e = cudaMalloc(&k->workspace, DT_CUDA_WORKSPACE)) != cudaSuccess)
         rc = dt_cuda_err(e, "cudaMalloc (cuBLASLt workspace)");
     else if ((e = cudaMalloc((void **)&k->part_f, DT_CUDA_MAX_BLOCKS * (sizeof(float) + sizeof(int)) + 64)) !=
@@ -83,6 +93,8 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
     return 0;
 }
 
+static void plans_release(struct dt_cuda_ctx *k);
+
 void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
 {
     if (!k)
@@ -90,7 +102,7 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
     cudaSetDevice(k->device);
     if (k->stream)
         cudaStreamSynchronize(k->stream);
-    dt_gemm_plans_release(k);
+    plans_release(k);
     if (k->lt)
         cublasLtDestroy(k->lt);
     if (k->workspace)
@@ -153,19 +165,19 @@ static void plan_release(struct dt_gemm_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-void dt_gemm_plans_release(struct dt_cuda_ctx *k)
+static void plans_release(struct dt_cuda_ctx *k)
 {
     for (int i = 0; i < DT_CUDA_PLANS; i++)
         plan_release(&k->plans[i]);
 }
 
-#define LT(call)                                      \
-    do {                                              \
-        cublasStatus_t s_ = (call);                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {            \
-            rc = dt_cublas_err(s_, #call);            \
-            goto fail;                                \
-        }                                             \
+#define LT(call)                                                                                             \
+    do {                                                                                                     \
+        cublasStatus_t s_ = (call);                                                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                   \
+            rc = cublas_err(s_, #call);                                                                      \
+            goto fail;                                                                                       \
+        }                                                                                                    \
     } while (0)
 
 static int set_pref_alignment(cublasLtMatmulPreference_t pref, const struct dt_gemm *g)
@@ -360,7 +372,7 @@ static struct dt_gemm_plan *plan_find(struct dt_cuda_ctx *k, const uint64_t key[
     return free_slot;
 }
 
-int dt_gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g)
+int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g)
 {
     uint64_t key[4];
     plan_key(g, key);

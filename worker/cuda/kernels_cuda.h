@@ -1,6 +1,7 @@
-/* kernels_cuda.h - the CUDA kernel library of the MLP trainer: fused linear
+/* kernels_cuda.h - the CUDA kernel library of the trainer: fused linear
  * layers through cuBLASLt, softmax cross-entropy, AdamW over the flat arena,
- * and the AMP scaler, in fp32 and bf16.
+ * and the AMP scaler, in fp32 and bf16, for the engine (engine_*.c) and the
+ * models' GPU halves (worker/models/<name>_cuda.c).
  *
  * Shapes and layouts are the CPU table's (worker/kernels.h): activations are
  * row-major [B, features], a Linear weight is [out, in], y = x W^T + b, and
@@ -72,6 +73,11 @@ void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f);
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k);
 
 size_t dt_cuda_dtype_size(enum dt_cuda_dtype t);
+
+/* A CUDA runtime error as dtrain's: DT_EIO with a sentence naming the call. */
+int dt_cuda_err(cudaError_t e, const char *call);
+/* cudaMalloc of `bytes` (16 when 0) into *p; DT_ENOMEM naming `what` when it fails. */
+int dt_cuda_alloc(void **p, size_t bytes, const char *what);
 
 /* Bytes of a layer's `aux` buffer: ReLU: the bit mask cuBLASLt writes
  * (columns padded to 128 bits); GELU: z itself [B,out] in dtype t; NONE: 0. */

@@ -52,10 +52,10 @@ static int forward_unfused(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h,
                            const void *w, const void *b, int B, int in, int out, enum dt_cuda_act act)
 {
     struct dt_gemm g = forward_gemm(t, zdst, x, w, b, B, in, out);
-    int rc = dt_gemm_run(k, &g); /* the BIAS epilogue exists for every type we use */
+    int rc = dt_cuda__gemm_run(k, &g); /* the BIAS epilogue exists for every type we use */
     if (rc < 0 || act == DT_CUDA_ACT_NONE)
         return rc;
-    return dt_cuda_launch_act_forward(k->stream, t, h, zdst, (size_t)B * out, act);
+    return dt_cuda__launch_act_forward(k->stream, t, h, zdst, (size_t)B * out, act);
 }
 
 int dt_cuda_linear_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h, void *aux, const void *x,
@@ -63,7 +63,8 @@ int dt_cuda_linear_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h,
 {
     struct dt_gemm g = forward_gemm(t, h, x, w, b, B, in, out);
     switch (act) {
-    case DT_CUDA_ACT_NONE: return dt_gemm_run(k, &g);
+    case DT_CUDA_ACT_NONE:
+        return dt_cuda__gemm_run(k, &g);
     case DT_CUDA_ACT_GELU: /* exact erf GELU: z into aux by the GEMM, h by our kernel */
         return forward_unfused(k, t, h, aux, x, w, b, B, in, out, act);
     case DT_CUDA_ACT_RELU:
@@ -77,7 +78,7 @@ int dt_cuda_linear_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *h,
         g.aux_ld = out;
         break;
     }
-    int rc = dt_gemm_run(k, &g);
+    int rc = dt_cuda__gemm_run(k, &g);
     if (rc != DT_EUNSUPPORTED)
         return rc;
     k->fallbacks++;
@@ -106,9 +107,11 @@ struct bwd {
 static int run_wgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
 {
     if (v == V_OWN) {
-        int rc = dt_cuda_launch_wgrad_narrow(k, a->t, a->dw, a->dz, a->x, a->B, a->in, a->out, a->accumulate);
-        return rc < 0 || !a->db ? rc : dt_cuda_launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out,
-                                                                 a->accumulate);
+        int rc =
+            dt_cuda__launch_wgrad_narrow(k, a->t, a->dw, a->dz, a->x, a->B, a->in, a->out, a->accumulate);
+        return rc < 0 || !a->db
+                   ? rc
+                   : dt_cuda__launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out, a->accumulate);
     }
     struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = a->in, .n = a->out, .k = a->B, .lda = a->in,
                         .ldb = a->out, .ldd = a->in, .ab_type = cuda_type(a->t), .d_type = CUDA_R_32F,
@@ -118,12 +121,12 @@ static int run_wgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
     if (v == V_EPILOGUE && a->db && !a->accumulate) {
         g.epi = CUBLASLT_EPILOGUE_BGRADB;
         g.bias = a->db;
-        return dt_gemm_run(k, &g);
+        return dt_cuda__gemm_run(k, &g);
     }
-    int rc = dt_gemm_run(k, &g);
+    int rc = dt_cuda__gemm_run(k, &g);
     if (rc < 0 || !a->db)
         return rc;
-    return dt_cuda_launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out, a->accumulate);
+    return dt_cuda__launch_bias_grad(k->stream, a->t, a->db, a->dz, a->B, a->out, a->accumulate);
 }
 
 static int run_xgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
@@ -131,7 +134,8 @@ static int run_xgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
     /* ReLU reads [h > 0] from this layer's input; the GELUs read z from aux. */
     const void *src = a->act == DT_CUDA_ACT_RELU ? a->x : a->aux;
     if (v == V_OWN)
-        return dt_cuda_launch_xgrad_narrow(k->stream, a->t, a->dzp, a->dz, a->w, src, a->B, a->in, a->out, a->act);
+        return dt_cuda__launch_xgrad_narrow(k->stream, a->t, a->dzp, a->dz, a->w, src, a->B, a->in, a->out,
+                                            a->act);
     struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N, .m = a->in, .n = a->B, .k = a->out, .lda = a->in,
                         .ldb = a->out, .ldd = a->in, .ab_type = cuda_type(a->t), .d_type = cuda_type(a->t),
                         .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = a->w, .b = a->dz, .d = a->dzp, .beta = 0.0f};
@@ -143,18 +147,18 @@ static int run_xgrad(struct dt_cuda_ctx *k, const struct bwd *a, int v)
         g.epi = CUBLASLT_EPILOGUE_DRELU;
         g.aux = (void *)a->aux;
         g.aux_ld = mask_ld(a->in);
-        return dt_gemm_run(k, &g);
+        return dt_cuda__gemm_run(k, &g);
     }
     if (v == V_EPILOGUE && aligned && a->act == DT_CUDA_ACT_GELU_TANH) {
         g.epi = CUBLASLT_EPILOGUE_DGELU;
         g.aux = (void *)a->aux;
         g.aux_ld = a->in;
-        return dt_gemm_run(k, &g);
+        return dt_cuda__gemm_run(k, &g);
     }
-    int rc = dt_gemm_run(k, &g);
+    int rc = dt_cuda__gemm_run(k, &g);
     if (rc < 0 || a->act == DT_CUDA_ACT_NONE)
         return rc;
-    return dt_cuda_launch_act_backward(k->stream, a->t, a->dzp, src, (size_t)a->B * a->in, a->act);
+    return dt_cuda__launch_act_backward(k->stream, a->t, a->dzp, src, (size_t)a->B * a->in, a->act);
 }
 
 static int run_variant(struct dt_cuda_ctx *k, const struct bwd *a, int v)

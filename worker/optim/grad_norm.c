@@ -1,5 +1,5 @@
 /* grad_norm.c - the global gradient norm in fixed blocks (see grad_norm.h). */
-#include "worker/grad_norm.h"
+#include "worker/optim/grad_norm.h"
 
 #include <stdlib.h>
 #include <string.h>

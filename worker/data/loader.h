@@ -17,17 +17,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/idx.h"
-#include "worker/sampler.h"
+#include "worker/data/batch.h"
+#include "worker/data/idx.h"
+#include "worker/data/sampler.h"
 
 struct dt_loader;
-
-struct dt_batch {
-    float *x;       /* [n, rows*cols], normalised */
-    int32_t *y;     /* [n] */
-    int n;          /* rows in this batch (the last one may be short) */
-    int64_t index;  /* batch number within the epoch */
-};
 
 struct dt_loader_options {
     int batch_size;
@@ -46,14 +40,15 @@ int64_t dt_loader_batches_per_epoch(const struct dt_loader *l);
 /* Begins `epoch` (sampler order seed+epoch) at batch `first` (resuming mid-epoch). */
 void dt_loader_start_epoch(struct dt_loader *l, int64_t epoch, int64_t first);
 
-/* The next batch of the epoch, NULL after the last one.  The batch stays
- * valid until the next call. */
+/* The next batch of the epoch (images: x [n, rows*cols] normalised, y [n]),
+ * NULL after the last one.  The batch stays valid until the next call. */
 const struct dt_batch *dt_loader_next(struct dt_loader *l);
 
 /* Seconds the caller has spent waiting inside dt_loader_next so far. */
 double dt_loader_wait_s(const struct dt_loader *l);
 
-/* Normalises examples [first, first+n) of a data set into x and y (evaluation). */
-void dt_loader_fill_range(const struct dt_dataset *d, int64_t first, int n, float *x, int32_t *y);
+/* Examples [first, first+n) of a data set, normalised, into b (its x and y
+ * hold n rows): evaluation reads the test set in order. */
+void dt_loader_fill_range(const struct dt_dataset *d, int64_t first, int n, struct dt_batch *b);
 
 #endif

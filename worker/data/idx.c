@@ -3,7 +3,7 @@
  * A file without the gzip magic is read as it is, so an uncompressed copy of
  * the data set works as well.  Not for writing IDX files.
  */
-#include "worker/idx.h"
+#include "worker/data/idx.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,5 +1,5 @@
 /* grad_scaler.c - torch.amp.GradScaler's state machine (see grad_scaler.h). */
-#include "worker/grad_scaler.h"
+#include "worker/optim/grad_scaler.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * twist), randperm_cpu in aten/src/ATen/native/TensorFactories.cpp, and
  * torch/utils/data/distributed.py.  Not for anything random beyond that.
  */
-#include "worker/sampler.h"
+#include "worker/data/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>

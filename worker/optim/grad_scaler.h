@@ -18,7 +18,8 @@
  *
  * The state is plain host data, so the CPU and CUDA trainers share this file;
  * the unscale-and-check pass itself is a kernel of each device.  Not for
- * autocast (which GEMMs run in low precision: model_amp.c).
+ * autocast (which GEMMs run in low precision: the model's, e.g.
+ * worker/models/mlp.c).
  */
 #ifndef DT_GRAD_SCALER_H
 #define DT_GRAD_SCALER_H

@@ -20,8 +20,9 @@
 
 #include "worker/kernels.h"
 
-/* 16 KiB of floats: a chunk of backward (model.h) leaves at most one block
- * straddling its lower edge for later, and the per-block overhead is nil. */
+/* 16 KiB of floats: a chunk of backward (worker/models/model.h) leaves at
+ * most one block straddling its lower edge for later, and the per-block
+ * overhead is nil. */
 #define DT_GRAD_NORM_BLOCK ((size_t)4096)
 
 struct dt_grad_norm {

@@ -4,7 +4,7 @@
  * expressions keep torch's order of operations; changing one of them breaks
  * the bit-exact fixtures in tests/fixtures/onecycle.safetensors.
  */
-#include "worker/onecycle.h"
+#include "worker/optim/onecycle.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * has been given back, so memory is fixed and order is kept without a
  * reordering buffer.  Not for data set formats (idx.h) or order (sampler.h).
  */
-#include "worker/loader.h"
+#include "worker/data/loader.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -103,6 +103,7 @@ static int alloc_slots(struct dt_loader *l)
     if (!l->slots)
         return DT_ENOMEM;
     for (int i = 0; i < l->nslots; i++) {
+        l->slots[i].b.kind = DT_BATCH_IMAGES;
         l->slots[i].b.x = malloc(B * px * sizeof(float));
         l->slots[i].b.y = malloc(B * sizeof(int32_t));
         l->slots[i].ready = -1;
@@ -228,16 +229,19 @@ double dt_loader_wait_s(const struct dt_loader *l)
     return l->wait_s;
 }
 
-void dt_loader_fill_range(const struct dt_dataset *d, int64_t first, int n, float *x, int32_t *y)
+void dt_loader_fill_range(const struct dt_dataset *d, int64_t first, int n, struct dt_batch *b)
 {
     float lut[256];
     make_lut(lut);
     int64_t idx[256];
+    b->kind = DT_BATCH_IMAGES;
+    b->n = n;
+    b->index = 0;
     for (int done = 0; done < n;) {
         int k = n - done < 256 ? n - done : 256;
         for (int i = 0; i < k; i++)
             idx[i] = first + done + i;
-        gather(d, lut, idx, k, x + (size_t)done * d->rows * d->cols, y + done);
+        gather(d, lut, idx, k, b->x + (size_t)done * d->rows * d->cols, b->y + done);
         done += k;
     }
 }

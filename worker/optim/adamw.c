@@ -1,5 +1,5 @@
 /* adamw.c - AdamW scalars and state (see adamw.h). */
-#include "worker/adamw.h"
+#include "worker/optim/adamw.h"
 #include "base/arena.h"
 
 #include <math.h>
