@@ -24,7 +24,7 @@
 #include "base/error.h"
 #include "comm/mpi/mpi_internal.h"
 
-atomic_int dt_mpi_tainted;
+atomic_int dt_mpi__tainted;
 
 static void finalize_at_exit(int status, void *arg)
 {
@@ -32,7 +32,7 @@ static void finalize_at_exit(int status, void *arg)
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
-    if (inited && !finalized && status == 0 && !atomic_load(&dt_mpi_tainted))
+    if (inited && !finalized && status == 0 && !atomic_load(&dt_mpi__tainted))
         MPI_Finalize();
 }
 
@@ -54,7 +54,7 @@ static int start_mpi(int rank)
         int provided = 0;
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS)
-            return dt_mpi_error(rc, rank, "MPI_Init_thread");
+            return dt_mpi__error(rc, rank, "MPI_Init_thread");
         on_exit(finalize_at_exit, NULL);
         if (provided < MPI_THREAD_SERIALIZED)
             return dt_error_set(DT_EUNSUPPORTED,
@@ -64,7 +64,7 @@ static int start_mpi(int rank)
     }
     /* Errors come back as codes (then messages), not as MPI's default abort. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    return dt_mpi_ops_create();
+    return dt_mpi__ops_create();
 }
 
 static int check_world(const struct dt_comm_options *o)
@@ -100,9 +100,9 @@ static int mpi_init(const struct dt_comm_options *o, void **out)
     st->timeout_s = o->timeout_s;
     MPI_Request req;
     rc = MPI_Comm_idup(MPI_COMM_WORLD, &st->comm, &req);
-    rc = rc != MPI_SUCCESS ? dt_mpi_error(rc, o->rank, "MPI_Comm_idup") : dt_mpi_wait(st, &req, DT_COLL_BARRIER, 0);
+    rc = rc != MPI_SUCCESS ? dt_mpi__error(rc, o->rank, "MPI_Comm_idup") : dt_mpi__wait(st, &req, DT_COLL_BARRIER, 0);
     if (rc) {
-        atomic_store(&dt_mpi_tainted, 1);
+        atomic_store(&dt_mpi__tainted, 1);
         free(st);
         return dt_error_prefix("rank %d: mpi: duplicating MPI_COMM_WORLD", o->rank);
     }
@@ -114,7 +114,7 @@ static void mpi_abort(void *p)
 {
     struct dt_mpi *st = p;
     atomic_store(&st->abort_requested, 1);
-    atomic_store(&dt_mpi_tainted, 1);
+    atomic_store(&dt_mpi__tainted, 1);
 }
 
 static void mpi_destroy(void *p)
@@ -129,11 +129,11 @@ static void mpi_destroy(void *p)
 const struct dt_comm_backend dt_comm_backend_mpi = {
     .name = "mpi",
     .init = mpi_init,
-    .allreduce = dt_mpi_allreduce,
-    .broadcast = dt_mpi_broadcast,
-    .allgather = dt_mpi_allgather,
-    .reduce_scatter = dt_mpi_reduce_scatter,
-    .barrier = dt_mpi_barrier,
+    .allreduce = dt_mpi__allreduce,
+    .broadcast = dt_mpi__broadcast,
+    .allgather = dt_mpi__allgather,
+    .reduce_scatter = dt_mpi__reduce_scatter,
+    .barrier = dt_mpi__barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
     .self_bootstrap = true,

@@ -44,11 +44,11 @@ static void pause_step(void)
 static int fail(struct dt_mpi *st, int code)
 {
     st->failed = code;
-    atomic_store(&dt_mpi_tainted, 1);
+    atomic_store(&dt_mpi__tainted, 1);
     return code;
 }
 
-int dt_mpi_wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uint64_t seq)
+int dt_mpi__wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uint64_t seq)
 {
     double deadline = dt_clock_s() + st->timeout_s;
     for (;;) {
@@ -57,7 +57,7 @@ int dt_mpi_wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uin
         if (rc != MPI_SUCCESS) {
             char what[64];
             snprintf(what, sizeof what, "%s #%llu", dt_coll_name(kind), (unsigned long long)seq);
-            return fail(st, dt_mpi_error(rc, st->rank, what));
+            return fail(st, dt_mpi__error(rc, st->rank, what));
         }
         if (done)
             return 0;
@@ -92,12 +92,12 @@ static int started(struct dt_mpi *st, int mpirc, MPI_Request *req, enum dt_coll_
     if (mpirc != MPI_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "%s #%llu", dt_coll_name(kind), (unsigned long long)seq);
-        return fail(st, dt_mpi_error(mpirc, st->rank, what));
+        return fail(st, dt_mpi__error(mpirc, st->rank, what));
     }
-    return dt_mpi_wait(st, req, kind, seq);
+    return dt_mpi__wait(st, req, kind, seq);
 }
 
-int dt_mpi_allreduce(void *p, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op)
+int dt_mpi__allreduce(void *p, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_mpi *st = p;
     uint64_t seq;
@@ -108,7 +108,7 @@ int dt_mpi_allreduce(void *p, const void *send, void *recv, size_t count, enum d
         char *dst = (char *)recv + at * es;
         const void *src = send == recv ? MPI_IN_PLACE : (const char *)send + at * es;
         MPI_Request req;
-        rc = started(st, MPI_Iallreduce(src, dst, (int)n, dt_mpi_datatype(t), dt_mpi_op(t, op), st->comm, &req),
+        rc = started(st, MPI_Iallreduce(src, dst, (int)n, dt_mpi__datatype(t), dt_mpi__op(t, op), st->comm, &req),
                      &req, DT_COLL_ALLREDUCE, seq);
     }
     if (rc == 0)
@@ -116,7 +116,7 @@ int dt_mpi_allreduce(void *p, const void *send, void *recv, size_t count, enum d
     return rc;
 }
 
-int dt_mpi_broadcast(void *p, void *buf, size_t count, enum dt_dtype t, int root)
+int dt_mpi__broadcast(void *p, void *buf, size_t count, enum dt_dtype t, int root)
 {
     struct dt_mpi *st = p;
     uint64_t seq;
@@ -125,7 +125,7 @@ int dt_mpi_broadcast(void *p, void *buf, size_t count, enum dt_dtype t, int root
     for (size_t at = 0; rc == 0 && at < count; at += PIECE) {
         size_t n = count - at < PIECE ? count - at : PIECE;
         MPI_Request req;
-        rc = started(st, MPI_Ibcast((char *)buf + at * es, (int)n, dt_mpi_datatype(t), root, st->comm, &req),
+        rc = started(st, MPI_Ibcast((char *)buf + at * es, (int)n, dt_mpi__datatype(t), root, st->comm, &req),
                      &req, DT_COLL_BROADCAST, seq);
     }
     return rc;
@@ -138,7 +138,7 @@ static int too_many(struct dt_mpi *st, enum dt_coll_kind kind, uint64_t seq, siz
                         st->rank, dt_coll_name(kind), (unsigned long long)seq, count, INT_MAX);
 }
 
-int dt_mpi_allgather(void *p, const void *send, void *recv, size_t count, enum dt_dtype t)
+int dt_mpi__allgather(void *p, const void *send, void *recv, size_t count, enum dt_dtype t)
 {
     struct dt_mpi *st = p;
     uint64_t seq;
@@ -155,7 +155,7 @@ int dt_mpi_allgather(void *p, const void *send, void *recv, size_t count, enum d
     bool overlap = s < (char *)recv + bytes * (size_t)st->world && s + bytes > (char *)recv;
     if (overlap && s != mine)
         memmove(mine, s, bytes);
-    MPI_Datatype dt = dt_mpi_datatype(t);
+    MPI_Datatype dt = dt_mpi__datatype(t);
     MPI_Request req;
     return started(st,
                    MPI_Iallgather(overlap ? MPI_IN_PLACE : send, (int)count, dt, recv, (int)count, dt, st->comm,
@@ -163,7 +163,7 @@ int dt_mpi_allgather(void *p, const void *send, void *recv, size_t count, enum d
                    &req, DT_COLL_ALLGATHER, seq);
 }
 
-int dt_mpi_reduce_scatter(void *p, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op)
+int dt_mpi__reduce_scatter(void *p, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op)
 {
     struct dt_mpi *st = p;
     uint64_t seq;
@@ -176,15 +176,15 @@ int dt_mpi_reduce_scatter(void *p, const void *send, void *recv, size_t count, e
      * rank's result at its start, which is where comm.h wants it. */
     MPI_Request req;
     rc = started(st,
-                 MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)count, dt_mpi_datatype(t),
-                                           dt_mpi_op(t, op), st->comm, &req),
+                 MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)count, dt_mpi__datatype(t),
+                                           dt_mpi__op(t, op), st->comm, &req),
                  &req, DT_COLL_REDUCE_SCATTER, seq);
     if (rc == 0)
         dt_reduce_finish(t, op, recv, count, st->world);
     return rc;
 }
 
-int dt_mpi_barrier(void *p)
+int dt_mpi__barrier(void *p)
 {
     struct dt_mpi *st = p;
     uint64_t seq;

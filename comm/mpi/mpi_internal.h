@@ -27,28 +27,28 @@ struct dt_mpi {
 /* The MPI datatype and reduction for a dtrain dtype and op.  f16 and bf16
  * travel as 16-bit words and reduce through user-defined operations; AVG
  * reduces as SUM (the caller divides afterwards). */
-MPI_Datatype dt_mpi_datatype(enum dt_dtype t);
-MPI_Op dt_mpi_op(enum dt_dtype t, enum dt_redop op);
+MPI_Datatype dt_mpi__datatype(enum dt_dtype t);
+MPI_Op dt_mpi__op(enum dt_dtype t, enum dt_redop op);
 /* Creates the user-defined operations; once per process, after MPI_Init. */
-int dt_mpi_ops_create(void);
+int dt_mpi__ops_create(void);
 
 /* A DT_E* error for an MPI return code, naming the rank and the call. */
-int dt_mpi_error(int mpirc, int rank, const char *what);
+int dt_mpi__error(int mpirc, int rank, const char *what);
 
 /* Waits for `req` until it completes, the op's deadline passes or abort is
  * requested.  On failure marks the communicator failed and returns the code. */
-int dt_mpi_wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uint64_t seq);
+int dt_mpi__wait(struct dt_mpi *st, MPI_Request *req, enum dt_coll_kind kind, uint64_t seq);
 
 /* True when some communicator of this process failed or was aborted: the
  * process must then not call MPI_Finalize (it would wait for peers that wait
  * for it); leaving without it makes mpirun end the whole job. */
-extern atomic_int dt_mpi_tainted;
+extern atomic_int dt_mpi__tainted;
 
-int dt_mpi_allreduce(void *st, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op);
-int dt_mpi_broadcast(void *st, void *buf, size_t count, enum dt_dtype t, int root);
-int dt_mpi_allgather(void *st, const void *send, void *recv, size_t count, enum dt_dtype t);
-int dt_mpi_reduce_scatter(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
+int dt_mpi__allreduce(void *st, const void *send, void *recv, size_t count, enum dt_dtype t, enum dt_redop op);
+int dt_mpi__broadcast(void *st, void *buf, size_t count, enum dt_dtype t, int root);
+int dt_mpi__allgather(void *st, const void *send, void *recv, size_t count, enum dt_dtype t);
+int dt_mpi__reduce_scatter(void *st, const void *send, void *recv, size_t count, enum dt_dtype t,
                           enum dt_redop op);
-int dt_mpi_barrier(void *st);
+int dt_mpi__barrier(void *st);
 
 #endif

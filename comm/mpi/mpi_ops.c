@@ -30,7 +30,7 @@ HALF_OP(bf16_sum, DT_BF16, DT_SUM)
 HALF_OP(bf16_max, DT_BF16, DT_MAX)
 HALF_OP(bf16_min, DT_BF16, DT_MIN)
 
-int dt_mpi_ops_create(void)
+int dt_mpi__ops_create(void)
 {
     if (ops_ready)
         return 0;
@@ -39,13 +39,13 @@ int dt_mpi_ops_create(void)
         for (int k = 0; k < 3; k++) {
             int rc = MPI_Op_create(fns[t][k], 1, &half_ops[t][k]);
             if (rc != MPI_SUCCESS)
-                return dt_mpi_error(rc, -1, "MPI_Op_create (16-bit float reductions)");
+                return dt_mpi__error(rc, -1, "MPI_Op_create (16-bit float reductions)");
         }
     ops_ready = 1;
     return 0;
 }
 
-MPI_Datatype dt_mpi_datatype(enum dt_dtype t)
+MPI_Datatype dt_mpi__datatype(enum dt_dtype t)
 {
     switch (t) {
     case DT_F32: return MPI_FLOAT;
@@ -58,7 +58,7 @@ MPI_Datatype dt_mpi_datatype(enum dt_dtype t)
     }
 }
 
-MPI_Op dt_mpi_op(enum dt_dtype t, enum dt_redop op)
+MPI_Op dt_mpi__op(enum dt_dtype t, enum dt_redop op)
 {
     int k = op == DT_MAX ? 1 : op == DT_MIN ? 2 : 0;
     if (t == DT_F16 || t == DT_BF16)
@@ -66,7 +66,7 @@ MPI_Op dt_mpi_op(enum dt_dtype t, enum dt_redop op)
     return k == 1 ? MPI_MAX : k == 2 ? MPI_MIN : MPI_SUM;
 }
 
-int dt_mpi_error(int mpirc, int rank, const char *what)
+int dt_mpi__error(int mpirc, int rank, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;

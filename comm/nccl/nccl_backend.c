@@ -23,13 +23,13 @@
 #include "comm/store.h"
 #include "base/clock.h"
 
-int dt_nccl_cuda_error(cudaError_t e, int rank, const char *call)
+int dt_nccl__cuda_error(cudaError_t e, int rank, const char *call)
 {
     return dt_error_set(DT_EIO, "rank %d: nccl: %s failed: %s (%s)", rank, call, cudaGetErrorString(e),
                         cudaGetErrorName(e));
 }
 
-int dt_nccl_nccl_error(ncclResult_t r, int rank, const char *call)
+int dt_nccl__nccl_error(ncclResult_t r, int rank, const char *call)
 {
     /* A remote error is a peer that went away; the rest are local faults. */
     int code = r == ncclRemoteError || r == ncclSystemError ? DT_ECONN
@@ -39,7 +39,7 @@ int dt_nccl_nccl_error(ncclResult_t r, int rank, const char *call)
                         ncclGetLastError(NULL));
 }
 
-void dt_nccl_abort_locked(struct dt_nccl *st, int code, const char *why)
+void dt_nccl__abort_locked(struct dt_nccl *st, int code, const char *why)
 {
     if (!st->failed) {
         st->failed = code;
@@ -52,7 +52,23 @@ void dt_nccl_abort_locked(struct dt_nccl *st, int code, const char *why)
     }
 }
 
-void dt_nccl_pause(int *spins)
+int dt_nccl__give_up_locked(struct dt_nccl *st, const char *what, double deadline, const char *hint)
+{
+    bool aborted = atomic_load(&st->abort_requested);
+    if (!aborted && dt_clock_s() <= deadline)
+        return 0;
+    char msg[384];
+    if (aborted)
+        snprintf(msg, sizeof msg, "rank %d: %s (nccl): the communicator was aborted", st->rank, what);
+    else
+        snprintf(msg, sizeof msg, "rank %d: %s (nccl): not finished after %.0f s; aborted the NCCL communicator %s",
+                 st->rank, what, st->timeout_s, hint);
+    int rc = aborted ? DT_EABORTED : DT_ETIMEDOUT;
+    dt_nccl__abort_locked(st, rc, msg);
+    return dt_error_set(rc, "%s", msg);
+}
+
+void dt_nccl__pause(int *spins)
 {
     /* Spin first (a collective of a few KiB ends in tens of microseconds),
      * then sleep so an idle wait does not eat a core. */
@@ -64,7 +80,7 @@ void dt_nccl_pause(int *spins)
     nanosleep(&ts, NULL);
 }
 
-int dt_nccl_settle_locked(struct dt_nccl *st, const char *what, double deadline)
+int dt_nccl__settle_locked(struct dt_nccl *st, const char *what, double deadline)
 {
     int spins = 0;
     for (;;) {
@@ -77,25 +93,16 @@ int dt_nccl_settle_locked(struct dt_nccl *st, const char *what, double deadline)
         if (state == ncclSuccess)
             return 0;
         if (state != ncclInProgress) {
-            int rc = dt_nccl_nccl_error(state, st->rank, what);
-            dt_nccl_abort_locked(st, rc, dt_error_last());
+            int rc = dt_nccl__nccl_error(state, st->rank, what);
+            dt_nccl__abort_locked(st, rc, dt_error_last());
             return rc;
         }
-        if (atomic_load(&st->abort_requested) || dt_clock_s() > deadline) {
-            bool aborted = atomic_load(&st->abort_requested);
-            char msg[256];
-            snprintf(msg, sizeof msg,
-                     aborted ? "rank %d: %s (nccl): the communicator was aborted"
-                             : "rank %d: %s (nccl): not finished after %.0f s; aborted the NCCL communicator "
-                               "(is every rank up and on its own GPU?)",
-                     st->rank, what, st->timeout_s);
-            int rc = aborted ? DT_EABORTED : DT_ETIMEDOUT;
-            dt_nccl_abort_locked(st, rc, msg);
-            return dt_error_set(rc, "%s", msg);
-        }
+        int rc = dt_nccl__give_up_locked(st, what, deadline, "(is every rank up and on its own GPU?)");
+        if (rc)
+            return rc;
         /* Let abort() from another thread in between polls. */
         pthread_mutex_unlock(&st->mu);
-        dt_nccl_pause(&spins);
+        dt_nccl__pause(&spins);
         pthread_mutex_lock(&st->mu);
     }
 }
@@ -108,7 +115,7 @@ static int exchange_id(const struct dt_comm_options *o, ncclUniqueId *id, double
     if (o->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(id);
         if (r != ncclSuccess)
-            return dt_nccl_nccl_error(r, o->rank, "ncclGetUniqueId");
+            return dt_nccl__nccl_error(r, o->rank, "ncclGetUniqueId");
         if (o->world == 1 && !o->store)
             return 0;
         int rc = dt_store_set(o->store, key, id, sizeof *id);
@@ -147,7 +154,7 @@ static int pick_device(const struct dt_comm_options *o, int *dev)
                             "NCCL needs one GPU per rank",
                             o->rank, *dev, n, o->local_rank, o->local_world);
     if ((e = cudaSetDevice(*dev)) != cudaSuccess)
-        return dt_nccl_cuda_error(e, o->rank, "cudaSetDevice");
+        return dt_nccl__cuda_error(e, o->rank, "cudaSetDevice");
     return 0;
 }
 
@@ -158,19 +165,19 @@ static int make_cuda_objects(struct dt_nccl *st)
     if (e == cudaSuccess)
         e = cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, hi);
     if (e != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaStreamCreateWithPriority (communication stream)");
+        return dt_nccl__cuda_error(e, st->rank, "cudaStreamCreateWithPriority (communication stream)");
     if ((e = cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&st->blocking_done, cudaEventDisableTiming)) != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaEventCreateWithFlags");
-    for (int i = 0; i < DT_NCCL_RING; i++)
+        return dt_nccl__cuda_error(e, st->rank, "cudaEventCreateWithFlags");
+    for (int i = 0; i < DT_NCCL__RING; i++)
         if ((e = cudaEventCreateWithFlags(&st->ring[i].done, cudaEventDisableTiming)) != cudaSuccess)
-            return dt_nccl_cuda_error(e, st->rank, "cudaEventCreateWithFlags");
+            return dt_nccl__cuda_error(e, st->rank, "cudaEventCreateWithFlags");
     if ((e = cudaMalloc(&st->scratch, 64)) != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaMalloc (barrier scratch)");
-    if ((e = cudaMalloc(&st->stage, DT_NCCL_STAGE)) != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaMalloc (staging for host buffers)");
+        return dt_nccl__cuda_error(e, st->rank, "cudaMalloc (barrier scratch)");
+    if ((e = cudaMalloc(&st->stage, DT_NCCL__STAGE)) != cudaSuccess)
+        return dt_nccl__cuda_error(e, st->rank, "cudaMalloc (staging for host buffers)");
     if ((e = cudaMemset(st->scratch, 0, 64)) != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaMemset");
+        return dt_nccl__cuda_error(e, st->rank, "cudaMemset");
     return 0;
 }
 
@@ -182,7 +189,7 @@ static int create_comm(struct dt_nccl *st, ncclUniqueId id, double deadline)
     pthread_mutex_lock(&st->mu);
     ncclResult_t r = ncclCommInitRankConfig(&st->comm, st->world, id, st->rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
-        int rc = dt_nccl_nccl_error(r, st->rank, "ncclCommInitRankConfig");
+        int rc = dt_nccl__nccl_error(r, st->rank, "ncclCommInitRankConfig");
         if (st->comm)
             ncclCommAbort(st->comm);
         st->comm = NULL;
@@ -191,7 +198,7 @@ static int create_comm(struct dt_nccl *st, ncclUniqueId id, double deadline)
     }
     char what[64];
     snprintf(what, sizeof what, "communicator setup of %d ranks", st->world);
-    int rc = dt_nccl_settle_locked(st, what, deadline);
+    int rc = dt_nccl__settle_locked(st, what, deadline);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
@@ -217,7 +224,7 @@ static int nccl_init(const struct dt_comm_options *o, void **out)
         rc = exchange_id(o, &id, deadline);
     if (rc == 0)
         rc = create_comm(st, id, deadline);
-    if (rc == 0 && pthread_create(&st->watcher, NULL, dt_nccl_watcher_main, st) != 0)
+    if (rc == 0 && pthread_create(&st->watcher, NULL, dt_nccl__watcher_main, st) != 0)
         rc = dt_error_set(DT_ENOMEM, "rank %d: nccl: could not start the completion watcher", o->rank);
     else if (rc == 0)
         st->watcher_started = true;
@@ -239,7 +246,7 @@ static void nccl_abort(void *p)
     pthread_mutex_lock(&st->mu);
     char msg[128];
     snprintf(msg, sizeof msg, "rank %d: nccl: the communicator was aborted", st->rank);
-    dt_nccl_abort_locked(st, DT_EABORTED, msg);
+    dt_nccl__abort_locked(st, DT_EABORTED, msg);
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
 }
@@ -252,7 +259,7 @@ static void close_comm(struct dt_nccl *st)
     if (st->comm && !st->failed) {
         ncclResult_t r = ncclCommFinalize(st->comm);
         if (r == ncclSuccess || r == ncclInProgress) {
-            if (dt_nccl_settle_locked(st, "communicator finalize", dt_clock_s() + st->timeout_s) == 0 &&
+            if (dt_nccl__settle_locked(st, "communicator finalize", dt_clock_s() + st->timeout_s) == 0 &&
                 st->comm) {
                 ncclCommDestroy(st->comm);
                 st->comm = NULL;
@@ -285,7 +292,7 @@ static void nccl_destroy(void *p)
         cudaEventDestroy(st->ready);
     if (st->blocking_done)
         cudaEventDestroy(st->blocking_done);
-    for (int i = 0; i < DT_NCCL_RING; i++)
+    for (int i = 0; i < DT_NCCL__RING; i++)
         if (st->ring[i].done)
             cudaEventDestroy(st->ring[i].done);
     if (st->scratch)

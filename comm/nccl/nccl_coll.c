@@ -19,7 +19,7 @@
 #include "comm/nccl/nccl_internal.h"
 #include "base/clock.h"
 
-static ncclDataType_t nccl_type(enum dt_dtype t)
+ncclDataType_t dt_nccl__type(enum dt_dtype t)
 {
     switch (t) {
     case DT_F64: return ncclFloat64;
@@ -31,7 +31,7 @@ static ncclDataType_t nccl_type(enum dt_dtype t)
     }
 }
 
-static ncclRedOp_t nccl_op(enum dt_redop op)
+ncclRedOp_t dt_nccl__op(enum dt_redop op)
 {
     switch (op) {
     case DT_AVG: return ncclAvg;
@@ -59,14 +59,14 @@ struct coll {
 
 static ncclResult_t issue(struct dt_nccl *st, const struct coll *c)
 {
-    ncclDataType_t t = nccl_type(c->t);
+    ncclDataType_t t = dt_nccl__type(c->t);
     switch (c->kind) {
     case DT_COLL_ALLREDUCE:
-        return ncclAllReduce(c->send, c->recv, c->count, t, nccl_op(c->op), st->comm, st->stream);
+        return ncclAllReduce(c->send, c->recv, c->count, t, dt_nccl__op(c->op), st->comm, st->stream);
     case DT_COLL_BROADCAST: return ncclBroadcast(c->recv, c->recv, c->count, t, c->root, st->comm, st->stream);
     case DT_COLL_ALLGATHER: return ncclAllGather(c->send, c->recv, c->count, t, st->comm, st->stream);
     case DT_COLL_REDUCE_SCATTER:
-        return ncclReduceScatter(c->send, c->recv, c->count, t, nccl_op(c->op), st->comm, st->stream);
+        return ncclReduceScatter(c->send, c->recv, c->count, t, dt_nccl__op(c->op), st->comm, st->stream);
     default: /* barrier: a one-int all-reduce, ordered like any other op */
         return ncclAllReduce(st->scratch, st->scratch, 1, ncclInt32, ncclSum, st->comm, st->stream);
     }
@@ -85,15 +85,15 @@ static int enqueue_locked(struct dt_nccl *st, const struct coll *c, uint64_t *se
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(st->stream, st->ready, 0);
     if (e != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaEventRecord/cudaStreamWaitEvent (input ready)");
+        return dt_nccl__cuda_error(e, st->rank, "cudaEventRecord/cudaStreamWaitEvent (input ready)");
     ncclResult_t r = issue(st, c);
     char what[64];
     snprintf(what, sizeof what, "%s #%llu", dt_coll_name(c->kind), (unsigned long long)*seq);
     if (r == ncclInProgress)
-        return dt_nccl_settle_locked(st, what, deadline);
+        return dt_nccl__settle_locked(st, what, deadline);
     if (r != ncclSuccess) {
-        int rc = dt_nccl_nccl_error(r, st->rank, what);
-        dt_nccl_abort_locked(st, rc, dt_error_last());
+        int rc = dt_nccl__nccl_error(r, st->rank, what);
+        dt_nccl__abort_locked(st, rc, dt_error_last());
         return rc;
     }
     return 0;
@@ -114,13 +114,13 @@ static int poll_locked(struct dt_nccl *st, enum dt_coll_kind kind, uint64_t seq,
                  st->rank, dt_coll_name(kind), (unsigned long long)seq, ncclGetErrorString(state),
                  ncclGetLastError(st->comm));
         int code = state == ncclRemoteError || state == ncclSystemError ? DT_ECONN : DT_EIO;
-        dt_nccl_abort_locked(st, code, msg);
+        dt_nccl__abort_locked(st, code, msg);
         return dt_error_set(code, "%s", msg);
     }
     if (atomic_load(&st->abort_requested)) {
         snprintf(msg, sizeof msg, "rank %d: %s #%llu (nccl): the communicator was aborted", st->rank,
                  dt_coll_name(kind), (unsigned long long)seq);
-        dt_nccl_abort_locked(st, DT_EABORTED, msg);
+        dt_nccl__abort_locked(st, DT_EABORTED, msg);
         return dt_error_set(DT_EABORTED, "%s", msg);
     }
     if (dt_clock_s() > deadline) {
@@ -128,7 +128,7 @@ static int poll_locked(struct dt_nccl *st, enum dt_coll_kind kind, uint64_t seq,
                  "rank %d: %s #%llu (nccl): not finished after %.0f s; aborted the NCCL communicator so this "
                  "rank does not hang (a peer rank died or stopped calling collectives)",
                  st->rank, dt_coll_name(kind), (unsigned long long)seq, st->timeout_s);
-        dt_nccl_abort_locked(st, DT_ETIMEDOUT, msg);
+        dt_nccl__abort_locked(st, DT_ETIMEDOUT, msg);
         return dt_error_set(DT_ETIMEDOUT, "%s", msg);
     }
     return 0;
@@ -144,9 +144,9 @@ static int query_event(struct dt_nccl *st, cudaEvent_t ev, enum dt_coll_kind kin
         return 0;
     char call[64];
     snprintf(call, sizeof call, "%s #%llu: cudaEventQuery", dt_coll_name(kind), (unsigned long long)seq);
-    int rc = dt_nccl_cuda_error(e, st->rank, call);
+    int rc = dt_nccl__cuda_error(e, st->rank, call);
     pthread_mutex_lock(&st->mu);
-    dt_nccl_abort_locked(st, rc, dt_error_last());
+    dt_nccl__abort_locked(st, rc, dt_error_last());
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
@@ -180,17 +180,17 @@ static int stage_in(struct dt_nccl *st, const struct coll *c, struct coll *dc, s
     size_t sb;
     coll_bytes(st, c, &sb, rb);
     size_t off = (sb + 255) / 256 * 256;
-    if (off + *rb > DT_NCCL_STAGE)
+    if (off + *rb > DT_NCCL__STAGE)
         return dt_error_set(DT_EINVAL,
                             "rank %d: %s (nccl): %zu bytes in host memory; NCCL needs device buffers (host buffers "
                             "are staged only up to %u bytes)",
-                            st->rank, dt_coll_name(c->kind), sb + *rb, DT_NCCL_STAGE);
+                            st->rank, dt_coll_name(c->kind), sb + *rb, DT_NCCL__STAGE);
     char *d = st->stage;
     dc->send = d;
     dc->recv = c->kind == DT_COLL_BROADCAST ? d : d + off;
     cudaError_t e = cudaMemcpyAsync(d, c->kind == DT_COLL_BROADCAST ? c->recv : c->send, sb,
                                     cudaMemcpyHostToDevice, st->stream);
-    return e == cudaSuccess ? 0 : dt_nccl_cuda_error(e, st->rank, "cudaMemcpyAsync (host buffer in)");
+    return e == cudaSuccess ? 0 : dt_nccl__cuda_error(e, st->rank, "cudaMemcpyAsync (host buffer in)");
 }
 
 static int run_blocking(struct dt_nccl *st, const struct coll *c)
@@ -207,7 +207,7 @@ static int run_blocking(struct dt_nccl *st, const struct coll *c)
     if (rc == 0) {
         cudaError_t e = cudaEventRecord(st->blocking_done, st->stream);
         if (e != cudaSuccess)
-            rc = dt_nccl_cuda_error(e, st->rank, "cudaEventRecord (op done)");
+            rc = dt_nccl__cuda_error(e, st->rank, "cudaEventRecord (op done)");
     }
     pthread_mutex_unlock(&st->mu);
     for (int spins = 0; rc == 0;) {
@@ -219,12 +219,12 @@ static int run_blocking(struct dt_nccl *st, const struct coll *c)
         pthread_mutex_unlock(&st->mu);
         if (q == 1 || rc < 0)
             break;
-        dt_nccl_pause(&spins);
+        dt_nccl__pause(&spins);
     }
     if (rc == 0 && staged && rb) {
         cudaError_t e = cudaMemcpy(c->recv, dc.recv, rb, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess)
-            rc = dt_nccl_cuda_error(e, st->rank, "cudaMemcpy (host buffer out)");
+            rc = dt_nccl__cuda_error(e, st->rank, "cudaMemcpy (host buffer out)");
     }
     return rc;
 }
@@ -236,17 +236,17 @@ static int run_async(struct dt_nccl *st, const struct coll *c, struct dt_comm_re
         return dt_error_set(DT_EINVAL, "rank %d: %s (nccl): async collectives need device buffers", st->rank,
                             dt_coll_name(c->kind));
     pthread_mutex_lock(&st->mu);
-    if (st->len == DT_NCCL_RING) {
+    if (st->len == DT_NCCL__RING) {
         pthread_mutex_unlock(&st->mu);
         return dt_error_set(DT_ENOMEM, "rank %d: %s (nccl): more than %d operations in flight", st->rank,
-                            dt_coll_name(c->kind), DT_NCCL_RING);
+                            dt_coll_name(c->kind), DT_NCCL__RING);
     }
-    struct dt_nccl_pending *p = &st->ring[(st->head + st->len) % DT_NCCL_RING];
+    struct dt_nccl_pending *p = &st->ring[(st->head + st->len) % DT_NCCL__RING];
     int rc = enqueue_locked(st, c, &p->seq, deadline);
     if (rc == 0) {
         cudaError_t e = cudaEventRecord(p->done, st->stream);
         if (e != cudaSuccess)
-            rc = dt_nccl_cuda_error(e, st->rank, "cudaEventRecord (op done)");
+            rc = dt_nccl__cuda_error(e, st->rank, "cudaEventRecord (op done)");
     }
     if (rc == 0) {
         p->req = req;
@@ -261,7 +261,7 @@ static int run_async(struct dt_nccl *st, const struct coll *c, struct dt_comm_re
 
 /* Finishes the ring's head in order: the stream runs ops in order, so the
  * head is always the next to end.  On stop, what is left fails. */
-void *dt_nccl_watcher_main(void *arg)
+void *dt_nccl__watcher_main(void *arg)
 {
     struct dt_nccl *st = arg;
     cudaSetDevice(st->device);
@@ -280,12 +280,12 @@ void *dt_nccl_watcher_main(void *arg)
                           : poll_locked(st, p.kind, p.seq, st->stopping ? 0 : p.deadline);
         if (q == 0 && rc == 0) {
             pthread_mutex_unlock(&st->mu);
-            dt_nccl_pause(&spins);
+            dt_nccl__pause(&spins);
             pthread_mutex_lock(&st->mu);
             continue;
         }
         spins = 0;
-        st->head = (st->head + 1) % DT_NCCL_RING;
+        st->head = (st->head + 1) % DT_NCCL__RING;
         st->len--;
         pthread_mutex_unlock(&st->mu);
         dt_comm_req_finish(p.req, rc);

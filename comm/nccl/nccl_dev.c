@@ -51,29 +51,7 @@ int dt_nccl_stream_wait_comm(struct dt_comm *c, cudaStream_t s)
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(s, st->ready, 0);
     pthread_mutex_unlock(&st->mu);
-    return e == cudaSuccess ? 0 : dt_nccl_cuda_error(e, st->rank, "cudaStreamWaitEvent (compute waits for comm)");
-}
-
-static ncclDataType_t dev_type(enum dt_dtype t)
-{
-    switch (t) {
-    case DT_F64: return ncclFloat64;
-    case DT_F16: return ncclFloat16;
-    case DT_BF16: return ncclBfloat16;
-    case DT_I32: return ncclInt32;
-    case DT_I64: return ncclInt64;
-    default: return ncclFloat32;
-    }
-}
-
-static ncclRedOp_t dev_op(enum dt_redop op)
-{
-    switch (op) {
-    case DT_AVG: return ncclAvg;
-    case DT_MAX: return ncclMax;
-    case DT_MIN: return ncclMin;
-    default: return ncclSum;
-    }
+    return e == cudaSuccess ? 0 : dt_nccl__cuda_error(e, st->rank, "cudaStreamWaitEvent (compute waits for comm)");
 }
 
 int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, enum dt_redop op,
@@ -88,12 +66,12 @@ int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt
         rc = dt_error_set(st->failed ? st->failed : DT_EABORTED, "%s",
                           st->why[0] ? st->why : "nccl: the communicator was aborted");
     } else {
-        ncclResult_t r = ncclAllReduce(buf, buf, count, dev_type(t), dev_op(op), st->comm, s);
+        ncclResult_t r = ncclAllReduce(buf, buf, count, dt_nccl__type(t), dt_nccl__op(op), st->comm, s);
         if (r == ncclInProgress)
-            rc = dt_nccl_settle_locked(st, "gradient bucket all-reduce", dt_clock_s() + st->timeout_s);
+            rc = dt_nccl__settle_locked(st, "gradient bucket all-reduce", dt_clock_s() + st->timeout_s);
         else if (r != ncclSuccess) {
-            rc = dt_nccl_nccl_error(r, st->rank, "ncclAllReduce (gradient bucket)");
-            dt_nccl_abort_locked(st, rc, dt_error_last());
+            rc = dt_nccl__nccl_error(r, st->rank, "ncclAllReduce (gradient bucket)");
+            dt_nccl__abort_locked(st, rc, dt_error_last());
         }
     }
     pthread_mutex_unlock(&st->mu);
@@ -110,29 +88,19 @@ static int wait_poll_locked(struct dt_nccl *st, cudaEvent_t ev, const char *what
         return 1;
     char msg[384];
     if (e != cudaErrorNotReady) {
-        int rc = dt_nccl_cuda_error(e, st->rank, what);
-        dt_nccl_abort_locked(st, rc, dt_error_last());
+        int rc = dt_nccl__cuda_error(e, st->rank, what);
+        dt_nccl__abort_locked(st, rc, dt_error_last());
         return rc;
     }
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(st->comm, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
         snprintf(msg, sizeof msg, "rank %d: %s (nccl): NCCL reported %s (a peer rank may have died)", st->rank, what,
                  ncclGetErrorString(state));
-        dt_nccl_abort_locked(st, DT_ECONN, msg);
+        dt_nccl__abort_locked(st, DT_ECONN, msg);
         return dt_error_set(DT_ECONN, "%s", msg);
     }
-    bool aborted = atomic_load(&st->abort_requested);
-    if (aborted || dt_clock_s() > deadline) {
-        snprintf(msg, sizeof msg,
-                 aborted ? "rank %d: %s (nccl): the communicator was aborted"
-                         : "rank %d: %s (nccl): not finished after %.0f s; aborted the NCCL communicator so this "
-                           "rank does not hang (a peer rank died or stopped calling collectives)",
-                 st->rank, what, st->timeout_s);
-        int rc = aborted ? DT_EABORTED : DT_ETIMEDOUT;
-        dt_nccl_abort_locked(st, rc, msg);
-        return dt_error_set(rc, "%s", msg);
-    }
-    return 0;
+    return dt_nccl__give_up_locked(st, what, deadline,
+                                   "so this rank does not hang (a peer rank died or stopped calling collectives)");
 }
 
 int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what)
@@ -148,7 +116,7 @@ int dt_nccl_wait_event(struct dt_comm *c, cudaEvent_t ev, const char *what)
         pthread_mutex_unlock(&st->mu);
         if (rc)
             break;
-        dt_nccl_pause(&spins);
+        dt_nccl__pause(&spins);
     }
     return rc < 0 ? rc : 0;
 }
@@ -163,7 +131,7 @@ int dt_nccl_wait_stream(struct dt_comm *c, cudaStream_t s, const char *what)
     if (e == cudaSuccess && (e = cudaEventRecord(ev, s)) != cudaSuccess)
         cudaEventDestroy(ev);
     if (e != cudaSuccess)
-        return dt_nccl_cuda_error(e, st->rank, "cudaEventRecord (waiting for the device)");
+        return dt_nccl__cuda_error(e, st->rank, "cudaEventRecord (waiting for the device)");
     int rc = dt_nccl_wait_event(c, ev, what);
     cudaEventDestroy(ev);
     return rc;

@@ -17,11 +17,11 @@
 #include "comm/comm_backend.h"
 
 /* Collectives in flight; comm.c never has more requests than this out. */
-#define DT_NCCL_RING 512
+#define DT_NCCL__RING 512
 /* Device bytes for blocking collectives on host buffers (control messages:
  * the bench's rank table and timings, a trainer's loss); payloads belong in
  * device memory. */
-#define DT_NCCL_STAGE (4u << 20)
+#define DT_NCCL__STAGE (4u << 20)
 
 struct dt_nccl_pending {
     struct dt_comm_req *req;
@@ -45,8 +45,8 @@ struct dt_nccl {
     cudaEvent_t ready;        /* input-ready point on `compute` */
     cudaEvent_t blocking_done;
     void *scratch;            /* one int on the device: the barrier's payload */
-    void *stage;              /* DT_NCCL_STAGE bytes for host buffers */
-    struct dt_nccl_pending ring[DT_NCCL_RING];
+    void *stage;              /* DT_NCCL__STAGE bytes for host buffers */
+    struct dt_nccl_pending ring[DT_NCCL__RING];
     int head, len;
     uint64_t seq;
     int failed;               /* sticky DT_E* code after a failure */
@@ -57,21 +57,31 @@ struct dt_nccl {
 };
 
 /* Turns a CUDA or NCCL status into a DT_E* error with a sentence naming the call. */
-int dt_nccl_cuda_error(cudaError_t e, int rank, const char *call);
-int dt_nccl_nccl_error(ncclResult_t r, int rank, const char *call);
+int dt_nccl__cuda_error(cudaError_t e, int rank, const char *call);
+int dt_nccl__nccl_error(ncclResult_t r, int rank, const char *call);
 
 /* Aborts the NCCL communicator (once) so that kernels stuck on a dead peer
  * end; records `code`/`why` as the sticky failure.  Caller holds st->mu. */
-void dt_nccl_abort_locked(struct dt_nccl *st, int code, const char *why);
+void dt_nccl__abort_locked(struct dt_nccl *st, int code, const char *why);
 
 /* Polls ncclCommGetAsyncError until it is no longer ncclInProgress or the
  * deadline passes (then aborts).  Caller holds st->mu. */
-int dt_nccl_settle_locked(struct dt_nccl *st, const char *what, double deadline);
+int dt_nccl__settle_locked(struct dt_nccl *st, const char *what, double deadline);
+
+/* The end of a wait that has not finished: 0 while neither dt_comm_abort()
+ * was called nor `deadline` passed; else aborts the communicator and returns
+ * DT_EABORTED or DT_ETIMEDOUT with a sentence naming the rank and `what`,
+ * and for a timeout `hint` (what to check).  Caller holds st->mu. */
+int dt_nccl__give_up_locked(struct dt_nccl *st, const char *what, double deadline, const char *hint);
+
+/* NCCL's datatype and reduction for dtrain's (nccl_coll.c). */
+ncclDataType_t dt_nccl__type(enum dt_dtype t);
+ncclRedOp_t dt_nccl__op(enum dt_redop op);
 
 /* One step of a polling wait: yields at first, then sleeps 50 us. */
-void dt_nccl_pause(int *spins);
+void dt_nccl__pause(int *spins);
 
 /* The completion watcher (nccl_coll.c). */
-void *dt_nccl_watcher_main(void *arg);
+void *dt_nccl__watcher_main(void *arg);
 
 #endif
