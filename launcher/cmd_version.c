@@ -1,9 +1,14 @@
 /* cmd_version.c - `dtrain version`: the version and what this build can do.
  *
- * Prints which optional parts were compiled in (CUDA/NCCL), so a user on a
- * cluster can tell at once whether a binary can run GPU jobs.
+ * Prints which optional parts were compiled in (CUDA with the NCCL library it
+ * loads, MPI), so a user on a cluster can tell at once whether a binary can
+ * run GPU jobs or backend: mpi jobs.
  */
 #include "launcher/cli.h"
+
+#ifdef DT_HAVE_CUDA
+#include "comm/nccl/nccl_comm.h"
+#endif
 
 #include <stdio.h>
 
@@ -20,9 +25,19 @@ static int run(int argc, char **argv)
         return dt_cli_usage_error("version", "takes no arguments");
     printf("dtrain %s\n", dt_version);
 #ifdef DT_HAVE_CUDA
-    printf("cuda: yes (NCCL backend and CUDA trainer built in)\n");
+    /* NCCL's code is major*10000 + minor*100 + patch since 2.9 (22809: 2.28.9). */
+    int v = dt_nccl_version();
+    if (v > 0)
+        printf("cuda: yes (NCCL %d.%d.%d backend and CUDA trainer built in)\n", v / 10000, v / 100 % 100, v % 100);
+    else
+        printf("cuda: yes (NCCL backend and CUDA trainer built in; the NCCL library did not load)\n");
 #else
     printf("cuda: no (built without nvcc; CPU backends only)\n");
+#endif
+#ifdef DT_HAVE_MPI
+    printf("mpi: yes (backend: mpi built in)\n");
+#else
+    printf("mpi: no (built without mpicc)\n");
 #endif
     return 0;
 }

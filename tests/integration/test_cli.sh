@@ -19,3 +19,7 @@ for cmd in $cmds; do
   expect_status 0 "dtrain $cmd --help exits 0" "$DTRAIN" "$cmd" --help
   contains "$T/last.out" "Usage: dtrain $cmd" "dtrain $cmd --help shows its usage"
 done
+expect_status 0 "dtrain version exits 0" "$DTRAIN" version
+contains "$T/last.out" "^cuda: (yes \(NCCL [0-9]+\.[0-9]+\.[0-9]+ backend|no \()" \
+  "version says whether CUDA is built in, with the version of the NCCL library it loads"
+contains "$T/last.out" "^mpi: (yes|no) \(" "version says whether the MPI backend is built in"
