@@ -201,6 +201,27 @@ static void total_memory_limit_closes_with_message(void **state)
     assert_true(n >= 5 && n < 9);
 }
 
+/* An answer is sized before it is built: five copies of a 1000-byte value
+ * pass the 4096-byte reply limit (the frame limit). */
+static void multi_get_answer_over_the_reply_limit_closes(void **state)
+{
+    struct fx *f = *state;
+    char v[1000];
+    memset(v, 'r', sizeof v);
+    assert_int_equal(dt_store_set(f->good, "r", v, sizeof v), 0);
+    int fd = authed_connect(f);
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_u8(&b, DT_WIRE_MULTI_GET);
+    dt_wire_put_u64(&b, 5);
+    for (int i = 0; i < 5; i++)
+        dt_wire_put_key(&b, "/", "r", 1);
+    send_buf(fd, &b);
+    assert_true(closed_without_reply(fd));
+    assert_true(log_has(f, "the answer to MULTI_GET would be 5040 bytes, over the 4096-byte reply limit"));
+    still_serving_without(f, "x");
+}
+
 static void second_wait_while_waiting_closes(void **state)
 {
     struct fx *f = *state;
@@ -482,6 +503,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(oversized_value_closes, setup_small_limits, teardown),
         cmocka_unit_test_setup_teardown(oversized_frame_closes, setup_small_limits, teardown),
         cmocka_unit_test_setup_teardown(total_memory_limit_closes_with_message, setup_small_limits, teardown),
+        cmocka_unit_test_setup_teardown(multi_get_answer_over_the_reply_limit_closes, setup_small_limits,
+                                        teardown),
         cmocka_unit_test_setup_teardown(second_wait_while_waiting_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(too_many_keys_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(retrying_refused_clients_are_logged_sparingly, setup, teardown),
