@@ -33,7 +33,7 @@
  *   17  LIST_KEYS    -                             count:i64, then every key (string)
  *   18  STORE_BARRIER key, world:i64               u8: 0 STOP_WAITING once the counter kept
  *                                                  under key reaches world (PyTorch's
- *                                                  Store::barrier, 2.10+)
+ *                                                  Store::barrier; torch 2.15 sends it)
  *   (queues are a key space of their own; CHECK and WAIT count a key whose
  *   queue is not empty as present, so a blocking pop is WAIT then POP)
  *
