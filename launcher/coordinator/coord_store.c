@@ -1,6 +1,6 @@
 /* coord_store.c - the TCPStore half of the coordinator: what each request
  * does to the store and what it answers, the key-value table and its memory
- * budget, clients blocked in WAIT, and PyTorch's queues.
+ * budget, and clients blocked in WAIT.
  *
  * Semantics follow PyTorch's libuv TCPStore server (TCPStoreLibUvBackend.cpp):
  * GET of an absent key answers an empty value (PyTorch's client WAITs first);
@@ -11,8 +11,9 @@
  * "init/" counter included; STORE_BARRIER is a counter under its key plus a
  * WAIT.  SET, APPEND and MULTI_SET answer nothing.
  *
- * Not for framing, sockets or the job token (coord_server.c), nor for
- * dtrain's barrier, heartbeats and membership (coord_rendezvous.c).
+ * Not for framing, sockets or the job token (coord_server.c, coord_gate.c),
+ * PyTorch's queues (coord_queue.c), nor dtrain's barrier, heartbeats and
+ * membership (coord_rendezvous.c).
  */
 #include "launcher/coordinator/coordinator_internal.h"
 
@@ -49,7 +50,7 @@ struct dt_coord__entry {
     uint8_t key[];                  /* in the entry: one cache miss less per lookup */
 };
 
-static uint64_t kv_hash(const uint8_t *p, size_t n)
+uint64_t dt_coord__hash(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
@@ -89,7 +90,7 @@ static void kv_free(struct dt_coord__kv *t)
 
 static struct dt_coord__entry *kv_find(struct dt_coord__kv *t, const uint8_t *key, size_t klen)
 {
-    uint64_t h = kv_hash(key, klen);
+    uint64_t h = dt_coord__hash(key, klen);
     for (struct dt_coord__entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
         if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->key, key, klen) == 0))
             return e;
@@ -144,7 +145,7 @@ static int kv_lookup_or_add(struct dt_coord *c, const uint8_t *key, size_t klen,
     if (klen)
         memcpy(e->key, key, klen);
     e->klen = klen;
-    e->hash = kv_hash(key, klen);
+    e->hash = dt_coord__hash(key, klen);
     maybe_grow(t);
     size_t slot = e->hash & (t->nslots - 1);
     e->next = t->slots[slot];
@@ -249,9 +250,6 @@ struct dt_coord__wait {
     struct dt_coord__conn *conn;
 };
 
-/* A key whose queue holds an item counts as present (queues, below). */
-static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen);
-
 static void unlink_node(struct dt_coord *c, struct dt_coord__wait *n)
 {
     struct dt_coord__entry *e = n->entry;
@@ -309,7 +307,7 @@ static int wait_on(struct dt_coord__conn *conn, struct dt_coord__entry *e)
 static int add_node(struct dt_coord__conn *conn, const struct dt_wire_bytes *k)
 {
     /* A key whose queue holds an item counts as present (a blocking pop). */
-    if (queue_nonempty(conn->coord, k->p, k->len))
+    if (dt_coord__queue_nonempty(conn->coord, k->p, k->len))
         return 0;
     struct dt_coord__entry *e;
     int rc = kv_lookup_or_add(conn->coord, k->p, k->len, &e);
@@ -339,8 +337,11 @@ static int wait_register(struct dt_coord__conn *conn, const struct dt_wire_reque
 /* PyTorch wakes one waiter per pushed item, so two blocked pops do not race
  * for one item: the first waiter in the list is answered; a waiter still
  * missing other keys counts this one as there and the next is tried. */
-static void wait_wake_one(struct dt_coord *c, struct dt_coord__entry *e)
+void dt_coord__wake_one(struct dt_coord *c, const uint8_t *key, size_t klen)
 {
+    struct dt_coord__entry *e = kv_find(&c->kv, key, klen);
+    if (!e)
+        return;
     while (e->waiters) {
         struct dt_coord__wait *n = e->waiters;
         e->waiters = n->next;
@@ -379,155 +380,6 @@ static void wait_key_present(struct dt_coord *c, struct dt_coord__entry *e)
         n = next;
     }
     (void)c;
-}
-
-/* ---- queues ---- */
-
-/* PyTorch's store queues: QUEUE_PUSH, QUEUE_POP, QUEUE_LEN.  Semantics of
- * PyTorch's libuv server (TCPStoreLibUvBackend.cpp, 2.6+): queues are a key
- * space apart from the key-value table (GET, DELETE_KEY and GETNUMKEYS do
- * not see them); PUSH appends and answers nothing, and wakes one client
- * WAITing on that key; POP answers the length before the
- * pop as i64 and, when it was not empty, the front value; LEN answers the
- * length.  CHECK and WAIT count a key whose queue is not empty as present,
- * which is how PyTorch's client makes a blocking pop: WAIT, then POP (and a
- * pop that finds the queue empty is the client's "queue is empty" error).
- *
- * Items count against max_total_bytes like values do (their bytes plus
- * ITEM_COST), so a client cannot grow the coordinator without bound.
- */
-#define ITEM_COST 32u
-
-/* PyTorch's queues (QUEUE_PUSH/POP/LEN): a key space apart from the
- * key-value table; an empty queue is removed. */
-struct queue_item {
-    struct queue_item *next;
-    size_t len;
-    uint8_t data[];
-};
-
-struct dt_coord__queue {
-    struct dt_coord__queue *next; /* hash chain */
-    uint64_t hash;
-    size_t klen;
-    size_t n;
-    struct queue_item *head, *tail;
-    uint8_t key[];
-};
-
-static struct dt_coord__queue **slot_of(struct dt_coord *c, uint64_t h)
-{
-    return &c->queues[h % DT_COORD__QUEUE_SLOTS];
-}
-
-static struct dt_coord__queue *queue_find(struct dt_coord *c, const uint8_t *key, size_t klen)
-{
-    uint64_t h = kv_hash(key, klen);
-    for (struct dt_coord__queue *q = *slot_of(c, h); q; q = q->next)
-        if (q->hash == h && q->klen == klen && (klen == 0 || memcmp(q->key, key, klen) == 0))
-            return q;
-    return NULL;
-}
-
-static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen)
-{
-    struct dt_coord__queue *q = queue_find(c, key, klen);
-    return q && q->n > 0;
-}
-
-static void unlink_queue(struct dt_coord *c, struct dt_coord__queue *q)
-{
-    struct dt_coord__queue **pp = slot_of(c, q->hash);
-    while (*pp != q)
-        pp = &(*pp)->next;
-    *pp = q->next;
-    c->kv.bytes -= q->klen + ITEM_COST;
-    free(q);
-}
-
-static int queue_push(struct dt_coord *c, const struct dt_wire_bytes *key, const struct dt_wire_bytes *val)
-{
-    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
-    size_t cost = val->len + ITEM_COST + (q ? 0 : key->len + ITEM_COST);
-    if (c->kv.bytes + cost > c->max_total_bytes)
-        return dt_error_set(DT_ENOMEM,
-                            "the store is full: a queue item of %zu bytes would pass the %zu-byte "
-                            "total memory limit (%zu in use)",
-                            val->len, c->max_total_bytes, c->kv.bytes);
-    struct queue_item *it = malloc(sizeof *it + val->len);
-    if (!it)
-        return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue item");
-    if (!q) {
-        q = calloc(1, sizeof *q + key->len);
-        if (!q) {
-            free(it);
-            return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue");
-        }
-        if (key->len)
-            memcpy(q->key, key->p, key->len);
-        q->klen = key->len;
-        q->hash = kv_hash(key->p, key->len);
-        struct dt_coord__queue **slot = slot_of(c, q->hash);
-        q->next = *slot;
-        *slot = q;
-    }
-    it->next = NULL;
-    it->len = val->len;
-    if (val->len)
-        memcpy(it->data, val->p, val->len);
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-    q->n++;
-    c->kv.bytes += cost;
-    struct dt_coord__entry *e = kv_find(&c->kv, key->p, key->len);
-    if (e && e->waiters)
-        wait_wake_one(c, e);
-    return 0;
-}
-
-static int queue_pop(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
-{
-    struct dt_coord *c = conn->coord;
-    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
-    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
-    if (!q)
-        return 0;
-    struct queue_item *it = q->head;
-    dt_wire_put_bytes(&conn->out, it->data, it->len);
-    q->head = it->next;
-    if (!q->head)
-        q->tail = NULL;
-    q->n--;
-    c->kv.bytes -= it->len + ITEM_COST;
-    free(it);
-    if (q->n == 0)
-        unlink_queue(c, q);
-    return 0;
-}
-
-static void queue_len(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
-{
-    struct dt_coord__queue *q = queue_find(conn->coord, key->p, key->len);
-    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
-}
-
-static void queue_free_all(struct dt_coord *c)
-{
-    for (size_t i = 0; i < DT_COORD__QUEUE_SLOTS; i++) {
-        while (c->queues[i]) {
-            struct dt_coord__queue *q = c->queues[i];
-            while (q->head) {
-                struct queue_item *it = q->head;
-                q->head = it->next;
-                free(it);
-            }
-            c->queues[i] = q->next;
-            free(q);
-        }
-    }
 }
 
 /* ---- requests ---- */
@@ -708,7 +560,7 @@ static bool all_present(struct dt_coord *c, const struct dt_wire_request *r)
     struct dt_wire_bytes k;
     while (dt_wire_list_next(r, &pos, &k)) {
         struct dt_coord__entry *e = kv_find(&c->kv, k.p, k.len);
-        if ((!e || !e->present) && !queue_nonempty(c, k.p, k.len))
+        if ((!e || !e->present) && !dt_coord__queue_nonempty(c, k.p, k.len))
             return false;
     }
     return true;
@@ -856,11 +708,12 @@ static int handle_op(struct dt_coord__conn *conn, const struct dt_wire_request *
     case DT_WIRE_BARRIER:
         return dt_coord__barrier_enter(conn, r);
     case DT_WIRE_QUEUE_PUSH:
-        return queue_push(c, &r->key, &r->v1);
+        return dt_coord__queue_push(c, &r->key, &r->v1);
     case DT_WIRE_QUEUE_POP:
-        return queue_pop(conn, &r->key);
+        dt_coord__queue_pop(conn, &r->key);
+        return 0;
     case DT_WIRE_QUEUE_LEN:
-        queue_len(conn, &r->key);
+        dt_coord__queue_len(conn, &r->key);
         return 0;
     case DT_WIRE_LIST_KEYS:
         return op_list_keys(conn);
@@ -910,7 +763,7 @@ int dt_coord__store_init(struct dt_coord *c)
 
 void dt_coord__store_free(struct dt_coord *c)
 {
-    queue_free_all(c);
+    dt_coord__queue_free_all(c);
     kv_free(&c->kv);
     cache_drop(&c->mget);
 }

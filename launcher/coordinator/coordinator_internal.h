@@ -1,7 +1,7 @@
 /* coordinator_internal.h - what the coordinator's files share; not a public
  * API (that is coordinator.h).
  *
- * The coordinator in four files:
+ * The coordinator in five files:
  *   coord_server.c      start and stop, the loop thread, connections
  *                       (accept, read, frame, write, close), their limits
  *                       and deadlines;
@@ -9,7 +9,8 @@
  *                       (VALIDATE, the job token) and which refusals count;
  *   coord_store.c       the TCPStore half: what each request does and
  *                       answers, the key-value table and its memory budget,
- *                       clients blocked in WAIT, PyTorch's queues;
+ *                       clients blocked in WAIT;
+ *   coord_queue.c       PyTorch's queues, a key space beside the table;
  *   coord_rendezvous.c  dtrain's additions: one-round-trip barriers,
  *                       heartbeats, agent membership.
  *
@@ -218,6 +219,21 @@ int dt_coord__store_init(struct dt_coord *c);
 void dt_coord__store_free(struct dt_coord *c);
 /* The connection is closing: the MULTI_GET answer it made is dropped. */
 void dt_coord__store_conn_gone(struct dt_coord__conn *conn);
+/* FNV-1a over a key's bytes, for the table and the queues. */
+uint64_t dt_coord__hash(const uint8_t *p, size_t n);
+/* Answers one client WAITing on the key (a queue item arrived). */
+void dt_coord__wake_one(struct dt_coord *c, const uint8_t *key, size_t klen);
+
+/* ---- coord_queue.c ---- */
+
+/* A key whose queue holds an item counts as present for CHECK and WAIT. */
+bool dt_coord__queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen);
+int dt_coord__queue_push(struct dt_coord *c, const struct dt_wire_bytes *key,
+                         const struct dt_wire_bytes *val);
+/* Answers the length before the pop, then the front item if there was one. */
+void dt_coord__queue_pop(struct dt_coord__conn *conn, const struct dt_wire_bytes *key);
+void dt_coord__queue_len(struct dt_coord__conn *conn, const struct dt_wire_bytes *key);
+void dt_coord__queue_free_all(struct dt_coord *c);
 /* Serves one request that passed the gate: 0, or negative with
  * dt_error_last() saying why the connection must close. */
 int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *r);
