@@ -52,9 +52,11 @@ def closed(c):
 
 
 def preauth(port, seconds):
-    """200 connections that never speak, 20 that send a byte every 0.4 s, 10
-    that start a 7 x 8 MiB MULTI_SET and 10 that hold back the last byte of
-    AUTH: none of them has the token."""
+    """200 connections that never speak, 20 that send a handshake a byte
+    every 0.4 s, 10 that start a 7 x 8 MiB MULTI_SET and 10 that hold back
+    the last byte of AUTH: none of them has the token.  Only the MULTI_SETs
+    are closed at once; the others hold at most 128 bytes each until the
+    10 s handshake deadline, which outlasts the attack."""
     idle = [connect(port) for _ in range(200)]
     slow = [connect(port) for _ in range(20)]
     big = []
@@ -72,12 +74,13 @@ def preauth(port, seconds):
         c.sendall(bytes([VALIDATE]) + struct.pack("<I", MAGIC) + bytes([AUTH]) + s(b"f" * 64)[:-1])
         partial.append(c)
     end = time.time() + seconds
-    hello = bytes([VALIDATE]) + struct.pack("<I", MAGIC)
+    # A handshake that would be valid, but for the token, a byte at a time.
+    hello = bytes([VALIDATE]) + struct.pack("<I", MAGIC) + bytes([AUTH]) + s(b"f" * 64)
     i = 0
     while time.time() < end:
         for c in slow:
             try:
-                c.send(hello[i % 5:i % 5 + 1])
+                c.send(hello[i:i + 1])
             except OSError:
                 pass
         i += 1

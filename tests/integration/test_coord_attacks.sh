@@ -87,8 +87,8 @@ check "preauth: a client with the token is served during the attack" served prea
 under_bound "preauth (240 connections without the token)" "$CPID" 0
 wait "$APID"
 sed 's/^/# /' "$T/preauth.out"
-contains "$T/preauth.out" "large-frame=10/10 partial-auth=0/10" \
-  "large frames are refused at once; a partial AUTH waits for its deadline"
+contains "$T/preauth.out" "idle=0/200 slow=0/20 large-frame=10/10 partial-auth=0/10" \
+  "large frames are refused at once; the rest wait for their handshake deadline, holding little"
 contains "$T/coord.err" "MULTI_SET before the job token" "the coordinator says why it refused the large frames"
 
 # --- 3. slow senders ---------------------------------------------------------
