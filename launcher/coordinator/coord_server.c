@@ -120,11 +120,17 @@ static void on_closed(uv_handle_t *h)
     try_accept_deferred(c);
 }
 
-/* Clients that retry (PyTorch's does, for up to 30 minutes) would fill the
- * log: the first few closes are logged, then one in LOG_EVERY with a count. */
+/* Clients refused before the token that retry (PyTorch's does, for up to 30
+ * minutes), or anyone opening connections, would fill the log: of those,
+ * the first few closes are logged, then one in LOG_EVERY.  A client past
+ * the handshake (a rank) is always named: its close is news. */
 static void log_close(struct dt_coord__conn *conn, const char *reason)
 {
     struct dt_coord *c = conn->coord;
+    if (!conn->preauth) {
+        dt_log_warn("coordinator: closed the connection from %s: %s", conn->peer, reason);
+        return;
+    }
     unsigned long n = ++c->closes_logged;
     if (n <= LOG_FIRST || n % LOG_EVERY == 0)
         dt_log_warn("coordinator: closed the connection from %s: %s%s", conn->peer, reason,

@@ -155,6 +155,28 @@ static void silent_and_slow_handshakes_are_closed(void **state)
 
 /* ---- after the handshake ---- */
 
+/* Closes before the token are logged sparingly (anyone can make many); a
+ * client past the handshake is always named when it is closed. */
+static void a_rank_close_is_logged_after_many_refusals(void **state)
+{
+    struct fx *f = *state;
+    for (int i = 0; i < 8; i++) {
+        int fd = raw_connect(f);
+        send_all(fd, "GET / HTTP/1.1\r\n\r\n", 18);
+        assert_true(closed_without_reply(fd));
+    }
+    int fd = authed_connect(f);
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_u8(&b, DT_WIRE_SET);
+    dt_wire_put_key(&b, "/", "huge", 4);
+    dt_wire_put_u64(&b, (uint64_t)1 << 30);
+    send_buf(fd, &b);
+    assert_true(closed_without_reply(fd));
+    assert_true(log_has(f, "further closes: one line in 100"));
+    assert_true(log_has(f, "SET value of 1073741824 bytes is over the 8388608-byte limit"));
+}
+
 static void slow_request_is_closed_idle_connection_stays(void **state)
 {
     struct fx *f = *state;
@@ -262,6 +284,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(preauth_request_is_refused_by_its_first_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(silent_and_slow_handshakes_are_closed, setup_short_deadlines,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_rank_close_is_logged_after_many_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(slow_request_is_closed_idle_connection_stays, setup_short_deadlines,
                                         teardown),
         cmocka_unit_test_setup_teardown(pipelined_gets_whose_answers_are_not_read, setup, teardown),
