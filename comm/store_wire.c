@@ -26,10 +26,10 @@ uint64_t dt_wire_load_u64(const uint8_t *p)
 
 const char *dt_wire_op_name(uint8_t op)
 {
-    static const char *names[] = {"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD",
-                                  "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND",
-                                  "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
-                                  "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN"};
+    static const char *names[] = {"VALIDATE",  "SET",       "COMPARE_SET", "GET",          "ADD",
+                                  "CHECK",     "WAIT",      "GETNUMKEYS",  "DELETE_KEY",   "APPEND",
+                                  "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",         "QUEUE_PUSH",
+                                  "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS",   "STORE_BARRIER"};
     if (op < sizeof names / sizeof names[0])
         return names[op];
     switch (op) {
@@ -45,11 +45,17 @@ const char *dt_wire_op_name(uint8_t op)
 
 /* --- decoding ------------------------------------------------------------- */
 
+bool dt_wire_op_known(uint8_t op)
+{
+    return op <= DT_WIRE_STORE_BARRIER || (op >= DT_WIRE_AUTH && op <= DT_WIRE_MEMBERS);
+}
+
 struct cursor {
     const uint8_t *buf;
     size_t len, pos;
     const struct dt_wire_limits *lim;
     uint8_t op;
+    struct dt_wire_progress *pg; /* where to say how far an incomplete request got */
 };
 
 /* Each reader returns 0, DT_WIRE_INCOMPLETE or a negative code. */
@@ -62,6 +68,7 @@ static int need(struct cursor *c, size_t n)
     if (c->pos + n > c->lim->max_frame_bytes || c->pos + n < c->pos)
         return dt_error_set(DT_ENOMEM, "%s request larger than the %zu-byte frame limit",
                             dt_wire_op_name(c->op), c->lim->max_frame_bytes);
+    c->pg->need = c->pos + n;
     return DT_WIRE_INCOMPLETE;
 }
 
@@ -115,6 +122,8 @@ static int read_str(struct cursor *c, bool is_key, struct dt_wire_bytes *out)
     return 0;
 }
 
+/* Entries already checked by an earlier call are not read again: the walk
+ * resumes at the first entry that was incomplete (c->pg). */
 static int read_list(struct cursor *c, struct dt_wire_request *r, int per_entry)
 {
     int rc = read_u64(c, &r->count);
@@ -125,11 +134,22 @@ static int read_list(struct cursor *c, struct dt_wire_request *r, int per_entry)
                             dt_wire_op_name(c->op), (unsigned long long)r->count,
                             (unsigned long long)c->lim->max_keys);
     size_t start = c->pos;
+    uint64_t i = 0;
+    if (c->pg->done > 0 && c->pg->done <= r->count && c->pg->pos <= c->len) {
+        i = c->pg->done;
+        c->pos = c->pg->pos;
+    }
     struct dt_wire_bytes s;
-    for (uint64_t i = 0; i < r->count; i++) {
-        if ((rc = read_str(c, true, &s)) != 0)
-            return rc;
-        if (per_entry == 2 && (rc = read_str(c, false, &s)) != 0)
+    for (; i < r->count; i++) {
+        size_t entry = c->pos;
+        rc = read_str(c, true, &s);
+        if (rc == 0 && per_entry == 2)
+            rc = read_str(c, false, &s);
+        if (rc == DT_WIRE_INCOMPLETE) {
+            c->pg->done = i;
+            c->pg->pos = entry;
+        }
+        if (rc)
             return rc;
     }
     r->list.p = c->buf + start;
@@ -161,7 +181,8 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
     case DT_WIRE_QUEUE_POP:
     case DT_WIRE_QUEUE_LEN:
         return read_str(c, true, &r->key);
-    case DT_WIRE_ADD: {
+    case DT_WIRE_ADD:
+    case DT_WIRE_STORE_BARRIER: {
         int rc = read_str(c, true, &r->key);
         return rc ? rc : read_i64(c, &r->i1);
     }
@@ -173,6 +194,7 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
         return read_list(c, r, 2);
     case DT_WIRE_GETNUMKEYS:
     case DT_WIRE_CANCEL_WAIT:
+    case DT_WIRE_LIST_KEYS:
     case DT_WIRE_LEAVE:
     case DT_WIRE_MEMBERS:
         return 0;
@@ -199,13 +221,15 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
     }
 }
 
-int dt_wire_decode(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
-                   struct dt_wire_request *req)
+int dt_wire_decode_step(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
+                        struct dt_wire_progress *pg, struct dt_wire_request *req)
 {
     memset(req, 0, sizeof *req);
-    if (len == 0)
+    if (len == 0) {
+        pg->need = 1;
         return DT_WIRE_INCOMPLETE;
-    struct cursor c = {.buf = buf, .len = len, .pos = 1, .lim = lim, .op = buf[0]};
+    }
+    struct cursor c = {.buf = buf, .len = len, .pos = 1, .lim = lim, .op = buf[0], .pg = pg};
     req->op = buf[0];
     int rc = decode_fields(&c, req);
     if (rc)
@@ -215,6 +239,13 @@ int dt_wire_decode(const uint8_t *buf, size_t len, const struct dt_wire_limits *
                             dt_wire_op_name(req->op), c.pos, lim->max_frame_bytes);
     req->frame_len = c.pos;
     return 0;
+}
+
+int dt_wire_decode(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
+                   struct dt_wire_request *req)
+{
+    struct dt_wire_progress pg = {0};
+    return dt_wire_decode_step(buf, len, lim, &pg, req);
 }
 
 bool dt_wire_list_next(const struct dt_wire_request *req, size_t *pos, struct dt_wire_bytes *out)
@@ -231,6 +262,19 @@ bool dt_wire_list_next(const struct dt_wire_request *req, size_t *pos, struct dt
 /* --- encoding ------------------------------------------------------------- */
 
 void dt_wire_buf_init(struct dt_wire_buf *b) { memset(b, 0, sizeof *b); }
+
+void dt_wire_buf_reserve(struct dt_wire_buf *b, size_t more)
+{
+    if (b->failed || b->cap - b->len >= more)
+        return;
+    uint8_t *p = more <= SIZE_MAX - b->len ? realloc(b->p, b->len + more) : NULL;
+    if (!p) {
+        b->failed = true;
+        return;
+    }
+    b->p = p;
+    b->cap = b->len + more;
+}
 
 void dt_wire_buf_free(struct dt_wire_buf *b)
 {

@@ -30,6 +30,10 @@
  *   15  QUEUE_POP    key                           len:i64 (before the pop), then the
  *                                                  front value (string) when len > 0
  *   16  QUEUE_LEN    key                           i64
+ *   17  LIST_KEYS    -                             count:i64, then every key (string)
+ *   18  STORE_BARRIER key, world:i64               u8: 0 STOP_WAITING once the counter kept
+ *                                                  under key reaches world (PyTorch's
+ *                                                  Store::barrier; torch 2.15 sends it)
  *   (queues are a key space of their own; CHECK and WAIT count a key whose
  *   queue is not empty as present, so a blocking pop is WAIT then POP)
  *
@@ -74,6 +78,8 @@ enum dt_wire_op {
     DT_WIRE_QUEUE_PUSH = 14,
     DT_WIRE_QUEUE_POP = 15,
     DT_WIRE_QUEUE_LEN = 16,
+    DT_WIRE_LIST_KEYS = 17,
+    DT_WIRE_STORE_BARRIER = 18,
     DT_WIRE_AUTH = 0xD0,
     DT_WIRE_BARRIER = 0xD1,
     DT_WIRE_HEARTBEAT = 0xD2,
@@ -112,7 +118,7 @@ struct dt_wire_bytes {
 struct dt_wire_request {
     uint8_t op;
     uint32_t u32;               /* VALIDATE magic, PING nonce */
-    int64_t i1, i2;             /* ADD delta; BARRIER world; HEARTBEAT rank, step;
+    int64_t i1, i2;             /* ADD delta; BARRIER and STORE_BARRIER world; HEARTBEAT rank, step;
                                    JOIN node_rank, nnodes */
     int64_t i3, i4;             /* JOIN nproc, pid */
     struct dt_wire_bytes key;   /* key, barrier name, token, JOIN host */
@@ -132,6 +138,26 @@ struct dt_wire_request {
 int dt_wire_decode(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
                    struct dt_wire_request *req);
 
+/* How far decoding an incomplete request got, so that the call with more
+ * bytes resumes there: started over from byte 0 on every read, a list of
+ * 131072 keys sent a few bytes at a time costs O(n^2).  Zero it before the
+ * first call for a request (and after each whole request); it describes the
+ * request that starts at buf[0]. */
+struct dt_wire_progress {
+    size_t need;   /* decoding cannot advance until the request has this many bytes */
+    uint64_t done; /* list entries already checked */
+    size_t pos;    /* where entry `done` starts */
+};
+
+/* dt_wire_decode, resuming where *pg says and updating it when the request
+ * is still incomplete.  Callers may skip the call while len < pg->need. */
+int dt_wire_decode_step(const uint8_t *buf, size_t len, const struct dt_wire_limits *lim,
+                        struct dt_wire_progress *pg, struct dt_wire_request *req);
+
+/* True for every request type above: the gate refuses the others by their
+ * first byte, before reading any field. */
+bool dt_wire_op_known(uint8_t op);
+
 /* Walks a decoded list: *pos starts at 0; fills the next string (for
  * MULTI_SET, call it twice per entry: key then value).  Returns false at the
  * end.  Safe only on lists dt_wire_decode accepted. */
@@ -150,6 +176,9 @@ struct dt_wire_buf {
 };
 
 void dt_wire_buf_init(struct dt_wire_buf *b);
+/* Makes room for `more` bytes at once (a reply whose size is known), so a
+ * large one is not grown by doubling to twice its size. */
+void dt_wire_buf_reserve(struct dt_wire_buf *b, size_t more);
 void dt_wire_buf_free(struct dt_wire_buf *b);
 void dt_wire_put_u8(struct dt_wire_buf *b, uint8_t v);
 void dt_wire_put_u32(struct dt_wire_buf *b, uint32_t v);

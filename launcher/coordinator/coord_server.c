@@ -1,6 +1,6 @@
 /* coord_server.c - the coordinator's server: starting and stopping it, its
- * loop thread, its connections (accept, read, frame, write, close) and the
- * gate every connection passes before anything it sends is applied.
+ * loop thread, its connections (accept, read, frame, write, close) and what
+ * bounds them: connection caps, deadlines, buffered bytes both ways.
  *
  * dt_coord_start binds and listens on the caller's thread, so a port in use
  * or a bad address is an error the caller sees at once, then hands the loop
@@ -9,27 +9,25 @@
  * uv_run returns, and the thread is joined before anything else is freed.
  *
  * TCPStore requests carry no length prefix (store_wire.h), so each
- * connection keeps the bytes read so far and hands them to the decoder until
- * it says "incomplete".  libuv reads straight into the free tail of that
- * buffer; it grows up to the frame limit and no further.  Replies gathered
- * while one read is processed leave in a single write.
+ * connection keeps the bytes of an incomplete request and the decoder's
+ * progress through them (struct dt_wire_progress): more bytes resume the
+ * decoding where it stopped, and the decoder is not called at all before
+ * the bytes it said it needs are there.  Reads land in one shared buffer;
+ * only an incomplete request's bytes are copied to the connection's own,
+ * grown to what the decoder asks for, up to the frame limit.  Replies
+ * gathered while one read is processed leave in a single write.
  *
- * A connection that sends a bad or oversized request, or stops reading its
- * replies, is closed alone and a line says who and why; the loop keeps
- * serving everyone else.  A connection is freed only in its close callback.
+ * Before its handshake is finished a connection is served by the gate
+ * (coord_gate.c) alone, sits on a list oldest first and has a deadline; the
+ * caps, deadlines and buffer bounds, with their values and reasons, are in
+ * coordinator_internal.h.
  *
- * The gate: the first request must be VALIDATE with PyTorch's magic; with
- * auth on, the next must be AUTH with the job token.  Anything else closes
- * the connection before it is applied.
+ * A connection that sends a bad or oversized request, or passes a limit, is
+ * closed alone and a line says who and why; the loop keeps serving everyone
+ * else.  A connection is freed only in its close callback.
  *
- * Limits (struct dt_coord_config, 0 means the default):
- *   max_frame_bytes  64 MiB  one request
- *   max_key_bytes     8 KiB  one key, barrier name or token (as PyTorch's libuv server)
- *   max_value_bytes   8 MiB  one value (as PyTorch's libuv server)
- *   max_total_bytes   1 GiB  all keys and values, 64 bytes counted per key on top
- * A client that passes one is disconnected with a log line naming the limit.
- *
- * Not for what requests mean (coord_store.c, coord_rendezvous.c).
+ * Not for what requests mean (coord_store.c, coord_rendezvous.c), nor for
+ * the handshake's rules (coord_gate.c).
  */
 #include "launcher/coordinator/coordinator_internal.h"
 
@@ -38,15 +36,15 @@
 #include "spec/token.h"
 
 #include <ctype.h>
-#include <inttypes.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define DEFAULT_MAX_TOTAL ((size_t)1 << 30)
-#define DEFAULT_MAX_WRITE_QUEUE ((size_t)256 << 20)
 #define READ_CHUNK ((size_t)64 << 10)
+#define SCRATCH_BYTES ((size_t)256 << 10)
 /* A reply buffer larger than this is freed once sent, not kept per connection. */
 #define IDLE_KEEP ((size_t)4 << 10)
 #define LOG_FIRST 5ul
@@ -61,11 +59,12 @@ const char *dt_coord__key_str(const uint8_t *key, size_t len, char buf[80])
     return buf;
 }
 
-/* ---- connections ---- */
+/* ---- closing ---- */
 
 struct write_req {
     uv_write_t req;
     uint8_t *data;
+    size_t queued; /* counted in dt_coord.out_bytes until written */
 };
 
 static void peer_name(struct dt_coord__conn *conn)
@@ -86,23 +85,73 @@ static void peer_name(struct dt_coord__conn *conn)
     snprintf(conn->peer, sizeof conn->peer, "%s:%d", host, port);
 }
 
+static void rbuf_free(struct dt_coord__conn *conn)
+{
+    conn->coord->in_bytes -= conn->rcap;
+    free(conn->rbuf);
+    conn->rbuf = NULL;
+    conn->rlen = conn->rcap = 0;
+}
+
+/* Grows or shrinks the request buffer, counting it against IN_TOTAL. */
+static bool rbuf_resize(struct dt_coord__conn *conn, size_t cap)
+{
+    struct dt_coord *c = conn->coord;
+    if (cap > conn->rcap && c->in_bytes + (cap - conn->rcap) > DT_COORD__IN_TOTAL)
+        return false;
+    uint8_t *p = realloc(conn->rbuf, cap);
+    if (!p)
+        return false;
+    c->in_bytes = c->in_bytes - conn->rcap + cap;
+    conn->rbuf = p;
+    conn->rcap = cap;
+    return true;
+}
+
+static void try_accept_deferred(struct dt_coord *c);
+
 static void on_closed(uv_handle_t *h)
 {
     struct dt_coord__conn *conn = h->data;
-    free(conn->rbuf);
+    struct dt_coord *c = conn->coord;
+    rbuf_free(conn);
     dt_wire_buf_free(&conn->out);
     free(conn);
+    try_accept_deferred(c);
 }
 
-/* Clients that retry (PyTorch's does, for up to 30 minutes) would fill the
- * log: the first few closes are logged, then one in LOG_EVERY with a count. */
+/* Clients refused before the token that retry (PyTorch's does, for up to 30
+ * minutes), or anyone opening connections, would fill the log: of those,
+ * the first few closes are logged, then one in LOG_EVERY.  A client past
+ * the handshake (a rank) is always named: its close is news. */
 static void log_close(struct dt_coord__conn *conn, const char *reason)
 {
     struct dt_coord *c = conn->coord;
+    if (!conn->preauth) {
+        dt_log_warn("coordinator: closed the connection from %s: %s", conn->peer, reason);
+        return;
+    }
     unsigned long n = ++c->closes_logged;
     if (n <= LOG_FIRST || n % LOG_EVERY == 0)
         dt_log_warn("coordinator: closed the connection from %s: %s%s", conn->peer, reason,
                     n == LOG_FIRST ? " (further closes: one line in 100)" : "");
+}
+
+static void preauth_unlink(struct dt_coord__conn *conn)
+{
+    struct dt_coord *c = conn->coord;
+    if (!conn->preauth)
+        return;
+    if (conn->pa_prev)
+        conn->pa_prev->pa_next = conn->pa_next;
+    else
+        c->pa_head = conn->pa_next;
+    if (conn->pa_next)
+        conn->pa_next->pa_prev = conn->pa_prev;
+    else
+        c->pa_tail = conn->pa_prev;
+    conn->preauth = false;
+    c->npreauth--;
 }
 
 static void conn_close(struct dt_coord__conn *conn, const char *reason)
@@ -115,7 +164,9 @@ static void conn_close(struct dt_coord__conn *conn, const char *reason)
     dt_coord__wait_cancel(conn);
     dt_coord__barrier_leave(conn);
     dt_coord__member_lost(conn);
+    dt_coord__store_conn_gone(conn);
     struct dt_coord *c = conn->coord;
+    preauth_unlink(conn);
     if (conn->prev)
         conn->prev->next = conn->next;
     else
@@ -132,19 +183,96 @@ static void close_all(struct dt_coord *c)
         conn_close(c->conns, NULL);
 }
 
+/* ---- writing ---- */
+
+/* Replies built or queued but not yet taken by the kernel. */
+static size_t unsent(struct dt_coord__conn *conn)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) + conn->out.len;
+}
+
+static void serve_buffered(struct dt_coord__conn *conn);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Reading stops while too much of a connection's replies is unsent: its
+ * pipelined requests wait in the kernel instead of as replies in memory. */
+static void pause_reading(struct dt_coord__conn *conn)
+{
+    conn->paused = true;
+    uv_read_stop((uv_stream_t *)&conn->tcp);
+}
+
+static void resume_reading(struct dt_coord__conn *conn)
+{
+    conn->paused = false;
+    serve_buffered(conn);
+    if (!conn->closing && !conn->paused)
+        uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read);
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     struct write_req *w = (struct write_req *)req;
     struct dt_coord__conn *conn = req->handle->data;
+    conn->coord->out_bytes -= w->queued;
     free(w->data);
     free(w);
-    if (status < 0 && status != UV_ECANCELED && !conn->closing)
+    if (conn->closing)
+        return;
+    if (status < 0) {
         conn_close(conn, uv_strerror(status));
+        return;
+    }
+    if (conn->paused && unsent(conn) <= DT_COORD__OUT_PAUSE / 2)
+        resume_reading(conn);
+}
+
+int dt_coord__reply_fits(struct dt_coord__conn *conn, const char *op, size_t bytes)
+{
+    size_t max = conn->coord->max_reply;
+    if (bytes <= max)
+        return 0;
+    return dt_error_set(DT_ENOMEM, "the answer to %s would be %zu bytes, over the %zu-byte reply limit", op,
+                        bytes, max);
+}
+
+/* Hands what the socket did not take to libuv, without a copy. */
+static void queue_rest(struct dt_coord__conn *conn, size_t done)
+{
+    struct dt_coord *c = conn->coord;
+    struct dt_wire_buf *o = &conn->out;
+    size_t rest = o->len - done;
+    if (c->out_bytes + rest > DT_COORD__OUT_TOTAL) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "it does not read its replies, and those of all clients would pass the "
+                 "%zu MiB limit on unsent replies",
+                 DT_COORD__OUT_TOTAL >> 20);
+        conn_close(conn, why);
+        return;
+    }
+    struct write_req *w = malloc(sizeof *w);
+    if (!w) {
+        conn_close(conn, "out of memory for a reply");
+        return;
+    }
+    w->data = o->p;
+    w->queued = rest;
+    uv_buf_t b = uv_buf_init((char *)o->p + done, (unsigned)rest);
+    dt_wire_buf_init(o);
+    int e = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, on_written);
+    if (e < 0) {
+        free(w->data);
+        free(w);
+        conn_close(conn, uv_strerror(e));
+        return;
+    }
+    c->out_bytes += rest;
 }
 
 /* Tries the write at once (most replies are a few bytes and leave here);
- * what the socket does not take is queued, the buffer handed to libuv
- * without a copy. */
+ * what the socket does not take is queued. */
 void dt_coord__conn_flush(struct dt_coord__conn *conn)
 {
     struct dt_wire_buf *o = &conn->out;
@@ -154,42 +282,37 @@ void dt_coord__conn_flush(struct dt_coord__conn *conn)
         conn_close(conn, "out of memory for a reply");
         return;
     }
+    /* UV_EAGAIN behind queued writes too, so replies stay in order. */
     uv_buf_t b = uv_buf_init((char *)o->p, (unsigned)o->len);
     int n = uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-    size_t done = n > 0 ? (size_t)n : 0;
     if (n < 0 && n != UV_EAGAIN) {
         conn_close(conn, uv_strerror(n));
         return;
     }
-    if (done == o->len) {
-        o->len = 0;
-        if (o->cap > IDLE_KEEP)
-            dt_wire_buf_free(o);
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done < o->len) {
+        queue_rest(conn, done);
         return;
     }
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) > conn->coord->max_write_queue) {
-        conn_close(conn, "it does not read its replies (write queue over the limit)");
-        return;
-    }
-    struct write_req *w = malloc(sizeof *w);
-    if (!w) {
-        conn_close(conn, "out of memory for a reply");
-        return;
-    }
-    w->data = o->p;
-    b = uv_buf_init((char *)o->p + done, (unsigned)(o->len - done));
-    dt_wire_buf_init(o);
-    int e = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &b, 1, on_written);
-    if (e < 0) {
-        free(w->data);
-        free(w);
-        conn_close(conn, uv_strerror(e));
-    }
+    o->len = 0;
+    if (o->cap > IDLE_KEEP)
+        dt_wire_buf_free(o);
+}
+
+/* ---- reading and framing ---- */
+
+/* The frame limit this connection is under: the gate's until the handshake
+ * is finished. */
+static size_t frame_limit(const struct dt_coord__conn *conn)
+{
+    return conn->gate.validated && conn->gate.authed ? conn->coord->lim.max_frame_bytes
+                                                     : DT_COORD__PREAUTH_FRAME;
 }
 
 /* An empty connection reads into the shared scratch buffer; one holding
- * part of a request reads into its own, grown to fit what the decoder has
- * said it still needs (bounded by the frame limit). */
+ * part of a request reads into its own, grown towards what the decoder said
+ * it needs (bounded by the frame limit and by IN_TOTAL; a zero-length
+ * buffer makes libuv report UV_ENOBUFS, and on_read closes). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
@@ -200,112 +323,78 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         *buf = uv_buf_init((char *)c->scratch, (unsigned)c->scratch_cap);
         return;
     }
-    size_t limit = c->lim.max_frame_bytes + READ_CHUNK;
+    size_t limit = frame_limit(conn) + (frame_limit(conn) > DT_COORD__PREAUTH_FRAME ? READ_CHUNK : 0);
     if (conn->rcap - conn->rlen < READ_CHUNK && conn->rcap < limit) {
-        size_t cap = conn->rcap ? conn->rcap * 2 : READ_CHUNK;
-        while (cap - conn->rlen < READ_CHUNK)
-            cap *= 2;
-        if (cap > limit)
-            cap = limit;
-        uint8_t *p = realloc(conn->rbuf, cap);
-        if (p) {
-            conn->rbuf = p;
-            conn->rcap = cap;
-        }
+        size_t want = conn->rlen + READ_CHUNK;
+        if (want < conn->rcap * 2)
+            want = conn->rcap * 2;
+        if (want < conn->pg.need)
+            want = conn->pg.need;
+        rbuf_resize(conn, want < limit ? want : limit);
     }
     *buf = uv_buf_init((char *)conn->rbuf + conn->rlen, (unsigned)(conn->rcap - conn->rlen));
 }
 
-/* ---- the gate ---- */
-
-/* Counts a client turned away for lack of the token (see dt_coord_refusals). */
-static void refusal_record(struct dt_coord *c, const char *why)
+static void handshake_done(struct dt_coord__conn *conn)
 {
-    pthread_mutex_lock(&c->hb_lock);
-    c->refusals++;
-    snprintf(c->last_refusal, sizeof c->last_refusal, "%s", why);
-    pthread_mutex_unlock(&c->hb_lock);
+    preauth_unlink(conn);
+    conn->deadline_ms = 0;
+    try_accept_deferred(conn->coord);
 }
 
-unsigned long dt_coord_refusals(struct dt_coord *c, char *last, size_t n)
+/* The gate's step plus what it asks for: a reply (a refused token's too,
+ * flushed before the close), a refusal counted. */
+static int gate(struct dt_coord__conn *conn, const uint8_t *buf, size_t len, size_t *used)
 {
-    pthread_mutex_lock(&c->hb_lock);
-    unsigned long r = c->refusals;
-    if (last && n)
-        snprintf(last, n, "%s", c->last_refusal);
-    pthread_mutex_unlock(&c->hb_lock);
-    return r;
-}
-
-static bool token_matches(const struct dt_coord *c, const struct dt_wire_bytes *t)
-{
-    if (t->len != 64)
-        return false;
-    /* Constant time: a mismatch position must not show in the timing. */
-    uint8_t diff = 0;
-    for (size_t i = 0; i < 64; i++)
-        diff |= (uint8_t)(t->p[i] ^ (uint8_t)c->token[i]);
-    return diff == 0;
-}
-
-/* Returns 1 when the request may go on to be served, 0 when it was the gate's
- * own request, negative to close. */
-static int gate(struct dt_coord__conn *conn, const struct dt_wire_request *r)
-{
-    if (!conn->validated) {
-        if (r->op != DT_WIRE_VALIDATE)
-            return dt_error_set(DT_EPROTO, "first request was %s, not VALIDATE: not a TCPStore client",
-                                dt_wire_op_name(r->op));
-        if (r->u32 != DT_WIRE_MAGIC)
-            return dt_error_set(DT_EPROTO, "VALIDATE with magic 0x%08" PRIx32 ", not 0x%08x",
-                                r->u32, DT_WIRE_MAGIC);
-        conn->validated = true;
-        return 0;
+    struct dt_coord *c = conn->coord;
+    int reply;
+    int rc = dt_coord__gate_step(&conn->gate, c->auth ? c->token : NULL, buf, len, &conn->pg, used, &reply);
+    if (reply >= 0)
+        dt_wire_put_u8(&conn->out, (uint8_t)reply);
+    if (rc == DT_EAUTH) {
+        char why[1100];
+        snprintf(why, sizeof why, "%s", dt_error_last());
+        dt_coord__refusal(conn, why);
+        return dt_error_set(DT_EAUTH, "%s", why);
     }
-    if (r->op == DT_WIRE_AUTH) {
-        if (!conn->coord->auth || token_matches(conn->coord, &r->key)) {
-            conn->authed = true;
-            dt_wire_put_u8(&conn->out, DT_WIRE_OK);
-            return 0;
-        }
-        uint8_t no = DT_WIRE_REFUSED;
-        uv_buf_t b = uv_buf_init((char *)&no, 1);
-        uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-        dt_error_set(DT_EAUTH, "wrong job token");
-        refusal_record(conn->coord, dt_error_last());
-        return DT_EAUTH;
-    }
-    if (!conn->authed) {
-        if (r->op <= DT_WIRE_PING)
-            dt_error_set(DT_EAUTH,
-                         "%s before the job token; this looks like a PyTorch TCPStore client, "
-                         "which cannot present one: to let PyTorch scripts in, set "
-                         "`rendezvous: {auth: none}` in the job spec",
-                         dt_wire_op_name(r->op));
-        else
-            dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(r->op));
-        refusal_record(conn->coord, dt_error_last());
-        return DT_EAUTH;
-    }
-    return 1;
+    if (rc == 0 && conn->preauth && conn->gate.validated && conn->gate.authed)
+        handshake_done(conn);
+    return rc;
 }
 
-/* ---- framing ---- */
+static int serve_one(struct dt_coord__conn *conn, const uint8_t *buf, size_t len, size_t *used)
+{
+    struct dt_wire_request r;
+    int rc = dt_wire_decode_step(buf, len, &conn->coord->lim, &conn->pg, &r);
+    if (rc)
+        return rc;
+    *used = r.frame_len;
+    return dt_coord__handle(conn, &r);
+}
 
-/* Decodes and serves every whole request in buf[0..len); returns the bytes
- * used, or SIZE_MAX once the connection is closing. */
+/* Decodes and serves the whole requests in buf[0..len); returns the bytes
+ * used (the rest waits: incomplete, or held back while replies are unsent),
+ * or SIZE_MAX once the connection is closing. */
 static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t len)
 {
     size_t off = 0;
     while (off < len) {
-        struct dt_wire_request r;
-        int rc = dt_wire_decode(buf + off, len - off, &conn->coord->lim, &r);
+        if (unsent(conn) >= DT_COORD__OUT_PAUSE) {
+            dt_coord__conn_flush(conn);
+            if (!conn->closing && unsent(conn) >= DT_COORD__OUT_PAUSE) {
+                pause_reading(conn);
+                break;
+            }
+        }
+        if (conn->closing)
+            return SIZE_MAX;
+        if (conn->pg.need > len - off)
+            break;
+        size_t used = 0;
+        int rc = dt_coord__gate_wants(&conn->gate, buf[off]) ? gate(conn, buf + off, len - off, &used)
+                                                             : serve_one(conn, buf + off, len - off, &used);
         if (rc == DT_WIRE_INCOMPLETE)
             break;
-        if (rc == 0)
-            rc = gate(conn, &r);
-        if (rc > 0)
-            rc = dt_coord__handle(conn, &r);
         if (rc < 0) {
             char why[1100];
             snprintf(why, sizeof why, "%s", dt_error_last());
@@ -315,7 +404,11 @@ static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t le
         }
         if (conn->closing)
             return SIZE_MAX;
-        off += r.frame_len;
+        memset(&conn->pg, 0, sizeof conn->pg);
+        off += used;
+        /* A whole request is progress: the next one gets its own deadline. */
+        if (conn->gate.validated && conn->gate.authed)
+            conn->deadline_ms = 0;
     }
     return off;
 }
@@ -324,24 +417,51 @@ static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t le
 static void keep_tail(struct dt_coord__conn *conn, const uint8_t *from, size_t n)
 {
     if (n == 0) {
-        free(conn->rbuf);
-        conn->rbuf = NULL;
-        conn->rlen = conn->rcap = 0;
+        rbuf_free(conn);
         return;
     }
-    if (from != conn->rbuf) {
-        if (n > conn->rcap) {
-            uint8_t *p = realloc(conn->rbuf, n);
-            if (!p) {
-                conn_close(conn, "out of memory for a request");
-                return;
-            }
-            conn->rbuf = p;
-            conn->rcap = n;
-        }
+    if (from != conn->rbuf && n > conn->rcap && !rbuf_resize(conn, n)) {
+        conn_close(conn, "out of memory for a request, or the requests buffered for all clients "
+                         "would pass their limit (256 MiB)");
+        return;
     }
     memmove(conn->rbuf, from, n);
     conn->rlen = n;
+}
+
+/* An incomplete request must be whole within the request deadline; a
+ * paused connection is not late, its requests are. */
+static void set_deadline(struct dt_coord__conn *conn)
+{
+    if (conn->preauth || conn->closing)
+        return;
+    if (conn->rlen == 0 || conn->paused)
+        conn->deadline_ms = 0;
+    else if (conn->deadline_ms == 0)
+        conn->deadline_ms = uv_now(&conn->coord->loop) + conn->coord->request_ms;
+}
+
+static void serve(struct dt_coord__conn *conn, const uint8_t *data, size_t len)
+{
+    conn->in_read = true;
+    size_t used = process(conn, data, len);
+    conn->in_read = false;
+    if (used == SIZE_MAX)
+        return;
+    keep_tail(conn, data + used, len - used);
+    /* The decoder refuses oversized requests as soon as their sizes are
+     * read; this only catches a buffer that could not grow further. */
+    if (!conn->closing && !conn->paused && conn->rlen >= frame_limit(conn))
+        conn_close(conn, "request larger than the frame limit");
+    dt_coord__conn_flush(conn);
+    set_deadline(conn);
+}
+
+/* What a paused connection had read but not served. */
+static void serve_buffered(struct dt_coord__conn *conn)
+{
+    if (conn->rlen > 0)
+        serve(conn, conn->rbuf, conn->rlen);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -353,23 +473,80 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->scratch_busy = false;
     if (nread == 0 || conn->closing)
         return;
+    if (nread == UV_ENOBUFS) {
+        conn_close(conn, "the incomplete requests buffered for all clients would pass their limit "
+                         "(256 MiB)");
+        return;
+    }
     if (nread < 0) {
         conn_close(conn, nread == UV_EOF ? NULL : uv_strerror((int)nread));
         return;
     }
-    const uint8_t *data = scratch ? c->scratch : conn->rbuf;
-    size_t len = scratch ? (size_t)nread : conn->rlen + (size_t)nread;
-    conn->in_read = true;
-    size_t used = process(conn, data, len);
-    conn->in_read = false;
-    if (used == SIZE_MAX)
-        return;
-    keep_tail(conn, data + used, len - used);
-    /* The decoder refuses oversized requests as soon as their sizes are
-     * read; this only catches a buffer that could not grow further. */
-    if (!conn->closing && conn->rlen >= conn->coord->lim.max_frame_bytes)
-        conn_close(conn, "request larger than the frame limit");
-    dt_coord__conn_flush(conn);
+    if (scratch)
+        serve(conn, c->scratch, (size_t)nread);
+    else
+        serve(conn, conn->rbuf, conn->rlen + (size_t)nread);
+}
+
+/* ---- accepting ---- */
+
+/* Half of the open-file limit, as it is now (the agent raises its own
+ * after the coordinator started). */
+static void refresh_caps(struct dt_coord *c)
+{
+    struct rlimit rl;
+    size_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur
+                                                                                    : DT_COORD__MAX_CONNS * 2;
+    size_t conns = c->cfg_conns ? c->cfg_conns : fds / 2;
+    if (conns > DT_COORD__MAX_CONNS && !c->cfg_conns)
+        conns = DT_COORD__MAX_CONNS;
+    c->conn_cap = conns > 4 ? conns : 4;
+    size_t pre = c->cfg_preauth ? c->cfg_preauth : c->conn_cap / 2;
+    if (!c->cfg_preauth && pre > DT_COORD__PREAUTH_CONNS)
+        pre = DT_COORD__PREAUTH_CONNS;
+    c->preauth_cap = pre;
+}
+
+static bool under_caps(const struct dt_coord *c)
+{
+    return c->nconns < c->conn_cap && c->npreauth < c->preauth_cap;
+}
+
+/* Room for one more connection: at a cap, the oldest connection still in
+ * its handshake makes room if it had EVICT_AGE_MS to finish it (a real
+ * client sends its handshake with the connect); otherwise the new one waits
+ * in the kernel's backlog. */
+static bool room_for_one(struct dt_coord *c)
+{
+    if (under_caps(c))
+        return true;
+    refresh_caps(c);
+    if (under_caps(c))
+        return true;
+    struct dt_coord__conn *old = c->pa_head;
+    if (!old || uv_now(&c->loop) - old->accepted_ms < DT_COORD__EVICT_AGE_MS)
+        return false;
+    conn_close(old, "it had not finished its handshake when the connection limit was reached");
+    return under_caps(c);
+}
+
+static void conn_link(struct dt_coord *c, struct dt_coord__conn *conn)
+{
+    conn->next = c->conns;
+    if (c->conns)
+        c->conns->prev = conn;
+    c->conns = conn;
+    c->nconns++;
+    conn->accepted_ms = uv_now(&c->loop);
+    conn->deadline_ms = conn->accepted_ms + c->handshake_ms;
+    conn->preauth = true;
+    conn->pa_prev = c->pa_tail;
+    if (c->pa_tail)
+        c->pa_tail->pa_next = conn;
+    else
+        c->pa_head = conn;
+    c->pa_tail = conn;
+    c->npreauth++;
 }
 
 static int conn_accept(struct dt_coord *c)
@@ -378,7 +555,7 @@ static int conn_accept(struct dt_coord *c)
     if (!conn)
         return dt_error_set(DT_ENOMEM, "out of memory for a connection");
     conn->coord = c;
-    conn->authed = !c->auth;
+    conn->gate.authed = !c->auth;
     conn->member = -1;
     dt_wire_buf_init(&conn->out);
     uv_tcp_init(&c->loop, &conn->tcp);
@@ -390,17 +567,60 @@ static int conn_accept(struct dt_coord *c)
     }
     uv_tcp_nodelay(&conn->tcp, 1);
     peer_name(conn);
-    conn->next = c->conns;
-    if (c->conns)
-        c->conns->prev = conn;
-    c->conns = conn;
-    c->nconns++;
+    conn_link(c, conn);
     e = uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read);
-    if (e < 0) {
+    if (e < 0)
         conn_close(conn, uv_strerror(e));
-        return 0;
-    }
     return 0;
+}
+
+static void accept_one(struct dt_coord *c)
+{
+    if (!room_for_one(c)) {
+        c->accept_deferred = true; /* libuv stops polling the listener until uv_accept */
+        return;
+    }
+    c->accept_deferred = false;
+    if (conn_accept(c) != 0)
+        dt_log_warn("coordinator: %s", dt_error_last());
+}
+
+static void try_accept_deferred(struct dt_coord *c)
+{
+    if (c->accept_deferred && !c->stopping)
+        accept_one(c);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct dt_coord *c = server->data;
+    if (status < 0) {
+        dt_log_warn("coordinator: accepting a connection failed: %s", uv_strerror(status));
+        return;
+    }
+    accept_one(c);
+}
+
+/* ---- deadlines ---- */
+
+static void on_sweep(uv_timer_t *t)
+{
+    struct dt_coord *c = t->data;
+    uint64_t now = uv_now(&c->loop);
+    char why[160];
+    for (struct dt_coord__conn *conn = c->conns, *next; conn; conn = next) {
+        next = conn->next;
+        if (!conn->deadline_ms || now < conn->deadline_ms || conn->paused)
+            continue;
+        if (conn->preauth)
+            snprintf(why, sizeof why, "it did not finish its handshake (VALIDATE, AUTH) within %.3g s",
+                     (double)c->handshake_ms / 1e3);
+        else
+            snprintf(why, sizeof why, "a request did not arrive whole within %.3g s (%zu bytes of it came)",
+                     (double)c->request_ms / 1e3, conn->rlen);
+        conn_close(conn, why);
+    }
+    try_accept_deferred(c);
 }
 
 /* ---- start and stop ---- */
@@ -412,6 +632,7 @@ static void on_stop(uv_async_t *a)
     close_all(c);
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
+    uv_close((uv_handle_t *)&c->sweep, NULL);
 }
 
 static void loop_main(void *arg)
@@ -441,18 +662,20 @@ static void apply_limits(struct dt_coord *c, const struct dt_coord_config *cfg)
     c->lim.max_value_bytes = cfg->max_value_bytes ? cfg->max_value_bytes : DT_WIRE_DEFAULT_MAX_VALUE;
     c->lim.max_keys = DT_WIRE_DEFAULT_MAX_KEYS;
     c->max_total_bytes = cfg->max_total_bytes ? cfg->max_total_bytes : DEFAULT_MAX_TOTAL;
-    c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
+    c->max_reply = c->lim.max_frame_bytes;
+    c->handshake_ms = cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : DT_COORD__HANDSHAKE_MS;
+    c->request_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms : DT_COORD__REQUEST_MS;
+    c->cfg_conns = cfg->max_conns;
+    c->cfg_preauth = cfg->max_preauth_conns;
+    refresh_caps(c);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+/* Often enough for the shorter deadline to be kept within a quarter of it. */
+static uint64_t sweep_period_ms(const struct dt_coord *c)
 {
-    struct dt_coord *c = server->data;
-    if (status < 0) {
-        dt_log_warn("coordinator: accepting a connection failed: %s", uv_strerror(status));
-        return;
-    }
-    if (conn_accept(c) != 0)
-        dt_log_warn("coordinator: %s", dt_error_last());
+    uint64_t t = c->handshake_ms < c->request_ms ? c->handshake_ms : c->request_ms;
+    t /= 4;
+    return t < 10 ? 10 : t > 1000 ? 1000 : t;
 }
 
 /* Everything up to listen(); on failure the caller unwinds with uv_close. */
@@ -481,12 +704,25 @@ static void unwind(struct dt_coord *c)
 {
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
+    uv_close((uv_handle_t *)&c->sweep, NULL);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     uv_loop_close(&c->loop);
     dt_coord__store_free(c);
     pthread_mutex_destroy(&c->hb_lock);
     free(c->scratch);
     free(c);
+}
+
+static void init_handles(struct dt_coord *c)
+{
+    pthread_mutex_init(&c->hb_lock, NULL);
+    uv_loop_init(&c->loop);
+    uv_tcp_init(&c->loop, &c->listener);
+    uv_async_init(&c->loop, &c->stop_async, on_stop);
+    uv_timer_init(&c->loop, &c->sweep);
+    c->listener.data = c;
+    c->stop_async.data = c;
+    c->sweep.data = c;
 }
 
 int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
@@ -496,7 +732,7 @@ int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
         return DT_EINVAL;
     struct dt_coord *c = calloc(1, sizeof *c);
     if (c) {
-        c->scratch_cap = (size_t)256 << 10;
+        c->scratch_cap = SCRATCH_BYTES;
         c->scratch = malloc(c->scratch_cap);
     }
     if (!c || !c->scratch || dt_coord__store_init(c) != 0) {
@@ -509,13 +745,10 @@ int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
     c->auth = cfg->token != NULL;
     if (c->auth)
         memcpy(c->token, cfg->token, 65);
-    pthread_mutex_init(&c->hb_lock, NULL);
-    uv_loop_init(&c->loop);
-    uv_tcp_init(&c->loop, &c->listener);
-    uv_async_init(&c->loop, &c->stop_async, on_stop);
-    c->listener.data = c;
-    c->stop_async.data = c;
+    init_handles(c);
     int rc = bind_listen(c, cfg);
+    if (rc == 0)
+        uv_timer_start(&c->sweep, on_sweep, sweep_period_ms(c), sweep_period_ms(c));
     if (rc == 0 && uv_thread_create(&c->thread, loop_main, c) != 0)
         rc = dt_error_set(DT_EIO, "coordinator: cannot start its thread");
     if (rc) {

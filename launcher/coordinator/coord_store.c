@@ -1,17 +1,19 @@
 /* coord_store.c - the TCPStore half of the coordinator: what each request
  * does to the store and what it answers, the key-value table and its memory
- * budget, clients blocked in WAIT, and PyTorch's queues.
+ * budget, and clients blocked in WAIT.
  *
  * Semantics follow PyTorch's libuv TCPStore server (TCPStoreLibUvBackend.cpp):
  * GET of an absent key answers an empty value (PyTorch's client WAITs first);
- * ADD keeps the counter as decimal text; COMPARE_SET on an absent key sets it
- * only when `expected` is empty and otherwise answers `expected` back;
- * DELETE_KEY answers how many keys went (0 or 1); GETNUMKEYS counts every
- * key, PyTorch's internal "init/" counter included.  SET, APPEND and
- * MULTI_SET answer nothing.
+ * ADD keeps the counter as decimal text, read as std::stoll reads it;
+ * COMPARE_SET on an absent key sets it only when `expected` is empty and
+ * otherwise answers `expected` back; DELETE_KEY answers how many keys went
+ * (0 or 1); GETNUMKEYS and LIST_KEYS see every key, PyTorch's internal
+ * "init/" counter included; STORE_BARRIER is a counter under its key plus a
+ * WAIT.  SET, APPEND and MULTI_SET answer nothing.
  *
- * Not for framing, sockets or the job token (coord_server.c), nor for
- * dtrain's barrier, heartbeats and membership (coord_rendezvous.c).
+ * Not for framing, sockets or the job token (coord_server.c, coord_gate.c),
+ * PyTorch's queues (coord_queue.c), nor dtrain's barrier, heartbeats and
+ * membership (coord_rendezvous.c).
  */
 #include "launcher/coordinator/coordinator_internal.h"
 
@@ -48,7 +50,7 @@ struct dt_coord__entry {
     uint8_t key[];                  /* in the entry: one cache miss less per lookup */
 };
 
-static uint64_t kv_hash(const uint8_t *p, size_t n)
+uint64_t dt_coord__hash(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) {
@@ -88,7 +90,7 @@ static void kv_free(struct dt_coord__kv *t)
 
 static struct dt_coord__entry *kv_find(struct dt_coord__kv *t, const uint8_t *key, size_t klen)
 {
-    uint64_t h = kv_hash(key, klen);
+    uint64_t h = dt_coord__hash(key, klen);
     for (struct dt_coord__entry *e = t->slots[h & (t->nslots - 1)]; e; e = e->next)
         if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->key, key, klen) == 0))
             return e;
@@ -143,7 +145,7 @@ static int kv_lookup_or_add(struct dt_coord *c, const uint8_t *key, size_t klen,
     if (klen)
         memcpy(e->key, key, klen);
     e->klen = klen;
-    e->hash = kv_hash(key, klen);
+    e->hash = dt_coord__hash(key, klen);
     maybe_grow(t);
     size_t slot = e->hash & (t->nslots - 1);
     e->next = t->slots[slot];
@@ -194,6 +196,26 @@ static int kv_append(struct dt_coord *c, struct dt_coord__entry *e, const uint8_
     return store_value(c, e, e->present ? e->vlen : 0, val, vlen);
 }
 
+static void kv_remove(struct dt_coord__kv *t, struct dt_coord__entry *e);
+
+/* DELETE_KEY: clients waiting on the key (STORE_BARRIER's waiters wait on a
+ * present key) keep the entry, as PyTorch keeps them waiting for the next
+ * SET of that key. */
+static void kv_delete(struct dt_coord__kv *t, struct dt_coord__entry *e)
+{
+    if (!e->waiters) {
+        kv_remove(t, e);
+        return;
+    }
+    t->bytes -= e->vlen;
+    t->npresent--;
+    t->generation++;
+    free(e->val);
+    e->val = NULL;
+    e->vlen = 0;
+    e->present = false;
+}
+
 static void kv_remove(struct dt_coord__kv *t, struct dt_coord__entry *e)
 {
     struct dt_coord__entry **pp = &t->slots[e->hash & (t->nslots - 1)];
@@ -228,9 +250,6 @@ struct dt_coord__wait {
     struct dt_coord__conn *conn;
 };
 
-/* A key whose queue holds an item counts as present (queues, below). */
-static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen);
-
 static void unlink_node(struct dt_coord *c, struct dt_coord__wait *n)
 {
     struct dt_coord__entry *e = n->entry;
@@ -260,18 +279,10 @@ void dt_coord__wait_cancel(struct dt_coord__conn *conn)
     conn->waiting = false;
 }
 
-static int add_node(struct dt_coord__conn *conn, const struct dt_wire_bytes *k)
+/* Puts conn on e's list of waiters; the same key twice in one WAIT counts
+ * once. */
+static int wait_on(struct dt_coord__conn *conn, struct dt_coord__entry *e)
 {
-    /* A key whose queue holds an item counts as present (a blocking pop). */
-    if (queue_nonempty(conn->coord, k->p, k->len))
-        return 0;
-    struct dt_coord__entry *e;
-    int rc = kv_lookup_or_add(conn->coord, k->p, k->len, &e);
-    if (rc)
-        return rc;
-    if (e->present)
-        return 0;
-    /* The same key twice in one WAIT counts once. */
     for (struct dt_coord__wait *m = e->waiters; m; m = m->next)
         if (m->conn == conn)
             return 0;
@@ -291,6 +302,18 @@ static int add_node(struct dt_coord__conn *conn, const struct dt_wire_bytes *k)
     conn->wait_nodes = n;
     conn->waits_left++;
     return 0;
+}
+
+static int add_node(struct dt_coord__conn *conn, const struct dt_wire_bytes *k)
+{
+    /* A key whose queue holds an item counts as present (a blocking pop). */
+    if (dt_coord__queue_nonempty(conn->coord, k->p, k->len))
+        return 0;
+    struct dt_coord__entry *e;
+    int rc = kv_lookup_or_add(conn->coord, k->p, k->len, &e);
+    if (rc)
+        return rc;
+    return e->present ? 0 : wait_on(conn, e);
 }
 
 static int wait_register(struct dt_coord__conn *conn, const struct dt_wire_request *r, bool *ready)
@@ -314,8 +337,11 @@ static int wait_register(struct dt_coord__conn *conn, const struct dt_wire_reque
 /* PyTorch wakes one waiter per pushed item, so two blocked pops do not race
  * for one item: the first waiter in the list is answered; a waiter still
  * missing other keys counts this one as there and the next is tried. */
-static void wait_wake_one(struct dt_coord *c, struct dt_coord__entry *e)
+void dt_coord__wake_one(struct dt_coord *c, const uint8_t *key, size_t klen)
 {
+    struct dt_coord__entry *e = kv_find(&c->kv, key, klen);
+    if (!e)
+        return;
     while (e->waiters) {
         struct dt_coord__wait *n = e->waiters;
         e->waiters = n->next;
@@ -356,175 +382,43 @@ static void wait_key_present(struct dt_coord *c, struct dt_coord__entry *e)
     (void)c;
 }
 
-/* ---- queues ---- */
-
-/* PyTorch's store queues: QUEUE_PUSH, QUEUE_POP, QUEUE_LEN.  Semantics of
- * PyTorch's libuv server (TCPStoreLibUvBackend.cpp, 2.6+): queues are a key
- * space apart from the key-value table (GET, DELETE_KEY and GETNUMKEYS do
- * not see them); PUSH appends and answers nothing, and wakes one client
- * WAITing on that key; POP answers the length before the
- * pop as i64 and, when it was not empty, the front value; LEN answers the
- * length.  CHECK and WAIT count a key whose queue is not empty as present,
- * which is how PyTorch's client makes a blocking pop: WAIT, then POP (and a
- * pop that finds the queue empty is the client's "queue is empty" error).
- *
- * Items count against max_total_bytes like values do (their bytes plus
- * ITEM_COST), so a client cannot grow the coordinator without bound.
- */
-#define ITEM_COST 32u
-
-/* PyTorch's queues (QUEUE_PUSH/POP/LEN): a key space apart from the
- * key-value table; an empty queue is removed. */
-struct queue_item {
-    struct queue_item *next;
-    size_t len;
-    uint8_t data[];
-};
-
-struct dt_coord__queue {
-    struct dt_coord__queue *next; /* hash chain */
-    uint64_t hash;
-    size_t klen;
-    size_t n;
-    struct queue_item *head, *tail;
-    uint8_t key[];
-};
-
-static struct dt_coord__queue **slot_of(struct dt_coord *c, uint64_t h)
-{
-    return &c->queues[h % DT_COORD__QUEUE_SLOTS];
-}
-
-static struct dt_coord__queue *queue_find(struct dt_coord *c, const uint8_t *key, size_t klen)
-{
-    uint64_t h = kv_hash(key, klen);
-    for (struct dt_coord__queue *q = *slot_of(c, h); q; q = q->next)
-        if (q->hash == h && q->klen == klen && (klen == 0 || memcmp(q->key, key, klen) == 0))
-            return q;
-    return NULL;
-}
-
-static bool queue_nonempty(struct dt_coord *c, const uint8_t *key, size_t klen)
-{
-    struct dt_coord__queue *q = queue_find(c, key, klen);
-    return q && q->n > 0;
-}
-
-static void unlink_queue(struct dt_coord *c, struct dt_coord__queue *q)
-{
-    struct dt_coord__queue **pp = slot_of(c, q->hash);
-    while (*pp != q)
-        pp = &(*pp)->next;
-    *pp = q->next;
-    c->kv.bytes -= q->klen + ITEM_COST;
-    free(q);
-}
-
-static int queue_push(struct dt_coord *c, const struct dt_wire_bytes *key, const struct dt_wire_bytes *val)
-{
-    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
-    size_t cost = val->len + ITEM_COST + (q ? 0 : key->len + ITEM_COST);
-    if (c->kv.bytes + cost > c->max_total_bytes)
-        return dt_error_set(DT_ENOMEM,
-                            "the store is full: a queue item of %zu bytes would pass the %zu-byte "
-                            "total memory limit (%zu in use)",
-                            val->len, c->max_total_bytes, c->kv.bytes);
-    struct queue_item *it = malloc(sizeof *it + val->len);
-    if (!it)
-        return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue item");
-    if (!q) {
-        q = calloc(1, sizeof *q + key->len);
-        if (!q) {
-            free(it);
-            return dt_error_set(DT_ENOMEM, "coordinator: out of memory for a queue");
-        }
-        if (key->len)
-            memcpy(q->key, key->p, key->len);
-        q->klen = key->len;
-        q->hash = kv_hash(key->p, key->len);
-        struct dt_coord__queue **slot = slot_of(c, q->hash);
-        q->next = *slot;
-        *slot = q;
-    }
-    it->next = NULL;
-    it->len = val->len;
-    if (val->len)
-        memcpy(it->data, val->p, val->len);
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-    q->n++;
-    c->kv.bytes += cost;
-    struct dt_coord__entry *e = kv_find(&c->kv, key->p, key->len);
-    if (e && e->waiters)
-        wait_wake_one(c, e);
-    return 0;
-}
-
-static int queue_pop(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
-{
-    struct dt_coord *c = conn->coord;
-    struct dt_coord__queue *q = queue_find(c, key->p, key->len);
-    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
-    if (!q)
-        return 0;
-    struct queue_item *it = q->head;
-    dt_wire_put_bytes(&conn->out, it->data, it->len);
-    q->head = it->next;
-    if (!q->head)
-        q->tail = NULL;
-    q->n--;
-    c->kv.bytes -= it->len + ITEM_COST;
-    free(it);
-    if (q->n == 0)
-        unlink_queue(c, q);
-    return 0;
-}
-
-static void queue_len(struct dt_coord__conn *conn, const struct dt_wire_bytes *key)
-{
-    struct dt_coord__queue *q = queue_find(conn->coord, key->p, key->len);
-    dt_wire_put_i64(&conn->out, q ? (int64_t)q->n : 0);
-}
-
-static void queue_free_all(struct dt_coord *c)
-{
-    for (size_t i = 0; i < DT_COORD__QUEUE_SLOTS; i++) {
-        while (c->queues[i]) {
-            struct dt_coord__queue *q = c->queues[i];
-            while (q->head) {
-                struct queue_item *it = q->head;
-                q->head = it->next;
-                free(it);
-            }
-            c->queues[i] = q->next;
-            free(q);
-        }
-    }
-}
-
 /* ---- requests ---- */
 
+/* A counter's value read as PyTorch's server reads it, std::stoll on the
+ * bytes as a C string (TCPStoreLibUvBackend.cpp, add and barrier): stop at
+ * a NUL, skip leading white space (isspace in the C locale), an optional
+ * sign, then decimal digits up to the first other byte ("7x" is 7).  No
+ * digit (invalid_argument) or a value past int64 (out_of_range) is an error,
+ * on which PyTorch closes the connection. */
 static int parse_counter(const struct dt_coord__entry *e, int64_t *v)
 {
-    char tmp[32];
+    const uint8_t *p = e->val, *end = e->val + e->vlen;
+    while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r')))
+        p++;
+    bool neg = p < end && *p == '-';
+    if (p < end && (*p == '-' || *p == '+'))
+        p++;
+    uint64_t mag = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    const uint8_t *digits = p;
+    bool over = false;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        unsigned d = *p - '0';
+        over = over || mag > (lim - d) / 10;
+        mag = over ? mag : mag * 10 + d;
+    }
     char kb[80];
-    if (e->vlen == 0 || e->vlen >= sizeof tmp)
-        goto bad;
-    memcpy(tmp, e->val, e->vlen);
-    tmp[e->vlen] = 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(tmp, &end, 10);
-    if (errno || *end)
-        goto bad;
-    *v = x;
+    if (p == digits || over)
+        return dt_error_set(DT_EPROTO, "ADD or STORE_BARRIER on key '%s', whose value %s",
+                            dt_coord__key_str(e->key, e->klen, kb),
+                            over ? "is past the 64-bit range" : "does not start with a decimal integer");
+    *v = neg ? (int64_t)(0 - mag) : (int64_t)mag;
     return 0;
-bad:
-    return dt_error_set(DT_EPROTO, "ADD on key '%s', whose value is not a decimal integer",
-                        dt_coord__key_str(e->key, e->klen, kb));
+}
+
+/* PyTorch adds in int64_t and wraps past 2^63 (two's complement). */
+static int64_t wrapping_add(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
 }
 
 static int op_set(struct dt_coord *c, const struct dt_wire_bytes *k, const struct dt_wire_bytes *v)
@@ -544,15 +438,11 @@ static int op_add(struct dt_coord__conn *conn, const struct dt_wire_request *r)
     struct dt_coord__entry *e;
     int64_t v = 0;
     int rc = kv_lookup_or_add(c, r->key.p, r->key.len, &e);
-    if (rc == 0 && e->present)
-        rc = parse_counter(e, &v);
-    if (rc == 0 && __builtin_add_overflow(v, r->i1, &v))
-        rc = dt_error_set(DT_EPROTO, "ADD overflows a 64-bit counter");
-    if (rc) {
-        if (!e->present && !e->waiters)
-            kv_remove(&c->kv, e);
+    if (rc)
         return rc;
-    }
+    if (e->present && (rc = parse_counter(e, &v)) != 0)
+        return rc;
+    v = wrapping_add(v, r->i1);
     char txt[32];
     int n = snprintf(txt, sizeof txt, "%" PRId64, v);
     if ((rc = kv_put(c, e, (const uint8_t *)txt, (size_t)n)) != 0)
@@ -581,6 +471,8 @@ static int op_compare_set(struct dt_coord__conn *conn, const struct dt_wire_requ
         if (rc)
             return rc;
     }
+    /* PyTorch wakes the key's waiters whether or not it swapped. */
+    wait_key_present(c, e);
     dt_wire_put_bytes(&conn->out, e->val, e->vlen);
     return 0;
 }
@@ -600,9 +492,22 @@ static bool cache_hit(const struct dt_coord__mget *m, const struct dt_coord__kv 
            memcmp(m->keys, r->list.p, r->list.len) == 0;
 }
 
-static void cache_fill(struct dt_coord__mget *m, const struct dt_coord__kv *t, const struct dt_wire_request *r,
-                       const uint8_t *reply, size_t reply_len)
+static void cache_drop(struct dt_coord__mget *m)
 {
+    free(m->keys);
+    free(m->reply);
+    memset(m, 0, sizeof *m);
+}
+
+/* Kept only while small (DT_COORD__MGET_CACHE): a rendezvous answer is a few
+ * bytes per rank, and the copy must not double a large answer's memory. */
+static void cache_fill(struct dt_coord__conn *conn, const struct dt_wire_request *r, const uint8_t *reply,
+                       size_t reply_len)
+{
+    struct dt_coord__mget *m = &conn->coord->mget;
+    cache_drop(m);
+    if (r->list.len > DT_COORD__MGET_CACHE - reply_len || reply_len > DT_COORD__MGET_CACHE)
+        return;
     uint8_t *k = malloc(r->list.len ? r->list.len : 1);
     uint8_t *v = malloc(reply_len ? reply_len : 1);
     if (!k || !v) {
@@ -610,13 +515,19 @@ static void cache_fill(struct dt_coord__mget *m, const struct dt_coord__kv *t, c
         free(v);
         return;
     }
-    free(m->keys);
-    free(m->reply);
     memcpy(k, r->list.p, r->list.len);
     memcpy(v, reply, reply_len);
-    *m = (struct dt_coord__mget){k, r->list.len, v, reply_len, t->generation, true};
+    *m = (struct dt_coord__mget){k, r->list.len, v, reply_len, conn->coord->kv.generation, true, conn};
 }
 
+static size_t value_len_of(struct dt_coord *c, const struct dt_wire_bytes *k)
+{
+    struct dt_coord__entry *e = kv_find(&c->kv, k->p, k->len);
+    return e && e->present ? e->vlen : 0;
+}
+
+/* The answer's size first: the same 8 MiB key named 131072 times must be
+ * refused, not built. */
 static int op_multi_get(struct dt_coord__conn *conn, const struct dt_wire_request *r)
 {
     struct dt_coord *c = conn->coord;
@@ -625,13 +536,21 @@ static int op_multi_get(struct dt_coord__conn *conn, const struct dt_wire_reques
         dt_wire_put_raw(out, c->mget.reply, c->mget.reply_len);
         return 0;
     }
-    size_t start = out->len, pos = 0;
+    size_t pos = 0, bytes = 0;
     struct dt_wire_bytes k;
+    while (dt_wire_list_next(r, &pos, &k))
+        bytes += 8 + value_len_of(c, &k);
+    int rc = dt_coord__reply_fits(conn, "MULTI_GET", bytes);
+    if (rc)
+        return rc;
+    dt_wire_buf_reserve(out, bytes);
+    size_t start = out->len;
+    pos = 0;
     while (dt_wire_list_next(r, &pos, &k))
         put_value_of(c, out, &k);
     /* Only lists worth it: a few keys are as cheap to look up as to compare. */
     if (!out->failed && r->count >= 16)
-        cache_fill(&c->mget, &c->kv, r, out->p + start, out->len - start);
+        cache_fill(conn, r, out->p + start, out->len - start);
     return 0;
 }
 
@@ -641,7 +560,7 @@ static bool all_present(struct dt_coord *c, const struct dt_wire_request *r)
     struct dt_wire_bytes k;
     while (dt_wire_list_next(r, &pos, &k)) {
         struct dt_coord__entry *e = kv_find(&c->kv, k.p, k.len);
-        if ((!e || !e->present) && !queue_nonempty(c, k.p, k.len))
+        if ((!e || !e->present) && !dt_coord__queue_nonempty(c, k.p, k.len))
             return false;
     }
     return true;
@@ -691,14 +610,68 @@ static int op_delete(struct dt_coord__conn *conn, const struct dt_wire_request *
     struct dt_coord__entry *e = kv_find(&conn->coord->kv, r->key.p, r->key.len);
     int64_t n = 0;
     if (e && e->present) {
-        kv_remove(&conn->coord->kv, e);
+        kv_delete(&conn->coord->kv, e);
         n = 1;
     }
     dt_wire_put_i64(&conn->out, n);
     return 0;
 }
 
-int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+/* Every present key, in table order (PyTorch's is its hash map's order:
+ * clients must not rely on one). */
+static int op_list_keys(struct dt_coord__conn *conn)
+{
+    struct dt_coord__kv *t = &conn->coord->kv;
+    size_t bytes = 8;
+    for (size_t i = 0; i < t->nslots; i++)
+        for (struct dt_coord__entry *e = t->slots[i]; e; e = e->next)
+            bytes += e->present ? 8 + e->klen : 0;
+    int rc = dt_coord__reply_fits(conn, "LIST_KEYS", bytes);
+    if (rc)
+        return rc;
+    dt_wire_buf_reserve(&conn->out, bytes);
+    dt_wire_put_i64(&conn->out, (int64_t)t->npresent);
+    for (size_t i = 0; i < t->nslots; i++)
+        for (struct dt_coord__entry *e = t->slots[i]; e; e = e->next)
+            if (e->present)
+                dt_wire_put_bytes(&conn->out, e->key, e->klen);
+    return 0;
+}
+
+/* PyTorch's Store::barrier (TCPStoreLibUvBackend.cpp, barrier): the count
+ * under the key goes up by one (read as ADD reads it); at `world` or more
+ * every client waiting on the key is woken and this one answered at once,
+ * below it this one waits on the key.  Intermediate counts wake nobody; the
+ * key stays, so a name is used once (its count only grows), and a client
+ * that cancels (CANCEL_WAIT after its timeout) still counted. */
+static int op_store_barrier(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    struct dt_coord *c = conn->coord;
+    if (conn->waiting)
+        return dt_error_set(DT_EPROTO, "STORE_BARRIER while its previous WAIT is still pending");
+    struct dt_coord__entry *e;
+    int64_t count = 0;
+    int rc = kv_lookup_or_add(c, r->key.p, r->key.len, &e);
+    if (rc)
+        return rc;
+    if (e->present && (rc = parse_counter(e, &count)) != 0)
+        return rc;
+    count = wrapping_add(count, 1);
+    char txt[32];
+    int n = snprintf(txt, sizeof txt, "%" PRId64, count);
+    if ((rc = kv_put(c, e, (const uint8_t *)txt, (size_t)n)) != 0)
+        return rc;
+    if (count >= r->i1) {
+        wait_key_present(c, e);
+        dt_wire_put_u8(&conn->out, DT_WIRE_STOP_WAITING);
+        return 0;
+    }
+    if ((rc = wait_on(conn, e)) == 0)
+        conn->waiting = true;
+    return rc;
+}
+
+static int handle_op(struct dt_coord__conn *conn, const struct dt_wire_request *r)
 {
     struct dt_coord *c = conn->coord;
     switch (r->op) {
@@ -735,12 +708,17 @@ int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *
     case DT_WIRE_BARRIER:
         return dt_coord__barrier_enter(conn, r);
     case DT_WIRE_QUEUE_PUSH:
-        return queue_push(c, &r->key, &r->v1);
+        return dt_coord__queue_push(c, &r->key, &r->v1);
     case DT_WIRE_QUEUE_POP:
-        return queue_pop(conn, &r->key);
-    case DT_WIRE_QUEUE_LEN:
-        queue_len(conn, &r->key);
+        dt_coord__queue_pop(conn, &r->key);
         return 0;
+    case DT_WIRE_QUEUE_LEN:
+        dt_coord__queue_len(conn, &r->key);
+        return 0;
+    case DT_WIRE_LIST_KEYS:
+        return op_list_keys(conn);
+    case DT_WIRE_STORE_BARRIER:
+        return op_store_barrier(conn, r);
     case DT_WIRE_JOIN:
         return dt_coord__member_join(conn, r);
     case DT_WIRE_LEAVE:
@@ -760,6 +738,22 @@ int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *
     }
 }
 
+int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *r)
+{
+    int rc = handle_op(conn, r);
+    /* A stale MULTI_GET answer holds memory for nothing. */
+    struct dt_coord__mget *m = &conn->coord->mget;
+    if (m->valid && m->generation != conn->coord->kv.generation)
+        cache_drop(m);
+    return rc;
+}
+
+void dt_coord__store_conn_gone(struct dt_coord__conn *conn)
+{
+    if (conn->coord->mget.owner == conn)
+        cache_drop(&conn->coord->mget);
+}
+
 /* ---- lifetime ---- */
 
 int dt_coord__store_init(struct dt_coord *c)
@@ -769,8 +763,7 @@ int dt_coord__store_init(struct dt_coord *c)
 
 void dt_coord__store_free(struct dt_coord *c)
 {
-    queue_free_all(c);
+    dt_coord__queue_free_all(c);
     kv_free(&c->kv);
-    free(c->mget.keys);
-    free(c->mget.reply);
+    cache_drop(&c->mget);
 }

@@ -22,10 +22,14 @@ struct dt_coord_config {
     const char *bind_host;   /* default "0.0.0.0" */
     int port;                /* 0: the kernel picks one; read it back with dt_coord_port() */
     const char *token;       /* 64 hex chars; NULL means auth: none (logged at start) */
-    size_t max_frame_bytes;  /* 0: defaults (limits are documented in coord_server.c) */
+    size_t max_frame_bytes;  /* 0: defaults (coordinator_internal.h, docs/security.md) */
     size_t max_key_bytes;
     size_t max_value_bytes;
     size_t max_total_bytes;
+    unsigned handshake_timeout_ms; /* 0: 10 s to finish VALIDATE and AUTH */
+    unsigned request_timeout_ms;   /* 0: 30 s for a started request to arrive whole */
+    unsigned max_conns;            /* 0: half of RLIMIT_NOFILE, at most 65536 */
+    unsigned max_preauth_conns;    /* 0: half of max_conns, at most 1024 */
 };
 
 /* Binds, listens and starts the loop thread; returns once clients can connect. */
@@ -38,11 +42,14 @@ int dt_coord_port(const struct dt_coord *c);
  * seconds); returns DT_ENOTFOUND if that rank never reported. */
 int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when_s);
 
-/* How many connections were turned away for lack of the job token, and the
- * last reason (into `last`, may be NULL).  PyTorch's client retries such a
- * refusal for as long as its timeout (30 minutes by default), so a launcher
- * that sees this grow can stop the job and say "set rendezvous: {auth: none}"
- * instead of letting it hang.  Safe from any thread. */
+/* How many clients that are processes of this job (this host, this user,
+ * the coordinator's process or its descendants: coord_gate.c) were turned
+ * away for lack of the job token, and the last reason (into `last`, may be
+ * NULL).  PyTorch's client retries such a refusal for as long as its timeout
+ * (30 minutes by default), so a launcher that sees this grow can stop the
+ * job and say "set rendezvous: {auth: none}" instead of letting it hang;
+ * clients from outside the job are refused too but not counted, so they
+ * cannot stop it.  Safe from any thread. */
 unsigned long dt_coord_refusals(struct dt_coord *c, char *last, size_t n);
 
 /* Stops the loop, closes every connection, frees everything. */

@@ -4,7 +4,9 @@
  * request after another from a connection's buffer, under small limits so
  * limit paths are reached), walks every decoded list, re-encodes what was
  * decoded and checks the encoder gives back the same bytes.  Also decodes
- * every prefix of the input, which is what a slow connection delivers.
+ * every prefix of the input, which is what a slow connection delivers, and
+ * decodes the first request again in pieces, resuming each call where the
+ * last stopped (dt_wire_decode_step), which must give the same answer.
  *
  * Not a test of the coordinator's semantics (tests/unit/test_coordinator.c).
  */
@@ -52,6 +54,7 @@ static void reencode(const uint8_t *frame, const struct dt_wire_request *r)
         break;
     case DT_WIRE_ADD:
     case DT_WIRE_BARRIER:
+    case DT_WIRE_STORE_BARRIER:
         dt_wire_put_bytes(&b, r->key.p, r->key.len);
         dt_wire_put_i64(&b, r->i1);
         break;
@@ -72,6 +75,28 @@ static void reencode(const uint8_t *frame, const struct dt_wire_request *r)
     if (b.failed || b.len != r->frame_len || memcmp(b.p, frame, b.len) != 0)
         abort();
     dt_wire_buf_free(&b);
+}
+
+/* The first request fed `step` bytes at a time, resuming at the progress
+ * the last call left: the same outcome and frame as decoding it whole. */
+static void resumed_equals_whole(const uint8_t *data, size_t size, size_t step)
+{
+    struct dt_wire_request whole, r;
+    int want = dt_wire_decode(data, size, &lim, &whole);
+    struct dt_wire_progress pg = {0};
+    int rc = DT_WIRE_INCOMPLETE;
+    for (size_t len = 0; rc == DT_WIRE_INCOMPLETE && len < size;) {
+        len = size - len < step ? size : len + step;
+        if (pg.need > len)
+            continue;
+        rc = dt_wire_decode_step(data, len, &lim, &pg, &r);
+        if (rc == DT_WIRE_INCOMPLETE && pg.need <= len)
+            abort();
+    }
+    if ((rc == 0) != (want == 0) || (rc < 0) != (want < 0))
+        abort();
+    if (rc == 0 && (r.frame_len != whole.frame_len || r.count != whole.count || r.list.len != whole.list.len))
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -95,6 +120,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc == 0 && r.frame_len > n)
             abort();
     }
+    if (size > 0)
+        resumed_equals_whole(data, size, 1 + data[size - 1] % 16);
     dt_error_clear();
     return 0;
 }

@@ -6,6 +6,10 @@
 #  3. With auth on, a PyTorch client is refused and the coordinator's log says
 #     to set `rendezvous: {auth: none}`.
 #  4. dtrain's C client against PyTorch's own libuv TCPStore server.
+#  5. One PyTorch client script against PyTorch's server and against dtrain's
+#     coordinator, outputs compared line by line: ADD on every kind of value
+#     (trailing text, white space, signs, empty, past 2^63), LIST_KEYS, and
+#     the store barrier (torch 2.15's BARRIER request) with a timeout.
 # Needs a PyTorch 2.x from pip (scripts/python-deps.txt); without it the test fails.
 . "$(dirname "$0")/lib.sh"
 
@@ -112,6 +116,53 @@ contains "$T/auth.err" "rendezvous: \{auth: none\}" "the log line names the sett
 check "dtrain's client with the token is served" "$PROBE" 127.0.0.1 "$PORT" set k v
 unset DTRAIN_JOB_TOKEN
 
+# The same client script against both servers (section 5): every answer must match.
+cat >"$T/parity.py" <<'EOF'
+import sys, datetime, threading
+import torch.distributed as dist
+port = int(sys.argv[1])
+def client(t=5):
+    return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=t))
+def show(what, f):
+    try:
+        r = f()
+    except Exception as e:  # the server closed the connection: PyTorch's message is the client's
+        r = "error"
+    print(what, "->", r, flush=True)
+main = client()
+values = [b"7x", b" 7", b"7 ", b"\t\n\v\f\r7", b"+7", b"-7", b"", b"x", b"-", b"+", b" ", b"- 7", b"+-7",
+          b"0x10", b"1e3", b"0" * 40 + b"7", b"5\x009", b"\x005", b"7\xff", "\u0663".encode(),
+          b"9223372036854775807", b"9223372036854775808", b"-9223372036854775808",
+          b"-9223372036854775809", b"1" * 100000]
+for i, v in enumerate(values):
+    k = "add%d" % i
+    main.set(k, v)
+    delta = -1 if v.startswith(b"-9") else 1
+    # A fresh client each time: a refused ADD closes its connection.
+    show("add %r %+d" % (v[:24], delta), lambda: client().add(k, delta))
+    show("  then get", lambda: main.get(k)[:24])
+show("add to an absent key", lambda: main.add("fresh", -5))
+show("add wraps past 2^63", lambda: (main.add("w", 9223372036854775807), main.add("w", 1), main.add("w", -1)))
+show("list_keys", lambda: sorted(main.list_keys()))
+# The store barrier: the last of world_size arrivals releases everyone.
+a, b = client(), client()
+first = []
+t = threading.Thread(target=lambda: first.append(a.barrier("bar", 2)))
+t.start()
+show("barrier: second of 2", lambda: b.barrier("bar", 2))
+t.join(10)
+print("barrier: first of 2 released ->", first, flush=True)
+show("barrier: a third arrival passes at once", lambda: main.barrier("bar", 2))
+show("barrier: the count is kept under the key", lambda: main.get("bar"))
+show("barrier: a lone arrival times out", lambda: a.barrier("lone", 2, datetime.timedelta(milliseconds=300)))
+show("barrier: the connection is in step after the timeout", lambda: a.get("bar"))
+show("barrier: the timed-out arrival still counted", lambda: main.get("lone"))
+show("barrier: world size 1 passes", lambda: b.barrier("one", 1))
+main.set("notnum", "x")
+show("barrier on a key that is not a counter", lambda: client().barrier("notnum", 2))
+show("list_keys after the barriers", lambda: sorted(main.list_keys()))
+EOF
+
 # dtrain's client against PyTorch's own libuv server.
 cat >"$T/server.py" <<'EOF'
 import sys, time, datetime
@@ -126,6 +177,18 @@ pids+=($!)
 for _ in $(seq 200); do [ -s "$T/server.out" ] && break; sleep 0.05; done
 PTPORT=$(head -n1 "$T/server.out")
 check "PyTorch's libuv TCPStore server started" test -n "$PTPORT"
+# Section 5's script first, while PyTorch's server is still empty.
+"$PY" "$T/parity.py" "$PTPORT" >"$T/parity.pytorch" 2>"$T/parity.pytorch.err"
 "$PROBE" 127.0.0.1 "$PTPORT" ops >"$T/probe.out" 2>&1
 cat "$T/probe.out"
 check "dtrain's client ran every operation against PyTorch's server" grep -q "delete_key removes" "$T/probe.out"
+
+# Section 5 on dtrain's coordinator, compared with what PyTorch's server answered above.
+check "dtrain coordinator --auth none starts for the comparison" start_coordinator parity --auth none
+"$PY" "$T/parity.py" "$PORT" >"$T/parity.dtrain" 2>"$T/parity.dtrain.err"
+check "the comparison script ran to its end on PyTorch's server" grep -q "list_keys after the barriers" "$T/parity.pytorch"
+if diff "$T/parity.pytorch" "$T/parity.dtrain" >"$T/parity.diff"; then
+  ok "dtrain's coordinator answers as PyTorch's server: $(grep -c '^add ' "$T/parity.pytorch") ADD cases, LIST_KEYS, BARRIER"
+else
+  not_ok "dtrain's coordinator answers as PyTorch's server (< PyTorch, > dtrain)"; sed 's/^/    /' "$T/parity.diff"
+fi

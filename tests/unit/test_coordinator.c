@@ -2,166 +2,17 @@
  * garbage, wrong magic, truncated and oversized frames, limits, requests
  * before the job token.  Each case checks that the offending connection is
  * closed, that nothing it sent was applied, that a log line says why, and
- * that a well-behaved client is still served. */
+ * that a well-behaved client is still served.  Also the requests dtrain's
+ * client does not send, as PyTorch's server answers them: STORE_BARRIER,
+ * LIST_KEYS, and ADD on values that are not plain integers
+ * (tests/integration/test_pytorch_store.sh compares with PyTorch itself). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
-#include "base/error.h"
-#include "comm/store.h"
-#include "comm/store_wire.h"
-#include "launcher/coordinator/coordinator.h"
-#include "spec/token.h"
-
-static char token[65];
-
-struct fx {
-    struct dt_coord *c;
-    struct dt_store *good;   /* an authenticated client that must keep working */
-    int saved_stderr;
-    char logpath[64];
-};
-
-static int start_with(void **state, const struct dt_coord_config *extra)
-{
-    struct fx *f = calloc(1, sizeof *f);
-    struct dt_coord_config cfg = *extra;
-    cfg.bind_host = "127.0.0.1";
-    /* The coordinator logs to fd 2; keep those lines in a file to check them. */
-    snprintf(f->logpath, sizeof f->logpath, "/tmp/dtrain-coordlog.XXXXXX");
-    int fd = mkstemp(f->logpath);
-    f->saved_stderr = dup(2);
-    dup2(fd, 2);
-    close(fd);
-    assert_int_equal(dt_coord_start(&cfg, &f->c), 0);
-    struct dt_store_options o = {.host = "127.0.0.1", .port = dt_coord_port(f->c),
-                                 .token = cfg.token, .timeout_s = 5};
-    assert_int_equal(dt_store_connect(&o, &f->good), 0);
-    *state = f;
-    return 0;
-}
-
-static int setup(void **state)
-{
-    struct dt_coord_config cfg = {.token = token};
-    return start_with(state, &cfg);
-}
-
-static int setup_small_limits(void **state)
-{
-    struct dt_coord_config cfg = {.token = token, .max_frame_bytes = 4096, .max_key_bytes = 64,
-                                  .max_value_bytes = 1024, .max_total_bytes = 8192};
-    return start_with(state, &cfg);
-}
-
-static int setup_noauth(void **state)
-{
-    struct dt_coord_config cfg = {0};
-    return start_with(state, &cfg);
-}
-
-static int teardown(void **state)
-{
-    struct fx *f = *state;
-    dt_store_close(f->good);
-    dt_coord_stop(f->c);
-    dup2(f->saved_stderr, 2);
-    close(f->saved_stderr);
-    unlink(f->logpath);
-    free(f);
-    return 0;
-}
-
-static bool log_has(struct fx *f, const char *needle)
-{
-    char buf[16384] = "";
-    FILE *fp = fopen(f->logpath, "r");
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    buf[n] = 0;
-    if (!strstr(buf, needle)) {
-        fprintf(stdout, "log lacks '%s'; it holds:\n%s\n", needle, buf);
-        return false;
-    }
-    return true;
-}
-
-static int raw_connect(struct fx *f)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)dt_coord_port(f->c))};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n)
-{
-    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-static void send_buf(int fd, struct dt_wire_buf *b)
-{
-    send_all(fd, b->p, b->len);
-    dt_wire_buf_free(b);
-}
-
-/* True when the peer closes (EOF or reset) within 2 s, with no reply bytes. */
-static bool closed_without_reply(int fd)
-{
-    char c;
-    ssize_t n = recv(fd, &c, 1, 0);
-    close(fd);
-    return n == 0 || (n < 0 && errno == ECONNRESET);
-}
-
-static void put_validate(struct dt_wire_buf *b)
-{
-    dt_wire_put_u8(b, DT_WIRE_VALIDATE);
-    dt_wire_put_u32(b, DT_WIRE_MAGIC);
-}
-
-static void put_auth(struct dt_wire_buf *b, const char *tok)
-{
-    dt_wire_put_u8(b, DT_WIRE_AUTH);
-    dt_wire_put_bytes(b, tok, strlen(tok));
-}
-
-static void put_set(struct dt_wire_buf *b, const char *k, const char *v)
-{
-    dt_wire_put_u8(b, DT_WIRE_SET);
-    dt_wire_put_key(b, "/", k, strlen(k));
-    dt_wire_put_bytes(b, v, strlen(v));
-}
-
-/* The good client still works, and `key` was never set. */
-static void still_serving_without(struct fx *f, const char *key)
-{
-    bool ready = true;
-    const char *k[] = {key};
-    assert_int_equal(dt_store_check(f->good, k, 1, &ready), 0);
-    assert_false(ready);
-    assert_int_equal(dt_store_set(f->good, "alive", "1", 1), 0);
-    void *v;
-    size_t n;
-    assert_int_equal(dt_store_get(f->good, "alive", &v, &n), 0);
-    free(v);
-}
+#include "coord_fixture.h"
 
 static void garbage_first_bytes_close(void **state)
 {
@@ -350,6 +201,27 @@ static void total_memory_limit_closes_with_message(void **state)
     assert_true(n >= 5 && n < 9);
 }
 
+/* An answer is sized before it is built: five copies of a 1000-byte value
+ * pass the 4096-byte reply limit (the frame limit). */
+static void multi_get_answer_over_the_reply_limit_closes(void **state)
+{
+    struct fx *f = *state;
+    char v[1000];
+    memset(v, 'r', sizeof v);
+    assert_int_equal(dt_store_set(f->good, "r", v, sizeof v), 0);
+    int fd = authed_connect(f);
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_u8(&b, DT_WIRE_MULTI_GET);
+    dt_wire_put_u64(&b, 5);
+    for (int i = 0; i < 5; i++)
+        dt_wire_put_key(&b, "/", "r", 1);
+    send_buf(fd, &b);
+    assert_true(closed_without_reply(fd));
+    assert_true(log_has(f, "the answer to MULTI_GET would be 5040 bytes, over the 4096-byte reply limit"));
+    still_serving_without(f, "x");
+}
+
 static void second_wait_while_waiting_closes(void **state)
 {
     struct fx *f = *state;
@@ -446,6 +318,176 @@ static void raw_client_without_auth_gets_tcpstore_answers(void **state)
     close(fd);
 }
 
+static void put_store_barrier(struct dt_wire_buf *b, const char *k, int64_t world)
+{
+    dt_wire_put_u8(b, DT_WIRE_STORE_BARRIER);
+    dt_wire_put_key(b, "/", k, strlen(k));
+    dt_wire_put_i64(b, world);
+}
+
+static void store_barrier(int fd, const char *k, int64_t world)
+{
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    put_store_barrier(&b, k, world);
+    send_buf(fd, &b);
+}
+
+static bool nothing_to_read(int fd)
+{
+    char c;
+    return recv(fd, &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN;
+}
+
+/* The good client's view of a key, polled until it is `want` (the raw
+ * connections' requests are served in their own time). */
+static void wait_value(struct fx *f, const char *key, const char *want)
+{
+    for (int i = 0; i < 200; i++) {
+        void *v = NULL;
+        size_t n = 0;
+        bool ready = false;
+        const char *k[] = {key};
+        assert_int_equal(dt_store_check(f->good, k, 1, &ready), 0);
+        if (ready)
+            assert_int_equal(dt_store_get(f->good, key, &v, &n), 0);
+        bool same = ready && n == strlen(want) && memcmp(v, want, n) == 0;
+        free(v);
+        if (same)
+            return;
+        usleep(10000);
+    }
+    fail_msg("key '%s' never became '%s'", key, want);
+}
+
+/* PyTorch's Store::barrier: a counter under the key; the arrival that
+ * brings it to `world` releases everyone; later arrivals pass at once. */
+static void store_barrier_releases_at_world(void **state)
+{
+    struct fx *f = *state;
+    int a = authed_connect(f), b = authed_connect(f), c = authed_connect(f);
+    store_barrier(a, "b", 3);
+    store_barrier(b, "b", 3);
+    wait_value(f, "b", "2");
+    assert_true(nothing_to_read(a) && nothing_to_read(b));
+    store_barrier(c, "b", 3);
+    uint8_t r[3] = {9, 9, 9};
+    assert_true(recv_all(a, &r[0], 1) && recv_all(b, &r[1], 1) && recv_all(c, &r[2], 1));
+    assert_true(r[0] == DT_WIRE_STOP_WAITING && r[1] == DT_WIRE_STOP_WAITING && r[2] == DT_WIRE_STOP_WAITING);
+    store_barrier(a, "b", 3); /* a fourth arrival: the count only grows */
+    assert_true(recv_all(a, &r[0], 1));
+    assert_int_equal(r[0], DT_WIRE_STOP_WAITING);
+    wait_value(f, "b", "4");
+    close(a);
+    close(b);
+    close(c);
+}
+
+/* DELETE_KEY while a client waits in STORE_BARRIER: it keeps waiting (as in
+ * PyTorch) and the next SET of the key wakes it. */
+static void store_barrier_waiter_outlives_delete(void **state)
+{
+    struct fx *f = *state;
+    int a = authed_connect(f);
+    store_barrier(a, "d", 2);
+    wait_value(f, "d", "1");
+    bool deleted = false;
+    assert_int_equal(dt_store_delete_key(f->good, "d", &deleted), 0);
+    assert_true(deleted);
+    int64_t n = -1;
+    assert_int_equal(dt_store_num_keys(f->good, &n), 0);
+    assert_int_equal(n, 0);
+    assert_true(nothing_to_read(a));
+    assert_int_equal(dt_store_set(f->good, "d", "x", 1), 0);
+    uint8_t r = 9;
+    assert_true(recv_all(a, &r, 1));
+    assert_int_equal(r, DT_WIRE_STOP_WAITING);
+    close(a);
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* LIST_KEYS: every key as stored, PyTorch's "/" prefix and its internal
+ * "init/" counter included; queues are not keys. */
+static void list_keys_answers_every_key(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(dt_store_set(f->good, "x", "1", 1), 0);
+    assert_int_equal(dt_store_set(f->good, "y", "2", 1), 0);
+    assert_int_equal(dt_store_queue_push(f->good, "q", "3", 1), 0);
+    int fd = authed_connect(f);
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_u8(&b, DT_WIRE_ADD);
+    dt_wire_put_key(&b, "", "init/", 5);
+    dt_wire_put_i64(&b, 1);
+    dt_wire_put_u8(&b, DT_WIRE_LIST_KEYS);
+    send_buf(fd, &b);
+    int64_t add = 0, count = 0;
+    assert_true(recv_all(fd, &add, 8) && recv_all(fd, &count, 8));
+    assert_int_equal(count, 3);
+    char *keys[3];
+    for (int i = 0; i < 3; i++) {
+        uint64_t len = 0;
+        assert_true(recv_all(fd, &len, 8) && len < 16);
+        keys[i] = calloc(1, len + 1);
+        assert_true(recv_all(fd, keys[i], len));
+    }
+    qsort(keys, 3, sizeof keys[0], cmp_str);
+    assert_string_equal(keys[0], "/x");
+    assert_string_equal(keys[1], "/y");
+    assert_string_equal(keys[2], "init/");
+    for (int i = 0; i < 3; i++)
+        free(keys[i]);
+    close(fd);
+}
+
+/* ADD reads the value as PyTorch's server does (std::stoll): leading white
+ * space and sign, digits up to the first other byte, wrapping past 2^63;
+ * no digits or a value past int64 close the connection (PyTorch's does). */
+static void add_reads_counters_as_pytorch_does(void **state)
+{
+    struct fx *f = *state;
+    static const struct {
+        const char *v;
+        size_t len;
+        int64_t delta, want;
+    } ok[] = {
+        {"7x", 2, 1, 8},
+        {" \t\n7", 4, 1, 8},
+        {"+7", 2, 1, 8},
+        {"-7", 2, 1, -6},
+        {"0x10", 4, 1, 1},
+        {"1e3", 3, 1, 2},
+        {"5\0009", 3, 1, 6},
+        {"9223372036854775807", 19, 1, INT64_MIN},
+        {"-9223372036854775808", 20, -1, INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t got = 0;
+        assert_int_equal(dt_store_set(f->good, "ctr", ok[i].v, ok[i].len), 0);
+        assert_int_equal(dt_store_add(f->good, "ctr", ok[i].delta, &got), 0);
+        assert_true(got == ok[i].want);
+    }
+    static const char *bad[] = {"", "x", "-", " ", "9223372036854775808", "\0005"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = i == 5 ? 2 : strlen(bad[i]);
+        assert_int_equal(dt_store_set(f->good, "bad", bad[i], len), 0);
+        int64_t got = 0;
+        assert_int_not_equal(dt_store_add(f->good, "bad", 1, &got), 0);
+        void *v = NULL;
+        size_t n = 0;
+        assert_int_equal(dt_store_get(f->good, "bad", &v, &n), 0); /* unchanged, reconnected */
+        assert_int_equal(n, len);
+        free(v);
+    }
+    assert_true(log_has(f, "whose value does not start with a decimal integer"));
+    assert_true(log_has(f, "whose value is past the 64-bit range"));
+}
+
 int main(void)
 {
     dt_token_make(token);
@@ -453,22 +495,25 @@ int main(void)
         cmocka_unit_test_setup_teardown(garbage_first_bytes_close, setup, teardown),
         cmocka_unit_test_setup_teardown(wrong_magic_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(ops_before_token_close_and_apply_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(wrong_token_closes_and_pipelined_set_is_not_applied, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(wrong_token_closes_and_pipelined_set_is_not_applied, setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_op_closes, setup, teardown),
-        cmocka_unit_test_setup_teardown(truncated_frame_waits_then_disconnect_is_harmless, setup,
+        cmocka_unit_test_setup_teardown(truncated_frame_waits_then_disconnect_is_harmless, setup, teardown),
+        cmocka_unit_test_setup_teardown(oversized_key_closes_before_the_bytes_arrive, setup_small_limits,
                                         teardown),
-        cmocka_unit_test_setup_teardown(oversized_key_closes_before_the_bytes_arrive,
-                                        setup_small_limits, teardown),
         cmocka_unit_test_setup_teardown(oversized_value_closes, setup_small_limits, teardown),
         cmocka_unit_test_setup_teardown(oversized_frame_closes, setup_small_limits, teardown),
-        cmocka_unit_test_setup_teardown(total_memory_limit_closes_with_message, setup_small_limits,
+        cmocka_unit_test_setup_teardown(total_memory_limit_closes_with_message, setup_small_limits, teardown),
+        cmocka_unit_test_setup_teardown(multi_get_answer_over_the_reply_limit_closes, setup_small_limits,
                                         teardown),
         cmocka_unit_test_setup_teardown(second_wait_while_waiting_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(too_many_keys_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(retrying_refused_clients_are_logged_sparingly, setup, teardown),
         cmocka_unit_test_setup_teardown(raw_client_without_auth_gets_tcpstore_answers, setup_noauth,
                                         teardown),
+        cmocka_unit_test_setup_teardown(store_barrier_releases_at_world, setup, teardown),
+        cmocka_unit_test_setup_teardown(store_barrier_waiter_outlives_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(list_keys_answers_every_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(add_reads_counters_as_pytorch_does, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
