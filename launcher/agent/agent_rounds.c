@@ -2,10 +2,10 @@
  * and the relay of the ranks' heartbeats to the other nodes' watchdogs.
  *
  * Every node's agent holds one store connection for the job: it JOINs on it
- * (its membership, coordinator_members.c) and polls through it.  Attempt k
- * of the job is attempt k on every node (the round, as torchrun's
- * rendezvous rounds; ranks see it as TORCHELASTIC_RESTART_COUNT), kept in
- * step by a few keys:
+ * (its membership, launcher/coordinator/coord_rendezvous.c) and polls
+ * through it.  Attempt k of the job is attempt k on every node (the round,
+ * as torchrun's rendezvous rounds; ranks see it as
+ * TORCHELASTIC_RESTART_COUNT), kept in step by a few keys:
  *
  *   dtrain/fail/<k>      "<rank> <wstatus> <node> <hung>": the first rank that
  *                        failed in round k, wherever it ran (COMPARE_SET on an

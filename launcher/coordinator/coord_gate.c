@@ -10,7 +10,7 @@
  * machine; coord_server.c does the I/O around it.
  *
  * Which refusals count.  The launcher stops a job at the first refused
- * PyTorch-like client (launcher/agent_refusals.c): PyTorch's client would
+ * PyTorch-like client (launcher/agent/agent_node.c): PyTorch's client would
  * retry for its whole timeout (30 minutes) and the job would look hung.  If
  * every refusal counted, anyone who reaches the port could stop the job with
  * nine bytes (VALIDATE, PING).  So a refusal counts only when the client is a

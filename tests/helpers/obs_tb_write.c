@@ -1,6 +1,6 @@
 /* obs_tb_write.c - test helper: turns a run's metrics.jsonl into a TensorBoard
- * event file, the way the trainer logs scalars, so tests/integration/test_obs.sh
- * can read it back with the tensorboard package and compare every value.
+ * event file, the way the trainer logs scalars, so
+ * tests/integration/test_obs_tensorboard.sh can read it back with the tensorboard package and compare every value.
  *
  *   obs_tb_write RUN_DIR     writes RUN_DIR/events.out.tfevents.<time>.<host>
  *

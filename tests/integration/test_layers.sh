@@ -1,4 +1,5 @@
-# test_layers.sh - the include rules between layers (docs/architecture.md) hold.
+# test_layers.sh - the include rules between layers (docs/architecture.md) hold, and
+# comments name files that exist.
 #
 # scripts/check-layers.py reads every #include "..." under base/, spec/,
 # comm/, worker/, scheduler-adapters/ and launcher/; the tree must pass, and
@@ -8,9 +9,9 @@
 cd "$(dirname "$0")/../.."
 
 if python3 scripts/check-layers.py . >"$T/tree.out" 2>&1; then
-  ok "every include in the tree points to its own layer or a lower one"
+  ok "every include in the tree points to its own layer or a lower one; every file a comment names exists"
 else
-  not_ok "every include in the tree points to its own layer or a lower one"; sed 's/^/    /' "$T/tree.out"
+  not_ok "every include in the tree points to its own layer or a lower one; every file a comment names exists"; sed 's/^/    /' "$T/tree.out"
 fi
 
 # tree NAME FILE TEXT...: a made-up tree with one file holding TEXT (and every
@@ -43,6 +44,10 @@ refused inside 'reached through comm/comm.h' "the trainer reaching into a backen
 tree missing worker/model.c '#include "worker/gone.h"'
 rm -f "$T/missing/worker/gone.h"
 refused missing 'does not exist' "an include of a file that is not there is refused"
+tree stale worker/reducer.c '/* the buckets start in worker/reducer_start.c and in model_amp.c */'
+refused stale 'names worker/reducer_start.c, which does not exist' "a comment naming a file that is not in the tree is refused"
+grep -q 'no file of the tree has that name' "$T/stale.out" && ok "so is a comment naming a bare file name no file has" \
+  || not_ok "so is a comment naming a bare file name no file has"
 tree fine launcher/main.c '#include "base/error.h"' '#include "spec/jobspec.h"' '#include "comm/comm.h"' \
   '#include "worker/trainer.h"' '#include "scheduler-adapters/adapter.h"' '#include "comm/nccl/nccl_comm.h"'
 check "a file including every layer below its own passes" python3 scripts/check-layers.py "$T/fine"

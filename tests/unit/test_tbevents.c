@@ -1,7 +1,7 @@
 /* test_tbevents.c - CRC-32C and the TensorBoard event writer: the reference
  * vectors of trainer.md §9.2 byte for byte, and a reader written here that
  * checks framing, both CRCs and the decoded scalars of a longer file (the
- * Python tensorboard reader is exercised by tests/integration/test_obs.sh). */
+ * Python tensorboard reader is exercised by tests/integration/test_obs_tensorboard.sh). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
