@@ -82,7 +82,7 @@ static void bit_exact_against_torch(void **state)
 static void reference_values(void **state)
 {
     (void)state;
-    /* shared/reference/trainer.md §3, T=100, max 0.01 */
+    /* torch.optim.lr_scheduler.OneCycleLR(total_steps=100, max_lr=0.01), defaults otherwise */
     struct dt_trainer_spec t;
     dt_trainer_spec_defaults(&t);
     t.scheduler.type = DT_SCHED_ONECYCLE;
