@@ -57,6 +57,7 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/proc.h"
 #include "comm/store.h"
 
 /* ---- the segment's layout ---- */
@@ -124,18 +125,10 @@ static bool pid_dead(int pid)
         return false;
     if (kill(pid, 0) < 0 && errno == ESRCH)
         return true;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    char entry[24];
+    snprintf(entry, sizeof entry, "%d", pid);
+    struct dt_proc_stat st;
+    return dt_proc_stat_read(entry, &st) == 0 && (st.state == 'Z' || st.state == 'X');
 }
 
 /* ---- waiting for a peer ---- */
