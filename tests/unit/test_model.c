@@ -267,7 +267,7 @@ static void table_refuses_unknown_type_and_wrong_data(void **state)
     assert_non_null(strstr(dt_error_last(), "token sequences"));
     c.data = (struct dt_batch_shape){.kind = DT_BATCH_IMAGES, .features = 4, .classes = 3};
     assert_int_equal(dt_model_create(&c, &m), 0);
-    assert_ptr_equal(m->ops->name, "mlp");
+    assert_string_equal(m->ops->name, "mlp");
     dt_model_destroy(m);
 }
 
