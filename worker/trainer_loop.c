@@ -219,7 +219,9 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         t->metrics.amp = t->scaler.enabled;
         t->metrics.loss_scale = t->scaler.scale;
         t->metrics.skipped_steps = t->scaler.skipped;
-        dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        int rc = dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        if (rc)
+            return rc;
         static const char *const tags[] = {"train/loss", "train/lr", "train/beta1", "train/grad_norm",
                                            "train/samples_per_s", "train/data_s", "train/forward_s",
                                            "train/backward_s", "train/comm_wait_s", "train/optimizer_s",
@@ -227,7 +229,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         double tv[] = {t->last_loss, lr, beta1, norm, sps, t->metrics.split[0], t->metrics.split[1],
                        t->metrics.split[2], t->metrics.split[3], t->metrics.split[4], t->scaler.scale,
                        (double)t->scaler.skipped};
-        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
+        rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
         if (rc)
             return rc;
         if (!t->o.quiet)
@@ -250,10 +252,10 @@ static int eval_row(struct dt_trainer *t)
     if (rc)
         return rc;
     if (t->rank == 0) {
-        dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc);
         static const char *const tags[] = {"eval/test_loss", "eval/test_accuracy"};
         double tv[] = {t->test_loss, t->test_acc};
-        if ((rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
+        if ((rc = dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc)) ||
+            (rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
             return rc;
         if (!t->o.quiet)
             printf("eval  step %lld  epoch %lld  test_loss %.4f  test_accuracy %.4f\n", (long long)t->step,
