@@ -150,9 +150,7 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
     *step = -1;
     int found = t->rank == 0 ? dt_ckpt_read_latest(t->ckpt_dir, ck) : DT_ENOTFOUND;
     if (found == 0) {
-        long long named = -1; /* read_latest takes only names of that form */
-        sscanf(strrchr(ck->path, '/') + 1, "step_%lld", &named);
-        *step = named;
+        *step = ck->step; /* the name's step too: dt_ckpt_read checks that they agree */
     } else if (found != DT_ENOTFOUND) {
         *step = -2;
         /* Said before the broadcast: the other ranks stop as soon as they hear,
