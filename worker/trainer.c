@@ -121,15 +121,15 @@ static int build_data(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
     const char *dir = s->data.path ? s->data.path : DEFAULT_DATA;
-    int rc = dt_data_load_fashion_mnist(dir, 1, &t->train);
-    if (!rc)
-        rc = dt_data_load_fashion_mnist(dir, 0, &t->test);
-    if (rc)
-        return rc;
+    /* An empty test set is refused here too (idx.h): its loss would be 0/0. */
+    if (dt_data_load_fashion_mnist(dir, 1, &t->train))
+        return dt_error_prefix("the training set");
+    if (dt_data_load_fashion_mnist(dir, 0, &t->test))
+        return dt_error_prefix("the test set");
     struct dt_loader_options lo = {.batch_size = s->data.batch_size, .drop_last = s->data.drop_last,
                                    .shuffle = s->data.shuffle, .seed = s->seed, .rank = t->rank,
                                    .world = t->world, .workers = s->data.workers, .prefetch = s->data.prefetch};
-    rc = dt_loader_create(&t->train, &lo, &t->loader);
+    int rc = dt_loader_create(&t->train, &lo, &t->loader);
     if (rc)
         return rc;
     t->batches_per_epoch = dt_loader_batches_per_epoch(t->loader);

@@ -103,6 +103,9 @@ def idx_seeds():
     write(t, "bad_trailing", labels + b"\x01")
     write(t, "bad_huge_dims", idx([0x7FFFFFFF, 28, 28], b"\0" * 16))
     write(t, "bad_truncated.gz", gzip.compress(labels, mtime=0)[:-6])
+    # a small gzip bomb: the header's 3 labels, then members of zeros past them
+    write(t, "bad_bomb_members.gz", gzip.compress(idx([3], b""), mtime=0) +
+          gzip.compress(b"\0" * 65536, compresslevel=9, mtime=0) * 16)
 
 
 def meta_crc(meta):
