@@ -236,6 +236,12 @@ static int meta_crc(const char *const *meta, int n, uint32_t *out)
     return 0;
 }
 
+/* A non-finite value as a message shows it: "nan" whatever its sign bit. */
+static double shown(float v)
+{
+    return isnan(v) ? NAN : (double)v;
+}
+
 /* Index of the first inf or NaN of v[0, n), n when there is none: the
  * exponent bits all set, tested on the bits so the loop vectorizes. */
 static size_t first_nonfinite(const float *v, size_t n)
@@ -326,9 +332,9 @@ static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n
         size_t count = entry_bytes(&e[i]) / 4, at = first_nonfinite(e[i].data, count);
         if (at < count)
             return dt_error_set(DT_EINVAL,
-                                "training diverged at step %lld: tensor %s holds %g at element %zu; %s is not "
+                                "training diverged by step %lld: tensor %s holds %g at element %zu; %s is not "
                                 "written, the checkpoints before it stay",
-                                (long long)s->step, e[i].name, (double)((const float *)e[i].data)[at], at, path);
+                                (long long)s->step, e[i].name, shown(((const float *)e[i].data)[at]), at, path);
     }
     return 0;
 }
@@ -494,7 +500,7 @@ static int verify_tensors(const struct dt_safetensors *f, const char *path)
         size_t at = strcmp(t->dtype, "F32") == 0 ? first_nonfinite(t->data, count) : count;
         if (at < count)
             return dt_error_set(DT_EINVAL, "%s: tensor %s holds %g at element %zu: the state of a diverged run",
-                                path, t->name, (double)((const float *)t->data)[at], at);
+                                path, t->name, shown(((const float *)t->data)[at]), at);
     }
     return 0;
 }

@@ -493,7 +493,7 @@ static void diverged_state_is_neither_saved_nor_resumed(void **state)
     f->m->params[f->m->n_params - 3] = NAN;
     struct dt_ckpt_state s = state_at(9);
     assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "training diverged at step 9: tensor"));
+    assert_non_null(strstr(dt_error_last(), "training diverged by step 9: tensor"));
     assert_non_null(strstr(dt_error_last(), "holds nan"));
     char p[4300];
     path_of(f, 9, p, sizeof p);
