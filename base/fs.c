@@ -94,7 +94,8 @@ static int create_tmp(int dfd, const char *dir, const char *tmp)
     int fd = openat(dfd, tmp, flags, 0666);
     if (fd < 0 && errno == EEXIST) {
         if (unlinkat(dfd, tmp, 0) != 0 && errno != ENOENT)
-            return dt_error_set_errno(DT_EIO, errno, "cannot remove the leftover temporary file %s/%s", dir, tmp);
+            return dt_error_set_errno(DT_EIO, errno, "cannot remove the leftover temporary file %s/%s", dir,
+                                      tmp);
         fd = openat(dfd, tmp, flags, 0666);
     }
     if (fd < 0)

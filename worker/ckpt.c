@@ -54,9 +54,9 @@
 
 /* The metadata keys of a file without META_CRC_KEY besides the tensors'
  * checksums: anything else there is damage (a flipped bit in a key's name). */
-static const char *const known_keys[] = {"format",     "step", "epoch",      "batch",          "seed",
-                                         "world",      "batch_size", "adamw_step", "amp",
-                                         "loss_scale", "growth_tracker", "skipped_steps"};
+static const char *const known_keys[] = {"format", "step",       "epoch",          "batch",
+                                         "seed",   "world",      "batch_size",     "adamw_step",
+                                         "amp",    "loss_scale", "growth_tracker", "skipped_steps"};
 
 /* The model's named tensors (views into the parameter arena), then AdamW's
  * two moment arrays: m->n_tensors + 2 entries. */
@@ -113,7 +113,8 @@ static bool is_ckpt_name_then(const char *name, const char *tail, long long *ste
         return false;
     *step = strtoll(p, NULL, 10);
     char canon[32];
-    return snprintf(canon, sizeof canon, "%08lld", *step) == (int)(q - p) && strncmp(canon, p, (size_t)(q - p)) == 0;
+    return snprintf(canon, sizeof canon, "%08lld", *step) == (int)(q - p) &&
+           strncmp(canon, p, (size_t)(q - p)) == 0;
 }
 
 static bool is_ckpt_name(const char *name, long long *step)
@@ -138,7 +139,9 @@ static int list_steps(const char *dir, long long **steps, int *n)
     *n = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return errno == ENOENT ? 0 : dt_error_set_errno(DT_EIO, errno, "cannot list the checkpoint directory %s", dir);
+        return errno == ENOENT
+                   ? 0
+                   : dt_error_set_errno(DT_EIO, errno, "cannot list the checkpoint directory %s", dir);
     int cap = 0, rc = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -146,7 +149,8 @@ static int list_steps(const char *dir, long long **steps, int *n)
         if (!is_ckpt_name(de->d_name, &s))
             continue;
         if (*n == cap) {
-            long long *more = cap < INT_MAX / 4 ? realloc(*steps, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *more) : NULL;
+            long long *more =
+                cap < INT_MAX / 4 ? realloc(*steps, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *more) : NULL;
             if (!more) {
                 rc = dt_error_set(DT_ENOMEM, "no memory to list the checkpoints of %s", dir);
                 break;
@@ -326,15 +330,17 @@ static int write_file(const char *path, const struct dt_st_entry *e, int n, cons
 
 /* A diverged state (an inf or NaN anywhere in the parameters or moments)
  * is not saved: it would replace the good checkpoints before it. */
-static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n, const struct dt_ckpt_state *s)
+static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n,
+                            const struct dt_ckpt_state *s)
 {
     for (int i = 0; i < n; i++) {
         size_t count = entry_bytes(&e[i]) / 4, at = first_nonfinite(e[i].data, count);
         if (at < count)
-            return dt_error_set(DT_EINVAL,
-                                "training diverged by step %lld: tensor %s holds %g at element %zu; %s is not "
-                                "written, the checkpoints before it stay",
-                                (long long)s->step, e[i].name, shown(((const float *)e[i].data)[at]), at, path);
+            return dt_error_set(
+                DT_EINVAL,
+                "training diverged by step %lld: tensor %s holds %g at element %zu; %s is not "
+                "written, the checkpoints before it stay",
+                (long long)s->step, e[i].name, shown(((const float *)e[i].data)[at]), at, path);
     }
     return 0;
 }
@@ -366,16 +372,18 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
 /* An integer of the metadata in [lo, hi]: a negative batch would index the
  * loader's slots backwards, and files from before the metadata's checksum
  * have nothing else holding their counters to sense. */
-static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
-                    long long *v)
+static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo,
+                    long long hi, long long *v)
 {
     const char *s = dt_safetensors_meta(f, key);
     char *end = NULL;
     errno = 0;
     if (!s || !*s || (*v = strtoll(s, &end, 10), *end) || errno)
-        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
+        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path,
+                            key);
     if (*v < lo || *v > hi)
-        return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo, hi);
+        return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo,
+                            hi);
     return 0;
 }
 
@@ -389,7 +397,8 @@ static int meta_u64(const struct dt_safetensors *f, const char *path, const char
     unsigned long long x = 0;
     errno = 0;
     if (!s || *s < '0' || *s > '9' || (x = strtoull(s, &end, 10), *end) || errno)
-        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
+        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path,
+                            key);
     *v = x;
     return 0;
 }
@@ -404,9 +413,12 @@ static int read_counters(struct dt_ckpt_file *c)
         const char *key;
         int64_t *v;
         bool below_step;
-    } counters[] = {{"step", &c->step, false},        {"epoch", &c->epoch, true},
-                    {"batch", &c->batch, false},      {"world", &c->world, false},
-                    {"batch_size", &c->batch_size, false}, {"adamw_step", &c->adamw_step, true}};
+    } counters[] = {{"step", &c->step, false},
+                    {"epoch", &c->epoch, true},
+                    {"batch", &c->batch, false},
+                    {"world", &c->world, false},
+                    {"batch_size", &c->batch_size, false},
+                    {"adamw_step", &c->adamw_step, true}};
     for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
         long long v;
         if (meta_i64(&c->st, c->path, counters[k].key, 0, counters[k].below_step ? c->step : LLONG_MAX, &v))
@@ -449,7 +461,8 @@ static bool is_known_key(const struct dt_safetensors *f, const char *key)
     for (size_t i = 0; i < sizeof known_keys / sizeof known_keys[0]; i++)
         if (strcmp(key, known_keys[i]) == 0)
             return true;
-    return strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0 && dt_safetensors_find(f, key + strlen(CRC_PREFIX));
+    return strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0 &&
+           dt_safetensors_find(f, key + strlen(CRC_PREFIX));
 }
 
 /* The metadata's own checksum; a file without one (written before it
@@ -462,8 +475,10 @@ static int verify_meta(const struct dt_ckpt_file *c)
     if (!want) {
         for (int i = 0; i < f->n_meta; i++)
             if (!is_known_key(f, f->meta[2 * i]))
-                return dt_error_set(DT_EINVAL, "%s: metadata key '%.64s' is unknown, and the file has no metadata "
-                                    "checksum ('%s') to vouch for it: damaged", c->path, f->meta[2 * i], META_CRC_KEY);
+                return dt_error_set(DT_EINVAL,
+                                    "%s: metadata key '%.64s' is unknown, and the file has no metadata "
+                                    "checksum ('%s') to vouch for it: damaged",
+                                    c->path, f->meta[2 * i], META_CRC_KEY);
         return 0;
     }
     uint32_t got;
@@ -473,8 +488,8 @@ static int verify_meta(const struct dt_ckpt_file *c)
     char *end;
     unsigned long w = strtoul(want, &end, 16);
     if (*end || strlen(want) != 8 || got != (uint32_t)w)
-        return dt_error_set(DT_EINVAL, "%s: the metadata is damaged: CRC-32C %08x, the file says %.16s", c->path,
-                            got, want);
+        return dt_error_set(DT_EINVAL, "%s: the metadata is damaged: CRC-32C %08x, the file says %.16s",
+                            c->path, got, want);
     return 0;
 }
 
@@ -499,8 +514,9 @@ static int verify_tensors(const struct dt_safetensors *f, const char *path)
         size_t count = (t->end - t->begin) / 4;
         size_t at = strcmp(t->dtype, "F32") == 0 ? first_nonfinite(t->data, count) : count;
         if (at < count)
-            return dt_error_set(DT_EINVAL, "%s: tensor %s holds %g at element %zu: the state of a diverged run",
-                                path, t->name, shown(((const float *)t->data)[at]), at);
+            return dt_error_set(DT_EINVAL,
+                                "%s: tensor %s holds %g at element %zu: the state of a diverged run", path,
+                                t->name, shown(((const float *)t->data)[at]), at);
     }
     return 0;
 }
@@ -521,8 +537,9 @@ static int verify(struct dt_ckpt_file *c)
     const char *slash = strrchr(c->path, '/');
     long long named;
     if (!rc && is_ckpt_name(slash ? slash + 1 : c->path, &named) && named != c->step)
-        rc = dt_error_set(DT_EINVAL, "%s: the name says step %lld, the metadata step %lld (renamed or damaged)",
-                          c->path, named, (long long)c->step);
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: the name says step %lld, the metadata step %lld (renamed or damaged)", c->path,
+                          named, (long long)c->step);
     return rc ? rc : verify_tensors(&c->st, c->path);
 }
 
@@ -601,8 +618,10 @@ static const struct dt_st_tensor *file_tensor(const struct dt_safetensors *f, co
 static int amp_restore(const struct dt_ckpt_file *c, enum dt_amp_dtype want, struct dt_grad_scaler *sc)
 {
     if (strcmp(c->amp ? c->amp : "off", amp_names[want]))
-        return dt_error_set(DT_EINVAL, "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
-                            "another checkpoint dir)", c->path, c->amp ? c->amp : "off", amp_names[want]);
+        return dt_error_set(DT_EINVAL,
+                            "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
+                            "another checkpoint dir)",
+                            c->path, c->amp ? c->amp : "off", amp_names[want]);
     if (c->amp) {
         sc->scale = c->loss_scale;
         sc->growth_tracker = c->growth_tracker;

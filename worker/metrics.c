@@ -65,7 +65,7 @@ static int flushed(struct dt_metrics *m)
 }
 
 int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
-                     double grad_norm, double samples_per_s, double time_s)
+                    double grad_norm, double samples_per_s, double time_s)
 {
     if (!m->f)
         return 0;

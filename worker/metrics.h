@@ -66,7 +66,7 @@ void dt_metrics_close(struct dt_metrics *m);
 /* Each writes one row and flushes it; a write error is returned, naming the
  * file and the system's reason (a full disk). */
 int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
-                     double grad_norm, double samples_per_s, double time_s);
+                    double grad_norm, double samples_per_s, double time_s);
 /* util_mem[2r], util_mem[2r+1]: rank r's utilisation and memory (NAN: unknown). */
 void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks);
 int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);

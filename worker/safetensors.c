@@ -229,8 +229,8 @@ static int header_length(const char *name, const uint8_t *le, size_t len, size_t
     for (int i = 7; i >= 0; i--)
         n = n << 8 | le[i];
     if (n > ST_MAX_HEADER || n > len - 8)
-        return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name, (unsigned long long)n,
-                            n > ST_MAX_HEADER ? "100 MB" : "the file");
+        return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name,
+                            (unsigned long long)n, n > ST_MAX_HEADER ? "100 MB" : "the file");
     *n_out = (size_t)n;
     return 0;
 }
@@ -285,8 +285,8 @@ static int open_regular(const char *path, size_t *len)
     int rc = fstat(fd, &st) ? dt_error_set_errno(DT_EIO, errno, "%s: fstat", path) : 0;
     if (rc == 0 && !S_ISREG(st.st_mode))
         rc = dt_error_set(DT_EINVAL, "%s: not a regular file (%s)", path,
-                          S_ISFIFO(st.st_mode)  ? "a FIFO"
-                          : S_ISDIR(st.st_mode) ? "a directory"
+                          S_ISFIFO(st.st_mode)   ? "a FIFO"
+                          : S_ISDIR(st.st_mode)  ? "a directory"
                           : S_ISSOCK(st.st_mode) ? "a socket"
                                                  : "a device");
     if (rc == 0 && (uint64_t)st.st_size > SIZE_MAX / 2)

@@ -231,8 +231,9 @@ static int put_trace(void *ctx, FILE *f)
 {
     const struct trace_out *o = ctx;
     const struct dt_trace *t = o->t;
-    fprintf(f, "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"rank\": %d, \"steps\": \"%d-%d\", "
-               "\"spans\": %zu, \"dropped_spans\": %zu},\n \"traceEvents\": [\n",
+    fprintf(f,
+            "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"rank\": %d, \"steps\": \"%d-%d\", "
+            "\"spans\": %zu, \"dropped_spans\": %zu},\n \"traceEvents\": [\n",
             t->rank, t->window.first_step, t->window.last_step, o->n, dt_trace_dropped(t));
     put_metadata(f, t->rank);
     for (size_t i = 0; i < o->n; i++)

@@ -81,7 +81,8 @@ struct bad_loss {
 
 /* The micro-batches of one step; returns the rank's summed loss and rows.
  * want_norm: the step needs the gradient norm (clipping or a metrics row). */
-static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows, struct bad_loss *bad)
+static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows,
+                         struct bad_loss *bad)
 {
     int64_t left = t->batches_per_epoch - t->batch;
     int k = left < t->spec.ddp.grad_accum ? (int)left : t->spec.ddp.grad_accum;
@@ -337,15 +338,17 @@ static int check_step(const struct dt_trainer *t, const struct bad_loss *bad, bo
     if (skipped) /* AMP: the scaler skipped it and backs off; parameters are untouched */
         return 0;
     if (bad->seen)
-        return dt_error_set(DT_EINVAL,
-                            "training diverged at step %lld: loss is %g (epoch %lld, micro-batch %d of the step); "
-                            "nothing of this step is saved",
-                            step, fabs(bad->value), (long long)t->epoch, bad->micro);
+        return dt_error_set(
+            DT_EINVAL,
+            "training diverged at step %lld: loss is %g (epoch %lld, micro-batch %d of the step); "
+            "nothing of this step is saved",
+            step, fabs(bad->value), (long long)t->epoch, bad->micro);
     if (have_norm && !isfinite(norm))
-        return dt_error_set(DT_EINVAL,
-                            "training diverged at step %lld: the gradient norm is %g (after averaging over ranks); "
-                            "nothing of this step is saved",
-                            step, fabs(norm));
+        return dt_error_set(
+            DT_EINVAL,
+            "training diverged at step %lld: the gradient norm is %g (after averaging over ranks); "
+            "nothing of this step is saved",
+            step, fabs(norm));
     return 0;
 }
 
@@ -358,11 +361,12 @@ static int check_row(const struct dt_trainer *t, double norm)
     if (t->scaler.enabled)
         return 0;
     if (!isfinite(t->last_loss))
-        return dt_error_set(DT_EINVAL, "training diverged by step %lld: the mean loss since the last metrics row is %g",
+        return dt_error_set(DT_EINVAL,
+                            "training diverged by step %lld: the mean loss since the last metrics row is %g",
                             (long long)t->step, fabs(t->last_loss));
     if (t->dev && !isfinite(norm))
-        return dt_error_set(DT_EINVAL, "training diverged at step %lld: the gradient norm is %g", (long long)t->step,
-                            fabs(norm));
+        return dt_error_set(DT_EINVAL, "training diverged at step %lld: the gradient norm is %g",
+                            (long long)t->step, fabs(norm));
     return 0;
 }
 

@@ -1,8 +1,8 @@
 /* test_ckpt.c - checkpoint files under damage: a save/load round trip is exact;
  * a truncated, bit-flipped or foreign newest file is rejected with a sentence
  * naming it and the previous one is used; all damaged is an error, not a
- * fresh start; metadata out of range is refused and leaves the model alone; a writer SIGKILLed at random instants mid-save never leaves a
- * directory whose newest usable checkpoint fails to load, and its temporary
+ * fresh start; metadata out of range is refused and leaves the model alone; a writer SIGKILLed at random
+ * instants mid-save never leaves a directory whose newest usable checkpoint fails to load, and its temporary
  * leftovers are ignored and later cleaned up.  Issue 26: a flipped bit in the
  * metadata, a name whose step is not the metadata's, junk or a FIFO named as
  * the newest checkpoint, more than 1024 checkpoints, counters past the step,
@@ -428,7 +428,7 @@ static void rewrite_old_style(const char *path, void (*edit)(const char *name, f
         memcpy(e[i].shape, t->shape, sizeof t->shape);
     }
     const char **meta = calloc(2 * (size_t)st.n_meta, sizeof *meta);
-    char (*crc)[16] = calloc((size_t)st.n_meta, sizeof *crc);
+    char(*crc)[16] = calloc((size_t)st.n_meta, sizeof *crc);
     int m = 0;
     for (int i = 0; i < st.n_meta; i++) {
         const char *k = st.meta[2 * i], *v = st.meta[2 * i + 1];
@@ -631,8 +631,10 @@ static void junk_or_fifo_named_as_the_newest_is_refused_cheaply(void **state)
     static const struct {
         int64_t step;
         const char *why;
-    } why[] = {{9, "is larger than"}, {10, "data bytes, the header describes"},
-               {11, "not a regular file (a FIFO)"}, {12, "not a regular file (a directory)"}};
+    } why[] = {{9, "is larger than"},
+               {10, "data bytes, the header describes"},
+               {11, "not a regular file (a FIFO)"},
+               {12, "not a regular file (a directory)"}};
     for (size_t i = 0; i < sizeof why / sizeof why[0]; i++) {
         path_of(f, why[i].step, p, sizeof p);
         struct dt_ckpt_state st = state_at(0);
@@ -678,7 +680,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(counters_past_the_step_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(every_checkpoint_is_listed, setup, teardown),
         cmocka_unit_test_setup_teardown(junk_or_fifo_named_as_the_newest_is_refused_cheaply, setup, teardown),
-        cmocka_unit_test_setup_teardown(symlink_at_the_temporary_name_is_not_written_through, setup, teardown),
+        cmocka_unit_test_setup_teardown(symlink_at_the_temporary_name_is_not_written_through, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,8 +252,9 @@ static uint8_t *zeros_member(size_t len, size_t *out_len)
  * to gigabytes. */
 static void write_bomb(const char *path, int ndim, uint32_t count, size_t member_len, size_t members)
 {
-    uint8_t head[16] = {0, 0, 8, (uint8_t)ndim, (uint8_t)(count >> 24), (uint8_t)(count >> 16),
-                        (uint8_t)(count >> 8), (uint8_t)count, 0, 0, 0, 28, 0, 0, 0, 28};
+    uint8_t head[16] = {0, 0, 8, (uint8_t)ndim, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28};
+    for (int b = 0; b < 4; b++)
+        head[4 + b] = (uint8_t)(count >> (24 - 8 * b)); /* dim 0, big-endian */
     uint8_t gz[256];
     size_t n = gz_bytes(head, 4 + 4 * (size_t)ndim, gz, sizeof gz), m;
     uint8_t *member = zeros_member(member_len, &m);

@@ -270,8 +270,8 @@ static void bad_specs_refused(void **state)
 /* ---- issue 26 ---- */
 
 struct poison {
-    int64_t at;    /* the hook's step at which to put a NaN in */
-    bool in_grads; /* the averaged gradients (after_reduce), else a parameter (after_step) */
+    int64_t at;       /* the hook's step at which to put a NaN in */
+    bool in_grads;    /* the averaged gradients (after_reduce), else a parameter (after_step) */
     bool first_layer; /* a weight of the first layer, whose NaN ReLU hides from the loss */
 };
 
@@ -290,10 +290,15 @@ static void poison_grad(void *ctx, struct dt_model *m, int64_t step)
 }
 
 /* Runs s with a NaN put in at p; returns the run's code, the error in msg. */
-static int run_poisoned(const struct dt_trainer_spec *s, const char *dir, struct poison *p, char *msg, size_t n)
+static int run_poisoned(const struct dt_trainer_spec *s, const char *dir, struct poison *p, char *msg,
+                        size_t n)
 {
-    struct dt_trainer_options o = {.run_dir = dir, .threads = 1, .quiet = true, .ctx = p,
-                                   .after_step = poison_param, .after_reduce = poison_grad};
+    struct dt_trainer_options o = {.run_dir = dir,
+                                   .threads = 1,
+                                   .quiet = true,
+                                   .ctx = p,
+                                   .after_step = poison_param,
+                                   .after_reduce = poison_grad};
     struct dt_trainer *t;
     if (dt_trainer_create(s, &o, &t))
         fail_msg("create: %s", dt_error_last());
@@ -366,7 +371,8 @@ static void empty_test_set_is_refused_at_start(void **state)
         snprintf(p, sizeof p, "%s/%s", d, train[i]);
         assert_int_equal(symlink(real, p), 0);
     }
-    const unsigned char images[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28}, labels[8] = {0, 0, 8, 1};
+    const unsigned char images[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28},
+                        labels[8] = {0, 0, 8, 1};
     snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", d);
     write_gz_idx(p, images, sizeof images);
     snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte.gz", d);
@@ -377,8 +383,10 @@ static void empty_test_set_is_refused_at_start(void **state)
     struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
     struct dt_trainer *t;
     assert_int_equal(dt_trainer_create(&s, &o, &t), DT_EINVAL);
-    snprintf(want, sizeof want, "the test set: %s/t10k-images-idx3-ubyte.gz and %s/t10k-labels-idx1-ubyte.gz hold no "
-             "examples", d, d);
+    snprintf(want, sizeof want,
+             "the test set: %s/t10k-images-idx3-ubyte.gz and %s/t10k-labels-idx1-ubyte.gz hold no "
+             "examples",
+             d, d);
     if (!strstr(dt_error_last(), want))
         fail_msg("wanted '%s' in: %s", want, dt_error_last());
     rm_rf(d);
@@ -407,7 +415,8 @@ static void checkpoint_write_error_fails_the_run(void **state)
             _exit(1);
         int rc = dt_trainer_run(t, NULL);
         fprintf(stderr, "# %s\n", dt_error_last());
-        _exit(rc == DT_EIO && strstr(dt_error_last(), want) && strstr(dt_error_last(), "File too large") ? 0 : 2);
+        _exit(rc == DT_EIO && strstr(dt_error_last(), want) && strstr(dt_error_last(), "File too large") ? 0
+                                                                                                         : 2);
     }
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);

@@ -199,10 +199,11 @@ static int read_end(struct idx_in *in, size_t bytes)
     size_t got;
     int rc = in_read(in, &extra, 1, &got, "past the data");
     if (rc == 0 && got > 0)
-        rc = dt_error_set(DT_EINVAL,
-                          "%s: more data than the header's dims say (%zu bytes): the data goes on past byte %zu "
-                          "of it (file offset %lld)",
-                          in->path, bytes, bytes, in->gzip ? in->raw_at : (long long)in->header_len + (long long)bytes);
+        rc = dt_error_set(
+            DT_EINVAL,
+            "%s: more data than the header's dims say (%zu bytes): the data goes on past byte %zu "
+            "of it (file offset %lld)",
+            in->path, bytes, bytes, in->gzip ? in->raw_at : (long long)in->header_len + (long long)bytes);
     return rc;
 }
 
@@ -251,7 +252,8 @@ struct idx_file {
     size_t bytes; /* of data, as the header declares */
 };
 
-static int idx_open(const char *path, int ndim, const int64_t *want_dims, struct dt_idx *out, struct idx_file *x)
+static int idx_open(const char *path, int ndim, const int64_t *want_dims, struct dt_idx *out,
+                    struct idx_file *x)
 {
     memset(out, 0, sizeof *out);
     x->bytes = 0;
@@ -311,8 +313,9 @@ static int open_pair(const char *ipath, const char *lpath, struct dt_idx *img, s
     if (rc == 0)
         rc = idx_open(lpath, 1, want_lab, lab, &f[1]);
     if (rc == 0 && lab->dims[0] != img->dims[0])
-        rc = dt_error_set(DT_EINVAL, "%s: %lld labels for %lld images in %s (the headers disagree; no data read)",
-                          lpath, (long long)lab->dims[0], (long long)img->dims[0], ipath);
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: %lld labels for %lld images in %s (the headers disagree; no data read)", lpath,
+                          (long long)lab->dims[0], (long long)img->dims[0], ipath);
     if (rc == 0 && img->dims[0] == 0)
         rc = dt_error_set(DT_EINVAL, "%s and %s hold no examples: an empty data set", ipath, lpath);
     return rc;
