@@ -4,9 +4,9 @@
  * clipping norm summed behind backward equals one pass after it, the bucket
  * layout, metrics files, and the spec checks.  Issue 26: a NaN loss or
  * gradient norm fails the run naming the step and saves nothing of it, an
- * empty test set is refused at start-up, a checkpoint that cannot be written
- * fails the run naming the file and the reason, and a symlink at
- * metrics.jsonl is not followed. */
+ * empty test set is refused at start-up, a checkpoint or a metrics row that
+ * cannot be written fails the run naming the file and the reason, and a
+ * symlink at metrics.jsonl is not followed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -429,6 +429,38 @@ static void checkpoint_write_error_fails_the_run(void **state)
     rm_rf(d);
 }
 
+/* metrics.jsonl rows were written with their errors dropped: a full disk cut
+ * the file short and the run went on.  Here rows of a few hundred bytes each
+ * meet a 2 KiB file-size limit. */
+static void metrics_write_error_fails_the_run(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec s;
+    small_spec(&s, 40, 64);
+    s.log_every_steps = 1;
+    char d[64], want[128];
+    scratch_dir(d, sizeof d, "metrics-efbig");
+    snprintf(want, sizeof want, "writing %s/metrics.jsonl failed: File too large", d);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {2048, 2048};
+        struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
+        struct dt_trainer *t;
+        if (setrlimit(RLIMIT_FSIZE, &rl) || dt_trainer_create(&s, &o, &t))
+            _exit(1);
+        int rc = dt_trainer_run(t, NULL);
+        fprintf(stderr, "# %s\n", dt_error_last());
+        _exit(rc == DT_EIO && strstr(dt_error_last(), want) ? 0 : 2);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    rm_rf(d);
+}
+
 /* metrics.jsonl's name is predictable: a link there is refused, its target untouched. */
 static void symlink_at_metrics_is_not_followed(void **state)
 {
@@ -465,6 +497,7 @@ int main(void)
         cmocka_unit_test(divergence_fails_the_run_and_saves_nothing_of_it),
         cmocka_unit_test(empty_test_set_is_refused_at_start),
         cmocka_unit_test(checkpoint_write_error_fails_the_run),
+        cmocka_unit_test(metrics_write_error_fails_the_run),
         cmocka_unit_test(symlink_at_metrics_is_not_followed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
