@@ -81,27 +81,67 @@ static const char *split_path(const char *path, char *dir, size_t size)
     return slash ? slash + 1 : path;
 }
 
-int dt_fs_write_atomic(const char *path, bool durable, dt_fs_write_fn write, void *ctx)
+/* The temporary file, new, in the directory dfd: O_EXCL never opens an
+ * existing name and fails on a symlink there, dangling or not, so nothing
+ * planted at the predictable name is followed or truncated.  A name already
+ * there is a crashed writer's leftover (or a planted link): it is unlinked,
+ * which removes a link itself and never its target, and the create is tried
+ * once more.  Where the leftover cannot be removed (a sticky directory,
+ * someone else's file) the write fails, naming it. */
+static int create_tmp(int dfd, const char *dir, const char *tmp)
 {
-    char dir[PATH_MAX], tmp[2 * PATH_MAX + 8];
-    const char *base = split_path(path, dir, sizeof dir);
-    if (snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, base) >= PATH_MAX)
-        return dt_error_set(DT_EINVAL, "path is too long: %s", path);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", tmp);
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
+    int fd = openat(dfd, tmp, flags, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        if (unlinkat(dfd, tmp, 0) != 0 && errno != ENOENT)
+            return dt_error_set_errno(DT_EIO, errno, "cannot remove the leftover temporary file %s/%s", dir,
+                                      tmp);
+        fd = openat(dfd, tmp, flags, 0666);
+    }
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot create %s/%s", dir, tmp);
+    return fd;
+}
+
+/* write() into the open temporary file, flushed, fsync'd when durable, closed. */
+static int fill_tmp(int fd, const char *shown, bool durable, dt_fs_write_fn write, void *ctx)
+{
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return dt_error_set_errno(DT_ENOMEM, e, "cannot buffer %s", shown);
+    }
     int rc = write(ctx, f);
     if (rc == 0 && (fflush(f) != 0 || ferror(f)))
-        rc = dt_error_set_errno(DT_EIO, errno, "writing %s failed (disk full?)", tmp);
+        rc = dt_error_set_errno(DT_EIO, errno, "writing %s failed", shown);
     if (rc == 0 && durable && fsync(fileno(f)) != 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "fsync %s", tmp);
+        rc = dt_error_set_errno(DT_EIO, errno, "fsync %s", shown);
     if (fclose(f) != 0 && rc == 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "writing %s failed (disk full?)", tmp);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", tmp, path);
-    if (rc != 0) {
-        unlink(tmp);
-        return rc;
-    }
-    return durable ? dt_fs_sync_dir(dir) : 0;
+        rc = dt_error_set_errno(DT_EIO, errno, "writing %s failed", shown);
+    return rc;
+}
+
+int dt_fs_write_atomic(const char *path, bool durable, dt_fs_write_fn write, void *ctx)
+{
+    char dir[PATH_MAX], tmp[NAME_MAX + 8], shown[PATH_MAX + NAME_MAX + 8];
+    const char *base = split_path(path, dir, sizeof dir);
+    if (strlen(path) >= PATH_MAX || !*base || strlen(base) > NAME_MAX - 5)
+        return dt_error_set(DT_EINVAL, "cannot write %s: the path is too long or names no file", path);
+    snprintf(tmp, sizeof tmp, ".%s.tmp", base);
+    snprintf(shown, sizeof shown, "%s/%s", dir, tmp);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot write %s: cannot open its directory", path);
+    int fd = create_tmp(dfd, dir, tmp);
+    int rc = fd < 0 ? fd : fill_tmp(fd, shown, durable, write, ctx);
+    /* rename(2) replaces the name `path`, never what a symlink there points to. */
+    if (rc == 0 && renameat(dfd, tmp, dfd, base) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "cannot rename %s to %s", shown, path);
+    if (rc != 0 && fd >= 0)
+        unlinkat(dfd, tmp, 0);
+    if (rc == 0 && durable && fsync(dfd) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "fsync %s", dir);
+    close(dfd);
+    return rc;
 }

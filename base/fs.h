@@ -27,13 +27,23 @@ bool dt_fs_on_path(const char *prog);
 void dt_fs_self_path(char *out, size_t size);
 
 /* Writes `path` whole or not at all: `write` fills a temporary file beside it
- * (.<name>.tmp in the same directory, hidden from
- * listings), which then replaces `path` by rename(2); on any error the
- * temporary file is removed and `path` is untouched.  With `durable` the data
- * and the directory entry are fsync'd too, so a power cut leaves the old file
- * or the new one (checkpoints).  `write` returns 0 or a negative DT_E* code
- * with the error set; a write error the stream reports is turned into one
- * naming the file ("disk full?"). */
+ * (.<name>.tmp in the same directory, hidden from listings), which then
+ * replaces `path` by rename(2); on any error the temporary file is removed
+ * and `path` is untouched.  With `durable` the data and the directory entry
+ * are fsync'd too, so a power cut leaves the old file or the new one
+ * (checkpoints).  `write` returns 0 or a negative DT_E* code with the error
+ * set; a write error the stream reports is turned into one naming the file
+ * and the system's reason (ENOSPC, EFBIG, EIO).
+ *
+ * Nothing planted in the directory is written through: the temporary file is
+ * created with O_CREAT|O_EXCL|O_NOFOLLOW, and rename(2) replaces a symlink at
+ * `path` itself, not its target.  A name already at the temporary name is a
+ * crashed writer's leftover (or was planted): it is unlinked (a link, not
+ * what it points to) and the create is tried once more; a leftover that
+ * cannot be removed fails the write.  So each path has one writer at a time
+ * (dtrain never writes one path from two processes at once).  The file is
+ * created 0666 less the umask, as fopen(3) creates files: the directory's
+ * mode decides who else may read it. */
 typedef int (*dt_fs_write_fn)(void *ctx, FILE *f);
 int dt_fs_write_atomic(const char *path, bool durable, dt_fs_write_fn write, void *ctx);
 

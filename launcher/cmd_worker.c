@@ -12,7 +12,6 @@
  * Not for training logic: that lives in worker/.
  */
 #include <cblas.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include "comm/comm.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/json_escape.h"
 #include "base/log.h"
 #include "comm/store.h"
@@ -210,27 +210,30 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
 /* The failure report the agent reads (launcher/agent/agent_error_file.c), in the
  * format PyTorch's @record writes to TORCHELASTIC_ERROR_FILE, so the
  * launcher's "rank N failed first" report quotes the trainer's own sentence.
- * A failure to write it is logged, not fatal: the message is on stderr too. */
+ * Written through dt_fs_write_atomic: its name is predictable
+ * (attempt_<k>/rank_<r>.error.json), and a symlink there must not be
+ * written through.  A failure to write it is logged, not fatal: the message
+ * is on stderr too. */
+static int put_error(void *ctx, FILE *f)
+{
+    fputs("{\"message\": {\"message\": ", f);
+    dt_json_put_str(f, ctx, DT_JSON_U);
+    fprintf(f, ", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"%lld\"}}}\n",
+            (long long)time(NULL));
+    return 0;
+}
+
 static void write_error_file(int rank, const char *msg)
 {
     const char *path = getenv("TORCHELASTIC_ERROR_FILE");
     if (!path || !*path)
         return;
-    FILE *f = fopen(path, "we");
-    if (!f) {
-        dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));
-        return;
-    }
     /* On the stack: the failure being reported may be running out of memory.
      * msg is dt_error_last(), well under this. */
     char text[4096];
     snprintf(text, sizeof text, "DtrainWorkerError: rank %d: %s", rank, msg);
-    fputs("{\"message\": {\"message\": ", f);
-    dt_json_put_str(f, text, DT_JSON_U);
-    fprintf(f, ", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"%lld\"}}}\n",
-            (long long)time(NULL));
-    if (fclose(f))
-        dt_log_warn("cannot write the error report %s: %s", path, strerror(errno));
+    if (dt_fs_write_atomic(path, false, put_error, text))
+        dt_log_warn("cannot write the error report: %s", dt_error_last());
 }
 
 static int run(int argc, char **argv)
@@ -258,6 +261,9 @@ static int run(int argc, char **argv)
     bool stopped = false;
     struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
     sigaction(SIGUSR1, &sa, NULL);
+    /* A file-size limit (ulimit -f) then fails the write with EFBIG, which
+     * the error names with the file, instead of killing the rank silently. */
+    signal(SIGXFSZ, SIG_IGN);
     if (!rc)
         rc = connect(job, &e, &store, &comm, phases);
     if (!rc)

@@ -3,13 +3,24 @@
  * Atomic writes: the file goes to .step_N.safetensors.tmp, is fsync'd, renamed
  * over its final name, and the directory is fsync'd, so after a crash at any
  * instant the directory holds the old set or the new one; a dot-name is never
- * taken for a checkpoint, and later saves remove such leftovers.
+ * taken for a checkpoint, and later saves remove such leftovers.  The
+ * temporary file is created by dt_fs_write_atomic (base/fs.h): O_EXCL and
+ * O_NOFOLLOW, so nothing planted at its name is written through.
  * Damage after the fact (a truncated copy, a flipped bit, a full disk that a
  * file system did not report) is caught on reading: the safetensors reader
- * rejects a file whose sizes disagree, and every tensor carries its CRC-32C
- * in the metadata ("crc32c.<name>", 8 hex digits).  dt_ckpt_read_latest()
- * skips a damaged newest file with a warning and keeps the newest intact one
- * in memory, so resuming reads and checks the file once.
+ * rejects a file whose sizes disagree with its fstat size before reading its
+ * data, every tensor carries its CRC-32C in the metadata ("crc32c.<name>",
+ * 8 hex digits), and the metadata itself carries one ("crc32c.__metadata__",
+ * over every other pair, sorted by key, each as key NUL value NUL), so a
+ * flipped step, epoch or seed is refused rather than resumed.  Files written
+ * before that key existed are read as they were (the tensors' checksums
+ * only) as long as they hold no key this reader does not know.  The step in
+ * the file name must be the metadata's.  dt_ckpt_read_latest() skips a
+ * damaged newest file with a warning and keeps the newest intact one in
+ * memory, so resuming reads and checks the file once.
+ *
+ * A state holding a non-finite number (a diverged run) is never written,
+ * and a file holding one is refused like a damaged one.
  *
  * The tensors written and read are the model's named tensors (worker/models/model.h) and
  * AdamW's moments, whatever the model: nothing here knows what a layer is.
@@ -23,6 +34,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +49,14 @@
 
 #define CKPT_FORMAT "dtrain-trainer-1"
 #define CRC_PREFIX "crc32c."
+#define META_CRC_KEY CRC_PREFIX "__metadata__" /* no tensor has that name: safetensors reserves it */
 #define RUN_META 12 /* metadata pairs besides the checksums: format, 7 counters, 4 of AMP */
+
+/* The metadata keys of a file without META_CRC_KEY besides the tensors'
+ * checksums: anything else there is damage (a flipped bit in a key's name). */
+static const char *const known_keys[] = {"format", "step",       "epoch",          "batch",
+                                         "seed",   "world",      "batch_size",     "adamw_step",
+                                         "amp",    "loss_scale", "growth_tracker", "skipped_steps"};
 
 /* The model's named tensors (views into the parameter arena), then AdamW's
  * two moment arrays: m->n_tensors + 2 entries. */
@@ -81,34 +100,75 @@ static void amp_meta(const struct dt_ckpt_state *s, char v[3][32], const char **
     memcpy(meta, m, sizeof m);
 }
 
-static int is_ckpt_name(const char *name, long long *step)
+/* step_<N>.safetensors as dt_ckpt_save names it (N as %08lld: digits only,
+ * 8 or more), followed by `tail`; the step into *step. */
+static bool is_ckpt_name_then(const char *name, const char *tail, long long *step)
 {
-    char tail[32];
-    return sscanf(name, "step_%lld.%31s", step, tail) == 2 && strcmp(tail, "safetensors") == 0 &&
-           strlen(name) == strlen("step_00000000.safetensors");
+    if (strncmp(name, "step_", 5) != 0)
+        return false;
+    const char *p = name + 5, *q = p;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    if (q - p < 8 || q - p > 18 || strncmp(q, ".safetensors", 12) != 0 || strcmp(q + 12, tail) != 0)
+        return false;
+    *step = strtoll(p, NULL, 10);
+    char canon[32];
+    return snprintf(canon, sizeof canon, "%08lld", *step) == (int)(q - p) &&
+           strncmp(canon, p, (size_t)(q - p)) == 0;
 }
 
-/* Newest-first listing of checkpoint steps; returns how many (at most max). */
-static int list_steps(const char *dir, long long *steps, int max)
+static bool is_ckpt_name(const char *name, long long *step)
 {
+    return is_ckpt_name_then(name, "", step);
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Every checkpoint step in dir, newest first, in *steps (malloc'd; NULL when
+ * none).  All of them: a fixed 1024 made a resume pick whichever names
+ * readdir gave first (step 1100 while step 3000 was there).  A directory
+ * that is not there holds none; one that cannot be read is an error, not a
+ * fresh start. */
+static int list_steps(const char *dir, long long **steps, int *n)
+{
+    *steps = NULL;
+    *n = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return 0;
-    int n = 0;
+        return errno == ENOENT
+                   ? 0
+                   : dt_error_set_errno(DT_EIO, errno, "cannot list the checkpoint directory %s", dir);
+    int cap = 0, rc = 0;
     struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
+    while ((de = readdir(d))) {
         long long s;
-        if (is_ckpt_name(de->d_name, &s))
-            steps[n++] = s;
+        if (!is_ckpt_name(de->d_name, &s))
+            continue;
+        if (*n == cap) {
+            long long *more =
+                cap < INT_MAX / 4 ? realloc(*steps, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *more) : NULL;
+            if (!more) {
+                rc = dt_error_set(DT_ENOMEM, "no memory to list the checkpoints of %s", dir);
+                break;
+            }
+            *steps = more;
+        }
+        (*steps)[(*n)++] = s;
     }
     closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort, descending */
-        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-            long long t = steps[j];
-            steps[j] = steps[j - 1];
-            steps[j - 1] = t;
-        }
-    return n;
+    if (rc) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n)
+        qsort(*steps, (size_t)*n, sizeof **steps, newest_first);
+    return 0;
 }
 
 /* Temporary files of saves that never finished (the writer was killed). */
@@ -119,12 +179,11 @@ static void remove_leftovers(const char *dir)
         return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        const char *n = de->d_name;
-        if (strncmp(n, ".step_", 6) == 0 && strlen(n) == strlen(".step_00000000.safetensors.tmp") &&
-            strcmp(n + 14, ".safetensors.tmp") == 0) {
+        long long step;
+        if (de->d_name[0] == '.' && is_ckpt_name_then(de->d_name + 1, ".tmp", &step)) {
             char path[4400];
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            unlink(path);
+            unlink(path); /* a link there is removed itself, not followed */
         }
     }
     closedir(d);
@@ -133,14 +192,82 @@ static void remove_leftovers(const char *dir)
 static void prune(const char *dir, int keep)
 {
     remove_leftovers(dir);
-    long long steps[1024];
-    int n = list_steps(dir, steps, 1024);
+    long long *steps;
+    int n;
+    if (list_steps(dir, &steps, &n)) {
+        dt_log_warn("old checkpoints not removed: %s", dt_error_last());
+        return;
+    }
     for (int i = keep; keep > 0 && i < n; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, steps[i]);
         unlink(path);
     }
+    free(steps);
 }
+
+/* ---- the metadata's checksum and non-finite values ---- */
+
+struct pair {
+    const char *k, *v;
+};
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct pair *)a)->k, ((const struct pair *)b)->k);
+}
+
+/* CRC-32C of every pair but META_CRC_KEY, sorted by key, each as key NUL
+ * value NUL: the order the header happens to have does not matter, and
+ * no two different sets of pairs give the same bytes. */
+static int meta_crc(const char *const *meta, int n, uint32_t *out)
+{
+    struct pair *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p)
+        return dt_error_set(DT_ENOMEM, "checkpoint: no memory for %d metadata pairs", n);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(meta[2 * i], META_CRC_KEY) != 0)
+            p[m++] = (struct pair){meta[2 * i], meta[2 * i + 1]};
+    qsort(p, (size_t)m, sizeof *p, by_key);
+    uint32_t c = 0;
+    for (int i = 0; i < m; i++) {
+        c = dt_crc32c(c, p[i].k, strlen(p[i].k) + 1);
+        c = dt_crc32c(c, p[i].v, strlen(p[i].v) + 1);
+    }
+    free(p);
+    *out = c;
+    return 0;
+}
+
+/* A non-finite value as a message shows it: "nan" whatever its sign bit. */
+static double shown(float v)
+{
+    return isnan(v) ? NAN : (double)v;
+}
+
+/* Index of the first inf or NaN of v[0, n), n when there is none: the
+ * exponent bits all set, tested on the bits so the loop vectorizes. */
+static size_t first_nonfinite(const float *v, size_t n)
+{
+    const size_t block = 4096;
+    for (size_t lo = 0; lo < n; lo += block) {
+        size_t hi = n - lo < block ? n : lo + block;
+        uint32_t bad = 0;
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t b;
+            memcpy(&b, &v[i], 4);
+            bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad)
+            for (size_t i = lo; i < hi; i++)
+                if (!isfinite(v[i]))
+                    return i;
+    }
+    return n;
+}
+
+/* ---- writing ---- */
 
 /* What dt_fs_write_atomic writes: the safetensors bytes, straight to the descriptor. */
 struct ckpt_bytes {
@@ -156,12 +283,13 @@ static int write_bytes(void *ctx, FILE *f)
     return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, b->meta, b->nm);
 }
 
-/* The file of the n entries: the run's metadata, then a checksum per tensor. */
+/* The file of the n entries: the run's metadata, a checksum per tensor,
+ * then the checksum of all that metadata. */
 static int write_file(const char *path, const struct dt_st_entry *e, int n, const struct dt_adamw *a,
                       const struct dt_ckpt_state *s)
 {
-    const char **meta = calloc(2 * (size_t)(RUN_META + n), sizeof *meta);
-    char(*crc)[2][80] = calloc((size_t)n, sizeof *crc); /* key, value */
+    const char **meta = calloc(2 * (size_t)(RUN_META + n + 1), sizeof *meta);
+    char(*crc)[2][DT_ST_MAX_NAME + 16] = calloc((size_t)n, sizeof *crc); /* key, value */
     if (!meta || !crc) {
         free(meta);
         free(crc);
@@ -186,11 +314,35 @@ static int write_file(const char *path, const struct dt_st_entry *e, int n, cons
         meta[2 * (RUN_META + i)] = crc[i][0];
         meta[2 * (RUN_META + i) + 1] = crc[i][1];
     }
-    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = RUN_META + n, .meta = meta};
-    int rc = dt_fs_write_atomic(path, true, write_bytes, &b);
+    uint32_t all;
+    char whole[16];
+    int rc = meta_crc(meta, RUN_META + n, &all);
+    snprintf(whole, sizeof whole, "%08x", all);
+    meta[2 * (RUN_META + n)] = META_CRC_KEY;
+    meta[2 * (RUN_META + n) + 1] = whole;
+    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = RUN_META + n + 1, .meta = meta};
+    if (rc == 0)
+        rc = dt_fs_write_atomic(path, true, write_bytes, &b);
     free(meta);
     free(crc);
     return rc;
+}
+
+/* A diverged state (an inf or NaN anywhere in the parameters or moments)
+ * is not saved: it would replace the good checkpoints before it. */
+static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n,
+                            const struct dt_ckpt_state *s)
+{
+    for (int i = 0; i < n; i++) {
+        size_t count = entry_bytes(&e[i]) / 4, at = first_nonfinite(e[i].data, count);
+        if (at < count)
+            return dt_error_set(
+                DT_EINVAL,
+                "training diverged by step %lld: tensor %s holds %g at element %zu; %s is not "
+                "written, the checkpoints before it stay",
+                (long long)s->step, e[i].name, shown(((const float *)e[i].data)[at]), at, path);
+    }
+    return 0;
 }
 
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
@@ -205,7 +357,9 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
         return DT_ENOMEM;
     char path[4200];
     snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, (long long)s->step);
-    rc = write_file(path, e, n, a, s);
+    rc = refuse_nonfinite(path, e, n, s);
+    if (rc == 0)
+        rc = write_file(path, e, n, a, s);
     free(e);
     if (rc)
         return rc;
@@ -213,12 +367,135 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     return 0;
 }
 
-static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
-                    long long *v);
-static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v);
+/* ---- reading and checking ---- */
 
-/* Each tensor's bytes against the CRC-32C its metadata key holds. */
-static int verify_crcs(const struct dt_safetensors *f, const char *path)
+/* An integer of the metadata in [lo, hi]: a negative batch would index the
+ * loader's slots backwards, and files from before the metadata's checksum
+ * have nothing else holding their counters to sense. */
+static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo,
+                    long long hi, long long *v)
+{
+    const char *s = dt_safetensors_meta(f, key);
+    char *end = NULL;
+    errno = 0;
+    if (!s || !*s || (*v = strtoll(s, &end, 10), *end) || errno)
+        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path,
+                            key);
+    if (*v < lo || *v > hi)
+        return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo,
+                            hi);
+    return 0;
+}
+
+/* The seed is a uint64, written with %llu, so it is read back unsigned: the
+ * job spec caps it at 9.2e18, but the library takes any uint64.  Digits only,
+ * since strtoull would take "-1" (or " 1") and wrap it. */
+static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v)
+{
+    const char *s = dt_safetensors_meta(f, key);
+    char *end = NULL;
+    unsigned long long x = 0;
+    errno = 0;
+    if (!s || *s < '0' || *s > '9' || (x = strtoull(s, &end, 10), *end) || errno)
+        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path,
+                            key);
+    *v = x;
+    return 0;
+}
+
+/* The counters, each in its range: none negative, and none that counts
+ * steps (AdamW's, the scaler's skipped ones, epochs: each at least one
+ * optimizer step) past the step itself, so no counter can overflow later
+ * (adamw_step = INT64_MAX did in the bias correction). */
+static int read_counters(struct dt_ckpt_file *c)
+{
+    const struct {
+        const char *key;
+        int64_t *v;
+        bool below_step;
+    } counters[] = {{"step", &c->step, false},
+                    {"epoch", &c->epoch, true},
+                    {"batch", &c->batch, false},
+                    {"world", &c->world, false},
+                    {"batch_size", &c->batch_size, false},
+                    {"adamw_step", &c->adamw_step, true}};
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        long long v;
+        if (meta_i64(&c->st, c->path, counters[k].key, 0, counters[k].below_step ? c->step : LLONG_MAX, &v))
+            return DT_EINVAL;
+        *counters[k].v = v;
+    }
+    return meta_u64(&c->st, c->path, "seed", &c->seed) ? DT_EINVAL : 0;
+}
+
+/* A file from before AMP has no "amp" key: it was an fp32 run.  The
+ * scaler's state is the file's word, so it is held to what the scaler's
+ * state machine can reach: a scale in [0, FLT_MAX] (backing off has no lower
+ * clamp, growing stops short of inf), a tracker and a count not negative,
+ * the count no more than the steps. */
+static int read_scaler(struct dt_ckpt_file *c)
+{
+    const char *path = c->path;
+    c->amp = dt_safetensors_meta(&c->st, "amp");
+    if (!c->amp)
+        return 0;
+    long long tracker, skipped;
+    const char *scale = dt_safetensors_meta(&c->st, "loss_scale");
+    char *end = NULL;
+    float v = scale ? strtof(scale, &end) : 0;
+    if (!scale || !*scale || *end)
+        return dt_error_set(DT_EINVAL, "%s: AMP checkpoint without a readable loss scaler state", path);
+    if (!isfinite(v) || v < 0)
+        return dt_error_set(DT_EINVAL, "%s: loss_scale %s is not a finite number >= 0", path, scale);
+    if (meta_i64(&c->st, path, "growth_tracker", 0, INT32_MAX, &tracker) ||
+        meta_i64(&c->st, path, "skipped_steps", 0, c->step, &skipped))
+        return DT_EINVAL;
+    c->loss_scale = v;
+    c->growth_tracker = (int32_t)tracker;
+    c->skipped_steps = skipped;
+    return 0;
+}
+
+static bool is_known_key(const struct dt_safetensors *f, const char *key)
+{
+    for (size_t i = 0; i < sizeof known_keys / sizeof known_keys[0]; i++)
+        if (strcmp(key, known_keys[i]) == 0)
+            return true;
+    return strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0 &&
+           dt_safetensors_find(f, key + strlen(CRC_PREFIX));
+}
+
+/* The metadata's own checksum; a file without one (written before it
+ * existed) passes if it holds only the keys such files have, so a flipped
+ * bit in the checksum's own name is not taken for an old file. */
+static int verify_meta(const struct dt_ckpt_file *c)
+{
+    const struct dt_safetensors *f = &c->st;
+    const char *want = dt_safetensors_meta(f, META_CRC_KEY);
+    if (!want) {
+        for (int i = 0; i < f->n_meta; i++)
+            if (!is_known_key(f, f->meta[2 * i]))
+                return dt_error_set(DT_EINVAL,
+                                    "%s: metadata key '%.64s' is unknown, and the file has no metadata "
+                                    "checksum ('%s') to vouch for it: damaged",
+                                    c->path, f->meta[2 * i], META_CRC_KEY);
+        return 0;
+    }
+    uint32_t got;
+    int rc = meta_crc((const char *const *)f->meta, f->n_meta, &got);
+    if (rc)
+        return rc;
+    char *end;
+    unsigned long w = strtoul(want, &end, 16);
+    if (*end || strlen(want) != 8 || got != (uint32_t)w)
+        return dt_error_set(DT_EINVAL, "%s: the metadata is damaged: CRC-32C %08x, the file says %.16s",
+                            c->path, got, want);
+    return 0;
+}
+
+/* Each tensor's bytes against the CRC-32C its metadata key holds, and no
+ * inf or NaN in them: such a state is a diverged run's, never resumed. */
+static int verify_tensors(const struct dt_safetensors *f, const char *path)
 {
     for (int i = 0; i < f->n; i++) {
         const struct dt_st_tensor *t = &f->tensors[i];
@@ -234,31 +511,36 @@ static int verify_crcs(const struct dt_safetensors *f, const char *path)
         if (got != (uint32_t)w)
             return dt_error_set(DT_EINVAL, "%s: tensor %s is damaged: CRC-32C %08x, the file says %08lx", path,
                                 t->name, got, w);
+        size_t count = (t->end - t->begin) / 4;
+        size_t at = strcmp(t->dtype, "F32") == 0 ? first_nonfinite(t->data, count) : count;
+        if (at < count)
+            return dt_error_set(DT_EINVAL,
+                                "%s: tensor %s holds %g at element %zu: the state of a diverged run", path,
+                                t->name, shown(((const float *)t->data)[at]), at);
     }
     return 0;
 }
 
 /* What a file must pass before dt_ckpt_apply() may use it: the format, the
- * counters (into c) and each tensor's checksum. */
+ * counters and the scaler's state in range (into c), the metadata's
+ * checksum, the step its name says, each tensor's checksum and values. */
 static int verify(struct dt_ckpt_file *c)
 {
     const char *fmt = dt_safetensors_meta(&c->st, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
         return dt_error_set(DT_EINVAL, "%s: not a %s checkpoint", c->path, CKPT_FORMAT);
-    const struct {
-        const char *key;
-        int64_t *v;
-    } counters[] = {{"step", &c->step},   {"epoch", &c->epoch},           {"batch", &c->batch},
-                    {"world", &c->world}, {"batch_size", &c->batch_size}, {"adamw_step", &c->adamw_step}};
-    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
-        long long v;
-        if (meta_i64(&c->st, c->path, counters[k].key, 0, LLONG_MAX, &v))
-            return DT_EINVAL;
-        *counters[k].v = v;
-    }
-    if (meta_u64(&c->st, c->path, "seed", &c->seed))
-        return DT_EINVAL;
-    return verify_crcs(&c->st, c->path);
+    int rc = read_counters(c);
+    if (!rc)
+        rc = read_scaler(c);
+    if (!rc)
+        rc = verify_meta(c);
+    const char *slash = strrchr(c->path, '/');
+    long long named;
+    if (!rc && is_ckpt_name(slash ? slash + 1 : c->path, &named) && named != c->step)
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: the name says step %lld, the metadata step %lld (renamed or damaged)", c->path,
+                          named, (long long)c->step);
+    return rc ? rc : verify_tensors(&c->st, c->path);
 }
 
 int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
@@ -280,57 +562,37 @@ void dt_ckpt_release(struct dt_ckpt_file *c)
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c)
 {
     memset(c, 0, sizeof *c);
-    long long all[1024];
-    int n = list_steps(dir, all, 1024);
+    long long *all;
+    int n;
+    int rc = list_steps(dir, &all, &n);
+    if (rc)
+        return rc;
     if (n == 0)
         return dt_error_set(DT_ENOTFOUND, "no checkpoint in %s", dir);
     char first_err[1024] = "", path[sizeof c->path];
     for (int i = 0; i < n; i++) {
-        if ((size_t)snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, all[i]) >= sizeof path)
+        if ((size_t)snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, all[i]) >= sizeof path) {
+            free(all);
             return dt_error_set(DT_EINVAL, "checkpoint directory name of %zu bytes is too long: %.80s...",
                                 strlen(dir), dir);
-        if (dt_ckpt_read(path, c) == 0)
+        }
+        if (dt_ckpt_read(path, c) == 0) {
+            free(all);
             return 0;
+        }
         if (!first_err[0])
             snprintf(first_err, sizeof first_err, "%s", dt_error_last());
         dt_log_warn("checkpoint rejected: %s; %s", dt_error_last(),
                     i + 1 < n ? "trying the one before it" : "it was the oldest");
     }
+    free(all);
     return dt_error_set(DT_EINVAL,
                         "no usable checkpoint in %s: all %d are damaged (the newest: %s); move them away to start "
                         "over, or set checkpoint.resume: never",
                         dir, n, first_err);
 }
 
-/* An integer of the metadata in [lo, hi]: no checksum covers the metadata,
- * and a negative batch would index the loader's slots backwards. */
-static int meta_i64(const struct dt_safetensors *f, const char *path, const char *key, long long lo, long long hi,
-                    long long *v)
-{
-    const char *s = dt_safetensors_meta(f, key);
-    char *end = NULL;
-    errno = 0;
-    if (!s || !*s || (*v = strtoll(s, &end, 10), *end) || errno)
-        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
-    if (*v < lo || *v > hi)
-        return dt_error_set(DT_EINVAL, "%s: metadata '%s' is %lld, outside %lld..%lld", path, key, *v, lo, hi);
-    return 0;
-}
-
-/* The seed is a uint64, written with %llu, so it is read back unsigned: the
- * job spec caps it at 9.2e18, but the library takes any uint64.  Digits only,
- * since strtoull would take "-1" (or " 1") and wrap it. */
-static int meta_u64(const struct dt_safetensors *f, const char *path, const char *key, uint64_t *v)
-{
-    const char *s = dt_safetensors_meta(f, key);
-    char *end = NULL;
-    unsigned long long x = 0;
-    errno = 0;
-    if (!s || *s < '0' || *s > '9' || (x = strtoull(s, &end, 10), *end) || errno)
-        return dt_error_set(DT_EINVAL, "%s: not a dtrain checkpoint (metadata '%s' missing or bad)", path, key);
-    *v = x;
-    return 0;
-}
+/* ---- applying ---- */
 
 /* A model tensor in the file: present, F32, of the model's shape.  Checked
  * for all before any is copied, so a refused file leaves the model as it was. */
@@ -351,33 +613,20 @@ static const struct dt_st_tensor *file_tensor(const struct dt_safetensors *f, co
     return t;
 }
 
-/* A checkpoint from before AMP has no "amp" key: it was an fp32 run.  The
- * scaler's state is the file's word, so it is held to what the scaler's
- * state machine can reach: a scale in [0, FLT_MAX] (backing off has no lower
- * clamp, growing stops short of inf), a tracker and a count not negative. */
-static int amp_restore(const struct dt_safetensors *f, const char *path, enum dt_amp_dtype want,
-                       struct dt_grad_scaler *sc)
+/* The file's AMP type must be the run's (no "amp" key: an fp32 run); the
+ * scaler's state, checked on reading, replaces the run's. */
+static int amp_restore(const struct dt_ckpt_file *c, enum dt_amp_dtype want, struct dt_grad_scaler *sc)
 {
-    const char *amp = dt_safetensors_meta(f, "amp");
-    if (strcmp(amp ? amp : "off", amp_names[want]))
-        return dt_error_set(DT_EINVAL, "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
-                            "another checkpoint dir)", path, amp ? amp : "off", amp_names[want]);
-    if (!amp)
-        return 0;
-    long long tracker, skipped;
-    const char *scale = dt_safetensors_meta(f, "loss_scale");
-    char *end = NULL;
-    float v = scale ? strtof(scale, &end) : 0;
-    if (!scale || !*scale || *end)
-        return dt_error_set(DT_EINVAL, "%s: AMP checkpoint without a readable loss scaler state", path);
-    if (!isfinite(v) || v < 0)
-        return dt_error_set(DT_EINVAL, "%s: loss_scale %s is not a finite number >= 0", path, scale);
-    if (meta_i64(f, path, "growth_tracker", 0, INT32_MAX, &tracker) ||
-        meta_i64(f, path, "skipped_steps", 0, LLONG_MAX, &skipped))
-        return DT_EINVAL;
-    sc->scale = v;
-    sc->growth_tracker = (int32_t)tracker;
-    sc->skipped = skipped;
+    if (strcmp(c->amp ? c->amp : "off", amp_names[want]))
+        return dt_error_set(DT_EINVAL,
+                            "%s: saved with trainer.amp.dtype %s, this run has %s (resume: never, or "
+                            "another checkpoint dir)",
+                            c->path, c->amp ? c->amp : "off", amp_names[want]);
+    if (c->amp) {
+        sc->scale = c->loss_scale;
+        sc->growth_tracker = c->growth_tracker;
+        sc->skipped = c->skipped_steps;
+    }
     return 0;
 }
 
@@ -400,7 +649,7 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
         rc = (t[i] = file_tensor(&c->st, path, &e[i])) ? 0 : DT_EINVAL;
     struct dt_grad_scaler scaler = s->scaler;
     if (!rc)
-        rc = amp_restore(&c->st, path, s->amp, &scaler);
+        rc = amp_restore(c, s->amp, &scaler);
     for (int i = 0; i < n && !rc; i++)
         memcpy((void *)e[i].data, t[i]->data, t[i]->end - t[i]->begin);
     free(e);

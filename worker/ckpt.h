@@ -49,6 +49,10 @@ struct dt_ckpt_file {
     struct dt_safetensors st;
     int64_t step, epoch, batch, world, batch_size, adamw_step; /* the metadata's counters */
     uint64_t seed;
+    const char *amp;  /* the file's AMP type (in st), NULL: saved before AMP, an fp32 run */
+    float loss_scale; /* with amp: the loss scaler's state */
+    int32_t growth_tracker;
+    int64_t skipped_steps;
 };
 
 /* Reads and verifies one file; release it even on failure. */

@@ -6,9 +6,11 @@
 #include "worker/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/fs.h"
@@ -25,9 +27,18 @@ int dt_metrics_open(struct dt_metrics *m, const char *run_dir)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    m->f = fopen(path, "a");
-    if (!m->f)
-        return dt_error_set_errno(DT_EIO, errno, "cannot open %s", path);
+    /* Appended to, not replaced (a resumed run continues it), so not through
+     * dt_fs_write_atomic; the name is predictable, so a symlink there is refused
+     * rather than followed (ELOOP). */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot open %s%s", path,
+                                  errno == ELOOP ? " (a symbolic link, which is not followed)" : "");
+    if (!(m->f = fdopen(fd, "a"))) {
+        close(fd);
+        return dt_error_set_errno(DT_ENOMEM, errno, "cannot buffer %s", path);
+    }
+    snprintf(m->path, sizeof m->path, "%s", path);
     return 0;
 }
 
@@ -41,11 +52,23 @@ void dt_metrics_close(struct dt_metrics *m)
 const char *const dt_metrics_split_names[DT_METRICS_SPLIT] = {"data_s", "forward_s", "backward_s",
                                                                "comm_wait_s", "optimizer_s"};
 
-void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
-                     double grad_norm, double samples_per_s, double time_s)
+/* A row is flushed as it is written; a write error (a full disk, a file-size
+ * limit) fails the run, naming the file and the reason, rather than leaving
+ * metrics.jsonl silently cut short. */
+static int flushed(struct dt_metrics *m)
+{
+    if (fflush(m->f) == 0 && !ferror(m->f))
+        return 0;
+    int e = errno;
+    clearerr(m->f);
+    return dt_error_set_errno(DT_EIO, e, "writing %s failed", m->path);
+}
+
+int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
+                    double grad_norm, double samples_per_s, double time_s)
 {
     if (!m->f)
-        return;
+        return 0;
     char a[6][32];
     fprintf(m->f,
             "{\"step\": %lld, \"epoch\": %.6g, \"loss\": %s, \"lr\": %s, \"beta1\": %s, \"grad_norm\": %s, "
@@ -64,7 +87,7 @@ void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double lo
         fputc(']', m->f);
     }
     fputs("}\n", m->f);
-    fflush(m->f);
+    return flushed(m);
 }
 
 void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks)
@@ -73,14 +96,14 @@ void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks)
     memcpy(m->gpu, util_mem, 2 * (size_t)m->gpu_ranks * sizeof *util_mem);
 }
 
-void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy)
+int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy)
 {
     if (!m->f)
-        return;
+        return 0;
     char a[2][32];
     fprintf(m->f, "{\"step\": %lld, \"epoch\": %.6g, \"test_loss\": %s, \"test_accuracy\": %s}\n",
             (long long)step, epoch, num(a[0], 32, test_loss), num(a[1], 32, test_accuracy));
-    fflush(m->f);
+    return flushed(m);
 }
 
 static int write_summary(void *ctx, FILE *f)

@@ -28,6 +28,7 @@ extern const char *const dt_metrics_split_names[DT_METRICS_SPLIT];
 
 struct dt_metrics {
     FILE *f;
+    char path[4200];                 /* for write errors */
     int64_t total_steps;             /* written in training rows, for the launcher's progress line */
     double split[DT_METRICS_SPLIT];  /* seconds per step, written in the next training row */
     bool amp;                        /* write loss_scale and skipped_steps in training rows */
@@ -57,15 +58,18 @@ struct dt_metrics_summary {
     int n_work;
 };
 
-/* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it). */
+/* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it);
+ * a symlink at that name is refused, not followed. */
 int dt_metrics_open(struct dt_metrics *m, const char *run_dir);
 void dt_metrics_close(struct dt_metrics *m);
 
-void dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
-                     double grad_norm, double samples_per_s, double time_s);
+/* Each writes one row and flushes it; a write error is returned, naming the
+ * file and the system's reason (a full disk). */
+int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
+                    double grad_norm, double samples_per_s, double time_s);
 /* util_mem[2r], util_mem[2r+1]: rank r's utilisation and memory (NAN: unknown). */
 void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks);
-void dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
+int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
 
 /* Writes <run_dir>/trainer_summary.json (temp file + rename). */
 int dt_metrics_write_summary(const char *run_dir, const struct dt_metrics_summary *s);

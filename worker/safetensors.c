@@ -8,11 +8,13 @@
 #include "worker/safetensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -171,8 +173,9 @@ static int cmp_begin(const void *a, const void *b)
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Offsets must tile [0, data_len) exactly, each the size its shape says. */
-static int check_layout(const char *name, struct dt_safetensors *f, size_t data_len, const uint8_t *data)
+/* Offsets must tile [0, data_len) exactly, each the size its shape says:
+ * checked before any data is read, against the file's size. */
+static int check_layout(const char *name, struct dt_safetensors *f, size_t data_len)
 {
     struct dt_st_tensor *sorted = malloc((size_t)(f->n ? f->n : 1) * sizeof *sorted);
     if (!sorted)
@@ -203,59 +206,133 @@ static int check_layout(const char *name, struct dt_safetensors *f, size_t data_
     if (rc == 0 && at != data_len)
         rc = dt_error_set(DT_EINVAL, "%s: %zu data bytes, the header describes %zu", name, data_len, at);
     free(sorted);
-    for (int i = 0; rc == 0 && i < f->n; i++)
-        f->tensors[i].data = data + f->tensors[i].begin;
     return rc;
+}
+
+/* The file buffer into f (released with it); with `checked` (the layout
+ * fits), the tensors' data pointers into it. */
+static void attach(struct dt_safetensors *f, uint8_t *file, size_t len, size_t header_len, bool checked)
+{
+    f->file = file;
+    f->file_len = len;
+    for (int i = 0; checked && i < f->n; i++)
+        f->tensors[i].data = file + 8 + header_len + f->tensors[i].begin;
+}
+
+/* The header's length from the file's first 8 bytes, held to the limit and
+ * to the `len` bytes the file has. */
+static int header_length(const char *name, const uint8_t *le, size_t len, size_t *n_out)
+{
+    if (len < 8)
+        return dt_error_set(DT_EINVAL, "%s: %zu bytes, too small for a safetensors file", name, len);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | le[i];
+    if (n > ST_MAX_HEADER || n > len - 8)
+        return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name,
+                            (unsigned long long)n, n > ST_MAX_HEADER ? "100 MB" : "the file");
+    *n_out = (size_t)n;
+    return 0;
+}
+
+/* The header (n bytes of JSON) of a file of len bytes: tensors, metadata,
+ * and a layout that fits the data part exactly. */
+static int describe(const char *name, const uint8_t *json, size_t n, size_t len, struct dt_safetensors *out)
+{
+    int rc = take_header(name, out, (const char *)json, n);
+    return rc ? rc : check_layout(name, out, len - 8 - n);
 }
 
 int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_safetensors *out)
 {
     memset(out, 0, sizeof *out);
-    out->file = buf;
-    out->file_len = len;
-    if (len < 8) {
-        dt_safetensors_release(out);
-        return dt_error_set(DT_EINVAL, "%s: %zu bytes, too small for a safetensors file", name, len);
-    }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | buf[i];
-    if (n > ST_MAX_HEADER || n > len - 8) {
-        dt_safetensors_release(out);
-        return dt_error_set(DT_EINVAL, "%s: header length %llu is larger than %s", name,
-                            (unsigned long long)n, n > ST_MAX_HEADER ? "100 MB" : "the file");
-    }
-    int rc = take_header(name, out, (const char *)buf + 8, (size_t)n);
+    size_t n = 0;
+    int rc = header_length(name, buf, len, &n);
     if (rc == 0)
-        rc = check_layout(name, out, len - 8 - n, buf + 8 + n);
+        rc = describe(name, buf + 8, n, len, out);
+    attach(out, buf, len, n, rc == 0); /* owned even on failure, freed by the release */
     if (rc)
         dt_safetensors_release(out);
     return rc;
 }
 
+static int read_at(int fd, const char *path, uint8_t *buf, size_t len, size_t at)
+{
+    while (len > 0) {
+        ssize_t r = pread(fd, buf, len, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return dt_error_set_errno(DT_EIO, errno, "%s: read", path);
+        if (r == 0)
+            return dt_error_set(DT_EIO, "%s: the file shrank while being read", path);
+        buf += r;
+        at += (size_t)r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+/* What a path may be before anything is read from it: a regular file (a
+ * FIFO would block, a device never end), of a size from fstat.  O_NONBLOCK
+ * keeps open(2) itself from waiting on a FIFO's writer. */
+static int open_regular(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    struct stat st;
+    int rc = fstat(fd, &st) ? dt_error_set_errno(DT_EIO, errno, "%s: fstat", path) : 0;
+    if (rc == 0 && !S_ISREG(st.st_mode))
+        rc = dt_error_set(DT_EINVAL, "%s: not a regular file (%s)", path,
+                          S_ISFIFO(st.st_mode)   ? "a FIFO"
+                          : S_ISDIR(st.st_mode)  ? "a directory"
+                          : S_ISSOCK(st.st_mode) ? "a socket"
+                                                 : "a device");
+    if (rc == 0 && (uint64_t)st.st_size > SIZE_MAX / 2)
+        rc = dt_error_set(DT_EINVAL, "%s: %lld bytes, too large to read", path, (long long)st.st_size);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *len = (size_t)st.st_size;
+    return fd;
+}
+
+/* The header first, checked against the size fstat gives; the data only
+ * once the header describes exactly the bytes the file has, so a junk file
+ * (or one of the wrong size) costs at most its header to refuse, not its
+ * length in memory and time. */
 int dt_safetensors_read(const char *path, struct dt_safetensors *out)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
-    uint8_t *buf = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0)
-        buf = malloc((size_t)len + 1);
-    int rc = 0;
-    if (!buf)
-        rc = dt_error_set(DT_EIO, "%s: cannot size or buffer the file", path);
-    else if (fread(buf, 1, (size_t)len, f) != (size_t)len)
-        rc = dt_error_set(DT_EIO, "%s: short read", path);
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
+    size_t len = 0, n = 0;
+    int fd = open_regular(path, &len);
+    if (fd < 0)
+        return fd;
+    uint8_t le[8], *head = NULL, *buf = NULL;
+    int rc = len < 8 ? header_length(path, le, len, &n) : read_at(fd, path, le, 8, 0);
+    if (rc == 0)
+        rc = header_length(path, le, len, &n);
+    if (rc == 0 && !(head = malloc(n + 1)))
+        rc = dt_error_set(DT_ENOMEM, "%s: no memory for a header of %zu bytes", path, n);
+    if (rc == 0)
+        rc = read_at(fd, path, head, n, 8);
+    if (rc == 0)
+        rc = describe(path, head, n, len, out);
+    if (rc == 0 && !(buf = malloc(len)))
+        rc = dt_error_set(DT_ENOMEM, "%s: no memory for its %zu bytes", path, len);
+    if (rc == 0) {
+        memcpy(buf, le, 8);
+        memcpy(buf + 8, head, n);
+        rc = read_at(fd, path, buf + 8 + n, len - 8 - n, 8 + n);
     }
-    return dt_safetensors_parse(path, buf, (size_t)len, out);
+    free(head);
+    close(fd);
+    attach(out, buf, len, n, rc == 0);
+    if (rc)
+        dt_safetensors_release(out);
+    return rc;
 }
 
 void dt_safetensors_release(struct dt_safetensors *f)

@@ -41,6 +41,9 @@ struct dt_safetensors {
 /* Bytes of one element of a dtype name, 0 when unknown. */
 size_t dt_safetensors_dtype_size(const char *dtype);
 
+/* Reads a regular file (a FIFO, device or directory is refused without
+ * waiting on it): its size from fstat, then the header, whose layout must
+ * describe exactly the bytes the file has before any data is read. */
 int dt_safetensors_read(const char *path, struct dt_safetensors *out);
 /* Parses a file already in memory; takes ownership of `buf` (malloc'd). */
 int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_safetensors *out);

@@ -215,7 +215,8 @@ static int open_at(const char *path, int flags, double wall_time, struct dt_tb_w
         return dt_error_set(DT_ENOMEM, "no memory for a TensorBoard writer");
     snprintf(w->path, sizeof w->path, "%s", path);
     w->flush_secs = 10;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+    /* The name is predictable (time and host): a symlink there is refused, not followed. */
+    w->fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | flags, 0644);
     if (w->fd < 0) {
         int e = errno;
         free(w);

@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "base/json_escape.h"
 #include "base/clock.h"
+#include "base/fs.h"
 
 #define MAX_LAUNCH 64
 
@@ -220,31 +221,41 @@ static struct span *collect(const struct dt_trace *t, size_t *n_out)
     return all;
 }
 
+struct trace_out {
+    const struct dt_trace *t;
+    const struct span *all;
+    size_t n;
+};
+
+static int put_trace(void *ctx, FILE *f)
+{
+    const struct trace_out *o = ctx;
+    const struct dt_trace *t = o->t;
+    fprintf(f,
+            "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"rank\": %d, \"steps\": \"%d-%d\", "
+            "\"spans\": %zu, \"dropped_spans\": %zu},\n \"traceEvents\": [\n",
+            t->rank, t->window.first_step, t->window.last_step, o->n, dt_trace_dropped(t));
+    put_metadata(f, t->rank);
+    for (size_t i = 0; i < o->n; i++)
+        put_span(f, t, &o->all[i]);
+    fputs("\n]}\n", f);
+    return 0;
+}
+
+/* Through dt_fs_write_atomic: a reader (the launcher's merge) sees a whole
+ * file, and nothing planted at the predictable name is written through. */
 int dt_trace_write(const struct dt_trace *t, const char *path)
 {
     if (!t)
         return 0;
-    size_t n;
-    struct span *all = collect(t, &n);
+    struct trace_out o = {.t = t};
+    struct span *all = collect(t, &o.n);
     if (!all)
         return dt_error_set(DT_ENOMEM, "no memory to sort the trace for %s", path);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        free(all);
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", path);
-    }
-    fprintf(f, "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"rank\": %d, \"steps\": \"%d-%d\", "
-               "\"spans\": %zu, \"dropped_spans\": %zu},\n \"traceEvents\": [\n",
-            t->rank, t->window.first_step, t->window.last_step, n, dt_trace_dropped(t));
-    put_metadata(f, t->rank);
-    for (size_t i = 0; i < n; i++)
-        put_span(f, t, &all[i]);
-    fputs("\n]}\n", f);
+    o.all = all;
+    int rc = dt_fs_write_atomic(path, false, put_trace, &o);
     free(all);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return dt_error_set(DT_EIO, "writing %s failed (disk full?)", path);
-    return 0;
+    return rc;
 }
 
 int dt_trace_write_dir(const struct dt_trace *t, const char *dir)

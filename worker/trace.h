@@ -63,7 +63,8 @@ void dt_trace_span_arg(struct dt_trace *t, enum dt_trace_track track, const char
 size_t dt_trace_count(const struct dt_trace *t);
 size_t dt_trace_dropped(const struct dt_trace *t);
 
-/* Writes the JSON file; dt_trace_write_dir names it <dir>/trace_rank<N>.json.
+/* Writes the JSON file (whole or not at all: base/fs.h's
+ * dt_fs_write_atomic); dt_trace_write_dir names it <dir>/trace_rank<N>.json.
  * Call when no thread records any more. */
 int dt_trace_write(const struct dt_trace *t, const char *path);
 int dt_trace_write_dir(const struct dt_trace *t, const char *dir);

@@ -121,15 +121,15 @@ static int build_data(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
     const char *dir = s->data.path ? s->data.path : DEFAULT_DATA;
-    int rc = dt_data_load_fashion_mnist(dir, 1, &t->train);
-    if (!rc)
-        rc = dt_data_load_fashion_mnist(dir, 0, &t->test);
-    if (rc)
-        return rc;
+    /* An empty test set is refused here too (idx.h): its loss would be 0/0. */
+    if (dt_data_load_fashion_mnist(dir, 1, &t->train))
+        return dt_error_prefix("the training set");
+    if (dt_data_load_fashion_mnist(dir, 0, &t->test))
+        return dt_error_prefix("the test set");
     struct dt_loader_options lo = {.batch_size = s->data.batch_size, .drop_last = s->data.drop_last,
                                    .shuffle = s->data.shuffle, .seed = s->seed, .rank = t->rank,
                                    .world = t->world, .workers = s->data.workers, .prefetch = s->data.prefetch};
-    rc = dt_loader_create(&t->train, &lo, &t->loader);
+    int rc = dt_loader_create(&t->train, &lo, &t->loader);
     if (rc)
         return rc;
     t->batches_per_epoch = dt_loader_batches_per_epoch(t->loader);
@@ -150,9 +150,7 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
     *step = -1;
     int found = t->rank == 0 ? dt_ckpt_read_latest(t->ckpt_dir, ck) : DT_ENOTFOUND;
     if (found == 0) {
-        long long named = -1; /* read_latest takes only names of that form */
-        sscanf(strrchr(ck->path, '/') + 1, "step_%lld", &named);
-        *step = named;
+        *step = ck->step; /* the name's step too: dt_ckpt_read checks that they agree */
     } else if (found != DT_ENOTFOUND) {
         *step = -2;
         /* Said before the broadcast: the other ranks stop as soon as they hear,

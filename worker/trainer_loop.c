@@ -5,6 +5,14 @@
  * reducer; then the wait for the averaged gradients, the global norm (for
  * clipping and the metrics), AdamW with the schedule's lr and beta1, the
  * schedule's step.  Nothing here allocates.  Not for set-up: trainer.c.
+ *
+ * Divergence: a non-finite loss (this rank's, per micro-batch) or gradient
+ * norm (after averaging: the same on every rank, so every rank stops at the
+ * same step) ends the run with "training diverged at step N: ...", before
+ * the step's checkpoint; a step the AMP scaler skipped is not divergence
+ * (fp16 overflow is what it is there for).  On a device the loss and norm
+ * are read at metrics rows, so it is caught there; the checkpoint writer
+ * refuses a non-finite state in any case (ckpt.h).
  */
 #include "worker/trainer_internal.h"
 
@@ -63,9 +71,18 @@ static void grads_ready(void *ctx, size_t lo, size_t hi)
         dt_grad_norm_ready(&r->t->gnorm, lo);
 }
 
+/* A micro-batch loss that was not finite, kept for the divergence check
+ * after the step (under AMP the scaler may yet skip the step). */
+struct bad_loss {
+    bool seen;
+    double value;
+    int micro;
+};
+
 /* The micro-batches of one step; returns the rank's summed loss and rows.
  * want_norm: the step needs the gradient norm (clipping or a metrics row). */
-static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows)
+static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows,
+                         struct bad_loss *bad)
 {
     int64_t left = t->batches_per_epoch - t->batch;
     int k = left < t->spec.ddp.grad_accum ? (int)left : t->spec.ddp.grad_accum;
@@ -88,7 +105,10 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
         float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)dt_batch_terms(b) * (float)k);
         dt_reducer_begin(&t->red, i == k - 1);
         struct ready_ctx ready = {t, early && i == k - 1};
-        *loss += dt_model_train_batch(t->model, b, dscale, i > 0, grads_ready, &ready);
+        double l = dt_model_train_batch(t->model, b, dscale, i > 0, grads_ready, &ready);
+        if (!isfinite(l) && !bad->seen)
+            *bad = (struct bad_loss){true, l, i};
+        *loss += l;
         int64_t b0 = t->model->backward_start_ns, b1 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "forward", f0, b0);
         dt_trace_span(t->trace, DT_TRACE_COMPUTE, "backward", b0, b1);
@@ -124,12 +144,13 @@ static int unscale(struct dt_trainer *t, bool *skip)
  * coefficient, AdamW, schedule.  A skipped AMP step leaves parameters, moments
  * and AdamW's step count alone but still steps the schedule, as a PyTorch loop
  * (scaler.step(opt); scaler.update(); sched.step()) does. */
-static int update(struct dt_trainer *t, bool want_norm, double *norm)
+static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skipped)
 {
     const struct dt_trainer_spec *s = &t->spec;
     float coef = 1.0f;
     bool skip;
     *norm = NAN;
+    *skipped = false;
     if (t->dev) { /* norm, clipping, AMP scaling and AdamW on the device; the norm is read at metrics rows */
         (void)want_norm;
         (void)skip;
@@ -141,6 +162,7 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm)
     int rc = unscale(t, &skip);
     if (rc)
         return rc;
+    *skipped = skip;
     double norm2 = NAN;
     if (!skip && (s->optimizer.grad_clip > 0 || want_norm)) {
         if (!t->hs.common)
@@ -219,7 +241,9 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         t->metrics.amp = t->scaler.enabled;
         t->metrics.loss_scale = t->scaler.scale;
         t->metrics.skipped_steps = t->scaler.skipped;
-        dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        int rc = dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
+        if (rc)
+            return rc;
         static const char *const tags[] = {"train/loss", "train/lr", "train/beta1", "train/grad_norm",
                                            "train/samples_per_s", "train/data_s", "train/forward_s",
                                            "train/backward_s", "train/comm_wait_s", "train/optimizer_s",
@@ -227,7 +251,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         double tv[] = {t->last_loss, lr, beta1, norm, sps, t->metrics.split[0], t->metrics.split[1],
                        t->metrics.split[2], t->metrics.split[3], t->metrics.split[4], t->scaler.scale,
                        (double)t->scaler.skipped};
-        int rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
+        rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
         if (rc)
             return rc;
         if (!t->o.quiet)
@@ -250,10 +274,10 @@ static int eval_row(struct dt_trainer *t)
     if (rc)
         return rc;
     if (t->rank == 0) {
-        dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc);
         static const char *const tags[] = {"eval/test_loss", "eval/test_accuracy"};
         double tv[] = {t->test_loss, t->test_acc};
-        if ((rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
+        if ((rc = dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc)) ||
+            (rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
             return rc;
         if (!t->o.quiet)
             printf("eval  step %lld  epoch %lld  test_loss %.4f  test_accuracy %.4f\n", (long long)t->step,
@@ -302,6 +326,50 @@ static void end_step(struct dt_trainer *t, int64_t s0, int64_t o0, bool first)
         dt_trace_span(t->trace, DT_TRACE_LAUNCH, "first step", s0, end);
 }
 
+/* The step just computed (t->step + 1, as its checkpoint would be named)
+ * diverged when its loss or its gradient norm, where computed, is not
+ * finite.  Every rank has the same norm; a loss is this rank's own.  Values
+ * are printed through fabs: a loss or a norm is not negative, and a NaN's
+ * sign bit would print as "-nan". */
+static int check_step(const struct dt_trainer *t, const struct bad_loss *bad, bool have_norm, double norm,
+                      bool skipped)
+{
+    long long step = (long long)t->step + 1;
+    if (skipped) /* AMP: the scaler skipped it and backs off; parameters are untouched */
+        return 0;
+    if (bad->seen)
+        return dt_error_set(
+            DT_EINVAL,
+            "training diverged at step %lld: loss is %g (epoch %lld, micro-batch %d of the step); "
+            "nothing of this step is saved",
+            step, fabs(bad->value), (long long)t->epoch, bad->micro);
+    if (have_norm && !isfinite(norm))
+        return dt_error_set(
+            DT_EINVAL,
+            "training diverged at step %lld: the gradient norm is %g (after averaging over ranks); "
+            "nothing of this step is saved",
+            step, fabs(norm));
+    return 0;
+}
+
+/* At a metrics row, what a device reports (its loss and norm are read only
+ * there): the loss averaged over ranks since the last row, the last step's
+ * norm.  Under AMP the window may hold steps the scaler skipped, which is
+ * not divergence; there the checkpoint's own check stands. */
+static int check_row(const struct dt_trainer *t, double norm)
+{
+    if (t->scaler.enabled)
+        return 0;
+    if (!isfinite(t->last_loss))
+        return dt_error_set(DT_EINVAL,
+                            "training diverged by step %lld: the mean loss since the last metrics row is %g",
+                            (long long)t->step, fabs(t->last_loss));
+    if (t->dev && !isfinite(norm))
+        return dt_error_set(DT_EINVAL, "training diverged at step %lld: the gradient norm is %g",
+                            (long long)t->step, fabs(norm));
+    return 0;
+}
+
 static int loop(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
@@ -313,11 +381,15 @@ static int loop(struct dt_trainer *t)
         double lr = t->sched.lr, beta1 = t->sched.beta1;
         dt_trace_set_step(t->trace, t->step);
         int64_t s0 = dt_clock_ns();
-        bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps;
-        int rc = micro_batches(t, s->optimizer.grad_clip > 0 || log, &w.loss, &rows);
+        bool log = (t->step + 1) % every == 0 || t->step + 1 == t->total_steps, skipped;
+        bool want_norm = s->optimizer.grad_clip > 0 || log;
+        struct bad_loss bad = {0};
+        int rc = micro_batches(t, want_norm, &w.loss, &rows, &bad);
         int64_t o0 = dt_clock_ns();
         if (!rc)
-            rc = update(t, log, &norm);
+            rc = update(t, log, &norm, &skipped);
+        if (!rc)
+            rc = check_step(t, &bad, want_norm && !t->dev, norm, skipped);
         if (rc)
             return rc;
         end_step(t, s0, o0, first);
@@ -328,7 +400,7 @@ static int loop(struct dt_trainer *t)
         if (log && t->dev && (rc = device_stats(t, &w, &norm)))
             return rc;
         t->train_s += dt_clock_s() - t0;
-        if (log && (rc = log_row(t, &w, lr, beta1, norm)))
+        if (log && ((rc = log_row(t, &w, lr, beta1, norm)) || (rc = check_row(t, norm))))
             return rc;
         double pause = dt_clock_s();
         if ((rc = between_steps(t)))

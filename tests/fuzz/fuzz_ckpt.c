@@ -1,17 +1,23 @@
 /* fuzz_ckpt.c - libFuzzer target for loading a checkpoint into a model.
  *
  * dt_ckpt_load checks a parsed safetensors file against the model (names,
- * dtypes, shapes) and reads the run's state from the metadata, which no
- * checksum covers.  A 2-3-2 MLP is enough to drive every path, so the model
+ * dtypes, shapes) and reads the run's state from the metadata, which its own
+ * checksum covers in files written since issue 26 ("crc32c.__metadata__")
+ * and nothing but range checks covers in older ones.  A 2-3-2 MLP is enough
+ * to drive every path, so the model
  * is made once and each input is loaded from a memfd twice, as an fp32 run
  * and as a bf16 one, so that files of either kind get past the amp check.
  * What loads must leave a state the trainer can resume from (no negative
- * step, epoch or batch; a loss scale the scaler could have reached); what is
- * refused must leave the model and optimizer as they were.
+ * step, epoch or batch; no counter of steps past the step; a loss scale the
+ * scaler could have reached); what is refused must leave the model and
+ * optimizer as they were.
  *
  * The seeds (tests/fuzz/make_seeds.py) are checkpoints of this model with
- * seed 5, 4 ranks and batch 32; mutating the header keeps their data
- * checksums right, so the fuzzer gets past them.  A byte put into or taken
+ * seed 5, 4 ranks and batch 32, of both kinds.  Mutating the header of the
+ * older kind keeps their data checksums right, so the fuzzer gets past them
+ * into the counter checks; the newer kind's metadata checksum stops most
+ * mutations, and the fuzzer learns the checksum check itself from them.  A
+ * byte put into or taken
  * out of the header would leave the length in front of it wrong, and the
  * parser would stop there; since this model's data is always 3 x 17 floats,
  * each input is also loaded with that length mended.
@@ -83,6 +89,8 @@ static void load(enum dt_amp_dtype amp)
     }
     if (s.step < 0 || s.epoch < 0 || s.batch < 0 || opt.step < 0 || s.scaler.growth_tracker < 0)
         abort(); /* the trainer indexes its loader's slots with these */
+    if (opt.step > s.step || s.epoch > s.step || s.scaler.skipped > s.step)
+        abort(); /* each counts optimizer steps at least; past the step, AdamW's overflowed */
     if (!isfinite(s.scaler.scale) || s.scaler.scale < 0 || s.scaler.skipped < 0)
         abort(); /* no scaler gets there (grad_scaler.c); 0 it can reach, backing off */
 }

@@ -103,10 +103,20 @@ def idx_seeds():
     write(t, "bad_trailing", labels + b"\x01")
     write(t, "bad_huge_dims", idx([0x7FFFFFFF, 28, 28], b"\0" * 16))
     write(t, "bad_truncated.gz", gzip.compress(labels, mtime=0)[:-6])
+    # a small gzip bomb: the header's 3 labels, then members of zeros past them
+    write(t, "bad_bomb_members.gz", gzip.compress(idx([3], b""), mtime=0) +
+          gzip.compress(b"\0" * 65536, compresslevel=9, mtime=0) * 16)
 
 
-def ckpt(amp=None, step=3):
-    """A checkpoint of fuzz_ckpt.c's 2-3-2 MLP as dt_ckpt_save writes it (seed 5, 4 ranks, batch 32)."""
+def meta_crc(meta):
+    """worker/ckpt.c's "crc32c.__metadata__": every other pair, sorted by key, as key NUL value NUL."""
+    pairs = sorted((k, v) for k, v in meta.items() if k != "crc32c.__metadata__")
+    return "%08x" % crc32c(b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs))
+
+
+def ckpt(amp=None, step=3, with_meta_crc=False):
+    """A checkpoint of fuzz_ckpt.c's 2-3-2 MLP as dt_ckpt_save writes it (seed 5, 4 ranks, batch 32);
+    without with_meta_crc, as a dtrain from before the metadata's checksum wrote it."""
     n = 3 * 2 + 3 + 2 * 3 + 2
     # Values that differ per step, so that a refused file that wrote into the
     # model anyway shows (the target compares the model before and after).
@@ -126,6 +136,8 @@ def ckpt(amp=None, step=3):
         meta.update({"amp": amp, "loss_scale": "65536", "growth_tracker": "7", "skipped_steps": "1"})
     for name, _, _, raw in tensors:
         meta["crc32c." + name] = "%08x" % crc32c(raw)
+    if with_meta_crc:
+        meta["crc32c.__metadata__"] = meta_crc(meta)
     return safetensors(tensors, meta)
 
 
@@ -134,6 +146,8 @@ def ckpt_seeds():
     write(t, "fp32", ckpt("off"))
     write(t, "bf16", ckpt("bf16", 9))
     write(t, "before_amp", ckpt(None, 5))  # files from before AMP have no "amp" key
+    write(t, "fp32_meta_crc", ckpt("off", 4, with_meta_crc=True))
+    write(t, "bf16_meta_crc", ckpt("bf16", 9, with_meta_crc=True))
     damaged = bytearray(ckpt("off"))
     damaged[-1] ^= 1  # a flipped bit in the last moment
     write(t, "bad_crc", bytes(damaged))

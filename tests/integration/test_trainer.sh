@@ -3,6 +3,10 @@
 # (4 ranks on CPU) trains Fashion-MNIST to >= 88% test accuracy and leaves its
 # metrics, checkpoints and summary; resume continues from an absolute
 # checkpoint dir; bad input stops a worker with a message naming the culprit.
+# Issue 26: a run whose loss turns NaN fails naming the step and checkpoints
+# nothing diverged; links planted at a checkpoint's temporary and final names
+# are not written through; a full checkpoint disk (a small tmpfs) or a
+# file-size limit fails the job with the file and the system's reason.
 . "$(dirname "$0")/lib.sh"
 
 # --- errors, first (cheap) --------------------------------------------------
@@ -53,6 +57,64 @@ s60=$(sed -n 's/.*logs and summary.json in \(.*\)$/\1/p' "$T/last.err" | tail -n
 contains "$s60/trainer_summary.json" '"resumed_from_step": 40' "the summary records the resume"
 contains "$s60/summary.json" '^  "steps": 60,$' "the launcher's summary.json carries the trainer's step count"
 check "keep: 2 leaves two checkpoints" test "$(ls "$T/ckpt" | grep -c '^step_')" = 2
+
+# --- issue 26: divergence, planted links, write errors ------------------------
+cat >"$T/div.yaml" <<EOF
+name: div
+nproc_per_node: 2
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: 40
+  optimizer: {lr: 1e30}
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 1, dir: $T/divckpt, keep: 100, resume: never}
+  eval: {every_epochs: 0}
+EOF
+expect_status 1 "a run whose loss turns NaN (lr 1e30) fails" "$DTRAIN" launch "$T/div.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "rank [01]: training diverged at step [0-9]+: loss is nan" "the error names the step and the NaN loss"
+contains "$T/last.err" "job div failed with exit status 1" "the launcher says the job failed"
+div=$(sed -n 's/.*rank [01]: training diverged at step \([0-9]*\).*/\1/p' "$T/last.err" | head -n 1)
+# Every checkpoint left is of a step before the divergence, and holds finite numbers only.
+cat >"$T/finite.py" <<'PY'
+import array, math, os, struct, sys
+d, div = sys.argv[1], int(sys.argv[2])
+names = [n for n in os.listdir(d) if n.startswith("step_")]
+assert names, "no checkpoint at all"
+for n in names:
+    assert int(n[5:-12]) < div, n
+    b = open(os.path.join(d, n), "rb").read()
+    h = struct.unpack("<Q", b[:8])[0]
+    assert all(math.isfinite(x) for x in array.array("f", b[8 + h:])), n
+PY
+check "no checkpoint of the diverged step or later, none with a NaN" python3 "$T/finite.py" "$T/divckpt" "${div:-0}"
+
+small 40 | sed "s|dir: $T/ckpt,|dir: $T/ckpt-links,|; s|resume: auto|resume: never|" >"$T/links.yaml"
+mkdir -p "$T/ckpt-links"
+echo precious >"$T/victim"
+ln -s "$T/victim" "$T/ckpt-links/.step_00000020.safetensors.tmp"
+ln -s "$T/victim" "$T/ckpt-links/step_00000040.safetensors"
+expect_status 0 "a job whose checkpoint dir holds planted links runs" "$DTRAIN" launch "$T/links.yaml" --log-dir "$T/runs"
+check "the links' target is untouched" test "$(cat "$T/victim")" = precious
+check "the checkpoint replaced the link at its name" test -f "$T/ckpt-links/step_00000040.safetensors" -a ! -L "$T/ckpt-links/step_00000040.safetensors"
+check "no temporary name is left" test -z "$(ls -A "$T/ckpt-links" | grep '^\.')"
+
+# A checkpoint of this model is about 300 KB; 128 KiB of tmpfs or of file size cannot hold it.
+# One rank: the limit of `ulimit -f` holds for the shm communicator's segment too.
+small 40 | sed "s|dir: $T/ckpt,|dir: $T/full/ckpt,|; s|nproc_per_node: 2|nproc_per_node: 1|" >"$T/full.yaml"
+mkdir -p "$T/full"
+if unshare -m true 2>/dev/null; then
+  expect_status 1 "a job whose checkpoint disk is full fails" unshare -m sh -c \
+    'mount -t tmpfs -o size=128k tmpfs "$1" && exec "$2" launch "$3" --log-dir "$4"' sh "$T/full" "$DTRAIN" "$T/full.yaml" "$T/runs"
+  contains "$T/last.err" "rank 0: $T/full/ckpt/step_00000020.safetensors: write: No space left on device" \
+    "the error names the checkpoint and ENOSPC"
+else
+  ok "# SKIP no mount namespace here (unshare -m): ENOSPC not tested"
+fi
+expect_status 1 "a job under a file-size limit too small for its checkpoint fails" \
+  bash -c 'ulimit -f 128; exec "$@"' sh "$DTRAIN" launch "$T/full.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "rank 0: $T/full/ckpt/step_00000020.safetensors: write: File too large" \
+  "the error names the checkpoint and EFBIG"
 
 # --- the quickstart: 4 ranks, 4 epochs ---------------------------------------
 start=$(date +%s)

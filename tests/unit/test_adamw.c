@@ -129,6 +129,22 @@ static void clip_coefficient(void **state)
     assert_true(c == 1.0f / (4.0f + 1e-6f));
 }
 
+/* adamw_step = INT64_MAX from a checkpoint overflowed the count (issue 26):
+ * it saturates, and the step is the one with bias corrections of 1. */
+static void step_count_saturates(void **state)
+{
+    (void)state;
+    float p[1] = {1.0f}, g[1] = {0.5f};
+    struct dt_adamw a;
+    assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, 1, 0.999, 1e-8, 0.0), 0);
+    a.step = INT64_MAX;
+    dt_adamw_step(&a, p, g, 0.1, 0.9, 1.0f);
+    assert_true(a.step == INT64_MAX);
+    /* m = 0.05, v = 0.00025: p = 1 - 0.1 * 0.05 / (sqrt(0.00025) + 1e-8) */
+    assert_true(isfinite(p[0]) && fabs(p[0] - (1.0 - 0.1 * 0.05 / (sqrt(0.00025) + 1e-8))) < 1e-5);
+    dt_adamw_release(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -136,6 +152,7 @@ int main(void)
         cmocka_unit_test(decay_applies_to_old_param_first),
         cmocka_unit_test(eps_outside_the_corrected_sqrt),
         cmocka_unit_test(clip_coefficient),
+        cmocka_unit_test(step_count_saturates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,13 @@
 /* test_ckpt.c - checkpoint files under damage: a save/load round trip is exact;
  * a truncated, bit-flipped or foreign newest file is rejected with a sentence
  * naming it and the previous one is used; all damaged is an error, not a
- * fresh start; metadata out of range is refused and leaves the model alone; a writer SIGKILLed at random instants mid-save never leaves a
- * directory whose newest usable checkpoint fails to load, and its temporary
- * leftovers are ignored and later cleaned up. */
+ * fresh start; metadata out of range is refused and leaves the model alone; a writer SIGKILLed at random
+ * instants mid-save never leaves a directory whose newest usable checkpoint fails to load, and its temporary
+ * leftovers are ignored and later cleaned up.  Issue 26: a flipped bit in the
+ * metadata, a name whose step is not the metadata's, junk or a FIFO named as
+ * the newest checkpoint, more than 1024 checkpoints, counters past the step,
+ * a diverged (NaN) state, a symlink at the temporary name; files from before
+ * the metadata's checksum still load. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,15 +16,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "worker/optim/adamw.h"
@@ -185,7 +192,8 @@ static void all_damaged_is_an_error(void **state)
 }
 
 /* Rewrites a checkpoint with one metadata value replaced; the tensors and
- * their checksums stay as they were, since nothing covers the metadata. */
+ * their checksums stay as they were.  The metadata's own checksum then
+ * disagrees, but the range checks come before it, so their sentences show. */
 static void edit_meta(const char *path, const char *key, const char *value)
 {
     struct dt_safetensors st;
@@ -346,6 +354,315 @@ static void killed_writer_leaves_a_usable_checkpoint(void **state)
     assert_int_equal(count_tmp(f->dir), 0);
 }
 
+/* ---- issue 26 ---- */
+
+/* Flips one bit of the first occurrence of `what` in the file, at byte `at` of it. */
+static void flip_in_file(const char *path, const char *what, size_t at, unsigned char bit)
+{
+    FILE *in = fopen(path, "r+b");
+    assert_non_null(in);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, in);
+    char *hit = memmem(buf, n, what, strlen(what));
+    assert_non_null(hit);
+    unsigned char b = (unsigned char)hit[at] ^ bit;
+    assert_int_equal(fseek(in, (long)(hit - buf + (long)at), SEEK_SET), 0);
+    assert_int_equal(fwrite(&b, 1, 1, in), 1);
+    assert_int_equal(fclose(in), 0);
+}
+
+/* The issue's own case: step 40 -> 41 by one bit was resumed at step 41. */
+static void flipped_bit_in_the_metadata_is_refused(void **state)
+{
+    struct fx *f = *state;
+    save(f, 30);
+    save(f, 40);
+    char p[4300];
+    path_of(f, 40, p, sizeof p);
+    flip_in_file(p, "\"step\":\"40\"", 9, 0x01); /* '0' -> '1' */
+    struct dt_ckpt_state s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), p));
+    assert_non_null(strstr(dt_error_last(), "the metadata is damaged: CRC-32C"));
+    assert_int_equal(s.step, 0);
+    assert_int_equal(load_latest(f), 30);
+    /* a flip in a value no counter check reads (the seed) is caught too */
+    save(f, 40);
+    flip_in_file(p, "\"seed\":\"5\"", 8, 0x02); /* '5' -> '7' */
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "the metadata is damaged"));
+}
+
+static void name_must_match_the_metadata_step(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    save(f, 7);
+    char p7[4300], p9[4300];
+    path_of(f, 7, p7, sizeof p7);
+    path_of(f, 9, p9, sizeof p9);
+    assert_int_equal(rename(p7, p9), 0);
+    struct dt_ckpt_state s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p9, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "the name says step 9, the metadata step 7"));
+    assert_int_equal(load_latest(f), 3);
+}
+
+/* Rewrites a file with its tensors' data changed by `edit` (their checksums
+ * recomputed) and the metadata's checksum left out, or its key renamed: a
+ * file as a dtrain from before the metadata's checksum wrote it. */
+static void rewrite_old_style(const char *path, void (*edit)(const char *name, float *v, size_t n),
+                              const char *rename_crc_key_to)
+{
+    struct dt_safetensors st;
+    assert_int_equal(dt_safetensors_read(path, &st), 0);
+    struct dt_st_entry *e = calloc((size_t)st.n, sizeof *e);
+    for (int i = 0; i < st.n; i++) {
+        const struct dt_st_tensor *t = &st.tensors[i];
+        size_t bytes = t->end - t->begin;
+        float *copy = malloc(bytes);
+        memcpy(copy, t->data, bytes);
+        if (edit)
+            edit(t->name, copy, bytes / 4);
+        e[i] = (struct dt_st_entry){t->name, t->dtype, t->ndim, {0}, copy};
+        memcpy(e[i].shape, t->shape, sizeof t->shape);
+    }
+    const char **meta = calloc(2 * (size_t)st.n_meta, sizeof *meta);
+    char(*crc)[16] = calloc((size_t)st.n_meta, sizeof *crc);
+    int m = 0;
+    for (int i = 0; i < st.n_meta; i++) {
+        const char *k = st.meta[2 * i], *v = st.meta[2 * i + 1];
+        if (strcmp(k, "crc32c.__metadata__") == 0) {
+            if (!rename_crc_key_to)
+                continue;
+            k = rename_crc_key_to;
+        }
+        for (int j = 0; j < st.n && strncmp(k, "crc32c.", 7) == 0; j++)
+            if (strcmp(k + 7, e[j].name) == 0) {
+                snprintf(crc[i], sizeof crc[i], "%08x",
+                         dt_crc32c(0, e[j].data, st.tensors[j].end - st.tensors[j].begin));
+                v = crc[i];
+            }
+        meta[2 * m] = k;
+        meta[2 * m + 1] = v;
+        m++;
+    }
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(dt_safetensors_write_fd(fd, path, e, st.n, meta, m), 0);
+    close(fd);
+    for (int i = 0; i < st.n; i++)
+        free((void *)e[i].data);
+    free(e);
+    free(meta);
+    free(crc);
+    dt_safetensors_release(&st);
+}
+
+/* Compatibility: a file without "crc32c.__metadata__" loads as before, on
+ * its tensors' checksums; but a key that such files never had (here the
+ * checksum's own name with a flipped bit) is damage, not an old file. */
+static void files_from_before_the_metadata_checksum_load(void **state)
+{
+    struct fx *f = *state;
+    save(f, 7);
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    rewrite_old_style(p, NULL, NULL);
+    assert_int_equal(load_latest(f), 7);
+    save(f, 7);
+    rewrite_old_style(p, NULL, "crc32c.__metadatc__");
+    struct dt_ckpt_state s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "metadata key 'crc32c.__metadatc__' is unknown"));
+}
+
+static void put_nan(const char *name, float *v, size_t n)
+{
+    if (strcmp(name, "layers.2.weight") == 0)
+        v[n / 2] = NAN;
+}
+
+/* A diverged run's state is never saved over the good checkpoints, and a
+ * file holding one (an older dtrain saved them) is passed over on resume. */
+static void diverged_state_is_neither_saved_nor_resumed(void **state)
+{
+    struct fx *f = *state;
+    save(f, 7);
+    fill(f, 9);
+    f->m->params[f->m->n_params - 3] = NAN;
+    struct dt_ckpt_state s = state_at(9);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "training diverged by step 9: tensor"));
+    assert_non_null(strstr(dt_error_last(), "holds nan"));
+    char p[4300];
+    path_of(f, 9, p, sizeof p);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(count_tmp(f->dir), 0);
+    fill(f, 9);
+    f->a.v[5] = INFINITY;
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "optimizer.exp_avg_sq holds inf at element 5"));
+    assert_int_equal(load_latest(f), 7);
+    save(f, 9);
+    rewrite_old_style(p, put_nan, NULL);
+    s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "tensor layers.2.weight holds nan at element"));
+    assert_non_null(strstr(dt_error_last(), "the state of a diverged run"));
+    assert_int_equal(load_latest(f), 7);
+}
+
+/* adamw_step = INT64_MAX overflowed AdamW's step count; no counter that
+ * counts steps may exceed the step. */
+static void counters_past_the_step_are_refused(void **state)
+{
+    struct fx *f = *state;
+    static const struct {
+        const char *key, *value, *why;
+    } bad[] = {
+        {"adamw_step", "9223372036854775807", "metadata 'adamw_step' is 9223372036854775807, outside 0..7"},
+        {"adamw_step", "8", "metadata 'adamw_step' is 8, outside 0..7"},
+        {"epoch", "8", "metadata 'epoch' is 8, outside 0..7"},
+        {"skipped_steps", "9", "metadata 'skipped_steps' is 9, outside 0..7"},
+    };
+    char p[4300];
+    path_of(f, 7, p, sizeof p);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        save(f, 7);
+        edit_meta(p, bad[i].key, bad[i].value);
+        struct dt_ckpt_state s = state_at(0);
+        assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+        if (!strstr(dt_error_last(), bad[i].why))
+            fail_msg("%s=\"%s\": wanted '%s' in: %s", bad[i].key, bad[i].value, bad[i].why, dt_error_last());
+    }
+}
+
+static void touch(const char *dir, long long step)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/step_%08lld.safetensors", dir, step);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static int count_ckpts(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += strncmp(de->d_name, "step_", 5) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Only the first 1024 names readdir gave were listed: a resume took step
+ * 1100 while step 3000 was there, and pruning left the rest. */
+static void every_checkpoint_is_listed(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3000);
+    for (long long s = 1; s <= 2000; s++)
+        touch(f->dir, s); /* names only: the newest, 3000, is the one that must be found */
+    assert_int_equal(load_latest(f), 3000);
+    fill(f, 3001);
+    struct dt_ckpt_state s = state_at(3001);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 3), 0);
+    assert_int_equal(count_ckpts(f->dir), 3); /* 3001, 3000 and the name 2000 */
+    assert_int_equal(load_latest(f), 3001);
+    /* past 99999999 steps the name has more digits, and is still found */
+    save(f, 123456789);
+    assert_int_equal(load_latest(f), 123456789);
+}
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* A 3 GB junk file named as the newest checkpoint was read whole (13 s,
+ * 3.2 GB) before it was refused; a FIFO of that name blocked open(2).  Now
+ * each is refused from its fstat and at most its header: the junk's first
+ * bytes, as a header length, are past the file or the 100 MB limit; a file
+ * whose header describes 3 GB of tensors is refused for its size; the FIFO
+ * and the directory for what they are. */
+static void junk_or_fifo_named_as_the_newest_is_refused_cheaply(void **state)
+{
+    struct fx *f = *state;
+    save(f, 3);
+    char p[4300];
+    path_of(f, 9, p, sizeof p); /* 3 GB, sparse, junk at the front */
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    unsigned char junk[64];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (unsigned char)(i * 37 + 11);
+    assert_int_equal(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    assert_int_equal(ftruncate(fd, 3LL << 30), 0);
+    close(fd);
+    path_of(f, 10, p, sizeof p); /* a header that claims 3 GB of data in a file of a few bytes */
+    const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[805306368],\"data_offsets\":[0,3221225472]}}";
+    uint64_t hl = strlen(h);
+    fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_int_equal(write(fd, &hl, 8), 8);
+    assert_int_equal(write(fd, h, hl), (ssize_t)hl);
+    assert_int_equal(write(fd, junk, 16), 16);
+    close(fd);
+    path_of(f, 11, p, sizeof p);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    path_of(f, 12, p, sizeof p);
+    assert_int_equal(mkdir(p, 0700), 0);
+    long rss0 = max_rss_kib();
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    alarm(20); /* a blocked open(2) fails the test instead of hanging it */
+    assert_int_equal(load_latest(f), 3);
+    alarm(0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    printf("# four bad newest files refused in %.3f s, peak RSS grew %ld KiB\n", s, max_rss_kib() - rss0);
+    assert_true(s < 2.0);
+    assert_true(max_rss_kib() - rss0 < 64 * 1024);
+    static const struct {
+        int64_t step;
+        const char *why;
+    } why[] = {{9, "is larger than"},
+               {10, "data bytes, the header describes"},
+               {11, "not a regular file (a FIFO)"},
+               {12, "not a regular file (a directory)"}};
+    for (size_t i = 0; i < sizeof why / sizeof why[0]; i++) {
+        path_of(f, why[i].step, p, sizeof p);
+        struct dt_ckpt_state st = state_at(0);
+        assert_true(dt_ckpt_load(p, f->m, &f->a, &st) < 0);
+        if (!strstr(dt_error_last(), why[i].why) || !strstr(dt_error_last(), p))
+            fail_msg("step %lld: wanted '%s' in: %s", (long long)why[i].step, why[i].why, dt_error_last());
+    }
+}
+
+/* The attack of issue 26: a link at the temporary name made the trainer
+ * overwrite its target. */
+static void symlink_at_the_temporary_name_is_not_written_through(void **state)
+{
+    struct fx *f = *state;
+    char victim[128], link[4300];
+    snprintf(victim, sizeof victim, "%s/victim", f->dir);
+    snprintf(link, sizeof link, "%s/.step_00000010.safetensors.tmp", f->dir);
+    FILE *v = fopen(victim, "w");
+    fputs("precious\n", v);
+    fclose(v);
+    assert_int_equal(symlink(victim, link), 0);
+    save(f, 10);
+    struct stat st;
+    assert_int_equal(stat(victim, &st), 0);
+    assert_int_equal(st.st_size, strlen("precious\n"));
+    assert_int_equal(load_latest(f), 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +673,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(bad_metadata_is_refused_and_leaves_the_model, setup, teardown),
         cmocka_unit_test_setup_teardown(seed_above_int64_max_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(killed_writer_leaves_a_usable_checkpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(flipped_bit_in_the_metadata_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(name_must_match_the_metadata_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(files_from_before_the_metadata_checksum_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(diverged_state_is_neither_saved_nor_resumed, setup, teardown),
+        cmocka_unit_test_setup_teardown(counters_past_the_step_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(every_checkpoint_is_listed, setup, teardown),
+        cmocka_unit_test_setup_teardown(junk_or_fifo_named_as_the_newest_is_refused_cheaply, setup, teardown),
+        cmocka_unit_test_setup_teardown(symlink_at_the_temporary_name_is_not_written_through, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

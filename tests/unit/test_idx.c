@@ -1,6 +1,7 @@
 /* test_idx.c - the IDX reader on the real Fashion-MNIST files and on broken
  * ones (bad magic, wrong dims, truncated, trailing data, damaged gzip, dims
- * far beyond the file), each error naming the file. */
+ * far beyond the file), each error naming the file; gzip bombs (issue 26)
+ * cost their header, or what their header declares, not what they inflate to. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -222,6 +226,113 @@ static void bytes_after_the_gzip_data(void **state)
     unlink(path);
 }
 
+/* ---- gzip bombs (issue 26) ---- */
+
+/* One gzip member of `len` zero bytes (about a thousandth of that). */
+static uint8_t *zeros_member(size_t len, size_t *out_len)
+{
+    uint8_t *zeros = calloc(1, len);
+    z_stream z = {0};
+    assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t cap = deflateBound(&z, len);
+    uint8_t *out = malloc(cap);
+    z.next_in = zeros;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    *out_len = cap - z.avail_out;
+    deflateEnd(&z);
+    free(zeros);
+    return out;
+}
+
+/* An IDX file of `count` x dims of zeros as one member for the header and
+ * `members` members of `member_len` zero bytes each: megabytes that inflate
+ * to gigabytes. */
+static void write_bomb(const char *path, int ndim, uint32_t count, size_t member_len, size_t members)
+{
+    uint8_t head[16] = {0, 0, 8, (uint8_t)ndim, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28};
+    for (int b = 0; b < 4; b++)
+        head[4 + b] = (uint8_t)(count >> (24 - 8 * b)); /* dim 0, big-endian */
+    uint8_t gz[256];
+    size_t n = gz_bytes(head, 4 + 4 * (size_t)ndim, gz, sizeof gz), m;
+    uint8_t *member = zeros_member(member_len, &m);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(gz, 1, n, f), n);
+    for (size_t i = 0; i < members; i++)
+        assert_int_equal(fwrite(member, 1, m, f), m);
+    assert_int_equal(fclose(f), 0);
+    free(member);
+}
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The issue's bomb: 1.5 MB of images whose header declares 1996800 images
+ * (1.5 GB, all there) next to a labels file of 3.  The counts are compared
+ * from the headers, before anything is inflated.  Next, a labels file that
+ * agrees: the images file then inflates no further than its header's
+ * 3 images and one byte past them.  An empty data set is an error. */
+static void gzip_bomb_costs_its_header(void **state)
+{
+    (void)state;
+    char dir[64], img[128], lab[128];
+    snprintf(dir, sizeof dir, "/tmp/dtrain-idx-bomb-%d", (int)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(img, sizeof img, "%s/train-images-idx3-ubyte.gz", dir);
+    snprintf(lab, sizeof lab, "%s/train-labels-idx1-ubyte.gz", dir);
+    const size_t member = 784 * 1024, members = 1950; /* 1996800 images of 784 bytes */
+    write_bomb(img, 3, 1024 * members, member, members);
+    uint8_t labels[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 9, 0, 3};
+    write_gz(lab, labels, sizeof labels);
+    struct stat st;
+    assert_int_equal(stat(img, &st), 0);
+    long rss0 = max_rss_kib();
+    double t0 = now_s();
+    struct dt_dataset d;
+    assert_int_equal(dt_data_load_fashion_mnist(dir, 1, &d), DT_EINVAL);
+    double t1 = now_s();
+    printf("# a %lld-byte bomb of 1996800 images refused in %.3f s: %s\n", (long long)st.st_size, t1 - t0,
+           dt_error_last());
+    assert_non_null(strstr(dt_error_last(), "3 labels for 1996800 images"));
+    assert_non_null(strstr(dt_error_last(), img));
+    assert_non_null(strstr(dt_error_last(), lab));
+    /* headers agree at 3 images, the stream goes on: refused one byte past them */
+    write_bomb(img, 3, 3, member, members);
+    assert_int_equal(dt_data_load_fashion_mnist(dir, 1, &d), DT_EINVAL);
+    double t2 = now_s();
+    printf("# a bomb declaring 3 images refused in %.3f s: %s\n", t2 - t1, dt_error_last());
+    assert_non_null(strstr(dt_error_last(), img));
+    assert_non_null(strstr(dt_error_last(), "more data than the header's dims say (2352 bytes)"));
+    assert_non_null(strstr(dt_error_last(), "past byte 2352 of it (file offset"));
+    long grew = max_rss_kib() - rss0;
+    printf("# peak RSS grew %ld KiB\n", grew);
+    assert_true(t2 - t0 < 3.0);
+    assert_true(grew < 64 * 1024);
+    /* empty: both headers say 0 */
+    uint8_t none[8] = {0, 0, 8, 1, 0, 0, 0, 0};
+    write_gz(lab, none, sizeof none);
+    write_bomb(img, 3, 0, 16, 0);
+    assert_int_equal(dt_data_load_fashion_mnist(dir, 1, &d), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "hold no examples: an empty data set"));
+    unlink(img);
+    unlink(lab);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +340,7 @@ int main(void)
         cmocka_unit_test(broken_files),
         cmocka_unit_test(fuzzed_files),
         cmocka_unit_test(bytes_after_the_gzip_data),
+        cmocka_unit_test(gzip_bomb_costs_its_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

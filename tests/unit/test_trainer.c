@@ -2,7 +2,11 @@
  * checkpoint gives the same parameters bit for bit as never stopping (across
  * an epoch boundary) and reads the checkpoint once, gradient accumulation equals one big batch, the
  * clipping norm summed behind backward equals one pass after it, the bucket
- * layout, metrics files, and the spec checks. */
+ * layout, metrics files, and the spec checks.  Issue 26: a NaN loss or
+ * gradient norm fails the run naming the step and saves nothing of it, an
+ * empty test set is refused at start-up, a checkpoint or a metrics row that
+ * cannot be written fails the run naming the file and the reason, and a
+ * symlink at metrics.jsonl is not followed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,14 +15,21 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <zlib.h>
 
 #include "worker/reducer.h"
 #include "trainer_fixture.h"
 
-/* The binary puts its own fopen in front of the C library's to count opens
- * of checkpoint files (the safetensors reader's way in): resuming read the
- * newest file twice, once to find an intact one and once to load it. */
+/* The binary puts its own fopen and open in front of the C library's to
+ * count opens of checkpoint files (the safetensors reader's way in: open(2)
+ * since it refuses a FIFO without blocking on it, fopen before): resuming
+ * read the newest file twice, once to find an intact one and once to load it. */
 static atomic_int ckpt_opens;
 
 FILE *fopen(const char *path, const char *mode)
@@ -29,6 +40,20 @@ FILE *fopen(const char *path, const char *mode)
     if (strstr(path, "/checkpoints/step_"))
         atomic_fetch_add(&ckpt_opens, 1);
     return next(path, mode);
+}
+
+int open(const char *path, int flags, ...)
+{
+    static int (*_Atomic next)(const char *, int, ...);
+    if (!next)
+        next = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+    va_end(ap);
+    if (strstr(path, "/checkpoints/step_"))
+        atomic_fetch_add(&ckpt_opens, 1);
+    return next(path, flags, mode);
 }
 
 static void train(const struct dt_trainer_spec *s, const char *dir, int64_t stop_after,
@@ -242,6 +267,224 @@ static void bad_specs_refused(void **state)
     assert_non_null(strstr(dt_error_last(), "max_lr"));
 }
 
+/* ---- issue 26 ---- */
+
+struct poison {
+    int64_t at;       /* the hook's step at which to put a NaN in */
+    bool in_grads;    /* the averaged gradients (after_reduce), else a parameter (after_step) */
+    bool first_layer; /* a weight of the first layer, whose NaN ReLU hides from the loss */
+};
+
+static void poison_param(void *ctx, struct dt_model *m, int64_t step)
+{
+    const struct poison *p = ctx;
+    if (!p->in_grads && step == p->at)
+        m->params[p->first_layer ? 3 : m->n_params - 1] = NAN; /* the last bias: a logit is NaN */
+}
+
+static void poison_grad(void *ctx, struct dt_model *m, int64_t step)
+{
+    const struct poison *p = ctx;
+    if (p->in_grads && step == p->at)
+        m->grads[m->n_params / 3] = NAN;
+}
+
+/* Runs s with a NaN put in at p; returns the run's code, the error in msg. */
+static int run_poisoned(const struct dt_trainer_spec *s, const char *dir, struct poison *p, char *msg,
+                        size_t n)
+{
+    struct dt_trainer_options o = {.run_dir = dir,
+                                   .threads = 1,
+                                   .quiet = true,
+                                   .ctx = p,
+                                   .after_step = poison_param,
+                                   .after_reduce = poison_grad};
+    struct dt_trainer *t;
+    if (dt_trainer_create(s, &o, &t))
+        fail_msg("create: %s", dt_error_last());
+    int rc = dt_trainer_run(t, NULL);
+    snprintf(msg, n, "%s", dt_error_last());
+    dt_trainer_destroy(t);
+    return rc;
+}
+
+/* A NaN run exited 0, printed "succeeded" and saved NaN checkpoints over the
+ * good ones.  Now the step whose loss (or norm) is NaN ends the run, naming
+ * the step, before its checkpoint; the ones before it stay. */
+static void divergence_fails_the_run_and_saves_nothing_of_it(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec s;
+    small_spec(&s, 40, 128);
+    s.checkpoint.every_steps = 5;
+    s.optimizer.grad_clip = 0; /* the loss alone shows it */
+    char d[64], ck[96], msg[1024];
+    scratch_dir(d, sizeof d, "nan-loss");
+    struct poison p = {.at = 14}; /* after step 14: step 15's forward meets the NaN */
+    assert_int_equal(run_poisoned(&s, d, &p, msg, sizeof msg), DT_EINVAL);
+    if (!strstr(msg, "training diverged at step 15: loss is nan"))
+        fail_msg("%s", msg);
+    snprintf(ck, sizeof ck, "%s/checkpoints", d);
+    assert_int_equal(count_files(ck, "step_"), 2); /* 5 and 10; 15 was never written */
+    assert_int_equal(count_files(ck, ".step_"), 0);
+    rm_rf(d);
+    /* gradients NaN after averaging, the loss still finite: the norm shows it */
+    s.optimizer.grad_clip = 1.0;
+    scratch_dir(d, sizeof d, "nan-norm");
+    p = (struct poison){.at = 9, .in_grads = true}; /* step 10's gradients */
+    assert_int_equal(run_poisoned(&s, d, &p, msg, sizeof msg), DT_EINVAL);
+    if (!strstr(msg, "training diverged at step 10: the gradient norm is nan"))
+        fail_msg("%s", msg);
+    snprintf(ck, sizeof ck, "%s/checkpoints", d);
+    assert_int_equal(count_files(ck, "step_"), 1); /* 5 */
+    rm_rf(d);
+    /* a NaN the loss does not show (ReLU passes 0 for it): the checkpoint refuses the state */
+    scratch_dir(d, sizeof d, "nan-hidden");
+    p = (struct poison){.at = 12, .first_layer = true};
+    assert_int_equal(run_poisoned(&s, d, &p, msg, sizeof msg), DT_EINVAL);
+    if (!strstr(msg, "training diverged by step 15: tensor layers.0.weight holds nan at element 3;"))
+        fail_msg("%s", msg);
+    snprintf(ck, sizeof ck, "%s/checkpoints", d);
+    assert_int_equal(count_files(ck, "step_"), 2); /* 5 and 10 */
+    assert_int_equal(count_files(ck, ".step_"), 0);
+    rm_rf(d);
+}
+
+static void write_gz_idx(const char *path, const unsigned char *b, size_t n)
+{
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, b, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(f), Z_OK);
+}
+
+/* An empty test set gave test_loss -nan and exit 0. */
+static void empty_test_set_is_refused_at_start(void **state)
+{
+    (void)state;
+    char d[64], p[160], want[320];
+    scratch_dir(d, sizeof d, "empty-test");
+    static const char *const train[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"};
+    for (int i = 0; i < 2; i++) {
+        char real[160];
+        snprintf(real, sizeof real, "/usr/share/datasets/fashion-mnist/%s", train[i]);
+        snprintf(p, sizeof p, "%s/%s", d, train[i]);
+        assert_int_equal(symlink(real, p), 0);
+    }
+    const unsigned char images[16] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28},
+                        labels[8] = {0, 0, 8, 1};
+    snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte.gz", d);
+    write_gz_idx(p, images, sizeof images);
+    snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte.gz", d);
+    write_gz_idx(p, labels, sizeof labels);
+    struct dt_trainer_spec s;
+    small_spec(&s, 5, 64);
+    s.data.path = d;
+    struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
+    struct dt_trainer *t;
+    assert_int_equal(dt_trainer_create(&s, &o, &t), DT_EINVAL);
+    snprintf(want, sizeof want,
+             "the test set: %s/t10k-images-idx3-ubyte.gz and %s/t10k-labels-idx1-ubyte.gz hold no "
+             "examples",
+             d, d);
+    if (!strstr(dt_error_last(), want))
+        fail_msg("wanted '%s' in: %s", want, dt_error_last());
+    rm_rf(d);
+}
+
+/* A checkpoint the file system will not take (here a file-size limit, in a
+ * child: SIGXFSZ ignored as dtrain worker ignores it) fails the run with the
+ * file's name and the system's reason, instead of training on. */
+static void checkpoint_write_error_fails_the_run(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec s;
+    small_spec(&s, 10, 64);
+    s.checkpoint.every_steps = 5;
+    char d[64], want[128];
+    scratch_dir(d, sizeof d, "ckpt-efbig");
+    snprintf(want, sizeof want, "%s/checkpoints/step_00000005.safetensors: write:", d);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {256 * 1024, 256 * 1024}; /* the model's checkpoint is about 630 KB */
+        struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
+        struct dt_trainer *t;
+        if (setrlimit(RLIMIT_FSIZE, &rl) || dt_trainer_create(&s, &o, &t))
+            _exit(1);
+        int rc = dt_trainer_run(t, NULL);
+        fprintf(stderr, "# %s\n", dt_error_last());
+        _exit(rc == DT_EIO && strstr(dt_error_last(), want) && strstr(dt_error_last(), "File too large") ? 0
+                                                                                                         : 2);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    char ck[96];
+    snprintf(ck, sizeof ck, "%s/checkpoints", d);
+    assert_int_equal(count_files(ck, "step_"), 0);
+    assert_int_equal(count_files(ck, ".step_"), 0);
+    rm_rf(d);
+}
+
+/* metrics.jsonl rows were written with their errors dropped: a full disk cut
+ * the file short and the run went on.  Here rows of a few hundred bytes each
+ * meet a 2 KiB file-size limit. */
+static void metrics_write_error_fails_the_run(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec s;
+    small_spec(&s, 40, 64);
+    s.log_every_steps = 1;
+    char d[64], want[128];
+    scratch_dir(d, sizeof d, "metrics-efbig");
+    snprintf(want, sizeof want, "writing %s/metrics.jsonl failed: File too large", d);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {2048, 2048};
+        struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
+        struct dt_trainer *t;
+        if (setrlimit(RLIMIT_FSIZE, &rl) || dt_trainer_create(&s, &o, &t))
+            _exit(1);
+        int rc = dt_trainer_run(t, NULL);
+        fprintf(stderr, "# %s\n", dt_error_last());
+        _exit(rc == DT_EIO && strstr(dt_error_last(), want) ? 0 : 2);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    rm_rf(d);
+}
+
+/* metrics.jsonl's name is predictable: a link there is refused, its target untouched. */
+static void symlink_at_metrics_is_not_followed(void **state)
+{
+    (void)state;
+    char d[64], victim[96], link[96];
+    scratch_dir(d, sizeof d, "metrics-link");
+    snprintf(victim, sizeof victim, "%s/victim", d);
+    snprintf(link, sizeof link, "%s/metrics.jsonl", d);
+    FILE *v = fopen(victim, "w");
+    fputs("precious\n", v);
+    fclose(v);
+    assert_int_equal(symlink(victim, link), 0);
+    struct dt_trainer_spec s;
+    small_spec(&s, 5, 64);
+    struct dt_trainer_options o = {.run_dir = d, .threads = 1, .quiet = true};
+    struct dt_trainer *t;
+    assert_int_equal(dt_trainer_create(&s, &o, &t), DT_EIO);
+    assert_non_null(strstr(dt_error_last(), "metrics.jsonl (a symbolic link, which is not followed)"));
+    struct stat st;
+    assert_int_equal(stat(victim, &st), 0);
+    assert_int_equal(st.st_size, strlen("precious\n"));
+    rm_rf(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +494,11 @@ int main(void)
         cmocka_unit_test(accumulation_equals_big_batch),
         cmocka_unit_test(norm_behind_backward_same_bits),
         cmocka_unit_test(resume_equals_uninterrupted),
+        cmocka_unit_test(divergence_fails_the_run_and_saves_nothing_of_it),
+        cmocka_unit_test(empty_test_set_is_refused_at_start),
+        cmocka_unit_test(checkpoint_write_error_fails_the_run),
+        cmocka_unit_test(metrics_write_error_fails_the_run),
+        cmocka_unit_test(symlink_at_metrics_is_not_followed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@ struct idx_in {
     int gzip;         /* else the bytes are the data */
     int member_ended; /* inflate reached a member's end: next, a member or EOF */
     long long raw_at; /* bytes of the file consumed, for messages */
+    size_t header_len; /* bytes of the IDX header */
     uint8_t buf[1 << 16];
 };
 
@@ -189,14 +190,20 @@ static int read_data(struct idx_in *in, size_t bytes, uint8_t **out)
 }
 
 /* After the data: the end of the file, and for gzip the end of its last
- * member (trailer checked) with nothing but members after it. */
+ * member (trailer checked) with nothing but members after it.  Inflating
+ * stops one byte past what the header declared: a stream that goes on is
+ * refused there, whatever it would have grown to. */
 static int read_end(struct idx_in *in, size_t bytes)
 {
     uint8_t extra;
     size_t got;
     int rc = in_read(in, &extra, 1, &got, "past the data");
     if (rc == 0 && got > 0)
-        rc = dt_error_set(DT_EINVAL, "%s: more data than the header's dims say (%zu bytes)", in->path, bytes);
+        rc = dt_error_set(
+            DT_EINVAL,
+            "%s: more data than the header's dims say (%zu bytes): the data goes on past byte %zu "
+            "of it (file offset %lld)",
+            in->path, bytes, bytes, in->gzip ? in->raw_at : (long long)in->header_len + (long long)bytes);
     return rc;
 }
 
@@ -233,28 +240,55 @@ static int read_header(struct idx_in *in, int ndim, const int64_t *want, struct 
         total *= (size_t)d;
     }
     *bytes = total;
+    in->header_len = 4 + 4 * (size_t)ndim;
     return 0;
+}
+
+/* An IDX file open with its header read (dims in out->dims); the data comes
+ * later, so that a caller can check the headers of several files against
+ * each other before inflating any of them. */
+struct idx_file {
+    struct idx_in *in;
+    size_t bytes; /* of data, as the header declares */
+};
+
+static int idx_open(const char *path, int ndim, const int64_t *want_dims, struct dt_idx *out,
+                    struct idx_file *x)
+{
+    memset(out, 0, sizeof *out);
+    x->bytes = 0;
+    if (ndim < 1 || ndim > DT_IDX_MAX_DIMS)
+        return dt_error_set(DT_EINVAL, "%s: %d dims asked for, IDX supports 1..%d", path, ndim,
+                            DT_IDX_MAX_DIMS);
+    if (!(x->in = malloc(sizeof *x->in)))
+        return dt_error_set(DT_ENOMEM, "%s: no memory for a read buffer", path);
+    int rc = in_open(x->in, path);
+    return rc ? rc : read_header(x->in, ndim, want_dims, out, &x->bytes);
+}
+
+/* The data and the end of the file after it. */
+static int idx_read(struct idx_file *x, struct dt_idx *out)
+{
+    int rc = read_data(x->in, x->bytes, &out->data);
+    return rc ? rc : read_end(x->in, x->bytes);
+}
+
+static void idx_close(struct idx_file *x)
+{
+    if (x->in) {
+        in_close(x->in);
+        free(x->in);
+    }
+    x->in = NULL;
 }
 
 int dt_data_idx_load(const char *path, int ndim, const int64_t *want_dims, struct dt_idx *out)
 {
-    memset(out, 0, sizeof *out);
-    if (ndim < 1 || ndim > DT_IDX_MAX_DIMS)
-        return dt_error_set(DT_EINVAL, "%s: %d dims asked for, IDX supports 1..%d", path, ndim,
-                            DT_IDX_MAX_DIMS);
-    struct idx_in *in = malloc(sizeof *in);
-    if (!in)
-        return dt_error_set(DT_ENOMEM, "%s: no memory for a read buffer", path);
-    size_t bytes = 0;
-    int rc = in_open(in, path);
+    struct idx_file x = {0};
+    int rc = idx_open(path, ndim, want_dims, out, &x);
     if (rc == 0)
-        rc = read_header(in, ndim, want_dims, out, &bytes);
-    if (rc == 0)
-        rc = read_data(in, bytes, &out->data);
-    if (rc == 0)
-        rc = read_end(in, bytes);
-    in_close(in);
-    free(in);
+        rc = idx_read(&x, out);
+    idx_close(&x);
     if (rc)
         dt_data_idx_release(out);
     return rc;
@@ -266,6 +300,27 @@ void dt_data_idx_release(struct dt_idx *x)
     x->data = NULL;
 }
 
+/* Both headers first: the counts must agree, and the set may not be empty,
+ * before either file's data is inflated.  A 1.5 MB gzip bomb of an images
+ * file, its header declaring two million images (1.5 GB) beside 60000
+ * labels, was inflated whole before the mismatch showed; now it costs its
+ * header. */
+static int open_pair(const char *ipath, const char *lpath, struct dt_idx *img, struct dt_idx *lab,
+                     struct idx_file f[2])
+{
+    const int64_t want_img[3] = {0, 28, 28}, want_lab[1] = {0};
+    int rc = idx_open(ipath, 3, want_img, img, &f[0]);
+    if (rc == 0)
+        rc = idx_open(lpath, 1, want_lab, lab, &f[1]);
+    if (rc == 0 && lab->dims[0] != img->dims[0])
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: %lld labels for %lld images in %s (the headers disagree; no data read)", lpath,
+                          (long long)lab->dims[0], (long long)img->dims[0], ipath);
+    if (rc == 0 && img->dims[0] == 0)
+        rc = dt_error_set(DT_EINVAL, "%s and %s hold no examples: an empty data set", ipath, lpath);
+    return rc;
+}
+
 int dt_data_load_fashion_mnist(const char *dir, int train, struct dt_dataset *out)
 {
     memset(out, 0, sizeof *out);
@@ -273,19 +328,15 @@ int dt_data_load_fashion_mnist(const char *dir, int train, struct dt_dataset *ou
     char ipath[4096], lpath[4096];
     snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, split);
     snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    struct dt_idx img, lab;
-    const int64_t want_img[3] = {0, 28, 28}, want_lab[1] = {0};
-    int rc = dt_data_idx_load(ipath, 3, want_img, &img);
-    if (rc)
-        return rc;
-    rc = dt_data_idx_load(lpath, 1, want_lab, &lab);
-    if (rc) {
-        dt_data_idx_release(&img);
-        return rc;
-    }
-    if (lab.dims[0] != img.dims[0])
-        rc = dt_error_set(DT_EINVAL, "%s: %lld labels for %lld images in %s", lpath, (long long)lab.dims[0],
-                          (long long)img.dims[0], ipath);
+    struct dt_idx img = {0}, lab = {0};
+    struct idx_file f[2] = {{0}, {0}};
+    int rc = open_pair(ipath, lpath, &img, &lab, f);
+    if (rc == 0)
+        rc = idx_read(&f[1], &lab);
+    if (rc == 0)
+        rc = idx_read(&f[0], &img);
+    idx_close(&f[0]);
+    idx_close(&f[1]);
     for (int64_t i = 0; rc == 0 && i < lab.dims[0]; i++)
         if (lab.data[i] > 9)
             rc = dt_error_set(DT_EINVAL, "%s: label %d of example %lld is not a class 0..9", lpath,

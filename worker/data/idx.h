@@ -3,7 +3,9 @@
  * An IDX file is a big-endian header (magic 0x000008NN: ubyte data, NN dims; one
  * int32 per dim) followed by the data in C order.  The reader checks the magic,
  * the dims the caller expects and that the data is all there, and names the
- * file in every error.
+ * file in every error.  Decompression is bounded by the header: the buffer
+ * grows only as bytes arrive, up to what the dims declare, and inflating stops
+ * one byte past that (an error naming the offset).
  *
  * Not for normalisation or batching: see loader.h.
  */
@@ -34,7 +36,9 @@ struct dt_dataset {
 };
 
 /* Loads <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz and checks that
- * images and labels agree in count and that labels are in 0..9. */
+ * images and labels agree in count and that there is at least one example
+ * (from both headers, before either file's data is inflated: a gzip bomb
+ * costs its header), and that labels are in 0..9. */
 int dt_data_load_fashion_mnist(const char *dir, int train, struct dt_dataset *out);
 void dt_data_release(struct dt_dataset *d);
 

@@ -54,7 +54,11 @@ void dt_adamw_step(struct dt_adamw *a, float *params, const float *grads, double
 void dt_adamw_step_range(struct dt_adamw *a, float *params, const float *grads, size_t lo, size_t hi, double lr,
                          double beta1, float grad_scale)
 {
-    a->step++;
+    /* Saturating: a count from a checkpoint is held to its step (ckpt.c), but
+     * the library takes any; at 2^63 steps beta^t is 0 for every beta < 1, so
+     * the corrections are exact either way, and a wrap would make t negative. */
+    if (a->step < INT64_MAX)
+        a->step++;
     double t = (double)a->step;
     double bc1 = 1 - pow(beta1, t), bc2 = 1 - pow(a->beta2, t);
     struct dt_adamw_scalars s = {
