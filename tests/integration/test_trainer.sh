@@ -109,7 +109,7 @@ if unshare -m true 2>/dev/null; then
   contains "$T/last.err" "rank 0: $T/full/ckpt/step_00000020.safetensors: write: No space left on device" \
     "the error names the checkpoint and ENOSPC"
 else
-  ok "# SKIP no mount namespace here (unshare -m): ENOSPC not tested"
+  not_ok "a mount namespace (unshare -m, as root) for the full-disk check: not available here"
 fi
 expect_status 1 "a job under a file-size limit too small for its checkpoint fails" \
   bash -c 'ulimit -f 128; exec "$@"' sh "$DTRAIN" launch "$T/full.yaml" --log-dir "$T/runs"
