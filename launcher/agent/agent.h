@@ -99,7 +99,7 @@ struct dt_agent_config {
     const char *master_addr; /* the coordinator, as ranks reach it */
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
-    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_ARGS_GRACE_DEFAULT_S */
+    double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
@@ -212,7 +212,8 @@ struct dt_agent_node {
     const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
     const char *log_dir;    /* NULL: the spec's */
     const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
-    double grace_s, start_mono;
+    double grace_s;         /* --grace-period; <= 0: the job's grace_period */
+    double start_mono;
     const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
 };

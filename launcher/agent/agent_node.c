@@ -106,7 +106,7 @@ static int join_round(struct node *nd)
                                             .coord_port = n->coord_port,
                                             .token = nd->token[0] ? nd->token : NULL,
                                             .timeout_s = timeout,
-                                            .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S,
+                                            .grace_s = n->grace_s > 0 ? n->grace_s : job->grace_period_s,
                                             .coord = nd->coord};
     int rc = dt_agent__round_open(&rc_cfg, &nd->round);
     if (rc == 0)

@@ -29,6 +29,7 @@
 #include "launcher/agent/agent_internal.h"
 #include "base/error.h"
 #include "base/proc.h"
+#include "spec/jobspec.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -577,7 +578,9 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
     a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
     a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_ARGS_GRACE_DEFAULT_S;
+    a->grace_s = cfg->grace_s > 0                ? cfg->grace_s
+                 : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
+                                                : DT_JOB_GRACE_DEFAULT_S;
     a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
     a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);
