@@ -136,7 +136,36 @@ static void environment_for_a_rank(void **state)
     assert_string_equal(get(env, "PYTHONUNBUFFERED"), "1");
     assert_string_equal(get(env, "FROM_SPEC"), "yes");
     assert_string_equal(get(env, "KEEP"), "spec");
+    /* torchrun's: NCCL's async error handling on unless set, its default signal list */
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     dt_agent_env_free(env);
+}
+
+/* TORCH_NCCL_ASYNC_ERROR_HANDLING is the user's when the launcher's
+ * environment or env: sets it (torchrun keeps its own environment's);
+ * TORCHELASTIC_SIGNALS_TO_HANDLE says what dtrain does, whatever is set. */
+static void torchrun_defaults_yield_to_the_user(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    char *base[] = {(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING=0",
+                    (char *)"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGUSR2", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    dt_agent_env_free(env);
+    struct dt_env_entry nccl_env[] = {{(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING", (char *)"3"}};
+    struct dt_job with_env = *cfg.job;
+    with_env.env = nccl_env;
+    with_env.n_env = 1;
+    cfg.job = &with_env;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+    dt_agent_env_free(env);
+    assert_false(dt_job_env_is_reserved("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+    assert_true(dt_job_env_is_reserved("TORCHELASTIC_SIGNALS_TO_HANDLE"));
 }
 
 static void no_token_no_variable(void **state)
@@ -305,6 +334,7 @@ int main(void)
         cmocka_unit_test(tail_keeps_last_lines_in_order),
         cmocka_unit_test(environment_for_a_rank),
         cmocka_unit_test(no_token_no_variable),
+        cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
