@@ -77,6 +77,7 @@ struct dt_agent_hooks {
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
+#define DT_AGENT_TRACEBACK_LINES 20 /* lines of an error report's traceback kept: its end */
 /* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
@@ -160,6 +161,8 @@ struct dt_agent_failure {
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
     char error_file[4352];    /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
     char error_message[1024]; /* the "message" in that file, "" if none */
+    char error_traceback[4096]; /* the end of its traceback (py_callstack), whole lines, "" if none */
+    int traceback_left_out;     /* lines of the traceback before what error_traceback keeps */
     int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
     bool hung;                /* the watchdog declared it hung and killed it */
@@ -269,6 +272,15 @@ void dt_agent_env_free(char **env);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
 
+/* PyTorch prefixes a rank's lines itself once its default process group is
+ * up: "[rank3]: " before each line of an uncaught exception (the excepthook
+ * of distributed_c10d.py's init_process_group), "[rank3]:" before c10's and
+ * torch._logging's lines ("[rank3]:[W1204 ...] Warning: ...").  The console
+ * shows "[rank 3] " already, so the length of such a prefix at the start of
+ * `line`, the space after it included, is returned to be dropped there, when
+ * it names `rank`; otherwise 0.  Log files keep the bytes as written. */
+size_t dt_agent_torch_prefix(int rank, const char *line, size_t len);
+
 /* The last DT_AGENT_TAIL_LINES lines of a stream, each cut to DT_AGENT_TAIL_WIDTH. */
 struct dt_agent_tail {
     char lines[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH];
@@ -285,7 +297,14 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
  * or {"message": "..."}); returns -1 and leaves out empty if none, or if the
  * report is no JSON. */
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
-int dt_agent_error_file_message(const char *path, char *out, size_t size);
+/* The end of the report's traceback (@record's message.extraInfo.py_callstack):
+ * its last DT_AGENT_TRACEBACK_LINES lines that fit in out, whole; returns how
+ * many lines before them were left out, or -1 (out empty) when there is none. */
+int dt_agent_error_traceback(const char *text, size_t len, char *out, size_t size);
+/* Both from the file at `path` into ff's error_message, error_traceback and
+ * traceback_left_out (a path that is not a regular file is not read);
+ * returns 0 when it holds a message. */
+int dt_agent_error_file_read(const char *path, struct dt_agent_failure *ff);
 
 /* --- the OOM killer (agent_watchdog.c) ----------------------------------- */
 

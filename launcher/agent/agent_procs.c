@@ -350,6 +350,20 @@ size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len)
     return o;
 }
 
+size_t dt_agent_torch_prefix(int rank, const char *line, size_t len)
+{
+    size_t i = 5;
+    if (rank < 0 || len < 8 || memcmp(line, "[rank", 5) != 0 || !isdigit((unsigned char)line[5]))
+        return 0;
+    long v = 0;
+    while (i < len && i < 16 && isdigit((unsigned char)line[i]))
+        v = v * 10 + (line[i++] - '0');
+    if (v != rank || i + 1 >= len || line[i] != ']' || line[i + 1] != ':')
+        return 0;
+    i += 2;
+    return i < len && line[i] == ' ' ? i + 1 : i;
+}
+
 void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete)
 {
     if (t->continuing) {
@@ -437,6 +451,11 @@ static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err
         if (is_err)
             dt_agent_tail_push(&k->tail, line, 0, true);
         return;
+    }
+    if (!*continuing) { /* a line's start: PyTorch's own "[rankN]:" goes, ours replaces it */
+        size_t own = dt_agent_torch_prefix(k->rank, line, len);
+        line += own;
+        len -= own;
     }
     *continuing = !complete;
     if (is_err)

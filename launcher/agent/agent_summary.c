@@ -137,6 +137,11 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         json_str(f, ff->error_message);
     else
         fputs("null", f);
+    fputs(", \"error_traceback\": ", f);
+    if (ff->error_traceback[0])
+        json_str(f, ff->error_traceback);
+    else
+        fputs("null", f);
     fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
     fprintf(f, ", \"final\": %s, \"hang\": ", ff->final ? "true" : "false");
     if (ff->hung) {
@@ -270,6 +275,17 @@ int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_a
     return dt_fs_write_atomic(path, false, write_summary, &o);
 }
 
+/* Each line of text as "  > line", cut to DT_AGENT_TAIL_WIDTH as the stderr tail is. */
+static void print_quoted(int fd, const char *text)
+{
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        int shown = n < DT_AGENT_TAIL_WIDTH ? (int)n : DT_AGENT_TAIL_WIDTH;
+        dprintf(fd, "  > %.*s%s\n", shown, line, (size_t)shown < n ? "..." : "");
+        line += n + (line[n] == '\n');
+    }
+}
+
 void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
     if (!res->have_failure)
@@ -312,11 +328,15 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
         dprintf(fd, "dtrain: rank %d also wrote an error report: %s\n", ff->rank, ff->error_file);
     if (ff->error_message[0]) {
         dprintf(fd, "dtrain: rank %d's error report (%s) says:\n", ff->rank, ff->error_file);
-        for (const char *line = ff->error_message; *line;) {
-            size_t n = strcspn(line, "\n");
-            dprintf(fd, "  > %.*s\n", (int)n, line);
-            line += n + (line[n] == '\n');
-        }
+        print_quoted(fd, ff->error_message);
+    }
+    if (ff->error_traceback[0]) {
+        if (ff->traceback_left_out > 0)
+            dprintf(fd, "dtrain: the end of its traceback (%d earlier line%s in the report):\n",
+                    ff->traceback_left_out, ff->traceback_left_out == 1 ? "" : "s");
+        else
+            dprintf(fd, "dtrain: its traceback:\n");
+        print_quoted(fd, ff->error_traceback);
     }
 }
 

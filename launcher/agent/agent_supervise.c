@@ -488,7 +488,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
-    dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
+    dt_agent_error_file_read(ff->error_file, ff);
 }
 
 /* After a group's attempt: how each rank ended, from the group's records,
