@@ -29,6 +29,7 @@
 #include "launcher/agent/agent_internal.h"
 #include "base/error.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
 #include "spec/jobspec.h"
 
 #include <ctype.h>
@@ -117,7 +118,7 @@ static int open_log(const char *dir, int rank, const char *ext)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     struct stat st;

@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
 #include "spec/jobspec.h"
 
 #include <errno.h>
@@ -575,7 +576,7 @@ static int start_group(struct dt_agent *a, const char *dir)
     struct dt_agent__proc *p = &a->procs[0];
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", dir, a->group->log_name);
-    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
     if (a->own_log < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     for (int i = 0; i < a->nranks; i++) {
@@ -607,7 +608,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
 {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/attempt_%d", a->cfg->run_dir, a->attempt);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir(dir, DT_RUN_DIR_MODE) != 0 && errno != EEXIST)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
     reset_attempt_state(a);
     int rc = a->group ? start_group(a, dir) : start_ranks(a, dir);

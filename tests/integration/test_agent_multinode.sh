@@ -211,7 +211,18 @@ DTRAIN_JOB_TOKEN= expect_status 2 "a multi-node job with auth: token needs DTRAI
 contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE" "the error names both ways to give it"
 
 # --- the token from a file (Kubernetes Secrets) ----------------------------------
+# A token file others can read is refused (issue 26): the file is made 0600 here.
 echo "$DTRAIN_JOB_TOKEN" >"$T/token"
+chmod 644 "$T/token"
+DTRAIN_JOB_TOKEN= DTRAIN_JOB_TOKEN_FILE="$T/token" expect_status 2 "a token file every user can read is refused" \
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE: the job token file $T/token can be read by every user \(mode 0644\).*chmod 600 $T/token" \
+  "the error names the file, its mode and the chmod that fixes it"
+chmod 640 "$T/token"
+DTRAIN_JOB_TOKEN= DTRAIN_JOB_TOKEN_FILE="$T/token" expect_status 2 "a token file its group can read is refused" \
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "can be read by its group \(mode 0640\)" "it says who can read it"
+chmod 600 "$T/token"
 port=$(free_port)
 ( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
   "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-tf" >"$T/tf1.out" 2>&1 ) &
