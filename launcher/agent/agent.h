@@ -186,6 +186,8 @@ struct dt_agent_result {
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
     char coordinator_lost[512]; /* why the agent gave up on an unreachable coordinator, "" if it did not */
+    char write_error[4608];     /* the first file of the run directory that could not be written (a
+                                   log, summary.json) and why; "" if none.  It fails the job. */
     double wall_s;
     double started_unix; /* wall-clock time at the start, for the summary */
 };

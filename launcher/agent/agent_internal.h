@@ -86,7 +86,8 @@ struct dt_agent {
     double next_watch;            /* when the watchdog looks next; 0: it is off */
     double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
     double next_hook_poll;        /* when cfg->hooks->poll runs next */
-    int abort_status;             /* a hook ended the job with this status, -1 if not */
+    int abort_status;             /* a hook (or a log write error) ended the job with this status, -1 if not */
+    bool write_failed;            /* res->write_error was acted on */
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
 

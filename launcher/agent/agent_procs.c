@@ -301,6 +301,8 @@ int dt_agent__signal_leftovers(struct dt_agent *a, int sig)
     return n;
 }
 
+static void log_failed(struct dt_agent *a, int rank, bool is_err, int e);
+
 void dt_agent__close_attempt(struct dt_agent *a)
 {
     for (int i = 0; i < a->nproc; i++) {
@@ -315,14 +317,15 @@ void dt_agent__close_attempt(struct dt_agent *a)
         p->pid = 0;
         p->running = false;
     }
+    /* close(2) reports what a network file system could not write back. */
     for (int i = 0; i < a->nranks; i++)
         for (int k = 0; k < 2; k++) {
-            if (a->sinks[i].log_fd[k] >= 0)
-                close(a->sinks[i].log_fd[k]);
+            if (a->sinks[i].log_fd[k] >= 0 && close(a->sinks[i].log_fd[k]) != 0 && errno != EINTR)
+                log_failed(a, a->sinks[i].rank, k == 1, errno);
             a->sinks[i].log_fd[k] = -1;
         }
-    if (a->own_log >= 0)
-        close(a->own_log);
+    if (a->own_log >= 0 && close(a->own_log) != 0 && errno != EINTR)
+        log_failed(a, -1, false, errno);
     a->own_log = -1;
 }
 
@@ -424,14 +427,32 @@ static void console_write(struct dt_agent *a, int fd, const char *buf, size_t le
     }
 }
 
-static void log_write(int *fd, const char *buf, size_t len)
+/* A log that cannot be written (a full disk, a quota, RLIMIT_FSIZE) would
+ * leave the run's record cut short without a word: the first such error is
+ * kept in res->write_error, naming the file and the reason, and the
+ * supervise loop fails the job with it.  The console still gets the output. */
+static void log_failed(struct dt_agent *a, int rank, bool is_err, int e)
+{
+    if (a->res->write_error[0])
+        return;
+    char name[96];
+    if (rank >= 0)
+        snprintf(name, sizeof name, "rank_%d.%s", rank, is_err ? "err" : "out");
+    else
+        snprintf(name, sizeof name, "%s", a->group->log_name);
+    snprintf(a->res->write_error, sizeof a->res->write_error, "cannot write the log file %s/attempt_%d/%s: %s",
+             a->cfg->run_dir, a->attempt, name, e ? strerror(e) : "nothing was written");
+}
+
+/* rank -1: a group's own log. */
+static void log_write(struct dt_agent *a, int *fd, int rank, bool is_err, const char *buf, size_t len)
 {
     while (len > 0 && *fd >= 0) {
         ssize_t w = write(*fd, buf, len);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            /* A full disk must not stop the job; the console still has the output. */
+            log_failed(a, rank, is_err, w < 0 ? errno : 0);
             close(*fd);
             *fd = -1;
             return;
@@ -478,15 +499,15 @@ static void from_group(struct dt_agent *a, const char *line, size_t len, bool co
     int r = g->route(g->ctx, line, len, &text, &n, &is_err);
     if (r >= 0 && r < a->nranks) {
         struct dt_agent__sink *k = &a->sinks[r];
-        log_write(&k->log_fd[is_err], text, n);
+        log_write(a, &k->log_fd[is_err], k->rank, is_err, text, n);
         if (complete)
-            log_write(&k->log_fd[is_err], "\n", 1);
+            log_write(a, &k->log_fd[is_err], k->rank, is_err, "\n", 1);
         to_console(a, k, is_err, text, n, complete);
         return;
     }
     memcpy(a->scratch, line, len);
     a->scratch[len] = '\n';
-    log_write(&a->own_log, a->scratch, len + 1);
+    log_write(a, &a->own_log, -1, false, a->scratch, len + 1);
     console_write(a, a->err_fd, a->scratch, len + 1);
 }
 
@@ -517,7 +538,7 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
         return 0;
     }
     if (!a->group)
-        log_write(&a->sinks[p->index].log_fd[s->is_err], a->readbuf, (size_t)n);
+        log_write(a, &a->sinks[p->index].log_fd[s->is_err], p->rank, s->is_err, a->readbuf, (size_t)n);
     dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
     return n;
 }

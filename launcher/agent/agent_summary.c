@@ -250,6 +250,11 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
         json_str(f, res->coordinator_lost);
     else
         fputs("null", f);
+    fputs(",\n  \"write_error\": ", f);
+    if (res->write_error[0])
+        json_str(f, res->write_error);
+    else
+        fputs("null", f);
     fputs(",\n", f);
     json_attempts(f, res);
     json_trainer(f, cfg->run_dir);
@@ -364,11 +369,13 @@ static void print_findings(const char *run_dir)
 
 void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
-    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
+    char tmp[32], attempts[48] = "", where[2 * PATH_MAX + 4700];
     if (res->n_attempts > 1)
         snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
     /* Only node 0 writes summary.json (it alone hears every node's ranks). */
-    if (cfg->node_rank == 0)
+    if (res->write_error[0])
+        snprintf(where, sizeof where, "%s; what could be written is in %s", res->write_error, cfg->run_dir);
+    else if (cfg->node_rank == 0)
         snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
     else
         snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);

@@ -315,6 +315,21 @@ static void watchdog(struct dt_agent *a)
     }
 }
 
+/* A log file could not be written (agent_procs.c kept why in res->write_error):
+ * the run's record is cut short, so the job fails now, no restart, rather than
+ * run on and end with "succeeded" over incomplete logs. */
+static void log_trouble(struct dt_agent *a)
+{
+    if (!a->res->write_error[0] || a->write_failed)
+        return;
+    a->write_failed = true;
+    dt_log_error("%s; stopping the job: its logs would be incomplete", a->res->write_error);
+    if (a->abort_status < 0)
+        a->abort_status = 1;
+    if (!a->stopping && a->running > 0)
+        start_stopping(a, SIGTERM);
+}
+
 /* --- the poll loop ------------------------------------------------------- */
 
 /* Reaps every child that has exited: ranks and orphans alike.  Returns true
@@ -441,6 +456,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
                 continue;
             dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
         }
+        log_trouble(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         watchdog(a);
@@ -621,6 +637,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
     dt_agent__close_attempt(a);
+    log_trouble(a); /* what closing the logs reported */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
         rc = collect_group(a, dir);

@@ -62,3 +62,44 @@ mkfifo "$T/fifo"
 expect_status 2 "a FIFO as the token file is refused at once, not waited on" \
   timeout 10 "$DTRAIN" coordinator --port 0 --token-file "$T/fifo"
 contains "$T/last.err" "is not a regular file" "it says why"
+
+# --- a log directory that fills up fails the job, naming the file ---------------------
+# A 256 KiB tmpfs in a mount namespace of its own (root, as here and in CI); without
+# the rights to make one, RLIMIT_FSIZE stands in (the agent gets EFBIG, not SIGXFSZ).
+cat >"$T/full.yaml" <<EOF
+name: full
+scheduler: local
+nproc_per_node: 2
+log_dir: $T/small
+command: [sh, -c, 'yes 0123456789012345678901234567890123456789 | head -n 50000; sleep 30']
+EOF
+cat >"$T/fill.yaml" <<EOF
+name: fill
+scheduler: local
+nproc_per_node: 1
+log_dir: $T/small
+command: [sh, -c, 'echo hello; cat /dev/zero >"\$DTRAIN_RUN_DIR/filler" 2>/dev/null; exit 0']
+EOF
+mkdir -p "$T/small"
+in_small() {  # in_small COMMAND...: runs it with $T/small a 256 KiB file system
+  if unshare -m true 2>/dev/null; then
+    unshare -m sh -c 'mount -t tmpfs -o size=256k tmpfs "$0" && exec "$@"' "$T/small" "$@"
+  else
+    sh -c 'ulimit -f 256 && exec "$@"' sh "$@"
+  fi
+}
+start=$(date +%s)
+in_small "$DTRAIN" launch "$T/full.yaml" >"$T/full.out" 2>"$T/full.err"
+st=$?
+check "a rank log that cannot be written fails the job (exit $st)" test "$st" = 1
+check "and stops it at once, not after the ranks' sleep 30 ($(( $(date +%s) - start )) s)" test $(( $(date +%s) - start )) -lt 20
+contains "$T/full.err" "cannot write the log file $T/small/full-[^/]+/attempt_0/rank_[01]\.out: (No space left on device|File too large); stopping the job" \
+  "the error names the log file and the reason"
+check "it does not say succeeded" bash -c "! grep -q succeeded '$T/full.err'"
+contains "$T/full.err" "job full failed with exit status 1 .*cannot write the log file" "the closing line says why the job failed"
+
+in_small "$DTRAIN" launch "$T/fill.yaml" >"$T/fill.out" 2>"$T/fill.err"
+st=$?
+check "a summary.json that cannot be written fails a job whose ranks succeeded (exit $st)" test "$st" = 1
+contains "$T/fill.err" "cannot write $T/small/fill-[^/]+/summary\.json" "the error names summary.json"
+check "it does not say succeeded" bash -c "! grep -q succeeded '$T/fill.err'"
