@@ -15,6 +15,7 @@
 #include "base/lines.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -88,6 +89,7 @@ struct dt_agent {
     double next_hook_poll;        /* when cfg->hooks->poll runs next */
     int abort_status;             /* a hook (or a log write error) ended the job with this status, -1 if not */
     bool write_failed;            /* res->write_error was acted on */
+    struct sigaction saved_xfsz;  /* SIGXFSZ as found; the agent ignores it while it runs */
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
 

@@ -94,7 +94,7 @@ static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent
      * dispositions survive exec, and a handler must not run here at all. */
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
-    static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1};
+    static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGXFSZ};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &dfl, NULL);
     setrlimit(RLIMIT_NOFILE, &a->nofile);

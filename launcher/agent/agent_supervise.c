@@ -62,11 +62,16 @@
  * a check and the wait. */
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
 
-static int install_signals(struct dt_proc_signals *sv)
+static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
 {
     int rc = dt_proc_signals_catch(caught, (int)(sizeof caught / sizeof *caught), sv);
     if (rc < 0)
         return dt_error_prefix("the agent's signals");
+    /* A log past RLIMIT_FSIZE must be an error the agent reports (EFBIG),
+     * not SIGXFSZ killing it; ranks get the default back (child_exec). */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, &a->saved_xfsz);
     /* Orphans of the job (a rank's `cmd &` after the rank exits) become our
      * children instead of init's, so they can be found and stopped. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -756,7 +761,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
     struct dt_proc_signals sv;
     if (rc == 0)
-        rc = install_signals(&sv);
+        rc = install_signals(&a, &sv);
     if (rc < 0) {
         dt_agent__free(&a);
         res->status = DT_AGENT_FAILED;
@@ -777,6 +782,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
     }
     dt_proc_signals_release(&sv);
+    sigaction(SIGXFSZ, &a.saved_xfsz, NULL);
     dt_agent__free(&a);
     return rc;
 }
