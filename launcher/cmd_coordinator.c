@@ -33,8 +33,8 @@ static void usage(FILE *out)
             "                   others can read is refused)\n"
             "  --auth none      accept clients without a token (PyTorch scripts cannot present one)\n\n"
             "Without --token-file the token is read from DTRAIN_JOB_TOKEN or the file\n"
-            "DTRAIN_JOB_TOKEN_FILE names.  It is never taken\n"
-            "on the command line, where other users could read it.\n");
+            "DTRAIN_JOB_TOKEN_FILE names.  It is never taken on the command line, where\n"
+            "other users could read it.\n");
 }
 
 struct args {
@@ -86,8 +86,8 @@ static int run(int argc, char **argv)
     char token[DT_TOKEN_LEN + 1] = "";
     bool found = true;
     /* The one reader agents use too: a file others can read is refused. */
-    if (!a.auth_none && (a.token_file ? dt_token_from_file(a.token_file, token)
-                                      : dt_token_from_env(token, &found)) < 0) {
+    if (!a.auth_none &&
+        (a.token_file ? dt_token_from_file(a.token_file, token) : dt_token_from_env(token, &found)) < 0) {
         fprintf(stderr, "dtrain coordinator: %s\n", dt_error_last());
         return 2;
     }

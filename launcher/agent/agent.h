@@ -7,8 +7,9 @@
  * their output line by line to the console (prefixed "[rank N]") and in full
  * to per-rank log files, stops the whole group when one rank fails, restarts
  * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
- * leaves no process of the job behind (a session per rank, PR_SET_PDEATHSIG, and
- * the agent as child subreaper).  Everything runs in one poll loop on the
+ * leaves no process of the job behind, even when it is killed with SIGKILL (a
+ * session per rank, and between the agent and each rank a guard process that
+ * reaps what the rank leaves and outlives the agent to kill it all).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *
  * One process may also stand for every rank (mpirun with backend: mpi, an
@@ -21,7 +22,8 @@
  *
  * Files: agent_node.c (one node's run, the refusal watch), agent_supervise.c
  * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
- * agent_procs.c (spawning, signalling, output), agent_watchdog.c (hangs,
+ * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
+ * between the agent and each rank), agent_watchdog.c (hangs,
  * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
  * relay), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c

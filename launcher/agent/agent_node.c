@@ -268,7 +268,8 @@ static int group_command(const struct dt_adapter_group *g, struct dt_agent_confi
 
 /* summary.json is the run's record: when it cannot be written (a full
  * disk), the run is not reported as a success. */
-static void write_summary(const struct node *nd, const struct dt_agent_config *cfg, struct dt_agent_result *res)
+static void write_summary(const struct node *nd, const struct dt_agent_config *cfg,
+                          struct dt_agent_result *res)
 {
     char summary[PATH_MAX + 16];
     snprintf(summary, sizeof summary, "%s/summary.json", nd->run_dir);

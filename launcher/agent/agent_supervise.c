@@ -337,8 +337,19 @@ static void log_trouble(struct dt_agent *a)
 
 /* --- the poll loop ------------------------------------------------------- */
 
-/* Reaps every child that has exited: ranks and orphans alike.  Returns true
- * while the agent still has children. */
+/* A rank's wait status from its guard, when it has come. */
+static void rank_status(struct dt_agent *a, int i)
+{
+    int st;
+    if (a->procs[i].running && dt_agent__guard_status(&a->procs[i], &st) == 1)
+        on_proc_exit(a, i, st);
+}
+
+/* Reaps every child that has exited: guards (which outlive their rank
+ * while it left something behind) and orphans alike.  A guard that is gone
+ * without a word for its rank was killed itself; its rank died with it
+ * (PR_SET_PDEATHSIG), and the guard's status stands for the rank's.
+ * Returns true while the agent still has children. */
 static bool reap(struct dt_agent *a)
 {
     for (;;) {
@@ -348,9 +359,15 @@ static bool reap(struct dt_agent *a)
             return true;
         if (pid < 0)
             return errno == EINTR ? true : false;
-        for (int i = 0; i < a->nproc; i++)
-            if (a->procs[i].running && a->procs[i].pid == pid)
+        for (int i = 0; i < a->nproc; i++) {
+            struct dt_agent__proc *p = &a->procs[i];
+            if (p->guard != pid)
+                continue;
+            p->guard = 0;
+            rank_status(a, i);
+            if (p->running)
                 on_proc_exit(a, i, st);
+        }
     }
 }
 
@@ -383,12 +400,19 @@ static bool handle_signals(struct dt_agent *a, int fd)
     return reap(a);
 }
 
+/* The poll set: the signal pipe first, then each rank's guard status pipe
+ * (its stream NULL) and output pipes. */
 static int open_streams(struct dt_agent *a, int sig_fd)
 {
     int n = 0;
     a->pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     a->pfd_stream[n++] = NULL;
     for (int i = 0; i < a->nproc; i++) {
+        if (a->procs[i].status_fd >= 0 && a->procs[i].running) {
+            a->pfds[n] = (struct pollfd){.fd = a->procs[i].status_fd, .events = POLLIN};
+            a->pfd_proc[n] = &a->procs[i];
+            a->pfd_stream[n++] = NULL;
+        }
         struct dt_agent__stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
         for (int k = 0; k < 2; k++) {
             if (ss[k]->fd < 0)
@@ -459,7 +483,10 @@ static void supervise(struct dt_agent *a, int sig_fd)
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
-            dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            if (a->pfd_stream[k])
+                dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            else
+                rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
         log_trouble(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);

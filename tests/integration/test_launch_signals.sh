@@ -78,8 +78,7 @@ wait "$pid"
 contains "$T/twice.err" "killing every process of the job now" "Ctrl-C twice: the launcher says it kills now"
 
 # The launcher killed outright (SIGKILL cannot be caught): PR_SET_PDEATHSIG still
-# takes the ranks down; what they started outside their own life is out of reach
-# of a dead launcher, so only the ranks are checked here.
+# takes the ranks down ...
 m="kill9-$$-$RANDOM"
 cat >"$T/kill9.yaml" <<EOF
 name: kill9
@@ -94,6 +93,52 @@ pid=$!
 check "SIGKILL to the launcher: ranks are running" wait_for 2 "$m"
 kill -KILL "$pid"
 check "SIGKILL to the launcher: the ranks die with it (PR_SET_PDEATHSIG)" gone_within 5 "$m"
+wait "$pid" 2>/dev/null
+
+# ... and what they started too, which the dead launcher cannot stop: each rank's
+# guard (launcher/agent/agent_guard.c) outlives it and kills it all.  A rank starts
+# `sleep 9001 &` (its group), a process in a session of its own, a double fork
+# whose middle process is gone (an orphan at once), and one that ignores SIGTERM;
+# each writes its pid, and /proc says whether any is left, and whether the
+# launcher's own children (the guards) are gone too.
+m="kill9b-$$-$RANDOM"
+cat >"$T/rank9.sh" <<'EOF'
+out=$PIDS.$RANK
+sleep 9001 & echo $! >>"$out"
+setsid bash -c 'echo $$ >>"$1"; exec sleep 9002' _ "$out" &
+( bash -c 'echo $$ >>"$1"; exec sleep 9003' _ "$out" & )
+bash -c 'trap "" TERM; echo $$ >>"$1"; while :; do sleep 1; done' _ "$out" &
+echo $$ >>"$out"
+wait
+EOF
+cat >"$T/kill9b.yaml" <<EOF
+name: kill9b
+scheduler: local
+nproc_per_node: 2
+log_dir: $T/runs
+env: {DTRAIN_TEST_MARKER: "$m", PIDS: "$T/pids"}
+command: [bash, $T/rank9.sh]
+EOF
+"$DTRAIN" launch "$T/kill9b.yaml" >"$T/kill9b.out" 2>"$T/kill9b.err" &
+pid=$!
+ready() { [ "$(cat "$T"/pids.0 "$T"/pids.1 2>/dev/null | wc -l)" -ge 10 ]; }
+for _ in $(seq 100); do ready && break; sleep 0.05; done
+check "SIGKILL to the launcher: the ranks and what they started are running (10 pids)" ready
+guards=$(cat /proc/"$pid"/task/*/children 2>/dev/null)
+check "the launcher's children are the ranks' guards ($(echo $guards | wc -w))" test "$(echo $guards | wc -w)" = 2
+tracked=$(cat "$T"/pids.0 "$T"/pids.1 2>/dev/null)
+kill -KILL "$pid"
+alive() { for p in $tracked $guards; do [ -d /proc/"$p" ] && [ "$(cut -d' ' -f3 /proc/"$p"/stat 2>/dev/null)" != Z ] && echo "$p"; done; }
+gone() {
+  local deadline=$(( $(date +%s%N) + $1 * 1000000000 ))
+  while [ "$(date +%s%N)" -lt "$deadline" ]; do
+    [ -z "$(alive)" ] && [ -z "$(marker_pids "$m")" ] && return 0
+    sleep 0.05
+  done
+  echo "    left behind:"; for p in $(alive) $(marker_pids "$m"); do echo "    $p $(tr '\0' ' ' </proc/$p/cmdline)"; done
+  return 1
+}
+check "SIGKILL to the launcher: nothing of the job is left within 5 s (children, sessions, orphans, guards)" gone 5
 wait "$pid" 2>/dev/null
 
 # A rank that exits 0 and leaves a child running: the launcher stops it and says so.
