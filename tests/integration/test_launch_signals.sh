@@ -1,8 +1,10 @@
 # test_launch_signals.sh - SIGINT (Ctrl-C) and SIGTERM to `dtrain launch` are
 # passed on to the ranks and, within 5 s, no process of the job is left:
 # ranks, their children in the rank's process group, children that moved to
-# a session of their own, and processes the ranks left behind when they exited.
+# a session of their own, and processes the ranks left behind when they exited;
+# also when the launcher is killed with SIGKILL (the ranks' guards clean up).
 # Each job carries a unique marker in its environment; /proc tells what is left.
+# Last, grace_period: the default 30 s, the spec's, and --grace-period over it.
 . "$(dirname "$0")/lib.sh"
 
 marker_pids() { grep -lsa "DTRAIN_TEST_MARKER=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3; }
@@ -154,3 +156,28 @@ EOF
 expect_status 0 "ranks that exit 0 leaving children behind: success" "$DTRAIN" launch "$T/left.yaml"
 check "what they left behind is gone" gone_within 1 "$m"
 contains "$T/last.err" "the ranks left 4 processes running; stopping them" "the launcher says it stopped leftovers"
+
+# --- grace_period: the time a rank has between SIGTERM and SIGKILL --------------------
+# Rank 1 fails at once; rank 0's SIGTERM handler takes 4 s to save its state.  With the
+# default grace period (30 s, torchrun's) it finishes; with `grace_period: 1s` it is
+# killed; --grace-period on the command line overrides the spec.
+cat >"$T/save.sh" <<'EOF'
+if [ "$RANK" = 1 ]; then sleep 0.5; exit 3; fi
+trap 'sleep 4; echo saved >"$SAVED"; exit 0' TERM
+while :; do sleep 0.1; done
+EOF
+grace_job() { # NAME [grace_period line]
+  { echo "name: $1"; echo "scheduler: local"; echo "nproc_per_node: 2"; echo "log_dir: $T/runs"
+    echo "env: {SAVED: $T/$1.saved}"; echo "command: [bash, $T/save.sh]"; [ -n "${2:-}" ] && echo "$2"; } >"$T/$1.yaml"
+}
+rank0() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['attempts'][0]['ranks'][0]; print(r['exit_code'], r['signal'])" "$(ls "$T"/runs/"$1"-*/summary.json)"; }
+grace_job gdefault
+expect_status 3 "a rank whose SIGTERM handler saves for 4 s, default grace period" "$DTRAIN" launch "$T/gdefault.yaml"
+check "with the default grace period (30 s) it saves and exits 0" test -f "$T/gdefault.saved" -a "$(rank0 gdefault)" = "0 None"
+contains "$T/last.err" "SIGKILL after 30 s" "the launcher says the grace period is 30 s"
+grace_job gshort "grace_period: 1s"
+expect_status 3 "the same with grace_period: 1s" "$DTRAIN" launch "$T/gshort.yaml"
+check "grace_period: 1s kills it before it has saved" test ! -f "$T/gshort.saved" -a "$(rank0 gshort)" = "None SIGKILL"
+contains "$T/last.err" "SIGKILL after 1 s" "the launcher says the spec's grace period"
+expect_status 3 "--grace-period 6 over the spec's 1s" "$DTRAIN" launch --grace-period 6 "$T/gshort.yaml"
+check "--grace-period overrides grace_period: it saves" test -f "$T/gshort.saved"
