@@ -23,6 +23,7 @@
 
 #include "base/error.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const own_env[] = {"DTRAIN_JOB_TOKEN_FILE", DT_K8S_UID_ENV, "DTRAIN_COMM_HOST",
@@ -275,6 +276,12 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
     fputs("subdomain: ", out);
     dt_k8s_str(out, job->name);
     fputc('\n', out);
+    /* A deleted pod's agent gets SIGTERM and must have the job's grace period
+     * to stop its ranks, then time to write summary.json, before the kubelet's
+     * SIGKILL (30 s by default, as long as the grace period alone). */
+    dt_k8s_indent(out, ind);
+    fprintf(out, "terminationGracePeriodSeconds: %lld\n",
+            (long long)ceil(job->grace_period_s) + DT_K8S_STOP_SLACK_S);
     const char *opt[][2] = {{"serviceAccountName", k->service_account}, {"priorityClassName", k->priority_class}};
     for (int i = 0; i < 2; i++) {
         if (!opt[i][1])

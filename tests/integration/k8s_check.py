@@ -50,6 +50,9 @@ def check_policy(spec, job):
 def check_pod(spec, k, pod):
     c = pod["containers"][0]
     expect(pod["restartPolicy"] == "Never" and pod["subdomain"] == spec["name"], "restartPolicy/subdomain")
+    grace = pod.get("terminationGracePeriodSeconds")  # the spec's grace_period (30s) and 15 s more
+    expect(grace == 45 if "grace_period" not in spec else isinstance(grace, int) and grace > 15,
+           f"terminationGracePeriodSeconds {grace}")
     expect(c["command"] == ["dtrain", "agent", "/etc/dtrain/job.yaml"], f"command {c['command']}")
     expect(c["image"] == k["image"], f"image {c['image']!r}")
     env = {e["name"]: e for e in c["env"]}
