@@ -37,7 +37,9 @@
  * life, and it keeps no descriptor of the agent's: the coordinator's sockets
  * held open here would keep connections alive after the coordinator closed
  * them.  It blocks every signal and takes SIGCHLD and SIGUSR2 with
- * sigwaitinfo; a terminal's Ctrl-C cannot reach it (its own session).
+ * sigwaitinfo; a terminal's Ctrl-C cannot reach it (its own session).  As
+ * a fork that never execs, it shares the agent's pages as they were when it
+ * started: about 0.4 MiB of its own (Pss) each, measured on a 4-rank job.
  *
  * Not for the agent's side of the status pipe (agent_procs.c spawns and
  * reads, agent_supervise.c reaps), nor for policy: the guard decides nothing
@@ -294,6 +296,7 @@ _Noreturn void dt_agent__guard_run(const struct dt_agent *a, const struct dt_age
         _exit(1);
     setsid();
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_NAME, "dtrain-guard"); /* what ps -e and top show; its command line is the agent's */
     if (take_fds(a->null_fd, out_w, err_w, status_w) < 0)
         _exit(127);
     pid_t self = getpid(), rank = fork();
