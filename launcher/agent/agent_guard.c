@@ -195,12 +195,16 @@ static int stat_ids(const char *name, pid_t ids[3])
 }
 
 /* SIGKILL to the rank's session and group and to every child of the guard
- * (what the rank's death re-parented here) with its group. */
-static void kill_job(pid_t rank)
+ * (what the rank's death re-parented here) with its group.  Once the rank is
+ * reaped its pid may be another process's: only members of its group and
+ * session found in /proc are signalled then (they keep the number taken). */
+static void kill_job(pid_t rank, bool rank_done)
 {
     pid_t self = getpid();
-    kill(-rank, SIGKILL);
-    kill(rank, SIGKILL);
+    if (!rank_done) {
+        kill(-rank, SIGKILL);
+        kill(rank, SIGKILL);
+    }
     int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0)
         return;
@@ -245,37 +249,41 @@ static bool reap(pid_t rank, bool *rank_done)
     }
 }
 
-/* The agent is gone: nothing of the job may outlive it. */
-static _Noreturn void sweep(const struct dt_agent *a, pid_t rank, bool rank_done)
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Waits at most s seconds for a SIGCHLD. */
+static void wait_child(double s)
 {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    sigtimedwait(&chld, NULL, &t);
+}
+
+/* The agent is gone: nothing of the job may outlive it. */
+static _Noreturn void sweep(const struct dt_agent *a, pid_t rank, bool rank_done)
+{
     if (a->group && !rank_done) {
         kill(rank, SIGTERM);
-        struct timespec grace = {(time_t)a->grace_s, (long)((a->grace_s - (double)(time_t)a->grace_s) * 1e9)};
-        struct timespec t0, now;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        while (!rank_done && reap(rank, &rank_done)) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            double left = a->grace_s - ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9);
-            if (left <= 0)
-                break;
-            grace.tv_sec = (time_t)left;
-            grace.tv_nsec = (long)((left - (double)grace.tv_sec) * 1e9);
-            sigtimedwait(&chld, NULL, &grace);
-        }
+        double end = mono_s() + a->grace_s, left;
+        while (!rank_done && reap(rank, &rank_done) && (left = end - mono_s()) > 0)
+            wait_child(left);
     }
-    long pause_ns = 1000000; /* 1 ms, doubling to 1 s: a process stuck in D state may take long */
+    double pause = 0.001; /* doubling to 1 s: a process stuck in D state may take long */
     for (;;) {
-        kill_job(rank);
+        kill_job(rank, rank_done);
         if (!reap(rank, &rank_done))
             _exit(0);
-        struct timespec t = {pause_ns / 1000000000L, pause_ns % 1000000000L};
-        sigtimedwait(&chld, NULL, &t);
+        wait_child(pause);
         if (!reap(rank, &rank_done))
             _exit(0);
-        pause_ns = pause_ns < 500000000L ? pause_ns * 2 : 1000000000L;
+        pause = pause < 0.5 ? pause * 2 : 1.0;
     }
 }
 
