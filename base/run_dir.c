@@ -53,7 +53,7 @@ int dt_run_dir_create(const char *log_dir, const char *name, char *run_id, size_
             rc = dt_run_dir_path(log_dir, name, run_id, path, path_size);
         if (rc < 0)
             return rc;
-        if (mkdir(path, 0755) == 0)
+        if (mkdir(path, DT_RUN_DIR_MODE) == 0)
             return 0;
         if (errno != EEXIST)
             return dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
@@ -66,7 +66,7 @@ int dt_run_dir_open(const char *log_dir, const char *name, const char *run_id, c
     int rc = dt_fs_mkdir_p(log_dir, 0755, "log directory");
     if (rc == 0)
         rc = dt_run_dir_path(log_dir, name, run_id, path, path_size);
-    if (rc == 0 && mkdir(path, 0755) != 0 && errno != EEXIST)
+    if (rc == 0 && mkdir(path, DT_RUN_DIR_MODE) != 0 && errno != EEXIST)
         rc = dt_error_set_errno(DT_EIO, errno, "cannot create the run directory %s", path);
     return rc;
 }

@@ -7,6 +7,11 @@
  * and adapters that must say where it will be (Slurm, mpirun's agents), name
  * it by the same rule.
  *
+ * A run directory is private to its user: made DT_RUN_DIR_MODE (0700), and
+ * the files dtrain creates in it DT_RUN_DIR_FILE_MODE (0600), since whatever
+ * a rank prints (paths, data, a token it echoes) lands there.  To share a
+ * run, chmod it afterwards.
+ *
  * Not for what goes inside (the agent writes attempt_<k>/ and summary.json).
  */
 #ifndef DT_RUN_DIR_H
@@ -15,6 +20,8 @@
 #include <stddef.h>
 
 #define DT_RUN_ID_MAX 32
+#define DT_RUN_DIR_MODE 0700      /* the run directory and its attempt_<k>/ */
+#define DT_RUN_DIR_FILE_MODE 0600 /* logs, reports, summary.json */
 
 /* Makes a fresh run id into out (at least DT_RUN_ID_MAX bytes). */
 int dt_run_dir_make_id(char *out, size_t size);

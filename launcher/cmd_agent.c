@@ -56,11 +56,11 @@ static void usage(FILE *out)
             "  --run-id ID             the same on every node (default: node 0 makes one)\n"
             "  --log-dir DIR           where run directories go (default: the spec's log_dir)\n"
             "  --ranks LIST            show stdout only of these global ranks\n"
-            "  --grace-period SECS     between SIGTERM and SIGKILL when stopping ranks (default %g)\n"
+            "  --grace-period SECS     between SIGTERM and SIGKILL when stopping ranks (default:\n"
+            "                          the spec's grace_period, 30s)\n"
             "  --quiet, --verbose      less or more of dtrain's own messages\n\n"
             "The job token (rendezvous.auth: token) comes from DTRAIN_JOB_TOKEN, or from the file\n"
-            "named by DTRAIN_JOB_TOKEN_FILE; it must be the same on every node.\n",
-            DT_ARGS_GRACE_DEFAULT_S);
+            "named by DTRAIN_JOB_TOKEN_FILE; it must be the same on every node.\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "spec/token.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,26 +29,12 @@ static void usage(FILE *out)
             "barriers, heartbeats) until SIGINT or SIGTERM.\n\n"
             "  --port P         port to listen on (0: any free port; the line printed says which)\n"
             "  --host H         address to listen on (default 0.0.0.0)\n"
-            "  --token-file F   read the 64-hex-char job token from F\n"
+            "  --token-file F   read the 64-hex-char job token from F (mode 600: a file\n"
+            "                   others can read is refused)\n"
             "  --auth none      accept clients without a token (PyTorch scripts cannot present one)\n\n"
-            "Without --token-file the token is read from DTRAIN_JOB_TOKEN.  It is never taken\n"
-            "on the command line, where other users could read it.\n");
-}
-
-static int read_token_file(const char *path, char out[65])
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "%s", path);
-    char line[256] = "";
-    if (!fgets(line, sizeof line, f))
-        line[0] = 0;
-    fclose(f);
-    line[strcspn(line, "\r\n")] = 0;
-    if (strlen(line) != 64)
-        return dt_error_set(DT_EINVAL, "%s: expected the 64-hex-char job token on the first line", path);
-    memcpy(out, line, 65);
-    return 0;
+            "Without --token-file the token is read from DTRAIN_JOB_TOKEN or the file\n"
+            "DTRAIN_JOB_TOKEN_FILE names.  It is never taken on the command line, where\n"
+            "other users could read it.\n");
 }
 
 struct args {
@@ -96,19 +83,18 @@ static int run(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
-    char token[65] = "";
-    if (!a.auth_none) {
-        const char *env = getenv("DTRAIN_JOB_TOKEN");
-        if (a.token_file) {
-            if (read_token_file(a.token_file, token) != 0)
-                goto fail;
-        } else if (env && *env) {
-            snprintf(token, sizeof token, "%s", env);
-        } else {
-            fprintf(stderr, "dtrain coordinator: no job token: set DTRAIN_JOB_TOKEN, pass --token-file, "
-                            "or run with --auth none\n");
-            return 2;
-        }
+    char token[DT_TOKEN_LEN + 1] = "";
+    bool found = true;
+    /* The one reader agents use too: a file others can read is refused. */
+    if (!a.auth_none &&
+        (a.token_file ? dt_token_from_file(a.token_file, token) : dt_token_from_env(token, &found)) < 0) {
+        fprintf(stderr, "dtrain coordinator: %s\n", dt_error_last());
+        return 2;
+    }
+    if (!found) {
+        fprintf(stderr, "dtrain coordinator: no job token: set DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE, pass "
+                        "--token-file, or run with --auth none\n");
+        return 2;
     }
     /* Blocked before the loop thread starts, so it inherits the mask and
      * only sigwait() below sees them. */

@@ -48,15 +48,15 @@ static void usage(FILE *out)
             "  --ranks LIST          show stdout only of these ranks, e.g. 0 or 0,2-3 (stderr of\n"
             "                        every rank is always shown)\n"
             "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
-            "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default %g)\n"
+            "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default:\n"
+            "                        the spec's grace_period, 30s)\n"
             "  --trace[=STEPS]       trainer jobs without a trace: window: a Chrome trace per rank of\n"
             "                        these steps (default 10-20), see docs/observability.md\n"
             "  --quiet               only dtrain's warnings and errors (rank output still shows)\n"
             "  --verbose             also dtrain's debug messages\n"
             "  -h, --help            show this help\n\n"
             "Ctrl-C (SIGINT) or SIGTERM stops every process of the job within the grace period;\n"
-            "a second Ctrl-C kills them at once.  See docs/launch.md for the rank environment.\n",
-            DT_ARGS_GRACE_DEFAULT_S);
+            "a second Ctrl-C kills them at once.  See docs/launch.md for the rank environment.\n");
 }
 
 static int parse_args(int argc, char **argv, struct launch_opts *o)

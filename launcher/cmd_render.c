@@ -3,7 +3,8 @@
  * Hands the loaded job to the scheduler adapter's render (an sbatch script,
  * Kubernetes manifests, an mpirun line) and writes it to stdout or -o FILE,
  * so a user can read, keep or edit exactly what `dtrain launch` would
- * submit.  A scheduler with no adapter built in, or one with nothing to
+ * submit.  FILE is private to the user (0600): Kubernetes manifests carry
+ * the job token.  A scheduler with no adapter built in, or one with nothing to
  * render (local), is a clear error with exit status 2.
  *
  * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
@@ -15,8 +16,11 @@
 #include "base/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *out)
 {
@@ -28,13 +32,31 @@ static void usage(FILE *out)
             "  -o, --output FILE   write to FILE instead of stdout\n");
 }
 
-static int render_to(const struct dt_adapter *ad, const struct dt_job *job, const char *path, const char *out)
+/* -o FILE is written 0600 (made so when it was there with another mode):
+ * Kubernetes manifests hold the job's token in their Secret, and anyone who
+ * reads it can use the job's coordinator.  Never through a symbolic link. */
+static FILE *open_private(const char *out)
 {
-    FILE *f = out ? fopen(out, "w") : stdout;
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0) {
+        dt_error_set_errno(DT_EIO, errno, "cannot write %s", out);
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "w");
     if (!f) {
         dt_error_set_errno(DT_EIO, errno, "cannot write %s", out);
-        return -1;
+        close(fd);
     }
+    return f;
+}
+
+static int render_to(const struct dt_adapter *ad, const struct dt_job *job, const char *path, const char *out)
+{
+    FILE *f = out ? open_private(out) : stdout;
+    if (!f)
+        return -1;
     int rc = ad->render(job, path, f);
     if (out && fclose(f) != 0 && rc == 0)
         rc = dt_error_set_errno(DT_EIO, errno, "writing %s", out);

@@ -99,7 +99,7 @@ struct dt_adapter_host {
 struct dt_adapter_launch {
     const char *log_dir;     /* --log-dir, or NULL for the spec's */
     const char *ranks;       /* --ranks: stdout of these ranks only, or NULL */
-    double grace_s;          /* --grace-period, <= 0 for the default */
+    double grace_s;          /* --grace-period, <= 0 for the spec's grace_period */
     double start_mono;       /* when the launcher started (CLOCK_MONOTONIC seconds) */
     const char *dtrain_path; /* this binary, as the nodes should run it */
     /* Runs node 0 of the job in this process with the options above: the job

@@ -201,6 +201,8 @@ static const struct dt_spec_key top_keys[] = {
     DT_KEY("env", DT_KT_STRMAP, struct dt_job, env, DT_COUNT(struct dt_job, n_env), .flags = DT_KF_ENVNAME),
     DT_KEY("max_restarts", DT_KT_INT, struct dt_job, max_restarts, .lo = 0, .hi = 10000,
            .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("grace_period", DT_KT_DURATION, struct dt_job, grace_period_s, .lo = 0, .hi = 3600,
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
     DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
     DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section),
@@ -298,6 +300,7 @@ static const char *const reserved[] = {
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
     "DTRAIN_COORD_ADDR",
     "DTRAIN_JOB_TOKEN",
     "DTRAIN_RUN_DIR",
@@ -373,6 +376,7 @@ static void job_defaults(struct dt_job *job)
     job->nproc_per_node = 1;
     job->backend = DT_BACKEND_AUTO;
     job->max_restarts = 0;
+    job->grace_period_s = DT_JOB_GRACE_DEFAULT_S;
     job->rendezvous.port = 0;
     job->rendezvous.timeout_s = 60;
     job->rendezvous.heartbeat_timeout_s = 30;

@@ -22,6 +22,9 @@ enum dt_scheduler { DT_SCHED_LOCAL, DT_SCHED_SLURM, DT_SCHED_KUBERNETES, DT_SCHE
 enum dt_backend { DT_BACKEND_AUTO, DT_BACKEND_TCP, DT_BACKEND_SHM, DT_BACKEND_NCCL, DT_BACKEND_MPI };
 enum dt_auth { DT_AUTH_TOKEN, DT_AUTH_NONE };
 
+/* grace_period when the spec leaves it out: torchrun's shutdown timeout. */
+#define DT_JOB_GRACE_DEFAULT_S 30.0
+
 /* nproc_per_node: "gpu" means one rank per visible GPU, resolved by the agent. */
 #define DT_NPROC_GPU (-1)
 
@@ -138,6 +141,9 @@ struct dt_job {
     struct dt_env_entry *env;        /* extra environment for every rank, in file order */
     int n_env;
     int max_restarts; /* restarts of the whole group after a failure, >= 0 */
+    /* Seconds from SIGTERM to SIGKILL when the ranks are stopped, default
+     * DT_JOB_GRACE_DEFAULT_S (torchrun's 30 s); --grace-period overrides it. */
+    double grace_period_s;
     struct dt_rendezvous_spec rendezvous;
     char *log_dir; /* default "runs" */
     struct dt_restart_policy restart_policy;

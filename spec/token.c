@@ -1,15 +1,22 @@
-/* token.c - making, checking and reading the job token (token.h). */
+/* token.c - making, checking and reading the job token (token.h).
+ *
+ * Not for passing it on (the agent puts it in the ranks' environment, the
+ * adapters in a Secret or sbatch's environment).
+ */
 #include "spec/token.h"
 
 #include "base/error.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int dt_token_make(char out[DT_TOKEN_LEN + 1])
 {
@@ -46,31 +53,65 @@ int dt_token_check(const char *t, const char *where)
     return 0;
 }
 
+/* The file's first line into line; the checks of dt_token_from_file first.
+ * O_NONBLOCK: a FIFO under that name must not block the open. */
+static int read_first_line(const char *path, char *line, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "cannot read the job token file %s", path);
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = dt_error_set(DT_EINVAL, "the job token file %s is not a regular file", path);
+    else if (st.st_mode & (S_IRGRP | S_IROTH))
+        rc = dt_error_set(DT_EINVAL,
+                          "the job token file %s can be read by %s (mode %04o): anyone who reads it can "
+                          "use the job's coordinator; run `chmod 600 %s` (or 400)",
+                          path, st.st_mode & S_IROTH ? "every user" : "its group",
+                          (unsigned)(st.st_mode & 07777), path);
+    ssize_t n = 0;
+    if (rc == 0) {
+        do
+            n = read(fd, line, size - 1);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+            rc = dt_error_set_errno(DT_EIO, errno, "cannot read the job token file %s", path);
+    }
+    close(fd);
+    line[n > 0 ? n : 0] = 0;
+    line[strcspn(line, "\r\n")] = 0;
+    return rc;
+}
+
+int dt_token_from_file(const char *path, char out[DT_TOKEN_LEN + 1])
+{
+    char line[256];
+    out[0] = 0;
+    int rc = read_first_line(path, line, sizeof line);
+    if (rc == 0)
+        rc = dt_token_check(line, path);
+    if (rc == 0)
+        memcpy(out, line, DT_TOKEN_LEN + 1);
+    memset(line, 0, sizeof line);
+    return rc;
+}
+
 int dt_token_from_env(char out[DT_TOKEN_LEN + 1], bool *found)
 {
     out[0] = 0;
     *found = false;
     const char *env = getenv("DTRAIN_JOB_TOKEN"), *file = getenv("DTRAIN_JOB_TOKEN_FILE");
-    char line[256] = "";
-    const char *where = "DTRAIN_JOB_TOKEN";
     if (env && *env) {
-        snprintf(line, sizeof line, "%s", env);
-    } else if (file && *file) {
-        FILE *f = fopen(file, "r");
-        if (!f)
-            return dt_error_set_errno(DT_EIO, errno, "DTRAIN_JOB_TOKEN_FILE=%s", file);
-        if (!fgets(line, sizeof line, f))
-            line[0] = 0;
-        fclose(f);
-        line[strcspn(line, "\r\n")] = 0;
-        where = file;
-    } else {
-        return 0;
+        *found = true;
+        int rc = dt_token_check(env, "DTRAIN_JOB_TOKEN");
+        if (rc == 0)
+            snprintf(out, DT_TOKEN_LEN + 1, "%s", env);
+        return rc;
     }
+    if (!file || !*file)
+        return 0;
     *found = true;
-    int rc = dt_token_check(line, where);
-    if (rc == 0)
-        memcpy(out, line, DT_TOKEN_LEN + 1);
-    memset(line, 0, sizeof line);
-    return rc;
+    int rc = dt_token_from_file(file, out);
+    return rc < 0 ? dt_error_prefix("DTRAIN_JOB_TOKEN_FILE") : 0;
 }

@@ -23,9 +23,15 @@ int dt_token_make(char out[DT_TOKEN_LEN + 1]);
  * naming `where` it came from ("DTRAIN_JOB_TOKEN", a file path, ...). */
 int dt_token_check(const char *t, const char *where);
 
-/* The token an agent was given: DTRAIN_JOB_TOKEN, else the first line of the
- * file DTRAIN_JOB_TOKEN_FILE names, checked.  *found is false (and out "")
- * when neither variable is set; that is not an error here. */
+/* The token in the first line of the file at `path`, checked.  The file
+ * must be a regular file that neither group nor others may read (a token
+ * anyone can read protects nothing): otherwise DT_EINVAL with a sentence
+ * saying to run chmod 600 on it. */
+int dt_token_from_file(const char *path, char out[DT_TOKEN_LEN + 1]);
+
+/* The token an agent was given: DTRAIN_JOB_TOKEN, else the file
+ * DTRAIN_JOB_TOKEN_FILE names (read by dt_token_from_file).  *found is false
+ * (and out "") when neither variable is set; that is not an error here. */
 int dt_token_from_env(char out[DT_TOKEN_LEN + 1], bool *found);
 
 #endif

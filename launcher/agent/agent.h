@@ -7,8 +7,9 @@
  * their output line by line to the console (prefixed "[rank N]") and in full
  * to per-rank log files, stops the whole group when one rank fails, restarts
  * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
- * leaves no process of the job behind (a session per rank, PR_SET_PDEATHSIG, and
- * the agent as child subreaper).  Everything runs in one poll loop on the
+ * leaves no process of the job behind, even when it is killed with SIGKILL (a
+ * session per rank, and between the agent and each rank a guard process that
+ * reaps what the rank leaves and outlives the agent to kill it all).  Everything runs in one poll loop on the
  * calling thread: no thread per rank.
  *
  * One process may also stand for every rank (mpirun with backend: mpi, an
@@ -21,7 +22,8 @@
  *
  * Files: agent_node.c (one node's run, the refusal watch), agent_supervise.c
  * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
- * agent_procs.c (spawning, signalling, output), agent_watchdog.c (hangs,
+ * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
+ * between the agent and each rank), agent_watchdog.c (hangs,
  * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
  * relay), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c
@@ -77,6 +79,7 @@ struct dt_agent_hooks {
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
 #define DT_AGENT_TAIL_WIDTH 512 /* longer lines are cut in the summary (not in the logs) */
+#define DT_AGENT_TRACEBACK_LINES 20 /* lines of an error report's traceback kept: its end */
 /* SIGUSR1 to the agent (a scheduler's time limit is near) is passed on to the
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
@@ -99,7 +102,7 @@ struct dt_agent_config {
     const char *master_addr; /* the coordinator, as ranks reach it */
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
-    double grace_s;                      /* SIGTERM to SIGKILL; <= 0 means DT_ARGS_GRACE_DEFAULT_S */
+    double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
@@ -160,6 +163,8 @@ struct dt_agent_failure {
     char tail[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH]; /* its last stderr lines, oldest first */
     char error_file[4352];    /* TORCHELASTIC_ERROR_FILE of that rank, "" if it wrote none */
     char error_message[1024]; /* the "message" in that file, "" if none */
+    char error_traceback[4096]; /* the end of its traceback (py_callstack), whole lines, "" if none */
+    int traceback_left_out;     /* lines of the traceback before what error_traceback keeps */
     int oom_killer;           /* killed by SIGKILL: 1 if the memory cgroup counted OOM kills during
                                  the attempt, 0 if not; -1 otherwise or when it cannot tell */
     bool hung;                /* the watchdog declared it hung and killed it */
@@ -183,6 +188,8 @@ struct dt_agent_result {
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
     char coordinator_lost[512]; /* why the agent gave up on an unreachable coordinator, "" if it did not */
+    char write_error[4608];     /* the first file of the run directory that could not be written (a
+                                   log, summary.json) and why; "" if none.  It fails the job. */
     double wall_s;
     double started_unix; /* wall-clock time at the start, for the summary */
 };
@@ -212,7 +219,8 @@ struct dt_agent_node {
     const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
     const char *log_dir;    /* NULL: the spec's */
     const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
-    double grace_s, start_mono;
+    double grace_s;         /* --grace-period; <= 0: the job's grace_period */
+    double start_mono;
     const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
 };
@@ -268,6 +276,15 @@ void dt_agent_env_free(char **env);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
 
+/* PyTorch prefixes a rank's lines itself once its default process group is
+ * up: "[rank3]: " before each line of an uncaught exception (the excepthook
+ * of distributed_c10d.py's init_process_group), "[rank3]:" before c10's and
+ * torch._logging's lines ("[rank3]:[W1204 ...] Warning: ...").  The console
+ * shows "[rank 3] " already, so the length of such a prefix at the start of
+ * `line`, the space after it included, is returned to be dropped there, when
+ * it names `rank`; otherwise 0.  Log files keep the bytes as written. */
+size_t dt_agent_torch_prefix(int rank, const char *line, size_t len);
+
 /* The last DT_AGENT_TAIL_LINES lines of a stream, each cut to DT_AGENT_TAIL_WIDTH. */
 struct dt_agent_tail {
     char lines[DT_AGENT_TAIL_LINES][DT_AGENT_TAIL_WIDTH];
@@ -284,7 +301,14 @@ int dt_agent_tail_copy(const struct dt_agent_tail *t, char out[][DT_AGENT_TAIL_W
  * or {"message": "..."}); returns -1 and leaves out empty if none, or if the
  * report is no JSON. */
 int dt_agent_error_message(const char *text, size_t len, char *out, size_t size);
-int dt_agent_error_file_message(const char *path, char *out, size_t size);
+/* The end of the report's traceback (@record's message.extraInfo.py_callstack):
+ * its last DT_AGENT_TRACEBACK_LINES lines that fit in out, whole; returns how
+ * many lines before them were left out, or -1 (out empty) when there is none. */
+int dt_agent_error_traceback(const char *text, size_t len, char *out, size_t size);
+/* Both from the file at `path` into ff's error_message, error_traceback and
+ * traceback_left_out (a path that is not a regular file is not read);
+ * returns 0 when it holds a message. */
+int dt_agent_error_file_read(const char *path, struct dt_agent_failure *ff);
 
 /* --- the OOM killer (agent_watchdog.c) ----------------------------------- */
 

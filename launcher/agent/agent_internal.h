@@ -2,7 +2,7 @@
  *
  * agent_supervise.c runs the poll loop and the failure policy on struct
  * dt_agent; agent_procs.c starts its processes, signals them and moves their
- * output; agent_watchdog.c looks at them from outside; agent_rounds.c keeps a
+ * output; agent_guard.c is what runs between the agent and each rank; agent_watchdog.c looks at them from outside; agent_rounds.c keeps a
  * node in step with the others; agent_plan.c, agent_summary.c and
  * agent_node.c do what comes before and after.  Names carry dt_agent__.
  * Nothing outside launcher/agent_*.c includes this.
@@ -15,6 +15,7 @@
 #include "base/lines.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -37,7 +38,9 @@ struct dt_agent__sink {
  * attempt's ranks), or a group's one process (index -1, rank -1). */
 struct dt_agent__proc {
     int index, rank;
-    pid_t pid; /* 0 before spawn */
+    pid_t pid;     /* the rank's (or the group's process's); 0 before spawn */
+    pid_t guard;   /* its guard (agent_guard.c), the agent's child; 0 once reaped */
+    int status_fd; /* the guard's status pipe: the rank's wait status; -1 when closed */
     bool running;
     struct dt_agent__stream out, err;
     char **env;
@@ -86,7 +89,9 @@ struct dt_agent {
     double next_watch;            /* when the watchdog looks next; 0: it is off */
     double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
     double next_hook_poll;        /* when cfg->hooks->poll runs next */
-    int abort_status;             /* a hook ended the job with this status, -1 if not */
+    int abort_status;             /* a hook (or a log write error) ended the job with this status, -1 if not */
+    bool write_failed;            /* res->write_error was acted on */
+    struct sigaction saved_xfsz;  /* SIGXFSZ as found; the agent ignores it while it runs */
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
 
@@ -99,20 +104,34 @@ void dt_agent__free(struct dt_agent *a);
 /* Opens a rank's attempt_<k>/rank_<n>.{out,err} (appending after a mark
  * when a rerun finds them) and resets its console state and tail. */
 int dt_agent__open_logs(struct dt_agent__sink *k, const char *attempt_dir);
-/* Forks p running cfg->argv with p->env, its stdout and stderr on pipes. */
+/* Forks p's guard, which forks p running cfg->argv with p->env, its stdout
+ * and stderr on pipes; p->pid is the rank's, p->guard the guard's. */
 int dt_agent__spawn(struct dt_agent *a, struct dt_agent__proc *p);
+/* Reads the rank's wait status from its guard's status pipe: 1 with
+ * *wstatus set, 0 when none is there (yet, or any more). */
+int dt_agent__guard_status(struct dt_agent__proc *p, int *wstatus);
 /* Sends sig to every rank's process group (the ranks and what they
  * started); a group's process gets one SIGTERM for any stop, and SIGKILL
  * to its process group. */
 void dt_agent__signal_groups(struct dt_agent *a, int sig);
-/* Sends sig to the agent's children that are not ranks (orphans re-parented to
- * the agent as subreaper) and to their process groups; returns how many. */
+/* Sends sig to what the ranks left behind (orphans re-parented to their
+ * guards, or to the agent as subreaper: children that are neither ranks nor
+ * guards) and to their process groups; returns how many. */
 int dt_agent__signal_leftovers(struct dt_agent *a, int sig);
 /* Closes every pipe and log file of the attempt and forgets the pids. */
 void dt_agent__close_attempt(struct dt_agent *a);
 /* Reads what a stream has, writes it to the log files and the console; at end
  * of file closes the pipe.  Returns bytes read, 0 at end of file. */
 ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s);
+
+/* --- agent_guard.c ------------------------------------------------------- */
+
+/* The guard's whole life, in the child the agent forked with every signal
+ * blocked (agent_guard.c): forks the rank with out_w and err_w as its stdout
+ * and stderr, reports its pid and wait status on status_w, reaps what it
+ * leaves, and kills all of it when the agent dies. */
+_Noreturn void dt_agent__guard_run(const struct dt_agent *a, const struct dt_agent__proc *p, pid_t agent,
+                                   int out_w, int err_w, int status_w);
 
 /* --- agent_watchdog.c ---------------------------------------------------- */
 

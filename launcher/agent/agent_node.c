@@ -106,7 +106,7 @@ static int join_round(struct node *nd)
                                             .coord_port = n->coord_port,
                                             .token = nd->token[0] ? nd->token : NULL,
                                             .timeout_s = timeout,
-                                            .grace_s = n->grace_s > 0 ? n->grace_s : DT_ARGS_GRACE_DEFAULT_S,
+                                            .grace_s = n->grace_s > 0 ? n->grace_s : job->grace_period_s,
                                             .coord = nd->coord};
     int rc = dt_agent__round_open(&rc_cfg, &nd->round);
     if (rc == 0)
@@ -266,6 +266,24 @@ static int group_command(const struct dt_adapter_group *g, struct dt_agent_confi
     return rc;
 }
 
+/* summary.json is the run's record: when it cannot be written (a full
+ * disk), the run is not reported as a success. */
+static void write_summary(const struct node *nd, const struct dt_agent_config *cfg,
+                          struct dt_agent_result *res)
+{
+    char summary[PATH_MAX + 16];
+    snprintf(summary, sizeof summary, "%s/summary.json", nd->run_dir);
+    if (dt_agent__write_summary(cfg, res, summary) == 0)
+        return;
+    dt_log_error("cannot write %s: %s", summary, dt_error_last());
+    if (!res->write_error[0])
+        snprintf(res->write_error, sizeof res->write_error, "cannot write %s", summary);
+    if (res->exit_status == 0) {
+        res->status = DT_AGENT_FAILED;
+        res->exit_status = 1;
+    }
+}
+
 static int run(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
@@ -316,12 +334,8 @@ static int run(struct node *nd)
         dt_log_error("%s", dt_error_last());
     if (nd->round)
         dt_agent__round_finish(nd->round, &res);
-    if (n->node_rank == 0) {
-        char summary[PATH_MAX + 16];
-        snprintf(summary, sizeof summary, "%s/summary.json", nd->run_dir);
-        if (dt_agent__write_summary(&cfg, &res, summary) < 0)
-            dt_log_error("%s", dt_error_last());
-    }
+    if (n->node_rank == 0)
+        write_summary(nd, &cfg, &res);
     dt_agent__print_outcome(&cfg, &res);
     int status = res.exit_status;
     dt_agent_result_free(&res);

@@ -187,6 +187,10 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
     add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
     add(b, "TORCHELASTIC_ERROR_FILE=%s", error_file);
+    /* torchrun's --signals-to-handle default, which it always exports: the
+     * signals the agent passes on to the ranks (dtrain also passes SIGUSR1,
+     * a Slurm time limit, which torchrun does not). */
+    add(b, "TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT");
 }
 
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
@@ -210,11 +214,14 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     const struct dt_job *job = cfg->job;
     struct env_builder b = {0};
     bool omp_set = spec_entry(job, "OMP_NUM_THREADS") != NULL;
+    bool nccl_set = spec_entry(job, "TORCH_NCCL_ASYNC_ERROR_HANDLING") != NULL;
     for (char *const *e = base; e && *e; e++) {
         if (entry_reserved(*e) || spec_overrides(job, *e))
             continue;
         if (entry_is(*e, "OMP_NUM_THREADS"))
             omp_set = true;
+        if (entry_is(*e, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+            nccl_set = true;
         if (entry_is(*e, "PYTHONUNBUFFERED"))
             continue;
         add(&b, "%s", *e);
@@ -231,6 +238,11 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
      * and a crash loses its last output. */
     if (!spec_entry(job, "PYTHONUNBUFFERED"))
         add(&b, "PYTHONUNBUFFERED=1");
+    /* As torchrun (local_elastic_agent.py): unless set, a failed or timed-out
+     * NCCL collective aborts the communicator and ends the rank, so the agent
+     * sees the failure and restarts the group instead of waiting on a hang. */
+    if (!nccl_set)
+        add(&b, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
 
     int rank = cfg->node_rank * cfg->nproc + local_rank;
     char error_file[4200];

@@ -1,6 +1,6 @@
 /* agent_procs.c - the agent's processes and their output: starting a rank
- * (or a group's one process), signalling what the ranks started, and moving
- * their output from pipes to log files and the console.
+ * (or a group's one process) through its guard, signalling what the ranks
+ * started, and moving their output from pipes to log files and the console.
  *
  * Each rank runs in a session and process group of its own, so one
  * kill(-pgid) reaches the rank and everything it started that stayed in its
@@ -9,9 +9,10 @@
  * autogroup scheduling each session gets a fair share of the CPU, and ranks
  * crowded into the launcher's one session were measured 2.5x slower to import
  * torch on a busy machine.  Whatever leaves its group and outlives its parent
- * is re-parented to the agent, which is a child subreaper, and found through
- * /proc.  PR_SET_PDEATHSIG covers the last case: the agent itself killed with
- * SIGKILL.
+ * is re-parented to the rank's guard (agent_guard.c; or to the agent, a
+ * child subreaper too, once the guard is gone) and found through /proc.  The
+ * guard covers the last case, the agent itself killed with SIGKILL: it
+ * outlives the agent and kills everything of its rank.
  *
  * Output.  Log files get the bytes exactly as the rank wrote them.  The
  * console gets whole lines, each prefixed "[rank N]" and written with one
@@ -29,6 +30,8 @@
 #include "launcher/agent/agent_internal.h"
 #include "base/error.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
+#include "spec/jobspec.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -42,72 +45,10 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* --- starting and signalling --------------------------------------------- */
-
-/* Only async-signal-safe calls from here on: the launcher has a coordinator
- * thread, and a forked child of a threaded process may hold copies of its
- * locks (malloc's, stdio's) in a locked state. */
-static void put(const char *s)
-{
-    ssize_t w = write(STDERR_FILENO, s, strlen(s));
-    (void)w;
-}
-
-static const char *errno_text(int e)
-{
-    switch (e) {
-    case ENOENT:
-        return "no such file (is it on PATH?)";
-    case EACCES:
-        return "permission denied (is it executable?)";
-    case ENOEXEC:
-        return "not an executable format";
-    case ENOMEM:
-        return "out of memory";
-    case E2BIG:
-        return "argument list too long";
-    default:
-        return "exec failed";
-    }
-}
-
-static _Noreturn void child_exec(const struct dt_agent *a, const struct dt_agent__proc *p, pid_t parent,
-                                 int out_w, int err_w)
-{
-    /* The kernel sends the signal when the thread that forked us dies; that
-     * is the agent's main thread, which lives as long as the agent.  If the
-     * agent died before this line, the signal will never come: check by hand.
-     * A group's process gets SIGTERM: it stops the ranks it started, on other
-     * hosts too, which SIGKILL would leave running. */
-    prctl(PR_SET_PDEATHSIG, a->group ? SIGTERM : SIGKILL);
-    if (getppid() != parent)
-        _exit(1);
-    setsid();
-    if (dup2(a->null_fd, STDIN_FILENO) < 0 || dup2(out_w, STDOUT_FILENO) < 0 ||
-        dup2(err_w, STDERR_FILENO) < 0)
-        _exit(127);
-    /* The agent ignores SIGPIPE and handles the job's signals: ignored
-     * dispositions survive exec, and a handler must not run here at all. */
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigemptyset(&dfl.sa_mask);
-    static const int sigs[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        sigaction(sigs[i], &dfl, NULL);
-    setrlimit(RLIMIT_NOFILE, &a->nofile);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execvpe(a->cfg->argv[0], (char *const *)a->cfg->argv, p->env);
-    int e = errno;
-    put("dtrain: cannot run '");
-    put(a->cfg->argv[0]);
-    put("': ");
-    put(errno_text(e));
-    put("\n");
-    _exit(127);
-}
 
 /* A run directory is used again by a requeued Slurm job (its run id is the
  * job id) or a repeated --run-id: the log is appended to, after a line that
@@ -116,7 +57,7 @@ static int open_log(const char *dir, int rank, const char *ext)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     struct stat st;
@@ -149,7 +90,7 @@ static int pipe_error(const struct dt_agent *a, const struct dt_agent__proc *p, 
         return dt_error_set_errno(DT_EIO, e,
                                   "cannot create a pipe for %s (%d ranks need about %d file "
                                   "descriptors: raise `ulimit -n`)",
-                                  what, a->nranks, a->nranks * 4 + 64);
+                                  what, a->nranks, a->nranks * 5 + 64);
     return dt_error_set_errno(DT_EIO, e, "cannot create a pipe for %s", what);
 }
 
@@ -175,46 +116,96 @@ static void stream_reset(struct dt_agent__stream *s, int fd)
     s->lb.len = 0;
 }
 
+static void close_pair(const int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* The guard writes the rank's pid first (agent_guard.c); nothing means it
+ * could not start the rank, and it has exited. */
+static pid_t read_rank_pid(int fd)
+{
+    pid_t rank = 0;
+    ssize_t n;
+    do
+        n = read(fd, &rank, sizeof rank);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof rank && rank > 0 ? rank : -1;
+}
+
 int dt_agent__spawn(struct dt_agent *a, struct dt_agent__proc *p)
 {
     /* O_CLOEXEC: a rank must not inherit the write end of another rank's
      * pipe, or that pipe would never reach end of file. */
-    int po[2], pe[2];
-    if (pipe2(po, O_CLOEXEC) != 0)
-        return pipe_error(a, p, errno);
-    if (pipe2(pe, O_CLOEXEC) != 0) {
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, ps[2] = {-1, -1}; /* stdout, stderr, the guard's status */
+    if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(ps, O_CLOEXEC) != 0) {
         int e = errno;
-        close(po[0]);
-        close(po[1]);
+        close_pair(po);
+        close_pair(pe);
         return pipe_error(a, p, e);
     }
-    /* Until the child has reset the agent's handlers, a signal for it (the
+    /* Until the rank has reset the agent's handlers, a signal for it (the
      * group's SIGTERM) would run the agent's handler in the child and write
      * into the agent's own signal pipe: keep everything blocked across fork;
-     * the child unblocks after the reset and then gets what is pending. */
+     * the guard keeps it so, the rank unblocks after the reset and then gets
+     * what is pending. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0)
-        child_exec(a, p, parent, po[1], pe[1]);
+    pid_t guard = fork();
+    if (guard == 0)
+        dt_agent__guard_run(a, p, parent, po[1], pe[1], ps[1]);
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(po[1]);
     close(pe[1]);
-    if (pid < 0) {
+    close(ps[1]);
+    char tmp[32];
+    pid_t rank = guard > 0 ? read_rank_pid(ps[0]) : -1;
+    if (rank < 0) {
         close(po[0]);
         close(pe[0]);
-        char tmp[32];
-        return dt_error_set_errno(DT_EIO, fork_errno, "cannot start %s", proc_name(a, p, tmp, sizeof tmp));
+        close(ps[0]);
+        if (guard < 0)
+            return dt_error_set_errno(DT_EIO, fork_errno, "cannot start %s",
+                                      proc_name(a, p, tmp, sizeof tmp));
+        while (waitpid(guard, NULL, 0) < 0 && errno == EINTR) {
+        }
+        return dt_error_set(DT_EIO, "cannot start %s: its guard process could not fork it",
+                            proc_name(a, p, tmp, sizeof tmp));
     }
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
+    fcntl(ps[0], F_SETFL, O_NONBLOCK);
     stream_reset(&p->out, po[0]);
     stream_reset(&p->err, pe[0]);
-    p->pid = pid;
+    p->status_fd = ps[0];
+    p->guard = guard;
+    p->pid = rank;
     p->running = true;
+    return 0;
+}
+
+int dt_agent__guard_status(struct dt_agent__proc *p, int *wstatus)
+{
+    if (p->status_fd < 0)
+        return 0;
+    int st;
+    ssize_t n;
+    do
+        n = read(p->status_fd, &st, sizeof st);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof st) {
+        *wstatus = st;
+        return 1;
+    }
+    if (n < 0 && errno == EAGAIN)
+        return 0;
+    close(p->status_fd); /* end of file: the guard is gone */
+    p->status_fd = -1;
     return 0;
 }
 
@@ -256,10 +247,24 @@ void dt_agent__signal_groups(struct dt_agent *a, int sig)
     }
 }
 
-static bool is_rank(const struct dt_agent *a, pid_t pid)
+/* A running rank or a guard: not something the ranks left behind. */
+static bool is_ours(const struct dt_agent *a, pid_t pid)
 {
     for (int i = 0; i < a->nproc; i++)
-        if (a->procs[i].running && a->procs[i].pid == pid)
+        if ((a->procs[i].running && a->procs[i].pid == pid) ||
+            (a->procs[i].guard > 0 && a->procs[i].guard == pid))
+            return true;
+    return false;
+}
+
+/* What a rank leaves is re-parented to its guard (or to the agent, the
+ * subreaper above, once the guard is gone). */
+static bool adopted(const struct dt_agent *a, pid_t ppid)
+{
+    if (ppid == getpid())
+        return true;
+    for (int i = 0; i < a->nproc; i++)
+        if (a->procs[i].guard > 0 && a->procs[i].guard == ppid)
             return true;
     return false;
 }
@@ -274,16 +279,15 @@ int dt_agent__signal_leftovers(struct dt_agent *a, int sig)
     enum { MAX_FOUND = 512 }; /* more are caught by the next sweep */
     pid_t found[MAX_FOUND], groups[MAX_FOUND];
     int n = 0;
-    pid_t self = getpid();
     struct dirent *de;
     while (n < MAX_FOUND && (de = readdir(d)) != NULL) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
         struct dt_proc_stat ps;
-        if (dt_proc_stat_read(de->d_name, &ps) != 0 || ps.ppid != self || ps.state == 'Z')
+        if (dt_proc_stat_read(de->d_name, &ps) != 0 || !adopted(a, ps.ppid) || ps.state == 'Z')
             continue;
         pid_t pid = (pid_t)atoi(de->d_name);
-        if (is_rank(a, pid))
+        if (is_ours(a, pid))
             continue;
         found[n] = pid;
         groups[n++] = ps.pgrp;
@@ -299,6 +303,8 @@ int dt_agent__signal_leftovers(struct dt_agent *a, int sig)
     return n;
 }
 
+static void log_failed(struct dt_agent *a, int rank, bool is_err, int e);
+
 void dt_agent__close_attempt(struct dt_agent *a)
 {
     for (int i = 0; i < a->nproc; i++) {
@@ -309,18 +315,22 @@ void dt_agent__close_attempt(struct dt_agent *a)
                 close(ss[k]->fd);
             ss[k]->fd = -1;
         }
+        if (p->status_fd >= 0)
+            close(p->status_fd);
+        p->status_fd = -1;
         /* No process of the group is left, so the number may be reused: forget it. */
-        p->pid = 0;
+        p->pid = p->guard = 0;
         p->running = false;
     }
+    /* close(2) reports what a network file system could not write back. */
     for (int i = 0; i < a->nranks; i++)
         for (int k = 0; k < 2; k++) {
-            if (a->sinks[i].log_fd[k] >= 0)
-                close(a->sinks[i].log_fd[k]);
+            if (a->sinks[i].log_fd[k] >= 0 && close(a->sinks[i].log_fd[k]) != 0 && errno != EINTR)
+                log_failed(a, a->sinks[i].rank, k == 1, errno);
             a->sinks[i].log_fd[k] = -1;
         }
-    if (a->own_log >= 0)
-        close(a->own_log);
+    if (a->own_log >= 0 && close(a->own_log) != 0 && errno != EINTR)
+        log_failed(a, -1, false, errno);
     a->own_log = -1;
 }
 
@@ -347,6 +357,20 @@ size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len)
     o += len;
     out[o++] = '\n';
     return o;
+}
+
+size_t dt_agent_torch_prefix(int rank, const char *line, size_t len)
+{
+    size_t i = 5;
+    if (rank < 0 || len < 8 || memcmp(line, "[rank", 5) != 0 || !isdigit((unsigned char)line[5]))
+        return 0;
+    long v = 0;
+    while (i < len && i < 16 && isdigit((unsigned char)line[i]))
+        v = v * 10 + (line[i++] - '0');
+    if (v != rank || i + 1 >= len || line[i] != ']' || line[i + 1] != ':')
+        return 0;
+    i += 2;
+    return i < len && line[i] == ' ' ? i + 1 : i;
 }
 
 void dt_agent_tail_push(struct dt_agent_tail *t, const char *line, size_t len, bool complete)
@@ -408,14 +432,33 @@ static void console_write(struct dt_agent *a, int fd, const char *buf, size_t le
     }
 }
 
-static void log_write(int *fd, const char *buf, size_t len)
+/* A log that cannot be written (a full disk, a quota, RLIMIT_FSIZE) would
+ * leave the run's record cut short without a word: the first such error is
+ * kept in res->write_error, naming the file and the reason, and the
+ * supervise loop fails the job with it.  The console still gets the output. */
+static void log_failed(struct dt_agent *a, int rank, bool is_err, int e)
+{
+    if (a->res->write_error[0])
+        return;
+    char name[96];
+    if (rank >= 0)
+        snprintf(name, sizeof name, "rank_%d.%s", rank, is_err ? "err" : "out");
+    else
+        snprintf(name, sizeof name, "%s", a->group->log_name);
+    snprintf(a->res->write_error, sizeof a->res->write_error,
+             "cannot write the log file %s/attempt_%d/%s: %s", a->cfg->run_dir, a->attempt, name,
+             e ? strerror(e) : "nothing was written");
+}
+
+/* rank -1: a group's own log. */
+static void log_write(struct dt_agent *a, int *fd, int rank, bool is_err, const char *buf, size_t len)
 {
     while (len > 0 && *fd >= 0) {
         ssize_t w = write(*fd, buf, len);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            /* A full disk must not stop the job; the console still has the output. */
+            log_failed(a, rank, is_err, w < 0 ? errno : 0);
             close(*fd);
             *fd = -1;
             return;
@@ -437,6 +480,11 @@ static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err
             dt_agent_tail_push(&k->tail, line, 0, true);
         return;
     }
+    if (!*continuing) { /* a line's start: PyTorch's own "[rankN]:" goes, ours replaces it */
+        size_t own = dt_agent_torch_prefix(k->rank, line, len);
+        line += own;
+        len -= own;
+    }
     *continuing = !complete;
     if (is_err)
         dt_agent_tail_push(&k->tail, line, len, complete);
@@ -457,15 +505,15 @@ static void from_group(struct dt_agent *a, const char *line, size_t len, bool co
     int r = g->route(g->ctx, line, len, &text, &n, &is_err);
     if (r >= 0 && r < a->nranks) {
         struct dt_agent__sink *k = &a->sinks[r];
-        log_write(&k->log_fd[is_err], text, n);
+        log_write(a, &k->log_fd[is_err], k->rank, is_err, text, n);
         if (complete)
-            log_write(&k->log_fd[is_err], "\n", 1);
+            log_write(a, &k->log_fd[is_err], k->rank, is_err, "\n", 1);
         to_console(a, k, is_err, text, n, complete);
         return;
     }
     memcpy(a->scratch, line, len);
     a->scratch[len] = '\n';
-    log_write(&a->own_log, a->scratch, len + 1);
+    log_write(a, &a->own_log, -1, false, a->scratch, len + 1);
     console_write(a, a->err_fd, a->scratch, len + 1);
 }
 
@@ -496,7 +544,7 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
         return 0;
     }
     if (!a->group)
-        log_write(&a->sinks[p->index].log_fd[s->is_err], a->readbuf, (size_t)n);
+        log_write(a, &a->sinks[p->index].log_fd[s->is_err], p->rank, s->is_err, a->readbuf, (size_t)n);
     dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
     return n;
 }
@@ -505,14 +553,14 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
 
 #define READ_CHUNK 65536
 
-/* Two descriptors per process (its pipes) and two per rank (its log files)
- * can pass the usual soft limit of 1024 at a few hundred ranks: raise it for
- * the agent, and hand the ranks the limit they would have had (child_exec
- * restores it). */
+/* Three descriptors per process (its pipes and its guard's status pipe) and
+ * two per rank (its log files) can pass the usual soft limit of 1024 at a few
+ * hundred ranks: raise it for the agent, and hand the ranks the limit they
+ * would have had (agent_guard.c restores it before exec). */
 static void raise_fd_limit(struct dt_agent *a)
 {
     getrlimit(RLIMIT_NOFILE, &a->nofile);
-    rlim_t need = (rlim_t)a->nproc * 2 + (rlim_t)a->nranks * 2 + 64;
+    rlim_t need = (rlim_t)a->nproc * 3 + (rlim_t)a->nranks * 2 + 64;
     if (a->nofile.rlim_cur == RLIM_INFINITY || a->nofile.rlim_cur >= need)
         return;
     struct rlimit raised = a->nofile;
@@ -552,7 +600,7 @@ static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
         struct dt_agent__proc *p = &a->procs[i];
         p->index = a->group ? -1 : i;
         p->rank = a->group ? -1 : a->sinks[i].rank;
-        p->out.fd = p->err.fd = -1;
+        p->out.fd = p->err.fd = p->status_fd = -1;
         p->err.is_err = true;
         int rc = dt_lines_init(&p->out.lb, DT_LINES_MAX);
         if (rc == 0)
@@ -577,13 +625,15 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
     a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
     a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0 ? cfg->grace_s : DT_ARGS_GRACE_DEFAULT_S;
+    a->grace_s = cfg->grace_s > 0               ? cfg->grace_s
+                 : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
+                                                : DT_JOB_GRACE_DEFAULT_S;
     a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
     a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);
-    a->pfds = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfds);
-    a->pfd_stream = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_stream);
-    a->pfd_proc = calloc((size_t)a->nproc * 2 + 1, sizeof *a->pfd_proc);
+    a->pfds = calloc((size_t)a->nproc * 3 + 1, sizeof *a->pfds);
+    a->pfd_stream = calloc((size_t)a->nproc * 3 + 1, sizeof *a->pfd_stream);
+    a->pfd_proc = calloc((size_t)a->nproc * 3 + 1, sizeof *a->pfd_proc);
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
     a->scratch = malloc(DT_LINES_MAX + 64);

@@ -137,6 +137,11 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
         json_str(f, ff->error_message);
     else
         fputs("null", f);
+    fputs(", \"error_traceback\": ", f);
+    if (ff->error_traceback[0])
+        json_str(f, ff->error_traceback);
+    else
+        fputs("null", f);
     fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
     fprintf(f, ", \"final\": %s, \"hang\": ", ff->final ? "true" : "false");
     if (ff->hung) {
@@ -245,6 +250,11 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
         json_str(f, res->coordinator_lost);
     else
         fputs("null", f);
+    fputs(",\n  \"write_error\": ", f);
+    if (res->write_error[0])
+        json_str(f, res->write_error);
+    else
+        fputs("null", f);
     fputs(",\n", f);
     json_attempts(f, res);
     json_trainer(f, cfg->run_dir);
@@ -268,6 +278,17 @@ int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_a
 {
     struct summary_out o = {cfg, res};
     return dt_fs_write_atomic(path, false, write_summary, &o);
+}
+
+/* Each line of text as "  > line", cut to DT_AGENT_TAIL_WIDTH as the stderr tail is. */
+static void print_quoted(int fd, const char *text)
+{
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        int shown = n < DT_AGENT_TAIL_WIDTH ? (int)n : DT_AGENT_TAIL_WIDTH;
+        dprintf(fd, "  > %.*s%s\n", shown, line, (size_t)shown < n ? "..." : "");
+        line += n + (line[n] == '\n');
+    }
 }
 
 void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
@@ -312,11 +333,15 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
         dprintf(fd, "dtrain: rank %d also wrote an error report: %s\n", ff->rank, ff->error_file);
     if (ff->error_message[0]) {
         dprintf(fd, "dtrain: rank %d's error report (%s) says:\n", ff->rank, ff->error_file);
-        for (const char *line = ff->error_message; *line;) {
-            size_t n = strcspn(line, "\n");
-            dprintf(fd, "  > %.*s\n", (int)n, line);
-            line += n + (line[n] == '\n');
-        }
+        print_quoted(fd, ff->error_message);
+    }
+    if (ff->error_traceback[0]) {
+        if (ff->traceback_left_out > 0)
+            dprintf(fd, "dtrain: the end of its traceback (%d earlier line%s in the report):\n",
+                    ff->traceback_left_out, ff->traceback_left_out == 1 ? "" : "s");
+        else
+            dprintf(fd, "dtrain: its traceback:\n");
+        print_quoted(fd, ff->error_traceback);
     }
 }
 
@@ -344,11 +369,13 @@ static void print_findings(const char *run_dir)
 
 void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
 {
-    char tmp[32], attempts[48] = "", where[PATH_MAX + 64];
+    char tmp[32], attempts[48] = "", where[2 * PATH_MAX + 4700];
     if (res->n_attempts > 1)
         snprintf(attempts, sizeof attempts, " (%d attempts)", res->n_attempts);
     /* Only node 0 writes summary.json (it alone hears every node's ranks). */
-    if (cfg->node_rank == 0)
+    if (res->write_error[0])
+        snprintf(where, sizeof where, "%s; what could be written is in %s", res->write_error, cfg->run_dir);
+    else if (cfg->node_rank == 0)
         snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
     else
         snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);

@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
 #include "spec/jobspec.h"
 
 #include <errno.h>
@@ -61,11 +62,16 @@
  * a check and the wait. */
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
 
-static int install_signals(struct dt_proc_signals *sv)
+static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
 {
     int rc = dt_proc_signals_catch(caught, (int)(sizeof caught / sizeof *caught), sv);
     if (rc < 0)
         return dt_error_prefix("the agent's signals");
+    /* A log past RLIMIT_FSIZE must be an error the agent reports (EFBIG),
+     * not SIGXFSZ killing it; ranks get the default back (child_exec). */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, &a->saved_xfsz);
     /* Orphans of the job (a rank's `cmd &` after the rank exits) become our
      * children instead of init's, so they can be found and stopped. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -314,10 +320,36 @@ static void watchdog(struct dt_agent *a)
     }
 }
 
+/* A log file could not be written (agent_procs.c kept why in res->write_error):
+ * the run's record is cut short, so the job fails now, no restart, rather than
+ * run on and end with "succeeded" over incomplete logs. */
+static void log_trouble(struct dt_agent *a)
+{
+    if (!a->res->write_error[0] || a->write_failed)
+        return;
+    a->write_failed = true;
+    dt_log_error("%s; stopping the job: its logs would be incomplete", a->res->write_error);
+    if (a->abort_status < 0)
+        a->abort_status = 1;
+    if (!a->stopping && a->running > 0)
+        start_stopping(a, SIGTERM);
+}
+
 /* --- the poll loop ------------------------------------------------------- */
 
-/* Reaps every child that has exited: ranks and orphans alike.  Returns true
- * while the agent still has children. */
+/* A rank's wait status from its guard, when it has come. */
+static void rank_status(struct dt_agent *a, int i)
+{
+    int st;
+    if (a->procs[i].running && dt_agent__guard_status(&a->procs[i], &st) == 1)
+        on_proc_exit(a, i, st);
+}
+
+/* Reaps every child that has exited: guards (which outlive their rank
+ * while it left something behind) and orphans alike.  A guard that is gone
+ * without a word for its rank was killed itself; its rank died with it
+ * (PR_SET_PDEATHSIG), and the guard's status stands for the rank's.
+ * Returns true while the agent still has children. */
 static bool reap(struct dt_agent *a)
 {
     for (;;) {
@@ -327,9 +359,15 @@ static bool reap(struct dt_agent *a)
             return true;
         if (pid < 0)
             return errno == EINTR ? true : false;
-        for (int i = 0; i < a->nproc; i++)
-            if (a->procs[i].running && a->procs[i].pid == pid)
+        for (int i = 0; i < a->nproc; i++) {
+            struct dt_agent__proc *p = &a->procs[i];
+            if (p->guard != pid)
+                continue;
+            p->guard = 0;
+            rank_status(a, i);
+            if (p->running)
                 on_proc_exit(a, i, st);
+        }
     }
 }
 
@@ -362,12 +400,19 @@ static bool handle_signals(struct dt_agent *a, int fd)
     return reap(a);
 }
 
+/* The poll set: the signal pipe first, then each rank's guard status pipe
+ * (its stream NULL) and output pipes. */
 static int open_streams(struct dt_agent *a, int sig_fd)
 {
     int n = 0;
     a->pfds[n] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     a->pfd_stream[n++] = NULL;
     for (int i = 0; i < a->nproc; i++) {
+        if (a->procs[i].status_fd >= 0 && a->procs[i].running) {
+            a->pfds[n] = (struct pollfd){.fd = a->procs[i].status_fd, .events = POLLIN};
+            a->pfd_proc[n] = &a->procs[i];
+            a->pfd_stream[n++] = NULL;
+        }
         struct dt_agent__stream *ss[2] = {&a->procs[i].out, &a->procs[i].err};
         for (int k = 0; k < 2; k++) {
             if (ss[k]->fd < 0)
@@ -438,8 +483,12 @@ static void supervise(struct dt_agent *a, int sig_fd)
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
-            dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            if (a->pfd_stream[k])
+                dt_agent__pump(a, a->pfd_proc[k], a->pfd_stream[k]);
+            else
+                rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
+        log_trouble(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         watchdog(a);
@@ -488,7 +537,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
         ff->error_file[0] = 0;
-    dt_agent_error_file_message(ff->error_file, ff->error_message, sizeof ff->error_message);
+    dt_agent_error_file_read(ff->error_file, ff);
 }
 
 /* After a group's attempt: how each rank ended, from the group's records,
@@ -575,7 +624,7 @@ static int start_group(struct dt_agent *a, const char *dir)
     struct dt_agent__proc *p = &a->procs[0];
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", dir, a->group->log_name);
-    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    a->own_log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
     if (a->own_log < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     for (int i = 0; i < a->nranks; i++) {
@@ -607,7 +656,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
 {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/attempt_%d", a->cfg->run_dir, a->attempt);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir(dir, DT_RUN_DIR_MODE) != 0 && errno != EEXIST)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
     reset_attempt_state(a);
     int rc = a->group ? start_group(a, dir) : start_ranks(a, dir);
@@ -620,6 +669,7 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
     dt_agent__close_attempt(a);
+    log_trouble(a); /* what closing the logs reported */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
         rc = collect_group(a, dir);
@@ -738,7 +788,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
     res->started_unix = dt_clock_wall_s() - (dt_clock_s() - a.t0);
     struct dt_proc_signals sv;
     if (rc == 0)
-        rc = install_signals(&sv);
+        rc = install_signals(&a, &sv);
     if (rc < 0) {
         dt_agent__free(&a);
         res->status = DT_AGENT_FAILED;
@@ -759,6 +809,7 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
     }
     dt_proc_signals_release(&sv);
+    sigaction(SIGXFSZ, &a.saved_xfsz, NULL);
     dt_agent__free(&a);
     return rc;
 }

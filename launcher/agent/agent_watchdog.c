@@ -45,6 +45,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
 #include "spec/jobspec.h"
 
 #include <ctype.h>
@@ -439,9 +440,12 @@ int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, ch
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/attempt_%d", a->cfg->run_dir, a->attempt);
     snprintf(path, size, "%s/hang_rank_%d.txt", dir, a->procs[hung].rank);
-    FILE *f = fopen(path, "we");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         int rc = dt_error_set_errno(DT_EIO, errno, "cannot write the hang report %s", path);
+        if (fd >= 0)
+            close(fd);
         path[0] = 0;
         return rc;
     }

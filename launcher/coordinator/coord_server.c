@@ -756,9 +756,6 @@ int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)
         return rc;
     }
     c->thread_started = true;
-    if (!c->auth)
-        dt_log_info("coordinator: auth: none - any client that reaches port %d may use the store",
-                    c->port);
     *out = c;
     return 0;
 }

@@ -21,7 +21,7 @@ struct dt_coord;
 struct dt_coord_config {
     const char *bind_host;   /* default "0.0.0.0" */
     int port;                /* 0: the kernel picks one; read it back with dt_coord_port() */
-    const char *token;       /* 64 hex chars; NULL means auth: none (logged at start) */
+    const char *token;       /* 64 hex chars; NULL means auth: none (the host says so, once a job) */
     size_t max_frame_bytes;  /* 0: defaults (coordinator_internal.h, docs/security.md) */
     size_t max_key_bytes;
     size_t max_value_bytes;

@@ -25,6 +25,7 @@
 #define DT_K8S_TOKEN_PATH DT_K8S_SPEC_DIR "/token"
 #define DT_K8S_CONTAINER "agent"
 #define DT_K8S_DEFAULT_PORT 29500
+#define DT_K8S_STOP_SLACK_S 15 /* past grace_period: the agent writes summary.json and leaves */
 /* The Job's UID, passed to the pods through the downward API: the run id
  * every node agrees on, fresh for each Job object. */
 #define DT_K8S_UID_ENV "DTRAIN_JOB_UID"

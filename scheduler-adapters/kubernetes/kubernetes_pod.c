@@ -2,7 +2,9 @@
  *
  * What the pod gives the agent, and why:
  *   /etc/dtrain/job.yaml, /etc/dtrain/token  one projected volume of the
- *       ConfigMap and the Secret (two volumes cannot share a directory);
+ *       ConfigMap and the Secret (two volumes cannot share a directory); the
+ *       token file mode 0400, as the agent requires of a token file (so the
+ *       image must run as root, who owns it, or mount it for its user);
  *   DTRAIN_JOB_TOKEN_FILE  the token's path: tokens never travel in env or argv;
  *   DTRAIN_JOB_UID         the Job's UID (downward API, pod label
  *       batch.kubernetes.io/controller-uid): a run id all pods share and a
@@ -21,6 +23,7 @@
 
 #include "base/error.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const own_env[] = {"DTRAIN_JOB_TOKEN_FILE", DT_K8S_UID_ENV, "DTRAIN_COMM_HOST",
@@ -241,6 +244,11 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
         snprintf(name, sizeof name, "%s-token", job->name);
         dt_k8s_str(out, name);
         fputc('\n', out);
+        /* 0400 (256): the agent refuses a token file its group or others may
+         * read, and Kubernetes makes Secret files 0644 unless told. */
+        dt_k8s_indent(out, ind + 12);
+        fprintf(out, "items:\n%*s- key: token\n%*spath: token\n%*smode: 256\n", ind + 14, "", ind + 16, "",
+                ind + 16, "");
     }
     dt_k8s_indent(out, ind + 2);
     fprintf(out, "- name: dshm\n%*semptyDir:\n%*smedium: Memory\n", ind + 4, "", ind + 6, "");
@@ -268,6 +276,12 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
     fputs("subdomain: ", out);
     dt_k8s_str(out, job->name);
     fputc('\n', out);
+    /* A deleted pod's agent gets SIGTERM and must have the job's grace period
+     * to stop its ranks, then time to write summary.json, before the kubelet's
+     * SIGKILL (30 s by default, as long as the grace period alone). */
+    dt_k8s_indent(out, ind);
+    fprintf(out, "terminationGracePeriodSeconds: %lld\n",
+            (long long)ceil(job->grace_period_s) + DT_K8S_STOP_SLACK_S);
     const char *opt[][2] = {{"serviceAccountName", k->service_account}, {"priorityClassName", k->priority_class}};
     for (int i = 0; i < 2; i++) {
         if (!opt[i][1])

@@ -37,7 +37,6 @@
  */
 #include "scheduler-adapters/mpirun/mpirun_internal.h"
 
-#include "base/args.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fs.h"
@@ -376,13 +375,16 @@ static void on_line(void *ctx, int stream, const char *line, size_t len, bool co
     fflush(err ? stderr : stdout);
 }
 
-/* The launcher's options that the agents apply, after `dtrain agent job.yaml`. */
+/* The launcher's options that the agents apply, after `dtrain agent job.yaml`
+ * (without --grace-period they read grace_period from the spec, as here). */
 static void agent_args(const struct dt_adapter_launch *opts, char grace[32], const char *args[8])
 {
-    snprintf(grace, 32, "%g", opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S);
     int n = 0;
-    args[n++] = "--grace-period";
-    args[n++] = grace;
+    if (opts->grace_s > 0) {
+        snprintf(grace, 32, "%g", opts->grace_s);
+        args[n++] = "--grace-period";
+        args[n++] = grace;
+    }
     if (opts->log_dir) {
         args[n++] = "--log-dir";
         args[n++] = opts->log_dir;
@@ -443,7 +445,7 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
                             .io = {DT_PROC_LINES, DT_PROC_LINES},
                             .on_line = on_line,
                             .ctx = f,
-                            .grace_s = opts->grace_s > 0 ? opts->grace_s : DT_ARGS_GRACE_DEFAULT_S};
+                            .grace_s = opts->grace_s > 0 ? opts->grace_s : job->grace_period_s};
     double start = opts->start_mono;
     rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
     dt_mpirun_line_free(&line);

@@ -50,6 +50,9 @@ def check_policy(spec, job):
 def check_pod(spec, k, pod):
     c = pod["containers"][0]
     expect(pod["restartPolicy"] == "Never" and pod["subdomain"] == spec["name"], "restartPolicy/subdomain")
+    grace = pod.get("terminationGracePeriodSeconds")  # the spec's grace_period (30s) and 15 s more
+    expect(grace == 45 if "grace_period" not in spec else isinstance(grace, int) and grace > 15,
+           f"terminationGracePeriodSeconds {grace}")
     expect(c["command"] == ["dtrain", "agent", "/etc/dtrain/job.yaml"], f"command {c['command']}")
     expect(c["image"] == k["image"], f"image {c['image']!r}")
     env = {e["name"]: e for e in c["env"]}
@@ -71,6 +74,10 @@ def check_pod(spec, k, pod):
     vols = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     expect(vols["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm", "dshm")
+    secrets = [s["secret"] for s in vols["dtrain-job"]["projected"]["sources"] if "secret" in s]
+    if auth == "token":  # the agent refuses a token file its group or others may read
+        items = secrets[0].get("items") if secrets else None
+        expect(items == [{"key": "token", "path": "token", "mode": 0o400}], f"token file mode 0400: {items}")
     for v in k.get("volumes") or []:
         expect(v["name"] in vols and mounts.get(v["name"], {}).get("mountPath") == v["mount_path"],
                f"volume {v['name']}")

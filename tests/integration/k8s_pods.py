@@ -4,7 +4,8 @@
 Each pod gets what the manifest (and the Job controller) would give it, nothing from
 this shell:
   - its files: every projected ConfigMap/Secret key of the volume mounted at a path
-    under DIR/pod-<i>/<mountPath> (e.g. DIR/pod-0/etc/dtrain/job.yaml), and the command's
+    under DIR/pod-<i>/<mountPath> (e.g. DIR/pod-0/etc/dtrain/job.yaml), with the mode the
+    manifest gives it (items[].mode, defaultMode, else Kubernetes' 0644), and the command's
     arguments and env values that name a mounted path rewritten to it;
   - its environment: the container's env (value, or downward-API fieldRef: the Job's
     UID label -> a fixed fake UID, status.podIP -> 127.0.0.1), plus what Kubernetes
@@ -29,18 +30,29 @@ FAKE_UID = "3f2a9c1b-e4d7-4a1e-9c55-0123456789ab"
 FIELDS = {"metadata.labels['batch.kubernetes.io/controller-uid']": FAKE_UID, "status.podIP": "127.0.0.1"}
 
 
+def with_modes(data, src, default_mode):
+    """{path: (text, mode)}: a source's keys as files, with Kubernetes' modes (items[].mode,
+    else defaultMode, else 0644) and items[] choosing keys and paths."""
+    items = src.get("items")
+    if not items:
+        return {k: (v, default_mode) for k, v in data.items()}
+    return {i["path"]: (data[i["key"]], i.get("mode", default_mode)) for i in items}
+
+
 def files_of(docs, volume):
-    """{relative path: text} of a projected or configMap/secret volume."""
+    """{relative path: (text, mode)} of a projected or configMap/secret volume."""
     out = {}
-    sources = volume.get("projected", {}).get("sources") or [volume]
+    projected = volume.get("projected", {})
+    default_mode = projected.get("defaultMode", 0o644)
+    sources = projected.get("sources") or [volume]
     for src in sources:
         if "configMap" in src:
             cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == src["configMap"]["name"])
-            out.update(cm.get("data") or {})
+            out.update(with_modes(cm.get("data") or {}, src["configMap"], default_mode))
         elif "secret" in src:
             name = src["secret"].get("name") or src["secret"].get("secretName")
             sec = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name)
-            out.update(sec.get("stringData") or {})
+            out.update(with_modes(sec.get("stringData") or {}, src["secret"], default_mode))
         elif "emptyDir" in src:
             pass
         else:
@@ -60,9 +72,10 @@ def pod_setup(docs, job, index, root):
             continue
         local = pdir + m["mountPath"]
         os.makedirs(local, exist_ok=True)
-        for rel, text in files_of(docs, v).items():
+        for rel, (text, mode) in files_of(docs, v).items():
             with open(os.path.join(local, rel), "w", encoding="utf-8") as f:
                 f.write(text)
+            os.chmod(os.path.join(local, rel), mode)
         remap[m["mountPath"]] = local
 
     def local_path(s):

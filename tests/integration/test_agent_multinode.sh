@@ -186,6 +186,38 @@ contains "$T/k1.err" "lost the coordinator at 127.0.0.1:$port" "and says it lost
 sleep 0.5
 check "no process of the job is left" test "$(pgrep -fc "sleep $nap")" = 0
 
+# kill -9 of node 1's agent: its ranks' guards kill what the ranks started (a
+# background child, one in a session of its own), within 5 s; node 0 then ends too.
+m="mn-kill9-$$-$RANDOM"
+cat >"$T/bg.yaml" <<EOF2
+name: bgjob
+nproc_per_node: 2
+env: {DTRAIN_TEST_MARKER: "$m"}
+command: [sh, -c, 'sleep 300 & setsid sleep 301 & wait']
+rendezvous: {timeout: 20s}
+EOF2
+# The pids of the job's processes (the marker in their environment) on node NODE (RANK 2*NODE, 2*NODE+1).
+node_pids() {
+  for f in $(grep -lsa "DTRAIN_TEST_MARKER=$m" /proc/[0-9]*/environ 2>/dev/null); do
+    tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "GROUP_RANK=$1" && echo "$f" | cut -d/ -f3
+  done
+}
+port=$(free_port)
+"$DTRAIN" agent "$T/bg.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-b" >"$T/b0.out" 2>"$T/b0.err" &
+b0=$!; pids+=($b0)
+"$DTRAIN" agent "$T/bg.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-b" >"$T/b1.out" 2>"$T/b1.err" &
+b1=$!; pids+=($b1)
+for _ in $(seq 100); do [ "$(node_pids 1 | wc -l)" -ge 6 ] && break; sleep 0.1; done
+check "node 1's ranks and their children are running ($(node_pids 1 | wc -l) processes)" test "$(node_pids 1 | wc -l)" -ge 6
+kill -9 "$b1"; wait "$b1" 2>/dev/null
+gone=1
+for _ in $(seq 50); do [ -z "$(node_pids 1)" ] && { gone=0; break; }; sleep 0.1; done
+check "SIGKILL to node 1's agent: nothing of its ranks is left within 5 s" test "$gone" = 0
+wait "$b0"; st=$?
+check "node 0's agent ends the job (exit $st)" test "$st" != 0
+for _ in $(seq 50); do [ -z "$(node_pids 0)" ] && break; sleep 0.1; done
+check "and nothing of node 0's ranks is left" test -z "$(node_pids 0)"
+
 # --- bad placements, no token --------------------------------------------------
 port=$(free_port)
 "$DTRAIN" agent "$T/long.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-d" >"$T/d0.out" 2>"$T/d0.err" &
@@ -211,7 +243,18 @@ DTRAIN_JOB_TOKEN= expect_status 2 "a multi-node job with auth: token needs DTRAI
 contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE" "the error names both ways to give it"
 
 # --- the token from a file (Kubernetes Secrets) ----------------------------------
+# A token file others can read is refused (issue 26): the file is made 0600 here.
 echo "$DTRAIN_JOB_TOKEN" >"$T/token"
+chmod 644 "$T/token"
+DTRAIN_JOB_TOKEN= DTRAIN_JOB_TOKEN_FILE="$T/token" expect_status 2 "a token file every user can read is refused" \
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "DTRAIN_JOB_TOKEN_FILE: the job token file $T/token can be read by every user \(mode 0644\).*chmod 600 $T/token" \
+  "the error names the file, its mode and the chmod that fixes it"
+chmod 640 "$T/token"
+DTRAIN_JOB_TOKEN= DTRAIN_JOB_TOKEN_FILE="$T/token" expect_status 2 "a token file its group can read is refused" \
+  "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator 127.0.0.1:1
+contains "$T/last.err" "can be read by its group \(mode 0640\)" "it says who can read it"
+chmod 600 "$T/token"
 port=$(free_port)
 ( unset DTRAIN_JOB_TOKEN; export DTRAIN_JOB_TOKEN_FILE="$T/token"
   "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-tf" >"$T/tf1.out" 2>&1 ) &

@@ -49,6 +49,13 @@ sed 's/completionMode: Indexed/completionMod: Indexed/' "$T/minimal.k8s.yaml" >"
 expect_status 1 "kubernetes-validate refuses a misspelled field (the check is live)" \
   "${offline[@]}" "$KV" --strict --quiet -k 1.37.0 "$T/typo.yaml"
 
+# -o FILE holds the token in its Secret: it is written 0600, also over a file that was 0644.
+touch "$T/out.yaml"; chmod 644 "$T/out.yaml"
+expect_status 0 "render kubernetes -o FILE" "${RENDER[@]}" examples/kubernetes/minimal.yaml -o "$T/out.yaml"
+check "the manifest with the token is readable by its owner only ($(stat -c %a "$T/out.yaml"))" \
+  test "$(stat -c %a "$T/out.yaml")" = 600
+contains "$T/out.yaml" '^  token: "?[0-9a-f]{64}' "and it holds the token"
+
 # Two renders differ only in the token: each manifest is a new job.
 "${RENDER[@]}" examples/kubernetes/minimal.yaml >"$T/again.yaml"
 if [ "$(diff "$T/minimal.k8s.yaml" "$T/again.yaml" | grep -c '^[<>]')" = 2 ] &&

@@ -158,6 +158,19 @@ job noauth 'rendezvous: {auth: none}' "command: [bash, -c, 'echo token=\${DTRAIN
 expect_status 0 "auth: none job runs" "$DTRAIN" launch "$T/noauth.yaml"
 contains "$T/last.err" "auth is none" "auth: none is announced at start"
 contains "$T/last.out" '^\[rank 0\] token=unset$' "auth: none ranks get no token"
+job noauth3 'rendezvous: {auth: none}' 'max_restarts: 2' "command: [bash, -c, 'exit 5']"
+expect_status 5 "auth: none job that restarts twice" "$DTRAIN" launch "$T/noauth3.yaml"
+check "auth: none is said once per job, not at every restart ($(grep -c 'auth.*none' "$T/last.err") lines)" \
+  test "$(grep -c 'auth.*none' "$T/last.err")" = 1
+
+# --- PyTorch's own "[rankN]:" prefix is not doubled; the log keeps it ----------
+job torchprefix 'nproc_per_node: 2' \
+  "command: [bash, -c, 'echo \"[rank\$RANK]: Traceback (most recent call last):\" >&2; echo \"[rank\$RANK]:[W1204 12:00:00] Warning: x\"; echo \"[rank9]: not mine\"']"
+expect_status 0 "ranks writing PyTorch's prefixes" "$DTRAIN" launch "$T/torchprefix.yaml"
+contains "$T/last.err" '^\[rank 1\] Traceback \(most recent call last\):$' "[rankN]: becomes [rank N] on stderr"
+contains "$T/last.out" '^\[rank 0\] \[W1204 12:00:00\] Warning: x$' "[rankN]:[W...] becomes [rank N] [W...] on stdout"
+contains "$T/last.out" '^\[rank 0\] \[rank9\]: not mine$' "another rank's prefix is left alone"
+contains "$(run_dir_of torchprefix)/attempt_0/rank_1.err" '^\[rank1\]: Traceback' "the log file keeps the line as written"
 
 # --- many ranks under a low soft limit on open files ----------------------------
 job wide 'nproc_per_node: 24' "command: [bash, -c, 'echo limit \$(ulimit -Sn)']"

@@ -1,8 +1,10 @@
 # test_launch_signals.sh - SIGINT (Ctrl-C) and SIGTERM to `dtrain launch` are
 # passed on to the ranks and, within 5 s, no process of the job is left:
 # ranks, their children in the rank's process group, children that moved to
-# a session of their own, and processes the ranks left behind when they exited.
+# a session of their own, and processes the ranks left behind when they exited;
+# also when the launcher is killed with SIGKILL (the ranks' guards clean up).
 # Each job carries a unique marker in its environment; /proc tells what is left.
+# Last, grace_period: the default 30 s, the spec's, and --grace-period over it.
 . "$(dirname "$0")/lib.sh"
 
 marker_pids() { grep -lsa "DTRAIN_TEST_MARKER=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3; }
@@ -78,8 +80,7 @@ wait "$pid"
 contains "$T/twice.err" "killing every process of the job now" "Ctrl-C twice: the launcher says it kills now"
 
 # The launcher killed outright (SIGKILL cannot be caught): PR_SET_PDEATHSIG still
-# takes the ranks down; what they started outside their own life is out of reach
-# of a dead launcher, so only the ranks are checked here.
+# takes the ranks down ...
 m="kill9-$$-$RANDOM"
 cat >"$T/kill9.yaml" <<EOF
 name: kill9
@@ -96,6 +97,52 @@ kill -KILL "$pid"
 check "SIGKILL to the launcher: the ranks die with it (PR_SET_PDEATHSIG)" gone_within 5 "$m"
 wait "$pid" 2>/dev/null
 
+# ... and what they started too, which the dead launcher cannot stop: each rank's
+# guard (launcher/agent/agent_guard.c) outlives it and kills it all.  A rank starts
+# `sleep 9001 &` (its group), a process in a session of its own, a double fork
+# whose middle process is gone (an orphan at once), and one that ignores SIGTERM;
+# each writes its pid, and /proc says whether any is left, and whether the
+# launcher's own children (the guards) are gone too.
+m="kill9b-$$-$RANDOM"
+cat >"$T/rank9.sh" <<'EOF'
+out=$PIDS.$RANK
+sleep 9001 & echo $! >>"$out"
+setsid bash -c 'echo $$ >>"$1"; exec sleep 9002' _ "$out" &
+( bash -c 'echo $$ >>"$1"; exec sleep 9003' _ "$out" & )
+bash -c 'trap "" TERM; echo $$ >>"$1"; while :; do sleep 1; done' _ "$out" &
+echo $$ >>"$out"
+wait
+EOF
+cat >"$T/kill9b.yaml" <<EOF
+name: kill9b
+scheduler: local
+nproc_per_node: 2
+log_dir: $T/runs
+env: {DTRAIN_TEST_MARKER: "$m", PIDS: "$T/pids"}
+command: [bash, $T/rank9.sh]
+EOF
+"$DTRAIN" launch "$T/kill9b.yaml" >"$T/kill9b.out" 2>"$T/kill9b.err" &
+pid=$!
+ready() { [ "$(cat "$T"/pids.0 "$T"/pids.1 2>/dev/null | wc -l)" -ge 10 ]; }
+for _ in $(seq 100); do ready && break; sleep 0.05; done
+check "SIGKILL to the launcher: the ranks and what they started are running (10 pids)" ready
+guards=$(cat /proc/"$pid"/task/*/children 2>/dev/null)
+check "the launcher's children are the ranks' guards ($(echo $guards | wc -w))" test "$(echo $guards | wc -w)" = 2
+tracked=$(cat "$T"/pids.0 "$T"/pids.1 2>/dev/null)
+kill -KILL "$pid"
+alive() { for p in $tracked $guards; do [ -d /proc/"$p" ] && [ "$(cut -d' ' -f3 /proc/"$p"/stat 2>/dev/null)" != Z ] && echo "$p"; done; }
+gone() {
+  local deadline=$(( $(date +%s%N) + $1 * 1000000000 ))
+  while [ "$(date +%s%N)" -lt "$deadline" ]; do
+    [ -z "$(alive)" ] && [ -z "$(marker_pids "$m")" ] && return 0
+    sleep 0.05
+  done
+  echo "    left behind:"; for p in $(alive) $(marker_pids "$m"); do echo "    $p $(tr '\0' ' ' </proc/$p/cmdline)"; done
+  return 1
+}
+check "SIGKILL to the launcher: nothing of the job is left within 5 s (children, sessions, orphans, guards)" gone 5
+wait "$pid" 2>/dev/null
+
 # A rank that exits 0 and leaves a child running: the launcher stops it and says so.
 m="left-$$-$RANDOM"
 cat >"$T/left.yaml" <<EOF
@@ -109,3 +156,28 @@ EOF
 expect_status 0 "ranks that exit 0 leaving children behind: success" "$DTRAIN" launch "$T/left.yaml"
 check "what they left behind is gone" gone_within 1 "$m"
 contains "$T/last.err" "the ranks left 4 processes running; stopping them" "the launcher says it stopped leftovers"
+
+# --- grace_period: the time a rank has between SIGTERM and SIGKILL --------------------
+# Rank 1 fails at once; rank 0's SIGTERM handler takes 4 s to save its state.  With the
+# default grace period (30 s, torchrun's) it finishes; with `grace_period: 1s` it is
+# killed; --grace-period on the command line overrides the spec.
+cat >"$T/save.sh" <<'EOF'
+if [ "$RANK" = 1 ]; then sleep 0.5; exit 3; fi
+trap 'sleep 4; echo saved >"$SAVED"; exit 0' TERM
+while :; do sleep 0.1; done
+EOF
+grace_job() { # NAME [grace_period line]
+  { echo "name: $1"; echo "scheduler: local"; echo "nproc_per_node: 2"; echo "log_dir: $T/runs"
+    echo "env: {SAVED: $T/$1.saved}"; echo "command: [bash, $T/save.sh]"; [ -n "${2:-}" ] && echo "$2"; } >"$T/$1.yaml"
+}
+rank0() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['attempts'][0]['ranks'][0]; print(r['exit_code'], r['signal'])" "$(ls "$T"/runs/"$1"-*/summary.json)"; }
+grace_job gdefault
+expect_status 3 "a rank whose SIGTERM handler saves for 4 s, default grace period" "$DTRAIN" launch "$T/gdefault.yaml"
+check "with the default grace period (30 s) it saves and exits 0" test -f "$T/gdefault.saved" -a "$(rank0 gdefault)" = "0 None"
+contains "$T/last.err" "SIGKILL after 30 s" "the launcher says the grace period is 30 s"
+grace_job gshort "grace_period: 1s"
+expect_status 3 "the same with grace_period: 1s" "$DTRAIN" launch "$T/gshort.yaml"
+check "grace_period: 1s kills it before it has saved" test ! -f "$T/gshort.saved" -a "$(rank0 gshort)" = "None SIGKILL"
+contains "$T/last.err" "SIGKILL after 1 s" "the launcher says the spec's grace period"
+expect_status 3 "--grace-period 6 over the spec's 1s" "$DTRAIN" launch --grace-period 6 "$T/gshort.yaml"
+check "--grace-period overrides grace_period: it saves" test -f "$T/gshort.saved"

@@ -139,6 +139,33 @@ check "SIGINT ends the job with status 130 (got $st)" test "$st" = 130
 check "within the grace period" test $(( $(date +%s) - start )) -lt 10
 check "no rank is left behind (the shells' sleep included)" sh -c "! pgrep -f 'sleep 6[1]' >/dev/null"
 
+# --- SIGKILL to the launcher: mpirun's guard stops it and what its ranks started --
+# The guard gives mpirun SIGTERM and the grace period (2 s) to stop its ranks, then
+# SIGKILLs whatever is left, what left mpirun's reach (setsid) included; each rank and
+# its children write their pids.
+cat >"$T/k9rank.sh" <<'EOF'
+out=$K9/pids.$RANK
+sleep 63 & echo $! >>"$out"
+setsid sh -c 'echo $$ >>"$1"; exec sleep 64' _ "$out" &
+echo $$ >>"$out"
+echo ready
+wait
+EOF
+mkdir -p "$T/k9"
+fail_job mpikill9 0 "K9=$T/k9 exec sh $T/k9rank.sh" >"$T/k9.yaml"
+"$DTRAIN" launch "$T/k9.yaml" --log-dir "$T/runs" --grace-period 2 >"$T/k9.out" 2>"$T/k9.err" &
+pid=$!
+for _ in $(seq 100); do [ "$(grep -c ready "$T/k9.out" 2>/dev/null)" = 3 ] && break; sleep 0.1; done
+tracked=$(cat "$T"/k9/pids.* 2>/dev/null; cat /proc/$pid/task/*/children 2>/dev/null)
+check "the MPI ranks and their children are running ($(echo $tracked | wc -w) pids)" test "$(echo $tracked | wc -w)" -ge 10
+kill -KILL $pid; wait $pid 2>/dev/null
+left=$tracked
+for _ in $(seq 80); do
+  left=$(for p in $tracked; do [ -d /proc/$p ] && [ "$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null)" != Z ] && echo $p; done)
+  [ -z "$left" ] && break; sleep 0.1
+done
+check "nothing of the job is left within the grace period + 6 s${left:+ (left: $left)}" test -z "$left"
+
 # --- errors -------------------------------------------------------------------
 cat >"$T/noprog.yaml" <<EOF
 name: noprog

@@ -48,3 +48,47 @@ summary=$(ls "$T"/runs/pytorch-ddp-*/summary.json | tail -n1)
 contains "$summary" '"status": *"failed"' "summary.json says the job failed"
 left=$(pgrep -f "$ROOT/examples/pytorch/ddp_gloo.py" | wc -l)
 check "no rank of the refused job is left running ($left)" test "$left" = 0
+
+# A rank that raises under PyTorch's @record after init_process_group: PyTorch's
+# excepthook prefixes each traceback line "[rank1]: ", dtrain's console shows it
+# once as "[rank 1] " (the log keeps the bytes), and the failure report shows the
+# error file's traceback, as torchrun's root-cause box does.
+cat >"$T/record.py" <<'PY'
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+def deep(n):
+    if n == 0:
+        raise ValueError("bad batch 7")
+    deep(n - 1)
+
+@record
+def main():
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        deep(3)
+    dist.barrier()
+
+main()
+PY
+cat >"$T/record.yaml" <<YAML
+name: record
+scheduler: local
+nproc_per_node: 2
+log_dir: $T/runs
+command: [python3, $T/record.py]
+env: {GLOO_SOCKET_IFNAME: lo}
+rendezvous: {auth: none, timeout: 30s}
+YAML
+expect_status 1 "a rank raising under @record fails the job" "$DTRAIN" launch "$T/record.yaml"
+contains "$T/last.err" '^\[rank 1\] Traceback \(most recent call last\):$' "PyTorch's traceback reaches the console under dtrain's prefix"
+check "PyTorch's own [rank1]: prefix is not doubled on the console" bash -c "! grep -q '\[rank 1\] \[rank1\]' '$T/last.err'"
+rd=$(ls -d "$T"/runs/record-* | tail -n1)
+contains "$rd/attempt_0/rank_1.err" '^\[rank1\]: Traceback' "the log file keeps the rank's bytes as written"
+contains "$T/last.err" "rank 1's error report .*rank_1.error.json. says:" "the error report is named"
+contains "$T/last.err" "^dtrain: its traceback:$" "the failure report shows the error file's traceback"
+contains "$T/last.err" '^  > +deep\(n - 1\)$' "with its frames"
+contains "$T/last.err" '^  > ValueError: bad batch 7$' "and the error"
+check "summary.json keeps the traceback" python3 -c "
+import json,sys; d=json.load(open('$rd/summary.json'))['first_failure']
+assert 'ValueError: bad batch 7' in d['error_traceback'] and d['error_traceback'].startswith('Traceback'), d"

@@ -30,6 +30,36 @@ static void prefix_is_rank_and_newline(void **state)
     assert_memory_equal(out, "[rank 0] \n", n);
 }
 
+/* PyTorch's own prefix for this rank is dropped from the console, one space with it. */
+static void torch_prefix_found(void **state)
+{
+    (void)state;
+    struct {
+        int rank;
+        const char *line;
+        size_t drop;
+    } cases[] = {
+        {1, "[rank1]: Traceback (most recent call last):", 9},
+        {0, "[rank0]:[W1204 15:58:18.127000 23899 ProcessGroupNCCL.cpp:1496] Warning: x", 8},
+        {12, "[rank12]:W1204 12:00:00 torch/_dynamo/x.py:1] y", 9},
+        {3, "[rank3]:", 8},
+        {3, "[rank3]: ", 9},
+        {3, "[rank4]: another rank's prefix stays", 0},
+        {3, "[rank 3] dtrain's form is not PyTorch's", 0},
+        {3, "[rank3] no colon", 0},
+        {3, "[rank3", 0},
+        {3, "x [rank3]: not at the start", 0},
+        {30, "[rank3]: a shorter number", 0},
+        {3, "[rank30]: a longer number", 0},
+        {-1, "[rank1]: a group's own line", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(dt_agent_torch_prefix(cases[i].rank, cases[i].line, strlen(cases[i].line)),
+                         cases[i].drop);
+    /* the length given is what counts, not a terminating NUL */
+    assert_int_equal(dt_agent_torch_prefix(1, "[rank1]: x", 7), 0);
+}
+
 static void tail_keeps_last_lines_in_order(void **state)
 {
     (void)state;
@@ -136,7 +166,36 @@ static void environment_for_a_rank(void **state)
     assert_string_equal(get(env, "PYTHONUNBUFFERED"), "1");
     assert_string_equal(get(env, "FROM_SPEC"), "yes");
     assert_string_equal(get(env, "KEEP"), "spec");
+    /* torchrun's: NCCL's async error handling on unless set, its default signal list */
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     dt_agent_env_free(env);
+}
+
+/* TORCH_NCCL_ASYNC_ERROR_HANDLING is the user's when the launcher's
+ * environment or env: sets it (torchrun keeps its own environment's);
+ * TORCHELASTIC_SIGNALS_TO_HANDLE says what dtrain does, whatever is set. */
+static void torchrun_defaults_yield_to_the_user(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    char *base[] = {(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING=0",
+                    (char *)"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGUSR2", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    dt_agent_env_free(env);
+    struct dt_env_entry nccl_env[] = {{(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING", (char *)"3"}};
+    struct dt_job with_env = *cfg.job;
+    with_env.env = nccl_env;
+    with_env.n_env = 1;
+    cfg.job = &with_env;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+    dt_agent_env_free(env);
+    assert_false(dt_job_env_is_reserved("TORCH_NCCL_ASYNC_ERROR_HANDLING"));
+    assert_true(dt_job_env_is_reserved("TORCHELASTIC_SIGNALS_TO_HANDLE"));
 }
 
 static void no_token_no_variable(void **state)
@@ -243,6 +302,36 @@ static void error_report_message(void **state)
     assert_string_equal(out, "");
 }
 
+/* @record's traceback: its end, whole lines, with the count of those left out. */
+static void error_report_traceback(void **state)
+{
+    (void)state;
+    char out[4096];
+    const char *torch = "{\"message\": {\"message\": \"ValueError: bad\", \"extraInfo\": {\"py_callstack\": "
+                        "\"Traceback (most recent call last):\\n  File \\\"t.py\\\", line 3, in <module>\\n"
+                        "ValueError: bad\\n\", \"timestamp\": \"1\"}}}";
+    assert_int_equal(dt_agent_error_traceback(torch, strlen(torch), out, sizeof out), 0);
+    assert_string_equal(out, "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nValueError: bad");
+    /* 50 frames: the last DT_AGENT_TRACEBACK_LINES lines are kept, the rest counted */
+    char big[8192] = "{\"message\": {\"message\": \"E\", \"extraInfo\": {\"py_callstack\": \"";
+    for (int i = 0; i < 50; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "line %d\\n", i);
+    strcat(big, "\"}}}");
+    assert_int_equal(dt_agent_error_traceback(big, strlen(big), out, sizeof out), 50 - DT_AGENT_TRACEBACK_LINES);
+    assert_true(strncmp(out, "line 30\n", 8) == 0);
+    assert_non_null(strstr(out, "\nline 49"));
+    assert_int_equal(out[strlen(out) - 1], '9');
+    /* too small for all twenty: as many whole lines as fit */
+    char small[20];
+    assert_int_equal(dt_agent_error_traceback(big, strlen(big), small, sizeof small), 48);
+    assert_string_equal(small, "line 48\nline 49");
+    const char *plain = "{\"message\": \"oops\"}", *empty = "{\"message\": {\"message\": \"x\", "
+                                                                "\"extraInfo\": {\"py_callstack\": \"\"}}}";
+    assert_int_equal(dt_agent_error_traceback(plain, strlen(plain), out, sizeof out), -1);
+    assert_string_equal(out, "");
+    assert_int_equal(dt_agent_error_traceback(empty, strlen(empty), out, sizeof out), -1);
+}
+
 /* summary.json of a run dir holding trainer_summary.json (text, or none when NULL); parsed. */
 static json_t *summary_with_trainer(const char *text, char **out)
 {
@@ -302,12 +391,15 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(prefix_is_rank_and_newline),
+        cmocka_unit_test(torch_prefix_found),
         cmocka_unit_test(tail_keeps_last_lines_in_order),
         cmocka_unit_test(environment_for_a_rank),
         cmocka_unit_test(no_token_no_variable),
+        cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
+        cmocka_unit_test(error_report_traceback),
         cmocka_unit_test(trainer_summary_is_copied_when_it_parses),
     };
     return cmocka_run_group_tests_name("agent", tests, NULL, NULL);

@@ -43,6 +43,8 @@ static void defaults_filled(void **state)
     assert_null(job->trainer);
     assert_int_equal(job->n_env, 0);
     assert_int_equal(job->max_restarts, 0);
+    assert_true(job->grace_period_s == 30.0); /* torchrun's shutdown timeout */
+    assert_true(job->grace_period_s == DT_JOB_GRACE_DEFAULT_S);
     assert_int_equal(job->rendezvous.port, 0);
     assert_true(job->rendezvous.timeout_s == 60.0);
     assert_true(job->rendezvous.heartbeat_timeout_s == 30.0);
@@ -64,6 +66,7 @@ static void top_level_keys_read(void **state)
                 "backend: mpi\ncommand: [python3, train.py, --epochs, 3, 1.50, true]\n"
                 "env: {OMP_NUM_THREADS: 1, FLAG: true, RATIO: 0.50, S: 'x y', EMPTY: \"\"}\n"
                 "max_restarts: 4\n"
+                "grace_period: 2m30s\n"
                 "rendezvous: {port: 29400, timeout: 1m30s, heartbeat_timeout: 500ms, auth: none}\n"
                 "log_dir: /tmp/runs\n"
                 "restart_policy: {on_exit: {42: fail, SIGKILL: retry, 3: retry}, default: fail}\n");
@@ -84,6 +87,7 @@ static void top_level_keys_read(void **state)
     assert_string_equal(job->env[3].value, "x y");
     assert_string_equal(job->env[4].value, "");
     assert_int_equal(job->max_restarts, 4);
+    assert_true(job->grace_period_s == 150.0);
     assert_int_equal(job->rendezvous.port, 29400);
     assert_true(job->rendezvous.timeout_s == 90.0);
     assert_true(job->rendezvous.heartbeat_timeout_s == 0.5);
@@ -309,6 +313,7 @@ static void print_round_trips(void **state)
         char *second = print_job(b);
         assert_string_equal(first, second);
         assert_non_null(strstr(first, "name: "));
+        assert_non_null(strstr(first, "\ngrace_period: 30s\n")); /* the default is printed */
         free(first);
         free(second);
         dt_job_free(a);

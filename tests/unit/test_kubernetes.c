@@ -260,6 +260,23 @@ static void auth_none_has_no_secret(void **state)
     assert_non_null(strstr(out, "kind: Secret"));
     assert_non_null(strstr(out, "value: /etc/dtrain/token"));
     assert_non_null(strstr(out, "containerPort: 29500"));
+    /* the token file 0400 (256): the agent refuses one others may read */
+    assert_non_null(strstr(out, "- key: token\n                      path: token\n                      mode: 256\n"));
+    free(out);
+}
+
+/* The kubelet's SIGKILL comes after the job's grace period and 15 s more. */
+static void pod_grace_follows_grace_period(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(SPEC(""), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\n      terminationGracePeriodSeconds: 45\n"));
+    free(out);
+    out = render(SPEC("grace_period: 2m0.5s\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "terminationGracePeriodSeconds: 136\n")); /* ceil(120.5) + 15 */
     free(out);
 }
 
@@ -523,6 +540,7 @@ int main(void)
         cmocka_unit_test(failure_policy_follows_restart_policy),
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
+        cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
         cmocka_unit_test_teardown(discover_names_bad_variables, cleanup),

@@ -1,6 +1,6 @@
 /* test_run_dir.c - run ids and run directories (base/run_dir.c): new ones are
- * fresh and absolute, a shared one is opened as it is, the path rule, and a
- * log directory that cannot be made is a sentence. */
+ * fresh, absolute and private (0700), a shared one is opened as it is, the
+ * path rule, and a log directory that cannot be made is a sentence. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +15,13 @@
 
 #include "base/error.h"
 #include "base/run_dir.h"
+
+static mode_t umask_now(void)
+{
+    mode_t m = umask(0);
+    umask(m);
+    return m;
+}
 
 static void run_dirs_are_new_and_absolute(void **state)
 {
@@ -36,6 +43,8 @@ static void run_dirs_are_new_and_absolute(void **state)
     struct stat st;
     assert_int_equal(stat(p1, &st), 0);
     assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, DT_RUN_DIR_MODE & ~umask_now()); /* private: 0700 */
+    assert_int_equal(DT_RUN_DIR_MODE, 0700);
     assert_int_equal(stat(p2, &st), 0);
     /* A log_dir that cannot be made is a sentence, not an errno. */
     assert_int_equal(dt_run_dir_create("/proc/no/such", "job", id1, sizeof id1, p1, sizeof p1), DT_EIO);
@@ -58,6 +67,7 @@ static void shared_run_dir_and_path(void **state)
     assert_string_equal(p2, want);
     struct stat st;
     assert_int_equal(stat(p1, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0700);
     assert_int_equal(dt_run_dir_path("/abs/logs", "job", "rid", p1, sizeof p1), 0);
     assert_string_equal(p1, "/abs/logs/job-rid");
     char cwd[4096];
