@@ -72,12 +72,13 @@ static int build_model(struct dt_trainer *t)
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
-    for (int i = 0; i < t->model->n_tensors; i++)
+    for (int i = 0; i < t->model->n_tensors && s->device == DT_DEVICE_CUDA; i++)
         if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
             return dt_error_set(
                 DT_EUNSUPPORTED,
-                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and "
-                "this optimizer applies one decay to every parameter",
+                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and the "
+                "CUDA engine's AdamW applies one decay to every parameter; use device: cpu or "
+                "weight_decay: 0",
                 s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
                                          [DT_AMP_FP16] = DT_KPREC_F16};
@@ -114,6 +115,25 @@ static int build_reducer(struct dt_trainer *t)
     }
     free(bounds);
     free(cut);
+    return rc;
+}
+
+/* AdamW's weight decay per tensor (dt_model_tensor.decay): nanoGPT's two
+ * param groups. */
+static int optimizer_decay(struct dt_trainer *t)
+{
+    int n = t->model->n_tensors;
+    size_t *start = malloc((size_t)(n > 0 ? n : 1) * sizeof *start);
+    bool *decay = malloc((size_t)(n > 0 ? n : 1) * sizeof *decay);
+    int rc = start && decay ? 0 : dt_error_set(DT_ENOMEM, "trainer: no memory for %d tensors' weight decay", n);
+    for (int i = 0; i < n && !rc; i++) {
+        start[i] = t->model->tensors[i].offset;
+        decay[i] = t->model->tensors[i].decay;
+    }
+    if (!rc)
+        rc = dt_adamw_set_decay(&t->opt, start, decay, n);
+    free(start);
+    free(decay);
     return rc;
 }
 
@@ -239,6 +259,8 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = dt_adamw_init(&t->opt, t->k, t->model->n_params, t->spec.optimizer.beta2, t->spec.optimizer.eps,
                            t->spec.optimizer.weight_decay);
+    if (!rc)
+        rc = optimizer_decay(t);
     if (!rc)
         rc = dt_onecycle_init(&t->sched, &t->spec.scheduler, t->total_steps, t->spec.optimizer.lr,
                               t->spec.optimizer.beta1);

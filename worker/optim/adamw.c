@@ -39,7 +39,37 @@ void dt_adamw_use_state(struct dt_adamw *a, float *m, float *v, bool copy)
 void dt_adamw_release(struct dt_adamw *a)
 {
     dt_arena_free(a->own);
+    free(a->runs);
     a->m = a->v = a->own = NULL;
+    a->runs = NULL;
+    a->n_runs = 0;
+}
+
+static int by_lo(const void *x, const void *y)
+{
+    size_t a = ((const struct dt_adamw_run *)x)->lo, b = ((const struct dt_adamw_run *)y)->lo;
+    return a < b ? -1 : a > b;
+}
+
+int dt_adamw_set_decay(struct dt_adamw *a, const size_t *start, const bool *decay, int n_tensors)
+{
+    struct dt_adamw_run *r = malloc((size_t)(n_tensors > 0 ? n_tensors : 1) * sizeof *r);
+    if (!r)
+        return dt_error_set(DT_ENOMEM, "adamw: no memory for the weight decay of %d tensors", n_tensors);
+    for (int i = 0; i < n_tensors; i++)
+        r[i] = (struct dt_adamw_run){start[i], decay[i]};
+    qsort(r, (size_t)n_tensors, sizeof *r, by_lo);
+    int n = 0;
+    for (int i = 0; i < n_tensors; i++)
+        if (n == 0 || r[i].decay != r[n - 1].decay)
+            r[n++] = r[i];
+    if (n == 0)
+        r[n++] = (struct dt_adamw_run){0, true};
+    r[0].lo = 0; /* floats before the lowest tensor go with it */
+    free(a->runs);
+    a->runs = r;
+    a->n_runs = n;
+    return 0;
 }
 
 /* step += 1; bias_correction1 = 1 - beta1**step; bias_correction2 = 1 - beta2**step;
@@ -48,7 +78,23 @@ void dt_adamw_release(struct dt_adamw *a)
 void dt_adamw_step(struct dt_adamw *a, float *params, const float *grads, double lr, double beta1,
                    float grad_scale)
 {
-    dt_adamw_step_range(a, params, grads, 0, a->n, lr, beta1, grad_scale);
+    dt_adamw_step_range(a, params, grads, a->base, a->base + a->n, lr, beta1, grad_scale);
+}
+
+/* The kernel over [lo, hi), one call per run of one decay flag. */
+static void by_runs(struct dt_adamw *a, float *params, const float *grads, size_t lo, size_t hi,
+                    struct dt_adamw_scalars *s)
+{
+    float decay = s->decay;
+    int i = 0;
+    while (i + 1 < a->n_runs && a->runs[i + 1].lo <= lo)
+        i++;
+    for (size_t at = lo; at < hi; i++) {
+        size_t end = i + 1 < a->n_runs && a->runs[i + 1].lo < hi ? a->runs[i + 1].lo : hi;
+        s->decay = a->runs && !a->runs[i].decay ? 1.0f : decay;
+        a->k->adamw(params + at, grads + at, a->m + (at - a->base), a->v + (at - a->base), end - at, s);
+        at = end;
+    }
 }
 
 void dt_adamw_step_range(struct dt_adamw *a, float *params, const float *grads, size_t lo, size_t hi, double lr,
@@ -71,7 +117,7 @@ void dt_adamw_step_range(struct dt_adamw *a, float *params, const float *grads, 
         .neg_step = (float)(-(lr / bc1)),
         .grad_scale = grad_scale,
     };
-    a->k->adamw(params + lo, grads + lo, a->m + lo, a->v + lo, hi - lo, &s);
+    by_runs(a, params, grads, lo, hi, &s);
 }
 
 /* clip_coef = max_norm / (total_norm + 1e-6); clamped to 1.  total_norm is an
