@@ -22,7 +22,7 @@ static const char *const model_types[] = {"mlp", NULL};
 static const char *const activations[] = {"relu", "gelu", NULL};
 static const char *const datasets[] = {"fashion-mnist", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
-static const char *const sched_types[] = {"constant", "onecycle", NULL};
+static const char *const sched_types[] = {"constant", "onecycle", "cosine", NULL};
 static const char *const anneals[] = {"cos", "linear", NULL};
 static const char *const resumes[] = {"auto", "never", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
@@ -238,6 +238,9 @@ static const struct dt_spec_key scheduler_keys[] = {
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
     DT_KEY("max_momentum", DT_KT_NUM, struct dt_scheduler_spec, max_momentum, .lo = 0, .hi = 1,
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+    DT_KEY("warmup_steps", DT_KT_I64, struct dt_scheduler_spec, warmup_steps, .lo = 0, .hi = 1e12,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("min_lr", DT_KT_NUM, struct dt_scheduler_spec, min_lr, RANGE_GE0),
 };
 static const struct dt_spec_section scheduler_section = {
     .keys = scheduler_keys, .n_keys = DT_NKEYS(scheduler_keys), .check = check_scheduler};
@@ -253,6 +256,8 @@ static const struct dt_spec_key ddp_keys[] = {
     DT_KEY("desync_check_every", DT_KT_INT, struct dt_ddp_spec, desync_check_every, .lo = 0, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("share_state", DT_KT_BOOL, struct dt_ddp_spec, share_state),
+    DT_KEY("zero", DT_KT_INT, struct dt_ddp_spec, zero, .lo = 0, .hi = 1, .flags = DT_KF_LO | DT_KF_HI,
+           .hint = "0: every rank holds all of AdamW's state; 1: each rank holds its shard (ZeRO stage 1)"),
 };
 static const struct dt_spec_section ddp_section = {.keys = ddp_keys, .n_keys = DT_NKEYS(ddp_keys)};
 
@@ -298,6 +303,23 @@ static const struct dt_spec_key trace_keys[] = {
 };
 static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
 
+/* Rules between the optimizer's keys and others: cosine decays from
+ * optimizer.lr down to min_lr, so min_lr may not exceed it; ZeRO-1 shards
+ * the CPU trainer's AdamW (the CUDA engine keeps whole state). */
+static int check_optim_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_trainer_spec *t)
+{
+    const struct dt_ynode *sched = dt_ymap_get(map, "scheduler"), *ddp = dt_ymap_get(map, "ddp");
+    if (t->scheduler.type == DT_SCHED_COSINE && t->scheduler.min_lr > t->optimizer.lr)
+        return dt_spec_fail(ctx, dt_ymap_get(sched, "min_lr") ? dt_ymap_get(sched, "min_lr") : sched, "scheduler.min_lr",
+                            "must be in [0, optimizer.lr] (lr is %g), got %g", t->optimizer.lr,
+                            t->scheduler.min_lr);
+    if (t->ddp.zero && t->device == DT_DEVICE_CUDA)
+        return dt_spec_fail(ctx, dt_ymap_get(ddp, "zero") ? dt_ymap_get(ddp, "zero") : map, "ddp.zero",
+                            "ZeRO stage 1 runs on device: cpu only for now (the CUDA engine keeps all of "
+                            "AdamW's state on every GPU); use zero: 0 on cuda");
+    return 0;
+}
+
 /* Exactly one of epochs and steps counts: writing steps turns epochs off. */
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
@@ -309,6 +331,8 @@ static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, vo
     }
     if (s)
         t->epochs = 0;
+    if (check_optim_rules(ctx, map, t))
+        return DT_EINVAL;
     return 0;
 }
 

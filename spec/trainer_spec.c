@@ -43,6 +43,8 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->scheduler.cycle_momentum = true;
     t->scheduler.base_momentum = 0.85;
     t->scheduler.max_momentum = 0.95;
+    t->scheduler.warmup_steps = 0;
+    t->scheduler.min_lr = 0.0;
 
     t->ddp.bucket_cap_mb = 25.0;
     t->ddp.first_bucket_mb = 1.0;
@@ -50,6 +52,7 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->ddp.grad_accum = 1;
     t->ddp.desync_check_every = 100;
     t->ddp.share_state = true;
+    t->ddp.zero = 0;
 
     t->checkpoint.every_steps = 500;
     t->checkpoint.dir = NULL; /* NULL means "checkpoints" inside the run directory */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 enum dt_activation { DT_ACT_RELU, DT_ACT_GELU };
-enum dt_sched_type { DT_SCHED_CONSTANT, DT_SCHED_ONECYCLE };
+enum dt_sched_type { DT_SCHED_CONSTANT, DT_SCHED_ONECYCLE, DT_SCHED_COSINE };
 enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
 enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
 enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
@@ -59,6 +59,8 @@ struct dt_scheduler_spec {
     bool cycle_momentum;     /* true */
     double base_momentum;    /* 0.85 */
     double max_momentum;     /* 0.95 */
+    int64_t warmup_steps;    /* cosine: linear warmup steps, 0 */
+    double min_lr;           /* cosine: the floor it decays to, in [0, optimizer.lr]; 0 */
 };
 
 struct dt_ddp_spec {
@@ -68,6 +70,7 @@ struct dt_ddp_spec {
     int grad_accum;         /* micro-batches per optimizer step, 1 */
     int desync_check_every; /* steps between parameter-hash comparisons; 0 = off; default 100 */
     bool share_state;       /* one host: one copy of parameters and moments, AdamW split (host_state.h); true */
+    int zero;               /* ZeRO stage: 0, or 1 = AdamW's moments sharded over the ranks (worker/zero.h); 0 */
 };
 
 struct dt_checkpoint_spec {

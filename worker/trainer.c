@@ -210,7 +210,7 @@ static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
     if (t->rank == 0)
         dt_log_info("resuming from %s (step %lld, epoch %lld, batch %lld)", ck->path, (long long)st.step,
                     (long long)st.epoch, (long long)st.batch);
-    return dt_onecycle_seek(&t->sched, t->step);
+    return dt_lr_schedule_seek(&t->sched, t->step);
 }
 
 /* resume: auto -> every rank loads the checkpoint rank 0 found. */
@@ -262,7 +262,7 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = optimizer_decay(t);
     if (!rc)
-        rc = dt_onecycle_init(&t->sched, &t->spec.scheduler, t->total_steps, t->spec.optimizer.lr,
+        rc = dt_lr_schedule_init(&t->sched, &t->spec.scheduler, t->total_steps, t->spec.optimizer.lr,
                               t->spec.optimizer.beta1);
     if (!rc)
         rc = dt_grad_scaler_init(&t->scaler, &t->spec.amp);

@@ -13,7 +13,7 @@
 #include "worker/data/loader.h"
 #include "worker/metrics.h"
 #include "worker/models/model.h"
-#include "worker/optim/onecycle.h"
+#include "worker/optim/lr_schedule.h"
 #include "worker/reducer.h"
 #include "worker/tbevents.h"
 #include "worker/trace.h"
@@ -33,7 +33,7 @@ struct dt_trainer {
     struct dt_model *model;
     struct dt_host_state hs;       /* shared gradients; one copy of parameters and moments per host */
     struct dt_adamw opt;
-    struct dt_onecycle sched;
+    struct dt_lr_schedule sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
     struct dt_grad_norm gnorm;     /* clipping's norm, in blocks (worker/optim/grad_norm.h) */

@@ -155,7 +155,7 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skip
         (void)want_norm;
         (void)skip;
         int rc = t->devk->update(t->dev, t->sched.lr, t->sched.beta1);
-        return rc ? dt_error_prefix("optimizer step %lld", (long long)t->step) : dt_onecycle_step(&t->sched);
+        return rc ? dt_error_prefix("optimizer step %lld", (long long)t->step) : dt_lr_schedule_step(&t->sched);
     }
     if (t->o.after_reduce)
         t->o.after_reduce(t->o.ctx, t->model, t->step);
@@ -179,7 +179,7 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skip
     } else if (!skip)
         dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
     dt_grad_scaler_update(&t->scaler);
-    return dt_onecycle_step(&t->sched);
+    return dt_lr_schedule_step(&t->sched);
 }
 
 /* The device's loss sum since the last row and the last step's gradient

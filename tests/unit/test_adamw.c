@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "worker/optim/adamw.h"
-#include "worker/optim/onecycle.h"
+#include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
 static double jnum(const char *json, const char *key)

@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 
-#include "worker/optim/onecycle.h"
+#include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
 /* The fixture's config is a JSON object written by json.dumps; read the few keys we need. */
@@ -63,17 +63,17 @@ static void bit_exact_against_torch(void **state)
         int64_t T;
         spec_from_json(dt_safetensors_meta(&f, key), &spec, &T);
         const double *lr = fixture_tensor(&f, lrk, "F64")->data, *b1 = fixture_tensor(&f, b1k, "F64")->data;
-        struct dt_onecycle s;
-        assert_int_equal(dt_onecycle_init(&s, &spec, T, 1.0, 0.9), 0);
+        struct dt_lr_schedule s;
+        assert_int_equal(dt_lr_schedule_init(&s, &spec, T, 1.0, 0.9), 0);
         for (int64_t t = 0; t <= T; t++) {
             if (s.lr != lr[t] || s.beta1 != b1[t])
                 fail_msg("config %d step %lld: lr %.17g beta1 %.17g, torch %.17g %.17g", c, (long long)t, s.lr,
                          s.beta1, lr[t], b1[t]);
             if (t < T)
-                assert_int_equal(dt_onecycle_step(&s), 0);
+                assert_int_equal(dt_lr_schedule_step(&s), 0);
         }
         /* torch: the (total_steps+1)-th step() raises. */
-        assert_int_equal(dt_onecycle_step(&s), DT_EINVAL);
+        assert_int_equal(dt_lr_schedule_step(&s), DT_EINVAL);
         assert_non_null(strstr(dt_error_last(), "Tried to step"));
     }
     dt_safetensors_release(&f);
@@ -87,13 +87,13 @@ static void reference_values(void **state)
     dt_trainer_spec_defaults(&t);
     t.scheduler.type = DT_SCHED_ONECYCLE;
     t.scheduler.max_lr = 0.01;
-    struct dt_onecycle s;
-    assert_int_equal(dt_onecycle_init(&s, &t.scheduler, 100, 1e-3, 0.9), 0);
+    struct dt_lr_schedule s;
+    assert_int_equal(dt_lr_schedule_init(&s, &t.scheduler, 100, 1e-3, 0.9), 0);
     assert_true(s.lr == 0.00039999999999999931);
     assert_true(s.beta1 == 0.95);
-    assert_int_equal(dt_onecycle_seek(&s, 29), 0);
+    assert_int_equal(dt_lr_schedule_seek(&s, 29), 0);
     assert_true(s.lr == 0.01 && s.beta1 == 0.85);
-    assert_int_equal(dt_onecycle_seek(&s, 99), 0);
+    assert_int_equal(dt_lr_schedule_seek(&s, 99), 0);
     assert_true(s.lr == 4.0000000000000001e-08);
 }
 
@@ -104,15 +104,15 @@ static void validation_and_constant(void **state)
     dt_trainer_spec_defaults(&t);
     t.scheduler.type = DT_SCHED_ONECYCLE;
     t.scheduler.max_lr = 0.01;
-    struct dt_onecycle s;
-    assert_int_equal(dt_onecycle_init(&s, &t.scheduler, 0, 1e-3, 0.9), DT_EINVAL);
+    struct dt_lr_schedule s;
+    assert_int_equal(dt_lr_schedule_init(&s, &t.scheduler, 0, 1e-3, 0.9), DT_EINVAL);
     t.scheduler.pct_start = 1.5;
-    assert_int_equal(dt_onecycle_init(&s, &t.scheduler, 10, 1e-3, 0.9), DT_EINVAL);
+    assert_int_equal(dt_lr_schedule_init(&s, &t.scheduler, 10, 1e-3, 0.9), DT_EINVAL);
     t.scheduler.type = DT_SCHED_CONSTANT;
-    assert_int_equal(dt_onecycle_init(&s, &t.scheduler, 5, 1e-3, 0.9), 0);
+    assert_int_equal(dt_lr_schedule_init(&s, &t.scheduler, 5, 1e-3, 0.9), 0);
     for (int i = 0; i < 10; i++) {
         assert_true(s.lr == 1e-3 && s.beta1 == 0.9);
-        assert_int_equal(dt_onecycle_step(&s), 0);
+        assert_int_equal(dt_lr_schedule_step(&s), 0);
     }
 }
 
