@@ -59,7 +59,9 @@ static const char *const known_keys[] = {"format", "step",       "epoch",       
                                          "amp",    "loss_scale", "growth_tracker", "skipped_steps"};
 
 /* The model's named tensors (views into the parameter arena), then AdamW's
- * two moment arrays: m->n_tensors + 2 entries. */
+ * two moment arrays, whole (the arena's n_params; an optimizer holding a
+ * ZeRO-1 shard, worker/zero.h, reads its part of them): m->n_tensors + 2
+ * entries. */
 static struct dt_st_entry *entries(const struct dt_model *m, const struct dt_adamw *a, int *n)
 {
     *n = m->n_tensors + 2;
@@ -74,8 +76,8 @@ static struct dt_st_entry *entries(const struct dt_model *m, const struct dt_ada
             .name = t->name, .dtype = "F32", .ndim = t->ndim, .data = m->params + t->offset};
         memcpy(e[i].shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
     }
-    e[*n - 2] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)a->n}, a->m};
-    e[*n - 1] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)a->n}, a->v};
+    e[*n - 2] = (struct dt_st_entry){"optimizer.exp_avg", "F32", 1, {(int64_t)m->n_params}, a->m};
+    e[*n - 1] = (struct dt_st_entry){"optimizer.exp_avg_sq", "F32", 1, {(int64_t)m->n_params}, a->v};
     return e;
 }
 
@@ -348,6 +350,11 @@ static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep)
 {
+    if (a->base != 0 || a->n != m->n_params)
+        return dt_error_set(DT_EINVAL,
+                            "checkpoint at step %lld: the optimizer holds moments for arena elements %zu..%zu of %zu "
+                            "(a ZeRO-1 shard); gather them first",
+                            (long long)s->step, a->base, a->base + a->n, m->n_params);
     int rc = dt_fs_mkdir_p(dir, 0777, "checkpoint directory");
     if (rc)
         return rc;
@@ -650,8 +657,12 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
     struct dt_grad_scaler scaler = s->scaler;
     if (!rc)
         rc = amp_restore(c, s->amp, &scaler);
-    for (int i = 0; i < n && !rc; i++)
-        memcpy((void *)e[i].data, t[i]->data, t[i]->end - t[i]->begin);
+    for (int i = 0; i < n && !rc; i++) { /* a shard of the moments: its part of the whole */
+        bool moment = i >= m->n_tensors;
+        size_t skip = moment ? a->base * sizeof(float) : 0;
+        size_t bytes = moment ? a->n * sizeof(float) : t[i]->end - t[i]->begin;
+        memcpy((void *)e[i].data, (const char *)t[i]->data + skip, bytes);
+    }
     free(e);
     free(t);
     if (!rc) {

@@ -37,7 +37,8 @@ struct dt_ckpt_state {
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and
- * deletes all but the newest `keep` (keep <= 0 keeps all). */
+ * deletes all but the newest `keep` (keep <= 0 keeps all).  The moments
+ * must be whole (a ZeRO-1 shard is gathered first: worker/zero.h). */
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep);
 
@@ -63,7 +64,9 @@ int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
  * when every one is damaged.  Release it even on failure. */
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 
-/* Restores model, optimizer and state from a file read above; every named
+/* Restores model, optimizer and state from a file read above (an optimizer
+ * holding a ZeRO-1 shard of the moments takes its part of the whole ones,
+ * whatever shards the writer had); every named
  * tensor of the model must be in the file with its shape, and the seed,
  * world size and batch size must match the file's (the
  * data order depends on them).  A file refused for any reason leaves all

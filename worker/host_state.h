@@ -29,7 +29,8 @@
  * step's last barrier and the next step's all-reduce, which waits for them.
  *
  * Not for other backends (tcp: every rank keeps its own copy and runs the
- * whole step) or for the GPU trainer.
+ * whole step), for ZeRO-1 (worker/zero.h: with ddp.zero 1 the one copy is
+ * off, only the gradients are shared) or for the GPU trainer.
  */
 #ifndef DT_HOST_STATE_H
 #define DT_HOST_STATE_H

@@ -29,6 +29,9 @@ static int check_spec(const struct dt_trainer_spec *s)
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
         return dt_error_set(DT_EINVAL, "trainer: batch_size %d and grad_accum %d must be >= 1", s->data.batch_size,
                             s->ddp.grad_accum);
+    if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
+                                             "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
     if ((s->epochs > 0) == (s->steps > 0))
         return dt_error_set(DT_EINVAL, "trainer: give exactly one of epochs and steps (epochs %d, steps %lld)",
                             s->epochs, (long long)s->steps);
@@ -256,9 +259,13 @@ static int setup(struct dt_trainer *t)
         rc = build_data(t);
     if (!rc)
         rc = build_model(t);
+    if (!rc) /* ZeRO-1 (or the whole arena): the optimizer's moments cover [zero.lo, zero.hi) */
+        rc = dt_zero_init(&t->zero, t->comm, t->model, t->spec.ddp.zero == 1 && t->spec.device == DT_DEVICE_CPU);
+    t->zero.trace = t->trace;
     if (!rc)
-        rc = dt_adamw_init(&t->opt, t->k, t->model->n_params, t->spec.optimizer.beta2, t->spec.optimizer.eps,
+        rc = dt_adamw_init(&t->opt, t->k, t->zero.hi - t->zero.lo, t->spec.optimizer.beta2, t->spec.optimizer.eps,
                            t->spec.optimizer.weight_decay);
+    t->opt.base = t->zero.lo;
     if (!rc)
         rc = optimizer_decay(t);
     if (!rc)
@@ -269,8 +276,8 @@ static int setup(struct dt_trainer *t)
     if (!rc)
         rc = maybe_resume(t);
     if (!rc && t->spec.device == DT_DEVICE_CPU) /* after the resume: rank 0's values go to the host's copy */
-        rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt,
-                                t->spec.ddp.share_state && !t->o.after_reduce); /* the hook edits m->grads */
+        rc = dt_host_state_init(&t->hs, t->comm, t->model, &t->opt, /* the hook edits m->grads; zero 1 shards */
+                                t->spec.ddp.share_state && !t->o.after_reduce && !t->zero.comm);
     t->hs.trace = t->trace;
     if (!rc)
         rc = build_reducer(t);
@@ -278,8 +285,10 @@ static int setup(struct dt_trainer *t)
         dt_reducer_set_output(&t->red, t->hs.avg);
     if (!rc)
         rc = dt_grad_norm_init(&t->gnorm, t->k, t->hs.avg ? t->hs.avg : t->model->grads, t->model->n_params);
-    if (!rc)
+    if (!rc) {
         dt_host_state_share_norm(&t->hs, &t->gnorm);
+        dt_zero_share_norm(&t->zero, &t->gnorm);
+    }
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer__device_create(t);
     if (!rc && t->rank == 0)
@@ -339,6 +348,7 @@ void dt_trainer_destroy(struct dt_trainer *t)
     dt_grad_norm_release(&t->gnorm);
     dt_adamw_release(&t->opt);
     dt_model_destroy(t->model);
+    dt_zero_release(&t->zero);
     dt_host_state_release(&t->hs);
     free(t->eval.x);
     free(t->eval.y);
@@ -386,18 +396,26 @@ int dt_trainer__evaluate(struct dt_trainer *t)
     return 0;
 }
 
-/* Only rank 0 writes: parameters and moments are the same on every rank. */
+/* Only rank 0 writes: parameters and moments are the same on every rank
+ * (under ZeRO-1 every rank first sends rank 0 its shard of the moments). */
 int dt_trainer__save(struct dt_trainer *t)
 {
+    struct dt_adamw whole = {0};
+    if (t->zero.comm && dt_zero_gather_state(&t->zero, &t->opt, &whole))
+        return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
     if (t->rank != 0)
         return 0;
     int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
     if (!rc)
         rc = dt_trainer__device_scaler(t);
-    if (rc)
+    if (rc) {
+        dt_adamw_release(&whole);
         return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
+    }
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
                                .world = t->world, .batch_size = t->spec.data.batch_size,
                                .amp = t->spec.amp.dtype, .scaler = t->scaler};
-    return dt_ckpt_save(t->ckpt_dir, t->model, &t->opt, &st, t->spec.checkpoint.keep);
+    rc = dt_ckpt_save(t->ckpt_dir, t->model, t->zero.comm ? &whole : &t->opt, &st, t->spec.checkpoint.keep);
+    dt_adamw_release(&whole);
+    return rc;
 }

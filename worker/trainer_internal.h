@@ -18,6 +18,7 @@
 #include "worker/tbevents.h"
 #include "worker/trace.h"
 #include "worker/trainer.h"
+#include "worker/zero.h"
 
 struct dt_trainer {
     struct dt_trainer_spec spec;   /* shallow copy; strings owned by the caller */
@@ -32,7 +33,8 @@ struct dt_trainer {
     struct dt_dataset train, test;
     struct dt_model *model;
     struct dt_host_state hs;       /* shared gradients; one copy of parameters and moments per host */
-    struct dt_adamw opt;
+    struct dt_adamw opt;           /* with ddp.zero 1: the moments of this rank's shard (zero.h) */
+    struct dt_zero zero;           /* ZeRO-1's shards; off (zero.comm NULL) with zero 0 or one rank */
     struct dt_lr_schedule sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;

@@ -133,9 +133,10 @@ static int unscale(struct dt_trainer *t, bool *skip)
     *skip = false;
     if (!t->scaler.enabled)
         return 0;
-    /* One host-wide copy of the averages: each rank unscales its slice (the agreement below covers them all). */
-    float *g = t->hs.avg ? t->hs.avg + t->hs.lo : t->model->grads;
-    size_t n = t->hs.avg ? t->hs.hi - t->hs.lo : t->model->n_params;
+    /* One host-wide copy of the averages: each rank unscales its slice (the agreement below covers them all);
+     * ZeRO-1: its shard, the only part it reads. */
+    float *g = t->hs.avg ? t->hs.avg + t->hs.lo : t->model->grads + t->zero.lo;
+    size_t n = t->hs.avg ? t->hs.hi - t->hs.lo : t->zero.hi - t->zero.lo;
     bool bad = t->k->unscale(g, n, dt_grad_scaler_inv_scale(&t->scaler));
     return dt_grad_scaler_agree(&t->scaler, t->comm, bad, skip);
 }
@@ -165,15 +166,22 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skip
     *skipped = skip;
     double norm2 = NAN;
     if (!skip && (s->optimizer.grad_clip > 0 || want_norm)) {
-        if (!t->hs.common)
+        if (t->zero.comm)
+            rc = dt_zero_norm(&t->zero, &t->gnorm, &norm2);
+        else if (!t->hs.common)
             norm2 = dt_grad_norm_finish(&t->gnorm);
-        else if ((rc = dt_host_state_norm(&t->hs, &t->gnorm, &norm2)))
+        else
+            rc = dt_host_state_norm(&t->hs, &t->gnorm, &norm2);
+        if (rc)
             return dt_error_prefix("step %lld", (long long)t->step);
         *norm = sqrt(norm2);
     }
     if (!skip && s->optimizer.grad_clip > 0)
         coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
-    if (t->hs.common) { /* this rank's slice, then the barrier before anyone's next forward */
+    if (t->zero.comm) { /* this rank's shard, then the all-gather of the parameters */
+        if ((rc = dt_zero_step(&t->zero, &t->opt, t->model, skip, t->sched.lr, t->sched.beta1, coef)))
+            return dt_error_prefix("step %lld", (long long)t->step);
+    } else if (t->hs.common) { /* this rank's slice, then the barrier before anyone's next forward */
         if ((rc = dt_host_state_adamw(&t->hs, &t->opt, t->model, skip, t->sched.lr, t->sched.beta1, coef)))
             return dt_error_prefix("step %lld", (long long)t->step);
     } else if (!skip)

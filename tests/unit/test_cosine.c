@@ -57,8 +57,8 @@ static void bit_exact_against_references(void **state)
         assert_int_equal(dt_lr_schedule_init(&s, &spec, total, lr, 0.9), 0);
         for (int64_t t = 0; t <= total; t++) {
             if (s.lr != want[0][t] || s.lr != want[1][t] || (t >= n && s.lr != want[2][t]))
-                fail_msg("config %d step %lld: lr %.17g; formula %.17g, build-nanogpt %.17g, nanoGPT %.17g", c,
-                         (long long)t, s.lr, want[0][t], want[1][t], want[2][t]);
+                fail_msg("config %d step %lld: lr %.17g; formula %.17g, build-nanogpt %.17g, nanoGPT %.17g",
+                         c, (long long)t, s.lr, want[0][t], want[1][t], want[2][t]);
             assert_true(s.beta1 == 0.9);
             if (t < total)
                 assert_int_equal(dt_lr_schedule_step(&s), 0);
