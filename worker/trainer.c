@@ -262,6 +262,10 @@ static int setup(struct dt_trainer *t)
     if (!rc) /* ZeRO-1 (or the whole arena): the optimizer's moments cover [zero.lo, zero.hi) */
         rc = dt_zero_init(&t->zero, t->comm, t->model, t->spec.ddp.zero == 1 && t->spec.device == DT_DEVICE_CPU);
     t->zero.trace = t->trace;
+    if (!rc && t->zero.comm && t->rank == 0)
+        dt_log_info("ZeRO-1: AdamW's moments in %d shards of %zu floats, %.1f MiB per rank instead of %.1f MiB",
+                    t->world, t->zero.per, 8.0 * (double)t->zero.per / 1048576.0,
+                    8.0 * (double)t->model->n_params / 1048576.0);
     if (!rc)
         rc = dt_adamw_init(&t->opt, t->k, t->zero.hi - t->zero.lo, t->spec.optimizer.beta2, t->spec.optimizer.eps,
                            t->spec.optimizer.weight_decay);

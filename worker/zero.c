@@ -10,8 +10,9 @@
 #include "base/error.h"
 
 /* The moments are gathered for a checkpoint in pieces of at most this many
- * floats per rank: the scratch is W + 1 pieces, not the arena. */
-#define GATHER_CHUNK ((size_t)1 << 20)
+ * floats per rank (256 KiB): the scratch is W + 1 pieces, not the arena, and
+ * the tests' shards (20 norm blocks) take two pieces, the second short. */
+#define GATHER_CHUNK ((size_t)1 << 16)
 
 int dt_zero_init(struct dt_zero *z, struct dt_comm *comm, struct dt_model *m, bool on)
 {

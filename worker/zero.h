@@ -25,7 +25,7 @@
  * the all-gather, (W-1)/W of the parameters per step.
  *
  * Checkpoints stay whole: dt_zero_gather_state() gathers the moments on rank
- * 0 for the writer (in bounded chunks), and a resume copies each rank's
+ * 0 for the writer (in pieces of 256 KiB per rank), and a resume copies each rank's
  * shard out of the whole file (ckpt.h), so a checkpoint moves between zero 0
  * and 1 and between shard layouts freely; the world size a checkpoint must
  * match is the data order's rule (ckpt.h), not the optimizer's.

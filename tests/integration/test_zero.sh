@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_zero.sh - ZeRO stage 1 (trainer.ddp.zero: 1) under `dtrain launch`: the
-# MLP trainer on 2 and 3 ranks over tcp and shm writes, with zero 1, the same
+# MLP trainer on 2 and 3 ranks over tcp and shm (and 3 over mpi under mpirun) writes, with zero 1, the same
 # final checkpoint byte for byte as with zero 0 (parameters, whole moments,
 # counters); a checkpoint saved by 2 ranks with zero 1 resumes with zero 0 and
 # ends where a zero 0 run that never stopped ends; resumed on 1 rank it is
@@ -12,6 +12,7 @@ job() { # name ranks backend zero steps ckpt_dir [checkpoint every]
 name: $1
 nproc_per_node: $2
 backend: $3
+${MPI_LINES:-}
 trainer:
   model: {hidden: [96, 32]}
   data: {batch_size: 32, workers: 1}
@@ -31,10 +32,29 @@ for backend in tcp shm; do
       job "z$zero" "$ranks" "$backend" "$zero" 6 "$T/$backend$ranks-z$zero" >"$T/z.yaml"
       expect_status 0 "$ranks ranks over $backend with zero $zero run" "$DTRAIN" launch "$T/z.yaml" --log-dir "$T/runs"
     done
+    contains "$T/last.err" "ZeRO-1: AdamW's moments in $ranks shards of [0-9]+ floats" "zero 1 says it shards the moments"
+
     check "$ranks ranks over $backend: zero 1's final checkpoint is zero 0's, byte for byte" \
       cmp "$T/$backend$ranks-z0/step_00000006.safetensors" "$T/$backend$ranks-z1/step_00000006.safetensors"
   done
 done
+
+# Under mpirun with backend: mpi (MPI_Iallgather in place, comm/mpi/).
+if command -v mpirun >/dev/null; then
+  root=false; [ "$(id -u)" = 0 ] && root=true
+  MPI_LINES="scheduler: mpirun
+mpirun: {allow_run_as_root: $root, oversubscribe: true, interfaces: [lo],
+         extra_args: [--mca, btl_vader_single_copy_mechanism, none]}"
+  for zero in 0 1; do
+    job "m$zero" 3 mpi "$zero" 6 "$T/mpi3-z$zero" >"$T/m.yaml"
+    expect_status 0 "3 ranks over mpi with zero $zero run" "$DTRAIN" launch "$T/m.yaml" --log-dir "$T/runs"
+  done
+  check "3 ranks over mpi: zero 1's final checkpoint is zero 0's, byte for byte" \
+    cmp "$T/mpi3-z0/step_00000006.safetensors" "$T/mpi3-z1/step_00000006.safetensors"
+  MPI_LINES=
+else
+  not_ok "mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)"
+fi
 
 # Saved with zero 1 at step 4, resumed with zero 0 to step 8: a zero 0 run of 8 steps' bytes
 # (a constant rate: a job of 4 steps and one of 8 would have different cosines).
