@@ -23,15 +23,15 @@ static int check_spec(const struct dt_trainer_spec *s)
     if (strcmp(s->data.dataset, "fashion-mnist"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
                             s->data.dataset);
+    if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
+                                             "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
     if (s->device == DT_DEVICE_CUDA && !dt_trainer__device_kernels(s->device))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
     if (s->data.batch_size < 1 || s->ddp.grad_accum < 1)
         return dt_error_set(DT_EINVAL, "trainer: batch_size %d and grad_accum %d must be >= 1", s->data.batch_size,
                             s->ddp.grad_accum);
-    if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
-                                             "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
     if ((s->epochs > 0) == (s->steps > 0))
         return dt_error_set(DT_EINVAL, "trainer: give exactly one of epochs and steps (epochs %d, steps %lld)",
                             s->epochs, (long long)s->steps);

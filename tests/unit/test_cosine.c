@@ -1,7 +1,8 @@
 /* test_cosine.c - the cosine schedule with linear warmup (worker/optim/lr_schedule.h):
  * lr at every step bit-exact in double against the formula, llm.c's and
  * build-nanogpt's get_lr, and nanoGPT's train.py from the end of warmup on
- * (tests/fixtures/cosine.safetensors); seeking on resume; its refusals. */
+ * (tests/fixtures/cosine.safetensors); seeking on resume; its refusals; its
+ * keys (and ddp.zero's) read from a job spec. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include <stdlib.h>
 
+#include "spec/jobspec.h"
 #include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
@@ -120,6 +122,26 @@ static void refusals_name_the_key(void **state)
     assert_int_equal(dt_lr_schedule_seek(&s, 11), DT_EINVAL);
 }
 
+/* The spec's keys: the scheduler's cosine pair and ddp.zero (defaults 0). */
+static void keys_from_a_spec(void **state)
+{
+    (void)state;
+    static const char yaml[] = "name: g\ntrainer:\n  optimizer: {lr: 6e-4}\n"
+                               "  scheduler: {type: cosine, warmup_steps: 700, min_lr: 6e-5}\n  ddp: {zero: 1}\n";
+    struct dt_job *job = NULL;
+    if (dt_job_load_string(yaml, strlen(yaml), "g.yaml", &job))
+        fail_msg("%s", dt_error_last());
+    const struct dt_trainer_spec *t = job->trainer;
+    assert_int_equal(t->scheduler.type, DT_SCHED_COSINE);
+    assert_true(t->scheduler.warmup_steps == 700 && t->scheduler.min_lr == 6e-5 && t->ddp.zero == 1);
+    dt_job_free(job);
+    static const char plain[] = "name: g\ntrainer: {steps: 3}\n";
+    assert_int_equal(dt_job_load_string(plain, strlen(plain), "p.yaml", &job), 0);
+    assert_true(job->trainer->scheduler.warmup_steps == 0 && job->trainer->scheduler.min_lr == 0 &&
+                job->trainer->ddp.zero == 0);
+    dt_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -127,6 +149,7 @@ int main(void)
         cmocka_unit_test(seek_equals_stepping),
         cmocka_unit_test(warmup_edges),
         cmocka_unit_test(refusals_name_the_key),
+        cmocka_unit_test(keys_from_a_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@
  * also under fp16 loss scaling); each rank allocates the moments of its
  * shard only; a checkpoint saved under zero 1 resumes under zero 0 and one
  * saved under zero 0 resumes under zero 1 (other shards than the writer's),
- * bit for bit. */
+ * bit for bit; device: cuda with zero 1 is refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,6 +158,21 @@ static void resume_across_zero(void **state)
     }
 }
 
+/* The CUDA engine keeps whole optimizer state: zero 1 there is refused, naming the key. */
+static void refused_on_cuda(void **state)
+{
+    (void)state;
+    struct dt_trainer_spec spec;
+    small_spec(&spec, 2, 32);
+    spec.device = DT_DEVICE_CUDA;
+    spec.ddp.zero = 1;
+    struct dt_trainer_options o = {.run_dir = "/nonexistent", .threads = 1, .quiet = true};
+    struct dt_trainer *t = NULL;
+    assert_int_equal(dt_trainer_create(&spec, &o, &t), DT_EUNSUPPORTED);
+    assert_null(t);
+    assert_non_null(strstr(dt_error_last(), "trainer.ddp.zero 1 runs on device: cpu only"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +180,7 @@ int main(void)
         cmocka_unit_test_prestate(zero1_equals_zero0, "shm"),
         cmocka_unit_test_prestate(resume_across_zero, "tcp"),
         cmocka_unit_test_prestate(resume_across_zero, "shm"),
+        cmocka_unit_test(refused_on_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
