@@ -99,6 +99,10 @@ static void warmup_edges(void **state)
     assert_int_equal(dt_lr_schedule_init(&s, &spec, 4, 1.0, 0.9), 0);
     for (int t = 0; t < 4; t++, dt_lr_schedule_step(&s))
         assert_true(s.lr == 1.0 * (t + 1) / 10);
+    spec = cosine_spec(4, 0.0); /* N == S: the step after the last is the peak, not a cosine of 0/0 */
+    assert_int_equal(dt_lr_schedule_init(&s, &spec, 4, 1.0, 0.9), 0);
+    assert_int_equal(dt_lr_schedule_seek(&s, 4), 0);
+    assert_true(s.lr == 1.0);
     spec = cosine_spec(0, 0.1);
     assert_int_equal(dt_lr_schedule_init(&s, &spec, 4, 1.0, 0.9), 0);
     assert_true(s.lr == 1.0);

@@ -30,6 +30,8 @@ static double cosine(const struct dt_lr_schedule *s)
     double lr = s->const_lr;
     if (step < n)
         return lr * (double)(step + 1) / (double)n;
+    if (n >= total) /* step == S == N: the warmup's end (no cosine of 0/0) */
+        return lr;
     double decay_ratio = (double)(step - n) / (double)(total - n);
     double coeff = 0.5 * (1.0 + cos(M_PI * decay_ratio));
     return s->min_lr + coeff * (lr - s->min_lr);
@@ -88,7 +90,7 @@ static int validate(const struct dt_scheduler_spec *spec, int64_t total_steps)
 }
 
 int dt_lr_schedule_init(struct dt_lr_schedule *s, const struct dt_scheduler_spec *spec, int64_t total_steps,
-                     double lr, double beta1)
+                        double lr, double beta1)
 {
     memset(s, 0, sizeof *s);
     s->type = spec->type;
@@ -134,11 +136,14 @@ int dt_lr_schedule_step(struct dt_lr_schedule *s)
 
 int dt_lr_schedule_seek(struct dt_lr_schedule *s, int64_t last_epoch)
 {
-    if (s->type != DT_SCHED_CONSTANT && last_epoch > s->total_steps)
+    if (s->type == DT_SCHED_ONECYCLE && last_epoch > s->total_steps) /* torch's words */
         return dt_error_set(DT_EINVAL, "Tried to step %lld times. The specified number of total steps is %lld",
                             (long long)last_epoch, (long long)s->total_steps);
+    if (s->type == DT_SCHED_COSINE && last_epoch > s->total_steps)
+        return dt_error_set(DT_EINVAL, "cosine: step %lld is past the schedule's %lld steps", (long long)last_epoch,
+                            (long long)s->total_steps);
     if (last_epoch < 0)
-        return dt_error_set(DT_EINVAL, "onecycle: negative step %lld", (long long)last_epoch);
+        return dt_error_set(DT_EINVAL, "lr schedule: negative step %lld", (long long)last_epoch);
     s->last_epoch = last_epoch;
     evaluate(s);
     return 0;

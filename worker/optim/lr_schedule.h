@@ -41,7 +41,7 @@ struct dt_lr_schedule {
     int64_t last_epoch;     /* torch's name: the number of step() calls so far */
     int n_phases;
     struct dt_lr_schedule_phase phase[3];
-    double const_lr, const_beta1; /* constant schedule; also beta1 when not cycling */
+    double const_lr, const_beta1; /* the optimizer's: constant's, cosine's peak; beta1 when not cycling */
     double lr, beta1;       /* values for the next optimizer step */
 };
 
@@ -50,7 +50,7 @@ struct dt_lr_schedule {
  * `lr` and `beta1` are the optimizer's own (used by the constant schedule and
  * as beta1 when cycle_momentum is off). */
 int dt_lr_schedule_init(struct dt_lr_schedule *s, const struct dt_scheduler_spec *spec, int64_t total_steps,
-                     double lr, double beta1);
+                        double lr, double beta1);
 
 /* Advances one step; DT_EINVAL once past total_steps (onecycle and cosine). */
 int dt_lr_schedule_step(struct dt_lr_schedule *s);
