@@ -11,7 +11,9 @@
  * on every rank.  dt_reducer_finish() waits for all of them: the optimizer
  * never sees a gradient that is not averaged.
  *
- * With no communicator or one rank, nothing is sent.  Not for the optimizer or
+ * With no communicator or one rank, nothing is sent.  ZeRO-1 (worker/zero.h)
+ * keeps this all-reduce, whose sums have zero 0's bits on every backend, and
+ * each rank reads only its shard of the averages.  Not for the optimizer or
  * clipping: the trainer does those after dt_reducer_finish().
  */
 #ifndef DT_REDUCER_H
