@@ -4,7 +4,8 @@
  * also under fp16 loss scaling); each rank allocates the moments of its
  * shard only; a checkpoint saved under zero 1 resumes under zero 0 and one
  * saved under zero 0 resumes under zero 1 (other shards than the writer's),
- * bit for bit; device: cuda with zero 1 is refused. */
+ * bit for bit; device: cuda with zero 1 is refused; the checkpoint writer
+ * refuses a shard, and a shard reads its part of a whole file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,6 +174,44 @@ static void refused_on_cuda(void **state)
     assert_non_null(strstr(dt_error_last(), "trainer.ddp.zero 1 runs on device: cpu only"));
 }
 
+/* The writer takes whole moments only: a shard handed to it is refused,
+ * and nothing is written; a shard of a whole file takes its part. */
+static void shard_is_gathered_before_saving(void **state)
+{
+    (void)state;
+    struct dt_model_spec s = {.type = "mlp", .n_hidden = 1, .hidden = {8}};
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = 2,
+                                .data = {.kind = DT_BATCH_IMAGES, .features = 4, .classes = 3}};
+    struct dt_model *m = NULL;
+    assert_int_equal(dt_model_create(&c, &m), 0);
+    size_t n = m->n_params; /* 4*8+8 + 8*3+3 = 67 */
+    struct dt_adamw whole, shard;
+    assert_int_equal(dt_adamw_init(&whole, &dt_kernels_cpu, n, 0.999, 1e-8, 0.01), 0);
+    for (size_t i = 0; i < n; i++)
+        whole.m[i] = (float)i, whole.v[i] = (float)(2 * i);
+    assert_int_equal(dt_adamw_init(&shard, &dt_kernels_cpu, 20, 0.999, 1e-8, 0.01), 0);
+    shard.base = 30;
+    char dir[64];
+    scratch_dir(dir, sizeof dir, "zshard");
+    struct dt_ckpt_state st = {.step = 1, .world = 2, .batch_size = 4};
+    char path[128];
+    snprintf(path, sizeof path, "%s/step_00000001.safetensors", dir);
+    assert_int_equal(dt_ckpt_save(dir, m, &shard, &st, 0), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "gather them first"));
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(dt_ckpt_save(dir, m, &whole, &st, 0), 0);
+    struct dt_ckpt_state back = {.world = 2, .batch_size = 4};
+    assert_int_equal(dt_ckpt_load(path, m, &shard, &back), 0);
+    for (size_t i = 0; i < 20; i++)
+        assert_true(shard.m[i] == (float)(30 + i) && shard.v[i] == (float)(60 + 2 * i));
+    rm_rf(dir);
+    dt_adamw_release(&whole);
+    dt_adamw_release(&shard);
+    dt_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +220,7 @@ int main(void)
         cmocka_unit_test_prestate(resume_across_zero, "tcp"),
         cmocka_unit_test_prestate(resume_across_zero, "shm"),
         cmocka_unit_test(refused_on_cuda),
+        cmocka_unit_test(shard_is_gathered_before_saving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
