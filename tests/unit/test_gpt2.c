@@ -17,8 +17,13 @@
  *   scale: Adam moves an element by about lr per step whatever its gradient
  *   (m / sqrt(v)), so where the gradient is near its rounding noise (biases
  *   starting at 0) the 1e-5 of the gradients becomes ~1e-3 of lr.
- *   bf16 autocast: ||mine - ref||_2 <= 2e-2 ||ref||_2 (bf16 keeps 8 bits:
- *   rounding at a different point of a sum shows at 2^-8 = 3.9e-3 per op). */
+ *   bf16 autocast (torch.autocast("cpu", bfloat16) as the reference): logits
+ *   ||.||_2 relative 1e-3 and elements within 1e-2 of the scale (c1's are
+ *   bit for bit; fp32 logits are 2.8e-3 and 3.5e-3 away from the reference,
+ *   which the test checks too, so autocast being off fails it), the loss
+ *   2e-4, gradients ||.||_2 relative 1e-2 and elements within 2e-2 of the
+ *   scale (bf16 keeps 8 bits: a sum rounded at another point differs by
+ *   2^-8 = 3.9e-3, and backward compounds it; measured at most 2.7e-3). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,13 +144,27 @@ static void against_torch(const struct cfg *c, enum dt_kprec prec)
     double eval = dt_model_eval_batch(m, &b, &hits) / N;
     snprintf(key, sizeof key, "%s.logits", pre);
     check(key, dt_model_logits(m), (size_t)m->logits_stride, fixture_tensor(&f, key, "F32"), (size_t)c->V,
-          lp ? 2e-2 : 1e-5, lp ? 1e-1 : 1e-5);
+          lp ? 1e-3 : 1e-5, lp ? 1e-2 : 1e-5);
     double loss = dt_model_train_batch(m, &b, 1.0f / (float)N, false, NULL, NULL) / N;
     snprintf(key, sizeof key, "%s.loss", pre);
-    double want = *(const float *)fixture_tensor(&f, key, "F32")->data, tol = lp ? 2e-3 : 1e-5;
+    double want = *(const float *)fixture_tensor(&f, key, "F32")->data, tol = lp ? 2e-4 : 1e-5;
     if (fabs(loss - want) > tol * fabs(want) || fabs(eval - want) > tol * fabs(want))
         fail_msg("%s loss %.9g (eval %.9g), torch %.9g", pre, loss, eval, want);
-    check_grads(m, &f, pre, lp ? 2e-2 : 1e-5, lp ? 1e-1 : 1e-5);
+    check_grads(m, &f, pre, lp ? 1e-2 : 1e-5, lp ? 2e-2 : 1e-5);
+    if (lp) { /* the same model without autocast is further from the bf16 reference than the tolerance */
+        assert_int_equal(dt_model_set_precision(m, DT_KPREC_F32), 0);
+        dt_model_eval_batch(m, &b, NULL);
+        snprintf(key, sizeof key, "%s.logits", pre);
+        const struct dt_st_tensor *t = fixture_tensor(&f, key, "F32");
+        const float *ref = t->data, *mine = dt_model_logits(m);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < fixture_numel(t); i++) {
+            double d = (double)mine[i / c->V * m->logits_stride + i % c->V] - ref[i];
+            num += d * d;
+            den += (double)ref[i] * ref[i];
+        }
+        assert_true(sqrt(num / den) > 2e-3);
+    }
     dt_model_destroy(m);
     dt_safetensors_release(&f);
 }

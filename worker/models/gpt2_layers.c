@@ -70,6 +70,62 @@ static inline float fexp(float x)
     return e * two_n;
 }
 
+/* ---- sums the compiler vectorises ---- */
+
+/* Sixteen partial sums (lane k takes elements i = k mod 16) combined in a
+ * fixed tree: C forbids reassociating a float sum, so a plain loop runs one
+ * add at a time; this order is as fixed as the plain one, whatever the
+ * clone or thread count. */
+#define LANES 16
+
+static inline float lanes_total(float *s)
+{
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            s[k] += s[k + w];
+    return s[0];
+}
+
+static inline float vsum(const float *a, int n)
+{
+    float s[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] += a[i + k];
+    for (; i < n; i++)
+        s[i % LANES] += a[i];
+    return lanes_total(s);
+}
+
+static inline float vdot(const float *a, const float *b, int n)
+{
+    float s[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++)
+        s[i % LANES] += a[i] * b[i];
+    return lanes_total(s);
+}
+
+static inline float vmax(const float *a, int n)
+{
+    float s[LANES];
+    for (int k = 0; k < LANES; k++)
+        s[k] = a[0];
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] = a[i + k] > s[k] ? a[i + k] : s[k];
+    for (; i < n; i++)
+        s[0] = a[i] > s[0] ? a[i] : s[0];
+    for (int k = 1; k < LANES; k++)
+        s[0] = s[k] > s[0] ? s[k] : s[0];
+    return s[0];
+}
+
 /* ---- encoder: token and position embeddings ---- */
 
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]  (rows are independent) */
@@ -130,13 +186,10 @@ DT_CLONES static void ln_fwd_rows(void *ctx, size_t lo, size_t hi)
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->in + r * (size_t)C;
         float *o = j->out + r * (size_t)C;
-        float s = 0.0f;
+        float m = vsum(x, C) / (float)C, v[LANES] = {0};
         for (int i = 0; i < C; i++)
-            s += x[i];
-        float m = s / (float)C, v = 0.0f;
-        for (int i = 0; i < C; i++)
-            v += (x[i] - m) * (x[i] - m);
-        float rs = 1.0f / sqrtf(v / (float)C + 1e-5f);
+            v[i % LANES] += (x[i] - m) * (x[i] - m);
+        float rs = 1.0f / sqrtf(lanes_total(v) / (float)C + 1e-5f);
         for (int i = 0; i < C; i++)
             o[i] = (x[i] - m) * rs * j->w[i] + j->b[i];
         j->out2[r] = m;
@@ -159,14 +212,13 @@ DT_CLONES static void ln_bwd_rows(void *ctx, size_t lo, size_t hi)
     int C = j->C;
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->in2 + r * (size_t)C, *d = j->in + r * (size_t)C;
-        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], a = 0.0f, c = 0.0f;
+        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], sa[LANES] = {0}, sc[LANES] = {0};
         for (int i = 0; i < C; i++) {
             float dn = j->w[i] * d[i];
-            a += dn;
-            c += dn * (x[i] - mu) * rs;
+            sa[i % LANES] += dn;
+            sc[i % LANES] += dn * (x[i] - mu) * rs;
         }
-        a /= (float)C;
-        c /= (float)C;
+        float a = lanes_total(sa) / (float)C, c = lanes_total(sc) / (float)C;
         for (int i = 0; i < C; i++)
             dx[i] += rs * (j->w[i] * d[i] - a - (x[i] - mu) * rs * c);
     }
@@ -286,30 +338,19 @@ DT_CLONES static void attn_fwd_heads(void *ctx, size_t lo, size_t hi)
         const float *base = j->in + b * (size_t)T * C3 + h * (size_t)hs;
         for (int t = 0; t < T; t++) {
             const float *q = base + (size_t)t * C3;
-            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, mx = -INFINITY, sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *kk = base + (size_t)t2 * C3 + C;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * kk[i];
-                row[t2] = s;
-            }
+            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, mx, sum;
+            for (int t2 = 0; t2 <= t; t2++)
+                row[t2] = vdot(q, base + (size_t)t2 * C3 + C, hs);
             if (lp)
                 j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++) {
+            for (int t2 = 0; t2 <= t; t2++)
                 row[t2] *= j->scale;
-                mx = row[t2] > mx ? row[t2] : mx;
-            }
-            if (lp) {
+            if (lp)
                 j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-                mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++)
-                    mx = row[t2] > mx ? row[t2] : mx;
-            }
-            for (int t2 = 0; t2 <= t; t2++) {
+            mx = vmax(row, t + 1);
+            for (int t2 = 0; t2 <= t; t2++)
                 row[t2] = fexp(row[t2] - mx);
-                sum += row[t2];
-            }
+            sum = vsum(row, t + 1);
             float inv = 1.0f / sum;
             for (int t2 = 0; t2 <= t; t2++)
                 row[t2] *= inv;
@@ -361,19 +402,14 @@ DT_CLONES static void attn_bwd_heads(void *ctx, size_t lo, size_t hi)
             const float *dy = j->in + (b * (size_t)T + (size_t)t) * (size_t)C + h * (size_t)hs;
             float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, *dq = dbase + (size_t)t * C3;
             for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + (size_t)t2 * C3 + 2 * (size_t)C;
-                float *dv = dbase + (size_t)t2 * C3 + 2 * (size_t)C, s = 0.0f, a = row[t2];
-                for (int i = 0; i < hs; i++) {
-                    s += dy[i] * v[i];
+                float *dv = dbase + (size_t)t2 * C3 + 2 * (size_t)C, a = row[t2];
+                datt[t2] = vdot(dy, base + (size_t)t2 * C3 + 2 * (size_t)C, hs);
+                for (int i = 0; i < hs; i++)
                     dv[i] += a * dy[i];
-                }
-                datt[t2] = s;
             }
             if (lp)
                 j->k->round_lowp(datt, datt, (size_t)t + 1, j->p, false);
-            float dot = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++)
-                dot += row[t2] * datt[t2];
+            float dot = vdot(row, datt, t + 1);
             for (int t2 = 0; t2 <= t; t2++)
                 row[t2] = row[t2] * (datt[t2] - dot);
             if (lp)
@@ -476,26 +512,22 @@ void dt_gpt2__residual_forward(float *out, const float *a, const float *b, size_
 /* loss_r = log(sum_j exp(x_j - max)) - (x_y - max) over the first V columns;
  * with grad, the row becomes (softmax - onehot) dscale in place: exp(x_j -
  * max) is written once, then scaled, so the row is read three times, all in
- * cache (the max, the exponentials, the scaling).  out2[r] = 1 when the
- * argmax (first of equals, as torch.argmax) is the target. */
+ * cache (the max, the exponentials, the scaling).  Without grad (evaluation)
+ * out2[r] = 1 when the argmax (first of equals, as torch.argmax) is the target. */
 DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
     int V = j->V;
     for (size_t r = lo; r < hi; r++) {
-        float *x = j->out + r * (size_t)j->stride, mx = x[0];
+        float *x = j->out + r * (size_t)j->stride, mx = vmax(x, V), sum;
         int arg = 0, y = j->tok[r];
-        for (int i = 1; i < V; i++)
-            if (x[i] > mx) {
-                mx = x[i];
-                arg = i;
-            }
-        float xy = x[y], sum = 0.0f;
+        while (!j->grad && arg < V && x[arg] != mx) /* the first maximum, as torch.argmax (evaluation) */
+            arg++;
+        float xy = x[y];
         if (j->grad) {
-            for (int i = 0; i < V; i++) {
+            for (int i = 0; i < V; i++)
                 x[i] = fexp(x[i] - mx);
-                sum += x[i];
-            }
+            sum = vsum(x, V);
             float sc = j->scale / sum;
             for (int i = 0; i < V; i++)
                 x[i] *= sc;
@@ -503,8 +535,10 @@ DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
             for (int i = V; i < j->stride; i++)
                 x[i] = 0.0f;
         } else {
+            float s[LANES] = {0};
             for (int i = 0; i < V; i++)
-                sum += fexp(x[i] - mx);
+                s[i % LANES] += fexp(x[i] - mx);
+            sum = lanes_total(s);
         }
         j->out3[r] = logf(sum) - (xy - mx);
         j->out2[r] = arg == y ? 1.0f : 0.0f;
