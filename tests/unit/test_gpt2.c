@@ -23,7 +23,8 @@
  *   which the test checks too, so autocast being off fails it), the loss
  *   2e-4, gradients ||.||_2 relative 1e-2 and elements within 2e-2 of the
  *   scale (bf16 keeps 8 bits: a sum rounded at another point differs by
- *   2^-8 = 3.9e-3, and backward compounds it; measured at most 2.7e-3). */
+ *   2^-8 = 3.9e-3, and backward compounds it; measured at most 2.7e-3).
+ *   fp16 autocast is held to the same bounds (it keeps 11 bits). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,7 +140,7 @@ static void against_torch(const struct cfg *c, enum dt_kprec prec)
     int N = c->B * c->T;
     bool lp = prec != DT_KPREC_F32;
     char pre[32], key[64];
-    snprintf(pre, sizeof pre, "%s%s", c->tag, lp ? ".bf16" : "");
+    snprintf(pre, sizeof pre, "%s%s", c->tag, prec == DT_KPREC_BF16 ? ".bf16" : prec == DT_KPREC_F16 ? ".fp16" : "");
     int64_t hits = 0;
     double eval = dt_model_eval_batch(m, &b, &hits) / N;
     snprintf(key, sizeof key, "%s.logits", pre);
@@ -151,7 +152,7 @@ static void against_torch(const struct cfg *c, enum dt_kprec prec)
     if (fabs(loss - want) > tol * fabs(want) || fabs(eval - want) > tol * fabs(want))
         fail_msg("%s loss %.9g (eval %.9g), torch %.9g", pre, loss, eval, want);
     check_grads(m, &f, pre, lp ? 1e-2 : 1e-5, lp ? 2e-2 : 1e-5);
-    if (lp) { /* the same model without autocast is further from the bf16 reference than the tolerance */
+    if (prec == DT_KPREC_BF16) { /* without autocast the logits are further from the reference than allowed */
         assert_int_equal(dt_model_set_precision(m, DT_KPREC_F32), 0);
         dt_model_eval_batch(m, &b, NULL);
         snprintf(key, sizeof key, "%s.logits", pre);
@@ -186,6 +187,13 @@ static void bf16_autocast_matches_torch(void **state)
     (void)state;
     against_torch(&C1, DT_KPREC_BF16);
     against_torch(&C2, DT_KPREC_BF16);
+}
+
+static void fp16_autocast_matches_torch(void **state)
+{
+    (void)state;
+    against_torch(&C1, DT_KPREC_F16);
+    against_torch(&C2, DT_KPREC_F16);
 }
 
 /* ---- 10 AdamW steps ---- */
@@ -582,6 +590,7 @@ int main(void)
         cmocka_unit_test(c1_matches_torch),
         cmocka_unit_test(c2_matches_torch),
         cmocka_unit_test(bf16_autocast_matches_torch),
+        cmocka_unit_test(fp16_autocast_matches_torch),
         cmocka_unit_test(adamw_ten_steps_match_torch),
         cmocka_unit_test(recompute_modes_same_bits),
         cmocka_unit_test(padding_invisible),
