@@ -36,8 +36,9 @@ static int parse(int argc, char **argv, struct opts *o)
         int k = 0;
         if (!strcmp(argv[i], "--recompute")) {
             const char *r = argv[i + 1];
-            o->recompute = !strcmp(r, "gelu") ? DT_RECOMPUTE_GELU : !strcmp(r, "block") ? DT_RECOMPUTE_BLOCK
-                                                                                        : DT_RECOMPUTE_NONE;
+            o->recompute = !strcmp(r, "gelu")    ? DT_RECOMPUTE_GELU
+                           : !strcmp(r, "block") ? DT_RECOMPUTE_BLOCK
+                                                 : DT_RECOMPUTE_NONE;
             continue;
         }
         while (k < 9 && strcmp(argv[i], names[k]))
@@ -78,9 +79,16 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o))
         return 2;
     dt_kernels_cpu.set_threads(o.threads);
-    struct dt_model_spec s = {.type = "gpt2", .n_layer = o.layers, .n_head = o.heads, .n_embd = o.embd,
-                              .vocab_size = o.vocab, .block_size = o.seq};
-    struct dt_model_config c = {.spec = &s, .k = &dt_kernels_cpu, .max_batch = o.batch, .seed = 1,
+    struct dt_model_spec s = {.type = "gpt2",
+                              .n_layer = o.layers,
+                              .n_head = o.heads,
+                              .n_embd = o.embd,
+                              .vocab_size = o.vocab,
+                              .block_size = o.seq};
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = o.batch,
+                                .seed = 1,
                                 .recompute = o.recompute,
                                 .data = {.kind = DT_BATCH_TOKENS, .seq_len = o.seq, .vocab = o.vocab}};
     struct dt_model *m;

@@ -48,10 +48,15 @@ struct cfg {
 static const struct cfg C1 = {"c1", 2, 2, 32, 67, 16, 3, 8};
 static const struct cfg C2 = {"c2", 3, 4, 48, 256, 32, 2, 32};
 
-static struct dt_model *make(const struct cfg *c, int seq_len, int max_batch, enum dt_recompute rc, uint64_t seed)
+static struct dt_model *make(const struct cfg *c, int seq_len, int max_batch, enum dt_recompute rc,
+                             uint64_t seed)
 {
-    struct dt_model_spec s = {.type = "gpt2", .n_layer = c->L, .n_head = c->H, .n_embd = c->C,
-                              .vocab_size = c->V, .block_size = c->block};
+    struct dt_model_spec s = {.type = "gpt2",
+                              .n_layer = c->L,
+                              .n_head = c->H,
+                              .n_embd = c->C,
+                              .vocab_size = c->V,
+                              .block_size = c->block};
     struct dt_model_config mc = {.spec = &s,
                                  .k = &dt_kernels_cpu,
                                  .max_batch = max_batch,
@@ -92,12 +97,13 @@ static struct dt_batch batch(const struct dt_safetensors *f, const struct cfg *c
         tk->x[i] = (int32_t)x[i];
         tk->y[i] = (int32_t)y[i];
     }
-    return (struct dt_batch){.kind = DT_BATCH_TOKENS, .n = c->B, .T = c->T, .inputs = tk->x, .targets = tk->y};
+    return (struct dt_batch){
+        .kind = DT_BATCH_TOKENS, .n = c->B, .T = c->T, .inputs = tk->x, .targets = tk->y};
 }
 
 /* The tolerance formula of the file comment; rows of `stride` floats of which `cols` count. */
-static void check(const char *what, const float *mine, size_t stride, const struct dt_st_tensor *t, size_t cols,
-                  double rel_l2, double rel_max)
+static void check(const char *what, const float *mine, size_t stride, const struct dt_st_tensor *t,
+                  size_t cols, double rel_l2, double rel_max)
 {
     const float *ref = t->data;
     size_t n = fixture_numel(t);
@@ -111,12 +117,12 @@ static void check(const char *what, const float *mine, size_t stride, const stru
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     if (!(rel <= rel_l2) || !(worst <= rel_max * scale))
-        fail_msg("%s: relative error %.3g (limit %.3g), worst element %.3g of scale %.3g (limit %.3g)", what, rel,
-                 rel_l2, worst, scale, rel_max);
+        fail_msg("%s: relative error %.3g (limit %.3g), worst element %.3g of scale %.3g (limit %.3g)", what,
+                 rel, rel_l2, worst, scale, rel_max);
 }
 
-static void check_grads(const struct dt_model *m, const struct dt_safetensors *f, const char *pre, double rel_l2,
-                        double rel_max)
+static void check_grads(const struct dt_model *m, const struct dt_safetensors *f, const char *pre,
+                        double rel_l2, double rel_max)
 {
     for (int i = 0; i < m->n_tensors; i++) {
         const struct dt_model_tensor *t = &m->tensors[i];
@@ -140,7 +146,10 @@ static void against_torch(const struct cfg *c, enum dt_kprec prec)
     int N = c->B * c->T;
     bool lp = prec != DT_KPREC_F32;
     char pre[32], key[64];
-    snprintf(pre, sizeof pre, "%s%s", c->tag, prec == DT_KPREC_BF16 ? ".bf16" : prec == DT_KPREC_F16 ? ".fp16" : "");
+    snprintf(pre, sizeof pre, "%s%s", c->tag,
+             prec == DT_KPREC_BF16  ? ".bf16"
+             : prec == DT_KPREC_F16 ? ".fp16"
+                                    : "");
     int64_t hits = 0;
     double eval = dt_model_eval_batch(m, &b, &hits) / N;
     snprintf(key, sizeof key, "%s.logits", pre);
@@ -376,13 +385,16 @@ static void shorter_sequences(void **state)
                     float want = ref[(size_t)(s * C1.T + t) * C1.V + v];
                     float got = lg[(size_t)(s * T + t) * m->logits_stride + v];
                     if (fabsf(got - want) > 1e-5f * fmaxf(fabsf(want), 0.1f))
-                        fail_msg("T=%d seq %d pos %d token %d: %.9g, full sequence %.9g", T, s, t, v, got, want);
+                        fail_msg("T=%d seq %d pos %d token %d: %.9g, full sequence %.9g", T, s, t, v, got,
+                                 want);
                 }
         b.targets = NULL; /* logits only */
         assert_true(dt_model_eval_batch(m, &b, NULL) == 0.0);
-        assert_true(dt_model_train_batch(m, &(struct dt_batch){.kind = DT_BATCH_TOKENS, .n = 1, .T = T,
-                                                               .inputs = cut.x, .targets = cut.y},
-                                         1.0f, false, NULL, NULL) > 0);
+        assert_true(dt_model_train_batch(
+                        m,
+                        &(struct dt_batch){
+                            .kind = DT_BATCH_TOKENS, .n = 1, .T = T, .inputs = cut.x, .targets = cut.y},
+                        1.0f, false, NULL, NULL) > 0);
     }
     dt_model_destroy(m);
     dt_safetensors_release(&f);
@@ -431,12 +443,12 @@ static void hf_names_and_shapes(void **state)
 {
     (void)state;
     struct dt_model *m = make(&C1, C1.block, 1, DT_RECOMPUTE_NONE, 0);
-    static const char *const block[] = {"ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight",
-                                        "attn.c_attn.bias",   "attn.c_proj.weight", "attn.c_proj.bias",
-                                        "ln_2.weight",        "ln_2.bias",        "mlp.c_fc.weight",
-                                        "mlp.c_fc.bias",      "mlp.c_proj.weight", "mlp.c_proj.bias"};
-    const int64_t C = 32, shape[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
-                                         {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    static const char *const block[] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                                        "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                                        "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                                        "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+    const int64_t C = 32, shape[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C},     {C, 0},
+                                          {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
     assert_int_equal(m->n_tensors, 2 + 12 * 2 + 2);
     assert_string_equal(m->tensors[0].name, "transformer.wte.weight");
     assert_int_equal(m->tensors[0].shape[0], 67);
@@ -528,9 +540,11 @@ static void bad_batches_refused(void **state)
         assert_true(m->grads[i] == 1.0f);
     dt_model_destroy(m);
     /* and sizes the model cannot be made with */
-    struct dt_model_spec s = {.type = "gpt2", .n_layer = 1, .n_head = 3, .n_embd = 32, .vocab_size = 10,
-                              .block_size = 8};
-    struct dt_model_config mc = {.spec = &s, .k = &dt_kernels_cpu, .max_batch = 1,
+    struct dt_model_spec s = {
+        .type = "gpt2", .n_layer = 1, .n_head = 3, .n_embd = 32, .vocab_size = 10, .block_size = 8};
+    struct dt_model_config mc = {.spec = &s,
+                                 .k = &dt_kernels_cpu,
+                                 .max_batch = 1,
                                  .data = {.kind = DT_BATCH_TOKENS, .seq_len = 8, .vocab = 10}};
     struct dt_model *bad = NULL;
     assert_int_not_equal(dt_model_create(&mc, &bad), 0);

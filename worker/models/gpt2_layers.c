@@ -140,8 +140,8 @@ static void encoder_fwd_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
-                              int C)
+void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
+                              int T, int C)
 {
     struct job j = {.out = out, .in = wte, .in2 = wpe, .tok = inp, .T = T, .C = C};
     run(encoder_fwd_rows, &j, (size_t)B * (size_t)T, 1);
@@ -171,7 +171,8 @@ static void encoder_bwd_cols(void *ctx, size_t lo, size_t hi)
 void dt_gpt2__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                int C, bool accumulate)
 {
-    struct job j = {.out = dwte, .out2 = dwpe, .in = dout, .tok = inp, .B = B, .T = T, .C = C, .acc = accumulate};
+    struct job j = {
+        .out = dwte, .out2 = dwpe, .in = dout, .tok = inp, .B = B, .T = T, .C = C, .acc = accumulate};
     run(encoder_bwd_cols, &j, (size_t)C, 16);
 }
 
@@ -212,7 +213,8 @@ DT_CLONES static void ln_bwd_rows(void *ctx, size_t lo, size_t hi)
     int C = j->C;
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->in2 + r * (size_t)C, *d = j->in + r * (size_t)C;
-        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], sa[LANES] = {0}, sc[LANES] = {0};
+        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], sa[LANES] = {0},
+              sc[LANES] = {0};
         for (int i = 0; i < C; i++) {
             float dn = j->w[i] * d[i];
             sa[i % LANES] += dn;
@@ -246,8 +248,17 @@ void dt_gpt2__layernorm_backward(float *dinp, float *dw, float *db, const float 
                                  const float *w, const float *mean, const float *rstd, int N, int C,
                                  bool accumulate)
 {
-    struct job j = {.out = dinp, .out2 = dw, .out3 = db, .in = dout, .in2 = inp, .w = w, .mean = mean,
-                    .rstd = rstd, .N = N, .C = C, .acc = accumulate};
+    struct job j = {.out = dinp,
+                    .out2 = dw,
+                    .out3 = db,
+                    .in = dout,
+                    .in2 = inp,
+                    .w = w,
+                    .mean = mean,
+                    .rstd = rstd,
+                    .N = N,
+                    .C = C,
+                    .acc = accumulate};
     run(ln_bwd_rows, &j, (size_t)N, 1);
     run(ln_bwd_cols, &j, (size_t)C, 16);
 }
@@ -269,7 +280,8 @@ void dt_gpt2__matmul_forward(const struct dt_kernels *k, float *out, const float
     if (b) {
         struct job j = {.out = out, .b = b, .C = oc};
         run(bias_rows, &j, (size_t)N, 1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, oc, ic, 1.0f, inp, ic, w, oc, 1.0f, out, oc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, oc, ic, 1.0f, inp, ic, w, oc, 1.0f, out,
+                    oc);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
     }
@@ -294,9 +306,9 @@ DT_CLONES static void colsum_cols(void *ctx, size_t lo, size_t hi)
  * The head (db == NULL, W [oc, ic]): dinp = dout W, dW (+)= dout^T inp.
  * Autocast: dW and db come out of the low-precision GEMM/sum rounded, then
  * are added in fp32 (wtmp holds dW, or db, before rounding); dinp is rounded. */
-void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int ic, int oc, bool accumulate,
-                              enum dt_kprec p, float *wtmp)
+void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int N, int ic, int oc,
+                              bool accumulate, enum dt_kprec p, float *wtmp)
 {
     bool lp = p != DT_KPREC_F32;
     float beta = accumulate && !lp ? 1.0f : 0.0f, *dwo = lp ? wtmp : dw;
@@ -305,13 +317,17 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
         run(colsum_cols, &j, (size_t)oc, 16);
         if (lp)
             k->round_lowp(db, wtmp, (size_t)oc, p, accumulate);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ic, oc, N, 1.0f, inp, ic, dout, oc, beta, dwo, oc);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ic, oc, N, 1.0f, inp, ic, dout, oc, beta, dwo,
+                    oc);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, ic, oc, 1.0f, dout, oc, w, oc, 0.0f, dinp, ic);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, ic, oc, 1.0f, dout, oc, w, oc, 0.0f, dinp,
+                        ic);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, N, 1.0f, dout, oc, inp, ic, beta, dwo, ic);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, N, 1.0f, dout, oc, inp, ic, beta, dwo,
+                    ic);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic, oc, 1.0f, dout, oc, w, ic, 0.0f, dinp, ic);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic, oc, 1.0f, dout, oc, w, ic, 0.0f,
+                        dinp, ic);
     }
     if (lp) {
         k->round_lowp(dw, wtmp, (size_t)ic * (size_t)oc, p, accumulate);
@@ -372,7 +388,14 @@ DT_CLONES static void attn_fwd_heads(void *ctx, size_t lo, size_t hi)
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p)
 {
-    struct job j = {.out = out, .out2 = att, .in = qkv, .k = k, .T = T, .C = C, .H = H, .p = p,
+    struct job j = {.out = out,
+                    .out2 = att,
+                    .in = qkv,
+                    .k = k,
+                    .T = T,
+                    .C = C,
+                    .H = H,
+                    .p = p,
                     .scale = 1.0f / sqrtf((float)(C / H))};
     run(attn_fwd_heads, &j, (size_t)B * (size_t)H, 1);
 }
@@ -438,7 +461,15 @@ DT_CLONES static void attn_bwd_heads(void *ctx, size_t lo, size_t hi)
 void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, const float *dout,
                                  const float *qkv, int B, int T, int C, int H, enum dt_kprec p)
 {
-    struct job j = {.out = dqkv, .out2 = att, .in = dout, .in2 = qkv, .k = k, .T = T, .C = C, .H = H, .p = p,
+    struct job j = {.out = dqkv,
+                    .out2 = att,
+                    .in = dout,
+                    .in2 = qkv,
+                    .k = k,
+                    .T = T,
+                    .C = C,
+                    .H = H,
+                    .p = p,
                     .scale = 1.0f / sqrtf((float)(C / H))};
     run(attn_bwd_heads, &j, (size_t)B * (size_t)H, 1);
 }
@@ -466,7 +497,8 @@ DT_CLONES static void gelu_fwd_range(void *ctx, size_t lo, size_t hi)
         j->k->round_lowp(j->out + lo, j->out + lo, hi - lo, j->p, false);
 }
 
-void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n, enum dt_kprec p)
+void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n,
+                           enum dt_kprec p)
 {
     struct job j = {.out = out, .in = inp, .k = k, .p = p};
     run(gelu_fwd_range, &j, n, 64);
@@ -479,7 +511,8 @@ DT_CLONES static void gelu_bwd_range(void *ctx, size_t lo, size_t hi)
     const struct job *j = ctx;
     for (size_t i = lo; i < hi; i++) {
         float x = j->in2[i], th = ftanh(GELU_K * (x + 0.044715f * x * x * x));
-        float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float g =
+            0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         j->out[i] = g * j->in[i];
     }
     if (j->p != DT_KPREC_F32)
@@ -548,8 +581,14 @@ DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
 double dt_gpt2__xent(float *logits, float *losses, const int32_t *targets, int N, int V, int stride,
                      float dscale, bool grad, int64_t *correct)
 {
-    struct job j = {.out = logits, .out2 = losses + N, .out3 = losses, .tok = targets, .V = V,
-                    .stride = stride, .scale = dscale, .grad = grad};
+    struct job j = {.out = logits,
+                    .out2 = losses + N,
+                    .out3 = losses,
+                    .tok = targets,
+                    .V = V,
+                    .stride = stride,
+                    .scale = dscale,
+                    .grad = grad};
     run(xent_rows, &j, (size_t)N, 1);
     double total = 0.0;
     int64_t hits = 0;
