@@ -177,6 +177,7 @@ static size_t assign_acts(struct dt_gpt2 *g, float *base)
     g->datty = take(base, &at, NC);
     g->dqkv = take(base, &at, 3 * NC);
     g->dfch = take(base, &at, 4 * NC);
+    g->datt = take(base, &at, (size_t)g->seq_len * (size_t)g->seq_len);
     return at;
 }
 
@@ -421,7 +422,7 @@ static void block_backward(struct dt_gpt2 *g, int l, int B, int T, bool acc, dt_
     report(ready, ctx, g->blk[l * G_PER_BLOCK + G_LN2W], hi);
     dt_gpt2__matmul_backward(k, g->datty, G(g, l, G_ATTPW), G(g, l, G_ATTPB), linear_dout(g, NC), a->atty,
                              W(g, l, G_ATTPW), N, C, C, acc, p, g->wtmp);
-    dt_gpt2__attention_backward(k, g->dqkv, a->att, g->datty, a->qkv, B, T, C, g->H, p);
+    dt_gpt2__attention_backward(k, g->dqkv, a->att, g->datt, g->datty, a->qkv, B, T, C, g->H, p);
     dt_gpt2__matmul_backward(k, g->dln, G(g, l, G_QKVW), G(g, l, G_QKVB), g->dqkv, a->ln1, W(g, l, G_QKVW), N,
                              C, 3 * C, acc, p, g->wtmp);
     report(ready, ctx, g->blk[l * G_PER_BLOCK + G_QKVW], hi);

@@ -61,6 +61,7 @@ struct dt_gpt2 {
     float *losses;                           /* [2N] per-token loss and hit, summed in order */
     float *proj;                             /* [N,C] a projection's output before its residual add */
     float *dres, *dln, *datty, *dqkv, *dfch; /* backward scratch: [N,C] x3, [N,3C], [N,4C] */
+    float *datt;                             /* [seq_len, seq_len]: one head's attention gradient */
     /* Autocast (m.prec != F32): the parameters rounded, refreshed every
      * forward, and one weight gradient before it is rounded and added. */
     float *params_lp, *wtmp;
@@ -90,9 +91,10 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
                               bool accumulate, enum dt_kprec p, float *wtmp);
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p);
-/* dqkv = the gradient of qkv; att is overwritten */
-void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, const float *dout,
-                                 const float *qkv, int B, int T, int C, int H, enum dt_kprec p);
+/* dqkv = the gradient of qkv; att is overwritten, datt is [T,T] scratch */
+void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, float *datt,
+                                 const float *dout, const float *qkv, int B, int T, int C, int H,
+                                 enum dt_kprec p);
 void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n,
                            enum dt_kprec p);
 /* dinp = dout * gelu'(inp); dinp may be dout */

@@ -54,7 +54,8 @@ static void run(void (*fn)(void *, size_t, size_t), struct job *j, size_t n, siz
 static inline float fexp(float x)
 {
     x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
-    float n = __builtin_roundevenf(x * 1.44269504088896341f);
+    /* round to nearest even by adding 1.5 * 2^23 (exact for |x / ln 2| < 2^22) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = fmaf(n, -0.693145751953125f, x);
     r = fmaf(n, -1.428606765330187045e-06f, r);
     float e = 1.0f / 720.0f;
@@ -64,10 +65,11 @@ static inline float fexp(float x)
     e = fmaf(e, r, 0.5f);
     e = fmaf(e, r, 1.0f);
     e = fmaf(e, r, 1.0f);
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return e * two_n;
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23}; /* 2^n, built in the exponent field */
+    return e * two_n.f;
 }
 
 /* ---- sums the compiler vectorises ---- */
@@ -338,140 +340,115 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
 
 /* ---- causal self-attention ---- */
 
-/* For batch b, head h (hs = C/H columns of q, k, v in qkv's row), row t:
- *   s_t2 = (q_t . k_t2) / sqrt(hs)  for t2 <= t     (autocast: round(round(q.k) scale), as q @ k^T * scale)
- *   att_t2 = exp(s_t2 - max) / sum                  (masked columns t2 > t are 0 and not stored)
- *   y_t = sum_t2 att_t2 v_t2                        (autocast: att and y rounded)
- * Each (b, h) pair is one thread's: it writes only its own att rows and y columns. */
-DT_CLONES static void attn_fwd_heads(void *ctx, size_t lo, size_t hi)
+/* For batch b and head h (hs = C/H columns of q, k and v in qkv's rows), as
+ * nanoGPT without flash and Hugging Face's eager attention:
+ *   S = Q K^T                      (a GEMM over the whole T x T: BLAS does the
+ *                                   upper triangle too and is still far faster
+ *                                   than a loop that skips it)
+ *   att_t = softmax(S_t / sqrt(hs)) over columns <= t, 0 above (the mask)
+ *   Y = att V                      (the zeros above the diagonal add nothing)
+ * Autocast rounds S (a bmm output), the scaled scores (a bf16 multiply),
+ * att (softmax's output in the type it was given) and Y. */
+DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
-    int T = j->T, C = j->C, hs = C / j->H;
-    size_t C3 = 3 * (size_t)C;
     bool lp = j->p != DT_KPREC_F32;
-    for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / (size_t)j->H, h = bh % (size_t)j->H;
-        const float *base = j->in + b * (size_t)T * C3 + h * (size_t)hs;
-        for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, mx, sum;
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] = vdot(q, base + (size_t)t2 * C3 + C, hs);
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= j->scale;
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            mx = vmax(row, t + 1);
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] = fexp(row[t2] - mx);
-            sum = vsum(row, t + 1);
-            float inv = 1.0f / sum;
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= inv;
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            float *y = j->out + (b * (size_t)T + (size_t)t) * (size_t)C + h * (size_t)hs;
-            memset(y, 0, (size_t)hs * sizeof *y);
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + (size_t)t2 * C3 + 2 * (size_t)C;
-                for (int i = 0; i < hs; i++)
-                    y[i] += row[t2] * v[i];
-            }
-            if (lp)
-                j->k->round_lowp(y, y, (size_t)hs, j->p, false);
-        }
+    for (size_t r = lo; r < hi; r++) {
+        int t = (int)(r % (size_t)j->T), n = t + 1;
+        float *row = j->out + r * (size_t)j->T;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        for (int i = 0; i < n; i++)
+            row[i] *= j->scale;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        float mx = vmax(row, n);
+        for (int i = 0; i < n; i++)
+            row[i] = fexp(row[i] - mx);
+        float inv = 1.0f / vsum(row, n);
+        for (int i = 0; i < n; i++)
+            row[i] *= inv;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        memset(row + n, 0, (size_t)(j->T - n) * sizeof *row);
     }
 }
 
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p)
 {
-    struct job j = {.out = out,
-                    .out2 = att,
-                    .in = qkv,
-                    .k = k,
-                    .T = T,
-                    .C = C,
-                    .H = H,
-                    .p = p,
-                    .scale = 1.0f / sqrtf((float)(C / H))};
-    run(attn_fwd_heads, &j, (size_t)B * (size_t)H, 1);
+    int hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f,
+                        att + ((size_t)b * H + h) * TT, T);
+        }
+    struct job j = {.out = att, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
+    run(softmax_rows, &j, (size_t)B * H * T, 1);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *v = qkv + (size_t)b * T * C3 + (size_t)h * hs + 2 * C;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                        att + ((size_t)b * H + h) * TT, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + (size_t)h * hs, C);
+        }
+    if (p != DT_KPREC_F32)
+        k->round_lowp(out, out, (size_t)B * T * C, p, false);
 }
 
-/* Backward of the above, given dy_t (the heads' output gradient):
- *   datt_t2 = dy_t . v_t2,        dv_t2 += att_t2 dy_t
- *   ds_t2 = att_t2 (datt_t2 - sum_k att_k datt_k) / sqrt(hs)     (softmax backward, then the scale)
- *   dq_t += sum_t2 ds_t2 k_t2,    dk_t2 += ds_t2 q_t
- * Autocast rounds datt (a bmm output), the softmax gradient and its scaled
- * value, and each of dq, dk, dv once they are summed (bmm outputs). */
-DT_CLONES static void attn_bwd_heads(void *ctx, size_t lo, size_t hi)
+/* Backward of the above for one (b, h), given dY:
+ *   dV = att^T dY,  datt = dY V^T
+ *   dS_t = att_t * (datt_t - sum_k att_tk datt_tk) / sqrt(hs)   (softmax', then the scale; 0 above the
+ * diagonal) dQ = dS K,  dK = dS^T Q The rows of dS are independent (split over the pool); the GEMMs write
+ * disjoint columns of dqkv.  Autocast rounds datt, the softmax gradient,
+ * its scaled value and (at the end) dq, dk, dv. */
+DT_CLONES static void softmax_bwd_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
-    int T = j->T, C = j->C, hs = C / j->H;
-    size_t C3 = 3 * (size_t)C;
     bool lp = j->p != DT_KPREC_F32;
-    float datt[T];
-    for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / (size_t)j->H, h = bh % (size_t)j->H;
-        const float *base = j->in2 + b * (size_t)T * C3 + h * (size_t)hs;
-        float *dbase = j->out + b * (size_t)T * C3 + h * (size_t)hs;
-        for (int t = 0; t < T; t++)
-            for (int part = 0; part < 3; part++)
-                memset(dbase + (size_t)t * C3 + (size_t)part * C, 0, (size_t)hs * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            const float *dy = j->in + (b * (size_t)T + (size_t)t) * (size_t)C + h * (size_t)hs;
-            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, *dq = dbase + (size_t)t * C3;
-            for (int t2 = 0; t2 <= t; t2++) {
-                float *dv = dbase + (size_t)t2 * C3 + 2 * (size_t)C, a = row[t2];
-                datt[t2] = vdot(dy, base + (size_t)t2 * C3 + 2 * (size_t)C, hs);
-                for (int i = 0; i < hs; i++)
-                    dv[i] += a * dy[i];
-            }
-            if (lp)
-                j->k->round_lowp(datt, datt, (size_t)t + 1, j->p, false);
-            float dot = vdot(row, datt, t + 1);
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] = row[t2] * (datt[t2] - dot);
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= j->scale;
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *kk = base + (size_t)t2 * C3 + C;
-                float *dk = dbase + (size_t)t2 * C3 + C, ds = row[t2];
-                for (int i = 0; i < hs; i++) {
-                    dq[i] += ds * kk[i];
-                    dk[i] += ds * q[i];
-                }
-            }
-        }
-        for (int t = 0; lp && t < T; t++)
-            for (int part = 0; part < 3; part++) {
-                float *d = dbase + (size_t)t * C3 + (size_t)part * C;
-                j->k->round_lowp(d, d, (size_t)hs, j->p, false);
-            }
+    for (size_t r = lo; r < hi; r++) {
+        int n = (int)r + 1;
+        float *row = j->out + r * (size_t)j->T, *d = j->out2 + r * (size_t)j->T;
+        if (lp)
+            j->k->round_lowp(d, d, (size_t)n, j->p, false);
+        float dot = vdot(row, d, n);
+        for (int i = 0; i < n; i++)
+            row[i] *= d[i] - dot;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        for (int i = 0; i < n; i++)
+            row[i] *= j->scale;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
     }
 }
 
-void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, const float *dout,
-                                 const float *qkv, int B, int T, int C, int H, enum dt_kprec p)
+void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, float *datt,
+                                 const float *dout, const float *qkv, int B, int T, int C, int H,
+                                 enum dt_kprec p)
 {
-    struct job j = {.out = dqkv,
-                    .out2 = att,
-                    .in = dout,
-                    .in2 = qkv,
-                    .k = k,
-                    .T = T,
-                    .C = C,
-                    .H = H,
-                    .p = p,
-                    .scale = 1.0f / sqrtf((float)(C / H))};
-    run(attn_bwd_heads, &j, (size_t)B * (size_t)H, 1);
+    int hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t at = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + at, *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *s = att + ((size_t)b * H + h) * TT, *dq = dqkv + at;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f,
+                        datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, dy, C, 0.0f,
+                        dq + 2 * C, C3);
+            struct job j = {.out = s, .out2 = datt, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
+            run(softmax_bwd_rows, &j, (size_t)T, 1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q + C, C3, 0.0f, dq,
+                        C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, C3, 0.0f, dq + C,
+                        C3);
+        }
+    if (p != DT_KPREC_F32)
+        k->round_lowp(dqkv, dqkv, (size_t)B * T * C3, p, false);
 }
 
 /* ---- GELU (tanh approximation) and the residual add ---- */
