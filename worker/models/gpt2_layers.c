@@ -1,9 +1,10 @@
 /* gpt2_layers.c - GPT-2's layers, each forward next to its backward with the
  * math above them, as llm.c's train_gpt2.c keeps them (gpt2_internal.h lists
- * them).  GEMMs go to OpenBLAS (its own threads); every other loop is split
- * over the CPU pool (worker/cpu_pool.h) by rows, columns or heads, so that
- * each output element is one thread's and sums run in a fixed order: the
- * bits do not depend on the thread count.
+ * them).  GEMMs, attention's per head included, go to OpenBLAS (its own
+ * threads); every other loop is split over the CPU pool (worker/cpu_pool.h)
+ * by rows or columns, so that each output element is one thread's and sums
+ * run in a fixed order (the loops' bits do not depend on the thread count;
+ * a GEMM's may, as model.h says of row chunks).
  *
  * Autocast (p = bf16 or fp16) follows torch.autocast on CPU for what GPT-2
  * runs: linear and matmul in the low type with fp32 accumulation (their

@@ -70,7 +70,7 @@ struct dt_model_ops {
     const char *name;         /* trainer.model.type */
     enum dt_batch_kind input; /* the batches it reads */
     /* A model with parameters initialised from c->seed: fills every field of
-     * struct dt_model but grad_chunk (ops: this table; the arenas by
+     * struct dt_model but grad_chunk and spec (ops: this table; the arenas by
      * dt_model__alloc_arenas, model_internal.h), and on failure frees what it
      * made.  dt_model_create checks the tensor list after it. */
     int (*create)(const struct dt_model_config *c, struct dt_model **out);
@@ -88,7 +88,8 @@ struct dt_model_ops {
      * summed (not averaged) loss. */
     double (*train_batch)(struct dt_model *m, const struct dt_batch *b, float dscale, bool accumulate,
                           dt_model_ready_fn ready, void *ctx);
-    /* Forward only: the summed loss; *correct gets the argmax hits added. */
+    /* Forward only: the summed loss; *correct gets the argmax hits added
+     * (gpt2: targets may be NULL when only the logits are wanted; loss 0). */
     double (*eval_batch)(struct dt_model *m, const struct dt_batch *b, int64_t *correct);
     /* The logits of the last forward, inside the model: rows of logits_stride
      * floats of which the first logits_cols count ([n, classes] for the MLP,
