@@ -556,6 +556,37 @@ static void bad_batches_refused(void **state)
     assert_null(bad);
 }
 
+/* Gradient accumulation: a second micro-batch with accumulate adds its
+ * gradients (the same batch twice: twice the gradient, to rounding), one
+ * without overwrites them. */
+static void accumulate_adds(void **state)
+{
+    (void)state;
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, &C1, &tk);
+    struct dt_model *m = make(&C1, C1.block, C1.B, DT_RECOMPUTE_NONE, 0);
+    load_params(m, &f, &C1);
+    dt_model_train_batch(m, &b, 0.05f, false, NULL, NULL);
+    float *once = malloc(m->n_params * sizeof *once);
+    memcpy(once, m->grads, m->n_params * sizeof *once);
+    dt_model_train_batch(m, &b, 0.05f, true, NULL, NULL);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        double d = (double)m->grads[i] - 2.0 * once[i];
+        num += d * d;
+        den += 4.0 * (double)once[i] * once[i];
+    }
+    if (!(sqrt(num / den) <= 1e-6))
+        fail_msg("accumulated gradients are %.3g away from twice one batch's", sqrt(num / den));
+    dt_model_train_batch(m, &b, 0.05f, false, NULL, NULL);
+    assert_memory_equal(once, m->grads, m->n_params * sizeof *once);
+    free(once);
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
 /* trainer.model's gpt2 keys and trainer.recompute, through the job spec;
  * heads that do not split n_embd are refused naming the key. */
 static void spec_keys(void **state)
@@ -607,6 +638,7 @@ int main(void)
         cmocka_unit_test(fp16_autocast_matches_torch),
         cmocka_unit_test(adamw_ten_steps_match_torch),
         cmocka_unit_test(recompute_modes_same_bits),
+        cmocka_unit_test(accumulate_adds),
         cmocka_unit_test(padding_invisible),
         cmocka_unit_test(shorter_sequences),
         cmocka_unit_test(init_statistics),
