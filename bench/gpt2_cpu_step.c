@@ -8,7 +8,7 @@
  *                 [--threads N] [--warmup 2] [--steps 10] [--recompute none|gelu|block]
  *
  * Prints "dtrain tokens/s: X" (B T steps / seconds of the timed steps), the
- * CPU seconds per step (all threads) and the last loss; bench/gpt2_cpu.py times PyTorch on the same step and
+ * CPU seconds per step (all threads) and the last loss; bench/gpt2_cpu_torch.py times PyTorch on the same step and
  * bench/gpt2_cpu.sh runs both.  Not a test (tests/unit/test_gpt2.c is).
  */
 #include <math.h>
