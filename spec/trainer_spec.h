@@ -27,6 +27,7 @@ struct dt_model_spec {
     int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
     int n_hidden;
     enum dt_activation activation; /* default relu */
+    int n_layer, n_head, n_embd, vocab_size, block_size; /* gpt2 */
 };
 
 struct dt_data_spec {
@@ -107,6 +108,7 @@ struct dt_trainer_spec {
     struct dt_trace_spec trace;
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
+    char *init_from;       /* Hugging Face GPT-2 weights to start from (a directory or .safetensors); NULL: none */
 };
 
 /* Fills every field with its default (the values in the comments above). */

@@ -109,6 +109,8 @@ struct dt_model {
     enum dt_kprec prec;        /* dt_model_set_precision */
     size_t grad_chunk;         /* floats (dt_model_set_grad_chunk) */
     int64_t backward_start_ns; /* dt_clock_ns() when the last train batch's backward began (traces) */
+    struct dt_model_spec spec; /* a copy of c->spec (dt_model_create): checkpoints say which model they hold */
+    int seq_len;               /* DT_BATCH_TOKENS: the longest sequence a batch may have (c->data.seq_len) */
 };
 
 /* The model c->spec->type names, from the table in model.c; an unknown type
