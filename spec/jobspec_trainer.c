@@ -298,10 +298,26 @@ static const struct dt_spec_key trace_keys[] = {
 };
 static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
 
+/* init_from: Hugging Face GPT-2 weights, so a gpt2 model and a path; the
+ * file itself is read by the trainer (worker/hf_weights.c), on the nodes. */
+static int check_init_from(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_trainer_spec *t)
+{
+    const struct dt_ynode *v = dt_ymap_get(map, "init_from");
+    if (!t->init_from) /* "" is refused as every string key's is */
+        return 0;
+    if (strcmp(t->model.type, "gpt2"))
+        return dt_spec_fail(ctx, v, "init_from",
+                            "loads Hugging Face GPT-2 weights, and model.type is %s; set model: {type: gpt2, ...}",
+                            t->model.type);
+    return 0;
+}
+
 /* Exactly one of epochs and steps counts: writing steps turns epochs off. */
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_trainer_spec *t = obj;
+    if (check_init_from(ctx, map, t))
+        return DT_EINVAL;
     const struct dt_ynode *e = dt_ymap_key_node(map, "epochs"), *s = dt_ymap_key_node(map, "steps");
     if (e && s) {
         const struct dt_ynode *later = s->line > e->line || (s->line == e->line && s->col > e->col) ? s : e;
@@ -338,6 +354,7 @@ static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
     DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("init_from", DT_KT_STR, struct dt_trainer_spec, init_from),
 };
 const struct dt_spec_section dt_jobspec_trainer_section = {.keys = trainer_keys,
                                                            .n_keys = DT_NKEYS(trainer_keys),

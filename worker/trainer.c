@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/clock.h"
+#include "worker/hf_weights.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
@@ -72,6 +73,12 @@ static int build_model(struct dt_trainer *t)
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
+    /* init_from: every rank reads the weights (no broadcast needed for them);
+     * a checkpoint found later (maybe_resume) replaces them. */
+    if (s->init_from && (rc = dt_hf_load(s->init_from, t->model)))
+        return dt_error_prefix("trainer.init_from");
+    if (s->init_from && t->rank == 0)
+        dt_log_info("starting from the Hugging Face weights in %s", s->init_from);
     for (int i = 0; i < t->model->n_tensors; i++)
         if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
             return dt_error_set(

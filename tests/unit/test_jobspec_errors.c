@@ -196,6 +196,8 @@ static const struct bad_case bad_cases[] = {
     {THEAD "  trace: {steps: -3}\n", 3, 18, "step range like"},
     {THEAD "  cuda_graph: maybe\n", 3, 15, "expected true or false"},
     {THEAD "  log_every_steps: 0\n", 3, 20, "from 1 to"},
+    {THEAD "  init_from: /w/gpt2\n", 3, 14, "trainer.init_from: loads Hugging Face GPT-2 weights, and model.type is mlp"},
+    {THEAD "  init_from: \"\"\n", 3, 14, "trainer.init_from: expected a non-empty string"},
     {"name: t\nnproc_per_node: gpu\ntrainer: {}\n", 2, 17, "the trainer runs on the CPU"},
     {"name: t\nbackend: nccl\ntrainer: {}\n", 2, 10, "nccl runs on GPUs"},
     {"name: t\nbackend: tcp\ntrainer: {device: cuda}\n", 2, 10, "tcp is a CPU backend"},
