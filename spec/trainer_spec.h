@@ -23,11 +23,12 @@ enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
 #define DT_MLP_MAX_HIDDEN 16
 
 struct dt_model_spec {
-    char type[16];                 /* "mlp" (a GPT comes later) */
+    char type[16];                 /* "mlp" or "gpt2" */
     int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
     int n_hidden;
     enum dt_activation activation; /* default relu */
-    int n_layer, n_head, n_embd, vocab_size, block_size; /* gpt2 */
+    /* gpt2 (defaults GPT-2 124M: 12, 12, 768, 50257, 1024) */
+    int n_layer, n_head, n_embd, vocab_size, block_size;
 };
 
 struct dt_data_spec {
@@ -94,6 +95,7 @@ struct dt_trace_spec {
 
 struct dt_trainer_spec {
     struct dt_model_spec model;
+    char *init_from;     /* Hugging Face GPT-2 weights to start from (worker/hf_weights.h); NULL: none */
     struct dt_data_spec data;
     int epochs;          /* exactly one of epochs and steps is > 0 */
     int64_t steps;
@@ -108,7 +110,6 @@ struct dt_trainer_spec {
     struct dt_trace_spec trace;
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
-    char *init_from;       /* Hugging Face GPT-2 weights to start from (a directory or .safetensors); NULL: none */
 };
 
 /* Fills every field with its default (the values in the comments above). */

@@ -96,11 +96,11 @@ int dt_model_create(const struct dt_model_config *c, struct dt_model **out)
         return rc;
     m->grad_chunk = DT_MODEL_GRAD_CHUNK;
     m->spec = *c->spec;
-    m->seq_len = c->data.kind == DT_BATCH_TOKENS ? c->data.seq_len : 0;
     if ((rc = check_tensors(m))) {
         dt_model_destroy(m);
         return rc;
     }
+    m->seq_len = c->data.kind == DT_BATCH_TOKENS ? c->data.seq_len : 0;
     *out = m;
     return 0;
 }

@@ -106,11 +106,12 @@ struct dt_model {
      * floats between tensors (padding) go with the tensor below them */
     const struct dt_model_tensor *tensors;
     int n_tensors;
+    int seq_len; /* DT_BATCH_TOKENS: the longest sequence a batch may have (c->data.seq_len), set by dt_model_create */
     enum dt_kprec prec;        /* dt_model_set_precision */
     size_t grad_chunk;         /* floats (dt_model_set_grad_chunk) */
     int64_t backward_start_ns; /* dt_clock_ns() when the last train batch's backward began (traces) */
-    struct dt_model_spec spec; /* a copy of c->spec (dt_model_create): checkpoints say which model they hold */
-    int seq_len;               /* DT_BATCH_TOKENS: the longest sequence a batch may have (c->data.seq_len) */
+    int logits_cols, logits_stride; /* dt_model_logits' row: values that count, floats between rows */
+    struct dt_model_spec spec;      /* what it was made from (a copy, set by dt_model_create) */
 };
 
 /* The model c->spec->type names, from the table in model.c; an unknown type
