@@ -19,6 +19,8 @@ enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
 enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
 enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
 enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
+/* trainer.recompute: what backward recomputes instead of keeping (gradient checkpointing) */
+enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_GELU, DT_RECOMPUTE_BLOCK };
 
 #define DT_MLP_MAX_HIDDEN 16
 
@@ -110,6 +112,7 @@ struct dt_trainer_spec {
     struct dt_trace_spec trace;
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
+    enum dt_recompute recompute; /* none (default), gelu or block */
 };
 
 /* Fills every field with its default (the values in the comments above). */

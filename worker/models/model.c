@@ -14,9 +14,11 @@
 /* ---- the models this trainer builds: one line each ---- */
 
 extern const struct dt_model_ops dt_model__mlp;
+extern const struct dt_model_ops dt_model__gpt2;
 
 static const struct dt_model_ops *const models[] = {
     &dt_model__mlp,
+    &dt_model__gpt2,
 };
 
 #define N_MODELS (int)(sizeof models / sizeof models[0])
