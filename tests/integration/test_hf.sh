@@ -85,6 +85,9 @@ cp "$T/last.out" "$T/sample1"
 expect_status 0 "the same seed gives the same sample" \
   "$DTRAIN" sample "$T/ck" --prompt "In the beginning" -n 40 --seed 1 --top-k 50
 check "(byte for byte)" cmp -s "$T/last.out" "$T/sample1"
+expect_status 0 "a run directory samples from its newest checkpoint" \
+  "$DTRAIN" sample "$T/run" --prompt "In the beginning" -n 40 --seed 1 --top-k 50
+check "(the same checkpoint, the same sample)" cmp -s "$T/last.out" "$T/sample1"
 
 # --- bad input ----------------------------------------------------------------------
 expect_status 1 "init_from weights of another width are refused" $H logits-hf "$T/saved-f32" 2 4 64 256 16 $TOK "$T/x"
