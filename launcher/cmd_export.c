@@ -40,7 +40,8 @@ static void usage(FILE *out)
 static int run(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "hf") != 0)
-        return dt_cli_usage_error("export", argc < 2 ? "needs a format: hf" : "unknown format '%s' (dtrain writes hf)",
+        return dt_cli_usage_error("export",
+                                  argc < 2 ? "needs a format: hf" : "unknown format '%s' (dtrain writes hf)",
                                   argc < 2 ? "" : argv[1]);
     const char *ckpt = NULL, *dir = NULL;
     bool force = false;

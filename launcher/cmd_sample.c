@@ -27,30 +27,29 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: dtrain sample CHECKPOINT_OR_RUN_DIR [--prompt TEXT | --tokens LIST] [-n 200]\n"
-            "                     [--temperature 0.8] [--top-k 200] [--seed 0]\n\n"
-            "Generates text with a gpt2 checkpoint: a step_<N>.safetensors file, a checkpoint\n"
-            "directory or a run directory (its newest intact checkpoint).  The model is rebuilt\n"
-            "from the checkpoint's \"model\" metadata.  Each new token is drawn from the logits of\n"
-            "the last position after a forward of the last block_size tokens, divided by the\n"
-            "temperature, keeping the top-k (nanoGPT's sample.py; docs/trainer.md).\n\n"
-            "A byte-level model (vocab_size 256, from `dtrain data bytes`) reads --prompt as text\n"
-            "and prints the prompt and its continuation as text; bytes that are not printable\n"
-            "ASCII, newline or tab are written \\xNN, and a backslash \\\\.  Other vocabularies\n"
-            "read --tokens and print the prompt's and the new tokens' ids, space-separated (dtrain\n"
-            "has no tokenizer); without a prompt GPT-2's vocabulary starts from <|endoftext|>.\n\n"
-            "Options:\n"
-            "  --prompt TEXT        the prompt (byte-level models)\n"
-            "  --tokens LIST        the prompt as token ids: \"15496, 11, 995\" (commas or spaces)\n"
-            "  -n, --new N          tokens to generate (default 200)\n"
-            "  --temperature T      >= 0; 0 takes the most likely token each time (default 0.8)\n"
-            "  --top-k K            keep the K most likely tokens; 0 keeps all (default 200)\n"
-            "  --seed S             the sample's random numbers (SplitMix64; default 0)\n"
-            "  -h, --help           show this help\n\n"
-            "Exit status: 0 on success, 1 when the checkpoint cannot be used or the prompt does not\n"
-            "fit the model (a token outside the vocabulary, more tokens than block_size), 2 on a\n"
-            "usage error.\n");
+    fprintf(out, "Usage: dtrain sample CHECKPOINT_OR_RUN_DIR [--prompt TEXT | --tokens LIST] [-n 200]\n"
+                 "                     [--temperature 0.8] [--top-k 200] [--seed 0]\n\n"
+                 "Generates text with a gpt2 checkpoint: a step_<N>.safetensors file, a checkpoint\n"
+                 "directory or a run directory (its newest intact checkpoint).  The model is rebuilt\n"
+                 "from the checkpoint's \"model\" metadata.  Each new token is drawn from the logits of\n"
+                 "the last position after a forward of the last block_size tokens, divided by the\n"
+                 "temperature, keeping the top-k (nanoGPT's sample.py; docs/trainer.md).\n\n"
+                 "A byte-level model (vocab_size 256, from `dtrain data bytes`) reads --prompt as text\n"
+                 "and prints the prompt and its continuation as text; bytes that are not printable\n"
+                 "ASCII, newline or tab are written \\xNN, and a backslash \\\\.  Other vocabularies\n"
+                 "read --tokens and print the prompt's and the new tokens' ids, space-separated (dtrain\n"
+                 "has no tokenizer); without a prompt GPT-2's vocabulary starts from <|endoftext|>.\n\n"
+                 "Options:\n"
+                 "  --prompt TEXT        the prompt (byte-level models)\n"
+                 "  --tokens LIST        the prompt as token ids: \"15496, 11, 995\" (commas or spaces)\n"
+                 "  -n, --new N          tokens to generate (default 200)\n"
+                 "  --temperature T      >= 0; 0 takes the most likely token each time (default 0.8)\n"
+                 "  --top-k K            keep the K most likely tokens; 0 keeps all (default 200)\n"
+                 "  --seed S             the sample's random numbers (SplitMix64; default 0)\n"
+                 "  -h, --help           show this help\n\n"
+                 "Exit status: 0 on success, 1 when the checkpoint cannot be used or the prompt does not\n"
+                 "fit the model (a token outside the vocabulary, more tokens than block_size), 2 on a\n"
+                 "usage error.\n");
 }
 
 /* ---- the command line ---- */
@@ -78,8 +77,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     *o = (struct opts){.n_new = 200, .top_k = 200, .temperature = 0.8};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") || !strcmp(a, "-n") || !strcmp(a, "--new") ||
-                     !strcmp(a, "--temperature") || !strcmp(a, "--top-k") || !strcmp(a, "--seed");
+        bool takes = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") || !strcmp(a, "-n") ||
+                     !strcmp(a, "--new") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
+                     !strcmp(a, "--seed");
         if (takes && !v)
             return dt_cli_usage_error("sample", "%s needs a value", a);
         char *end = NULL;
@@ -89,7 +89,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->tokens = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--new")) {
             if (!parse_ll(v, 0, MAX_NEW, &o->n_new))
-                return dt_cli_usage_error("sample", "%s: expected a token count from 0 to %d, got '%s'", a, MAX_NEW, v);
+                return dt_cli_usage_error("sample", "%s: expected a token count from 0 to %d, got '%s'", a,
+                                          MAX_NEW, v);
         } else if (!strcmp(a, "--top-k")) {
             if (!parse_ll(v, 0, INT32_MAX, &o->top_k))
                 return dt_cli_usage_error("sample", "--top-k: expected an integer >= 0, got '%s'", v);
@@ -101,7 +102,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             errno = 0;
             o->seed = strtoull(v, &end, 10);
             if (*v < '0' || *v > '9' || *end || errno)
-                return dt_cli_usage_error("sample", "--seed: expected an integer from 0 to 2^64-1, got '%s'", v);
+                return dt_cli_usage_error("sample", "--seed: expected an integer from 0 to 2^64-1, got '%s'",
+                                          v);
         } else if (a[0] == '-' && a[1])
             return dt_cli_usage_error("sample", "unknown option '%s'", a);
         else if (!o->path)
@@ -155,18 +157,19 @@ static int prompt_tokens(const struct opts *o, const struct dt_model_spec *s, in
         return rc;
     }
     if (o->prompt && !bytes)
-        return dt_error_set(DT_EINVAL,
-                            "this model's vocabulary has %d tokens, not bytes: give the prompt as token ids with "
-                            "--tokens (dtrain has no tokenizer)",
-                            s->vocab_size);
+        return dt_error_set(
+            DT_EINVAL,
+            "this model's vocabulary has %d tokens, not bytes: give the prompt as token ids with "
+            "--tokens (dtrain has no tokenizer)",
+            s->vocab_size);
     if (o->prompt) {
         size_t len = strlen(o->prompt);
         if (len == 0)
             return dt_error_set(DT_EINVAL, "--prompt is empty: the prompt needs at least one character");
         if (len > (size_t)s->block_size)
             return dt_error_set(DT_EINVAL,
-                                "the prompt has %zu bytes, more than this model's block_size %d: shorten it", len,
-                                s->block_size);
+                                "the prompt has %zu bytes, more than this model's block_size %d: shorten it",
+                                len, s->block_size);
         for (size_t i = 0; i < len; i++)
             ids[i] = (unsigned char)o->prompt[i];
         *n = (int)len;
@@ -211,14 +214,16 @@ static int load_model(const struct dt_ckpt_file *c, struct dt_model_spec *s, str
     if (rc)
         return rc;
     if (strcmp(s->type, "gpt2"))
-        return dt_error_set(DT_EINVAL, "%s holds a model of type %s; dtrain sample needs a language model (gpt2)",
+        return dt_error_set(DT_EINVAL,
+                            "%s holds a model of type %s; dtrain sample needs a language model (gpt2)",
                             c->path, s->type);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     dt_kernels_cpu.set_threads(cores > 0 ? (int)cores : 1);
-    struct dt_model_config mc = {.spec = s,
-                                 .k = &dt_kernels_cpu,
-                                 .max_batch = 1,
-                                 .data = {.kind = DT_BATCH_TOKENS, .seq_len = s->block_size, .vocab = s->vocab_size}};
+    struct dt_model_config mc = {
+        .spec = s,
+        .k = &dt_kernels_cpu,
+        .max_batch = 1,
+        .data = {.kind = DT_BATCH_TOKENS, .seq_len = s->block_size, .vocab = s->vocab_size}};
     rc = dt_model_create(&mc, m);
     if (!rc)
         rc = dt_ckpt_apply_weights(c, *m);
@@ -244,7 +249,8 @@ static int run(int argc, char **argv)
     if (!rc)
         rc = prompt_tokens(&o, &s, ids, &n_prompt);
     if (!rc)
-        rc = dt_sample_generate(m, ids, n_prompt, (int)o.n_new, o.temperature, (int)o.top_k, o.seed, ids + n_prompt);
+        rc = dt_sample_generate(m, ids, n_prompt, (int)o.n_new, o.temperature, (int)o.top_k, o.seed,
+                                ids + n_prompt);
     if (!rc && s.vocab_size == 256)
         print_bytes(ids, n_prompt + (int)o.n_new);
     else if (!rc)

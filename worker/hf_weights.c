@@ -45,10 +45,10 @@ static const struct {
     const char *name;
     int ndim, rows, cols;
 } block_tensors[] = {
-    {"ln_1.weight", 1, 1, 0},        {"ln_1.bias", 1, 1, 0},        {"attn.c_attn.weight", 2, 1, 3},
-    {"attn.c_attn.bias", 1, 3, 0},   {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
-    {"ln_2.weight", 1, 1, 0},        {"ln_2.bias", 1, 1, 0},        {"mlp.c_fc.weight", 2, 1, 4},
-    {"mlp.c_fc.bias", 1, 4, 0},      {"mlp.c_proj.weight", 2, 4, 1}, {"mlp.c_proj.bias", 1, 1, 0},
+    {"ln_1.weight", 1, 1, 0},      {"ln_1.bias", 1, 1, 0},          {"attn.c_attn.weight", 2, 1, 3},
+    {"attn.c_attn.bias", 1, 3, 0}, {"attn.c_proj.weight", 2, 1, 1}, {"attn.c_proj.bias", 1, 1, 0},
+    {"ln_2.weight", 1, 1, 0},      {"ln_2.bias", 1, 1, 0},          {"mlp.c_fc.weight", 2, 1, 4},
+    {"mlp.c_fc.bias", 1, 4, 0},    {"mlp.c_proj.weight", 2, 4, 1},  {"mlp.c_proj.bias", 1, 1, 0},
 };
 #define PER_BLOCK (int)(sizeof block_tensors / sizeof block_tensors[0])
 
@@ -154,11 +154,12 @@ static bool ends_with(const char *s, const char *tail)
 
 static int pickle_refused(const char *file, const char *dir)
 {
-    return dt_error_set(DT_EUNSUPPORTED,
-                        "%s is a PyTorch pickle, which dtrain does not read (loading one can run code); convert "
-                        "it once to model.safetensors with: python3 -c \"from transformers import "
-                        "GPT2LMHeadModel as M; M.from_pretrained('%s').save_pretrained('%s')\"",
-                        file, dir, dir);
+    return dt_error_set(
+        DT_EUNSUPPORTED,
+        "%s is a PyTorch pickle, which dtrain does not read (loading one can run code); convert "
+        "it once to model.safetensors with: python3 -c \"from transformers import "
+        "GPT2LMHeadModel as M; M.from_pretrained('%s').save_pretrained('%s')\"",
+        file, dir, dir);
 }
 
 /* path -> the safetensors file and, for a directory with one, its config.json ("" if none). */
@@ -175,7 +176,8 @@ static int resolve(const char *path, char *file, char *config)
         return 0;
     }
     if (strlen(path) > HF_PATH_MAX - 64)
-        return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(path), path);
+        return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(path),
+                            path);
     snprintf(file, HF_PATH_MAX, "%s/model.safetensors", path);
     snprintf(config, HF_PATH_MAX, "%s/config.json", path);
     if (!is_file(config))
@@ -185,22 +187,25 @@ static int resolve(const char *path, char *file, char *config)
     char other[HF_PATH_MAX];
     snprintf(other, sizeof other, "%s/model.safetensors.index.json", path);
     if (is_file(other))
-        return dt_error_set(DT_EUNSUPPORTED,
-                            "%s holds a sharded model (model.safetensors.index.json), which dtrain does not read; "
-                            "save it as one file with save_pretrained(DIR, max_shard_size=\"100GB\")",
-                            path);
+        return dt_error_set(
+            DT_EUNSUPPORTED,
+            "%s holds a sharded model (model.safetensors.index.json), which dtrain does not read; "
+            "save it as one file with save_pretrained(DIR, max_shard_size=\"100GB\")",
+            path);
     snprintf(other, sizeof other, "%s/pytorch_model.bin", path);
     if (is_file(other))
         return pickle_refused(other, path);
-    return dt_error_set(DT_ENOTFOUND,
-                        "%s has no model.safetensors (a Hugging Face model directory holds one: save_pretrained "
-                        "writes it)",
-                        path);
+    return dt_error_set(
+        DT_ENOTFOUND,
+        "%s has no model.safetensors (a Hugging Face model directory holds one: save_pretrained "
+        "writes it)",
+        path);
 }
 
 /* ---- reading: config.json against trainer.model ---- */
 
-static int config_int(const char *path, json_t *cfg, const char *key, const char *ours, int want, bool at_least)
+static int config_int(const char *path, json_t *cfg, const char *key, const char *ours, int want,
+                      bool at_least)
 {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v))
@@ -210,8 +215,9 @@ static int config_int(const char *path, json_t *cfg, const char *key, const char
     long long got = json_integer_value(v);
     if (got == want || (at_least && got > want))
         return 0;
-    return dt_error_set(DT_EINVAL, "%s: %s is %lld, this model's trainer.model.%s is %d: set %s: %lld to use these weights",
-                        path, key, got, ours, want, ours, got);
+    return dt_error_set(
+        DT_EINVAL, "%s: %s is %lld, this model's trainer.model.%s is %d: set %s: %lld to use these weights",
+        path, key, got, ours, want, ours, got);
 }
 
 /* What shapes cannot show: n_head, the activation, the MLP width. */
@@ -227,14 +233,16 @@ static int check_config(const char *path, const struct dt_model_spec *s)
     if (!json_is_object(cfg))
         rc = dt_error_set(DT_EINVAL, "%s: not a JSON object", path);
     else if (type && strcmp(type, "gpt2"))
-        rc = dt_error_set(DT_EINVAL, "%s: model_type is %s; trainer.init_from reads GPT-2 (model_type gpt2)", path,
-                          type);
+        rc = dt_error_set(DT_EINVAL, "%s: model_type is %s; trainer.init_from reads GPT-2 (model_type gpt2)",
+                          path, type);
     else if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
-        rc = dt_error_set(DT_EINVAL, "%s: activation_function is %s; dtrain's gpt2 has GELU's tanh form (gelu_new)",
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: activation_function is %s; dtrain's gpt2 has GELU's tanh form (gelu_new)",
                           path, act);
-    else if (inner && !json_is_null(inner) && (!json_is_integer(inner) || json_integer_value(inner) != 4LL * s->n_embd))
-        rc = dt_error_set(DT_EINVAL, "%s: n_inner is not 4 * n_embd (%d); dtrain's gpt2 has that MLP width", path,
-                          4 * s->n_embd);
+    else if (inner && !json_is_null(inner) &&
+             (!json_is_integer(inner) || json_integer_value(inner) != 4LL * s->n_embd))
+        rc = dt_error_set(DT_EINVAL, "%s: n_inner is not 4 * n_embd (%d); dtrain's gpt2 has that MLP width",
+                          path, 4 * s->n_embd);
     if (!rc)
         rc = config_int(path, cfg, "n_layer", "n_layer", s->n_layer, false);
     if (!rc)
@@ -297,9 +305,10 @@ static void hint(const struct file_dims *d, const struct dt_model_spec *s, char 
              {"block_size", d->block, s->block_size}};
     size_t at = 0;
     for (size_t i = 0; i < sizeof k / sizeof k[0] && at < size; i++)
-        if (k[i].file >= 0 && k[i].file != k[i].ours && (strcmp(k[i].key, "block_size") || k[i].file < k[i].ours))
-            at += (size_t)snprintf(buf + at, size - at, "%s%s: %lld", at ? ", " : "set trainer.model.", k[i].key,
-                                   k[i].file);
+        if (k[i].file >= 0 && k[i].file != k[i].ours &&
+            (strcmp(k[i].key, "block_size") || k[i].file < k[i].ours))
+            at += (size_t)snprintf(buf + at, size - at, "%s%s: %lld", at ? ", " : "set trainer.model.",
+                                   k[i].key, k[i].file);
     if (at == 0)
         snprintf(buf, size, "the file's tensors do not agree with one another: not a GPT-2 file");
     else if (at < size)
@@ -319,10 +328,11 @@ static int check_tensor(const char *path, const struct dt_safetensors *f, const 
         hint(&d, &m->spec, h, sizeof h);
     }
     if (!t)
-        return dt_error_set(DT_EINVAL, "%s: no tensor %s (nor %s) in the file; %s", path, mt->name, bare(mt->name), h);
+        return dt_error_set(DT_EINVAL, "%s: no tensor %s (nor %s) in the file; %s", path, mt->name,
+                            bare(mt->name), h);
     if (!is_float_dtype(t->dtype))
-        return dt_error_set(DT_EINVAL, "%s: tensor %s is %s; weights must be F32, F16, BF16 or F64", path, t->name,
-                            t->dtype);
+        return dt_error_set(DT_EINVAL, "%s: tensor %s is %s; weights must be F32, F16, BF16 or F64", path,
+                            t->name, t->dtype);
     bool crop = strcmp(bare(mt->name), "wpe.weight") == 0;
     bool same = t->ndim == mt->ndim;
     for (int i = 0; same && i < mt->ndim; i++)
@@ -330,8 +340,8 @@ static int check_tensor(const char *path, const struct dt_safetensors *f, const 
     if (!same) {
         shape_str(t->shape, t->ndim, fs, sizeof fs);
         shape_str(mt->shape, mt->ndim, ms, sizeof ms);
-        return dt_error_set(DT_EINVAL, "%s: tensor %s is [%s] in the file, [%s] in this model: %s", path, t->name, fs,
-                            ms, h);
+        return dt_error_set(DT_EINVAL, "%s: tensor %s is [%s] in the file, [%s] in this model: %s", path,
+                            t->name, fs, ms, h);
     }
     float buf[BLOCK];
     size_t n = dt_model_tensor_numel(mt);
@@ -341,7 +351,8 @@ static int check_tensor(const char *path, const struct dt_safetensors *f, const 
         for (size_t i = 0; i < k; i++)
             if (!isfinite(buf[i]))
                 return dt_error_set(DT_EINVAL, "%s: tensor %s holds %g at element %zu", path, t->name,
-                                    isnan(buf[i]) ? (double)NAN : (double)buf[i], at + i); /* "nan", any sign */
+                                    isnan(buf[i]) ? (double)NAN : (double)buf[i],
+                                    at + i); /* "nan", any sign */
     }
     return 0;
 }
@@ -375,10 +386,11 @@ static int check_extra(const char *path, const struct dt_safetensors *f, const s
         bool tied = wte && t->ndim == 2 && t->shape[0] == wte->shape[0] && t->shape[1] == wte->shape[1] &&
                     is_float_dtype(t->dtype) && same_values(t, wte, (size_t)(t->shape[0] * t->shape[1]));
         return tied ? 0
-                    : dt_error_set(DT_EINVAL,
-                                   "%s: lm_head.weight differs from transformer.wte.weight; dtrain's gpt2 ties the "
-                                   "language-model head to the token embedding, as GPT-2 does",
-                                   path);
+                    : dt_error_set(
+                          DT_EINVAL,
+                          "%s: lm_head.weight differs from transformer.wte.weight; dtrain's gpt2 ties the "
+                          "language-model head to the token embedding, as GPT-2 does",
+                          path);
     }
     struct file_dims d;
     char h[256];
@@ -410,8 +422,8 @@ static int check_all(const char *path, const struct dt_safetensors *f, const str
 int dt_hf_load(const char *path, struct dt_model *m)
 {
     if (strcmp(m->spec.type, "gpt2"))
-        return dt_error_set(DT_EINVAL, "%s: Hugging Face GPT-2 weights need trainer.model.type gpt2, not %s", path,
-                            m->spec.type);
+        return dt_error_set(DT_EINVAL, "%s: Hugging Face GPT-2 weights need trainer.model.type gpt2, not %s",
+                            path, m->spec.type);
     char file[HF_PATH_MAX], config[HF_PATH_MAX];
     int rc = resolve(path, file, config);
     if (!rc && config[0])
@@ -457,8 +469,9 @@ static int export_entries(const struct dt_ckpt_file *c, const struct dt_model_sp
         if (strncmp(c->st.tensors[i].name, "optimizer.", 10))
             found++;
     if (found != n)
-        return dt_error_set(DT_EINVAL, "%s: %d model tensors, its model entry makes %d: not a gpt2 checkpoint of this dtrain",
-                            c->path, found, n);
+        return dt_error_set(
+            DT_EINVAL, "%s: %d model tensors, its model entry makes %d: not a gpt2 checkpoint of this dtrain",
+            c->path, found, n);
     return 0;
 }
 
@@ -477,10 +490,11 @@ static int export_dir(const char *dir, bool force)
             snprintf(other, sizeof other, "%s", de->d_name);
     closedir(d);
     if (other[0] && !force)
-        return dt_error_set(DT_EINVAL,
-                            "%s is not empty (it holds %s): give a new or empty directory, or --force to replace "
-                            "model.safetensors and config.json there and leave the rest",
-                            dir, other);
+        return dt_error_set(
+            DT_EINVAL,
+            "%s is not empty (it holds %s): give a new or empty directory, or --force to replace "
+            "model.safetensors and config.json there and leave the rest",
+            dir, other);
     return 0;
 }
 
@@ -505,19 +519,22 @@ static int write_config(void *ctx, FILE *f)
     char eot[16] = "null";
     if (s->vocab_size > 50256)
         snprintf(eot, sizeof eot, "50256");
-    fprintf(f,
-            "{\n  \"activation_function\": \"gelu_new\",\n  \"add_cross_attention\": false,\n"
-            "  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n  \"attn_pdrop\": 0.0,\n"
-            "  \"bos_token_id\": %s,\n  \"dtype\": \"float32\",\n  \"embd_pdrop\": 0.0,\n  \"eos_token_id\": %s,\n"
-            "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-            "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n"
-            "  \"n_positions\": %d,\n  \"pad_token_id\": null,\n  \"reorder_and_upcast_attn\": false,\n"
-            "  \"resid_pdrop\": 0.0,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-            "  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": 0.0,\n"
-            "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n"
-            "  \"summary_use_proj\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n"
-            "  \"vocab_size\": %d\n}\n",
-            eot, eot, s->block_size, s->n_embd, s->n_head, s->n_layer, s->block_size, s->vocab_size);
+    fprintf(
+        f,
+        "{\n  \"activation_function\": \"gelu_new\",\n  \"add_cross_attention\": false,\n"
+        "  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n  \"attn_pdrop\": 0.0,\n"
+        "  \"bos_token_id\": %s,\n  \"dtype\": \"float32\",\n  \"embd_pdrop\": 0.0,\n  \"eos_token_id\": "
+        "%s,\n"
+        "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
+        "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n"
+        "  \"n_positions\": %d,\n  \"pad_token_id\": null,\n  \"reorder_and_upcast_attn\": false,\n"
+        "  \"resid_pdrop\": 0.0,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
+        "  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": "
+        "0.0,\n"
+        "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n"
+        "  \"summary_use_proj\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n"
+        "  \"vocab_size\": %d\n}\n",
+        eot, eot, s->block_size, s->n_embd, s->n_head, s->n_layer, s->block_size, s->vocab_size);
     return 0;
 }
 
@@ -528,10 +545,11 @@ int dt_hf_export(const struct dt_ckpt_file *c, const char *dir, bool force)
     if (rc)
         return rc;
     if (strcmp(s.type, "gpt2"))
-        return dt_error_set(DT_EUNSUPPORTED,
-                            "%s holds a model of type %s; Hugging Face export writes GPT-2 (trainer.model.type: "
-                            "gpt2) only",
-                            c->path, s.type);
+        return dt_error_set(
+            DT_EUNSUPPORTED,
+            "%s holds a model of type %s; Hugging Face export writes GPT-2 (trainer.model.type: "
+            "gpt2) only",
+            c->path, s.type);
     if (strlen(dir) > HF_PATH_MAX - 64)
         return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(dir), dir);
     int n;

@@ -85,8 +85,8 @@ static int pick(struct picker *p, const float *row)
 
 /* ---- generation ---- */
 
-static int check_args(const struct dt_model *m, const int32_t *prompt, int n_prompt, int n_new, double temperature,
-                      int top_k)
+static int check_args(const struct dt_model *m, const int32_t *prompt, int n_prompt, int n_new,
+                      double temperature, int top_k)
 {
     if (m->ops->input != DT_BATCH_TOKENS || m->logits_cols < 1 || m->seq_len < 1)
         return dt_error_set(DT_EINVAL, "sampling needs a language model; model %s reads no token sequences",
@@ -101,9 +101,9 @@ static int check_args(const struct dt_model *m, const int32_t *prompt, int n_pro
         return dt_error_set(DT_EINVAL, "sampling: top_k %d is negative (0 keeps every token)", top_k);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->logits_cols)
-            return dt_error_set(DT_EINVAL,
-                                "prompt token %d (at %d) is outside this model's vocabulary of %d tokens (0..%d)",
-                                (int)prompt[i], i, m->logits_cols, m->logits_cols - 1);
+            return dt_error_set(
+                DT_EINVAL, "prompt token %d (at %d) is outside this model's vocabulary of %d tokens (0..%d)",
+                (int)prompt[i], i, m->logits_cols, m->logits_cols - 1);
     return 0;
 }
 
@@ -124,13 +124,15 @@ int dt_sample_generate(struct dt_model *m, const int32_t *prompt, int n_prompt, 
         memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
     for (int step = 0; step < n_new && !rc; step++) {
         int len = n_prompt + step, T = len < window ? len : window;
-        struct dt_batch b = {.kind = DT_BATCH_TOKENS, .n = 1, .T = T, .inputs = ctx + len - T, .targets = targets};
+        struct dt_batch b = {
+            .kind = DT_BATCH_TOKENS, .n = 1, .T = T, .inputs = ctx + len - T, .targets = targets};
         int64_t hits = 0;
         dt_model_eval_batch(m, &b, &hits);
         const float *row = dt_model_logits(m) + (size_t)(T - 1) * (size_t)m->logits_stride;
         for (int i = 0; i < p.vocab && !rc; i++)
             if (!isfinite(row[i]))
-                rc = dt_error_set(DT_EINVAL, "sampling: the model's logit for token %d is %g (diverged weights?)", i,
+                rc = dt_error_set(DT_EINVAL,
+                                  "sampling: the model's logit for token %d is %g (diverged weights?)", i,
                                   isnan(row[i]) ? (double)NAN : (double)row[i]);
         if (!rc)
             ctx[len] = out[step] = pick(&p, row);

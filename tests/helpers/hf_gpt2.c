@@ -28,15 +28,21 @@
 
 static struct dt_model_spec gpt2_spec(char **a)
 {
-    return (struct dt_model_spec){.type = "gpt2", .n_layer = atoi(a[0]), .n_head = atoi(a[1]), .n_embd = atoi(a[2]),
-                                  .vocab_size = atoi(a[3]), .block_size = atoi(a[4])};
+    return (struct dt_model_spec){.type = "gpt2",
+                                  .n_layer = atoi(a[0]),
+                                  .n_head = atoi(a[1]),
+                                  .n_embd = atoi(a[2]),
+                                  .vocab_size = atoi(a[3]),
+                                  .block_size = atoi(a[4])};
 }
 
 static int create(const struct dt_model_spec *s, uint64_t seed, struct dt_model **m)
 {
     bool tokens = strcmp(s->type, "gpt2") == 0;
     struct dt_model_config c = {.spec = s, .k = &dt_kernels_cpu, .max_batch = 1, .seed = seed};
-    c.data = tokens ? (struct dt_batch_shape){.kind = DT_BATCH_TOKENS, .seq_len = s->block_size, .vocab = s->vocab_size}
+    c.data = tokens ? (struct dt_batch_shape){.kind = DT_BATCH_TOKENS,
+                                              .seq_len = s->block_size,
+                                              .vocab = s->vocab_size}
                     : (struct dt_batch_shape){.kind = DT_BATCH_IMAGES, .features = 16, .classes = 4};
     return dt_model_create(&c, m);
 }
@@ -57,7 +63,7 @@ static int init(char **a)
     struct dt_model_spec s = gpt2_spec(a + 1);
     struct dt_model *m;
     int rc = create(&s, strtoull(a[6], NULL, 10), &m);
-    uint64_t x = 88172645463325252ull; /* xorshift64: noise in [-0.1, 0.1) */
+    uint64_t x = 88172645463325252ull;              /* xorshift64: noise in [-0.1, 0.1) */
     for (int i = 0; !rc && i < m->n_tensors; i++) { /* the padding rows of wte stay 0 */
         const struct dt_model_tensor *t = &m->tensors[i];
         for (size_t e = 0; e < dt_model_tensor_numel(t); e++) {

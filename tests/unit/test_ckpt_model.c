@@ -104,14 +104,15 @@ static void mlp_entry_round_trips(void **state)
 static void gpt2_entry_round_trips(void **state)
 {
     struct fx *f = *state;
-    struct dt_model_spec g = {.type = "gpt2", .n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256,
-                              .block_size = 128};
+    struct dt_model_spec g = {
+        .type = "gpt2", .n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .block_size = 128};
     f->m->spec = g;
     save(f, f->dir, 2);
     struct dt_ckpt_file c;
     read_file(f, 2, &c);
-    assert_string_equal(c.model, "{\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"vocab_size\":256,"
-                                 "\"block_size\":128}");
+    assert_string_equal(c.model,
+                        "{\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"vocab_size\":256,"
+                        "\"block_size\":128}");
     struct dt_model_spec s;
     assert_int_equal(dt_ckpt_model_spec(&c, &s), 0);
     assert_string_equal(s.type, "gpt2");
@@ -124,8 +125,10 @@ static void gpt2_entry_round_trips(void **state)
     f->m->spec.n_head = 8;
     struct dt_ckpt_state st = state_at(0);
     assert_int_equal(dt_ckpt_apply(&c, f->m, &f->a, &st), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "saved from the model {\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4"));
-    assert_non_null(strstr(dt_error_last(), "this run's trainer.model is {\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":8"));
+    assert_non_null(
+        strstr(dt_error_last(), "saved from the model {\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4"));
+    assert_non_null(
+        strstr(dt_error_last(), "this run's trainer.model is {\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":8"));
     assert_int_equal(st.step, 0);
     assert_int_equal(dt_ckpt_apply_weights(&c, f->m), DT_EINVAL);
     dt_ckpt_release(&c);
@@ -158,8 +161,8 @@ static void strip_model_entry(const char *path)
     assert_int_equal(dt_safetensors_read(path, &st), 0);
     struct dt_st_entry *e = calloc((size_t)st.n, sizeof *e);
     for (int i = 0; i < st.n; i++) {
-        e[i] = (struct dt_st_entry){st.tensors[i].name, st.tensors[i].dtype, st.tensors[i].ndim, {0},
-                                    st.tensors[i].data};
+        e[i] = (struct dt_st_entry){
+            st.tensors[i].name, st.tensors[i].dtype, st.tensors[i].ndim, {0}, st.tensors[i].data};
         memcpy(e[i].shape, st.tensors[i].shape, sizeof st.tensors[i].shape);
     }
     const char **meta = calloc(2 * (size_t)st.n_meta, sizeof *meta);
@@ -221,7 +224,7 @@ static void weights_alone_load_into_a_fresh_model(void **state)
     assert_int_equal(mlp_fixture(20, other, 2, 5, DT_ACT_RELU, 1, 99, &fresh), 0);
     assert_int_equal(dt_ckpt_apply_weights(&c, fresh), DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "\"hidden\":[32,16]")); /* the entry speaks first */
-    fresh->spec.hidden[1] = 16;                                      /* past the entry: the shapes */
+    fresh->spec.hidden[1] = 16;                                     /* past the entry: the shapes */
     assert_int_equal(dt_ckpt_apply_weights(&c, fresh), DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "tensor layers.2.weight dim 0 is 16, this model has 8"));
     dt_model_destroy(fresh);
@@ -267,8 +270,10 @@ static void bad_entries_are_refused(void **state)
          "n_embd 64 is not a multiple of n_head 3"},
         {"{\"type\":\"gpt2\",\"n_layer\":0,\"n_head\":4,\"n_embd\":64,\"vocab_size\":256,\"block_size\":8}",
          "n_layer is missing or not an integer in 1..1024"},
-        {"{\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"block_size\":8}", "vocab_size is missing"},
-        {"{\"type\":\"mlp\",\"hidden\":[],\"activation\":\"relu\"}", "hidden is not a list of 1 to 16 widths"},
+        {"{\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"block_size\":8}",
+         "vocab_size is missing"},
+        {"{\"type\":\"mlp\",\"hidden\":[],\"activation\":\"relu\"}",
+         "hidden is not a list of 1 to 16 widths"},
         {"{\"type\":\"mlp\",\"hidden\":[4],\"activation\":\"tanh\"}", "activation is not relu or gelu"},
         {"{\"type\":", "the model entry:1:"},
     };

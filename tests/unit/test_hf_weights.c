@@ -46,7 +46,8 @@ struct fake {
     struct dt_model_tensor t[NT];
 };
 
-static void add(struct fake *f, int *i, size_t *at, const char *name, int ndim, int64_t r, int64_t c, size_t pad)
+static void add(struct fake *f, int *i, size_t *at, const char *name, int ndim, int64_t r, int64_t c,
+                size_t pad)
 {
     struct dt_model_tensor *t = &f->t[(*i)++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -60,11 +61,12 @@ static void add(struct fake *f, int *i, size_t *at, const char *name, int ndim, 
 
 static struct fake *fake_gpt2(int n_head, float base)
 {
-    static const char *const blk[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                                        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-    static const int64_t shp[12][3] = {{1, C, 0},     {1, C, 0}, {2, C, 3 * C}, {1, 3 * C, 0},
-                                       {2, C, C},     {1, C, 0}, {1, C, 0},     {1, C, 0},
+    static const char *const blk[12] = {"ln_1.weight",      "ln_1.bias",          "attn.c_attn.weight",
+                                        "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                                        "ln_2.weight",      "ln_2.bias",          "mlp.c_fc.weight",
+                                        "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+    static const int64_t shp[12][3] = {{1, C, 0},     {1, C, 0},     {2, C, 3 * C}, {1, 3 * C, 0},
+                                       {2, C, C},     {1, C, 0},     {1, C, 0},     {1, C, 0},
                                        {2, C, 4 * C}, {1, 4 * C, 0}, {2, 4 * C, C}, {1, C, 0}};
     struct fake *f = calloc(1, sizeof *f);
     int i = 0;
@@ -84,8 +86,8 @@ static struct fake *fake_gpt2(int n_head, float base)
     f->m.grads = calloc(at, sizeof(float));
     f->m.tensors = f->t;
     f->m.n_tensors = NT;
-    f->m.spec = (struct dt_model_spec){.type = "gpt2", .n_layer = L, .n_head = n_head, .n_embd = C,
-                                       .vocab_size = V, .block_size = BLOCKSZ};
+    f->m.spec = (struct dt_model_spec){
+        .type = "gpt2", .n_layer = L, .n_head = n_head, .n_embd = C, .vocab_size = V, .block_size = BLOCKSZ};
     for (int k = 0; k < NT; k++) /* values exact in fp16 and bf16: multiples of 1/8 below 16 */
         for (size_t e = 0; e < dt_model_tensor_numel(&f->t[k]); e++)
             f->m.params[f->t[k].offset + e] = base + (float)((k * 7 + (int)e) % 64) / 8.0f - 4.0f;
@@ -121,15 +123,15 @@ static uint16_t to_f16(float x) /* normal values with at most 10 mantissa bits *
 }
 
 struct tweak {
-    const char *drop;       /* a tensor left out */
-    const char *resize;     /* a tensor written [rows + 1, ...] (garbage values) */
-    bool bare;              /* names without "transformer." */
-    bool buffers;           /* h.i.attn.bias and masked_bias */
-    int lm_head;            /* 0 none, 1 tied (= wte), 2 untied */
-    const char *dtype;      /* F32 (NULL), F16, BF16 */
-    const char *extra;      /* one more tensor of this name */
-    int wpe_rows;           /* > 0: wpe written with these rows (its first BLOCKSZ the model's) */
-    bool nan;               /* a NaN in ln_f.bias */
+    const char *drop;   /* a tensor left out */
+    const char *resize; /* a tensor written [rows + 1, ...] (garbage values) */
+    bool bare;          /* names without "transformer." */
+    bool buffers;       /* h.i.attn.bias and masked_bias */
+    int lm_head;        /* 0 none, 1 tied (= wte), 2 untied */
+    const char *dtype;  /* F32 (NULL), F16, BF16 */
+    const char *extra;  /* one more tensor of this name */
+    int wpe_rows;       /* > 0: wpe written with these rows (its first BLOCKSZ the model's) */
+    bool nan;           /* a NaN in ln_f.bias */
 };
 
 static void write_st(const char *path, struct fake *f, const struct tweak *w)
@@ -203,10 +205,11 @@ static void write_text(const char *path, const char *text)
 static void config_json(const char *path, int n_head, int n_positions)
 {
     char text[512];
-    snprintf(text, sizeof text,
-             "{\"model_type\": \"gpt2\", \"activation_function\": \"gelu_new\", \"n_layer\": %d, \"n_head\": %d,"
-             " \"n_embd\": %d, \"vocab_size\": %d, \"n_positions\": %d, \"n_inner\": null}",
-             L, n_head, C, V, n_positions);
+    snprintf(
+        text, sizeof text,
+        "{\"model_type\": \"gpt2\", \"activation_function\": \"gelu_new\", \"n_layer\": %d, \"n_head\": %d,"
+        " \"n_embd\": %d, \"vocab_size\": %d, \"n_positions\": %d, \"n_inner\": null}",
+        L, n_head, C, V, n_positions);
     write_text(path, text);
 }
 
@@ -329,33 +332,39 @@ static void a_wrong_shape_names_the_tensor_and_the_key(void **state)
 {
     struct fx *x = *state;
     write_st(x->st, x->src, &(struct tweak){.resize = "transformer.wte.weight"});
-    expect_refusal(x, x->hf,
-                   (const char *[]){"tensor transformer.wte.weight is [14, 8] in the file, [13, 8] in this model",
-                                    "set trainer.model.vocab_size: 14 to match the file", x->st, NULL});
+    expect_refusal(
+        x, x->hf,
+        (const char *[]){"tensor transformer.wte.weight is [14, 8] in the file, [13, 8] in this model",
+                         "set trainer.model.vocab_size: 14 to match the file", x->st, NULL});
     write_st(x->st, x->src, &(struct tweak){.resize = "transformer.h.1.mlp.c_fc.weight"});
-    expect_refusal(x, x->hf,
-                   (const char *[]){"tensor transformer.h.1.mlp.c_fc.weight is [9, 32] in the file, [8, 32] in this "
-                                    "model",
-                                    NULL});
+    expect_refusal(
+        x, x->hf,
+        (const char *[]){"tensor transformer.h.1.mlp.c_fc.weight is [9, 32] in the file, [8, 32] in this "
+                         "model",
+                         NULL});
     write_st(x->st, x->src, &(struct tweak){.wpe_rows = BLOCKSZ - 1});
-    expect_refusal(x, x->hf,
-                   (const char *[]){"tensor transformer.wpe.weight is [5, 8] in the file, [6, 8] in this model",
-                                    "set trainer.model.block_size: 5", NULL});
+    expect_refusal(
+        x, x->hf,
+        (const char *[]){"tensor transformer.wpe.weight is [5, 8] in the file, [6, 8] in this model",
+                         "set trainer.model.block_size: 5", NULL});
 }
 
 static void a_missing_tensor_or_layer_is_named(void **state)
 {
     struct fx *x = *state;
     write_st(x->st, x->src, &(struct tweak){.drop = "transformer.h.1.ln_2.bias"});
-    expect_refusal(x, x->hf, (const char *[]){"no tensor transformer.h.1.ln_2.bias (nor h.1.ln_2.bias) in the file", NULL});
+    expect_refusal(
+        x, x->hf,
+        (const char *[]){"no tensor transformer.h.1.ln_2.bias (nor h.1.ln_2.bias) in the file", NULL});
     write_st(x->st, x->src, &(struct tweak){.extra = "transformer.h.2.ln_1.weight"});
     expect_refusal(x, x->hf,
                    (const char *[]){"tensor transformer.h.2.ln_1.weight has no place in this model",
                                     "set trainer.model.n_layer: 3 to match the file", NULL});
     write_st(x->st, x->src, &(struct tweak){.extra = "transformer.score.weight"});
-    expect_refusal(x, x->hf, (const char *[]){"transformer.score.weight has no place in this model (not a tensor of "
-                                              "GPT2LMHeadModel)",
-                                              NULL});
+    expect_refusal(x, x->hf,
+                   (const char *[]){"transformer.score.weight has no place in this model (not a tensor of "
+                                    "GPT2LMHeadModel)",
+                                    NULL});
 }
 
 static void untied_head_nan_and_config_are_refused(void **state)
@@ -369,9 +378,10 @@ static void untied_head_nan_and_config_are_refused(void **state)
     char cfg[200];
     snprintf(cfg, sizeof cfg, "%s/config.json", x->hf);
     config_json(cfg, 4, BLOCKSZ);
-    expect_refusal(x, x->hf,
-                   (const char *[]){"config.json: n_head is 4, this model's trainer.model.n_head is 2: set n_head: 4",
-                                    NULL});
+    expect_refusal(
+        x, x->hf,
+        (const char *[]){"config.json: n_head is 4, this model's trainer.model.n_head is 2: set n_head: 4",
+                         NULL});
     write_text(cfg, "{\"model_type\": \"gpt2\", \"activation_function\": \"relu\"}");
     expect_refusal(x, x->hf, (const char *[]){"activation_function is relu", NULL});
     write_text(cfg, "{\"model_type\": \"llama\"}");
@@ -384,7 +394,8 @@ static void pickles_and_shards_are_refused(void **state)
     char p[200];
     snprintf(p, sizeof p, "%s/pytorch_model.bin", x->hf);
     write_text(p, "not read");
-    expect_refusal(x, x->hf, (const char *[]){"pytorch_model.bin is a PyTorch pickle", "save_pretrained", NULL});
+    expect_refusal(x, x->hf,
+                   (const char *[]){"pytorch_model.bin is a PyTorch pickle", "save_pretrained", NULL});
     expect_refusal(x, p, (const char *[]){"is a PyTorch pickle", NULL});
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", x->hf);
     write_text(p, "{}");

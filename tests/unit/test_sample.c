@@ -158,7 +158,8 @@ static void draws_follow_the_softmax_and_top_k(void **state)
     memset(count, 0, sizeof count);
     for (int i = 0; i < N; i++)
         count[out[i]]++;
-    assert_int_equal(count[4] + count[3] + count[5], N); /* top 2: 0.25 and a 0.2 (ties at the threshold stay) */
+    assert_int_equal(count[4] + count[3] + count[5],
+                     N); /* top 2: 0.25 and a 0.2 (ties at the threshold stay) */
     assert_true(count[4] > N / 3);
     free(out);
     free(g);
@@ -187,7 +188,8 @@ static void bad_arguments_get_a_sentence(void **state)
     struct dt_model *mlp;
     assert_int_equal(mlp_fixture(3, hidden, 1, 2, DT_ACT_RELU, 1, 0, &mlp), 0);
     assert_int_equal(dt_sample_generate(mlp, bad, 1, 4, 1.0, 0, 0, out), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "sampling needs a language model; model mlp reads no token sequences"));
+    assert_non_null(
+        strstr(dt_error_last(), "sampling needs a language model; model mlp reads no token sequences"));
     dt_model_destroy(mlp);
 }
 
