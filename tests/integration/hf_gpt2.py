@@ -9,6 +9,10 @@
       of one sequence as [T, V] float32 little-endian into OUT
   generate DIR TOKENS N OUT
       greedy generation (do_sample=False), the new token ids on one line into OUT
+  sample DIR TOKENS N TEMPERATURE TOP_K SEED OUT
+      worker/sample.h's sampling, written out again here over transformers' logits: the last
+      n_positions tokens, logits / temperature, the top-k kept (ties too), softmax in double,
+      SplitMix64 from the seed, the first token whose cumulative weight exceeds u * sum
   compare A B
       two logits files agree to 1e-5 (|a - b| <= 1e-5 + 1e-5 |b|); prints the largest difference
   edit SRC DST drop|grow NAME
@@ -67,6 +71,39 @@ def generate(d, toks, n, out):
         print(" ".join(str(int(t)) for t in y[0, x.shape[1]:]), file=f)
 
 
+def splitmix64(state):
+    m = (1 << 64) - 1
+    state = (state + 0x9E3779B97F4A7C15) & m
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return state, z ^ (z >> 31)
+
+
+def sample(d, toks, n, temperature, top_k, seed, out):
+    import math
+
+    import torch
+
+    m, x = load(d), [int(t) for t in toks.split(",")]
+    state, temperature, top_k = int(seed), float(temperature), int(top_k)
+    for _ in range(int(n)):
+        with torch.no_grad():
+            row = m(torch.tensor([x[-m.config.n_positions:]])).logits[0, -1].float().tolist()
+        lo = sorted(row, reverse=True)[top_k - 1] if 0 < top_k < len(row) else -math.inf
+        top = max(row)
+        w = [math.exp((v - top) / temperature) if v >= lo else 0.0 for v in row]
+        state, z = splitmix64(state)
+        u, acc = (z >> 11) * 2.0**-53 * sum(w), 0.0
+        for i, wi in enumerate(w):
+            acc += wi
+            if wi and acc > u:
+                break
+        x.append(i)
+    with open(out, "w") as f:
+        print(" ".join(str(t) for t in x), file=f)
+
+
 def compare(a, b):
     import numpy as np
 
@@ -93,7 +130,8 @@ def edit(src, dst, how, name):
 
 
 if __name__ == "__main__":
-    commands = {"make": make, "logits": logits, "generate": generate, "compare": compare, "edit": edit}
+    commands = {"make": make, "logits": logits, "generate": generate, "sample": sample, "compare": compare,
+                "edit": edit}
     words = sys.argv[1:]
     while words:
         n = words.index("+") if "+" in words else len(words)

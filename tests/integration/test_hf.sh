@@ -39,6 +39,7 @@ check "the directory holds model.safetensors and config.json only" \
 expect_status 0 "the GPT-2 vocabulary's checkpoint exports" "$DTRAIN" export hf "$T/ckv" -o "$T/hfv"
 # transformers' side in one process: load the exports, save models of its own, edit files.
 hf=(logits "$T/hf" $TOK "$T/hf.f32" + generate "$T/hfv" 50256,464 12 "$T/greedy")
+hf+=(+ sample "$T/hfv" 50256,464 12 0.9 40 7 "$T/sampled")
 for dt in f32 f16 bf16; do
   hf+=(+ make "$T/saved-$dt" $SPEC 3 $dt + logits "$T/saved-$dt" $TOK "$T/saved-$dt.hf")
 done
@@ -75,6 +76,9 @@ expect_status 0 "dtrain sample runs on a checkpoint of GPT-2's vocabulary" \
   "$DTRAIN" sample "$T/ckv" --tokens 50256,464 -n 12 --temperature 0
 check "greedy dtrain sample is transformers' greedy generate ($want)" \
   test "$(cat "$T/last.out")" = "50256 464 $want"
+expect_status 0 "dtrain sample with temperature 0.9, top-k 40, seed 7" \
+  "$DTRAIN" sample "$T/ckv" --tokens 50256,464 -n 12 --temperature 0.9 --top-k 40 --seed 7
+check "is sample.h's algorithm on transformers' logits ($(cat "$T/sampled"))" cmp -s "$T/last.out" "$T/sampled"
 expect_status 0 "without a prompt GPT-2's vocabulary starts at <|endoftext|>" \
   "$DTRAIN" sample "$T/ckv" -n 3 --seed 5
 contains "$T/last.out" "^50256( [0-9]+){3}$" "the sample is <|endoftext|> and 3 token ids"
