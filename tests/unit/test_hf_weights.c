@@ -9,7 +9,8 @@
  * an unknown tensor, a NaN) is refused with its sentence and leaves the
  * model as it was; an export of a checkpoint writes only the model's
  * tensors and a config, refuses a non-gpt2 checkpoint and a non-empty
- * directory without --force, and loads back to the same parameters. */
+ * directory without --force, and loads back to the same parameters, for
+ * the real gpt2 model too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -484,6 +485,39 @@ static void export_refuses_a_non_gpt2_checkpoint(void **state)
     dt_ckpt_release(&c);
 }
 
+/* The model itself (worker/models/gpt2.c) against the names and shapes the
+ * exporter writes: a checkpoint of a real gpt2 exports, and loads back into
+ * a gpt2 of another seed with every parameter the same. */
+static void real_gpt2_round_trips(void **state)
+{
+    struct fx *x = *state;
+    struct dt_model_spec s = {
+        .type = "gpt2", .n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 50, .block_size = 8};
+    struct dt_model_config c = {.spec = &s,
+                                .k = &dt_kernels_cpu,
+                                .max_batch = 1,
+                                .seed = 1,
+                                .data = {.kind = DT_BATCH_TOKENS, .seq_len = 8, .vocab = 50}};
+    struct dt_model *a, *b;
+    assert_int_equal(dt_model_create(&c, &a), 0);
+    c.seed = 2;
+    assert_int_equal(dt_model_create(&c, &b), 0);
+    char ck[256], out[128];
+    save_ckpt(x, a, ck, sizeof ck);
+    struct dt_ckpt_file f;
+    assert_int_equal(dt_ckpt_read(ck, &f), 0);
+    snprintf(out, sizeof out, "%s/real", x->dir);
+    if (dt_hf_export(&f, out, false) || dt_hf_load(out, b))
+        fail_msg("%s", dt_error_last());
+    assert_int_equal(a->n_tensors, b->n_tensors);
+    for (int i = 0; i < a->n_tensors; i++)
+        assert_memory_equal(b->params + b->tensors[i].offset, a->params + a->tensors[i].offset,
+                            dt_model_tensor_numel(&a->tensors[i]) * sizeof(float));
+    dt_ckpt_release(&f);
+    dt_model_destroy(a);
+    dt_model_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +531,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(pickles_and_shards_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(export_writes_the_model_and_a_config, setup, teardown),
         cmocka_unit_test_setup_teardown(export_refuses_a_non_gpt2_checkpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(real_gpt2_round_trips, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
