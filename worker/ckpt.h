@@ -8,7 +8,10 @@
  * scheduler step counts, epoch and batch position of the sampler, the seed,
  * the AMP type and the loss scaler's state, and which model it is ("model":
  * trainer.model as JSON, {"type":"gpt2","n_layer":12,...}), so that
- * `dtrain export hf` and `dtrain sample` can rebuild it from the file alone.
+ * `dtrain export hf` and `dtrain sample` can rebuild it from the file alone,
+ * and a resume (dt_ckpt_apply) into another model is refused even where the
+ * tensors' shapes agree (another n_head); a file without the entry, saved
+ * before it existed, is checked by its shapes alone.
  * Files are written to a temporary name, fsync'd and renamed, so a crash
  * leaves either the old set or the new one, never a torn file.
  *
@@ -52,10 +55,10 @@ struct dt_ckpt_file {
     int64_t step, epoch, batch, world, batch_size, adamw_step; /* the metadata's counters */
     uint64_t seed;
     const char *amp;  /* the file's AMP type (in st), NULL: saved before AMP, an fp32 run */
+    const char *model; /* the "model" entry (JSON, in st); NULL: saved before dtrain recorded it */
     float loss_scale; /* with amp: the loss scaler's state */
     int32_t growth_tracker;
     int64_t skipped_steps;
-    const char *model; /* the "model" entry (JSON, in st); NULL: saved before dtrain recorded it */
 };
 
 /* Reads and verifies one file; release it even on failure. */
@@ -67,8 +70,7 @@ int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 
 /* Restores model, optimizer and state from a file read above; every named
- * tensor of the model must be in the file with its shape, the file's model
- * entry (when it has one) must be the model's spec, and the seed,
+ * tensor of the model must be in the file with its shape, and the seed,
  * world size and batch size must match the file's (the
  * data order depends on them).  A file refused for any reason leaves all
  * three as they were. */

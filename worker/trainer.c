@@ -57,6 +57,18 @@ static void set_threads(struct dt_trainer *t)
     t->k->set_threads(n);
 }
 
+/* trainer.init_from: every rank reads the weights (so they need no
+ * broadcast), before the initial broadcast; a checkpoint found later
+ * (maybe_resume) replaces them. */
+static int init_from(struct dt_trainer *t)
+{
+    if (dt_hf_load(t->spec.init_from, t->model))
+        return dt_error_prefix("trainer.init_from");
+    if (t->rank == 0)
+        dt_log_info("starting from the Hugging Face weights in %s", t->spec.init_from);
+    return 0;
+}
+
 /* The model of trainer.model.type for the training set's shape, with room
  * for evaluation batches. */
 static int build_model(struct dt_trainer *t)
@@ -74,12 +86,6 @@ static int build_model(struct dt_trainer *t)
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
-    /* init_from: every rank reads the weights (no broadcast needed for them);
-     * a checkpoint found later (maybe_resume) replaces them. */
-    if (s->init_from && (rc = dt_hf_load(s->init_from, t->model)))
-        return dt_error_prefix("trainer.init_from");
-    if (s->init_from && t->rank == 0)
-        dt_log_info("starting from the Hugging Face weights in %s", s->init_from);
     for (int i = 0; i < t->model->n_tensors; i++)
         if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
             return dt_error_set(
@@ -87,6 +93,8 @@ static int build_model(struct dt_trainer *t)
                 "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and "
                 "this optimizer applies one decay to every parameter",
                 s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
+    if (s->init_from && (rc = init_from(t)))
+        return rc;
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
                                          [DT_AMP_FP16] = DT_KPREC_F16};
     if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))
