@@ -184,19 +184,6 @@ static int prompt_tokens(const struct opts *o, const struct dt_model_spec *s, in
 
 /* ---- output ---- */
 
-static void print_bytes(const int32_t *t, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int c = t[i];
-        if (c == '\\')
-            fputs("\\\\", stdout);
-        else if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t')
-            putchar(c);
-        else
-            printf("\\x%02x", (unsigned)c & 0xff);
-    }
-}
-
 static void print_ids(const int32_t *t, int n)
 {
     for (int i = 0; i < n; i++)
@@ -252,7 +239,7 @@ static int run(int argc, char **argv)
         rc = dt_sample_generate(m, ids, n_prompt, (int)o.n_new, o.temperature, (int)o.top_k, o.seed,
                                 ids + n_prompt);
     if (!rc && s.vocab_size == 256)
-        print_bytes(ids, n_prompt + (int)o.n_new);
+        dt_sample_print_bytes(stdout, ids, n_prompt + (int)o.n_new);
     else if (!rc)
         print_ids(ids, n_prompt + (int)o.n_new);
     if (!rc)

@@ -1,6 +1,7 @@
 /* sample.c - autoregressive generation (see sample.h): the context window
  * through the model's eval batch, then one token from the last row of its
- * logits.  Not for loading a model (cmd_sample.c) or reading its output.
+ * logits; and byte-level tokens shown as text.  Not for loading a model
+ * (launcher/cmd_sample.c) or tokenising.
  */
 #include "worker/sample.h"
 
@@ -81,6 +82,21 @@ static int pick(struct picker *p, const float *row)
                 return i;
         }
     return last; /* u within rounding of the sum */
+}
+
+/* ---- byte-level text ---- */
+
+void dt_sample_print_bytes(FILE *f, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int c = tokens[i];
+        if (c == '\\')
+            fputs("\\\\", f);
+        else if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t')
+            fputc(c, f);
+        else
+            fprintf(f, "\\x%02x", (unsigned)c & 0xff);
+    }
 }
 
 /* ---- generation ---- */

@@ -17,12 +17,14 @@
  * sample, the same on any machine with the same logits.
  *
  * Used by `dtrain sample` and by the trainer's samples at evaluation time.
- * Not for tokenising: tokens in, tokens out.
+ * Not for tokenising: tokens in, tokens out (byte-level ones printable as
+ * text).
  */
 #ifndef DT_SAMPLE_H
 #define DT_SAMPLE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "worker/models/model.h"
 
@@ -34,5 +36,11 @@
  * sentence for a bad argument, DT_ENOMEM. */
 int dt_sample_generate(struct dt_model *m, const int32_t *prompt, int n_prompt, int n_new, double temperature,
                        int top_k, uint64_t seed, int32_t *out);
+
+/* Byte-level tokens (a vocabulary of 256) as text on f: printable ASCII, a
+ * newline and a tab as they are, a backslash as two, any other byte as
+ * \xNN, so a terminal never receives control bytes and the text can be
+ * read back exactly. */
+void dt_sample_print_bytes(FILE *f, const int32_t *tokens, int n);
 
 #endif

@@ -4,7 +4,7 @@
  * tokens; padded logit columns are never read; the random numbers are
  * SplitMix64 as documented (a pinned sequence); top-k keeps only the k
  * largest; draws follow the softmax; a seed names one sample; bad
- * arguments get a sentence. */
+ * arguments get a sentence; byte-level tokens print as escaped text. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,6 +193,19 @@ static void bad_arguments_get_a_sentence(void **state)
     dt_model_destroy(mlp);
 }
 
+static void bytes_print_as_text(void **state)
+{
+    (void)state;
+    const int32_t t[] = {'I', 'n', ' ', 'a', '\n', '\t', '\\', 0, 27, 0xe9, '~'};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dt_sample_print_bytes(f, t, (int)(sizeof t / sizeof t[0]));
+    fclose(f);
+    assert_string_equal(buf, "In a\n\t\\\\\\x00\\x1b\\xe9~");
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +214,7 @@ int main(void)
         cmocka_unit_test(the_random_numbers_are_splitmix64),
         cmocka_unit_test(draws_follow_the_softmax_and_top_k),
         cmocka_unit_test(bad_arguments_get_a_sentence),
+        cmocka_unit_test(bytes_print_as_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
