@@ -821,7 +821,13 @@ int dt_ckpt_read_any(const char *path, struct dt_ckpt_file *c)
     if ((size_t)snprintf(dir, sizeof dir, "%s/checkpoints", path) >= sizeof dir)
         return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(path), path);
     bool run_dir = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
-    return dt_ckpt_read_latest(run_dir ? dir : path, c);
+    int rc = dt_ckpt_read_latest(run_dir ? dir : path, c);
+    if (rc == DT_ENOTFOUND && !run_dir)
+        return dt_error_set(DT_ENOTFOUND,
+                            "no checkpoint in %s, and no checkpoints/ in it (a run whose trainer.checkpoint.dir "
+                            "is elsewhere keeps them there: give that directory)",
+                            path);
+    return rc;
 }
 
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s)

@@ -252,6 +252,12 @@ static void run_dir_means_its_newest_checkpoint(void **state)
     assert_int_equal(dt_ckpt_read_any(p, &c), 0);
     assert_int_equal(c.step, 6);
     dt_ckpt_release(&c);
+    char empty[256];
+    snprintf(empty, sizeof empty, "%s/run-elsewhere", f->dir);
+    mkdir(empty, 0777);
+    assert_int_equal(dt_ckpt_read_any(empty, &c), DT_ENOTFOUND);
+    assert_non_null(strstr(dt_error_last(), "and no checkpoints/ in it (a run whose trainer.checkpoint.dir"));
+    dt_ckpt_release(&c);
     snprintf(p, sizeof p, "%s/nothing-here", f->dir);
     assert_int_equal(dt_ckpt_read_any(p, &c), DT_ENOTFOUND);
     assert_non_null(strstr(dt_error_last(), "nothing-here"));
