@@ -65,7 +65,8 @@ static int init_from(struct dt_trainer *t)
     if (dt_hf_load(t->spec.init_from, t->model))
         return dt_error_prefix("trainer.init_from");
     if (t->rank == 0)
-        dt_log_info("starting from the Hugging Face weights in %s", t->spec.init_from);
+        dt_log_info("read the Hugging Face weights in %s (a checkpoint to resume from replaces them)",
+                    t->spec.init_from);
     return 0;
 }
 
