@@ -131,6 +131,20 @@ static int set_trace_steps(struct dt_spec_ctx *ctx, const struct dt_spec_key *k,
     return 0;
 }
 
+/* init_from: Hugging Face GPT-2 weights, so a gpt2 model and a path; the
+ * file itself is read by the trainer (worker/hf_weights.c), on the nodes. */
+static int check_init_from(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_trainer_spec *t)
+{
+    const struct dt_ynode *v = dt_ymap_get(map, "init_from");
+    if (!t->init_from) /* "" is refused as every string key's is */
+        return 0;
+    if (strcmp(t->model.type, "gpt2"))
+        return dt_spec_fail(ctx, v, "init_from",
+                            "loads Hugging Face GPT-2 weights, and model.type is %s; set model: {type: gpt2, ...}",
+                            t->model.type);
+    return 0;
+}
+
 static int print_hidden(const void *obj, char *buf, size_t size)
 {
     const struct dt_model_spec *m = obj;
@@ -345,6 +359,8 @@ static int check_optim_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_trainer_spec *t = obj;
+    if (check_init_from(ctx, map, t))
+        return DT_EINVAL;
     const struct dt_ynode *e = dt_ymap_key_node(map, "epochs"), *s = dt_ymap_key_node(map, "steps");
     if (e && s) {
         const struct dt_ynode *later = s->line > e->line || (s->line == e->line && s->col > e->col) ? s : e;
@@ -364,6 +380,7 @@ static void trainer_init(void *obj)
 
 static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("model", DT_KT_SECTION, struct dt_trainer_spec, model, .sub = &model_section),
+    DT_KEY("init_from", DT_KT_STR, struct dt_trainer_spec, init_from),
     DT_KEY("data", DT_KT_SECTION, struct dt_trainer_spec, data, .sub = &data_section),
     DT_KEY("epochs", DT_KT_INT, struct dt_trainer_spec, epochs, .lo = 1, .hi = 1e6,
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),

@@ -100,6 +100,7 @@ struct dt_trace_spec {
 
 struct dt_trainer_spec {
     struct dt_model_spec model;
+    char *init_from;     /* Hugging Face GPT-2 weights to start from (worker/hf_weights.h); NULL: none */
     struct dt_data_spec data;
     int epochs;          /* exactly one of epochs and steps is > 0 */
     int64_t steps;

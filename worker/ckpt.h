@@ -6,7 +6,12 @@
  * optimizer.exp_avg_sq, flat in the parameter arena's layout) and, in
  * the metadata, everything else that decides the next step: optimizer and
  * scheduler step counts, epoch and batch position of the sampler, the seed,
- * the AMP type and the loss scaler's state.
+ * the AMP type and the loss scaler's state, and which model it is ("model":
+ * trainer.model as JSON, {"type":"gpt2","n_layer":12,...}), so that
+ * `dtrain export hf` and `dtrain sample` can rebuild it from the file alone,
+ * and a resume (dt_ckpt_apply) into another model is refused even where the
+ * tensors' shapes agree (another n_head); a file without the entry, saved
+ * before it existed, is checked by its shapes alone.
  * Files are written to a temporary name, fsync'd and renamed, so a crash
  * leaves either the old set or the new one, never a torn file.
  *
@@ -51,6 +56,7 @@ struct dt_ckpt_file {
     int64_t step, epoch, batch, world, batch_size, adamw_step; /* the metadata's counters */
     uint64_t seed;
     const char *amp;  /* the file's AMP type (in st), NULL: saved before AMP, an fp32 run */
+    const char *model; /* the "model" entry (JSON, in st); NULL: saved before dtrain recorded it */
     float loss_scale; /* with amp: the loss scaler's state */
     int32_t growth_tracker;
     int64_t skipped_steps;
@@ -74,6 +80,21 @@ int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);
 
 void dt_ckpt_release(struct dt_ckpt_file *c);
+
+/* A checkpoint file, or the newest intact one of a directory: a run
+ * directory's checkpoints/ when it has one, else the directory itself
+ * (`dtrain export hf`, `dtrain sample`).  Release it even on failure. */
+int dt_ckpt_read_any(const char *path, struct dt_ckpt_file *c);
+
+/* The model the file holds, from its "model" entry; DT_ENOTFOUND with a
+ * sentence for a file saved before the entry existed, DT_EINVAL for an
+ * entry that does not describe a model. */
+int dt_ckpt_model_spec(const struct dt_ckpt_file *c, struct dt_model_spec *out);
+
+/* The model's tensors only (no optimizer, no counters): every named tensor
+ * of m must be in the file with its shape, and the file's model entry, if
+ * it has one, must be m's.  A refused file leaves m as it was. */
+int dt_ckpt_apply_weights(const struct dt_ckpt_file *c, struct dt_model *m);
 
 /* dt_ckpt_read, dt_ckpt_apply and dt_ckpt_release of one path. */
 int dt_ckpt_load(const char *path, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);

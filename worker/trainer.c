@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/clock.h"
+#include "worker/hf_weights.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
@@ -59,6 +60,19 @@ static void set_threads(struct dt_trainer *t)
     t->k->set_threads(n);
 }
 
+/* trainer.init_from: every rank reads the weights (so they need no
+ * broadcast), before the initial broadcast; a checkpoint found later
+ * (maybe_resume) replaces them. */
+static int init_from(struct dt_trainer *t)
+{
+    if (dt_hf_load(t->spec.init_from, t->model))
+        return dt_error_prefix("trainer.init_from");
+    if (t->rank == 0)
+        dt_log_info("read the Hugging Face weights in %s (a checkpoint to resume from replaces them)",
+                    t->spec.init_from);
+    return 0;
+}
+
 /* The model of trainer.model.type for the training set's shape, with room
  * for evaluation batches. */
 static int build_model(struct dt_trainer *t)
@@ -84,6 +98,8 @@ static int build_model(struct dt_trainer *t)
                 "CUDA engine's AdamW applies one decay to every parameter; use device: cpu or "
                 "weight_decay: 0",
                 s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
+    if (s->init_from && (rc = init_from(t)))
+        return rc;
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
                                          [DT_AMP_FP16] = DT_KPREC_F16};
     if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))

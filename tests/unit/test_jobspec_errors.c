@@ -191,6 +191,8 @@ static const struct bad_case bad_cases[] = {
     {THEAD "  eval: 1\n", 3, 9, "trainer.eval: expected a mapping"},
     {THEAD "  seed: -1\n", 3, 9, "trainer.seed: expected an integer from 0"},
     {THEAD "  device: tpu\n", 3, 11, "one of cpu, cuda"},
+    {THEAD "  init_from: /w/gpt2\n", 3, 14, "trainer.init_from: loads Hugging Face GPT-2 weights, and model.type is mlp"},
+    {THEAD "  init_from: \"\"\n", 3, 14, "trainer.init_from: expected a non-empty string"},
     {THEAD "  amp: {dtype: fp8}\n", 3, 16, "one of off, bf16, fp16"},
     {THEAD "  amp: {loss_scale: static}\n", 3, 21, "expected dynamic or a number > 0, got 'static'"},
     {THEAD "  amp: {loss_scale: 0}\n", 3, 21, "expected a number > 0"},

@@ -102,6 +102,7 @@ int dt_model_create(const struct dt_model_config *c, struct dt_model **out)
         dt_model_destroy(m);
         return rc;
     }
+    m->seq_len = c->data.kind == DT_BATCH_TOKENS ? c->data.seq_len : 0;
     *out = m;
     return 0;
 }

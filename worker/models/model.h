@@ -111,6 +111,7 @@ struct dt_model {
      * floats between tensors (padding) go with the tensor below them */
     const struct dt_model_tensor *tensors;
     int n_tensors;
+    int seq_len; /* DT_BATCH_TOKENS: the longest sequence a batch may have (c->data.seq_len), set by dt_model_create */
     enum dt_kprec prec;        /* dt_model_set_precision */
     size_t grad_chunk;         /* floats (dt_model_set_grad_chunk) */
     int64_t backward_start_ns; /* dt_clock_ns() when the last train batch's backward began (traces) */
