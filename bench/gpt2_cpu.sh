@@ -17,6 +17,7 @@
 #   bench/gpt2_cpu.sh
 #   THREADS=nproc  BATCH=8  SEQ=256  STEPS=10 (timed)  WARMUP=2  REPS=2  RECOMPUTE=none
 #   BUILD=build (libdtrain.a, made by `make`)  PYTHON=.venv/bin/python3 or python3 (with torch)
+#   STEP_BIN=path: a gpt2_cpu_step built elsewhere (e.g. statically, for a host without a compiler)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -31,25 +32,29 @@ if [ -z "${PYTHON:-}" ]; then
   PYTHON=python3
   [ -x .venv/bin/python3 ] && PYTHON=.venv/bin/python3
 fi
-: "${CC:=cc}"
-[ -f "$BUILD/libdtrain.a" ] || { echo "gpt2_cpu: $BUILD/libdtrain.a is not built (run make)" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null || { echo "gpt2_cpu: $PYTHON cannot import torch; set PYTHON=" >&2; exit 1; }
+if [ -n "${STEP_BIN:-}" ]; then
+  bin=$STEP_BIN
+else
+  : "${CC:=cc}"
+  [ -f "$BUILD/libdtrain.a" ] || { echo "gpt2_cpu: $BUILD/libdtrain.a is not built (run make)" >&2; exit 1; }
 
-# The driver links what libdtrain.a was built with: CUDA and MPI objects need their libraries.
-libs="-lyaml -luv -ljansson -lopenblas -lz"
-if ar t "$BUILD/libdtrain.a" | grep -q '^engine_cuda\.o$'; then
-  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  cuda=$(dirname "$(dirname "$nvcc")")
-  libs="$libs -L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lnccl -lcudart -lstdc++"
+  # The driver links what libdtrain.a was built with: CUDA and MPI objects need their libraries.
+  libs="-lyaml -luv -ljansson -lopenblas -lz"
+  if ar t "$BUILD/libdtrain.a" | grep -q '^engine_cuda\.o$'; then
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    cuda=$(dirname "$(dirname "$nvcc")")
+    libs="$libs -L$cuda/lib64 -Wl,-rpath,$cuda/lib64 -lnccl -lcudart -lstdc++"
+  fi
+  if ar t "$BUILD/libdtrain.a" | grep -q '^mpi_backend\.o$'; then
+    libs="$libs $(mpicc --showme:link)"
+  fi
+  bin=$BUILD/bench/gpt2_cpu_step
+  mkdir -p "$BUILD/bench"
+  # shellcheck disable=SC2086
+  $CC -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -O2 -g -o "$bin" bench/gpt2_cpu_step.c "$BUILD/libdtrain.a" \
+    $libs -lm -lpthread -ldl -lrt
 fi
-if ar t "$BUILD/libdtrain.a" | grep -q '^mpi_backend\.o$'; then
-  libs="$libs $(mpicc --showme:link)"
-fi
-bin=$BUILD/bench/gpt2_cpu_step
-mkdir -p "$BUILD/bench"
-# shellcheck disable=SC2086
-$CC -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -O2 -g -o "$bin" bench/gpt2_cpu_step.c "$BUILD/libdtrain.a" \
-  $libs -lm -lpthread -ldl -lrt
 
 args=(--batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP")
 echo "gpt2_cpu: L=6 C=384 H=6 V=50257 T=$SEQ B=$BATCH, $THREADS threads, $STEPS steps after $WARMUP, best of $REPS"
