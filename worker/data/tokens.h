@@ -29,7 +29,7 @@
  * A position is (epoch, batch index within the epoch); it maps to (shard
  * file, token offset) and back, which checkpoints store (worker/ckpt.h).
  *
- * Not for images (loader.h) nor for writing shards (launcher/cmd_data.c).
+ * Not for images (loader.h) nor for writing shards (`dtrain data bytes`).
  */
 #ifndef DT_TOKENS_H
 #define DT_TOKENS_H
