@@ -27,6 +27,7 @@ struct dt_model_spec {
     int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
     int n_hidden;
     enum dt_activation activation; /* default relu */
+    int n_layer, n_head, n_embd, vocab_size, block_size; /* gpt2 */
 };
 
 struct dt_data_spec {

@@ -4,7 +4,8 @@
  * shuffle the order tokens.h defines; inputs and targets are the shard's
  * tokens there, shifted by one; starting mid-epoch gives the rest of the same
  * epoch; each bad shard is refused with a message naming the file and the
- * byte offset. */
+ * byte offset; a checkpoint keeps a token position and only a token run's
+ * file has one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +18,10 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "worker/ckpt.h"
 #include "worker/data/tokens.h"
+#include "worker/safetensors.h"
+#include "mlp_fixture.h"
 
 #define VOCAB 50257
 
@@ -309,12 +313,51 @@ static void test_sorted(void **state)
     dt_tokens_close(&set);
 }
 
+/* ---- the position in checkpoints (worker/ckpt.h) ---- */
+
+static void test_checkpoint_position(void **state)
+{
+    (void)state;
+    const int hidden[1] = {8};
+    struct dt_model *m;
+    struct dt_adamw a;
+    assert_int_equal(mlp_fixture(4, hidden, 1, 3, DT_ACT_RELU, 2, 1, &m), 0);
+    assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.999, 1e-8, 0.01), 0);
+    char ck[128], path[256];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    struct dt_ckpt_state s = {.step = 7, .epoch = 2, .batch = 3, .seed = 1, .world = 2, .batch_size = 4,
+                              .has_data_pos = true, .data_shard = 5, .data_offset = 123456789012LL};
+    assert_int_equal(dt_ckpt_save(ck, m, &a, &s, 0), 0);
+    struct dt_ckpt_state back = {.seed = 1, .world = 2, .batch_size = 4};
+    snprintf(path, sizeof path, "%s/step_00000007.safetensors", ck);
+    assert_int_equal(dt_ckpt_load(path, m, &a, &back), 0);
+    assert_true(back.has_data_pos);
+    assert_int_equal(back.data_shard, 5);
+    assert_int_equal(back.data_offset, 123456789012LL);
+    assert_int_equal(back.epoch, 2);
+    assert_int_equal(back.batch, 3);
+    /* an image run's file has neither key, and loads without a position */
+    s = (struct dt_ckpt_state){.step = 8, .seed = 1, .world = 2, .batch_size = 4};
+    assert_int_equal(dt_ckpt_save(ck, m, &a, &s, 0), 0);
+    snprintf(path, sizeof path, "%s/step_00000008.safetensors", ck);
+    struct dt_safetensors f;
+    assert_int_equal(dt_safetensors_read(path, &f), 0);
+    assert_null(dt_safetensors_meta(&f, "data_shard"));
+    assert_null(dt_safetensors_meta(&f, "data_offset"));
+    dt_safetensors_release(&f);
+    back = (struct dt_ckpt_state){.seed = 1, .world = 2, .batch_size = 4, .has_data_pos = true};
+    assert_int_equal(dt_ckpt_load(path, m, &a, &back), 0);
+    assert_false(back.has_data_pos);
+    dt_adamw_release(&a);
+    dt_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_matches_llmc), cmocka_unit_test(test_start_mid_epoch),
         cmocka_unit_test(test_bad_shards),         cmocka_unit_test(test_shard_too_small),
-        cmocka_unit_test(test_sorted),
+        cmocka_unit_test(test_sorted),             cmocka_unit_test(test_checkpoint_position),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
