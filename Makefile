@@ -101,6 +101,7 @@ all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
 
 # The CPU kernels: vectorised loops need O3, and sqrtf vectorises only without errno (kernels_cpu.c).
 $(BUILD)/worker/kernels_cpu.o: CFLAGS_ALL += -O3 -fno-math-errno
+$(BUILD)/worker/models/gpt2_layers.o: CFLAGS_ALL += -O3 -fno-math-errno
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -20,7 +20,7 @@
 #define RANGE_GT0 .lo = 0, .flags = DT_KF_LO | DT_KF_LO_X
 #define RANGE_GE0 .lo = 0, .flags = DT_KF_LO
 
-static const char *const model_types[] = {"mlp", NULL};
+static const char *const model_types[] = {"mlp", "gpt2", NULL};
 static const char *const activations[] = {"relu", "gelu", NULL};
 static const char *const datasets[] = {"fashion-mnist", "tokens", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
@@ -29,6 +29,7 @@ static const char *const anneals[] = {"cos", "linear", NULL};
 static const char *const resumes[] = {"auto", "never", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const amp_dtypes[] = {"off", "bf16", "fp16", NULL};
+static const char *const recomputes[] = {"none", "gelu", "block", NULL};
 
 /* A list of plain numbers: hidden widths, betas. */
 static int number_list(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
@@ -176,8 +177,27 @@ static const struct dt_spec_key model_keys[] = {
     DT_KEY("hidden", DT_KT_CUSTOM, struct dt_model_spec, hidden, .set = set_hidden, .print = print_hidden,
            .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("activation", DT_KT_ENUM, struct dt_model_spec, activation, .names = activations),
+    DT_KEY("n_layer", DT_KT_INT, struct dt_model_spec, n_layer, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("n_head", DT_KT_INT, struct dt_model_spec, n_head, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("n_embd", DT_KT_INT, struct dt_model_spec, n_embd, .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("vocab_size", DT_KT_INT, struct dt_model_spec, vocab_size, .lo = 1, .hi = 1 << 24,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("block_size", DT_KT_INT, struct dt_model_spec, block_size, .lo = 1, .hi = 65536,
+           .flags = DT_KF_LO | DT_KF_HI),
 };
-static const struct dt_spec_section model_section = {.keys = model_keys, .n_keys = DT_NKEYS(model_keys)};
+
+/* gpt2's heads split n_embd evenly (head_dim = n_embd / n_head). */
+static int check_model(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_model_spec *m = obj;
+    if (strcmp(m->type, "gpt2") != 0 || m->n_embd % m->n_head == 0)
+        return 0;
+    const struct dt_ynode *at = dt_ymap_get(map, "n_embd") ? dt_ymap_get(map, "n_embd") : map;
+    return dt_spec_fail(ctx, at, "n_embd", "must be a multiple of n_head (%d) for gpt2's heads, got %d", m->n_head,
+                        m->n_embd);
+}
+static const struct dt_spec_section model_section = {
+    .keys = model_keys, .n_keys = DT_NKEYS(model_keys), .check = check_model};
 
 static const struct dt_spec_key data_keys[] = {
     DT_KEY("dataset", DT_KT_CHARS, struct dt_data_spec, dataset, .aux = 32, .names = datasets),
@@ -412,6 +432,7 @@ static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
     DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("recompute", DT_KT_ENUM, struct dt_trainer_spec, recompute, .names = recomputes),
 };
 const struct dt_spec_section dt_jobspec_trainer_section = {.keys = trainer_keys,
                                                            .n_keys = DT_NKEYS(trainer_keys),

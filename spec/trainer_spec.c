@@ -14,6 +14,11 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->model.hidden[1] = 1024;
     t->model.n_hidden = 2;
     t->model.activation = DT_ACT_RELU;
+    t->model.n_layer = 12;
+    t->model.n_head = 12;
+    t->model.n_embd = 768;
+    t->model.vocab_size = 50257;
+    t->model.block_size = 1024;
 
     strcpy(t->data.dataset, "fashion-mnist");
     t->data.path = NULL; /* NULL means /usr/share/datasets/fashion-mnist */

@@ -19,15 +19,18 @@ enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
 enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
 enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
 enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
+/* trainer.recompute: what backward recomputes instead of keeping (gradient checkpointing) */
+enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_GELU, DT_RECOMPUTE_BLOCK };
 
 #define DT_MLP_MAX_HIDDEN 16
 
 struct dt_model_spec {
-    char type[16];                 /* "mlp" (a GPT comes later) */
+    char type[16];                 /* "mlp" or "gpt2" */
     int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
     int n_hidden;
     enum dt_activation activation; /* default relu */
-    int n_layer, n_head, n_embd, vocab_size, block_size; /* gpt2 */
+    /* gpt2 (defaults GPT-2 124M: 12, 12, 768, 50257, 1024) */
+    int n_layer, n_head, n_embd, vocab_size, block_size;
 };
 
 struct dt_data_spec {
@@ -125,6 +128,7 @@ struct dt_trainer_spec {
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
     struct dt_sample_spec sample;
+    enum dt_recompute recompute; /* none (default), gelu or block */
 };
 
 /* Fills every field with its default (the values in the comments above). */

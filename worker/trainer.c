@@ -67,6 +67,7 @@ static int build_model(struct dt_trainer *t)
     const struct dt_trainer_spec *s = &t->spec;
     t->eval_batch = s->data.batch_size > 1000 ? s->data.batch_size : 1000;
     struct dt_model_config c = {.spec = &s->model,
+                                .recompute = s->recompute,
                                 .k = t->k,
                                 .max_batch = t->eval_batch,
                                 .seed = s->seed,

@@ -135,7 +135,7 @@ static const struct bad_case bad_cases[] = {
     {THEAD "  epochs: 2\n  steps: 10\n", 4, 3, "trainer: set either epochs or steps, not both"},
     {THEAD "  steps: 10\n  model: {}\n  epochs: 2\n", 5, 3, "set either epochs or steps"},
     {THEAD "  steps: 0\n", 3, 10, "trainer.steps: expected an integer from 1"},
-    {THEAD "  model: {type: gpt}\n", 3, 17, "one of mlp, got 'gpt'"},
+    {THEAD "  model: {type: gpt}\n", 3, 17, "one of mlp, gpt2, got 'gpt'"},
     {THEAD "  model: {hidden: []}\n", 3, 19, "from 1 to 16 items, got 0"},
     {THEAD "  model: {hidden: [10, 0]}\n", 3, 24,
      "trainer.model.hidden: expected an integer from 1 to 65536, got '0'"},

@@ -149,6 +149,7 @@ static int mlp_create(const struct dt_model_config *c, struct dt_model **out)
     n->in = c->data.features;
     n->classes = c->data.classes;
     n->max_batch = c->max_batch;
+    n->m.logits_cols = n->m.logits_stride = n->classes;
     n->n_layers = s->n_hidden + 1;
     n->layer = calloc((size_t)n->n_layers, sizeof *n->layer);
     n->tensors = calloc(2 * (size_t)n->n_layers, sizeof *n->tensors);

@@ -14,9 +14,11 @@
 /* ---- the models this trainer builds: one line each ---- */
 
 extern const struct dt_model_ops dt_model__mlp;
+extern const struct dt_model_ops dt_model__gpt2;
 
 static const struct dt_model_ops *const models[] = {
     &dt_model__mlp,
+    &dt_model__gpt2,
 };
 
 #define N_MODELS (int)(sizeof models / sizeof models[0])
@@ -95,6 +97,7 @@ int dt_model_create(const struct dt_model_config *c, struct dt_model **out)
     if ((rc = ops->create(c, &m)))
         return rc;
     m->grad_chunk = DT_MODEL_GRAD_CHUNK;
+    m->spec = *c->spec;
     if ((rc = check_tensors(m))) {
         dt_model_destroy(m);
         return rc;

@@ -60,6 +60,7 @@ struct dt_model_config {
     struct dt_batch_shape data;       /* the data set's shape (must be the kind ops->input names) */
     int max_batch;                    /* most rows of a train or eval batch */
     uint64_t seed;                    /* initial parameters */
+    enum dt_recompute recompute;      /* trainer.recompute (gpt2; the MLP keeps everything) */
 };
 
 struct dt_model;
@@ -89,7 +90,10 @@ struct dt_model_ops {
                           dt_model_ready_fn ready, void *ctx);
     /* Forward only: the summed loss; *correct gets the argmax hits added. */
     double (*eval_batch)(struct dt_model *m, const struct dt_batch *b, int64_t *correct);
-    /* The logits of the last forward ([n, classes] for the MLP), inside the model. */
+    /* The logits of the last forward, inside the model: rows of logits_stride
+     * floats of which the first logits_cols count ([n, classes] for the MLP,
+     * [n*T, padded vocab] for gpt2, whose train batch turns them into their
+     * gradient: read them after an eval batch). */
     const float *(*logits)(const struct dt_model *m);
     /* The model on a GPU (trainer.device: cuda); NULL: CPU only. */
     const struct dt_model_cuda_ops *cuda;
@@ -109,6 +113,8 @@ struct dt_model {
     enum dt_kprec prec;        /* dt_model_set_precision */
     size_t grad_chunk;         /* floats (dt_model_set_grad_chunk) */
     int64_t backward_start_ns; /* dt_clock_ns() when the last train batch's backward began (traces) */
+    int logits_cols, logits_stride; /* dt_model_logits' row: values that count, floats between rows */
+    struct dt_model_spec spec;      /* what it was made from (a copy, set by dt_model_create) */
 };
 
 /* The model c->spec->type names, from the table in model.c; an unknown type

@@ -1,0 +1,577 @@
+/* test_gpt2.c - the gpt2 model against PyTorch (tests/fixtures/gpt2.safetensors,
+ * made by tests/fixtures/gpt2_reference.py) on two small configurations:
+ * logits, loss and every parameter's gradient, 10 AdamW steps with nanoGPT's
+ * decay groups, clipping and the cosine schedule, and the same under bf16
+ * autocast; then what the fixture cannot show: recompute modes give the same
+ * bits, the padded vocabulary is invisible, shorter sequences work, the
+ * initialisation has GPT-2's statistics, Hugging Face's names and shapes,
+ * backward reports every gradient range once from the top down, and a token
+ * outside the vocabulary is refused before anything reads with it.
+ *
+ * Tolerances (tensor-wise, ref = PyTorch's values, mine = dtrain's):
+ *   fp32: ||mine - ref||_2 <= 1e-5 ||ref||_2  and  max_i |mine_i - ref_i| <= 1e-5 max_i |ref_i|
+ *   (elements that are sums of cancelling terms carry absolute, not relative,
+ *   rounding error, so the element bound is relative to the tensor's scale);
+ *   the loss |mine - ref| <= 1e-5 |ref|; after 10 AdamW steps the parameters
+ *   with ||.||_2 relative 1e-4 and each element within 1e-3 of its tensor's
+ *   scale: Adam moves an element by about lr per step whatever its gradient
+ *   (m / sqrt(v)), so where the gradient is near its rounding noise (biases
+ *   starting at 0) the 1e-5 of the gradients becomes ~1e-3 of lr.
+ *   bf16 autocast: ||mine - ref||_2 <= 2e-2 ||ref||_2 (bf16 keeps 8 bits:
+ *   rounding at a different point of a sum shows at 2^-8 = 3.9e-3 per op). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "worker/models/model.h"
+#include "worker/optim/adamw.h"
+#include "fixture.h"
+
+struct cfg {
+    const char *tag;
+    int L, H, C, V, block, B, T;
+};
+
+static const struct cfg C1 = {"c1", 2, 2, 32, 67, 16, 3, 8};
+static const struct cfg C2 = {"c2", 3, 4, 48, 256, 32, 2, 32};
+
+static struct dt_model *make(const struct cfg *c, int seq_len, int max_batch, enum dt_recompute rc, uint64_t seed)
+{
+    struct dt_model_spec s = {.type = "gpt2", .n_layer = c->L, .n_head = c->H, .n_embd = c->C,
+                              .vocab_size = c->V, .block_size = c->block};
+    struct dt_model_config mc = {.spec = &s,
+                                 .k = &dt_kernels_cpu,
+                                 .max_batch = max_batch,
+                                 .seed = seed,
+                                 .recompute = rc,
+                                 .data = {.kind = DT_BATCH_TOKENS, .seq_len = seq_len, .vocab = c->V}};
+    struct dt_model *m = NULL;
+    if (dt_model_create(&mc, &m))
+        fail_msg("gpt2 %s: %s", c->tag, dt_error_last());
+    return m;
+}
+
+/* The fixture's initial parameters, by name, into the model's arena. */
+static void load_params(struct dt_model *m, const struct dt_safetensors *f, const struct cfg *c)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        char key[128];
+        snprintf(key, sizeof key, "%s.p.%s", c->tag, t->name);
+        const struct dt_st_tensor *ft = fixture_tensor(f, key, "F32");
+        assert_int_equal(fixture_numel(ft), dt_model_tensor_numel(t));
+        memcpy(m->params + t->offset, ft->data, fixture_numel(ft) * sizeof(float));
+    }
+}
+
+struct tokens {
+    int32_t x[64 * 64], y[64 * 64];
+};
+
+static struct dt_batch batch(const struct dt_safetensors *f, const struct cfg *c, struct tokens *tk)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s.x", c->tag);
+    const int64_t *x = fixture_tensor(f, key, "I64")->data;
+    snprintf(key, sizeof key, "%s.y", c->tag);
+    const int64_t *y = fixture_tensor(f, key, "I64")->data;
+    for (int i = 0; i < c->B * c->T; i++) {
+        tk->x[i] = (int32_t)x[i];
+        tk->y[i] = (int32_t)y[i];
+    }
+    return (struct dt_batch){.kind = DT_BATCH_TOKENS, .n = c->B, .T = c->T, .inputs = tk->x, .targets = tk->y};
+}
+
+/* The tolerance formula of the file comment; rows of `stride` floats of which `cols` count. */
+static void check(const char *what, const float *mine, size_t stride, const struct dt_st_tensor *t, size_t cols,
+                  double rel_l2, double rel_max)
+{
+    const float *ref = t->data;
+    size_t n = fixture_numel(t);
+    double num = 0, den = 0, scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)mine[i / cols * stride + i % cols] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        scale = fmax(scale, fabs(ref[i]));
+        worst = fmax(worst, fabs(d));
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= rel_l2) || !(worst <= rel_max * scale))
+        fail_msg("%s: relative error %.3g (limit %.3g), worst element %.3g of scale %.3g (limit %.3g)", what, rel,
+                 rel_l2, worst, scale, rel_max);
+}
+
+static void check_grads(const struct dt_model *m, const struct dt_safetensors *f, const char *pre, double rel_l2,
+                        double rel_max)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        char key[128];
+        snprintf(key, sizeof key, "%s.g.%s", pre, t->name);
+        size_t n = dt_model_tensor_numel(t);
+        check(key, m->grads + t->offset, n, fixture_tensor(f, key, "F32"), n, rel_l2, rel_max);
+    }
+}
+
+/* Logits (after an eval batch: train turns them into their gradient), loss, gradients. */
+static void against_torch(const struct cfg *c, enum dt_kprec prec)
+{
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct dt_model *m = make(c, c->block, c->B, DT_RECOMPUTE_NONE, 0);
+    load_params(m, &f, c);
+    assert_int_equal(dt_model_set_precision(m, prec), 0);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, c, &tk);
+    int N = c->B * c->T;
+    bool lp = prec != DT_KPREC_F32;
+    char pre[32], key[64];
+    snprintf(pre, sizeof pre, "%s%s", c->tag, lp ? ".bf16" : "");
+    int64_t hits = 0;
+    double eval = dt_model_eval_batch(m, &b, &hits) / N;
+    snprintf(key, sizeof key, "%s.logits", pre);
+    check(key, dt_model_logits(m), (size_t)m->logits_stride, fixture_tensor(&f, key, "F32"), (size_t)c->V,
+          lp ? 2e-2 : 1e-5, lp ? 1e-1 : 1e-5);
+    double loss = dt_model_train_batch(m, &b, 1.0f / (float)N, false, NULL, NULL) / N;
+    snprintf(key, sizeof key, "%s.loss", pre);
+    double want = *(const float *)fixture_tensor(&f, key, "F32")->data, tol = lp ? 2e-3 : 1e-5;
+    if (fabs(loss - want) > tol * fabs(want) || fabs(eval - want) > tol * fabs(want))
+        fail_msg("%s loss %.9g (eval %.9g), torch %.9g", pre, loss, eval, want);
+    check_grads(m, &f, pre, lp ? 2e-2 : 1e-5, lp ? 1e-1 : 1e-5);
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
+static void c1_matches_torch(void **state)
+{
+    (void)state;
+    against_torch(&C1, DT_KPREC_F32);
+}
+
+static void c2_matches_torch(void **state)
+{
+    (void)state;
+    against_torch(&C2, DT_KPREC_F32);
+}
+
+static void bf16_autocast_matches_torch(void **state)
+{
+    (void)state;
+    against_torch(&C1, DT_KPREC_BF16);
+    against_torch(&C2, DT_KPREC_BF16);
+}
+
+/* ---- 10 AdamW steps ---- */
+
+/* The fixture's schedule: warm-up 3, then cosine to 1e-4 over 10 steps. */
+static double cosine_lr(int s)
+{
+    const double lr = 1e-3, min_lr = 1e-4;
+    const int warmup = 3, steps = 10;
+    if (s < warmup)
+        return lr * (s + 1) / warmup;
+    return min_lr + 0.5 * (1 + cos(M_PI * (s - warmup) / (steps - warmup))) * (lr - min_lr);
+}
+
+/* nanoGPT's groups through the per-range AdamW step: decay 0.1 on tensors of
+ * 2+ dimensions, 0 on the others; one step count for all (the range calls
+ * each advance it, so it is set back before each). */
+static void adamw_groups(struct dt_adamw *a, struct dt_model *m, double lr, float coef)
+{
+    int64_t step = a->step;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        a->step = step;
+        a->weight_decay = t->decay ? 0.1 : 0.0;
+        dt_adamw_step_range(a, m->params, m->grads, t->offset, t->offset + dt_model_tensor_numel(t), lr, 0.9,
+                            coef);
+    }
+}
+
+static double grad_norm(const struct dt_model *m)
+{
+    double s = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+        s += (double)m->grads[i] * m->grads[i];
+    return sqrt(s);
+}
+
+static void ten_steps(const struct cfg *c)
+{
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct dt_model *m = make(c, c->block, c->B, DT_RECOMPUTE_NONE, 0);
+    load_params(m, &f, c);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, c, &tk);
+    int N = c->B * c->T;
+    char key[128];
+    snprintf(key, sizeof key, "%s.losses", c->tag);
+    const float *losses = fixture_tensor(&f, key, "F32")->data;
+    struct dt_adamw a;
+    assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.95, 1e-8, 0.1), 0);
+    for (int s = 0; s < 10; s++) {
+        double l = dt_model_train_batch(m, &b, 1.0f / (float)N, false, NULL, NULL) / N;
+        if (fabs(l - losses[s]) > 1e-5 * fabs(losses[s]))
+            fail_msg("%s step %d loss %.9g, torch %.9g", c->tag, s, l, losses[s]);
+        adamw_groups(&a, m, cosine_lr(s), dt_adamw_clip_coef(grad_norm(m), 1.0));
+    }
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        snprintf(key, sizeof key, "%s.a.%s", c->tag, t->name);
+        size_t n = dt_model_tensor_numel(t);
+        const struct dt_st_tensor *ft = fixture_tensor(&f, key, "F32");
+        if (!strstr(t->name, "c_attn.bias")) {
+            check(key, m->params + t->offset, n, ft, n, 1e-4, 1e-3);
+            continue;
+        }
+        /* The key third of c_attn.bias adds q.b_k to every score of a row,
+         * which softmax cancels: its gradient is 0 plus rounding noise, in
+         * torch as here, and Adam turns noise into steps of ~lr.  The query
+         * and value thirds are compared. */
+        for (int part = 0; part < 3; part += 2) {
+            struct dt_st_tensor third = *ft;
+            third.shape[0] = c->C;
+            third.data = (const float *)ft->data + part * c->C;
+            check(key, m->params + t->offset + (size_t)part * c->C, (size_t)c->C, &third, (size_t)c->C, 1e-4,
+                  1e-3);
+        }
+    }
+    /* the padding rows took no step */
+    const struct dt_model_tensor *wte = dt_model_find_tensor(m, "transformer.wte.weight");
+    for (size_t i = dt_model_tensor_numel(wte); i < m->tensors[1].offset; i++)
+        assert_true(m->params[i] == 0.0f);
+    dt_adamw_release(&a);
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
+static void adamw_ten_steps_match_torch(void **state)
+{
+    (void)state;
+    ten_steps(&C1);
+    ten_steps(&C2);
+}
+
+/* ---- what the fixture cannot show ---- */
+
+/* trainer.recompute gelu and block recompute what none keeps: same loss and
+ * gradient bits, accumulated or not. */
+static void recompute_modes_same_bits(void **state)
+{
+    (void)state;
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, &C2, &tk);
+    float *ref = NULL;
+    double ref_loss = 0;
+    for (int rc = DT_RECOMPUTE_NONE; rc <= DT_RECOMPUTE_BLOCK; rc++) {
+        struct dt_model *m = make(&C2, C2.block, C2.B, (enum dt_recompute)rc, 0);
+        load_params(m, &f, &C2);
+        double loss = dt_model_train_batch(m, &b, 0.01f, false, NULL, NULL);
+        loss += dt_model_train_batch(m, &b, 0.01f, true, NULL, NULL);
+        if (!ref) {
+            ref = malloc(m->n_params * sizeof *ref);
+            memcpy(ref, m->grads, m->n_params * sizeof *ref);
+            ref_loss = loss;
+        } else {
+            assert_true(loss == ref_loss);
+            assert_memory_equal(ref, m->grads, m->n_params * sizeof *ref);
+        }
+        dt_model_destroy(m);
+    }
+    free(ref);
+    dt_safetensors_release(&f);
+}
+
+/* The padded vocabulary never changes the loss or a gradient: with garbage
+ * in the padding rows every bit is the same, and their gradient is 0. */
+static void padding_invisible(void **state)
+{
+    (void)state;
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, &C1, &tk);
+    struct dt_model *m[2];
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        m[k] = make(&C1, C1.block, C1.B, DT_RECOMPUTE_NONE, 0);
+        load_params(m[k], &f, &C1);
+        assert_int_equal(m[k]->logits_cols, 67);
+        assert_int_equal(m[k]->logits_stride, 128);
+        for (size_t i = 67 * 32; i < 128 * 32; i++)
+            m[k]->params[i] = k ? 3.0f : 0.0f;
+        loss[k] = dt_model_train_batch(m[k], &b, 0.1f, false, NULL, NULL);
+        for (size_t i = 67 * 32; i < 128 * 32; i++)
+            assert_true(m[k]->grads[i] == 0.0f);
+    }
+    assert_true(loss[0] == loss[1]);
+    assert_memory_equal(m[0]->grads, m[1]->grads, m[0]->n_params * sizeof(float));
+    for (int k = 0; k < 2; k++)
+        dt_model_destroy(m[k]);
+    dt_safetensors_release(&f);
+}
+
+/* A sequence shorter than the model's seq_len (generation): the first T'
+ * positions' logits are those of the full sequence (attention is causal). */
+static void shorter_sequences(void **state)
+{
+    (void)state;
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct tokens tk, cut;
+    batch(&f, &C1, &tk);
+    const float *ref = fixture_tensor(&f, "c1.logits", "F32")->data;
+    struct dt_model *m = make(&C1, C1.block, C1.B, DT_RECOMPUTE_BLOCK, 0);
+    load_params(m, &f, &C1);
+    for (int T = 1; T <= C1.T; T += 3) {
+        for (int s = 0; s < C1.B; s++)
+            for (int t = 0; t < T; t++) {
+                cut.x[s * T + t] = tk.x[s * C1.T + t];
+                cut.y[s * T + t] = tk.y[s * C1.T + t];
+            }
+        struct dt_batch b = {.kind = DT_BATCH_TOKENS, .n = C1.B, .T = T, .inputs = cut.x, .targets = cut.y};
+        assert_true(isfinite(dt_model_eval_batch(m, &b, NULL)));
+        const float *lg = dt_model_logits(m);
+        for (int s = 0; s < C1.B; s++)
+            for (int t = 0; t < T; t++)
+                for (int v = 0; v < C1.V; v++) {
+                    float want = ref[(size_t)(s * C1.T + t) * C1.V + v];
+                    float got = lg[(size_t)(s * T + t) * m->logits_stride + v];
+                    if (fabsf(got - want) > 1e-5f * fmaxf(fabsf(want), 0.1f))
+                        fail_msg("T=%d seq %d pos %d token %d: %.9g, full sequence %.9g", T, s, t, v, got, want);
+                }
+        b.targets = NULL; /* logits only */
+        assert_true(dt_model_eval_batch(m, &b, NULL) == 0.0);
+        assert_true(dt_model_train_batch(m, &(struct dt_batch){.kind = DT_BATCH_TOKENS, .n = 1, .T = T,
+                                                               .inputs = cut.x, .targets = cut.y},
+                                         1.0f, false, NULL, NULL) > 0);
+    }
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
+/* GPT-2's initialisation from the seed: N(0, 0.02) matrices and embeddings,
+ * N(0, 0.02/sqrt(2L)) residual projections, zero biases, LayerNorm 1 and 0,
+ * zero padding; another seed gives other values. */
+static void init_statistics(void **state)
+{
+    (void)state;
+    const struct cfg big = {"init", 4, 4, 128, 1001, 64, 1, 8};
+    struct dt_model *m = make(&big, 8, 1, DT_RECOMPUTE_NONE, 7), *o = make(&big, 8, 1, DT_RECOMPUTE_NONE, 8);
+    double proj = 0.02 / sqrt(8.0);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct dt_model_tensor *t = &m->tensors[i];
+        const float *x = m->params + t->offset;
+        size_t n = dt_model_tensor_numel(t);
+        double s = 0, ss = 0;
+        for (size_t k = 0; k < n; k++) {
+            s += x[k];
+            ss += (double)x[k] * x[k];
+        }
+        double mean = s / n, sd = sqrt(ss / n - mean * mean);
+        if (t->ndim == 2) {
+            double want = strstr(t->name, "c_proj.weight") ? proj : 0.02;
+            /* n >= 16k draws: the sample std is within 3% and the mean within 4 sd/sqrt(n) */
+            if (fabs(sd - want) > 0.03 * want || fabs(mean) > 4 * want / sqrt((double)n))
+                fail_msg("%s: mean %.3g std %.4g, want N(0, %.4g)", t->name, mean, sd, want);
+            assert_true(memcmp(x, o->params + t->offset, n * sizeof *x) != 0);
+        } else {
+            bool ln_w = strstr(t->name, "ln_") && strstr(t->name, ".weight");
+            for (size_t k = 0; k < n; k++)
+                assert_true(x[k] == (ln_w ? 1.0f : 0.0f));
+        }
+    }
+    for (size_t i = 1001 * 128; i < m->tensors[1].offset; i++)
+        assert_true(m->params[i] == 0.0f);
+    dt_model_destroy(m);
+    dt_model_destroy(o);
+}
+
+/* Hugging Face's state_dict order, names and Conv1D shapes; decay on 2+ dims;
+ * the padding after wte and nowhere else; no lm_head (tied). */
+static void hf_names_and_shapes(void **state)
+{
+    (void)state;
+    struct dt_model *m = make(&C1, C1.block, 1, DT_RECOMPUTE_NONE, 0);
+    static const char *const block[] = {"ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight",
+                                        "attn.c_attn.bias",   "attn.c_proj.weight", "attn.c_proj.bias",
+                                        "ln_2.weight",        "ln_2.bias",        "mlp.c_fc.weight",
+                                        "mlp.c_fc.bias",      "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    const int64_t C = 32, shape[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                                         {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    assert_int_equal(m->n_tensors, 2 + 12 * 2 + 2);
+    assert_string_equal(m->tensors[0].name, "transformer.wte.weight");
+    assert_int_equal(m->tensors[0].shape[0], 67);
+    assert_int_equal(m->tensors[1].offset, 128 * 32); /* wpe after the padded wte */
+    assert_string_equal(m->tensors[1].name, "transformer.wpe.weight");
+    assert_int_equal(m->tensors[1].shape[0], 16);
+    size_t end = m->tensors[1].offset + 16 * 32;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 12; i++) {
+            const struct dt_model_tensor *t = &m->tensors[2 + 12 * l + i];
+            char name[64];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, block[i]);
+            assert_string_equal(t->name, name);
+            assert_int_equal(t->ndim, shape[i][1] ? 2 : 1);
+            assert_int_equal(t->shape[0], shape[i][0]);
+            if (shape[i][1])
+                assert_int_equal(t->shape[1], shape[i][1]);
+            assert_int_equal(t->decay, t->ndim >= 2);
+            assert_int_equal(t->offset, end);
+            end += dt_model_tensor_numel(t);
+        }
+    assert_string_equal(m->tensors[26].name, "transformer.ln_f.weight");
+    assert_string_equal(m->tensors[27].name, "transformer.ln_f.bias");
+    assert_int_equal(m->tensors[27].offset + 32, m->n_params);
+    assert_null(dt_model_find_tensor(m, "lm_head.weight"));
+    assert_string_equal(m->spec.type, "gpt2");
+    assert_int_equal(m->spec.vocab_size, 67);
+    dt_model_destroy(m);
+}
+
+struct ranges {
+    size_t lo[256], hi[256];
+    int n;
+};
+
+static void record(void *ctx, size_t lo, size_t hi)
+{
+    struct ranges *r = ctx;
+    r->lo[r->n] = lo;
+    r->hi[r->n++] = hi;
+}
+
+/* Backward reports [lo, hi) ranges from the top of the arena down, each
+ * starting where the last ended, down to 0 (wte, the last written). */
+static void ready_ranges_top_down(void **state)
+{
+    (void)state;
+    struct dt_safetensors f;
+    fixture_open("gpt2.safetensors", &f);
+    struct tokens tk;
+    struct dt_batch b = batch(&f, &C2, &tk);
+    struct dt_model *m = make(&C2, C2.block, C2.B, DT_RECOMPUTE_GELU, 0);
+    struct ranges r = {.n = 0};
+    dt_model_train_batch(m, &b, 1.0f, false, record, &r);
+    assert_int_equal(r.n, 1 + 4 * 3 + 1);
+    assert_int_equal(r.hi[0], m->n_params);
+    assert_int_equal(r.lo[0], dt_model_find_tensor(m, "transformer.ln_f.weight")->offset);
+    for (int i = 1; i < r.n; i++) {
+        assert_int_equal(r.hi[i], r.lo[i - 1]);
+        assert_true(r.lo[i] < r.hi[i]);
+    }
+    assert_int_equal(r.lo[r.n - 1], 0);
+    dt_model_destroy(m);
+    dt_safetensors_release(&f);
+}
+
+/* A token outside the vocabulary, or a batch larger than the buffers, is
+ * refused with a sentence (NaN loss) before any table is read with it, and
+ * the gradients stay as they were. */
+static void bad_batches_refused(void **state)
+{
+    (void)state;
+    struct dt_model *m = make(&C1, 8, 2, DT_RECOMPUTE_NONE, 0);
+    int32_t x[16] = {0}, y[16] = {0};
+    struct dt_batch b = {.kind = DT_BATCH_TOKENS, .n = 2, .T = 8, .inputs = x, .targets = y};
+    for (size_t i = 0; i < m->n_params; i++)
+        m->grads[i] = 1.0f;
+    x[5] = 67;
+    assert_true(isnan(dt_model_train_batch(m, &b, 1.0f, false, NULL, NULL)));
+    assert_non_null(strstr(dt_error_last(), "outside the vocabulary"));
+    x[5] = 0;
+    y[9] = -1;
+    assert_true(isnan(dt_model_eval_batch(m, &b, NULL)));
+    y[9] = 0;
+    b.T = 9;
+    assert_true(isnan(dt_model_train_batch(m, &b, 1.0f, false, NULL, NULL)));
+    assert_non_null(strstr(dt_error_last(), "9 tokens"));
+    for (size_t i = 0; i < m->n_params; i++)
+        assert_true(m->grads[i] == 1.0f);
+    dt_model_destroy(m);
+    /* and sizes the model cannot be made with */
+    struct dt_model_spec s = {.type = "gpt2", .n_layer = 1, .n_head = 3, .n_embd = 32, .vocab_size = 10,
+                              .block_size = 8};
+    struct dt_model_config mc = {.spec = &s, .k = &dt_kernels_cpu, .max_batch = 1,
+                                 .data = {.kind = DT_BATCH_TOKENS, .seq_len = 8, .vocab = 10}};
+    struct dt_model *bad = NULL;
+    assert_int_not_equal(dt_model_create(&mc, &bad), 0);
+    assert_non_null(strstr(dt_error_last(), "multiple of n_head"));
+    s.n_head = 4;
+    mc.data.seq_len = 9;
+    assert_int_not_equal(dt_model_create(&mc, &bad), 0);
+    assert_non_null(strstr(dt_error_last(), "block_size 8"));
+    assert_null(bad);
+}
+
+/* trainer.model's gpt2 keys and trainer.recompute, through the job spec;
+ * heads that do not split n_embd are refused naming the key. */
+static void spec_keys(void **state)
+{
+    (void)state;
+    static const char ok[] = "name: t\ntrainer:\n"
+                             "  model: {type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, "
+                             "block_size: 128}\n"
+                             "  recompute: block\n";
+    struct dt_job *job = NULL;
+    if (dt_job_load_string(ok, sizeof ok - 1, "t.yaml", &job))
+        fail_msg("%s", dt_error_last());
+    const struct dt_trainer_spec *t = job->trainer;
+    assert_string_equal(t->model.type, "gpt2");
+    assert_int_equal(t->model.n_layer, 2);
+    assert_int_equal(t->model.n_head, 4);
+    assert_int_equal(t->model.n_embd, 64);
+    assert_int_equal(t->model.vocab_size, 256);
+    assert_int_equal(t->model.block_size, 128);
+    assert_int_equal(t->recompute, DT_RECOMPUTE_BLOCK);
+    dt_job_free(job);
+    static const char defaults[] = "name: t\ntrainer:\n  model: {type: gpt2}\n";
+    assert_int_equal(dt_job_load_string(defaults, sizeof defaults - 1, "t.yaml", &job), 0);
+    assert_int_equal(job->trainer->model.n_layer, 12);
+    assert_int_equal(job->trainer->model.n_embd, 768);
+    assert_int_equal(job->trainer->model.vocab_size, 50257);
+    assert_int_equal(job->trainer->model.block_size, 1024);
+    assert_int_equal(job->trainer->recompute, DT_RECOMPUTE_NONE);
+    dt_job_free(job);
+    static const char bad[] = "name: t\ntrainer:\n  model: {type: gpt2, n_head: 5, n_embd: 64}\n";
+    assert_int_not_equal(dt_job_load_string(bad, sizeof bad - 1, "t.yaml", &job), 0);
+    assert_non_null(strstr(dt_error_last(), "n_embd"));
+    assert_non_null(strstr(dt_error_last(), "multiple of n_head (5)"));
+    static const char big[] = "name: t\ntrainer:\n  model: {type: gpt2, n_layer: 0}\n";
+    assert_int_not_equal(dt_job_load_string(big, sizeof big - 1, "t.yaml", &job), 0);
+    assert_non_null(strstr(dt_error_last(), "n_layer"));
+    static const char rc[] = "name: t\ntrainer:\n  recompute: all\n";
+    assert_int_not_equal(dt_job_load_string(rc, sizeof rc - 1, "t.yaml", &job), 0);
+    assert_non_null(strstr(dt_error_last(), "recompute"));
+}
+
+int main(void)
+{
+    dt_kernels_cpu.set_threads(2);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(c1_matches_torch),
+        cmocka_unit_test(c2_matches_torch),
+        cmocka_unit_test(bf16_autocast_matches_torch),
+        cmocka_unit_test(adamw_ten_steps_match_torch),
+        cmocka_unit_test(recompute_modes_same_bits),
+        cmocka_unit_test(padding_invisible),
+        cmocka_unit_test(shorter_sequences),
+        cmocka_unit_test(init_statistics),
+        cmocka_unit_test(hf_names_and_shapes),
+        cmocka_unit_test(ready_ranges_top_down),
+        cmocka_unit_test(bad_batches_refused),
+        cmocka_unit_test(spec_keys),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
