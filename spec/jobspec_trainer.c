@@ -374,6 +374,15 @@ static int check_data(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const
     if (tokens && d->seq_len < 1)
         return dt_spec_fail(ctx, data_node(map, NULL), "data.seq_len",
                             "dataset tokens needs seq_len (T, tokens per sequence), e.g. seq_len: 1024");
+    if (tokens && t->model.vocab_size > 65536)
+        return dt_spec_fail(ctx, map, "model.vocab_size",
+                            "%d: token shards hold uint16 tokens, so dataset tokens reads vocabularies up to 65536",
+                            t->model.vocab_size);
+    if (tokens && d->seq_len > t->model.block_size)
+        return dt_spec_fail(ctx, data_node(map, "seq_len"), "data.seq_len",
+                            "%d is longer than the model's block_size %d (its learned positions); shorten it "
+                            "or raise model.block_size",
+                            d->seq_len, t->model.block_size);
     if (tokens && d->path)
         return dt_spec_fail(ctx, data_node(map, "path"), "data.path",
                             "is the fashion-mnist directory; dataset tokens reads the train and val globs");
