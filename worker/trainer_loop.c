@@ -232,7 +232,8 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         return dt_error_prefix("averaging the loss over ranks");
     t->stopping = v[2] > 0;
     double now = dt_clock_s(), dt = now - w->t0;
-    t->last_loss = v[0] / v[1];
+    /* per image, or per target token: every row of a token run is seq_len of them */
+    t->last_loss = v[0] / (v[1] * (t->tokens ? t->spec.data.seq_len : 1));
     double sps = dt > 0 ? v[1] / dt : NAN;
     double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
     if (t->rank == 0) {
