@@ -334,7 +334,7 @@ static const struct dt_spec_key sample_keys[] = {
     DT_KEY("tokens", DT_KT_INT, struct dt_sample_spec, tokens, .lo = 0, .hi = 1 << 20,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("prompt", DT_KT_STR, struct dt_sample_spec, prompt),
-    DT_KEY("temperature", DT_KT_NUM, struct dt_sample_spec, temperature, RANGE_GT0),
+    DT_KEY("temperature", DT_KT_NUM, struct dt_sample_spec, temperature, RANGE_GE0),
     DT_KEY("top_k", DT_KT_INT, struct dt_sample_spec, top_k, .lo = 0, .hi = 1 << 20,
            .flags = DT_KF_LO | DT_KF_HI),
 };

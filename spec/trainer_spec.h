@@ -99,7 +99,7 @@ struct dt_amp_spec {
 struct dt_sample_spec {
     int tokens;         /* tokens generated; 0 = no sample (default) */
     char *prompt;       /* vocab 256: its bytes start the sample; default "\n" */
-    double temperature; /* default 1.0 */
+    double temperature; /* default 1.0; 0 = the most likely token each time */
     int top_k;          /* 0 = the whole vocabulary (default) */
 };
 

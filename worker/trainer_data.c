@@ -21,8 +21,9 @@
 #include "base/error.h"
 #include "base/log.h"
 
-/* dt_sample_generate is another part's (issue 24); until it is in this tree
- * the trainer says once that it cannot print samples. */
+/* dt_sample_generate comes with `dtrain sample` (another branch of issue 24);
+ * until it is in this tree the trainer says once that it cannot print
+ * samples.  Once it is, this include may be a plain quoted one. */
 #if __has_include(<worker/sample.h>)
 #include <worker/sample.h>
 #define HAVE_SAMPLE 1

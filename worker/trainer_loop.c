@@ -273,8 +273,10 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
 
 static int eval_row(struct dt_trainer *t)
 {
-    if (t->tokens && !t->val_loader) /* no val glob: no loss to compute, only the sample */
+    if (t->tokens && !t->val_loader) { /* no val glob: no loss to compute, only the sample */
+        t->evaluated_at = t->step;
         return dt_trainer__sample(t);
+    }
     int64_t e0 = dt_clock_ns();
     int rc = dt_trainer__evaluate(t);
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_clock_ns());

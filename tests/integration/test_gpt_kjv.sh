@@ -72,8 +72,11 @@ if grep -q "no sampler" "$T/last.err" "$T/last.out"; then
 else
   python3 - "$T/last.out" >"$T/sample.txt" <<'PY'
 import sys
-out = open(sys.argv[1]).read().split("sample step 400:\n", 1)[1]
-print(out.split("\n[rank", 1)[0])
+# the lines after "sample step 400:" up to the worker's "done:" line, without the launcher's prefix
+lines = [l[len("[rank 0] "):] if l.startswith("[rank 0] ") else l for l in open(sys.argv[1]).read().split("\n")]
+start = lines.index("sample step 400:") + 1
+end = next(i for i in range(start, len(lines)) if lines[i].startswith("done:"))
+print("\n".join(lines[start:end]))
 PY
   cat >"$T/printable.py" <<'PY'
 import re, sys

@@ -214,7 +214,7 @@ static const struct bad_case bad_cases[] = {
     {THEAD "  eval: {batches: -1}\n", 3, 19, "trainer.eval.batches: expected an integer from 0"},
     {THEAD "  eval: {every_steps: x}\n", 3, 23, "trainer.eval.every_steps"},
     {THEAD "  sample: {tokens: 20}\n", 3, 11, "trainer.sample: a sample needs a language model on dataset tokens"},
-    {THEAD "  sample: {temperature: 0}\n", 3, 25, "expected a number > 0"},
+    {THEAD "  sample: {temperature: -1}\n", 3, 25, "trainer.sample.temperature: expected a number >= 0"},
     {"name: t\nnproc_per_node: gpu\ntrainer: {}\n", 2, 17, "the trainer runs on the CPU"},
     {"name: t\nbackend: nccl\ntrainer: {}\n", 2, 10, "nccl runs on GPUs"},
     {"name: t\nbackend: tcp\ntrainer: {device: cuda}\n", 2, 10, "tcp is a CPU backend"},
