@@ -14,7 +14,8 @@
  *   starts at token k*W*B*T, and rank r reads its B*T + 1 tokens from
  *   k*W*B*T + r*B*T: inputs the first B*T as [B, T], targets the same
  *   shifted by one.  A shard with S_s = 0 (fewer than W*B*T + 1 tokens) is
- *   an error naming it.
+ *   an error naming it.  So W ranks of B read the sequences one rank of W*B
+ *   reads, rank r its rows r*B .. r*B + B - 1.
  * - shuffle false: shards in sorted order, samples 0, 1, ... of each: this
  *   is llm.c's DataLoader with shuffle off (rank r starts at r*B*T, advances
  *   by W*B*T, moves to the next shard at position r*B*T when fewer than
