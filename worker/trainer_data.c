@@ -76,8 +76,15 @@ int dt_trainer__tokens_build(struct dt_trainer *t)
     int64_t accum = s->ddp.grad_accum;
     t->steps_per_epoch = (t->batches_per_epoch + accum - 1) / accum;
     t->total_steps = s->steps > 0 ? s->steps : (int64_t)s->epochs * t->steps_per_epoch;
+    const char *prompt = s->sample.prompt ? s->sample.prompt : "\n";
+    for (size_t i = 0; s->sample.tokens > 0 && s->model.vocab_size <= 256 && prompt[i]; i++)
+        if ((unsigned char)prompt[i] >= s->model.vocab_size)
+            return dt_error_set(DT_EINVAL,
+                                "trainer.sample.prompt: byte %zu is %u, not below the model's vocab_size %d (a "
+                                "prompt is bytes: tokens of a vocabulary of 256)",
+                                i, (unsigned char)prompt[i], s->model.vocab_size);
     if (s->sample.tokens > 0) {
-        size_t n = (s->sample.prompt ? strlen(s->sample.prompt) : 1) + (size_t)s->sample.tokens;
+        size_t n = strlen(prompt) + (size_t)s->sample.tokens;
         if (!(t->sample_buf = malloc(n * sizeof *t->sample_buf)))
             return dt_error_set(DT_ENOMEM, "trainer: no memory for a sample of %zu tokens", n);
     }
