@@ -53,9 +53,12 @@ args=(--batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" --warm
 echo "gpt2_cpu: L=6 C=384 H=6 V=50257 T=$SEQ B=$BATCH, $THREADS threads, $STEPS steps after $WARMUP, best of $REPS"
 best_d=0 best_t=0
 for _ in $(seq "$REPS"); do
-  d=$("$bin" "${args[@]}" --recompute "$RECOMPUTE" | tee /dev/stderr | awk '/tokens\/s/ {print $3}')
-  t=$(OMP_NUM_THREADS=$THREADS "$PYTHON" bench/gpt2_cpu_torch.py "${args[@]}" | tee /dev/stderr |
-    awk '/tokens\/s/ {print $3}')
+  out=$("$bin" "${args[@]}" --recompute "$RECOMPUTE")
+  echo "$out"
+  d=$(awk '/tokens\/s/ {print $3}' <<<"$out")
+  out=$(OMP_NUM_THREADS=$THREADS "$PYTHON" bench/gpt2_cpu_torch.py "${args[@]}")
+  echo "$out"
+  t=$(awk '/tokens\/s/ {print $3}' <<<"$out")
   best_d=$(awk -v a="$best_d" -v b="$d" 'BEGIN { print (b > a ? b : a) }')
   best_t=$(awk -v a="$best_t" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
 done

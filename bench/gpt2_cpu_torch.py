@@ -8,6 +8,7 @@ is_causal (the flash kernel), AdamW with nanoGPT's groups (decay 0.1 on 2+
 dimensions), fused=True, betas (0.9, 0.95), clip_grad_norm_ 1.0; one fixed
 random batch (data loading is not measured).  Prints
     torch tokens/s: X
+    torch cpu-s/step: Y   (CPU seconds of all threads per step)
 over `steps` timed steps after `warmup`.
 """
 import argparse
@@ -74,16 +75,17 @@ def main():
     x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     print(f"torch params: {sum(p.numel() for p in params)}")
     print(f"torch step: {1e3 * dt / a.steps:.1f} ms")
     print(f"torch tokens/s: {a.batch * a.seq * a.steps / dt:.1f}")
+    print(f"torch cpu-s/step: {dc / a.steps:.2f}")
     print(f"torch loss: {loss.item():.6f}")
 
 

@@ -45,9 +45,9 @@ static struct dt_gpt2 *gpt(struct dt_model *m)
 /* ---- layout: Hugging Face's tensors, in state_dict order ---- */
 
 static const char *const block_names[G_PER_BLOCK] = {
-    "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",      "ln_2.bias",
-    "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 /* Appends tensor `name` of shape [d0] or [d0, d1] at *off. */
 static size_t add(struct dt_gpt2 *g, int *n, size_t *off, const char *name, int64_t d0, int64_t d1)
@@ -68,8 +68,8 @@ static void layout(struct dt_gpt2 *g)
     g->wte = add(g, &n, &off, "transformer.wte.weight", g->V, C);
     off += (size_t)(g->Vp - g->V) * (size_t)C; /* the padding rows: with wte, in no tensor */
     g->wpe = add(g, &n, &off, "transformer.wpe.weight", g->block, C);
-    const int64_t shape[G_PER_BLOCK][2] = {{C, 0},     {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C},     {C, 0},
-                                           {C, 0},     {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    const int64_t shape[G_PER_BLOCK][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C},     {C, 0},
+                                           {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
     for (int l = 0; l < g->L; l++)
         for (int i = 0; i < G_PER_BLOCK; i++) {
             char name[64];
@@ -177,6 +177,7 @@ static size_t assign_acts(struct dt_gpt2 *g, float *base)
     g->datty = take(base, &at, NC);
     g->dqkv = take(base, &at, 3 * NC);
     g->dfch = take(base, &at, 4 * NC);
+    g->datt = take(base, &at, (size_t)g->seq_len * (size_t)g->seq_len);
     return at;
 }
 
@@ -185,8 +186,9 @@ static int alloc_acts(struct dt_gpt2 *g)
     size_t n = assign_acts(g, NULL);
     g->act_mem = dt_arena_calloc(n, sizeof(float));
     if (!g->act_mem)
-        return dt_error_set(DT_ENOMEM, "model gpt2: no memory for %.1f GiB of activations (%d sequences of %d "
-                                       "tokens; trainer.recompute: block keeps less)",
+        return dt_error_set(DT_ENOMEM,
+                            "model gpt2: no memory for %.1f GiB of activations (%d sequences of %d "
+                            "tokens; trainer.recompute: block keeps less)",
                             (double)n * 4 / (1 << 30), g->max_batch, g->seq_len);
     assign_acts(g, g->act_mem);
     return 0;
@@ -201,12 +203,14 @@ static int check_config(const struct dt_model_config *c)
     const struct dt_model_spec *s = c->spec;
     if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->vocab_size < 1 || s->block_size < 1 ||
         s->n_embd % s->n_head)
-        return dt_error_set(DT_EINVAL,
-                            "model gpt2: n_layer %d, n_head %d, n_embd %d, vocab_size %d, block_size %d: each must "
-                            "be > 0 and n_embd a multiple of n_head",
-                            s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size);
+        return dt_error_set(
+            DT_EINVAL,
+            "model gpt2: n_layer %d, n_head %d, n_embd %d, vocab_size %d, block_size %d: each must "
+            "be > 0 and n_embd a multiple of n_head",
+            s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size);
     if (c->data.seq_len < 1 || c->data.seq_len > s->block_size)
-        return dt_error_set(DT_EINVAL, "model gpt2: sequences of %d tokens; block_size %d is the longest it reads",
+        return dt_error_set(DT_EINVAL,
+                            "model gpt2: sequences of %d tokens; block_size %d is the longest it reads",
                             c->data.seq_len, s->block_size);
     if (c->data.vocab > s->vocab_size)
         return dt_error_set(DT_EINVAL, "model gpt2: the data's vocabulary has %d tokens, vocab_size is %d",
@@ -362,13 +366,11 @@ static void forward(struct dt_gpt2 *g, const int32_t *inputs, int B, int T)
     dt_gpt2__encoder_forward(g->encoded, inputs, g->m.params + g->wte, g->m.params + g->wpe, B, T, C);
     for (int l = 0; l < g->L; l++)
         block_forward(g, l, block_input(g, l), B, T);
-    dt_gpt2__layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, g->acts[g->L - 1].res3, g->m.params + g->lnfw,
-                               g->m.params + g->lnfb, N, C);
+    dt_gpt2__layernorm_forward(g->lnf, g->lnf_mean, g->lnf_rstd, g->acts[g->L - 1].res3,
+                               g->m.params + g->lnfw, g->m.params + g->lnfb, N, C);
     cast_for_linear(g, g->lnf, (size_t)N * (size_t)C);
     const float *wte = (g->m.prec == DT_KPREC_F32 ? g->m.params : g->params_lp) + g->wte;
     dt_gpt2__matmul_forward(k, g->logits, g->lnf, wte, NULL, N, C, g->Vp, g->m.prec);
-    g->last_n = B;
-    g->last_T = T;
 }
 
 /* ---- backward ---- */
@@ -396,8 +398,8 @@ static void report(dt_model_ready_fn ready, void *ctx, size_t lo, size_t *hi)
  *   dres += ln_2'(dln2)   (the residual passes dres through unchanged)
  *   datty = dres W_proj^T, ...;  dqkv = attention'(datty);  dln1 = dqkv W_attn^T, ...
  *   dres += ln_1'(dln1) */
-static void block_backward(struct dt_gpt2 *g, int l, int B, int T, bool acc, dt_model_ready_fn ready, void *ctx,
-                           size_t *hi)
+static void block_backward(struct dt_gpt2 *g, int l, int B, int T, bool acc, dt_model_ready_fn ready,
+                           void *ctx, size_t *hi)
 {
     const struct dt_kernels *k = g->m.k;
     struct dt_gpt2_acts *a = &g->acts[l];
@@ -420,7 +422,7 @@ static void block_backward(struct dt_gpt2 *g, int l, int B, int T, bool acc, dt_
     report(ready, ctx, g->blk[l * G_PER_BLOCK + G_LN2W], hi);
     dt_gpt2__matmul_backward(k, g->datty, G(g, l, G_ATTPW), G(g, l, G_ATTPB), linear_dout(g, NC), a->atty,
                              W(g, l, G_ATTPW), N, C, C, acc, p, g->wtmp);
-    dt_gpt2__attention_backward(k, g->dqkv, a->att, g->datty, a->qkv, B, T, C, g->H, p);
+    dt_gpt2__attention_backward(k, g->dqkv, a->att, g->datt, g->datty, a->qkv, B, T, C, g->H, p);
     dt_gpt2__matmul_backward(k, g->dln, G(g, l, G_QKVW), G(g, l, G_QKVB), g->dqkv, a->ln1, W(g, l, G_QKVW), N,
                              C, 3 * C, acc, p, g->wtmp);
     report(ready, ctx, g->blk[l * G_PER_BLOCK + G_QKVW], hi);
@@ -433,8 +435,8 @@ static void block_backward(struct dt_gpt2 *g, int l, int B, int T, bool acc, dt_
  * from the last, the embeddings.  Ranges are reported from the top of the
  * arena down; wte's gradient, written first by the head and last by the
  * embedding, is reported last. */
-static void backward(struct dt_gpt2 *g, const int32_t *inputs, int B, int T, bool acc, dt_model_ready_fn ready,
-                     void *ctx)
+static void backward(struct dt_gpt2 *g, const int32_t *inputs, int B, int T, bool acc,
+                     dt_model_ready_fn ready, void *ctx)
 {
     const struct dt_kernels *k = g->m.k;
     enum dt_kprec p = g->m.prec;
@@ -465,15 +467,17 @@ static void backward(struct dt_gpt2 *g, const int32_t *inputs, int B, int T, boo
 static int check_batch(const struct dt_gpt2 *g, const struct dt_batch *b)
 {
     if (b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > g->max_batch || b->T < 1 || b->T > g->seq_len)
-        return dt_error_set(DT_EINVAL,
-                            "model gpt2: a batch of %d sequences of %d tokens; it was made for up to %d of up to %d",
-                            b->n, b->T, g->max_batch, g->seq_len);
+        return dt_error_set(
+            DT_EINVAL,
+            "model gpt2: a batch of %d sequences of %d tokens; it was made for up to %d of up to %d", b->n,
+            b->T, g->max_batch, g->seq_len);
     size_t n = (size_t)b->n * (size_t)b->T;
     for (size_t i = 0; i < n; i++) {
         int32_t x = b->inputs[i], y = b->targets ? b->targets[i] : 0;
         if (x < 0 || x >= g->V || y < 0 || y >= g->V)
-            return dt_error_set(DT_EINVAL, "model gpt2: token %d at position %zu of the batch is outside the "
-                                           "vocabulary (vocab_size %d)",
+            return dt_error_set(DT_EINVAL,
+                                "model gpt2: token %d at position %zu of the batch is outside the "
+                                "vocabulary (vocab_size %d)",
                                 x < 0 || x >= g->V ? x : y, i, g->V);
     }
     return 0;

@@ -16,7 +16,21 @@
 #include "worker/models/model_internal.h"
 
 /* Offsets in the arenas of one block's 12 tensors, in arena order. */
-enum { G_LN1W, G_LN1B, G_QKVW, G_QKVB, G_ATTPW, G_ATTPB, G_LN2W, G_LN2B, G_FCW, G_FCB, G_FCPW, G_FCPB, G_PER_BLOCK };
+enum {
+    G_LN1W,
+    G_LN1B,
+    G_QKVW,
+    G_QKVB,
+    G_ATTPW,
+    G_ATTPB,
+    G_LN2W,
+    G_LN2B,
+    G_FCW,
+    G_FCB,
+    G_FCPW,
+    G_FCPB,
+    G_PER_BLOCK
+};
 
 /* One block's activations for N = B*T rows.  With trainer.recompute some
  * pointers of different blocks are the same memory (gpt2.c, alloc_acts). */
@@ -36,18 +50,18 @@ struct dt_gpt2 {
     struct dt_model m; /* first: a struct dt_model * of this model is a struct dt_gpt2 * */
     int L, H, C, V, Vp, block, max_batch, seq_len;
     enum dt_recompute recompute;
-    size_t wte, wpe, lnfw, lnfb;         /* offsets of the tensors outside the blocks */
-    size_t *blk;                         /* [L][G_PER_BLOCK] offsets */
-    struct dt_model_tensor *tensors;     /* 2 + 12 L + 2, arena order */
-    struct dt_gpt2_acts *acts;           /* [L] */
-    float *act_mem;                      /* everything below in one allocation */
-    float *encoded;                      /* [N,C] wte[x] + wpe[t], block 0's input */
-    float *lnf, *lnf_mean, *lnf_rstd;    /* ln_f of the last block's output */
-    float *logits;                       /* [N,Vp]; backward turns it into dlogits in place */
-    float *losses;                       /* [2N] per-token loss and hit (summed in order: same bits whatever the threads) */
-    float *proj;                         /* [N,C] a projection's output before its residual add */
+    size_t wte, wpe, lnfw, lnfb;             /* offsets of the tensors outside the blocks */
+    size_t *blk;                             /* [L][G_PER_BLOCK] offsets */
+    struct dt_model_tensor *tensors;         /* 2 + 12 L + 2, arena order */
+    struct dt_gpt2_acts *acts;               /* [L] */
+    float *act_mem;                          /* everything below in one allocation */
+    float *encoded;                          /* [N,C] wte[x] + wpe[t], block 0's input */
+    float *lnf, *lnf_mean, *lnf_rstd;        /* ln_f of the last block's output */
+    float *logits;                           /* [N,Vp]; backward turns it into dlogits in place */
+    float *losses;                           /* [2N] per-token loss and hit, summed in order */
+    float *proj;                             /* [N,C] a projection's output before its residual add */
     float *dres, *dln, *datty, *dqkv, *dfch; /* backward scratch: [N,C] x3, [N,3C], [N,4C] */
-    int last_n, last_T;                  /* the shape of the last forward (logits rows = n T) */
+    float *datt;                             /* [seq_len, seq_len]: one head's attention gradient */
     /* Autocast (m.prec != F32): the parameters rounded, refreshed every
      * forward, and one weight gradient before it is rounded and added. */
     float *params_lp, *wtmp;
@@ -56,8 +70,8 @@ struct dt_gpt2 {
 /* ---- the layers (gpt2_layers.c); N = B*T rows, p = the autocast precision ---- */
 
 /* out[b,t] = wte[inp[b,t]] + wpe[t] */
-void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
-                              int C);
+void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
+                              int T, int C);
 /* dwte[inp[b,t]] += dout[b,t]; dwpe[t] (+)= sum_b dout[b,t] */
 void dt_gpt2__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                int C, bool accumulate);
@@ -72,22 +86,25 @@ void dt_gpt2__matmul_forward(const struct dt_kernels *k, float *out, const float
                              const float *b, int N, int ic, int oc, enum dt_kprec p);
 /* dinp = dout W^T (NULL: not wanted), dW (+)= inp^T dout, db (+)= sum_rows dout (db NULL: the head's
  * layout, as above); under autocast each is rounded to p first (wtmp: room for dW) and added in fp32 */
-void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int ic, int oc, bool accumulate,
-                              enum dt_kprec p, float *wtmp);
+void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int N, int ic, int oc,
+                              bool accumulate, enum dt_kprec p, float *wtmp);
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p);
-/* dqkv = the gradient of qkv; att is overwritten */
-void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, const float *dout,
-                                 const float *qkv, int B, int T, int C, int H, enum dt_kprec p);
-void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n, enum dt_kprec p);
+/* dqkv = the gradient of qkv; att is overwritten, datt is [T,T] scratch */
+void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, float *datt,
+                                 const float *dout, const float *qkv, int B, int T, int C, int H,
+                                 enum dt_kprec p);
+void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n,
+                           enum dt_kprec p);
 /* dinp = dout * gelu'(inp); dinp may be dout */
 void dt_gpt2__gelu_backward(const struct dt_kernels *k, float *dinp, const float *inp, const float *dout,
                             size_t n, enum dt_kprec p);
 void dt_gpt2__residual_forward(float *out, const float *a, const float *b, size_t n);
 /* Softmax cross-entropy of rows logits[N, stride] over their first V columns against targets; losses
- * ([2N]) gets each row's loss and argmax hit and the sum is returned.  When grad each row becomes its gradient
- * (softmax - onehot) * dscale in place, the columns V.. zero.  *correct (may be NULL) += argmax hits. */
+ * ([2N]) gets each row's loss and argmax hit and the sum is returned.  When grad each row becomes its
+ * gradient (softmax - onehot) * dscale in place, the columns V.. zero.  *correct (may be NULL) += argmax
+ * hits. */
 double dt_gpt2__xent(float *logits, float *losses, const int32_t *targets, int N, int V, int stride,
                      float dscale, bool grad, int64_t *correct);
 

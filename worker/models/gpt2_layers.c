@@ -54,7 +54,8 @@ static void run(void (*fn)(void *, size_t, size_t), struct job *j, size_t n, siz
 static inline float fexp(float x)
 {
     x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
-    float n = __builtin_roundevenf(x * 1.44269504088896341f);
+    /* round to nearest even by adding 1.5 * 2^23 (exact for |x / ln 2| < 2^22) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = fmaf(n, -0.693145751953125f, x);
     r = fmaf(n, -1.428606765330187045e-06f, r);
     float e = 1.0f / 720.0f;
@@ -64,10 +65,67 @@ static inline float fexp(float x)
     e = fmaf(e, r, 0.5f);
     e = fmaf(e, r, 1.0f);
     e = fmaf(e, r, 1.0f);
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return e * two_n;
+    union {
+        int32_t i;
+        float f;
+    } two_n = {.i = ((int32_t)n + 127) << 23}; /* 2^n, built in the exponent field */
+    return e * two_n.f;
+}
+
+/* ---- sums the compiler vectorises ---- */
+
+/* Sixteen partial sums (lane k takes elements i = k mod 16) combined in a
+ * fixed tree: C forbids reassociating a float sum, so a plain loop runs one
+ * add at a time; this order is as fixed as the plain one, whatever the
+ * clone or thread count. */
+#define LANES 16
+
+static inline float lanes_total(float *s)
+{
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            s[k] += s[k + w];
+    return s[0];
+}
+
+static inline float vsum(const float *a, int n)
+{
+    float s[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] += a[i + k];
+    for (; i < n; i++)
+        s[i % LANES] += a[i];
+    return lanes_total(s);
+}
+
+static inline float vdot(const float *a, const float *b, int n)
+{
+    float s[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++)
+        s[i % LANES] += a[i] * b[i];
+    return lanes_total(s);
+}
+
+static inline float vmax(const float *a, int n)
+{
+    float s[LANES];
+    for (int k = 0; k < LANES; k++)
+        s[k] = a[0];
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++)
+            s[k] = a[i + k] > s[k] ? a[i + k] : s[k];
+    for (; i < n; i++)
+        s[0] = a[i] > s[0] ? a[i] : s[0];
+    for (int k = 1; k < LANES; k++)
+        s[0] = s[k] > s[0] ? s[k] : s[0];
+    return s[0];
 }
 
 /* ---- encoder: token and position embeddings ---- */
@@ -84,8 +142,8 @@ static void encoder_fwd_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
-                              int C)
+void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
+                              int T, int C)
 {
     struct job j = {.out = out, .in = wte, .in2 = wpe, .tok = inp, .T = T, .C = C};
     run(encoder_fwd_rows, &j, (size_t)B * (size_t)T, 1);
@@ -115,7 +173,8 @@ static void encoder_bwd_cols(void *ctx, size_t lo, size_t hi)
 void dt_gpt2__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                                int C, bool accumulate)
 {
-    struct job j = {.out = dwte, .out2 = dwpe, .in = dout, .tok = inp, .B = B, .T = T, .C = C, .acc = accumulate};
+    struct job j = {
+        .out = dwte, .out2 = dwpe, .in = dout, .tok = inp, .B = B, .T = T, .C = C, .acc = accumulate};
     run(encoder_bwd_cols, &j, (size_t)C, 16);
 }
 
@@ -130,13 +189,10 @@ DT_CLONES static void ln_fwd_rows(void *ctx, size_t lo, size_t hi)
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->in + r * (size_t)C;
         float *o = j->out + r * (size_t)C;
-        float s = 0.0f;
+        float m = vsum(x, C) / (float)C, v[LANES] = {0};
         for (int i = 0; i < C; i++)
-            s += x[i];
-        float m = s / (float)C, v = 0.0f;
-        for (int i = 0; i < C; i++)
-            v += (x[i] - m) * (x[i] - m);
-        float rs = 1.0f / sqrtf(v / (float)C + 1e-5f);
+            v[i % LANES] += (x[i] - m) * (x[i] - m);
+        float rs = 1.0f / sqrtf(lanes_total(v) / (float)C + 1e-5f);
         for (int i = 0; i < C; i++)
             o[i] = (x[i] - m) * rs * j->w[i] + j->b[i];
         j->out2[r] = m;
@@ -159,14 +215,14 @@ DT_CLONES static void ln_bwd_rows(void *ctx, size_t lo, size_t hi)
     int C = j->C;
     for (size_t r = lo; r < hi; r++) {
         const float *x = j->in2 + r * (size_t)C, *d = j->in + r * (size_t)C;
-        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], a = 0.0f, c = 0.0f;
+        float *dx = j->out + r * (size_t)C, mu = j->mean[r], rs = j->rstd[r], sa[LANES] = {0},
+              sc[LANES] = {0};
         for (int i = 0; i < C; i++) {
             float dn = j->w[i] * d[i];
-            a += dn;
-            c += dn * (x[i] - mu) * rs;
+            sa[i % LANES] += dn;
+            sc[i % LANES] += dn * (x[i] - mu) * rs;
         }
-        a /= (float)C;
-        c /= (float)C;
+        float a = lanes_total(sa) / (float)C, c = lanes_total(sc) / (float)C;
         for (int i = 0; i < C; i++)
             dx[i] += rs * (j->w[i] * d[i] - a - (x[i] - mu) * rs * c);
     }
@@ -194,8 +250,17 @@ void dt_gpt2__layernorm_backward(float *dinp, float *dw, float *db, const float 
                                  const float *w, const float *mean, const float *rstd, int N, int C,
                                  bool accumulate)
 {
-    struct job j = {.out = dinp, .out2 = dw, .out3 = db, .in = dout, .in2 = inp, .w = w, .mean = mean,
-                    .rstd = rstd, .N = N, .C = C, .acc = accumulate};
+    struct job j = {.out = dinp,
+                    .out2 = dw,
+                    .out3 = db,
+                    .in = dout,
+                    .in2 = inp,
+                    .w = w,
+                    .mean = mean,
+                    .rstd = rstd,
+                    .N = N,
+                    .C = C,
+                    .acc = accumulate};
     run(ln_bwd_rows, &j, (size_t)N, 1);
     run(ln_bwd_cols, &j, (size_t)C, 16);
 }
@@ -217,7 +282,8 @@ void dt_gpt2__matmul_forward(const struct dt_kernels *k, float *out, const float
     if (b) {
         struct job j = {.out = out, .b = b, .C = oc};
         run(bias_rows, &j, (size_t)N, 1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, oc, ic, 1.0f, inp, ic, w, oc, 1.0f, out, oc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, oc, ic, 1.0f, inp, ic, w, oc, 1.0f, out,
+                    oc);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
     }
@@ -242,9 +308,9 @@ DT_CLONES static void colsum_cols(void *ctx, size_t lo, size_t hi)
  * The head (db == NULL, W [oc, ic]): dinp = dout W, dW (+)= dout^T inp.
  * Autocast: dW and db come out of the low-precision GEMM/sum rounded, then
  * are added in fp32 (wtmp holds dW, or db, before rounding); dinp is rounded. */
-void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int ic, int oc, bool accumulate,
-                              enum dt_kprec p, float *wtmp)
+void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int N, int ic, int oc,
+                              bool accumulate, enum dt_kprec p, float *wtmp)
 {
     bool lp = p != DT_KPREC_F32;
     float beta = accumulate && !lp ? 1.0f : 0.0f, *dwo = lp ? wtmp : dw;
@@ -253,13 +319,17 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
         run(colsum_cols, &j, (size_t)oc, 16);
         if (lp)
             k->round_lowp(db, wtmp, (size_t)oc, p, accumulate);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ic, oc, N, 1.0f, inp, ic, dout, oc, beta, dwo, oc);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ic, oc, N, 1.0f, inp, ic, dout, oc, beta, dwo,
+                    oc);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, ic, oc, 1.0f, dout, oc, w, oc, 0.0f, dinp, ic);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, ic, oc, 1.0f, dout, oc, w, oc, 0.0f, dinp,
+                        ic);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, N, 1.0f, dout, oc, inp, ic, beta, dwo, ic);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, N, 1.0f, dout, oc, inp, ic, beta, dwo,
+                    ic);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic, oc, 1.0f, dout, oc, w, ic, 0.0f, dinp, ic);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic, oc, 1.0f, dout, oc, w, ic, 0.0f,
+                        dinp, ic);
     }
     if (lp) {
         k->round_lowp(dw, wtmp, (size_t)ic * (size_t)oc, p, accumulate);
@@ -270,141 +340,115 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
 
 /* ---- causal self-attention ---- */
 
-/* For batch b, head h (hs = C/H columns of q, k, v in qkv's row), row t:
- *   s_t2 = (q_t . k_t2) / sqrt(hs)  for t2 <= t     (autocast: round(round(q.k) scale), as q @ k^T * scale)
- *   att_t2 = exp(s_t2 - max) / sum                  (masked columns t2 > t are 0 and not stored)
- *   y_t = sum_t2 att_t2 v_t2                        (autocast: att and y rounded)
- * Each (b, h) pair is one thread's: it writes only its own att rows and y columns. */
-DT_CLONES static void attn_fwd_heads(void *ctx, size_t lo, size_t hi)
+/* For batch b and head h (hs = C/H columns of q, k and v in qkv's rows), as
+ * nanoGPT without flash and Hugging Face's eager attention:
+ *   S = Q K^T                      (a GEMM over the whole T x T: BLAS does the
+ *                                   upper triangle too and is still far faster
+ *                                   than a loop that skips it)
+ *   att_t = softmax(S_t / sqrt(hs)) over columns <= t, 0 above (the mask)
+ *   Y = att V                      (the zeros above the diagonal add nothing)
+ * Autocast rounds S (a bmm output), the scaled scores (a bf16 multiply),
+ * att (softmax's output in the type it was given) and Y. */
+DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
-    int T = j->T, C = j->C, hs = C / j->H;
-    size_t C3 = 3 * (size_t)C;
     bool lp = j->p != DT_KPREC_F32;
-    for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / (size_t)j->H, h = bh % (size_t)j->H;
-        const float *base = j->in + b * (size_t)T * C3 + h * (size_t)hs;
-        for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, mx = -INFINITY, sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *kk = base + (size_t)t2 * C3 + C;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * kk[i];
-                row[t2] = s;
-            }
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++) {
-                row[t2] *= j->scale;
-                mx = row[t2] > mx ? row[t2] : mx;
-            }
-            if (lp) {
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-                mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++)
-                    mx = row[t2] > mx ? row[t2] : mx;
-            }
-            for (int t2 = 0; t2 <= t; t2++) {
-                row[t2] = fexp(row[t2] - mx);
-                sum += row[t2];
-            }
-            float inv = 1.0f / sum;
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= inv;
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            float *y = j->out + (b * (size_t)T + (size_t)t) * (size_t)C + h * (size_t)hs;
-            memset(y, 0, (size_t)hs * sizeof *y);
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + (size_t)t2 * C3 + 2 * (size_t)C;
-                for (int i = 0; i < hs; i++)
-                    y[i] += row[t2] * v[i];
-            }
-            if (lp)
-                j->k->round_lowp(y, y, (size_t)hs, j->p, false);
-        }
+    for (size_t r = lo; r < hi; r++) {
+        int t = (int)(r % (size_t)j->T), n = t + 1;
+        float *row = j->out + r * (size_t)j->T;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        for (int i = 0; i < n; i++)
+            row[i] *= j->scale;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        float mx = vmax(row, n);
+        for (int i = 0; i < n; i++)
+            row[i] = fexp(row[i] - mx);
+        float inv = 1.0f / vsum(row, n);
+        for (int i = 0; i < n; i++)
+            row[i] *= inv;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        memset(row + n, 0, (size_t)(j->T - n) * sizeof *row);
     }
 }
 
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p)
 {
-    struct job j = {.out = out, .out2 = att, .in = qkv, .k = k, .T = T, .C = C, .H = H, .p = p,
-                    .scale = 1.0f / sqrtf((float)(C / H))};
-    run(attn_fwd_heads, &j, (size_t)B * (size_t)H, 1);
+    int hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f,
+                        att + ((size_t)b * H + h) * TT, T);
+        }
+    struct job j = {.out = att, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
+    run(softmax_rows, &j, (size_t)B * H * T, 1);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *v = qkv + (size_t)b * T * C3 + (size_t)h * hs + 2 * C;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                        att + ((size_t)b * H + h) * TT, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + (size_t)h * hs, C);
+        }
+    if (p != DT_KPREC_F32)
+        k->round_lowp(out, out, (size_t)B * T * C, p, false);
 }
 
-/* Backward of the above, given dy_t (the heads' output gradient):
- *   datt_t2 = dy_t . v_t2,        dv_t2 += att_t2 dy_t
- *   ds_t2 = att_t2 (datt_t2 - sum_k att_k datt_k) / sqrt(hs)     (softmax backward, then the scale)
- *   dq_t += sum_t2 ds_t2 k_t2,    dk_t2 += ds_t2 q_t
- * Autocast rounds datt (a bmm output), the softmax gradient and its scaled
- * value, and each of dq, dk, dv once they are summed (bmm outputs). */
-DT_CLONES static void attn_bwd_heads(void *ctx, size_t lo, size_t hi)
+/* Backward of the above for one (b, h), given dY:
+ *   dV = att^T dY,  datt = dY V^T
+ *   dS_t = att_t * (datt_t - sum_k att_tk datt_tk) / sqrt(hs)   (softmax', then the scale; 0 above the
+ * diagonal) dQ = dS K,  dK = dS^T Q The rows of dS are independent (split over the pool); the GEMMs write
+ * disjoint columns of dqkv.  Autocast rounds datt, the softmax gradient,
+ * its scaled value and (at the end) dq, dk, dv. */
+DT_CLONES static void softmax_bwd_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
-    int T = j->T, C = j->C, hs = C / j->H;
-    size_t C3 = 3 * (size_t)C;
     bool lp = j->p != DT_KPREC_F32;
-    float datt[T];
-    for (size_t bh = lo; bh < hi; bh++) {
-        size_t b = bh / (size_t)j->H, h = bh % (size_t)j->H;
-        const float *base = j->in2 + b * (size_t)T * C3 + h * (size_t)hs;
-        float *dbase = j->out + b * (size_t)T * C3 + h * (size_t)hs;
-        for (int t = 0; t < T; t++)
-            for (int part = 0; part < 3; part++)
-                memset(dbase + (size_t)t * C3 + (size_t)part * C, 0, (size_t)hs * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            const float *q = base + (size_t)t * C3;
-            const float *dy = j->in + (b * (size_t)T + (size_t)t) * (size_t)C + h * (size_t)hs;
-            float *row = j->out2 + (bh * (size_t)T + (size_t)t) * (size_t)T, *dq = dbase + (size_t)t * C3;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = base + (size_t)t2 * C3 + 2 * (size_t)C;
-                float *dv = dbase + (size_t)t2 * C3 + 2 * (size_t)C, s = 0.0f, a = row[t2];
-                for (int i = 0; i < hs; i++) {
-                    s += dy[i] * v[i];
-                    dv[i] += a * dy[i];
-                }
-                datt[t2] = s;
-            }
-            if (lp)
-                j->k->round_lowp(datt, datt, (size_t)t + 1, j->p, false);
-            float dot = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++)
-                dot += row[t2] * datt[t2];
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] = row[t2] * (datt[t2] - dot);
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++)
-                row[t2] *= j->scale;
-            if (lp)
-                j->k->round_lowp(row, row, (size_t)t + 1, j->p, false);
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *kk = base + (size_t)t2 * C3 + C;
-                float *dk = dbase + (size_t)t2 * C3 + C, ds = row[t2];
-                for (int i = 0; i < hs; i++) {
-                    dq[i] += ds * kk[i];
-                    dk[i] += ds * q[i];
-                }
-            }
-        }
-        for (int t = 0; lp && t < T; t++)
-            for (int part = 0; part < 3; part++) {
-                float *d = dbase + (size_t)t * C3 + (size_t)part * C;
-                j->k->round_lowp(d, d, (size_t)hs, j->p, false);
-            }
+    for (size_t r = lo; r < hi; r++) {
+        int n = (int)r + 1;
+        float *row = j->out + r * (size_t)j->T, *d = j->out2 + r * (size_t)j->T;
+        if (lp)
+            j->k->round_lowp(d, d, (size_t)n, j->p, false);
+        float dot = vdot(row, d, n);
+        for (int i = 0; i < n; i++)
+            row[i] *= d[i] - dot;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
+        for (int i = 0; i < n; i++)
+            row[i] *= j->scale;
+        if (lp)
+            j->k->round_lowp(row, row, (size_t)n, j->p, false);
     }
 }
 
-void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, const float *dout,
-                                 const float *qkv, int B, int T, int C, int H, enum dt_kprec p)
+void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, float *datt,
+                                 const float *dout, const float *qkv, int B, int T, int C, int H,
+                                 enum dt_kprec p)
 {
-    struct job j = {.out = dqkv, .out2 = att, .in = dout, .in2 = qkv, .k = k, .T = T, .C = C, .H = H, .p = p,
-                    .scale = 1.0f / sqrtf((float)(C / H))};
-    run(attn_bwd_heads, &j, (size_t)B * (size_t)H, 1);
+    int hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            size_t at = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + at, *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *s = att + ((size_t)b * H + h) * TT, *dq = dqkv + at;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f,
+                        datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, dy, C, 0.0f,
+                        dq + 2 * C, C3);
+            struct job j = {.out = s, .out2 = datt, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
+            run(softmax_bwd_rows, &j, (size_t)T, 1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q + C, C3, 0.0f, dq,
+                        C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, C3, 0.0f, dq + C,
+                        C3);
+        }
+    if (p != DT_KPREC_F32)
+        k->round_lowp(dqkv, dqkv, (size_t)B * T * C3, p, false);
 }
 
 /* ---- GELU (tanh approximation) and the residual add ---- */
@@ -430,7 +474,8 @@ DT_CLONES static void gelu_fwd_range(void *ctx, size_t lo, size_t hi)
         j->k->round_lowp(j->out + lo, j->out + lo, hi - lo, j->p, false);
 }
 
-void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n, enum dt_kprec p)
+void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *inp, size_t n,
+                           enum dt_kprec p)
 {
     struct job j = {.out = out, .in = inp, .k = k, .p = p};
     run(gelu_fwd_range, &j, n, 64);
@@ -443,7 +488,8 @@ DT_CLONES static void gelu_bwd_range(void *ctx, size_t lo, size_t hi)
     const struct job *j = ctx;
     for (size_t i = lo; i < hi; i++) {
         float x = j->in2[i], th = ftanh(GELU_K * (x + 0.044715f * x * x * x));
-        float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float g =
+            0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         j->out[i] = g * j->in[i];
     }
     if (j->p != DT_KPREC_F32)
@@ -476,26 +522,22 @@ void dt_gpt2__residual_forward(float *out, const float *a, const float *b, size_
 /* loss_r = log(sum_j exp(x_j - max)) - (x_y - max) over the first V columns;
  * with grad, the row becomes (softmax - onehot) dscale in place: exp(x_j -
  * max) is written once, then scaled, so the row is read three times, all in
- * cache (the max, the exponentials, the scaling).  out2[r] = 1 when the
- * argmax (first of equals, as torch.argmax) is the target. */
+ * cache (the max, the exponentials, the scaling).  Without grad (evaluation)
+ * out2[r] = 1 when the argmax (first of equals, as torch.argmax) is the target. */
 DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
     int V = j->V;
     for (size_t r = lo; r < hi; r++) {
-        float *x = j->out + r * (size_t)j->stride, mx = x[0];
+        float *x = j->out + r * (size_t)j->stride, mx = vmax(x, V), sum;
         int arg = 0, y = j->tok[r];
-        for (int i = 1; i < V; i++)
-            if (x[i] > mx) {
-                mx = x[i];
-                arg = i;
-            }
-        float xy = x[y], sum = 0.0f;
+        while (!j->grad && arg < V && x[arg] != mx) /* the first maximum, as torch.argmax (evaluation) */
+            arg++;
+        float xy = x[y];
         if (j->grad) {
-            for (int i = 0; i < V; i++) {
+            for (int i = 0; i < V; i++)
                 x[i] = fexp(x[i] - mx);
-                sum += x[i];
-            }
+            sum = vsum(x, V);
             float sc = j->scale / sum;
             for (int i = 0; i < V; i++)
                 x[i] *= sc;
@@ -503,8 +545,10 @@ DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
             for (int i = V; i < j->stride; i++)
                 x[i] = 0.0f;
         } else {
+            float s[LANES] = {0};
             for (int i = 0; i < V; i++)
-                sum += fexp(x[i] - mx);
+                s[i % LANES] += fexp(x[i] - mx);
+            sum = lanes_total(s);
         }
         j->out3[r] = logf(sum) - (xy - mx);
         j->out2[r] = arg == y ? 1.0f : 0.0f;
@@ -514,8 +558,14 @@ DT_CLONES static void xent_rows(void *ctx, size_t lo, size_t hi)
 double dt_gpt2__xent(float *logits, float *losses, const int32_t *targets, int N, int V, int stride,
                      float dscale, bool grad, int64_t *correct)
 {
-    struct job j = {.out = logits, .out2 = losses + N, .out3 = losses, .tok = targets, .V = V,
-                    .stride = stride, .scale = dscale, .grad = grad};
+    struct job j = {.out = logits,
+                    .out2 = losses + N,
+                    .out3 = losses,
+                    .tok = targets,
+                    .V = V,
+                    .stride = stride,
+                    .scale = dscale,
+                    .grad = grad};
     run(xent_rows, &j, (size_t)N, 1);
     double total = 0.0;
     int64_t hits = 0;
