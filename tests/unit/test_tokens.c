@@ -5,13 +5,15 @@
  * tokens there, shifted by one; starting mid-epoch gives the rest of the same
  * epoch; each bad shard is refused with a message naming the file and the
  * byte offset; a checkpoint keeps a token position and only a token run's
- * file has one. */
+ * file has one; the trainer runs a gpt2 over shards for whole epochs, with
+ * the validation loss over all of val and the position in its checkpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "worker/ckpt.h"
 #include "worker/data/tokens.h"
 #include "worker/safetensors.h"
+#include "worker/trainer.h"
 #include "mlp_fixture.h"
 
 #define VOCAB 50257
@@ -352,12 +355,82 @@ static void test_checkpoint_position(void **state)
     dt_model_destroy(m);
 }
 
+/* ---- the trainer on tokens ---- */
+
+static int count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void test_trainer_epochs(void **state)
+{
+    (void)state;
+    write_shard("run_train_0.bin", 0, 100); /* B 2 x T 8 = 16: 99 / 16 = 6 samples */
+    write_shard("run_train_1.bin", 1, 60);  /* 59 / 16 = 3 */
+    write_shard("run_val_0.bin", 2, 50);    /* 3 */
+    char train[128], val[128], ck[128], path[256];
+    snprintf(train, sizeof train, "%s/run_train_*.bin", dir);
+    snprintf(val, sizeof val, "%s/run_val_*.bin", dir);
+    snprintf(ck, sizeof ck, "%s/run_ckpt", dir);
+    struct dt_trainer_spec s;
+    dt_trainer_spec_defaults(&s);
+    s.model = (struct dt_model_spec){.type = "gpt2", .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = VOCAB,
+                                     .block_size = 8};
+    snprintf(s.data.dataset, sizeof s.data.dataset, "tokens");
+    s.data.train = train;
+    s.data.val = val;
+    s.data.batch_size = 2;
+    s.data.seq_len = 8;
+    s.data.shuffle = false;
+    s.epochs = 2;
+    s.optimizer.weight_decay = 0;
+    s.eval_batches = 0; /* all of val */
+    s.checkpoint.every_steps = 0;
+    s.checkpoint.dir = ck;
+    s.checkpoint.resume = DT_RESUME_NEVER;
+    s.log_every_steps = 1;
+    struct dt_trainer_options o = {.run_dir = dir, .threads = 1, .quiet = true};
+    struct dt_trainer *t;
+    if (dt_trainer_create(&s, &o, &t))
+        fail_msg("%s", dt_error_last());
+    struct dt_metrics_summary sum;
+    if (dt_trainer_run(t, &sum))
+        fail_msg("%s", dt_error_last());
+    dt_trainer_destroy(t);
+    assert_int_equal(sum.total_steps, 2 * 9); /* an epoch: every sample of every shard */
+    assert_int_equal(sum.steps, 18);
+    assert_true(sum.epochs == 2.0);
+    assert_int_equal(sum.seq_len, 8);
+    assert_true(isfinite(sum.test_loss) && sum.test_loss > 0 && sum.test_loss < 12); /* ln 50257 = 10.8 */
+    assert_true(isfinite(sum.final_loss) && sum.final_loss < 12);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    assert_int_equal(count_lines(path, "\"val_loss\""), 2); /* after epoch 1, and at the end */
+    assert_int_equal(count_lines(path, "\"tokens_per_s\""), 18);
+    assert_int_equal(count_lines(path, "\"test_loss\""), 0);
+    snprintf(path, sizeof path, "%s/step_00000018.safetensors", ck);
+    struct dt_safetensors f;
+    assert_int_equal(dt_safetensors_read(path, &f), 0);
+    assert_string_equal(dt_safetensors_meta(&f, "epoch"), "2");
+    assert_string_equal(dt_safetensors_meta(&f, "batch"), "0");
+    assert_string_equal(dt_safetensors_meta(&f, "data_shard"), "0"); /* the next epoch's first batch */
+    assert_string_equal(dt_safetensors_meta(&f, "data_offset"), "0");
+    dt_safetensors_release(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_matches_llmc), cmocka_unit_test(test_start_mid_epoch),
         cmocka_unit_test(test_bad_shards),         cmocka_unit_test(test_shard_too_small),
         cmocka_unit_test(test_sorted),             cmocka_unit_test(test_checkpoint_position),
+        cmocka_unit_test(test_trainer_epochs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
