@@ -94,7 +94,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
-.PHONY: FORCE all deps demo test test-only test-gpu unit asan fuzz install clean format
+.PHONY: FORCE all deps demo kjv-data test test-only test-gpu unit asan fuzz install clean format
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -151,6 +151,13 @@ deps:
 demo: deps
 	@$(MAKE) --no-print-directory all
 	$(BINDIR)/dtrain launch configs/quickstart.yaml
+
+# configs/gpt-kjv.yaml's text: the King James Bible (Debian's bible-kjv-text,
+# printed by its reader `bible` from bible-kjv) as byte-level token shards in
+# data/kjv/ (`dtrain data bytes`: train_000000.bin, val_000000.bin; last 10% val).
+kjv-data: data/kjv/train_000000.bin
+data/kjv/train_000000.bin: | $(BINDIR)/dtrain
+	bible gen1:1-rev22:21 </dev/null | $(BINDIR)/dtrain data bytes - -o data/kjv
 
 # `make test`: every suite, one closing "N passed, N failed" line.
 test: deps

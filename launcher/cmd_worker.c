@@ -200,6 +200,9 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     if (*stopped && e->rank == 0)
         printf("stopped at step %lld of %lld on SIGUSR1 after a checkpoint; exiting with %d to be requeued\n",
                (long long)s.steps, (long long)s.total_steps, EXIT_REQUEUE);
+    else if (!rc && e->rank == 0 && s.seq_len > 0) /* a token run: its loss is on the validation set */
+        printf("done: %lld steps, final loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)s.steps,
+               s.final_loss, s.test_loss, s.samples_per_s * s.seq_len);
     else if (!rc && e->rank == 0)
         printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s\n", (long long)s.steps,
                s.final_loss, s.test_accuracy, s.samples_per_s);

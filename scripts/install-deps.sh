@@ -21,6 +21,7 @@ DEB_PACKAGES=(
   libyaml-dev libuv1-dev libjansson-dev libcmocka-dev libopenblas-dev zlib1g-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
+  bible-kjv-text bible-kjv
   clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2
   chromium
   slurmctld slurmd slurm-client munge

@@ -11,6 +11,8 @@
 #include "spec/jobspec_keys.h"
 #include "spec/trainer_spec.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@
 
 static const char *const model_types[] = {"mlp", "gpt2", NULL};
 static const char *const activations[] = {"relu", "gelu", NULL};
-static const char *const datasets[] = {"fashion-mnist", NULL};
+static const char *const datasets[] = {"fashion-mnist", "tokens", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
 static const char *const sched_types[] = {"constant", "onecycle", "cosine", NULL};
 static const char *const anneals[] = {"cos", "linear", NULL};
@@ -222,6 +224,10 @@ static const struct dt_spec_key data_keys[] = {
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("shuffle", DT_KT_BOOL, struct dt_data_spec, shuffle),
     DT_KEY("drop_last", DT_KT_BOOL, struct dt_data_spec, drop_last),
+    DT_KEY("train", DT_KT_STR, struct dt_data_spec, train),
+    DT_KEY("val", DT_KT_STR, struct dt_data_spec, val),
+    DT_KEY("seq_len", DT_KT_INT, struct dt_data_spec, seq_len, .lo = 1, .hi = 1 << 20,
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
 };
 static const struct dt_spec_section data_section = {.keys = data_keys, .n_keys = DT_NKEYS(data_keys)};
 
@@ -320,16 +326,38 @@ static const struct dt_spec_key amp_keys[] = {
 };
 static const struct dt_spec_section amp_section = {.keys = amp_keys, .n_keys = DT_NKEYS(amp_keys)};
 
-/* eval: {every_epochs} is one int of the trainer struct; the section is
- * laid over that field, so the table machinery needs no special case. */
+/* eval: {every_epochs, batches, every_steps} are three fields of the trainer
+ * struct, in this order; the section is laid over them, so the table
+ * machinery needs no special case (the asserts hold the layouts together). */
 struct eval_view {
     int every_epochs;
+    int batches;
+    int64_t every_steps;
 };
+_Static_assert(offsetof(struct dt_trainer_spec, eval_batches) - offsetof(struct dt_trainer_spec, eval_every_epochs) ==
+                       offsetof(struct eval_view, batches) &&
+                   offsetof(struct dt_trainer_spec, eval_every_steps) -
+                           offsetof(struct dt_trainer_spec, eval_every_epochs) ==
+                       offsetof(struct eval_view, every_steps),
+               "eval_view must lie over eval_every_epochs, eval_batches, eval_every_steps");
 static const struct dt_spec_key eval_keys[] = {
     DT_KEY("every_epochs", DT_KT_INT, struct eval_view, every_epochs, .lo = 0, .hi = 1e6,
            .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("batches", DT_KT_INT, struct eval_view, batches, .lo = 0, .hi = 1e9, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("every_steps", DT_KT_I64, struct eval_view, every_steps, .lo = 0, .hi = 1e12,
+           .flags = DT_KF_LO | DT_KF_HI),
 };
 static const struct dt_spec_section eval_section = {.keys = eval_keys, .n_keys = DT_NKEYS(eval_keys)};
+
+static const struct dt_spec_key sample_keys[] = {
+    DT_KEY("tokens", DT_KT_INT, struct dt_sample_spec, tokens, .lo = 0, .hi = 1 << 20,
+           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("prompt", DT_KT_STR, struct dt_sample_spec, prompt),
+    DT_KEY("temperature", DT_KT_NUM, struct dt_sample_spec, temperature, RANGE_GE0),
+    DT_KEY("top_k", DT_KT_INT, struct dt_sample_spec, top_k, .lo = 0, .hi = 1 << 20,
+           .flags = DT_KF_LO | DT_KF_HI),
+};
+static const struct dt_spec_section sample_section = {.keys = sample_keys, .n_keys = DT_NKEYS(sample_keys)};
 
 static const struct dt_spec_key trace_keys[] = {
     DT_KEY("steps", DT_KT_CUSTOM, struct dt_trace_spec, first_step, .set = set_trace_steps,
@@ -355,6 +383,70 @@ static int check_optim_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map
     return 0;
 }
 
+/* The node of trainer.data.<key> when written, else of trainer.data, else the trainer map. */
+static const struct dt_ynode *data_node(const struct dt_ynode *map, const char *key)
+{
+    const struct dt_ynode *d = dt_ymap_get(map, "data"), *k = d && key ? dt_ymap_get(d, key) : NULL;
+    return k ? k : d ? d : map;
+}
+
+/* The data set and the model must read the same kind of batch, and each
+ * data set takes only its own keys; said at validate time, not by a rank. */
+static int check_data(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_trainer_spec *t)
+{
+    const struct dt_data_spec *d = &t->data;
+    bool tokens = strcmp(d->dataset, "tokens") == 0, gpt = strcmp(t->model.type, "gpt2") == 0;
+    if (tokens && !gpt)
+        return dt_spec_fail(ctx, data_node(map, "dataset"), "data.dataset",
+                            "tokens are read by a language model: set model.type: gpt2 (model %s reads images)",
+                            t->model.type);
+    if (!tokens && gpt)
+        return dt_spec_fail(ctx, data_node(map, "dataset"), "data.dataset",
+                            "model gpt2 reads token sequences, not the images of %s: set dataset: tokens with "
+                            "train, val and seq_len",
+                            d->dataset);
+    if (tokens && !d->train)
+        return dt_spec_fail(ctx, data_node(map, NULL), "data.train",
+                            "dataset tokens needs train: a glob of llm.c token shards, e.g. data/kjv_train_*.bin");
+    if (tokens && d->seq_len < 1)
+        return dt_spec_fail(ctx, data_node(map, NULL), "data.seq_len",
+                            "dataset tokens needs seq_len (T, tokens per sequence), e.g. seq_len: 1024");
+    if (tokens && t->model.vocab_size > 65536)
+        return dt_spec_fail(ctx, map, "model.vocab_size",
+                            "%d: token shards hold uint16 tokens, so dataset tokens reads vocabularies up to 65536",
+                            t->model.vocab_size);
+    if (tokens && d->seq_len > t->model.block_size)
+        return dt_spec_fail(ctx, data_node(map, "seq_len"), "data.seq_len",
+                            "%d is longer than the model's block_size %d (its learned positions); shorten it "
+                            "or raise model.block_size",
+                            d->seq_len, t->model.block_size);
+    if (tokens && d->path)
+        return dt_spec_fail(ctx, data_node(map, "path"), "data.path",
+                            "is the fashion-mnist directory; dataset tokens reads the train and val globs");
+    static const char *const token_keys[] = {"train", "val", "seq_len"};
+    for (size_t i = 0; !tokens && i < sizeof token_keys / sizeof *token_keys; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "data.%s", token_keys[i]);
+        if (dt_ymap_get(data_node(map, NULL), token_keys[i]))
+            return dt_spec_fail(ctx, data_node(map, token_keys[i]), key,
+                                "is a key of dataset tokens; dataset %s does not read it", d->dataset);
+    }
+    if (!tokens && t->sample.tokens > 0)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "sample") ? dt_ymap_get(map, "sample") : map, "sample",
+                            "a sample needs a language model on dataset tokens");
+    const char *prompt = t->sample.prompt;
+    const struct dt_ynode *sn = dt_ymap_get(map, "sample"), *pn = sn ? dt_ymap_get(sn, "prompt") : NULL;
+    if (prompt && t->model.vocab_size > 256)
+        return dt_spec_fail(ctx, pn ? pn : map, "sample.prompt",
+                            "is text, read as bytes, for byte-level models (vocab_size 256); a vocabulary of %d "
+                            "starts samples from token %d (<|endoftext|> for GPT-2): drop the prompt",
+                            t->model.vocab_size, t->model.vocab_size - 1);
+    if (prompt && (!*prompt || (int)strlen(prompt) > t->model.block_size))
+        return dt_spec_fail(ctx, pn ? pn : map, "sample.prompt",
+                            "must hold 1 to block_size (%d) bytes, got %zu", t->model.block_size, strlen(prompt));
+    return 0;
+}
+
 /* Exactly one of epochs and steps counts: writing steps turns epochs off. */
 static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
@@ -370,7 +462,7 @@ static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, vo
         t->epochs = 0;
     if (check_optim_rules(ctx, map, t))
         return DT_EINVAL;
-    return 0;
+    return check_data(ctx, map, t);
 }
 
 static void trainer_init(void *obj)
@@ -397,6 +489,7 @@ static const struct dt_spec_key trainer_keys[] = {
            .hint = "NVIDIA GPUs are device: cuda"),
     DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section),
     DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
+    DT_KEY("sample", DT_KT_SECTION, struct dt_trainer_spec, sample, .sub = &sample_section),
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
     DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),

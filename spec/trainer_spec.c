@@ -65,6 +65,8 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->checkpoint.resume = DT_RESUME_AUTO;
 
     t->eval_every_epochs = 1;
+    t->eval_batches = 20;     /* llm.c's val_max_steps */
+    t->eval_every_steps = 0;
     t->seed = 0;
     t->device = DT_DEVICE_CPU;
 
@@ -80,4 +82,8 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->trace.last_step = -1;
     t->cuda_graph = true;
     t->log_every_steps = 10;
+    t->sample.tokens = 0;
+    t->sample.prompt = NULL; /* NULL means "\n" */
+    t->sample.temperature = 1.0;
+    t->sample.top_k = 0;
 }

@@ -34,13 +34,17 @@ struct dt_model_spec {
 };
 
 struct dt_data_spec {
-    char dataset[32];   /* "fashion-mnist" */
-    char *path;         /* default /usr/share/datasets/fashion-mnist */
-    int batch_size;     /* per rank, default 64 */
+    char dataset[32];   /* "fashion-mnist" or "tokens" */
+    char *path;         /* fashion-mnist: default /usr/share/datasets/fashion-mnist */
+    int batch_size;     /* per rank, default 64 (tokens: sequences, B) */
     int workers;        /* loader threads, default 2 */
     int prefetch;       /* batches queued per loader thread, default 2 */
     bool shuffle;       /* default true */
     bool drop_last;     /* default false */
+    /* dataset tokens (worker/data/tokens.h): globs of llm.c shards, relative
+     * to the worker's working directory as path is; val NULL: no validation */
+    char *train, *val;
+    int seq_len;        /* T, required with tokens, <= model block_size */
 };
 
 struct dt_optimizer_spec {
@@ -94,6 +98,14 @@ struct dt_amp_spec {
     int growth_interval;      /* 2000 */
 };
 
+/* sample: text the model writes at each evaluation (tokens data only). */
+struct dt_sample_spec {
+    int tokens;         /* tokens generated; 0 = no sample (default) */
+    char *prompt;       /* vocab 256: its bytes start the sample; default "\n" */
+    double temperature; /* default 1.0; 0 = the most likely token each time */
+    int top_k;          /* 0 = the whole vocabulary (default) */
+};
+
 struct dt_trace_spec {
     int first_step, last_step; /* steps traced, inclusive; 0,-1 = off */
 };
@@ -108,13 +120,18 @@ struct dt_trainer_spec {
     struct dt_scheduler_spec scheduler;
     struct dt_ddp_spec ddp;
     struct dt_checkpoint_spec checkpoint;
+    /* eval: {every_epochs, batches, every_steps}; the three stay together in
+     * this order (the section is laid over them, jobspec_trainer.c) */
     int eval_every_epochs; /* 0 = only at the end; default 1 */
+    int eval_batches;      /* tokens: global batches of val per evaluation, 0 = all of val once; default 20 */
+    int64_t eval_every_steps; /* also every N steps; 0 = off (default) */
     uint64_t seed;         /* default 0 */
     enum dt_device device; /* cpu (default) or cuda */
     struct dt_amp_spec amp;
     struct dt_trace_spec trace;
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
+    struct dt_sample_spec sample;
     enum dt_recompute recompute; /* none (default), gelu or block */
 };
 

@@ -390,12 +390,28 @@ static int write_bytes(void *ctx, FILE *f)
     return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, b->meta, b->nm);
 }
 
+/* ---- the token position (dataset tokens) ---- */
+
+#define DATA_META 2 /* data_shard, data_offset */
+
+/* The position's pairs into meta when the state has one; returns how many. */
+static int data_meta(const struct dt_ckpt_state *s, char v[DATA_META][32], const char **meta)
+{
+    if (!s->has_data_pos)
+        return 0;
+    snprintf(v[0], 32, "%lld", (long long)s->data_shard);
+    snprintf(v[1], 32, "%lld", (long long)s->data_offset);
+    const char *m[] = {"data_shard", v[0], "data_offset", v[1]};
+    memcpy(meta, m, sizeof m);
+    return DATA_META;
+}
+
 /* The file of the n entries: the run's metadata, a checksum per tensor,
  * then the checksum of all that metadata. */
 static int write_file(const char *path, const struct dt_st_entry *e, int n, const struct dt_adamw *a,
                       const struct dt_ckpt_state *s, const char *model)
 {
-    const char **meta = calloc(2 * (size_t)(RUN_META + n + 1), sizeof *meta);
+    const char **meta = calloc(2 * (size_t)(RUN_META + n + DATA_META + 1), sizeof *meta);
     char(*crc)[2][DT_ST_MAX_NAME + 16] = calloc((size_t)n, sizeof *crc); /* key, value */
     if (!meta || !crc) {
         free(meta);
@@ -423,13 +439,15 @@ static int write_file(const char *path, const struct dt_st_entry *e, int n, cons
         meta[2 * (RUN_META + i)] = crc[i][0];
         meta[2 * (RUN_META + i) + 1] = crc[i][1];
     }
+    char vd[DATA_META][32];
+    int nm = RUN_META + n + data_meta(s, vd, meta + 2 * (RUN_META + n));
     uint32_t all;
     char whole[16];
-    int rc = meta_crc(meta, RUN_META + n, &all);
+    int rc = meta_crc(meta, nm, &all);
     snprintf(whole, sizeof whole, "%08x", all);
-    meta[2 * (RUN_META + n)] = META_CRC_KEY;
-    meta[2 * (RUN_META + n) + 1] = whole;
-    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = RUN_META + n + 1, .meta = meta};
+    meta[2 * nm] = META_CRC_KEY;
+    meta[2 * nm + 1] = whole;
+    struct ckpt_bytes b = {.path = path, .e = e, .n = n, .nm = nm + 1, .meta = meta};
     if (rc == 0)
         rc = dt_fs_write_atomic(path, true, write_bytes, &b);
     free(meta);
@@ -660,13 +678,30 @@ static int verify(struct dt_ckpt_file *c)
     return rc ? rc : verify_tensors(&c->st, c->path);
 }
 
+/* The token position (dataset tokens): both keys or neither (a run on
+ * another data set), in range; the metadata's checksum covers them. */
+static int read_data_pos(struct dt_ckpt_file *c)
+{
+    bool shard = dt_safetensors_meta(&c->st, "data_shard"), offset = dt_safetensors_meta(&c->st, "data_offset");
+    if (!shard && !offset)
+        return 0;
+    long long v[2];
+    if (meta_i64(&c->st, c->path, "data_shard", 0, INT32_MAX, &v[0]) ||
+        meta_i64(&c->st, c->path, "data_offset", 0, LLONG_MAX, &v[1]))
+        return DT_EINVAL;
+    c->has_data_pos = true;
+    c->data_shard = v[0];
+    c->data_offset = v[1];
+    return 0;
+}
+
 int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
 {
     memset(c, 0, sizeof *c);
     if ((size_t)snprintf(c->path, sizeof c->path, "%s", path) >= sizeof c->path)
         return dt_error_set(DT_EINVAL, "checkpoint path of %zu bytes is too long: %.80s...", strlen(path), path);
     int rc = dt_safetensors_read(path, &c->st);
-    if (rc == 0 && (rc = verify(c)))
+    if (rc == 0 && ((rc = verify(c)) || (rc = read_data_pos(c))))
         dt_safetensors_release(&c->st);
     return rc;
 }
@@ -798,6 +833,9 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
         s->batch = c->batch;
         s->scaler = scaler;
         a->step = c->adamw_step;
+        s->has_data_pos = c->has_data_pos;
+        s->data_shard = c->data_shard;
+        s->data_offset = c->data_offset;
     }
     return rc;
 }

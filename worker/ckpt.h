@@ -20,6 +20,7 @@
 #ifndef DT_CKPT_H
 #define DT_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,12 @@ struct dt_ckpt_state {
     int world, batch_size;
     enum dt_amp_dtype amp;         /* must match on load: the run's numbers depend on it */
     struct dt_grad_scaler scaler;  /* scale, growth tracker, skipped steps: saved and restored */
+    /* dataset tokens (worker/data/tokens.h): where the next batch is read,
+     * "data_shard" (index in the sorted shard set) and "data_offset" (rank
+     * 0's token offset there) in the metadata; false writes neither, so
+     * other runs' files are as they were */
+    bool has_data_pos;
+    int64_t data_shard, data_offset;
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and
@@ -60,6 +67,8 @@ struct dt_ckpt_file {
     float loss_scale; /* with amp: the loss scaler's state */
     int32_t growth_tracker;
     int64_t skipped_steps;
+    bool has_data_pos; /* the token position, when the file has one */
+    int64_t data_shard, data_offset;
 };
 
 /* Reads and verifies one file; release it even on failure. */

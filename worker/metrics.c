@@ -75,6 +75,8 @@ int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double los
             "\"samples_per_s\": %s, \"time_s\": %.3f, \"total_steps\": %lld",
             (long long)step, epoch, num(a[0], 32, loss), num(a[1], 32, lr), num(a[2], 32, beta1),
             num(a[3], 32, grad_norm), num(a[4], 32, samples_per_s), time_s, (long long)m->total_steps);
+    if (m->seq_len > 0)
+        fprintf(m->f, ", \"tokens_per_s\": %s", num(a[5], 32, samples_per_s * m->seq_len));
     for (int i = 0; i < DT_METRICS_SPLIT; i++)
         fprintf(m->f, ", \"%s\": %s", dt_metrics_split_names[i], num(a[5], 32, m->split[i]));
     if (m->amp)
@@ -101,8 +103,9 @@ int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double tes
     if (!m->f)
         return 0;
     char a[2][32];
-    fprintf(m->f, "{\"step\": %lld, \"epoch\": %.6g, \"test_loss\": %s, \"test_accuracy\": %s}\n",
-            (long long)step, epoch, num(a[0], 32, test_loss), num(a[1], 32, test_accuracy));
+    const char *set = m->seq_len > 0 ? "val" : "test";
+    fprintf(m->f, "{\"step\": %lld, \"epoch\": %.6g, \"%s_loss\": %s, \"%s_accuracy\": %s}\n", (long long)step,
+            epoch, set, num(a[0], 32, test_loss), set, num(a[1], 32, test_accuracy));
     return flushed(m);
 }
 
@@ -115,10 +118,15 @@ static int write_summary(void *ctx, FILE *f)
             "  \"total_steps\": %lld,\n  \"epochs\": %.6g,\n  \"samples_per_s\": %s,\n  \"train_seconds\": %s,\n"
             "  \"data_wait_seconds\": %s,\n  \"comm_wait_seconds\": %s,\n  \"world_size\": %d,\n"
             "  \"batch_size_per_rank\": %d,\n  \"resumed_from_step\": %lld,\n  \"allreduce_alone_seconds\": %s",
-            num(a[0], 32, s->final_loss), num(a[1], 32, s->test_loss), num(a[2], 32, s->test_accuracy),
+            num(a[0], 32, s->final_loss), num(a[1], 32, s->seq_len > 0 ? NAN : s->test_loss),
+            num(a[2], 32, s->seq_len > 0 ? NAN : s->test_accuracy),
             (long long)s->steps, (long long)s->total_steps, s->epochs, num(a[3], 32, s->samples_per_s),
             num(a[4], 32, s->train_s), num(a[5], 32, s->data_wait_s), num(a[6], 32, s->comm_wait_s), s->world,
             s->batch_size, (long long)s->resumed_from, num(a[7], 32, s->allreduce_s));
+    if (s->seq_len > 0)
+        fprintf(f, ",\n  \"val_loss\": %s,\n  \"val_accuracy\": %s,\n  \"tokens_per_s\": %s",
+                num(a[0], 32, s->test_loss), num(a[1], 32, s->test_accuracy),
+                num(a[2], 32, s->samples_per_s * s->seq_len));
     if (s->work_s && s->n_work > 0) {
         fputs(",\n  \"rank_work_seconds\": [", f);
         for (int r = 0; r < s->n_work; r++)

@@ -7,7 +7,8 @@
  * "optimizer_s"; under AMP also "loss_scale" (after this step's update) and
  * "skipped_steps" (optimizer steps skipped for inf/NaN so far)} and an
  * evaluation row after each evaluation
- * {"step", "epoch", "test_loss", "test_accuracy"}.  Lines are flushed as they
+ * {"step", "epoch", "test_loss", "test_accuracy"} (token runs: "tokens_per_s"
+ * in training rows, "val_loss" and "val_accuracy" in evaluation rows).  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
  *
  * Not for the launcher's summary.json: trainer_summary.json carries the
@@ -39,6 +40,10 @@ struct dt_metrics {
      * "gpu_mem_mib" lists (rank order); gpu_ranks 0 = none */
     int gpu_ranks;
     double gpu[2 * DT_METRICS_GPU_RANKS];
+    /* token runs: tokens per row; training rows add "tokens_per_s"
+     * (samples_per_s * seq_len), evaluation rows are "val_loss" and
+     * "val_accuracy" (target tokens predicted by argmax); 0: an image run */
+    int seq_len;
 };
 
 /* trainer_summary.json lists each rank's work time up to this world size. */
@@ -56,6 +61,10 @@ struct dt_metrics_summary {
      * that works longer than the others makes them wait: a straggler. */
     const double *work_s;
     int n_work;
+    /* token runs (seq_len > 0): test_loss and test_accuracy are written as
+     * "val_loss" and "val_accuracy" (the validation set's), null under their
+     * own names (there is no test set), and "tokens_per_s" is added */
+    int seq_len;
 };
 
 /* Opens <run_dir>/metrics.jsonl for appending (a resumed run continues it);

@@ -21,12 +21,16 @@
 
 static int check_spec(const struct dt_trainer_spec *s)
 {
-    if (strcmp(s->data.dataset, "fashion-mnist"))
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset '%s': this trainer reads 'fashion-mnist'",
+    if (strcmp(s->data.dataset, "fashion-mnist") && !dt_trainer__is_tokens(s))
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "trainer.data.dataset '%s': this trainer reads 'fashion-mnist' and 'tokens'",
                             s->data.dataset);
     if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
         return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
                                              "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
+    if (dt_trainer__is_tokens(s) && s->device != DT_DEVICE_CPU)
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset tokens: language models train on device: cpu "
+                                             "for now");
     if (s->device == DT_DEVICE_CUDA && !dt_trainer__device_kernels(s->device))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
@@ -87,6 +91,12 @@ static int build_model(struct dt_trainer *t)
                                 .data = {.kind = DT_BATCH_IMAGES,
                                          .features = t->train.rows * t->train.cols,
                                          .classes = t->train.classes}};
+    if (t->tokens) { /* sequences of B, for training and validation alike */
+        t->eval_batch = s->data.batch_size;
+        c.max_batch = t->eval_batch;
+        c.data = (struct dt_batch_shape){
+            .kind = DT_BATCH_TOKENS, .seq_len = s->data.seq_len, .vocab = s->model.vocab_size};
+    }
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
@@ -104,9 +114,9 @@ static int build_model(struct dt_trainer *t)
                                          [DT_AMP_FP16] = DT_KPREC_F16};
     if ((rc = dt_model_set_precision(t->model, prec[s->amp.dtype])))
         return rc;
-    t->eval.x = calloc((size_t)t->eval_batch * (size_t)c.data.features, sizeof(float));
-    t->eval.y = calloc((size_t)t->eval_batch, sizeof(int32_t));
-    if (!t->eval.x || !t->eval.y)
+    t->eval.x = t->tokens ? NULL : calloc((size_t)t->eval_batch * (size_t)c.data.features, sizeof(float));
+    t->eval.y = t->tokens ? NULL : calloc((size_t)t->eval_batch, sizeof(int32_t));
+    if (!t->tokens && (!t->eval.x || !t->eval.y))
         return dt_error_set(DT_ENOMEM, "trainer: no memory for evaluation batches");
     /* DDP starts from rank 0's parameters; with one seed they agree anyway.
      * On a device the engine broadcasts its own copy. */
@@ -160,6 +170,8 @@ static int optimizer_decay(struct dt_trainer *t)
 static int build_data(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
+    if (dt_trainer__is_tokens(s))
+        return dt_trainer__tokens_build(t);
     const char *dir = s->data.path ? s->data.path : DEFAULT_DATA;
     /* An empty test set is refused here too (idx.h): its loss would be 0/0. */
     if (dt_data_load_fashion_mnist(dir, 1, &t->train))
@@ -222,6 +234,8 @@ static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
     if (st.batch > t->batches_per_epoch) /* the loader would run dry, which reads as a bug of dtrain */
         return dt_error_set(DT_EINVAL, "%s: batch %lld is past this job's %lld batches per epoch", ck->path,
                             (long long)st.batch, (long long)t->batches_per_epoch);
+    if ((rc = dt_trainer__data_resume(t, &st, ck->path)))
+        return rc;
     t->step = st.step;
     t->epoch = st.epoch;
     t->batch = st.batch;
@@ -315,6 +329,7 @@ static int setup(struct dt_trainer *t)
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
+    t->metrics.seq_len = t->tokens ? t->spec.data.seq_len : 0;
     if (!rc && t->rank == 0)
         rc = dt_tb_open(t->run_dir, &t->tb);
     return rc;
@@ -375,6 +390,7 @@ void dt_trainer_destroy(struct dt_trainer *t)
     free(t->eval.y);
     dt_data_release(&t->train);
     dt_data_release(&t->test);
+    dt_trainer__data_release(t);
     free(t);
 }
 
@@ -388,10 +404,13 @@ struct dt_trace *dt_trainer_trace(struct dt_trainer *t)
     return t ? t->trace : NULL;
 }
 
-/* Test loss and accuracy over the whole test set: rank r takes the r-th
+/* Test loss and accuracy over the whole test set (tokens: the validation
+ * set, trainer_data.c): rank r takes the r-th
  * contiguous share, sums go through one all-reduce. */
 int dt_trainer__evaluate(struct dt_trainer *t)
 {
+    if (t->tokens)
+        return dt_trainer__tokens_evaluate(t);
     int64_t lo = t->test.n * t->rank / t->world, hi = t->test.n * (t->rank + 1) / t->world;
     double sums[3] = {0, 0, (double)(hi - lo)};
     for (int64_t at = lo; at < hi; at += t->eval_batch) {
@@ -436,6 +455,7 @@ int dt_trainer__save(struct dt_trainer *t)
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
                                .world = t->world, .batch_size = t->spec.data.batch_size,
                                .amp = t->spec.amp.dtype, .scaler = t->scaler};
+    dt_trainer__data_position(t, &st);
     rc = dt_ckpt_save(t->ckpt_dir, t->model, t->zero.comm ? &whole : &t->opt, &st, t->spec.checkpoint.keep);
     dt_adamw_release(&whole);
     return rc;

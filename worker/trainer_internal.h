@@ -11,6 +11,7 @@
 #include "worker/optim/grad_scaler.h"
 #include "worker/data/idx.h"
 #include "worker/data/loader.h"
+#include "worker/data/tokens.h"
 #include "worker/metrics.h"
 #include "worker/models/model.h"
 #include "worker/optim/lr_schedule.h"
@@ -56,11 +57,30 @@ struct dt_trainer {
     int64_t split_steps;
     int64_t evaluated_at;          /* step of the last evaluation, -1 none */
     bool stopping;                 /* every rank saw a stop request at the last metrics row */
+    /* dataset tokens (trainer_data.c): the shard sets, this rank's readers
+     * (tokens NULL: an image run), global val batches per evaluation, the
+     * sample's tokens */
+    struct dt_token_set train_set, val_set;
+    struct dt_tokens_loader *tokens, *val_loader;
+    int64_t val_batches;
+    int32_t *sample_buf;
 };
 
 /* trainer.c: evaluation over the test set, a checkpoint (rank 0) */
 int dt_trainer__evaluate(struct dt_trainer *t);
 int dt_trainer__save(struct dt_trainer *t);
+/* trainer_data.c: the data set's loader behind one face for the loop, the
+ * token run's set-up, validation, position in checkpoints and samples */
+bool dt_trainer__is_tokens(const struct dt_trainer_spec *s);
+int dt_trainer__tokens_build(struct dt_trainer *t);
+void dt_trainer__data_release(struct dt_trainer *t);
+void dt_trainer__data_start(struct dt_trainer *t, int64_t epoch, int64_t first);
+const struct dt_batch *dt_trainer__data_next(struct dt_trainer *t);
+double dt_trainer__data_wait_s(const struct dt_trainer *t);
+void dt_trainer__data_position(struct dt_trainer *t, struct dt_ckpt_state *st);
+int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st, const char *path);
+int dt_trainer__tokens_evaluate(struct dt_trainer *t);
+int dt_trainer__sample(struct dt_trainer *t);
 /* trainer_device.c: the accelerator table of trainer.device (NULL when this
  * build has none), the engine made from the CPU model's state, and the host
  * scaler refreshed from the device's */

@@ -89,12 +89,12 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
     if (t->dev)
         return device_micro_batches(t, k, rows);
     if (t->batch == 0 || t->step == t->resumed_from)
-        dt_loader_start_epoch(t->loader, t->epoch, t->batch);
+        dt_trainer__data_start(t, t->epoch, t->batch);
     dt_grad_norm_begin(&t->gnorm);
     bool early = want_norm && norm_in_backward(t);
     for (int i = 0; i < k; i++) {
         int64_t w0 = dt_clock_ns();
-        const struct dt_batch *b = dt_loader_next(t->loader);
+        const struct dt_batch *b = dt_trainer__data_next(t);
         int64_t f0 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, f0);
         if (!b)
@@ -240,7 +240,8 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         return dt_error_prefix("averaging the loss over ranks");
     t->stopping = v[2] > 0;
     double now = dt_clock_s(), dt = now - w->t0;
-    t->last_loss = v[0] / v[1];
+    /* per image, or per target token: every row of a token run is seq_len of them */
+    t->last_loss = v[0] / (v[1] * (t->tokens ? t->spec.data.seq_len : 1));
     double sps = dt > 0 ? v[1] / dt : NAN;
     double epoch = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch;
     if (t->rank == 0) {
@@ -262,7 +263,11 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
         if (rc)
             return rc;
-        if (!t->o.quiet)
+        if (!t->o.quiet && t->tokens) /* a row is a sequence of seq_len tokens */
+            printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f tokens/s\n",
+                   (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm,
+                   sps * t->spec.data.seq_len);
+        else if (!t->o.quiet)
             printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s\n",
                    (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm, sps);
         fflush(stdout);
@@ -276,23 +281,30 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
 
 static int eval_row(struct dt_trainer *t)
 {
+    if (t->tokens && !t->val_loader) { /* no val glob: no loss to compute, only the sample */
+        t->evaluated_at = t->step;
+        return dt_trainer__sample(t);
+    }
     int64_t e0 = dt_clock_ns();
     int rc = dt_trainer__evaluate(t);
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "evaluate", e0, dt_clock_ns());
     if (rc)
         return rc;
     if (t->rank == 0) {
-        static const char *const tags[] = {"eval/test_loss", "eval/test_accuracy"};
+        static const char *const test_tags[] = {"eval/test_loss", "eval/test_accuracy"};
+        static const char *const val_tags[] = {"eval/val_loss", "eval/val_accuracy"};
+        const char *const *tags = t->tokens ? val_tags : test_tags;
         double tv[] = {t->test_loss, t->test_acc};
         if ((rc = dt_metrics_eval(&t->metrics, t->step, (double)t->epoch, t->test_loss, t->test_acc)) ||
             (rc = dt_tb_scalars(t->tb, t->step, tags, tv, 2)))
             return rc;
         if (!t->o.quiet)
-            printf("eval  step %lld  epoch %lld  test_loss %.4f  test_accuracy %.4f\n", (long long)t->step,
-                   (long long)t->epoch, t->test_loss, t->test_acc);
+            printf("eval  step %lld  epoch %lld  %s %.4f  %s %.4f\n", (long long)t->step, (long long)t->epoch,
+                   t->tokens ? "val_loss" : "test_loss", t->test_loss,
+                   t->tokens ? "val_accuracy" : "test_accuracy", t->test_acc);
         fflush(stdout);
     }
-    return 0;
+    return t->tokens ? dt_trainer__sample(t) : 0;
 }
 
 /* What happens between steps: epoch end and evaluation, desync check, checkpoint. */
@@ -306,6 +318,9 @@ static int between_steps(struct dt_trainer *t)
         if (s->eval_every_epochs > 0 && t->epoch % s->eval_every_epochs == 0 && t->step < t->total_steps)
             rc = eval_row(t);
     }
+    if (!rc && s->eval_every_steps > 0 && t->step % s->eval_every_steps == 0 && t->step < t->total_steps &&
+        t->evaluated_at != t->step)
+        rc = eval_row(t);
     int every = s->ddp.desync_check_every;
     if (!rc && t->dev && t->world > 1 && every > 0 && t->step % every == 0) /* the host mirror, then compare */
         rc = t->devk->get_state(t->dev, t->model->params, NULL, NULL, NULL);
@@ -488,11 +503,11 @@ int dt_trainer_run(struct dt_trainer *t, struct dt_metrics_summary *res)
     struct dt_metrics_summary s = {
         .final_loss = t->last_loss, .test_loss = t->test_loss, .test_accuracy = t->test_acc,
         .samples_per_s = t->train_s > 0 ? (t->samples - samples0) * t->world / t->train_s : NAN,
-        .train_s = t->train_s, .data_wait_s = dt_loader_wait_s(t->loader), .comm_wait_s = t->red.wait_s,
+        .train_s = t->train_s, .data_wait_s = dt_trainer__data_wait_s(t), .comm_wait_s = t->red.wait_s,
         .steps = t->step, .total_steps = t->total_steps,
         .epochs = (double)t->epoch + (double)t->batch / (double)t->batches_per_epoch,
         .world = t->world, .batch_size = t->spec.data.batch_size, .resumed_from = t->resumed_from,
-        .allreduce_s = allreduce_s};
+        .allreduce_s = allreduce_s, .seq_len = t->tokens ? t->spec.data.seq_len : 0};
     double *work = NULL;
     if (!rc)
         rc = gather_work(t, &s, &work);

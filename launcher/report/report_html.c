@@ -137,12 +137,13 @@ struct chart_def {
 };
 
 static const struct chart_def charts[] = {
-    {"Loss", {"loss", "test_loss"}},
+    {"Loss", {"loss", "test_loss", "val_loss"}},
     {"Test accuracy", {"test_accuracy"}},
     {"Learning rate", {"lr"}},
     {"Momentum (beta1)", {"beta1"}},
     {"Gradient norm", {"grad_norm"}},
     {"Throughput (samples/s)", {"samples_per_s"}},
+    {"Throughput (tokens/s)", {"tokens_per_s"}},
     {"Step time split (s per step)", {"data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s"}},
     {"Loss scale", {"loss_scale"}},
     {"GPU utilisation (%, mean over ranks)", {"gpu_util_pct"}},

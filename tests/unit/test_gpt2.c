@@ -595,6 +595,7 @@ static void spec_keys(void **state)
     static const char ok[] = "name: t\ntrainer:\n"
                              "  model: {type: gpt2, n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, "
                              "block_size: 128}\n"
+                             "  data: {dataset: tokens, train: t.bin, seq_len: 128}\n" /* gpt2 reads tokens */
                              "  recompute: block\n";
     struct dt_job *job = NULL;
     if (dt_job_load_string(ok, sizeof ok - 1, "t.yaml", &job))
@@ -608,7 +609,8 @@ static void spec_keys(void **state)
     assert_int_equal(t->model.block_size, 128);
     assert_int_equal(t->recompute, DT_RECOMPUTE_BLOCK);
     dt_job_free(job);
-    static const char defaults[] = "name: t\ntrainer:\n  model: {type: gpt2}\n";
+    static const char defaults[] =
+        "name: t\ntrainer:\n  model: {type: gpt2}\n  data: {dataset: tokens, train: t.bin, seq_len: 8}\n";
     assert_int_equal(dt_job_load_string(defaults, sizeof defaults - 1, "t.yaml", &job), 0);
     assert_int_equal(job->trainer->model.n_layer, 12);
     assert_int_equal(job->trainer->model.n_embd, 768);
