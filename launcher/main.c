@@ -54,6 +54,7 @@ static const struct {
     {"Run a job", {"launch", "validate", "render"}},
     {"Look at a run", {"report", "trace"}},
     {"Measure", {"bench"}},
+    {"Prepare data", {"data"}},
     {"Use a trained model", {"sample", "export"}},
     {"Started by dtrain on the nodes (or by hand, see their --help)", {"agent", "coordinator", "worker", "mpirank"}},
     {"Other", {"version"}},

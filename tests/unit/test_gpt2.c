@@ -38,6 +38,7 @@
 #include "spec/jobspec.h"
 #include "worker/models/model.h"
 #include "worker/optim/adamw.h"
+#include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
 struct cfg {
@@ -207,29 +208,18 @@ static void fp16_autocast_matches_torch(void **state)
 
 /* ---- 10 AdamW steps ---- */
 
-/* The fixture's schedule: warm-up 3, then cosine to 1e-4 over 10 steps. */
-static double cosine_lr(int s)
+/* nanoGPT's groups as the trainer sets them: decay 0.1 on the tensors the
+ * model marks (2+ dimensions), none on the others (worker/optim/adamw.h). */
+static void set_groups(struct dt_adamw *a, const struct dt_model *m)
 {
-    const double lr = 1e-3, min_lr = 1e-4;
-    const int warmup = 3, steps = 10;
-    if (s < warmup)
-        return lr * (s + 1) / warmup;
-    return min_lr + 0.5 * (1 + cos(M_PI * (s - warmup) / (steps - warmup))) * (lr - min_lr);
-}
-
-/* nanoGPT's groups through the per-range AdamW step: decay 0.1 on tensors of
- * 2+ dimensions, 0 on the others; one step count for all (the range calls
- * each advance it, so it is set back before each). */
-static void adamw_groups(struct dt_adamw *a, struct dt_model *m, double lr, float coef)
-{
-    int64_t step = a->step;
+    size_t start[128];
+    bool decay[128];
+    assert_true(m->n_tensors <= 128);
     for (int i = 0; i < m->n_tensors; i++) {
-        const struct dt_model_tensor *t = &m->tensors[i];
-        a->step = step;
-        a->weight_decay = t->decay ? 0.1 : 0.0;
-        dt_adamw_step_range(a, m->params, m->grads, t->offset, t->offset + dt_model_tensor_numel(t), lr, 0.9,
-                            coef);
+        start[i] = m->tensors[i].offset;
+        decay[i] = m->tensors[i].decay;
     }
+    assert_int_equal(dt_adamw_set_decay(a, start, decay, m->n_tensors), 0);
 }
 
 static double grad_norm(const struct dt_model *m)
@@ -254,11 +244,17 @@ static void ten_steps(const struct cfg *c)
     const float *losses = fixture_tensor(&f, key, "F32")->data;
     struct dt_adamw a;
     assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.95, 1e-8, 0.1), 0);
+    set_groups(&a, m);
+    /* the fixture's schedule: warm-up 3, then cosine down to 1e-4 at step 10 */
+    struct dt_scheduler_spec ss = {.type = DT_SCHED_COSINE, .warmup_steps = 3, .min_lr = 1e-4};
+    struct dt_lr_schedule sched;
+    assert_int_equal(dt_lr_schedule_init(&sched, &ss, 10, 1e-3, 0.9), 0);
     for (int s = 0; s < 10; s++) {
         double l = dt_model_train_batch(m, &b, 1.0f / (float)N, false, NULL, NULL) / N;
         if (fabs(l - losses[s]) > 1e-5 * fabs(losses[s]))
             fail_msg("%s step %d loss %.9g, torch %.9g", c->tag, s, l, losses[s]);
-        adamw_groups(&a, m, cosine_lr(s), dt_adamw_clip_coef(grad_norm(m), 1.0));
+        dt_adamw_step(&a, m->params, m->grads, sched.lr, sched.beta1, dt_adamw_clip_coef(grad_norm(m), 1.0));
+        assert_int_equal(dt_lr_schedule_step(&sched), 0);
     }
     for (int i = 0; i < m->n_tensors; i++) {
         const struct dt_model_tensor *t = &m->tensors[i];
