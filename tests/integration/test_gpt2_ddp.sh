@@ -9,9 +9,12 @@
 #     several small buckets; and with grad_accum 2.  Every tensor of the final
 #     checkpoints (parameters and AdamW's moments) and every step's loss agree to
 #     a reduction-order tolerance (below), printed as measured;
-#  2. zero 1 writes zero 0's final checkpoint byte for byte (2 ranks, tcp and
-#     shm) with weight decay 0.1 (gpt2's two decay groups), cosine with warmup,
-#     grad_clip 1.0;
+#  2. zero 1 writes zero 0's final checkpoint byte for byte (2 ranks over tcp,
+#     shm and mpi, and with bf16) with weight decay 0.1 (gpt2's two decay
+#     groups), cosine with warmup, grad_clip 1.0; a zero 1 run killed and
+#     restarted from its gathered checkpoint ends there too; a checkpoint of 2
+#     ranks of 4 resumes on 1 rank of 8 and the other way (a token run's order
+#     is the global batch's), another global batch is refused;
 #  3. AMP bf16 on 2 ranks trains (loss finite and falling), and bf16 and fp32
 #     runs resume bit for bit: a run stopped early (fewer steps) and continued
 #     with resume: auto, and a run whose rank is killed mid-way under a cosine
@@ -137,13 +140,15 @@ if bad:
     sys.exit(1)
 PY
 
-# curves RUN_A RUN_B RTOL: every step's loss and gradient norm (before clipping)
-# in metrics.jsonl within RTOL (relative).  The norm catches a scale error in
+# curves RUN_A RUN_B RTOL [FIRST]: every step's loss and gradient norm (before
+# clipping) in metrics.jsonl within RTOL (relative), from step FIRST on (a resumed run's).  The norm catches a scale error in
 # the averaging, which AdamW's g/sqrt(v) would otherwise hide.
 cat >"$T/curves.py" <<'PY'
 import json, sys
+first = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 def curve(run, key):
-    return {r["step"]: r[key] for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r}
+    rows = map(json.loads, open(run + "/metrics.jsonl"))
+    return {r["step"]: r[key] for r in rows if "loss" in r and r["step"] >= first}
 rtol, bad = float(sys.argv[3]), False
 for key in ("loss", "grad_norm"):
     a, b = curve(sys.argv[1], key), curve(sys.argv[2], key)
@@ -169,12 +174,12 @@ ATOL=1e-6
 CURVE_RTOL=1e-5
 KEYTOL=1e-4
 
-# compare WHAT REF_CKPT REF_RUN CKPT RUN
+# compare WHAT REF_CKPT REF_RUN CKPT RUN [FIRST_STEP]
 compare() {
   if python3 "$T/close.py" "$2" "$4" "$RTOL" "$ATOL" "$KEYTOL" >"$T/close.out" 2>&1; then ok "$1: checkpoints agree"
   else not_ok "$1: checkpoints agree"; fi
   sed 's/^/    /' "$T/close.out"
-  if python3 "$T/curves.py" "$3" "$5" "$CURVE_RTOL" >"$T/curves.out" 2>&1; then ok "$1: losses and gradient norms agree"
+  if python3 "$T/curves.py" "$3" "$5" "$CURVE_RTOL" ${6:-} >"$T/curves.out" 2>&1; then ok "$1: losses and gradient norms agree"
   else not_ok "$1: losses and gradient norms agree"; fi
   sed 's/^/    /' "$T/curves.out"
 }
@@ -234,6 +239,32 @@ DTRAIN_FAULT=kill:1:20 launch "zero 1 over shm with rank 1 killed after step 20 
 contains "$T/last.err" "resuming from $T/shm-zk/step_00000016.safetensors" "it resumed from step 16"
 check "the restarted zero 1 run's final checkpoint is zero 0's, byte for byte" cmp "$T/shm-z0/$final" "$T/shm-zk/$final"
 
+# Another world size: a token run's order depends on ranks x batch only (one sample is
+# W*B*T tokens), so a checkpoint of 2 ranks of 4 resumes on 1 rank of 8 and the other way,
+# the moments gathered whole and re-sharded by ZeRO.  Stopped by a killed rank after step 14
+# (the job fails; step 12's checkpoint stays), continued under the same cosine to step 24:
+# the 1-rank run's figures to the tolerance of section 1.
+export EVERY=12
+ZERO=1 job ws2 2 tcp 4 1 24 "$T/ws21" >"$T/ws.yaml"
+DTRAIN_FAULT=kill:1:14 expect_status 137 "2 ranks of 4 with zero 1, rank 1 killed after step 14, fail" \
+  "$DTRAIN" launch "$T/ws.yaml" --log-dir "$T/runs"
+job ws1 1 tcp 8 1 24 "$T/ws21" >"$T/ws.yaml"
+launch "continued on 1 rank of 8" "$T/ws.yaml"
+contains "$T/last.err" "resuming from $T/ws21/step_00000012.safetensors" "it resumed from the 2-rank step 12"
+compare "2 ranks of 4 with zero 1 to step 12, then 1 rank of 8" "$T/ref/$final" "$ref_run" "$T/ws21/$final" "$run" 13
+job ws1 1 tcp 8 1 24 "$T/ws12" >"$T/ws.yaml"
+DTRAIN_FAULT=kill:0:14 expect_status 137 "1 rank of 8 killed after step 14 fails" "$DTRAIN" launch "$T/ws.yaml" --log-dir "$T/runs"
+ZERO=1 job ws2 2 shm 4 1 24 "$T/ws12" >"$T/ws.yaml"
+launch "continued on 2 ranks of 4 with zero 1 over shm" "$T/ws.yaml"
+contains "$T/last.err" "resuming from $T/ws12/step_00000012.safetensors" "it resumed from the 1-rank step 12"
+compare "1 rank of 8 to step 12, then 2 ranks of 4 with zero 1" "$T/ref/$final" "$ref_run" "$T/ws12/$final" "$run" 13
+rm "$T/ws12/$final"
+job ws2b 2 tcp 8 1 24 "$T/ws12" >"$T/ws.yaml"
+expect_status 1 "2 ranks of 8 (another global batch) refuse it" "$DTRAIN" launch "$T/ws.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "saved with seed 0, 1 ranks, batch 8; this run has seed 0, 2 ranks, batch 8 \\(the data order would differ: a token run needs the seed and ranks x batch_size" \
+  "the refusal says a token run needs the same ranks x batch_size"
+unset EVERY
+
 # --- 3. AMP bf16 and resume ---------------------------------------------------------
 # fall.py RUN: every loss finite, the mean of the last 4 steps below the first 4's by 0.5.
 cat >"$T/fall.py" <<'PY'
@@ -247,7 +278,7 @@ PY
 
 for amp in bf16 off; do
   name=$amp; [ $amp = off ] && name=fp32
-  export AMP=$amp
+  export AMP=$amp EVERY=8
   # a whole run of 32 steps under cosine, and the same job with rank 1 killed after step 20:
   # the launcher restarts it from step 16's checkpoint (the same total steps: the same schedule)
   job "$name-whole" 2 tcp 4 1 32 "$T/$name-whole" >"$T/w.yaml"
@@ -270,7 +301,7 @@ for amp in bf16 off; do
   contains "$T/last.err" "resuming from $T/$name-part/step_00000012.safetensors" "$name: it resumed from step 12"
   check "$name: the continued run's final checkpoint is the 32-step run's, byte for byte" \
     cmp "$T/$name-c32/step_00000032.safetensors" "$T/$name-part/step_00000032.safetensors"
-  unset SCHED AMP
+  unset SCHED AMP EVERY
 done
 # bf16 is applied, not ignored: its steps round, so its weights are not fp32's
 check "bf16's final checkpoint differs from fp32's (autocast is on)" \
