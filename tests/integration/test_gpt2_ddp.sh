@@ -7,8 +7,9 @@
 #     rows r*B.. of the 1-rank batch: the same tokens), over tcp, shm (with and
 #     without share_state) and mpi (backend: mpi under mpirun), overlap on with
 #     several small buckets; and with grad_accum 2.  Every tensor of the final
-#     checkpoints (parameters and AdamW's moments) and every step's loss agree to
-#     a reduction-order tolerance (below), printed as measured;
+#     checkpoints (parameters and AdamW's moments) and every step's loss and
+#     gradient norm agree to a reduction-order tolerance (below), printed as
+#     measured;
 #  2. zero 1 writes zero 0's final checkpoint byte for byte (2 ranks over tcp,
 #     shm and mpi, and with bf16) with weight decay 0.1 (gpt2's two decay
 #     groups), cosine with warmup, grad_clip 1.0; a zero 1 run killed and
@@ -50,7 +51,7 @@ shard("train_000001.bin", 900)
 PY
 
 # job NAME RANKS BACKEND BATCH ACCUM STEPS CKPT_DIR [TOP_LEVEL_LINES]; $AMP, $ZERO, $SHARE,
-# $SCHED, $EVERY and $MPI_LINES change the defaults below.
+# $LR, $SCHED, $EVERY and $MPI_LINES change the defaults below.
 # ddp: overlap on, first bucket 0.01 MiB and the others 0.03 MiB: the model's
 # 30,592 gradients (120 KiB) go in several buckets (the first closes at 10 KiB,
 # the others at 30 KiB).
@@ -107,6 +108,8 @@ def load(path):
         assert t["dtype"] == "F32", (name, t["dtype"])
         a = array.array("f")
         a.frombytes(d[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]])
+        if sys.byteorder != "little":  # safetensors is little-endian
+            a.byteswap()
         out[name] = (t["shape"], a)
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
