@@ -803,12 +803,15 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
     int rc = same_model(c, m);
     if (rc)
         return rc;
-    if (c->seed != s->seed || c->world != s->world || c->batch_size != s->batch_size)
+    bool same_order = s->global_batch_order ? c->world * c->batch_size == (int64_t)s->world * s->batch_size
+                                            : c->world == s->world && c->batch_size == s->batch_size;
+    if (c->seed != s->seed || !same_order)
         rc = dt_error_set(DT_EINVAL,
                           "%s: saved with seed %llu, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
-                          "(the data order would differ; use another checkpoint dir or resume: never)",
+                          "(the data order would differ%s; use another checkpoint dir or resume: never)",
                           path, (unsigned long long)c->seed, (long long)c->world, (long long)c->batch_size,
-                          (unsigned long long)s->seed, s->world, s->batch_size);
+                          (unsigned long long)s->seed, s->world, s->batch_size,
+                          s->global_batch_order ? ": a token run needs the seed and ranks x batch_size" : "");
     int n = 0;
     struct dt_st_entry *e = rc ? NULL : entries(m, a, &n);
     const struct dt_st_tensor **t = e ? calloc((size_t)n, sizeof *t) : NULL;

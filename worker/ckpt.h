@@ -38,6 +38,10 @@ struct dt_ckpt_state {
     int64_t batch;       /* index within that epoch of the next batch */
     uint64_t seed;
     int world, batch_size;
+    /* in, for dt_ckpt_apply: the data order depends on world * batch_size
+     * only, not on each (token shards, worker/data/tokens.h: one sample is
+     * W*B*T tokens and rank r reads rows r*B.. of it) */
+    bool global_batch_order;
     enum dt_amp_dtype amp;         /* must match on load: the run's numbers depend on it */
     struct dt_grad_scaler scaler;  /* scale, growth tracker, skipped steps: saved and restored */
     /* dataset tokens (worker/data/tokens.h): where the next batch is read,
@@ -83,9 +87,10 @@ int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
  * holding a ZeRO-1 shard of the moments takes its part of the whole ones,
  * whatever shards the writer had); every named
  * tensor of the model must be in the file with its shape, and the seed,
- * world size and batch size must match the file's (the
- * data order depends on them).  A file refused for any reason leaves all
- * three as they were. */
+ * world size and batch size must match the file's (the data order depends
+ * on them; with s->global_batch_order, the product of world size and batch
+ * size: a token run may resume on other ranks that read the same global
+ * batches).  A file refused for any reason leaves all three as they were. */
 int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_adamw *a, struct dt_ckpt_state *s);
 
 void dt_ckpt_release(struct dt_ckpt_file *c);

@@ -224,7 +224,8 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
 static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
 {
     struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size,
-                               .amp = t->spec.amp.dtype, .scaler = t->scaler};
+                               .global_batch_order = t->tokens != NULL, .amp = t->spec.amp.dtype,
+                               .scaler = t->scaler};
     int rc = dt_ckpt_apply(ck, t->model, &t->opt, &st);
     if (rc)
         return rc;

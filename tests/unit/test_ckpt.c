@@ -123,6 +123,34 @@ static void round_trip(void **state)
     assert_true(f->m->params[12345] == 7.0f + 12345 * 1e-6f);
 }
 
+/* The data order of images depends on the world size and the batch size
+ * each; of tokens on their product only (global_batch_order): 4 ranks of 32
+ * resume as 2 ranks of 64 or 8 of 16, but not as 4 of 16, and an image run
+ * refuses all three. */
+static void global_batch_order_allows_another_world_size(void **state)
+{
+    struct fx *f = *state;
+    save(f, 7);
+    char p[128];
+    path_of(f, 7, p, sizeof p);
+    const int worlds[] = {2, 8, 4}, batches[] = {64, 16, 16};
+    for (int i = 0; i < 3; i++) {
+        for (int tokens = 0; tokens < 2; tokens++) {
+            memset(f->m->params, 0, f->m->n_params * sizeof(float));
+            struct dt_ckpt_state s = state_at(0);
+            s.world = worlds[i];
+            s.batch_size = batches[i];
+            s.global_batch_order = tokens;
+            bool same = tokens && worlds[i] * batches[i] == 4 * 32;
+            assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), same ? 0 : DT_EINVAL);
+            assert_true(f->m->params[0] == (same ? 7.0f : 0.0f));
+            if (!same)
+                assert_non_null(strstr(dt_error_last(), tokens ? "a token run needs the seed and ranks x batch_size"
+                                                               : "(the data order would differ;"));
+        }
+    }
+}
+
 static void truncated_newest_falls_back(void **state)
 {
     struct fx *f = *state;
@@ -668,6 +696,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(truncated_newest_falls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(global_batch_order_allows_another_world_size, setup, teardown),
         cmocka_unit_test_setup_teardown(flipped_bit_is_caught_by_the_checksum, setup, teardown),
         cmocka_unit_test_setup_teardown(all_damaged_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_metadata_is_refused_and_leaves_the_model, setup, teardown),
