@@ -46,7 +46,7 @@ enum dt_kt {
 #define DT_KF_REQUIRED 16u
 #define DT_KF_EMPTY_OK 32u    /* strings: "" is allowed */
 #define DT_KF_ENVNAME 64u     /* strmap: keys must be environment variable names */
-#define DT_KF_ZERO_UNSET 128u /* numbers: 0 means "not set" and is left out by --print */
+#define DT_KF_ZERO_UNSET 128u /* numbers and enums: 0 (an enum's first name) means "not set" and is left out by --print */
 #define DT_KF_NEG_UNSET 256u  /* numbers: below 0 means "not set" and is left out by --print */
 
 struct dt_spec_ctx;

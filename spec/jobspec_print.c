@@ -115,6 +115,8 @@ static int put_value(const struct dt_spec_key *k, const void *obj, FILE *out)
         fputs(*FIELD(obj, k, bool) ? "true" : "false", out);
         return 1;
     case DT_KT_ENUM:
+        if ((k->flags & DT_KF_ZERO_UNSET) && !*FIELD(obj, k, int))
+            return 0;
         fputs(k->names[*FIELD(obj, k, int)], out);
         return 1;
     case DT_KT_DURATION:

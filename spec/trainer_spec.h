@@ -19,6 +19,8 @@ enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
 enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
 enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
 enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
+/* How token files are laid out: llm.c's header + uint16, or bare uint16 (nanoGPT's prepare.py). */
+enum dt_token_format { DT_TOKENS_LLMC, DT_TOKENS_UINT16 };
 /* trainer.recompute: what backward recomputes instead of keeping (gradient checkpointing) */
 enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_GELU, DT_RECOMPUTE_BLOCK };
 
@@ -45,6 +47,7 @@ struct dt_data_spec {
      * to the worker's working directory as path is; val NULL: no validation */
     char *train, *val;
     int seq_len;        /* T, required with tokens, <= model block_size */
+    enum dt_token_format format; /* llmc (default) or uint16 */
 };
 
 struct dt_optimizer_spec {

@@ -37,7 +37,7 @@ static int build_val(struct dt_trainer *t, const struct dt_tokens_options *o)
     const struct dt_trainer_spec *s = &t->spec;
     if (!s->data.val)
         return 0;
-    if (dt_tokens_open(s->data.val, s->model.vocab_size, "trainer.data.val", &t->val_set))
+    if (dt_tokens_open(s->data.val, s->data.format, s->model.vocab_size, "trainer.data.val", &t->val_set))
         return dt_error_prefix("the validation set");
     struct dt_tokens_options vo = *o;
     vo.shuffle = false;
@@ -55,7 +55,7 @@ int dt_trainer__tokens_build(struct dt_trainer *t)
     if (s->data.seq_len > s->model.block_size)
         return dt_error_set(DT_EINVAL, "trainer.data.seq_len %d is longer than the model's block_size %d",
                             s->data.seq_len, s->model.block_size);
-    if (dt_tokens_open(s->data.train, s->model.vocab_size, "trainer.data.train", &t->train_set))
+    if (dt_tokens_open(s->data.train, s->data.format, s->model.vocab_size, "trainer.data.train", &t->train_set))
         return dt_error_prefix("the training set");
     struct dt_tokens_options o = {.batch_size = s->data.batch_size, .seq_len = s->data.seq_len, .rank = t->rank,
                                   .world = t->world, .shuffle = s->data.shuffle, .seed = s->seed};

@@ -103,7 +103,7 @@ static void run_case(const struct tcase *c, FILE *f)
     }
     snprintf(pattern, sizeof pattern, "%s/%s_*.bin", dir, c->name);
     struct dt_token_set set;
-    assert_int_equal(dt_tokens_open(pattern, VOCAB, "trainer.data.train", &set), 0);
+    assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "trainer.data.train", &set), 0);
     assert_int_equal(set.n, c->n);
     struct dt_tokens_loader *l[8];
     for (int r = 0; r < c->world; r++) {
@@ -180,7 +180,7 @@ static void test_start_mid_epoch(void **state)
     char pattern[128];
     snprintf(pattern, sizeof pattern, "%s/mid_*.bin", dir);
     struct dt_token_set set;
-    assert_int_equal(dt_tokens_open(pattern, VOCAB, "t", &set), 0);
+    assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         struct dt_tokens_options o = {4, 8, 1, 2, shuffle, 11};
         struct dt_tokens_loader *a, *b;
@@ -218,15 +218,21 @@ static void test_start_mid_epoch(void **state)
 
 /* ---- bad shards: each error names the file and where ---- */
 
-static void expect_open_error(const char *pattern, int vocab, const char *const *parts)
+static void expect_format_error(const char *pattern, enum dt_token_format format, int vocab,
+                                const char *const *parts)
 {
     struct dt_token_set set;
-    assert_int_not_equal(dt_tokens_open(pattern, vocab, "trainer.data.train", &set), 0);
+    assert_int_not_equal(dt_tokens_open(pattern, format, vocab, "trainer.data.train", &set), 0);
     const char *msg = dt_error_last();
     for (int i = 0; parts[i]; i++)
         if (!strstr(msg, parts[i]))
             fail_msg("error '%s' lacks '%s'", msg, parts[i]);
     assert_null(set.shards);
+}
+
+static void expect_open_error(const char *pattern, int vocab, const char *const *parts)
+{
+    expect_format_error(pattern, DT_TOKENS_LLMC, vocab, parts);
 }
 
 static void test_bad_shards(void **state)
@@ -264,13 +270,48 @@ static void test_bad_shards(void **state)
     expect_open_error(path, 256, (const char *[]){path, "byte 1098: token 259 is not below the model's vocab_size 256",
                                                   NULL});
     struct dt_token_set ok;
-    assert_int_equal(dt_tokens_open(path, 700, "t", &ok), 0); /* 7 * 99 = 693 */
+    assert_int_equal(dt_tokens_open(path, DT_TOKENS_LLMC, 700, "t", &ok), 0); /* 7 * 99 = 693 */
     assert_int_equal(ok.shards[0].n, 100);
     dt_tokens_close(&ok);
     snprintf(path, sizeof path, "%s/nothing_*.bin", dir);
     expect_open_error(path, VOCAB, (const char *[]){"trainer.data.train: no file matches", path, NULL});
     snprintf(path, sizeof path, "%s", dir); /* a directory */
     expect_open_error(path, VOCAB, (const char *[]){path, "not a regular file", NULL});
+}
+
+/* data.format uint16: nanoGPT's bare train.bin (np.uint16 tokens, no
+ * header) loads as it is; an odd size or a token past the vocabulary is
+ * named with its byte, and an llm.c shard read this way is not mistaken for
+ * one (its header's int32 become tokens and the size tells them apart only
+ * by luck, so the format is the user's statement, not a guess). */
+static void test_uint16_format(void **state)
+{
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/nanogpt_train.bin", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 500; i++) { /* 1000 bytes: shorter than an llm.c header, read from the file itself */
+        uint8_t le[2] = {(uint8_t)((i * 7) % 250), 0};
+        assert_int_equal(fwrite(le, 1, 2, f), 2);
+    }
+    fclose(f);
+    struct dt_token_set set;
+    assert_int_equal(dt_tokens_open(path, DT_TOKENS_UINT16, 256, "t", &set), 0);
+    assert_int_equal(set.n, 1);
+    assert_int_equal(set.shards[0].n, 500);
+    assert_int_equal(set.shards[0].tokens[3], 21);
+    assert_int_equal(set.shards[0].tokens[499], (499 * 7) % 250);
+    dt_tokens_close(&set);
+    /* the same bytes are no llm.c shard */
+    expect_format_error(path, DT_TOKENS_LLMC, 256, (const char *[]){path, "shorter than the 1024-byte header", NULL});
+    /* token 7 * 3 = 21 is the first >= 20, at byte 2 * 3 */
+    expect_format_error(path, DT_TOKENS_UINT16, 20,
+                        (const char *[]){path, "byte 6: token 21 is not below the model's vocab_size 20", NULL});
+    f = fopen(path, "ab");
+    assert_int_equal(fwrite("x", 1, 1, f), 1);
+    fclose(f);
+    expect_format_error(path, DT_TOKENS_UINT16, 256, (const char *[]){path, "1001 bytes", "even, non-zero", NULL});
 }
 
 /* A shard that cannot give every rank one sequence of B*T + 1 tokens. */
@@ -283,7 +324,7 @@ static void test_shard_too_small(void **state)
     snprintf(pattern, sizeof pattern, "%s/small_*.bin", dir);
     snprintf(small, sizeof small, "%s/small_1.bin", dir);
     struct dt_token_set set;
-    assert_int_equal(dt_tokens_open(pattern, VOCAB, "t", &set), 0);
+    assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
     struct dt_tokens_options o = {4, 8, 0, 2, false, 0};
     struct dt_tokens_loader *l = NULL;
     assert_int_not_equal(dt_tokens_loader_create(&set, &o, &l), 0);
@@ -308,7 +349,7 @@ static void test_sorted(void **state)
     char pattern[128];
     snprintf(pattern, sizeof pattern, "%s/sort_*.bin", dir);
     struct dt_token_set set;
-    assert_int_equal(dt_tokens_open(pattern, VOCAB, "t", &set), 0);
+    assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
     assert_int_equal(set.n, 3);
     assert_non_null(strstr(set.shards[0].path, "sort_B.bin"));
     assert_non_null(strstr(set.shards[1].path, "sort_a.bin"));
@@ -430,7 +471,7 @@ int main(void)
         cmocka_unit_test(test_order_matches_llmc), cmocka_unit_test(test_start_mid_epoch),
         cmocka_unit_test(test_bad_shards),         cmocka_unit_test(test_shard_too_small),
         cmocka_unit_test(test_sorted),             cmocka_unit_test(test_checkpoint_position),
-        cmocka_unit_test(test_trainer_epochs),
+        cmocka_unit_test(test_trainer_epochs),   cmocka_unit_test(test_uint16_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

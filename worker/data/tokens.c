@@ -59,7 +59,8 @@ int dt_tokens_check(const char *path, const uint8_t *bytes, size_t size, int voc
     if (magic != DT_TOKENS_MAGIC)
         return dt_error_set(DT_EINVAL,
                             "%s: byte 0: magic %d, expected %d: not an llm.c token shard (header of 256 "
-                            "little-endian int32: magic, version, token count)",
+                            "little-endian int32: magic, version, token count); for a bare uint16 array "
+                            "such as nanoGPT's train.bin set data.format: uint16",
                             path, magic, DT_TOKENS_MAGIC);
     if (version != DT_TOKENS_VERSION)
         return dt_error_set(DT_EINVAL, "%s: byte 4: version %d, expected %d (uint16 tokens)", path, version,
@@ -80,8 +81,28 @@ int dt_tokens_check(const char *path, const uint8_t *bytes, size_t size, int voc
     return 0;
 }
 
-static int open_shard(const char *path, int vocab, struct dt_token_shard *s)
+/* A bare uint16 array (nanoGPT's train.bin): no header to check, only an
+ * even, non-empty size and the tokens. */
+static int check_uint16(const char *path, const uint8_t *bytes, size_t size, int vocab, const uint16_t **tokens,
+                        int64_t *n)
 {
+    if (size == 0 || size % 2)
+        return dt_error_set(DT_EINVAL, "%s: %zu bytes: a file of uint16 tokens (data.format uint16) has an even, "
+                            "non-zero size", path, size);
+    const uint16_t *t = (const uint16_t *)bytes;
+    int64_t count = (int64_t)(size / 2), bad = first_out_of_vocab(t, count, vocab);
+    if (bad < count)
+        return dt_error_set(DT_EINVAL, "%s: byte %lld: token %u is not below the model's vocab_size %d", path,
+                            (long long)(2 * bad), (unsigned)t[bad], vocab);
+    *tokens = t;
+    *n = count;
+    return 0;
+}
+
+static int open_shard(const char *path, enum dt_token_format format, int vocab, struct dt_token_shard *s)
+{
+    int (*check)(const char *, const uint8_t *, size_t, int, const uint16_t **, int64_t *) =
+        format == DT_TOKENS_UINT16 ? check_uint16 : dt_tokens_check;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
@@ -91,8 +112,10 @@ static int open_shard(const char *path, int vocab, struct dt_token_shard *s)
         rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot stat", path);
     else if (!S_ISREG(st.st_mode))
         rc = dt_error_set(DT_EINVAL, "%s: not a regular file", path);
-    else if (st.st_size < DT_TOKENS_HEADER_BYTES) /* mmap of 0 bytes fails: the check says it better */
-        rc = dt_tokens_check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab,
+    else if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
+        /* mmap of 0 bytes fails, and a file shorter than the header cannot
+         * be a shard: the check's message says it better (it reads no byte) */
+        rc = check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab,
                              &s->tokens, &s->n);
     if (rc) {
         close(fd);
@@ -105,7 +128,7 @@ static int open_shard(const char *path, int vocab, struct dt_token_shard *s)
         return dt_error_set_errno(DT_EIO, err, "%s: cannot map %lld bytes", path, (long long)st.st_size);
     s->map = map;
     s->map_bytes = (size_t)st.st_size;
-    return dt_tokens_check(path, map, s->map_bytes, vocab, &s->tokens, &s->n);
+    return check(path, map, s->map_bytes, vocab, &s->tokens, &s->n);
 }
 
 /* ---- a set ---- */
@@ -115,7 +138,8 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int dt_tokens_open(const char *pattern, int vocab, const char *what, struct dt_token_set *out)
+int dt_tokens_open(const char *pattern, enum dt_token_format format, int vocab, const char *what,
+                   struct dt_token_set *out)
 {
     memset(out, 0, sizeof *out);
     if (vocab < 1 || vocab > 65536)
@@ -140,7 +164,7 @@ int dt_tokens_open(const char *pattern, int vocab, const char *what, struct dt_t
         struct dt_token_shard *s = &out->shards[out->n++];
         if (!(s->path = strdup(g.gl_pathv[i])))
             rc = dt_error_set(DT_ENOMEM, "%s: no memory", what);
-        else if ((rc = open_shard(s->path, vocab, s)))
+        else if ((rc = open_shard(s->path, format, vocab, s)))
             dt_error_prefix("%s", what);
     }
     globfree(&g);

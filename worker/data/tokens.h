@@ -6,7 +6,10 @@
  * bytes.  A set is every file a glob matches, in sorted (byte) order, as
  * llm.c's glob() gives them.  Each shard is mapped once, checked once at
  * open (magic, version, size, every token below the model's vocab_size; an
- * error names the file and the byte offset) and never copied.
+ * error names the file and the byte offset) and never copied.  With
+ * format uint16 (trainer.data.format) a file is a bare array of little-endian
+ * uint16 tokens, as nanoGPT's prepare.py writes train.bin and val.bin: its
+ * size must be even and the count is size / 2.
  *
  * The order, with world W, batch B and sequence length T (one "sample" is
  * one global batch of W*B*T tokens, as in llm.c's DataLoader):
@@ -39,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spec/trainer_spec.h"
 #include "worker/data/batch.h"
 
 #define DT_TOKENS_MAGIC 20240520
@@ -59,10 +63,12 @@ struct dt_token_set {
     int n;
 };
 
-/* Opens every file `pattern` matches; `what` names the spec key in errors
- * ("trainer.data.train").  No match is an error, as is any bad shard.  vocab
- * in 1..65536: every token must be below it. */
-int dt_tokens_open(const char *pattern, int vocab, const char *what, struct dt_token_set *out);
+/* Opens every file `pattern` matches, laid out as `format` says; `what`
+ * names the spec key in errors ("trainer.data.train").  No match is an
+ * error, as is any bad shard.  vocab in 1..65536: every token must be below
+ * it. */
+int dt_tokens_open(const char *pattern, enum dt_token_format format, int vocab, const char *what,
+                   struct dt_token_set *out);
 void dt_tokens_close(struct dt_token_set *s);
 
 /* Checks one shard's bytes (a file's whole contents) as dt_tokens_open does;
