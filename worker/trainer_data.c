@@ -22,7 +22,6 @@
 #include "base/log.h"
 #include "worker/sample.h"
 
-
 bool dt_trainer__is_tokens(const struct dt_trainer_spec *s)
 {
     return strcmp(s->data.dataset, "tokens") == 0;
@@ -55,10 +54,15 @@ int dt_trainer__tokens_build(struct dt_trainer *t)
     if (s->data.seq_len > s->model.block_size)
         return dt_error_set(DT_EINVAL, "trainer.data.seq_len %d is longer than the model's block_size %d",
                             s->data.seq_len, s->model.block_size);
-    if (dt_tokens_open(s->data.train, s->data.format, s->model.vocab_size, "trainer.data.train", &t->train_set))
+    if (dt_tokens_open(s->data.train, s->data.format, s->model.vocab_size, "trainer.data.train",
+                       &t->train_set))
         return dt_error_prefix("the training set");
-    struct dt_tokens_options o = {.batch_size = s->data.batch_size, .seq_len = s->data.seq_len, .rank = t->rank,
-                                  .world = t->world, .shuffle = s->data.shuffle, .seed = s->seed};
+    struct dt_tokens_options o = {.batch_size = s->data.batch_size,
+                                  .seq_len = s->data.seq_len,
+                                  .rank = t->rank,
+                                  .world = t->world,
+                                  .shuffle = s->data.shuffle,
+                                  .seed = s->seed};
     int rc = dt_tokens_loader_create(&t->train_set, &o, &t->tokens);
     if (rc)
         return dt_error_prefix("trainer.data.train");
@@ -71,10 +75,11 @@ int dt_trainer__tokens_build(struct dt_trainer *t)
     const char *prompt = s->sample.prompt ? s->sample.prompt : "\n";
     for (size_t i = 0; s->sample.tokens > 0 && s->model.vocab_size <= 256 && prompt[i]; i++)
         if ((unsigned char)prompt[i] >= s->model.vocab_size)
-            return dt_error_set(DT_EINVAL,
-                                "trainer.sample.prompt: byte %zu is %u, not below the model's vocab_size %d (a "
-                                "prompt is bytes: tokens of a vocabulary of 256)",
-                                i, (unsigned char)prompt[i], s->model.vocab_size);
+            return dt_error_set(
+                DT_EINVAL,
+                "trainer.sample.prompt: byte %zu is %u, not below the model's vocab_size %d (a "
+                "prompt is bytes: tokens of a vocabulary of 256)",
+                i, (unsigned char)prompt[i], s->model.vocab_size);
     if (s->sample.tokens > 0) {
         size_t n = strlen(prompt) + (size_t)s->sample.tokens;
         if (!(t->sample_buf = malloc(n * sizeof *t->sample_buf)))
@@ -157,12 +162,12 @@ int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st
     t->batch = batch;
     if (here.data_shard == st->data_shard && here.data_offset == st->data_offset)
         return 0;
-    return dt_error_set(DT_EINVAL,
-                        "%s: saved at token %lld of shard %lld, but epoch %lld batch %lld of trainer.data.train "
-                        "is token %lld of %s: the shards changed since (restore them, or resume: never)",
-                        path, (long long)st->data_offset, (long long)st->data_shard, (long long)st->epoch,
-                        (long long)st->batch, (long long)here.data_offset,
-                        t->train_set.shards[here.data_shard].path);
+    return dt_error_set(
+        DT_EINVAL,
+        "%s: saved at token %lld of shard %lld, but epoch %lld batch %lld of trainer.data.train "
+        "is token %lld of %s: the shards changed since (restore them, or resume: never)",
+        path, (long long)st->data_offset, (long long)st->data_shard, (long long)st->epoch,
+        (long long)st->batch, (long long)here.data_offset, t->train_set.shards[here.data_shard].path);
 }
 
 /* ---- evaluation and samples ---- */

@@ -157,9 +157,10 @@ static void test_order_matches_llmc(void **state)
             continue;
         struct tcase c = {0};
         int used = 0;
-        assert_int_equal(sscanf(line, "case %63s world %d batch %d seq %d shuffle %d seed %llu epochs %d shards %d%n",
-                                c.name, &c.world, &c.batch, &c.seq, &c.shuffle, &c.seed, &c.epochs, &c.n, &used),
-                         8);
+        assert_int_equal(
+            sscanf(line, "case %63s world %d batch %d seq %d shuffle %d seed %llu epochs %d shards %d%n",
+                   c.name, &c.world, &c.batch, &c.seq, &c.shuffle, &c.seed, &c.epochs, &c.n, &used),
+            8);
         char *p = line + used;
         for (int s = 0; s < c.n; s++)
             c.ntok[s] = strtoll(p, &p, 10);
@@ -241,15 +242,17 @@ static void test_bad_shards(void **state)
     char path[256];
     snprintf(path, sizeof path, "%s/bad_magic.bin", dir);
     write_raw(path, 20240521, 1, 100, 0, 100);
-    expect_open_error(path, VOCAB, (const char *[]){"trainer.data.train", path, "byte 0: magic 20240521",
-                                                    "expected 20240520", NULL});
+    expect_open_error(
+        path, VOCAB,
+        (const char *[]){"trainer.data.train", path, "byte 0: magic 20240521", "expected 20240520", NULL});
     snprintf(path, sizeof path, "%s/bad_version.bin", dir);
     write_raw(path, DT_TOKENS_MAGIC, 2, 100, 0, 100);
     expect_open_error(path, VOCAB, (const char *[]){path, "byte 4: version 2, expected 1", NULL});
     snprintf(path, sizeof path, "%s/truncated.bin", dir);
     write_raw(path, DT_TOKENS_MAGIC, 1, 100, 0, 99);
-    expect_open_error(path, VOCAB, (const char *[]){path, "byte 8: the header counts 100 tokens", "1224 bytes",
-                                                    "the file has 1222", NULL});
+    expect_open_error(path, VOCAB,
+                      (const char *[]){path, "byte 8: the header counts 100 tokens", "1224 bytes",
+                                       "the file has 1222", NULL});
     snprintf(path, sizeof path, "%s/long.bin", dir);
     write_raw(path, DT_TOKENS_MAGIC, 1, 100, 0, 101);
     expect_open_error(path, VOCAB, (const char *[]){path, "the file has 1226", NULL});
@@ -260,15 +263,17 @@ static void test_bad_shards(void **state)
     FILE *f = fopen(path, "wb");
     assert_int_equal(fwrite("abc", 1, 3, f), 3);
     fclose(f);
-    expect_open_error(path, VOCAB, (const char *[]){path, "3 bytes, shorter than the 1024-byte header", NULL});
+    expect_open_error(path, VOCAB,
+                      (const char *[]){path, "3 bytes, shorter than the 1024-byte header", NULL});
     snprintf(path, sizeof path, "%s/empty.bin", dir);
     fclose(fopen(path, "wb"));
     expect_open_error(path, VOCAB, (const char *[]){path, "0 bytes, shorter", NULL});
     /* token i of shard 0 is 7i: 37 is the first >= 256, at byte 1024 + 2 * 37 */
     snprintf(path, sizeof path, "%s/vocab.bin", dir);
     write_raw(path, DT_TOKENS_MAGIC, 1, 100, 0, 100);
-    expect_open_error(path, 256, (const char *[]){path, "byte 1098: token 259 is not below the model's vocab_size 256",
-                                                  NULL});
+    expect_open_error(
+        path, 256,
+        (const char *[]){path, "byte 1098: token 259 is not below the model's vocab_size 256", NULL});
     struct dt_token_set ok;
     assert_int_equal(dt_tokens_open(path, DT_TOKENS_LLMC, 700, "t", &ok), 0); /* 7 * 99 = 693 */
     assert_int_equal(ok.shards[0].n, 100);
@@ -304,14 +309,17 @@ static void test_uint16_format(void **state)
     assert_int_equal(set.shards[0].tokens[499], (499 * 7) % 250);
     dt_tokens_close(&set);
     /* the same bytes are no llm.c shard */
-    expect_format_error(path, DT_TOKENS_LLMC, 256, (const char *[]){path, "shorter than the 1024-byte header", NULL});
+    expect_format_error(path, DT_TOKENS_LLMC, 256,
+                        (const char *[]){path, "shorter than the 1024-byte header", NULL});
     /* token 7 * 3 = 21 is the first >= 20, at byte 2 * 3 */
-    expect_format_error(path, DT_TOKENS_UINT16, 20,
-                        (const char *[]){path, "byte 6: token 21 is not below the model's vocab_size 20", NULL});
+    expect_format_error(
+        path, DT_TOKENS_UINT16, 20,
+        (const char *[]){path, "byte 6: token 21 is not below the model's vocab_size 20", NULL});
     f = fopen(path, "ab");
     assert_int_equal(fwrite("x", 1, 1, f), 1);
     fclose(f);
-    expect_format_error(path, DT_TOKENS_UINT16, 256, (const char *[]){path, "1001 bytes", "even, non-zero", NULL});
+    expect_format_error(path, DT_TOKENS_UINT16, 256,
+                        (const char *[]){path, "1001 bytes", "even, non-zero", NULL});
 }
 
 /* A shard that cannot give every rank one sequence of B*T + 1 tokens. */
@@ -330,7 +338,8 @@ static void test_shard_too_small(void **state)
     assert_int_not_equal(dt_tokens_loader_create(&set, &o, &l), 0);
     assert_null(l);
     const char *msg = dt_error_last();
-    if (!strstr(msg, small) || !strstr(msg, "64 tokens, too few for one step of 2 ranks x batch 4 x seq_len 8"))
+    if (!strstr(msg, small) ||
+        !strstr(msg, "64 tokens, too few for one step of 2 ranks x batch 4 x seq_len 8"))
         fail_msg("unexpected error: %s", msg);
     o.world = 1; /* 32 + 1 fits */
     assert_int_equal(dt_tokens_loader_create(&set, &o, &l), 0);
@@ -369,8 +378,15 @@ static void test_checkpoint_position(void **state)
     assert_int_equal(dt_adamw_init(&a, &dt_kernels_cpu, m->n_params, 0.999, 1e-8, 0.01), 0);
     char ck[128], path[256];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    struct dt_ckpt_state s = {.step = 7, .epoch = 2, .batch = 3, .seed = 1, .world = 2, .batch_size = 4,
-                              .has_data_pos = true, .data_shard = 5, .data_offset = 123456789012LL};
+    struct dt_ckpt_state s = {.step = 7,
+                              .epoch = 2,
+                              .batch = 3,
+                              .seed = 1,
+                              .world = 2,
+                              .batch_size = 4,
+                              .has_data_pos = true,
+                              .data_shard = 5,
+                              .data_offset = 123456789012LL};
     assert_int_equal(dt_ckpt_save(ck, m, &a, &s, 0), 0);
     struct dt_ckpt_state back = {.seed = 1, .world = 2, .batch_size = 4};
     snprintf(path, sizeof path, "%s/step_00000007.safetensors", ck);
@@ -422,8 +438,8 @@ static void test_trainer_epochs(void **state)
     snprintf(ck, sizeof ck, "%s/run_ckpt", dir);
     struct dt_trainer_spec s;
     dt_trainer_spec_defaults(&s);
-    s.model = (struct dt_model_spec){.type = "gpt2", .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = VOCAB,
-                                     .block_size = 8};
+    s.model = (struct dt_model_spec){
+        .type = "gpt2", .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = VOCAB, .block_size = 8};
     snprintf(s.data.dataset, sizeof s.data.dataset, "tokens");
     s.data.train = train;
     s.data.val = val;
@@ -468,10 +484,14 @@ static void test_trainer_epochs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_matches_llmc), cmocka_unit_test(test_start_mid_epoch),
-        cmocka_unit_test(test_bad_shards),         cmocka_unit_test(test_shard_too_small),
-        cmocka_unit_test(test_sorted),             cmocka_unit_test(test_checkpoint_position),
-        cmocka_unit_test(test_trainer_epochs),   cmocka_unit_test(test_uint16_format),
+        cmocka_unit_test(test_order_matches_llmc),
+        cmocka_unit_test(test_start_mid_epoch),
+        cmocka_unit_test(test_bad_shards),
+        cmocka_unit_test(test_shard_too_small),
+        cmocka_unit_test(test_sorted),
+        cmocka_unit_test(test_checkpoint_position),
+        cmocka_unit_test(test_trainer_epochs),
+        cmocka_unit_test(test_uint16_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

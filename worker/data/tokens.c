@@ -22,7 +22,8 @@
 #include "base/error.h"
 #include "worker/data/sampler.h"
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards are little-endian and mapped as they are");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "token shards are little-endian and mapped as they are");
 
 /* ---- one shard ---- */
 
@@ -53,8 +54,8 @@ int dt_tokens_check(const char *path, const uint8_t *bytes, size_t size, int voc
                     int64_t *n)
 {
     if (size < DT_TOKENS_HEADER_BYTES)
-        return dt_error_set(DT_EINVAL, "%s: %zu bytes, shorter than the %d-byte header of a token shard", path,
-                            size, DT_TOKENS_HEADER_BYTES);
+        return dt_error_set(DT_EINVAL, "%s: %zu bytes, shorter than the %d-byte header of a token shard",
+                            path, size, DT_TOKENS_HEADER_BYTES);
     int32_t magic = le32(bytes), version = le32(bytes + 4), count = le32(bytes + 8);
     if (magic != DT_TOKENS_MAGIC)
         return dt_error_set(DT_EINVAL,
@@ -83,12 +84,14 @@ int dt_tokens_check(const char *path, const uint8_t *bytes, size_t size, int voc
 
 /* A bare uint16 array (nanoGPT's train.bin): no header to check, only an
  * even, non-empty size and the tokens. */
-static int check_uint16(const char *path, const uint8_t *bytes, size_t size, int vocab, const uint16_t **tokens,
-                        int64_t *n)
+static int check_uint16(const char *path, const uint8_t *bytes, size_t size, int vocab,
+                        const uint16_t **tokens, int64_t *n)
 {
     if (size == 0 || size % 2)
-        return dt_error_set(DT_EINVAL, "%s: %zu bytes: a file of uint16 tokens (data.format uint16) has an even, "
-                            "non-zero size", path, size);
+        return dt_error_set(DT_EINVAL,
+                            "%s: %zu bytes: a file of uint16 tokens (data.format uint16) has an even, "
+                            "non-zero size",
+                            path, size);
     const uint16_t *t = (const uint16_t *)bytes;
     int64_t count = (int64_t)(size / 2), bad = first_out_of_vocab(t, count, vocab);
     if (bad < count)
@@ -115,8 +118,8 @@ static int open_shard(const char *path, enum dt_token_format format, int vocab, 
     else if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
         /* mmap of 0 bytes fails, and a file shorter than the header cannot
          * be a shard: the check's message says it better (it reads no byte) */
-        rc = check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab,
-                             &s->tokens, &s->n);
+        rc = check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab, &s->tokens,
+                   &s->n);
     if (rc) {
         close(fd);
         return rc;
@@ -207,8 +210,8 @@ int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens
 {
     *out = NULL;
     if (o->batch_size < 1 || o->seq_len < 1 || o->world < 1 || o->rank < 0 || o->rank >= o->world || s->n < 1)
-        return dt_error_set(DT_EINVAL, "token loader: batch %d, seq_len %d, rank %d of %d, %d shards", o->batch_size,
-                            o->seq_len, o->rank, o->world, s->n);
+        return dt_error_set(DT_EINVAL, "token loader: batch %d, seq_len %d, rank %d of %d, %d shards",
+                            o->batch_size, o->seq_len, o->rank, o->world, s->n);
     struct dt_tokens_loader *l = calloc(1, sizeof *l);
     if (!l)
         return dt_error_set(DT_ENOMEM, "token loader: no memory");
