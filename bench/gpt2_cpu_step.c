@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -90,6 +91,12 @@ int main(int argc, char **argv)
     struct opts o = {6, 384, 6, 50257, 256, 8, 1, 2, 10, DT_RECOMPUTE_NONE};
     if (parse(argc, argv, &o))
         return 2;
+    /* the kernels the trainer's ranks run (launcher/cmd_worker.c does the same) */
+    const char *core = dt_kernels_cpu_blas_coretype();
+    if (core) {
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        execv("/proc/self/exe", argv);
+    }
     dt_kernels_cpu.set_threads(o.threads);
     struct dt_model_spec s = {.type = "gpt2",
                               .n_layer = o.layers,

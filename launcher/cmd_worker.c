@@ -11,7 +11,6 @@
  *
  * Not for training logic: that lives in worker/.
  */
-#include <cblas.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include "launcher/cli.h"
 #include "spec/jobspec.h"
 #include "worker/heartbeat.h"
+#include "worker/kernels.h"
 #include "worker/heartbeat_fault.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
 #include "worker/trace.h"
@@ -44,25 +44,12 @@ static void usage(FILE *out)
                  "$DTRAIN_RUN_DIR or the current directory.\n");
 }
 
-/* Debian 12's OpenBLAS (0.3.21, DYNAMIC_ARCH) does not know CPUs newer than
- * itself (Sapphire and Emerald Rapids) and falls back to its Prescott (SSE3)
- * kernels: sgemm runs 5x slower than its SkylakeX kernels on the same core.
- * OpenBLAS picks its kernels when the library loads, so the only cure from
- * inside is to run again with OPENBLAS_CORETYPE naming the right family.
- * exec keeps the pid, so the agent supervising this rank sees no difference. */
+/* OpenBLAS may have picked kernels far below this CPU (kernels.h): run
+ * again with the right ones.  exec keeps the pid, so the agent supervising
+ * this rank sees no difference. */
 static void fix_blas_kernels(const char *spec)
 {
-    if (getenv("OPENBLAS_CORETYPE"))
-        return;
-    const char *core = openblas_get_corename();
-    if (!core || strcmp(core, "Prescott") != 0)
-        return;
-    const char *want = NULL;
-    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-        want = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        want = "Haswell";
+    const char *want = dt_kernels_cpu_blas_coretype();
     if (!want)
         return;
     setenv("OPENBLAS_CORETYPE", want, 1);

@@ -77,6 +77,17 @@ struct dt_kernels {
 
 extern const struct dt_kernels dt_kernels_cpu;
 
+/* Debian 12's OpenBLAS (0.3.21, DYNAMIC_ARCH) does not know CPUs newer than
+ * itself (Sapphire and Emerald Rapids) and falls back to its Prescott (SSE3)
+ * kernels: sgemm runs 4-5x slower than its SkylakeX kernels on the same core
+ * (measured on the H200 host's Xeon, family 6 model 207).  OpenBLAS picks
+ * its kernels when the library loads, so the only cure is to run the
+ * program again with OPENBLAS_CORETYPE naming the family the CPU supports.
+ * Returns that family ("SkylakeX", "Haswell") when OpenBLAS fell back to
+ * Prescott on a CPU with AVX-512 or AVX2 and OPENBLAS_CORETYPE is unset;
+ * NULL otherwise.  The caller sets the variable and execs itself. */
+const char *dt_kernels_cpu_blas_coretype(void);
+
 /* ---- Accelerator entries (CUDA: worker/cuda/engine_*.c) -------------------
  *
  * The trainer loop stays one loop: at each point where it would call the CPU

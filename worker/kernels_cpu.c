@@ -25,6 +25,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* y = x W^T: x [B,in] row-major, W [out,in] row-major. */
@@ -317,6 +318,21 @@ DT_CLONES static void cpu_round_lowp(float *dst, const float *src, size_t n, enu
     } else if (dst != src) {
         memcpy(dst, src, n * sizeof *dst);
     }
+}
+
+const char *dt_kernels_cpu_blas_coretype(void)
+{
+    if (getenv("OPENBLAS_CORETYPE"))
+        return NULL;
+    const char *core = openblas_get_corename();
+    if (!core || strcmp(core, "Prescott") != 0)
+        return NULL;
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    return NULL;
 }
 
 static void cpu_set_threads(int n)
