@@ -401,11 +401,12 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
 
 /* For batch b and head h (hs = C/H columns of q, k and v in qkv's rows), as
  * nanoGPT without flash and Hugging Face's eager attention:
- *   S = Q K^T                      (a GEMM over the whole T x T: BLAS does the
- *                                   upper triangle too and is still far faster
- *                                   than a loop that skips it)
+ *   S = Q K^T
  *   att_t = softmax(S_t / sqrt(hs)) over columns <= t, 0 above (the mask)
- *   Y = att V                      (the zeros above the diagonal add nothing)
+ *   Y = att V
+ * in blocks of ATT_ROWS rows t (BLAS GEMMs): a block reads and writes only
+ * the columns up to its last row, the causal triangle and the diagonal
+ * blocks (5/8 of T x T at T = 256), never the masked rest.
  * Autocast rounds S (a bmm output), the scaled scores (a bf16 multiply),
  * att (softmax's output in the type it was given) and Y. */
 DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
@@ -433,9 +434,10 @@ DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-/* One (b, h) per item: S = Q K^T, its rows' softmax, Y = att V, on one
- * thread (the (b, h) pairs are the pool's pieces: B H of them, each T T hs
- * multiply-adds twice). */
+#define ATT_ROWS 64
+
+/* One (b, h) per item, on one thread (the pool's pieces are the B H pairs):
+ * per block of rows [r, e), S's columns [0, e), their softmax, then Y. */
 static void attention_fwd_heads(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
@@ -443,12 +445,17 @@ static void attention_fwd_heads(void *ctx, size_t lo, size_t hi)
     size_t TT = (size_t)T * (size_t)T;
     for (size_t bh = lo; bh < hi; bh++) {
         size_t b = bh / (size_t)H, h = bh % (size_t)H;
-        const float *q = j->in + b * (size_t)T * (size_t)C3 + h * (size_t)hs;
-        float *s = j->out + bh * TT;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f, s, T);
-        softmax_rows(ctx, bh * (size_t)T, (bh + 1) * (size_t)T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q + 2 * C, C3, 0.0f,
-                    j->out2 + b * (size_t)T * (size_t)C + h * (size_t)hs, C);
+        const float *q = j->in + b * (size_t)T * (size_t)C3 + h * (size_t)hs, *kk = q + C, *v = q + 2 * C;
+        float *s = j->out + bh * TT, *y = j->out2 + b * (size_t)T * (size_t)C + h * (size_t)hs;
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            float *sr = s + (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, q + (size_t)r * C3, C3, kk,
+                        C3, 0.0f, sr, T);
+            softmax_rows(ctx, bh * (size_t)T + (size_t)r, bh * (size_t)T + (size_t)e);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, sr, T, v, C3, 0.0f,
+                        y + (size_t)r * (size_t)C, C);
+        }
     }
 }
 
@@ -499,26 +506,39 @@ DT_CLONES static void softmax_bwd_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
-/* One (b, h) per item, on one thread, with its own [T,T] of datt. */
+/* One (b, h) per item, on one thread, with its own [T,T] of datt.  The row
+ * blocks [r, e) of datt, dS and dQ read columns [0, e); dV and dK's rows
+ * [r, e) are sums over the rows t >= r of att and dS (the rest are 0). */
 static void attention_bwd_heads(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
     int T = j->T, C = j->C, H = j->H, hs = C / H, C3 = 3 * C;
     size_t TT = (size_t)T * (size_t)T;
+    struct job rows = *j;
     for (size_t bh = lo; bh < hi; bh++) {
         size_t b = bh / (size_t)H, h = bh % (size_t)H, at = b * (size_t)T * (size_t)C3 + h * (size_t)hs;
-        const float *q = j->in2 + at, *dy = j->in + b * (size_t)T * (size_t)C + h * (size_t)hs;
-        float *s = j->out2 + bh * TT, *datt = j->out3 + bh * TT, *dq = j->out + at;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f, datt,
-                    T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, dy, C, 0.0f, dq + 2 * C,
-                    C3);
-        struct job rows = *j;
+        const float *q = j->in2 + at, *kk = q + C, *v = q + 2 * C;
+        const float *dy = j->in + b * (size_t)T * (size_t)C + h * (size_t)hs;
+        float *s = j->out2 + bh * TT, *datt = j->out3 + bh * TT, *dq = j->out + at, *dk = dq + C, *dv = dq + 2 * C;
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            size_t rT = (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, e - r, hs, T - r, 1.0f, s + rT + r, T,
+                        dy + (size_t)r * C, C, 0.0f, dv + (size_t)r * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, dy + (size_t)r * C, C, v,
+                        C3, 0.0f, datt + rT, T);
+        }
         rows.out = s;
         rows.out2 = datt;
         softmax_bwd_rows(&rows, 0, (size_t)T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q + C, C3, 0.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, C3, 0.0f, dq + C, C3);
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            size_t rT = (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, s + rT, T, kk, C3, 0.0f,
+                        dq + (size_t)r * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, e - r, hs, T - r, 1.0f, s + rT + r, T,
+                        q + (size_t)r * C3, C3, 0.0f, dk + (size_t)r * C3, C3);
+        }
     }
 }
 
