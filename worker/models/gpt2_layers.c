@@ -454,8 +454,8 @@ static void attention_fwd_heads(void *ctx, size_t lo, size_t hi)
         for (int r = 0; r < T; r += ATT_ROWS) {
             int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
             float *sr = s + (size_t)r * (size_t)T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, q + (size_t)r * C3, C3, kk,
-                        C3, 0.0f, sr, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, q + (size_t)r * C3, C3,
+                        kk, C3, 0.0f, sr, T);
             softmax_rows(ctx, bh * (size_t)T + (size_t)r, bh * (size_t)T + (size_t)e);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, sr, T, v, C3, 0.0f,
                         y + (size_t)r * (size_t)C, C);
@@ -523,7 +523,8 @@ static void attention_bwd_heads(void *ctx, size_t lo, size_t hi)
         size_t b = bh / (size_t)H, h = bh % (size_t)H, at = b * (size_t)T * (size_t)C3 + h * (size_t)hs;
         const float *q = j->in2 + at, *kk = q + C, *v = q + 2 * C;
         const float *dy = j->in + b * (size_t)T * (size_t)C + h * (size_t)hs;
-        float *s = j->out2 + bh * TT, *datt = j->out3 + bh * TT, *dq = j->out + at, *dk = dq + C, *dv = dq + 2 * C;
+        float *s = j->out2 + bh * TT, *datt = j->out3 + bh * TT, *dq = j->out + at, *dk = dq + C,
+              *dv = dq + 2 * C;
         for (int r = 0; r < T; r += ATT_ROWS) {
             int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
             size_t rT = (size_t)r * (size_t)T;
@@ -538,8 +539,8 @@ static void attention_bwd_heads(void *ctx, size_t lo, size_t hi)
         for (int r = 0; r < T; r += ATT_ROWS) {
             int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
             size_t rT = (size_t)r * (size_t)T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, s + rT, T, kk, C3, 0.0f,
-                        dq + (size_t)r * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, s + rT, T, kk, C3,
+                        0.0f, dq + (size_t)r * C3, C3);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, e - r, hs, T - r, 1.0f, s + rT + r, T,
                         q + (size_t)r * C3, C3, 0.0f, dk + (size_t)r * C3, C3);
         }
