@@ -86,11 +86,21 @@ static int ensure_helpers(int parts)
 
 void dt_cpu_pool_run(void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx, size_t n, size_t align)
 {
+    dt_cpu_pool_run_cost(fn, ctx, n, align, 1);
+}
+
+void dt_cpu_pool_run_cost(void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx, size_t n, size_t align,
+                          size_t cost)
+{
     pthread_mutex_lock(&pool.mu);
     int parts = pool.want;
-    /* Below ~64k elements a thread hand-off costs more than it saves. */
-    if (n < 65536 * (size_t)parts)
-        parts = (int)(n / 65536) > 0 ? (int)(n / 65536) : 1;
+    /* Below ~64k elements of work a thread hand-off costs more than it saves;
+     * and no more parts than pieces of `align` items. */
+    size_t work = n * (cost ? cost : 1), blocks = (n + (align ? align : 1) - 1) / (align ? align : 1);
+    if (work < 65536 * (size_t)parts)
+        parts = (int)(work / 65536) > 0 ? (int)(work / 65536) : 1;
+    if (blocks < (size_t)parts)
+        parts = blocks > 0 ? (int)blocks : 1;
     if (parts > 1) {
         int have = ensure_helpers(parts);
         parts = have < parts ? have : parts;

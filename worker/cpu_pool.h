@@ -1,10 +1,11 @@
-/* cpu_pool.h - fork-join threads for the CPU kernels' elementwise loops.
+/* cpu_pool.h - fork-join threads for the CPU kernels' loops.
  *
- * OpenBLAS brings its own threads for the GEMMs; the memory-bound loops
- * (AdamW over every parameter) need theirs too when a rank has more than one
- * core, or the optimizer step runs on one core while the others idle.  Only
- * loops whose elements are independent go here, so the result does not depend
- * on the thread count.
+ * For the MLP OpenBLAS brings its own threads for the GEMMs; the memory-bound
+ * loops (AdamW over every parameter) need theirs too when a rank has more than
+ * one core, or the optimizer step runs on one core while the others idle.
+ * gpt2 runs all its parallelism here, its GEMMs included (one single-threaded
+ * BLAS call per tile, worker/models/gpt2_layers.c).  Only loops whose items
+ * are independent go here, so the result does not depend on the thread count.
  *
  * Not for reductions whose summation order would change with the threads; a
  * reduction in fixed blocks, one sum per block (align = the block), is fine.
@@ -20,5 +21,11 @@ void dt_cpu_pool_set_threads(int n);
 /* Runs fn(ctx, lo, hi) over [0, n) split into contiguous pieces (multiples of
  * `align` elements), one per thread, and returns when all are done. */
 void dt_cpu_pool_run(void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx, size_t n, size_t align);
+
+/* The same over n items of `cost` elements' work each (a row of C floats: C;
+ * a GEMM tile: its multiply-adds / 8): the threads used grow with n * cost,
+ * not n, so a few long rows are split as a long array is. */
+void dt_cpu_pool_run_cost(void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx, size_t n, size_t align,
+                          size_t cost);
 
 #endif

@@ -73,6 +73,13 @@ struct dt_kernels {
     void (*round_lowp)(float *dst, const float *src, size_t n, enum dt_kprec p, bool accumulate);
     /* Sets the threads the kernels may use (BLAS and elementwise). */
     void (*set_threads)(int n);
+    /* While on (counted: each true is undone by one false), BLAS runs every
+     * call on its caller's thread and set_threads' n goes to the pool alone:
+     * for a model that splits its GEMMs over the pool itself (gpt2 turns it
+     * on from creation to destruction; each pool thread calls BLAS on its own
+     * tile).  OpenBLAS's own threads keep spinning for a while after each
+     * threaded call, so they and the pool's must not both run. */
+    void (*blas_single)(bool on);
 };
 
 extern const struct dt_kernels dt_kernels_cpu;

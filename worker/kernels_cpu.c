@@ -335,10 +335,22 @@ const char *dt_kernels_cpu_blas_coretype(void)
     return NULL;
 }
 
+/* set_threads' n (0 before the first call: OpenBLAS's own default) and the
+ * models that run BLAS single-threaded (blas_single); both are set from the
+ * thread that makes the models, never while a kernel runs. */
+static int threads, single_users;
+
 static void cpu_set_threads(int n)
 {
-    openblas_set_num_threads(n > 0 ? n : 1);
+    threads = n > 0 ? n : 1;
+    openblas_set_num_threads(single_users ? 1 : threads);
     dt_cpu_pool_set_threads(n);
+}
+
+static void cpu_blas_single(bool on)
+{
+    single_users += on ? 1 : -1;
+    openblas_set_num_threads(single_users ? 1 : threads);
 }
 
 const struct dt_kernels dt_kernels_cpu = {
@@ -356,4 +368,5 @@ const struct dt_kernels dt_kernels_cpu = {
     .unscale = cpu_unscale,
     .round_lowp = cpu_round_lowp,
     .set_threads = cpu_set_threads,
+    .blas_single = cpu_blas_single,
 };

@@ -2,11 +2,12 @@
  * made by tests/fixtures/gpt2_reference.py) on two small configurations:
  * logits, loss and every parameter's gradient, 10 AdamW steps with nanoGPT's
  * decay groups, clipping and the cosine schedule, and the same under bf16
- * autocast; then what the fixture cannot show: recompute modes give the same
- * bits, the padded vocabulary is invisible, shorter sequences work, the
- * initialisation has GPT-2's statistics, Hugging Face's names and shapes,
- * backward reports every gradient range once from the top down, and a token
- * outside the vocabulary is refused before anything reads with it.
+ * autocast; then what the fixture cannot show: recompute modes and the
+ * pool's thread counts give the same bits, the padded vocabulary is
+ * invisible, shorter sequences work, the initialisation has GPT-2's
+ * statistics, Hugging Face's names and shapes, backward reports every
+ * gradient range once from the top down, and a token outside the vocabulary
+ * is refused before anything reads with it.
  *
  * Tolerances (tensor-wise, ref = PyTorch's values, mine = dtrain's):
  *   fp32: ||mine - ref||_2 <= 1e-5 ||ref||_2  and  max_i |mine_i - ref_i| <= 1e-5 max_i |ref_i|
@@ -325,6 +326,47 @@ static void recompute_modes_same_bits(void **state)
     dt_safetensors_release(&f);
 }
 
+/* The pool's thread count never changes a bit: the loss and every gradient
+ * (two micro-batches, the second accumulated) are the same with 1, 3 and 4
+ * threads.  The shapes are large enough that the GEMMs are cut into tiles,
+ * attention's (b, h) pairs, the cross-entropy rows and the layernorm rows go
+ * to several threads (cpu_pool splits at 64k elements of work). */
+static void threads_same_bits(void **state)
+{
+    (void)state;
+    const struct cfg big = {"threads", 2, 4, 256, 500, 128, 4, 128};
+    static int32_t x[4 * 128], y[4 * 128];
+    uint32_t r = 12345;
+    for (int i = 0; i < 4 * 128; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (int32_t)((r >> 8) % 500);
+        y[i] = (int32_t)((r >> 20) % 500);
+    }
+    struct dt_batch b = {.kind = DT_BATCH_TOKENS, .n = 4, .T = 128, .inputs = x, .targets = y};
+    static const int threads[] = {1, 3, 4};
+    float *ref = NULL;
+    double ref_loss = 0;
+    for (int k = 0; k < 3; k++) {
+        dt_kernels_cpu.set_threads(threads[k]);
+        struct dt_model *m = make(&big, 128, 4, DT_RECOMPUTE_NONE, 3);
+        double loss = dt_model_train_batch(m, &b, 1.0f / 512, false, NULL, NULL);
+        loss += dt_model_train_batch(m, &b, 1.0f / 512, true, NULL, NULL);
+        assert_true(isfinite(loss) && loss > 0);
+        if (!ref) {
+            ref = malloc(m->n_params * sizeof *ref);
+            memcpy(ref, m->grads, m->n_params * sizeof *ref);
+            ref_loss = loss;
+        } else {
+            if (loss != ref_loss)
+                fail_msg("%d threads: loss %.17g, 1 thread %.17g", threads[k], loss, ref_loss);
+            assert_memory_equal(ref, m->grads, m->n_params * sizeof *ref);
+        }
+        dt_model_destroy(m);
+    }
+    dt_kernels_cpu.set_threads(2);
+    free(ref);
+}
+
 /* The padded vocabulary never changes the loss or a gradient: with garbage
  * in the padding rows every bit is the same, and their gradient is 0. */
 static void padding_invisible(void **state)
@@ -636,6 +678,7 @@ int main(void)
         cmocka_unit_test(fp16_autocast_matches_torch),
         cmocka_unit_test(adamw_ten_steps_match_torch),
         cmocka_unit_test(recompute_modes_same_bits),
+        cmocka_unit_test(threads_same_bits),
         cmocka_unit_test(accumulate_adds),
         cmocka_unit_test(padding_invisible),
         cmocka_unit_test(shorter_sequences),

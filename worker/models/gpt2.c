@@ -177,7 +177,7 @@ static size_t assign_acts(struct dt_gpt2 *g, float *base)
     g->datty = take(base, &at, NC);
     g->dqkv = take(base, &at, 3 * NC);
     g->dfch = take(base, &at, 4 * NC);
-    g->datt = take(base, &at, (size_t)g->seq_len * (size_t)g->seq_len);
+    g->datt = take(base, &at, (size_t)g->max_batch * (size_t)g->H * (size_t)g->seq_len * (size_t)g->seq_len);
     return at;
 }
 
@@ -259,6 +259,9 @@ static int gpt2_create(const struct dt_model_config *c, struct dt_model **out)
         return rc;
     }
     init_params(g, c->seed);
+    /* Every GEMM is split over the pool (gpt2_layers.c): BLAS on one thread. */
+    c->k->blas_single(true);
+    g->blas_single = true;
     *out = &g->m;
     return 0;
 }
@@ -266,6 +269,8 @@ static int gpt2_create(const struct dt_model_config *c, struct dt_model **out)
 static void gpt2_destroy(struct dt_model *m)
 {
     struct dt_gpt2 *g = gpt(m);
+    if (g->blas_single)
+        m->k->blas_single(false);
     dt_arena_free(g->params_lp);
     dt_arena_free(g->act_mem);
     free(g->blk);

@@ -50,6 +50,7 @@ struct dt_gpt2 {
     struct dt_model m; /* first: a struct dt_model * of this model is a struct dt_gpt2 * */
     int L, H, C, V, Vp, block, max_batch, seq_len;
     enum dt_recompute recompute;
+    bool blas_single;                        /* k->blas_single(true) was called (create; destroy undoes it) */
     size_t wte, wpe, lnfw, lnfb;             /* offsets of the tensors outside the blocks */
     size_t *blk;                             /* [L][G_PER_BLOCK] offsets */
     struct dt_model_tensor *tensors;         /* 2 + 12 L + 2, arena order */
@@ -61,7 +62,7 @@ struct dt_gpt2 {
     float *losses;                           /* [2N] per-token loss and hit, summed in order */
     float *proj;                             /* [N,C] a projection's output before its residual add */
     float *dres, *dln, *datty, *dqkv, *dfch; /* backward scratch: [N,C] x3, [N,3C], [N,4C] */
-    float *datt;                             /* [seq_len, seq_len]: one head's attention gradient */
+    float *datt;                             /* [B,H,T,T]: the attention gradient, a (b, h) per thread */
     /* Autocast (m.prec != F32): the parameters rounded, refreshed every
      * forward, and one weight gradient before it is rounded and added. */
     float *params_lp, *wtmp;

@@ -1,10 +1,13 @@
 /* gpt2_layers.c - GPT-2's layers, each forward next to its backward with the
  * math above them, as llm.c's train_gpt2.c keeps them (gpt2_internal.h lists
- * them).  GEMMs, attention's per head included, go to OpenBLAS (its own
- * threads); every other loop is split over the CPU pool (worker/cpu_pool.h)
- * by rows or columns, so that each output element is one thread's and sums
- * run in a fixed order (the loops' bits do not depend on the thread count;
- * a GEMM's may, as model.h says of row chunks).
+ * them).  All the parallelism is the CPU pool's (worker/cpu_pool.h): a GEMM
+ * is cut into tiles of its output, each one single-threaded OpenBLAS call
+ * (gpt2 keeps BLAS single-threaded: k->blas_single), attention runs one
+ * (b, h) per pool item with its GEMMs inside, and every other loop is split
+ * by rows or columns, weighted by the work of one (cpu_pool's cost).  Each
+ * output element is one thread's, its sums run in a fixed order, and the
+ * tiles depend on the shapes alone: the bits do not depend on the thread
+ * count.
  *
  * Autocast (p = bf16 or fp16) follows torch.autocast on CPU for what GPT-2
  * runs: linear and matmul in the low type with fp32 accumulation (their
@@ -41,9 +44,10 @@ struct job {
     enum dt_kprec p;
 };
 
-static void run(void (*fn)(void *, size_t, size_t), struct job *j, size_t n, size_t align)
+/* n items of `cost` elements' work each (a row of C floats: C) */
+static void run(void (*fn)(void *, size_t, size_t), struct job *j, size_t n, size_t align, size_t cost)
 {
-    dt_cpu_pool_run(fn, j, n, align);
+    dt_cpu_pool_run_cost(fn, j, n, align, cost);
 }
 
 /* ---- a fast expf the compiler vectorises ---- */
@@ -147,7 +151,7 @@ void dt_gpt2__encoder_forward(float *out, const int32_t *inp, const float *wte, 
                               int T, int C)
 {
     struct job j = {.out = out, .in = wte, .in2 = wpe, .tok = inp, .T = T, .C = C};
-    run(encoder_fwd_rows, &j, (size_t)B * (size_t)T, 1);
+    run(encoder_fwd_rows, &j, (size_t)B * (size_t)T, 1, (size_t)C);
 }
 
 /* dwte[inp[b,t],i] += dout[b,t,i] and dwpe[t,i] (+)= sum_b dout[b,t,i], rows
@@ -176,7 +180,7 @@ void dt_gpt2__encoder_backward(float *dwte, float *dwpe, const float *dout, cons
 {
     struct job j = {
         .out = dwte, .out2 = dwpe, .in = dout, .tok = inp, .B = B, .T = T, .C = C, .acc = accumulate};
-    run(encoder_bwd_cols, &j, (size_t)C, 16);
+    run(encoder_bwd_cols, &j, (size_t)C, 16, (size_t)B * (size_t)T);
 }
 
 /* ---- layernorm ---- */
@@ -205,7 +209,7 @@ void dt_gpt2__layernorm_forward(float *out, float *mean, float *rstd, const floa
                                 const float *b, int N, int C)
 {
     struct job j = {.out = out, .out2 = mean, .out3 = rstd, .in = inp, .w = w, .b = b, .C = C};
-    run(ln_fwd_rows, &j, (size_t)N, 1);
+    run(ln_fwd_rows, &j, (size_t)N, 1, (size_t)C);
 }
 
 /* With n_i = (x_i - mean) rstd and dn_i = w_i dout_i (rows independent):
@@ -262,8 +266,71 @@ void dt_gpt2__layernorm_backward(float *dinp, float *dw, float *db, const float 
                     .N = N,
                     .C = C,
                     .acc = accumulate};
-    run(ln_bwd_rows, &j, (size_t)N, 1);
-    run(ln_bwd_cols, &j, (size_t)C, 16);
+    run(ln_bwd_rows, &j, (size_t)N, 1, (size_t)C);
+    run(ln_bwd_cols, &j, (size_t)C, 16, (size_t)N);
+}
+
+/* ---- GEMMs cut into tiles over the pool ---- */
+
+/* C[M,N] = op(A) op(B) + beta C, row-major, op transposing A [K,M] (ta) or
+ * B [N,K] (tb), as tiles of C: each tile is one single-threaded sgemm over
+ * the whole K, so an element's sum (a weight gradient's over the batch
+ * included) is one call's, whatever the threads. */
+struct gemm {
+    bool ta, tb;
+    int M, N, K, lda, ldb, ldc, tm, tn, cols; /* tiles of tm x tn, cols of them per row of tiles */
+    const float *A, *B;
+    float *C;
+    float beta;
+};
+
+static void gemm_tiles(void *ctx, size_t lo, size_t hi)
+{
+    const struct gemm *g = ctx;
+    for (size_t t = lo; t < hi; t++) {
+        int i = (int)(t / (size_t)g->cols) * g->tm, j = (int)(t % (size_t)g->cols) * g->tn;
+        int m = g->M - i < g->tm ? g->M - i : g->tm, n = g->N - j < g->tn ? g->N - j : g->tn;
+        const float *a = g->ta ? g->A + i : g->A + (size_t)i * (size_t)g->lda;
+        const float *b = g->tb ? g->B + (size_t)j * (size_t)g->ldb : g->B + j;
+        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, m, n,
+                    g->K, 1.0f, a, g->lda, b, g->ldb, g->beta, g->C + (size_t)i * (size_t)g->ldc + j, g->ldc);
+    }
+}
+
+static int half16(int x)
+{
+    return (x / 2 + 15) / 16 * 16;
+}
+
+/* The tiles come from the shape alone: the larger side halved (to multiples
+ * of 16, not below 16) until there are GEMM_TILES tiles.  A tile packs its
+ * rows of A and its columns of B again, 4 K (tm + tn) bytes for 2 tm tn K
+ * flops, so tiles are kept square and few: at 32 tiles the packing cost a
+ * single-threaded step ~18% more CPU than whole calls, at 16 tiles ~12%,
+ * and 16 give 16, 8, 4 or 2 threads whole tiles each. */
+#define GEMM_TILES 16
+
+static void gemm(bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc)
+{
+    struct gemm g = {ta, tb, M, N, K, lda, ldb, ldc, M, N, 1, A, B, C, beta};
+    for (;;) {
+        int tiles = ((M + g.tm - 1) / g.tm) * ((N + g.tn - 1) / g.tn);
+        if (tiles >= GEMM_TILES)
+            break;
+        if (g.tm >= g.tn && g.tm > 32)
+            g.tm = half16(g.tm);
+        else if (g.tn > 32)
+            g.tn = half16(g.tn);
+        else if (g.tm > 32)
+            g.tm = half16(g.tm);
+        else
+            break;
+    }
+    g.cols = (N + g.tn - 1) / g.tn;
+    size_t tiles = (size_t)((M + g.tm - 1) / g.tm) * (size_t)g.cols;
+    /* a multiply-add costs about an eighth of a streamed element */
+    dt_cpu_pool_run_cost(gemm_tiles, &g, tiles, 1, (size_t)g.tm * (size_t)g.tn * (size_t)K / 8 + 1);
 }
 
 /* ---- matmul (Conv1D: W [in, out]; the tied head: W [out, in]) ---- */
@@ -282,11 +349,10 @@ void dt_gpt2__matmul_forward(const struct dt_kernels *k, float *out, const float
 {
     if (b) {
         struct job j = {.out = out, .b = b, .C = oc};
-        run(bias_rows, &j, (size_t)N, 1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, oc, ic, 1.0f, inp, ic, w, oc, 1.0f, out,
-                    oc);
+        run(bias_rows, &j, (size_t)N, 1, (size_t)oc);
+        gemm(false, false, N, oc, ic, inp, ic, w, oc, 1.0f, out, oc);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc, ic, 1.0f, inp, ic, w, ic, 0.0f, out, oc);
+        gemm(false, true, N, oc, ic, inp, ic, w, ic, 0.0f, out, oc);
     }
     if (p != DT_KPREC_F32)
         k->round_lowp(out, out, (size_t)N * (size_t)oc, p, false);
@@ -317,20 +383,16 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
     float beta = accumulate && !lp ? 1.0f : 0.0f, *dwo = lp ? wtmp : dw;
     if (db) {
         struct job j = {.out = lp ? wtmp : db, .in = dout, .N = N, .C = oc, .acc = accumulate && !lp};
-        run(colsum_cols, &j, (size_t)oc, 16);
+        run(colsum_cols, &j, (size_t)oc, 16, (size_t)N);
         if (lp)
             k->round_lowp(db, wtmp, (size_t)oc, p, accumulate);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ic, oc, N, 1.0f, inp, ic, dout, oc, beta, dwo,
-                    oc);
+        gemm(true, false, ic, oc, N, inp, ic, dout, oc, beta, dwo, oc);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, ic, oc, 1.0f, dout, oc, w, oc, 0.0f, dinp,
-                        ic);
+            gemm(false, true, N, ic, oc, dout, oc, w, oc, 0.0f, dinp, ic);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, ic, N, 1.0f, dout, oc, inp, ic, beta, dwo,
-                    ic);
+        gemm(true, false, oc, ic, N, dout, oc, inp, ic, beta, dwo, ic);
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic, oc, 1.0f, dout, oc, w, ic, 0.0f,
-                        dinp, ic);
+            gemm(false, false, N, ic, oc, dout, oc, w, ic, 0.0f, dinp, ic);
     }
     if (lp) {
         k->round_lowp(dw, wtmp, (size_t)ic * (size_t)oc, p, accumulate);
@@ -343,11 +405,12 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
 
 /* For batch b and head h (hs = C/H columns of q, k and v in qkv's rows), as
  * nanoGPT without flash and Hugging Face's eager attention:
- *   S = Q K^T                      (a GEMM over the whole T x T: BLAS does the
- *                                   upper triangle too and is still far faster
- *                                   than a loop that skips it)
+ *   S = Q K^T
  *   att_t = softmax(S_t / sqrt(hs)) over columns <= t, 0 above (the mask)
- *   Y = att V                      (the zeros above the diagonal add nothing)
+ *   Y = att V
+ * in blocks of ATT_ROWS rows t (BLAS GEMMs): a block reads and writes only
+ * the columns up to its last row, the causal triangle and the diagonal
+ * blocks (5/8 of T x T at T = 256), never the masked rest.
  * Autocast rounds S (a bmm output), the scaled scores (a bf16 multiply),
  * att (softmax's output in the type it was given) and Y. */
 DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
@@ -375,36 +438,57 @@ DT_CLONES static void softmax_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
+#define ATT_ROWS 64
+
+/* One (b, h) per item, on one thread (the pool's pieces are the B H pairs):
+ * per block of rows [r, e), S's columns [0, e), their softmax, then Y. */
+static void attention_fwd_heads(void *ctx, size_t lo, size_t hi)
+{
+    const struct job *j = ctx;
+    int T = j->T, C = j->C, H = j->H, hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / (size_t)H, h = bh % (size_t)H;
+        const float *q = j->in + b * (size_t)T * (size_t)C3 + h * (size_t)hs, *kk = q + C, *v = q + 2 * C;
+        float *s = j->out + bh * TT, *y = j->out2 + b * (size_t)T * (size_t)C + h * (size_t)hs;
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            float *sr = s + (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, q + (size_t)r * C3, C3,
+                        kk, C3, 0.0f, sr, T);
+            softmax_rows(ctx, bh * (size_t)T + (size_t)r, bh * (size_t)T + (size_t)e);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, sr, T, v, C3, 0.0f,
+                        y + (size_t)r * (size_t)C, C);
+        }
+    }
+}
+
 void dt_gpt2__attention_forward(const struct dt_kernels *k, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int H, enum dt_kprec p)
 {
-    int hs = C / H, C3 = 3 * C;
-    size_t TT = (size_t)T * (size_t)T;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f,
-                        att + ((size_t)b * H + h) * TT, T);
-        }
-    struct job j = {.out = att, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
-    run(softmax_rows, &j, (size_t)B * H * T, 1);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            const float *v = qkv + (size_t)b * T * C3 + (size_t)h * hs + 2 * C;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
-                        att + ((size_t)b * H + h) * TT, T, v, C3, 0.0f,
-                        out + (size_t)b * T * C + (size_t)h * hs, C);
-        }
+    int hs = C / H;
+    struct job j = {.out = att,
+                    .out2 = out,
+                    .in = qkv,
+                    .k = k,
+                    .T = T,
+                    .C = C,
+                    .H = H,
+                    .p = p,
+                    .scale = 1.0f / sqrtf((float)hs)};
+    run(attention_fwd_heads, &j, (size_t)B * (size_t)H, 1, (size_t)T * (size_t)T * (size_t)hs / 4);
     if (p != DT_KPREC_F32)
         k->round_lowp(out, out, (size_t)B * T * C, p, false);
 }
 
 /* Backward of the above for one (b, h), given dY:
  *   dV = att^T dY,  datt = dY V^T
- *   dS_t = att_t * (datt_t - sum_k att_tk datt_tk) / sqrt(hs)   (softmax', then the scale; 0 above the
- * diagonal) dQ = dS K,  dK = dS^T Q The rows of dS are independent (split over the pool); the GEMMs write
- * disjoint columns of dqkv.  Autocast rounds datt, the softmax gradient,
- * its scaled value and (at the end) dq, dk, dv. */
+ *   dS_t = att_t * (datt_t - sum_k att_tk datt_tk) / sqrt(hs)
+ *          (softmax', then the scale; 0 above the diagonal)
+ *   dQ = dS K,  dK = dS^T Q
+ * Each (b, h) writes its own columns of dqkv and its own [T,T] of datt.
+ * Autocast rounds datt, the softmax gradient, its scaled value and (at the
+ * end) dq, dk, dv. */
 DT_CLONES static void softmax_bwd_rows(void *ctx, size_t lo, size_t hi)
 {
     const struct job *j = ctx;
@@ -426,30 +510,62 @@ DT_CLONES static void softmax_bwd_rows(void *ctx, size_t lo, size_t hi)
     }
 }
 
+/* One (b, h) per item, on one thread, with its own [T,T] of datt.  The row
+ * blocks [r, e) of datt, dS and dQ read columns [0, e); dV and dK's rows
+ * [r, e) are sums over the rows t >= r of att and dS (the rest are 0). */
+static void attention_bwd_heads(void *ctx, size_t lo, size_t hi)
+{
+    const struct job *j = ctx;
+    int T = j->T, C = j->C, H = j->H, hs = C / H, C3 = 3 * C;
+    size_t TT = (size_t)T * (size_t)T;
+    struct job rows = *j;
+    for (size_t bh = lo; bh < hi; bh++) {
+        size_t b = bh / (size_t)H, h = bh % (size_t)H, at = b * (size_t)T * (size_t)C3 + h * (size_t)hs;
+        const float *q = j->in2 + at, *kk = q + C, *v = q + 2 * C;
+        const float *dy = j->in + b * (size_t)T * (size_t)C + h * (size_t)hs;
+        float *s = j->out2 + bh * TT, *datt = j->out3 + bh * TT, *dq = j->out + at, *dk = dq + C,
+              *dv = dq + 2 * C;
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            size_t rT = (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, e - r, hs, T - r, 1.0f, s + rT + r, T,
+                        dy + (size_t)r * C, C, 0.0f, dv + (size_t)r * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, e - r, e, hs, 1.0f, dy + (size_t)r * C, C, v,
+                        C3, 0.0f, datt + rT, T);
+        }
+        rows.out = s;
+        rows.out2 = datt;
+        softmax_bwd_rows(&rows, 0, (size_t)T);
+        for (int r = 0; r < T; r += ATT_ROWS) {
+            int e = r + ATT_ROWS < T ? r + ATT_ROWS : T;
+            size_t rT = (size_t)r * (size_t)T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, e - r, hs, e, 1.0f, s + rT, T, kk, C3,
+                        0.0f, dq + (size_t)r * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, e - r, hs, T - r, 1.0f, s + rT + r, T,
+                        q + (size_t)r * C3, C3, 0.0f, dk + (size_t)r * C3, C3);
+        }
+    }
+}
+
 void dt_gpt2__attention_backward(const struct dt_kernels *k, float *dqkv, float *att, float *datt,
                                  const float *dout, const float *qkv, int B, int T, int C, int H,
                                  enum dt_kprec p)
 {
-    int hs = C / H, C3 = 3 * C;
-    size_t TT = (size_t)T * (size_t)T;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            size_t at = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + at, *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            float *s = att + ((size_t)b * H + h) * TT, *dq = dqkv + at;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f,
-                        datt, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, dy, C, 0.0f,
-                        dq + 2 * C, C3);
-            struct job j = {.out = s, .out2 = datt, .k = k, .T = T, .p = p, .scale = 1.0f / sqrtf((float)hs)};
-            run(softmax_bwd_rows, &j, (size_t)T, 1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q + C, C3, 0.0f, dq,
-                        C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, q, C3, 0.0f, dq + C,
-                        C3);
-        }
+    int hs = C / H;
+    struct job j = {.out = dqkv,
+                    .out2 = att,
+                    .out3 = datt,
+                    .in = dout,
+                    .in2 = qkv,
+                    .k = k,
+                    .T = T,
+                    .C = C,
+                    .H = H,
+                    .p = p,
+                    .scale = 1.0f / sqrtf((float)hs)};
+    run(attention_bwd_heads, &j, (size_t)B * (size_t)H, 1, (size_t)T * (size_t)T * (size_t)hs / 2);
     if (p != DT_KPREC_F32)
-        k->round_lowp(dqkv, dqkv, (size_t)B * T * C3, p, false);
+        k->round_lowp(dqkv, dqkv, (size_t)B * T * 3 * C, p, false);
 }
 
 /* ---- GELU (tanh approximation) and the residual add ---- */
@@ -479,7 +595,7 @@ void dt_gpt2__gelu_forward(const struct dt_kernels *k, float *out, const float *
                            enum dt_kprec p)
 {
     struct job j = {.out = out, .in = inp, .k = k, .p = p};
-    run(gelu_fwd_range, &j, n, 64);
+    run(gelu_fwd_range, &j, n, 64, 1);
 }
 
 /* gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 0.044715 x^2),
@@ -501,7 +617,7 @@ void dt_gpt2__gelu_backward(const struct dt_kernels *k, float *dinp, const float
                             size_t n, enum dt_kprec p)
 {
     struct job j = {.out = dinp, .in = dout, .in2 = inp, .k = k, .p = p};
-    run(gelu_bwd_range, &j, n, 64);
+    run(gelu_bwd_range, &j, n, 64, 1);
 }
 
 DT_CLONES static void residual_range(void *ctx, size_t lo, size_t hi)
@@ -515,7 +631,7 @@ DT_CLONES static void residual_range(void *ctx, size_t lo, size_t hi)
 void dt_gpt2__residual_forward(float *out, const float *a, const float *b, size_t n)
 {
     struct job j = {.out = out, .in = a, .in2 = b};
-    run(residual_range, &j, n, 64);
+    run(residual_range, &j, n, 64, 1);
 }
 
 /* ---- softmax cross-entropy over the vocabulary ---- */
@@ -567,7 +683,7 @@ double dt_gpt2__xent(float *logits, float *losses, const int32_t *targets, int N
                     .stride = stride,
                     .scale = dscale,
                     .grad = grad};
-    run(xent_rows, &j, (size_t)N, 1);
+    run(xent_rows, &j, (size_t)N, 1, (size_t)V);
     double total = 0.0;
     int64_t hits = 0;
     for (int r = 0; r < N; r++) {

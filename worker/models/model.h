@@ -56,7 +56,9 @@ typedef void (*dt_model_ready_fn)(void *ctx, size_t lo, size_t hi);
 /* What a model is made from. */
 struct dt_model_config {
     const struct dt_model_spec *spec; /* trainer.model: its type picks the ops */
-    const struct dt_kernels *k;       /* the CPU kernel table its arithmetic goes through */
+    const struct dt_kernels *k;       /* the CPU kernel table its arithmetic goes through; a model
+                                       * that splits its GEMMs over the CPU pool itself holds
+                                       * k->blas_single on while it exists (gpt2) */
     struct dt_batch_shape data;       /* the data set's shape (must be the kind ops->input names) */
     int max_batch;                    /* most rows of a train or eval batch */
     uint64_t seed;                    /* initial parameters */
