@@ -6,10 +6,22 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "worker/safetensors.h"
+
+/* The number after "key": in a fixture's one-line JSON record. */
+static inline double jnum(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        fail_msg("no %s in %s", key, json);
+    return strtod(p + strlen(pat), NULL);
+}
 
 /* Tests run from the repository root (scripts/run-tests.sh cds there). */
 static inline void fixture_open(const char *name, struct dt_safetensors *f)

@@ -13,16 +13,6 @@
 #include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
-static double jnum(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        fail_msg("no %s in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
-}
-
 /* Largest |a - b| / max(|b|, |prev|): a parameter update that nearly cancels
  * the old value (p_new << p_old) makes a one-ulp difference in the update look
  * huge relative to p_new, so the parameter's error is taken relative to the

@@ -15,16 +15,6 @@
 #include "worker/optim/lr_schedule.h"
 #include "fixture.h"
 
-static double jnum(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        fail_msg("no %s in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
-}
-
 static struct dt_scheduler_spec cosine_spec(int64_t warmup, double min_lr)
 {
     struct dt_trainer_spec t;

@@ -16,16 +16,6 @@
 #include "worker/kernels.h"
 #include "fixture.h"
 
-static double jnum(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        fail_msg("no %s in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
-}
-
 /* Drives the scaler as the trainer does: scaled gradients [0.5, -0.25, 0.125]
  * * scale, an inf or NaN injected on the pattern's bad steps, unscale and
  * check, agree (one process), update; every step compared with torch. */

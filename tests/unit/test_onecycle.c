@@ -12,7 +12,7 @@
 #include "fixture.h"
 
 /* The fixture's config is a JSON object written by json.dumps; read the few keys we need. */
-static double jnum(const char *json, const char *key, double dflt)
+static double jnum_or(const char *json, const char *key, double dflt)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\": ", key);
@@ -35,16 +35,16 @@ static void spec_from_json(const char *json, struct dt_scheduler_spec *s, int64_
     dt_trainer_spec_defaults(&t);
     *s = t.scheduler;
     s->type = DT_SCHED_ONECYCLE;
-    *total = (int64_t)jnum(json, "total_steps", 0);
-    s->max_lr = jnum(json, "max_lr", 0);
-    s->pct_start = jnum(json, "pct_start", 0.3);
-    s->anneal = jnum(json, "anneal_strategy", 0) ? DT_ANNEAL_LINEAR : DT_ANNEAL_COS;
-    s->div_factor = jnum(json, "div_factor", 25);
-    s->final_div_factor = jnum(json, "final_div_factor", 1e4);
-    s->three_phase = jnum(json, "three_phase", 0) != 0;
-    s->cycle_momentum = jnum(json, "cycle_momentum", 1) != 0;
-    s->base_momentum = jnum(json, "base_momentum", 0.85);
-    s->max_momentum = jnum(json, "max_momentum", 0.95);
+    *total = (int64_t)jnum_or(json, "total_steps", 0);
+    s->max_lr = jnum_or(json, "max_lr", 0);
+    s->pct_start = jnum_or(json, "pct_start", 0.3);
+    s->anneal = jnum_or(json, "anneal_strategy", 0) ? DT_ANNEAL_LINEAR : DT_ANNEAL_COS;
+    s->div_factor = jnum_or(json, "div_factor", 25);
+    s->final_div_factor = jnum_or(json, "final_div_factor", 1e4);
+    s->three_phase = jnum_or(json, "three_phase", 0) != 0;
+    s->cycle_momentum = jnum_or(json, "cycle_momentum", 1) != 0;
+    s->base_momentum = jnum_or(json, "base_momentum", 0.85);
+    s->max_momentum = jnum_or(json, "max_momentum", 0.95);
 }
 
 static void bit_exact_against_torch(void **state)
