@@ -17,12 +17,14 @@
 #include "launcher/cli.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/fs.h"
@@ -33,7 +35,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: dtrain data bytes INPUT... -o DIR [--val-fraction F] [--shard-tokens N]\n\n"
+            "Usage: dtrain data bytes INPUT... -o DIR [--val-fraction F] [--shard-tokens N] [--force]\n\n"
             "Writes the bytes of the INPUT files (concatenated in order; - is standard input) as\n"
             "llm.c token shards of byte-level tokens, vocabulary 256, for a job spec's\n"
             "  trainer.data: {dataset: tokens, train: DIR/train_*.bin, val: DIR/val_*.bin, ...}\n"
@@ -46,9 +48,12 @@ static void usage(FILE *out)
             "  --val-fraction F    share of the bytes for validation, 0 <= F < 1 (default 0.1);\n"
             "                      0 writes no validation shards\n"
             "  --shard-tokens N    tokens per shard at most (default 100000000)\n"
+            "  --force             replace the shards DIR already holds (train_*.bin, val_*.bin);\n"
+            "                      without it such a DIR is refused, since a glob would read old\n"
+            "                      shards beside the new ones\n"
             "  -h, --help          show this help\n\n"
-            "Example (the King James Bible from Debian's bible-kjv-text package):\n"
-            "  dtrain data bytes /usr/share/bible-kjv/kjv.txt -o data/kjv   # see docs/trainer.md\n\n"
+            "Example (the King James Bible from Debian's bible-kjv-text package, printed by bible):\n"
+            "  bible gen1:1-rev22:21 </dev/null | dtrain data bytes - -o data/kjv   # make kjv-data\n\n"
             "Exit status: 0 on success, 1 when an input cannot be read or is empty or a shard\n"
             "cannot be written, 2 on a usage error.\n");
 }
@@ -132,6 +137,33 @@ static int write_split(const char *dir, const char *name, const uint8_t *bytes, 
     return 0;
 }
 
+/* Shards a previous run left in dir: the spec's globs would read them beside
+ * the new ones (a run with fewer shards, or with --val-fraction 0, leaves
+ * some), so they are refused, or removed first with --force. */
+static int clear_old_shards(const char *dir, bool force)
+{
+    static const char *const names[] = {"train", "val"};
+    int rc = 0;
+    for (int k = 0; !rc && k < 2; k++) {
+        char pattern[4200];
+        if ((size_t)snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", dir,
+                             names[k]) >= sizeof pattern)
+            return dt_error_set(DT_EINVAL, "output directory name too long: %.80s...", dir);
+        glob_t g;
+        if (glob(pattern, 0, NULL, &g) != 0)
+            continue; /* none (or the directory does not exist yet) */
+        if (!force)
+            rc = dt_error_set(DT_EINVAL, "%s already holds shards (%s, %zu in all); a glob would read them with "
+                              "the new ones: give --force to replace them, or another -o",
+                              dir, g.gl_pathv[0], g.gl_pathc);
+        for (size_t i = 0; !rc && i < g.gl_pathc; i++)
+            if (unlink(g.gl_pathv[i]) != 0)
+                rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot remove the old shard", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return rc;
+}
+
 /* ---- the command line ---- */
 
 static int parse_number(const char *s, double *out)
@@ -149,6 +181,7 @@ static int run(int argc, char **argv)
                                   argc < 2 ? "" : argv[1]);
     const char *dir = NULL;
     double frac = 0.1, per = (double)DEFAULT_SHARD_TOKENS;
+    bool force = false;
     char **inputs = calloc((size_t)argc, sizeof *inputs);
     int n_in = 0;
     for (int i = 2; inputs && i < argc; i++) {
@@ -166,6 +199,8 @@ static int run(int argc, char **argv)
             if (!has_value || parse_number(argv[++i], &per) || per < 1 || per > INT32_MAX || per != (int64_t)per)
                 return free(inputs), dt_cli_usage_error("data", "--shard-tokens needs an integer in 1..%d, got '%s'",
                                                         INT32_MAX, has_value ? argv[i] : "");
+        } else if (strcmp(a, "--force") == 0) {
+            force = true;
         } else if (a[0] == '-' && a[1]) {
             return free(inputs), dt_cli_usage_error("data", "unknown option '%s'", a);
         } else {
@@ -185,6 +220,8 @@ static int run(int argc, char **argv)
     if (!rc && frac > 0 && (n_val < 1 || n_train < 1))
         rc = dt_error_set(DT_EINVAL, "%zu bytes cannot be split by --val-fraction %g into two non-empty parts",
                           b.n, frac);
+    if (!rc)
+        rc = clear_old_shards(dir, force);
     if (!rc)
         rc = dt_fs_mkdir_p(dir, 0777, "output directory");
     if (!rc)

@@ -42,6 +42,14 @@ expect_status 1 "an empty input fails" "$DTRAIN" data bytes "$T/kjv.txt" "$T/emp
 contains "$T/last.err" "empty.txt: is empty" "the message names the empty input"
 expect_status 2 "a fraction of 1 is a usage error" "$DTRAIN" data bytes "$T/kjv.txt" -o "$T/x" --val-fraction 1
 contains "$T/last.err" "--val-fraction needs a number in \[0, 1\), got '1'" "the message gives the range"
+# a second run into the same directory would leave the first run's extra shards for the globs
+"$DTRAIN" data bytes "$T/kjv.txt" -o "$T/again" --shard-tokens 2000000 >/dev/null
+expect_status 1 "writing into a directory that holds shards is refused" \
+  "$DTRAIN" data bytes "$T/kjv.txt" -o "$T/again" --shard-tokens 100000000
+contains "$T/last.err" "again already holds shards .*--force" "the message names the directory and --force"
+expect_status 0 "--force replaces them" "$DTRAIN" data bytes "$T/kjv.txt" -o "$T/again" --force
+check "and no shard of the first run is left (one train and one val shard)" \
+  test "$(ls "$T/again" | tr '\n' ' ')" = "train_000000.bin val_000000.bin "
 
 # --- a short gpt-kjv ------------------------------------------------------------
 cat >"$T/short.yaml" <<EOF

@@ -143,13 +143,10 @@ expect_status 2 "init_from with an MLP is refused" "$DTRAIN" validate "$T/init.y
 contains "$T/last.err" "trainer.init_from: loads Hugging Face GPT-2 weights, and model.type is mlp" "the message says why"
 
 # --- through the trainer: init_from in a job, and a checkpoint taking precedence ------------
-# A gpt2 job needs dataset: tokens and `dtrain data bytes` (the data part of issue 24, another
-# branch); until they are in this build there is no gpt2 job to run.
-if "$DTRAIN" data --help >/dev/null 2>&1; then
-  cat docs/*.md >"$T/text.txt"
-  "$DTRAIN" data bytes "$T/text.txt" -o "$T/bytes" --val-fraction 0.1 >/dev/null
-  job() { # steps
-    cat <<EOF
+cat docs/*.md >"$T/text.txt"
+"$DTRAIN" data bytes "$T/text.txt" -o "$T/bytes" --val-fraction 0.1 >/dev/null
+job() { # steps
+  cat <<EOF
 name: init
 trainer:
   model: {type: gpt2, n_layer: 2, n_head: 4, n_embd: 32, vocab_size: 256, block_size: 16}
@@ -159,16 +156,13 @@ trainer:
   optimizer: {lr: 1e-30, weight_decay: 0}
   checkpoint: {every_steps: 1, dir: $T/ckb}
 EOF
-  }
-  job 1 >"$T/job1.yaml"
-  job 2 >"$T/job2.yaml"
-  expect_status 0 "a gpt2 spec with init_from validates" "$DTRAIN" validate "$T/job1.yaml"
-  expect_status 0 "a gpt2 job with init_from runs" "$DTRAIN" launch "$T/job1.yaml" --log-dir "$T/runs"
-  contains "$T/last.err" "read the Hugging Face weights in $T/hf" "it says where its weights came from"
-  check "after a step of lr 1e-30 its checkpoint holds the exported weights, bit for bit" \
-    $H same "$T/ckb/step_00000001.safetensors" "$T/hf"
-  expect_status 0 "the same job, longer, resumes" "$DTRAIN" launch "$T/job2.yaml" --log-dir "$T/runs"
-  contains "$T/last.err" "resuming from $T/ckb/step_00000001.safetensors" "a checkpoint takes precedence over init_from"
-else
-  echo "# no \`dtrain data bytes\` in this build: the trainer-level init_from checks wait for dataset: tokens"
-fi
+}
+job 1 >"$T/job1.yaml"
+job 2 >"$T/job2.yaml"
+expect_status 0 "a gpt2 spec with init_from validates" "$DTRAIN" validate "$T/job1.yaml"
+expect_status 0 "a gpt2 job with init_from runs" "$DTRAIN" launch "$T/job1.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "read the Hugging Face weights in $T/hf" "it says where its weights came from"
+check "after a step of lr 1e-30 its checkpoint holds the exported weights, bit for bit" \
+  $H same "$T/ckb/step_00000001.safetensors" "$T/hf"
+expect_status 0 "the same job, longer, resumes" "$DTRAIN" launch "$T/job2.yaml" --log-dir "$T/runs"
+contains "$T/last.err" "resuming from $T/ckb/step_00000001.safetensors" "a checkpoint takes precedence over init_from"
