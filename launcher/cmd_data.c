@@ -153,7 +153,8 @@ static int clear_old_shards(const char *dir, bool force)
         if (glob(pattern, 0, NULL, &g) != 0)
             continue; /* none (or the directory does not exist yet) */
         if (!force)
-            rc = dt_error_set(DT_EINVAL, "%s already holds shards (%s, %zu in all); a glob would read them with "
+            rc = dt_error_set(DT_EINVAL,
+                              "%s already holds shards (%s, %zu in all); a glob would read them with "
                               "the new ones: give --force to replace them, or another -o",
                               dir, g.gl_pathv[0], g.gl_pathc);
         for (size_t i = 0; !rc && i < g.gl_pathc; i++)
@@ -193,12 +194,15 @@ static int run(int argc, char **argv)
             dir = argv[++i];
         } else if (strcmp(a, "--val-fraction") == 0) {
             if (!has_value || parse_number(argv[++i], &frac) || !(frac >= 0 && frac < 1))
-                return free(inputs), dt_cli_usage_error("data", "--val-fraction needs a number in [0, 1), got '%s'",
-                                                        has_value ? argv[i] : "");
+                return free(inputs),
+                       dt_cli_usage_error("data", "--val-fraction needs a number in [0, 1), got '%s'",
+                                          has_value ? argv[i] : "");
         } else if (strcmp(a, "--shard-tokens") == 0) {
-            if (!has_value || parse_number(argv[++i], &per) || per < 1 || per > INT32_MAX || per != (int64_t)per)
-                return free(inputs), dt_cli_usage_error("data", "--shard-tokens needs an integer in 1..%d, got '%s'",
-                                                        INT32_MAX, has_value ? argv[i] : "");
+            if (!has_value || parse_number(argv[++i], &per) || per < 1 || per > INT32_MAX ||
+                per != (int64_t)per)
+                return free(inputs),
+                       dt_cli_usage_error("data", "--shard-tokens needs an integer in 1..%d, got '%s'",
+                                          INT32_MAX, has_value ? argv[i] : "");
         } else if (strcmp(a, "--force") == 0) {
             force = true;
         } else if (a[0] == '-' && a[1]) {
@@ -210,16 +214,17 @@ static int run(int argc, char **argv)
     if (!inputs)
         return fprintf(stderr, "dtrain data bytes: no memory\n"), 1;
     if (n_in == 0 || !dir)
-        return free(inputs), dt_cli_usage_error("data", n_in == 0 ? "bytes needs at least one input file"
-                                                                  : "bytes needs -o DIR, where the shards go");
+        return free(inputs),
+               dt_cli_usage_error("data", n_in == 0 ? "bytes needs at least one input file"
+                                                    : "bytes needs -o DIR, where the shards go");
     struct bytes b = {0};
     int rc = 0;
     for (int i = 0; !rc && i < n_in; i++)
         rc = read_input(inputs[i], &b);
     int64_t n_val = (int64_t)((double)b.n * frac), n_train = (int64_t)b.n - n_val;
     if (!rc && frac > 0 && (n_val < 1 || n_train < 1))
-        rc = dt_error_set(DT_EINVAL, "%zu bytes cannot be split by --val-fraction %g into two non-empty parts",
-                          b.n, frac);
+        rc = dt_error_set(
+            DT_EINVAL, "%zu bytes cannot be split by --val-fraction %g into two non-empty parts", b.n, frac);
     if (!rc)
         rc = clear_old_shards(dir, force);
     if (!rc)
