@@ -423,6 +423,10 @@ static int check_data(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const
                             "%d is longer than the model's block_size %d (its learned positions); shorten it "
                             "or raise model.block_size",
                             d->seq_len, t->model.block_size);
+    if (tokens && t->device != DT_DEVICE_CPU)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "device") ? dt_ymap_get(map, "device") : map, "device",
+                            "dataset tokens (gpt2) trains on device: cpu for now; the CUDA engine runs the MLP "
+                            "on fashion-mnist");
     if (tokens && d->path)
         return dt_spec_fail(ctx, data_node(map, "path"), "data.path",
                             "is the fashion-mnist directory; dataset tokens reads the train and val globs");
