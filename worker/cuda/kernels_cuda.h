@@ -68,6 +68,10 @@ void dt_cuda_set_autotune(struct dt_cuda_ctx *k, bool on);
  * one way (tests cover each). */
 enum dt_cuda_fusion { DT_CUDA_FUSE_AUTO, DT_CUDA_FUSE_EPILOGUE, DT_CUDA_FUSE_SEPARATE, DT_CUDA_FUSE_OWN };
 void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f);
+/* trainer.tf32: fp32 GEMMs on the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32,
+ * torch.backends.cuda.matmul.allow_tf32); off by default, as PyTorch.  Only
+ * GEMMs whose inputs are fp32 change; bf16 and fp16 ones are unaffected. */
+void dt_cuda_set_tf32(struct dt_cuda_ctx *k, bool on);
 /* How many GEMMs fell back from a fused cuBLASLt epilogue to an own kernel
  * (0 on a GPU whose cuBLASLt fuses everything asked of it). */
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k);
@@ -127,6 +131,13 @@ struct dt_cuda_adamw_args {
     double lr, beta1, beta2, eps, weight_decay; /* doubles, as torch's param group holds them */
     float grad_scale;                          /* clipping coefficient, 1 for none */
     bool lowp_f16;                             /* p_lowp is fp16 (else bf16) */
+    /* Elements that do not decay (biases, LayerNorm: nanoGPT's second param
+     * group, worker/optim/adamw.h): n_nodecay ranges [lo, hi) of element
+     * indices, ascending and disjoint, in device memory as uint64 pairs;
+     * NULL or 0: every element decays.  Indices are the arena's, counted
+     * from p, so a call over a sub-range passes ranges of that sub-range. */
+    const uint64_t *nodecay;
+    int n_nodecay;
 };
 int dt_cuda_adamw(struct dt_cuda_ctx *k, float *p, const float *g, float *m, float *v, void *p_lowp, size_t n,
                   const struct dt_cuda_adamw_args *a, int64_t *step, const float *found_inf,

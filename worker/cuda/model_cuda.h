@@ -42,13 +42,19 @@ struct dt_model_cuda_env {
     const float *p;         /* fp32 parameters, the host model's arena layout */
     const void *plow;       /* their copy in t (written by AdamW), NULL when t is fp32 */
     float *g;               /* the gradient arena, same layout */
-    const void *x;          /* the batch: images [rows, features] in t */
-    const int32_t *y;       /* labels [rows] */
+    /* The batch.  Images: x [rows, features] in t, y labels [rows].
+     * Tokens (seq_len > 0): x input ids, y target ids, both int32 [rows, seq_len]
+     * (a target outside the vocabulary adds nothing to the loss). */
+    const void *x;
+    const int32_t *y;
+    int seq_len; /* tokens per row of a token batch; 0 for images */
 };
 
 /* Where the loss of one forward goes; device pointers, overwritten. */
 struct dt_model_cuda_loss {
     bool backward;           /* keep dloss/dlogits for the backward that follows */
+    bool accumulate;         /* with backward: gradients a forward may already write (a head fused
+                              * with its loss) are added to env.g, as backward's accumulate says */
     float dscale;            /* dlogits = (softmax - onehot) * dscale (* *loss_scale) */
     const float *loss_scale; /* fp16's GradScaler scale, or NULL */
     float *loss_sum;         /* summed loss of the rows */
@@ -73,6 +79,11 @@ struct dt_model_cuda_ops {
      * to ready (may be NULL) as soon as its last write is queued; when it
      * returns, everything it queued on kw's stream is joined back into k's. */
     int (*backward)(void *state, int B, bool accumulate, dt_model_cuda_ready_fn ready, void *ctx);
+    /* Device bytes create() would allocate for `rows` rows in type t with
+     * trainer.recompute `recompute` (enum dt_recompute; the host model's own
+     * setting is m's): lets the engine say, before allocating, whether a
+     * batch fits and which settings would (NULL: not known). */
+    size_t (*act_bytes)(const struct dt_model *m, int rows, enum dt_cuda_dtype t, int recompute);
 };
 
 #endif
