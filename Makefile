@@ -3,7 +3,7 @@
 #   make              bin/dtrain and build/libdtrain.a (CUDA parts when nvcc is found)
 #   make demo         install what is missing, build, run the demo job here
 #   make test         install what is missing, build, run every test; ends "N passed, N failed"
-#   make test-gpu     the GPU tests (needs a GPU; CI only compiles them)
+#   make test-gpu     the GPU tests (needs a GPU; `make test` only compiles them, test-gpu-build)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
 #   make install      PREFIX=/usr/local: binary, library, public headers, man page, docs
@@ -94,7 +94,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
-.PHONY: FORCE all deps demo kjv-data test test-only test-gpu unit asan fuzz install clean format
+.PHONY: FORCE all deps demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -169,6 +169,10 @@ test-only: all $(UNIT_BIN) $(HELPER_BIN)
 # GPU tests (CUDA kernels against the CPU reference, NCCL collectives): a machine with a GPU.
 test-gpu: all
 	@BUILD=$(BUILD) CC=$(CC) CFLAGS='$(CFLAGS_ALL)' LIBS='$(LIBS)' tests/gpu/run.sh
+
+# The GPU tests compiled and linked, not run: what `make test` checks on a machine without a GPU.
+test-gpu-build: all
+	@BUILD=$(BUILD) CC=$(CC) CFLAGS='$(CFLAGS_ALL)' LIBS='$(LIBS)' tests/gpu/run.sh --build
 
 unit: $(UNIT_BIN)
 
