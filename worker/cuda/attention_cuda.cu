@@ -284,11 +284,14 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4][4], const bf16 *p, size_
 
 /* Rows [r0, r0+64) of a bf16 matrix (leading dimension ld, 64 columns from p)
  * into shared memory: row-major into s, transposed (s_t[col][row]) into s_t;
- * either may be NULL.  Rows past T are zero.  16 bytes per load. */
+ * either may be NULL.  Rows past T are zero.  16 bytes per load.  A warp
+ * takes 4 rows x 8 chunks (whole rows: coalesced), or with s_t 32 rows of one
+ * chunk, so that its transposed 2-byte stores s_t[col + x][r] fall in 16
+ * distinct banks (the other way, the 8 chunks of a row hit one bank). */
 __device__ __forceinline__ void stage(bf16 *s, bf16 *s_t, const bf16 *p, size_t ld, int r0, int T)
 {
     for (int c = threadIdx.x; c < kTile * kHd / 8; c += kFastThreads) {
-        int r = c / (kHd / 8), col = (c % (kHd / 8)) * 8;
+        int r = s_t ? c % kTile : c / (kHd / 8), col = s_t ? (c / kTile) * 8 : (c % (kHd / 8)) * 8;
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (r0 + r < T)
             v = *(const uint4 *)(p + (size_t)(r0 + r) * ld + col);
