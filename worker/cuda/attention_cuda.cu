@@ -33,7 +33,7 @@
  * Everything is enqueued on the context's stream, with no allocation and no
  * host synchronisation (capturable in a CUDA graph).
  *
- * Not for the projections around attention (transformer_cuda.cu's GEMMs) or
+ * Not for the projections around attention (the GEMMs of transformer_cuda.h) or
  * dropout (GPT-2 trains without it here).
  */
 #include <cuda_bf16.h>
