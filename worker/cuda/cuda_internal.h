@@ -73,6 +73,11 @@ struct dt_cuda_ctx {
  * algorithm for that epilogue here (the caller then falls back). */
 int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
 
+/* attention_cuda.cu: on != 0 forces the general attention path, as
+ * DTRAIN_CUDA_ATTN=simple does (the test compares both in one process);
+ * returns the previous setting. */
+int dt_cuda__attention_force_simple(int on);
+
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
 int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
                                 enum dt_cuda_act act);

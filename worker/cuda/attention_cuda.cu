@@ -1,0 +1,688 @@
+/* attention_cuda.cu - GPT-2's causal self-attention on the GPU, forward and
+ * backward (transformer_cuda.h, "causal self-attention"), flash-style: the
+ * T x T probabilities are never stored; backward recomputes them from the
+ * forward's log-sum-exp.
+ *
+ * Math, per (b, h), rows i (queries) and j (keys), scale c = 1/sqrt(hd):
+ *   s_ij = c q_i . k_j  (j <= i),  lse_i = log sum_j exp(s_ij),  P_ij = exp(s_ij - lse_i)
+ *   o_i  = sum_j P_ij v_j
+ *   D_i  = do_i . o_i                 (= sum_j P_ij dP_ij)
+ *   dP_ij = do_i . v_j,  dS_ij = P_ij (dP_ij - D_i)
+ *   dq_i = c sum_j dS_ij k_j,  dk_j = c sum_i dS_ij q_i,  dv_j = sum_i P_ij do_i
+ * The forward keeps a running max m and sum l per row (online softmax: a new
+ * block of scores with max m' rescales l and o by exp(m - m')).  Backward is
+ * three kernels, each output element written by one thread in a fixed order
+ * (no atomics, so the same inputs give the same bits): D into the scratch,
+ * then dk and dv per key (looping over queries >= it), then dq per query
+ * (looping over keys <= it).
+ *
+ * Two paths:
+ *   general  any t (fp32, bf16, fp16) and head size hd <= 128: one warp per
+ *            row, hd spread over the lanes (4 per lane at most), shuffle dots.
+ *   fast     bf16 with hd = 64 (GPT-2 124M): FlashAttention-2 on the tensor
+ *            cores (mma.sync m16n8k16 bf16 -> fp32).  Blocks of 4 warps own a
+ *            tile of 64 rows (16 per warp, their A fragments in registers)
+ *            and loop over 64-row tiles of the other side, staged in shared
+ *            memory with a pitch of 72 (bank-conflict-free fragment loads),
+ *            once row-major and, where the tile is the B operand along its
+ *            rows, once transposed.  Rows past T load as zero and are masked.
+ * DTRAIN_CUDA_ATTN=simple (read once per process) forces the general path:
+ * the way round a fast-path bug on a GPU machine.  The fast path also needs
+ * 16-byte aligned buffers; otherwise the general path runs.
+ *
+ * Everything is enqueued on the context's stream, with no allocation and no
+ * host synchronisation (capturable in a CUDA graph).
+ *
+ * Not for the projections around attention (the GEMMs of transformer_cuda.h) or
+ * dropout (GPT-2 trains without it here).
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/error.h" /* a C header without C++ guards */
+}
+#include "worker/cuda/device_common.cuh"
+#include "worker/cuda/transformer_cuda.h"
+
+namespace
+{
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- general path: one warp per row, lane l holds dims l, l+32, l+64, l+96 ---- */
+
+constexpr int kSimpleWarps = 8; /* warps (rows) per block */
+constexpr int kPerLane = 4;     /* hd <= 128 */
+
+/* The row of (b, h, i) is bh T + i with bh = b H + h, which is also lse's and
+ * D's index ([B,H,T]). */
+struct Rows {
+    int T, C, H, hd;
+    __device__ size_t qkv_at(int bh, int i) const /* q of head h at position i */
+    {
+        return ((size_t)(bh / H) * T + i) * 3 * (size_t)C + (size_t)(bh % H) * hd;
+    }
+    __device__ size_t out_at(int bh, int i) const
+    {
+        return ((size_t)(bh / H) * T + i) * (size_t)C + (size_t)(bh % H) * hd;
+    }
+};
+
+template <typename T_>
+__device__ __forceinline__ void load_row(float (&x)[kPerLane], const T_ *p, int hd, int lane)
+{
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        int d = lane + 32 * e;
+        x[e] = d < hd ? load(p, d) : 0.0f;
+    }
+}
+
+template <typename T_>
+__device__ __forceinline__ void store_row(T_ *p, const float (&x)[kPerLane], float mul, int hd, int lane)
+{
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        int d = lane + 32 * e;
+        if (d < hd)
+            store(p, d, x[e] * mul);
+    }
+}
+
+__device__ __forceinline__ float dot(const float (&a)[kPerLane], const float (&b)[kPerLane])
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++)
+        s += a[e] * b[e];
+    return warp_sum(s);
+}
+
+template <typename T_>
+__global__ void __launch_bounds__(32 * kSimpleWarps)
+    fwd_simple(T_ *out, float *lse, const T_ *qkv, Rows R, size_t nrows, float scale)
+{
+    size_t row = (size_t)blockIdx.x * kSimpleWarps + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= nrows)
+        return; /* the whole warp: no block-wide barrier below */
+    int bh = (int)(row / R.T), i = (int)(row % R.T), C = R.C;
+    const T_ *base = qkv + R.qkv_at(bh, 0);
+    size_t ld = 3 * (size_t)C;
+    float q[kPerLane], kv[kPerLane], acc[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
+    load_row(q, base + (size_t)i * ld, R.hd, lane);
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        load_row(kv, base + (size_t)j * ld + C, R.hd, lane);
+        float s = dot(q, kv) * scale;
+        float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn); /* exp(-inf) = 0 at j = 0 */
+        load_row(kv, base + (size_t)j * ld + 2 * C, R.hd, lane);
+#pragma unroll
+        for (int e = 0; e < kPerLane; e++)
+            acc[e] = acc[e] * corr + p * kv[e];
+        l = l * corr + p;
+        m = mn;
+    }
+    store_row(out + R.out_at(bh, i), acc, 1.0f / l, R.hd, lane);
+    if (lse && lane == 0)
+        lse[row] = m + logf(l);
+}
+
+/* D[row] = do . o (any path; o as the forward stored it). */
+template <typename T_>
+__global__ void __launch_bounds__(32 * kSimpleWarps)
+    bwd_dsum(float *D, const T_ *dout, const T_ *out, Rows R, size_t nrows)
+{
+    size_t row = (size_t)blockIdx.x * kSimpleWarps + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= nrows)
+        return;
+    size_t at = R.out_at((int)(row / R.T), (int)(row % R.T));
+    float a[kPerLane], b[kPerLane];
+    load_row(a, dout + at, R.hd, lane);
+    load_row(b, out + at, R.hd, lane);
+    float s = dot(a, b);
+    if (lane == 0)
+        D[row] = s;
+}
+
+/* dq_i = c sum_{j <= i} dS_ij k_j: one warp per query row. */
+template <typename T_>
+__global__ void __launch_bounds__(32 * kSimpleWarps)
+    bwd_dq_simple(T_ *dqkv, const T_ *qkv, const T_ *dout, const float *lse, const float *D, Rows R,
+                  size_t nrows, float scale)
+{
+    size_t row = (size_t)blockIdx.x * kSimpleWarps + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= nrows)
+        return;
+    int bh = (int)(row / R.T), i = (int)(row % R.T), C = R.C;
+    const T_ *base = qkv + R.qkv_at(bh, 0);
+    size_t ld = 3 * (size_t)C;
+    float q[kPerLane], d_o[kPerLane], kv[kPerLane], dq[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
+    load_row(q, base + (size_t)i * ld, R.hd, lane);
+    load_row(d_o, dout + R.out_at(bh, i), R.hd, lane);
+    float lse_i = lse[row], D_i = D[row];
+    for (int j = 0; j <= i; j++) {
+        load_row(kv, base + (size_t)j * ld + 2 * C, R.hd, lane);
+        float dp = dot(d_o, kv);
+        load_row(kv, base + (size_t)j * ld + C, R.hd, lane);
+        float p = expf(dot(q, kv) * scale - lse_i), ds = p * (dp - D_i);
+#pragma unroll
+        for (int e = 0; e < kPerLane; e++)
+            dq[e] += ds * kv[e];
+    }
+    store_row(dqkv + R.qkv_at(bh, i), dq, scale, R.hd, lane);
+}
+
+/* dk_j = c sum_{i >= j} dS_ij q_i and dv_j = sum_{i >= j} P_ij do_i: one warp per key row. */
+template <typename T_>
+__global__ void __launch_bounds__(32 * kSimpleWarps)
+    bwd_dkdv_simple(T_ *dqkv, const T_ *qkv, const T_ *dout, const float *lse, const float *D, Rows R,
+                    size_t nrows, float scale)
+{
+    size_t row = (size_t)blockIdx.x * kSimpleWarps + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= nrows)
+        return;
+    int bh = (int)(row / R.T), j = (int)(row % R.T), C = R.C;
+    const T_ *base = qkv + R.qkv_at(bh, 0);
+    const float *lse_bh = lse + (size_t)bh * R.T, *D_bh = D + (size_t)bh * R.T;
+    size_t ld = 3 * (size_t)C;
+    float kr[kPerLane], vr[kPerLane], x[kPerLane];
+    float dk[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f}, dv[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
+    load_row(kr, base + (size_t)j * ld + C, R.hd, lane);
+    load_row(vr, base + (size_t)j * ld + 2 * C, R.hd, lane);
+    for (int i = j; i < R.T; i++) {
+        load_row(x, base + (size_t)i * ld, R.hd, lane); /* q_i */
+        float p = expf(dot(x, kr) * scale - lse_bh[i]);
+        float ds_q[kPerLane];
+#pragma unroll
+        for (int e = 0; e < kPerLane; e++)
+            ds_q[e] = x[e];
+        load_row(x, dout + R.out_at(bh, i), R.hd, lane); /* do_i */
+        float ds = p * (dot(x, vr) - D_bh[i]);
+#pragma unroll
+        for (int e = 0; e < kPerLane; e++) {
+            dv[e] += p * x[e];
+            dk[e] += ds * ds_q[e];
+        }
+    }
+    T_ *dst = dqkv + R.qkv_at(bh, j);
+    store_row(dst + C, dk, scale, R.hd, lane);
+    store_row(dst + 2 * C, dv, 1.0f, R.hd, lane);
+}
+
+/* ---- fast path: bf16, hd 64, tensor cores ---- */
+
+typedef __nv_bfloat16 bf16;
+constexpr int kTile = 64; /* rows of a tile, both sides */
+constexpr int kHd = 64;
+constexpr int kPitch = 72; /* shared row pitch in bf16: 36 words, so rows g = 0..7 start 4 banks apart */
+constexpr int kFastThreads = 128; /* 4 warps x 16 rows */
+
+/* D += A B, m16n8k16, A row-major 16x16 and B column-major 16x8 in bf16,
+ * D fp32.  With g = lane / 4 and t = lane % 4 (PTX ISA, mma.m16n8k16):
+ *   a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)   [row, k]
+ *   b0 (2t..2t+1, g)  b1 (2t+8.., g)                                      [k, col]
+ *   d0,d1 (g, 2t..2t+1)  d2,d3 (g+8, 2t..2t+1)                            [row, col]
+ * Each register holds two bf16, the lower k (or col) in the low half. */
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (lo) at the lower address: the low half */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+/* Two bf16 at [r][c] (c even) of a shared tile. */
+__device__ __forceinline__ uint32_t lds(const bf16 *s, int r, int c)
+{
+    return *(const uint32_t *)(s + r * kPitch + c);
+}
+
+/* Two bf16 at row r, column c of a global matrix with leading dimension ld; 0 past T. */
+__device__ __forceinline__ uint32_t ldg(const bf16 *p, size_t ld, int r, int c, int T)
+{
+    return r < T ? *(const uint32_t *)(p + (size_t)r * ld + c) : 0u;
+}
+
+/* A fragments of a warp's 16 rows r0.. (all 64 columns: 4 k-steps of 16). */
+__device__ __forceinline__ void load_a(uint32_t (&a)[4][4], const bf16 *p, size_t ld, int r0, int T)
+{
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        int c = kk * 16 + 2 * t;
+        a[kk][0] = ldg(p, ld, r0 + g, c, T);
+        a[kk][1] = ldg(p, ld, r0 + g + 8, c, T);
+        a[kk][2] = ldg(p, ld, r0 + g, c + 8, T);
+        a[kk][3] = ldg(p, ld, r0 + g + 8, c + 8, T);
+    }
+}
+
+/* Rows [r0, r0+64) of a bf16 matrix (leading dimension ld, 64 columns from p)
+ * into shared memory: row-major into s, transposed (s_t[col][row]) into s_t;
+ * either may be NULL.  Rows past T are zero.  16 bytes per load.  A warp
+ * takes 4 rows x 8 chunks (whole rows: coalesced), or with s_t 32 rows of one
+ * chunk, so that its transposed 2-byte stores s_t[col + x][r] fall in 16
+ * distinct banks (the other way, the 8 chunks of a row hit one bank). */
+__device__ __forceinline__ void stage(bf16 *s, bf16 *s_t, const bf16 *p, size_t ld, int r0, int T)
+{
+    for (int c = threadIdx.x; c < kTile * kHd / 8; c += kFastThreads) {
+        int r = s_t ? c % kTile : c / (kHd / 8), col = s_t ? (c / kTile) * 8 : (c % (kHd / 8)) * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r0 + r < T)
+            v = *(const uint4 *)(p + (size_t)(r0 + r) * ld + col);
+        if (s)
+            *(uint4 *)(s + r * kPitch + col) = v;
+        if (s_t) {
+            bf16 e[8];
+            memcpy(e, &v, 16);
+#pragma unroll
+            for (int x = 0; x < 8; x++)
+                s_t[(col + x) * kPitch + r] = e[x];
+        }
+    }
+}
+
+/* acc[n] (16 x 8 blocks n = 0..7 of a 16 x 64 result) += A (16 x 64, in
+ * registers) times the shared tile's rows as columns: acc[n][.] at col 8n + c
+ * is sum_k A[row][k] s[8n + c][k]. */
+__device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16 *s)
+{
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            mma(acc[n], a[kk], lds(s, 8 * n + g, kk * 16 + 2 * t), lds(s, 8 * n + g, kk * 16 + 2 * t + 8));
+}
+
+/* acc (16 x 64) += X (16 x 64 in C-fragment layout, rounded to bf16 as the A
+ * operand: blocks 2kc and 2kc+1 make k-step kc) times the tile whose
+ * transpose s_t holds (s_t[col][k]). */
+__device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s_t)
+{
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        const uint32_t a[4] = {pack(x[2 * kc][0], x[2 * kc][1]), pack(x[2 * kc][2], x[2 * kc][3]),
+                               pack(x[2 * kc + 1][0], x[2 * kc + 1][1]),
+                               pack(x[2 * kc + 1][2], x[2 * kc + 1][3])};
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            mma(acc[n], a, lds(s_t, 8 * n + g, kc * 16 + 2 * t), lds(s_t, 8 * n + g, kc * 16 + 2 * t + 8));
+    }
+}
+
+__device__ __forceinline__ void zero(float (&x)[8][4])
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+}
+
+/* Stores a warp's 16 x 64 C-fragment block times mul at rows r0.. (< T) of p. */
+__device__ __forceinline__ void store_c(bf16 *p, size_t ld, int r0, int T, const float (&x)[8][4],
+                                        float mul_lo, float mul_hi)
+{
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        int c = 8 * n + 2 * t;
+        if (r0 + g < T)
+            *(uint32_t *)(p + (size_t)(r0 + g) * ld + c) = pack(x[n][0] * mul_lo, x[n][1] * mul_lo);
+        if (r0 + g + 8 < T)
+            *(uint32_t *)(p + (size_t)(r0 + g + 8) * ld + c) = pack(x[n][2] * mul_hi, x[n][3] * mul_hi);
+    }
+}
+
+/* Block (bh, tile from the last: the longest first); sl2 = scale log2(e), so
+ * scores live in the log2 domain and exp2f serves. */
+__global__ void __launch_bounds__(kFastThreads)
+    fwd_fast(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int H, float sl2)
+{
+    __shared__ __align__(16) bf16 ks[kTile * kPitch];
+    __shared__ __align__(16) bf16 vt[kHd * kPitch];
+    const int nt = (T + kTile - 1) / kTile, qt = nt - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
+    const int b = bh / H, h = bh % H, warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4,
+              t = threadIdx.x % 4;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
+    const int r0 = qt * kTile + warp * 16, row_lo = r0 + g, row_hi = r0 + g + 8;
+    uint32_t qa[4][4];
+    load_a(qa, base, ld, r0, T);
+    float o[8][4], s[8][4];
+    zero(o);
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f; /* l: this thread's columns only */
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * kTile;
+        __syncthreads(); /* the last tile's readers are done */
+        stage(ks, nullptr, base + C, ld, k0, T);
+        stage(nullptr, vt, base + 2 * C, ld, k0, T);
+        __syncthreads();
+        zero(s);
+        mma_rows(s, qa, ks);
+        /* Only the diagonal tile holds keys after a query (and all keys >= T). */
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + 8 * n + 2 * t + (e & 1), row = e < 2 ? row_lo : row_hi;
+                s[n][e] = kt == qt && key > row ? -INFINITY : s[n][e] * sl2;
+                if (e < 2)
+                    mx_lo = fmaxf(mx_lo, s[n][e]);
+                else
+                    mx_hi = fmaxf(mx_hi, s[n][e]);
+            }
+        /* The 4 threads of a quad share rows g and g+8.  mx is finite: key 0
+         * (tile 0) or the running max is always there. */
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        const float a_lo = exp2f(m_lo - mx_lo), a_hi = exp2f(m_hi - mx_hi);
+        m_lo = mx_lo, m_hi = mx_hi;
+        l_lo *= a_lo, l_hi *= a_hi;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = exp2f(s[n][0] - m_lo), s[n][1] = exp2f(s[n][1] - m_lo);
+            s[n][2] = exp2f(s[n][2] - m_hi), s[n][3] = exp2f(s[n][3] - m_hi);
+            l_lo += s[n][0] + s[n][1], l_hi += s[n][2] + s[n][3];
+            o[n][0] *= a_lo, o[n][1] *= a_lo, o[n][2] *= a_hi, o[n][3] *= a_hi;
+        }
+        mma_cfrag(o, s, vt);
+    }
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    store_c(out + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, r0, T, o, 1.0f / l_lo, 1.0f / l_hi);
+    if (lse && t == 0) {
+        if (row_lo < T)
+            lse[(size_t)bh * T + row_lo] = m_lo * kLn2 + logf(l_lo);
+        if (row_hi < T)
+            lse[(size_t)bh * T + row_hi] = m_hi * kLn2 + logf(l_hi);
+    }
+}
+
+/* P (exp of the recomputed scores, 0 where masked) into s and dS = P (dP - D)
+ * into dp, for a 16 x 64 block in C-fragment layout.  Rows and columns are
+ * queries and keys or, transposed (keys_are_rows), keys and queries; lse2
+ * (lse log2 e) and D per query, given by the caller's accessor. */
+template <bool keys_are_rows, typename LseD>
+__device__ __forceinline__ void probs(float (&s)[8][4], float (&dp)[8][4], int row0, int col0, bool mask,
+                                      int T, float sl2, LseD lse_d)
+{
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + g + (e < 2 ? 0 : 8), col = col0 + 8 * n + 2 * t + (e & 1);
+            int q = keys_are_rows ? col : row, key = keys_are_rows ? row : col;
+            float l2, d;
+            lse_d(keys_are_rows ? 8 * n + 2 * t + (e & 1) : g + (e < 2 ? 0 : 8), l2, d);
+            float p = exp2f(s[n][e] * sl2 - l2);
+            if (mask && (key > q || q >= T))
+                p = 0.0f;
+            s[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - d);
+        }
+}
+
+/* dk, dv of a 64-key tile (block (bh, tile)), looping over query tiles from
+ * the diagonal on; the warp works on S^T = K Q^T (its 16 keys as rows). */
+__global__ void __launch_bounds__(kFastThreads)
+    bwd_dkdv_fast(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D, int T,
+                  int C, int H, float scale, float sl2)
+{
+    __shared__ __align__(16) bf16 qs[kTile * kPitch], qt_s[kHd * kPitch];
+    __shared__ __align__(16) bf16 dos[kTile * kPitch], dot_s[kHd * kPitch];
+    __shared__ float lse2_s[kTile], d_s[kTile];
+    const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y,
+              bh = (int)blockIdx.x; /* kt 0 has the most */
+    const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
+    const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
+    const float *lse_bh = lse + (size_t)bh * T, *D_bh = D + (size_t)bh * T;
+    const int r0 = kt * kTile + warp * 16;
+    uint32_t ka[4][4], va[4][4];
+    load_a(ka, base + C, ld, r0, T);
+    load_a(va, base + 2 * C, ld, r0, T);
+    float dk[8][4], dv[8][4], s[8][4], dp[8][4];
+    zero(dk);
+    zero(dv);
+    for (int qt = kt; qt < nt; qt++) {
+        const int q0 = qt * kTile;
+        __syncthreads();
+        stage(qs, qt_s, base, ld, q0, T);
+        stage(dos, dot_s, dbase, (size_t)C, q0, T);
+        if (threadIdx.x < kTile) {
+            int q = q0 + (int)threadIdx.x;
+            lse2_s[threadIdx.x] = q < T ? lse_bh[q] * kLog2e : 0.0f;
+            d_s[threadIdx.x] = q < T ? D_bh[q] : 0.0f;
+        }
+        __syncthreads();
+        zero(s);
+        zero(dp);
+        mma_rows(s, ka, qs);   /* S^T[key][q] */
+        mma_rows(dp, va, dos); /* dP^T[key][q] = v_key . do_q */
+        probs<true>(s, dp, r0, q0, qt == kt || qt == nt - 1, T, sl2, [&](int qc, float &l2, float &d) {
+            l2 = lse2_s[qc];
+            d = d_s[qc];
+        });
+        mma_cfrag(dv, s, dot_s); /* dV += P^T dO */
+        mma_cfrag(dk, dp, qt_s); /* dK += dS^T Q */
+    }
+    bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * kHd;
+    store_c(dst + C, ld, r0, T, dk, scale, scale);
+    store_c(dst + 2 * C, ld, r0, T, dv, 1.0f, 1.0f);
+}
+
+/* dq of a 64-query tile (block (bh, tile from the last)), looping over key
+ * tiles up to the diagonal. */
+__global__ void __launch_bounds__(kFastThreads)
+    bwd_dq_fast(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D, int T, int C,
+                int H, float scale, float sl2)
+{
+    __shared__ __align__(16) bf16 ks[kTile * kPitch], kt_s[kHd * kPitch], vs[kTile * kPitch];
+    const int nt = (T + kTile - 1) / kTile, qt = nt - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
+    const int b = bh / H, h = bh % H, warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
+    const int r0 = qt * kTile + warp * 16, row_lo = r0 + g, row_hi = r0 + g + 8;
+    uint32_t qa[4][4], doa[4][4];
+    load_a(qa, base, ld, r0, T);
+    load_a(doa, dout + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, r0, T);
+    const float *lse_bh = lse + (size_t)bh * T, *D_bh = D + (size_t)bh * T;
+    const float l2_lo = row_lo < T ? lse_bh[row_lo] * kLog2e : 0.0f,
+                l2_hi = row_hi < T ? lse_bh[row_hi] * kLog2e : 0.0f;
+    const float d_lo = row_lo < T ? D_bh[row_lo] : 0.0f, d_hi = row_hi < T ? D_bh[row_hi] : 0.0f;
+    float dq[8][4], s[8][4], dp[8][4];
+    zero(dq);
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * kTile;
+        __syncthreads();
+        stage(ks, kt_s, base + C, ld, k0, T);
+        stage(vs, nullptr, base + 2 * C, ld, k0, T);
+        __syncthreads();
+        zero(s);
+        zero(dp);
+        mma_rows(s, qa, ks);   /* S[q][key] */
+        mma_rows(dp, doa, vs); /* dP[q][key] */
+        probs<false>(s, dp, r0, k0, kt == qt, T, sl2, [&](int rr, float &l2, float &d) {
+            l2 = rr < 8 ? l2_lo : l2_hi;
+            d = rr < 8 ? d_lo : d_hi;
+        });
+        mma_cfrag(dq, dp, kt_s); /* dQ += dS K */
+    }
+    store_c(dqkv + (size_t)b * T * ld + (size_t)h * kHd, ld, r0, T, dq, scale, scale);
+}
+
+/* ---- dispatch ---- */
+
+bool force_simple_flag;
+
+bool simple_only()
+{
+    static int env = -1; /* DTRAIN_CUDA_ATTN, read once */
+    if (env < 0) {
+        const char *e = getenv("DTRAIN_CUDA_ATTN");
+        env = e && strcmp(e, "simple") == 0;
+    }
+    return env || force_simple_flag;
+}
+
+int check_shape(const char *what, enum dt_cuda_dtype t, int B, int T, int C, int H)
+{
+    if (B < 1 || T < 1 || C < 1 || H < 1 || C % H != 0 || C / H > 128)
+        return dt_error_set(
+            DT_EINVAL,
+            "%s: B=%d T=%d C=%d H=%d is not a shape this kernel runs (it needs positive sizes, "
+            "C a multiple of H and a head size C/H of at most 128)",
+            what, B, T, C, H);
+    if (t != DT_CUDA_F32 && t != DT_CUDA_BF16 && t != DT_CUDA_F16)
+        return dt_error_set(DT_EINVAL, "%s: unknown element type %d", what, (int)t);
+    return 0;
+}
+
+bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* The tensor-core path: bf16, hd 64, 16-byte rows (C a multiple of 8 and
+ * aligned buffers), and a grid that fits. */
+bool fast(enum dt_cuda_dtype t, int B, int C, int H, const void *a, const void *b, const void *c = nullptr,
+          const void *d = nullptr)
+{
+    return !simple_only() && t == DT_CUDA_BF16 && C / H == kHd && C % 8 == 0 && (size_t)B * H < (1u << 31) &&
+           aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
+}
+
+unsigned simple_blocks(size_t rows)
+{
+    return (unsigned)((rows + kSimpleWarps - 1) / kSimpleWarps);
+}
+
+template <typename T_>
+void launch_fwd_simple(cudaStream_t st, void *out, float *lse, const void *qkv, Rows R, size_t rows,
+                       float scale)
+{
+    fwd_simple<T_>
+        <<<simple_blocks(rows), 32 * kSimpleWarps, 0, st>>>((T_ *)out, lse, (const T_ *)qkv, R, rows, scale);
+}
+
+template <typename T_>
+void launch_bwd_simple(cudaStream_t st, bool dsum_only, void *dqkv, const void *dout, const void *qkv,
+                       const void *out, const float *lse, float *D, Rows R, size_t rows, float scale)
+{
+    unsigned nb = simple_blocks(rows), nth = 32 * kSimpleWarps;
+    bwd_dsum<T_><<<nb, nth, 0, st>>>(D, (const T_ *)dout, (const T_ *)out, R, rows);
+    if (dsum_only)
+        return;
+    bwd_dkdv_simple<T_>
+        <<<nb, nth, 0, st>>>((T_ *)dqkv, (const T_ *)qkv, (const T_ *)dout, lse, D, R, rows, scale);
+    bwd_dq_simple<T_>
+        <<<nb, nth, 0, st>>>((T_ *)dqkv, (const T_ *)qkv, (const T_ *)dout, lse, D, R, rows, scale);
+}
+
+} // namespace
+
+/* The test's way to compare both paths in one process (tests/gpu/test_cuda_attention.c):
+ * on != 0 forces the general path as DTRAIN_CUDA_ATTN=simple does.  Returns the previous setting. */
+extern "C" int dt_cuda__attention_force_simple(int on)
+{
+    int was = force_simple_flag;
+    force_simple_flag = on != 0;
+    return was;
+}
+
+extern "C" size_t dt_cuda_attention_scratch_bytes(int B, int T, int H)
+{
+    size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(T > 0 ? T : 0) * (size_t)(H > 0 ? H : 0);
+    return (n ? n : 1) * sizeof(float); /* D[B,H,T] */
+}
+
+extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *lse,
+                                         const void *qkv, int B, int T, int C, int H)
+{
+    int rc = check_shape("attention forward", t, B, T, C, H);
+    if (rc < 0)
+        return rc;
+    cudaStream_t st = dt_cuda_stream(k);
+    const int hd = C / H;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (fast(t, B, C, H, out, qkv)) {
+        dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
+        fwd_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)out, lse, (const bf16 *)qkv, T, C, H, scale * kLog2e);
+        return launched("attention forward kernel launch (tensor cores)");
+    }
+    Rows R = {T, C, H, hd};
+    size_t rows = (size_t)B * H * T;
+    if (t == DT_CUDA_BF16)
+        launch_fwd_simple<__nv_bfloat16>(st, out, lse, qkv, R, rows, scale);
+    else if (t == DT_CUDA_F16)
+        launch_fwd_simple<__half>(st, out, lse, qkv, R, rows, scale);
+    else
+        launch_fwd_simple<float>(st, out, lse, qkv, R, rows, scale);
+    return launched("attention forward kernel launch");
+}
+
+extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dqkv,
+                                          const void *dout, const void *qkv, const void *out,
+                                          const float *lse, int B, int T, int C, int H, void *scratch)
+{
+    int rc = check_shape("attention backward", t, B, T, C, H);
+    if (rc < 0)
+        return rc;
+    if (!scratch || !lse)
+        return dt_error_set(DT_EINVAL, "attention backward: the %s is missing (the caller owns it)",
+                            !lse ? "forward's log-sum-exp (lse)" : "scratch buffer");
+    cudaStream_t st = dt_cuda_stream(k);
+    const int hd = C / H;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *D = (float *)scratch;
+    Rows R = {T, C, H, hd};
+    size_t rows = (size_t)B * H * T;
+    bool use_fast = fast(t, B, C, H, dqkv, dout, qkv, out);
+    if (t == DT_CUDA_BF16)
+        launch_bwd_simple<__nv_bfloat16>(st, use_fast, dqkv, dout, qkv, out, lse, D, R, rows, scale);
+    else if (t == DT_CUDA_F16)
+        launch_bwd_simple<__half>(st, false, dqkv, dout, qkv, out, lse, D, R, rows, scale);
+    else
+        launch_bwd_simple<float>(st, false, dqkv, dout, qkv, out, lse, D, R, rows, scale);
+    if (!use_fast)
+        return launched("attention backward kernel launch");
+    dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
+    const bf16 *q = (const bf16 *)qkv, *d_o = (const bf16 *)dout;
+    bwd_dkdv_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
+                                                 scale * kLog2e);
+    bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
+    return launched("attention backward kernel launch (tensor cores)");
+}
