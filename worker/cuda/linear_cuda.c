@@ -1,6 +1,8 @@
-/* linear_cuda.c - a Linear layer's forward and backward on the GPU: row-major
- * math mapped onto cuBLASLt's column-major GEMMs, with bias and activation in
- * the epilogue, and an own kernel whenever cuBLASLt cannot fuse.
+/* linear_cuda.c - a Linear layer's forward and backward on the GPU (the MLP's
+ * dt_cuda_linear_*, and GPT-2's dt_cuda_mm_* in both weight layouts with the
+ * residual add fused): row-major math mapped onto cuBLASLt's column-major
+ * GEMMs, with bias and activation in the epilogue, and an own kernel whenever
+ * cuBLASLt cannot fuse.
  *
  * Row-major X[B,in] is column-major X^T with leading dimension in, so:
  *   forward     Z^T[out,B]  = W[out,in] (A = W^T col-major, op T) * X^T[in,B]
@@ -18,6 +20,7 @@
  */
 #include "base/error.h"
 #include "worker/cuda/cuda_internal.h"
+#include "worker/cuda/transformer_cuda.h"
 
 static cudaDataType_t cuda_type(enum dt_cuda_dtype t)
 {
@@ -251,4 +254,126 @@ int dt_cuda_linear_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void 
     struct bwd a = {.op = OP_XGRAD, .t = t, .B = B, .in = in, .out = out, .act = act_prev, .dzp = dzp, .dz = dz,
                     .w = w, .aux = aux_prev, .x = x};
     return run_best(k, &a);
+}
+
+/* ---- GPT-2's layouts (transformer_cuda.h) ----
+ *
+ * Row-major X[N,ic] is column-major X^T [ic,N] (ld ic).  A Conv1D weight
+ * (IN_OUT) W[ic,oc] row-major is column-major W^T [oc,ic] (ld oc); a Linear
+ * weight (OUT_IN) W[oc,ic] is column-major W^T [ic,oc] (ld ic).  So:
+ *   forward    Y^T[oc,N]  = op(w) X^T      IN_OUT: op N, lda oc    OUT_IN: op T, lda ic
+ *   input grad dX^T[ic,N] = op(w) dY^T     IN_OUT: op T, lda oc    OUT_IN: op N, lda ic
+ *   weight grad IN_OUT: dW^T[oc,ic] = dY^T[oc,N] X[N,ic] (A = dy, B = x^T): the bias
+ *                       gradient sums A over k (BGRADA, length m = oc)
+ *               OUT_IN: dW^T[ic,oc] = X^T[ic,N] dY[N,oc] (A = x, B = dy^T): BGRADB (length n = oc)
+ * The forward epilogue's bias runs over D's rows (oc); GELU's aux is [N,oc]
+ * row-major = column-major [oc,N], ld oc, like D. */
+
+static bool fused_ok(const struct dt_cuda_ctx *k)
+{
+    return k->fusion == DT_CUDA_FUSE_AUTO || k->fusion == DT_CUDA_FUSE_EPILOGUE;
+}
+
+static int check_shape(const char *fn, int N, int ic, int oc)
+{
+    if (N > 0 && ic > 0 && oc > 0)
+        return 0;
+    return dt_error_set(DT_EINVAL, "%s: shape %dx%d->%d must be positive", fn, N, ic, oc);
+}
+
+int dt_cuda_mm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, void *pre_act, const void *inp,
+                       const void *w, enum dt_cuda_wlayout wl, const void *bias, const float *res_in, int N,
+                       int ic, int oc, enum dt_cuda_act act)
+{
+    int rc = check_shape("dt_cuda_mm_forward", N, ic, oc);
+    if (rc < 0)
+        return rc;
+    bool gelu = act == DT_CUDA_ACT_GELU_TANH;
+    if ((act != DT_CUDA_ACT_NONE && !gelu) || (gelu && (res_in || !pre_act)) || (res_in && (void *)res_in == out))
+        return dt_error_set(DT_EINVAL, "dt_cuda_mm_forward: activation %d needs pre_act and no residual, and out "
+                                       "may not be res_in",
+                            (int)act);
+    bool io = wl == DT_CUDA_W_IN_OUT;
+    struct dt_gemm g = {.ta = io ? CUBLAS_OP_N : CUBLAS_OP_T, .tb = CUBLAS_OP_N, .m = oc, .n = N, .k = ic,
+                        .lda = io ? oc : ic, .ldb = ic, .ldd = oc, .ab_type = cuda_type(t), .d_type = cuda_type(t),
+                        .epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .a = w, .b = inp,
+                        .d = out, .beta = 0.0f, .bias = bias};
+    if (res_in) { /* D (fp32) = A B + bias + C, C = the residual stream */
+        g.d_type = CUDA_R_32F;
+        g.c = res_in;
+        g.beta = 1.0f;
+        return dt_cuda__gemm_run(k, &g);
+    }
+    if (!gelu)
+        return dt_cuda__gemm_run(k, &g);
+    if (fused_ok(k)) {
+        struct dt_gemm f = g;
+        f.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        f.aux = pre_act;
+        f.aux_ld = oc;
+        if ((rc = dt_cuda__gemm_run(k, &f)) != DT_EUNSUPPORTED)
+            return rc;
+        dt_error_clear();
+        k->fallbacks++;
+    }
+    g.d = pre_act; /* GEMM (+ bias) into pre_act, then out = gelu(pre_act) by our kernel */
+    if ((rc = dt_cuda__gemm_run(k, &g)) < 0)
+        return rc;
+    return dt_cuda__launch_act_forward(k->stream, t, out, pre_act, (size_t)N * oc, act);
+}
+
+int dt_cuda_mm_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dinp, const void *dout,
+                          const void *w, enum dt_cuda_wlayout wl, const void *pre_act, int N, int ic, int oc)
+{
+    int rc = check_shape("dt_cuda_mm_backward_x", N, ic, oc);
+    if (rc < 0)
+        return rc;
+    bool io = wl == DT_CUDA_W_IN_OUT;
+    struct dt_gemm g = {.ta = io ? CUBLAS_OP_T : CUBLAS_OP_N, .tb = CUBLAS_OP_N, .m = ic, .n = N, .k = oc,
+                        .lda = io ? oc : ic, .ldb = oc, .ldd = ic, .ab_type = cuda_type(t), .d_type = cuda_type(t),
+                        .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = w, .b = dout, .d = dinp, .beta = 0.0f};
+    if (!pre_act)
+        return dt_cuda__gemm_run(k, &g);
+    /* As run_xgrad: rows that are not 16-byte multiples send cuBLASLt to SIMT
+     * kernels, whose act' epilogues were seen wrong; then our kernel. */
+    size_t es = dt_cuda_dtype_size(t);
+    if (fused_ok(k) && (size_t)oc * es % 16 == 0 && (size_t)ic * es % 16 == 0) {
+        struct dt_gemm f = g;
+        f.epi = CUBLASLT_EPILOGUE_DGELU;
+        f.aux = (void *)pre_act;
+        f.aux_ld = ic;
+        if ((rc = dt_cuda__gemm_run(k, &f)) != DT_EUNSUPPORTED)
+            return rc;
+        dt_error_clear();
+        k->fallbacks++;
+    }
+    if ((rc = dt_cuda__gemm_run(k, &g)) < 0)
+        return rc;
+    return dt_cuda__launch_act_backward(k->stream, t, dinp, pre_act, (size_t)N * ic, DT_CUDA_ACT_GELU_TANH);
+}
+
+int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, float *db, const void *dout,
+                          const void *inp, enum dt_cuda_wlayout wl, int N, int ic, int oc, bool accumulate)
+{
+    int rc = check_shape("dt_cuda_mm_backward_w", N, ic, oc);
+    if (rc < 0)
+        return rc;
+    bool io = wl == DT_CUDA_W_IN_OUT;
+    struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = io ? oc : ic, .n = io ? ic : oc, .k = N,
+                        .lda = io ? oc : ic, .ldb = io ? ic : oc, .ldd = io ? oc : ic, .ab_type = cuda_type(t),
+                        .d_type = CUDA_R_32F, .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = io ? dout : inp,
+                        .b = io ? inp : dout, .d = dw, .beta = accumulate ? 1.0f : 0.0f};
+    /* The BGRAD epilogues overwrite the bias gradient: accumulation sums it by hand. */
+    if (db && !accumulate && fused_ok(k)) {
+        struct dt_gemm f = g;
+        f.epi = io ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+        f.bias = db;
+        if ((rc = dt_cuda__gemm_run(k, &f)) != DT_EUNSUPPORTED)
+            return rc;
+        dt_error_clear();
+        k->fallbacks++;
+    }
+    if ((rc = dt_cuda__gemm_run(k, &g)) < 0 || !db)
+        return rc;
+    return dt_cuda__launch_bias_grad(k->stream, t, db, dout, N, oc, accumulate);
 }
