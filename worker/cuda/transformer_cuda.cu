@@ -7,7 +7,7 @@
  * equal bits run after run (and a CUDA graph replays the same numbers).
  * Arithmetic is fp32; bf16 only on load and store.
  *
- * Not for the GEMMs (linear_cuda.c) or attention (attention_cuda.cu).
+ * Not for the GEMMs (linear_cuda.c) or attention (a file of its own).
  */
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -20,8 +20,7 @@ extern "C" {
 #include "worker/cuda/device_common.cuh"
 #include "worker/cuda/transformer_cuda.h"
 
-namespace
-{
+namespace {
 
 constexpr int kThreads = 256;
 
