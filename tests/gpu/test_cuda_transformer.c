@@ -732,10 +732,12 @@ int main(void)
         return 1;
     }
     const enum dt_cuda_dtype types[] = {DT_CUDA_F32, DT_CUDA_BF16};
-    /* Fused epilogues (AUTO), then the GEMM + own kernel fallbacks (SEPARATE). */
-    for (int f = 0; f < 2; f++) {
-        dt_cuda_set_fusion(k, f ? DT_CUDA_FUSE_SEPARATE : DT_CUDA_FUSE_AUTO);
-        printf("# GEMMs: %s\n", f ? "plain GEMM + own kernels" : "fused epilogues");
+    /* Each way: timed choice (AUTO), fused epilogues, GEMM + own kernels. */
+    static const enum dt_cuda_fusion ways[] = {DT_CUDA_FUSE_AUTO, DT_CUDA_FUSE_EPILOGUE, DT_CUDA_FUSE_SEPARATE};
+    static const char *const way_names[] = {"auto", "epilogue", "GEMM + own kernels"};
+    for (int f = 0; f < 3; f++) {
+        dt_cuda_set_fusion(k, ways[f]);
+        printf("# GEMMs: %s\n", way_names[f]);
         for (int ti = 0; ti < 2; ti++)
             for (int wl = 0; wl < 2; wl++) {
                 test_mm_forward(k, types[ti], (enum dt_cuda_wlayout)wl, 96, 64, 192, true);

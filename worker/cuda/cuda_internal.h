@@ -92,6 +92,11 @@ int dt_cuda__launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp
 int dt_cuda__launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
                               bool accumulate);
 
+/* The same over GPT-2's many rows, the rows cut in slices whose partials go
+ * to k->split and are added in slice order (transformer_cuda.cu). */
+int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *db, const void *dz, int N,
+                                   int n, bool accumulate);
+
 #ifdef __cplusplus
 }
 #endif

@@ -352,6 +352,83 @@ int dt_cuda_mm_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *din
     return dt_cuda__launch_act_backward(k->stream, t, dinp, pre_act, (size_t)N * ic, DT_CUDA_ACT_GELU_TANH);
 }
 
+/* The weight gradient's two ways: the GEMM with the BGRAD epilogue writing
+ * db (not when accumulating: it overwrites), or the GEMM and our row-sliced
+ * bias kernel.  AUTO times both once per shape, as run_best does for the
+ * MLP (an epilogue can be a slow second pass); untimed it is the second. */
+struct mm_wgrad {
+    struct dt_gemm g;
+    enum dt_cuda_dtype t;
+    bool io, accumulate;
+    float *db;
+    const void *dout;
+    int N, ic, oc;
+};
+
+enum { OP_MM_WGRAD = 2 }; /* a choice kind beside OP_WGRAD and OP_XGRAD */
+
+static int mm_wgrad_run(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v)
+{
+    if (v == V_EPILOGUE) {
+        struct dt_gemm f = a->g;
+        f.epi = a->io ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+        f.bias = a->db;
+        return dt_cuda__gemm_run(k, &f);
+    }
+    int rc = dt_cuda__gemm_run(k, &a->g);
+    if (rc < 0 || !a->db)
+        return rc;
+    return dt_cuda__launch_bias_grad_rows(k, a->t, a->db, a->dout, a->N, a->oc, a->accumulate);
+}
+
+/* Milliseconds of five runs after a warm one; a negative value when the way fails. */
+static float mm_wgrad_time(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v, cudaEvent_t e0, cudaEvent_t e1)
+{
+    int rc = mm_wgrad_run(k, a, v);
+    cudaEventRecord(e0, k->stream);
+    for (int rep = 0; rep < 5 && rc == 0; rep++)
+        rc = mm_wgrad_run(k, a, v);
+    cudaEventRecord(e1, k->stream);
+    float ms = -1.0f;
+    if (rc < 0 || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        ms = -1.0f;
+    dt_error_clear();
+    return ms;
+}
+
+static int mm_wgrad_way(struct dt_cuda_ctx *k, const struct mm_wgrad *a)
+{
+    if (!a->db || a->accumulate || !fused_ok(k))
+        return V_SEPARATE;
+    if (k->fusion == DT_CUDA_FUSE_EPILOGUE)
+        return V_EPILOGUE;
+    for (int i = 0; i < k->n_choices; i++) {
+        const struct dt_cuda_choice *c = &k->choice[i];
+        if (c->kind == OP_MM_WGRAD && c->act == (int)a->io && c->t == (int)a->t && c->B == a->N &&
+            c->in == a->ic && c->out == a->oc)
+            return c->variant;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaEvent_t e0, e1;
+    if (!k->autotune || k->n_choices >= DT_CUDA_CHOICES || cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone || cudaEventCreate(&e0) != cudaSuccess)
+        return V_SEPARATE;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return V_SEPARATE;
+    }
+    float epi = mm_wgrad_time(k, a, V_EPILOGUE, e0, e1), sep = mm_wgrad_time(k, a, V_SEPARATE, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGetLastError();
+    if (epi < 0)
+        k->fallbacks++;
+    int v = epi >= 0 && (sep < 0 || epi < sep) ? V_EPILOGUE : V_SEPARATE;
+    k->choice[k->n_choices++] = (struct dt_cuda_choice){.kind = OP_MM_WGRAD, .act = (int)a->io, .t = (int)a->t,
+                                                        .B = a->N, .in = a->ic, .out = a->oc, .variant = v};
+    return v;
+}
+
 int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, float *db, const void *dout,
                           const void *inp, enum dt_cuda_wlayout wl, int N, int ic, int oc, bool accumulate)
 {
@@ -359,21 +436,16 @@ int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw
     if (rc < 0)
         return rc;
     bool io = wl == DT_CUDA_W_IN_OUT;
-    struct dt_gemm g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = io ? oc : ic, .n = io ? ic : oc, .k = N,
-                        .lda = io ? oc : ic, .ldb = io ? ic : oc, .ldd = io ? oc : ic, .ab_type = cuda_type(t),
-                        .d_type = CUDA_R_32F, .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = io ? dout : inp,
-                        .b = io ? inp : dout, .d = dw, .beta = accumulate ? 1.0f : 0.0f};
-    /* The BGRAD epilogues overwrite the bias gradient: accumulation sums it by hand. */
-    if (db && !accumulate && fused_ok(k)) {
-        struct dt_gemm f = g;
-        f.epi = io ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
-        f.bias = db;
-        if ((rc = dt_cuda__gemm_run(k, &f)) != DT_EUNSUPPORTED)
-            return rc;
-        dt_error_clear();
-        k->fallbacks++;
-    }
-    if ((rc = dt_cuda__gemm_run(k, &g)) < 0 || !db)
+    struct mm_wgrad a = {
+        .g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = io ? oc : ic, .n = io ? ic : oc, .k = N,
+              .lda = io ? oc : ic, .ldb = io ? ic : oc, .ldd = io ? oc : ic, .ab_type = cuda_type(t),
+              .d_type = CUDA_R_32F, .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = io ? dout : inp, .b = io ? inp : dout,
+              .d = dw, .beta = accumulate ? 1.0f : 0.0f},
+        .t = t, .io = io, .accumulate = accumulate, .db = db, .dout = dout, .N = N, .ic = ic, .oc = oc};
+    int v = mm_wgrad_way(k, &a);
+    if ((rc = mm_wgrad_run(k, &a, v)) != DT_EUNSUPPORTED || v != V_EPILOGUE)
         return rc;
-    return dt_cuda__launch_bias_grad(k->stream, t, db, dout, N, oc, accumulate);
+    dt_error_clear();
+    k->fallbacks++;
+    return mm_wgrad_run(k, &a, V_SEPARATE);
 }

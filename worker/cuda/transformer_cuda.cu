@@ -1,7 +1,8 @@
 /* transformer_cuda.cu - GPT-2's layer kernels around the GEMMs
  * (transformer_cuda.h): the embedding forward and its deterministic
  * backward, LayerNorm forward and backward, the row-wise softmax
- * cross-entropy of the classifier with its loss sums, and tanh GELU.
+ * cross-entropy of the classifier with its loss sums, tanh GELU, and the
+ * bias gradient over many rows (for linear_cuda.c's GPT-2 GEMMs).
  *
  * Everything is fixed-order: no floating-point atomics, so equal inputs give
  * equal bits run after run (and a CUDA graph replays the same numbers).
@@ -276,6 +277,41 @@ __global__ void xent_rows_kernel(T *logits, float *row_loss, int *row_hit, const
     }
 }
 
+/* ---- bias gradient over many rows ---- */
+
+/* db[j] (+)= sum_r dz[r, j] for GPT-2's 16-32K rows: act_cuda.cu's kernel
+ * gives a block 32 columns and all the rows (24 blocks for 768 columns), so
+ * here the rows are cut in S slices too: block (column tile, slice) sums its
+ * slice with 8 row lanes, the partials [S][n] go to the context's split
+ * buffer, and a second kernel adds them in slice order (fixed order). */
+template <typename T> __global__ void bias_grad_part_kernel(float *part, const T *dz, int N, int n, int rows)
+{
+    __shared__ float sh[8][33];
+    const int j = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (j < n)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8)
+            s += load(dz, (size_t)r * n + j);
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+        float t = 0.0f;
+        for (int i = 0; i < 8; i++)
+            t += sh[i][threadIdx.x];
+        part[(size_t)blockIdx.y * n + j] = t;
+    }
+}
+
+__global__ void bias_grad_reduce_kernel(float *db, const float *part, int S, int n, int accumulate)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+        float t = 0.0f;
+        for (int s = 0; s < S; s++)
+            t += part[(size_t)s * n + j];
+        db[j] = accumulate ? db[j] + t : t;
+    }
+}
+
 __global__ void sum_rows_kernel(const float *row_loss, const int *row_hit, int N, Partials part,
                                 float *loss_sum, int *correct, double *loss_acc)
 {
@@ -437,6 +473,36 @@ extern "C" int dt_cuda_sum_rows(struct dt_cuda_ctx *k, float *loss_sum, int *cor
     sum_rows_kernel<<<blocks_for((size_t)N, 64), kThreads, 0, k->stream>>>(row_loss, row_hit, N, part,
                                                                            loss_sum, correct, loss_acc);
     return launched("loss sum kernel launch");
+}
+
+/* ---- bias gradient ---- */
+
+extern "C" int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *db,
+                                              const void *dz, int N, int n, bool accumulate)
+{
+    if ((size_t)n > k->split_floats) /* one slice's partials would not fit: one pass over the rows */
+        return dt_cuda__launch_bias_grad(k->stream, t, db, dz, N, n, accumulate);
+    const int tiles = (n + 31) / 32;
+    /* about four waves of 8 blocks on each of the H200's 132 SMs, slices of 8 rows at least */
+    int S = (132 * 8 * 4 + tiles - 1) / tiles;
+    S = S > (N + 7) / 8 ? (N + 7) / 8 : S;
+    while (S > 1 && (size_t)S * n > k->split_floats)
+        S--;
+    const int rows = (N + S - 1) / S;
+    S = (N + rows - 1) / rows;
+    dim3 grid((unsigned)tiles, (unsigned)S), block(32, 8);
+    cudaStream_t s = k->stream;
+    if (t == DT_CUDA_BF16)
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const __nv_bfloat16 *)dz, N, n, rows);
+    else if (t == DT_CUDA_F16)
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const __half *)dz, N, n, rows);
+    else
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const float *)dz, N, n, rows);
+    int rc = launched("bias gradient partials kernel launch");
+    if (rc < 0)
+        return rc;
+    bias_grad_reduce_kernel<<<blocks_for((size_t)n, 64), kThreads, 0, s>>>(db, k->split, S, n, accumulate);
+    return launched("bias gradient reduction launch");
 }
 
 /* ---- elementwise ---- */
