@@ -438,9 +438,10 @@ static void test_layernorm(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, i
 
 /* ---- classifier ---- */
 
-static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
+/* S = 50304 takes the 16-byte path; an odd stride the scalar one. */
+static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int S)
 {
-    const int N = 6, V = 50257, S = 50304;
+    const int N = 6, V = 50257;
     size_t n = (size_t)N * S;
     float *x = gt_random(n, -6, 6);
     for (size_t i = 0; i < n; i++)
@@ -476,14 +477,14 @@ static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
     float *got = malloc(n * 4), loss[6];
     int hit[6];
     gt_down(got, dx, n, t);
-    gt_result(!memcmp(got, x, n * 4), "xent_rows %s without grad leaves the logits", gt_tname(t));
+    gt_result(!memcmp(got, x, n * 4), "xent_rows %s stride %d without grad leaves the logits", gt_tname(t), S);
     for (int grad = 0; grad < 2; grad++) {
         if (grad)
             rc_ok(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, true), "xent_rows grad");
         gt_down(loss, dloss, (size_t)N, DT_CUDA_F32);
         cudaMemcpy(hit, dhit, sizeof hit, cudaMemcpyDeviceToHost);
         char name[96];
-        snprintf(name, sizeof name, "xent_rows %s%s: row losses", gt_tname(t), grad ? " grad" : "");
+        snprintf(name, sizeof name, "xent_rows %s stride %d%s: row losses", gt_tname(t), S, grad ? " grad" : "");
         gt_check_close(name, loss, lr, (size_t)N, 1e-5, 1e-5);
         gt_result(!memcmp(hit, hr, sizeof hit), "xent_rows %s%s: hits %d%d%d%d%d%d (reference %d%d%d%d%d%d)",
                   gt_tname(t), grad ? " grad" : "", hit[0], hit[1], hit[2], hit[3], hit[4], hit[5], hr[0], hr[1],
@@ -491,7 +492,7 @@ static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
     }
     gt_down(got, dx, n, t);
     char name[96];
-    snprintf(name, sizeof name, "xent_rows %s: gradient in place, padding and bad rows 0", gt_tname(t));
+    snprintf(name, sizeof name, "xent_rows %s stride %d: gradient in place, padding and bad rows 0", gt_tname(t), S);
     double tol = t == DT_CUDA_BF16 ? 1e-2 : 1e-5;
     gt_check_close(name, got, gr, n, tol * dsc * scale, tol);
     free(x), free(lr), free(gr), free(got);
@@ -754,7 +755,8 @@ int main(void)
     for (int ti = 0; ti < 2; ti++) {
         test_layernorm(k, types[ti], 300, 768);
         test_layernorm(k, types[ti], 37, 100);
-        test_xent_rows(k, types[ti]);
+        test_xent_rows(k, types[ti], 50304);
+        test_xent_rows(k, types[ti], 50261);
         test_gelu(k, types[ti]);
     }
     test_sum_rows(k);

@@ -221,28 +221,70 @@ __device__ __forceinline__ SoftmaxAcc sm_merge(SoftmaxAcc p, SoftmaxAcc q)
 
 constexpr int kXentThreads = 512;
 
+/* Element j of value v joins a thread's running max / sum (j ascending, so
+ * the first maximum keeps its index). */
+__device__ __forceinline__ void sm_push(SoftmaxAcc &acc, float v, int j)
+{
+    if (v > acc.m) {
+        acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v)) + 1.0f;
+        acc.m = v;
+        acc.a = j;
+    } else {
+        acc.s += expf(v - acc.m);
+    }
+}
+
+/* 16 bytes of T as floats, and back. */
+template <typename T> struct Pack {
+    static constexpr int n = 16 / sizeof(T);
+    float f[n];
+    __device__ __forceinline__ void get(const T *p, size_t c)
+    {
+        uint4 u = ((const uint4 *)p)[c];
+        const T *e = (const T *)&u;
+#pragma unroll
+        for (int i = 0; i < n; i++)
+            f[i] = load(e, i);
+    }
+    __device__ __forceinline__ void put(T *p, size_t c) const
+    {
+        uint4 u;
+        T *e = (T *)&u;
+#pragma unroll
+        for (int i = 0; i < n; i++)
+            store(e, i, f[i]);
+        ((uint4 *)p)[c] = u;
+    }
+};
+
 /* One block per row: an online max / sum of exponentials (one read), the
  * block's merge in a fixed tree, then, with grad, a second read that writes
- *   (exp(x_j - max) / sum - [j == y]) * scale   over j < V, 0 over the padding. */
-template <typename T>
+ *   (exp(x_j - max) / sum - [j == y]) * scale   over j < V, 0 over the padding.
+ * VEC: 16-byte loads and stores (the row's start and the stride are 16-byte
+ * multiples; then the last chunk that holds column V-1 is inside the stride). */
+template <typename T, bool VEC>
 __global__ void xent_rows_kernel(T *logits, float *row_loss, int *row_hit, const int32_t *y, int V,
                                  int stride, float dscale, const float *loss_scale, int grad)
 {
     __shared__ SoftmaxAcc warps[kXentThreads / 32];
     __shared__ SoftmaxAcc all;
     __shared__ float xy;
+    constexpr int W = Pack<T>::n;
     const int r = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     T *x = logits + (size_t)r * stride;
     SoftmaxAcc acc = {-INFINITY, 0.0f, V};
-    for (int j = threadIdx.x; j < V; j += kXentThreads) {
-        float v = load(x, j);
-        if (v > acc.m) {
-            acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v)) + 1.0f;
-            acc.m = v;
-            acc.a = j;
-        } else {
-            acc.s += expf(v - acc.m);
+    if (VEC) {
+        for (int c = threadIdx.x; c < (V + W - 1) / W; c += kXentThreads) {
+            Pack<T> p;
+            p.get(x, c);
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                if (c * W + e < V)
+                    sm_push(acc, p.f[e], c * W + e);
         }
+    } else {
+        for (int j = threadIdx.x; j < V; j += kXentThreads)
+            sm_push(acc, load(x, j), j);
     }
     for (int off = 16; off > 0; off >>= 1) {
         SoftmaxAcc o = {__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off),
@@ -269,11 +311,24 @@ __global__ void xent_rows_kernel(T *logits, float *row_loss, int *row_hit, const
     if (!grad)
         return;
     const float scale = dscale * (loss_scale ? *loss_scale : 1.0f), inv = 1.0f / all.s, m = all.m;
-    for (int j = threadIdx.x; j < stride; j += kXentThreads) {
-        float g = 0.0f;
-        if (ok && j < V)
-            g = (expf(load(x, j) - m) * inv - (j == lbl ? 1.0f : 0.0f)) * scale;
-        store(x, j, g);
+    if (VEC) {
+        for (int c = threadIdx.x; c < stride / W; c += kXentThreads) {
+            Pack<T> p;
+            p.get(x, c);
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                const int j = c * W + e;
+                p.f[e] = ok && j < V ? (expf(p.f[e] - m) * inv - (j == lbl ? 1.0f : 0.0f)) * scale : 0.0f;
+            }
+            p.put(x, c);
+        }
+    } else {
+        for (int j = threadIdx.x; j < stride; j += kXentThreads) {
+            float g = 0.0f;
+            if (ok && j < V)
+                g = (expf(load(x, j) - m) * inv - (j == lbl ? 1.0f : 0.0f)) * scale;
+            store(x, j, g);
+        }
     }
 }
 
@@ -444,23 +499,33 @@ extern "C" int dt_cuda_layernorm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
 
 /* ---- classifier ---- */
 
+template <typename T>
+static void xent_rows_launch(cudaStream_t s, void *logits, float *row_loss, int *row_hit, const int32_t *y, int N,
+                             int V, int stride, float dscale, const float *loss_scale, bool grad)
+{
+    T *x = (T *)logits;
+    bool vec = (uintptr_t)logits % 16 == 0 && (size_t)stride * sizeof(T) % 16 == 0;
+    if (vec)
+        xent_rows_kernel<T, true>
+            <<<(unsigned)N, kXentThreads, 0, s>>>(x, row_loss, row_hit, y, V, stride, dscale, loss_scale, grad);
+    else
+        xent_rows_kernel<T, false>
+            <<<(unsigned)N, kXentThreads, 0, s>>>(x, row_loss, row_hit, y, V, stride, dscale, loss_scale, grad);
+}
+
 extern "C" int dt_cuda_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *logits, float *row_loss,
                                  int *row_hit, const int32_t *y, int N, int V, int stride, float dscale,
                                  const float *loss_scale, bool grad)
 {
     if (N <= 0 || V <= 0 || stride < V)
-        return dt_error_set(DT_EINVAL, "dt_cuda_xent_rows: %d rows of %d classes in a stride of %d", N, V,
-                            stride);
-    cudaStream_t s = k->stream;
+        return dt_error_set(DT_EINVAL, "dt_cuda_xent_rows: %d rows of %d classes in a stride of %d", N, V, stride);
     if (t == DT_CUDA_BF16)
-        xent_rows_kernel<<<(unsigned)N, kXentThreads, 0, s>>>((__nv_bfloat16 *)logits, row_loss, row_hit, y,
-                                                              V, stride, dscale, loss_scale, grad);
+        xent_rows_launch<__nv_bfloat16>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale,
+                                        grad);
     else if (t == DT_CUDA_F16)
-        xent_rows_kernel<<<(unsigned)N, kXentThreads, 0, s>>>((__half *)logits, row_loss, row_hit, y, V,
-                                                              stride, dscale, loss_scale, grad);
+        xent_rows_launch<__half>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale, grad);
     else
-        xent_rows_kernel<<<(unsigned)N, kXentThreads, 0, s>>>((float *)logits, row_loss, row_hit, y, V,
-                                                              stride, dscale, loss_scale, grad);
+        xent_rows_launch<float>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale, grad);
     return launched("row-wise softmax cross-entropy kernel launch");
 }
 
