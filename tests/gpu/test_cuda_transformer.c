@@ -45,6 +45,15 @@ static void rc_ok(int rc, const char *what)
         gt_result(0, "%s: %s", what, dt_error_last());
 }
 
+/* A call of the library after the uploads have landed: cudaMemcpy from
+ * pageable memory may return before its copy (on the legacy stream) is done,
+ * and the context's stream does not wait for that stream. */
+#define RUN(call, what)                                                                                    \
+    do {                                                                                                   \
+        gt_die_cuda(cudaDeviceSynchronize(), "uploads before a kernel");                                   \
+        rc_ok((call), (what));                                                                             \
+    } while (0)
+
 static double gelu_ref(double z) { return 0.5 * z * (1 + tanh(sqrt(2 / M_PI) * (z + 0.044715 * z * z * z))); }
 
 static double gelu_grad_ref(double z)
@@ -123,7 +132,7 @@ static void test_mm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, enum dt
     void *dout = gt_alloc(n * 4), *dpre = gt_alloc(n * es);
     char name[160];
     /* plain */
-    rc_ok(dt_cuda_mm_forward(k, t, dout, NULL, m.dx, m.dw, wl, bias ? m.db : NULL, NULL, N, ic, oc,
+    RUN(dt_cuda_mm_forward(k, t, dout, NULL, m.dx, m.dw, wl, bias ? m.db : NULL, NULL, N, ic, oc,
                              DT_CUDA_ACT_NONE),
           "mm_forward");
     gt_down(got, dout, n, t);
@@ -133,7 +142,7 @@ static void test_mm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, enum dt
     /* GELU: out = gelu(z), pre_act = z */
     for (size_t i = 0; i < n; i++)
         h[i] = gelu_ref(z[i]);
-    rc_ok(dt_cuda_mm_forward(k, t, dout, dpre, m.dx, m.dw, wl, bias ? m.db : NULL, NULL, N, ic, oc,
+    RUN(dt_cuda_mm_forward(k, t, dout, dpre, m.dx, m.dw, wl, bias ? m.db : NULL, NULL, N, ic, oc,
                              DT_CUDA_ACT_GELU_TANH),
           "mm_forward gelu");
     gt_down(got, dout, n, t);
@@ -150,7 +159,7 @@ static void test_mm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, enum dt
     double *zr = mm_ref(&m, bias ? m.bf : NULL);
     for (size_t i = 0; i < n; i++)
         zr[i] += res[i];
-    rc_ok(dt_cuda_mm_forward(k, t, dout, NULL, m.dx, m.dw, wl, bias ? m.dbf : NULL, dres, N, ic, oc,
+    RUN(dt_cuda_mm_forward(k, t, dout, NULL, m.dx, m.dw, wl, bias ? m.dbf : NULL, dres, N, ic, oc,
                              DT_CUDA_ACT_NONE),
           "mm_forward residual");
     gt_down(got, dout, n, DT_CUDA_F32);
@@ -185,13 +194,13 @@ static void test_mm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, enum d
                 s += (double)dy[(size_t)r * oc + o] * wat(m.w, wl, ic, oc, i, o);
             dxr[(size_t)r * ic + i] = s;
         }
-    rc_ok(dt_cuda_mm_backward_x(k, t, ddx, ddy, m.dw, wl, NULL, N, ic, oc), "mm_backward_x");
+    RUN(dt_cuda_mm_backward_x(k, t, ddx, ddy, m.dw, wl, NULL, N, ic, oc), "mm_backward_x");
     gt_down(got, ddx, nx, t);
     snprintf(name, sizeof name, "mm_backward_x %s %s %dx%d<-%d", gt_tname(t), wl_name(wl), N, ic, oc);
     check_rel(name, got, dxr, nx, tol_of(t, t));
     for (size_t i = 0; i < nx; i++)
         dxr[i] *= gelu_grad_ref(pre[i]);
-    rc_ok(dt_cuda_mm_backward_x(k, t, ddx, ddy, m.dw, wl, dpre, N, ic, oc), "mm_backward_x dgelu");
+    RUN(dt_cuda_mm_backward_x(k, t, ddx, ddy, m.dw, wl, dpre, N, ic, oc), "mm_backward_x dgelu");
     gt_down(got, ddx, nx, t);
     snprintf(name, sizeof name, "mm_backward_x %s %s %dx%d<-%d with gelu'(pre_act)", gt_tname(t), wl_name(wl), N,
              ic, oc);
@@ -207,7 +216,7 @@ static void test_mm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, enum d
             }
         }
     for (int pass = 0; pass < 2; pass++) {
-        rc_ok(dt_cuda_mm_backward_w(k, t, ddw, bias ? ddb : NULL, ddy, m.dx, wl, N, ic, oc, pass == 1),
+        RUN(dt_cuda_mm_backward_w(k, t, ddw, bias ? ddb : NULL, ddy, m.dx, wl, N, ic, oc, pass == 1),
               "mm_backward_w");
         gt_down(got, ddw, nw, DT_CUDA_F32);
         snprintf(name, sizeof name, "mm_backward_w %s %s %dx%d->%d%s: dW", gt_tname(t), wl_name(wl), N, ic, oc,
@@ -239,7 +248,7 @@ static void test_head(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
     size_t es = dt_cuda_dtype_size(t), ny = (size_t)N * Vp, nw = (size_t)C * Vp;
     const void *xchunk = (const char *)m.dx + (size_t)r0 * C * es;
     void *dlog = gt_alloc(ny * es);
-    rc_ok(dt_cuda_mm_forward(k, t, dlog, NULL, xchunk, m.dw, DT_CUDA_W_OUT_IN, NULL, NULL, N, C, Vp,
+    RUN(dt_cuda_mm_forward(k, t, dlog, NULL, xchunk, m.dw, DT_CUDA_W_OUT_IN, NULL, NULL, N, C, Vp,
                              DT_CUDA_ACT_NONE),
           "head forward");
     double *ref = malloc(ny * sizeof *ref);
@@ -260,8 +269,8 @@ static void test_head(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
     void *ddl = gt_up(dl, ny, t), *ddx = gt_alloc((size_t)N * C * es);
     float *w0 = gt_random(nw, -1, 1);
     float *ddw = gt_up(w0, nw, DT_CUDA_F32);
-    rc_ok(dt_cuda_mm_backward_x(k, t, ddx, ddl, m.dw, DT_CUDA_W_OUT_IN, NULL, N, C, Vp), "head backward_x");
-    rc_ok(dt_cuda_mm_backward_w(k, t, ddw, NULL, ddl, xchunk, DT_CUDA_W_OUT_IN, N, C, Vp, true), "head backward_w");
+    RUN(dt_cuda_mm_backward_x(k, t, ddx, ddl, m.dw, DT_CUDA_W_OUT_IN, NULL, N, C, Vp), "head backward_x");
+    RUN(dt_cuda_mm_backward_w(k, t, ddw, NULL, ddl, xchunk, DT_CUDA_W_OUT_IN, N, C, Vp, true), "head backward_w");
     double *dxr = calloc((size_t)N * C, 8), *dwr = to_double(w0, nw);
     for (int r = 0; r < N; r++)
         for (int o = 0; o < Vp; o++) {
@@ -295,7 +304,7 @@ static void test_tf32(struct dt_cuda_ctx *k)
     void *dout = gt_alloc(n * 4);
     for (int pass = 0; pass < 2; pass++) {
         dt_cuda_set_tf32(k, pass == 1);
-        rc_ok(dt_cuda_mm_forward(k, DT_CUDA_F32, dout, NULL, m.dx, m.dw, DT_CUDA_W_IN_OUT, m.db, NULL, N, ic, oc,
+        RUN(dt_cuda_mm_forward(k, DT_CUDA_F32, dout, NULL, m.dx, m.dw, DT_CUDA_W_IN_OUT, m.db, NULL, N, ic, oc,
                                  DT_CUDA_ACT_NONE),
               "mm_forward tf32");
         gt_down(pass ? on : off, dout, n, DT_CUDA_F32);
@@ -323,8 +332,9 @@ static void test_embedding(struct dt_cuda_ctx *k)
     cudaMemcpy(dtok, tok, sizeof tok, cudaMemcpyHostToDevice);
     float *dwte = gt_up(wte, (size_t)V * C, DT_CUDA_F32), *dwpe = gt_up(wpe, (size_t)T * C, DT_CUDA_F32);
     float *ddout = gt_up(dout, (size_t)N * C, DT_CUDA_F32), *dout_e = gt_alloc((size_t)N * C * 4);
-    rc_ok(dt_cuda_embed_forward(k, dout_e, dtok, dwte, dwpe, B, T, C), "embed_forward");
-    float *ref = malloc((size_t)N * C * 4), *got = malloc((size_t)V * C * 4);
+    RUN(dt_cuda_embed_forward(k, dout_e, dtok, dwte, dwpe, B, T, C), "embed_forward");
+    /* got holds the forward's N rows, then dwte's V */
+    float *ref = malloc((size_t)N * C * 4), *got = malloc((size_t)(N > V ? N : V) * C * 4);
     dt_gpt2__encoder_forward(ref, tok, wte, wpe, B, T, C);
     gt_down(got, dout_e, (size_t)N * C, DT_CUDA_F32);
     double *refd = to_double(ref, (size_t)N * C);
@@ -343,7 +353,7 @@ static void test_embedding(struct dt_cuda_ctx *k)
         for (int run = 0; run < 2; run++) {
             cudaMemcpy(gdwte, dwte0, (size_t)V * C * 4, cudaMemcpyHostToDevice);
             cudaMemcpy(gdwpe, dwpe0, (size_t)T * C * 4, cudaMemcpyHostToDevice);
-            rc_ok(dt_cuda_embed_backward(k, gdwte, gdwpe, ddout, dtok, B, T, C, acc, scratch), "embed_backward");
+            RUN(dt_cuda_embed_backward(k, gdwte, gdwpe, ddout, dtok, B, T, C, acc, scratch), "embed_backward");
             gt_down(got, gdwte, (size_t)V * C, DT_CUDA_F32);
             if (run == 0) {
                 memcpy(first, got, (size_t)V * C * 4);
@@ -360,6 +370,32 @@ static void test_embedding(struct dt_cuda_ctx *k)
         check_rel(name, got, p, (size_t)T * C, 1e-5);
         free(hw), free(hp), free(w), free(p);
     }
+    /* Captured in a CUDA graph as trainer.cuda_graph does (CUB's sort included), replayed: the same bits. */
+    cudaStream_t st = dt_cuda_stream(k);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaMemcpy(gdwte, dwte0, (size_t)V * C * 4, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+    int rc = -1;
+    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        rc = dt_cuda_embed_backward(k, gdwte, gdwpe, ddout, dtok, B, T, C, true, scratch);
+        e = cudaStreamEndCapture(st, &graph);
+    }
+    if (e == cudaSuccess && rc == 0)
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e == cudaSuccess && rc == 0)
+        e = cudaGraphLaunch(exec, st);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(st);
+    gt_down(got, gdwte, (size_t)V * C, DT_CUDA_F32);
+    gt_result(e == cudaSuccess && rc == 0 && !memcmp(first, got, (size_t)V * C * 4),
+              "embed_backward captured in a CUDA graph and replayed: the bits of the direct call (%s%s%s)",
+              cudaGetErrorString(e), rc ? ": " : "", rc ? dt_error_last() : "");
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    if (graph)
+        cudaGraphDestroy(graph);
     free(wte), free(wpe), free(dout), free(dwte0), free(dwpe0), free(ref), free(got), free(first);
     cudaFree(dtok), cudaFree(dwte), cudaFree(dwpe), cudaFree(ddout), cudaFree(dout_e), cudaFree(scratch);
     cudaFree(gdwte), cudaFree(gdwpe);
@@ -378,7 +414,7 @@ static void test_layernorm(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, i
     float *dbb = gt_up(b, (size_t)C, DT_CUDA_F32);
     void *dout = gt_alloc(n * es);
     float *dmean = gt_alloc((size_t)N * 4), *drstd = gt_alloc((size_t)N * 4);
-    rc_ok(dt_cuda_layernorm_forward(k, t, dout, dmean, drstd, dx, dw, dbb, N, C), "layernorm_forward");
+    RUN(dt_cuda_layernorm_forward(k, t, dout, dmean, drstd, dx, dw, dbb, N, C), "layernorm_forward");
     float *out = malloc(n * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4), *got = malloc(n * 4);
     dt_gpt2__layernorm_forward(out, mean, rstd, x, w, b, N, C);
     char name[128];
@@ -407,7 +443,7 @@ static void test_layernorm(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, i
     float *hdinp = malloc(n * 4), *hdw = calloc((size_t)C, 4), *hdb = calloc((size_t)C, 4);
     memcpy(hdinp, dinp0, n * 4);
     for (int acc = 0; acc < 2; acc++) {
-        rc_ok(dt_cuda_layernorm_backward(k, t, ddinp, ddinp_t, gdw, gdb, ddy, dx, dw, dmean, drstd, N, C, acc),
+        RUN(dt_cuda_layernorm_backward(k, t, ddinp, ddinp_t, gdw, gdb, ddy, dx, dw, dmean, drstd, N, C, acc),
               "layernorm_backward");
         dt_gpt2__layernorm_backward(hdinp, hdw, hdb, dy, x, w, mean, rstd, N, C, acc);
         ref = to_double(hdinp, n);
@@ -473,14 +509,14 @@ static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int S)
             gr[(size_t)r * S + j] = ok && j < V ? (exp(xr[j] - mx) / s - (j == y[r])) * dsc * scale : 0;
     }
     /* without grad: logits untouched */
-    rc_ok(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, false), "xent_rows");
+    RUN(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, false), "xent_rows");
     float *got = malloc(n * 4), loss[6];
     int hit[6];
     gt_down(got, dx, n, t);
     gt_result(!memcmp(got, x, n * 4), "xent_rows %s stride %d without grad leaves the logits", gt_tname(t), S);
     for (int grad = 0; grad < 2; grad++) {
         if (grad)
-            rc_ok(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, true), "xent_rows grad");
+            RUN(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, true), "xent_rows grad");
         gt_down(loss, dloss, (size_t)N, DT_CUDA_F32);
         cudaMemcpy(hit, dhit, sizeof hit, cudaMemcpyDeviceToHost);
         char name[96];
@@ -518,7 +554,7 @@ static void test_sum_rows(struct dt_cuda_ctx *k)
     float s[2];
     int c = 0;
     for (int run = 0; run < 2; run++) {
-        rc_ok(dt_cuda_sum_rows(k, dsum, dc, dacc, dl, dh, N), "sum_rows");
+        RUN(dt_cuda_sum_rows(k, dsum, dc, dacc, dl, dh, N), "sum_rows");
         gt_down(&s[run], dsum, 1, DT_CUDA_F32);
     }
     double acc = 0;
@@ -528,7 +564,7 @@ static void test_sum_rows(struct dt_cuda_ctx *k)
     gt_result(s[0] == s[1], "sum_rows: the same bits twice");
     gt_result(c == hits, "sum_rows: %d hits (reference %d)", c, hits);
     gt_result(acc == 2.0 * (double)s[0], "sum_rows: loss_acc got both sums (%.9g)", acc);
-    rc_ok(dt_cuda_sum_rows(k, dsum, dc, NULL, dl, NULL, N), "sum_rows without hits");
+    RUN(dt_cuda_sum_rows(k, dsum, dc, NULL, dl, NULL, N), "sum_rows without hits");
     cudaMemcpy(&c, dc, 4, cudaMemcpyDeviceToHost);
     gt_result(c == 0, "sum_rows: row_hit NULL counts 0 hits");
     free(l), free(h);
@@ -543,7 +579,7 @@ static void test_gelu(struct dt_cuda_ctx *k, enum dt_cuda_dtype t)
     double *ref = malloc(n * 8);
     for (size_t i = 0; i < n; i++)
         ref[i] = gelu_ref(x[i]);
-    rc_ok(dt_cuda_gelu_tanh_forward(k, t, dy, dx, n), "gelu_tanh_forward");
+    RUN(dt_cuda_gelu_tanh_forward(k, t, dy, dx, n), "gelu_tanh_forward");
     gt_down(got, dy, n, t);
     char name[64];
     snprintf(name, sizeof name, "gelu_tanh_forward %s", gt_tname(t));
@@ -570,7 +606,7 @@ static void adamw_run(struct dt_cuda_ctx *k, float *out, const float *p, const f
     cudaMemcpy(dp + off, p, n * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dg + off, g, n * 4, cudaMemcpyHostToDevice);
     for (int s = 0; s < 3; s++)
-        rc_ok(dev ? dt_cuda_adamw_dev(k, dp + off, dg + off, dm + off, dv + off, NULL, n, a, dlr, NULL, 0.0f, dstep,
+        RUN(dev ? dt_cuda_adamw_dev(k, dp + off, dg + off, dm + off, dv + off, NULL, n, a, dlr, NULL, 0.0f, dstep,
                                       NULL, NULL)
                   : dt_cuda_adamw(k, dp + off, dg + off, dm + off, dv + off, NULL, n, a, dstep, NULL, NULL),
               "adamw");
