@@ -18,6 +18,9 @@
  *
  * Not for the own kernels (act_cuda.cu) or planning GEMMs (gemm_cuda.c).
  */
+#include <math.h>
+#include <stdlib.h>
+
 #include "base/error.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/transformer_cuda.h"
@@ -381,8 +384,11 @@ static int mm_wgrad_run(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v)
     return dt_cuda__launch_bias_grad_rows(k, a->t, a->db, a->dout, a->N, a->oc, a->accumulate);
 }
 
-/* Milliseconds of five runs after a warm one; a negative value when the way fails. */
-static float mm_wgrad_time(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v, cudaEvent_t e0, cudaEvent_t e1)
+/* Milliseconds of five runs after a warm one, and the results (dw, then db)
+ * into host[ic oc + oc] when host is not NULL; a negative value when the way
+ * fails. */
+static float mm_wgrad_time(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v, cudaEvent_t e0, cudaEvent_t e1,
+                           float *host)
 {
     int rc = mm_wgrad_run(k, a, v);
     cudaEventRecord(e0, k->stream);
@@ -392,8 +398,26 @@ static float mm_wgrad_time(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int 
     float ms = -1.0f;
     if (rc < 0 || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
         ms = -1.0f;
+    size_t nw = (size_t)a->ic * a->oc;
+    if (ms >= 0 && host &&
+        (cudaMemcpy(host, a->g.d, nw * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
+         cudaMemcpy(host + nw, a->db, (size_t)a->oc * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess))
+        ms = -1.0f;
     dt_error_clear();
     return ms;
+}
+
+/* Whether got is within 1e-4 of want's largest value (another GEMM
+ * algorithm or summation order rounds differently; a wrong epilogue, as
+ * gemm_cuda.c saw with DRELU, differs by far more). */
+static bool mm_close(const float *got, const float *want, size_t n)
+{
+    float big = 0.0f, diff = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        big = fmaxf(big, fabsf(want[i]));
+        diff = fmaxf(diff, fabsf(got[i] - want[i]));
+    }
+    return diff <= 1e-4f * big;
 }
 
 static int mm_wgrad_way(struct dt_cuda_ctx *k, const struct mm_wgrad *a)
@@ -417,10 +441,18 @@ static int mm_wgrad_way(struct dt_cuda_ctx *k, const struct mm_wgrad *a)
         cudaEventDestroy(e0);
         return V_SEPARATE;
     }
-    float epi = mm_wgrad_time(k, a, V_EPILOGUE, e0, e1), sep = mm_wgrad_time(k, a, V_SEPARATE, e0, e1);
+    /* The epilogue's results are checked against the other way's before it is trusted. */
+    size_t nr = (size_t)a->ic * a->oc + (size_t)a->oc;
+    float *host = malloc(2 * nr * sizeof(float));
+    float epi = host ? mm_wgrad_time(k, a, V_EPILOGUE, e0, e1, host) : -1.0f;
+    float sep = mm_wgrad_time(k, a, V_SEPARATE, e0, e1, host ? host + nr : NULL);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaGetLastError();
+    size_t nw = nr - (size_t)a->oc;
+    if (epi >= 0 && !(sep >= 0 && mm_close(host, host + nr, nw) && mm_close(host + nw, host + nr + nw, a->oc)))
+        epi = -1.0f; /* wrong, or nothing to check it against */
+    free(host);
     if (epi < 0)
         k->fallbacks++;
     int v = epi >= 0 && (sep < 0 || epi < sep) ? V_EPILOGUE : V_SEPARATE;
