@@ -20,6 +20,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "worker/cuda/cuda_internal.h"
@@ -325,111 +326,127 @@ int dt_cuda_mm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, v
     return dt_cuda__launch_act_forward(k->stream, t, out, pre_act, (size_t)N * oc, act);
 }
 
-int dt_cuda_mm_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dinp, const void *dout,
-                          const void *w, enum dt_cuda_wlayout wl, const void *pre_act, int N, int ic, int oc)
-{
-    int rc = check_shape("dt_cuda_mm_backward_x", N, ic, oc);
-    if (rc < 0)
-        return rc;
-    bool io = wl == DT_CUDA_W_IN_OUT;
-    struct dt_gemm g = {.ta = io ? CUBLAS_OP_T : CUBLAS_OP_N, .tb = CUBLAS_OP_N, .m = ic, .n = N, .k = oc,
-                        .lda = io ? oc : ic, .ldb = oc, .ldd = ic, .ab_type = cuda_type(t), .d_type = cuda_type(t),
-                        .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = w, .b = dout, .d = dinp, .beta = 0.0f};
-    if (!pre_act)
-        return dt_cuda__gemm_run(k, &g);
-    /* As run_xgrad: rows that are not 16-byte multiples send cuBLASLt to SIMT
-     * kernels, whose act' epilogues were seen wrong; then our kernel. */
-    size_t es = dt_cuda_dtype_size(t);
-    if (fused_ok(k) && (size_t)oc * es % 16 == 0 && (size_t)ic * es % 16 == 0) {
-        struct dt_gemm f = g;
-        f.epi = CUBLASLT_EPILOGUE_DGELU;
-        f.aux = (void *)pre_act;
-        f.aux_ld = ic;
-        if ((rc = dt_cuda__gemm_run(k, &f)) != DT_EUNSUPPORTED)
-            return rc;
-        dt_error_clear();
-        k->fallbacks++;
-    }
-    if ((rc = dt_cuda__gemm_run(k, &g)) < 0)
-        return rc;
-    return dt_cuda__launch_act_backward(k->stream, t, dinp, pre_act, (size_t)N * ic, DT_CUDA_ACT_GELU_TANH);
-}
+/* The backward GEMMs' two ways each: the fused epilogue (DGELU for the input
+ * gradient, BGRADA/B writing db for the weight gradient), or the plain GEMM
+ * and our kernel (gelu' multiplied in; the row-sliced bias gradient).  AUTO
+ * runs both once per shape, keeps the epilogue only when its results match
+ * the other way's (gemm_cuda.c saw a fused epilogue give wrong values with
+ * some algorithms) and it is faster (it can be a slow second pass), as
+ * run_best does for the MLP; untimed (autotune off, accumulating, inside a
+ * graph capture) it is the plain GEMM and our kernel. */
+enum { OP_MM_WGRAD = 2, OP_MM_XGRAD = 3 }; /* choice kinds beside OP_WGRAD and OP_XGRAD */
 
-/* The weight gradient's two ways: the GEMM with the BGRAD epilogue writing
- * db (not when accumulating: it overwrites), or the GEMM and our row-sliced
- * bias kernel.  AUTO times both once per shape, as run_best does for the
- * MLP (an epilogue can be a slow second pass); untimed it is the second. */
-struct mm_wgrad {
-    struct dt_gemm g;
+struct mm_bwd {
+    int op;
+    struct dt_gemm g; /* the plain GEMM */
     enum dt_cuda_dtype t;
     bool io, accumulate;
-    float *db;
-    const void *dout;
+    float *db;           /* OP_MM_WGRAD: the bias gradient (may be NULL) */
+    const void *dout;    /* OP_MM_WGRAD: its rows */
+    const void *pre_act; /* OP_MM_XGRAD: GELU's input */
     int N, ic, oc;
 };
 
-enum { OP_MM_WGRAD = 2 }; /* a choice kind beside OP_WGRAD and OP_XGRAD */
-
-static int mm_wgrad_run(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v)
+static int mm_bwd_run(struct dt_cuda_ctx *k, const struct mm_bwd *a, int v)
 {
-    if (v == V_EPILOGUE) {
-        struct dt_gemm f = a->g;
+    struct dt_gemm f = a->g;
+    if (v == V_EPILOGUE && a->op == OP_MM_WGRAD) {
         f.epi = a->io ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
         f.bias = a->db;
         return dt_cuda__gemm_run(k, &f);
     }
+    if (v == V_EPILOGUE) {
+        f.epi = CUBLASLT_EPILOGUE_DGELU;
+        f.aux = (void *)a->pre_act;
+        f.aux_ld = a->ic;
+        return dt_cuda__gemm_run(k, &f);
+    }
     int rc = dt_cuda__gemm_run(k, &a->g);
-    if (rc < 0 || !a->db)
+    if (rc < 0)
         return rc;
-    return dt_cuda__launch_bias_grad_rows(k, a->t, a->db, a->dout, a->N, a->oc, a->accumulate);
+    if (a->op == OP_MM_XGRAD)
+        return dt_cuda__launch_act_backward(k->stream, a->t, a->g.d, a->pre_act, (size_t)a->N * a->ic,
+                                            DT_CUDA_ACT_GELU_TANH);
+    return a->db ? dt_cuda__launch_bias_grad_rows(k, a->t, a->db, a->dout, a->N, a->oc, a->accumulate) : 0;
 }
 
-/* Milliseconds of five runs after a warm one, and the results (dw, then db)
- * into host[ic oc + oc] when host is not NULL; a negative value when the way
- * fails. */
-static float mm_wgrad_time(struct dt_cuda_ctx *k, const struct mm_wgrad *a, int v, cudaEvent_t e0, cudaEvent_t e1,
-                           float *host)
+/* What a way writes, as floats: dW then db (fp32), or dinp (in t). */
+static size_t mm_bwd_count(const struct mm_bwd *a)
 {
-    int rc = mm_wgrad_run(k, a, v);
+    return a->op == OP_MM_WGRAD ? (size_t)a->ic * a->oc + (size_t)a->oc : (size_t)a->N * a->ic;
+}
+
+static bool mm_bwd_fetch(const struct mm_bwd *a, float *host)
+{
+    if (a->op == OP_MM_WGRAD) {
+        size_t nw = (size_t)a->ic * a->oc;
+        return cudaMemcpy(host, a->g.d, nw * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess &&
+               cudaMemcpy(host + nw, a->db, (size_t)a->oc * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess;
+    }
+    size_t n = mm_bwd_count(a);
+    if (a->t == DT_CUDA_F32)
+        return cudaMemcpy(host, a->g.d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess;
+    if (a->t != DT_CUDA_BF16)
+        return false; /* fp16 is not checked: the epilogue is not used for it */
+    uint16_t *h16 = (uint16_t *)(host + n / 2); /* the upper half, read before it is overwritten */
+    if (cudaMemcpy(h16, a->g.d, n * 2, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return false;
+    for (size_t i = 0; i < n; i++) { /* bf16 is an fp32's upper half */
+        uint32_t u = (uint32_t)h16[i] << 16;
+        memcpy(&host[i], &u, sizeof u);
+    }
+    return true;
+}
+
+/* Milliseconds of five runs after a warm one, the results fetched into host
+ * (when not NULL); negative when the way fails. */
+static float mm_bwd_time(struct dt_cuda_ctx *k, const struct mm_bwd *a, int v, cudaEvent_t e0, cudaEvent_t e1,
+                         float *host)
+{
+    int rc = mm_bwd_run(k, a, v);
     cudaEventRecord(e0, k->stream);
     for (int rep = 0; rep < 5 && rc == 0; rep++)
-        rc = mm_wgrad_run(k, a, v);
+        rc = mm_bwd_run(k, a, v);
     cudaEventRecord(e1, k->stream);
     float ms = -1.0f;
-    if (rc < 0 || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-        ms = -1.0f;
-    size_t nw = (size_t)a->ic * a->oc;
-    if (ms >= 0 && host &&
-        (cudaMemcpy(host, a->g.d, nw * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess ||
-         cudaMemcpy(host + nw, a->db, (size_t)a->oc * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess))
+    if (rc < 0 || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess ||
+        (host && !mm_bwd_fetch(a, host)))
         ms = -1.0f;
     dt_error_clear();
     return ms;
 }
 
-/* Whether got is within 1e-4 of want's largest value (another GEMM
- * algorithm or summation order rounds differently; a wrong epilogue, as
- * gemm_cuda.c saw with DRELU, differs by far more). */
-static bool mm_close(const float *got, const float *want, size_t n)
+/* Whether got is within tol of want's largest value (another algorithm or
+ * order rounds differently; a wrong epilogue differs by far more). */
+static bool mm_close(const float *got, const float *want, size_t n, float tol)
 {
     float big = 0.0f, diff = 0.0f;
     for (size_t i = 0; i < n; i++) {
         big = fmaxf(big, fabsf(want[i]));
         diff = fmaxf(diff, fabsf(got[i] - want[i]));
     }
-    return diff <= 1e-4f * big;
+    return diff <= tol * big;
 }
 
-static int mm_wgrad_way(struct dt_cuda_ctx *k, const struct mm_wgrad *a)
+static bool mm_bwd_same(const struct mm_bwd *a, const float *epi, const float *sep)
 {
-    if (!a->db || a->accumulate || !fused_ok(k))
+    size_t n = mm_bwd_count(a);
+    if (a->op == OP_MM_XGRAD) /* bf16: the plain way rounds the GEMM's output before gelu' */
+        return mm_close(epi, sep, n, a->t == DT_CUDA_F32 ? 1e-4f : 2e-2f);
+    size_t nw = n - (size_t)a->oc;
+    return mm_close(epi, sep, nw, 1e-4f) && mm_close(epi + nw, sep + nw, (size_t)a->oc, 1e-4f);
+}
+
+static int mm_bwd_way(struct dt_cuda_ctx *k, const struct mm_bwd *a)
+{
+    if (a->accumulate || !fused_ok(k))
         return V_SEPARATE;
     if (k->fusion == DT_CUDA_FUSE_EPILOGUE)
         return V_EPILOGUE;
     for (int i = 0; i < k->n_choices; i++) {
         const struct dt_cuda_choice *c = &k->choice[i];
-        if (c->kind == OP_MM_WGRAD && c->act == (int)a->io && c->t == (int)a->t && c->B == a->N &&
-            c->in == a->ic && c->out == a->oc)
+        if (c->kind == a->op && c->act == (int)a->io && c->t == (int)a->t && c->B == a->N && c->in == a->ic &&
+            c->out == a->oc)
             return c->variant;
     }
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -441,24 +458,56 @@ static int mm_wgrad_way(struct dt_cuda_ctx *k, const struct mm_wgrad *a)
         cudaEventDestroy(e0);
         return V_SEPARATE;
     }
-    /* The epilogue's results are checked against the other way's before it is trusted. */
-    size_t nr = (size_t)a->ic * a->oc + (size_t)a->oc;
-    float *host = malloc(2 * nr * sizeof(float));
-    float epi = host ? mm_wgrad_time(k, a, V_EPILOGUE, e0, e1, host) : -1.0f;
-    float sep = mm_wgrad_time(k, a, V_SEPARATE, e0, e1, host ? host + nr : NULL);
+    size_t n = mm_bwd_count(a);
+    float *host = malloc(2 * n * sizeof(float));
+    float epi = host ? mm_bwd_time(k, a, V_EPILOGUE, e0, e1, host) : -1.0f;
+    float sep = mm_bwd_time(k, a, V_SEPARATE, e0, e1, host ? host + n : NULL);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaGetLastError();
-    size_t nw = nr - (size_t)a->oc;
-    if (epi >= 0 && !(sep >= 0 && mm_close(host, host + nr, nw) && mm_close(host + nw, host + nr + nw, a->oc)))
+    if (epi >= 0 && !(sep >= 0 && mm_bwd_same(a, host, host + n)))
         epi = -1.0f; /* wrong, or nothing to check it against */
     free(host);
     if (epi < 0)
         k->fallbacks++;
     int v = epi >= 0 && (sep < 0 || epi < sep) ? V_EPILOGUE : V_SEPARATE;
-    k->choice[k->n_choices++] = (struct dt_cuda_choice){.kind = OP_MM_WGRAD, .act = (int)a->io, .t = (int)a->t,
-                                                        .B = a->N, .in = a->ic, .out = a->oc, .variant = v};
+    k->choice[k->n_choices++] = (struct dt_cuda_choice){
+        .kind = a->op, .act = (int)a->io, .t = (int)a->t, .B = a->N, .in = a->ic, .out = a->oc, .variant = v};
     return v;
+}
+
+/* The chosen way; a refused epilogue (DT_EUNSUPPORTED) falls back to the other. */
+static int mm_bwd(struct dt_cuda_ctx *k, const struct mm_bwd *a)
+{
+    int v = mm_bwd_way(k, a), rc = mm_bwd_run(k, a, v);
+    if (rc != DT_EUNSUPPORTED || v != V_EPILOGUE)
+        return rc;
+    dt_error_clear();
+    k->fallbacks++;
+    return mm_bwd_run(k, a, V_SEPARATE);
+}
+
+int dt_cuda_mm_backward_x(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dinp, const void *dout,
+                          const void *w, enum dt_cuda_wlayout wl, const void *pre_act, int N, int ic, int oc)
+{
+    int rc = check_shape("dt_cuda_mm_backward_x", N, ic, oc);
+    if (rc < 0)
+        return rc;
+    bool io = wl == DT_CUDA_W_IN_OUT;
+    struct mm_bwd a = {
+        .op = OP_MM_XGRAD,
+        .g = {.ta = io ? CUBLAS_OP_T : CUBLAS_OP_N, .tb = CUBLAS_OP_N, .m = ic, .n = N, .k = oc,
+              .lda = io ? oc : ic, .ldb = oc, .ldd = ic, .ab_type = cuda_type(t), .d_type = cuda_type(t),
+              .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = w, .b = dout, .d = dinp, .beta = 0.0f},
+        .t = t, .io = io, .pre_act = pre_act, .N = N, .ic = ic, .oc = oc};
+    if (!pre_act)
+        return dt_cuda__gemm_run(k, &a.g);
+    /* As run_xgrad: rows that are not 16-byte multiples send cuBLASLt to SIMT
+     * kernels, whose act' epilogues were seen wrong; fp16 is not checked. */
+    size_t es = dt_cuda_dtype_size(t);
+    if ((size_t)oc * es % 16 != 0 || (size_t)ic * es % 16 != 0 || t == DT_CUDA_F16)
+        return mm_bwd_run(k, &a, V_SEPARATE);
+    return mm_bwd(k, &a);
 }
 
 int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw, float *db, const void *dout,
@@ -468,16 +517,14 @@ int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw
     if (rc < 0)
         return rc;
     bool io = wl == DT_CUDA_W_IN_OUT;
-    struct mm_wgrad a = {
+    struct mm_bwd a = {
+        .op = OP_MM_WGRAD,
         .g = {.ta = CUBLAS_OP_N, .tb = CUBLAS_OP_T, .m = io ? oc : ic, .n = io ? ic : oc, .k = N,
               .lda = io ? oc : ic, .ldb = io ? ic : oc, .ldd = io ? oc : ic, .ab_type = cuda_type(t),
               .d_type = CUDA_R_32F, .epi = CUBLASLT_EPILOGUE_DEFAULT, .a = io ? dout : inp, .b = io ? inp : dout,
               .d = dw, .beta = accumulate ? 1.0f : 0.0f},
         .t = t, .io = io, .accumulate = accumulate, .db = db, .dout = dout, .N = N, .ic = ic, .oc = oc};
-    int v = mm_wgrad_way(k, &a);
-    if ((rc = mm_wgrad_run(k, &a, v)) != DT_EUNSUPPORTED || v != V_EPILOGUE)
-        return rc;
-    dt_error_clear();
-    k->fallbacks++;
-    return mm_wgrad_run(k, &a, V_SEPARATE);
+    if (!db) /* nothing to fuse */
+        return dt_cuda__gemm_run(k, &a.g);
+    return mm_bwd(k, &a);
 }
