@@ -641,11 +641,11 @@ static void test_adamw_nodecay(struct dt_cuda_ctx *k)
     for (int s = 0; s < 3; s++)
         dt_adamw_step(&h, hp, g, a.lr, a.beta1, 1.0f);
     double *ref = to_double(hp, n);
-    for (int dev = 0; dev < 2; dev++) {
-        /* the references of this entry point: every element decays, none does */
-        adamw_run(k, all, p, g, n, 0, &a, dev);
-        adamw_run(k, none, p, g, n, 0, &z, dev);
+    for (int dev = 0; dev < 2; dev++)
         for (int off = 0; off < 2; off++) { /* off 1: arenas not 16-byte aligned, the scalar path */
+            /* the references of this entry point and path: every element decays, none does */
+            adamw_run(k, all, p, g, n, off, &a, dev);
+            adamw_run(k, none, p, g, n, off, &z, dev);
             struct dt_cuda_adamw_args r = a;
             r.nodecay = dnd;
             r.n_nodecay = nr;
@@ -664,7 +664,6 @@ static void test_adamw_nodecay(struct dt_cuda_ctx *k)
                      dev ? "_dev" : "", off ? " unaligned" : "");
             gt_check_close(name, mixed, ref, n, 1e-6, 1e-5);
         }
-    }
     struct dt_cuda_adamw_args big = a;
     big.nodecay = dnd;
     big.n_nodecay = 1025;
