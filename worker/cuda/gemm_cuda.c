@@ -2,11 +2,12 @@
  *
  * A cuBLASLt matmul needs a descriptor, three layouts and an algorithm from
  * the heuristic; building them is host work (and allocation), so each
- * distinct GEMM (shape, types, epilogue, pointer alignment) is planned once and
- * kept: a steady-state step only sets the pointers and launches.  The
- * heuristic is told the real alignment of A, B and D, because offsets into a
- * flat arena are not always 16-byte aligned and an algorithm that assumes more
- * than it gets reads the wrong bytes.
+ * distinct GEMM (shape, types, epilogue, compute type, pointer alignment) is
+ * planned once and kept: a steady-state step only sets the pointers and
+ * launches.  The heuristic is told the real alignment of A, B, C and D,
+ * because offsets into a flat arena are not always 16-byte aligned and an
+ * algorithm that assumes more than it gets reads the wrong bytes.  C is D
+ * (accumulation) or, for GPT-2's fused residual add, another buffer.
  *
  * Not for the layer math (linear_cuda.c) or own kernels (*.cu).
  */
