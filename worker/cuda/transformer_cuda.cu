@@ -394,7 +394,8 @@ extern "C" int dt_cuda_embed_forward(struct dt_cuda_ctx *k, float *out, const in
 }
 
 /* Scratch: sort keys and values in and out (N int32 each), then CUB's
- * temporary storage, each at a 256-byte boundary. */
+ * temporary storage, each at a 256-byte boundary (the first found inside
+ * the caller's buffer, whatever its alignment: 256 bytes spare). */
 extern "C" size_t dt_cuda_embed_scratch_bytes(int N)
 {
     if (N <= 0)
@@ -402,7 +403,7 @@ extern "C" size_t dt_cuda_embed_scratch_bytes(int N)
     size_t temp = sort_temp_bytes(N);
     if (temp == 0) /* the query failed: room CUB's onesweep never needs at this size */
         temp = (size_t)N * 16 + (16u << 20);
-    return 4 * align256((size_t)N * 4) + align256(temp);
+    return 256 + 4 * align256((size_t)N * 4) + align256(temp);
 }
 
 extern "C" int dt_cuda_embed_backward(struct dt_cuda_ctx *k, float *dwte, float *dwpe, const float *dout,
@@ -417,7 +418,7 @@ extern "C" int dt_cuda_embed_backward(struct dt_cuda_ctx *k, float *dwte, float 
     int rc = launched("position embedding gradient kernel launch");
     if (rc < 0)
         return rc;
-    char *base = (char *)scratch;
+    char *base = (char *)align256((size_t)(uintptr_t)scratch);
     const size_t arr = align256((size_t)N * 4);
     uint32_t *keys_in = (uint32_t *)base, *keys = (uint32_t *)(base + arr);
     int32_t *pos_in = (int32_t *)(base + 2 * arr), *pos = (int32_t *)(base + 3 * arr);
