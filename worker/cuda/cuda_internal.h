@@ -20,7 +20,9 @@ extern "C" {
 #define DT_CUDA_SPLIT_FLOATS (1u << 20) /* partials of the narrow weight gradient */
 #define DT_CUDA_CHOICES 64 /* grid of the fixed-order reductions */
 
-/* One GEMM in cuBLASLt's column-major terms: D[m,n] = op(A) op(B) (+ beta D). */
+/* One GEMM in cuBLASLt's column-major terms: D[m,n] = op(A) op(B) (+ beta C),
+ * C = c (same type and layout as D: the fused residual add) or, when c is
+ * NULL, D itself (accumulation). */
 struct dt_gemm {
     cublasOperation_t ta, tb;
     int m, n, k, lda, ldb, ldd;
@@ -28,6 +30,7 @@ struct dt_gemm {
     cublasLtEpilogue_t epi;
     const void *a, *b;
     void *d;
+    const void *c;
     float beta;
     const void *bias;   /* bias (forward) or bias gradient output (BGRAD*) */
     void *aux;          /* ReLU mask / GELU input */
@@ -36,7 +39,7 @@ struct dt_gemm {
 
 struct dt_gemm_plan {
     bool used;
-    uint64_t key[4];
+    uint64_t key[5];
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -50,6 +53,7 @@ struct dt_cuda_ctx {
     void *workspace;
     int fallbacks;
     bool autotune;       /* time the heuristic's candidates per plan */
+    bool tf32;           /* fp32-input GEMMs compute in TF32 (dt_cuda_set_tf32) */
     int tuned;           /* plans chosen by timing */
     bool relu_mask_bad;  /* a forward could not write the ReLU mask */
     /* Fixed-order reductions (loss, hits, sum of squares): one partial per
@@ -92,6 +96,11 @@ int dt_cuda__launch_xgrad_narrow(cudaStream_t s, enum dt_cuda_dtype t, void *dzp
 /* db[n] (+)= sum over B rows of dz[B,n] (fp32 out, fixed order). */
 int dt_cuda__launch_bias_grad(cudaStream_t s, enum dt_cuda_dtype t, float *db, const void *dz, int B, int n,
                               bool accumulate);
+
+/* The same over GPT-2's many rows, the rows cut in slices whose partials go
+ * to k->split and are added in slice order (transformer_cuda.cu). */
+int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *db, const void *dz, int N,
+                                   int n, bool accumulate);
 
 #ifdef __cplusplus
 }

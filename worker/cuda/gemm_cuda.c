@@ -2,11 +2,12 @@
  *
  * A cuBLASLt matmul needs a descriptor, three layouts and an algorithm from
  * the heuristic; building them is host work (and allocation), so each
- * distinct GEMM (shape, types, epilogue, pointer alignment) is planned once and
- * kept: a steady-state step only sets the pointers and launches.  The
- * heuristic is told the real alignment of A, B and D, because offsets into a
- * flat arena are not always 16-byte aligned and an algorithm that assumes more
- * than it gets reads the wrong bytes.
+ * distinct GEMM (shape, types, epilogue, compute type, pointer alignment) is
+ * planned once and kept: a steady-state step only sets the pointers and
+ * launches.  The heuristic is told the real alignment of A, B, C and D,
+ * because offsets into a flat arena are not always 16-byte aligned and an
+ * algorithm that assumes more than it gets reads the wrong bytes.  C is D
+ * (accumulation) or, for GPT-2's fused residual add, another buffer.
  *
  * Not for the layer math (linear_cuda.c) or own kernels (*.cu).
  */
@@ -123,6 +124,7 @@ void dt_cuda_set_fusion(struct dt_cuda_ctx *k, enum dt_cuda_fusion f)
     k->fusion = f;
     k->n_choices = 0;
 }
+void dt_cuda_set_tf32(struct dt_cuda_ctx *k, bool on) { k->tf32 = on; }
 int dt_cuda_fallbacks(const struct dt_cuda_ctx *k) { return k->fallbacks; }
 
 int dt_cuda_sync(struct dt_cuda_ctx *k)
@@ -142,7 +144,15 @@ static unsigned align_of(const void *p)
     return al;
 }
 
-static void plan_key(const struct dt_gemm *g, uint64_t key[4])
+/* TF32 changes only GEMMs that read fp32 (torch's allow_tf32 likewise). */
+static cublasComputeType_t compute_type(const struct dt_cuda_ctx *k, const struct dt_gemm *g)
+{
+    return k->tf32 && g->ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* Everything a plan depends on: shape, types, epilogue, whether C is read and
+ * from where (its alignment), the compute type. */
+static void plan_key(const struct dt_cuda_ctx *k, const struct dt_gemm *g, uint64_t key[5])
 {
     key[0] = (uint64_t)g->m | (uint64_t)g->n << 32;
     key[1] = (uint64_t)g->k | (uint64_t)g->lda << 32;
@@ -150,6 +160,7 @@ static void plan_key(const struct dt_gemm *g, uint64_t key[4])
     key[3] = (uint64_t)g->ta | (uint64_t)g->tb << 2 | (uint64_t)g->ab_type << 4 | (uint64_t)g->d_type << 12 |
              (uint64_t)g->epi << 20 | (uint64_t)(g->beta != 0) << 32 | (uint64_t)align_of(g->a) << 33 |
              (uint64_t)align_of(g->b) << 42 | (uint64_t)align_of(g->d) << 51;
+    key[4] = (uint64_t)(g->c ? align_of(g->c) : 0) | (uint64_t)compute_type(k, g) << 16;
 }
 
 static void plan_release(struct dt_gemm_plan *p)
@@ -182,17 +193,20 @@ static void plans_release(struct dt_cuda_ctx *k)
 
 static int set_pref_alignment(cublasLtMatmulPreference_t pref, const struct dt_gemm *g)
 {
-    uint32_t a = align_of(g->a), b = align_of(g->b), d = align_of(g->d);
+    uint32_t a = align_of(g->a), b = align_of(g->b), d = align_of(g->d), c = g->c ? align_of(g->c) : d;
     uint64_t ws = DT_CUDA_WORKSPACE;
     int rc = 0;
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a, sizeof a));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d, sizeof d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c, sizeof c));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d, sizeof d));
 fail:
     return rc;
 }
+
+/* C: the residual when given, else D (read only when beta != 0). */
+static const void *c_of(const struct dt_gemm *g) { return g->c ? g->c : g->d; }
 
 /* Bytes of D (m x n of d_type) and of the epilogue's aux output. */
 static size_t d_bytes(const struct dt_gemm *g)
@@ -245,8 +259,9 @@ static bool check_same(const struct dt_gemm *g, struct tune_check *c, bool first
 
 /* The heuristic's first answer is not always the fastest; so each plan
  * times the candidates on its real operands and keeps the best (once, at
- * warm-up).  Only when that is harmless: beta == 0 (the output is rewritten
- * by the real call) and not while a graph is being captured.  The plain and
+ * warm-up).  Only when that is harmless: D does not feed itself (beta == 0,
+ * or C is another buffer: the real call rewrites D) and not while a graph is
+ * being captured.  The plain and
  * bias epilogues are timed as they are; the fused forward ones with the
  * check above; the backward epilogues (DRELU, DGELU, BGRADB) keep the first
  * answer (linear_cuda.c times those against separate kernels instead). */
@@ -256,7 +271,8 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
     bool fused_fwd = g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    if (!k->autotune || found < 2 || g->beta != 0.0f || !(plain || fused_fwd) ||
+    bool d_rewritten = g->beta == 0.0f || (g->c && g->c != g->d);
+    if (!k->autotune || found < 2 || !d_rewritten || !(plain || fused_fwd) ||
         cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
         return 0;
     struct tune_check c = {.d = d_bytes(g), .aux = aux_bytes(g)};
@@ -284,7 +300,7 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
         for (int rep = 0; rep < 6 && st == CUBLAS_STATUS_SUCCESS; rep++) {
             if (rep == 1) /* the first run warms caches and loads the kernel */
                 cudaEventRecord(e0, k->stream);
-            st = cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, g->d, p->ld, g->d,
+            st = cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, c_of(g), p->ld, g->d,
                                 p->ld, &res[i].algo, k->workspace, DT_CUDA_WORKSPACE, k->stream);
         }
         cudaEventRecord(e1, k->stream);
@@ -315,7 +331,7 @@ static int plan_build(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_
     cublasLtMatmulPreference_t pref = NULL;
     int ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
     int br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
-    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(cublasLtMatmulDescCreate(&p->desc, compute_type(k, g), CUDA_R_32F));
     LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
     LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
     LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
@@ -352,7 +368,7 @@ fail:
     return rc;
 }
 
-static struct dt_gemm_plan *plan_find(struct dt_cuda_ctx *k, const uint64_t key[4], bool *fresh)
+static struct dt_gemm_plan *plan_find(struct dt_cuda_ctx *k, const uint64_t key[5], bool *fresh)
 {
     struct dt_gemm_plan *free_slot = NULL;
     for (int i = 0; i < DT_CUDA_PLANS; i++) {
@@ -374,8 +390,8 @@ static struct dt_gemm_plan *plan_find(struct dt_cuda_ctx *k, const uint64_t key[
 
 int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g)
 {
-    uint64_t key[4];
-    plan_key(g, key);
+    uint64_t key[5];
+    plan_key(k, g, key);
     bool fresh = false;
     struct dt_gemm_plan *p = plan_find(k, key, &fresh);
     int rc = 0;
@@ -393,7 +409,7 @@ int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g)
                                               sizeof g->aux));
     }
     const float alpha = 1.0f;
-    LT(cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, g->d, p->ld, g->d, p->ld,
+    LT(cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, c_of(g), p->ld, g->d, p->ld,
                       &p->algo, k->workspace, DT_CUDA_WORKSPACE, k->stream));
     return 0;
 fail:

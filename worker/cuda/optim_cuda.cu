@@ -97,11 +97,11 @@ struct AdamScalars {
 /* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
  * step-dependent scalars are computed in double once per block, as torch
  * computes them in Python floats. */
-__device__ __forceinline__ float adamw_one(float p, float g, float &m, float &v, const AdamScalars &a, float gmul,
-                                           float neg_step, float bc2_sqrt)
+__device__ __forceinline__ float adamw_one(float p, float g, float &m, float &v, const AdamScalars &a, float decay,
+                                           float gmul, float neg_step, float bc2_sqrt)
 {
     float gi = g * gmul;
-    float pi = p * a.decay;
+    float pi = p * decay;
     m = m + a.w1 * (gi - m); /* lerp(m, g, 1 - beta1) */
     v = (float)a.beta2 * v + a.w2 * gi * gi;
     return pi + neg_step * m / (sqrtf(v) / bc2_sqrt + (float)a.eps);
@@ -118,16 +118,47 @@ struct AdamDyn {
     float max_norm;
 };
 
+/* The elements without decay: nd ranges [lo, hi) (ascending, disjoint),
+ * copied into shared memory by each block.  nodecay_from gives the first
+ * range that ends above i (binary search); nodecay_at then walks forward
+ * from there for ascending i, so a vector of four costs one search. */
+constexpr int kMaxNodecay = 1024;
+
+__device__ __forceinline__ int nodecay_from(const uint64_t *r, int nd, uint64_t i)
+{
+    int lo = 0, hi = nd;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (r[2 * mid + 1] <= i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ bool nodecay_at(const uint64_t *r, int nd, int &c, uint64_t i)
+{
+    while (c < nd && r[2 * c + 1] <= i)
+        c++;
+    return c < nd && r[2 * c] <= i;
+}
+
 /* torch.optim.AdamW for step t = *step + 1 (see kernels_cuda.h); the
  * step-dependent scalars are computed in double once per block, as torch
- * computes them in Python floats.  16-byte loads when the arenas allow. */
+ * computes them in Python floats.  16-byte loads when the arenas allow.
+ * An element without decay is stepped with the factor 1 (torch skipping
+ * p.mul_(1 - lr * 0): the same bits). */
 template <typename L>
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, L *pl, size_t n,
                              AdamScalars a, AdamDyn dyn, const int64_t *step, const float *found_inf,
-                             const float *amp_scale, int vec)
+                             const float *amp_scale, int vec, const uint64_t *nodecay, int nd)
 {
     if (found_inf && *found_inf != 0.0f)
         return;
+    extern __shared__ uint64_t nd_ranges[]; /* [nd][2], visible after the __syncthreads below */
+    for (int i = threadIdx.x; i < 2 * nd; i += blockDim.x)
+        nd_ranges[i] = nodecay[i];
     __shared__ float sc[5];
     if (threadIdx.x == 0) {
         double lr = a.lr, beta1 = a.beta1;
@@ -155,19 +186,26 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, L *pl
     const float neg_step = sc[0], bc2_sqrt = sc[1], gmul = sc[2];
     const size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     const size_t n4 = vec ? n / 4 : 0;
+    const uint64_t *r = nd_ranges;
     for (size_t q = tid; q < n4; q += stride) {
         float4 P = ((float4 *)p)[q], G = ((const float4 *)g)[q], M = ((float4 *)m)[q], V = ((float4 *)v)[q];
-        P.x = adamw_one(P.x, G.x, M.x, V.x, a, gmul, neg_step, bc2_sqrt);
-        P.y = adamw_one(P.y, G.y, M.y, V.y, a, gmul, neg_step, bc2_sqrt);
-        P.z = adamw_one(P.z, G.z, M.z, V.z, a, gmul, neg_step, bc2_sqrt);
-        P.w = adamw_one(P.w, G.w, M.w, V.w, a, gmul, neg_step, bc2_sqrt);
+        const uint64_t i0 = 4 * (uint64_t)q;
+        int c = nd ? nodecay_from(r, nd, i0) : 0;
+        float d0 = nodecay_at(r, nd, c, i0) ? 1.0f : a.decay, d1 = nodecay_at(r, nd, c, i0 + 1) ? 1.0f : a.decay;
+        float d2 = nodecay_at(r, nd, c, i0 + 2) ? 1.0f : a.decay, d3 = nodecay_at(r, nd, c, i0 + 3) ? 1.0f : a.decay;
+        P.x = adamw_one(P.x, G.x, M.x, V.x, a, d0, gmul, neg_step, bc2_sqrt);
+        P.y = adamw_one(P.y, G.y, M.y, V.y, a, d1, gmul, neg_step, bc2_sqrt);
+        P.z = adamw_one(P.z, G.z, M.z, V.z, a, d2, gmul, neg_step, bc2_sqrt);
+        P.w = adamw_one(P.w, G.w, M.w, V.w, a, d3, gmul, neg_step, bc2_sqrt);
         ((float4 *)p)[q] = P, ((float4 *)m)[q] = M, ((float4 *)v)[q] = V;
         if (pl)
             store4(pl, q, P);
     }
     for (size_t i = n4 * 4 + tid; i < n; i += stride) {
         float mi = m[i], vi = v[i];
-        float pi = adamw_one(p[i], g[i], mi, vi, a, gmul, neg_step, bc2_sqrt);
+        int c = nd ? nodecay_from(r, nd, i) : 0;
+        float di = nodecay_at(r, nd, c, i) ? 1.0f : a.decay;
+        float pi = adamw_one(p[i], g[i], mi, vi, a, di, gmul, neg_step, bc2_sqrt);
         m[i] = mi, v[i] = vi, p[i] = pi;
         if (pl)
             store(pl, i, pi);
@@ -289,15 +327,20 @@ static int adamw_launch(struct dt_cuda_ctx *k, float *p, const float *g, float *
     sc.w1 = (float)(1.0 - a->beta1);
     sc.w2 = (float)(1.0 - a->beta2);
     sc.grad_scale = a->grad_scale;
+    const int nd = a->nodecay ? a->n_nodecay : 0;
+    if (nd < 0 || nd > kMaxNodecay)
+        return dt_error_set(DT_EINVAL, "dt_cuda_adamw: %d ranges without weight decay (at most %d)", nd,
+                            kMaxNodecay);
+    const size_t smem = (size_t)nd * 2 * sizeof(uint64_t); /* 16 KiB at most */
     uintptr_t al = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v;
     int vec = (al % 16) == 0 && ((uintptr_t)p_lowp % 8) == 0;
     unsigned grid = blocks_for(vec ? n / 4 : n, 132 * 16); /* a few waves over the H200's 132 SMs */
     if (a->lowp_f16)
-        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__half *)p_lowp, n, sc, dyn, step, found_inf,
-                                                       inv_from_scale, vec);
+        adamw_kernel<<<grid, kThreads, smem, k->stream>>>(p, g, m, v, (__half *)p_lowp, n, sc, dyn, step,
+                                                          found_inf, inv_from_scale, vec, a->nodecay, nd);
     else
-        adamw_kernel<<<grid, kThreads, 0, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, dyn, step,
-                                                       found_inf, inv_from_scale, vec);
+        adamw_kernel<<<grid, kThreads, smem, k->stream>>>(p, g, m, v, (__nv_bfloat16 *)p_lowp, n, sc, dyn, step,
+                                                          found_inf, inv_from_scale, vec, a->nodecay, nd);
     int rc = launched("AdamW kernel launch");
     if (rc == 0) {
         adamw_commit_kernel<<<1, 1, 0, k->stream>>>(step, found_inf);

@@ -1,0 +1,580 @@
+/* transformer_cuda.cu - GPT-2's layer kernels around the GEMMs
+ * (transformer_cuda.h): the embedding forward and its deterministic
+ * backward, LayerNorm forward and backward, the row-wise softmax
+ * cross-entropy of the classifier with its loss sums, tanh GELU, and the
+ * bias gradient over many rows (for linear_cuda.c's GPT-2 GEMMs).
+ *
+ * Everything is fixed-order: no floating-point atomics, so equal inputs give
+ * equal bits run after run (and a CUDA graph replays the same numbers).
+ * Arithmetic is fp32; bf16 only on load and store.
+ *
+ * Not for the GEMMs (linear_cuda.c) or attention (a file of its own).
+ */
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+extern "C" {
+#include "base/error.h" /* a C header without C++ guards */
+}
+#include "worker/cuda/device_common.cuh"
+#include "worker/cuda/transformer_cuda.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t work, unsigned cap)
+{
+    size_t b = (work + kThreads - 1) / kThreads;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+/* Sum over the 32 lanes; the butterfly gives every lane the same bits (each
+ * stage adds the same two values on both lanes of a pair). */
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* ---- embedding ---- */
+
+__global__ void embed_forward_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                                     int T, int C, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / (size_t)C, i = e % (size_t)C;
+        int id = tok[r];
+        id = id < 0 ? 0 : id;
+        out[e] = wte[(size_t)id * C + i] + wpe[(r % (size_t)T) * C + i];
+    }
+}
+
+/* Sort keys (token ids) with their positions as values: a radix sort is
+ * stable, so each token's positions come out ascending. */
+__global__ void embed_keys_kernel(uint32_t *keys, int32_t *pos, const int32_t *tok, int N)
+{
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < N; r += gridDim.x * blockDim.x) {
+        keys[r] = tok[r] < 0 ? 0u : (uint32_t)tok[r];
+        pos[r] = r;
+    }
+}
+
+/* One block per sorted position; the block at the start of a token's run
+ * sums the run's rows in position order and adds the sum to its wte row. */
+__global__ void embed_token_grad_kernel(float *dwte, const float *dout, const uint32_t *keys,
+                                        const int32_t *pos, int N, int C)
+{
+    const int j = blockIdx.x;
+    const uint32_t key = keys[j];
+    if (j > 0 && keys[j - 1] == key)
+        return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int e = j; e < N && keys[e] == key; e++)
+            acc += dout[(size_t)pos[e] * C + c];
+        dwte[(size_t)key * C + c] += acc;
+    }
+}
+
+/* dwpe[t, i] (+)= sum_b dout[b, t, i], b in order. */
+__global__ void embed_pos_grad_kernel(float *dwpe, const float *dout, int B, int T, int C, int accumulate)
+{
+    const size_t n = (size_t)T * C;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++)
+            s += dout[(size_t)b * n + e];
+        dwpe[e] = accumulate ? dwpe[e] + s : s;
+    }
+}
+
+size_t align256(size_t x)
+{
+    return (x + 255) / 256 * 256;
+}
+
+/* CUB's temporary bytes for sorting n pairs (a host-side query: no
+ * allocation, no stream work); 0 when it fails. */
+size_t sort_temp_bytes(int n)
+{
+    size_t temp = 0;
+    cudaError_t e =
+        cub::DeviceRadixSort::SortPairs(nullptr, temp, (const uint32_t *)nullptr, (uint32_t *)nullptr,
+                                        (const int32_t *)nullptr, (int32_t *)nullptr, n, 0, 32);
+    return e == cudaSuccess ? temp : 0;
+}
+
+/* ---- LayerNorm ---- */
+
+/* One warp per row, two passes as the CPU's (worker/models/gpt2_layers.c):
+ *   mean = sum x / C,  var = sum (x - mean)^2 / C,  rstd = 1 / sqrt(var + 1e-5) */
+template <typename T>
+__global__ void ln_forward_kernel(T *out, float *mean, float *rstd, const float *inp, const float *w,
+                                  const float *b, int N, int C)
+{
+    const int lane = threadIdx.x % 32;
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= N)
+        return;
+    const float *x = inp + (size_t)r * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32)
+        s += x[i];
+    const float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = x[i] - m;
+        v += d * d;
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(v) / (float)C + 1e-5f);
+    for (int i = lane; i < C; i += 32)
+        store(out, (size_t)r * C + i, (x[i] - m) * rs * w[i] + b[i]);
+    if (lane == 0 && mean)
+        mean[r] = m;
+    if (lane == 0 && rstd)
+        rstd[r] = rs;
+}
+
+/* One warp per row (a block takes `rows` consecutive rows, its warps in
+ * turn).  With xhat = (x - mean) rstd and g = dout w:
+ *   dinp += rstd (g - mean(g) - xhat mean(g xhat))
+ * Each warp sums dout xhat and dout per column in its own slice of shared
+ * memory (a lane owns its columns: no races, no atomics); then the block
+ * adds its warps in order into its partial part[block][2C] (dw, then db). */
+template <typename T>
+__global__ void ln_backward_kernel(float *dinp, T *dinp_t, float *part, const T *dout, const float *inp,
+                                   const float *w, const float *mean, const float *rstd, int N, int C,
+                                   int rows)
+{
+    extern __shared__ float sh[]; /* [warps][2C] */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    float *sdw = sh + (size_t)warp * 2 * C, *sdb = sdw + C;
+    for (int i = lane; i < C; i += 32)
+        sdw[i] = sdb[i] = 0.0f;
+    const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+    for (int r = r0 + warp; r < r1; r += nw) {
+        const T *d = dout + (size_t)r * C;
+        const float *x = inp + (size_t)r * C;
+        const float mu = mean[r], rs = rstd[r];
+        float sa = 0.0f, sc = 0.0f;
+        for (int i = lane; i < C; i += 32) {
+            float g = w[i] * load(d, i);
+            sa += g;
+            sc += g * ((x[i] - mu) * rs);
+        }
+        const float a = warp_sum(sa) / (float)C, c = warp_sum(sc) / (float)C;
+        for (int i = lane; i < C; i += 32) {
+            float dv = load(d, i), xh = (x[i] - mu) * rs;
+            size_t at = (size_t)r * C + i;
+            float v = dinp[at] + rs * (w[i] * dv - a - xh * c);
+            dinp[at] = v;
+            if (dinp_t)
+                store(dinp_t, at, v);
+            sdw[i] += dv * xh;
+            sdb[i] += dv;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < nw; k++)
+            s += sh[(size_t)k * 2 * C + i];
+        part[(size_t)blockIdx.x * 2 * C + i] = s;
+    }
+}
+
+/* dw, db (+)= the block partials, in block order. */
+__global__ void ln_param_reduce_kernel(float *dw, float *db, const float *part, int G, int C, int accumulate)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 2 * C; i += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int g = 0; g < G; g++)
+            s += part[(size_t)g * 2 * C + i];
+        float *o = i < C ? dw + i : db + (i - C);
+        *o = accumulate ? *o + s : s;
+    }
+}
+
+/* ---- classifier ---- */
+
+/* The running (max, sum of exp(x - max), first argmax) of a part of a row. */
+struct SoftmaxAcc {
+    float m, s;
+    int a;
+};
+
+__device__ __forceinline__ SoftmaxAcc sm_merge(SoftmaxAcc p, SoftmaxAcc q)
+{
+    SoftmaxAcc o;
+    o.m = fmaxf(p.m, q.m);
+    float sp = p.s == 0.0f ? 0.0f : p.s * expf(p.m - o.m), sq = q.s == 0.0f ? 0.0f : q.s * expf(q.m - o.m);
+    o.s = sp + sq; /* commutative: both lanes of a butterfly pair get the same bits */
+    o.a = p.m > q.m ? p.a : q.m > p.m ? q.a : min(p.a, q.a);
+    return o;
+}
+
+constexpr int kXentThreads = 512;
+
+/* Element j of value v joins a thread's running max / sum (j ascending, so
+ * the first maximum keeps its index). */
+__device__ __forceinline__ void sm_push(SoftmaxAcc &acc, float v, int j)
+{
+    if (v > acc.m) {
+        acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v)) + 1.0f;
+        acc.m = v;
+        acc.a = j;
+    } else {
+        acc.s += expf(v - acc.m);
+    }
+}
+
+/* 16 bytes of T as floats, and back. */
+template <typename T> struct Pack {
+    static constexpr int n = 16 / sizeof(T);
+    float f[n];
+    __device__ __forceinline__ void get(const T *p, size_t c)
+    {
+        uint4 u = ((const uint4 *)p)[c];
+        const T *e = (const T *)&u;
+#pragma unroll
+        for (int i = 0; i < n; i++)
+            f[i] = load(e, i);
+    }
+    __device__ __forceinline__ void put(T *p, size_t c) const
+    {
+        uint4 u;
+        T *e = (T *)&u;
+#pragma unroll
+        for (int i = 0; i < n; i++)
+            store(e, i, f[i]);
+        ((uint4 *)p)[c] = u;
+    }
+};
+
+/* One block per row: an online max / sum of exponentials (one read), the
+ * block's merge in a fixed tree, then, with grad, a second read that writes
+ *   (exp(x_j - max) / sum - [j == y]) * scale   over j < V, 0 over the padding.
+ * VEC: 16-byte loads and stores (the row's start and the stride are 16-byte
+ * multiples; then the last chunk that holds column V-1 is inside the stride). */
+template <typename T, bool VEC>
+__global__ void xent_rows_kernel(T *logits, float *row_loss, int *row_hit, const int32_t *y, int V,
+                                 int stride, float dscale, const float *loss_scale, int grad)
+{
+    __shared__ SoftmaxAcc warps[kXentThreads / 32];
+    __shared__ SoftmaxAcc all;
+    __shared__ float xy;
+    constexpr int W = Pack<T>::n;
+    const int r = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    T *x = logits + (size_t)r * stride;
+    SoftmaxAcc acc = {-INFINITY, 0.0f, V};
+    if (VEC) {
+        for (int c = threadIdx.x; c < (V + W - 1) / W; c += kXentThreads) {
+            Pack<T> p;
+            p.get(x, c);
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                if (c * W + e < V)
+                    sm_push(acc, p.f[e], c * W + e);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += kXentThreads)
+            sm_push(acc, load(x, j), j);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        SoftmaxAcc o = {__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off),
+                        __shfl_xor_sync(0xffffffffu, acc.a, off)};
+        acc = sm_merge(acc, o);
+    }
+    if (lane == 0)
+        warps[warp] = acc;
+    const int lbl = y[r];
+    const bool ok = lbl >= 0 && lbl < V;
+    if (threadIdx.x == 0)
+        xy = ok ? load(x, lbl) : 0.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        SoftmaxAcc t = warps[0];
+        for (int k = 1; k < kXentThreads / 32; k++)
+            t = sm_merge(t, warps[k]);
+        all = t;
+        row_loss[r] = ok ? logf(t.s) - (xy - t.m) : 0.0f;
+        if (row_hit)
+            row_hit[r] = ok && t.a == lbl;
+    }
+    __syncthreads(); /* every read of the row is done before it is overwritten */
+    if (!grad)
+        return;
+    const float scale = dscale * (loss_scale ? *loss_scale : 1.0f), inv = 1.0f / all.s, m = all.m;
+    if (VEC) {
+        for (int c = threadIdx.x; c < stride / W; c += kXentThreads) {
+            Pack<T> p;
+            p.get(x, c);
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                const int j = c * W + e;
+                p.f[e] = ok && j < V ? (expf(p.f[e] - m) * inv - (j == lbl ? 1.0f : 0.0f)) * scale : 0.0f;
+            }
+            p.put(x, c);
+        }
+    } else {
+        for (int j = threadIdx.x; j < stride; j += kXentThreads) {
+            float g = 0.0f;
+            if (ok && j < V)
+                g = (expf(load(x, j) - m) * inv - (j == lbl ? 1.0f : 0.0f)) * scale;
+            store(x, j, g);
+        }
+    }
+}
+
+/* ---- bias gradient over many rows ---- */
+
+/* db[j] (+)= sum_r dz[r, j] for GPT-2's 16-32K rows: act_cuda.cu's kernel
+ * gives a block 32 columns and all the rows (24 blocks for 768 columns), so
+ * here the rows are cut in S slices too: block (column tile, slice) sums its
+ * slice with 8 row lanes, the partials [S][n] go to the context's split
+ * buffer, and a second kernel adds them in slice order (fixed order). */
+template <typename T> __global__ void bias_grad_part_kernel(float *part, const T *dz, int N, int n, int rows)
+{
+    __shared__ float sh[8][33];
+    const int j = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s = 0.0f;
+    if (j < n)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8)
+            s += load(dz, (size_t)r * n + j);
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < n) {
+        float t = 0.0f;
+        for (int i = 0; i < 8; i++)
+            t += sh[i][threadIdx.x];
+        part[(size_t)blockIdx.y * n + j] = t;
+    }
+}
+
+__global__ void bias_grad_reduce_kernel(float *db, const float *part, int S, int n, int accumulate)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+        float t = 0.0f;
+        for (int s = 0; s < S; s++)
+            t += part[(size_t)s * n + j];
+        db[j] = accumulate ? db[j] + t : t;
+    }
+}
+
+__global__ void sum_rows_kernel(const float *row_loss, const int *row_hit, int N, Partials part,
+                                float *loss_sum, int *correct, double *loss_acc)
+{
+    float s = 0.0f;
+    int h = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+        s += row_loss[i];
+        h += row_hit ? row_hit[i] : 0;
+    }
+    grid_sum<kThreads>(s, h, part, loss_sum, correct, loss_acc);
+}
+
+} // namespace
+
+/* ---- embedding ---- */
+
+extern "C" int dt_cuda_embed_forward(struct dt_cuda_ctx *k, float *out, const int32_t *tok, const float *wte,
+                                     const float *wpe, int B, int T, int C)
+{
+    if (B <= 0 || T <= 0 || C <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_embed_forward: shape %dx%dx%d must be positive", B, T, C);
+    size_t n = (size_t)B * T * C;
+    embed_forward_kernel<<<blocks_for(n, 132 * 32), kThreads, 0, k->stream>>>(out, tok, wte, wpe, T, C, n);
+    return launched("embedding forward kernel launch");
+}
+
+/* Scratch: sort keys and values in and out (N int32 each), then CUB's
+ * temporary storage, each at a 256-byte boundary (the first found inside
+ * the caller's buffer, whatever its alignment: 256 bytes spare). */
+extern "C" size_t dt_cuda_embed_scratch_bytes(int N)
+{
+    if (N <= 0)
+        return 0;
+    size_t temp = sort_temp_bytes(N);
+    if (temp == 0) /* the query failed: room CUB's onesweep never needs at this size */
+        temp = (size_t)N * 16 + (16u << 20);
+    return 256 + 4 * align256((size_t)N * 4) + align256(temp);
+}
+
+extern "C" int dt_cuda_embed_backward(struct dt_cuda_ctx *k, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tok, int B, int T, int C, bool accumulate, void *scratch)
+{
+    if (B <= 0 || T <= 0 || C <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_embed_backward: shape %dx%dx%d must be positive", B, T, C);
+    const int N = B * T;
+    cudaStream_t s = k->stream;
+    embed_pos_grad_kernel<<<blocks_for((size_t)T * C, 132 * 16), kThreads, 0, s>>>(dwpe, dout, B, T, C,
+                                                                                   accumulate);
+    int rc = launched("position embedding gradient kernel launch");
+    if (rc < 0)
+        return rc;
+    char *base = (char *)align256((size_t)(uintptr_t)scratch);
+    const size_t arr = align256((size_t)N * 4);
+    uint32_t *keys_in = (uint32_t *)base, *keys = (uint32_t *)(base + arr);
+    int32_t *pos_in = (int32_t *)(base + 2 * arr), *pos = (int32_t *)(base + 3 * arr);
+    void *temp = base + 4 * arr;
+    size_t temp_bytes = sort_temp_bytes(N);
+    if (temp_bytes == 0)
+        return dt_error_set(DT_EIO, "cuda: CUB could not size the sort of %d token ids", N);
+    embed_keys_kernel<<<blocks_for((size_t)N, 132 * 8), kThreads, 0, s>>>(keys_in, pos_in, tok, N);
+    if ((rc = launched("embedding sort keys kernel launch")) < 0)
+        return rc;
+    cudaError_t e =
+        cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys, pos_in, pos, N, 0, 32, s);
+    if (e != cudaSuccess)
+        return dt_cuda_err(e, "cub::DeviceRadixSort::SortPairs (token ids of the embedding gradient)");
+    const unsigned tb = C < kThreads ? 32u * (unsigned)((C + 31) / 32) : (unsigned)kThreads;
+    embed_token_grad_kernel<<<(unsigned)N, tb, 0, s>>>(dwte, dout, keys, pos, N, C);
+    return launched("token embedding gradient kernel launch");
+}
+
+/* ---- LayerNorm ---- */
+
+extern "C" int dt_cuda_layernorm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *mean,
+                                         float *rstd, const float *inp, const float *w, const float *b, int N,
+                                         int C)
+{
+    if (N <= 0 || C <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_forward: shape %dx%d must be positive", N, C);
+    const int rows = kThreads / 32;
+    unsigned grid = (unsigned)((N + rows - 1) / rows);
+    if (t == DT_CUDA_BF16)
+        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((__nv_bfloat16 *)out, mean, rstd, inp, w, b, N,
+                                                            C);
+    else if (t == DT_CUDA_F16)
+        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((__half *)out, mean, rstd, inp, w, b, N, C);
+    else
+        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((float *)out, mean, rstd, inp, w, b, N, C);
+    return launched("LayerNorm forward kernel launch");
+}
+
+extern "C" int dt_cuda_layernorm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dinp,
+                                          void *dinp_t, float *dw, float *db, const void *dout,
+                                          const float *inp, const float *w, const float *mean,
+                                          const float *rstd, int N, int C, bool accumulate)
+{
+    if (N <= 0 || C <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: shape %dx%d must be positive", N, C);
+    /* Warps per block as shared memory allows (48 KiB without opting in). */
+    int nw = 8;
+    while (nw > 1 && (size_t)nw * 2 * C * sizeof(float) > 48 * 1024)
+        nw /= 2;
+    const size_t smem = (size_t)nw * 2 * C * sizeof(float);
+    if (smem > 48 * 1024 || (size_t)2 * C > k->split_floats)
+        return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: %d channels are more than it handles", C);
+    /* Blocks of whole rows, at most 512 partials (the context's split buffer). */
+    int G = (N + nw - 1) / nw;
+    G = G > 512 ? 512 : G;
+    while (G > 1 && (size_t)G * 2 * C > k->split_floats)
+        G--;
+    const int rows = (N + G - 1) / G;
+    G = (N + rows - 1) / rows;
+    cudaStream_t s = k->stream;
+    if (t == DT_CUDA_BF16)
+        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (__nv_bfloat16 *)dinp_t, k->split,
+                                                    (const __nv_bfloat16 *)dout, inp, w, mean, rstd, N, C,
+                                                    rows);
+    else if (t == DT_CUDA_F16)
+        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (__half *)dinp_t, k->split, (const __half *)dout,
+                                                    inp, w, mean, rstd, N, C, rows);
+    else
+        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (float *)dinp_t, k->split, (const float *)dout, inp,
+                                                    w, mean, rstd, N, C, rows);
+    int rc = launched("LayerNorm backward kernel launch");
+    if (rc < 0)
+        return rc;
+    ln_param_reduce_kernel<<<blocks_for((size_t)2 * C, 64), kThreads, 0, s>>>(dw, db, k->split, G, C,
+                                                                              accumulate);
+    return launched("LayerNorm parameter gradient reduction launch");
+}
+
+/* ---- classifier ---- */
+
+template <typename T>
+static void xent_rows_launch(cudaStream_t s, void *logits, float *row_loss, int *row_hit, const int32_t *y, int N,
+                             int V, int stride, float dscale, const float *loss_scale, bool grad)
+{
+    T *x = (T *)logits;
+    bool vec = (uintptr_t)logits % 16 == 0 && (size_t)stride * sizeof(T) % 16 == 0;
+    if (vec)
+        xent_rows_kernel<T, true>
+            <<<(unsigned)N, kXentThreads, 0, s>>>(x, row_loss, row_hit, y, V, stride, dscale, loss_scale, grad);
+    else
+        xent_rows_kernel<T, false>
+            <<<(unsigned)N, kXentThreads, 0, s>>>(x, row_loss, row_hit, y, V, stride, dscale, loss_scale, grad);
+}
+
+extern "C" int dt_cuda_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *logits, float *row_loss,
+                                 int *row_hit, const int32_t *y, int N, int V, int stride, float dscale,
+                                 const float *loss_scale, bool grad)
+{
+    if (N <= 0 || V <= 0 || stride < V)
+        return dt_error_set(DT_EINVAL, "dt_cuda_xent_rows: %d rows of %d classes in a stride of %d", N, V, stride);
+    if (t == DT_CUDA_BF16)
+        xent_rows_launch<__nv_bfloat16>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale,
+                                        grad);
+    else if (t == DT_CUDA_F16)
+        xent_rows_launch<__half>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale, grad);
+    else
+        xent_rows_launch<float>(k->stream, logits, row_loss, row_hit, y, N, V, stride, dscale, loss_scale, grad);
+    return launched("row-wise softmax cross-entropy kernel launch");
+}
+
+extern "C" int dt_cuda_sum_rows(struct dt_cuda_ctx *k, float *loss_sum, int *correct, double *loss_acc,
+                                const float *row_loss, const int *row_hit, int N)
+{
+    if (N <= 0)
+        return dt_error_set(DT_EINVAL, "dt_cuda_sum_rows: %d rows", N);
+    Partials part = {k->part_f, k->part_i, k->ticket};
+    sum_rows_kernel<<<blocks_for((size_t)N, 64), kThreads, 0, k->stream>>>(row_loss, row_hit, N, part,
+                                                                           loss_sum, correct, loss_acc);
+    return launched("loss sum kernel launch");
+}
+
+/* ---- bias gradient ---- */
+
+extern "C" int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *db,
+                                              const void *dz, int N, int n, bool accumulate)
+{
+    if ((size_t)n > k->split_floats) /* one slice's partials would not fit: one pass over the rows */
+        return dt_cuda__launch_bias_grad(k->stream, t, db, dz, N, n, accumulate);
+    const int tiles = (n + 31) / 32;
+    /* about four waves of 8 blocks on each of the H200's 132 SMs, slices of 8 rows at least */
+    int S = (132 * 8 * 4 + tiles - 1) / tiles;
+    S = S > (N + 7) / 8 ? (N + 7) / 8 : S;
+    while (S > 1 && (size_t)S * n > k->split_floats)
+        S--;
+    const int rows = (N + S - 1) / S;
+    S = (N + rows - 1) / rows;
+    dim3 grid((unsigned)tiles, (unsigned)S), block(32, 8);
+    cudaStream_t s = k->stream;
+    if (t == DT_CUDA_BF16)
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const __nv_bfloat16 *)dz, N, n, rows);
+    else if (t == DT_CUDA_F16)
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const __half *)dz, N, n, rows);
+    else
+        bias_grad_part_kernel<<<grid, block, 0, s>>>(k->split, (const float *)dz, N, n, rows);
+    int rc = launched("bias gradient partials kernel launch");
+    if (rc < 0)
+        return rc;
+    bias_grad_reduce_kernel<<<blocks_for((size_t)n, 64), kThreads, 0, s>>>(db, k->split, S, n, accumulate);
+    return launched("bias gradient reduction launch");
+}
+
+/* ---- elementwise ---- */
+
+extern "C" int dt_cuda_gelu_tanh_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out,
+                                         const void *inp, size_t n)
+{
+    return dt_cuda__launch_act_forward(k->stream, t, out, inp, n, DT_CUDA_ACT_GELU_TANH);
+}
