@@ -22,13 +22,17 @@
  *   measured differences are ~1e-6; tf32 stays off);
  *   bf16: rtol 2e-2 against the fp32 reference: bf16 keeps 8 bits (2^-8 =
  *   3.9e-3 per rounding), activations are rounded at each layer's output and
- *   backward compounds it over 2 blocks; the CPU model's bf16 autocast is
- *   within 2.7e-3 of PyTorch's and within ~1e-2 of fp32 (test_gpt2.c).
- *   The loss: 1e-5 relative in fp32, 1e-2 in bf16.
+ *   backward compounds it over 2 blocks.  The host model's own bf16
+ *   autocast, which rounds at more places than the GPU (scores, scaled
+ *   scores), is within 0.41 of this tolerance of its fp32 on these three
+ *   configurations (worst: ln_1.weight, 8.2e-3 of the scale).
+ *   The loss: 1e-5 relative in fp32, 1e-3 in bf16 (the host's bf16 is 2e-5
+ *   away).
  *   recompute block == none bit for bit (the same kernels on the same
- *   inputs); gelu within 1e-6 (fp32) or 2e-2 (bf16) of the scale: its
- *   recomputation (an own kernel) may differ from the GEMM epilogue's GELU in
- *   the last bit, and that only reaches mlp.c_proj's weight gradient.
+ *   inputs); gelu to the tolerances above: its recomputation (an own
+ *   kernel) may differ from the GEMM epilogue's GELU (cuBLASLt's own tanh,
+ *   held to 2e-5 by test_cuda_linear.c), which only reaches mlp.c_proj's
+ *   weight gradient; the loss is the same forward, bit for bit.
  */
 #include "tests/gpu/gpu_buffers.h"
 #include "worker/cuda/model_cuda.h"
@@ -309,7 +313,7 @@ static void recompute_modes(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_
                 gt_result(same, "%s: loss and every gradient bit for bit as none", what);
             } else {
                 check_loss(what, loss, base_loss, 0);
-                check_grads(what, m, got, base, 1.0, t == DT_CUDA_BF16 ? 2e-2 : 1e-6);
+                check_grads(what, m, got, base, 1.0, rtol_of(t));
             }
             free(got);
         }
@@ -336,7 +340,7 @@ static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_
         gpu_free(&G);
         goto out;
     }
-    double lrt = t == DT_CUDA_BF16 ? 1e-2 : 1e-5;
+    double lrt = t == DT_CUDA_BF16 ? 1e-3 : 1e-5;
     check_loss(what, loss, r.loss, lrt);
     if (t == DT_CUDA_F32)
         gt_result(hits == r.hits, "%s: %d argmax hits, the host has %lld", what, hits, (long long)r.hits);
