@@ -21,6 +21,8 @@
  * outside every tensor, and their logits are never read: the loss and every
  * gradient are those of the unpadded model.
  *
+ * The GPU half (trainer.device: cuda) is gpt2_cuda.c, behind .cuda.
+ *
  * Not for data (worker/data/), the optimizer or checkpoints.
  */
 #include "worker/models/gpt2_internal.h"
@@ -36,6 +38,13 @@
 #include "worker/data/sampler.h"
 
 #define VOCAB_PAD 128
+
+#ifdef DT_HAVE_CUDA
+extern const struct dt_model_cuda_ops dt_gpt2__cuda; /* gpt2_cuda.c */
+#define GPT2_CUDA (&dt_gpt2__cuda)
+#else
+#define GPT2_CUDA NULL
+#endif
 
 static struct dt_gpt2 *gpt(struct dt_model *m)
 {
@@ -530,5 +539,5 @@ const struct dt_model_ops dt_model__gpt2 = {
     .train_batch = gpt2_train_batch,
     .eval_batch = gpt2_eval_batch,
     .logits = gpt2_logits,
-    .cuda = NULL,
+    .cuda = GPT2_CUDA,
 };
