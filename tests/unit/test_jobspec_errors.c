@@ -216,8 +216,10 @@ static const struct bad_case bad_cases[] = {
     {THEAD "  model: {type: gpt2}\n  data: {batch_size: 8}\n", 4, 9,
      "model gpt2 reads token sequences, not the images of fashion-mnist"},
     {THEAD "  model: {type: gpt2}\n  data: {dataset: tokens, seq_len: 8}\n", 4, 9, "dataset tokens needs train"},
-    {THEAD "  model: {type: gpt2}\n  data: {dataset: tokens, train: a.bin, seq_len: 8}\n  device: cuda\n", 5, 11,
-     "trainer.device: dataset tokens (gpt2) trains on device: cpu for now"},
+    {THEAD "  model: {type: gpt2}\n  data: {dataset: tokens, train: a.bin, seq_len: 8}\n  device: cuda\n"
+           "  amp: {dtype: fp16}\n",
+     6, 16, "trainer.amp.dtype: fp16 is not offered for gpt2 on device: cuda"},
+    {THEAD "  tf32: true\n", 3, 9, "trainer.tf32: is the GPU's fp32-on-tensor-cores mode"},
     {THEAD "  model: {type: gpt2}\n  data: {dataset: tokens, train: a.bin}\n", 4, 9, "dataset tokens needs seq_len"},
     {THEAD "  model: {type: gpt2}\n  data: {dataset: tokens, train: a, seq_len: 8, path: /x}\n", 4, 55,
      "trainer.data.path: is the fashion-mnist directory"},
