@@ -1,10 +1,12 @@
 /* engine_cuda.c - the CUDA trainer engine: setting it up, evaluation, state
  * to and from the host, and the table kernels.h's trainer loop calls.
  *
- * Memory (all cudaMalloc, once): the fp32 parameter, gradient and AdamW
- * arenas in the host model's layout (so checkpoints are plain copies), a
- * 16-bit copy of the parameters for bf16/fp16 GEMMs, the batch, the data set
- * as bytes with the loader's normalisation table, and the step scalars; the
+ * Memory (all cudaMalloc, once, after engine_memory.c found that it fits):
+ * the fp32 parameter, gradient and AdamW arenas in the host model's layout
+ * (so checkpoints are plain copies), a 16-bit copy of the parameters for
+ * bf16/fp16 GEMMs, the batch, for images the data set as bytes with the
+ * loader's normalisation table (token batches come from the host's loader,
+ * engine_step.c), AdamW's no-decay ranges, and the step scalars; the
  * model's activations are its GPU half's (model_cuda.h), made here through
  * the model's ops.  Not for the step itself: engine_step.c.
  */
@@ -16,6 +18,7 @@
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"
+#include "worker/data/batch.h"
 #include "worker/data/idx.h"
 #include "worker/models/model.h"
 
@@ -30,10 +33,10 @@ static int up(void *dst, const void *src, size_t bytes, const char *what)
 
 static int alloc_arenas(struct dt_dev_model *d)
 {
-    size_t es = dt_cuda_dtype_size(d->t), B = (size_t)d->c.max_batch;
-    /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
-     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
-    d->stride = (d->n + 63) / 64 * 64;
+    size_t B = (size_t)d->c.max_batch;
+    /* images: [B, px] values in t and B labels; tokens: [B, T] ids each */
+    size_t xb = d->T ? B * (size_t)d->T * sizeof(int32_t) : B * (size_t)d->px * dt_cuda_dtype_size(d->t);
+    size_t yb = d->T ? xb : B * sizeof(int32_t);
     int rc = dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float),
                            "the parameter, gradient and AdamW arenas");
     if (rc)
@@ -41,8 +44,8 @@ static int alloc_arenas(struct dt_dev_model *d)
     d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
     if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, d->n * 2, "the 16-bit parameters")))
         return rc;
-    if ((rc = dt_cuda_alloc(&d->x, B * (size_t)d->px * es, "the input batch")) ||
-        (rc = dt_cuda_alloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
+    if ((rc = dt_cuda_alloc(&d->x, xb, d->T ? "the input tokens" : "the input batch")) ||
+        (rc = dt_cuda_alloc((void **)&d->y, yb, d->T ? "the target tokens" : "the labels")))
         return rc;
     if ((rc = dt_cuda_alloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
         (rc = dt_cuda_alloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
@@ -62,12 +65,15 @@ static int make_model(struct dt_dev_model *d)
                                     .plow = d->plow,
                                     .g = d->g,
                                     .x = d->x,
-                                    .y = d->y};
+                                    .y = d->y,
+                                    .seq_len = d->T};
     return d->mo->create(d->c.model, &env, &d->ms);
 }
 
 static int upload_data(struct dt_dev_model *d)
 {
+    if (d->T) /* token batches come from the host's loader, one per step */
+        return 0;
     const struct dt_dataset *tr = d->c.train, *te = d->c.test;
     size_t ntr = (size_t)tr->n * (size_t)d->px, nte = (size_t)te->n * (size_t)d->px;
     float lut[256];
@@ -97,12 +103,13 @@ static int upload_data(struct dt_dev_model *d)
 static int make_slots(struct dt_dev_model *d)
 {
     cudaError_t e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
+    int rows = d->T ? d->c.batch : d->c.max_batch; /* a token slot carries training batches only */
     for (int i = 0; i < DT_ENGINE_SLOTS && e == cudaSuccess; i++) {
         struct dt_engine_slot *s = &d->slot[i];
-        size_t bytes = 2 * sizeof(double) + (size_t)d->c.max_batch * sizeof(int32_t);
+        size_t bytes = 2 * sizeof(double) + dt_engine__slot_ints(d, rows) * sizeof(int32_t);
         e = cudaMallocHost((void **)&s->h_buf, bytes);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&s->d_buf, bytes);
+        if (e == cudaSuccess && dt_cuda_alloc((void **)&s->d_buf, bytes, "a batch slot"))
+            return dt_error_prefix("cuda trainer");
         if (e == cudaSuccess)
             s->h_idx = (int32_t *)(s->h_buf + 2), s->d_idx = (int32_t *)(s->d_buf + 2);
         if (e == cudaSuccess)
@@ -146,6 +153,53 @@ static int upload_state(struct dt_dev_model *d)
     return rc ? rc : dt_cuda_sync(d->k);
 }
 
+struct decay_run {
+    size_t lo;
+    bool decay;
+};
+
+static int by_lo(const void *a, const void *b)
+{
+    size_t x = ((const struct decay_run *)a)->lo, y = ((const struct decay_run *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* AdamW's no-decay ranges (kernels_cuda.h: nanoGPT's second param group)
+ * from the model's tensors, cut as worker/optim/adamw.c's
+ * dt_adamw_set_decay cuts the arena for the CPU: a tensor runs from its
+ * offset to the next tensor's (padding goes with the tensor below it), the
+ * lowest from 0.  Adjacent ranges are merged; none: every element decays. */
+static int upload_nodecay(struct dt_dev_model *d)
+{
+    const struct dt_model *m = d->c.model;
+    int nt = m->n_tensors;
+    struct decay_run *r = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *r);
+    uint64_t *pairs = malloc(2 * (size_t)(nt > 0 ? nt : 1) * sizeof *pairs);
+    int rc = r && pairs ? 0 : dt_error_set(DT_ENOMEM, "cuda trainer: no memory for %d tensors' weight decay", nt);
+    for (int i = 0; i < nt && !rc; i++)
+        r[i] = (struct decay_run){m->tensors[i].offset, m->tensors[i].decay};
+    if (!rc)
+        qsort(r, (size_t)nt, sizeof *r, by_lo);
+    int n = 0;
+    for (int i = 0; i < nt && !rc; i++) {
+        uint64_t lo = i ? r[i].lo : 0, hi = i + 1 < nt ? r[i + 1].lo : d->n;
+        if (r[i].decay || lo == hi)
+            continue;
+        if (n && pairs[2 * n - 1] == lo)
+            pairs[2 * n - 1] = hi;
+        else
+            pairs[2 * n] = lo, pairs[2 * n + 1] = hi, n++;
+    }
+    if (!rc && n > 0 && !(rc = dt_cuda_alloc((void **)&d->nodecay, 2 * (size_t)n * sizeof *pairs,
+                                             "AdamW's no-decay ranges")))
+        rc = up(d->nodecay, pairs, 2 * (size_t)n * sizeof *pairs, "uploading AdamW's no-decay ranges");
+    if (!rc)
+        d->n_nodecay = n;
+    free(r);
+    free(pairs);
+    return rc;
+}
+
 static int setup_comm(struct dt_dev_model *d)
 {
     if (!d->c.comm || d->c.world <= 1)
@@ -164,6 +218,7 @@ static int setup_comm(struct dt_dev_model *d)
 }
 
 static void engine_destroy(struct dt_dev_model *d);
+static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib);
 static int make_wgrad_stream(struct dt_dev_model *d, bool autotune);
 static int make_phase_events(struct dt_dev_model *d);
 
@@ -190,10 +245,15 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     d->c.buckets = NULL; /* our own copy below */
     d->mo = c->model->ops->cuda;
     d->n = c->model->n_params;
-    d->px = c->train->rows * c->train->cols;
+    /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
+     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
+    d->stride = (d->n + 63) / 64 * 64;
+    d->T = c->seq_len > 0 ? c->seq_len : 0;
+    d->px = d->T ? 0 : c->train->rows * c->train->cols;
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
         d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
     d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
+    d->peak_flops = dt_engine__peak_flops(d->c.device, d->t != DT_CUDA_F32, c->tf32);
     d->order_epoch = -1;
     size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
     if (bk && c->n_buckets > 0)
@@ -203,11 +263,14 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!bk)
         rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the buckets");
     if (!rc)
+        rc = dt_engine__check_memory(d);
+    if (!rc)
         rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
     if (!rc) {
         d->s = dt_cuda_stream(d->k);
         const char *tune = getenv("DTRAIN_CUDA_TUNE"); /* 0: bit-reproducible runs (kernels_cuda.h) */
         dt_cuda_set_autotune(d->k, !(tune && !strcmp(tune, "0")));
+        dt_cuda_set_tf32(d->k, c->tf32);
         rc = make_wgrad_stream(d, !(tune && !strcmp(tune, "0")));
     }
     if (!rc)
@@ -217,6 +280,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!rc)
         rc = make_model(d);
     if (!rc)
+        rc = upload_nodecay(d);
+    if (!rc)
         rc = upload_data(d);
     if (!rc)
         rc = make_slots(d);
@@ -224,9 +289,9 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         rc = setup_comm(d);
     if (!rc)
         rc = upload_state(d);
-    if (!rc)
+    if (!rc && !d->T) /* images: this rank's order, made here (tokens: the host's loader orders them) */
         rc = dt_sampler_init(&d->sampler, c->train->n, c->rank, c->world, c->shuffle, c->drop_last, c->seed);
-    if (!rc && !(d->order = malloc((size_t)d->sampler.num_samples * sizeof *d->order)))
+    if (!rc && !d->T && !(d->order = malloc((size_t)d->sampler.num_samples * sizeof *d->order)))
         rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the epoch order");
     if (rc) {
         rc = dt_error_prefix("trainer.device cuda (GPU %d)", d->c.device);
@@ -234,6 +299,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         return rc;
     }
     d->nvml = dt_engine__nvml_open(d->c.device);
+    double util, mem, alloc; /* the first reading of alloc_mib: everything create made */
+    engine_sample(d, &util, &mem, &alloc);
     *out = d;
     return 0;
 }
@@ -249,6 +316,7 @@ static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
     if (rc)
         return rc;
     dt_cuda_set_autotune(d->kw, autotune);
+    dt_cuda_set_tf32(d->kw, d->c.tf32);
     return 0;
 }
 
@@ -314,6 +382,7 @@ static void engine_destroy(struct dt_dev_model *d)
     cudaFree(d->d_hyper);
     cudaFree(d->train_img);
     cudaFree(d->lut);
+    cudaFree(d->nodecay);
     dt_sampler_release(&d->sampler);
     free(d->order);
     free((void *)d->c.buckets);
@@ -377,6 +446,34 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
     return 0;
 }
 
+/* The validation loader's batch into x, y on the compute stream (behind
+ * any step still queued there: a graph reads the same buffers), forward
+ * and loss, then the one wait. */
+static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, double *loss_sum, int64_t *hits)
+{
+    if (!d->T || !b || b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > d->c.max_batch || b->T != d->T)
+        return dt_error_set(DT_EINVAL,
+                            "cuda trainer: an evaluation batch of %d rows of %d tokens for batches of at most "
+                            "%d rows of %d",
+                            b ? b->n : 0, b ? b->T : 0, d->c.max_batch, d->T);
+    size_t bytes = (size_t)b->n * (size_t)d->T * sizeof(int32_t);
+    cudaError_t e = cudaMemcpyAsync(d->x, b->inputs, bytes, cudaMemcpyHostToDevice, d->s);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(d->y, b->targets, bytes, cudaMemcpyHostToDevice, d->s);
+    int rc = e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemcpyAsync (validation tokens)");
+    struct dt_model_cuda_loss ls = {.loss_sum = &d->sc->eval_loss, .correct = &d->sc->eval_correct};
+    if (!rc)
+        rc = d->mo->forward_loss(d->ms, b->n, &ls);
+    struct dt_engine_scalars h;
+    if (!rc)
+        rc = read_scalars(d, &h, "evaluating");
+    if (rc)
+        return dt_error_prefix("cuda trainer: validation batch %lld", (long long)b->index);
+    *loss_sum = h.eval_loss;
+    *hits = h.eval_correct;
+    return 0;
+}
+
 static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
     int rc = dt_engine__wait(d, "copying the parameters to the host");
@@ -405,9 +502,25 @@ static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_
     return 0;
 }
 
-static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
+/* alloc_mib: free memory when the engine began less free memory now, the
+ * most seen (every allocation is made at creation but a graph's, which the
+ * first steps instantiate).  It counts what this process took on the GPU
+ * after its CUDA context and communicator were made: the engine's and the
+ * model's cudaMalloc, cuBLASLt's workspaces and the graphs. */
+static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib)
 {
     dt_engine__nvml_sample(d->nvml, util_pct, mem_mib);
+    size_t free_b = 0, total = 0;
+    if (d->free0 && cudaMemGetInfo(&free_b, &total) == cudaSuccess && free_b < d->free0 &&
+        d->free0 - free_b > d->taken_peak)
+        d->taken_peak = d->free0 - free_b;
+    cudaGetLastError();
+    *alloc_mib = d->free0 ? (double)d->taken_peak / (1024.0 * 1024.0) : NAN;
+}
+
+static double engine_peak_flops(struct dt_dev_model *d)
+{
+    return d->peak_flops;
 }
 
 const struct dt_device_kernels dt_device_kernels_cuda = {
@@ -418,8 +531,10 @@ const struct dt_device_kernels dt_device_kernels_cuda = {
     .update = dt_engine__update,
     .read_stats = engine_read_stats,
     .eval_batch = engine_eval_batch,
+    .eval_tokens = engine_eval_tokens,
     .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
+    .peak_flops = engine_peak_flops,
     .read_split = dt_engine__read_split,
 };
