@@ -124,6 +124,7 @@ static const char full_trainer[] =
     "        growth_interval: 100}\n"
     "  trace: {steps: \"10-20\"}\n"
     "  cuda_graph: false\n"
+    "  tf32: true\n"
     "  log_every_steps: 5\n";
 
 static void every_trainer_key_read(void **state)
@@ -179,6 +180,7 @@ static void every_trainer_key_read(void **state)
     assert_int_equal(t->trace.first_step, 10);
     assert_int_equal(t->trace.last_step, 20);
     assert_false(t->cuda_graph);
+    assert_true(t->tf32);
     assert_int_equal(t->log_every_steps, 5);
     dt_job_free(job);
 }
@@ -196,6 +198,7 @@ static void trainer_defaults_are_pytorchs(void **state)
     assert_true(t->optimizer.weight_decay == 0.01);
     assert_true(t->ddp.bucket_cap_mb == 25.0);
     assert_true(t->amp.dynamic && t->amp.init_scale == 65536.0);
+    assert_false(t->tf32); /* torch.backends.cuda.matmul.allow_tf32's default */
     assert_int_equal(t->trace.last_step, -1);
     assert_null(t->data.path);
     assert_memory_equal(&t->scheduler, &want.scheduler, sizeof want.scheduler);
