@@ -504,9 +504,11 @@ static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_
 
 /* alloc_mib: free memory when the engine began less free memory now, the
  * most seen (every allocation is made at creation but a graph's, which the
- * first steps instantiate).  It counts what this process took on the GPU
- * after its CUDA context and communicator were made: the engine's and the
- * model's cudaMalloc, cuBLASLt's workspaces and the graphs. */
+ * first steps instantiate).  It counts what the process took on the GPU
+ * since the engine began: the engine's and the model's cudaMalloc,
+ * cuBLASLt's workspaces, the graphs, and buffers NCCL makes at its first
+ * collectives; not the CUDA context nor what the communicator's set-up
+ * took before. */
 static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib)
 {
     dt_engine__nvml_sample(d->nvml, util_pct, mem_mib);
