@@ -103,13 +103,14 @@ rc=$?
 check "tf32: an fp32 run with trainer.tf32: true exits 0" test $rc -eq 0
 [ $rc -eq 0 ] || tail -n 10 "$T/tf32.err" | sed 's/^/# /'
 
-# A batch that cannot fit: 1024 x 512 tokens of a 12-layer 768-wide model
-# (hundreds of GiB of activations, more than any GPU has).
+# A batch that cannot fit: 1024 x 512 tokens of a 24-layer 1024-wide model
+# (some 400 GiB of bf16 activations, more than any GPU has; its 0.3 billion
+# parameters with AdamW take about 5 GiB, so smaller batches fit).
 cat >"$T/oom.yaml" <<EOF
 name: oom
 nproc_per_node: 1
 trainer:
-  model: {type: gpt2, n_layer: 12, n_head: 12, n_embd: 768, vocab_size: 256, block_size: 512}
+  model: {type: gpt2, n_layer: 24, n_head: 16, n_embd: 1024, vocab_size: 256, block_size: 512}
   data: {dataset: tokens, train: "$T/data/train_*.bin", batch_size: 1024, seq_len: 512}
   steps: 2
   amp: {dtype: bf16}
