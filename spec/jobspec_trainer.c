@@ -369,20 +369,15 @@ static const struct dt_spec_key trace_keys[] = {
 static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
 
 /* Rules between the optimizer's keys and others: cosine decays from
- * optimizer.lr down to min_lr, so min_lr may not exceed it; ZeRO-1 shards
- * the CPU trainer's AdamW (the CUDA engine keeps whole state). */
+ * optimizer.lr down to min_lr, so min_lr may not exceed it. */
 static int check_optim_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
                              const struct dt_trainer_spec *t)
 {
-    const struct dt_ynode *sched = dt_ymap_get(map, "scheduler"), *ddp = dt_ymap_get(map, "ddp");
+    const struct dt_ynode *sched = dt_ymap_get(map, "scheduler");
     if (t->scheduler.type == DT_SCHED_COSINE && t->scheduler.min_lr > t->optimizer.lr)
         return dt_spec_fail(ctx, dt_ymap_get(sched, "min_lr") ? dt_ymap_get(sched, "min_lr") : sched,
                             "scheduler.min_lr", "must be in [0, optimizer.lr] (lr is %g), got %g", t->optimizer.lr,
                             t->scheduler.min_lr);
-    if (t->ddp.zero && t->device == DT_DEVICE_CUDA)
-        return dt_spec_fail(ctx, dt_ymap_get(ddp, "zero") ? dt_ymap_get(ddp, "zero") : map, "ddp.zero",
-                            "ZeRO stage 1 runs on device: cpu only for now (the CUDA engine keeps all of "
-                            "AdamW's state on every GPU); use zero: 0 on cuda");
     return 0;
 }
 

@@ -144,6 +144,10 @@ struct dt_dev_config {
     bool shuffle, drop_last;
     uint64_t seed;
     struct dt_comm *comm;           /* NULL or world 1: nothing to reduce; else an NCCL communicator */
+    /* ddp.zero 1: with world > 1 each rank keeps AdamW's moments for its
+     * 1/world shard of the arena only and the updated parameters are
+     * all-gathered; get_state of m, v is then a collective every rank calls */
+    bool zero;
     const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
     int n_buckets;
     /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */

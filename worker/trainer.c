@@ -25,9 +25,6 @@ static int check_spec(const struct dt_trainer_spec *s)
         return dt_error_set(DT_EUNSUPPORTED,
                             "trainer.data.dataset '%s': this trainer reads 'fashion-mnist' and 'tokens'",
                             s->data.dataset);
-    if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
-                                             "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
     if (s->device == DT_DEVICE_CUDA && s->amp.dtype == DT_AMP_FP16 && !strcmp(s->model.type, "gpt2"))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.amp.dtype fp16 is not offered for gpt2 on device: cuda (its "
                                              "GPU half is built for bf16 and fp32): use dtype bf16 or off");
@@ -441,9 +438,13 @@ int dt_trainer__save(struct dt_trainer *t)
     struct dt_adamw whole = {0};
     if (t->zero.comm && dt_zero_gather_state(&t->zero, &t->opt, &whole))
         return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
-    if (t->rank != 0)
+    /* on a device under ZeRO-1 the moments' gather is a collective: every rank copies the state */
+    bool every = t->dev && t->spec.ddp.zero == 1 && t->world > 1;
+    if (t->rank != 0 && !every)
         return 0;
     int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
+    if (!rc && t->rank != 0)
+        return 0;
     if (!rc)
         rc = dt_trainer__device_scaler(t);
     if (rc) {

@@ -102,6 +102,7 @@ int dt_trainer__device_create(struct dt_trainer *t)
                               .drop_last = s->data.drop_last,
                               .seed = s->seed,
                               .comm = t->comm,
+                              .zero = s->ddp.zero == 1,
                               .buckets = (const size_t(*)[2])buckets,
                               .n_buckets = t->red.nb,
                               .m = t->opt.m,

@@ -6,7 +6,7 @@
 # memory (NVML's gpu_mem_mib and the engine's gpu_alloc_mib) and mfu exactly
 # when the GPU's peak is known (H100 SXM / H200 / A100), evaluate on the
 # validation shards and print a sample; a checkpoint resumes; fp32 with
-# trainer.tf32 runs; a batch that cannot fit stops at start with the
+# trainer.tf32 runs; ddp.zero 1 is accepted; a batch that cannot fit stops at start with the
 # out-of-memory sentence naming batch_size, exit non-zero.
 # TAP lines, then "N passed, N failed" (tests/gpu/run.sh).
 #   DTRAIN=path/to/dtrain
@@ -102,6 +102,15 @@ spec tf32 true 1 10 "tf32: true"
 rc=$?
 check "tf32: an fp32 run with trainer.tf32: true exits 0" test $rc -eq 0
 [ $rc -eq 0 ] || tail -n 10 "$T/tf32.err" | sed 's/^/# /'
+
+# ddp.zero 1 is accepted on cuda (one rank: nothing to shard; the sharded
+# path needs several GPUs)
+spec zero true 1 10 "amp: {dtype: bf16}"
+sed -i 's/ddp: {grad_accum: 1}/ddp: {grad_accum: 1, zero: 1}/' "$T/zero.yaml"
+"$DTRAIN" launch "$T/zero.yaml" --log-dir "$T/runs" >"$T/zero.out" 2>"$T/zero.err"
+rc=$?
+check "zero: ddp.zero 1 on one GPU exits 0" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 10 "$T/zero.err" | sed 's/^/# /'
 
 # A batch that cannot fit: 1024 x 512 tokens of a 24-layer 1024-wide model
 # (some 400 GiB of bf16 activations, more than any GPU has; its 0.3 billion

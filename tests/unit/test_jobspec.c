@@ -115,7 +115,7 @@ static const char full_trainer[] =
     "              final_div_factor: 1e3, three_phase: true, cycle_momentum: false,\n"
     "              base_momentum: 0.8, max_momentum: 0.9}\n"
     "  ddp: {bucket_cap_mb: 1GiB, first_bucket_mb: 512KiB, overlap: false, grad_accum: 4, "
-    "desync_check_every: 0, share_state: false}\n"
+    "desync_check_every: 0, share_state: false, zero: 1}\n"
     "  checkpoint: {every_steps: 100, dir: ckpt, keep: 7, resume: never}\n"
     "  eval: {every_epochs: 0}\n"
     "  seed: 1234567890123\n"
@@ -181,6 +181,7 @@ static void every_trainer_key_read(void **state)
     assert_int_equal(t->trace.last_step, 20);
     assert_false(t->cuda_graph);
     assert_true(t->tf32);
+    assert_int_equal(t->ddp.zero, 1); /* ZeRO-1 on device: cuda too */
     assert_int_equal(t->log_every_steps, 5);
     dt_job_free(job);
 }

@@ -37,13 +37,18 @@ static int alloc_arenas(struct dt_dev_model *d)
     /* images: [B, px] values in t and B labels; tokens: [B, T] ids each */
     size_t xb = d->T ? B * (size_t)d->T * sizeof(int32_t) : B * (size_t)d->px * dt_cuda_dtype_size(d->t);
     size_t yb = d->T ? xb : B * sizeof(int32_t);
-    int rc = dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float),
+    int rc = dt_cuda_alloc((void **)&d->p, (2 * d->stride + 2 * d->mlen) * sizeof(float),
                            "the parameter, gradient and AdamW arenas");
     if (rc)
         return rc;
-    d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
-    if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, d->n * 2, "the 16-bit parameters")))
+    d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->mlen;
+    /* ZeRO-1 all-gathers whole shards: the padding past n must read 0 */
+    size_t low = d->zero ? d->stride * 2 : d->n * 2;
+    if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, low, "the 16-bit parameters")))
         return rc;
+    if (cudaMemset(d->p, 0, d->stride * sizeof(float)) != cudaSuccess ||
+        (d->plow && cudaMemset(d->plow, 0, low) != cudaSuccess))
+        return dt_error_set(DT_EIO, "cudaMemset (parameters)");
     if ((rc = dt_cuda_alloc(&d->x, xb, d->T ? "the input tokens" : "the input batch")) ||
         (rc = dt_cuda_alloc((void **)&d->y, yb, d->T ? "the target tokens" : "the labels")))
         return rc;
@@ -123,23 +128,26 @@ static int make_slots(struct dt_dev_model *d)
     }
     for (int i = 0; i < DT_ENGINE_MAX_BUCKETS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&d->bucket_ev[i], cudaEventDisableTiming);
+    for (int i = 0; i < 2 && d->zero && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&d->zero_ev[i], cudaEventDisableTiming);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&d->join_ev, cudaEventDisableTiming);
     return e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: streams, pinned buffers and events");
 }
 
+/* The host's state; under ZeRO-1 this rank's shard of the moments. */
 static int upload_state(struct dt_dev_model *d)
 {
-    size_t b = d->n * sizeof(float);
+    size_t b = d->n * sizeof(float), off = d->zero ? d->zlo : 0, mb = (d->zero ? d->zn : d->n) * sizeof(float);
     int rc = up(d->p, d->c.model->params, b, "uploading the parameters");
-    if (!rc && d->c.m)
-        rc = up(d->m, d->c.m, b, "uploading AdamW's first moments");
-    if (!rc && d->c.v)
-        rc = up(d->v, d->c.v, b, "uploading AdamW's second moments");
-    if (!rc && (!d->c.m || !d->c.v))
-        rc = cudaMemset(d->m, 0, 2 * d->stride * sizeof(float)) == cudaSuccess
+    if (!rc)
+        rc = cudaMemset(d->m, 0, 2 * d->mlen * sizeof(float)) == cudaSuccess
                  ? 0
                  : dt_error_set(DT_EIO, "cudaMemset (moments)");
+    if (!rc && d->c.m && d->c.v && mb > 0)
+        rc = up(d->m, d->c.m + off, mb, "uploading AdamW's first moments");
+    if (!rc && d->c.m && d->c.v && mb > 0)
+        rc = up(d->v, d->c.v + off, mb, "uploading AdamW's second moments");
     if (!rc)
         rc = up(&d->sc->adam_step, &d->c.adam_step, sizeof(int64_t), "uploading AdamW's step");
     if (!rc && d->c.comm && d->c.world > 1 && dt_comm_broadcast(d->c.comm, d->p, d->n, DT_F32, 0))
@@ -168,7 +176,8 @@ static int by_lo(const void *a, const void *b)
  * from the model's tensors, cut as worker/optim/adamw.c's
  * dt_adamw_set_decay cuts the arena for the CPU: a tensor runs from its
  * offset to the next tensor's (padding goes with the tensor below it), the
- * lowest from 0.  Adjacent ranges are merged; none: every element decays. */
+ * lowest from 0.  Adjacent ranges are merged; none: every element decays.
+ * Under ZeRO-1, the ranges inside this rank's shard, counted from its start. */
 static int upload_nodecay(struct dt_dev_model *d)
 {
     const struct dt_model *m = d->c.model;
@@ -181,9 +190,13 @@ static int upload_nodecay(struct dt_dev_model *d)
     if (!rc)
         qsort(r, (size_t)nt, sizeof *r, by_lo);
     int n = 0;
+    uint64_t base = d->zero ? d->zlo : 0, end = d->zero ? d->zlo + d->zn : d->n; /* AdamW's range */
     for (int i = 0; i < nt && !rc; i++) {
         uint64_t lo = i ? r[i].lo : 0, hi = i + 1 < nt ? r[i + 1].lo : d->n;
-        if (r[i].decay || lo == hi)
+        lo = (lo > base ? lo : base) - base; /* counted from AdamW's p (kernels_cuda.h) */
+        hi = (hi < end ? hi : end);
+        hi = hi > base ? hi - base : 0;
+        if (r[i].decay || lo >= hi)
             continue;
         if (n && pairs[2 * n - 1] == lo)
             pairs[2 * n - 1] = hi;
@@ -246,8 +259,18 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     d->mo = c->model->ops->cuda;
     d->n = c->model->n_params;
     /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
-     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
+     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time.
+     * ZeRO-1: world shards of zper floats, each on 256 bytes too. */
     d->stride = (d->n + 63) / 64 * 64;
+    d->zero = c->zero && c->comm && c->world > 1;
+    if (d->zero) {
+        size_t w = (size_t)c->world;
+        d->zper = ((d->n + w - 1) / w + 63) / 64 * 64;
+        d->zlo = (size_t)c->rank * d->zper;
+        d->zn = d->zlo >= d->n ? 0 : d->n - d->zlo < d->zper ? d->n - d->zlo : d->zper;
+        d->stride = w * d->zper;
+    }
+    d->mlen = d->zero ? d->zper : d->stride;
     d->T = c->seq_len > 0 ? c->seq_len : 0;
     d->px = d->T ? 0 : c->train->rows * c->train->cols;
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
@@ -372,6 +395,7 @@ static void engine_destroy(struct dt_dev_model *d)
     }
     events_destroy(d->bucket_ev, DT_ENGINE_MAX_BUCKETS);
     events_destroy(&d->join_ev, 1);
+    events_destroy(d->zero_ev, 2);
     if (d->copy)
         cudaStreamDestroy(d->copy);
     cudaFree(d->p);
@@ -474,6 +498,31 @@ static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, 
     return 0;
 }
 
+/* ZeRO-1: every rank's shard of a moment (m or v) gathered into host's n
+ * floats, through a whole-arena buffer on the device for the time of it. */
+static int gather_moment(struct dt_dev_model *d, const float *shard, float *host)
+{
+    float *all = NULL;
+    int rc = dt_cuda_alloc((void **)&all, d->stride * sizeof(float), "gathering AdamW's moments for the host");
+    cudaError_t e = cudaSuccess;
+    if (!rc)
+        e = cudaMemcpyAsync(all + d->zlo, shard, d->zper * sizeof(float), cudaMemcpyDeviceToDevice, d->s);
+    if (!rc && e == cudaSuccess)
+        e = cudaEventRecord(d->zero_ev[0], d->s);
+    if (!rc && e == cudaSuccess)
+        e = cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0);
+    if (!rc && e != cudaSuccess)
+        rc = dt_cuda_err(e, "ordering the moments' all-gather");
+    if (!rc)
+        rc = dt_nccl_allgather_stream(d->c.comm, all, d->zper, DT_F32, d->cs);
+    if (!rc)
+        rc = dt_nccl_wait_stream(d->c.comm, d->cs, "gathering AdamW's moments");
+    if (!rc && (e = cudaMemcpy(host, all, d->n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+        rc = dt_cuda_err(e, "copying AdamW's moments to the host");
+    cudaFree(all);
+    return rc;
+}
+
 static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
     int rc = dt_engine__wait(d, "copying the parameters to the host");
@@ -481,9 +530,13 @@ static int engine_get_state(struct dt_dev_model *d, float *params, float *m, flo
     cudaError_t e = cudaSuccess;
     if (!rc && params)
         e = cudaMemcpy(params, d->p, b, cudaMemcpyDeviceToHost);
-    if (!rc && e == cudaSuccess && m)
+    if (!rc && e == cudaSuccess && d->zero && m)
+        rc = gather_moment(d, d->m, m);
+    if (!rc && e == cudaSuccess && d->zero && v)
+        rc = gather_moment(d, d->v, v);
+    if (!rc && e == cudaSuccess && !d->zero && m)
         e = cudaMemcpy(m, d->m, b, cudaMemcpyDeviceToHost);
-    if (!rc && e == cudaSuccess && v)
+    if (!rc && e == cudaSuccess && !d->zero && v)
         e = cudaMemcpy(v, d->v, b, cudaMemcpyDeviceToHost);
     if (!rc && e == cudaSuccess && step)
         e = cudaMemcpy(step, &d->sc->adam_step, sizeof *step, cudaMemcpyDeviceToHost);

@@ -94,8 +94,17 @@ struct dt_dev_model {
     enum dt_cuda_dtype t;
     int px;           /* values per example (images) */
     int T;            /* tokens per row (token runs), 0 for images */
-    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes) */
+    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes, or world * zper) */
+    size_t mlen;      /* floats of m and of v: stride, or zper under ZeRO-1 */
     float *p, *g, *m, *v;
+    /* ddp.zero 1 with world > 1 (ZeRO-1, as llm.c's -z 1 and the CPU's
+     * worker/zero.h): AdamW runs over this rank's shard [zlo, zlo + zn) of
+     * the arena (zper floats a rank, the last shard short), m and v hold that
+     * shard only, and after AdamW the parameters and their 16-bit copy are
+     * all-gathered in place on cs (zero_ev orders s -> cs -> s). */
+    bool zero;
+    size_t zper, zlo, zn;
+    cudaEvent_t zero_ev[2];
     void *plow; /* 16-bit copy of p (bf16 and fp16 runs) */
     void *x;    /* the batch: images [max_batch, px] in t; tokens input ids [max_batch, T] int32 */
     int32_t *y; /* labels [max_batch], or target ids [max_batch, T] */

@@ -6,7 +6,8 @@
  * from the middle of set-up; and the GPU's peak FLOP/s for the metrics' MFU.
  *
  * The estimate is what engine_cuda.c and the model's GPU half allocate: four
- * fp32 arenas (parameters, gradients, AdamW's m and v), the 16-bit copy of
+ * fp32 arenas (parameters, gradients, AdamW's m and v: under ZeRO-1 this
+ * rank's shard of them), the 16-bit copy of
  * the parameters, the batch and its pinned slots' device twins, the image
  * data set, the model's activations (its ops' act_bytes for the rows and
  * precision of the run), and the kernel contexts' cuBLASLt workspaces and
@@ -54,7 +55,8 @@ static struct need need_for(const struct dt_dev_model *d, int batch, int recompu
 {
     struct need n = {0};
     size_t rows = (size_t)rows_for(d, batch), es = dt_cuda_dtype_size(d->t);
-    n.state = 4 * d->stride * sizeof(float) + (d->t != DT_CUDA_F32 ? d->n * 2 : 0);
+    n.state = (2 * d->stride + 2 * d->mlen) * sizeof(float) +
+              (d->t == DT_CUDA_F32 ? 0 : (d->zero ? d->stride : d->n) * 2);
     if (d->mo->act_bytes) {
         n.act = d->mo->act_bytes(d->c.model, (int)rows, d->t, recompute);
         n.act_known = true;
@@ -114,7 +116,7 @@ static void advise(const struct dt_dev_model *d, size_t avail, char *buf, size_t
     if (fit == 0 && at < len)
         snprintf(buf + at, len - at,
                  "; not even batch_size 1 fits: the parameters, gradients and AdamW's state alone take %.2f GiB "
-                 "(a smaller model, or more GPUs with ddp.zero)",
+                 "(a smaller model, or more GPUs with ddp.zero: 1)",
                  GIB(need_for(d, 1, d->c.recompute).state));
 }
 

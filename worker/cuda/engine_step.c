@@ -150,10 +150,31 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
     return rc;
 }
 
+/* ZeRO-1: every rank's updated shard of the parameters (and of their
+ * 16-bit copy) to every rank, in place on the communication stream, which
+ * waits for AdamW on s; s waits for it before anything reads them. */
+static int gather_params(struct dt_dev_model *d)
+{
+    int rc = cuda_call(cudaEventRecord(d->zero_ev[0], d->s), "cudaEventRecord (shard updated)");
+    if (!rc)
+        rc = cuda_call(cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0), "cudaStreamWaitEvent (shard updated)");
+    if (!rc)
+        rc = dt_nccl_allgather_stream(d->c.comm, d->p, d->zper, DT_F32, d->cs);
+    if (!rc && d->plow)
+        rc = dt_nccl_allgather_stream(d->c.comm, d->plow, d->zper, d->c.fp16 ? DT_F16 : DT_BF16, d->cs);
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(d->zero_ev[1], d->cs), "cudaEventRecord (parameters gathered)");
+    if (!rc)
+        rc = cuda_call(cudaStreamWaitEvent(d->s, d->zero_ev[1], 0), "cudaStreamWaitEvent (parameters gathered)");
+    return rc ? dt_error_prefix("ZeRO-1: all-gathering the parameters") : 0;
+}
+
 /* Gradient norm when clipping (the sum of squares feeds AdamW's clip
  * coefficient on the device; without clipping read_stats computes it from
  * the gradients left in the arena, only at metrics rows) and AdamW with lr,
- * beta1 from lr_beta1 (device). */
+ * beta1 from lr_beta1 (device); under ZeRO-1 AdamW over this rank's shard
+ * (every rank has the whole averaged gradient, so the norm and the clip
+ * coefficient are the same everywhere), then the all-gather. */
 static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
 {
     struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2,
@@ -174,10 +195,13 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
         rc = dt_cuda_unscale_check(d->k, d->g, d->n, &sc->scale, &sc->found_inf);
     if (!rc && d->c.grad_clip > 0)
         rc = dt_cuda_sumsq(d->k, &sc->sumsq, d->g, d->n);
-    if (!rc)
-        rc =
-            dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
-                              (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+    size_t lo = d->zero ? d->zlo : 0, n = d->zero ? d->zn : d->n;
+    void *plow = d->plow ? (void *)((uint16_t *)d->plow + lo) : NULL;
+    if (!rc && n > 0)
+        rc = dt_cuda_adamw_dev(d->k, d->p + lo, d->g + lo, d->m, d->v, plow, n, &a, lr_beta1, &sc->sumsq,
+                               (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+    if (!rc && d->zero)
+        rc = gather_params(d);
     if (!rc && d->c.fp16 && d->c.dynamic_scale)
         rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
                                    (float)d->c.growth_factor, (float)d->c.backoff_factor,
