@@ -138,7 +138,8 @@ static int make_slots(struct dt_dev_model *d)
 /* The host's state; under ZeRO-1 this rank's shard of the moments. */
 static int upload_state(struct dt_dev_model *d)
 {
-    size_t b = d->n * sizeof(float), off = d->zero ? d->zlo : 0, mb = (d->zero ? d->zn : d->n) * sizeof(float);
+    size_t b = d->n * sizeof(float), off = d->zero ? d->zlo : 0,
+           mb = (d->zero ? d->zn : d->n) * sizeof(float);
     int rc = up(d->p, d->c.model->params, b, "uploading the parameters");
     if (!rc)
         rc = cudaMemset(d->m, 0, 2 * d->mlen * sizeof(float)) == cudaSuccess
@@ -157,7 +158,8 @@ static int upload_state(struct dt_dev_model *d)
     if (!rc && d->c.fp16)
         rc = up(&d->sc->scale, &d->c.scale, sizeof d->c.scale, "uploading the loss scale");
     if (!rc && d->c.fp16)
-        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int), "uploading the scale's growth tracker");
+        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int),
+                "uploading the scale's growth tracker");
     return rc ? rc : dt_cuda_sync(d->k);
 }
 
@@ -184,7 +186,8 @@ static int upload_nodecay(struct dt_dev_model *d)
     int nt = m->n_tensors;
     struct decay_run *r = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *r);
     uint64_t *pairs = malloc(2 * (size_t)(nt > 0 ? nt : 1) * sizeof *pairs);
-    int rc = r && pairs ? 0 : dt_error_set(DT_ENOMEM, "cuda trainer: no memory for %d tensors' weight decay", nt);
+    int rc =
+        r && pairs ? 0 : dt_error_set(DT_ENOMEM, "cuda trainer: no memory for %d tensors' weight decay", nt);
     for (int i = 0; i < nt && !rc; i++)
         r[i] = (struct decay_run){m->tensors[i].offset, m->tensors[i].decay};
     if (!rc)
@@ -203,8 +206,8 @@ static int upload_nodecay(struct dt_dev_model *d)
         else
             pairs[2 * n] = lo, pairs[2 * n + 1] = hi, n++;
     }
-    if (!rc && n > 0 && !(rc = dt_cuda_alloc((void **)&d->nodecay, 2 * (size_t)n * sizeof *pairs,
-                                             "AdamW's no-decay ranges")))
+    if (!rc && n > 0 &&
+        !(rc = dt_cuda_alloc((void **)&d->nodecay, 2 * (size_t)n * sizeof *pairs, "AdamW's no-decay ranges")))
         rc = up(d->nodecay, pairs, 2 * (size_t)n * sizeof *pairs, "uploading AdamW's no-decay ranges");
     if (!rc)
         d->n_nodecay = n;
@@ -473,13 +476,15 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
 /* The validation loader's batch into x, y on the compute stream (behind
  * any step still queued there: a graph reads the same buffers), forward
  * and loss, then the one wait. */
-static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, double *loss_sum, int64_t *hits)
+static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, double *loss_sum,
+                              int64_t *hits)
 {
     if (!d->T || !b || b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > d->c.max_batch || b->T != d->T)
-        return dt_error_set(DT_EINVAL,
-                            "cuda trainer: an evaluation batch of %d rows of %d tokens for batches of at most "
-                            "%d rows of %d",
-                            b ? b->n : 0, b ? b->T : 0, d->c.max_batch, d->T);
+        return dt_error_set(
+            DT_EINVAL,
+            "cuda trainer: an evaluation batch of %d rows of %d tokens for batches of at most "
+            "%d rows of %d",
+            b ? b->n : 0, b ? b->T : 0, d->c.max_batch, d->T);
     size_t bytes = (size_t)b->n * (size_t)d->T * sizeof(int32_t);
     cudaError_t e = cudaMemcpyAsync(d->x, b->inputs, bytes, cudaMemcpyHostToDevice, d->s);
     if (e == cudaSuccess)
@@ -503,7 +508,8 @@ static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, 
 static int gather_moment(struct dt_dev_model *d, const float *shard, float *host)
 {
     float *all = NULL;
-    int rc = dt_cuda_alloc((void **)&all, d->stride * sizeof(float), "gathering AdamW's moments for the host");
+    int rc =
+        dt_cuda_alloc((void **)&all, d->stride * sizeof(float), "gathering AdamW's moments for the host");
     cudaError_t e = cudaSuccess;
     if (!rc)
         e = cudaMemcpyAsync(all + d->zlo, shard, d->zper * sizeof(float), cudaMemcpyDeviceToDevice, d->s);

@@ -61,10 +61,12 @@ static struct need need_for(const struct dt_dev_model *d, int batch, int recompu
         n.act = d->mo->act_bytes(d->c.model, (int)rows, d->t, recompute);
         n.act_known = true;
     }
-    size_t x = d->T ? 2 * rows * (size_t)d->T * sizeof(int32_t) : rows * ((size_t)d->px * es + sizeof(int32_t));
-    size_t slots = DT_ENGINE_SLOTS * (2 * sizeof(double) +
-                                      dt_engine__slot_ints(d, d->T ? batch : (int)rows) * sizeof(int32_t));
-    size_t data = d->T ? 0 : (size_t)(d->c.train->n + d->c.test->n) * ((size_t)d->px + 1) + 256 * sizeof(float);
+    size_t x =
+        d->T ? 2 * rows * (size_t)d->T * sizeof(int32_t) : rows * ((size_t)d->px * es + sizeof(int32_t));
+    size_t slots = DT_ENGINE_SLOTS *
+                   (2 * sizeof(double) + dt_engine__slot_ints(d, d->T ? batch : (int)rows) * sizeof(int32_t));
+    size_t data =
+        d->T ? 0 : (size_t)(d->c.train->n + d->c.test->n) * ((size_t)d->px + 1) + 256 * sizeof(float);
     const char *env = getenv("DTRAIN_CUDA_WGRAD_STREAM");
     size_t ctxs = env && !strcmp(env, "0") ? 1 : 2;
     size_t ws = ctxs * (DT_CUDA_WORKSPACE + DT_CUDA_SPLIT_FLOATS * sizeof(float));
@@ -101,7 +103,8 @@ static void advise(const struct dt_dev_model *d, size_t avail, char *buf, size_t
     for (int r = d->c.recompute + 1; r <= DT_RECOMPUTE_BLOCK && d->T; r++) {
         struct need n = need_for(d, B, r);
         if (total(&n) <= avail && at < len) {
-            at += (size_t)snprintf(buf + at, len - at, "; trainer.recompute: %s fits at batch_size %d (%.1f GiB)",
+            at += (size_t)snprintf(buf + at, len - at,
+                                   "; trainer.recompute: %s fits at batch_size %d (%.1f GiB)",
                                    recompute_names[r], B, GIB(total(&n)));
             break;
         }
@@ -110,14 +113,16 @@ static void advise(const struct dt_dev_model *d, size_t avail, char *buf, size_t
     if (fit > 0 && at < len)
         at += (size_t)snprintf(buf + at, len - at, "; batch_size %d fits", fit);
     if (even > 0 && at < len)
-        at += (size_t)snprintf(buf + at, len - at,
-                               "; batch_size %d with ddp.grad_accum %d keeps the global batch of %d rows per rank",
-                               even, B * accum / even, B * accum);
+        at += (size_t)snprintf(
+            buf + at, len - at,
+            "; batch_size %d with ddp.grad_accum %d keeps the global batch of %d rows per rank", even,
+            B * accum / even, B * accum);
     if (fit == 0 && at < len)
-        snprintf(buf + at, len - at,
-                 "; not even batch_size 1 fits: the parameters, gradients and AdamW's state alone take %.2f GiB "
-                 "(a smaller model, or more GPUs with ddp.zero: 1)",
-                 GIB(need_for(d, 1, d->c.recompute).state));
+        snprintf(
+            buf + at, len - at,
+            "; not even batch_size 1 fits: the parameters, gradients and AdamW's state alone take %.2f GiB "
+            "(a smaller model, or more GPUs with ddp.zero: 1)",
+            GIB(need_for(d, 1, d->c.recompute).state));
 }
 
 int dt_engine__check_memory(struct dt_dev_model *d)
@@ -159,7 +164,8 @@ double dt_engine__peak_flops(int device, bool lowp, bool tf32)
         return NAN;
     }
     double lo = NAN, tf = NAN;
-    if (strstr(p.name, "H200") || (strstr(p.name, "H100") && (strstr(p.name, "SXM") || strstr(p.name, "HBM3"))))
+    if (strstr(p.name, "H200") ||
+        (strstr(p.name, "H100") && (strstr(p.name, "SXM") || strstr(p.name, "HBM3"))))
         lo = 989.4e12, tf = 494.7e12;
     else if (strstr(p.name, "A100"))
         lo = 312e12, tf = 156e12;

@@ -165,7 +165,8 @@ static int gather_params(struct dt_dev_model *d)
     if (!rc)
         rc = cuda_call(cudaEventRecord(d->zero_ev[1], d->cs), "cudaEventRecord (parameters gathered)");
     if (!rc)
-        rc = cuda_call(cudaStreamWaitEvent(d->s, d->zero_ev[1], 0), "cudaStreamWaitEvent (parameters gathered)");
+        rc = cuda_call(cudaStreamWaitEvent(d->s, d->zero_ev[1], 0),
+                       "cudaStreamWaitEvent (parameters gathered)");
     return rc ? dt_error_prefix("ZeRO-1: all-gathering the parameters") : 0;
 }
 
@@ -198,8 +199,9 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
     size_t lo = d->zero ? d->zlo : 0, n = d->zero ? d->zn : d->n;
     void *plow = d->plow ? (void *)((uint16_t *)d->plow + lo) : NULL;
     if (!rc && n > 0)
-        rc = dt_cuda_adamw_dev(d->k, d->p + lo, d->g + lo, d->m, d->v, plow, n, &a, lr_beta1, &sc->sumsq,
-                               (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+        rc =
+            dt_cuda_adamw_dev(d->k, d->p + lo, d->g + lo, d->m, d->v, plow, n, &a, lr_beta1, &sc->sumsq,
+                              (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
     if (!rc && d->zero)
         rc = gather_params(d);
     if (!rc && d->c.fp16 && d->c.dynamic_scale)
@@ -227,13 +229,15 @@ static int next_slot(struct dt_dev_model *d, struct dt_engine_slot **out)
 
 /* A token batch of the host's loader into the next pinned slot: inputs,
  * then targets, each [rows, T]. */
-static int take_tokens(struct dt_dev_model *d, const struct dt_batch *b, int *rows, struct dt_engine_slot **out)
+static int take_tokens(struct dt_dev_model *d, const struct dt_batch *b, int *rows,
+                       struct dt_engine_slot **out)
 {
     if (!b || b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > d->c.batch || b->T != d->T)
-        return dt_error_set(DT_EINTERNAL,
-                            "cuda trainer: a training batch of %d rows of %d tokens for batches of at most %d "
-                            "rows of %d",
-                            b ? b->n : 0, b ? b->T : 0, d->c.batch, d->T);
+        return dt_error_set(
+            DT_EINTERNAL,
+            "cuda trainer: a training batch of %d rows of %d tokens for batches of at most %d "
+            "rows of %d",
+            b ? b->n : 0, b ? b->T : 0, d->c.batch, d->T);
     int rc = next_slot(d, out);
     if (rc)
         return rc;
@@ -307,7 +311,8 @@ static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
 /* The whole step of this slot as a graph: a warm-up of the same shapes
  * first (cuBLASLt plans and the backward ways are chosen by timing, which a
  * capture must not do), then capture and instantiate. */
-static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, cudaGraphExec_t *exec)
+static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale,
+                   cudaGraphExec_t *exec)
 {
     bool comm = d->cs != NULL;
     int rc = 0;
