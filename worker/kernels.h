@@ -184,7 +184,9 @@ struct dt_device_kernels {
     /* fp16: the loss scale and its growth tracker as the device has them, and
      * AdamW's step count (steps taken; the others were skipped).  Waits. */
     int (*read_scaler)(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step);
-    /* Parameters, moments and AdamW's step to or from the host (checkpoints, desync checks). */
+    /* Parameters, moments and AdamW's step to the host (checkpoints, desync
+     * checks, samples); NULL leaves one out.  Under ZeRO-1 (zero, world > 1)
+     * asking for m or v gathers the shards: every rank must call it then. */
     int (*get_state)(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step);
     /* Utilisation (percent) and memory in use (MiB) of this rank's device
      * (NVML: the whole GPU, every process and the CUDA context included), and
