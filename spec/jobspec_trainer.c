@@ -369,20 +369,32 @@ static const struct dt_spec_key trace_keys[] = {
 static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
 
 /* Rules between the optimizer's keys and others: cosine decays from
- * optimizer.lr down to min_lr, so min_lr may not exceed it; ZeRO-1 shards
- * the CPU trainer's AdamW (the CUDA engine keeps whole state). */
+ * optimizer.lr down to min_lr, so min_lr may not exceed it. */
 static int check_optim_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
                              const struct dt_trainer_spec *t)
 {
-    const struct dt_ynode *sched = dt_ymap_get(map, "scheduler"), *ddp = dt_ymap_get(map, "ddp");
+    const struct dt_ynode *sched = dt_ymap_get(map, "scheduler");
     if (t->scheduler.type == DT_SCHED_COSINE && t->scheduler.min_lr > t->optimizer.lr)
         return dt_spec_fail(ctx, dt_ymap_get(sched, "min_lr") ? dt_ymap_get(sched, "min_lr") : sched,
                             "scheduler.min_lr", "must be in [0, optimizer.lr] (lr is %g), got %g", t->optimizer.lr,
                             t->scheduler.min_lr);
-    if (t->ddp.zero && t->device == DT_DEVICE_CUDA)
-        return dt_spec_fail(ctx, dt_ymap_get(ddp, "zero") ? dt_ymap_get(ddp, "zero") : map, "ddp.zero",
-                            "ZeRO stage 1 runs on device: cpu only for now (the CUDA engine keeps all of "
-                            "AdamW's state on every GPU); use zero: 0 on cuda");
+    return 0;
+}
+
+/* What only one device does: tf32 is a GPU's tensor-core mode (the CPU
+ * computes fp32 as fp32); GPT-2's GPU half is built for bf16 and fp32 (as
+ * llm.c, which has no fp16 either). */
+static int check_device_rules(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_trainer_spec *t)
+{
+    const struct dt_ynode *amp = dt_ymap_get(map, "amp");
+    if (t->tf32 && t->device != DT_DEVICE_CUDA)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "tf32") ? dt_ymap_get(map, "tf32") : map, "tf32",
+                            "is the GPU's fp32-on-tensor-cores mode; on device: cpu GEMMs are plain fp32: "
+                            "set device: cuda or drop tf32");
+    if (t->device == DT_DEVICE_CUDA && t->amp.dtype == DT_AMP_FP16 && strcmp(t->model.type, "gpt2") == 0)
+        return dt_spec_fail(ctx, amp && dt_ymap_get(amp, "dtype") ? dt_ymap_get(amp, "dtype") : map, "amp.dtype",
+                            "fp16 is not offered for gpt2 on device: cuda (its GPU half computes in bf16 or "
+                            "fp32): use dtype bf16 (same range as fp32, no loss scaling) or off");
     return 0;
 }
 
@@ -423,10 +435,6 @@ static int check_data(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const
                             "%d is longer than the model's block_size %d (its learned positions); shorten it "
                             "or raise model.block_size",
                             d->seq_len, t->model.block_size);
-    if (tokens && t->device != DT_DEVICE_CPU)
-        return dt_spec_fail(ctx, dt_ymap_get(map, "device") ? dt_ymap_get(map, "device") : map, "device",
-                            "dataset tokens (gpt2) trains on device: cpu for now; the CUDA engine runs the MLP "
-                            "on fashion-mnist");
     if (tokens && d->path)
         return dt_spec_fail(ctx, data_node(map, "path"), "data.path",
                             "is the fashion-mnist directory; dataset tokens reads the train and val globs");
@@ -467,7 +475,7 @@ static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, vo
     }
     if (s)
         t->epochs = 0;
-    if (check_optim_rules(ctx, map, t))
+    if (check_optim_rules(ctx, map, t) || check_device_rules(ctx, map, t))
         return DT_EINVAL;
     return check_data(ctx, map, t);
 }
@@ -498,6 +506,7 @@ static const struct dt_spec_key trainer_keys[] = {
     DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
     DT_KEY("sample", DT_KT_SECTION, struct dt_trainer_spec, sample, .sub = &sample_section),
     DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
+    DT_KEY("tf32", DT_KT_BOOL, struct dt_trainer_spec, tf32),
     DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
            .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("recompute", DT_KT_ENUM, struct dt_trainer_spec, recompute, .names = recomputes),

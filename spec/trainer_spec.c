@@ -81,6 +81,7 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
     t->trace.first_step = 0;
     t->trace.last_step = -1;
     t->cuda_graph = true;
+    t->tf32 = false;
     t->log_every_steps = 10;
     t->sample.tokens = 0;
     t->sample.prompt = NULL; /* NULL means "\n" */

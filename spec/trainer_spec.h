@@ -133,6 +133,7 @@ struct dt_trainer_spec {
     struct dt_amp_spec amp;
     struct dt_trace_spec trace;
     bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
+    bool tf32;             /* cuda: fp32 GEMMs on the tensor cores (torch's allow_tf32); default false */
     int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
     struct dt_sample_spec sample;
     enum dt_recompute recompute; /* none (default), gelu or block */

@@ -100,13 +100,16 @@ const char *dt_kernels_cpu_blas_coretype(void);
  * The trainer loop stays one loop: at each point where it would call the CPU
  * model (a micro-batch, the optimizer step, evaluation, a checkpoint) it calls
  * these instead when trainer.device is not cpu.  Nothing here waits for the
- * device except read_stats, eval_batch, get_state and sample; a step enqueues
- * and returns, so the host runs ahead and the device never idles.  The data
- * set is uploaded once (bytes) and each batch crosses PCIe as its indices
- * only, through pinned double buffers on a copy stream.  The engine knows no
+ * device except read_stats, eval_batch, eval_tokens, get_state and sample; a
+ * step enqueues and returns, so the host runs ahead and the device never
+ * idles.  Images: the data set is uploaded once (bytes) and each batch
+ * crosses PCIe as its indices only; tokens: each batch's inputs and targets
+ * (int32) cross, from the host's loader; both through pinned double buffers
+ * on a copy stream.  The engine knows no
  * model: it is given the host model and runs its device half through the
  * model's ops (CUDA: worker/cuda/model_cuda.h).
  */
+struct dt_batch;
 struct dt_comm;
 struct dt_dataset;
 struct dt_dev_model;
@@ -128,12 +131,23 @@ struct dt_dev_config {
     double growth_factor, backoff_factor;
     int growth_interval;
     bool cuda_graph;                /* capture the whole step once and replay it */
+    bool tf32;                      /* trainer.tf32: fp32 GEMMs on the tensor cores */
+    int recompute;                  /* trainer.recompute (enum dt_recompute), for the memory estimate */
+    int grad_accum;                 /* ddp.grad_accum, for the out-of-memory advice */
+    /* Token runs: tokens per row (trainer.data.seq_len); each batch comes
+     * from the host's loader (train_batch's b, eval_tokens).  0: images,
+     * made on the device from train and test */
+    int seq_len;
     double beta2, eps, weight_decay, grad_clip;
     const struct dt_dataset *train, *test;
     int rank, world;                /* this rank's share of each epoch (DistributedSampler) */
     bool shuffle, drop_last;
     uint64_t seed;
     struct dt_comm *comm;           /* NULL or world 1: nothing to reduce; else an NCCL communicator */
+    /* ddp.zero 1: with world > 1 each rank keeps AdamW's moments for its
+     * 1/world shard of the arena only and the updated parameters are
+     * all-gathered; get_state of m, v is then a collective every rank calls */
+    bool zero;
     const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
     int n_buckets;
     /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */
@@ -145,28 +159,44 @@ struct dt_device_kernels {
     const char *name;
     int (*create)(const struct dt_dev_config *c, struct dt_dev_model **out);
     void (*destroy)(struct dt_dev_model *d);
-    /* One micro-batch of a step of k: batch `batch` of `epoch` (this rank's
-     * order), forward, backward with dloss/dlogits scaled by 1/(rows * k) (the
-     * step's gradient is the mean over its micro-batches); accumulate adds to the
-     * gradients.  `last`: the step's final micro-batch, whose buckets are
-     * all-reduced (averaged) on the communication stream as backward writes them.
-     * *rows gets the batch's rows (the last one of an epoch may be short). */
-    int (*train_batch)(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate, bool last,
-                       int *rows);
+    /* One micro-batch of a step of k: images: batch `batch` of `epoch` (this
+     * rank's order, made on the device; b NULL); tokens: the host batch b
+     * (the loader's, copied before the call returns).  Forward, backward with
+     * dloss/dlogits scaled by 1/(terms * k), terms the batch's rows (images)
+     * or target tokens (rows * seq_len), so the step's gradient is the mean
+     * over its micro-batches; accumulate adds to the gradients.  `last`: the
+     * step's final micro-batch, whose buckets are all-reduced (averaged) on
+     * the communication stream as backward writes them.  *rows gets the
+     * batch's rows (the last one of an epoch may be short). */
+    int (*train_batch)(struct dt_dev_model *d, const struct dt_batch *b, int64_t epoch, int64_t batch, int k,
+                       bool accumulate, bool last, int *rows);
     /* Gradient norm, clipping, AdamW with this step's lr and beta1. */
     int (*update)(struct dt_dev_model *d, double lr, double beta1);
-    /* Waits for the device: the summed training loss and rows since the last
-     * call, and the gradient norm of the last step. */
+    /* Waits for the device: the summed training loss since the last call
+     * (over examples, or over target tokens), and the gradient norm of the
+     * last step. */
     int (*read_stats)(struct dt_dev_model *d, double *loss_sum, double *grad_norm);
     /* Summed loss and hits of test examples [first, first + n). */
     int (*eval_batch)(struct dt_dev_model *d, int64_t first, int n, double *loss_sum, int64_t *hits);
+    /* Token runs: the summed loss and argmax hits over the target tokens of
+     * host batch b (the validation loader's).  Waits. */
+    int (*eval_tokens)(struct dt_dev_model *d, const struct dt_batch *b, double *loss_sum, int64_t *hits);
     /* fp16: the loss scale and its growth tracker as the device has them, and
      * AdamW's step count (steps taken; the others were skipped).  Waits. */
     int (*read_scaler)(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step);
-    /* Parameters, moments and AdamW's step to or from the host (checkpoints, desync checks). */
+    /* Parameters, moments and AdamW's step to the host (checkpoints, desync
+     * checks, samples); NULL leaves one out.  Under ZeRO-1 (zero, world > 1)
+     * asking for m or v gathers the shards: every rank must call it then. */
     int (*get_state)(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step);
-    /* Utilisation (percent) and memory in use (MiB) of this rank's device; NAN when unknown. */
-    void (*sample)(struct dt_dev_model *d, double *util_pct, double *mem_mib);
+    /* Utilisation (percent) and memory in use (MiB) of this rank's device
+     * (NVML: the whole GPU, every process and the CUDA context included), and
+     * the most memory (MiB) the engine and the model's device half have held,
+     * allocations only; NAN when unknown. */
+    void (*sample)(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib);
+    /* The device's peak dense FLOP/s for this run's GEMMs (bf16/fp16, or
+     * fp32 on tf32 tensor cores, or plain fp32), for MFU; NAN when the GPU
+     * is not one whose figure is known (no made-up number). */
+    double (*peak_flops)(struct dt_dev_model *d);
     /* The device's own step-time split of the last finished step, in seconds:
      * data (the batch gather), forward (with the loss), backward, comm wait (for
      * the last bucket's all-reduce) and optimizer, as metrics.h names them.  The

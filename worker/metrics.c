@@ -82,20 +82,23 @@ int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double los
     if (m->amp)
         fprintf(m->f, ", \"loss_scale\": %s, \"skipped_steps\": %lld", num(a[5], 32, m->loss_scale),
                 (long long)m->skipped_steps);
-    for (int k = 0; k < 2 && m->gpu_ranks > 0; k++) {
-        fputs(k ? ", \"gpu_mem_mib\": [" : ", \"gpu_util_pct\": [", m->f);
+    if (m->seq_len > 0 && isfinite(m->mfu))
+        fprintf(m->f, ", \"mfu\": %s", num(a[5], 32, m->mfu));
+    static const char *const gpu_keys[DT_METRICS_GPU_VALUES] = {"gpu_util_pct", "gpu_mem_mib", "gpu_alloc_mib"};
+    for (int k = 0; k < DT_METRICS_GPU_VALUES && m->gpu_ranks > 0; k++) {
+        fprintf(m->f, ", \"%s\": [", gpu_keys[k]);
         for (int r = 0; r < m->gpu_ranks; r++)
-            fprintf(m->f, "%s%s", r ? ", " : "", num(a[5], 32, m->gpu[2 * r + k]));
+            fprintf(m->f, "%s%s", r ? ", " : "", num(a[5], 32, m->gpu[DT_METRICS_GPU_VALUES * r + k]));
         fputc(']', m->f);
     }
     fputs("}\n", m->f);
     return flushed(m);
 }
 
-void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks)
+void dt_metrics_set_gpu(struct dt_metrics *m, const double *v, int ranks)
 {
     m->gpu_ranks = ranks < DT_METRICS_GPU_RANKS ? ranks : DT_METRICS_GPU_RANKS;
-    memcpy(m->gpu, util_mem, 2 * (size_t)m->gpu_ranks * sizeof *util_mem);
+    memcpy(m->gpu, v, DT_METRICS_GPU_VALUES * (size_t)m->gpu_ranks * sizeof *v);
 }
 
 int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy)

@@ -5,10 +5,14 @@
  * "samples_per_s", "time_s", "total_steps", then rank 0's step-time split in
  * seconds per step: "data_s", "forward_s", "backward_s", "comm_wait_s",
  * "optimizer_s"; under AMP also "loss_scale" (after this step's update) and
- * "skipped_steps" (optimizer steps skipped for inf/NaN so far)} and an
+ * "skipped_steps" (optimizer steps skipped for inf/NaN so far); on a GPU
+ * per-rank lists "gpu_util_pct", "gpu_mem_mib" (NVML: the whole device) and
+ * "gpu_alloc_mib" (what the engine and the model took)} and an
  * evaluation row after each evaluation
  * {"step", "epoch", "test_loss", "test_accuracy"} (token runs: "tokens_per_s"
- * in training rows, "val_loss" and "val_accuracy" in evaluation rows).  Lines are flushed as they
+ * in training rows, and on a GPU whose peak is known "mfu", the fraction of
+ * it the model's FLOPs reach; "val_loss" and "val_accuracy" in evaluation
+ * rows).  Lines are flushed as they
  * are written, so a live console or `tail -f` sees them.  Only rank 0 writes.
  *
  * Not for the launcher's summary.json: trainer_summary.json carries the
@@ -24,6 +28,7 @@
 
 #define DT_METRICS_SPLIT 5
 #define DT_METRICS_GPU_RANKS 64
+#define DT_METRICS_GPU_VALUES 3 /* per rank: utilisation %, memory in use MiB, engine's memory MiB */
 /* "data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s" */
 extern const char *const dt_metrics_split_names[DT_METRICS_SPLIT];
 
@@ -36,10 +41,13 @@ struct dt_metrics {
     double loss_scale;
     int64_t skipped_steps;
     /* GPU runs: per rank utilisation (percent) and memory in use (MiB) as NVML
-     * reads them, written in the next training row as "gpu_util_pct" and
-     * "gpu_mem_mib" lists (rank order); gpu_ranks 0 = none */
+     * reads them, and the most memory the engine and the model's device half
+     * took (MiB), written in the next training row as "gpu_util_pct",
+     * "gpu_mem_mib" and "gpu_alloc_mib" lists (rank order); gpu_ranks 0 = none */
     int gpu_ranks;
-    double gpu[2 * DT_METRICS_GPU_RANKS];
+    double gpu[DT_METRICS_GPU_VALUES * DT_METRICS_GPU_RANKS];
+    /* model FLOPs utilisation (0..1) for the next training row; NAN: no "mfu" key */
+    double mfu;
     /* token runs: tokens per row; training rows add "tokens_per_s"
      * (samples_per_s * seq_len), evaluation rows are "val_loss" and
      * "val_accuracy" (target tokens predicted by argmax); 0: an image run */
@@ -76,8 +84,9 @@ void dt_metrics_close(struct dt_metrics *m);
  * file and the system's reason (a full disk). */
 int dt_metrics_step(struct dt_metrics *m, int64_t step, double epoch, double loss, double lr, double beta1,
                     double grad_norm, double samples_per_s, double time_s);
-/* util_mem[2r], util_mem[2r+1]: rank r's utilisation and memory (NAN: unknown). */
-void dt_metrics_set_gpu(struct dt_metrics *m, const double *util_mem, int ranks);
+/* v[3r], v[3r+1], v[3r+2]: rank r's utilisation, memory in use and memory
+ * the engine took (NAN: unknown). */
+void dt_metrics_set_gpu(struct dt_metrics *m, const double *v, int ranks);
 int dt_metrics_eval(struct dt_metrics *m, int64_t step, double epoch, double test_loss, double test_accuracy);
 
 /* Writes <run_dir>/trainer_summary.json (temp file + rename). */

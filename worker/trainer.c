@@ -25,12 +25,12 @@ static int check_spec(const struct dt_trainer_spec *s)
         return dt_error_set(DT_EUNSUPPORTED,
                             "trainer.data.dataset '%s': this trainer reads 'fashion-mnist' and 'tokens'",
                             s->data.dataset);
-    if (s->ddp.zero && s->device == DT_DEVICE_CUDA)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.ddp.zero 1 runs on device: cpu only for now (the CUDA engine "
-                                             "keeps all of AdamW's state on every GPU); use zero: 0 on cuda");
-    if (dt_trainer__is_tokens(s) && s->device != DT_DEVICE_CPU)
-        return dt_error_set(DT_EUNSUPPORTED, "trainer.data.dataset tokens: language models train on device: cpu "
-                                             "for now");
+    if (s->device == DT_DEVICE_CUDA && s->amp.dtype == DT_AMP_FP16 && !strcmp(s->model.type, "gpt2"))
+        return dt_error_set(DT_EUNSUPPORTED, "trainer.amp.dtype fp16 is not offered for gpt2 on device: cuda (its "
+                                             "GPU half is built for bf16 and fp32): use dtype bf16 or off");
+    if (s->tf32 && s->device != DT_DEVICE_CUDA)
+        return dt_error_set(DT_EINVAL, "trainer.tf32 is the GPU's fp32-on-tensor-cores mode; on device: cpu GEMMs "
+                                       "are plain fp32: set device: cuda or drop tf32");
     if (s->device == DT_DEVICE_CUDA && !dt_trainer__device_kernels(s->device))
         return dt_error_set(DT_EUNSUPPORTED, "trainer.device cuda: this dtrain was built without CUDA (nvcc was "
                                              "not found at build time); rebuild with CUDA=1 or use device: cpu");
@@ -93,21 +93,15 @@ static int build_model(struct dt_trainer *t)
                                          .classes = t->train.classes}};
     if (t->tokens) { /* sequences of B, for training and validation alike */
         t->eval_batch = s->data.batch_size;
-        c.max_batch = t->eval_batch;
+        /* on a device the host model only samples (one row at a time); the
+         * engine sizes the batches on the GPU */
+        c.max_batch = s->device == DT_DEVICE_CPU ? t->eval_batch : 1;
         c.data = (struct dt_batch_shape){
             .kind = DT_BATCH_TOKENS, .seq_len = s->data.seq_len, .vocab = s->model.vocab_size};
     }
     int rc = dt_model_create(&c, &t->model);
     if (rc)
         return rc;
-    for (int i = 0; i < t->model->n_tensors && s->device == DT_DEVICE_CUDA; i++)
-        if (!t->model->tensors[i].decay && s->optimizer.weight_decay != 0)
-            return dt_error_set(
-                DT_EUNSUPPORTED,
-                "trainer.optimizer.weight_decay %g: model %s exempts %s from weight decay, and the "
-                "CUDA engine's AdamW applies one decay to every parameter; use device: cpu or "
-                "weight_decay: 0",
-                s->optimizer.weight_decay, s->model.type, t->model->tensors[i].name);
     if (s->init_from && (rc = init_from(t)))
         return rc;
     static const enum dt_kprec prec[] = {[DT_AMP_OFF] = DT_KPREC_F32, [DT_AMP_BF16] = DT_KPREC_BF16,
@@ -444,9 +438,13 @@ int dt_trainer__save(struct dt_trainer *t)
     struct dt_adamw whole = {0};
     if (t->zero.comm && dt_zero_gather_state(&t->zero, &t->opt, &whole))
         return dt_error_prefix("checkpoint at step %lld", (long long)t->step);
-    if (t->rank != 0)
+    /* on a device under ZeRO-1 the moments' gather is a collective: every rank copies the state */
+    bool every = t->dev && t->spec.ddp.zero == 1 && t->world > 1;
+    if (t->rank != 0 && !every)
         return 0;
     int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, t->opt.m, t->opt.v, &t->opt.step) : 0;
+    if (!rc && t->rank != 0)
+        return 0;
     if (!rc)
         rc = dt_trainer__device_scaler(t);
     if (rc) {

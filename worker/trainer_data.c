@@ -174,7 +174,8 @@ int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st
 
 /* Validation loss: every rank reads its share of the first val_batches
  * global batches of val, from its start (llm.c's val loader, reset each
- * time); the loss is the mean over all their target tokens. */
+ * time); the loss is the mean over all their target tokens.  On a device
+ * each batch goes to the engine's forward (kernels.h: eval_tokens). */
 int dt_trainer__tokens_evaluate(struct dt_trainer *t)
 {
     double sums[3] = {0, 0, 0};
@@ -182,7 +183,17 @@ int dt_trainer__tokens_evaluate(struct dt_trainer *t)
     for (int64_t i = 0; i < t->val_batches; i++) {
         const struct dt_batch *b = dt_tokens_next(t->val_loader);
         int64_t hits = 0;
-        sums[0] += dt_model_eval_batch(t->model, b, &hits);
+        if (!b)
+            return dt_error_set(DT_EINTERNAL, "the validation loader ran dry at batch %lld", (long long)i);
+        if (t->dev) {
+            double loss = 0;
+            int rc = t->devk->eval_tokens(t->dev, b, &loss, &hits);
+            if (rc)
+                return dt_error_prefix("validation at step %lld", (long long)t->step);
+            sums[0] += loss;
+        } else {
+            sums[0] += dt_model_eval_batch(t->model, b, &hits);
+        }
         sums[1] += (double)hits;
         sums[2] += (double)dt_batch_terms(b);
     }
@@ -196,7 +207,9 @@ int dt_trainer__tokens_evaluate(struct dt_trainer *t)
 
 /* trainer.sample: rank 0 prints what the model writes after the prompt
  * (vocabularies of 256: the prompt's bytes, default a newline; larger ones
- * start from token vocab_size - 1, GPT-2's <|endoftext|>, and print ids). */
+ * start from token vocab_size - 1, GPT-2's <|endoftext|>, and print ids).
+ * On a device the host model gets the device's parameters first and
+ * samples on the CPU (a few hundred one-row forwards). */
 int dt_trainer__sample(struct dt_trainer *t)
 {
     const struct dt_sample_spec *sp = &t->spec.sample;
@@ -211,7 +224,9 @@ int dt_trainer__sample(struct dt_trainer *t)
     } else {
         t->sample_buf[0] = vocab - 1;
     }
-    int rc = dt_sample_generate(t->model, t->sample_buf, n_prompt, sp->tokens, sp->temperature, sp->top_k,
+    int rc = t->dev ? t->devk->get_state(t->dev, t->model->params, NULL, NULL, NULL) : 0;
+    if (!rc)
+        rc = dt_sample_generate(t->model, t->sample_buf, n_prompt, sp->tokens, sp->temperature, sp->top_k,
                                 t->spec.seed + (uint64_t)t->step, t->sample_buf + n_prompt);
     if (rc)
         return dt_error_prefix("sample at step %lld", (long long)t->step);

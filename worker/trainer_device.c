@@ -2,7 +2,9 @@
  * this build has, and the engine of kernels.h (struct dt_device_kernels)
  * built from what setup made for the CPU: the host model (its layout, initial
  * or resumed parameters and, through its ops, its device half), AdamW's
- * state, the reducer's buckets, the data sets and the sampler's settings.
+ * state, the reducer's buckets, the data sets and the sampler's settings
+ * (token runs keep their loaders on the host: the loop hands each batch
+ * over), and the model's training FLOPs per token for MFU.
  *
  * The loop (trainer_loop.c) then calls the engine at the points where it
  * would call the CPU model; the CPU arenas stay as the host mirror that
@@ -10,6 +12,7 @@
  */
 #include "worker/trainer_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -83,6 +86,10 @@ int dt_trainer__device_create(struct dt_trainer *t)
                               .backoff_factor = t->scaler.backoff_factor,
                               .growth_interval = t->scaler.growth_interval,
                               .cuda_graph = s->cuda_graph,
+                              .tf32 = s->tf32,
+                              .recompute = (int)s->recompute,
+                              .grad_accum = s->ddp.grad_accum,
+                              .seq_len = t->tokens ? s->data.seq_len : 0,
                               .beta2 = s->optimizer.beta2,
                               .eps = s->optimizer.eps,
                               .weight_decay = s->optimizer.weight_decay,
@@ -95,6 +102,7 @@ int dt_trainer__device_create(struct dt_trainer *t)
                               .drop_last = s->data.drop_last,
                               .seed = s->seed,
                               .comm = t->comm,
+                              .zero = s->ddp.zero == 1,
                               .buckets = (const size_t(*)[2])buckets,
                               .n_buckets = t->red.nb,
                               .m = t->opt.m,
@@ -106,7 +114,21 @@ int dt_trainer__device_create(struct dt_trainer *t)
         dt_log_info("training on %s: %s, CUDA graphs %s", name,
                     c.bf16   ? "bf16 GEMMs, fp32 master weights"
                     : c.fp16 ? "fp16 GEMMs, fp32 master weights, loss scaling on the device"
+                    : c.tf32 ? "fp32, GEMMs in tf32"
                              : "fp32",
                     c.cuda_graph ? "on" : "off");
     return rc;
+}
+
+/* Training FLOPs per token of a language model, llm.c's estimate
+ * (gpt2_estimate_mfu, after Kaplan et al. 2.1): 6 N for the parameters'
+ * GEMMs forward and backward, 6 L C T for attention's scores and mix.  N
+ * counts the arena (the padded vocabulary included, as llm.c).  NAN for a
+ * model without token sequences. */
+double dt_trainer__flops_per_token(const struct dt_trainer *t)
+{
+    if (!t->tokens)
+        return NAN;
+    const struct dt_model_spec *m = &t->spec.model;
+    return 6.0 * (double)t->model->n_params + 6.0 * m->n_layer * (double)m->n_embd * t->spec.data.seq_len;
 }

@@ -82,10 +82,12 @@ int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st
 int dt_trainer__tokens_evaluate(struct dt_trainer *t);
 int dt_trainer__sample(struct dt_trainer *t);
 /* trainer_device.c: the accelerator table of trainer.device (NULL when this
- * build has none), the engine made from the CPU model's state, and the host
- * scaler refreshed from the device's */
+ * build has none), the engine made from the CPU model's state, the host
+ * scaler refreshed from the device's, and a token model's training FLOPs
+ * per token (MFU; NAN for images) */
 const struct dt_device_kernels *dt_trainer__device_kernels(enum dt_device device);
 int dt_trainer__device_create(struct dt_trainer *t);
 int dt_trainer__device_scaler(struct dt_trainer *t);
+double dt_trainer__flops_per_token(const struct dt_trainer *t);
 
 #endif

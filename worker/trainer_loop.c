@@ -29,19 +29,32 @@ struct window {          /* what a metrics row averages over */
     double loss, samples, t0;
 };
 
-/* On an accelerator (kernels.h): the engine makes each batch from the
- * sampler's indices and keeps the loss on the device (read at metrics rows),
- * so nothing here waits for it. */
+/* On an accelerator (kernels.h): images: the engine makes each batch from
+ * the sampler's indices; tokens: the host's loader reads each batch (started
+ * where the CPU path starts it: an epoch's first batch, or a resume) and the
+ * engine copies it over.  The loss stays on the device (read at metrics
+ * rows), so nothing here waits for it. */
 static int device_micro_batches(struct dt_trainer *t, int k, double *rows)
 {
+    if (t->tokens && (t->batch == 0 || t->step == t->resumed_from))
+        dt_trainer__data_start(t, t->epoch, t->batch);
     for (int i = 0; i < k; i++) {
+        const struct dt_batch *b = NULL;
+        if (t->tokens) {
+            int64_t w0 = dt_clock_ns();
+            b = dt_trainer__data_next(t);
+            dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, dt_clock_ns());
+            if (!b)
+                return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
+                                    (long long)t->batch);
+        }
         int n = 0;
-        int rc = t->devk->train_batch(t->dev, t->epoch, t->batch, k, i > 0, i == k - 1, &n);
+        int rc = t->devk->train_batch(t->dev, b, t->epoch, t->batch, k, i > 0, i == k - 1, &n);
         if (rc)
             return dt_error_prefix("step %lld, epoch %lld batch %lld", (long long)t->step, (long long)t->epoch,
                                    (long long)t->batch);
         *rows += n;
-        t->batch++;
+        t->batch = b ? b->index + 1 : t->batch + 1;
     }
     return 0;
 }
@@ -192,7 +205,7 @@ static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skip
 
 /* The device's loss sum since the last row and the last step's gradient
  * norm (the one wait for the device per metrics row), and its utilisation
- * and memory as NVML reads them, per rank. */
+ * and memory as NVML reads them and the memory the engine took, per rank. */
 static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
 {
     int rc = t->devk->read_stats(t->dev, &w->loss, norm);
@@ -209,26 +222,56 @@ static int device_stats(struct dt_trainer *t, struct window *w, double *norm)
     }
     if (rc)
         return dt_error_prefix("step %lld", (long long)t->step);
-    double mine[2], all[2 * DT_METRICS_GPU_RANKS];
-    t->devk->sample(t->dev, &mine[0], &mine[1]);
+    enum { V = DT_METRICS_GPU_VALUES };
+    double mine[V], all[V * DT_METRICS_GPU_RANKS];
+    t->devk->sample(t->dev, &mine[0], &mine[1], &mine[2]);
     bool each = t->comm && t->world > 1 && t->world <= DT_METRICS_GPU_RANKS; /* else rank 0's alone */
     int n = each ? t->world : 1;
-    if (each && dt_comm_allgather(t->comm, mine, all, 2, DT_F64))
+    if (each && dt_comm_allgather(t->comm, mine, all, V, DT_F64))
         return dt_error_prefix("gathering the GPU utilisation of every rank");
     if (!each)
-        all[0] = mine[0], all[1] = mine[1];
+        memcpy(all, mine, sizeof mine);
     if (t->rank != 0 || !t->tb)
         return 0;
     for (int r = 0; r < n; r++) {
-        char tu[48], tm[48];
+        char tu[48], tm[48], ta[48];
         snprintf(tu, sizeof tu, "gpu/util_pct_rank%d", r);
         snprintf(tm, sizeof tm, "gpu/mem_mib_rank%d", r);
-        const char *const tags[] = {tu, tm};
-        if ((rc = dt_tb_scalars(t->tb, t->step, tags, &all[2 * r], 2)))
+        snprintf(ta, sizeof ta, "gpu/alloc_mib_rank%d", r);
+        const char *const tags[] = {tu, tm, ta};
+        if ((rc = dt_tb_scalars(t->tb, t->step, tags, &all[V * r], V)))
             return rc;
     }
     dt_metrics_set_gpu(&t->metrics, all, n);
     return 0;
+}
+
+/* Model FLOPs utilisation of a token run on a device: tokens/s (all ranks)
+ * times the model's training FLOPs per token over the GPUs' peak
+ * (kernels.h: NAN on a GPU whose peak is not known, and then no figure). */
+static double mfu(const struct dt_trainer *t, double samples_per_s)
+{
+    if (!t->dev || !t->tokens || !t->devk->peak_flops)
+        return NAN;
+    double peak = t->devk->peak_flops(t->dev);
+    return samples_per_s * t->spec.data.seq_len * dt_trainer__flops_per_token(t) / (peak * t->world);
+}
+
+/* The live line's device part: MFU when known, rank 0's GPU memory (NVML)
+ * and what the engine took of it. */
+static const char *device_note(const struct dt_trainer *t, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (!t->dev)
+        return buf;
+    size_t at = 0;
+    if (isfinite(t->metrics.mfu))
+        at += (size_t)snprintf(buf, len, "  MFU %.1f%%", 100.0 * t->metrics.mfu);
+    if (t->metrics.gpu_ranks > 0 && isfinite(t->metrics.gpu[1]))
+        at += (size_t)snprintf(buf + at, len - at, "  GPU %.1f GiB", t->metrics.gpu[1] / 1024.0);
+    if (t->metrics.gpu_ranks > 0 && isfinite(t->metrics.gpu[2]) && at < len)
+        snprintf(buf + at, len - at, " (dtrain %.1f)", t->metrics.gpu[2] / 1024.0);
+    return buf;
 }
 
 static int log_row(struct dt_trainer *t, struct window *w, double lr, double beta1, double norm)
@@ -250,6 +293,7 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
         t->metrics.amp = t->scaler.enabled;
         t->metrics.loss_scale = t->scaler.scale;
         t->metrics.skipped_steps = t->scaler.skipped;
+        t->metrics.mfu = mfu(t, sps);
         int rc = dt_metrics_step(&t->metrics, t->step, epoch, t->last_loss, lr, beta1, norm, sps, t->train_s);
         if (rc)
             return rc;
@@ -261,12 +305,17 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
                        t->metrics.split[2], t->metrics.split[3], t->metrics.split[4], t->scaler.scale,
                        (double)t->scaler.skipped};
         rc = dt_tb_scalars(t->tb, t->step, tags, tv, t->scaler.enabled ? 12 : 10);
+        static const char *const token_tags[] = {"train/tokens_per_s", "train/mfu"};
+        double ttv[] = {sps * t->spec.data.seq_len, t->metrics.mfu};
+        if (!rc && t->tokens)
+            rc = dt_tb_scalars(t->tb, t->step, token_tags, ttv, isfinite(t->metrics.mfu) ? 2 : 1);
         if (rc)
             return rc;
+        char note[96];
         if (!t->o.quiet && t->tokens) /* a row is a sequence of seq_len tokens */
-            printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f tokens/s\n",
+            printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f tokens/s%s\n",
                    (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm,
-                   sps * t->spec.data.seq_len);
+                   sps * t->spec.data.seq_len, device_note(t, note, sizeof note));
         else if (!t->o.quiet)
             printf("step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s\n",
                    (long long)t->step, (long long)t->total_steps, epoch, t->last_loss, lr, norm, sps);

@@ -43,6 +43,10 @@ int dt_nccl_stream_wait_comm(struct dt_comm *c, cudaStream_t s);
  * on the communication stream; dt_nccl_wait_stream() bounds the wait. */
 int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, enum dt_redop op,
                              cudaStream_t s);
+/* The same for an all-gather in place: rank r's `count` elements at
+ * buf + r * count, every rank's into buf[0, world * count) (ZeRO-1's
+ * parameters after each rank updated its shard). */
+int dt_nccl_allgather_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, cudaStream_t s);
 
 /* Waits for the work queued so far on `s`, polling NCCL's asynchronous error,
  * dt_comm_abort() and the communicator's timeout, so a dead peer makes this

@@ -78,6 +78,30 @@ int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt
     return rc;
 }
 
+int dt_nccl_allgather_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, cudaStream_t s)
+{
+    struct dt_nccl *st = state_of(c);
+    if (!st)
+        return dt_error_set(DT_EINVAL, "dt_nccl_allgather_stream: the communicator does not run on nccl");
+    pthread_mutex_lock(&st->mu);
+    int rc = 0;
+    if (st->failed || !st->comm) {
+        rc = dt_error_set(st->failed ? st->failed : DT_EABORTED, "%s",
+                          st->why[0] ? st->why : "nccl: the communicator was aborted");
+    } else {
+        const char *send = (const char *)buf + (size_t)st->rank * count * dt_dtype_size(t);
+        ncclResult_t r = ncclAllGather(send, buf, count, dt_nccl__type(t), st->comm, s);
+        if (r == ncclInProgress)
+            rc = dt_nccl__settle_locked(st, "parameter all-gather", dt_clock_s() + st->timeout_s);
+        else if (r != ncclSuccess) {
+            rc = dt_nccl__nccl_error(r, st->rank, "ncclAllGather (parameter shards)");
+            dt_nccl__abort_locked(st, rc, dt_error_last());
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 /* One poll: 1 done, 0 not yet, < 0 failed (the communicator is then aborted). */
 static int wait_poll_locked(struct dt_nccl *st, cudaEvent_t ev, const char *what, double deadline)
 {

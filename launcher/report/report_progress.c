@@ -70,7 +70,7 @@ int dt_progress_open(const char *run_dir, int fd, bool tty, double interval_s, s
     p->last_draw = -1e30;
     p->first_now = NAN;
     p->st = (struct dt_progress_state){.epoch = NAN, .loss = NAN, .lr = NAN, .samples_per_s = NAN,
-                                       .test_accuracy = NAN, .eta_s = NAN};
+                                       .test_accuracy = NAN, .eta_s = NAN, .tokens_per_s = NAN, .mfu = NAN};
     *out = p;
     return 0;
 }
@@ -143,10 +143,15 @@ static bool take(struct dt_progress *p, const json_t *row, double now)
         dt_json_get_num(row, "test_accuracy", &p->st.test_accuracy);
         return true; /* an evaluation row (whole epochs): the training figures stay */
     }
+    if (json_object_get(row, "val_accuracy")) /* a token run's evaluation row: the same */
+        return true;
     dt_json_get_num(row, "epoch", &p->st.epoch);
     dt_json_get_num(row, "loss", &p->st.loss);
     dt_json_get_num(row, "lr", &p->st.lr);
     dt_json_get_num(row, "samples_per_s", &p->st.samples_per_s);
+    p->st.tokens_per_s = p->st.mfu = NAN; /* each row has them or not */
+    dt_json_get_num(row, "tokens_per_s", &p->st.tokens_per_s);
+    dt_json_get_num(row, "mfu", &p->st.mfu);
     take_gpu(&p->st, row);
     take_rate(p, now);
     return true;
@@ -304,8 +309,12 @@ size_t dt_progress_format(const struct dt_progress_state *s, char *buf, size_t s
         n = add(buf, size, n, " | loss %s", fig(f, s->loss, 4));
     if (isfinite(s->lr))
         n = add(buf, size, n, " | lr %.2e", s->lr);
-    if (isfinite(s->samples_per_s))
+    if (isfinite(s->tokens_per_s) && s->tokens_per_s > 0)
+        n = add(buf, size, n, " | %s tokens/s", fig(f, s->tokens_per_s, 0));
+    else if (isfinite(s->samples_per_s))
         n = add(buf, size, n, " | %s samples/s", fig(f, s->samples_per_s, 0));
+    if (isfinite(s->mfu) && s->mfu > 0)
+        n = add(buf, size, n, " | MFU %s%%", fig(f, 100 * s->mfu, 1));
     bool util = isfinite(s->gpu_util_pct), mem = isfinite(s->gpu_mem_mib);
     if (s->gpu_ranks > 0 && (util || mem))
         n = add(buf, size, n, " | gpu");

@@ -31,6 +31,7 @@ struct dt_progress_state {
     int restarts;
     int gpu_ranks;              /* ranks with GPU figures in the last row; 0: none */
     double gpu_util_pct, gpu_mem_mib; /* mean utilisation, largest memory in use */
+    double tokens_per_s, mfu;   /* token runs (mfu: on a GPU whose peak is known); NaN or 0: none */
 };
 
 struct dt_progress;

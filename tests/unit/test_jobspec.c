@@ -115,7 +115,7 @@ static const char full_trainer[] =
     "              final_div_factor: 1e3, three_phase: true, cycle_momentum: false,\n"
     "              base_momentum: 0.8, max_momentum: 0.9}\n"
     "  ddp: {bucket_cap_mb: 1GiB, first_bucket_mb: 512KiB, overlap: false, grad_accum: 4, "
-    "desync_check_every: 0, share_state: false}\n"
+    "desync_check_every: 0, share_state: false, zero: 1}\n"
     "  checkpoint: {every_steps: 100, dir: ckpt, keep: 7, resume: never}\n"
     "  eval: {every_epochs: 0}\n"
     "  seed: 1234567890123\n"
@@ -124,6 +124,7 @@ static const char full_trainer[] =
     "        growth_interval: 100}\n"
     "  trace: {steps: \"10-20\"}\n"
     "  cuda_graph: false\n"
+    "  tf32: true\n"
     "  log_every_steps: 5\n";
 
 static void every_trainer_key_read(void **state)
@@ -179,6 +180,8 @@ static void every_trainer_key_read(void **state)
     assert_int_equal(t->trace.first_step, 10);
     assert_int_equal(t->trace.last_step, 20);
     assert_false(t->cuda_graph);
+    assert_true(t->tf32);
+    assert_int_equal(t->ddp.zero, 1); /* ZeRO-1 on device: cuda too */
     assert_int_equal(t->log_every_steps, 5);
     dt_job_free(job);
 }
@@ -196,6 +199,7 @@ static void trainer_defaults_are_pytorchs(void **state)
     assert_true(t->optimizer.weight_decay == 0.01);
     assert_true(t->ddp.bucket_cap_mb == 25.0);
     assert_true(t->amp.dynamic && t->amp.init_scale == 65536.0);
+    assert_false(t->tf32); /* torch.backends.cuda.matmul.allow_tf32's default */
     assert_int_equal(t->trace.last_step, -1);
     assert_null(t->data.path);
     assert_memory_equal(&t->scheduler, &want.scheduler, sizeof want.scheduler);

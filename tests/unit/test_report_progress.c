@@ -115,6 +115,25 @@ static void follows_the_file_and_paces_plain_lines(void **state)
     dt_progress_close(p);
 }
 
+/* A token run on a GPU: tokens/s instead of samples/s, MFU, and its
+ * evaluation rows (val_loss, val_accuracy) leave the training figures be. */
+static void a_token_row_shows_tokens_and_mfu(void **state)
+{
+    (void)state;
+    struct dt_progress *p;
+    assert_int_equal(dt_progress_open(run_dir, pipe_fd[1], false, 10, &p), 0);
+    append("{\"step\": 10, \"loss\": 2.5, \"samples_per_s\": 100, \"total_steps\": 20, \"tokens_per_s\": 102400, "
+           "\"mfu\": 0.4125, \"gpu_util_pct\": [90], \"gpu_mem_mib\": [2048], \"gpu_alloc_mib\": [1500]}\n"
+           "{\"step\": 10, \"epoch\": 0.5, \"val_loss\": 2.4, \"val_accuracy\": 0.3}\n");
+    dt_progress_update(p, 1, 0);
+    assert_string_equal(drain(), "[dtrain] step 10/20 | loss 2.5000 | 102400 tokens/s | MFU 41.2% | gpu 90% 2.0 GiB "
+                                 "| restarts 0\n");
+    append("{\"step\": 20, \"loss\": 2.0, \"samples_per_s\": 100, \"total_steps\": 20, \"tokens_per_s\": 102400}\n");
+    dt_progress_update(p, 12, 0); /* a row without mfu (a GPU of unknown peak) shows none */
+    assert_string_equal(drain(), "[dtrain] step 20/20 | loss 2.0000 | 102400 tokens/s | ETA 0m00s | restarts 0\n");
+    dt_progress_close(p);
+}
+
 static void redraws_in_place_on_a_terminal(void **state)
 {
     (void)state;
@@ -381,6 +400,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_training_row_without_gpu_lists_drops_the_figures, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_the_file_and_paces_plain_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(redraws_in_place_on_a_terminal, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_token_row_shows_tokens_and_mfu, setup, teardown),
         cmocka_unit_test_setup_teardown(format_leaves_out_what_is_no_figure, setup, teardown),
         cmocka_unit_test_setup_teardown(skips_steps_that_are_no_count, setup, teardown),
         cmocka_unit_test_setup_teardown(eta_waits_for_rows_read_apart, setup, teardown),

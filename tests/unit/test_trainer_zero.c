@@ -4,7 +4,7 @@
  * also under fp16 loss scaling); each rank allocates the moments of its
  * shard only; a checkpoint saved under zero 1 resumes under zero 0 and one
  * saved under zero 0 resumes under zero 1 (other shards than the writer's),
- * bit for bit; device: cuda with zero 1 is refused; the checkpoint writer
+ * bit for bit; device: cuda with zero 1 is no longer refused; the checkpoint writer
  * refuses a shard, and a shard reads its part of a whole file. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,8 +159,10 @@ static void resume_across_zero(void **state)
     }
 }
 
-/* The CUDA engine keeps whole optimizer state: zero 1 there is refused, naming the key. */
-static void refused_on_cuda(void **state)
+/* The CUDA engine shards AdamW's state too (worker/cuda/engine_internal.h):
+ * zero 1 on cuda is not refused; without a GPU here the trainer stops for
+ * the GPU's sake, not ZeRO's. */
+static void accepted_on_cuda(void **state)
 {
     (void)state;
     struct dt_trainer_spec spec;
@@ -169,9 +171,14 @@ static void refused_on_cuda(void **state)
     spec.ddp.zero = 1;
     struct dt_trainer_options o = {.run_dir = "/nonexistent", .threads = 1, .quiet = true};
     struct dt_trainer *t = NULL;
-    assert_int_equal(dt_trainer_create(&spec, &o, &t), DT_EUNSUPPORTED);
+    int rc = dt_trainer_create(&spec, &o, &t);
+    if (rc == 0) { /* a machine with a GPU */
+        dt_trainer_destroy(t);
+        return;
+    }
     assert_null(t);
-    assert_non_null(strstr(dt_error_last(), "trainer.ddp.zero 1 runs on device: cpu only"));
+    assert_null(strstr(dt_error_last(), "zero"));
+    assert_non_null(strstr(dt_error_last(), "cuda"));
 }
 
 /* The writer takes whole moments only: a shard handed to it is refused,
@@ -219,7 +226,7 @@ int main(void)
         cmocka_unit_test_prestate(zero1_equals_zero0, "shm"),
         cmocka_unit_test_prestate(resume_across_zero, "tcp"),
         cmocka_unit_test_prestate(resume_across_zero, "shm"),
-        cmocka_unit_test(refused_on_cuda),
+        cmocka_unit_test(accepted_on_cuda),
         cmocka_unit_test(shard_is_gathered_before_saving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

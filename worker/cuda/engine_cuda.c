@@ -1,10 +1,12 @@
 /* engine_cuda.c - the CUDA trainer engine: setting it up, evaluation, state
  * to and from the host, and the table kernels.h's trainer loop calls.
  *
- * Memory (all cudaMalloc, once): the fp32 parameter, gradient and AdamW
- * arenas in the host model's layout (so checkpoints are plain copies), a
- * 16-bit copy of the parameters for bf16/fp16 GEMMs, the batch, the data set
- * as bytes with the loader's normalisation table, and the step scalars; the
+ * Memory (all cudaMalloc, once, after engine_memory.c found that it fits):
+ * the fp32 parameter, gradient and AdamW arenas in the host model's layout
+ * (so checkpoints are plain copies), a 16-bit copy of the parameters for
+ * bf16/fp16 GEMMs, the batch, for images the data set as bytes with the
+ * loader's normalisation table (token batches come from the host's loader,
+ * engine_step.c), AdamW's no-decay ranges, and the step scalars; the
  * model's activations are its GPU half's (model_cuda.h), made here through
  * the model's ops.  Not for the step itself: engine_step.c.
  */
@@ -16,6 +18,7 @@
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"
+#include "worker/data/batch.h"
 #include "worker/data/idx.h"
 #include "worker/models/model.h"
 
@@ -30,19 +33,24 @@ static int up(void *dst, const void *src, size_t bytes, const char *what)
 
 static int alloc_arenas(struct dt_dev_model *d)
 {
-    size_t es = dt_cuda_dtype_size(d->t), B = (size_t)d->c.max_batch;
-    /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
-     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time. */
-    d->stride = (d->n + 63) / 64 * 64;
-    int rc = dt_cuda_alloc((void **)&d->p, 4 * d->stride * sizeof(float),
+    size_t B = (size_t)d->c.max_batch;
+    /* images: [B, px] values in t and B labels; tokens: [B, T] ids each */
+    size_t xb = d->T ? B * (size_t)d->T * sizeof(int32_t) : B * (size_t)d->px * dt_cuda_dtype_size(d->t);
+    size_t yb = d->T ? xb : B * sizeof(int32_t);
+    int rc = dt_cuda_alloc((void **)&d->p, (2 * d->stride + 2 * d->mlen) * sizeof(float),
                            "the parameter, gradient and AdamW arenas");
     if (rc)
         return rc;
-    d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->stride;
-    if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, d->n * 2, "the 16-bit parameters")))
+    d->g = d->p + d->stride, d->m = d->g + d->stride, d->v = d->m + d->mlen;
+    /* ZeRO-1 all-gathers whole shards: the padding past n must read 0 */
+    size_t low = d->zero ? d->stride * 2 : d->n * 2;
+    if (d->t != DT_CUDA_F32 && (rc = dt_cuda_alloc(&d->plow, low, "the 16-bit parameters")))
         return rc;
-    if ((rc = dt_cuda_alloc(&d->x, B * (size_t)d->px * es, "the input batch")) ||
-        (rc = dt_cuda_alloc((void **)&d->y, B * sizeof(int32_t), "the labels")))
+    if (cudaMemset(d->p, 0, d->stride * sizeof(float)) != cudaSuccess ||
+        (d->plow && cudaMemset(d->plow, 0, low) != cudaSuccess))
+        return dt_error_set(DT_EIO, "cudaMemset (parameters)");
+    if ((rc = dt_cuda_alloc(&d->x, xb, d->T ? "the input tokens" : "the input batch")) ||
+        (rc = dt_cuda_alloc((void **)&d->y, yb, d->T ? "the target tokens" : "the labels")))
         return rc;
     if ((rc = dt_cuda_alloc((void **)&d->sc, sizeof *d->sc, "the step scalars")) ||
         (rc = dt_cuda_alloc((void **)&d->d_hyper, 2 * sizeof(double), "lr and beta1")))
@@ -62,12 +70,15 @@ static int make_model(struct dt_dev_model *d)
                                     .plow = d->plow,
                                     .g = d->g,
                                     .x = d->x,
-                                    .y = d->y};
+                                    .y = d->y,
+                                    .seq_len = d->T};
     return d->mo->create(d->c.model, &env, &d->ms);
 }
 
 static int upload_data(struct dt_dev_model *d)
 {
+    if (d->T) /* token batches come from the host's loader, one per step */
+        return 0;
     const struct dt_dataset *tr = d->c.train, *te = d->c.test;
     size_t ntr = (size_t)tr->n * (size_t)d->px, nte = (size_t)te->n * (size_t)d->px;
     float lut[256];
@@ -97,12 +108,13 @@ static int upload_data(struct dt_dev_model *d)
 static int make_slots(struct dt_dev_model *d)
 {
     cudaError_t e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
+    int rows = d->T ? d->c.batch : d->c.max_batch; /* a token slot carries training batches only */
     for (int i = 0; i < DT_ENGINE_SLOTS && e == cudaSuccess; i++) {
         struct dt_engine_slot *s = &d->slot[i];
-        size_t bytes = 2 * sizeof(double) + (size_t)d->c.max_batch * sizeof(int32_t);
+        size_t bytes = 2 * sizeof(double) + dt_engine__slot_ints(d, rows) * sizeof(int32_t);
         e = cudaMallocHost((void **)&s->h_buf, bytes);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&s->d_buf, bytes);
+        if (e == cudaSuccess && dt_cuda_alloc((void **)&s->d_buf, bytes, "a batch slot"))
+            return dt_error_prefix("cuda trainer");
         if (e == cudaSuccess)
             s->h_idx = (int32_t *)(s->h_buf + 2), s->d_idx = (int32_t *)(s->d_buf + 2);
         if (e == cudaSuccess)
@@ -116,23 +128,27 @@ static int make_slots(struct dt_dev_model *d)
     }
     for (int i = 0; i < DT_ENGINE_MAX_BUCKETS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&d->bucket_ev[i], cudaEventDisableTiming);
+    for (int i = 0; i < 2 && d->zero && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&d->zero_ev[i], cudaEventDisableTiming);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&d->join_ev, cudaEventDisableTiming);
     return e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: streams, pinned buffers and events");
 }
 
+/* The host's state; under ZeRO-1 this rank's shard of the moments. */
 static int upload_state(struct dt_dev_model *d)
 {
-    size_t b = d->n * sizeof(float);
+    size_t b = d->n * sizeof(float), off = d->zero ? d->zlo : 0,
+           mb = (d->zero ? d->zn : d->n) * sizeof(float);
     int rc = up(d->p, d->c.model->params, b, "uploading the parameters");
-    if (!rc && d->c.m)
-        rc = up(d->m, d->c.m, b, "uploading AdamW's first moments");
-    if (!rc && d->c.v)
-        rc = up(d->v, d->c.v, b, "uploading AdamW's second moments");
-    if (!rc && (!d->c.m || !d->c.v))
-        rc = cudaMemset(d->m, 0, 2 * d->stride * sizeof(float)) == cudaSuccess
+    if (!rc)
+        rc = cudaMemset(d->m, 0, 2 * d->mlen * sizeof(float)) == cudaSuccess
                  ? 0
                  : dt_error_set(DT_EIO, "cudaMemset (moments)");
+    if (!rc && d->c.m && d->c.v && mb > 0)
+        rc = up(d->m, d->c.m + off, mb, "uploading AdamW's first moments");
+    if (!rc && d->c.m && d->c.v && mb > 0)
+        rc = up(d->v, d->c.v + off, mb, "uploading AdamW's second moments");
     if (!rc)
         rc = up(&d->sc->adam_step, &d->c.adam_step, sizeof(int64_t), "uploading AdamW's step");
     if (!rc && d->c.comm && d->c.world > 1 && dt_comm_broadcast(d->c.comm, d->p, d->n, DT_F32, 0))
@@ -142,8 +158,62 @@ static int upload_state(struct dt_dev_model *d)
     if (!rc && d->c.fp16)
         rc = up(&d->sc->scale, &d->c.scale, sizeof d->c.scale, "uploading the loss scale");
     if (!rc && d->c.fp16)
-        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int), "uploading the scale's growth tracker");
+        rc = up(&d->sc->growth_tracker, &d->c.growth_tracker, sizeof(int),
+                "uploading the scale's growth tracker");
     return rc ? rc : dt_cuda_sync(d->k);
+}
+
+struct decay_run {
+    size_t lo;
+    bool decay;
+};
+
+static int by_lo(const void *a, const void *b)
+{
+    size_t x = ((const struct decay_run *)a)->lo, y = ((const struct decay_run *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* AdamW's no-decay ranges (kernels_cuda.h: nanoGPT's second param group)
+ * from the model's tensors, cut as worker/optim/adamw.c's
+ * dt_adamw_set_decay cuts the arena for the CPU: a tensor runs from its
+ * offset to the next tensor's (padding goes with the tensor below it), the
+ * lowest from 0.  Adjacent ranges are merged; none: every element decays.
+ * Under ZeRO-1, the ranges inside this rank's shard, counted from its start. */
+static int upload_nodecay(struct dt_dev_model *d)
+{
+    const struct dt_model *m = d->c.model;
+    int nt = m->n_tensors;
+    struct decay_run *r = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *r);
+    uint64_t *pairs = malloc(2 * (size_t)(nt > 0 ? nt : 1) * sizeof *pairs);
+    int rc =
+        r && pairs ? 0 : dt_error_set(DT_ENOMEM, "cuda trainer: no memory for %d tensors' weight decay", nt);
+    for (int i = 0; i < nt && !rc; i++)
+        r[i] = (struct decay_run){m->tensors[i].offset, m->tensors[i].decay};
+    if (!rc)
+        qsort(r, (size_t)nt, sizeof *r, by_lo);
+    int n = 0;
+    uint64_t base = d->zero ? d->zlo : 0, end = d->zero ? d->zlo + d->zn : d->n; /* AdamW's range */
+    for (int i = 0; i < nt && !rc; i++) {
+        uint64_t lo = i ? r[i].lo : 0, hi = i + 1 < nt ? r[i + 1].lo : d->n;
+        lo = (lo > base ? lo : base) - base; /* counted from AdamW's p (kernels_cuda.h) */
+        hi = (hi < end ? hi : end);
+        hi = hi > base ? hi - base : 0;
+        if (r[i].decay || lo >= hi)
+            continue;
+        if (n && pairs[2 * n - 1] == lo)
+            pairs[2 * n - 1] = hi;
+        else
+            pairs[2 * n] = lo, pairs[2 * n + 1] = hi, n++;
+    }
+    if (!rc && n > 0 &&
+        !(rc = dt_cuda_alloc((void **)&d->nodecay, 2 * (size_t)n * sizeof *pairs, "AdamW's no-decay ranges")))
+        rc = up(d->nodecay, pairs, 2 * (size_t)n * sizeof *pairs, "uploading AdamW's no-decay ranges");
+    if (!rc)
+        d->n_nodecay = n;
+    free(r);
+    free(pairs);
+    return rc;
 }
 
 static int setup_comm(struct dt_dev_model *d)
@@ -164,6 +234,7 @@ static int setup_comm(struct dt_dev_model *d)
 }
 
 static void engine_destroy(struct dt_dev_model *d);
+static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib);
 static int make_wgrad_stream(struct dt_dev_model *d, bool autotune);
 static int make_phase_events(struct dt_dev_model *d);
 
@@ -190,10 +261,25 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     d->c.buckets = NULL; /* our own copy below */
     d->mo = c->model->ops->cuda;
     d->n = c->model->n_params;
-    d->px = c->train->rows * c->train->cols;
+    /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
+     * aligned outputs (the weight gradients), AdamW loads 16 bytes at a time.
+     * ZeRO-1: world shards of zper floats, each on 256 bytes too. */
+    d->stride = (d->n + 63) / 64 * 64;
+    d->zero = c->zero && c->comm && c->world > 1;
+    if (d->zero) {
+        size_t w = (size_t)c->world;
+        d->zper = ((d->n + w - 1) / w + 63) / 64 * 64;
+        d->zlo = (size_t)c->rank * d->zper;
+        d->zn = d->zlo >= d->n ? 0 : d->n - d->zlo < d->zper ? d->n - d->zlo : d->zper;
+        d->stride = w * d->zper;
+    }
+    d->mlen = d->zero ? d->zper : d->stride;
+    d->T = c->seq_len > 0 ? c->seq_len : 0;
+    d->px = d->T ? 0 : c->train->rows * c->train->cols;
     if (d->c.device < 0) /* the NCCL communicator's GPU (local_rank), else the first */
         d->c.device = c->comm && dt_nccl_device(c->comm) >= 0 ? dt_nccl_device(c->comm) : 0;
     d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
+    d->peak_flops = dt_engine__peak_flops(d->c.device, d->t != DT_CUDA_F32, c->tf32);
     d->order_epoch = -1;
     size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
     if (bk && c->n_buckets > 0)
@@ -203,11 +289,14 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!bk)
         rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the buckets");
     if (!rc)
+        rc = dt_engine__check_memory(d);
+    if (!rc)
         rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
     if (!rc) {
         d->s = dt_cuda_stream(d->k);
         const char *tune = getenv("DTRAIN_CUDA_TUNE"); /* 0: bit-reproducible runs (kernels_cuda.h) */
         dt_cuda_set_autotune(d->k, !(tune && !strcmp(tune, "0")));
+        dt_cuda_set_tf32(d->k, c->tf32);
         rc = make_wgrad_stream(d, !(tune && !strcmp(tune, "0")));
     }
     if (!rc)
@@ -217,6 +306,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!rc)
         rc = make_model(d);
     if (!rc)
+        rc = upload_nodecay(d);
+    if (!rc)
         rc = upload_data(d);
     if (!rc)
         rc = make_slots(d);
@@ -224,9 +315,9 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         rc = setup_comm(d);
     if (!rc)
         rc = upload_state(d);
-    if (!rc)
+    if (!rc && !d->T) /* images: this rank's order, made here (tokens: the host's loader orders them) */
         rc = dt_sampler_init(&d->sampler, c->train->n, c->rank, c->world, c->shuffle, c->drop_last, c->seed);
-    if (!rc && !(d->order = malloc((size_t)d->sampler.num_samples * sizeof *d->order)))
+    if (!rc && !d->T && !(d->order = malloc((size_t)d->sampler.num_samples * sizeof *d->order)))
         rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the epoch order");
     if (rc) {
         rc = dt_error_prefix("trainer.device cuda (GPU %d)", d->c.device);
@@ -234,6 +325,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         return rc;
     }
     d->nvml = dt_engine__nvml_open(d->c.device);
+    double util, mem, alloc; /* the first reading of alloc_mib: everything create made */
+    engine_sample(d, &util, &mem, &alloc);
     *out = d;
     return 0;
 }
@@ -249,6 +342,7 @@ static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
     if (rc)
         return rc;
     dt_cuda_set_autotune(d->kw, autotune);
+    dt_cuda_set_tf32(d->kw, d->c.tf32);
     return 0;
 }
 
@@ -304,6 +398,7 @@ static void engine_destroy(struct dt_dev_model *d)
     }
     events_destroy(d->bucket_ev, DT_ENGINE_MAX_BUCKETS);
     events_destroy(&d->join_ev, 1);
+    events_destroy(d->zero_ev, 2);
     if (d->copy)
         cudaStreamDestroy(d->copy);
     cudaFree(d->p);
@@ -314,6 +409,7 @@ static void engine_destroy(struct dt_dev_model *d)
     cudaFree(d->d_hyper);
     cudaFree(d->train_img);
     cudaFree(d->lut);
+    cudaFree(d->nodecay);
     dt_sampler_release(&d->sampler);
     free(d->order);
     free((void *)d->c.buckets);
@@ -377,6 +473,62 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
     return 0;
 }
 
+/* The validation loader's batch into x, y on the compute stream (behind
+ * any step still queued there: a graph reads the same buffers), forward
+ * and loss, then the one wait. */
+static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, double *loss_sum,
+                              int64_t *hits)
+{
+    if (!d->T || !b || b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > d->c.max_batch || b->T != d->T)
+        return dt_error_set(
+            DT_EINVAL,
+            "cuda trainer: an evaluation batch of %d rows of %d tokens for batches of at most "
+            "%d rows of %d",
+            b ? b->n : 0, b ? b->T : 0, d->c.max_batch, d->T);
+    size_t bytes = (size_t)b->n * (size_t)d->T * sizeof(int32_t);
+    cudaError_t e = cudaMemcpyAsync(d->x, b->inputs, bytes, cudaMemcpyHostToDevice, d->s);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(d->y, b->targets, bytes, cudaMemcpyHostToDevice, d->s);
+    int rc = e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaMemcpyAsync (validation tokens)");
+    struct dt_model_cuda_loss ls = {.loss_sum = &d->sc->eval_loss, .correct = &d->sc->eval_correct};
+    if (!rc)
+        rc = d->mo->forward_loss(d->ms, b->n, &ls);
+    struct dt_engine_scalars h;
+    if (!rc)
+        rc = read_scalars(d, &h, "evaluating");
+    if (rc)
+        return dt_error_prefix("cuda trainer: validation batch %lld", (long long)b->index);
+    *loss_sum = h.eval_loss;
+    *hits = h.eval_correct;
+    return 0;
+}
+
+/* ZeRO-1: every rank's shard of a moment (m or v) gathered into host's n
+ * floats, through a whole-arena buffer on the device for the time of it. */
+static int gather_moment(struct dt_dev_model *d, const float *shard, float *host)
+{
+    float *all = NULL;
+    int rc =
+        dt_cuda_alloc((void **)&all, d->stride * sizeof(float), "gathering AdamW's moments for the host");
+    cudaError_t e = cudaSuccess;
+    if (!rc)
+        e = cudaMemcpyAsync(all + d->zlo, shard, d->zper * sizeof(float), cudaMemcpyDeviceToDevice, d->s);
+    if (!rc && e == cudaSuccess)
+        e = cudaEventRecord(d->zero_ev[0], d->s);
+    if (!rc && e == cudaSuccess)
+        e = cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0);
+    if (!rc && e != cudaSuccess)
+        rc = dt_cuda_err(e, "ordering the moments' all-gather");
+    if (!rc)
+        rc = dt_nccl_allgather_stream(d->c.comm, all, d->zper, DT_F32, d->cs);
+    if (!rc)
+        rc = dt_nccl_wait_stream(d->c.comm, d->cs, "gathering AdamW's moments");
+    if (!rc && (e = cudaMemcpy(host, all, d->n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+        rc = dt_cuda_err(e, "copying AdamW's moments to the host");
+    cudaFree(all);
+    return rc;
+}
+
 static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
     int rc = dt_engine__wait(d, "copying the parameters to the host");
@@ -384,9 +536,13 @@ static int engine_get_state(struct dt_dev_model *d, float *params, float *m, flo
     cudaError_t e = cudaSuccess;
     if (!rc && params)
         e = cudaMemcpy(params, d->p, b, cudaMemcpyDeviceToHost);
-    if (!rc && e == cudaSuccess && m)
+    if (!rc && e == cudaSuccess && d->zero && m)
+        rc = gather_moment(d, d->m, m);
+    if (!rc && e == cudaSuccess && d->zero && v)
+        rc = gather_moment(d, d->v, v);
+    if (!rc && e == cudaSuccess && !d->zero && m)
         e = cudaMemcpy(m, d->m, b, cudaMemcpyDeviceToHost);
-    if (!rc && e == cudaSuccess && v)
+    if (!rc && e == cudaSuccess && !d->zero && v)
         e = cudaMemcpy(v, d->v, b, cudaMemcpyDeviceToHost);
     if (!rc && e == cudaSuccess && step)
         e = cudaMemcpy(step, &d->sc->adam_step, sizeof *step, cudaMemcpyDeviceToHost);
@@ -405,9 +561,27 @@ static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_
     return 0;
 }
 
-static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib)
+/* alloc_mib: free memory when the engine began less free memory now, the
+ * most seen (every allocation is made at creation but a graph's, which the
+ * first steps instantiate).  It counts what the process took on the GPU
+ * since the engine began: the engine's and the model's cudaMalloc,
+ * cuBLASLt's workspaces, the graphs, and buffers NCCL makes at its first
+ * collectives; not the CUDA context nor what the communicator's set-up
+ * took before. */
+static void engine_sample(struct dt_dev_model *d, double *util_pct, double *mem_mib, double *alloc_mib)
 {
     dt_engine__nvml_sample(d->nvml, util_pct, mem_mib);
+    size_t free_b = 0, total = 0;
+    if (d->free0 && cudaMemGetInfo(&free_b, &total) == cudaSuccess && free_b < d->free0 &&
+        d->free0 - free_b > d->taken_peak)
+        d->taken_peak = d->free0 - free_b;
+    cudaGetLastError();
+    *alloc_mib = d->free0 ? (double)d->taken_peak / (1024.0 * 1024.0) : NAN;
+}
+
+static double engine_peak_flops(struct dt_dev_model *d)
+{
+    return d->peak_flops;
 }
 
 const struct dt_device_kernels dt_device_kernels_cuda = {
@@ -418,8 +592,10 @@ const struct dt_device_kernels dt_device_kernels_cuda = {
     .update = dt_engine__update,
     .read_stats = engine_read_stats,
     .eval_batch = engine_eval_batch,
+    .eval_tokens = engine_eval_tokens,
     .read_scaler = engine_read_scaler,
     .get_state = engine_get_state,
     .sample = engine_sample,
+    .peak_flops = engine_peak_flops,
     .read_split = dt_engine__read_split,
 };

@@ -3,7 +3,8 @@
  * and engine_kernels.cu only.  Not for the trainer: it sees kernels.h.
  *
  * Streams: `s` (the kernel context's) computes; `copy` moves each batch's
- * indices host -> device; `cs` (the NCCL communicator's) all-reduces buckets.
+ * indices (images) or tokens host -> device; `cs` (the NCCL communicator's)
+ * all-reduces buckets.
  * Events order them on the device; the host waits only where kernels.h says.
  */
 #ifndef DT_ENGINE_INTERNAL_H
@@ -50,12 +51,14 @@ struct dt_engine_scalars {
     int growth_tracker; /* fp16: clean steps since the scale last changed */
 };
 
-/* A slot holds one step's inputs: lr and beta1 (doubles), then the batch's
- * example indices (int32), pinned on the host and twinned on the device, so
- * a graph step needs one copy. */
+/* A slot holds one step's inputs: lr and beta1 (doubles), then the batch as
+ * int32: images: the examples' indices [rows]; tokens: the inputs [rows, T]
+ * then the targets [rows, T] (the step copies them into the fixed env.x and
+ * env.y on the device, so a graph reads fixed pointers); pinned on the host
+ * and twinned on the device, so a graph step needs one copy. */
 struct dt_engine_slot {
-    double *h_buf, *d_buf;  /* [lr, beta1, idx as int32...] */
-    int32_t *h_idx, *d_idx; /* views into h_buf, d_buf */
+    double *h_buf, *d_buf;  /* [lr, beta1, int32 batch...] */
+    int32_t *h_idx, *d_idx; /* views into h_buf, d_buf: the batch */
     cudaEvent_t copied;     /* on `copy`: h_idx is free again, d_idx holds the batch */
     cudaEvent_t consumed;   /* on `s`: the step reading d_idx is past its gather */
     cudaGraphExec_t graph;  /* the whole step reading this slot's d_idx */
@@ -89,12 +92,25 @@ struct dt_dev_model {
     bool time_next; /* read_split asked for a timed step */
     bool timed_any; /* a timed step has been issued */
     enum dt_cuda_dtype t;
-    int px;           /* values per example */
-    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes) */
+    int px;           /* values per example (images) */
+    int T;            /* tokens per row (token runs), 0 for images */
+    size_t n, stride; /* parameters; arena stride (n rounded up to 256 bytes, or world * zper) */
+    size_t mlen;      /* floats of m and of v: stride, or zper under ZeRO-1 */
     float *p, *g, *m, *v;
+    /* ddp.zero 1 with world > 1 (ZeRO-1, as llm.c's -z 1 and the CPU's
+     * worker/zero.h): AdamW runs over this rank's shard [zlo, zlo + zn) of
+     * the arena (zper floats a rank, the last shard short), m and v hold that
+     * shard only, and after AdamW the parameters and their 16-bit copy are
+     * all-gathered in place on cs (zero_ev orders s -> cs -> s). */
+    bool zero;
+    size_t zper, zlo, zn;
+    cudaEvent_t zero_ev[2];
     void *plow; /* 16-bit copy of p (bf16 and fp16 runs) */
-    void *x;    /* the batch, [max_batch, px] in t */
-    int32_t *y;
+    void *x;    /* the batch: images [max_batch, px] in t; tokens input ids [max_batch, T] int32 */
+    int32_t *y; /* labels [max_batch], or target ids [max_batch, T] */
+    /* AdamW's ranges without weight decay (kernels_cuda.h), device uint64 pairs */
+    uint64_t *nodecay;
+    int n_nodecay;
     uint8_t *train_img, *train_lbl, *test_img, *test_lbl;
     float *lut;
     struct dt_engine_scalars *sc;
@@ -117,11 +133,17 @@ struct dt_dev_model {
     cudaEvent_t bucket_ev[DT_ENGINE_MAX_BUCKETS], join_ev;
     double loss_read; /* loss_acc at the last read_stats */
     struct dt_nvml *nvml;
+    /* Free device memory before the engine allocated (cudaMemGetInfo), and
+     * the most it has taken since: the metrics' gpu_alloc_mib */
+    size_t free0, taken_peak;
+    double peak_flops; /* dense FLOP/s of this run's GEMMs on this GPU, NAN unknown */
 };
 
 /* engine_step.c */
-int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                           bool last, int *rows);
+int dt_engine__train_batch(struct dt_dev_model *d, const struct dt_batch *b, int64_t epoch, int64_t batch,
+                           int k, bool accumulate, bool last, int *rows);
+/* int32 values a slot holds after lr and beta1 for a batch of `rows` */
+size_t dt_engine__slot_ints(const struct dt_dev_model *d, int rows);
 int dt_engine__update(struct dt_dev_model *d, double lr, double beta1);
 int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
 /* Waits for everything queued on s; with NCCL, bounded and abortable. */
@@ -132,6 +154,12 @@ struct dt_nvml;
 struct dt_nvml *dt_engine__nvml_open(int cuda_device);
 void dt_engine__nvml_sample(struct dt_nvml *n, double *util_pct, double *mem_mib);
 void dt_engine__nvml_close(struct dt_nvml *n);
+
+/* engine_memory.c: whether the run fits in the GPU's free memory, asked
+ * before anything is allocated (a sentence with the settings that would fit
+ * when not), and the GPU's peak FLOP/s for MFU */
+int dt_engine__check_memory(struct dt_dev_model *d);
+double dt_engine__peak_flops(int device, bool lowp, bool tf32);
 #endif
 
 #endif

@@ -1,16 +1,18 @@
 /* engine_step.c - one training step of the CUDA engine: the batch's indices
- * to the device, the model's forward, loss and backward (its GPU half,
+ * (images) or tokens to the device, the model's forward, loss and backward (its GPU half,
  * model_cuda.h) with each gradient bucket's all-reduce started on the
  * communication stream as soon as backward reports it written, and the
  * optimizer; eagerly, or as one replayed CUDA graph.
  *
- * Per step (graph mode), host side: lr, beta1 and the batch's B indices into
- * a pinned slot, one async copy, one graph launch.
+ * Per step (graph mode), host side: lr, beta1 and the batch's B indices
+ * (tokens: its B*T inputs and B*T targets, from the host's loader) into a
+ * pinned slot, one async copy, one graph launch.
  * Device side, in order:
  *   copy stream: wait slot.consumed (the step two back read d_idx),
  *                H2D slot, record slot.copied
- *   compute:     wait slot.copied, [graph: gather x,y | fwd | xent + loss
- *                sum | bwd | (sumsq) | AdamW], record slot.consumed
+ *   compute:     wait slot.copied, [graph: gather x,y (tokens: two
+ *                device-to-device copies into the fixed x, y) | fwd | xent +
+ *                loss sum | bwd | (sumsq) | AdamW], record slot.consumed
  *   comm (DDP):  per bucket i: wait bucket_ev[i] (recorded on the stream
  *                that wrote the bucket's last gradient), ncclAllReduce(avg);
  *                compute waits join_ev before the optimizer
@@ -30,6 +32,7 @@
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/engine_internal.h"
+#include "worker/data/batch.h"
 
 static int cuda_call(cudaError_t e, const char *what)
 {
@@ -105,7 +108,24 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
     return rc;
 }
 
-/* One micro-batch from the slot's indices; `count_loss` false only for the
+/* The slot's batch into x, y on the compute stream: images gathered from
+ * the uploaded data set by index; tokens copied (inputs, then targets). */
+static int load_batch(struct dt_dev_model *d, struct dt_engine_slot *sl, int B)
+{
+    if (!d->T)
+        return dt_engine__gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
+                                 d->lut);
+    size_t bytes = (size_t)B * (size_t)d->T * sizeof(int32_t);
+    int rc = cuda_call(cudaMemcpyAsync(d->x, sl->d_idx, bytes, cudaMemcpyDeviceToDevice, d->s),
+                       "cudaMemcpyAsync (token inputs)");
+    if (!rc)
+        rc = cuda_call(cudaMemcpyAsync(d->y, sl->d_idx + (size_t)B * (size_t)d->T, bytes,
+                                       cudaMemcpyDeviceToDevice, d->s),
+                       "cudaMemcpyAsync (token targets)");
+    return rc;
+}
+
+/* One micro-batch from the slot; `count_loss` false only for the
  * warm-up before a capture (it must leave the loss sum alone). */
 static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, bool accumulate,
                  bool communicate, bool count_loss)
@@ -118,8 +138,7 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
                                     .loss_acc = count_loss ? &d->sc->loss_acc : NULL};
     int rc = mark(d, 0);
     if (!rc)
-        rc = dt_engine__gather(d->s, d->t, d->x, d->y, d->train_img, d->train_lbl, sl->d_idx, 0, B, d->px,
-                               d->lut);
+        rc = load_batch(d, sl, B);
     if (!rc)
         rc = mark(d, 1);
     if (!rc)
@@ -131,17 +150,41 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
     return rc;
 }
 
+/* ZeRO-1: every rank's updated shard of the parameters (and of their
+ * 16-bit copy) to every rank, in place on the communication stream, which
+ * waits for AdamW on s; s waits for it before anything reads them. */
+static int gather_params(struct dt_dev_model *d)
+{
+    int rc = cuda_call(cudaEventRecord(d->zero_ev[0], d->s), "cudaEventRecord (shard updated)");
+    if (!rc)
+        rc = cuda_call(cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0), "cudaStreamWaitEvent (shard updated)");
+    if (!rc)
+        rc = dt_nccl_allgather_stream(d->c.comm, d->p, d->zper, DT_F32, d->cs);
+    if (!rc && d->plow)
+        rc = dt_nccl_allgather_stream(d->c.comm, d->plow, d->zper, d->c.fp16 ? DT_F16 : DT_BF16, d->cs);
+    if (!rc)
+        rc = cuda_call(cudaEventRecord(d->zero_ev[1], d->cs), "cudaEventRecord (parameters gathered)");
+    if (!rc)
+        rc = cuda_call(cudaStreamWaitEvent(d->s, d->zero_ev[1], 0),
+                       "cudaStreamWaitEvent (parameters gathered)");
+    return rc ? dt_error_prefix("ZeRO-1: all-gathering the parameters") : 0;
+}
+
 /* Gradient norm when clipping (the sum of squares feeds AdamW's clip
  * coefficient on the device; without clipping read_stats computes it from
  * the gradients left in the arena, only at metrics rows) and AdamW with lr,
- * beta1 from lr_beta1 (device). */
+ * beta1 from lr_beta1 (device); under ZeRO-1 AdamW over this rank's shard
+ * (every rank has the whole averaged gradient, so the norm and the clip
+ * coefficient are the same everywhere), then the all-gather. */
 static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
 {
     struct dt_cuda_adamw_args a = {.beta2 = d->c.beta2,
                                    .eps = d->c.eps,
                                    .weight_decay = d->c.weight_decay,
                                    .grad_scale = 1.0f,
-                                   .lowp_f16 = d->c.fp16};
+                                   .lowp_f16 = d->c.fp16,
+                                   .nodecay = d->nodecay,
+                                   .n_nodecay = d->n_nodecay};
     struct dt_engine_scalars *sc = d->sc;
     int rc = 0;
     /* fp16, as torch's GradScaler: unscale_ (g /= scale, found_inf), clip,
@@ -153,10 +196,14 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
         rc = dt_cuda_unscale_check(d->k, d->g, d->n, &sc->scale, &sc->found_inf);
     if (!rc && d->c.grad_clip > 0)
         rc = dt_cuda_sumsq(d->k, &sc->sumsq, d->g, d->n);
-    if (!rc)
+    size_t lo = d->zero ? d->zlo : 0, n = d->zero ? d->zn : d->n;
+    void *plow = d->plow ? (void *)((uint16_t *)d->plow + lo) : NULL;
+    if (!rc && n > 0)
         rc =
-            dt_cuda_adamw_dev(d->k, d->p, d->g, d->m, d->v, d->plow, d->n, &a, lr_beta1, &sc->sumsq,
+            dt_cuda_adamw_dev(d->k, d->p + lo, d->g + lo, d->m, d->v, plow, n, &a, lr_beta1, &sc->sumsq,
                               (float)d->c.grad_clip, &sc->adam_step, d->c.fp16 ? &sc->found_inf : NULL, NULL);
+    if (!rc && d->zero)
+        rc = gather_params(d);
     if (!rc && d->c.fp16 && d->c.dynamic_scale)
         rc = dt_cuda_scaler_update(d->k, &sc->scale, &sc->growth_tracker, &sc->found_inf,
                                    (float)d->c.growth_factor, (float)d->c.backoff_factor,
@@ -164,6 +211,41 @@ static int optimizer(struct dt_dev_model *d, const double *lr_beta1)
     if (!rc)
         rc = mark(d, DT_ENGINE_PHASES);
     return rc;
+}
+
+size_t dt_engine__slot_ints(const struct dt_dev_model *d, int rows)
+{
+    return d->T ? 2 * (size_t)rows * (size_t)d->T : (size_t)rows;
+}
+
+/* The next pinned slot, once its last copy has left it. */
+static int next_slot(struct dt_dev_model *d, struct dt_engine_slot **out)
+{
+    int i = d->next_slot;
+    d->next_slot = (i + 1) % DT_ENGINE_SLOTS;
+    *out = &d->slot[i];
+    return wait_event(d, d->slot[i].copied, "waiting for a free batch slot");
+}
+
+/* A token batch of the host's loader into the next pinned slot: inputs,
+ * then targets, each [rows, T]. */
+static int take_tokens(struct dt_dev_model *d, const struct dt_batch *b, int *rows,
+                       struct dt_engine_slot **out)
+{
+    if (!b || b->kind != DT_BATCH_TOKENS || b->n < 1 || b->n > d->c.batch || b->T != d->T)
+        return dt_error_set(
+            DT_EINTERNAL,
+            "cuda trainer: a training batch of %d rows of %d tokens for batches of at most %d "
+            "rows of %d",
+            b ? b->n : 0, b ? b->T : 0, d->c.batch, d->T);
+    int rc = next_slot(d, out);
+    if (rc)
+        return rc;
+    size_t n = (size_t)b->n * (size_t)d->T;
+    memcpy((*out)->h_idx, b->inputs, n * sizeof(int32_t));
+    memcpy((*out)->h_idx + n, b->targets, n * sizeof(int32_t));
+    *rows = b->n;
+    return 0;
 }
 
 /* This rank's indices of `batch` into the next pinned slot. */
@@ -180,10 +262,8 @@ static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *
         return dt_error_set(DT_EINTERNAL,
                             "cuda trainer: batch %lld of epoch %lld is past this rank's %lld examples",
                             (long long)batch, (long long)epoch, (long long)d->sampler.num_samples);
-    int i = d->next_slot;
-    d->next_slot = (i + 1) % DT_ENGINE_SLOTS;
-    struct dt_engine_slot *sl = &d->slot[i];
-    int rc = wait_event(d, sl->copied, "waiting for a free index slot");
+    struct dt_engine_slot *sl = NULL;
+    int rc = next_slot(d, &sl);
     if (rc)
         return rc;
     const int64_t *src = d->order + batch * bs;
@@ -194,15 +274,16 @@ static int take_slot(struct dt_dev_model *d, int64_t epoch, int64_t batch, int *
     return 0;
 }
 
-/* The slot (lr, beta1 and n indices) host -> device on the copy stream;
- * compute waits for it. */
+/* The slot (lr, beta1 and the batch of n rows) host -> device on the copy
+ * stream; compute waits for it. */
 static int send_slot(struct dt_dev_model *d, struct dt_engine_slot *sl, int n)
 {
     int rc = cuda_call(cudaStreamWaitEvent(d->copy, sl->consumed, 0), "cudaStreamWaitEvent (slot consumed)");
     if (!rc)
-        rc = cuda_call(cudaMemcpyAsync(sl->d_buf, sl->h_buf, 2 * sizeof(double) + (size_t)n * sizeof(int32_t),
+        rc = cuda_call(cudaMemcpyAsync(sl->d_buf, sl->h_buf,
+                                       2 * sizeof(double) + dt_engine__slot_ints(d, n) * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, d->copy),
-                       "cudaMemcpyAsync (batch indices)");
+                       "cudaMemcpyAsync (the batch)");
     if (!rc)
         rc = cuda_call(cudaEventRecord(sl->copied, d->copy), "cudaEventRecord (indices copied)");
     if (!rc)
@@ -230,7 +311,8 @@ static int send_hyper(struct dt_dev_model *d, double lr, double beta1)
 /* The whole step of this slot as a graph: a warm-up of the same shapes
  * first (cuBLASLt plans and the backward ways are chosen by timing, which a
  * capture must not do), then capture and instantiate. */
-static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale, cudaGraphExec_t *exec)
+static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float dscale,
+                   cudaGraphExec_t *exec)
 {
     bool comm = d->cs != NULL;
     int rc = 0;
@@ -266,16 +348,18 @@ static int capture(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, flo
     return 0;
 }
 
-int dt_engine__train_batch(struct dt_dev_model *d, int64_t epoch, int64_t batch, int k, bool accumulate,
-                           bool last, int *rows)
+int dt_engine__train_batch(struct dt_dev_model *d, const struct dt_batch *b, int64_t epoch, int64_t batch,
+                           int k, bool accumulate, bool last, int *rows)
 {
     struct dt_engine_slot *sl = NULL;
     if (d->pending)
         return dt_error_set(DT_EINTERNAL, "cuda trainer: a micro-batch after the whole step was queued");
-    int rc = take_slot(d, epoch, batch, rows, &sl);
+    int rc = d->T ? take_tokens(d, b, rows, &sl) : take_slot(d, epoch, batch, rows, &sl);
     if (rc)
         return rc;
-    float dscale = 1.0f / ((float)*rows * (float)k); /* as trainer_loop.c scales the CPU model's loss */
+    /* the mean over the step's examples or target tokens, as trainer_loop.c
+     * scales the CPU model's loss (dt_batch_terms) */
+    float dscale = 1.0f / ((float)*rows * (float)(d->T ? d->T : 1) * (float)k);
     if (!accumulate)
         d->marking = d->time_next && d->phase_ev[0]; /* this step is the timed one */
     if (d->c.cuda_graph && !accumulate && last && *rows == d->c.batch) {
