@@ -45,6 +45,7 @@ included, as NVML counts dtrain's gpu_mem_mib), and with --log-every N a line
 every N steps (the loss of step S's forward, 1-based, as dtrain's metrics.jsonl).
 """
 import argparse
+import contextlib
 import glob
 import json
 import math
@@ -250,6 +251,8 @@ def main():
     ap.add_argument("--init", help="initial weights: a .safetensors in Hugging Face's names and layout")
     ap.add_argument("--write-init", help="write the initial weights there (safetensors, F32) and exit")
     ap.add_argument("--tf32", action="store_true", help="fp32 matmuls on tensor cores (off, as PyTorch's default)")
+    ap.add_argument("--sdpa", default="auto", choices=["auto", "flash", "efficient", "math"],
+                    help="the attention kernel (auto: PyTorch's choice, flash on an H200 in bf16)")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -279,10 +282,16 @@ def main():
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, fused=True)
     fwd = torch.compile(model) if a.mode == "compile" else model
     amp = a.dtype == "bf16"
+    def attention():
+        if a.sdpa == "auto":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                            "math": SDPBackend.MATH}[a.sdpa])
 
     def step(s):
         x, y = data.next()
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=amp), attention():
             loss = fwd(x, y)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip) if a.grad_clip > 0 else None
