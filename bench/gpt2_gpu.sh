@@ -33,7 +33,7 @@
 # Not a test: tests/gpu/test_gpt2_curve.sh checks the loss curve against PyTorch's.
 set -uo pipefail
 case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -205,20 +205,23 @@ else
     "$PYTHON" - "$W/kern.csv" "$PROFILE_STEPS" "$PROFILE_BATCH" <<'PY'
 import csv, sys
 lines = open(sys.argv[1]).read().splitlines()
-start = next((i for i, l in enumerate(lines) if "Time (%)" in l and "Name" in l), None)
+start = next((i for i, l in enumerate(lines) if "Time" in l and "Instances" in l and "Name" in l), None)
 if start is None:
     print("profile: nsys stats gave no kernel table:", *lines[-5:], sep="\n  ")
     sys.exit()
-rows = list(csv.DictReader(lines[start:]))
+rows = [r for r in csv.DictReader(lines[start:]) if r.get("Name")]
+def col(r, *heads):  # nsys versions name the columns "Time (%)" or "Time(%)", "Avg (ns)" or "Average"
+    k = next(k for k in r if k and any(k.replace(" ", "").startswith(h) for h in heads))
+    return float(r[k])
 steps = int(sys.argv[2])
-total = sum(float(r["Total Time (ns)"]) for r in rows)
+total = sum(col(r, "TotalTime") for r in rows)
 print(f"profile: dtrain B={sys.argv[3]}, {steps} steps (the first includes graph capture and cuBLASLt tuning), "
       f"GPU kernel time {total / steps / 1e3:.0f} us/step; kernels by total time:")
 print("   time %   us/step   calls/step   avg us   kernel")
 for r in rows[:20]:
     name = r["Name"] if len(r["Name"]) <= 100 else r["Name"][:97] + "..."
-    print(f"   {float(r['Time (%)']):6.1f}   {float(r['Total Time (ns)']) / steps / 1e3:7.0f}   "
-          f"{int(r['Instances']) / steps:10.1f}   {float(r['Avg (ns)']) / 1e3:6.1f}   {name}")
+    print(f"   {col(r, 'Time(%)'):6.1f}   {col(r, 'TotalTime') / steps / 1e3:7.0f}   "
+          f"{col(r, 'Instances') / steps:10.1f}   {col(r, 'Avg', 'Average') / 1e3:6.1f}   {name}")
 PY
   fi
 fi

@@ -28,7 +28,7 @@
 #   the script and the peer on a machine without a GPU (dtrain's CPU autocast).
 set -uo pipefail
 case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -56,8 +56,9 @@ check "$PYTHON imports torch and numpy (the peer)" "$PYTHON" -c 'import torch, n
 # --- the same tokens and the same weights -------------------------------------
 need=$((STEPS * B * SEQ + 1))
 # this tree's prose and C, in a fixed order: megabytes of learnable bytes
-cat docs/*.md README.md $(find base spec comm worker launcher scheduler-adapters -name '*.[ch]' | LC_ALL=C sort) \
-  2>/dev/null | head -c $((need + need / 4)) >"$T/text.txt"
+{ cat docs/*.md README.md
+  find base spec comm worker launcher scheduler-adapters -name '*.[ch]' -print0 | LC_ALL=C sort -z | xargs -0 cat
+} 2>/dev/null | head -c $((need + need / 4)) >"$T/text.txt"
 check "dtrain data bytes writes the text ($(stat -c %s "$T/text.txt") bytes) as one shard" \
   sh -c "'$DTRAIN' data bytes '$T/text.txt' -o '$T/data' --val-fraction 0 >/dev/null"
 shape=(--layers "$LAYERS" --heads "$HEADS" --embd "$EMBD" --vocab "$VOCAB" --block "$BLOCK")
