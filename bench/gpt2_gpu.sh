@@ -13,6 +13,8 @@
 # steps: short, so the whole call fits in about 8 minutes with compilation.
 # dtrain's figures are from metrics.jsonl between the row at the end of the
 # warm-up and the last row; PyTorch's from its own clock after a synchronize.
+# The loss after the run: dtrain's last row (the mean of its LOG_EVERY steps),
+# PyTorch's last step.
 #
 # Prints one line per run, then a table for docs/bench.md and the ratios
 # (> 1: dtrain is faster; target >= 1.1x torch.compile at both batch sizes,
