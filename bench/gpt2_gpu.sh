@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# gpt2_gpu.sh - issue 25's benchmark: GPT-2 124M on one GPU, dtrain against
+# PyTorch eager and torch.compile (bench/gpt2_torch.py), same GPU, same run.
+#
+# 12 layers, 768 wide, 12 heads, vocabulary 50257 (dtrain pads its head to
+# 50304 inside the model, as llm.c; PyTorch keeps 50257, as the peers measured
+# in the issue did), T=1024, batch 16 then 32; bf16 (dtrain amp bf16 with fp32
+# master weights, the whole step in a CUDA graph; PyTorch bf16 autocast), AdamW
+# lr 6e-4 constant, betas 0.9/0.95, eps 1e-8, decay 0.1 on the 2-D tensors,
+# clipping at 1.0; both read the same llm.c shard of random GPT-2 ids
+# (bench/token_shards.py) in llm.c's order.  Each run is 10 warm-up steps (the
+# graph capture and cuBLASLt tuning; torch.compile's compilation) and 30 timed
+# steps: short, so the whole call fits in about 8 minutes with compilation.
+# dtrain's figures are from metrics.jsonl between the row at the end of the
+# warm-up and the last row; PyTorch's from its own clock after a synchronize.
+# The loss after the run: dtrain's last row (the mean of its LOG_EVERY steps),
+# PyTorch's last step.
+#
+# Prints one line per run, then a table for docs/bench.md and the ratios
+# (> 1: dtrain is faster; target >= 1.1x torch.compile at both batch sizes,
+# with peak memory no higher than torch.compile's), then, when nsys is there,
+# the GPU kernels of a short dtrain run by time.  Memory: dtrain's
+# gpu_alloc_mib (the engine's device allocations) against PyTorch's
+# max_memory_allocated / max_memory_reserved (the caching allocator's peak),
+# and the device's used memory as NVML counts it (CUDA context included) on
+# both sides: dtrain's gpu_mem_mib, PyTorch's cudaMemGetInfo at the end.  A key
+# a dtrain build does not write prints n/a.
+#
+#   DTRAIN=path/to/dtrain bench/gpt2_gpu.sh      (on the GPU machine; python3 with torch and numpy)
+#   BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5  MODES="eager compile"
+#   EXTRA="recompute: gelu"   more trainer keys for dtrain's runs (one YAML line)
+#   NSYS=auto|0  NSYS_BIN=path  PROFILE_BATCH=16  PROFILE_STEPS=30
+#   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 BATCHES=4) checks
+#   this script on a machine without a GPU; its numbers mean nothing.
+# Not a test: tests/gpu/test_gpt2_curve.sh checks the loss curve against PyTorch's.
+set -uo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
+cd "$(dirname "$0")/.." || exit 1
+DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+BATCHES=${BATCHES:-16 32} SEQ=${SEQ:-1024} WARMUP=${WARMUP:-10} STEPS=${STEPS:-30} LOG_EVERY=${LOG_EVERY:-5}
+MODES=${MODES:-eager compile} EXTRA=${EXTRA:-}
+LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
+NSYS=${NSYS:-auto} PROFILE_BATCH=${PROFILE_BATCH:-16} PROFILE_STEPS=${PROFILE_STEPS:-30}
+DTRAIN_TIMEOUT=${DTRAIN_TIMEOUT:-180} TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ $((WARMUP % LOG_EVERY)) -ne 0 ] || [ $(((WARMUP + STEPS) % LOG_EVERY)) -ne 0 ] || [ "$STEPS" -lt 1 ]; then
+  echo "gpt2_gpu: WARMUP ($WARMUP) and WARMUP + STEPS ($((WARMUP + STEPS))) must be multiples of LOG_EVERY" \
+    "($LOG_EVERY), and STEPS >= 1: dtrain's window is between two metrics rows" >&2
+  exit 2
+fi
+"$PYTHON" -c 'import torch, numpy' 2>/dev/null || { echo "gpt2_gpu: $PYTHON cannot import torch and numpy; set PYTHON=" >&2; exit 1; }
+[ -x "$DTRAIN" ] || echo "gpt2_gpu: $DTRAIN is not built: dtrain's runs will fail, the peers still run" >&2
+W=$(mktemp -d /tmp/dtrain-gpt2bench.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+R=$W/results.txt
+: >"$R"
+
+# One shard long enough for the largest run: every run reads it from the start.
+most=$PROFILE_BATCH
+for b in $BATCHES; do [ "$b" -gt "$most" ] && most=$b; done
+steps_most=$((WARMUP + STEPS)); [ "$PROFILE_STEPS" -gt "$steps_most" ] && steps_most=$PROFILE_STEPS
+"$PYTHON" bench/token_shards.py -o "$W/data" --tokens $((most * SEQ * steps_most + 1)) --vocab "$VOCAB" --seed 0 \
+  >/dev/null || { echo "gpt2_gpu: cannot write the token shard" >&2; exit 1; }
+
+echo "# gpt2_gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1);" \
+  "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null); GPT-2 L=$LAYERS C=$EMBD" \
+  "H=$HEADS V=$VOCAB T=$SEQ bf16; $WARMUP warm-up + $STEPS timed steps per run"
+
+# job NAME BATCH STEPS LOG_EVERY: dtrain's spec, the peer's hyper-parameters
+job() {
+  local graph=; [ "$DEVICE" = cuda ] && graph="cuda_graph: true"
+  cat >"$W/$1.yaml" <<EOF
+name: gpt2bench-$1
+nproc_per_node: 1
+trainer:
+  model: {type: gpt2, n_layer: $LAYERS, n_head: $HEADS, n_embd: $EMBD, vocab_size: $VOCAB, block_size: $BLOCK}
+  data: {dataset: tokens, train: "$W/data/train_*.bin", batch_size: $2, seq_len: $SEQ, shuffle: false}
+  steps: $3
+  optimizer: {type: adamw, lr: 6e-4, betas: [0.9, 0.95], eps: 1e-8, weight_decay: 0.1, grad_clip: 1.0}
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 0, dir: $W/ckpt-$1, resume: never}
+  log_every_steps: $4
+  seed: 0
+  device: $DEVICE
+  amp: {dtype: bf16}
+  $graph
+  $EXTRA
+EOF
+}
+
+# steady RUN_DIR B: dtrain's result line from metrics.jsonl (the window after the warm-up)
+steady() {
+  "$PYTHON" - "$1" "$2" "$SEQ" "$WARMUP" <<'PY'
+import json, sys
+run, B, T, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r]
+a = next(r for r in rows if r["step"] >= warm)
+b = rows[-1]
+n, dt = b["step"] - a["step"], b["time_s"] - a["time_s"]
+def gib(key):  # a number or one per rank (the largest); absent or null: n/a
+    v = b.get(key)
+    if isinstance(v, list):
+        v = max((x for x in v if x is not None), default=None)
+    return "n/a" if v is None else f"{v / 1024:.2f}"
+print(f"dtrain mode=dtrain B={B} T={T} steps={n} tokens_per_s={n * B * T / dt:.1f} ms_per_step={1e3 * dt / n:.2f}"
+      f" peak_alloc_gib={gib('gpu_alloc_mib')} peak_reserved_gib=n/a device_used_gib={gib('gpu_mem_mib')}"
+      f" loss={b['loss']:.6f}")
+split = [(k[:-2], b.get(k)) for k in ("data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s")]
+print(f"dtrain B={B} step split (ms, the device's clock, one step):",
+      " ".join(f"{k} {'n/a' if v is None else f'{1e3 * v:.2f}'}" for k, v in split))
+PY
+}
+
+for b in $BATCHES; do
+  job "b$b" "$b" $((WARMUP + STEPS)) "$LOG_EVERY"
+  timeout "$DTRAIN_TIMEOUT" "$DTRAIN" launch "$W/b$b.yaml" --log-dir "$W/runs" >"$W/b$b.out" 2>"$W/b$b.err"
+  rc=$?
+  run=$(ls -d "$W"/runs/gpt2bench-b"$b"-* 2>/dev/null | head -n 1)
+  if [ $rc -eq 0 ] && out=$(steady "$run" "$b" 2>&1); then
+    printf '%s\n' "$out"
+    printf '%s\n' "$out" | grep '^dtrain mode=' >>"$R"
+  else
+    echo "dtrain B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${DTRAIN_TIMEOUT} s")):"
+    tail -n 8 "$W/b$b.err" | sed 's/^/  /'
+    [ $rc -eq 0 ] && printf '%s\n' "$out" | tail -n 3 | sed 's/^/  /'
+  fi
+  for mode in $MODES; do
+    timeout "$TORCH_TIMEOUT" "$PYTHON" bench/gpt2_torch.py --device "$DEVICE" --mode "$mode" --batch "$b" --seq "$SEQ" \
+      --warmup "$WARMUP" --steps "$STEPS" --shards "$W/data/train_*.bin" --layers "$LAYERS" --heads "$HEADS" \
+      --embd "$EMBD" --vocab "$VOCAB" --block "$BLOCK" >"$W/t$b$mode.out" 2>"$W/t$b$mode.err"
+    rc=$?
+    if line=$(grep '^gpt2_torch mode=' "$W/t$b$mode.out"); then
+      printf '%s\n' "$line" | tee -a "$R"
+    else
+      echo "torch $mode B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${TORCH_TIMEOUT} s")):"
+      tail -n 8 "$W/t$b$mode.err" | sed 's/^/  /'
+    fi
+  done
+done
+
+# The table and the ratios, from the result lines.
+"$PYTHON" - "$R" "$BATCHES" <<'PY'
+import sys
+res = {}
+for line in open(sys.argv[1]):
+    f = dict(kv.split("=", 1) for kv in line.split()[1:])
+    res[(int(f["B"]), f["mode"])] = f
+def num(f, k):
+    try:
+        v = float(f[k])
+    except (KeyError, ValueError):
+        return None
+    return None if v != v else v  # nan: not measured (the peer on CPU)
+def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+names = {"dtrain": "dtrain", "eager": "PyTorch eager", "compile": "torch.compile"}
+print()
+print("| B | run | tokens/s | ms/step | peak alloc GiB | peak reserved GiB | device used GiB | loss after the run |")
+print("|---|---|---|---|---|---|---|---|")
+for B in map(int, sys.argv[2].split()):
+    for m in ("dtrain", "eager", "compile"):
+        f = res.get((B, m))
+        if f:
+            print(f"| {B} | {names[m]} | {fmt(num(f, 'tokens_per_s'), ',.0f')} | {fmt(num(f, 'ms_per_step'), '.2f')} | "
+                  f"{fmt(num(f, 'peak_alloc_gib'), '.2f')} | {fmt(num(f, 'peak_reserved_gib'), '.2f')} | "
+                  f"{fmt(num(f, 'device_used_gib'), '.2f')} | {fmt(num(f, 'loss'), '.4f')} |")
+print()
+for B in map(int, sys.argv[2].split()):
+    d = res.get((B, "dtrain"))
+    if not d:
+        print(f"ratio B={B}: no dtrain result")
+        continue
+    for m, target in (("compile", " (target >= 1.1x)"), ("eager", "")):
+        t = res.get((B, m))
+        if not t:
+            continue
+        speed = num(d, "tokens_per_s") / num(t, "tokens_per_s")
+        mem = [(a, b) for a, b in ((num(d, "peak_alloc_gib"), num(t, "peak_reserved_gib")),
+                                   (num(d, "device_used_gib"), num(t, "device_used_gib")))]
+        alloc = "n/a" if None in mem[0] else f"{mem[0][0] / mem[0][1]:.2f}x"
+        used = "n/a" if None in mem[1] else f"{mem[1][0] / mem[1][1]:.2f}x"
+        print(f"ratio B={B}: dtrain / {names[m]} = {speed:.2f}x tokens/s{target}; memory dtrain / {names[m]}: "
+              f"allocations {alloc} (dtrain gpu_alloc_mib / torch max_memory_reserved), "
+              f"device used {used}{' (target <= 1.0x)' if m == 'compile' else ''}")
+PY
+
+# Where dtrain's step goes: nsys's kernel table of a short run (graph nodes one by one).
+echo
+nsys_bin=${NSYS_BIN:-$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)}
+if [ "$NSYS" = 0 ] || [ "$DEVICE" != cuda ]; then
+  echo "profile: skipped (NSYS=0 or not on cuda)"
+elif [ -z "$nsys_bin" ] || [ ! -x "$nsys_bin" ]; then
+  echo "profile: nsys is not on this machine (NSYS_BIN=path to use one); dtrain's step split above is the profile"
+else
+  job prof "$PROFILE_BATCH" "$PROFILE_STEPS" "$PROFILE_STEPS"
+  mkdir -p "$W/prof"
+  (cd "$W/prof" && env -u WORLD_SIZE -u RANK timeout 300 "$nsys_bin" profile -t cuda --cuda-graph-trace=node \
+    --force-overwrite true -o "$W/prof/dtrain" "$DTRAIN" worker "$W/prof.yaml") >"$W/prof.log" 2>&1
+  rc=$?
+  rep=$(ls "$W"/prof/dtrain.*rep 2>/dev/null | head -n 1)
+  if [ $rc -ne 0 ] || [ -z "$rep" ]; then
+    echo "profile: nsys profile of dtrain B=$PROFILE_BATCH failed (exit status $rc):"; tail -n 8 "$W/prof.log" | sed 's/^/  /'
+  else
+    "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv "$rep" >"$W/kern.csv" 2>"$W/kern.err"
+    "$PYTHON" - "$W/kern.csv" "$PROFILE_STEPS" "$PROFILE_BATCH" <<'PY'
+import csv, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = next((i for i, l in enumerate(lines) if "Time" in l and "Instances" in l and "Name" in l), None)
+if start is None:
+    print("profile: nsys stats gave no kernel table:", *lines[-5:], sep="\n  ")
+    sys.exit()
+rows = [r for r in csv.DictReader(lines[start:]) if r.get("Name")]
+def col(r, *heads):  # nsys versions name the columns "Time (%)" or "Time(%)", "Avg (ns)" or "Average"
+    k = next(k for k in r if k and any(k.replace(" ", "").startswith(h) for h in heads))
+    return float(r[k])
+steps = int(sys.argv[2])
+total = sum(col(r, "TotalTime") for r in rows)
+print(f"profile: dtrain B={sys.argv[3]}, {steps} steps (the first includes graph capture and cuBLASLt tuning), "
+      f"GPU kernel time {total / steps / 1e3:.0f} us/step; kernels by total time:")
+print("   time %   us/step   calls/step   avg us   kernel")
+for r in rows[:20]:
+    name = r["Name"] if len(r["Name"]) <= 100 else r["Name"][:97] + "..."
+    print(f"   {col(r, 'Time(%)'):6.1f}   {col(r, 'TotalTime') / steps / 1e3:7.0f}   "
+          f"{col(r, 'Instances') / steps:10.1f}   {col(r, 'Avg', 'Average') / 1e3:6.1f}   {name}")
+PY
+  fi
+fi

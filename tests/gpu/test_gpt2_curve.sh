@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# test_gpt2_curve.sh - issue 25's correctness criterion for GPT-2 on the GPU:
+# from the same initial weights and the same tokens, dtrain (amp bf16, the
+# whole step in a CUDA graph) and PyTorch (bench/gpt2_torch.py: bf16
+# autocast, SDPA, fused AdamW) train 300 steps, and the loss at every step
+# stays within 1% of PyTorch's.
+#
+# Same weights: the peer writes GPT-2's initialisation as safetensors
+# (--write-init) and both start from that file (trainer.init_from, --init).
+# Same tokens: the bytes of this repository's docs and sources as ids
+# (`dtrain data bytes`, a stream a model learns, so the loss falls well),
+# read in llm.c's order by both (shuffle: false; one rank).  Same
+# hyper-parameters: AdamW lr 6e-4, betas 0.9/0.95, eps 1e-8, decay 0.1 on the
+# 2-D tensors, clipping at 1.0, dtrain's cosine schedule (30 warm-up steps,
+# min_lr 6e-5), which the peer computes with the same formula; the lr of every
+# step is compared too, so a schedule that drifts fails by name.
+# Model: GPT-2 124M's shape (12 layers, 768 wide, vocabulary 50257) at B=8,
+# T=512: 4096 tokens a step, about a minute on an H200 for the three runs.
+# Fewer tokens a step make the curves noisier: on CPU with a 2-layer model,
+# 256 tokens a step put PyTorch 2.5% away from itself (another attention
+# kernel) at some steps, 1024 tokens 0.6%; the noise floor is printed.
+#
+# TAP lines, both curves side by side (every 25th step, and any step off)
+# with the noise floor beside them, then "N passed, N failed" (tests/gpu/run.sh).
+#   DTRAIN=path/to/dtrain  PYTHON=python3 (with torch)  STEPS=300  B=8  SEQ=512  TOL=0.01
+#   DTYPE=bf16 (fp32: both without autocast, a check of the rest of the step)
+#   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 STEPS=40) checks
+#   the script and the peer on a machine without a GPU (dtrain's CPU autocast).
+set -uo pipefail
+case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
+cd "$(dirname "$0")/../.." || exit 1
+DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+STEPS=${STEPS:-300} B=${B:-8} SEQ=${SEQ:-512} TOL=${TOL:-0.01} DTYPE=${DTYPE:-bf16}
+AMP=$DTYPE; [ "$DTYPE" = fp32 ] && AMP=off
+LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T=$(mktemp -d /tmp/dtrain-gpt2curve.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+check() { # name cmd...
+  local name=$1; shift
+  if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
+}
+finish() { echo "$pass passed, $fail failed"; exit $((fail > 0)); }
+
+if [ "$DEVICE" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "ok - # SKIP no CUDA device here (DEVICE=cpu checks the script with a tiny model)"
+  finish
+fi
+check "dtrain is built ($DTRAIN)" test -x "$DTRAIN"
+check "$PYTHON imports torch and numpy (the peer)" "$PYTHON" -c 'import torch, numpy'
+[ "$fail" -eq 0 ] || finish
+
+# --- the same tokens and the same weights -------------------------------------
+need=$((STEPS * B * SEQ + 1))
+# this tree's prose and C, in a fixed order: megabytes of learnable bytes
+{ cat docs/*.md README.md
+  find base spec comm worker launcher scheduler-adapters -name '*.[ch]' -print0 | LC_ALL=C sort -z | xargs -0 cat
+} 2>/dev/null | head -c $((need + need / 4)) >"$T/text.txt"
+check "dtrain data bytes writes the text ($(stat -c %s "$T/text.txt") bytes) as one shard" \
+  sh -c "'$DTRAIN' data bytes '$T/text.txt' -o '$T/data' --val-fraction 0 >/dev/null"
+shape=(--layers "$LAYERS" --heads "$HEADS" --embd "$EMBD" --vocab "$VOCAB" --block "$BLOCK")
+check "the peer writes GPT-2's initialisation as safetensors" \
+  sh -c "'$PYTHON' bench/gpt2_torch.py ${shape[*]} --seed 1 --write-init '$T/init.safetensors' >'$T/init.log' 2>&1" ||
+  sed 's/^/# /' "$T/init.log"
+
+# --- dtrain ---------------------------------------------------------------------
+graph=; [ "$DEVICE" = cuda ] && graph="cuda_graph: true"
+cat >"$T/curve.yaml" <<EOF
+name: gpt2-curve
+nproc_per_node: 1
+trainer:
+  model: {type: gpt2, n_layer: $LAYERS, n_head: $HEADS, n_embd: $EMBD, vocab_size: $VOCAB, block_size: $BLOCK}
+  init_from: $T/init.safetensors
+  data: {dataset: tokens, train: "$T/data/train_*.bin", batch_size: $B, seq_len: $SEQ, shuffle: false}
+  steps: $STEPS
+  optimizer: {type: adamw, lr: 6e-4, betas: [0.9, 0.95], eps: 1e-8, weight_decay: 0.1, grad_clip: 1.0}
+  scheduler: {type: cosine, warmup_steps: 30, min_lr: 6e-5}
+  checkpoint: {every_steps: 0, dir: $T/ckpt, resume: never}
+  log_every_steps: 1
+  seed: 1
+  device: $DEVICE
+  amp: {dtype: $AMP}
+  $graph
+EOF
+start=$(date +%s.%N)
+timeout 300 "$DTRAIN" launch "$T/curve.yaml" --log-dir "$T/runs" >"$T/dtrain.out" 2>"$T/dtrain.err"
+rc=$?
+secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+check "dtrain trains $STEPS steps of B=$B T=$SEQ from the peer's weights ($secs s)" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 15 "$T/dtrain.err" | sed 's/^/# /'
+run=$(ls -d "$T"/runs/gpt2-curve-* 2>/dev/null | head -n 1)
+
+# --- PyTorch, and PyTorch again with another attention kernel -----------------------
+# The second run is the noise floor: two correct bf16 trainings drift apart
+# by rounding alone, and its distance from the first says how far (printed,
+# not checked).  NOISE=0 skips it.
+torch_run() { # OUT [args...]
+  local out=$1; shift
+  "$PYTHON" bench/gpt2_torch.py --device "$DEVICE" "${shape[@]}" --init "$T/init.safetensors" --dtype "$DTYPE" \
+    --shards "$T/data/train_*.bin" --batch "$B" --seq "$SEQ" --warmup 0 --steps "$STEPS" --schedule cosine \
+    --lr-warmup 30 --lr 6e-4 --min-lr 6e-5 --log-every 1 "$@" >"$T/$out.out" 2>"$T/$out.err"
+}
+start=$(date +%s.%N)
+torch_run torch
+rc=$?
+secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+check "PyTorch trains the same $STEPS steps ($secs s)" test $rc -eq 0
+[ $rc -eq 0 ] || tail -n 15 "$T/torch.err" | sed 's/^/# /'
+noise_kernel=efficient; [ "$DEVICE" = cpu ] && noise_kernel=math
+if [ "${NOISE:-1}" != 0 ]; then
+  torch_run torch2 --sdpa "$noise_kernel" || { echo "# the noise-floor run failed:"; tail -n 5 "$T/torch2.err" | sed 's/^/# /'; }
+fi
+
+# --- the curves -------------------------------------------------------------------
+cat >"$T/compare.py" <<'PY'
+import json, sys
+metrics, peer, steps, tol, show, peer2 = sys.argv[1:3] + [int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]),
+                                                          sys.argv[6]]
+def peer_steps(path):
+    t = {}
+    try:
+        for line in open(path):
+            f = line.split()
+            if len(f) == 8 and f[0] == "step":
+                t[int(f[1])] = (float(f[3]), float(f[5]), float(f[7]))
+    except OSError:
+        pass
+    return t
+def g(v, spec):
+    return format(v, spec) if v is not None else format("null", spec.split(".")[0] + "s")
+d = {}
+try:
+    for line in open(metrics):
+        r = json.loads(line)
+        if "loss" in r:
+            d[r["step"]] = (r["loss"], r["lr"], r["grad_norm"])
+except OSError as e:
+    print("bad dtrain's metrics.jsonl:", e); sys.exit()
+t, t2 = peer_steps(peer), peer_steps(peer2)
+res = {}
+res["rows"] = ("ok" if len(d) == steps and len(t) == steps else "bad",
+               f"dtrain logged {len(d)} steps, PyTorch {len(t)}, of {steps}")
+both = sorted(set(d) & set(t))
+rel = {s: abs(d[s][0] - t[s][0]) / abs(t[s][0]) if d[s][0] is not None else float("inf") for s in both}
+lr_off = [s for s in both if abs(d[s][1] - t[s][1]) > 1e-6 * t[s][1]]
+res["lr"] = ("bad" if lr_off or not both else "ok",
+             f"first off at step {lr_off[0]}: dtrain {d[lr_off[0]][1]:.9g}, PyTorch {t[lr_off[0]][1]:.9g}"
+             if lr_off else f"{len(both)} steps")
+off = [s for s in both if not rel[s] <= tol]
+worst = max(both, key=lambda s: rel[s]) if both else None
+res["loss"] = ("bad" if off or not both else "ok",
+               (f"{len(off)} steps off, first at step {off[0]}: dtrain {d[off[0]][0]}, PyTorch {t[off[0]][0]:.6f}"
+                f" ({100 * rel[off[0]]:.2f}%)" if off else
+                f"largest difference {100 * rel[worst]:.3f}% at step {worst}" if worst else "no common step"))
+if both:
+    first, last = t[both[0]][0], sum(t[s][0] for s in both[-10:]) / len(both[-10:])
+    res["falls"] = ("ok" if last < 0.8 * first else "bad", f"PyTorch's loss {first:.3f} -> {last:.3f}")
+else:
+    res["falls"] = ("bad", "no common step")
+noise = {s: abs(t2[s][0] - t[s][0]) / abs(t[s][0]) for s in both if s in t2}
+print("#  step   dtrain loss   torch loss   diff %    dtrain norm   torch norm   torch again diff %")
+for s in both:
+    if s == 1 or s % show == 0 or s == both[-1] or s in off[:10]:
+        print(f"# {s:5d}   {g(d[s][0], '11.6f')}   {t[s][0]:10.6f}   {100 * rel[s]:6.3f}    {g(d[s][2], '11.4f')}   "
+              f"{t[s][2]:10.4f}   {100 * noise[s] if s in noise else float('nan'):8.3f}")
+if noise:
+    w = max(noise, key=noise.get)
+    print(f"# noise floor: PyTorch against itself with another attention kernel differs by up to {100 * noise[w]:.3f}%"
+          f" (step {w}), {sum(v > tol for v in noise.values())} of {len(noise)} steps by more than {100 * tol:g}%")
+for k, (v, why) in res.items():
+    print(k, v, why)
+PY
+"$PYTHON" "$T/compare.py" "$run/metrics.jsonl" "$T/torch.out" "$STEPS" "$TOL" "${SHOW_EVERY:-25}" \
+  "$T/torch2.out" >"$T/compare.txt" 2>&1
+grep '^#' "$T/compare.txt"
+grep -v '^#' "$T/compare.txt" | grep -v '^\(rows\|lr\|loss\|falls\) ' | sed 's/^/# /'
+verdict() { grep -q "^$1 ok" "$T/compare.txt"; }
+why() { sed -n "s/^$1 [a-z]* //p" "$T/compare.txt"; }
+check "both logged the loss of every step ($(why rows))" verdict rows
+check "the learning rate of every step is the same ($(why lr))" verdict lr
+check "dtrain's loss is within $(awk -v t="$TOL" 'BEGIN { print 100 * t }')% of PyTorch's at every step ($(why loss))" verdict loss
+check "the loss falls, so the curves say something ($(why falls))" verdict falls
+finish
