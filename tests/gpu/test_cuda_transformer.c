@@ -558,6 +558,7 @@ static void test_sum_rows(struct dt_cuda_ctx *k)
         gt_down(&s[run], dsum, 1, DT_CUDA_F32);
     }
     double acc = 0;
+    dt_cuda_sync(k);
     cudaMemcpy(&c, dc, 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(&acc, dacc, 8, cudaMemcpyDeviceToHost);
     gt_result(fabs(s[0] - want) <= 1e-5 * want, "sum_rows: %.7g (reference %.7g)", (double)s[0], want);
@@ -565,6 +566,7 @@ static void test_sum_rows(struct dt_cuda_ctx *k)
     gt_result(c == hits, "sum_rows: %d hits (reference %d)", c, hits);
     gt_result(acc == 2.0 * (double)s[0], "sum_rows: loss_acc got both sums (%.9g)", acc);
     RUN(dt_cuda_sum_rows(k, dsum, dc, NULL, dl, NULL, N), "sum_rows without hits");
+    dt_cuda_sync(k); /* the context's stream is non-blocking: a plain cudaMemcpy would not wait for it */
     cudaMemcpy(&c, dc, 4, cudaMemcpyDeviceToHost);
     gt_result(c == 0, "sum_rows: row_hit NULL counts 0 hits");
     free(l), free(h);

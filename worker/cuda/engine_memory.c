@@ -171,13 +171,3 @@ double dt_engine__peak_flops(int device, bool lowp, bool tf32)
         lo = 312e12, tf = 156e12;
     return lowp ? lo : tf32 ? tf : NAN;
 }
-
-/* ---- until the GEMM library has it ----
- * dt_cuda_set_tf32 (kernels_cuda.h) is another part of issue 25, built on
- * its own branch; this weak stand-in (fp32 GEMMs stay fp32) lets this branch
- * link until then and yields to the real one when both are linked. */
-__attribute__((weak)) void dt_cuda_set_tf32(struct dt_cuda_ctx *k, bool on)
-{
-    (void)k;
-    (void)on;
-}
