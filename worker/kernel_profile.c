@@ -175,9 +175,10 @@ const char *dt_kprof_category(const char *name)
     static const char *const copy[] = {"[memcpy", "[memset", NULL};
     static const char *const nccl[] = {"nccl", NULL};
     static const char *const gemm[] = {"gemm", "xmma", "cutlass", "nvjet", "cublas", "splitk", NULL};
-    static const char *const attn[] = {"attn",     "attention", "flash",   "fwd_fast", "fwd_simple",
+    static const char *const attn[] = {"attn",     "attention", "flash",    "fwd_fast", "fwd_simple",
                                        "bwd_dkdv", "bwd_dq",    "bwd_dsum", NULL};
-    static const char *const ln[] = {"ln_forward", "ln_backward", "ln_param", "layernorm", "layer_norm", NULL};
+    static const char *const ln[] = {"ln_forward", "ln_backward", "ln_param",
+                                     "layernorm",  "layer_norm",  NULL};
     static const char *const xent[] = {"xent", "cross_entropy", "crossentropy", "classifier", NULL};
     static const char *const adam[] = {"adamw", "sumsq", "unscale", "scaler_update", NULL};
     if (!name)
@@ -207,7 +208,7 @@ static int by_time(const void *a, const void *b)
     return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : strcmp(x->name, y->name);
 }
 
-static const char *const categories[] = {"GEMM", "attention", "layernorm", "cross-entropy",
+static const char *const categories[] = {"GEMM",  "attention", "layernorm", "cross-entropy",
                                          "AdamW", "NCCL",      "copies",    "other"};
 enum { N_CATEGORIES = sizeof categories / sizeof *categories };
 
@@ -245,7 +246,9 @@ void dt_kprof_write(const struct dt_kprof *p, FILE *f, int64_t steps, int top)
             p->n, total_ms);
     if (steps > 0)
         fprintf(f, " over %lld steps (%.3f ms/step)", (long long)steps, total_ms / st);
-    fprintf(f, "\n(summed per record: kernels on concurrent streams overlap, so this can exceed the wall time)\n");
+    fprintf(
+        f,
+        "\n(summed per record: kernels on concurrent streams overlap, so this can exceed the wall time)\n");
     fprintf(f, "%10s %9s %9s %10s %9s %6s  %s\n", "total ms", "calls", "calls/st", "mean us", "ms/step", "%",
             "name");
     size_t shown = top > 0 && (size_t)top < p->n ? (size_t)top : p->n;

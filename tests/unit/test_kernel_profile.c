@@ -20,7 +20,8 @@ static void short_names(void **s)
     char b[64];
     assert_string_equal(dt_kprof_short_name("_Z15ln_forward_kernelPfS_", b, sizeof b), "ln_forward_kern");
     assert_string_equal(dt_kprof_short_name("_Z17ln_forward_kernelPfS_", b, sizeof b), "ln_forward_kernel");
-    assert_string_equal(dt_kprof_short_name("_Z8fwd_fastILi64ELb1EEvPK13__nv_bfloat16", b, sizeof b), "fwd_fast");
+    assert_string_equal(dt_kprof_short_name("_Z8fwd_fastILi64ELb1EEvPK13__nv_bfloat16", b, sizeof b),
+                        "fwd_fast");
     assert_string_equal(dt_kprof_short_name("_ZN7cutlass6KernelINS_4gemmEEEvNT_6ParamsE", b, sizeof b),
                         "cutlass::Kernel");
     assert_string_equal(dt_kprof_short_name("_ZN6dtrain6detail10adamw_stepEPf", b, sizeof b),
@@ -40,7 +41,8 @@ static void short_names(void **s)
 static void categories(void **s)
 {
     (void)s;
-    assert_string_equal(dt_kprof_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), "GEMM");
+    assert_string_equal(dt_kprof_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+                        "GEMM");
     assert_string_equal(dt_kprof_category("_ZN7cutlass7Kernel2I..."), "GEMM");
     assert_string_equal(dt_kprof_category("nvjet_tst_192x192_64x4_1x2_h_bz_coopA_NNT"), "GEMM");
     assert_string_equal(dt_kprof_category("_Z8fwd_fastILi64EEvv"), "attention");
@@ -85,9 +87,11 @@ static void table_rows(void **s)
     char *t = table(p, 4, 0);
     assert_non_null(strstr(t, "20 records, 4 names, GPU time 20.000 ms over 4 steps (5.000 ms/step)"));
     /* total ms, calls, calls/step, mean us, ms/step, % and the readable name */
-    const char *gemm = strstr(t, "    12.000         8       2.0    1500.00    3.0000  60.0%  sm90_xmma_gemm_x\n");
+    const char *gemm =
+        strstr(t, "    12.000         8       2.0    1500.00    3.0000  60.0%  sm90_xmma_gemm_x\n");
     const char *attn = strstr(t, "     4.000         4       1.0    1000.00    1.0000  20.0%  fwd_fast\n");
-    const char *copy = strstr(t, "     2.000         4       1.0     500.00    0.5000  10.0%  [memcpy HtoD]\n");
+    const char *copy =
+        strstr(t, "     2.000         4       1.0     500.00    0.5000  10.0%  [memcpy HtoD]\n");
     const char *other = strstr(t, "     2.000         4       1.0     500.00    0.5000  10.0%  foo\n");
     assert_non_null(gemm);
     assert_non_null(attn);

@@ -60,12 +60,15 @@ enum {
 #if __has_include(<cupti_activity.h>)
 #include <stddef.h>
 #include <cupti_activity.h>
-_Static_assert(offsetof(CUpti_ActivityKernel10, start) == K_START && offsetof(CUpti_ActivityKernel10, end) == K_END &&
+_Static_assert(offsetof(CUpti_ActivityKernel10, start) == K_START &&
+                   offsetof(CUpti_ActivityKernel10, end) == K_END &&
                    offsetof(CUpti_ActivityKernel10, name) == K_NAME,
                "CUPTI's kernel record moved");
 _Static_assert(offsetof(CUpti_ActivityMemcpy6, copyKind) == M_COPYKIND &&
-                   offsetof(CUpti_ActivityMemcpy6, start) == M_START && offsetof(CUpti_ActivityMemcpy6, end) == M_END &&
-                   offsetof(CUpti_ActivityMemset4, start) == M_START && offsetof(CUpti_ActivityMemset4, end) == M_END,
+                   offsetof(CUpti_ActivityMemcpy6, start) == M_START &&
+                   offsetof(CUpti_ActivityMemcpy6, end) == M_END &&
+                   offsetof(CUpti_ActivityMemset4, start) == M_START &&
+                   offsetof(CUpti_ActivityMemset4, end) == M_END,
                "CUPTI's copy records moved");
 _Static_assert((int)CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == (int)KIND_CONCURRENT_KERNEL &&
                    (int)CUPTI_ACTIVITY_KIND_MEMCPY == (int)KIND_MEMCPY &&
@@ -110,12 +113,18 @@ static const char *cupti_why(int r)
 static const char *copy_name(uint8_t kind)
 {
     switch (kind) {
-    case 1: return "[memcpy HtoD]";
-    case 2: return "[memcpy DtoH]";
-    case 8: return "[memcpy DtoD]";
-    case 9: return "[memcpy HtoH]";
-    case 10: return "[memcpy PtoP]";
-    default: return "[memcpy other]";
+    case 1:
+        return "[memcpy HtoD]";
+    case 2:
+        return "[memcpy DtoH]";
+    case 8:
+        return "[memcpy DtoD]";
+    case 9:
+        return "[memcpy HtoH]";
+    case 10:
+        return "[memcpy PtoP]";
+    default:
+        return "[memcpy other]";
     }
 }
 
@@ -196,8 +205,10 @@ static void *open_cupti(char *why, size_t n)
     }
     if (!(lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL)) &&
         !(lib = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL)))
-        snprintf(why, n, "cannot load libcupti.so.13 or libcupti.so (%s); set DTRAIN_CUPTI to the library or "
-                 "its folder, or add it to LD_LIBRARY_PATH", dlerror());
+        snprintf(why, n,
+                 "cannot load libcupti.so.13 or libcupti.so (%s); set DTRAIN_CUPTI to the library or "
+                 "its folder, or add it to LD_LIBRARY_PATH",
+                 dlerror());
     return lib;
 }
 
@@ -308,7 +319,8 @@ void dt_engine__profile_step(struct dt_dev_model *d)
     uint64_t now = 0;
     int r = cupti.timestamp(&now);
     if (r != CUPTI_OK)
-        dt_log_warn("DTRAIN_CUDA_PROFILE: cuptiGetTimestamp: %s; the profile counts from the start", cupti_why(r));
+        dt_log_warn("DTRAIN_CUDA_PROFILE: cuptiGetTimestamp: %s; the profile counts from the start",
+                    cupti_why(r));
     pthread_mutex_lock(&mu);
     counted_from = now;
     pthread_mutex_unlock(&mu);
@@ -323,8 +335,10 @@ static void write_table(const struct dt_kprof *t, uint64_t lost)
         return;
     }
     if (steps <= skip)
-        fprintf(f, "dtrain kernel profile: the run ended after %lld steps, within the %lld left out "
-                   "(DTRAIN_CUDA_PROFILE_SKIP)\n", (long long)steps, (long long)skip);
+        fprintf(f,
+                "dtrain kernel profile: the run ended after %lld steps, within the %lld left out "
+                "(DTRAIN_CUDA_PROFILE_SKIP)\n",
+                (long long)steps, (long long)skip);
     else
         dt_kprof_write(t, f, steps - skip, 0);
     if (lost)
