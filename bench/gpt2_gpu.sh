@@ -18,8 +18,10 @@
 #
 # Prints one line per run, then a table for docs/bench.md and the ratios
 # (> 1: dtrain is faster; target >= 1.1x torch.compile at both batch sizes,
-# with peak memory no higher than torch.compile's), then, when nsys is there,
-# the GPU kernels of a short dtrain run by time.  Memory: dtrain's
+# with peak memory no higher than torch.compile's), then the GPU kernels of a
+# short dtrain run by time: nsys's when it is there, else dtrain's own CUPTI
+# trace (DTRAIN_CUDA_PROFILE, docs/gpu.md: the top 30 kernels and the time by
+# category, the first PROFILE_SKIP steps left out).  Memory: dtrain's
 # gpu_alloc_mib (the engine's device allocations) against PyTorch's
 # max_memory_allocated / max_memory_reserved (the caching allocator's peak),
 # and the device's used memory as NVML counts it (CUDA context included) on
@@ -30,6 +32,8 @@
 #   BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5  MODES="eager compile"
 #   EXTRA="recompute: gelu"   more trainer keys for dtrain's runs (one YAML line)
 #   NSYS=auto|0  NSYS_BIN=path  PROFILE_BATCH=16  PROFILE_STEPS=30
+#   CUPTI=auto|0  PROFILE_SKIP=10  DTRAIN_CUPTI=libcupti.so.13 or its folder (else found under
+#   /usr/local/cuda*, then PyTorch's nvidia wheels); NSYS=0 CUPTI=0: no profile
 #   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 BATCHES=4) checks
 #   this script on a machine without a GPU; its numbers mean nothing.
 # Not a test: tests/gpu/test_gpt2_curve.sh checks the loss curve against PyTorch's.
@@ -43,6 +47,7 @@ BATCHES=${BATCHES:-16 32} SEQ=${SEQ:-1024} WARMUP=${WARMUP:-10} STEPS=${STEPS:-3
 MODES=${MODES:-eager compile} EXTRA=${EXTRA:-}
 LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
 NSYS=${NSYS:-auto} PROFILE_BATCH=${PROFILE_BATCH:-16} PROFILE_STEPS=${PROFILE_STEPS:-30}
+CUPTI=${CUPTI:-auto} PROFILE_SKIP=${PROFILE_SKIP:-10}
 DTRAIN_TIMEOUT=${DTRAIN_TIMEOUT:-180} TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ $((WARMUP % LOG_EVERY)) -ne 0 ] || [ $(((WARMUP + STEPS) % LOG_EVERY)) -ne 0 ] || [ "$STEPS" -lt 1 ]; then
@@ -186,13 +191,72 @@ for B in map(int, sys.argv[2].split()):
               f"device used {used}{' (target <= 1.0x)' if m == 'compile' else ''}")
 PY
 
-# Where dtrain's step goes: nsys's kernel table of a short run (graph nodes one by one).
+# cupti_dir: the folder of a libcupti.so.13 for DTRAIN_CUPTI: the CUDA toolkit's, then PyTorch's
+# nvidia wheels' (nvidia/cu13/lib); triton's copies are left alone (another CUDA's).
+cupti_dir() {
+  local f
+  for f in /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 \
+    /usr/local/cuda-13*/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda-13*/lib64/libcupti.so.13 \
+    /usr/local/cuda-13*/lib/libcupti.so.13; do
+    [ -e "$f" ] && { dirname "$f"; return; }
+  done
+  "$PYTHON" - <<'PY' 2>/dev/null
+import glob, os
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+try:
+    import torch
+    roots.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
+except Exception:
+    pass
+for r in roots:
+    hits = sorted(glob.glob(os.path.join(r, "**", "libcupti.so.13*"), recursive=True))
+    if hits:
+        print(os.path.dirname(hits[0]))
+        break
+PY
+}
+
+# cupti_profile: a short dtrain run with DTRAIN_CUDA_PROFILE (CUPTI, graph nodes one by one);
+# prints the top 30 kernels and the time by category.
+cupti_profile() {
+  local dir=${DTRAIN_CUPTI:-$(cupti_dir)} out=$W/prof/kernels.txt rc
+  if [ -z "$dir" ]; then
+    echo "profile: no nsys and no libcupti.so.13 found (set DTRAIN_CUPTI=path or NSYS_BIN=path);" \
+      "dtrain's step split above is the profile"
+    return
+  fi
+  job prof "$PROFILE_BATCH" "$PROFILE_STEPS" "$PROFILE_STEPS"
+  mkdir -p "$W/prof"
+  (cd "$W/prof" && env -u WORLD_SIZE -u RANK DTRAIN_CUDA_PROFILE="$out" DTRAIN_CUDA_PROFILE_SKIP="$PROFILE_SKIP" \
+    DTRAIN_CUPTI="$dir" timeout 300 "$DTRAIN" worker "$W/prof.yaml") >"$W/prof.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] || [ ! -s "$out" ]; then
+    echo "profile: dtrain B=$PROFILE_BATCH with DTRAIN_CUDA_PROFILE (CUPTI from $dir) failed (exit status $rc):"
+    grep -i 'profile\|cupti' "$W/prof.log" | tail -n 4 | sed 's/^/  /'
+    tail -n 4 "$W/prof.log" | sed 's/^/  /'
+    return
+  fi
+  echo "profile: dtrain B=$PROFILE_BATCH, $PROFILE_STEPS steps, the first $PROFILE_SKIP left out;" \
+    "CUPTI from $dir; the top 30 kernels by total time:"
+  awk '/^by category:/ { c = 1 } NR <= 33 || c' "$out" | sed 's/^/  /'
+}
+
+# Where dtrain's step goes: nsys's kernel table of a short run (graph nodes one by one), else CUPTI's.
 echo
 nsys_bin=${NSYS_BIN:-$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)}
-if [ "$NSYS" = 0 ] || [ "$DEVICE" != cuda ]; then
-  echo "profile: skipped (NSYS=0 or not on cuda)"
-elif [ -z "$nsys_bin" ] || [ ! -x "$nsys_bin" ]; then
-  echo "profile: nsys is not on this machine (NSYS_BIN=path to use one); dtrain's step split above is the profile"
+if [ "$DEVICE" != cuda ] || { [ "$NSYS" = 0 ] && [ "$CUPTI" = 0 ]; }; then
+  echo "profile: skipped (NSYS=0 CUPTI=0, or not on cuda)"
+elif [ "$NSYS" = 0 ] || [ -z "$nsys_bin" ] || [ ! -x "$nsys_bin" ]; then
+  if [ "$CUPTI" = 0 ]; then
+    echo "profile: nsys is not on this machine (NSYS_BIN=path to use one) and CUPTI=0; dtrain's step split above is the profile"
+  else
+    cupti_profile
+  fi
 else
   job prof "$PROFILE_BATCH" "$PROFILE_STEPS" "$PROFILE_STEPS"
   mkdir -p "$W/prof"

@@ -291,6 +291,8 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!rc)
         rc = dt_engine__check_memory(d);
     if (!rc)
+        dt_engine__profile_start(d); /* before the first kernel and graph capture */
+    if (!rc)
         rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
     if (!rc) {
         d->s = dt_cuda_stream(d->k);
@@ -378,6 +380,7 @@ static void engine_destroy(struct dt_dev_model *d)
         dt_engine__wait(d, "finishing before freeing the GPU buffers");
     if (d->k)
         cudaStreamSynchronize(d->s);
+    dt_engine__profile_finish(d);
     if (d->ms)
         d->mo->destroy(d->ms);
     for (int i = 0; i < DT_ENGINE_SLOTS; i++) {

@@ -148,6 +148,10 @@ int dt_engine__update(struct dt_dev_model *d, double lr, double beta1);
 int dt_engine__read_split(struct dt_dev_model *d, double split_s[DT_ENGINE_PHASES]);
 /* Waits for everything queued on s; with NCCL, bounded and abortable. */
 int dt_engine__wait(struct dt_dev_model *d, const char *what);
+/* profile_cuda.c: DTRAIN_CUDA_PROFILE's per-kernel table (docs/gpu.md); each a no-op without it */
+void dt_engine__profile_start(const struct dt_dev_model *d);
+void dt_engine__profile_step(struct dt_dev_model *d);
+void dt_engine__profile_finish(const struct dt_dev_model *d);
 
 /* dlopen_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */
 struct dt_nvml;

@@ -402,6 +402,8 @@ int dt_engine__update(struct dt_dev_model *d, double lr, double beta1)
         d->marking = d->time_next = false;
         d->timed_any = true;
     }
+    if (!rc)
+        dt_engine__profile_step(d);
     return rc;
 }
 
