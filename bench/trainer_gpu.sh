@@ -3,7 +3,8 @@
 # trainer.device: cuda against bench/trainer_gpu_torch.py (eager, torch.compile,
 # whole-step CUDA graph) training the same MLP (784-1024-1024-10 ReLU, AdamW lr
 # 1e-3 wd 0.01, constant lr, no clipping) on Fashion-MNIST on the same GPU in the
-# same run; fp32 and bf16, batch 256 and 4096.  dtrain's figure is its steady
+# same run; fp32, bf16 and tf32 (fp32 with trainer.tf32 / allow_tf32 on both
+# sides), batch 256 and 4096.  dtrain's figure is its steady
 # state from metrics.jsonl (the first logged window, with the graph capture and
 # cuBLASLt tuning, left out); PyTorch's is timed after 50 warm-up steps.  Both
 # print their test accuracy after the run, so a fast wrong trainer shows.
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 VARIANTS=${VARIANTS:-eager,compile,graph}
-CONFIGS=${CONFIGS:-fp32:256 bf16:256 fp32:4096 bf16:4096}
+CONFIGS=${CONFIGS:-fp32:256 bf16:256 fp32:4096 bf16:4096 tf32:4096}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -x "$DTRAIN" ] || { echo "trainer_gpu: $DTRAIN is not built" >&2; exit 1; }
 W=$(mktemp -d /tmp/dtrain-gpubench.XXXXXX)
@@ -25,7 +26,7 @@ trap 'rm -rf "$W"' EXIT
 
 # job NAME DTYPE BATCH STEPS GRAPH
 job() {
-  local amp=off; [ "$2" = bf16 ] && amp=bf16
+  local amp=off tf32=false; [ "$2" = bf16 ] && amp=bf16; [ "$2" = tf32 ] && tf32=true
   cat >"$W/$1.yaml" <<EOF
 name: gpubench-$1
 trainer:
@@ -39,6 +40,7 @@ trainer:
   device: cuda
   amp: {dtype: $amp}
   cuda_graph: $5
+  tf32: $tf32
   log_every_steps: $(($4 / 6))
 EOF
 }

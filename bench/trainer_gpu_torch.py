@@ -8,7 +8,8 @@ no host copies), a fresh permutation per epoch (drop_last).  Variants:
   graph    forward, backward and fused capturable AdamW captured in one
            torch.cuda.CUDAGraph and replayed (the batch's indices are copied
            into the graph's static index tensor before each replay)
-fp32 runs with TF32 off (dtrain's fp32 GEMMs are true fp32); bf16 is autocast
+fp32 runs with TF32 off (dtrain's fp32 GEMMs are true fp32), tf32 runs with it on (dtrain's
+trainer.tf32: true); bf16 is autocast
 with fp32 master weights.  Prints "torch <variant> <dtype> B=<batch>:
 <samples/s> samples/s, <us> us/step, test accuracy <acc>".
 
@@ -136,13 +137,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "tf32"])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--variants", default="eager,compile,graph")
     a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # tf32: fp32 weights and activations, matmuls on the tensor cores (dtrain's trainer.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
     train, test = load(a.data)
     for v in a.variants.split(","):
         run(v, a, train, test)
