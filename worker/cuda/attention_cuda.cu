@@ -22,8 +22,8 @@
  *   fast     bf16 with hd = 64 (GPT-2 124M): FlashAttention-2 on the tensor
  *            cores (mma.sync m16n8k16 bf16 -> fp32).  Blocks of 4 warps own a
  *            tile of 64 rows (16 per warp, their A fragments in registers, or
- *            for dk/dv in shared memory) and loop over 64-row tiles of the
- *            other side, double-buffered: cp.async copies tile i+1 into
+ *            for dk/dv in shared memory; the forward: 128 rows, 32 per warp)
+ *            and loop over 64-row tiles of the other side, double-buffered: cp.async copies tile i+1 into
  *            shared memory (row-major, pitch 72: conflict-free ldmatrix)
  *            while the warps compute on tile i.  B fragments come from
  *            ldmatrix, transposed (.trans) where the tile's rows are the
@@ -445,78 +445,148 @@ __device__ __forceinline__ void store_c(bf16 *p, size_t ld, int r0, int T, const
  * with step i-1, the last reader of the other buffer), then start tile i+1's
  * copies into that other buffer and compute on tile i while they fly. */
 
-/* Block (bh, tile from the last: the longest first); sl2 = scale log2(e), so
- * scores live in the log2 domain and exp2f serves. */
+/* The forward's query tile: 128 rows, 32 per warp as two 16-row blocks that
+ * share every B fragment (half the shared-memory reads per product of 16
+ * rows per warp, which bound the loop). */
+constexpr int kFwdRows = 128;
+
+/* acc[mi] += A[mi] times the shared tile's rows as columns (mma_rows for two
+ * row blocks). */
+__device__ __forceinline__ void mma_rows2(float (&acc)[2][8][4], const uint32_t (&a)[2][4][4], const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + (lane % 8) * kPitch + (lane / 8) * 8;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t b[4];
+            ldsm4(b, p + 8 * n * kPitch + 32 * h);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                mma(acc[mi][n], a[mi][2 * h], b[0], b[1]);
+                mma(acc[mi][n], a[mi][2 * h + 1], b[2], b[3]);
+            }
+        }
+}
+
+/* acc[mi] += X[mi] times the row-major tile s (mma_cfrag for two row blocks). */
+__device__ __forceinline__ void mma_cfrag2(float (&acc)[2][8][4], const float (&x)[2][8][4], const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            a[mi][0] = pack(x[mi][2 * kc][0], x[mi][2 * kc][1]);
+            a[mi][1] = pack(x[mi][2 * kc][2], x[mi][2 * kc][3]);
+            a[mi][2] = pack(x[mi][2 * kc + 1][0], x[mi][2 * kc + 1][1]);
+            a[mi][3] = pack(x[mi][2 * kc + 1][2], x[mi][2 * kc + 1][3]);
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            uint32_t b[4];
+            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                mma(acc[mi][2 * m], a[mi], b[0], b[1]);
+                mma(acc[mi][2 * m + 1], a[mi], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Block (bh, 128-row query tile from the last: the longest first), looping
+ * over 64-key tiles up to the diagonal; sl2 = scale log2(e), so scores live
+ * in the log2 domain and exp2f serves.  Row block mi of the warp holds rows
+ * r0 + 16 mi + g (C-fragment e < 2, "lo") and + 8 (e >= 2, "hi"). */
 __global__ void __launch_bounds__(kFastThreads)
     fwd_fast(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int H, float sl2)
 {
     __shared__ __align__(16) bf16 ks[2][kTileElems], vs[2][kTileElems];
-    const int nt = (T + kTile - 1) / kTile, qt = nt - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
+    const int nq = (T + kFwdRows - 1) / kFwdRows, qt = nq - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4,
               t = threadIdx.x % 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
-    const int r0 = qt * kTile + warp * 16, row_lo = r0 + g, row_hi = r0 + g + 8;
+    const int r0 = qt * kFwdRows + warp * 32;
+    /* The last key tile holding a key <= the tile's last row; tiles from
+     * first_diag on hold keys after some of its rows (and all keys >= T). */
+    const int last = min((T - 1) / kTile, (qt * kFwdRows + kFwdRows - 1) / kTile),
+              first_diag = qt * kFwdRows / kTile;
     stage(ks[0], base + C, ld, 0, T);
     stage(vs[0], base + 2 * C, ld, 0, T);
     cp_async_commit();
-    uint32_t qa[4][4];
-    load_a(qa, base, ld, r0, T);
-    float o[8][4], s[8][4];
-    zero(o);
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f; /* l: this thread's columns only */
-    for (int kt = 0; kt <= qt; kt++) {
+    uint32_t qa[2][4][4];
+    load_a(qa[0], base, ld, r0, T);
+    load_a(qa[1], base, ld, r0 + 16, T);
+    float o[2][8][4], s[2][8][4];
+    zero(o[0]);
+    zero(o[1]);
+    float m[2][2], l[2][2]; /* [mi][lo/hi]; l: this thread's columns only */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+        m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.0f;
+    for (int kt = 0; kt <= last; kt++) {
         const int k0 = kt * kTile, cur = kt & 1;
         cp_async_wait_all();
         __syncthreads();
-        if (kt < qt) {
+        if (kt < last) {
             stage(ks[cur ^ 1], base + C, ld, k0 + kTile, T);
             stage(vs[cur ^ 1], base + 2 * C, ld, k0 + kTile, T);
             cp_async_commit();
         }
-        zero(s);
-        mma_rows(s, qa, ks[cur]);
-        /* Only the diagonal tile holds keys after a query (and all keys >= T). */
-        float mx_lo = m_lo, mx_hi = m_hi;
+        zero(s[0]);
+        zero(s[1]);
+        mma_rows2(s, qa, ks[cur]);
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int mi = 0; mi < 2; mi++) {
+            float mx[2] = {m[mi][0], m[mi][1]};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = k0 + 8 * n + 2 * t + (e & 1), row = e < 2 ? row_lo : row_hi;
-                s[n][e] = kt == qt && key > row ? -INFINITY : s[n][e] * sl2;
-                if (e < 2)
-                    mx_lo = fmaxf(mx_lo, s[n][e]);
-                else
-                    mx_hi = fmaxf(mx_hi, s[n][e]);
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + 8 * n + 2 * t + (e & 1), row = r0 + 16 * mi + g + (e < 2 ? 0 : 8);
+                    s[mi][n][e] = kt >= first_diag && key > row ? -INFINITY : s[mi][n][e] * sl2;
+                    mx[e / 2] = fmaxf(mx[e / 2], s[mi][n][e]);
+                }
+                /* The 4 threads of a quad share rows g and g+8.  mx is finite: key 0
+                 * (tile 0) or the running max is always there. */
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
             }
-        /* The 4 threads of a quad share rows g and g+8.  mx is finite: key 0
-         * (tile 0) or the running max is always there. */
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        const float a_lo = exp2f(m_lo - mx_lo), a_hi = exp2f(m_hi - mx_hi);
-        m_lo = mx_lo, m_hi = mx_hi;
-        l_lo *= a_lo, l_hi *= a_hi;
+            const float a_lo = exp2f(m[mi][0] - mx[0]), a_hi = exp2f(m[mi][1] - mx[1]);
+            m[mi][0] = mx[0], m[mi][1] = mx[1];
+            l[mi][0] *= a_lo, l[mi][1] *= a_hi;
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            s[n][0] = exp2f(s[n][0] - m_lo), s[n][1] = exp2f(s[n][1] - m_lo);
-            s[n][2] = exp2f(s[n][2] - m_hi), s[n][3] = exp2f(s[n][3] - m_hi);
-            l_lo += s[n][0] + s[n][1], l_hi += s[n][2] + s[n][3];
-            o[n][0] *= a_lo, o[n][1] *= a_lo, o[n][2] *= a_hi, o[n][3] *= a_hi;
+            for (int n = 0; n < 8; n++) {
+                float(&sn)[4] = s[mi][n];
+                sn[0] = exp2f(sn[0] - mx[0]), sn[1] = exp2f(sn[1] - mx[0]);
+                sn[2] = exp2f(sn[2] - mx[1]), sn[3] = exp2f(sn[3] - mx[1]);
+                l[mi][0] += sn[0] + sn[1], l[mi][1] += sn[2] + sn[3];
+                o[mi][n][0] *= a_lo, o[mi][n][1] *= a_lo, o[mi][n][2] *= a_hi, o[mi][n][3] *= a_hi;
+            }
         }
-        mma_cfrag(o, s, vs[cur]);
+        mma_cfrag2(o, s, vs[cur]);
     }
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    store_c(out + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, r0, T, o, 1.0f / l_lo, 1.0f / l_hi);
-    if (lse && t == 0) {
-        if (row_lo < T)
-            lse[(size_t)bh * T + row_lo] = m_lo * kLn2 + logf(l_lo);
-        if (row_hi < T)
-            lse[(size_t)bh * T + row_hi] = m_hi * kLn2 + logf(l_hi);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            l[mi][x] += __shfl_xor_sync(0xffffffffu, l[mi][x], 1);
+            l[mi][x] += __shfl_xor_sync(0xffffffffu, l[mi][x], 2);
+        }
+        const int rm = r0 + 16 * mi;
+        store_c(out + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, rm, T, o[mi], 1.0f / l[mi][0],
+                1.0f / l[mi][1]);
+#pragma unroll
+        for (int x = 0; x < 2; x++)
+            if (lse && t == 0 && rm + g + 8 * x < T)
+                lse[(size_t)bh * T + rm + g + 8 * x] = m[mi][x] * kLn2 + logf(l[mi][x]);
     }
 }
 
@@ -749,7 +819,7 @@ extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dty
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
     if (fast(t, B, C, H, out, qkv)) {
-        dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
+        dim3 grid((unsigned)(B * H), (unsigned)((T + kFwdRows - 1) / kFwdRows));
         fwd_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)out, lse, (const bf16 *)qkv, T, C, H, scale * kLog2e);
         return launched("attention forward kernel launch (tensor cores)");
     }
