@@ -298,24 +298,32 @@ static void test_bad_shapes(struct dt_cuda_ctx *k)
     cudaFree(buf);
 }
 
-/* ms per forward + backward, the mean of 5 after one warm-up. */
-static double time_ms(struct dt_cuda_ctx *k, struct gpu *g, struct shape s)
+/* ms per forward (ms[0]) and per backward (ms[1]), the means of n of each
+ * back to back after one warm-up run. */
+static int time_ms(struct dt_cuda_ctx *k, struct gpu *g, struct shape s, int n, double ms[2])
 {
-    cudaEvent_t e0, e1;
-    gt_die_cuda(cudaEventCreate(&e0), "cudaEventCreate");
-    gt_die_cuda(cudaEventCreate(&e1), "cudaEventCreate");
-    if (gpu_run(k, DT_CUDA_BF16, g, s) < 0)
-        return -1;
-    cudaEventRecord(e0, dt_cuda_stream(k));
-    for (int i = 0; i < 5; i++)
-        if (gpu_run(k, DT_CUDA_BF16, g, s) < 0)
-            return -1;
-    cudaEventRecord(e1, dt_cuda_stream(k));
-    gt_die_cuda(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return ms / 5;
+    cudaStream_t st = dt_cuda_stream(k);
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; i++)
+        gt_die_cuda(cudaEventCreate(&e[i]), "cudaEventCreate");
+    int rc = gpu_run(k, DT_CUDA_BF16, g, s);
+    cudaEventRecord(e[0], st);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = dt_cuda_attention_forward(k, DT_CUDA_BF16, g->out, g->lse, g->qkv, s.B, s.T, s.C, s.H);
+    cudaEventRecord(e[1], st);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = dt_cuda_attention_backward(k, DT_CUDA_BF16, g->dqkv, g->dout, g->qkv, g->out, g->lse, s.B, s.T,
+                                        s.C, s.H, g->scratch);
+    cudaEventRecord(e[2], st);
+    gt_die_cuda(cudaEventSynchronize(e[2]), "cudaEventSynchronize");
+    for (int i = 0; i < 2; i++) {
+        float t = 0;
+        cudaEventElapsedTime(&t, e[i], e[i + 1]);
+        ms[i] = rc == 0 ? t / n : -1;
+    }
+    for (int i = 0; i < 3; i++)
+        cudaEventDestroy(e[i]);
+    return rc;
 }
 
 static void print_timing(struct dt_cuda_ctx *k)
@@ -323,11 +331,13 @@ static void print_timing(struct dt_cuda_ctx *k)
     struct shape s = {32, 1024, 768, 12};
     float *qkv = random_qkv(s, 2), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, DT_CUDA_BF16);
-    double fast = time_ms(k, &g, s);
+    double fast[2], simple[2];
+    time_ms(k, &g, s, 20, fast);
     dt_cuda__attention_force_simple(1);
-    double simple = time_ms(k, &g, s);
+    time_ms(k, &g, s, 2, simple);
     dt_cuda__attention_force_simple(0);
-    printf("# attention fwd+bwd B=32 T=1024: %.3f ms fast, %.3f ms simple\n", fast, simple);
+    printf("# attention B=32 T=1024: fwd %.3f ms, bwd %.3f ms (fast); fwd+bwd %.3f ms simple\n", fast[0],
+           fast[1], simple[0] + simple[1]);
     gpu_free(&g);
     free(qkv), free(dout);
 }

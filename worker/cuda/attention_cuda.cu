@@ -21,11 +21,13 @@
  *            row, hd spread over the lanes (4 per lane at most), shuffle dots.
  *   fast     bf16 with hd = 64 (GPT-2 124M): FlashAttention-2 on the tensor
  *            cores (mma.sync m16n8k16 bf16 -> fp32).  Blocks of 4 warps own a
- *            tile of 64 rows (16 per warp, their A fragments in registers)
- *            and loop over 64-row tiles of the other side, staged in shared
- *            memory with a pitch of 72 (bank-conflict-free fragment loads),
- *            once row-major and, where the tile is the B operand along its
- *            rows, once transposed.  Rows past T load as zero and are masked.
+ *            tile of 64 rows (16 per warp, their A fragments in registers, or
+ *            for dk/dv in shared memory; the forward: 128 rows, 32 per warp)
+ *            and loop over 64-row tiles of the other side, double-buffered: cp.async copies tile i+1 into
+ *            shared memory (row-major, pitch 72: conflict-free ldmatrix)
+ *            while the warps compute on tile i.  B fragments come from
+ *            ldmatrix, transposed (.trans) where the tile's rows are the
+ *            product's k.  Rows past T load as zero and are masked.
  * DTRAIN_CUDA_ATTN=simple (read once per process) forces the general path:
  * the way round a fast-path bug on a GPU machine.  The fast path also needs
  * 16-byte aligned buffers; otherwise the general path runs.
@@ -231,8 +233,12 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
 typedef __nv_bfloat16 bf16;
 constexpr int kTile = 64; /* rows of a tile, both sides */
 constexpr int kHd = 64;
-constexpr int kPitch = 72; /* shared row pitch in bf16: 36 words, so rows g = 0..7 start 4 banks apart */
+/* Shared row pitch in bf16: 144 bytes, so the 8 rows (16 bytes each) that one
+ * ldmatrix phase reads start 4 banks apart and cover all 32 banks once. */
+constexpr int kPitch = 72;
+constexpr int kTileElems = kTile * kPitch;
 constexpr int kFastThreads = 128; /* 4 warps x 16 rows */
+static_assert(kFastThreads == 2 * kTile, "stage_rows: one thread per row of lse and one of D");
 
 /* D += A B, m16n8k16, A row-major 16x16 and B column-major 16x8 in bf16,
  * D fp32.  With g = lane / 4 and t = lane % 4 (PTX ISA, mma.m16n8k16):
@@ -256,10 +262,61 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi)
     return u;
 }
 
-/* Two bf16 at [r][c] (c even) of a shared tile. */
-__device__ __forceinline__ uint32_t lds(const bf16 *s, int r, int c)
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
-    return *(const uint32_t *)(s + r * kPitch + c);
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* ldmatrix .x4 (PTX ISA, ldmatrix): lane l gives the address of row l % 8 of
+ * the 8x8 bf16 matrix l / 8 (16 contiguous bytes); r[i] receives matrix i's
+ * elements (g, 2t..2t+1), the lower column in the low half: mma's b0/b1 when
+ * the matrix rows are the B operand's columns. */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+
+/* The same, transposed (.trans): r[i] receives matrix i's elements
+ * (2t..2t+1, g), the lower row in the low half: mma's b0/b1 when the matrix
+ * rows are the B operand's k. */
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const bf16 *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+
+/* cp.async: n (16 or 4) bytes from global to shared without a register
+ * round trip, in the background until cp_async_wait_all; zero-filled where
+ * !valid (src is then not read, but must still be a valid address). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* This thread's copies have landed; a __syncthreads after it publishes
+ * everyone's. */
+__device__ __forceinline__ void cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* Two bf16 at row r, column c of a global matrix with leading dimension ld; 0 past T. */
@@ -282,58 +339,82 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4][4], const bf16 *p, size_
     }
 }
 
-/* Rows [r0, r0+64) of a bf16 matrix (leading dimension ld, 64 columns from p)
- * into shared memory: row-major into s, transposed (s_t[col][row]) into s_t;
- * either may be NULL.  Rows past T are zero.  16 bytes per load.  A warp
- * takes 4 rows x 8 chunks (whole rows: coalesced), or with s_t 32 rows of one
- * chunk, so that its transposed 2-byte stores s_t[col + x][r] fall in 16
- * distinct banks (the other way, the 8 chunks of a row hit one bank). */
-__device__ __forceinline__ void stage(bf16 *s, bf16 *s_t, const bf16 *p, size_t ld, int r0, int T)
+/* A fragments of the 16 rows from s (a row-major shared tile): ldmatrix.x4
+ * matrices at rows +0, +8 of columns 16kk, then of 16kk + 8 are a0..a3. */
+__device__ __forceinline__ void load_a_s(uint32_t (&a)[4][4], const bf16 *s)
 {
-    for (int c = threadIdx.x; c < kTile * kHd / 8; c += kFastThreads) {
-        int r = s_t ? c % kTile : c / (kHd / 8), col = s_t ? (c / kTile) * 8 : (c % (kHd / 8)) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (r0 + r < T)
-            v = *(const uint4 *)(p + (size_t)(r0 + r) * ld + col);
-        if (s)
-            *(uint4 *)(s + r * kPitch + col) = v;
-        if (s_t) {
-            bf16 e[8];
-            memcpy(e, &v, 16);
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
 #pragma unroll
-            for (int x = 0; x < 8; x++)
-                s_t[(col + x) * kPitch + r] = e[x];
-        }
+    for (int kk = 0; kk < 4; kk++)
+        ldsm4(a[kk], p + 16 * kk);
+}
+
+/* Starts copying rows [r0, r0+64) of a bf16 matrix (leading dimension ld, 64
+ * columns from p) into the row-major shared tile s; rows past T become zero
+ * (their source is row 0, which exists, and is not read).  A warp copies 4
+ * whole rows per step (coalesced). */
+__device__ __forceinline__ void stage(bf16 *s, const bf16 *p, size_t ld, int r0, int T)
+{
+#pragma unroll
+    for (int i = 0; i < kTile * kHd / 8 / kFastThreads; i++) {
+        int c = (int)threadIdx.x + i * kFastThreads, r = c / (kHd / 8), col = (c % (kHd / 8)) * 8;
+        bool in = r0 + r < T;
+        cp_async16(s + r * kPitch + col, p + (size_t)(in ? r0 + r : 0) * ld + col, in);
     }
+}
+
+/* Starts copying lse and D of queries [q0, q0+64) into shared (0 past T). */
+__device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float *lse, const float *D, int q0,
+                                           int T)
+{
+    int i = (int)threadIdx.x % kTile, q = q0 + i;
+    bool in = q < T;
+    if ((int)threadIdx.x < kTile)
+        cp_async4(lse_s + i, lse + (in ? q : 0), in);
+    else
+        cp_async4(d_s + i, D + (in ? q : 0), in);
 }
 
 /* acc[n] (16 x 8 blocks n = 0..7 of a 16 x 64 result) += A (16 x 64, in
  * registers) times the shared tile's rows as columns: acc[n][.] at col 8n + c
- * is sum_k A[row][k] s[8n + c][k]. */
+ * is sum_k A[row][k] s[8n + c][k].  One ldmatrix.x4 gives b0, b1 of two
+ * k-steps (matrices at columns 32h, +8, +16, +24 of rows 8n..8n+7). */
 __device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16 *s)
 {
-    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + (lane % 8) * kPitch + (lane / 8) * 8;
 #pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            mma(acc[n], a[kk], lds(s, 8 * n + g, kk * 16 + 2 * t), lds(s, 8 * n + g, kk * 16 + 2 * t + 8));
+        for (int h = 0; h < 2; h++) {
+            uint32_t b[4];
+            ldsm4(b, p + 8 * n * kPitch + 32 * h);
+            mma(acc[n], a[2 * h], b[0], b[1]);
+            mma(acc[n], a[2 * h + 1], b[2], b[3]);
+        }
 }
 
 /* acc (16 x 64) += X (16 x 64 in C-fragment layout, rounded to bf16 as the A
- * operand: blocks 2kc and 2kc+1 make k-step kc) times the tile whose
- * transpose s_t holds (s_t[col][k]). */
-__device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s_t)
+ * operand: blocks 2kc and 2kc+1 make k-step kc) times the row-major shared
+ * tile s (s[k][col]).  One ldmatrix.x4.trans gives b0, b1 of two 8-column
+ * blocks (matrices at rows 16kc, +8 of columns 16m, then of 16m + 8). */
+__device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s)
 {
-    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         const uint32_t a[4] = {pack(x[2 * kc][0], x[2 * kc][1]), pack(x[2 * kc][2], x[2 * kc][3]),
                                pack(x[2 * kc + 1][0], x[2 * kc + 1][1]),
                                pack(x[2 * kc + 1][2], x[2 * kc + 1][3])};
 #pragma unroll
-        for (int n = 0; n < 8; n++)
-            mma(acc[n], a, lds(s_t, 8 * n + g, kc * 16 + 2 * t), lds(s_t, 8 * n + g, kc * 16 + 2 * t + 8));
+        for (int m = 0; m < 4; m++) {
+            uint32_t b[4];
+            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
+            mma(acc[2 * m], a, b[0], b[1]);
+            mma(acc[2 * m + 1], a, b[2], b[3]);
+        }
     }
 }
 
@@ -359,73 +440,153 @@ __device__ __forceinline__ void store_c(bf16 *p, size_t ld, int r0, int T, const
     }
 }
 
-/* Block (bh, tile from the last: the longest first); sl2 = scale log2(e), so
- * scores live in the log2 domain and exp2f serves. */
+/* The loops below double-buffer the tiles they walk: at the top of step i,
+ * wait for tile i's copies and barrier (after which every warp is also done
+ * with step i-1, the last reader of the other buffer), then start tile i+1's
+ * copies into that other buffer and compute on tile i while they fly. */
+
+/* The forward's query tile: 128 rows, 32 per warp as two 16-row blocks that
+ * share every B fragment (half the shared-memory reads per product of 16
+ * rows per warp, which bound the loop). */
+constexpr int kFwdRows = 128;
+
+/* acc[mi] += A[mi] times the shared tile's rows as columns (mma_rows for two
+ * row blocks). */
+__device__ __forceinline__ void mma_rows2(float (&acc)[2][8][4], const uint32_t (&a)[2][4][4], const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + (lane % 8) * kPitch + (lane / 8) * 8;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t b[4];
+            ldsm4(b, p + 8 * n * kPitch + 32 * h);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                mma(acc[mi][n], a[mi][2 * h], b[0], b[1]);
+                mma(acc[mi][n], a[mi][2 * h + 1], b[2], b[3]);
+            }
+        }
+}
+
+/* acc[mi] += X[mi] times the row-major tile s (mma_cfrag for two row blocks). */
+__device__ __forceinline__ void mma_cfrag2(float (&acc)[2][8][4], const float (&x)[2][8][4], const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            a[mi][0] = pack(x[mi][2 * kc][0], x[mi][2 * kc][1]);
+            a[mi][1] = pack(x[mi][2 * kc][2], x[mi][2 * kc][3]);
+            a[mi][2] = pack(x[mi][2 * kc + 1][0], x[mi][2 * kc + 1][1]);
+            a[mi][3] = pack(x[mi][2 * kc + 1][2], x[mi][2 * kc + 1][3]);
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            uint32_t b[4];
+            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                mma(acc[mi][2 * m], a[mi], b[0], b[1]);
+                mma(acc[mi][2 * m + 1], a[mi], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Block (bh, 128-row query tile from the last: the longest first), looping
+ * over 64-key tiles up to the diagonal; sl2 = scale log2(e), so scores live
+ * in the log2 domain and exp2f serves.  Row block mi of the warp holds rows
+ * r0 + 16 mi + g (C-fragment e < 2, "lo") and + 8 (e >= 2, "hi"). */
 __global__ void __launch_bounds__(kFastThreads)
     fwd_fast(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int H, float sl2)
 {
-    __shared__ __align__(16) bf16 ks[kTile * kPitch];
-    __shared__ __align__(16) bf16 vt[kHd * kPitch];
-    const int nt = (T + kTile - 1) / kTile, qt = nt - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
+    __shared__ __align__(16) bf16 ks[2][kTileElems], vs[2][kTileElems];
+    const int nq = (T + kFwdRows - 1) / kFwdRows, qt = nq - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4,
               t = threadIdx.x % 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
-    const int r0 = qt * kTile + warp * 16, row_lo = r0 + g, row_hi = r0 + g + 8;
-    uint32_t qa[4][4];
-    load_a(qa, base, ld, r0, T);
-    float o[8][4], s[8][4];
-    zero(o);
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f; /* l: this thread's columns only */
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * kTile;
-        __syncthreads(); /* the last tile's readers are done */
-        stage(ks, nullptr, base + C, ld, k0, T);
-        stage(nullptr, vt, base + 2 * C, ld, k0, T);
+    const int r0 = qt * kFwdRows + warp * 32;
+    /* The last key tile holding a key <= the tile's last row; tiles from
+     * first_diag on hold keys after some of its rows (and all keys >= T). */
+    const int last = min((T - 1) / kTile, (qt * kFwdRows + kFwdRows - 1) / kTile),
+              first_diag = qt * kFwdRows / kTile;
+    stage(ks[0], base + C, ld, 0, T);
+    stage(vs[0], base + 2 * C, ld, 0, T);
+    cp_async_commit();
+    uint32_t qa[2][4][4];
+    load_a(qa[0], base, ld, r0, T);
+    load_a(qa[1], base, ld, r0 + 16, T);
+    float o[2][8][4], s[2][8][4];
+    zero(o[0]);
+    zero(o[1]);
+    float m[2][2], l[2][2]; /* [mi][lo/hi]; l: this thread's columns only */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+        m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.0f;
+    for (int kt = 0; kt <= last; kt++) {
+        const int k0 = kt * kTile, cur = kt & 1;
+        cp_async_wait_all();
         __syncthreads();
-        zero(s);
-        mma_rows(s, qa, ks);
-        /* Only the diagonal tile holds keys after a query (and all keys >= T). */
-        float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = k0 + 8 * n + 2 * t + (e & 1), row = e < 2 ? row_lo : row_hi;
-                s[n][e] = kt == qt && key > row ? -INFINITY : s[n][e] * sl2;
-                if (e < 2)
-                    mx_lo = fmaxf(mx_lo, s[n][e]);
-                else
-                    mx_hi = fmaxf(mx_hi, s[n][e]);
-            }
-        /* The 4 threads of a quad share rows g and g+8.  mx is finite: key 0
-         * (tile 0) or the running max is always there. */
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        const float a_lo = exp2f(m_lo - mx_lo), a_hi = exp2f(m_hi - mx_hi);
-        m_lo = mx_lo, m_hi = mx_hi;
-        l_lo *= a_lo, l_hi *= a_hi;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            s[n][0] = exp2f(s[n][0] - m_lo), s[n][1] = exp2f(s[n][1] - m_lo);
-            s[n][2] = exp2f(s[n][2] - m_hi), s[n][3] = exp2f(s[n][3] - m_hi);
-            l_lo += s[n][0] + s[n][1], l_hi += s[n][2] + s[n][3];
-            o[n][0] *= a_lo, o[n][1] *= a_lo, o[n][2] *= a_hi, o[n][3] *= a_hi;
+        if (kt < last) {
+            stage(ks[cur ^ 1], base + C, ld, k0 + kTile, T);
+            stage(vs[cur ^ 1], base + 2 * C, ld, k0 + kTile, T);
+            cp_async_commit();
         }
-        mma_cfrag(o, s, vt);
+        zero(s[0]);
+        zero(s[1]);
+        mma_rows2(s, qa, ks[cur]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            float mx[2] = {m[mi][0], m[mi][1]};
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + 8 * n + 2 * t + (e & 1), row = r0 + 16 * mi + g + (e < 2 ? 0 : 8);
+                    s[mi][n][e] = kt >= first_diag && key > row ? -INFINITY : s[mi][n][e] * sl2;
+                    mx[e / 2] = fmaxf(mx[e / 2], s[mi][n][e]);
+                }
+                /* The 4 threads of a quad share rows g and g+8.  mx is finite: key 0
+                 * (tile 0) or the running max is always there. */
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+            }
+            const float a_lo = exp2f(m[mi][0] - mx[0]), a_hi = exp2f(m[mi][1] - mx[1]);
+            m[mi][0] = mx[0], m[mi][1] = mx[1];
+            l[mi][0] *= a_lo, l[mi][1] *= a_hi;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                float(&sn)[4] = s[mi][n];
+                sn[0] = exp2f(sn[0] - mx[0]), sn[1] = exp2f(sn[1] - mx[0]);
+                sn[2] = exp2f(sn[2] - mx[1]), sn[3] = exp2f(sn[3] - mx[1]);
+                l[mi][0] += sn[0] + sn[1], l[mi][1] += sn[2] + sn[3];
+                o[mi][n][0] *= a_lo, o[mi][n][1] *= a_lo, o[mi][n][2] *= a_hi, o[mi][n][3] *= a_hi;
+            }
+        }
+        mma_cfrag2(o, s, vs[cur]);
     }
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    store_c(out + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, r0, T, o, 1.0f / l_lo, 1.0f / l_hi);
-    if (lse && t == 0) {
-        if (row_lo < T)
-            lse[(size_t)bh * T + row_lo] = m_lo * kLn2 + logf(l_lo);
-        if (row_hi < T)
-            lse[(size_t)bh * T + row_hi] = m_hi * kLn2 + logf(l_hi);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            l[mi][x] += __shfl_xor_sync(0xffffffffu, l[mi][x], 1);
+            l[mi][x] += __shfl_xor_sync(0xffffffffu, l[mi][x], 2);
+        }
+        const int rm = r0 + 16 * mi;
+        store_c(out + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, rm, T, o[mi], 1.0f / l[mi][0],
+                1.0f / l[mi][1]);
+#pragma unroll
+        for (int x = 0; x < 2; x++)
+            if (lse && t == 0 && rm + g + 8 * x < T)
+                lse[(size_t)bh * T + rm + g + 8 * x] = m[mi][x] * kLn2 + logf(l[mi][x]);
     }
 }
 
@@ -455,14 +616,20 @@ __device__ __forceinline__ void probs(float (&s)[8][4], float (&dp)[8][4], int r
 }
 
 /* dk, dv of a 64-key tile (block (bh, tile)), looping over query tiles from
- * the diagonal on; the warp works on S^T = K Q^T (its 16 keys as rows). */
-__global__ void __launch_bounds__(kFastThreads)
+ * the diagonal on; the warp works on S^T = K Q^T (its 16 keys as rows).  K
+ * and V stay in shared memory (their A fragments reloaded per step: 32
+ * registers fewer than holding them, which keeps the kernel free of spills). */
+constexpr size_t kDkdvSmem = 6 * kTileElems * sizeof(bf16) + 4 * kTile * sizeof(float);
+
+__global__ void __launch_bounds__(kFastThreads, 2)
     bwd_dkdv_fast(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D, int T,
                   int C, int H, float scale, float sl2)
 {
-    __shared__ __align__(16) bf16 qs[kTile * kPitch], qt_s[kHd * kPitch];
-    __shared__ __align__(16) bf16 dos[kTile * kPitch], dot_s[kHd * kPitch];
-    __shared__ float lse2_s[kTile], d_s[kTile];
+    extern __shared__ __align__(16) unsigned char dkdv_smem[]; /* kDkdvSmem bytes */
+    /* K, V, then per buffer i: Q at qs + i kTileElems, dO at dos + i kTileElems,
+     * lse at lse_s + i kTile, D at d_s + i kTile. */
+    bf16 *ks = (bf16 *)dkdv_smem, *vs = ks + kTileElems, *qs = vs + kTileElems, *dos = qs + 2 * kTileElems;
+    float *lse_s = (float *)(dos + 2 * kTileElems), *d_s = lse_s + 2 * kTile;
     const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y,
               bh = (int)blockIdx.x; /* kt 0 has the most */
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
@@ -471,33 +638,40 @@ __global__ void __launch_bounds__(kFastThreads)
     const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
     const float *lse_bh = lse + (size_t)bh * T, *D_bh = D + (size_t)bh * T;
     const int r0 = kt * kTile + warp * 16;
-    uint32_t ka[4][4], va[4][4];
-    load_a(ka, base + C, ld, r0, T);
-    load_a(va, base + 2 * C, ld, r0, T);
+    stage(ks, base + C, ld, kt * kTile, T);
+    stage(vs, base + 2 * C, ld, kt * kTile, T);
+    stage(qs, base, ld, kt * kTile, T);
+    stage(dos, dbase, (size_t)C, kt * kTile, T);
+    stage_rows(lse_s, d_s, lse_bh, D_bh, kt * kTile, T);
+    cp_async_commit();
     float dk[8][4], dv[8][4], s[8][4], dp[8][4];
     zero(dk);
     zero(dv);
     for (int qt = kt; qt < nt; qt++) {
-        const int q0 = qt * kTile;
+        const int q0 = qt * kTile, cur = (qt - kt) & 1, nxt = cur ^ 1;
+        cp_async_wait_all();
         __syncthreads();
-        stage(qs, qt_s, base, ld, q0, T);
-        stage(dos, dot_s, dbase, (size_t)C, q0, T);
-        if (threadIdx.x < kTile) {
-            int q = q0 + (int)threadIdx.x;
-            lse2_s[threadIdx.x] = q < T ? lse_bh[q] * kLog2e : 0.0f;
-            d_s[threadIdx.x] = q < T ? D_bh[q] : 0.0f;
+        if (qt + 1 < nt) {
+            stage(qs + nxt * kTileElems, base, ld, q0 + kTile, T);
+            stage(dos + nxt * kTileElems, dbase, (size_t)C, q0 + kTile, T);
+            stage_rows(lse_s + nxt * kTile, d_s + nxt * kTile, lse_bh, D_bh, q0 + kTile, T);
+            cp_async_commit();
         }
-        __syncthreads();
+        const bf16 *q_c = qs + cur * kTileElems, *do_c = dos + cur * kTileElems;
+        const float *lse_c = lse_s + cur * kTile, *d_c = d_s + cur * kTile;
+        uint32_t a[4][4];
         zero(s);
+        load_a_s(a, ks + warp * 16 * kPitch);
+        mma_rows(s, a, q_c); /* S^T[key][q] */
         zero(dp);
-        mma_rows(s, ka, qs);   /* S^T[key][q] */
-        mma_rows(dp, va, dos); /* dP^T[key][q] = v_key . do_q */
+        load_a_s(a, vs + warp * 16 * kPitch);
+        mma_rows(dp, a, do_c); /* dP^T[key][q] = v_key . do_q */
         probs<true>(s, dp, r0, q0, qt == kt || qt == nt - 1, T, sl2, [&](int qc, float &l2, float &d) {
-            l2 = lse2_s[qc];
-            d = d_s[qc];
+            l2 = lse_c[qc] * kLog2e;
+            d = d_c[qc];
         });
-        mma_cfrag(dv, s, dot_s); /* dV += P^T dO */
-        mma_cfrag(dk, dp, qt_s); /* dK += dS^T Q */
+        mma_cfrag(dv, s, do_c); /* dV += P^T dO */
+        mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
     }
     bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * kHd;
     store_c(dst + C, ld, r0, T, dk, scale, scale);
@@ -506,16 +680,19 @@ __global__ void __launch_bounds__(kFastThreads)
 
 /* dq of a 64-query tile (block (bh, tile from the last)), looping over key
  * tiles up to the diagonal. */
-__global__ void __launch_bounds__(kFastThreads)
+__global__ void __launch_bounds__(kFastThreads, 2)
     bwd_dq_fast(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D, int T, int C,
                 int H, float scale, float sl2)
 {
-    __shared__ __align__(16) bf16 ks[kTile * kPitch], kt_s[kHd * kPitch], vs[kTile * kPitch];
+    __shared__ __align__(16) bf16 ks[2][kTileElems], vs[2][kTileElems];
     const int nt = (T + kTile - 1) / kTile, qt = nt - 1 - (int)blockIdx.y, bh = (int)blockIdx.x;
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
     const int r0 = qt * kTile + warp * 16, row_lo = r0 + g, row_hi = r0 + g + 8;
+    stage(ks[0], base + C, ld, 0, T);
+    stage(vs[0], base + 2 * C, ld, 0, T);
+    cp_async_commit();
     uint32_t qa[4][4], doa[4][4];
     load_a(qa, base, ld, r0, T);
     load_a(doa, dout + (size_t)b * T * C + (size_t)h * kHd, (size_t)C, r0, T);
@@ -526,20 +703,23 @@ __global__ void __launch_bounds__(kFastThreads)
     float dq[8][4], s[8][4], dp[8][4];
     zero(dq);
     for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * kTile;
+        const int k0 = kt * kTile, cur = kt & 1;
+        cp_async_wait_all();
         __syncthreads();
-        stage(ks, kt_s, base + C, ld, k0, T);
-        stage(vs, nullptr, base + 2 * C, ld, k0, T);
-        __syncthreads();
+        if (kt < qt) {
+            stage(ks[cur ^ 1], base + C, ld, k0 + kTile, T);
+            stage(vs[cur ^ 1], base + 2 * C, ld, k0 + kTile, T);
+            cp_async_commit();
+        }
         zero(s);
         zero(dp);
-        mma_rows(s, qa, ks);   /* S[q][key] */
-        mma_rows(dp, doa, vs); /* dP[q][key] */
+        mma_rows(s, qa, ks[cur]);   /* S[q][key] */
+        mma_rows(dp, doa, vs[cur]); /* dP[q][key] */
         probs<false>(s, dp, r0, k0, kt == qt, T, sl2, [&](int rr, float &l2, float &d) {
             l2 = rr < 8 ? l2_lo : l2_hi;
             d = rr < 8 ? d_lo : d_hi;
         });
-        mma_cfrag(dq, dp, kt_s); /* dQ += dS K */
+        mma_cfrag(dq, dp, ks[cur]); /* dQ += dS K */
     }
     store_c(dqkv + (size_t)b * T * ld + (size_t)h * kHd, ld, r0, T, dq, scale, scale);
 }
@@ -639,7 +819,7 @@ extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dty
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
     if (fast(t, B, C, H, out, qkv)) {
-        dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
+        dim3 grid((unsigned)(B * H), (unsigned)((T + kFwdRows - 1) / kFwdRows));
         fwd_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)out, lse, (const bf16 *)qkv, T, C, H, scale * kLog2e);
         return launched("attention forward kernel launch (tensor cores)");
     }
@@ -681,8 +861,14 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
         return launched("attention backward kernel launch");
     dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
     const bf16 *q = (const bf16 *)qkv, *d_o = (const bf16 *)dout;
-    bwd_dkdv_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
-                                                 scale * kLog2e);
+    /* Over 48 KiB of dynamic shared memory is an opt-in per kernel (and device):
+     * a host-side attribute, no stream work, so asked every call. */
+    cudaError_t e =
+        cudaFuncSetAttribute(bwd_dkdv_fast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kDkdvSmem);
+    if (e != cudaSuccess)
+        return dt_cuda_err(e, "attention backward: cudaFuncSetAttribute (shared memory of the dk/dv kernel)");
+    bwd_dkdv_fast<<<grid, kFastThreads, kDkdvSmem, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
+                                                         scale * kLog2e);
     bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
     return launched("attention backward kernel launch (tensor cores)");
 }
