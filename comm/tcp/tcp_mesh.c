@@ -597,6 +597,8 @@ static int tcp_create(const struct dt_comm_options *o, bool with_lanes, struct d
         rc = lanes_choose(t, o);
     if (rc == 0)
         rc = bootstrap(t, o);
+    if (rc == 0) /* bootstrap waits for every rank to start; a step only for its peers' data */
+        dt_tcp__set_timeout(t, o->op_timeout_s > 0 ? o->op_timeout_s : o->timeout_s);
     if (rc == 0 && with_lanes)
         rc = lanes_init(t, o);
     if (rc < 0) {
