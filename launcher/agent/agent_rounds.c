@@ -27,13 +27,17 @@
  * While ranks run, each agent polls (every 0.1 s): a local failure is
  * published to fail/<k>; another node's fail/<k> stops this node's ranks;
  * dtrain/abort, or a member lost (its agent's connection closed without
- * LEAVE), ends the job.  After its ranks are gone a node adds itself to
- * end/<k> and waits for every node; then all read fail/<k> and decide
- * alike: no failure, the job succeeded; a failure whose exit status the
- * restart_policy retries, with restarts left (max_restarts counts rounds,
- * for the whole job), every node starts round k+1; otherwise every agent
- * exits with the failed rank's status.  Publishing before adding to
- * end/<k> is what makes every node read the same fail/<k>.
+ * LEAVE, or unacknowledged for heartbeat_timeout: its host or the network
+ * went away, dt_store_set_liveness), ends the job; node 0 keeps who and why
+ * for summary.json's lost_node.  Once every node has joined, each store call
+ * has heartbeat_timeout too: a node whose coordinator went silent stops.
+ * After its ranks are gone a node adds itself to end/<k> and waits for
+ * every node; then all read fail/<k> and decide alike: no failure, the job
+ * succeeded; a failure whose exit status the restart_policy retries, with
+ * restarts left (max_restarts counts rounds, for the whole job), every node
+ * starts round k+1; otherwise every agent exits with the failed rank's
+ * status.  Publishing before adding to end/<k> is what makes every node read
+ * the same fail/<k>.
  *
  * Heartbeats.  Every rank sends its heartbeats to the coordinator, which
  * node 0's agent hosts and reads in-process (dt_coord_heartbeat).  The other
@@ -835,7 +839,6 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
         wait_others_gone(r);
         read_ranks(r, res);
     }
-
     dt_store_leave(r->store);
 }
 
