@@ -6,7 +6,8 @@
 # is left running in either host.
 #
 #  - a healthy job runs across the two hosts;
-#  - host 2 (node 1) partitioned mid-run, its link down (nothing in or out);
+#  - host 2 (node 1) partitioned mid-run, its link down (nothing in or out); the
+#    newest checkpoint of the job resumes;
 #  - host 2 partitioned one way: what it sends is dropped, what it gets arrives;
 #  - node 1's agent SIGKILLed;
 #  - host 1 gone (node 0 and the coordinator: link down, every process killed):
@@ -36,11 +37,11 @@ H=3 GRACE=1
 BOUND=$((H + 1 + GRACE + 2))
 COORD="$("$NC" addr 1):29500"
 
-job() { # steps
+job() { # steps [checkpoint] [nodes]
   cat <<EOF2
 name: nf
-nodes: 2
-nproc_per_node: 1
+nodes: ${3:-2}
+nproc_per_node: $((3 - ${3:-2}))
 backend: tcp
 grace_period: ${GRACE}s
 trainer:
@@ -49,13 +50,14 @@ trainer:
   steps: $1
   log_every_steps: 10
   scheduler: {type: constant}
-  checkpoint: {every_steps: 0}
+  checkpoint: ${2:-{every_steps: 0\}}
   eval: {every_epochs: 0}
 rendezvous: {timeout: 10s, heartbeat_timeout: ${H}s}
 EOF2
 }
 job 20 >"$T/short.yaml"
 job 100000000 >"$T/long.yaml"
+job 100000000 "{every_steps: 1000, dir: $T/ckpt, keep: 2}" >"$T/ckpt.yaml"
 
 # start TAG SPEC: node 0's agent on host 1, node 1's on host 2; pids in a0, a1.
 start() {
@@ -109,10 +111,11 @@ check "a healthy job on two hosts ($COORD): both agents exit 0 ($rc0 $rc1, ${too
 contains "$(summary_of ok)" '"world_size": 2' "summary.json: world size 2 across the hosts"
 contains "$(summary_of ok)" '"lost_node": null' "summary.json: no node lost"
 
-# fault TAG WHAT...: runs the long job, does WHAT once it trains (t0 = then).
+# fault TAG WHAT...: runs $long (the long job), does WHAT once it trains (t0 = then).
+long=$T/long.yaml
 fault() {
   local tag=$1; shift
-  start "$tag" "$T/long.yaml"
+  start "$tag" "$long"
   if ! running "$tag"; then
     not_ok "$tag: the job did not start training"; sed 's/^/    /' "$T/$tag.0.err" | tail -n 5
     return 1
@@ -138,16 +141,32 @@ lost() {
 }
 
 # --- host 2 partitioned: its link down --------------------------------------------
-if fault cut "$NC" cut 2 both; then
+# The job checkpoints every 1000 steps; the newest checkpoint must resume.
+long=$T/ckpt.yaml
+cut_after_ckpt() {
+  for _ in $(seq 100); do ls "$T/ckpt"/step_*.safetensors >/dev/null 2>&1 && break; sleep 0.1; done
+  t0=$(date +%s.%N)
+  "$NC" cut 2 both
+}
+if fault cut cut_after_ckpt; then
   survivor cut "$a0" 0 "host 2's link went down"
   lost cut "stopped acknowledging: nothing from its host for 3 s"
   survivor cut "$a1" 1 "its link went down"
   contains "$T/cut.1.err" "lost the coordinator at $COORD" "cut: node 1 says it lost the coordinator at host:port"
   check "cut: nothing of the job is left in either host" left_in_hosts
   "$NC" heal 2
+  file=$(ls "$T/ckpt" 2>/dev/null | grep -E '^step_[0-9]+\.safetensors$' | sort | tail -n 1)
+  newest=$(echo "$file" | sed -n 's/^step_0*\([0-9][0-9]*\)\.safetensors$/\1/p')
+  check "cut: the job left checkpoints (newest: ${file:-none})" test -n "$newest"
+  # The same world size (2 ranks) on one host, 10 steps past it.
+  job $((${newest:-0} + 10)) "{every_steps: 0, dir: $T/ckpt, resume: auto}" 1 >"$T/resume.yaml"
+  expect_status 0 "cut: a job resumes from the newest checkpoint" "$DTRAIN" launch "$T/resume.yaml" --log-dir "$T/runs-resume"
+  cat "$T/last.out" "$T/last.err" >"$T/resume.all"
+  contains "$T/resume.all" "resuming from $T/ckpt/$file \\(step ${newest}," "cut: it resumed from step ${newest}, intact"
 fi
 
 # --- host 2 partitioned one way: what it sends is dropped -------------------------
+long=$T/long.yaml
 if fault oneway "$NC" cut 2 out; then
   survivor oneway "$a0" 0 "host 2's packets started being dropped"
   lost oneway "stopped acknowledging"
