@@ -814,6 +814,11 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 
 void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
+    char why[600];
+    /* Another node may have ended the job first (its abort, seen before the
+     * member list): node 0's summary still names a node that was lost. */
+    if (r->cfg.node_rank == 0 && !r->dead && res->status != DT_AGENT_SUCCEEDED)
+        member_lost(r, why, sizeof why);
     if (r->lost.node >= 0) {
         res->lost_node = r->lost;
         res->lost_node.detected_s = r->lost_unix - res->started_unix;

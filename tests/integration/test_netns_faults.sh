@@ -11,7 +11,8 @@
 #  - host 2 partitioned one way: what it sends is dropped, what it gets arrives;
 #  - node 1's agent SIGKILLed;
 #  - host 1 gone (node 0 and the coordinator: link down, every process killed):
-#    node 1's agent ends.
+#    node 1's agent ends;
+#  - three hosts, host 3 partitioned: nodes 0 and 1 both end.
 # Before the fix node 0's agent waited in poll() for ever after a partition.
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
@@ -25,7 +26,7 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-why=$("$NC" up 2 2>&1); st=$?
+why=$("$NC" up 3 2>&1); st=$?
 if [ "$st" = 77 ]; then
   echo "ok - # SKIP network namespaces: $why"
   exit 0
@@ -41,11 +42,11 @@ H=3 GRACE=1
 BOUND=$((H + 1 + GRACE + 2))
 COORD="$("$NC" addr 1):29500"
 
-job() { # steps [checkpoint] [nodes]
+job() { # steps [checkpoint] [nodes] [ranks per node]
   cat <<EOF2
 name: nf
 nodes: ${3:-2}
-nproc_per_node: $((3 - ${3:-2}))
+nproc_per_node: ${4:-$((3 - ${3:-2}))}
 backend: tcp
 grace_period: ${GRACE}s
 trainer:
@@ -63,15 +64,14 @@ job 20 >"$T/short.yaml"
 job 100000000 >"$T/long.yaml"
 job 100000000 "{every_steps: 1000, dir: $T/ckpt, keep: 2}" >"$T/ckpt.yaml"
 
-# start TAG SPEC: node 0's agent on host 1, node 1's on host 2; pids in a0, a1.
+# start TAG SPEC [NODES]: node r's agent on host r+1; pids in a0, a1 (a2).
 start() {
-  local tag=$1 spec=$2
-  "$NC" exec 1 "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
-  a0=$!; pids+=($a0)
-  "$NC" exec 2 "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
-  a1=$!; pids+=($a1)
+  local tag=$1 spec=$2 n=${3:-2} r
+  for r in $(seq 0 $((n - 1))); do
+    "$NC" exec $((r + 1)) "$DTRAIN" agent "$spec" --node-rank "$r" --nnodes "$n" --coordinator "$COORD" \
+      --log-dir "$T/runs-$tag" >"$T/$tag.$r.out" 2>"$T/$tag.$r.err" &
+    eval "a$r=\$!"; pids+=($!)
+  done
 }
 
 # running TAG: waits (up to 20 s) until rank 0 has logged training steps.
@@ -119,7 +119,7 @@ contains "$(summary_of ok)" '"lost_node": null' "summary.json: no node lost"
 long=$T/long.yaml
 fault() {
   local tag=$1; shift
-  start "$tag" "$long"
+  start "$tag" "$long" "${nodes:-2}"
   if ! running "$tag"; then
     not_ok "$tag: the job did not start training"; sed 's/^/    /' "$T/$tag.0.err" | tail -n 5
     return 1
@@ -200,4 +200,19 @@ if fault gone host1_gone; then
   contains "$T/gone.1.err" "lost the coordinator at $COORD" "gone: node 1 says it lost the coordinator at host:port"
   check "gone: nothing of the job is left in either host" left_in_hosts
   "$NC" heal 1
+fi
+
+# --- three hosts, host 3 (node 2) partitioned: nodes 0 and 1 both end ---------------
+# Node 1 sees node 2 lost in the member list (or hears it from node 0's abort).
+job 100000000 "" 3 1 >"$T/three.yaml"
+long=$T/three.yaml nodes=3
+if fault three "$NC" cut 3 both; then
+  survivor three "$a0" 0 "host 3's link went down"
+  survivor three "$a1" 1 "host 3's link went down"
+  survivor three "$a2" 2 "its link went down"
+  contains "$T/three.1.err" "node 2 \(.*\) (lost its connection|stopped acknowledging)" "three: node 1 says node 2 was lost"
+  s=$(summary_of three)
+  contains "${s:-$T/none}" '"lost_node": \{"node": 2,' "three: summary.json names node 2"
+  check "three: nothing of the job is left in any host" left_in_hosts
+  "$NC" heal 3
 fi
