@@ -15,6 +15,8 @@
 #   DTN_TAG=t1 scripts/netns-cluster.sh slow I RATE     tc tbf at RATE (e.g. 4mbit) both ways on host I's link
 #   DTN_TAG=t1 scripts/netns-cluster.sh fast I          removes slow
 #   DTN_TAG=t1 scripts/netns-cluster.sh pids [I]        the processes running in host I, or in any
+#   DTN_TAG=t1 scripts/netns-cluster.sh rsh ADDR CMD... runs the shell command CMD on the host with
+#        address ADDR, as `ssh ADDR CMD` would: Open MPI's --mca plm_rsh_agent for mpirun --host
 #
 # What it makes, all named after DTN_TAG (letters and digits, at most 6; the
 # default is printed by `up`), so clusters of several tests cannot clash:
@@ -45,7 +47,7 @@ hosts() { ip netns list 2>/dev/null | sed -n "s/^dtn-$TAG-\([0-9]*\).*/\1/p" | s
 ifaces() { local k=1; while ip link show "$(br "$k")" >/dev/null 2>&1; do echo "$k"; k=$((k + 1)); done; }
 
 usage() {
-  sed -n '5,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n "5,19p" "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -187,5 +189,15 @@ case $cmd in
   slow) slow "${1:-}" "${2:?rate, e.g. 4mbit}" ;;
   fast) fast "${1:-}" ;;
   pids) pids "${1:-}" ;;
+  rsh)
+    a=${1:-}; shift || usage
+    for i in $(hosts); do
+      for k in 1 2; do # (the bridges are not visible from inside a host)
+        [ "$(addr "$i" "$k")" = "$a" ] && exec ip netns exec "$(ns "$i")" sh -c "$*"
+      done
+    done
+    echo "netns-cluster: no host of cluster $TAG has the address '$a'" >&2
+    exit 255
+    ;;
   *) usage ;;
 esac
