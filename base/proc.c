@@ -260,6 +260,8 @@ struct run {
     double deadline; /* 0: none */
     double kill_at;  /* grace over: SIGKILL to its group; 0: not stopping */
     bool timed_out;
+    bool stopped; /* r->stop_at passed: SIGTERM sent */
+    bool dropped; /* SIGKILL after stop_at: its pipes are no longer read (what it started may hold them) */
 };
 
 static void pass_signal(struct run *u)
@@ -284,12 +286,21 @@ static int deadlines(struct run *u)
         u->timed_out = true;
         kill(u->pid, SIGKILL);
     }
+    if (u->r->stop_at > 0 && now >= u->r->stop_at && !u->stopped) {
+        u->stopped = true;
+        kill(u->pid, SIGTERM);
+        if (u->kill_at <= 0)
+            u->kill_at = now + (u->r->grace_s > 1 ? u->r->grace_s : 1);
+    }
     if (u->kill_at > 0 && now >= u->kill_at) {
         kill(-u->pid, SIGKILL);
         u->kill_at = 0;
+        u->dropped = u->stopped;
     }
     if (u->deadline > 0 && !u->timed_out)
         next = u->deadline;
+    if (u->r->stop_at > 0 && !u->stopped && (next < 0 || u->r->stop_at < next))
+        next = u->r->stop_at;
     if (u->kill_at > 0 && (next < 0 || u->kill_at < next))
         next = u->kill_at;
     return next < 0 ? -1 : (int)((next - now) * 1000) + 1;
@@ -309,7 +320,7 @@ static void feed_stdin(struct run *u)
 /* Until every pipe of the helper is closed (or it timed out). */
 static void pump(struct run *u)
 {
-    while (!u->timed_out) {
+    while (!u->timed_out && !u->dropped) {
         struct pollfd p[4];
         int n = 0, idx[4];
         for (int i = 0; i < 2; i++)
@@ -348,7 +359,7 @@ static void pump(struct run *u)
 /* Its exit, still passing signals on and keeping the deadlines. */
 static int wait_exit(struct run *u, int *st)
 {
-    bool watch = u->sig_fd >= 0 || u->deadline > 0;
+    bool watch = u->sig_fd >= 0 || u->deadline > 0 || u->r->stop_at > 0;
     for (;;) {
         pid_t w = waitpid(u->pid, st, watch ? WNOHANG : 0);
         if (w == u->pid)

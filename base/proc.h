@@ -91,6 +91,12 @@ struct dt_proc_run {
      * SIGHUP or SIGQUIT to us becomes SIGTERM to it, SIGKILL to its process
      * group grace_s later or at a second signal. */
     double grace_s;
+    /* > 0, set by the caller's on_line (dt_clock_s() seconds): when the clock
+     * passes it, SIGTERM to it and SIGKILL to its process group grace_s (at
+     * least 1 s) later, as for a signal to us, but `signal` stays 0 (a helper
+     * that said it is ending and then does not: mpirun waiting for a host it
+     * cannot reach). */
+    double stop_at;
     /* out */
     char *captured[2]; /* DT_PROC_CAPTURE: what it wrote, NUL-terminated; free() them */
     int signal;        /* the first signal passed on to it, or 0 */

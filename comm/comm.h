@@ -9,7 +9,7 @@
  *
  * Semantics follow NCCL/Gloo: every rank calls the same collectives in the same
  * order with the same counts.  In-place is send == recv.  Every operation has a
- * deadline (the options' timeout): a dead or stalled peer makes each surviving
+ * deadline (the options' timeouts): a dead or stalled peer makes each surviving
  * rank return DT_ECONN or DT_ETIMEDOUT with a message naming the peer and the
  * operation, never hang.  After an error the communicator is only good for
  * dt_comm_destroy().
@@ -39,6 +39,8 @@ struct dt_comm_options {
     struct dt_store *store;   /* bootstrap only; must outlive dt_comm_init() */
     const char *key_prefix;   /* store namespace for this communicator, e.g. "comm/0/" */
     double timeout_s;         /* deadline of bootstrap and of each operation; default 60 */
+    double op_timeout_s;      /* tcp: once bootstrapped, a peer that moves no data for this long fails
+                                 the operation, named (the job's heartbeat_timeout); 0: timeout_s */
     int cuda_device;          /* nccl: the GPU of this rank; -1 = local_rank */
 };
 

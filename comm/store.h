@@ -41,6 +41,20 @@ void dt_store_close(struct dt_store *s);
 
 void dt_store_set_timeout(struct dt_store *s, double timeout_s);
 
+/* A connection whose peer's host or network went away fails in about
+ * `seconds` (DT_ECONN), however idle it is: TCP keepalive probes every
+ * second after a second of silence, TCP_USER_TIMEOUT of `seconds` for
+ * unanswered data and probes, and retransmissions at least every second
+ * (TCP_RTO_MAX_MS, Linux 6.15+; ignored before) so a link that comes back
+ * within `seconds` is used again at once.  A peer that is only slow to
+ * answer (its process busy) is not affected: its kernel acknowledges.
+ * The agents' membership connections use it (launcher/agent/agent_rounds.c),
+ * applied by the coordinator to its end of them too. */
+void dt_store_set_liveness(struct dt_store *s, double seconds);
+/* The same settings on a connected TCP socket; 0, or errno of the setting
+ * that failed (TCP_RTO_MAX_MS missing is no failure). */
+int dt_store_liveness_fd(int fd, double seconds);
+
 /* --- TCPStore operations ------------------------------------------------ */
 int dt_store_set(struct dt_store *s, const char *key, const void *value, size_t len);
 /* Blocks until the key exists (or the timeout); *value is malloc'd, NUL-terminated

@@ -78,6 +78,26 @@ static int try_connect(const struct addrinfo *ai, double deadline, int *fd_out)
     return 0;
 }
 
+/* Not in every libc's headers yet (linux/tcp.h of 6.15). */
+#ifndef TCP_RTO_MAX_MS
+#define TCP_RTO_MAX_MS 44
+#endif
+
+int dt_store_liveness_fd(int fd, double seconds)
+{
+    int one = 1, probe_s = 1, count = 127; /* the most; TCP_USER_TIMEOUT decides anyway */
+    unsigned user_ms = (unsigned)(seconds * 1000);
+    int rto_ms = 1000; /* the kernel's floor for this option */
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof probe_s) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof probe_s) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms) < 0)
+        return errno;
+    setsockopt(fd, IPPROTO_TCP, TCP_RTO_MAX_MS, &rto_ms, sizeof rto_ms);
+    return 0;
+}
+
 static int open_socket(struct dt_store *s, double deadline)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -154,6 +174,8 @@ static int reconnect(struct dt_store *s)
 {
     double deadline = dt_clock_s() + s->timeout_s;
     int rc = open_socket(s, deadline);
+    if (rc == 0 && s->liveness_s > 0)
+        dt_store_liveness_fd(s->fd, s->liveness_s);
     return rc ? rc : handshake(s, deadline);
 }
 
@@ -239,7 +261,19 @@ void dt_store_set_timeout(struct dt_store *s, double timeout_s)
         s->timeout_s = timeout_s;
 }
 
-const char *dt_store_peer(const struct dt_store *s) { return s->peer; }
+void dt_store_set_liveness(struct dt_store *s, double seconds)
+{
+    if (seconds <= 0)
+        return;
+    s->liveness_s = seconds;
+    if (s->fd >= 0)
+        dt_store_liveness_fd(s->fd, seconds);
+}
+
+const char *dt_store_peer(const struct dt_store *s)
+{
+    return s->peer;
+}
 
 /* ---- one request's bytes ---- */
 
@@ -322,7 +356,13 @@ int dt_store__recv(struct dt_store *s, void *buf, size_t n, double deadline)
         }
         int err = r < 0 ? errno : 0;
         dt_store__drop(s);
-        return dt_error_set(DT_ECONN, "coordinator %s closed the connection during %s%s (%s; its "
+        if (err == ETIMEDOUT) /* dt_store_set_liveness's TCP_USER_TIMEOUT, or the kernel's own */
+            return dt_error_set(DT_ECONN,
+                                "coordinator %s stopped acknowledging during %s%s: its host or "
+                                "the network went away (TCP timed out)",
+                                s->peer, s->op, s->what);
+        return dt_error_set(DT_ECONN,
+                            "coordinator %s closed the connection during %s%s (%s; its "
                             "log says why: job token, a limit, or a bad request)",
                             s->peer, s->op, s->what, err ? strerror(err) : "end of stream");
     }

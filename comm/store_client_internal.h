@@ -19,6 +19,7 @@ struct dt_store {
     char peer[300];         /* "host:port" */
     char *token;
     double timeout_s;
+    double liveness_s;      /* dt_store_set_liveness: applied to every connection; 0: the kernel's */
     double op_timeout_s;    /* the deadline of the operation under way, for messages */
     bool keep_on_timeout;   /* WAIT cancels instead of dropping the connection */
     struct dt_wire_buf req; /* the request being built */

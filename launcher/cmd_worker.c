@@ -101,9 +101,21 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
      * of a host takes GPU local_rank (cuda_device -1). */
     bool cuda = job->trainer && job->trainer->device == DT_DEVICE_CUDA;
     const char *backend = cuda && job->backend == DT_BACKEND_AUTO ? "nccl" : dt_backend_name(job->backend);
-    struct dt_comm_options o = {.backend = backend, .rank = e->rank, .world = e->world,
-                                .local_rank = e->local_rank, .local_world = e->local_world, .store = *store,
-                                .key_prefix = prefix, .timeout_s = timeout, .cuda_device = -1};
+    /* A collective stalled for heartbeat_timeout (and 2 s) names its peer.  The 2 s let the agent's
+     * watchdog, which sees a silent rank's heartbeat up to ~1 s late on another node, name a hung
+     * rank with its report first; the deadline catches what it cannot see (a stuck compute thread
+     * beside a live heartbeat, a stalled network). */
+    double hb = job->rendezvous.heartbeat_timeout_s;
+    struct dt_comm_options o = {.backend = backend,
+                                .rank = e->rank,
+                                .world = e->world,
+                                .local_rank = e->local_rank,
+                                .local_world = e->local_world,
+                                .store = *store,
+                                .key_prefix = prefix,
+                                .timeout_s = timeout,
+                                .op_timeout_s = hb > 0 ? hb + 2 : 0,
+                                .cuda_device = -1};
     rc = dt_comm_init(&o, comm);
     ph[2] = dt_clock_ns();
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;

@@ -8,7 +8,10 @@
  * when neither moved, keep retrying while the spin policy allows (up to 1 ms
  * when the machine has a CPU to spare), and only then poll() the sockets, the
  * abort eventfd and the failure notices with the time left before the
- * collective's deadline.
+ * deadline.  The deadline is one of stalling, not of duration: every byte
+ * moved puts it timeout_s (less the grace period) ahead again, so a slow
+ * link that keeps moving never fails a large collective, while a peer that
+ * stops is named about timeout_s (the job's heartbeat_timeout) after it did.
  * Reductions run on this thread between syscalls, while the peer keeps
  * filling our socket buffer: the kernel's buffers are the pipeline.
  * On failure every exit goes through fault(), which tells the other ranks and
@@ -204,13 +207,19 @@ struct notice {
     char msg[480];           /* the sender's own error message */
 };
 
-int dt_tcp__fault_open(struct dt_tcp *t, int *port)
+void dt_tcp__set_timeout(struct dt_tcp *t, double timeout_s)
 {
+    t->timeout_s = timeout_s;
     /* with two ranks the one peer is the only suspect: nothing to wait for */
     /* A quarter, not less: on a loaded machine the survivors' notices can take
      * a few hundred ms to be scheduled, and a rank that settles early keeps
      * blaming its neighbour instead of the culprit. */
     t->grace_s = t->world < 3 ? 0 : t->timeout_s / 4 < 2.0 ? t->timeout_s / 4 : 2.0;
+}
+
+int dt_tcp__fault_open(struct dt_tcp *t, int *port)
+{
+    dt_tcp__set_timeout(t, t->timeout_s);
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t len = sizeof a;
@@ -615,6 +624,8 @@ static int run(struct dt_tcp *t, const struct dt_tcp__plan *p)
             return rc;
         bool done = e.oi >= p->nout && e.ii >= p->nin;
         if (e.progress || done) {
+            if (e.progress)
+                t->deadline = dt_clock_s() + t->timeout_s - t->grace_s;
             spin_end(t, &spin);
             if (done)
                 return 0;

@@ -79,7 +79,7 @@ struct dt_tcp__plan {
 
 struct dt_tcp {
     int rank, world;
-    double timeout_s;
+    double timeout_s;         /* bootstrap's, then each step's: no data moved for this long fails it */
     int *fd;                  /* per peer; -1 for self */
     char (*addr)[64];         /* per peer "ip:port", for messages */
     int abort_fd;             /* eventfd: written by abort() to wake poll() */
@@ -87,7 +87,7 @@ struct dt_tcp {
     bool failed;
     uint64_t seq;             /* collectives run so far (header check, messages) */
     enum dt_coll_kind cur;    /* the collective running, for messages */
-    double deadline;          /* of the current collective */
+    double deadline;          /* of the current step: moved on whenever data moves */
     size_t seg_bytes;         /* reduction segment (DTRAIN_TCP_SEGMENT_BYTES) */
     size_t small_bytes;       /* below: latency algorithms (DTRAIN_TCP_SMALL_BYTES) */
     size_t slice_bytes;       /* ring allreduce slice (DTRAIN_TCP_SLICE_BYTES) */
@@ -142,6 +142,9 @@ void dt_tcp__hdr_make(struct dt_tcp *t, struct dt_tcp__hdr *h, size_t count, enu
                       enum dt_redop op, int root);
 /* Binds the failure-notice socket; *port is published with the TCP address. */
 int dt_tcp__fault_open(struct dt_tcp *t, int *port);
+/* Sets the deadline every step keeps (timeout_s) and the grace period taken
+ * off its end for the failure notices. */
+void dt_tcp__set_timeout(struct dt_tcp *t, double timeout_s);
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp__fail(struct dt_tcp *t);
 

@@ -6,9 +6,14 @@
  * under <prefix>tcp/<rank>, then connects to every lower rank (retrying
  * refused connects until the deadline) and accepts every higher rank.  The
  * connector sends a hello {magic, rank, world, prefix hash} so a stray or
- * stale connection is refused.  The advertised ip is the local address that
- * routes to the coordinator (a connected UDP socket tells us without sending
- * anything), or DTRAIN_COMM_HOST.
+ * stale connection is refused.  The advertised ip is DTRAIN_COMM_HOST as
+ * given; else the IPv4 address of the first interface named in
+ * DTRAIN_SOCKET_IFNAME or GLOO_SOCKET_IFNAME ("eth1" or "eth1,eth2": Gloo's
+ * variable, so a host set up for PyTorch's CPU backend needs nothing more;
+ * none of them holding one is an error naming the interfaces there are);
+ * else the local address that routes to the coordinator (a connected UDP
+ * socket tells us without sending anything), never 127.0.0.1 unless the
+ * coordinator is on this host's loopback.
  *
  * Not for moving bytes during a collective (tcp_engine.c) or for the
  * collectives' algorithms (tcp_coll.c).
@@ -18,6 +23,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -66,13 +72,58 @@ static void tune_socket(const struct dt_tcp *t, int fd)
     }
 }
 
-/* The local address that routes to the coordinator (no packet is sent). */
-static void local_ip(const char *coord, char *ip, size_t n)
+/* a's IPv4 address, or NULL when it has none. */
+static const struct in_addr *ipv4_of(const struct ifaddrs *a)
+{
+    return a->ifa_addr && a->ifa_addr->sa_family == AF_INET ? &((struct sockaddr_in *)a->ifa_addr)->sin_addr
+                                                            : NULL;
+}
+
+/* The IPv4 address of the first interface of `names` (comma-separated) that
+ * has one; an error naming the variable and this host's interfaces if none. */
+static int iface_ip(const char *var, const char *names, char *ip, size_t n)
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) < 0)
+        return dt_error_set_errno(DT_EIO, errno, "tcp bootstrap: %s=%s: cannot list this host's interfaces",
+                                  var, names);
+    char want[256], list[256] = "";
+    snprintf(want, sizeof want, "%s", names);
+    const struct in_addr *found = NULL;
+    char *save = NULL;
+    for (char *name = strtok_r(want, ",", &save); name && !found; name = strtok_r(NULL, ",", &save))
+        for (const struct ifaddrs *a = all; a && !found; a = a->ifa_next)
+            if (ipv4_of(a) && !strcmp(a->ifa_name, name))
+                found = ipv4_of(a);
+    if (found)
+        inet_ntop(AF_INET, found, ip, (socklen_t)n);
+    for (const struct ifaddrs *a = all; a && !found; a = a->ifa_next)
+        if (ipv4_of(a) && strlen(list) + strlen(a->ifa_name) + 3 < sizeof list)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "", a->ifa_name);
+    freeifaddrs(all);
+    if (found)
+        return 0;
+    return dt_error_set(DT_EINVAL,
+                        "tcp bootstrap: %s=%s names no interface with an IPv4 address on this host (those "
+                        "with one: %s)",
+                        var, names, *list ? list : "none");
+}
+
+/* The address this rank advertises (the file's header says which). */
+static int local_ip(const char *coord, char *ip, size_t n)
 {
     const char *env = getenv("DTRAIN_COMM_HOST");
     snprintf(ip, n, "%s", env && *env ? env : "127.0.0.1");
-    if ((env && *env) || !coord)
-        return;
+    if (env && *env)
+        return 0;
+    static const char *const vars[] = {"DTRAIN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *names = getenv(vars[i]);
+        if (names && *names)
+            return iface_ip(vars[i], names, ip, n);
+    }
+    if (!coord)
+        return 0;
     char host[256];
     snprintf(host, sizeof host, "%s", coord);
     char *colon = strrchr(host, ':');
@@ -80,7 +131,7 @@ static void local_ip(const char *coord, char *ip, size_t n)
         *colon = 0;
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
     if (getaddrinfo(host, "9", &hints, &res) != 0 || !res)
-        return;
+        return 0;
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in me;
     socklen_t len = sizeof me;
@@ -90,6 +141,7 @@ static void local_ip(const char *coord, char *ip, size_t n)
     if (fd >= 0)
         close(fd);
     freeaddrinfo(res);
+    return 0;
 }
 
 static int listen_any(struct dt_tcp *t, int *fd_out, int *port)
@@ -282,7 +334,10 @@ static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
     if ((rc = dt_tcp__fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
         return rc;
     char ip[64], key[256], val[96];
-    local_ip(o->store ? dt_store_peer(o->store) : NULL, ip, sizeof ip);
+    if ((rc = local_ip(o->store ? dt_store_peer(o->store) : NULL, ip, sizeof ip)) < 0) {
+        dt_error_prefix("rank %d", t->rank);
+        goto out;
+    }
     snprintf(key, sizeof key, "%stcp/%d", o->key_prefix, t->rank);
     /* "ip:port:uport": the mesh's listener, then the failure-notice socket */
     int n = snprintf(val, sizeof val, "%s:%d:%d", ip, port, uport);
@@ -597,6 +652,8 @@ static int tcp_create(const struct dt_comm_options *o, bool with_lanes, struct d
         rc = lanes_choose(t, o);
     if (rc == 0)
         rc = bootstrap(t, o);
+    if (rc == 0) /* bootstrap waits for every rank to start; a step only for its peers' data */
+        dt_tcp__set_timeout(t, o->op_timeout_s > 0 ? o->op_timeout_s : o->timeout_s);
     if (rc == 0 && with_lanes)
         rc = lanes_init(t, o);
     if (rc < 0) {

@@ -188,6 +188,15 @@ struct dt_agent_result {
     bool have_failure;
     struct dt_agent_failure first_failure; /* the first failure of the last failed attempt */
     char coordinator_lost[512]; /* why the agent gave up on an unreachable coordinator, "" if it did not */
+    /* Node 0 of a multi-node job: the first other node whose agent was lost
+     * (its connection closed without LEAVE, or its host stopped acknowledging
+     * for rendezvous.heartbeat_timeout), which ended the job; node -1 and reason "" if none. */
+    struct dt_agent_lost_node {
+        int node;
+        char host[256];
+        char reason[512];  /* the coordinator's sentence: host, address, pid, how */
+        double detected_s; /* when the coordinator noticed, seconds since the start */
+    } lost_node;
     char write_error[4608];     /* the first file of the run directory that could not be written (a
                                    log, summary.json) and why; "" if none.  It fails the job. */
     double wall_s;

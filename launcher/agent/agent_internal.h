@@ -184,6 +184,8 @@ struct dt_agent__round_config {
     int coord_port;
     const char *token; /* NULL with auth: none */
     double timeout_s;  /* rendezvous.timeout: connecting, every node joining */
+    double liveness_s; /* once every node joined: each store call's deadline, and how long a
+                          connection may go unacknowledged (dt_store_set_liveness) */
     double grace_s;
     struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
 };

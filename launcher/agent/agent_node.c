@@ -71,11 +71,22 @@ static int check(struct node *nd)
 
 /* --- rendezvous ---------------------------------------------------------- */
 
+/* How long a node's host may stay silent before the others give up on it:
+ * rendezvous.heartbeat_timeout, as for a rank (rendezvous.timeout with the
+ * watchdog off). */
+static double liveness(const struct dt_job *job)
+{
+    double t = job->rendezvous.heartbeat_timeout_s;
+    return t > 0 ? t : job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
+}
+
 static int host_coordinator(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
-    nd->cc = (struct dt_coord_config){
-        .bind_host = n->coord_bind, .port = n->coord_port, .token = nd->token[0] ? nd->token : NULL};
+    nd->cc = (struct dt_coord_config){.bind_host = n->coord_bind,
+                                      .port = n->coord_port,
+                                      .token = nd->token[0] ? nd->token : NULL,
+                                      .member_liveness_s = liveness(n->job)};
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
         return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind,
                                n->coord_port);
@@ -106,6 +117,7 @@ static int join_round(struct node *nd)
                                             .coord_port = n->coord_port,
                                             .token = nd->token[0] ? nd->token : NULL,
                                             .timeout_s = timeout,
+                                            .liveness_s = liveness(job),
                                             .grace_s = n->grace_s > 0 ? n->grace_s : job->grace_period_s,
                                             .coord = nd->coord};
     int rc = dt_agent__round_open(&rc_cfg, &nd->round);

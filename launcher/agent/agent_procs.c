@@ -619,6 +619,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->res = res;
     a->group = cfg->group;
     a->abort_status = a->job_status = -1;
+    res->lost_node.node = -1;
     a->nproc = a->group ? 1 : cfg->nproc;
     a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
     a->own_log = -1;

@@ -27,13 +27,17 @@
  * While ranks run, each agent polls (every 0.1 s): a local failure is
  * published to fail/<k>; another node's fail/<k> stops this node's ranks;
  * dtrain/abort, or a member lost (its agent's connection closed without
- * LEAVE), ends the job.  After its ranks are gone a node adds itself to
- * end/<k> and waits for every node; then all read fail/<k> and decide
- * alike: no failure, the job succeeded; a failure whose exit status the
- * restart_policy retries, with restarts left (max_restarts counts rounds,
- * for the whole job), every node starts round k+1; otherwise every agent
- * exits with the failed rank's status.  Publishing before adding to
- * end/<k> is what makes every node read the same fail/<k>.
+ * LEAVE, or unacknowledged for heartbeat_timeout: its host or the network
+ * went away, dt_store_set_liveness), ends the job; node 0 keeps who and why
+ * for summary.json's lost_node.  Once every node has joined, each store call
+ * has heartbeat_timeout too: a node whose coordinator went silent stops.
+ * After its ranks are gone a node adds itself to end/<k> and waits for
+ * every node; then all read fail/<k> and decide alike: no failure, the job
+ * succeeded; a failure whose exit status the restart_policy retries, with
+ * restarts left (max_restarts counts rounds, for the whole job), every node
+ * starts round k+1; otherwise every agent exits with the failed rank's
+ * status.  Publishing before adding to end/<k> is what makes every node read
+ * the same fail/<k>.
  *
  * Heartbeats.  Every rank sends its heartbeats to the coordinator, which
  * node 0's agent hosts and reads in-process (dt_coord_heartbeat).  The other
@@ -230,6 +234,8 @@ struct dt_agent__round {
     bool published[MAX_ROUNDS];
     bool told_stop;
     struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
+    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job; node -1 */
+    double lost_unix;               /* when the coordinator noticed, wall clock */
 };
 
 static void key(char *out, size_t n, const char *what, int k)
@@ -305,7 +311,24 @@ static void say_abort(int status, const char *why)
         dt_log_error("the job is ending: %s", why);
 }
 
-/* 1 when a member was lost (its agent's connection closed without LEAVE). */
+/* Node 0 keeps the first lost member for summary.json, in the coordinator's
+ * words (how its connection ended: closed, or unacknowledged for
+ * liveness_s), and ends the job everywhere with them. */
+static void note_lost(struct dt_agent__round *r, const struct dt_store_member *m, char *why, size_t n)
+{
+    double when = 0;
+    if (!r->cfg.coord || r->lost.node >= 0 ||
+        dt_coord_member_lost(r->cfg.coord, m->node_rank, r->lost.reason, sizeof r->lost.reason, &when) != 0)
+        return;
+    r->lost.node = m->node_rank;
+    snprintf(r->lost.host, sizeof r->lost.host, "%s", m->host);
+    r->lost_unix = dt_clock_wall_s() - (dt_clock_s() - when);
+    snprintf(why, n, "%s", r->lost.reason);
+    dt_agent__round_abort(r, 1, why);
+}
+
+/* 1 when a member was lost (its agent's connection closed without LEAVE, or
+ * its host stopped acknowledging); why says which and how. */
 static int member_lost(struct dt_agent__round *r, char *why, size_t n)
 {
     struct dt_store_member *m;
@@ -321,6 +344,7 @@ static int member_lost(struct dt_agent__round *r, char *why, size_t n)
                 "node %d (%s, agent pid %ld) lost its connection to the coordinator: its agent was killed, "
                 "or its host or the network went away",
                 m[i].node_rank, m[i].host, m[i].pid);
+            note_lost(r, &m[i], why, n);
             lost = 1;
         }
     free(m);
@@ -591,6 +615,7 @@ int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_age
     if (!r)
         return dt_error_set(DT_ENOMEM, "out of memory");
     r->cfg = *cfg;
+    r->lost.node = -1;
     r->hb = hb_new(cfg->node_rank, cfg->nnodes, cfg->nproc);
     if (!r->hb) {
         free(r);
@@ -673,6 +698,12 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
         int in = joined(m, count, r->cfg.nnodes, missing, sizeof missing);
         rc = same_nproc(r, m, count);
         free(m);
+        if (rc == 0 && in == r->cfg.nnodes && r->cfg.liveness_s > 0) {
+            /* From here every call is a short one, made at least every POLL_S:
+             * a coordinator silent for liveness_s is gone. */
+            dt_store_set_timeout(r->store, r->cfg.liveness_s);
+            dt_store_set_liveness(r->store, r->cfg.liveness_s);
+        }
         if (rc || in == r->cfg.nnodes)
             return rc;
         if (dt_clock_s() >= deadline)
@@ -783,6 +814,15 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 
 void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
+    char why[600];
+    /* Another node may have ended the job first (its abort, seen before the
+     * member list): node 0's summary still names a node that was lost. */
+    if (r->cfg.node_rank == 0 && !r->dead && res->status != DT_AGENT_SUCCEEDED)
+        member_lost(r, why, sizeof why);
+    if (r->lost.node >= 0) {
+        res->lost_node = r->lost;
+        res->lost_node.detected_s = r->lost_unix - res->started_unix;
+    }
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
         dt_agent__round_abort(r, res->exit_status,
                               "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
@@ -820,5 +860,11 @@ int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step
 {
     if (r->dead)
         return dt_error_set(DT_EIO, "the coordinator at %s is gone", r->coord);
-    return hb_read(r->hb, r->store, rank, step, age_s);
+    int rc = hb_read(r->hb, r->store, rank, step, age_s);
+    if (rc < 0 && rc != DT_ENOTFOUND) { /* the store failed: the next poll ends the job */
+        int status;
+        lost_coordinator(r, &status);
+        dt_error_set(rc, "the coordinator at %s is gone", r->coord);
+    }
+    return rc;
 }

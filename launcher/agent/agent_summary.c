@@ -170,6 +170,20 @@ static void json_failure(FILE *f, const struct dt_agent_result *res)
     fputs("]},\n", f);
 }
 
+/* The node whose agent was lost, as node 0's coordinator saw it; null when none. */
+static void json_lost_node(FILE *f, const struct dt_agent_lost_node *l)
+{
+    if (l->node < 0 || !l->reason[0]) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"node\": %d, \"host\": ", l->node);
+    json_str(f, l->host);
+    fprintf(f, ", \"detected_s\": %.6f, \"reason\": ", l->detected_s);
+    json_str(f, l->reason);
+    fputs("}", f);
+}
+
 /* The bundled trainer's figures (rank 0 writes <run dir>/trainer_summary.json,
  * worker/metrics.c): the four a person looks for first are copied to the top
  * level, the whole object goes under "trainer" as the file has it.  Jobs that
@@ -250,6 +264,8 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
         json_str(f, res->coordinator_lost);
     else
         fputs("null", f);
+    fputs(",\n  \"lost_node\": ", f);
+    json_lost_node(f, &res->lost_node);
     fputs(",\n  \"write_error\": ", f);
     if (res->write_error[0])
         json_str(f, res->write_error);

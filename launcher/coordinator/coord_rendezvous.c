@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "comm/store.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -212,13 +213,25 @@ int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when
  * answered with a status and a sentence saying which, and changes nothing.
  * A node rank that was left or lost may be joined again (an agent restarted
  * in place).
+ *
+ * A host that goes away (powered off, partitioned) closes nothing: its
+ * connection would look alive for the kernel's TCP timeouts (about 15
+ * minutes with unacknowledged data, for ever without).  So a member's
+ * connection gets dt_store_liveness_fd(member_liveness_s) when it joins:
+ * keepalive probes every second while it is silent, and TCP_USER_TIMEOUT
+ * closes it once nothing was acknowledged for that long; the member is then
+ * lost "stopped acknowledging".  An agent that is only busy is not: its
+ * kernel acknowledges.
  */
 /* One agent of the job, by node rank. */
 struct dt_coord__member {
     uint8_t state; /* 0 never joined, else DT_WIRE_MEMBER_* */
     int64_t nproc, pid;
     char host[256];
+    char addr[64];               /* the connection's peer, ip:port */
     struct dt_coord__conn *conn; /* while joined */
+    char lost_why[512];          /* under hb_lock: why it was lost, "" unless it was */
+    double lost_s;               /* under hb_lock: when (monotonic seconds) */
 };
 
 static void answer(struct dt_coord__conn *conn, uint8_t status, const char *msg)
@@ -287,26 +300,62 @@ int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_requ
         return 0;
     }
     if (!c->members) {
-        c->members = calloc((size_t)r->i2, sizeof *c->members);
-        if (!c->members)
+        struct dt_coord__member *all = calloc((size_t)r->i2, sizeof *all);
+        if (!all)
             return dt_error_set(DT_ENOMEM, "coordinator: out of memory for %" PRId64 " members", r->i2);
+        pthread_mutex_lock(&c->hb_lock); /* dt_coord_member_lost reads them from another thread */
+        c->members = all;
         c->nnodes = r->i2;
+        pthread_mutex_unlock(&c->hb_lock);
     }
     struct dt_coord__member *m = &c->members[r->i1];
+    pthread_mutex_lock(&c->hb_lock); /* joined again (an agent restarted in place): not lost now */
+    m->lost_why[0] = 0;
+    pthread_mutex_unlock(&c->hb_lock);
     m->state = DT_WIRE_MEMBER_JOINED;
     m->nproc = r->i3;
     m->pid = r->i4;
     host_of(r, m->host, sizeof m->host);
+    snprintf(m->addr, sizeof m->addr, "%s", conn->peer);
     m->conn = conn;
     conn->member = r->i1;
-    dt_log_debug("coordinator: node %" PRId64 " of %" PRId64 " joined from %s (%s, pid %" PRId64
-                 ", %" PRId64 " ranks)",
+    uv_os_fd_t fd;
+    int e = c->liveness_s > 0 && uv_fileno((uv_handle_t *)&conn->tcp, &fd) == 0
+                ? dt_store_liveness_fd(fd, c->liveness_s)
+                : 0;
+    if (e)
+        dt_log_warn("coordinator: node %" PRId64
+                    "'s connection from %s keeps the kernel's TCP timeouts (%s): a "
+                    "host that goes away is noticed in minutes, not %g s",
+                    r->i1, conn->peer, strerror(e), c->liveness_s);
+    dt_log_debug("coordinator: node %" PRId64 " of %" PRId64 " joined from %s (%s, pid %" PRId64 ", %" PRId64
+                 " ranks)",
                  r->i1, c->nnodes, conn->peer, m->host, m->pid, m->nproc);
     answer(conn, DT_WIRE_OK, "");
     return 0;
 }
 
-static void part(struct dt_coord__conn *conn, uint8_t state)
+/* Why a member was lost, from how its connection closed (conn_close's reason). */
+static void lost_why(const struct dt_coord *c, int64_t node, const struct dt_coord__member *m,
+                     const char *reason, char *out, size_t n)
+{
+    int len = snprintf(out, n, "node %" PRId64 " (host %s, address %s, agent pid %" PRId64 ") ", node,
+                       m->host, m->addr, m->pid);
+    if (len < 0 || (size_t)len >= n)
+        return;
+    if (reason && strstr(reason, "timed out"))
+        snprintf(out + len, n - (size_t)len,
+                 "stopped acknowledging: nothing from its host for %g s (rendezvous.heartbeat_timeout): "
+                 "the host or the network went away",
+                 c->liveness_s);
+    else if (reason)
+        snprintf(out + len, n - (size_t)len, "lost its connection (%s) without leaving", reason);
+    else
+        snprintf(out + len, n - (size_t)len,
+                 "closed its connection without leaving: its agent exited or was killed");
+}
+
+static void part(struct dt_coord__conn *conn, uint8_t state, const char *reason)
 {
     struct dt_coord *c = conn->coord;
     if (conn->member < 0 || !c->members)
@@ -314,20 +363,42 @@ static void part(struct dt_coord__conn *conn, uint8_t state)
     struct dt_coord__member *m = &c->members[conn->member];
     m->state = state;
     m->conn = NULL;
-    if (state == DT_WIRE_MEMBER_LOST && !c->stopping)
-        dt_log_warn("coordinator: node %" PRId64 " (%s, pid %" PRId64 ") lost its connection without leaving: "
-                    "its agent was killed, or its host or the network went away",
-                    conn->member, m->host, m->pid);
+    if (state == DT_WIRE_MEMBER_LOST && !c->stopping) {
+        char why[sizeof m->lost_why];
+        lost_why(c, conn->member, m, reason, why, sizeof why);
+        pthread_mutex_lock(&c->hb_lock);
+        memcpy(m->lost_why, why, sizeof why);
+        m->lost_s = (double)uv_hrtime() / 1e9;
+        pthread_mutex_unlock(&c->hb_lock);
+        dt_log_warn("coordinator: %s", why);
+    }
     conn->member = -1;
 }
 
 void dt_coord__member_leave(struct dt_coord__conn *conn)
 {
-    part(conn, DT_WIRE_MEMBER_LEFT);
+    part(conn, DT_WIRE_MEMBER_LEFT, NULL);
     dt_wire_put_u8(&conn->out, DT_WIRE_OK);
 }
 
-void dt_coord__member_lost(struct dt_coord__conn *conn) { part(conn, DT_WIRE_MEMBER_LOST); }
+void dt_coord__member_lost(struct dt_coord__conn *conn, const char *reason)
+{
+    part(conn, DT_WIRE_MEMBER_LOST, reason);
+}
+
+int dt_coord_member_lost(struct dt_coord *c, int node, char *why, size_t n, double *when_s)
+{
+    int rc = DT_ENOTFOUND;
+    pthread_mutex_lock(&c->hb_lock);
+    if (c->members && node >= 0 && node < c->nnodes && c->members[node].lost_why[0]) {
+        snprintf(why, n, "%s", c->members[node].lost_why);
+        if (when_s)
+            *when_s = c->members[node].lost_s;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&c->hb_lock);
+    return rc ? dt_error_set(rc, "node %d was not lost", node) : 0;
+}
 
 void dt_coord__member_list(struct dt_coord__conn *conn)
 {

@@ -163,7 +163,7 @@ static void conn_close(struct dt_coord__conn *conn, const char *reason)
         log_close(conn, reason);
     dt_coord__wait_cancel(conn);
     dt_coord__barrier_leave(conn);
-    dt_coord__member_lost(conn);
+    dt_coord__member_lost(conn, reason);
     dt_coord__store_conn_gone(conn);
     struct dt_coord *c = conn->coord;
     preauth_unlink(conn);
@@ -665,6 +665,7 @@ static void apply_limits(struct dt_coord *c, const struct dt_coord_config *cfg)
     c->max_reply = c->lim.max_frame_bytes;
     c->handshake_ms = cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : DT_COORD__HANDSHAKE_MS;
     c->request_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms : DT_COORD__REQUEST_MS;
+    c->liveness_s = cfg->member_liveness_s > 0 ? cfg->member_liveness_s : 0;
     c->cfg_conns = cfg->max_conns;
     c->cfg_preauth = cfg->max_preauth_conns;
     refresh_caps(c);

@@ -30,6 +30,11 @@ struct dt_coord_config {
     unsigned request_timeout_ms;   /* 0: 30 s for a started request to arrive whole */
     unsigned max_conns;            /* 0: half of RLIMIT_NOFILE, at most 65536 */
     unsigned max_preauth_conns;    /* 0: half of max_conns, at most 1024 */
+    /* An agent's membership connection (JOIN) whose host or network went
+     * away is closed, and the member lost, about this long after its last
+     * acknowledged byte (dt_store_liveness_fd); 0: the kernel's own TCP
+     * timeouts (minutes).  Node 0's agent gives rendezvous.heartbeat_timeout. */
+    double member_liveness_s;
 };
 
 /* Binds, listens and starts the loop thread; returns once clients can connect. */
@@ -41,6 +46,12 @@ int dt_coord_port(const struct dt_coord *c);
 /* Reads the step counter last reported by `rank` (and when, in monotonic
  * seconds); returns DT_ENOTFOUND if that rank never reported. */
 int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when_s);
+
+/* Why node `node`'s agent was lost (a sentence naming its host, address
+ * and pid, and how: its connection closed, or it stopped acknowledging),
+ * and when (monotonic seconds, may be NULL); DT_ENOTFOUND while it was
+ * never lost.  Safe from any thread. */
+int dt_coord_member_lost(struct dt_coord *c, int node, char *why, size_t n, double *when_s);
 
 /* How many clients that are processes of this job (this host, this user,
  * the coordinator's process or its descendants: coord_gate.c) were turned

@@ -153,6 +153,7 @@ struct dt_coord {
     size_t max_total_bytes;
     size_t max_reply;
     uint64_t handshake_ms, request_ms;
+    double liveness_s;                  /* dt_coord_config.member_liveness_s */
     size_t conn_cap, preauth_cap;       /* in force now */
     unsigned cfg_conns, cfg_preauth;    /* from the configuration; 0: derived */
     bool accept_deferred;               /* a connection waits in the backlog for room */
@@ -172,14 +173,15 @@ struct dt_coord {
     size_t nconns;
     struct dt_coord__barrier *barriers;
     struct dt_coord__queue *queues[DT_COORD__QUEUE_SLOTS];
-    struct dt_coord__member *members; /* nnodes entries once the first agent joined */
+    struct dt_coord__member *members; /* nnodes entries once the first agent joined; their lost_why
+                                         and lost_s are read under hb_lock too */
     int64_t nnodes;
     bool stopping; /* dt_coord_stop is closing everything: members leaving is no news */
     unsigned long closes_logged;
     /* Under hb_lock too: read by dt_coord_refusals from the launcher's thread. */
     unsigned long refusals;
     char last_refusal[512];
-    pthread_mutex_t hb_lock;
+    pthread_mutex_t hb_lock; /* the heartbeat table, the refusals, members' lost_why */
     struct dt_coord__heartbeat *hb;
     size_t hb_cap;
 };
@@ -248,8 +250,9 @@ void dt_coord__barrier_leave(struct dt_coord__conn *conn);
 int dt_coord__heartbeat_record(struct dt_coord *c, int64_t rank, int64_t step);
 int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_request *r);
 void dt_coord__member_leave(struct dt_coord__conn *conn);
-/* The connection closed: a member that had not left is lost. */
-void dt_coord__member_lost(struct dt_coord__conn *conn);
+/* The connection closed (reason: conn_close's, NULL at end of stream): a
+ * member that had not left is lost, and why is kept (dt_coord_member_lost). */
+void dt_coord__member_lost(struct dt_coord__conn *conn, const char *reason);
 void dt_coord__member_list(struct dt_coord__conn *conn);
 /* Frees the barriers, the members and the heartbeat table. */
 void dt_coord__rendezvous_free(struct dt_coord *c);

@@ -354,9 +354,24 @@ static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char tok
  * its verdict (which agent ended first). */
 struct follow {
     struct dt_mpirun_verdict verdict;
+    struct dt_proc_run *run;
+    double stop_after_s; /* mpirun's time to end once it said it aborts the job */
     char scratch[DT_LINES_MAX + 1];
     char line[DT_LINES_MAX + 2];
 };
+
+/* mpirun's "Per user-direction, the job has been aborted." (an agent exited
+ * non-zero) is followed by its exit within seconds, except when a daemon of
+ * its sits on a host it can no longer reach (a partition): it then waits for
+ * TCP's timeouts, minutes, while every agent has ended.  So from that line
+ * on it gets stop_after_s, then SIGTERM (run->stop_at, base/proc.h). */
+static void watch_abort(struct follow *f, const char *line, size_t len)
+{
+    static const char said[] = "the job has been aborted";
+    if (f->run->stop_at > 0 || !memmem(line, len, said, sizeof said - 1))
+        return;
+    f->run->stop_at = dt_clock_s() + f->stop_after_s;
+}
 
 static void on_line(void *ctx, int stream, const char *line, size_t len, bool complete)
 {
@@ -367,8 +382,10 @@ static void on_line(void *ctx, int stream, const char *line, size_t len, bool co
     bool err = true;
     const char *text = line;
     size_t n = len;
-    if (!dt_mpirun__untag(line, len, f->scratch, &node, &err, &text, &n))
+    if (!dt_mpirun__untag(line, len, f->scratch, &node, &err, &text, &n)) {
         dt_mpirun_verdict_feed(&f->verdict, line, len);
+        watch_abort(f, line, len);
+    }
     memcpy(f->line, text, n);
     f->line[n] = '\n';
     fwrite(f->line, 1, n + 1, err ? stderr : stdout);
@@ -401,6 +418,12 @@ static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const 
 {
     if (r->signal)
         return 128 + r->signal;
+    if (r->stop_at > 0 && dt_clock_s() >= r->stop_at) {
+        dt_log_error("job %s failed: mpirun had not ended %g s after it aborted the job (a host it cannot "
+                     "reach any more?); it was stopped",
+                     job->name, f->stop_after_s);
+        return f->verdict.rank >= 0 && f->verdict.status > 0 ? f->verdict.status : 1;
+    }
     if (status && f->verdict.rank >= 0)
         dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first",
                      job->name, status, f->verdict.rank);
@@ -446,6 +469,13 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
                             .on_line = on_line,
                             .ctx = f,
                             .grace_s = opts->grace_s > 0 ? opts->grace_s : job->grace_period_s};
+    if (f) {
+        /* The agents left end within heartbeat_timeout and their grace period (docs/multinode.md). */
+        double hb = job->rendezvous.heartbeat_timeout_s > 0 ? job->rendezvous.heartbeat_timeout_s
+                                                            : job->rendezvous.timeout_s;
+        f->run = &r;
+        f->stop_after_s = hb + r.grace_s + 10;
+    }
     double start = opts->start_mono;
     rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
     dt_mpirun_line_free(&line);

@@ -256,6 +256,34 @@ static void summary_json(void **state)
     free(text);
 }
 
+/* lost_node: null without a lost node (a zeroed result too), else the node,
+ * its host, when and the coordinator's sentence, escaped. */
+static void summary_names_a_lost_node(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    struct dt_agent_result res = {.status = DT_AGENT_FAILED, .exit_status = 1};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
+    fclose(f);
+    assert_non_null(strstr(text, "\"lost_node\": null,"));
+    free(text);
+    res.lost_node.node = 1;
+    strcpy(res.lost_node.host, "gpu7");
+    res.lost_node.detected_s = 14.5;
+    strcpy(res.lost_node.reason, "node 1 (host gpu7, address 10.0.0.2:4242) stopped \"acknowledging\"");
+    f = open_memstream(&text, &len);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
+    fclose(f);
+    assert_non_null(strstr(text,
+                           "\"lost_node\": {\"node\": 1, \"host\": \"gpu7\", \"detected_s\": 14.500000, "
+                           "\"reason\": \"node 1 (host gpu7, address 10.0.0.2:4242) stopped "
+                           "\\\"acknowledging\\\"\"},"));
+    free(text);
+}
+
 static void oom_counter_parsed(void **state)
 {
     (void)state;
@@ -397,6 +425,7 @@ int main(void)
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),
+        cmocka_unit_test(summary_names_a_lost_node),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
         cmocka_unit_test(error_report_traceback),

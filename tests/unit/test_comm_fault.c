@@ -1,8 +1,10 @@
 /* test_comm_fault.c - failures: a peer killed or stopped in the middle of a
  * collective makes every survivor fail within the deadline with a message
  * naming the operation and the rank that died or stalled; the survivors
- * can then build a new communicator and work.  Also: mismatched collectives,
- * abort from another thread, and a bootstrap whose peer never comes.
+ * can then build a new communicator and work; with op_timeout_s (the job's
+ * heartbeat_timeout) a stalled peer is named in that time, not the
+ * bootstrap's timeout.  Also: mismatched collectives, abort from another
+ * thread, and a bootstrap whose peer never comes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,7 +56,12 @@ static int rebuild(int rank, const char *backend)
     return rc;
 }
 
-struct fault { const char *backend; int sig; char marks[64]; };
+struct fault {
+    const char *backend;
+    int sig;
+    char marks[64];
+    double limit_s; /* 0: TIMEOUT + 1.5 */
+};
 
 static int body_fault(struct dt_comm *c, int rank, int world, void *arg)
 {
@@ -78,8 +85,9 @@ static int body_fault(struct dt_comm *c, int rank, int world, void *arg)
     fprintf(stderr, "rank %d saw (%.2f s): %s\n", rank, took, msg);
     if (rc != DT_ECONN && rc != DT_ETIMEDOUT)
         return dt_error_set(DT_EINTERNAL, "wanted DT_ECONN or DT_ETIMEDOUT, got %d: %s", rc, msg);
-    if (took > TIMEOUT + 1.5)
-        return dt_error_set(DT_EINTERNAL, "the failing allreduce took %.2f s (deadline %.1f s)", took, TIMEOUT);
+    double limit = f->limit_s > 0 ? f->limit_s : TIMEOUT + 1.5;
+    if (took > limit)
+        return dt_error_set(DT_EINTERNAL, "the failing allreduce took %.2f s (at most %.1f s)", took, limit);
     if (!strstr(msg, "allreduce") || !strstr(msg, "peer rank"))
         return dt_error_set(DT_EINTERNAL, "message does not name the operation and a peer: %s", msg);
     /* Every survivor names the failed rank, not only its neighbours: shm
@@ -97,12 +105,12 @@ static int body_fault(struct dt_comm *c, int rank, int world, void *arg)
     return rebuild(rank, f->backend);
 }
 
-static void run_fault(const char *backend, int sig)
+static void run_fault_in(const char *backend, int sig, double timeout_s, double limit_s)
 {
-    struct fault f = {backend, sig, ""};
+    struct fault f = {backend, sig, "", limit_s};
     snprintf(f.marks, sizeof f.marks, "/tmp/dtrain-fault-%d", (int)getpid());
     /* the victim is the one rank that must not exit cleanly */
-    assert_int_equal(harness_run(4, backend, TIMEOUT, body_fault, &f), 1);
+    assert_int_equal(harness_run(4, backend, timeout_s, body_fault, &f), 1);
     int named = 0;
     for (int r = 0; r < 4; r++) {
         char mark[128];
@@ -110,6 +118,11 @@ static void run_fault(const char *backend, int sig)
         named += unlink(mark) == 0;
     }
     assert_int_equal(named, 3); /* every survivor named rank 2 */
+}
+
+static void run_fault(const char *backend, int sig)
+{
+    run_fault_in(backend, sig, TIMEOUT, 0);
 }
 
 static void tcp_killed_peer(void **s) { (void)s; run_fault("tcp", SIGKILL); }
@@ -126,6 +139,16 @@ static void tcp_lanes_fault(int sig)
     run_fault("tcp", sig);
     unsetenv("DTRAIN_TCP_LANES");
 }
+/* Bootstrap may wait 30 s for every rank; a collective's stalled peer is
+ * named after op_timeout_s (1 s), well before TIMEOUT. */
+static void tcp_stall_named_after_op_timeout(void **s)
+{
+    (void)s;
+    harness_op_timeout_s = 1.0;
+    run_fault_in("tcp", SIGSTOP, 30, 2.2);
+    harness_op_timeout_s = 0;
+}
+
 static void tcp_lanes_killed_peer(void **s) { (void)s; tcp_lanes_fault(SIGKILL); }
 static void tcp_lanes_stalled_peer(void **s) { (void)s; tcp_lanes_fault(SIGSTOP); }
 
@@ -211,10 +234,15 @@ static void bootstrap_peer_missing(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tcp_killed_peer),       cmocka_unit_test(shm_killed_peer),
-        cmocka_unit_test(tcp_stalled_peer),      cmocka_unit_test(shm_stalled_peer),
-        cmocka_unit_test(tcp_lanes_killed_peer), cmocka_unit_test(tcp_lanes_stalled_peer),
-        cmocka_unit_test(mismatch_detected), cmocka_unit_test(abort_interrupts),
+        cmocka_unit_test(tcp_killed_peer),
+        cmocka_unit_test(shm_killed_peer),
+        cmocka_unit_test(tcp_stalled_peer),
+        cmocka_unit_test(shm_stalled_peer),
+        cmocka_unit_test(tcp_stall_named_after_op_timeout),
+        cmocka_unit_test(tcp_lanes_killed_peer),
+        cmocka_unit_test(tcp_lanes_stalled_peer),
+        cmocka_unit_test(mismatch_detected),
+        cmocka_unit_test(abort_interrupts),
         cmocka_unit_test(bootstrap_peer_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

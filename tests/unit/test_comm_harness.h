@@ -81,6 +81,9 @@ static int harness_store(struct dt_store **s)
 
 typedef int (*harness_body)(struct dt_comm *c, int rank, int world, void *arg);
 
+/* dt_comm_options.op_timeout_s of the next harness_run's ranks (0: timeout_s). */
+static double harness_op_timeout_s;
+
 /* Runs body on `world` ranks; returns how many failed.  The body returns 0 or
  * a negative code (its message in dt_error_last()). */
 static int harness_run(int world, const char *backend, double timeout_s, harness_body body, void *arg)
@@ -96,8 +99,14 @@ static int harness_run(int world, const char *backend, double timeout_s, harness
             alarm(150);
             struct dt_store *s = NULL;
             struct dt_comm *c = NULL;
-            struct dt_comm_options o = {.backend = backend, .rank = r, .world = world, .local_rank = r,
-                                        .local_world = world, .key_prefix = prefix, .timeout_s = timeout_s};
+            struct dt_comm_options o = {.backend = backend,
+                                        .rank = r,
+                                        .world = world,
+                                        .local_rank = r,
+                                        .local_world = world,
+                                        .key_prefix = prefix,
+                                        .timeout_s = timeout_s,
+                                        .op_timeout_s = harness_op_timeout_s};
             int rc = harness_store(&s);
             if (rc == 0) {
                 o.store = s;

@@ -212,14 +212,46 @@ static void helper_gets_our_signal(void **state)
     assert_true(now.sa_handler == SIG_DFL); /* put back */
 }
 
+/* stop_at, set from on_line: SIGTERM then, SIGKILL to its group a grace
+ * period later, even while a child of it holds the pipes; signal stays 0. */
+static void stop_line(void *ctx, int stream, const char *line, size_t len, bool complete)
+{
+    (void)stream;
+    (void)complete;
+    struct dt_proc_run *r = ctx;
+    if (len == 7 && !memcmp(line, "abandon", 7))
+        r->stop_at = dt_clock_s() + 0.2;
+}
+
+static void helper_stopped_after_it_says_so(void **state)
+{
+    (void)state;
+    char *argv[] = {"sh", "-c", "trap '' TERM; (trap '' TERM; sleep 30) & echo abandon; wait", NULL};
+    struct dt_proc_run r = {
+        .argv = argv, .io = {DT_PROC_LINES, DT_PROC_INHERIT}, .on_line = stop_line, .grace_s = 0.3};
+    r.ctx = &r;
+    double t0 = dt_clock_s();
+    int rc = dt_proc_run(&r);
+    double took = dt_clock_s() - t0;
+    assert_int_equal(rc, 128 + SIGKILL); /* it ignored SIGTERM */
+    assert_int_equal(r.signal, 0);
+    assert_true(took >= 0.2 + 0.9 && took < 5); /* the grace is at least 1 s */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(exit_statuses_decoded),       cmocka_unit_test(plain_line),
-        cmocka_unit_test(name_with_spaces_and_parens), cmocka_unit_test(truncated_or_garbage_refused),
-        cmocka_unit_test(reads_own_process),           cmocka_unit_test(signals_arrive_on_the_pipe),
-        cmocka_unit_test(helper_output_captured),      cmocka_unit_test(helper_output_by_lines),
-        cmocka_unit_test(helper_missing_or_slow),      cmocka_unit_test(helper_gets_our_signal),
+        cmocka_unit_test(exit_statuses_decoded),
+        cmocka_unit_test(plain_line),
+        cmocka_unit_test(name_with_spaces_and_parens),
+        cmocka_unit_test(truncated_or_garbage_refused),
+        cmocka_unit_test(reads_own_process),
+        cmocka_unit_test(signals_arrive_on_the_pipe),
+        cmocka_unit_test(helper_output_captured),
+        cmocka_unit_test(helper_output_by_lines),
+        cmocka_unit_test(helper_missing_or_slow),
+        cmocka_unit_test(helper_gets_our_signal),
+        cmocka_unit_test(helper_stopped_after_it_says_so),
     };
     return cmocka_run_group_tests_name("proc", tests, NULL, NULL);
 }

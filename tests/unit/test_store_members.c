@@ -1,7 +1,9 @@
 /* test_store_members.c - agent membership (JOIN, LEAVE, MEMBERS) and PyTorch's
  * queues (QUEUE_PUSH/POP/LEN) through dtrain's client against an in-process
  * coordinator with a job token, and their bad inputs: a duplicate node rank,
- * a node rank out of range, another node count, a JOIN before the token. */
+ * a node rank out of range, another node count, a JOIN before the token; why
+ * a member was lost (dt_coord_member_lost) and the liveness settings of a
+ * member's connection (dt_store_liveness_fd). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +118,64 @@ static void leaving_and_dropping_are_visible(void **state)
     assert_int_equal(state_of(f->s, 2, NULL), DT_STORE_MEMBER_JOINED);
     dt_store_close(c);
     dt_store_close(b);
+}
+
+/* A member whose agent closed its connection is lost "closed its connection",
+ * named with its host, address and pid; a member that left or never was
+ * lost has no reason; joining again clears it. */
+static void a_lost_member_says_who_and_how(void **state)
+{
+    struct fx *f = *state;
+    struct dt_store *b = client(f), *c = client(f);
+    assert_int_equal(dt_store_join(f->s, 0, 3, 1, "a"), 0);
+    assert_int_equal(dt_store_join(b, 1, 3, 1, "hostb"), 0);
+    assert_int_equal(dt_store_join(c, 2, 3, 1, "hostc"), 0);
+    assert_int_equal(dt_store_leave(b), 0);
+    dt_store_close(c);
+    char why[512];
+    double when = 0;
+    int rc = DT_ENOTFOUND;
+    for (int i = 0; i < 100 && rc != 0; i++) {
+        rc = dt_coord_member_lost(f->coord, 2, why, sizeof why, &when);
+        usleep(10000);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(when > 0);
+    char pid[64];
+    snprintf(pid, sizeof pid, "agent pid %d)", (int)getpid());
+    assert_non_null(strstr(why, "node 2 (host hostc, address 127.0.0.1:"));
+    assert_non_null(strstr(why, pid));
+    assert_non_null(strstr(why, "closed its connection without leaving: its agent exited or was killed"));
+    assert_int_equal(dt_coord_member_lost(f->coord, 1, why, sizeof why, NULL), DT_ENOTFOUND);
+    assert_int_equal(dt_coord_member_lost(f->coord, 0, why, sizeof why, NULL), DT_ENOTFOUND);
+    assert_int_equal(dt_coord_member_lost(f->coord, 7, why, sizeof why, NULL), DT_ENOTFOUND);
+    c = client(f);
+    assert_int_equal(dt_store_join(c, 2, 3, 1, "hostc"), 0);
+    assert_int_equal(dt_coord_member_lost(f->coord, 2, why, sizeof why, NULL), DT_ENOTFOUND);
+    dt_store_close(c);
+    dt_store_close(b);
+}
+
+/* What makes a connection to a vanished host fail in `seconds`. */
+static void liveness_sets_keepalive_and_user_timeout(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(dt_store_liveness_fd(fd, 2.5), 0);
+    int v = 0;
+    socklen_t len = sizeof v;
+    assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, &len), 0);
+    assert_int_equal(v, 1);
+    unsigned ms = 0;
+    len = sizeof ms;
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, &len), 0);
+    assert_int_equal(ms, 2500);
+    close(fd);
 }
 
 static void duplicate_node_rank_is_refused_with_who_holds_it(void **state)
@@ -257,6 +318,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(join_lists_every_member, setup, teardown),
         cmocka_unit_test_setup_teardown(leaving_and_dropping_are_visible, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_lost_member_says_who_and_how, setup, teardown),
+        cmocka_unit_test(liveness_sets_keepalive_and_user_timeout),
         cmocka_unit_test_setup_teardown(duplicate_node_rank_is_refused_with_who_holds_it, setup, teardown),
         cmocka_unit_test_setup_teardown(out_of_range_and_other_node_counts_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(join_before_the_token_closes_and_is_not_applied, setup, teardown),

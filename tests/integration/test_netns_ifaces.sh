@@ -1,0 +1,100 @@
+# test_netns_ifaces.sh - two namespace hosts with two interfaces each
+# (scripts/netns-cluster.sh up 2 2: eth0 on 10.201.S.0/24, eth1 on 10.202.S.0/24),
+# the coordinator on eth0's network: which address the tcp ranks use.
+#
+#  - by default, the address of the route to the coordinator (eth0's), not 127.0.0.1;
+#  - with GLOO_SOCKET_IFNAME=eth1 (in the spec's env:, as for PyTorch's Gloo) the
+#    ranks' mesh runs on eth1's network while the agents stay on eth0's;
+#  - a name no interface has fails the ranks with the interfaces there are.
+# Needs root; without network namespaces it prints one skip line with the reason.
+. "$(dirname "$0")/lib.sh"
+
+NC=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netns-cluster.sh
+export DTN_TAG="i$(($$ % 100000))"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  "$NC" down >/dev/null 2>&1
+  rm -rf "$T"
+}
+trap cleanup EXIT
+why=$("$NC" up 2 2 2>&1); st=$?
+if [ "$st" = 77 ]; then
+  echo "ok - # SKIP network namespaces: $why"
+  exit 0
+elif [ "$st" != 0 ]; then
+  not_ok "netns-cluster.sh up failed (status $st): $why"
+  exit 1
+fi
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+A1=$("$NC" addr 1 1) A2=$("$NC" addr 2 1) B1=$("$NC" addr 1 2) B2=$("$NC" addr 2 2)
+COORD="$A1:29500"
+
+job() { # env-line
+  cat <<EOF2
+name: ni
+nodes: 2
+nproc_per_node: 1
+backend: tcp
+grace_period: 1s
+$1
+trainer:
+  model: {hidden: [16]}
+  data: {batch_size: 32, workers: 1}
+  steps: 100000000
+  log_every_steps: 10
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 0}
+  eval: {every_epochs: 0}
+rendezvous: {timeout: 10s, heartbeat_timeout: 3s}
+EOF2
+}
+
+# run TAG SPEC: both agents; once rank 0 trains (or both ended), host 2's
+# established TCP connections go to $T/TAG.ss; then SIGTERM ends the job.
+run() {
+  local tag=$1 spec=$2
+  "$NC" exec 1 "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
+    --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
+  a0=$!; pids+=($a0)
+  "$NC" exec 2 "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
+    --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
+  a1=$!; pids+=($a1)
+  for _ in $(seq 200); do
+    [ -s "$(ls "$T/runs-$tag"/ni-*/metrics.jsonl 2>/dev/null | head -n 1)" ] && break
+    kill -0 "$a0" 2>/dev/null || break
+    sleep 0.1
+  done
+  "$NC" exec 2 ss -Htn state established >"$T/$tag.ss"
+  kill -TERM "$a0" 2>/dev/null
+  wait "$a0"; rc0=$?
+  wait "$a1"; rc1=$?
+}
+
+# mesh FILE ADDR: host 2 has a connection to ADDR on a port other than the coordinator's.
+mesh() { awk -v a="$2" '{ split($4, p, ":"); if (p[1] == a && p[2] != 29500) n++ } END { exit !n }' "$1"; }
+
+# --- by default: the route to the coordinator ----------------------------------
+job "" >"$T/plain.yaml"
+run plain "$T/plain.yaml"
+check "default: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+check "default: the ranks' mesh runs on eth0's network ($A2 -> $A1), the coordinator's" mesh "$T/plain.ss" "$A1"
+if grep -q "127\.0\.0\.1" "$T/plain.ss"; then not_ok "default: no connection of host 2 is to 127.0.0.1"
+else ok "default: no connection of host 2 is to 127.0.0.1"; fi
+
+# --- GLOO_SOCKET_IFNAME=eth1 ------------------------------------------------------
+job "env: {GLOO_SOCKET_IFNAME: eth1}" >"$T/eth1.yaml"
+run eth1 "$T/eth1.yaml"
+check "eth1: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+check "eth1: the ranks' mesh runs on eth1's network ($B2 -> $B1)" mesh "$T/eth1.ss" "$B1"
+if mesh "$T/eth1.ss" "$A1"; then not_ok "eth1: no mesh connection on eth0's network"; sed 's/^/    /' "$T/eth1.ss"
+else ok "eth1: no mesh connection on eth0's network"; fi
+contains "$T/eth1.ss" "$A2:[0-9]+ +$A1:29500" "eth1: the agents and the store stay on eth0's network (the coordinator)"
+
+# --- a name no interface has --------------------------------------------------------
+job "env: {GLOO_SOCKET_IFNAME: nosuch}" >"$T/bad.yaml"
+run bad "$T/bad.yaml"
+check "nosuch: both agents fail ($rc0 $rc1)" test "$rc0" != 0 -a "$rc1" != 0 -a "$rc0" != 143
+cat "$T"/runs-bad/ni-*/attempt_0/rank_*.err >"$T/bad.ranks" 2>/dev/null
+contains "$T/bad.ranks" "GLOO_SOCKET_IFNAME=nosuch names no interface with an IPv4 address on this host \(those with one: lo, eth0, eth1\)" \
+  "nosuch: the ranks say which variable, and the interfaces there are"
