@@ -56,6 +56,10 @@ struct dt_restart_policy {
     enum dt_exit_action otherwise; /* codes not listed: retry (default), up to max_restarts */
 };
 
+/* slurm.signal_lead when the spec leaves it out: the requeue warning comes this long before the time limit.
+ */
+#define DT_SLURM_SIGNAL_LEAD_S 90
+
 /* slurm: the sbatch settings of `scheduler: slurm` (issue 10).  Zero or NULL
  * means "not asked for": the line is left out and Slurm's default applies. */
 struct dt_slurm_spec {
@@ -63,13 +67,16 @@ struct dt_slurm_spec {
     char *account;
     char *qos;
     char *constraint;
-    int64_t time_s; /* time limit in seconds, written 02:00:00, 1-00:00:00 or 2h */
+    int64_t time_s; /* time limit in seconds, written 02:00:00, 1-00:00:00 or 2h; 0 = not asked */
     int gpus_per_node;
+    char *gpu_type; /* gpus_per_node: "h100:8" is type h100, 8 GPUs; NULL for a bare count */
     int cpus_per_task;
-    uint64_t mem_bytes; /* per node */
+    uint64_t mem_bytes; /* per node, as sbatch reads --mem (64G = 64 GiB, a bare number MiB) */
+    bool mem_all;       /* mem: 0, Slurm's "all of the node's memory" (mem_bytes is 0) */
     bool exclusive;
-    bool requeue;        /* --requeue, and SIGUSR1 90 s before the time limit */
-    char **extra_sbatch; /* NULL-terminated: lines added as "#SBATCH <line>" */
+    bool requeue;         /* --requeue, and SIGUSR1 signal_lead_s before the time limit */
+    double signal_lead_s; /* whole seconds, default DT_SLURM_SIGNAL_LEAD_S */
+    char **extra_sbatch;  /* NULL-terminated: lines added as "#SBATCH <line>" */
     int n_extra_sbatch;
 };
 

@@ -11,6 +11,7 @@
 #include "spec/jobspec.h"
 #include "spec/jobspec_keys.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,7 @@ static int parse_slurm_time(const char *s, long long *seconds)
         *seconds = f[0] * 60 + f[1];
     else
         *seconds = f[0] * 3600 + f[1] * 60 + f[2];
-    return *seconds > 0 ? 0 : -1;
+    return 0; /* 0: no limit asked for, the line is left out */
 }
 
 static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
@@ -77,8 +78,8 @@ static int set_slurm_time(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, 
         return 0;
     }
     return dt_spec_fail(ctx, v, k->name,
-                        "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes) or "
-                        "2h, got %s",
+                        "expected a time limit like \"02:00:00\", \"1-12:00:00\", 90 (minutes), 2h "
+                        "or 0 (none asked for), got %s",
                         dt_spec_got(v, q, sizeof q));
 }
 
@@ -92,27 +93,172 @@ static int print_slurm_time(const void *obj, char *buf, size_t size)
     return 1;
 }
 
+/* --mem as sbatch reads it: a whole number with K, M, G or T, binary (64G is
+ * 64 GiB), a bare number in MiB, and 0 for all of the node's memory; dtrain's
+ * sizes (64Gi, 500MB: MB and GB decimal, as everywhere in the spec) too. */
+static int parse_slurm_mem(const char *s, double *bytes)
+{
+    static const char units[] = "KMGT";
+    size_t digits = strspn(s, "0123456789");
+    if (digits == 0 || digits > 30)
+        return dt_spec_parse_bytes(s, 1048576.0, bytes);
+    const char *u = s[digits] ? strchr(units, toupper((unsigned char)s[digits])) : units + 1;
+    if (!u || (s[digits] && s[digits + 1]))
+        return dt_spec_parse_bytes(s, 1048576.0, bytes);
+    *bytes = strtod(s, NULL) * (double)(1ULL << (10 * (u - units + 1)));
+    return 0;
+}
+
+static int set_slurm_mem(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                         void *obj)
+{
+    struct dt_slurm_spec *s = obj;
+    char q[96];
+    double x;
+    if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v) || parse_slurm_mem(v->text, &x))
+        return dt_spec_fail(ctx, v, k->name,
+                            "expected a size like 512Mi, 64Gi or 4GB, or as sbatch writes --mem: 64G "
+                            "(GiB), 500M, 4096 (a bare number is MiB) or 0 (all of the node's memory), "
+                            "got %s",
+                            dt_spec_got(v, q, sizeof q));
+    struct dt_spec_key as_bytes = *k; /* the range's message in bytes, as for any size */
+    as_bytes.type = DT_KT_BYTES;
+    s->mem_all = x == 0;
+    if (!s->mem_all && dt_spec_check_range(ctx, &as_bytes, v, x, 0))
+        return DT_EINVAL;
+    s->mem_bytes = (uint64_t)x;
+    return 0;
+}
+
+/* Back as sbatch reads it: G or M when exact, else bytes. */
+static int print_slurm_mem(const void *obj, char *buf, size_t size)
+{
+    const struct dt_slurm_spec *s = obj;
+    unsigned long long b = s->mem_bytes;
+    if (s->mem_all)
+        snprintf(buf, size, "0");
+    else if (!b)
+        return 0;
+    else if (b % (1ULL << 30) == 0)
+        snprintf(buf, size, "%lluG", b >> 30);
+    else if (b % (1ULL << 20) == 0)
+        snprintf(buf, size, "%lluM", b >> 20);
+    else
+        snprintf(buf, size, "%lluB", b);
+    return 1;
+}
+
+/* Slurm's GRES type names: letters, digits, '_', '-' and '.' (h100, a100_80gb). */
+static int gpu_type_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("_-.", s[i]))
+            return 0;
+    return 1;
+}
+
+/* gpus_per_node: a count, or "TYPE:N" (--gpus-per-node=h100:8). */
+static int set_slurm_gpus(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v,
+                          void *obj)
+{
+    struct dt_slurm_spec *s = obj;
+    char q[96];
+    long long n = -1;
+    const char *colon = v->kind == DT_Y_SCALAR ? strrchr(v->text, ':') : NULL;
+    if (v->kind == DT_Y_SCALAR && v->plain && !colon && dt_spec_parse_int(v->text, &n) == 0) {
+        if (dt_spec_check_range(ctx, k, v, (double)n, 1))
+            return DT_EINVAL;
+        free(s->gpu_type);
+        s->gpu_type = NULL;
+        s->gpus_per_node = (int)n;
+        return 0;
+    }
+    if (colon && gpu_type_ok(v->text, (size_t)(colon - v->text)) && dt_spec_parse_int(colon + 1, &n) == 0 &&
+        n >= 1 && n <= k->hi) {
+        char *type = strndup(v->text, (size_t)(colon - v->text));
+        if (!type)
+            return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+        free(s->gpu_type);
+        s->gpu_type = type;
+        s->gpus_per_node = (int)n;
+        return 0;
+    }
+    return dt_spec_fail(
+        ctx, v, k->name,
+        "expected a GPU count from 0 to %g or \"TYPE:N\" like \"h100:8\" (a Slurm GPU type of "
+        "letters, digits, '_', '-' and '.', and a count from 1 to %g), got %s",
+        k->hi, k->hi, dt_spec_got(v, q, sizeof q));
+}
+
+static void release_slurm_gpus(void *obj)
+{
+    struct dt_slurm_spec *s = obj;
+    free(s->gpu_type);
+    s->gpu_type = NULL;
+}
+
+static int print_slurm_gpus(const void *obj, char *buf, size_t size)
+{
+    const struct dt_slurm_spec *s = obj;
+    if (s->gpu_type)
+        snprintf(buf, size, "\"%s:%d\"", s->gpu_type, s->gpus_per_node);
+    else
+        snprintf(buf, size, "%d", s->gpus_per_node);
+    return 1;
+}
+
+static void slurm_init(void *obj)
+{
+    ((struct dt_slurm_spec *)obj)->signal_lead_s = DT_SLURM_SIGNAL_LEAD_S;
+}
+
+/* sbatch --signal takes whole seconds; a lead as long as the limit would stop the job as it starts. */
+static int check_slurm(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_slurm_spec *s = obj;
+    const struct dt_ynode *lead = dt_ymap_get(map, "signal_lead");
+    if (s->signal_lead_s != (double)(long long)s->signal_lead_s)
+        return dt_spec_fail(ctx, lead, "signal_lead",
+                            "expected whole seconds (sbatch --signal takes seconds)");
+    if (s->requeue && s->time_s > 0 && s->signal_lead_s >= (double)s->time_s)
+        return dt_spec_fail(
+            ctx, lead ? lead : map, lead ? "signal_lead" : NULL,
+            "the requeue warning comes %g s before the time limit (signal_lead), but the limit "
+            "is %lld s: the job would be asked to stop as it starts; give a shorter signal_lead "
+            "or a longer time",
+            s->signal_lead_s, (long long)s->time_s);
+    return 0;
+}
+
 static const struct dt_spec_key slurm_keys[] = {
     DT_KEY("partition", DT_KT_STR, struct dt_slurm_spec, partition),
     DT_KEY("account", DT_KT_STR, struct dt_slurm_spec, account),
     DT_KEY("time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time,
            .print = print_slurm_time),
-    DT_KEY("gpus_per_node", DT_KT_INT, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("gpus_per_node", DT_KT_CUSTOM, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
+           .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_gpus, .release = release_slurm_gpus,
+           .print = print_slurm_gpus),
     DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
            .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
-    DT_KEY("mem", DT_KT_BYTES, struct dt_slurm_spec, mem_bytes, .lo = 1, .hi = MAX_BYTES,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("mem", DT_KT_CUSTOM, struct dt_slurm_spec, mem_bytes, .lo = 1, .hi = MAX_BYTES,
+           .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_mem, .print = print_slurm_mem),
     DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos),
     DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint),
     DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive),
     DT_KEY("requeue", DT_KT_BOOL, struct dt_slurm_spec, requeue),
+    DT_KEY("signal_lead", DT_KT_DURATION, struct dt_slurm_spec, signal_lead_s, .lo = 1, .hi = 65535,
+           .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("extra_sbatch", DT_KT_STRLIST, struct dt_slurm_spec, extra_sbatch,
            DT_COUNT(struct dt_slurm_spec, n_extra_sbatch),
            .hint = "each item is one sbatch option, like [--mail-type=END, --comment=x]"),
 };
-const struct dt_spec_section dt_jobspec_slurm_section = {
-    .keys = slurm_keys, .n_keys = DT_NKEYS(slurm_keys), .size = sizeof(struct dt_slurm_spec)};
+const struct dt_spec_section dt_jobspec_slurm_section = {.keys = slurm_keys,
+                                                         .n_keys = DT_NKEYS(slurm_keys),
+                                                         .size = sizeof(struct dt_slurm_spec),
+                                                         .init = slurm_init,
+                                                         .check = check_slurm};
 
 /* Kubernetes CPU quantities: 4, 0.5 (cores) or "500m" (millicores). */
 static int set_cpu(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)

@@ -3,8 +3,9 @@
  * A script a user can read, edit and submit by hand: #SBATCH lines for what
  * the spec's slurm: section asks (nothing else, so the cluster's defaults
  * apply), one task per node (the agent), and a body that runs
- * `srun --kill-on-bad-exit=1 dtrain agent job.yaml`.  With requeue: true the
- * batch shell gets SIGUSR1 90 s before the time limit (--signal=B:USR1@90),
+ * `srun --kill-on-bad-exit=1 dtrain agent job.yaml` (with the task's CPU count,
+ * which srun does not inherit).  With requeue: true the batch shell gets
+ * SIGUSR1 slurm.signal_lead (90 s) before the time limit (--signal=B:USR1@90),
  * passes it to the agents (srun forwards it to its tasks, the agents to the
  * ranks), and requeues the job when the ranks stop for it (exit status 75).
  *
@@ -45,7 +46,8 @@ static void print_time(FILE *out, int64_t s)
         fprintf(out, "#SBATCH --time=%02" PRId64 ":%02" PRId64 ":%02" PRId64 "\n", h, m, sec);
 }
 
-/* --mem takes MiB by default (Slurm's "M" is 1024^2); round up so a job never gets less than it asked. */
+/* --mem takes MiB by default (Slurm's "M" is 1024^2, "G" 1024^3); round up so a job never gets less than
+ * it asked (sbatch rounds K up to MiB alike). */
 static void print_mem(FILE *out, uint64_t bytes)
 {
     const uint64_t mib = 1024 * 1024, gib = mib * 1024;
@@ -57,12 +59,13 @@ static void print_mem(FILE *out, uint64_t bytes)
 
 static void print_header(const struct dt_job *job, const char *job_path, FILE *out)
 {
-    char per_node[32];
-    if (job->nproc_per_node == DT_NPROC_GPU)
+    char per_node[48];
+    int n = dt_slurm_ranks_per_node(job);
+    if (n == 0)
         snprintf(per_node, sizeof per_node, "one rank per GPU");
     else
-        snprintf(per_node, sizeof per_node, "%d rank%s", job->nproc_per_node,
-                 job->nproc_per_node == 1 ? "" : "s");
+        snprintf(per_node, sizeof per_node, "%d rank%s%s", n, n == 1 ? "" : "s",
+                 job->nproc_per_node == DT_NPROC_GPU ? " (one per GPU)" : "");
     fprintf(out,
             "#!/bin/bash\n"
             "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
@@ -72,8 +75,7 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
             "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
             "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
             "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
-            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node,
-            job->log_dir, job->name);
+            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
 }
 
 static void print_sbatch_lines(const struct dt_job *job, FILE *out)
@@ -83,10 +85,13 @@ static void print_sbatch_lines(const struct dt_job *job, FILE *out)
     fprintf(out, "#SBATCH --nodes=%d\n", job->nodes);
     fprintf(out, "#SBATCH --ntasks-per-node=1\n");
     if (s && s->gpus_per_node > 0)
-        fprintf(out, "#SBATCH --gpus-per-node=%d\n", s->gpus_per_node);
+        fprintf(out, "#SBATCH --gpus-per-node=%s%s%d\n", s->gpu_type ? s->gpu_type : "",
+                s->gpu_type ? ":" : "", s->gpus_per_node);
     if (s && s->cpus_per_task > 0)
         fprintf(out, "#SBATCH --cpus-per-task=%d\n", s->cpus_per_task);
-    if (s && s->mem_bytes > 0)
+    if (s && s->mem_all)
+        fprintf(out, "#SBATCH --mem=0\n"); /* all of each node's memory */
+    else if (s && s->mem_bytes > 0)
         print_mem(out, s->mem_bytes);
     if (s && s->time_s > 0)
         print_time(out, s->time_s);
@@ -106,8 +111,9 @@ static void print_sbatch_lines(const struct dt_job *job, FILE *out)
         fprintf(
             out,
             "#SBATCH --open-mode=append\n" /* a requeued run adds to the files instead of truncating them */
-            "#SBATCH --signal=B:USR1@90\n"
-            "#SBATCH --requeue\n");
+            "#SBATCH --signal=B:USR1@%.0f\n"
+            "#SBATCH --requeue\n",
+            s->signal_lead_s);
     for (int i = 0; s && i < s->n_extra_sbatch; i++)
         fprintf(out, "#SBATCH %s\n", s->extra_sbatch[i]);
 }
@@ -130,23 +136,52 @@ static void print_token(const struct dt_job *job, FILE *out)
                  "fi\n");
 }
 
+/* Since Slurm 22.05 srun no longer takes --cpus-per-task from sbatch: without
+ * it a step's task gets one CPU, and under task binding the agent and all its
+ * ranks share it.  SRUN_CPUS_PER_TASK is srun's own variable for -c; exported,
+ * it also reaches any srun the ranks run. */
+static void print_cpus(const struct dt_job *job, FILE *out)
+{
+    if (!job->slurm || job->slurm->cpus_per_task <= 0)
+        return;
+    fprintf(out,
+            "\n"
+            "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05): pass it on, so the\n"
+            "# agent and its ranks get every CPU of the task and not one.\n"
+            "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-%d}\n",
+            job->slurm->cpus_per_task);
+}
+
+/* The step: every agent, with the flags `dtrain launch` passes through the environment. */
+static void print_srun(const struct dt_job *job, FILE *out)
+{
+    fprintf(out, "srun --kill-on-bad-exit=1 ");
+    if (job->slurm && job->slurm->cpus_per_task > 0)
+        fprintf(out, "--cpus-per-task=\"$SRUN_CPUS_PER_TASK\" ");
+    fprintf(out, "\"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
+                 "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}");
+}
+
 static void print_run(const struct dt_job *job, FILE *out)
 {
     if (!job->slurm || !job->slurm->requeue) {
-        fprintf(out, "\nexec srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
-                     "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
-                     "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}\n");
+        fprintf(out, "\nexec ");
+        print_srun(job, out);
+        fprintf(out, "\n");
         return;
     }
+    fprintf(
+        out,
+        "\n"
+        "# SIGUSR1 comes %.0f s before the time limit.  srun passes it to the agents, they to the ranks;\n"
+        "# the trainer writes a checkpoint and stops with status %d, and the job is requeued (same\n"
+        "# job id, same run directory): the next run resumes from that checkpoint.\n"
+        "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
+        "\"${step:-}\" 2>/dev/null; interrupted=1' USR1\n",
+        job->slurm->signal_lead_s, DT_SLURM_EXIT_REQUEUE);
+    print_srun(job, out);
     fprintf(out,
-            "\n"
-            "# SIGUSR1 comes 90 s before the time limit.  srun passes it to the agents, they to the ranks;\n"
-            "# the trainer writes a checkpoint and stops with status %d, and the job is requeued (same\n"
-            "# job id, same run directory): the next run resumes from that checkpoint.\n"
-            "trap 'echo \"dtrain: SIGUSR1 (time limit near): passing it to the agents\" >&2; kill -USR1 "
-            "\"${step:-}\" 2>/dev/null; interrupted=1' USR1\n"
-            "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir "
-            "\"$DTRAIN_LOG_DIR\"} ${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"} &\n"
+            " &\n"
             "step=$!\n"
             "while :; do\n"
             "  interrupted=0\n"
@@ -158,7 +193,7 @@ static void print_run(const struct dt_job *job, FILE *out)
             "  scontrol requeue \"$SLURM_JOB_ID\"\n"
             "fi\n"
             "exit \"$status\"\n",
-            DT_SLURM_EXIT_REQUEUE, DT_SLURM_EXIT_REQUEUE);
+            DT_SLURM_EXIT_REQUEUE);
 }
 
 /* A line break in a value would end its #SBATCH line and put the rest in the script's body. */
@@ -208,6 +243,7 @@ int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
     shell_quote(out, job_path);
     fprintf(out, "  # the job spec, read by every agent\n");
     print_token(job, out);
+    print_cpus(job, out);
     print_run(job, out);
     if (ferror(out))
         return dt_error_set(DT_EIO, "cannot write the sbatch script for %s", job_path);

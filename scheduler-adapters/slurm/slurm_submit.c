@@ -513,7 +513,8 @@ static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, 
     int rc = log_dir_abs(job, o, p->log_dir, sizeof p->log_dir);
     if (rc < 0)
         return rc;
-    *world = job->nodes * (job->nproc_per_node > 0 ? job->nproc_per_node : 64);
+    int per_node = dt_slurm_ranks_per_node(job);
+    *world = job->nodes * (per_node > 0 ? per_node : 64); /* --ranks' bound when only the nodes know */
     if (o->ranks) {
         if (!(*show = malloc((size_t)*world)))
             return dt_error_set(DT_ENOMEM, "out of memory");

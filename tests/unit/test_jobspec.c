@@ -302,6 +302,51 @@ static char *print_job(const struct dt_job *job)
     return text;
 }
 
+/* slurm.mem as sbatch reads --mem (K/M/G/T binary, a bare number MiB, 0 all of the node's memory),
+ * typed GPUs, time: 0 and signal_lead. */
+static void slurm_sbatch_units(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        unsigned long long bytes;
+    } mems[] = {{"64G", 64ULL << 30},   {"64g", 64ULL << 30},   {"4096", 4096ULL << 20},
+                {"500M", 500ULL << 20}, {"2T", 2ULL << 40},     {"1500K", 1500ULL << 10},
+                {"64Gi", 64ULL << 30},  {"500MB", 500000000ULL}};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "name: t\ncommand: [a]\nslurm: {mem: %s}\n", mems[i].text);
+        struct dt_job *job = load_ok(yaml);
+        if (job->slurm->mem_bytes != mems[i].bytes || job->slurm->mem_all)
+            fail_msg("mem: %s gave %llu bytes, want %llu", mems[i].text,
+                     (unsigned long long)job->slurm->mem_bytes, mems[i].bytes);
+        dt_job_free(job);
+    }
+    struct dt_job *job =
+        load_ok("name: t\ncommand: [a]\nslurm: {mem: 0, time: 0, gpus_per_node: \"h100:8\"}\n");
+    assert_true(job->slurm->mem_all);
+    assert_int_equal(job->slurm->time_s, 0);
+    assert_string_equal(job->slurm->gpu_type, "h100");
+    assert_int_equal(job->slurm->gpus_per_node, 8);
+    assert_true(job->slurm->signal_lead_s == DT_SLURM_SIGNAL_LEAD_S);
+    char *printed = print_job(job);
+    assert_non_null(strstr(printed, "  gpus_per_node: \"h100:8\"\n"));
+    assert_non_null(strstr(printed, "  mem: 0\n"));
+    struct dt_job *again = load_ok(printed);
+    assert_true(again->slurm->mem_all);
+    assert_string_equal(again->slurm->gpu_type, "h100");
+    free(printed);
+    dt_job_free(again);
+    dt_job_free(job);
+    job =
+        load_ok("name: t\ncommand: [a]\nslurm: {gpus_per_node: a100_80gb:4, signal_lead: 5m, requeue: true,\n"
+                "        time: \"00:10:00\"}\n");
+    assert_string_equal(job->slurm->gpu_type, "a100_80gb");
+    assert_int_equal(job->slurm->gpus_per_node, 4);
+    assert_true(job->slurm->signal_lead_s == 300);
+    dt_job_free(job);
+}
+
 static void print_round_trips(void **state)
 {
     (void)state;
@@ -403,11 +448,17 @@ static void names_and_key_list(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults_filled),         cmocka_unit_test(top_level_keys_read),
-        cmocka_unit_test(every_trainer_key_read),  cmocka_unit_test(trainer_defaults_are_pytorchs),
-        cmocka_unit_test(scheduler_sections_read), cmocka_unit_test(slurm_time_forms),
-        cmocka_unit_test(print_round_trips),       cmocka_unit_test(files_bounded_and_named),
-        cmocka_unit_test(names_and_key_list),      cmocka_unit_test(print_escapes_what_yaml_cannot_hold_raw),
+        cmocka_unit_test(defaults_filled),
+        cmocka_unit_test(top_level_keys_read),
+        cmocka_unit_test(every_trainer_key_read),
+        cmocka_unit_test(trainer_defaults_are_pytorchs),
+        cmocka_unit_test(scheduler_sections_read),
+        cmocka_unit_test(slurm_time_forms),
+        cmocka_unit_test(slurm_sbatch_units),
+        cmocka_unit_test(print_round_trips),
+        cmocka_unit_test(files_bounded_and_named),
+        cmocka_unit_test(names_and_key_list),
+        cmocka_unit_test(print_escapes_what_yaml_cannot_hold_raw),
     };
     return cmocka_run_group_tests_name("jobspec", tests, NULL, NULL);
 }

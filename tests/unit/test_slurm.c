@@ -100,7 +100,8 @@ static void render_every_option(void **state)
                                         "#SBATCH --mail-type=END\n",
                                         "#SBATCH --comment=x y\n",
                                         "JOB='jobs/big job.yaml'", /* quoted for the shell */
-                                        "srun --kill-on-bad-exit=1 \"$DTRAIN\" agent \"$JOB\" "
+                                        "srun --kill-on-bad-exit=1 --cpus-per-task=\"$SRUN_CPUS_PER_TASK\" "
+                                        "\"$DTRAIN\" agent \"$JOB\" "
                                         "${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
                                         "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"} &\n",
                                         "trap '",
@@ -157,6 +158,51 @@ static void render_units(void **state)
     has(s, "#SBATCH --mem=1431M\n"); /* 1.5e9 B = 1430.5 MiB, rounded up */
     has(s, "#SBATCH --time=01:30:00\n");
     has(s, "forks 1 rank;");
+    free(s);
+    dt_job_free(job);
+}
+
+/* Issue 29: what sbatch and srun read.  srun gets the CPU count (it does not
+ * inherit it since Slurm 22.05), --mem as sbatch reads it, typed GPUs, signal_lead. */
+static void render_as_sbatch_reads(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: u\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\n"
+                              "slurm: {mem: 64G, cpus_per_task: 12, gpus_per_node: \"h100:8\", time: 0,\n"
+                              "        requeue: true, signal_lead: 5m}\n");
+    int rc;
+    char *s = render(job, "u.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --mem=64G\n");
+    has(s, "#SBATCH --gpus-per-node=h100:8\n");
+    has(s, "#SBATCH --cpus-per-task=12\n");
+    has(s, "#SBATCH --signal=B:USR1@300\n");
+    has(s, "# SIGUSR1 comes 300 s before the time limit.");
+    has(s, "\nexport SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-12}\n");
+    has(s, "\nsrun --kill-on-bad-exit=1 --cpus-per-task=\"$SRUN_CPUS_PER_TASK\" \"$DTRAIN\" agent");
+    lacks(s, "--time");
+    has(s, "forks 8 ranks (one per GPU);"); /* nproc_per_node: gpu counts h100:8's 8 */
+    assert_int_equal(dt_slurm_ranks_per_node(job), 8);
+    /* the export comes before the step that reads it */
+    assert_true(strstr(s, "export SRUN_CPUS_PER_TASK") < strstr(s, "\nsrun "));
+    free(s);
+    dt_job_free(job);
+    job = load("name: u\nscheduler: slurm\ncommand: [a]\nslurm: {mem: 0, gpus_per_node: 2}\n");
+    s = render(job, "u.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --mem=0\n");
+    has(s, "#SBATCH --gpus-per-node=2\n");
+    lacks(s, "SRUN_CPUS_PER_TASK");
+    free(s);
+    dt_job_free(job);
+    job = load("name: u\nscheduler: slurm\ncommand: [a]\nslurm: {mem: 1500K}\n");
+    s = render(job, "u.yaml", &rc);
+    has(s, "#SBATCH --mem=2M\n"); /* 1500 KiB rounded up to MiB, as sbatch does */
+    free(s);
+    dt_job_free(job);
+    job = load("name: u\nscheduler: slurm\ncommand: [a]\nslurm: {mem: 4097}\n");
+    s = render(job, "u.yaml", &rc);
+    has(s, "#SBATCH --mem=4097M\n"); /* a bare number is MiB */
     free(s);
     dt_job_free(job);
 }
@@ -385,6 +431,7 @@ int main(void)
         cmocka_unit_test(render_every_option),
         cmocka_unit_test(render_minimal),
         cmocka_unit_test(render_units),
+        cmocka_unit_test(render_as_sbatch_reads),
         cmocka_unit_test(render_refuses),
         cmocka_unit_test(discover_batch_job),
         cmocka_unit_test(discover_derives_port),
