@@ -3,7 +3,7 @@
  * dt_job_load reads the file (bounded), builds the YAML tree, applies the top
  * table (which descends into rendezvous, trainer, slurm, ...) and then checks
  * the rules that join sections: command xor trainer, backend against
- * scheduler and device, the Kubernetes port.
+ * scheduler and device, the Kubernetes port, setup against scheduler.
  *
  * Not for the trainer's or the schedulers' keys (jobspec_trainer.c,
  * jobspec_sched.c) nor for YAML details (jobspec_yaml.c).
@@ -205,6 +205,8 @@ static const struct dt_spec_key top_keys[] = {
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
     DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
+    DT_KEY("setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup),
+           .hint = "each item is one shell line, like ['module load cuda/12.4', 'source venv/bin/activate']"),
     DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section),
     DT_KEY("slurm", DT_KT_SECTION_PTR, struct dt_job, slurm, .sub = &dt_jobspec_slurm_section),
     DT_KEY("kubernetes", DT_KT_SECTION_PTR, struct dt_job, kubernetes, .sub = &dt_jobspec_kubernetes_section),
@@ -354,6 +356,19 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
     return 0;
 }
 
+/* setup: lines run in the sbatch script; the other schedulers have no script to run them in. */
+static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    if (!job->setup || job->scheduler == DT_SCHED_SLURM)
+        return 0;
+    return dt_spec_fail(
+        ctx, dt_ymap_get(map, "setup"), "setup",
+        "runs in the sbatch script before the agents start, so it needs scheduler: slurm, but "
+        "scheduler is %s (run these lines in the shell before `dtrain launch`, or in the "
+        "container image)",
+        dt_scheduler_name(job->scheduler));
+}
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
@@ -366,6 +381,8 @@ static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *
         rc = check_env(ctx, map, job);
     if (!rc)
         rc = check_kubernetes(ctx, map, job);
+    if (!rc)
+        rc = check_setup(ctx, map, job);
     return rc;
 }
 

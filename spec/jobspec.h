@@ -153,6 +153,10 @@ struct dt_job {
     double grace_period_s;
     struct dt_rendezvous_spec rendezvous;
     char *log_dir; /* default "runs" */
+    /* Shell lines run before the agents start: in the sbatch script, so only
+     * with scheduler: slurm (mpirun and local start agents without a script). */
+    char **setup;
+    int n_setup;
     struct dt_restart_policy restart_policy;
     struct dt_slurm_spec *slurm; /* NULL unless the section is present */
     struct dt_kubernetes_spec *kubernetes;

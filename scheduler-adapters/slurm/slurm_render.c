@@ -9,6 +9,9 @@
  * passes it to the agents (srun forwards it to its tasks, the agents to the
  * ranks), and requeues the job when the ranks stop for it (exit status 75).
  *
+ * The spec's setup: lines run in the batch shell before srun; `dtrain launch`
+ * also embeds the spec as submitted (print_snapshot).
+ *
  * Not for submitting (slurm_submit.c) or for the agents' side (slurm.c).
  */
 #include "scheduler-adapters/slurm/slurm.h"
@@ -16,6 +19,7 @@
 #include "base/error.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -136,6 +140,62 @@ static void print_token(const struct dt_job *job, FILE *out)
                  "fi\n");
 }
 
+/* setup: in the batch shell, before the agents: srun hands the environment
+ * the lines make (module load, a virtual environment) to every agent, as in a
+ * hand-written script.  A failing line stops the job before any agent starts. */
+static void print_setup(const struct dt_job *job, FILE *out)
+{
+    if (!job->setup)
+        return;
+    fprintf(out,
+            "\n"
+            "# setup: run once here, on the batch host, before the agents start; srun passes the\n"
+            "# environment these lines make to every agent.\n"
+            "trap 'echo \"dtrain: a setup line failed (exit status $?); the agents do not start\" >&2' ERR\n"
+            "set +u -e  # module and activate scripts may read unset variables\n");
+    for (int i = 0; i < job->n_setup; i++)
+        fprintf(out, "%s\n", job->setup[i]);
+    fprintf(out, "set -u +e\n"
+                 "trap - ERR\n");
+}
+
+/* True when `word` is a whole line of `text`. */
+static bool has_line(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = text; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* `dtrain launch`: the spec as submitted travels in the script (sbatch keeps
+ * the script as it was at submission, a requeue included) and is written
+ * into the run directory when the job starts; the agents and ranks read that
+ * copy, so editing the file while the job waits in the queue changes nothing. */
+static void print_snapshot(const struct dt_job *job, const char *spec, FILE *out)
+{
+    char end[48] = "DTRAIN_JOB_SPEC";
+    for (int i = 1; has_line(spec, end); i++)
+        snprintf(end, sizeof end, "DTRAIN_JOB_SPEC_%d", i);
+    size_t len = strlen(spec);
+    fprintf(out,
+            "\n"
+            "# The job spec as `dtrain launch` submitted it: written into the run directory when the job\n"
+            "# starts, and read from there, so an edit of the file after submission changes nothing.\n"
+            "RUN_DIR=${DTRAIN_LOG_DIR:-");
+    shell_quote(out, job->log_dir);
+    fprintf(out,
+            "}/%s-$SLURM_JOB_ID\n"
+            "mkdir -p \"$RUN_DIR\"\n"
+            "cat >\"$RUN_DIR/job.yaml.tmp\" <<'%s'\n"
+            "%s%s"
+            "%s\n"
+            "mv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
+            "JOB=$RUN_DIR/job.yaml\n",
+            job->name, end, spec, len && spec[len - 1] != '\n' ? "\n" : "", end);
+}
+
 /* Since Slurm 22.05 srun no longer takes --cpus-per-task from sbatch: without
  * it a step's task gets one CPU, and under task binding the agent and all its
  * ranks share it.  SRUN_CPUS_PER_TASK is srun's own variable for -c; exported,
@@ -224,6 +284,11 @@ static int check_values(const struct dt_job *job, const char *job_path)
 
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
+    return dt_slurm_render_script(job, job_path, NULL, out);
+}
+
+int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const char *spec, FILE *out)
+{
     if (job->scheduler != DT_SCHED_SLURM)
         return dt_error_set(
             DT_EINVAL,
@@ -242,7 +307,10 @@ int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
             "JOB=");
     shell_quote(out, job_path);
     fprintf(out, "  # the job spec, read by every agent\n");
+    if (spec)
+        print_snapshot(job, spec, out);
     print_token(job, out);
+    print_setup(job, out);
     print_cpus(job, out);
     print_run(job, out);
     if (ferror(out))

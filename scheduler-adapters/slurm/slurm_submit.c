@@ -7,7 +7,9 @@
  * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) in sbatch's
  * environment, which Slurm passes to the batch script and srun to every
  * agent (sbatch's default --export=ALL): the token is never on a command
- * line.  The job's --output/--error files go to the log directory.
+ * line.  The job's --output/--error files go to the log directory.  The
+ * script carries the spec's text, which the job writes into its run
+ * directory and runs (slurm_render.c), so the job runs what was submitted.
  *
  * Slurm's commands (sbatch, scontrol, sacct, scancel) run as helpers
  * (base/proc.h): output captured, stdin /dev/null, killed when they do not
@@ -37,10 +39,12 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/fs.h"
+#include "base/json.h"
 #include "base/lines.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/run_dir.h"
+#include "spec/jobspec_yaml.h"
 #include "spec/token.h"
 
 #include <errno.h>
@@ -421,7 +425,8 @@ static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch 
     return 0;
 }
 
-/* The script, kept in the log directory as <name>-submit-XXXXXX.sbatch (renamed after sbatch). */
+/* The script, kept in the log directory as <name>-submit-XXXXXX.sbatch (renamed after sbatch),
+ * with the spec as it is now in it. */
 static int write_script(const struct dt_job *job, const char *job_abs, const char *log_dir, char *path,
                         size_t size)
 {
@@ -435,7 +440,19 @@ static int write_script(const struct dt_job *job, const char *job_abs, const cha
         close(fd);
         return dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
     }
-    int rc = dt_slurm_render(job, job_abs, f);
+    /* The text is read once: the script's #SBATCH lines and the spec it carries come from the same bytes. */
+    char *spec = NULL;
+    size_t len = 0;
+    struct dt_job *submitted = NULL;
+    int rc = dt_json_read_file(job->path, DT_YAML_MAX_BYTES, &spec, &len);
+    if (rc == 0 && strlen(spec) != len)
+        rc = dt_error_set(DT_EINVAL, "%s: a NUL byte in the job spec", job->path);
+    if (rc == 0)
+        rc = dt_job_load_string(spec, len, job->path, &submitted);
+    if (rc == 0)
+        rc = dt_slurm_render_script(submitted, job_abs, spec, f);
+    dt_job_free(submitted);
+    free(spec);
     if (fclose(f) != 0 && rc == 0)
         rc = dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
     return rc;

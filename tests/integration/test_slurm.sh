@@ -163,3 +163,30 @@ contains requeue.err "the ranks checkpointed and stopped on SIGUSR1 .* to be req
 if grep -q "^dtrain: error:" requeue.err; then
   not_ok "the expected stop for a requeue prints no dtrain error line"; grep "^dtrain: error:" requeue.err | sed 's/^/    /'
 else ok "the expected stop for a requeue prints no dtrain error line"; fi
+
+# --- issue 29: srun gets the CPU count, setup lines, the spec as submitted ---------
+# --begin holds the job a moment, so the spec is edited while the job waits in the queue.
+cat >snap.yaml <<'EOF2'
+name: snap
+scheduler: slurm
+nodes: 2
+nproc_per_node: 1
+setup: ['export SETUP_MARK=from-setup', 'echo "setup ran on $(hostname)" >&2']
+command: [sh, -c, 'echo "rank $RANK cpus=${SRUN_CPUS_PER_TASK:-none} mark=${SETUP_MARK:-none} spec=as-submitted"']
+slurm: {cpus_per_task: 2, mem: 100M, extra_sbatch: [--begin=now+2]}
+EOF2
+timeout 120 "$DTRAIN" launch snap.yaml >snap.out 2>snap.err &
+pid=$!
+wait_for snap.err "submitted as Slurm job" 30
+sed -i 's/spec=as-submitted/spec=EDITED/' snap.yaml
+wait "$pid"; rc=$?
+id=$(job_id snap.err)
+check "the setup/cpus/snapshot job completes (exit $rc)" test "$rc" = 0
+check "srun gets the CPU count on both nodes (SRUN_CPUS_PER_TASK=2)" \
+  test "$(grep -c '^\[rank [01]\] rank [01] cpus=2 ' snap.out)" = 2
+check "setup's environment reaches every agent and rank" test "$(grep -c 'mark=from-setup' snap.out)" = 2
+contains snap.err "setup ran on" "setup runs in the batch script"
+check "the job runs the spec as submitted, not the file edited while it was queued" \
+  test "$(grep -c 'spec=as-submitted' snap.out)" = 2 -a "$(grep -c 'spec=EDITED' snap.out)" = 0
+check "the submitted spec is kept in the run directory" cmp -s "runs/snap-$id/job.yaml" <(sed 's/spec=EDITED/spec=as-submitted/' snap.yaml)
+contains "runs/snap-$id.sbatch" "^#SBATCH --mem=100M$" "mem: 100M is 100 MiB, as sbatch reads it"

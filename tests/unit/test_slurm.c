@@ -207,6 +207,43 @@ static void render_as_sbatch_reads(void **state)
     dt_job_free(job);
 }
 
+/* setup: lines run in the batch shell before srun; `dtrain launch` embeds the spec it submits. */
+static void render_setup_and_snapshot(void **state)
+{
+    (void)state;
+    const char *yaml = "name: s\nscheduler: slurm\ncommand: [a]\nlog_dir: my runs\n"
+                       "setup: ['module load cuda/12.4', 'source venv/bin/activate']\n"
+                       "env: {X: \"DTRAIN_JOB_SPEC\"}\n";
+    struct dt_job *job = load(yaml);
+    int rc;
+    char *s = render(job, "s.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "\nset +u -e  # module and activate scripts may read unset variables\n"
+           "module load cuda/12.4\nsource venv/bin/activate\nset -u +e\ntrap - ERR\n");
+    has(s, "trap 'echo \"dtrain: a setup line failed");
+    lacks(s, "RUN_DIR"); /* `dtrain render` leaves the spec where it is */
+    assert_true(strstr(s, "module load") < strstr(s, "\nexec srun"));
+    free(s);
+    char tmp[] = "/tmp/dtrain-test-slurm-XXXXXX";
+    FILE *f = fdopen(mkstemp(tmp), "w+");
+    /* a line equal to the heredoc's end word must not end it early */
+    const char *text = "name: s\nscheduler: slurm\ncommand: [a]\nsetup: [x]\nenv:\n  X: |\nDTRAIN_JOB_SPEC\n";
+    assert_int_equal(dt_slurm_render_script(job, "/abs/s.yaml", text, f), 0);
+    long len = ftell(f);
+    char *out = calloc(1, (size_t)len + 1);
+    rewind(f);
+    assert_int_equal(fread(out, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    unlink(tmp);
+    has(out, "\nRUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$SLURM_JOB_ID\n");
+    has(out, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC_1'\nname: s\n");
+    has(out, "\nDTRAIN_JOB_SPEC\nDTRAIN_JOB_SPEC_1\nmv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
+             "JOB=$RUN_DIR/job.yaml\n");
+    assert_true(strstr(out, "JOB=$RUN_DIR/job.yaml") < strstr(out, "\nexec srun"));
+    free(out);
+    dt_job_free(job);
+}
+
 static void render_refuses(void **state)
 {
     (void)state;
@@ -432,6 +469,7 @@ int main(void)
         cmocka_unit_test(render_minimal),
         cmocka_unit_test(render_units),
         cmocka_unit_test(render_as_sbatch_reads),
+        cmocka_unit_test(render_setup_and_snapshot),
         cmocka_unit_test(render_refuses),
         cmocka_unit_test(discover_batch_job),
         cmocka_unit_test(discover_derives_port),
