@@ -99,12 +99,18 @@ static int print_slurm_time(const void *obj, char *buf, size_t size)
 static int parse_slurm_mem(const char *s, double *bytes)
 {
     static const char units[] = "KMGT";
-    size_t digits = strspn(s, "0123456789");
-    if (digits == 0 || digits > 30)
-        return dt_spec_parse_bytes(s, 1048576.0, bytes);
-    const char *u = s[digits] ? strchr(units, toupper((unsigned char)s[digits])) : units + 1;
-    if (!u || (s[digits] && s[digits + 1]))
-        return dt_spec_parse_bytes(s, 1048576.0, bytes);
+    size_t len = strlen(s), n = len;
+    const char *u =
+        len && isalpha((unsigned char)s[len - 1]) ? strchr(units, toupper((unsigned char)s[len - 1])) : NULL;
+    if (u && len >= 2 && isdigit((unsigned char)s[len - 2]))
+        n--; /* sbatch's one-letter unit */
+    else if (!(len && isdigit((unsigned char)s[len - 1])))
+        return dt_spec_parse_bytes(s, 1048576.0, bytes); /* 64Gi, 500MB, 1GiB */
+    else
+        u = units + 1; /* a bare number: MiB */
+    /* sbatch reads whole numbers only: 0.5G is refused there, so here too */
+    if (n == 0 || n > 30 || strspn(s, "0123456789") != n)
+        return -1;
     *bytes = strtod(s, NULL) * (double)(1ULL << (10 * (u - units + 1)));
     return 0;
 }

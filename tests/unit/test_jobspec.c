@@ -310,9 +310,10 @@ static void slurm_sbatch_units(void **state)
     static const struct {
         const char *text;
         unsigned long long bytes;
-    } mems[] = {{"64G", 64ULL << 30},   {"64g", 64ULL << 30},   {"4096", 4096ULL << 20},
-                {"500M", 500ULL << 20}, {"2T", 2ULL << 40},     {"1500K", 1500ULL << 10},
-                {"64Gi", 64ULL << 30},  {"500MB", 500000000ULL}};
+    } mems[] = {{"64G", 64ULL << 30},   {"64g", 64ULL << 30},    {"4096", 4096ULL << 20},
+                {"500M", 500ULL << 20}, {"2T", 2ULL << 40},      {"1500K", 1500ULL << 10},
+                {"64Gi", 64ULL << 30},  {"500MB", 500000000ULL}, {"1.5GiB", 3ULL << 29},
+                {"100m", 100ULL << 20}};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++) {
         char yaml[128];
         snprintf(yaml, sizeof yaml, "name: t\ncommand: [a]\nslurm: {mem: %s}\n", mems[i].text);

@@ -246,6 +246,8 @@ static const struct bad_case bad_cases[] = {
     {HEAD "scheduler: slurm\nsetup: x\n", 4, 8, "each item is one shell line"},
     {HEAD "slurm: {mem: 64X}\n", 3, 14, "slurm.mem: expected a size like 512Mi, 64Gi or 4GB, or as sbatch writes --mem: 64G (GiB)"},
     {HEAD "slurm: {mem: 64GG}\n", 3, 14, "slurm.mem: expected a size like"},
+    {HEAD "slurm: {mem: 0.5G}\n", 3, 14, "slurm.mem: expected a size like"},
+    {HEAD "slurm: {mem: 1.5}\n", 3, 14, "slurm.mem: expected a size like"},
     {HEAD "slurm: {mem: -1G}\n", 3, 14, "slurm.mem: expected a size like"},
     {HEAD "slurm: {gpus_per_node: \"h100:0\"}\n", 3, 24, "slurm.gpus_per_node: expected a GPU count from 0 to 64 or \"TYPE:N\""},
     {HEAD "slurm: {gpus_per_node: \"h 100:8\"}\n", 3, 24, "slurm.gpus_per_node: expected a GPU count"},
