@@ -110,6 +110,12 @@ struct dt_kubernetes_spec {
     int n_env;
     struct dt_k8s_volume *volumes;
     int n_volumes;
+    char **image_pull_secrets; /* NULL-terminated Secret names: imagePullSecrets */
+    int n_image_pull_secrets;
+    struct dt_env_entry *labels; /* on every object and the pod template (Kueue's queue-name) */
+    int n_labels;
+    struct dt_env_entry *annotations; /* on the Job and the pod template */
+    int n_annotations;
 };
 
 /* mpirun: how `scheduler: mpirun` starts agents (issue 12). */

@@ -48,6 +48,12 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
 int dt_k8s_check_pod(const struct dt_job *job);
 /* Writes the pod template's spec at indentation `ind`. */
 void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out);
+/* A metadata's "labels:" (dtrain's, then kubernetes.labels) and, when
+ * `annotations`, its "annotations:" (kubernetes.annotations), at `ind`. */
+void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out);
+/* "key:" then each "name: value" of e[0..n) indented 2 more; without key,
+ * just the pairs at `ind`.  Nothing when n is 0. */
+void dt_k8s_put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n);
 
 /* YAML output.  A scalar is written plain only when no YAML reader could
  * take it for anything but that string (not "yes", "0123", "1e3", "a: b",

@@ -77,14 +77,17 @@ static void put_env(FILE *out, int ind, const char *name, const char *value, con
     fputc('\n', out);
 }
 
-static void put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n)
+void dt_k8s_put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n)
 {
     if (n == 0)
         return;
-    dt_k8s_indent(out, ind);
-    fprintf(out, "%s:\n", key);
+    if (key) {
+        dt_k8s_indent(out, ind);
+        fprintf(out, "%s:\n", key);
+        ind += 2;
+    }
     for (int i = 0; i < n; i++) {
-        dt_k8s_indent(out, ind + 2);
+        dt_k8s_indent(out, ind);
         dt_k8s_str(out, e[i].name);
         fputs(": ", out);
         dt_k8s_str(out, e[i].value);
@@ -291,7 +294,17 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
         dt_k8s_str(out, opt[i][1]);
         fputc('\n', out);
     }
-    put_map(out, ind, "nodeSelector", k->node_selector, k->n_node_selector);
+    dt_k8s_put_map(out, ind, "nodeSelector", k->node_selector, k->n_node_selector);
+    if (k->n_image_pull_secrets > 0) {
+        dt_k8s_indent(out, ind);
+        fputs("imagePullSecrets:\n", out);
+    }
+    for (int i = 0; i < k->n_image_pull_secrets; i++) {
+        dt_k8s_indent(out, ind + 2);
+        fputs("- name: ", out);
+        dt_k8s_str(out, k->image_pull_secrets[i]);
+        fputc('\n', out);
+    }
     put_tolerations(out, ind, k);
     put_container(job, out, ind);
     put_volumes(job, out, ind);

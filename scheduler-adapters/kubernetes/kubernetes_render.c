@@ -139,8 +139,8 @@ void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size)
     snprintf(buf, size, "%s-0.%s", job->name, job->name);
 }
 
-/* Common labels of every object, at indentation `ind`. */
-static void labels(const struct dt_job *job, int ind, FILE *out)
+/* dtrain's labels of every object, at indentation `ind`: the Service selects the pods by them. */
+static void own_labels(const struct dt_job *job, int ind, FILE *out)
 {
     dt_k8s_indent(out, ind);
     fputs("app.kubernetes.io/name: dtrain\n", out);
@@ -150,6 +150,20 @@ static void labels(const struct dt_job *job, int ind, FILE *out)
     fputc('\n', out);
     dt_k8s_indent(out, ind);
     fputs("app.kubernetes.io/managed-by: dtrain\n", out);
+}
+
+/* "labels:" with dtrain's and the spec's (kubernetes.labels, Kueue's
+ * queue-name among them), and "annotations:" when asked for and given, both
+ * at indentation `ind` (a metadata mapping's keys). */
+void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out)
+{
+    const struct dt_kubernetes_spec *k = job->kubernetes;
+    dt_k8s_indent(out, ind);
+    fputs("labels:\n", out);
+    own_labels(job, ind + 2, out);
+    dt_k8s_put_map(out, ind + 2, NULL, k->labels, k->n_labels);
+    if (annotations)
+        dt_k8s_put_map(out, ind, "annotations", k->annotations, k->n_annotations);
 }
 
 /* "---", apiVersion, kind and metadata (name <job><suffix>, namespace, labels). */
@@ -162,8 +176,8 @@ static void put_meta(const struct dt_job *job, const char *kind, const char *suf
     dt_k8s_str(out, name);
     fputs("\n  namespace: ", out);
     dt_k8s_str(out, job->kubernetes->namespace_name);
-    fputs("\n  labels:\n", out);
-    labels(job, 4, out);
+    fputc('\n', out);
+    dt_k8s_put_metadata_maps(job, 2, strcmp(kind, "Job") == 0, out);
 }
 
 /* The spec file as the user wrote it (comments and all) when it says
@@ -234,7 +248,7 @@ static void put_service(const struct dt_job *job, FILE *out)
 {
     put_meta(job, "Service", "", out);
     fputs("spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n  selector:\n", out);
-    labels(job, 4, out);
+    own_labels(job, 4, out);
     fprintf(out, "  ports:\n    - name: rendezvous\n      port: %d\n      targetPort: %d\n", dt_k8s_port(job),
             dt_k8s_port(job));
 }
@@ -296,8 +310,8 @@ static void put_job(const struct dt_job *job, FILE *out)
             "  backoffLimit: %d\n  podReplacementPolicy: Failed\n",
             job->nodes, job->nodes, job->max_restarts);
     put_failure_policy(job, out);
-    fputs("  template:\n    metadata:\n      labels:\n", out);
-    labels(job, 8, out);
+    fputs("  template:\n    metadata:\n", out);
+    dt_k8s_put_metadata_maps(job, 6, 1, out);
     fputs("    spec:\n", out);
     dt_k8s_put_pod_spec(job, 6, out);
 }

@@ -71,6 +71,8 @@ def check_pod(spec, k, pod):
     expect(pod.get("serviceAccountName") == k.get("service_account"), "serviceAccountName")
     expect(pod.get("priorityClassName") == k.get("priority_class"), "priorityClassName")
     expect(len(pod.get("tolerations") or []) == len(k.get("tolerations") or []), "tolerations")
+    secrets = [s["name"] for s in pod.get("imagePullSecrets") or []]
+    expect(secrets == (k.get("image_pull_secrets") or []), f"imagePullSecrets {secrets}")
     vols = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     expect(vols["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm", "dshm")
@@ -115,8 +117,18 @@ def main(spec_path, manifest_path):
     expect(js["completionMode"] == "Indexed" and js["completions"] == nodes and js["parallelism"] == nodes,
            "Indexed, completions = parallelism = nodes")
     expect(js["backoffLimit"] == spec.get("max_restarts", 0), "backoffLimit = max_restarts")
-    expect(svc["selector"] == js["template"]["metadata"]["labels"], "Service selects the Job's pods")
+    expect(svc["selector"].items() <= js["template"]["metadata"]["labels"].items(), "Service selects the Job's pods")
     expect(by["Service"]["metadata"]["name"] == spec["name"], "Service is named after the job")
+    own = {"app.kubernetes.io/name": "dtrain", "app.kubernetes.io/instance": job["metadata"]["name"],
+           "app.kubernetes.io/managed-by": "dtrain"}
+    want_labels = {**own, **{str(a): str(b) for a, b in (k.get("labels") or {}).items()}}
+    want_notes = {str(a): str(b) for a, b in (k.get("annotations") or {}).items()}
+    for d in docs:
+        expect(d["metadata"]["labels"] == want_labels, f"{d['kind']} labels {d['metadata']['labels']}")
+    for what, meta in (("Job", job["metadata"]), ("pod template", js["template"]["metadata"])):
+        expect(meta["labels"] == want_labels, f"{what} labels {meta['labels']}")
+        expect((meta.get("annotations") or {}) == want_notes, f"{what} annotations {meta.get('annotations')}")
+    expect(svc["selector"] == own, f"the Service selects by dtrain's labels only: {svc['selector']}")
     check_policy(spec, job)
     check_pod(spec, k, js["template"]["spec"])
     for p in problems:

@@ -246,6 +246,39 @@ static void render_refuses_what_kubernetes_would(void **state)
     }
 }
 
+/* kubernetes.labels on every object and the pods (the Service still selects
+ * by dtrain's own), annotations on the Job and the pods, imagePullSecrets. */
+static void labels_annotations_pull_secrets(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: q\ncommand: [\"true\"]\nkubernetes:\n  image: img\n"
+                       "  labels: {kueue.x-k8s.io/queue-name: team-a, tier: \"1\"}\n"
+                       "  annotations: {example.com/note: \"a: b\"}\n  image_pull_secrets: [regcred, other]\n",
+                       &rc);
+    assert_int_equal(rc, 0);
+    const char *job = strstr(out, "kind: Job\n");
+    assert_non_null(job);
+    assert_non_null(strstr(job, "\n  labels:\n    app.kubernetes.io/name: dtrain\n    app.kubernetes.io/instance: "
+                                "q\n    app.kubernetes.io/managed-by: dtrain\n    kueue.x-k8s.io/queue-name: "
+                                "team-a\n    tier: \"1\"\n  annotations:\n    example.com/note: \"a: b\"\nspec:\n"));
+    assert_non_null(strstr(job, "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: dtrain\n"));
+    assert_non_null(strstr(job, "        tier: \"1\"\n      annotations:\n        example.com/note: \"a: b\"\n    spec:\n"));
+    assert_non_null(strstr(job, "\n      imagePullSecrets:\n        - name: regcred\n        - name: other\n"));
+    const char *svc = strstr(out, "kind: Service\n");
+    assert_non_null(svc);
+    assert_true(strstr(svc, "kueue.x-k8s.io/queue-name") < job); /* on the Service's metadata */
+    assert_true(strstr(svc, "annotations:") > job); /* annotations on the Job, not the Service */
+    const char *sel = strstr(svc, "  selector:\n");
+    assert_non_null(sel);
+    assert_true(strstr(sel, "queue-name") > job); /* but not in its selector */
+    free(out);
+    out = render(SPEC(""), &rc);
+    assert_null(strstr(out, "annotations:"));
+    assert_null(strstr(out, "imagePullSecrets"));
+    free(out);
+}
+
 static void auth_none_has_no_secret(void **state)
 {
     (void)state;
@@ -540,6 +573,7 @@ int main(void)
         cmocka_unit_test(failure_policy_follows_restart_policy),
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
+        cmocka_unit_test(labels_annotations_pull_secrets),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
