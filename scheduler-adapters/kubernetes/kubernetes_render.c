@@ -21,7 +21,12 @@
  *   - DisruptionTarget (preemption, eviction, node drain): Ignore, the pod is
  *     replaced without counting against backoffLimit;
  *   - codes restart_policy marks `fail`: FailJob, at once;
- *   - every other failure counts against backoffLimit = max_restarts.
+ *   - every other failure fails the Job too: backoffLimit is 0.
+ * One restart budget, the agents': max_restarts restarts of the whole rank
+ * group inside the running pods (no rescheduling, no image pull, every node
+ * rejoins at once), after which a pod exits with the job's status.  Counting
+ * those pod failures against a backoffLimit of max_restarts as well would
+ * multiply the budgets: (max_restarts + 1)^2 runs.  Disruptions stay free.
  * When `otherwise: fail`, the codes marked `retry` are the exceptions, so one
  * FailJob rule with NotIn says it (NotIn only matches non-zero codes; [0]
  * stands in for "no exceptions", since In/NotIn need at least one value).
@@ -307,8 +312,8 @@ static void put_job(const struct dt_job *job, FILE *out)
     put_meta(job, "Job", "", out);
     fprintf(out,
             "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-            "  backoffLimit: %d\n  podReplacementPolicy: Failed\n",
-            job->nodes, job->nodes, job->max_restarts);
+            "  backoffLimit: 0\n  podReplacementPolicy: Failed\n",
+            job->nodes, job->nodes);
     put_failure_policy(job, out);
     fputs("  template:\n    metadata:\n", out);
     dt_k8s_put_metadata_maps(job, 6, 1, out);
