@@ -11,6 +11,9 @@
  *       re-created Job does not;
  *   DTRAIN_COMM_HOST       the pod IP (downward API), the address the tcp
  *       backend gives its peers;
+ *   DTRAIN_K8S_NAME        the objects' name, which a launch makes unique
+ *       (the coordinator is <name>-0.<name>); DTRAIN_K8S_RUN_ID the run id
+ *       a launch chose (render leaves the run id to the UID);
  *   JOB_COMPLETION_INDEX   set by the Job controller itself: the node rank;
  *   /dev/shm               an in-memory emptyDir (a container's default
  *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders).
@@ -27,7 +30,7 @@
 #include <string.h>
 
 static const char *const own_env[] = {"DTRAIN_JOB_TOKEN_FILE", DT_K8S_UID_ENV, "DTRAIN_COMM_HOST",
-                                      "JOB_COMPLETION_INDEX", NULL};
+                                      "JOB_COMPLETION_INDEX", DT_K8S_NAME_ENV, DT_K8S_RUN_ID_ENV, NULL};
 
 int dt_k8s_check_pod(const struct dt_job *job)
 {
@@ -167,7 +170,7 @@ static void put_mount(FILE *out, int ind, const char *name, const char *path, in
     }
 }
 
-static void put_container(const struct dt_job *job, FILE *out, int ind)
+static void put_container(const struct dt_job *job, const char *run_id, FILE *out, int ind)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
@@ -191,6 +194,9 @@ static void put_container(const struct dt_job *job, FILE *out, int ind)
         put_env(out, ind + 2, "DTRAIN_JOB_TOKEN_FILE", DT_K8S_TOKEN_PATH, NULL);
     put_env(out, ind + 2, DT_K8S_UID_ENV, NULL, "metadata.labels['" DT_K8S_UID_LABEL "']");
     put_env(out, ind + 2, "DTRAIN_COMM_HOST", NULL, "status.podIP");
+    put_env(out, ind + 2, DT_K8S_NAME_ENV, job->name, NULL);
+    if (run_id)
+        put_env(out, ind + 2, DT_K8S_RUN_ID_ENV, run_id, NULL);
     for (int i = 0; i < k->n_env; i++)
         put_env(out, ind + 2, k->env[i].name, k->env[i].value, NULL);
     dt_k8s_indent(out, ind);
@@ -270,7 +276,7 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
     }
 }
 
-void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
+void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
@@ -306,6 +312,6 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
         fputc('\n', out);
     }
     put_tolerations(out, ind, k);
-    put_container(job, out, ind);
+    put_container(job, run_id, out, ind);
     put_volumes(job, out, ind);
 }

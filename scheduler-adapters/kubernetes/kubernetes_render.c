@@ -9,7 +9,11 @@
  *                           as it has an address, before any readiness
  *   Job       <name>        Indexed, one agent per pod (kubernetes_pod.c)
  * The token is made fresh for every render: each rendered manifest is a new
- * job whose clients must prove they belong to it.
+ * job whose clients must prove they belong to it.  The objects are named
+ * after the job when rendered (a stable name: applying the manifest again
+ * is the same job, and kubectl says so), and "<name>-<run id>" when launched
+ * (dt_k8s_render_run), since a Job's template is immutable and a second
+ * launch must not meet the first one's Job.
  *
  * The Job: completions = parallelism = nodes with completionMode Indexed:
  * pod i gets JOB_COMPLETION_INDEX=i and hostname <name>-i, and a failed pod
@@ -220,14 +224,14 @@ static int spec_text(const struct dt_job *job, const char *job_path, char **text
     return 0;
 }
 
-static int put_config_map(const struct dt_job *job, const char *job_path, FILE *out)
+static int put_config_map(const struct dt_job *job, const struct dt_job *named, const char *job_path, FILE *out)
 {
     char *text;
     size_t len;
     int rc = spec_text(job, job_path, &text, &len);
     if (rc)
         return rc;
-    put_meta(job, "ConfigMap", "-spec", out);
+    put_meta(named, "ConfigMap", "-spec", out);
     fputs("data:\n  job.yaml: ", out);
     rc = dt_k8s_block(out, 4, text, len);
     free(text);
@@ -307,7 +311,7 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
 }
 
 /* The Job object (its pod template through dt_k8s_put_pod_spec). */
-static void put_job(const struct dt_job *job, FILE *out)
+static void put_job(const struct dt_job *job, const char *run_id, FILE *out)
 {
     put_meta(job, "Job", "", out);
     fprintf(out,
@@ -318,7 +322,7 @@ static void put_job(const struct dt_job *job, FILE *out)
     fputs("  template:\n    metadata:\n", out);
     dt_k8s_put_metadata_maps(job, 6, 1, out);
     fputs("    spec:\n", out);
-    dt_k8s_put_pod_spec(job, 6, out);
+    dt_k8s_put_pod_spec(job, run_id, 6, out);
 }
 
 /* --- every document, in order -------------------------------------------- */
@@ -348,19 +352,44 @@ static int check_job(const struct dt_job *job)
     return dt_k8s_check_pod(job);
 }
 
+void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf, size_t size)
+{
+    if (!run_id) {
+        snprintf(buf, size, "%s", job->name);
+        return;
+    }
+    char last[16];
+    int room = 63 - snprintf(last, sizeof last, "-%d", job->nodes - 1) - 1 - (int)strlen(run_id);
+    int keep = (int)strlen(job->name) < room ? (int)strlen(job->name) : room;
+    while (keep > 0 && job->name[keep - 1] == '-')
+        keep--;
+    snprintf(buf, size, "%.*s-%s", keep, job->name, run_id);
+}
+
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
-    int rc = check_job(job);
+    return dt_k8s_render_run(job, job_path, NULL, out);
+}
+
+/* Every object is written from `named`, the job under the objects' name;
+ * the ConfigMap still holds the spec as written (its name is the run's). */
+int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out)
+{
+    char name[96];
+    dt_k8s_object_name(job, run_id, name, sizeof name);
+    struct dt_job named = *job; /* shallow: only read */
+    named.name = name;
+    int rc = check_job(&named);
     if (rc)
         return rc;
     char shown[256]; /* a path with a newline must not end the comment */
     fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
             dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
-    if ((rc = put_config_map(job, job_path, out)))
+    if ((rc = put_config_map(job, &named, job_path, out)))
         return rc;
-    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
+    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(&named, out)))
         return rc;
-    put_service(job, out);
-    put_job(job, out);
+    put_service(&named, out);
+    put_job(&named, run_id, out);
     return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
 }

@@ -1,7 +1,8 @@
 /* kubernetes_submit.c - `dtrain launch` for scheduler: kubernetes: kubectl apply, then follow the Job.
  *
  * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
- * holding the token).  Then, once a second, `kubectl get` reports the pods'
+ * holding the token), every object named <name>-<run id> with a run id made
+ * here, so a second launch never meets the first one's immutable Job.  Then, once a second, `kubectl get` reports the pods'
  * phases (printed when they change) and the Job's conditions; when every pod
  * runs, `kubectl logs -f --prefix -l <instance label>` streams their output
  * here.  The Job's end decides the exit status: 0 when Complete; when Failed,
@@ -21,6 +22,7 @@
 #include "base/log.h"
 #include "base/fs.h"
 #include "base/proc.h"
+#include "spec/token.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,14 +52,14 @@ static int run(char *const argv[], const char *in, size_t len, char **out)
     return rc;
 }
 
-static int apply(const struct dt_job *job)
+static int apply(const struct dt_job *job, const char *run_id)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (!m)
         return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    int rc = dt_k8s_render(job, job->path, m);
+    int rc = dt_k8s_render_run(job, job->path, run_id, m);
     fclose(m);
     if (rc == 0) {
         char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
@@ -215,7 +217,19 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
                      job->path);
         status = 2;
     } else {
-        status = apply(job) ? 2 : follow(job);
+        /* A fresh run id names this launch's objects: the previous launch's
+         * Job, immutable, may still exist under the job's own name or its. */
+        char token[DT_TOKEN_LEN + 1], run_id[DT_K8S_RUN_ID_LEN + 1], name[96];
+        if (dt_token_make(token)) {
+            dt_error_prefix("kubernetes: making the run id");
+            status = 2;
+        } else {
+            snprintf(run_id, sizeof run_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
+            dt_k8s_object_name(job, run_id, name, sizeof name);
+            struct dt_job named = *job; /* shallow: the objects' name, to follow them */
+            named.name = name;
+            status = apply(job, run_id) ? 2 : follow(&named);
+        }
     }
     /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */
     if (status == 2 && dt_error_code() != DT_OK)

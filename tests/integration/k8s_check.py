@@ -59,6 +59,8 @@ def check_pod(spec, k, pod):
     for name, value in (k.get("env") or {}).items():
         got = env.get(name, {}).get("value")
         expect(isinstance(got, str) and got == str(value), f"env {name}: {got!r} != {value!r}")
+    expect(env.get("DTRAIN_K8S_NAME", {}).get("value") == spec["name"], "DTRAIN_K8S_NAME is the objects' name")
+    expect("DTRAIN_K8S_RUN_ID" not in env, "render leaves the run id to the Job's UID")
     uid = env["DTRAIN_JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"]
     expect(uid == "metadata.labels['batch.kubernetes.io/controller-uid']", f"uid fieldPath {uid!r}")
     auth = (spec.get("rendezvous") or {}).get("auth", "token")

@@ -300,6 +300,57 @@ static void auth_none_has_no_secret(void **state)
     free(out);
 }
 
+/* A launch names every object <name>-<run id> (a Job is immutable: launching
+ * again must not meet the last one) and tells the pods both; render keeps the
+ * job's name.  A long name is cut so the pod hostnames stay DNS labels. */
+static void launch_names_objects_by_run_id(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    fclose(m);
+    const char *want[] = {"kind: ConfigMap\nmetadata:\n  name: fmnist-0123456789ab-spec\n",
+                          "kind: Secret\nmetadata:\n  name: fmnist-0123456789ab-token\n",
+                          "kind: Service\nmetadata:\n  name: fmnist-0123456789ab\n",
+                          "kind: Job\nmetadata:\n  name: fmnist-0123456789ab\n",
+                          "app.kubernetes.io/instance: fmnist-0123456789ab\n",
+                          "subdomain: fmnist-0123456789ab\n",
+                          "- name: DTRAIN_K8S_NAME\n              value: fmnist-0123456789ab\n",
+                          "- name: DTRAIN_K8S_RUN_ID\n              value: \"0123456789ab\"\n",
+                          "name: fmnist-0123456789ab-spec\n",
+                          "\n    name: \"fmnist\"\n"}; /* the spec itself keeps its name */
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(buf, want[i]))
+            fail_msg("launch render lacks '%s'", want[i]);
+    assert_null(strstr(buf, "name: fmnist\n  namespace"));
+    free(buf);
+    int rc;
+    buf = render(SPEC(""), &rc);
+    assert_non_null(strstr(buf, "kind: Job\nmetadata:\n  name: fmnist\n"));
+    assert_non_null(strstr(buf, "- name: DTRAIN_K8S_NAME\n              value: fmnist\n"));
+    assert_null(strstr(buf, "DTRAIN_K8S_RUN_ID"));
+    free(buf);
+    dt_job_free(job);
+    /* 55 characters and 12 nodes: "<name>-<id>-11" must fit in 63, and the
+     * cut (at 47) falls just after a '-', which is dropped too. */
+    job = load("name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbb\nnodes: 12\ncommand: [\"true\"]\n"
+               "kubernetes: {image: i}\n");
+    char name[96];
+    dt_k8s_object_name(job, "0123456789ab", name, sizeof name);
+    assert_int_equal(strlen(name) + 3, 62);
+    assert_string_equal(name, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-0123456789ab"); /* no "--" */
+    dt_k8s_object_name(job, NULL, name, sizeof name);
+    assert_string_equal(name, job->name);
+    m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    fclose(m);
+    free(buf);
+    dt_job_free(job);
+}
+
 /* The kubelet's SIGKILL comes after the job's grace period and 15 s more. */
 static void pod_grace_follows_grace_period(void **state)
 {
@@ -390,6 +441,31 @@ static void discover_reads_the_pod(void **state)
     assert_int_equal(node.coord_port, 29411);
     assert_string_equal(node.run_id, "3f2a9c1be4d7");
     assert_string_equal(node.job_id, "fmnist");
+    dt_job_free(job);
+}
+
+/* A launched Job's pods: the objects' name and the launch's run id from env. */
+static void discover_reads_a_launched_pod(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    use_hosts("127.0.0.1 fmnist-0123456789ab-0.fmnist-0123456789ab\n");
+    char *env[] = {"JOB_COMPLETION_INDEX=1", "DTRAIN_JOB_UID=3f2a9c1b-e4d7-4a1e-9c55-0123456789ab",
+                   "DTRAIN_K8S_NAME=fmnist-0123456789ab", "DTRAIN_K8S_RUN_ID=0123456789ab", NULL};
+    struct dt_adapter_node node;
+    assert_int_equal(k8s()->discover(job, env, &node), 0);
+    assert_string_equal(node.coord_host, "fmnist-0123456789ab-0.fmnist-0123456789ab");
+    assert_string_equal(node.run_id, "0123456789ab");
+    assert_string_equal(node.job_id, "fmnist-0123456789ab");
+    char *bad[][5] = {{"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=ab", "DTRAIN_K8S_NAME=Bad_Name", NULL},
+                      {"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=ab", "DTRAIN_K8S_RUN_ID=xyz", NULL}};
+    const char *msg[] = {"DTRAIN_K8S_NAME='Bad_Name' is not a Kubernetes object name",
+                         "DTRAIN_K8S_RUN_ID='xyz' is not a run id"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(k8s()->discover(job, bad[i], &node), DT_EINVAL);
+        if (!strstr(dt_error_last(), msg[i]))
+            fail_msg("'%s' lacks '%s'", dt_error_last(), msg[i]);
+    }
     dt_job_free(job);
 }
 
@@ -554,12 +630,26 @@ static void submit_applies_and_follows(void **state)
     assert_non_null(strstr(applied, "kind: Secret"));
     assert_non_null(strstr(calls, "get pods -n default -l app.kubernetes.io/instance=fmnist"));
     assert_non_null(strstr(calls, "logs -f --prefix -n default -l app.kubernetes.io/instance=fmnist"));
+    /* The Job is fmnist-<12 hex>, and that is the name followed. */
+    const char *at = strstr(applied, "kind: Job\nmetadata:\n  name: fmnist-");
+    assert_non_null(at);
+    char first[64], want[96];
+    assert_int_equal(sscanf(at + strlen("kind: Job\nmetadata:\n  name: "), "%63s", first), 1);
+    assert_int_equal(strlen(first), strlen("fmnist-") + 12);
+    assert_int_equal(strspn(first + 7, "0123456789abcdef"), 12);
+    snprintf(want, sizeof want, "get job/%s -n default", first);
+    assert_non_null(strstr(calls, want));
+    snprintf(want, sizeof want, "instance=%s ", first);
+    assert_non_null(strstr(calls, want));
     free(applied);
     free(calls);
     remove_dir(dir);
 
+    /* Launching again: another name, so the first (immutable) Job is never met. */
     assert_int_equal(submit_with_fake("FailureTarget Failed", dir, &applied, &calls), 3);
     assert_non_null(strstr(calls, "exitCode"));
+    assert_non_null(strstr(applied, "name: fmnist-"));
+    assert_null(strstr(applied, first));
     free(applied);
     free(calls);
     remove_dir(dir);
@@ -576,9 +666,11 @@ int main(void)
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
         cmocka_unit_test(labels_annotations_pull_secrets),
+        cmocka_unit_test(launch_names_objects_by_run_id),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
+        cmocka_unit_test_teardown(discover_reads_a_launched_pod, cleanup),
         cmocka_unit_test_teardown(discover_names_bad_variables, cleanup),
         cmocka_unit_test_teardown(discover_waits_for_pod_0, cleanup),
         cmocka_unit_test(submit_without_kubectl_says_how),
