@@ -116,6 +116,7 @@ struct dt_kubernetes_spec {
     int n_labels;
     struct dt_env_entry *annotations; /* on the Job and the pod template */
     int n_annotations;
+    char *pod_template; /* a PodTemplateSpec mapping as flow YAML, merged into the rendered one; or NULL */
 };
 
 /* mpirun: how `scheduler: mpirun` starts agents (issue 12). */

@@ -341,6 +341,7 @@ static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels, DT_COUNT(struct dt_kubernetes_spec, n_labels)),
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
            DT_COUNT(struct dt_kubernetes_spec, n_annotations)),
+    DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template),
 };
 const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,
                                                               .n_keys = DT_NKEYS(kubernetes_keys),

@@ -5,7 +5,8 @@
  * The adapter (kubernetes.c: discover and the table entry) renders through
  * kubernetes_render.c (ConfigMap, Secret, Service, the Job and its failure
  * policy, YAML scalars) and kubernetes_pod.c (the pod template), and submits
- * through kubernetes_submit.c.  Names of the objects derive from the job's
+ * through kubernetes_submit.c; kubernetes_template.c merges the spec's
+ * pod_template into the pod template.  Names of the objects derive from the job's
  * name.
  *
  * Not for other adapters: they share only scheduler-adapters/adapter.h.
@@ -65,6 +66,10 @@ int dt_k8s_check_pod(const struct dt_job *job);
 /* Writes the pod template's spec at indentation `ind` (job->name is the
  * objects' name; run_id, when launched, goes to the pods' environment). */
 void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+/* The Job's pod template (its metadata and spec mappings at `ind`) with
+ * kubernetes.pod_template merged in (kubernetes_template.c says how); 0, or
+ * DT_EINVAL naming what the template may not change, having written nothing. */
+int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out);
 /* A metadata's "labels:" (dtrain's, then kubernetes.labels) and, when
  * `annotations`, its "annotations:" (kubernetes.annotations), at `ind`. */
 void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out);

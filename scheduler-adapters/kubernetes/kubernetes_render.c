@@ -310,8 +310,9 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
     }
 }
 
-/* The Job object (its pod template through dt_k8s_put_pod_spec). */
-static void put_job(const struct dt_job *job, const char *run_id, FILE *out)
+/* The Job object (its pod template through dt_k8s_put_pod_spec, or with
+ * pod_template merged in through dt_k8s_put_template). */
+static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
 {
     put_meta(job, "Job", "", out);
     fprintf(out,
@@ -319,10 +320,14 @@ static void put_job(const struct dt_job *job, const char *run_id, FILE *out)
             "  backoffLimit: 0\n  podReplacementPolicy: Failed\n",
             job->nodes, job->nodes);
     put_failure_policy(job, out);
-    fputs("  template:\n    metadata:\n", out);
+    fputs("  template:\n", out);
+    if (job->kubernetes->pod_template)
+        return dt_k8s_put_template(job, run_id, 4, out);
+    fputs("    metadata:\n", out);
     dt_k8s_put_metadata_maps(job, 6, 1, out);
     fputs("    spec:\n", out);
     dt_k8s_put_pod_spec(job, run_id, 6, out);
+    return 0;
 }
 
 /* --- every document, in order -------------------------------------------- */
@@ -373,6 +378,22 @@ int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
 
 /* Every object is written from `named`, the job under the objects' name;
  * the ConfigMap still holds the spec as written (its name is the run's). */
+static int put_all(const struct dt_job *job, const struct dt_job *named, const char *job_path, const char *run_id,
+                   FILE *out)
+{
+    char shown[256]; /* a path with a newline must not end the comment */
+    fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
+            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
+    int rc = put_config_map(job, named, job_path, out);
+    if (rc == 0 && job->rendezvous.auth == DT_AUTH_TOKEN)
+        rc = put_secret(named, out);
+    if (rc == 0)
+        put_service(named, out);
+    return rc ? rc : put_job(named, run_id, out);
+}
+
+/* Written whole or not at all: the documents are made in memory first (a
+ * pod_template that cannot merge is found only at the Job, the last one). */
 int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out)
 {
     char name[96];
@@ -382,14 +403,16 @@ int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char
     int rc = check_job(&named);
     if (rc)
         return rc;
-    char shown[256]; /* a path with a newline must not end the comment */
-    fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
-            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
-    if ((rc = put_config_map(job, &named, job_path, out)))
-        return rc;
-    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(&named, out)))
-        return rc;
-    put_service(&named, out);
-    put_job(&named, run_id, out);
-    return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    rc = put_all(job, &named, job_path, run_id, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    if (rc == 0 && (fwrite(text, 1, len, out) != len || ferror(out)))
+        rc = dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed");
+    free(text);
+    return rc;
 }

@@ -82,6 +82,22 @@ def check_pod(spec, k, pod):
     if auth == "token":  # the agent refuses a token file its group or others may read
         items = secrets[0].get("items") if secrets else None
         expect(items == [{"key": "token", "path": "token", "mode": 0o400}], f"token file mode 0400: {items}")
+    tmpl = (k.get("pod_template") or {}).get("spec") or {}
+    for key, want in tmpl.items():  # what dtrain does not set itself comes through as written
+        if key not in ("containers", "initContainers", "volumes"):
+            expect(pod.get(key) == want, f"pod_template spec.{key}: {pod.get(key)!r} != {want!r}")
+    by_name = {x["name"]: x for x in pod["containers"]}
+    for tc in tmpl.get("containers") or []:
+        got = by_name.get(tc["name"], {})
+        for key, want in tc.items():
+            if key in ("env", "volumeMounts"):  # merged by name / mountPath with dtrain's
+                mk = "name" if key == "env" else "mountPath"
+                have = {x[mk]: x for x in got.get(key) or []}
+                expect(all(have.get(x[mk]) == x for x in want), f"pod_template container {tc['name']} {key}")
+            elif key != "resources":
+                expect(got.get(key) == want, f"pod_template container {tc['name']}.{key}: {got.get(key)!r}")
+    for tv in tmpl.get("volumes") or []:
+        expect(vols.get(tv["name"]) == tv, f"pod_template volume {tv['name']}")
     for v in k.get("volumes") or []:
         expect(v["name"] in vols and mounts.get(v["name"], {}).get("mountPath") == v["mount_path"],
                f"volume {v['name']}")
@@ -128,9 +144,11 @@ def main(spec_path, manifest_path):
     want_notes = {str(a): str(b) for a, b in (k.get("annotations") or {}).items()}
     for d in docs:
         expect(d["metadata"]["labels"] == want_labels, f"{d['kind']} labels {d['metadata']['labels']}")
-    for what, meta in (("Job", job["metadata"]), ("pod template", js["template"]["metadata"])):
-        expect(meta["labels"] == want_labels, f"{what} labels {meta['labels']}")
-        expect((meta.get("annotations") or {}) == want_notes, f"{what} annotations {meta.get('annotations')}")
+    tmeta = (k.get("pod_template") or {}).get("metadata") or {}  # merged into the pod template's
+    for what, meta, extra in (("Job", job["metadata"], {}), ("pod template", js["template"]["metadata"], tmeta)):
+        expect(meta["labels"] == {**want_labels, **(extra.get("labels") or {})}, f"{what} labels {meta['labels']}")
+        expect((meta.get("annotations") or {}) == {**want_notes, **(extra.get("annotations") or {})},
+               f"{what} annotations {meta.get('annotations')}")
     expect(svc["selector"] == own, f"the Service selects by dtrain's labels only: {svc['selector']}")
     check_policy(spec, job)
     check_pod(spec, k, js["template"]["spec"])

@@ -277,6 +277,8 @@ static const struct bad_case bad_cases[] = {
      "kubernetes.annotations: 'a/b/c' is not a Kubernetes key"},
     {HEAD "kubernetes: {image: x, image_pull_secrets: [Reg_Cred]}\n", 3, 44,
      "kubernetes.image_pull_secrets: 'Reg_Cred' is not a Secret name"},
+    {HEAD "kubernetes: {image: x, pod_template: [a]}\n", 3, 38,
+     "kubernetes.pod_template: expected a mapping, got a list"},
     {HEAD "kubernetes: {image: x, image_pull_secrets: regcred}\n", 3, 44,
      "expected a list of strings like [a, b], got 'regcred'; Secret names, like [regcred]"},
     {HEAD "scheduler: kubernetes\nkubernetes: {image: x}\nrendezvous: {port: 0}\n", 5, 20,

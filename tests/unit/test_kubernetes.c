@@ -351,6 +351,58 @@ static void launch_names_objects_by_run_id(void **state)
     dt_job_free(job);
 }
 
+/* pod_template: mappings merge, env merges by name, tolerations replace;
+ * what the job depends on is refused with a sentence, nothing written. */
+#define TPL(t) "name: t\ncommand: [\"true\"]\nkubernetes:\n  image: img\n  env: {A: \"1\"}\n" \
+               "  tolerations: [{key: k, operator: Exists}]\n  pod_template: " t "\n"
+
+static void pod_template_merges(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(TPL("{spec: {priorityClassName: hi, tolerations: [{key: z, operator: Exists}], "
+                           "containers: [{name: agent, env: [{name: A, value: \"2\"}, {name: B, value: b}], "
+                           "stdin: false}], nodeSelector: {}}}"),
+                       &rc);
+    assert_int_equal(rc, 0);
+    const char *want[] = {"      priorityClassName: hi\n",
+                          "      tolerations:\n        - key: z\n          operator: Exists\n",
+                          "            - name: A\n              value: \"2\"\n            - name: B\n"
+                          "              value: b\n",
+                          "          stdin: false\n", "      nodeSelector: {}\n",
+                          "          command:\n            - dtrain\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("merged template lacks '%s':\n%s", want[i], out);
+    assert_null(strstr(out, "key: k\n")); /* the template's tolerations replaced the spec's */
+    assert_null(strstr(out, "value: \"1\""));
+    free(out);
+    struct {
+        const char *tpl, *msg;
+    } bad[] = {
+        {"{kind: Pod}", "kubernetes.pod_template.kind: a pod template has only metadata and spec"},
+        {"{spec: {restartPolicy: OnFailure}}", "pod_template.spec.restartPolicy: must stay Never"},
+        {"{spec: {subdomain: x}}", "subdomain and hostname name the pods"},
+        {"{spec: {containers: [{name: agent, command: [sh]}]}}",
+         "pod_template.spec.containers[agent]: the agent's image is kubernetes.image"},
+        {"{spec: {volumes: [{name: dshm, emptyDir: {}}]}}", "dtrain-job and dshm are dtrain's volumes"},
+        {"{metadata: {labels: {app.kubernetes.io/instance: y}}}", "the Service selects the pods by them"},
+        {"{spec: {containers: [{image: x}]}}",
+         "pod_template.spec.containers[0]: expected a mapping with name (items of this list merge by it)"},
+        {"{spec: []}", "kubernetes.pod_template.spec: expected a mapping"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, TPL("%s"), bad[i].tpl);
+        out = render(spec, &rc);
+        assert_int_equal(rc, DT_EINVAL);
+        if (!strstr(dt_error_last(), bad[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, dt_error_last(), bad[i].msg);
+        assert_string_equal(out, ""); /* nothing half-written */
+        free(out);
+    }
+}
+
 /* The kubelet's SIGKILL comes after the job's grace period and 15 s more. */
 static void pod_grace_follows_grace_period(void **state)
 {
@@ -667,6 +719,7 @@ int main(void)
         cmocka_unit_test(auth_none_has_no_secret),
         cmocka_unit_test(labels_annotations_pull_secrets),
         cmocka_unit_test(launch_names_objects_by_run_id),
+        cmocka_unit_test(pod_template_merges),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
