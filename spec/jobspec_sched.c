@@ -292,6 +292,23 @@ static int check_meta_map(struct dt_spec_ctx *ctx, const struct dt_ynode *map, c
     return 0;
 }
 
+static int check_log_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_k8s_volume *v = obj;
+    if (!!v->pvc + !!v->host_path != 1)
+        return dt_spec_fail(ctx, map, NULL, "needs exactly one of pvc and host_path");
+    return 0;
+}
+
+static const struct dt_spec_key log_volume_keys[] = {
+    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc),
+    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path),
+};
+static const struct dt_spec_section log_volume_section = {.keys = log_volume_keys,
+                                                          .n_keys = DT_NKEYS(log_volume_keys),
+                                                          .size = sizeof(struct dt_k8s_volume),
+                                                          .check = check_log_volume};
+
 static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_kubernetes_spec *k = obj;
@@ -342,6 +359,7 @@ static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
            DT_COUNT(struct dt_kubernetes_spec, n_annotations)),
     DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template),
+    DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section),
 };
 const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,
                                                               .n_keys = DT_NKEYS(kubernetes_keys),

@@ -25,6 +25,9 @@
 #define DT_K8S_SPEC_PATH DT_K8S_SPEC_DIR "/job.yaml"
 #define DT_K8S_TOKEN_PATH DT_K8S_SPEC_DIR "/token"
 #define DT_K8S_CONTAINER "agent"
+/* kubernetes.log_volume's mount: the agent's --log-dir. */
+#define DT_K8S_LOG_VOLUME "dtrain-logs"
+#define DT_K8S_LOG_PATH "/var/log/dtrain"
 #define DT_K8S_DEFAULT_PORT 29500
 #define DT_K8S_STOP_SLACK_S 15 /* past grace_period: the agent writes summary.json and leaves */
 /* The Job's UID, passed to the pods through the downward API: the run id

@@ -16,7 +16,9 @@
  *       a launch chose (render leaves the run id to the UID);
  *   JOB_COMPLETION_INDEX   set by the Job controller itself: the node rank;
  *   /dev/shm               an in-memory emptyDir (a container's default
- *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders).
+ *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders);
+ *   /var/log/dtrain        kubernetes.log_volume, when given, and the agent's
+ *       --log-dir: run directories that outlive the pod.
  * The user's env, volumes and names may not collide with these: the result
  * would be a pod that silently does something else, so render refuses.
  *
@@ -43,12 +45,15 @@ int dt_k8s_check_pod(const struct dt_job *job)
                                     job->path, own_env[j], own_env[j]);
     for (int i = 0; i < k->n_volumes; i++) {
         const struct dt_k8s_volume *v = &k->volumes[i];
-        if (strcmp(v->name, "dtrain-job") == 0 || strcmp(v->name, "dshm") == 0)
+        if (strcmp(v->name, "dtrain-job") == 0 || strcmp(v->name, "dshm") == 0 ||
+            strcmp(v->name, DT_K8S_LOG_VOLUME) == 0)
             return dt_error_set(DT_EINVAL, "%s: kubernetes.volumes[%d].name: '%s' is the name of a "
                                            "volume dtrain adds; choose another", job->path, i, v->name);
-        if (strcmp(v->mount_path, DT_K8S_SPEC_DIR) == 0 || strcmp(v->mount_path, "/dev/shm") == 0)
+        if (strcmp(v->mount_path, DT_K8S_SPEC_DIR) == 0 || strcmp(v->mount_path, "/dev/shm") == 0 ||
+            (k->log_volume && strcmp(v->mount_path, DT_K8S_LOG_PATH) == 0))
             return dt_error_set(DT_EINVAL, "%s: kubernetes.volumes[%d].mount_path: dtrain mounts %s "
-                                           "itself (shm_size sets /dev/shm's size)",
+                                           "itself (shm_size sets /dev/shm's size, log_volume what is at "
+                                           DT_K8S_LOG_PATH ")",
                                 job->path, i, v->mount_path);
         for (int j = 0; j < i; j++)
             if (strcmp(k->volumes[j].name, v->name) == 0)
@@ -187,7 +192,10 @@ static void put_container(const struct dt_job *job, const char *run_id, FILE *ou
         fprintf(out, "imagePullPolicy: %s\n", k->image_pull_policy);
     }
     dt_k8s_indent(out, ind);
-    fputs("command: [dtrain, agent, " DT_K8S_SPEC_PATH "]\n", out);
+    /* log_volume: the run directories on the volume, whatever log_dir says. */
+    fputs(k->log_volume ? "command: [dtrain, agent, " DT_K8S_SPEC_PATH ", --log-dir, " DT_K8S_LOG_PATH "]\n"
+                        : "command: [dtrain, agent, " DT_K8S_SPEC_PATH "]\n",
+          out);
     dt_k8s_indent(out, ind);
     fputs("env:\n", out);
     if (job->rendezvous.auth == DT_AUTH_TOKEN)
@@ -207,6 +215,8 @@ static void put_container(const struct dt_job *job, const char *run_id, FILE *ou
     fputs("volumeMounts:\n", out);
     put_mount(out, ind + 2, "dtrain-job", DT_K8S_SPEC_DIR, 1);
     put_mount(out, ind + 2, "dshm", "/dev/shm", 0);
+    if (k->log_volume)
+        put_mount(out, ind + 2, DT_K8S_LOG_VOLUME, DT_K8S_LOG_PATH, 0);
     for (int i = 0; i < k->n_volumes; i++)
         put_mount(out, ind + 2, k->volumes[i].name, k->volumes[i].mount_path, k->volumes[i].read_only);
 }
@@ -266,6 +276,11 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
         fputs("sizeLimit: ", out);
         dt_k8s_bytes(out, k->shm_size_bytes);
         fputc('\n', out);
+    }
+    if (k->log_volume) {
+        dt_k8s_indent(out, ind + 2);
+        fputs("- name: " DT_K8S_LOG_VOLUME "\n", out);
+        put_volume_source(out, ind + 4, k->log_volume);
     }
     for (int i = 0; i < k->n_volumes; i++) {
         dt_k8s_indent(out, ind + 2);

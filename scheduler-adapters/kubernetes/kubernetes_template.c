@@ -87,9 +87,12 @@ static int check_template(const struct dt_job *job, const struct dt_ynode *t)
         return refuse(job, "spec.containers[agent]",
                       "the agent's image is kubernetes.image and its command "
                       "is dtrain's (`dtrain agent " DT_K8S_SPEC_PATH "`)");
-    if (named_item(at(spec, "volumes"), "name", "dtrain-job") ||
-        named_item(at(spec, "volumes"), "name", "dshm"))
-        return refuse(job, "spec.volumes", "dtrain-job and dshm are dtrain's volumes (shm_size sizes dshm)");
+    const struct dt_ynode *vols = at(spec, "volumes");
+    if (named_item(vols, "name", "dtrain-job") || named_item(vols, "name", "dshm") ||
+        named_item(vols, "name", DT_K8S_LOG_VOLUME))
+        return refuse(job, "spec.volumes",
+                      "dtrain-job, dshm and " DT_K8S_LOG_VOLUME " are dtrain's volumes (shm_size sizes dshm, "
+                      "log_volume is " DT_K8S_LOG_VOLUME ")");
     return 0;
 }
 

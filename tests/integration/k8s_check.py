@@ -53,7 +53,9 @@ def check_pod(spec, k, pod):
     grace = pod.get("terminationGracePeriodSeconds")  # the spec's grace_period (30s) and 15 s more
     expect(grace == 45 if "grace_period" not in spec else isinstance(grace, int) and grace > 15,
            f"terminationGracePeriodSeconds {grace}")
-    expect(c["command"] == ["dtrain", "agent", "/etc/dtrain/job.yaml"], f"command {c['command']}")
+    logs = k.get("log_volume")  # run directories on it: the agent's --log-dir
+    want_cmd = ["dtrain", "agent", "/etc/dtrain/job.yaml"] + (["--log-dir", "/var/log/dtrain"] if logs else [])
+    expect(c["command"] == want_cmd, f"command {c['command']}")
     expect(c["image"] == k["image"], f"image {c['image']!r}")
     env = {e["name"]: e for e in c["env"]}
     for name, value in (k.get("env") or {}).items():
@@ -98,6 +100,11 @@ def check_pod(spec, k, pod):
                 expect(got.get(key) == want, f"pod_template container {tc['name']}.{key}: {got.get(key)!r}")
     for tv in tmpl.get("volumes") or []:
         expect(vols.get(tv["name"]) == tv, f"pod_template volume {tv['name']}")
+    if logs:
+        src = {"persistentVolumeClaim": {"claimName": logs["pvc"]}} if "pvc" in logs else \
+              {"hostPath": {"path": logs["host_path"]}}
+        expect(vols.get("dtrain-logs") == {"name": "dtrain-logs", **src}, f"log volume {vols.get('dtrain-logs')}")
+        expect(mounts.get("dtrain-logs", {}).get("mountPath") == "/var/log/dtrain", "log volume mount")
     for v in k.get("volumes") or []:
         expect(v["name"] in vols and mounts.get(v["name"], {}).get("mountPath") == v["mount_path"],
                f"volume {v['name']}")

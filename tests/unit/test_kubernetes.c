@@ -385,7 +385,7 @@ static void pod_template_merges(void **state)
         {"{spec: {subdomain: x}}", "subdomain and hostname name the pods"},
         {"{spec: {containers: [{name: agent, command: [sh]}]}}",
          "pod_template.spec.containers[agent]: the agent's image is kubernetes.image"},
-        {"{spec: {volumes: [{name: dshm, emptyDir: {}}]}}", "dtrain-job and dshm are dtrain's volumes"},
+        {"{spec: {volumes: [{name: dshm, emptyDir: {}}]}}", "dtrain-job, dshm and dtrain-logs are dtrain's volumes"},
         {"{metadata: {labels: {app.kubernetes.io/instance: y}}}", "the Service selects the pods by them"},
         {"{spec: {containers: [{image: x}]}}",
          "pod_template.spec.containers[0]: expected a mapping with name (items of this list merge by it)"},
@@ -401,6 +401,31 @@ static void pod_template_merges(void **state)
         assert_string_equal(out, ""); /* nothing half-written */
         free(out);
     }
+}
+
+/* log_volume: the run directories on a volume, the agent told so. */
+static void log_volume_holds_the_runs(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, log_volume: {pvc: runs}}\n", &rc);
+    assert_int_equal(rc, 0);
+    const char *want[] = {"command: [dtrain, agent, /etc/dtrain/job.yaml, --log-dir, /var/log/dtrain]\n",
+                          "            - name: dtrain-logs\n              mountPath: /var/log/dtrain\n",
+                          "        - name: dtrain-logs\n          persistentVolumeClaim:\n            claimName: runs\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("lacks '%s':\n%s", want[i], out);
+    free(out);
+    out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, log_volume: {host_path: /x},"
+                 " volumes: [{name: a, mount_path: /var/log/dtrain, pvc: p}]}\n",
+                 &rc);
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "volumes[0].mount_path: dtrain mounts /var/log/dtrain itself"));
+    free(out);
+    out = render(SPEC(""), &rc);
+    assert_null(strstr(out, "--log-dir"));
+    free(out);
 }
 
 /* The kubelet's SIGKILL comes after the job's grace period and 15 s more. */
@@ -720,6 +745,7 @@ int main(void)
         cmocka_unit_test(labels_annotations_pull_secrets),
         cmocka_unit_test(launch_names_objects_by_run_id),
         cmocka_unit_test(pod_template_merges),
+        cmocka_unit_test(log_volume_holds_the_runs),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
