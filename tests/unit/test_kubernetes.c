@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -640,10 +641,13 @@ static const char fake_kubectl[] =
     "  'apply -f -') cat > \"$d/applied\" ;;\n"
     "  *exitCode*) printf '0 3 ' ;;\n"
     "  'get pods'*) printf 'fmnist-0-abc=Running fmnist-1-def=Running ' ;;\n"
-    "  'get job/fmnist'*) n=$(cat \"$d/n\" 2>/dev/null || echo 0); echo $((n+1)) > \"$d/n\";\n"
+    "  'get job/fmnist'*) [ \"$(cat \"$d/outcome\")\" = INT ] && kill -INT $PPID;\n"
+    "     n=$(cat \"$d/n\" 2>/dev/null || echo 0); echo $((n+1)) > \"$d/n\";\n"
     "     [ \"$n\" -ge 1 ] && printf '%s' \"$(cat \"$d/outcome\")\" ;;\n"
     "  logs*) echo '[pod/fmnist-0-abc/agent] hello' ;;\n"
     "esac\n";
+
+static bool fake_detach; /* submit as `dtrain launch --detach` */
 
 static int submit_with_fake(const char *outcome, char *dir, char **applied, char **calls)
 {
@@ -669,7 +673,7 @@ static int submit_with_fake(const char *outcome, char *dir, char **applied, char
     fclose(f);
     struct dt_job *job = NULL;
     assert_int_equal(dt_job_load(file, &job), 0);
-    struct dt_adapter_launch opts = {0};
+    struct dt_adapter_launch opts = {.detach = fake_detach};
     int st = k8s()->submit(job, &opts);
     if (st == 2)
         print_error("submit: %s\n", dt_error_last());
@@ -732,6 +736,33 @@ static void submit_applies_and_follows(void **state)
     remove_dir(dir);
 }
 
+/* Ctrl-C while following deletes this launch's objects (exit 128 + SIGINT);
+ * --detach applies and returns, following nothing. */
+static void submit_ctrl_c_deletes_and_detach_leaves(void **state)
+{
+    (void)state;
+    char dir[64], *applied, *calls;
+    assert_int_equal(submit_with_fake("INT", dir, &applied, &calls), 130);
+    const char *del = strstr(calls, "delete job,service,configmap,secret -n default -l "
+                                    "app.kubernetes.io/instance=fmnist-");
+    if (!del)
+        fail_msg("no kubectl delete of the launch's objects in:\n%s", calls);
+    assert_non_null(strstr(del, " --wait=false\n"));
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+
+    fake_detach = true;
+    int st = submit_with_fake("SuccessCriteriaMet Complete", dir, &applied, &calls);
+    fake_detach = false;
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(applied, "kind: Job"));
+    assert_string_equal(calls, "apply -f -\n"); /* nothing followed, nothing deleted */
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -754,6 +785,7 @@ int main(void)
         cmocka_unit_test_teardown(discover_waits_for_pod_0, cleanup),
         cmocka_unit_test(submit_without_kubectl_says_how),
         cmocka_unit_test(submit_applies_and_follows),
+        cmocka_unit_test(submit_ctrl_c_deletes_and_detach_leaves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
