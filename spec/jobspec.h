@@ -117,6 +117,7 @@ struct dt_kubernetes_spec {
     struct dt_env_entry *annotations; /* on the Job and the pod template */
     int n_annotations;
     char *pod_template; /* a PodTemplateSpec mapping as flow YAML, merged into the rendered one; or NULL */
+    char *job_spec;     /* a JobSpec mapping (no template) as flow YAML, merged into the Job's spec; or NULL */
     /* Where run directories go so they outlive the pods: a PVC (ReadWriteMany
      * for several nodes) or a host path mounted at DT_K8S_LOG_PATH, the
      * agent's --log-dir.  Only pvc or host_path is set; NULL: in the container. */

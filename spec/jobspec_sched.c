@@ -359,6 +359,7 @@ static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
            DT_COUNT(struct dt_kubernetes_spec, n_annotations)),
     DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template),
+    DT_KEY("job_spec", DT_KT_YAML, struct dt_kubernetes_spec, job_spec),
     DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section),
 };
 const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,

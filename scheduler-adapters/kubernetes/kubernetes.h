@@ -73,6 +73,9 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, 
  * kubernetes.pod_template merged in (kubernetes_template.c says how); 0, or
  * DT_EINVAL naming what the template may not change, having written nothing. */
 int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+/* The Job's spec without its template: `head` (len bytes, rendered at
+ * indentation `ind`) with kubernetes.job_spec merged in, at `ind`. */
+int dt_k8s_put_job_spec(const struct dt_job *job, const char *head, size_t len, int ind, FILE *out);
 /* A metadata's "labels:" (dtrain's, then kubernetes.labels) and, when
  * `annotations`, its "annotations:" (kubernetes.annotations), at `ind`. */
 void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out);

@@ -315,11 +315,25 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
 static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
 {
     put_meta(job, "Job", "", out);
-    fprintf(out,
-            "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+    char *head = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&head, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    fprintf(m,
+            "  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
             "  backoffLimit: 0\n  podReplacementPolicy: Failed\n",
             job->nodes, job->nodes);
-    put_failure_policy(job, out);
+    put_failure_policy(job, m);
+    int rc = fclose(m) ? dt_error_set(DT_ENOMEM, "render kubernetes: out of memory") : 0;
+    fputs("spec:\n", out);
+    if (rc == 0 && job->kubernetes->job_spec)
+        rc = dt_k8s_put_job_spec(job, head, len, 2, out);
+    else if (rc == 0)
+        fwrite(head, 1, len, out);
+    free(head);
+    if (rc)
+        return rc;
     fputs("  template:\n", out);
     if (job->kubernetes->pod_template)
         return dt_k8s_put_template(job, run_id, 4, out);

@@ -21,6 +21,9 @@
  * YAML reader, merged, and written again as block YAML (typed plain scalars
  * plain, strings through dt_k8s_str).
  *
+ * kubernetes.job_spec is merged the same way into the Job's spec (its own
+ * fields, not the template's), refusing the fields the job rests on.
+ *
  * Not for the template dtrain renders itself (kubernetes_pod.c).
  */
 #include "scheduler-adapters/kubernetes/kubernetes.h"
@@ -234,32 +237,64 @@ static void put_node(FILE *out, const struct dt_ynode *n, int ind, int inline_fi
     }
 }
 
-int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out)
+/* `mine` (the rendered mapping, len bytes) with the spec's flow-YAML `user`
+ * (kubernetes.<key>) merged in, written at `ind`; `check` refuses first. */
+static int merge_put(const struct dt_job *job, const char *mine, size_t len, const char *user, const char *key,
+                     int (*check)(const struct dt_job *, const struct dt_ynode *), int ind, FILE *out)
 {
     struct dt_ynode *tmpl = NULL, *base = NULL;
-    const char *text = job->kubernetes->pod_template;
-    int rc = dt_yaml_parse(text, strlen(text), "kubernetes.pod_template", &tmpl);
-    if (rc == 0 && (rc = check_template(job, tmpl)) == 0) {
-        char *mine = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&mine, &len);
-        if (!m)
-            rc = dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
-        if (m) {
-            fputs("metadata:\n", m);
-            dt_k8s_put_metadata_maps(job, 2, 1, m);
-            fputs("spec:\n", m);
-            dt_k8s_put_pod_spec(job, run_id, 2, m);
-            fclose(m);
-            rc = dt_yaml_parse(mine, len, "the rendered pod template", &base);
-            free(mine);
-        }
-        if (rc == 0)
-            rc = merge(&base, &tmpl, NULL, "");
-        if (rc == 0)
-            put_node(out, base, ind, 0);
-    }
+    char what[64];
+    snprintf(what, sizeof what, "kubernetes.%s", key);
+    int rc = dt_yaml_parse(user, strlen(user), what, &tmpl);
+    if (rc == 0)
+        rc = check(job, tmpl);
+    if (rc == 0)
+        rc = dt_yaml_parse(mine, len, "the rendered manifest", &base);
+    if (rc == 0)
+        rc = merge(&base, &tmpl, NULL, "");
+    if (rc == 0)
+        put_node(out, base, ind, 0);
     dt_yaml_free(base);
     dt_yaml_free(tmpl);
     return rc;
+}
+
+int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out)
+{
+    char *mine = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&mine, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    fputs("metadata:\n", m);
+    dt_k8s_put_metadata_maps(job, 2, 1, m);
+    fputs("spec:\n", m);
+    dt_k8s_put_pod_spec(job, run_id, 2, m);
+    int rc = fclose(m) ? dt_error_set(DT_ENOMEM, "render kubernetes: out of memory")
+                       : merge_put(job, mine, len, job->kubernetes->pod_template, "pod_template", check_template,
+                                   ind, out);
+    free(mine);
+    return rc;
+}
+
+/* kubernetes.job_spec: the Job's own fields dtrain has no key for
+ * (ttlSecondsAfterFinished, activeDeadlineSeconds, suspend for a queue);
+ * the ones the job's shape and restart budget rest on are refused. */
+static int check_job_spec(const struct dt_job *job, const struct dt_ynode *t)
+{
+    static const char *const own[] = {"template", "completions", "parallelism", "completionMode", "backoffLimit",
+                                      "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy",
+                                      "podReplacementPolicy", "selector", "manualSelector", NULL};
+    for (int i = 0; own[i]; i++)
+        if (at(t, own[i]))
+            return dt_error_set(DT_EINVAL,
+                                "%s: kubernetes.job_spec.%s: dtrain sets it (nodes, an Indexed Job, one restart "
+                                "budget from max_restarts and restart_policy; the pods through pod_template)",
+                                job->path, own[i]);
+    return 0;
+}
+
+int dt_k8s_put_job_spec(const struct dt_job *job, const char *head, size_t len, int ind, FILE *out)
+{
+    return merge_put(job, head, len, job->kubernetes->job_spec, "job_spec", check_job_spec, ind, out);
 }

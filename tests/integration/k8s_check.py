@@ -157,6 +157,8 @@ def main(spec_path, manifest_path):
         expect((meta.get("annotations") or {}) == {**want_notes, **(extra.get("annotations") or {})},
                f"{what} annotations {meta.get('annotations')}")
     expect(svc["selector"] == own, f"the Service selects by dtrain's labels only: {svc['selector']}")
+    for key, want in (k.get("job_spec") or {}).items():  # merged into the Job's spec as written
+        expect(js.get(key) == want, f"job_spec.{key}: {js.get(key)!r} != {want!r}")
     check_policy(spec, job)
     check_pod(spec, k, js["template"]["spec"])
     for p in problems:

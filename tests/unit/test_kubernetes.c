@@ -404,6 +404,27 @@ static void pod_template_merges(void **state)
     }
 }
 
+/* job_spec: the Job's own fields merged in; what the job rests on refused. */
+static void job_spec_merges(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, job_spec: {ttlSecondsAfterFinished: "
+                       "600, suspend: true}}\n",
+                       &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\nspec:\n  completionMode: Indexed\n"));
+    assert_non_null(strstr(out, "  backoffLimit: 0\n"));
+    assert_non_null(strstr(out, "          status: \"True\"\n")); /* still a string after the round trip */
+    assert_non_null(strstr(out, "  ttlSecondsAfterFinished: 600\n  suspend: true\n  template:\n"));
+    free(out);
+    out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, job_spec: {backoffLimit: 6}}\n", &rc);
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "kubernetes.job_spec.backoffLimit: dtrain sets it"));
+    assert_string_equal(out, "");
+    free(out);
+}
+
 /* log_volume: the run directories on a volume, the agent told so. */
 static void log_volume_holds_the_runs(void **state)
 {
@@ -777,6 +798,7 @@ int main(void)
         cmocka_unit_test(launch_names_objects_by_run_id),
         cmocka_unit_test(pod_template_merges),
         cmocka_unit_test(log_volume_holds_the_runs),
+        cmocka_unit_test(job_spec_merges),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
