@@ -403,6 +403,8 @@ int dt_yaml_plain_typed(const char *t)
     for (int i = 0; words[i]; i++)
         if (strcmp(t, words[i]) == 0)
             return 1;
+    if (t[0] == '0' && (t[1] == 'x' || t[1] == 'o') && t[2]) /* 0x1F, 0o17: core-schema integers */
+        return !t[2 + strspn(t + 2, t[1] == 'x' ? "0123456789abcdefABCDEF" : "01234567")];
     const char *p = t + (*t == '-' || *t == '+');
     size_t digits = strspn(p, "0123456789");
     if (digits == 0 && !(p[0] == '.' && p[1] >= '0' && p[1] <= '9'))
