@@ -2,8 +2,9 @@
  *
  * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
  * holding the token), every object named <name>-<run id> with a run id made
- * here, so a second launch never meets the first one's immutable Job.  Then, once a second, `kubectl get` reports the pods'
- * phases (printed when they change) and the Job's conditions; when every pod
+ * here, so a second launch never meets the first one's immutable Job.  Then,
+ * once a second, `kubectl get` reports the pods' phases (printed when they
+ * change) and the Job's conditions; when every pod
  * runs, `kubectl logs -f --prefix -l <instance label>` streams their output
  * here.  The Job's end decides the exit status: 0 when Complete; when Failed,
  * the first non-zero exit code of an agent container (the job's status, as
@@ -37,14 +38,14 @@
 #include <unistd.h>
 
 #define POLL_S 1.0
+#define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
 
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal; /* the signal that asked to stop, or 0 */
 
 static void on_signal(int sig)
 {
     got_signal = sig;
 }
-#define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
 
 /* Runs argv with `in` (len bytes) on its stdin and, when out is not NULL,
  * its stdout captured into *out (malloc'd, NUL-terminated); its stderr is
