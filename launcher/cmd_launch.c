@@ -33,6 +33,7 @@ struct launch_opts {
     const char *ranks;
     double grace_s;
     double start_mono; /* the summary's times count from here */
+    bool detach;
 };
 
 static void usage(FILE *out)
@@ -52,6 +53,8 @@ static void usage(FILE *out)
             "                        the spec's grace_period, 30s)\n"
             "  --trace[=STEPS]       trainer jobs without a trace: window: a Chrome trace per rank of\n"
             "                        these steps (default 10-20), see docs/observability.md\n"
+            "  --detach              scheduler: kubernetes: apply the manifests and return, leaving\n"
+            "                        the Job running (without it, Ctrl-C deletes the Job)\n"
             "  --quiet               only dtrain's warnings and errors (rank output still shows)\n"
             "  --verbose             also dtrain's debug messages\n"
             "  -h, --help            show this help\n\n"
@@ -73,6 +76,8 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
             const char *steps = a[7] == '=' ? a + 8 : "10-20";
             if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
                 return dt_cli_usage_error("launch", "--trace=%s: expected steps like 10-20 or 15", steps);
+        } else if (strcmp(a, "--detach") == 0) {
+            o->detach = true;
         } else if (strcmp(a, "--ranks") == 0 && has_value) {
             o->ranks = argv[++i];
         } else if (strcmp(a, "--log-dir") == 0 && has_value) {
@@ -142,6 +147,7 @@ static int run(int argc, char **argv)
                                    .grace_s = o.grace_s,
                                    .start_mono = o.start_mono,
                                    .dtrain_path = self,
+                                   .detach = o.detach,
                                    .host_node0 = host_node0};
     int status = ad->submit(job, &lo);
     dt_job_free(job);

@@ -102,6 +102,7 @@ struct dt_adapter_launch {
     double grace_s;          /* --grace-period, <= 0 for the spec's grace_period */
     double start_mono;       /* when the launcher started (CLOCK_MONOTONIC seconds) */
     const char *dtrain_path; /* this binary, as the nodes should run it */
+    bool detach;             /* --detach: submit and return, leaving the job to the scheduler (Kubernetes) */
     /* Runs node 0 of the job in this process with the options above: the job
      * token, the coordinator, the run directory, the ranks (or the group),
      * their restarts, summary.json and the closing lines.  Returns the

@@ -117,6 +117,18 @@ struct dt_kubernetes_spec {
     int n_env;
     struct dt_k8s_volume *volumes;
     int n_volumes;
+    char **image_pull_secrets; /* NULL-terminated Secret names: imagePullSecrets */
+    int n_image_pull_secrets;
+    struct dt_env_entry *labels; /* on every object and the pod template (Kueue's queue-name) */
+    int n_labels;
+    struct dt_env_entry *annotations; /* on the Job and the pod template */
+    int n_annotations;
+    char *pod_template; /* a PodTemplateSpec mapping as flow YAML, merged into the rendered one; or NULL */
+    char *job_spec;     /* a JobSpec mapping (no template) as flow YAML, merged into the Job's spec; or NULL */
+    /* Where run directories go so they outlive the pods: a PVC (ReadWriteMany
+     * for several nodes) or a host path mounted at DT_K8S_LOG_PATH, the
+     * agent's --log-dir.  Only pvc or host_path is set; NULL: in the container. */
+    struct dt_k8s_volume *log_volume;
 };
 
 /* mpirun: how `scheduler: mpirun` starts agents (issue 12). */

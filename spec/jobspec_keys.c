@@ -306,6 +306,27 @@ static int set_seclist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
     return 0;
 }
 
+/* A mapping taken whole, for a consumer that knows its shape (a Kubernetes
+ * pod template): kept as flow YAML, which --print writes back as it is. */
+static int set_yaml(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    if (v->kind != DT_Y_MAP)
+        return shape_error(ctx, k, v, "a mapping");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    dt_yaml_put_flow(m, v);
+    if (fclose(m) != 0) {
+        free(text);
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    }
+    free(*FIELD(obj, k, char *));
+    *FIELD(obj, k, char *) = text;
+    return 0;
+}
+
 static int set_one(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
 {
     switch (k->type) {
@@ -338,6 +359,8 @@ static int set_one(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const s
         return set_seclist(ctx, k, v, obj);
     case DT_KT_CUSTOM:
         return k->set(ctx, k, v, obj);
+    case DT_KT_YAML:
+        return set_yaml(ctx, k, v, obj);
     }
     return dt_error_set(DT_EINTERNAL, "job spec: key '%s' has no type", k->name);
 }
@@ -423,6 +446,7 @@ void dt_spec_release(const struct dt_spec_section *sec, void *obj)
         const struct dt_spec_key *k = &sec->keys[i];
         switch (k->type) {
         case DT_KT_STR:
+        case DT_KT_YAML:
             free(*FIELD(obj, k, char *));
             *FIELD(obj, k, char *) = NULL;
             break;

@@ -36,6 +36,7 @@ enum dt_kt {
     DT_KT_SECTION_PTR, /* a pointer at `off` to a struct allocated as `sub` says */
     DT_KT_SECLIST,     /* an array of `sub` structs at `off`; int count at `aux` */
     DT_KT_CUSTOM,      /* `set` parses it; `release` frees what it allocated */
+    DT_KT_YAML,        /* char *: any YAML mapping, kept as one line of flow YAML (dt_yaml_put_flow) */
 };
 
 /* Range flags: which of lo/hi apply, and whether they are excluded. */

@@ -135,6 +135,11 @@ static int put_value(const struct dt_spec_key *k, const void *obj, FILE *out)
             return 0;
         put_strlist((char *const *)*FIELD(obj, k, char **), out);
         return 1;
+    case DT_KT_YAML:
+        if (!*FIELD(obj, k, char *))
+            return 0;
+        fputs(*FIELD(obj, k, char *), out); /* flow YAML already */
+        return 1;
     case DT_KT_CUSTOM:
         if (!k->print(obj, buf, sizeof buf))
             return 0;

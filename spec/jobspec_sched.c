@@ -364,10 +364,115 @@ static const struct dt_spec_section volume_section = {.keys = volume_keys,
                                                       .size = sizeof(struct dt_k8s_volume),
                                                       .check = check_volume};
 
+/* ---- Kubernetes object names, label and annotation keys ---- */
+
+/* A DNS-1123 subdomain: dot-separated labels, at most 253 characters. */
+static int dns_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *part = strtok_r(buf, ".", &save); part; part = strtok_r(NULL, ".", &save))
+        if (!dt_spec_dns_label(part))
+            return 0;
+    return s[0] != '.' && s[n - 1] != '.' && !strstr(s, "..");
+}
+
+/* Kubernetes' "name" part of a qualified name, and a label value (which may
+ * also be empty): at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
+static int k8s_name_part(const char *s, size_t n, int empty_ok)
+{
+    if (n == 0)
+        return empty_ok;
+    if (n > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("-_.", s[i]))
+            return 0;
+    return 1;
+}
+
+/* A label or annotation key: [prefix/]name, the prefix a DNS subdomain. */
+static int qualified_name(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash)
+        return k8s_name_part(s, strlen(s), 0);
+    char prefix[256];
+    if ((size_t)(slash - s) >= sizeof prefix)
+        return 0;
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(slash - s), s);
+    return dns_subdomain(prefix) && k8s_name_part(slash + 1, strlen(slash + 1), 0);
+}
+
+/* Labels dtrain sets itself (the Service selects the pods by them) or the
+ * Job controller does (the UID label names the run). */
+static int reserved_label(const char *key)
+{
+    static const char *const own[] = {"app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                      "app.kubernetes.io/managed-by", "job-name", "controller-uid", NULL};
+    for (int i = 0; own[i]; i++)
+        if (strcmp(key, own[i]) == 0)
+            return 1;
+    return strncmp(key, "batch.kubernetes.io/", 20) == 0;
+}
+
+static int check_meta_map(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const char *key,
+                          const struct dt_env_entry *e, int n, int labels)
+{
+    const struct dt_ynode *node = dt_ymap_get(map, key);
+    char q[96], v[96];
+    for (int i = 0; i < n; i++) {
+        if (!qualified_name(e[i].name))
+            return dt_spec_fail(ctx, node, key,
+                                "'%s' is not a Kubernetes key ([prefix/]name: the name at most 63 of "
+                                "letters, digits, '-', '_' and '.', starting and ending with a letter or "
+                                "digit; the prefix a DNS subdomain)",
+                                dt_yaml_quote(e[i].name, q, sizeof q));
+        if (labels && reserved_label(e[i].name))
+            return dt_spec_fail(ctx, node, key, "'%s': dtrain or the Job controller sets this label itself",
+                                dt_yaml_quote(e[i].name, q, sizeof q));
+        if (labels && !k8s_name_part(e[i].value, strlen(e[i].value), 1))
+            return dt_spec_fail(ctx, node, key,
+                                "%s: '%s' is not a label value (at most 63 of letters, digits, '-', '_' "
+                                "and '.', starting and ending with a letter or digit, or empty)",
+                                dt_yaml_quote(e[i].name, q, sizeof q), dt_yaml_quote(e[i].value, v, sizeof v));
+    }
+    return 0;
+}
+
+static int check_log_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
+{
+    const struct dt_k8s_volume *v = obj;
+    if (!!v->pvc + !!v->host_path != 1)
+        return dt_spec_fail(ctx, map, NULL, "needs exactly one of pvc and host_path");
+    return 0;
+}
+
+static const struct dt_spec_key log_volume_keys[] = {
+    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc),
+    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path),
+};
+static const struct dt_spec_section log_volume_section = {.keys = log_volume_keys,
+                                                          .n_keys = DT_NKEYS(log_volume_keys),
+                                                          .size = sizeof(struct dt_k8s_volume),
+                                                          .check = check_log_volume};
+
 static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_kubernetes_spec *k = obj;
     char q[96];
+    for (int i = 0; i < k->n_image_pull_secrets; i++)
+        if (!dns_subdomain(k->image_pull_secrets[i]))
+            return dt_spec_fail(ctx, dt_ymap_get(map, "image_pull_secrets"), "image_pull_secrets",
+                                "'%s' is not a Secret name (a DNS-1123 subdomain: lower-case letters, "
+                                "digits, '-' and '.')",
+                                dt_yaml_quote(k->image_pull_secrets[i], q, sizeof q));
+    if (check_meta_map(ctx, map, "labels", k->labels, k->n_labels, 1) ||
+        check_meta_map(ctx, map, "annotations", k->annotations, k->n_annotations, 0))
+        return DT_EINVAL;
     if (k->namespace_name && !dt_spec_dns_label(k->namespace_name))
         return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace",
                             "expected a DNS-1123 label, got '%s'",
@@ -399,6 +504,14 @@ static const struct dt_spec_key kubernetes_keys[] = {
            .flags = DT_KF_ENVNAME),
     DT_KEY("volumes", DT_KT_SECLIST, struct dt_kubernetes_spec, volumes,
            DT_COUNT(struct dt_kubernetes_spec, n_volumes), .sub = &volume_section),
+    DT_KEY("image_pull_secrets", DT_KT_STRLIST, struct dt_kubernetes_spec, image_pull_secrets,
+           DT_COUNT(struct dt_kubernetes_spec, n_image_pull_secrets), .hint = "Secret names, like [regcred]"),
+    DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels, DT_COUNT(struct dt_kubernetes_spec, n_labels)),
+    DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
+           DT_COUNT(struct dt_kubernetes_spec, n_annotations)),
+    DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template),
+    DT_KEY("job_spec", DT_KT_YAML, struct dt_kubernetes_spec, job_spec),
+    DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section),
 };
 const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,
                                                               .n_keys = DT_NKEYS(kubernetes_keys),

@@ -390,3 +390,56 @@ const char *dt_ynode_kind_name(const struct dt_ynode *node)
         return dt_ynode_is_null(node) ? "nothing (null)" : "a single value";
     }
 }
+
+/* ---- writing a tree back ---- */
+
+/* YAML 1.2 core schema: the plain scalars that are not strings. */
+int dt_yaml_plain_typed(const char *t)
+{
+    static const char *const words[] = {"true", "True", "TRUE", "false", "False", "FALSE", "~", "null",
+                                        "Null", "NULL", ".inf", ".Inf", "-.inf", ".nan", NULL};
+    if (!*t)
+        return 1;
+    for (int i = 0; words[i]; i++)
+        if (strcmp(t, words[i]) == 0)
+            return 1;
+    if (t[0] == '0' && (t[1] == 'x' || t[1] == 'o') && t[2]) /* 0x1F, 0o17: core-schema integers */
+        return !t[2 + strspn(t + 2, t[1] == 'x' ? "0123456789abcdefABCDEF" : "01234567")];
+    const char *p = t + (*t == '-' || *t == '+');
+    size_t digits = strspn(p, "0123456789");
+    if (digits == 0 && !(p[0] == '.' && p[1] >= '0' && p[1] <= '9'))
+        return 0;
+    p += digits;
+    if (*p == '.')
+        p += 1 + strspn(p + 1, "0123456789");
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        p += *p == '-' || *p == '+';
+        if (!strspn(p, "0123456789"))
+            return 0;
+        p += strspn(p, "0123456789");
+    }
+    return *p == 0;
+}
+
+/* Typed plain scalars stay plain (3 stays a number); every other scalar is
+ * double-quoted, which reads back as the same string in any context.
+ * Recursion is bounded by the parser's DT_YAML_MAX_DEPTH. */
+void dt_yaml_put_flow(FILE *out, const struct dt_ynode *node)
+{
+    if (node->kind == DT_Y_SCALAR) {
+        if (node->plain && dt_yaml_plain_typed(node->text))
+            fputs(*node->text ? node->text : "null", out);
+        else
+            (void)dt_yaml_put_quoted(out, node->text, node->len, DT_YAML_HEX);
+        return;
+    }
+    int map = node->kind == DT_Y_MAP;
+    size_t n = map ? 2 * node->n : node->n;
+    fputc(map ? '{' : '[', out);
+    for (size_t i = 0; i < n; i++) {
+        fputs(i == 0 ? "" : map && i % 2 ? ": " : ", ", out);
+        dt_yaml_put_flow(out, node->items[i]);
+    }
+    fputc(map ? '}' : ']', out);
+}

@@ -12,6 +12,7 @@
 #define DT_JOBSPEC_YAML_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Largest job spec accepted, in bytes.  A real spec is a few KiB; the cap
  * keeps a mistaken `dtrain validate big.bin` quick and bounded. */
@@ -63,5 +64,13 @@ int dt_ynode_is_null(const struct dt_ynode *node);
 
 /* "a mapping", "a list", "a scalar" - for "expected X, got Y" messages. */
 const char *dt_ynode_kind_name(const struct dt_ynode *node);
+
+/* True when a plain scalar's text is not a string to a YAML 1.2 core
+ * reader: empty, ~, null, true/false, a number. */
+int dt_yaml_plain_typed(const char *text);
+
+/* `node` as one line of flow YAML that parses back to the same tree: typed
+ * plain scalars plain, every other scalar double-quoted. */
+void dt_yaml_put_flow(FILE *out, const struct dt_ynode *node);
 
 #endif

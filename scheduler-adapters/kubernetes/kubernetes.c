@@ -3,10 +3,13 @@
  * In a pod of the Indexed Job that render writes, an agent learns:
  *   node rank    JOB_COMPLETION_INDEX (set by the Job controller), 0..nodes-1;
  *   nnodes       the spec's `nodes` (completions = parallelism = nodes);
- *   coordinator  <name>-0.<name>:<rendezvous.port or 29500>: pod 0 under the
+ *   coordinator  <obj>-0.<obj>:<rendezvous.port or 29500>: pod 0 under the
  *                headless Service of the same name;
- *   run id       the Job's UID (DTRAIN_JOB_UID, from the downward API), the
- *                same in every pod and new for every Job object.
+ *   run id       the one `dtrain launch` chose (DTRAIN_K8S_RUN_ID), else the
+ *                Job's UID's (DTRAIN_JOB_UID, from the downward API): the
+ *                same in every pod and new for every Job object;
+ *   names        the objects' (DTRAIN_K8S_NAME): the spec's name when
+ *                rendered, <name>-<run id> when launched.
  * Cluster DNS knows a pod's name only once the pod has an address, and pods
  * start in any order, so discover waits until the coordinator's name
  * resolves (through comm/resolve.h, so DTRAIN_HOSTS_FILE can stand in for
@@ -102,19 +105,50 @@ static int run_id_from_uid(const char *uid, char *out, size_t size)
     return 0;
 }
 
+/* `s` made only of `chars`, 1 to max characters. */
+static int only(const char *s, const char *chars, size_t max)
+{
+    size_t n = strlen(s);
+    return n > 0 && n <= max && s[strspn(s, chars)] == 0;
+}
+
+/* The objects' name (DTRAIN_K8S_NAME; the spec's name in a manifest older
+ * than the variable) and the run id a launch chose (DTRAIN_K8S_RUN_ID), else
+ * the one of the Job's UID. */
+static int names_from_env(const struct dt_job *job, char *const *env, char *name, size_t size,
+                          struct dt_adapter_node *out)
+{
+    const char *obj = dt_adapter_getenv(env, DT_K8S_NAME_ENV);
+    if (obj && !only(obj, "abcdefghijklmnopqrstuvwxyz0123456789-", 63))
+        return dt_error_set(DT_EINVAL, "kubernetes: %s='%.70s' is not a Kubernetes object name (a DNS-1123 "
+                                       "label): the manifest sets it to the Job's name", DT_K8S_NAME_ENV, obj);
+    snprintf(name, size, "%s", obj ? obj : job->name);
+    const char *rid = dt_adapter_getenv(env, DT_K8S_RUN_ID_ENV);
+    if (!rid)
+        return run_id_from_uid(dt_adapter_getenv(env, DT_K8S_UID_ENV), out->run_id, sizeof out->run_id);
+    if (!only(rid, "0123456789abcdef", DT_K8S_RUN_ID_LEN))
+        return dt_error_set(DT_EINVAL, "kubernetes: %s='%.40s' is not a run id (at most %d hex digits, as "
+                                       "`dtrain launch` writes it)", DT_K8S_RUN_ID_ENV, rid, DT_K8S_RUN_ID_LEN);
+    snprintf(out->run_id, sizeof out->run_id, "%s", rid);
+    return 0;
+}
+
 static int k8s_discover(const struct dt_job *job, char *const *env, struct dt_adapter_node *out)
 {
+    char name[64];
     memset(out, 0, sizeof *out);
     int rc = parse_index(job, dt_adapter_getenv(env, "JOB_COMPLETION_INDEX"), &out->node_rank);
     if (rc == 0)
-        rc = run_id_from_uid(dt_adapter_getenv(env, DT_K8S_UID_ENV), out->run_id, sizeof out->run_id);
+        rc = names_from_env(job, env, name, sizeof name, out);
     if (rc)
         return rc;
+    struct dt_job named = *job; /* shallow: the objects' name for the coordinator's and the messages */
+    named.name = name;
     out->nnodes = job->nodes;
     out->coord_port = dt_k8s_port(job);
-    dt_k8s_coord_host(job, out->coord_host, sizeof out->coord_host);
-    snprintf(out->job_id, sizeof out->job_id, "%s", job->name);
-    return wait_resolvable(job, out->coord_host);
+    dt_k8s_coord_host(&named, out->coord_host, sizeof out->coord_host);
+    snprintf(out->job_id, sizeof out->job_id, "%s", name);
+    return wait_resolvable(&named, out->coord_host);
 }
 
 const struct dt_adapter dt_adapter_kubernetes = {

@@ -5,7 +5,8 @@
  * The adapter (kubernetes.c: discover and the table entry) renders through
  * kubernetes_render.c (ConfigMap, Secret, Service, the Job and its failure
  * policy, YAML scalars) and kubernetes_pod.c (the pod template), and submits
- * through kubernetes_submit.c.  Names of the objects derive from the job's
+ * through kubernetes_submit.c; kubernetes_template.c merges the spec's
+ * pod_template into the pod template.  Names of the objects derive from the job's
  * name.
  *
  * Not for other adapters: they share only scheduler-adapters/adapter.h.
@@ -24,12 +25,22 @@
 #define DT_K8S_SPEC_PATH DT_K8S_SPEC_DIR "/job.yaml"
 #define DT_K8S_TOKEN_PATH DT_K8S_SPEC_DIR "/token"
 #define DT_K8S_CONTAINER "agent"
+/* kubernetes.log_volume's mount: the agent's --log-dir. */
+#define DT_K8S_LOG_VOLUME "dtrain-logs"
+#define DT_K8S_LOG_PATH "/var/log/dtrain"
 #define DT_K8S_DEFAULT_PORT 29500
 #define DT_K8S_STOP_SLACK_S 15 /* past grace_period: the agent writes summary.json and leaves */
 /* The Job's UID, passed to the pods through the downward API: the run id
  * every node agrees on, fresh for each Job object. */
 #define DT_K8S_UID_ENV "DTRAIN_JOB_UID"
 #define DT_K8S_UID_LABEL "batch.kubernetes.io/controller-uid"
+/* The objects' name (the Job's, the Service's), which discover needs for the
+ * coordinator's name: the spec's name when rendered, "<name>-<run id>" when
+ * launched.  And the run id a launch chose, which the pods then use instead
+ * of the UID's, so the run directory is named like the Job. */
+#define DT_K8S_NAME_ENV "DTRAIN_K8S_NAME"
+#define DT_K8S_RUN_ID_ENV "DTRAIN_K8S_RUN_ID"
+#define DT_K8S_RUN_ID_LEN 12 /* hex digits, like the UID's run id */
 
 /* The rendezvous port the manifest opens and discover uses. */
 int dt_k8s_port(const struct dt_job *job);
@@ -37,8 +48,17 @@ int dt_k8s_port(const struct dt_job *job);
 /* "<name>-0.<name>": pod 0's name under the headless Service. */
 void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size);
 
-/* The adapter's render: every document, "---" before each. */
+/* The adapter's render: every document, "---" before each, the objects
+ * named after the job (a manifest applied twice is the same job). */
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
+/* The same for a launch with `run_id` (DT_K8S_RUN_ID_LEN hex digits): the
+ * objects named by dt_k8s_object_name, so launching again never meets the
+ * previous, immutable Job; NULL run_id renders as dt_k8s_render. */
+int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out);
+/* "<name>-<run id>", the name cut (and any '-' it then ends with dropped)
+ * so that pod hostnames "<object>-<last index>" keep within a DNS label's
+ * 63 characters; the job's name when run_id is NULL. */
+void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf, size_t size);
 struct dt_adapter_launch;
 /* The adapter's submit: kubectl apply, then follow the Job to its end. */
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
@@ -46,8 +66,22 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
  * with dtrain's own): 0 or DT_EINVAL naming the key.  Render calls it before
  * writing anything. */
 int dt_k8s_check_pod(const struct dt_job *job);
-/* Writes the pod template's spec at indentation `ind`. */
-void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out);
+/* Writes the pod template's spec at indentation `ind` (job->name is the
+ * objects' name; run_id, when launched, goes to the pods' environment). */
+void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+/* The Job's pod template (its metadata and spec mappings at `ind`) with
+ * kubernetes.pod_template merged in (kubernetes_template.c says how); 0, or
+ * DT_EINVAL naming what the template may not change, having written nothing. */
+int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+/* The Job's spec without its template: `head` (len bytes, rendered at
+ * indentation `ind`) with kubernetes.job_spec merged in, at `ind`. */
+int dt_k8s_put_job_spec(const struct dt_job *job, const char *head, size_t len, int ind, FILE *out);
+/* A metadata's "labels:" (dtrain's, then kubernetes.labels) and, when
+ * `annotations`, its "annotations:" (kubernetes.annotations), at `ind`. */
+void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out);
+/* "key:" then each "name: value" of e[0..n) indented 2 more; without key,
+ * just the pairs at `ind`.  Nothing when n is 0. */
+void dt_k8s_put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n);
 
 /* YAML output.  A scalar is written plain only when no YAML reader could
  * take it for anything but that string (not "yes", "0123", "1e3", "a: b",

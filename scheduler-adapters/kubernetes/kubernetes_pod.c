@@ -11,9 +11,14 @@
  *       re-created Job does not;
  *   DTRAIN_COMM_HOST       the pod IP (downward API), the address the tcp
  *       backend gives its peers;
+ *   DTRAIN_K8S_NAME        the objects' name, which a launch makes unique
+ *       (the coordinator is <name>-0.<name>); DTRAIN_K8S_RUN_ID the run id
+ *       a launch chose (render leaves the run id to the UID);
  *   JOB_COMPLETION_INDEX   set by the Job controller itself: the node rank;
  *   /dev/shm               an in-memory emptyDir (a container's default
- *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders).
+ *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders);
+ *   /var/log/dtrain        kubernetes.log_volume, when given, and the agent's
+ *       --log-dir: run directories that outlive the pod.
  * The user's env, volumes and names may not collide with these: the result
  * would be a pod that silently does something else, so render refuses.
  *
@@ -27,7 +32,7 @@
 #include <string.h>
 
 static const char *const own_env[] = {"DTRAIN_JOB_TOKEN_FILE", DT_K8S_UID_ENV, "DTRAIN_COMM_HOST",
-                                      "JOB_COMPLETION_INDEX", NULL};
+                                      "JOB_COMPLETION_INDEX", DT_K8S_NAME_ENV, DT_K8S_RUN_ID_ENV, NULL};
 
 int dt_k8s_check_pod(const struct dt_job *job)
 {
@@ -40,12 +45,15 @@ int dt_k8s_check_pod(const struct dt_job *job)
                                     job->path, own_env[j], own_env[j]);
     for (int i = 0; i < k->n_volumes; i++) {
         const struct dt_k8s_volume *v = &k->volumes[i];
-        if (strcmp(v->name, "dtrain-job") == 0 || strcmp(v->name, "dshm") == 0)
+        if (strcmp(v->name, "dtrain-job") == 0 || strcmp(v->name, "dshm") == 0 ||
+            strcmp(v->name, DT_K8S_LOG_VOLUME) == 0)
             return dt_error_set(DT_EINVAL, "%s: kubernetes.volumes[%d].name: '%s' is the name of a "
                                            "volume dtrain adds; choose another", job->path, i, v->name);
-        if (strcmp(v->mount_path, DT_K8S_SPEC_DIR) == 0 || strcmp(v->mount_path, "/dev/shm") == 0)
+        if (strcmp(v->mount_path, DT_K8S_SPEC_DIR) == 0 || strcmp(v->mount_path, "/dev/shm") == 0 ||
+            (k->log_volume && strcmp(v->mount_path, DT_K8S_LOG_PATH) == 0))
             return dt_error_set(DT_EINVAL, "%s: kubernetes.volumes[%d].mount_path: dtrain mounts %s "
-                                           "itself (shm_size sets /dev/shm's size)",
+                                           "itself (shm_size sets /dev/shm's size, log_volume what is at "
+                                           DT_K8S_LOG_PATH ")",
                                 job->path, i, v->mount_path);
         for (int j = 0; j < i; j++)
             if (strcmp(k->volumes[j].name, v->name) == 0)
@@ -77,14 +85,17 @@ static void put_env(FILE *out, int ind, const char *name, const char *value, con
     fputc('\n', out);
 }
 
-static void put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n)
+void dt_k8s_put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n)
 {
     if (n == 0)
         return;
-    dt_k8s_indent(out, ind);
-    fprintf(out, "%s:\n", key);
+    if (key) {
+        dt_k8s_indent(out, ind);
+        fprintf(out, "%s:\n", key);
+        ind += 2;
+    }
     for (int i = 0; i < n; i++) {
-        dt_k8s_indent(out, ind + 2);
+        dt_k8s_indent(out, ind);
         dt_k8s_str(out, e[i].name);
         fputs(": ", out);
         dt_k8s_str(out, e[i].value);
@@ -164,7 +175,7 @@ static void put_mount(FILE *out, int ind, const char *name, const char *path, in
     }
 }
 
-static void put_container(const struct dt_job *job, FILE *out, int ind)
+static void put_container(const struct dt_job *job, const char *run_id, FILE *out, int ind)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
@@ -181,13 +192,19 @@ static void put_container(const struct dt_job *job, FILE *out, int ind)
         fprintf(out, "imagePullPolicy: %s\n", k->image_pull_policy);
     }
     dt_k8s_indent(out, ind);
-    fputs("command: [dtrain, agent, " DT_K8S_SPEC_PATH "]\n", out);
+    /* log_volume: the run directories on the volume, whatever log_dir says. */
+    fputs(k->log_volume ? "command: [dtrain, agent, " DT_K8S_SPEC_PATH ", --log-dir, " DT_K8S_LOG_PATH "]\n"
+                        : "command: [dtrain, agent, " DT_K8S_SPEC_PATH "]\n",
+          out);
     dt_k8s_indent(out, ind);
     fputs("env:\n", out);
     if (job->rendezvous.auth == DT_AUTH_TOKEN)
         put_env(out, ind + 2, "DTRAIN_JOB_TOKEN_FILE", DT_K8S_TOKEN_PATH, NULL);
     put_env(out, ind + 2, DT_K8S_UID_ENV, NULL, "metadata.labels['" DT_K8S_UID_LABEL "']");
     put_env(out, ind + 2, "DTRAIN_COMM_HOST", NULL, "status.podIP");
+    put_env(out, ind + 2, DT_K8S_NAME_ENV, job->name, NULL);
+    if (run_id)
+        put_env(out, ind + 2, DT_K8S_RUN_ID_ENV, run_id, NULL);
     for (int i = 0; i < k->n_env; i++)
         put_env(out, ind + 2, k->env[i].name, k->env[i].value, NULL);
     dt_k8s_indent(out, ind);
@@ -198,6 +215,8 @@ static void put_container(const struct dt_job *job, FILE *out, int ind)
     fputs("volumeMounts:\n", out);
     put_mount(out, ind + 2, "dtrain-job", DT_K8S_SPEC_DIR, 1);
     put_mount(out, ind + 2, "dshm", "/dev/shm", 0);
+    if (k->log_volume)
+        put_mount(out, ind + 2, DT_K8S_LOG_VOLUME, DT_K8S_LOG_PATH, 0);
     for (int i = 0; i < k->n_volumes; i++)
         put_mount(out, ind + 2, k->volumes[i].name, k->volumes[i].mount_path, k->volumes[i].read_only);
 }
@@ -258,6 +277,11 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
         dt_k8s_bytes(out, k->shm_size_bytes);
         fputc('\n', out);
     }
+    if (k->log_volume) {
+        dt_k8s_indent(out, ind + 2);
+        fputs("- name: " DT_K8S_LOG_VOLUME "\n", out);
+        put_volume_source(out, ind + 4, k->log_volume);
+    }
     for (int i = 0; i < k->n_volumes; i++) {
         dt_k8s_indent(out, ind + 2);
         fputs("- name: ", out);
@@ -267,7 +291,7 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
     }
 }
 
-void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
+void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
@@ -291,8 +315,18 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, int ind, FILE *out)
         dt_k8s_str(out, opt[i][1]);
         fputc('\n', out);
     }
-    put_map(out, ind, "nodeSelector", k->node_selector, k->n_node_selector);
+    dt_k8s_put_map(out, ind, "nodeSelector", k->node_selector, k->n_node_selector);
+    if (k->n_image_pull_secrets > 0) {
+        dt_k8s_indent(out, ind);
+        fputs("imagePullSecrets:\n", out);
+    }
+    for (int i = 0; i < k->n_image_pull_secrets; i++) {
+        dt_k8s_indent(out, ind + 2);
+        fputs("- name: ", out);
+        dt_k8s_str(out, k->image_pull_secrets[i]);
+        fputc('\n', out);
+    }
     put_tolerations(out, ind, k);
-    put_container(job, out, ind);
+    put_container(job, run_id, out, ind);
     put_volumes(job, out, ind);
 }

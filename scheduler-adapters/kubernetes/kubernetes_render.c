@@ -9,7 +9,11 @@
  *                           as it has an address, before any readiness
  *   Job       <name>        Indexed, one agent per pod (kubernetes_pod.c)
  * The token is made fresh for every render: each rendered manifest is a new
- * job whose clients must prove they belong to it.
+ * job whose clients must prove they belong to it.  The objects are named
+ * after the job when rendered (a stable name: applying the manifest again
+ * is the same job, and kubectl says so), and "<name>-<run id>" when launched
+ * (dt_k8s_render_run), since a Job's template is immutable and a second
+ * launch must not meet the first one's Job.
  *
  * The Job: completions = parallelism = nodes with completionMode Indexed:
  * pod i gets JOB_COMPLETION_INDEX=i and hostname <name>-i, and a failed pod
@@ -21,7 +25,12 @@
  *   - DisruptionTarget (preemption, eviction, node drain): Ignore, the pod is
  *     replaced without counting against backoffLimit;
  *   - codes restart_policy marks `fail`: FailJob, at once;
- *   - every other failure counts against backoffLimit = max_restarts.
+ *   - every other failure fails the Job too: backoffLimit is 0.
+ * One restart budget, the agents': max_restarts restarts of the whole rank
+ * group inside the running pods (no rescheduling, no image pull, every node
+ * rejoins at once), after which a pod exits with the job's status.  Counting
+ * those pod failures against a backoffLimit of max_restarts as well would
+ * multiply the budgets: (max_restarts + 1)^2 runs.  Disruptions stay free.
  * When `otherwise: fail`, the codes marked `retry` are the exceptions, so one
  * FailJob rule with NotIn says it (NotIn only matches non-zero codes; [0]
  * stands in for "no exceptions", since In/NotIn need at least one value).
@@ -139,8 +148,8 @@ void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size)
     snprintf(buf, size, "%s-0.%s", job->name, job->name);
 }
 
-/* Common labels of every object, at indentation `ind`. */
-static void labels(const struct dt_job *job, int ind, FILE *out)
+/* dtrain's labels of every object, at indentation `ind`: the Service selects the pods by them. */
+static void own_labels(const struct dt_job *job, int ind, FILE *out)
 {
     dt_k8s_indent(out, ind);
     fputs("app.kubernetes.io/name: dtrain\n", out);
@@ -150,6 +159,20 @@ static void labels(const struct dt_job *job, int ind, FILE *out)
     fputc('\n', out);
     dt_k8s_indent(out, ind);
     fputs("app.kubernetes.io/managed-by: dtrain\n", out);
+}
+
+/* "labels:" with dtrain's and the spec's (kubernetes.labels, Kueue's
+ * queue-name among them), and "annotations:" when asked for and given, both
+ * at indentation `ind` (a metadata mapping's keys). */
+void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out)
+{
+    const struct dt_kubernetes_spec *k = job->kubernetes;
+    dt_k8s_indent(out, ind);
+    fputs("labels:\n", out);
+    own_labels(job, ind + 2, out);
+    dt_k8s_put_map(out, ind + 2, NULL, k->labels, k->n_labels);
+    if (annotations)
+        dt_k8s_put_map(out, ind, "annotations", k->annotations, k->n_annotations);
 }
 
 /* "---", apiVersion, kind and metadata (name <job><suffix>, namespace, labels). */
@@ -162,8 +185,8 @@ static void put_meta(const struct dt_job *job, const char *kind, const char *suf
     dt_k8s_str(out, name);
     fputs("\n  namespace: ", out);
     dt_k8s_str(out, job->kubernetes->namespace_name);
-    fputs("\n  labels:\n", out);
-    labels(job, 4, out);
+    fputc('\n', out);
+    dt_k8s_put_metadata_maps(job, 2, strcmp(kind, "Job") == 0, out);
 }
 
 /* The spec file as the user wrote it (comments and all) when it says
@@ -201,14 +224,14 @@ static int spec_text(const struct dt_job *job, const char *job_path, char **text
     return 0;
 }
 
-static int put_config_map(const struct dt_job *job, const char *job_path, FILE *out)
+static int put_config_map(const struct dt_job *job, const struct dt_job *named, const char *job_path, FILE *out)
 {
     char *text;
     size_t len;
     int rc = spec_text(job, job_path, &text, &len);
     if (rc)
         return rc;
-    put_meta(job, "ConfigMap", "-spec", out);
+    put_meta(named, "ConfigMap", "-spec", out);
     fputs("data:\n  job.yaml: ", out);
     rc = dt_k8s_block(out, 4, text, len);
     free(text);
@@ -234,7 +257,7 @@ static void put_service(const struct dt_job *job, FILE *out)
 {
     put_meta(job, "Service", "", out);
     fputs("spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n  selector:\n", out);
-    labels(job, 4, out);
+    own_labels(job, 4, out);
     fprintf(out, "  ports:\n    - name: rendezvous\n      port: %d\n      targetPort: %d\n", dt_k8s_port(job),
             dt_k8s_port(job));
 }
@@ -287,19 +310,38 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
     }
 }
 
-/* The Job object (its pod template through dt_k8s_put_pod_spec). */
-static void put_job(const struct dt_job *job, FILE *out)
+/* The Job object (its pod template through dt_k8s_put_pod_spec, or with
+ * pod_template merged in through dt_k8s_put_template). */
+static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
 {
     put_meta(job, "Job", "", out);
-    fprintf(out,
-            "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-            "  backoffLimit: %d\n  podReplacementPolicy: Failed\n",
-            job->nodes, job->nodes, job->max_restarts);
-    put_failure_policy(job, out);
-    fputs("  template:\n    metadata:\n      labels:\n", out);
-    labels(job, 8, out);
+    char *head = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&head, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    fprintf(m,
+            "  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
+            "  backoffLimit: 0\n  podReplacementPolicy: Failed\n",
+            job->nodes, job->nodes);
+    put_failure_policy(job, m);
+    int rc = fclose(m) ? dt_error_set(DT_ENOMEM, "render kubernetes: out of memory") : 0;
+    fputs("spec:\n", out);
+    if (rc == 0 && job->kubernetes->job_spec)
+        rc = dt_k8s_put_job_spec(job, head, len, 2, out);
+    else if (rc == 0)
+        fwrite(head, 1, len, out);
+    free(head);
+    if (rc)
+        return rc;
+    fputs("  template:\n", out);
+    if (job->kubernetes->pod_template)
+        return dt_k8s_put_template(job, run_id, 4, out);
+    fputs("    metadata:\n", out);
+    dt_k8s_put_metadata_maps(job, 6, 1, out);
     fputs("    spec:\n", out);
-    dt_k8s_put_pod_spec(job, 6, out);
+    dt_k8s_put_pod_spec(job, run_id, 6, out);
+    return 0;
 }
 
 /* --- every document, in order -------------------------------------------- */
@@ -329,19 +371,62 @@ static int check_job(const struct dt_job *job)
     return dt_k8s_check_pod(job);
 }
 
+void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf, size_t size)
+{
+    if (!run_id) {
+        snprintf(buf, size, "%s", job->name);
+        return;
+    }
+    char last[16];
+    int room = 63 - snprintf(last, sizeof last, "-%d", job->nodes - 1) - 1 - (int)strlen(run_id);
+    int keep = (int)strlen(job->name) < room ? (int)strlen(job->name) : room;
+    while (keep > 0 && job->name[keep - 1] == '-')
+        keep--;
+    snprintf(buf, size, "%.*s-%s", keep, job->name, run_id);
+}
+
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
-    int rc = check_job(job);
-    if (rc)
-        return rc;
+    return dt_k8s_render_run(job, job_path, NULL, out);
+}
+
+/* Every object is written from `named`, the job under the objects' name;
+ * the ConfigMap still holds the spec as written (its name is the run's). */
+static int put_all(const struct dt_job *job, const struct dt_job *named, const char *job_path, const char *run_id,
+                   FILE *out)
+{
     char shown[256]; /* a path with a newline must not end the comment */
     fprintf(out, "# Rendered by `dtrain render kubernetes %s`; apply with `kubectl apply -f FILE`.\n",
             dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
-    if ((rc = put_config_map(job, job_path, out)))
+    int rc = put_config_map(job, named, job_path, out);
+    if (rc == 0 && job->rendezvous.auth == DT_AUTH_TOKEN)
+        rc = put_secret(named, out);
+    if (rc == 0)
+        put_service(named, out);
+    return rc ? rc : put_job(named, run_id, out);
+}
+
+/* Written whole or not at all: the documents are made in memory first (a
+ * pod_template that cannot merge is found only at the Job, the last one). */
+int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out)
+{
+    char name[96];
+    dt_k8s_object_name(job, run_id, name, sizeof name);
+    struct dt_job named = *job; /* shallow: only read */
+    named.name = name;
+    int rc = check_job(&named);
+    if (rc)
         return rc;
-    if (job->rendezvous.auth == DT_AUTH_TOKEN && (rc = put_secret(job, out)))
-        return rc;
-    put_service(job, out);
-    put_job(job, out);
-    return ferror(out) ? dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed") : 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    rc = put_all(job, &named, job_path, run_id, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
+    if (rc == 0 && (fwrite(text, 1, len, out) != len || ferror(out)))
+        rc = dt_error_set(DT_EIO, "render kubernetes: writing the manifest failed");
+    free(text);
+    return rc;
 }

@@ -1,16 +1,21 @@
 /* kubernetes_submit.c - `dtrain launch` for scheduler: kubernetes: kubectl apply, then follow the Job.
  *
  * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
- * holding the token).  Then, once a second, `kubectl get` reports the pods'
- * phases (printed when they change) and the Job's conditions; when every pod
+ * holding the token), every object named <name>-<run id> with a run id made
+ * here, so a second launch never meets the first one's immutable Job.  Then,
+ * once a second, `kubectl get` reports the pods' phases (printed when they
+ * change) and the Job's conditions; when every pod
  * runs, `kubectl logs -f --prefix -l <instance label>` streams their output
  * here.  The Job's end decides the exit status: 0 when Complete; when Failed,
  * the first non-zero exit code of an agent container (the job's status, as
  * the agent exits with it), else 1.  Without kubectl the user learns how to
  * render and apply by hand (exit 2).
  *
- * Stopping dtrain stops only the following: the Job keeps running in the
- * cluster until `kubectl delete job <name>`.
+ * Ctrl-C (SIGINT, SIGTERM, SIGHUP) while following deletes what this launch
+ * created (`kubectl delete job,service,configmap,secret -l instance=<name>`,
+ * the pods going with their Job) and exits 128 + the signal, as the local
+ * launcher stops its ranks and Slurm's scancels its job.  --detach instead
+ * applies and returns at once, leaving the Job to the cluster.
  *
  * Not for writing the manifests (kubernetes_render.c).
  */
@@ -21,6 +26,7 @@
 #include "base/log.h"
 #include "base/fs.h"
 #include "base/proc.h"
+#include "spec/token.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +39,13 @@
 
 #define POLL_S 1.0
 #define MAX_FAILED_LOOKS 30 /* half a minute of no answer */
+
+static volatile sig_atomic_t got_signal; /* the signal that asked to stop, or 0 */
+
+static void on_signal(int sig)
+{
+    got_signal = sig;
+}
 
 /* Runs argv with `in` (len bytes) on its stdin and, when out is not NULL,
  * its stdout captured into *out (malloc'd, NUL-terminated); its stderr is
@@ -50,14 +63,14 @@ static int run(char *const argv[], const char *in, size_t len, char **out)
     return rc;
 }
 
-static int apply(const struct dt_job *job)
+static int apply(const struct dt_job *job, const char *run_id)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (!m)
         return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    int rc = dt_k8s_render(job, job->path, m);
+    int rc = dt_k8s_render_run(job, job->path, run_id, m);
     fclose(m);
     if (rc == 0) {
         char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
@@ -164,18 +177,41 @@ static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
         *logs = start_logs(job);
 }
 
+/* Ctrl-C: every object of this launch, the Job's pods with it (kubectl's
+ * default cascade).  128 + the signal, as a stopped local job. */
+static int delete_all(const struct dt_job *job, int sig)
+{
+    char sel[160];
+    snprintf(sel, sizeof sel, "app.kubernetes.io/instance=%s", job->name);
+    dt_log_info("kubernetes: stopping: deleting Job %s and its Service, ConfigMap and Secret (--detach "
+                "leaves a Job running)", job->name);
+    char *argv[] = {"kubectl", "delete", "job,service,configmap,secret", "-n", job->kubernetes->namespace_name,
+                    "-l", sel, "--wait=false", NULL};
+    int st = run(argv, NULL, 0, NULL);
+    if (st != 0)
+        dt_log_error("kubernetes: `kubectl delete` failed (exit %d; its message is above): delete the Job "
+                     "yourself: kubectl delete job %s -n %s", st, job->name, job->kubernetes->namespace_name);
+    return 128 + sig;
+}
+
 /* Polls until the Job is Complete (0) or Failed (its status); 2 when
- * kubectl cannot tell for MAX_FAILED_LOOKS polls in a row. */
+ * kubectl cannot tell for MAX_FAILED_LOOKS polls in a row; 128 + signal
+ * when stopped, the Job deleted. */
 static int follow(const struct dt_job *job)
 {
     char *last = NULL;
     pid_t logs = -1;
     int status = -1, lost = 0;
-    dt_log_info("kubernetes: following Job %s in namespace %s (Ctrl-C stops following, not the job)",
-                job->name, job->kubernetes->namespace_name);
+    dt_log_info("kubernetes: following Job %s in namespace %s (Ctrl-C deletes it)", job->name,
+                job->kubernetes->namespace_name);
     for (int failed_looks = 0;;) {
         watch_pods(job, &last, &logs);
-        status = look(job);
+        status = got_signal ? -1 : look(job);
+        if (got_signal) {
+            status = delete_all(job, got_signal);
+            lost = 1;
+            break;
+        }
         if (status >= 0)
             break;
         failed_looks = status == -2 ? failed_looks + 1 : 0;
@@ -202,9 +238,34 @@ static int follow(const struct dt_job *job)
     return status;
 }
 
+/* --detach: applied; say how to follow and stop it. */
+static int detached(const struct dt_job *job)
+{
+    const char *ns = job->kubernetes->namespace_name;
+    printf("Job %s applied in namespace %s.\n  follow: kubectl logs -f --prefix -n %s -l "
+           "app.kubernetes.io/instance=%s\n  stop:   kubectl delete job,service,configmap,secret -n %s -l "
+           "app.kubernetes.io/instance=%s\n",
+           job->name, ns, ns, job->name, ns, job->name);
+    return 0;
+}
+
+/* follow() with SIGINT, SIGTERM and SIGHUP caught, so that stopping dtrain
+ * deletes the Job rather than leaving it behind. */
+static int follow_signals(const struct dt_job *job)
+{
+    static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa = {.sa_handler = on_signal}, old[3];
+    got_signal = 0;
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &sa, &old[i]);
+    int status = follow(job);
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &old[i], NULL);
+    return status;
+}
+
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
-    (void)opts;
     int status;
     dt_error_clear();
     if (!dt_fs_on_path("kubectl")) {
@@ -215,7 +276,19 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
                      job->path);
         status = 2;
     } else {
-        status = apply(job) ? 2 : follow(job);
+        /* A fresh run id names this launch's objects: the previous launch's
+         * Job, immutable, may still exist under the job's own name or its. */
+        char token[DT_TOKEN_LEN + 1], run_id[DT_K8S_RUN_ID_LEN + 1], name[96];
+        if (dt_token_make(token)) {
+            dt_error_prefix("kubernetes: making the run id");
+            status = 2;
+        } else {
+            snprintf(run_id, sizeof run_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
+            dt_k8s_object_name(job, run_id, name, sizeof name);
+            struct dt_job named = *job; /* shallow: the objects' name, to follow them */
+            named.name = name;
+            status = apply(job, run_id) ? 2 : opts->detach ? detached(&named) : follow_signals(&named);
+        }
     }
     /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */
     if (status == 2 && dt_error_code() != DT_OK)

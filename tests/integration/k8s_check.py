@@ -53,12 +53,16 @@ def check_pod(spec, k, pod):
     grace = pod.get("terminationGracePeriodSeconds")  # the spec's grace_period (30s) and 15 s more
     expect(grace == 45 if "grace_period" not in spec else isinstance(grace, int) and grace > 15,
            f"terminationGracePeriodSeconds {grace}")
-    expect(c["command"] == ["dtrain", "agent", "/etc/dtrain/job.yaml"], f"command {c['command']}")
+    logs = k.get("log_volume")  # run directories on it: the agent's --log-dir
+    want_cmd = ["dtrain", "agent", "/etc/dtrain/job.yaml"] + (["--log-dir", "/var/log/dtrain"] if logs else [])
+    expect(c["command"] == want_cmd, f"command {c['command']}")
     expect(c["image"] == k["image"], f"image {c['image']!r}")
     env = {e["name"]: e for e in c["env"]}
     for name, value in (k.get("env") or {}).items():
         got = env.get(name, {}).get("value")
         expect(isinstance(got, str) and got == str(value), f"env {name}: {got!r} != {value!r}")
+    expect(env.get("DTRAIN_K8S_NAME", {}).get("value") == spec["name"], "DTRAIN_K8S_NAME is the objects' name")
+    expect("DTRAIN_K8S_RUN_ID" not in env, "render leaves the run id to the Job's UID")
     uid = env["DTRAIN_JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"]
     expect(uid == "metadata.labels['batch.kubernetes.io/controller-uid']", f"uid fieldPath {uid!r}")
     auth = (spec.get("rendezvous") or {}).get("auth", "token")
@@ -71,6 +75,8 @@ def check_pod(spec, k, pod):
     expect(pod.get("serviceAccountName") == k.get("service_account"), "serviceAccountName")
     expect(pod.get("priorityClassName") == k.get("priority_class"), "priorityClassName")
     expect(len(pod.get("tolerations") or []) == len(k.get("tolerations") or []), "tolerations")
+    secrets = [s["name"] for s in pod.get("imagePullSecrets") or []]
+    expect(secrets == (k.get("image_pull_secrets") or []), f"imagePullSecrets {secrets}")
     vols = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     expect(vols["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"]["mountPath"] == "/dev/shm", "dshm")
@@ -78,6 +84,27 @@ def check_pod(spec, k, pod):
     if auth == "token":  # the agent refuses a token file its group or others may read
         items = secrets[0].get("items") if secrets else None
         expect(items == [{"key": "token", "path": "token", "mode": 0o400}], f"token file mode 0400: {items}")
+    tmpl = (k.get("pod_template") or {}).get("spec") or {}
+    for key, want in tmpl.items():  # what dtrain does not set itself comes through as written
+        if key not in ("containers", "initContainers", "volumes"):
+            expect(pod.get(key) == want, f"pod_template spec.{key}: {pod.get(key)!r} != {want!r}")
+    by_name = {x["name"]: x for x in pod["containers"]}
+    for tc in tmpl.get("containers") or []:
+        got = by_name.get(tc["name"], {})
+        for key, want in tc.items():
+            if key in ("env", "volumeMounts"):  # merged by name / mountPath with dtrain's
+                mk = "name" if key == "env" else "mountPath"
+                have = {x[mk]: x for x in got.get(key) or []}
+                expect(all(have.get(x[mk]) == x for x in want), f"pod_template container {tc['name']} {key}")
+            elif key != "resources":
+                expect(got.get(key) == want, f"pod_template container {tc['name']}.{key}: {got.get(key)!r}")
+    for tv in tmpl.get("volumes") or []:
+        expect(vols.get(tv["name"]) == tv, f"pod_template volume {tv['name']}")
+    if logs:
+        src = {"persistentVolumeClaim": {"claimName": logs["pvc"]}} if "pvc" in logs else \
+              {"hostPath": {"path": logs["host_path"]}}
+        expect(vols.get("dtrain-logs") == {"name": "dtrain-logs", **src}, f"log volume {vols.get('dtrain-logs')}")
+        expect(mounts.get("dtrain-logs", {}).get("mountPath") == "/var/log/dtrain", "log volume mount")
     for v in k.get("volumes") or []:
         expect(v["name"] in vols and mounts.get(v["name"], {}).get("mountPath") == v["mount_path"],
                f"volume {v['name']}")
@@ -114,9 +141,24 @@ def main(spec_path, manifest_path):
     js = job["spec"]
     expect(js["completionMode"] == "Indexed" and js["completions"] == nodes and js["parallelism"] == nodes,
            "Indexed, completions = parallelism = nodes")
-    expect(js["backoffLimit"] == spec.get("max_restarts", 0), "backoffLimit = max_restarts")
-    expect(svc["selector"] == js["template"]["metadata"]["labels"], "Service selects the Job's pods")
+    # One restart budget: max_restarts in the pods (the agents), none by the Job controller.
+    expect(js["backoffLimit"] == 0, f"backoffLimit {js['backoffLimit']} != 0 (the agents hold the restart budget)")
+    expect(svc["selector"].items() <= js["template"]["metadata"]["labels"].items(), "Service selects the Job's pods")
     expect(by["Service"]["metadata"]["name"] == spec["name"], "Service is named after the job")
+    own = {"app.kubernetes.io/name": "dtrain", "app.kubernetes.io/instance": job["metadata"]["name"],
+           "app.kubernetes.io/managed-by": "dtrain"}
+    want_labels = {**own, **{str(a): str(b) for a, b in (k.get("labels") or {}).items()}}
+    want_notes = {str(a): str(b) for a, b in (k.get("annotations") or {}).items()}
+    for d in docs:
+        expect(d["metadata"]["labels"] == want_labels, f"{d['kind']} labels {d['metadata']['labels']}")
+    tmeta = (k.get("pod_template") or {}).get("metadata") or {}  # merged into the pod template's
+    for what, meta, extra in (("Job", job["metadata"], {}), ("pod template", js["template"]["metadata"], tmeta)):
+        expect(meta["labels"] == {**want_labels, **(extra.get("labels") or {})}, f"{what} labels {meta['labels']}")
+        expect((meta.get("annotations") or {}) == {**want_notes, **(extra.get("annotations") or {})},
+               f"{what} annotations {meta.get('annotations')}")
+    expect(svc["selector"] == own, f"the Service selects by dtrain's labels only: {svc['selector']}")
+    for key, want in (k.get("job_spec") or {}).items():  # merged into the Job's spec as written
+        expect(js.get(key) == want, f"job_spec.{key}: {js.get(key)!r} != {want!r}")
     check_policy(spec, job)
     check_pod(spec, k, js["template"]["spec"])
     for p in problems:

@@ -7,7 +7,8 @@
 # 127.0.0.1 through DTRAIN_HOSTS_FILE).  Pod 1 starts first, before pod 0's name exists,
 # as pods start in any order: its agent must wait for the name, then the 2 pods x 2 ranks
 # train the bundled trainer to completion.  Then a pod whose pod 0 never comes fails with
-# a message naming what to look at, within rendezvous.timeout.
+# a message naming what to look at, within rendezvous.timeout.  Last, a pod runs what a
+# merged kubernetes.pod_template gives it.
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
@@ -102,3 +103,25 @@ expect_status 3 "dtrain launch applies with kubectl and exits with the failed ag
 check "what it applied is the rendered manifest (ConfigMap ... Job)" \
   grep -q '^kind: Job' "$T/kbin/applied"
 contains "$T/last.out" "pod/fmnist-1-b/agent. dtrain: rank 2 exited with code 3" "the pods' logs are streamed"
+
+# A pod runs what the merged pod_template says: an env entry the template adds to the agent
+# container reaches the rank (through the agent), as the manifest gives it to the pod.
+cat >"$T/probe.yaml" <<'YAML'
+name: probe
+scheduler: kubernetes
+nodes: 1
+command: [sh, -c, 'echo "probe=$PROBE" > probe.txt']
+kubernetes:
+  image: img
+  pod_template:
+    spec:
+      containers: [{name: agent, env: [{name: PROBE, value: from-template}]}]
+YAML
+"$DTRAIN" render kubernetes "$T/probe.yaml" >"$T/probe.k8s.yaml" || not_ok "render probe.yaml"
+mkdir -p "$T/probe"
+"$PY" tests/integration/k8s_pods.py "$T/probe.k8s.yaml" "$T/probe" 0 --timeout 60 >"$T/probe.out" 2>&1
+if grep -q '^pod 0 exit 0' "$T/probe.out" && grep -qx 'probe=from-template' "$T/probe/pod-0/work/probe.txt" 2>/dev/null; then
+  ok "the simulated pod ran the merged pod_template (its env reached the rank)"
+else
+  not_ok "the merged pod_template's env did not reach the rank"; cat "$T/probe.out"; ls -R "$T/probe" | head
+fi

@@ -371,6 +371,27 @@ static void print_round_trips(void **state)
     }
 }
 
+/* A YAML-valued key (kubernetes.pod_template) is kept as one line of flow
+ * YAML: typed plain scalars stay plain, every other scalar is quoted (a
+ * plain "a,b" or "12:30" would not survive flow context), and it prints and
+ * loads back unchanged. */
+static void yaml_key_kept_as_flow(void **state)
+{
+    (void)state;
+    struct dt_job *a = load_ok("name: t\ncommand: [a]\nkubernetes:\n  image: i\n  pod_template:\n"
+                               "    spec:\n      x: [0x1F, 0o17, 0x, .5, -3, +2.5e-3, \"7\", 12:30, ~, true, yes]\n"
+                               "      v: a,b [c]\n      y: {}\n      z: []\n      w:\n");
+    assert_string_equal(a->kubernetes->pod_template,
+                        "{\"spec\": {\"x\": [0x1F, 0o17, \"0x\", .5, -3, +2.5e-3, \"7\", \"12:30\", ~, true, "
+                        "\"yes\"], \"v\": \"a,b [c]\", \"y\": {}, \"z\": [], \"w\": null}}");
+    char *first = print_job(a);
+    struct dt_job *b = load_ok(first);
+    assert_string_equal(a->kubernetes->pod_template, b->kubernetes->pod_template);
+    free(first);
+    dt_job_free(a);
+    dt_job_free(b);
+}
+
 /* YAML 1.2 section 5.1 allows no C1 control (U+0080-U+009F) unescaped in a document, and
  * libyaml refuses them; it reads NEL, LS and PS as line breaks and folds the spaces around
  * them; U+FFFE is no character.  A spec may still hold each of them through an escape, so
@@ -457,6 +478,7 @@ int main(void)
         cmocka_unit_test(slurm_time_forms),
         cmocka_unit_test(slurm_sbatch_units),
         cmocka_unit_test(print_round_trips),
+        cmocka_unit_test(yaml_key_kept_as_flow),
         cmocka_unit_test(files_bounded_and_named),
         cmocka_unit_test(names_and_key_list),
         cmocka_unit_test(print_escapes_what_yaml_cannot_hold_raw),

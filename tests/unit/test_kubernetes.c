@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,7 +194,9 @@ static void failure_policy_follows_restart_policy(void **state)
     int rc;
     char *out = render(SPEC("max_restarts: 4\nrestart_policy: {on_exit: {3: fail, 1: fail, 75: retry}}\n"), &rc);
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "  backoffLimit: 4\n"));
+    /* One restart budget: the agents restart the group max_restarts times in
+     * the pods; a pod that still fails ends the Job (not (4+1)^2 runs). */
+    assert_non_null(strstr(out, "  backoffLimit: 0\n"));
     assert_non_null(strstr(out, "action: FailJob\n        onExitCodes:\n          containerName: agent\n"
                                 "          operator: In\n          values: [1, 3]\n"));
     assert_null(strstr(out, "NotIn"));
@@ -246,6 +249,39 @@ static void render_refuses_what_kubernetes_would(void **state)
     }
 }
 
+/* kubernetes.labels on every object and the pods (the Service still selects
+ * by dtrain's own), annotations on the Job and the pods, imagePullSecrets. */
+static void labels_annotations_pull_secrets(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: q\ncommand: [\"true\"]\nkubernetes:\n  image: img\n"
+                       "  labels: {kueue.x-k8s.io/queue-name: team-a, tier: \"1\"}\n"
+                       "  annotations: {example.com/note: \"a: b\"}\n  image_pull_secrets: [regcred, other]\n",
+                       &rc);
+    assert_int_equal(rc, 0);
+    const char *job = strstr(out, "kind: Job\n");
+    assert_non_null(job);
+    assert_non_null(strstr(job, "\n  labels:\n    app.kubernetes.io/name: dtrain\n    app.kubernetes.io/instance: "
+                                "q\n    app.kubernetes.io/managed-by: dtrain\n    kueue.x-k8s.io/queue-name: "
+                                "team-a\n    tier: \"1\"\n  annotations:\n    example.com/note: \"a: b\"\nspec:\n"));
+    assert_non_null(strstr(job, "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: dtrain\n"));
+    assert_non_null(strstr(job, "        tier: \"1\"\n      annotations:\n        example.com/note: \"a: b\"\n    spec:\n"));
+    assert_non_null(strstr(job, "\n      imagePullSecrets:\n        - name: regcred\n        - name: other\n"));
+    const char *svc = strstr(out, "kind: Service\n");
+    assert_non_null(svc);
+    assert_true(strstr(svc, "kueue.x-k8s.io/queue-name") < job); /* on the Service's metadata */
+    assert_true(strstr(svc, "annotations:") > job); /* annotations on the Job, not the Service */
+    const char *sel = strstr(svc, "  selector:\n");
+    assert_non_null(sel);
+    assert_true(strstr(sel, "queue-name") > job); /* but not in its selector */
+    free(out);
+    out = render(SPEC(""), &rc);
+    assert_null(strstr(out, "annotations:"));
+    assert_null(strstr(out, "imagePullSecrets"));
+    free(out);
+}
+
 static void auth_none_has_no_secret(void **state)
 {
     (void)state;
@@ -262,6 +298,155 @@ static void auth_none_has_no_secret(void **state)
     assert_non_null(strstr(out, "containerPort: 29500"));
     /* the token file 0400 (256): the agent refuses one others may read */
     assert_non_null(strstr(out, "- key: token\n                      path: token\n                      mode: 256\n"));
+    free(out);
+}
+
+/* A launch names every object <name>-<run id> (a Job is immutable: launching
+ * again must not meet the last one) and tells the pods both; render keeps the
+ * job's name.  A long name is cut so the pod hostnames stay DNS labels. */
+static void launch_names_objects_by_run_id(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    fclose(m);
+    const char *want[] = {"kind: ConfigMap\nmetadata:\n  name: fmnist-0123456789ab-spec\n",
+                          "kind: Secret\nmetadata:\n  name: fmnist-0123456789ab-token\n",
+                          "kind: Service\nmetadata:\n  name: fmnist-0123456789ab\n",
+                          "kind: Job\nmetadata:\n  name: fmnist-0123456789ab\n",
+                          "app.kubernetes.io/instance: fmnist-0123456789ab\n",
+                          "subdomain: fmnist-0123456789ab\n",
+                          "- name: DTRAIN_K8S_NAME\n              value: fmnist-0123456789ab\n",
+                          "- name: DTRAIN_K8S_RUN_ID\n              value: \"0123456789ab\"\n",
+                          "name: fmnist-0123456789ab-spec\n",
+                          "\n    name: \"fmnist\"\n"}; /* the spec itself keeps its name */
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(buf, want[i]))
+            fail_msg("launch render lacks '%s'", want[i]);
+    assert_null(strstr(buf, "name: fmnist\n  namespace"));
+    free(buf);
+    int rc;
+    buf = render(SPEC(""), &rc);
+    assert_non_null(strstr(buf, "kind: Job\nmetadata:\n  name: fmnist\n"));
+    assert_non_null(strstr(buf, "- name: DTRAIN_K8S_NAME\n              value: fmnist\n"));
+    assert_null(strstr(buf, "DTRAIN_K8S_RUN_ID"));
+    free(buf);
+    dt_job_free(job);
+    /* 55 characters and 12 nodes: "<name>-<id>-11" must fit in 63, and the
+     * cut (at 47) falls just after a '-', which is dropped too. */
+    job = load("name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbb\nnodes: 12\ncommand: [\"true\"]\n"
+               "kubernetes: {image: i}\n");
+    char name[96];
+    dt_k8s_object_name(job, "0123456789ab", name, sizeof name);
+    assert_int_equal(strlen(name) + 3, 62);
+    assert_string_equal(name, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-0123456789ab"); /* no "--" */
+    dt_k8s_object_name(job, NULL, name, sizeof name);
+    assert_string_equal(name, job->name);
+    m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    fclose(m);
+    free(buf);
+    dt_job_free(job);
+}
+
+/* pod_template: mappings merge, env merges by name, tolerations replace;
+ * what the job depends on is refused with a sentence, nothing written. */
+#define TPL(t) "name: t\ncommand: [\"true\"]\nkubernetes:\n  image: img\n  env: {A: \"1\"}\n" \
+               "  tolerations: [{key: k, operator: Exists}]\n  pod_template: " t "\n"
+
+static void pod_template_merges(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(TPL("{spec: {priorityClassName: hi, tolerations: [{key: z, operator: Exists}], "
+                           "containers: [{name: agent, env: [{name: A, value: \"2\"}, {name: B, value: b}], "
+                           "stdin: false}], nodeSelector: {}}}"),
+                       &rc);
+    assert_int_equal(rc, 0);
+    const char *want[] = {"      priorityClassName: hi\n",
+                          "      tolerations:\n        - key: z\n          operator: Exists\n",
+                          "            - name: A\n              value: \"2\"\n            - name: B\n"
+                          "              value: b\n",
+                          "          stdin: false\n", "      nodeSelector: {}\n",
+                          "          command:\n            - dtrain\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("merged template lacks '%s':\n%s", want[i], out);
+    assert_null(strstr(out, "key: k\n")); /* the template's tolerations replaced the spec's */
+    assert_null(strstr(out, "value: \"1\""));
+    free(out);
+    struct {
+        const char *tpl, *msg;
+    } bad[] = {
+        {"{kind: Pod}", "kubernetes.pod_template.kind: a pod template has only metadata and spec"},
+        {"{spec: {restartPolicy: OnFailure}}", "pod_template.spec.restartPolicy: must stay Never"},
+        {"{spec: {subdomain: x}}", "subdomain and hostname name the pods"},
+        {"{spec: {containers: [{name: agent, command: [sh]}]}}",
+         "pod_template.spec.containers[agent]: the agent's image is kubernetes.image"},
+        {"{spec: {volumes: [{name: dshm, emptyDir: {}}]}}", "dtrain-job, dshm and dtrain-logs are dtrain's volumes"},
+        {"{metadata: {labels: {app.kubernetes.io/instance: y}}}", "the Service selects the pods by them"},
+        {"{spec: {containers: [{image: x}]}}",
+         "pod_template.spec.containers[0]: expected a mapping with name (items of this list merge by it)"},
+        {"{spec: []}", "kubernetes.pod_template.spec: expected a mapping"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, TPL("%s"), bad[i].tpl);
+        out = render(spec, &rc);
+        assert_int_equal(rc, DT_EINVAL);
+        if (!strstr(dt_error_last(), bad[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, dt_error_last(), bad[i].msg);
+        assert_string_equal(out, ""); /* nothing half-written */
+        free(out);
+    }
+}
+
+/* job_spec: the Job's own fields merged in; what the job rests on refused. */
+static void job_spec_merges(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, job_spec: {ttlSecondsAfterFinished: "
+                       "600, suspend: true}}\n",
+                       &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\nspec:\n  completionMode: Indexed\n"));
+    assert_non_null(strstr(out, "  backoffLimit: 0\n"));
+    assert_non_null(strstr(out, "          status: \"True\"\n")); /* still a string after the round trip */
+    assert_non_null(strstr(out, "  ttlSecondsAfterFinished: 600\n  suspend: true\n  template:\n"));
+    free(out);
+    out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, job_spec: {backoffLimit: 6}}\n", &rc);
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "kubernetes.job_spec.backoffLimit: dtrain sets it"));
+    assert_string_equal(out, "");
+    free(out);
+}
+
+/* log_volume: the run directories on a volume, the agent told so. */
+static void log_volume_holds_the_runs(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, log_volume: {pvc: runs}}\n", &rc);
+    assert_int_equal(rc, 0);
+    const char *want[] = {"command: [dtrain, agent, /etc/dtrain/job.yaml, --log-dir, /var/log/dtrain]\n",
+                          "            - name: dtrain-logs\n              mountPath: /var/log/dtrain\n",
+                          "        - name: dtrain-logs\n          persistentVolumeClaim:\n            claimName: runs\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("lacks '%s':\n%s", want[i], out);
+    free(out);
+    out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, log_volume: {host_path: /x},"
+                 " volumes: [{name: a, mount_path: /var/log/dtrain, pvc: p}]}\n",
+                 &rc);
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "volumes[0].mount_path: dtrain mounts /var/log/dtrain itself"));
+    free(out);
+    out = render(SPEC(""), &rc);
+    assert_null(strstr(out, "--log-dir"));
     free(out);
 }
 
@@ -355,6 +540,31 @@ static void discover_reads_the_pod(void **state)
     assert_int_equal(node.coord_port, 29411);
     assert_string_equal(node.run_id, "3f2a9c1be4d7");
     assert_string_equal(node.job_id, "fmnist");
+    dt_job_free(job);
+}
+
+/* A launched Job's pods: the objects' name and the launch's run id from env. */
+static void discover_reads_a_launched_pod(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    use_hosts("127.0.0.1 fmnist-0123456789ab-0.fmnist-0123456789ab\n");
+    char *env[] = {"JOB_COMPLETION_INDEX=1", "DTRAIN_JOB_UID=3f2a9c1b-e4d7-4a1e-9c55-0123456789ab",
+                   "DTRAIN_K8S_NAME=fmnist-0123456789ab", "DTRAIN_K8S_RUN_ID=0123456789ab", NULL};
+    struct dt_adapter_node node;
+    assert_int_equal(k8s()->discover(job, env, &node), 0);
+    assert_string_equal(node.coord_host, "fmnist-0123456789ab-0.fmnist-0123456789ab");
+    assert_string_equal(node.run_id, "0123456789ab");
+    assert_string_equal(node.job_id, "fmnist-0123456789ab");
+    char *bad[][5] = {{"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=ab", "DTRAIN_K8S_NAME=Bad_Name", NULL},
+                      {"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=ab", "DTRAIN_K8S_RUN_ID=xyz", NULL}};
+    const char *msg[] = {"DTRAIN_K8S_NAME='Bad_Name' is not a Kubernetes object name",
+                         "DTRAIN_K8S_RUN_ID='xyz' is not a run id"};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(k8s()->discover(job, bad[i], &node), DT_EINVAL);
+        if (!strstr(dt_error_last(), msg[i]))
+            fail_msg("'%s' lacks '%s'", dt_error_last(), msg[i]);
+    }
     dt_job_free(job);
 }
 
@@ -452,10 +662,13 @@ static const char fake_kubectl[] =
     "  'apply -f -') cat > \"$d/applied\" ;;\n"
     "  *exitCode*) printf '0 3 ' ;;\n"
     "  'get pods'*) printf 'fmnist-0-abc=Running fmnist-1-def=Running ' ;;\n"
-    "  'get job/fmnist'*) n=$(cat \"$d/n\" 2>/dev/null || echo 0); echo $((n+1)) > \"$d/n\";\n"
+    "  'get job/fmnist'*) [ \"$(cat \"$d/outcome\")\" = INT ] && kill -INT $PPID;\n"
+    "     n=$(cat \"$d/n\" 2>/dev/null || echo 0); echo $((n+1)) > \"$d/n\";\n"
     "     [ \"$n\" -ge 1 ] && printf '%s' \"$(cat \"$d/outcome\")\" ;;\n"
     "  logs*) echo '[pod/fmnist-0-abc/agent] hello' ;;\n"
     "esac\n";
+
+static bool fake_detach; /* submit as `dtrain launch --detach` */
 
 static int submit_with_fake(const char *outcome, char *dir, char **applied, char **calls)
 {
@@ -481,7 +694,7 @@ static int submit_with_fake(const char *outcome, char *dir, char **applied, char
     fclose(f);
     struct dt_job *job = NULL;
     assert_int_equal(dt_job_load(file, &job), 0);
-    struct dt_adapter_launch opts = {0};
+    struct dt_adapter_launch opts = {.detach = fake_detach};
     int st = k8s()->submit(job, &opts);
     if (st == 2)
         print_error("submit: %s\n", dt_error_last());
@@ -519,12 +732,53 @@ static void submit_applies_and_follows(void **state)
     assert_non_null(strstr(applied, "kind: Secret"));
     assert_non_null(strstr(calls, "get pods -n default -l app.kubernetes.io/instance=fmnist"));
     assert_non_null(strstr(calls, "logs -f --prefix -n default -l app.kubernetes.io/instance=fmnist"));
+    /* The Job is fmnist-<12 hex>, and that is the name followed. */
+    const char *at = strstr(applied, "kind: Job\nmetadata:\n  name: fmnist-");
+    assert_non_null(at);
+    char first[64], want[96];
+    assert_int_equal(sscanf(at + strlen("kind: Job\nmetadata:\n  name: "), "%63s", first), 1);
+    assert_int_equal(strlen(first), strlen("fmnist-") + 12);
+    assert_int_equal(strspn(first + 7, "0123456789abcdef"), 12);
+    snprintf(want, sizeof want, "get job/%s -n default", first);
+    assert_non_null(strstr(calls, want));
+    snprintf(want, sizeof want, "instance=%s ", first);
+    assert_non_null(strstr(calls, want));
     free(applied);
     free(calls);
     remove_dir(dir);
 
+    /* Launching again: another name, so the first (immutable) Job is never met. */
     assert_int_equal(submit_with_fake("FailureTarget Failed", dir, &applied, &calls), 3);
     assert_non_null(strstr(calls, "exitCode"));
+    assert_non_null(strstr(applied, "name: fmnist-"));
+    assert_null(strstr(applied, first));
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+}
+
+/* Ctrl-C while following deletes this launch's objects (exit 128 + SIGINT);
+ * --detach applies and returns, following nothing. */
+static void submit_ctrl_c_deletes_and_detach_leaves(void **state)
+{
+    (void)state;
+    char dir[64], *applied, *calls;
+    assert_int_equal(submit_with_fake("INT", dir, &applied, &calls), 130);
+    const char *del = strstr(calls, "delete job,service,configmap,secret -n default -l "
+                                    "app.kubernetes.io/instance=fmnist-");
+    if (!del)
+        fail_msg("no kubectl delete of the launch's objects in:\n%s", calls);
+    assert_non_null(strstr(del, " --wait=false\n"));
+    free(applied);
+    free(calls);
+    remove_dir(dir);
+
+    fake_detach = true;
+    int st = submit_with_fake("SuccessCriteriaMet Complete", dir, &applied, &calls);
+    fake_detach = false;
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(applied, "kind: Job"));
+    assert_string_equal(calls, "apply -f -\n"); /* nothing followed, nothing deleted */
     free(applied);
     free(calls);
     remove_dir(dir);
@@ -540,13 +794,20 @@ int main(void)
         cmocka_unit_test(failure_policy_follows_restart_policy),
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
+        cmocka_unit_test(labels_annotations_pull_secrets),
+        cmocka_unit_test(launch_names_objects_by_run_id),
+        cmocka_unit_test(pod_template_merges),
+        cmocka_unit_test(log_volume_holds_the_runs),
+        cmocka_unit_test(job_spec_merges),
         cmocka_unit_test(pod_grace_follows_grace_period),
         cmocka_unit_test(other_scheduler_spec_becomes_a_pod_spec),
         cmocka_unit_test_teardown(discover_reads_the_pod, cleanup),
+        cmocka_unit_test_teardown(discover_reads_a_launched_pod, cleanup),
         cmocka_unit_test_teardown(discover_names_bad_variables, cleanup),
         cmocka_unit_test_teardown(discover_waits_for_pod_0, cleanup),
         cmocka_unit_test(submit_without_kubectl_says_how),
         cmocka_unit_test(submit_applies_and_follows),
+        cmocka_unit_test(submit_ctrl_c_deletes_and_detach_leaves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
