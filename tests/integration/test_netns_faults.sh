@@ -17,24 +17,8 @@
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
 
-NC=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netns-cluster.sh
-export DTN_TAG="f$(($$ % 100000))"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  "$NC" down >/dev/null 2>&1
-  rm -rf "$T"
-}
-trap cleanup EXIT
-why=$("$NC" up 3 2>&1); st=$?
-if [ "$st" = 77 ]; then
-  echo "ok - # SKIP network namespaces: $why"
-  exit 0
-elif [ "$st" != 0 ]; then
-  not_ok "netns-cluster.sh up failed (status $st): $why"
-  exit 1
-fi
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+. "$(dirname "$0")/netns_lib.sh"
+netns_up f 3
 H=3 GRACE=1
 # The bound on any agent's end after a fault: the liveness timeout (H), a keepalive
 # probe interval (1 s), the ranks' grace period, and 2 s for the poll, the stop and

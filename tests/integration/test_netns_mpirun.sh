@@ -12,23 +12,8 @@
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
 
-NC=$(cd "$(dirname "$0")/../.." && pwd)/scripts/netns-cluster.sh
-export DTN_TAG="m$(($$ % 100000))"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  "$NC" down >/dev/null 2>&1
-  rm -rf "$T"
-}
-trap cleanup EXIT
-why=$("$NC" up 2 2>&1); st=$?
-if [ "$st" = 77 ]; then
-  echo "ok - # SKIP network namespaces: $why"
-  exit 0
-elif [ "$st" != 0 ]; then
-  not_ok "netns-cluster.sh up failed (status $st): $why"
-  exit 1
-fi
+. "$(dirname "$0")/netns_lib.sh"
+netns_up m 2
 A1=$("$NC" addr 1) A2=$("$NC" addr 2)
 
 job() { # steps
