@@ -54,6 +54,37 @@ int dt_nccl_stream_wait_comm(struct dt_comm *c, cudaStream_t s)
     return e == cudaSuccess ? 0 : dt_nccl__cuda_error(e, st->rank, "cudaStreamWaitEvent (compute waits for comm)");
 }
 
+/* A collective enqueued on stream s under st->mu: refused on a failed or
+ * aborted communicator; ncclInProgress (non-blocking communicators) settled
+ * within the timeout; any other error aborts the communicator, so every later
+ * call and wait fails at once instead of hanging on a half-launched step. */
+enum stream_coll { COLL_ALLREDUCE, COLL_ALLGATHER };
+
+static int enqueue_locked(struct dt_nccl *st, enum stream_coll k, void *buf, size_t count, enum dt_dtype t,
+                          enum dt_redop op, cudaStream_t s)
+{
+    if (st->failed || !st->comm)
+        return dt_error_set(st->failed ? st->failed : DT_EABORTED, "%s",
+                            st->why[0] ? st->why : "nccl: the communicator was aborted");
+    ncclResult_t r;
+    if (k == COLL_ALLREDUCE) {
+        r = ncclAllReduce(buf, buf, count, dt_nccl__type(t), dt_nccl__op(op), st->comm, s);
+    } else { /* in place: this rank's shard is already at its offset of buf */
+        const char *send = (const char *)buf + (size_t)st->rank * count * dt_dtype_size(t);
+        r = ncclAllGather(send, buf, count, dt_nccl__type(t), st->comm, s);
+    }
+    const char *what = k == COLL_ALLREDUCE ? "gradient bucket all-reduce" : "parameter all-gather";
+    if (r == ncclInProgress)
+        return dt_nccl__settle_locked(st, what, dt_clock_s() + st->timeout_s);
+    if (r == ncclSuccess)
+        return 0;
+    int rc = dt_nccl__nccl_error(r, st->rank,
+                                 k == COLL_ALLREDUCE ? "ncclAllReduce (gradient bucket)"
+                                                     : "ncclAllGather (parameter shards)");
+    dt_nccl__abort_locked(st, rc, dt_error_last());
+    return rc;
+}
+
 int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt_dtype t, enum dt_redop op,
                              cudaStream_t s)
 {
@@ -61,19 +92,7 @@ int dt_nccl_allreduce_stream(struct dt_comm *c, void *buf, size_t count, enum dt
     if (!st)
         return dt_error_set(DT_EINVAL, "dt_nccl_allreduce_stream: the communicator does not run on nccl");
     pthread_mutex_lock(&st->mu);
-    int rc = 0;
-    if (st->failed || !st->comm) {
-        rc = dt_error_set(st->failed ? st->failed : DT_EABORTED, "%s",
-                          st->why[0] ? st->why : "nccl: the communicator was aborted");
-    } else {
-        ncclResult_t r = ncclAllReduce(buf, buf, count, dt_nccl__type(t), dt_nccl__op(op), st->comm, s);
-        if (r == ncclInProgress)
-            rc = dt_nccl__settle_locked(st, "gradient bucket all-reduce", dt_clock_s() + st->timeout_s);
-        else if (r != ncclSuccess) {
-            rc = dt_nccl__nccl_error(r, st->rank, "ncclAllReduce (gradient bucket)");
-            dt_nccl__abort_locked(st, rc, dt_error_last());
-        }
-    }
+    int rc = enqueue_locked(st, COLL_ALLREDUCE, buf, count, t, op, s);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
@@ -84,20 +103,7 @@ int dt_nccl_allgather_stream(struct dt_comm *c, void *buf, size_t count, enum dt
     if (!st)
         return dt_error_set(DT_EINVAL, "dt_nccl_allgather_stream: the communicator does not run on nccl");
     pthread_mutex_lock(&st->mu);
-    int rc = 0;
-    if (st->failed || !st->comm) {
-        rc = dt_error_set(st->failed ? st->failed : DT_EABORTED, "%s",
-                          st->why[0] ? st->why : "nccl: the communicator was aborted");
-    } else {
-        const char *send = (const char *)buf + (size_t)st->rank * count * dt_dtype_size(t);
-        ncclResult_t r = ncclAllGather(send, buf, count, dt_nccl__type(t), st->comm, s);
-        if (r == ncclInProgress)
-            rc = dt_nccl__settle_locked(st, "parameter all-gather", dt_clock_s() + st->timeout_s);
-        else if (r != ncclSuccess) {
-            rc = dt_nccl__nccl_error(r, st->rank, "ncclAllGather (parameter shards)");
-            dt_nccl__abort_locked(st, rc, dt_error_last());
-        }
-    }
+    int rc = enqueue_locked(st, COLL_ALLGATHER, buf, count, t, DT_SUM, s);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
