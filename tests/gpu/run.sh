@@ -21,7 +21,7 @@ mode=${1:-all}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
 : "${CFLAGS:=-std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -O2 -g -pthread -DDT_HAVE_CUDA -I$CUDA_HOME/include}"
-: "${LIBS:=-lyaml -luv -lopenblas -lz -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublasLt -lcublas -lnccl -lcudart -lm -lpthread -ldl -lrt}"
+: "${LIBS:=-lyaml -luv -ljansson -lopenblas -lz -L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublasLt -lcublas -lnccl -lcudart -lm -lpthread -ldl -lrt}"
 out=$BUILD/tests/gpu
 # NVLink multicast stays off on the shared GPU hosts (see docs/gpu.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
