@@ -63,7 +63,10 @@ int dt_cuda_mm_backward_w(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dw
 /* ---- embedding ---- */
 
 /* out[b,t,:] = wte[tok[b,t]] + wpe[t] (fp32 tables, fp32 out [N,C]).  Token ids
- * are checked by the caller (the host loader); ids outside [0,V) read row 0. */
+ * must lie in [0, V): the host loader refuses a shard holding any other, with
+ * the file and byte (worker/data/tokens.c), before a batch reaches the device;
+ * the kernel, which is not told V, only keeps a negative id inside the table
+ * (row 0). */
 int dt_cuda_embed_forward(struct dt_cuda_ctx *k, float *out, const int32_t *tok, const float *wte,
                           const float *wpe, int B, int T, int C);
 
