@@ -11,10 +11,16 @@
  *   dq_i = c sum_j dS_ij k_j,  dk_j = c sum_i dS_ij q_i,  dv_j = sum_i P_ij do_i
  * The forward keeps a running max m and sum l per row (online softmax: a new
  * block of scores with max m' rescales l and o by exp(m - m')).  Backward is
- * three kernels, each output element written by one thread in a fixed order
- * (no atomics, so the same inputs give the same bits): D into the scratch,
- * then dk and dv per key (looping over queries >= it), then dq per query
- * (looping over keys <= it).
+ * by default three kernels, each output element written by one thread in a
+ * fixed order (no atomics, so the same inputs give the same bits): D into the
+ * scratch, then dk and dv per key (looping over queries >= it), then dq per
+ * query (looping over keys <= it).  The dq kernel recomputes S and dP, two of
+ * the backward's seven tile products.  DTRAIN_CUDA_ATTN=atomic (fast path
+ * only) drops that kernel as FlashAttention-2 does: the dk/dv kernel, which
+ * already holds dS for its key tile, adds dS K into an fp32 dq in the scratch
+ * with atomics, and a last pass scales it into dqkv.  Five products instead
+ * of seven, but the order of the fp32 sums varies run to run (PyTorch's
+ * flash backward is the same; its deterministic mode refuses it).
  *
  * Two paths:
  *   general  any t (fp32, bf16, fp16) and head size hd <= 128: one warp per
@@ -28,8 +34,9 @@
  *            while the warps compute on tile i.  B fragments come from
  *            ldmatrix, transposed (.trans) where the tile's rows are the
  *            product's k.  Rows past T load as zero and are masked.
- * DTRAIN_CUDA_ATTN=simple (read once per process) forces the general path:
- * the way round a fast-path bug on a GPU machine.  The fast path also needs
+ * DTRAIN_CUDA_ATTN (read once per process): simple forces the general path,
+ * the way round a fast-path bug on a GPU machine; atomic picks the fast
+ * path's atomic dq (above).  The fast path also needs
  * 16-byte aligned buffers; otherwise the general path runs.
  *
  * Everything is enqueued on the context's stream, with no allocation and no
@@ -418,6 +425,31 @@ __device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8
     }
 }
 
+/* acc (16 x 64) += A times the row-major shared tile s (s[k][col]), where A
+ * is stored transposed: A[row][k] = at[k][row] (at points at the warp's first
+ * row, a column of the tile).  ldmatrix.trans of the stored 8 x 8 blocks gives
+ * A's fragments directly (thread (g, t) gets stored (2t..2t+1, g) = A (g,
+ * 2t..2t+1)); matrices at stored rows +0, +0, +8, +8 and columns +0, +8, +0,
+ * +8 are a0..a3.  B as in mma_cfrag. */
+__device__ __forceinline__ void mma_at(float (&acc)[8][4], const bf16 *at, const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    const bf16 *pa = at + ((lane / 16) * 8 + lane % 8) * kPitch + (lane / 8) % 2 * 8;
+    const bf16 *pb = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        uint32_t a[4];
+        ldsm4_t(a, pa + 16 * kc * kPitch);
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            uint32_t b[4];
+            ldsm4_t(b, pb + 16 * kc * kPitch + 16 * m);
+            mma(acc[2 * m], a, b[0], b[1]);
+            mma(acc[2 * m + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 __device__ __forceinline__ void zero(float (&x)[8][4])
 {
 #pragma unroll
@@ -618,21 +650,46 @@ __device__ __forceinline__ void probs(float (&s)[8][4], float (&dp)[8][4], int r
 /* dk, dv of a 64-key tile (block (bh, tile)), looping over query tiles from
  * the diagonal on; the warp works on S^T = K Q^T (its 16 keys as rows).  K
  * and V stay in shared memory (their A fragments reloaded per step: 32
- * registers fewer than holding them, which keeps the kernel free of spills). */
+ * registers fewer than holding them, which keeps the kernel free of spills).
+ * With kAtomicDq, each step also adds this key tile's share of dq,
+ * dS K, into dq32 [B*H, T, 64] fp32: the warps put dS^T (bf16, as the dk
+ * product rounds it) into shared memory, and after a barrier each takes 16
+ * query rows of it as A (transposed) against K; float2 atomics add the
+ * 16 x 64 result.  The S accumulator is dead by then and holds it. */
 constexpr size_t kDkdvSmem = 6 * kTileElems * sizeof(bf16) + 4 * kTile * sizeof(float);
+constexpr size_t kDkdvAtomicSmem = kDkdvSmem + kTileElems * sizeof(bf16);
 
-__global__ void __launch_bounds__(kFastThreads, 2)
-    bwd_dkdv_fast(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D, int T,
-                  int C, int H, float scale, float sl2)
+/* Adds a warp's 16 x 64 C-fragment block at rows r0.. (< T) of the fp32
+ * [rows, 64] matrix p; (g, 2t) and (g, 2t+1) are adjacent: one float2 atomic
+ * (global memory, sm_90). */
+__device__ __forceinline__ void atomic_add_c(float *p, int r0, int T, const float (&x)[8][4])
 {
-    extern __shared__ __align__(16) unsigned char dkdv_smem[]; /* kDkdvSmem bytes */
+    int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        int c = 8 * n + 2 * t;
+        if (r0 + g < T)
+            atomicAdd((float2 *)(p + (size_t)(r0 + g) * kHd + c), make_float2(x[n][0], x[n][1]));
+        if (r0 + g + 8 < T)
+            atomicAdd((float2 *)(p + (size_t)(r0 + g + 8) * kHd + c), make_float2(x[n][2], x[n][3]));
+    }
+}
+
+template <bool kAtomicDq>
+__global__ void __launch_bounds__(kFastThreads, 2)
+    bwd_dkdv_fast(bf16 *dqkv, float *dq32, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
+                  int T, int C, int H, float scale, float sl2)
+{
+    extern __shared__ __align__(16) unsigned char dkdv_smem[]; /* kDkdvSmem (+ dS^T) bytes */
     /* K, V, then per buffer i: Q at qs + i kTileElems, dO at dos + i kTileElems,
-     * lse at lse_s + i kTile, D at d_s + i kTile. */
+     * lse at lse_s + i kTile, D at d_s + i kTile; then dS^T (kAtomicDq). */
     bf16 *ks = (bf16 *)dkdv_smem, *vs = ks + kTileElems, *qs = vs + kTileElems, *dos = qs + 2 * kTileElems;
     float *lse_s = (float *)(dos + 2 * kTileElems), *d_s = lse_s + 2 * kTile;
+    bf16 *dst_s = (bf16 *)(d_s + 2 * kTile);
     const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y,
               bh = (int)blockIdx.x; /* kt 0 has the most */
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
     const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
@@ -672,10 +729,36 @@ __global__ void __launch_bounds__(kFastThreads, 2)
         });
         mma_cfrag(dv, s, do_c); /* dV += P^T dO */
         mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
+        if (kAtomicDq) {
+            /* The barrier at the loop's top keeps the previous step's readers of
+             * dst_s ahead of these writes; the one below publishes them. */
+            bf16 *row = dst_s + (warp * 16 + g) * kPitch + 2 * t;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                *(uint32_t *)(row + 8 * n) = pack(dp[n][0], dp[n][1]);
+                *(uint32_t *)(row + 8 * kPitch + 8 * n) = pack(dp[n][2], dp[n][3]);
+            }
+            __syncthreads();
+            zero(s);
+            mma_at(s, dst_s + warp * 16, ks); /* dQ[q][.] += dS[q][key] K[key][.] */
+            atomic_add_c(dq32 + (size_t)bh * T * kHd, q0 + warp * 16, T, s);
+        }
     }
     bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * kHd;
     store_c(dst + C, ld, r0, T, dk, scale, scale);
     store_c(dst + 2 * C, ld, r0, T, dv, 1.0f, 1.0f);
+}
+
+/* dqkv's q part = scale dq32 (the atomic path's last pass): thread i owns two
+ * adjacent columns of one row. */
+__global__ void dq_from_fp32(bf16 *dqkv, const float *dq32, int T, int C, int H, float scale)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C / 2)
+        return;
+    const int b = (int)blockIdx.y, row = (int)(i / (C / 2)), col = (int)(i % (C / 2)) * 2, h = col / kHd;
+    const float2 v = *(const float2 *)(dq32 + (((size_t)b * H + h) * T + row) * kHd + col % kHd);
+    *(uint32_t *)(dqkv + ((size_t)b * T + row) * 3 * C + col) = pack(v.x * scale, v.y * scale);
 }
 
 /* dq of a 64-query tile (block (bh, tile from the last)), looping over key
@@ -726,16 +809,33 @@ __global__ void __launch_bounds__(kFastThreads, 2)
 
 /* ---- dispatch ---- */
 
-bool force_simple_flag;
+/* Which backward and forward run: the environment's choice unless a test
+ * forced one (dt_cuda__attention_force_path). */
+int forced_path = DT_CUDA__ATTN_ENV;
 
-bool simple_only()
+/* The path in force, or -1 (error set) for a DTRAIN_CUDA_ATTN that names none. */
+int attn_path()
 {
     static int env = -1; /* DTRAIN_CUDA_ATTN, read once */
-    if (env < 0) {
+    static const char *bad;
+    if (forced_path != DT_CUDA__ATTN_ENV)
+        return forced_path;
+    if (env < 0 && !bad) {
         const char *e = getenv("DTRAIN_CUDA_ATTN");
-        env = e && strcmp(e, "simple") == 0;
+        if (!e || !*e || strcmp(e, "fast") == 0)
+            env = DT_CUDA__ATTN_FAST;
+        else if (strcmp(e, "simple") == 0)
+            env = DT_CUDA__ATTN_SIMPLE;
+        else if (strcmp(e, "atomic") == 0)
+            env = DT_CUDA__ATTN_ATOMIC;
+        else
+            bad = e;
     }
-    return env || force_simple_flag;
+    if (bad)
+        return dt_error_set(DT_EINVAL,
+                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast or atomic)",
+                            bad);
+    return env;
 }
 
 int check_shape(const char *what, enum dt_cuda_dtype t, int B, int T, int C, int H)
@@ -748,7 +848,7 @@ int check_shape(const char *what, enum dt_cuda_dtype t, int B, int T, int C, int
             what, B, T, C, H);
     if (t != DT_CUDA_F32 && t != DT_CUDA_BF16 && t != DT_CUDA_F16)
         return dt_error_set(DT_EINVAL, "%s: unknown element type %d", what, (int)t);
-    return 0;
+    return attn_path() < 0 ? DT_EINVAL : 0;
 }
 
 bool aligned16(const void *p)
@@ -761,7 +861,7 @@ bool aligned16(const void *p)
 bool fast(enum dt_cuda_dtype t, int B, int C, int H, const void *a, const void *b, const void *c = nullptr,
           const void *d = nullptr)
 {
-    return !simple_only() && t == DT_CUDA_BF16 && C / H == kHd && C % 8 == 0 && (size_t)B * H < (1u << 31) &&
+    return attn_path() > DT_CUDA__ATTN_SIMPLE && t == DT_CUDA_BF16 && C / H == kHd && C % 8 == 0 && (size_t)B * H < (1u << 31) &&
            aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
 }
 
@@ -794,19 +894,19 @@ void launch_bwd_simple(cudaStream_t st, bool dsum_only, void *dqkv, const void *
 
 } // namespace
 
-/* The test's way to compare both paths in one process (tests/gpu/test_cuda_attention.c):
- * on != 0 forces the general path as DTRAIN_CUDA_ATTN=simple does.  Returns the previous setting. */
-extern "C" int dt_cuda__attention_force_simple(int on)
+/* The test's way to compare the paths in one process (tests/gpu/test_cuda_attention.c). */
+extern "C" int dt_cuda__attention_force_path(int path)
 {
-    int was = force_simple_flag;
-    force_simple_flag = on != 0;
+    int was = forced_path;
+    forced_path = path;
     return was;
 }
 
 extern "C" size_t dt_cuda_attention_scratch_bytes(int B, int T, int H)
 {
     size_t n = (size_t)(B > 0 ? B : 0) * (size_t)(T > 0 ? T : 0) * (size_t)(H > 0 ? H : 0);
-    return (n ? n : 1) * sizeof(float); /* D[B,H,T] */
+    /* D [B,H,T], then the atomic path's dq [B,H,T,64] (its start 16-byte aligned) */
+    return (n ? n : 1) * sizeof(float) + 16 + n * kHd * sizeof(float);
 }
 
 extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *lse,
@@ -861,14 +961,28 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
         return launched("attention backward kernel launch");
     dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
     const bf16 *q = (const bf16 *)qkv, *d_o = (const bf16 *)dout;
+    const bool atomic = attn_path() == DT_CUDA__ATTN_ATOMIC;
+    float *dq32 = (float *)(((uintptr_t)(D + rows) + 15) & ~(uintptr_t)15);
+    if (atomic) {
+        cudaError_t e = cudaMemsetAsync(dq32, 0, rows * kHd * sizeof(float), st);
+        if (e != cudaSuccess)
+            return dt_cuda_err(e, "attention backward: clearing the fp32 dq of the atomic path");
+    }
     /* Over 48 KiB of dynamic shared memory is an opt-in per kernel (and device):
      * a host-side attribute, no stream work, so asked every call. */
-    cudaError_t e =
-        cudaFuncSetAttribute(bwd_dkdv_fast, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kDkdvSmem);
+    auto dkdv = atomic ? bwd_dkdv_fast<true> : bwd_dkdv_fast<false>;
+    size_t smem = atomic ? kDkdvAtomicSmem : kDkdvSmem;
+    cudaError_t e = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return dt_cuda_err(e, "attention backward: cudaFuncSetAttribute (shared memory of the dk/dv kernel)");
-    bwd_dkdv_fast<<<grid, kFastThreads, kDkdvSmem, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
-                                                         scale * kLog2e);
-    bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
-    return launched("attention backward kernel launch (tensor cores)");
+    dkdv<<<grid, kFastThreads, smem, st>>>((bf16 *)dqkv, dq32, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
+    if (atomic) {
+        const unsigned per_batch = (unsigned)(((size_t)T * C / 2 + 255) / 256);
+        dq_from_fp32<<<dim3(per_batch, (unsigned)B), 256, 0, st>>>((bf16 *)dqkv, dq32, T, C, H, scale);
+    } else {
+        bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
+                                                   scale * kLog2e);
+    }
+    return launched(atomic ? "attention backward kernel launch (tensor cores, atomic dq)"
+                           : "attention backward kernel launch (tensor cores)");
 }

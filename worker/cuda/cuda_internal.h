@@ -77,10 +77,13 @@ struct dt_cuda_ctx {
  * algorithm for that epilogue here (the caller then falls back). */
 int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
 
-/* attention_cuda.cu: on != 0 forces the general attention path, as
- * DTRAIN_CUDA_ATTN=simple does (the test compares both in one process);
- * returns the previous setting. */
-int dt_cuda__attention_force_simple(int on);
+/* attention_cuda.cu's paths, as DTRAIN_CUDA_ATTN names them: the general one
+ * (simple), the tensor-core one (fast, the default) and the tensor-core one
+ * with an atomic dq (atomic).  force_path makes one run whatever the
+ * environment says (ENV: back to the environment's choice), so the test
+ * compares them in one process; returns the previous setting. */
+enum { DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_SIMPLE, DT_CUDA__ATTN_FAST, DT_CUDA__ATTN_ATOMIC };
+int dt_cuda__attention_force_path(int path);
 
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
 int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,

@@ -105,7 +105,8 @@ int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void 
                               const void *qkv, int B, int T, int C, int H);
 
 /* dqkv [B,T,3C] in t from dout [B,T,C] (t), given the forward's qkv, out and lse.
- * Recomputes the probabilities; deterministic (no floating-point atomics).
+ * Recomputes the probabilities; deterministic (no floating-point atomics)
+ * unless DTRAIN_CUDA_ATTN=atomic asks for the faster fp32-atomic dq.
  * scratch: dt_cuda_attention_scratch_bytes(B, T, H) bytes, owned by the caller. */
 size_t dt_cuda_attention_scratch_bytes(int B, int T, int H);
 int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *dqkv, const void *dout,
