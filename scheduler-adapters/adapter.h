@@ -40,6 +40,9 @@ struct dt_adapter_node {
     int coord_port;                       /* > 0: every agent must know it before it starts */
     char job_id[64];                      /* the scheduler's id (SLURM_JOB_ID, the Job's name, ...) or "" */
     char run_id[64]; /* the same on every node: names the run directory (<log_dir>/<name>-<run_id>) */
+    /* Set by discover when this agent starts every rank through one process
+     * (Slurm's tasks: per_rank, whose agent runs srun): node 0 only; else NULL. */
+    const struct dt_adapter_group *group;
 };
 
 /* How one rank of a group ended, as the group's records tell it. */
