@@ -79,18 +79,22 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
             "#!/bin/bash\n"
             "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
             "#\n"
-            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n"
-            "# %d node%s; %s %s;\n"
-            "# %s.  Rank output goes to the files below, each\n"
-            "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
-            "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
-            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s",
-            per_rank ? "Slurm starts every rank as a task of its own (slurm.tasks: per_rank):"
-                     : "on each, one dtrain agent (the one Slurm task of the node) forks",
-            per_node,
-            per_rank ? "the agent in this script (node 0) hosts the coordinator and runs the step"
-                     : "node 0's agent hosts the coordinator",
-            job->log_dir, job->name);
+            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n",
+            job->name, job_path);
+    if (per_rank)
+        fprintf(out,
+                "# %d node%s x %s, each rank a Slurm task of its own (slurm.tasks: per_rank);\n"
+                "# the agent in this script (node 0) hosts the coordinator and runs their step.\n"
+                "# Rank output goes to the files below, each line prefixed [rank N], and in full to\n"
+                "# %s/%s-<job id>/.\n",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+    else
+        fprintf(out,
+                "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
+                "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
+                "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+    fprintf(out, "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n");
 }
 
 static void print_sbatch_lines(const struct dt_job *job, FILE *out)
