@@ -140,6 +140,17 @@ struct dt_adapter {
 const struct dt_adapter *dt_adapter_for(enum dt_scheduler s);
 const struct dt_adapter *dt_adapter_by_name(const char *name);
 
+/* setup: before the agent where no batch script runs it (Kubernetes' pod,
+ * mpirun's hosts): the agent's command becomes
+ *   sh -c "$(dt_adapter_setup_script(job))" DT_ADAPTER_SETUP_ARG0 dtrain agent ...
+ * The script is "set -e", the spec's lines, then `exec "$@"`: a failing line
+ * stops the node before its agent starts, and the environment the lines make
+ * (module load, a virtual environment) is the agent's and so its ranks'.
+ * Malloc'd; NULL when the job has no setup: (or out of memory: then
+ * job->setup is still set). */
+#define DT_ADAPTER_SETUP_ARG0 "dtrain-setup"
+char *dt_adapter_setup_script(const struct dt_job *job);
+
 /* The value of NAME in env (a NULL-terminated "NAME=value" array), or NULL. */
 const char *dt_adapter_getenv(char *const *env, const char *name);
 
