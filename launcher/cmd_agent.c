@@ -228,7 +228,9 @@ static int run(int argc, char **argv)
                                   .log_dir = o.log_dir,
                                   .ranks = o.ranks,
                                   .grace_s = o.grace_s,
-                                  .start_mono = o.start_mono};
+                                  .start_mono = o.start_mono,
+                                  .nproc = place.group ? place.group->world / place.nnodes : 0,
+                                  .group = place.group};
         status = dt_agent_node_run(&n);
     }
     memset(token, 0, sizeof token);

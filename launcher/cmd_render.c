@@ -12,6 +12,7 @@
 #include "launcher/cli.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
+#include "scheduler-adapters/kubernetes/kubernetes.h"
 
 #include "base/error.h"
 
@@ -27,8 +28,8 @@ static void usage(FILE *out)
     fprintf(out,
             "Usage: dtrain render SCHEDULER JOB.yaml [-o FILE]\n\n"
             "Writes what would be submitted for JOB.yaml under SCHEDULER (slurm: an sbatch script,\n"
-            "kubernetes or k8s: manifests, mpirun: the command line) to stdout or FILE, without\n"
-            "submitting anything.\n\n"
+            "kubernetes or k8s: manifests, mpirun: the command line; jobset: the Kubernetes manifests\n"
+            "with a JobSet around the Job) to stdout or FILE, without submitting anything.\n\n"
             "  -o, --output FILE   write to FILE instead of stdout\n");
 }
 
@@ -52,12 +53,23 @@ static FILE *open_private(const char *out)
     return f;
 }
 
-static int render_to(const struct dt_adapter *ad, const struct dt_job *job, const char *path, const char *out)
+/* Render targets that are a form of an adapter's output, not a scheduler of their own. */
+static const struct {
+    const char *name;
+    int (*render)(const struct dt_job *job, const char *job_path, FILE *out);
+} forms[] = {{"jobset", dt_k8s_render_jobset}};
+
+static int render_to(const struct dt_adapter *ad, const char *sched, const struct dt_job *job, const char *path,
+                     const char *out)
 {
     FILE *f = out ? open_private(out) : stdout;
     if (!f)
         return -1;
-    int rc = ad->render(job, path, f);
+    int (*render)(const struct dt_job *, const char *, FILE *) = ad ? ad->render : NULL;
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
+        if (strcmp(sched, forms[i].name) == 0)
+            render = forms[i].render;
+    int rc = render(job, path, f);
     if (out && fclose(f) != 0 && rc == 0)
         rc = dt_error_set_errno(DT_EIO, errno, "writing %s", out);
     else if (!out && fflush(stdout) != 0 && rc == 0)
@@ -82,7 +94,7 @@ static int run(int argc, char **argv)
     }
     if (!sched || !path)
         return dt_cli_usage_error("render", "expected a scheduler and a job spec, e.g. `dtrain render slurm job.yaml`");
-    const struct dt_adapter *ad = dt_adapter_by_name(sched);
+    const struct dt_adapter *ad = dt_adapter_by_name(strcmp(sched, "jobset") ? sched : "kubernetes");
     if (!ad) {
         fprintf(stderr, "dtrain render: no scheduler adapter named '%s' is built into this dtrain (%s)\n", sched,
                 dt_version);
@@ -98,7 +110,7 @@ static int run(int argc, char **argv)
         fprintf(stderr, "dtrain render: %s\n", dt_error_last());
         return 2;
     }
-    int rc = render_to(ad, job, path, out);
+    int rc = render_to(ad, sched, job, path, out);
     dt_job_free(job);
     if (rc < 0) {
         fprintf(stderr, "dtrain render: %s\n", dt_error_last());

@@ -4,6 +4,8 @@
  */
 #include "scheduler-adapters/adapter.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Each adapter file defines one of these; list it below when it lands. */
@@ -45,4 +47,24 @@ const char *dt_adapter_getenv(char *const *env, const char *name)
         if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
             return env[i] + n + 1;
     return NULL;
+}
+
+char *dt_adapter_setup_script(const struct dt_job *job)
+{
+    if (!job->setup)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return NULL;
+    fputs("set -e\n", m);
+    for (int i = 0; i < job->n_setup; i++)
+        fprintf(m, "%s\n", job->setup[i]);
+    fputs("exec \"$@\"\n", m);
+    if (fclose(m) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }

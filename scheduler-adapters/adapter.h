@@ -40,6 +40,9 @@ struct dt_adapter_node {
     int coord_port;                       /* > 0: every agent must know it before it starts */
     char job_id[64];                      /* the scheduler's id (SLURM_JOB_ID, the Job's name, ...) or "" */
     char run_id[64]; /* the same on every node: names the run directory (<log_dir>/<name>-<run_id>) */
+    /* Set by discover when this agent starts every rank through one process
+     * (Slurm's tasks: per_rank, whose agent runs srun): node 0 only; else NULL. */
+    const struct dt_adapter_group *group;
 };
 
 /* How one rank of a group ended, as the group's records tell it. */
@@ -136,6 +139,17 @@ struct dt_adapter {
  * "kubernetes"); NULL when none is built in. */
 const struct dt_adapter *dt_adapter_for(enum dt_scheduler s);
 const struct dt_adapter *dt_adapter_by_name(const char *name);
+
+/* setup: before the agent where no batch script runs it (Kubernetes' pod,
+ * mpirun's hosts): the agent's command becomes
+ *   sh -c "$(dt_adapter_setup_script(job))" DT_ADAPTER_SETUP_ARG0 dtrain agent ...
+ * The script is "set -e", the spec's lines, then `exec "$@"`: a failing line
+ * stops the node before its agent starts, and the environment the lines make
+ * (module load, a virtual environment) is the agent's and so its ranks'.
+ * Malloc'd; NULL when the job has no setup: (or out of memory: then
+ * job->setup is still set). */
+#define DT_ADAPTER_SETUP_ARG0 "dtrain-setup"
+char *dt_adapter_setup_script(const struct dt_job *job);
 
 /* The value of NAME in env (a NULL-terminated "NAME=value" array), or NULL. */
 const char *dt_adapter_getenv(char *const *env, const char *name);

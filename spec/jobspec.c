@@ -356,17 +356,16 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
     return 0;
 }
 
-/* setup: lines run in the sbatch script; the other schedulers have no script to run them in. */
+/* setup: lines run in the sbatch script, the pod's shell or mpirun's shell
+ * before the agent; a local job has no such shell (the launcher is the agent). */
 static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    if (!job->setup || job->scheduler == DT_SCHED_SLURM)
+    if (!job->setup || job->scheduler != DT_SCHED_LOCAL)
         return 0;
-    return dt_spec_fail(
-        ctx, dt_ymap_get(map, "setup"), "setup",
-        "runs in the sbatch script before the agents start, so it needs scheduler: slurm, but "
-        "scheduler is %s (run these lines in the shell before `dtrain launch`, or in the "
-        "container image)",
-        dt_scheduler_name(job->scheduler));
+    return dt_spec_fail(ctx, dt_ymap_get(map, "setup"), "setup",
+                        "runs before the agent starts on each node (Slurm, Kubernetes, mpirun), but "
+                        "scheduler is local, where `dtrain launch` is the agent: run these lines in the "
+                        "shell before `dtrain launch`");
 }
 
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)

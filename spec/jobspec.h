@@ -21,6 +21,9 @@
 enum dt_scheduler { DT_SCHED_LOCAL, DT_SCHED_SLURM, DT_SCHED_KUBERNETES, DT_SCHED_MPIRUN };
 enum dt_backend { DT_BACKEND_AUTO, DT_BACKEND_TCP, DT_BACKEND_SHM, DT_BACKEND_NCCL, DT_BACKEND_MPI };
 enum dt_auth { DT_AUTH_TOKEN, DT_AUTH_NONE };
+/* slurm.tasks: one Slurm task per node (the agent, which forks the node's
+ * ranks), or one per rank (Slurm starts and binds every rank). */
+enum dt_slurm_tasks { DT_SLURM_TASKS_PER_NODE, DT_SLURM_TASKS_PER_RANK };
 
 /* grace_period when the spec leaves it out: torchrun's shutdown timeout. */
 #define DT_JOB_GRACE_DEFAULT_S 30.0
@@ -78,6 +81,9 @@ struct dt_slurm_spec {
     double signal_lead_s; /* whole seconds, default DT_SLURM_SIGNAL_LEAD_S */
     char **extra_sbatch;  /* NULL-terminated: lines added as "#SBATCH <line>" */
     int n_extra_sbatch;
+    enum dt_slurm_tasks tasks; /* default per_node */
+    char *cpu_bind;            /* srun --cpu-bind=, --gpu-bind= of the step; NULL: Slurm's default */
+    char *gpu_bind;
 };
 
 struct dt_k8s_toleration {
@@ -165,8 +171,9 @@ struct dt_job {
     double grace_period_s;
     struct dt_rendezvous_spec rendezvous;
     char *log_dir; /* default "runs" */
-    /* Shell lines run before the agents start: in the sbatch script, so only
-     * with scheduler: slurm (mpirun and local start agents without a script). */
+    /* Shell lines run before the agent starts: in the sbatch script (Slurm),
+     * in the container's shell (Kubernetes), before each agent under mpirun;
+     * a local job has no script to run them in. */
     char **setup;
     int n_setup;
     struct dt_restart_policy restart_policy;

@@ -22,6 +22,7 @@
 static const char *const pull_policies[] = {"IfNotPresent", "Always", "Never", NULL};
 static const char *const operators[] = {"Equal", "Exists", NULL};
 static const char *const effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute", NULL};
+static const char *const slurm_tasks[] = {"per_node", "per_rank", NULL};
 
 /* Slurm's own time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
  * D-HH:MM:SS; and dtrain durations (2h, 90m) for people who think in those. */
@@ -220,10 +221,26 @@ static void slurm_init(void *obj)
     ((struct dt_slurm_spec *)obj)->signal_lead_s = DT_SLURM_SIGNAL_LEAD_S;
 }
 
+/* srun's --cpu-bind and --gpu-bind values (cores, map_cpu:0,1, closest,
+ * verbose,map_gpu:0,1): one shell word, so a bad one fails here and not in srun. */
+static int check_bind(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const char *key, const char *v)
+{
+    char q[96];
+    if (!v || (*v && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_,:.=-") ==
+                         strlen(v)))
+        return 0;
+    return dt_spec_fail(ctx, dt_ymap_get(map, key), key,
+                        "expected an srun --%.3s-bind value like %s (letters, digits and _ , : . = -), got '%s'",
+                        key, key[0] == 'c' ? "cores or map_cpu:0,1" : "closest or map_gpu:0,1",
+                        dt_yaml_quote(v, q, sizeof q));
+}
+
 /* sbatch --signal takes whole seconds; a lead as long as the limit would stop the job as it starts. */
 static int check_slurm(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     const struct dt_slurm_spec *s = obj;
+    if (check_bind(ctx, map, "cpu_bind", s->cpu_bind) || check_bind(ctx, map, "gpu_bind", s->gpu_bind))
+        return DT_EINVAL;
     const struct dt_ynode *lead = dt_ymap_get(map, "signal_lead");
     if (s->signal_lead_s != (double)(long long)s->signal_lead_s)
         return dt_spec_fail(ctx, lead, "signal_lead",
@@ -259,6 +276,9 @@ static const struct dt_spec_key slurm_keys[] = {
     DT_KEY("extra_sbatch", DT_KT_STRLIST, struct dt_slurm_spec, extra_sbatch,
            DT_COUNT(struct dt_slurm_spec, n_extra_sbatch),
            .hint = "each item is one sbatch option, like [--mail-type=END, --comment=x]"),
+    DT_KEY("tasks", DT_KT_ENUM, struct dt_slurm_spec, tasks, .names = slurm_tasks),
+    DT_KEY("cpu_bind", DT_KT_STR, struct dt_slurm_spec, cpu_bind),
+    DT_KEY("gpu_bind", DT_KT_STR, struct dt_slurm_spec, gpu_bind),
 };
 const struct dt_spec_section dt_jobspec_slurm_section = {.keys = slurm_keys,
                                                          .n_keys = DT_NKEYS(slurm_keys),

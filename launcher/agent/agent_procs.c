@@ -495,13 +495,15 @@ static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err
     console_write(a, is_err ? a->err_fd : a->out_fd, a->scratch, n);
 }
 
-/* A line of a group's process: a rank's, by its route, or its own. */
-static void from_group(struct dt_agent *a, const char *line, size_t len, bool complete)
+/* A line of a group's process: a rank's, by its route, or its own.  The
+ * stream it came on is the rank's unless the route says otherwise (mpirun's
+ * tags name the stream; srun --label's do not). */
+static void from_group(struct dt_agent *a, bool on_err, const char *line, size_t len, bool complete)
 {
     const struct dt_adapter_group *g = a->group;
     const char *text;
     size_t n;
-    bool is_err = false;
+    bool is_err = on_err;
     int r = g->route(g->ctx, line, len, &text, &n, &is_err);
     if (r >= 0 && r < a->nranks) {
         struct dt_agent__sink *k = &a->sinks[r];
@@ -521,7 +523,7 @@ static void on_line(void *ctx, const char *line, size_t len, bool complete)
 {
     struct line_ctx *c = ctx;
     if (c->a->group)
-        from_group(c->a, line, len, complete);
+        from_group(c->a, c->s->is_err, line, len, complete);
     else
         to_console(c->a, &c->a->sinks[c->p->index], c->s->is_err, line, len, complete);
 }

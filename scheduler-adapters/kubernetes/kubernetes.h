@@ -51,6 +51,11 @@ void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size);
 /* The adapter's render: every document, "---" before each, the objects
  * named after the job (a manifest applied twice is the same job). */
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
+/* `dtrain render jobset`: the ConfigMap, the Secret and a JobSet
+ * (jobset.x-k8s.io/v1alpha2) of one replicated Job, the Indexed Job render
+ * writes, named "<name>-node-0" by the JobSet; its headless Service is the
+ * JobSet controller's (network.subdomain). */
+int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *out);
 /* The same for a launch with `run_id` (DT_K8S_RUN_ID_LEN hex digits): the
  * objects named by dt_k8s_object_name, so launching again never meets the
  * previous, immutable Job; NULL run_id renders as dt_k8s_render. */

@@ -18,7 +18,11 @@
  *   /dev/shm               an in-memory emptyDir (a container's default
  *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders);
  *   /var/log/dtrain        kubernetes.log_volume, when given, and the agent's
- *       --log-dir: run directories that outlive the pod.
+ *       --log-dir: run directories that outlive the pod;
+ *   setup:                 the spec's lines, run by /bin/sh in the container
+ *       before it execs the agent (dt_adapter_setup_script): the command is
+ *       [/bin/sh, -c, SCRIPT, dtrain-setup, dtrain, agent, ...], the agent's
+ *       words kept apart so what it runs stays readable.
  * The user's env, volumes and names may not collide with these: the result
  * would be a pod that silently does something else, so render refuses.
  *
@@ -27,8 +31,10 @@
 #include "scheduler-adapters/kubernetes/kubernetes.h"
 
 #include "base/error.h"
+#include "scheduler-adapters/adapter.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const own_env[] = {"DTRAIN_JOB_TOKEN_FILE", DT_K8S_UID_ENV, "DTRAIN_COMM_HOST",
@@ -175,6 +181,39 @@ static void put_mount(FILE *out, int ind, const char *name, const char *path, in
     }
 }
 
+/* The agent, after the setup: lines in a shell when there are any. */
+static int put_command(const struct dt_job *job, FILE *out, int ind)
+{
+    /* log_volume: the run directories on the volume, whatever log_dir says. */
+    const char *agent = job->kubernetes->log_volume
+                            ? "dtrain, agent, " DT_K8S_SPEC_PATH ", --log-dir, " DT_K8S_LOG_PATH
+                            : "dtrain, agent, " DT_K8S_SPEC_PATH;
+    dt_k8s_indent(out, ind);
+    char *setup = dt_adapter_setup_script(job);
+    if (!setup) {
+        fprintf(out, "command: [%s]\n", agent);
+        return job->setup ? dt_error_set(DT_ENOMEM, "render kubernetes: out of memory") : 0;
+    }
+    fputs("command:\n", out);
+    dt_k8s_indent(out, ind + 2);
+    fputs("- /bin/sh\n", out);
+    dt_k8s_indent(out, ind + 2);
+    fputs("- -c\n", out);
+    dt_k8s_indent(out, ind + 2);
+    fputs("- ", out);
+    int rc = dt_k8s_block(out, ind + 4, setup, strlen(setup));
+    free(setup);
+    dt_k8s_indent(out, ind + 2);
+    fputs("- " DT_ADAPTER_SETUP_ARG0 "\n", out);
+    char words[160];
+    snprintf(words, sizeof words, "%s", agent);
+    for (char *save = NULL, *w = strtok_r(words, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        dt_k8s_indent(out, ind + 2);
+        fprintf(out, "- %s\n", w);
+    }
+    return rc;
+}
+
 static void put_container(const struct dt_job *job, const char *run_id, FILE *out, int ind)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
@@ -191,11 +230,7 @@ static void put_container(const struct dt_job *job, const char *run_id, FILE *ou
         dt_k8s_indent(out, ind);
         fprintf(out, "imagePullPolicy: %s\n", k->image_pull_policy);
     }
-    dt_k8s_indent(out, ind);
-    /* log_volume: the run directories on the volume, whatever log_dir says. */
-    fputs(k->log_volume ? "command: [dtrain, agent, " DT_K8S_SPEC_PATH ", --log-dir, " DT_K8S_LOG_PATH "]\n"
-                        : "command: [dtrain, agent, " DT_K8S_SPEC_PATH "]\n",
-          out);
+    (void)put_command(job, out, ind); /* its only failures: out of memory, or text libyaml never yields */
     dt_k8s_indent(out, ind);
     fputs("env:\n", out);
     if (job->rendezvous.auth == DT_AUTH_TOKEN)

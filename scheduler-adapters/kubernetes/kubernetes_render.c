@@ -310,11 +310,10 @@ static void put_failure_policy(const struct dt_job *job, FILE *out)
     }
 }
 
-/* The Job object (its pod template through dt_k8s_put_pod_spec, or with
- * pod_template merged in through dt_k8s_put_template). */
-static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
+/* The Job's "spec:" (its pod template through dt_k8s_put_pod_spec, or with
+ * pod_template merged in through dt_k8s_put_template), at column 0. */
+static int put_job_spec(const struct dt_job *job, const char *run_id, FILE *out)
 {
-    put_meta(job, "Job", "", out);
     char *head = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&head, &len);
@@ -342,6 +341,57 @@ static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
     fputs("    spec:\n", out);
     dt_k8s_put_pod_spec(job, run_id, 6, out);
     return 0;
+}
+
+static int put_job(const struct dt_job *job, const char *run_id, FILE *out)
+{
+    put_meta(job, "Job", "", out);
+    return put_job_spec(job, run_id, out);
+}
+
+/* --- a JobSet around the Job --------------------------------------------- */
+
+/* The JobSet's one replicated Job; its Job is "<jobset>-node-0", its pods
+ * "<jobset>-node-0-<i>" under the JobSet's headless Service, which
+ * network.subdomain names "<jobset>-node-0": so the pods' objects' name
+ * (DTRAIN_K8S_NAME) is "<jobset>-node-0" and node 0 is <that>-0.<that>, as
+ * for a plain Job, and discover is the same. */
+#define DT_K8S_JOBSET_RJOB "node"
+
+static int put_jobset(const struct dt_job *job, const struct dt_job *named, FILE *out)
+{
+    fputs("---\napiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata:\n  name: ", out);
+    dt_k8s_str(out, job->name);
+    fputs("\n  namespace: ", out);
+    dt_k8s_str(out, job->kubernetes->namespace_name);
+    fputc('\n', out);
+    dt_k8s_put_metadata_maps(named, 2, 1, out);
+    /* One restart budget, the agents' (as backoffLimit 0 for the Job). */
+    fputs("spec:\n  failurePolicy:\n    maxRestarts: 0\n  network:\n    enableDNSHostnames: true\n"
+          "    publishNotReadyAddresses: true\n    subdomain: ", out);
+    dt_k8s_str(out, named->name);
+    fputs("\n  replicatedJobs:\n    - name: " DT_K8S_JOBSET_RJOB "\n      replicas: 1\n      template:\n"
+          "        metadata:\n", out);
+    dt_k8s_put_metadata_maps(named, 10, 1, out);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render jobset: out of memory");
+    int rc = put_job_spec(named, NULL, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "render jobset: out of memory");
+    /* the Job's spec, 8 columns in: every line alike keeps block scalars whole */
+    for (size_t i = 0; rc == 0 && i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        if (text[i] != '\n')
+            dt_k8s_indent(out, 8);
+        fwrite(text + i, 1, end - i, out);
+        i = end;
+    }
+    free(text);
+    return rc;
 }
 
 /* --- every document, in order -------------------------------------------- */
@@ -404,6 +454,38 @@ static int put_all(const struct dt_job *job, const struct dt_job *named, const c
     if (rc == 0)
         put_service(named, out);
     return rc ? rc : put_job(named, run_id, out);
+}
+
+int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *out)
+{
+    if (!job->kubernetes)
+        return check_job(job);
+    char name[128];
+    snprintf(name, sizeof name, "%s-" DT_K8S_JOBSET_RJOB "-0", job->name);
+    struct dt_job named = *job; /* shallow: only read */
+    named.name = name;
+    int rc = check_job(&named);
+    if (rc)
+        return rc;
+    char *text = NULL, shown[256];
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "render jobset: out of memory");
+    fprintf(m, "# Rendered by `dtrain render jobset %s`; apply with `kubectl apply -f FILE` (JobSet controller\n"
+               "# needed: jobset.x-k8s.io/v1alpha2).\n",
+            dt_yaml_quote(job_path ? job_path : job->path, shown, sizeof shown));
+    rc = put_config_map(job, &named, job_path, m);
+    if (rc == 0 && job->rendezvous.auth == DT_AUTH_TOKEN)
+        rc = put_secret(&named, m);
+    if (rc == 0)
+        rc = put_jobset(job, &named, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "render jobset: out of memory");
+    if (rc == 0 && (fwrite(text, 1, len, out) != len || ferror(out)))
+        rc = dt_error_set(DT_EIO, "render jobset: writing the manifest failed");
+    free(text);
+    return rc;
 }
 
 /* Written whole or not at all: the documents are made in memory first (a

@@ -74,11 +74,30 @@ int dt_mpirun_rank_env(void);
  * it ended in <run dir>/attempt_<k>/rank_<r>.exit, and ends the same way. */
 int dt_mpirun_rank_main(char *const *argv);
 
-/* One rank's place as an MPI launcher describes it, from env ("NAME=value" array). */
+/* One rank's place as an MPI launcher (or srun) describes it, from env
+ * ("NAME=value" array); node -1 when the launcher does not say. */
 struct dt_mpirun_place {
-    int rank, size, local_rank, local_size;
+    int rank, size, local_rank, local_size, node;
 };
 int dt_mpirun_read_place(char *const *env, struct dt_mpirun_place *out);
+
+/* The environment of the one process that starts every rank (mpirun, srun)
+ * from a rank's: less what differs per rank (RANK, LOCAL_RANK, ..., which each
+ * rank reads from its launcher), plus DTRAIN_MPI_RANKS=1 and `also`
+ * ("NAME=value", or NULL).  *out: malloc'd strings in a malloc'd
+ * NULL-terminated array (adapter.h's group env). */
+int dt_mpirun_group_env(char *const *rank_env, const char *also, char ***out);
+
+/* Set in a rank's environment: MASTER_ADDR and DTRAIN_COORD_ADDR become
+ * SLURM_LAUNCH_NODE_IPADDR's (the agent that hosts the coordinator ran srun). */
+#define DT_MPIRUN_COORD_AT_LAUNCH_NODE "DTRAIN_COORD_AT_LAUNCH_NODE"
+
+/* How each of the world ranks of an attempt ended, from the records `dtrain
+ * mpirank` left in attempt_dir (status: the launcher's exit status, so a rank
+ * without a record was stopped unless it is 0).  Returns the rank that failed
+ * first by itself (the earliest record), or -1. */
+struct dt_adapter_rank_end;
+int dt_mpirun_rank_ends(const char *attempt_dir, int world, int status, struct dt_adapter_rank_end *ends);
 
 /* --- mpirun's output (mpirun_output.c) ----------------------------------- */
 

@@ -4,7 +4,8 @@
  *   mpirun -np <agents or ranks> --map-by ppr:<1 or nproc_per_node>:node
  *          [--hostfile F | --host h1,h2] [--allow-run-as-root] [--oversubscribe]
  *          [--mca btl_tcp_if_include IF --mca oob_tcp_if_include IF]
- *          -x NAME ... [extra_args] <dtrain agent job.yaml | the ranks' program>
+ *          -x NAME ... [extra_args] [/bin/sh -c SETUP dtrain-setup]
+ *          <dtrain agent job.yaml | the ranks' program>
  *
  * --map-by ppr:K:node is what makes "one agent per node" (K = 1) or
  * "nproc_per_node ranks per node" true whatever the slot counts say; a
@@ -139,6 +140,14 @@ int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_
             rc = push(out, "%s", call->export_names[i]);
     for (int i = 0; rc == 0 && m && i < m->n_extra_args; i++)
         rc = push(out, "%s", m->extra_args[i]);
+    /* setup: on each host, before its agent (or MPI rank), in a shell that then execs it */
+    char *setup = dt_adapter_setup_script(job);
+    if (rc == 0 && job->setup && !setup)
+        rc = dt_error_set(DT_ENOMEM, "out of memory building the mpirun command line");
+    if (rc == 0 && setup && (rc = push(out, "/bin/sh")) == 0 && (rc = push(out, "-c")) == 0 &&
+        (rc = push(out, "%s", setup)) == 0)
+        rc = push(out, DT_ADAPTER_SETUP_ARG0);
+    free(setup);
     /* MPI ranks run under `dtrain mpirank --` (mpirun_rank.c) when the call
      * asks: RANK and friends for any program, and exit records. */
     if (rc == 0 && mpi && call->rank_wrapper && (rc = push(out, "%s", call->dtrain)) == 0 &&

@@ -5,8 +5,10 @@
  * The place.  Open MPI's mpirun sets OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,
  * LOCAL_SIZE}; under `srun --mpi=pmix` Open MPI processes get no
  * OMPI_COMM_WORLD_*, only PMIX_RANK, and the sizes come from Slurm
- * (SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE "2(x3)").  An agent
- * reads its node from here (mpirun.c's discover); an MPI rank its rank.
+ * (SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE "2(x3)").  A task of
+ * an srun step without MPI (slurm.tasks: per_rank) has only Slurm's:
+ * SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID.  An agent
+ * reads its node from here (mpirun.c's discover); a rank its rank.
  *
  * The rank.
  * mpirun cannot give each rank its own RANK, and tells the launcher which rank
@@ -30,8 +32,12 @@
  * The program, not this parent, is the MPI process: MPI_Init finds its
  * launcher through the inherited PMIx variables, as under `mpirun sh -c ...`.
  *
- * Not for agents (they supervise their own ranks), nor for Slurm jobs
- * without MPI (scheduler-adapters/slurm/).
+ * The same parent runs each rank of a Slurm step with slurm.tasks: per_rank
+ * (scheduler-adapters/slurm/slurm_ranks.c), where srun, not mpirun, starts
+ * the ranks; the records and the reading of them (dt_mpirun_rank_ends) are
+ * the same.
+ *
+ * Not for agents (they supervise their own ranks).
  */
 #include "scheduler-adapters/mpirun/mpirun.h"
 #include "base/clock.h"
@@ -40,6 +46,7 @@
 #include "scheduler-adapters/adapter.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,21 +106,47 @@ static int read_pmix(char *const *env, struct dt_mpirun_place *p)
         rc = read_int(env, "SLURM_LOCALID", 0, &p->local_rank, &have);
     if (!rc)
         rc = read_int(env, "SLURM_TASKS_PER_NODE", 1, &p->local_size, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_NODEID", 0, &p->node, &have);
+    return rc;
+}
+
+/* A task of an srun step: SLURM_STEP_ID says it is one (the batch shell has
+ * SLURM_PROCID=0 and the job's SLURM_NTASKS too, and is no rank). */
+static int read_slurm(char *const *env, struct dt_mpirun_place *p)
+{
+    bool have;
+    int rc = read_int(env, "SLURM_PROCID", 0, &p->rank, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_STEP_NUM_TASKS", 1, &p->size, &have);
+    if (!rc && !have)
+        rc = read_int(env, "SLURM_NTASKS", 1, &p->size, &have);
+    if (!rc && !have)
+        return dt_error_set(DT_ENOTFOUND, "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS");
+    if (!rc)
+        rc = read_int(env, "SLURM_LOCALID", 0, &p->local_rank, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_TASKS_PER_NODE", 1, &p->local_size, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_NODEID", 0, &p->node, &have);
     return rc;
 }
 
 int dt_mpirun_read_place(char *const *env, struct dt_mpirun_place *out)
 {
-    struct dt_mpirun_place p = {.local_size = 1};
+    struct dt_mpirun_place p = {.local_size = 1, .node = -1};
     int rc;
     if (dt_adapter_getenv(env, "OMPI_COMM_WORLD_RANK"))
         rc = read_ompi(env, &p);
     else if (dt_adapter_getenv(env, "PMIX_RANK"))
         rc = read_pmix(env, &p);
+    else if (dt_adapter_getenv(env, "SLURM_PROCID") && dt_adapter_getenv(env, "SLURM_STEP_ID"))
+        rc = read_slurm(env, &p);
     else
         return dt_error_set(DT_ENOTFOUND,
-                            "neither OMPI_COMM_WORLD_RANK (mpirun) nor PMIX_RANK (srun --mpi=pmix) "
-                            "is set: this process was not started by an MPI launcher");
+                            "neither OMPI_COMM_WORLD_RANK (mpirun), PMIX_RANK (srun --mpi=pmix) nor "
+                            "SLURM_PROCID in a step (srun) is set: this process was not started by "
+                            "an MPI launcher or srun");
     if (rc)
         return rc;
     if (p.rank >= p.size)
@@ -131,6 +164,21 @@ static int set_int(const char *name, int v)
     return setenv(name, buf, 1) ? dt_error_set(DT_ENOMEM, "cannot set %s", name) : 0;
 }
 
+/* slurm.tasks: per_rank: the agent that hosts the coordinator runs srun, so
+ * the coordinator is on srun's host, whose address Slurm gives every task
+ * (as for per_node's agents, slurm.c): it works where node names do not resolve. */
+static int coord_at_launch_node(void)
+{
+    const char *ip = getenv("SLURM_LAUNCH_NODE_IPADDR"), *port = getenv("MASTER_PORT");
+    if (!getenv(DT_MPIRUN_COORD_AT_LAUNCH_NODE) || !ip || !*ip || !port)
+        return 0;
+    char addr[320];
+    snprintf(addr, sizeof addr, strchr(ip, ':') ? "[%s]:%s" : "%s:%s", ip, port);
+    if (setenv("MASTER_ADDR", ip, 1) || setenv("DTRAIN_COORD_ADDR", addr, 1))
+        return dt_error_set(DT_ENOMEM, "cannot set MASTER_ADDR");
+    return 0;
+}
+
 int dt_mpirun_rank_env(void)
 {
     bool asked = getenv("DTRAIN_MPI_RANKS") != NULL;
@@ -144,8 +192,8 @@ int dt_mpirun_rank_env(void)
     }
     if (rc)
         return dt_error_prefix("reading this rank's place from the MPI launcher");
-    /* ppr:K:node places ranks node by node, so the node is rank / K. */
-    int node = p.rank / p.local_size;
+    /* ppr:K:node places ranks node by node, so the node is rank / K where the launcher does not say. */
+    int node = p.node >= 0 ? p.node : p.rank / p.local_size;
     const char *names[] = {"RANK",       "LOCAL_RANK", "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
                            "GROUP_RANK", "ROLE_RANK",  "ROLE_WORLD_SIZE", "DTRAIN_NODE_RANK"};
     int values[] = {p.rank, p.local_rank, p.size, p.local_size, node, p.rank, p.size, node};
@@ -158,7 +206,65 @@ int dt_mpirun_rank_env(void)
         if (setenv("TORCHELASTIC_ERROR_FILE", path, 1) || setenv("DTRAIN_ERROR_FILE", path, 1))
             rc = dt_error_set(DT_ENOMEM, "cannot set TORCHELASTIC_ERROR_FILE");
     }
+    if (rc == 0)
+        rc = coord_at_launch_node();
     return rc ? rc : 1;
+}
+
+/* --- how each rank ended, as its records say ----------------------------- */
+
+/* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
+ * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
+static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, long long *t_ns)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.exit", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = fscanf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld", ws, stopped, pid, t_ns);
+    fclose(f);
+    return n == 4 ? 0 : -1;
+}
+
+/* The pid `dtrain mpirank` recorded when rank q's program started, or 0. */
+static int read_pid(const char *dir, int q)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.pid", dir, q);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int pid = 0;
+    if (fscanf(f, "pid=%d", &pid) != 1 || pid < 0)
+        pid = 0;
+    fclose(f);
+    return pid;
+}
+
+int dt_mpirun_rank_ends(const char *dir, int world, int status, struct dt_adapter_rank_end *ends)
+{
+    int first = -1;
+    long long first_t = 0;
+    for (int q = 0; q < world; q++) {
+        int ws, stopped, pid;
+        long long t;
+        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0) {
+            /* killed before it could say how it ended: stopped, unless its launcher succeeded */
+            ends[q] = (struct dt_adapter_rank_end){.pid = read_pid(dir, q), .stopped = status != 0};
+            continue;
+        }
+        ends[q] = (struct dt_adapter_rank_end){.pid = pid,
+                                               .exited = true,
+                                               .wstatus = ws,
+                                               .stopped = stopped != 0,
+                                               .exit_unix = (double)t * 1e-9};
+        if (!stopped && ws != 0 && (first < 0 || t < first_t)) {
+            first = q;
+            first_t = t;
+        }
+    }
+    return first;
 }
 
 /* --- dtrain mpirank ------------------------------------------------------ */

@@ -175,20 +175,19 @@ struct mpi_group {
     char scratch[DT_LINES_MAX + 1];   /* a rank's line with tags taken out of it */
 };
 
-/* mpirun's environment for an attempt: a rank's, less what differs per rank. */
-static int group_env(void *ctx, char *const *rank_env, char ***out)
+int dt_mpirun_group_env(char *const *rank_env, const char *also, char ***out)
 {
-    (void)ctx;
     size_t n = 0;
     while (rank_env[n])
         n++;
-    char **env = calloc(n + 2, sizeof *env);
+    char **env = calloc(n + 3, sizeof *env);
     size_t w = 0;
     bool ok = env != NULL;
     for (size_t i = 0; ok && i < n; i++)
         if (!named(rank_env[i], per_rank_names))
             ok = (env[w++] = strdup(rank_env[i])) != NULL;
-    ok = ok && (env[w] = strdup("DTRAIN_MPI_RANKS=1")) != NULL;
+    ok = ok && (env[w++] = strdup("DTRAIN_MPI_RANKS=1")) != NULL;
+    ok = ok && (!also || (env[w] = strdup(also)) != NULL);
     if (ok) {
         *out = env;
         return 0;
@@ -196,7 +195,14 @@ static int group_env(void *ctx, char *const *rank_env, char ***out)
     for (size_t i = 0; env && env[i]; i++)
         free(env[i]);
     free(env);
-    return dt_error_set(DT_ENOMEM, "out of memory building mpirun's environment");
+    return dt_error_set(DT_ENOMEM, "out of memory building the ranks' launcher's environment");
+}
+
+/* mpirun's environment for an attempt: a rank's, less what differs per rank. */
+static int group_env(void *ctx, char *const *rank_env, char ***out)
+{
+    (void)ctx;
+    return dt_mpirun_group_env(rank_env, NULL, out);
 }
 
 static int group_argv(void *ctx, char *const *env, char *const **argv)
@@ -232,68 +238,13 @@ static int group_route(void *ctx, const char *line, size_t len, const char **tex
 
 /* --- how each rank ended ------------------------------------------------- */
 
-/* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
- * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
-static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, long long *t_ns)
-{
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/rank_%d.exit", dir, q);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int n = fscanf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld", ws, stopped, pid, t_ns);
-    fclose(f);
-    return n == 4 ? 0 : -1;
-}
-
-/* The pid `dtrain mpirank` recorded when rank q's program started, or 0. */
-static int read_pid(const char *dir, int q)
-{
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/rank_%d.pid", dir, q);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    int pid = 0;
-    if (fscanf(f, "pid=%d", &pid) != 1 || pid < 0)
-        pid = 0;
-    fclose(f);
-    return pid;
-}
-
-/* Each rank's record; returns the first that failed by itself (earliest record), or -1. */
-static int read_records(struct mpi_group *g, const char *dir, int status, struct dt_adapter_rank_end *ends)
-{
-    int first = -1;
-    long long first_t = 0;
-    for (int q = 0; q < g->world; q++) {
-        int ws, stopped, pid;
-        long long t;
-        if (read_exit(dir, q, &ws, &stopped, &pid, &t) != 0) {
-            /* killed before it could say how it ended: stopped, unless mpirun succeeded */
-            ends[q] = (struct dt_adapter_rank_end){.pid = read_pid(dir, q), .stopped = status != 0};
-            continue;
-        }
-        ends[q] = (struct dt_adapter_rank_end){.pid = pid,
-                                               .exited = true,
-                                               .wstatus = ws,
-                                               .stopped = stopped != 0,
-                                               .exit_unix = (double)t * 1e-9};
-        if (!stopped && ws != 0 && (first < 0 || t < first_t)) {
-            first = q;
-            first_t = t;
-        }
-    }
-    return first;
-}
-
 static int group_collect(void *ctx, const char *attempt_dir, int status, bool interrupted,
                          struct dt_adapter_rank_end *ends)
 {
     struct mpi_group *g = ctx;
     struct dt_mpirun_verdict v = g->verdict;
     g->verdict = (struct dt_mpirun_verdict){.rank = -1}; /* the next attempt's report is its own */
-    int q = read_records(g, attempt_dir, status, ends);
+    int q = dt_mpirun_rank_ends(attempt_dir, g->world, status, ends);
     if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->world)
         return q;
     /* No record (run directory not shared with that host): mpirun's word. */

@@ -20,9 +20,14 @@
  *   run id      the job id: the same on every node and after a requeue (so a
  *               requeued job resumes from its own run directory's checkpoints).
  *
+ * With slurm.tasks: per_rank the one agent runs in the batch script, not
+ * under srun: it is node 0, hosts the coordinator and starts every rank with
+ * one srun step (slurm_ranks.c); the ranks find the coordinator at
+ * SLURM_LAUNCH_NODE_IPADDR, their srun's host.
+ *
  * Not for starting agents (the batch script's srun does) or the coordinator.
  */
-#include "scheduler-adapters/slurm/slurm.h"
+#include "scheduler-adapters/slurm/slurm_internal.h"
 
 #include "base/error.h"
 #include "scheduler-adapters/hostlist.h"
@@ -183,6 +188,27 @@ static int coordinator(char *const *env, struct dt_adapter_node *out)
     return resolve(node0, out->coord_host, sizeof out->coord_host);
 }
 
+/* per_rank: the agent is the batch script's own process on node 0. */
+static int batch_host(const struct dt_job *job, char *const *env, struct dt_adapter_node *out)
+{
+    const char *batch = dt_adapter_getenv(env, "ENVIRONMENT");
+    if (dt_adapter_getenv(env, "SLURM_STEP_ID") || !batch || strcmp(batch, "BATCH") != 0)
+        return dt_error_set(DT_EINVAL,
+                            "%s: slurm.tasks: per_rank: `dtrain agent` runs in the batch script itself, "
+                            "not under srun: it starts every rank with srun (see `dtrain render slurm`)",
+                            job->path);
+    int rc = env_int(env, "SLURM_NNODES", 1, 1 << 20, &out->nnodes);
+    if (rc == DT_ENOTFOUND)
+        return dt_error_set(DT_ENOTFOUND, "SLURM_NNODES is not set in the batch script");
+    if (rc == 0 && out->nnodes != job->nodes)
+        return dt_error_set(DT_EINVAL, "%s: nodes: %d, but the allocation has %d (SLURM_NNODES)", job->path,
+                            job->nodes, out->nnodes);
+    out->node_rank = 0;
+    gethostname(out->coord_host, sizeof out->coord_host - 1); /* the ranks use srun's host's address */
+    out->group = rc == 0 ? dt_slurm__ranks_group(job) : NULL;
+    return rc;
+}
+
 int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adapter_node *out)
 {
     memset(out, 0, sizeof *out);
@@ -195,8 +221,9 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
         return dt_error_set(DT_EINVAL, "SLURM_JOB_ID='%s' is too long", id);
     snprintf(out->job_id, sizeof out->job_id, "%s", id);
     snprintf(out->run_id, sizeof out->run_id, "%s", id);
-    int rc = place(job, env, out);
-    if (rc == 0)
+    bool per_rank = job->slurm && job->slurm->tasks == DT_SLURM_TASKS_PER_RANK;
+    int rc = per_rank ? batch_host(job, env, out) : place(job, env, out);
+    if (rc == 0 && !per_rank)
         rc = coordinator(env, out);
     if (rc == 0)
         rc = dt_slurm_port(job, id, &out->coord_port);

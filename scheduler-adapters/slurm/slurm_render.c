@@ -12,9 +12,13 @@
  * The spec's setup: lines run in the batch shell before srun; `dtrain launch`
  * also embeds the spec as submitted (print_snapshot).
  *
+ * slurm.tasks: per_rank: one task per rank (--ntasks-per-node=nproc_per_node)
+ * and the agent runs in the batch shell itself, starting the ranks with the
+ * srun line the script shows in a comment (slurm_ranks.c builds it).
+ *
  * Not for submitting (slurm_submit.c) or for the agents' side (slurm.c).
  */
-#include "scheduler-adapters/slurm/slurm.h"
+#include "scheduler-adapters/slurm/slurm_internal.h"
 
 #include "base/error.h"
 
@@ -70,16 +74,27 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
     else
         snprintf(per_node, sizeof per_node, "%d rank%s%s", n, n == 1 ? "" : "s",
                  job->nproc_per_node == DT_NPROC_GPU ? " (one per GPU)" : "");
+    bool per_rank = job->slurm && job->slurm->tasks == DT_SLURM_TASKS_PER_RANK;
     fprintf(out,
             "#!/bin/bash\n"
             "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
             "#\n"
-            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n"
-            "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
-            "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
-            "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n"
-            "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n",
-            job->name, job_path, job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n",
+            job->name, job_path);
+    if (per_rank)
+        fprintf(out,
+                "# %d node%s x %s, each rank a Slurm task of its own (slurm.tasks: per_rank);\n"
+                "# the agent in this script (node 0) hosts the coordinator and runs their step.\n"
+                "# Rank output goes to the files below, each line prefixed [rank N], and in full to\n"
+                "# %s/%s-<job id>/.\n",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+    else
+        fprintf(out,
+                "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
+                "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
+                "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+    fprintf(out, "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n");
 }
 
 static void print_sbatch_lines(const struct dt_job *job, FILE *out)
@@ -87,7 +102,8 @@ static void print_sbatch_lines(const struct dt_job *job, FILE *out)
     const struct dt_slurm_spec *s = job->slurm;
     fprintf(out, "#SBATCH --job-name=%s\n", job->name);
     fprintf(out, "#SBATCH --nodes=%d\n", job->nodes);
-    fprintf(out, "#SBATCH --ntasks-per-node=1\n");
+    fprintf(out, "#SBATCH --ntasks-per-node=%d\n",
+            s && s->tasks == DT_SLURM_TASKS_PER_RANK ? dt_slurm_ranks_per_node(job) : 1);
     if (s && s->gpus_per_node > 0)
         fprintf(out, "#SBATCH --gpus-per-node=%s%s%d\n", s->gpu_type ? s->gpu_type : "",
                 s->gpu_type ? ":" : "", s->gpus_per_node);
@@ -212,14 +228,49 @@ static void print_cpus(const struct dt_job *job, FILE *out)
             job->slurm->cpus_per_task);
 }
 
-/* The step: every agent, with the flags `dtrain launch` passes through the environment. */
+/* The step: every agent (per_node), or the one agent that runs the ranks'
+ * step (per_rank), with the flags `dtrain launch` passes through the environment. */
 static void print_srun(const struct dt_job *job, FILE *out)
 {
-    fprintf(out, "srun --kill-on-bad-exit=1 ");
-    if (job->slurm && job->slurm->cpus_per_task > 0)
-        fprintf(out, "--cpus-per-task=\"$SRUN_CPUS_PER_TASK\" ");
+    const struct dt_slurm_spec *s = job->slurm;
+    if (!s || s->tasks == DT_SLURM_TASKS_PER_NODE) {
+        fprintf(out, "srun --kill-on-bad-exit=1 ");
+        if (s && s->cpus_per_task > 0)
+            fprintf(out, "--cpus-per-task=\"$SRUN_CPUS_PER_TASK\" ");
+        if (s && s->cpu_bind)
+            fprintf(out, "--cpu-bind=%s ", s->cpu_bind);
+        if (s && s->gpu_bind)
+            fprintf(out, "--gpu-bind=%s ", s->gpu_bind);
+    }
     fprintf(out, "\"$DTRAIN\" agent \"$JOB\" ${DTRAIN_LOG_DIR:+--log-dir \"$DTRAIN_LOG_DIR\"} "
                  "${DTRAIN_GRACE_PERIOD:+--grace-period \"$DTRAIN_GRACE_PERIOD\"}");
+}
+
+/* per_rank: the step the agent runs, as a comment (the agent builds the same line). */
+static int print_rank_step(const struct dt_job *job, FILE *out)
+{
+    if (!job->slurm || job->slurm->tasks != DT_SLURM_TASKS_PER_RANK)
+        return 0;
+    struct dt_slurm__argv a = {0};
+    int rc = dt_slurm__ranks_argv(job, "$DTRAIN", "$JOB", &a);
+    if (rc < 0)
+        return rc;
+    fprintf(out, "\n"
+                 "# slurm.tasks: per_rank.  The agent below runs here, on node 0: it hosts the coordinator\n"
+                 "# and starts every rank, one Slurm task each, with this step (again after a failure,\n"
+                 "# up to max_restarts); each task's `dtrain mpirank` reads its rank from SLURM_PROCID,\n"
+                 "# SLURM_LOCALID, SLURM_STEP_NUM_TASKS and SLURM_NODEID:\n"
+                 "#  ");
+    for (int i = 0; a.argv[i]; i++) {
+        fputc(' ', out);
+        if (a.argv[i][0] == '$')
+            fprintf(out, "\"%s\"", a.argv[i]);
+        else
+            shell_quote(out, a.argv[i]);
+    }
+    fputc('\n', out);
+    dt_slurm__argv_free(&a);
+    return 0;
 }
 
 static void print_run(const struct dt_job *job, FILE *out)
@@ -277,6 +328,11 @@ static int check_values(const struct dt_job *job, const char *job_path)
         rc = check_one_line(job_path, "qos", s->qos);
     if (!rc)
         rc = check_one_line(job_path, "constraint", s->constraint);
+    if (!rc && s->tasks == DT_SLURM_TASKS_PER_RANK && dt_slurm_ranks_per_node(job) <= 0)
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: slurm.tasks: per_rank needs the ranks per node before the job starts: "
+                          "nproc_per_node as a number, or slurm.gpus_per_node with nproc_per_node: gpu",
+                          job_path);
     for (int i = 0; !rc && i < s->n_extra_sbatch; i++)
         rc = check_one_line(job_path, "extra_sbatch", s->extra_sbatch[i]);
     return rc;
@@ -312,6 +368,9 @@ int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const
     print_token(job, out);
     print_setup(job, out);
     print_cpus(job, out);
+    rc = print_rank_step(job, out);
+    if (rc < 0)
+        return rc;
     print_run(job, out);
     if (ferror(out))
         return dt_error_set(DT_EIO, "cannot write the sbatch script for %s", job_path);

@@ -55,6 +55,9 @@ def check_pod(spec, k, pod):
            f"terminationGracePeriodSeconds {grace}")
     logs = k.get("log_volume")  # run directories on it: the agent's --log-dir
     want_cmd = ["dtrain", "agent", "/etc/dtrain/job.yaml"] + (["--log-dir", "/var/log/dtrain"] if logs else [])
+    if spec.get("setup"):  # the lines in the container's shell, which then execs the agent
+        script = "set -e\n" + "".join(line + "\n" for line in spec["setup"]) + 'exec "$@"\n'
+        want_cmd = ["/bin/sh", "-c", script, "dtrain-setup"] + want_cmd
     expect(c["command"] == want_cmd, f"command {c['command']}")
     expect(c["image"] == k["image"], f"image {c['image']!r}")
     env = {e["name"]: e for e in c["env"]}

@@ -44,6 +44,26 @@ for spec in examples/kubernetes/*.yaml; do
   fi
 done
 
+# dtrain render jobset: the JobSet against its vendored CRD schema, and its Job and the other
+# objects against the Kubernetes schemas, as the JobSet controller would create them.
+for spec in examples/kubernetes/*.yaml; do
+  case "$spec" in *.k8s.yaml) continue ;; esac
+  name=$(basename "$spec" .yaml)
+  if ! "$DTRAIN" render jobset "$spec" >"$T/$name.jobset.yaml" 2>"$T/render.err"; then
+    not_ok "$name: render jobset failed: $(cat "$T/render.err")"; continue
+  fi
+  if "$PY" tests/integration/k8s_jobset_check.py "$T/$name.jobset.yaml" "$T/$name.jobset-job.yaml" >"$T/js.out" 2>&1 &&
+     "${offline[@]}" "$KV" --strict --quiet -k 1.37.0 "$T/$name.jobset-job.yaml" >"$T/kv.out" 2>&1 &&
+     "${offline[@]}" "$KV" --strict --quiet -k 1.31.0 "$T/$name.jobset-job.yaml" >>"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
+    ok "$name: the JobSet validates (JobSet v1alpha2 schema; its Job on Kubernetes 1.37 and 1.31)"
+  else
+    not_ok "$name: render jobset"; sed 's/^/    /' "$T/js.out" "$T/kv.out" | head -n 20
+  fi
+done
+sed 's/maxRestarts: 0/maxRestart: 0/' "$T/minimal.jobset.yaml" >"$T/jstypo.yaml"
+expect_status 1 "the vendored JobSet schema refuses a misspelled field (the check is live)" \
+  "$PY" tests/integration/k8s_jobset_check.py "$T/jstypo.yaml" "$T/jstypo-job.yaml"
+
 # The schema check itself can fail: a misspelled field is refused.
 sed 's/completionMode: Indexed/completionMod: Indexed/' "$T/minimal.k8s.yaml" >"$T/typo.yaml"
 expect_status 1 "kubernetes-validate refuses a misspelled field (the check is live)" \

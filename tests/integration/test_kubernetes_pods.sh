@@ -110,7 +110,8 @@ cat >"$T/probe.yaml" <<'YAML'
 name: probe
 scheduler: kubernetes
 nodes: 1
-command: [sh, -c, 'echo "probe=$PROBE" > probe.txt']
+command: [sh, -c, 'echo "probe=$PROBE" > probe.txt; echo "mark=${SETUP_MARK:-none}" > setup.txt']
+setup: ['export SETUP_MARK=from-setup']
 kubernetes:
   image: img
   pod_template:
@@ -125,3 +126,7 @@ if grep -q '^pod 0 exit 0' "$T/probe.out" && grep -qx 'probe=from-template' "$T/
 else
   not_ok "the merged pod_template's env did not reach the rank"; cat "$T/probe.out"; ls -R "$T/probe" | head
 fi
+check "the pod's shell ran the setup: lines before the agent (their environment reached the rank)" \
+  grep -qx 'mark=from-setup' "$T/probe/pod-0/work/setup.txt"
+contains "$T/probe.k8s.yaml" "^            - dtrain-setup$" "the rendered container runs setup in /bin/sh, then execs the agent"
+

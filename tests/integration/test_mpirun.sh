@@ -183,3 +183,29 @@ command: [true]
 EOF
 expect_status 2 "backend: mpi with scheduler: local is refused" "$DTRAIN" launch "$T/local.yaml"
 contains "$T/last.err" "local.yaml:2:.*mpi needs scheduler: mpirun" "the message points at the backend line"
+
+# --- issue 29: setup: lines run on each host before its agent -----------------------
+cat >"$T/setup.yaml" <<EOF
+name: setup
+scheduler: mpirun
+nodes: 2
+setup: ['export SETUP_MARK=from-setup', 'echo "setup ran on \$(hostname)" >&2']
+command: [sh, -c, 'echo "rank \$RANK mark=\${SETUP_MARK:-none}"']
+mpirun: {allow_run_as_root: $root, oversubscribe: true, extra_args: [--map-by, slot]}
+EOF
+expect_status 0 "a job with setup: lines runs under mpirun" "$DTRAIN" launch "$T/setup.yaml" --log-dir "$T/runs"
+check "setup ran once before each of the 2 agents" test "$(grep -c '^setup ran on' "$T/last.err")" = 2
+check "the environment setup makes reaches every rank through its agent" \
+  test "$(grep -cE '^\[rank [01]\] rank [01] mark=from-setup$' "$T/last.out")" = 2
+"$DTRAIN" render mpirun "$T/setup.yaml" >"$T/setup.render" 2>&1
+contains "$T/setup.render" "/bin/sh -c 'set -e$" "the rendered line runs setup in a shell before the agent"
+contains "$T/setup.render" "^' dtrain-setup dtrain agent .*setup.yaml" "which then execs the agent"
+cat >"$T/setupfail.yaml" <<EOF
+name: setupfail
+scheduler: mpirun
+setup: ['false']
+command: [sh, -c, 'echo "rank ran"']
+mpirun: {allow_run_as_root: $root}
+EOF
+expect_status 1 "a failing setup: line stops the node before its agent" "$DTRAIN" launch "$T/setupfail.yaml" --log-dir "$T/runs"
+if grep -q "rank ran" "$T/last.out"; then not_ok "no rank runs after a failed setup line"; else ok "no rank runs after a failed setup line"; fi

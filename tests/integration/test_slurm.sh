@@ -190,3 +190,45 @@ check "the job runs the spec as submitted, not the file edited while it was queu
   test "$(grep -c 'spec=as-submitted' snap.out)" = 2 -a "$(grep -c 'spec=EDITED' snap.out)" = 0
 check "the submitted spec is kept in the run directory" cmp -s "runs/snap-$id/job.yaml" <(sed 's/spec=EDITED/spec=as-submitted/' snap.yaml)
 contains "runs/snap-$id.sbatch" "^#SBATCH --mem=100M$" "mem: 100M is 100 MiB, as sbatch reads it"
+
+# --- issue 29: slurm.tasks: per_rank, every rank a Slurm task, with binding -----------
+cat >perrank.yaml <<'EOF2'
+name: perrank
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+max_restarts: 1
+command: [sh, -c, 'echo "rank $RANK local $LOCAL_RANK of $WORLD_SIZE node $DTRAIN_NODE_RANK task ${SLURM_PROCID:-} bind=${SLURM_CPU_BIND_TYPE:-none} coord=$MASTER_ADDR"; if [ "$RANK$DTRAIN_RESTART_COUNT" = 30 ]; then echo "rank 3 fails once" >&2; exit 3; fi']
+slurm: {tasks: per_rank, cpu_bind: cores, cpus_per_task: 1}
+EOF2
+expect_status 0 "per_rank: 2 nodes x 2 tasks, a failed rank restarts the step, launch exits 0" \
+  timeout 120 "$DTRAIN" launch perrank.yaml
+cp "$T/last.out" perrank.out; cp "$T/last.err" perrank.err
+id=$(job_id perrank.err)
+contains "runs/perrank-$id.sbatch" "^#SBATCH --ntasks-per-node=2$" "per_rank: one Slurm task per rank"
+contains "runs/perrank-$id.sbatch" "srun .*--ntasks-per-node=2 --cpus-per-task=1 --cpu-bind=cores .*mpirank --" \
+  "per_rank: the step passes the binding to srun"
+check "every task is the rank Slurm numbered it, on its node, with the binding (attempt 1)" test \
+  "$(grep -cE '^\[rank ([0-3])\] rank \1 local [01] of 4 node [01] task \1 bind=cores coord=[0-9.]+$' perrank.out)" = 8
+check "rank 2 is local rank 0 of node 1" grep -q '^\[rank 2\] rank 2 local 0 of 4 node 1 ' perrank.out
+contains perrank.err "rank 3 failed first \(attempt 0" "per_rank: the failing task is named by its rank"
+contains "runs/perrank-$id/attempt_0/rank_3.err" "rank 3 fails once" "per_rank: each rank's stderr goes to its own log"
+contains "runs/perrank-$id/summary.json" '"world_size": 4' "per_rank: summary.json has the world of 4"
+
+cat >perrank-train.yaml <<'EOF2'
+name: perrank-train
+scheduler: slurm
+nodes: 2
+nproc_per_node: 2
+backend: tcp
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: 20
+  eval: {every_epochs: 0}
+  log_every_steps: 10
+slurm: {tasks: per_rank, gpu_bind: none}
+EOF2
+expect_status 0 "per_rank: the trainer's 4 tasks meet at the coordinator and train" \
+  timeout 120 "$DTRAIN" launch perrank-train.yaml
+contains "$T/last.out" "^\[rank 0\] done: 20 steps" "per_rank: rank 0 finishes its 20 steps"

@@ -169,6 +169,22 @@ static void place_from_ompi_and_pmix(void **s)
     char *none[] = {"PATH=/bin", NULL};
     assert_int_equal(dt_mpirun_read_place(none, &p), DT_ENOTFOUND);
     assert_non_null(strstr(dt_error_last(), "not started by an MPI launcher"));
+    /* A task of an srun step without MPI (slurm.tasks: per_rank): Slurm's own variables. */
+    char *task[] = {"SLURM_STEP_ID=0",      "SLURM_PROCID=5",           "SLURM_STEP_NUM_TASKS=8",
+                    "SLURM_NTASKS=99",      "SLURM_LOCALID=1",          "SLURM_TASKS_PER_NODE=4(x2)",
+                    "SLURM_NODEID=1",       NULL};
+    assert_int_equal(dt_mpirun_read_place(task, &p), 0);
+    assert_int_equal(p.rank, 5);
+    assert_int_equal(p.size, 8); /* the step's tasks, not the job's */
+    assert_int_equal(p.local_rank, 1);
+    assert_int_equal(p.local_size, 4);
+    assert_int_equal(p.node, 1);
+    /* The batch shell has SLURM_PROCID=0 too, but no step: it is no rank. */
+    char *batch[] = {"SLURM_PROCID=0", "SLURM_NTASKS=4", "SLURM_LOCALID=0", NULL};
+    assert_int_equal(dt_mpirun_read_place(batch, &p), DT_ENOTFOUND);
+    char *badtask[] = {"SLURM_STEP_ID=0", "SLURM_PROCID=9", "SLURM_STEP_NUM_TASKS=8", NULL};
+    assert_int_equal(dt_mpirun_read_place(badtask, &p), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "rank 9 of 8"));
 }
 
 static void discover_agents(void **s)

@@ -244,6 +244,50 @@ static void render_setup_and_snapshot(void **state)
     dt_job_free(job);
 }
 
+/* slurm.tasks: per_rank: a task per rank, the agent in the batch shell runs their step. */
+static void render_per_rank(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: pr\nscheduler: slurm\nnodes: 2\nnproc_per_node: gpu\ncommand: [a, 'b c']\n"
+                              "slurm: {tasks: per_rank, gpus_per_node: \"h100:4\", cpus_per_task: 8, "
+                              "cpu_bind: cores, gpu_bind: closest}\n");
+    int rc;
+    char *s = render(job, "pr.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --ntasks-per-node=4\n");
+    has(s, "#   srun --kill-on-bad-exit=1 --label --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 "
+           "--cpu-bind=cores --gpu-bind=closest \"$DTRAIN\" mpirank -- a 'b c'\n");
+    has(s, "\nexec \"$DTRAIN\" agent \"$JOB\" ");
+    lacks(s, "exec srun");
+    free(s);
+    /* the agent in the batch shell: node 0 with a group of every rank; under srun it is refused */
+    char *env[] = {"SLURM_JOB_ID=7", "ENVIRONMENT=BATCH", "SLURM_NNODES=2", "SLURM_PROCID=0", NULL};
+    struct dt_adapter_node n;
+    assert_int_equal(dt_slurm_discover(job, env, &n), 0);
+    assert_int_equal(n.node_rank, 0);
+    assert_int_equal(n.nnodes, 2);
+    assert_non_null(n.group);
+    assert_int_equal(n.group->world, 8);
+    char *step[] = {"SLURM_JOB_ID=7", "ENVIRONMENT=BATCH", "SLURM_NNODES=2", "SLURM_STEP_ID=0", NULL};
+    assert_int_equal(dt_slurm_discover(job, step, &n), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "runs in the batch script itself, not under srun"));
+    dt_job_free(job);
+    /* per_node passes the binding to the agents' srun */
+    job = load("name: pn\nscheduler: slurm\nnproc_per_node: 2\ncommand: [a]\nslurm: {cpu_bind: \"map_cpu:0,1\"}\n");
+    s = render(job, "pn.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --ntasks-per-node=1\n");
+    has(s, "exec srun --kill-on-bad-exit=1 --cpu-bind=map_cpu:0,1 \"$DTRAIN\" agent");
+    free(s);
+    dt_job_free(job);
+    /* per_rank with nproc_per_node: gpu and no GPU count: the tasks per node are unknown */
+    job = load("name: pg\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\nslurm: {tasks: per_rank}\n");
+    free(render(job, "pg.yaml", &rc));
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "per_rank needs the ranks per node"));
+    dt_job_free(job);
+}
+
 static void render_refuses(void **state)
 {
     (void)state;
@@ -470,6 +514,7 @@ int main(void)
         cmocka_unit_test(render_units),
         cmocka_unit_test(render_as_sbatch_reads),
         cmocka_unit_test(render_setup_and_snapshot),
+        cmocka_unit_test(render_per_rank),
         cmocka_unit_test(render_refuses),
         cmocka_unit_test(discover_batch_job),
         cmocka_unit_test(discover_derives_port),
