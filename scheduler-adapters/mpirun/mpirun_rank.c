@@ -91,6 +91,19 @@ static int read_ompi(char *const *env, struct dt_mpirun_place *p)
     return rc;
 }
 
+/* The task's place on its node, as Slurm exports it to every task of a step
+ * (srun, PMIx or not). */
+static int read_slurm_node(char *const *env, struct dt_mpirun_place *p)
+{
+    bool have;
+    int rc = read_int(env, "SLURM_LOCALID", 0, &p->local_rank, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_TASKS_PER_NODE", 1, &p->local_size, &have);
+    if (!rc)
+        rc = read_int(env, "SLURM_NODEID", 0, &p->node, &have);
+    return rc;
+}
+
 static int read_pmix(char *const *env, struct dt_mpirun_place *p)
 {
     bool have;
@@ -102,13 +115,7 @@ static int read_pmix(char *const *env, struct dt_mpirun_place *p)
     if (!rc && !have)
         return dt_error_set(DT_ENOTFOUND, "PMIX_RANK is set but not the world size: neither SLURM_NTASKS nor "
                                           "SLURM_NPROCS is (dtrain reads PMIx ranks under srun --mpi=pmix)");
-    if (!rc)
-        rc = read_int(env, "SLURM_LOCALID", 0, &p->local_rank, &have);
-    if (!rc)
-        rc = read_int(env, "SLURM_TASKS_PER_NODE", 1, &p->local_size, &have);
-    if (!rc)
-        rc = read_int(env, "SLURM_NODEID", 0, &p->node, &have);
-    return rc;
+    return rc ? rc : read_slurm_node(env, p);
 }
 
 /* A task of an srun step: SLURM_STEP_ID says it is one (the batch shell has
@@ -123,13 +130,7 @@ static int read_slurm(char *const *env, struct dt_mpirun_place *p)
         rc = read_int(env, "SLURM_NTASKS", 1, &p->size, &have);
     if (!rc && !have)
         return dt_error_set(DT_ENOTFOUND, "SLURM_PROCID is set but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS");
-    if (!rc)
-        rc = read_int(env, "SLURM_LOCALID", 0, &p->local_rank, &have);
-    if (!rc)
-        rc = read_int(env, "SLURM_TASKS_PER_NODE", 1, &p->local_size, &have);
-    if (!rc)
-        rc = read_int(env, "SLURM_NODEID", 0, &p->node, &have);
-    return rc;
+    return rc ? rc : read_slurm_node(env, p);
 }
 
 int dt_mpirun_read_place(char *const *env, struct dt_mpirun_place *out)

@@ -402,26 +402,42 @@ __device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)
         }
 }
 
+/* This lane's ldmatrix.trans address in the row-major shared tile s (s[k][col])
+ * for the B fragments of one k-step (rows 16kc.. from it): matrices at rows +0,
+ * +8 of columns 16m, then of 16m + 8. */
+__device__ __forceinline__ const bf16 *kstep_b_lane(const bf16 *s)
+{
+    const int lane = threadIdx.x % 32;
+    return s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+}
+
+/* acc (16 x 64) += a (one k-step's A fragment, 16 x 16) times the 16 x 64
+ * rows of the tile at p (kstep_b_lane's address for that k-step): one
+ * ldmatrix.x4.trans gives b0, b1 of two 8-column blocks. */
+__device__ __forceinline__ void mma_kstep(float (&acc)[8][4], const uint32_t (&a)[4], const bf16 *p)
+{
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        uint32_t b[4];
+        ldsm4_t(b, p + 16 * m);
+        mma(acc[2 * m], a, b[0], b[1]);
+        mma(acc[2 * m + 1], a, b[2], b[3]);
+    }
+}
+
 /* acc (16 x 64) += X (16 x 64 in C-fragment layout, rounded to bf16 as the A
  * operand: blocks 2kc and 2kc+1 make k-step kc) times the row-major shared
  * tile s (s[k][col]).  One ldmatrix.x4.trans gives b0, b1 of two 8-column
  * blocks (matrices at rows 16kc, +8 of columns 16m, then of 16m + 8). */
 __device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s)
 {
-    const int lane = threadIdx.x % 32;
-    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+    const bf16 *p = kstep_b_lane(s);
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         const uint32_t a[4] = {pack(x[2 * kc][0], x[2 * kc][1]), pack(x[2 * kc][2], x[2 * kc][3]),
                                pack(x[2 * kc + 1][0], x[2 * kc + 1][1]),
                                pack(x[2 * kc + 1][2], x[2 * kc + 1][3])};
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            uint32_t b[4];
-            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
-            mma(acc[2 * m], a, b[0], b[1]);
-            mma(acc[2 * m + 1], a, b[2], b[3]);
-        }
+        mma_kstep(acc, a, p + 16 * kc * kPitch);
     }
 }
 
@@ -434,19 +450,12 @@ __device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8
 __device__ __forceinline__ void mma_at(float (&acc)[8][4], const bf16 *at, const bf16 *s)
 {
     const int lane = threadIdx.x % 32;
-    const bf16 *pa = at + ((lane / 16) * 8 + lane % 8) * kPitch + (lane / 8) % 2 * 8;
-    const bf16 *pb = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
+    const bf16 *pa = at + ((lane / 16) * 8 + lane % 8) * kPitch + (lane / 8) % 2 * 8, *pb = kstep_b_lane(s);
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         uint32_t a[4];
         ldsm4_t(a, pa + 16 * kc * kPitch);
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            uint32_t b[4];
-            ldsm4_t(b, pb + 16 * kc * kPitch + 16 * m);
-            mma(acc[2 * m], a, b[0], b[1]);
-            mma(acc[2 * m + 1], a, b[2], b[3]);
-        }
+        mma_kstep(acc, a, pb + 16 * kc * kPitch);
     }
 }
 
