@@ -156,3 +156,34 @@ contains "$T/last.out" "^where: +Kubernetes Job $job in namespace research" "sta
 expect_status 0 "dtrain cancel of the Kubernetes job" env PATH="$T/fakebin:$PATH" "$DTRAIN" cancel "$krun"
 contains "$KUBECTL_LOG" "^delete job,service,configmap,secret -n research -l app.kubernetes.io/instance=$job" \
   "cancel deleted the Job's objects by their instance label"
+
+# --- mpirun: one host playing 2 nodes without --map-by; status and cancel ----
+if ! command -v mpirun >/dev/null; then
+  ok "# SKIP mpirun is not installed: the mpirun part"
+  exit 0
+fi
+root=false; [ "$(id -u)" = 0 ] && root=true
+cat >mpi.yaml <<EOM
+name: mpi
+scheduler: mpirun
+nodes: 2
+nproc_per_node: 1
+backend: tcp
+grace_period: 2s
+command: [sh, -c, 'echo "rank \$RANK of \$WORLD_SIZE up"; exec sleep 124.5']
+mpirun: {hosts: ['localhost:2'], allow_run_as_root: $root, interfaces: [lo],
+         extra_args: [--mca, btl_vader_single_copy_mechanism, none]}
+EOM
+timeout "$(limit_s 60)" "$DTRAIN" launch mpi.yaml >mpi.out 2>mpi.err &
+pid=$!
+if wait_for mpi.out "rank 1 of 2 up" 30 && wait_for mpi.out "rank 0 of 2 up" 10; then
+  ok "hosts: [localhost:2] places both agents on this machine without --map-by slot"
+else not_ok "the 2 agents did not both start"; sed 's/^/    /' mpi.err | head -n 20; fi
+mrun=$(ls -d "$PWD"/runs/mpi-*)
+expect_status 0 "dtrain status of the mpirun job" "$DTRAIN" status "$mrun"
+contains "$T/last.out" "^where: +dtrain launch pid [0-9]+ on .*, mpirun pid [0-9]+" "status: the launcher's and mpirun's pids"
+expect_status 0 "dtrain cancel of the mpirun job" "$DTRAIN" cancel "$mrun"
+wait "$pid"; rc=$?
+check "the mpirun launcher ended on SIGTERM (exit $rc)" test "$rc" -gt 128 -a "$rc" != 137
+for ((i = 0; i < 50; i++)); do pgrep -f "sleep 124.5" >/dev/null || break; sleep 0.1; done
+check "no rank of the mpirun job is left" test -z "$(pgrep -f "sleep 124.5")"
