@@ -19,19 +19,18 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: dtrain cancel RUN [--wait SECS] [--log-dir DIR]\n\n"
-            "Stops a run and everything it started: a local or mpirun job's launcher gets SIGTERM\n"
-            "(its ranks are stopped as by Ctrl-C, killed after the grace period), a Slurm job is\n"
-            "scancelled, a Kubernetes Job is deleted with its Service, ConfigMap and Secret.\n"
-            "RUN is named as for `dtrain status`.\n\n"
-            "Options:\n"
-            "  --wait SECS     how long to wait for the run to end (default: the spec's\n"
-            "                  grace_period plus 10 s)\n"
-            "  --log-dir DIR   where to look RUN up (default: runs)\n"
-            "  -h, --help      show this help\n\n"
-            "Exit status: 0 when the run has ended (or had already), 1 when it could not be\n"
-            "stopped or RUN names none, 2 on a usage error.\n");
+    fprintf(out, "Usage: dtrain cancel RUN [--wait SECS] [--log-dir DIR]\n\n"
+                 "Stops a run and everything it started: a local or mpirun job's launcher gets SIGTERM\n"
+                 "(its ranks are stopped as by Ctrl-C, killed after the grace period), a Slurm job is\n"
+                 "scancelled, a Kubernetes Job is deleted with its Service, ConfigMap and Secret.\n"
+                 "RUN is named as for `dtrain status`.\n\n"
+                 "Options:\n"
+                 "  --wait SECS     how long to wait for the run to end (default: the spec's\n"
+                 "                  grace_period plus 10 s)\n"
+                 "  --log-dir DIR   where to look RUN up (default: runs)\n"
+                 "  -h, --help      show this help\n\n"
+                 "Exit status: 0 when the run has ended (or had already), 1 when it could not be\n"
+                 "stopped or RUN names none, 2 on a usage error.\n");
 }
 
 /* The spec's grace period, as the snapshot of the run records it; 30 s when unknown. */

@@ -22,13 +22,12 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: dtrain list [LOG_DIR]\n\n"
-            "Lists the runs in LOG_DIR (default: runs), oldest first: run directory, job name,\n"
-            "scheduler, state (as `dtrain status` says it), step and start time (UTC).\n\n"
-            "Options:\n"
-            "  -h, --help   show this help\n\n"
-            "Exit status: 0, 1 when LOG_DIR cannot be read, 2 on a usage error.\n");
+    fprintf(out, "Usage: dtrain list [LOG_DIR]\n\n"
+                 "Lists the runs in LOG_DIR (default: runs), oldest first: run directory, job name,\n"
+                 "scheduler, state (as `dtrain status` says it), step and start time (UTC).\n\n"
+                 "Options:\n"
+                 "  -h, --help   show this help\n\n"
+                 "Exit status: 0, 1 when LOG_DIR cannot be read, 2 on a usage error.\n");
 }
 
 struct row {
@@ -92,7 +91,8 @@ static int list(const char *log_dir)
     size_t n = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
         double started;
-        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof rows->entry || !is_run(log_dir, e->d_name, &started))
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof rows->entry ||
+            !is_run(log_dir, e->d_name, &started))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -121,7 +121,8 @@ static int run(int argc, char **argv)
         if (argv[i][0] == '-' && argv[i][1])
             return dt_cli_usage_error("list", "unknown option '%s'", argv[i]);
         if (log_dir)
-            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", log_dir, argv[i]);
+            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", log_dir,
+                                      argv[i]);
         log_dir = argv[i];
     }
     if (list(log_dir ? log_dir : "runs") < 0) {

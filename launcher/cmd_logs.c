@@ -28,19 +28,18 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: dtrain logs RUN [--rank N] [--attempt K] [-f] [--log-dir DIR]\n\n"
-            "Prints the ranks' output of a run's newest attempt: stdout lines on stdout, stderr\n"
-            "lines on stderr, each prefixed \"[rank N]\" (not with --rank). RUN is named as for\n"
-            "`dtrain status`.\n\n"
-            "Options:\n"
-            "  --rank N        this rank's output only\n"
-            "  --attempt K     this attempt's (default: the newest)\n"
-            "  -f, --follow    keep printing as the logs grow, into later attempts, until the\n"
-            "                  run has ended\n"
-            "  --log-dir DIR   where to look RUN up (default: runs)\n"
-            "  -h, --help      show this help\n\n"
-            "Exit status: 0, 1 when RUN names no run or it has no logs, 2 on a usage error.\n");
+    fprintf(out, "Usage: dtrain logs RUN [--rank N] [--attempt K] [-f] [--log-dir DIR]\n\n"
+                 "Prints the ranks' output of a run's newest attempt: stdout lines on stdout, stderr\n"
+                 "lines on stderr, each prefixed \"[rank N]\" (not with --rank). RUN is named as for\n"
+                 "`dtrain status`.\n\n"
+                 "Options:\n"
+                 "  --rank N        this rank's output only\n"
+                 "  --attempt K     this attempt's (default: the newest)\n"
+                 "  -f, --follow    keep printing as the logs grow, into later attempts, until the\n"
+                 "                  run has ended\n"
+                 "  --log-dir DIR   where to look RUN up (default: runs)\n"
+                 "  -h, --help      show this help\n\n"
+                 "Exit status: 0, 1 when RUN names no run or it has no logs, 2 on a usage error.\n");
 }
 
 struct opts {
@@ -186,15 +185,16 @@ static int show(const struct opts *o)
 {
     char dir[4096];
     struct dt_run_info in;
-    if (dt_run_info_find(o->handle, o->log_dir, dir, sizeof dir) < 0 || dt_run_info_load(dir, o->follow, &in) < 0)
+    if (dt_run_info_find(o->handle, o->log_dir, dir, sizeof dir) < 0 ||
+        dt_run_info_load(dir, o->follow, &in) < 0)
         return -1;
     int k = o->attempt >= 0 ? o->attempt : in.attempt;
     if (k < 0 && !o->follow)
         return dt_error_set(DT_ENOTFOUND, "%s has no attempt_<k>/ with rank logs%s", dir,
                             !strcmp(in.rec.scheduler, "kubernetes") ? " (a Kubernetes job's are in its pods: "
-                                                                       "kubectl logs --prefix -l "
-                                                                       "app.kubernetes.io/instance=<Job>)"
-                                                                     : "");
+                                                                      "kubectl logs --prefix -l "
+                                                                      "app.kubernetes.io/instance=<Job>)"
+                                                                    : "");
     struct streams ss = {0};
     open_attempt(&ss, dir, k < 0 ? 0 : k, o);
     if (!o->follow && ss.n == 0 && o->rank >= 0)
@@ -223,7 +223,8 @@ static int run(int argc, char **argv)
                 return dt_cli_usage_error("logs", "%s '%s': expected a number from 0", a, argv[i]);
             *(a[2] == 'r' ? &o.rank : &o.attempt) = (int)v;
         } else if (a[0] == '-' && a[1]) {
-            return dt_cli_usage_error("logs", "unknown option '%s'%s", a, has_value ? "" : " (or it needs a value)");
+            return dt_cli_usage_error("logs", "unknown option '%s'%s", a,
+                                      has_value ? "" : " (or it needs a value)");
         } else if (o.handle) {
             return dt_cli_usage_error("logs", "one run at a time (got '%s' and '%s')", o.handle, a);
         } else {

@@ -22,18 +22,17 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: dtrain status RUN [--log-dir DIR]\n\n"
-            "Says how a run stands: its state (pending, running, succeeded, failed, interrupted,\n"
-            "cancelled, lost: the launcher or scheduler job ended without summary.json), the\n"
-            "newest attempt, the training step, the ranks and nodes, and where it runs (the\n"
-            "`dtrain launch` pid, the Slurm job id and nodes, the Kubernetes Job, mpirun's pid).\n\n"
-            "RUN is a run directory, or in the log directory a run's directory name, run id,\n"
-            "Slurm job id, Kubernetes Job name, or job name (its newest run).\n\n"
-            "Options:\n"
-            "  --log-dir DIR   where to look RUN up (default: runs)\n"
-            "  -h, --help      show this help\n\n"
-            "Exit status: 0 when the run was read, 1 when RUN names none, 2 on a usage error.\n");
+    fprintf(out, "Usage: dtrain status RUN [--log-dir DIR]\n\n"
+                 "Says how a run stands: its state (pending, running, succeeded, failed, interrupted,\n"
+                 "cancelled, lost: the launcher or scheduler job ended without summary.json), the\n"
+                 "newest attempt, the training step, the ranks and nodes, and where it runs (the\n"
+                 "`dtrain launch` pid, the Slurm job id and nodes, the Kubernetes Job, mpirun's pid).\n\n"
+                 "RUN is a run directory, or in the log directory a run's directory name, run id,\n"
+                 "Slurm job id, Kubernetes Job name, or job name (its newest run).\n\n"
+                 "Options:\n"
+                 "  --log-dir DIR   where to look RUN up (default: runs)\n"
+                 "  -h, --help      show this help\n\n"
+                 "Exit status: 0 when the run was read, 1 when RUN names none, 2 on a usage error.\n");
 }
 
 static void print_started(double unix_s)
@@ -53,7 +52,8 @@ static void print_info(const struct dt_run_info *in)
     if (in->have_record)
         printf("job:       %s (scheduler: %s, spec %s)\n", r->name, r->scheduler, r->spec);
     printf("state:     %s", in->state);
-    if (in->asked && in->sched.state[0] && strcmp(in->sched.state, "running") && strcmp(in->sched.state, "ended"))
+    if (in->asked && in->sched.state[0] && strcmp(in->sched.state, "running") &&
+        strcmp(in->sched.state, "ended"))
         printf(" (%s)", in->sched.state);
     printf("\n");
     if (in->attempt >= 0)

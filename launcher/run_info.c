@@ -38,7 +38,8 @@ static int matches(const char *log_dir, const char *entry, const char *handle, d
     if (dt_run_record_read(dir, &r) < 0)
         return strcmp(entry, handle) == 0 ? 3 : 0;
     *started = r.started_unix;
-    if (strcmp(entry, handle) == 0 || strcmp(r.run_id, handle) == 0 || (r.job_id[0] && !strcmp(r.job_id, handle)))
+    if (strcmp(entry, handle) == 0 || strcmp(r.run_id, handle) == 0 ||
+        (r.job_id[0] && !strcmp(r.job_id, handle)))
         return 3;
     return strcmp(r.name, handle) == 0 ? 1 : 0;
 }
@@ -53,8 +54,9 @@ int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t 
         log_dir = "runs";
     DIR *d = opendir(log_dir);
     if (!d)
-        return dt_error_set(DT_ENOTFOUND, "%s: no such run directory, and no log directory %s to look for it in",
-                            handle, log_dir);
+        return dt_error_set(DT_ENOTFOUND,
+                            "%s: no such run directory, and no log directory %s to look for it in", handle,
+                            log_dir);
     char best[NAME_MAX + 1] = "";
     int best_score = 0;
     double best_started = -1;
@@ -70,8 +72,8 @@ int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t 
     closedir(d);
     if (!best_score)
         return dt_error_set(DT_ENOTFOUND,
-                            "%s: no such run directory, and no run in %s has that name, run id or job id", handle,
-                            log_dir);
+                            "%s: no such run directory, and no run in %s has that name, run id or job id",
+                            handle, log_dir);
     snprintf(dir, size, "%s/%s", log_dir, best);
     return 0;
 }
@@ -132,8 +134,8 @@ static void read_step(struct dt_run_info *in)
         line = line ? line + 1 : buf;
         json_t *row = NULL;
         double step, total;
-        if (*line && dt_json_parse(line, strlen(line), path, 1, &row) == 0 && dt_json_get_num(row, "step", &step) &&
-            dt_json_get_num(row, "total_steps", &total)) {
+        if (*line && dt_json_parse(line, strlen(line), path, 1, &row) == 0 &&
+            dt_json_get_num(row, "step", &step) && dt_json_get_num(row, "total_steps", &total)) {
             in->step = (long long)step;
             in->total_steps = (long long)total;
             json_decref(row);
@@ -159,7 +161,8 @@ const struct dt_adapter *dt_run_info_adapter(const struct dt_run_info *in)
     }
     const struct dt_adapter *ad = dt_adapter_by_name(in->rec.scheduler);
     if (!ad)
-        dt_error_set(DT_EUNSUPPORTED, "%s: scheduler %s is not built into this dtrain", in->dir, in->rec.scheduler);
+        dt_error_set(DT_EUNSUPPORTED, "%s: scheduler %s is not built into this dtrain", in->dir,
+                     in->rec.scheduler);
     return ad;
 }
 

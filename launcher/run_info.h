@@ -26,15 +26,15 @@ struct dt_run_info {
     char dir[PATH_MAX];
     bool have_record;
     struct dt_run_record rec;
-    bool asked;                   /* the adapter's status op answered into sched */
+    bool asked; /* the adapter's status op answered into sched */
     struct dt_adapter_state sched;
-    bool have_summary;            /* summary.json */
-    char ended[32];               /* its status: succeeded, failed, interrupted; "" without one */
-    int exit_status;              /* its exit_status, -1 without one */
-    int world_size, nnodes;       /* 0 when unknown */
-    int attempt;                  /* the newest attempt_<k>/, -1 before any */
-    long long step, total_steps;  /* the last training row of metrics.jsonl; -1 when none */
-    char state[32];               /* pending, running, succeeded, failed, interrupted, cancelled, lost, unknown */
+    bool have_summary;           /* summary.json */
+    char ended[32];              /* its status: succeeded, failed, interrupted; "" without one */
+    int exit_status;             /* its exit_status, -1 without one */
+    int world_size, nnodes;      /* 0 when unknown */
+    int attempt;                 /* the newest attempt_<k>/, -1 before any */
+    long long step, total_steps; /* the last training row of metrics.jsonl; -1 when none */
+    char state[32]; /* pending, running, succeeded, failed, interrupted, cancelled, lost, unknown */
 };
 
 /* The run directory a handle names: a directory as it is, else the run in

@@ -107,7 +107,7 @@ struct dt_adapter_launch {
     double start_mono;       /* when the launcher started (CLOCK_MONOTONIC seconds) */
     const char *dtrain_path; /* this binary, as the nodes should run it */
     bool detach;             /* --detach: submit and return, leaving the job to the scheduler (Kubernetes) */
-    const char *run_id;      /* --resume: continue the run of this id in <log_dir>/<name>-<run_id>; NULL: a new run */
+    const char *run_id;      /* --resume: continue the run <log_dir>/<name>-<run_id>; NULL: a new run */
     /* Runs node 0 of the job in this process with the options above: the job
      * token, the coordinator, the run directory, the ranks (or the group),
      * their restarts, summary.json and the closing lines.  Returns the
@@ -120,10 +120,10 @@ struct dt_adapter_launch {
 
 /* A launched job as its scheduler sees it now (`dtrain status`, `dtrain list`). */
 struct dt_adapter_state {
-    bool known;       /* the scheduler answered; false: it could not be asked or has forgotten the job */
-    bool active;      /* queued or running there: not ended */
-    char state[64];   /* the scheduler's own word (PENDING, RUNNING, Complete, ...) or "" */
-    char where[512];  /* where it runs: "dtrain launch pid 4242 on host", "Slurm job 17 on n[1-2]", ... */
+    bool known;      /* the scheduler answered; false: it could not be asked or has forgotten the job */
+    bool active;     /* queued or running there: not ended */
+    char state[64];  /* the scheduler's own word (PENDING, RUNNING, Complete, ...) or "" */
+    char where[512]; /* where it runs: "dtrain launch pid 4242 on host", "Slurm job 17 on n[1-2]", ... */
 };
 
 struct dt_adapter {

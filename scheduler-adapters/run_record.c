@@ -90,8 +90,8 @@ static int put_record(void *ctx, FILE *f)
     put_field(f, "host", r->host, false);
     put_field(f, "job_id", r->job_id, false);
     put_field(f, "namespace", r->namespace_name, false);
-    fprintf(f, "  \"pid\": %d,\n  \"pid_start\": %lld,\n  \"nodes\": %d,\n  \"nproc_per_node\": %d,\n", r->pid,
-            r->pid_start, r->nodes, r->nproc_per_node);
+    fprintf(f, "  \"pid\": %d,\n  \"pid_start\": %lld,\n  \"nodes\": %d,\n  \"nproc_per_node\": %d,\n",
+            r->pid, r->pid_start, r->nodes, r->nproc_per_node);
     fprintf(f, "  \"started_unix\": %.3f,\n  \"version\": 1\n}\n", r->started_unix);
     return ferror(f) ? dt_error_set(DT_EIO, "cannot write the launch record") : 0;
 }

@@ -30,16 +30,16 @@
 #define DT_RUN_RECORD_SPEC "job.yaml"
 
 struct dt_run_record {
-    char scheduler[32];      /* the adapter's name: local, slurm, kubernetes, mpirun */
-    char name[128];          /* the job's name */
+    char scheduler[32]; /* the adapter's name: local, slurm, kubernetes, mpirun */
+    char name[128];     /* the job's name */
     char run_id[64];
-    char run_dir[PATH_MAX];  /* absolute */
-    char spec[PATH_MAX];     /* the spec file launched, absolute when it could be resolved */
-    char host[256];          /* where `dtrain launch` ran */
-    int pid;                 /* the `dtrain launch` process (the local job's agent) */
-    long long pid_start;     /* its start time, /proc/<pid>/stat field 22 (clock ticks since boot) */
-    char job_id[128];        /* the scheduler's handle: Slurm job id, Kubernetes Job name; "" */
-    char namespace_name[128]; /* Kubernetes: the Job's namespace; "" */
+    char run_dir[PATH_MAX];    /* absolute */
+    char spec[PATH_MAX];       /* the spec file launched, absolute when it could be resolved */
+    char host[256];            /* where `dtrain launch` ran */
+    int pid;                   /* the `dtrain launch` process (the local job's agent) */
+    long long pid_start;       /* its start time, /proc/<pid>/stat field 22 (clock ticks since boot) */
+    char job_id[128];          /* the scheduler's handle: Slurm job id, Kubernetes Job name; "" */
+    char namespace_name[128];  /* Kubernetes: the Job's namespace; "" */
     int nodes, nproc_per_node; /* nproc_per_node 0: per node's GPUs (gpu) */
     double started_unix;
 };

@@ -315,8 +315,8 @@ static int outcome(const struct follow *f, const struct dt_slurm_job_info *info,
         char summary[PATH_MAX + 160];
         snprintf(summary, sizeof summary, "%s/summary.json", f->run_dir);
         dt_log(access(summary, R_OK) == 0 ? DT_LOG_DEBUG : DT_LOG_INFO,
-               "job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name, f->job_id,
-               wall, info->nodes, f->run_dir);
+               "job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name,
+               f->job_id, wall, info->nodes, f->run_dir);
         return 0;
     }
     if (cancelled_by) {
@@ -427,8 +427,8 @@ int dt_slurm_status(const struct dt_run_record *rec, struct dt_adapter_state *ou
     out->known = true;
     out->active = !dt_slurm_state_final(info.state);
     snprintf(out->state, sizeof out->state, "%s", info.state);
-    snprintf(out->where, sizeof out->where, "Slurm job %.100s%s%.300s", rec->job_id, info.nodes[0] ? " on " : "",
-             info.nodes);
+    snprintf(out->where, sizeof out->where, "Slurm job %.100s%s%.300s", rec->job_id,
+             info.nodes[0] ? " on " : "", info.nodes);
     return 0;
 }
 
@@ -613,7 +613,8 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
         snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
     struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
     if (dt_run_record_begin(job, p.log_dir, id, id, &rec) < 0)
-        dt_log_warn("no launch record for Slurm job %s (dtrain status cannot name it): %s", id, dt_error_last());
+        dt_log_warn("no launch record for Slurm job %s (dtrain status cannot name it): %s", id,
+                    dt_error_last());
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
                 job->nodes, job->nodes == 1 ? "" : "s", script);
     struct follow f = {.job_id = id,
