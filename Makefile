@@ -1,7 +1,7 @@
 # dtrain - build, test and install.
 #
 #   make              bin/dtrain and build/libdtrain.a (CUDA parts when nvcc is found)
-#   make demo         install what is missing, build, run the demo job here
+#   make demo         install what the demo needs (no test tools, no PyTorch), build, run it here
 #   make test         install what is missing, build, run every test; ends "N passed, N failed"
 #   make test-gpu     the GPU tests (needs a GPU; `make test` only compiles them, test-gpu-build)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
@@ -94,7 +94,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
-.PHONY: FORCE all deps demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format
+.PHONY: FORCE all deps deps-demo demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -148,7 +148,11 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libdtrain-app.a $(BUILD)/li
 deps:
 	@scripts/install-deps.sh
 
-demo: deps
+# The demo needs the build's libraries and the dataset only; `make test` installs the rest.
+deps-demo:
+	@scripts/install-deps.sh --demo
+
+demo: deps-demo
 	@$(MAKE) --no-print-directory all
 	$(BINDIR)/dtrain launch configs/quickstart.yaml
 

@@ -12,6 +12,7 @@
  */
 #include "launcher/agent/agent.h"
 #include "launcher/cli.h"
+#include "launcher/launch_resume.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 
@@ -34,6 +35,8 @@ struct launch_opts {
     double grace_s;
     double start_mono; /* the summary's times count from here */
     bool detach;
+    const char *resume; /* --resume RUN_DIR */
+    bool trace;
 };
 
 static void usage(FILE *out)
@@ -53,6 +56,9 @@ static void usage(FILE *out)
             "                        the spec's grace_period, 30s)\n"
             "  --trace[=STEPS]       trainer jobs without a trace: window: a Chrome trace per rank of\n"
             "                        these steps (default 10-20), see docs/observability.md\n"
+            "  --resume RUN_DIR      continue that run in its directory from its newest checkpoint\n"
+            "                        (checkpoint.resume: auto); refused when the spec's model or\n"
+            "                        data differ from the run's (RUN_DIR/job.yaml)\n"
             "  --detach              scheduler: kubernetes: apply the manifests and return, leaving\n"
             "                        the Job running (without it, Ctrl-C deletes the Job)\n"
             "  --quiet               only dtrain's warnings and errors (rank output still shows)\n"
@@ -76,8 +82,11 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
             const char *steps = a[7] == '=' ? a + 8 : "10-20";
             if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
                 return dt_cli_usage_error("launch", "--trace=%s: expected steps like 10-20 or 15", steps);
+            o->trace = true;
         } else if (strcmp(a, "--detach") == 0) {
             o->detach = true;
+        } else if (strcmp(a, "--resume") == 0 && has_value) {
+            o->resume = argv[++i];
         } else if (strcmp(a, "--ranks") == 0 && has_value) {
             o->ranks = argv[++i];
         } else if (strcmp(a, "--log-dir") == 0 && has_value) {
@@ -105,6 +114,14 @@ static int parse_args(int argc, char **argv, struct launch_opts *o)
 static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
                       const struct dt_adapter_host *h)
 {
+    /* The run directory first, with launch.json and the spec in it, so that
+     * `dtrain status` finds the job while it runs (launch_resume.h). */
+    char run_id[64];
+    snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : "");
+    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id) < 0) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        return 1;
+    }
     struct dt_agent_node n = {.job = job,
                               .who = "dtrain launch",
                               .node_rank = 0,
@@ -117,9 +134,27 @@ static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *
                               .ranks = o->ranks,
                               .grace_s = o->grace_s,
                               .start_mono = o->start_mono,
+                              .run_id = run_id,
                               .dtrain = o->dtrain_path,
                               .group = h->group};
     return dt_agent_node_run(&n);
+}
+
+/* --resume RUN_DIR: the log directory and run id that name it again. */
+static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, const char *run_dir,
+                      char log_dir[PATH_MAX], char run_id[64])
+{
+    int rc = ad->resumable ? dt_launch_resume_check(job, run_dir, log_dir, PATH_MAX, run_id, 64)
+                           : dt_error_set(DT_EUNSUPPORTED,
+                                          "--resume: scheduler: %s names each run directory by its own new job, "
+                                          "so a run cannot continue in its old one; give the trainer an absolute "
+                                          "checkpoint.dir to resume from across launches",
+                                          ad->name);
+    if (rc < 0)
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+    else
+        dt_log_info("resuming run %s/%s-%s", log_dir, job->name, run_id);
+    return rc;
 }
 
 static int run(int argc, char **argv)
@@ -140,14 +175,24 @@ static int run(int argc, char **argv)
         dt_job_free(job);
         return 2;
     }
+    if (o.trace && job->command)
+        dt_log_warn("--trace applies to the bundled trainer only: %s runs `%s`, which dtrain cannot trace "
+                    "(its ranks still get DTRAIN_TRACE)",
+                    job->path, job->command[0]);
+    char resume_log_dir[PATH_MAX], resume_id[64];
+    if (o.resume && resume_run(job, ad, o.resume, resume_log_dir, resume_id) < 0) {
+        dt_job_free(job);
+        return 2;
+    }
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    struct dt_adapter_launch lo = {.log_dir = o.log_dir,
+    struct dt_adapter_launch lo = {.log_dir = o.resume ? resume_log_dir : o.log_dir,
                                    .ranks = o.ranks,
                                    .grace_s = o.grace_s,
                                    .start_mono = o.start_mono,
                                    .dtrain_path = self,
                                    .detach = o.detach,
+                                   .run_id = o.resume ? resume_id : NULL,
                                    .host_node0 = host_node0};
     int status = ad->submit(job, &lo);
     dt_job_free(job);

@@ -52,6 +52,7 @@ static const struct {
     const char *names[6];
 } help_groups[] = {
     {"Run a job", {"launch", "validate", "render"}},
+    {"Manage runs", {"status", "logs", "cancel", "list"}},
     {"Look at a run", {"report", "trace"}},
     {"Measure", {"bench"}},
     {"Prepare data", {"data"}},

@@ -10,6 +10,8 @@
  *   dtrain render <sched> job.yaml  ->  adapter->render  (sbatch script, manifests, mpirun line)
  *   dtrain launch job.yaml          ->  adapter->submit  (local: node 0 here; slurm: sbatch, follow; ...)
  *   dtrain agent job.yaml           ->  adapter->discover, then the agent runs this node's ranks
+ *   dtrain status RUN               ->  adapter->status  (the scheduler's word on a launched job)
+ *   dtrain cancel RUN               ->  adapter->cancel  (stop it, the scheduler's job included)
  *
  * Adapters sit below the launcher: they see the spec, comm/ and base/, and
  * reach the launcher only through what it hands submit (struct
@@ -30,6 +32,8 @@
 #include <stdio.h>
 
 #define DT_ADAPTER_HOST_MAX 256
+
+struct dt_run_record; /* scheduler-adapters/run_record.h: what a launch left in its run directory */
 
 /* Where an agent stands in the job, as its scheduler tells it. */
 struct dt_adapter_node {
@@ -106,6 +110,7 @@ struct dt_adapter_launch {
     double start_mono;       /* when the launcher started (CLOCK_MONOTONIC seconds) */
     const char *dtrain_path; /* this binary, as the nodes should run it */
     bool detach;             /* --detach: submit and return, leaving the job to the scheduler (Kubernetes) */
+    const char *run_id;      /* --resume: continue the run <log_dir>/<name>-<run_id>; NULL: a new run */
     /* Runs node 0 of the job in this process with the options above: the job
      * token, the coordinator, the run directory, the ranks (or the group),
      * their restarts, summary.json and the closing lines.  Returns the
@@ -114,6 +119,14 @@ struct dt_adapter_launch {
      * start; either of the last two has been said on stderr. */
     int (*host_node0)(const struct dt_job *job, const struct dt_adapter_launch *opts,
                       const struct dt_adapter_host *host);
+};
+
+/* A launched job as its scheduler sees it now (`dtrain status`, `dtrain list`). */
+struct dt_adapter_state {
+    bool known;      /* the scheduler answered; false: it could not be asked or has forgotten the job */
+    bool active;     /* queued or running there: not ended */
+    char state[64];  /* the scheduler's own word (PENDING, RUNNING, Complete, ...) or "" */
+    char where[512]; /* where it runs: "dtrain launch pid 4242 on host", "Slurm job 17 on n[1-2]", ... */
 };
 
 struct dt_adapter {
@@ -133,6 +146,23 @@ struct dt_adapter {
      * scheduler set (env is environ, passed in so tests can use their own).
      * Returns 0, or a negative DT_E* code naming the missing or bad variable. */
     int (*discover)(const struct dt_job *job, char *const *env, struct dt_adapter_node *out);
+
+    /* `dtrain status`: asks the scheduler about the job a launch recorded
+     * (run_record.h) into *out.  Returns 0, or a negative DT_E* code when it
+     * cannot ask (out->known false). */
+    int (*status)(const struct dt_run_record *rec, struct dt_adapter_state *out);
+
+    /* `dtrain cancel`: stops every process of the recorded job, the
+     * scheduler's job included (scancel, kubectl delete, a signal to the
+     * launcher that hosts it), and waits up to wait_s for it to end.  Returns
+     * 0 once it has ended (or was not running), DT_ETIMEDOUT when it still
+     * runs, or another negative DT_E* code with the error set. */
+    int (*cancel)(const struct dt_run_record *rec, double wait_s);
+
+    /* --resume can continue a run in its directory: the launcher or the
+     * adapter names the run directory by a run id it is given (local,
+     * mpirun), not by the scheduler's new job id (Slurm, Kubernetes). */
+    bool resumable;
 };
 
 /* The adapter serving a scheduler, or by name ("k8s" is an alias of

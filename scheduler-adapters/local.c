@@ -10,10 +10,16 @@
  * discover: node 0 of 1, coordinator on 127.0.0.1 (`dtrain agent` of a local
  * job without flags is the same one-node run).
  *
+ * status, cancel (`dtrain status/cancel RUN`): the launcher is the job, so
+ * its pid (launch.json, run_record.h) says whether it runs, and SIGTERM to
+ * it stops the ranks as Ctrl-C would.
+ *
  * Not for several machines: the other adapters, or `dtrain agent` with
  * manual placement flags, start one agent per node.
  */
 #include "scheduler-adapters/adapter.h"
+
+#include "scheduler-adapters/run_record.h"
 
 #include "base/error.h"
 
@@ -46,10 +52,19 @@ static int discover(const struct dt_job *job, char *const *env, struct dt_adapte
     return 0;
 }
 
+static int status(const struct dt_run_record *rec, struct dt_adapter_state *out)
+{
+    dt_run_record_launcher_state(rec, out);
+    return 0;
+}
+
 const struct dt_adapter dt_adapter_local = {
     .name = "local",
     .scheduler = DT_SCHED_LOCAL,
     .render = NULL,
     .submit = submit,
     .discover = discover,
+    .status = status,
+    .cancel = dt_run_record_stop_launcher,
+    .resumable = true,
 };

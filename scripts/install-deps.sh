@@ -11,6 +11,8 @@
 #
 #   scripts/install-deps.sh            install what is missing
 #   scripts/install-deps.sh --check    only report; exit 1 if something is missing
+#   scripts/install-deps.sh --demo     only what `make demo` needs: the build's libraries and
+#                                      Fashion-MNIST (no test tools, no Python packages)
 #   DTRAIN_SKIP_PIP=1                  leave Python packages alone
 set -euo pipefail
 
@@ -27,8 +29,18 @@ DEB_PACKAGES=(
   slurmctld slurmd slurm-client munge
 )
 
+# `make demo`: build dtrain (no MPI, CUDA or cmocka needed) and train on Fashion-MNIST.
+DEMO_PACKAGES=(
+  build-essential pkg-config
+  libyaml-dev libuv1-dev libjansson-dev libopenblas-dev zlib1g-dev
+  dataset-fashion-mnist
+)
+
 check_only=0
-[ "${1:-}" = "--check" ] && check_only=1
+case "${1:-}" in
+  --check) check_only=1 ;;
+  --demo) DEB_PACKAGES=("${DEMO_PACKAGES[@]}"); DTRAIN_SKIP_PIP=1 ;;
+esac
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

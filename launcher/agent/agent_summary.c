@@ -395,8 +395,11 @@ void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_
         snprintf(where, sizeof where, "logs and summary.json in %s", cfg->run_dir);
     else
         snprintf(where, sizeof where, "this node's logs in %s (node 0 writes summary.json)", cfg->run_dir);
+    /* One success line per job, node 0's: another node's would repeat it in the
+     * batch output a launcher follows (Slurm's, mpirun's). */
     if (res->status == DT_AGENT_SUCCEEDED)
-        dt_log_info("job %s succeeded in %.2f s%s; %s", cfg->job->name, res->wall_s, attempts, where);
+        dt_log(cfg->node_rank == 0 ? DT_LOG_INFO : DT_LOG_DEBUG, "job %s succeeded in %.2f s%s; %s", cfg->job->name,
+               res->wall_s, attempts, where);
     else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
         dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
                     "status %d); %s",

@@ -157,4 +157,6 @@ const struct dt_adapter dt_adapter_kubernetes = {
     .render = dt_k8s_render,
     .submit = dt_k8s_submit,
     .discover = k8s_discover,
+    .status = dt_k8s_status,
+    .cancel = dt_k8s_cancel,
 };

@@ -67,6 +67,12 @@ void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf,
 struct dt_adapter_launch;
 /* The adapter's submit: kubectl apply, then follow the Job to its end. */
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
+/* `dtrain status` and `dtrain cancel` of a launched Job (launch.json's name
+ * and namespace): its conditions; kubectl delete of its objects (kubernetes_submit.c). */
+struct dt_run_record;
+struct dt_adapter_state;
+int dt_k8s_status(const struct dt_run_record *rec, struct dt_adapter_state *out);
+int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s);
 /* What the pod template cannot hold (the user's env or volumes colliding
  * with dtrain's own): 0 or DT_EINVAL naming the key.  Render calls it before
  * writing anything. */

@@ -17,6 +17,12 @@
  * launcher stops its ranks and Slurm's scancels its job.  --detach instead
  * applies and returns at once, leaving the Job to the cluster.
  *
+ * The launch records the Job's name and namespace in a run directory of
+ * its own here (<log_dir>/<name>-<run id>/launch.json, run_record.h; the
+ * ranks' logs and summary.json stay in the pods), so `dtrain status` asks
+ * kubectl for the Job's conditions and `dtrain cancel` deletes what the
+ * launch created, as Ctrl-C does, and stops a launcher still following it.
+ *
  * Not for writing the manifests (kubernetes_render.c).
  */
 #include "scheduler-adapters/adapter.h"
@@ -26,10 +32,13 @@
 #include "base/log.h"
 #include "base/fs.h"
 #include "base/proc.h"
+#include "base/run_dir.h"
+#include "scheduler-adapters/run_record.h"
 #include "spec/token.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +273,77 @@ static int follow_signals(const struct dt_job *job)
     return status;
 }
 
+/* --- dtrain status and cancel -------------------------------------------- */
+
+/* launch.json in a run directory here: the Job's name and namespace.  Never
+ * fails the launch: the job runs without it, with a warning. */
+static void record(const struct dt_job *job, const struct dt_adapter_launch *opts, const char *run_id,
+                  const char *name)
+{
+    struct dt_run_record r;
+    const char *log_dir = opts->log_dir ? opts->log_dir : job->log_dir;
+    char dir[PATH_MAX];
+    int rc = dt_run_dir_open(log_dir, job->name, run_id, dir, sizeof dir);
+    if (rc == 0) {
+        dt_run_record_init(&r, job, dir, run_id);
+        snprintf(r.job_id, sizeof r.job_id, "%s", name);
+        snprintf(r.namespace_name, sizeof r.namespace_name, "%s", job->kubernetes->namespace_name);
+        rc = dt_run_record_write(&r, job);
+    }
+    if (rc < 0)
+        dt_log_warn("kubernetes: no launch record for Job %s (dtrain status cannot name it): %s", name,
+                    dt_error_last());
+}
+
+/* The few fields of a job that get(), look() and delete_all() read, from a record. */
+struct recorded {
+    struct dt_kubernetes_spec k;
+    struct dt_job job;
+};
+
+static void from_record(const struct dt_run_record *rec, struct recorded *out)
+{
+    memset(out, 0, sizeof *out);
+    out->k.namespace_name = (char *)rec->namespace_name;
+    out->job.name = (char *)rec->job_id;
+    out->job.nodes = rec->nodes;
+    out->job.kubernetes = &out->k;
+}
+
+int dt_k8s_status(const struct dt_run_record *rec, struct dt_adapter_state *out)
+{
+    struct recorded r;
+    from_record(rec, &r);
+    memset(out, 0, sizeof *out);
+    int st = look(&r.job);
+    if (st == -2)
+        return dt_error_set(DT_ECONN, "kubernetes: kubectl cannot say how Job %s in namespace %s stands",
+                            rec->job_id, rec->namespace_name);
+    out->known = true;
+    out->active = st == -1;
+    snprintf(out->state, sizeof out->state, "%s", st == -1 ? "Running" : st == 0 ? "Complete" : "Failed");
+    snprintf(out->where, sizeof out->where, "Kubernetes Job %s in namespace %s", rec->job_id,
+             rec->namespace_name);
+    return 0;
+}
+
+int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s)
+{
+    struct recorded r;
+    from_record(rec, &r);
+    char sel[160];
+    snprintf(sel, sizeof sel, "app.kubernetes.io/instance=%s", rec->job_id);
+    char *argv[] = {"kubectl", "delete", "job,service,configmap,secret", "-n", (char *)rec->namespace_name,
+                    "-l", sel, "--wait=false", NULL};
+    int st = run(argv, NULL, 0, NULL);
+    if (st != 0)
+        return st < 0 ? st
+                      : dt_error_set(DT_EIO, "kubernetes: `kubectl delete` of Job %s failed (exit %d; its message "
+                                             "is above)", rec->job_id, st);
+    /* A launcher still following the Job would wait for it; it stops as on Ctrl-C. */
+    return dt_run_record_launcher_alive(rec) ? dt_run_record_stop_launcher(rec, wait_s) : 0;
+}
+
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
     int status;
@@ -287,7 +367,11 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
             dt_k8s_object_name(job, run_id, name, sizeof name);
             struct dt_job named = *job; /* shallow: the objects' name, to follow them */
             named.name = name;
-            status = apply(job, run_id) ? 2 : opts->detach ? detached(&named) : follow_signals(&named);
+            status = apply(job, run_id) ? 2 : -1;
+            if (status != 2) {
+                record(job, opts, run_id, name);
+                status = opts->detach ? detached(&named) : follow_signals(&named);
+            }
         }
     }
     /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */

@@ -5,17 +5,25 @@
  * mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
  * and the coordinator from what the launcher settled (DTRAIN_COORD_HOST,
  * DTRAIN_COORD_PORT, DTRAIN_RUN_ID), falling back to the spec: the first
- * host of the job and rendezvous.port.
+ * host of the job and rendezvous.port.  status and cancel (`dtrain
+ * status/cancel RUN`) go through the `dtrain launch` that runs mpirun
+ * (launch.json): it is alive or not, SIGTERM to it stops mpirun and with it
+ * every agent or rank; status also names mpirun's pid, found among the
+ * launcher's descendants.
  *
  * Not for running anything.
  */
 #include "scheduler-adapters/mpirun/mpirun_internal.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/proc.h"
+#include "scheduler-adapters/run_record.h"
 #include "scheduler-adapters/adapter.h"
 
 /* What the agents are told by `dtrain launch`, as -x NAME. */
@@ -153,10 +161,58 @@ static int discover(const struct dt_job *job, char *const *env, struct dt_adapte
     return 0;
 }
 
+/* --- dtrain status and cancel -------------------------------------------- */
+
+/* mpirun among pid's descendants (its child, or a guard's child with
+ * backend: mpi), or 0: one /proc scan per generation, three at most. */
+static int find_mpirun(int pid)
+{
+    static const char *const names[] = {"mpirun", "mpiexec", "orterun", "prterun", NULL};
+    int gen[64] = {pid}, n = 1;
+    for (int depth = 0; depth < 3 && n > 0; depth++) {
+        int next[64], m = 0;
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+            struct dt_proc_stat st;
+            if (e->d_name[0] < '1' || e->d_name[0] > '9' || dt_proc_stat_read(e->d_name, &st) < 0)
+                continue;
+            for (int i = 0; i < n; i++) {
+                if (st.ppid != gen[i])
+                    continue;
+                for (int k = 0; names[k]; k++)
+                    if (strcmp(st.comm, names[k]) == 0) {
+                        closedir(d);
+                        return atoi(e->d_name);
+                    }
+                if (m < 64)
+                    next[m++] = atoi(e->d_name);
+            }
+        }
+        if (d)
+            closedir(d);
+        memcpy(gen, next, sizeof(int) * (size_t)m);
+        n = m;
+    }
+    return 0;
+}
+
+static int status(const struct dt_run_record *rec, struct dt_adapter_state *out)
+{
+    dt_run_record_launcher_state(rec, out);
+    int mpirun = out->active ? find_mpirun(rec->pid) : 0;
+    size_t len = strlen(out->where);
+    if (mpirun > 0)
+        snprintf(out->where + len, sizeof out->where - len, ", mpirun pid %d", mpirun);
+    return 0;
+}
+
 const struct dt_adapter dt_adapter_mpirun = {
     .name = "mpirun",
     .scheduler = DT_SCHED_MPIRUN,
     .render = render,
     .submit = dt_mpirun__submit,
     .discover = discover,
+    .status = status,
+    .cancel = dt_run_record_stop_launcher,
+    .resumable = true,
 };

@@ -9,9 +9,11 @@
  *
  * --map-by ppr:K:node is what makes "one agent per node" (K = 1) or
  * "nproc_per_node ranks per node" true whatever the slot counts say; a
- * --map-by in extra_args replaces it (e.g. `--map-by slot` to put several
- * "nodes" on one test machine).  --host entries without ":slots" get K slots,
- * because Open MPI gives a --host entry one slot and refuses to map more.
+ * --map-by in extra_args replaces it.  --host entries without ":slots" get K
+ * slots, because Open MPI gives a --host entry one slot and refuses to map
+ * more.  One host playing several nodes (`hosts: [localhost:2]`, a test
+ * machine) is mapped by slot instead: ppr:K:node would put K processes on it
+ * and refuse the rest; its entry without ":slots" gets nodes x K.
  * --allow-run-as-root is passed only when the spec asks: Open MPI refuses root
  * on purpose, and dtrain should not quietly overrule it.
  *
@@ -67,6 +69,13 @@ static bool user_maps(const struct dt_mpirun_spec *m)
     return false;
 }
 
+/* One --host entry for a job of several nodes: they all run there. */
+static bool one_host(const struct dt_job *job)
+{
+    const struct dt_mpirun_spec *m = job->mpirun;
+    return m && !m->hostfile && m->n_hosts == 1 && job->nodes > 1;
+}
+
 /* "a,b" for --host, each entry with :K slots unless it names its own. */
 static int push_hosts(struct dt_mpirun_line *l, const struct dt_mpirun_spec *m, int per_node)
 {
@@ -93,11 +102,11 @@ static int push_options(struct dt_mpirun_line *l, const struct dt_job *job, int 
     const struct dt_mpirun_spec *m = job->mpirun;
     int rc = 0;
     if (!user_maps(m) && (rc = push(l, "--map-by")) == 0)
-        rc = push(l, "ppr:%d:node", per_node);
+        rc = one_host(job) ? push(l, "slot") : push(l, "ppr:%d:node", per_node);
     if (rc == 0 && m && m->hostfile && (rc = push(l, "--hostfile")) == 0)
         rc = push(l, "%s", m->hostfile);
     if (rc == 0 && m && m->n_hosts)
-        rc = push_hosts(l, m, per_node);
+        rc = push_hosts(l, m, one_host(job) ? job->nodes * per_node : per_node);
     if (rc == 0 && m && m->allow_run_as_root)
         rc = push(l, "--allow-run-as-root");
     if (rc == 0 && m && m->oversubscribe)

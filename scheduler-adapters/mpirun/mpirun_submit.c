@@ -44,6 +44,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/run_dir.h"
+#include "scheduler-adapters/run_record.h"
 #include "spec/token.h"
 
 #include <arpa/inet.h>
@@ -272,10 +273,19 @@ static int free_port(void)
     return port;
 }
 
-static int settle(const struct dt_job *job, char run_id[DT_RUN_ID_MAX], char token[65], char host[256],
-                  int *port)
+static int settle(const struct dt_job *job, const struct dt_adapter_launch *opts, char run_id[DT_RUN_ID_MAX],
+                  char token[65], char host[256], int *port)
 {
-    int rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
+    int rc = 0;
+    if (opts->run_id) /* --resume: the run's own directory */
+        snprintf(run_id, DT_RUN_ID_MAX, "%s", opts->run_id);
+    else
+        rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
+    struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
+    if (rc == 0 && dt_run_record_begin(job, opts->log_dir ? opts->log_dir : job->log_dir, run_id, NULL, &rec) < 0) {
+        dt_log_warn("no launch record for run %s (dtrain status cannot name it): %s", run_id, dt_error_last());
+        dt_error_clear();
+    }
     if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
         rc = dt_token_make(token);
     if (rc == 0)
@@ -380,8 +390,8 @@ static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const 
                      job->name, status, f->verdict.rank);
     else if (status)
         dt_log_error("job %s failed: mpirun exited with status %d", job->name, status);
-    else
-        dt_log_info("job %s succeeded in %.2f s", job->name, dt_clock_s() - start);
+    else /* node 0's agent said so already (agent_summary.c): one line per job */
+        dt_log_debug("job %s succeeded in %.2f s", job->name, dt_clock_s() - start);
     return status;
 }
 
@@ -389,7 +399,7 @@ static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *
 {
     char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", portbuf[16], grace[32];
     int port = 0;
-    int rc = settle(job, run_id, token, host, &port);
+    int rc = settle(job, opts, run_id, token, host, &port);
     snprintf(portbuf, sizeof portbuf, "%d", port);
     if (rc == 0 &&
         ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||

@@ -252,4 +252,6 @@ const struct dt_adapter dt_adapter_slurm = {
     .render = dt_slurm_render,
     .submit = dt_slurm_submit,
     .discover = dt_slurm_discover,
+    .status = dt_slurm_status,
+    .cancel = dt_slurm_cancel,
 };

@@ -54,6 +54,13 @@ int dt_slurm_port(const struct dt_job *job, const char *job_id, int *port);
 /* `dtrain launch`: sbatch, follow, stream, exit with the job's outcome. */
 int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
 
+/* `dtrain status` and `dtrain cancel` of a launched job (launch.json's job id):
+ * scontrol/sacct, and scancel followed until the job's state is final. */
+struct dt_run_record;
+struct dt_adapter_state;
+int dt_slurm_status(const struct dt_run_record *rec, struct dt_adapter_state *out);
+int dt_slurm_cancel(const struct dt_run_record *rec, double wait_s);
+
 /* Runs a Slurm client command (PATH lookup; envp NULL = this environment),
  * capturing stdout and stderr; killed after timeout_s.  Returns its exit
  * status (128 + signal), or a negative DT_E* code when it could not run or

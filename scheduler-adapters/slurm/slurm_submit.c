@@ -44,6 +44,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/run_dir.h"
+#include "scheduler-adapters/run_record.h"
 #include "spec/jobspec_yaml.h"
 #include "spec/token.h"
 
@@ -310,8 +311,12 @@ static int outcome(const struct follow *f, const struct dt_slurm_job_info *info,
     double wall = dt_clock_s() - f->start_mono;
     int st = info->exit_status;
     if (strcmp(info->state, "COMPLETED") == 0 && st <= 0) {
-        dt_log_info("job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name,
-                    f->job_id, wall, info->nodes, f->run_dir);
+        /* Node 0's agent said so already, in the output followed above: one line per job. */
+        char summary[PATH_MAX + 160];
+        snprintf(summary, sizeof summary, "%s/summary.json", f->run_dir);
+        dt_log(access(summary, R_OK) == 0 ? DT_LOG_DEBUG : DT_LOG_INFO,
+               "job %s (Slurm job %s) succeeded in %.2f s on %s; logs and summary.json in %s", f->name,
+               f->job_id, wall, info->nodes, f->run_dir);
         return 0;
     }
     if (cancelled_by) {
@@ -409,6 +414,35 @@ static int follow_job(const struct follow *f)
         dt_lines_free(&s[i].lb);
     }
     return status;
+}
+
+/* --- dtrain status and cancel -------------------------------------------- */
+
+int dt_slurm_status(const struct dt_run_record *rec, struct dt_adapter_state *out)
+{
+    memset(out, 0, sizeof *out);
+    struct dt_slurm_job_info info = {.exit_status = -1};
+    if (query(rec->job_id, &info) < 0)
+        return dt_error_set(DT_ENOTFOUND, "Slurm knows no job %s (scontrol, sacct)", rec->job_id);
+    out->known = true;
+    out->active = !dt_slurm_state_final(info.state);
+    snprintf(out->state, sizeof out->state, "%s", info.state);
+    snprintf(out->where, sizeof out->where, "Slurm job %.100s%s%.300s", rec->job_id,
+             info.nodes[0] ? " on " : "", info.nodes);
+    return 0;
+}
+
+/* scancel, then the job's state until it is final (slurmctld signals the
+ * batch step and every srun step; the agents stop their ranks as for Ctrl-C). */
+int dt_slurm_cancel(const struct dt_run_record *rec, double wait_s)
+{
+    cancel(rec->job_id, false);
+    struct dt_slurm_job_info info = {.exit_status = -1};
+    for (double t0 = dt_clock_s(); dt_clock_s() - t0 < wait_s; sleep_tick())
+        if (query(rec->job_id, &info) == 0 && dt_slurm_state_final(info.state))
+            return 0;
+    return dt_error_set(DT_ETIMEDOUT, "Slurm job %s is still %s %g s after scancel", rec->job_id,
+                        info.state[0] ? info.state : "known", wait_s);
 }
 
 /* --- submit -------------------------------------------------------------- */
@@ -577,6 +611,10 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     snprintf(err, sizeof err, "%s/%s-%s.err", p.log_dir, job->name, id);
     if (dt_run_dir_path(p.log_dir, job->name, id, run_dir, sizeof run_dir) < 0)
         snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
+    struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
+    if (dt_run_record_begin(job, p.log_dir, id, id, &rec) < 0)
+        dt_log_warn("no launch record for Slurm job %s (dtrain status cannot name it): %s", id,
+                    dt_error_last());
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
                 job->nodes, job->nodes == 1 ? "" : "s", script);
     struct follow f = {.job_id = id,

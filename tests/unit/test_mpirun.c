@@ -83,6 +83,23 @@ static void trainer_and_user_mapping(void **s)
     dt_job_free(job);
 }
 
+/* One machine playing both nodes: every agent placed on it by slot, no --map-by from the user. */
+static void one_host_maps_by_slot(void **s)
+{
+    (void)s;
+    const char *names[] = {NULL};
+    struct dt_job *job = load("name: j\nscheduler: mpirun\nnodes: 2\nnproc_per_node: 2\ncommand: [true]\n"
+                              "mpirun: {hosts: ['localhost:2']}\n");
+    assert_string_equal(joined(job, 2, names, false),
+                        "mpirun -np 2 --map-by slot --host localhost:2 /opt/dtrain agent job.yaml");
+    dt_job_free(job);
+    job = load("name: j\nscheduler: mpirun\nnodes: 3\nnproc_per_node: 2\ncommand: [true]\n"
+               "mpirun: {hosts: [localhost]}\n");
+    assert_string_equal(joined(job, 2, names, false),
+                        "mpirun -np 3 --map-by slot --host localhost:3 /opt/dtrain agent job.yaml");
+    dt_job_free(job);
+}
+
 static void render_keeps_token_off_the_line(void **s)
 {
     (void)s;
@@ -339,6 +356,7 @@ int main(void)
         cmocka_unit_test(agents_line),
         cmocka_unit_test(mpi_ranks_line),
         cmocka_unit_test(trainer_and_user_mapping),
+        cmocka_unit_test(one_host_maps_by_slot),
         cmocka_unit_test(render_keeps_token_off_the_line),
         cmocka_unit_test(render_mpi_ranks),
         cmocka_unit_test(first_host_of_hostfile),

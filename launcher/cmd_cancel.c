@@ -1,0 +1,101 @@
+/* cmd_cancel.c - `dtrain cancel RUN`: stops a run from another terminal.
+ *
+ * The adapter of the run's scheduler does it (its cancel op, adapter.h):
+ * SIGTERM to the `dtrain launch` that hosts a local or mpirun job (which
+ * stops every rank as Ctrl-C would, SIGKILL after the grace period),
+ * scancel for Slurm, `kubectl delete` of the Job and its objects for
+ * Kubernetes.  It then waits for the run to end, up to --wait seconds.
+ *
+ * Not for a run's own restarts (max_restarts) or for deleting run directories.
+ */
+#include "launcher/cli.h"
+#include "launcher/run_info.h"
+
+#include "base/args.h"
+#include "base/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: dtrain cancel RUN [--wait SECS] [--log-dir DIR]\n\n"
+                 "Stops a run and everything it started: a local or mpirun job's launcher gets SIGTERM\n"
+                 "(its ranks are stopped as by Ctrl-C, killed after the grace period), a Slurm job is\n"
+                 "scancelled, a Kubernetes Job is deleted with its Service, ConfigMap and Secret.\n"
+                 "RUN is named as for `dtrain status`.\n\n"
+                 "Options:\n"
+                 "  --wait SECS     how long to wait for the run to end (default: the spec's\n"
+                 "                  grace_period plus 10 s)\n"
+                 "  --log-dir DIR   where to look RUN up (default: runs)\n"
+                 "  -h, --help      show this help\n\n"
+                 "Exit status: 0 when the run has ended (or had already), 1 when it could not be\n"
+                 "stopped or RUN names none, 2 on a usage error.\n");
+}
+
+/* The spec's grace period, as the snapshot of the run records it; 30 s when unknown. */
+static double grace_of(const struct dt_run_info *in)
+{
+    char spec[4096 + 16];
+    snprintf(spec, sizeof spec, "%s/%s", in->dir, DT_RUN_RECORD_SPEC);
+    struct dt_job *job = NULL;
+    double g = dt_job_load(spec, &job) == 0 ? job->grace_period_s : 30;
+    dt_job_free(job);
+    dt_error_clear();
+    return g;
+}
+
+static int cancel(const struct dt_run_info *in, double wait_s)
+{
+    const struct dt_adapter *ad = dt_run_info_adapter(in);
+    if (!ad)
+        return -1;
+    if (!ad->cancel)
+        return dt_error_set(DT_EUNSUPPORTED, "scheduler %s has no way to cancel a run", ad->name);
+    if (!dt_run_info_active(in)) {
+        printf("run %s is not running (%s); nothing to cancel\n", in->rec.run_dir, in->state);
+        return 0;
+    }
+    int rc = ad->cancel(&in->rec, wait_s > 0 ? wait_s : grace_of(in) + 10);
+    if (rc == 0)
+        printf("cancelled run %s (%s%s%s)\n", in->rec.run_dir, in->rec.scheduler,
+               in->sched.where[0] ? ": " : "", in->sched.where);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *handle = NULL, *log_dir = NULL;
+    double wait_s = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--log-dir") == 0 && i + 1 < argc) {
+            log_dir = argv[++i];
+        } else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc) {
+            if (dt_args_seconds(argv[++i], &wait_s) < 0)
+                return dt_cli_usage_error("cancel", "--wait '%s': expected seconds, e.g. 30", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return dt_cli_usage_error("cancel", "unknown option '%s'", argv[i]);
+        } else if (handle) {
+            return dt_cli_usage_error("cancel", "one run at a time (got '%s' and '%s')", handle, argv[i]);
+        } else {
+            handle = argv[i];
+        }
+    }
+    if (!handle)
+        return dt_cli_usage_error("cancel", "which run? Give its run directory (or job id, or name)");
+    char dir[4096];
+    struct dt_run_info in;
+    if (dt_run_info_find(handle, log_dir, dir, sizeof dir) < 0 || dt_run_info_load(dir, true, &in) < 0 ||
+        cancel(&in, wait_s) < 0) {
+        fprintf(stderr, "dtrain cancel: %s\n", dt_error_last());
+        return 1;
+    }
+    return 0;
+}
+
+const struct dt_cli_command dt_cli_cancel = {
+    .name = "cancel",
+    .summary = "stop a run, the scheduler's job included",
+    .run = run,
+    .usage = usage,
+};

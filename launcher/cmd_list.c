@@ -1,0 +1,140 @@
+/* cmd_list.c - `dtrain list [LOG_DIR]`: the runs of a log directory, one line each.
+ *
+ * Every directory of LOG_DIR (default runs) with launch.json or
+ * summary.json is a run; each line says its directory, job, scheduler,
+ * state, step and start, oldest first.  A run still running is asked about
+ * through its adapter's status op (run_info.h); one that has ended is read
+ * from its files only, so a long list costs no scheduler queries for it.
+ *
+ * Not for one run in detail (`dtrain status`).
+ */
+#include "launcher/cli.h"
+#include "launcher/run_info.h"
+
+#include "base/error.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: dtrain list [LOG_DIR]\n\n"
+                 "Lists the runs in LOG_DIR (default: runs), oldest first: run directory, job name,\n"
+                 "scheduler, state (as `dtrain status` says it), step and start time (UTC).\n\n"
+                 "Options:\n"
+                 "  -h, --help   show this help\n\n"
+                 "Exit status: 0, 1 when LOG_DIR cannot be read, 2 on a usage error.\n");
+}
+
+struct row {
+    char entry[256];
+    double started;
+};
+
+static int by_start(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    return x->started != y->started ? (x->started > y->started) - (x->started < y->started)
+                                    : strcmp(x->entry, y->entry);
+}
+
+static void print_row(const char *log_dir, const struct row *r)
+{
+    char dir[4096 + 260], step[48] = "-", when[32] = "-";
+    snprintf(dir, sizeof dir, "%s/%s", log_dir, r->entry);
+    struct dt_run_info in;
+    if (dt_run_info_load(dir, false, &in) < 0)
+        return;
+    /* Only a run that has not said how it ended is asked about (a pid check, or one query). */
+    if (!in.have_summary || in.attempt < 0)
+        dt_run_info_load(dir, true, &in);
+    if (in.step >= 0)
+        snprintf(step, sizeof step, "%lld/%lld", in.step, in.total_steps);
+    if (in.have_record) {
+        time_t t = (time_t)in.rec.started_unix;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    }
+    printf("%-40s %-16s %-10s %-11s %-11s %s\n", r->entry, in.have_record ? in.rec.name : "-",
+           in.have_record ? in.rec.scheduler : "-", in.state, step, when);
+}
+
+/* A directory with launch.json (started: its time) or summary.json (its mtime). */
+static bool is_run(const char *log_dir, const char *entry, double *started)
+{
+    char dir[4096 + 300], path[4096 + 320];
+    snprintf(dir, sizeof dir, "%s/%s", log_dir, entry);
+    struct dt_run_record rec;
+    if (dt_run_record_read(dir, &rec) == 0) {
+        *started = rec.started_unix;
+        return true;
+    }
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return false;
+    *started = (double)st.st_mtime;
+    return true;
+}
+
+static int list(const char *log_dir)
+{
+    DIR *d = opendir(log_dir);
+    if (!d)
+        return dt_error_set(DT_ENOTFOUND, "cannot read the log directory %s", log_dir);
+    struct row *rows = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        double started;
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof rows->entry ||
+            !is_run(log_dir, e->d_name, &started))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct row *r = realloc(rows, cap * sizeof *r);
+            if (!r)
+                break;
+            rows = r;
+        }
+        snprintf(rows[n].entry, sizeof rows[n].entry, "%s", e->d_name);
+        rows[n++].started = started;
+    }
+    closedir(d);
+    qsort(rows, n, sizeof *rows, by_start);
+    printf("%-40s %-16s %-10s %-11s %-11s %s\n", "RUN", "JOB", "SCHEDULER", "STATE", "STEP", "STARTED (UTC)");
+    for (size_t i = 0; i < n; i++)
+        print_row(log_dir, &rows[i]);
+    free(rows);
+    dt_error_clear();
+    return 0;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *log_dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1])
+            return dt_cli_usage_error("list", "unknown option '%s'", argv[i]);
+        if (log_dir)
+            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", log_dir,
+                                      argv[i]);
+        log_dir = argv[i];
+    }
+    if (list(log_dir ? log_dir : "runs") < 0) {
+        fprintf(stderr, "dtrain list: %s\n", dt_error_last());
+        return 1;
+    }
+    return 0;
+}
+
+const struct dt_cli_command dt_cli_list = {
+    .name = "list",
+    .summary = "the runs of a log directory, one line each",
+    .run = run,
+    .usage = usage,
+};
