@@ -51,6 +51,9 @@ void dt_k8s_coord_host(const struct dt_job *job, char *buf, size_t size);
 /* The adapter's render: every document, "---" before each, the objects
  * named after the job (a manifest applied twice is the same job). */
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
+/* adapter.h's check: what render and submit refuse in the spec alone (the
+ * Job's pod names, the kubernetes section, GPUs, dtrain's own env and volumes). */
+int dt_k8s_check(const struct dt_job *job);
 /* The same for a launch with `run_id` (DT_K8S_RUN_ID_LEN hex digits): the
  * objects named by dt_k8s_object_name, so launching again never meets the
  * previous, immutable Job; NULL run_id renders as dt_k8s_render. */
