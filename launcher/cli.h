@@ -19,6 +19,7 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 struct dt_cli_command {
@@ -87,5 +88,27 @@ int dt_cli_spec_load(const struct dt_cli_spec *s, const char *path, const char *
  * name in *written, for the caller to remove when the job has ended).  A job
  * read as it is leaves *written empty. */
 int dt_cli_spec_hand_on(struct dt_job *job, const char *log_dir, char *written, size_t size);
+
+/* ---- the launch path of launch and run (cli_launch.c) ---- */
+
+struct dt_cli_launch {
+    const char *log_dir; /* --log-dir, or NULL for the spec's */
+    const char *ranks;   /* --ranks */
+    double grace_s;      /* --grace-period, <= 0 for the spec's */
+    double start_mono;   /* when the command started (CLOCK_MONOTONIC seconds) */
+    bool detach, dry_run, trace;
+};
+
+/* The options launch and run share: takes argv[*i] (and its value) and
+ * returns 1, returns 0 for another argument, DT_EXIT_REFUSED after a usage error. */
+int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char **argv, int *i);
+void dt_cli_launch_usage(FILE *out);
+
+/* Runs (or with dry_run prints) the loaded job through its scheduler's
+ * adapter; returns the exit status (the job's, or DT_EXIT_REFUSED/FAILED). */
+int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd);
+
+/* --dry-run (cli_dry_run.c): prints what launching `job` would run, starting nothing. */
+int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out);
 
 #endif
