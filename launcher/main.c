@@ -51,7 +51,7 @@ static const struct {
     const char *heading;
     const char *names[6];
 } help_groups[] = {
-    {"Run a job", {"launch", "run", "validate", "render"}},
+    {"Run a job", {"launch", "validate", "render", "run"}},
     {"Look at a run", {"report", "trace"}},
     {"Measure", {"bench"}},
     {"Prepare data", {"data"}},
