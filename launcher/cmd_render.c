@@ -4,8 +4,10 @@
  * Kubernetes manifests, an mpirun line) and writes it to stdout or -o FILE,
  * so a user can read, keep or edit exactly what `dtrain launch` would
  * submit.  FILE is private to the user (0600): Kubernetes manifests carry
- * the job token.  A scheduler with no adapter built in, or one with nothing to
- * render (local), is a clear error with exit status 2.
+ * the job token.  A scheduler with no adapter built in, one with nothing to
+ * render (local), or a spec for another scheduler is a clear error with exit
+ * status 2; the spec is read and checked as validate and launch read it
+ * (cli_spec.c).
  *
  * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
  */
@@ -26,11 +28,16 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: dtrain render SCHEDULER JOB.yaml [-o FILE]\n\n"
+            "Usage: dtrain render SCHEDULER JOB.yaml [-o FILE] [--set KEY.PATH=VALUE ...]\n\n"
             "Writes what would be submitted for JOB.yaml under SCHEDULER (slurm: an sbatch script,\n"
             "kubernetes or k8s: manifests, mpirun: the command line; jobset: the Kubernetes manifests\n"
-            "with a JobSet around the Job) to stdout or FILE, without submitting anything.\n\n"
-            "  -o, --output FILE   write to FILE instead of stdout\n");
+            "with a JobSet around the Job) to stdout or FILE, without submitting anything.  The spec\n"
+            "must say scheduler: SCHEDULER (kubernetes for jobset; or add --set scheduler=...); it is\n"
+            "checked as `dtrain validate` and `dtrain launch` check it.\n"
+            "A spec with ${VAR} values or --set is rendered to read a copy of the job as given,\n"
+            "<log_dir>/.dtrain-<name>-<pid>.yaml (named on stderr).\n\n"
+            "  -o, --output FILE   write to FILE instead of stdout\n"
+            "  --set KEY.PATH=VALUE  override a key as if the file said it (repeatable)\n");
 }
 
 /* -o FILE is written 0600 (made so when it was there with another mode):
@@ -65,7 +72,7 @@ static int render_to(const struct dt_adapter *ad, const char *sched, const struc
     FILE *f = out ? open_private(out) : stdout;
     if (!f)
         return -1;
-    int (*render)(const struct dt_job *, const char *, FILE *) = ad ? ad->render : NULL;
+    int (*render)(const struct dt_job *, const char *, FILE *) = ad->render;
     for (size_t i = 0; i < sizeof forms / sizeof *forms; i++)
         if (strcmp(sched, forms[i].name) == 0)
             render = forms[i].render;
@@ -80,7 +87,13 @@ static int render_to(const struct dt_adapter *ad, const char *sched, const struc
 static int run(int argc, char **argv)
 {
     const char *sched = NULL, *path = NULL, *out = NULL;
+    struct dt_cli_spec s = {.cmd = "render"};
     for (int i = 1; i < argc; i++) {
+        int taken = dt_cli_spec_arg(&s, argc, argv, &i);
+        if (taken == DT_EXIT_REFUSED)
+            return taken;
+        if (taken)
+            continue;
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1])
@@ -106,17 +119,29 @@ static int run(int argc, char **argv)
         return 2;
     }
     struct dt_job *job = NULL;
-    if (dt_job_load(path, &job) < 0) {
-        fprintf(stderr, "dtrain render: %s\n", dt_error_last());
-        return 2;
+    int rc = dt_cli_spec_load(&s, path, NULL, ad, &job);
+    if (rc)
+        return rc;
+    if (job->scheduler != ad->scheduler) {
+        fprintf(stderr,
+                "dtrain render: %s: scheduler: %s, but `dtrain render %s` writes what a scheduler: %s job "
+                "submits: set scheduler: %s in the spec, or add --set scheduler=%s\n",
+                path, dt_scheduler_name(job->scheduler), sched, ad->name, ad->name, ad->name);
+        dt_job_free(job);
+        return DT_EXIT_REFUSED;
     }
-    int rc = render_to(ad, sched, job, path, out);
+    char copy[4096];
+    rc = dt_cli_spec_hand_on(job, NULL, copy, sizeof copy);
+    if (rc == 0 && copy[0])
+        fprintf(stderr, "dtrain render: the job as given (${VAR}, --set) is in %s, which the output reads\n", copy);
+    if (rc == 0)
+        rc = render_to(ad, sched, job, job->path, out);
     dt_job_free(job);
     if (rc < 0) {
         fprintf(stderr, "dtrain render: %s\n", dt_error_last());
-        return rc == DT_EINVAL || rc == DT_EUNSUPPORTED ? 2 : 1;
+        return rc == DT_EINVAL || rc == DT_EUNSUPPORTED ? DT_EXIT_REFUSED : DT_EXIT_FAILED;
     }
-    return 0;
+    return DT_EXIT_OK;
 }
 
 const struct dt_cli_command dt_cli_render = {

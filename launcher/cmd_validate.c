@@ -1,7 +1,8 @@
 /* cmd_validate.c - `dtrain validate job.yaml...`: load each spec, say what it describes or where it is wrong.
  *
  * Exit status: 0 when every file is valid, 2 when any is not (or on a usage
- * error), so scripts and CI can gate on it.  The hidden --list-keys prints the
+ * error), so scripts and CI can gate on it.  A file is read as launch and
+ * render read it (cli_spec.c): --set, every problem, the adapter's check.  The hidden --list-keys prints the
  * parser's key paths for the schema test.
  *
  * Not for the rules themselves: they live in the key tables (jobspec*.c).
@@ -18,16 +19,19 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: dtrain validate [--print] JOB.yaml [JOB.yaml ...]\n\n"
+            "Usage: dtrain validate [--print] [--set KEY.PATH=VALUE ...] JOB.yaml [JOB.yaml ...]\n\n"
             "Checks job spec files without running anything: YAML syntax, every key\n"
             "against the known ones, types, ranges, and the rules between keys (command\n"
-            "or trainer, backend and scheduler, ...).  For each valid file prints one line:\n"
+            "or trainer, backend and scheduler, ...), and what `dtrain launch` and `dtrain render`\n"
+            "would refuse in it for its scheduler.  For each valid file prints one line:\n"
             "  job.yaml: ok: fmnist, local, 1 node x 4 ranks, command: python3 train.py\n"
-            "For an invalid one prints where and what was expected, e.g.\n"
+            "For an invalid one prints every problem, in file order: where and what was expected, e.g.\n"
             "  job.yaml:4:3: unknown key 'nproc_pernode' in the top level; did you mean 'nproc_per_node'?\n\n"
             "Options:\n"
             "  --print     after the summary, print the spec with every default filled in\n"
             "              (valid YAML: it loads back to the same job)\n"
+            "  --set KEY.PATH=VALUE  override a key as if the file said it (repeatable), e.g.\n"
+            "              --set trainer.steps=100 --set env.OMP_NUM_THREADS=4\n"
             "  -h, --help  show this help\n\n"
             "A file name of - reads standard input.  Files over 1 MiB are refused.\n"
             "Exit status: 0 if every file is valid, 2 if any is not or on a usage error.\n"
@@ -69,24 +73,26 @@ static void print_summary(const char *path, const struct dt_job *job, int as_com
     printf("\n");
 }
 
-static int validate_one(const char *path, int print)
+static int validate_one(const struct dt_cli_spec *s, const char *path, int print)
 {
     struct dt_job *job = NULL;
     int rc;
     if (strcmp(path, "-") == 0) {
         static char buf[1024 * 1024 + 1];
         size_t len = fread(buf, 1, sizeof buf, stdin);
-        rc = len == sizeof buf
-                 ? dt_error_set(DT_EINVAL, "<stdin>: more than 1048576 bytes; a job spec may be at "
-                                           "most 1048576 bytes (1 MiB)")
-                 : dt_job_load_string(buf, len, "<stdin>", &job);
+        if (len == sizeof buf || memchr(buf, 0, len)) {
+            fprintf(stderr, "<stdin>: %s\n", len == sizeof buf ? "more than 1048576 bytes; a job spec may be at "
+                                                                 "most 1048576 bytes (1 MiB)"
+                                                               : "a NUL byte: a job spec is a text file");
+            return DT_EXIT_REFUSED;
+        }
+        buf[len] = '\0';
+        rc = dt_cli_spec_load(s, "<stdin>", buf, NULL, &job);
     } else {
-        rc = dt_job_load(path, &job);
+        rc = dt_cli_spec_load(s, path, NULL, NULL, &job);
     }
-    if (rc) {
-        fprintf(stderr, "%s\n", dt_error_last());
-        return 2;
-    }
+    if (rc)
+        return rc;
     print_summary(path, job, print);
     if (print)
         dt_job_print(job, stdout);
@@ -97,14 +103,22 @@ static int validate_one(const char *path, int print)
 static int run(int argc, char **argv)
 {
     int print = 0, files = 0, status = 0;
+    struct dt_cli_spec s = {.cmd = "validate"};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        int taken = dt_cli_spec_arg(&s, argc, argv, &i);
+        if (taken == DT_EXIT_REFUSED)
+            return taken;
+        if (taken)
+            continue;
         if (strcmp(argv[i], "--list-keys") == 0) {
             dt_job_list_keys(stdout);
             return 0;
         }
         if (strcmp(argv[i], "--print") == 0)
             print = 1;
-        else if (argv[i][0] == '-' && argv[i][1] && strcmp(argv[i], "--") != 0)
+        else if (argv[i][0] == '-' && argv[i][1])
             return dt_cli_usage_error("validate", "unknown option '%s'", argv[i]);
     }
     for (int i = 1, opts = 1; i < argc; i++) {
@@ -112,11 +126,15 @@ static int run(int argc, char **argv)
             opts = 0;
             continue;
         }
+        if (opts && (strcmp(argv[i], "--set") == 0)) {
+            i++;
+            continue;
+        }
         if (opts && argv[i][0] == '-' && argv[i][1])
             continue;
         files++;
-        if (validate_one(argv[i], print))
-            status = 2;
+        if (validate_one(&s, argv[i], print))
+            status = DT_EXIT_REFUSED;
     }
     if (!files)
         return dt_cli_usage_error("validate", "no job spec file given");

@@ -51,7 +51,7 @@ static const struct {
     const char *heading;
     const char *names[6];
 } help_groups[] = {
-    {"Run a job", {"launch", "validate", "render"}},
+    {"Run a job", {"launch", "validate", "render", "run"}},
     {"Manage runs", {"status", "logs", "cancel", "list"}},
     {"Look at a run", {"report", "trace"}},
     {"Measure", {"bench"}},

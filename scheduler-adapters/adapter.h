@@ -137,6 +137,12 @@ struct dt_adapter {
      * mpirun line) to out.  NULL: nothing to render (local). */
     int (*render)(const struct dt_job *job, const char *job_path, FILE *out);
 
+    /* The problems of the spec alone that render or submit would refuse it for
+     * (nothing is run, written or asked of the scheduler), so that `dtrain
+     * validate`, `launch` and `render` agree: all three call it.  Returns 0, or
+     * a negative DT_E* code with "<file>: <key>: <why>" set.  NULL: none. */
+    int (*check)(const struct dt_job *job);
+
     /* `dtrain launch`: runs the job to its end and returns the exit status
      * the launcher exits with (0, the failing rank's code, 128 + signal), or
      * 2 for a problem the user must fix, having said what on stderr. */

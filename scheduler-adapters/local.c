@@ -26,13 +26,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A spec of several nodes is still good for `dtrain agent` with placement
+ * flags on each node; only `dtrain launch` of it cannot place them. */
+static int check(const struct dt_job *job)
+{
+    if (job->nodes != 1)
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "%s: nodes: %d with scheduler: local; a local job runs on this one machine "
+                            "(nodes: 1), or start one `dtrain agent` per node (docs/launch.md)",
+                            job->path, job->nodes);
+    return 0;
+}
+
 static int submit(const struct dt_job *job, const struct dt_adapter_launch *o)
 {
-    if (job->nodes != 1) {
-        dt_error_set(DT_EUNSUPPORTED,
-                     "%s: nodes: %d with scheduler: local; a local job runs on this one machine "
-                     "(nodes: 1), or start one `dtrain agent` per node (docs/launch.md)",
-                     job->path, job->nodes);
+    if (check(job) < 0) {
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
         return 2;
     }
@@ -62,6 +70,7 @@ const struct dt_adapter dt_adapter_local = {
     .name = "local",
     .scheduler = DT_SCHED_LOCAL,
     .render = NULL,
+    .check = check,
     .submit = submit,
     .discover = discover,
     .status = status,

@@ -196,7 +196,7 @@ static const struct dt_spec_key top_keys[] = {
            .print = print_nproc, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names),
     DT_KEY("command", DT_KT_STRLIST, struct dt_job, command, DT_COUNT(struct dt_job, command_argc), .lo = 1,
-           .flags = DT_KF_LO, .hint = "to run a shell line write [sh, -c, 'your line']"),
+           .flags = DT_KF_LO | DT_KF_VERBATIM, .hint = "to run a shell line write [sh, -c, 'your line']"),
     DT_KEY("trainer", DT_KT_SECTION_PTR, struct dt_job, trainer, .sub = &dt_jobspec_trainer_section),
     DT_KEY("env", DT_KT_STRMAP, struct dt_job, env, DT_COUNT(struct dt_job, n_env), .flags = DT_KF_ENVNAME),
     DT_KEY("max_restarts", DT_KT_INT, struct dt_job, max_restarts, .lo = 0, .hi = 10000,
@@ -205,7 +205,7 @@ static const struct dt_spec_key top_keys[] = {
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
     DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
-    DT_KEY("setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup),
+    DT_KEY("setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup), .flags = DT_KF_VERBATIM,
            .hint = "each item is one shell line, like ['module load cuda/12.4', 'source venv/bin/activate']"),
     DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section),
     DT_KEY("slurm", DT_KT_SECTION_PTR, struct dt_job, slurm, .sub = &dt_jobspec_slurm_section),
@@ -371,17 +371,14 @@ static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, cons
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
-    int rc = check_name(ctx, map, job);
-    if (!rc)
-        rc = check_program(ctx, map, job);
-    if (!rc)
-        rc = check_backend(ctx, map, job);
-    if (!rc)
-        rc = check_env(ctx, map, job);
-    if (!rc)
-        rc = check_kubernetes(ctx, map, job);
-    if (!rc)
-        rc = check_setup(ctx, map, job);
+    /* Independent rules: each one's problem is reported, not only the first. */
+    int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
+        check_name, check_program, check_backend, check_env, check_setup};
+    int rc = check_kubernetes(ctx, map, job);
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0] && (rc == 0 || rc == DT_EINVAL); i++) {
+        int r = rules[i](ctx, map, job);
+        rc = rc ? rc : r;
+    }
     return rc;
 }
 
@@ -409,9 +406,28 @@ void dt_job_free(struct dt_job *job)
     free(job);
 }
 
-int dt_job_load_string(const char *text, size_t len, const char *name, struct dt_job **out)
+extern char **environ;
+
+/* The tree as the tables will read it: the overrides put in, then ${VAR} expanded. */
+static int prepare_tree(struct dt_spec_ctx *ctx, struct dt_ynode *root, const struct dt_job_load_opts *o,
+                        bool *derived)
+{
+    int rc = 0;
+    for (int i = 0; o && i < o->n_set && (rc == 0 || rc == DT_EINVAL); i++) {
+        int r = dt_spec_override(ctx, root, i);
+        rc = rc ? rc : r;
+    }
+    int changed = dt_spec_interpolate(ctx, root, o && o->env ? o->env : environ);
+    *derived = changed > 0 || (o && o->n_set > 0);
+    return rc ? rc : changed < 0 ? changed : 0;
+}
+
+int dt_job_load_string_with(const char *text, size_t len, const char *name, const struct dt_job_load_opts *o,
+                            struct dt_job **out)
 {
     *out = NULL;
+    if (o && o->problems)
+        *o->problems = NULL;
     if (!name)
         name = "<string>";
     if (len > DT_YAML_MAX_BYTES)
@@ -429,9 +445,17 @@ int dt_job_load_string(const char *text, size_t len, const char *name, struct dt
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     }
     job_defaults(job);
-    struct dt_spec_ctx ctx = {.file = name, .root = &top_section};
-    rc = dt_spec_apply(&ctx, &top_section, root, job);
+    struct dt_spec_ctx ctx = {.file = name, .root = &top_section, .sets = o ? o->set : NULL};
+    rc = prepare_tree(&ctx, root, o, &job->derived);
+    /* The keys are read even when an override or a variable failed: every problem is said at once. */
+    if (rc == 0 || rc == DT_EINVAL) {
+        int r = dt_spec_apply(&ctx, &top_section, root, job);
+        rc = rc ? rc : r;
+    }
     dt_yaml_free(root);
+    if (ctx.n_problems && rc != DT_ENOMEM)
+        rc = DT_EINVAL;
+    dt_spec_problems_finish(&ctx, rc == DT_EINVAL && o ? o->problems : NULL);
     if (!rc && !job->log_dir && !(job->log_dir = strdup("runs")))
         rc = dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     if (rc) {
@@ -440,6 +464,11 @@ int dt_job_load_string(const char *text, size_t len, const char *name, struct dt
     }
     *out = job;
     return 0;
+}
+
+int dt_job_load_string(const char *text, size_t len, const char *name, struct dt_job **out)
+{
+    return dt_job_load_string_with(text, len, name, NULL, out);
 }
 
 /* Reads at most DT_YAML_MAX_BYTES + 1 bytes, so a huge file or an endless
@@ -468,7 +497,14 @@ static int read_bounded(int fd, const char *path, char **text, size_t *len)
 
 int dt_job_load(const char *path, struct dt_job **out)
 {
+    return dt_job_load_with(path, NULL, out);
+}
+
+int dt_job_load_with(const char *path, const struct dt_job_load_opts *o, struct dt_job **out)
+{
     *out = NULL;
+    if (o && o->problems)
+        *o->problems = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
@@ -493,7 +529,7 @@ int dt_job_load(const char *path, struct dt_job **out)
         rc = dt_error_set(DT_EINVAL, "%s: more than %d bytes; a job spec may be at most %d bytes (1 MiB)",
                           path, DT_YAML_MAX_BYTES, DT_YAML_MAX_BYTES);
     else
-        rc = dt_job_load_string(text, len, path, out);
+        rc = dt_job_load_string_with(text, len, path, o, out);
     free(text);
     return rc;
 }

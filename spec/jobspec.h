@@ -1,9 +1,10 @@
 /* jobspec.h - the job spec: one YAML file that describes a job (the user-facing contract).
  *
- * dt_job_load() parses the file with libyaml and validates every key against
- * one table of known keys; the first problem found is reported through
+ * dt_job_load() parses the file with libyaml, expands ${VAR} in values
+ * (jobspec_source.c), and validates every key against one table of known keys;
+ * every problem is found, the first in file order is reported through
  * dt_error_last() as "<file>:<line>:<column>: <what was expected>" (and, for an
- * unknown key, "did you mean <closest>?").  Unknown keys are errors: a typo must
+ * unknown key, "did you mean <closest>?"), dt_job_load_with hands back all.  Unknown keys are errors: a typo must
  * never silently change a job.  configs/job.schema.json describes the same keys
  * for editors and is checked against this parser by the tests.
  *
@@ -180,6 +181,20 @@ struct dt_job {
     struct dt_slurm_spec *slurm; /* NULL unless the section is present */
     struct dt_kubernetes_spec *kubernetes;
     struct dt_mpirun_spec *mpirun;
+    /* A value came from ${VAR} or --set: the file alone does not say this job, so
+     * whoever hands the spec on (nodes, ranks) hands on dt_job_print's copy. */
+    bool derived;
+};
+
+/* How to read a spec beyond its file (dt_job_load_with). */
+struct dt_job_load_opts {
+    char *const *set; /* "key.path=value" overrides, applied over the file in order */
+    int n_set;
+    char *const *env; /* what ${VAR} reads ("NAME=value", NULL-terminated); NULL: environ */
+    /* Out, optional: every problem found, one a line in file order (then the
+     * overrides'), malloc'd; NULL when the spec is valid.  dt_error_last()
+     * holds the first either way. */
+    char **problems;
 };
 
 /* Loads and validates a job spec file.  On failure returns a negative DT_E*
@@ -188,6 +203,12 @@ int dt_job_load(const char *path, struct dt_job **out);
 
 /* The same from memory; `name` stands in for the path in messages. */
 int dt_job_load_string(const char *text, size_t len, const char *name, struct dt_job **out);
+
+/* The same with ${VAR} interpolation read from o->env, --set overrides, and
+ * every problem reported (o may be NULL: environ, no overrides). */
+int dt_job_load_with(const char *path, const struct dt_job_load_opts *o, struct dt_job **out);
+int dt_job_load_string_with(const char *text, size_t len, const char *name, const struct dt_job_load_opts *o,
+                            struct dt_job **out);
 
 void dt_job_free(struct dt_job *job);
 

@@ -365,7 +365,7 @@ static int set_one(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const s
     return dt_error_set(DT_EINTERNAL, "job spec: key '%s' has no type", k->name);
 }
 
-static const struct dt_spec_key *find_key(const struct dt_spec_section *sec, const char *name)
+const struct dt_spec_key *dt_spec_find_key(const struct dt_spec_section *sec, const char *name)
 {
     for (size_t i = 0; i < sec->n_keys; i++)
         if (strcmp(sec->keys[i].name, name) == 0)
@@ -384,25 +384,43 @@ static int unknown_key(struct dt_spec_ctx *ctx, const struct dt_spec_section *se
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(colon - key->text) < 63 ? (int)(colon - key->text) : 63,
                  key->text);
-        if (find_key(sec, name))
-            return dt_error_set(DT_EINVAL,
-                                "%s:%d:%d: unknown key '%s' in %s; write '%s: %s' (YAML needs a "
-                                "space after the colon)",
-                                ctx->file, key->line, key->col, q, title, name, colon + 1);
+        if (dt_spec_find_key(sec, name))
+            return dt_spec_report(ctx, key,
+                                  "unknown key '%s' in %s; write '%s: %s' (YAML needs a space after the "
+                                  "colon)",
+                                  q, title, name, colon + 1);
     }
     const char *close = dt_spec_suggest(sec, key->text);
     if (close)
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; did you mean '%s'?", ctx->file,
-                            key->line, key->col, q, title, close);
+        return dt_spec_report(ctx, key, "unknown key '%s' in %s; did you mean '%s'?", q, title, close);
     if (dt_spec_find_elsewhere(ctx->root, sec, key->text, elsewhere, sizeof elsewhere))
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s; it belongs in another section: %s",
-                            ctx->file, key->line, key->col, q, title, elsewhere);
+        return dt_spec_report(ctx, key, "unknown key '%s' in %s; it belongs in another section: %s", q, title,
+                              elsewhere);
     size_t used = 0;
     where[0] = '\0';
     for (size_t i = 0; i < sec->n_keys && used < sizeof where; i++)
         used += (size_t)snprintf(where + used, sizeof where - used, "%s%s", i ? ", " : "", sec->keys[i].name);
-    return dt_error_set(DT_EINVAL, "%s:%d:%d: unknown key '%s' in %s (known keys: %s)", ctx->file, key->line,
-                        key->col, q, title, where);
+    return dt_spec_report(ctx, key, "unknown key '%s' in %s (known keys: %s)", q, title, where);
+}
+
+/* A setter or rule that failed without dt_spec_report (a plain dt_error_set) still
+ * leaves its message among the problems, placed at the value it was reading. */
+static int keep_problem(struct dt_spec_ctx *ctx, const struct dt_ynode *at, int rc)
+{
+    if (rc != DT_EINVAL || (ctx->n_problems && strcmp(ctx->problems[ctx->n_problems - 1].msg, dt_error_last()) == 0))
+        return rc;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dt_error_last());
+    int n = ctx->n_problems;
+    int rc2 = dt_spec_report(ctx, at, "%s", msg);
+    if (rc2 == DT_EINVAL && ctx->n_problems > n) { /* kept as it was, without a second "where" */
+        free(ctx->problems[n].msg);
+        ctx->problems[n].msg = strdup(msg);
+        dt_error_set(DT_EINVAL, "%s", msg);
+        if (!ctx->problems[n].msg)
+            return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    }
+    return rc2;
 }
 
 int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, const struct dt_ynode *map,
@@ -421,21 +439,28 @@ int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, co
                             : colon               ? " (YAML needs a space after each ':')"
                                                   : "");
     }
+    /* Every key is read even after a bad one, so one load reports every problem;
+     * the rules between keys run only on a section whose keys were all good. */
+    int before = ctx->n_problems;
     for (size_t i = 0; i < map->n; i++) {
         const struct dt_ynode *key = dt_ymap_key(map, i);
-        const struct dt_spec_key *k = find_key(sec, key->text);
-        if (!k)
-            return unknown_key(ctx, sec, key);
-        int rc = set_one(ctx, k, dt_ymap_val(map, i), obj);
-        if (rc)
+        const struct dt_spec_key *k = dt_spec_find_key(sec, key->text);
+        int rc = k ? keep_problem(ctx, dt_ymap_val(map, i), set_one(ctx, k, dt_ymap_val(map, i), obj))
+                   : unknown_key(ctx, sec, key);
+        if (rc && rc != DT_EINVAL)
             return rc;
     }
     for (size_t i = 0; i < sec->n_keys; i++) {
-        if ((sec->keys[i].flags & DT_KF_REQUIRED) && !dt_ymap_get(map, sec->keys[i].name))
-            return dt_error_set(DT_EINVAL, "%s:%d:%d: missing required key '%s' in %s", ctx->file, map->line,
-                                map->col, sec->keys[i].name, ctx->path[0] ? ctx->path : "the top level");
+        if ((sec->keys[i].flags & DT_KF_REQUIRED) && !dt_ymap_get(map, sec->keys[i].name)) {
+            int rc = dt_spec_report(ctx, map, "missing required key '%s' in %s", sec->keys[i].name,
+                                    ctx->path[0] ? ctx->path : "the top level");
+            if (rc != DT_EINVAL)
+                return rc;
+        }
     }
-    return sec->check ? sec->check(ctx, map, obj) : 0;
+    if (ctx->n_problems != before)
+        return DT_EINVAL;
+    return sec->check ? keep_problem(ctx, map, sec->check(ctx, map, obj)) : 0;
 }
 
 void dt_spec_release(const struct dt_spec_section *sec, void *obj)

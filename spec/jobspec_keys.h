@@ -49,6 +49,7 @@ enum dt_kt {
 #define DT_KF_ENVNAME 64u     /* strmap: keys must be environment variable names */
 #define DT_KF_ZERO_UNSET 128u /* numbers and enums: 0 (an enum's first name) means "not set" and is left out by --print */
 #define DT_KF_NEG_UNSET 256u  /* numbers: below 0 means "not set" and is left out by --print */
+#define DT_KF_VERBATIM 512u   /* taken as written: no ${VAR} interpolation (a shell expands it on the node) */
 
 struct dt_spec_ctx;
 struct dt_spec_key;
@@ -86,10 +87,20 @@ struct dt_spec_section {
     void (*release)(void *obj); /* frees what `init` allocated beyond the keys */
 };
 
+/* One problem found in a spec: where (line < 0: the -(line)th --set), what. */
+struct dt_spec_problem {
+    int line, col, seq;
+    char *msg; /* the whole line: "<file>:<line>:<col>: ..." */
+};
+
 struct dt_spec_ctx {
     const char *file;
     char path[256]; /* dotted path of the section being read ("" at the top) */
     const struct dt_spec_section *root;
+    /* Every problem found, so one load reports them all (in file order once sorted). */
+    struct dt_spec_problem *problems;
+    int n_problems, cap_problems;
+    char *const *sets; /* the --set assignments, for messages about nodes they made */
 };
 
 /* A table entry: DT_KEY("nodes", DT_KT_INT, struct dt_job, nodes, .lo = 1, .flags = DT_KF_LO). */
@@ -126,9 +137,32 @@ const char *dt_spec_shortest(double x, char *buf, size_t size);
 /* Prints every key path ("rendezvous.timeout", "kubernetes.volumes[].name"), one a line. */
 void dt_spec_list_keys(const struct dt_spec_section *root, FILE *out);
 
+/* Records "<where>: <message>" as a problem at `at` (where: "<file>:<line>:<col>", or
+ * "--set <assignment>" for a value an override made) and sets it as the current
+ * error; returns DT_EINVAL, or DT_ENOMEM when it cannot be kept. */
+int dt_spec_report(struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sorts the problems into file order (overrides after the file) and frees them into one
+ * '\n'-joined string (*joined, when joined is not NULL); the first becomes dt_error_last(). */
+void dt_spec_problems_finish(struct dt_spec_ctx *ctx, char **joined);
+
+/* The key of `sec` called `name`, or NULL. */
+const struct dt_spec_key *dt_spec_find_key(const struct dt_spec_section *sec, const char *name);
+
+/* ${VAR}, ${VAR:-default} and $$ in every scalar value of `root` (not keys, not values of
+ * DT_KF_VERBATIM keys), reading `env` ("NAME=value", NULL-terminated).  Returns 1 when a
+ * value changed, 0 when none did, or DT_EINVAL having reported each unset variable. */
+int dt_spec_interpolate(struct dt_spec_ctx *ctx, struct dt_ynode *root, char *const *env);
+
+/* Applies one --set "key.path=value" (ctx->sets[index]) to the tree: the value is read as
+ * YAML (a scalar, or a flow list or mapping) and put where the file would have it.  An
+ * unknown key path is reported naming it. */
+int dt_spec_override(struct dt_spec_ctx *ctx, struct dt_ynode *root, int index);
+
 /* "<file>:<line>:<col>: <path>.<key>: <message>" at `at`; returns DT_EINVAL.
  * `key` may be NULL (the message is about the section itself). */
-int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt,
+int dt_spec_fail(struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt,
                  ...) __attribute__((format(printf, 4, 5)));
 
 /* The key's full dotted name into buf ("rendezvous.timeout"). */

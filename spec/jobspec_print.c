@@ -150,6 +150,18 @@ static int put_value(const struct dt_spec_key *k, const void *obj, FILE *out)
     }
 }
 
+/* A value as read back goes through ${VAR} interpolation again (jobspec_source.c), so
+ * every '$' of a value that is not verbatim is written '$$': the output loads back to
+ * the same job.  Inside a quoted scalar '$' has no YAML meaning, so doubling is safe. */
+static void put_dollars(const char *text, const struct dt_spec_key *k, FILE *out)
+{
+    for (; *text; text++) {
+        if (*text == '$' && !(k->flags & DT_KF_VERBATIM))
+            fputc('$', out);
+        fputc(*text, out);
+    }
+}
+
 static void put_section(const struct dt_spec_key *k, const void *sub, int indent, FILE *out)
 {
     char *text = NULL;
@@ -182,7 +194,15 @@ static void put_block(const struct dt_spec_key *k, const void *obj, int indent, 
             fprintf(out, "%*s", indent + 2, "");
             put_quoted(e[i].name, out);
             fputs(": ", out);
-            put_quoted(e[i].value, out);
+            char *v = NULL;
+            size_t vlen = 0;
+            FILE *mem = open_memstream(&v, &vlen);
+            if (mem) {
+                put_quoted(e[i].value, mem);
+                fclose(mem);
+                put_dollars(v, k, out);
+                free(v);
+            }
             fputc('\n', out);
         }
     } else if (k->type == DT_KT_SECLIST) {
@@ -212,8 +232,11 @@ void dt_spec_print(const struct dt_spec_section *sec, const void *obj, int inden
             continue;
         int set = put_value(k, obj, mem);
         fclose(mem);
-        if (set)
-            fprintf(out, "%*s%s: %s\n", indent, "", k->name, text);
+        if (set) {
+            fprintf(out, "%*s%s: ", indent, "", k->name);
+            put_dollars(text, k, out);
+            fputc('\n', out);
+        }
         free(text);
     }
 }

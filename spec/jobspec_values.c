@@ -11,7 +11,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +30,38 @@ const char *dt_spec_path(const struct dt_spec_ctx *ctx, const char *key, char *b
     return buf;
 }
 
-int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt,
-                 ...)
+int dt_spec_report(struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *fmt, ...)
+{
+    char msg[900], where[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (at->line < 0 && ctx->sets)
+        snprintf(where, sizeof where, "--set %.300s", ctx->sets[-at->line - 1]);
+    else
+        snprintf(where, sizeof where, "%s:%d:%d", ctx->file, at->line, at->col);
+    int rc = dt_error_set(DT_EINVAL, "%s: %s", where, msg);
+    if (ctx->n_problems == ctx->cap_problems) {
+        int cap = ctx->cap_problems ? 2 * ctx->cap_problems : 8;
+        struct dt_spec_problem *p = realloc(ctx->problems, (size_t)cap * sizeof *p);
+        if (!p)
+            return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+        ctx->problems = p;
+        ctx->cap_problems = cap;
+    }
+    char *copy = strdup(dt_error_last());
+    if (!copy)
+        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+    /* Overrides are applied after the file, so their problems sort after its. */
+    ctx->problems[ctx->n_problems] = (struct dt_spec_problem){
+        .line = at->line < 0 ? INT_MAX : at->line, .col = at->line < 0 ? -at->line : at->col,
+        .seq = ctx->n_problems, .msg = copy};
+    ctx->n_problems++;
+    return rc;
+}
+
+int dt_spec_fail(struct dt_spec_ctx *ctx, const struct dt_ynode *at, const char *key, const char *fmt, ...)
 {
     char msg[768], path[300];
     va_list ap;
@@ -38,8 +70,42 @@ int dt_spec_fail(const struct dt_spec_ctx *ctx, const struct dt_ynode *at, const
     va_end(ap);
     dt_spec_path(ctx, key, path, sizeof path);
     if (path[0])
-        return dt_error_set(DT_EINVAL, "%s:%d:%d: %s: %s", ctx->file, at->line, at->col, path, msg);
-    return dt_error_set(DT_EINVAL, "%s:%d:%d: %s", ctx->file, at->line, at->col, msg);
+        return dt_spec_report(ctx, at, "%s: %s", path, msg);
+    return dt_spec_report(ctx, at, "%s", msg);
+}
+
+static int cmp_problem(const void *a, const void *b)
+{
+    const struct dt_spec_problem *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    if (x->col != y->col)
+        return x->col < y->col ? -1 : 1;
+    return x->seq - y->seq;
+}
+
+void dt_spec_problems_finish(struct dt_spec_ctx *ctx, char **joined)
+{
+    if (joined)
+        *joined = NULL;
+    qsort(ctx->problems, (size_t)ctx->n_problems, sizeof *ctx->problems, cmp_problem);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = joined && ctx->n_problems ? open_memstream(&text, &len) : NULL;
+    for (int i = 0; i < ctx->n_problems; i++) {
+        if (m)
+            fprintf(m, "%s\n", ctx->problems[i].msg);
+        if (i == 0)
+            dt_error_set(DT_EINVAL, "%s", ctx->problems[i].msg);
+        free(ctx->problems[i].msg);
+    }
+    if (m && fclose(m) == 0)
+        *joined = text;
+    else
+        free(m ? text : NULL);
+    free(ctx->problems);
+    ctx->problems = NULL;
+    ctx->n_problems = ctx->cap_problems = 0;
 }
 
 const char *dt_spec_got(const struct dt_ynode *v, char *buf, size_t size)

@@ -19,6 +19,7 @@
  * Not for where a node stands (cmd_agent.c's flags or an adapter's
  * discover), nor for the ranks themselves (agent_supervise.c).
  */
+#include "launcher/cli.h"
 #include "launcher/agent/agent_internal.h"
 
 #include "base/error.h"
@@ -349,7 +350,8 @@ static int run(struct node *nd)
     if (n->node_rank == 0)
         write_summary(nd, &cfg, &res);
     dt_agent__print_outcome(&cfg, &res);
-    int status = res.exit_status;
+    /* summary.json keeps the rank's own status; the exit status must not read as a refusal (docs/cli.md). */
+    int status = dt_cli_job_exit(res.exit_status);
     dt_agent_result_free(&res);
     return status;
 }

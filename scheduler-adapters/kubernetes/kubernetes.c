@@ -155,6 +155,7 @@ const struct dt_adapter dt_adapter_kubernetes = {
     .name = "kubernetes",
     .scheduler = DT_SCHED_KUBERNETES,
     .render = dt_k8s_render,
+    .check = dt_k8s_check,
     .submit = dt_k8s_submit,
     .discover = k8s_discover,
     .status = dt_k8s_status,

@@ -56,6 +56,9 @@ int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
  * writes, named "<name>-node-0" by the JobSet; its headless Service is the
  * JobSet controller's (network.subdomain). */
 int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *out);
+/* adapter.h's check: what render and submit refuse in the spec alone (the
+ * Job's pod names, the kubernetes section, GPUs, dtrain's own env and volumes). */
+int dt_k8s_check(const struct dt_job *job);
 /* The same for a launch with `run_id` (DT_K8S_RUN_ID_LEN hex digits): the
  * objects named by dt_k8s_object_name, so launching again never meets the
  * previous, immutable Job; NULL run_id renders as dt_k8s_render. */

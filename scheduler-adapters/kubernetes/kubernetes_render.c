@@ -488,6 +488,15 @@ int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *o
     return rc;
 }
 
+int dt_k8s_check(const struct dt_job *job)
+{
+    char name[96];
+    dt_k8s_object_name(job, NULL, name, sizeof name);
+    struct dt_job named = *job; /* shallow: only read */
+    named.name = name;
+    return check_job(&named);
+}
+
 /* Written whole or not at all: the documents are made in memory first (a
  * pod_template that cannot merge is found only at the Job, the last one). */
 int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out)

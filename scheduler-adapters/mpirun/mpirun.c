@@ -35,13 +35,20 @@ const char *const *dt_mpirun__agent_exports(const struct dt_job *job)
     return job->rendezvous.auth == DT_AUTH_NONE ? agent_names + 1 : agent_names;
 }
 
+static int check(const struct dt_job *job)
+{
+    if (dt_mpirun_ranks_are_mpi(job) && job->nproc_per_node < 1)
+        return dt_error_set(DT_EINVAL, "%s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
+                                       "per node", job->path);
+    return 0;
+}
+
 static int render(const struct dt_job *job, const char *job_path, FILE *out)
 {
     bool mpi = dt_mpirun_ranks_are_mpi(job);
     int nproc = job->nproc_per_node;
-    if (mpi && nproc < 1)
-        return dt_error_set(DT_EINVAL, "%s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
-                                       "per node", job_path);
+    if (check(job) < 0)
+        return DT_EINVAL;
     const char *none[] = {NULL};
     struct dt_mpirun_call call = {.dtrain = "dtrain", .job_path = job_path,
                                   .export_names = mpi ? none : dt_mpirun__agent_exports(job),
@@ -210,6 +217,7 @@ const struct dt_adapter dt_adapter_mpirun = {
     .name = "mpirun",
     .scheduler = DT_SCHED_MPIRUN,
     .render = render,
+    .check = check,
     .submit = dt_mpirun__submit,
     .discover = discover,
     .status = status,

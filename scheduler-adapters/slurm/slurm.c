@@ -250,6 +250,7 @@ const struct dt_adapter dt_adapter_slurm = {
     .name = "slurm",
     .scheduler = DT_SCHED_SLURM,
     .render = dt_slurm_render,
+    .check = dt_slurm_check,
     .submit = dt_slurm_submit,
     .discover = dt_slurm_discover,
     .status = dt_slurm_status,

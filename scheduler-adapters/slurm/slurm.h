@@ -41,6 +41,8 @@ int dt_slurm_ranks_per_node(const struct dt_job *job);
 
 /* The sbatch script for job (job_path as the nodes should open it). */
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out);
+/* adapter.h's check: what render and submit refuse in the spec alone. */
+int dt_slurm_check(const struct dt_job *job);
 /* The same with the spec's text (spec, not NULL) embedded: the job writes it
  * into its run directory and runs that copy (`dtrain launch`). */
 int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const char *spec, FILE *out);

@@ -338,6 +338,17 @@ static int check_values(const struct dt_job *job, const char *job_path)
     return rc;
 }
 
+int dt_slurm_check(const struct dt_job *job)
+{
+    if (job->scheduler != DT_SCHED_SLURM)
+        return dt_error_set(
+            DT_EINVAL,
+            "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
+            "read it to learn their place from Slurm's variables)",
+            job->path, dt_scheduler_name(job->scheduler));
+    return check_values(job, job->path);
+}
+
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
     return dt_slurm_render_script(job, job_path, NULL, out);

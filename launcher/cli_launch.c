@@ -1,0 +1,180 @@
+/* cli_launch.c - the one path a job takes from the command line to its scheduler, for launch and run.
+ *
+ * `dtrain launch job.yaml` and `dtrain run ... -- PROGRAM` differ only in
+ * where the spec comes from; from a loaded struct dt_job on they share these
+ * options (--log-dir, --ranks, --grace-period, --trace, --detach,
+ * --dry-run, --resume, --quiet, --verbose) and dt_cli_launch_job: the dry run, the
+ * copy of a derived spec for the nodes and ranks (cli_spec.c), and the
+ * adapter of the spec's scheduler (scheduler-adapters/adapter.h) with
+ * host_node0, the launcher's way to run node 0 of the job here
+ * (agent_node.c), which the local adapter and mpirun's MPI ranks use; the
+ * others submit the job and follow it.
+ *
+ * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
+ */
+#include "launcher/cli.h"
+
+#include "launcher/agent/agent.h"
+#include "launcher/launch_resume.h"
+#include "scheduler-adapters/adapter.h"
+#include "spec/jobspec.h"
+
+#include "base/args.h"
+#include "base/error.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "worker/trace.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void dt_cli_launch_usage(FILE *out)
+{
+    fprintf(out,
+            "  --dry-run             print what would run (ranks per node, each rank's environment\n"
+            "                        and argv, the rendered sbatch script, manifests or mpirun line)\n"
+            "                        and exit 0, starting nothing\n"
+            "  --ranks LIST          show stdout only of these ranks, e.g. 0 or 0,2-3 (stderr of\n"
+            "                        every rank is always shown)\n"
+            "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
+            "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default:\n"
+            "                        the spec's grace_period, 30s)\n"
+            "  --trace[=STEPS]       trainer jobs without a trace: window: a Chrome trace per rank of\n"
+            "                        these steps (default 10-20), see docs/observability.md\n"
+            "  --resume RUN_DIR      continue that run in its directory from its newest checkpoint\n"
+            "                        (checkpoint.resume: auto); refused when the spec's model or\n"
+            "                        data differ from the run's (RUN_DIR/job.yaml)\n"
+            "  --detach              scheduler: kubernetes: apply the manifests and return, leaving\n"
+            "                        the Job running (without it, Ctrl-C deletes the Job)\n"
+            "  --quiet               only dtrain's warnings and errors (rank output still shows)\n"
+            "  --verbose             also dtrain's debug messages\n");
+}
+
+int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    bool has_value = *i + 1 < argc;
+    if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+        dt_log_set_level(DT_LOG_WARN);
+    } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+        dt_log_set_level(DT_LOG_DEBUG);
+    } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
+        struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (cmd_worker.c) */
+        const char *steps = a[7] == '=' ? a + 8 : "10-20";
+        if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
+            return dt_cli_usage_error(cmd, "--trace=%s: expected steps like 10-20 or 15", steps);
+        o->trace = true;
+    } else if (strcmp(a, "--detach") == 0) {
+        o->detach = true;
+    } else if (strcmp(a, "--dry-run") == 0) {
+        o->dry_run = true;
+    } else if (strcmp(a, "--resume") == 0 && has_value) {
+        o->resume = argv[++*i];
+    } else if (strcmp(a, "--ranks") == 0 && has_value) {
+        o->ranks = argv[++*i];
+    } else if (strcmp(a, "--log-dir") == 0 && has_value) {
+        o->log_dir = argv[++*i];
+    } else if (strcmp(a, "--grace-period") == 0 && has_value) {
+        if (dt_args_seconds(argv[++*i], &o->grace_s) < 0)
+            return dt_cli_usage_error(cmd, "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", argv[*i]);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* adapter.h's host_node0: node 0 of the job, run in this process (the local
+ * adapter's whole job; mpirun's MPI ranks, through their one process). */
+static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
+                      const struct dt_adapter_host *h)
+{
+    /* The run directory first, with launch.json and the spec in it, so that
+     * `dtrain status` finds the job while it runs (launch_resume.h). */
+    char run_id[64];
+    snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : "");
+    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id) < 0) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        return DT_EXIT_FAILED;
+    }
+    struct dt_agent_node n = {.job = job,
+                              .who = "dtrain launch",
+                              .node_rank = 0,
+                              .nnodes = h->nnodes,
+                              .nproc = h->nproc,
+                              .coord_bind = h->bind,
+                              .coord_host = h->advertise,
+                              .coord_port = job->rendezvous.port,
+                              .log_dir = o->log_dir,
+                              .ranks = o->ranks,
+                              .grace_s = o->grace_s,
+                              .start_mono = o->start_mono,
+                              .run_id = run_id,
+                              .dtrain = o->dtrain_path,
+                              .group = h->group};
+    return dt_agent_node_run(&n);
+}
+
+/* --resume RUN_DIR: the log directory and run id that name it again. */
+static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, const char *run_dir,
+                      char log_dir[PATH_MAX], char run_id[64])
+{
+    int rc = ad->resumable ? dt_launch_resume_check(job, run_dir, log_dir, PATH_MAX, run_id, 64)
+                           : dt_error_set(DT_EUNSUPPORTED,
+                                          "--resume: scheduler: %s names each run directory by its own new job, "
+                                          "so a run cannot continue in its old one; give the trainer an absolute "
+                                          "checkpoint.dir to resume from across launches",
+                                          ad->name);
+    if (rc < 0)
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+    else
+        dt_log_info("resuming run %s/%s-%s", log_dir, job->name, run_id);
+    return rc;
+}
+
+int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd)
+{
+    if (o->trace && job->command)
+        dt_log_warn("--trace applies to the bundled trainer (trainer:); job %s runs a command, which "
+                    "gets DTRAIN_TRACE in its environment and may ignore it",
+                    job->name);
+    if (o->dry_run) {
+        int rc = dt_cli_dry_run(job, o->log_dir, stdout);
+        if (rc < 0 || fflush(stdout) != 0) {
+            fprintf(stderr, "dtrain %s: %s\n", cmd, dt_error_last());
+            return rc == DT_EINVAL ? DT_EXIT_REFUSED : DT_EXIT_FAILED;
+        }
+        return DT_EXIT_OK;
+    }
+    const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
+    if (!ad || !ad->submit) { /* dt_cli_spec_load has refused a scheduler not built in */
+        fprintf(stderr, "dtrain %s: %s: scheduler: %s cannot be launched by this dtrain (%s)\n", cmd, job->path,
+                dt_scheduler_name(job->scheduler), dt_version);
+        return DT_EXIT_REFUSED;
+    }
+    char resume_log_dir[PATH_MAX], resume_id[64];
+    if (o->resume && resume_run(job, ad, o->resume, resume_log_dir, resume_id) < 0)
+        return DT_EXIT_REFUSED;
+    char copy[PATH_MAX];
+    if (dt_cli_spec_hand_on(job, o->log_dir, copy, sizeof copy) < 0) {
+        fprintf(stderr, "dtrain %s: %s\n", cmd, dt_error_last());
+        return DT_EXIT_FAILED;
+    }
+    char self[PATH_MAX];
+    dt_fs_self_path(self, sizeof self);
+    struct dt_adapter_launch lo = {.log_dir = o->resume ? resume_log_dir : o->log_dir,
+                                   .ranks = o->ranks,
+                                   .grace_s = o->grace_s,
+                                   .start_mono = o->start_mono,
+                                   .dtrain_path = self,
+                                   .detach = o->detach,
+                                   .run_id = o->resume ? resume_id : NULL,
+                                   .host_node0 = host_node0};
+    int status = ad->submit(job, &lo);
+    /* A detached Kubernetes Job carries its copy in its ConfigMap; nothing else reads it after the job. */
+    if (copy[0])
+        unlink(copy);
+    return status;
+}

@@ -1,0 +1,165 @@
+/* test_jobspec_source.c - what the key tables read, made from the file: ${VAR} interpolation
+ * (values only, not command/setup, $$, defaults, unset variables at their line:column), --set
+ * overrides (typed as YAML, sections made, maps of names, unknown paths named, values checked as
+ * the file's), every problem reported in file order, and --print loading back to the same job. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "spec/jobspec.h"
+#include "spec/trainer_spec.h"
+
+static char *const env[] = {"HOME=/home/u", "EMPTY=", "N=3", "DOLLAR=a$b", NULL};
+
+static struct dt_job *load(const char *yaml, char *const *set, int n_set, char **problems)
+{
+    struct dt_job *job = NULL;
+    struct dt_job_load_opts o = {.set = set, .n_set = n_set, .env = env, .problems = problems};
+    int rc = dt_job_load_string_with(yaml, strlen(yaml), "j.yaml", &o, &job);
+    assert_true(rc == 0 ? job != NULL : job == NULL);
+    return job;
+}
+
+static void interpolates_values(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: t\nlog_dir: ${HOME}/runs\nmax_restarts: ${N}\n"
+                              "env: {A: '${EMPTY:-dflt}', B: '$${HOME}', C: '${UNSET_X:-}', D: '${DOLLAR}', E: $X}\n"
+                              "command: [sh, -c, 'echo ${RANK} $$']\nrendezvous: {timeout: '${T:-5s}'}\n",
+                              NULL, 0, NULL);
+    assert_non_null(job);
+    assert_string_equal(job->log_dir, "/home/u/runs");
+    assert_int_equal(job->max_restarts, 3); /* a plain ${N} stays a number */
+    assert_string_equal(job->env[0].value, "dflt");
+    assert_string_equal(job->env[1].value, "${HOME}");
+    assert_string_equal(job->env[2].value, "");
+    assert_string_equal(job->env[3].value, "a$b");
+    assert_string_equal(job->env[4].value, "$X");
+    assert_string_equal(job->command[2], "echo ${RANK} $$"); /* command is the node shell's */
+    assert_true(job->rendezvous.timeout_s == 5.0);
+    assert_true(job->derived);
+    /* --print doubles each $, so it loads back to the same values */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    dt_job_print(job, m);
+    fclose(m);
+    struct dt_job *again = load(text, NULL, 0, NULL);
+    assert_non_null(again);
+    assert_string_equal(again->env[1].value, "${HOME}");
+    assert_string_equal(again->env[3].value, "a$b");
+    assert_string_equal(again->command[2], "echo ${RANK} $$");
+    free(text);
+    dt_job_free(again);
+    dt_job_free(job);
+    job = load("name: t\ncommand: [a]\n", NULL, 0, NULL);
+    assert_false(job->derived);
+    dt_job_free(job);
+}
+
+static void unset_variables_at_their_place(void **state)
+{
+    (void)state;
+    char *problems = NULL;
+    assert_null(load("name: t\ncommand: [a]\nlog_dir: ${NOPE_1}/x\nenv: {A: '${BAD-x}'}\n", NULL, 0, &problems));
+    assert_non_null(problems);
+    assert_non_null(strstr(problems, "j.yaml:3:10: ${NOPE_1}: the environment variable NOPE_1 is not set"));
+    assert_non_null(strstr(problems, "j.yaml:4:10: '${BAD-x}': expected ${NAME} or ${NAME:-default}"));
+    assert_true(strstr(problems, "j.yaml:3:10") < strstr(problems, "j.yaml:4:10"));
+    assert_non_null(strstr(dt_error_last(), "j.yaml:3:10"));
+    free(problems);
+}
+
+static void overrides(void **state)
+{
+    (void)state;
+    char *set[] = {"max_restarts=4", "trainer.steps=7", "env.OMP_NUM_THREADS=2", "rendezvous.auth=none",
+                   "command=[sh, -c, 'true']"};
+    struct dt_job *job = load("name: t\ncommand: [a]\nmax_restarts: 1\n", set, 1, NULL);
+    assert_int_equal(job->max_restarts, 4);
+    assert_true(job->derived);
+    dt_job_free(job);
+    job = load("name: t\ncommand: [a]\n", set + 2, 3, NULL);
+    assert_string_equal(job->env[0].name, "OMP_NUM_THREADS");
+    assert_string_equal(job->env[0].value, "2");
+    assert_int_equal(job->rendezvous.auth, DT_AUTH_NONE);
+    assert_int_equal(job->command_argc, 3);
+    dt_job_free(job);
+    /* sections on the path are made */
+    char *steps[] = {"trainer.steps=7"};
+    job = load("name: t\ntrainer: {model: {hidden: [4]}}\n", steps, 1, NULL);
+    assert_int_equal(job->trainer->steps, 7);
+    dt_job_free(job);
+}
+
+static void override_errors(void **state)
+{
+    (void)state;
+    char *problems = NULL;
+    char *set[] = {"trainer.stepz=5", "max_restarts=abc", "nosuch=1", "name", "max_restarts.x=1"};
+    assert_null(load("name: t\ncommand: [a]\nnodes: 0\n", set, 5, &problems));
+    const char *want[] = {
+        "j.yaml:3:8: nodes: expected an integer",
+        "--set trainer.stepz=5: unknown key path: no key 'stepz' in trainer; did you mean 'trainer.steps'?",
+        "--set max_restarts=abc: max_restarts: expected an integer, got 'abc'",
+        "--set nosuch=1: unknown key path: no key 'nosuch' in the top level",
+        "--set name: expected KEY.PATH=VALUE",
+        "--set max_restarts.x=1: unknown key path 'max_restarts.x=1': 'max_restarts' holds a value",
+    };
+    const char *at = problems;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = strstr(problems, want[i]);
+        if (!hit)
+            fail_msg("missing '%s' in:\n%s", want[i], problems);
+        assert_true(hit >= at); /* file order, then the overrides in order */
+        at = hit;
+    }
+    free(problems);
+}
+
+static void every_problem_in_file_order(void **state)
+{
+    (void)state;
+    char *problems = NULL;
+    assert_null(load("name: t\nnodes: 0\nscheduler: locl\ncommand: [a]\nrendezvous: {timeout: 3}\n"
+                     "trainer_x: 1\nmax_restarts: -1\n",
+                     NULL, 0, &problems));
+    const char *want[] = {"j.yaml:2:8: nodes", "j.yaml:3:12: scheduler", "j.yaml:5:23: rendezvous.timeout",
+                          "j.yaml:6:1: unknown key 'trainer_x'", "j.yaml:7:15: max_restarts"};
+    const char *at = problems;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = strstr(problems, want[i]);
+        if (!hit)
+            fail_msg("missing '%s' in:\n%s", want[i], problems);
+        assert_true(hit > at || i == 0);
+        at = hit;
+    }
+    assert_non_null(strstr(dt_error_last(), "j.yaml:2:8"));
+    free(problems);
+    /* the rules between top-level keys: each is said, not only the first */
+    assert_null(load("name: T_x\nbackend: mpi\nenv: {RANK: 1}\nsetup: [x]\ncommand: [a]\n", NULL, 0, &problems));
+    assert_non_null(strstr(problems, "name: expected a DNS-1123 label"));
+    assert_non_null(strstr(problems, "backend: mpi needs scheduler: mpirun"));
+    assert_non_null(strstr(problems, "RANK is set by dtrain"));
+    assert_non_null(strstr(problems, "setup: runs in the sbatch script"));
+    free(problems);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(interpolates_values),
+        cmocka_unit_test(unset_variables_at_their_place),
+        cmocka_unit_test(overrides),
+        cmocka_unit_test(override_errors),
+        cmocka_unit_test(every_problem_in_file_order),
+    };
+    return cmocka_run_group_tests_name("jobspec_source", tests, NULL, NULL);
+}
