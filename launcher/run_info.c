@@ -185,7 +185,11 @@ static const char *state_of(const struct dt_run_info *in)
     if (in->asked && in->sched.active)
         return strcmp(in->sched.state, "PENDING") == 0 || strcmp(in->sched.state, "Pending") == 0 ? "pending"
                                                                                                   : "running";
-    if (in->have_summary)
+    /* A scheduler job cancelled (scancel, kubectl delete) is "cancelled" even
+     * where summary.json says "failed": scancel signals every task of the step
+     * at once, so a rank may die before its agent reads the SIGTERM as a stop. */
+    bool cancelled = in->asked && in->sched.known && strcmp(final_word(in->sched.state), "cancelled") == 0;
+    if (in->have_summary && !cancelled)
         return in->ended;
     if (in->asked && in->sched.known)
         return final_word(in->sched.state); /* ended without summary.json: "lost" for a launcher gone */

@@ -120,7 +120,7 @@ nproc_per_node: 1
 command: ["true"]
 EOF
 expect_status 0 "launch --trace of a command job runs" "$DTRAIN" launch cmd.yaml --trace
-contains "$T/last.err" "--trace applies to the bundled trainer only" "a warning says --trace cannot apply"
+contains "$T/last.err" "--trace applies to the bundled trainer" "a warning says --trace cannot apply"
 
 # --- Kubernetes: status and cancel through kubectl ----------------------------
 mkdir -p fakebin
