@@ -377,6 +377,7 @@ static const char *const reserved[] = {
     "DTRAIN_NNODES",
     "DTRAIN_RESTART_COUNT",
     "DTRAIN_ERROR_FILE",
+    "DTRAIN_ELASTIC",
 };
 
 bool dt_job_env_is_reserved(const char *name)
