@@ -115,9 +115,16 @@ bool dt_job_elastic(const struct dt_job *job)
 static int set_nodes(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
 {
     struct dt_job *job = obj;
-    if (v->kind != DT_Y_SCALAR || dt_ynode_is_null(v) || !v->plain)
-        return dt_spec_fail(ctx, v, k->name, "expected a node count N or a range MIN:MAX (e.g. 2 or 1:4), got %s",
-                            v->kind == DT_Y_SCALAR && !dt_ynode_is_null(v) ? "a quoted string" : dt_ynode_kind_name(v));
+    if (v->kind != DT_Y_SCALAR || !v->plain || !strchr(v->text, ':')) { /* N: an integer key's messages */
+        struct dt_spec_key n = *k;
+        n.type = DT_KT_INT;
+        n.lo = 1;
+        n.hi = NODES_MAX;
+        n.flags = DT_KF_LO | DT_KF_HI;
+        int rc = dt_spec_set_number(ctx, &n, v, obj);
+        job->nodes_min = job->nodes;
+        return rc;
+    }
     if (dt_job_parse_nodes(v->text, &job->nodes_min, &job->nodes) < 0)
         return dt_spec_fail(ctx, v, k->name, "%s", dt_error_last());
     return 0;

@@ -215,7 +215,7 @@ int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when
  * in place).
  *
  * An elastic job's agents other than node 0 do not know their node rank:
- * they JOIN with node rank -1 and are given a slot, the lowest never
+ * they JOIN with node rank -2 (DT_WIRE_ANY_NODE) and are given a slot, the lowest never
  * joined at or above 1 (slots past nnodes are made as needed; a slot is
  * never given twice, so a lost agent's slot stays lost).  The OK answer's
  * message carries the slot in decimal.  Which slots take part in a round,
