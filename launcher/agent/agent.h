@@ -25,7 +25,7 @@
  * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
  * between the agent and each rank), agent_watchdog.c (hangs,
  * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
- * relay), agent_plan.c (rank count, command, environment), agent_summary.c
+ * relay), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c
  * (a rank's error report); agent_internal.h holds what they share.
  *
