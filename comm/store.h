@@ -117,6 +117,9 @@ struct dt_store_member {
  * node count than the first agent's, or a node rank another connected agent
  * holds is DT_EINVAL with the coordinator's sentence saying which. */
 int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host);
+/* An elastic job's agent without a node rank: joins into the slot the
+ * coordinator picks (>= 1, never given twice), returned in *slot. */
+int dt_store_join_any(struct dt_store *s, int nnodes, int nproc, const char *host, int *slot);
 int dt_store_leave(struct dt_store *s);
 /* Every node rank that ever joined, by node rank; *out is malloc'd (free()). */
 int dt_store_members(struct dt_store *s, struct dt_store_member **out, int *n);

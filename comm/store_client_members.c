@@ -19,12 +19,16 @@
 
 #define MAX_MEMBERS (1 << 20)
 
-int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host)
+/* JOIN as node_rank (DT_WIRE_ANY_NODE: any free slot, into *given). */
+static int join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host, int *given)
 {
     int rc = dt_store__begin(s, DT_WIRE_JOIN, NULL, 0);
     if (rc)
         return rc;
-    snprintf(s->what, sizeof s->what, " as node %d of %d", node_rank, nnodes);
+    if (node_rank == DT_WIRE_ANY_NODE)
+        snprintf(s->what, sizeof s->what, " as a node of an elastic job of at most %d", nnodes);
+    else
+        snprintf(s->what, sizeof s->what, " as node %d of %d", node_rank, nnodes);
     dt_wire_put_i64(&s->req, node_rank);
     dt_wire_put_i64(&s->req, nnodes);
     dt_wire_put_i64(&s->req, nproc);
@@ -43,10 +47,23 @@ int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, cons
         return rc;
     if (st != DT_WIRE_OK)
         rc = dt_error_set(st == DT_WIRE_TAKEN || st == DT_WIRE_OUT_OF_RANGE ? DT_EINVAL : DT_EPROTO,
-                          "coordinator %s refused JOIN as node %d of %d: %s", s->peer, node_rank, nnodes,
+                          "coordinator %s refused JOIN%s: %s", s->peer, s->what,
                           len ? (const char *)msg : "no reason given");
+    else if (given && (!len || sscanf(msg, "%d", given) != 1 || *given < 1))
+        rc = dt_error_set(DT_EPROTO, "coordinator %s accepted JOIN%s without giving a node slot", s->peer,
+                          s->what);
     free(msg);
     return rc;
+}
+
+int dt_store_join(struct dt_store *s, int node_rank, int nnodes, int nproc, const char *host)
+{
+    return join(s, node_rank, nnodes, nproc, host, NULL);
+}
+
+int dt_store_join_any(struct dt_store *s, int nnodes, int nproc, const char *host, int *slot)
+{
+    return join(s, DT_WIRE_ANY_NODE, nnodes, nproc, host, slot);
 }
 
 int dt_store_leave(struct dt_store *s)

@@ -48,6 +48,8 @@
  *                                                  nproc:i64, pid:i64, state:u8, host (string)
  *   A member is the connection that JOINed: closing it without LEAVE marks
  *   the member lost (state 3), LEAVE marks it left (2); joined is 1.
+ *   JOIN with node_rank -2 (DT_WIRE_ANY_NODE: an elastic job's agent) is
+ *   given a free slot, which the OK answer's message holds in decimal.
  *
  * Not for sockets: this file only turns bytes into requests and back.
  */
@@ -93,6 +95,7 @@ enum { DT_WIRE_STOP_WAITING = 0, DT_WIRE_WAIT_CANCELED = 1 };
 enum { DT_WIRE_OK = 0, DT_WIRE_REFUSED = 1, DT_WIRE_WORLD_DIFFERS = 2, DT_WIRE_TAKEN = 3,
        DT_WIRE_OUT_OF_RANGE = 4 };
 enum { DT_WIRE_MEMBER_JOINED = 1, DT_WIRE_MEMBER_LEFT = 2, DT_WIRE_MEMBER_LOST = 3 };
+#define DT_WIRE_ANY_NODE (-2) /* JOIN's node_rank: the coordinator picks a slot (-1 stays out of range) */
 
 /* Limits the decoder enforces; a request over any of them is an error
  * (DT_ENOMEM, "limit"), never a partial read. */

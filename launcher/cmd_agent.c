@@ -35,6 +35,7 @@ extern char **environ;
 struct agent_opts {
     const char *job_path, *coordinator, *run_id, *log_dir, *ranks;
     int node_rank, nnodes; /* -1: not given */
+    int nnodes_min;        /* --nnodes MIN:MAX's MIN (nnodes holds MAX); -1: not given */
     double grace_s, start_mono;
 };
 
@@ -50,8 +51,10 @@ static void usage(FILE *out)
             "Without the placement flags the job's scheduler adapter reads them from the\n"
             "environment the scheduler set (Slurm, Kubernetes, mpirun).\n\n"
             "Options:\n"
-            "  --node-rank N           this node, 0 .. M-1\n"
-            "  --nnodes M              the number of nodes (default: the spec's nodes)\n"
+            "  --node-rank N           this node, 0 .. M-1 (an elastic job: 0 on the coordinator's\n"
+            "                          node, left out on the others)\n"
+            "  --nnodes M|MIN:MAX      the number of nodes (default: the spec's nodes); a range makes\n"
+            "                          an elastic job (docs/elastic.md)\n"
             "  --coordinator HOST:PORT where node 0's agent is reached (PORT default: rendezvous.port)\n"
             "  --run-id ID             the same on every node (default: node 0 makes one)\n"
             "  --log-dir DIR           where run directories go (default: the spec's log_dir)\n"
@@ -78,8 +81,8 @@ static int parse_value(const char *a, const char *v, struct agent_opts *o)
 {
     if (strcmp(a, "--node-rank") == 0 && parse_int(v, 0, 1 << 20, &o->node_rank) < 0)
         return dt_cli_usage_error("agent", "--node-rank '%s': expected a number from 0", v);
-    if (strcmp(a, "--nnodes") == 0 && parse_int(v, 1, 1 << 20, &o->nnodes) < 0)
-        return dt_cli_usage_error("agent", "--nnodes '%s': expected a number from 1", v);
+    if (strcmp(a, "--nnodes") == 0 && dt_job_parse_nodes(v, &o->nnodes_min, &o->nnodes) < 0)
+        return dt_cli_usage_error("agent", "--nnodes: %s", dt_error_last());
     if (strcmp(a, "--grace-period") == 0 && dt_args_seconds(v, &o->grace_s) < 0)
         return dt_cli_usage_error("agent", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
     if (strcmp(a, "--coordinator") == 0)
@@ -149,10 +152,28 @@ static int parse_coordinator(const char *s, const struct dt_job *job, struct dt_
     return 0;
 }
 
+/* An elastic job's node: node 0 (it hosts the coordinator) or, without
+ * --node-rank, one the rounds place (node rank -1). */
+static int elastic_placement(const struct agent_opts *o, const struct dt_job *job, struct dt_adapter_node *n)
+{
+    if (n->node_rank > 0) {
+        dt_log_warn("--node-rank %d: in an elastic job only node 0 (the coordinator's host) is named; this "
+                    "agent gets its node rank from each round",
+                    n->node_rank);
+        n->node_rank = -1;
+    }
+    if (!o->coordinator)
+        return dt_error_set(DT_EINVAL, "--coordinator HOST:PORT is needed for an elastic job: it says where "
+                                       "node 0's agent hosts the coordinator");
+    return parse_coordinator(o->coordinator, job, n);
+}
+
 /* The flags, or the adapter's discover when none is given. */
-static int placement(const struct agent_opts *o, const struct dt_job *job, struct dt_adapter_node *n)
+static int placement(const struct agent_opts *o, const struct dt_job *job, struct dt_adapter_node *n,
+                     int *nnodes_min)
 {
     memset(n, 0, sizeof *n);
+    *nnodes_min = job->nodes_min;
     bool manual = o->node_rank >= 0 || o->nnodes > 0 || o->coordinator;
     if (!manual) {
         const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
@@ -165,7 +186,10 @@ static int placement(const struct agent_opts *o, const struct dt_job *job, struc
         return ad->discover(job, environ, n);
     }
     n->nnodes = o->nnodes > 0 ? o->nnodes : job->nodes;
+    *nnodes_min = o->nnodes > 0 ? o->nnodes_min : job->nodes_min;
     n->node_rank = o->node_rank;
+    if (*nnodes_min < n->nnodes) /* elastic: the rounds number the nodes */
+        return elastic_placement(o, job, n);
     if (n->node_rank < 0)
         return dt_error_set(DT_EINVAL, "--node-rank is needed with --nnodes or --coordinator");
     if (n->node_rank >= n->nnodes)
@@ -200,7 +224,7 @@ static int read_token(const struct dt_job *job, int nnodes, char token[DT_TOKEN_
 
 static int run(int argc, char **argv)
 {
-    struct agent_opts o = {.node_rank = -1, .nnodes = -1, .start_mono = dt_clock_s()};
+    struct agent_opts o = {.node_rank = -1, .nnodes = -1, .nnodes_min = -1, .start_mono = dt_clock_s()};
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;
@@ -212,7 +236,8 @@ static int run(int argc, char **argv)
     struct dt_adapter_node place;
     char token[DT_TOKEN_LEN + 1] = "";
     int status = 2;
-    if (placement(&o, job, &place) < 0 || read_token(job, place.nnodes, token) < 0) {
+    int nnodes_min = 0;
+    if (placement(&o, job, &place, &nnodes_min) < 0 || read_token(job, place.nnodes, token) < 0) {
         fprintf(stderr, "dtrain agent: %s\n", dt_error_last());
     } else {
         /* Node 0 hosts the coordinator on every interface: the other nodes reach it. */
@@ -220,6 +245,7 @@ static int run(int argc, char **argv)
                                   .who = "dtrain agent",
                                   .node_rank = place.node_rank,
                                   .nnodes = place.nnodes,
+                                  .nnodes_min = nnodes_min,
                                   .coord_bind = "0.0.0.0",
                                   .coord_host = place.coord_host,
                                   .coord_port = place.coord_port,

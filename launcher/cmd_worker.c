@@ -181,6 +181,15 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
                                    .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0,
                                    .after_step = after_step, .ctx = hook, .stop_request = &stop_request};
+    /* An elastic round (the agent says so), and the sample log tests read
+     * (DTRAIN_SAMPLE_LOG: a directory, one file per round and rank). */
+    const char *el = getenv("DTRAIN_ELASTIC"), *log_dir = getenv("DTRAIN_SAMPLE_LOG");
+    char sample_log[4200];
+    o.elastic = el && strcmp(el, "1") == 0;
+    if (log_dir && *log_dir) {
+        snprintf(sample_log, sizeof sample_log, "%s/samples_%d_%d.txt", log_dir, e->restart, e->rank);
+        o.sample_log = sample_log;
+    }
     struct dt_trainer_spec spec = *job->trainer;
     const char *steps = getenv("DTRAIN_TRACE"); /* `dtrain launch --trace` when the spec names no window */
     if (steps && *steps && spec.trace.last_step < 0 && dt_trace_parse_steps(steps, &spec.trace))

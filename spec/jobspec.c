@@ -70,6 +70,76 @@ static int set_nproc(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const
                         dt_yaml_quote(v->text, q, sizeof q));
 }
 
+#define NODES_MAX 65536
+
+static int parse_count(const char *s, const char **end, int *out)
+{
+    long long v = 0;
+    const char *p = s;
+    while (*p >= '0' && *p <= '9' && v <= NODES_MAX)
+        v = v * 10 + (*p++ - '0');
+    *end = p;
+    if (p == s)
+        return -1;
+    *out = v > NODES_MAX ? NODES_MAX + 1 : (int)v;
+    return 0;
+}
+
+int dt_job_parse_nodes(const char *text, int *min, int *max)
+{
+    const char *end;
+    int lo, hi;
+    if (parse_count(text, &end, &lo) < 0 || (*end && *end != ':'))
+        return dt_error_set(DT_EINVAL, "expected a node count N or a range MIN:MAX (e.g. 2 or 1:4), got '%s'",
+                            text);
+    hi = lo;
+    if (*end == ':' && (parse_count(end + 1, &end, &hi) < 0 || *end))
+        return dt_error_set(DT_EINVAL, "expected a node range MIN:MAX of two whole numbers (e.g. 1:4), got '%s'",
+                            text);
+    if (lo < 1 || hi > NODES_MAX)
+        return dt_error_set(DT_EINVAL, "node counts must be 1..%d, got '%s'", NODES_MAX, text);
+    if (lo > hi)
+        return dt_error_set(DT_EINVAL, "the node range '%s' has MIN %d above MAX %d (write MIN:MAX)", text, lo,
+                            hi);
+    *min = lo;
+    *max = hi;
+    return 0;
+}
+
+bool dt_job_elastic(const struct dt_job *job)
+{
+    return job->nodes_min < job->nodes;
+}
+
+/* nodes: N or MIN:MAX (an elastic job).  YAML reads 2:3 as the text "2:3". */
+static int set_nodes(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    struct dt_job *job = obj;
+    if (v->kind != DT_Y_SCALAR || !v->plain || !strchr(v->text, ':')) { /* N: an integer key's messages */
+        struct dt_spec_key n = *k;
+        n.type = DT_KT_INT;
+        n.lo = 1;
+        n.hi = NODES_MAX;
+        n.flags = DT_KF_LO | DT_KF_HI;
+        int rc = dt_spec_set_number(ctx, &n, v, obj);
+        job->nodes_min = job->nodes;
+        return rc;
+    }
+    if (dt_job_parse_nodes(v->text, &job->nodes_min, &job->nodes) < 0)
+        return dt_spec_fail(ctx, v, k->name, "%s", dt_error_last());
+    return 0;
+}
+
+static int print_nodes(const void *obj, char *buf, size_t size)
+{
+    const struct dt_job *job = obj;
+    if (dt_job_elastic(job))
+        snprintf(buf, size, "%d:%d", job->nodes_min, job->nodes);
+    else
+        snprintf(buf, size, "%d", job->nodes);
+    return 1;
+}
+
 /* Exit codes may be written as numbers or signal names (SIGKILL = 137). */
 static int exit_code_of(const char *text)
 {
@@ -174,6 +244,8 @@ static const struct dt_spec_key rendezvous_keys[] = {
     DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
            .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names),
+    DT_KEY("last_call_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, last_call_timeout_s, .lo = 0,
+           .hi = 86400, .flags = DT_KF_LO | DT_KF_HI),
 };
 static const struct dt_spec_section rendezvous_section = {
     .keys = rendezvous_keys, .n_keys = DT_NKEYS(rendezvous_keys), .size = sizeof(struct dt_rendezvous_spec)};
@@ -191,7 +263,7 @@ static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *
 static const struct dt_spec_key top_keys[] = {
     DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED),
     DT_KEY("scheduler", DT_KT_ENUM, struct dt_job, scheduler, .names = scheduler_names),
-    DT_KEY("nodes", DT_KT_INT, struct dt_job, nodes, .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("nodes", DT_KT_CUSTOM, struct dt_job, nodes, .set = set_nodes, .print = print_nodes),
     DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,
            .print = print_nproc, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
     DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names),
@@ -312,6 +384,7 @@ static const char *const reserved[] = {
     "DTRAIN_NNODES",
     "DTRAIN_RESTART_COUNT",
     "DTRAIN_ERROR_FILE",
+    "DTRAIN_ELASTIC",
 };
 
 bool dt_job_env_is_reserved(const char *name)
@@ -368,12 +441,24 @@ static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, cons
                         "shell before `dtrain launch`");
 }
 
+/* The schedulers start a fixed number of agents with fixed node ranks; an
+ * elastic job's agents are started by hand (`dtrain agent --nnodes MIN:MAX`). */
+static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    if (!dt_job_elastic(job) || job->scheduler == DT_SCHED_LOCAL)
+        return 0;
+    return dt_spec_fail(ctx, dt_ymap_get(map, "nodes"), "nodes",
+                        "a range (%d:%d) makes an elastic job, whose agents are started with `dtrain agent "
+                        "--nnodes %d:%d`; scheduler %s starts a fixed number of nodes: give one number",
+                        job->nodes_min, job->nodes, job->nodes_min, job->nodes, dt_scheduler_name(job->scheduler));
+}
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
     /* Independent rules: each one's problem is reported, not only the first. */
     int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
-        check_name, check_program, check_backend, check_env, check_setup};
+        check_name, check_elastic, check_program, check_backend, check_env, check_setup};
     int rc = check_kubernetes(ctx, map, job);
     for (size_t i = 0; i < sizeof rules / sizeof rules[0] && (rc == 0 || rc == DT_EINVAL); i++) {
         int r = rules[i](ctx, map, job);
@@ -386,6 +471,7 @@ static void job_defaults(struct dt_job *job)
 {
     job->scheduler = DT_SCHED_LOCAL;
     job->nodes = 1;
+    job->nodes_min = 1;
     job->nproc_per_node = 1;
     job->backend = DT_BACKEND_AUTO;
     job->max_restarts = 0;
@@ -394,6 +480,7 @@ static void job_defaults(struct dt_job *job)
     job->rendezvous.timeout_s = 60;
     job->rendezvous.heartbeat_timeout_s = 30;
     job->rendezvous.auth = DT_AUTH_TOKEN;
+    job->rendezvous.last_call_timeout_s = DT_JOB_LAST_CALL_DEFAULT_S;
     job->restart_policy.otherwise = DT_EXIT_RETRY;
 }
 

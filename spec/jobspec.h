@@ -37,7 +37,14 @@ struct dt_rendezvous_spec {
     double timeout_s;           /* rendezvous and connect deadline, default 60 s */
     double heartbeat_timeout_s; /* a rank silent this long is hung, default 30 s */
     enum dt_auth auth;          /* token (default) or none (PyTorch scripts) */
+    /* Elastic jobs (nodes: MIN:MAX): once MIN agents joined, how long the
+     * round waits for more before it starts (torchrun's last_call_timeout);
+     * default DT_JOB_LAST_CALL_DEFAULT_S. */
+    double last_call_timeout_s;
 };
+
+/* rendezvous.last_call_timeout when the spec leaves it out: torchrun's 30 s. */
+#define DT_JOB_LAST_CALL_DEFAULT_S 30.0
 
 struct dt_env_entry {
     char *name;
@@ -158,7 +165,8 @@ struct dt_job {
     char *path; /* the file it was loaded from ("<string>" otherwise) */
     char *name; /* DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 */
     enum dt_scheduler scheduler;
-    int nodes;          /* agents, one per node, >= 1 */
+    int nodes;          /* agents, one per node, >= 1; with nodes: MIN:MAX, MAX */
+    int nodes_min;      /* MIN of nodes: MIN:MAX (docs/elastic.md); nodes when it is one number */
     int nproc_per_node; /* ranks per node, >= 1, or DT_NPROC_GPU */
     enum dt_backend backend;
     char **command; /* NULL-terminated argv, or NULL when the trainer runs */
@@ -211,6 +219,15 @@ int dt_job_load_string_with(const char *text, size_t len, const char *name, cons
                             struct dt_job **out);
 
 void dt_job_free(struct dt_job *job);
+
+/* A node count as `nodes:` and `dtrain agent --nnodes` take it: "N" (N:N)
+ * or "MIN:MAX" with 1 <= MIN <= MAX <= 65536.  On a bad value returns
+ * DT_EINVAL with a sentence (no file position) in dt_error_last(). */
+int dt_job_parse_nodes(const char *text, int *min, int *max);
+
+/* True when the job's node count is a range (nodes: MIN:MAX, MIN < MAX):
+ * agents join and leave between rounds (docs/elastic.md). */
+bool dt_job_elastic(const struct dt_job *job);
 
 /* Names for messages and for rendering: "local", "tcp", ... */
 const char *dt_scheduler_name(enum dt_scheduler s);

@@ -116,6 +116,11 @@ static int set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, cons
     return 0;
 }
 
+int dt_spec_set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)
+{
+    return set_number(ctx, k, v, obj);
+}
+
 /* YAML 1.2 booleans only: yes/no/on/off mean true/false to some YAML
  * libraries and strings to others, so they are refused rather than guessed. */
 static int set_bool(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj)

@@ -117,6 +117,10 @@ extern const struct dt_spec_section dt_jobspec_slurm_section;
 extern const struct dt_spec_section dt_jobspec_kubernetes_section;
 extern const struct dt_spec_section dt_jobspec_mpirun_section;
 
+/* A number key's setter (DT_KT_INT ... DT_KT_NUM), for a custom key whose
+ * plain form is a number (nodes: N besides MIN:MAX). */
+int dt_spec_set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj);
+
 /* True when `s` is a DNS-1123 label of at most 63 characters. */
 int dt_spec_dns_label(const char *s);
 

@@ -392,18 +392,28 @@ static int write_bytes(void *ctx, FILE *f)
 
 /* ---- the token position (dataset tokens) ---- */
 
-#define DATA_META 2 /* data_shard, data_offset */
+#define DATA_META 3 /* data_shard, data_offset, grad_accum */
 
-/* The position's pairs into meta when the state has one; returns how many. */
+/* The position's pairs into meta when the state has one, and the
+ * accumulation an elastic resume needs (the global batch, docs/elastic.md);
+ * returns how many. */
 static int data_meta(const struct dt_ckpt_state *s, char v[DATA_META][32], const char **meta)
 {
-    if (!s->has_data_pos)
-        return 0;
-    snprintf(v[0], 32, "%lld", (long long)s->data_shard);
-    snprintf(v[1], 32, "%lld", (long long)s->data_offset);
-    const char *m[] = {"data_shard", v[0], "data_offset", v[1]};
-    memcpy(meta, m, sizeof m);
-    return DATA_META;
+    int n = 0;
+    if (s->has_data_pos) {
+        snprintf(v[0], 32, "%lld", (long long)s->data_shard);
+        snprintf(v[1], 32, "%lld", (long long)s->data_offset);
+        const char *m[] = {"data_shard", v[0], "data_offset", v[1]};
+        memcpy(meta, m, sizeof m);
+        n = 2;
+    }
+    if (s->grad_accum > 0) {
+        snprintf(v[2], 32, "%d", s->grad_accum);
+        meta[2 * n] = "grad_accum";
+        meta[2 * n + 1] = v[2];
+        n++;
+    }
+    return n;
 }
 
 /* The file of the n entries: the run's metadata, a checksum per tensor,
@@ -695,13 +705,25 @@ static int read_data_pos(struct dt_ckpt_file *c)
     return 0;
 }
 
+/* grad_accum: written since elastic jobs; 0 when the file has none. */
+static int read_grad_accum(struct dt_ckpt_file *c)
+{
+    long long v;
+    if (!dt_safetensors_meta(&c->st, "grad_accum"))
+        return 0;
+    if (meta_i64(&c->st, c->path, "grad_accum", 1, INT32_MAX, &v))
+        return DT_EINVAL;
+    c->grad_accum = v;
+    return 0;
+}
+
 int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
 {
     memset(c, 0, sizeof *c);
     if ((size_t)snprintf(c->path, sizeof c->path, "%s", path) >= sizeof c->path)
         return dt_error_set(DT_EINVAL, "checkpoint path of %zu bytes is too long: %.80s...", strlen(path), path);
     int rc = dt_safetensors_read(path, &c->st);
-    if (rc == 0 && ((rc = verify(c)) || (rc = read_data_pos(c))))
+    if (rc == 0 && ((rc = verify(c)) || (rc = read_data_pos(c)) || (rc = read_grad_accum(c))))
         dt_safetensors_release(&c->st);
     return rc;
 }
@@ -804,7 +826,7 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
     if (rc)
         return rc;
     bool same_order = s->global_batch_order ? c->world * c->batch_size == (int64_t)s->world * s->batch_size
-                                            : c->world == s->world && c->batch_size == s->batch_size;
+                                            : (s->elastic || c->world == s->world) && c->batch_size == s->batch_size;
     if (c->seed != s->seed || !same_order)
         rc = dt_error_set(DT_EINVAL,
                           "%s: saved with seed %llu, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "

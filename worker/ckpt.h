@@ -50,6 +50,12 @@ struct dt_ckpt_state {
      * other runs' files are as they were */
     bool has_data_pos;
     int64_t data_shard, data_offset;
+    /* out: the run's accumulation, written as "grad_accum" (0: not written);
+     * the file's batch is world * batch_size * grad_accum samples */
+    int grad_accum;
+    /* in, for dt_ckpt_apply: an elastic round (docs/elastic.md) may resume a
+     * file of another world size; the trainer then maps its data position */
+    bool elastic;
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and
@@ -73,6 +79,7 @@ struct dt_ckpt_file {
     int64_t skipped_steps;
     bool has_data_pos; /* the token position, when the file has one */
     int64_t data_shard, data_offset;
+    int64_t grad_accum; /* the writer's accumulation; 0: the file does not say */
 };
 
 /* Reads and verifies one file; release it even on failure. */

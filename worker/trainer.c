@@ -5,6 +5,7 @@
  */
 #include "worker/trainer_internal.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,12 +216,54 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
     return dt_ckpt_read(path, ck);
 }
 
+/* A checkpoint of W ranks resumed on W' (an elastic round): the global
+ * batch B x A x W is kept with A' = B x A x W / (B x W') micro-batches, and
+ * the epoch goes on from global sample g = batch x B x W, which is batch
+ * g / (B x W') of the new interleave (DistributedSampler's order is one
+ * permutation whatever the world: only the padding at its end differs).
+ * Refused, with the numbers, when either does not divide. */
+static int elastic_resume(struct dt_trainer *t, const struct dt_ckpt_file *ck, struct dt_ckpt_state *st)
+{
+    int64_t B = t->spec.data.batch_size, A = ck->grad_accum > 0 ? ck->grad_accum : t->spec.ddp.grad_accum;
+    int64_t global = ck->batch_size * A * ck->world, per = B * t->world, g = st->batch * ck->batch_size * ck->world;
+    if (global % per)
+        return dt_error_set(DT_EINVAL,
+                            "%s: the run's global batch is %lld samples (%lld ranks x batch_size %lld x grad_accum "
+                            "%lld), which %d ranks x batch_size %lld cannot keep (not a multiple of %lld): run on a "
+                            "node count whose ranks divide it",
+                            ck->path, (long long)global, (long long)ck->world, (long long)ck->batch_size,
+                            (long long)A, t->world, (long long)B, (long long)per);
+    if (g % per)
+        return dt_error_set(DT_EINVAL,
+                            "%s: saved after %lld samples of epoch %lld, which is no whole batch of %d ranks x "
+                            "batch_size %lld",
+                            ck->path, (long long)g, (long long)st->epoch, t->world, (long long)B);
+    if (t->dev && global / per != t->spec.ddp.grad_accum)
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "%s: keeping the global batch on %d ranks needs grad_accum %lld, which a GPU trainer "
+                            "cannot change after start-up",
+                            ck->path, t->world, (long long)(global / per));
+    t->spec.ddp.grad_accum = (int)(global / per);
+    t->steps_per_epoch = (t->batches_per_epoch + t->spec.ddp.grad_accum - 1) / t->spec.ddp.grad_accum;
+    if (t->spec.steps <= 0)
+        t->total_steps = (int64_t)t->spec.epochs * t->steps_per_epoch;
+    st->batch = g / per;
+    if (t->rank == 0)
+        dt_log_info("elastic: %lld ranks before, %d now: grad_accum %lld -> %d keeps the global batch of %lld; "
+                    "epoch %lld goes on at global sample %lld",
+                    (long long)ck->world, t->world, (long long)A, t->spec.ddp.grad_accum, (long long)global,
+                    (long long)st->epoch, (long long)g);
+    return 0;
+}
+
 static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
 {
     struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size,
                                .global_batch_order = t->tokens != NULL, .amp = t->spec.amp.dtype,
-                               .scaler = t->scaler};
+                               .scaler = t->scaler, .elastic = t->o.elastic && !t->tokens};
     int rc = dt_ckpt_apply(ck, t->model, &t->opt, &st);
+    if (rc == 0 && ck->world != t->world && st.elastic)
+        rc = elastic_resume(t, ck, &st);
     if (rc)
         return rc;
     if (st.step > t->total_steps)
@@ -349,6 +392,8 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
     paths(t);
     set_threads(t);
     int rc = trace_start(t);
+    if (!rc && o->sample_log && !(t->sample_log = fopen(o->sample_log, "a")))
+        rc = dt_error_set_errno(DT_EIO, errno, "trainer: cannot open the sample log %s", o->sample_log);
     int64_t t0 = dt_clock_ns();
     if (!rc)
         rc = setup(t);
@@ -372,6 +417,8 @@ void dt_trainer_destroy(struct dt_trainer *t)
     if (t->dev)
         t->devk->destroy(t->dev);
     dt_trace_destroy(t->trace);
+    if (t->sample_log)
+        fclose(t->sample_log);
     dt_tb_close(t->tb);
     dt_metrics_close(&t->metrics);
     dt_loader_destroy(t->loader);
@@ -453,7 +500,8 @@ int dt_trainer__save(struct dt_trainer *t)
     }
     struct dt_ckpt_state st = {.step = t->step, .epoch = t->epoch, .batch = t->batch, .seed = t->spec.seed,
                                .world = t->world, .batch_size = t->spec.data.batch_size,
-                               .amp = t->spec.amp.dtype, .scaler = t->scaler};
+                               .amp = t->spec.amp.dtype, .scaler = t->scaler,
+                               .grad_accum = t->o.elastic ? t->spec.ddp.grad_accum : 0};
     dt_trainer__data_position(t, &st);
     rc = dt_ckpt_save(t->ckpt_dir, t->model, t->zero.comm ? &whole : &t->opt, &st, t->spec.checkpoint.keep);
     dt_adamw_release(&whole);

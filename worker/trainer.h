@@ -45,6 +45,14 @@ struct dt_trainer_options {
      * the optimizer (tests: an overflow on one rank only). */
     void (*after_reduce)(void *ctx, struct dt_model *m, int64_t step);
     void *ctx;
+    /* An elastic job's round (docs/elastic.md): a checkpoint of another
+     * world size is resumed, its global batch kept by changing grad_accum
+     * and its place in the data mapped by global sample count. */
+    bool elastic;
+    /* Non-NULL: every training sample this rank reads is appended to this
+     * file as "<step> <epoch> <position in the epoch's global order> <index>"
+     * (tests check that no sample is lost or read twice across rounds). */
+    const char *sample_log;
 };
 
 int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_trainer_options *o,

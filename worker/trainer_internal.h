@@ -51,6 +51,7 @@ struct dt_trainer {
     /* position */
     int64_t step, epoch, batch;
     int64_t resumed_from;
+    FILE *sample_log;              /* o.sample_log opened, or NULL */
     /* figures */
     double last_loss, test_loss, test_acc, train_s, samples;
     int64_t split_ns[DT_METRICS_SPLIT]; /* this rank's step-time split since the last metrics row */

@@ -92,6 +92,21 @@ struct bad_loss {
     int micro;
 };
 
+/* trainer options' sample_log: each sample of the micro-batch with its
+ * place in the epoch's global order (loader.h). */
+static void log_samples(struct dt_trainer *t, const struct dt_batch *b)
+{
+    const int64_t *idx = t->loader ? dt_loader_indices(t->loader) : NULL;
+    if (!idx || b->kind != DT_BATCH_IMAGES)
+        return;
+    for (int i = 0; i < b->n; i++) {
+        int64_t j = b->index * t->spec.data.batch_size + i;
+        fprintf(t->sample_log, "%lld %lld %lld %lld\n", (long long)t->step + 1, (long long)t->epoch,
+                (long long)(j * t->world + t->rank), (long long)idx[j]);
+    }
+    fflush(t->sample_log);
+}
+
 /* The micro-batches of one step; returns the rank's summed loss and rows.
  * want_norm: the step needs the gradient norm (clipping or a metrics row). */
 static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, double *rows,
@@ -113,6 +128,8 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
         if (!b)
             return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
                                 (long long)t->batch);
+        if (t->sample_log)
+            log_samples(t, b);
         /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches;
          * under AMP times the loss scale (a power of two while dynamic: exact). */
         float dscale = dt_grad_scaler_loss_scale(&t->scaler) / ((float)dt_batch_terms(b) * (float)k);

@@ -25,7 +25,7 @@
  * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
  * between the agent and each rank), agent_watchdog.c (hangs,
  * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
- * relay), agent_plan.c (rank count, command, environment), agent_summary.c
+ * relay), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c
  * (a rank's error report); agent_internal.h holds what they share.
  *
@@ -51,6 +51,12 @@ struct dt_job;
 struct dt_coord;
 struct dt_agent_result;
 
+/* Where this node stands in one round of an elastic job (begin_attempt). */
+struct dt_agent_place {
+    int node_rank, nnodes; /* GROUP_RANK and GROUP_WORLD_SIZE of the round */
+    int restarts;          /* restarts after failures so far (TORCHELASTIC_RESTART_COUNT) */
+};
+
 /* What a hook's poll tells the agent while an attempt runs. */
 enum dt_agent_verdict {
     DT_AGENT_GO_ON,
@@ -75,6 +81,14 @@ struct dt_agent_hooks {
      * agent.  Returns 0, or a negative DT_E* code (the job ends, status 1). */
     int (*attempt_end)(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart,
                        int *status);
+    /* An elastic job's (agent_elastic.c): before each attempt, waits until
+     * this node has a place in a round and says which: *attempt (the round,
+     * at least the one asked for; a late agent's first is the job's current
+     * one), and place's node rank, node count and failure restarts so far.
+     * Returns 0 to run it, 1 when the job ended without this node (*status
+     * its status; -1: a signal came on sig_fd), or a negative DT_E* code.
+     * NULL: every node runs every attempt as it is numbered. */
+    int (*begin_attempt)(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
 };
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
@@ -84,6 +98,9 @@ struct dt_agent_hooks {
  * ranks; a rank that then exits with this status (EX_TEMPFAIL) stopped after a
  * checkpoint to be requeued: no failure, no restart, and the agent exits with it. */
 #define DT_AGENT_EXIT_REQUEUE 75
+/* Membership changes an elastic job may go through (rounds beside its
+ * max_restarts + 1); the round after the last is refused with a sentence. */
+#define DT_AGENT_ELASTIC_ROUNDS 64
 
 /* The line put in a rank's log before a later run's output when the run
  * directory is used again (a Slurm requeue keeps the job id as run id). */
@@ -124,6 +141,13 @@ struct dt_agent_config {
     int (*new_round)(void *ctx, int attempt);
     void *new_round_ctx;
     const struct dt_agent_hooks *hooks; /* NULL: this node alone decides (one-node jobs) */
+    /* An elastic job (nodes: MIN:MAX): hooks->begin_attempt places this node
+     * in each round; node_rank and nnodes above are the round's (nnodes is
+     * MAX until the first), TORCHELASTIC_RESTART_COUNT counts failures only
+     * (restarts), DTRAIN_RESTART_COUNT the round, and rounds beyond
+     * max_restarts + 1 may run (membership changes are not counted). */
+    bool elastic;
+    int restarts;
     /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
      * group->world ranks (adapter.h): their logs, console lines, failure
      * report and summary entries come from its output and records; the
@@ -220,6 +244,7 @@ struct dt_agent_node {
     const struct dt_job *job;
     const char *who;        /* "dtrain launch", "dtrain agent": how its error lines start */
     int node_rank, nnodes;  /* nnodes: the job's; one agent for all of them with a group */
+    int nnodes_min;         /* below nnodes: an elastic job (MIN:MAX), where node_rank is 0 or -1 */
     int nproc;              /* ranks per node; 0: nproc_per_node, with gpu resolved here */
     const char *coord_bind; /* node 0: the interface the coordinator listens on */
     const char *coord_host; /* how ranks (MASTER_ADDR) and the other nodes' agents reach it */

@@ -188,7 +188,51 @@ struct dt_agent__round_config {
                           connection may go unacknowledged (dt_store_set_liveness) */
     double grace_s;
     struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
+    int nnodes_min;         /* below nnodes: an elastic job, node_rank 0 or -1 (agent_elastic.c) */
 };
+
+#define DT_AGENT__MAX_ROUNDS 1024
+
+struct dt_agent__elastic;
+struct hb_relay;
+
+struct dt_agent__round {
+    struct dt_agent__round_config cfg; /* an elastic job's node_rank: its slot (agent_elastic.c) */
+    struct dt_store *store;
+    char coord[300]; /* host:port, for messages */
+    bool dead;       /* the coordinator is gone: nothing more is asked of it */
+    bool published[DT_AGENT__MAX_ROUNDS];
+    bool told_stop;
+    struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
+    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job; node -1 */
+    double lost_unix;               /* when the coordinator noticed, wall clock */
+    struct dt_agent__elastic *el;   /* an elastic job's rounds; NULL otherwise */
+};
+
+/* Shared with agent_elastic.c: a store call failed (the coordinator is
+ * gone: says so once, *status 1, ABORT); a key's presence (1, 0, or a
+ * negative code); its text; dtrain/abort (1 and said, with *status, when
+ * it is there); another node's failure of round k into res for node 0's
+ * summary; heartbeats relayed (node 0) as node `node` of `nnodes`. */
+enum dt_agent_verdict dt_agent__round_lost_coordinator(struct dt_agent__round *r, int *status);
+int dt_agent__round_exists(struct dt_agent__round *r, const char *k);
+int dt_agent__round_get_text(struct dt_agent__round *r, const char *k, char *out, size_t n);
+int dt_agent__round_aborted(struct dt_agent__round *r, int *status);
+void dt_agent__round_read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from);
+void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes);
+int dt_agent__round_relay(struct dt_agent__round *r);
+
+/* --- agent_elastic.c: the rounds of an elastic job (nodes: MIN:MAX) ------ */
+
+/* Joins: node 0 as slot 0, the others into the slot the coordinator gives. */
+int dt_agent__elastic_open(struct dt_agent__round *r, int nodes_min);
+void dt_agent__elastic_free(struct dt_agent__round *r);
+/* The hooks' parts (agent.h) when r->el is set. */
+int dt_agent__elastic_begin(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
+enum dt_agent_verdict dt_agent__elastic_poll(struct dt_agent__round *r, const struct dt_agent_result *res, int k,
+                                             int *status);
+int dt_agent__elastic_attempt_end(struct dt_agent__round *r, struct dt_agent_result *res, int k, int sig_fd,
+                                  bool *restart, int *status);
 
 /* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
  * coordinator that cannot be reached is an error naming host:port. */

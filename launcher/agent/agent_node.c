@@ -104,6 +104,12 @@ static bool several_agents(const struct dt_agent_node *n)
     return n->nnodes > 1 && !n->group;
 }
 
+/* nodes: MIN:MAX (agent_elastic.c): rounds form as agents come and go. */
+static bool elastic(const struct dt_agent_node *n)
+{
+    return several_agents(n) && n->nnodes_min > 0 && n->nnodes_min < n->nnodes;
+}
+
 /* Membership with the other nodes' agents and the run id they share. */
 static int join_round(struct node *nd)
 {
@@ -120,7 +126,8 @@ static int join_round(struct node *nd)
                                             .timeout_s = timeout,
                                             .liveness_s = liveness(job),
                                             .grace_s = n->grace_s > 0 ? n->grace_s : job->grace_period_s,
-                                            .coord = nd->coord};
+                                            .coord = nd->coord,
+                                            .nnodes_min = n->nnodes_min};
     int rc = dt_agent__round_open(&rc_cfg, &nd->round);
     if (rc == 0)
         rc = dt_agent__round_run_id(nd->round, nd->run_id, sizeof nd->run_id);
@@ -208,6 +215,12 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int attempt, int 
     return nd->round_hooks.attempt_end(nd->round_hooks.ctx, res, attempt, sig_fd, restart, status);
 }
 
+static int begin_attempt(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status)
+{
+    struct node *nd = ctx;
+    return nd->round_hooks.begin_attempt(nd->round_hooks.ctx, attempt, sig_fd, place, status);
+}
+
 /* The watchdog's heartbeats: node 0 reads the coordinator it hosts (on the
  * same CLOCK_MONOTONIC), the others what node 0 relays through the store. */
 static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
@@ -246,7 +259,11 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
     const struct dt_agent_node *n = nd->n;
     const char *job = n->job->name;
     int world = n->nnodes * nd->nproc;
-    if (n->group)
+    if (elastic(n))
+        dt_log_info("job %s: elastic, %d to %d nodes of %d rank%s of '%s', coordinator %s:%d, run %s", job,
+                    n->nnodes_min, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
+                    cfg->master_addr, cfg->master_port, nd->run_dir);
+    else if (n->group)
         dt_log_info("job %s: %d rank%s (%d node%s x %d) through %s, coordinator %s:%d, run %s", job, world,
                     world == 1 ? "" : "s", n->nnodes, n->nnodes == 1 ? "" : "s", nd->nproc, cfg->argv[0],
                     cfg->master_addr, cfg->master_port, nd->run_dir);
@@ -308,12 +325,14 @@ static int run(struct node *nd)
     if (nd->round) {
         hooks.period_s = nd->round_hooks.period_s;
         hooks.attempt_end = attempt_end;
+        hooks.begin_attempt = nd->round_hooks.begin_attempt ? begin_attempt : NULL;
     }
     struct dt_agent_config cfg = {
         .job = job,
         .argv = job->command ? (const char *const *)job->command : worker_argv,
-        .node_rank = n->node_rank,
+        .node_rank = n->node_rank, /* -1: an elastic round places this node */
         .nnodes = n->nnodes,
+        .elastic = elastic(n),
         .nproc = nd->nproc,
         .run_id = nd->run_id,
         .run_dir = nd->run_dir,

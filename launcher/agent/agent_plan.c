@@ -182,7 +182,9 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "ROLE_WORLD_SIZE=%d", world);
     add(b, "MASTER_ADDR=%s", cfg->master_addr);
     add(b, "MASTER_PORT=%d", cfg->master_port);
-    add(b, "TORCHELASTIC_RESTART_COUNT=%d", restart);
+    /* torchrun counts restarts after failures only: a membership change of
+     * an elastic job restarts the ranks without counting (docs/elastic.md). */
+    add(b, "TORCHELASTIC_RESTART_COUNT=%d", cfg->elastic ? cfg->restarts : restart);
     add(b, "TORCHELASTIC_MAX_RESTARTS=%d", cfg->job->max_restarts);
     add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
     add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
@@ -206,6 +208,9 @@ static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg,
     add(b, "DTRAIN_NNODES=%d", cfg->nnodes);
     add(b, "DTRAIN_RESTART_COUNT=%d", restart);
     add(b, "DTRAIN_ERROR_FILE=%s", error_file);
+    /* The bundled trainer may then resume a checkpoint of another world size. */
+    if (cfg->elastic)
+        add(b, "DTRAIN_ELASTIC=1");
 }
 
 int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,

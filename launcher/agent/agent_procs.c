@@ -574,7 +574,8 @@ static void raise_fd_limit(struct dt_agent *a)
 static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
 {
     struct dt_agent_result *res = a->res;
-    int n_attempts = cfg->job->max_restarts + 1;
+    /* An elastic job's membership changes are rounds past max_restarts + 1. */
+    int n_attempts = cfg->job->max_restarts + 1 + (cfg->elastic ? DT_AGENT_ELASTIC_ROUNDS : 0);
     res->attempts = calloc((size_t)n_attempts, sizeof *res->attempts);
     res->max_attempts = res->attempts ? n_attempts : 0;
     for (int k = 0; k < res->max_attempts; k++) {

@@ -221,22 +221,23 @@ static int hb_read(struct hb_relay *h, struct dt_store *s, int rank, int64_t *st
     return dt_error_set(DT_ENOTFOUND, "rank %d has not sent a heartbeat", rank);
 }
 
+void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes)
+{
+    r->hb->node = node;
+    r->hb->nnodes = nnodes;
+    r->hb->seen_s = 0;
+    r->hb->n_entries = 0;
+}
+
+int dt_agent__round_relay(struct dt_agent__round *r)
+{
+    return r->cfg.job->trainer ? hb_relay(r->hb, r->store, r->cfg.coord) : 0;
+}
+
 /* --- the rounds ---------------------------------------------------------- */
 
 #define POLL_S 0.1
-#define MAX_ROUNDS 1024
-
-struct dt_agent__round {
-    struct dt_agent__round_config cfg;
-    struct dt_store *store;
-    char coord[300]; /* host:port, for messages */
-    bool dead;       /* the coordinator is gone: nothing more is asked of it */
-    bool published[MAX_ROUNDS];
-    bool told_stop;
-    struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
-    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job; node -1 */
-    double lost_unix;               /* when the coordinator noticed, wall clock */
-};
+#define MAX_ROUNDS DT_AGENT__MAX_ROUNDS
 
 static void key(char *out, size_t n, const char *what, int k)
 {
@@ -244,7 +245,7 @@ static void key(char *out, size_t n, const char *what, int k)
 }
 
 /* A store call failed: the coordinator (node 0's agent) is gone or broken. */
-static enum dt_agent_verdict lost_coordinator(struct dt_agent__round *r, int *status)
+enum dt_agent_verdict dt_agent__round_lost_coordinator(struct dt_agent__round *r, int *status)
 {
     if (!r->dead)
         dt_log_error("node %d: lost the coordinator at %s (hosted by node 0's agent, which has exited or "
@@ -256,14 +257,14 @@ static enum dt_agent_verdict lost_coordinator(struct dt_agent__round *r, int *st
 }
 
 /* 1 when the key exists, 0 when not, negative on a store error. */
-static int exists(struct dt_agent__round *r, const char *k)
+int dt_agent__round_exists(struct dt_agent__round *r, const char *k)
 {
     bool ready = false;
     int rc = dt_store_check(r->store, &k, 1, &ready);
     return rc < 0 ? rc : ready;
 }
 
-static int get_text(struct dt_agent__round *r, const char *k, char *out, size_t n)
+int dt_agent__round_get_text(struct dt_agent__round *r, const char *k, char *out, size_t n)
 {
     void *v = NULL;
     size_t len = 0;
@@ -292,7 +293,7 @@ int dt_agent__round_abort(struct dt_agent__round *r, int status, const char *why
 static int read_abort(struct dt_agent__round *r, int *status, char *why, size_t n)
 {
     char v[600];
-    int rc = get_text(r, "dtrain/abort", v, sizeof v);
+    int rc = dt_agent__round_get_text(r, "dtrain/abort", v, sizeof v);
     if (rc)
         return rc;
     char *sp = strchr(v, ' ');
@@ -309,6 +310,17 @@ static void say_abort(int status, const char *why)
         dt_log_info("the job is stopping to be requeued: %s", why);
     else
         dt_log_error("the job is ending: %s", why);
+}
+
+int dt_agent__round_aborted(struct dt_agent__round *r, int *status)
+{
+    char why[600];
+    int rc = dt_agent__round_exists(r, "dtrain/abort");
+    if (rc == 1 && (rc = read_abort(r, status, why, sizeof why)) == 0) {
+        say_abort(*status, why);
+        return 1;
+    }
+    return rc;
 }
 
 /* Node 0 keeps the first lost member for summary.json, in the coordinator's
@@ -379,7 +391,7 @@ static int publish_fail(struct dt_agent__round *r, const struct dt_agent_result 
 static enum dt_agent_verdict look(struct dt_agent__round *r, int k, int *status)
 {
     char why[600], k1[64];
-    int rc = exists(r, "dtrain/abort");
+    int rc = dt_agent__round_exists(r, "dtrain/abort");
     if (rc == 1 && (rc = read_abort(r, status, why, sizeof why)) == 0) {
         say_abort(*status, why);
         return DT_AGENT_ABORT;
@@ -390,22 +402,24 @@ static enum dt_agent_verdict look(struct dt_agent__round *r, int k, int *status)
         return DT_AGENT_ABORT;
     }
     key(k1, sizeof k1, "fail", k);
-    if (rc == 0 && (rc = exists(r, k1)) == 1)
+    if (rc == 0 && (rc = dt_agent__round_exists(r, k1)) == 1)
         return DT_AGENT_STOP_ATTEMPT;
-    return rc < 0 ? lost_coordinator(r, status) : DT_AGENT_GO_ON;
+    return rc < 0 ? dt_agent__round_lost_coordinator(r, status) : DT_AGENT_GO_ON;
 }
 
 static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result *res, int k, int *status)
 {
     struct dt_agent__round *r = ctx;
     if (r->dead)
-        return lost_coordinator(r, status);
+        return dt_agent__round_lost_coordinator(r, status);
     if (k >= MAX_ROUNDS)
         return DT_AGENT_GO_ON;
     if (res->attempts[k].first_failed >= 0 && !r->published[k] && publish_fail(r, res, k) < 0)
-        return lost_coordinator(r, status);
+        return dt_agent__round_lost_coordinator(r, status);
     if (r->cfg.job->trainer && hb_relay(r->hb, r->store, r->cfg.coord) < 0)
-        return lost_coordinator(r, status);
+        return dt_agent__round_lost_coordinator(r, status);
+    if (r->el)
+        return dt_agent__elastic_poll(r, res, k, status);
     enum dt_agent_verdict v = look(r, k, status);
     if (v == DT_AGENT_STOP_ATTEMPT && res->attempts[k].first_failed < 0 && !r->told_stop) {
         dt_log_warn("node %d: a rank on another node failed in round %d; stopping this node's ranks",
@@ -470,13 +484,13 @@ static char *next_line(char **p)
 }
 
 /* Node 0 puts another node's failure of round k where the summary reads it. */
-static void read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from)
+void dt_agent__round_read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from)
 {
     char k1[64];
     failinfo_key(k1, sizeof k1, k, from);
     void *v = NULL;
     size_t len = 0;
-    if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0)
+    if (dt_agent__round_exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0)
         return;
     struct dt_agent_failure *ff = &res->first_failure;
     char *p = v;
@@ -526,7 +540,7 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
             hb_relay(r->hb, r->store, r->cfg.coord);
         /* Members before the counter: a node leaves only after it saw the
          * counter full, so a node seen lost or left here is no false alarm. */
-        if ((rc = exists(r, "dtrain/abort")) == 1) {
+        if ((rc = dt_agent__round_exists(r, "dtrain/abort")) == 1) {
             if ((rc = read_abort(r, status, why, sizeof why)) == 0) {
                 say_abort(*status, why);
                 return 2;
@@ -540,7 +554,7 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
             rc = dt_store_add(r->store, k1, 0, &n);
     }
     if (rc < 0) {
-        lost_coordinator(r, status);
+        dt_agent__round_lost_coordinator(r, status);
         return 2;
     }
     return 0;
@@ -552,15 +566,15 @@ static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k,
 {
     char k1[64], v[64], desc[160];
     key(k1, sizeof k1, "fail", k);
-    int rc = exists(r, k1);
+    int rc = dt_agent__round_exists(r, k1);
     if (rc == 0) {
         *status = 0;
         return 0;
     }
     if (rc == 1)
-        rc = get_text(r, k1, v, sizeof v);
+        rc = dt_agent__round_get_text(r, k1, v, sizeof v);
     if (rc < 0) {
-        lost_coordinator(r, status);
+        dt_agent__round_lost_coordinator(r, status);
         return 0;
     }
     int rank = -1, wstatus = 0, node = -1;
@@ -571,7 +585,7 @@ static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k,
     /* Node 0's summary names the round's first failure wherever it was, as the
      * first failure of the last failed attempt of a one-node job. */
     if (r->cfg.node_rank == 0 && node != 0)
-        read_failinfo(r, res, k, node);
+        dt_agent__round_read_failinfo(r, res, k, node);
     if (r->cfg.node_rank == 0 && res->have_failure && res->first_failure.attempt == k)
         res->first_failure.final = !retry;
     if (retry && k < r->cfg.job->max_restarts) {
@@ -600,6 +614,8 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd
             publish_fail(r, res, k);
         publish_failinfo(r, res, k);
     }
+    if (r->el)
+        return dt_agent__elastic_attempt_end(r, res, k, sig_fd, restart, status);
     int w = wait_round_end(r, k, sig_fd, status);
     if (w == 1)
         return 1;
@@ -635,6 +651,13 @@ int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_age
     }
     char host[256] = "?";
     gethostname(host, sizeof host);
+    if (cfg->nnodes_min > 0 && cfg->nnodes_min < cfg->nnodes) {
+        if ((rc = dt_agent__elastic_open(r, cfg->nnodes_min)) != 0)
+            dt_agent__round_close(r);
+        else
+            *out = r;
+        return rc;
+    }
     rc = dt_store_join(r->store, cfg->node_rank, cfg->nnodes, cfg->nproc, host);
     if (rc) {
         dt_agent__round_close(r);
@@ -652,7 +675,7 @@ int dt_agent__round_run_id(struct dt_agent__round *r, char *run_id, size_t n)
         int rc = run_id[0] ? 0 : dt_run_dir_make_id(run_id, n);
         return rc ? rc : dt_store_set(r->store, "dtrain/run_id", run_id, strlen(run_id));
     }
-    int rc = get_text(r, "dtrain/run_id", run_id, n);
+    int rc = dt_agent__round_get_text(r, "dtrain/run_id", run_id, n);
     return rc ? dt_error_prefix("node %d: waiting for node 0 to publish the run id", r->cfg.node_rank) : 0;
 }
 
@@ -687,6 +710,8 @@ static int same_nproc(struct dt_agent__round *r, const struct dt_store_member *m
 
 int dt_agent__round_wait_all(struct dt_agent__round *r)
 {
+    if (r->el) /* each round forms as it starts (agent_elastic.c) */
+        return 0;
     double deadline = dt_clock_s() + r->cfg.timeout_s;
     char missing[256];
     for (;;) {
@@ -719,8 +744,11 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 
 void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)
 {
-    *h =
-        (struct dt_agent_hooks){.ctx = r, .period_s = POLL_S, .poll = poll_round, .attempt_end = attempt_end};
+    *h = (struct dt_agent_hooks){.ctx = r,
+                                 .period_s = POLL_S,
+                                 .poll = poll_round,
+                                 .attempt_end = attempt_end,
+                                 .begin_attempt = r->el ? dt_agent__elastic_begin : NULL};
 }
 
 /* Node 0 hosts the coordinator: it waits (bounded) until the other agents
@@ -755,6 +783,8 @@ static void publish_ranks(struct dt_agent__round *r, const struct dt_agent_resul
     for (int k = 0; k < res->n_attempts; k++)
         for (int i = 0; i < res->nproc && len < cap; i++) {
             const struct dt_agent_rank_result *rr = &res->attempts[k].ranks[i];
+            if (rr->pid == 0) /* an elastic round this node had no place in */
+                continue;
             len += (size_t)snprintf(v + len, cap - len, "%d %d %d %d %d %d %.6f %.6f\n", k, rr->rank, rr->pid,
                                     rr->exited, rr->wstatus, rr->stopped_by_agent,
                                     res->started_unix + rr->spawn_s,
@@ -781,12 +811,20 @@ static void add_other(struct dt_agent_attempt *at, const struct dt_agent_rank_re
  * that left without them (killed, lost) is named, not guessed at. */
 static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 {
-    for (int node = 1; node < r->cfg.nnodes; node++) {
+    int last = r->cfg.nnodes - 1;
+    struct dt_store_member *m;
+    int count;
+    if (r->el && dt_store_members(r->store, &m, &count) == 0) { /* slots, maybe past nnodes */
+        for (int i = 0; i < count; i++)
+            last = m[i].node_rank > last ? m[i].node_rank : last;
+        free(m);
+    }
+    for (int node = 1; node <= last; node++) {
         char k1[64];
         void *v = NULL;
         size_t len = 0;
         key(k1, sizeof k1, "ranks", node);
-        if (exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0) {
+        if (dt_agent__round_exists(r, k1) != 1 || dt_store_get(r->store, k1, &v, &len) != 0) {
             dt_log_warn("node %d left no rank records: summary.json lists its failure only if it was the "
                         "round's first",
                         node);
@@ -817,7 +855,7 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
     char why[600];
     /* Another node may have ended the job first (its abort, seen before the
      * member list): node 0's summary still names a node that was lost. */
-    if (r->cfg.node_rank == 0 && !r->dead && res->status != DT_AGENT_SUCCEEDED)
+    if (r->cfg.node_rank == 0 && !r->dead && res->status != DT_AGENT_SUCCEEDED && !r->el)
         member_lost(r, why, sizeof why);
     if (r->lost.node >= 0) {
         res->lost_node = r->lost;
@@ -853,6 +891,7 @@ void dt_agent__round_close(struct dt_agent__round *r)
         return;
     dt_store_close(r->store);
     hb_free(r->hb);
+    dt_agent__elastic_free(r);
     free(r);
 }
 
@@ -863,7 +902,7 @@ int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step
     int rc = hb_read(r->hb, r->store, rank, step, age_s);
     if (rc < 0 && rc != DT_ENOTFOUND) { /* the store failed: the next poll ends the job */
         int status;
-        lost_coordinator(r, &status);
+        dt_agent__round_lost_coordinator(r, &status);
         dt_error_set(rc, "the coordinator at %s is gone", r->coord);
     }
     return rc;

@@ -197,7 +197,7 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
     }
     if (rc == 1) /* a signal came: the caller handles it */
         return 0;
-    if (restart && a->attempt >= a->cfg->job->max_restarts) {
+    if (restart && !a->cfg->elastic && a->attempt >= a->cfg->job->max_restarts) {
         dt_log_error("internal: a restart past max_restarts (%d) was asked for; ending the job",
                      a->cfg->job->max_restarts);
         a->abort_status = 1;
@@ -599,6 +599,8 @@ static int start_ranks(struct dt_agent *a, const char *dir)
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent__proc *p = &a->procs[i];
+        /* An elastic round numbers the ranks anew. */
+        p->rank = a->sinks[i].rank = at->ranks[i].rank = a->cfg->node_rank * a->cfg->nproc + i;
         dt_agent_env_free(p->env);
         p->env = NULL;
         int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
@@ -759,8 +761,9 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
         handle_signals(a, sig_fd);
         if (a->interrupt_sig)
             return 0;
-        dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)",
-                    a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
+        if (!cfg->elastic) /* an elastic round's hook said why */
+            dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)",
+                        a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
         return 1;
     }
     if (failure_status(a, &a->res->attempts[a->attempt]) < 0 || final_by_policy(a))
@@ -779,9 +782,45 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
     return 1;
 }
 
-int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
+/* An elastic job: waits for this node's place in a round (begin_attempt)
+ * and takes its numbers.  1 to run a.attempt, 0 when the job ended
+ * without this node, negative on error. */
+static int place_node(struct dt_agent *a, struct dt_agent_config *round, int sig_fd)
+{
+    const struct dt_agent_hooks *h = round->hooks;
+    struct dt_agent_place place;
+    int status = -1, k = a->attempt;
+    int rc = h->begin_attempt(h->ctx, &k, sig_fd, &place, &status);
+    if (rc < 0) {
+        a->abort_status = 1;
+        return rc;
+    }
+    if (rc == 1) {
+        if (status < 0)
+            handle_signals(a, sig_fd);
+        else
+            a->job_status = status;
+        return 0;
+    }
+    if (k >= a->res->max_attempts) {
+        a->abort_status = 1;
+        return dt_error_set(DT_ENOMEM, "round %d: the job has gone through more rounds than this agent keeps "
+                                       "(%d): stopping",
+                            k, a->res->max_attempts);
+    }
+    a->attempt = k;
+    round->node_rank = place.node_rank;
+    round->nnodes = place.nnodes;
+    round->restarts = place.restarts;
+    return 1;
+}
+
+int dt_agent_run(const struct dt_agent_config *cfg_in, struct dt_agent_result *res)
 {
     struct dt_agent a;
+    /* An elastic round changes the node's numbers: the agent reads them here. */
+    struct dt_agent_config round = *cfg_in;
+    const struct dt_agent_config *cfg = &round;
     int rc = dt_agent__init(&a, cfg, res);
     a.t0 = cfg->start_mono > 0 ? cfg->start_mono : dt_clock_s();
     /* the wall-clock time of t0, so `dtrain trace merge` can place spawn_s */
@@ -795,7 +834,10 @@ int dt_agent_run(const struct dt_agent_config *cfg, struct dt_agent_result *res)
         res->exit_status = 1;
         return rc;
     }
+    bool placed = cfg->elastic && cfg->hooks && cfg->hooks->begin_attempt;
     for (a.attempt = 0;; a.attempt++) {
+        if (placed && (rc = place_node(&a, &round, sv.fd)) <= 0)
+            break;
         rc = run_attempt(&a, sv.fd);
         if (rc == 0)
             rc = next_attempt(&a, sv.fd);

@@ -214,6 +214,13 @@ int dt_coord_heartbeat(struct dt_coord *c, int rank, int64_t *step, double *when
  * A node rank that was left or lost may be joined again (an agent restarted
  * in place).
  *
+ * An elastic job's agents other than node 0 do not know their node rank:
+ * they JOIN with node rank -2 (DT_WIRE_ANY_NODE) and are given a slot, the lowest never
+ * joined at or above 1 (slots past nnodes are made as needed; a slot is
+ * never given twice, so a lost agent's slot stays lost).  The OK answer's
+ * message carries the slot in decimal.  Which slots take part in a round,
+ * and as which node, is agent_rounds.c's.
+ *
  * A host that goes away (powered off, partitioned) closes nothing: its
  * connection would look alive for the kernel's TCP timeouts (about 15
  * minutes with unacknowledged data, for ever without).  So a member's
@@ -269,7 +276,7 @@ static uint8_t check_join(struct dt_coord__conn *conn, const struct dt_wire_requ
                  rank, nnodes, c->nnodes);
         return DT_WIRE_OUT_OF_RANGE;
     }
-    if (rank < 0 || rank >= nnodes) {
+    if (rank != DT_WIRE_ANY_NODE && (rank < 0 || rank >= nnodes)) {
         snprintf(msg, n, "node rank %" PRId64 " is out of range for a job of %" PRId64 " nodes (0..%" PRId64 ")",
                  rank, nnodes, nnodes - 1);
         return DT_WIRE_OUT_OF_RANGE;
@@ -278,7 +285,7 @@ static uint8_t check_join(struct dt_coord__conn *conn, const struct dt_wire_requ
         snprintf(msg, n, "node %" PRId64 " joins with %" PRId64 " ranks (must be at least 1)", rank, r->i3);
         return DT_WIRE_OUT_OF_RANGE;
     }
-    if (c->members && c->members[rank].state == DT_WIRE_MEMBER_JOINED) {
+    if (rank != DT_WIRE_ANY_NODE && c->members && c->members[rank].state == DT_WIRE_MEMBER_JOINED) {
         const struct dt_coord__member *m = &c->members[rank];
         snprintf(msg, n,
                  "node rank %" PRId64 " is already taken by the agent with pid %" PRId64 " on %s: two agents "
@@ -287,6 +294,38 @@ static uint8_t check_join(struct dt_coord__conn *conn, const struct dt_wire_requ
         return DT_WIRE_TAKEN;
     }
     return DT_WIRE_OK;
+}
+
+/* Makes room for `want` slots (the first JOIN: nnodes; an elastic JOIN:
+ * one more); 0, or -1 when out of memory. */
+static int members_grow(struct dt_coord *c, int64_t want)
+{
+    if (want <= c->nslots)
+        return 0;
+    int64_t cap = c->nslots ? c->nslots * 2 : want;
+    cap = cap < want ? want : cap > MAX_NODES ? MAX_NODES : cap;
+    struct dt_coord__member *all = calloc((size_t)cap, sizeof *all);
+    if (!all)
+        return -1;
+    pthread_mutex_lock(&c->hb_lock); /* dt_coord_member_lost reads them from another thread */
+    if (c->nslots)
+        memcpy(all, c->members, (size_t)c->nslots * sizeof *all);
+    free(c->members);
+    c->members = all;
+    c->nslots = cap;
+    pthread_mutex_unlock(&c->hb_lock);
+    return 0;
+}
+
+/* The slot an elastic JOIN gets: the lowest never joined from 1; -1 when
+ * MAX_NODES slots are used up or memory is. */
+static int64_t free_slot(struct dt_coord *c)
+{
+    for (int64_t i = 1; i < c->nslots; i++)
+        if (c->members[i].state == 0)
+            return i;
+    int64_t i = c->nslots > 1 ? c->nslots : 1;
+    return i < MAX_NODES && members_grow(c, i + 1) == 0 ? i : -1;
 }
 
 int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_request *r)
@@ -300,15 +339,14 @@ int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_requ
         return 0;
     }
     if (!c->members) {
-        struct dt_coord__member *all = calloc((size_t)r->i2, sizeof *all);
-        if (!all)
+        if (members_grow(c, r->i2) < 0)
             return dt_error_set(DT_ENOMEM, "coordinator: out of memory for %" PRId64 " members", r->i2);
-        pthread_mutex_lock(&c->hb_lock); /* dt_coord_member_lost reads them from another thread */
-        c->members = all;
         c->nnodes = r->i2;
-        pthread_mutex_unlock(&c->hb_lock);
     }
-    struct dt_coord__member *m = &c->members[r->i1];
+    int64_t node = r->i1;
+    if (node == DT_WIRE_ANY_NODE && (node = free_slot(c)) < 0)
+        return dt_error_set(DT_ENOMEM, "coordinator: no slot left for another agent");
+    struct dt_coord__member *m = &c->members[node];
     pthread_mutex_lock(&c->hb_lock); /* joined again (an agent restarted in place): not lost now */
     m->lost_why[0] = 0;
     pthread_mutex_unlock(&c->hb_lock);
@@ -318,7 +356,7 @@ int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_requ
     host_of(r, m->host, sizeof m->host);
     snprintf(m->addr, sizeof m->addr, "%s", conn->peer);
     m->conn = conn;
-    conn->member = r->i1;
+    conn->member = node;
     uv_os_fd_t fd;
     int e = c->liveness_s > 0 && uv_fileno((uv_handle_t *)&conn->tcp, &fd) == 0
                 ? dt_store_liveness_fd(fd, c->liveness_s)
@@ -327,11 +365,14 @@ int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_requ
         dt_log_warn("coordinator: node %" PRId64
                     "'s connection from %s keeps the kernel's TCP timeouts (%s): a "
                     "host that goes away is noticed in minutes, not %g s",
-                    r->i1, conn->peer, strerror(e), c->liveness_s);
+                    node, conn->peer, strerror(e), c->liveness_s);
     dt_log_debug("coordinator: node %" PRId64 " of %" PRId64 " joined from %s (%s, pid %" PRId64 ", %" PRId64
                  " ranks)",
-                 r->i1, c->nnodes, conn->peer, m->host, m->pid, m->nproc);
-    answer(conn, DT_WIRE_OK, "");
+                 node, c->nnodes, conn->peer, m->host, m->pid, m->nproc);
+    char slot[24] = "";
+    if (r->i1 == DT_WIRE_ANY_NODE)
+        snprintf(slot, sizeof slot, "%" PRId64, node);
+    answer(conn, DT_WIRE_OK, slot);
     return 0;
 }
 
@@ -390,7 +431,7 @@ int dt_coord_member_lost(struct dt_coord *c, int node, char *why, size_t n, doub
 {
     int rc = DT_ENOTFOUND;
     pthread_mutex_lock(&c->hb_lock);
-    if (c->members && node >= 0 && node < c->nnodes && c->members[node].lost_why[0]) {
+    if (c->members && node >= 0 && node < c->nslots && c->members[node].lost_why[0]) {
         snprintf(why, n, "%s", c->members[node].lost_why);
         if (when_s)
             *when_s = c->members[node].lost_s;
@@ -404,10 +445,10 @@ void dt_coord__member_list(struct dt_coord__conn *conn)
 {
     struct dt_coord *c = conn->coord;
     uint64_t n = 0;
-    for (int64_t i = 0; i < c->nnodes; i++)
+    for (int64_t i = 0; i < c->nslots; i++)
         n += c->members[i].state != 0;
     dt_wire_put_u64(&conn->out, n);
-    for (int64_t i = 0; i < c->nnodes; i++) {
+    for (int64_t i = 0; i < c->nslots; i++) {
         const struct dt_coord__member *m = &c->members[i];
         if (!m->state)
             continue;
@@ -423,7 +464,7 @@ static void member_free_all(struct dt_coord *c)
 {
     free(c->members);
     c->members = NULL;
-    c->nnodes = 0;
+    c->nnodes = c->nslots = 0;
 }
 
 /* ---- lifetime ---- */

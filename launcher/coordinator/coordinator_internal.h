@@ -175,7 +175,8 @@ struct dt_coord {
     struct dt_coord__queue *queues[DT_COORD__QUEUE_SLOTS];
     struct dt_coord__member *members; /* nnodes entries once the first agent joined; their lost_why
                                          and lost_s are read under hb_lock too */
-    int64_t nnodes;
+    int64_t nnodes;  /* what the first JOIN said */
+    int64_t nslots;  /* entries of members: nnodes, more once elastic JOINs took slots past it */
     bool stopping; /* dt_coord_stop is closing everything: members leaving is no news */
     unsigned long closes_logged;
     /* Under hb_lock too: read by dt_coord_refusals from the launcher's thread. */

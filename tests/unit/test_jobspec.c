@@ -467,9 +467,49 @@ static void names_and_key_list(void **state)
     dt_job_free(NULL);
 }
 
+/* nodes: N or MIN:MAX (docs/elastic.md), and dt_job_parse_nodes's refusals. */
+static void nodes_range(void **state)
+{
+    (void)state;
+    struct dt_job *job = load_ok("name: j\nnodes: 2:3\ncommand: [true]\nrendezvous: {last_call_timeout: 2s}\n");
+    assert_int_equal(job->nodes_min, 2);
+    assert_int_equal(job->nodes, 3);
+    assert_true(dt_job_elastic(job));
+    assert_true(job->rendezvous.last_call_timeout_s == 2.0);
+    dt_job_free(job);
+    job = load_ok("name: j\nnodes: 4\ncommand: [true]\n");
+    assert_int_equal(job->nodes_min, 4);
+    assert_int_equal(job->nodes, 4);
+    assert_false(dt_job_elastic(job));
+    assert_true(job->rendezvous.last_call_timeout_s == DT_JOB_LAST_CALL_DEFAULT_S);
+    dt_job_free(job);
+    int lo = 0, hi = 0;
+    assert_int_equal(dt_job_parse_nodes("1:1", &lo, &hi), 0);
+    assert_int_equal(lo * 10 + hi, 11);
+    assert_int_equal(dt_job_parse_nodes("3:2", &lo, &hi), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "MIN 3 above MAX 2"));
+    assert_int_equal(dt_job_parse_nodes("0:2", &lo, &hi), DT_EINVAL);
+    assert_int_equal(dt_job_parse_nodes("1:70000", &lo, &hi), DT_EINVAL);
+    assert_int_equal(dt_job_parse_nodes("1:", &lo, &hi), DT_EINVAL);
+    assert_int_equal(dt_job_parse_nodes("x", &lo, &hi), DT_EINVAL);
+    assert_int_equal(dt_job_parse_nodes("1:2:3", &lo, &hi), DT_EINVAL);
+    assert_int_equal(dt_job_parse_nodes("", &lo, &hi), DT_EINVAL);
+    struct dt_job *bad = NULL;
+    const char *quoted = "name: j\nnodes: '2:3'\ncommand: [true]\n";
+    assert_int_equal(dt_job_load_string(quoted, strlen(quoted), "q.yaml", &bad), DT_EINVAL);
+    const char *slurm = "name: j\nscheduler: slurm\nnodes: 1:2\ncommand: [true]\n";
+    assert_int_equal(dt_job_load_string(slurm, strlen(slurm), "s.yaml", &bad), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "s.yaml:3:8"));
+    assert_non_null(strstr(dt_error_last(), "dtrain agent --nnodes 1:2"));
+    const char *down = "name: j\nnodes: 5:1\ncommand: [true]\n";
+    assert_int_equal(dt_job_load_string(down, strlen(down), "d.yaml", &bad), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "d.yaml:2:8: nodes: the node range '5:1' has MIN 5 above MAX 1"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(nodes_range),
         cmocka_unit_test(defaults_filled),
         cmocka_unit_test(top_level_keys_read),
         cmocka_unit_test(every_trainer_key_read),

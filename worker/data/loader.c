@@ -224,6 +224,11 @@ const struct dt_batch *dt_loader_next(struct dt_loader *l)
     return &s->b;
 }
 
+const int64_t *dt_loader_indices(const struct dt_loader *l)
+{
+    return l->indices;
+}
+
 double dt_loader_wait_s(const struct dt_loader *l)
 {
     return l->wait_s;

@@ -44,6 +44,11 @@ void dt_loader_start_epoch(struct dt_loader *l, int64_t epoch, int64_t first);
  * NULL after the last one.  The batch stays valid until the next call. */
 const struct dt_batch *dt_loader_next(struct dt_loader *l);
 
+/* This rank's order of the current epoch: its j-th sample is position
+ * j * world + rank of the epoch's global order (DistributedSampler's
+ * interleave), so batch b's row i is entry b * batch_size + i. */
+const int64_t *dt_loader_indices(const struct dt_loader *l);
+
 /* Seconds the caller has spent waiting inside dt_loader_next so far. */
 double dt_loader_wait_s(const struct dt_loader *l);
 
