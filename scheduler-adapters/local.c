@@ -30,6 +30,12 @@
  * flags on each node; only `dtrain launch` of it cannot place them. */
 static int check(const struct dt_job *job)
 {
+    if (job->nodes_min != job->nodes)
+        return dt_error_set(DT_EUNSUPPORTED,
+                            "%s: nodes: %d:%d is an elastic job, and `dtrain launch` with scheduler: local runs "
+                            "one machine; start one `dtrain agent --nnodes %d:%d` per node, node 0's with "
+                            "--node-rank 0 (docs/elastic.md)",
+                            job->path, job->nodes_min, job->nodes, job->nodes_min, job->nodes);
     if (job->nodes != 1)
         return dt_error_set(DT_EUNSUPPORTED,
                             "%s: nodes: %d with scheduler: local; a local job runs on this one machine "

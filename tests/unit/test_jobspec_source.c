@@ -148,7 +148,7 @@ static void every_problem_in_file_order(void **state)
     assert_non_null(strstr(problems, "name: expected a DNS-1123 label"));
     assert_non_null(strstr(problems, "backend: mpi needs scheduler: mpirun"));
     assert_non_null(strstr(problems, "RANK is set by dtrain"));
-    assert_non_null(strstr(problems, "setup: runs in the sbatch script"));
+    assert_non_null(strstr(problems, "setup: runs before the agent starts"));
     free(problems);
 }
 
