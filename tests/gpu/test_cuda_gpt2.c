@@ -4,7 +4,8 @@
  * hit count and every parameter gradient, in fp32 and bf16; accumulation
  * doubling the gradients and the running loss; recompute gelu and block
  * against none; an evaluation forward leaving the gradients alone; backward's
- * ready reports (decreasing, ending at 0, on the compute stream); act_bytes's
+ * ready reports (decreasing, ending at 0, on the compute stream); the weight
+ * gradients on a second stream (DTRAIN_CUDA_WGRAD_STREAM=1) against one; act_bytes's
  * order of the modes; fp16 refused with a sentence.
  *
  * Configurations: c1 (L2 H2 C32 V67, T8 of block 16: wpe's unreached rows
@@ -132,8 +133,10 @@ static void *dev_copy(const void *h, size_t bytes)
 }
 
 /* The engine's part, for model m: arenas, batch, env; then ops->create. */
-static int gpu_make(struct gpu *G, struct dt_cuda_ctx *k, const struct dt_model *m, const struct cfg *c,
-                    enum dt_cuda_dtype t, const int32_t *x, const int32_t *y)
+/* kw: the weight-gradient stream's context (gpt2 uses it when
+ * DTRAIN_CUDA_WGRAD_STREAM=1 at create), or NULL. */
+static int gpu_make(struct gpu *G, struct dt_cuda_ctx *k, struct dt_cuda_ctx *kw, const struct dt_model *m,
+                    const struct cfg *c, enum dt_cuda_dtype t, const int32_t *x, const int32_t *y)
 {
     memset(G, 0, sizeof *G);
     G->k = k;
@@ -160,7 +163,7 @@ static int gpu_make(struct gpu *G, struct dt_cuda_ctx *k, const struct dt_model 
     gt_die_cuda(cudaMemcpy(G->g, fill, G->n * sizeof(float), cudaMemcpyHostToDevice), "g up");
     free(fill);
     G->env = (struct dt_model_cuda_env){.k = k,
-                                        .kw = NULL,
+                                        .kw = kw,
                                         .t = t,
                                         .max_batch = c->B + 1,
                                         .p = G->p,
@@ -262,15 +265,20 @@ static void check_loss(const char *what, double got, double want, double rtol)
 }
 
 /* Decreasing lo from ln_f down to 0, all on k's stream, 4 per block. */
+/* sw: the weight-gradient stream, where each block's reports of its c_fc
+ * and c_attn ranges (the 1st and 3rd of its four) must come from; NULL:
+ * every report on s. */
 static void check_ready(const char *what, const struct ready_log *r, const struct dt_model *m,
-                        const struct cfg *c, cudaStream_t s)
+                        const struct cfg *c, cudaStream_t s, cudaStream_t sw)
 {
     const struct dt_model_tensor *lnf = dt_model_find_tensor(m, "transformer.ln_f.weight");
     bool ok = r->n == 2 + 4 * c->L && r->n <= 256 && lnf && r->lo[0] == lnf->offset && r->lo[r->n - 1] == 0;
-    for (int i = 0; ok && i < r->n; i++)
-        ok = r->on[i] == s && (i == 0 || r->lo[i] < r->lo[i - 1]);
-    gt_result(ok, "%s: %d ready reports, decreasing from ln_f.weight (%zu) to 0, on the compute stream", what,
-              r->n, lnf ? lnf->offset : 0);
+    for (int i = 0; ok && i < r->n; i++) {
+        bool weights = sw && i > 0 && i < r->n - 1 && (i - 1) % 2 == 0;
+        ok = r->on[i] == (weights ? sw : s) && (i == 0 || r->lo[i] < r->lo[i - 1]);
+    }
+    gt_result(ok, "%s: %d ready reports, decreasing from ln_f.weight (%zu) to 0, on the %s", what, r->n,
+              lnf ? lnf->offset : 0, sw ? "stream that wrote each range" : "compute stream");
 }
 
 /* ---- the runs ---- */
@@ -305,7 +313,7 @@ static void recompute_modes(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_
         struct gpu G;
         float loss;
         int hits;
-        if (made(gpu_make(&G, k, m, c, t, x, y), what) &&
+        if (made(gpu_make(&G, k, NULL, m, c, t, x, y), what) &&
             made(gpu_step(&G, c, true, false, NULL, &loss, &hits), what)) {
             float *got = grads_down(&G);
             if (rc == DT_RECOMPUTE_BLOCK) {
@@ -322,6 +330,54 @@ static void recompute_modes(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_
     }
 }
 
+/* DTRAIN_CUDA_WGRAD_STREAM=1: the weight gradients on kw's stream beside the
+ * chain on k's (gpt2_cuda.c, Streams), against one stream's `base`, for
+ * recompute none and block (whose shared buffers block l+1's weight
+ * gradients still read when block l recomputes them), then a second
+ * micro-batch.  The chain is the same kernels on the same inputs, so the
+ * loss is the same bits; a weight-gradient GEMM on kw's context may take
+ * another cuBLASLt algorithm (a different fp32 summation order), hence 1e-5
+ * relative there, far below what a race leaves (a buffer overwritten while
+ * read gives errors of the gradient's own size). */
+static void two_streams(struct dt_cuda_ctx *k, struct dt_cuda_ctx *kw, const struct cfg *c,
+                        enum dt_cuda_dtype t, const int32_t *x, const int32_t *y, float base_loss, const float *base)
+{
+    setenv("DTRAIN_CUDA_WGRAD_STREAM", "1", 1);
+    static const enum dt_recompute modes[] = {DT_RECOMPUTE_NONE, DT_RECOMPUTE_BLOCK};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        enum dt_recompute rc = modes[i];
+        char what[160];
+        snprintf(what, sizeof what, "gpt2 %s %s two streams, recompute %s", c->tag, gt_tname(t),
+                 rc == DT_RECOMPUTE_NONE ? "none" : "block");
+        struct dt_model *m = host_model(c, rc);
+        struct gpu G;
+        float loss, loss2;
+        int hits;
+        struct ready_log rl = {0};
+        if (made(gpu_make(&G, k, kw, m, c, t, x, y), what) &&
+            made(gpu_step(&G, c, true, false, &rl, &loss, &hits), what)) {
+            float *got = grads_down(&G);
+            gt_result(loss == base_loss, "%s: the loss bit for bit as one stream's (%.9g, %.9g)", what, loss,
+                      base_loss);
+            check_grads(what, m, got, base, 1.0, 1e-5);
+            check_ready(what, &rl, m, c, dt_cuda_stream(k), dt_cuda_stream(kw));
+            char ac[200];
+            snprintf(ac, sizeof ac, "%s, accumulate", what);
+            if (made(gpu_step(&G, c, true, true, NULL, &loss2, &hits), ac)) {
+                float *g2 = grads_down(&G);
+                check_grads(ac, m, g2, got, 2.0, 1e-5);
+                free(g2);
+            }
+            free(got);
+        }
+        gpu_free(&G);
+        dt_model_destroy(m);
+    }
+    unsetenv("DTRAIN_CUDA_WGRAD_STREAM");
+}
+
+static struct dt_cuda_ctx *kw_ctx; /* main's second context: the weight-gradient stream */
+
 static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_dtype t)
 {
     int32_t *x, *y;
@@ -335,7 +391,7 @@ static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_
     float loss, loss2, eloss;
     int hits, ehits;
     struct ready_log rl = {0};
-    if (!made(gpu_make(&G, k, m, c, t, x, y), what) ||
+    if (!made(gpu_make(&G, k, NULL, m, c, t, x, y), what) ||
         !made(gpu_step(&G, c, true, false, &rl, &loss, &hits), what)) {
         gpu_free(&G);
         goto out;
@@ -349,7 +405,7 @@ static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_
                   (long long)r.hits);
     float *g1 = grads_down(&G);
     check_grads(what, m, g1, r.grads, 1.0, rtol_of(t));
-    check_ready(what, &rl, m, c, dt_cuda_stream(k));
+    check_ready(what, &rl, m, c, dt_cuda_stream(k), NULL);
     gt_result(fabs(loss_acc(&G) - loss) <= 1e-6 * fabs(loss), "%s: loss_acc holds the loss sum", what);
 
     /* evaluation: the same loss, the gradients untouched */
@@ -377,6 +433,7 @@ static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_
     }
     gpu_free(&G);
     recompute_modes(k, c, t, x, y, loss, g1);
+    two_streams(k, kw_ctx, c, t, x, y, loss, g1);
     free(g1);
 out:
     free(r.grads);
@@ -403,7 +460,7 @@ static void memory_and_refusal(struct dt_cuda_ctx *k)
     int32_t *x, *y;
     tokens(&C2, &x, &y);
     struct gpu G;
-    int rc = gpu_make(&G, k, m, &C2, DT_CUDA_F16, x, y);
+    int rc = gpu_make(&G, k, NULL, m, &C2, DT_CUDA_F16, x, y);
     gt_result(rc != 0 && strstr(dt_error_last(), "bf16"), "gpt2 on cuda refuses fp16: %s",
               rc ? dt_error_last() : "(accepted)");
     gpu_free(&G);
@@ -421,6 +478,11 @@ int main(void)
         return 1;
     }
     dt_cuda_set_autotune(k, false);
+    if (dt_cuda_ctx_create(0, 0, &kw_ctx) < 0) {
+        printf("not ok - dt_cuda_ctx_create (the weight-gradient stream's): %s\n", dt_error_last());
+        return 1;
+    }
+    dt_cuda_set_autotune(kw_ctx, false);
     memory_and_refusal(k);
     const enum dt_cuda_dtype types[] = {DT_CUDA_F32, DT_CUDA_BF16};
     for (int ti = 0; ti < 2; ti++) {
@@ -428,6 +490,7 @@ int main(void)
         run_config(k, &C2, types[ti]);
         run_config(k, &C3, types[ti]);
     }
+    dt_cuda_ctx_destroy(kw_ctx);
     dt_cuda_ctx_destroy(k);
     return gt_finish();
 }

@@ -514,14 +514,11 @@ static int gather_moment(struct dt_dev_model *d, const float *shard, float *host
     int rc =
         dt_cuda_alloc((void **)&all, d->stride * sizeof(float), "gathering AdamW's moments for the host");
     cudaError_t e = cudaSuccess;
+    if (!rc && (e = cudaMemcpyAsync(all + d->zlo, shard, d->zper * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    d->s)) != cudaSuccess)
+        rc = dt_cuda_err(e, "copying a moment's shard for the all-gather");
     if (!rc)
-        e = cudaMemcpyAsync(all + d->zlo, shard, d->zper * sizeof(float), cudaMemcpyDeviceToDevice, d->s);
-    if (!rc && e == cudaSuccess)
-        e = cudaEventRecord(d->zero_ev[0], d->s);
-    if (!rc && e == cudaSuccess)
-        e = cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0);
-    if (!rc && e != cudaSuccess)
-        rc = dt_cuda_err(e, "ordering the moments' all-gather");
+        rc = dt_cuda_stream_after(d->cs, d->s, d->zero_ev[0], "ordering the moments' all-gather");
     if (!rc)
         rc = dt_nccl_allgather_stream(d->c.comm, all, d->zper, DT_F32, d->cs);
     if (!rc)

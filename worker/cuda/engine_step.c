@@ -77,10 +77,7 @@ static int start_buckets(void *ctx, size_t ready_lo, cudaStream_t written_on)
     while (d->next_bucket < d->c.n_buckets && d->c.buckets[d->next_bucket][0] >= ready_lo) {
         int i = d->next_bucket++;
         size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
-        int rc = cuda_call(cudaEventRecord(d->bucket_ev[i], written_on), "cudaEventRecord (bucket ready)");
-        if (!rc)
-            rc = cuda_call(cudaStreamWaitEvent(d->cs, d->bucket_ev[i], 0),
-                           "cudaStreamWaitEvent (bucket ready)");
+        int rc = dt_cuda_stream_after(d->cs, written_on, d->bucket_ev[i], "ordering a bucket after its gradients");
         if (!rc)
             rc = dt_nccl_allreduce_stream(d->c.comm, d->g + lo, hi - lo, DT_F32, DT_AVG, d->cs);
         if (rc)
@@ -99,9 +96,7 @@ static int backward(struct dt_dev_model *d, int B, bool accumulate, bool communi
     if (!rc)
         rc = mark(d, 3);
     if (!rc && communicate) { /* the optimizer reads averaged gradients: compute waits for comm */
-        rc = cuda_call(cudaEventRecord(d->join_ev, d->cs), "cudaEventRecord (buckets done)");
-        if (!rc)
-            rc = cuda_call(cudaStreamWaitEvent(d->s, d->join_ev, 0), "cudaStreamWaitEvent (buckets done)");
+        rc = dt_cuda_stream_after(d->s, d->cs, d->join_ev, "ordering the optimizer after the buckets");
     }
     if (!rc)
         rc = mark(d, 4);
@@ -155,18 +150,13 @@ static int micro(struct dt_dev_model *d, struct dt_engine_slot *sl, int B, float
  * waits for AdamW on s; s waits for it before anything reads them. */
 static int gather_params(struct dt_dev_model *d)
 {
-    int rc = cuda_call(cudaEventRecord(d->zero_ev[0], d->s), "cudaEventRecord (shard updated)");
-    if (!rc)
-        rc = cuda_call(cudaStreamWaitEvent(d->cs, d->zero_ev[0], 0), "cudaStreamWaitEvent (shard updated)");
+    int rc = dt_cuda_stream_after(d->cs, d->s, d->zero_ev[0], "ordering the all-gather after AdamW");
     if (!rc)
         rc = dt_nccl_allgather_stream(d->c.comm, d->p, d->zper, DT_F32, d->cs);
     if (!rc && d->plow)
         rc = dt_nccl_allgather_stream(d->c.comm, d->plow, d->zper, d->c.fp16 ? DT_F16 : DT_BF16, d->cs);
     if (!rc)
-        rc = cuda_call(cudaEventRecord(d->zero_ev[1], d->cs), "cudaEventRecord (parameters gathered)");
-    if (!rc)
-        rc = cuda_call(cudaStreamWaitEvent(d->s, d->zero_ev[1], 0),
-                       "cudaStreamWaitEvent (parameters gathered)");
+        rc = dt_cuda_stream_after(d->s, d->cs, d->zero_ev[1], "ordering compute after the all-gather");
     return rc ? dt_error_prefix("ZeRO-1: all-gathering the parameters") : 0;
 }
 
@@ -285,9 +275,7 @@ static int send_slot(struct dt_dev_model *d, struct dt_engine_slot *sl, int n)
                                        cudaMemcpyHostToDevice, d->copy),
                        "cudaMemcpyAsync (the batch)");
     if (!rc)
-        rc = cuda_call(cudaEventRecord(sl->copied, d->copy), "cudaEventRecord (indices copied)");
-    if (!rc)
-        rc = cuda_call(cudaStreamWaitEvent(d->s, sl->copied, 0), "cudaStreamWaitEvent (indices copied)");
+        rc = dt_cuda_stream_after(d->s, d->copy, sl->copied, "ordering the step after its batch's copy");
     return rc;
 }
 

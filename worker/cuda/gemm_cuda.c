@@ -25,6 +25,14 @@ int dt_cuda_err(cudaError_t e, const char *call)
     return dt_error_set(DT_EIO, "cuda: %s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+int dt_cuda_stream_after(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t ev, const char *what)
+{
+    cudaError_t e = cudaEventRecord(ev, producer);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(waiter, ev, 0);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, what);
+}
+
 int dt_cuda_alloc(void **p, size_t bytes, const char *what)
 {
     cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);

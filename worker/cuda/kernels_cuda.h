@@ -80,6 +80,11 @@ size_t dt_cuda_dtype_size(enum dt_cuda_dtype t);
 
 /* A CUDA runtime error as dtrain's: DT_EIO with a sentence naming the call. */
 int dt_cuda_err(cudaError_t e, const char *call);
+/* Work queued on `waiter` from now on runs after everything queued on
+ * `producer` so far: ev is recorded on producer and waited for on waiter (in a
+ * stream capture, an edge of the graph; ev may be recorded again afterwards,
+ * the wait keeps this point).  `what` names the point in an error. */
+int dt_cuda_stream_after(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t ev, const char *what);
 /* cudaMalloc of `bytes` (16 when 0) into *p; DT_ENOMEM naming `what` when it fails. */
 int dt_cuda_alloc(void **p, size_t bytes, const char *what);
 

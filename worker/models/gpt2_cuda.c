@@ -35,11 +35,11 @@
  *          fch_gelu) into one shared set
  * plus once: x_0 fp32 C, ln_f out C e and stats, per-row loss and hit,
  * backward's dres fp32 C, its t copy C e and dln C e, and a work region
- * (max of: the classifier's HEAD_ROWS x Vp e; dfch 4C e + attention scratch +
- * the shared recompute set; the embedding's scratch), whose phases never
- * overlap: the blocks' forward, the classifier, each block's backward, the
- * embedding's backward.  dqkv lives in dfch's memory (c_fc's backward is done
- * with dfch when attention's begins), datty in dln's.
+ * (max of: the classifier's HEAD_ROWS x Vp e; dfch 4C e + dqkv 3C e + the
+ * second dres_t C e + attention scratch + the shared recompute set; the
+ * embedding's scratch), whose phases never overlap: the blocks' forward, the
+ * classifier, each block's backward, the embedding's backward.  datty lives
+ * in dln's memory.
  * GPT-2 124M at B=32, T=1024 in bf16 (N = 32768 tokens, C 768, 12 layers,
  * Vp 50304): none 27.7 kB per token per layer = 10.9 GB, gelu 21.6 kB = 8.5 GB,
  * block 3.1 kB = 1.2 GB (+ 0.8 GB shared set); the rest 0.35 GB and a work
@@ -47,12 +47,24 @@
  * engine's four fp32 arenas and the bf16 copy (2.2 GB) 14.3 GB = 13.3 GiB,
  * under torch.compile's 15.1 GiB.  act_bytes says exactly what create takes.
  *
- * Everything runs on env.k's stream (env.kw is not used: the weight
- * gradients queue behind the input gradients), nothing waits for the host,
- * so a step can be captured in a CUDA graph.  Not for the kernels
- * (worker/cuda/) or the engine's step.
+ * Streams.  Forward, the loss and backward's input-gradient chain run on
+ * env.k's stream.  With DTRAIN_CUDA_WGRAD_STREAM=1 (for gpt2 off unless asked,
+ * until measured on the H200; the MLP's is on unless 0) the four weight
+ * gradients of each block run on env.kw's, beside the chain, so their GEMMs
+ * fill the GPU while the chain runs LayerNorm and attention backward.  Each
+ * weight gradient waits for its inputs (an event on k after their writer);
+ * each buffer one of them reads is written again on k only after an event
+ * on kw says it was read.  For that the two halves of a block read separate
+ * dres_t copies (ln_1's and ln_f's output gradient in dres_t[0], ln_2's in
+ * [1]) and dqkv has its own place beside dfch; both sit in the work region,
+ * which the classifier's chunk bounds at GPT-2's sizes.  Backward joins kw
+ * back into k before the embedding's backward (whose scratch is the work
+ * region) and so before anything after it.  Nothing waits for the host, so a
+ * step can be captured in a CUDA graph.  Not for the kernels (worker/cuda/)
+ * or the engine's step.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "worker/cuda/model_cuda.h"
@@ -84,13 +96,23 @@ struct gpt2_dev {
     float *lnf_mean, *lnf_rstd;
     float *row_loss;    /* [N] */
     int *row_hit;       /* [N] */
-    float *dres;        /* [N,C] fp32: dloss/dx of the residual stream */
-    void *dres_t, *dln; /* [N,C] t: dres as the GEMMs read it; a LayerNorm's output gradient */
-    void *logits;       /* work: [HEAD_ROWS, Vp] t */
-    void *dfch;         /* work: [N,4C] t, also dqkv [N,3C] */
-    void *att_scratch;  /* work, after dfch */
-    void *emb_scratch;  /* work */
+    float *dres;           /* [N,C] fp32: dloss/dx of the residual stream */
+    void *dres_t[2], *dln; /* [N,C] t: dres as the GEMMs read it (see Streams); a LayerNorm's output gradient */
+    void *logits;          /* work: [HEAD_ROWS, Vp] t */
+    void *dfch, *dqkv;     /* work: [N,4C] t, [N,3C] t */
+    void *att_scratch;     /* work, after them and dres_t[1] */
+    void *emb_scratch;     /* work */
+    /* The weight-gradient stream (header, Streams): kw NULL when not used.
+     * in_ev: k -> kw, a weight gradient's inputs are written.  done_ev: kw ->
+     * k, that weight gradient has read them (indexed by enum wgrad), and
+     * whether it was recorded in this backward (a wait before is no wait). */
+    struct dt_cuda_ctx *kw;
+    cudaEvent_t in_ev, done_ev[4];
+    bool pending[4];
 };
+
+/* The weight gradients of a block, in the order backward queues them. */
+enum wgrad { WG_FCP, WG_FC, WG_ATTP, WG_QKV };
 
 /* ---- memory: one planner for act_bytes and create ---- */
 
@@ -162,24 +184,29 @@ static size_t carve(const struct dims *z, char *base, struct gpt2_dev *d)
     int *rh = take(&p, N * sizeof(int));
     float *dres = take(&p, NC * f);
     void *dres_t = take(&p, NC * e), *dln = take(&p, NC * e);
-    /* the work region: [dfch | attention scratch | shared recompute set]; the
-     * classifier's chunk and the embedding's scratch from its start */
+    /* the work region: [dfch | dqkv | dres_t[1] | attention scratch | shared
+     * recompute set]; the classifier's chunk and the embedding's scratch from
+     * its start */
     size_t head_rows = N < HEAD_ROWS ? N : HEAD_ROWS;
-    size_t dfch = al(4 * NC * e), att = al(dt_cuda_attention_scratch_bytes(z->rows, z->T, z->H));
+    size_t dfch = al(4 * NC * e), dqkv = al(3 * NC * e), dres_t1 = al(NC * e);
+    size_t att = al(dt_cuda_attention_scratch_bytes(z->rows, z->T, z->H));
     struct plan q = {NULL, 0};
     if (z->rc == DT_RECOMPUTE_BLOCK)
         carve_block(&q, &shared, z, true);
     else if (z->rc == DT_RECOMPUTE_GELU)
         take(&q, 4 * NC * e);
-    size_t work = max3(head_rows * (size_t)z->Vp * e, dfch + att + q.at, dt_cuda_embed_scratch_bytes((int)N));
+    size_t work = max3(head_rows * (size_t)z->Vp * e, dfch + dqkv + dres_t1 + att + q.at,
+                       dt_cuda_embed_scratch_bytes((int)N));
     char *w = take(&p, work);
     if (!d)
         return p.at;
     d->res[0] = r0, d->lnf = lnf, d->lnf_mean = lm, d->lnf_rstd = lr, d->row_loss = rl, d->row_hit = rh;
-    d->dres = dres, d->dres_t = dres_t, d->dln = dln;
+    d->dres = dres, d->dres_t[0] = dres_t, d->dln = dln;
     d->logits = d->emb_scratch = d->dfch = w;
-    d->att_scratch = w + dfch;
-    struct plan s = {w + dfch + att, 0};
+    d->dqkv = w + dfch;
+    d->dres_t[1] = w + dfch + dqkv;
+    d->att_scratch = w + dfch + dqkv + dres_t1;
+    struct plan s = {w + dfch + dqkv + dres_t1 + att, 0};
     if (z->rc == DT_RECOMPUTE_BLOCK) {
         carve_block(&s, &shared, z, true);
         for (int l = 0; l < z->L; l++)
@@ -217,6 +244,11 @@ static void gpt2_cuda_destroy(void *state)
     struct gpt2_dev *d = state;
     if (!d)
         return;
+    for (int i = 0; i < 5; i++) {
+        cudaEvent_t ev = i ? d->done_ev[i - 1] : d->in_ev;
+        if (ev)
+            cudaEventDestroy(ev);
+    }
     cudaFree(d->mem);
     free(d->a);
     free(d->res);
@@ -235,6 +267,22 @@ static int check_env(const struct dt_gpt2 *g, const struct dt_model_cuda_env *en
                             "cuda gpt2: batches of %d sequences of %d tokens; block_size is %d (a token "
                             "data set of sequences up to it is what gpt2 reads)",
                             env->max_batch, env->seq_len, g->block);
+    return 0;
+}
+
+/* The weight-gradient stream when env.kw exists and DTRAIN_CUDA_WGRAD_STREAM=1
+ * asks for it (header, Streams); its events. */
+static int wgrad_stream_create(struct gpt2_dev *d)
+{
+    const char *env = getenv("DTRAIN_CUDA_WGRAD_STREAM");
+    if (!d->e.kw || !env || strcmp(env, "1") != 0)
+        return 0;
+    d->kw = d->e.kw;
+    for (int i = 0; i < 5; i++) {
+        cudaError_t e = cudaEventCreateWithFlags(i ? &d->done_ev[i - 1] : &d->in_ev, cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            return dt_cuda_err(e, "cudaEventCreate (gpt2's weight-gradient stream)");
+    }
     return 0;
 }
 
@@ -267,6 +315,11 @@ static int gpt2_cuda_create(const struct dt_model *m, const struct dt_model_cuda
         return rc;
     }
     carve(&z, d->mem, d);
+    rc = wgrad_stream_create(d);
+    if (rc) {
+        gpt2_cuda_destroy(d);
+        return rc;
+    }
     *state = d;
     return 0;
 }
@@ -368,6 +421,39 @@ static int gpt2_cuda_forward_loss(void *state, int B, const struct dt_model_cuda
     return rc;
 }
 
+/* ---- the weight-gradient stream (header, Streams) ---- */
+
+/* Where the next weight gradient runs: kw's context, after everything k has
+ * queued so far (its inputs), or k's own. */
+static int wgrad_begin(struct gpt2_dev *d, struct dt_cuda_ctx **on)
+{
+    *on = d->kw ? d->kw : d->e.k;
+    return d->kw ? dt_cuda_stream_after(dt_cuda_stream(d->kw), dt_cuda_stream(d->e.k), d->in_ev,
+                                        "ordering a weight gradient after its inputs")
+                 : 0;
+}
+
+/* Weight gradient w has read its inputs once kw has run what it has queued. */
+static int wgrad_end(struct gpt2_dev *d, enum wgrad w)
+{
+    if (!d->kw)
+        return 0;
+    cudaError_t e = cudaEventRecord(d->done_ev[w], dt_cuda_stream(d->kw));
+    if (e != cudaSuccess)
+        return dt_cuda_err(e, "cudaEventRecord (a weight gradient has read its inputs)");
+    d->pending[w] = true;
+    return 0;
+}
+
+/* k's next write goes to a buffer weight gradient w (its newest) reads: wait for it. */
+static int wgrad_wait(struct gpt2_dev *d, enum wgrad w)
+{
+    if (!d->kw || !d->pending[w])
+        return 0;
+    cudaError_t e = cudaStreamWaitEvent(dt_cuda_stream(d->e.k), d->done_ev[w], 0);
+    return e == cudaSuccess ? 0 : dt_cuda_err(e, "cudaStreamWaitEvent (a weight gradient has read its inputs)");
+}
+
 /* ---- backward ---- */
 
 static int report(dt_model_cuda_ready_fn ready, void *ctx, size_t lo, struct dt_cuda_ctx *k)
@@ -375,71 +461,95 @@ static int report(dt_model_cuda_ready_fn ready, void *ctx, size_t lo, struct dt_
     return ready ? ready(ctx, lo, dt_cuda_stream(k)) : 0;
 }
 
-/* The MLP half of block l backward, from dres (and its t copy) = dloss/dx_{l+1}:
+/* The MLP half of block l backward, from dres (and its t copy dres_t[0]) = dloss/dx_{l+1}:
  *   dfch = (dres Wfcp^T) * gelu'(fch)   dWfcp, dbfcp from dres and fch_gelu
  *   dln2 = dfch Wfc^T                    dWfc, dbfc from dfch and ln2
- *   dres += ln_2'(dln2)  (the residual passes dres through) */
+ *   dres += ln_2'(dln2)  (the residual passes dres through; its copy into dres_t[1]) */
 static int mlp_backward(struct gpt2_dev *d, int l, int N, bool acc, dt_model_cuda_ready_fn ready, void *ctx)
 {
-    struct dt_cuda_ctx *k = d->e.k;
+    struct dt_cuda_ctx *k = d->e.k, *kw;
     enum dt_cuda_dtype t = d->e.t;
     struct blk_acts *a = &d->a[l];
     float *g = d->e.g;
     int C = d->g->C;
-    int rc = dt_cuda_mm_backward_x(k, t, d->dfch, d->dres_t, W(d, bo(d, l, G_FCPW)), DT_CUDA_W_IN_OUT, a->fch,
-                                   N, 4 * C, C);
+    int rc = wgrad_begin(d, &kw);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(k, t, g + bo(d, l, G_FCPW), g + bo(d, l, G_FCPB), d->dres_t, a->fch_gelu,
+        rc = wgrad_wait(d, WG_FC); /* block l+1's c_fc weight gradient reads dfch */
+    if (!rc)
+        rc = dt_cuda_mm_backward_x(k, t, d->dfch, d->dres_t[0], W(d, bo(d, l, G_FCPW)), DT_CUDA_W_IN_OUT,
+                                   a->fch, N, 4 * C, C);
+    if (!rc)
+        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_FCPW), g + bo(d, l, G_FCPB), d->dres_t[0], a->fch_gelu,
                                    DT_CUDA_W_IN_OUT, N, 4 * C, C, acc);
+    if (!rc)
+        rc = wgrad_end(d, WG_FCP);
+    if (!rc)
+        rc = wgrad_begin(d, &kw);
     if (!rc)
         rc = dt_cuda_mm_backward_x(k, t, d->dln, d->dfch, W(d, bo(d, l, G_FCW)), DT_CUDA_W_IN_OUT, NULL, N, C,
                                    4 * C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(k, t, g + bo(d, l, G_FCW), g + bo(d, l, G_FCB), d->dfch, a->ln2,
+        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_FCW), g + bo(d, l, G_FCB), d->dfch, a->ln2,
                                    DT_CUDA_W_IN_OUT, N, C, 4 * C, acc);
     if (!rc)
-        rc = report(ready, ctx, bo(d, l, G_FCW), k);
+        rc = wgrad_end(d, WG_FC);
     if (!rc)
-        rc = dt_cuda_layernorm_backward(k, t, d->dres, d->dres_t, g + bo(d, l, G_LN2W), g + bo(d, l, G_LN2B),
-                                        d->dln, a->res2, d->e.p + bo(d, l, G_LN2W), a->ln2_mean, a->ln2_rstd,
-                                        N, C, acc);
+        rc = report(ready, ctx, bo(d, l, G_FCW), kw);
+    if (!rc)
+        rc = wgrad_wait(d, WG_ATTP); /* block l+1's attn.c_proj weight gradient reads dres_t[1] */
+    if (!rc)
+        rc = dt_cuda_layernorm_backward(k, t, d->dres, d->dres_t[1], g + bo(d, l, G_LN2W),
+                                        g + bo(d, l, G_LN2B), d->dln, a->res2, d->e.p + bo(d, l, G_LN2W),
+                                        a->ln2_mean, a->ln2_rstd, N, C, acc);
     if (!rc)
         rc = report(ready, ctx, bo(d, l, G_LN2W), k);
     return rc;
 }
 
-/* The attention half, from dres = dloss/dres2:
+/* The attention half, from dres = dloss/dres2 (its copy dres_t[1]):
  *   datty = dres Wattp^T (in dln's memory)   dWattp, dbattp from dres and atty
- *   dqkv = attention'(datty) (in dfch's)     dln1 = dqkv Wqkv^T, dWqkv, dbqkv
- *   dres += ln_1'(dln1) */
+ *   dqkv = attention'(datty)                 dln1 = dqkv Wqkv^T, dWqkv, dbqkv
+ *   dres += ln_1'(dln1)  (its copy into dres_t[0]) */
 static int attn_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_cuda_ready_fn ready, void *ctx)
 {
-    struct dt_cuda_ctx *k = d->e.k;
+    struct dt_cuda_ctx *k = d->e.k, *kw;
     enum dt_cuda_dtype t = d->e.t;
     struct blk_acts *a = &d->a[l];
     float *g = d->e.g;
     int N = B * d->T, C = d->g->C;
-    void *datty = d->dln, *dqkv = d->dfch;
-    int rc = dt_cuda_mm_backward_x(k, t, datty, d->dres_t, W(d, bo(d, l, G_ATTPW)), DT_CUDA_W_IN_OUT, NULL, N,
-                                   C, C);
+    void *datty = d->dln;
+    int rc = wgrad_begin(d, &kw);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(k, t, g + bo(d, l, G_ATTPW), g + bo(d, l, G_ATTPB), d->dres_t, a->atty,
+        rc = dt_cuda_mm_backward_x(k, t, datty, d->dres_t[1], W(d, bo(d, l, G_ATTPW)), DT_CUDA_W_IN_OUT, NULL,
+                                   N, C, C);
+    if (!rc)
+        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_ATTPW), g + bo(d, l, G_ATTPB), d->dres_t[1], a->atty,
                                    DT_CUDA_W_IN_OUT, N, C, C, acc);
     if (!rc)
-        rc = dt_cuda_attention_backward(k, t, dqkv, datty, a->qkv, a->atty, a->lse, B, d->T, C, d->g->H,
+        rc = wgrad_end(d, WG_ATTP);
+    if (!rc)
+        rc = wgrad_wait(d, WG_QKV); /* block l+1's c_attn weight gradient reads dqkv */
+    if (!rc)
+        rc = dt_cuda_attention_backward(k, t, d->dqkv, datty, a->qkv, a->atty, a->lse, B, d->T, C, d->g->H,
                                         d->att_scratch);
     if (!rc)
-        rc = dt_cuda_mm_backward_x(k, t, d->dln, dqkv, W(d, bo(d, l, G_QKVW)), DT_CUDA_W_IN_OUT, NULL, N, C,
+        rc = wgrad_begin(d, &kw);
+    if (!rc)
+        rc = dt_cuda_mm_backward_x(k, t, d->dln, d->dqkv, W(d, bo(d, l, G_QKVW)), DT_CUDA_W_IN_OUT, NULL, N, C,
                                    3 * C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(k, t, g + bo(d, l, G_QKVW), g + bo(d, l, G_QKVB), dqkv, a->ln1,
+        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_QKVW), g + bo(d, l, G_QKVB), d->dqkv, a->ln1,
                                    DT_CUDA_W_IN_OUT, N, C, 3 * C, acc);
     if (!rc)
-        rc = report(ready, ctx, bo(d, l, G_QKVW), k);
+        rc = wgrad_end(d, WG_QKV);
     if (!rc)
-        rc = dt_cuda_layernorm_backward(k, t, d->dres, d->dres_t, g + bo(d, l, G_LN1W), g + bo(d, l, G_LN1B),
-                                        d->dln, d->res[l], d->e.p + bo(d, l, G_LN1W), a->ln1_mean,
-                                        a->ln1_rstd, N, C, acc);
+        rc = report(ready, ctx, bo(d, l, G_QKVW), kw);
+    if (!rc)
+        rc = wgrad_wait(d, WG_FCP); /* this block's mlp.c_proj weight gradient reads dres_t[0] */
+    if (!rc)
+        rc = dt_cuda_layernorm_backward(k, t, d->dres, d->dres_t[0], g + bo(d, l, G_LN1W),
+                                        g + bo(d, l, G_LN1B), d->dln, d->res[l], d->e.p + bo(d, l, G_LN1W),
+                                        a->ln1_mean, a->ln1_rstd, N, C, acc);
     if (!rc)
         rc = report(ready, ctx, bo(d, l, G_LN1W), k);
     return rc;
@@ -447,13 +557,16 @@ static int attn_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_cu
 
 /* Block l backward, after what trainer.recompute dropped is made again (the
  * shared buffers of the work region: the classifier and block l+1's backward
- * overwrote them, so every block recomputes, the last included). */
+ * overwrote them, so every block recomputes, the last included; block l+1's
+ * weight gradients read them, and c_attn's is the last of those queued). */
 static int block_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_cuda_ready_fn ready, void *ctx)
 {
     int N = B * d->T, rc = 0;
-    if (d->recompute == DT_RECOMPUTE_BLOCK)
+    if (d->recompute != DT_RECOMPUTE_NONE)
+        rc = wgrad_wait(d, WG_QKV);
+    if (!rc && d->recompute == DT_RECOMPUTE_BLOCK)
         rc = block_forward(d, l, B, false);
-    else if (d->recompute == DT_RECOMPUTE_GELU)
+    else if (!rc && d->recompute == DT_RECOMPUTE_GELU)
         rc = dt_cuda_gelu_tanh_forward(d->e.k, d->e.t, d->a[l].fch_gelu, d->a[l].fch,
                                        (size_t)N * 4 * (size_t)d->g->C);
     if (!rc)
@@ -465,7 +578,9 @@ static int block_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_c
 
 /* From dlnf (the classifier left it in dln) down: ln_f, the blocks from the
  * last, the embeddings (adding to dwte, which the head wrote).  Ranges are
- * reported from the top of the arena down, wte's last, all on k's stream. */
+ * reported from the top of the arena down, wte's last; the weight gradients'
+ * stream is joined into k's before the embeddings (their scratch is the work
+ * region, which the weight gradients read). */
 static int gpt2_cuda_backward(void *state, int B, bool accumulate, dt_model_cuda_ready_fn ready, void *ctx)
 {
     struct gpt2_dev *d = state;
@@ -473,15 +588,19 @@ static int gpt2_cuda_backward(void *state, int B, bool accumulate, dt_model_cuda
     struct dt_cuda_ctx *k = d->e.k;
     int T = d->T, N = B * T, C = g->C;
     size_t NC = (size_t)N * (size_t)C;
+    memset(d->pending, 0, sizeof d->pending);
     int rc = dt_cuda_zero(k, d->dres, NC * sizeof(float));
     if (!rc)
-        rc = dt_cuda_layernorm_backward(k, d->e.t, d->dres, d->dres_t, d->e.g + g->lnfw, d->e.g + g->lnfb,
+        rc = dt_cuda_layernorm_backward(k, d->e.t, d->dres, d->dres_t[0], d->e.g + g->lnfw, d->e.g + g->lnfb,
                                         d->dln, d->res[g->L], d->e.p + g->lnfw, d->lnf_mean, d->lnf_rstd, N,
                                         C, accumulate);
     if (!rc)
         rc = report(ready, ctx, g->lnfw, k);
     for (int l = g->L - 1; l >= 0 && !rc; l--)
         rc = block_backward(d, l, B, accumulate, ready, ctx);
+    if (!rc && d->kw)
+        rc = dt_cuda_stream_after(dt_cuda_stream(k), dt_cuda_stream(d->kw), d->done_ev[WG_QKV],
+                                  "joining gpt2's weight-gradient stream");
     if (!rc && !accumulate && T < g->block) /* positions the batch does not reach get no gradient */
         rc = dt_cuda_zero(k, d->e.g + g->wpe + (size_t)T * (size_t)C,
                           (size_t)(g->block - T) * (size_t)C * sizeof(float));

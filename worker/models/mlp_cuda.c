@@ -118,16 +118,6 @@ static int mlp_cuda_forward_loss(void *state, int B, const struct dt_model_cuda_
     return rc;
 }
 
-/* k's stream waits for everything queued on kw's so far. */
-static int join_wgrad_stream(struct mlp_dev *d)
-{
-    int rc = call(cudaEventRecord(d->wgrad_done_ev, dt_cuda_stream(d->e.kw)),
-                  "cudaEventRecord (weight gradients done)");
-    return rc ? rc
-              : call(cudaStreamWaitEvent(dt_cuda_stream(d->e.k), d->wgrad_done_ev, 0),
-                     "cudaStreamWaitEvent (weight gradients done)");
-}
-
 /* Layer l backward: dW, db from dz[l] and the layer's input; dz[l-1] =
  * (dz[l] W) * act'(z[l-1]) in one fused call.
  * With a weight-gradient stream, k's stream runs the chain dz[L-1] ->
@@ -155,16 +145,14 @@ static int mlp_cuda_backward(void *state, int B, bool accumulate, dt_model_cuda_
         bool side = d->e.kw && l > 0;
         struct dt_cuda_ctx *kw = side ? d->e.kw : d->e.k;
         cudaStream_t sw = dt_cuda_stream(kw);
-        if (side) {
-            rc = call(cudaEventRecord(d->dz_ready_ev, s), "cudaEventRecord (dz ready)");
-            if (!rc)
-                rc = call(cudaStreamWaitEvent(sw, d->dz_ready_ev, 0), "cudaStreamWaitEvent (dz ready)");
-        }
+        if (side)
+            rc = dt_cuda_stream_after(sw, s, d->dz_ready_ev, "ordering a weight gradient after its dz");
         if (!rc)
             rc = dt_cuda_linear_backward_w(kw, d->e.t, d->e.g + L->w, d->e.g + L->b, d->dz[l], in, B, L->in,
                                            L->out, accumulate);
-        if (!rc && d->e.kw && l == 0)
-            rc = join_wgrad_stream(d);
+        if (!rc && d->e.kw && l == 0) /* k's stream waits for everything queued on kw's so far */
+            rc = dt_cuda_stream_after(s, dt_cuda_stream(d->e.kw), d->wgrad_done_ev,
+                                      "joining the weight gradients' stream");
         if (!rc && ready)
             rc = ready(ctx, L->w, sw);
         if (!rc && l > 0)
