@@ -88,7 +88,8 @@ void dt_spec_problems_finish(struct dt_spec_ctx *ctx, char **joined)
 {
     if (joined)
         *joined = NULL;
-    qsort(ctx->problems, (size_t)ctx->n_problems, sizeof *ctx->problems, cmp_problem);
+    if (ctx->n_problems > 1) /* qsort's base may not be NULL, even for no element */
+        qsort(ctx->problems, (size_t)ctx->n_problems, sizeof *ctx->problems, cmp_problem);
     char *text = NULL;
     size_t len = 0;
     FILE *m = joined && ctx->n_problems ? open_memstream(&text, &len) : NULL;
