@@ -121,12 +121,11 @@ static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *
 static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, const char *run_dir,
                       char log_dir[PATH_MAX], char run_id[64])
 {
-    int rc = ad->resumable ? dt_launch_resume_check(job, run_dir, log_dir, PATH_MAX, run_id, 64)
-                           : dt_error_set(DT_EUNSUPPORTED,
-                                          "--resume: scheduler: %s names each run directory by its own new job, "
-                                          "so a run cannot continue in its old one; give the trainer an absolute "
-                                          "checkpoint.dir to resume from across launches",
-                                          ad->name);
+    int rc = ad->resume_check ? ad->resume_check(job) : 0;
+    if (rc < 0)
+        dt_error_prefix("--resume %s", run_dir);
+    else
+        rc = dt_launch_resume_check(job, run_dir, log_dir, PATH_MAX, run_id, 64);
     if (rc < 0)
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
     else

@@ -165,10 +165,14 @@ struct dt_adapter {
      * runs, or another negative DT_E* code with the error set. */
     int (*cancel)(const struct dt_run_record *rec, double wait_s);
 
-    /* --resume can continue a run in its directory: the launcher or the
-     * adapter names the run directory by a run id it is given (local,
-     * mpirun), not by the scheduler's new job id (Slurm, Kubernetes). */
-    bool resumable;
+    /* --resume: whether a run of this spec can continue in its directory.
+     * Submit then names the run directory by dt_adapter_launch.run_id, not
+     * by a new one (local and mpirun: the launcher's run id; Slurm: the
+     * agents get it instead of the new job's id; Kubernetes: the new Job's
+     * pods get it).  Returns 0, or DT_EUNSUPPORTED with the reason set when
+     * nothing of the run is left for a new launch to continue (Kubernetes
+     * without kubernetes.log_volume).  NULL: every run can continue. */
+    int (*resume_check)(const struct dt_job *job);
 };
 
 /* The adapter serving a scheduler, or by name ("k8s" is an alias of

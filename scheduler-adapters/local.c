@@ -81,5 +81,4 @@ const struct dt_adapter dt_adapter_local = {
     .discover = discover,
     .status = status,
     .cancel = dt_run_record_stop_launcher,
-    .resumable = true,
 };

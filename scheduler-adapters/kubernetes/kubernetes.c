@@ -160,4 +160,5 @@ const struct dt_adapter dt_adapter_kubernetes = {
     .discover = k8s_discover,
     .status = dt_k8s_status,
     .cancel = dt_k8s_cancel,
+    .resume_check = dt_k8s_resume_check,
 };

@@ -59,10 +59,17 @@ int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *o
 /* adapter.h's check: what render and submit refuse in the spec alone (the
  * Job's pod names, the kubernetes section, GPUs, dtrain's own env and volumes). */
 int dt_k8s_check(const struct dt_job *job);
-/* The same for a launch with `run_id` (DT_K8S_RUN_ID_LEN hex digits): the
+/* The same for a launch with `launch_id` (DT_K8S_RUN_ID_LEN hex digits): the
  * objects named by dt_k8s_object_name, so launching again never meets the
- * previous, immutable Job; NULL run_id renders as dt_k8s_render. */
-int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out);
+ * previous, immutable Job, and the pods' run id `run_id`: launch_id for a
+ * new run, an earlier launch's for --resume (the run directory on
+ * kubernetes.log_volume continues).  NULL ids render as dt_k8s_render. */
+int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *launch_id,
+                      const char *run_id, FILE *out);
+/* adapter.h's resume_check: a run can continue where something of it
+ * outlives its pods: kubernetes.log_volume (the run directory) or the
+ * trainer's absolute checkpoint.dir (a volume the user mounts). */
+int dt_k8s_resume_check(const struct dt_job *job);
 /* "<name>-<run id>", the name cut (and any '-' it then ends with dropped)
  * so that pod hostnames "<object>-<last index>" keep within a DNS label's
  * 63 characters; the job's name when run_id is NULL. */

@@ -437,7 +437,7 @@ void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf,
 
 int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
-    return dt_k8s_render_run(job, job_path, NULL, out);
+    return dt_k8s_render_run(job, job_path, NULL, NULL, out);
 }
 
 /* Every object is written from `named`, the job under the objects' name;
@@ -499,10 +499,11 @@ int dt_k8s_check(const struct dt_job *job)
 
 /* Written whole or not at all: the documents are made in memory first (a
  * pod_template that cannot merge is found only at the Job, the last one). */
-int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *run_id, FILE *out)
+int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *launch_id,
+                      const char *run_id, FILE *out)
 {
     char name[96];
-    dt_k8s_object_name(job, run_id, name, sizeof name);
+    dt_k8s_object_name(job, launch_id, name, sizeof name);
     struct dt_job named = *job; /* shallow: only read */
     named.name = name;
     int rc = check_job(&named);

@@ -23,6 +23,13 @@
  * kubectl for the Job's conditions and `dtrain cancel` deletes what the
  * launch created, as Ctrl-C does, and stops a launcher still following it.
  *
+ * --resume RUN_DIR: the new Job's objects get a fresh name as always (the
+ * old Job may still exist), but its pods the old run id, so their agents
+ * open the old run directory on kubernetes.log_volume and the trainer
+ * finds its checkpoints; RUN_DIR/launch.json then names the new Job.
+ * Without log_volume (or an absolute checkpoint.dir) nothing of the run
+ * outlived its pods, and dt_k8s_resume_check refuses.
+ *
  * Not for writing the manifests (kubernetes_render.c).
  */
 #include "scheduler-adapters/adapter.h"
@@ -35,11 +42,13 @@
 #include "base/run_dir.h"
 #include "scheduler-adapters/run_record.h"
 #include "spec/token.h"
+#include "spec/trainer_spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -72,14 +81,14 @@ static int run(char *const argv[], const char *in, size_t len, char **out)
     return rc;
 }
 
-static int apply(const struct dt_job *job, const char *run_id)
+static int apply(const struct dt_job *job, const char *launch_id, const char *run_id)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (!m)
         return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    int rc = dt_k8s_render_run(job, job->path, run_id, m);
+    int rc = dt_k8s_render_run(job, job->path, launch_id, run_id, m);
     fclose(m);
     if (rc == 0) {
         char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
@@ -344,6 +353,25 @@ int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s)
     return dt_run_record_launcher_alive(rec) ? dt_run_record_stop_launcher(rec, wait_s) : 0;
 }
 
+int dt_k8s_resume_check(const struct dt_job *job)
+{
+    const char *ckpt = job->trainer ? job->trainer->checkpoint.dir : NULL;
+    if ((job->kubernetes && job->kubernetes->log_volume) || (ckpt && ckpt[0] == '/'))
+        return 0;
+    return dt_error_set(DT_EUNSUPPORTED,
+                        "scheduler: kubernetes keeps a run's directory in its pods, which end with the Job, "
+                        "so nothing of the run is left to continue: set kubernetes.log_volume (a PVC or "
+                        "host path the run directories outlive the pods on), or give the trainer an absolute "
+                        "checkpoint.dir on a volume the pods mount (kubernetes.volumes)");
+}
+
+/* What the pods' discover takes for DTRAIN_K8S_RUN_ID (kubernetes.c). */
+static bool is_run_id(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 0 && n <= DT_K8S_RUN_ID_LEN && s[strspn(s, "0123456789abcdef")] == 0;
+}
+
 int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
 {
     int status;
@@ -358,16 +386,24 @@ int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts
     } else {
         /* A fresh run id names this launch's objects: the previous launch's
          * Job, immutable, may still exist under the job's own name or its. */
-        char token[DT_TOKEN_LEN + 1], run_id[DT_K8S_RUN_ID_LEN + 1], name[96];
-        if (dt_token_make(token)) {
+        char token[DT_TOKEN_LEN + 1] = "", launch_id[DT_K8S_RUN_ID_LEN + 1], name[96];
+        const char *run_id = opts->run_id ? opts->run_id : launch_id;
+        int rc = dt_token_make(token);
+        snprintf(launch_id, sizeof launch_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
+        if (rc) {
             dt_error_prefix("kubernetes: making the run id");
             status = 2;
+        } else if (!is_run_id(run_id)) {
+            dt_error_set(DT_EINVAL,
+                         "--resume: run id '%s' is not one a Kubernetes launch makes (at most %d hex "
+                         "digits), so the pods cannot be given it",
+                         run_id, DT_K8S_RUN_ID_LEN);
+            status = 2;
         } else {
-            snprintf(run_id, sizeof run_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
-            dt_k8s_object_name(job, run_id, name, sizeof name);
+            dt_k8s_object_name(job, launch_id, name, sizeof name);
             struct dt_job named = *job; /* shallow: the objects' name, to follow them */
             named.name = name;
-            status = apply(job, run_id) ? 2 : -1;
+            status = apply(job, launch_id, run_id) ? 2 : -1;
             if (status != 2) {
                 record(job, opts, run_id, name);
                 status = opts->detach ? detached(&named) : follow_signals(&named);

@@ -222,5 +222,4 @@ const struct dt_adapter dt_adapter_mpirun = {
     .discover = discover,
     .status = status,
     .cancel = dt_run_record_stop_launcher,
-    .resumable = true,
 };

@@ -18,7 +18,9 @@
  *   port        rendezvous.port, or DT_SLURM_PORT_BASE + job id % DT_SLURM_PORT_SPAN;
  *               node 0 checks that it is free and says what to change if not.
  *   run id      the job id: the same on every node and after a requeue (so a
- *               requeued job resumes from its own run directory's checkpoints).
+ *               requeued job resumes from its own run directory's checkpoints);
+ *               DTRAIN_SLURM_RUN_ID instead when `dtrain launch --resume` set it
+ *               in the job's environment: an earlier run's id (slurm.h).
  *
  * With slurm.tasks: per_rank the one agent runs in the batch script, not
  * under srun: it is node 0, hosts the coordinator and starts every rank with
@@ -220,7 +222,10 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
     if (strlen(id) >= sizeof out->job_id || strlen(id) >= sizeof out->run_id)
         return dt_error_set(DT_EINVAL, "SLURM_JOB_ID='%s' is too long", id);
     snprintf(out->job_id, sizeof out->job_id, "%s", id);
-    snprintf(out->run_id, sizeof out->run_id, "%s", id);
+    const char *run = dt_adapter_getenv(env, DT_SLURM_RUN_ID_ENV);
+    if (run && *run && strlen(run) >= sizeof out->run_id)
+        return dt_error_set(DT_EINVAL, DT_SLURM_RUN_ID_ENV "='%.80s...' is too long", run);
+    snprintf(out->run_id, sizeof out->run_id, "%s", run && *run ? run : id);
     bool per_rank = job->slurm && job->slurm->tasks == DT_SLURM_TASKS_PER_RANK;
     int rc = per_rank ? batch_host(job, env, out) : place(job, env, out);
     if (rc == 0 && !per_rank)

@@ -33,6 +33,11 @@
  * SIGUSR1; the batch script requeues the job when it sees it. */
 #define DT_SLURM_EXIT_REQUEUE 75
 
+/* `dtrain launch --resume`: the run id the job's run directory is named by
+ * instead of its own SLURM_JOB_ID, in sbatch's environment (so a requeue
+ * keeps it), which the batch script and, through srun, every agent see. */
+#define DT_SLURM_RUN_ID_ENV "DTRAIN_SLURM_RUN_ID"
+
 extern const struct dt_adapter dt_adapter_slurm;
 
 /* Ranks per node as the spec says: nproc_per_node, or for nproc_per_node: gpu

@@ -10,7 +10,9 @@
  * ranks), and requeues the job when the ranks stop for it (exit status 75).
  *
  * The spec's setup: lines run in the batch shell before srun; `dtrain launch`
- * also embeds the spec as submitted (print_snapshot).
+ * also embeds the spec as submitted (print_snapshot).  The run directory is
+ * named by the job id, or by DTRAIN_SLURM_RUN_ID when `dtrain launch
+ * --resume` continues an earlier job's run (slurm.h), as the agents' is.
  *
  * slurm.tasks: per_rank: one task per rank (--ntasks-per-node=nproc_per_node)
  * and the agent runs in the batch shell itself, starting the ranks with the
@@ -201,8 +203,14 @@ static void print_snapshot(const struct dt_job *job, const char *spec, FILE *out
             "# starts, and read from there, so an edit of the file after submission changes nothing.\n"
             "RUN_DIR=${DTRAIN_LOG_DIR:-");
     shell_quote(out, job->log_dir);
+    fprintf(out, "}/%s-$SLURM_JOB_ID\n", job->name);
+    /* The agents take the same run id from the environment (slurm.c's discover). */
+    fprintf(out, "if [ -n \"${" DT_SLURM_RUN_ID_ENV ":-}\" ]; then  # --resume: the run this job continues\n"
+                 "  RUN_DIR=${DTRAIN_LOG_DIR:-");
+    shell_quote(out, job->log_dir);
     fprintf(out,
-            "}/%s-$SLURM_JOB_ID\n"
+            "}/%s-$" DT_SLURM_RUN_ID_ENV "\n"
+            "fi\n"
             "mkdir -p \"$RUN_DIR\"\n"
             "cat >\"$RUN_DIR/job.yaml.tmp\" <<'%s'\n"
             "%s%s"
@@ -370,7 +378,9 @@ int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const
     fprintf(out,
             "\nset -u\n"
             "DTRAIN=${DTRAIN:-dtrain}  # the dtrain binary as the nodes see it (`dtrain launch` sets it,\n"
-            "                          # and DTRAIN_LOG_DIR when --log-dir is given)\n"
+            "                          # DTRAIN_LOG_DIR when --log-dir is given, and with --resume\n"
+            "                          # " DT_SLURM_RUN_ID_ENV ", the run that continues, in place of\n"
+            "                          # this job's id)\n"
             "JOB=");
     shell_quote(out, job_path);
     fprintf(out, "  # the job spec, read by every agent\n");

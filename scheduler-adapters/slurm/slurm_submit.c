@@ -4,7 +4,8 @@
  * Submit.  Renders the job's sbatch script into the log directory, makes the
  * job token, and runs `sbatch --parsable` with the token, the dtrain binary
  * (DTRAIN), the log directory (DTRAIN_LOG_DIR) and --grace-period
- * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) in sbatch's
+ * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) and with
+ * --resume the run id to continue (DTRAIN_SLURM_RUN_ID, slurm.h) in sbatch's
  * environment, which Slurm passes to the batch script and srun to every
  * agent (sbatch's default --export=ALL): the token is never on a command
  * line.  The job's --output/--error files go to the log directory.  The
@@ -492,18 +493,21 @@ static int write_script(const struct dt_job *job, const char *job_abs, const cha
     return rc;
 }
 
-/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD
- * and (so the agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
-static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token, double grace_s)
+/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD,
+ * DTRAIN_SLURM_RUN_ID (--resume's run, else none: never one inherited) and (so the
+ * agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
+static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token, double grace_s,
+                         const char *run_id)
 {
-    static const char *const ours[] = {
-        "DTRAIN=", "DTRAIN_LOG_DIR=", "DTRAIN_JOB_TOKEN=", "DTRAIN_LOG=", "DTRAIN_GRACE_PERIOD=", NULL};
+    static const char *const ours[] = {"DTRAIN=",     "DTRAIN_LOG_DIR=",      "DTRAIN_JOB_TOKEN=",
+                                       "DTRAIN_LOG=", "DTRAIN_GRACE_PERIOD=", DT_SLURM_RUN_ID_ENV "=",
+                                       NULL};
     static const char *const levels[] = {"debug", "info", "warn", "error", "error"};
-    static char v[5][PATH_MAX + 32];
+    static char v[6][PATH_MAX + 32];
     size_t n = 0, k = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 6, sizeof *env);
+    char **env = calloc(n + 7, sizeof *env);
     if (!env)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -526,6 +530,10 @@ static char **sbatch_env(const char *dtrain, const char *log_dir, const char *to
     if (grace_s > 0) {
         snprintf(v[4], sizeof v[4], "DTRAIN_GRACE_PERIOD=%g", grace_s);
         env[k++] = v[4];
+    }
+    if (run_id) {
+        snprintf(v[5], sizeof v[5], DT_SLURM_RUN_ID_ENV "=%s", run_id);
+        env[k++] = v[5];
     }
     return env;
 }
@@ -591,7 +599,7 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
     dt_fs_self_path(self, sizeof self);
     int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_token_make(token);
     char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir,
-                                      token[0] ? token : NULL, o->grace_s)
+                                      token[0] ? token : NULL, o->grace_s, o->run_id)
                          : NULL;
     if (rc == 0 && !env)
         rc = dt_error_set(DT_ENOMEM, "out of memory");
@@ -609,10 +617,13 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
         snprintf(script, sizeof script, "%s", p.script);
     snprintf(out, sizeof out, "%s/%s-%s.out", p.log_dir, job->name, id);
     snprintf(err, sizeof err, "%s/%s-%s.err", p.log_dir, job->name, id);
-    if (dt_run_dir_path(p.log_dir, job->name, id, run_dir, sizeof run_dir) < 0)
+    /* The run directory: this job's, or with --resume the run's it continues,
+     * whose launch.json then names this job (status and cancel ask about it). */
+    const char *run_id = o->run_id ? o->run_id : id;
+    if (dt_run_dir_path(p.log_dir, job->name, run_id, run_dir, sizeof run_dir) < 0)
         snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
     struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
-    if (dt_run_record_begin(job, p.log_dir, id, id, &rec) < 0)
+    if (dt_run_record_begin(job, p.log_dir, run_id, id, &rec) < 0)
         dt_log_warn("no launch record for Slurm job %s (dtrain status cannot name it): %s", id,
                     dt_error_last());
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,

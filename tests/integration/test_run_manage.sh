@@ -3,8 +3,8 @@
 # `dtrain status`, `dtrain logs` (whole, --rank, -f), `dtrain cancel`, `dtrain list`; resume
 # across launches (`dtrain launch --resume RUN_DIR` ending at the spec's last step with
 # resumed_from_step set, and refused for a changed model or data, the keys named); the
-# --trace warning for a command job; and status/cancel of a Kubernetes launch against a
-# stand-in kubectl that records what it is asked.
+# --trace warning for a command job; and status/cancel and --resume of a Kubernetes launch
+# against a stand-in kubectl that records what it is asked.
 # (The same on the local Slurm cluster: test_slurm_manage.sh.)
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -129,7 +129,7 @@ cat >fakebin/kubectl <<'EOF'
 # A stand-in kubectl: records each call; the Job runs until it is deleted.
 echo "$*" >>"$KUBECTL_LOG"
 case "$1" in
-  apply) cat >/dev/null ;;
+  apply) cat >"$KUBECTL_LOG.applied" ;;
   delete) touch "$KUBECTL_LOG.deleted" ;;
   get) [ -e "$KUBECTL_LOG.deleted" ] && exit 1; case "$2" in job/*) printf '' ;; *) printf 'p-0=Running ' ;; esac ;;
 esac
@@ -156,6 +156,26 @@ contains "$T/last.out" "^where: +Kubernetes Job $job in namespace research" "sta
 expect_status 0 "dtrain cancel of the Kubernetes job" env PATH="$T/fakebin:$PATH" "$DTRAIN" cancel "$krun"
 contains "$KUBECTL_LOG" "^delete job,service,configmap,secret -n research -l app.kubernetes.io/instance=$job" \
   "cancel deleted the Job's objects by their instance label"
+
+# --- Kubernetes: --resume only where the run outlives its pods ----------------
+expect_status 2 "launch --resume of a Kubernetes run without log_volume is refused" \
+  env PATH="$T/fakebin:$PATH" "$DTRAIN" launch k8s.yaml --detach --resume "$krun"
+contains "$T/last.err" "--resume $krun: scheduler: kubernetes keeps a run's directory in its pods.*set kubernetes.log_volume" \
+  "the refusal says why and names kubernetes.log_volume"
+sed 's/^name: kjob/name: kvol/; s/namespace: research}/namespace: research, log_volume: {pvc: runs}}/' \
+  k8s.yaml >kvol.yaml
+expect_status 0 "launch --detach of a Kubernetes job with log_volume" env PATH="$T/fakebin:$PATH" \
+  "$DTRAIN" launch kvol.yaml --detach
+vrun=$(ls -d "$PWD"/runs/kvol-* 2>/dev/null | head -n1)
+vid=${vrun##*/kvol-}
+expect_status 0 "launch --resume of that run" env PATH="$T/fakebin:$PATH" "$DTRAIN" launch kvol.yaml --detach --resume "$vrun"
+if [ "$(ls -d runs/kvol-* | wc -l)" = 1 ]; then ok "the resumed Kubernetes launch kept the one run directory"
+else not_ok "another run directory was made: $(ls runs)"; fi
+vjob=$(sed -n 's/.*"job_id": "\(.*\)".*/\1/p' "$vrun/launch.json")
+check "launch.json names the new Job ($vjob), not the first one (kvol-$vid)" test -n "$vjob" -a "$vjob" != "kvol-$vid"
+contains "$KUBECTL_LOG.applied" "^  name: $vjob$" "the new Job's objects are named by the new launch"
+grep -A1 'name: DTRAIN_K8S_RUN_ID$' "$KUBECTL_LOG.applied" >"$T/runid.txt"
+contains "$T/runid.txt" "value: \"?$vid\"?$" "its pods get the run's id, so they open the run directory on the volume"
 
 # --- mpirun: one host playing 2 nodes without --map-by; status and cancel ----
 if ! command -v mpirun >/dev/null; then

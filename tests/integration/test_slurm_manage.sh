@@ -2,7 +2,8 @@
 # test_slurm_manage.sh - day-two operations on the local Slurm cluster (scripts/slurm-local.sh):
 # `dtrain status` by the Slurm job id while it runs (state, nodes, where), `dtrain logs` of a
 # rank on the second node, `dtrain cancel` (scancel: the job CANCELLED, no rank left, the
-# following launcher ended); and one "succeeded" line for a 2-node job, not one per agent.
+# following launcher ended); one "succeeded" line for a 2-node job, not one per agent; and
+# `dtrain launch --resume RUN_DIR`: a new Slurm job continuing a 2-node trainer run in its directory.
 # (The local job's operations: test_run_manage.sh.)
 . "$(dirname "$0")/lib.sh"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,3 +72,39 @@ wait "$pid"; rc=$?
 check "the launcher following the job ended with it (exit $rc)" test "$rc" -gt 128 -a "$rc" != 137
 expect_status 0 "dtrain status after cancel" "$DTRAIN" status "$id"
 contains "$T/last.out" "^state: +(cancelled|interrupted)" "status: the run ended"
+
+# --- resume across launches: a new Slurm job continues the run's directory ----
+cat >rtrain.yaml <<'EOF2'
+name: rtrain
+scheduler: slurm
+nodes: 2
+nproc_per_node: 1
+backend: tcp
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: 20
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 10, dir: checkpoints, keep: 2, resume: auto}
+  eval: {every_epochs: 0}
+  log_every_steps: 10
+EOF2
+expect_status 0 "a 2-node trainer job of 20 steps" timeout 120 "$DTRAIN" launch rtrain.yaml
+id1=$(sed -n 's/.*submitted as Slurm job \([0-9]*\).*/\1/p' "$T/last.err" | head -n1)
+rrun=$PWD/runs/rtrain-$id1
+sed 's/steps: 20/steps: 40/' rtrain.yaml >rtrain40.yaml
+expect_status 0 "launch --resume RUN_DIR with steps: 40 (a new Slurm job)" \
+  timeout 120 "$DTRAIN" launch rtrain40.yaml --resume "$rrun"
+id2=$(sed -n 's/.*submitted as Slurm job \([0-9]*\).*/\1/p' "$T/last.err" | head -n1)
+check "the resumed launch is a new Slurm job ($id2 after $id1)" test -n "$id2" -a "$id2" != "$id1"
+if [ "$(ls -d runs/rtrain-*/ | wc -l)" = 1 ]; then ok "the new job continued in the run's directory (no rtrain-$id2/)"
+else not_ok "another run directory was made: $(ls runs)"; fi
+contains "$rrun/trainer_summary.json" '"resumed_from_step": 20,' "trainer_summary.json: resumed_from_step 20"
+contains "$rrun/trainer_summary.json" '"steps": 40,' "trainer_summary.json: the spec's last step, 40"
+contains "$rrun/launch.json" "\"job_id\": \"$id2\"" "launch.json names the new Slurm job"
+expect_status 0 "dtrain status of the resumed run" "$DTRAIN" status "$rrun"
+contains "$T/last.out" "^where: +Slurm job $id2 " "status asks Slurm about the new job"
+contains "$T/last.out" "^step: +40/40" "status: step 40/40"
+sed 's/hidden: \[32\]/hidden: [64]/' rtrain40.yaml >rchanged.yaml
+expect_status 2 "launch --resume with another model is refused before sbatch" "$DTRAIN" launch rchanged.yaml --resume "$rrun"
+contains "$T/last.err" "trainer.model.hidden: \[32\] in the run, \[64\] now" "the refusal names trainer.model.hidden"

@@ -311,7 +311,7 @@ static void launch_names_objects_by_run_id(void **state)
     char *buf = NULL;
     size_t n = 0;
     FILE *m = open_memstream(&buf, &n);
-    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", "0123456789ab", m), 0);
     fclose(m);
     const char *want[] = {"kind: ConfigMap\nmetadata:\n  name: fmnist-0123456789ab-spec\n",
                           "kind: Secret\nmetadata:\n  name: fmnist-0123456789ab-token\n",
@@ -346,9 +346,34 @@ static void launch_names_objects_by_run_id(void **state)
     dt_k8s_object_name(job, NULL, name, sizeof name);
     assert_string_equal(name, job->name);
     m = open_memstream(&buf, &n);
-    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", m), 0);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", "0123456789ab", m), 0);
     fclose(m);
     free(buf);
+    dt_job_free(job);
+}
+
+/* --resume: the objects are named by the new launch (the old Job may still
+ * exist), the pods get the run's id (its directory on log_volume continues). */
+static void resume_names_objects_by_launch_and_pods_by_run(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", "ba9876543210", m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "kind: Job\nmetadata:\n  name: fmnist-0123456789ab\n"));
+    assert_non_null(strstr(buf, "- name: DTRAIN_K8S_NAME\n              value: fmnist-0123456789ab\n"));
+    assert_non_null(strstr(buf, "- name: DTRAIN_K8S_RUN_ID\n              value: ba9876543210\n"));
+    assert_null(strstr(buf, "fmnist-ba9876543210"));
+    free(buf);
+    /* Only a run something of which outlives its pods can continue. */
+    assert_int_equal(dt_k8s_resume_check(job), DT_EUNSUPPORTED);
+    assert_non_null(strstr(dt_error_last(), "kubernetes.log_volume"));
+    dt_job_free(job);
+    job = load("name: v\ncommand: [\"true\"]\nkubernetes: {image: i, log_volume: {pvc: runs}}\n");
+    assert_int_equal(dt_k8s_resume_check(job), 0);
     dt_job_free(job);
 }
 
@@ -796,6 +821,7 @@ int main(void)
         cmocka_unit_test(auth_none_has_no_secret),
         cmocka_unit_test(labels_annotations_pull_secrets),
         cmocka_unit_test(launch_names_objects_by_run_id),
+        cmocka_unit_test(resume_names_objects_by_launch_and_pods_by_run),
         cmocka_unit_test(pod_template_merges),
         cmocka_unit_test(log_volume_holds_the_runs),
         cmocka_unit_test(job_spec_merges),

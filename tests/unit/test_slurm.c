@@ -236,6 +236,9 @@ static void render_setup_and_snapshot(void **state)
     fclose(f);
     unlink(tmp);
     has(out, "\nRUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$SLURM_JOB_ID\n");
+    /* `dtrain launch --resume`: the run it continues names the directory instead */
+    has(out, "\nif [ -n \"${DTRAIN_SLURM_RUN_ID:-}\" ]; then");
+    has(out, "\n  RUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$DTRAIN_SLURM_RUN_ID\nfi\nmkdir -p \"$RUN_DIR\"\n");
     has(out, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC_1'\nname: s\n");
     has(out, "\nDTRAIN_JOB_SPEC\nDTRAIN_JOB_SPEC_1\nmv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
              "JOB=$RUN_DIR/job.yaml\n");
@@ -330,6 +333,27 @@ static void discover_batch_job(void **state)
     assert_string_equal(n.coord_host, "10.1.2.3");
     assert_int_equal(n.coord_port, 1);
     assert_string_equal(n.job_id, "4242");
+    assert_string_equal(n.run_id, "4242");
+    dt_job_free(job);
+}
+
+/* `dtrain launch --resume`: the job's environment names the run it continues;
+ * the job id still names the job (and derives the port). */
+static void discover_resumed_run(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(JOB2 "rendezvous: {port: 1}\n");
+    char *env[] = {"ENVIRONMENT=BATCH",
+                   "SLURM_JOB_ID=4243",
+                   "SLURM_NODEID=1",
+                   "SLURM_STEP_NUM_NODES=2",
+                   "SLURM_STEP_NODELIST=gpu[07-08]",
+                   "SLURM_LAUNCH_NODE_IPADDR=10.1.2.3",
+                   "DTRAIN_SLURM_RUN_ID=4242",
+                   NULL};
+    struct dt_adapter_node n;
+    assert_int_equal(dt_slurm_discover(job, env, &n), 0);
+    assert_string_equal(n.job_id, "4243");
     assert_string_equal(n.run_id, "4242");
     dt_job_free(job);
 }
@@ -517,6 +541,7 @@ int main(void)
         cmocka_unit_test(render_per_rank),
         cmocka_unit_test(render_refuses),
         cmocka_unit_test(discover_batch_job),
+        cmocka_unit_test(discover_resumed_run),
         cmocka_unit_test(discover_derives_port),
         cmocka_unit_test(discover_port_taken),
         cmocka_unit_test(discover_outside_batch_resolves),
