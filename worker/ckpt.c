@@ -825,8 +825,10 @@ int dt_ckpt_apply(const struct dt_ckpt_file *c, struct dt_model *m, struct dt_ad
     int rc = same_model(c, m);
     if (rc)
         return rc;
-    bool same_order = s->global_batch_order ? c->world * c->batch_size == (int64_t)s->world * s->batch_size
-                                            : (s->elastic || c->world == s->world) && c->batch_size == s->batch_size;
+    /* an elastic round maps the position itself (worker/trainer.c), for images and tokens alike */
+    bool same_order = s->elastic                ? c->batch_size == s->batch_size
+                      : s->global_batch_order ? c->world * c->batch_size == (int64_t)s->world * s->batch_size
+                                              : c->world == s->world && c->batch_size == s->batch_size;
     if (c->seed != s->seed || !same_order)
         rc = dt_error_set(DT_EINVAL,
                           "%s: saved with seed %llu, %lld ranks, batch %lld; this run has seed %llu, %d ranks, batch %d "
