@@ -8,6 +8,8 @@
 #  - the same on token shards (a tiny gpt2, shuffle on): no sequence lost or read twice;
 #  - nodes 1:2: a command: job that started alone admits a late agent at the next
 #    round, whose ranks see the larger world;
+#  - nodes 2:3 with one of two agents killed: below MIN, the job fails within
+#    rendezvous.timeout with a sentence saying so and nothing left running;
 #  - --nnodes MIN:MAX errors.
 . "$(dirname "$0")/lib.sh"
 
@@ -190,6 +192,36 @@ contains "$T/l0.out" "^\[rank 0\] env rank=0 world=2 group=0 gws=2 lws=1 restart
 contains "$T/l1.out" "^\[rank 1\] env rank=1 world=2 group=1 gws=2 lws=1 restart=0 max=0 round=1$" \
   "the late agent's rank is rank 1 of world 2"
 contains "$T/l0.err" "an agent waits to join" "node 0 says why round 0 stopped"
+
+# --- 2:3 below MIN: the job fails within rendezvous.timeout -------------------------
+# Node 0 and one agent run a command job; the agent is killed: the one node left is
+# below MIN 2, so round 1 waits rendezvous.timeout (3 s) for another and the job ends
+# with the failure status, a sentence saying why, and no rank left running.
+cat >"$T/min.yaml" <<EOF
+name: min
+nodes: 2:3
+command: [sh, -c, 'echo \$\$ >"$T/min.rank.\$DTRAIN_RESTART_COUNT.\$RANK"; exec sleep 60']
+rendezvous: {timeout: 3s, last_call_timeout: 0.5s, heartbeat_timeout: 20s}
+max_restarts: 0
+EOF
+NN=2:3
+port=$(free_port)
+agent "$T/min.yaml" m0 "$port" --node-rank 0
+agent "$T/min.yaml" m1 "$port"
+check "the 2:3 job runs on two nodes" wait_for "$(limit_s 10)" test -s "$T/min.rank.0.0" -a -s "$T/min.rank.0.1"
+kill -9 "$(cat "$T/m1.pid")"
+t0=$SECONDS
+check "node 0 ends within rendezvous.timeout plus a margin (3 s + 10 s)" \
+  wait_for "$(limit_s 13)" test -f "$T/m0.rc"
+echo "    node 0 ended $((SECONDS - t0)) s after the kill"
+check "node 0 exits with the failure status 1 ($(rc_of m0))" test "$(rc_of m0)" = 1
+contains "$T/m0.err" "round 1: only 1 of the 2 nodes the job needs \(nodes 2:3\) joined" \
+  "node 0 says too few nodes are left"
+contains "$T/m0.err" "within rendezvous.timeout \(3s\)" "and which timeout passed"
+check "no rank is left running" sh -c "! kill -0 $(cat "$T/min.rank.0.0") 2>/dev/null && ! kill -0 $(cat "$T/min.rank.0.1") 2>/dev/null"
+check "no round 1 rank was started" test ! -e "$T/min.rank.1.0"
+summary=$(ls "$T"/runs/min-*/summary.json 2>/dev/null | head -n 1)
+contains "${summary:-$T/none}" '"status": "failed"' "summary.json says the job failed"
 
 # --- --nnodes errors ----------------------------------------------------------------
 expect_status 2 "--nnodes 3:2 is refused" "$DTRAIN" agent "$T/cmd.yaml" --nnodes 3:2 --coordinator 127.0.0.1:1
