@@ -194,6 +194,7 @@ struct dt_agent__round_config {
 #define DT_AGENT__MAX_ROUNDS 1024
 
 struct dt_agent__elastic;
+struct dt_store_member;
 struct hb_relay;
 
 struct dt_agent__round {
@@ -204,7 +205,7 @@ struct dt_agent__round {
     bool published[DT_AGENT__MAX_ROUNDS];
     bool told_stop;
     struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
-    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job; node -1 */
+    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job (or round); node -1 */
     double lost_unix;               /* when the coordinator noticed, wall clock */
     struct dt_agent__elastic *el;   /* an elastic job's rounds; NULL otherwise */
 };
@@ -221,6 +222,10 @@ int dt_agent__round_aborted(struct dt_agent__round *r, int *status);
 void dt_agent__round_read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from);
 void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes);
 int dt_agent__round_relay(struct dt_agent__round *r);
+/* Node 0: keeps m, a lost member, as summary.json's lost_node in the
+ * coordinator's words (how its connection ended: closed, or unacknowledged
+ * for liveness_s) when it is the first; true if it was kept. */
+bool dt_agent__round_keep_lost(struct dt_agent__round *r, const struct dt_store_member *m);
 
 /* --- agent_elastic.c: the rounds of an elastic job (nodes: MIN:MAX) ------ */
 

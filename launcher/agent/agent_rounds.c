@@ -323,18 +323,24 @@ int dt_agent__round_aborted(struct dt_agent__round *r, int *status)
     return rc;
 }
 
-/* Node 0 keeps the first lost member for summary.json, in the coordinator's
- * words (how its connection ended: closed, or unacknowledged for
- * liveness_s), and ends the job everywhere with them. */
-static void note_lost(struct dt_agent__round *r, const struct dt_store_member *m, char *why, size_t n)
+bool dt_agent__round_keep_lost(struct dt_agent__round *r, const struct dt_store_member *m)
 {
     double when = 0;
     if (!r->cfg.coord || r->lost.node >= 0 ||
         dt_coord_member_lost(r->cfg.coord, m->node_rank, r->lost.reason, sizeof r->lost.reason, &when) != 0)
-        return;
+        return false;
     r->lost.node = m->node_rank;
     snprintf(r->lost.host, sizeof r->lost.host, "%s", m->host);
     r->lost_unix = dt_clock_wall_s() - (dt_clock_s() - when);
+    return true;
+}
+
+/* Node 0 keeps the first lost member for summary.json and ends the job
+ * everywhere with the coordinator's words. */
+static void note_lost(struct dt_agent__round *r, const struct dt_store_member *m, char *why, size_t n)
+{
+    if (!dt_agent__round_keep_lost(r, m))
+        return;
     snprintf(why, n, "%s", r->lost.reason);
     dt_agent__round_abort(r, 1, why);
 }

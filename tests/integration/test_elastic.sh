@@ -1,7 +1,8 @@
 # test_elastic.sh - elastic jobs (nodes: MIN:MAX, docs/elastic.md) with `dtrain agent`
 # on this machine, over loopback and the tcp backend.
 #
-#  - nodes 2:3, three agents, the bundled trainer: one agent SIGKILLed mid-run; the
+#  - nodes 2:3, three agents, the bundled trainer: one agent SIGKILLed mid-run (summary.json
+#    names it in lost_node and tells the membership round from the last); the
 #    other two finish the job (max_restarts 0: the membership change is not counted)
 #    at the spec's last step, with no sample of the epoch lost or read twice (the
 #    trainer's sample log, DTRAIN_SAMPLE_LOG) and the global batch kept;
@@ -113,6 +114,7 @@ kill_one_of_three() {
   survivor=${tag}b; [ "$victim" = "${tag}b" ] && survivor=${tag}c
   check "rank 2 reaches step $hang (after the checkpoint of step $ckpt)" \
     wait_for "$(limit_s 20)" grep -qs "^$hang " "$T/${tag}samples/samples_0_2.txt"
+  victim_tag=$victim
   kill -9 "$(cat "$T/$victim.pid")"
   wait_for "$(limit_s 40)" test -f "$T/${tag}a.rc" -a -f "$T/$survivor.rc"
   unset DTRAIN_SAMPLE_LOG DTRAIN_FAULT
@@ -130,6 +132,19 @@ contains "${summary:-$T/none}" '"resumed_from_step": 10' "round 1 resumed from t
 contains "$T/a.err" "grad_accum 2 -> 3 keeps the global batch of 48" \
   "the global batch (3 ranks x 8 x 2) is kept on 2 ranks with grad_accum 3"
 check "no sample lost or read twice over the rounds (steps 1-30, 48 a step)" no_loss "$T/samples" 30 48
+check "summary.json: lost_node names the killed agent's slot and why; round 0 ended by membership on 3 nodes, round 1 finished on 2; 1 membership change, 0 failure restarts" \
+  python3 - "$(ls "$T"/runs/el-*/summary.json 2>/dev/null | head -n 1)" "$T/$victim_tag.err" <<'EOF'
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+slot = int(re.search(r"as slot (\d+);", open(sys.argv[2]).read()).group(1))
+ln = s["lost_node"]
+assert ln and ln["node"] == slot and "closed its connection" in ln["reason"] and ln["detected_s"] > 0, ln
+rounds = [a.get("round") for a in s["attempts"]]
+assert len(rounds) == 2 and rounds[0]["ended_by"] == "membership" and rounds[0]["nodes"] == 3, rounds
+assert "a node of the round was lost" in rounds[0]["reason"], rounds[0]
+assert rounds[1] == {"nodes": 2, "world_size": 2, "ended_by": "finished", "reason": "every rank exited 0"}, rounds[1]
+assert s["membership_changes"] == 1 and s["failure_restarts"] == 0, s
+EOF
 
 # --- 2:3 on token shards: the same, by sequence ----------------------------------
 # A tiny gpt2 over two llm.c shards (vocab 67) with shuffle: a step's global batch is
@@ -222,6 +237,8 @@ check "no rank is left running" sh -c "! kill -0 $(cat "$T/min.rank.0.0") 2>/dev
 check "no round 1 rank was started" test ! -e "$T/min.rank.1.0"
 summary=$(ls "$T"/runs/min-*/summary.json 2>/dev/null | head -n 1)
 contains "${summary:-$T/none}" '"status": "failed"' "summary.json says the job failed"
+contains "${summary:-$T/none}" '"ended_by": "membership"' "summary.json: round 0 ended by a membership change"
+contains "${summary:-$T/none}" '"lost_node": {"node": [1-9]' "summary.json names the lost node"
 
 # --- --nnodes errors ----------------------------------------------------------------
 expect_status 2 "--nnodes 3:2 is refused" "$DTRAIN" agent "$T/cmd.yaml" --nnodes 3:2 --coordinator 127.0.0.1:1
