@@ -7,8 +7,9 @@
  * For tokens an epoch is one pass over every sample of every training shard
  * (tokens.h); `steps` is the usual way to size a run, `epochs` counts such
  * passes.  An elastic run's sample is a step's global batch, so its place
- * survives a round on another world (dt_trainer__tokens_regroup).  Micro-batches of one step never cross an epoch's end (the last
- * step of an epoch may have fewer), as for images.
+ * survives a round on another world (dt_trainer__tokens_regroup).
+ * Micro-batches of one step never cross an epoch's end (the last step of an
+ * epoch may have fewer), as for images.
  *
  * Not for the images' set-up (trainer.c) nor for the loop (trainer_loop.c).
  */

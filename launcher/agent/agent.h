@@ -24,8 +24,8 @@
  * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
  * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
  * between the agent and each rank), agent_watchdog.c (hangs,
- * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
- * relay), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
+ * the OOM killer), agent_rounds.c (restart rounds across nodes),
+ * agent_hb_relay.c (heartbeats relayed to the other nodes), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c
  * (a rank's error report); agent_internal.h holds what they share.
  *
