@@ -54,7 +54,8 @@ struct dt_ckpt_state {
      * the file's batch is world * batch_size * grad_accum samples */
     int grad_accum;
     /* in, for dt_ckpt_apply: an elastic round (docs/elastic.md) may resume a
-     * file of another world size; the trainer then maps its data position */
+     * file of another world size (images and tokens); the trainer then maps
+     * its data position */
     bool elastic;
 };
 

@@ -221,6 +221,9 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
  * the epoch goes on from global sample g = batch x B x W, which is batch
  * g / (B x W') of the new interleave (DistributedSampler's order is one
  * permutation whatever the world: only the padding at its end differs).
+ * For tokens a sample is a sequence of T and the order's unit a step's
+ * global batch (tokens.h: accum), so the same numbers hold and the token
+ * loader is made again for A'.
  * Refused, with the numbers, when either does not divide. */
 static int elastic_resume(struct dt_trainer *t, const struct dt_ckpt_file *ck, struct dt_ckpt_state *st)
 {
@@ -244,11 +247,16 @@ static int elastic_resume(struct dt_trainer *t, const struct dt_ckpt_file *ck, s
                             "cannot change after start-up",
                             ck->path, t->world, (long long)(global / per));
     t->spec.ddp.grad_accum = (int)(global / per);
+    if (t->tokens && t->spec.ddp.grad_accum != A) {
+        int rc = dt_trainer__tokens_regroup(t);
+        if (rc)
+            return rc;
+    }
     t->steps_per_epoch = (t->batches_per_epoch + t->spec.ddp.grad_accum - 1) / t->spec.ddp.grad_accum;
     if (t->spec.steps <= 0)
         t->total_steps = (int64_t)t->spec.epochs * t->steps_per_epoch;
     st->batch = g / per;
-    if (t->rank == 0)
+    if (t->rank == 0 && ck->world != t->world)
         dt_log_info("elastic: %lld ranks before, %d now: grad_accum %lld -> %d keeps the global batch of %lld; "
                     "epoch %lld goes on at global sample %lld",
                     (long long)ck->world, t->world, (long long)A, t->spec.ddp.grad_accum, (long long)global,
@@ -260,9 +268,11 @@ static int apply_checkpoint(struct dt_trainer *t, const struct dt_ckpt_file *ck)
 {
     struct dt_ckpt_state st = {.seed = t->spec.seed, .world = t->world, .batch_size = t->spec.data.batch_size,
                                .global_batch_order = t->tokens != NULL, .amp = t->spec.amp.dtype,
-                               .scaler = t->scaler, .elastic = t->o.elastic && !t->tokens};
+                               .scaler = t->scaler, .elastic = t->o.elastic};
     int rc = dt_ckpt_apply(ck, t->model, &t->opt, &st);
-    if (rc == 0 && ck->world != t->world && st.elastic)
+    /* also on the same world: a round after one of another size runs on its
+     * grad_accum, not the spec's */
+    if (rc == 0 && st.elastic && (ck->world != t->world || ck->grad_accum > 0))
         rc = elastic_resume(t, ck, &st);
     if (rc)
         return rc;

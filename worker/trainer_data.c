@@ -6,8 +6,10 @@
  *
  * For tokens an epoch is one pass over every sample of every training shard
  * (tokens.h); `steps` is the usual way to size a run, `epochs` counts such
- * passes.  Micro-batches of one step never cross an epoch's end (the last
- * step of an epoch may have fewer), as for images.
+ * passes.  An elastic run's sample is a step's global batch, so its place
+ * survives a round on another world (dt_trainer__tokens_regroup).
+ * Micro-batches of one step never cross an epoch's end (the last step of an
+ * epoch may have fewer), as for images.
  *
  * Not for the images' set-up (trainer.c) nor for the loop (trainer_loop.c).
  */
@@ -48,6 +50,34 @@ static int build_val(struct dt_trainer *t, const struct dt_tokens_options *o)
     return 0;
 }
 
+/* An elastic run reads one step's global batch as one sample of the order
+ * (tokens.h: accum), so that a round on another world, whose grad_accum
+ * keeps that global batch, reads on from the same token; a fixed-size run
+ * keeps llm.c's order of one sample per micro-batch. */
+static struct dt_tokens_options train_options(const struct dt_trainer *t)
+{
+    const struct dt_trainer_spec *s = &t->spec;
+    return (struct dt_tokens_options){.batch_size = s->data.batch_size,
+                                      .seq_len = s->data.seq_len,
+                                      .rank = t->rank,
+                                      .world = t->world,
+                                      .shuffle = s->data.shuffle,
+                                      .seed = s->seed,
+                                      .accum = t->o.elastic ? s->ddp.grad_accum : 1};
+}
+
+int dt_trainer__tokens_regroup(struct dt_trainer *t)
+{
+    struct dt_tokens_options o = train_options(t);
+    struct dt_tokens_loader *l = NULL;
+    if (dt_tokens_loader_create(&t->train_set, &o, &l))
+        return dt_error_prefix("trainer.data.train with grad_accum %d", o.accum);
+    dt_tokens_loader_destroy(t->tokens);
+    t->tokens = l;
+    t->batches_per_epoch = dt_tokens_batches_per_epoch(l);
+    return 0;
+}
+
 int dt_trainer__tokens_build(struct dt_trainer *t)
 {
     const struct dt_trainer_spec *s = &t->spec;
@@ -57,15 +87,11 @@ int dt_trainer__tokens_build(struct dt_trainer *t)
     if (dt_tokens_open(s->data.train, s->data.format, s->model.vocab_size, "trainer.data.train",
                        &t->train_set))
         return dt_error_prefix("the training set");
-    struct dt_tokens_options o = {.batch_size = s->data.batch_size,
-                                  .seq_len = s->data.seq_len,
-                                  .rank = t->rank,
-                                  .world = t->world,
-                                  .shuffle = s->data.shuffle,
-                                  .seed = s->seed};
+    struct dt_tokens_options o = train_options(t);
     int rc = dt_tokens_loader_create(&t->train_set, &o, &t->tokens);
     if (rc)
         return dt_error_prefix("trainer.data.train");
+    o.accum = 1;
     if ((rc = build_val(t, &o)))
         return rc;
     t->batches_per_epoch = dt_tokens_batches_per_epoch(t->tokens);

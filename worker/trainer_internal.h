@@ -74,6 +74,8 @@ int dt_trainer__save(struct dt_trainer *t);
  * token run's set-up, validation, position in checkpoints and samples */
 bool dt_trainer__is_tokens(const struct dt_trainer_spec *s);
 int dt_trainer__tokens_build(struct dt_trainer *t);
+/* the token loader made again for the current grad_accum (an elastic round) */
+int dt_trainer__tokens_regroup(struct dt_trainer *t);
 void dt_trainer__data_release(struct dt_trainer *t);
 void dt_trainer__data_start(struct dt_trainer *t, int64_t epoch, int64_t first);
 const struct dt_batch *dt_trainer__data_next(struct dt_trainer *t);

@@ -93,16 +93,24 @@ struct bad_loss {
 };
 
 /* trainer options' sample_log: each sample of the micro-batch with its
- * place in the epoch's global order (loader.h). */
+ * place in the epoch's global order (loader.h).  For tokens a sample is a
+ * sequence: rank r's row i of batch b is sequence (b x W + r) x B + i of
+ * the epoch, named by its first token (shard x 2^40 + offset, tokens.h). */
 static void log_samples(struct dt_trainer *t, const struct dt_batch *b)
 {
     const int64_t *idx = t->loader ? dt_loader_indices(t->loader) : NULL;
-    if (!idx || b->kind != DT_BATCH_IMAGES)
+    int shard = 0;
+    int64_t offset = 0;
+    if (t->tokens)
+        dt_tokens_origin(t->tokens, &shard, &offset);
+    else if (!idx || b->kind != DT_BATCH_IMAGES)
         return;
     for (int i = 0; i < b->n; i++) {
         int64_t j = b->index * t->spec.data.batch_size + i;
+        int64_t pos = t->tokens ? (b->index * t->world + t->rank) * b->n + i : j * t->world + t->rank;
+        int64_t sample = t->tokens ? ((int64_t)shard << 40) + offset + (int64_t)i * b->T : idx[j];
         fprintf(t->sample_log, "%lld %lld %lld %lld\n", (long long)t->step + 1, (long long)t->epoch,
-                (long long)(j * t->world + t->rank), (long long)idx[j]);
+                (long long)pos, (long long)sample);
     }
     fflush(t->sample_log);
 }

@@ -24,8 +24,8 @@
  * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
  * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
  * between the agent and each rank), agent_watchdog.c (hangs,
- * the OOM killer), agent_rounds.c (restart rounds across nodes, heartbeat
- * relay), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
+ * the OOM killer), agent_rounds.c (restart rounds across nodes),
+ * agent_hb_relay.c (heartbeats relayed to the other nodes), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
  * (summary.json, the failure report, the closing line), agent_error_file.c
  * (a rank's error report); agent_internal.h holds what they share.
  *
@@ -176,6 +176,14 @@ struct dt_agent_attempt {
      * gathers them at the end); times on node 0's clock through the wall clock. */
     struct dt_agent_rank_result *others;
     int n_others;
+    /* An elastic job's round, in node 0's result (agent_elastic.c decides it):
+     * its node count (0: not an elastic round, or not decided), how it ended
+     * ("finished", "membership": the next round has other nodes, not counted;
+     * "restart": a rank failed, the next round counts against max_restarts;
+     * "failed": a rank failed and the job ended) and why, in a sentence. */
+    int round_nodes;
+    char round_end[16];
+    char round_why[512];
 };
 
 struct dt_agent_failure {
@@ -214,7 +222,9 @@ struct dt_agent_result {
     char coordinator_lost[512]; /* why the agent gave up on an unreachable coordinator, "" if it did not */
     /* Node 0 of a multi-node job: the first other node whose agent was lost
      * (its connection closed without LEAVE, or its host stopped acknowledging
-     * for rendezvous.heartbeat_timeout), which ended the job; node -1 and reason "" if none. */
+     * for rendezvous.heartbeat_timeout), which ended the job (an elastic job:
+     * which ended its round, the job going on without it; node is its slot);
+     * node -1 and reason "" if none. */
     struct dt_agent_lost_node {
         int node;
         char host[256];

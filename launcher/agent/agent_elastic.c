@@ -333,6 +333,18 @@ static bool in_round(const struct dt_agent__elastic *el, int slot)
     return false;
 }
 
+/* Slot m, lost, as "a node of the round was lost: <the coordinator's words>"
+ * into why (membership_changed says it so too); the first is kept for
+ * summary.json. */
+static void say_lost(struct dt_agent__round *r, const struct dt_store_member *m, char *why, size_t n)
+{
+    char lost[512];
+    dt_agent__round_keep_lost(r, m);
+    if (!r->cfg.coord || dt_coord_member_lost(r->cfg.coord, m->node_rank, lost, sizeof lost, NULL) != 0)
+        snprintf(lost, sizeof lost, "slot %d (%s, agent pid %ld) left", m->node_rank, m->host, m->pid);
+    snprintf(why, n, "a node of the round was lost: %s", lost);
+}
+
 /* Node 0: why the round must stop for its membership, into why; 1 if so. */
 static int membership_changed(struct dt_agent__round *r, char *why, size_t n)
 {
@@ -344,12 +356,7 @@ static int membership_changed(struct dt_agent__round *r, char *why, size_t n)
     for (int i = 0; i < count && !changed; i++) {
         bool part = in_round(el, m[i].node_rank);
         if (part && m[i].state != DT_STORE_MEMBER_JOINED) {
-            char lost[512];
-            if (!r->cfg.coord ||
-                dt_coord_member_lost(r->cfg.coord, m[i].node_rank, lost, sizeof lost, NULL) != 0)
-                snprintf(lost, sizeof lost, "slot %d (%s, agent pid %ld) left", m[i].node_rank, m[i].host,
-                         m[i].pid);
-            snprintf(why, n, "a node of the round was lost: %s", lost);
+            say_lost(r, &m[i], why, n);
             changed = 1;
         } else if (!part && m[i].state == DT_STORE_MEMBER_JOINED && el->n < el->max) {
             snprintf(why, n, "an agent waits to join (slot %d on %s, agent pid %ld) and the round has %d of at "
@@ -410,8 +417,10 @@ static const char *finished(const struct dt_agent_result *res, int k)
 }
 
 /* Node 0: waits until each node of the round ended it or was lost; *lost
- * and *all_done say how.  0, 1 on a signal or abort (*status), negative. */
-static int wait_ends(struct dt_agent__round *r, int k, int sig_fd, int *lost, bool *all_done, int *status)
+ * and *all_done say how, why the first lost one (or "").  0, 1 on a signal
+ * or abort (*status), negative. */
+static int wait_ends(struct dt_agent__round *r, int k, int sig_fd, int *lost, bool *all_done, char *why,
+                     size_t n, int *status)
 {
     struct dt_agent__elastic *el = r->el;
     for (;;) {
@@ -428,8 +437,12 @@ static int wait_ends(struct dt_agent__round *r, int k, int sig_fd, int *lost, bo
             if (ended == 1)
                 dt_agent__round_get_text(r, k1, v, sizeof v);
             bool joined = false;
-            for (int j = 0; j < count; j++)
+            for (int j = 0; j < count; j++) {
                 joined |= m[j].node_rank == el->slots[i] && m[j].state == DT_STORE_MEMBER_JOINED;
+                if (m[j].node_rank == el->slots[i] && m[j].state != DT_STORE_MEMBER_JOINED && ended != 1 &&
+                    !why[0])
+                    say_lost(r, &m[j], why, n);
+            }
             *all_done &= ended == 1 && v[0] == '0';
             *lost += ended != 1 && !joined;
             waiting += ended != 1 && joined;
@@ -443,23 +456,38 @@ static int wait_ends(struct dt_agent__round *r, int k, int sig_fd, int *lost, bo
     }
 }
 
+/* Round k as summary.json tells it (agent.h: round_end). */
+static void describe(struct dt_agent_result *res, int k, int nodes, const char *end, const char *why)
+{
+    struct dt_agent_attempt *at = &res->attempts[k];
+    at->round_nodes = nodes;
+    snprintf(at->round_end, sizeof at->round_end, "%s", end);
+    snprintf(at->round_why, sizeof at->round_why, "%s", why);
+}
+
 /* Node 0: round k's verdict, from its failure (fail/<k>) and membership. */
-static void decide(struct dt_agent__round *r, struct dt_agent_result *res, int k, int lost, bool all_done,
-                   char *verdict, size_t n)
+static void decide(struct dt_agent__round *r, struct dt_agent_result *res, int k, int lost, const char *lost_why,
+                   bool all_done, char *verdict, size_t n)
 {
     struct dt_agent__elastic *el = r->el;
-    char k1[64], v[64], desc[160];
+    char k1[64], v[64], desc[160], why[700] = "";
     key2(k1, sizeof k1, "fail", k);
     bool failed = dt_agent__round_exists(r, k1) == 1 && dt_agent__round_get_text(r, k1, v, sizeof v) == 0;
     key2(k1, sizeof k1, "change", k);
     bool change = dt_agent__round_exists(r, k1) == 1;
+    if (change)
+        dt_agent__round_get_text(r, k1, why, sizeof why);
     snprintf(verdict, n, "next");
     if (all_done) {
         snprintf(verdict, n, "done 0");
+        describe(res, k, el->n, "finished", "every rank exited 0");
     } else if (lost > 0 || (change && !failed)) {
         dt_log_warn("round %d ends for a membership change (%d node%s lost): the next round starts with the "
                     "nodes there are; not counted against max_restarts",
                     k, lost, lost == 1 ? "" : "s");
+        if (!why[0])
+            snprintf(why, sizeof why, "%s", lost_why);
+        describe(res, k, el->n, "membership", why);
     } else if (failed) {
         int rank = -1, wstatus = 0, node = -1;
         sscanf(v, "%d %d %d", &rank, &wstatus, &node);
@@ -468,20 +496,23 @@ static void decide(struct dt_agent__round *r, struct dt_agent_result *res, int k
         if (node != 0)
             dt_agent__round_read_failinfo(r, res, k, node);
         bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
+        snprintf(why, sizeof why, "rank %d (node slot %d) %s first", rank, node, desc);
         if (retry && el->restarts < r->cfg.job->max_restarts) {
             el->restarts++;
-            dt_log_warn("round %d: rank %d (node slot %d) %s first; every node restarts its ranks (restart %d "
-                        "of %d)",
-                        k, rank, node, desc, el->restarts, r->cfg.job->max_restarts);
+            dt_log_warn("round %d: %s; every node restarts its ranks (restart %d of %d)", k, why, el->restarts,
+                        r->cfg.job->max_restarts);
+            describe(res, k, el->n, "restart", why);
         } else {
             if (res->have_failure && res->first_failure.attempt == k)
                 res->first_failure.final = !retry;
-            dt_log_error("the job failed in round %d: rank %d (node slot %d) %s first%s", k, rank, node, desc,
+            dt_log_error("the job failed in round %d: %s%s", k, why,
                          retry ? " (no restarts left)" : " (restart_policy: fail)");
             snprintf(verdict, n, "done %d", st);
+            describe(res, k, el->n, "failed", why);
         }
     } else {
         snprintf(verdict, n, "done 0");
+        describe(res, k, el->n, "finished", "every rank exited 0");
     }
 }
 
@@ -499,9 +530,10 @@ int dt_agent__elastic_attempt_end(struct dt_agent__round *r, struct dt_agent_res
     if (r->cfg.node_rank == 0) {
         int lost;
         bool all_done;
-        if ((rc = wait_ends(r, k, sig_fd, &lost, &all_done, status)) != 0)
+        char lost_why[600] = "";
+        if ((rc = wait_ends(r, k, sig_fd, &lost, &all_done, lost_why, sizeof lost_why, status)) != 0)
             return *status < 0 ? 1 : 0;
-        decide(r, res, k, lost, all_done, verdict, sizeof verdict);
+        decide(r, res, k, lost, lost_why, all_done, verdict, sizeof verdict);
         key2(k1, sizeof k1, "verdict", k);
         if (dt_store_set(r->store, k1, verdict, strlen(verdict)) != 0) {
             dt_agent__round_lost_coordinator(r, status);

@@ -3,7 +3,7 @@
  * agent_supervise.c runs the poll loop and the failure policy on struct
  * dt_agent; agent_procs.c starts its processes, signals them and moves their
  * output; agent_guard.c is what runs between the agent and each rank; agent_watchdog.c looks at them from outside; agent_rounds.c keeps a
- * node in step with the others; agent_plan.c, agent_summary.c and
+ * node in step with the others (agent_hb_relay.c relays heartbeats to them); agent_plan.c, agent_summary.c and
  * agent_node.c do what comes before and after.  Names carry dt_agent__.
  * Nothing outside launcher/agent_*.c includes this.
  */
@@ -194,7 +194,9 @@ struct dt_agent__round_config {
 #define DT_AGENT__MAX_ROUNDS 1024
 
 struct dt_agent__elastic;
-struct hb_relay;
+struct dt_store_member;
+struct dt_agent__hb_relay;
+struct dt_store;
 
 struct dt_agent__round {
     struct dt_agent__round_config cfg; /* an elastic job's node_rank: its slot (agent_elastic.c) */
@@ -203,8 +205,8 @@ struct dt_agent__round {
     bool dead;       /* the coordinator is gone: nothing more is asked of it */
     bool published[DT_AGENT__MAX_ROUNDS];
     bool told_stop;
-    struct hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
-    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job; node -1 */
+    struct dt_agent__hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
+    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job (or round); node -1 */
     double lost_unix;               /* when the coordinator noticed, wall clock */
     struct dt_agent__elastic *el;   /* an elastic job's rounds; NULL otherwise */
 };
@@ -221,6 +223,21 @@ int dt_agent__round_aborted(struct dt_agent__round *r, int *status);
 void dt_agent__round_read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from);
 void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes);
 int dt_agent__round_relay(struct dt_agent__round *r);
+
+/* --- agent_hb_relay.c: heartbeats relayed from node 0 to the others ------- */
+
+/* The relay of node `node` of `nnodes` with nproc ranks each; NULL when out
+ * of memory.  dt_agent__hb_relay writes every other node's key (node 0, at
+ * most every RELAY_S; 0 elsewhere).  dt_agent__round_hb_place,
+ * dt_agent__round_relay and dt_agent__round_heartbeat (agent.h's hook) are
+ * defined there too. */
+struct dt_agent__hb_relay *dt_agent__hb_new(int node, int nnodes, int nproc);
+void dt_agent__hb_free(struct dt_agent__hb_relay *h);
+int dt_agent__hb_relay(struct dt_agent__hb_relay *h, struct dt_store *s, struct dt_coord *c);
+/* Node 0: keeps m, a lost member, as summary.json's lost_node in the
+ * coordinator's words (how its connection ended: closed, or unacknowledged
+ * for liveness_s) when it is the first; true if it was kept. */
+bool dt_agent__round_keep_lost(struct dt_agent__round *r, const struct dt_store_member *m);
 
 /* --- agent_elastic.c: the rounds of an elastic job (nodes: MIN:MAX) ------ */
 

@@ -76,6 +76,36 @@ static void json_rank(FILE *f, const struct dt_agent_rank_result *r, int local_r
         fputs("null}", f);
 }
 
+/* An elastic job's round (docs/elastic.md): written only for one, so the
+ * attempts of other jobs read as they did. */
+static void json_round(FILE *f, const struct dt_agent_result *res, const struct dt_agent_attempt *at)
+{
+    if (at->round_nodes <= 0)
+        return;
+    fprintf(f, ",\n      \"round\": {\"nodes\": %d, \"world_size\": %d, \"ended_by\": ", at->round_nodes,
+            at->round_nodes * res->nproc);
+    json_str(f, at->round_end);
+    fputs(", \"reason\": ", f);
+    json_str(f, at->round_why);
+    fputs("}", f);
+}
+
+/* An elastic job's rounds told apart: how many ended for a membership
+ * change (not counted against max_restarts) and how many for a failure
+ * that was restarted (counted). */
+static void json_round_counts(FILE *f, const struct dt_agent_result *res)
+{
+    int membership = 0, restarts = 0, rounds = 0;
+    for (int a = 0; a < res->n_attempts; a++) {
+        const struct dt_agent_attempt *at = &res->attempts[a];
+        rounds += at->round_nodes > 0;
+        membership += strcmp(at->round_end, "membership") == 0;
+        restarts += strcmp(at->round_end, "restart") == 0;
+    }
+    if (rounds > 0)
+        fprintf(f, "  \"membership_changes\": %d,\n  \"failure_restarts\": %d,\n", membership, restarts);
+}
+
 static void json_attempts(FILE *f, const struct dt_agent_result *res)
 {
     fputs("  \"attempts\": [\n", f);
@@ -94,6 +124,7 @@ static void json_attempts(FILE *f, const struct dt_agent_result *res)
             fprintf(f, "%d", at->ranks[at->hung].rank);
         else
             fputs("null", f);
+        json_round(f, res, at);
         fputs(", \"ranks\": [\n", f);
         for (int i = 0; i < res->nproc; i++) {
             json_rank(f, &at->ranks[i], i);
@@ -272,6 +303,7 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     else
         fputs("null", f);
     fputs(",\n", f);
+    json_round_counts(f, res);
     json_attempts(f, res);
     json_trainer(f, cfg->run_dir);
     fputs("  \"version\": 1\n}\n", f);

@@ -224,7 +224,7 @@ static void summary_json(void **state)
                                          {1, 101, true, SIGTERM, true, 0.1, 0.3}};
     struct dt_agent_rank_result r1[2] = {{0, 200, true, 0, false, 0.5, 0.6},
                                          {1, 201, true, 0, false, 0.5, 0.7}};
-    struct dt_agent_attempt at[2] = {{0.0, 0.4, 0, 1, r0, -1, NULL, 0}, {0.5, 0.8, -1, 0, r1, -1, NULL, 0}};
+    struct dt_agent_attempt at[2] = {{0.0, 0.4, 0, 1, r0, -1, NULL, 0, 0, "", ""}, {0.5, 0.8, -1, 0, r1, -1, NULL, 0, 0, "", ""}};
     struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED,
                                   .n_attempts = 2,
                                   .nproc = 2,

@@ -1,7 +1,8 @@
 /* test_store_members.c - agent membership (JOIN, LEAVE, MEMBERS) and PyTorch's
  * queues (QUEUE_PUSH/POP/LEN) through dtrain's client against an in-process
  * coordinator with a job token, and their bad inputs: a duplicate node rank,
- * a node rank out of range, another node count, a JOIN before the token; why
+ * a node rank out of range, another node count, a JOIN before the token; an
+ * elastic agent's JOIN without a node rank (dt_store_join_any); why
  * a member was lost (dt_coord_member_lost) and the liveness settings of a
  * member's connection (dt_store_liveness_fd). */
 #include <setjmp.h>
@@ -313,11 +314,54 @@ static void blocking_pop_waits_and_one_push_wakes_one(void **state)
     dt_store_close(b);
 }
 
+/* An elastic agent's JOIN without a node rank (dt_store_join_any): slots
+ * from 1 in join order, whoever joined first; a slot is never given twice
+ * (a lost agent's stays lost, the next gets a new one, past nnodes too);
+ * the member list shows them; a second JOIN on one connection and another
+ * node count are refused with the coordinator's sentence. */
+static void join_any_gives_fresh_slots(void **state)
+{
+    struct fx *f = *state;
+    struct dt_store *b = client(f), *c = client(f), *d = client(f);
+    int slot = -1, slot2 = -1;
+    assert_int_equal(dt_store_join_any(b, 3, 1, "host-b", &slot), 0);
+    assert_int_equal(slot, 1); /* before node 0: slot 0 is node 0's */
+    assert_int_equal(dt_store_join(f->s, 0, 3, 1, "host-a"), 0);
+    assert_int_equal(dt_store_join_any(c, 3, 2, "host-c", &slot2), 0);
+    assert_int_equal(slot2, 2);
+    struct dt_store_member m;
+    assert_int_equal(state_of(f->s, 2, &m), DT_STORE_MEMBER_JOINED);
+    assert_string_equal(m.host, "host-c");
+    assert_int_equal(m.nproc, 2);
+    dt_store_close(c); /* lost: its slot is not given again */
+    int st = 0;
+    for (int i = 0; i < 100 && st != DT_STORE_MEMBER_LOST; i++) {
+        st = state_of(f->s, 2, NULL);
+        usleep(10000);
+    }
+    assert_int_equal(st, DT_STORE_MEMBER_LOST);
+    assert_int_equal(dt_store_join_any(d, 3, 1, "host-d", &slot), 0);
+    assert_int_equal(slot, 3); /* past nnodes: an elastic job's slots are not node ranks */
+    assert_int_equal(state_of(f->s, 3, &m), DT_STORE_MEMBER_JOINED);
+    assert_string_equal(m.host, "host-d");
+    assert_int_not_equal(dt_store_join_any(d, 3, 1, "host-d", &slot), 0);
+    if (!strstr(dt_error_last(), "already joined as node 3"))
+        fail_msg("unexpected error: %s", dt_error_last());
+    struct dt_store *e = client(f);
+    assert_int_not_equal(dt_store_join_any(e, 4, 1, "host-e", &slot), 0);
+    if (!strstr(dt_error_last(), "the first agent to join said 3"))
+        fail_msg("unexpected error: %s", dt_error_last());
+    dt_store_close(e);
+    dt_store_close(d);
+    dt_store_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(join_lists_every_member, setup, teardown),
         cmocka_unit_test_setup_teardown(leaving_and_dropping_are_visible, setup, teardown),
+        cmocka_unit_test_setup_teardown(join_any_gives_fresh_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lost_member_says_who_and_how, setup, teardown),
         cmocka_unit_test(liveness_sets_keepalive_and_user_timeout),
         cmocka_unit_test_setup_teardown(duplicate_node_rank_is_refused_with_who_holds_it, setup, teardown),

@@ -6,7 +6,9 @@
  * epoch; each bad shard is refused with a message naming the file and the
  * byte offset; a checkpoint keeps a token position and only a token run's
  * file has one; the trainer runs a gpt2 over shards for whole epochs, with
- * the validation loss over all of val and the position in its checkpoint. */
+ * the validation loss over all of val and the position in its checkpoint;
+ * with accum (an elastic run) an epoch begun on 3 ranks and finished on 2
+ * reads every sequence once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,7 +109,7 @@ static void run_case(const struct tcase *c, FILE *f)
     assert_int_equal(set.n, c->n);
     struct dt_tokens_loader *l[8];
     for (int r = 0; r < c->world; r++) {
-        struct dt_tokens_options o = {c->batch, c->seq, r, c->world, c->shuffle != 0, c->seed};
+        struct dt_tokens_options o = {c->batch, c->seq, r, c->world, c->shuffle != 0, c->seed, 1};
         assert_int_equal(dt_tokens_loader_create(&set, &o, &l[r]), 0);
     }
     int64_t per_epoch = dt_tokens_batches_per_epoch(l[0]), rows = 0;
@@ -183,7 +185,7 @@ static void test_start_mid_epoch(void **state)
     struct dt_token_set set;
     assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
     for (int shuffle = 0; shuffle < 2; shuffle++) {
-        struct dt_tokens_options o = {4, 8, 1, 2, shuffle, 11};
+        struct dt_tokens_options o = {4, 8, 1, 2, shuffle, 11, 1};
         struct dt_tokens_loader *a, *b;
         assert_int_equal(dt_tokens_loader_create(&set, &o, &a), 0);
         assert_int_equal(dt_tokens_loader_create(&set, &o, &b), 0);
@@ -333,7 +335,7 @@ static void test_shard_too_small(void **state)
     snprintf(small, sizeof small, "%s/small_1.bin", dir);
     struct dt_token_set set;
     assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
-    struct dt_tokens_options o = {4, 8, 0, 2, false, 0};
+    struct dt_tokens_options o = {4, 8, 0, 2, false, 0, 1};
     struct dt_tokens_loader *l = NULL;
     assert_int_not_equal(dt_tokens_loader_create(&set, &o, &l), 0);
     assert_null(l);
@@ -481,6 +483,81 @@ static void test_trainer_epochs(void **state)
     dt_safetensors_release(&f);
 }
 
+/* ---- an elastic run's order (accum) ---- */
+
+/* The sequences (shard << 40 | first token) that `world` ranks of loaders
+ * with accum A read over batches [first, last) of epoch 0; n counts them. */
+static void read_sequences(const struct dt_token_set *set, int world, int accum, int shuffle, int64_t first,
+                           int64_t last, int64_t *seq, int64_t *n)
+{
+    for (int r = 0; r < world; r++) {
+        struct dt_tokens_options o = {2, 8, r, world, shuffle, 5, accum};
+        struct dt_tokens_loader *l;
+        assert_int_equal(dt_tokens_loader_create(set, &o, &l), 0);
+        dt_tokens_start_epoch(l, 0, first);
+        for (int64_t b = first; b < last; b++) {
+            const struct dt_batch *bt = dt_tokens_next(l);
+            assert_non_null(bt);
+            int shard;
+            int64_t off;
+            dt_tokens_origin(l, &shard, &off);
+            check_batch(bt, set, shard, off, 2, 8);
+            for (int i = 0; i < bt->n; i++)
+                seq[(*n)++] = ((int64_t)shard << 40) + off + (int64_t)i * 8;
+        }
+        if (last == dt_tokens_batches_per_epoch(l))
+            assert_null(dt_tokens_next(l));
+        dt_tokens_loader_destroy(l);
+    }
+}
+
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 3 ranks x 2 micro-batches and 2 ranks x 3 read one step's global batch
+ * (12 sequences of 8) as one sample: an epoch on 3 ranks stopped after any
+ * whole step and finished on 2 reads every sequence of the 3-rank epoch
+ * once, with and without shuffle; the batch counts are the same steps. */
+static void test_accum_world_change(void **state)
+{
+    (void)state;
+    write_shard("el_0.bin", 0, 1000); /* 10 samples of 96 tokens */
+    write_shard("el_1.bin", 1, 500);  /* 5 */
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "%s/el_*.bin", dir);
+    struct dt_token_set set;
+    assert_int_equal(dt_tokens_open(pattern, DT_TOKENS_LLMC, VOCAB, "t", &set), 0);
+    static int64_t whole[4096], split[4096];
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        struct dt_tokens_options o3 = {2, 8, 0, 3, shuffle, 5, 2}, o2 = {2, 8, 0, 2, shuffle, 5, 3};
+        struct dt_tokens_loader *a, *b;
+        assert_int_equal(dt_tokens_loader_create(&set, &o3, &a), 0);
+        assert_int_equal(dt_tokens_loader_create(&set, &o2, &b), 0);
+        assert_int_equal(dt_tokens_batches_per_epoch(a), 15 * 2);
+        assert_int_equal(dt_tokens_batches_per_epoch(b), 15 * 3);
+        dt_tokens_loader_destroy(a);
+        dt_tokens_loader_destroy(b);
+        int64_t nw = 0;
+        read_sequences(&set, 3, 2, shuffle, 0, 30, whole, &nw);
+        assert_int_equal(nw, 15 * 12);
+        qsort(whole, (size_t)nw, sizeof *whole, by_value);
+        for (int64_t i = 1; i < nw; i++)
+            assert_true(whole[i] != whole[i - 1]);
+        for (int steps = 1; steps < 15; steps += 4) {
+            int64_t ns = 0;
+            read_sequences(&set, 3, 2, shuffle, 0, 2 * steps, split, &ns);
+            read_sequences(&set, 2, 3, shuffle, 3 * steps, 45, split, &ns);
+            assert_int_equal(ns, nw);
+            qsort(split, (size_t)ns, sizeof *split, by_value);
+            assert_memory_equal(split, whole, (size_t)nw * sizeof *whole);
+        }
+    }
+    dt_tokens_close(&set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_position),
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_uint16_format),
+        cmocka_unit_test(test_accum_world_change),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -192,15 +192,19 @@ void dt_tokens_close(struct dt_token_set *s)
 struct dt_tokens_loader {
     const struct dt_token_set *set;
     struct dt_tokens_options o;
-    int64_t global;       /* W*B*T: tokens of one sample */
+    int64_t global;       /* W*B*T: tokens of one micro-batch of all ranks */
+    int64_t accum;        /* micro-batches of one sample (options' accum, at least 1) */
     int64_t *samples;     /* S_s per shard of the sorted set */
-    int64_t per_epoch;    /* sum of S_s */
+    int64_t per_epoch;    /* batches: accum x sum of S_s */
     int64_t *order;       /* the epoch's shard order */
     int64_t *sample_perm; /* shuffle: the current shard's sample order */
     struct dt_mt19937 g;  /* shuffle: the epoch's generator, drawn as shards are reached */
     int64_t epoch, batch; /* the next batch */
     int at;               /* its shard: order[at] */
     int64_t k;            /* its sample's place in that shard's order */
+    int64_t m;            /* its micro-batch within the sample */
+    int origin_shard;     /* the batch last returned: shard and this rank's first token */
+    int64_t origin_offset;
     struct dt_batch b;
     double wait_s;
 };
@@ -218,6 +222,8 @@ int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens
     l->set = s;
     l->o = *o;
     l->global = (int64_t)o->world * o->batch_size * o->seq_len;
+    l->accum = o->accum > 1 ? o->accum : 1;
+    const int64_t unit = l->global * l->accum;
     size_t bt = (size_t)o->batch_size * (size_t)o->seq_len;
     l->samples = calloc((size_t)s->n, sizeof *l->samples);
     l->order = calloc((size_t)s->n, sizeof *l->order);
@@ -228,14 +234,14 @@ int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens
                  : dt_error_set(DT_ENOMEM, "token loader: no memory for a batch of %zu tokens", bt);
     int64_t most = 1;
     for (int i = 0; !rc && i < s->n; i++) {
-        l->samples[i] = (s->shards[i].n - 1) / l->global;
+        l->samples[i] = (s->shards[i].n - 1) / unit;
         if (l->samples[i] < 1)
             rc = dt_error_set(DT_EINVAL,
-                              "%s: %lld tokens, too few for one step of %d ranks x batch %d x seq_len %d "
+                              "%s: %lld tokens, too few for one step of %d ranks x batch %d x seq_len %d%s "
                               "(%lld + 1 tokens)",
                               s->shards[i].path, (long long)s->shards[i].n, o->world, o->batch_size,
-                              o->seq_len, (long long)l->global);
-        l->per_epoch += l->samples[i];
+                              o->seq_len, l->accum > 1 ? " x grad_accum" : "", (long long)unit);
+        l->per_epoch += l->samples[i] * l->accum;
         most = l->samples[i] > most ? l->samples[i] : most;
     }
     if (!rc && o->shuffle && !(l->sample_perm = malloc((size_t)most * sizeof *l->sample_perm)))
@@ -289,7 +295,8 @@ void dt_tokens_start_epoch(struct dt_tokens_loader *l, int64_t epoch, int64_t fi
     first = first < 0 ? 0 : first > l->per_epoch ? l->per_epoch : first;
     l->batch = first;
     l->at = 0;
-    l->k = first;
+    l->k = first / l->accum;
+    l->m = first % l->accum;
     enter_shard(l);
     /* replays the draws of the shards before the one `first` is in */
     while (l->at < l->set->n && l->k >= l->samples[l->order[l->at]]) {
@@ -299,9 +306,11 @@ void dt_tokens_start_epoch(struct dt_tokens_loader *l, int64_t epoch, int64_t fi
     }
 }
 
-static int64_t sample_of(const struct dt_tokens_loader *l)
+/* token offset in its shard of the next batch's micro-batch (rank 0's) */
+static int64_t offset_of(const struct dt_tokens_loader *l)
 {
-    return l->o.shuffle ? l->sample_perm[l->k] : l->k;
+    int64_t sample = l->o.shuffle ? l->sample_perm[l->k] : l->k;
+    return (sample * l->accum + l->m) * l->global;
 }
 
 const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
@@ -311,12 +320,19 @@ const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
     double t0 = dt_clock_s();
     const struct dt_token_shard *s = &l->set->shards[l->order[l->at]];
     int64_t bt = (int64_t)l->o.batch_size * l->o.seq_len;
-    const uint16_t *src = s->tokens + sample_of(l) * l->global + (int64_t)l->o.rank * bt;
+    l->origin_shard = (int)l->order[l->at];
+    l->origin_offset = offset_of(l) + (int64_t)l->o.rank * bt;
+    const uint16_t *src = s->tokens + l->origin_offset;
     for (int64_t i = 0; i < bt; i++) {
         l->b.inputs[i] = src[i];
         l->b.targets[i] = src[i + 1];
     }
     l->b.index = l->batch++;
+    if (++l->m < l->accum) {
+        l->wait_s += dt_clock_s() - t0;
+        return &l->b;
+    }
+    l->m = 0;
     if (++l->k == l->samples[l->order[l->at]]) {
         l->k = 0;
         l->at++;
@@ -333,7 +349,13 @@ void dt_tokens_where(const struct dt_tokens_loader *l, int *shard, int64_t *offs
     if (l->batch >= l->per_epoch)
         return;
     *shard = (int)l->order[l->at];
-    *offset = sample_of(l) * l->global;
+    *offset = offset_of(l);
+}
+
+void dt_tokens_origin(const struct dt_tokens_loader *l, int *shard, int64_t *offset)
+{
+    *shard = l->origin_shard;
+    *offset = l->origin_offset;
 }
 
 double dt_tokens_wait_s(const struct dt_tokens_loader *l)

@@ -29,7 +29,16 @@
  *   order, each shard's sample order is torch.randperm(S_s, generator=g),
  *   drawn from the same generator as each shard is reached.  Every rank
  *   draws the same permutations, so the ranks still split each global batch.
- * One epoch is every sample of every shard once: sum S_s batches per rank.
+ * - accum A > 1 (an elastic run, docs/elastic.md): one sample is A micro-
+ *   batches, W*B*T*A tokens, the whole global batch of one step.  S_s is
+ *   floor((n_s - 1) / (W*B*T*A)), and micro-batch m of sample k is read as
+ *   above from k*W*B*T*A + m*W*B*T.  With the global batch kept, W*A is the
+ *   same on every world of the run, so are the S_s and the permutations:
+ *   after any whole step a loader of another world reads on exactly where
+ *   the old one stopped, every sequence of the epoch once (sequence q of a
+ *   sample always starts at token q*T of it, whoever reads it).  A = 1 is
+ *   the order above, so a fixed-size run reads as llm.c does.
+ * One epoch is every sample of every shard once: A x sum S_s batches per rank.
  * A position is (epoch, batch index within the epoch); it maps to (shard
  * file, token offset) and back, which checkpoints store (worker/ckpt.h).
  *
@@ -81,6 +90,7 @@ struct dt_tokens_options {
     int rank, world;
     bool shuffle;
     uint64_t seed;
+    int accum; /* micro-batches of one sample (A above); 0 or 1: one */
 };
 
 struct dt_tokens_loader;
@@ -91,7 +101,7 @@ int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens
                             struct dt_tokens_loader **out);
 void dt_tokens_loader_destroy(struct dt_tokens_loader *l);
 
-/* Batches per rank per epoch: sum over the shards of S_s. */
+/* Batches per rank per epoch: A x the sum over the shards of S_s. */
 int64_t dt_tokens_batches_per_epoch(const struct dt_tokens_loader *l);
 
 /* Begins `epoch` at batch `first` of it (resuming mid-epoch). */
@@ -105,6 +115,11 @@ const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l);
  * sorted set and the token offset of rank 0's sequence there (rank r's is
  * offset + r*B*T).  *shard = -1 when the epoch has no batch left. */
 void dt_tokens_where(const struct dt_tokens_loader *l, int *shard, int64_t *offset);
+
+/* Where the batch dt_tokens_next last returned was read: the shard's index
+ * and the token offset of this rank's first sequence there (its row i
+ * starts at offset + i*T). */
+void dt_tokens_origin(const struct dt_tokens_loader *l, int *shard, int64_t *offset);
 
 /* Seconds spent inside dt_tokens_next (the copy into the batch). */
 double dt_tokens_wait_s(const struct dt_tokens_loader *l);
