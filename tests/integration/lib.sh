@@ -37,3 +37,21 @@ contains() {
   else not_ok "$3 (no /$2/ in $(basename "$1"))"; sed 's/^/    /' "$1" | head -n 20
   fi
 }
+
+# free_port: a TCP port nothing listens on, below the kernel's ephemeral range
+# (32768-60999 here), so no process binding port 0 elsewhere on this machine is
+# handed it before the test's node 0 binds it; and below 20000, where the Slurm
+# adapter puts its coordinators.
+free_port() {
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(10000, 19999)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}

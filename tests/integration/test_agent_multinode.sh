@@ -12,22 +12,6 @@
 . "$(dirname "$0")/lib.sh"
 
 export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-# A free port below the kernel's ephemeral range (32768-60999 here), so no
-# process binding port 0 elsewhere on this machine is handed it before node 0
-# binds it; and below 20000, where the Slurm adapter puts its coordinators.
-free_port() {
-  python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randint(10000, 19999)
-    s = socket.socket()
-    try:
-        s.bind(("0.0.0.0", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()'
-}
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT

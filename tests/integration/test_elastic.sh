@@ -15,19 +15,6 @@
 . "$(dirname "$0")/lib.sh"
 
 export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-free_port() {
-  python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randint(10000, 19999)
-    s = socket.socket()
-    try:
-        s.bind(("0.0.0.0", p)); print(p); break
-    except OSError:
-        pass
-    finally:
-        s.close()'
-}
 pids=()
 wait_for() { # seconds command...
   local end=$((SECONDS + $1)); shift
