@@ -17,6 +17,7 @@
 #include "base/yaml_escape.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,10 +134,23 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     return 0;
 }
 
-/* A DNS-1123 label from PROGRAM's (or MODULE's) name: "train_gpt.py" -> "train-gpt". */
+/* Whether PROGRAM is an interpreter, whose script (the next argument) names the job better. */
+static bool interpreter(const char *prog)
+{
+    const char *slash = strrchr(prog, '/');
+    prog = slash ? slash + 1 : prog;
+    return !strncmp(prog, "python", 6) || !strcmp(prog, "sh") || !strcmp(prog, "bash");
+}
+
+/* A DNS-1123 label from PROGRAM's (or MODULE's, or an interpreter's script's)
+ * name: "train_gpt.py" -> "train-gpt", "python3 -m pkg.train" -> "pkg". */
 static void default_name(const struct run_opts *o, char *buf, size_t size)
 {
     const char *p = o->module ? o->module : o->program[0];
+    if (!o->module && o->n_program > 2 && interpreter(p) && !strcmp(o->program[1], "-m"))
+        p = o->program[2];
+    else if (!o->module && o->n_program > 1 && interpreter(p) && o->program[1][0] != '-')
+        p = o->program[1];
     const char *slash = strrchr(p, '/');
     p = slash ? slash + 1 : p;
     size_t n = 0;

@@ -15,6 +15,8 @@ expect_status 0 "--print-spec with torchrun's spellings" "$DTRAIN" run --nproc_p
 contains "$T/last.out" '^nproc_per_node: 3$' "--nproc_per_node=3 is nproc_per_node: 3"
 contains "$T/last.out" '^  auth: none$' "--auth none is rendezvous.auth"
 contains "$T/last.out" '^command: \["python3", "train.py", "--lr", "1"\]$' "a .py PROGRAM runs under python3, its flags kept"
+expect_status 0 "--print-spec of an interpreter and its script" "$DTRAIN" run --print-spec -- python3 train_gpt.py --lr 1
+contains "$T/last.out" '^name: "train-gpt"$' "the job is named after the script python3 runs, not python3"
 expect_status 0 "--nproc-per-node N" "$DTRAIN" run --nproc-per-node 2 --print-spec -- true
 contains "$T/last.out" '^nproc_per_node: 2$' "--nproc-per-node 2 is nproc_per_node: 2"
 PYTHON=echo expect_status 0 "-m MODULE runs python -m MODULE" "$DTRAIN" run -n 1 --log-dir "$T/runs" -m pkg.mod --flag x
