@@ -10,7 +10,8 @@
  * given; else the IPv4 address of the first interface named in
  * DTRAIN_SOCKET_IFNAME or GLOO_SOCKET_IFNAME ("eth1" or "eth1,eth2": Gloo's
  * variable, so a host set up for PyTorch's CPU backend needs nothing more;
- * none of them holding one is an error naming the interfaces there are);
+ * the spec's comm.interfaces reaches here as GLOO_SOCKET_IFNAME, set by the
+ * agent; none of them holding one is an error naming the interfaces there are);
  * else the local address that routes to the coordinator (a connected UDP
  * socket tells us without sending anything), never 127.0.0.1 unless the
  * coordinator is on this host's loopback.

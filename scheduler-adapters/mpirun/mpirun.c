@@ -11,6 +11,9 @@
  */
 #include "scheduler-adapters/mpirun/mpirun_internal.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,11 +84,23 @@ static void slurm_first_host(const char *list, char *out, size_t size)
     snprintf(out, size, "%.*s%.*s", (int)pre, list, (int)strcspn(r, "-,]"), r);
 }
 
+/* This host by name, loopback, or one of its IPv4 addresses (hosts named by address). */
 bool dt_mpirun__is_here(const char *h)
 {
     char me[256] = "";
     gethostname(me, sizeof me - 1);
-    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me);
+    if (!strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me))
+        return true;
+    struct in_addr want;
+    struct ifaddrs *ifs = NULL;
+    if (inet_pton(AF_INET, h, &want) != 1 || getifaddrs(&ifs) != 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        found = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == want.s_addr;
+    freeifaddrs(ifs);
+    return found;
 }
 
 static int coordinator(const struct dt_job *job, char *const *env, int nnodes, struct dt_adapter_node *out)
