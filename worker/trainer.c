@@ -455,7 +455,11 @@ int dt_trainer__save(struct dt_trainer *t)
                                .world = t->world, .batch_size = t->spec.data.batch_size,
                                .amp = t->spec.amp.dtype, .scaler = t->scaler};
     dt_trainer__data_position(t, &st);
+    /* The peers wait in the next step's collective meanwhile: a long write
+     * is announced, so they do not take it for a stall (comm.h). */
+    dt_comm_busy(t->comm, true);
     rc = dt_ckpt_save(t->ckpt_dir, t->model, t->zero.comm ? &whole : &t->opt, &st, t->spec.checkpoint.keep);
+    dt_comm_busy(t->comm, false);
     dt_adamw_release(&whole);
     return rc;
 }
