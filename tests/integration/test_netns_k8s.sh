@@ -55,9 +55,7 @@ mkdir -p "$T/cut"
 "$PY" tests/integration/k8s_pods.py --netns "$NC" "$T/cut.k8s.yaml" "$T/cut" 0 1 --timeout 60 >"$T/cut.out" 2>&1 &
 kp=$!; pids+=($kp)
 CRUNS=work/runs/fcut-3f2a9c1be4d7
-echo "# $(date +%T.%N) cut: started"
 for _ in $(seq 300); do [ -s "$T/cut/pod-0/$CRUNS/metrics.jsonl" ] && break; sleep 0.1; done
-echo "# $(date +%T.%N) cut: training"
 "$NC" cut 2 both
 t0=$(date +%s.%N)
 for _ in $(seq 300); do grep -q '^pod 0 exit' "$T/cut.out" && break; sleep 0.05; done
