@@ -11,7 +11,10 @@
 #    rank 0 writes; node 0's watchdog must not take rank 0 for stuck either;
 #  - host 1 (rank 0) cut off in the middle of the write: its pause notices
 #    stop, so node 1's agent still ends within heartbeat_timeout + a margin
-#    (an announced pause is no cover for a lost host).
+#    (an announced pause is no cover for a lost host);
+#  - rank 0 really hung (SIGSTOP, DTRAIN_FAULT): the watchdog's verdict fails the
+#    job on both nodes with SIGKILL's 137 (it was once published before the kill
+#    was reaped, as status 0, and the job "succeeded").
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
 
@@ -102,3 +105,12 @@ check "cut mid-write: node 1's agent ends with 1 within 6 s of the cut (status $
   awk -v s="$rc1" -v t="$took1" 'BEGIN { exit !(s == 1 && t < 6) }'
 echo "# checkpoint write cut off: node 1's agent ended ${took1}s after the cut"
 check "cut mid-write: nothing is left running on host 2" test -z "$("$NC" pids 2)"
+
+# --- rank 0 hung, not busy: the job fails everywhere ----------------------------------------------
+"$NC" heal 1
+sed 's/DTRAIN_TEST_CKPT_DELAY_MS: "7000"/DTRAIN_FAULT: "stop:0:5"/; s/steps: 15/steps: 100000/' "$T/one.yaml" >"$T/hung.yaml"
+run hung "$T/hung.yaml"
+check "hung: both agents end with 137, the watchdog's SIGKILL ($rc0 $rc1)" test "$rc0 $rc1" = "137 137"
+contains "$(ls "$T"/runs-hung/nc-*/summary.json 2>/dev/null | head -n 1 || echo "$T/none")" '"status": "failed"' \
+  "hung: summary.json says failed"
+contains "$T/hung.1.err" "rank 0 on node 0 was hung \(killed by dtrain's watchdog\) first" "hung: node 1 says rank 0 was hung"
