@@ -286,7 +286,9 @@ static int read_notices(struct dt_tcp *t, char *first, size_t first_len, int *co
         }
         if (r == (ssize_t)sizeof n && n.magic == BUSY_MAGIC && n.nonce == t->nonce &&
             (int)n.world == t->world && n.rank >= 0 && n.rank < t->world && n.rank != t->rank) {
-            t->busy_from[n.rank] = n.code ? dt_clock_s() : 0; /* code: 1 busy, 0 back */
+            /* busy (code 1) or back (0): either way alive now.  "Back" does not
+             * end the excuse at once: its data may arrive after our deadline. */
+            t->busy_from[n.rank] = dt_clock_s();
             continue;
         }
         if (r != (ssize_t)sizeof n || n.magic != NOTICE_MAGIC || n.nonce != t->nonce ||
@@ -430,7 +432,7 @@ static int fault(struct dt_tcp *t, int rc)
  * deadline (at most every second), until the pause ends (a last notice says
  * so) or busy_limit_s has passed.  A waiting peer whose deadline runs out
  * moves it on to the newest notice plus the stall deadline instead of
- * failing.  Why notices and not the heartbeat: the heartbeat says the
+ * failing (the last notice too: the rank's data may come just after it).  Why notices and not the heartbeat: the heartbeat says the
  * process lives, not that its compute thread does; the deadline exists for
  * a thread stuck beside a live heartbeat, so only the rank itself can say
  * that it is busy on purpose.  What still fails: a rank that dies (its

@@ -116,7 +116,7 @@ struct dt_tcp {
     char (*notice_msg)[480];  /* per peer: the message of its notice */
     pthread_mutex_t *notice_mu; /* with lanes: guards the notice state above, shared by all lanes */
     bool notices_borrowed;    /* a lane: ufd and the arrays above belong to lane 0 */
-    double *busy_from;        /* per peer: when its last "busy" notice was read, 0 none (under notice_mu) */
+    double *busy_from;        /* per peer: when its last pause notice was read, 0 none (under notice_mu) */
     double busy_limit_s;      /* the longest pause this rank announces (dt_comm_busy) */
     struct dt_tcp__busy *busy; /* the thread announcing this rank's pause, or NULL */
     /* lanes (tcp_mesh.c): more connections per peer for large allreduces */
