@@ -432,10 +432,11 @@ static int fault(struct dt_tcp *t, int rc)
  * deadline (at most every second), until the pause ends (a last notice says
  * so) or busy_limit_s has passed.  A waiting peer whose deadline runs out
  * moves it on to the newest notice plus the stall deadline instead of
- * failing (the last notice too: the rank's data may come just after it).  Why notices and not the heartbeat: the heartbeat says the
- * process lives, not that its compute thread does; the deadline exists for
- * a thread stuck beside a live heartbeat, so only the rank itself can say
- * that it is busy on purpose.  What still fails: a rank that dies (its
+ * failing (the last notice too: the rank's data may come just after it).
+ * Why notices and not the heartbeat: the heartbeat says the process lives,
+ * not that its compute thread does; the deadline exists for a thread stuck
+ * beside a live heartbeat, so only the rank itself can say that it is busy
+ * on purpose.  What still fails: a rank that dies (its
  * connections close at once), a host or link that goes away (the notices
  * stop; the deadline runs from the last one), a pause longer than
  * busy_limit_s.  A notice read late (the peer was not waiting) moves a
