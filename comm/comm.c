@@ -504,6 +504,12 @@ void dt_comm_free_shared(struct dt_comm *c, void *p)
         c->be->free_shared(c->st, p);
 }
 
+void dt_comm_busy(struct dt_comm *c, bool busy)
+{
+    if (c && c->be && c->be->busy)
+        c->be->busy(c->st, busy);
+}
+
 void dt_comm_abort(struct dt_comm *c)
 {
     if (!c)

@@ -41,6 +41,8 @@ struct dt_comm_options {
     double timeout_s;         /* deadline of bootstrap and of each operation; default 60 */
     double op_timeout_s;      /* tcp: once bootstrapped, a peer that moves no data for this long fails
                                  the operation, named (the job's heartbeat_timeout); 0: timeout_s */
+    double busy_limit_s;      /* tcp: the longest pause dt_comm_busy() announces (the job's
+                                 rendezvous.timeout); 0: timeout_s */
     int cuda_device;          /* nccl: the GPU of this rank; -1 = local_rank */
 };
 
@@ -107,6 +109,17 @@ void dt_comm_free_shared(struct dt_comm *c, void *p);
  * operation is in flight. */
 typedef void (*dt_comm_span_fn)(void *ctx, const char *op, const void *recv, int64_t t0_ns, int64_t t1_ns);
 void dt_comm_set_span_hook(struct dt_comm *c, dt_comm_span_fn fn, void *ctx);
+
+/* Announced pauses.  busy=true: this rank leaves the collectives for a while
+ * but is alive (rank 0 writing a checkpoint while the others already wait in
+ * the next step's allreduce); busy=false: it is back.  In between, the tcp
+ * backend tells every peer so once a second from a thread of its own, and a
+ * peer's stall deadline does not run out while such notices keep coming: a
+ * rank that dies still closes its connections, and one whose host or
+ * network goes away stops the notices, so either is named as before.  The
+ * notices stop after busy_limit_s: a pause that long is a stall.  Call it
+ * with no operation of this rank in flight; other backends ignore it. */
+void dt_comm_busy(struct dt_comm *c, bool busy);
 
 /* Makes every pending and future operation on this communicator fail at once
  * (used when another rank is known to have died). */

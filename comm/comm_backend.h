@@ -52,6 +52,8 @@ struct dt_comm_backend {
 
     void (*abort)(void *st);
     void (*destroy)(void *st);
+    /* Optional (NULL: a no-op): dt_comm_busy(), see comm.h. */
+    void (*busy)(void *st, bool on);
 
     /* Optional (NULL: no shared memory; comm.c then reports none).
      * alloc_shared is collective, called with nothing in flight, and maps

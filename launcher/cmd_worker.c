@@ -115,6 +115,8 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
                                 .key_prefix = prefix,
                                 .timeout_s = timeout,
                                 .op_timeout_s = hb > 0 ? hb + 2 : 0,
+                                /* rank 0's checkpoint write, announced (dt_comm_busy), may take this long */
+                                .busy_limit_s = timeout,
                                 .cuda_device = -1};
     rc = dt_comm_init(&o, comm);
     ph[2] = dt_clock_ns();
@@ -148,11 +150,17 @@ struct step_hook {
     struct dt_heartbeat_fault fault;
 };
 
+/* The heartbeat's step: published before the step's checkpoint (trainer.h). */
+static void step_done(void *ctx, int64_t step)
+{
+    struct step_hook *h = ctx;
+    dt_heartbeat_step(h->hb, step);
+}
+
 static void after_step(void *ctx, struct dt_model *m, int64_t step)
 {
     (void)m;
     struct step_hook *h = ctx;
-    dt_heartbeat_step(h->hb, step);
     dt_heartbeat_fault_after_step(&h->fault, step);
 }
 
@@ -180,7 +188,7 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
         return DT_EINVAL;
     struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
                                    .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0,
-                                   .after_step = after_step, .ctx = hook, .stop_request = &stop_request};
+                                   .after_step = after_step, .step_done = step_done, .ctx = hook, .stop_request = &stop_request};
     /* An elastic round (the agent says so), and the sample log tests read
      * (DTRAIN_SAMPLE_LOG: a directory, one file per round and rank). */
     const char *el = getenv("DTRAIN_ELASTIC"), *log_dir = getenv("DTRAIN_SAMPLE_LOG");

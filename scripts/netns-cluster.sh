@@ -17,6 +17,8 @@
 #   DTN_TAG=t1 scripts/netns-cluster.sh pids [I]        the processes running in host I, or in any
 #   DTN_TAG=t1 scripts/netns-cluster.sh rsh ADDR CMD... runs the shell command CMD on the host with
 #        address ADDR, as `ssh ADDR CMD` would: Open MPI's --mca plm_rsh_agent for mpirun --host
+#   DTN_TAG=t1 scripts/netns-cluster.sh name I NAME...  NAMEs resolve to host I's address on every
+#        host from now on (each host's /etc/hosts, as cluster DNS learns a pod's name)
 #
 # What it makes, all named after DTN_TAG (letters and digits, at most 6; the
 # default is printed by `up`), so clusters of several tests cannot clash:
@@ -25,6 +27,8 @@
 #                                          hosts are ever addressed)
 #   veth pairs   dvTAG-I-K (here, on the bridge) <-> ethK-1 in host I (eth0, eth1)
 #   addresses    10.(200+K).S.I/24 on ethK-1, S from the tag (1..250)
+#   /etc/netns/dtn-TAG-I/hosts             host I's /etc/hosts (`ip netns exec` mounts it there):
+#                                          localhost, then what `name` adds
 # The kernel here has no netem: slow links are tbf, partitions are links set
 # down or blackhole routes.  Node rank r of a job runs on host r+1, so node 0
 # (the coordinator) is 10.201.S.1.
@@ -47,7 +51,7 @@ hosts() { ip netns list 2>/dev/null | sed -n "s/^dtn-$TAG-\([0-9]*\).*/\1/p" | s
 ifaces() { local k=1; while ip link show "$(br "$k")" >/dev/null 2>&1; do echo "$k"; k=$((k + 1)); done; }
 
 usage() {
-  sed -n "5,19p" "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n "5,21p" "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -83,6 +87,7 @@ up() {
   for i in $(seq "$n"); do
     ip netns add "$(ns "$i")" || { down; exit 1; }
     ip -n "$(ns "$i")" link set lo up
+    mkdir -p "/etc/netns/$(ns "$i")" && printf '127.0.0.1 localhost\n' >"/etc/netns/$(ns "$i")/hosts"
     for k in $(seq "$k_max"); do
       ip link add "$(veth "$i" "$k")" type veth peer name "eth$((k - 1))" netns "$(ns "$i")" || { down; exit 1; }
       ip link set "$(veth "$i" "$k")" master "$(br "$k")" up
@@ -103,6 +108,7 @@ down() {
   for i in $(hosts); do
     ip netns del "$(ns "$i")" 2>/dev/null
   done
+  rm -rf /etc/netns/dtn-"$TAG"-[0-9]* 2>/dev/null
   for k in 1 2; do
     ip link del "$(br "$k")" 2>/dev/null
   done
@@ -189,6 +195,13 @@ case $cmd in
   slow) slow "${1:-}" "${2:?rate, e.g. 4mbit}" ;;
   fast) fast "${1:-}" ;;
   pids) pids "${1:-}" ;;
+  name)
+    host_ok "${1:-}"
+    i=$1; shift
+    [ $# -gt 0 ] || usage
+    # appended in place: a running host's bind-mounted /etc/hosts sees it
+    for j in $(hosts); do echo "$(addr "$i") $*" >>"/etc/netns/$(ns "$j")/hosts"; done
+    ;;
   rsh)
     a=${1:-}; shift || usage
     for i in $(hosts); do

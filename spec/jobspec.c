@@ -258,6 +258,14 @@ static const struct dt_spec_key restart_keys[] = {
 static const struct dt_spec_section restart_section = {
     .keys = restart_keys, .n_keys = DT_NKEYS(restart_keys), .size = sizeof(struct dt_restart_policy)};
 
+static const struct dt_spec_key comm_keys[] = {
+    DT_KEY("interfaces", DT_KT_STRLIST, struct dt_comm_spec, interfaces,
+           DT_COUNT(struct dt_comm_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO,
+           .hint = "like [eth1]: the interfaces the ranks' collectives use"),
+};
+static const struct dt_spec_section comm_section = {
+    .keys = comm_keys, .n_keys = DT_NKEYS(comm_keys), .size = sizeof(struct dt_comm_spec)};
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
 
 static const struct dt_spec_key top_keys[] = {
@@ -276,6 +284,7 @@ static const struct dt_spec_key top_keys[] = {
     DT_KEY("grace_period", DT_KT_DURATION, struct dt_job, grace_period_s, .lo = 0, .hi = 3600,
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
+    DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section),
     DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
     DT_KEY("setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup), .flags = DT_KF_VERBATIM,
            .hint = "each item is one shell line, like ['module load cuda/12.4', 'source venv/bin/activate']"),
@@ -429,6 +438,58 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
     return 0;
 }
 
+/* ---- comm.interfaces and the variables it stands for ---- */
+
+const char *const dt_job_ifname_vars[] = {"DTRAIN_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                          NULL};
+
+bool dt_job_ifnames(const struct dt_job *job, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < job->comm.n_interfaces && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? "," : "", job->comm.interfaces[i]);
+    return job->comm.n_interfaces > 0;
+}
+
+bool dt_job_ifname_agrees(const struct dt_job *job, const char *var, const char *value)
+{
+    char want[512];
+    if (!dt_job_ifnames(job, want, sizeof want))
+        return true;
+    if (!strcmp(var, "NCCL_SOCKET_IFNAME") && value[0] == '=') /* NCCL: exact names, not prefixes */
+        value++;
+    return strcmp(value, want) == 0;
+}
+
+/* Each name an interface name can be (Linux: 1-15 bytes, no '/', ',', '=' or
+ * blank; the variables are comma lists), and the spec's env: saying the same. */
+static int check_comm(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    const struct dt_ynode *comm = dt_ymap_get(map, "comm");
+    for (int i = 0; i < job->comm.n_interfaces; i++) {
+        const char *n = job->comm.interfaces[i];
+        if (strlen(n) > 15 || n[strcspn(n, "/,= \t:")])
+            return dt_spec_fail(ctx, dt_ymap_get(comm, "interfaces"), "comm.interfaces",
+                                "'%.40s' is not an interface name (at most 15 characters, none of / , = : or "
+                                "blanks; list several as [eth1, eth2])",
+                                n);
+    }
+    const struct dt_ynode *env = dt_ymap_get(map, "env");
+    for (int i = 0; i < job->n_env; i++)
+        for (int v = 0; dt_job_ifname_vars[v]; v++)
+            if (!strcmp(job->env[i].name, dt_job_ifname_vars[v]) &&
+                !dt_job_ifname_agrees(job, job->env[i].name, job->env[i].value)) {
+                char want[512];
+                dt_job_ifnames(job, want, sizeof want);
+                return dt_spec_fail(ctx, dt_ymap_key(env, (size_t)i), "env",
+                                    "%s=%s disagrees with comm.interfaces [%s]: the ranks would use one "
+                                    "network or the other depending on the backend; keep one of them",
+                                    job->env[i].name, job->env[i].value, want);
+            }
+    return 0;
+}
+
 /* setup: lines run in the sbatch script, the pod's shell or mpirun's shell
  * before the agent; a local job has no such shell (the launcher is the agent). */
 static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
@@ -458,7 +519,7 @@ static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *
     struct dt_job *job = obj;
     /* Independent rules: each one's problem is reported, not only the first. */
     int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
-        check_name, check_elastic, check_program, check_backend, check_env, check_setup};
+        check_name, check_elastic, check_program, check_backend, check_env, check_setup, check_comm};
     int rc = check_kubernetes(ctx, map, job);
     for (size_t i = 0; i < sizeof rules / sizeof rules[0] && (rc == 0 || rc == DT_EINVAL); i++) {
         int r = rules[i](ctx, map, job);

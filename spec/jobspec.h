@@ -51,6 +51,18 @@ struct dt_env_entry {
     char *value;
 };
 
+/* comm: how ranks reach each other.  interfaces names the network the ranks'
+ * collectives use (the tcp backend's advertised address, Gloo's and NCCL's
+ * socket interface: the agent sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME
+ * from it) and, under scheduler: mpirun without mpirun.interfaces, the address
+ * node 0 advertises for the coordinator.  Those variables set elsewhere must
+ * agree with it (dt_job_ifname_agrees): a disagreement is an error, never a
+ * silent choice. */
+struct dt_comm_spec {
+    char **interfaces; /* NULL-terminated interface names, in order of preference; NULL: not set */
+    int n_interfaces;
+};
+
 /* restart_policy: what a rank's exit status means for the group.  A rank
  * killed by signal N counts as exit status 128+N (the shell's convention), so
  * `137: fail` also catches SIGKILL; codes may be written as SIGKILL too. */
@@ -179,6 +191,7 @@ struct dt_job {
      * DT_JOB_GRACE_DEFAULT_S (torchrun's 30 s); --grace-period overrides it. */
     double grace_period_s;
     struct dt_rendezvous_spec rendezvous;
+    struct dt_comm_spec comm;
     char *log_dir; /* default "runs" */
     /* Shell lines run before the agent starts: in the sbatch script (Slurm),
      * in the container's shell (Kubernetes), before each agent under mpirun;
@@ -240,6 +253,19 @@ enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status);
 /* True if `name` is a variable dtrain sets for every rank (RANK, MASTER_ADDR,
  * DTRAIN_JOB_TOKEN, ...), so the spec's env: may not set it. */
 bool dt_job_env_is_reserved(const char *name);
+
+/* The variables comm.interfaces stands for, NULL-terminated:
+ * DTRAIN_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME. */
+extern const char *const dt_job_ifname_vars[];
+
+/* Writes comm.interfaces as those variables hold it ("eth1,eth2") into buf;
+ * false (buf "") when the spec has none. */
+bool dt_job_ifnames(const struct dt_job *job, char *buf, size_t size);
+
+/* Whether `value` of the variable `var` (one of dt_job_ifname_vars) says
+ * what comm.interfaces says: the same list, for NCCL also with its "="
+ * (exact names) prefix.  True when the spec has no comm.interfaces. */
+bool dt_job_ifname_agrees(const struct dt_job *job, const char *var, const char *value);
 
 /* Writes the job as YAML with every default filled in; it loads back to the same job. */
 void dt_job_print(const struct dt_job *job, FILE *out);

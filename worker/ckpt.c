@@ -46,6 +46,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/crc32c.h"
+#include "base/env.h"
 #include "worker/safetensors.h"
 #include "base/fs.h"
 
@@ -402,6 +403,12 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     rc = dt_ckpt__model_json(&m->spec, model, sizeof model);
     if (rc == 0)
         rc = refuse_nonfinite(path, e, n, s);
+    /* Tests only: a slow file system (a large model on network storage),
+     * so the peers' wait for this write can be tested (test_netns_links.sh). */
+    int delay_ms = 0;
+    if (rc == 0 && (rc = dt_env_int("DTRAIN_TEST_CKPT_DELAY_MS", 0, 0, 600000, &delay_ms)) == 0 &&
+        delay_ms > 0)
+        usleep((useconds_t)delay_ms * 1000);
     if (rc == 0)
         rc = write_file(path, e, n, a, s, model);
     free(e);

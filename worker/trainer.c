@@ -513,7 +513,11 @@ int dt_trainer__save(struct dt_trainer *t)
                                .amp = t->spec.amp.dtype, .scaler = t->scaler,
                                .grad_accum = t->o.elastic ? t->spec.ddp.grad_accum : 0};
     dt_trainer__data_position(t, &st);
+    /* The peers wait in the next step's collective meanwhile: a long write
+     * is announced, so they do not take it for a stall (comm.h). */
+    dt_comm_busy(t->comm, true);
     rc = dt_ckpt_save(t->ckpt_dir, t->model, t->zero.comm ? &whole : &t->opt, &st, t->spec.checkpoint.keep);
+    dt_comm_busy(t->comm, false);
     dt_adamw_release(&whole);
     return rc;
 }

@@ -41,6 +41,11 @@ struct dt_trainer_options {
     volatile sig_atomic_t *stop_request;
     /* Called after every optimizer step (tests: perturb a rank, record parameters). */
     void (*after_step)(void *ctx, struct dt_model *m, int64_t step);
+    /* Called as soon as optimizer step `step` is done, before its evaluation
+     * and checkpoint (the heartbeat's step): rank 0 writing a checkpoint has
+     * done the step its peers already wait beyond, and must not look behind
+     * them to the agent's watchdog. */
+    void (*step_done)(void *ctx, int64_t step);
     /* Called once the step's gradients are averaged, before the AMP check and
      * the optimizer (tests: an overflow on one rank only). */
     void (*after_reduce)(void *ctx, struct dt_model *m, int64_t step);

@@ -499,6 +499,8 @@ static int loop(struct dt_trainer *t)
         t->train_s += dt_clock_s() - t0;
         if (log && ((rc = log_row(t, &w, lr, beta1, norm)) || (rc = check_row(t, norm))))
             return rc;
+        if (t->o.step_done)
+            t->o.step_done(t->o.ctx, t->step);
         double pause = dt_clock_s();
         if ((rc = between_steps(t)))
             return rc;

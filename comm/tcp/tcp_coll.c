@@ -508,4 +508,5 @@ const struct dt_comm_backend dt_comm_backend_tcp = {
     .barrier = tcp_barrier,
     .abort = dt_tcp__abort,
     .destroy = dt_tcp__destroy,
+    .busy = dt_tcp__busy,
 };

@@ -15,7 +15,8 @@
  * Reductions run on this thread between syscalls, while the peer keeps
  * filling our socket buffer: the kernel's buffers are the pipeline.
  * On failure every exit goes through fault(), which tells the other ranks and
- * names the rank that failed.
+ * names the rank that failed.  A peer that announced a pause (dt_comm_busy:
+ * rank 0 writing a checkpoint) is not a stall while its notices keep coming.
  *
  * Not for choosing algorithms (tcp_coll.c) or setting connections up
  * (tcp_mesh.c).
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -197,6 +199,7 @@ static bool spin_again(struct dt_tcp *t, struct spin *s)
  * still hears about it in the next one.
  */
 #define NOTICE_MAGIC 0x31465444u /* "DTF1" */
+#define BUSY_MAGIC 0x31425444u   /* "DTB1": a pause notice (announced pauses, below) */
 
 struct notice {
     uint32_t magic, nonce, world;
@@ -280,6 +283,13 @@ static int read_notices(struct dt_tcp *t, char *first, size_t first_len, int *co
         if (r < 0) {
             notices_unlock(t);
             return got;
+        }
+        if (r == (ssize_t)sizeof n && n.magic == BUSY_MAGIC && n.nonce == t->nonce &&
+            (int)n.world == t->world && n.rank >= 0 && n.rank < t->world && n.rank != t->rank) {
+            /* busy (code 1) or back (0): either way alive now.  "Back" does not
+             * end the excuse at once: its data may arrive after our deadline. */
+            t->busy_from[n.rank] = dt_clock_s();
+            continue;
         }
         if (r != (ssize_t)sizeof n || n.magic != NOTICE_MAGIC || n.nonce != t->nonce ||
             (int)n.world != t->world || n.rank < 0 || n.rank >= t->world || n.rank == t->rank)
@@ -411,6 +421,108 @@ static int fault(struct dt_tcp *t, int rc)
     rename_culprits(t);
     notices_unlock(t);
     return rc;
+}
+
+/* ---- announced pauses ---- */
+
+/* dt_comm_busy() (comm.h): a rank about to leave the collectives for a while
+ * (rank 0 writing a checkpoint while its peers already wait in the next
+ * step) starts a thread that sends every peer a pause notice through the
+ * failure-notice socket, at once and then every quarter of the stall
+ * deadline (at most every second), until the pause ends (a last notice says
+ * so) or busy_limit_s has passed.  A waiting peer whose deadline runs out
+ * moves it on to the newest notice plus the stall deadline instead of
+ * failing (the last notice too: the rank's data may come just after it).
+ * Why notices and not the heartbeat: the heartbeat says the process lives,
+ * not that its compute thread does; the deadline exists for a thread stuck
+ * beside a live heartbeat, so only the rank itself can say that it is busy
+ * on purpose.  What still fails: a rank that dies (its
+ * connections close at once), a host or link that goes away (the notices
+ * stop; the deadline runs from the last one), a pause longer than
+ * busy_limit_s.  A notice read late (the peer was not waiting) moves a
+ * deadline at most one stall period too far. */
+struct dt_tcp__busy {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+};
+
+static void send_busy(struct dt_tcp *t, bool on)
+{
+    struct notice n = {BUSY_MAGIC, t->nonce, (uint32_t)t->world, t->rank, -1, on, 0, 0, ""};
+    for (int p = 0; p < t->world; p++)
+        if (p != t->rank && t->uaddr[p].sin_port)
+            sendto(t->ufd, &n, sizeof n, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&t->uaddr[p],
+                   sizeof t->uaddr[p]);
+}
+
+static void *busy_main(void *arg)
+{
+    struct dt_tcp *t = arg;
+    struct dt_tcp__busy *b = t->busy;
+    double stall = t->timeout_s - t->grace_s, every = stall / 4 < 1.0 ? stall / 4 : 1.0;
+    double end = dt_clock_s() + t->busy_limit_s;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop && dt_clock_s() < end) {
+        send_busy(t, true);
+        struct timespec at;
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        int64_t ns = (int64_t)at.tv_nsec + (int64_t)((every > 0.01 ? every : 0.01) * 1e9);
+        at.tv_sec += (time_t)(ns / 1000000000);
+        at.tv_nsec = (long)(ns % 1000000000);
+        while (!b->stop && pthread_cond_timedwait(&b->cv, &b->mu, &at) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+void dt_tcp__busy(void *st, bool on)
+{
+    struct dt_tcp *t = st;
+    struct dt_tcp__busy *b = t->busy;
+    if (on && !b && t->ufd >= 0 && !t->failed && (b = calloc(1, sizeof *b))) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&b->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&b->mu, NULL);
+        t->busy = b;
+        if (pthread_create(&b->thread, NULL, busy_main, t) == 0)
+            return;
+        t->busy = NULL; /* no thread: the pause goes unannounced, as before there were notices */
+    } else if (!on && b) {
+        pthread_mutex_lock(&b->mu);
+        b->stop = true;
+        pthread_cond_signal(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        pthread_join(b->thread, NULL);
+        t->busy = NULL;
+        send_busy(t, false);
+    } else {
+        return;
+    }
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+/* The deadline ran out: true, with the deadline moved on, while a peer's
+ * pause notices are recent (a failure notice read meanwhile is the caller's). */
+static bool excused(struct dt_tcp *t)
+{
+    double newest = 0, stall = t->timeout_s - t->grace_s;
+    notices_lock(t);
+    for (int p = 0; p < t->world; p++)
+        if (t->busy_from[p] > newest)
+            newest = t->busy_from[p];
+    notices_unlock(t);
+    if (newest <= 0 || newest + stall <= dt_clock_s())
+        return false;
+    t->deadline = newest + stall;
+    return true;
 }
 
 /* ---- the step engine ---- */
@@ -586,6 +698,9 @@ static int wait_events(struct engine *e)
     }
     double left = t->deadline - dt_clock_s();
     if (left <= 0) {
+        int rc = fault_check(t); /* reads pause notices, or a failure a peer reported */
+        if (rc < 0 || excused(t))
+            return rc;
         char what[160];
         if (e->ii < p->nin && !e->in_gated) {
             snprintf(what, sizeof what, "sent nothing for %.1f s (it, or a rank it waits for, stalled or died)",

@@ -116,6 +116,9 @@ struct dt_tcp {
     char (*notice_msg)[480];  /* per peer: the message of its notice */
     pthread_mutex_t *notice_mu; /* with lanes: guards the notice state above, shared by all lanes */
     bool notices_borrowed;    /* a lane: ufd and the arrays above belong to lane 0 */
+    double *busy_from;        /* per peer: when its last pause notice was read, 0 none (under notice_mu) */
+    double busy_limit_s;      /* the longest pause this rank announces (dt_comm_busy) */
+    struct dt_tcp__busy *busy; /* the thread announcing this rank's pause, or NULL */
     /* lanes (tcp_mesh.c): more connections per peer for large allreduces */
     int nlanes;               /* connections per peer pair; 1: no lanes */
     size_t lane_bytes;        /* allreduces from this size on are striped over the lanes */
@@ -147,6 +150,9 @@ int dt_tcp__fault_open(struct dt_tcp *t, int *port);
 void dt_tcp__set_timeout(struct dt_tcp *t, double timeout_s);
 /* Marks the communicator failed and shuts every connection down. */
 void dt_tcp__fail(struct dt_tcp *t);
+/* dt_comm_busy(): starts or stops announcing this rank's pause to its peers
+ * (stopped by destroy too). */
+void dt_tcp__busy(void *st, bool on);
 
 /* ---- tcp_coll.c: the collectives ---- */
 

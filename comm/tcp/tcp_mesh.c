@@ -10,7 +10,8 @@
  * given; else the IPv4 address of the first interface named in
  * DTRAIN_SOCKET_IFNAME or GLOO_SOCKET_IFNAME ("eth1" or "eth1,eth2": Gloo's
  * variable, so a host set up for PyTorch's CPU backend needs nothing more;
- * none of them holding one is an error naming the interfaces there are);
+ * the spec's comm.interfaces reaches here as GLOO_SOCKET_IFNAME, set by the
+ * agent; none of them holding one is an error naming the interfaces there are);
  * else the local address that routes to the coordinator (a connected UDP
  * socket tells us without sending anything), never 127.0.0.1 unless the
  * coordinator is on this host's loopback.
@@ -294,11 +295,13 @@ static int alloc_state(struct dt_tcp *t, const struct dt_comm_options *o)
     t->heard = calloc((size_t)t->world, 1);
     t->suspected = malloc(sizeof *t->suspected * (size_t)t->world);
     t->notice_msg = calloc((size_t)t->world, sizeof *t->notice_msg);
+    t->busy_from = calloc((size_t)t->world, sizeof *t->busy_from);
     size_t hb = sizeof(struct dt_tcp__hdr);
     t->stage = malloc(t->seg_bytes + t->small_bytes + hb);
     t->small = malloc(t->small_bytes + hb);
     t->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!t->fd || !t->addr || !t->processed || !t->out || !t->in || !t->last_pos || !t->uaddr || !t->heard || !t->suspected || !t->notice_msg || !t->stage || !t->small || t->abort_fd < 0)
+    if (!t->fd || !t->addr || !t->processed || !t->out || !t->in || !t->last_pos || !t->uaddr || !t->heard ||
+        !t->suspected || !t->notice_msg || !t->busy_from || !t->stage || !t->small || t->abort_fd < 0)
         return dt_error_set(DT_ENOMEM, "rank %d: tcp: out of memory", t->rank);
     memset(t->stage, 0, t->seg_bytes + t->small_bytes + hb); /* touch once, not in the step loop */
     memset(t->small, 0, t->small_bytes + hb);
@@ -523,11 +526,13 @@ static void borrow_notices(struct dt_tcp *lane, struct dt_tcp *t)
     free(lane->heard);
     free(lane->suspected);
     free(lane->notice_msg);
+    free(lane->busy_from);
     lane->ufd = t->ufd;
     lane->uaddr = t->uaddr;
     lane->heard = t->heard;
     lane->suspected = t->suspected;
     lane->notice_msg = t->notice_msg;
+    lane->busy_from = t->busy_from;
     lane->nonce = t->nonce;
     lane->grace_s = t->grace_s;
     lane->notice_mu = t->notice_mu;
@@ -654,6 +659,7 @@ static int tcp_create(const struct dt_comm_options *o, bool with_lanes, struct d
         rc = bootstrap(t, o);
     if (rc == 0) /* bootstrap waits for every rank to start; a step only for its peers' data */
         dt_tcp__set_timeout(t, o->op_timeout_s > 0 ? o->op_timeout_s : o->timeout_s);
+    t->busy_limit_s = o->busy_limit_s > 0 ? o->busy_limit_s : o->timeout_s;
     if (rc == 0 && with_lanes)
         rc = lanes_init(t, o);
     if (rc < 0) {
@@ -688,6 +694,7 @@ void dt_tcp__destroy(void *st)
     struct dt_tcp *t = st;
     if (!t)
         return;
+    dt_tcp__busy(t, false);
     lanes_destroy(t);
     for (int p = 0; t->fd && p < t->world; p++)
         if (t->fd[p] >= 0)
@@ -707,6 +714,7 @@ void dt_tcp__destroy(void *st)
         free(t->heard);
         free(t->suspected);
         free(t->notice_msg);
+        free(t->busy_from);
     }
     free(t->stage);
     free(t->small);

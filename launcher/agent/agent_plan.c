@@ -8,7 +8,8 @@
  * work: env:// init finds the store at MASTER_ADDR:MASTER_PORT and, with
  * TORCHELASTIC_USE_AGENT_STORE, joins it as a client instead of trying to
  * host one), dtrain's own DTRAIN_* variables (the store client reads
- * DTRAIN_COORD_ADDR and DTRAIN_JOB_TOKEN), and the spec's env: entries.
+ * DTRAIN_COORD_ADDR and DTRAIN_JOB_TOKEN), the spec's env: entries, and
+ * comm.interfaces as GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME.
  * Precedence: dtrain's per-rank variables over the spec's env:, the spec's
  * over the launcher's own environment.  Built before fork(): the child of a
  * multi-threaded process may only make async-signal-safe calls, so nothing
@@ -213,6 +214,37 @@ static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg,
         add(b, "DTRAIN_ELASTIC=1");
 }
 
+/* comm.interfaces as GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (NCCL's "="
+ * form: exact names, as Gloo reads them), unless the spec's env: or the
+ * launcher's environment sets them; set elsewhere to another list, the
+ * variable is refused (the spec's env: already is, at load). */
+static void add_ifnames(struct env_builder *b, const struct dt_job *job, char *const *base)
+{
+    char list[512];
+    if (!dt_job_ifnames(job, list, sizeof list))
+        return;
+    for (int v = 0; dt_job_ifname_vars[v]; v++) {
+        const char *var = dt_job_ifname_vars[v], *val = NULL;
+        const struct dt_env_entry *se = spec_entry(job, var);
+        for (char *const *e = base; !se && e && *e; e++)
+            if (entry_is(*e, var))
+                val = *e + strlen(var) + 1;
+        if (val && !dt_job_ifname_agrees(job, var, val) && b->rc >= 0)
+            b->rc =
+                dt_error_set(DT_EINVAL,
+                             "%s: comm.interfaces is [%s] but this agent's environment has %s=%s; the ranks "
+                             "would use one network or the other depending on the backend: unset the "
+                             "variable or make the two agree",
+                             job->path, list, var, val);
+        if (se || val || !strcmp(var, "DTRAIN_SOCKET_IFNAME"))
+            continue;
+        if (!strcmp(var, "NCCL_SOCKET_IFNAME"))
+            add(b, "%s==%s", var, list);
+        else
+            add(b, "%s=%s", var, list);
+    }
+}
+
 int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
                        char ***out)
 {
@@ -234,6 +266,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     for (int i = 0; i < job->n_env; i++)
         if (!dt_job_env_is_reserved(job->env[i].name))
             add(&b, "%s=%s", job->env[i].name, job->env[i].value);
+    add_ifnames(&b, job, base);
     /* torchrun's default for more than one rank per node: N ranks of a threaded
      * library would otherwise each start one thread per core and oversubscribe
      * the machine N times. */

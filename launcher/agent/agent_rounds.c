@@ -208,8 +208,12 @@ static int publish_fail(struct dt_agent__round *r, const struct dt_agent_result 
     const struct dt_agent_rank_result *rr = &at->ranks[at->first_failed];
     char k1[64], v[64];
     bool hung = at->hung >= 0 && at->hung == at->first_failed;
+    /* A hung rank is published when the watchdog's verdict is, before its
+     * SIGKILL is reaped: its status is that SIGKILL's, not the 0 of a rank
+     * that has not exited (which every node would read as success). */
+    int wstatus = rr->exited || !hung ? rr->wstatus : SIGKILL;
     key(k1, sizeof k1, "fail", k);
-    snprintf(v, sizeof v, "%d %d %d %d", rr->rank, rr->wstatus, r->cfg.node_rank, hung);
+    snprintf(v, sizeof v, "%d %d %d %d", rr->rank, wstatus, r->cfg.node_rank, hung);
     void *got = NULL;
     size_t len = 0;
     int rc = dt_store_compare_set(r->store, k1, "", 0, v, strlen(v), &got, &len);
@@ -415,10 +419,13 @@ static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k,
         dt_agent__round_lost_coordinator(r, status);
         return 0;
     }
-    int rank = -1, wstatus = 0, node = -1;
-    sscanf(v, "%d %d %d", &rank, &wstatus, &node);
+    int rank = -1, wstatus = 0, node = -1, hung = 0;
+    sscanf(v, "%d %d %d %d", &rank, &wstatus, &node, &hung);
     int st = dt_proc_exit_status(wstatus);
-    dt_proc_describe(wstatus, true, desc, sizeof desc);
+    if (hung)
+        snprintf(desc, sizeof desc, "was hung (killed by dtrain's watchdog)");
+    else
+        dt_proc_describe(wstatus, true, desc, sizeof desc);
     bool retry = dt_job_exit_action(r->cfg.job, st) == DT_EXIT_RETRY;
     /* Node 0's summary names the round's first failure wherever it was, as the
      * first failure of the last failed attempt of a one-node job. */

@@ -9,13 +9,18 @@
  * status/cancel RUN`) go through the `dtrain launch` that runs mpirun
  * (launch.json): it is alive or not, SIGTERM to it stops mpirun and with it
  * every agent or rank; status also names mpirun's pid, found among the
- * launcher's descendants.
+ * launcher's descendants.  The last section keeps Open MPI's daemon on a
+ * failed node's host from outliving the job for long.
  *
  * Not for running anything.
  */
 #include "scheduler-adapters/mpirun/mpirun_internal.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,11 +101,23 @@ static void slurm_first_host(const char *list, char *out, size_t size)
     snprintf(out, size, "%.*s%.*s", (int)pre, list, (int)strcspn(r, "-,]"), r);
 }
 
+/* This host by name, loopback, or one of its IPv4 addresses (hosts named by address). */
 bool dt_mpirun__is_here(const char *h)
 {
     char me[256] = "";
     gethostname(me, sizeof me - 1);
-    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me);
+    if (!strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, me))
+        return true;
+    struct in_addr want;
+    struct ifaddrs *ifs = NULL;
+    if (inet_pton(AF_INET, h, &want) != 1 || getifaddrs(&ifs) != 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        found = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == want.s_addr;
+    freeifaddrs(ifs);
+    return found;
 }
 
 static int coordinator(const struct dt_job *job, char *const *env, int nnodes, struct dt_adapter_node *out)
@@ -138,6 +155,91 @@ static int coordinator(const struct dt_job *job, char *const *env, int nnodes, s
     return 0;
 }
 
+/* ---- Open MPI's daemon after a failed node ---- */
+
+/* An agent started by mpirun is a child of Open MPI's daemon on its host
+ * (orted; prted in Open MPI 5).  When the host was cut off, its agent ends
+ * ("lost the coordinator"), but the daemon, which must tell mpirun first,
+ * waits on a connection whose data is never acknowledged: the kernel's
+ * retransmissions (net.ipv4.tcp_retries2, about 15 minutes), as Open MPI's
+ * keepalives only probe idle connections.  So an agent that exits non-zero
+ * leaves a watcher: if the same daemon still runs heartbeat_timeout +
+ * grace_period + 10 s later (the time `dtrain launch` gives mpirun itself
+ * after an abort), it is sent SIGTERM, then SIGKILL.  A reachable mpirun has
+ * ended its daemons long before; the watcher then finds them gone.  The
+ * watcher is a shell named dtrain-daemon-guard in `ps`, not a second
+ * `dtrain agent` command line. */
+static struct {
+    pid_t pid;               /* the daemon (this agent's parent), 0 when not under one */
+    unsigned long long born; /* its start time, /proc/PID/stat field 22: a pid may be reused */
+    double after_s;
+} daemon_guard;
+
+/* The start time of process pid, 0 if it is gone. */
+static unsigned long long born(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold blanks; fields 3.. follow it */
+    unsigned long long t = 0;
+    for (int field = 2; p && *p && field < 22; p++)
+        field += *p == ' ';
+    if (p)
+        sscanf(p, "%llu", &t);
+    return t;
+}
+
+static void end_lingering_daemon(int status, void *arg)
+{
+    (void)arg;
+    if (status == 0 || daemon_guard.pid <= 1 || fork() != 0)
+        return;
+    setsid(); /* out of the agent's process group, its output nowhere */
+    int fd = open("/dev/null", O_RDWR);
+    for (int i = 0; fd >= 0 && i < 3; i++)
+        dup2(fd, i);
+    char pid[32], start[32], after[32];
+    snprintf(pid, sizeof pid, "%d", (int)daemon_guard.pid);
+    snprintf(start, sizeof start, "%llu", daemon_guard.born);
+    snprintf(after, sizeof after, "%.1f", daemon_guard.after_s);
+    /* field 22 of /proc/PID/stat: the same process (the name, orted or prted, has no blank) */
+    execl("/bin/sh", "sh", "-c",
+          "sleep \"$3\"; for s in TERM KILL; do [ \"$(cut -d' ' -f22 /proc/$1/stat 2>/dev/null)\" = \"$2\" ] "
+          "|| "
+          "exit 0; kill -$s \"$1\"; sleep 2; done",
+          "dtrain-daemon-guard", pid, start, after, (char *)NULL);
+    _exit(0);
+}
+
+static void guard_daemon(const struct dt_job *job)
+{
+    char path[64], comm[32] = "";
+    pid_t parent = getppid();
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)parent);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = 0;
+        fclose(f);
+    }
+    if (strcmp(comm, "orted\n") != 0 && strcmp(comm, "prted\n") != 0)
+        return;
+    double hb = job->rendezvous.heartbeat_timeout_s > 0 ? job->rendezvous.heartbeat_timeout_s
+                                                        : job->rendezvous.timeout_s;
+    daemon_guard.pid = parent;
+    daemon_guard.born = born(parent);
+    daemon_guard.after_s = hb + job->grace_period_s + 10;
+    if (daemon_guard.born)
+        on_exit(end_lingering_daemon, NULL);
+}
+
 static int discover(const struct dt_job *job, char *const *env, struct dt_adapter_node *out)
 {
     struct dt_mpirun_place p;
@@ -153,6 +255,7 @@ static int discover(const struct dt_job *job, char *const *env, struct dt_adapte
     out->nnodes = p.size;
     if ((rc = coordinator(job, env, p.size, out)) < 0)
         return rc;
+    guard_daemon(job);
     const char *jid = dt_adapter_getenv(env, "OMPI_MCA_ess_base_jobid");
     if (!jid)
         jid = dt_adapter_getenv(env, "SLURM_JOB_ID");

@@ -76,21 +76,32 @@ static bool all_local(const struct dt_job *job)
     return true;
 }
 
-/* How other hosts reach this one: the address of mpirun.interfaces[0] when
- * named (the network the user chose for MPI), else this host's name. */
+/* How other hosts reach this one when the spec names a network: the address
+ * of mpirun.interfaces[0] (the network the user chose for MPI), else of
+ * comm.interfaces[0] (the ranks' network).  False, out untouched, if neither
+ * names an interface with an IPv4 address here. */
+static bool interface_host(const struct dt_job *job, char *out, size_t size)
+{
+    const struct dt_mpirun_spec *m = job->mpirun;
+    const char *want = m && m->n_interfaces     ? m->interfaces[0]
+                       : job->comm.n_interfaces ? job->comm.interfaces[0]
+                                                : NULL;
+    struct ifaddrs *ifs = NULL;
+    if (!want || getifaddrs(&ifs) != 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, want))
+            found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)size);
+    freeifaddrs(ifs);
+    return found;
+}
+
+/* How other hosts reach this one: interface_host(), else this host's name. */
 static void advertised_host(const struct dt_job *job, char *out, size_t size)
 {
-    gethostname(out, size - 1);
-    const struct dt_mpirun_spec *m = job->mpirun;
-    struct ifaddrs *ifs = NULL;
-    if (!m || !m->n_interfaces || getifaddrs(&ifs) != 0)
-        return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, m->interfaces[0])) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)size);
-            break;
-        }
-    freeifaddrs(ifs);
+    if (!interface_host(job, out, size))
+        gethostname(out, size - 1);
 }
 
 /* What differs per rank: each rank reads it from mpirun (dt_mpirun_rank_env),
@@ -294,6 +305,11 @@ static int settle(const struct dt_job *job, const struct dt_adapter_launch *opts
         return rc;
     if (!host[0])
         gethostname(host, 255); /* mpirun maps rank 0 to the first node of the allocation: this one */
+    /* Node 0 here, named as mpirun reaches it (often a management network):
+     * the agents and ranks reach it on the network the spec names, if any. */
+    char named[256];
+    if (dt_mpirun__is_here(host) && interface_host(job, named, sizeof named))
+        snprintf(host, 256, "%s", named);
     *port = job->rendezvous.port;
     if (*port <= 0 && dt_mpirun__is_here(host))
         *port = free_port();

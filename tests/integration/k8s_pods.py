@@ -14,6 +14,11 @@ this shell:
   - its name: "127.0.0.1 <job>-<i>.<service> <job>-<i>" is appended to DIR/hosts when
     the pod starts, as DNS learns a pod's name only once it runs;
   - its working directory: DIR/pod-<i>/work (the image's WORKDIR).
+With --netns NC (scripts/netns-cluster.sh, its DTN_TAG in this environment) pod <i>
+runs on namespace host <i+1> instead, as on a node of its own: status.podIP is that
+host's address, and the pod's name goes into every host's /etc/hosts when it starts
+(`NC name`), so the rendered headless-service name (<job>-0.<service>) resolves through
+the real resolver to node 0's address, as cluster DNS would make it; no DTRAIN_HOSTS_FILE.
 Pods start in the order given, --delay seconds apart; each one's stdout and stderr go to
 DIR/pod-<i>.out/.err.  Waits for all and prints "pod <i> exit <status>" for each; exits
 with the first non-zero status (or 0).
@@ -60,7 +65,7 @@ def files_of(docs, volume):
     return out
 
 
-def pod_setup(docs, job, index, root):
+def pod_setup(docs, job, index, root, pod_ip="127.0.0.1"):
     pod = job["spec"]["template"]["spec"]
     c = pod["containers"][0]
     pdir = os.path.join(root, f"pod-{index}")
@@ -88,15 +93,16 @@ def pod_setup(docs, job, index, root):
     env = {"PATH": os.path.dirname(os.environ["DTRAIN"]) + ":/usr/local/bin:/usr/bin:/bin",
            "HOSTNAME": f"{name}-{index}", "JOB_COMPLETION_INDEX": str(index),
            "DTRAIN_HOSTS_FILE": os.path.join(root, "hosts")}
+    fields = dict(FIELDS, **{"status.podIP": pod_ip})
     for e in c.get("env") or []:
         if "valueFrom" in e:
-            env[e["name"]] = FIELDS[e["valueFrom"]["fieldRef"]["fieldPath"]]
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             env[e["name"]] = local_path(e["value"])
     argv = [local_path(a) for a in c["command"] + (c.get("args") or [])]
     work = os.path.join(pdir, "work")
     os.makedirs(work, exist_ok=True)
-    return argv, env, work, f"127.0.0.1 {name}-{index}.{pod['subdomain']} {name}-{index}\n"
+    return argv, env, work, [f"{name}-{index}.{pod['subdomain']}", f"{name}-{index}"]
 
 
 def main():
@@ -106,6 +112,7 @@ def main():
     ap.add_argument("indexes", nargs="+", type=int)
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--netns", metavar="NC", help="run pod i on host i+1 of scripts/netns-cluster.sh NC")
     a = ap.parse_args()
     docs = [d for d in yaml.safe_load_all(open(a.manifest, encoding="utf-8")) if d]
     job = next(d for d in docs if d["kind"] == "Job")
@@ -114,9 +121,16 @@ def main():
     for n, i in enumerate(a.indexes):
         if n:
             time.sleep(a.delay)
-        argv, env, work, host_line = pod_setup(docs, job, i, a.dir)
-        with open(os.path.join(a.dir, "hosts"), "a") as f:
-            f.write(host_line)
+        ip = subprocess.check_output([a.netns, "addr", str(i + 1)], text=True).strip() if a.netns else "127.0.0.1"
+        argv, env, work, names = pod_setup(docs, job, i, a.dir, ip)
+        if a.netns:  # the host's own /etc/hosts, no override; the pod's environment exactly
+            del env["DTRAIN_HOSTS_FILE"]
+            subprocess.check_call([a.netns, "name", str(i + 1)] + names)
+            argv = [a.netns, "exec", str(i + 1), "env", "-i"] + [f"{k}={v}" for k, v in env.items()] + argv
+            env = dict(os.environ)
+        else:
+            with open(os.path.join(a.dir, "hosts"), "a") as f:
+                f.write(f"127.0.0.1 {' '.join(names)}\n")
         out = open(os.path.join(a.dir, f"pod-{i}.out"), "w")
         err = open(os.path.join(a.dir, f"pod-{i}.err"), "w")
         procs[i] = subprocess.Popen(argv, env=env, cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL)

@@ -5,7 +5,12 @@
 #  - by default, the address of the route to the coordinator (eth0's), not 127.0.0.1;
 #  - with GLOO_SOCKET_IFNAME=eth1 (in the spec's env:, as for PyTorch's Gloo) the
 #    ranks' mesh runs on eth1's network while the agents stay on eth0's;
-#  - a name no interface has fails the ranks with the interfaces there are.
+#  - a name no interface has fails the ranks with the interfaces there are;
+#  - comm.interfaces: [eth1] in the spec does what GLOO_SOCKET_IFNAME=eth1 does (the
+#    agent sets it, and NCCL_SOCKET_IFNAME, for the ranks); the same variable in an
+#    agent's environment with another value fails the agents, naming both; under
+#    scheduler: mpirun node 0 advertises eth1's address, so the agents and the
+#    store run on eth1's network too.
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
 
@@ -13,6 +18,7 @@
 netns_up i 2 2
 A1=$("$NC" addr 1 1) A2=$("$NC" addr 2 1) B1=$("$NC" addr 1 2) B2=$("$NC" addr 2 2)
 COORD="$A1:29500"
+AGENT_ENV=   # NAME=value words both agents run with
 
 job() { # env-line
   cat <<EOF2
@@ -38,10 +44,10 @@ EOF2
 # established TCP connections go to $T/TAG.ss; then SIGTERM ends the job.
 run() {
   local tag=$1 spec=$2
-  "$NC" exec 1 "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
+  "$NC" exec 1 env $AGENT_ENV "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
     --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
   a0=$!; pids+=($a0)
-  "$NC" exec 2 "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
+  "$NC" exec 2 env $AGENT_ENV "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
     --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
   a1=$!; pids+=($a1)
   for _ in $(seq 200); do
@@ -82,3 +88,48 @@ check "nosuch: both agents fail ($rc0 $rc1)" test "$rc0" != 0 -a "$rc1" != 0 -a 
 cat "$T"/runs-bad/ni-*/attempt_0/rank_*.err >"$T/bad.ranks" 2>/dev/null
 contains "$T/bad.ranks" "GLOO_SOCKET_IFNAME=nosuch names no interface with an IPv4 address on this host \(those with one: lo, eth0, eth1\)" \
   "nosuch: the ranks say which variable, and the interfaces there are"
+
+# --- comm.interfaces: [eth1] ------------------------------------------------------
+job "comm: {interfaces: [eth1]}" >"$T/ci.yaml"
+run ci "$T/ci.yaml"
+check "comm.interfaces: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+check "comm.interfaces: the ranks' mesh runs on eth1's network ($B2 -> $B1)" mesh "$T/ci.ss" "$B1"
+if mesh "$T/ci.ss" "$A1"; then not_ok "comm.interfaces: no mesh connection on eth0's network"; sed 's/^/    /' "$T/ci.ss"
+else ok "comm.interfaces: no mesh connection on eth0's network"; fi
+contains "$T/ci.ss" "$A2:[0-9]+ +$A1:29500" "comm.interfaces: the agents and the store stay on --coordinator's network"
+
+# --- comm.interfaces against a variable that says otherwise -------------------------------
+AGENT_ENV="GLOO_SOCKET_IFNAME=eth0"
+run cidis "$T/ci.yaml"
+AGENT_ENV=
+check "disagreeing GLOO_SOCKET_IFNAME: both agents fail ($rc0 $rc1)" test "$rc0" != 0 -a "$rc1" != 0 -a "$rc0" != 143
+contains "$T/cidis.1.err" "comm.interfaces is \[eth1\] but this agent's environment has GLOO_SOCKET_IFNAME=eth0" \
+  "disagreeing GLOO_SOCKET_IFNAME: the agent names the key and the variable"
+AGENT_ENV="NCCL_SOCKET_IFNAME==eth1 GLOO_SOCKET_IFNAME=eth1"
+run ciagree "$T/ci.yaml"
+AGENT_ENV=
+check "agreeing NCCL_SOCKET_IFNAME (=eth1) and GLOO_SOCKET_IFNAME: the job trains ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+
+# --- scheduler: mpirun: node 0 advertises comm.interfaces' address ----------------------------
+cat >"$T/mpi.yaml" <<EOF2
+name: ni
+scheduler: mpirun
+nodes: 2
+nproc_per_node: 1
+backend: tcp
+grace_period: 1s
+comm: {interfaces: [eth1]}
+command: [sh, -c, 'ss -Htn state established > "\$DTRAIN_RUN_DIR/ss.\$RANK"; echo "\$MASTER_ADDR \$GLOO_SOCKET_IFNAME \$NCCL_SOCKET_IFNAME" > "\$DTRAIN_RUN_DIR/env.\$RANK"']
+mpirun:
+  hosts: [$A1, $A2]
+  allow_run_as_root: true
+  extra_args: [--mca, plm_rsh_agent, "$NC rsh"]
+rendezvous: {timeout: 10s, heartbeat_timeout: 3s, port: 29500}
+EOF2
+expect_status 0 "mpirun with comm.interfaces [eth1]: the job ends with 0" \
+  "$NC" exec 1 timeout "$(limit_s 60)" "$DTRAIN" launch "$T/mpi.yaml" --log-dir "$T/runs-mpi"
+# Rank 1 runs on host 2, in host 2's run directory (the same path: one file system here).
+contains "$(ls "$T"/runs-mpi/ni-*/env.1 2>/dev/null | head -n 1 || echo "$T/none")" "^$B1 eth1 =eth1\$" \
+  "mpirun: the ranks get MASTER_ADDR $B1 (node 0's eth1), GLOO_SOCKET_IFNAME eth1, NCCL_SOCKET_IFNAME =eth1"
+contains "$(ls "$T"/runs-mpi/ni-*/ss.1 2>/dev/null | head -n 1 || echo "$T/none")" "$B2:[0-9]+ +$B1:29500" \
+  "mpirun: host 2's agent and rank reach the coordinator on eth1's network ($B2 -> $B1:29500)"

@@ -8,7 +8,8 @@
 #  - host 2 partitioned mid-run: node 0's agent names node 1 lost, and `dtrain
 #    launch` ends with the job's status 1 in bounded time, although mpirun waits
 #    for its daemon on host 2 (it is stopped heartbeat_timeout + grace + 10 s
-#    after it said it aborts the job); nothing of the job is left on host 1.
+#    after it said it aborts the job); nothing of the job is left on host 1, and
+#    after host 2's agent has ended, its Open MPI daemon is ended too.
 # Needs root; without network namespaces it prints one skip line with the reason.
 . "$(dirname "$0")/lib.sh"
 
@@ -65,8 +66,14 @@ contains "${s:-$T/none}" "\"lost_node\": \\{\"node\": 1, .*address $A2:[0-9]+.*s
   "cut: summary.json names node 1 at $A2, stopped acknowledging"
 contains "$T/cut.err" "mpirun had not ended 14 s after it aborted the job" "cut: the launcher says it stopped mpirun, and why"
 check "cut: nothing of the job is left on host 1" test -z "$("$NC" pids 1)"
-# Host 2's agent ends itself (lost coordinator); mpirun's daemon there waits for Open
-# MPI's own keepalives (minutes) and is not dtrain's to end.
+# Host 2's agent ends itself (lost coordinator); mpirun's daemon there (orted), which
+# waits on a connection to mpirun that is never acknowledged, is ended by the watcher
+# the agent left, heartbeat_timeout + grace + 10 s = 14 s after the agent's exit.
 agents_gone() { ! pgrep -f "agent $T/[l]ong.yaml" >/dev/null; }
 for _ in $(seq 50); do agents_gone && break; sleep 0.1; done
 check "cut: no dtrain agent of the job is left on host 2" agents_gone
+for _ in $(seq 100); do [ -z "$("$NC" pids 2)" ] && break; sleep 0.1; done
+left=$("$NC" pids 2 | xargs -r ps -o comm= -p | tr '\n' ' ')
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+check "cut: nothing is left on host 2 either, Open MPI's daemon included (${took}s after the cut; left: ${left:-nothing})" \
+  test -z "$left"

@@ -3,8 +3,9 @@
  * naming the operation and the rank that died or stalled; the survivors
  * can then build a new communicator and work; with op_timeout_s (the job's
  * heartbeat_timeout) a stalled peer is named in that time, not the
- * bootstrap's timeout.  Also: mismatched collectives, abort from another
- * thread, and a bootstrap whose peer never comes.
+ * bootstrap's timeout, unless the peer announced its pause (dt_comm_busy).
+ * Also: mismatched collectives, abort from another thread, and a bootstrap
+ * whose peer never comes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,6 +150,52 @@ static void tcp_stall_named_after_op_timeout(void **s)
     harness_op_timeout_s = 0;
 }
 
+/* Rank 0 leaves the collectives for 2.5 s (a checkpoint write) while the
+ * others wait in an allreduce with a 1 s stall deadline: announced, they wait
+ * (a small allreduce, then a 4 MiB one over 3 lanes); unannounced, they fail. */
+static int body_pause(struct dt_comm *c, int rank, int world, void *arg)
+{
+    bool announce = *(bool *)arg;
+    static float big[1 << 20];
+    int one = 1;
+    if (rank == 0) {
+        if (announce)
+            dt_comm_busy(c, true);
+        usleep(2500000);
+        dt_comm_busy(c, false);
+    }
+    int rc = dt_comm_allreduce(c, &one, &one, 1, DT_I32, DT_SUM);
+    if (rc == 0 && one != world)
+        return dt_error_set(DT_EINTERNAL, "allreduce after the pause: %d, wanted %d", one, world);
+    for (size_t i = 0; rc == 0 && i < sizeof big / sizeof *big; i++)
+        big[i] = 1;
+    if (rc == 0 && rank == 0) {
+        if (announce)
+            dt_comm_busy(c, true);
+        usleep(2500000);
+        dt_comm_busy(c, false);
+    }
+    if (rc == 0)
+        rc = dt_comm_allreduce(c, big, big, sizeof big / sizeof *big, DT_F32, DT_SUM);
+    if (rc == 0 && big[12345] != (float)world)
+        return dt_error_set(DT_EINTERNAL, "4 MiB allreduce after the pause: %g, wanted %d", big[12345],
+                            world);
+    return rc;
+}
+
+static void tcp_announced_pause_is_no_stall(void **s)
+{
+    (void)s;
+    setenv("DTRAIN_TCP_LANES", "3", 1);
+    harness_op_timeout_s = 1.0;
+    bool announce = true;
+    assert_int_equal(harness_run(3, "tcp", 30, body_pause, &announce), 0);
+    announce = false;
+    assert_int_equal(harness_run(3, "tcp", 30, body_pause, &announce), 3);
+    harness_op_timeout_s = 0;
+    unsetenv("DTRAIN_TCP_LANES");
+}
+
 static void tcp_lanes_killed_peer(void **s) { (void)s; tcp_lanes_fault(SIGKILL); }
 static void tcp_lanes_stalled_peer(void **s) { (void)s; tcp_lanes_fault(SIGSTOP); }
 
@@ -239,6 +286,7 @@ int main(void)
         cmocka_unit_test(tcp_stalled_peer),
         cmocka_unit_test(shm_stalled_peer),
         cmocka_unit_test(tcp_stall_named_after_op_timeout),
+        cmocka_unit_test(tcp_announced_pause_is_no_stall),
         cmocka_unit_test(tcp_lanes_killed_peer),
         cmocka_unit_test(tcp_lanes_stalled_peer),
         cmocka_unit_test(mismatch_detected),

@@ -506,6 +506,30 @@ static void nodes_range(void **state)
     assert_non_null(strstr(dt_error_last(), "d.yaml:2:8: nodes: the node range '5:1' has MIN 5 above MAX 1"));
 }
 
+/* comm.interfaces as the variables hold it, and which values of them agree. */
+static void comm_interfaces_and_their_variables(void **state)
+{
+    (void)state;
+    char buf[64];
+    struct dt_job *none = load_ok("name: t\ncommand: [a]\n");
+    assert_false(dt_job_ifnames(none, buf, sizeof buf));
+    assert_string_equal(buf, "");
+    assert_true(dt_job_ifname_agrees(none, "GLOO_SOCKET_IFNAME", "anything"));
+    dt_job_free(none);
+    struct dt_job *job = load_ok("name: t\ncommand: [a]\ncomm: {interfaces: [eth1, ib0]}\n"
+                                 "env: {NCCL_SOCKET_IFNAME: '=eth1,ib0', GLOO_SOCKET_IFNAME: 'eth1,ib0'}\n");
+    assert_true(dt_job_ifnames(job, buf, sizeof buf));
+    assert_string_equal(buf, "eth1,ib0");
+    assert_true(dt_job_ifname_agrees(job, "GLOO_SOCKET_IFNAME", "eth1,ib0"));
+    assert_true(dt_job_ifname_agrees(job, "DTRAIN_SOCKET_IFNAME", "eth1,ib0"));
+    assert_true(dt_job_ifname_agrees(job, "NCCL_SOCKET_IFNAME", "=eth1,ib0"));
+    assert_true(dt_job_ifname_agrees(job, "NCCL_SOCKET_IFNAME", "eth1,ib0"));
+    assert_false(dt_job_ifname_agrees(job, "GLOO_SOCKET_IFNAME", "=eth1,ib0")); /* "=" is NCCL's only */
+    assert_false(dt_job_ifname_agrees(job, "GLOO_SOCKET_IFNAME", "eth1"));
+    assert_false(dt_job_ifname_agrees(job, "NCCL_SOCKET_IFNAME", "ib0,eth1"));
+    dt_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,6 +546,7 @@ int main(void)
         cmocka_unit_test(files_bounded_and_named),
         cmocka_unit_test(names_and_key_list),
         cmocka_unit_test(print_escapes_what_yaml_cannot_hold_raw),
+        cmocka_unit_test(comm_interfaces_and_their_variables),
     };
     return cmocka_run_group_tests_name("jobspec", tests, NULL, NULL);
 }
