@@ -179,8 +179,8 @@ contains "$T/runid.txt" "value: \"?$vid\"?$" "its pods get the run's id, so they
 
 # --- mpirun: one host playing 2 nodes without --map-by; status and cancel ----
 if ! command -v mpirun >/dev/null; then
-  ok "# SKIP mpirun is not installed: the mpirun part"
-  exit 0
+  not_ok "mpirun is not installed: make test installs Open MPI (scripts/install-deps.sh)"
+  exit 1
 fi
 root=false; [ "$(id -u)" = 0 ] && root=true
 cat >mpi.yaml <<EOM
