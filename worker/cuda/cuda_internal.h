@@ -84,6 +84,15 @@ int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
  * compares them in one process; returns the previous setting. */
 enum { DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_SIMPLE, DT_CUDA__ATTN_FAST, DT_CUDA__ATTN_ATOMIC };
 int dt_cuda__attention_force_path(int path);
+/* attention_mma_cuda.cu: the tensor-core path (bf16, hd 64) behind
+ * attention_cuda.cu's dispatch, which checks shapes and alignment first.
+ * backward: D (rowsum dO o) already in D; with atomic, dq32 is [B,H,T,64]
+ * fp32 scratch (else unused). */
+int dt_cuda__attention_mma_forward(cudaStream_t st, void *out, float *lse, const void *qkv, int B, int T, int C,
+                                   int H, float scale);
+int dt_cuda__attention_mma_backward(cudaStream_t st, bool atomic, void *dqkv, const void *dout, const void *qkv,
+                                    const float *lse, const float *D, float *dq32, int B, int T, int C, int H,
+                                    float scale);
 
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
 int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,
