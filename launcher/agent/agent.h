@@ -89,6 +89,11 @@ struct dt_agent_hooks {
      * its status; -1: a signal came on sig_fd), or a negative DT_E* code.
      * NULL: every node runs every attempt as it is numbered. */
     int (*begin_attempt)(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
+    /* A stop signal (SIGTERM, SIGINT, ...) reached this agent, before it is
+     * passed on to the ranks: the other nodes must learn the job is being
+     * stopped before they see this node's ranks vanish, or they take that for
+     * their own ranks' failure and end with its status instead of 128 + sig. */
+    void (*interrupted)(void *ctx, int sig);
 };
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */

@@ -221,6 +221,12 @@ static int begin_attempt(void *ctx, int *attempt, int sig_fd, struct dt_agent_pl
     return nd->round_hooks.begin_attempt(nd->round_hooks.ctx, attempt, sig_fd, place, status);
 }
 
+static void interrupted(void *ctx, int sig)
+{
+    struct node *nd = ctx;
+    nd->round_hooks.interrupted(nd->round_hooks.ctx, sig);
+}
+
 /* The watchdog's heartbeats: node 0 reads the coordinator it hosts (on the
  * same CLOCK_MONOTONIC), the others what node 0 relays through the store. */
 static int heartbeat(void *ctx, int rank, int64_t *step, double *age_s)
@@ -326,6 +332,7 @@ static int run(struct node *nd)
         hooks.period_s = nd->round_hooks.period_s;
         hooks.attempt_end = attempt_end;
         hooks.begin_attempt = nd->round_hooks.begin_attempt ? begin_attempt : NULL;
+        hooks.interrupted = interrupted;
     }
     struct dt_agent_config cfg = {
         .job = job,

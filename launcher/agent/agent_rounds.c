@@ -587,13 +587,28 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
     }
 }
 
+/* The hooks' interrupted: the job's abort, with the signal's status, is
+ * published before this node's ranks get the signal (round_finish would
+ * publish the same, but only once they are gone: too late for the other
+ * nodes, whose ranks fail on losing theirs first). */
+static void interrupted(void *ctx, int sig)
+{
+    struct dt_agent__round *r = ctx;
+    char why[128], tmp[32];
+    snprintf(why, sizeof why, "its agent was interrupted by %s", dt_proc_signal_name(sig, tmp, sizeof tmp));
+    if (dt_agent__round_abort(r, 128 + sig, why) < 0)
+        dt_log_debug("node %d: could not tell the other nodes of %s yet: %s", r->cfg.node_rank, tmp,
+                     dt_error_last());
+}
+
 void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)
 {
     *h = (struct dt_agent_hooks){.ctx = r,
                                  .period_s = POLL_S,
                                  .poll = poll_round,
                                  .attempt_end = attempt_end,
-                                 .begin_attempt = r->el ? dt_agent__elastic_begin : NULL};
+                                 .begin_attempt = r->el ? dt_agent__elastic_begin : NULL,
+                                 .interrupted = interrupted};
 }
 
 /* Node 0 hosts the coordinator: it waits (bounded) until the other agents

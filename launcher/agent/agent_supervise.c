@@ -377,6 +377,8 @@ static void on_interrupt(struct dt_agent *a, int sig)
     const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
     if (a->interrupt_sig == 0) {
         a->interrupt_sig = sig;
+        if (a->cfg->hooks && a->cfg->hooks->interrupted)
+            a->cfg->hooks->interrupted(a->cfg->hooks->ctx, sig);
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
                     name, a->grace_s);
         start_stopping(a, sig);
