@@ -39,7 +39,9 @@ int dt_store_connect_env(double timeout_s, struct dt_store **out);
 
 void dt_store_close(struct dt_store *s);
 
-void dt_store_set_timeout(struct dt_store *s, double timeout_s);
+/* The per-operation deadline from now on (ignored when <= 0); returns the
+ * one it replaces, so a caller can bound one call and put it back. */
+double dt_store_set_timeout(struct dt_store *s, double timeout_s);
 
 /* A connection whose peer's host or network went away fails in about
  * `seconds` (DT_ECONN), however idle it is: TCP keepalive probes every

@@ -255,10 +255,12 @@ void dt_store_close(struct dt_store *s)
     free(s);
 }
 
-void dt_store_set_timeout(struct dt_store *s, double timeout_s)
+double dt_store_set_timeout(struct dt_store *s, double timeout_s)
 {
+    double was = s->timeout_s;
     if (timeout_s > 0)
         s->timeout_s = timeout_s;
+    return was;
 }
 
 void dt_store_set_liveness(struct dt_store *s, double seconds)

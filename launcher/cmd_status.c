@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -52,9 +53,11 @@ static void print_info(const struct dt_run_info *in)
     printf("run:       %s\n", in->have_record ? r->run_dir : in->dir);
     /* A spec given with ${VAR}, --set or by `dtrain run` ran from a copy
      * that is gone once the job ends; the run's own job.yaml is what ran. */
-    if (in->have_record)
-        printf("job:       %s (scheduler: %s, spec %s%s)\n", r->name, r->scheduler,
-               access(r->spec, R_OK) == 0 ? r->spec : r->run_dir, access(r->spec, R_OK) == 0 ? "" : "/job.yaml");
+    if (in->have_record) {
+        bool kept = access(r->spec, R_OK) == 0;
+        printf("job:       %s (scheduler: %s, spec %s%s)\n", r->name, r->scheduler, kept ? r->spec : r->run_dir,
+               kept ? "" : "/job.yaml");
+    }
     printf("state:     %s", in->state);
     if (in->asked && in->sched.state[0] && strcmp(in->sched.state, "running") &&
         strcmp(in->sched.state, "ended"))

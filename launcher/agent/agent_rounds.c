@@ -590,13 +590,22 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 /* The hooks' interrupted: the job's abort, with the signal's status, is
  * published before this node's ranks get the signal (round_finish would
  * publish the same, but only once they are gone: too late for the other
- * nodes, whose ranks fail on losing theirs first). */
+ * nodes, whose ranks fail on losing theirs first).  At most INTERRUPT_SAY_S:
+ * a node cut off from the coordinator must not hold the signal back from its
+ * ranks (a scheduler's SIGKILL follows its SIGTERM).  A coordinator silent
+ * that long drops the connection (store_client.c), as one silent for
+ * heartbeat_timeout would: the node then ends as one that lost it. */
+#define INTERRUPT_SAY_S 1.0
+
 static void interrupted(void *ctx, int sig)
 {
     struct dt_agent__round *r = ctx;
     char why[128], tmp[32];
     snprintf(why, sizeof why, "its agent was interrupted by %s", dt_proc_signal_name(sig, tmp, sizeof tmp));
-    if (dt_agent__round_abort(r, 128 + sig, why) < 0)
+    double was = dt_store_set_timeout(r->store, INTERRUPT_SAY_S);
+    int rc = dt_agent__round_abort(r, 128 + sig, why);
+    dt_store_set_timeout(r->store, was);
+    if (rc < 0)
         dt_log_debug("node %d: could not tell the other nodes of %s yet: %s", r->cfg.node_rank, tmp,
                      dt_error_last());
 }
