@@ -338,6 +338,10 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
 static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
 {
     const char *env = getenv("DTRAIN_CUDA_WGRAD_STREAM");
+    if (env && *env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
+        return dt_error_set(DT_EINVAL, "DTRAIN_CUDA_WGRAD_STREAM=%s: expected 0 (one stream) or 1 (a second stream "
+                                       "for the weight gradients, also for gpt2)",
+                            env);
     if (env && !strcmp(env, "0"))
         return 0;
     int rc = dt_cuda_ctx_create(d->c.device, 0, &d->kw);
