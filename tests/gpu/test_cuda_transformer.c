@@ -790,8 +790,10 @@ int main(void)
     test_tf32(k);
     test_embedding(k);
     for (int ti = 0; ti < 2; ti++) {
-        test_layernorm(k, types[ti], 300, 768);
-        test_layernorm(k, types[ti], 37, 100);
+        test_layernorm(k, types[ti], 300, 768); /* the register-resident kernels, 6 float4 a lane */
+        test_layernorm(k, types[ti], 4099, 1024); /* their widest (8), more rows than one wave of blocks */
+        test_layernorm(k, types[ti], 5, 128);     /* their narrowest (1), fewer rows than warps */
+        test_layernorm(k, types[ti], 37, 100);    /* the scalar kernels */
         test_xent_rows(k, types[ti], 50304);
         test_xent_rows(k, types[ti], 50261);
         test_gelu(k, types[ti]);

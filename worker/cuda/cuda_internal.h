@@ -47,6 +47,7 @@ struct dt_gemm_plan {
 
 struct dt_cuda_ctx {
     int device;
+    int sms;             /* the device's multiprocessors: grids of one wave */
     cudaStream_t stream;
     bool own_stream;
     cublasLtHandle_t lt;

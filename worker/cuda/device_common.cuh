@@ -30,6 +30,39 @@ __device__ __forceinline__ void store(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
 __device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
+/* Four consecutive values at p[4 i4 .. 4 i4 + 3] in one access (16 bytes of
+ * fp32, 8 of bf16/fp16): p must be aligned to that size. */
+__device__ __forceinline__ float4 load4(const float *p, size_t i4) { return ((const float4 *)p)[i4]; }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p, size_t i4)
+{
+    uint2 u = ((const uint2 *)p)[i4];
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 load4(const __half *p, size_t i4)
+{
+    uint2 u = ((const uint2 *)p)[i4];
+    float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void store4(float *p, size_t i4, float4 v) { ((float4 *)p)[i4] = v; }
+__device__ __forceinline__ void store4(__nv_bfloat16 *p, size_t i4, float4 v)
+{
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    uint2 u;
+    u.x = *(const uint32_t *)&a;
+    u.y = *(const uint32_t *)&b;
+    ((uint2 *)p)[i4] = u;
+}
+__device__ __forceinline__ void store4(__half *p, size_t i4, float4 v)
+{
+    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2 u;
+    u.x = *(const uint32_t *)&a;
+    u.y = *(const uint32_t *)&b;
+    ((uint2 *)p)[i4] = u;
+}
+
 __device__ __forceinline__ float act_f(float z, int act)
 {
     const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */

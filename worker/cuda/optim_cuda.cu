@@ -24,18 +24,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-/* The 16-bit copy of four updated parameters (bf16 or fp16). */
-__device__ __forceinline__ void store4(__nv_bfloat16 *pl, size_t q, float4 P)
-{
-    ((__nv_bfloat162 *)pl)[2 * q] = __floats2bfloat162_rn(P.x, P.y);
-    ((__nv_bfloat162 *)pl)[2 * q + 1] = __floats2bfloat162_rn(P.z, P.w);
-}
-__device__ __forceinline__ void store4(__half *pl, size_t q, float4 P)
-{
-    ((__half2 *)pl)[2 * q] = __floats2half2_rn(P.x, P.y);
-    ((__half2 *)pl)[2 * q + 1] = __floats2half2_rn(P.z, P.w);
-}
-
 /* One row per group of G lanes (G = 1 for few classes, 32 for many).
  * With m = max_j x_j and s = sum_j exp(x_j - m):
  *   loss = log s - (x_y - m)        dlogits_j = (exp(x_j - m) / s - [j == y]) * scale */

@@ -189,16 +189,162 @@ __global__ void ln_backward_kernel(float *dinp, T *dinp_t, float *part, const T 
     }
 }
 
-/* dw, db (+)= the block partials, in block order. */
-__global__ void ln_param_reduce_kernel(float *dw, float *db, const float *part, int G, int C, int accumulate)
+/* The same two kernels held in registers, for C = 128 NV (NV <= 8: GPT-2's
+ * 768 and 1024 channels) with 16-byte aligned rows: lane l keeps columns
+ * 4 (l + 32 j) .. +3 for j < NV, read once in 16-byte (fp32) or 8-byte
+ * (bf16) accesses, where the scalar loop above re-reads each value from L1
+ * in 2- and 4-byte pieces.  Both are memory-bound: a forward row moves 4C
+ * bytes in and C e out, a backward row 4C (inp) + C e (dout) + 8C (dinp
+ * read and written) + C e (dinp_t), so the aim is to keep enough bytes in
+ * flight (every load of a row is issued before its first use). */
+template <typename T, int NV>
+__global__ void __launch_bounds__(kThreads) ln_forward_vec_kernel(T *out, float *mean, float *rstd,
+                                                                  const float *inp, const float *w,
+                                                                  const float *b, int N)
 {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 2 * C; i += gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int g = 0; g < G; g++)
-            s += part[(size_t)g * 2 * C + i];
-        float *o = i < C ? dw + i : db + (i - C);
-        *o = accumulate ? *o + s : s;
+    constexpr int C = 128 * NV;
+    const int lane = threadIdx.x % 32;
+    const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= N)
+        return;
+    const size_t row = (size_t)r * (C / 4);
+    float4 x[NV];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        x[j] = load4(inp, row + lane + 32 * j);
+        s += (x[j].x + x[j].y) + (x[j].z + x[j].w);
     }
+    const float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        x[j] = make_float4(x[j].x - m, x[j].y - m, x[j].z - m, x[j].w - m);
+        v += (x[j].x * x[j].x + x[j].y * x[j].y) + (x[j].z * x[j].z + x[j].w * x[j].w);
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(v) / (float)C + 1e-5f);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int c = lane + 32 * j;
+        const float4 wv = load4(w, c), bv = load4(b, c);
+        store4(out, row + c,
+               make_float4(x[j].x * rs * wv.x + bv.x, x[j].y * rs * wv.y + bv.y, x[j].z * rs * wv.z + bv.z,
+                           x[j].w * rs * wv.w + bv.w));
+    }
+    if (lane == 0 && mean)
+        mean[r] = m;
+    if (lane == 0 && rstd)
+        rstd[r] = rs;
+}
+
+constexpr int kLnBwdThreads = 128; /* 4 warps: 3 blocks of ~170 registers a thread fit an SM */
+
+/* Backward as ln_backward_kernel, but a warp keeps its columns' dw and db
+ * sums in registers over all its rows, so shared memory is touched once, at
+ * the end, to add the block's warps in order into part[block][2C]. */
+template <typename T, int NV>
+__global__ void __launch_bounds__(kLnBwdThreads) ln_backward_vec_kernel(float *dinp, T *dinp_t, float *part,
+                                                                        const T *dout, const float *inp,
+                                                                        const float *w, const float *mean,
+                                                                        const float *rstd, int N, int rows)
+{
+    constexpr int C = 128 * NV;
+    extern __shared__ float sh[]; /* [warps][2C] */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    float4 wv[NV], dw[NV], db[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        wv[j] = load4(w, lane + 32 * j);
+        dw[j] = db[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+    for (int r = r0 + warp; r < r1; r += nw) {
+        const size_t row = (size_t)r * (C / 4);
+        float4 x[NV], d[NV], di[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            x[j] = load4(inp, row + lane + 32 * j);
+            d[j] = load4(dout, row + lane + 32 * j);
+            di[j] = load4(dinp, row + lane + 32 * j);
+        }
+        const float mu = mean[r], rs = rstd[r];
+        float sa = 0.0f, sc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            x[j] = make_float4((x[j].x - mu) * rs, (x[j].y - mu) * rs, (x[j].z - mu) * rs, (x[j].w - mu) * rs);
+            const float4 g = make_float4(wv[j].x * d[j].x, wv[j].y * d[j].y, wv[j].z * d[j].z, wv[j].w * d[j].w);
+            sa += (g.x + g.y) + (g.z + g.w);
+            sc += (g.x * x[j].x + g.y * x[j].y) + (g.z * x[j].z + g.w * x[j].w);
+        }
+        const float a = warp_sum(sa) / (float)C, c = warp_sum(sc) / (float)C;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const float4 v = make_float4(di[j].x + rs * (wv[j].x * d[j].x - a - x[j].x * c),
+                                         di[j].y + rs * (wv[j].y * d[j].y - a - x[j].y * c),
+                                         di[j].z + rs * (wv[j].z * d[j].z - a - x[j].z * c),
+                                         di[j].w + rs * (wv[j].w * d[j].w - a - x[j].w * c));
+            store4(dinp, row + lane + 32 * j, v);
+            if (dinp_t)
+                store4(dinp_t, row + lane + 32 * j, v);
+            dw[j] = make_float4(dw[j].x + d[j].x * x[j].x, dw[j].y + d[j].y * x[j].y, dw[j].z + d[j].z * x[j].z,
+                                dw[j].w + d[j].w * x[j].w);
+            db[j] = make_float4(db[j].x + d[j].x, db[j].y + d[j].y, db[j].z + d[j].z, db[j].w + d[j].w);
+        }
+    }
+    float4 *mine = (float4 *)(sh + (size_t)warp * 2 * C);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        mine[lane + 32 * j] = dw[j];
+        mine[C / 4 + lane + 32 * j] = db[j];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float t = 0.0f;
+        for (int k = 0; k < nw; k++)
+            t += sh[(size_t)k * 2 * C + i];
+        part[(size_t)blockIdx.x * 2 * C + i] = t;
+    }
+}
+
+/* ---- partial sums over slices of rows ---- */
+
+constexpr int kReduceSlices = 16;
+
+/* out[i] (+)= sum over s < S of part[s][i], i < n: the second half of the
+ * LayerNorm and bias gradients, whose first kernels leave one partial per
+ * block (a slice of rows) in the context's split buffer.  A block takes 32
+ * columns; lane y of a column adds slices y, y + 16, ... and the 16 lane
+ * sums are added in lane order: a fixed order, the same bits every run,
+ * with S / 16 loads a thread instead of S (S is some hundreds: one thread
+ * a column left 1536 threads each waiting on 512 loads in turn).  Columns
+ * below split go to lo[i], the rest to hi[i - split] (LayerNorm's dw and db
+ * side by side; a bias gradient has split = n). */
+__global__ void partials_reduce_kernel(float *lo, float *hi, int split, const float *part, int S, int n,
+                                       int accumulate)
+{
+    __shared__ float sh[kReduceSlices][33];
+    const int i = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (i < n)
+        for (int g = threadIdx.y; g < S; g += kReduceSlices)
+            s += part[(size_t)g * n + i];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < n) {
+        float t = 0.0f;
+        for (int y = 0; y < kReduceSlices; y++)
+            t += sh[y][threadIdx.x];
+        float *o = i < split ? lo + i : hi + (i - split);
+        *o = accumulate ? *o + t : t;
+    }
+}
+
+int partials_reduce(cudaStream_t s, float *lo, float *hi, int split, const float *part, int S, int n,
+                    bool accumulate, const char *what)
+{
+    partials_reduce_kernel<<<(unsigned)((n + 31) / 32), dim3(32, kReduceSlices), 0, s>>>(lo, hi, split, part, S,
+                                                                                        n, accumulate);
+    return launched(what);
 }
 
 /* ---- classifier ---- */
@@ -357,16 +503,6 @@ template <typename T> __global__ void bias_grad_part_kernel(float *part, const T
     }
 }
 
-__global__ void bias_grad_reduce_kernel(float *db, const float *part, int S, int n, int accumulate)
-{
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-        float t = 0.0f;
-        for (int s = 0; s < S; s++)
-            t += part[(size_t)s * n + j];
-        db[j] = accumulate ? db[j] + t : t;
-    }
-}
-
 __global__ void sum_rows_kernel(const float *row_loss, const int *row_hit, int N, Partials part,
                                 float *loss_sum, int *correct, double *loss_acc)
 {
@@ -440,22 +576,113 @@ extern "C" int dt_cuda_embed_backward(struct dt_cuda_ctx *k, float *dwte, float 
 
 /* ---- LayerNorm ---- */
 
+/* Which register-resident form serves C channels: NV = C / 128 when that is
+ * 1..8 and every row pointer is aligned for its vector width; 0 for the
+ * scalar kernels. */
+static int ln_vec_width(int C, size_t t_size, const void *t0, const void *t1, const float *f0, const float *f1,
+                        const float *f2, const float *f3)
+{
+    const uintptr_t f_mis = (uintptr_t)f0 | (uintptr_t)f1 | (uintptr_t)f2 | (uintptr_t)f3;
+    const uintptr_t t_mis = (uintptr_t)t0 | (uintptr_t)t1;
+    if (C % 128 != 0 || C / 128 > 8 || (f_mis & 15u) != 0 || (t_mis & (4 * t_size - 1)) != 0)
+        return 0;
+    return C / 128;
+}
+
+/* Instantiates launch<T, NV> for NV = nv (1..8). */
+#define LN_VEC_DISPATCH(nv, call)                                                                            \
+    switch (nv) {                                                                                            \
+    case 1: call(1); break;                                                                                  \
+    case 2: call(2); break;                                                                                  \
+    case 3: call(3); break;                                                                                  \
+    case 4: call(4); break;                                                                                  \
+    case 5: call(5); break;                                                                                  \
+    case 6: call(6); break;                                                                                  \
+    case 7: call(7); break;                                                                                  \
+    default: call(8); break;                                                                                 \
+    }
+
+template <typename T>
+static void ln_forward_launch(cudaStream_t s, int nv, void *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C)
+{
+    const int rows = kThreads / 32;
+    const unsigned grid = (unsigned)((N + rows - 1) / rows);
+    T *o = (T *)out;
+#define LN_FWD(NV) ln_forward_vec_kernel<T, NV><<<grid, kThreads, 0, s>>>(o, mean, rstd, inp, w, b, N)
+    if (nv)
+        LN_VEC_DISPATCH(nv, LN_FWD)
+    else
+        ln_forward_kernel<<<grid, kThreads, 0, s>>>(o, mean, rstd, inp, w, b, N, C);
+#undef LN_FWD
+}
+
 extern "C" int dt_cuda_layernorm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *mean,
                                          float *rstd, const float *inp, const float *w, const float *b, int N,
                                          int C)
 {
     if (N <= 0 || C <= 0)
         return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_forward: shape %dx%d must be positive", N, C);
-    const int rows = kThreads / 32;
-    unsigned grid = (unsigned)((N + rows - 1) / rows);
+    const int nv = ln_vec_width(C, dt_cuda_dtype_size(t), out, NULL, inp, w, b, NULL);
     if (t == DT_CUDA_BF16)
-        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((__nv_bfloat16 *)out, mean, rstd, inp, w, b, N,
-                                                            C);
+        ln_forward_launch<__nv_bfloat16>(k->stream, nv, out, mean, rstd, inp, w, b, N, C);
     else if (t == DT_CUDA_F16)
-        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((__half *)out, mean, rstd, inp, w, b, N, C);
+        ln_forward_launch<__half>(k->stream, nv, out, mean, rstd, inp, w, b, N, C);
     else
-        ln_forward_kernel<<<grid, kThreads, 0, k->stream>>>((float *)out, mean, rstd, inp, w, b, N, C);
+        ln_forward_launch<float>(k->stream, nv, out, mean, rstd, inp, w, b, N, C);
     return launched("LayerNorm forward kernel launch");
+}
+
+/* The grid of a backward: G blocks of whole rows, no more than one wave of
+ * the kernel (more would only add partials) and no more partials than the
+ * context's split buffer holds; returns the rows a block takes. */
+static int ln_backward_grid(const struct dt_cuda_ctx *k, int per_sm, int nw, int N, int C, int *G_out)
+{
+    int G = (N + nw - 1) / nw;
+    const int wave = (per_sm > 0 ? per_sm : 1) * k->sms;
+    G = G > wave ? wave : G;
+    while (G > 1 && (size_t)G * 2 * C > k->split_floats)
+        G--;
+    const int rows = (N + G - 1) / G;
+    *G_out = (N + rows - 1) / rows;
+    return rows;
+}
+
+template <typename T>
+static int ln_backward_launch(struct dt_cuda_ctx *k, int nv, float *dinp, void *dinp_t, const void *dout,
+                              const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
+                              int *G)
+{
+    cudaStream_t s = k->stream;
+    T *dt = (T *)dinp_t;
+    const T *d = (const T *)dout;
+    if (nv) {
+        const size_t smem = (size_t)(kLnBwdThreads / 32) * 2 * C * sizeof(float); /* <= 32 KiB at NV 8 */
+        int per_sm = 0, rows = 0;
+#define LN_BWD(NV)                                                                                           \
+    do {                                                                                                     \
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_vec_kernel<T, NV>, kLnBwdThreads, \
+                                                      smem);                                                 \
+        rows = ln_backward_grid(k, per_sm, kLnBwdThreads / 32, N, C, G);                                     \
+        ln_backward_vec_kernel<T, NV><<<*G, kLnBwdThreads, smem, s>>>(dinp, dt, k->split, d, inp, w, mean,   \
+                                                                      rstd, N, rows);                        \
+    } while (0)
+        LN_VEC_DISPATCH(nv, LN_BWD)
+#undef LN_BWD
+        return launched("LayerNorm backward kernel launch");
+    }
+    /* Warps per block as shared memory allows (48 KiB without opting in). */
+    int nw = 8;
+    while (nw > 1 && (size_t)nw * 2 * C * sizeof(float) > 48 * 1024)
+        nw /= 2;
+    const size_t smem = (size_t)nw * 2 * C * sizeof(float);
+    if (smem > 48 * 1024 || (size_t)2 * C > k->split_floats)
+        return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: %d channels are more than it handles", C);
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_kernel<T>, nw * 32, smem);
+    const int rows = ln_backward_grid(k, per_sm, nw, N, C, G);
+    ln_backward_kernel<<<*G, nw * 32, smem, s>>>(dinp, dt, k->split, d, inp, w, mean, rstd, N, C, rows);
+    return launched("LayerNorm backward kernel launch");
 }
 
 extern "C" int dt_cuda_layernorm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *dinp,
@@ -465,37 +692,18 @@ extern "C" int dt_cuda_layernorm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
 {
     if (N <= 0 || C <= 0)
         return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: shape %dx%d must be positive", N, C);
-    /* Warps per block as shared memory allows (48 KiB without opting in). */
-    int nw = 8;
-    while (nw > 1 && (size_t)nw * 2 * C * sizeof(float) > 48 * 1024)
-        nw /= 2;
-    const size_t smem = (size_t)nw * 2 * C * sizeof(float);
-    if (smem > 48 * 1024 || (size_t)2 * C > k->split_floats)
-        return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: %d channels are more than it handles", C);
-    /* Blocks of whole rows, at most 512 partials (the context's split buffer). */
-    int G = (N + nw - 1) / nw;
-    G = G > 512 ? 512 : G;
-    while (G > 1 && (size_t)G * 2 * C > k->split_floats)
-        G--;
-    const int rows = (N + G - 1) / G;
-    G = (N + rows - 1) / rows;
-    cudaStream_t s = k->stream;
+    const int nv = ln_vec_width(C, dt_cuda_dtype_size(t), dout, dinp_t, dinp, inp, w, NULL);
+    int G = 0, rc;
     if (t == DT_CUDA_BF16)
-        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (__nv_bfloat16 *)dinp_t, k->split,
-                                                    (const __nv_bfloat16 *)dout, inp, w, mean, rstd, N, C,
-                                                    rows);
+        rc = ln_backward_launch<__nv_bfloat16>(k, nv, dinp, dinp_t, dout, inp, w, mean, rstd, N, C, &G);
     else if (t == DT_CUDA_F16)
-        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (__half *)dinp_t, k->split, (const __half *)dout,
-                                                    inp, w, mean, rstd, N, C, rows);
+        rc = ln_backward_launch<__half>(k, nv, dinp, dinp_t, dout, inp, w, mean, rstd, N, C, &G);
     else
-        ln_backward_kernel<<<G, nw * 32, smem, s>>>(dinp, (float *)dinp_t, k->split, (const float *)dout, inp,
-                                                    w, mean, rstd, N, C, rows);
-    int rc = launched("LayerNorm backward kernel launch");
+        rc = ln_backward_launch<float>(k, nv, dinp, dinp_t, dout, inp, w, mean, rstd, N, C, &G);
     if (rc < 0)
         return rc;
-    ln_param_reduce_kernel<<<blocks_for((size_t)2 * C, 64), kThreads, 0, s>>>(dw, db, k->split, G, C,
-                                                                              accumulate);
-    return launched("LayerNorm parameter gradient reduction launch");
+    return partials_reduce(k->stream, dw, db, C, k->split, G, 2 * C, accumulate,
+                           "LayerNorm parameter gradient reduction launch");
 }
 
 /* ---- classifier ---- */
@@ -549,8 +757,8 @@ extern "C" int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cud
     if ((size_t)n > k->split_floats) /* one slice's partials would not fit: one pass over the rows */
         return dt_cuda__launch_bias_grad(k->stream, t, db, dz, N, n, accumulate);
     const int tiles = (n + 31) / 32;
-    /* about four waves of 8 blocks on each of the H200's 132 SMs, slices of 8 rows at least */
-    int S = (132 * 8 * 4 + tiles - 1) / tiles;
+    /* about four waves of 8 blocks on each SM, slices of 8 rows at least */
+    int S = (k->sms * 8 * 4 + tiles - 1) / tiles;
     S = S > (N + 7) / 8 ? (N + 7) / 8 : S;
     while (S > 1 && (size_t)S * n > k->split_floats)
         S--;
@@ -567,8 +775,7 @@ extern "C" int dt_cuda__launch_bias_grad_rows(struct dt_cuda_ctx *k, enum dt_cud
     int rc = launched("bias gradient partials kernel launch");
     if (rc < 0)
         return rc;
-    bias_grad_reduce_kernel<<<blocks_for((size_t)n, 64), kThreads, 0, s>>>(db, k->split, S, n, accumulate);
-    return launched("bias gradient reduction launch");
+    return partials_reduce(s, db, nullptr, n, k->split, S, n, accumulate, "bias gradient reduction launch");
 }
 
 /* ---- elementwise ---- */
