@@ -62,6 +62,10 @@ int dt_cuda_ctx_create(int device, cudaStream_t stream, struct dt_cuda_ctx **out
         free(k);
         return dt_cuda_err(e, "cudaSetDevice");
     }
+    if ((e = cudaDeviceGetAttribute(&k->sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+        free(k);
+        return dt_cuda_err(e, "cudaDeviceGetAttribute (multiprocessor count)");
+    }
     k->stream = stream;
     if (!stream) {
         if ((e = cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -267,12 +271,14 @@ static bool check_same(const struct dt_gemm *g, struct tune_check *c, bool first
 
 /* The heuristic's first answer is not always the fastest; so each plan
  * times the candidates on its real operands and keeps the best (once, at
- * warm-up).  Only when that is harmless: D does not feed itself (beta == 0,
- * or C is another buffer: the real call rewrites D) and not while a graph is
- * being captured.  The plain and
- * bias epilogues are timed as they are; the fused forward ones with the
- * check above; the backward epilogues (DRELU, DGELU, BGRADB) keep the first
- * answer (linear_cuda.c times those against separate kernels instead). */
+ * warm-up, never while a graph is being captured).  Where D feeds itself
+ * (accumulation: beta != 0 with C = D, as the tied head's dwte over its
+ * chunks or any weight gradient under gradient accumulation) the timing
+ * writes a zeroed scratch D instead, so the sums already in D stay as they
+ * are.  The plain and bias epilogues are timed as they are; the fused
+ * forward ones with the check above; the backward epilogues (DRELU, DGELU,
+ * BGRADB) keep the first answer (linear_cuda.c times those against
+ * separate kernels instead). */
 static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gemm_plan *p,
                    const cublasLtMatmulHeuristicResult_t *res, int found)
 {
@@ -280,24 +286,33 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
     bool plain = g->epi == CUBLASLT_EPILOGUE_DEFAULT || g->epi == CUBLASLT_EPILOGUE_BIAS;
     bool fused_fwd = g->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     bool d_rewritten = g->beta == 0.0f || (g->c && g->c != g->d);
-    if (!k->autotune || found < 2 || !d_rewritten || !(plain || fused_fwd) ||
+    if (!k->autotune || found < 2 || !(plain || fused_fwd) || (!d_rewritten && !plain) ||
         cudaStreamIsCapturing(k->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
         return 0;
+    struct dt_gemm tg = *g; /* what is timed: g, or g on a scratch D */
+    void *scratch = NULL;
+    if (!d_rewritten) {
+        if (cudaMalloc(&scratch, d_bytes(g)) != cudaSuccess ||
+            cudaMemsetAsync(scratch, 0, d_bytes(g), k->stream) != cudaSuccess) {
+            cudaFree(scratch);
+            cudaGetLastError();
+            return 0;
+        }
+        tg.d = scratch;
+        tg.c = NULL;
+    }
     struct tune_check c = {.d = d_bytes(g), .aux = aux_bytes(g)};
+    cudaEvent_t e0 = NULL, e1 = NULL;
     if (fused_fwd) {
         c.host_ref = malloc(2 * (c.d + c.aux));
-        if (!c.host_ref)
-            return 0;
-        c.host_got = (char *)c.host_ref + c.d + c.aux;
+        c.host_got = c.host_ref ? (char *)c.host_ref + c.d + c.aux : NULL;
     }
-    cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess) {
+    if ((fused_fwd && !c.host_ref) || cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        if (e0)
+            cudaEventDestroy(e0);
         free(c.host_ref);
-        return 0;
-    }
-    if (cudaEventCreate(&e1) != cudaSuccess) {
-        cudaEventDestroy(e0);
-        free(c.host_ref);
+        cudaFree(scratch);
+        cudaGetLastError();
         return 0;
     }
     const float alpha = 1.0f;
@@ -308,8 +323,8 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
         for (int rep = 0; rep < 6 && st == CUBLAS_STATUS_SUCCESS; rep++) {
             if (rep == 1) /* the first run warms caches and loads the kernel */
                 cudaEventRecord(e0, k->stream);
-            st = cublasLtMatmul(k->lt, p->desc, &alpha, g->a, p->la, g->b, p->lb, &g->beta, c_of(g), p->ld, g->d,
-                                p->ld, &res[i].algo, k->workspace, DT_CUDA_WORKSPACE, k->stream);
+            st = cublasLtMatmul(k->lt, p->desc, &alpha, tg.a, p->la, tg.b, p->lb, &tg.beta, c_of(&tg), p->ld,
+                                tg.d, p->ld, &res[i].algo, k->workspace, DT_CUDA_WORKSPACE, k->stream);
         }
         cudaEventRecord(e1, k->stream);
         float ms = 0;
@@ -328,6 +343,7 @@ static int fastest(struct dt_cuda_ctx *k, const struct dt_gemm *g, struct dt_gem
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     free(c.host_ref);
+    cudaFree(scratch);
     k->tuned++;
     return best;
 }
