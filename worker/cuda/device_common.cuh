@@ -31,32 +31,32 @@ __device__ __forceinline__ void store(__nv_bfloat16 *p, size_t i, float v) { p[i
 __device__ __forceinline__ void store(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 /* Four consecutive values at p[4 i4 .. 4 i4 + 3] in one access (16 bytes of
- * fp32, 8 of bf16/fp16): p must be aligned to that size. */
+ * fp32, 8 of bf16/fp16): p must be aligned to that size.  Pair<T> is the
+ * 16-bit type's two-value vector and its conversions. */
+template <typename T> struct Pair;
+template <> struct Pair<__nv_bfloat16> {
+    typedef __nv_bfloat162 v;
+    static __device__ __forceinline__ float2 get(v x) { return __bfloat1622float2(x); }
+    static __device__ __forceinline__ v put(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct Pair<__half> {
+    typedef __half2 v;
+    static __device__ __forceinline__ float2 get(v x) { return __half22float2(x); }
+    static __device__ __forceinline__ v put(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
 __device__ __forceinline__ float4 load4(const float *p, size_t i4) { return ((const float4 *)p)[i4]; }
-__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p, size_t i4)
-{
-    uint2 u = ((const uint2 *)p)[i4];
-    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-}
-__device__ __forceinline__ float4 load4(const __half *p, size_t i4)
-{
-    uint2 u = ((const uint2 *)p)[i4];
-    float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
-    return make_float4(a.x, a.y, b.x, b.y);
-}
 __device__ __forceinline__ void store4(float *p, size_t i4, float4 v) { ((float4 *)p)[i4] = v; }
-__device__ __forceinline__ void store4(__nv_bfloat16 *p, size_t i4, float4 v)
+template <typename T> __device__ __forceinline__ float4 load4(const T *p, size_t i4)
 {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    uint2 u;
-    u.x = *(const uint32_t *)&a;
-    u.y = *(const uint32_t *)&b;
-    ((uint2 *)p)[i4] = u;
+    typedef typename Pair<T>::v V2;
+    const uint2 u = ((const uint2 *)p)[i4]; /* one 8-byte load for both pairs */
+    const float2 a = Pair<T>::get(*(const V2 *)&u.x), b = Pair<T>::get(*(const V2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
 }
-__device__ __forceinline__ void store4(__half *p, size_t i4, float4 v)
+template <typename T> __device__ __forceinline__ void store4(T *p, size_t i4, float4 v)
 {
-    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    const typename Pair<T>::v a = Pair<T>::put(v.x, v.y), b = Pair<T>::put(v.z, v.w);
     uint2 u;
     u.x = *(const uint32_t *)&a;
     u.y = *(const uint32_t *)&b;

@@ -141,6 +141,19 @@ __global__ void ln_forward_kernel(T *out, float *mean, float *rstd, const float 
         rstd[r] = rs;
 }
 
+/* LayerNorm backward's block partial: the nw warps' [2C] sums in shared
+ * memory (dw, then db), added in warp order into part[block]. */
+__device__ __forceinline__ void block_partials(float *part, const float *sh, int nw, int C)
+{
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < nw; k++)
+            s += sh[(size_t)k * 2 * C + i];
+        part[(size_t)blockIdx.x * 2 * C + i] = s;
+    }
+}
+
 /* One warp per row (a block takes `rows` consecutive rows, its warps in
  * turn).  With xhat = (x - mean) rstd and g = dout w:
  *   dinp += rstd (g - mean(g) - xhat mean(g xhat))
@@ -180,13 +193,7 @@ __global__ void ln_backward_kernel(float *dinp, T *dinp_t, float *part, const T 
             sdb[i] += dv;
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
-        float s = 0.0f;
-        for (int k = 0; k < nw; k++)
-            s += sh[(size_t)k * 2 * C + i];
-        part[(size_t)blockIdx.x * 2 * C + i] = s;
-    }
+    block_partials(part, sh, nw, C);
 }
 
 /* The same two kernels held in registers, for C = 128 NV (NV <= 8: GPT-2's
@@ -297,13 +304,7 @@ __global__ void __launch_bounds__(kLnBwdThreads) ln_backward_vec_kernel(float *d
         mine[lane + 32 * j] = dw[j];
         mine[C / 4 + lane + 32 * j] = db[j];
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
-        float t = 0.0f;
-        for (int k = 0; k < nw; k++)
-            t += sh[(size_t)k * 2 * C + i];
-        part[(size_t)blockIdx.x * 2 * C + i] = t;
-    }
+    block_partials(part, sh, nw, C);
 }
 
 /* ---- partial sums over slices of rows ---- */
