@@ -4,7 +4,9 @@
 # own (LETTER plus this shell's pid) so two tests never share a name, removes
 # them and kills every pid in `pids` at exit, and ends the test with one skip
 # line naming the reason when the kernel refuses namespaces (status 77), or a
-# failure for any other reason.  It also exports a job token the agents share.
+# failure for any other reason.  It also exports a job token the agents share,
+# and starts a two-node job's agents (netns_agents) and waits for it to train
+# (netns_trains).
 NC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/netns-cluster.sh
 pids=()
 
@@ -29,4 +31,32 @@ netns_up() { # LETTER ARGS...
   fi
   DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
   export DTRAIN_JOB_TOKEN
+}
+
+# netns_agents TAG SPEC [NAME=value...]: the job's two agents in the background,
+# node 0 on host 1 (hosting the coordinator at $COORD) and node 1 on host 2,
+# with the given environment; output in $T/TAG.{0,1}.{out,err}, run
+# directories under $T/runs-TAG; sets a0 and a1 (and adds them to pids).
+netns_agents() {
+  local tag=$1 spec=$2 n
+  shift 2
+  for n in 0 1; do
+    "$NC" exec $((n + 1)) env "$@" "$DTRAIN" agent "$spec" --node-rank "$n" --nnodes 2 --coordinator "$COORD" \
+      --log-dir "$T/runs-$tag" >"$T/$tag.$n.out" 2>"$T/$tag.$n.err" &
+    pids+=($!)
+  done
+  a0=${pids[-2]} a1=${pids[-1]}
+}
+
+# netns_trains TAG: waits (20 s at most) for the first metrics row of the run
+# under $T/runs-TAG, i.e. until rank 0 trains; fails at once when node 0's
+# agent ($a0) has ended.
+netns_trains() {
+  local _
+  for _ in $(seq 200); do
+    [ -s "$(ls "$T/runs-$1"/*/metrics.jsonl 2>/dev/null | head -n 1)" ] && return 0
+    kill -0 "$a0" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
 }

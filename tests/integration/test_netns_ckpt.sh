@@ -46,12 +46,7 @@ EOF2
 # since WHILE began, or since the start).
 run() {
   local tag=$1 spec=$2 t0; shift 2
-  "$NC" exec 1 "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
-  a0=$!; pids+=($a0)
-  "$NC" exec 2 "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
-  a1=$!; pids+=($a1)
+  netns_agents "$tag" "$spec"
   t0=$(date +%s.%N)
   if [ $# -gt 0 ]; then
     "$@"

@@ -44,17 +44,9 @@ EOF2
 # established TCP connections go to $T/TAG.ss; then SIGTERM ends the job.
 run() {
   local tag=$1 spec=$2
-  "$NC" exec 1 env $AGENT_ENV "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
-  a0=$!; pids+=($a0)
-  "$NC" exec 2 env $AGENT_ENV "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
-  a1=$!; pids+=($a1)
-  for _ in $(seq 200); do
-    [ -s "$(ls "$T/runs-$tag"/ni-*/metrics.jsonl 2>/dev/null | head -n 1)" ] && break
-    kill -0 "$a0" 2>/dev/null || break
-    sleep 0.1
-  done
+  # shellcheck disable=SC2086  # AGENT_ENV is a word list
+  netns_agents "$tag" "$spec" $AGENT_ENV
+  netns_trains "$tag"
   "$NC" exec 2 ss -Htn state established >"$T/$tag.ss"
   kill -TERM "$a0" 2>/dev/null
   wait "$a0"; rc0=$?

@@ -40,17 +40,9 @@ EOF2
 run() {
   local tag=$1 spec=$2 t0; shift 2
   t0=$(date +%s.%N)
-  "$NC" exec 1 "$DTRAIN" agent "$spec" --node-rank 0 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.0.out" 2>"$T/$tag.0.err" &
-  a0=$!; pids+=($a0)
-  "$NC" exec 2 "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
-    --log-dir "$T/runs-$tag" >"$T/$tag.1.out" 2>"$T/$tag.1.err" &
-  a1=$!; pids+=($a1)
+  netns_agents "$tag" "$spec"
   if [ $# -gt 0 ]; then
-    for _ in $(seq 200); do
-      [ -s "$(ls "$T/runs-$tag"/nl-*/metrics.jsonl 2>/dev/null | head -n 1)" ] && break
-      sleep 0.1
-    done
+    netns_trains "$tag"
     "$@"
   fi
   local guard=$(( $(date +%s) + 90 ))
