@@ -244,16 +244,17 @@ __global__ void __launch_bounds__(kThreads) ln_forward_vec_kernel(T *out, float 
         rstd[r] = rs;
 }
 
-constexpr int kLnBwdThreads = 128; /* 4 warps: 3 blocks of ~170 registers a thread fit an SM */
+constexpr int kLnBwdThreads = 128; /* 4 warps a block */
 
 /* Backward as ln_backward_kernel, but a warp keeps its columns' dw and db
  * sums in registers over all its rows, so shared memory is touched once, at
- * the end, to add the block's warps in order into part[block][2C]. */
+ * the end, to add the block's warps in order into part[block][2C].  Up to
+ * C = 768 the registers are held to 168 a thread (three blocks, 12 warps an
+ * SM, where 185 gave two): a row's loads in flight are what it runs on. */
 template <typename T, int NV>
-__global__ void __launch_bounds__(kLnBwdThreads) ln_backward_vec_kernel(float *dinp, T *dinp_t, float *part,
-                                                                        const T *dout, const float *inp,
-                                                                        const float *w, const float *mean,
-                                                                        const float *rstd, int N, int rows)
+__global__ void __launch_bounds__(kLnBwdThreads, NV <= 6 ? 3 : 1)
+    ln_backward_vec_kernel(float *dinp, T *dinp_t, float *part, const T *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int rows)
 {
     constexpr int C = 128 * NV;
     extern __shared__ float sh[]; /* [warps][2C] */
