@@ -1,9 +1,9 @@
 /* test_cuda_attention.c - GPT-2's causal self-attention on the GPU
  * (worker/cuda/attention_cuda.cu) against a naive CPU reference in double:
- * out, lse and dqkv, in fp32 and bf16, on the three paths (the general one for
+ * out, lse and dqkv, in fp32 and bf16, on the four paths (the general one for
  * any head size, the tensor-core one for bf16 with hd 64, and that one with
- * dq summed by fp32 atomics), with T below,
- * at and past a multiple of the 64-row tile.  Also: two backward runs give
+ * dq summed by fp32 atomics from 64- or 128-key tiles), with T below, at and
+ * past a multiple of the 64-row and 128-key tiles.  Also: two backward runs give
  * the same bits (within tolerance for the atomic dq), bad shapes are refused, and a timing line for GPT-2 124M's
  * shape (a comment, not an assertion).
  *
@@ -210,15 +210,19 @@ static float *random_qkv(struct shape s, float amp)
 }
 
 /* One shape and type on the default path (tensor cores where they apply),
- * or with atomic set, on the tensor cores' atomic-dq path. */
-static void test_shape(struct dt_cuda_ctx *k, struct shape s, enum dt_cuda_dtype t, float amp, bool atomic)
+ * or on the tensor cores' atomic-dq path (DT_CUDA__ATTN_ATOMIC or _WIDE). */
+static void test_shape(struct dt_cuda_ctx *k, struct shape s, enum dt_cuda_dtype t, float amp, int path)
 {
     float *qkv = random_qkv(s, amp), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, t); /* rounds qkv and dout to t */
     char label[160];
     bool fast = t == DT_CUDA_BF16 && s.C / s.H == 64;
-    label_of(label, sizeof label, s, t, !fast ? "general" : atomic ? "tensor cores, atomic dq" : "tensor cores");
-    dt_cuda__attention_force_path(atomic ? DT_CUDA__ATTN_ATOMIC : DT_CUDA__ATTN_ENV);
+    label_of(label, sizeof label, s, t,
+             !fast                              ? "general"
+             : path == DT_CUDA__ATTN_ATOMIC     ? "tensor cores, atomic dq"
+             : path == DT_CUDA__ATTN_WIDE       ? "tensor cores, atomic dq, 128-key tiles"
+                                                : "tensor cores");
+    dt_cuda__attention_force_path(path);
     int rc = gpu_run(k, t, &g, s);
     gt_result(rc == 0, "attention %s: runs%s%s", label, rc ? ": " : "", rc ? dt_error_last() : "");
     if (rc == 0) {
@@ -241,7 +245,7 @@ static void test_shape(struct dt_cuda_ctx *k, struct shape s, enum dt_cuda_dtype
     free(qkv), free(dout);
 }
 
-/* GPT-2 124M's head shape at T = 1024 in bf16: the three paths against the
+/* GPT-2 124M's head shape at T = 1024 in bf16: the four paths against the
  * reference and the general path; the same bits from two backward runs
  * where the path promises them (not the atomic dq: there, within bf16's
  * tolerance of the first run). */
@@ -252,17 +256,19 @@ static void test_paths(struct dt_cuda_ctx *k)
         const char *name;
     } paths[] = {{DT_CUDA__ATTN_SIMPLE, "general"},
                  {DT_CUDA__ATTN_FAST, "tensor cores"},
-                 {DT_CUDA__ATTN_ATOMIC, "tensor cores, atomic dq"}};
+                 {DT_CUDA__ATTN_ATOMIC, "tensor cores, atomic dq"},
+                 {DT_CUDA__ATTN_WIDE, "tensor cores, atomic dq, 128-key tiles"}};
+    enum { NP = sizeof paths / sizeof paths[0] };
     struct shape s = {1, 1024, 768, 12};
     enum dt_cuda_dtype t = DT_CUDA_BF16;
     float *qkv = random_qkv(s, 2), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, t);
     struct ref r = ref_run(qkv, dout, s);
-    struct got got[3];
+    struct got got[NP];
     size_t nq = (size_t)s.B * s.T * 3 * s.C;
     struct ref general = {malloc(s.B * s.T * s.C * sizeof(double)), malloc(s.B * s.H * s.T * sizeof(double)),
                           malloc(nq * sizeof(double))};
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < NP; p++) {
         char label[160];
         label_of(label, sizeof label, s, t, paths[p].name);
         dt_cuda__attention_force_path(paths[p].path);
@@ -276,7 +282,7 @@ static void test_paths(struct dt_cuda_ctx *k)
                                         g.scratch);
         float *again = malloc(nq * 4);
         gt_down(again, g.dqkv, nq, t);
-        if (paths[p].path != DT_CUDA__ATTN_ATOMIC) {
+        if (paths[p].path != DT_CUDA__ATTN_ATOMIC && paths[p].path != DT_CUDA__ATTN_WIDE) {
             gt_result(rc == 0 && memcmp(again, got[p].dqkv, nq * 4) == 0,
                       "attention %s: a second backward gives the same bits", label);
         } else {
@@ -304,7 +310,7 @@ static void test_paths(struct dt_cuda_ctx *k)
     }
     dt_cuda__attention_force_path(DT_CUDA__ATTN_ENV);
     ref_free(&general);
-    for (int p = 0; p < 3; p++)
+    for (int p = 0; p < NP; p++)
         got_free(&got[p]);
     ref_free(&r);
     gpu_free(&g);
@@ -358,17 +364,19 @@ static void print_timing(struct dt_cuda_ctx *k)
     struct shape s = {32, 1024, 768, 12};
     float *qkv = random_qkv(s, 2), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, DT_CUDA_BF16);
-    double fast[2], atomic[2], simple[2];
+    double fast[2], atomic[2], wide[2], simple[2];
     dt_cuda__attention_force_path(DT_CUDA__ATTN_FAST);
     time_ms(k, &g, s, 20, fast);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_ATOMIC);
     time_ms(k, &g, s, 20, atomic);
+    dt_cuda__attention_force_path(DT_CUDA__ATTN_WIDE);
+    time_ms(k, &g, s, 20, wide);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_SIMPLE);
     time_ms(k, &g, s, 2, simple);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_ENV);
     printf("# attention B=32 T=1024: fwd %.3f ms, bwd %.3f ms (fast); bwd %.3f ms (atomic dq); "
-           "fwd+bwd %.3f ms simple\n",
-           fast[0], fast[1], atomic[1], simple[0] + simple[1]);
+           "bwd %.3f ms (atomic dq, 128-key tiles); fwd+bwd %.3f ms simple\n",
+           fast[0], fast[1], atomic[1], wide[1], simple[0] + simple[1]);
     gpu_free(&g);
     free(qkv), free(dout);
 }
@@ -389,14 +397,18 @@ int main(void)
         {1, 1, 64, 1},    /* one position */
         {2, 64, 128, 2},  /* hd 64, one whole tile */
         {2, 65, 128, 2},  /* one row past it */
-        {2, 100, 768, 12} /* GPT-2's heads, T not a tile multiple */
+        {2, 100, 768, 12}, /* GPT-2's heads, T not a tile multiple */
+        {2, 128, 128, 2},  /* one whole 128-key tile */
+        {1, 257, 128, 2}   /* two and one row past */
     };
-    for (int ti = 0; ti < 3; ti++) { /* fp32, bf16, bf16 with the atomic dq */
+    /* fp32, bf16, bf16 with the atomic dq from 64- and from 128-key tiles */
+    static const int paths[] = {DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_ATOMIC, DT_CUDA__ATTN_WIDE};
+    for (int ti = 0; ti < 4; ti++) {
         enum dt_cuda_dtype t = ti ? DT_CUDA_BF16 : DT_CUDA_F32;
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            test_shape(k, shapes[i], t, 2, ti == 2);
+            test_shape(k, shapes[i], t, 2, paths[ti]);
         /* Peaked softmax: the running max moves across tiles by large steps. */
-        test_shape(k, (struct shape){2, 200, 128, 2}, t, 4, ti == 2);
+        test_shape(k, (struct shape){2, 200, 128, 2}, t, 4, paths[ti]);
     }
     test_paths(k);
     test_bad_shapes(k);

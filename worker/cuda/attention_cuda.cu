@@ -30,8 +30,10 @@
  *            cores, in attention_mma_cuda.cu.
  * DTRAIN_CUDA_ATTN (read once per process): simple forces the general path,
  * the way round a fast-path bug on a GPU machine; atomic picks the fast
- * path's atomic dq (above).  The fast path also needs
- * 16-byte aligned buffers; otherwise the general path runs.
+ * path's atomic dq (above); wide the same from 128-key tiles of 8 warps,
+ * which stage each query tile once for 128 keys and add dq with half the
+ * atomics.  The fast path also needs 16-byte aligned buffers; otherwise the
+ * general path runs.
  *
  * Everything is enqueued on the context's stream, with no allocation and no
  * host synchronisation (capturable in a CUDA graph).
@@ -247,12 +249,14 @@ int attn_path()
             env = DT_CUDA__ATTN_SIMPLE;
         else if (strcmp(e, "atomic") == 0)
             env = DT_CUDA__ATTN_ATOMIC;
+        else if (strcmp(e, "wide") == 0)
+            env = DT_CUDA__ATTN_WIDE;
         else
             bad = e;
     }
     if (bad)
         return dt_error_set(DT_EINVAL,
-                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast or atomic)",
+                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast, atomic or wide)",
                             bad);
     return env;
 }
@@ -377,6 +381,9 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
         return launched("attention backward kernel launch");
     /* The atomic path's fp32 dq after D, 16-byte aligned (dt_cuda_attention_scratch_bytes). */
     float *dq32 = (float *)(((uintptr_t)(D + rows) + 15) & ~(uintptr_t)15);
-    return dt_cuda__attention_mma_backward(st, attn_path() == DT_CUDA__ATTN_ATOMIC, dqkv, dout, qkv, lse, D, dq32,
-                                           B, T, C, H, scale);
+    const int path = attn_path();
+    const int dq_way = path == DT_CUDA__ATTN_WIDE     ? DT_CUDA__DQ_ATOMIC_WIDE
+                       : path == DT_CUDA__ATTN_ATOMIC ? DT_CUDA__DQ_ATOMIC
+                                                      : DT_CUDA__DQ_TILES;
+    return dt_cuda__attention_mma_backward(st, dq_way, dqkv, dout, qkv, lse, D, dq32, B, T, C, H, scale);
 }

@@ -13,8 +13,9 @@
  * come from ldmatrix, transposed (.trans) where the tile's rows are the
  * product's k.  Rows past T load as zero and are masked.  Backward: dk/dv per
  * key tile, then dq per query tile (no atomics, the same bits every run), or
- * with atomic_dq, dq added by the dk/dv kernel into an fp32 buffer with
- * atomics and scaled into dqkv by a last pass (attention_cuda.cu says why).
+ * with an atomic dq, dq added by the dk/dv kernel into an fp32 buffer with
+ * atomics and scaled into dqkv by a last pass (attention_cuda.cu says why);
+ * the wide form of that kernel takes 128 keys over 8 warps.
  *
  * Everything is enqueued on the given stream, with no allocation and no host
  * synchronisation (capturable in a CUDA graph).  Not for other head sizes or
@@ -159,21 +160,23 @@ __device__ __forceinline__ void load_a_s(uint32_t (&a)[4][4], const bf16 *s)
         ldsm4(a[kk], p + 16 * kk);
 }
 
-/* Starts copying rows [r0, r0+64) of a bf16 matrix (leading dimension ld, 64
- * columns from p) into the row-major shared tile s; rows past T become zero
- * (their source is row 0, which exists, and is not read).  A warp copies 4
- * whole rows per step (coalesced). */
+/* Starts copying rows [r0, r0+ROWS) of a bf16 matrix (leading dimension ld,
+ * 64 columns from p) into the row-major shared tile s, by a block of NT
+ * threads; rows past T become zero (their source is row 0, which exists,
+ * and is not read).  A warp copies 4 whole rows per step (coalesced). */
+template <int ROWS = kTile, int NT = kFastThreads>
 __device__ __forceinline__ void stage(bf16 *s, const bf16 *p, size_t ld, int r0, int T)
 {
 #pragma unroll
-    for (int i = 0; i < kTile * kHd / 8 / kFastThreads; i++) {
-        int c = (int)threadIdx.x + i * kFastThreads, r = c / (kHd / 8), col = (c % (kHd / 8)) * 8;
+    for (int i = 0; i < ROWS * kHd / 8 / NT; i++) {
+        int c = (int)threadIdx.x + i * NT, r = c / (kHd / 8), col = (c % (kHd / 8)) * 8;
         bool in = r0 + r < T;
         cp_async16(s + r * kPitch + col, p + (size_t)(in ? r0 + r : 0) * ld + col, in);
     }
 }
 
-/* Starts copying lse and D of queries [q0, q0+64) into shared (0 past T). */
+/* Starts copying lse and D of queries [q0, q0+64) into shared (0 past T):
+ * the block's first 128 threads, one value each. */
 __device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float *lse, const float *D, int q0,
                                            int T)
 {
@@ -181,7 +184,7 @@ __device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float
     bool in = q < T;
     if ((int)threadIdx.x < kTile)
         cp_async4(lse_s + i, lse + (in ? q : 0), in);
-    else
+    else if ((int)threadIdx.x < 2 * kTile)
         cp_async4(d_s + i, D + (in ? q : 0), in);
 }
 
@@ -213,13 +216,14 @@ __device__ __forceinline__ const bf16 *kstep_b_lane(const bf16 *s)
     return s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
 }
 
-/* acc (16 x 64) += a (one k-step's A fragment, 16 x 16) times the 16 x 64
+/* acc (16 x 16M) += a (one k-step's A fragment, 16 x 16) times the 16 x 16M
  * rows of the tile at p (kstep_b_lane's address for that k-step): one
  * ldmatrix.x4.trans gives b0, b1 of two 8-column blocks. */
-__device__ __forceinline__ void mma_kstep(float (&acc)[8][4], const uint32_t (&a)[4], const bf16 *p)
+template <int M = 4>
+__device__ __forceinline__ void mma_kstep(float (&acc)[2 * M][4], const uint32_t (&a)[4], const bf16 *p)
 {
 #pragma unroll
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < M; m++) {
         uint32_t b[4];
         ldsm4_t(b, p + 16 * m);
         mma(acc[2 * m], a, b[0], b[1]);
@@ -243,28 +247,29 @@ __device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8
     }
 }
 
-/* acc (16 x 64) += A times the row-major shared tile s (s[k][col]), where A
- * is stored transposed: A[row][k] = at[k][row] (at points at the warp's first
- * row, a column of the tile).  ldmatrix.trans of the stored 8 x 8 blocks gives
- * A's fragments directly (thread (g, t) gets stored (2t..2t+1, g) = A (g,
- * 2t..2t+1)); matrices at stored rows +0, +0, +8, +8 and columns +0, +8, +0,
- * +8 are a0..a3.  B as in mma_cfrag. */
-__device__ __forceinline__ void mma_at(float (&acc)[8][4], const bf16 *at, const bf16 *s)
+/* acc (16 x 16M) += A (16 x 16KC) times the row-major shared tile s (s[k][col],
+ * its first 16M columns), where A is stored transposed: A[row][k] = at[k][row]
+ * (at points at the warp's first row, a column of the tile).  ldmatrix.trans
+ * of the stored 8 x 8 blocks gives A's fragments directly (thread (g, t) gets
+ * stored (2t..2t+1, g) = A (g, 2t..2t+1)); matrices at stored rows +0, +0, +8,
+ * +8 and columns +0, +8, +0, +8 are a0..a3.  B as in mma_cfrag. */
+template <int KC = 4, int M = 4>
+__device__ __forceinline__ void mma_at(float (&acc)[2 * M][4], const bf16 *at, const bf16 *s)
 {
     const int lane = threadIdx.x % 32;
     const bf16 *pa = at + ((lane / 16) * 8 + lane % 8) * kPitch + (lane / 8) % 2 * 8, *pb = kstep_b_lane(s);
 #pragma unroll
-    for (int kc = 0; kc < 4; kc++) {
+    for (int kc = 0; kc < KC; kc++) {
         uint32_t a[4];
         ldsm4_t(a, pa + 16 * kc * kPitch);
-        mma_kstep(acc, a, pb + 16 * kc * kPitch);
+        mma_kstep<M>(acc, a, pb + 16 * kc * kPitch);
     }
 }
 
-__device__ __forceinline__ void zero(float (&x)[8][4])
+template <int NB> __device__ __forceinline__ void zero(float (&x)[NB][4])
 {
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int n = 0; n < NB; n++)
         x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
 }
 
@@ -470,14 +475,14 @@ __device__ __forceinline__ void probs(float (&s)[8][4], float (&dp)[8][4], int r
 constexpr size_t kDkdvSmem = 6 * kTileElems * sizeof(bf16) + 4 * kTile * sizeof(float);
 constexpr size_t kDkdvAtomicSmem = kDkdvSmem + kTileElems * sizeof(bf16);
 
-/* Adds a warp's 16 x 64 C-fragment block at rows r0.. (< T) of the fp32
- * [rows, 64] matrix p; (g, 2t) and (g, 2t+1) are adjacent: one float2 atomic
- * (global memory, sm_90). */
-__device__ __forceinline__ void atomic_add_c(float *p, int r0, int T, const float (&x)[8][4])
+/* Adds a warp's 16 x 8NB C-fragment block at rows r0.. (< T) of the fp32
+ * [rows, 64] matrix p (p at the block's first column); (g, 2t) and (g, 2t+1)
+ * are adjacent: one float2 atomic (global memory, sm_90). */
+template <int NB = 8> __device__ __forceinline__ void atomic_add_c(float *p, int r0, int T, const float (&x)[NB][4])
 {
     int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
+    for (int n = 0; n < NB; n++) {
         int c = 8 * n + 2 * t;
         if (r0 + g < T)
             atomicAdd((float2 *)(p + (size_t)(r0 + g) * kHd + c), make_float2(x[n][0], x[n][1]));
@@ -560,6 +565,87 @@ __global__ void __launch_bounds__(kFastThreads, 2)
     store_c(dst + 2 * C, ld, r0, T, dv, 1.0f, 1.0f);
 }
 
+/* The atomic dq over wide key tiles (DTRAIN_CUDA_ATTN=wide): the dk/dv
+ * kernel above, but a block of 8 warps owns 128 keys (16 per warp, as
+ * there), so each query tile's Q, dO, lse and D are staged once for 128 keys
+ * instead of 64, and its dq share, dS K over the 128 keys, is added with
+ * half the atomics: warp w takes query rows 16 (w % 4).. and columns
+ * 32 (w / 4).. of the 64 x 64 result (k = 128 keys).  The first two query
+ * tiles (the diagonal) and the last (rows past T) are masked; every other
+ * one lies wholly after the tile's keys. */
+constexpr int kWideKeys = 128, kWideThreads = 256;
+constexpr size_t kWideSmem =
+    (3 * kWideKeys * kPitch + 4 * kTileElems) * sizeof(bf16) + 4 * kTile * sizeof(float);
+static_assert(kWideThreads >= 2 * kTile, "stage_rows: one thread per row of lse and one of D");
+
+__global__ void __launch_bounds__(kWideThreads, 1)
+    bwd_dkdv_wide(bf16 *dqkv, float *dq32, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
+                  int T, int C, int H, float scale, float sl2)
+{
+    extern __shared__ __align__(16) unsigned char wide_smem[]; /* kWideSmem bytes */
+    /* K, V, dS^T (128 rows each), then per buffer i: Q at qs + i kTileElems, dO
+     * at dos + i kTileElems, lse at lse_s + i kTile, D at d_s + i kTile. */
+    bf16 *ks = (bf16 *)wide_smem, *vs = ks + kWideKeys * kPitch, *dst_s = vs + kWideKeys * kPitch;
+    bf16 *qs = dst_s + kWideKeys * kPitch, *dos = qs + 2 * kTileElems;
+    float *lse_s = (float *)(dos + 2 * kTileElems), *d_s = lse_s + 2 * kTile;
+    const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y, bh = (int)blockIdx.x; /* kt 0 has the most */
+    const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const size_t ld = 3 * (size_t)C;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
+    const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
+    const float *lse_bh = lse + (size_t)bh * T, *D_bh = D + (size_t)bh * T;
+    const int k0 = kt * kWideKeys, r0 = k0 + warp * 16, qt0 = k0 / kTile;
+    stage<kWideKeys, kWideThreads>(ks, base + C, ld, k0, T);
+    stage<kWideKeys, kWideThreads>(vs, base + 2 * C, ld, k0, T);
+    stage<kTile, kWideThreads>(qs, base, ld, k0, T);
+    stage<kTile, kWideThreads>(dos, dbase, (size_t)C, k0, T);
+    stage_rows(lse_s, d_s, lse_bh, D_bh, k0, T);
+    cp_async_commit();
+    float dk[8][4], dv[8][4], s[8][4], dp[8][4], dq[4][4];
+    zero(dk);
+    zero(dv);
+    for (int qt = qt0; qt < nt; qt++) {
+        const int q0 = qt * kTile, cur = (qt - qt0) & 1, nxt = cur ^ 1;
+        cp_async_wait_all();
+        __syncthreads(); /* also: every warp is done reading dst_s of the step before */
+        if (qt + 1 < nt) {
+            stage<kTile, kWideThreads>(qs + nxt * kTileElems, base, ld, q0 + kTile, T);
+            stage<kTile, kWideThreads>(dos + nxt * kTileElems, dbase, (size_t)C, q0 + kTile, T);
+            stage_rows(lse_s + nxt * kTile, d_s + nxt * kTile, lse_bh, D_bh, q0 + kTile, T);
+            cp_async_commit();
+        }
+        const bf16 *q_c = qs + cur * kTileElems, *do_c = dos + cur * kTileElems;
+        const float *lse_c = lse_s + cur * kTile, *d_c = d_s + cur * kTile;
+        uint32_t a[4][4];
+        zero(s);
+        load_a_s(a, ks + warp * 16 * kPitch);
+        mma_rows(s, a, q_c); /* S^T[key][q] */
+        zero(dp);
+        load_a_s(a, vs + warp * 16 * kPitch);
+        mma_rows(dp, a, do_c); /* dP^T[key][q] = v_key . do_q */
+        probs<true>(s, dp, r0, q0, qt < qt0 + 2 || qt == nt - 1, T, sl2, [&](int qc, float &l2, float &d) {
+            l2 = lse_c[qc] * kLog2e;
+            d = d_c[qc];
+        });
+        mma_cfrag(dv, s, do_c); /* dV += P^T dO */
+        mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
+        bf16 *row = dst_s + (warp * 16 + g) * kPitch + 2 * t;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            *(uint32_t *)(row + 8 * n) = pack(dp[n][0], dp[n][1]);
+            *(uint32_t *)(row + 8 * kPitch + 8 * n) = pack(dp[n][2], dp[n][3]);
+        }
+        __syncthreads();
+        zero(dq);
+        mma_at<kWideKeys / 16, 2>(dq, dst_s + (warp % 4) * 16, ks + (warp / 4) * 32); /* dQ += dS K */
+        atomic_add_c<4>(dq32 + (size_t)bh * T * kHd + (warp / 4) * 32, q0 + (warp % 4) * 16, T, dq);
+    }
+    bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * kHd;
+    store_c(dst + C, ld, r0, T, dk, scale, scale);
+    store_c(dst + 2 * C, ld, r0, T, dv, 1.0f, 1.0f);
+}
+
 /* dqkv's q part = scale dq32 (the atomic path's last pass): thread i owns two
  * adjacent columns of one row. */
 __global__ void dq_from_fp32(bf16 *dqkv, const float *dq32, int T, int C, int H, float scale)
@@ -628,12 +714,12 @@ extern "C" int dt_cuda__attention_mma_forward(cudaStream_t st, void *out, float 
     return launched("attention forward kernel launch (tensor cores)");
 }
 
-extern "C" int dt_cuda__attention_mma_backward(cudaStream_t st, bool atomic, void *dqkv, const void *dout,
+extern "C" int dt_cuda__attention_mma_backward(cudaStream_t st, int dq_way, void *dqkv, const void *dout,
                                                const void *qkv, const float *lse, const float *D, float *dq32,
                                                int B, int T, int C, int H, float scale)
 {
     const size_t rows = (size_t)B * H * T;
-    dim3 grid((unsigned)(B * H), (unsigned)((T + kTile - 1) / kTile));
+    const bool atomic = dq_way != DT_CUDA__DQ_TILES;
     const bf16 *q = (const bf16 *)qkv, *d_o = (const bf16 *)dout;
     if (atomic) {
         cudaError_t e = cudaMemsetAsync(dq32, 0, rows * kHd * sizeof(float), st);
@@ -642,18 +728,22 @@ extern "C" int dt_cuda__attention_mma_backward(cudaStream_t st, bool atomic, voi
     }
     /* Over 48 KiB of dynamic shared memory is an opt-in per kernel (and device):
      * a host-side attribute, no stream work, so asked every call. */
-    auto dkdv = atomic ? bwd_dkdv_fast<true> : bwd_dkdv_fast<false>;
-    size_t smem = atomic ? kDkdvAtomicSmem : kDkdvSmem;
+    const bool wide = dq_way == DT_CUDA__DQ_ATOMIC_WIDE;
+    auto dkdv = wide ? bwd_dkdv_wide : atomic ? bwd_dkdv_fast<true> : bwd_dkdv_fast<false>;
+    const size_t smem = wide ? kWideSmem : atomic ? kDkdvAtomicSmem : kDkdvSmem;
     cudaError_t e = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return dt_cuda_err(e, "attention backward: cudaFuncSetAttribute (shared memory of the dk/dv kernel)");
-    dkdv<<<grid, kFastThreads, smem, st>>>((bf16 *)dqkv, dq32, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
+    const int keys = wide ? kWideKeys : kTile;
+    dim3 grid((unsigned)(B * H), (unsigned)((T + keys - 1) / keys));
+    dkdv<<<grid, wide ? kWideThreads : kFastThreads, smem, st>>>((bf16 *)dqkv, dq32, q, d_o, lse, D, T, C, H, scale,
+                                                                 scale * kLog2e);
     if (atomic) {
         const unsigned per_batch = (unsigned)(((size_t)T * C / 2 + 255) / 256);
         dq_from_fp32<<<dim3(per_batch, (unsigned)B), 256, 0, st>>>((bf16 *)dqkv, dq32, T, C, H, scale);
     } else {
-        bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale,
-                                                   scale * kLog2e);
+        grid.y = (unsigned)((T + kTile - 1) / kTile);
+        bwd_dq_fast<<<grid, kFastThreads, 0, st>>>((bf16 *)dqkv, q, d_o, lse, D, T, C, H, scale, scale * kLog2e);
     }
     return launched(atomic ? "attention backward kernel launch (tensor cores, atomic dq)"
                            : "attention backward kernel launch (tensor cores)");

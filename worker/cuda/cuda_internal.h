@@ -80,18 +80,20 @@ int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
 
 /* attention_cuda.cu's paths, as DTRAIN_CUDA_ATTN names them: the general one
  * (simple), the tensor-core one (fast, the default) and the tensor-core one
- * with an atomic dq (atomic).  force_path makes one run whatever the
+ * with an atomic dq from 64-key tiles (atomic) or 128-key tiles (wide).  force_path makes one run whatever the
  * environment says (ENV: back to the environment's choice), so the test
  * compares them in one process; returns the previous setting. */
-enum { DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_SIMPLE, DT_CUDA__ATTN_FAST, DT_CUDA__ATTN_ATOMIC };
+enum { DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_SIMPLE, DT_CUDA__ATTN_FAST, DT_CUDA__ATTN_ATOMIC, DT_CUDA__ATTN_WIDE };
 int dt_cuda__attention_force_path(int path);
 /* attention_mma_cuda.cu: the tensor-core path (bf16, hd 64) behind
  * attention_cuda.cu's dispatch, which checks shapes and alignment first.
- * backward: D (rowsum dO o) already in D; with atomic, dq32 is [B,H,T,64]
- * fp32 scratch (else unused). */
+ * backward: D (rowsum dO o) already in D; dq by query tiles (deterministic),
+ * or by fp32 atomics from 64- or 128-key tiles into dq32, [B,H,T,64] fp32
+ * scratch (else unused). */
+enum { DT_CUDA__DQ_TILES, DT_CUDA__DQ_ATOMIC, DT_CUDA__DQ_ATOMIC_WIDE };
 int dt_cuda__attention_mma_forward(cudaStream_t st, void *out, float *lse, const void *qkv, int B, int T, int C,
                                    int H, float scale);
-int dt_cuda__attention_mma_backward(cudaStream_t st, bool atomic, void *dqkv, const void *dout, const void *qkv,
+int dt_cuda__attention_mma_backward(cudaStream_t st, int dq_way, void *dqkv, const void *dout, const void *qkv,
                                     const float *lse, const float *D, float *dq32, int B, int T, int C, int H,
                                     float scale);
 
