@@ -176,7 +176,8 @@ __device__ __forceinline__ void stage(bf16 *s, const bf16 *p, size_t ld, int r0,
 }
 
 /* Starts copying lse and D of queries [q0, q0+64) into shared (0 past T):
- * the block's first 128 threads, one value each. */
+ * the first 128 threads of a block of NT, one value each. */
+template <int NT = kFastThreads>
 __device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float *lse, const float *D, int q0,
                                            int T)
 {
@@ -184,7 +185,7 @@ __device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float
     bool in = q < T;
     if ((int)threadIdx.x < kTile)
         cp_async4(lse_s + i, lse + (in ? q : 0), in);
-    else if ((int)threadIdx.x < 2 * kTile)
+    else if (NT == 2 * kTile || (int)threadIdx.x < 2 * kTile)
         cp_async4(d_s + i, D + (in ? q : 0), in);
 }
 
@@ -600,7 +601,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     stage<kWideKeys, kWideThreads>(vs, base + 2 * C, ld, k0, T);
     stage<kTile, kWideThreads>(qs, base, ld, k0, T);
     stage<kTile, kWideThreads>(dos, dbase, (size_t)C, k0, T);
-    stage_rows(lse_s, d_s, lse_bh, D_bh, k0, T);
+    stage_rows<kWideThreads>(lse_s, d_s, lse_bh, D_bh, k0, T);
     cp_async_commit();
     float dk[8][4], dv[8][4], s[8][4], dp[8][4], dq[4][4];
     zero(dk);
@@ -612,7 +613,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
         if (qt + 1 < nt) {
             stage<kTile, kWideThreads>(qs + nxt * kTileElems, base, ld, q0 + kTile, T);
             stage<kTile, kWideThreads>(dos + nxt * kTileElems, dbase, (size_t)C, q0 + kTile, T);
-            stage_rows(lse_s + nxt * kTile, d_s + nxt * kTile, lse_bh, D_bh, q0 + kTile, T);
+            stage_rows<kWideThreads>(lse_s + nxt * kTile, d_s + nxt * kTile, lse_bh, D_bh, q0 + kTile, T);
             cp_async_commit();
         }
         const bf16 *q_c = qs + cur * kTileElems, *do_c = dos + cur * kTileElems;
