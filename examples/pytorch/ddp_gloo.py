@@ -43,6 +43,10 @@ def main():
     print(f"rank {rank}/{world}: loss {loss.item():.4f} checksum {flat.sum().item():.6f} "
           f"replicas {'identical' if same else 'DIFFER'}", flush=True)
     dist.barrier()
+    # DDP holds the process group: drop it first, so the group and Gloo's threads end here, while
+    # the interpreter is whole, not at its exit (a Gloo thread left to interpreter teardown can
+    # abort the process: "terminate called without an active exception").
+    del model, opt
     dist.destroy_process_group()
     if not same:
         raise SystemExit(1)
