@@ -635,13 +635,39 @@ extern "C" int dt_cuda_layernorm_forward(struct dt_cuda_ctx *k, enum dt_cuda_dty
     return launched("LayerNorm forward kernel launch");
 }
 
+/* Blocks of a kernel an SM holds at a block size and shared memory: the
+ * occupancy calculator, asked once per kernel and shape, so the query stays
+ * out of the steps (and of a graph capture, which only meets shapes the
+ * warm-up step ran). */
+static int blocks_per_sm(const void *kernel, int threads, size_t smem)
+{
+    static struct {
+        const void *kernel;
+        int threads;
+        size_t smem;
+        int n;
+    } seen[32];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].kernel == kernel && seen[i].threads == threads && seen[i].smem == smem)
+            return seen[i].n;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        n = 1;
+    }
+    if (n_seen < 32)
+        seen[n_seen++] = {kernel, threads, smem, n};
+    return n;
+}
+
 /* The grid of a backward: G blocks of whole rows, no more than one wave of
  * the kernel (more would only add partials) and no more partials than the
  * context's split buffer holds; returns the rows a block takes. */
 static int ln_backward_grid(const struct dt_cuda_ctx *k, int per_sm, int nw, int N, int C, int *G_out)
 {
     int G = (N + nw - 1) / nw;
-    const int wave = (per_sm > 0 ? per_sm : 1) * k->sms;
+    const int wave = per_sm * k->sms;
     G = G > wave ? wave : G;
     while (G > 1 && (size_t)G * 2 * C > k->split_floats)
         G--;
@@ -660,11 +686,10 @@ static int ln_backward_launch(struct dt_cuda_ctx *k, int nv, float *dinp, void *
     const T *d = (const T *)dout;
     if (nv) {
         const size_t smem = (size_t)(kLnBwdThreads / 32) * 2 * C * sizeof(float); /* <= 32 KiB at NV 8 */
-        int per_sm = 0, rows = 0;
+        int rows = 0;
 #define LN_BWD(NV)                                                                                           \
     do {                                                                                                     \
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_vec_kernel<T, NV>, kLnBwdThreads, \
-                                                      smem);                                                 \
+        const int per_sm = blocks_per_sm((const void *)ln_backward_vec_kernel<T, NV>, kLnBwdThreads, smem);  \
         rows = ln_backward_grid(k, per_sm, kLnBwdThreads / 32, N, C, G);                                     \
         ln_backward_vec_kernel<T, NV><<<*G, kLnBwdThreads, smem, s>>>(dinp, dt, k->split, d, inp, w, mean,   \
                                                                       rstd, N, rows);                        \
@@ -680,9 +705,8 @@ static int ln_backward_launch(struct dt_cuda_ctx *k, int nv, float *dinp, void *
     const size_t smem = (size_t)nw * 2 * C * sizeof(float);
     if (smem > 48 * 1024 || (size_t)2 * C > k->split_floats)
         return dt_error_set(DT_EINVAL, "dt_cuda_layernorm_backward: %d channels are more than it handles", C);
-    int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_kernel<T>, nw * 32, smem);
-    const int rows = ln_backward_grid(k, per_sm, nw, N, C, G);
+    const int rows = ln_backward_grid(k, blocks_per_sm((const void *)ln_backward_kernel<T>, nw * 32, smem), nw, N,
+                                      C, G);
     ln_backward_kernel<<<*G, nw * 32, smem, s>>>(dinp, dt, k->split, d, inp, w, mean, rstd, N, C, rows);
     return launched("LayerNorm backward kernel launch");
 }
