@@ -395,16 +395,6 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
         if (rc == 0)
             rc = dt_store_add(r->store, k1, 0, &n);
     }
-    /* Every node has ended the round, but an abort still stands over its
-     * failures: a node interrupted by a signal publishes one before its ranks
-     * get the signal, so another node whose ranks then failed on losing
-     * theirs, and found the counter full at once, ends with the signal's
-     * status too, not its ranks' 1. */
-    if (rc == 0 && (rc = dt_agent__round_exists(r, "dtrain/abort")) == 1 &&
-        (rc = read_abort(r, status, why, sizeof why)) == 0) {
-        say_abort(*status, why);
-        return 2;
-    }
     if (rc < 0) {
         dt_agent__round_lost_coordinator(r, status);
         return 2;

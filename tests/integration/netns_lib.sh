@@ -60,3 +60,19 @@ netns_trains() {
   done
   return 1
 }
+
+# netns_statuses TAG WHAT WANT0 WANT1: ok when the two agents of run TAG ended
+# with those statuses ($rc0 $rc1); else not ok with the end of both agents'
+# stderr, so a failure that comes once in many runs says why.
+netns_statuses() {
+  local tag=$1 what=$2 n
+  if [ "$rc0 $rc1" = "$3 $4" ]; then
+    ok "$what ($rc0 $rc1)"
+    return
+  fi
+  not_ok "$what ($rc0 $rc1, wanted $3 $4)"
+  for n in 0 1; do
+    echo "    node $n's agent, last lines of its stderr:"
+    tail -n 8 "$T/$tag.$n.err" | sed 's/^/      /'
+  done
+}

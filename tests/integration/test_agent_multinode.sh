@@ -218,6 +218,40 @@ wait "$d1"; st1=$?
 check "SIGTERM to node 0's agent ends both agents with status 143 ($st0 $st1)" test "$st0$st1" = 143143
 contains "$T/d1.err" "the job is ending: node 0: its agent was interrupted by SIGTERM" "node 1 says why it stopped"
 check "no process of the job is left after the SIGTERM" test "$(pgrep -fc "sleep $nap")" = 0
+# The same when node 1's ranks fail the moment node 0's die (as trainers losing
+# their peers do): node 0 publishes its abort before signalling its ranks, so
+# that abort, not node 1's failure, is the job's status.  Three rounds: which
+# node's agent looks first varies.
+cat >"$T/peer.sh" <<'EOF2'
+if [ "$GROUP_RANK" = 0 ]; then
+  trap 'touch "$PEER_GONE"; exit 143' TERM
+  while :; do sleep 0.01; done
+fi
+while [ ! -e "$PEER_GONE" ]; do sleep 0.005; done
+exit 1
+EOF2
+for round in 1 2 3; do
+  cat >"$T/peer$round.yaml" <<EOF2
+name: peerjob
+nproc_per_node: 1
+command: [sh, "$T/peer.sh"]
+env: {PEER_GONE: "$T/peer-gone$round"}
+rendezvous: {timeout: 20s}
+EOF2
+  port=$(free_port)
+  "$DTRAIN" agent "$T/peer$round.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-p" \
+    >"$T/p0.out" 2>"$T/p0.err" &
+  p0=$!; pids+=($p0)
+  "$DTRAIN" agent "$T/peer$round.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$port" --log-dir "$T/runs-p" \
+    >"$T/p1.out" 2>"$T/p1.err" &
+  p1=$!; pids+=($p1)
+  for _ in $(seq 100); do [ "$(pgrep -fc "sh $T/peer.sh")" -ge 2 ] && break; sleep 0.1; done
+  kill -TERM "$p0"
+  wait "$p0"; st0=$?
+  wait "$p1"; st1=$?
+  check "round $round: node 1's ranks fail on losing node 0's, SIGTERM'd: both agents end with 143 ($st0 $st1)" \
+    test "$st0$st1" = 143143
+done
 expect_status 2 "--node-rank out of range is a usage problem" "$DTRAIN" agent "$T/env.yaml" --node-rank 2 --nnodes 2 --coordinator 127.0.0.1:1
 contains "$T/last.err" "--node-rank 2 is out of range for 2 nodes" "it says the range"
 expect_status 2 "several nodes need --coordinator" "$DTRAIN" agent "$T/env.yaml" --node-rank 1 --nnodes 2

@@ -59,7 +59,7 @@ mesh() { awk -v a="$2" '{ split($4, p, ":"); if (p[1] == a && p[2] != 29500) n++
 # --- by default: the route to the coordinator ----------------------------------
 job "" >"$T/plain.yaml"
 run plain "$T/plain.yaml"
-check "default: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+netns_statuses plain "default: the job trained until SIGTERM" 143 143
 check "default: the ranks' mesh runs on eth0's network ($A2 -> $A1), the coordinator's" mesh "$T/plain.ss" "$A1"
 if grep -q "127\.0\.0\.1" "$T/plain.ss"; then not_ok "default: no connection of host 2 is to 127.0.0.1"
 else ok "default: no connection of host 2 is to 127.0.0.1"; fi
@@ -67,7 +67,7 @@ else ok "default: no connection of host 2 is to 127.0.0.1"; fi
 # --- GLOO_SOCKET_IFNAME=eth1 ------------------------------------------------------
 job "env: {GLOO_SOCKET_IFNAME: eth1}" >"$T/eth1.yaml"
 run eth1 "$T/eth1.yaml"
-check "eth1: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+netns_statuses eth1 "eth1: the job trained until SIGTERM" 143 143
 check "eth1: the ranks' mesh runs on eth1's network ($B2 -> $B1)" mesh "$T/eth1.ss" "$B1"
 if mesh "$T/eth1.ss" "$A1"; then not_ok "eth1: no mesh connection on eth0's network"; sed 's/^/    /' "$T/eth1.ss"
 else ok "eth1: no mesh connection on eth0's network"; fi
@@ -84,7 +84,7 @@ contains "$T/bad.ranks" "GLOO_SOCKET_IFNAME=nosuch names no interface with an IP
 # --- comm.interfaces: [eth1] ------------------------------------------------------
 job "comm: {interfaces: [eth1]}" >"$T/ci.yaml"
 run ci "$T/ci.yaml"
-check "comm.interfaces: the job trained until SIGTERM ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+netns_statuses ci "comm.interfaces: the job trained until SIGTERM" 143 143
 check "comm.interfaces: the ranks' mesh runs on eth1's network ($B2 -> $B1)" mesh "$T/ci.ss" "$B1"
 if mesh "$T/ci.ss" "$A1"; then not_ok "comm.interfaces: no mesh connection on eth0's network"; sed 's/^/    /' "$T/ci.ss"
 else ok "comm.interfaces: no mesh connection on eth0's network"; fi
@@ -100,7 +100,7 @@ contains "$T/cidis.1.err" "comm.interfaces is \[eth1\] but this agent's environm
 AGENT_ENV="NCCL_SOCKET_IFNAME==eth1 GLOO_SOCKET_IFNAME=eth1"
 run ciagree "$T/ci.yaml"
 AGENT_ENV=
-check "agreeing NCCL_SOCKET_IFNAME (=eth1) and GLOO_SOCKET_IFNAME: the job trains ($rc0 $rc1)" test "$rc0 $rc1" = "143 143"
+netns_statuses ciagree "agreeing NCCL_SOCKET_IFNAME (=eth1) and GLOO_SOCKET_IFNAME: the job trains" 143 143
 
 # --- scheduler: mpirun: node 0 advertises comm.interfaces' address ----------------------------
 cat >"$T/mpi.yaml" <<EOF2
