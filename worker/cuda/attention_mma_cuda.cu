@@ -464,6 +464,42 @@ __device__ __forceinline__ void probs(float (&s)[8][4], float (&dp)[8][4], int r
         }
 }
 
+/* One query tile's share of a warp's 16 keys (rows r0.., at kw and vw in
+ * shared): S^T = K Q^T and dP^T = V dO^T, P and dS (probs, masked when
+ * mask), then dV += P^T dO and dK += dS^T Q; dp is left holding dS^T. */
+__device__ __forceinline__ void dkdv_tile(float (&dk)[8][4], float (&dv)[8][4], float (&s)[8][4],
+                                          float (&dp)[8][4], const bf16 *kw, const bf16 *vw, const bf16 *q_c,
+                                          const bf16 *do_c, const float *lse_c, const float *d_c, int r0, int q0,
+                                          bool mask, int T, float sl2)
+{
+    uint32_t a[4][4];
+    zero(s);
+    load_a_s(a, kw);
+    mma_rows(s, a, q_c); /* S^T[key][q] */
+    zero(dp);
+    load_a_s(a, vw);
+    mma_rows(dp, a, do_c); /* dP^T[key][q] = v_key . do_q */
+    probs<true>(s, dp, r0, q0, mask, T, sl2, [&](int qc, float &l2, float &d) {
+        l2 = lse_c[qc] * kLog2e;
+        d = d_c[qc];
+    });
+    mma_cfrag(dv, s, do_c); /* dV += P^T dO */
+    mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
+}
+
+/* A warp's dS^T (16 keys x 64 queries in C-fragment layout, rounded to bf16
+ * as the dK product rounds it) into rows 16 warp.. of the shared tile. */
+__device__ __forceinline__ void put_ds_t(bf16 *dst_s, int warp, const float (&dp)[8][4])
+{
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    bf16 *row = dst_s + (warp * 16 + g) * kPitch + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        *(uint32_t *)(row + 8 * n) = pack(dp[n][0], dp[n][1]);
+        *(uint32_t *)(row + 8 * kPitch + 8 * n) = pack(dp[n][2], dp[n][3]);
+    }
+}
+
 /* dk, dv of a 64-key tile (block (bh, tile)), looping over query tiles from
  * the diagonal on; the warp works on S^T = K Q^T (its 16 keys as rows).  K
  * and V stay in shared memory (their A fragments reloaded per step: 32
@@ -506,7 +542,6 @@ __global__ void __launch_bounds__(kFastThreads, 2)
     const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y,
               bh = (int)blockIdx.x; /* kt 0 has the most */
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
     const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
@@ -533,28 +568,12 @@ __global__ void __launch_bounds__(kFastThreads, 2)
         }
         const bf16 *q_c = qs + cur * kTileElems, *do_c = dos + cur * kTileElems;
         const float *lse_c = lse_s + cur * kTile, *d_c = d_s + cur * kTile;
-        uint32_t a[4][4];
-        zero(s);
-        load_a_s(a, ks + warp * 16 * kPitch);
-        mma_rows(s, a, q_c); /* S^T[key][q] */
-        zero(dp);
-        load_a_s(a, vs + warp * 16 * kPitch);
-        mma_rows(dp, a, do_c); /* dP^T[key][q] = v_key . do_q */
-        probs<true>(s, dp, r0, q0, qt == kt || qt == nt - 1, T, sl2, [&](int qc, float &l2, float &d) {
-            l2 = lse_c[qc] * kLog2e;
-            d = d_c[qc];
-        });
-        mma_cfrag(dv, s, do_c); /* dV += P^T dO */
-        mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
+        dkdv_tile(dk, dv, s, dp, ks + warp * 16 * kPitch, vs + warp * 16 * kPitch, q_c, do_c, lse_c, d_c, r0, q0,
+                  qt == kt || qt == nt - 1, T, sl2);
         if (kAtomicDq) {
             /* The barrier at the loop's top keeps the previous step's readers of
              * dst_s ahead of these writes; the one below publishes them. */
-            bf16 *row = dst_s + (warp * 16 + g) * kPitch + 2 * t;
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                *(uint32_t *)(row + 8 * n) = pack(dp[n][0], dp[n][1]);
-                *(uint32_t *)(row + 8 * kPitch + 8 * n) = pack(dp[n][2], dp[n][3]);
-            }
+            put_ds_t(dst_s, warp, dp);
             __syncthreads();
             zero(s);
             mma_at(s, dst_s + warp * 16, ks); /* dQ[q][.] += dS[q][key] K[key][.] */
@@ -591,7 +610,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     float *lse_s = (float *)(dos + 2 * kTileElems), *d_s = lse_s + 2 * kTile;
     const int nt = (T + kTile - 1) / kTile, kt = (int)blockIdx.y, bh = (int)blockIdx.x; /* kt 0 has the most */
     const int b = bh / H, h = bh % H, warp = threadIdx.x / 32;
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const size_t ld = 3 * (size_t)C;
     const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * kHd;
     const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * kHd;
@@ -618,25 +636,9 @@ __global__ void __launch_bounds__(kWideThreads, 1)
         }
         const bf16 *q_c = qs + cur * kTileElems, *do_c = dos + cur * kTileElems;
         const float *lse_c = lse_s + cur * kTile, *d_c = d_s + cur * kTile;
-        uint32_t a[4][4];
-        zero(s);
-        load_a_s(a, ks + warp * 16 * kPitch);
-        mma_rows(s, a, q_c); /* S^T[key][q] */
-        zero(dp);
-        load_a_s(a, vs + warp * 16 * kPitch);
-        mma_rows(dp, a, do_c); /* dP^T[key][q] = v_key . do_q */
-        probs<true>(s, dp, r0, q0, qt < qt0 + 2 || qt == nt - 1, T, sl2, [&](int qc, float &l2, float &d) {
-            l2 = lse_c[qc] * kLog2e;
-            d = d_c[qc];
-        });
-        mma_cfrag(dv, s, do_c); /* dV += P^T dO */
-        mma_cfrag(dk, dp, q_c); /* dK += dS^T Q */
-        bf16 *row = dst_s + (warp * 16 + g) * kPitch + 2 * t;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            *(uint32_t *)(row + 8 * n) = pack(dp[n][0], dp[n][1]);
-            *(uint32_t *)(row + 8 * kPitch + 8 * n) = pack(dp[n][2], dp[n][3]);
-        }
+        dkdv_tile(dk, dv, s, dp, ks + warp * 16 * kPitch, vs + warp * 16 * kPitch, q_c, do_c, lse_c, d_c, r0, q0,
+                  qt < qt0 + 2 || qt == nt - 1, T, sl2);
+        put_ds_t(dst_s, warp, dp);
         __syncthreads();
         zero(dq);
         mma_at<kWideKeys / 16, 2>(dq, dst_s + (warp % 4) * 16, ks + (warp / 4) * 32); /* dQ += dS K */
