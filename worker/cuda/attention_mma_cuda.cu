@@ -189,11 +189,14 @@ __device__ __forceinline__ void stage_rows(float *lse_s, float *d_s, const float
         cp_async4(d_s + i, D + (in ? q : 0), in);
 }
 
-/* acc[n] (16 x 8 blocks n = 0..7 of a 16 x 64 result) += A (16 x 64, in
- * registers) times the shared tile's rows as columns: acc[n][.] at col 8n + c
- * is sum_k A[row][k] s[8n + c][k].  One ldmatrix.x4 gives b0, b1 of two
- * k-steps (matrices at columns 32h, +8, +16, +24 of rows 8n..8n+7). */
-__device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16 *s)
+/* acc[mi][n] (16 x 8 blocks n = 0..7 of row block mi's 16 x 64 result) +=
+ * A[mi] (16 x 64, in registers) times the shared tile's rows as columns:
+ * acc[mi][n][.] at col 8n + c is sum_k A[mi][row][k] s[8n + c][k].  One
+ * ldmatrix.x4 gives b0, b1 of two k-steps (matrices at columns 32h, +8, +16,
+ * +24 of rows 8n..8n+7), shared by the MB row blocks: with MB = 2 (the
+ * forward's 32 rows per warp) half the shared-memory reads per product. */
+template <int MB>
+__device__ __forceinline__ void mma_rows_n(float (&acc)[MB][8][4], const uint32_t (&a)[MB][4][4], const bf16 *s)
 {
     const int lane = threadIdx.x % 32;
     const bf16 *p = s + (lane % 8) * kPitch + (lane / 8) * 8;
@@ -203,9 +206,18 @@ __device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)
         for (int h = 0; h < 2; h++) {
             uint32_t b[4];
             ldsm4(b, p + 8 * n * kPitch + 32 * h);
-            mma(acc[n], a[2 * h], b[0], b[1]);
-            mma(acc[n], a[2 * h + 1], b[2], b[3]);
+#pragma unroll
+            for (int mi = 0; mi < MB; mi++) {
+                mma(acc[mi][n], a[mi][2 * h], b[0], b[1]);
+                mma(acc[mi][n], a[mi][2 * h + 1], b[2], b[3]);
+            }
         }
+}
+
+/* One row block (a warp's 16 rows). */
+__device__ __forceinline__ void mma_rows(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16 *s)
+{
+    mma_rows_n<1>(reinterpret_cast<float(&)[1][8][4]>(acc), reinterpret_cast<const uint32_t(&)[1][4][4]>(a), s);
 }
 
 /* This lane's ldmatrix.trans address in the row-major shared tile s (s[k][col])
@@ -232,20 +244,42 @@ __device__ __forceinline__ void mma_kstep(float (&acc)[2 * M][4], const uint32_t
     }
 }
 
-/* acc (16 x 64) += X (16 x 64 in C-fragment layout, rounded to bf16 as the A
- * operand: blocks 2kc and 2kc+1 make k-step kc) times the row-major shared
- * tile s (s[k][col]).  One ldmatrix.x4.trans gives b0, b1 of two 8-column
- * blocks (matrices at rows 16kc, +8 of columns 16m, then of 16m + 8). */
-__device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s)
+/* acc[mi] (16 x 64) += X[mi] (16 x 64 in C-fragment layout, rounded to bf16
+ * as the A operand: blocks 2kc and 2kc+1 make k-step kc) times the row-major
+ * shared tile s (s[k][col]), for MB row blocks sharing every B fragment.  One
+ * ldmatrix.x4.trans gives b0, b1 of two 8-column blocks (matrices at rows
+ * 16kc, +8 of columns 16m, then of 16m + 8). */
+template <int MB>
+__device__ __forceinline__ void mma_cfrag_n(float (&acc)[MB][8][4], const float (&x)[MB][8][4], const bf16 *s)
 {
     const bf16 *p = kstep_b_lane(s);
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
-        const uint32_t a[4] = {pack(x[2 * kc][0], x[2 * kc][1]), pack(x[2 * kc][2], x[2 * kc][3]),
-                               pack(x[2 * kc + 1][0], x[2 * kc + 1][1]),
-                               pack(x[2 * kc + 1][2], x[2 * kc + 1][3])};
-        mma_kstep(acc, a, p + 16 * kc * kPitch);
+        uint32_t a[MB][4];
+#pragma unroll
+        for (int mi = 0; mi < MB; mi++) {
+            a[mi][0] = pack(x[mi][2 * kc][0], x[mi][2 * kc][1]);
+            a[mi][1] = pack(x[mi][2 * kc][2], x[mi][2 * kc][3]);
+            a[mi][2] = pack(x[mi][2 * kc + 1][0], x[mi][2 * kc + 1][1]);
+            a[mi][3] = pack(x[mi][2 * kc + 1][2], x[mi][2 * kc + 1][3]);
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            uint32_t b[4];
+            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
+#pragma unroll
+            for (int mi = 0; mi < MB; mi++) {
+                mma(acc[mi][2 * m], a[mi], b[0], b[1]);
+                mma(acc[mi][2 * m + 1], a[mi], b[2], b[3]);
+            }
+        }
     }
+}
+
+/* One row block (a warp's 16 rows). */
+__device__ __forceinline__ void mma_cfrag(float (&acc)[8][4], const float (&x)[8][4], const bf16 *s)
+{
+    mma_cfrag_n<1>(reinterpret_cast<float(&)[1][8][4]>(acc), reinterpret_cast<const float(&)[1][8][4]>(x), s);
 }
 
 /* acc (16 x 16M) += A (16 x 16KC) times the row-major shared tile s (s[k][col],
@@ -299,54 +333,6 @@ __device__ __forceinline__ void store_c(bf16 *p, size_t ld, int r0, int T, const
  * rows per warp, which bound the loop). */
 constexpr int kFwdRows = 128;
 
-/* acc[mi] += A[mi] times the shared tile's rows as columns (mma_rows for two
- * row blocks). */
-__device__ __forceinline__ void mma_rows2(float (&acc)[2][8][4], const uint32_t (&a)[2][4][4], const bf16 *s)
-{
-    const int lane = threadIdx.x % 32;
-    const bf16 *p = s + (lane % 8) * kPitch + (lane / 8) * 8;
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t b[4];
-            ldsm4(b, p + 8 * n * kPitch + 32 * h);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                mma(acc[mi][n], a[mi][2 * h], b[0], b[1]);
-                mma(acc[mi][n], a[mi][2 * h + 1], b[2], b[3]);
-            }
-        }
-}
-
-/* acc[mi] += X[mi] times the row-major tile s (mma_cfrag for two row blocks). */
-__device__ __forceinline__ void mma_cfrag2(float (&acc)[2][8][4], const float (&x)[2][8][4], const bf16 *s)
-{
-    const int lane = threadIdx.x % 32;
-    const bf16 *p = s + ((lane / 8) % 2 * 8 + lane % 8) * kPitch + (lane / 16) * 8;
-#pragma unroll
-    for (int kc = 0; kc < 4; kc++) {
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++) {
-            a[mi][0] = pack(x[mi][2 * kc][0], x[mi][2 * kc][1]);
-            a[mi][1] = pack(x[mi][2 * kc][2], x[mi][2 * kc][3]);
-            a[mi][2] = pack(x[mi][2 * kc + 1][0], x[mi][2 * kc + 1][1]);
-            a[mi][3] = pack(x[mi][2 * kc + 1][2], x[mi][2 * kc + 1][3]);
-        }
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            uint32_t b[4];
-            ldsm4_t(b, p + 16 * kc * kPitch + 16 * m);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                mma(acc[mi][2 * m], a[mi], b[0], b[1]);
-                mma(acc[mi][2 * m + 1], a[mi], b[2], b[3]);
-            }
-        }
-    }
-}
-
 /* Block (bh, 128-row query tile from the last: the longest first), looping
  * over 64-key tiles up to the diagonal; sl2 = scale log2(e), so scores live
  * in the log2 domain and exp2f serves.  Row block mi of the warp holds rows
@@ -389,7 +375,7 @@ __global__ void __launch_bounds__(kFastThreads)
         }
         zero(s[0]);
         zero(s[1]);
-        mma_rows2(s, qa, ks[cur]);
+        mma_rows_n<2>(s, qa, ks[cur]);
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
             float mx[2] = {m[mi][0], m[mi][1]};
@@ -420,7 +406,7 @@ __global__ void __launch_bounds__(kFastThreads)
                 o[mi][n][0] *= a_lo, o[mi][n][1] *= a_lo, o[mi][n][2] *= a_hi, o[mi][n][3] *= a_hi;
             }
         }
-        mma_cfrag2(o, s, vs[cur]);
+        mma_cfrag_n<2>(o, s, vs[cur]);
     }
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
