@@ -201,6 +201,15 @@ static void test_sumsq_cast(struct dt_cuda_ctx *k)
     float got;
     gt_down(&got, dout, 1, DT_CUDA_F32);
     gt_check_close("sumsq of 777777 values", &got, &want, 1, 0, 1e-5);
+    /* From a 4-byte offset (the scalar path; 16-byte loads need alignment), and the same bits again. */
+    dt_cuda_sumsq(k, dout, dg + 1, n - 1);
+    float off, again;
+    gt_down(&off, dout, 1, DT_CUDA_F32);
+    want -= (double)g[0] * g[0];
+    gt_check_close("sumsq of 777776 values at a 4-byte offset", &off, &want, 1, 0, 1e-5);
+    dt_cuda_sumsq(k, dout, dg, n);
+    gt_down(&again, dout, 1, DT_CUDA_F32);
+    gt_result(again == got, "sumsq: the same bits twice (%.9g %.9g)", (double)got, (double)again);
     void *dlow = gt_alloc(n * 2);
     float *back = gt_alloc(n * 4), *h = malloc(n * 4);
     dt_cuda_cast(k, DT_CUDA_BF16, dlow, DT_CUDA_F32, dg, n);
