@@ -536,15 +536,25 @@ __global__ void __launch_bounds__(kXentThreads, 3)
  * gives a block 32 columns and all the rows (24 blocks for 768 columns), so
  * here the rows are cut in S slices too: block (column tile, slice) sums its
  * slice with 8 row lanes, the partials [S][n] go to the context's split
- * buffer, and a second kernel adds them in slice order (fixed order). */
+ * buffer, and a second kernel adds them in slice order (fixed order).
+ * A row lane takes four rows a turn, all four loads issued before the adds:
+ * one 2-byte load in flight a thread ran the 768-wide sums at 1.1 TB/s
+ * (44 us for 50 MB, CUPTI on the H200). */
 template <typename T> __global__ void bias_grad_part_kernel(float *part, const T *dz, int N, int n, int rows)
 {
     __shared__ float sh[8][33];
     const int j = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s = 0.0f;
-    if (j < n)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8)
+    if (j < n) {
+        int r = r0 + threadIdx.y;
+        for (; r + 24 < r1; r += 32) {
+            const float a = load(dz, (size_t)r * n + j), b = load(dz, (size_t)(r + 8) * n + j),
+                        c = load(dz, (size_t)(r + 16) * n + j), d = load(dz, (size_t)(r + 24) * n + j);
+            s += (a + b) + (c + d);
+        }
+        for (; r < r1; r += 8)
             s += load(dz, (size_t)r * n + j);
+    }
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && j < n) {
