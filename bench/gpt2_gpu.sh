@@ -29,7 +29,7 @@
 # a dtrain build does not write prints n/a.
 #
 #   DTRAIN=path/to/dtrain bench/gpt2_gpu.sh      (on the GPU machine; python3 with torch and numpy)
-#   BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5  MODES="eager compile"
+#   BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5  MODES="eager compile" (MODES= empty: dtrain alone)
 #   EXTRA="recompute: gelu"   more trainer keys for dtrain's runs (one YAML line)
 #   NSYS=auto|0  NSYS_BIN=path  PROFILE_BATCH=16  PROFILE_STEPS=30
 #   CUPTI=auto|0  PROFILE_SKIP=10  DTRAIN_CUPTI=libcupti.so.13 or its folder (else found under
@@ -44,7 +44,7 @@ DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 BATCHES=${BATCHES:-16 32} SEQ=${SEQ:-1024} WARMUP=${WARMUP:-10} STEPS=${STEPS:-30} LOG_EVERY=${LOG_EVERY:-5}
-MODES=${MODES:-eager compile} EXTRA=${EXTRA:-}
+MODES=${MODES-eager compile} EXTRA=${EXTRA:-}
 LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
 NSYS=${NSYS:-auto} PROFILE_BATCH=${PROFILE_BATCH:-16} PROFILE_STEPS=${PROFILE_STEPS:-30}
 CUPTI=${CUPTI:-auto} PROFILE_SKIP=${PROFILE_SKIP:-10}
