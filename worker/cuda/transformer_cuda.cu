@@ -369,25 +369,12 @@ __device__ __forceinline__ SoftmaxAcc sm_merge(SoftmaxAcc p, SoftmaxAcc q)
 
 constexpr int kXentThreads = 512;
 
-/* Element j of value v joins a thread's running max / sum (j ascending, so
- * the first maximum keeps its index). */
-__device__ __forceinline__ void sm_push(SoftmaxAcc &acc, float v, int j)
-{
-    if (v > acc.m) {
-        acc.s = (acc.s == 0.0f ? 0.0f : acc.s * expf(acc.m - v)) + 1.0f;
-        acc.m = v;
-        acc.a = j;
-    } else {
-        acc.s += expf(v - acc.m);
-    }
-}
-
-/* A 16-byte piece of a row (n values from column j0, those at or past V
- * left out) joins a thread's running max / sum: the piece's max and its
- * first index first, one rescale when that max is new, then the n
- * exponentials, independent of each other.  sm_push one value at a time made
- * every exponential wait on the one before through acc.m and acc.s: the
- * kernel ran at 1.6 TB/s in the H200's GPT-2 step, latency-bound. */
+/* A 16-byte piece of a row, or one value (n values from column j0, those at
+ * or past V left out) joins a thread's running max / sum: the piece's max
+ * and its first index first, one rescale when that max is new, then the n
+ * exponentials, independent of each other.  One value at a time made every
+ * exponential wait on the one before through acc.m and acc.s: the kernel ran
+ * at 1.6 TB/s in the H200's GPT-2 step, latency-bound. */
 __device__ __forceinline__ void sm_push_piece(SoftmaxAcc &acc, const float *f, int n, int j0, int V)
 {
     float pm = -INFINITY;
@@ -470,8 +457,10 @@ __global__ void __launch_bounds__(kXentThreads, 3)
             sm_push_piece(acc, p.f, W, c * W, V);
         }
     } else {
-        for (int j = threadIdx.x; j < V; j += kXentThreads)
-            sm_push(acc, load(x, j), j);
+        for (int j = threadIdx.x; j < V; j += kXentThreads) {
+            const float v = load(x, j);
+            sm_push_piece(acc, &v, 1, j, V);
+        }
     }
     for (int off = 16; off > 0; off >>= 1) {
         SoftmaxAcc o = {__shfl_xor_sync(0xffffffffu, acc.m, off), __shfl_xor_sync(0xffffffffu, acc.s, off),
