@@ -10,6 +10,8 @@
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
 #   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
 #   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
+#   CUDNN=0|1         cuDNN's fused attention (worker/cuda/attention_cudnn.cpp; default: on when the
+#                     cuDNN frontend's headers and cudnn.h are found; libcudnn loads at run time)
 #
 # Sources are found by folder, the layers of docs/architecture.md: base/, spec/,
 # comm/ and worker/ make libdtrain.a, scheduler-adapters/ and launcher/ the CLI;
@@ -63,14 +65,34 @@ APP_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c launcher/*/*.c s
                                                    scheduler-adapters/*/*.c))
 GPU_SRC :=
 CU_SRC  :=
+CXX_SRC :=
 GPU_LIBS :=
 ifeq ($(CUDA),1)
 GPU_SRC := $(wildcard comm/nccl/*.c worker/cuda/*.c worker/models/*_cuda.c)
 CU_SRC  := $(wildcard comm/nccl/*.cu worker/cuda/*.cu)
+CXX_SRC := $(wildcard worker/cuda/*.cpp)
 CFLAGS_ALL += -DDT_HAVE_CUDA -I$(CUDA_HOME)/include
+CXX ?= g++
+CXXFLAGS_ALL := -std=c++17 -O2 -g1 -I. -Wall -Wextra -Werror -fPIC -MMD -MP -DDT_HAVE_CUDA -I$(CUDA_HOME)/include
 GPU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 NVCCFLAGS ?= -O3 -std=c++17 -I. -DDT_HAVE_CUDA -MMD -MP -Xcompiler -Wall,-fPIC \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# cuDNN's attention: the frontend is header-only (pip nvidia-cudnn-frontend, in .venv by
+# scripts/install-deps.sh), cudnn.h comes with the CUDA toolkit or the nvidia-cudnn-cu13 wheel; the
+# frontend's dynamic loading means no -lcudnn (attention_cudnn.cpp dlopens it when asked for).
+CUDNN_FE_INC ?= $(patsubst %/cudnn_frontend.h,%,$(firstword $(wildcard \
+                  .venv/lib/python3*/site-packages/include/cudnn_frontend.h /usr/include/cudnn_frontend.h)))
+CUDNN_INC ?= $(patsubst %/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h \
+               .venv/lib/python3*/site-packages/nvidia/cudnn/include/cudnn.h /usr/include/cudnn.h)))
+ifeq ($(origin CUDNN),undefined)
+CUDNN := $(if $(and $(CUDNN_FE_INC),$(CUDNN_INC)),1,0)
+endif
+ifeq ($(CUDNN),1)
+$(BUILD)/worker/cuda/attention_cudnn.o: CXXFLAGS_ALL += -DDT_HAVE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+    -isystem $(CUDNN_FE_INC) -isystem $(CUDNN_INC)
+else
+$(info dtrain: building without cuDNN attention (CUDNN=0, or no cuDNN frontend headers: scripts/install-deps.sh installs them))
+endif
 endif
 
 # The MPI backend: built against the MPI library mpicc names (Open MPI 4.1 on Debian).
@@ -83,6 +105,7 @@ MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info | 
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GPU_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) \
+           $(CXX_SRC:%.cpp=$(BUILD)/%.o) \
            $(MPI_SRC:%.c=$(BUILD)/%.o)
 APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ := $(BUILD)/launcher/main.o $(BUILD)/gen/cli_table.o
@@ -110,6 +133,11 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# Host-only C++ of the GPU parts (a library's C++ API: attention_cudnn.cpp).
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_ALL) -c $< -o $@
 
 # Regenerated every run but rewritten only when the list of commands changed.
 $(BUILD)/gen/cli_table.c: FORCE

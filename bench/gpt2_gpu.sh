@@ -50,6 +50,7 @@ NSYS=${NSYS:-auto} PROFILE_BATCH=${PROFILE_BATCH:-16} PROFILE_STEPS=${PROFILE_ST
 CUPTI=${CUPTI:-auto} PROFILE_SKIP=${PROFILE_SKIP:-10}
 DTRAIN_TIMEOUT=${DTRAIN_TIMEOUT:-180} TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. scripts/cudnn-env.sh # DTRAIN_CUDA_ATTN=cudnn runs find PyTorch's cuDNN
 if [ $((WARMUP % LOG_EVERY)) -ne 0 ] || [ $(((WARMUP + STEPS) % LOG_EVERY)) -ne 0 ] || [ "$STEPS" -lt 1 ]; then
   echo "gpt2_gpu: WARMUP ($WARMUP) and WARMUP + STEPS ($((WARMUP + STEPS))) must be multiples of LOG_EVERY" \
     "($LOG_EVERY), and STEPS >= 1: dtrain's window is between two metrics rows" >&2

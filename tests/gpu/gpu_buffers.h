@@ -33,6 +33,14 @@ static inline void *gt_up(float *h, size_t n, enum dt_cuda_dtype t)
         }
         gt_die_cuda(cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice), "cudaMemcpy up");
         free(tmp);
+    } else if (t == DT_CUDA_F16) { /* GCC's _Float16 rounds to nearest even, as __float2half */
+        _Float16 *tmp = malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) {
+            tmp[i] = (_Float16)h[i];
+            h[i] = (float)tmp[i];
+        }
+        gt_die_cuda(cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice), "cudaMemcpy up");
+        free(tmp);
     } else {
         gt_die_cuda(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice), "cudaMemcpy up");
     }
@@ -56,6 +64,12 @@ static inline void gt_down(float *h, const void *d, size_t n, enum dt_cuda_dtype
         for (size_t i = 0; i < n; i++)
             h[i] = gt_from_bf16(tmp[i]);
         free(tmp);
+    } else if (t == DT_CUDA_F16) {
+        _Float16 *tmp = malloc(n * 2 + 2);
+        gt_die_cuda(cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost), "cudaMemcpy down");
+        for (size_t i = 0; i < n; i++)
+            h[i] = (float)tmp[i];
+        free(tmp);
     } else {
         gt_die_cuda(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy down");
     }
@@ -69,7 +83,10 @@ static inline float *gt_random(size_t n, float lo, float hi)
     return h;
 }
 
-static inline const char *gt_tname(enum dt_cuda_dtype t) { return t == DT_CUDA_BF16 ? "bf16" : "fp32"; }
+static inline const char *gt_tname(enum dt_cuda_dtype t)
+{
+    return t == DT_CUDA_BF16 ? "bf16" : t == DT_CUDA_F16 ? "fp16" : "fp32";
+}
 
 /* 0 when a CUDA device is there; otherwise prints the SKIP line. */
 static inline int gt_need_gpu(const char *suite)

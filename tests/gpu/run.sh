@@ -25,6 +25,8 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
 out=$BUILD/tests/gpu
 # NVLink multicast stays off on the shared GPU hosts (see docs/gpu.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# cuDNN for test_cuda_attention's cudnn path: PyTorch's copy where no other is installed.
+. scripts/cudnn-env.sh
 
 build() {
   [ -f "$BUILD/libdtrain.a" ] || { echo "run.sh: $BUILD/libdtrain.a is missing: run make (with CUDA=1) first"; return 1; }

@@ -1,8 +1,9 @@
 /* test_cuda_attention.c - GPT-2's causal self-attention on the GPU
  * (worker/cuda/attention_cuda.cu) against a naive CPU reference in double:
- * out, lse and dqkv, in fp32 and bf16, on the four paths (the general one for
+ * out, lse and dqkv, in fp32 and bf16, on the paths (the general one for
  * any head size, the tensor-core one for bf16 with hd 64, and that one with
- * dq summed by fp32 atomics from 64- or 128-key tiles), with T below, at and
+ * dq summed by fp32 atomics from 64- or 128-key tiles; cuDNN's, in bf16 and
+ * fp16, deterministic and with atomic dq), with T below, at and
  * past a multiple of the 64-row and 128-key tiles.  Also: two backward runs give
  * the same bits (within tolerance for the atomic dq), bad shapes are refused, and a timing line for GPT-2 124M's
  * shape (a comment, not an assertion).
@@ -209,19 +210,36 @@ static float *random_qkv(struct shape s, float amp)
     return gt_random((size_t)s.B * s.T * 3 * s.C, -amp, amp);
 }
 
+static bool cudnn_path(int path)
+{
+    return path == DT_CUDA__ATTN_CUDNN || path == DT_CUDA__ATTN_CUDNN_ATOMIC;
+}
+
+/* The path that runs for s and t when `path` is asked for (attention_cuda.cu's dispatch). */
+static const char *path_name(struct shape s, enum dt_cuda_dtype t, int path)
+{
+    int hd = s.C / s.H;
+    if (cudnn_path(path))
+        return t == DT_CUDA_F32 || hd % 8 ? "general"
+               : path == DT_CUDA__ATTN_CUDNN ? "cuDNN"
+                                             : "cuDNN, atomic dq";
+    if (path == DT_CUDA__ATTN_SIMPLE || t != DT_CUDA_BF16 || hd != 64)
+        return "general";
+    return path == DT_CUDA__ATTN_ATOMIC ? "tensor cores, atomic dq"
+           : path == DT_CUDA__ATTN_WIDE ? "tensor cores, atomic dq, 128-key tiles"
+                                        : "tensor cores";
+}
+
 /* One shape and type on the default path (tensor cores where they apply),
- * or on the tensor cores' atomic-dq path (DT_CUDA__ATTN_ATOMIC or _WIDE). */
+ * on the tensor cores' atomic-dq path (DT_CUDA__ATTN_ATOMIC or _WIDE) or
+ * through cuDNN (DT_CUDA__ATTN_CUDNN or _CUDNN_ATOMIC). */
 static void test_shape(struct dt_cuda_ctx *k, struct shape s, enum dt_cuda_dtype t, float amp, int path)
 {
     float *qkv = random_qkv(s, amp), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, t); /* rounds qkv and dout to t */
     char label[160];
-    bool fast = t == DT_CUDA_BF16 && s.C / s.H == 64;
-    label_of(label, sizeof label, s, t,
-             !fast                              ? "general"
-             : path == DT_CUDA__ATTN_ATOMIC     ? "tensor cores, atomic dq"
-             : path == DT_CUDA__ATTN_WIDE       ? "tensor cores, atomic dq, 128-key tiles"
-                                                : "tensor cores");
+    const char *name = path_name(s, t, path);
+    label_of(label, sizeof label, s, t, name);
     dt_cuda__attention_force_path(path);
     int rc = gpu_run(k, t, &g, s);
     gt_result(rc == 0, "attention %s: runs%s%s", label, rc ? ": " : "", rc ? dt_error_last() : "");
@@ -229,13 +247,25 @@ static void test_shape(struct dt_cuda_ctx *k, struct shape s, enum dt_cuda_dtype
         struct ref r = ref_run(qkv, dout, s);
         struct got got = got_read(&g, s, t);
         check_all(&got, &r, s, t, label);
-        /* Evaluation (lse NULL): the same output, bit for bit. */
+        /* Evaluation (lse NULL): the same output, bit for bit (cuDNN: its
+         * inference plan may be another kernel, so within the tolerance). */
         size_t no = (size_t)s.B * s.T * s.C;
         float *again = malloc(no * 4);
         rc = dt_cuda_attention_forward(k, t, g.dqkv, NULL, g.qkv, s.B, s.T, s.C, s.H);
         gt_down(again, g.dqkv, no, t);
-        gt_result(rc == 0 && memcmp(again, got.out, no * 4) == 0,
-                  "attention %s: forward without lse, same out", label);
+        if (strncmp(name, "cuDNN", 5) == 0) {
+            double *first = malloc(no * sizeof(double));
+            for (size_t i = 0; i < no; i++)
+                first[i] = got.out[i];
+            check(rc == 0 ? "forward without lse, out as with it" : "forward without lse runs", label, t, false,
+                  again, first, rc == 0 ? no : 0);
+            if (rc)
+                gt_result(0, "attention %s: forward without lse: %s", label, dt_error_last());
+            free(first);
+        } else {
+            gt_result(rc == 0 && memcmp(again, got.out, no * 4) == 0,
+                      "attention %s: forward without lse, same out", label);
+        }
         free(again);
         got_free(&got);
         ref_free(&r);
@@ -257,7 +287,10 @@ static void test_paths(struct dt_cuda_ctx *k)
     } paths[] = {{DT_CUDA__ATTN_SIMPLE, "general"},
                  {DT_CUDA__ATTN_FAST, "tensor cores"},
                  {DT_CUDA__ATTN_ATOMIC, "tensor cores, atomic dq"},
-                 {DT_CUDA__ATTN_WIDE, "tensor cores, atomic dq, 128-key tiles"}};
+                 {DT_CUDA__ATTN_WIDE, "tensor cores, atomic dq, 128-key tiles"},
+                 {DT_CUDA__ATTN_CUDNN, "cuDNN"},
+                 {DT_CUDA__ATTN_CUDNN_ATOMIC, "cuDNN, atomic dq"},
+                 {DT_CUDA__ATTN_AUTO, "auto (cuDNN where it loads, else tensor cores)"}};
     enum { NP = sizeof paths / sizeof paths[0] };
     struct shape s = {1, 1024, 768, 12};
     enum dt_cuda_dtype t = DT_CUDA_BF16;
@@ -282,7 +315,8 @@ static void test_paths(struct dt_cuda_ctx *k)
                                         g.scratch);
         float *again = malloc(nq * 4);
         gt_down(again, g.dqkv, nq, t);
-        if (paths[p].path != DT_CUDA__ATTN_ATOMIC && paths[p].path != DT_CUDA__ATTN_WIDE) {
+        if (paths[p].path != DT_CUDA__ATTN_ATOMIC && paths[p].path != DT_CUDA__ATTN_WIDE &&
+            paths[p].path != DT_CUDA__ATTN_CUDNN_ATOMIC) {
             gt_result(rc == 0 && memcmp(again, got[p].dqkv, nq * 4) == 0,
                       "attention %s: a second backward gives the same bits", label);
         } else {
@@ -315,6 +349,23 @@ static void test_paths(struct dt_cuda_ctx *k)
     ref_free(&r);
     gpu_free(&g);
     free(qkv), free(dout);
+}
+
+/* cuDNN's path runs at all here (built in, libcudnn loadable, a plan for
+ * GPT-2's shape): one line that says why not, instead of one per shape. */
+static bool cudnn_loads(struct dt_cuda_ctx *k)
+{
+    struct shape s = {1, 64, 768, 12};
+    float *qkv = random_qkv(s, 1), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
+    struct gpu g = gpu_make(qkv, dout, s, DT_CUDA_BF16);
+    dt_cuda__attention_force_path(DT_CUDA__ATTN_CUDNN);
+    int rc = gpu_run(k, DT_CUDA_BF16, &g, s);
+    dt_cuda__attention_force_path(DT_CUDA__ATTN_ENV);
+    gt_result(rc == 0, "attention through cuDNN: builds and runs GPT-2's head shape%s%s", rc ? ": " : "",
+              rc ? dt_error_last() : "");
+    gpu_free(&g);
+    free(qkv), free(dout);
+    return rc == 0;
 }
 
 static void test_bad_shapes(struct dt_cuda_ctx *k)
@@ -364,7 +415,7 @@ static void print_timing(struct dt_cuda_ctx *k)
     struct shape s = {32, 1024, 768, 12};
     float *qkv = random_qkv(s, 2), *dout = gt_random((size_t)s.B * s.T * s.C, -1, 1);
     struct gpu g = gpu_make(qkv, dout, s, DT_CUDA_BF16);
-    double fast[2], atomic[2], wide[2], simple[2];
+    double fast[2], atomic[2], wide[2], simple[2], cudnn[2] = {-1, -1}, cudnn_atomic[2] = {-1, -1};
     dt_cuda__attention_force_path(DT_CUDA__ATTN_FAST);
     time_ms(k, &g, s, 20, fast);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_ATOMIC);
@@ -373,10 +424,15 @@ static void print_timing(struct dt_cuda_ctx *k)
     time_ms(k, &g, s, 20, wide);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_SIMPLE);
     time_ms(k, &g, s, 2, simple);
+    dt_cuda__attention_force_path(DT_CUDA__ATTN_CUDNN);
+    time_ms(k, &g, s, 20, cudnn);
+    dt_cuda__attention_force_path(DT_CUDA__ATTN_CUDNN_ATOMIC);
+    time_ms(k, &g, s, 20, cudnn_atomic);
     dt_cuda__attention_force_path(DT_CUDA__ATTN_ENV);
     printf("# attention B=32 T=1024: fwd %.3f ms, bwd %.3f ms (fast); bwd %.3f ms (atomic dq); "
-           "bwd %.3f ms (atomic dq, 128-key tiles); fwd+bwd %.3f ms simple\n",
-           fast[0], fast[1], atomic[1], wide[1], simple[0] + simple[1]);
+           "bwd %.3f ms (atomic dq, 128-key tiles); fwd+bwd %.3f ms simple; "
+           "cuDNN fwd %.3f ms, bwd %.3f ms, bwd %.3f ms (atomic dq) (-1: did not run)\n",
+           fast[0], fast[1], atomic[1], wide[1], simple[0] + simple[1], cudnn[0], cudnn[1], cudnn_atomic[1]);
     gpu_free(&g);
     free(qkv), free(dout);
 }
@@ -410,6 +466,13 @@ int main(void)
         /* Peaked softmax: the running max moves across tiles by large steps. */
         test_shape(k, (struct shape){2, 200, 128, 2}, t, 4, paths[ti]);
     }
+    if (cudnn_loads(k)) /* cuDNN's fused attention: bf16 and fp16 (fp32 and hd 12 take the general path) */
+        for (int ti = 0; ti < 3; ti++) {
+            enum dt_cuda_dtype t = ti == 0 ? DT_CUDA_F16 : DT_CUDA_BF16;
+            int path = ti == 2 ? DT_CUDA__ATTN_CUDNN_ATOMIC : DT_CUDA__ATTN_CUDNN;
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+                test_shape(k, shapes[i], t, 2, path);
+        }
     test_paths(k);
     test_bad_shapes(k);
     print_timing(k);

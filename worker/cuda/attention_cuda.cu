@@ -22,21 +22,26 @@
  * of seven, but the order of the fp32 sums varies run to run (PyTorch's
  * flash backward is the same; its deterministic mode refuses it).
  *
- * Two paths:
+ * Three paths:
  *   general  any t (fp32, bf16, fp16) and head size hd <= 128: one warp per
  *            row, hd spread over the lanes (4 per lane at most), shuffle dots
  *            (here).
  *   fast     bf16 with hd = 64 (GPT-2 124M): FlashAttention-2 on the tensor
  *            cores, in attention_mma_cuda.cu.
+ *   cudnn    bf16 or fp16 with hd a multiple of 8, only when DTRAIN_CUDA_ATTN
+ *            asks: cuDNN's fused attention, in attention_cudnn.cpp.
  * DTRAIN_CUDA_ATTN (read once per process): simple forces the general path,
  * the way round a fast-path bug on a GPU machine; atomic picks the fast
  * path's atomic dq (above); wide the same from 128-key tiles of 8 warps,
  * which stage each query tile once for 128 keys and add dq with half the
- * atomics.  The fast path also needs 16-byte aligned buffers; otherwise the
- * general path runs.
+ * atomics; cudnn runs cuDNN's kernels (deterministic backward), cudnn-atomic
+ * the same with cuDNN's atomic dq, auto cudnn where it loads and takes the
+ * shape, else fast (a warning says why, once).  The fast and cudnn paths also need
+ * 16-byte aligned buffers; otherwise the general path runs.
  *
  * Everything is enqueued on the context's stream, with no allocation and no
- * host synchronisation (capturable in a CUDA graph).
+ * host synchronisation (capturable in a CUDA graph; cuDNN builds a shape's
+ * plan and workspace at its first call, before the capture).
  *
  * Not for the projections around attention (the GEMMs of transformer_cuda.h) or
  * dropout (GPT-2 trains without it here).
@@ -48,7 +53,8 @@
 #include <string.h>
 
 extern "C" {
-#include "base/error.h" /* a C header without C++ guards */
+#include "base/error.h" /* C headers without C++ guards */
+#include "base/log.h"
 }
 #include "worker/cuda/device_common.cuh"
 #include "worker/cuda/transformer_cuda.h"
@@ -276,12 +282,19 @@ int attn_path()
             env = DT_CUDA__ATTN_ATOMIC;
         else if (strcmp(e, "wide") == 0)
             env = DT_CUDA__ATTN_WIDE;
+        else if (strcmp(e, "cudnn") == 0)
+            env = DT_CUDA__ATTN_CUDNN;
+        else if (strcmp(e, "cudnn-atomic") == 0)
+            env = DT_CUDA__ATTN_CUDNN_ATOMIC;
+        else if (strcmp(e, "auto") == 0)
+            env = DT_CUDA__ATTN_AUTO;
         else
             bad = e;
     }
     if (bad)
         return dt_error_set(DT_EINVAL,
-                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast, atomic or wide)",
+                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast, atomic, wide, cudnn, "
+                            "cudnn-atomic or auto)",
                             bad);
     return env;
 }
@@ -304,13 +317,52 @@ bool aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+bool aligned16(const void *a, const void *b, const void *c, const void *d)
+{
+    return aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
+}
+
+/* auto: cuDNN until it fails once (not loadable, or no plan for a shape),
+ * then the own kernels for the rest of the process, said once on stderr. */
+bool cudnn_failed;
+
+bool cudnn_path(int path)
+{
+    return path == DT_CUDA__ATTN_CUDNN || path == DT_CUDA__ATTN_CUDNN_ATOMIC ||
+           (path == DT_CUDA__ATTN_AUTO && !cudnn_failed);
+}
+
+/* rc of a cuDNN call under auto: 0 when it ran, 1 when the own kernels should
+ * run instead; any other path keeps the error. */
+int cudnn_or_own(int rc)
+{
+    if (rc == 0 || attn_path() != DT_CUDA__ATTN_AUTO)
+        return rc;
+    cudnn_failed = true;
+    dt_log_warn("attention: DTRAIN_CUDA_ATTN=auto runs the own tensor-core kernels instead of cuDNN: %s",
+                dt_error_last());
+    return 1;
+}
+
 /* The tensor-core path: bf16, hd 64, 16-byte rows (C a multiple of 8 and
  * aligned buffers), and a grid that fits. */
 bool fast(enum dt_cuda_dtype t, int B, int C, int H, const void *a, const void *b, const void *c = nullptr,
           const void *d = nullptr)
 {
-    return attn_path() > DT_CUDA__ATTN_SIMPLE && t == DT_CUDA_BF16 && C / H == 64 && C % 8 == 0 &&
-           (size_t)B * H < (1u << 31) && aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
+    int path = attn_path();
+    return path > DT_CUDA__ATTN_SIMPLE && path != DT_CUDA__ATTN_CUDNN && path != DT_CUDA__ATTN_CUDNN_ATOMIC &&
+           t == DT_CUDA_BF16 && C / H == 64 && C % 8 == 0 &&
+           (size_t)B * H < (1u << 31) && aligned16(a, b, c, d);
+}
+
+/* cuDNN's fused attention when asked for: 16-bit types, head sizes a
+ * multiple of 8 (its 16-byte vector loads), aligned buffers.  Other shapes
+ * and fp32 take the general path, as under `fast`. */
+bool cudnn(enum dt_cuda_dtype t, int C, int H, const void *a, const void *b, const void *c = nullptr,
+           const void *d = nullptr)
+{
+    return cudnn_path(attn_path()) && (t == DT_CUDA_BF16 || t == DT_CUDA_F16) && (C / H) % 8 == 0 &&
+           aligned16(a, b, c, d);
 }
 
 unsigned simple_blocks(size_t rows)
@@ -369,6 +421,9 @@ extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dty
     cudaStream_t st = dt_cuda_stream(k);
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
+    if (cudnn(t, C, H, out, qkv) &&
+        (rc = cudnn_or_own(dt_cuda__attention_cudnn_forward(k, t, out, lse, qkv, B, T, C, H, scale))) <= 0)
+        return rc;
     if (fast(t, B, C, H, out, qkv))
         return dt_cuda__attention_mma_forward(st, out, lse, qkv, B, T, C, H, scale);
     Rows R = {T, C, H, hd};
@@ -395,6 +450,10 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
     cudaStream_t st = dt_cuda_stream(k);
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
+    if (cudnn(t, C, H, dqkv, dout, qkv, out) &&
+        (rc = cudnn_or_own(dt_cuda__attention_cudnn_backward(k, t, attn_path() == DT_CUDA__ATTN_CUDNN_ATOMIC, dqkv,
+                                                             dout, qkv, out, lse, B, T, C, H, scale))) <= 0)
+        return rc;
     float *D = (float *)scratch;
     Rows R = {T, C, H, hd};
     size_t rows = (size_t)B * H * T;

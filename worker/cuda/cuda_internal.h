@@ -72,6 +72,7 @@ struct dt_cuda_ctx {
     int *part_i;
     unsigned *ticket;
     struct dt_gemm_plan plans[DT_CUDA_PLANS];
+    void *cudnn;         /* attention_cudnn.cpp's handle, graphs and workspace; NULL until used */
 };
 
 /* Runs g through a cached plan; DT_EUNSUPPORTED when cuBLASLt has no
@@ -80,10 +81,22 @@ int dt_cuda__gemm_run(struct dt_cuda_ctx *k, const struct dt_gemm *g);
 
 /* attention_cuda.cu's paths, as DTRAIN_CUDA_ATTN names them: the general one
  * (simple), the tensor-core one (fast, the default) and the tensor-core one
- * with an atomic dq from 64-key tiles (atomic) or 128-key tiles (wide).  force_path makes one run whatever the
- * environment says (ENV: back to the environment's choice), so the test
- * compares them in one process; returns the previous setting. */
-enum { DT_CUDA__ATTN_ENV, DT_CUDA__ATTN_SIMPLE, DT_CUDA__ATTN_FAST, DT_CUDA__ATTN_ATOMIC, DT_CUDA__ATTN_WIDE };
+ * with an atomic dq from 64-key tiles (atomic) or 128-key tiles (wide);
+ * cuDNN's fused attention, deterministic (cudnn) or not (cudnn-atomic);
+ * auto: cudnn where cuDNN loads and takes the shape, else fast.
+ * force_path makes one run whatever the environment says (ENV: back to the
+ * environment's choice), so the test compares them in one process; returns
+ * the previous setting. */
+enum {
+    DT_CUDA__ATTN_ENV,
+    DT_CUDA__ATTN_SIMPLE,
+    DT_CUDA__ATTN_FAST,
+    DT_CUDA__ATTN_ATOMIC,
+    DT_CUDA__ATTN_WIDE,
+    DT_CUDA__ATTN_CUDNN,
+    DT_CUDA__ATTN_CUDNN_ATOMIC,
+    DT_CUDA__ATTN_AUTO
+};
 int dt_cuda__attention_force_path(int path);
 /* attention_mma_cuda.cu: the tensor-core path (bf16, hd 64) behind
  * attention_cuda.cu's dispatch, which checks shapes and alignment first.
@@ -96,6 +109,23 @@ int dt_cuda__attention_mma_forward(cudaStream_t st, void *out, float *lse, const
 int dt_cuda__attention_mma_backward(cudaStream_t st, int dq_way, void *dqkv, const void *dout, const void *qkv,
                                     const float *lse, const float *D, float *dq32, int B, int T, int C, int H,
                                     float scale);
+
+/* attention_cudnn.cpp: cuDNN's fused attention (bf16 or fp16, head size a
+ * multiple of 8 up to 128, 16-byte aligned buffers: attention_cuda.cu checks);
+ * DT_EUNSUPPORTED with the reason when cuDNN is not built in or not loadable.
+ * The first call of a shape builds its plan (not inside a capture). */
+int dt_cuda__attention_cudnn_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *lse,
+                                     const void *qkv, int B, int T, int C, int H, float scale);
+int dt_cuda__attention_cudnn_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, bool atomic, void *dqkv,
+                                      const void *dout, const void *qkv, const void *out, const float *lse, int B,
+                                      int T, int C, int H, float scale);
+void dt_cuda__cudnn_release(struct dt_cuda_ctx *k);
+/* Loads cuDNN and checks that it takes the forward and backward graphs of
+ * this shape (with and without lse, deterministic and atomic dq) for compute
+ * capability sm (90: Hopper), with no GPU needed: the graphs' description
+ * against the installed cuDNN, as far as it can be checked without building
+ * a plan. */
+int dt_cuda__attention_cudnn_validate(int sm, enum dt_cuda_dtype t, int B, int T, int C, int H);
 
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
 int dt_cuda__launch_act_forward(cudaStream_t s, enum dt_cuda_dtype t, void *h, const void *z, size_t n,

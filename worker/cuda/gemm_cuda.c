@@ -116,6 +116,7 @@ void dt_cuda_ctx_destroy(struct dt_cuda_ctx *k)
     if (k->stream)
         cudaStreamSynchronize(k->stream);
     plans_release(k);
+    dt_cuda__cudnn_release(k);
     if (k->lt)
         cublasLtDestroy(k->lt);
     if (k->workspace)

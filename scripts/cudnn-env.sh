@@ -1,0 +1,18 @@
+# cudnn-env.sh - sourced by GPU scripts: makes libcudnn.so.9 findable for
+# DTRAIN_CUDA_ATTN=cudnn (worker/cuda/attention_cudnn.cpp dlopens it at first
+# use).  Where the loader already knows a cuDNN 9 (ldconfig, LD_LIBRARY_PATH or
+# DTRAIN_CUDNN_LIB set), nothing changes; otherwise the lib directory of
+# PyTorch's wheel (nvidia-cudnn-cu13, through ${PYTHON:-python3}) goes first on
+# LD_LIBRARY_PATH, so cuDNN's own sub-libraries are found next to it.
+# Not an installer: without either, the cudnn path says it cannot load.
+dt_cudnn_dir() {
+  "${PYTHON:-python3}" -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' \
+    2>/dev/null
+}
+if [ -z "${DTRAIN_CUDNN_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+  dt_dir=$(dt_cudnn_dir)
+  if [ -n "$dt_dir" ] && [ -e "$dt_dir/libcudnn.so.9" ]; then
+    export LD_LIBRARY_PATH="$dt_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  unset dt_dir
+fi
