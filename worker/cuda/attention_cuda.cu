@@ -265,6 +265,15 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
  * forced one (dt_cuda__attention_force_path). */
 int forced_path = DT_CUDA__ATTN_ENV;
 
+/* DTRAIN_CUDA_ATTN's values; unset or empty is fast. */
+const struct {
+    const char *name;
+    int path;
+} kPathNames[] = {{"fast", DT_CUDA__ATTN_FAST},   {"simple", DT_CUDA__ATTN_SIMPLE},
+                  {"atomic", DT_CUDA__ATTN_ATOMIC}, {"wide", DT_CUDA__ATTN_WIDE},
+                  {"cudnn", DT_CUDA__ATTN_CUDNN},   {"cudnn-atomic", DT_CUDA__ATTN_CUDNN_ATOMIC},
+                  {"auto", DT_CUDA__ATTN_AUTO}};
+
 /* The path in force, or -1 (error set) for a DTRAIN_CUDA_ATTN that names none. */
 int attn_path()
 {
@@ -274,27 +283,18 @@ int attn_path()
         return forced_path;
     if (env < 0 && !bad) {
         const char *e = getenv("DTRAIN_CUDA_ATTN");
-        if (!e || !*e || strcmp(e, "fast") == 0)
+        if (!e || !*e)
             env = DT_CUDA__ATTN_FAST;
-        else if (strcmp(e, "simple") == 0)
-            env = DT_CUDA__ATTN_SIMPLE;
-        else if (strcmp(e, "atomic") == 0)
-            env = DT_CUDA__ATTN_ATOMIC;
-        else if (strcmp(e, "wide") == 0)
-            env = DT_CUDA__ATTN_WIDE;
-        else if (strcmp(e, "cudnn") == 0)
-            env = DT_CUDA__ATTN_CUDNN;
-        else if (strcmp(e, "cudnn-atomic") == 0)
-            env = DT_CUDA__ATTN_CUDNN_ATOMIC;
-        else if (strcmp(e, "auto") == 0)
-            env = DT_CUDA__ATTN_AUTO;
-        else
+        for (const auto &p : kPathNames)
+            if (env < 0 && strcmp(e, p.name) == 0)
+                env = p.path;
+        if (env < 0)
             bad = e;
     }
     if (bad)
         return dt_error_set(DT_EINVAL,
-                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast, atomic, wide, cudnn, "
-                            "cudnn-atomic or auto)",
+                            "DTRAIN_CUDA_ATTN=%s names no path of the attention kernels (simple, fast, atomic, "
+                            "wide, cudnn, cudnn-atomic or auto)",
                             bad);
     return env;
 }
