@@ -4,16 +4,31 @@
  * the forward and backward graphs of GPT-2's shapes for Hopper and Ampere
  * (the checks the frontend makes before building a plan: layouts, strides,
  * causal mask, statistics, deterministic backward), and refuses a head size
- * it has no kernel for with a sentence.  Runs in CI (test_gpu_build.sh) and
- * on the GPU machine; the numbers come from test_cuda_attention there.
+ * it has no kernel for with a sentence; with --unloadable (DTRAIN_CUDNN_LIB
+ * naming no library), that a missing cuDNN is a sentence too.  Runs in CI
+ * (test_gpu_build.sh) and on the GPU machine; the numbers come from
+ * test_cuda_attention there.
  * Not for plans or execution, which need the device.
  */
 #include "base/error.h"
 #include "tests/gpu/gpu_test.h"
 #include "worker/cuda/cuda_internal.h"
 
-int main(void)
+/* With DTRAIN_CUDNN_LIB naming no library: the sentence that says so and how to fix it. */
+static int expect_unloadable(void)
 {
+    int rc = dt_cuda__attention_cudnn_validate(90, DT_CUDA_BF16, 1, 64, 768, 12);
+    const char *why = rc ? dt_error_last() : "";
+    gt_result(rc == DT_EUNSUPPORTED && strstr(why, "cannot load") && strstr(why, getenv("DTRAIN_CUDNN_LIB")) &&
+                  strstr(why, "LD_LIBRARY_PATH"),
+              "a cuDNN that does not load is a sentence naming it (%s)", rc ? why : "it loaded");
+    return gt_finish();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--unloadable") == 0)
+        return expect_unloadable();
     static const struct {
         int sm, B, T, C, H;
         enum dt_cuda_dtype t;

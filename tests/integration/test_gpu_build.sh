@@ -30,3 +30,6 @@ n_ok=$(printf '%s\n' "$out" | grep -c '^ok - ')
 check "cuDNN takes dtrain's attention graphs without a GPU (test_cudnn_graph: $(printf '%s\n' "$out" | tail -n1))" \
   test "$(printf '%s\n' "$out" | tail -n1)" = "$n_ok passed, 0 failed" -a "$n_ok" -ge 7
 printf '%s\n' "$out" | grep '^not ok' | sed 's/^/# /'
+out=$(DTRAIN_CUDNN_LIB=/nonexistent/libcudnn.so.9 "$BUILD/tests/gpu/test_cudnn_graph" --unloadable 2>&1)
+check "a cuDNN that does not load is a sentence ($(printf '%s\n' "$out" | head -n1 | cut -c1-160))" \
+  test "$(printf '%s\n' "$out" | tail -n1)" = "1 passed, 0 failed"

@@ -126,7 +126,7 @@ void load_cudnn()
 int cudnn_loaded()
 {
     std::call_once(load_once, load_cudnn);
-    return load_why[0] ? dt_error_set(DT_EUNSUPPORTED, "attention (DTRAIN_CUDA_ATTN=cudnn): %s", load_why) : 0;
+    return load_why[0] ? dt_error_set(DT_EUNSUPPORTED, "cuDNN attention: %s", load_why) : 0;
 }
 
 /* ---- graphs, one per shape and direction ---- */
