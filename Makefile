@@ -87,11 +87,20 @@ CUDNN_INC ?= $(patsubst %/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/
 ifeq ($(origin CUDNN),undefined)
 CUDNN := $(if $(and $(CUDNN_FE_INC),$(CUDNN_INC)),1,0)
 endif
+# The object follows CUDNN: `make demo` (no .venv) then `make test` (frontend installed) rebuilds it.
+$(BUILD)/worker/cuda/attention_cudnn.o: $(BUILD)/gen/cudnn.cfg
+$(BUILD)/gen/cudnn.cfg: FORCE
+	@mkdir -p $(dir $@)
+	@echo "CUDNN=$(CUDNN) $(CUDNN_FE_INC) $(CUDNN_INC)" > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 ifeq ($(CUDNN),1)
 $(BUILD)/worker/cuda/attention_cudnn.o: CXXFLAGS_ALL += -DDT_HAVE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
     -isystem $(CUDNN_FE_INC) -isystem $(CUDNN_INC)
 else
-$(info dtrain: building without cuDNN attention (CUDNN=0, or no cuDNN frontend headers: scripts/install-deps.sh installs them))
+$(BUILD)/worker/cuda/attention_cudnn.o: worker/cuda/attention_cudnn.cpp
+	@echo "dtrain: building without cuDNN attention (CUDNN=0, or no cuDNN frontend headers: scripts/install-deps.sh installs them)"
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_ALL) -c $< -o $@
 endif
 endif
 
