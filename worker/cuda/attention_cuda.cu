@@ -36,8 +36,8 @@
  * which stage each query tile once for 128 keys and add dq with half the
  * atomics; cudnn runs cuDNN's kernels (deterministic backward), cudnn-atomic
  * the same with cuDNN's atomic dq, auto cudnn where it loads and takes the
- * shape, else fast (a warning says why, once).  The fast and cudnn paths also need
- * 16-byte aligned buffers; otherwise the general path runs.
+ * shape, else fast (a warning says why, once).  The fast and cudnn paths
+ * also need 16-byte aligned buffers; otherwise the general path runs.
  *
  * Everything is enqueued on the context's stream, with no allocation and no
  * host synchronisation (capturable in a CUDA graph; cuDNN builds a shape's

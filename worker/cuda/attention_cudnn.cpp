@@ -73,6 +73,7 @@ extern "C" int dt_cuda__attention_cudnn_validate(int, enum dt_cuda_dtype t, int,
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <cudnn_frontend.h>
 
@@ -142,6 +143,7 @@ struct CudnnState {
     std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
     void *workspace = nullptr;
     size_t workspace_bytes = 0;
+    std::vector<void *> retired; /* smaller workspaces, freed with the context */
 };
 
 int fe_error(fe::error_object e, const char *what, const GraphKey &key)
@@ -288,13 +290,15 @@ int graph_for(struct dt_cuda_ctx *k, CudnnState *s, const GraphKey &key, float s
     if (auto e = g->get_workspace_size(ws); e.is_bad())
         return fe_error(e, "workspace size", key);
     if ((size_t)ws > s->workspace_bytes) {
-        if (s->workspace)
-            cudaFree(s->workspace);
-        s->workspace = nullptr;
-        s->workspace_bytes = 0;
-        cudaError_t ce = cudaMalloc(&s->workspace, (size_t)ws);
+        /* A CUDA graph captured with the smaller workspace still replays on
+         * it: retire it with the context, not now. */
+        void *bigger = nullptr;
+        cudaError_t ce = cudaMalloc(&bigger, (size_t)ws);
         if (ce != cudaSuccess)
             return dt_cuda_err(ce, "cudaMalloc (cuDNN attention workspace)");
+        if (s->workspace)
+            s->retired.push_back(s->workspace);
+        s->workspace = bigger;
         s->workspace_bytes = (size_t)ws;
     }
     s->graphs[key] = g;
@@ -396,6 +400,8 @@ extern "C" void dt_cuda__cudnn_release(struct dt_cuda_ctx *k)
     }
     if (s->workspace)
         cudaFree(s->workspace);
+    for (void *w : s->retired)
+        cudaFree(w);
     delete s;
     k->cudnn = nullptr;
 }
