@@ -451,8 +451,9 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
     if (cudnn(t, C, H, dqkv, dout, qkv, out) &&
-        (rc = cudnn_or_own(dt_cuda__attention_cudnn_backward(k, t, attn_path() == DT_CUDA__ATTN_CUDNN_ATOMIC, dqkv,
-                                                             dout, qkv, out, lse, B, T, C, H, scale))) <= 0)
+        (rc = cudnn_or_own(dt_cuda__attention_cudnn_backward(
+             k, t, attn_path() == DT_CUDA__ATTN_CUDNN_ATOMIC, dqkv, dout, qkv, out, lse, B, T, C, H, scale, scratch,
+             dt_cuda_attention_scratch_bytes(B, T, H)))) <= 0)
         return rc;
     float *D = (float *)scratch;
     Rows R = {T, C, H, hd};

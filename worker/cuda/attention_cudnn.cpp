@@ -24,8 +24,10 @@
  * Lifetimes: a context's cuDNN handle, graphs and workspace are made on the
  * first call of each shape, which must not be inside a CUDA graph capture
  * (the engine's warm-up step runs first), and freed with the context
- * (dt_cuda__cudnn_release).  Execution enqueues on the context's stream with
- * no allocation and no host synchronisation, so it captures.
+ * (dt_cuda__cudnn_release); the backward runs in the caller's attention
+ * scratch instead when it is large enough.  Execution enqueues on the
+ * context's stream with no allocation and no host synchronisation, so it
+ * captures.
  *
  * Not for the choice of path, other layouts, masks or dropout.
  */
@@ -50,7 +52,7 @@ extern "C" int dt_cuda__attention_cudnn_forward(struct dt_cuda_ctx *, enum dt_cu
 
 extern "C" int dt_cuda__attention_cudnn_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, bool, void *,
                                                  const void *, const void *, const void *, const float *, int, int,
-                                                 int, int, float)
+                                                 int, int, float, void *, size_t)
 {
     return dt_cuda__attention_cudnn_forward(k, t, nullptr, nullptr, nullptr, 0, 0, 0, 0, 0.0f);
 }
@@ -138,9 +140,15 @@ enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV
 /* (backward, B, T, H, hd, fp16, with lse / atomic dq) */
 typedef std::tuple<bool, int, int, int, int, bool, bool> GraphKey;
 
+/* A built graph and the workspace bytes its plan asks for. */
+struct Plan {
+    std::shared_ptr<fe::graph::Graph> graph;
+    size_t workspace = 0;
+};
+
 struct CudnnState {
     cudnnHandle_t handle = nullptr;
-    std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
+    std::map<GraphKey, Plan> graphs;
     void *workspace = nullptr;
     size_t workspace_bytes = 0;
     std::vector<void *> retired; /* smaller workspaces, freed with the context */
@@ -251,11 +259,11 @@ int state_of(struct dt_cuda_ctx *k, CudnnState **out)
     return 0;
 }
 
-/* The graph for key, built the first time (heuristics' first plan that
- * builds), with the workspace grown to fit it.  Building allocates, so it is
- * refused inside a stream capture. */
-int graph_for(struct dt_cuda_ctx *k, CudnnState *s, const GraphKey &key, float scale,
-              std::shared_ptr<fe::graph::Graph> *out)
+/* The plan for key, built the first time (heuristics' first plan that
+ * builds), with the context's workspace grown to fit it unless the caller's
+ * scratch (`have` bytes) does.  Building allocates, so it is refused inside
+ * a stream capture. */
+int plan_for(struct dt_cuda_ctx *k, CudnnState *s, const GraphKey &key, float scale, size_t have, Plan *out)
 {
     auto it = s->graphs.find(key);
     if (it != s->graphs.end()) {
@@ -289,7 +297,7 @@ int graph_for(struct dt_cuda_ctx *k, CudnnState *s, const GraphKey &key, float s
     int64_t ws = 0;
     if (auto e = g->get_workspace_size(ws); e.is_bad())
         return fe_error(e, "workspace size", key);
-    if ((size_t)ws > s->workspace_bytes) {
+    if ((size_t)ws > have && (size_t)ws > s->workspace_bytes) {
         /* A CUDA graph captured with the smaller workspace still replays on
          * it: retire it with the context, not now. */
         void *bigger = nullptr;
@@ -301,25 +309,34 @@ int graph_for(struct dt_cuda_ctx *k, CudnnState *s, const GraphKey &key, float s
         s->workspace = bigger;
         s->workspace_bytes = (size_t)ws;
     }
-    s->graphs[key] = g;
-    *out = g;
+    *out = s->graphs[key] = Plan{g, (size_t)ws};
     return 0;
 }
 
-int run(struct dt_cuda_ctx *k, const GraphKey &key, float scale, std::unordered_map<int64_t, void *> &pack)
+/* scratch: the caller's buffer of scratch_bytes, the workspace when it is
+ * large enough (the backward's: the own kernels' D and dq scratch, unused on
+ * this path), so the deterministic dq's fp32 accumulator costs no memory. */
+int run(struct dt_cuda_ctx *k, const GraphKey &key, float scale, std::unordered_map<int64_t, void *> &pack,
+        void *scratch, size_t scratch_bytes)
 {
     CudnnState *s = nullptr;
     int rc = state_of(k, &s);
     if (rc)
         return rc;
-    std::shared_ptr<fe::graph::Graph> g;
-    if ((rc = graph_for(k, s, key, scale, &g)))
+    if (scratch) { /* cuDNN's workspace alignment is cudaMalloc's, 256 bytes */
+        uintptr_t a = ((uintptr_t)scratch + 255) & ~(uintptr_t)255;
+        size_t skip = a - (uintptr_t)scratch;
+        scratch_bytes = scratch_bytes > skip ? scratch_bytes - skip : 0;
+        scratch = (void *)a;
+    }
+    Plan p;
+    if ((rc = plan_for(k, s, key, scale, scratch ? scratch_bytes : 0, &p)))
         return rc;
     cudnnStatus_t st = fe::detail::set_stream(s->handle, k->stream);
     if (st != CUDNN_STATUS_SUCCESS)
         return dt_error_set(DT_EUNSUPPORTED, "cuDNN attention: cudnnSetStream failed: %s",
                             fe::detail::get_error_string(st));
-    auto e = g->execute(s->handle, pack, s->workspace);
+    auto e = p.graph->execute(s->handle, pack, scratch && p.workspace <= scratch_bytes ? scratch : s->workspace);
     return e.is_good() ? 0 : fe_error(e, "execution", key);
 }
 
@@ -349,13 +366,14 @@ extern "C" int dt_cuda__attention_cudnn_forward(struct dt_cuda_ctx *k, enum dt_c
                                                     {UID_O, out}};
         if (lse)
             pack[UID_STATS] = lse;
-        return run(k, key, scale, pack);
+        return run(k, key, scale, pack, nullptr, 0);
     });
 }
 
 extern "C" int dt_cuda__attention_cudnn_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, bool atomic,
                                                  void *dqkv, const void *dout, const void *qkv, const void *out,
-                                                 const float *lse, int B, int T, int C, int H, float scale)
+                                                 const float *lse, int B, int T, int C, int H, float scale,
+                                                 void *scratch, size_t scratch_bytes)
 {
     return guarded([&] {
         const size_t third = (size_t)C * (t == DT_CUDA_F32 ? 4 : 2);
@@ -364,7 +382,7 @@ extern "C" int dt_cuda__attention_cudnn_backward(struct dt_cuda_ctx *k, enum dt_
             {UID_Q, (void *)qkv},         {UID_K, (char *)qkv + third}, {UID_V, (char *)qkv + 2 * third},
             {UID_O, (void *)out},         {UID_DO, (void *)dout},       {UID_STATS, (void *)lse},
             {UID_DQ, dqkv},               {UID_DK, (char *)dqkv + third}, {UID_DV, (char *)dqkv + 2 * third}};
-        return run(k, key, scale, pack);
+        return run(k, key, scale, pack, scratch, scratch_bytes);
     });
 }
 

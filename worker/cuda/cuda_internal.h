@@ -113,12 +113,13 @@ int dt_cuda__attention_mma_backward(cudaStream_t st, int dq_way, void *dqkv, con
 /* attention_cudnn.cpp: cuDNN's fused attention (bf16 or fp16, head size a
  * multiple of 8 up to 128, 16-byte aligned buffers: attention_cuda.cu checks);
  * DT_EUNSUPPORTED with the reason when cuDNN is not built in or not loadable.
- * The first call of a shape builds its plan (not inside a capture). */
+ * The first call of a shape builds its plan (not inside a capture).  The
+ * backward's workspace is the caller's scratch when it is large enough. */
 int dt_cuda__attention_cudnn_forward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void *out, float *lse,
                                      const void *qkv, int B, int T, int C, int H, float scale);
 int dt_cuda__attention_cudnn_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, bool atomic, void *dqkv,
                                       const void *dout, const void *qkv, const void *out, const float *lse, int B,
-                                      int T, int C, int H, float scale);
+                                      int T, int C, int H, float scale, void *scratch, size_t scratch_bytes);
 void dt_cuda__cudnn_release(struct dt_cuda_ctx *k);
 /* Loads cuDNN and checks that it takes the forward and backward graphs of
  * this shape (with and without lse, deterministic and atomic dq) for compute
