@@ -1,6 +1,6 @@
 /* act_cuda.cu - the elementwise kernels around the GEMMs: activations where
  * cuBLASLt cannot fuse them (torch's exact erf GELU, and fallbacks), the bias
- * gradient when it cannot come from the epilogue, casts and zeroing.
+ * gradient when it cannot come from the epilogue, casts, rounding and zeroing.
  *
  * The activations and their derivatives are in device_common.cuh.
  * Arithmetic is fp32; bf16 only on load and store.
@@ -62,6 +62,16 @@ template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *s
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         store(dst, i, load(src, i));
+}
+
+/* x = x rounded to T's precision (to nearest even), kept in fp32. */
+template <typename T> __global__ void round_kernel(float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        T v;
+        store(&v, 0, x[i]);
+        x[i] = load(&v, 0);
+    }
 }
 
 /* One thread per input column i, all outputs in registers; block (i-tile,
@@ -209,6 +219,17 @@ extern "C" int dt_cuda_cast(struct dt_cuda_ctx *k, enum dt_cuda_dtype dt, void *
     else
         cast_kernel<<<grid_for(n), 256, 0, s>>>((float *)dst, (const __nv_bfloat16 *)src, n);
     return launched("cast kernel launch");
+}
+
+extern "C" int dt_cuda_round(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *x, size_t n)
+{
+    if (t == DT_CUDA_F32 || n == 0)
+        return 0;
+    if (t == DT_CUDA_BF16)
+        round_kernel<__nv_bfloat16><<<grid_for(n), 256, 0, k->stream>>>(x, n);
+    else
+        round_kernel<__half><<<grid_for(n), 256, 0, k->stream>>>(x, n);
+    return launched("rounding kernel launch");
 }
 
 extern "C" int dt_cuda_zero(struct dt_cuda_ctx *k, void *p, size_t bytes)

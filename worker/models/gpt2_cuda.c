@@ -109,6 +109,7 @@ struct gpt2_dev {
     struct dt_cuda_ctx *kw;
     cudaEvent_t in_ev, done_ev[4];
     bool pending[4];
+    bool autocast_wgrad; /* DTRAIN_CUDA_AUTOCAST_WGRAD=1: see wgrad() */
 };
 
 /* The weight gradients of a block, in the order backward queues them. */
@@ -316,6 +317,11 @@ static int gpt2_cuda_create(const struct dt_model *m, const struct dt_model_cuda
     }
     carve(&z, d->mem, d);
     rc = wgrad_stream_create(d);
+    const char *ac = getenv("DTRAIN_CUDA_AUTOCAST_WGRAD");
+    if (!rc && ac && *ac && strcmp(ac, "0") != 0 && strcmp(ac, "1") != 0)
+        rc = dt_error_set(DT_EINVAL, "DTRAIN_CUDA_AUTOCAST_WGRAD=%s: 1 rounds gpt2's weight gradients to the AMP "
+                                     "type as torch.autocast does, 0 or unset keeps them fp32", ac);
+    d->autocast_wgrad = ac && strcmp(ac, "1") == 0 && env->t != DT_CUDA_F32;
     if (rc) {
         gpt2_cuda_destroy(d);
         return rc;
@@ -369,6 +375,25 @@ static int block_forward(struct gpt2_dev *d, int l, int B, bool whole)
     return rc ? dt_error_prefix("cuda gpt2: block %d forward", l) : 0;
 }
 
+/* A Linear's weight and bias gradients, dw (+)= dz^T x, db (+)= sum dz.
+ * With DTRAIN_CUDA_AUTOCAST_WGRAD=1 under AMP they are then rounded to the
+ * AMP type (bf16 or fp16), as under torch.autocast: there the fp32 weight and bias are cast to bf16
+ * for the GEMM, so their gradients leave it in bf16 and reach the fp32 .grad
+ * rounded (the embedding, LayerNorm and ln_f stay fp32 on both sides).
+ * dtrain keeps them fp32 by default; the knob is for comparing loss curves
+ * step by step with PyTorch's (tests/gpu/test_gpt2_curve.sh).  Exact for one
+ * micro-step; with accumulation it rounds the running sum. */
+static int wgrad(struct gpt2_dev *d, struct dt_cuda_ctx *kw, float *dw, float *db, const void *dz, const void *x,
+                 int N, int in, int out, bool acc)
+{
+    int rc = dt_cuda_mm_backward_w(kw, d->e.t, dw, db, dz, x, DT_CUDA_W_IN_OUT, N, in, out, acc);
+    if (!rc && d->autocast_wgrad)
+        rc = dt_cuda_round(kw, d->e.t, dw, (size_t)in * out);
+    if (!rc && d->autocast_wgrad && db)
+        rc = dt_cuda_round(kw, d->e.t, db, (size_t)out);
+    return rc;
+}
+
 /* The classifier in chunks of HEAD_ROWS rows: logits = lnf wte^T, the
  * cross-entropy (dlogits in place when training) and the head's backward:
  * dlnf rows = dlogits wte, dwte (+)= dlogits^T lnf (the first chunk
@@ -396,6 +421,8 @@ static int classifier(struct gpt2_dev *d, int N, const struct dt_model_cuda_loss
             rc = dt_cuda_mm_backward_w(k, t, d->e.g + g->wte, NULL, d->logits, x, DT_CUDA_W_OUT_IN, n, g->C,
                                        g->Vp, l->accumulate || r0 > 0);
     }
+    if (!rc && l->backward && d->autocast_wgrad) /* the tied head's share of dwte, before the embedding's */
+        rc = dt_cuda_round(k, t, d->e.g + g->wte, (size_t)g->Vp * g->C);
     if (!rc)
         rc = dt_cuda_sum_rows(k, l->loss_sum, l->correct, l->loss_acc, d->row_loss, d->row_hit, N);
     return rc ? dt_error_prefix("cuda gpt2: the classifier") : 0;
@@ -479,8 +506,7 @@ static int mlp_backward(struct gpt2_dev *d, int l, int N, bool acc, dt_model_cud
         rc = dt_cuda_mm_backward_x(k, t, d->dfch, d->dres_t[0], W(d, bo(d, l, G_FCPW)), DT_CUDA_W_IN_OUT,
                                    a->fch, N, 4 * C, C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_FCPW), g + bo(d, l, G_FCPB), d->dres_t[0], a->fch_gelu,
-                                   DT_CUDA_W_IN_OUT, N, 4 * C, C, acc);
+        rc = wgrad(d, kw, g + bo(d, l, G_FCPW), g + bo(d, l, G_FCPB), d->dres_t[0], a->fch_gelu, N, 4 * C, C, acc);
     if (!rc)
         rc = wgrad_end(d, WG_FCP);
     if (!rc)
@@ -489,8 +515,7 @@ static int mlp_backward(struct gpt2_dev *d, int l, int N, bool acc, dt_model_cud
         rc = dt_cuda_mm_backward_x(k, t, d->dln, d->dfch, W(d, bo(d, l, G_FCW)), DT_CUDA_W_IN_OUT, NULL, N, C,
                                    4 * C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_FCW), g + bo(d, l, G_FCB), d->dfch, a->ln2,
-                                   DT_CUDA_W_IN_OUT, N, C, 4 * C, acc);
+        rc = wgrad(d, kw, g + bo(d, l, G_FCW), g + bo(d, l, G_FCB), d->dfch, a->ln2, N, C, 4 * C, acc);
     if (!rc)
         rc = wgrad_end(d, WG_FC);
     if (!rc)
@@ -523,8 +548,7 @@ static int attn_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_cu
         rc = dt_cuda_mm_backward_x(k, t, datty, d->dres_t[1], W(d, bo(d, l, G_ATTPW)), DT_CUDA_W_IN_OUT, NULL,
                                    N, C, C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_ATTPW), g + bo(d, l, G_ATTPB), d->dres_t[1], a->atty,
-                                   DT_CUDA_W_IN_OUT, N, C, C, acc);
+        rc = wgrad(d, kw, g + bo(d, l, G_ATTPW), g + bo(d, l, G_ATTPB), d->dres_t[1], a->atty, N, C, C, acc);
     if (!rc)
         rc = wgrad_end(d, WG_ATTP);
     if (!rc)
@@ -538,8 +562,7 @@ static int attn_backward(struct gpt2_dev *d, int l, int B, bool acc, dt_model_cu
         rc = dt_cuda_mm_backward_x(k, t, d->dln, d->dqkv, W(d, bo(d, l, G_QKVW)), DT_CUDA_W_IN_OUT, NULL, N, C,
                                    3 * C);
     if (!rc)
-        rc = dt_cuda_mm_backward_w(kw, t, g + bo(d, l, G_QKVW), g + bo(d, l, G_QKVB), d->dqkv, a->ln1,
-                                   DT_CUDA_W_IN_OUT, N, C, 3 * C, acc);
+        rc = wgrad(d, kw, g + bo(d, l, G_QKVW), g + bo(d, l, G_QKVB), d->dqkv, a->ln1, N, C, 3 * C, acc);
     if (!rc)
         rc = wgrad_end(d, WG_QKV);
     if (!rc)
