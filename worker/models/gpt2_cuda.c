@@ -377,9 +377,10 @@ static int block_forward(struct gpt2_dev *d, int l, int B, bool whole)
 
 /* A Linear's weight and bias gradients, dw (+)= dz^T x, db (+)= sum dz.
  * With DTRAIN_CUDA_AUTOCAST_WGRAD=1 under AMP they are then rounded to the
- * AMP type (bf16 or fp16), as under torch.autocast: there the fp32 weight and bias are cast to bf16
- * for the GEMM, so their gradients leave it in bf16 and reach the fp32 .grad
- * rounded (the embedding, LayerNorm and ln_f stay fp32 on both sides).
+ * AMP type (bf16 or fp16), as under torch.autocast: there the fp32 weight
+ * and bias are cast to bf16 for the GEMM, so their gradients leave it in
+ * bf16 and reach the fp32 .grad rounded (the embedding, LayerNorm and ln_f
+ * stay fp32 on both sides).
  * dtrain keeps them fp32 by default; the knob is for comparing loss curves
  * step by step with PyTorch's (tests/gpu/test_gpt2_curve.sh).  Exact for one
  * micro-step; with accumulation it rounds the running sum. */
