@@ -14,6 +14,7 @@
  * inputs are the same rounded values on both sides); TF32 5e-3.
  */
 #include "tests/gpu/gpu_buffers.h"
+#include "worker/cuda/cuda_internal.h"
 #include "worker/cuda/transformer_cuda.h"
 #include "worker/models/gpt2_internal.h"
 #include "worker/optim/adamw.h"
@@ -475,25 +476,32 @@ static void test_layernorm(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, i
 /* ---- classifier ---- */
 
 /* S = 50304 takes the 16-byte path; an odd stride the scalar one. */
-static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int S)
+/* N rows (at least 6: rows 0-5 are the special cases) of GPT-2's vocabulary
+ * in a stride of S, on the kernel `way` (dt_cuda__xent_force_kernel). */
+static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, int S, int way)
 {
-    const int N = 6, V = 50257;
+    const int V = 50257;
     size_t n = (size_t)N * S;
+    dt_cuda__xent_force_kernel(way);
     float *x = gt_random(n, -6, 6);
     for (size_t i = 0; i < n; i++)
         if (i % S >= (size_t)V)
             x[i] = 1e4f; /* padding: must neither count nor survive */
     x[(size_t)2 * S + 123] = 30.0f;           /* a clear maximum */
     x[(size_t)4 * S + 7] = x[(size_t)4 * S + 9] = 40.0f; /* a tie: the first index wins */
-    int32_t y[6] = {5, 50256, 123, -1, 7, 50257};  /* -1 and V are outside the vocabulary */
+    int32_t *y = malloc((size_t)N * 4);
+    static const int32_t y6[6] = {5, 50256, 123, -1, 7, 50257}; /* -1 and V are outside the vocabulary */
+    for (int r = 0; r < N; r++)
+        y[r] = r < 6 ? y6[r] : (int32_t)(((int64_t)r * 7919) % V);
     void *dx = gt_up(x, n, t);
-    int32_t *dy = gt_alloc(sizeof y);
-    cudaMemcpy(dy, y, sizeof y, cudaMemcpyHostToDevice);
+    int32_t *dy = gt_alloc((size_t)N * 4);
+    cudaMemcpy(dy, y, (size_t)N * 4, cudaMemcpyHostToDevice);
     float *dloss = gt_alloc((size_t)N * 4), scale = 2.0f, *dscale = gt_alloc(4), dsc = 1.0f / 5;
     int *dhit = gt_alloc((size_t)N * 4);
     cudaMemcpy(dscale, &scale, 4, cudaMemcpyHostToDevice);
     double *lr = malloc((size_t)N * 8), *gr = malloc(n * 8);
-    int hr[6];
+    int *hr = malloc((size_t)N * 4), *hit = malloc((size_t)N * 4);
+    float *loss = malloc((size_t)N * 4);
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * S;
         int am = 0;
@@ -510,28 +518,34 @@ static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int S)
     }
     /* without grad: logits untouched */
     RUN(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, false), "xent_rows");
-    float *got = malloc(n * 4), loss[6];
-    int hit[6];
+    float *got = malloc(n * 4);
+    const char *kn = way == DT_CUDA__XENT_TWO_PASS ? "two-pass" : "auto";
     gt_down(got, dx, n, t);
-    gt_result(!memcmp(got, x, n * 4), "xent_rows %s stride %d without grad leaves the logits", gt_tname(t), S);
+    gt_result(!memcmp(got, x, n * 4), "xent_rows %s %d rows stride %d (%s) without grad leaves the logits",
+              gt_tname(t), N, S, kn);
     for (int grad = 0; grad < 2; grad++) {
         if (grad)
             RUN(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, true), "xent_rows grad");
         gt_down(loss, dloss, (size_t)N, DT_CUDA_F32);
-        cudaMemcpy(hit, dhit, sizeof hit, cudaMemcpyDeviceToHost);
-        char name[96];
-        snprintf(name, sizeof name, "xent_rows %s stride %d%s: row losses", gt_tname(t), S, grad ? " grad" : "");
+        cudaMemcpy(hit, dhit, (size_t)N * 4, cudaMemcpyDeviceToHost);
+        char name[128];
+        snprintf(name, sizeof name, "xent_rows %s %d rows stride %d (%s)%s: row losses", gt_tname(t), N, S, kn,
+                 grad ? " grad" : "");
         gt_check_close(name, loss, lr, (size_t)N, 1e-5, 1e-5);
-        gt_result(!memcmp(hit, hr, sizeof hit), "xent_rows %s%s: hits %d%d%d%d%d%d (reference %d%d%d%d%d%d)",
-                  gt_tname(t), grad ? " grad" : "", hit[0], hit[1], hit[2], hit[3], hit[4], hit[5], hr[0], hr[1],
-                  hr[2], hr[3], hr[4], hr[5]);
+        int bad = -1;
+        for (int r = N - 1; r >= 0; r--)
+            bad = hit[r] != hr[r] ? r : bad;
+        gt_result(bad < 0, "xent_rows %s %d rows (%s)%s: hits as the reference's (first differing row %d)",
+                  gt_tname(t), N, kn, grad ? " grad" : "", bad);
     }
     gt_down(got, dx, n, t);
-    char name[96];
-    snprintf(name, sizeof name, "xent_rows %s stride %d: gradient in place, padding and bad rows 0", gt_tname(t), S);
+    char name[128];
+    snprintf(name, sizeof name, "xent_rows %s %d rows stride %d (%s): gradient in place, padding and bad rows 0",
+             gt_tname(t), N, S, kn);
     double tol = t == DT_CUDA_BF16 ? 1e-2 : 1e-5;
     gt_check_close(name, got, gr, n, tol * dsc * scale, tol);
-    free(x), free(lr), free(gr), free(got);
+    dt_cuda__xent_force_kernel(DT_CUDA__XENT_AUTO);
+    free(x), free(y), free(lr), free(gr), free(got), free(hr), free(hit), free(loss);
     cudaFree(dx), cudaFree(dy), cudaFree(dloss), cudaFree(dscale), cudaFree(dhit);
 }
 
@@ -742,6 +756,13 @@ static int t_xent(struct dt_cuda_ctx *k, void *c)
     return dt_cuda_xent_rows(k, DT_CUDA_BF16, b->out, b->f2, NULL, (const int32_t *)b->f3, 2048, 50257, 50304,
                              1.0f, NULL, true);
 }
+static int t_xent2(struct dt_cuda_ctx *k, void *c)
+{
+    dt_cuda__xent_force_kernel(DT_CUDA__XENT_TWO_PASS);
+    int rc = t_xent(k, c);
+    dt_cuda__xent_force_kernel(DT_CUDA__XENT_AUTO);
+    return rc;
+}
 
 static void timing(struct dt_cuda_ctx *k)
 {
@@ -752,9 +773,9 @@ static void timing(struct dt_cuda_ctx *k)
     b.f2 = gt_alloc((size_t)3072 * 768 * 4), b.f3 = gt_alloc((size_t)3072 * 4 * 4);
     printf("# timing (bf16, N = 16384, ms): fc 768->3072 +gelu %.3f, c_proj 3072->768 +residual %.3f, "
            "c_proj backward_x with dgelu %.3f, fc backward_w with db %.3f, layernorm fwd %.3f bwd %.3f, "
-           "xent_rows 2048 x 50257 %.3f\n",
+           "xent_rows 2048 x 50257 %.3f (two-pass %.3f)\n",
            time_ms(k, t_fc, &b), time_ms(k, t_proj_res, &b), time_ms(k, t_fc_bx, &b), time_ms(k, t_fc_bw, &b),
-           time_ms(k, t_ln_f, &b), time_ms(k, t_ln_b, &b), time_ms(k, t_xent, &b));
+           time_ms(k, t_ln_f, &b), time_ms(k, t_ln_b, &b), time_ms(k, t_xent, &b), time_ms(k, t_xent2, &b));
     dt_error_clear();
     cudaFree(b.a), cudaFree(b.w), cudaFree(b.out), cudaFree(b.pre), cudaFree(b.bias), cudaFree(b.res);
     cudaFree(b.f1), cudaFree(b.f2), cudaFree(b.f3);
@@ -794,8 +815,10 @@ int main(void)
         test_layernorm(k, types[ti], 4099, 1024); /* their widest (8), more rows than one wave of blocks */
         test_layernorm(k, types[ti], 5, 128);     /* their narrowest (1), fewer rows than warps */
         test_layernorm(k, types[ti], 37, 100);    /* the scalar kernels */
-        test_xent_rows(k, types[ti], 50304);
-        test_xent_rows(k, types[ti], 50261);
+        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_AUTO); /* bf16: through shared memory */
+        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_TWO_PASS);
+        test_xent_rows(k, types[ti], 300, 50304, DT_CUDA__XENT_AUTO); /* more rows than blocks: the pipeline */
+        test_xent_rows(k, types[ti], 6, 50261, DT_CUDA__XENT_AUTO);  /* rows not 16-byte aligned */
         test_gelu(k, types[ti]);
     }
     test_sum_rows(k);

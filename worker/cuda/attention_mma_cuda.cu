@@ -72,10 +72,6 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi)
     return u;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* ldmatrix .x4 (PTX ISA, ldmatrix): lane l gives the address of row l % 8 of
  * the 8x8 bf16 matrix l / 8 (16 contiguous bytes); r[i] receives matrix i's
@@ -98,35 +94,6 @@ __device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const bf16 *p)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p))
                  : "memory");
-}
-
-/* cp.async: n (16 or 4) bytes from global to shared without a register
- * round trip, in the background until cp_async_wait_all; zero-filled where
- * !valid (src is then not read, but must still be a valid address). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 4 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* This thread's copies have landed; a __syncthreads after it publishes
- * everyone's. */
-__device__ __forceinline__ void cp_async_wait_all()
-{
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* Two bf16 at row r, column c of a global matrix with leading dimension ld; 0 past T. */

@@ -1,6 +1,7 @@
 /* device_common.cuh - device helpers shared by the CUDA kernel files:
  * typed loads and stores (fp32 arithmetic, bf16/fp16 only in memory), the
- * activations and their derivatives, and the fixed-order grid reduction.
+ * activations and their derivatives, the fixed-order grid reduction and
+ * cp.async (global to shared memory in the background).
  *
  * Math (z the pre-activation, h = act(z)):
  *   relu(z) = max(z, 0)                    relu'(z) = [z > 0] = [h > 0]
@@ -98,6 +99,42 @@ struct Partials {
     int *i;
     unsigned *ticket;
 };
+
+/* ---- cp.async: global to shared memory without a register round trip ---- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* n (16 or 4) bytes, in the background until cp_async_wait_all;
+ * zero-filled where !valid (src is then not read, but must still be a valid
+ * address). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* This thread's copies have landed; a __syncthreads after it publishes
+ * everyone's. */
+__device__ __forceinline__ void cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 /* Sums (f, i) over the grid in a fixed order into out_f/out_i (either may be
  * NULL), and adds the float sum to *acc_f when acc_f is not NULL (a running
