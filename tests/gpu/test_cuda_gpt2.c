@@ -5,7 +5,8 @@
  * doubling the gradients and the running loss; recompute gelu and block
  * against none; an evaluation forward leaving the gradients alone; backward's
  * ready reports (decreasing, ending at 0, on the compute stream); the weight
- * gradients on a second stream (DTRAIN_CUDA_WGRAD_STREAM=1) against one; act_bytes's
+ * gradients on a second stream (DTRAIN_CUDA_WGRAD_STREAM=1) against one;
+ * autocast rounding (DTRAIN_CUDA_ROUNDING=autocast) in bf16; act_bytes's
  * order of the modes; fp16 refused with a sentence.
  *
  * Configurations: c1 (L2 H2 C32 V67, T8 of block 16: wpe's unreached rows
@@ -37,6 +38,7 @@
  */
 #include "tests/gpu/gpu_buffers.h"
 #include "worker/cuda/model_cuda.h"
+#include "worker/models/gpt2_internal.h"
 #include "worker/models/model.h"
 
 struct cfg {
@@ -376,6 +378,59 @@ static void two_streams(struct dt_cuda_ctx *k, struct dt_cuda_ctx *kw, const str
     unsetenv("DTRAIN_CUDA_WGRAD_STREAM");
 }
 
+/* DTRAIN_CUDA_ROUNDING=autocast (gpt2_cuda.c, rounding_create): the loss
+ * and gradients still the host's within bf16's tolerance; every Linear
+ * weight and bias gradient a bf16 value (low 16 bits zero), which the
+ * default leaves fp32; and recompute block the same bits as none (the
+ * residual projections' temporary in dln's memory outlives nothing that
+ * backward's recomputation needs). */
+static void autocast_rounding(struct dt_cuda_ctx *k, const struct cfg *c, const int32_t *x, const int32_t *y,
+                              const struct ref *r)
+{
+    static const int linear[] = {G_QKVW, G_QKVB, G_ATTPW, G_ATTPB, G_FCW, G_FCB, G_FCPW, G_FCPB};
+    const size_t C = (size_t)c->C, size[] = {3 * C * C, 3 * C, C * C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+    setenv("DTRAIN_CUDA_ROUNDING", "autocast", 1);
+    float loss[2] = {0, 0}, *g[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        enum dt_recompute rc = i ? DT_RECOMPUTE_BLOCK : DT_RECOMPUTE_NONE;
+        char what[160];
+        snprintf(what, sizeof what, "gpt2 %s bf16 autocast rounding, recompute %s", c->tag, i ? "block" : "none");
+        struct dt_model *m = host_model(c, rc);
+        struct gpu G;
+        int hits;
+        if (made(gpu_make(&G, k, NULL, m, c, DT_CUDA_BF16, x, y), what) &&
+            made(gpu_step(&G, c, true, false, NULL, &loss[i], &hits), what)) {
+            g[i] = grads_down(&G);
+            if (i == 0) {
+                check_loss(what, loss[0], r->loss, 1e-3);
+                check_grads(what, m, g[0], r->grads, 1.0, rtol_of(DT_CUDA_BF16));
+                const struct dt_gpt2 *gp = (const struct dt_gpt2 *)m;
+                size_t n = 0, off = 0;
+                for (int l = 0; l < gp->L; l++)
+                    for (size_t j = 0; j < sizeof linear / sizeof linear[0]; j++) {
+                        size_t a = gp->blk[l * G_PER_BLOCK + linear[j]];
+                        for (size_t e = a; e < a + size[j]; e++) {
+                            uint32_t u;
+                            memcpy(&u, &g[0][e], 4);
+                            off += (u & 0xffffu) != 0;
+                            n++;
+                        }
+                    }
+                gt_result(off == 0 && n > 0, "%s: all %zu Linear weight and bias gradients are bf16 values (%zu not)",
+                          what, n, off);
+            } else if (g[0]) {
+                gt_result(loss[1] == loss[0] && !memcmp(g[1], g[0], G.n * sizeof(float)),
+                          "%s: the loss and gradients bit for bit as recompute none's", what);
+            }
+        }
+        gpu_free(&G);
+        dt_model_destroy(m);
+    }
+    free(g[0]), free(g[1]);
+    unsetenv("DTRAIN_CUDA_ROUNDING");
+    dt_cuda_set_fusion(k, DT_CUDA_FUSE_AUTO); /* the model set GEMM + own kernels on the context */
+}
+
 static struct dt_cuda_ctx *kw_ctx; /* main's second context: the weight-gradient stream */
 
 static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_dtype t)
@@ -434,6 +489,8 @@ static void run_config(struct dt_cuda_ctx *k, const struct cfg *c, enum dt_cuda_
     gpu_free(&G);
     recompute_modes(k, c, t, x, y, loss, g1);
     two_streams(k, kw_ctx, c, t, x, y, loss, g1);
+    if (t == DT_CUDA_BF16)
+        autocast_rounding(k, c, x, y, &r);
     free(g1);
 out:
     free(r.grads);

@@ -219,7 +219,7 @@ static void test_sumsq_cast(struct dt_cuda_ctx *k)
     for (size_t i = 0; i < n; i++)
         bad += h[i] != gt_from_bf16(gt_to_bf16(g[i]));
     gt_result(bad == 0, "cast fp32 -> bf16 -> fp32 rounds to nearest even (%zu differ)", bad);
-    /* In place, as DTRAIN_CUDA_AUTOCAST_WGRAD rounds gpt2's weight gradients: bf16 and fp16 (GCC's
+    /* In place, as DTRAIN_CUDA_ROUNDING=autocast rounds gpt2's weight gradients: bf16 and fp16 (GCC's
      * _Float16 rounds to nearest even too), fp32 untouched; g[0..3] are a tie, huge and tiny values. */
     g[0] = 1.0f + 1.0f / 256, g[1] = 3e38f, g[2] = 1e-30f, g[3] = -0.0f;
     const enum dt_cuda_dtype rt[] = {DT_CUDA_BF16, DT_CUDA_F16, DT_CUDA_F32};
@@ -237,6 +237,21 @@ static void test_sumsq_cast(struct dt_cuda_ctx *k)
         gt_result(rc == 0 && bad == 0, "dt_cuda_round to %s in place, to nearest even (%zu differ)",
                   gt_tname(rt[r]), bad);
     }
+    /* out = res + a bf16 branch (the unfused residual add of autocast rounding), in place on res. */
+    float *xr = malloc(n * 4), *res = gt_random(n, -1, 1);
+    memcpy(xr, g, n * 4);
+    void *dx = gt_up(xr, n, DT_CUDA_BF16); /* xr: the bf16 values, as floats */
+    gt_die_cuda(cudaMemcpy(back, res, n * 4, cudaMemcpyHostToDevice), "cudaMemcpy up");
+    int rc = dt_cuda_add_residual(k, DT_CUDA_BF16, back, back, dx, n);
+    gt_down(h, back, n, DT_CUDA_F32);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want1 = res[i] + xr[i];
+        bad += memcmp(&h[i], &want1, 4) != 0;
+    }
+    gt_result(rc == 0 && bad == 0, "dt_cuda_add_residual: fp32 residual + bf16 branch, in place (%zu differ)", bad);
+    free(xr), free(res);
+    cudaFree(dx);
     free(g), free(h);
     cudaFree(dg), cudaFree(dout), cudaFree(dlow), cudaFree(back);
 }

@@ -1,6 +1,7 @@
 /* act_cuda.cu - the elementwise kernels around the GEMMs: activations where
  * cuBLASLt cannot fuse them (torch's exact erf GELU, and fallbacks), the bias
- * gradient when it cannot come from the epilogue, casts, rounding and zeroing.
+ * gradient when it cannot come from the epilogue, casts, rounding, a residual
+ * add and zeroing.
  *
  * The activations and their derivatives are in device_common.cuh.
  * Arithmetic is fp32; bf16 only on load and store.
@@ -62,6 +63,13 @@ template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *s
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         store(dst, i, load(src, i));
+}
+
+/* out = res + x: an fp32 residual plus a T branch. */
+template <typename T> __global__ void add_residual_kernel(float *out, const float *res, const T *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = res[i] + load(x, i);
 }
 
 /* x = x rounded to T's precision (to nearest even), kept in fp32. */
@@ -230,6 +238,20 @@ extern "C" int dt_cuda_round(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float 
     else
         round_kernel<__half><<<grid_for(n), 256, 0, k->stream>>>(x, n);
     return launched("rounding kernel launch");
+}
+
+extern "C" int dt_cuda_add_residual(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *out, const float *res,
+                                    const void *x, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (t == DT_CUDA_BF16)
+        add_residual_kernel<<<grid_for(n), 256, 0, k->stream>>>(out, res, (const __nv_bfloat16 *)x, n);
+    else if (t == DT_CUDA_F16)
+        add_residual_kernel<<<grid_for(n), 256, 0, k->stream>>>(out, res, (const __half *)x, n);
+    else
+        add_residual_kernel<<<grid_for(n), 256, 0, k->stream>>>(out, res, (const float *)x, n);
+    return launched("residual add kernel launch");
 }
 
 extern "C" int dt_cuda_zero(struct dt_cuda_ctx *k, void *p, size_t bytes)

@@ -170,6 +170,9 @@ int dt_cuda_sumsq(struct dt_cuda_ctx *k, float *out, const float *g, size_t n);
 /* dst = src converted (f32 <-> bf16, or a copy when the types match). */
 int dt_cuda_cast(struct dt_cuda_ctx *k, enum dt_cuda_dtype dt, void *dst, enum dt_cuda_dtype st, const void *src,
                  size_t n);
+/* out[i] = res[i] + x[i] (x in t, out and res fp32; out may be res). */
+int dt_cuda_add_residual(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *out, const float *res, const void *x,
+                         size_t n);
 /* x[0..n) rounded to t's precision in place (nearest even; fp32: nothing). */
 int dt_cuda_round(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, float *x, size_t n);
 int dt_cuda_zero(struct dt_cuda_ctx *k, void *p, size_t bytes);

@@ -109,7 +109,7 @@ struct gpt2_dev {
     struct dt_cuda_ctx *kw;
     cudaEvent_t in_ev, done_ev[4];
     bool pending[4];
-    bool autocast_wgrad; /* DTRAIN_CUDA_AUTOCAST_WGRAD=1: see wgrad() */
+    bool autocast; /* DTRAIN_CUDA_ROUNDING=autocast: round where torch.autocast does (see rounding_create) */
 };
 
 /* The weight gradients of a block, in the order backward queues them. */
@@ -287,6 +287,34 @@ static int wgrad_stream_create(struct gpt2_dev *d)
     return 0;
 }
 
+/* DTRAIN_CUDA_ROUNDING=autocast: round where torch.autocast rounds, for
+ * comparing loss curves step by step with PyTorch's bf16 autocast
+ * (tests/gpu/test_gpt2_curve.sh).  By default (unset or `dtrain`) dtrain
+ * rounds less; autocast casts each Linear's fp32 weight and bias to bf16, so
+ *   - the weight and bias gradients leave the bf16 GEMM rounded (wgrad());
+ *   - the residual projections' output is rounded, bias included, before the
+ *     fp32 residual add, which dtrain fuses into the GEMM in fp32
+ *     (proj_residual());
+ *   - GELU reads the rounded pre-activation, and its backward the rounded
+ *     GEMM output: the GEMM + own kernel way (fusion SEPARATE), not
+ *     cuBLASLt's GELU/DGELU epilogues, which work on the fp32 accumulator.
+ * The embeddings, LayerNorms, softmax and loss are fp32 on both sides. */
+static int rounding_create(struct gpt2_dev *d)
+{
+    const char *r = getenv("DTRAIN_CUDA_ROUNDING");
+    if (r && *r && strcmp(r, "dtrain") != 0 && strcmp(r, "autocast") != 0)
+        return dt_error_set(DT_EINVAL, "DTRAIN_CUDA_ROUNDING=%s: `autocast` rounds gpt2 where torch.autocast "
+                                       "does, `dtrain` (or unset) as dtrain does",
+                            r);
+    d->autocast = r && strcmp(r, "autocast") == 0 && d->e.t != DT_CUDA_F32;
+    if (d->autocast) {
+        dt_cuda_set_fusion(d->e.k, DT_CUDA_FUSE_SEPARATE);
+        if (d->e.kw)
+            dt_cuda_set_fusion(d->e.kw, DT_CUDA_FUSE_SEPARATE);
+    }
+    return 0;
+}
+
 static int gpt2_cuda_create(const struct dt_model *m, const struct dt_model_cuda_env *env, void **state)
 {
     *state = NULL;
@@ -317,11 +345,8 @@ static int gpt2_cuda_create(const struct dt_model *m, const struct dt_model_cuda
     }
     carve(&z, d->mem, d);
     rc = wgrad_stream_create(d);
-    const char *ac = getenv("DTRAIN_CUDA_AUTOCAST_WGRAD");
-    if (!rc && ac && *ac && strcmp(ac, "0") != 0 && strcmp(ac, "1") != 0)
-        rc = dt_error_set(DT_EINVAL, "DTRAIN_CUDA_AUTOCAST_WGRAD=%s: 1 rounds gpt2's weight gradients to the AMP "
-                                     "type as torch.autocast does, 0 or unset keeps them fp32", ac);
-    d->autocast_wgrad = ac && strcmp(ac, "1") == 0 && env->t != DT_CUDA_F32;
+    if (!rc)
+        rc = rounding_create(d);
     if (rc) {
         gpt2_cuda_destroy(d);
         return rc;
@@ -343,6 +368,22 @@ static size_t bo(const struct gpt2_dev *d, int l, int i)
     return d->g->blk[l * G_PER_BLOCK + i];
 }
 
+/* out = res + inp W + b (fp32) for a residual projection (weight index wi,
+ * bias bi of block l): the add fused into the GEMM, or under autocast
+ * rounding (rounding_create) the projection in t with t's bias into dln's
+ * memory (unused in forward and in backward's recomputation), then added. */
+static int proj_residual(struct gpt2_dev *d, int l, int wi, int bi, float *out, const void *inp, const float *res,
+                         int N, int ic, int oc)
+{
+    struct dt_cuda_ctx *k = d->e.k;
+    if (!d->autocast)
+        return dt_cuda_mm_forward(k, d->e.t, out, NULL, inp, W(d, bo(d, l, wi)), DT_CUDA_W_IN_OUT,
+                                  d->e.p + bo(d, l, bi), res, N, ic, oc, DT_CUDA_ACT_NONE);
+    int rc = dt_cuda_mm_forward(k, d->e.t, d->dln, NULL, inp, W(d, bo(d, l, wi)), DT_CUDA_W_IN_OUT,
+                                W(d, bo(d, l, bi)), NULL, N, ic, oc, DT_CUDA_ACT_NONE);
+    return rc ? rc : dt_cuda_add_residual(k, d->e.t, out, res, d->dln, (size_t)N * oc);
+}
+
 /* Block l from its input res[l]; `whole` false (backward's recomputation)
  * stops at fch_gelu: the output residual is kept and backward needs no more. */
 static int block_forward(struct gpt2_dev *d, int l, int B, bool whole)
@@ -360,8 +401,7 @@ static int block_forward(struct gpt2_dev *d, int l, int B, bool whole)
     if (!rc)
         rc = dt_cuda_attention_forward(k, t, a->atty, a->lse, a->qkv, B, d->T, C, d->g->H);
     if (!rc)
-        rc = dt_cuda_mm_forward(k, t, a->res2, NULL, a->atty, W(d, bo(d, l, G_ATTPW)), DT_CUDA_W_IN_OUT,
-                                p + bo(d, l, G_ATTPB), d->res[l], N, C, C, DT_CUDA_ACT_NONE);
+        rc = proj_residual(d, l, G_ATTPW, G_ATTPB, a->res2, a->atty, d->res[l], N, C, C);
     if (!rc)
         rc = dt_cuda_layernorm_forward(k, t, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p + bo(d, l, G_LN2W),
                                        p + bo(d, l, G_LN2B), N, C);
@@ -369,28 +409,21 @@ static int block_forward(struct gpt2_dev *d, int l, int B, bool whole)
         rc = dt_cuda_mm_forward(k, t, a->fch_gelu, a->fch, a->ln2, W(d, bo(d, l, G_FCW)), DT_CUDA_W_IN_OUT,
                                 W(d, bo(d, l, G_FCB)), NULL, N, C, 4 * C, DT_CUDA_ACT_GELU_TANH);
     if (!rc && whole)
-        rc = dt_cuda_mm_forward(k, t, d->res[l + 1], NULL, a->fch_gelu, W(d, bo(d, l, G_FCPW)),
-                                DT_CUDA_W_IN_OUT, p + bo(d, l, G_FCPB), a->res2, N, 4 * C, C,
-                                DT_CUDA_ACT_NONE);
+        rc = proj_residual(d, l, G_FCPW, G_FCPB, d->res[l + 1], a->fch_gelu, a->res2, N, 4 * C, C);
     return rc ? dt_error_prefix("cuda gpt2: block %d forward", l) : 0;
 }
 
-/* A Linear's weight and bias gradients, dw (+)= dz^T x, db (+)= sum dz.
- * With DTRAIN_CUDA_AUTOCAST_WGRAD=1 under AMP they are then rounded to the
- * AMP type (bf16 or fp16), as under torch.autocast: there the fp32 weight
- * and bias are cast to bf16 for the GEMM, so their gradients leave it in
- * bf16 and reach the fp32 .grad rounded (the embedding, LayerNorm and ln_f
- * stay fp32 on both sides).
- * dtrain keeps them fp32 by default; the knob is for comparing loss curves
- * step by step with PyTorch's (tests/gpu/test_gpt2_curve.sh).  Exact for one
- * micro-step; with accumulation it rounds the running sum. */
+/* A Linear's weight and bias gradients, dw (+)= dz^T x, db (+)= sum dz,
+ * fp32; under DTRAIN_CUDA_ROUNDING=autocast then rounded to the AMP type
+ * (rounding_create says why).  Exact for one micro-step; with accumulation
+ * it rounds the running sum. */
 static int wgrad(struct gpt2_dev *d, struct dt_cuda_ctx *kw, float *dw, float *db, const void *dz, const void *x,
                  int N, int in, int out, bool acc)
 {
     int rc = dt_cuda_mm_backward_w(kw, d->e.t, dw, db, dz, x, DT_CUDA_W_IN_OUT, N, in, out, acc);
-    if (!rc && d->autocast_wgrad)
+    if (!rc && d->autocast)
         rc = dt_cuda_round(kw, d->e.t, dw, (size_t)in * out);
-    if (!rc && d->autocast_wgrad && db)
+    if (!rc && d->autocast && db)
         rc = dt_cuda_round(kw, d->e.t, db, (size_t)out);
     return rc;
 }
@@ -422,7 +455,7 @@ static int classifier(struct gpt2_dev *d, int N, const struct dt_model_cuda_loss
             rc = dt_cuda_mm_backward_w(k, t, d->e.g + g->wte, NULL, d->logits, x, DT_CUDA_W_OUT_IN, n, g->C,
                                        g->Vp, l->accumulate || r0 > 0);
     }
-    if (!rc && l->backward && d->autocast_wgrad) /* the tied head's share of dwte, before the embedding's */
+    if (!rc && l->backward && d->autocast) /* the tied head's share of dwte, before the embedding's */
         rc = dt_cuda_round(k, t, d->e.g + g->wte, (size_t)g->Vp * g->C);
     if (!rc)
         rc = dt_cuda_sum_rows(k, l->loss_sum, l->correct, l->loss_acc, d->row_loss, d->row_hit, N);
