@@ -5,9 +5,13 @@
 # PyTorch's wheel (nvidia-cudnn-cu13, through ${PYTHON:-python3}) goes first on
 # LD_LIBRARY_PATH, so cuDNN's own sub-libraries are found next to it.
 # Not an installer: without either, the cudnn path says it cannot load.
-dt_cudnn_dir() {
-  "${PYTHON:-python3}" -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' \
-    2>/dev/null
+dt_cudnn_dir() { # the wheels' layout: site-packages/nvidia/cudnn/lib (or nvidia/<cuda>/lib)
+  "${PYTHON:-python3}" - 2>/dev/null <<'PY'
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+libs = [p for d in dirs for p in sorted(glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcudnn.so.9")))]
+print(os.path.dirname(libs[0]) if libs else "")
+PY
 }
 if [ -z "${DTRAIN_CUDNN_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
   dt_dir=$(dt_cudnn_dir)
