@@ -62,14 +62,6 @@ extern "C" {
 namespace
 {
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* ---- general path: one warp per row, lane l holds dims l, l+32, l+64, l+96 ---- */
 
 constexpr int kSimpleWarps = 8; /* warps (rows) per block */

@@ -128,7 +128,7 @@ void dt_cuda__cudnn_release(struct dt_cuda_ctx *k);
  * a plan. */
 int dt_cuda__attention_cudnn_validate(int sm, enum dt_cuda_dtype t, int B, int T, int C, int H);
 
-/* transformer_cuda.cu's classifier kernels (dt_cuda_xent_rows): by the
+/* classifier_cuda.cu's kernels (dt_cuda_xent_rows): by the
  * row's size (auto: through shared memory where two rows fit) or the
  * two-pass one (DTRAIN_CUDA_XENT=two-pass); force_kernel makes one run
  * whatever the environment says, for the tests; returns the previous. */

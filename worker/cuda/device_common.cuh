@@ -1,7 +1,8 @@
 /* device_common.cuh - device helpers shared by the CUDA kernel files:
  * typed loads and stores (fp32 arithmetic, bf16/fp16 only in memory), the
- * activations and their derivatives, the fixed-order grid reduction and
- * cp.async (global to shared memory in the background).
+ * activations and their derivatives, the block size and warp sum of the
+ * reduction kernels, the fixed-order grid reduction and cp.async (global to
+ * shared memory in the background).
  *
  * Math (z the pre-activation, h = act(z)):
  *   relu(z) = max(z, 0)                    relu'(z) = [z > 0] = [h > 0]
@@ -73,6 +74,26 @@ __device__ __forceinline__ float act_f(float z, int act)
     case DT_CUDA_ACT_GELU_TANH: return 0.5f * z * (1.0f + tanhf(k0 * (z + 0.044715f * z * z * z)));
     default: return z;
     }
+}
+
+/* The elementwise and reduction kernels' block: 256 threads; a grid of
+ * blocks_for(work) blocks covers work items one a thread, at most cap. */
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(size_t work, unsigned cap)
+{
+    size_t b = (work + kThreads - 1) / kThreads;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+/* Sum over the 32 lanes; the butterfly gives every lane the same bits (each
+ * stage adds the same two values on both lanes of a pair). */
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
 }
 
 /* src is h for ReLU (its sign is z's), z for the GELUs. */

@@ -22,8 +22,6 @@ extern "C" {
 
 namespace {
 
-constexpr int kThreads = 256;
-
 /* One row per group of G lanes (G = 1 for few classes, 32 for many).
  * With m = max_j x_j and s = sum_j exp(x_j - m):
  *   loss = log s - (x_y - m)        dlogits_j = (exp(x_j - m) / s - [j == y]) * scale */
@@ -268,12 +266,6 @@ __global__ void sumsq_kernel(const float *g, size_t n, Partials part, float *out
     for (size_t j = 4 * n4 + first; j < n; j += stride)
         s1 += g[j] * g[j];
     grid_sum<kThreads>((s0 + s1) + (s2 + s3), 0, part, out, nullptr);
-}
-
-unsigned blocks_for(size_t work, unsigned cap)
-{
-    size_t b = (work + kThreads - 1) / kThreads;
-    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
 }
 
 } // namespace

@@ -94,7 +94,7 @@ int dt_cuda_layernorm_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, floa
                                float *db, const void *dout, const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C, bool accumulate);
 
-/* ---- causal self-attention (attention_cuda.cu; its tensor-core path attention_mma_cuda.cu) ---- */
+/* ---- causal self-attention (attention_cuda.cu; its paths attention_mma_cuda.cu, attention_cudnn.cpp) ---- */
 
 /* qkv [B,T,3C] in t (q, k, v side by side, each [H, hd] per position, as GPT-2's
  * c_attn output splits); out [B,T,C] in t (the heads side by side);
@@ -113,7 +113,7 @@ int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, void
                                const void *qkv, const void *out, const float *lse, int B, int T, int C, int H,
                                void *scratch);
 
-/* ---- classifier: softmax cross-entropy over rows ---- */
+/* ---- classifier: softmax cross-entropy over rows (classifier_cuda.cu) ---- */
 
 /* For rows i of logits[N, stride] (t; the first V columns are the vocabulary,
  * the rest padding), in fp32:
