@@ -167,7 +167,8 @@ static bool has_any(const char *s, const char *const *words)
     return false;
 }
 
-/* The attention kernels are worker/cuda/attention_cuda.cu's (fwd_*, bwd_*),
+/* The attention kernels are worker/cuda/attention_cuda.cu's (fwd_*, bwd_*)
+ * and cuDNN's (cudnn_generated_fort_native_sdpa_*, attention_cudnn.cpp),
  * the others by their names in the .cu files of worker/cuda and in cuBLASLt (whose
  * Hopper GEMMs are sm90_xmma_*, cutlass::* and nvjet_*), NCCL's ncclDevKernel_*. */
 const char *dt_kprof_category(const char *name)
@@ -175,8 +176,8 @@ const char *dt_kprof_category(const char *name)
     static const char *const copy[] = {"[memcpy", "[memset", NULL};
     static const char *const nccl[] = {"nccl", NULL};
     static const char *const gemm[] = {"gemm", "xmma", "cutlass", "nvjet", "cublas", "splitk", NULL};
-    static const char *const attn[] = {"attn",     "attention", "flash",    "fwd_fast", "fwd_simple",
-                                       "bwd_dkdv", "bwd_dq",    "bwd_dsum", NULL};
+    static const char *const attn[] = {"attn",   "attention", "flash",    "fwd_fast", "fwd_simple", "bwd_dkdv",
+                                       "bwd_dq", "bwd_dsum",  "sdpa",     "fmha",     NULL};
     static const char *const ln[] = {"ln_forward", "ln_backward", "ln_param",
                                      "layernorm",  "layer_norm",  NULL};
     static const char *const xent[] = {"xent", "cross_entropy", "crossentropy", "classifier", NULL};
