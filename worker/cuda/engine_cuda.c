@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "comm/nccl/nccl_comm.h"
 #include "worker/cuda/cuda_internal.h"
@@ -294,12 +295,14 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
         dt_engine__profile_start(d); /* before the first kernel and graph capture */
     if (!rc)
         rc = dt_cuda_ctx_create(d->c.device, 0, &d->k);
+    int tune = 1; /* DTRAIN_CUDA_TUNE=0: bit-reproducible runs (kernels_cuda.h) */
+    if (!rc)
+        rc = dt_env_int("DTRAIN_CUDA_TUNE", 1, 0, 1, &tune);
     if (!rc) {
         d->s = dt_cuda_stream(d->k);
-        const char *tune = getenv("DTRAIN_CUDA_TUNE"); /* 0: bit-reproducible runs (kernels_cuda.h) */
-        dt_cuda_set_autotune(d->k, !(tune && !strcmp(tune, "0")));
+        dt_cuda_set_autotune(d->k, tune == 1);
         dt_cuda_set_tf32(d->k, c->tf32);
-        rc = make_wgrad_stream(d, !(tune && !strcmp(tune, "0")));
+        rc = make_wgrad_stream(d, tune == 1);
     }
     if (!rc)
         rc = make_phase_events(d);
@@ -356,9 +359,10 @@ static int make_wgrad_stream(struct dt_dev_model *d, bool autotune)
  * out, to measure what they cost a step. */
 static int make_phase_events(struct dt_dev_model *d)
 {
-    const char *env = getenv("DTRAIN_CUDA_PHASE_EVENTS");
-    if (env && !strcmp(env, "0"))
-        return 0;
+    int on = 1;
+    int rc = dt_env_int("DTRAIN_CUDA_PHASE_EVENTS", 1, 0, 1, &on);
+    if (rc || !on)
+        return rc;
     d->time_next = true; /* the first metrics row gets a split too */
     for (int i = 0; i <= DT_ENGINE_PHASES; i++) {
         cudaError_t e = cudaEventCreate(&d->phase_ev[i]);
