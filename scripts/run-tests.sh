@@ -44,8 +44,10 @@ run_integration() {
   local script=$1 name out rc p f
   name=$(basename "$script" .sh)
   echo "=== $name"
+  local t0=$SECONDS
   out=$(timeout "$DTRAIN_TEST_TIMEOUT" bash "$script" 2>&1); rc=$?
   printf '%s\n' "$out"
+  echo "# $name: $((SECONDS - t0)) s"
   p=$(printf '%s\n' "$out" | grep -c '^ok - ' || true)
   f=$(printf '%s\n' "$out" | grep -c '^not ok - ' || true)
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then

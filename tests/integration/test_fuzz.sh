@@ -14,7 +14,7 @@ if ! command -v clang >/dev/null; then
 fi
 ok "clang is installed"
 targets=$(ls tests/fuzz/fuzz_*.c | wc -l)
-DTRAIN_SKIP_PIP=1 make --no-print-directory fuzz FUZZ_SECONDS="$secs" >"$T/fuzz.log" 2>&1
+DTRAIN_SKIP_PIP=1 make --no-print-directory -j"$(nproc)" fuzz FUZZ_SECONDS="$secs" >"$T/fuzz.log" 2>&1
 rc=$?
 check "make fuzz exits 0" test "$rc" = 0
 runs=$(grep -cE '^Done [0-9]+ runs' "$T/fuzz.log")
