@@ -161,16 +161,25 @@ int fe_error(fe::error_object e, const char *what, const GraphKey &key)
                         e.get_message().c_str());
 }
 
-/* q, k, v (and dq, dk, dv) of [B,T,3,H,hd] as cuDNN's [B,H,T,hd]. */
+/* Strides of cuDNN's [B,H,T,hd] view of q, k, v (and dq, dk, dv) in [B,T,3,H,hd]. */
+std::vector<int64_t> qkv_stride(int H, int T, int hd)
+{
+    const int64_t C = (int64_t)H * hd;
+    return {3 * C * T, hd, 3 * C, 1};
+}
+
+/* lse [B,H,T] as [B,H,T,1]. */
+std::vector<int64_t> lse_stride(int H, int T)
+{
+    return {(int64_t)H * T, T, 1, 1};
+}
+
 std::shared_ptr<fe::graph::Tensor_attributes> qkv_view(fe::graph::Graph &g, const char *name, int64_t uid, int B,
                                                        int H, int T, int hd)
 {
-    const int64_t C = (int64_t)H * hd;
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim({B, H, T, hd})
-                        .set_stride({3 * C * T, hd, 3 * C, 1}));
+    return g.tensor(
+        fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({B, H, T, hd}).set_stride(
+            qkv_stride(H, T, hd)));
 }
 
 /* o and do of [B,T,H,hd] as [B,H,T,hd]. */
@@ -206,7 +215,7 @@ void describe_forward(fe::graph::Graph &g, const GraphKey &key, float scale)
         lse->set_output(true)
             .set_data_type(fe::DataType_t::FLOAT)
             .set_dim({B, H, T, 1})
-            .set_stride({(int64_t)H * T, T, 1, 1})
+            .set_stride(lse_stride(H, T))
             .set_uid(UID_STATS);
 }
 
@@ -226,7 +235,7 @@ void describe_backward(fe::graph::Graph &g, const GraphKey &key, float scale)
                             .set_name("lse")
                             .set_uid(UID_STATS)
                             .set_dim({B, H, T, 1})
-                            .set_stride({(int64_t)H * T, T, 1, 1})
+                            .set_stride(lse_stride(H, T))
                             .set_data_type(fe::DataType_t::FLOAT));
     auto opt = fe::graph::SDPA_backward_attributes()
                    .set_name("attention backward")
@@ -234,9 +243,9 @@ void describe_backward(fe::graph::Graph &g, const GraphKey &key, float scale)
                    .set_attn_scale(scale)
                    .set_deterministic_algorithm(!atomic);
     auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, lse, opt);
-    dq->set_output(true).set_uid(UID_DQ).set_dim({B, H, T, hd}).set_stride({3LL * H * hd * T, hd, 3LL * H * hd, 1});
-    dk->set_output(true).set_uid(UID_DK).set_dim({B, H, T, hd}).set_stride({3LL * H * hd * T, hd, 3LL * H * hd, 1});
-    dv->set_output(true).set_uid(UID_DV).set_dim({B, H, T, hd}).set_stride({3LL * H * hd * T, hd, 3LL * H * hd, 1});
+    dq->set_output(true).set_uid(UID_DQ).set_dim({B, H, T, hd}).set_stride(qkv_stride(H, T, hd));
+    dk->set_output(true).set_uid(UID_DK).set_dim({B, H, T, hd}).set_stride(qkv_stride(H, T, hd));
+    dv->set_output(true).set_uid(UID_DV).set_dim({B, H, T, hd}).set_stride(qkv_stride(H, T, hd));
 }
 
 /* The context's cuDNN state, made on first use. */
