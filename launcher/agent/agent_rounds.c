@@ -590,24 +590,34 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 /* The hooks' interrupted: the job's abort, with the signal's status, is
  * published before this node's ranks get the signal (round_finish would
  * publish the same, but only once they are gone: too late for the other
- * nodes, whose ranks fail on losing theirs first).  At most INTERRUPT_SAY_S:
- * a node cut off from the coordinator must not hold the signal back from its
- * ranks (a scheduler's SIGKILL follows its SIGTERM).  A coordinator silent
- * that long drops the connection (store_client.c), as one silent for
- * heartbeat_timeout would: the node then ends as one that lost it. */
+ * nodes, whose ranks fail on losing theirs first).  Bounded: a node cut off
+ * from the coordinator must not hold the signal back from its ranks (a
+ * scheduler's SIGKILL follows its SIGTERM), so INTERRUPT_SAY_S.  A coordinator
+ * silent that long drops the connection (store_client.c), as one silent for
+ * heartbeat_timeout would: the node then ends as one that lost it.  The agent
+ * that hosts the coordinator cannot be cut off from it, only starved of CPU
+ * (a loaded 2-core machine): it waits INTERRUPT_SAY_HOST_S, since failing
+ * here drops its member connection, and the other nodes, whose ranks fail at
+ * once, would read "node 0 was lost" instead of the interruption. */
 #define INTERRUPT_SAY_S 1.0
+#define INTERRUPT_SAY_HOST_S 5.0
 
 static void interrupted(void *ctx, int sig)
 {
     struct dt_agent__round *r = ctx;
     char why[128], tmp[32];
-    snprintf(why, sizeof why, "its agent was interrupted by %s", dt_proc_signal_name(sig, tmp, sizeof tmp));
-    double was = dt_store_set_timeout(r->store, INTERRUPT_SAY_S);
+    const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
+    snprintf(why, sizeof why, "its agent was interrupted by %s", name);
+    double t0 = dt_clock_s();
+    double was = dt_store_set_timeout(r->store, r->cfg.coord ? INTERRUPT_SAY_HOST_S : INTERRUPT_SAY_S);
     int rc = dt_agent__round_abort(r, 128 + sig, why);
     dt_store_set_timeout(r->store, was);
     if (rc < 0)
-        dt_log_debug("node %d: could not tell the other nodes of %s yet: %s", r->cfg.node_rank, tmp,
-                     dt_error_last());
+        dt_log_warn("node %d: could not tell the other nodes of %s in %.1f s (they may report this node as "
+                    "lost): %s",
+                    r->cfg.node_rank, name, dt_clock_s() - t0, dt_error_last());
+    else
+        dt_log_debug("node %d: told the other nodes of %s in %.3f s", r->cfg.node_rank, name, dt_clock_s() - t0);
 }
 
 void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)

@@ -73,6 +73,6 @@ netns_statuses() {
   not_ok "$what ($rc0 $rc1, wanted $3 $4)"
   for n in 0 1; do
     echo "    node $n's agent, last lines of its stderr:"
-    tail -n 8 "$T/$tag.$n.err" | sed 's/^/      /'
+    tail -n 15 "$T/$tag.$n.err" | sed 's/^/      /'
   done
 }
