@@ -233,23 +233,26 @@ FUZZ_SECONDS ?= 20
 # carries on as if nothing were found (and only each log's tail is shown).
 # An input that runs 25 s is a hang (libFuzzer's default waits 20 minutes).
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# Each target is built and run by its own rule, so `make -j` runs them side by side
+# (-O keeps each one's lines together).
+FUZZ_RUNS := $(patsubst tests/fuzz/%.c,fuzz-run-%,$(FUZZ_SRC))
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz BINDIR=build-fuzz/bin CC=clang CUDA=0 SAN=0 \
 	  CFLAGS_EXTRA='-fsanitize=fuzzer-no-link $(FUZZ_SAN)' build-fuzz/libdtrain.a build-fuzz/libdtrain-app.a
 	@mkdir -p build-fuzz/fuzz
-	@set -e; for src in $(FUZZ_SRC); do \
-	  name=$$(basename $$src .c); \
-	  clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o build-fuzz/fuzz/$$name $$src \
-	    build-fuzz/libdtrain-app.a build-fuzz/libdtrain.a $(DEP_LIBS) $(SYS_LIBS); \
-	  mkdir -p build-fuzz/corpus/$$name; \
-	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1} \
-	  build-fuzz/fuzz/$$name -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=0 \
-	    build-fuzz/corpus/$$name $$( [ -d tests/fuzz/corpus/$$name ] && echo tests/fuzz/corpus/$$name ) \
-	    > build-fuzz/fuzz/$$name.log 2>&1 \
-	    || { tail -n 40 build-fuzz/fuzz/$$name.log; echo "fuzz: $$name found a crash (log: build-fuzz/fuzz/$$name.log)"; exit 1; }; \
-	  tail -n 3 build-fuzz/fuzz/$$name.log; \
-	done
+	@$(MAKE) --no-print-directory -O $(FUZZ_RUNS)
+
+fuzz-run-%: FORCE
+	@clang -std=c11 -D_GNU_SOURCE -I. -g -O1 -fsanitize=fuzzer $(FUZZ_SAN) -o build-fuzz/fuzz/$* tests/fuzz/$*.c \
+	  build-fuzz/libdtrain-app.a build-fuzz/libdtrain.a $(DEP_LIBS) $(SYS_LIBS)
+	@mkdir -p build-fuzz/corpus/$*
+	@echo "fuzz: $* for $(FUZZ_SECONDS)s"
+	@UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1} \
+	  build-fuzz/fuzz/$* -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=0 \
+	    build-fuzz/corpus/$* $$( [ -d tests/fuzz/corpus/$* ] && echo tests/fuzz/corpus/$* ) \
+	    > build-fuzz/fuzz/$*.log 2>&1 \
+	    || { tail -n 40 build-fuzz/fuzz/$*.log; echo "fuzz: $* found a crash (log: build-fuzz/fuzz/$*.log)"; exit 1; }
+	@tail -n 3 build-fuzz/fuzz/$*.log
 
 DOCDIR ?= $(PREFIX)/share/doc/dtrain
 
