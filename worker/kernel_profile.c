@@ -168,7 +168,8 @@ static bool has_any(const char *s, const char *const *words)
 }
 
 /* The attention kernels are worker/cuda/attention_cuda.cu's (fwd_*, bwd_*)
- * and cuDNN's (cudnn_generated_fort_native_sdpa_*, attention_cudnn.cpp),
+ * and cuDNN's (cudnn_generated_fort_native_sdpa_*, and its backward's
+ * cudnn::fusion::compute_dot_do_o_* and matmul_dq: attention_cudnn.cpp),
  * the others by their names in the .cu files of worker/cuda and in cuBLASLt (whose
  * Hopper GEMMs are sm90_xmma_*, cutlass::* and nvjet_*), NCCL's ncclDevKernel_*. */
 const char *dt_kprof_category(const char *name)
@@ -177,7 +178,7 @@ const char *dt_kprof_category(const char *name)
     static const char *const nccl[] = {"nccl", NULL};
     static const char *const gemm[] = {"gemm", "xmma", "cutlass", "nvjet", "cublas", "splitk", NULL};
     static const char *const attn[] = {"attn",   "attention", "flash",    "fwd_fast", "fwd_simple", "bwd_dkdv",
-                                       "bwd_dq", "bwd_dsum",  "sdpa",     "fmha",     NULL};
+                                       "bwd_dq", "bwd_dsum",  "sdpa",     "fmha",     "cudnn::fusion", NULL};
     static const char *const ln[] = {"ln_forward", "ln_backward", "ln_param",
                                      "layernorm",  "layer_norm",  NULL};
     static const char *const xent[] = {"xent", "cross_entropy", "crossentropy", "classifier", NULL};

@@ -49,6 +49,7 @@ static void categories(void **s)
     assert_string_equal(dt_kprof_category("_Z13bwd_dkdv_fastILi64EEvv"), "attention");
     assert_string_equal(dt_kprof_category("cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0"),
                         "attention");
+    assert_string_equal(dt_kprof_category("cudnn::fusion::matmul_dq"), "attention"); /* cuDNN's backward, seen */
     assert_string_equal(dt_kprof_category("_Z17ln_backward_kernelPf"), "layernorm");
     assert_string_equal(dt_kprof_category("_Z15xent_rows_kernelPf"), "cross-entropy");
     assert_string_equal(dt_kprof_category("_Z12adamw_kernelPf"), "AdamW");

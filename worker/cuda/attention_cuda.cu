@@ -28,16 +28,22 @@
  *            (here).
  *   fast     bf16 with hd = 64 (GPT-2 124M): FlashAttention-2 on the tensor
  *            cores, in attention_mma_cuda.cu.
- *   cudnn    bf16 or fp16 with hd a multiple of 8, only when DTRAIN_CUDA_ATTN
- *            asks: cuDNN's fused attention, in attention_cudnn.cpp.
- * DTRAIN_CUDA_ATTN (read once per process): simple forces the general path,
- * the way round a fast-path bug on a GPU machine; atomic picks the fast
- * path's atomic dq (above); wide the same from 128-key tiles of 8 warps,
- * which stage each query tile once for 128 keys and add dq with half the
- * atomics; cudnn runs cuDNN's kernels (deterministic backward), cudnn-atomic
- * the same with cuDNN's atomic dq, auto cudnn where it loads and takes the
- * shape, else fast (a warning says why, once).  The fast and cudnn paths
- * also need 16-byte aligned buffers; otherwise the general path runs.
+ *   cudnn    bf16 or fp16 with hd a multiple of 8 and T > 1: cuDNN's fused
+ *            attention, in attention_cudnn.cpp, where libcudnn loads.
+ * DTRAIN_CUDA_ATTN (read once per process; unset is auto): auto runs cuDNN
+ * with its atomic dq where it loads and takes the shape, else fast (said
+ * once, on stderr, why).  That is PyTorch's choice on Hopper: its SDPA runs
+ * cuDNN's backward without asking for the deterministic algorithm.  On the
+ * H100 it was 1.4 ms a step faster than cudnn (GPT-2 124M, B=32) and has no
+ * B*H*T*T dS in memory, which the deterministic one keeps (0.38 GiB at B=16,
+ * T=1024).  simple forces the general path, the way round a fast-path bug on
+ * a GPU machine; fast the own tensor-core kernels without atomics (the same
+ * bits every run); atomic picks the fast path's atomic dq (above); wide the
+ * same from 128-key tiles of 8 warps, which stage each query tile once for
+ * 128 keys and add dq with half the atomics; cudnn runs cuDNN's kernels with
+ * its deterministic backward, cudnn-atomic with its atomic dq.  The fast and
+ * cudnn paths also need 16-byte aligned buffers; otherwise the general path
+ * runs.
  *
  * Everything is enqueued on the context's stream, with no allocation and no
  * host synchronisation (capturable in a CUDA graph; cuDNN builds a shape's
@@ -257,7 +263,7 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
  * forced one (dt_cuda__attention_force_path). */
 int forced_path = DT_CUDA__ATTN_ENV;
 
-/* DTRAIN_CUDA_ATTN's values; unset or empty is fast. */
+/* DTRAIN_CUDA_ATTN's values; unset or empty is auto. */
 const struct {
     const char *name;
     int path;
@@ -276,7 +282,7 @@ int attn_path()
     if (env < 0 && !bad) {
         const char *e = getenv("DTRAIN_CUDA_ATTN");
         if (!e || !*e)
-            env = DT_CUDA__ATTN_FAST;
+            env = DT_CUDA__ATTN_AUTO;
         for (const auto &p : kPathNames)
             if (env < 0 && strcmp(e, p.name) == 0)
                 env = p.path;
@@ -331,7 +337,8 @@ int cudnn_or_own(int rc)
     if (rc == 0 || attn_path() != DT_CUDA__ATTN_AUTO)
         return rc;
     cudnn_failed = true;
-    dt_log_warn("attention: DTRAIN_CUDA_ATTN=auto runs the own tensor-core kernels instead of cuDNN: %s",
+    dt_log_warn("attention: dtrain's own tensor-core kernels run instead of cuDNN's fused attention (DTRAIN_CUDA_ATTN "
+                "unset or auto; fast picks them without this line): %s",
                 dt_error_last());
     return 1;
 }
@@ -348,13 +355,23 @@ bool fast(enum dt_cuda_dtype t, int B, int C, int H, const void *a, const void *
 }
 
 /* cuDNN's fused attention when asked for: 16-bit types, head sizes a
- * multiple of 8 (its 16-byte vector loads), aligned buffers.  Other shapes
- * and fp32 take the general path, as under `fast`. */
-bool cudnn(enum dt_cuda_dtype t, int C, int H, const void *a, const void *b, const void *c = nullptr,
+ * multiple of 8 (its 16-byte vector loads), aligned buffers, and more than
+ * one position (cuDNN 9 builds no backward for s_q = s_kv = 1: "not
+ * supported", seen on the H100; the forward goes with it, so both halves of
+ * a shape run one path).  Other shapes and fp32 take the general path, as
+ * under `fast`. */
+bool cudnn(enum dt_cuda_dtype t, int T, int C, int H, const void *a, const void *b, const void *c = nullptr,
            const void *d = nullptr)
 {
-    return cudnn_path(attn_path()) && (t == DT_CUDA_BF16 || t == DT_CUDA_F16) && (C / H) % 8 == 0 &&
+    return cudnn_path(attn_path()) && (t == DT_CUDA_BF16 || t == DT_CUDA_F16) && T > 1 && (C / H) % 8 == 0 &&
            aligned16(a, b, c, d);
+}
+
+/* cuDNN's backward with its atomic dq: asked for, or under auto (above). */
+bool cudnn_atomic_dq()
+{
+    const int path = attn_path();
+    return path == DT_CUDA__ATTN_CUDNN_ATOMIC || path == DT_CUDA__ATTN_AUTO;
 }
 
 unsigned simple_blocks(size_t rows)
@@ -413,7 +430,7 @@ extern "C" int dt_cuda_attention_forward(struct dt_cuda_ctx *k, enum dt_cuda_dty
     cudaStream_t st = dt_cuda_stream(k);
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (cudnn(t, C, H, out, qkv) &&
+    if (cudnn(t, T, C, H, out, qkv) &&
         (rc = cudnn_or_own(dt_cuda__attention_cudnn_forward(k, t, out, lse, qkv, B, T, C, H, scale))) <= 0)
         return rc;
     if (fast(t, B, C, H, out, qkv))
@@ -442,9 +459,9 @@ extern "C" int dt_cuda_attention_backward(struct dt_cuda_ctx *k, enum dt_cuda_dt
     cudaStream_t st = dt_cuda_stream(k);
     const int hd = C / H;
     const float scale = 1.0f / sqrtf((float)hd);
-    if (cudnn(t, C, H, dqkv, dout, qkv, out) &&
+    if (cudnn(t, T, C, H, dqkv, dout, qkv, out) &&
         (rc = cudnn_or_own(dt_cuda__attention_cudnn_backward(
-             k, t, attn_path() == DT_CUDA__ATTN_CUDNN_ATOMIC, dqkv, dout, qkv, out, lse, B, T, C, H, scale, scratch,
+             k, t, cudnn_atomic_dq(), dqkv, dout, qkv, out, lse, B, T, C, H, scale, scratch,
              dt_cuda_attention_scratch_bytes(B, T, H)))) <= 0)
         return rc;
     float *D = (float *)scratch;
