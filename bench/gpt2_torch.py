@@ -252,6 +252,10 @@ def main():
     ap.add_argument("--init", help="initial weights: a .safetensors in Hugging Face's names and layout")
     ap.add_argument("--write-init", help="write the initial weights there (safetensors, F32) and exit")
     ap.add_argument("--tf32", action="store_true", help="fp32 matmuls on tensor cores (off, as PyTorch's default)")
+    ap.add_argument("--bf16-full-reduction", action="store_true",
+                    help="forbid cuBLAS's reduced-precision (bf16) reductions in bf16 GEMMs, which PyTorch allows "
+                         "by default (torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction); "
+                         "for tests/gpu/curve_diag.sh")
     ap.add_argument("--sdpa", default="auto", choices=["auto", "cudnn", "flash", "efficient", "math"],
                     help="the attention kernel (auto: PyTorch's choice; cuDNN's on an H200 with cuDNN >= 9.15.1)")
     a = ap.parse_args()
@@ -266,6 +270,8 @@ def main():
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpt2_torch: no CUDA device (use --device cpu)")
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.tf32
+    if a.bf16_full_reduction:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     dev = torch.device(a.device)
     if a.init:
         load_hf(model, a.init)

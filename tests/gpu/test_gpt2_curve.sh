@@ -34,7 +34,7 @@
 #   DTRAIN=path/to/dtrain  PYTHON=python3 (with torch)  STEPS=300  B=8  SEQ=512  TOL=0.01  LOG_EVERY=10
 #   LR=6e-4 MIN_LR=6e-5 WARMUP=30 WD=0.1
 #   DTYPE=bf16 (fp32: both without autocast, every step to TOL)  FP32_STEPS=100 (0: no fp32 pass)
-#   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 STEPS=40) checks
+#   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 STEPS=80) checks
 #   the script and the peer on a machine without a GPU (dtrain's CPU autocast).
 set -uo pipefail
 case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac # relative to the caller: resolve before the cd
@@ -43,6 +43,7 @@ DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-300} B=${B:-8} SEQ=${SEQ:-512} TOL=${TOL:-0.01} DTYPE=${DTYPE:-bf16} LOG_EVERY=${LOG_EVERY:-10}
+FP32_STEPS=${FP32_STEPS:-100}
 [ "$DTYPE" = fp32 ] && LOG_EVERY=1
 LR=${LR:-6e-4} MIN_LR=${MIN_LR:-6e-5} WARMUP=${WARMUP:-30} WD=${WD:-0.1}
 AMP=$DTYPE; [ "$DTYPE" = fp32 ] && AMP=off
@@ -216,7 +217,7 @@ check "$DTYPE: dtrain's loss is within $(awk -v t="$TOL" 'BEGIN { print 100 * t 
 check "the loss falls, so the curves say something ($(why falls))" verdict falls
 
 # --- the fp32 pass: the implementation itself, step by step ------------------------
-if [ "$DTYPE" = bf16 ] && [ "${FP32_STEPS:-100}" -gt 0 ]; then
+if [ "$DTYPE" = bf16 ] && [ "$FP32_STEPS" -gt 0 ]; then
   echo "# fp32, $FP32_STEPS steps, every step to 0.1%:"
   DTYPE=fp32 STEPS=$FP32_STEPS TOL=0.001 NOISE=0 FP32_STEPS=0 SHOW_EVERY=${SHOW_EVERY:-25} "$0" >"$T/fp32.txt" 2>&1
   grep -v ' passed, ' "$T/fp32.txt" | sed 's/^ok - /ok - fp32 pass: /; s/^not ok - /not ok - fp32 pass: /'

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# test_gpu_scripts.sh - the GPU machine's scripts still run, here on the CPU
+# with a tiny GPT-2 (each has a DEVICE=cpu mode for this): issue 25's curve
+# test (tests/gpu/test_gpt2_curve.sh, bf16 windows then its fp32 pass), the
+# curve diagnosis (tests/gpu/curve_diag.sh) and the benchmark against
+# PyTorch (bench/gpt2_gpu.sh).  Device time is scarce: a script that breaks
+# (a variable unset under set -u, a renamed metrics key) should fail here,
+# not in a GPU call.  Their numbers on a CPU mean nothing and are not checked;
+# that each one gets to its end, with the lines its readers parse, is.
+. "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+
+if ! python3 -c 'import torch, numpy' 2>/dev/null; then
+  not_ok "python3 has torch and numpy (scripts/install-deps.sh installs them into .venv)"
+  exit 1
+fi
+tiny=(LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64)
+
+env "${tiny[@]}" DEVICE=cpu STEPS=80 DTRAIN="$DTRAIN" timeout "$(limit_s 120)" tests/gpu/test_gpt2_curve.sh \
+  >"$T/curve.out" 2>&1
+echo "# test_gpt2_curve.sh: $(tail -n 1 "$T/curve.out")"
+contains "$T/curve.out" '^2[0-9] passed, 0 failed$' \
+  "tests/gpu/test_gpt2_curve.sh runs on the CPU to its end, bf16 windows and fp32 pass, all passing"
+contains "$T/curve.out" '^# noise floor: ' "the curve test prints PyTorch's noise floor beside the curves"
+
+env DEV=cpu L=2 H=2 C=64 V=256 BLK=64 SEQ=64 S=30 DTRAIN="$DTRAIN" timeout "$(limit_s 120)" tests/gpu/curve_diag.sh \
+  >"$T/diag.out" 2>&1
+contains "$T/diag.out" '^    30 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' \
+  "tests/gpu/curve_diag.sh trains the four curves and prints their windows"
+contains "$T/diag.out" '^largest \|difference\|: dtrain-torch [0-9.]+%' "curve_diag.sh ends with the largest differences"
+
+env "${tiny[@]}" DEVICE=cpu BATCHES=4 PROFILE_BATCH=4 MODES=eager NSYS=0 CUPTI=0 DTRAIN="$DTRAIN" \
+  timeout "$(limit_s 120)" bench/gpt2_gpu.sh >"$T/bench.out" 2>&1
+contains "$T/bench.out" '^dtrain mode=dtrain B=4 T=64 steps=30 tokens_per_s=[0-9.]+ ' \
+  "bench/gpt2_gpu.sh measures dtrain from its metrics rows"
+contains "$T/bench.out" '^ratio B=4: dtrain / PyTorch eager = [0-9.]+x tokens/s' \
+  "bench/gpt2_gpu.sh prints the ratio against the peer"
