@@ -7,6 +7,7 @@
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
 #   make install      PREFIX=/usr/local: binary, library, public headers, man page, docs
+#   make bundle       build/bundle.tar.xz: dtrain and the GPU tests for a machine without our libraries
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
 #   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
 #   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
@@ -128,7 +129,8 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
-.PHONY: FORCE all deps deps-demo demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format
+.PHONY: FORCE all deps deps-demo demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format \
+        bundle
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -253,6 +255,19 @@ fuzz-run-%: FORCE
 	    > build-fuzz/fuzz/$*.log 2>&1 \
 	    || { tail -n 40 build-fuzz/fuzz/$*.log; echo "fuzz: $* found a crash (log: build-fuzz/fuzz/$*.log)"; exit 1; }
 	@tail -n 3 build-fuzz/fuzz/$*.log
+
+# `make bundle`: for a GPU machine without libyaml, libuv, jansson or OpenBLAS (the device machines
+# here): dtrain and the GPU test programs built with those linked in and without MPI, stripped, in
+# build/bundle.tar.xz; unpacked at a checkout's root it gives bin/dtrain and build/tests/gpu/, for
+# `tests/gpu/run.sh --run` and bench/gpt2_gpu.sh (docs/gpu.md).
+BUNDLE := $(BUILD)/bundle
+bundle:
+	@$(MAKE) --no-print-directory CUDA=1 STATIC_DEPS=1 MPI=0 BUILD=$(BUNDLE) BINDIR=$(BUNDLE)/bin all test-gpu-build
+	@rm -rf $(BUNDLE)/pack && mkdir -p $(BUNDLE)/pack/bin $(BUNDLE)/pack/build/tests/gpu
+	@strip -o $(BUNDLE)/pack/bin/dtrain $(BUNDLE)/bin/dtrain
+	@for f in $(BUNDLE)/tests/gpu/test_*; do case $$f in *.d) ;; \
+	  *) strip -o $(BUNDLE)/pack/build/tests/gpu/$$(basename $$f) $$f || exit 1 ;; esac; done
+	@tar -C $(BUNDLE)/pack -cJf $(BUILD)/bundle.tar.xz . && echo "bundle: $(BUILD)/bundle.tar.xz"
 
 DOCDIR ?= $(PREFIX)/share/doc/dtrain
 
