@@ -15,41 +15,26 @@
 # fp32 than torch does, the windows that miss are autocast's rounding, not a
 # dtrain bug; if torch_fr moves torch to dtrain, it is cuBLAS's reductions.
 # About 2 minutes on an H100.  Writes the per-step losses to $OUT if set.
-#   DTRAIN=path/to/dtrain  PYTHON=python3  S=300 (steps)
-#   DEV=cpu with L=2 H=2 C=64 V=256 BLK=64 SEQ=64 S=40 checks the script without a GPU.
+#   DTRAIN=path/to/dtrain  PYTHON=python3  STEPS=300  B=8  SEQ=512 (the curve test's knobs)
+#   DEVICE=cpu with LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 STEPS=30 checks the script
+#   without a GPU (tests/integration/test_gpu_scripts.sh).
 set -u
 case ${DTRAIN:-} in */*) DTRAIN=$(realpath -m "$DTRAIN") ;; esac
 cd "$(dirname "$0")/../.." || exit 1
-DTRAIN=${DTRAIN:-$PWD/bin/dtrain} PYTHON=${PYTHON:-python3} S=${S:-300} SEQ=${SEQ:-512}
-L=${L:-12} H=${H:-12} C=${C:-768} V=${V:-50257} BLK=${BLK:-1024} DEV=${DEV:-cuda}
+DTRAIN=${DTRAIN:-$PWD/bin/dtrain} PYTHON=${PYTHON:-python3} DEVICE=${DEVICE:-cuda} AMP=bf16
+STEPS=${STEPS:-300} B=${B:-8} SEQ=${SEQ:-512} LR=${LR:-6e-4} MIN_LR=${MIN_LR:-6e-5} WARMUP=${WARMUP:-30} WD=${WD:-0.1}
+LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . scripts/cudnn-env.sh
 T=$(mktemp -d /tmp/dtrain-curvediag.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-{ cat docs/*.md README.md
-  find base spec comm worker launcher scheduler-adapters -name '*.[ch]' -print0 | LC_ALL=C sort -z | xargs -0 cat
-} 2>/dev/null | head -c $((S * 8 * SEQ * 5 / 4 + 2)) >"$T/text.txt"
+. tests/gpu/curve_common.sh
+curve_text
 "$DTRAIN" data bytes "$T/text.txt" -o "$T/data" --val-fraction 0 >/dev/null || { echo "curve_diag: dtrain data bytes failed"; exit 1; }
-shape=(--layers "$L" --heads "$H" --embd "$C" --vocab "$V" --block "$BLK")
+curve_shape
 "$PYTHON" bench/gpt2_torch.py "${shape[@]}" --seed 1 --write-init "$T/init.safetensors" >/dev/null ||
   { echo "curve_diag: the peer cannot write the initial weights"; exit 1; }
-cat >"$T/diag.yaml" <<Y
-name: curve-diag
-nproc_per_node: 1
-trainer:
-  model: {type: gpt2, n_layer: $L, n_head: $H, n_embd: $C, vocab_size: $V, block_size: $BLK}
-  init_from: $T/init.safetensors
-  data: {dataset: tokens, train: "$T/data/train_*.bin", batch_size: 8, seq_len: $SEQ, shuffle: false}
-  steps: $S
-  optimizer: {type: adamw, lr: 6e-4, betas: [0.9, 0.95], eps: 1e-8, weight_decay: 0.1, grad_clip: 1.0}
-  scheduler: {type: cosine, warmup_steps: 30, min_lr: 6e-5}
-  checkpoint: {every_steps: 0, dir: $T/ckpt, resume: never}
-  log_every_steps: 1
-  seed: 1
-  device: $DEV
-  amp: {dtype: bf16}
-  cuda_graph: $([ "$DEV" = cuda ] && echo true || echo false)
-Y
+curve_spec "$T/diag.yaml" curve-diag
 "$DTRAIN" launch "$T/diag.yaml" --log-dir "$T/runs" >"$T/dtrain.out" 2>"$T/dtrain.err" || tail -n 5 "$T/dtrain.err"
 "$PYTHON" - "$T" >"$T/dtrain.txt" <<'PY'
 import glob, json, sys
@@ -57,8 +42,7 @@ for r in map(json.loads, open(glob.glob(sys.argv[1] + "/runs/curve-diag-*/metric
     if "loss" in r:
         print("step", r["step"], "loss", r["loss"])
 PY
-peer=(--device "$DEV" "${shape[@]}" --init "$T/init.safetensors" --shards "$T/data/train_*.bin" --batch 8 --seq "$SEQ"
-  --warmup 0 --steps "$S" --schedule cosine --lr-warmup 30 --lr 6e-4 --min-lr 6e-5 --weight-decay 0.1 --log-every 1)
+curve_peer_args
 "$PYTHON" bench/gpt2_torch.py "${peer[@]}" --dtype bf16 >"$T/torch.txt" 2>"$T/torch.err" || tail -n 3 "$T/torch.err"
 "$PYTHON" bench/gpt2_torch.py "${peer[@]}" --dtype bf16 --bf16-full-reduction >"$T/torch_fr.txt" 2>"$T/torch_fr.err" ||
   tail -n 3 "$T/torch_fr.err"

@@ -51,6 +51,7 @@ LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 T=$(mktemp -d /tmp/dtrain-gpt2curve.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+. tests/gpu/curve_common.sh
 pass=0 fail=0
 check() { # name cmd...
   local name=$1; shift
@@ -67,37 +68,16 @@ check "$PYTHON imports torch and numpy (the peer)" "$PYTHON" -c 'import torch, n
 [ "$fail" -eq 0 ] || finish
 
 # --- the same tokens and the same weights -------------------------------------
-need=$((STEPS * B * SEQ + 1))
-# this tree's prose and C, in a fixed order: megabytes of learnable bytes
-{ cat docs/*.md README.md
-  find base spec comm worker launcher scheduler-adapters -name '*.[ch]' -print0 | LC_ALL=C sort -z | xargs -0 cat
-} 2>/dev/null | head -c $((need + need / 4)) >"$T/text.txt"
+curve_text
 check "dtrain data bytes writes the text ($(stat -c %s "$T/text.txt") bytes) as one shard" \
   sh -c "'$DTRAIN' data bytes '$T/text.txt' -o '$T/data' --val-fraction 0 >/dev/null"
-shape=(--layers "$LAYERS" --heads "$HEADS" --embd "$EMBD" --vocab "$VOCAB" --block "$BLOCK")
+curve_shape
 check "the peer writes GPT-2's initialisation as safetensors" \
   sh -c "'$PYTHON' bench/gpt2_torch.py ${shape[*]} --seed 1 --write-init '$T/init.safetensors' >'$T/init.log' 2>&1" ||
   sed 's/^/# /' "$T/init.log"
 
 # --- dtrain ---------------------------------------------------------------------
-graph=; [ "$DEVICE" = cuda ] && graph="cuda_graph: true"
-cat >"$T/curve.yaml" <<EOF
-name: gpt2-curve
-nproc_per_node: 1
-trainer:
-  model: {type: gpt2, n_layer: $LAYERS, n_head: $HEADS, n_embd: $EMBD, vocab_size: $VOCAB, block_size: $BLOCK}
-  init_from: $T/init.safetensors
-  data: {dataset: tokens, train: "$T/data/train_*.bin", batch_size: $B, seq_len: $SEQ, shuffle: false}
-  steps: $STEPS
-  optimizer: {type: adamw, lr: $LR, betas: [0.9, 0.95], eps: 1e-8, weight_decay: $WD, grad_clip: 1.0}
-  scheduler: {type: cosine, warmup_steps: $WARMUP, min_lr: $MIN_LR}
-  checkpoint: {every_steps: 0, dir: $T/ckpt, resume: never}
-  log_every_steps: 1
-  seed: 1
-  device: $DEVICE
-  amp: {dtype: $AMP}
-  $graph
-EOF
+curve_spec "$T/curve.yaml" gpt2-curve
 start=$(date +%s.%N)
 timeout 300 "$DTRAIN" launch "$T/curve.yaml" --log-dir "$T/runs" >"$T/dtrain.out" 2>"$T/dtrain.err"
 rc=$?
@@ -112,9 +92,8 @@ run=$(ls -d "$T"/runs/gpt2-curve-* 2>/dev/null | head -n 1)
 # not checked).  NOISE=0 skips it.
 torch_run() { # OUT [args...]
   local out=$1; shift
-  "$PYTHON" bench/gpt2_torch.py --device "$DEVICE" "${shape[@]}" --init "$T/init.safetensors" --dtype "$DTYPE" \
-    --shards "$T/data/train_*.bin" --batch "$B" --seq "$SEQ" --warmup 0 --steps "$STEPS" --schedule cosine \
-    --lr-warmup "$WARMUP" --lr "$LR" --min-lr "$MIN_LR" --weight-decay "$WD" --log-every 1 "$@" >"$T/$out.out" 2>"$T/$out.err"
+  curve_peer_args
+  "$PYTHON" bench/gpt2_torch.py "${peer[@]}" --dtype "$DTYPE" "$@" >"$T/$out.out" 2>"$T/$out.err"
 }
 start=$(date +%s.%N)
 torch_run torch

@@ -23,7 +23,7 @@ contains "$T/curve.out" '^2[0-9] passed, 0 failed$' \
   "tests/gpu/test_gpt2_curve.sh runs on the CPU to its end, bf16 windows and fp32 pass, all passing"
 contains "$T/curve.out" '^# noise floor: ' "the curve test prints PyTorch's noise floor beside the curves"
 
-env DEV=cpu L=2 H=2 C=64 V=256 BLK=64 SEQ=64 S=30 DTRAIN="$DTRAIN" timeout "$(limit_s 120)" tests/gpu/curve_diag.sh \
+env "${tiny[@]}" DEVICE=cpu STEPS=30 DTRAIN="$DTRAIN" timeout "$(limit_s 120)" tests/gpu/curve_diag.sh \
   >"$T/diag.out" 2>&1
 contains "$T/diag.out" '^    30 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' \
   "tests/gpu/curve_diag.sh trains the four curves and prints their windows"
