@@ -88,12 +88,18 @@ static double harness_op_timeout_s;
 
 /* Runs body on `world` ranks; returns how many failed.  The body returns 0 or
  * a negative code (its message in dt_error_last()). */
+enum { HARNESS_MAX_WORLD = 16 };
+
 static int harness_run(int world, const char *backend, double timeout_s, harness_body body, void *arg)
 {
+    if (world < 1 || world > HARNESS_MAX_WORLD) {
+        fprintf(stderr, "harness_run: world %d is outside 1..%d\n", world, HARNESS_MAX_WORLD);
+        return world < 1 ? 1 : world;
+    }
     harness_start();
     char prefix[64];
     snprintf(prefix, sizeof prefix, "h%d-%d/", (int)getpid(), harness_seq++);
-    pid_t pids[16];
+    pid_t pids[HARNESS_MAX_WORLD];
     fflush(NULL);
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
@@ -131,14 +137,14 @@ static int harness_run(int world, const char *backend, double timeout_s, harness
      * the test's own watchdog would cost seconds a run.  It counts as failed.
      * Only these pids are waited for (a test may have other children). */
     int failed = 0, left = world;
-    bool done[16] = {false}, is_stopped[16] = {false};
+    bool done[HARNESS_MAX_WORLD] = {false}, is_stopped[HARNESS_MAX_WORLD] = {false};
     while (left > 0) {
         int stopped = 0;
         for (int r = 0; r < world; r++) {
             int st;
-            pid_t got = done[r] ? 0 : waitpid(pids[r], &st, WNOHANG | WUNTRACED);
-            if (got == pids[r] && WIFSTOPPED(st))
-                is_stopped[r] = true;
+            pid_t got = done[r] ? 0 : waitpid(pids[r], &st, WNOHANG | WUNTRACED | WCONTINUED);
+            if (got == pids[r] && (WIFSTOPPED(st) || WIFCONTINUED(st)))
+                is_stopped[r] = WIFSTOPPED(st);
             else if (got == pids[r] || (got < 0 && errno != EINTR)) {
                 failed += got < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
                 done[r] = true;

@@ -34,7 +34,7 @@
  * with its atomic dq where it loads and takes the shape, else fast (said
  * once, on stderr, why).  That is PyTorch's choice on Hopper: its SDPA runs
  * cuDNN's backward without asking for the deterministic algorithm.  On the
- * H100 it was 1.4 ms a step faster than cudnn (GPT-2 124M, B=32) and has no
+ * H100 it was 1.3 ms a step faster than cudnn (GPT-2 124M, B=32) and has no
  * B*H*T*T dS in memory, which the deterministic one keeps (0.38 GiB at B=16,
  * T=1024).  simple forces the general path, the way round a fast-path bug on
  * a GPU machine; fast the own tensor-core kernels without atomics (the same
