@@ -468,6 +468,7 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
         return dt_error_set(
             DT_EINVAL, "cuda trainer: test rows %lld..%lld outside 0..%lld (batch at most %d)",
             (long long)first, (long long)(first + n), (long long)d->c.test->n, d->c.max_batch);
+    dt_engine__profile_aside(d, true);
     int rc =
         dt_engine__gather(d->s, d->t, d->x, d->y, d->test_img, d->test_lbl, NULL, first, n, d->px, d->lut);
     struct dt_model_cuda_loss ls = {.loss_sum = &d->sc->eval_loss, .correct = &d->sc->eval_correct};
@@ -476,6 +477,7 @@ static int engine_eval_batch(struct dt_dev_model *d, int64_t first, int n, doubl
     struct dt_engine_scalars h;
     if (!rc)
         rc = read_scalars(d, &h, "evaluating");
+    dt_engine__profile_aside(d, false);
     if (rc)
         return dt_error_prefix("cuda trainer: evaluation of test rows %lld..%lld", (long long)first,
                                (long long)(first + n));
@@ -497,6 +499,7 @@ static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, 
             "%d rows of %d",
             b ? b->n : 0, b ? b->T : 0, d->c.max_batch, d->T);
     size_t bytes = (size_t)b->n * (size_t)d->T * sizeof(int32_t);
+    dt_engine__profile_aside(d, true);
     cudaError_t e = cudaMemcpyAsync(d->x, b->inputs, bytes, cudaMemcpyHostToDevice, d->s);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(d->y, b->targets, bytes, cudaMemcpyHostToDevice, d->s);
@@ -507,6 +510,7 @@ static int engine_eval_tokens(struct dt_dev_model *d, const struct dt_batch *b, 
     struct dt_engine_scalars h;
     if (!rc)
         rc = read_scalars(d, &h, "evaluating");
+    dt_engine__profile_aside(d, false);
     if (rc)
         return dt_error_prefix("cuda trainer: validation batch %lld", (long long)b->index);
     *loss_sum = h.eval_loss;
@@ -537,7 +541,7 @@ static int gather_moment(struct dt_dev_model *d, const float *shard, float *host
     return rc;
 }
 
-static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
+static int copy_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
 {
     int rc = dt_engine__wait(d, "copying the parameters to the host");
     size_t b = d->n * sizeof(float);
@@ -555,6 +559,14 @@ static int engine_get_state(struct dt_dev_model *d, float *params, float *m, flo
     if (!rc && e == cudaSuccess && step)
         e = cudaMemcpy(step, &d->sc->adam_step, sizeof *step, cudaMemcpyDeviceToHost);
     return rc ? rc : e == cudaSuccess ? 0 : dt_cuda_err(e, "cuda trainer: copying the state to the host");
+}
+
+static int engine_get_state(struct dt_dev_model *d, float *params, float *m, float *v, int64_t *step)
+{
+    dt_engine__profile_aside(d, true);
+    int rc = copy_state(d, params, m, v, step);
+    dt_engine__profile_aside(d, false);
+    return rc;
 }
 
 static int engine_read_scaler(struct dt_dev_model *d, float *scale, int *growth_tracker, int64_t *adam_step)

@@ -151,6 +151,9 @@ int dt_engine__wait(struct dt_dev_model *d, const char *what);
 /* profile_cuda.c: DTRAIN_CUDA_PROFILE's per-kernel table (docs/gpu.md); each a no-op without it */
 void dt_engine__profile_start(const struct dt_dev_model *d);
 void dt_engine__profile_step(struct dt_dev_model *d);
+/* Around work that is not a training step (evaluation, the state copied out):
+ * its records are left out of the table.  Waits for the device when profiling. */
+void dt_engine__profile_aside(struct dt_dev_model *d, bool begin);
 void dt_engine__profile_finish(const struct dt_dev_model *d);
 
 /* dlopen_cuda.c: NVML loaded with dlopen at first use; absent -> NAN. */

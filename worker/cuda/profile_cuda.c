@@ -16,7 +16,12 @@
  * The first DTRAIN_CUDA_PROFILE_SKIP steps (default 10: graph capture,
  * cuBLASLt's autotuning, the allocator warming) are left out: at that step
  * the engine waits for the device once, and records that started before
- * CUPTI's timestamp at that moment are dropped.
+ * CUPTI's timestamp at that moment are dropped.  Work that is not a training
+ * step (evaluation, the state copied out for a checkpoint) is set aside the
+ * same way: the engine waits before and after it, and records that started
+ * between the two timestamps are dropped, so the table per step is the
+ * step's (a checkpoint's 500 MB of DtoH copies would otherwise read as
+ * milliseconds per step of "copies").
  *
  * The few CUPTI declarations are written out here, the stable ABI of CUPTI
  * 12 and 13 (record prefixes only grow at their end); when the toolkit's
@@ -98,7 +103,11 @@ static struct {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dt_kprof *table; /* NULL when not profiling; under mu */
 static uint64_t counted_from;  /* CUPTI ns: records starting earlier are warm-up; under mu */
-static uint64_t dropped, incomplete;
+static struct aside {
+    uint64_t from, to; /* CUPTI ns; to = UINT64_MAX while open */
+} *asides;             /* non-step work, in time order; under mu */
+static size_t n_asides, cap_asides;
+static uint64_t dropped, incomplete, set_aside, not_set_aside; /* records; stretches */
 static int64_t steps, skip;
 static char out_path[4096];
 
@@ -153,6 +162,11 @@ static void take_record(const uint8_t *r)
     }
     if (start < counted_from)
         return;
+    for (size_t i = n_asides; i--;) /* the latest first: records come roughly in time order */
+        if (start >= asides[i].from && start < asides[i].to) {
+            set_aside++;
+            return;
+        }
     if (end <= start) { /* a record flushed before it completed */
         incomplete++;
         return;
@@ -302,11 +316,28 @@ void dt_engine__profile_start(const struct dt_dev_model *d)
     pthread_mutex_lock(&mu);
     table = t;
     counted_from = sk ? UINT64_MAX : 0;
-    dropped = incomplete = 0;
+    dropped = incomplete = set_aside = not_set_aside = 0;
+    n_asides = 0;
     pthread_mutex_unlock(&mu);
     steps = 0;
     skip = (int64_t)sk;
     owner = d;
+}
+
+/* CUPTI's clock once everything queued so far has run: records of the
+ * queued work start before it, records of what comes next after it.  0 (and
+ * one warning naming `what`) when the wait or the clock fails. */
+static uint64_t device_now(struct dt_dev_model *d, const char *what)
+{
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "DTRAIN_CUDA_PROFILE: waiting for the device (%s)", what);
+    if (dt_engine__wait(d, ctx))
+        dt_log_warn("%s; the kernel profile may put some work on the wrong side of it", dt_error_last());
+    uint64_t now = 0;
+    int r = cupti.timestamp(&now);
+    if (r != CUPTI_OK)
+        dt_log_warn("DTRAIN_CUDA_PROFILE: cuptiGetTimestamp (%s): %s", what, cupti_why(r)), now = 0;
+    return now;
 }
 
 /* After each optimizer step is issued: the warm-up ends at step `skip`. */
@@ -314,19 +345,34 @@ void dt_engine__profile_step(struct dt_dev_model *d)
 {
     if (owner != d || ++steps != skip)
         return;
-    if (dt_engine__wait(d, "DTRAIN_CUDA_PROFILE: waiting for the warm-up steps"))
-        dt_log_warn("%s; the kernel profile may count the last warm-up step", dt_error_last());
-    uint64_t now = 0;
-    int r = cupti.timestamp(&now);
-    if (r != CUPTI_OK)
-        dt_log_warn("DTRAIN_CUDA_PROFILE: cuptiGetTimestamp: %s; the profile counts from the start",
-                    cupti_why(r));
+    uint64_t now = device_now(d, "the end of the warm-up steps");
     pthread_mutex_lock(&mu);
-    counted_from = now;
+    counted_from = now; /* 0 when the clock failed: the profile counts from the start */
     pthread_mutex_unlock(&mu);
 }
 
-static void write_table(const struct dt_kprof *t, uint64_t lost)
+void dt_engine__profile_aside(struct dt_dev_model *d, bool begin)
+{
+    if (owner != d)
+        return;
+    uint64_t now = device_now(d, begin ? "before work outside the steps" : "after work outside the steps");
+    pthread_mutex_lock(&mu);
+    if (begin && n_asides == cap_asides) {
+        size_t cap = cap_asides ? 2 * cap_asides : 16;
+        struct aside *a = realloc(asides, cap * sizeof *a);
+        if (a)
+            asides = a, cap_asides = cap;
+    }
+    if (begin && n_asides < cap_asides && now)
+        asides[n_asides++] = (struct aside){.from = now, .to = UINT64_MAX};
+    else if (begin) /* its records count; the table says so */
+        not_set_aside++;
+    else if (!begin && n_asides && asides[n_asides - 1].to == UINT64_MAX)
+        asides[n_asides - 1].to = now ? now : UINT64_MAX;
+    pthread_mutex_unlock(&mu);
+}
+
+static void write_table(const struct dt_kprof *t, uint64_t lost, uint64_t aside, uint64_t not_aside)
 {
     bool to_stderr = !strcmp(out_path, "-");
     FILE *f = to_stderr ? stderr : fopen(out_path, "w");
@@ -344,6 +390,12 @@ static void write_table(const struct dt_kprof *t, uint64_t lost)
     if (lost)
         fprintf(f, "(%llu records lost: dropped by CUPTI for want of buffers, or incomplete)\n",
                 (unsigned long long)lost);
+    if (aside)
+        fprintf(f, "(%llu records of work outside the steps, evaluation or checkpoints, left out)\n",
+                (unsigned long long)aside);
+    if (not_aside)
+        fprintf(f, "(%llu stretches of evaluation or checkpoints could not be told apart and are counted)\n",
+                (unsigned long long)not_aside);
     if (!to_stderr && fclose(f))
         dt_log_warn("DTRAIN_CUDA_PROFILE: writing %s: %s", out_path, strerror(errno));
 }
@@ -363,8 +415,10 @@ void dt_engine__profile_finish(const struct dt_dev_model *d)
     pthread_mutex_lock(&mu);
     struct dt_kprof *t = table;
     table = NULL;
-    uint64_t lost = dropped + incomplete;
+    uint64_t lost = dropped + incomplete, aside = set_aside, not_aside = not_set_aside;
+    free(asides);
+    asides = NULL, n_asides = cap_asides = 0;
     pthread_mutex_unlock(&mu);
-    write_table(t, lost);
+    write_table(t, lost, aside, not_aside);
     dt_kprof_free(t);
 }
