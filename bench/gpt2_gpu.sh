@@ -73,7 +73,8 @@ steps_most=$((WARMUP + STEPS)); [ "$PROFILE_STEPS" -gt "$steps_most" ] && steps_
 echo "# gpt2_gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1);" \
   "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null); GPT-2 L=$LAYERS C=$EMBD" \
   "H=$HEADS V=$VOCAB T=$SEQ bf16; $WARMUP warm-up + $STEPS timed steps per run;" \
-  "dtrain's kernel choices: $(env | grep -E '^DTRAIN_CUDA_[A-Z_]+=' | sort | tr '\n' ' ' || true)"
+  "dtrain's kernel choices: $(env | grep -E '^DTRAIN_CUDA_[A-Z_]+=' | sort | tr '\n' ' ' | grep . ||
+    echo 'the defaults (docs/gpu.md)')"
 
 # job NAME BATCH STEPS LOG_EVERY: dtrain's spec, the peer's hyper-parameters
 job() {

@@ -172,7 +172,7 @@ static bool has_any(const char *s, const char *const *words)
  * cudnn::fusion::compute_dot_do_o_* and matmul_dq: attention_cudnn.cpp),
  * the others by their names in the .cu files of worker/cuda and in cuBLASLt (whose
  * Hopper GEMMs are sm90_xmma_*, cutlass::* and nvjet_*), NCCL's ncclDevKernel_*. */
-const char *dt_kprof_category(const char *name)
+const char *dt_kprof_category(const char *raw)
 {
     static const char *const copy[] = {"[memcpy", "[memset", NULL};
     static const char *const nccl[] = {"nccl", NULL};
@@ -183,8 +183,10 @@ const char *dt_kprof_category(const char *name)
                                      "layernorm",  "layer_norm",  NULL};
     static const char *const xent[] = {"xent", "cross_entropy", "crossentropy", "classifier", NULL};
     static const char *const adam[] = {"adamw", "sumsq", "unscale", "scaler_update", NULL};
-    if (!name)
+    if (!raw)
         return "other";
+    char buf[256]; /* the readable name: a mangled "_ZN5cudnn6fusion..." has no "cudnn::fusion" */
+    const char *name = dt_kprof_short_name(raw, buf, sizeof buf);
     if (has_any(name, copy))
         return "copies";
     if (has_any(name, nccl))

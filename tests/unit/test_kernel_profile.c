@@ -50,6 +50,10 @@ static void categories(void **s)
     assert_string_equal(dt_kprof_category("cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0"),
                         "attention");
     assert_string_equal(dt_kprof_category("cudnn::fusion::matmul_dq"), "attention"); /* cuDNN's backward, seen */
+    /* as CUPTI gives them: mangled (seen as "other" on the H100 before the category read the short name) */
+    assert_string_equal(dt_kprof_category("_ZN5cudnn6fusion27compute_dot_do_o_specializedILi128EEEvPKvS3_Pf"),
+                        "attention");
+    assert_string_equal(dt_kprof_category("_ZN5cudnn6fusion20convert_dq_to_16bitsEPKfPvi"), "attention");
     assert_string_equal(dt_kprof_category("_Z17ln_backward_kernelPf"), "layernorm");
     assert_string_equal(dt_kprof_category("_Z15xent_rows_kernelPf"), "cross-entropy");
     assert_string_equal(dt_kprof_category("_Z12adamw_kernelPf"), "AdamW");
