@@ -519,7 +519,7 @@ static void test_xent_rows(struct dt_cuda_ctx *k, enum dt_cuda_dtype t, int N, i
     /* without grad: logits untouched */
     RUN(dt_cuda_xent_rows(k, t, dx, dloss, dhit, dy, N, V, S, dsc, dscale, false), "xent_rows");
     float *got = malloc(n * 4);
-    const char *kn = way == DT_CUDA__XENT_TWO_PASS ? "two-pass" : "auto";
+    const char *kn = way == DT_CUDA__XENT_TWO_PASS ? "two-pass" : way == DT_CUDA__XENT_SMEM ? "smem" : "auto";
     gt_down(got, dx, n, t);
     gt_result(!memcmp(got, x, n * 4), "xent_rows %s %d rows stride %d (%s) without grad leaves the logits",
               gt_tname(t), N, S, kn);
@@ -756,13 +756,14 @@ static int t_xent(struct dt_cuda_ctx *k, void *c)
     return dt_cuda_xent_rows(k, DT_CUDA_BF16, b->out, b->f2, NULL, (const int32_t *)b->f3, 2048, 50257, 50304,
                              1.0f, NULL, true);
 }
-static int t_xent2(struct dt_cuda_ctx *k, void *c)
+static int t_xent_way(struct dt_cuda_ctx *k, void *c, int way)
 {
-    dt_cuda__xent_force_kernel(DT_CUDA__XENT_TWO_PASS);
+    dt_cuda__xent_force_kernel(way);
     int rc = t_xent(k, c);
     dt_cuda__xent_force_kernel(DT_CUDA__XENT_AUTO);
     return rc;
 }
+static int t_xent_smem(struct dt_cuda_ctx *k, void *c) { return t_xent_way(k, c, DT_CUDA__XENT_SMEM); }
 
 static void timing(struct dt_cuda_ctx *k)
 {
@@ -773,9 +774,9 @@ static void timing(struct dt_cuda_ctx *k)
     b.f2 = gt_alloc((size_t)3072 * 768 * 4), b.f3 = gt_alloc((size_t)3072 * 4 * 4);
     printf("# timing (bf16, N = 16384, ms): fc 768->3072 +gelu %.3f, c_proj 3072->768 +residual %.3f, "
            "c_proj backward_x with dgelu %.3f, fc backward_w with db %.3f, layernorm fwd %.3f bwd %.3f, "
-           "xent_rows 2048 x 50257 %.3f (two-pass %.3f)\n",
+           "xent_rows 2048 x 50257 %.3f (smem %.3f)\n",
            time_ms(k, t_fc, &b), time_ms(k, t_proj_res, &b), time_ms(k, t_fc_bx, &b), time_ms(k, t_fc_bw, &b),
-           time_ms(k, t_ln_f, &b), time_ms(k, t_ln_b, &b), time_ms(k, t_xent, &b), time_ms(k, t_xent2, &b));
+           time_ms(k, t_ln_f, &b), time_ms(k, t_ln_b, &b), time_ms(k, t_xent, &b), time_ms(k, t_xent_smem, &b));
     dt_error_clear();
     cudaFree(b.a), cudaFree(b.w), cudaFree(b.out), cudaFree(b.pre), cudaFree(b.bias), cudaFree(b.res);
     cudaFree(b.f1), cudaFree(b.f2), cudaFree(b.f3);
@@ -815,9 +816,9 @@ int main(void)
         test_layernorm(k, types[ti], 4099, 1024); /* their widest (8), more rows than one wave of blocks */
         test_layernorm(k, types[ti], 5, 128);     /* their narrowest (1), fewer rows than warps */
         test_layernorm(k, types[ti], 37, 100);    /* the scalar kernels */
-        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_AUTO); /* bf16: through shared memory */
-        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_TWO_PASS);
-        test_xent_rows(k, types[ti], 300, 50304, DT_CUDA__XENT_AUTO); /* more rows than blocks: the pipeline */
+        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_AUTO);  /* two passes */
+        test_xent_rows(k, types[ti], 6, 50304, DT_CUDA__XENT_SMEM);  /* bf16: through shared memory; fp32: two */
+        test_xent_rows(k, types[ti], 300, 50304, DT_CUDA__XENT_SMEM); /* more rows than blocks: the pipeline */
         test_xent_rows(k, types[ti], 6, 50261, DT_CUDA__XENT_AUTO);  /* rows not 16-byte aligned */
         test_gelu(k, types[ti]);
     }

@@ -128,11 +128,11 @@ void dt_cuda__cudnn_release(struct dt_cuda_ctx *k);
  * a plan. */
 int dt_cuda__attention_cudnn_validate(int sm, enum dt_cuda_dtype t, int B, int T, int C, int H);
 
-/* classifier_cuda.cu's kernels (dt_cuda_xent_rows): by the
- * row's size (auto: through shared memory where two rows fit) or the
- * two-pass one (DTRAIN_CUDA_XENT=two-pass); force_kernel makes one run
- * whatever the environment says, for the tests; returns the previous. */
-enum { DT_CUDA__XENT_AUTO, DT_CUDA__XENT_TWO_PASS };
+/* classifier_cuda.cu's kernels (dt_cuda_xent_rows): auto (two passes over
+ * the row), two-pass, or through shared memory where two rows fit (smem; else
+ * two-pass); force_kernel makes one run whatever DTRAIN_CUDA_XENT says, for
+ * the tests; returns the previous. */
+enum { DT_CUDA__XENT_AUTO, DT_CUDA__XENT_TWO_PASS, DT_CUDA__XENT_SMEM };
 int dt_cuda__xent_force_kernel(int way);
 
 /* Own kernels (act_cuda.cu); all enqueue on `s`. */
