@@ -259,11 +259,15 @@ fuzz-run-%: FORCE
 # `make bundle`: for a GPU machine without libyaml, libuv, jansson or OpenBLAS (the device machines
 # here): dtrain and the GPU test programs built with those linked in and without MPI, stripped, in
 # build/bundle.tar.xz; unpacked at a checkout's root it gives bin/dtrain and build/tests/gpu/, for
-# `tests/gpu/run.sh --run` and bench/gpt2_gpu.sh (docs/gpu.md).
+# `tests/gpu/run.sh --run` and bench/gpt2_gpu.sh (docs/gpu.md), and build/fashion-mnist/ (30 MB,
+# FMNIST), which the GPU machine lacks and test_cuda_trainer reads (tests/gpu/run.sh points it there).
 BUNDLE := $(BUILD)/bundle
+FMNIST ?= /usr/share/datasets/fashion-mnist
 bundle:
 	@$(MAKE) --no-print-directory CUDA=1 STATIC_DEPS=1 MPI=0 BUILD=$(BUNDLE) BINDIR=$(BUNDLE)/bin all test-gpu-build
 	@rm -rf $(BUNDLE)/pack && mkdir -p $(BUNDLE)/pack/bin $(BUNDLE)/pack/build/tests/gpu
+	@if [ -f $(FMNIST)/train-images-idx3-ubyte.gz ]; then cp -r $(FMNIST) $(BUNDLE)/pack/build/fashion-mnist; \
+	  else echo "bundle: no Fashion-MNIST in $(FMNIST) (FMNIST=...): test_cuda_trainer will need DTRAIN_FMNIST"; fi
 	@strip -o $(BUNDLE)/pack/bin/dtrain $(BUNDLE)/bin/dtrain
 	@for f in $(BUNDLE)/tests/gpu/test_*; do case $$f in *.d) ;; \
 	  *) strip -o $(BUNDLE)/pack/build/tests/gpu/$$(basename $$f) $$f || exit 1 ;; esac; done

@@ -27,6 +27,10 @@ out=$BUILD/tests/gpu
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # cuDNN for test_cuda_attention's cudnn path: PyTorch's copy where no other is installed.
 . scripts/cudnn-env.sh
+# Fashion-MNIST for test_cuda_trainer: make bundle's copy where the machine has none.
+if [ -z "${DTRAIN_FMNIST:-}" ] && [ ! -d /usr/share/datasets/fashion-mnist ] && [ -d build/fashion-mnist ]; then
+  export DTRAIN_FMNIST=$PWD/build/fashion-mnist
+fi
 
 build() {
   [ -f "$BUILD/libdtrain.a" ] || { echo "run.sh: $BUILD/libdtrain.a is missing: run make (with CUDA=1) first"; return 1; }
