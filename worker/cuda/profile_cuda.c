@@ -367,8 +367,15 @@ void dt_engine__profile_aside(struct dt_dev_model *d, bool begin)
         asides[n_asides++] = (struct aside){.from = now, .to = UINT64_MAX};
     else if (begin) /* its records count; the table says so */
         not_set_aside++;
-    else if (!begin && n_asides && asides[n_asides - 1].to == UINT64_MAX)
-        asides[n_asides - 1].to = now ? now : UINT64_MAX;
+    else if (!begin && n_asides && asides[n_asides - 1].to == UINT64_MAX) {
+        struct aside *a = &asides[n_asides - 1];
+        if (now) {
+            a->to = now;
+        } else { /* no end: counting its records beats dropping every later step's */
+            a->to = a->from;
+            not_set_aside++;
+        }
+    }
     pthread_mutex_unlock(&mu);
 }
 
