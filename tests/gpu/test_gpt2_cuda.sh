@@ -15,11 +15,8 @@ cd "$(dirname "$0")/../.."
 DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 T=$(mktemp -d /tmp/dtrain-gpt2cuda.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-check() { # name cmd...
-  local name=$1; shift
-  if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
-}
+. tests/gpu/tap.sh
+need_gpu test_gpt2_cuda.sh
 
 # ~2.2 MB of text: the docs ten times over (the out-of-memory case needs a
 # shard longer than one batch of 1024 x 512 tokens, or the loader refuses first)
@@ -136,5 +133,4 @@ check "out of memory: the sentence names a batch_size that fits" \
   grep -q "out of GPU memory.*batch_size [0-9]* fits" "$T/oom.out" "$T/oom.err"
 check "out of memory: no CUDA error code" sh -c "! grep -q 'cudaErrorMemoryAllocation\|out of memory (2)' '$T/oom.out' '$T/oom.err'"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -55,17 +55,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 T=$(mktemp -d /tmp/dtrain-gpt2curve.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 . tests/gpu/curve_common.sh
-pass=0 fail=0
-check() { # name cmd...
-  local name=$1; shift
-  if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
-}
-finish() { echo "$pass passed, $fail failed"; exit $((fail > 0)); }
-
-if [ "$DEVICE" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "ok - # SKIP no CUDA device here (DEVICE=cpu checks the script with a tiny model)"
-  finish
-fi
+. tests/gpu/tap.sh
+need_gpu "test_gpt2_curve.sh (DEVICE=cpu checks the script with a tiny model)"
 check "dtrain is built ($DTRAIN)" test -x "$DTRAIN"
 check "$PYTHON imports torch and numpy (the peer)" "$PYTHON" -c 'import torch, numpy'
 [ "$fail" -eq 0 ] || finish

@@ -10,11 +10,8 @@ DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 DATA=${DTRAIN_FMNIST:-/usr/share/datasets/fashion-mnist}
 T=$(mktemp -d /tmp/dtrain-gpulaunch.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-check() { # name cmd...
-  local name=$1; shift
-  if "$@"; then echo "ok - $name"; pass=$((pass + 1)); else echo "not ok - $name"; fail=$((fail + 1)); fi
-}
+. tests/gpu/tap.sh
+need_gpu test_launch.sh
 
 # split_check METRICS: "ok|bad <what it saw>": on one GPU the engine's phase
 # marks (worker/cuda/engine_internal.h) must give data, forward, backward and
@@ -67,5 +64,4 @@ for dt in fp32 bf16 fp16; do
   check "$dt: the step-time split is the device's own (each phase > 0, comm wait ~0, sum 0.3-1.3x the step)" \
     test "${split%% *}" = ok
 done
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

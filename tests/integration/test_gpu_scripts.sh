@@ -6,7 +6,8 @@
 # PyTorch (bench/gpt2_gpu.sh).  Device time is scarce: a script that breaks
 # (a variable unset under set -u, a renamed metrics key) should fail here,
 # not in a GPU call.  Their numbers on a CPU mean nothing and are not checked;
-# that each one gets to its end, with the lines its readers parse, is.
+# that each one gets to its end, with the lines its readers parse, is; and
+# that without a GPU the GPU shell tests skip, as the C ones do.
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
@@ -35,3 +36,16 @@ contains "$T/bench.out" '^dtrain mode=dtrain B=4 T=64 steps=30 tokens_per_s=[0-9
   "bench/gpt2_gpu.sh measures dtrain from its metrics rows"
 contains "$T/bench.out" '^ratio B=4: dtrain / PyTorch eager = [0-9.]+x tokens/s' \
   "bench/gpt2_gpu.sh prints the ratio against the peer"
+
+# Without a device, each GPU shell test says SKIP and passes (tests/gpu/tap.sh),
+# as the C ones do, so `make test-gpu` here reads as skipped, not as 44 failures.
+if nvidia-smi -L >/dev/null 2>&1; then
+  ok "# SKIP a GPU is present here: the GPU shell tests would run in full (make test-gpu)"
+else
+  for t in tests/gpu/test_*.sh; do
+    env -u DEVICE DTRAIN="$DTRAIN" timeout "$(limit_s 30)" "$t" >"$T/skip.out" 2>&1
+    rc=$?
+    check "$(basename "$t") without a GPU: one SKIP line, 0 passed, 0 failed, exit 0 (got $rc)" \
+      sh -c "[ $rc -eq 0 ] && grep -q '^ok - # SKIP ' '$T/skip.out' && tail -n 1 '$T/skip.out' | grep -qx '0 passed, 0 failed'"
+  done
+fi
