@@ -162,11 +162,14 @@ static void take_record(const uint8_t *r)
     }
     if (start < counted_from)
         return;
-    for (size_t i = n_asides; i--;) /* the latest first: records come roughly in time order */
-        if (start >= asides[i].from && start < asides[i].to) {
+    for (size_t i = n_asides; i--;) { /* the latest first: records come roughly in time order */
+        if (start >= asides[i].to)
+            break; /* after this stretch, so after every earlier one: a step's record, one test */
+        if (start >= asides[i].from) {
             set_aside++;
             return;
         }
+    }
     if (end <= start) { /* a record flushed before it completed */
         incomplete++;
         return;
