@@ -756,14 +756,13 @@ static int t_xent(struct dt_cuda_ctx *k, void *c)
     return dt_cuda_xent_rows(k, DT_CUDA_BF16, b->out, b->f2, NULL, (const int32_t *)b->f3, 2048, 50257, 50304,
                              1.0f, NULL, true);
 }
-static int t_xent_way(struct dt_cuda_ctx *k, void *c, int way)
+static int t_xent_smem(struct dt_cuda_ctx *k, void *c)
 {
-    dt_cuda__xent_force_kernel(way);
+    dt_cuda__xent_force_kernel(DT_CUDA__XENT_SMEM);
     int rc = t_xent(k, c);
     dt_cuda__xent_force_kernel(DT_CUDA__XENT_AUTO);
     return rc;
 }
-static int t_xent_smem(struct dt_cuda_ctx *k, void *c) { return t_xent_way(k, c, DT_CUDA__XENT_SMEM); }
 
 static void timing(struct dt_cuda_ctx *k)
 {
