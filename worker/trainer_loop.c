@@ -304,10 +304,14 @@ static int log_row(struct dt_trainer *t, struct window *w, double lr, double bet
     /* The stop request rides along: the signal reaches ranks at different steps, and all
      * must stop at the same one, or the others would wait in the next all-reduce. */
     double v[3] = {w->loss, w->samples, t->o.stop_request && *t->o.stop_request ? 1 : 0};
+    double r0 = dt_clock_s();
     if (t->comm && t->world > 1 && dt_comm_allreduce(t->comm, v, v, 3, DT_F64, DT_SUM))
         return dt_error_prefix("averaging the loss over ranks");
     t->stopping = v[2] > 0;
     double now = dt_clock_s(), dt = now - w->t0;
+    /* This all-reduce waits on every rank, as a step's do: a stalled link shows in time_s
+     * whichever of the two it stalls. */
+    t->train_s += now - r0;
     /* per image, or per target token: every row of a token run is seq_len of them */
     t->last_loss = v[0] / (v[1] * (t->tokens ? t->spec.data.seq_len : 1));
     double sps = dt > 0 ? v[1] / dt : NAN;
