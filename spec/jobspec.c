@@ -236,6 +236,14 @@ enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status)
     return job->restart_policy.otherwise;
 }
 
+bool dt_job_exit_listed(const struct dt_job *job, int status)
+{
+    for (int i = 0; i < job->restart_policy.n_on_exit; i++)
+        if (job->restart_policy.on_exit[i].code == status)
+            return true;
+    return false;
+}
+
 static const struct dt_spec_key rendezvous_keys[] = {
     DT_KEY("port", DT_KT_INT, struct dt_rendezvous_spec, port, .lo = 0, .hi = 65535,
            .flags = DT_KF_LO | DT_KF_HI),

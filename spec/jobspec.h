@@ -250,6 +250,9 @@ const char *dt_backend_name(enum dt_backend b);
  * or 128+N for signal N). */
 enum dt_exit_action dt_job_exit_action(const struct dt_job *job, int status);
 
+/* True when restart_policy.on_exit names `status` itself (not through default). */
+bool dt_job_exit_listed(const struct dt_job *job, int status);
+
 /* True if `name` is a variable dtrain sets for every rank (RANK, MASTER_ADDR,
  * DTRAIN_JOB_TOKEN, ...), so the spec's env: may not set it. */
 bool dt_job_env_is_reserved(const char *name);

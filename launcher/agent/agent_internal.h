@@ -78,6 +78,8 @@ struct dt_agent {
     bool killing;                 /* SIGKILL sent */
     double kill_at;               /* when `stopping` turns into SIGKILL */
     double killed_at;             /* when SIGKILL was sent */
+    double settle_until;          /* after a failure, SIGTERM waits till then for peers to exit; 0: none */
+    int cause_weight;             /* the first failure's, in the election of agent_supervise.c */
     bool swept;                   /* looked for processes the ranks left behind */
     long long oom_base;           /* the cgroup's OOM kill count when the attempt started, -1: unknown */
     int oom_verdict;              /* for the first failure: see dt_agent_failure.oom_killer */

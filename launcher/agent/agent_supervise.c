@@ -158,7 +158,7 @@ static double period(const struct dt_agent *a)
 static int hooks_timeout(const struct dt_agent *a, int timeout)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    if (!h || !h->poll || a->abort_status >= 0)
+    if (!h || !h->poll || a->abort_status >= 0 || a->settle_until > 0)
         return timeout;
     double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -170,7 +170,9 @@ static void hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
     double now = dt_clock_s();
-    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
+    /* Not while settling: the first failure, which the poll publishes, may change. */
+    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || a->settle_until > 0 ||
+        now < a->next_hook_poll)
         return;
     a->next_hook_poll = now + period(a);
     int status = 1;
@@ -211,24 +213,59 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
 
 /* --- failures and hangs -------------------------------------------------- */
 
-/* A rank that dies by a signal dtrain did not send, right after another rank
- * exited with a code, is the first failure: its peers' "peer died" exits can
- * be reaped before it (SIGKILL leaves no error file with a timestamp to elect
- * by, as torchrun does).  The agent's own signals: stop_sig while stopping,
- * SIGKILL once killing. */
+/* Which failure of an attempt is its first decides, under restart_policy.on_exit,
+ * whether the job restarts.  A failed rank usually makes its peers fail soon after
+ * with a status of their own ("connection closed by peer": 1), and the agent may
+ * reap one of those first.  Among failures reaped within ROOT_CAUSE_WINDOW_S of the
+ * first, the heaviest is the first failure, ties going to the earlier:
+ *   2  a status restart_policy.on_exit lists, of a rank dtrain had not signalled:
+ *      the script chose it to say what went wrong;
+ *   1  death by a signal dtrain did not send (the OOM killer's SIGKILL): it leaves
+ *      no error file with a timestamp to elect by, as torchrun does;
+ *   0  any other.
+ * A hang is the watchdog's verdict and stands. */
 #define ROOT_CAUSE_WINDOW_S 1.0
 
-static bool root_cause(struct dt_agent *a, int i, int wstatus)
+/* With statuses listed in on_exit, the other ranks get SETTLE_S after a failure to
+ * end by themselves before SIGTERM.  A PyTorch rank that calls sys.exit(42) tears
+ * down for a few hundred ms; its peer, told "connection closed", can exit first,
+ * and SIGTERM then would kill the rank with 42 before its status is seen. */
+#define SETTLE_S 0.5
+
+static int cause_weight(const struct dt_agent *a, const struct dt_agent_rank_result *r)
 {
-    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    if (!WIFSIGNALED(wstatus) || at->first_failed < 0 || at->hung >= 0)
-        return false;
-    int sig = WTERMSIG(wstatus);
-    if ((a->stopping && sig == a->stop_sig) || (a->killing && sig == SIGKILL))
-        return false;
-    const struct dt_agent_rank_result *first = &at->ranks[at->first_failed];
-    return first->exited && WIFEXITED(first->wstatus) &&
-           at->ranks[i].exit_s - first->exit_s < ROOT_CAUSE_WINDOW_S;
+    if (!r->stopped_by_agent && dt_job_exit_listed(a->cfg->job, dt_proc_exit_status(r->wstatus)))
+        return 2;
+    if (!WIFSIGNALED(r->wstatus))
+        return 0;
+    int sig = WTERMSIG(r->wstatus);
+    return (a->stopping && sig == a->stop_sig) || (a->killing && sig == SIGKILL) ? 0 : 1;
+}
+
+/* Whether rank i's failure, of `weight`, is the first failure rather than the one
+ * elected so far. */
+static bool outranks(const struct dt_agent *a, int i, int weight)
+{
+    const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    return at->hung < 0 && weight > a->cause_weight &&
+           at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < ROOT_CAUSE_WINDOW_S;
+}
+
+/* The first failure's SIGTERM to the other ranks, now or after SETTLE_S when a
+ * status they may still end with could outrank it. */
+static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_result *r, const char *desc)
+{
+    bool settle = a->running > 0 && a->cause_weight < 2 && a->cfg->job->restart_policy.n_on_exit > 0;
+    char when[64] = "";
+    if (settle)
+        snprintf(when, sizeof when, " in %g s unless they end first", SETTLE_S);
+    if (a->running > 0)
+        dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM%s, SIGKILL after %g s)", r->rank, desc,
+                    a->running, a->running == 1 ? "" : "s", when, a->grace_s);
+    if (settle)
+        a->settle_until = dt_clock_s() + SETTLE_S;
+    else
+        start_stopping(a, SIGTERM);
 }
 
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
@@ -241,16 +278,14 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     a->procs[i].running = false;
     a->running--;
     bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || requeue_exit(a, wstatus);
-    if (ok || a->interrupt_sig || (at->first_failed >= 0 && !root_cause(a, i, wstatus)) ||
-        (r->stopped_by_agent && !root_cause(a, i, wstatus)))
+    if (ok || a->interrupt_sig)
         return;
-    bool replaces = at->first_failed >= 0;
-    if (replaces)
-        dt_log_warn(
-            "rank %d was killed by a signal dtrain did not send, about when rank %d exited: rank %d is "
-            "the first failure",
-            r->rank, at->ranks[at->first_failed].rank, r->rank);
+    int weight = cause_weight(a, r);
+    if (at->first_failed >= 0 ? !outranks(a, i, weight) : r->stopped_by_agent)
+        return;
+    int before = at->first_failed;
     at->first_failed = i;
+    a->cause_weight = weight;
     a->oom_verdict = -1;
     long long oom_now;
     if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
@@ -261,12 +296,13 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     if (a->oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
                  a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
-    if (replaces)
-        return;
-    if (a->running > 0)
-        dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM, SIGKILL after %g s)", r->rank, desc,
-                    a->running, a->running == 1 ? "" : "s", a->grace_s);
-    start_stopping(a, SIGTERM);
+    if (before < 0)
+        stop_after_failure(a, r, desc);
+    else
+        dt_log_warn("rank %d %s, about when rank %d failed: %s, so rank %d is the first failure", r->rank, desc,
+                    at->ranks[before].rank,
+                    weight == 2 ? "restart_policy.on_exit lists that status" : "dtrain did not send that signal",
+                    r->rank);
 }
 
 /* A group's process ended: how its ranks did, its records say (collect_group). */
@@ -310,7 +346,8 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
 static void watchdog(struct dt_agent *a)
 {
     char why[256];
-    int hung = a->running > 0 && !a->stopping ? dt_agent__watchdog_tick(a, why, sizeof why) : -1;
+    bool watching = a->running > 0 && !a->stopping && a->settle_until <= 0;
+    int hung = watching ? dt_agent__watchdog_tick(a, why, sizeof why) : -1;
     if (hung >= 0)
         on_hang(a, hung, why);
     if (hung == DT_AGENT__COORD_LOST) {
@@ -388,6 +425,16 @@ static void on_interrupt(struct dt_agent *a, int sig)
     }
 }
 
+/* The end of a failure's settling time: SIGTERM to the ranks still running. */
+static void settled(struct dt_agent *a)
+{
+    if (a->settle_until <= 0 || (!a->stopping && a->running > 0 && dt_clock_s() < a->settle_until))
+        return;
+    a->settle_until = 0;
+    if (!a->stopping && a->running > 0)
+        start_stopping(a, SIGTERM);
+}
+
 /* Returns false once no child is left. */
 static bool handle_signals(struct dt_agent *a, int fd)
 {
@@ -432,6 +479,8 @@ static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
     double now = dt_clock_s(), until = -1;
     if (a->stopping && !a->killing)
         until = a->kill_at;
+    else if (a->settle_until > 0)
+        until = a->settle_until;
     if (a->running == 0 && children)
         return LEFTOVER_POLL_MS;
     if (a->killing && children)
@@ -493,6 +542,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
         log_trouble(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
+        settled(a);
         watchdog(a);
         hooks_poll(a);
         if (a->stopping && !a->killing && dt_clock_s() >= a->kill_at)
@@ -580,7 +630,8 @@ static void reset_attempt_state(struct dt_agent *a)
 {
     a->running = 0;
     a->stopping = a->killing = a->swept = false;
-    a->kill_at = 0;
+    a->kill_at = a->settle_until = 0;
+    a->cause_weight = 0;
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
@@ -703,9 +754,7 @@ static bool final_by_policy(struct dt_agent *a)
         return false;
     if (at->first_failed >= 0)
         a->res->first_failure.final = true;
-    bool listed = false;
-    for (int i = 0; i < a->cfg->job->restart_policy.n_on_exit; i++)
-        listed |= a->cfg->job->restart_policy.on_exit[i].code == status;
+    bool listed = dt_job_exit_listed(a->cfg->job, status);
     char who[64];
     if (at->first_failed >= 0)
         snprintf(who, sizeof who, "rank %d", at->ranks[at->first_failed].rank);

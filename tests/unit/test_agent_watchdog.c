@@ -3,9 +3,10 @@
  * processes: a rank that SIGSTOPs itself (alone, or as the child of a shell) is
  * declared hung within heartbeat_timeout plus a period, its report is written,
  * the group restarts and succeeds; restart_policy.on_exit makes a code final
- * or retried; a rank killed by someone else's signal is the first failure even
- * when a peer's exit is reaped first; an unreachable coordinator ends the job
- * after rendezvous.timeout, without restarts. */
+ * or retried, and a listed status is the first failure even when a peer's
+ * exit is reaped first, as is a rank killed by someone else's signal; an
+ * unreachable coordinator ends the job after rendezvous.timeout, without
+ * restarts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -232,6 +233,40 @@ static void default_fail_with_a_retry_code(void **state)
     assert_true(f->a.res.first_failure.final);
 }
 
+/* A PyTorch rank that exits 42 tears down for a while; its peer, told "connection
+ * closed by peer", exits 1 and is reaped first (test_fault.sh met this in CI).  The
+ * other rank's 42, which on_exit lists, is still seen (SIGTERM waits for it) and
+ * is the first failure: no restart. */
+static void a_listed_status_outranks_a_peer_reaped_first(void **state)
+{
+    struct fixture *f = *state;
+    set_policy(f, 42, DT_EXIT_FAIL, DT_EXIT_RETRY);
+    run(f, 2, 3,
+        "if [ $RANK = 1 ]; then touch $DTRAIN_RUN_DIR/failing.$DTRAIN_RESTART_COUNT; sleep 0.2; exit 42; fi; "
+        "while [ ! -e $DTRAIN_RUN_DIR/failing.$DTRAIN_RESTART_COUNT ]; do sleep 0.01; done; exit 1");
+    assert_int_equal(f->a.res.n_attempts, 1);
+    assert_int_equal(f->a.res.exit_status, 42);
+    assert_int_equal(f->a.res.first_failure.rank, 1);
+    assert_true(f->a.res.first_failure.final);
+    assert_int_equal(f->a.res.attempts[0].ranks[0].wstatus >> 8, 1); /* rank 0 was reaped first */
+    assert_true(f->a.res.attempts[0].ranks[0].exit_s < f->a.res.attempts[0].ranks[1].exit_s);
+}
+
+/* The same race the other way: default fail, a listed retry.  The rank that
+ * exits 75 is the first failure, so the group restarts and then succeeds. */
+static void a_listed_retry_outranks_a_default_fail(void **state)
+{
+    struct fixture *f = *state;
+    set_policy(f, 75, DT_EXIT_RETRY, DT_EXIT_FAIL);
+    run(f, 2, 2,
+        "[ $DTRAIN_RESTART_COUNT = 1 ] && exit 0; "
+        "if [ $RANK = 1 ]; then touch $DTRAIN_RUN_DIR/failing; sleep 0.2; exit 75; fi; "
+        "while [ ! -e $DTRAIN_RUN_DIR/failing ]; do sleep 0.01; done; exit 1");
+    assert_int_equal(f->a.res.n_attempts, 2);
+    assert_int_equal(f->a.res.status, DT_AGENT_SUCCEEDED);
+    assert_int_equal(f->a.res.attempts[0].ranks[f->a.res.attempts[0].first_failed].rank, 1);
+}
+
 /* A rank SIGKILLed by something else is the root cause even when a peer's
  * "peer died" exit is reaped first (the order the kill-point test met). */
 static void signal_death_outranks_a_peer_exit(void **state)
@@ -286,6 +321,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(on_exit_fail_is_final, setup, teardown),
         cmocka_unit_test_setup_teardown(other_codes_are_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(default_fail_with_a_retry_code, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_listed_status_outranks_a_peer_reaped_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_listed_retry_outranks_a_default_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(signal_death_outranks_a_peer_exit, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_coordinator_ends_the_job, setup, teardown),
     };
