@@ -169,6 +169,29 @@ void dt_proc_signals_release(struct dt_proc_signals *s)
     close(s->w);
 }
 
+int dt_proc_signals_wait(int fd, int timeout_ms)
+{
+    double until = dt_clock_s() + timeout_ms / 1e3;
+    for (;;) {
+        double left = until - dt_clock_s();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+        if (rc == 0 || (rc < 0 && errno != EINTR))
+            return 0;
+        unsigned char buf[64], keep[64];
+        ssize_t n = rc > 0 ? read(fd, buf, sizeof buf) : 0;
+        int k = 0;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] != SIGCHLD)
+                keep[k++] = buf[i];
+        if (k > 0) {
+            ssize_t w = write(signal_pipe_w, keep, (size_t)k); /* back, for the caller's handler */
+            (void)w;
+            return keep[0];
+        }
+    }
+}
+
 /* --- a helper program, run to its end ------------------------------------ */
 
 static const int job_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};

@@ -66,6 +66,13 @@ struct dt_proc_signals {
 int dt_proc_signals_catch(const int *sigs, int n, struct dt_proc_signals *s);
 /* Puts the dispositions back and closes the pipe. */
 void dt_proc_signals_release(struct dt_proc_signals *s);
+/* Waits up to timeout_ms on the pipe for a signal other than SIGCHLD, and
+ * returns it (0: none came), its byte put back in the pipe for the caller's
+ * own handling.  SIGCHLD bytes are dropped: this is for a caller with no
+ * child to reap, between a job's attempts, where a late one (the last child's
+ * SIGCHLD can land after the pipe was read and the child reaped) must not read
+ * as an interruption. */
+int dt_proc_signals_wait(int fd, int timeout_ms);
 
 /* --- a helper program, run to its end ------------------------------------ */
 

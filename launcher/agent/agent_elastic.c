@@ -50,7 +50,6 @@
 #include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,11 +114,10 @@ void dt_agent__elastic_free(struct dt_agent__round *r)
 
 /* --- waiting ------------------------------------------------------------- */
 
-/* One pause between looks: 1 when a signal came (sig_fd readable). */
+/* One pause between looks: 1 when a signal came (left in sig_fd for the agent). */
 static int pause_for(int sig_fd)
 {
-    struct pollfd p = {.fd = sig_fd, .events = POLLIN};
-    return poll(&p, 1, (int)(WAIT_S * 1000)) > 0;
+    return dt_proc_signals_wait(sig_fd, (int)(WAIT_S * 1000)) > 0;
 }
 
 /* Between looks while waiting: 0 to look again, 1 to stop with *status

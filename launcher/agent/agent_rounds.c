@@ -58,7 +58,6 @@
 #include "spec/jobspec.h"
 
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,8 +373,7 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
     int64_t n = 0;
     int rc = dt_store_add(r->store, k1, 1, &n);
     while (rc == 0 && n < r->cfg.nnodes) {
-        struct pollfd p = {.fd = sig_fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(POLL_S * 1000)) > 0)
+        if (dt_proc_signals_wait(sig_fd, (int)(POLL_S * 1000)) > 0)
             return 1;
         /* Another node's ranks may still run: their watchdog needs the relay. */
         if (r->cfg.job->trainer)
