@@ -1,10 +1,13 @@
 /* agent_internal.h - what the agent's files share (not a public interface).
  *
- * agent_supervise.c runs the poll loop and the failure policy on struct
- * dt_agent; agent_procs.c starts its processes, signals them and moves their
- * output; agent_guard.c is what runs between the agent and each rank; agent_watchdog.c looks at them from outside; agent_rounds.c keeps a
- * node in step with the others (agent_hb_relay.c relays heartbeats to them); agent_plan.c, agent_summary.c and
- * agent_node.c do what comes before and after.  Names carry dt_agent__.
+ * agent_supervise.c runs the poll loop on struct dt_agent; agent_policy.c
+ * says which failure of an attempt is its first and whether it is final;
+ * agent_procs.c starts its processes, signals them and moves their output;
+ * agent_guard.c is what runs between the agent and each rank;
+ * agent_watchdog.c looks at them from outside; agent_rounds.c keeps a node in
+ * step with the others (agent_hb_relay.c relays heartbeats to them);
+ * agent_plan.c, agent_summary.c and agent_node.c do what comes before and
+ * after.  Names carry dt_agent__.
  * Nothing outside launcher/agent_*.c includes this.
  */
 #ifndef DT_AGENT_INTERNAL_H
@@ -33,6 +36,9 @@ struct dt_agent__sink {
     bool continuing[2];        /* the console got the start of a line that is not finished */
     struct dt_agent_tail tail; /* stderr, for the failure report */
 };
+
+/* Why a failure may be an attempt's first (agent_policy.c), lightest first. */
+enum dt_agent__cause { DT_AGENT__CAUSE_OTHER, DT_AGENT__CAUSE_SIGNAL, DT_AGENT__CAUSE_LISTED };
 
 /* A process the agent started: a rank (index: its entry in sinks and in each
  * attempt's ranks), or a group's one process (index -1, rank -1). */
@@ -79,7 +85,7 @@ struct dt_agent {
     double kill_at;               /* when `stopping` turns into SIGKILL */
     double killed_at;             /* when SIGKILL was sent */
     double settle_until;          /* after a failure, SIGTERM waits till then for peers to exit; 0: none */
-    int cause_weight;             /* the first failure's, in the election of agent_supervise.c */
+    enum dt_agent__cause first_cause; /* the first failure's, so far (agent_policy.c) */
     bool swept;                   /* looked for processes the ranks left behind */
     long long oom_base;           /* the cgroup's OOM kill count when the attempt started, -1: unknown */
     int oom_verdict;              /* for the first failure: see dt_agent_failure.oom_killer */
@@ -96,6 +102,20 @@ struct dt_agent {
     struct sigaction saved_xfsz;  /* SIGXFSZ as found; the agent ignores it while it runs */
     int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
 };
+
+/* --- agent_policy.c ------------------------------------------------------ */
+
+/* What rank r's failure weighs in the election of the attempt's first failure. */
+enum dt_agent__cause dt_agent__cause(const struct dt_agent *a, const struct dt_agent_rank_result *r);
+/* Whether rank i's failure, of `cause`, is the first failure rather than the
+ * one elected so far (the attempt's first_failed, of a->first_cause). */
+bool dt_agent__outranks(const struct dt_agent *a, int i, enum dt_agent__cause cause);
+/* How an attempt failed, as an exit status: its first failed rank's, or a
+ * group's process's when no rank said it failed; -1 when it did not fail. */
+int dt_agent__failure_status(const struct dt_agent *a, const struct dt_agent_attempt *at);
+/* restart_policy: is the current attempt's failure one the spec says not to
+ * retry?  If so, says which rule decided and marks first_failure final. */
+bool dt_agent__final_by_policy(struct dt_agent *a);
 
 /* --- agent_procs.c ------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* agent_supervise.c - dt_agent_run: the agent's poll loop and failure policy.
+/* agent_supervise.c - dt_agent_run: the agent's poll loop and how it acts on failures.
  *
  * One loop on the calling thread watches every rank's stdout and stderr and
  * a self-pipe fed by the signal handlers (SIGCHLD and the job signals), so a
@@ -27,7 +27,8 @@
  * batch script requeues the job, which resumes from that checkpoint.  A rank
  * that ignores the signal simply runs on.
  *
- * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c) or
+ * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c),
+ * which failure is the first and whether it is final (agent_policy.c) or
  * rendering (agent_summary.c).
  */
 #include "launcher/agent/agent_internal.h"
@@ -213,49 +214,18 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
 
 /* --- failures and hangs -------------------------------------------------- */
 
-/* Which failure of an attempt is its first decides, under restart_policy.on_exit,
- * whether the job restarts.  A failed rank usually makes its peers fail soon after
- * with a status of their own ("connection closed by peer": 1), and the agent may
- * reap one of those first.  Among failures reaped within ROOT_CAUSE_WINDOW_S of the
- * first, the heaviest is the first failure, ties going to the earlier:
- *   2  a status restart_policy.on_exit lists, of a rank dtrain had not signalled:
- *      the script chose it to say what went wrong;
- *   1  death by a signal dtrain did not send (the OOM killer's SIGKILL): it leaves
- *      no error file with a timestamp to elect by, as torchrun does;
- *   0  any other.
- * A hang is the watchdog's verdict and stands. */
-#define ROOT_CAUSE_WINDOW_S 1.0
-
 /* With statuses listed in on_exit, the other ranks get SETTLE_S after a failure to
  * end by themselves before SIGTERM.  A PyTorch rank that calls sys.exit(42) tears
  * down for a few hundred ms; its peer, told "connection closed", can exit first,
  * and SIGTERM then would kill the rank with 42 before its status is seen. */
 #define SETTLE_S 0.5
 
-static int cause_weight(const struct dt_agent *a, const struct dt_agent_rank_result *r)
-{
-    if (!r->stopped_by_agent && dt_job_exit_listed(a->cfg->job, dt_proc_exit_status(r->wstatus)))
-        return 2;
-    if (!WIFSIGNALED(r->wstatus))
-        return 0;
-    int sig = WTERMSIG(r->wstatus);
-    return (a->stopping && sig == a->stop_sig) || (a->killing && sig == SIGKILL) ? 0 : 1;
-}
-
-/* Whether rank i's failure, of `weight`, is the first failure rather than the one
- * elected so far. */
-static bool outranks(const struct dt_agent *a, int i, int weight)
-{
-    const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    return at->hung < 0 && weight > a->cause_weight &&
-           at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < ROOT_CAUSE_WINDOW_S;
-}
-
 /* The first failure's SIGTERM to the other ranks, now or after SETTLE_S when a
  * status they may still end with could outrank it. */
 static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_result *r, const char *desc)
 {
-    bool settle = a->running > 0 && a->cause_weight < 2 && a->cfg->job->restart_policy.n_on_exit > 0;
+    bool settle = a->running > 0 && a->first_cause < DT_AGENT__CAUSE_LISTED &&
+                  a->cfg->job->restart_policy.n_on_exit > 0;
     char when[64] = "";
     if (settle)
         snprintf(when, sizeof when, " in %g s unless they end first", SETTLE_S);
@@ -280,12 +250,12 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || requeue_exit(a, wstatus);
     if (ok || a->interrupt_sig)
         return;
-    int weight = cause_weight(a, r);
-    if (at->first_failed >= 0 ? !outranks(a, i, weight) : r->stopped_by_agent)
+    enum dt_agent__cause cause = dt_agent__cause(a, r);
+    if (at->first_failed >= 0 ? !dt_agent__outranks(a, i, cause) : r->stopped_by_agent)
         return;
     int before = at->first_failed;
     at->first_failed = i;
-    a->cause_weight = weight;
+    a->first_cause = cause;
     a->oom_verdict = -1;
     long long oom_now;
     if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
@@ -301,7 +271,8 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     else
         dt_log_warn("rank %d %s, about when rank %d failed: %s, so rank %d is the first failure", r->rank, desc,
                     at->ranks[before].rank,
-                    weight == 2 ? "restart_policy.on_exit lists that status" : "dtrain did not send that signal",
+                    cause == DT_AGENT__CAUSE_LISTED ? "restart_policy.on_exit lists that status"
+                                                    : "dtrain did not send that signal",
                     r->rank);
 }
 
@@ -631,7 +602,7 @@ static void reset_attempt_state(struct dt_agent *a)
     a->running = 0;
     a->stopping = a->killing = a->swept = false;
     a->kill_at = a->settle_until = 0;
-    a->cause_weight = 0;
+    a->first_cause = DT_AGENT__CAUSE_OTHER;
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
@@ -733,45 +704,13 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     return rc;
 }
 
-/* How an attempt failed, as an exit status: its first failed rank's, or a
- * group's process's when no rank said it failed; -1 when it did not fail. */
-static int failure_status(const struct dt_agent *a, const struct dt_agent_attempt *at)
-{
-    if (at->first_failed >= 0)
-        return dt_proc_exit_status(at->ranks[at->first_failed].wstatus);
-    return a->group_failed > 0 ? a->group_failed : -1;
-}
-
-/* restart_policy.on_exit: is the failure of this attempt one the spec says
- * not to retry?  A hang is never final: its SIGKILL came from the agent. */
-static bool final_by_policy(struct dt_agent *a)
-{
-    struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    if (at->hung >= 0 && at->hung == at->first_failed)
-        return false;
-    int status = failure_status(a, at);
-    if (dt_job_exit_action(a->cfg->job, status) != DT_EXIT_FAIL)
-        return false;
-    if (at->first_failed >= 0)
-        a->res->first_failure.final = true;
-    bool listed = dt_job_exit_listed(a->cfg->job, status);
-    char who[64];
-    if (at->first_failed >= 0)
-        snprintf(who, sizeof who, "rank %d", at->ranks[at->first_failed].rank);
-    else
-        snprintf(who, sizeof who, "%s", a->cfg->argv[0]);
-    dt_log_error("%s ended with exit status %d, which restart_policy.%s says is final: not restarting", who,
-                 status, listed ? "on_exit" : "default");
-    return true;
-}
-
 /* --- the run ------------------------------------------------------------- */
 
 static void finish(struct dt_agent *a)
 {
     struct dt_agent_result *res = a->res;
     struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
-    int failed = res->n_attempts > 0 ? failure_status(a, last) : -1;
+    int failed = res->n_attempts > 0 ? dt_agent__failure_status(a, last) : -1;
     res->wall_s = dt_clock_s() - a->t0;
     res->interrupt_signal = a->interrupt_sig;
     if (a->interrupt_sig) {
@@ -817,7 +756,7 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
                         a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
         return 1;
     }
-    if (failure_status(a, &a->res->attempts[a->attempt]) < 0 || final_by_policy(a))
+    if (dt_agent__failure_status(a, &a->res->attempts[a->attempt]) < 0 || dt_agent__final_by_policy(a))
         return 0;
     /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
     handle_signals(a, sig_fd);
