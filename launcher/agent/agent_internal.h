@@ -37,8 +37,10 @@ struct dt_agent__sink {
     struct dt_agent_tail tail; /* stderr, for the failure report */
 };
 
-/* Why a failure may be an attempt's first (agent_policy.c), lightest first. */
+/* Why a failure may be an attempt's first (agent_policy.c), lightest first,
+ * and how long after the first failure another may still be elected. */
 enum dt_agent__cause { DT_AGENT__CAUSE_OTHER, DT_AGENT__CAUSE_SIGNAL, DT_AGENT__CAUSE_LISTED };
+#define DT_AGENT__CAUSE_WINDOW_S 1.0
 
 /* A process the agent started: a rank (index: its entry in sinks and in each
  * attempt's ranks), or a group's one process (index -1, rank -1). */

@@ -5,7 +5,7 @@
  * restart_policy.on_exit, decides whether the job restarts.  A failed rank
  * usually makes its peers fail soon after with a status of their own
  * ("connection closed by peer": 1), and the agent may reap one of those
- * first.  So among failures reaped within ROOT_CAUSE_WINDOW_S of the first,
+ * first.  So among failures reaped within DT_AGENT__CAUSE_WINDOW_S of the first,
  * the first failure is the one of the heaviest cause, ties going to the
  * earlier:
  *   LISTED  a status restart_policy.on_exit lists, of a rank dtrain had not
@@ -26,8 +26,6 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
-#define ROOT_CAUSE_WINDOW_S 1.0
-
 enum dt_agent__cause dt_agent__cause(const struct dt_agent *a, const struct dt_agent_rank_result *r)
 {
     if (!r->stopped_by_agent && dt_job_exit_listed(a->cfg->job, dt_proc_exit_status(r->wstatus)))
@@ -43,7 +41,7 @@ bool dt_agent__outranks(const struct dt_agent *a, int i, enum dt_agent__cause ca
 {
     const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     return at->hung < 0 && cause > a->first_cause &&
-           at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < ROOT_CAUSE_WINDOW_S;
+           at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < DT_AGENT__CAUSE_WINDOW_S;
 }
 
 int dt_agent__failure_status(const struct dt_agent *a, const struct dt_agent_attempt *at)

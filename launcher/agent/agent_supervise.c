@@ -214,26 +214,24 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
 
 /* --- failures and hangs -------------------------------------------------- */
 
-/* With statuses listed in on_exit, the other ranks get SETTLE_S after a failure to
- * end by themselves before SIGTERM.  A PyTorch rank that calls sys.exit(42) tears
- * down for a few hundred ms; its peer, told "connection closed", can exit first,
- * and SIGTERM then would kill the rank with 42 before its status is seen. */
-#define SETTLE_S 0.5
-
-/* The first failure's SIGTERM to the other ranks, now or after SETTLE_S when a
- * status they may still end with could outrank it. */
+/* The first failure's SIGTERM to the other ranks: at once, or, when on_exit
+ * lists statuses and the first failure's is not one, after the election's
+ * window, unless they all end first.  A PyTorch rank that calls sys.exit(42)
+ * tears down for a while, and its peer, told "connection closed", can exit
+ * before it; a SIGTERM then would kill the rank with 42 before its status is
+ * seen (test_fault.sh met this in CI). */
 static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_result *r, const char *desc)
 {
     bool settle = a->running > 0 && a->first_cause < DT_AGENT__CAUSE_LISTED &&
                   a->cfg->job->restart_policy.n_on_exit > 0;
     char when[64] = "";
     if (settle)
-        snprintf(when, sizeof when, " in %g s unless they end first", SETTLE_S);
+        snprintf(when, sizeof when, " in %g s unless they end first", DT_AGENT__CAUSE_WINDOW_S);
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM%s, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", when, a->grace_s);
     if (settle)
-        a->settle_until = dt_clock_s() + SETTLE_S;
+        a->settle_until = dt_clock_s() + DT_AGENT__CAUSE_WINDOW_S;
     else
         start_stopping(a, SIGTERM);
 }

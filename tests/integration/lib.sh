@@ -31,11 +31,12 @@ expect_status() {
   fi
 }
 
-# contains FILE PATTERN "<what>": ok if grep -E finds PATTERN in FILE.
+# contains FILE PATTERN "<what>": ok if grep -E finds PATTERN in FILE; returns 1
+# when not, so a caller can add what explains the failure.
 contains() {
-  if grep -Eq -- "$2" "$1"; then ok "$3"
-  else not_ok "$3 (no /$2/ in $(basename "$1"))"; sed 's/^/    /' "$1" | head -n 20
-  fi
+  if grep -Eq -- "$2" "$1"; then ok "$3"; return 0; fi
+  not_ok "$3 (no /$2/ in $(basename "$1"))"; sed 's/^/    /' "$1" | head -n 20
+  return 1
 }
 
 # free_port: a TCP port nothing listens on, below the kernel's ephemeral range
