@@ -174,6 +174,7 @@ struct dt_agent_rank_result {
 struct dt_agent_attempt {
     double start_s, end_s;
     int first_failed;                   /* index in ranks of the first failure, or -1 */
+    bool electing;                      /* first_failed may still change (agent_policy.c): unpublished */
     int leftovers;                      /* processes the ranks left running, stopped by the agent */
     struct dt_agent_rank_result *ranks; /* res->nproc entries: this node's ranks (a group's: all) */
     int hung;                           /* index in ranks the watchdog declared hung, or -1 */

@@ -255,7 +255,8 @@ static enum dt_agent_verdict poll_round(void *ctx, const struct dt_agent_result 
         return dt_agent__round_lost_coordinator(r, status);
     if (k >= MAX_ROUNDS)
         return DT_AGENT_GO_ON;
-    if (res->attempts[k].first_failed >= 0 && !r->published[k] && publish_fail(r, res, k) < 0)
+    if (res->attempts[k].first_failed >= 0 && !res->attempts[k].electing && !r->published[k] &&
+        publish_fail(r, res, k) < 0)
         return dt_agent__round_lost_coordinator(r, status);
     if (r->cfg.job->trainer && dt_agent__hb_relay(r->hb, r->store, r->cfg.coord) < 0)
         return dt_agent__round_lost_coordinator(r, status);

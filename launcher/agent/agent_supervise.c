@@ -159,7 +159,7 @@ static double period(const struct dt_agent *a)
 static int hooks_timeout(const struct dt_agent *a, int timeout)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    if (!h || !h->poll || a->abort_status >= 0 || a->settle_until > 0)
+    if (!h || !h->poll || a->abort_status >= 0)
         return timeout;
     double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -171,9 +171,7 @@ static void hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
     double now = dt_clock_s();
-    /* Not while settling: the first failure, which the poll publishes, may change. */
-    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || a->settle_until > 0 ||
-        now < a->next_hook_poll)
+    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
         return;
     a->next_hook_poll = now + period(a);
     int status = 1;
@@ -230,8 +228,10 @@ static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_re
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM%s, SIGKILL after %g s)", r->rank, desc,
                     a->running, a->running == 1 ? "" : "s", when, a->grace_s);
-    if (settle)
+    if (settle) {
         a->settle_until = dt_clock_s() + DT_AGENT__CAUSE_WINDOW_S;
+        a->res->attempts[a->attempt].electing = true;
+    }
     else
         start_stopping(a, SIGTERM);
 }
@@ -400,6 +400,7 @@ static void settled(struct dt_agent *a)
     if (a->settle_until <= 0 || (!a->stopping && a->running > 0 && dt_clock_s() < a->settle_until))
         return;
     a->settle_until = 0;
+    a->res->attempts[a->attempt].electing = false;
     if (!a->stopping && a->running > 0)
         start_stopping(a, SIGTERM);
 }
@@ -604,6 +605,7 @@ static void reset_attempt_state(struct dt_agent *a)
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
+    at->electing = false;
     at->hung = -1;
     at->leftovers = 0;
     a->requeue_exits = 0;

@@ -224,7 +224,9 @@ static void summary_json(void **state)
                                          {1, 101, true, SIGTERM, true, 0.1, 0.3}};
     struct dt_agent_rank_result r1[2] = {{0, 200, true, 0, false, 0.5, 0.6},
                                          {1, 201, true, 0, false, 0.5, 0.7}};
-    struct dt_agent_attempt at[2] = {{0.0, 0.4, 0, 1, r0, -1, NULL, 0, 0, "", ""}, {0.5, 0.8, -1, 0, r1, -1, NULL, 0, 0, "", ""}};
+    struct dt_agent_attempt at[2] = {
+        {.start_s = 0.0, .end_s = 0.4, .first_failed = 0, .leftovers = 1, .ranks = r0, .hung = -1},
+        {.start_s = 0.5, .end_s = 0.8, .first_failed = -1, .leftovers = 0, .ranks = r1, .hung = -1}};
     struct dt_agent_result res = {.status = DT_AGENT_SUCCEEDED,
                                   .n_attempts = 2,
                                   .nproc = 2,
