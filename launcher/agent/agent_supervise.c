@@ -231,9 +231,9 @@ static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_re
     if (settle) {
         a->settle_until = dt_clock_s() + DT_AGENT__CAUSE_WINDOW_S;
         a->res->attempts[a->attempt].electing = true;
-    }
-    else
+    } else {
         start_stopping(a, SIGTERM);
+    }
 }
 
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
