@@ -1,39 +1,56 @@
 #!/usr/bin/env bash
-# gpt2_gpu.sh - issue 25's benchmark: GPT-2 124M on one GPU, dtrain against
-# PyTorch eager and torch.compile (bench/gpt2_torch.py), same GPU, same run.
+# gpt2_gpu.sh - GPT-2 on one GPU: dtrain against the fastest PyTorch of several
+# (bench/gpt2_torch.py), same GPU, same run.
 #
-# 12 layers, 768 wide, 12 heads, vocabulary 50257 (dtrain pads its head to
-# 50304 inside the model, as llm.c; PyTorch keeps 50257, as the peers measured
-# in the issue did), T=1024, batch 16 then 32; bf16 (dtrain amp bf16 with fp32
-# master weights, the whole step in a CUDA graph; PyTorch bf16 autocast), AdamW
-# lr 6e-4 constant, betas 0.9/0.95, eps 1e-8, decay 0.1 on the 2-D tensors,
-# clipping at 1.0; both read the same llm.c shard of random GPT-2 ids
-# (bench/token_shards.py) in llm.c's order.  Each run is 10 warm-up steps (the
-# graph capture and cuBLASLt tuning; torch.compile's compilation) and 30 timed
-# steps: short, so the whole call fits in about 8 minutes with compilation.
-# dtrain's figures are from metrics.jsonl between the row at the end of the
-# warm-up and the last row; PyTorch's from its own clock after a synchronize.
-# The loss after the run: dtrain's last row (the mean of its LOG_EVERY steps),
-# PyTorch's last step.
+# MODEL=124m (12 layers, 768 wide, 12 heads), 350m (24, 1024, 16), 774m (36,
+# 1280, 20) or 1558m (48, 1600, 25); vocabulary 50257 (dtrain pads its head to
+# 50304 inside the model, as llm.c; the loss is the same), T=1024, batch 16
+# then 32; bf16 (dtrain amp bf16 with fp32 master weights, the whole step in a
+# CUDA graph; PyTorch bf16 autocast), AdamW lr 6e-4 constant, betas 0.9/0.95,
+# eps 1e-8, decay 0.1 on the 2-D tensors, clipping at 1.0; both read the same
+# llm.c shard of random GPT-2 ids (bench/token_shards.py) in llm.c's order.
 #
-# Prints one line per run, then a table for docs/bench.md and the ratios
-# (> 1: dtrain is faster; target >= 1.1x torch.compile at both batch sizes,
-# with peak memory no higher than torch.compile's), then the GPU kernels of a
-# short dtrain run by time: nsys's when it is there, else dtrain's own CUPTI
-# trace (DTRAIN_CUDA_PROFILE, docs/gpu.md: the top 30 kernels and the time by
-# category, the first PROFILE_SKIP steps left out).  Memory: dtrain's
-# gpu_alloc_mib (the engine's device allocations) against PyTorch's
-# max_memory_allocated / max_memory_reserved (the caching allocator's peak),
-# and the device's used memory as NVML counts it (CUDA context included) on
-# both sides: dtrain's gpu_mem_mib, PyTorch's cudaMemGetInfo at the end.  A key
-# a dtrain build does not write prints n/a.
+# The peers (PEERS, each MODE/VOCAB): PyTorch as a user tuning for speed runs
+# it: TF32 allowed and SDPA's flash kernel (TORCH_FLAGS), fused AdamW,
+# torch.compile in its default mode and in max-autotune-no-cudagraphs
+# ("autotune"; where it compiles within TORCH_TIMEOUT), with Hugging Face's
+# vocabulary 50257 and nanoGPT's 50304 (padded to a multiple of 64 for the
+# GEMMs).  The fastest PyTorch at each batch is THE peer the ratio is taken
+# against (target >= 1.3x its tokens/s with less device memory).  "eager" is
+# a mode too.  Each run is WARMUP steps (the graph capture and cuBLASLt
+# tuning; compilation and autotuning) and STEPS timed steps.  dtrain's figures
+# are from metrics.jsonl between the row at the end of the warm-up and the
+# last row; PyTorch's from its own clock after a synchronize.  The loss after
+# the run: dtrain's last row (the mean of its LOG_EVERY steps), PyTorch's last
+# step.
+#
+# MFU: every run's tokens/s times the model's training FLOPs per token (llm.c's
+# 6 N + 6 L C T, N with the vocabulary padded to 50304, the same for every row
+# so that MFU ratios are tokens/s ratios) over the card's measured bf16 GEMM
+# rate (an 8192^3 torch.matmul, the mean of 20 after 5 warm-ups, printed in
+# the header); dtrain's metrics.jsonl reports MFU against the data sheet's
+# peak instead (989 TFLOP/s on an H100 SXM or H200).
+#
+# Prints one line per run, then a table for docs/bench.md and the ratios, then
+# the GPU kernels of a short dtrain run by time: nsys's when it is there, else
+# dtrain's own CUPTI trace (DTRAIN_CUDA_PROFILE, docs/gpu.md: the top 30
+# kernels and the time by category, the first PROFILE_SKIP steps left out).
+# Memory: dtrain's gpu_alloc_mib (the engine's device allocations) against
+# PyTorch's max_memory_allocated / max_memory_reserved (the caching
+# allocator's peak), and the device's used memory as NVML counts it (CUDA
+# context included) on both sides: dtrain's gpu_mem_mib, PyTorch's
+# cudaMemGetInfo at the end.  A key a dtrain build does not write prints n/a.
 #
 #   DTRAIN=path/to/dtrain bench/gpt2_gpu.sh      (on the GPU machine; python3 with torch and numpy)
-#   BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5  MODES="eager compile" (MODES= empty: dtrain alone)
+#   MODEL=124m  BATCHES="16 32"  SEQ=1024  WARMUP=10  STEPS=30  LOG_EVERY=5
+#   PEERS="compile/50257 compile/50304 autotune/50304"  (PEERS= empty: dtrain alone)
+#   TORCH_FLAGS="--tf32 --sdpa flash"  MEM_CAP_GIB=0 (PyTorch's allocator capped, e.g. 79 for an 80 GB card)
 #   EXTRA="recompute: gelu"   more trainer keys for dtrain's runs (one YAML line)
+#   DTRAIN_RUNS=1   dtrain runs per batch (alternating with nothing: the spread of dtrain alone)
 #   NSYS=auto|0  NSYS_BIN=path  PROFILE_BATCH=16  PROFILE_STEPS=30
 #   CUPTI=auto|0  PROFILE_SKIP=10  DTRAIN_CUPTI=libcupti.so.13 or its folder (else found under
 #   /usr/local/cuda*, then PyTorch's nvidia wheels); NSYS=0 CUPTI=0: no profile
+#   RESULTS=file  also append the result lines there (bench/gpt2_gpu_sizes.sh reads them)
 #   DEVICE=cpu with a tiny model (LAYERS=2 HEADS=2 EMBD=64 VOCAB=256 BLOCK=64 SEQ=64 BATCHES=4) checks
 #   this script on a machine without a GPU; its numbers mean nothing.
 # Not a test: tests/gpu/test_gpt2_curve.sh checks the loss curve against PyTorch's.
@@ -44,8 +61,24 @@ DTRAIN=${DTRAIN:-$PWD/bin/dtrain}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 BATCHES=${BATCHES:-16 32} SEQ=${SEQ:-1024} WARMUP=${WARMUP:-10} STEPS=${STEPS:-30} LOG_EVERY=${LOG_EVERY:-5}
-MODES=${MODES-eager compile} EXTRA=${EXTRA:-}
-LAYERS=${LAYERS:-12} HEADS=${HEADS:-12} EMBD=${EMBD:-768} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
+PEERS=${PEERS-compile/50257 compile/50304 autotune/50304} TORCH_FLAGS=${TORCH_FLAGS---tf32 --sdpa flash}
+MEM_CAP_GIB=${MEM_CAP_GIB:-0} EXTRA=${EXTRA:-} DTRAIN_RUNS=${DTRAIN_RUNS:-1} MODEL=${MODEL:-124m}
+case $MODEL in
+  124m) shape="12 12 768" ;;
+  350m) shape="24 16 1024" ;;
+  774m) shape="36 20 1280" ;;
+  1558m) shape="48 25 1600" ;;
+  *) echo "gpt2_gpu: MODEL=$MODEL: one of 124m, 350m, 774m, 1558m (or LAYERS, HEADS, EMBD)" >&2; exit 2 ;;
+esac
+read -r l h c <<<"$shape"
+LAYERS=${LAYERS:-$l} HEADS=${HEADS:-$h} EMBD=${EMBD:-$c} VOCAB=${VOCAB:-50257} BLOCK=${BLOCK:-1024}
+for p in $PEERS; do
+  case $p in
+    eager/[0-9]* | compile/[0-9]* | autotune/[0-9]*) ;;
+    *) echo "gpt2_gpu: PEERS entry '$p': MODE/VOCAB with MODE eager, compile or autotune (e.g. compile/50304)" >&2
+       exit 2 ;;
+  esac
+done
 NSYS=${NSYS:-auto} PROFILE_BATCH=${PROFILE_BATCH:-16} PROFILE_STEPS=${PROFILE_STEPS:-30}
 CUPTI=${CUPTI:-auto} PROFILE_SKIP=${PROFILE_SKIP:-10}
 DTRAIN_TIMEOUT=${DTRAIN_TIMEOUT:-180} TORCH_TIMEOUT=${TORCH_TIMEOUT:-300}
@@ -62,6 +95,7 @@ W=$(mktemp -d /tmp/dtrain-gpt2bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 R=$W/results.txt
 : >"$R"
+RESULTS=${RESULTS:-}
 
 # One shard long enough for the largest run: every run reads it from the start.
 most=$PROFILE_BATCH
@@ -70,9 +104,31 @@ steps_most=$((WARMUP + STEPS)); [ "$PROFILE_STEPS" -gt "$steps_most" ] && steps_
 "$PYTHON" bench/token_shards.py -o "$W/data" --tokens $((most * SEQ * steps_most + 1)) --vocab "$VOCAB" --seed 0 \
   >/dev/null || { echo "gpt2_gpu: cannot write the token shard" >&2; exit 1; }
 
+# The card's bf16 GEMM rate, the MFU's denominator (nan on the CPU).
+gemm_tflops=$("$PYTHON" - "$DEVICE" <<'PY'
+import sys, time, torch
+if sys.argv[1] != "cuda":
+    print("nan"); sys.exit()
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+for _ in range(5):
+    a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(20):
+    a @ b
+torch.cuda.synchronize()
+print(f"{20 * 2 * 8192 ** 3 / (time.perf_counter() - t) / 1e12:.1f}")
+PY
+)
+# llm.c's training FLOPs per token, the vocabulary padded to 50304 (dtrain's N)
+flops_tok=$("$PYTHON" -c "
+L, C, T, V, P = $LAYERS, $EMBD, $SEQ, $VOCAB, $BLOCK
+V = (V + 63) // 64 * 64 if V > 1000 else V
+N = V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C
+print(6 * N + 6 * L * C * T)")
 echo "# gpt2_gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1);" \
-  "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null); GPT-2 L=$LAYERS C=$EMBD" \
-  "H=$HEADS V=$VOCAB T=$SEQ bf16; $WARMUP warm-up + $STEPS timed steps per run;" \
+  "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null); GPT-2 $MODEL L=$LAYERS C=$EMBD" \
+  "H=$HEADS V=$VOCAB T=$SEQ bf16; $WARMUP warm-up + $STEPS timed steps per run; bf16 GEMM rate" \
+  "$gemm_tflops TFLOP/s (8192^3 torch.matmul), $flops_tok FLOPs per token; PyTorch: $TORCH_FLAGS;" \
   "dtrain's kernel choices: $(env | grep -E '^DTRAIN_CUDA_[A-Z_]+=' | sort | tr '\n' ' ' | grep . ||
     echo 'the defaults (docs/gpu.md)')"
 
@@ -100,9 +156,9 @@ EOF
 
 # steady RUN_DIR B: dtrain's result line from metrics.jsonl (the window after the warm-up)
 steady() {
-  "$PYTHON" - "$1" "$2" "$SEQ" "$WARMUP" <<'PY'
+  "$PYTHON" - "$1" "$2" "$SEQ" "$WARMUP" "$VOCAB" <<'PY'
 import json, sys
-run, B, T, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+run, B, T, warm, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 rows = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in r]
 a = next(r for r in rows if r["step"] >= warm)
 b = rows[-1]
@@ -112,7 +168,7 @@ def gib(key):  # a number or one per rank (the largest); absent or null: n/a
     if isinstance(v, list):
         v = max((x for x in v if x is not None), default=None)
     return "n/a" if v is None else f"{v / 1024:.2f}"
-print(f"dtrain mode=dtrain B={B} T={T} steps={n} tokens_per_s={n * B * T / dt:.1f} ms_per_step={1e3 * dt / n:.2f}"
+print(f"dtrain mode=dtrain vocab={V} B={B} T={T} steps={n} tokens_per_s={n * B * T / dt:.1f} ms_per_step={1e3 * dt / n:.2f}"
       f" peak_alloc_gib={gib('gpu_alloc_mib')} peak_reserved_gib=n/a device_used_gib={gib('gpu_mem_mib')}"
       f" loss={b['loss']:.6f}")
 split = [(k[:-2], b.get(k)) for k in ("data_s", "forward_s", "backward_s", "comm_wait_s", "optimizer_s")]
@@ -121,40 +177,53 @@ print(f"dtrain B={B} step split (ms, the device's clock, one step):",
 PY
 }
 
-for b in $BATCHES; do
-  job "b$b" "$b" $((WARMUP + STEPS)) "$LOG_EVERY"
-  timeout "$DTRAIN_TIMEOUT" "$DTRAIN" launch "$W/b$b.yaml" --log-dir "$W/runs" >"$W/b$b.out" 2>"$W/b$b.err"
+# peer B MODE/VOCAB: one PyTorch run, its result line into $R
+peer() {
+  local b=$1 mode=${2%/*} vocab=${2#*/} out=$W/t$1-${2%/*}-${2#*/} rc line
+  [ "$mode" = autotune ] && mode=max-autotune
+  # shellcheck disable=SC2086 # TORCH_FLAGS is a list of flags
+  timeout "$TORCH_TIMEOUT" "$PYTHON" bench/gpt2_torch.py --device "$DEVICE" --mode "$mode" --batch "$b" --seq "$SEQ" \
+    --warmup "$WARMUP" --steps "$STEPS" --shards "$W/data/train_*.bin" --layers "$LAYERS" --heads "$HEADS" \
+    --embd "$EMBD" --vocab "$vocab" --data-vocab "$VOCAB" --block "$BLOCK" --mem-cap-gib "$MEM_CAP_GIB" \
+    $TORCH_FLAGS >"$out.out" 2>"$out.err"
   rc=$?
-  run=$(ls -d "$W"/runs/gpt2bench-b"$b"-* 2>/dev/null | head -n 1)
-  if [ $rc -eq 0 ] && out=$(steady "$run" "$b" 2>&1); then
-    printf '%s\n' "$out"
-    printf '%s\n' "$out" | grep '^dtrain mode=' >>"$R"
+  if line=$(grep '^gpt2_torch mode=' "$out.out"); then
+    printf '%s\n' "$line" | tee -a "$R"
   else
-    echo "dtrain B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${DTRAIN_TIMEOUT} s")):"
-    tail -n 8 "$W/b$b.err" | sed 's/^/  /'
-    [ $rc -eq 0 ] && printf '%s\n' "$out" | tail -n 3 | sed 's/^/  /'
+    echo "torch $mode vocab=$vocab B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${TORCH_TIMEOUT} s")):"
+    grep -m1 -E 'OutOfMemoryError|out of memory' "$out.err" | sed 's/^/  /'
+    tail -n 6 "$out.err" | sed 's/^/  /'
   fi
-  for mode in $MODES; do
-    timeout "$TORCH_TIMEOUT" "$PYTHON" bench/gpt2_torch.py --device "$DEVICE" --mode "$mode" --batch "$b" --seq "$SEQ" \
-      --warmup "$WARMUP" --steps "$STEPS" --shards "$W/data/train_*.bin" --layers "$LAYERS" --heads "$HEADS" \
-      --embd "$EMBD" --vocab "$VOCAB" --block "$BLOCK" >"$W/t$b$mode.out" 2>"$W/t$b$mode.err"
+}
+
+for b in $BATCHES; do
+  for i in $(seq "$DTRAIN_RUNS"); do
+    job "b$b-$i" "$b" $((WARMUP + STEPS)) "$LOG_EVERY"
+    timeout "$DTRAIN_TIMEOUT" "$DTRAIN" launch "$W/b$b-$i.yaml" --log-dir "$W/runs" >"$W/b$b-$i.out" 2>"$W/b$b-$i.err"
     rc=$?
-    if line=$(grep '^gpt2_torch mode=' "$W/t$b$mode.out"); then
-      printf '%s\n' "$line" | tee -a "$R"
+    run=$(ls -d "$W"/runs/gpt2bench-b"$b-$i"-* 2>/dev/null | head -n 1)
+    if [ $rc -eq 0 ] && out=$(steady "$run" "$b" 2>&1); then
+      printf '%s\n' "$out"
+      printf '%s\n' "$out" | grep '^dtrain mode=' >>"$R"
     else
-      echo "torch $mode B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${TORCH_TIMEOUT} s")):"
-      tail -n 8 "$W/t$b$mode.err" | sed 's/^/  /'
+      echo "dtrain B=$b FAILED (exit status $rc$([ $rc -eq 124 ] && echo ", over ${DTRAIN_TIMEOUT} s")):"
+      tail -n 8 "$W/b$b-$i.err" | sed 's/^/  /'
+      [ $rc -eq 0 ] && printf '%s\n' "$out" | tail -n 3 | sed 's/^/  /'
     fi
   done
+  for p in $PEERS; do peer "$b" "$p"; done
 done
+[ -n "$RESULTS" ] && sed "s/\$/ model=$MODEL gemm_tflops=$gemm_tflops flops_per_token=$flops_tok/" "$R" >>"$RESULTS"
 
 # The table and the ratios, from the result lines.
-"$PYTHON" - "$R" "$BATCHES" <<'PY'
+"$PYTHON" - "$R" "$BATCHES" "$gemm_tflops" "$flops_tok" <<'PY'
 import sys
-res = {}
+rows = []
 for line in open(sys.argv[1]):
     f = dict(kv.split("=", 1) for kv in line.split()[1:])
-    res[(int(f["B"]), f["mode"])] = f
+    f["B"] = int(f["B"])
+    rows.append(f)
+rate, fpt = float(sys.argv[3]), float(sys.argv[4])
 def num(f, k):
     try:
         v = float(f[k])
@@ -163,35 +232,44 @@ def num(f, k):
     return None if v != v else v  # nan: not measured (the peer on CPU)
 def fmt(v, spec):
     return "n/a" if v is None else format(v, spec)
-names = {"dtrain": "dtrain", "eager": "PyTorch eager", "compile": "torch.compile"}
+names = {"dtrain": "dtrain", "eager": "PyTorch eager", "compile": "torch.compile",
+         "max-autotune": "torch.compile max-autotune"}
+def name(f):
+    return names[f["mode"]] + ("" if f["mode"] == "dtrain" else f", vocab {f['vocab']}")
+def mfu(f):
+    t = num(f, "tokens_per_s")
+    return None if t is None or rate != rate else 100 * t * fpt / (rate * 1e12)
 print()
-print("| B | run | tokens/s | ms/step | peak alloc GiB | peak reserved GiB | device used GiB | loss after the run |")
-print("|---|---|---|---|---|---|---|---|")
-for B in map(int, sys.argv[2].split()):
-    for m in ("dtrain", "eager", "compile"):
-        f = res.get((B, m))
-        if f:
-            print(f"| {B} | {names[m]} | {fmt(num(f, 'tokens_per_s'), ',.0f')} | {fmt(num(f, 'ms_per_step'), '.2f')} | "
-                  f"{fmt(num(f, 'peak_alloc_gib'), '.2f')} | {fmt(num(f, 'peak_reserved_gib'), '.2f')} | "
-                  f"{fmt(num(f, 'device_used_gib'), '.2f')} | {fmt(num(f, 'loss'), '.4f')} |")
+print("| B | run | tokens/s | ms/step | MFU % | peak alloc GiB | peak reserved GiB | device used GiB | loss after the run |")
+print("|---|---|---|---|---|---|---|---|---|")
+batches = list(map(int, sys.argv[2].split()))
+for B in batches:
+    for f in (r for r in rows if r["B"] == B):
+        print(f"| {B} | {name(f)} | {fmt(num(f, 'tokens_per_s'), ',.0f')} | {fmt(num(f, 'ms_per_step'), '.2f')} | "
+              f"{fmt(mfu(f), '.1f')} | {fmt(num(f, 'peak_alloc_gib'), '.2f')} | "
+              f"{fmt(num(f, 'peak_reserved_gib'), '.2f')} | {fmt(num(f, 'device_used_gib'), '.2f')} | "
+              f"{fmt(num(f, 'loss'), '.4f')} |")
 print()
-for B in map(int, sys.argv[2].split()):
-    d = res.get((B, "dtrain"))
-    if not d:
+for B in batches:
+    mine = [r for r in rows if r["B"] == B and r["mode"] == "dtrain"]
+    peers = [r for r in rows if r["B"] == B and r["mode"] != "dtrain" and num(r, "tokens_per_s")]
+    if not mine:
         print(f"ratio B={B}: no dtrain result")
         continue
-    for m, target in (("compile", " (target >= 1.1x)"), ("eager", "")):
-        t = res.get((B, m))
-        if not t:
-            continue
-        speed = num(d, "tokens_per_s") / num(t, "tokens_per_s")
-        mem = [(a, b) for a, b in ((num(d, "peak_alloc_gib"), num(t, "peak_reserved_gib")),
-                                   (num(d, "device_used_gib"), num(t, "device_used_gib")))]
-        alloc = "n/a" if None in mem[0] else f"{mem[0][0] / mem[0][1]:.2f}x"
-        used = "n/a" if None in mem[1] else f"{mem[1][0] / mem[1][1]:.2f}x"
-        print(f"ratio B={B}: dtrain / {names[m]} = {speed:.2f}x tokens/s{target}; memory dtrain / {names[m]}: "
-              f"allocations {alloc} (dtrain gpu_alloc_mib / torch max_memory_reserved), "
-              f"device used {used}{' (target <= 1.0x)' if m == 'compile' else ''}")
+    tok = sum(num(r, "tokens_per_s") for r in mine) / len(mine)  # the mean of dtrain's runs
+    d = mine[-1]
+    if not peers:
+        print(f"ratio B={B}: no PyTorch result")
+        continue
+    best = max(peers, key=lambda r: num(r, "tokens_per_s"))
+    mem = [(num(d, "peak_alloc_gib"), num(best, "peak_reserved_gib")),
+           (num(d, "device_used_gib"), num(best, "device_used_gib"))]
+    alloc = "n/a" if None in mem[0] else f"{mem[0][0] / mem[0][1]:.2f}x"
+    used = "n/a" if None in mem[1] else f"{mem[1][0] / mem[1][1]:.2f}x"
+    others = ", ".join(f"{name(r)} {tok / num(r, 'tokens_per_s'):.2f}x" for r in peers)
+    print(f"ratio B={B}: dtrain / the fastest PyTorch ({name(best)}) = {tok / num(best, 'tokens_per_s'):.2f}x "
+          f"tokens/s (target >= 1.3x); memory dtrain / it: allocations {alloc} (dtrain gpu_alloc_mib / torch "
+          f"max_memory_reserved), device used {used} (target < 1.0x); against each: {others}")
 PY
 
 # cupti_dir: the folder of a libcupti.so.13 for DTRAIN_CUPTI: the CUDA toolkit's, then PyTorch's

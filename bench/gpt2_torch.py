@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """gpt2_torch.py - the PyTorch peer of dtrain's GPT-2 on the GPU (issue 25).
 
-Used by bench/gpt2_gpu.sh (speed and memory: eager and torch.compile, B=16 and
-32, T=1024) and tests/gpu/test_gpt2_curve.sh (the loss at every step from the
-same initial weights and tokens).  Not a test by itself and not a trainer.
+Used by bench/gpt2_gpu.sh (speed and memory: eager, torch.compile's default and
+max-autotune-no-cudagraphs modes, vocabulary 50257 or nanoGPT's 50304) and
+tests/gpu/test_gpt2_curve.sh (the loss at every step from the same initial
+weights and tokens).  Not a test by itself and not a trainer.
 
 The model is issue 15/24's GPT-2: Hugging Face's GPT2LMHeadModel math, written
 as nanoGPT writes it with dropout 0 (nn.Linear, so a Conv1D [in, out] weight of
 dtrain's layout is its transpose), LayerNorm eps 1e-5, tanh GELU, the head tied
 to wte, F.scaled_dot_product_attention(is_causal=True) (on a GPU PyTorch's
 choice of kernel: cuDNN's on Hopper when its cuDNN is 9.15.1 or later, else
-flash).  The vocabulary is used as given (50257 unpadded, as Hugging Face's model
-and the peers measured in the issue have it; dtrain pads its head to 50304
-inside the model, which never changes the loss).  Training as a careful PyTorch
-user does: bf16 autocast, AdamW(fused=True, betas 0.9/0.95, eps 1e-8, decay 0.1
-on the tensors of 2 or more dimensions only), clip_grad_norm_ 1.0, and for
---mode compile torch.compile(model) in its default mode.
+flash; --sdpa picks one).  The vocabulary is used as given: 50257 is Hugging
+Face's; --vocab 50304 is nanoGPT's padding for speed (the 47 extra rows of wte
+are never a target; the data's ids are checked against --data-vocab, default
+--vocab).  Training as a careful PyTorch user does: bf16 autocast,
+AdamW(fused=True, betas 0.9/0.95, eps 1e-8, decay 0.1 on the tensors of 2 or
+more dimensions only), clip_grad_norm_ 1.0, --tf32 as nanoGPT sets it, and
+torch.compile(model) in its default mode (--mode compile) or in
+"max-autotune-no-cudagraphs" (--mode max-autotune: Triton GEMM templates tuned
+against cuBLAS per shape; CUDA graphs left out, as in nanoGPT's runs with an
+optimizer step outside the compiled model).
 
 Learning rate: constant, or dtrain's cosine (worker/optim/lr_schedule.h:
 lr*(s+1)/N while s < N, then min_lr + 0.5*(1 + cos(pi*(s-N)/(S-N)))*(lr - min_lr),
@@ -37,11 +42,12 @@ struct and numpy (8-byte little-endian header length, JSON header, raw data):
 no safetensors or transformers package needed.
 
 Prints, per run, one line (keys in this order, parsed by bench/gpt2_gpu.sh):
-  gpt2_torch mode=eager B=16 T=1024 dtype=bf16 steps=30 tokens_per_s=... ms_per_step=...
+  gpt2_torch mode=eager vocab=50257 B=16 T=1024 dtype=bf16 steps=30 tokens_per_s=... ms_per_step=...
       peak_alloc_gib=... peak_reserved_gib=... device_used_gib=... loss=... warmup_s=...
 (timed over --steps steps after --warmup; the memory keys are nan on CPU;
 device_used is the whole device's used memory at the end, CUDA context
-included, as NVML counts dtrain's gpu_mem_mib), and with --log-every N a line
+included, as NVML counts dtrain's gpu_mem_mib; --mem-cap-gib caps the caching
+allocator, to see whether a run fits a smaller card), and with --log-every N a line
   step S loss L lr LR grad_norm G
 every N steps (the loss of step S's forward, 1-based, as dtrain's metrics.jsonl).
 """
@@ -239,13 +245,13 @@ def lr_at(a, s, total):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
+    ap.add_argument("--mode", default="eager", choices=["eager", "compile", "max-autotune"])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     for k, v in dict(layers=12, heads=12, embd=768, vocab=50257, block=1024, batch=16, seq=1024, warmup=10,
-                     steps=30, seed=0, lr_warmup=0, log_every=0, threads=0).items():
+                     steps=30, seed=0, lr_warmup=0, log_every=0, threads=0, data_vocab=0).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     for k, v in dict(lr=6e-4, min_lr=0.0, weight_decay=0.1, grad_clip=1.0, beta1=0.9, beta2=0.95,
-                     eps=1e-8).items():
+                     eps=1e-8, mem_cap_gib=0.0).items():
         ap.add_argument("--" + k.replace("_", "-"), type=float, default=v)
     ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"])
     ap.add_argument("--shards", help="glob of llm.c token shards (default: random ids from --seed)")
@@ -273,6 +279,9 @@ def main():
     if a.bf16_full_reduction:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     dev = torch.device(a.device)
+    if a.mem_cap_gib > 0 and dev.type == "cuda":
+        whole = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.mem_cap_gib * (1 << 30) / whole), dev)
     if a.init:
         load_hf(model, a.init)
     model.to(dev)
@@ -280,14 +289,20 @@ def main():
     if a.shards:
         shards = read_shards(a.shards)
     else:
-        shards = [np.random.default_rng(a.seed).integers(0, a.vocab, total * a.batch * a.seq + 1, dtype=np.uint16)]
-    data = Batches(shards, a.batch, a.seq, a.vocab, dev)
+        shards = [np.random.default_rng(a.seed).integers(0, a.data_vocab or a.vocab, total * a.batch * a.seq + 1,
+                                                         dtype=np.uint16)]
+    data = Batches(shards, a.batch, a.seq, a.data_vocab or a.vocab, dev)
 
     params = list(model.parameters())
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, fused=True)
-    fwd = torch.compile(model) if a.mode == "compile" else model
+    if a.mode == "compile":
+        fwd = torch.compile(model)
+    elif a.mode == "max-autotune":
+        fwd = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    else:
+        fwd = model
     amp = a.dtype == "bf16"
     def attention():
         if a.sdpa == "auto":
@@ -329,7 +344,7 @@ def main():
     else:
         mem = (float("nan"),) * 3
     steps = max(a.steps, 1)
-    print(f"gpt2_torch mode={a.mode} B={a.batch} T={a.seq} dtype={a.dtype} steps={a.steps} "
+    print(f"gpt2_torch mode={a.mode} vocab={a.vocab} B={a.batch} T={a.seq} dtype={a.dtype} steps={a.steps} "
           f"tokens_per_s={a.batch * a.seq * a.steps / dt if a.steps else float('nan'):.1f} "
           f"ms_per_step={1e3 * dt / steps:.2f} peak_alloc_gib={mem[0]:.2f} peak_reserved_gib={mem[1]:.2f} "
           f"device_used_gib={mem[2]:.2f} loss={loss.item():.6f} warmup_s={t0 - t_start:.1f}", flush=True)
