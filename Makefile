@@ -29,6 +29,9 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 SAN       ?= 0
 STATIC_DEPS ?= 0
+# `make` alone builds bin/dtrain: named here because the first rule of the file would be the default
+# goal otherwise, and the conditional blocks below put rules (the cuDNN object's) before `all`.
+.DEFAULT_GOAL := all
 
 ifeq ($(origin CUDA),undefined)
 CUDA := $(if $(wildcard $(NVCC)),1,0)
