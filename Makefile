@@ -2,7 +2,7 @@
 #
 #   make              bin/dtrain and build/libdtrain.a (CUDA parts when nvcc is found)
 #   make demo         install what the demo needs (no test tools, no PyTorch), build, run it here
-#   make test         install what is missing, build, run every test; ends "N passed, N failed"
+#   make test         install what is missing, build, run every test; ends "N passed, N failed, N skipped"
 #   make test-gpu     the GPU tests (needs a GPU; `make test` only compiles them, test-gpu-build)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
@@ -226,7 +226,7 @@ kjv-data: data/kjv/train_000000.bin
 data/kjv/train_000000.bin: | $(BINDIR)/dtrain
 	bible gen1:1-rev22:21 </dev/null | $(BINDIR)/dtrain data bytes - -o data/kjv
 
-# `make test`: every suite, one closing "N passed, N failed" line.
+# `make test`: every suite, one closing "N passed, N failed, N skipped" line.
 test: deps
 	@$(MAKE) --no-print-directory test-only
 
