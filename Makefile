@@ -2,7 +2,7 @@
 #
 #   make              bin/dtrain and build/libdtrain.a (CUDA parts when nvcc is found)
 #   make demo         install what the demo needs (no test tools, no PyTorch), build, run it here
-#   make test         install what is missing, build, run every test; ends "N passed, N failed"
+#   make test         install what is missing, build, run every test; ends "N passed, N failed, N skipped"
 #   make test-gpu     the GPU tests (needs a GPU; `make test` only compiles them, test-gpu-build)
 #   make asan         the same tests under AddressSanitizer + UBSan (build-asan/)
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
@@ -13,6 +13,8 @@
 #   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
 #   CUDNN=0|1         cuDNN's fused attention (worker/cuda/attention_cudnn.cpp; default: on when the
 #                     cuDNN frontend's headers and cudnn.h are found; libcudnn loads at run time)
+#   The build keeps these, the compilers and their flags in build/gen/*.cfg: a make with other ones
+#   rebuilds what they change (make CUDA=0, then make: a binary with CUDA again).
 #
 # Sources are found by folder, the layers of docs/architecture.md: base/, spec/,
 # comm/ and worker/ make libdtrain.a, scheduler-adapters/ and launcher/ the CLI;
@@ -29,6 +31,9 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 SAN       ?= 0
 STATIC_DEPS ?= 0
+# `make` alone builds bin/dtrain: named here because the first rule of the file would be the default
+# goal otherwise, and the conditional blocks below put rules (the cuDNN object's) before `all`.
+.DEFAULT_GOAL := all
 
 ifeq ($(origin CUDA),undefined)
 CUDA := $(if $(wildcard $(NVCC)),1,0)
@@ -88,19 +93,15 @@ CUDNN_INC ?= $(patsubst %/cudnn.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/
 ifeq ($(origin CUDNN),undefined)
 CUDNN := $(if $(and $(CUDNN_FE_INC),$(CUDNN_INC)),1,0)
 endif
-# The object follows CUDNN: `make demo` (no .venv) then `make test` (frontend installed) rebuilds it.
-$(BUILD)/worker/cuda/attention_cudnn.o: $(BUILD)/gen/cudnn.cfg
-$(BUILD)/gen/cudnn.cfg: FORCE
-	@mkdir -p $(dir $@)
-	@echo "CUDNN=$(CUDNN) $(CUDNN_FE_INC) $(CUDNN_INC)" > $@.tmp
-	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 ifeq ($(CUDNN),1)
 # -O1 and no JSON (graph dumps in the frontend's logs): host code that builds a plan per shape; the
 # frontend's templates took 78 s of CI's build at -O2, 33 s so.
-$(BUILD)/worker/cuda/attention_cudnn.o: CXXFLAGS_ALL += -DDT_HAVE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
-    -DCUDNN_FRONTEND_SKIP_JSON_LIB -O1 -g0 -isystem $(CUDNN_FE_INC) -isystem $(CUDNN_INC)
+CUDNN_CXXFLAGS := -DDT_HAVE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -DCUDNN_FRONTEND_SKIP_JSON_LIB -O1 -g0 \
+                  -isystem $(CUDNN_FE_INC) -isystem $(CUDNN_INC)
+$(BUILD)/worker/cuda/attention_cudnn.o: CXXFLAGS_ALL += $(CUDNN_CXXFLAGS)
 else
-$(BUILD)/worker/cuda/attention_cudnn.o: worker/cuda/attention_cudnn.cpp
+CUDNN_CXXFLAGS :=
+$(BUILD)/worker/cuda/attention_cudnn.o: worker/cuda/attention_cudnn.cpp $(BUILD)/gen/cxx.cfg
 	@echo "dtrain: building without cuDNN attention (CUDNN=0, or no cuDNN frontend headers: scripts/install-deps.sh installs them)"
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_ALL) -c $< -o $@
@@ -115,6 +116,22 @@ MPI_SRC := $(wildcard comm/mpi/*.c)
 CFLAGS_ALL += -DDT_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -compile_info | cut -d' ' -f2-)
 MPI_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null || $(MPICC) -link_info | cut -d' ' -f2-)
 endif
+LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
+
+# The build's configuration, one stamp per kind of output in $(BUILD)/gen/: c.cfg (CUDA, MPI, SAN, the
+# C compiler and its flags), cxx.cfg (CUDNN and the C++ flags), cu.cfg (nvcc's), link.cfg (STATIC_DEPS
+# and the libraries linked). A stamp is rewritten only when its text changed and every output of its
+# kind depends on it, so a change rebuilds what it touches and no more: `make demo` (no Open MPI) then
+# `make test` (MPI=1) recompiles the C objects with DT_HAVE_MPI but not the CUDA kernels, and
+# `make CUDA=0` then `make` gives a binary whose `dtrain version` says cuda: yes.
+# Simple (:=) variables, fixed here: a stamp's recipe must not see the flags one object adds for itself
+# (kernels_cpu.o's -O3), which make hands on to that object's prerequisites.
+LINK_LIBS := $(LIBS) $(if $(CU_SRC),-lstdc++)
+CONFIG_c    := CUDA=$(CUDA) MPI=$(MPI) SAN=$(SAN) $(CC) $(CFLAGS_ALL)
+CONFIG_cxx  := CUDNN=$(CUDNN) $(CXX) $(CXXFLAGS_ALL) $(CUDNN_CXXFLAGS)
+CONFIG_cu   := $(NVCC) $(NVCCFLAGS)
+CONFIG_link := STATIC_DEPS=$(STATIC_DEPS) $(CC) -pthread $(LINK_LIBS)
+CONFIG_STAMPS := $(foreach k,c cxx cu link,$(BUILD)/gen/$(k).cfg)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GPU_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.o) \
            $(CXX_SRC:%.cpp=$(BUILD)/%.o) \
@@ -127,7 +144,6 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
-LIBS := $(DEP_LIBS) $(GPU_LIBS) $(MPI_LIBS) $(SYS_LIBS) $(LDFLAGS_SAN)
 
 .PHONY: FORCE all deps deps-demo demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format \
         bundle
@@ -139,16 +155,21 @@ all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
 $(BUILD)/worker/kernels_cpu.o: CFLAGS_ALL += -O3 -fno-math-errno
 $(BUILD)/worker/models/gpt2_layers.o: CFLAGS_ALL += -O3 -fno-math-errno
 
-$(BUILD)/%.o: %.c
+$(CONFIG_STAMPS): $(BUILD)/gen/%.cfg: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(subst ','\'',$(strip $(CONFIG_$*)))' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+$(BUILD)/%.o: %.c $(BUILD)/gen/c.cfg
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(BUILD)/gen/cu.cfg
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # Host-only C++ of the GPU parts (a library's C++ API: attention_cudnn.cpp).
-$(BUILD)/%.o: %.cpp
+$(BUILD)/%.o: %.cpp $(BUILD)/gen/cxx.cfg
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_ALL) -c $< -o $@
 
@@ -163,7 +184,7 @@ $(BUILD)/gen/cli_table.c: FORCE
 	   echo '    0,'; echo '};'; } > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 
-$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/gen/c.cfg
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/libdtrain.a: $(LIB_OBJ)
@@ -174,17 +195,18 @@ $(BUILD)/libdtrain-app.a: $(APP_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BINDIR)/dtrain: $(MAIN_OBJ) $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a
+$(BINDIR)/dtrain: $(MAIN_OBJ) $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(BUILD)/gen/link.cfg
 	@mkdir -p $(dir $@)
-	$(CC) -pthread -o $@ $(MAIN_OBJ) $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(LIBS) $(if $(CU_SRC),-lstdc++)
+	$(CC) -pthread -o $@ $(MAIN_OBJ) $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(LINK_LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(BUILD)/gen/c.cfg $(BUILD)/gen/link.cfg
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a -lcmocka $(LIBS) $(if $(CU_SRC),-lstdc++)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a -lcmocka $(LINK_LIBS)
 
-$(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(BUILD)/gen/c.cfg \
+                         $(BUILD)/gen/link.cfg
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(LIBS) $(if $(CU_SRC),-lstdc++)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdtrain-app.a $(BUILD)/libdtrain.a $(LINK_LIBS)
 
 deps:
 	@scripts/install-deps.sh
@@ -204,7 +226,7 @@ kjv-data: data/kjv/train_000000.bin
 data/kjv/train_000000.bin: | $(BINDIR)/dtrain
 	bible gen1:1-rev22:21 </dev/null | $(BINDIR)/dtrain data bytes - -o data/kjv
 
-# `make test`: every suite, one closing "N passed, N failed" line.
+# `make test`: every suite, one closing "N passed, N failed, N skipped" line.
 test: deps
 	@$(MAKE) --no-print-directory test-only
 
