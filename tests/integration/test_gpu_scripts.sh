@@ -30,12 +30,18 @@ contains "$T/diag.out" '^    30 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' \
   "tests/gpu/curve_diag.sh trains the four curves and prints their windows"
 contains "$T/diag.out" '^largest \|difference\|: dtrain-torch [0-9.]+%' "curve_diag.sh ends with the largest differences"
 
-env "${tiny[@]}" DEVICE=cpu BATCHES=4 PROFILE_BATCH=4 MODES=eager NSYS=0 CUPTI=0 DTRAIN="$DTRAIN" \
+env "${tiny[@]}" DEVICE=cpu BATCHES=4 PROFILE_BATCH=4 PEERS="eager/256 eager/320" NSYS=0 CUPTI=0 DTRAIN="$DTRAIN" \
   timeout "$(limit_s 120)" bench/gpt2_gpu.sh >"$T/bench.out" 2>&1
-contains "$T/bench.out" '^dtrain mode=dtrain B=4 T=64 steps=30 tokens_per_s=[0-9.]+ ' \
+contains "$T/bench.out" '^dtrain mode=dtrain vocab=256 B=4 T=64 steps=30 tokens_per_s=[0-9.]+ ' \
   "bench/gpt2_gpu.sh measures dtrain from its metrics rows"
-contains "$T/bench.out" '^ratio B=4: dtrain / PyTorch eager = [0-9.]+x tokens/s' \
-  "bench/gpt2_gpu.sh prints the ratio against the peer"
+contains "$T/bench.out" '^gpt2_torch mode=eager vocab=320 B=4 ' "bench/gpt2_gpu.sh runs the peer with a padded vocabulary"
+contains "$T/bench.out" '^ratio B=4: dtrain / the fastest PyTorch \(PyTorch eager, vocab (256|320)\) = [0-9.]+x tokens/s' \
+  "bench/gpt2_gpu.sh prints the ratio against the fastest peer"
+
+env "${tiny[@]}" DEVICE=cpu SIZES=350m:2 PEERS=eager/256 STEPS=5 DTRAIN="$DTRAIN" \
+  timeout "$(limit_s 120)" bench/gpt2_gpu_sizes.sh >"$T/sizes.out" 2>&1
+contains "$T/sizes.out" '^\| 350m \| 2 \| dtrain \| [0-9,]+ \|' "bench/gpt2_gpu_sizes.sh tables each size"
+contains "$T/sizes.out" '^ratio 350m B=2: dtrain / torch.eager = [0-9.]+x' "bench/gpt2_gpu_sizes.sh prints each size's ratio"
 
 # Without a device, each GPU shell test says SKIP and passes (tests/gpu/tap.sh),
 # as the C ones do, so `make test-gpu` here reads as skipped, not as 44 failures.
