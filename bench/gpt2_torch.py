@@ -280,8 +280,9 @@ def main():
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     dev = torch.device(a.device)
     if a.mem_cap_gib > 0 and dev.type == "cuda":
-        whole = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, a.mem_cap_gib * (1 << 30) / whole), dev)
+        i = torch.cuda.current_device()  # the allocator's calls want an index, not torch.device("cuda")
+        whole = torch.cuda.get_device_properties(i).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.mem_cap_gib * (1 << 30) / whole), i)
     if a.init:
         load_hf(model, a.init)
     model.to(dev)
