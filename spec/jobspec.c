@@ -369,7 +369,7 @@ static const struct dt_spec_key top_keys[] = {
     DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section,
            .help = "How ranks reach each other."),
     DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir, .def = "runs",
-           .help = "Directory of run logs: `<log_dir>/<name>-<run id>/...`."),
+           .help = "Directory of the run directories, `<log_dir>/<name>-<run id>/`."),
     DT_KEY(
         "setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup),
         .flags = DT_KF_VERBATIM,
