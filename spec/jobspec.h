@@ -5,8 +5,8 @@
  * every problem is found, the first in file order is reported through
  * dt_error_last() as "<file>:<line>:<column>: <what was expected>" (and, for an
  * unknown key, "did you mean <closest>?"), dt_job_load_with hands back all.  Unknown keys are errors: a typo
- * must never silently change a job.  configs/job.schema.json describes the same keys for editors and is
- * checked against this parser by the tests.
+ * must never silently change a job.  configs/job.schema.json describes the same keys for editors; it is
+ * written from the key tables by `make generated` (spec/gen/) and checked against this parser by the tests.
  *
  * Every key's default is in its key table (spec/jobspec.c, jobspec_trainer.c,
  * jobspec_sched.c), set by the loader; the comments here do not repeat them.
