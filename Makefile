@@ -8,6 +8,8 @@
 #   make fuzz         build the libFuzzer targets (clang) and run each briefly
 #   make install      PREFIX=/usr/local: binary, library, public headers, man page, docs
 #   make bundle       build/bundle.tar.xz: dtrain and the GPU tests for a machine without our libraries
+#   make generated    configs/job.schema.json, configs/reference.yaml and the key tables of docs/dtrain.1
+#                     and README.md, written from the job spec's key tables (spec/jobspec*.c)
 #   CUDA=0|1          force the CUDA parts off or on (default: on when nvcc is found)
 #   MPI=0|1           force the MPI backend (comm/mpi/) off or on (default: on when mpicc is found)
 #   STATIC_DEPS=1     link libyaml, libuv, jansson and OpenBLAS statically (for machines without them)
@@ -146,7 +148,7 @@ HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 .PHONY: FORCE all deps deps-demo demo kjv-data test test-only test-gpu test-gpu-build unit asan fuzz install clean format \
-        bundle
+        bundle generated
 .DELETE_ON_ERROR:
 
 all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
@@ -230,7 +232,7 @@ data/kjv/train_000000.bin: | $(BINDIR)/dtrain
 test: deps
 	@$(MAKE) --no-print-directory test-only
 
-test-only: all $(UNIT_BIN) $(HELPER_BIN)
+test-only: all $(UNIT_BIN) $(HELPER_BIN) $(BUILD)/specgen
 	@DTRAIN=$(abspath $(BINDIR)/dtrain) BUILD=$(abspath $(BUILD)) scripts/run-tests.sh
 
 # GPU tests (CUDA kernels against the CPU reference, NCCL collectives): a machine with a GPU.
@@ -242,6 +244,20 @@ test-gpu-build: all
 	@BUILD=$(BUILD) CC=$(CC) CFLAGS='$(CFLAGS_ALL)' LIBS='$(LIBS)' tests/gpu/run.sh --build
 
 unit: $(UNIT_BIN)
+
+# The job spec's generated files, written from the key tables (spec/jobspec*.c) by spec/gen/:
+# the JSON Schema, reference.yaml and the key tables of the man page and README.md.  Committed;
+# tests/integration/test_generated.sh fails when they differ from what the tables give.
+SPECGEN := $(BUILD)/specgen
+$(SPECGEN): $(wildcard spec/gen/*.c spec/gen/*.h) $(BUILD)/libdtrain.a $(BUILD)/gen/c.cfg $(BUILD)/gen/link.cfg
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $(filter %.c,$^) $(BUILD)/libdtrain.a $(LINK_LIBS)
+
+generated: $(SPECGEN)
+	$(SPECGEN) schema > configs/job.schema.json.tmp && mv configs/job.schema.json.tmp configs/job.schema.json
+	$(SPECGEN) reference > configs/reference.yaml.tmp && mv configs/reference.yaml.tmp configs/reference.yaml
+	$(SPECGEN) man < docs/dtrain.1 > docs/dtrain.1.tmp && mv docs/dtrain.1.tmp docs/dtrain.1
+	$(SPECGEN) markdown < README.md > README.md.tmp && mv README.md.tmp README.md
 
 # Leaks of Open MPI and OpenBLAS (allocated once, kept until exit) are
 # suppressed by library name (tests/lsan.supp); those libraries have no frame

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what dtrain needs to build and test, and only what is missing.
 #
-# Idempotent and quick when everything is there (one dpkg-query), so `make demo`
-# and `make test` call it every time.  Debian packages come through apt-get; the
+# Idempotent and quick when everything is there (a dpkg-query per Debian package and
+# one Python run over the pip requirements), so `make demo` and `make test` call it
+# every time.  Debian packages come through apt-get; the
 # Python packages the tests use as peers and oracles (PyTorch, tensorboard, ...)
 # through pip into the virtual environment .venv/ (Debian 12's own python3 refuses
 # pip installs outside one, PEP 668).  The venv sees the system's site-packages,

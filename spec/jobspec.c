@@ -246,22 +246,47 @@ bool dt_job_exit_listed(const struct dt_job *job, int status)
 
 static const struct dt_spec_key rendezvous_keys[] = {
     DT_KEY("port", DT_KT_INT, struct dt_rendezvous_spec, port, .lo = 0, .hi = 65535,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI, .def = "0",
+           .help =
+               "Coordinator port. 0 = a free port chosen at start and published to the ranks; on Kubernetes "
+               "the default is 29500 and 0 is refused, as pods must know the port in advance."),
     DT_KEY("timeout", DT_KT_DURATION, struct dt_rendezvous_spec, timeout_s, .lo = 0, .hi = 86400,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "60s",
+           .help = "Rendezvous and connect deadline."),
     DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
-           .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
-    DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names),
+           .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "30s",
+           .help =
+               "A rank stopped, silent or stuck this long is declared hung, described and restarted "
+               "(docs/faults.md); a host silent this long is lost and the job ends, and a `tcp` collective "
+               "stalled this long (+2 s) names its peer (docs/multinode.md)."),
+    DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names, .def = "token",
+           .help =
+               "How ranks prove they belong to the job. `token`: ranks present the job's token to the "
+               "coordinator. `none`: for unmodified PyTorch scripts, whose TCPStore client has no token."),
     DT_KEY("last_call_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, last_call_timeout_s, .lo = 0,
-           .hi = 86400, .flags = DT_KF_LO | DT_KF_HI),
+           .hi = 86400, .flags = DT_KF_LO | DT_KF_HI, .def = "30s",
+           .help =
+               "Elastic jobs: once MIN agents joined a round, how long it waits for more before it starts "
+               "(torchrun's last_call_timeout); a round of MAX starts at once."),
 };
 static const struct dt_spec_section rendezvous_section = {
     .keys = rendezvous_keys, .n_keys = DT_NKEYS(rendezvous_keys), .size = sizeof(struct dt_rendezvous_spec)};
 
 static const struct dt_spec_key restart_keys[] = {
-    DT_KEY("on_exit", DT_KT_CUSTOM, struct dt_restart_policy, on_exit, .set = set_on_exit,
-           .release = release_on_exit, .print = print_on_exit),
-    DT_KEY("default", DT_KT_ENUM, struct dt_restart_policy, otherwise, .names = action_names),
+    DT_KEY(
+        "on_exit", DT_KT_CUSTOM, struct dt_restart_policy, on_exit, .set = set_on_exit,
+        .release = release_on_exit, .print = print_on_exit, .unset = "none",
+        .example = "{42: fail, SIGKILL: retry}", .form = "mapping status → `fail` | `retry`",
+        .help =
+            "What an exit status means: status 1–255, or a signal name (`SIGKILL`, `SIGSEGV`, ...). A rank "
+            "killed by signal N counts as status 128+N, as in a shell, so `137` and `SIGKILL` are the same "
+            "entry (listing both is an error). `fail` ends the job at once; `retry` restarts the group "
+            "while `max_restarts` allows.",
+        .schema =
+            "{\"type\": \"object\", \"propertyNames\": {\"pattern\": \"^([1-9][0-9]{0,2}|SIG[A-Z0-9]+)$\"},"
+            " \"additionalProperties\": {\"enum\": [\"fail\", \"retry\"]}}"),
+    DT_KEY("default", DT_KT_ENUM, struct dt_restart_policy, otherwise, .names = action_names, .def = "retry",
+           .help = "For statuses not listed; retries stop after `max_restarts`."),
 };
 static const struct dt_spec_section restart_section = {
     .keys = restart_keys, .n_keys = DT_NKEYS(restart_keys), .size = sizeof(struct dt_restart_policy)};
@@ -269,52 +294,139 @@ static const struct dt_spec_section restart_section = {
 static const struct dt_spec_key comm_keys[] = {
     DT_KEY("interfaces", DT_KT_STRLIST, struct dt_comm_spec, interfaces,
            DT_COUNT(struct dt_comm_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO,
-           .hint = "like [eth1]: the interfaces the ranks' collectives use"),
+           .hint = "like [eth1]: the interfaces the ranks' collectives use",
+           .unset = "the route to the coordinator", .example = "[eth0]", .form = "list of interface names",
+           .help =
+               "The network the ranks' collectives use, in order of preference: the `tcp` backend advertises "
+               "the first one's IPv4 address, and every rank gets `GLOO_SOCKET_IFNAME` and "
+               "`NCCL_SOCKET_IFNAME` from it; under `scheduler: mpirun` without `mpirun.interfaces` node 0 "
+               "advertises its address for the coordinator. `DTRAIN_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME` or "
+               "`NCCL_SOCKET_IFNAME` set to another list (in `env:` or the agents' environment) is an error "
+               "(docs/multinode.md)."),
 };
 static const struct dt_spec_section comm_section = {
     .keys = comm_keys, .n_keys = DT_NKEYS(comm_keys), .size = sizeof(struct dt_comm_spec)};
 
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 static const struct dt_spec_key top_keys[] = {
-    DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED),
-    DT_KEY("scheduler", DT_KT_ENUM, struct dt_job, scheduler, .names = scheduler_names),
-    DT_KEY("nodes", DT_KT_CUSTOM, struct dt_job, nodes, .set = set_nodes, .print = print_nodes),
+    DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED, .example = "reference",
+           .help = "Job name, a DNS-1123 label (`a-z`, `0-9`, `-`; at most 63). Names Slurm jobs, Kubernetes "
+                   "objects and run directories.",
+           .schema = "{\"pattern\": \"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\", \"maxLength\": 63}"),
+    DT_KEY("scheduler", DT_KT_ENUM, struct dt_job, scheduler, .names = scheduler_names, .def = "local",
+           .help =
+               "Where the job runs: here (`local`), or through Slurm, Kubernetes or mpirun, each set up by "
+               "its section below."),
+    DT_KEY("nodes", DT_KT_CUSTOM, struct dt_job, nodes, .set = set_nodes, .print = print_nodes, .def = "1",
+           .form = "integer 1–65536, or `MIN:MAX`",
+           .help =
+               "Agents, one per node. A range makes an elastic job (agents started with "
+               "`dtrain agent --nnodes MIN:MAX`, scheduler local): it starts with at least MIN, admits late "
+               "agents and survives lost ones between rounds (docs/elastic.md).",
+           .schema = "{\"oneOf\": [{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65536},"
+                     " {\"type\": \"string\", \"pattern\": \"^[0-9]+:[0-9]+$\"}]}"),
     DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,
-           .print = print_nproc, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names),
+           .print = print_nproc, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI, .def = "1",
+           .form = "integer 1–1024 or `gpu`",
+           .help = "Ranks per node; `gpu` = one per visible GPU (the trainer then needs `device: cuda`).",
+           .schema = "{\"anyOf\": [{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1024}, {\"const\": "
+                     "\"gpu\"}]}"),
+    DT_KEY("backend", DT_KT_ENUM, struct dt_job, backend, .names = backend_names, .def = "auto",
+           .help =
+               "Communicator of the bundled trainer: `auto` picks nccl on GPUs, shm within a node (tcp when "
+               "/dev/shm has no room for it), tcp across. `shm` needs `nodes: 1`; `mpi` needs "
+               "`scheduler: mpirun`; `nccl` needs `trainer.device: cuda`; a cuda trainer needs `nccl` or "
+               "`auto`."),
     DT_KEY("command", DT_KT_STRLIST, struct dt_job, command, DT_COUNT(struct dt_job, command_argc), .lo = 1,
-           .flags = DT_KF_LO | DT_KF_VERBATIM, .hint = "to run a shell line write [sh, -c, 'your line']"),
-    DT_KEY("trainer", DT_KT_SECTION_PTR, struct dt_job, trainer, .sub = &dt_jobspec_trainer_section),
-    DT_KEY("env", DT_KT_STRMAP, struct dt_job, env, DT_COUNT(struct dt_job, n_env), .flags = DT_KF_ENVNAME),
+           .flags = DT_KF_LO | DT_KF_VERBATIM, .hint = "to run a shell line write [sh, -c, 'your line']",
+           .example = "[python3, train.py, --epochs, 3]", .doc = DT_DOC_REF_COMMENT,
+           .help = "The program every rank runs, as a list (an argv), never a shell line: for a shell write "
+                   "`[sh, -c, 'echo $RANK']`. Exactly one of `command` and `trainer`."),
+    DT_KEY(
+        "trainer", DT_KT_SECTION_PTR, struct dt_job, trainer, .sub = &dt_jobspec_trainer_section,
+        .help =
+            "The bundled C trainer (docs/trainer.md). Exactly one of `command` and `trainer`. Defaults are "
+            "PyTorch's where PyTorch has the same setting (AdamW, OneCycleLR, DDP buckets, GradScaler)."),
+    DT_KEY("env", DT_KT_STRMAP, struct dt_job, env, DT_COUNT(struct dt_job, n_env), .flags = DT_KF_ENVNAME,
+           .unset = "none", .example = "{OMP_NUM_THREADS: 1}",
+           .help = "Extra environment for every rank; values are taken as written (`OMP_NUM_THREADS: 1` sets "
+                   "\"1\"; write `\"\"` for an empty value). The variables dtrain sets per rank (`RANK`, "
+                   "`WORLD_SIZE`, `MASTER_ADDR`, `DTRAIN_JOB_TOKEN`, ...) are refused."),
     DT_KEY("max_restarts", DT_KT_INT, struct dt_job, max_restarts, .lo = 0, .hi = 10000,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("grace_period", DT_KT_DURATION, struct dt_job, grace_period_s, .lo = 0, .hi = 3600,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
-    DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section),
-    DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section),
-    DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir),
-    DT_KEY("setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup), .flags = DT_KF_VERBATIM,
-           .hint = "each item is one shell line, like ['module load cuda/12.4', 'source venv/bin/activate']"),
-    DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section),
-    DT_KEY("slurm", DT_KT_SECTION_PTR, struct dt_job, slurm, .sub = &dt_jobspec_slurm_section),
-    DT_KEY("kubernetes", DT_KT_SECTION_PTR, struct dt_job, kubernetes, .sub = &dt_jobspec_kubernetes_section),
-    DT_KEY("mpirun", DT_KT_SECTION_PTR, struct dt_job, mpirun, .sub = &dt_jobspec_mpirun_section),
+           .flags = DT_KF_LO | DT_KF_HI, .def = "0", .help = "Restarts of the whole group after a failure."),
+    DT_KEY(
+        "grace_period", DT_KT_DURATION, struct dt_job, grace_period_s, .lo = 0, .hi = 3600,
+        .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = STR(DT_JOB_GRACE_DEFAULT_S) "s",
+        .help =
+            "Time between SIGTERM and SIGKILL when ranks are stopped (a failure elsewhere, a restart, "
+            "Ctrl-C), as torchrun's 30 s; a rank may save its state in it. `--grace-period` overrides it."),
+    DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section,
+           .help = "Coordinator settings."),
+    DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section,
+           .help = "How ranks reach each other."),
+    DT_KEY("log_dir", DT_KT_STR, struct dt_job, log_dir, .def = "runs",
+           .help = "Directory of the run directories, `<log_dir>/<name>-<run id>/`."),
+    DT_KEY(
+        "setup", DT_KT_STRLIST, struct dt_job, setup, DT_COUNT(struct dt_job, n_setup),
+        .flags = DT_KF_VERBATIM,
+        .hint = "each item is one shell line, like ['module load cuda/12.4', 'source venv/bin/activate']",
+        .unset = "none", .example = "['module load cuda/12.4', 'source venv/bin/activate']",
+        .doc = DT_DOC_REF_COMMENT,
+        .help =
+            "Shell lines run before the agent starts (module load, a virtual environment): in the sbatch "
+            "script (Slurm), in the container's /bin/sh before it execs the agent (Kubernetes), in a shell "
+            "on each host before its agent (mpirun). Refused with `scheduler: local`."),
+    DT_KEY("restart_policy", DT_KT_SECTION, struct dt_job, restart_policy, .sub = &restart_section,
+           .help = "Which exit statuses are retried (docs/faults.md)."),
+    DT_KEY(
+        "slurm", DT_KT_SECTION_PTR, struct dt_job, slurm, .sub = &dt_jobspec_slurm_section, .unset = "absent",
+        .help = "The sbatch settings of `scheduler: slurm`; zero or absent means \"not asked for\": the "
+                "`#SBATCH` line is left out and Slurm's default applies. A section may be present whatever "
+                "`scheduler` says (it is checked, and used by `dtrain render`). How such a job runs: "
+                "docs/slurm.md."),
+    DT_KEY("kubernetes", DT_KT_SECTION_PTR, struct dt_job, kubernetes, .sub = &dt_jobspec_kubernetes_section,
+           .unset = "absent",
+           .help = "The pods of `scheduler: kubernetes`, which requires this section (docs/kubernetes.md)."),
+    DT_KEY("mpirun", DT_KT_SECTION_PTR, struct dt_job, mpirun, .sub = &dt_jobspec_mpirun_section,
+           .unset = "absent",
+           .help =
+               "How `scheduler: mpirun` starts agents: one per node, or with `backend: mpi` every rank as an "
+               "MPI process (docs/mpirun.md)."),
 };
-static const struct dt_spec_section top_section = {.title = "the top level",
-                                                   .keys = top_keys,
-                                                   .n_keys = DT_NKEYS(top_keys),
-                                                   .size = sizeof(struct dt_job),
-                                                   .check = check_top};
+/* What the key tables cannot say one key at a time: exactly one of command
+ * and trainer; backend mpi only under mpirun; kubernetes needs its section. */
+#define TOP_SCHEMA                                                                                           \
+    "{\"oneOf\": [{\"required\": [\"command\"], \"not\": {\"required\": [\"trainer\"]}},"                    \
+    " {\"required\": [\"trainer\"], \"not\": {\"required\": [\"command\"]}}],"                               \
+    " \"allOf\": [{\"if\": {\"properties\": {\"backend\": {\"const\": \"mpi\"}}, \"required\": "             \
+    "[\"backend\"]},"                                                                                        \
+    " \"then\": {\"properties\": {\"scheduler\": {\"const\": \"mpirun\"}}, \"required\": [\"scheduler\"]}}," \
+    " {\"if\": {\"properties\": {\"scheduler\": {\"const\": \"kubernetes\"}}, \"required\": "                \
+    "[\"scheduler\"]},"                                                                                      \
+    " \"then\": {\"required\": [\"kubernetes\"]}}]}"
+const struct dt_spec_section dt_jobspec_root = {
+    .title = "the top level",
+    .keys = top_keys,
+    .n_keys = DT_NKEYS(top_keys),
+    .size = sizeof(struct dt_job),
+    .check = check_top,
+    .help =
+        "One YAML file describes a job: `dtrain validate job.yaml` checks it, `dtrain launch job.yaml` runs "
+        "it. YAML 1.2 (true/false only; yes/no/on/off are strings).",
+    .schema = TOP_SCHEMA};
 
 void dt_job_print(const struct dt_job *job, FILE *out)
 {
-    dt_spec_print(&top_section, job, 0, out);
+    dt_spec_print(&dt_jobspec_root, job, 0, out);
 }
 
 void dt_job_list_keys(FILE *out)
 {
-    dt_spec_list_keys(&top_section, out);
+    dt_spec_list_keys(&dt_jobspec_root, out);
 }
 
 static int check_name(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
@@ -536,28 +648,11 @@ static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *
     return rc;
 }
 
-static void job_defaults(struct dt_job *job)
-{
-    job->scheduler = DT_SCHED_LOCAL;
-    job->nodes = 1;
-    job->nodes_min = 1;
-    job->nproc_per_node = 1;
-    job->backend = DT_BACKEND_AUTO;
-    job->max_restarts = 0;
-    job->grace_period_s = DT_JOB_GRACE_DEFAULT_S;
-    job->rendezvous.port = 0;
-    job->rendezvous.timeout_s = 60;
-    job->rendezvous.heartbeat_timeout_s = 30;
-    job->rendezvous.auth = DT_AUTH_TOKEN;
-    job->rendezvous.last_call_timeout_s = DT_JOB_LAST_CALL_DEFAULT_S;
-    job->restart_policy.otherwise = DT_EXIT_RETRY;
-}
-
 void dt_job_free(struct dt_job *job)
 {
     if (!job)
         return;
-    dt_spec_release(&top_section, job);
+    dt_spec_release(&dt_jobspec_root, job);
     free(job->path);
     free(job);
 }
@@ -600,20 +695,23 @@ int dt_job_load_string_with(const char *text, size_t len, const char *name, cons
         dt_yaml_free(root);
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     }
-    job_defaults(job);
-    struct dt_spec_ctx ctx = {.file = name, .root = &top_section, .sets = o ? o->set : NULL};
+    rc = dt_spec_init(&dt_jobspec_root, job);
+    if (rc) {
+        dt_job_free(job);
+        dt_yaml_free(root);
+        return rc;
+    }
+    struct dt_spec_ctx ctx = {.file = name, .root = &dt_jobspec_root, .sets = o ? o->set : NULL};
     rc = prepare_tree(&ctx, root, o, &job->derived);
     /* The keys are read even when an override or a variable failed: every problem is said at once. */
     if (rc == 0 || rc == DT_EINVAL) {
-        int r = dt_spec_apply(&ctx, &top_section, root, job);
+        int r = dt_spec_apply(&ctx, &dt_jobspec_root, root, job);
         rc = rc ? rc : r;
     }
     dt_yaml_free(root);
     if (ctx.n_problems && rc != DT_ENOMEM)
         rc = DT_EINVAL;
     dt_spec_problems_finish(&ctx, rc == DT_EINVAL && o ? o->problems : NULL);
-    if (!rc && !job->log_dir && !(job->log_dir = strdup("runs")))
-        rc = dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     if (rc) {
         dt_job_free(job);
         return rc;

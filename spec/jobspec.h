@@ -4,9 +4,12 @@
  * (jobspec_source.c), and validates every key against one table of known keys;
  * every problem is found, the first in file order is reported through
  * dt_error_last() as "<file>:<line>:<column>: <what was expected>" (and, for an
- * unknown key, "did you mean <closest>?"), dt_job_load_with hands back all.  Unknown keys are errors: a typo must
- * never silently change a job.  configs/job.schema.json describes the same keys
- * for editors and is checked against this parser by the tests.
+ * unknown key, "did you mean <closest>?"), dt_job_load_with hands back all.  Unknown keys are errors: a typo
+ * must never silently change a job.  configs/job.schema.json describes the same keys for editors; it is
+ * written from the key tables by `make generated` (spec/gen/) and checked against this parser by the tests.
+ *
+ * Every key's default is in its key table (spec/jobspec.c, jobspec_trainer.c,
+ * jobspec_sched.c), set by the loader; the comments here do not repeat them.
  *
  * Not for running anything: the launcher, agent and adapters read a loaded
  * struct dt_job; the bundled trainer reads its own section, struct dt_trainer_spec.
@@ -26,25 +29,22 @@ enum dt_auth { DT_AUTH_TOKEN, DT_AUTH_NONE };
  * ranks), or one per rank (Slurm starts and binds every rank). */
 enum dt_slurm_tasks { DT_SLURM_TASKS_PER_NODE, DT_SLURM_TASKS_PER_RANK };
 
-/* grace_period when the spec leaves it out: torchrun's shutdown timeout. */
-#define DT_JOB_GRACE_DEFAULT_S 30.0
+/* grace_period when the spec leaves it out, in whole seconds: torchrun's
+ * shutdown timeout (the key's default in spec/jobspec.c is made of it). */
+#define DT_JOB_GRACE_DEFAULT_S 30
 
 /* nproc_per_node: "gpu" means one rank per visible GPU, resolved by the agent. */
 #define DT_NPROC_GPU (-1)
 
 struct dt_rendezvous_spec {
     int port;                   /* 0: the coordinator picks a free port and publishes it */
-    double timeout_s;           /* rendezvous and connect deadline, default 60 s */
-    double heartbeat_timeout_s; /* a rank silent this long is hung, default 30 s */
-    enum dt_auth auth;          /* token (default) or none (PyTorch scripts) */
+    double timeout_s;           /* rendezvous and connect deadline */
+    double heartbeat_timeout_s; /* a rank silent this long is hung */
+    enum dt_auth auth;          /* token or none (PyTorch scripts) */
     /* Elastic jobs (nodes: MIN:MAX): once MIN agents joined, how long the
-     * round waits for more before it starts (torchrun's last_call_timeout);
-     * default DT_JOB_LAST_CALL_DEFAULT_S. */
+     * round waits for more before it starts (torchrun's last_call_timeout). */
     double last_call_timeout_s;
 };
-
-/* rendezvous.last_call_timeout when the spec leaves it out: torchrun's 30 s. */
-#define DT_JOB_LAST_CALL_DEFAULT_S 30.0
 
 struct dt_env_entry {
     char *name;
@@ -76,12 +76,8 @@ struct dt_exit_rule {
 struct dt_restart_policy {
     struct dt_exit_rule *on_exit; /* in file order; codes are unique */
     int n_on_exit;
-    enum dt_exit_action otherwise; /* codes not listed: retry (default), up to max_restarts */
+    enum dt_exit_action otherwise; /* codes not listed: retry (up to max_restarts) or fail */
 };
-
-/* slurm.signal_lead when the spec leaves it out: the requeue warning comes this long before the time limit.
- */
-#define DT_SLURM_SIGNAL_LEAD_S 90
 
 /* slurm: the sbatch settings of `scheduler: slurm` (issue 10).  Zero or NULL
  * means "not asked for": the line is left out and Slurm's default applies. */
@@ -98,17 +94,17 @@ struct dt_slurm_spec {
     bool mem_all;       /* mem: 0, Slurm's "all of the node's memory" (mem_bytes is 0) */
     bool exclusive;
     bool requeue;         /* --requeue, and SIGUSR1 signal_lead_s before the time limit */
-    double signal_lead_s; /* whole seconds, default DT_SLURM_SIGNAL_LEAD_S */
+    double signal_lead_s; /* whole seconds before the time limit that the requeue warning comes */
     char **extra_sbatch;  /* NULL-terminated: lines added as "#SBATCH <line>" */
     int n_extra_sbatch;
-    enum dt_slurm_tasks tasks; /* default per_node */
+    enum dt_slurm_tasks tasks;
     char *cpu_bind;            /* srun --cpu-bind=, --gpu-bind= of the step; NULL: Slurm's default */
     char *gpu_bind;
 };
 
 struct dt_k8s_toleration {
     char *key;
-    char *operator_name; /* Equal (default) or Exists */
+    char *operator_name; /* Equal, Exists, or NULL (Equal) */
     char *value;
     char *effect;               /* NoSchedule, PreferNoSchedule, NoExecute, or NULL (all) */
     int64_t toleration_seconds; /* -1 = not set (NoExecute only) */
@@ -128,7 +124,7 @@ struct dt_k8s_volume {
 struct dt_kubernetes_spec {
     char *image;             /* required */
     char *image_pull_policy; /* IfNotPresent, Always, Never, or NULL (Kubernetes' default) */
-    char *namespace_name;    /* default "default" */
+    char *namespace_name;
     char *service_account;
     char *priority_class;
     int gpus_per_node;       /* nvidia.com/gpu per pod */
@@ -159,7 +155,7 @@ struct dt_kubernetes_spec {
 
 /* mpirun: how `scheduler: mpirun` starts agents (issue 12). */
 struct dt_mpirun_spec {
-    char *program; /* default "mpirun" */
+    char *program;
     char **hosts;  /* NULL-terminated "host" or "host:slots"; or hostfile */
     int n_hosts;
     char *hostfile;
@@ -192,7 +188,7 @@ struct dt_job {
     double grace_period_s;
     struct dt_rendezvous_spec rendezvous;
     struct dt_comm_spec comm;
-    char *log_dir; /* default "runs" */
+    char *log_dir;
     /* Shell lines run before the agent starts: in the sbatch script (Slurm),
      * in the container's shell (Kubernetes), before each agent under mpirun;
      * a local job has no script to run them in. */

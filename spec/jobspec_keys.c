@@ -284,11 +284,22 @@ static int apply_sub(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const
     return rc;
 }
 
+/* Fills n structs of `sec` with their defaults; NULL when out of memory or a
+ * default is refused (dt_error_last() says which). */
 static void *new_struct(const struct dt_spec_section *sec, size_t n)
 {
     char *mem = calloc(n ? n : 1, sec->size);
-    for (size_t i = 0; mem && sec->init && i < n; i++)
-        sec->init(mem + i * sec->size);
+    if (!mem) {
+        dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (dt_spec_init(sec, mem + i * sec->size)) {
+            for (size_t j = 0; j <= i; j++)
+                dt_spec_release(sec, mem + j * sec->size);
+            free(mem);
+            return NULL;
+        }
     return mem;
 }
 
@@ -301,7 +312,7 @@ static int set_seclist(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
         return dt_spec_fail(ctx, v, k->name, "set twice");
     char *arr = new_struct(k->sub, v->n);
     if (!arr)
-        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+        return dt_error_code();
     /* Stored before filling so that dt_spec_release frees a half-read list. */
     *FIELD(obj, k, void *) = arr;
     *COUNT(obj, k) = (int)v->n;
@@ -358,7 +369,7 @@ static int set_one(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const s
         return apply_sub(ctx, k, v, FIELD(obj, k, char), -1);
     case DT_KT_SECTION_PTR:
         if (!*FIELD(obj, k, void *) && !(*FIELD(obj, k, void *) = new_struct(k->sub, 1)))
-            return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
+            return dt_error_code();
         return apply_sub(ctx, k, v, *FIELD(obj, k, void *), -1);
     case DT_KT_SECLIST:
         return set_seclist(ctx, k, v, obj);
@@ -368,6 +379,43 @@ static int set_one(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const s
         return set_yaml(ctx, k, v, obj);
     }
     return dt_error_set(DT_EINTERNAL, "job spec: key '%s' has no type", k->name);
+}
+
+/* A key's default, read as the key reads a file's value: a plain scalar, or
+ * flow YAML ("[0.9, 0.999]") through the YAML reader. */
+static int set_default(const struct dt_spec_key *k, void *obj)
+{
+    struct dt_spec_ctx ctx = {.file = "<default>"};
+    struct dt_ynode plain = {
+        .kind = DT_Y_SCALAR, .line = 1, .col = 1, .text = (char *)k->def, .len = strlen(k->def), .plain = 1};
+    struct dt_ynode *tree = NULL;
+    int rc = strchr("[{", k->def[0]) ? dt_yaml_parse(k->def, strlen(k->def), "<default>", &tree) : 0;
+    if (rc == 0)
+        rc = set_one(&ctx, k, tree ? tree : &plain, obj);
+    dt_yaml_free(tree);
+    if (rc == 0 && ctx.n_problems)
+        rc = DT_EINVAL;
+    dt_spec_problems_finish(&ctx, NULL);
+    if (rc == DT_ENOMEM)
+        return rc;
+    return rc ? dt_error_set(DT_EINTERNAL, "job spec: key '%s' refuses its own default '%s': %s", k->name,
+                             k->def, dt_error_last())
+              : 0;
+}
+
+int dt_spec_init(const struct dt_spec_section *sec, void *obj)
+{
+    if (sec->init)
+        sec->init(obj);
+    for (size_t i = 0; i < sec->n_keys; i++) {
+        const struct dt_spec_key *k = &sec->keys[i];
+        int rc = k->type == DT_KT_SECTION ? dt_spec_init(k->sub, FIELD(obj, k, char))
+                 : k->def                 ? set_default(k, obj)
+                                          : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 const struct dt_spec_key *dt_spec_find_key(const struct dt_spec_section *sec, const char *name)

@@ -1,10 +1,13 @@
 /* jobspec_keys.h - the table-driven key machinery of the job spec (internal).
  *
  * Each section of the spec is a table of keys: name, type, where the value
- * goes, its range, and for odd shapes a setter.  One walker applies a table to
- * a YAML mapping; the same tables give the "did you mean" suggestions, the
- * dotted key list the schema test compares with configs/job.schema.json, and
- * the freeing of everything a load allocated.  A key is added in one place.
+ * goes, its range, its default, what it means, and for odd shapes a setter.
+ * One walker applies a table to a YAML mapping; the same tables give the
+ * defaults (dt_spec_init), the "did you mean" suggestions, the dotted key
+ * list, the freeing of everything a load allocated, and, through
+ * `make generated` (spec/gen/specgen.c), configs/job.schema.json,
+ * configs/reference.yaml and the key tables of docs/dtrain.1 and README.md.
+ * A key is added, and its default changed, in one place.
  *
  * Not for the YAML reading itself (jobspec_yaml.h) nor for the public API
  * (jobspec.h).
@@ -51,6 +54,10 @@ enum dt_kt {
 #define DT_KF_NEG_UNSET 256u  /* numbers: below 0 means "not set" and is left out by --print */
 #define DT_KF_VERBATIM 512u   /* taken as written: no ${VAR} interpolation (a shell expands it on the node) */
 
+/* How configs/reference.yaml shows a key (its value is `def`, else `example`). */
+#define DT_DOC_REF_COMMENT                                                                                   \
+    1u /* commented out: the value would clash with another key's (command and trainer) */
+
 struct dt_spec_ctx;
 struct dt_spec_key;
 struct dt_spec_section;
@@ -74,6 +81,15 @@ struct dt_spec_key {
     /* DT_KT_CUSTOM: writes the value as one line of YAML (a scalar or a flow
      * list or map) for --print; returns 0 when the value is unset. */
     int (*print)(const void *obj, char *buf, size_t size);
+    /* What the key means, said once; texts mark literal words `like this`. */
+    const char *def; /* the default as YAML ("25", "30s", "[0.9, 0.999]"), set by dt_spec_init; NULL: none */
+    const char *unset;   /* without def: what leaving the key out means ("none", "Kubernetes' default") */
+    const char *example; /* configs/reference.yaml's value where def is NULL */
+    const char *form;    /* the value's form in words where type and range do not say it (custom keys) */
+    const char *help;    /* what it does; the first sentence is reference.yaml's comment */
+    const char
+        *schema;  /* JSON members laid over the key's generated schema (patterns, anyOf; null drops one) */
+    unsigned doc; /* DT_DOC_* */
 };
 
 struct dt_spec_section {
@@ -81,10 +97,14 @@ struct dt_spec_section {
     const struct dt_spec_key *keys;
     size_t n_keys;
     size_t size;             /* struct size, for SECTION_PTR and SECLIST */
-    void (*init)(void *obj); /* defaults; NULL means all zero */
+    /* Values that mean "not set" where zero means something (a trace's last
+     * step -1); defaults are the keys' `def`, set after it.  NULL: none. */
+    void (*init)(void *obj);
     /* Rules between keys of this section, run after its keys are set. */
     int (*check)(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
     void (*release)(void *obj); /* frees what `init` allocated beyond the keys */
+    const char *help;           /* a SECLIST's item ("A toleration."), the root's whole spec */
+    const char *schema;         /* JSON members laid over the section's generated schema (oneOf, if/then) */
 };
 
 /* One problem found in a spec: where (line < 0: the -(line)th --set), what. */
@@ -111,6 +131,9 @@ struct dt_spec_ctx {
 #define DT_COUNT(S, f) .aux = offsetof(S, f)
 #define DT_NKEYS(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The top level: the table every walk starts from. */
+extern const struct dt_spec_section dt_jobspec_root;
+
 /* The sections defined outside jobspec.c. */
 extern const struct dt_spec_section dt_jobspec_trainer_section;
 extern const struct dt_spec_section dt_jobspec_slurm_section;
@@ -123,6 +146,12 @@ int dt_spec_set_number(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, con
 
 /* True when `s` is a DNS-1123 label of at most 63 characters. */
 int dt_spec_dns_label(const char *s);
+
+/* Fills `obj` (zeroed) with the section's "not set" values (its init) and its
+ * keys' defaults, descending into embedded sections.  Fails (DT_EINTERNAL,
+ * naming the key) only for a default its own key refuses, which
+ * tests/unit/test_jobspec_defaults.c rules out. */
+int dt_spec_init(const struct dt_spec_section *sec, void *obj);
 
 /* Applies `sec` to mapping `map`, filling `obj` (already initialised). */
 int dt_spec_apply(struct dt_spec_ctx *ctx, const struct dt_spec_section *sec, const struct dt_ynode *map,

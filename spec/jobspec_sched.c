@@ -216,11 +216,6 @@ static int print_slurm_gpus(const void *obj, char *buf, size_t size)
     return 1;
 }
 
-static void slurm_init(void *obj)
-{
-    ((struct dt_slurm_spec *)obj)->signal_lead_s = DT_SLURM_SIGNAL_LEAD_S;
-}
-
 /* srun's --cpu-bind and --gpu-bind values (cores, map_cpu:0,1, closest,
  * verbose,map_gpu:0,1): one shell word, so a bad one fails here and not in srun. */
 static int check_bind(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const char *key, const char *v)
@@ -256,34 +251,74 @@ static int check_slurm(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void
 }
 
 static const struct dt_spec_key slurm_keys[] = {
-    DT_KEY("partition", DT_KT_STR, struct dt_slurm_spec, partition),
-    DT_KEY("account", DT_KT_STR, struct dt_slurm_spec, account),
-    DT_KEY("time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time,
-           .print = print_slurm_time),
-    DT_KEY("gpus_per_node", DT_KT_CUSTOM, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
-           .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_gpus, .release = release_slurm_gpus,
-           .print = print_slurm_gpus),
+    DT_KEY("partition", DT_KT_STR, struct dt_slurm_spec, partition, .example = "gpu",
+           .help = "sbatch --partition."),
+    DT_KEY("account", DT_KT_STR, struct dt_slurm_spec, account, .example = "ml", .help = "sbatch --account."),
+    DT_KEY(
+        "time", DT_KT_CUSTOM, struct dt_slurm_spec, time_s, .set = set_slurm_time, .print = print_slurm_time,
+        .example = "\"02:00:00\"",
+        .form = "`\"MM\"`, `\"MM:SS\"`, `\"HH:MM:SS\"`, `\"D-HH\"`, `\"D-HH:MM\"`, `\"D-HH:MM:SS\"`, minutes "
+                "as a "
+                "number, or a duration (`2h`)",
+        .help =
+            "Time limit; quote the colon forms. `0`: none asked for, the line is left out (the partition's "
+            "`DefaultTime` applies).",
+        .schema = "{\"anyOf\": [{\"type\": \"string\", \"pattern\":"
+                  " \"^([0-9]+-)?[0-9]+(:[0-5]?[0-9]){0,2}$|^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\"},"
+                  " {\"type\": \"integer\", \"minimum\": 0}]}"),
+    DT_KEY(
+        "gpus_per_node", DT_KT_CUSTOM, struct dt_slurm_spec, gpus_per_node, .lo = 0, .hi = 64,
+        .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_gpus, .release = release_slurm_gpus,
+        .print = print_slurm_gpus, .example = "8", .form = "integer 0–64, or `\"TYPE:N\"` (`\"h100:8\"`)",
+        .help = "GPUs per node, typed as Slurm names them (`--gpus-per-node=h100:8`); "
+                "`nproc_per_node: gpu` starts N ranks.",
+        .schema =
+            "{\"anyOf\": [{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 64},"
+            " {\"type\": \"string\", \"pattern\": \"^[A-Za-z0-9_.-]{1,63}:([1-9]|[1-5][0-9]|6[0-4])$\"}]}"),
     DT_KEY("cpus_per_task", DT_KT_INT, struct dt_slurm_spec, cpus_per_task, .lo = 1, .hi = 4096,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
-    DT_KEY("mem", DT_KT_CUSTOM, struct dt_slurm_spec, mem_bytes, .lo = 1, .hi = MAX_BYTES,
-           .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_mem, .print = print_slurm_mem),
-    DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos),
-    DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint),
-    DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive),
-    DT_KEY("requeue", DT_KT_BOOL, struct dt_slurm_spec, requeue),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET, .example = "32",
+           .help = "CPUs for each node's agent task (and its ranks); passed to `srun` too, which does not "
+                   "inherit it from sbatch."),
+    DT_KEY(
+        "mem", DT_KT_CUSTOM, struct dt_slurm_spec, mem_bytes, .lo = 1, .hi = MAX_BYTES,
+        .flags = DT_KF_LO | DT_KF_HI, .set = set_slurm_mem, .print = print_slurm_mem, .example = "256G",
+        .form = "as sbatch reads `--mem`: `64G` (K/M/G/T are powers of 1024), a bare number in MiB, `0` for "
+                "all of the node's memory; or a size (`64Gi`, `500MB`)",
+        .help = "Memory per node.",
+        .schema =
+            "{\"anyOf\": [{\"type\": \"integer\", \"minimum\": 0},"
+            " {\"type\": \"string\", \"pattern\": \"^[0-9]+[KkMmGgTt]?$\"}, {\"$ref\": \"#/$defs/bytes\"}]}"),
+    DT_KEY("qos", DT_KT_STR, struct dt_slurm_spec, qos, .example = "normal", .help = "sbatch --qos."),
+    DT_KEY("constraint", DT_KT_STR, struct dt_slurm_spec, constraint, .example = "h100",
+           .help = "sbatch --constraint: node features."),
+    DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive, .def = "false", .help = "Whole nodes."),
+    DT_KEY("requeue", DT_KT_BOOL, struct dt_slurm_spec, requeue, .def = "false",
+           .help = "`--requeue`, and SIGUSR1 before the time limit so the trainer checkpoints."),
     DT_KEY("signal_lead", DT_KT_DURATION, struct dt_slurm_spec, signal_lead_s, .lo = 1, .hi = 65535,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI, .def = "90s",
+           .help =
+               "How long before the time limit SIGUSR1 comes (`--signal=B:USR1@90`), in whole seconds; Slurm "
+               "may send it up to a minute early."),
     DT_KEY("extra_sbatch", DT_KT_STRLIST, struct dt_slurm_spec, extra_sbatch,
            DT_COUNT(struct dt_slurm_spec, n_extra_sbatch),
-           .hint = "each item is one sbatch option, like [--mail-type=END, --comment=x]"),
-    DT_KEY("tasks", DT_KT_ENUM, struct dt_slurm_spec, tasks, .names = slurm_tasks),
-    DT_KEY("cpu_bind", DT_KT_STR, struct dt_slurm_spec, cpu_bind),
-    DT_KEY("gpu_bind", DT_KT_STR, struct dt_slurm_spec, gpu_bind),
+           .hint = "each item is one sbatch option, like [--mail-type=END, --comment=x]", .unset = "none",
+           .example = "[--mail-type=END]", .help = "Extra options, one `#SBATCH <item>` line each."),
+    DT_KEY("tasks", DT_KT_ENUM, struct dt_slurm_spec, tasks, .names = slurm_tasks, .def = "per_node",
+           .help =
+               "`per_node`: one Slurm task per node, the agent, which forks the node's ranks. `per_rank`: "
+               "`--ntasks-per-node=`nproc_per_node; the agent runs in the batch script on node 0 and starts "
+               "every rank with one `srun` step, each task under `dtrain mpirank` reading SLURM_PROCID, "
+               "SLURM_LOCALID, SLURM_STEP_NUM_TASKS and SLURM_NODEID."),
+    DT_KEY("cpu_bind", DT_KT_STR, struct dt_slurm_spec, cpu_bind, .unset = "none", .example = "cores",
+           .help =
+               "`srun --cpu-bind=`value (cores, map_cpu:0,1, ...) for the step: the ranks' (per_rank) or the "
+               "agents' (per_node)."),
+    DT_KEY("gpu_bind", DT_KT_STR, struct dt_slurm_spec, gpu_bind, .unset = "none", .example = "closest",
+           .help = "`srun --gpu-bind=`value (closest, map_gpu:0,1, ...), as cpu_bind."),
 };
 const struct dt_spec_section dt_jobspec_slurm_section = {.keys = slurm_keys,
                                                          .n_keys = DT_NKEYS(slurm_keys),
                                                          .size = sizeof(struct dt_slurm_spec),
-                                                         .init = slurm_init,
                                                          .check = check_slurm};
 
 /* Kubernetes CPU quantities: 4, 0.5 (cores) or "500m" (millicores). */
@@ -338,18 +373,27 @@ static void toleration_init(void *obj)
 }
 
 static const struct dt_spec_key toleration_keys[] = {
-    DT_KEY("key", DT_KT_STR, struct dt_k8s_toleration, key),
-    DT_KEY("operator", DT_KT_STR, struct dt_k8s_toleration, operator_name, .names = operators),
-    DT_KEY("value", DT_KT_STR, struct dt_k8s_toleration, value, .flags = DT_KF_EMPTY_OK),
-    DT_KEY("effect", DT_KT_STR, struct dt_k8s_toleration, effect, .names = effects),
+    DT_KEY("key", DT_KT_STR, struct dt_k8s_toleration, key, .example = "nvidia.com/gpu",
+           .help = "Taint key."),
+    DT_KEY("operator", DT_KT_STR, struct dt_k8s_toleration, operator_name, .names = operators,
+           .unset = "`Equal`", .example = "Exists",
+           .help = "`Exists` takes no value; a toleration without a key "
+                   "needs `Exists`."),
+    DT_KEY("value", DT_KT_STR, struct dt_k8s_toleration, value, .flags = DT_KF_EMPTY_OK,
+           .example = "\"true\"", .doc = DT_DOC_REF_COMMENT, .help = "Taint value (not with `Exists`).",
+           .schema = "{\"type\": null, \"$ref\": \"#/$defs/text\"}"),
+    DT_KEY("effect", DT_KT_STR, struct dt_k8s_toleration, effect, .names = effects, .unset = "all effects",
+           .example = "NoSchedule", .help = "Effect of the taint tolerated."),
     DT_KEY("toleration_seconds", DT_KT_I64, struct dt_k8s_toleration, toleration_seconds, .lo = 0, .hi = 1e12,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_NEG_UNSET),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_NEG_UNSET, .example = "300", .doc = DT_DOC_REF_COMMENT,
+           .help = "Seconds tolerated; only with `effect: NoExecute`."),
 };
 static const struct dt_spec_section toleration_section = {.keys = toleration_keys,
                                                           .n_keys = DT_NKEYS(toleration_keys),
                                                           .size = sizeof(struct dt_k8s_toleration),
                                                           .init = toleration_init,
-                                                          .check = check_toleration};
+                                                          .check = check_toleration,
+                                                          .help = "A toleration."};
 
 static int check_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
@@ -371,18 +415,30 @@ static int check_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map, voi
 }
 
 static const struct dt_spec_key volume_keys[] = {
-    DT_KEY("name", DT_KT_STR, struct dt_k8s_volume, name, .flags = DT_KF_REQUIRED),
-    DT_KEY("mount_path", DT_KT_STR, struct dt_k8s_volume, mount_path, .flags = DT_KF_REQUIRED),
-    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path),
-    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc),
-    DT_KEY("config_map", DT_KT_STR, struct dt_k8s_volume, config_map),
-    DT_KEY("secret", DT_KT_STR, struct dt_k8s_volume, secret),
-    DT_KEY("read_only", DT_KT_BOOL, struct dt_k8s_volume, read_only),
+    DT_KEY("name", DT_KT_STR, struct dt_k8s_volume, name, .flags = DT_KF_REQUIRED, .example = "data",
+           .help = "Volume name (DNS-1123 label).",
+           .schema = "{\"pattern\": \"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\", \"maxLength\": 63}"),
+    DT_KEY("mount_path", DT_KT_STR, struct dt_k8s_volume, mount_path, .flags = DT_KF_REQUIRED,
+           .example = "/data", .help = "Absolute path in the pod.", .schema = "{\"pattern\": \"^/\"}"),
+    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path, .example = "/srv/data",
+           .doc = DT_DOC_REF_COMMENT, .help = "A host directory."),
+    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc, .example = "datasets",
+           .help = "A PersistentVolumeClaim."),
+    DT_KEY("config_map", DT_KT_STR, struct dt_k8s_volume, config_map, .example = "settings",
+           .doc = DT_DOC_REF_COMMENT, .help = "A ConfigMap."),
+    DT_KEY("secret", DT_KT_STR, struct dt_k8s_volume, secret, .example = "credentials",
+           .doc = DT_DOC_REF_COMMENT, .help = "A Secret."),
+    DT_KEY("read_only", DT_KT_BOOL, struct dt_k8s_volume, read_only, .def = "false",
+           .help = "Mount read-only."),
 };
-static const struct dt_spec_section volume_section = {.keys = volume_keys,
-                                                      .n_keys = DT_NKEYS(volume_keys),
-                                                      .size = sizeof(struct dt_k8s_volume),
-                                                      .check = check_volume};
+static const struct dt_spec_section volume_section = {
+    .keys = volume_keys,
+    .n_keys = DT_NKEYS(volume_keys),
+    .size = sizeof(struct dt_k8s_volume),
+    .check = check_volume,
+    .help = "A volume mounted in each pod; exactly one source of host_path, pvc, config_map and secret.",
+    .schema = "{\"oneOf\": [{\"required\": [\"host_path\"]}, {\"required\": [\"pvc\"]},"
+              " {\"required\": [\"config_map\"]}, {\"required\": [\"secret\"]}]}"};
 
 /* ---- Kubernetes object names, label and annotation keys ---- */
 
@@ -472,13 +528,17 @@ static int check_log_volume(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
 }
 
 static const struct dt_spec_key log_volume_keys[] = {
-    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc),
-    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path),
+    DT_KEY("pvc", DT_KT_STR, struct dt_k8s_volume, pvc, .example = "runs",
+           .help = "A PersistentVolumeClaim (ReadWriteMany for several nodes)."),
+    DT_KEY("host_path", DT_KT_STR, struct dt_k8s_volume, host_path, .example = "/var/log/dtrain-runs",
+           .doc = DT_DOC_REF_COMMENT, .help = "A path on the node."),
 };
 static const struct dt_spec_section log_volume_section = {.keys = log_volume_keys,
                                                           .n_keys = DT_NKEYS(log_volume_keys),
                                                           .size = sizeof(struct dt_k8s_volume),
-                                                          .check = check_log_volume};
+                                                          .check = check_log_volume,
+                                                          .schema =
+                                                              "{\"minProperties\": 1, \"maxProperties\": 1}"};
 
 static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
@@ -497,41 +557,89 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
         return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace",
                             "expected a DNS-1123 label, got '%s'",
                             dt_yaml_quote(k->namespace_name, q, sizeof q));
-    if (!k->namespace_name && !(k->namespace_name = strdup("default")))
-        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     return 0;
 }
 
+/* Fields of the Job's spec that dtrain owns (job_spec may not set them). */
+#define JOB_SPEC_OWN                                                                                         \
+    "[\"template\", \"completions\", \"parallelism\", \"completionMode\", \"backoffLimit\","                 \
+    " \"backoffLimitPerIndex\", \"maxFailedIndexes\", \"podFailurePolicy\", \"podReplacementPolicy\","       \
+    " \"selector\", \"manualSelector\"]"
+
 static const struct dt_spec_key kubernetes_keys[] = {
-    DT_KEY("image", DT_KT_STR, struct dt_kubernetes_spec, image, .flags = DT_KF_REQUIRED),
+    DT_KEY("image", DT_KT_STR, struct dt_kubernetes_spec, image, .flags = DT_KF_REQUIRED,
+           .example = "ghcr.io/example/dtrain:latest", .help = "Container image holding dtrain."),
     DT_KEY("image_pull_policy", DT_KT_STR, struct dt_kubernetes_spec, image_pull_policy,
-           .names = pull_policies),
-    DT_KEY("namespace", DT_KT_STR, struct dt_kubernetes_spec, namespace_name),
+           .names = pull_policies, .unset = "Kubernetes'", .example = "IfNotPresent", .help = "Pull policy."),
+    DT_KEY("namespace", DT_KT_STR, struct dt_kubernetes_spec, namespace_name, .def = "default",
+           .form = "DNS-1123 label", .help = "Namespace.",
+           .schema = "{\"pattern\": \"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\", \"maxLength\": 63}"),
     DT_KEY("gpus_per_node", DT_KT_INT, struct dt_kubernetes_spec, gpus_per_node, .lo = 0, .hi = 64,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("cpu", DT_KT_CUSTOM, struct dt_kubernetes_spec, cpu_millis, .set = set_cpu, .print = print_cpu),
+           .flags = DT_KF_LO | DT_KF_HI, .def = "0", .help = "`nvidia.com/gpu` per pod."),
+    DT_KEY("cpu", DT_KT_CUSTOM, struct dt_kubernetes_spec, cpu_millis, .set = set_cpu, .print = print_cpu,
+           .unset = "unset", .example = "\"32\"", .form = "number of cores or `\"500m\"`",
+           .help = "CPU per pod (request and limit).",
+           .schema = "{\"anyOf\": [{\"type\": \"number\", \"exclusiveMinimum\": 0},"
+                     " {\"type\": \"string\", \"pattern\": \"^[0-9]+(\\\\.[0-9]+)?m?$\"}]}"),
     DT_KEY("memory", DT_KT_BYTES, struct dt_kubernetes_spec, memory_bytes, .lo = 1, .hi = MAX_BYTES,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("service_account", DT_KT_STR, struct dt_kubernetes_spec, service_account),
+           .flags = DT_KF_LO | DT_KF_HI, .unset = "unset", .example = "256Gi", .help = "Memory per pod."),
+    DT_KEY("service_account", DT_KT_STR, struct dt_kubernetes_spec, service_account, .unset = "unset",
+           .example = "dtrain", .help = "The pods' service account."),
     DT_KEY("node_selector", DT_KT_STRMAP, struct dt_kubernetes_spec, node_selector,
-           DT_COUNT(struct dt_kubernetes_spec, n_node_selector)),
+           DT_COUNT(struct dt_kubernetes_spec, n_node_selector), .unset = "none",
+           .example = "{nvidia.com/gpu.product: NVIDIA-H200}", .form = "mapping label → value",
+           .help = "Node labels the pods need."),
     DT_KEY("tolerations", DT_KT_SECLIST, struct dt_kubernetes_spec, tolerations,
-           DT_COUNT(struct dt_kubernetes_spec, n_tolerations), .sub = &toleration_section),
-    DT_KEY("priority_class", DT_KT_STR, struct dt_kubernetes_spec, priority_class),
+           DT_COUNT(struct dt_kubernetes_spec, n_tolerations), .sub = &toleration_section, .unset = "none",
+           .help = "Taints the pods tolerate."),
+    DT_KEY("priority_class", DT_KT_STR, struct dt_kubernetes_spec, priority_class, .unset = "unset",
+           .example = "training", .help = "The pods' PriorityClass."),
     DT_KEY("shm_size", DT_KT_BYTES, struct dt_kubernetes_spec, shm_size_bytes, .lo = 1, .hi = MAX_BYTES,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI, .unset = "no limit", .example = "16Gi",
+           .help = "Size limit of the in-memory `/dev/shm`."),
     DT_KEY("env", DT_KT_STRMAP, struct dt_kubernetes_spec, env, DT_COUNT(struct dt_kubernetes_spec, n_env),
-           .flags = DT_KF_ENVNAME),
+           .flags = DT_KF_ENVNAME, .unset = "none", .example = "{NCCL_DEBUG: WARN}",
+           .help = "Extra environment of the agent pods."),
     DT_KEY("volumes", DT_KT_SECLIST, struct dt_kubernetes_spec, volumes,
-           DT_COUNT(struct dt_kubernetes_spec, n_volumes), .sub = &volume_section),
+           DT_COUNT(struct dt_kubernetes_spec, n_volumes), .sub = &volume_section, .unset = "none",
+           .help = "Volumes mounted in each pod."),
     DT_KEY("image_pull_secrets", DT_KT_STRLIST, struct dt_kubernetes_spec, image_pull_secrets,
-           DT_COUNT(struct dt_kubernetes_spec, n_image_pull_secrets), .hint = "Secret names, like [regcred]"),
-    DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels, DT_COUNT(struct dt_kubernetes_spec, n_labels)),
+           DT_COUNT(struct dt_kubernetes_spec, n_image_pull_secrets), .hint = "Secret names, like [regcred]",
+           .unset = "none", .example = "[regcred]", .form = "list of Secret names",
+           .help = "The pods' `imagePullSecrets` (a private registry's credentials).",
+           .schema = "{\"items\": {\"type\": \"string\", \"pattern\": \"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$\","
+                     " \"maxLength\": 253}}"),
+    DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels,
+           DT_COUNT(struct dt_kubernetes_spec, n_labels), .unset = "none",
+           .example = "{kueue.x-k8s.io/queue-name: team-a}", .form = "mapping key → value",
+           .help =
+               "Labels of every object and the pods, e.g. Kueue's `kueue.x-k8s.io/queue-name`; dtrain's own "
+               "`app.kubernetes.io/*` and the Job controller's are refused."),
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
-           DT_COUNT(struct dt_kubernetes_spec, n_annotations)),
-    DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template),
-    DT_KEY("job_spec", DT_KT_YAML, struct dt_kubernetes_spec, job_spec),
-    DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section),
+           DT_COUNT(struct dt_kubernetes_spec, n_annotations), .unset = "none",
+           .example = "{example.com/team: ml}", .form = "mapping key → value",
+           .help = "Annotations of the Job and the pods."),
+    DT_KEY("pod_template", DT_KT_YAML, struct dt_kubernetes_spec, pod_template, .unset = "none",
+           .example = "{spec: {hostIPC: true}}", .form = "mapping `{metadata, spec}`",
+           .help =
+               "A pod template merged into the rendered one, for any pod field without a key (affinity, "
+               "securityContext, RDMA resources, sidecars): mappings merge, `containers`, `initContainers`, "
+               "`volumes` and `env` by `name` and `volumeMounts` by `mountPath`, other lists and scalars "
+               "replace; dtrain's restartPolicy, subdomain, agent command and volumes are refused "
+               "(docs/kubernetes.md).",
+           .schema = "{\"additionalProperties\": {\"type\": \"object\"},"
+                     " \"propertyNames\": {\"enum\": [\"metadata\", \"spec\"]}}"),
+    DT_KEY("job_spec", DT_KT_YAML, struct dt_kubernetes_spec, job_spec, .unset = "none",
+           .example = "{ttlSecondsAfterFinished: 3600}",
+           .help = "Job spec fields merged into the rendered Job's spec by the same rules "
+                   "(`ttlSecondsAfterFinished`, `activeDeadlineSeconds`, `suspend`); the template, counts, "
+                   "`backoffLimit` and failure policy are dtrain's and refused.",
+           .schema = "{\"propertyNames\": {\"not\": {\"enum\": " JOB_SPEC_OWN "}}}"),
+    DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section,
+           .unset = "none (in the container)",
+           .help =
+               "Run directories on a volume mounted at `/var/log/dtrain` (the agent's `--log-dir`), so they "
+               "outlive the pods: exactly one of `pvc` and `host_path`."),
 };
 const struct dt_spec_section dt_jobspec_kubernetes_section = {.keys = kubernetes_keys,
                                                               .n_keys = DT_NKEYS(kubernetes_keys),
@@ -544,24 +652,32 @@ static int check_mpirun(struct dt_spec_ctx *ctx, const struct dt_ynode *map, voi
     if (m->hosts && m->hostfile)
         return dt_spec_fail(ctx, dt_ymap_get(map, "hostfile"), NULL,
                             "set either hosts or hostfile, not both");
-    if (!m->program && !(m->program = strdup("mpirun")))
-        return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
     return 0;
 }
 
 static const struct dt_spec_key mpirun_keys[] = {
-    DT_KEY("program", DT_KT_STR, struct dt_mpirun_spec, program),
+    DT_KEY("program", DT_KT_STR, struct dt_mpirun_spec, program, .def = "mpirun",
+           .help = "The mpirun to run."),
     DT_KEY("hosts", DT_KT_STRLIST, struct dt_mpirun_spec, hosts, DT_COUNT(struct dt_mpirun_spec, n_hosts),
-           .lo = 1, .flags = DT_KF_LO, .hint = "like [node1, node2:4] (host or host:slots)"),
-    DT_KEY("hostfile", DT_KT_STR, struct dt_mpirun_spec, hostfile),
+           .lo = 1, .flags = DT_KF_LO, .hint = "like [node1, node2:4] (host or host:slots)", .unset = "none",
+           .example = "[node1, \"node2:1\"]", .form = "list of `host` or `host:slots`",
+           .help = "Hosts; exclusive with `hostfile`."),
+    DT_KEY("hostfile", DT_KT_STR, struct dt_mpirun_spec, hostfile, .unset = "none",
+           .example = "/path/to/hostfile", .doc = DT_DOC_REF_COMMENT, .help = "An Open MPI hostfile."),
     DT_KEY("interfaces", DT_KT_STRLIST, struct dt_mpirun_spec, interfaces,
-           DT_COUNT(struct dt_mpirun_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO, .hint = "like [eth0]"),
-    DT_KEY("allow_run_as_root", DT_KT_BOOL, struct dt_mpirun_spec, allow_run_as_root),
-    DT_KEY("oversubscribe", DT_KT_BOOL, struct dt_mpirun_spec, oversubscribe),
+           DT_COUNT(struct dt_mpirun_spec, n_interfaces), .lo = 1, .flags = DT_KF_LO, .hint = "like [eth0]",
+           .unset = "none", .example = "[eth0]", .help = "Network interfaces Open MPI may use."),
+    DT_KEY("allow_run_as_root", DT_KT_BOOL, struct dt_mpirun_spec, allow_run_as_root, .def = "false",
+           .help = "Passes `--allow-run-as-root`; only when asked."),
+    DT_KEY("oversubscribe", DT_KT_BOOL, struct dt_mpirun_spec, oversubscribe, .def = "false",
+           .help = "Passes `--oversubscribe`."),
     DT_KEY("extra_args", DT_KT_STRLIST, struct dt_mpirun_spec, extra_args,
-           DT_COUNT(struct dt_mpirun_spec, n_extra_args), .hint = "like [--mca, btl, ^openib]"),
+           DT_COUNT(struct dt_mpirun_spec, n_extra_args), .hint = "like [--mca, btl, ^openib]",
+           .unset = "none", .example = "[--mca, btl_tcp_if_exclude, lo]", .help = "Extra mpirun arguments."),
 };
-const struct dt_spec_section dt_jobspec_mpirun_section = {.keys = mpirun_keys,
-                                                          .n_keys = DT_NKEYS(mpirun_keys),
-                                                          .size = sizeof(struct dt_mpirun_spec),
-                                                          .check = check_mpirun};
+const struct dt_spec_section dt_jobspec_mpirun_section = {
+    .keys = mpirun_keys,
+    .n_keys = DT_NKEYS(mpirun_keys),
+    .size = sizeof(struct dt_mpirun_spec),
+    .check = check_mpirun,
+    .schema = "{\"not\": {\"required\": [\"hosts\", \"hostfile\"]}}"};

@@ -2,8 +2,10 @@
  *
  * Ranges follow what PyTorch accepts for the same settings (AdamW betas in
  * [0, 1), OneCycle pct_start in [0, 1], GradScaler factors), so a spec that
- * loads here means what it would mean there.  Defaults come from
- * dt_trainer_spec_defaults (spec/trainer_spec.c), not from here.
+ * loads here means what it would mean there; defaults are PyTorch's where
+ * PyTorch has the same setting (AdamW, OneCycleLR, DDP bucket sizes,
+ * GradScaler).  dt_trainer_spec_defaults (spec/trainer_spec.c) reads them
+ * from here.
  *
  * Not for the top level or the scheduler sections.
  */
@@ -187,18 +189,30 @@ static int print_trace_steps(const void *obj, char *buf, size_t size)
     return 1;
 }
 
+#define RANGE(a, b) .lo = (a), .hi = (b), .flags = DT_KF_LO | DT_KF_HI
+
 static const struct dt_spec_key model_keys[] = {
-    DT_KEY("type", DT_KT_CHARS, struct dt_model_spec, type, .aux = 16, .names = model_types),
+    DT_KEY("type", DT_KT_CHARS, struct dt_model_spec, type, .aux = 16, .names = model_types, .def = "mlp",
+           .help = "Model family: `mlp` reads images, `gpt2` token sequences."),
     DT_KEY("hidden", DT_KT_CUSTOM, struct dt_model_spec, hidden, .set = set_hidden, .print = print_hidden,
-           .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("activation", DT_KT_ENUM, struct dt_model_spec, activation, .names = activations),
-    DT_KEY("n_layer", DT_KT_INT, struct dt_model_spec, n_layer, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("n_head", DT_KT_INT, struct dt_model_spec, n_head, .lo = 1, .hi = 1024, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("n_embd", DT_KT_INT, struct dt_model_spec, n_embd, .lo = 1, .hi = 65536, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("vocab_size", DT_KT_INT, struct dt_model_spec, vocab_size, .lo = 1, .hi = 1 << 24,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("block_size", DT_KT_INT, struct dt_model_spec, block_size, .lo = 1, .hi = 65536,
-           .flags = DT_KF_LO | DT_KF_HI),
+           RANGE(1, 65536), .def = "[1024, 1024]", .form = "list of 1–16 integers 1–65536",
+           .help = "mlp: widths of the hidden layers.",
+           .schema =
+               "{\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65536},"
+               " \"minItems\": 1, \"maxItems\": 16}"),
+    DT_KEY("activation", DT_KT_ENUM, struct dt_model_spec, activation, .names = activations, .def = "relu",
+           .help = "mlp: the activation between hidden layers (`gelu`: the exact erf GELU)."),
+    DT_KEY("n_layer", DT_KT_INT, struct dt_model_spec, n_layer, RANGE(1, 1024), .def = "12",
+           .help = "gpt2: transformer blocks."),
+    DT_KEY("n_head", DT_KT_INT, struct dt_model_spec, n_head, RANGE(1, 1024), .def = "12",
+           .help = "gpt2: attention heads, which must divide `n_embd`."),
+    DT_KEY("n_embd", DT_KT_INT, struct dt_model_spec, n_embd, RANGE(1, 65536), .def = "768",
+           .help = "gpt2: width of the residual stream."),
+    DT_KEY("vocab_size", DT_KT_INT, struct dt_model_spec, vocab_size, RANGE(1, 1 << 24), .def = "50257",
+           .help = "gpt2: token ids 0 to vocab_size-1 (256 for byte-level tokens); padded internally to a "
+                   "multiple of 128."),
+    DT_KEY("block_size", DT_KT_INT, struct dt_model_spec, block_size, RANGE(1, 65536), .def = "1024",
+           .help = "gpt2: longest sequence (rows of the learned position embedding)."),
 };
 
 /* gpt2's heads split n_embd evenly (head_dim = n_embd / n_head). */
@@ -215,33 +229,67 @@ static const struct dt_spec_section model_section = {
     .keys = model_keys, .n_keys = DT_NKEYS(model_keys), .check = check_model};
 
 static const struct dt_spec_key data_keys[] = {
-    DT_KEY("dataset", DT_KT_CHARS, struct dt_data_spec, dataset, .aux = 32, .names = datasets),
-    DT_KEY("path", DT_KT_STR, struct dt_data_spec, path),
-    DT_KEY("batch_size", DT_KT_INT, struct dt_data_spec, batch_size, .lo = 1, .hi = 1 << 20,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("workers", DT_KT_INT, struct dt_data_spec, workers, .lo = 0, .hi = 64,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("prefetch", DT_KT_INT, struct dt_data_spec, prefetch, .lo = 1, .hi = 64,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("shuffle", DT_KT_BOOL, struct dt_data_spec, shuffle),
-    DT_KEY("drop_last", DT_KT_BOOL, struct dt_data_spec, drop_last),
-    DT_KEY("train", DT_KT_STR, struct dt_data_spec, train),
-    DT_KEY("val", DT_KT_STR, struct dt_data_spec, val),
+    DT_KEY("dataset", DT_KT_CHARS, struct dt_data_spec, dataset, .aux = 32, .names = datasets,
+           .def = "fashion-mnist",
+           .help =
+               "Data set: images for `mlp`, llm.c token shards for `gpt2` (any other pairing is refused)."),
+    DT_KEY("path", DT_KT_STR, struct dt_data_spec, path, .unset = "`/usr/share/datasets/fashion-mnist`",
+           .example = "/usr/share/datasets/fashion-mnist",
+           .help = "fashion-mnist: directory of the IDX gzip files."),
+    DT_KEY("batch_size", DT_KT_INT, struct dt_data_spec, batch_size, RANGE(1, 1 << 20), .def = "64",
+           .help = "Samples per rank per step (tokens: sequences of `seq_len`)."),
+    DT_KEY("workers", DT_KT_INT, struct dt_data_spec, workers, RANGE(0, 64), .def = "2",
+           .help = "Loader threads; 0 loads on the training thread."),
+    DT_KEY("prefetch", DT_KT_INT, struct dt_data_spec, prefetch, RANGE(1, 64), .def = "2",
+           .help = "Batches queued per loader thread."),
+    DT_KEY("shuffle", DT_KT_BOOL, struct dt_data_spec, shuffle, .def = "true",
+           .help =
+               "Reshuffle every epoch (DistributedSampler semantics); tokens: `false` is llm.c's DataLoader "
+               "order."),
+    DT_KEY("drop_last", DT_KT_BOOL, struct dt_data_spec, drop_last, .def = "false",
+           .help = "Drop the last incomplete batch."),
+    DT_KEY("train", DT_KT_STR, struct dt_data_spec, train, .example = "data/kjv/train_*.bin",
+           .doc = DT_DOC_REF_COMMENT, .form = "glob",
+           .help =
+               "tokens (required): the training shards, in sorted order; relative to the working directory, "
+               "as `path` is. Each shard is checked when the job starts (magic, version, size, every token "
+               "below `vocab_size`); an error names the file and the byte offset."),
+    DT_KEY("val", DT_KT_STR, struct dt_data_spec, val, .example = "data/kjv/val_*.bin",
+           .doc = DT_DOC_REF_COMMENT, .form = "glob", .unset = "none",
+           .help = "tokens: the validation shards; without them there is no validation loss."),
     DT_KEY("seq_len", DT_KT_INT, struct dt_data_spec, seq_len, .lo = 1, .hi = 1 << 20,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET, .example = "1024", .doc = DT_DOC_REF_COMMENT,
+           .help = "tokens (required): T, tokens per sequence, at most `model.block_size`; `batch_size` is "
+                   "sequences per rank."),
     /* llmc, the default, is left out by --print: a fashion-mnist spec may not name format */
-    DT_KEY("format", DT_KT_ENUM, struct dt_data_spec, format, .names = token_formats, .flags = DT_KF_ZERO_UNSET),
+    DT_KEY("format", DT_KT_ENUM, struct dt_data_spec, format, .names = token_formats,
+           .flags = DT_KF_ZERO_UNSET, .def = "llmc", .doc = DT_DOC_REF_COMMENT,
+           .help =
+               "tokens: how shards are laid out. `llmc`: llm.c's shards, a header of 256 int32 (magic "
+               "20240520, version 1, token count) then uint16 tokens. `uint16`: bare little-endian uint16 "
+               "arrays, as nanoGPT's `prepare.py` writes `train.bin` and `val.bin`; the token count is the "
+               "size over 2."),
 };
 static const struct dt_spec_section data_section = {.keys = data_keys, .n_keys = DT_NKEYS(data_keys)};
 
 static const struct dt_spec_key optimizer_keys[] = {
-    DT_KEY("type", DT_KT_CHARS, struct dt_optimizer_spec, type, .aux = 16, .names = optimizers),
-    DT_KEY("lr", DT_KT_NUM, struct dt_optimizer_spec, lr, RANGE_GT0),
+    DT_KEY("type", DT_KT_CHARS, struct dt_optimizer_spec, type, .aux = 16, .names = optimizers,
+           .def = "adamw", .help = "Optimizer: `torch.optim.AdamW` exactly."),
+    DT_KEY("lr", DT_KT_NUM, struct dt_optimizer_spec, lr, RANGE_GT0, .def = "1e-3", .help = "Learning rate."),
     DT_KEY("betas", DT_KT_CUSTOM, struct dt_optimizer_spec, beta1, .set = set_betas, .print = print_betas,
-           .lo = 0, .hi = 1, .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
-    DT_KEY("eps", DT_KT_NUM, struct dt_optimizer_spec, eps, RANGE_GE0),
-    DT_KEY("weight_decay", DT_KT_NUM, struct dt_optimizer_spec, weight_decay, RANGE_GE0),
-    DT_KEY("grad_clip", DT_KT_NUM, struct dt_optimizer_spec, grad_clip, RANGE_GE0),
+           .lo = 0, .hi = 1, .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X, .def = "[0.9, 0.999]",
+           .form = "two numbers in [0, 1)", .help = "AdamW betas.",
+           .schema = "{\"type\": \"array\", \"items\": {\"type\": \"number\", \"minimum\": 0, "
+                     "\"exclusiveMaximum\": 1},"
+                     " \"minItems\": 2, \"maxItems\": 2}"),
+    DT_KEY("eps", DT_KT_NUM, struct dt_optimizer_spec, eps, RANGE_GE0, .def = "1e-8",
+           .help = "Term added to the denominator."),
+    DT_KEY("weight_decay", DT_KT_NUM, struct dt_optimizer_spec, weight_decay, RANGE_GE0, .def = "0.01",
+           .help =
+               "Decoupled weight decay, on the tensors the model marks (gpt2: those of 2 or more dimensions; "
+               "the MLP: all)."),
+    DT_KEY("grad_clip", DT_KT_NUM, struct dt_optimizer_spec, grad_clip, RANGE_GE0, .def = "0",
+           .help = "Max global L2 norm of the gradients; 0 = off."),
 };
 static const struct dt_spec_section optimizer_section = {.keys = optimizer_keys,
                                                          .n_keys = DT_NKEYS(optimizer_keys)};
@@ -267,65 +315,103 @@ static int check_scheduler(struct dt_spec_ctx *ctx, const struct dt_ynode *map, 
 }
 
 static const struct dt_spec_key scheduler_keys[] = {
-    DT_KEY("type", DT_KT_ENUM, struct dt_scheduler_spec, type, .names = sched_types),
+    DT_KEY("type", DT_KT_ENUM, struct dt_scheduler_spec, type, .names = sched_types, .def = "constant",
+           .help =
+               "Learning-rate schedule: `constant` keeps `optimizer.lr`; `onecycle` (OneCycleLR) requires "
+               "`max_lr`; `cosine` warms up linearly to `optimizer.lr` over `warmup_steps` and decays to "
+               "`min_lr` (llm.c, nanoGPT)."),
     DT_KEY("max_lr", DT_KT_NUM, struct dt_scheduler_spec, max_lr, .lo = 0,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_ZERO_UNSET),
-    DT_KEY("pct_start", DT_KT_NUM, struct dt_scheduler_spec, pct_start, .lo = 0, .hi = 1,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("anneal", DT_KT_ENUM, struct dt_scheduler_spec, anneal, .names = anneals),
-    DT_KEY("div_factor", DT_KT_NUM, struct dt_scheduler_spec, div_factor, RANGE_GT0),
-    DT_KEY("final_div_factor", DT_KT_NUM, struct dt_scheduler_spec, final_div_factor, RANGE_GT0),
-    DT_KEY("three_phase", DT_KT_BOOL, struct dt_scheduler_spec, three_phase),
-    DT_KEY("cycle_momentum", DT_KT_BOOL, struct dt_scheduler_spec, cycle_momentum),
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_ZERO_UNSET, .example = "3e-3",
+           .help = "onecycle: the peak rate."),
+    DT_KEY("pct_start", DT_KT_NUM, struct dt_scheduler_spec, pct_start, RANGE(0, 1), .def = "0.3",
+           .help = "onecycle: fraction of the cycle spent rising; at most 0.5 with `three_phase`."),
+    DT_KEY("anneal", DT_KT_ENUM, struct dt_scheduler_spec, anneal, .names = anneals, .def = "cos",
+           .help = "onecycle: annealing strategy."),
+    DT_KEY("div_factor", DT_KT_NUM, struct dt_scheduler_spec, div_factor, RANGE_GT0, .def = "25",
+           .help = "onecycle: initial rate = max_lr / div_factor."),
+    DT_KEY("final_div_factor", DT_KT_NUM, struct dt_scheduler_spec, final_div_factor, RANGE_GT0, .def = "1e4",
+           .help = "onecycle: final rate = initial rate / final_div_factor."),
+    DT_KEY("three_phase", DT_KT_BOOL, struct dt_scheduler_spec, three_phase, .def = "false",
+           .help = "onecycle: PyTorch's three-phase variant."),
+    DT_KEY("cycle_momentum", DT_KT_BOOL, struct dt_scheduler_spec, cycle_momentum, .def = "true",
+           .help = "onecycle: cycle beta1 inversely to the rate."),
     DT_KEY("base_momentum", DT_KT_NUM, struct dt_scheduler_spec, base_momentum, .lo = 0, .hi = 1,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X, .def = "0.85",
+           .help = "onecycle: lowest beta1; not above `max_momentum`."),
     DT_KEY("max_momentum", DT_KT_NUM, struct dt_scheduler_spec, max_momentum, .lo = 0, .hi = 1,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X),
-    DT_KEY("warmup_steps", DT_KT_I64, struct dt_scheduler_spec, warmup_steps, .lo = 0, .hi = 1e12,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("min_lr", DT_KT_NUM, struct dt_scheduler_spec, min_lr, RANGE_GE0),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_HI_X, .def = "0.95", .help = "onecycle: highest beta1."),
+    DT_KEY("warmup_steps", DT_KT_I64, struct dt_scheduler_spec, warmup_steps, RANGE(0, 1e12), .def = "0",
+           .help = "cosine: steps of linear warmup, lr·(s+1)/N for steps s < N; N at or past the job's steps "
+                   "warms up throughout."),
+    DT_KEY("min_lr", DT_KT_NUM, struct dt_scheduler_spec, min_lr, RANGE_GE0, .def = "0",
+           .form = "number in [0, `optimizer.lr`]",
+           .help = "cosine: the rate it decays to, min_lr + (lr − min_lr)(1 + cos(π(s − N)/(S − N)))/2 after "
+                   "warmup."),
 };
+/* The one rule the schema can say: onecycle needs max_lr. */
 static const struct dt_spec_section scheduler_section = {
-    .keys = scheduler_keys, .n_keys = DT_NKEYS(scheduler_keys), .check = check_scheduler};
+    .keys = scheduler_keys,
+    .n_keys = DT_NKEYS(scheduler_keys),
+    .check = check_scheduler,
+    .schema = "{\"if\": {\"properties\": {\"type\": {\"const\": \"onecycle\"}}, \"required\": [\"type\"]},"
+              " \"then\": {\"required\": [\"max_lr\"]}}"};
 
 static const struct dt_spec_key ddp_keys[] = {
     DT_KEY("bucket_cap_mb", DT_KT_SIZE_MB, struct dt_ddp_spec, bucket_cap_mb, .lo = 0, .hi = 4096,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "25",
+           .help = "Gradient bucket size (PyTorch DDP's `bucket_cap_mb`)."),
     DT_KEY("first_bucket_mb", DT_KT_SIZE_MB, struct dt_ddp_spec, first_bucket_mb, .lo = 0, .hi = 4096,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI),
-    DT_KEY("overlap", DT_KT_BOOL, struct dt_ddp_spec, overlap),
-    DT_KEY("grad_accum", DT_KT_INT, struct dt_ddp_spec, grad_accum, .lo = 1, .hi = 65536,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("desync_check_every", DT_KT_INT, struct dt_ddp_spec, desync_check_every, .lo = 0, .hi = 1e9,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("share_state", DT_KT_BOOL, struct dt_ddp_spec, share_state),
-    DT_KEY("zero", DT_KT_INT, struct dt_ddp_spec, zero, .lo = 0, .hi = 1, .flags = DT_KF_LO | DT_KF_HI,
-           .hint = "0: every rank holds all of AdamW's state; 1: each rank holds its shard (ZeRO stage 1)"),
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "1", .help = "Size of the first bucket."),
+    DT_KEY("overlap", DT_KT_BOOL, struct dt_ddp_spec, overlap, .def = "true",
+           .help = "All-reduce buckets while backward runs."),
+    DT_KEY("grad_accum", DT_KT_INT, struct dt_ddp_spec, grad_accum, RANGE(1, 65536), .def = "1",
+           .help = "Micro-batches per optimizer step."),
+    DT_KEY("desync_check_every", DT_KT_INT, struct dt_ddp_spec, desync_check_every, RANGE(0, 1e9),
+           .def = "100", .help = "Steps between cross-rank parameter-hash checks; 0 = off."),
+    DT_KEY("share_state", DT_KT_BOOL, struct dt_ddp_spec, share_state, .def = "true",
+           .help =
+               "Ranks on one host (shm): one copy of the parameters and AdamW moments for all of them, each "
+               "rank stepping its slice (the same bits as a copy per rank)."),
+    DT_KEY("zero", DT_KT_INT, struct dt_ddp_spec, zero, RANGE(0, 1), .def = "0",
+           .hint = "0: every rank holds all of AdamW's state; 1: each rank holds its shard (ZeRO stage 1)",
+           .help =
+               "ZeRO stage: with 1 each rank keeps AdamW's moments for its shard of the parameters only (1/W "
+               "of the optimizer's memory), steps its shard and all-gathers the parameters; the same bits as "
+               "0, and checkpoints stay whole. Turns `share_state`'s one copy off. On `device: cuda` the GPU "
+               "engine shards its AdamW state the same way."),
 };
 static const struct dt_spec_section ddp_section = {.keys = ddp_keys, .n_keys = DT_NKEYS(ddp_keys)};
 
 static const struct dt_spec_key checkpoint_keys[] = {
-    DT_KEY("every_steps", DT_KT_INT, struct dt_checkpoint_spec, every_steps, .lo = 0, .hi = 1e9,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("dir", DT_KT_STR, struct dt_checkpoint_spec, dir),
-    DT_KEY("keep", DT_KT_INT, struct dt_checkpoint_spec, keep, .lo = 1, .hi = 10000,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("resume", DT_KT_ENUM, struct dt_checkpoint_spec, resume, .names = resumes),
+    DT_KEY("every_steps", DT_KT_INT, struct dt_checkpoint_spec, every_steps, RANGE(0, 1e9), .def = "500",
+           .help = "Steps between checkpoints (safetensors); 0 = only at the end."),
+    DT_KEY("dir", DT_KT_STR, struct dt_checkpoint_spec, dir, .unset = "`checkpoints`",
+           .example = "checkpoints", .help = "Directory, relative to the run directory unless absolute."),
+    DT_KEY("keep", DT_KT_INT, struct dt_checkpoint_spec, keep, RANGE(1, 10000), .def = "3",
+           .help = "Newest checkpoints kept."),
+    DT_KEY("resume", DT_KT_ENUM, struct dt_checkpoint_spec, resume, .names = resumes, .def = "auto",
+           .help = "`auto` continues from the newest checkpoint; `never` starts afresh."),
 };
 static const struct dt_spec_section checkpoint_section = {.keys = checkpoint_keys,
                                                           .n_keys = DT_NKEYS(checkpoint_keys)};
 
 static const struct dt_spec_key amp_keys[] = {
-    DT_KEY("dtype", DT_KT_ENUM, struct dt_amp_spec, dtype, .names = amp_dtypes),
+    DT_KEY("dtype", DT_KT_ENUM, struct dt_amp_spec, dtype, .names = amp_dtypes, .def = "off",
+           .help = "Mixed precision: the low-precision type of the GEMMs' inputs and of activations."),
     DT_KEY("loss_scale", DT_KT_CUSTOM, struct dt_amp_spec, loss_scale, .set = set_loss_scale,
-           .print = print_loss_scale, RANGE_GT0),
-    DT_KEY("init_scale", DT_KT_NUM, struct dt_amp_spec, init_scale, RANGE_GT0),
+           .print = print_loss_scale, RANGE_GT0, .def = "dynamic", .form = "`dynamic` or number > 0",
+           .help = "GradScaler-style dynamic scaling, or a fixed scale.",
+           .schema =
+               "{\"anyOf\": [{\"const\": \"dynamic\"}, {\"type\": \"number\", \"exclusiveMinimum\": 0}]}"),
+    DT_KEY("init_scale", DT_KT_NUM, struct dt_amp_spec, init_scale, RANGE_GT0, .def = "65536",
+           .help = "Initial dynamic scale."),
     DT_KEY("growth_factor", DT_KT_NUM, struct dt_amp_spec, growth_factor, .lo = 1,
-           .flags = DT_KF_LO | DT_KF_LO_X),
+           .flags = DT_KF_LO | DT_KF_LO_X, .def = "2", .help = "Scale growth."),
     DT_KEY("backoff_factor", DT_KT_NUM, struct dt_amp_spec, backoff_factor, .lo = 0, .hi = 1,
-           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI | DT_KF_HI_X),
-    DT_KEY("growth_interval", DT_KT_INT, struct dt_amp_spec, growth_interval, .lo = 1, .hi = 1e9,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI | DT_KF_HI_X, .def = "0.5",
+           .help = "Scale backoff on overflow."),
+    DT_KEY("growth_interval", DT_KT_INT, struct dt_amp_spec, growth_interval, RANGE(1, 1e9), .def = "2000",
+           .help = "Overflow-free steps before growth."),
 };
 static const struct dt_spec_section amp_section = {.keys = amp_keys, .n_keys = DT_NKEYS(amp_keys)};
 
@@ -344,29 +430,48 @@ _Static_assert(offsetof(struct dt_trainer_spec, eval_batches) - offsetof(struct 
                        offsetof(struct eval_view, every_steps),
                "eval_view must lie over eval_every_epochs, eval_batches, eval_every_steps");
 static const struct dt_spec_key eval_keys[] = {
-    DT_KEY("every_epochs", DT_KT_INT, struct eval_view, every_epochs, .lo = 0, .hi = 1e6,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("batches", DT_KT_INT, struct eval_view, batches, .lo = 0, .hi = 1e9, .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("every_steps", DT_KT_I64, struct eval_view, every_steps, .lo = 0, .hi = 1e12,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("every_epochs", DT_KT_INT, struct eval_view, every_epochs, RANGE(0, 1e6), .def = "1",
+           .help = "Epochs between test-set evaluations; 0 = only at the end."),
+    DT_KEY(
+        "batches", DT_KT_INT, struct eval_view, batches, RANGE(0, 1e9), .def = "20",
+        .help =
+            "tokens: global batches of `val` per evaluation (llm.c's `val_max_steps`), read from its start "
+            "and split across ranks; 0 = all of `val` once."),
+    DT_KEY("every_steps", DT_KT_I64, struct eval_view, every_steps, RANGE(0, 1e12), .def = "0",
+           .help = "Also evaluate every N steps (for tokens, where an epoch is long); 0 = off."),
 };
 static const struct dt_spec_section eval_section = {.keys = eval_keys, .n_keys = DT_NKEYS(eval_keys)};
 
 static const struct dt_spec_key sample_keys[] = {
-    DT_KEY("tokens", DT_KT_INT, struct dt_sample_spec, tokens, .lo = 0, .hi = 1 << 20,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("prompt", DT_KT_STR, struct dt_sample_spec, prompt),
-    DT_KEY("temperature", DT_KT_NUM, struct dt_sample_spec, temperature, RANGE_GE0),
-    DT_KEY("top_k", DT_KT_INT, struct dt_sample_spec, top_k, .lo = 0, .hi = 1 << 20,
-           .flags = DT_KF_LO | DT_KF_HI),
+    DT_KEY("tokens", DT_KT_INT, struct dt_sample_spec, tokens, RANGE(0, 1 << 20), .def = "0",
+           .help = "Tokens the language model writes at each evaluation, printed by rank 0; 0 = no sample."),
+    DT_KEY("prompt", DT_KT_STR, struct dt_sample_spec, prompt, .unset = "a newline",
+           .example = "And God said", .doc = DT_DOC_REF_COMMENT,
+           .help =
+               "Vocabulary of 256: the bytes the sample starts from (larger vocabularies start from token "
+               "vocab_size-1, GPT-2's <|endoftext|>, print ids and refuse a prompt)."),
+    DT_KEY("temperature", DT_KT_NUM, struct dt_sample_spec, temperature, RANGE_GE0, .def = "1",
+           .help = "Softmax temperature of the sample; 0 takes the most likely token."),
+    DT_KEY("top_k", DT_KT_INT, struct dt_sample_spec, top_k, RANGE(0, 1 << 20), .def = "0",
+           .help = "Sample from the k most likely tokens; 0 = all."),
 };
 static const struct dt_spec_section sample_section = {.keys = sample_keys, .n_keys = DT_NKEYS(sample_keys)};
 
+/* No trace unless asked: last_step below first_step. */
+static void trace_init(void *obj)
+{
+    ((struct dt_trace_spec *)obj)->last_step = -1;
+}
+
 static const struct dt_spec_key trace_keys[] = {
     DT_KEY("steps", DT_KT_CUSTOM, struct dt_trace_spec, first_step, .set = set_trace_steps,
-           .print = print_trace_steps),
+           .print = print_trace_steps, .unset = "off", .example = "\"10-20\"",
+           .form = "`\"10-20\"` or one step", .help = "Steps written to the Chrome trace (inclusive).",
+           .schema = "{\"anyOf\": [{\"type\": \"string\", \"pattern\": \"^[0-9]+(-[0-9]+)?$\"},"
+                     " {\"type\": \"integer\", \"minimum\": 0}]}"),
 };
-static const struct dt_spec_section trace_section = {.keys = trace_keys, .n_keys = DT_NKEYS(trace_keys)};
+static const struct dt_spec_section trace_section = {
+    .keys = trace_keys, .n_keys = DT_NKEYS(trace_keys), .init = trace_init};
 
 /* Rules between the optimizer's keys and others: cosine decays from
  * optimizer.lr down to min_lr, so min_lr may not exceed it. */
@@ -480,39 +585,57 @@ static int check_trainer(struct dt_spec_ctx *ctx, const struct dt_ynode *map, vo
     return check_data(ctx, map, t);
 }
 
-static void trainer_init(void *obj)
-{
-    dt_trainer_spec_defaults(obj);
-}
-
 static const struct dt_spec_key trainer_keys[] = {
-    DT_KEY("model", DT_KT_SECTION, struct dt_trainer_spec, model, .sub = &model_section),
-    DT_KEY("init_from", DT_KT_STR, struct dt_trainer_spec, init_from),
-    DT_KEY("data", DT_KT_SECTION, struct dt_trainer_spec, data, .sub = &data_section),
+    DT_KEY("model", DT_KT_SECTION, struct dt_trainer_spec, model, .sub = &model_section,
+           .help = "The model: an MLP, or GPT-2 as Hugging Face's `GPT2LMHeadModel` (its defaults are GPT-2 "
+                   "124M)."),
+    DT_KEY("init_from", DT_KT_STR, struct dt_trainer_spec, init_from, .unset = "none",
+           .example = "/path/to/gpt2", .doc = DT_DOC_REF_COMMENT, .form = "path",
+           .help =
+               "Hugging Face GPT-2 weights to start from (`model.type: gpt2`): a directory holding "
+               "model.safetensors (and config.json, checked against `trainer.model`) or a .safetensors file; "
+               "fp32, fp16 or bf16. A checkpoint to resume from takes precedence."),
+    DT_KEY("data", DT_KT_SECTION, struct dt_trainer_spec, data, .sub = &data_section,
+           .help = "The data set and its loader."),
     DT_KEY("epochs", DT_KT_INT, struct dt_trainer_spec, epochs, .lo = 1, .hi = 1e6,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET, .def = "1",
+           .help = "Epochs to train; exclusive with `steps`."),
     DT_KEY("steps", DT_KT_I64, struct dt_trainer_spec, steps, .lo = 1, .hi = 1e12,
-           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET),
-    DT_KEY("optimizer", DT_KT_SECTION, struct dt_trainer_spec, optimizer, .sub = &optimizer_section),
-    DT_KEY("scheduler", DT_KT_SECTION, struct dt_trainer_spec, scheduler, .sub = &scheduler_section),
-    DT_KEY("ddp", DT_KT_SECTION, struct dt_trainer_spec, ddp, .sub = &ddp_section),
-    DT_KEY("checkpoint", DT_KT_SECTION, struct dt_trainer_spec, checkpoint, .sub = &checkpoint_section),
-    DT_KEY("eval", DT_KT_SECTION, struct dt_trainer_spec, eval_every_epochs, .sub = &eval_section),
-    DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, .lo = 0, .hi = 9.2e18,
-           .flags = DT_KF_LO | DT_KF_HI),
+           .flags = DT_KF_LO | DT_KF_HI | DT_KF_ZERO_UNSET, .example = "1000", .doc = DT_DOC_REF_COMMENT,
+           .help = "Optimizer steps to train; setting it turns `epochs` off."),
+    DT_KEY("optimizer", DT_KT_SECTION, struct dt_trainer_spec, optimizer, .sub = &optimizer_section,
+           .help = "AdamW, as PyTorch defines it."),
+    DT_KEY("scheduler", DT_KT_SECTION, struct dt_trainer_spec, scheduler, .sub = &scheduler_section,
+           .help = "The learning-rate schedule."),
+    DT_KEY("ddp", DT_KT_SECTION, struct dt_trainer_spec, ddp, .sub = &ddp_section,
+           .help = "Gradient buckets, their all-reduce and the optimizer state's placement."),
+    DT_KEY("checkpoint", DT_KT_SECTION, struct dt_trainer_spec, checkpoint, .sub = &checkpoint_section,
+           .help = "Checkpoints (safetensors)."),
+    DT_KEY("eval", DT_KT_SECTION, struct dt_trainer_spec, eval_every_epochs, .sub = &eval_section,
+           .help = "Evaluation on the test set (images) or `val` (tokens)."),
+    DT_KEY("seed", DT_KT_U64, struct dt_trainer_spec, seed, RANGE(0, 9.2e18), .def = "0",
+           .help = "Random seed."),
     DT_KEY("device", DT_KT_ENUM, struct dt_trainer_spec, device, .names = devices,
-           .hint = "NVIDIA GPUs are device: cuda"),
-    DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section),
-    DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section),
-    DT_KEY("sample", DT_KT_SECTION, struct dt_trainer_spec, sample, .sub = &sample_section),
-    DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph),
-    DT_KEY("tf32", DT_KT_BOOL, struct dt_trainer_spec, tf32),
-    DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, .lo = 1, .hi = 1e9,
-           .flags = DT_KF_LO | DT_KF_HI),
-    DT_KEY("recompute", DT_KT_ENUM, struct dt_trainer_spec, recompute, .names = recomputes),
+           .hint = "NVIDIA GPUs are device: cuda", .def = "cpu", .help = "Where the trainer computes."),
+    DT_KEY("amp", DT_KT_SECTION, struct dt_trainer_spec, amp, .sub = &amp_section,
+           .help = "Automatic mixed precision."),
+    DT_KEY("trace", DT_KT_SECTION, struct dt_trainer_spec, trace, .sub = &trace_section,
+           .help = "Chrome traces (docs/observability.md)."),
+    DT_KEY("sample", DT_KT_SECTION, struct dt_trainer_spec, sample, .sub = &sample_section,
+           .help = "Text the language model writes at each evaluation (dataset tokens)."),
+    DT_KEY("cuda_graph", DT_KT_BOOL, struct dt_trainer_spec, cuda_graph, .def = "true",
+           .help = "Capture the whole step once and replay it (cuda only)."),
+    DT_KEY("tf32", DT_KT_BOOL, struct dt_trainer_spec, tf32, .def = "false",
+           .help = "fp32 GEMMs on the GPU's tensor cores in TF32, as PyTorch's "
+                   "torch.backends.cuda.matmul.allow_tf32; bf16 and fp16 GEMMs are unaffected. cuda only: "
+                   "refused on device cpu."),
+    DT_KEY("log_every_steps", DT_KT_INT, struct dt_trainer_spec, log_every_steps, RANGE(1, 1e9), .def = "10",
+           .help = "Steps between metrics rows and console updates."),
+    DT_KEY("recompute", DT_KT_ENUM, struct dt_trainer_spec, recompute, .names = recomputes, .def = "none",
+           .help = "gpt2: activations backward recomputes instead of keeping (gradient checkpointing): each "
+                   "block's GELU output, or all of each block but its input. Same results, bit for bit."),
 };
 const struct dt_spec_section dt_jobspec_trainer_section = {.keys = trainer_keys,
                                                            .n_keys = DT_NKEYS(trainer_keys),
                                                            .size = sizeof(struct dt_trainer_spec),
-                                                           .init = trainer_init,
                                                            .check = check_trainer};

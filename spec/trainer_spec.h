@@ -2,8 +2,8 @@
  *
  * The job-spec parser (spec/jobspec.c) fills this struct and validates every
  * value, and frees its strings with the job; the trainer (worker/) only reads
- * it.  Defaults are those of PyTorch where a
- * PyTorch equivalent exists (AdamW, OneCycleLR, DDP bucket sizes, GradScaler).
+ * it.  Defaults are each key's `def` in spec/jobspec_trainer.c (PyTorch's
+ * where PyTorch has the same setting); the comments here do not repeat them.
  *
  * Not for parsing: no YAML here.
  */
@@ -28,89 +28,89 @@ enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_GELU, DT_RECOMPUTE_BLOCK };
 
 struct dt_model_spec {
     char type[16];                 /* "mlp" or "gpt2" */
-    int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers, default [1024, 1024] */
+    int hidden[DT_MLP_MAX_HIDDEN]; /* widths of the hidden layers */
     int n_hidden;
-    enum dt_activation activation; /* default relu */
-    /* gpt2 (defaults GPT-2 124M: 12, 12, 768, 50257, 1024) */
+    enum dt_activation activation;
+    /* gpt2 (the defaults are GPT-2 124M's) */
     int n_layer, n_head, n_embd, vocab_size, block_size;
 };
 
 struct dt_data_spec {
     char dataset[32];   /* "fashion-mnist" or "tokens" */
-    char *path;         /* fashion-mnist: default /usr/share/datasets/fashion-mnist */
-    int batch_size;     /* per rank, default 64 (tokens: sequences, B) */
-    int workers;        /* loader threads, default 2 */
-    int prefetch;       /* batches queued per loader thread, default 2 */
-    bool shuffle;       /* default true */
-    bool drop_last;     /* default false */
+    char *path;         /* fashion-mnist; NULL: /usr/share/datasets/fashion-mnist */
+    int batch_size;     /* per rank (tokens: sequences, B) */
+    int workers;        /* loader threads */
+    int prefetch;       /* batches queued per loader thread */
+    bool shuffle;
+    bool drop_last;
     /* dataset tokens (worker/data/tokens.h): globs of llm.c shards, relative
      * to the worker's working directory as path is; val NULL: no validation */
     char *train, *val;
     int seq_len;        /* T, required with tokens, <= model block_size */
-    enum dt_token_format format; /* llmc (default) or uint16 */
+    enum dt_token_format format;
 };
 
 struct dt_optimizer_spec {
     char type[16];      /* "adamw" */
-    double lr;          /* default 1e-3 */
-    double beta1, beta2; /* default 0.9, 0.999 */
-    double eps;         /* default 1e-8 */
-    double weight_decay; /* default 0.01 (PyTorch AdamW) */
-    double grad_clip;   /* max global L2 norm; 0 = off (default) */
+    double lr;
+    double beta1, beta2;
+    double eps;
+    double weight_decay;
+    double grad_clip; /* max global L2 norm; 0 = off */
 };
 
 struct dt_scheduler_spec {
-    enum dt_sched_type type; /* default constant */
+    enum dt_sched_type type;
     double max_lr;           /* onecycle: required */
-    double pct_start;        /* 0.3 */
-    enum dt_anneal anneal;   /* cos */
-    double div_factor;       /* 25 */
-    double final_div_factor; /* 1e4 */
-    bool three_phase;        /* false */
-    bool cycle_momentum;     /* true */
-    double base_momentum;    /* 0.85 */
-    double max_momentum;     /* 0.95 */
-    int64_t warmup_steps;    /* cosine: linear warmup steps, 0 */
-    double min_lr;           /* cosine: the floor it decays to, in [0, optimizer.lr]; 0 */
+    double pct_start;
+    enum dt_anneal anneal;
+    double div_factor;
+    double final_div_factor;
+    bool three_phase;
+    bool cycle_momentum;
+    double base_momentum;
+    double max_momentum;
+    int64_t warmup_steps; /* cosine: linear warmup steps */
+    double min_lr;        /* cosine: the floor it decays to, in [0, optimizer.lr] */
 };
 
 struct dt_ddp_spec {
-    double bucket_cap_mb;   /* 25 */
-    double first_bucket_mb; /* 1 */
-    bool overlap;           /* true */
-    int grad_accum;         /* micro-batches per optimizer step, 1 */
-    int desync_check_every; /* steps between parameter-hash comparisons; 0 = off; default 100 */
-    bool share_state;       /* one host: one copy of parameters and moments, AdamW split (host_state.h); true */
-    int zero;               /* ZeRO stage: 0, or 1 = AdamW's moments sharded over the ranks (worker/zero.h); 0 */
+    double bucket_cap_mb;
+    double first_bucket_mb;
+    bool overlap;
+    int grad_accum;         /* micro-batches per optimizer step */
+    int desync_check_every; /* steps between parameter-hash comparisons; 0 = off */
+    bool share_state;       /* one host: one copy of parameters and moments, AdamW split (host_state.h) */
+    int zero;               /* ZeRO stage: 0, or 1 = AdamW's moments sharded over the ranks (worker/zero.h) */
 };
 
 struct dt_checkpoint_spec {
-    int every_steps;    /* 0 = only at the end; default 500 */
-    char *dir;          /* relative to the run directory unless absolute; default "checkpoints" */
-    int keep;           /* newest N kept, default 3 */
-    enum dt_resume resume; /* auto (default) or never */
+    int every_steps; /* 0 = only at the end */
+    char *dir;       /* relative to the run directory unless absolute; NULL: "checkpoints" */
+    int keep;        /* newest N kept */
+    enum dt_resume resume;
 };
 
 struct dt_amp_spec {
-    enum dt_amp_dtype dtype;  /* off (default), bf16, fp16 */
-    bool dynamic;             /* loss_scale: dynamic (default) or a fixed number */
+    enum dt_amp_dtype dtype;
+    bool dynamic;             /* loss_scale: dynamic, or the fixed number below */
     double loss_scale;        /* the fixed scale when !dynamic */
-    double init_scale;        /* 65536 */
-    double growth_factor;     /* 2 */
-    double backoff_factor;    /* 0.5 */
-    int growth_interval;      /* 2000 */
+    double init_scale;
+    double growth_factor;
+    double backoff_factor;
+    int growth_interval;
 };
 
 /* sample: text the model writes at each evaluation (tokens data only). */
 struct dt_sample_spec {
-    int tokens;         /* tokens generated; 0 = no sample (default) */
-    char *prompt;       /* vocab 256: its bytes start the sample; default "\n" */
-    double temperature; /* default 1.0; 0 = the most likely token each time */
-    int top_k;          /* 0 = the whole vocabulary (default) */
+    int tokens;         /* tokens generated; 0 = no sample */
+    char *prompt;       /* vocab 256: its bytes start the sample; NULL: "\n" */
+    double temperature; /* 0 = the most likely token each time */
+    int top_k;          /* 0 = the whole vocabulary */
 };
 
 struct dt_trace_spec {
-    int first_step, last_step; /* steps traced, inclusive; 0,-1 = off */
+    int first_step, last_step; /* steps traced, inclusive; last < first: off */
 };
 
 struct dt_trainer_spec {
@@ -125,21 +125,22 @@ struct dt_trainer_spec {
     struct dt_checkpoint_spec checkpoint;
     /* eval: {every_epochs, batches, every_steps}; the three stay together in
      * this order (the section is laid over them, jobspec_trainer.c) */
-    int eval_every_epochs; /* 0 = only at the end; default 1 */
-    int eval_batches;      /* tokens: global batches of val per evaluation, 0 = all of val once; default 20 */
-    int64_t eval_every_steps; /* also every N steps; 0 = off (default) */
-    uint64_t seed;         /* default 0 */
-    enum dt_device device; /* cpu (default) or cuda */
+    int eval_every_epochs;    /* 0 = only at the end */
+    int eval_batches;         /* tokens: global batches of val per evaluation, 0 = all of val once */
+    int64_t eval_every_steps; /* also every N steps; 0 = off */
+    uint64_t seed;
+    enum dt_device device;
     struct dt_amp_spec amp;
     struct dt_trace_spec trace;
-    bool cuda_graph;       /* capture the whole step once and replay it; default true on cuda */
-    bool tf32;             /* cuda: fp32 GEMMs on the tensor cores (torch's allow_tf32); default false */
-    int log_every_steps;   /* metrics.jsonl rows and console updates; default 10 */
+    bool cuda_graph;     /* capture the whole step once and replay it (cuda) */
+    bool tf32;           /* cuda: fp32 GEMMs on the tensor cores (torch's allow_tf32) */
+    int log_every_steps; /* metrics.jsonl rows and console updates */
     struct dt_sample_spec sample;
-    enum dt_recompute recompute; /* none (default), gelu or block */
+    enum dt_recompute recompute;
 };
 
-/* Fills every field with its default (the values in the comments above). */
+/* Fills every field with its default: the `def` of its key in the trainer's
+ * key table (spec/jobspec_trainer.c), or the "not set" value. */
 void dt_trainer_spec_defaults(struct dt_trainer_spec *t);
 
 #endif
