@@ -3,6 +3,7 @@
 # own (its port, run id, error file path).  Both run `sh -c 'env'` as 2 ranks from
 # the same minimal environment; torchrun comes from the venv scripts/install-deps.sh
 # makes (make test installs it; without it the test fails).
+# run-tests: uses port29500
 . "$(dirname "$0")/lib.sh"
 
 torchrun=$(command -v torchrun || echo "$PWD/.venv/bin/torchrun")
