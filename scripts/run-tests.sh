@@ -25,7 +25,10 @@
 # line of its script (a unit suite: a comment in tests/unit/NAME.c):
 #     # run-tests: uses slurm port29500
 # Suites naming the same resource never run at the same time; `alone` means
-# nothing else runs beside it.  The resources:
+# nothing else runs beside it.  Those of the machine (all but `make` and
+# `alone`) are also held with flock on /tmp/dtrain-tests-RESOURCE.lock while
+# the suite runs, so two runs of run-tests from different trees (a team on one
+# machine) take turns as well.  The resources:
 #   slurm      the local Slurm cluster (scripts/slurm-local.sh), and Slurm
 #              daemons named n1, n2 on this machine (test_netns_slurm's)
 #   port29500  127.0.0.1:29500, torchrun's and Kubernetes' default coordinator port
@@ -70,6 +73,7 @@ times=() # "seconds name" of each suite that ran
 
 stop_all() {
   local p
+  echo "run-tests: stopped by a signal while these ran: ${job_name[*]:-none}"
   for p in "${!job_name[@]}"; do kill -TERM "$p" 2>/dev/null; done
   wait
   rm -rf "$OUT"
@@ -143,11 +147,15 @@ start() { # KIND:PATH RESOURCES
   size=$(((PORT_HI - PORT_LO + 1) / JOBS))
   lo=$((PORT_LO + (slot - 1) * size))
   mkdir -p "$OUT/tmp.$name"
-  local cmd=("$path")
+  local cmd=("$path") locks=()
   [ "$kind" = integration ] && cmd=(bash "$path")
-  # timeout makes the suite a process group of its own and ends all of it.
+  for r in $res; do
+    case $r in make | alone) ;; *) locks+=(flock -o "/tmp/dtrain-tests-$r.lock") ;; esac
+  done
+  # timeout makes the suite a process group of its own and ends all of it; flock
+  # -o: what the suite leaves running (a Slurm daemon) does not keep the lock.
   DTRAIN_TEST_SLOT=$slot DTRAIN_TEST_PORTS=$lo-$((lo + size - 1)) TMPDIR=$OUT/tmp.$name \
-    timeout -k 10 "$DTRAIN_TEST_TIMEOUT" "${cmd[@]}" >"$OUT/$name.log" 2>&1 </dev/null &
+    timeout -k 10 "$DTRAIN_TEST_TIMEOUT" "${locks[@]}" "${cmd[@]}" >"$OUT/$name.log" 2>&1 </dev/null &
   pid=$!
   job_name[$pid]=$name job_slot[$pid]=$slot job_res[$pid]=$res job_kind[$pid]=$kind
   job_t0[$pid]=${EPOCHREALTIME/./}
