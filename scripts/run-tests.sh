@@ -47,7 +47,7 @@
 # last "N passed, N failed, N skipped"; the exit status is non-zero when
 # anything failed or nothing passed.  DTRAIN_TEST_TIMEOUT (600 s) bounds each suite.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 : "${BUILD:=$PWD/build}"
 : "${DTRAIN:=$PWD/bin/dtrain}"
