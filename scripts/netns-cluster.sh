@@ -35,7 +35,7 @@
 #
 # Exit status: 0; 2 for a usage error; 77 when network namespaces cannot be
 # made here (not root, or the kernel refuses them): the message says which,
-# and the tests print it as their skip reason.
+# and the tests fail with it.
 set -uo pipefail
 
 TAG=${DTN_TAG:-$(printf 'p%d' $(($$ % 100000)))}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh - builds and runs the GPU tests (tests/gpu/test_*.c); ends with one
-# "N passed, N failed" line and exits non-zero on any failure.
+# "N passed, N failed, N skipped" line and exits non-zero on any failure.
 #
 #   tests/gpu/run.sh            build (needs build/libdtrain*.a made with CUDA=1), then run
 #   tests/gpu/run.sh --build    build only (CI without a GPU: the tests must compile)
@@ -8,7 +8,7 @@
 #
 # The Makefile's test-gpu target passes BUILD, CC, CFLAGS and LIBS so the tests
 # link exactly like bin/dtrain (STATIC_DEPS=1 included); the defaults below
-# serve a hand run.  A test without a CUDA device prints "ok - # SKIP".
+# serve a hand run.  A test without a CUDA device prints "ok - # SKIP", counted as skipped.
 # tests/gpu/test_*.sh (end to end through `dtrain launch`) run after the
 # programs; they read DTRAIN (default bin/dtrain) and DTRAIN_FMNIST.
 # Not for CPU tests: scripts/run-tests.sh runs those.
@@ -45,7 +45,7 @@ build() {
 }
 
 run_all() {
-  local passed=0 failed=0 bin text p f rc
+  local passed=0 failed=0 skipped=0 bin text p f rc
   for bin in "$out"/test_* tests/gpu/test_*.sh; do
     [ -x "$bin" ] || continue
     echo "# $(basename "$bin")"
@@ -56,8 +56,9 @@ run_all() {
     p=${p:-0}; f=${f:-0}
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "run.sh: $(basename "$bin") exited with status $rc"; fi
     passed=$((passed + p)); failed=$((failed + f))
+    skipped=$((skipped + $(printf '%s\n' "$text" | grep -ci '^ok - # skip')))
   done
-  echo "$passed passed, $failed failed"
+  echo "$passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]
 }
 

@@ -39,20 +39,38 @@ contains() {
   return 1
 }
 
-# free_port: a TCP port nothing listens on, below the kernel's ephemeral range
-# (32768-60999 here), so no process binding port 0 elsewhere on this machine is
-# handed it before the test's node 0 binds it; and below 20000, where the Slurm
-# adapter puts its coordinators.
+# free_port: a TCP port nothing listens on, from this suite's own range:
+# scripts/run-tests.sh gives each of the suites it runs side by side a slice of
+# 10000-16999 (DTRAIN_TEST_PORTS=LO-HI), so two suites never pick the same port
+# in the moment before one of them binds it; run by hand, a suite draws from all
+# of it.  Ports are handed out in turn from a random start (the last one kept
+# in $T), so one suite's calls never repeat either while its jobs start.  The
+# range is below the kernel's ephemeral range (32768-60999 here), so no process
+# binding port 0 elsewhere on this machine is handed the port before the test's
+# node 0 binds it, below slurm-local.sh's slurmd ports (17001..) and the Slurm
+# adapter's coordinators (20000-29999).
 free_port() {
-  python3 -c '
-import random, socket
-for _ in range(200):
-    p = random.randint(10000, 19999)
+  python3 - "${DTRAIN_TEST_PORTS:-10000-16999}" "$T/.free_port" <<'PY'
+import random, socket, sys
+lo, hi = (int(x) for x in sys.argv[1].split("-"))
+try:
+    last = int(open(sys.argv[2]).read())
+except (OSError, ValueError):
+    last = random.randint(lo, hi)
+n = hi - lo + 1
+for i in range(1, n + 1):
+    p = lo + (last - lo + i) % n
     s = socket.socket()
     try:
-        s.bind(("0.0.0.0", p)); print(p); break
+        s.bind(("0.0.0.0", p))
     except OSError:
-        pass
+        continue
     finally:
-        s.close()'
+        s.close()
+    open(sys.argv[2], "w").write(str(p))
+    print(p)
+    break
+else:
+    sys.exit("free_port: every port of %s is taken" % sys.argv[1])
+PY
 }

@@ -4,6 +4,7 @@
 # touch and a build with the same ones recompiles nothing, so `dtrain version` is true of the binary:
 # `make demo` (no Open MPI yet, MPI=0) then `make test` (MPI=1) gives a binary with the MPI backend.
 # Builds a copy of this tree's sources with CUDA=0 (the C parts only: about a minute on 2 cores).
+# run-tests: uses make
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

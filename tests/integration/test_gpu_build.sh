@@ -5,6 +5,7 @@
 # machine without a GPU instead of surprising the next run on one.  Running
 # them needs a GPU: `make test-gpu` there; test_cudnn_graph, which checks cuDNN
 # takes the attention graphs, needs none and runs here.
+# run-tests: uses make
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,6 +1,7 @@
 # test_install.sh - `make install` puts a working binary, library, headers, man page and
 # docs under PREFIX, a C program builds against the installed library alone, and the man
 # page names every command and every job spec key, and points at files that are there.
+# run-tests: uses make
 . "$(dirname "$0")/lib.sh"
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

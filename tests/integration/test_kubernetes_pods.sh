@@ -9,6 +9,7 @@
 # train the bundled trainer to completion.  Then a pod whose pod 0 never comes fails with
 # a message naming what to look at, within rendezvous.timeout.  Last, a pod runs what a
 # merged kubernetes.pod_template gives it.
+# run-tests: uses port29500
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 

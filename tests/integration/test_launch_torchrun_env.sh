@@ -2,13 +2,14 @@
 # rank gets under torchrun, with torchrun's value where the value is not the run's
 # own (its port, run id, error file path).  Both run `sh -c 'env'` as 2 ranks from
 # the same minimal environment; torchrun comes from the venv scripts/install-deps.sh
-# makes (skipped, and said so, without it).
+# makes (make test installs it; without it the test fails).
+# run-tests: uses port29500
 . "$(dirname "$0")/lib.sh"
 
 torchrun=$(command -v torchrun || echo "$PWD/.venv/bin/torchrun")
 if [ ! -x "$torchrun" ]; then
-  ok "torchrun is not installed here (scripts/install-deps.sh puts it in .venv): nothing to compare"
-  exit 0
+  not_ok "torchrun is installed (scripts/install-deps.sh puts it in .venv)"
+  exit 1
 fi
 
 base=(env -i PATH=/usr/bin:/bin HOME="$HOME")

@@ -8,7 +8,7 @@
 #    (its --mca plm_rsh_agent, standing in for ssh).
 # Each prints the nccl-tests table with every value right; both average bus
 # bandwidths are printed ("# busbw ...") for docs/multinode.md.
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

@@ -15,7 +15,7 @@
 #  - rank 0 really hung (SIGSTOP, DTRAIN_FAULT): the watchdog's verdict fails the
 #    job on both nodes with SIGKILL's 137 (it was once published before the kill
 #    was reaped, as status 0, and the job "succeeded").
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

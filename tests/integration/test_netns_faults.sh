@@ -14,7 +14,7 @@
 #    node 1's agent ends;
 #  - three hosts, host 3 partitioned: nodes 0 and 1 both end.
 # Before the fix node 0's agent waited in poll() for ever after a partition.
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

@@ -11,7 +11,7 @@
 #    agent's environment with another value fails the agents, naming both; under
 #    scheduler: mpirun node 0 advertises eth1's address, so the agents and the
 #    store run on eth1's network too.
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

@@ -10,7 +10,7 @@
 #  - with heartbeat_timeout 3 s, pod 1's host cut off mid-run: pod 0's agent ends with 1
 #    within heartbeat_timeout + a margin and its summary.json names node 1 (pod 1's
 #    address) lost; nothing is left running on either host.
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 

@@ -9,8 +9,8 @@
 #    after the cut, within heartbeat_timeout).
 # The slow job must end with status 0 on both hosts; the flapping one trains on
 # after the flaps until SIGTERM ends it (143 on both); neither has a lost node or
-# a rank declared hung.  Needs root; without network namespaces it prints one skip
-# line with the reason.
+# a rank declared hung.  Needs root and network namespaces; without them it fails
+# with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

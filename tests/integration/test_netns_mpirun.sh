@@ -10,7 +10,7 @@
 #    for its daemon on host 2 (it is stopped heartbeat_timeout + grace + 10 s
 #    after it said it aborts the job); nothing of the job is left on host 1, and
 #    after host 2's agent has ended, its Open MPI daemon is ended too.
-# Needs root; without network namespaces it prints one skip line with the reason.
+# Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/netns_lib.sh"

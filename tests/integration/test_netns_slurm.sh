@@ -11,8 +11,9 @@
 #    summary.json names node 1 lost; Slurm then declares n2 down (SlurmdTimeout 5 s) and
 #    requeues the batch job, as it does after any node failure, and `dtrain launch` says so.
 # Needs root, Slurm's daemons and nsenter (make test installs them; a missing one fails
-# with its name); network namespaces the kernel refuses skip with the reason, as every
-# netns test does.
+# with its name); network namespaces the kernel refuses fail with the reason, as in every
+# netns test.
+# run-tests: uses slurm
 . "$(dirname "$0")/lib.sh"
 
 for b in slurmctld slurmd sbatch scontrol nsenter; do

@@ -121,13 +121,16 @@ cat >"$T/parity.py" <<'EOF'
 import sys, datetime, threading
 import torch.distributed as dist
 port = int(sys.argv[1])
-def client(t=5):
+# 30 s: a refused request ends at once, so the bound only matters to a server that is slow
+# to answer; under load (suites side by side) one ADD on PyTorch's server read as an error with 5 s.
+def client(t=30):
     return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=t))
 def show(what, f):
     try:
         r = f()
     except Exception as e:  # the server closed the connection: PyTorch's message is the client's
         r = "error"
+        print(what, "->", repr(e)[:300], file=sys.stderr, flush=True)
     print(what, "->", r, flush=True)
 main = client()
 values = [b"7x", b" 7", b"7 ", b"\t\n\v\f\r7", b"+7", b"-7", b"", b"x", b"-", b"+", b" ", b"- 7", b"+-7",
@@ -170,7 +173,7 @@ import torch.distributed as dist
 s = dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False,
                   timeout=datetime.timedelta(seconds=30))
 print(s.port, flush=True)
-time.sleep(60)
+time.sleep(600)  # killed at exit
 EOF
 "$PY" "$T/server.py" >"$T/server.out" 2>"$T/server.err" &
 pids+=($!)
@@ -191,4 +194,5 @@ if diff "$T/parity.pytorch" "$T/parity.dtrain" >"$T/parity.diff"; then
   ok "dtrain's coordinator answers as PyTorch's server: $(grep -c '^add ' "$T/parity.pytorch") ADD cases, LIST_KEYS, BARRIER"
 else
   not_ok "dtrain's coordinator answers as PyTorch's server (< PyTorch, > dtrain)"; sed 's/^/    /' "$T/parity.diff"
+  for side in pytorch dtrain; do echo "    the errors the client saw from $side's server:"; sed 's/^/      /' "$T/parity.$side.err"; done
 fi

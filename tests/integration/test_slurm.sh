@@ -4,6 +4,7 @@
 # rendered examples up to date and one submitted with plain sbatch, a failing rank, a job
 # cancelled with Ctrl-C, and a requeue on SIGUSR1 that resumes from the checkpoint.
 # A cluster that cannot start is a failure, not a skip.
+# run-tests: uses slurm
 . "$(dirname "$0")/lib.sh"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 

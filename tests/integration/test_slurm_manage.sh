@@ -5,6 +5,7 @@
 # following launcher ended); one "succeeded" line for a 2-node job, not one per agent; and
 # `dtrain launch --resume RUN_DIR`: a new Slurm job continuing a 2-node trainer run in its directory.
 # (The local job's operations: test_run_manage.sh.)
+# run-tests: uses slurm
 . "$(dirname "$0")/lib.sh"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 
