@@ -14,6 +14,7 @@
 #define DT_AGENT_INTERNAL_H
 
 #include "launcher/agent/agent.h"
+#include "launcher/agent/agent_state.h"
 #include "launcher/report/report_progress.h"
 #include "base/lines.h"
 
@@ -37,10 +38,9 @@ struct dt_agent__sink {
     struct dt_agent_tail tail; /* stderr, for the failure report */
 };
 
-/* Why a failure may be an attempt's first (agent_policy.c), lightest first,
- * and how long after the first failure another may still be elected. */
+/* Why a failure may be an attempt's first (agent_policy.c), lightest first;
+ * DT_AGENT__CAUSE_WINDOW_S (agent_state.h) says for how long after the first. */
 enum dt_agent__cause { DT_AGENT__CAUSE_OTHER, DT_AGENT__CAUSE_SIGNAL, DT_AGENT__CAUSE_LISTED };
-#define DT_AGENT__CAUSE_WINDOW_S 1.0
 
 /* A process the agent started: a rank (index: its entry in sinks and in each
  * attempt's ranks), or a group's one process (index -1, rank -1). */
@@ -79,30 +79,17 @@ struct dt_agent {
     struct dt_agent__stream **pfd_stream; /* what each pollfd reads, and whose it is */
     struct dt_agent__proc **pfd_proc;
     double t0; /* cfg->start_mono, or when dt_agent_run started */
-    double grace_s;
     int attempt;
-    int running;                  /* processes of this attempt not yet reaped */
-    bool stopping;                /* SIGTERM (or the forwarded signal) sent to every rank */
-    bool killing;                 /* SIGKILL sent */
-    double kill_at;               /* when `stopping` turns into SIGKILL */
-    double killed_at;             /* when SIGKILL was sent */
-    double settle_until;          /* after a failure, SIGTERM waits till then for peers to exit; 0: none */
+    int running;                      /* processes of this attempt not yet reaped */
+    struct dt_agent__sm sm;           /* where the attempt and the job stand (agent_state.h) */
     enum dt_agent__cause first_cause; /* the first failure's, so far (agent_policy.c) */
-    bool swept;                   /* looked for processes the ranks left behind */
-    long long oom_base;           /* the cgroup's OOM kill count when the attempt started, -1: unknown */
-    int oom_verdict;              /* for the first failure: see dt_agent_failure.oom_killer */
-    int interrupt_sig;            /* a signal the launcher received, 0 if none */
-    int stop_sig;                 /* the signal `stopping` sent (SIGTERM or the forwarded one) */
-    bool requeue_asked;           /* SIGUSR1 came and was passed on: ranks may exit DT_AGENT_EXIT_REQUEUE */
-    int requeue_exits;            /* ranks of this attempt that did */
-    struct dt_progress *progress; /* the live progress line, NULL when off */
-    double next_watch;            /* when the watchdog looks next; 0: it is off */
-    double coord_down_since;      /* when the heartbeat source started failing; 0: it answers */
-    double next_hook_poll;        /* when cfg->hooks->poll runs next */
-    int abort_status;             /* a hook (or a log write error) ended the job with this status, -1 if not */
-    bool write_failed;            /* res->write_error was acted on */
-    struct sigaction saved_xfsz;  /* SIGXFSZ as found; the agent ignores it while it runs */
-    int job_status;               /* a hook's attempt_end decided the job's status, -1 if not */
+    long long oom_base;               /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;                  /* for the first failure: see dt_agent_failure.oom_killer */
+    struct dt_progress *progress;     /* the live progress line, NULL when off */
+    double next_watch;                /* when the watchdog looks next; 0: it is off */
+    double coord_down_since;          /* when the heartbeat source started failing; 0: it answers */
+    double next_hook_poll;            /* when cfg->hooks->poll runs next */
+    struct sigaction saved_xfsz;      /* SIGXFSZ as found; the agent ignores it while it runs */
 };
 
 /* --- agent_policy.c ------------------------------------------------------ */
@@ -142,6 +129,10 @@ void dt_agent__signal_groups(struct dt_agent *a, int sig);
  * guards, or to the agent as subreaper: children that are neither ranks nor
  * guards) and to their process groups; returns how many. */
 int dt_agent__signal_leftovers(struct dt_agent *a, int sig);
+/* Feeds event e (with arg: agent_state.h) to a->sm and does what the step
+ * asks: signals the ranks and what they left, counts and says a sweep, says
+ * the give-up.  Keeps the attempt's `electing` true while it settles. */
+void dt_agent__event(struct dt_agent *a, enum dt_agent__event e, int arg);
 /* Closes every pipe and log file of the attempt and forgets the pids. */
 void dt_agent__close_attempt(struct dt_agent *a);
 /* Reads what a stream has, writes it to the log files and the console; at end
