@@ -1,14 +1,14 @@
-/* agent_internal.h - what the agent's files share (not a public interface).
+/* agent_internal.h - what the supervisor's files share (not a public interface).
  *
- * agent_supervise.c runs the poll loop on struct dt_agent; agent_policy.c
- * says which failure of an attempt is its first and whether it is final;
- * agent_procs.c starts its processes, signals them and moves their output;
- * agent_guard.c is what runs between the agent and each rank;
- * agent_watchdog.c looks at them from outside; agent_rounds.c keeps a node in
- * step with the others (agent_hb_relay.c relays heartbeats to them);
- * agent_plan.c, agent_summary.c and agent_node.c do what comes before and
- * after.  Names carry dt_agent__.
- * Nothing outside launcher/agent_*.c includes this.
+ * agent_supervise.c runs the poll loop on struct dt_agent and feeds events
+ * to its state machine (agent_state.h), which agent_procs.c acts on;
+ * agent_policy.c says which failure of an attempt is its first and whether
+ * it is final; agent_procs.c starts the processes, signals them and moves
+ * their output; agent_guard.c is what runs between the agent and each rank;
+ * agent_watchdog.c looks at them from outside; agent_plan.c, agent_summary.c
+ * and agent_node.c do what comes before and after.  The rounds with other
+ * nodes reach dt_agent_run only through its hooks (agent_rounds.h).  Names
+ * carry dt_agent__.  Nothing outside launcher/agent/ includes this.
  */
 #ifndef DT_AGENT_INTERNAL_H
 #define DT_AGENT_INTERNAL_H
@@ -185,108 +185,5 @@ int dt_agent__write_summary(const struct dt_agent_config *cfg, const struct dt_a
 void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
 /* The run's closing line: succeeded, interrupted or failed, and where the logs are. */
 void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_agent_result *res);
-
-/* --- agent_rounds.c ------------------------------------------------------ */
-
-/* One node of a multi-node job: its agent's link to the others through the
- * coordinator's store (membership, the round counter, the first failure). */
-struct dt_agent__round;
-
-struct dt_agent__round_config {
-    const struct dt_job *job;
-    int node_rank, nnodes, nproc;
-    const char *coord_host; /* how this agent reaches the coordinator */
-    int coord_port;
-    const char *token; /* NULL with auth: none */
-    double timeout_s;  /* rendezvous.timeout: connecting, every node joining */
-    double liveness_s; /* once every node joined: each store call's deadline, and how long a
-                          connection may go unacknowledged (dt_store_set_liveness) */
-    double grace_s;
-    struct dt_coord *coord; /* node 0: the coordinator it hosts (heartbeats to relay), else NULL */
-    int nnodes_min;         /* below nnodes: an elastic job, node_rank 0 or -1 (agent_elastic.c) */
-};
-
-#define DT_AGENT__MAX_ROUNDS 1024
-
-struct dt_agent__elastic;
-struct dt_store_member;
-struct dt_agent__hb_relay;
-struct dt_store;
-
-struct dt_agent__round {
-    struct dt_agent__round_config cfg; /* an elastic job's node_rank: its slot (agent_elastic.c) */
-    struct dt_store *store;
-    char coord[300]; /* host:port, for messages */
-    bool dead;       /* the coordinator is gone: nothing more is asked of it */
-    bool published[DT_AGENT__MAX_ROUNDS];
-    bool told_stop;
-    struct dt_agent__hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
-    struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job (or round); node -1 */
-    double lost_unix;               /* when the coordinator noticed, wall clock */
-    struct dt_agent__elastic *el;   /* an elastic job's rounds; NULL otherwise */
-};
-
-/* Shared with agent_elastic.c: a store call failed (the coordinator is
- * gone: says so once, *status 1, ABORT); a key's presence (1, 0, or a
- * negative code); its text; dtrain/abort (1 and said, with *status, when
- * it is there); another node's failure of round k into res for node 0's
- * summary; heartbeats relayed (node 0) as node `node` of `nnodes`. */
-enum dt_agent_verdict dt_agent__round_lost_coordinator(struct dt_agent__round *r, int *status);
-int dt_agent__round_exists(struct dt_agent__round *r, const char *k);
-int dt_agent__round_get_text(struct dt_agent__round *r, const char *k, char *out, size_t n);
-int dt_agent__round_aborted(struct dt_agent__round *r, int *status);
-void dt_agent__round_read_failinfo(struct dt_agent__round *r, struct dt_agent_result *res, int k, int from);
-void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes);
-int dt_agent__round_relay(struct dt_agent__round *r);
-
-/* --- agent_hb_relay.c: heartbeats relayed from node 0 to the others ------- */
-
-/* The relay of node `node` of `nnodes` with nproc ranks each; NULL when out
- * of memory.  dt_agent__hb_relay writes every other node's key (node 0, at
- * most every RELAY_S; 0 elsewhere).  dt_agent__round_hb_place,
- * dt_agent__round_relay and dt_agent__round_heartbeat (agent.h's hook) are
- * defined there too. */
-struct dt_agent__hb_relay *dt_agent__hb_new(int node, int nnodes, int nproc);
-void dt_agent__hb_free(struct dt_agent__hb_relay *h);
-int dt_agent__hb_relay(struct dt_agent__hb_relay *h, struct dt_store *s, struct dt_coord *c);
-/* Node 0: keeps m, a lost member, as summary.json's lost_node in the
- * coordinator's words (how its connection ended: closed, or unacknowledged
- * for liveness_s) when it is the first; true if it was kept. */
-bool dt_agent__round_keep_lost(struct dt_agent__round *r, const struct dt_store_member *m);
-
-/* --- agent_elastic.c: the rounds of an elastic job (nodes: MIN:MAX) ------ */
-
-/* Joins: node 0 as slot 0, the others into the slot the coordinator gives. */
-int dt_agent__elastic_open(struct dt_agent__round *r, int nodes_min);
-void dt_agent__elastic_free(struct dt_agent__round *r);
-/* The hooks' parts (agent.h) when r->el is set. */
-int dt_agent__elastic_begin(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
-enum dt_agent_verdict dt_agent__elastic_poll(struct dt_agent__round *r, const struct dt_agent_result *res, int k,
-                                             int *status);
-int dt_agent__elastic_attempt_end(struct dt_agent__round *r, struct dt_agent_result *res, int k, int sig_fd,
-                                  bool *restart, int *status);
-
-/* Connects (retrying until timeout_s) and joins as cfg->node_rank; a
- * coordinator that cannot be reached is an error naming host:port. */
-int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_agent__round **out);
-/* The run id every node uses: run_id as given (node 0 publishes it), or
- * node 0 makes one and the others read it. */
-int dt_agent__round_run_id(struct dt_agent__round *r, char *run_id, size_t n);
-/* Returns when all nnodes nodes joined; an error naming the missing ones
- * after rendezvous.timeout. */
-int dt_agent__round_wait_all(struct dt_agent__round *r);
-/* The hooks that make dt_agent_run restart in step with the other nodes. */
-void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h);
-/* Ends the job everywhere with `status` (the first abort stands). */
-int dt_agent__round_abort(struct dt_agent__round *r, int status, const char *why);
-/* After dt_agent_run: passes an interruption or failure on to the other
- * nodes, then leaves (node 0 first waits, bounded, for the others to go).
- * The others publish their ranks' records before they leave; node 0 adds
- * them to res (attempts[k].others) for its summary.json. */
-void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res);
-void dt_agent__round_close(struct dt_agent__round *r);
-/* The watchdog's heartbeat source on a node other than 0 (agent.h's
- * dt_agent_config.heartbeat): `rank`'s step and age as node 0 relays them. */
-int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step, double *age_s);
 
 #endif
