@@ -18,8 +18,8 @@
  * worst RELAY_S plus one read later than on node 0.
  *
  * Not for the watchdog's rule (agent_watchdog.c), the rounds whose polls
- * drive the relay (agent_rounds.c), nor the coordinator's heartbeat table
- * (coordinator.h).
+ * drive the relay (agent_rounds.c), the record's layout (agent_records.h),
+ * nor the coordinator's heartbeat table (coordinator.h).
  */
 #include "launcher/agent/agent_rounds.h"
 

@@ -27,9 +27,11 @@
  * batch script requeues the job, which resumes from that checkpoint.  A rank
  * that ignores the signal simply runs on.
  *
- * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c),
- * which failure is the first and whether it is final (agent_policy.c) or
- * rendering (agent_summary.c).
+ * What each event does to the attempt (stop, kill, sweep, drain) and when a
+ * state's time is up are the state machine's (agent_state.c): this loop
+ * notices events and feeds them to it.  Not for spawning and output
+ * (agent_procs.c), hangs (agent_watchdog.c), which failure is the first and
+ * whether it is final (agent_policy.c) or rendering (agent_summary.c).
  */
 #include "launcher/agent/agent_internal.h"
 #include "base/args.h"
