@@ -70,6 +70,7 @@ struct dt_agent__round {
     struct dt_agent__elastic *el;  /* an elastic job's rounds; NULL otherwise */
     bool published[MAX_ROUNDS];    /* this node's failure of round k is in fail/<k> (or lost to another's) */
     bool told_stop;
+    bool decided; /* a round's end everywhere decided the job's end: every node decides it alike */
 };
 
 /* --- while ranks run ----------------------------------------------------- */
@@ -302,7 +303,9 @@ static int attempt_end(void *ctx, struct dt_agent_result *res, int k, int sig_fd
         return 1;
     if (w == 2)
         return 0;
-    return decide(r, res, k, restart, status);
+    int rc = decide(r, res, k, restart, status);
+    r->decided = !*restart;
+    return rc;
 }
 
 /* --- joining ------------------------------------------------------------- */
@@ -616,9 +619,12 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
         snprintf(why, sizeof why, "its agent was interrupted by %s",
                  dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
         dt_agent__link_abort(&r->link, res->exit_status, why);
-    } else if (res->status != DT_AGENT_SUCCEEDED) {
+    } else if (res->status != DT_AGENT_SUCCEEDED && !r->decided) {
         /* Whatever ended the job here must end it everywhere (a no-op when
-         * an abort or the round's verdict got there first). */
+         * an abort got there first).  Not when the round's decision did:
+         * every node reaches it from the same fail/<k>, and an abort now
+         * would overtake a node still waiting to see end/<k> full, which
+         * would then say "the job is ending" instead of what failed. */
         dt_agent__link_abort(&r->link, res->exit_status, "the job failed");
     }
     if (r->link.dead)
