@@ -42,6 +42,19 @@ struct dt_agent__sink {
  * DT_AGENT__CAUSE_WINDOW_S (agent_state.h) says for how long after the first. */
 enum dt_agent__cause { DT_AGENT__CAUSE_OTHER, DT_AGENT__CAUSE_SIGNAL, DT_AGENT__CAUSE_LISTED };
 
+/* The attempt's first failure so far, as agent_policy.c elects it. */
+struct dt_agent__first {
+    enum dt_agent__cause cause; /* its cause */
+    long long oom_base;         /* the cgroup's OOM kill count when the attempt started, -1: unknown */
+    int oom_verdict;            /* for the first failure: see dt_agent_failure.oom_killer */
+};
+
+/* The watchdog's own time (agent_watchdog.c). */
+struct dt_agent__watchdog {
+    double next;             /* when it looks next; 0: it is off */
+    double coord_down_since; /* when the heartbeat source started failing; 0: it answers */
+};
+
 /* A process the agent started: a rank (index: its entry in sinks and in each
  * attempt's ranks), or a group's one process (index -1, rank -1). */
 struct dt_agent__proc {
@@ -82,12 +95,9 @@ struct dt_agent {
     int attempt;
     int running;                      /* processes of this attempt not yet reaped */
     struct dt_agent__sm sm;           /* where the attempt and the job stand (agent_state.h) */
-    enum dt_agent__cause first_cause; /* the first failure's, so far (agent_policy.c) */
-    long long oom_base;               /* the cgroup's OOM kill count when the attempt started, -1: unknown */
-    int oom_verdict;                  /* for the first failure: see dt_agent_failure.oom_killer */
+    struct dt_agent__first first;     /* the election of the attempt's first failure (agent_policy.c) */
     struct dt_progress *progress;     /* the live progress line, NULL when off */
-    double next_watch;                /* when the watchdog looks next; 0: it is off */
-    double coord_down_since;          /* when the heartbeat source started failing; 0: it answers */
+    struct dt_agent__watchdog wd;     /* the watchdog's timers (agent_watchdog.c) */
     double next_hook_poll;            /* when cfg->hooks->poll runs next */
     struct sigaction saved_xfsz;      /* SIGXFSZ as found; the agent ignores it while it runs */
 };
@@ -97,7 +107,7 @@ struct dt_agent {
 /* What rank r's failure weighs in the election of the attempt's first failure. */
 enum dt_agent__cause dt_agent__cause(const struct dt_agent *a, const struct dt_agent_rank_result *r);
 /* Whether rank i's failure, of `cause`, is the first failure rather than the
- * one elected so far (the attempt's first_failed, of a->first_cause). */
+ * one elected so far (the attempt's first_failed, of a->first.cause). */
 bool dt_agent__outranks(const struct dt_agent *a, int i, enum dt_agent__cause cause);
 /* How an attempt failed, as an exit status: its first failed rank's, or a
  * group's process's when no rank said it failed; -1 when it did not fail. */

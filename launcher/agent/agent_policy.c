@@ -38,7 +38,7 @@ enum dt_agent__cause dt_agent__cause(const struct dt_agent *a, const struct dt_a
 bool dt_agent__outranks(const struct dt_agent *a, int i, enum dt_agent__cause cause)
 {
     const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    return at->hung < 0 && cause > a->first_cause &&
+    return at->hung < 0 && cause > a->first.cause &&
            at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < DT_AGENT__CAUSE_WINDOW_S;
 }
 

@@ -173,7 +173,7 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
  * seen (test_fault.sh met this in CI). */
 static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_result *r, const char *desc)
 {
-    bool settle = a->running > 0 && a->first_cause < DT_AGENT__CAUSE_LISTED &&
+    bool settle = a->running > 0 && a->first.cause < DT_AGENT__CAUSE_LISTED &&
                   a->cfg->job->restart_policy.n_on_exit > 0;
     char when[64] = "";
     if (settle)
@@ -201,17 +201,17 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
         return;
     int before = at->first_failed;
     at->first_failed = i;
-    a->first_cause = cause;
-    a->oom_verdict = -1;
+    a->first.cause = cause;
+    a->first.oom_verdict = -1;
     long long oom_now;
-    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
+    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->first.oom_base >= 0 &&
         dt_agent__oom_count(&oom_now) == 0)
-        a->oom_verdict = oom_now > a->oom_base;
+        a->first.oom_verdict = oom_now > a->first.oom_base;
     char desc[160];
     dt_proc_describe(wstatus, true, desc, sizeof desc);
-    if (a->oom_verdict >= 0)
+    if (a->first.oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
-                 a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
+                 a->first.oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
     if (before < 0)
         stop_after_failure(a, r, desc);
     else
@@ -245,7 +245,7 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     struct dt_agent__proc *p = &a->procs[i];
     at->hung = i;
     at->first_failed = i;
-    a->oom_verdict = -1;
+    a->first.oom_verdict = -1;
     ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
     ff->hang_detected_s = dt_clock_s() - a->t0;
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
@@ -372,7 +372,7 @@ static int poll_timeout(struct dt_agent *a, bool children)
     if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
         timeout = 250;
     int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
-    if (a->next_watch > 0 && a->running > 0 && a->sm.state == DT_AGENT__RUNNING &&
+    if (a->wd.next > 0 && a->running > 0 && a->sm.state == DT_AGENT__RUNNING &&
         (timeout < 0 || timeout > watch_ms))
         timeout = watch_ms;
     return hooks_timeout(a, timeout);
@@ -430,7 +430,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->wstatus = r->wstatus;
     ff->time_s = r->exit_s;
     ff->n_tail = dt_agent_tail_copy(&a->sinks[at->first_failed].tail, ff->tail);
-    ff->oom_killer = a->oom_verdict;
+    ff->oom_killer = a->first.oom_verdict;
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
@@ -463,7 +463,7 @@ static int collect_group(struct dt_agent *a, const char *attempt_dir)
         r->exit_s = ends[i].exited ? ends[i].exit_unix - a->res->started_unix : 0;
     }
     free(ends);
-    a->oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
+    a->first.oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
     if (status == 0 || interrupted)
         return 0;
     if (q >= 0 && q < a->nranks) {
@@ -480,7 +480,7 @@ static int collect_group(struct dt_agent *a, const char *attempt_dir)
 static void reset_attempt_state(struct dt_agent *a)
 {
     a->running = 0;
-    a->first_cause = DT_AGENT__CAUSE_OTHER;
+    a->first.cause = DT_AGENT__CAUSE_OTHER;
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
@@ -490,8 +490,8 @@ static void reset_attempt_state(struct dt_agent *a)
     a->group_wstatus = 0;
     a->group_failed = 0;
     a->group_stopped = false;
-    if (dt_agent__oom_count(&a->oom_base) < 0)
-        a->oom_base = -1;
+    if (dt_agent__oom_count(&a->first.oom_base) < 0)
+        a->first.oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
 
