@@ -314,15 +314,16 @@ static void on_interrupt(struct dt_agent *a, int sig)
 {
     char tmp[32];
     const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
+    enum dt_agent__state was = a->sm.state;
     if (a->sm.end != DT_AGENT__END_INTERRUPTED) {
         if (a->cfg->hooks && a->cfg->hooks->interrupted)
             a->cfg->hooks->interrupted(a->cfg->hooks->ctx, sig);
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
                     name, a->sm.grace_s);
-    } else if (dt_agent__sm_supervising(&a->sm) && a->sm.state < DT_AGENT__KILLING) {
-        dt_log_warn("received %s again: killing every process of the job now", name);
     }
     dt_agent__event(a, DT_AGENT__EV_INTERRUPT, sig);
+    if (was != DT_AGENT__KILLING && a->sm.state == DT_AGENT__KILLING)
+        dt_log_warn("received %s again: killing every process of the job now", name);
 }
 
 /* Returns false once no child is left. */
