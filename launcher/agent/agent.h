@@ -3,14 +3,15 @@
  *
  * The agent is the one place in dtrain that spawns and supervises worker
  * processes (docs/architecture.md).  Given a loaded job and where the
- * coordinator is, it forks the node's ranks with the torchrun-compatible environment, copies
- * their output line by line to the console (prefixed "[rank N]") and in full
- * to per-rank log files, stops the whole group when one rank fails, restarts
- * it up to max_restarts times, forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT, and
- * leaves no process of the job behind, even when it is killed with SIGKILL (a
- * session per rank, and between the agent and each rank a guard process that
- * reaps what the rank leaves and outlives the agent to kill it all).  Everything runs in one poll loop on the
- * calling thread: no thread per rank.
+ * coordinator is, it forks the node's ranks with the torchrun-compatible
+ * environment, copies their output line by line to the console (prefixed
+ * "[rank N]") and in full to per-rank log files, stops the whole group when
+ * one rank fails, restarts it up to max_restarts times, forwards
+ * SIGINT/SIGTERM/SIGHUP/SIGQUIT, and leaves no process of the job behind,
+ * even when it is killed with SIGKILL (a session per rank, and between the
+ * agent and each rank a guard process that reaps what the rank leaves and
+ * outlives the agent to kill it all).  Everything runs in one poll loop on
+ * the calling thread: no thread per rank.
  *
  * One process may also stand for every rank (mpirun with backend: mpi, an
  * adapter's group): the agent then supervises it as it would a rank.
@@ -20,14 +21,20 @@
  * the run directory, dt_agent_run, summary.json and the closing lines; it is
  * `dtrain agent`, and `dtrain launch` as node 0 (the adapters' host_node0).
  *
- * Files: agent_node.c (one node's run, the refusal watch), agent_supervise.c
- * (dt_agent_run: the loop, the failure policy, the hooks, requeue),
- * agent_procs.c (spawning, signalling, output), agent_guard.c (the process
- * between the agent and each rank), agent_watchdog.c (hangs,
- * the OOM killer), agent_rounds.c (restart rounds across nodes),
- * agent_hb_relay.c (heartbeats relayed to the other nodes), agent_elastic.c (the rounds of an elastic job, nodes: MIN:MAX), agent_plan.c (rank count, command, environment), agent_summary.c
- * (summary.json, the failure report, the closing line), agent_error_file.c
- * (a rank's error report); agent_internal.h holds what they share.
+ * Files.  The supervisor (agent_internal.h): agent_supervise.c
+ * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
+ * states, the events that move it, their deadlines, how the job ends),
+ * agent_policy.c (which failure is first, whether restart_policy makes it
+ * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
+ * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
+ * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
+ * (restart rounds and the hooks), agent_elastic.c (the rounds of an elastic
+ * job, nodes: MIN:MAX), agent_hb_relay.c (heartbeats relayed to the other
+ * nodes), agent_link.c (the store connection and the records every round
+ * reads), agent_records.c (every record's encoder and decoder).  Around
+ * them: agent_node.c (one node's run, the refusal watch), agent_plan.c (rank
+ * count, command, environment), agent_summary.c (summary.json, the failure
+ * report, the closing line), agent_error_file.c (a rank's error report).
  *
  * Not for choosing nodes (the scheduler adapters and `dtrain agent`'s flags
  * do that), nor for parsing the job spec (spec/jobspec.h).

@@ -271,7 +271,7 @@ static _Noreturn void sweep(const struct dt_agent *a, pid_t rank, bool rank_done
 {
     if (a->group && !rank_done) {
         kill(rank, SIGTERM);
-        double end = mono_s() + a->grace_s, left;
+        double end = mono_s() + a->sm.grace_s, left;
         while (!rank_done && reap(rank, &rank_done) && (left = end - mono_s()) > 0)
             wait_child(left);
     }

@@ -18,36 +18,29 @@
  * worst RELAY_S plus one read later than on node 0.
  *
  * Not for the watchdog's rule (agent_watchdog.c), the rounds whose polls
- * drive the relay (agent_rounds.c), nor the coordinator's heartbeat table
- * (coordinator.h).
+ * drive the relay (agent_rounds.c), the record's layout (agent_records.h),
+ * nor the coordinator's heartbeat table (coordinator.h).
  */
-#include "launcher/agent/agent_internal.h"
+#include "launcher/agent/agent_rounds.h"
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "comm/store.h"
 #include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #define RELAY_S 0.25
-#define LINE_MAX_CHARS 64 /* "<rank> <step> <age>\n" */
-
-struct hb_entry {
-    int rank;
-    int64_t step;
-    double age_s;
-};
 
 struct dt_agent__hb_relay {
     int node, nnodes, nproc;
-    double last_s;            /* node 0: last write; others: last read */
-    unsigned long long seq;   /* node 0: writes so far; others: the seq last seen */
-    double seen_s;            /* others: when that seq was first seen */
-    struct hb_entry *entries; /* others: this node's ranks as last read */
+    double last_s;          /* node 0: last write; others: last read */
+    unsigned long long seq; /* node 0: writes so far; others: the seq last seen */
+    double seen_s;          /* others: when that seq was first seen */
+    struct dt_agent__rec_hb_entry *entries; /* node 0: one node's, being written; others: this node's ranks */
     int n_entries;
 };
 
@@ -74,128 +67,126 @@ void dt_agent__hb_free(struct dt_agent__hb_relay *h)
     free(h);
 }
 
-static void hb_key(char *out, size_t n, int node)
+void dt_agent__hb_place(struct dt_agent__hb_relay *h, int node, int nnodes)
 {
-    snprintf(out, n, "dtrain/hb/%d", node);
+    h->node = node;
+    h->nnodes = nnodes;
+    h->seen_s = 0;
+    h->n_entries = 0;
 }
 
-/* One node's value: its ranks' entries from the coordinator's table. */
-static size_t node_value(struct dt_agent__hb_relay *h, struct dt_coord *c, int node, double now, char *v,
-                         size_t cap)
+/* --- node 0 writes ------------------------------------------------------- */
+
+/* One node's record, from the coordinator's table, appended to t. */
+static int node_record(struct dt_agent__hb_relay *h, struct dt_coord *c, int node, double now,
+                       struct dt_agent__text *t)
 {
-    size_t len = (size_t)snprintf(v, cap, "%llu\n", h->seq);
-    for (int i = 0; i < h->nproc && len < cap; i++) {
-        int rank = node * h->nproc + i;
-        int64_t step;
+    struct dt_agent__rec_hb r = {.seq = h->seq, .e = h->entries};
+    for (int i = 0; i < h->nproc; i++) {
+        struct dt_agent__rec_hb_entry *e = &h->entries[r.n];
         double when;
-        if (dt_coord_heartbeat(c, rank, &step, &when) == 0)
-            len += (size_t)snprintf(v + len, cap - len, "%d %" PRId64 " %.3f\n", rank, step, now - when);
+        e->rank = node * h->nproc + i;
+        if (dt_coord_heartbeat(c, e->rank, &e->step, &when) == 0) {
+            e->age_s = now - when;
+            r.n++;
+        }
     }
-    return len < cap ? len : cap - 1;
+    return dt_agent__rec_hb_encode(&r, t);
 }
 
-int dt_agent__hb_relay(struct dt_agent__hb_relay *h, struct dt_store *s, struct dt_coord *c)
+/* Every other node's key in one MULTI_SET; the values lie end to end in t. */
+static int write_all(struct dt_agent__hb_relay *h, struct dt_agent__link *l, double now)
 {
-    double now = dt_clock_s();
-    if (h->node != 0 || h->nnodes < 2 || !c || now - h->last_s < RELAY_S)
-        return 0;
-    h->last_s = now;
-    h->seq++;
     int n = h->nnodes - 1;
-    size_t cap = 32 + (size_t)h->nproc * LINE_MAX_CHARS;
-    char *buf = malloc((size_t)n * (cap + 32));
-    const char **keys = calloc((size_t)n, sizeof *keys);
+    struct dt_agent__text t = {0};
+    char(*keys)[DT_AGENT__KEY_MAX] = calloc((size_t)n, sizeof *keys);
+    const char **kp = calloc((size_t)n, sizeof *kp);
     const void **vals = calloc((size_t)n, sizeof *vals);
-    size_t *lens = calloc((size_t)n, sizeof *lens);
-    int rc = buf && keys && vals && lens ? 0 : dt_error_set(DT_ENOMEM, "out of memory relaying heartbeats");
+    size_t *lens = calloc((size_t)n, sizeof *lens), *at = calloc((size_t)n + 1, sizeof *at);
+    int rc = keys && kp && vals && lens && at ? 0 : dt_error_set(DT_ENOMEM, "out of memory relaying heartbeats");
     for (int k = 0; rc == 0 && k < n; k++) {
-        char *slot = buf + (size_t)k * (cap + 32), *key = slot + cap;
-        hb_key(key, 32, k + 1);
-        lens[k] = node_value(h, c, k + 1, now, slot, cap);
-        keys[k] = key;
-        vals[k] = slot;
+        at[k] = t.len;
+        rc = node_record(h, l->cfg.coord, k + 1, now, &t);
+        kp[k] = dt_agent__key(keys[k], DT_AGENT__K_HB, 0, k + 1);
+        lens[k] = t.len - at[k];
     }
+    for (int k = 0; rc == 0 && k < n; k++) /* t.p is where it is once every record is in */
+        vals[k] = t.p + at[k];
     if (rc == 0)
-        rc = dt_store_multi_set(s, keys, vals, lens, n);
-    free(buf);
+        rc = dt_store_multi_set(l->store, kp, vals, lens, n);
+    dt_agent__text_free(&t);
     free(keys);
+    free(kp);
     free(vals);
     free(lens);
+    free(at);
     return rc;
 }
 
-/* Reads this node's key: new entries when its seq changed. */
-static int refresh(struct dt_agent__hb_relay *h, struct dt_store *s, double now)
-{
-    char key[32];
-    hb_key(key, sizeof key, h->node);
-    const char *k = key;
-    bool ready = false;
-    int rc = dt_store_check(s, &k, 1, &ready);
-    if (rc < 0 || !ready) /* not ready: no rank has been relayed yet */
-        return rc;
-    void *v = NULL;
-    size_t len = 0;
-    if ((rc = dt_store_get(s, key, &v, &len)) < 0)
-        return rc;
-    char *p = v; /* NUL-terminated by dt_store_get */
-    unsigned long long seq = strtoull(p, &p, 10);
-    if (seq != h->seq || h->seen_s <= 0) {
-        h->seq = seq;
-        h->seen_s = now;
-        h->n_entries = 0;
-        struct hb_entry e;
-        int used;
-        while (h->n_entries < h->nproc &&
-               sscanf(p, "%d %" SCNd64 " %lf%n", &e.rank, &e.step, &e.age_s, &used) == 3) {
-            h->entries[h->n_entries++] = e;
-            p += used;
-        }
-    }
-    free(v);
-    return 0;
-}
-
-static int hb_read(struct dt_agent__hb_relay *h, struct dt_store *s, int rank, int64_t *step, double *age_s)
+int dt_agent__hb_relay(struct dt_agent__hb_relay *h, struct dt_agent__link *l)
 {
     double now = dt_clock_s();
+    if (!l->cfg.job->trainer || h->node != 0 || h->nnodes < 2 || !l->cfg.coord || now - h->last_s < RELAY_S)
+        return 0;
+    h->last_s = now;
+    h->seq++;
+    return write_all(h, l, now);
+}
+
+/* --- the others read ----------------------------------------------------- */
+
+/* Reads this node's key: new entries when its seq changed.  A record no
+ * agent writes is left unread (the entries age, as if the relay had stopped). */
+static int refresh(struct dt_agent__hb_relay *h, struct dt_agent__link *l, double now)
+{
+    char key[DT_AGENT__KEY_MAX], *v = NULL;
+    size_t len = 0;
+    int rc = dt_agent__link_exists(l, dt_agent__key(key, DT_AGENT__K_HB, 0, h->node));
+    if (rc <= 0) /* absent: no rank has been relayed yet */
+        return rc;
+    if ((rc = dt_agent__link_get(l, key, &v, &len)) < 0)
+        return rc;
+    struct dt_agent__rec_hb_entry *e = malloc((size_t)(h->nproc > 0 ? h->nproc : 1) * sizeof *e);
+    struct dt_agent__rec_hb r = {.e = e};
+    if (!e) {
+        rc = dt_error_set(DT_ENOMEM, "out of memory reading heartbeats");
+    } else if (dt_agent__rec_hb_decode(v, len, h->nproc, &r) < 0) {
+        dt_log_debug("%s: %s", key, dt_error_last());
+    } else if (r.seq != h->seq || h->seen_s <= 0) {
+        h->seq = r.seq;
+        h->seen_s = now;
+        h->n_entries = r.n;
+        for (int i = 0; i < r.n; i++)
+            h->entries[i] = r.e[i];
+    }
+    free(e);
+    free(v);
+    return rc;
+}
+
+int dt_agent__hb_read(struct dt_agent__hb_relay *h, struct dt_agent__link *l, int rank, int64_t *step,
+                      double *age_s)
+{
+    if (l->dead)
+        return dt_error_set(DT_EIO, "the coordinator at %s is gone", l->coord);
+    double now = dt_clock_s();
+    int rc = 0;
     if (now - h->last_s >= RELAY_S) {
         h->last_s = now;
-        int rc = refresh(h, s, now);
-        if (rc < 0)
-            return rc;
+        rc = refresh(h, l, now);
     }
-    for (int i = 0; i < h->n_entries; i++)
+    for (int i = 0; rc == 0 && i < h->n_entries; i++)
         if (h->entries[i].rank == rank) {
             *step = h->entries[i].step;
             *age_s = h->entries[i].age_s + (now - h->seen_s);
             return 0;
         }
-    return dt_error_set(DT_ENOTFOUND, "rank %d has not sent a heartbeat", rank);
-}
-
-void dt_agent__round_hb_place(struct dt_agent__round *r, int node, int nnodes)
-{
-    r->hb->node = node;
-    r->hb->nnodes = nnodes;
-    r->hb->seen_s = 0;
-    r->hb->n_entries = 0;
-}
-
-int dt_agent__round_relay(struct dt_agent__round *r)
-{
-    return r->cfg.job->trainer ? dt_agent__hb_relay(r->hb, r->store, r->cfg.coord) : 0;
-}
-
-int dt_agent__round_heartbeat(struct dt_agent__round *r, int rank, int64_t *step, double *age_s)
-{
-    if (r->dead)
-        return dt_error_set(DT_EIO, "the coordinator at %s is gone", r->coord);
-    int rc = hb_read(r->hb, r->store, rank, step, age_s);
-    if (rc < 0 && rc != DT_ENOTFOUND) { /* the store failed: the next poll ends the job */
-        int status;
-        dt_agent__round_lost_coordinator(r, &status);
-        dt_error_set(rc, "the coordinator at %s is gone", r->coord);
-    }
-    return rc;
+    if (rc == 0)
+        return dt_error_set(DT_ENOTFOUND, "rank %d has not sent a heartbeat", rank);
+    if (rc == DT_ENOTFOUND)
+        return rc;
+    /* The store failed: the next poll ends the job. */
+    int status;
+    dt_agent__link_lost(l, &status);
+    return dt_error_set(rc, "the coordinator at %s is gone", l->coord);
 }

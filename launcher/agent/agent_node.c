@@ -21,6 +21,7 @@
  */
 #include "launcher/cli.h"
 #include "launcher/agent/agent_internal.h"
+#include "launcher/agent/agent_rounds.h"
 
 #include "base/error.h"
 #include "base/fs.h"

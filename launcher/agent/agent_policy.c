@@ -32,15 +32,13 @@ enum dt_agent__cause dt_agent__cause(const struct dt_agent *a, const struct dt_a
         return DT_AGENT__CAUSE_LISTED;
     if (!WIFSIGNALED(r->wstatus))
         return DT_AGENT__CAUSE_OTHER;
-    int sig = WTERMSIG(r->wstatus);
-    bool ours = (a->stopping && sig == a->stop_sig) || (a->killing && sig == SIGKILL);
-    return ours ? DT_AGENT__CAUSE_OTHER : DT_AGENT__CAUSE_SIGNAL;
+    return dt_agent__sm_sent(&a->sm, WTERMSIG(r->wstatus)) ? DT_AGENT__CAUSE_OTHER : DT_AGENT__CAUSE_SIGNAL;
 }
 
 bool dt_agent__outranks(const struct dt_agent *a, int i, enum dt_agent__cause cause)
 {
     const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
-    return at->hung < 0 && cause > a->first_cause &&
+    return at->hung < 0 && cause > a->first.cause &&
            at->ranks[i].exit_s - at->ranks[at->first_failed].exit_s < DT_AGENT__CAUSE_WINDOW_S;
 }
 

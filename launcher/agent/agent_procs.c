@@ -28,7 +28,9 @@
  * Not for the failure policy or the poll loop (agent_supervise.c).
  */
 #include "launcher/agent/agent_internal.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/proc.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
@@ -303,6 +305,50 @@ int dt_agent__signal_leftovers(struct dt_agent *a, int sig)
     return n;
 }
 
+/* --- acting on the state machine's steps ---------------------------------- */
+
+/* /proc first: signalled groups would die before the count could see them. */
+static void sweep(struct dt_agent *a, struct dt_agent__act act)
+{
+    int n = dt_agent__signal_leftovers(a, act.sig);
+    dt_agent__signal_groups(a, act.sig);
+    if (act.what != DT_AGENT__DO_FIRST_SWEEP)
+        return;
+    a->res->attempts[a->attempt].leftovers = n;
+    if (n > 0)
+        dt_log_info("the ranks left %d process%s running; stopping %s", n, n == 1 ? "" : "es",
+                    n == 1 ? "it" : "them");
+}
+
+void dt_agent__event(struct dt_agent *a, enum dt_agent__event e, int arg)
+{
+    enum dt_agent__state was = a->sm.state;
+    struct dt_agent__act act = dt_agent__sm_step(&a->sm, e, arg, dt_clock_s());
+    /* Only an attempt settles: a->attempt indexes one then. */
+    if (was == DT_AGENT__SETTLING || a->sm.state == DT_AGENT__SETTLING)
+        a->res->attempts[a->attempt].electing = a->sm.state == DT_AGENT__SETTLING;
+    switch (act.what) {
+    case DT_AGENT__DO_SIGNAL:
+        dt_agent__signal_groups(a, act.sig);
+        dt_agent__signal_leftovers(a, act.sig);
+        break;
+    case DT_AGENT__DO_SWEEP:
+    case DT_AGENT__DO_FIRST_SWEEP:
+        sweep(a, act);
+        break;
+    case DT_AGENT__DO_GIVE_UP:
+        /* SIGKILL cannot be ignored; a process that outlives it is stuck in the
+         * kernel (D state: a hung file system or device).  Waiting longer would
+         * hang the launcher with it. */
+        dt_log_error("processes of the job are still there %g s after SIGKILL: they are stuck in the "
+                     "kernel (D state, see `ps -eo pid,stat,wchan,cmd`); the machine may need attention",
+                     DT_AGENT__UNKILLABLE_S);
+        break;
+    case DT_AGENT__DO_NOTHING:
+        break;
+    }
+}
+
 static void log_failed(struct dt_agent *a, int rank, bool is_err, int e);
 
 void dt_agent__close_attempt(struct dt_agent *a)
@@ -434,8 +480,9 @@ static void console_write(struct dt_agent *a, int fd, const char *buf, size_t le
 
 /* A log that cannot be written (a full disk, a quota, RLIMIT_FSIZE) would
  * leave the run's record cut short without a word: the first such error is
- * kept in res->write_error, naming the file and the reason, and the
- * supervise loop fails the job with it.  The console still gets the output. */
+ * kept in res->write_error, naming the file and the reason, and fails the
+ * job now, no restart, rather than let it run on and end "succeeded" over
+ * incomplete logs.  The console still gets the output. */
 static void log_failed(struct dt_agent *a, int rank, bool is_err, int e)
 {
     if (a->res->write_error[0])
@@ -448,6 +495,8 @@ static void log_failed(struct dt_agent *a, int rank, bool is_err, int e)
     snprintf(a->res->write_error, sizeof a->res->write_error,
              "cannot write the log file %s/attempt_%d/%s: %s", a->cfg->run_dir, a->attempt, name,
              e ? strerror(e) : "nothing was written");
+    dt_log_error("%s; stopping the job: its logs would be incomplete", a->res->write_error);
+    dt_agent__event(a, DT_AGENT__EV_ABORT, 1);
 }
 
 /* rank -1: a group's own log. */
@@ -621,7 +670,6 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->cfg = cfg;
     a->res = res;
     a->group = cfg->group;
-    a->abort_status = a->job_status = -1;
     res->lost_node.node = -1;
     a->nproc = a->group ? 1 : cfg->nproc;
     a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
@@ -629,9 +677,9 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
     a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
     a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
-    a->grace_s = cfg->grace_s > 0               ? cfg->grace_s
-                 : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
-                                                : DT_JOB_GRACE_DEFAULT_S;
+    dt_agent__sm_init(&a->sm, cfg->grace_s > 0               ? cfg->grace_s
+                              : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
+                                                             : DT_JOB_GRACE_DEFAULT_S);
     a->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     a->procs = calloc((size_t)a->nproc, sizeof *a->procs);
     a->sinks = calloc((size_t)a->nranks, sizeof *a->sinks);

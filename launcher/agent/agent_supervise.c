@@ -27,9 +27,11 @@
  * batch script requeues the job, which resumes from that checkpoint.  A rank
  * that ignores the signal simply runs on.
  *
- * Not for spawning and output (agent_procs.c), hangs (agent_watchdog.c),
- * which failure is the first and whether it is final (agent_policy.c) or
- * rendering (agent_summary.c).
+ * What each event does to the attempt (stop, kill, sweep, drain) and when a
+ * state's time is up are the state machine's (agent_state.c): this loop
+ * notices events and feeds them to it.  Not for spawning and output
+ * (agent_procs.c), hangs (agent_watchdog.c), which failure is the first and
+ * whether it is final (agent_policy.c) or rendering (agent_summary.c).
  */
 #include "launcher/agent/agent_internal.h"
 #include "base/args.h"
@@ -52,11 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --- signals and stopping ------------------------------------------------ */
-
-#define LEFTOVER_POLL_MS 20 /* how often to look for stragglers once the ranks are gone */
-
-#define UNKILLABLE_S 10 /* after SIGKILL, how long to wait for processes stuck in the kernel */
+/* --- signals ------------------------------------------------------------- */
 
 /* The job's signals, SIGUSR1 (a scheduler's time limit is near: requeue, below)
  * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
@@ -79,38 +77,17 @@ static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
     return 0;
 }
 
-/* SIGTERM (or sig) to every rank and what they left, SIGKILL after the grace period. */
-static void start_stopping(struct dt_agent *a, int sig)
-{
-    dt_agent__signal_groups(a, sig);
-    dt_agent__signal_leftovers(a, sig);
-    if (!a->stopping) {
-        a->stopping = true;
-        a->stop_sig = sig;
-        a->kill_at = dt_clock_s() + a->grace_s;
-    }
-}
-
-static void kill_everything(struct dt_agent *a)
-{
-    if (!a->killing)
-        a->killed_at = dt_clock_s();
-    a->stopping = a->killing = true;
-    dt_agent__signal_groups(a, SIGKILL);
-    dt_agent__signal_leftovers(a, SIGKILL);
-}
-
 /* --- SIGUSR1: checkpoint, stop, be requeued ------------------------------ */
 
 /* Not dt_agent__signal_groups: that marks the ranks as stopped by the agent, and
  * these are only asked to stop; one that then fails has failed. */
 static void requeue_signal(struct dt_agent *a)
 {
-    if (!a->requeue_asked)
+    if (!a->sm.requeue_asked)
         dt_log_warn("received SIGUSR1 (the time limit is near): passing it on to the ranks; a rank that "
                     "exits with %d has checkpointed and stopped to be requeued",
                     DT_AGENT_EXIT_REQUEUE);
-    a->requeue_asked = true;
+    dt_agent__event(a, DT_AGENT__EV_REQUEUE, 0);
     if (a->group) { /* its process passes SIGUSR1 on to the ranks (mpirun does) */
         if (a->procs[0].running)
             kill(a->procs[0].pid, SIGUSR1);
@@ -121,28 +98,6 @@ static void requeue_signal(struct dt_agent *a)
         if (p->pid > 0 && p->running && kill(-p->pid, SIGUSR1) != 0 && errno == ESRCH)
             kill(p->pid, SIGUSR1); /* not yet in its own group (see dt_agent__signal_groups) */
     }
-}
-
-/* Whether a rank's exit is its stop for a requeue: not a failure. */
-static bool requeue_exit(struct dt_agent *a, int wstatus)
-{
-    if (!a->requeue_asked || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != DT_AGENT_EXIT_REQUEUE)
-        return false;
-    a->requeue_exits++;
-    return true;
-}
-
-/* The job's outcome when its ranks stopped so: interrupted, exit status 75. */
-static bool requeue_outcome(struct dt_agent *a, const struct dt_agent_attempt *last)
-{
-    /* job_status: what the nodes of a multi-node job agreed on; 75 there is another
-     * node's ranks stopping the same way. */
-    bool other_failed = a->job_status > 0 && a->job_status != DT_AGENT_EXIT_REQUEUE;
-    if (a->requeue_exits == 0 || a->abort_status >= 0 || other_failed || last->first_failed >= 0)
-        return false;
-    a->res->status = DT_AGENT_INTERRUPTED;
-    a->res->exit_status = DT_AGENT_EXIT_REQUEUE;
-    return true;
 }
 
 /* --- the hooks ----------------------------------------------------------- */
@@ -159,7 +114,7 @@ static double period(const struct dt_agent *a)
 static int hooks_timeout(const struct dt_agent *a, int timeout)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    if (!h || !h->poll || a->abort_status >= 0)
+    if (!h || !h->poll || dt_agent__sm_ending(&a->sm))
         return timeout;
     double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -171,17 +126,15 @@ static void hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
     double now = dt_clock_s();
-    if (!h || !h->poll || a->abort_status >= 0 || a->interrupt_sig || now < a->next_hook_poll)
+    if (!h || !h->poll || dt_agent__sm_ending(&a->sm) || now < a->next_hook_poll)
         return;
     a->next_hook_poll = now + period(a);
     int status = 1;
     enum dt_agent_verdict v = h->poll(h->ctx, a->res, a->attempt, &status);
-    if (v == DT_AGENT_GO_ON)
-        return;
     if (v == DT_AGENT_ABORT)
-        a->abort_status = status >= 0 ? status : 1;
-    if (!a->stopping && a->running > 0)
-        start_stopping(a, SIGTERM);
+        dt_agent__event(a, DT_AGENT__EV_ABORT, status >= 0 ? status : 1);
+    else if (v == DT_AGENT_STOP_ATTEMPT)
+        dt_agent__event(a, DT_AGENT__EV_STOP, 0);
 }
 
 /* After an attempt: 1 to restart, 0 to end the job, negative on error. */
@@ -193,7 +146,7 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
     int rc = h->attempt_end(h->ctx, a->res, a->attempt, sig_fd, &restart, &status);
     if (rc < 0) {
         dt_log_error("%s", dt_error_last());
-        a->abort_status = 1;
+        dt_agent__event(a, DT_AGENT__EV_ABORT, 1);
         return rc;
     }
     if (rc == 1) /* a signal came: the caller handles it */
@@ -201,12 +154,12 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
     if (restart && !a->cfg->elastic && a->attempt >= a->cfg->job->max_restarts) {
         dt_log_error("internal: a restart past max_restarts (%d) was asked for; ending the job",
                      a->cfg->job->max_restarts);
-        a->abort_status = 1;
+        dt_agent__event(a, DT_AGENT__EV_ABORT, 1);
         return 0;
     }
     if (restart)
         return 1;
-    a->job_status = status >= 0 ? status : 1;
+    dt_agent__event(a, DT_AGENT__EV_DECIDED, status >= 0 ? status : 1);
     return 0;
 }
 
@@ -220,20 +173,15 @@ static int hooks_attempt_end(struct dt_agent *a, int sig_fd)
  * seen (test_fault.sh met this in CI). */
 static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_result *r, const char *desc)
 {
-    bool settle = a->running > 0 && a->first_cause < DT_AGENT__CAUSE_LISTED &&
+    bool settle = a->running > 0 && a->first.cause < DT_AGENT__CAUSE_LISTED &&
                   a->cfg->job->restart_policy.n_on_exit > 0;
     char when[64] = "";
     if (settle)
         snprintf(when, sizeof when, " in %g s unless they end first", DT_AGENT__CAUSE_WINDOW_S);
     if (a->running > 0)
         dt_log_warn("rank %d %s; stopping the other %d rank%s (SIGTERM%s, SIGKILL after %g s)", r->rank, desc,
-                    a->running, a->running == 1 ? "" : "s", when, a->grace_s);
-    if (settle) {
-        a->settle_until = dt_clock_s() + DT_AGENT__CAUSE_WINDOW_S;
-        a->res->attempts[a->attempt].electing = true;
-    } else {
-        start_stopping(a, SIGTERM);
-    }
+                    a->running, a->running == 1 ? "" : "s", when, a->sm.grace_s);
+    dt_agent__event(a, settle ? DT_AGENT__EV_FAILED_ELECT : DT_AGENT__EV_FAILED, 0);
 }
 
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
@@ -245,25 +193,25 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     r->exit_s = dt_clock_s() - a->t0;
     a->procs[i].running = false;
     a->running--;
-    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || requeue_exit(a, wstatus);
-    if (ok || a->interrupt_sig)
+    bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent__sm_requeue_exit(&a->sm, wstatus);
+    if (ok || a->sm.end == DT_AGENT__END_INTERRUPTED)
         return;
     enum dt_agent__cause cause = dt_agent__cause(a, r);
     if (at->first_failed >= 0 ? !dt_agent__outranks(a, i, cause) : r->stopped_by_agent)
         return;
     int before = at->first_failed;
     at->first_failed = i;
-    a->first_cause = cause;
-    a->oom_verdict = -1;
+    a->first.cause = cause;
+    a->first.oom_verdict = -1;
     long long oom_now;
-    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->oom_base >= 0 &&
+    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && a->first.oom_base >= 0 &&
         dt_agent__oom_count(&oom_now) == 0)
-        a->oom_verdict = oom_now > a->oom_base;
+        a->first.oom_verdict = oom_now > a->first.oom_base;
     char desc[160];
     dt_proc_describe(wstatus, true, desc, sizeof desc);
-    if (a->oom_verdict >= 0)
+    if (a->first.oom_verdict >= 0)
         snprintf(desc, sizeof desc, "killed by SIGKILL%s",
-                 a->oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
+                 a->first.oom_verdict ? " (out of memory: the kernel's OOM killer)" : "");
     if (before < 0)
         stop_after_failure(a, r, desc);
     else
@@ -297,7 +245,7 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     struct dt_agent__proc *p = &a->procs[i];
     at->hung = i;
     at->first_failed = i;
-    a->oom_verdict = -1;
+    a->first.oom_verdict = -1;
     ff->hung_step = p->watch.has_hb ? p->watch.step : -1;
     ff->hang_detected_s = dt_clock_s() - a->t0;
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
@@ -308,37 +256,22 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     at->ranks[i].stopped_by_agent = true;
     if (kill(-p->pid, SIGKILL) != 0)
         kill(p->pid, SIGKILL);
-    start_stopping(a, SIGTERM);
+    dt_agent__event(a, DT_AGENT__EV_STOP, 0);
 }
 
 /* The watchdog's verdicts (agent_watchdog.c), while the ranks run undisturbed. */
 static void watchdog(struct dt_agent *a)
 {
     char why[256];
-    bool watching = a->running > 0 && !a->stopping && a->settle_until <= 0;
+    bool watching = a->running > 0 && a->sm.state == DT_AGENT__RUNNING;
     int hung = watching ? dt_agent__watchdog_tick(a, why, sizeof why) : -1;
     if (hung >= 0)
         on_hang(a, hung, why);
     if (hung == DT_AGENT__COORD_LOST) {
         snprintf(a->res->coordinator_lost, sizeof a->res->coordinator_lost, "%s", why);
         dt_log_error("%s; stopping every rank, no restart", why);
-        start_stopping(a, SIGTERM);
+        dt_agent__event(a, DT_AGENT__EV_COORD_LOST, 0);
     }
-}
-
-/* A log file could not be written (agent_procs.c kept why in res->write_error):
- * the run's record is cut short, so the job fails now, no restart, rather than
- * run on and end with "succeeded" over incomplete logs. */
-static void log_trouble(struct dt_agent *a)
-{
-    if (!a->res->write_error[0] || a->write_failed)
-        return;
-    a->write_failed = true;
-    dt_log_error("%s; stopping the job: its logs would be incomplete", a->res->write_error);
-    if (a->abort_status < 0)
-        a->abort_status = 1;
-    if (!a->stopping && a->running > 0)
-        start_stopping(a, SIGTERM);
 }
 
 /* --- the poll loop ------------------------------------------------------- */
@@ -381,28 +314,16 @@ static void on_interrupt(struct dt_agent *a, int sig)
 {
     char tmp[32];
     const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
-    if (a->interrupt_sig == 0) {
-        a->interrupt_sig = sig;
+    enum dt_agent__state was = a->sm.state;
+    if (a->sm.end != DT_AGENT__END_INTERRUPTED) {
         if (a->cfg->hooks && a->cfg->hooks->interrupted)
             a->cfg->hooks->interrupted(a->cfg->hooks->ctx, sig);
         dt_log_warn("received %s: passing it on to the ranks (SIGKILL after %g s; send it again to kill now)",
-                    name, a->grace_s);
-        start_stopping(a, sig);
-    } else if (!a->killing) {
-        dt_log_warn("received %s again: killing every process of the job now", name);
-        kill_everything(a);
+                    name, a->sm.grace_s);
     }
-}
-
-/* The end of a failure's settling time: SIGTERM to the ranks still running. */
-static void settled(struct dt_agent *a)
-{
-    if (a->settle_until <= 0 || (!a->stopping && a->running > 0 && dt_clock_s() < a->settle_until))
-        return;
-    a->settle_until = 0;
-    a->res->attempts[a->attempt].electing = false;
-    if (!a->stopping && a->running > 0)
-        start_stopping(a, SIGTERM);
+    dt_agent__event(a, DT_AGENT__EV_INTERRUPT, sig);
+    if (was != DT_AGENT__KILLING && a->sm.state == DT_AGENT__KILLING)
+        dt_log_warn("received %s again: killing every process of the job now", name);
 }
 
 /* Returns false once no child is left. */
@@ -444,63 +365,37 @@ static int open_streams(struct dt_agent *a, int sig_fd)
     return n;
 }
 
-static int poll_timeout(struct dt_agent *a, bool children, double drain_until)
+/* The poll() timeout (ms): the state's (its deadline, or the sweep's and
+ * SIGKILL's pace), then the progress line's, the watchdog's and the hook's. */
+static int poll_timeout(struct dt_agent *a, bool children)
 {
-    double now = dt_clock_s(), until = -1;
-    if (a->stopping && !a->killing)
-        until = a->kill_at;
-    else if (a->settle_until > 0)
-        until = a->settle_until;
-    if (a->running == 0 && children)
-        return LEFTOVER_POLL_MS;
-    if (a->killing && children)
-        return 100; /* to notice processes that even SIGKILL does not end */
-    if (!children)
-        until = drain_until;
-    if (until < 0)
-        return -1;
-    return until <= now ? 0 : (int)((until - now) * 1000) + 1;
+    int timeout = dt_agent__sm_wait_ms(&a->sm, dt_clock_s(), children && a->running == 0);
+    if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
+        timeout = 250;
+    int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
+    if (a->wd.next > 0 && a->running > 0 && a->sm.state == DT_AGENT__RUNNING &&
+        (timeout < 0 || timeout > watch_ms))
+        timeout = watch_ms;
+    return hooks_timeout(a, timeout);
 }
 
-/* Once the ranks are gone: stop what they left behind (counted on the first
- * sweep), then keep sweeping, since each kill can orphan a new generation. */
-static void stop_leftovers(struct dt_agent *a)
-{
-    int sig = a->killing ? SIGKILL : SIGTERM;
-    /* /proc first: signalled groups would die before the count could see them. */
-    int n = dt_agent__signal_leftovers(a, sig);
-    dt_agent__signal_groups(a, sig);
-    if (a->swept)
-        return;
-    a->swept = true;
-    a->res->attempts[a->attempt].leftovers = n;
-    if (n > 0)
-        dt_log_info("the ranks left %d process%s running; stopping %s", n, n == 1 ? "" : "es",
-                    n == 1 ? "it" : "them");
-    if (!a->stopping) {
-        a->stopping = true;
-        a->kill_at = dt_clock_s() + a->grace_s;
-    }
-}
-
+/* From spawn until no process of the attempt is left and their output is
+ * read (the state machine leaves RUNNING..DRAINING). */
 static void supervise(struct dt_agent *a, int sig_fd)
 {
     bool children = true;
-    double drain_until = -1;
     for (;;) {
         int n = open_streams(a, sig_fd);
-        if (!children && (n == 1 || dt_clock_s() >= drain_until))
+        if (a->sm.state == DT_AGENT__DRAINING)
+            dt_agent__event(a, n == 1 ? DT_AGENT__EV_DRAINED : DT_AGENT__EV_TICK, 0);
+        if (!dt_agent__sm_supervising(&a->sm))
             return;
-        int timeout = poll_timeout(a, children, drain_until);
-        if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
-            timeout = 250;
-        int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
-        if (a->next_watch > 0 && a->running > 0 && !a->stopping && (timeout < 0 || timeout > watch_ms))
-            timeout = watch_ms;
-        timeout = hooks_timeout(a, timeout);
-        int rc = poll(a->pfds, (nfds_t)n, timeout);
-        if (rc < 0 && errno != EINTR)
+        int rc = poll(a->pfds, (nfds_t)n, poll_timeout(a, children));
+        if (rc < 0 && errno != EINTR) {
+            dt_log_error("the agent cannot watch the ranks any more: poll: %s", strerror(errno));
+            dt_agent__event(a, DT_AGENT__EV_ABANDON, 0);
             return;
+        }
         for (int k = 1; k < n && rc > 0; k++) {
             if (!a->pfds[k].revents)
                 continue;
@@ -509,29 +404,15 @@ static void supervise(struct dt_agent *a, int sig_fd)
             else
                 rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
-        log_trouble(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
-        settled(a);
+        if (!children)
+            dt_agent__event(a, DT_AGENT__EV_NO_CHILDREN, 0);
+        else if (a->running == 0)
+            dt_agent__event(a, DT_AGENT__EV_RANKS_GONE, 0);
+        dt_agent__event(a, DT_AGENT__EV_TICK, 0);
         watchdog(a);
         hooks_poll(a);
-        if (a->stopping && !a->killing && dt_clock_s() >= a->kill_at)
-            kill_everything(a);
-        if (a->running == 0 && children)
-            stop_leftovers(a);
-        if (children && a->killing && dt_clock_s() - a->killed_at > UNKILLABLE_S) {
-            /* SIGKILL cannot be ignored; a process that outlives it is stuck in
-             * the kernel (D state: a hung file system or device).  Waiting longer
-             * would hang the launcher with it. */
-            dt_log_error("processes of the job are still there %g s after SIGKILL: they are stuck in the "
-                         "kernel (D state, see `ps -eo pid,stat,wchan,cmd`); the machine may need attention",
-                         (double)UNKILLABLE_S);
-            return;
-        }
-        if (!children && drain_until < 0)
-            /* Every writer is gone, so the pipes hold a finite rest; the bound
-             * only matters if something outside the job tree kept a pipe. */
-            drain_until = dt_clock_s() + 1.0;
     }
 }
 
@@ -550,7 +431,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->wstatus = r->wstatus;
     ff->time_s = r->exit_s;
     ff->n_tail = dt_agent_tail_copy(&a->sinks[at->first_failed].tail, ff->tail);
-    ff->oom_killer = a->oom_verdict;
+    ff->oom_killer = a->first.oom_verdict;
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
@@ -572,7 +453,8 @@ static int collect_group(struct dt_agent *a, const char *attempt_dir)
     if (!ends)
         return dt_error_set(DT_ENOMEM, "out of memory reading how the ranks ended");
     int status = dt_proc_exit_status(a->group_wstatus);
-    int q = a->group->collect(a->group->ctx, attempt_dir, status, a->interrupt_sig != 0, ends);
+    bool interrupted = a->sm.end == DT_AGENT__END_INTERRUPTED;
+    int q = a->group->collect(a->group->ctx, attempt_dir, status, interrupted, ends);
     for (int i = 0; i < a->nranks; i++) {
         struct dt_agent_rank_result *r = &at->ranks[i];
         r->pid = ends[i].pid;
@@ -582,8 +464,8 @@ static int collect_group(struct dt_agent *a, const char *attempt_dir)
         r->exit_s = ends[i].exited ? ends[i].exit_unix - a->res->started_unix : 0;
     }
     free(ends);
-    a->oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
-    if (status == 0 || a->interrupt_sig)
+    a->first.oom_verdict = -1; /* the ranks are not in our cgroup, maybe not on this host */
+    if (status == 0 || interrupted)
         return 0;
     if (q >= 0 && q < a->nranks) {
         at->first_failed = q;
@@ -599,21 +481,18 @@ static int collect_group(struct dt_agent *a, const char *attempt_dir)
 static void reset_attempt_state(struct dt_agent *a)
 {
     a->running = 0;
-    a->stopping = a->killing = a->swept = false;
-    a->kill_at = a->settle_until = 0;
-    a->first_cause = DT_AGENT__CAUSE_OTHER;
+    a->first.cause = DT_AGENT__CAUSE_OTHER;
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
     at->start_s = dt_clock_s() - a->t0;
     at->first_failed = -1;
     at->electing = false;
     at->hung = -1;
     at->leftovers = 0;
-    a->requeue_exits = 0;
     a->group_wstatus = 0;
     a->group_failed = 0;
     a->group_stopped = false;
-    if (dt_agent__oom_count(&a->oom_base) < 0)
-        a->oom_base = -1;
+    if (dt_agent__oom_count(&a->first.oom_base) < 0)
+        a->first.oom_base = -1;
     a->res->n_attempts = a->attempt + 1;
 }
 
@@ -686,16 +565,15 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         return dt_error_set_errno(DT_EIO, errno, "cannot create %s", dir);
     reset_attempt_state(a);
     int rc = a->group ? start_group(a, dir) : start_ranks(a, dir);
-    if (rc < 0)
-        kill_everything(a); /* the ranks already started must not wait forever for the rest */
-    else
+    /* After a failed spawn the ranks already started must not wait forever for the rest. */
+    dt_agent__event(a, rc < 0 ? DT_AGENT__EV_SPAWN_FAILED : DT_AGENT__EV_SPAWNED, 0);
+    if (rc == 0)
         dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks,
                      a->nranks == 1 ? "" : "s", dir);
     if (rc == 0)
         dt_agent__watchdog_begin(a);
     supervise(a, sig_fd);
-    dt_agent__close_attempt(a);
-    log_trouble(a); /* what closing the logs reported */
+    dt_agent__close_attempt(a); /* a log that could not be written back fails the job there */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
         rc = collect_group(a, dir);
@@ -711,26 +589,18 @@ static void finish(struct dt_agent *a)
     struct dt_agent_result *res = a->res;
     struct dt_agent_attempt *last = &res->attempts[res->n_attempts > 0 ? res->n_attempts - 1 : 0];
     int failed = res->n_attempts > 0 ? dt_agent__failure_status(a, last) : -1;
+    struct dt_agent__outcome o = dt_agent__sm_outcome(&a->sm, failed, last->first_failed >= 0);
     res->wall_s = dt_clock_s() - a->t0;
-    res->interrupt_signal = a->interrupt_sig;
-    if (a->interrupt_sig) {
-        res->status = DT_AGENT_INTERRUPTED;
-        res->exit_status = 128 + a->interrupt_sig;
-    } else if (res->coordinator_lost[0]) {
-        res->status = DT_AGENT_FAILED;
-        res->exit_status = 1;
-    } else if (requeue_outcome(a, last)) {
-        res->interrupt_signal = SIGUSR1;
-    } else if (a->abort_status >= 0 || a->job_status >= 0) {
-        res->exit_status = a->abort_status >= 0 ? a->abort_status : a->job_status;
-        res->status = res->exit_status == 0 ? DT_AGENT_SUCCEEDED : DT_AGENT_FAILED;
-    } else if (failed >= 0) {
-        res->status = DT_AGENT_FAILED;
-        res->exit_status = failed;
-    } else {
-        res->status = DT_AGENT_SUCCEEDED;
-        res->exit_status = 0;
-    }
+    res->interrupt_signal = o.signal;
+    res->exit_status = o.exit_status;
+    res->status = o.interrupted ? DT_AGENT_INTERRUPTED : o.failed ? DT_AGENT_FAILED : DT_AGENT_SUCCEEDED;
+}
+
+/* The job is over on this node: 0 for the caller to return. */
+static int over(struct dt_agent *a)
+{
+    dt_agent__event(a, DT_AGENT__EV_OVER, 0);
+    return 0;
 }
 
 /* After an attempt: 1 to run another, 0 when the job is over, or a negative
@@ -739,29 +609,30 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
 {
     const struct dt_agent_config *cfg = a->cfg;
     int max = cfg->job->max_restarts;
-    if (a->interrupt_sig || a->abort_status >= 0 || a->res->coordinator_lost[0])
-        return 0;
+    if (dt_agent__sm_ending(&a->sm))
+        return over(a);
     if (a->res->attempts[a->attempt].first_failed >= 0)
         dt_agent__print_failure(cfg, a->res);
     if (cfg->hooks && cfg->hooks->attempt_end) {
         /* Other nodes take part: the restart is decided with them.  When the
          * job is over, a signal now (srun -K's SIGTERM) does not change how. */
         if (hooks_attempt_end(a, sig_fd) <= 0)
-            return 0;
-        handle_signals(a, sig_fd);
-        if (a->interrupt_sig)
+            return over(a);
+        handle_signals(a, sig_fd); /* a signal now ends the job (DONE) */
+        if (a->sm.state == DT_AGENT__DONE)
             return 0;
         if (!cfg->elastic) /* an elastic round's hook said why */
             dt_log_warn("restarting all %d rank%s of this node with the other nodes (restart %d of %d)",
                         a->nranks, a->nranks == 1 ? "" : "s", a->attempt + 1, max);
+        dt_agent__event(a, DT_AGENT__EV_RESTART, 0);
         return 1;
     }
     if (dt_agent__failure_status(a, &a->res->attempts[a->attempt]) < 0 || dt_agent__final_by_policy(a))
-        return 0;
+        return over(a);
     /* A Ctrl-C that came while the attempt was being cleaned up must not start another. */
     handle_signals(a, sig_fd);
-    if (a->interrupt_sig || a->attempt >= max)
-        return 0;
+    if (a->sm.state == DT_AGENT__DONE || a->attempt >= max)
+        return over(a);
     dt_log_warn("restarting every rank (attempt %d of %d), restart %d of %d", a->attempt + 2, max + 1,
                 a->attempt + 1, max);
     if (cfg->new_round) {
@@ -769,6 +640,7 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
         if (rc < 0)
             return rc;
     }
+    dt_agent__event(a, DT_AGENT__EV_RESTART, 0);
     return 1;
 }
 
@@ -780,20 +652,21 @@ static int place_node(struct dt_agent *a, struct dt_agent_config *round, int sig
     const struct dt_agent_hooks *h = round->hooks;
     struct dt_agent_place place;
     int status = -1, k = a->attempt;
+    dt_agent__event(a, DT_AGENT__EV_PLACE, 0);
     int rc = h->begin_attempt(h->ctx, &k, sig_fd, &place, &status);
     if (rc < 0) {
-        a->abort_status = 1;
+        dt_agent__event(a, DT_AGENT__EV_ABORT, 1);
         return rc;
     }
     if (rc == 1) {
         if (status < 0)
             handle_signals(a, sig_fd);
         else
-            a->job_status = status;
-        return 0;
+            dt_agent__event(a, DT_AGENT__EV_DECIDED, status);
+        return over(a);
     }
     if (k >= a->res->max_attempts) {
-        a->abort_status = 1;
+        dt_agent__event(a, DT_AGENT__EV_ABORT, 1);
         return dt_error_set(DT_ENOMEM, "round %d: the job has gone through more rounds than this agent keeps "
                                        "(%d): stopping",
                             k, a->res->max_attempts);
@@ -802,6 +675,7 @@ static int place_node(struct dt_agent *a, struct dt_agent_config *round, int sig
     round->node_rank = place.node_rank;
     round->nnodes = place.nnodes;
     round->restarts = place.restarts;
+    dt_agent__event(a, DT_AGENT__EV_PLACED, 0);
     return 1;
 }
 

@@ -188,7 +188,7 @@ static void scan_states(struct dt_agent *a, char *worst, long long *ticks)
 void dt_agent__watchdog_begin(struct dt_agent *a)
 {
     double hbt = a->cfg->job->rendezvous.heartbeat_timeout_s;
-    a->next_watch = hbt > 0 && !a->group ? dt_clock_s() + DT_AGENT__WATCH_PERIOD_S : 0;
+    a->wd.next = hbt > 0 && !a->group ? dt_clock_s() + DT_AGENT__WATCH_PERIOD_S : 0;
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent_watch *w = &a->procs[i].watch;
         memset(w, 0, sizeof *w);
@@ -228,12 +228,12 @@ static int read_heartbeat(struct dt_agent *a, int i, double now, double attempt_
 static int coordinator_check(struct dt_agent *a, int err, double now, char *why, size_t size)
 {
     if (err == 0) {
-        a->coord_down_since = 0;
+        a->wd.coord_down_since = 0;
         return -1;
     }
-    if (a->coord_down_since <= 0)
-        a->coord_down_since = now;
-    double down = now - a->coord_down_since, limit = a->cfg->job->rendezvous.timeout_s;
+    if (a->wd.coord_down_since <= 0)
+        a->wd.coord_down_since = now;
+    double down = now - a->wd.coord_down_since, limit = a->cfg->job->rendezvous.timeout_s;
     if (down < limit)
         return -1;
     snprintf(why, size, "the coordinator %s:%d has not answered for %.1f s (rendezvous.timeout %g s): %s",
@@ -264,9 +264,9 @@ static void mark_behind(struct dt_agent *a, struct dt_agent_watch *w, double now
 int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size)
 {
     double now = dt_clock_s();
-    if (a->next_watch <= 0 || now < a->next_watch)
+    if (a->wd.next <= 0 || now < a->wd.next)
         return -1;
-    a->next_watch = now + DT_AGENT__WATCH_PERIOD_S;
+    a->wd.next = now + DT_AGENT__WATCH_PERIOD_S;
     char worst[a->nproc];
     long long ticks[a->nproc];
     scan_states(a, worst, ticks);
