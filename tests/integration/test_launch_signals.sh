@@ -51,6 +51,12 @@ for sig in INT TERM; do
   pid=$!
   # 3 ranks x (bash, sleep 300, setsid bash, sleep 301, loop sleep) = at least 12 processes
   check "SIG$sig: the job and its grandchildren are running" wait_for 12 "$m"
+  # rank 1 ignores the signals only from its trap on, after it spawned its children: wait for
+  # every rank's "ready" (written after the trap), or an early signal kills rank 1 by SIGINT
+  for _ in $(seq 200); do
+    [ "$(cat "$T"/runs/"$name"-*/attempt_0/rank_*.out 2>/dev/null | grep -c '^ready')" -ge 3 ] && break
+    sleep 0.05
+  done
   start=$(date +%s%N)
   kill -"$sig" "$pid"
   check "SIG$sig: no process of the job is left within 5 s (grandchildren included)" gone_within 5 "$m"
