@@ -1,6 +1,6 @@
 /* run_record.c - launch.json and job.yaml in a run directory (see run_record.h).
  *
- * Not for reading what the ranks wrote (launcher/run_info.c).
+ * Not for reading what the ranks wrote (launcher/cli/run_info.c).
  */
 #include "scheduler-adapters/run_record.h"
 

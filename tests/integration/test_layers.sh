@@ -48,6 +48,6 @@ tree stale worker/reducer.c '/* the buckets start in worker/reducer_start.c and 
 refused stale 'names worker/reducer_start.c, which does not exist' "a comment naming a file that is not in the tree is refused"
 grep -q 'no file of the tree has that name' "$T/stale.out" && ok "so is a comment naming a bare file name no file has" \
   || not_ok "so is a comment naming a bare file name no file has"
-tree fine launcher/main.c '#include "base/error.h"' '#include "spec/jobspec.h"' '#include "comm/comm.h"' \
+tree fine launcher/cli/main.c '#include "base/error.h"' '#include "spec/jobspec.h"' '#include "comm/comm.h"' \
   '#include "worker/trainer.h"' '#include "scheduler-adapters/adapter.h"' '#include "comm/nccl/nccl_comm.h"'
 check "a file including every layer below its own passes" python3 scripts/check-layers.py "$T/fine"

@@ -12,10 +12,10 @@
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include "launcher/agent/agent.h"
-#include "launcher/launch_resume.h"
+#include "launcher/cli/launch_resume.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"
 
@@ -62,7 +62,7 @@ int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char *
     } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
         dt_log_set_level(DT_LOG_DEBUG);
     } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
-        struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (cmd_worker.c) */
+        struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (worker/rank.c) */
         const char *steps = a[7] == '=' ? a + 8 : "10-20";
         if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
             return dt_cli_usage_error(cmd, "--trace=%s: expected steps like 10-20 or 15", steps);

@@ -10,7 +10,7 @@
  *
  * Not for starting anything (cmd_launch.c, cmd_run.c).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include "launcher/agent/agent.h"
 #include "scheduler-adapters/adapter.h"

@@ -8,7 +8,7 @@
  * Not for the rules themselves: they live in the key tables (jobspec*.c).
  */
 #include "base/error.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_yaml.h"
 #include "spec/trainer_spec.h"
