@@ -109,6 +109,13 @@ void dt_cli_launch_usage(FILE *out);
  * adapter; returns the exit status (the job's, or DT_EXIT_REFUSED/FAILED). */
 int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd);
 
+/* What adapter `ad` plans for the job (scheduler-adapters/adapter.h), carried
+ * out (cli_plan.c): node 0 hosted here, or the plan's files, program and finish.  Returns
+ * the exit status, having said on stderr what went wrong. */
+struct dt_adapter_launch;
+int dt_cli_launch_plan(const struct dt_job *job, const struct dt_adapter *ad,
+                       const struct dt_adapter_launch *lo);
+
 /* --dry-run (cli_dry_run.c): prints what launching `job` would run, starting nothing. */
 int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out);
 

@@ -1,8 +1,8 @@
 /* mpirun.c - the mpirun adapter: `scheduler: mpirun` behind struct dt_adapter.
  *
  * render prints the mpirun line (mpirun_argv.c) with the variables it passes
- * on; submit is mpirun_submit.c; discover, here, tells an agent started by
- * mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
+ * on; the launch's plan is mpirun_submit.c; discover, here, tells an agent
+ * started by mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
  * and the coordinator from what the launcher settled (DTRAIN_COORD_HOST,
  * DTRAIN_COORD_PORT, DTRAIN_RUN_ID), falling back to the spec: the first
  * host of the job and rendezvous.port.  status and cancel (`dtrain
@@ -321,7 +321,7 @@ const struct dt_adapter dt_adapter_mpirun = {
     .scheduler = DT_SCHED_MPIRUN,
     .render = render,
     .check = check,
-    .submit = dt_mpirun__submit,
+    .plan = dt_mpirun__plan,
     .discover = discover,
     .status = status,
     .cancel = dt_run_record_stop_launcher,

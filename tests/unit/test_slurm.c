@@ -63,7 +63,7 @@ static void registered(void **state)
     assert_ptr_equal(dt_adapter_for(DT_SCHED_SLURM), &dt_adapter_slurm);
     assert_ptr_equal(dt_adapter_by_name("slurm"), &dt_adapter_slurm);
     assert_non_null(dt_adapter_slurm.render);
-    assert_non_null(dt_adapter_slurm.submit);
+    assert_non_null(dt_adapter_slurm.plan);
     assert_non_null(dt_adapter_slurm.discover);
 }
 
