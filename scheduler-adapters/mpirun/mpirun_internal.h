@@ -9,6 +9,7 @@
 
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
+#include "spec/placement.h"
 
 /* -x names an agent needs from the launcher (mpirun.c). */
 const char *const *dt_mpirun__agent_exports(const struct dt_job *job);

@@ -183,7 +183,7 @@ static char **export_names(const struct dt_job *job, char *const *env)
 struct mpi_group {
     const struct dt_job *job;
     const struct dt_adapter_launch *opts;
-    int nproc, world;
+    struct dt_placement pl;
     struct dt_mpirun_line line;
     struct dt_mpirun_verdict verdict; /* mpirun's closing report, read from its own lines */
     char scratch[DT_LINES_MAX + 1];   /* a rank's line with tags taken out of it */
@@ -234,7 +234,7 @@ static int group_argv(void *ctx, char *const *env, char *const **argv)
                                   .export_names = (const char *const *)names,
                                   .tag_output = true,
                                   .rank_wrapper = true};
-    int rc = dt_mpirun_build(g->job, g->nproc, &call, &g->line);
+    int rc = dt_mpirun_build(g->job, &g->pl, &call, &g->line);
     free_names(names);
     *argv = g->line.argv;
     return rc;
@@ -246,7 +246,7 @@ static int group_route(void *ctx, const char *line, size_t len, const char **tex
     struct mpi_group *g = ctx;
     int rank;
     if (dt_mpirun__untag(line, len, g->scratch, &rank, is_err, text, text_len) && rank >= 0 &&
-        rank < g->world)
+        rank < g->pl.world)
         return rank;
     dt_mpirun_verdict_feed(&g->verdict, line, len);
     return -1;
@@ -260,8 +260,8 @@ static int group_collect(void *ctx, const char *attempt_dir, int status, bool in
     struct mpi_group *g = ctx;
     struct dt_mpirun_verdict v = g->verdict;
     g->verdict = (struct dt_mpirun_verdict){.rank = -1}; /* the next attempt's report is its own */
-    int q = dt_mpirun_rank_ends(attempt_dir, g->world, status, ends);
-    if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->world)
+    int q = dt_mpirun_rank_ends(attempt_dir, g->pl.world, status, ends);
+    if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->pl.world)
         return q;
     /* No record (run directory not shared with that host): mpirun's word. */
     int st = v.status ? v.status : status;
@@ -442,8 +442,8 @@ static char **agents_env(const char *token, const char *host, int port, const ch
     return env;
 }
 
-static int plan_agents(const struct dt_job *job, const struct dt_adapter_launch *opts,
-                       struct dt_adapter_plan *out)
+static int plan_agents(const struct dt_job *job, const struct dt_placement *pl,
+                       const struct dt_adapter_launch *opts, struct dt_adapter_plan *out)
 {
     struct agents *a = calloc(1, sizeof *a);
     if (!a)
@@ -464,7 +464,7 @@ static int plan_agents(const struct dt_job *job, const struct dt_adapter_launch 
                                   .tag_output = true,
                                   .agent_args = a->args};
     if (rc == 0)
-        rc = dt_mpirun_build(job, job->nproc_per_node, &call, &a->line);
+        rc = dt_mpirun_build(job, pl, &call, &a->line);
     if (rc)
         return rc;
     dt_log_info("job %s: %d agent%s through %s, coordinator %s:%d (node 0), run id %s", job->name, job->nodes,
@@ -491,18 +491,14 @@ static void group_release(void *ctx)
     free(g);
 }
 
-static int plan_mpi(const struct dt_job *job, const struct dt_adapter_launch *opts,
-                    struct dt_adapter_plan *out)
+static int plan_mpi(const struct dt_job *job, const struct dt_placement *pl,
+                    const struct dt_adapter_launch *opts, struct dt_adapter_plan *out)
 {
     struct mpi_group *g = calloc(1, sizeof *g);
     if (!g)
         return dt_error_set(DT_ENOMEM, "out of memory");
-    *g = (struct mpi_group){.job = job,
-                            .opts = opts,
-                            .nproc = job->nproc_per_node,
-                            .world = job->nodes * job->nproc_per_node,
-                            .verdict = {.rank = -1}};
-    g->group = (struct dt_adapter_group){.world = g->world,
+    *g = (struct mpi_group){.job = job, .opts = opts, .pl = *pl, .verdict = {.rank = -1}};
+    g->group = (struct dt_adapter_group){.world = pl->world,
                                          .log_name = "mpirun.err",
                                          .ctx = g,
                                          .env = group_env,
@@ -514,8 +510,8 @@ static int plan_mpi(const struct dt_job *job, const struct dt_adapter_launch *op
     if (!local)
         advertised_host(job, g->host, sizeof g->host);
     out->host_node0 = true;
-    out->host = (struct dt_adapter_host){.nnodes = job->nodes,
-                                         .nproc = g->nproc,
+    out->host = (struct dt_adapter_host){.nnodes = pl->nnodes,
+                                         .nproc = pl->nproc,
                                          .bind = local ? "127.0.0.1" : "0.0.0.0",
                                          .advertise = g->host,
                                          .group = &g->group};
@@ -532,13 +528,15 @@ int dt_mpirun__plan(const struct dt_job *job, const struct dt_adapter_launch *op
         return dt_error_set(
             DT_ENOTFOUND, "%s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)", job->path, prog,
             strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
     if (!dt_mpirun_ranks_are_mpi(job))
-        return plan_agents(job, opts, out);
-    if (job->nproc_per_node < 1)
+        return plan_agents(job, &pl, opts, out);
+    if (pl.nproc < 1)
         return dt_error_set(
             DT_EINVAL,
             "%s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks per node "
             "(write it, e.g. nproc_per_node: 8)",
             job->path);
-    return plan_mpi(job, opts, out);
+    return plan_mpi(job, &pl, opts, out);
 }

@@ -41,10 +41,6 @@
 
 extern const struct dt_adapter dt_adapter_slurm;
 
-/* Ranks per node as the spec says: nproc_per_node, or for nproc_per_node: gpu
- * slurm.gpus_per_node's count (typed or not); 0 when only the node knows. */
-int dt_slurm_ranks_per_node(const struct dt_job *job);
-
 /* The sbatch script for job (job_path as the nodes should open it). */
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out);
 /* adapter.h's check: what render and launch refuse in the spec alone. */

@@ -48,6 +48,7 @@
 #include "base/run_dir.h"
 #include "scheduler-adapters/run_record.h"
 #include "spec/jobspec_yaml.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <errno.h>
@@ -538,8 +539,9 @@ static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, 
     int rc = log_dir_abs(job, o, sub->log_dir, sizeof sub->log_dir);
     if (rc < 0)
         return rc;
-    int per_node = dt_slurm_ranks_per_node(job);
-    sub->world = job->nodes * (per_node > 0 ? per_node : 64); /* --ranks' bound when only the nodes know */
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl);     /* fails only on a host's GPUs */
+    sub->world = pl.world > 0 ? pl.world : job->nodes * 64; /* --ranks' bound when only the nodes know */
     if (o->ranks) {
         if (!(sub->show = malloc((size_t)sub->world)))
             return dt_error_set(DT_ENOMEM, "out of memory");
