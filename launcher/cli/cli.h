@@ -6,7 +6,7 @@
  * file.  main.c decides only the order `dtrain --help` lists them in.
  *
  * Conventions every subcommand follows: `-h/--help` prints its usage on
- * stdout and exits 0; the exit statuses are the table below (docs/cli.md,
+ * stdout and exits 0; the exit statuses are launcher/exit_status.h's (docs/cli.md,
  * "Exit statuses"): a usage error prints one sentence and the usage line on
  * stderr and returns DT_EXIT_REFUSED; a runtime failure prints
  * dt_error_last() and returns DT_EXIT_FAILED; `launch`, `run` and `agent`
@@ -18,6 +18,8 @@
  */
 #ifndef DT_CLI_H
 #define DT_CLI_H
+
+#include "launcher/exit_status.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,26 +38,6 @@ int dt_cli_wants_help(int argc, char **argv);
 int dt_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 extern const char dt_version[];
-
-/* ---- exit statuses (docs/cli.md) ---- */
-
-enum {
-    DT_EXIT_OK = 0,
-    /* dtrain failed at run time (no run, or summary.json says dtrain's error),
-     * or the job failed with a status that would read as a refusal (2): its
-     * own status is summary.json's exit_status. */
-    DT_EXIT_FAILED = 1,
-    /* dtrain refused before anything ran: a usage error, a spec error, a
-     * missing program or tool, a scheduler not built in. */
-    DT_EXIT_REFUSED = 2,
-};
-
-/* The exit status for a job that ended with `status` (0, a rank's exit code,
- * 128 + signal): itself, unless it would read as dtrain's own refusal. */
-static inline int dt_cli_job_exit(int status)
-{
-    return status == DT_EXIT_REFUSED ? DT_EXIT_FAILED : status;
-}
 
 /* ---- the job spec on the command line (cli_spec.c) ---- */
 
