@@ -10,6 +10,8 @@
  */
 #include "base/json.h"
 
+#include "base/json_escape.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,4 +133,15 @@ bool dt_json_get_num(const json_t *obj, const char *key, double *out)
         return false;
     *out = json_number_value(v);
     return true;
+}
+
+json_t *dt_json_str(const char *s)
+{
+    json_t *v = json_string(s);
+    if (v)
+        return v;
+    char *fixed = dt_json_utf8(s);
+    v = fixed ? json_string(fixed) : NULL;
+    free(fixed);
+    return v;
 }

@@ -15,8 +15,10 @@
  * json_object_foreach, json_array_foreach and the rest of jansson.h.  The
  * caller owns what it gets and frees it with json_decref.
  *
- * Not for writing JSON: base/json_escape.h writes strings, each writer its
- * own format.
+ * Documents dtrain writes whole (launch.json) are built as jansson values
+ * too, their strings through dt_json_str, and written with json_dumpf.
+ * Streams written a line at a time (metrics.jsonl, traces) use
+ * base/json_escape.h's string writers instead.
  */
 #ifndef DT_JSON_H
 #define DT_JSON_H
@@ -50,5 +52,10 @@ int dt_json_load_file(const char *path, size_t max_bytes, json_t **out);
 /* The number, integer or real, in member key of obj; false if obj is no
  * object or the member is absent or no number (null included). */
 bool dt_json_get_num(const json_t *obj, const char *key, double *out);
+
+/* A JSON string of any bytes: s as it is when it is valid UTF-8, else with
+ * each byte that starts no character as U+FFFD (dt_json_utf8).  NULL when
+ * out of memory, as jansson's constructors (json_object_set_new then fails). */
+json_t *dt_json_str(const char *s);
 
 #endif

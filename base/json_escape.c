@@ -10,6 +10,7 @@
  */
 #include "base/json_escape.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -95,4 +96,24 @@ int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style styl
     *o = 0;
     *len = (size_t)(o - buf);
     return 0;
+}
+
+char *dt_json_utf8(const char *s)
+{
+    size_t need = 1;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n = utf8_len(p);
+        need += n ? n : 3;
+        p += n ? n : 1;
+    }
+    char *out = malloc(need), *o = out;
+    for (const unsigned char *p = (const unsigned char *)s; out && *p;) {
+        size_t n = utf8_len(p);
+        memcpy(o, n ? (const char *)p : "\xef\xbf\xbd", n ? n : 3); /* U+FFFD */
+        o += n ? n : 3;
+        p += n ? n : 1;
+    }
+    if (out)
+        *o = 0;
+    return out;
 }

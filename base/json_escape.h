@@ -2,7 +2,8 @@
  * writes strings the same way: dt_json_put_str and dt_json_quote write a C
  * string as a JSON string literal, for the trace, the run summary, the error
  * file the worker leaves for the agent, safetensors headers and `dtrain
- * report`/`trace merge`.  What they write is valid UTF-8 whatever the bytes
+ * report`/`trace merge`; dt_json_utf8 makes any bytes a string jansson takes,
+ * for the documents built as jansson values (base/json.h).  What they write is valid UTF-8 whatever the bytes
  * given, so base/json.h (jansson, which refuses invalid UTF-8) reads it back.
  *
  * Not for reading JSON (base/json.h) or writing anything but strings.
@@ -31,5 +32,10 @@ void dt_json_put_str(FILE *f, const char *s, enum dt_json_style style);
  * DT_ENOMEM when the literal and its NUL need more than size bytes (buf
  * then holds "" if size > 0).  6 bytes per byte of s, plus 3, always do. */
 int dt_json_quote(char *buf, size_t size, const char *s, enum dt_json_style style, size_t *len);
+
+/* A malloc'd copy of s that is valid UTF-8: well-formed characters copied,
+ * each byte that starts none replaced by U+FFFD, as the writers above do
+ * (jansson's json_string refuses anything else).  NULL when out of memory. */
+char *dt_json_utf8(const char *s);
 
 #endif

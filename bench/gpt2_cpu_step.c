@@ -91,7 +91,7 @@ int main(int argc, char **argv)
     struct opts o = {6, 384, 6, 50257, 256, 8, 1, 2, 10, DT_RECOMPUTE_NONE};
     if (parse(argc, argv, &o))
         return 2;
-    /* the kernels the trainer's ranks run (launcher/cmd_worker.c does the same) */
+    /* the kernels the trainer's ranks run (worker/rank.c does the same) */
     const char *core = dt_kernels_cpu_blas_coretype();
     if (core) {
         setenv("OPENBLAS_CORETYPE", core, 1);

@@ -4,6 +4,8 @@
  */
 #include "scheduler-adapters/adapter.h"
 
+#include "base/error.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,4 +69,49 @@ char *dt_adapter_setup_script(const struct dt_job *job)
         return NULL;
     }
     return text;
+}
+
+/* The length of an entry's name: up to '=' or the end. */
+static size_t name_len(const char *entry)
+{
+    return strcspn(entry, "=");
+}
+
+/* The index in set of the entry naming the same variable as e, or -1. */
+static int in_set(char *const *set, const char *e)
+{
+    size_t n = name_len(e);
+    for (int i = 0; set && set[i]; i++)
+        if (name_len(set[i]) == n && strncmp(set[i], e, n) == 0)
+            return i;
+    return -1;
+}
+
+void dt_adapter_env_free(char **env)
+{
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+char **dt_adapter_env_with(char *const *env, char *const *set)
+{
+    size_t n = 0, k = 0, s = 0;
+    while (env && env[n])
+        n++;
+    while (set && set[s])
+        s++;
+    char **out = calloc(n + s + 1, sizeof *out);
+    bool ok = out != NULL;
+    for (size_t i = 0; ok && i < n; i++)
+        if (in_set(set, env[i]) < 0)
+            ok = (out[k++] = strdup(env[i])) != NULL;
+    for (size_t i = 0; ok && i < s; i++)
+        if (set[i][name_len(set[i])] == '=')
+            ok = (out[k++] = strdup(set[i])) != NULL;
+    if (ok)
+        return out;
+    dt_adapter_env_free(out);
+    dt_error_set(DT_ENOMEM, "out of memory building a helper's environment");
+    return NULL;
 }

@@ -8,17 +8,20 @@
  * adds a plugin behind its ops table: no switch on the scheduler elsewhere.
  *
  *   dtrain render <sched> job.yaml  ->  adapter->render  (sbatch script, manifests, mpirun line)
- *   dtrain launch job.yaml          ->  adapter->submit  (local: node 0 here; slurm: sbatch, follow; ...)
+ *   dtrain launch job.yaml          ->  adapter->plan    (what to run; the launcher carries it out)
  *   dtrain agent job.yaml           ->  adapter->discover, then the agent runs this node's ranks
  *   dtrain status RUN               ->  adapter->status  (the scheduler's word on a launched job)
  *   dtrain cancel RUN               ->  adapter->cancel  (stop it, the scheduler's job included)
  *
  * Adapters sit below the launcher: they see the spec, comm/ and base/, and
- * reach the launcher only through what it hands submit (struct
- * dt_adapter_launch): host_node0 runs node 0 of the job in this process, as
- * `dtrain agent` would, for the adapters whose launcher is that node (local,
- * and mpirun with backend: mpi, whose one process stands for every rank:
- * struct dt_adapter_group).
+ * never reach into the launcher.  For `dtrain launch` an adapter returns a
+ * plan (struct dt_adapter_plan), which the launcher (launcher/cli/cli_plan.c)
+ * carries out: either node 0 of the job hosted in this process, as `dtrain
+ * agent` would run it (local, and mpirun with backend: mpi, whose one process
+ * stands for every rank: struct dt_adapter_group), or files to write and a
+ * program to run and supervise (mpirun in front of one agent per node,
+ * sbatch, kubectl apply), after which the plan's finish follows what the
+ * program submitted (Slurm's job, Kubernetes' Job) to its end.
  *
  * Not for spawning ranks, for the coordinator, or for parsing the job spec (spec/).
  */
@@ -91,7 +94,7 @@ struct dt_adapter_group {
                    struct dt_adapter_rank_end *ranks);
 };
 
-/* Node 0 of a job, as an adapter asks the launcher to host it. */
+/* Node 0 of a job, hosted in the launcher's process (a plan's host). */
 struct dt_adapter_host {
     int nnodes; /* the job's nodes: 1, or the nodes a group spans */
     int nproc;  /* ranks per node; 0: nproc_per_node resolved here (gpu: this machine's GPUs) */
@@ -102,7 +105,7 @@ struct dt_adapter_host {
     const struct dt_adapter_group *group; /* NULL: the agent forks nproc ranks here */
 };
 
-/* What `dtrain launch` hands an adapter's submit. */
+/* What `dtrain launch` hands an adapter's plan. */
 struct dt_adapter_launch {
     const char *log_dir;     /* --log-dir, or NULL for the spec's */
     const char *ranks;       /* --ranks: stdout of these ranks only, or NULL */
@@ -111,15 +114,79 @@ struct dt_adapter_launch {
     const char *dtrain_path; /* this binary, as the nodes should run it */
     bool detach;             /* --detach: submit and return, leaving the job to the scheduler (Kubernetes) */
     const char *run_id;      /* --resume: continue the run <log_dir>/<name>-<run_id>; NULL: a new run */
-    /* Runs node 0 of the job in this process with the options above: the job
-     * token, the coordinator, the run directory, the ranks (or the group),
-     * their restarts, summary.json and the closing lines.  Returns the
-     * launcher's exit status: the job's (0, the first failed rank's code, 128
-     * + signal), 2 for a problem the user must fix, 1 when the run could not
-     * start; either of the last two has been said on stderr. */
-    int (*host_node0)(const struct dt_job *job, const struct dt_adapter_launch *opts,
-                      const struct dt_adapter_host *host);
 };
+
+/* --- what `dtrain launch` does: the adapter's plan ----------------------- */
+
+#define DT_ADAPTER_PLAN_FILES 2
+
+/* A file the launcher writes whole before the plan's program starts: created
+ * with its mode (never wider for a moment), not through a symlink at its path. */
+struct dt_adapter_file {
+    const char *path;
+    const char *text; /* len bytes */
+    size_t len;
+    unsigned mode; /* its permissions: 0600 when it carries the spec */
+};
+
+/* How the plan's program ran, as the launcher hands it to finish. */
+struct dt_adapter_ran {
+    int status;            /* its exit status (the code, or 128 + signal), or a negative DT_E* code when it
+                              could not run or did not end in time (the error is set) */
+    int signal;            /* a signal to the launcher that was passed on to it (base/proc.h), or 0 */
+    bool stopped;          /* it had not ended when the plan's line asked, and was stopped */
+    const char *out, *err; /* what it printed, where io[] says DT_PLAN_CAPTURE, else NULL */
+};
+
+enum dt_plan_io {
+    DT_PLAN_INHERIT, /* to the launcher's console */
+    DT_PLAN_CAPTURE, /* kept for finish (struct dt_adapter_ran) */
+    DT_PLAN_LINES,   /* line by line to the plan's line */
+};
+
+/* What `dtrain launch` does for one job, as its adapter plans it; the
+ * launcher carries it out and then calls release.  One of two shapes:
+ *  - host_node0: node 0 of the job runs in this process (the job token, the
+ *    coordinator, the run directory, the ranks or the group, their restarts,
+ *    summary.json and the closing lines), as `dtrain agent` would run it;
+ *  - otherwise: files[] written, then argv run to its end (in a session of
+ *    its own when grace_s > 0: a signal to the launcher becomes SIGTERM to it,
+ *    SIGKILL grace_s later), then finish. */
+struct dt_adapter_plan {
+    bool host_node0;
+    struct dt_adapter_host host;
+
+    struct dt_adapter_file files[DT_ADAPTER_PLAN_FILES];
+    int n_files;
+    char *const *argv; /* argv[0] is looked up on PATH */
+    char *const *envp; /* its whole environment; NULL: the launcher's */
+    const char *in;    /* written to its stdin; NULL: /dev/null */
+    size_t in_len;
+    enum dt_plan_io io[2]; /* its stdout, its stderr */
+    double timeout_s;      /* > 0: killed after this long (status DT_ETIMEDOUT) */
+    double grace_s;
+    /* DT_PLAN_LINES: one line of stream 0 (stdout) or 1 (stderr).  Returns s
+     * > 0 to have the program stopped s seconds from now should it not have
+     * ended by then (the first such answer counts), else 0. */
+    double (*line)(void *ctx, int stream, const char *line, size_t len);
+    /* After the program: what follows it (a submitted job followed to its
+     * end), having said on stderr what went wrong; returns the launcher's exit
+     * status (the job's: 0, the failing rank's code, 128 + signal; 2 for a
+     * problem the user must fix; 1 when the job could not run).  NULL: the
+     * program's status is the launcher's. */
+    int (*finish)(void *ctx, const struct dt_adapter_ran *ran);
+    /* Frees ctx and what the plan points at (files, argv, envp, in, the group); NULL: nothing to free. */
+    void (*release)(void *ctx);
+    void *ctx;
+};
+
+/* A copy of env (NULL-terminated "NAME=value", normally environ) changed by
+ * set (NULL-terminated): an entry "NAME=value" replaces the one of its name
+ * or is added at the end, an entry "NAME" removes it.  Every string and the
+ * array are malloc'd: free with dt_adapter_env_free.  NULL when out of
+ * memory (the error is set). */
+char **dt_adapter_env_with(char *const *env, char *const *set);
+void dt_adapter_env_free(char **env);
 
 /* A launched job as its scheduler sees it now (`dtrain status`, `dtrain list`). */
 struct dt_adapter_state {
@@ -137,16 +204,18 @@ struct dt_adapter {
      * mpirun line) to out.  NULL: nothing to render (local). */
     int (*render)(const struct dt_job *job, const char *job_path, FILE *out);
 
-    /* The problems of the spec alone that render or submit would refuse it for
+    /* The problems of the spec alone that render or launch would refuse it for
      * (nothing is run, written or asked of the scheduler), so that `dtrain
      * validate`, `launch` and `render` agree: all three call it.  Returns 0, or
      * a negative DT_E* code with "<file>: <key>: <why>" set.  NULL: none. */
     int (*check)(const struct dt_job *job);
 
-    /* `dtrain launch`: runs the job to its end and returns the exit status
-     * the launcher exits with (0, the failing rank's code, 128 + signal), or
-     * 2 for a problem the user must fix, having said what on stderr. */
-    int (*submit)(const struct dt_job *job, const struct dt_adapter_launch *opts);
+    /* `dtrain launch`: what to do, into *out (zeroed by the caller), for the
+     * launcher to carry out.  May make what the plan names (the run id, the
+     * job token, the log directory).  Returns 0, or a negative DT_E* code with
+     * the error set: DT_ENOMEM makes the launcher exit 1, any other 2 (a
+     * problem the user must fix: no mpirun, no kubectl, a bad --resume). */
+    int (*plan)(const struct dt_job *job, const struct dt_adapter_launch *opts, struct dt_adapter_plan *out);
 
     /* `dtrain agent`: learns this node's place from the environment the
      * scheduler set (env is environ, passed in so tests can use their own).

@@ -1,11 +1,12 @@
 /* local.c - the local adapter: the whole job on this machine.
  *
- * submit (`dtrain launch` of a scheduler: local job): the launcher is the
- * job's parent and node 0 of one: through host_node0 (adapter.h) it makes the
- * run directory and the job token, hosts the coordinator bound to loopback
- * (port 0 by default, so the kernel picks a free port and two jobs never race
- * for one), runs one agent for this machine, writes summary.json, and returns
- * the job's exit status: 0, the failing rank's exit code, or 128 + signal.
+ * plan (`dtrain launch` of a scheduler: local job): the launcher is the
+ * job's parent and node 0 of one: the plan asks it to host node 0 (adapter.h),
+ * so it makes the run directory and the job token, hosts the coordinator bound
+ * to loopback (port 0 by default, so the kernel picks a free port and two jobs
+ * never race for one), runs one agent for this machine, writes summary.json,
+ * and exits with the job's status: 0, the failing rank's exit code, or 128 +
+ * signal.
  *
  * discover: node 0 of 1, coordinator on 127.0.0.1 (`dtrain agent` of a local
  * job without flags is the same one-node run).
@@ -44,15 +45,16 @@ static int check(const struct dt_job *job)
     return 0;
 }
 
-static int submit(const struct dt_job *job, const struct dt_adapter_launch *o)
+static int plan(const struct dt_job *job, const struct dt_adapter_launch *o, struct dt_adapter_plan *out)
 {
-    if (check(job) < 0) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-        return 2;
-    }
+    (void)o;
+    int rc = check(job);
+    if (rc < 0)
+        return rc;
     /* Loopback only: every rank of a local job is on this machine. */
-    struct dt_adapter_host h = {.nnodes = 1, .bind = "127.0.0.1", .advertise = "127.0.0.1"};
-    return o->host_node0(job, o, &h);
+    out->host_node0 = true;
+    out->host = (struct dt_adapter_host){.nnodes = 1, .bind = "127.0.0.1", .advertise = "127.0.0.1"};
+    return 0;
 }
 
 static int discover(const struct dt_job *job, char *const *env, struct dt_adapter_node *out)
@@ -77,7 +79,7 @@ const struct dt_adapter dt_adapter_local = {
     .scheduler = DT_SCHED_LOCAL,
     .render = NULL,
     .check = check,
-    .submit = submit,
+    .plan = plan,
     .discover = discover,
     .status = status,
     .cancel = dt_run_record_stop_launcher,

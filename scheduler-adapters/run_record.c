@@ -1,16 +1,16 @@
 /* run_record.c - launch.json and job.yaml in a run directory (see run_record.h).
  *
- * Not for reading what the ranks wrote (launcher/run_info.c).
+ * Not for reading what the ranks wrote (launcher/cli/run_info.c).
  */
 #include "scheduler-adapters/run_record.h"
 
 #include "base/error.h"
 #include "base/fs.h"
 #include "base/json.h"
-#include "base/json_escape.h"
 #include "base/run_dir.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,29 +71,30 @@ static int put_spec(void *ctx, FILE *f)
     return ferror(f) ? dt_error_set(DT_EIO, "cannot write the spec snapshot") : 0;
 }
 
-static void put_field(FILE *f, const char *key, const char *value, bool last)
-{
-    fprintf(f, "  \"%s\": ", key);
-    dt_json_put_str(f, value, DT_JSON_SHORT_WS);
-    fputs(last ? "\n" : ",\n", f);
-}
-
+/* launch.json, one member a line (readers such as tests and scripts grep it); started_unix to
+ * the millisecond: 13 significant digits hold seconds since 1970 to 2286 with three decimals. */
 static int put_record(void *ctx, FILE *f)
 {
     const struct dt_run_record *r = ctx;
-    fputs("{\n", f);
-    put_field(f, "scheduler", r->scheduler, false);
-    put_field(f, "name", r->name, false);
-    put_field(f, "run_id", r->run_id, false);
-    put_field(f, "run_dir", r->run_dir, false);
-    put_field(f, "spec", r->spec, false);
-    put_field(f, "host", r->host, false);
-    put_field(f, "job_id", r->job_id, false);
-    put_field(f, "namespace", r->namespace_name, false);
-    fprintf(f, "  \"pid\": %d,\n  \"pid_start\": %lld,\n  \"nodes\": %d,\n  \"nproc_per_node\": %d,\n",
-            r->pid, r->pid_start, r->nodes, r->nproc_per_node);
-    fprintf(f, "  \"started_unix\": %.3f,\n  \"version\": 1\n}\n", r->started_unix);
-    return ferror(f) ? dt_error_set(DT_EIO, "cannot write the launch record") : 0;
+    const char *const keys[] = {"scheduler", "name", "run_id", "run_dir",
+                                "spec",      "host", "job_id", "namespace"};
+    const char *const values[] = {r->scheduler, r->name, r->run_id, r->run_dir,
+                                  r->spec,      r->host, r->job_id, r->namespace_name};
+    json_t *o = json_object();
+    int bad = !o;
+    for (size_t i = 0; !bad && i < sizeof keys / sizeof *keys; i++)
+        bad = json_object_set_new(o, keys[i], dt_json_str(values[i]));
+    if (!bad)
+        bad = json_object_set_new(o, "pid", json_integer(r->pid)) ||
+              json_object_set_new(o, "pid_start", json_integer(r->pid_start)) ||
+              json_object_set_new(o, "nodes", json_integer(r->nodes)) ||
+              json_object_set_new(o, "nproc_per_node", json_integer(r->nproc_per_node)) ||
+              json_object_set_new(o, "started_unix", json_real(round(r->started_unix * 1e3) / 1e3)) ||
+              json_object_set_new(o, "version", json_integer(1));
+    if (!bad)
+        bad = json_dumpf(o, f, JSON_INDENT(2) | JSON_REAL_PRECISION(13)) != 0 || fputc('\n', f) == EOF;
+    json_decref(o);
+    return bad || ferror(f) ? dt_error_set(DT_EIO, "cannot write the launch record") : 0;
 }
 
 static int write_private(const char *dir, const char *file, dt_fs_write_fn fn, void *ctx)

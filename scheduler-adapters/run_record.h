@@ -12,7 +12,7 @@
  * Both are written at submit time, before a rank runs, by whoever knows the
  * handle: the launcher for a job it hosts (local, mpirun with backend: mpi),
  * the adapter after sbatch, kubectl apply or choosing mpirun's run id.
- * `dtrain status/logs/cancel/list` read them (launcher/run_info.c) and hand
+ * `dtrain status/logs/cancel/list` read them (launcher/cli/run_info.c) and hand
  * the record to the adapter's status and cancel ops (adapter.h).
  *
  * Not for how the run ended: summary.json (the agent) says that.

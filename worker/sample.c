@@ -1,7 +1,7 @@
 /* sample.c - autoregressive generation (see sample.h): the context window
  * through the model's eval batch, then one token from the last row of its
  * logits; and byte-level tokens shown as text.  Not for loading a model
- * (launcher/cmd_sample.c) or tokenising.
+ * (launcher/cli/cmd_sample.c) or tokenising.
  */
 #include "worker/sample.h"
 

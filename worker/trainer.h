@@ -8,7 +8,7 @@
  * the same way on every rank.  Rank 0 writes metrics.jsonl, checkpoints and
  * trainer_summary.json into the run directory.
  *
- * Not for process setup: launcher/cmd_worker.c connects the store and builds
+ * Not for process setup: worker/rank.c (where a rank starts) connects the store and builds
  * the communicator; tests pass their own (or none for one process).
  */
 #ifndef DT_TRAINER_H

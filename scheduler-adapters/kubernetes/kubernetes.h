@@ -4,8 +4,8 @@
  *
  * The adapter (kubernetes.c: discover and the table entry) renders through
  * kubernetes_render.c (ConfigMap, Secret, Service, the Job and its failure
- * policy, YAML scalars) and kubernetes_pod.c (the pod template), and submits
- * through kubernetes_submit.c; kubernetes_template.c merges the spec's
+ * policy, YAML scalars) and kubernetes_pod.c (the pod template), and plans
+ * the launch in kubernetes_submit.c; kubernetes_template.c merges the spec's
  * pod_template into the pod template.  Names of the objects derive from the job's
  * name.
  *
@@ -56,7 +56,7 @@ int dt_k8s_render(const struct dt_job *job, const char *job_path, FILE *out);
  * writes, named "<name>-node-0" by the JobSet; its headless Service is the
  * JobSet controller's (network.subdomain). */
 int dt_k8s_render_jobset(const struct dt_job *job, const char *job_path, FILE *out);
-/* adapter.h's check: what render and submit refuse in the spec alone (the
+/* adapter.h's check: what render and launch refuse in the spec alone (the
  * Job's pod names, the kubernetes section, GPUs, dtrain's own env and volumes). */
 int dt_k8s_check(const struct dt_job *job);
 /* The same for a launch with `launch_id` (DT_K8S_RUN_ID_LEN hex digits): the
@@ -75,8 +75,9 @@ int dt_k8s_resume_check(const struct dt_job *job);
  * 63 characters; the job's name when run_id is NULL. */
 void dt_k8s_object_name(const struct dt_job *job, const char *run_id, char *buf, size_t size);
 struct dt_adapter_launch;
-/* The adapter's submit: kubectl apply, then follow the Job to its end. */
-int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
+struct dt_adapter_plan;
+/* The adapter's plan: kubectl apply, then (its finish) follow the Job to its end. */
+int dt_k8s_plan(const struct dt_job *job, const struct dt_adapter_launch *opts, struct dt_adapter_plan *out);
 /* `dtrain status` and `dtrain cancel` of a launched Job (launch.json's name
  * and namespace): its conditions; kubectl delete of its objects (kubernetes_submit.c). */
 struct dt_run_record;

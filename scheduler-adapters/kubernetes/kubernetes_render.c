@@ -52,6 +52,7 @@
 #include "base/error.h"
 #include "base/yaml_escape.h"
 #include "spec/jobspec_yaml.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <errno.h>
@@ -412,7 +413,10 @@ static int check_job(const struct dt_job *job)
                             "%s: name: pod hostnames would be '%s' (%d characters), over "
                             "Kubernetes' 63: shorten the job's name",
                             job->path, host, n);
-    if (job->nproc_per_node == DT_NPROC_GPU && job->kubernetes->gpus_per_node == 0)
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl); /* fails only on a host's GPUs */
+    /* gpu, and the pods get no GPU to count */
+    if (pl.source == DT_NPROC_PER_NODE)
         return dt_error_set(DT_EINVAL,
                             "%s: nproc_per_node: gpu starts one rank per GPU, but "
                             "kubernetes.gpus_per_node is 0, so the pods get no GPU: "

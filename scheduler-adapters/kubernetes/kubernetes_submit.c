@@ -2,14 +2,15 @@
  *
  * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
  * holding the token), every object named <name>-<run id> with a run id made
- * here, so a second launch never meets the first one's immutable Job.  Then,
- * once a second, `kubectl get` reports the pods' phases (printed when they
- * change) and the Job's conditions; when every pod
- * runs, `kubectl logs -f --prefix -l <instance label>` streams their output
- * here.  The Job's end decides the exit status: 0 when Complete; when Failed,
- * the first non-zero exit code of an agent container (the job's status, as
- * the agent exits with it), else 1.  Without kubectl the user learns how to
- * render and apply by hand (exit 2).
+ * here, so a second launch never meets the first one's immutable Job: that
+ * is the plan (adapter.h), which the launcher runs.  Then (the plan's
+ * finish), once a second, `kubectl get` reports the pods' phases (printed
+ * when they change) and the Job's conditions; when every pod runs, `kubectl
+ * logs -f --prefix -l <instance label>` streams their output here.  The
+ * Job's end decides the exit status: 0 when Complete; when Failed, the first
+ * non-zero exit code of an agent container (the job's status, as the agent
+ * exits with it), else 1.  Without kubectl the user learns how to render and
+ * apply by hand (exit 2).
  *
  * Ctrl-C (SIGINT, SIGTERM, SIGHUP) while following deletes what this launch
  * created (`kubectl delete job,service,configmap,secret -l instance=<name>`,
@@ -78,27 +79,6 @@ static int run(char *const argv[], const char *in, size_t len, char **out)
         dt_error_prefix("kubernetes");
     if (out)
         *out = r.captured[0];
-    return rc;
-}
-
-static int apply(const struct dt_job *job, const char *launch_id, const char *run_id)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    if (!m)
-        return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    int rc = dt_k8s_render_run(job, job->path, launch_id, run_id, m);
-    fclose(m);
-    if (rc == 0) {
-        char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
-        int st = run(argv, text, len, NULL);
-        if (st != 0)
-            rc = st < 0 ? st
-                        : dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` failed (exit %d; its "
-                                               "message is above)", st);
-    }
-    free(text);
     return rc;
 }
 
@@ -286,11 +266,9 @@ static int follow_signals(const struct dt_job *job)
 
 /* launch.json in a run directory here: the Job's name and namespace.  Never
  * fails the launch: the job runs without it, with a warning. */
-static void record(const struct dt_job *job, const struct dt_adapter_launch *opts, const char *run_id,
-                  const char *name)
+static void record(const struct dt_job *job, const char *log_dir, const char *run_id, const char *name)
 {
     struct dt_run_record r;
-    const char *log_dir = opts->log_dir ? opts->log_dir : job->log_dir;
     char dir[PATH_MAX];
     int rc = dt_run_dir_open(log_dir, job->name, run_id, dir, sizeof dir);
     if (rc == 0) {
@@ -372,46 +350,97 @@ static bool is_run_id(const char *s)
     return n > 0 && n <= DT_K8S_RUN_ID_LEN && s[strspn(s, "0123456789abcdef")] == 0;
 }
 
-int dt_k8s_submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
+/* What the plan keeps: the manifests kubectl apply reads, and the Job's names. */
+struct applied {
+    const struct dt_job *job;
+    struct dt_job named; /* shallow: the objects' name, to follow them */
+    bool detach;
+    char *argv[5];
+    char *text; /* the manifests, with the token in its Secret: only ever on kubectl's stdin */
+    size_t len;
+    char log_dir[PATH_MAX], launch_id[DT_K8S_RUN_ID_LEN + 1], run_id[DT_K8S_RUN_ID_LEN + 1], name[96];
+};
+
+/* After `kubectl apply -f -`: the launch's record, then the Job followed to its end (or left, --detach). */
+static int after_apply(void *ctx, const struct dt_adapter_ran *ran)
 {
-    int status;
-    dt_error_clear();
-    if (!dt_fs_on_path("kubectl")) {
-        dt_error_set(DT_EUNSUPPORTED,
-                     "kubectl is not on PATH, so dtrain cannot submit the job. Render the manifests "
-                     "and apply them where kubectl works:\n  dtrain render kubernetes %s > job.k8s.yaml\n"
-                     "  kubectl apply -f job.k8s.yaml",
-                     job->path);
-        status = 2;
-    } else {
-        /* A fresh run id names this launch's objects: the previous launch's
-         * Job, immutable, may still exist under the job's own name or its. */
-        char token[DT_TOKEN_LEN + 1] = "", launch_id[DT_K8S_RUN_ID_LEN + 1], name[96];
-        const char *run_id = opts->run_id ? opts->run_id : launch_id;
-        int rc = dt_token_make(token);
-        snprintf(launch_id, sizeof launch_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
-        if (rc) {
-            dt_error_prefix("kubernetes: making the run id");
-            status = 2;
-        } else if (!is_run_id(run_id)) {
-            dt_error_set(DT_EINVAL,
-                         "--resume: run id '%s' is not one a Kubernetes launch makes (at most %d hex "
-                         "digits), so the pods cannot be given it",
-                         run_id, DT_K8S_RUN_ID_LEN);
-            status = 2;
-        } else {
-            dt_k8s_object_name(job, launch_id, name, sizeof name);
-            struct dt_job named = *job; /* shallow: the objects' name, to follow them */
-            named.name = name;
-            status = apply(job, launch_id, run_id) ? 2 : -1;
-            if (status != 2) {
-                record(job, opts, run_id, name);
-                status = opts->detach ? detached(&named) : follow_signals(&named);
-            }
-        }
-    }
-    /* `dtrain launch` leaves the saying to the adapter, as for local jobs. */
-    if (status == 2 && dt_error_code() != DT_OK)
+    struct applied *a = ctx;
+    if (ran->status < 0)
+        dt_error_prefix("kubernetes");
+    else if (ran->status != 0)
+        dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` failed (exit %d; its message is above)",
+                     ran->status);
+    if (ran->status != 0) {
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-    return status;
+        return 2;
+    }
+    record(a->job, a->log_dir, a->run_id, a->name);
+    return a->detach ? detached(&a->named) : follow_signals(&a->named);
+}
+
+static void applied_free(void *ctx)
+{
+    struct applied *a = ctx;
+    if (a->text)
+        memset(a->text, 0, a->len);
+    free(a->text);
+    free(a);
+}
+
+/* A fresh run id names this launch's objects: the previous launch's Job,
+ * immutable, may still exist under the job's own name or its. */
+static int name_launch(struct applied *a, const char *resume_id)
+{
+    char token[DT_TOKEN_LEN + 1] = "";
+    if (dt_token_make(token))
+        return dt_error_prefix("kubernetes: making the run id");
+    snprintf(a->launch_id, sizeof a->launch_id, "%.*s", DT_K8S_RUN_ID_LEN, token);
+    memset(token, 0, sizeof token);
+    const char *run_id = resume_id ? resume_id : a->launch_id;
+    if (!is_run_id(run_id))
+        return dt_error_set(DT_EINVAL,
+                            "--resume: run id '%s' is not one a Kubernetes launch makes (at most %d hex "
+                            "digits), so the pods cannot be given it",
+                            run_id, DT_K8S_RUN_ID_LEN);
+    snprintf(a->run_id, sizeof a->run_id, "%s", run_id);
+    dt_k8s_object_name(a->job, a->launch_id, a->name, sizeof a->name);
+    a->named = *a->job;
+    a->named.name = a->name;
+    return 0;
+}
+
+int dt_k8s_plan(const struct dt_job *job, const struct dt_adapter_launch *opts, struct dt_adapter_plan *out)
+{
+    if (!dt_fs_on_path("kubectl"))
+        return dt_error_set(
+            DT_EUNSUPPORTED,
+            "kubectl is not on PATH, so dtrain cannot submit the job. Render the manifests "
+            "and apply them where kubectl works:\n  dtrain render kubernetes %s > job.k8s.yaml\n"
+            "  kubectl apply -f job.k8s.yaml",
+            job->path);
+    struct applied *a = calloc(1, sizeof *a);
+    if (!a)
+        return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    *a = (struct applied){.job = job, .detach = opts->detach};
+    out->ctx = a;
+    out->release = applied_free;
+    snprintf(a->log_dir, sizeof a->log_dir, "%s", opts->log_dir ? opts->log_dir : job->log_dir);
+    int rc = name_launch(a, opts->run_id);
+    if (rc)
+        return rc;
+    FILE *m = open_memstream(&a->text, &a->len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    rc = dt_k8s_render_run(job, job->path, a->launch_id, a->run_id, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    if (rc)
+        return rc;
+    char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
+    memcpy(a->argv, argv, sizeof argv);
+    out->argv = a->argv;
+    out->in = a->text;
+    out->in_len = a->len;
+    out->finish = after_apply;
+    return 0;
 }

@@ -1,8 +1,8 @@
 /* mpirun.c - the mpirun adapter: `scheduler: mpirun` behind struct dt_adapter.
  *
  * render prints the mpirun line (mpirun_argv.c) with the variables it passes
- * on; submit is mpirun_submit.c; discover, here, tells an agent started by
- * mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
+ * on; the launch's plan is mpirun_submit.c; discover, here, tells an agent
+ * started by mpirun (or by srun --mpi=pmix) its node from the MPI launcher's variables
  * and the coordinator from what the launcher settled (DTRAIN_COORD_HOST,
  * DTRAIN_COORD_PORT, DTRAIN_RUN_ID), falling back to the spec: the first
  * host of the job and rendezvous.port.  status and cancel (`dtrain
@@ -42,7 +42,9 @@ const char *const *dt_mpirun__agent_exports(const struct dt_job *job)
 
 static int check(const struct dt_job *job)
 {
-    if (dt_mpirun_ranks_are_mpi(job) && job->nproc_per_node < 1)
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
+    if (dt_mpirun_ranks_are_mpi(job) && pl.nproc < 1)
         return dt_error_set(DT_EINVAL, "%s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
                                        "per node", job->path);
     return 0;
@@ -51,15 +53,16 @@ static int check(const struct dt_job *job)
 static int render(const struct dt_job *job, const char *job_path, FILE *out)
 {
     bool mpi = dt_mpirun_ranks_are_mpi(job);
-    int nproc = job->nproc_per_node;
     if (check(job) < 0)
         return DT_EINVAL;
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
     const char *none[] = {NULL};
     struct dt_mpirun_call call = {.dtrain = "dtrain", .job_path = job_path,
                                   .export_names = mpi ? none : dt_mpirun__agent_exports(job),
                                   .rank_wrapper = true};
     struct dt_mpirun_line l;
-    int rc = dt_mpirun_build(job, nproc, &call, &l);
+    int rc = dt_mpirun_build(job, &pl, &call, &l);
     if (rc)
         return rc;
     fprintf(out, "# dtrain render mpirun: job %s, %d node%s\n", job->name, job->nodes, job->nodes == 1 ? "" : "s");
@@ -67,7 +70,7 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         fprintf(out, "# backend: mpi: mpirun starts all %d ranks itself.  Run it with `dtrain launch %s`, which\n"
                      "# hosts the coordinator, adds --tag-output and passes the ranks' environment (the job\n"
                      "# token included) as -x NAME; by hand the ranks have no coordinator to report to.\n",
-                job->nodes * nproc, job_path);
+                pl.world, job_path);
     } else {
         fprintf(out, "# One `dtrain agent` per node; node 0's agent hosts the coordinator.  mpirun passes these\n"
                      "# on with -x NAME (the token never appears on a command line):\n");
@@ -321,7 +324,7 @@ const struct dt_adapter dt_adapter_mpirun = {
     .scheduler = DT_SCHED_MPIRUN,
     .render = render,
     .check = check,
-    .submit = dt_mpirun__submit,
+    .plan = dt_mpirun__plan,
     .discover = discover,
     .status = status,
     .cancel = dt_run_record_stop_launcher,

@@ -48,10 +48,12 @@ struct dt_mpirun_call {
 /* True when ranks are MPI processes started by mpirun (backend: mpi). */
 bool dt_mpirun_ranks_are_mpi(const struct dt_job *job);
 
-/* Builds the mpirun argv for the job: agents (one per node) or, with
- * backend: mpi, every rank.  Free with dt_mpirun_line_free(). */
-int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_call *call,
-                    struct dt_mpirun_line *out);
+/* Builds the mpirun argv for the job placed as pl (spec/placement.h): agents
+ * (one per node) or, with backend: mpi, every rank (pl->nproc per node).
+ * Free with dt_mpirun_line_free(). */
+struct dt_placement;
+int dt_mpirun_build(const struct dt_job *job, const struct dt_placement *pl,
+                    const struct dt_mpirun_call *call, struct dt_mpirun_line *out);
 void dt_mpirun_line_free(struct dt_mpirun_line *l);
 
 /* The first host of the job (hosts: or the hostfile's first entry, without

@@ -132,16 +132,16 @@ static int push_options(struct dt_mpirun_line *l, const struct dt_job *job, int 
     return rc;
 }
 
-int dt_mpirun_build(const struct dt_job *job, int nproc, const struct dt_mpirun_call *call,
-                    struct dt_mpirun_line *out)
+int dt_mpirun_build(const struct dt_job *job, const struct dt_placement *pl,
+                    const struct dt_mpirun_call *call, struct dt_mpirun_line *out)
 {
     memset(out, 0, sizeof *out);
     const struct dt_mpirun_spec *m = job->mpirun;
     bool mpi = dt_mpirun_ranks_are_mpi(job);
-    int per_node = mpi ? nproc : 1;
+    int per_node = mpi ? pl->nproc : 1;
     int rc = push(out, "%s", m && m->program ? m->program : "mpirun");
     if (rc == 0 && (rc = push(out, "-np")) == 0)
-        rc = push(out, "%d", mpi ? job->nodes * nproc : job->nodes);
+        rc = push(out, "%d", mpi ? pl->world : pl->nnodes);
     if (rc == 0)
         rc = push_options(out, job, per_node, call->tag_output);
     for (int i = 0; rc == 0 && call->export_names && call->export_names[i]; i++)

@@ -1,6 +1,6 @@
 /* mpirun_internal.h - shared by the mpirun adapter's files only.
  *
- * mpirun.c is the table entry (render, discover); mpirun_submit.c is submit
+ * mpirun.c is the table entry (render, discover); mpirun_submit.c is the plan
  * in both shapes; mpirun_output.c reads what mpirun prints.  Not for other
  * adapters.
  */
@@ -9,6 +9,7 @@
 
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
+#include "spec/placement.h"
 
 /* -x names an agent needs from the launcher (mpirun.c). */
 const char *const *dt_mpirun__agent_exports(const struct dt_job *job);
@@ -25,7 +26,8 @@ bool dt_mpirun__is_here(const char *host);
 bool dt_mpirun__untag(const char *line, size_t len, char *scratch, int *rank, bool *is_err, const char **text,
                       size_t *text_len);
 
-/* The adapter's submit (mpirun_submit.c). */
-int dt_mpirun__submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
+/* The adapter's plan (mpirun_submit.c). */
+int dt_mpirun__plan(const struct dt_job *job, const struct dt_adapter_launch *opts,
+                    struct dt_adapter_plan *out);
 
 #endif

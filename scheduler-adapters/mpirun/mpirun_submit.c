@@ -1,7 +1,8 @@
 /* mpirun_submit.c - `dtrain launch` for scheduler: mpirun, in its two shapes.
  *
- * backend: mpi.  The launcher is node 0 of the job, as in a local job: its
- * agent (host_node0, adapter.h) makes the run directory and the job token,
+ * backend: mpi.  The launcher is node 0 of the job, as in a local job: the
+ * plan asks it to host node 0 (adapter.h), whose agent makes the run
+ * directory and the job token,
  * hosts the coordinator (the ranks' store: metrics, heartbeats), and runs
  * `mpirun -np <world> ... dtrain mpirank -- dtrain worker job.yaml` (or the
  * spec's command) as the one process that stands for every rank: the group
@@ -26,14 +27,14 @@
  * machine when node 0 is this machine, else one derived from the run id
  * (29500-29999) that the agents' rendezvous deadline guards.  The agents
  * supervise and restart their ranks, and prefix and log their lines; the
- * launcher only runs mpirun as a helper (base/proc.h: SIGINT, SIGTERM,
- * SIGHUP or SIGQUIT become SIGTERM to mpirun, which stops the agents, and
- * SIGKILL to its process group after the grace period), takes mpirun's
- * --tag-output tags off the agents' lines, and exits with mpirun's status,
- * which is the first failed agent's.
+ * plan is mpirun run as a helper (the launcher runs it through base/proc.h:
+ * SIGINT, SIGTERM, SIGHUP or SIGQUIT become SIGTERM to mpirun, which stops
+ * the agents, and SIGKILL to its process group after the grace period), with
+ * mpirun's --tag-output tags taken off the agents' lines here, and the
+ * launcher's exit status mpirun's, which is the first failed agent's.
  *
- * Not for the command line's shape (mpirun_argv.c) or what mpirun prints
- * (mpirun_output.c).
+ * Not for the command line's shape (mpirun_argv.c), what mpirun prints
+ * (mpirun_output.c), or running anything (the launcher carries out the plan).
  */
 #include "scheduler-adapters/mpirun/mpirun_internal.h"
 
@@ -42,7 +43,6 @@
 #include "base/fs.h"
 #include "base/lines.h"
 #include "base/log.h"
-#include "base/proc.h"
 #include "base/run_dir.h"
 #include "scheduler-adapters/run_record.h"
 #include "spec/token.h"
@@ -56,6 +56,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* --- backend: mpi, the group --------------------------------------------- */
 
@@ -181,10 +183,12 @@ static char **export_names(const struct dt_job *job, char *const *env)
 struct mpi_group {
     const struct dt_job *job;
     const struct dt_adapter_launch *opts;
-    int nproc, world;
+    struct dt_placement pl;
     struct dt_mpirun_line line;
     struct dt_mpirun_verdict verdict; /* mpirun's closing report, read from its own lines */
     char scratch[DT_LINES_MAX + 1];   /* a rank's line with tags taken out of it */
+    char host[256];                   /* how the ranks reach the coordinator */
+    struct dt_adapter_group group;
 };
 
 int dt_mpirun_group_env(char *const *rank_env, const char *also, char ***out)
@@ -230,7 +234,7 @@ static int group_argv(void *ctx, char *const *env, char *const **argv)
                                   .export_names = (const char *const *)names,
                                   .tag_output = true,
                                   .rank_wrapper = true};
-    int rc = dt_mpirun_build(g->job, g->nproc, &call, &g->line);
+    int rc = dt_mpirun_build(g->job, &g->pl, &call, &g->line);
     free_names(names);
     *argv = g->line.argv;
     return rc;
@@ -242,7 +246,7 @@ static int group_route(void *ctx, const char *line, size_t len, const char **tex
     struct mpi_group *g = ctx;
     int rank;
     if (dt_mpirun__untag(line, len, g->scratch, &rank, is_err, text, text_len) && rank >= 0 &&
-        rank < g->world)
+        rank < g->pl.world)
         return rank;
     dt_mpirun_verdict_feed(&g->verdict, line, len);
     return -1;
@@ -256,8 +260,8 @@ static int group_collect(void *ctx, const char *attempt_dir, int status, bool in
     struct mpi_group *g = ctx;
     struct dt_mpirun_verdict v = g->verdict;
     g->verdict = (struct dt_mpirun_verdict){.rank = -1}; /* the next attempt's report is its own */
-    int q = dt_mpirun_rank_ends(attempt_dir, g->world, status, ends);
-    if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->world)
+    int q = dt_mpirun_rank_ends(attempt_dir, g->pl.world, status, ends);
+    if (q >= 0 || status == 0 || interrupted || v.rank < 0 || v.rank >= g->pl.world)
         return q;
     /* No record (run directory not shared with that host): mpirun's word. */
     int st = v.status ? v.status : status;
@@ -326,47 +330,46 @@ static int settle(const struct dt_job *job, const struct dt_adapter_launch *opts
     return 0;
 }
 
-/* mpirun's lines as they come: an agent's without mpirun's tag (the agents
- * prefix their ranks' lines themselves), mpirun's own ones on stderr and into
- * its verdict (which agent ended first). */
-struct follow {
+/* What the plan of the agents' shape keeps: mpirun's line and environment,
+ * and what its lines said.  Lines come as they are printed: an agent's
+ * without mpirun's tag (the agents prefix their ranks' lines themselves),
+ * mpirun's own ones on stderr and into its verdict (which agent ended first). */
+struct agents {
+    const struct dt_job *job;
+    struct dt_mpirun_line line;
+    char **envp;
     struct dt_mpirun_verdict verdict;
-    struct dt_proc_run *run;
     double stop_after_s; /* mpirun's time to end once it said it aborts the job */
+    double start;
+    char grace[32];
+    const char *args[8];
     char scratch[DT_LINES_MAX + 1];
-    char line[DT_LINES_MAX + 2];
+    char text[DT_LINES_MAX + 2];
 };
 
 /* mpirun's "Per user-direction, the job has been aborted." (an agent exited
  * non-zero) is followed by its exit within seconds, except when a daemon of
  * its sits on a host it can no longer reach (a partition): it then waits for
  * TCP's timeouts, minutes, while every agent has ended.  So from that line
- * on it gets stop_after_s, then SIGTERM (run->stop_at, base/proc.h). */
-static void watch_abort(struct follow *f, const char *line, size_t len)
+ * on it gets stop_after_s, then SIGTERM (the plan's line, adapter.h). */
+static double agents_line(void *ctx, int stream, const char *line, size_t len)
 {
     static const char said[] = "the job has been aborted";
-    if (f->run->stop_at > 0 || !memmem(line, len, said, sizeof said - 1))
-        return;
-    f->run->stop_at = dt_clock_s() + f->stop_after_s;
-}
-
-static void on_line(void *ctx, int stream, const char *line, size_t len, bool complete)
-{
     (void)stream;
-    (void)complete;
-    struct follow *f = ctx;
+    struct agents *a = ctx;
     int node;
-    bool err = true;
+    bool err = true, aborted = false;
     const char *text = line;
     size_t n = len;
-    if (!dt_mpirun__untag(line, len, f->scratch, &node, &err, &text, &n)) {
-        dt_mpirun_verdict_feed(&f->verdict, line, len);
-        watch_abort(f, line, len);
+    if (!dt_mpirun__untag(line, len, a->scratch, &node, &err, &text, &n)) {
+        dt_mpirun_verdict_feed(&a->verdict, line, len);
+        aborted = memmem(line, len, said, sizeof said - 1) != NULL;
     }
-    memcpy(f->line, text, n);
-    f->line[n] = '\n';
-    fwrite(f->line, 1, n + 1, err ? stderr : stdout);
+    memcpy(a->text, text, n);
+    a->text[n] = '\n';
+    fwrite(a->text, 1, n + 1, err ? stderr : stdout);
     fflush(err ? stderr : stdout);
+    return aborted ? a->stop_after_s : 0;
 }
 
 /* The launcher's options that the agents apply, after `dtrain agent job.yaml`
@@ -390,135 +393,150 @@ static void agent_args(const struct dt_adapter_launch *opts, char grace[32], con
     args[n] = NULL;
 }
 
-static int say_end(const struct dt_job *job, const struct dt_proc_run *r, const struct follow *f, int status,
-                   double start)
+static int agents_finish(void *ctx, const struct dt_adapter_ran *ran)
 {
-    if (r->signal)
-        return 128 + r->signal;
-    if (r->stop_at > 0 && dt_clock_s() >= r->stop_at) {
+    struct agents *a = ctx;
+    const struct dt_job *job = a->job;
+    int status = ran->status;
+    if (status < 0) {
+        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+        return 1;
+    }
+    if (ran->signal)
+        return 128 + ran->signal;
+    if (ran->stopped) {
         dt_log_error("job %s failed: mpirun had not ended %g s after it aborted the job (a host it cannot "
                      "reach any more?); it was stopped",
-                     job->name, f->stop_after_s);
-        return f->verdict.rank >= 0 && f->verdict.status > 0 ? f->verdict.status : 1;
+                     job->name, a->stop_after_s);
+        return a->verdict.rank >= 0 && a->verdict.status > 0 ? a->verdict.status : 1;
     }
-    if (status && f->verdict.rank >= 0)
+    if (status && a->verdict.rank >= 0)
         dt_log_error("job %s failed: mpirun exited with status %d; the agent of node %d ended first",
-                     job->name, status, f->verdict.rank);
+                     job->name, status, a->verdict.rank);
     else if (status)
         dt_log_error("job %s failed: mpirun exited with status %d", job->name, status);
     else /* node 0's agent said so already (agent_summary.c): one line per job */
-        dt_log_debug("job %s succeeded in %.2f s", job->name, dt_clock_s() - start);
+        dt_log_debug("job %s succeeded in %.2f s", job->name, dt_clock_s() - a->start);
     return status;
 }
 
-static int run_agents(const struct dt_job *job, const struct dt_adapter_launch *opts)
+static void agents_release(void *ctx)
 {
-    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", portbuf[16], grace[32];
+    struct agents *a = ctx;
+    dt_mpirun_line_free(&a->line);
+    dt_adapter_env_free(a->envp);
+    free(a);
+}
+
+/* mpirun's environment: ours, with what every agent must know before it starts. */
+static char **agents_env(const char *token, const char *host, int port, const char *run_id)
+{
+    char t[96], h[300], p[48], r[32 + DT_RUN_ID_MAX];
+    snprintf(t, sizeof t, "DTRAIN_JOB_TOKEN=%s", token);
+    snprintf(h, sizeof h, "DTRAIN_COORD_HOST=%s", host);
+    snprintf(p, sizeof p, "DTRAIN_COORD_PORT=%d", port);
+    snprintf(r, sizeof r, "DTRAIN_RUN_ID=%s", run_id);
+    char *set[] = {h, p, r, token[0] ? t : NULL, NULL};
+    char **env = dt_adapter_env_with(environ, set);
+    memset(t, 0, sizeof t);
+    return env;
+}
+
+static int plan_agents(const struct dt_job *job, const struct dt_placement *pl,
+                       const struct dt_adapter_launch *opts, struct dt_adapter_plan *out)
+{
+    struct agents *a = calloc(1, sizeof *a);
+    if (!a)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    *a = (struct agents){.job = job, .verdict = {.rank = -1}, .start = opts->start_mono};
+    out->ctx = a;
+    out->release = agents_release;
+    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "";
     int port = 0;
     int rc = settle(job, opts, run_id, token, host, &port);
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    if (rc == 0 &&
-        ((token[0] && setenv("DTRAIN_JOB_TOKEN", token, 1)) || setenv("DTRAIN_COORD_HOST", host, 1) ||
-         setenv("DTRAIN_COORD_PORT", portbuf, 1) || setenv("DTRAIN_RUN_ID", run_id, 1)))
-        rc = dt_error_set(DT_ENOMEM, "cannot set the agents' environment");
+    if (rc == 0 && !(a->envp = agents_env(token, host, port, run_id)))
+        rc = DT_ENOMEM;
     memset(token, 0, sizeof token);
-    struct dt_mpirun_line line = {0};
-    const char *args[8];
-    agent_args(opts, grace, args);
+    agent_args(opts, a->grace, a->args);
     struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
                                   .job_path = job->path,
                                   .export_names = dt_mpirun__agent_exports(job),
                                   .tag_output = true,
-                                  .agent_args = args};
+                                  .agent_args = a->args};
     if (rc == 0)
-        rc = dt_mpirun_build(job, job->nproc_per_node, &call, &line);
-    if (rc) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-        return 2;
-    }
+        rc = dt_mpirun_build(job, pl, &call, &a->line);
+    if (rc)
+        return rc;
     dt_log_info("job %s: %d agent%s through %s, coordinator %s:%d (node 0), run id %s", job->name, job->nodes,
-                job->nodes == 1 ? "" : "s", line.argv[0], host, port, run_id);
-    struct follow *f = calloc(1, sizeof *f);
-    if (f)
-        f->verdict.rank = -1;
-    struct dt_proc_run r = {.argv = line.argv,
-                            .io = {DT_PROC_LINES, DT_PROC_LINES},
-                            .on_line = on_line,
-                            .ctx = f,
-                            .grace_s = opts->grace_s > 0 ? opts->grace_s : job->grace_period_s};
-    if (f) {
-        /* The agents left end within heartbeat_timeout and their grace period (docs/multinode.md). */
-        double hb = job->rendezvous.heartbeat_timeout_s > 0 ? job->rendezvous.heartbeat_timeout_s
-                                                            : job->rendezvous.timeout_s;
-        f->run = &r;
-        f->stop_after_s = hb + r.grace_s + 10;
-    }
-    double start = opts->start_mono;
-    rc = f ? dt_proc_run(&r) : dt_error_set(DT_ENOMEM, "out of memory");
-    dt_mpirun_line_free(&line);
-    if (rc < 0) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-        free(f);
-        return 1;
-    }
-    int status = say_end(job, &r, f, rc, start);
-    free(f);
-    return status;
+                job->nodes == 1 ? "" : "s", a->line.argv[0], host, port, run_id);
+    out->argv = a->line.argv;
+    out->envp = a->envp;
+    out->io[0] = out->io[1] = DT_PLAN_LINES;
+    out->grace_s = opts->grace_s > 0 ? opts->grace_s : job->grace_period_s;
+    out->line = agents_line;
+    out->finish = agents_finish;
+    /* The agents left end within heartbeat_timeout and their grace period (docs/multinode.md). */
+    double hb = job->rendezvous.heartbeat_timeout_s > 0 ? job->rendezvous.heartbeat_timeout_s
+                                                        : job->rendezvous.timeout_s;
+    a->stop_after_s = hb + out->grace_s + 10;
+    return 0;
 }
 
-/* --- submit -------------------------------------------------------------- */
+/* --- the plan ------------------------------------------------------------ */
 
-static int run_mpi(const struct dt_job *job, const struct dt_adapter_launch *opts)
+static void group_release(void *ctx)
 {
-    struct mpi_group *g = calloc(1, sizeof *g);
-    if (!g) {
-        fprintf(stderr, "dtrain launch: out of memory\n");
-        return 1;
-    }
-    *g = (struct mpi_group){.job = job,
-                            .opts = opts,
-                            .nproc = job->nproc_per_node,
-                            .world = job->nodes * job->nproc_per_node,
-                            .verdict = {.rank = -1}};
-    struct dt_adapter_group group = {.world = g->world,
-                                     .log_name = "mpirun.err",
-                                     .ctx = g,
-                                     .env = group_env,
-                                     .argv = group_argv,
-                                     .route = group_route,
-                                     .collect = group_collect};
-    bool local = all_local(job);
-    char host[256] = "127.0.0.1";
-    if (!local)
-        advertised_host(job, host, sizeof host);
-    struct dt_adapter_host h = {.nnodes = job->nodes,
-                                .nproc = g->nproc,
-                                .bind = local ? "127.0.0.1" : "0.0.0.0",
-                                .advertise = host,
-                                .group = &group};
-    int status = opts->host_node0(job, opts, &h);
+    struct mpi_group *g = ctx;
     dt_mpirun_line_free(&g->line);
     free(g);
-    return status;
 }
 
-int dt_mpirun__submit(const struct dt_job *job, const struct dt_adapter_launch *opts)
+static int plan_mpi(const struct dt_job *job, const struct dt_placement *pl,
+                    const struct dt_adapter_launch *opts, struct dt_adapter_plan *out)
+{
+    struct mpi_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    *g = (struct mpi_group){.job = job, .opts = opts, .pl = *pl, .verdict = {.rank = -1}};
+    g->group = (struct dt_adapter_group){.world = pl->world,
+                                         .log_name = "mpirun.err",
+                                         .ctx = g,
+                                         .env = group_env,
+                                         .argv = group_argv,
+                                         .route = group_route,
+                                         .collect = group_collect};
+    bool local = all_local(job);
+    snprintf(g->host, sizeof g->host, "127.0.0.1");
+    if (!local)
+        advertised_host(job, g->host, sizeof g->host);
+    out->host_node0 = true;
+    out->host = (struct dt_adapter_host){.nnodes = pl->nnodes,
+                                         .nproc = pl->nproc,
+                                         .bind = local ? "127.0.0.1" : "0.0.0.0",
+                                         .advertise = g->host,
+                                         .group = &g->group};
+    out->ctx = g;
+    out->release = group_release;
+    return 0;
+}
+
+int dt_mpirun__plan(const struct dt_job *job, const struct dt_adapter_launch *opts,
+                    struct dt_adapter_plan *out)
 {
     const char *prog = job->mpirun && job->mpirun->program ? job->mpirun->program : "mpirun";
-    if (!dt_fs_on_path(prog)) {
-        fprintf(stderr, "dtrain launch: %s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)\n",
-                job->path, prog,
-                strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
-        return 2;
-    }
+    if (!dt_fs_on_path(prog))
+        return dt_error_set(
+            DT_ENOTFOUND, "%s: mpirun.program '%s' %s (Debian: apt-get install openmpi-bin)", job->path, prog,
+            strchr(prog, '/') ? "does not exist or is not executable" : "was not found on PATH");
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
     if (!dt_mpirun_ranks_are_mpi(job))
-        return run_agents(job, opts);
-    if (job->nproc_per_node < 1) {
-        fprintf(stderr,
-                "dtrain launch: %s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks "
-                "per node (write it, e.g. nproc_per_node: 8)\n",
-                job->path);
-        return 2;
-    }
-    return run_mpi(job, opts);
+        return plan_agents(job, &pl, opts, out);
+    if (pl.nproc < 1)
+        return dt_error_set(
+            DT_EINVAL,
+            "%s: nproc_per_node: gpu with backend: mpi; mpirun needs a number of ranks per node "
+            "(write it, e.g. nproc_per_node: 8)",
+            job->path);
+    return plan_mpi(job, &pl, opts, out);
 }

@@ -244,19 +244,12 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
     return rc < 0 ? dt_error_prefix("dtrain agent under Slurm (job %s)", id) : 0;
 }
 
-int dt_slurm_ranks_per_node(const struct dt_job *job)
-{
-    if (job->nproc_per_node != DT_NPROC_GPU)
-        return job->nproc_per_node;
-    return job->slurm ? job->slurm->gpus_per_node : 0;
-}
-
 const struct dt_adapter dt_adapter_slurm = {
     .name = "slurm",
     .scheduler = DT_SCHED_SLURM,
     .render = dt_slurm_render,
     .check = dt_slurm_check,
-    .submit = dt_slurm_submit,
+    .plan = dt_slurm_plan,
     .discover = dt_slurm_discover,
     .status = dt_slurm_status,
     .cancel = dt_slurm_cancel,

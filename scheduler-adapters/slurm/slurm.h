@@ -1,9 +1,10 @@
-/* slurm.h - the Slurm adapter's parts (render, submit, discover) and the facts they share.
+/* slurm.h - the Slurm adapter's parts (render, plan, discover) and the facts they share.
  *
  * The adapter itself is `dt_adapter_slurm` (adapter.h's contract), defined in
- * slurm.c; render is slurm_render.c, submit (sbatch, Slurm's commands,
- * following the job) slurm_submit.c.  These functions are public so the unit tests reach them with
- * their own environments and without a cluster.
+ * slurm.c; render is slurm_render.c, the launch's plan (sbatch, Slurm's
+ * commands, following the job) slurm_submit.c.  These functions are public
+ * so the unit tests reach them with their own environments and without a
+ * cluster.
  *
  * One job spec becomes one sbatch script: one task per node (the agent),
  * `srun --kill-on-bad-exit=1 dtrain agent job.yaml` in the body; node 0's
@@ -40,13 +41,9 @@
 
 extern const struct dt_adapter dt_adapter_slurm;
 
-/* Ranks per node as the spec says: nproc_per_node, or for nproc_per_node: gpu
- * slurm.gpus_per_node's count (typed or not); 0 when only the node knows. */
-int dt_slurm_ranks_per_node(const struct dt_job *job);
-
 /* The sbatch script for job (job_path as the nodes should open it). */
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out);
-/* adapter.h's check: what render and submit refuse in the spec alone. */
+/* adapter.h's check: what render and launch refuse in the spec alone. */
 int dt_slurm_check(const struct dt_job *job);
 /* The same with the spec's text (spec, not NULL) embedded: the job writes it
  * into its run directory and runs that copy (`dtrain launch`). */
@@ -58,8 +55,10 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
 /* The coordinator's port: rendezvous.port, or derived from the job id. */
 int dt_slurm_port(const struct dt_job *job, const char *job_id, int *port);
 
-/* `dtrain launch`: sbatch, follow, stream, exit with the job's outcome. */
-int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *opts);
+/* `dtrain launch`'s plan: the script to write, sbatch to run, then (its
+ * finish) follow the job, stream its output, exit with its outcome. */
+int dt_slurm_plan(const struct dt_job *job, const struct dt_adapter_launch *opts,
+                  struct dt_adapter_plan *out);
 
 /* `dtrain status` and `dtrain cancel` of a launched job (launch.json's job id):
  * scontrol/sacct, and scancel followed until the job's state is final. */

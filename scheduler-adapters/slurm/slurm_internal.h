@@ -7,6 +7,7 @@
 #define DT_SLURM_INTERNAL_H
 
 #include "scheduler-adapters/slurm/slurm.h"
+#include "spec/placement.h"
 
 /* The srun line that starts every rank: argv NULL-terminated; its strings
  * are the job's, the caller's, literals or in flags. */
@@ -17,10 +18,11 @@ struct dt_slurm__argv {
 
 /* `srun --kill-on-bad-exit=1 --label --nodes=N --ntasks=... --ntasks-per-node=K
  * [--cpus-per-task=C] [--cpu-bind=X] [--gpu-bind=Y] DTRAIN mpirank -- PROGRAM`
- * (PROGRAM: the spec's command, or `DTRAIN worker JOB_PATH`).  DT_EINVAL when
- * the ranks per node are not known before the job starts. */
-int dt_slurm__ranks_argv(const struct dt_job *job, const char *dtrain, const char *job_path,
-                         struct dt_slurm__argv *out);
+ * (PROGRAM: the spec's command, or `DTRAIN worker JOB_PATH`), for the job
+ * placed as pl (spec/placement.h, DT_PLACE_SCHEDULER).  DT_EINVAL when the
+ * ranks per node are not known before the job starts. */
+int dt_slurm__ranks_argv(const struct dt_job *job, const struct dt_placement *pl, const char *dtrain,
+                         const char *job_path, struct dt_slurm__argv *out);
 void dt_slurm__argv_free(struct dt_slurm__argv *a);
 
 /* The group that stands for every rank of a per_rank job, for the agent in

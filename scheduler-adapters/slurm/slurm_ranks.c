@@ -38,12 +38,11 @@
 
 #define FLAG_MAX 160
 
-int dt_slurm__ranks_argv(const struct dt_job *job, const char *dtrain, const char *job_path,
-                         struct dt_slurm__argv *out)
+int dt_slurm__ranks_argv(const struct dt_job *job, const struct dt_placement *pl, const char *dtrain,
+                         const char *job_path, struct dt_slurm__argv *out)
 {
     const struct dt_slurm_spec *s = job->slurm;
-    int per_node = dt_slurm_ranks_per_node(job);
-    if (per_node <= 0)
+    if (pl->nproc <= 0)
         return dt_error_set(DT_EINVAL,
                             "%s: slurm.tasks: per_rank needs the ranks per node before the job starts: "
                             "nproc_per_node as a number, or slurm.gpus_per_node with nproc_per_node: gpu",
@@ -62,8 +61,8 @@ int dt_slurm__ranks_argv(const struct dt_job *job, const char *dtrain, const cha
     out->argv[n++] = "--kill-on-bad-exit=1";
     out->argv[n++] = "--label"; /* "N: text": whose line it is */
     FLAG("--nodes=%d", job->nodes);
-    FLAG("--ntasks=%d", job->nodes * per_node);
-    FLAG("--ntasks-per-node=%d", per_node);
+    FLAG("--ntasks=%d", pl->world);
+    FLAG("--ntasks-per-node=%d", pl->nproc);
     if (s && s->cpus_per_task > 0)
         FLAG("--cpus-per-task=%d", s->cpus_per_task);
     if (s && s->cpu_bind)
@@ -99,6 +98,7 @@ void dt_slurm__argv_free(struct dt_slurm__argv *a)
 /* One agent per batch script, so one group per process. */
 static struct ranks {
     const struct dt_job *job;
+    struct dt_placement pl;
     char dtrain[PATH_MAX];
     struct dt_slurm__argv line;
     int world;
@@ -115,7 +115,7 @@ static int ranks_argv(void *ctx, char *const *env, char *const **argv)
 {
     (void)env;
     struct ranks *r = ctx;
-    int rc = r->line.argv ? 0 : dt_slurm__ranks_argv(r->job, r->dtrain, r->job->path, &r->line);
+    int rc = r->line.argv ? 0 : dt_slurm__ranks_argv(r->job, &r->pl, r->dtrain, r->job->path, &r->line);
     *argv = (char *const *)r->line.argv;
     return rc;
 }
@@ -179,6 +179,7 @@ const struct dt_adapter_group *dt_slurm__ranks_group(const struct dt_job *job)
     the_ranks.job = job;
     the_ranks.failed_rank = -1;
     dt_fs_self_path(the_ranks.dtrain, sizeof the_ranks.dtrain); /* the nodes share it, as $DTRAIN */
-    the_group.world = the_ranks.world = job->nodes * dt_slurm_ranks_per_node(job);
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &the_ranks.pl); /* fails only on a host's GPUs */
+    the_group.world = the_ranks.world = the_ranks.pl.world;
     return &the_group;
 }

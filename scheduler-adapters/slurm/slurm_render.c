@@ -67,15 +67,16 @@ static void print_mem(FILE *out, uint64_t bytes)
         fprintf(out, "#SBATCH --mem=%" PRIu64 "M\n", (bytes + mib - 1) / mib);
 }
 
-static void print_header(const struct dt_job *job, const char *job_path, FILE *out)
+static void print_header(const struct dt_job *job, const struct dt_placement *pl, const char *job_path,
+                         FILE *out)
 {
     char per_node[48];
-    int n = dt_slurm_ranks_per_node(job);
+    int n = pl->nproc;
     if (n == 0)
         snprintf(per_node, sizeof per_node, "one rank per GPU");
     else
         snprintf(per_node, sizeof per_node, "%d rank%s%s", n, n == 1 ? "" : "s",
-                 job->nproc_per_node == DT_NPROC_GPU ? " (one per GPU)" : "");
+                 pl->source == DT_NPROC_FROM_SCHEDULER ? " (one per GPU)" : "");
     bool per_rank = job->slurm && job->slurm->tasks == DT_SLURM_TASKS_PER_RANK;
     fprintf(out,
             "#!/bin/bash\n"
@@ -99,13 +100,12 @@ static void print_header(const struct dt_job *job, const char *job_path, FILE *o
     fprintf(out, "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n");
 }
 
-static void print_sbatch_lines(const struct dt_job *job, FILE *out)
+static void print_sbatch_lines(const struct dt_job *job, const struct dt_placement *pl, FILE *out)
 {
     const struct dt_slurm_spec *s = job->slurm;
     fprintf(out, "#SBATCH --job-name=%s\n", job->name);
     fprintf(out, "#SBATCH --nodes=%d\n", job->nodes);
-    fprintf(out, "#SBATCH --ntasks-per-node=%d\n",
-            s && s->tasks == DT_SLURM_TASKS_PER_RANK ? dt_slurm_ranks_per_node(job) : 1);
+    fprintf(out, "#SBATCH --ntasks-per-node=%d\n", s && s->tasks == DT_SLURM_TASKS_PER_RANK ? pl->nproc : 1);
     if (s && s->gpus_per_node > 0)
         fprintf(out, "#SBATCH --gpus-per-node=%s%s%d\n", s->gpu_type ? s->gpu_type : "",
                 s->gpu_type ? ":" : "", s->gpus_per_node);
@@ -255,12 +255,12 @@ static void print_srun(const struct dt_job *job, FILE *out)
 }
 
 /* per_rank: the step the agent runs, as a comment (the agent builds the same line). */
-static int print_rank_step(const struct dt_job *job, FILE *out)
+static int print_rank_step(const struct dt_job *job, const struct dt_placement *pl, FILE *out)
 {
     if (!job->slurm || job->slurm->tasks != DT_SLURM_TASKS_PER_RANK)
         return 0;
     struct dt_slurm__argv a = {0};
-    int rc = dt_slurm__ranks_argv(job, "$DTRAIN", "$JOB", &a);
+    int rc = dt_slurm__ranks_argv(job, pl, "$DTRAIN", "$JOB", &a);
     if (rc < 0)
         return rc;
     fprintf(out, "\n"
@@ -324,7 +324,7 @@ static int check_one_line(const char *job_path, const char *key, const char *v)
     return 0;
 }
 
-static int check_values(const struct dt_job *job, const char *job_path)
+static int check_values(const struct dt_job *job, const struct dt_placement *pl, const char *job_path)
 {
     const struct dt_slurm_spec *s = job->slurm;
     if (!s)
@@ -336,7 +336,7 @@ static int check_values(const struct dt_job *job, const char *job_path)
         rc = check_one_line(job_path, "qos", s->qos);
     if (!rc)
         rc = check_one_line(job_path, "constraint", s->constraint);
-    if (!rc && s->tasks == DT_SLURM_TASKS_PER_RANK && dt_slurm_ranks_per_node(job) <= 0)
+    if (!rc && s->tasks == DT_SLURM_TASKS_PER_RANK && pl->nproc <= 0)
         rc = dt_error_set(DT_EINVAL,
                           "%s: slurm.tasks: per_rank needs the ranks per node before the job starts: "
                           "nproc_per_node as a number, or slurm.gpus_per_node with nproc_per_node: gpu",
@@ -354,7 +354,9 @@ int dt_slurm_check(const struct dt_job *job)
             "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
             "read it to learn their place from Slurm's variables)",
             job->path, dt_scheduler_name(job->scheduler));
-    return check_values(job, job->path);
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl); /* fails only on a host's GPUs */
+    return check_values(job, &pl, job->path);
 }
 
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
@@ -370,11 +372,13 @@ int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const
             "%s: scheduler: %s; an sbatch script needs scheduler: slurm in the spec (the agents "
             "read it to learn their place from Slurm's variables)",
             job_path, dt_scheduler_name(job->scheduler));
-    int rc = check_values(job, job_path);
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl); /* fails only on a host's GPUs */
+    int rc = check_values(job, &pl, job_path);
     if (rc < 0)
         return rc;
-    print_header(job, job_path, out);
-    print_sbatch_lines(job, out);
+    print_header(job, &pl, job_path, out);
+    print_sbatch_lines(job, &pl, out);
     fprintf(out,
             "\nset -u\n"
             "DTRAIN=${DTRAIN:-dtrain}  # the dtrain binary as the nodes see it (`dtrain launch` sets it,\n"
@@ -389,7 +393,7 @@ int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const
     print_token(job, out);
     print_setup(job, out);
     print_cpus(job, out);
-    rc = print_rank_step(job, out);
+    rc = print_rank_step(job, &pl, out);
     if (rc < 0)
         return rc;
     print_run(job, out);

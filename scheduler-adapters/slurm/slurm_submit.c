@@ -1,9 +1,9 @@
 /* slurm_submit.c - `dtrain launch job.yaml` with scheduler: slurm: sbatch,
  * then follow the job to its end through Slurm's client commands.
  *
- * Submit.  Renders the job's sbatch script into the log directory, makes the
- * job token, and runs `sbatch --parsable` with the token, the dtrain binary
- * (DTRAIN), the log directory (DTRAIN_LOG_DIR) and --grace-period
+ * The plan.  The job's sbatch script, for the launcher to write into the
+ * log directory; the job token; and `sbatch --parsable` to run with the
+ * token, the dtrain binary (DTRAIN), the log directory (DTRAIN_LOG_DIR) and --grace-period
  * (DTRAIN_GRACE_PERIOD, which the script hands to each agent) and with
  * --resume the run id to continue (DTRAIN_SLURM_RUN_ID, slurm.h) in sbatch's
  * environment, which Slurm passes to the batch script and srun to every
@@ -21,8 +21,9 @@
  * accounting is configured.  ExitCode=N:S is the batch script's exit code N,
  * or the signal S that ended it; the launcher exits with N, or 128 + S.
  *
- * Follow.  Every 0.25 s the job's --output and --error files are read from
- * where the last read stopped and their complete lines copied to the console
+ * Follow (the plan's finish, once sbatch has said the job's id).  Every
+ * 0.25 s the job's --output and --error files are read from where the last
+ * read stopped and their complete lines copied to the console
  * (stdout lines "[rank N] ..." of ranks not asked for with --ranks are left
  * out); every poll interval (0.25 s for the first 10 s, then 1 s: slurmctld
  * serves everyone) `scontrol show job` (or sacct once slurmctld forgot the
@@ -47,6 +48,7 @@
 #include "base/run_dir.h"
 #include "scheduler-adapters/run_record.h"
 #include "spec/jobspec_yaml.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <errno.h>
@@ -70,6 +72,20 @@ static void copy_out(char *to, size_t size, const char *from)
         snprintf(to, size, "%s", from ? from : "");
 }
 
+/* A helper that could not run or did not answer: the sentence for it. */
+static int cmd_failed(const char *prog, int rc, double timeout_s)
+{
+    if (rc == DT_ETIMEDOUT)
+        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", prog,
+                            timeout_s);
+    if (rc == DT_ENOTFOUND)
+        return dt_error_set(DT_ENOTFOUND,
+                            "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
+                            "runs where Slurm's client commands are installed (Debian: slurm-client)",
+                            prog);
+    return rc;
+}
+
 int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char *out, size_t out_size,
                  char *err, size_t err_size)
 {
@@ -80,15 +96,7 @@ int dt_slurm_cmd(char *const argv[], char *const envp[], double timeout_s, char 
     copy_out(err, err_size, r.captured[1]);
     free(r.captured[0]);
     free(r.captured[1]);
-    if (rc == DT_ETIMEDOUT)
-        return dt_error_set(DT_ETIMEDOUT, "%s did not answer within %g s (is slurmctld up?)", argv[0],
-                            timeout_s);
-    if (rc == DT_ENOTFOUND)
-        return dt_error_set(DT_ENOTFOUND,
-                            "%s was not found on PATH: `dtrain launch` of a scheduler: slurm job "
-                            "runs where Slurm's client commands are installed (Debian: slurm-client)",
-                            argv[0]);
-    return rc;
+    return rc < 0 ? cmd_failed(argv[0], rc, timeout_s) : rc;
 }
 
 /* The value of " key=" (or key= at the start) up to the next space. */
@@ -446,7 +454,24 @@ int dt_slurm_cancel(const struct dt_run_record *rec, double wait_s)
                         info.state[0] ? info.state : "known", wait_s);
 }
 
-/* --- submit -------------------------------------------------------------- */
+/* --- the launch's plan: the script, sbatch, then follow ------------------- */
+
+#define SBATCH_TIMEOUT_S 60.0
+
+/* What the plan keeps from sbatch's start to the job's end. */
+struct submission {
+    const struct dt_job *job;
+    const char *resume_id; /* --resume's run, or NULL */
+    double start_mono;
+    char log_dir[PATH_MAX], job_abs[PATH_MAX], script[PATH_MAX + 128];
+    char out_pat[PATH_MAX + 128], err_pat[PATH_MAX + 128], out_arg[PATH_MAX + 144], err_arg[PATH_MAX + 144];
+    char *argv[6];
+    char **envp;
+    char *text; /* the script */
+    size_t len;
+    unsigned char *show; /* --ranks, per global rank, or NULL */
+    int world;           /* entries of show */
+};
 
 /* The log directory, absolute: the batch script runs in the submit directory, but say what we mean. */
 static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch *o, char *out, size_t size)
@@ -460,98 +485,88 @@ static int log_dir_abs(const struct dt_job *job, const struct dt_adapter_launch 
     return 0;
 }
 
-/* The script, kept in the log directory as <name>-submit-XXXXXX.sbatch (renamed after sbatch),
- * with the spec as it is now in it. */
-static int write_script(const struct dt_job *job, const char *job_abs, const char *log_dir, char *path,
-                        size_t size)
+/* The script's text, with the spec as it is now in it.  The spec is read
+ * once: the script's #SBATCH lines and the spec it carries come from the same bytes. */
+static int render_script(struct submission *sub)
 {
-    if (snprintf(path, size, "%s/%s-submit-XXXXXX.sbatch", log_dir, job->name) >= (int)size)
-        return dt_error_set(DT_EINVAL, "log directory path is too long: %s", log_dir);
-    int fd = mkstemps(path, 7);
-    if (fd < 0)
-        return dt_error_set_errno(DT_EIO, errno, "cannot create %s", path);
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        return dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
-    }
-    /* The text is read once: the script's #SBATCH lines and the spec it carries come from the same bytes. */
     char *spec = NULL;
     size_t len = 0;
     struct dt_job *submitted = NULL;
-    int rc = dt_json_read_file(job->path, DT_YAML_MAX_BYTES, &spec, &len);
+    FILE *m = open_memstream(&sub->text, &sub->len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    int rc = dt_json_read_file(sub->job->path, DT_YAML_MAX_BYTES, &spec, &len);
     if (rc == 0 && strlen(spec) != len)
-        rc = dt_error_set(DT_EINVAL, "%s: a NUL byte in the job spec", job->path);
+        rc = dt_error_set(DT_EINVAL, "%s: a NUL byte in the job spec", sub->job->path);
     if (rc == 0)
-        rc = dt_job_load_string(spec, len, job->path, &submitted);
+        rc = dt_job_load_string(spec, len, sub->job->path, &submitted);
     if (rc == 0)
-        rc = dt_slurm_render_script(submitted, job_abs, spec, f);
+        rc = dt_slurm_render_script(submitted, sub->job_abs, spec, m);
     dt_job_free(submitted);
     free(spec);
-    if (fclose(f) != 0 && rc == 0)
-        rc = dt_error_set_errno(DT_EIO, errno, "cannot write %s", path);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "out of memory");
     return rc;
 }
 
-/* This environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD,
+/* Our environment with DTRAIN, DTRAIN_LOG_DIR, DTRAIN_JOB_TOKEN, DTRAIN_GRACE_PERIOD,
  * DTRAIN_SLURM_RUN_ID (--resume's run, else none: never one inherited) and (so the
  * agents are as quiet or talkative as the launcher) DTRAIN_LOG replaced. */
 static char **sbatch_env(const char *dtrain, const char *log_dir, const char *token, double grace_s,
                          const char *run_id)
 {
-    static const char *const ours[] = {"DTRAIN=",     "DTRAIN_LOG_DIR=",      "DTRAIN_JOB_TOKEN=",
-                                       "DTRAIN_LOG=", "DTRAIN_GRACE_PERIOD=", DT_SLURM_RUN_ID_ENV "=",
-                                       NULL};
     static const char *const levels[] = {"debug", "info", "warn", "error", "error"};
     static char v[6][PATH_MAX + 32];
-    size_t n = 0, k = 0;
-    while (environ[n])
-        n++;
-    char **env = calloc(n + 7, sizeof *env);
-    if (!env)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        bool mine = false;
-        for (int j = 0; ours[j]; j++)
-            mine |= strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
-        if (!mine)
-            env[k++] = environ[i];
-    }
     snprintf(v[0], sizeof v[0], "DTRAIN=%s", dtrain);
     snprintf(v[1], sizeof v[1], "DTRAIN_LOG_DIR=%s", log_dir);
     snprintf(v[2], sizeof v[2], "DTRAIN_LOG=%s", levels[dt_log_get_level()]);
-    env[k++] = v[0];
-    env[k++] = v[1];
-    env[k++] = v[2];
-    if (token) {
-        snprintf(v[3], sizeof v[3], "DTRAIN_JOB_TOKEN=%s", token);
-        env[k++] = v[3];
-    }
-    if (grace_s > 0) {
+    snprintf(v[3], sizeof v[3], "DTRAIN_JOB_TOKEN%s%s", token ? "=" : "", token ? token : "");
+    if (grace_s > 0)
         snprintf(v[4], sizeof v[4], "DTRAIN_GRACE_PERIOD=%g", grace_s);
-        env[k++] = v[4];
-    }
-    if (run_id) {
-        snprintf(v[5], sizeof v[5], DT_SLURM_RUN_ID_ENV "=%s", run_id);
-        env[k++] = v[5];
-    }
+    else
+        snprintf(v[4], sizeof v[4], "DTRAIN_GRACE_PERIOD");
+    snprintf(v[5], sizeof v[5], DT_SLURM_RUN_ID_ENV "%s%s", run_id ? "=" : "", run_id ? run_id : "");
+    char *set[] = {v[0], v[1], v[2], v[3], v[4], v[5], NULL};
+    char **env = dt_adapter_env_with(environ, set);
+    memset(v[3], 0, sizeof v[3]);
     return env;
 }
 
-/* sbatch --parsable: "<id>" or "<id>;<cluster>". */
-static int sbatch(char **env, const char *script, const char *out_pat, const char *err_pat, char *id,
-                  size_t size)
+static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, struct submission *sub)
 {
-    char out[512], err[2048], o_arg[PATH_MAX + 16], e_arg[PATH_MAX + 16];
-    snprintf(o_arg, sizeof o_arg, "--output=%s", out_pat);
-    snprintf(e_arg, sizeof e_arg, "--error=%s", err_pat);
-    char *argv[] = {"sbatch", "--parsable", o_arg, e_arg, (char *)script, NULL};
-    int rc = dt_slurm_cmd(argv, env, 60, out, sizeof out, err, sizeof err);
+    if (!realpath(job->path, sub->job_abs))
+        return dt_error_set_errno(DT_EIO, errno, "cannot find the absolute path of %s", job->path);
+    int rc = log_dir_abs(job, o, sub->log_dir, sizeof sub->log_dir);
     if (rc < 0)
         return rc;
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl);     /* fails only on a host's GPUs */
+    sub->world = pl.world > 0 ? pl.world : job->nodes * 64; /* --ranks' bound when only the nodes know */
+    if (o->ranks) {
+        if (!(sub->show = malloc((size_t)sub->world)))
+            return dt_error_set(DT_ENOMEM, "out of memory");
+        if ((rc = dt_args_ranks(o->ranks, sub->world, sub->show)) < 0)
+            return rc;
+    }
+    snprintf(sub->out_pat, sizeof sub->out_pat, "%s/%s-%%j.out", sub->log_dir, job->name);
+    snprintf(sub->err_pat, sizeof sub->err_pat, "%s/%s-%%j.err", sub->log_dir, job->name);
+    /* Renamed <name>-<job id>.sbatch once sbatch has said the id. */
+    snprintf(sub->script, sizeof sub->script, "%s/%s-submit-%ld.sbatch", sub->log_dir, job->name,
+             (long)getpid());
+    return render_script(sub);
+}
+
+/* sbatch --parsable said "<id>" or "<id>;<cluster>". */
+static int sbatch_id(const struct dt_adapter_ran *ran, char *id, size_t size)
+{
+    if (ran->status < 0)
+        return cmd_failed("sbatch", ran->status, SBATCH_TIMEOUT_S);
+    char out[512], err[2048];
+    copy_out(out, sizeof out, ran->out);
+    copy_out(err, sizeof err, ran->err);
     err[strcspn(err, "\n")] = 0;
-    if (rc != 0)
-        return dt_error_set(DT_EIO, "sbatch refused the job (exit status %d): %s", rc,
+    if (ran->status != 0)
+        return dt_error_set(DT_EIO, "sbatch refused the job (exit status %d): %s", ran->status,
                             err[0] ? err : "(no message)");
     out[strcspn(out, ";\n")] = 0;
     if (!out[0] || strspn(out, "0123456789_") != strlen(out) || strlen(out) >= size)
@@ -560,70 +575,30 @@ static int sbatch(char **env, const char *script, const char *out_pat, const cha
     return 0;
 }
 
-struct submit_paths {
-    char log_dir[PATH_MAX], job[PATH_MAX], script[PATH_MAX], out_pat[PATH_MAX], err_pat[PATH_MAX];
-};
-
-static int prepare(const struct dt_job *job, const struct dt_adapter_launch *o, struct submit_paths *p,
-                   unsigned char **show, int *world)
+/* After sbatch: the script named by the job, the launch's record, then the job followed to its end. */
+static int submitted(void *ctx, const struct dt_adapter_ran *ran)
 {
-    if (!realpath(job->path, p->job))
-        return dt_error_set_errno(DT_EIO, errno, "cannot find the absolute path of %s", job->path);
-    int rc = log_dir_abs(job, o, p->log_dir, sizeof p->log_dir);
-    if (rc < 0)
-        return rc;
-    int per_node = dt_slurm_ranks_per_node(job);
-    *world = job->nodes * (per_node > 0 ? per_node : 64); /* --ranks' bound when only the nodes know */
-    if (o->ranks) {
-        if (!(*show = malloc((size_t)*world)))
-            return dt_error_set(DT_ENOMEM, "out of memory");
-        if ((rc = dt_args_ranks(o->ranks, *world, *show)) < 0)
-            return rc;
-    }
-    snprintf(p->out_pat, sizeof p->out_pat, "%s/%s-%%j.out", p->log_dir, job->name);
-    snprintf(p->err_pat, sizeof p->err_pat, "%s/%s-%%j.err", p->log_dir, job->name);
-    return write_script(job, p->job, p->log_dir, p->script, sizeof p->script);
-}
-
-int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
-{
-    struct submit_paths p;
-    unsigned char *show = NULL;
-    int world = 0;
-    if (prepare(job, o, &p, &show, &world) < 0) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-        free(show);
-        return 2;
-    }
-    char self[PATH_MAX], token[65] = "", id[64];
-    dt_fs_self_path(self, sizeof self);
-    int rc = job->rendezvous.auth == DT_AUTH_NONE ? 0 : dt_token_make(token);
-    char **env = rc == 0 ? sbatch_env(o->dtrain_path ? o->dtrain_path : self, p.log_dir,
-                                      token[0] ? token : NULL, o->grace_s, o->run_id)
-                         : NULL;
-    if (rc == 0 && !env)
-        rc = dt_error_set(DT_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = sbatch(env, p.script, p.out_pat, p.err_pat, id, sizeof id);
-    free(env);
+    struct submission *sub = ctx;
+    const struct dt_job *job = sub->job;
+    char id[64];
+    int rc = sbatch_id(ran, id, sizeof id);
     if (rc < 0) {
-        fprintf(stderr, "dtrain launch: %s (script: %s)\n", dt_error_last(), p.script);
-        free(show);
+        fprintf(stderr, "dtrain launch: %s (script: %s)\n", dt_error_last(), sub->script);
         return rc == DT_ENOTFOUND ? 2 : 1;
     }
-    char script[PATH_MAX + 32], out[PATH_MAX + 32], err[PATH_MAX + 32], run_dir[PATH_MAX + 128];
-    snprintf(script, sizeof script, "%s/%s-%s.sbatch", p.log_dir, job->name, id);
-    if (rename(p.script, script) != 0)
-        snprintf(script, sizeof script, "%s", p.script);
-    snprintf(out, sizeof out, "%s/%s-%s.out", p.log_dir, job->name, id);
-    snprintf(err, sizeof err, "%s/%s-%s.err", p.log_dir, job->name, id);
+    char script[PATH_MAX + 160], out[PATH_MAX + 160], err[PATH_MAX + 160], run_dir[PATH_MAX + 160];
+    snprintf(script, sizeof script, "%s/%s-%s.sbatch", sub->log_dir, job->name, id);
+    if (rename(sub->script, script) != 0)
+        snprintf(script, sizeof script, "%s", sub->script);
+    snprintf(out, sizeof out, "%s/%s-%s.out", sub->log_dir, job->name, id);
+    snprintf(err, sizeof err, "%s/%s-%s.err", sub->log_dir, job->name, id);
     /* The run directory: this job's, or with --resume the run's it continues,
      * whose launch.json then names this job (status and cancel ask about it). */
-    const char *run_id = o->run_id ? o->run_id : id;
-    if (dt_run_dir_path(p.log_dir, job->name, run_id, run_dir, sizeof run_dir) < 0)
-        snprintf(run_dir, sizeof run_dir, "%s", p.log_dir);
+    const char *run_id = sub->resume_id ? sub->resume_id : id;
+    if (dt_run_dir_path(sub->log_dir, job->name, run_id, run_dir, sizeof run_dir) < 0)
+        snprintf(run_dir, sizeof run_dir, "%s", sub->log_dir);
     struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
-    if (dt_run_record_begin(job, p.log_dir, run_id, id, &rec) < 0)
+    if (dt_run_record_begin(job, sub->log_dir, run_id, id, &rec) < 0)
         dt_log_warn("no launch record for Slurm job %s (dtrain status cannot name it): %s", id,
                     dt_error_last());
     dt_log_info("job %s submitted as Slurm job %s (%d node%s; script %s); Ctrl-C cancels it", job->name, id,
@@ -633,10 +608,50 @@ int dt_slurm_submit(const struct dt_job *job, const struct dt_adapter_launch *o)
                        .out_path = out,
                        .err_path = err,
                        .run_dir = run_dir,
-                       .show = show,
-                       .world = world,
-                       .start_mono = o->start_mono};
-    int status = follow_job(&f);
-    free(show);
-    return status;
+                       .show = sub->show,
+                       .world = sub->world,
+                       .start_mono = sub->start_mono};
+    return follow_job(&f);
+}
+
+static void submission_free(void *ctx)
+{
+    struct submission *sub = ctx;
+    dt_adapter_env_free(sub->envp);
+    free(sub->text);
+    free(sub->show);
+    free(sub);
+}
+
+int dt_slurm_plan(const struct dt_job *job, const struct dt_adapter_launch *o, struct dt_adapter_plan *out)
+{
+    struct submission *sub = calloc(1, sizeof *sub);
+    if (!sub)
+        return dt_error_set(DT_ENOMEM, "out of memory");
+    *sub = (struct submission){.job = job, .resume_id = o->run_id, .start_mono = o->start_mono};
+    out->ctx = sub;
+    out->release = submission_free;
+    int rc = prepare(job, o, sub);
+    char self[PATH_MAX], token[65] = "";
+    dt_fs_self_path(self, sizeof self);
+    if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
+        rc = dt_token_make(token);
+    if (rc == 0 && !(sub->envp = sbatch_env(o->dtrain_path ? o->dtrain_path : self, sub->log_dir,
+                                            token[0] ? token : NULL, o->grace_s, o->run_id)))
+        rc = DT_ENOMEM;
+    memset(token, 0, sizeof token);
+    if (rc < 0)
+        return rc;
+    snprintf(sub->out_arg, sizeof sub->out_arg, "--output=%s", sub->out_pat);
+    snprintf(sub->err_arg, sizeof sub->err_arg, "--error=%s", sub->err_pat);
+    char *argv[] = {"sbatch", "--parsable", sub->out_arg, sub->err_arg, sub->script, NULL};
+    memcpy(sub->argv, argv, sizeof argv);
+    out->files[out->n_files++] =
+        (struct dt_adapter_file){.path = sub->script, .text = sub->text, .len = sub->len, .mode = 0600};
+    out->argv = sub->argv;
+    out->envp = sub->envp;
+    out->io[0] = out->io[1] = DT_PLAN_CAPTURE;
+    out->timeout_s = SBATCH_TIMEOUT_S;
+    out->finish = submitted;
+    return 0;
 }

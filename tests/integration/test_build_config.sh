@@ -79,4 +79,4 @@ mk -n CUDA=1 CUDNN_FE_INC= >"$T/make4.log" 2>&1
 check "make with no goal, CUDA=1 and no cuDNN frontend, would link bin/dtrain" \
   grep -Eq -- '-o bin/dtrain( |$)' "$T/make4.log"
 check "and would compile the C objects with DT_HAVE_CUDA (CUDA=0 then CUDA=1 gives cuda: yes)" \
-  grep -Eq '^cc .*-DDT_HAVE_CUDA.* -c launcher/cmd_version.c' "$T/make4.log"
+  grep -Eq '^cc .*-DDT_HAVE_CUDA.* -c launcher/cli/cmd_version.c' "$T/make4.log"

@@ -10,8 +10,8 @@ contains "$T/last.err" "not a dtrain command" "unknown command is named"
 expect_status 2 "no command exits 2" "$DTRAIN"
 # The command lines of --help: two spaces, a name, its summary (under group headings).
 cmds=$("$DTRAIN" --help | awk '/^Options:/{exit} /^  [a-z][a-z_]* /{print $1}')
-have=$(ls "$(dirname "$0")"/../../launcher/cmd_*.c | sed 's|.*/cmd_||; s|\.c$||' | sort | tr '\n' ' ')
-check "--help lists every command once (launcher/cmd_*.c)" \
+have=$(ls "$(dirname "$0")"/../../launcher/cli/cmd_*.c | sed 's|.*/cmd_||; s|\.c$||' | sort | tr '\n' ' ')
+check "--help lists every command once (launcher/cli/cmd_*.c)" \
   test "$(printf '%s\n' $cmds | sort | tr '\n' ' ')" = "$have"
 check "--help lists launch, validate and render first, in that order" \
   test "$(printf '%s\n' $cmds | head -n 3 | tr '\n' ' ')" = "launch validate render "

@@ -26,9 +26,6 @@
 
 static int harness_port;
 static pid_t harness_coord_pid;
-/* Always NULL now (the coordinator is a process of its own, stopped at
- * exit); kept so tests written against the in-process version still build. */
-static struct dt_coord *harness_coord __attribute__((unused));
 static int harness_seq;
 /* In a rank: its store and communicator prefix, to build another communicator. */
 static struct dt_store *harness_rank_store;

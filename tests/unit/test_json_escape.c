@@ -4,8 +4,9 @@
  * byte 0x01-0x1F in both styles, DEL and UTF-8 copied as they are, bytes that
  * are no UTF-8 written as U+FFFD, the two forms writing the same bytes, a
  * buffer one byte too small, and the output read back by the project's reader
- * (base/json.h).  0x00 cannot be asked for: the writer takes C strings, which
- * end there.
+ * (base/json.h); dt_json_utf8 and dt_json_str, which make any bytes a string
+ * jansson takes, replacing what the writers replace.  0x00 cannot be asked for: the writer takes C strings,
+ * which end there.
  *
  * Not for the reader's own rules (test_json.c) or for what each writer's
  * file looks like (test_trace.c, test_agent_run.c, ...).
@@ -149,6 +150,20 @@ static void bytes_that_are_no_utf8_become_u_fffd(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         assert_string_equal(put(cases[i].in, DT_JSON_U), cases[i].out);
         assert_string_equal(quote(cases[i].in, DT_JSON_SHORT_WS), cases[i].out);
+        /* The same bytes as a jansson string: the literal without its quotes (no case needs an escape
+         * but the last, whose quote jansson holds as it is). */
+        char *fixed = dt_json_utf8(cases[i].in);
+        json_t *v = dt_json_str(cases[i].in);
+        assert_non_null(fixed);
+        assert_non_null(v);
+        char want[64];
+        snprintf(want, sizeof want, "%.*s", (int)strlen(cases[i].out) - 2, cases[i].out + 1);
+        if (cases[i].in[0] == '\xff')
+            snprintf(want, sizeof want, "\xef\xbf\xbd\"");
+        assert_string_equal(fixed, want);
+        assert_string_equal(json_string_value(v), want);
+        free(fixed);
+        json_decref(v);
     }
     char in[33], buf[6 * 32 + 3]; /* still within 6 bytes a byte */
     memset(in, 0xff, 32);

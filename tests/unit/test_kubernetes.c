@@ -1,8 +1,9 @@
 /* test_kubernetes.c - the Kubernetes adapter's pieces: YAML scalars that read
  * back as written, quantities, the failure policy from restart_policy, render's
  * refusals, discover from the pod's environment (waiting for pod 0's name), and
- * submit without and with a (fake) kubectl.  The manifests as a whole are
- * validated against the API schemas in tests/integration/test_kubernetes.sh. */
+ * the launch's plan, carried out by the launcher, without and with a (fake)
+ * kubectl.  The manifests as a whole are validated against the API schemas in
+ * tests/integration/test_kubernetes.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/kubernetes/kubernetes.h"
@@ -659,7 +661,7 @@ static void discover_waits_for_pod_0(void **state)
     dt_job_free(job);
 }
 
-/* ---- submit ---- */
+/* ---- the launch's plan, carried out as `dtrain launch` does ---- */
 
 static void submit_without_kubectl_says_how(void **state)
 {
@@ -668,7 +670,7 @@ static void submit_without_kubectl_says_how(void **state)
     char *path = strdup(getenv("PATH"));
     setenv("PATH", "/nonexistent", 1);
     struct dt_adapter_launch opts = {0};
-    int st = k8s()->submit(job, &opts);
+    int st = dt_cli_launch_plan(job, k8s(), &opts);
     setenv("PATH", path, 1);
     free(path);
     assert_int_equal(st, 2);
@@ -720,7 +722,7 @@ static int submit_with_fake(const char *outcome, char *dir, char **applied, char
     struct dt_job *job = NULL;
     assert_int_equal(dt_job_load(file, &job), 0);
     struct dt_adapter_launch opts = {.detach = fake_detach};
-    int st = k8s()->submit(job, &opts);
+    int st = dt_cli_launch_plan(job, k8s(), &opts);
     if (st == 2)
         print_error("submit: %s\n", dt_error_last());
     setenv("PATH", old, 1);

@@ -18,6 +18,7 @@
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
+#include "spec/placement.h"
 
 static struct dt_job *load(const char *yaml)
 {
@@ -33,7 +34,10 @@ static char *joined(const struct dt_job *job, int nproc, const char *const *name
     struct dt_mpirun_call call = {.dtrain = "/opt/dtrain", .job_path = "job.yaml", .export_names = names,
                                   .tag_output = tag};
     struct dt_mpirun_line l;
-    assert_int_equal(dt_mpirun_build(job, nproc, &call, &l), 0);
+    struct dt_placement pl;
+    assert_int_equal(dt_placement_resolve(job, DT_PLACE_SPEC, &pl), 0);
+    assert_int_equal(pl.nproc, nproc);
+    assert_int_equal(dt_mpirun_build(job, &pl, &call, &l), 0);
     static char buf[4096];
     buf[0] = 0;
     for (int i = 0; l.argv[i]; i++)

@@ -1,7 +1,7 @@
 /* test_run_record.c - what a launch leaves in its run directory and what reads it back:
  * launch.json and job.yaml written and read (scheduler-adapters/run_record.h), the
  * launcher's liveness by pid and start time, the spec comparison --resume makes
- * (launcher/launch_resume.h), and how run_info names a run's state from its files.
+ * (launcher/cli/launch_resume.h), and how run_info names a run's state from its files.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "launcher/launch_resume.h"
-#include "launcher/run_info.h"
+#include "launcher/cli/launch_resume.h"
+#include "launcher/cli/run_info.h"
 #include "scheduler-adapters/run_record.h"
 #include "spec/jobspec.h"
 

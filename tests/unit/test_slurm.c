@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/slurm/slurm.h"
 
@@ -63,7 +64,7 @@ static void registered(void **state)
     assert_ptr_equal(dt_adapter_for(DT_SCHED_SLURM), &dt_adapter_slurm);
     assert_ptr_equal(dt_adapter_by_name("slurm"), &dt_adapter_slurm);
     assert_non_null(dt_adapter_slurm.render);
-    assert_non_null(dt_adapter_slurm.submit);
+    assert_non_null(dt_adapter_slurm.plan);
     assert_non_null(dt_adapter_slurm.discover);
 }
 
@@ -182,7 +183,12 @@ static void render_as_sbatch_reads(void **state)
     has(s, "\nsrun --kill-on-bad-exit=1 --cpus-per-task=\"$SRUN_CPUS_PER_TASK\" \"$DTRAIN\" agent");
     lacks(s, "--time");
     has(s, "forks 8 ranks (one per GPU);"); /* nproc_per_node: gpu counts h100:8's 8 */
-    assert_int_equal(dt_slurm_ranks_per_node(job), 8);
+    struct dt_placement pl;                 /* the same count from the placement the adapter resolves */
+    assert_int_equal(dt_placement_resolve(job, DT_PLACE_SCHEDULER, &pl), 0);
+    assert_int_equal(pl.nproc, 8);
+    assert_int_equal(pl.source, DT_NPROC_FROM_SCHEDULER);
+    assert_int_equal(dt_placement_resolve(job, DT_PLACE_SPEC, &pl), 0);
+    assert_int_equal(pl.source, DT_NPROC_PER_NODE); /* the spec alone: each node counts its own */
     /* the export comes before the step that reads it */
     assert_true(strstr(s, "export SRUN_CPUS_PER_TASK") < strstr(s, "\nsrun "));
     free(s);

@@ -262,8 +262,5 @@ int main(void)
         cmocka_unit_test(desync_names_the_rank),
         cmocka_unit_test(accumulation_with_ranks),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (harness_coord)
-        dt_coord_stop(harness_coord);
-    return rc;
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,11 +10,12 @@
  *
  * Not for starting anything (cmd_launch.c, cmd_run.c).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include "launcher/agent/agent.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include "base/error.h"
 #include "base/fs.h"
@@ -33,15 +34,15 @@ static void put_argv(const char *const *argv, FILE *out)
     fputc('\n', out);
 }
 
-static int put_rank(const struct dt_agent_config *cfg, int local, FILE *out)
+static int put_rank(const struct dt_agent_config *cfg, const struct dt_placement *pl, int local, FILE *out)
 {
     char *const none[] = {NULL};
     char **env = NULL;
     int rc = dt_agent_env_build(cfg, local, 0, none, &env);
     if (rc < 0)
         return rc;
-    fprintf(out, "  rank %d (node %d, local rank %d):\n", cfg->node_rank * cfg->nproc + local, cfg->node_rank,
-            local);
+    fprintf(out, "  rank %d (node %d, local rank %d):\n", dt_placement_rank(pl, cfg->node_rank, local),
+            cfg->node_rank, local);
     for (size_t i = 0; env[i]; i++)
         fprintf(out, "    %s\n", env[i]);
     dt_agent_env_free(env);
@@ -53,11 +54,17 @@ int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out)
     char self[PATH_MAX], run_dir[PATH_MAX + 64];
     dt_fs_self_path(self, sizeof self);
     const char *worker[] = {self, "worker", job->path, NULL};
-    int gpu = job->nproc_per_node == DT_NPROC_GPU, nproc = gpu ? 1 : job->nproc_per_node;
+    /* "gpu" is counted on each node at start: shown for one rank per node. */
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
+    bool gpu = pl.source == DT_NPROC_PER_NODE;
+    if (gpu)
+        pl.world = pl.nnodes * (pl.nproc = 1);
+    int nproc = pl.nproc;
     snprintf(run_dir, sizeof run_dir, "%s/%s-<run id>", log_dir ? log_dir : job->log_dir, job->name);
     struct dt_agent_config cfg = {.job = job,
                                   .argv = job->command ? (const char *const *)job->command : worker,
-                                  .nnodes = job->nodes,
+                                  .nnodes = pl.nnodes,
                                   .nproc = nproc,
                                   .run_id = "<run id>",
                                   .run_dir = run_dir,
@@ -69,7 +76,7 @@ int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out)
     if (gpu)
         fprintf(out, "one rank per GPU (counted at start; shown for 1)\n");
     else
-        fprintf(out, "%d rank%s per node = world size %d\n", nproc, nproc == 1 ? "" : "s", job->nodes * nproc);
+        fprintf(out, "%d rank%s per node = world size %d\n", nproc, nproc == 1 ? "" : "s", pl.world);
     if (!job->rendezvous.port)
         fprintf(out, "# MASTER_PORT 0 here: the coordinator takes a free port at start\n");
     fprintf(out, "argv: ");
@@ -86,7 +93,7 @@ int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out)
                 fprintf(out, "  ... local ranks %d to %d alike ...\n", l, nproc - 2);
                 l = nproc - 1;
             }
-            int rc = put_rank(&cfg, l, out);
+            int rc = put_rank(&cfg, &pl, l, out);
             if (rc < 0)
                 return rc;
         }

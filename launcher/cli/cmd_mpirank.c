@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
 
 static void usage(FILE *out)

@@ -10,7 +10,7 @@
  *
  * Not for options launch also takes (cli_launch.c) or for running ranks (the agent).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 
 #include "base/clock.h"

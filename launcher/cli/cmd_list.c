@@ -8,8 +8,8 @@
  *
  * Not for one run in detail (`dtrain status`).
  */
-#include "launcher/cli.h"
-#include "launcher/run_info.h"
+#include "launcher/cli/cli.h"
+#include "launcher/cli/run_info.h"
 
 #include "base/error.h"
 

@@ -11,8 +11,8 @@
  *
  * Not for the run's curves or findings (`dtrain report`).
  */
-#include "launcher/cli.h"
-#include "launcher/run_info.h"
+#include "launcher/cli/cli.h"
+#include "launcher/cli/run_info.h"
 
 #include "base/error.h"
 

@@ -7,7 +7,7 @@
  * as text and prints text; any other vocabulary takes and prints token ids,
  * since dtrain has no tokenizer.  Not for training or evaluation.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <errno.h>
 #include <stdbool.h>

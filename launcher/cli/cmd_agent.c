@@ -15,7 +15,7 @@
  * for the run (agent_node.c).
  */
 #include "launcher/agent/agent.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"
 #include "spec/token.h"

@@ -3,7 +3,7 @@
  * Nothing else lives here but the order of `dtrain --help`: each subcommand
  * is a file of its own (cli.h), collected into a table the Makefile generates.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include "base/log.h"
 

@@ -14,7 +14,7 @@
  * Not for reading shards (worker/data/tokens.c) nor for other tokenizers:
  * GPT-2 token shards come from llm.c's or nanoGPT's own scripts.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <errno.h>
 #include <glob.h>

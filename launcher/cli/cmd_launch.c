@@ -8,7 +8,7 @@
  * Not for running ranks (the agent), the options launch shares with run
  * (cli_launch.c), or for what a scheduler needs (its adapter).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 
 #include "base/clock.h"

@@ -12,7 +12,7 @@
 
 #include "comm/bench/bench.h"
 #include "base/error.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "scheduler-adapters/mpirun/mpirun.h"
 
 static void usage(FILE *out)

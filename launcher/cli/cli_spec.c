@@ -9,7 +9,7 @@
  *
  * Not for the rules themselves (spec/ and the adapters' check).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include "base/error.h"
 #include "base/fs.h"

@@ -7,7 +7,7 @@
  *
  * Not for launching (cmd_launch.c) or for the record's format (run_record.c).
  */
-#include "launcher/launch_resume.h"
+#include "launcher/cli/launch_resume.h"
 
 #include "base/error.h"
 #include "base/log.h"

@@ -4,18 +4,15 @@
  * where the spec comes from; from a loaded struct dt_job on they share these
  * options (--log-dir, --ranks, --grace-period, --trace, --detach,
  * --dry-run, --resume, --quiet, --verbose) and dt_cli_launch_job: the dry run, the
- * copy of a derived spec for the nodes and ranks (cli_spec.c), and the
- * adapter of the spec's scheduler (scheduler-adapters/adapter.h) with
- * host_node0, the launcher's way to run node 0 of the job here
- * (agent_node.c), which the local adapter and mpirun's MPI ranks use; the
- * others submit the job and follow it.
+ * copy of a derived spec for the nodes and ranks (cli_spec.c), and the plan
+ * of the spec's scheduler's adapter (scheduler-adapters/adapter.h), which
+ * cli_plan.c carries out.
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
-#include "launcher/agent/agent.h"
-#include "launcher/launch_resume.h"
+#include "launcher/cli/launch_resume.h"
 #include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"
 
@@ -62,7 +59,7 @@ int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char *
     } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
         dt_log_set_level(DT_LOG_DEBUG);
     } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
-        struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (cmd_worker.c) */
+        struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (worker/rank.c) */
         const char *steps = a[7] == '=' ? a + 8 : "10-20";
         if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
             return dt_cli_usage_error(cmd, "--trace=%s: expected steps like 10-20 or 15", steps);
@@ -84,37 +81,6 @@ int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char *
         return 0;
     }
     return 1;
-}
-
-/* adapter.h's host_node0: node 0 of the job, run in this process (the local
- * adapter's whole job; mpirun's MPI ranks, through their one process). */
-static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
-                      const struct dt_adapter_host *h)
-{
-    /* The run directory first, with launch.json and the spec in it, so that
-     * `dtrain status` finds the job while it runs (launch_resume.h). */
-    char run_id[64];
-    snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : "");
-    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id) < 0) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
-        return DT_EXIT_FAILED;
-    }
-    struct dt_agent_node n = {.job = job,
-                              .who = "dtrain launch",
-                              .node_rank = 0,
-                              .nnodes = h->nnodes,
-                              .nproc = h->nproc,
-                              .coord_bind = h->bind,
-                              .coord_host = h->advertise,
-                              .coord_port = job->rendezvous.port,
-                              .log_dir = o->log_dir,
-                              .ranks = o->ranks,
-                              .grace_s = o->grace_s,
-                              .start_mono = o->start_mono,
-                              .run_id = run_id,
-                              .dtrain = o->dtrain_path,
-                              .group = h->group};
-    return dt_agent_node_run(&n);
 }
 
 /* --resume RUN_DIR: the log directory and run id that name it again. */
@@ -148,7 +114,7 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
         return DT_EXIT_OK;
     }
     const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
-    if (!ad || !ad->submit) { /* dt_cli_spec_load has refused a scheduler not built in */
+    if (!ad || !ad->plan) { /* dt_cli_spec_load has refused a scheduler not built in */
         fprintf(stderr, "dtrain %s: %s: scheduler: %s cannot be launched by this dtrain (%s)\n", cmd, job->path,
                 dt_scheduler_name(job->scheduler), dt_version);
         return DT_EXIT_REFUSED;
@@ -169,9 +135,8 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
                                    .start_mono = o->start_mono,
                                    .dtrain_path = self,
                                    .detach = o->detach,
-                                   .run_id = o->resume ? resume_id : NULL,
-                                   .host_node0 = host_node0};
-    int status = ad->submit(job, &lo);
+                                   .run_id = o->resume ? resume_id : NULL};
+    int status = dt_cli_launch_plan(job, ad, &lo);
     /* A detached Kubernetes Job carries its copy in its ConfigMap; nothing else reads it after the job. */
     if (copy[0])
         unlink(copy);

@@ -7,7 +7,7 @@
  *
  * Not for launching anything: that is `dtrain launch` and the agent.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "launcher/coordinator/coordinator.h"
 
 #include "base/error.h"

@@ -8,9 +8,10 @@
  * Not for the rules themselves: they live in the key tables (jobspec*.c).
  */
 #include "base/error.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_yaml.h"
+#include "spec/placement.h"
 #include "spec/trainer_spec.h"
 
 #include <stdio.h>
@@ -65,10 +66,12 @@ static void print_summary(const char *path, const struct dt_job *job, int as_com
     char q[4200];
     printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", dt_yaml_quote(path, q, sizeof q), job->name,
            dt_scheduler_name(job->scheduler), job->nodes, job->nodes == 1 ? "" : "s");
-    if (job->nproc_per_node == DT_NPROC_GPU)
+    struct dt_placement pl;
+    dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
+    if (pl.source == DT_NPROC_PER_NODE)
         printf("one rank per GPU, ");
     else
-        printf("%d rank%s, ", job->nproc_per_node, job->nproc_per_node == 1 ? "" : "s");
+        printf("%d rank%s, ", pl.nproc, pl.nproc == 1 ? "" : "s");
     print_program(job);
     printf("\n");
 }

@@ -4,7 +4,7 @@
  * trainer_summary.json, and prints the findings (what limits the run) on the
  * terminal too.  Not for the page itself: report_html.c and report_svg.c.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * loads, MPI), so a user on a cluster can tell at once whether a binary can
  * run GPU jobs or backend: mpi jobs.
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #ifdef DT_HAVE_CUDA
 #include "comm/nccl/nccl_comm.h"

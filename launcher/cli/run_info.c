@@ -3,7 +3,7 @@
  * Not for printing it (cmd_status.c, cmd_list.c) or for following its logs
  * (cmd_logs.c).
  */
-#include "launcher/run_info.h"
+#include "launcher/cli/run_info.h"
 
 #include "base/error.h"
 #include "base/json.h"

@@ -8,8 +8,8 @@
  *
  * Not for a run's own restarts (max_restarts) or for deleting run directories.
  */
-#include "launcher/cli.h"
-#include "launcher/run_info.h"
+#include "launcher/cli/cli.h"
+#include "launcher/cli/run_info.h"
 
 #include "base/args.h"
 #include "base/error.h"

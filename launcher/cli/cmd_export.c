@@ -6,7 +6,7 @@
  * Not for loading Hugging Face weights (trainer.init_from) or generating
  * text (cmd_sample.c).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <stdbool.h>
 #include <stdio.h>

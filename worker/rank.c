@@ -1,16 +1,36 @@
-/* cmd_worker.c - `dtrain worker job.yaml`: one rank of the bundled trainer.
+/* rank.c - where a rank starts: one rank of the bundled trainer, from its
+ * environment to its exit status (rank.h).
  *
- * `dtrain launch` runs this as every rank's command when the job has a
- * `trainer:` section.  It is the bridge between the launcher's world and the
- * worker library: it loads the spec, reads the rank's environment (RANK,
- * WORLD_SIZE, LOCAL_WORLD_SIZE, DTRAIN_RUN_DIR, DTRAIN_RESTART_COUNT),
- * connects to the coordinator's store, builds the communicator and hands both
- * to the trainer (worker/trainer.h).  Run by hand without WORLD_SIZE, it
- * trains as a single process in the current directory.  A fatal error goes
- * to stderr and, when TORCHELASTIC_ERROR_FILE is set, into that report.
+ * A rank learns everything from its environment, as torchrun's ranks do:
+ * its place (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), its attempt
+ * (DTRAIN_RESTART_COUNT), the run directory (DTRAIN_RUN_DIR), where the
+ * coordinator is and its token (dt_store_connect_env), and the knobs of the
+ * agent and the tests; read_env() reads them all, in one place.  Then it
+ * loads the spec, connects to the coordinator's store, builds the
+ * communicator and hands both to the trainer (trainer.h).  Without
+ * WORLD_SIZE it trains as a single process.  A fatal error goes to stderr
+ * and, when TORCHELASTIC_ERROR_FILE is set, into that report.
  *
- * Not for training logic: that lives in worker/.
+ * Not for training logic (trainer*.c) or for parsing a command line (the
+ * command is launcher/cli/cmd_worker.c).
  */
+#include "worker/rank.h"
+
+#include "base/clock.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/fs.h"
+#include "base/json_escape.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "comm/store.h"
+#include "spec/jobspec.h"
+#include "worker/heartbeat.h"
+#include "worker/heartbeat_fault.h"
+#include "worker/kernels.h"
+#include "worker/trace.h"
+#include "worker/trainer.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,52 +38,38 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm.h"
-#include "base/env.h"
-#include "base/error.h"
-#include "base/fs.h"
-#include "base/json_escape.h"
-#include "base/log.h"
-#include "comm/store.h"
-#include "launcher/cli.h"
-#include "spec/jobspec.h"
-#include "worker/heartbeat.h"
-#include "worker/kernels.h"
-#include "worker/heartbeat_fault.h"
-#include "scheduler-adapters/mpirun/mpirun.h"
-#include "worker/trace.h"
-#include "worker/trainer.h"
-#include "base/clock.h"
-
-static void usage(FILE *out)
-{
-    fprintf(out, "Usage: dtrain worker JOB.yaml\n\n"
-                 "Runs one rank of the bundled trainer described by the job's trainer: section.\n"
-                 "`dtrain launch` starts it on every rank; by hand (no WORLD_SIZE set) it trains as a\n"
-                 "single process and writes metrics.jsonl, checkpoints/ and trainer_summary.json in\n"
-                 "$DTRAIN_RUN_DIR or the current directory.\n");
-}
-
-/* OpenBLAS may have picked kernels far below this CPU (kernels.h): run
- * again with the right ones.  exec keeps the pid, so the agent supervising
- * this rank sees no difference. */
-static void fix_blas_kernels(const char *spec)
+void dt_rank_fix_blas(char *const argv[])
 {
     const char *want = dt_kernels_cpu_blas_coretype();
     if (!want)
         return;
     setenv("OPENBLAS_CORETYPE", want, 1);
-    char *const argv[] = {"dtrain", "worker", (char *)spec, NULL};
     execv("/proc/self/exe", argv);
     dt_log_warn("could not re-run with OPENBLAS_CORETYPE=%s; OpenBLAS keeps its slow Prescott kernels", want);
 }
 
+/* --- the environment ----------------------------------------------------- */
+
+/* What the agent (or the tests) told this rank; NULL strings when unset. */
+struct rank_env {
+    int rank, world, local_rank, local_world, restart;
+    int threads; /* OMP_NUM_THREADS: caps the kernel threads as it caps PyTorch's; 0: the cores split */
+    int bench;   /* DTRAIN_BENCH_ALLREDUCE: all-reduces timed after training (benchmarks) */
+    bool elastic;                 /* DTRAIN_ELASTIC=1: an elastic round (the agent says so) */
+    const char *run_dir;          /* DTRAIN_RUN_DIR */
+    const char *sample_log;       /* DTRAIN_SAMPLE_LOG: a directory, one file per round and rank (tests) */
+    const char *trace_steps;      /* DTRAIN_TRACE: `dtrain launch --trace` when the spec names no window */
+    struct dt_heartbeat_fault fault; /* DTRAIN_FAULT (heartbeat_fault.h) */
+};
+
 /* torchrun's rank variables, checked (env.h). */
 static int env_int(const char *name, int dflt, int *out) { return dt_env_int(name, dflt, 0, 1 << 20, out); }
 
-struct rank_env {
-    int rank, world, local_rank, local_world, restart;
-};
+static const char *env_str(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
 
 static int read_env(struct rank_env *e)
 {
@@ -78,8 +84,21 @@ static int read_env(struct rank_env *e)
         rc = env_int("DTRAIN_RESTART_COUNT", 0, &e->restart);
     if (!rc && e->world > 0 && e->rank >= e->world)
         rc = dt_error_set(DT_EINVAL, "RANK=%d is not below WORLD_SIZE=%d", e->rank, e->world);
+    if (!rc)
+        rc = dt_heartbeat_fault_from_env(e->rank, e->restart, &e->fault);
+    if (!rc)
+        rc = env_int("OMP_NUM_THREADS", 0, &e->threads);
+    if (!rc)
+        rc = env_int("DTRAIN_BENCH_ALLREDUCE", 0, &e->bench);
+    const char *el = getenv("DTRAIN_ELASTIC");
+    e->elastic = el && strcmp(el, "1") == 0;
+    e->run_dir = getenv("DTRAIN_RUN_DIR");
+    e->sample_log = env_str("DTRAIN_SAMPLE_LOG");
+    e->trace_steps = env_str("DTRAIN_TRACE");
     return rc;
 }
+
+/* --- the store and the communicator -------------------------------------- */
 
 /* Store and communicator for a launched rank; none for a lone process.
  * ph[0..2] get the start, store-connected and communicator-ready times (traces). */
@@ -123,7 +142,7 @@ static int connect(const struct dt_job *job, const struct rank_env *e, struct dt
     return rc ? dt_error_prefix("rank %d: building the %s communicator", e->rank, o.backend) : 0;
 }
 
-/* The heartbeat (worker/heartbeat.h) on a connection of its own: the agent's
+/* The heartbeat (heartbeat.h) on a connection of its own: the agent's
  * watchdog reads it, and it ends this rank when the coordinator is gone.
  * Five reports per heartbeat_timeout, so one late report is no alarm. */
 static int start_heartbeat(const struct dt_job *job, const struct rank_env *e, struct dt_heartbeat **hb)
@@ -144,6 +163,8 @@ static int start_heartbeat(const struct dt_job *job, const struct rank_env *e, s
         dt_store_close(s);
     return rc;
 }
+
+/* --- training ------------------------------------------------------------ */
 
 struct step_hook {
     struct dt_heartbeat *hb;
@@ -166,9 +187,8 @@ static void after_step(void *ctx, struct dt_model *m, int64_t step)
 
 /* SIGUSR1: a scheduler's time limit is near (Slurm's --signal, passed on by
  * the agent).  The trainer stops at a step every rank agrees on, after a
- * checkpoint, and the rank exits with EXIT_REQUEUE (EX_TEMPFAIL, "try again
- * later"): the batch script requeues the job and the next run resumes. */
-#define EXIT_REQUEUE 75
+ * checkpoint, and the rank exits with DT_RANK_EXIT_REQUEUE: the batch script
+ * requeues the job and the next run resumes. */
 static volatile sig_atomic_t stop_request;
 
 static void on_usr1(int sig)
@@ -177,30 +197,33 @@ static void on_usr1(int sig)
     stop_request = 1;
 }
 
+static void say_done(const struct dt_metrics_summary *s, bool stopped)
+{
+    if (stopped)
+        printf("stopped at step %lld of %lld on SIGUSR1 after a checkpoint; exiting with %d to be requeued\n",
+               (long long)s->steps, (long long)s->total_steps, DT_RANK_EXIT_REQUEUE);
+    else if (s->seq_len > 0) /* a token run: its loss is on the validation set */
+        printf("done: %lld steps, final loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)s->steps,
+               s->final_loss, s->test_loss, s->samples_per_s * s->seq_len);
+    else
+        printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s\n", (long long)s->steps,
+               s->final_loss, s->test_accuracy, s->samples_per_s);
+}
+
 static int train(const struct dt_job *job, const struct rank_env *e, struct dt_comm *comm, const int64_t ph[3],
                  struct step_hook *hook, bool *stopped)
 {
-    /* OMP_NUM_THREADS (the launcher sets 1 per rank, as torchrun does) caps the
-     * kernel threads, as it caps PyTorch's intra-op threads; unset, the trainer
-     * splits the cores among the host's ranks. */
-    int threads = 0, bench = 0;
-    if (env_int("OMP_NUM_THREADS", 0, &threads) || env_int("DTRAIN_BENCH_ALLREDUCE", 0, &bench))
-        return DT_EINVAL;
-    struct dt_trainer_options o = {.comm = comm, .run_dir = getenv("DTRAIN_RUN_DIR"), .threads = threads,
-                                   .bench_allreduce = bench, .local_world = e->local_world, .quiet = e->rank != 0,
-                                   .after_step = after_step, .step_done = step_done, .ctx = hook, .stop_request = &stop_request};
-    /* An elastic round (the agent says so), and the sample log tests read
-     * (DTRAIN_SAMPLE_LOG: a directory, one file per round and rank). */
-    const char *el = getenv("DTRAIN_ELASTIC"), *log_dir = getenv("DTRAIN_SAMPLE_LOG");
+    struct dt_trainer_options o = {.comm = comm, .run_dir = e->run_dir, .threads = e->threads,
+                                   .bench_allreduce = e->bench, .local_world = e->local_world,
+                                   .quiet = e->rank != 0, .elastic = e->elastic, .after_step = after_step,
+                                   .step_done = step_done, .ctx = hook, .stop_request = &stop_request};
     char sample_log[4200];
-    o.elastic = el && strcmp(el, "1") == 0;
-    if (log_dir && *log_dir) {
-        snprintf(sample_log, sizeof sample_log, "%s/samples_%d_%d.txt", log_dir, e->restart, e->rank);
+    if (e->sample_log) {
+        snprintf(sample_log, sizeof sample_log, "%s/samples_%d_%d.txt", e->sample_log, e->restart, e->rank);
         o.sample_log = sample_log;
     }
     struct dt_trainer_spec spec = *job->trainer;
-    const char *steps = getenv("DTRAIN_TRACE"); /* `dtrain launch --trace` when the spec names no window */
-    if (steps && *steps && spec.trace.last_step < 0 && dt_trace_parse_steps(steps, &spec.trace))
+    if (e->trace_steps && spec.trace.last_step < 0 && dt_trace_parse_steps(e->trace_steps, &spec.trace))
         return dt_error_prefix("DTRAIN_TRACE");
     struct dt_trainer *t;
     int rc = dt_trainer_create(&spec, &o, &t);
@@ -213,18 +236,13 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     struct dt_metrics_summary s;
     rc = dt_trainer_run(t, &s);
     *stopped = !rc && dt_trainer_stopped(t);
-    if (*stopped && e->rank == 0)
-        printf("stopped at step %lld of %lld on SIGUSR1 after a checkpoint; exiting with %d to be requeued\n",
-               (long long)s.steps, (long long)s.total_steps, EXIT_REQUEUE);
-    else if (!rc && e->rank == 0 && s.seq_len > 0) /* a token run: its loss is on the validation set */
-        printf("done: %lld steps, final loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)s.steps,
-               s.final_loss, s.test_loss, s.samples_per_s * s.seq_len);
-    else if (!rc && e->rank == 0)
-        printf("done: %lld steps, final loss %.4f, test accuracy %.4f, %.0f samples/s\n", (long long)s.steps,
-               s.final_loss, s.test_accuracy, s.samples_per_s);
+    if (!rc && e->rank == 0)
+        say_done(&s, *stopped);
     dt_trainer_destroy(t);
     return rc;
 }
+
+/* --- the failure report -------------------------------------------------- */
 
 /* The failure report the agent reads (launcher/agent/agent_error_file.c), in the
  * format PyTorch's @record writes to TORCHELASTIC_ERROR_FILE, so the
@@ -242,40 +260,42 @@ static int put_error(void *ctx, FILE *f)
     return 0;
 }
 
-static void write_error_file(int rank, const char *msg)
+int dt_rank_fail(int rank)
 {
+    fprintf(stderr, "dtrain worker: rank %d: %s\n", rank, dt_error_last());
     const char *path = getenv("TORCHELASTIC_ERROR_FILE");
     if (!path || !*path)
-        return;
+        return 1;
     /* On the stack: the failure being reported may be running out of memory.
-     * msg is dt_error_last(), well under this. */
+     * The message is dt_error_last(), well under this. */
     char text[4096];
-    snprintf(text, sizeof text, "DtrainWorkerError: rank %d: %s", rank, msg);
+    snprintf(text, sizeof text, "DtrainWorkerError: rank %d: %s", rank, dt_error_last());
     if (dt_fs_write_atomic(path, false, put_error, text))
         dt_log_warn("cannot write the error report: %s", dt_error_last());
+    return 1;
 }
 
-static int run(int argc, char **argv)
+/* --- the rank ------------------------------------------------------------ */
+
+static int load(const char *spec_path, struct dt_job **job)
 {
-    if (argc != 2)
-        return dt_cli_usage_error("worker", "expects one argument, the job spec");
-    dt_log_level_from_env();
-    fix_blas_kernels(argv[1]);
+    int rc = dt_job_load(spec_path, job);
+    if (!rc && !(*job)->trainer)
+        rc = dt_error_set(DT_EINVAL, "%s: the job has no trainer: section (it runs a command)", spec_path);
+    return rc;
+}
+
+int dt_rank_main(const char *spec_path)
+{
     struct rank_env e = {0};
     struct dt_job *job = NULL;
     struct dt_store *store = NULL;
     struct dt_comm *comm = NULL;
     struct step_hook hook = {0};
-    /* Started by mpirun itself (backend: mpi): the rank is MPI's. */
-    int rc = dt_mpirun_rank_env();
-    if (rc >= 0)
-        rc = read_env(&e);
+    int rc = read_env(&e);
+    hook.fault = e.fault;
     if (!rc)
-        rc = dt_heartbeat_fault_from_env(e.rank, e.restart, &hook.fault);
-    if (!rc)
-        rc = dt_job_load(argv[1], &job);
-    if (!rc && !job->trainer)
-        rc = dt_error_set(DT_EINVAL, "%s: the job has no trainer: section (it runs a command)", argv[1]);
+        rc = load(spec_path, &job);
     int64_t phases[3];
     bool stopped = false;
     struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
@@ -290,8 +310,7 @@ static int run(int argc, char **argv)
     if (!rc)
         rc = train(job, &e, comm, phases, &hook, &stopped);
     if (rc) {
-        fprintf(stderr, "dtrain worker: rank %d: %s\n", e.rank, dt_error_last());
-        write_error_file(e.rank, dt_error_last());
+        dt_rank_fail(e.rank);
         if (comm)
             dt_comm_abort(comm);
     }
@@ -301,12 +320,5 @@ static int run(int argc, char **argv)
     if (store)
         dt_store_close(store);
     dt_job_free(job);
-    return rc ? 1 : stopped ? EXIT_REQUEUE : 0;
+    return rc ? 1 : stopped ? DT_RANK_EXIT_REQUEUE : 0;
 }
-
-const struct dt_cli_command dt_cli_worker = {
-    .name = "worker",
-    .summary = "run one rank of the bundled trainer (started by launch)",
-    .run = run,
-    .usage = usage,
-};

@@ -11,7 +11,7 @@
  *
  * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 #include "spec/jobspec.h"
 #include "scheduler-adapters/adapter.h"
 #include "scheduler-adapters/kubernetes/kubernetes.h"

@@ -4,7 +4,7 @@
  * process of its own.  Not for recording spans (worker/trace.c) or for reading
  * JSON (base/json.h).
  */
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -12,8 +12,8 @@
  * Not for the launcher's own lines (they are on its console, and in
  * summary.json) or for a Kubernetes job's pods (`kubectl logs`).
  */
-#include "launcher/cli.h"
-#include "launcher/run_info.h"
+#include "launcher/cli/cli.h"
+#include "launcher/cli/run_info.h"
 
 #include "base/error.h"
 #include "base/lines.h"

@@ -1,0 +1,70 @@
+/* placement.c - a job's placement, resolved once (placement.h). */
+#include "spec/placement.h"
+
+#include "base/error.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dt_placement_count_gpus(void)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int n = 0;
+        for (const char *p = cvd; *p; p++)
+            if (*p != ',' && (p == cvd || p[-1] == ','))
+                n++;
+        return n;
+    }
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "nvidia", 6) == 0 && de->d_name[6] >= '0' && de->d_name[6] <= '9')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* "gpu" as the scheduler section counts a node's GPUs; 0 when it does not. */
+static int scheduler_gpus(const struct dt_job *job)
+{
+    if (job->scheduler == DT_SCHED_SLURM && job->slurm)
+        return job->slurm->gpus_per_node;
+    if (job->scheduler == DT_SCHED_KUBERNETES && job->kubernetes)
+        return job->kubernetes->gpus_per_node;
+    return 0;
+}
+
+int dt_placement_resolve(const struct dt_job *job, enum dt_placement_scope scope, struct dt_placement *out)
+{
+    *out = (struct dt_placement){
+        .nnodes = job->nodes, .nnodes_min = job->nodes_min, .nproc = job->nproc_per_node};
+    if (out->nproc != DT_NPROC_GPU) {
+        out->source = DT_NPROC_FROM_SPEC;
+    } else if (scope == DT_PLACE_SCHEDULER && scheduler_gpus(job) > 0) {
+        out->nproc = scheduler_gpus(job);
+        out->source = DT_NPROC_FROM_SCHEDULER;
+    } else if (scope == DT_PLACE_HOST) {
+        out->nproc = dt_placement_count_gpus();
+        out->source = DT_NPROC_FROM_HOST;
+        if (out->nproc == 0)
+            return dt_error_set(DT_EINVAL,
+                                "%s: nproc_per_node: gpu, but this machine shows no GPU "
+                                "(no /dev/nvidia<N>, or CUDA_VISIBLE_DEVICES is empty)",
+                                job->path);
+    } else {
+        out->nproc = 0;
+        out->source = DT_NPROC_PER_NODE;
+    }
+    out->world = out->nnodes * out->nproc;
+    return 0;
+}
+
+int dt_placement_rank(const struct dt_placement *p, int node_rank, int local_rank)
+{
+    return node_rank * p->nproc + local_rank;
+}
