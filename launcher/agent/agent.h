@@ -19,7 +19,7 @@
  * dt_agent_node_run is a node's whole run of a job: the token, the
  * coordinator (node 0 hosts it), the restart rounds with the other nodes,
  * the run directory, dt_agent_run, summary.json and the closing lines; it is
- * `dtrain agent`, and `dtrain launch` as node 0 (the adapters' host_node0).
+ * `dtrain agent`, and `dtrain launch` as node 0 (an adapter's plan with host_node0, adapter.h).
  *
  * Files.  The supervisor (agent_internal.h): agent_supervise.c
  * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
@@ -262,7 +262,7 @@ void dt_agent_result_free(struct dt_agent_result *res);
 
 /* What one node's run is told: by `dtrain agent` from its flags or the
  * scheduler adapter's discover, by `dtrain launch` for node 0 of a local job
- * or of mpirun's MPI ranks (the adapters' host_node0). */
+ * or of mpirun's MPI ranks (an adapter's plan with host_node0, adapter.h). */
 struct dt_agent_node {
     const struct dt_job *job;
     const char *who;        /* "dtrain launch", "dtrain agent": how its error lines start */

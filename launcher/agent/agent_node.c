@@ -1,6 +1,6 @@
 /* agent_node.c - one node's whole run of a job: what `dtrain agent` does on
  * any node, and what `dtrain launch` does as node 0 of a local job or of an
- * mpirun job with backend: mpi (the adapters' host_node0, adapter.h).
+ * mpirun job with backend: mpi (an adapter's plan with host_node0, adapter.h).
  *
  *   checks      nproc_per_node (gpu resolved here), the command exists here,
  *               --ranks; a problem is the user's to fix: exit status 2
@@ -19,7 +19,7 @@
  * Not for where a node stands (cmd_agent.c's flags or an adapter's
  * discover), nor for the ranks themselves (agent_supervise.c).
  */
-#include "launcher/cli.h"
+#include "launcher/exit_status.h"
 #include "launcher/agent/agent_internal.h"
 #include "launcher/agent/agent_rounds.h"
 

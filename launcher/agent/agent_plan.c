@@ -22,8 +22,8 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
-#include <dirent.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,41 +33,12 @@
 
 /* --- before the run ------------------------------------------------------ */
 
-/* The GPUs this process may use, as CUDA would count them. */
-static int count_gpus(void)
-{
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (cvd) {
-        int n = 0;
-        for (const char *p = cvd; *p; p++)
-            if (*p != ',' && (p == cvd || p[-1] == ','))
-                n++;
-        return n;
-    }
-    DIR *d = opendir("/dev");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (strncmp(de->d_name, "nvidia", 6) == 0 && de->d_name[6] >= '0' && de->d_name[6] <= '9')
-            n++;
-    closedir(d);
-    return n;
-}
-
 int dt_agent__plan_nproc(const struct dt_job *job, int *nproc)
 {
-    *nproc = job->nproc_per_node;
-    if (*nproc != DT_NPROC_GPU)
-        return 0;
-    *nproc = count_gpus();
-    if (*nproc == 0)
-        return dt_error_set(DT_EINVAL,
-                            "%s: nproc_per_node: gpu, but this machine shows no GPU "
-                            "(no /dev/nvidia<N>, or CUDA_VISIBLE_DEVICES is empty)",
-                            job->path);
-    return 0;
+    struct dt_placement pl; /* nproc_per_node: gpu is this node's GPUs (spec/placement.h) */
+    int rc = dt_placement_resolve(job, DT_PLACE_HOST, &pl);
+    *nproc = pl.nproc;
+    return rc;
 }
 
 int dt_agent__plan_check_command(const struct dt_job *job)
