@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -284,6 +285,12 @@ static void test_bad_shards(void **state)
     expect_open_error(path, VOCAB, (const char *[]){"trainer.data.train: no file matches", path, NULL});
     snprintf(path, sizeof path, "%s", dir); /* a directory */
     expect_open_error(path, VOCAB, (const char *[]){path, "not a regular file", NULL});
+    snprintf(path, sizeof path, "%s/fifo.bin", dir); /* open(2) of a FIFO waited for a writer */
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(10);
+    expect_open_error(path, VOCAB, (const char *[]){path, "not a regular file (a FIFO)", NULL});
+    alarm(0);
+    unlink(path);
 }
 
 /* data.format uint16: nanoGPT's bare train.bin (np.uint16 tokens, no

@@ -20,6 +20,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fs.h"
 #include "worker/data/sampler.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -106,16 +107,11 @@ static int open_shard(const char *path, enum dt_token_format format, int vocab, 
 {
     int (*check)(const char *, const uint8_t *, size_t, int, const uint16_t **, int64_t *) =
         format == DT_TOKENS_UINT16 ? check_uint16 : dt_tokens_check;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
     struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st))
-        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot stat", path);
-    else if (!S_ISREG(st.st_mode))
-        rc = dt_error_set(DT_EINVAL, "%s: not a regular file", path);
-    else if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
+    int fd = dt_fs_open_read(path, DT_FS_FOLLOW, &st), rc = 0; /* a FIFO is refused unopened */
+    if (fd < 0)
+        return fd;
+    if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
         /* mmap of 0 bytes fails, and a file shorter than the header cannot
          * be a shard: the check's message says it better (it reads no byte) */
         rc = check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab, &s->tokens,
