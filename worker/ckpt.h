@@ -60,8 +60,13 @@ struct dt_ckpt_state {
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and
- * deletes all but the newest `keep` (keep <= 0 keeps all).  The moments
- * must be whole (a ZeRO-1 shard is gathered first: worker/zero.h). */
+ * deletes all but the newest `keep` checkpoints of this run (keep <= 0 keeps
+ * all).  Only files that are this run's checkpoints count and are deleted,
+ * each known by its header (dtrain's format, the metadata's checksum, the
+ * step its name says, s->seed and m's model entry); anything else named
+ * step_<N>.safetensors stays, with a warning.  The moments must be whole (a
+ * ZeRO-1 shard is gathered first: worker/zero.h); a state with an inf or
+ * NaN, or a negative second moment, is not written. */
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep);
 
@@ -87,7 +92,8 @@ struct dt_ckpt_file {
 int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
 
 /* The newest checkpoint in dir that reads and verifies; a damaged newer one
- * is skipped with a warning.  DT_ENOTFOUND when dir holds none, DT_EINVAL
+ * (or a symbolic link at a checkpoint's name, which is not followed) is
+ * skipped with a warning.  DT_ENOTFOUND when dir holds none, DT_EINVAL
  * when every one is damaged.  Release it even on failure. */
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 
