@@ -143,6 +143,8 @@ int dt_tokens_open(const char *pattern, enum dt_token_format format, int vocab, 
     memset(out, 0, sizeof *out);
     if (vocab < 1 || vocab > 65536)
         return dt_error_set(DT_EINVAL, "%s: vocab_size %d: uint16 tokens need 1..65536", what, vocab);
+    out->vocab = vocab;
+    out->header_bytes = format == DT_TOKENS_UINT16 ? 0 : DT_TOKENS_HEADER_BYTES;
     glob_t g;
     int grc = glob(pattern, GLOB_ERR, NULL, &g);
     if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
@@ -203,6 +205,7 @@ struct dt_tokens_loader {
     int64_t origin_offset;
     struct dt_batch b;
     double wait_s;
+    bool failed; /* the last batch held a token out of the vocabulary */
 };
 
 int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens_options *o,
@@ -309,8 +312,39 @@ static int64_t offset_of(const struct dt_tokens_loader *l)
     return (sample * l->accum + l->m) * l->global;
 }
 
+/* Token j of the batch just copied (inputs[j] for j < bt, then the last
+ * target) at or past the vocabulary: refused naming where it is.  Checked on
+ * the copy, not the mapping, so what is checked is what the model reads. */
+static int check_copied(struct dt_tokens_loader *l, const struct dt_token_shard *s, int64_t bt)
+{
+    int32_t max = 0;
+    for (int64_t i = 0; i < bt; i++)
+        max = l->b.inputs[i] > max ? l->b.inputs[i] : max;
+    max = l->b.targets[bt - 1] > max ? l->b.targets[bt - 1] : max;
+    if (max < l->set->vocab)
+        return 0;
+    int64_t j = 0;
+    while (j < bt && l->b.inputs[j] < l->set->vocab)
+        j++;
+    int32_t id = j < bt ? l->b.inputs[j] : l->b.targets[bt - 1];
+    int64_t token = l->origin_offset + j;
+    l->failed = true;
+    return dt_error_set(DT_EINVAL,
+                        "%s: byte %lld (token %lld): token %d is not below the model's vocab_size %d; it "
+                        "was when the run opened the shard, so the file was written to since (restore it, "
+                        "or start the run again on the new data)",
+                        s->path, (long long)l->set->header_bytes + 2 * token, (long long)token, (int)id,
+                        l->set->vocab);
+}
+
+bool dt_tokens_failed(const struct dt_tokens_loader *l)
+{
+    return l->failed;
+}
+
 const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
 {
+    l->failed = false;
     if (l->batch >= l->per_epoch)
         return NULL;
     double t0 = dt_clock_s();
@@ -323,6 +357,8 @@ const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
         l->b.inputs[i] = src[i];
         l->b.targets[i] = src[i + 1];
     }
+    if (check_copied(l, s, bt))
+        return NULL;
     l->b.index = l->batch++;
     if (++l->m < l->accum) {
         l->wait_s += dt_clock_s() - t0;
