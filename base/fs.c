@@ -1,4 +1,5 @@
-/* fs.c - directories, PATH lookup, this executable, whole-file replacement (fs.h). */
+/* fs.c - directories, PATH lookup, this executable, reading regular files
+ * only, whole-file replacement (fs.h). */
 #include "base/fs.h"
 
 #include "base/error.h"
@@ -66,6 +67,63 @@ int dt_fs_sync_dir(const char *dir)
     int rc = fsync(fd) ? dt_error_set_errno(DT_EIO, errno, "fsync %s", dir) : 0;
     close(fd);
     return rc;
+}
+
+const char *dt_fs_kind(mode_t mode)
+{
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a file";
+}
+
+static int not_regular(const char *path, mode_t mode)
+{
+    if (S_ISLNK(mode))
+        return dt_error_set(
+            DT_EINVAL, "%s: a symbolic link, which is not followed here; only a regular file is read", path);
+    return dt_error_set(DT_EINVAL, "%s: not a regular file (%s); only a regular file is read", path,
+                        dt_fs_kind(mode));
+}
+
+static int cannot_open(const char *path, int err)
+{
+    return dt_error_set_errno(err == ENOENT || err == ENOTDIR ? DT_ENOTFOUND : DT_EIO, err, "%s: cannot open",
+                              path);
+}
+
+int dt_fs_open_read(const char *path, enum dt_fs_links links, struct stat *st)
+{
+    struct stat named, opened;
+    if ((links == DT_FS_FOLLOW ? stat(path, &named) : lstat(path, &named)) != 0)
+        return cannot_open(path, errno);
+    if (!S_ISREG(named.st_mode))
+        return not_regular(path, named.st_mode);
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (links == DT_FS_NOFOLLOW ? O_NOFOLLOW : 0);
+    int fd = open(path, flags), rc = 0;
+    if (fd < 0)
+        return errno == ELOOP && links == DT_FS_NOFOLLOW ? not_regular(path, S_IFLNK)
+                                                         : cannot_open(path, errno);
+    if (fstat(fd, &opened) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot stat", path);
+    else if (!S_ISREG(opened.st_mode))
+        rc = not_regular(path, opened.st_mode);
+    else if (opened.st_dev != named.st_dev || opened.st_ino != named.st_ino)
+        rc =
+            dt_error_set(DT_EINVAL, "%s: replaced by another file while it was being opened; not read", path);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot read", path);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    if (st)
+        *st = opened;
+    return fd;
 }
 
 /* The directory part of path ("." for a bare name) and the rest. */

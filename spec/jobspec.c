@@ -11,6 +11,7 @@
 #include "spec/jobspec.h"
 
 #include "base/error.h"
+#include "base/fs.h"
 #include "spec/jobspec_keys.h"
 #include "spec/trainer_spec.h"
 
@@ -759,15 +760,13 @@ int dt_job_load_with(const char *path, const struct dt_job_load_opts *o, struct 
     *out = NULL;
     if (o && o->problems)
         *o->problems = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    /* a FIFO (or a device) is refused before it is opened: reading one
+     * would wait for a writer, and `launch --resume` reads the run's job.yaml */
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
-        return dt_error_set(DT_EINVAL, "%s: is a directory, not a job spec file", path);
-    }
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > DT_YAML_MAX_BYTES) {
+    int fd = dt_fs_open_read(path, o && o->run_file ? DT_FS_NOFOLLOW : DT_FS_FOLLOW, &st);
+    if (fd < 0)
+        return fd;
+    if (st.st_size > DT_YAML_MAX_BYTES) {
         close(fd);
         return dt_error_set(DT_EINVAL,
                             "%s: the file is %lld bytes; a job spec may be at most %d bytes (1 MiB)", path,

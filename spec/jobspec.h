@@ -208,6 +208,7 @@ struct dt_job_load_opts {
     char *const *set; /* "key.path=value" overrides, applied over the file in order */
     int n_set;
     char *const *env; /* what ${VAR} reads ("NAME=value", NULL-terminated); NULL: environ */
+    bool run_file;    /* a run directory's job.yaml: a symbolic link at the path is refused, not followed */
     /* Out, optional: every problem found, one a line in file order (then the
      * overrides'), malloc'd; NULL when the spec is valid.  dt_error_last()
      * holds the first either way. */
@@ -215,7 +216,9 @@ struct dt_job_load_opts {
 };
 
 /* Loads and validates a job spec file.  On failure returns a negative DT_E*
- * code and leaves "<path>:<line>:<col>: <message>" in dt_error_last(). */
+ * code and leaves "<path>:<line>:<col>: <message>" in dt_error_last().  The
+ * file must be a regular one: a FIFO, a device or a directory is refused
+ * before it is opened (base/fs.h, dt_fs_open_read), so none blocks. */
 int dt_job_load(const char *path, struct dt_job **out);
 
 /* The same from memory; `name` stands in for the path in messages. */

@@ -34,12 +34,6 @@
 
 /* ---- GPT-2's tensors ---- */
 
-struct hf_tensor {
-    char name[64];
-    int ndim;
-    int64_t shape[2];
-};
-
 /* A block's tensors, Hugging Face's order: ndim, then the shape in units of C. */
 static const struct {
     const char *name;
@@ -52,29 +46,27 @@ static const struct {
 };
 #define PER_BLOCK (int)(sizeof block_tensors / sizeof block_tensors[0])
 
-/* GPT2LMHeadModel's state_dict for spec s, less lm_head and the buffers:
- * 4 + 12 * n_layer tensors, malloc'd. */
-static struct hf_tensor *gpt2_tensors(const struct dt_model_spec *s, int *n)
+struct dt_hf_tensor *dt_hf_gpt2_tensors(const struct dt_model_spec *s, int *n)
 {
     int64_t C = s->n_embd;
     *n = 4 + PER_BLOCK * s->n_layer;
-    struct hf_tensor *t = calloc((size_t)*n, sizeof *t);
+    struct dt_hf_tensor *t = calloc((size_t)*n, sizeof *t);
     if (!t) {
         dt_error_set(DT_ENOMEM, "no memory for the names of %d tensors", *n);
         return NULL;
     }
-    t[0] = (struct hf_tensor){PREFIX "wte.weight", 2, {s->vocab_size, C}};
-    t[1] = (struct hf_tensor){PREFIX "wpe.weight", 2, {s->block_size, C}};
+    t[0] = (struct dt_hf_tensor){PREFIX "wte.weight", 2, {s->vocab_size, C}};
+    t[1] = (struct dt_hf_tensor){PREFIX "wpe.weight", 2, {s->block_size, C}};
     for (int i = 0; i < s->n_layer; i++)
         for (int j = 0; j < PER_BLOCK; j++) {
-            struct hf_tensor *x = &t[2 + PER_BLOCK * i + j];
+            struct dt_hf_tensor *x = &t[2 + PER_BLOCK * i + j];
             snprintf(x->name, sizeof x->name, PREFIX "h.%d.%s", i, block_tensors[j].name);
             x->ndim = block_tensors[j].ndim;
             x->shape[0] = block_tensors[j].rows * C;
             x->shape[1] = block_tensors[j].cols * C;
         }
-    t[*n - 2] = (struct hf_tensor){PREFIX "ln_f.weight", 1, {C}};
-    t[*n - 1] = (struct hf_tensor){PREFIX "ln_f.bias", 1, {C}};
+    t[*n - 2] = (struct dt_hf_tensor){PREFIX "ln_f.weight", 1, {C}};
+    t[*n - 1] = (struct dt_hf_tensor){PREFIX "ln_f.bias", 1, {C}};
     return t;
 }
 
@@ -449,7 +441,7 @@ int dt_hf_load(const char *path, struct dt_model *m)
 /* The checkpoint's model tensors, F32 and of the shapes its model entry
  * says, and nothing else besides the optimizer's. */
 static int export_entries(const struct dt_ckpt_file *c, const struct dt_model_spec *s, struct dt_st_entry *e,
-                          const struct hf_tensor *want, int n)
+                          const struct dt_hf_tensor *want, int n)
 {
     int found = 0;
     for (int i = 0; i < n; i++) {
@@ -553,7 +545,7 @@ int dt_hf_export(const struct dt_ckpt_file *c, const char *dir, bool force)
     if (strlen(dir) > HF_PATH_MAX - 64)
         return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(dir), dir);
     int n;
-    struct hf_tensor *want = gpt2_tensors(&s, &n);
+    struct dt_hf_tensor *want = dt_hf_gpt2_tensors(&s, &n);
     struct dt_st_entry *e = want ? calloc((size_t)n, sizeof *e) : NULL;
     if (!e) {
         free(want);

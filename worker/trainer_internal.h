@@ -79,6 +79,9 @@ int dt_trainer__tokens_regroup(struct dt_trainer *t);
 void dt_trainer__data_release(struct dt_trainer *t);
 void dt_trainer__data_start(struct dt_trainer *t, int64_t epoch, int64_t first);
 const struct dt_batch *dt_trainer__data_next(struct dt_trainer *t);
+/* Why dt_trainer__data_next gave no batch where the epoch had one: a token
+ * shard's token out of the vocabulary (its error, DT_EINVAL), else a bug. */
+int dt_trainer__data_none(const struct dt_trainer *t);
 double dt_trainer__data_wait_s(const struct dt_trainer *t);
 void dt_trainer__data_position(struct dt_trainer *t, struct dt_ckpt_state *st);
 int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st, const char *path);

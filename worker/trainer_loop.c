@@ -45,8 +45,7 @@ static int device_micro_batches(struct dt_trainer *t, int k, double *rows)
             b = dt_trainer__data_next(t);
             dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, dt_clock_ns());
             if (!b)
-                return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
-                                    (long long)t->batch);
+                return dt_trainer__data_none(t);
         }
         int n = 0;
         int rc = t->devk->train_batch(t->dev, b, t->epoch, t->batch, k, i > 0, i == k - 1, &n);
@@ -134,8 +133,7 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
         int64_t f0 = dt_clock_ns();
         dt_trace_span(t->trace, DT_TRACE_DATA, "data wait", w0, f0);
         if (!b)
-            return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
-                                (long long)t->batch);
+            return dt_trainer__data_none(t);
         if (t->sample_log)
             log_samples(t, b);
         /* loss = mean over the micro-batch / k: the step's gradient is the mean over its micro-batches;
