@@ -229,6 +229,7 @@ struct dt_agent__round {
     bool dead;       /* the coordinator is gone: nothing more is asked of it */
     bool published[DT_AGENT__MAX_ROUNDS];
     bool told_stop;
+    bool verdict; /* the job failed by fail/<k>, which every node reads alike (decide): no abort */
     struct dt_agent__hb_relay *hb; /* heartbeats: node 0 relays them, the others read them */
     struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job (or round); node -1 */
     double lost_unix;               /* when the coordinator noticed, wall clock */

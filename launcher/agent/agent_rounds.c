@@ -439,6 +439,7 @@ static int decide(struct dt_agent__round *r, struct dt_agent_result *res, int k,
         return 0;
     }
     *status = st;
+    r->verdict = true;
     dt_log_error("the job failed in round %d: rank %d on node %d %s first%s", k, rank, node, desc,
                  retry ? " (no restarts left)" : " (restart_policy: fail)");
     return 0;
@@ -747,9 +748,13 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
         snprintf(why, sizeof why, "its agent was interrupted by %s",
                  dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
         dt_agent__round_abort(r, res->exit_status, why);
-    } else if (res->status != DT_AGENT_SUCCEEDED) {
+    } else if (res->status != DT_AGENT_SUCCEEDED && !r->verdict) {
         /* Whatever ended the job here must end it everywhere (a no-op when
-         * an abort or the round's verdict got there first). */
+         * an abort got there first).  Not the round's verdict: every node
+         * has passed end/<k> and reaches it too, and an abort published
+         * now would overtake it on a node still polling the counter (node
+         * 1 of test_netns_ckpt, under load, said "the job is ending: node
+         * 0: the job failed" instead of which rank failed first). */
         dt_agent__round_abort(r, res->exit_status, "the job failed");
     }
     if (r->dead)
