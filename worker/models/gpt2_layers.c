@@ -3,11 +3,11 @@
  * them).  All the parallelism is the CPU pool's (worker/cpu_pool.h): a GEMM
  * is cut into tiles of its output, each one single-threaded OpenBLAS call
  * (the kernel table's gemm), attention runs one (b, h) per pool item with
- * its GEMMs inside (BLAS runs on its caller's thread), and every other loop is split
- * by rows or columns, weighted by the work of one (cpu_pool's cost).  Each
- * output element is one thread's, its sums run in a fixed order, and the
- * tiles depend on the shapes alone: the bits do not depend on the thread
- * count.
+ * its GEMMs inside (BLAS runs on its caller's thread), and every other loop
+ * is split by rows or columns, weighted by the work of one (cpu_pool's
+ * cost).  Each output element is one thread's, its sums run in a fixed
+ * order, and the tiles depend on the shapes alone: the bits do not depend on
+ * the thread count.
  *
  * Autocast (p = bf16 or fp16) follows torch.autocast on CPU for what GPT-2
  * runs: linear and matmul in the low type with fp32 accumulation (their
