@@ -268,9 +268,6 @@ static int gpt2_create(const struct dt_model_config *c, struct dt_model **out)
         return rc;
     }
     init_params(g, c->seed);
-    /* Every GEMM is split over the pool (gpt2_layers.c): BLAS on one thread. */
-    c->k->blas_single(true);
-    g->blas_single = true;
     *out = &g->m;
     return 0;
 }
@@ -278,8 +275,6 @@ static int gpt2_create(const struct dt_model_config *c, struct dt_model **out)
 static void gpt2_destroy(struct dt_model *m)
 {
     struct dt_gpt2 *g = gpt(m);
-    if (g->blas_single)
-        m->k->blas_single(false);
     dt_arena_free(g->params_lp);
     dt_arena_free(g->act_mem);
     free(g->blk);
