@@ -88,13 +88,17 @@ struct dt_agent_hooks {
      * agent.  Returns 0, or a negative DT_E* code (the job ends, status 1). */
     int (*attempt_end)(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart,
                        int *status);
-    /* An elastic job's (agent_elastic.c): before each attempt, waits until
-     * this node has a place in a round and says which: *attempt (the round,
-     * at least the one asked for; a late agent's first is the job's current
-     * one), and place's node rank, node count and failure restarts so far.
-     * Returns 0 to run it, 1 when the job ended without this node (*status
-     * its status; -1: a signal came on sig_fd), or a negative DT_E* code.
-     * NULL: every node runs every attempt as it is numbered. */
+    /* Rounds node 0 forms (agent_elastic.c: an elastic job's, a fixed-size
+     * job's with restarts): before each attempt, waits until this node has a
+     * place in a round and says which: *attempt (the round, at least the one
+     * asked for; a late agent's or a lost node's replacement's first is the
+     * job's current one), and place's node rank, node count and restarts
+     * counted so far.  Returns 0 to run it, 1 when the job ended without
+     * this node (*status its status; -1: a signal came on sig_fd), 2 when a
+     * newer agent of this node holds its place (this one was cut off and
+     * fenced out: it ends, status 1, and must not touch the job), or a
+     * negative DT_E* code.  NULL: every node runs every attempt as it is
+     * numbered. */
     int (*begin_attempt)(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
     /* A stop signal (SIGTERM, SIGINT, ...) reached this agent, before it is
      * passed on to the ranks: the other nodes must learn the job is being

@@ -36,8 +36,12 @@
  * exits with the failed rank's status.  Publishing before adding to end/<k>
  * is what makes every node read the same fail/<k>.
  *
- * An elastic job (nodes: MIN:MAX) publishes its failures the same way and
- * leaves the rest to agent_elastic.c: who is in each round, how it ends.
+ * That is a job of fixed nodes without restarts (max_restarts: 0), where a
+ * lost node ends the job at once.  An elastic job (nodes: MIN:MAX), and a
+ * job of fixed nodes with restarts, whose lost node is replaced by a new
+ * agent, publish their failures the same way and leave the rest to
+ * agent_elastic.c: node 0 forms each round (who is in it, a lost node's
+ * replacement) and decides how it ends.
  *
  * Not for spawning or stopping ranks (agent_supervise.c does, told through
  * the hooks), the connection and the records every round shares
@@ -151,7 +155,7 @@ static enum dt_agent_verdict look(struct dt_agent__round *r, int k, int *status)
     if (rc == 1)
         return DT_AGENT_ABORT;
     if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
-        dt_log_error("%s; stopping the job", why);
+        dt_log_error("%s; stopping the job (max_restarts is 0: a lost node is not replaced)", why);
         *status = 1;
         return DT_AGENT_ABORT;
     }
@@ -224,7 +228,7 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
         if ((rc = dt_agent__link_aborted(&r->link, status)) == 1)
             return 2;
         if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
-            dt_log_error("%s; stopping the job", why);
+            dt_log_error("%s; stopping the job (max_restarts is 0: a lost node is not replaced)", why);
             *status = 1;
             return 2;
         }
@@ -329,8 +333,9 @@ int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_age
         return dt_error_set(DT_ENOMEM, "out of memory");
     }
     int rc = dt_agent__link_open(&r->link, cfg);
-    if (rc == 0 && cfg->nnodes_min > 0 && cfg->nnodes_min < cfg->nnodes) {
-        rc = dt_agent__elastic_open(&r->link, r->hb, cfg->nnodes_min, &r->el);
+    bool elastic = cfg->nnodes_min > 0 && cfg->nnodes_min < cfg->nnodes;
+    if (rc == 0 && (elastic || cfg->job->max_restarts > 0)) { /* node 0 forms each round */
+        rc = dt_agent__elastic_open(&r->link, r->hb, elastic ? cfg->nnodes_min : cfg->nnodes, &r->el);
     } else if (rc == 0) {
         char host[256] = "?";
         gethostname(host, sizeof host);
@@ -407,6 +412,12 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
             dt_agent__link_short_calls(&r->link); /* from here every call is made at least every POLL_S */
         if (rc || in == cfg->nnodes)
             return rc;
+        /* An agent for a node that was lost joins a job that already ended (no restarts). */
+        int status;
+        if ((rc = dt_agent__link_aborted(&r->link, &status)) != 0)
+            return rc < 0 ? dt_error_prefix("node %d: reading the job's state", cfg->node_rank)
+                          : dt_error_set(DT_EABORTED, "node %d: the job ended before this agent could take part",
+                                         cfg->node_rank);
         if (dt_clock_s() >= deadline)
             return dt_error_set(DT_ETIMEDOUT,
                                 "node %d: only %d of %d nodes joined the coordinator at %s within "
@@ -603,6 +614,8 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
     char why[600];
+    if (r->link.fenced) /* a newer agent holds this node's place: the job is not this one's to touch */
+        return;
     /* Another node may have ended the job first (its abort, seen before the
      * member list): node 0's summary still names a node that was lost. */
     if (r->link.cfg.node_rank == 0 && !r->link.dead && res->status != DT_AGENT_SUCCEEDED && !r->el)
