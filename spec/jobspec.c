@@ -24,6 +24,14 @@
 #include <unistd.h>
 
 #define DT_K8S_DEFAULT_PORT 29500
+/* rendezvous.timeout where a scheduler starts the agents: torchrun's join
+ * timeout (dynamic_rendezvous.py), since a pod or a step may start minutes
+ * after the others (an image pulled, resources pending, a lost node's
+ * replacement scheduled); a local job's agents are started by hand. */
+#define DT_SCHED_JOIN_TIMEOUT_S 600
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *const scheduler_names[] = {"local", "slurm", "kubernetes", "mpirun", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "shm", "nccl", "mpi", NULL};
@@ -252,13 +260,18 @@ static const struct dt_spec_key rendezvous_keys[] = {
                "the default is 29500 and 0 is refused, as pods must know the port in advance."),
     DT_KEY("timeout", DT_KT_DURATION, struct dt_rendezvous_spec, timeout_s, .lo = 0, .hi = 86400,
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "60s",
-           .help = "Rendezvous and connect deadline."),
+           .help =
+               "Rendezvous and connect deadline: how long the agents wait for every node to join a round, the "
+               "first one and each after a lost node (torchrun's join timeout; under slurm, kubernetes and "
+               "mpirun " STR(DT_SCHED_JOIN_TIMEOUT_S) "s unless set, as a scheduler may start a node minutes "
+               "after the others). See docs/multinode.md."),
     DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
            .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "30s",
            .help =
                "A rank stopped, silent or stuck this long is declared hung, described and restarted "
-               "(docs/faults.md); a host silent this long is lost and the job ends, and a `tcp` collective "
-               "stalled this long (+2 s) names its peer (docs/multinode.md)."),
+               "(docs/faults.md); a host silent this long is lost (the job ends, or with restarts left waits for "
+               "a new agent of that node), and a `tcp` collective stalled this long (+2 s) names its peer "
+               "(docs/multinode.md)."),
     DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names, .def = "token",
            .help =
                "How ranks prove they belong to the job. `token`: ranks present the job's token to the "
@@ -308,9 +321,6 @@ static const struct dt_spec_section comm_section = {
     .keys = comm_keys, .n_keys = DT_NKEYS(comm_keys), .size = sizeof(struct dt_comm_spec)};
 
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
-
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
 static const struct dt_spec_key top_keys[] = {
     DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED, .example = "reference",
@@ -634,9 +644,19 @@ static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
                         job->nodes_min, job->nodes, job->nodes_min, job->nodes, dt_scheduler_name(job->scheduler));
 }
 
+/* Unless the spec sets it, a scheduler's job waits torchrun's join timeout
+ * (DT_SCHED_JOIN_TIMEOUT_S, said in rendezvous.timeout's help). */
+static void default_join_timeout(const struct dt_ynode *map, struct dt_job *job)
+{
+    const struct dt_ynode *rdzv = dt_ymap_get(map, "rendezvous");
+    if (job->scheduler != DT_SCHED_LOCAL && !(rdzv && dt_ymap_get(rdzv, "timeout")))
+        job->rendezvous.timeout_s = DT_SCHED_JOIN_TIMEOUT_S;
+}
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
+    default_join_timeout(map, job);
     /* Independent rules: each one's problem is reported, not only the first. */
     int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
         check_name, check_elastic, check_program, check_backend, check_env, check_setup, check_comm};
