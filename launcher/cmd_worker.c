@@ -194,6 +194,9 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
     const char *el = getenv("DTRAIN_ELASTIC"), *log_dir = getenv("DTRAIN_SAMPLE_LOG");
     char sample_log[4200];
     o.elastic = el && strcmp(el, "1") == 0;
+    if (o.elastic && env_int("DTRAIN_ELASTIC_MAX_NODES", 0, &o.elastic_max_world))
+        return DT_EINVAL;
+    o.elastic_max_world *= e->local_world > 0 ? e->local_world : 1;
     if (log_dir && *log_dir) {
         snprintf(sample_log, sizeof sample_log, "%s/samples_%d_%d.txt", log_dir, e->restart, e->rank);
         o.sample_log = sample_log;

@@ -524,6 +524,7 @@ static const char *const reserved[] = {
     "DTRAIN_RESTART_COUNT",
     "DTRAIN_ERROR_FILE",
     "DTRAIN_ELASTIC",
+    "DTRAIN_ELASTIC_MAX_NODES",
 };
 
 bool dt_job_env_is_reserved(const char *name)
@@ -653,13 +654,84 @@ static void default_join_timeout(const struct dt_ynode *map, struct dt_job *job)
         job->rendezvous.timeout_s = DT_SCHED_JOIN_TIMEOUT_S;
 }
 
+/* Where a problem of trainer.ddp.elastic_batch is shown: the key, else nodes. */
+static const struct dt_ynode *elastic_batch_node(const struct dt_ynode *map)
+{
+    const struct dt_ynode *tr = dt_ymap_get(map, "trainer"), *ddp = tr ? dt_ymap_get(tr, "ddp") : NULL;
+    const struct dt_ynode *key = ddp ? dt_ymap_get(ddp, "elastic_batch") : NULL;
+    return key ? key : dt_ymap_get(map, "nodes");
+}
+
+static long long gcd_ll(long long a, long long b)
+{
+    while (b) {
+        long long r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* The least grad_accum with which MAX x grad_accum divides by every node
+ * count in MIN..MAX (MAX x A / n micro-batches on n nodes); 0 past 65536. */
+static long long least_accum(int min, int max)
+{
+    long long l = 1;
+    for (int n = min; n <= max && l <= 65536LL * max; n++)
+        l = l / gcd_ll(l, n) * n;
+    long long a = l / gcd_ll(l, max);
+    return l <= 65536LL * max && a <= 65536 ? a : 0;
+}
+
+/* An elastic trainer job works at every node count of its range or is
+ * refused here: keep_global runs MAX x grad_accum / n micro-batches on n
+ * nodes (nproc_per_node cancels out), which must be whole, and a GPU trainer
+ * cannot run another grad_accum than its spec's; keep_per_rank holds at
+ * every count but cannot keep a token run's place in its shards. */
+static int check_elastic_batch(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    const struct dt_trainer_spec *t = job->trainer;
+    if (!t || !dt_job_elastic(job))
+        return 0;
+    enum dt_elastic_batch mode = dt_trainer_elastic_batch(t);
+    if (mode == DT_ELASTIC_BATCH_PER_RANK && strcmp(t->data.dataset, "tokens") == 0)
+        return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                            "keep_per_rank cannot keep a token run's place: its shards are read in whole global "
+                            "batches (docs/elastic.md); use keep_global (the default for dataset: tokens)");
+    if (mode != DT_ELASTIC_BATCH_GLOBAL)
+        return 0;
+    long long a = t->ddp.grad_accum, keep = (long long)job->nodes * a, fit = least_accum(job->nodes_min, job->nodes);
+    char hint[160] = "";
+    if (fit > 0)
+        snprintf(hint, sizeof hint, "take trainer.ddp.grad_accum a multiple of %lld, ", fit);
+    for (int n = job->nodes_min; n < job->nodes; n++) {
+        bool device = t->device == DT_DEVICE_CUDA;
+        if (keep % n == 0 && !device)
+            continue;
+        if (keep % n == 0 && keep / n == a)
+            continue;
+        if (device)
+            return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                                "keep_global on %d nodes of %d:%d needs grad_accum %lld x %d / %d, but a GPU "
+                                "trainer cannot change grad_accum: use keep_per_rank",
+                                n, job->nodes_min, job->nodes, a, job->nodes, n);
+        return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                            "keep_global keeps the global batch of %d nodes x grad_accum %lld (x nproc_per_node x "
+                            "batch_size %d), which a round of %d nodes cannot keep: it would need grad_accum "
+                            "%lld x %d / %d, no whole number; %sor use keep_per_rank",
+                            job->nodes, a, t->data.batch_size, n, a, job->nodes, n, hint);
+    }
+    return 0;
+}
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
     default_join_timeout(map, job);
     /* Independent rules: each one's problem is reported, not only the first. */
     int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
-        check_name, check_elastic, check_program, check_backend, check_env, check_setup, check_comm};
+        check_name, check_elastic, check_elastic_batch, check_program, check_backend, check_env, check_setup,
+        check_comm};
     int rc = check_kubernetes(ctx, map, job);
     for (size_t i = 0; i < sizeof rules / sizeof rules[0] && (rc == 0 || rc == DT_EINVAL); i++) {
         int r = rules[i](ctx, map, job);

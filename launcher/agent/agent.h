@@ -163,6 +163,7 @@ struct dt_agent_config {
      * (restarts), DTRAIN_RESTART_COUNT the round, and rounds beyond
      * max_restarts + 1 may run (membership changes are not counted). */
     bool elastic;
+    int nnodes_max; /* an elastic job's MAX (the bundled trainer's reference world); 0: nnodes */
     int restarts;
     /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
      * group->world ranks (adapter.h): their logs, console lines, failure
