@@ -307,8 +307,8 @@ static int form_fixed(struct dt_agent__elastic *el, int k, int sig_fd, int *stat
         } else if (missing_nodes(ready, el->max, missing, sizeof missing), dt_clock_s() >= deadline) {
             if (k == 0)
                 dt_error_set(DT_ETIMEDOUT,
-                             "node 0: only %d of %d nodes joined the coordinator at %s within rendezvous.timeout "
-                             "(%gs); missing node%s %s",
+                             "only %d of %d nodes joined the coordinator at %s within rendezvous.timeout (%gs); "
+                             "missing node%s %s",
                              n, el->max, l->coord, l->cfg.timeout_s, strchr(missing, ',') ? "s" : "", missing);
             else
                 dt_error_set(DT_ETIMEDOUT,

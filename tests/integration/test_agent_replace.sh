@@ -75,12 +75,13 @@ check "no rank finished round 0 (node 0's were stopped when node 1 was lost)" \
 contains "$T/c0.err" "round 1: waiting up to 30s \(rendezvous.timeout\) for a new agent of node 1" \
   "node 0 says it waits for node 1's replacement"
 contains "$T/c1b.err" "replacing its lost agent \(this is agent #2 of node 1\)" "the replacement says whose place it takes"
-check "summary.json: lost_node is node 1 (its agent closed its connection); round 0 ended by a restart that names it, round 1 finished; 1 restart counted" \
+check "summary.json: lost_node is node 1 (its agent's connection closed); round 0 ended by a restart that names it, round 1 finished; 1 restart counted" \
   python3 - "$(summary_of cmdrep)" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 ln = s["lost_node"]
-assert ln and ln["node"] == 1 and "closed its connection" in ln["reason"], ln
+# a killed agent's connection closes, or is reset when a request of it was still unread
+assert ln and ln["node"] == 1 and ("closed its connection" in ln["reason"] or "reset by peer" in ln["reason"]), ln
 rounds = [a.get("round") for a in s["attempts"]]
 assert len(rounds) == 2, rounds
 assert rounds[0]["ended_by"] == "restart" and "node 1 (host" in rounds[0]["reason"], rounds[0]
