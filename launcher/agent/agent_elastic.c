@@ -96,7 +96,9 @@ struct dt_agent__elastic {
     int n;           /* nodes of the current round */
     int *slots;      /* their slots, max entries */
     int *incarns;    /* their incarnations, max entries */
-    int *joined_inc; /* node 0, forming: each slot's incarnation now, max entries */
+    bool *ready;     /* node 0, forming: by slot, it may take part now (room entries) */
+    int *joined_inc; /* node 0, forming: by slot, its incarnation now (room entries) */
+    int room;        /* entries of ready and joined_inc: slots past MAX are given in an elastic job */
     bool *renew;     /* node 0, fixed: the slot's agent was lost since its last round: only a newer one
                         takes its place */
     long long joins; /* node 0: dtrain/joins when it last looked for a replaced node */
@@ -131,10 +133,9 @@ int dt_agent__elastic_open(struct dt_agent__link *l, struct dt_agent__hb_relay *
     if (el) {
         el->slots = calloc((size_t)max, sizeof *el->slots);
         el->incarns = calloc((size_t)max, sizeof *el->incarns);
-        el->joined_inc = calloc((size_t)max, sizeof *el->joined_inc);
         el->renew = calloc((size_t)max, sizeof *el->renew);
     }
-    if (!el || !el->slots || !el->incarns || !el->joined_inc || !el->renew) {
+    if (!el || !el->slots || !el->incarns || !el->renew) {
         dt_agent__elastic_free(el);
         return dt_error_set(DT_ENOMEM, "out of memory for a job of %d nodes", max);
     }
@@ -167,6 +168,7 @@ void dt_agent__elastic_free(struct dt_agent__elastic *el)
         return;
     free(el->slots);
     free(el->incarns);
+    free(el->ready);
     free(el->joined_inc);
     free(el->renew);
     free(el);
@@ -218,62 +220,83 @@ static int publish_round(struct dt_agent__elastic *el, int k)
     return rc;
 }
 
-/* The members list, and which slots of it may take part now: joined, and
- * counted (a fixed-size job's lost node: by a newer incarnation than the
- * lost one); their incarnations in joined_inc.  Returns how many slots may,
- * -1 on a store error.  *nproc_differs: a joined slot whose rank count is not
- * node 0's, or -1. */
-static int ready_slots(struct dt_agent__elastic *el, bool *ready, int cap, int *nproc_differs)
+/* Room in ready and joined_inc for every slot given so far (an elastic
+ * job's slots are never given twice, so they may number past MAX). */
+static int make_room(struct dt_agent__elastic *el, const struct dt_store_member *m, int count)
+{
+    int need = el->max;
+    for (int i = 0; i < count; i++)
+        need = m[i].node_rank >= need ? m[i].node_rank + 1 : need;
+    if (need <= el->room)
+        return 0;
+    bool *ready = realloc(el->ready, (size_t)need * sizeof *ready);
+    if (ready)
+        el->ready = ready;
+    int *inc = realloc(el->joined_inc, (size_t)need * sizeof *inc);
+    if (inc)
+        el->joined_inc = inc;
+    if (!ready || !inc)
+        return dt_error_set(DT_ENOMEM, "out of memory for the slots of %d agents", need);
+    el->room = need;
+    return 0;
+}
+
+/* Whether slot's member may take part now: joined, and counted (a
+ * fixed-size job's lost node: by a newer incarnation than the lost one);
+ * its incarnation into joined_inc.  1, 0, or -1 on a store error. */
+static int slot_ready(struct dt_agent__elastic *el, const struct dt_store_member *m)
+{
+    int slot = m->node_rank, inc = 0;
+    bool joined = m->state == DT_STORE_MEMBER_JOINED, renew = false;
+    if (el->fixed) { /* slot = node rank < max: incarns and renew are by slot */
+        if (!joined && el->incarns[slot] > 0)
+            el->renew[slot] = true; /* seen gone: the agent that joins next is its replacement */
+        renew = el->renew[slot];
+    }
+    if (!joined)
+        return 0;
+    if (dt_agent__link_incarnation(el->l, slot, &inc) != 0)
+        return -1;
+    el->joined_inc[slot] = inc;
+    return inc >= 1 && !(renew && inc <= el->incarns[slot]); /* else joined, not yet counted: a moment more */
+}
+
+/* Node 0: which slots may take part now, into el->ready; returns how many,
+ * -1 on a store error, DT_ENOMEM.  *nproc_differs: a joined slot whose rank
+ * count is not node 0's, or -1. */
+static int ready_slots(struct dt_agent__elastic *el, int *nproc_differs)
 {
     struct dt_store_member *m;
     int count, n = 0;
     if (dt_store_members(el->l->store, &m, &count) != 0)
         return -1;
+    if (make_room(el, m, count) < 0) {
+        free(m);
+        return DT_ENOMEM;
+    }
     *nproc_differs = -1;
-    for (int i = 0; i < cap; i++)
-        ready[i] = false;
+    memset(el->ready, 0, (size_t)el->room * sizeof *el->ready);
     for (int i = 0; i < count && n >= 0; i++) {
-        int slot = m[i].node_rank, inc = 0;
-        bool joined = m[i].state == DT_STORE_MEMBER_JOINED;
-        if (slot < 0 || slot >= cap)
+        if (m[i].node_rank < 0)
             continue;
-        bool renew = false;
-        if (el->fixed) { /* slot = node rank < max: incarns and renew are by slot */
-            if (!joined && el->incarns[slot] > 0)
-                el->renew[slot] = true; /* seen gone: the agent that joins next is its replacement */
-            renew = el->renew[slot];
-        }
-        if (!joined)
-            continue;
-        if (m[i].nproc != el->l->cfg.nproc)
-            *nproc_differs = slot;
-        if (dt_agent__link_incarnation(el->l, slot, &inc) != 0) {
-            n = -1;
-            break;
-        }
-        if (inc < 1 || (renew && inc <= el->incarns[slot]))
-            continue; /* joined, not yet counted: a moment more */
-        el->joined_inc[slot] = inc;
-        ready[slot] = true;
-        n++;
+        if (m[i].state == DT_STORE_MEMBER_JOINED && m[i].nproc != el->l->cfg.nproc)
+            *nproc_differs = m[i].node_rank;
+        int r = slot_ready(el, &m[i]);
+        n = r < 0 ? -1 : n + r;
+        el->ready[m[i].node_rank] = r == 1;
     }
     free(m);
     return n;
 }
 
-/* The slots of a fixed-size job that are not ready, as "1, 3", into out; how many. */
-static int missing_nodes(const bool *ready, int max, char *out, size_t size)
+/* The slots of a fixed-size job that are not ready, as "1, 3", into out. */
+static void missing_nodes(const struct dt_agent__elastic *el, char *out, size_t size)
 {
-    int missing = 0;
     size_t len = 0;
     out[0] = 0;
-    for (int i = 0; i < max; i++)
-        if (!ready[i]) {
-            missing++;
-            if (len < size)
-                len += (size_t)snprintf(out + len, size - len, "%s%d", len ? ", " : "", i);
-        }
-    return missing;
+    for (int i = 0; i < el->max && len < size; i++)
+        if (!el->ready[i])
+            len += (size_t)snprintf(out + len, size - len, "%s%d", len ? ", " : "", i);
 }
 
 /* Node 0 gives up forming round k: the job ends everywhere, saying why. */
@@ -283,127 +306,88 @@ static int give_up(struct dt_agent__elastic *el, int code)
     return code;
 }
 
-/* A fixed-size job's round: every node rank, each by its newest agent. */
-static int form_fixed(struct dt_agent__elastic *el, int k, int sig_fd, int *status)
+/* One look while forming round k: 0 to wait on, 1 formed (n ready), or
+ * what begin returns (1 with *status, negative: the job ends). */
+static int look_ready(struct dt_agent__elastic *el, int *n, int *status)
 {
-    struct dt_agent__link *l = el->l;
-    double deadline = dt_clock_s() + l->cfg.timeout_s;
-    bool *ready = calloc((size_t)el->max, sizeof *ready), said = false;
-    char missing[256];
-    int rc = ready ? 0 : dt_error_set(DT_ENOMEM, "out of memory");
-    while (rc == 0) {
-        int differs, n = ready_slots(el, ready, el->max, &differs);
-        if (n < 0) {
-            dt_agent__link_lost(l, status);
-            rc = 1;
-        } else if (differs >= 0) {
-            dt_error_set(DT_EINVAL,
-                         "node %d runs another number of ranks than node 0 (%d): nproc_per_node must come out "
-                         "the same on every node (WORLD_SIZE = nnodes x nproc_per_node)",
-                         differs, l->cfg.nproc);
-            rc = give_up(el, DT_EINVAL);
-        } else if (n == el->max) {
-            break;
-        } else if (missing_nodes(ready, el->max, missing, sizeof missing), dt_clock_s() >= deadline) {
-            if (k == 0)
-                dt_error_set(DT_ETIMEDOUT,
-                             "only %d of %d nodes joined the coordinator at %s within rendezvous.timeout (%gs); "
-                             "missing node%s %s",
-                             n, el->max, l->coord, l->cfg.timeout_s, strchr(missing, ',') ? "s" : "", missing);
-            else
-                dt_error_set(DT_ETIMEDOUT,
-                             "round %d: no new agent for node%s %s joined within rendezvous.timeout (%gs) after "
-                             "it was lost: start `dtrain agent --node-rank N` for it (what a scheduler does for "
-                             "a lost pod or node), or raise rendezvous.timeout",
-                             k, strchr(missing, ',') ? "s" : "", missing, l->cfg.timeout_s);
-            rc = give_up(el, DT_ETIMEDOUT);
-        } else {
-            if (!said && k > 0)
-                dt_log_warn("round %d: waiting up to %gs (rendezvous.timeout) for a new agent of node%s %s to "
-                            "join (`dtrain agent --node-rank N`, or the scheduler's replacement)",
-                            k, l->cfg.timeout_s, strchr(missing, ',') ? "s" : "", missing);
-            said = true;
-            if (pause_for(sig_fd)) {
-                *status = -1;
-                rc = 1;
-            }
-        }
-    }
-    free(ready);
-    if (rc != 0)
-        return rc;
-    el->n = el->max;
-    for (int i = 0; i < el->max; i++) {
-        el->slots[i] = i;
-        el->incarns[i] = el->joined_inc[i];
-    }
-    return publish_round(el, k) != 0 ? (dt_agent__link_lost(l, status), 1) : 0;
+    int differs;
+    *n = ready_slots(el, &differs);
+    if (*n == DT_ENOMEM)
+        return DT_ENOMEM;
+    if (*n < 0)
+        return dt_agent__link_lost(el->l, status), 1;
+    if (differs < 0)
+        return 0;
+    dt_error_set(DT_EINVAL,
+                 "node %s%d runs another number of ranks than node 0 (%d): nproc_per_node must come out the same "
+                 "on every node (WORLD_SIZE = nnodes x nproc_per_node)",
+                 el->fixed ? "" : "slot ", differs, el->l->cfg.nproc);
+    return give_up(el, DT_EINVAL);
 }
 
-/* An elastic job's round: MIN to MAX of the agents there are. */
-static int form_elastic(struct dt_agent__elastic *el, int k, int sig_fd, int *status)
+static void say_timeout(const struct dt_agent__elastic *el, int k, int n, const char *missing)
+{
+    const struct dt_agent__link *l = el->l;
+    const char *s = strchr(missing, ',') ? "s" : "";
+    if (!el->fixed)
+        dt_error_set(DT_ETIMEDOUT,
+                     "round %d: only %d of the %d nodes the job needs (nodes %d:%d) joined the coordinator at %s "
+                     "within rendezvous.timeout (%gs)",
+                     k, n, el->min, el->min, el->max, l->coord, l->cfg.timeout_s);
+    else if (k == 0)
+        dt_error_set(DT_ETIMEDOUT,
+                     "only %d of %d nodes joined the coordinator at %s within rendezvous.timeout (%gs); missing "
+                     "node%s %s",
+                     n, el->max, l->coord, l->cfg.timeout_s, s, missing);
+    else
+        dt_error_set(DT_ETIMEDOUT,
+                     "round %d: no new agent for node%s %s joined within rendezvous.timeout (%gs) after it was "
+                     "lost: start `dtrain agent --node-rank N` for it (what a scheduler does for a lost pod or "
+                     "node), or raise rendezvous.timeout",
+                     k, s, missing, l->cfg.timeout_s);
+}
+
+/* Round k's nodes, once enough are ready: a fixed-size job's are every
+ * node rank, each by its newest agent; an elastic job's are MIN to MAX of
+ * the agents there are, lowest slot first, MAX at once or those there are
+ * rendezvous.last_call_timeout after MIN. */
+static int form(struct dt_agent__elastic *el, int k, int sig_fd, int *status)
 {
     struct dt_agent__link *l = el->l;
-    const struct dt_job *job = l->cfg.job;
     double deadline = dt_clock_s() + l->cfg.timeout_s, min_at = 0;
-    /* slots are never given twice, but may number past MAX: look at each one given */
-    int cap = el->max;
-    bool *ready = NULL;
+    char missing[256] = "";
+    bool said = false;
     for (;;) {
-        struct dt_store_member *m;
-        int count;
-        if (dt_store_members(l->store, &m, &count) != 0)
-            return free(ready), dt_agent__link_lost(l, status), 1;
-        for (int i = 0; i < count; i++)
-            cap = m[i].node_rank + 1 > cap ? m[i].node_rank + 1 : cap;
-        free(m);
-        bool *grown = realloc(ready, (size_t)cap * sizeof *ready);
-        int *inc = realloc(el->joined_inc, (size_t)cap * sizeof *inc);
-        if (inc)
-            el->joined_inc = inc;
-        if (!grown || !inc) {
-            free(grown ? grown : ready);
-            return dt_error_set(DT_ENOMEM, "out of memory for the slots of an elastic job");
-        }
-        ready = grown;
-        int differs, n = ready_slots(el, ready, cap, &differs);
-        if (n < 0)
-            return free(ready), dt_agent__link_lost(l, status), 1;
-        if (differs >= 0) {
-            free(ready);
-            dt_error_set(DT_EINVAL,
-                         "node slot %d runs another number of ranks than node 0 (%d): nproc_per_node must "
-                         "come out the same on every node",
-                         differs, l->cfg.nproc);
-            return give_up(el, DT_EINVAL);
-        }
+        int n, rc = look_ready(el, &n, status);
+        if (rc != 0)
+            return rc;
         double now = dt_clock_s();
         if (n >= el->min && min_at == 0)
             min_at = now;
-        if (n >= el->max || (min_at > 0 && now - min_at >= job->rendezvous.last_call_timeout_s)) {
-            el->n = 0;
-            for (int s = 0; s < cap && el->n < el->max; s++)
-                if (ready[s]) {
-                    el->slots[el->n] = s;
-                    el->incarns[el->n++] = el->joined_inc[s];
-                }
+        if (n >= el->max || (min_at > 0 && now - min_at >= l->cfg.job->rendezvous.last_call_timeout_s))
             break;
-        }
+        if (el->fixed)
+            missing_nodes(el, missing, sizeof missing);
         if (min_at == 0 && now >= deadline) {
-            free(ready);
-            dt_error_set(DT_ETIMEDOUT,
-                         "round %d: only %d of the %d nodes the job needs (nodes %d:%d) joined the "
-                         "coordinator at %s within rendezvous.timeout (%gs)",
-                         k, n, el->min, el->min, el->max, l->coord, l->cfg.timeout_s);
+            say_timeout(el, k, n, missing);
             return give_up(el, DT_ETIMEDOUT);
         }
+        if (el->fixed && k > 0 && !said)
+            dt_log_warn("round %d: waiting up to %gs (rendezvous.timeout) for a new agent of node%s %s to join "
+                        "(`dtrain agent --node-rank N`, or the scheduler's replacement)",
+                        k, l->cfg.timeout_s, strchr(missing, ',') ? "s" : "", missing);
+        said = true;
         if (pause_for(sig_fd)) {
-            free(ready);
             *status = -1;
             return 1;
         }
     }
-    free(ready);
+    el->n = 0;
+    for (int s = 0; s < el->room && el->n < el->max; s++)
+        if (el->ready[s]) {
+            el->slots[el->n] = s;
+            el->incarns[el->n++] = el->joined_inc[s];
+        }
     return publish_round(el, k) != 0 ? (dt_agent__link_lost(l, status), 1) : 0;
 }
 
@@ -541,7 +525,7 @@ int dt_agent__elastic_begin(struct dt_agent__elastic *el, int *attempt, int sig_
     if (k >= DT_AGENT__MAX_ROUNDS)
         return dt_error_set(DT_ENOMEM, "a job of more than %d rounds", DT_AGENT__MAX_ROUNDS);
     if (l->cfg.node_rank == 0)
-        rc = el->fixed ? form_fixed(el, k, sig_fd, status) : form_elastic(el, k, sig_fd, status);
+        rc = form(el, k, sig_fd, status);
     else
         rc = wait_place(el, &k, sig_fd, status);
     if (rc != 0)
