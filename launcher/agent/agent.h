@@ -28,8 +28,9 @@
  * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
  * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
  * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
- * (restart rounds and the hooks), agent_elastic.c (the rounds of an elastic
- * job, nodes: MIN:MAX), agent_hb_relay.c (heartbeats relayed to the other
+ * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:
+ * an elastic job's, nodes: MIN:MAX, and a fixed-size job's with restarts,
+ * whose lost node a new agent replaces), agent_hb_relay.c (heartbeats relayed to the other
  * nodes), agent_link.c (the store connection and the records every round
  * reads), agent_records.c (every record's encoder and decoder).  Around
  * them: agent_node.c (one node's run, the refusal watch), agent_plan.c (rank

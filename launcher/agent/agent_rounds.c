@@ -408,16 +408,16 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
         int in = joined(m, count, cfg->nnodes, missing, sizeof missing);
         rc = same_nproc(r, m, count);
         free(m);
+        /* An agent for a node that was lost joins a job that already ended (no restarts). */
+        int status, ended = rc ? 0 : dt_agent__link_aborted(&r->link, &status);
+        if (ended)
+            return ended < 0 ? dt_error_prefix("node %d: reading the job's state", cfg->node_rank)
+                             : dt_error_set(DT_EABORTED, "node %d: the job ended before this agent could take part",
+                                            cfg->node_rank);
         if (rc == 0 && in == cfg->nnodes)
             dt_agent__link_short_calls(&r->link); /* from here every call is made at least every POLL_S */
         if (rc || in == cfg->nnodes)
             return rc;
-        /* An agent for a node that was lost joins a job that already ended (no restarts). */
-        int status;
-        if ((rc = dt_agent__link_aborted(&r->link, &status)) != 0)
-            return rc < 0 ? dt_error_prefix("node %d: reading the job's state", cfg->node_rank)
-                          : dt_error_set(DT_EABORTED, "node %d: the job ended before this agent could take part",
-                                         cfg->node_rank);
         if (dt_clock_s() >= deadline)
             return dt_error_set(DT_ETIMEDOUT,
                                 "node %d: only %d of %d nodes joined the coordinator at %s within "
