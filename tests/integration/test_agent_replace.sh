@@ -6,7 +6,7 @@
 #  - a command: job of 2 nodes, max_restarts 2: node 1's agent SIGKILLed mid-run,
 #    its replacement started 5 s later: both agents exit 0, the ranks of round 1 see
 #    TORCHELASTIC_RESTART_COUNT=1, node 0's summary.json names the lost node and ends
-#    round 0 as a restart;
+#    round 0 as a restart; an agent without the job's token cannot take node 1's place;
 #  - the bundled trainer on 2 nodes: the same; round 1 resumes from the newest
 #    checkpoint and ends with the final loss of a run that lost nothing;
 #  - without restarts left: max_restarts 0 ends the job at once (status 1, saying
@@ -38,8 +38,9 @@ agent() {
 rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
 summary_of() { ls "$T"/runs/"$1"-*/summary.json 2>/dev/null | head -n 1; }
 
-# replace SPEC TAG MARK: nodes 0 and 1 (TAG0, TAG1) start; once MARK shows in node 1's
-# output its agent is SIGKILLed, and 5 s later a new agent for node 1 (TAG1b) starts.
+# replace SPEC TAG MARK [IMPOSTOR]: nodes 0 and 1 (TAG0, TAG1) start; once MARK shows in
+# node 1's output its agent is SIGKILLed, and 5 s later a new agent for node 1 (TAG1b)
+# starts.  With IMPOSTOR, an agent without the job's token tries node 1's place first.
 replace() {
   local spec=$1 tag=$2 mark=$3 port
   port=$(free_port)
@@ -47,6 +48,12 @@ replace() {
   agent "$spec" "${tag}1" "$port" 1
   check "node 1's ranks run ($mark)" wait_for "$(limit_s 30)" grep -qs -- "$mark" "$T/${tag}1.out" "$T/${tag}1.err"
   kill -9 "$(cat "$T/${tag}1.pid")"
+  if [ -n "${4:-}" ]; then
+    DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n') expect_status 1 \
+      "an agent for node 1 without the job's token is refused" "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 \
+      --coordinator "127.0.0.1:$port" --log-dir "$T/runs"
+    contains "$T/last.err" "refused the job token" "it says the coordinator refused its token"
+  fi
   sleep 5
   agent "$spec" "${tag}1b" "$port" 1
 }
@@ -60,7 +67,7 @@ max_restarts: 2
 command: [sh, -c, 'echo "env rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK restart=$TORCHELASTIC_RESTART_COUNT round=$DTRAIN_RESTART_COUNT"; sleep 4; echo "done rank=$RANK round=$DTRAIN_RESTART_COUNT"']
 rendezvous: {timeout: 30s, heartbeat_timeout: 10s}
 EOF
-replace "$T/cmd.yaml" c "env rank=3"
+replace "$T/cmd.yaml" c "env rank=3" impostor
 wait_for "$(limit_s 60)" test -f "$T/c0.rc" -a -f "$T/c1b.rc"
 check "node 0 and node 1's replacement both exit 0 ($(rc_of c0) $(rc_of c1b))" test "$(rc_of c0)$(rc_of c1b)" = 00
 for r in 0 1; do
