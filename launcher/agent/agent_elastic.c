@@ -568,8 +568,8 @@ static void say_lost(struct dt_agent__elastic *el, const struct dt_store_member 
     struct dt_agent__link *l = el->l;
     dt_agent__link_keep_lost(l, m);
     if (!l->cfg.coord || dt_coord_member_lost(l->cfg.coord, m->node_rank, lost, sizeof lost, NULL) != 0)
-        snprintf(lost, sizeof lost, "%s %d (%s, agent pid %ld) left", el->fixed ? "node" : "slot", m->node_rank,
-                 m->host, m->pid);
+        snprintf(lost, sizeof lost, "%s %d (host %s, agent pid %ld) left the job mid-round: its agent was stopped",
+                 el->fixed ? "node" : "slot", m->node_rank, m->host, m->pid);
     snprintf(why, n, "a node of the round was lost: %s", lost);
 }
 

@@ -201,9 +201,14 @@ int dt_agent__link_joins(struct dt_agent__link *l, long long *joins)
 
 bool dt_agent__link_keep_lost(struct dt_agent__link *l, const struct dt_store_member *m)
 {
-    double when = 0;
-    if (!l->cfg.coord || l->lost.node >= 0 ||
-        dt_coord_member_lost(l->cfg.coord, m->node_rank, l->lost.reason, sizeof l->lost.reason, &when) != 0)
+    double when = dt_clock_s();
+    if (!l->cfg.coord || l->lost.node >= 0)
+        return false;
+    if (m->state == DT_STORE_MEMBER_LEFT) /* a stop signal made it leave mid-round (agent_rounds.c) */
+        snprintf(l->lost.reason, sizeof l->lost.reason,
+                 "node %d (host %s, agent pid %ld) left the job mid-round: its agent was stopped by a signal",
+                 m->node_rank, m->host, m->pid);
+    else if (dt_coord_member_lost(l->cfg.coord, m->node_rank, l->lost.reason, sizeof l->lost.reason, &when) != 0)
         return false;
     l->lost.node = m->node_rank;
     snprintf(l->lost.host, sizeof l->lost.host, "%s", m->host);

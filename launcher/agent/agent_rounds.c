@@ -75,6 +75,8 @@ struct dt_agent__round {
     bool published[MAX_ROUNDS];    /* this node's failure of round k is in fail/<k> (or lost to another's) */
     bool told_stop;
     bool decided; /* a round's end everywhere decided the job's end: every node decides it alike */
+    bool leaving; /* a stop signal came to this agent (not node 0's) of rounds node 0 forms: this node
+                     leaves, the job goes on without it (as torchrun's agents do) */
 };
 
 /* --- while ranks run ----------------------------------------------------- */
@@ -446,11 +448,32 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 #define INTERRUPT_SAY_S 1.0
 #define INTERRUPT_SAY_HOST_S 5.0
 
+/* A stop signal to an agent other than node 0's, where node 0 forms the
+ * rounds: only this node leaves (a pod evicted, a node drained: the
+ * scheduler's SIGTERM before its SIGKILL), and node 0 takes it for a lost
+ * node: an elastic job goes on with the others, a fixed-size one with a new
+ * agent for it while restarts are left.  Stopping the whole job is node
+ * 0's signal, or every agent's (scancel, a deleted Job). */
+static bool leave_alone(struct dt_agent__round *r, const char *name)
+{
+    if (!r->el || r->link.cfg.node_rank == 0 || r->link.dead)
+        return false;
+    r->leaving = true;
+    dt_log_warn("node %d: received %s: this node leaves the job; the others go on without it (%s)",
+                r->link.cfg.node_rank, name,
+                r->link.cfg.nnodes_min < r->link.cfg.nnodes
+                    ? "an elastic job's next round"
+                    : "node 0 waits for a new agent of this node while restarts are left");
+    return true;
+}
+
 static void interrupted(void *ctx, int sig)
 {
     struct dt_agent__round *r = ctx;
     char why[128], tmp[32];
     const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
+    if (leave_alone(r, name))
+        return;
     snprintf(why, sizeof why, "its agent was interrupted by %s", name);
     double t0 = dt_clock_s();
     double was =
@@ -627,6 +650,8 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
         dt_agent__link_abort(&r->link, res->exit_status,
                              "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+    } else if (res->status == DT_AGENT_INTERRUPTED && r->leaving) {
+        /* this node alone leaves: no abort (leave_alone) */
     } else if (res->status == DT_AGENT_INTERRUPTED) {
         char tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",

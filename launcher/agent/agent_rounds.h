@@ -87,7 +87,9 @@ int dt_agent__link_joins(struct dt_agent__link *l, long long *joins);
 int dt_agent__link_aborted(struct dt_agent__link *l, int *status);
 /* Node 0: keeps m, a lost member, as summary.json's lost_node in the
  * coordinator's words (how its connection ended: closed, or unacknowledged
- * for liveness_s) when it is the first; true if it was kept. */
+ * for liveness_s), or, left mid-round, as stopped by a signal (an agent
+ * other than node 0's leaves alone then, agent_rounds.c), when it is the
+ * first; true if it was kept. */
 bool dt_agent__link_keep_lost(struct dt_agent__link *l, const struct dt_store_member *m);
 /* Round k's first failure: 1 with *f, 0 when none, negative on a store error
  * or a record no agent writes. */

@@ -7,6 +7,8 @@
 #    its replacement started 5 s later: both agents exit 0, the ranks of round 1 see
 #    TORCHELASTIC_RESTART_COUNT=1, node 0's summary.json names the lost node and ends
 #    round 0 as a restart; an agent without the job's token cannot take node 1's place;
+#  - SIGTERM to node 1's agent (an eviction, a drain): node 1 alone leaves (exit 143),
+#    node 0 waits for its new agent, the job finishes;
 #  - the bundled trainer on 2 nodes: the same; round 1 resumes from the newest
 #    checkpoint and ends with the final loss of a run that lost nothing;
 #  - without restarts left: max_restarts 0 ends the job at once (status 1, saying
@@ -97,6 +99,26 @@ assert s["status"] == "succeeded" and s["failure_restarts"] == 1 and s["membersh
 ranks = sorted(r["rank"] for r in s["attempts"][1]["ranks"])
 assert ranks == [0, 1, 2, 3], ranks
 EOF
+
+# --- SIGTERM to node 1's agent (a pod evicted, a node drained): node 1 alone leaves ---
+sed 's/name: cmdrep/name: evict/' "$T/cmd.yaml" >"$T/evict.yaml"
+port=$(free_port)
+agent "$T/evict.yaml" e0 "$port" 0
+agent "$T/evict.yaml" e1 "$port" 1
+check "node 1's ranks run" wait_for "$(limit_s 30)" grep -qs "env rank=3" "$T/e1.out"
+kill -TERM "$(cat "$T/e1.pid")"
+wait_for "$(limit_s 20)" test -f "$T/e1.rc"
+check "SIGTERM: node 1's agent exits 143, 128 + SIGTERM ($(rc_of e1))" test "$(rc_of e1)" = 143
+contains "$T/e1.err" "node 1: received SIGTERM: this node leaves the job; the others go on without it" \
+  "node 1 says it leaves alone"
+sleep 2
+agent "$T/evict.yaml" e1b "$port" 1
+wait_for "$(limit_s 60)" test -f "$T/e0.rc" -a -f "$T/e1b.rc"
+check "node 0 and the new agent of node 1 both exit 0 ($(rc_of e0) $(rc_of e1b))" test "$(rc_of e0)$(rc_of e1b)" = 00
+contains "$T/e0.out" "^\[rank 0\] env rank=0 world=4 group=0 restart=1 round=1$" "round 1 runs with the new agent"
+esum=$(summary_of evict)
+contains "${esum:-$T/none}" '"lost_node": \{"node": 1, .*"reason": "node 1 \(host [^,]+, agent pid [0-9]+\) left the job mid-round: its agent was stopped by a signal"' \
+  "summary.json: lost_node says node 1 left, stopped by a signal"
 
 # --- the bundled trainer: resumes from its checkpoint, same final loss ---------------
 trainer() { # max_restarts
