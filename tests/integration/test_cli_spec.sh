@@ -63,9 +63,9 @@ check "all four, in file order" test "$(cut -d: -f2,3 "$T/last.err" | tr '\n' ' 
 expect_status 2 "launch says the same four" "$DTRAIN" launch bad.yaml
 check "launch lists them too" test "$(grep -c '^dtrain launch: bad.yaml:' "$T/last.err")" = 4
 printf 'name: two\nnodes: 2\ncommand: [true]\n' >two.yaml
-expect_status 2 "nodes: 2 with scheduler: local fails validate, as launch would" "$DTRAIN" validate two.yaml
-contains "$T/last.err" "nodes: 2 with scheduler: local" "validate says why"
-expect_status 2 "launch refuses it the same way" "$DTRAIN" launch two.yaml
+expect_status 0 "nodes: 2 with scheduler: local passes validate: one dtrain agent per node runs it" "$DTRAIN" validate two.yaml
+contains "$T/last.out" "ok: two, local, 2 nodes x 1 rank, .*runs as one .dtrain agent. per node" "validate says how it runs"
+expect_status 2 "launch refuses it: it runs one machine" "$DTRAIN" launch two.yaml
 contains "$T/last.err" "nodes: 2 with scheduler: local" "launch says the same"
 printf 'name: l\ncommand: [true]\nkubernetes: {image: img}\n' >local.yaml
 expect_status 2 "render k8s of a scheduler: local spec is refused" "$DTRAIN" render k8s local.yaml
