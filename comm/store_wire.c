@@ -14,6 +14,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+void dt_wire_put_chan_header(struct dt_wire_buf *b, uint32_t chan, uint8_t kind, uint64_t len)
+{
+    dt_wire_put_u32(b, chan);
+    dt_wire_put_u8(b, kind);
+    dt_wire_put_u64(b, len);
+}
+
+bool dt_wire_chan_header(const uint8_t *p, uint32_t *chan, uint8_t *kind, uint64_t *len)
+{
+    *chan = dt_wire_load_u32(p);
+    *kind = p[4];
+    *len = dt_wire_load_u64(p + 5);
+    return *kind <= DT_WIRE_CHAN_ENDED;
+}
+
 uint32_t dt_wire_load_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -39,6 +54,9 @@ const char *dt_wire_op_name(uint8_t op)
     case DT_WIRE_JOIN: return "JOIN";
     case DT_WIRE_LEAVE: return "LEAVE";
     case DT_WIRE_MEMBERS: return "MEMBERS";
+    case DT_WIRE_CHANNEL_OPEN: return "CHANNEL_OPEN";
+    case DT_WIRE_CHANNEL: return "CHANNEL";
+    case DT_WIRE_CHANNEL_CLOSE: return "CHANNEL_CLOSE";
     default: return "unknown";
     }
 }
@@ -47,7 +65,12 @@ const char *dt_wire_op_name(uint8_t op)
 
 bool dt_wire_op_known(uint8_t op)
 {
-    return op <= DT_WIRE_STORE_BARRIER || (op >= DT_WIRE_AUTH && op <= DT_WIRE_MEMBERS);
+    return op <= DT_WIRE_STORE_BARRIER || (op >= DT_WIRE_AUTH && op <= DT_WIRE_CHANNEL_CLOSE);
+}
+
+bool dt_wire_op_channel(uint8_t op)
+{
+    return op >= DT_WIRE_CHANNEL_OPEN && op <= DT_WIRE_CHANNEL_CLOSE;
 }
 
 struct cursor {
@@ -101,15 +124,12 @@ static int read_i64(struct cursor *c, int64_t *v)
     return rc;
 }
 
-/* is_key picks the limit and the word in the message. */
-static int read_str(struct cursor *c, bool is_key, struct dt_wire_bytes *out)
+static int read_str_max(struct cursor *c, size_t max, const char *what, struct dt_wire_bytes *out)
 {
     uint64_t n;
     int rc = read_u64(c, &n);
     if (rc)
         return rc;
-    size_t max = is_key ? c->lim->max_key_bytes : c->lim->max_value_bytes;
-    const char *what = is_key ? "key" : "value";
     if (n > max)
         return dt_error_set(DT_ENOMEM, "%s %s of %llu bytes is over the %zu-byte limit",
                             dt_wire_op_name(c->op), what, (unsigned long long)n, max);
@@ -120,6 +140,26 @@ static int read_str(struct cursor *c, bool is_key, struct dt_wire_bytes *out)
     out->len = (size_t)n;
     c->pos += (size_t)n;
     return 0;
+}
+
+/* is_key picks the limit and the word in the message. */
+static int read_str(struct cursor *c, bool is_key, struct dt_wire_bytes *out)
+{
+    return is_key ? read_str_max(c, c->lim->max_key_bytes, "key", out)
+                  : read_str_max(c, c->lim->max_value_bytes, "value", out);
+}
+
+/* A channel's request travels whole inside CHANNEL, whose own fields take
+ * 13 bytes of the frame limit. */
+static int read_channel(struct cursor *c, struct dt_wire_request *r)
+{
+    int rc = read_u32(c, &r->u32);
+    if (rc || r->op == DT_WIRE_CHANNEL_CLOSE)
+        return rc;
+    if (r->op == DT_WIRE_CHANNEL_OPEN)
+        return read_str(c, true, &r->key);
+    size_t max = c->lim->max_frame_bytes > 13 ? c->lim->max_frame_bytes - 13 : 0;
+    return read_str_max(c, max, "request", &r->v1);
 }
 
 /* Entries already checked by an earlier call are not read again: the walk
@@ -215,6 +255,10 @@ static int decode_fields(struct cursor *c, struct dt_wire_request *r)
         int rc = read_i64(c, &r->i1);
         return rc ? rc : read_i64(c, &r->i2);
     }
+    case DT_WIRE_CHANNEL_OPEN:
+    case DT_WIRE_CHANNEL:
+    case DT_WIRE_CHANNEL_CLOSE:
+        return read_channel(c, r);
     default:
         return dt_error_set(DT_EPROTO, "unknown request type %u (not a TCPStore client, or a "
                                        "newer protocol)", r->op);

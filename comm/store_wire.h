@@ -51,6 +51,25 @@
  *   JOIN with node_rank -2 (DT_WIRE_ANY_NODE: an elastic job's agent) is
  *   given a free slot, which the OK answer's message holds in decimal.
  *
+ * Channels: a node's store endpoint (launcher/agent/agent_endpoint.c)
+ * carries its ranks' connections over one connection of its own, which has
+ * presented the token; each rank's connection is a channel, a connection of
+ * its own on the coordinator (its WAITs, barrier, MULTI_GET cache):
+ *   0xD6 CHANNEL_OPEN   chan:u32, name (string)    none
+ *   0xD7 CHANNEL        chan:u32, request (string: none of its own: the request's
+ *                       one whole TCPStore request) reply comes as a frame of the channel
+ *   0xD8 CHANNEL_CLOSE  chan:u32                   a CLOSED frame of the channel
+ * Once a connection opened a channel, every reply on it is a frame:
+ *   chan:u32, kind:u8, bytes (string)
+ *   kind 0 DATA    reply bytes of the channel's requests, in order; a reply
+ *                  may span frames
+ *   kind 1 CLOSED  the answer to CHANNEL_CLOSE: nothing of the channel
+ *                  follows, and its id may be opened again
+ *   kind 2 ENDED   the coordinator closed the channel (bytes: why); the
+ *                  endpoint closes the rank's connection and still sends
+ *                  CHANNEL_CLOSE, whose CLOSED frees the id
+ *   and the connection may send only the three channel requests.
+ *
  * Not for sockets: this file only turns bytes into requests and back.
  */
 #ifndef DT_STORE_WIRE_H
@@ -88,6 +107,9 @@ enum dt_wire_op {
     DT_WIRE_JOIN = 0xD3,
     DT_WIRE_LEAVE = 0xD4,
     DT_WIRE_MEMBERS = 0xD5,
+    DT_WIRE_CHANNEL_OPEN = 0xD6,
+    DT_WIRE_CHANNEL = 0xD7,
+    DT_WIRE_CHANNEL_CLOSE = 0xD8,
 };
 
 enum { DT_WIRE_READY = 0, DT_WIRE_NOT_READY = 1 };
@@ -96,6 +118,8 @@ enum { DT_WIRE_OK = 0, DT_WIRE_REFUSED = 1, DT_WIRE_WORLD_DIFFERS = 2, DT_WIRE_T
        DT_WIRE_OUT_OF_RANGE = 4 };
 enum { DT_WIRE_MEMBER_JOINED = 1, DT_WIRE_MEMBER_LEFT = 2, DT_WIRE_MEMBER_LOST = 3 };
 #define DT_WIRE_ANY_NODE (-2) /* JOIN's node_rank: the coordinator picks a slot (-1 stays out of range) */
+enum { DT_WIRE_CHAN_DATA = 0, DT_WIRE_CHAN_CLOSED = 1, DT_WIRE_CHAN_ENDED = 2 };
+#define DT_WIRE_CHAN_HEADER 13 /* chan:u32, kind:u8, len:u64 before a frame's bytes */
 
 /* Limits the decoder enforces; a request over any of them is an error
  * (DT_ENOMEM, "limit"), never a partial read. */
@@ -120,12 +144,13 @@ struct dt_wire_bytes {
 /* A decoded request; byte ranges point into the caller's buffer. */
 struct dt_wire_request {
     uint8_t op;
-    uint32_t u32;               /* VALIDATE magic, PING nonce */
+    uint32_t u32;               /* VALIDATE magic, PING nonce, a channel's id */
     int64_t i1, i2;             /* ADD delta; BARRIER and STORE_BARRIER world; HEARTBEAT rank, step;
                                    JOIN node_rank, nnodes */
     int64_t i3, i4;             /* JOIN nproc, pid */
-    struct dt_wire_bytes key;   /* key, barrier name, token, JOIN host */
-    struct dt_wire_bytes v1;    /* SET/APPEND/QUEUE_PUSH value; COMPARE_SET expected */
+    struct dt_wire_bytes key;   /* key, barrier name, token, JOIN host, CHANNEL_OPEN name */
+    struct dt_wire_bytes v1;    /* SET/APPEND/QUEUE_PUSH value; COMPARE_SET expected; CHANNEL request
+                                   (up to the frame limit less the channel's header) */
     struct dt_wire_bytes v2;    /* COMPARE_SET desired */
     uint64_t count;             /* entries of the list ops */
     struct dt_wire_bytes list;  /* the encoded entries, walked with dt_wire_list_next */
@@ -168,6 +193,9 @@ bool dt_wire_list_next(const struct dt_wire_request *req, size_t *pos, struct dt
 
 const char *dt_wire_op_name(uint8_t op);
 
+/* CHANNEL_OPEN, CHANNEL, CHANNEL_CLOSE. */
+bool dt_wire_op_channel(uint8_t op);
+
 /* --- encoding ------------------------------------------------------------- */
 
 /* A growable output buffer; after an allocation failure every put is a no-op
@@ -194,6 +222,11 @@ void dt_wire_put_raw(struct dt_wire_buf *b, const void *p, size_t len);
 /* One string made of prefix and key (PyTorch's client puts "/" in front of
  * every user key). */
 void dt_wire_put_key(struct dt_wire_buf *b, const char *prefix, const void *key, size_t len);
+
+/* The header of a channel's reply frame; `len` bytes follow it. */
+void dt_wire_put_chan_header(struct dt_wire_buf *b, uint32_t chan, uint8_t kind, uint64_t len);
+/* Reads one from p[0..DT_WIRE_CHAN_HEADER); false for an unknown kind. */
+bool dt_wire_chan_header(const uint8_t *p, uint32_t *chan, uint8_t *kind, uint64_t *len);
 
 uint32_t dt_wire_load_u32(const uint8_t *p);
 uint64_t dt_wire_load_u64(const uint8_t *p);

@@ -354,7 +354,7 @@ int dt_coord__member_join(struct dt_coord__conn *conn, const struct dt_wire_requ
     m->nproc = r->i3;
     m->pid = r->i4;
     host_of(r, m->host, sizeof m->host);
-    snprintf(m->addr, sizeof m->addr, "%s", conn->peer);
+    snprintf(m->addr, sizeof m->addr, "%.63s", conn->peer);
     m->conn = conn;
     conn->member = node;
     uv_os_fd_t fd;

@@ -165,6 +165,7 @@ static void conn_close(struct dt_coord__conn *conn, const char *reason)
     dt_coord__barrier_leave(conn);
     dt_coord__member_lost(conn, reason);
     dt_coord__store_conn_gone(conn);
+    dt_coord__channels_close(conn);
     struct dt_coord *c = conn->coord;
     preauth_unlink(conn);
     if (conn->prev)
@@ -275,6 +276,10 @@ static void queue_rest(struct dt_coord__conn *conn, size_t done)
  * what the socket does not take is queued. */
 void dt_coord__conn_flush(struct dt_coord__conn *conn)
 {
+    if (conn->chan_parent) {
+        dt_coord__channel_flush(conn);
+        return;
+    }
     struct dt_wire_buf *o = &conn->out;
     if (conn->closing || o->len == 0)
         return;

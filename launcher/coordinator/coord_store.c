@@ -733,6 +733,10 @@ static int handle_op(struct dt_coord__conn *conn, const struct dt_wire_request *
             dt_wire_put_u8(&conn->out, DT_WIRE_OK);
         return rc;
     }
+    case DT_WIRE_CHANNEL_OPEN:
+    case DT_WIRE_CHANNEL:
+    case DT_WIRE_CHANNEL_CLOSE:
+        return dt_coord__channel_request(conn, r);
     default:
         return dt_error_set(DT_EPROTO, "unexpected request %s", dt_wire_op_name(r->op));
     }
@@ -740,6 +744,9 @@ static int handle_op(struct dt_coord__conn *conn, const struct dt_wire_request *
 
 int dt_coord__handle(struct dt_coord__conn *conn, const struct dt_wire_request *r)
 {
+    /* Its replies are channel frames now: an unframed one would be read as one. */
+    if (conn->chan_mode && !dt_wire_op_channel(r->op))
+        return dt_error_set(DT_EPROTO, "%s on a connection that carries channels", dt_wire_op_name(r->op));
     int rc = handle_op(conn, r);
     /* A stale MULTI_GET answer holds memory for nothing. */
     struct dt_coord__mget *m = &conn->coord->mget;

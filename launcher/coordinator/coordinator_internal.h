@@ -1,7 +1,7 @@
 /* coordinator_internal.h - what the coordinator's files share; not a public
  * API (that is coordinator.h).
  *
- * The coordinator in five files:
+ * The coordinator in six files:
  *   coord_server.c      start and stop, the loop thread, connections
  *                       (accept, read, frame, write, close), their limits
  *                       and deadlines;
@@ -12,7 +12,9 @@
  *                       clients blocked in WAIT;
  *   coord_queue.c       PyTorch's queues, a key space beside the table;
  *   coord_rendezvous.c  dtrain's additions: one-round-trip barriers,
- *                       heartbeats, agent membership.
+ *                       heartbeats, agent membership;
+ *   coord_channel.c     channels: a node's ranks' connections carried over
+ *                       its store endpoint's one connection.
  *
  * Everything runs on the loop thread, except the heartbeat table and the
  * refusal count, which dt_coord_heartbeat() and dt_coord_refusals() read
@@ -83,6 +85,10 @@
 #define DT_COORD__OUT_PAUSE ((size_t)4 << 20)
 #define DT_COORD__OUT_TOTAL ((size_t)256 << 20)
 #define DT_COORD__MGET_CACHE ((size_t)16 << 20)
+/* Channels one connection may open (coord_channel.c): a node's ranks and
+ * their children, each about 400 bytes here; only a connection that
+ * presented the token opens any. */
+#define DT_COORD__CHANNELS 65536u
 
 /* The key-value table (coord_store.c): chained hashing over entries that
  * keep their address (waiting clients point at them). */
@@ -121,7 +127,7 @@ struct dt_coord__conn {
     struct dt_coord__conn *prev, *next;
     /* Oldest first, while the handshake is unfinished (the first to evict). */
     struct dt_coord__conn *pa_prev, *pa_next;
-    char peer[64];
+    char peer[128]; /* "host:port"; a channel's: "<its process> via <parent>" */
     uint8_t *rbuf;               /* an incomplete request's bytes (NULL when none) */
     size_t rlen, rcap;           /* rcap is counted in dt_coord.in_bytes */
     struct dt_wire_progress pg;  /* how far decoding rbuf's first request got */
@@ -137,6 +143,13 @@ struct dt_coord__conn {
     struct dt_coord__wait *wait_nodes;
     struct dt_coord__barrier *barrier;
     int64_t member; /* the node rank this connection joined as, or -1 */
+    /* Channels (coord_channel.c).  A channel is a connection without a
+     * socket (tcp unused): its replies leave through chan_parent's. */
+    struct dt_coord__conn *chan_parent; /* a channel's parent; NULL for a socket's connection */
+    uint32_t chan_id;
+    struct dt_coord__conn **chans;      /* a parent's channels by id; NULL: free */
+    uint32_t nchans_cap;
+    bool chan_mode;                     /* opened a channel: every reply is a channel frame */
 };
 
 struct dt_coord {
@@ -257,5 +270,17 @@ void dt_coord__member_lost(struct dt_coord__conn *conn, const char *reason);
 void dt_coord__member_list(struct dt_coord__conn *conn);
 /* Frees the barriers, the members and the heartbeat table. */
 void dt_coord__rendezvous_free(struct dt_coord *c);
+
+/* ---- coord_channel.c ---- */
+
+/* CHANNEL_OPEN, CHANNEL, CHANNEL_CLOSE from a connection past its handshake. */
+int dt_coord__channel_request(struct dt_coord__conn *conn, const struct dt_wire_request *r);
+/* A channel's dt_coord__conn_flush: its replies, as a DATA frame, into its
+ * parent's output. */
+void dt_coord__channel_flush(struct dt_coord__conn *ch);
+/* Ends a channel (an ENDED frame with why, a log line) and frees it. */
+void dt_coord__channel_end(struct dt_coord__conn *ch, const char *why);
+/* The parent connection is closing: its channels go as their sockets would. */
+void dt_coord__channels_close(struct dt_coord__conn *parent);
 
 #endif

@@ -2,7 +2,9 @@
  * few bytes at a time: resuming where the last call stopped (struct
  * dt_wire_progress) gives the same request as decoding it whole, and a
  * list's entries are read once, not once per arrival; PyTorch's newest
- * requests (LIST_KEYS, STORE_BARRIER) decode.  The decoder against arbitrary
+ * requests (LIST_KEYS, STORE_BARRIER) decode; channel frames (a node's
+ * store endpoint's) carry one whole request each, within the frame limit,
+ * and their reply headers round-trip.  The decoder against arbitrary
  * bytes is tests/fuzz/fuzz_store_wire.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -157,13 +159,98 @@ static void known_ops_are_pytorch_and_dtrain_ranges(void **state)
 {
     (void)state;
     for (int op = 0; op < 256; op++) {
-        bool want = op <= DT_WIRE_STORE_BARRIER || (op >= DT_WIRE_AUTH && op <= DT_WIRE_MEMBERS);
+        bool want = op <= DT_WIRE_STORE_BARRIER || (op >= DT_WIRE_AUTH && op <= DT_WIRE_CHANNEL_CLOSE);
         assert_int_equal(dt_wire_op_known((uint8_t)op), want);
         struct dt_wire_request r;
         uint8_t one = (uint8_t)op;
         if (!want)
             assert_int_equal(dt_wire_decode(&one, 1, &lim, &r), DT_EPROTO);
     }
+}
+
+static void channel_frames_decode(void **state)
+{
+    (void)state;
+    struct dt_wire_buf inner, b;
+    dt_wire_buf_init(&inner);
+    dt_wire_buf_init(&b);
+    put_list(&inner, DT_WIRE_WAIT, 3, 0);
+    dt_wire_put_u8(&b, DT_WIRE_CHANNEL_OPEN);
+    dt_wire_put_u32(&b, 7);
+    dt_wire_put_bytes(&b, "pid 42 (python3) of node 1", 26);
+    size_t open_len = b.len;
+    dt_wire_put_u8(&b, DT_WIRE_CHANNEL);
+    dt_wire_put_u32(&b, 7);
+    dt_wire_put_bytes(&b, inner.p, inner.len);
+    size_t data_end = b.len;
+    dt_wire_put_u8(&b, DT_WIRE_CHANNEL_CLOSE);
+    dt_wire_put_u32(&b, 7);
+    struct dt_wire_request r;
+    assert_int_equal(dt_wire_decode(b.p, b.len, &lim, &r), 0);
+    assert_int_equal(r.op, DT_WIRE_CHANNEL_OPEN);
+    assert_int_equal(r.u32, 7);
+    assert_int_equal(r.frame_len, open_len);
+    assert_memory_equal(r.key.p, "pid 42", 6);
+    /* Arriving a byte at a time, the CHANNEL frame decodes as it does whole. */
+    struct dt_wire_progress pg = {0};
+    int rc = DT_WIRE_INCOMPLETE;
+    for (size_t have = 1; rc == DT_WIRE_INCOMPLETE && have <= data_end - open_len; have++)
+        rc = dt_wire_decode_step(b.p + open_len, have, &lim, &pg, &r);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r.op, DT_WIRE_CHANNEL);
+    assert_int_equal(r.v1.len, inner.len);
+    assert_memory_equal(r.v1.p, inner.p, inner.len);
+    assert_int_equal(dt_wire_decode(b.p + data_end, b.len - data_end, &lim, &r), 0);
+    assert_int_equal(r.op, DT_WIRE_CHANNEL_CLOSE);
+    assert_int_equal(r.frame_len, 5);
+    assert_true(dt_wire_op_channel(DT_WIRE_CHANNEL) && !dt_wire_op_channel(DT_WIRE_MEMBERS));
+    assert_string_equal(dt_wire_op_name(DT_WIRE_CHANNEL_CLOSE), "CHANNEL_CLOSE");
+    dt_wire_buf_free(&inner);
+    dt_wire_buf_free(&b);
+}
+
+/* A CHANNEL's request may be as large as the frame limit less its 13 bytes,
+ * and no larger: the size is refused as soon as it is read. */
+static void channel_request_within_the_frame_limit(void **state)
+{
+    (void)state;
+    const struct dt_wire_limits small = {.max_frame_bytes = 100, .max_key_bytes = 64, .max_value_bytes = 64,
+                                         .max_keys = 16};
+    uint8_t buf[128] = {0};
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_u8(&b, DT_WIRE_CHANNEL);
+    dt_wire_put_u32(&b, 1);
+    dt_wire_put_bytes(&b, buf, 87);
+    struct dt_wire_request r;
+    assert_int_equal(dt_wire_decode(b.p, b.len, &small, &r), 0);
+    assert_int_equal(r.frame_len, 100);
+    b.len = 0;
+    dt_wire_put_u8(&b, DT_WIRE_CHANNEL);
+    dt_wire_put_u32(&b, 1);
+    dt_wire_put_u64(&b, 88);
+    assert_int_equal(dt_wire_decode(b.p, b.len, &small, &r), DT_ENOMEM);
+    assert_non_null(strstr(dt_error_last(), "CHANNEL request of 88 bytes is over the 87-byte limit"));
+    dt_wire_buf_free(&b);
+}
+
+static void channel_reply_header_round_trips(void **state)
+{
+    (void)state;
+    struct dt_wire_buf b;
+    dt_wire_buf_init(&b);
+    dt_wire_put_chan_header(&b, 65535, DT_WIRE_CHAN_ENDED, 300);
+    assert_int_equal(b.len, DT_WIRE_CHAN_HEADER);
+    uint32_t chan;
+    uint8_t kind;
+    uint64_t len;
+    assert_true(dt_wire_chan_header(b.p, &chan, &kind, &len));
+    assert_int_equal(chan, 65535);
+    assert_int_equal(kind, DT_WIRE_CHAN_ENDED);
+    assert_int_equal(len, 300);
+    b.p[4] = 3;
+    assert_false(dt_wire_chan_header(b.p, &chan, &kind, &len));
+    dt_wire_buf_free(&b);
 }
 
 int main(void)
@@ -175,6 +262,9 @@ int main(void)
         cmocka_unit_test(oversized_list_is_refused_at_its_count),
         cmocka_unit_test(pytorch_newest_requests_decode),
         cmocka_unit_test(known_ops_are_pytorch_and_dtrain_ranges),
+        cmocka_unit_test(channel_frames_decode),
+        cmocka_unit_test(channel_request_within_the_frame_limit),
+        cmocka_unit_test(channel_reply_header_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
