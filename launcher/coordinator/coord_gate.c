@@ -16,7 +16,8 @@
  * nine bytes (VALIDATE, PING).  So a refusal counts only when the client is a
  * process of this job, which the kernel can tell: the client's end of the
  * connection is a socket of this host and network namespace (an exact
- * NETLINK_SOCK_DIAG lookup answers with its owner's uid and inode), its uid is
+ * NETLINK_SOCK_DIAG lookup answers with its owner's uid and inode,
+ * base/sock_owner.h), its uid is
  * ours, and it is held open by the process hosting the coordinator or one of
  * that process's descendants - which every local rank is (the agent forks
  * them and is their subreaper).  A client on another host, in another
@@ -29,18 +30,12 @@
 #include "launcher/coordinator/coordinator_internal.h"
 
 #include "base/error.h"
+#include "base/sock_owner.h"
 
-#include <dirent.h>
 #include <inttypes.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- the handshake ---- */
@@ -131,145 +126,18 @@ int dt_coord__gate_step(struct dt_coord__gate *g, const char *token, const uint8
 /* A failed process scan is not repeated for this long, so a client of our
  * uid outside the job cannot keep the loop busy reading /proc. */
 #define PEER_QUIET_MS 100u
-/* Processes looked at, at most: the job's tree is far smaller. */
-#define PEER_MAX_PROCS 4096
-
-/* sock_diag wants the client's end: its address as the source. */
-static bool diag_id(struct inet_diag_req_v2 *q, const struct sockaddr_storage *peer,
-                    const struct sockaddr_storage *me)
-{
-    const struct sockaddr_in6 *p6 = (const void *)peer, *m6 = (const void *)me;
-    if (peer->ss_family == AF_INET && me->ss_family == AF_INET) {
-        const struct sockaddr_in *p4 = (const void *)peer, *m4 = (const void *)me;
-        q->sdiag_family = AF_INET;
-        q->id.idiag_sport = p4->sin_port;
-        q->id.idiag_dport = m4->sin_port;
-        memcpy(q->id.idiag_src, &p4->sin_addr, 4);
-        memcpy(q->id.idiag_dst, &m4->sin_addr, 4);
-        return true;
-    }
-    if (peer->ss_family != AF_INET6 || me->ss_family != AF_INET6)
-        return false;
-    q->id.idiag_sport = p6->sin6_port;
-    q->id.idiag_dport = m6->sin6_port;
-    /* A v4 client of a dual-stack listener has an AF_INET socket. */
-    bool mapped = IN6_IS_ADDR_V4MAPPED(&p6->sin6_addr) && IN6_IS_ADDR_V4MAPPED(&m6->sin6_addr);
-    q->sdiag_family = mapped ? AF_INET : AF_INET6;
-    memcpy(q->id.idiag_src, mapped ? &p6->sin6_addr.s6_addr[12] : (const void *)&p6->sin6_addr,
-           mapped ? 4 : 16);
-    memcpy(q->id.idiag_dst, mapped ? &m6->sin6_addr.s6_addr[12] : (const void *)&m6->sin6_addr,
-           mapped ? 4 : 16);
-    return true;
-}
-
-/* The owner uid and inode of the client's end of the connection, when it is
- * a socket of this host and network namespace. */
-static bool peer_socket(uv_tcp_t *tcp, uint32_t *uid, uint32_t *ino)
-{
-    struct sockaddr_storage me, peer;
-    int ml = sizeof me, pl = sizeof peer;
-    if (uv_tcp_getsockname(tcp, (struct sockaddr *)&me, &ml) ||
-        uv_tcp_getpeername(tcp, (struct sockaddr *)&peer, &pl))
-        return false;
-    struct {
-        struct nlmsghdr nh;
-        struct inet_diag_req_v2 r;
-    } q;
-    memset(&q, 0, sizeof q);
-    q.nh.nlmsg_len = sizeof q;
-    q.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    q.nh.nlmsg_flags = NLM_F_REQUEST; /* no NLM_F_DUMP: one exact lookup */
-    q.r.sdiag_protocol = IPPROTO_TCP;
-    q.r.idiag_states = ~0u;
-    q.r.id.idiag_cookie[0] = q.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-    if (!diag_id(&q.r, &peer, &me))
-        return false;
-    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (fd < 0)
-        return false;
-    union {
-        struct nlmsghdr nh;
-        char b[1024];
-    } a;
-    /* The kernel answers within send(): the reply is queued when it returns. */
-    ssize_t n = send(fd, &q, sizeof q, 0) == (ssize_t)sizeof q ? recv(fd, &a, sizeof a, MSG_DONTWAIT) : -1;
-    close(fd);
-    if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct inet_diag_msg)) || a.nh.nlmsg_type != SOCK_DIAG_BY_FAMILY)
-        return false;
-    const struct inet_diag_msg *m = NLMSG_DATA(&a.nh);
-    if (m->idiag_state == TCP_LISTEN)
-        return false;
-    *uid = m->idiag_uid;
-    *ino = m->idiag_inode;
-    return true;
-}
-
-/* Does process `pid` hold the socket with this inode open? */
-static bool holds_socket(pid_t pid, uint32_t ino)
-{
-    char path[64], want[40], got[40];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    int wn = snprintf(want, sizeof want, "socket:[%" PRIu32 "]", ino);
-    DIR *d = opendir(path);
-    if (!d)
-        return false;
-    bool found = false;
-    struct dirent *de;
-    while (!found && (de = readdir(d)) != NULL) {
-        ssize_t k = de->d_name[0] == '.' ? -1 : readlinkat(dirfd(d), de->d_name, got, sizeof got);
-        found = k == wn && memcmp(got, want, (size_t)wn) == 0;
-    }
-    closedir(d);
-    return found;
-}
-
-/* Appends the children of every thread of `pid` (a child belongs to the
- * thread that forked it). */
-static size_t add_children(pid_t pid, pid_t *list, size_t n)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (!d)
-        return n;
-    struct dirent *de;
-    while (n < PEER_MAX_PROCS && (de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%.20s/children", (int)pid, de->d_name);
-        FILE *f = fopen(path, "r");
-        long child;
-        while (f && n < PEER_MAX_PROCS && fscanf(f, "%ld", &child) == 1)
-            list[n++] = (pid_t)child;
-        if (f)
-            fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
-/* Walks this process and its descendants, breadth first. */
+/* The coordinator's own process, or one of its descendants (base/sock_owner.h). */
 static bool job_holds_socket(uint32_t ino)
 {
-    pid_t *list = malloc(PEER_MAX_PROCS * sizeof *list);
-    if (!list)
-        return false;
-    size_t n = 1;
-    list[0] = getpid();
-    bool found = false;
-    for (size_t i = 0; i < n && !found; i++) {
-        found = holds_socket(list[i], ino);
-        n = add_children(list[i], list, n);
-    }
-    free(list);
-    return found;
+    return dt_sock_held_by(getpid(), ino) || dt_sock_held_below(getpid(), ino, NULL);
 }
 
 static bool peer_in_job(struct dt_coord__conn *conn)
 {
     struct dt_coord *c = conn->coord;
     uint32_t uid, ino;
-    if (!peer_socket(&conn->tcp, &uid, &ino) || uid != (uint32_t)geteuid() || ino == 0)
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&conn->tcp, &fd) || !dt_sock_owner(fd, &uid, &ino) || uid != (uint32_t)geteuid())
         return false;
     uint64_t now = uv_now(&c->loop);
     if (now < c->peer_quiet_until)
