@@ -39,6 +39,13 @@ int dt_store_connect_env(double timeout_s, struct dt_store **out);
 
 void dt_store_close(struct dt_store *s);
 
+/* Closes the client but keeps its connection, validated and with the token
+ * presented: returns the socket (non-blocking, close-on-exec), now the caller's;
+ * -1 when the last operation failed and dropped it.  A node's store
+ * endpoint (launcher/agent/agent_endpoint.c) carries its ranks' requests
+ * over such a connection. */
+int dt_store_detach(struct dt_store *s);
+
 /* The per-operation deadline from now on (ignored when <= 0); returns the
  * one it replaces, so a caller can bound one call and put it back. */
 double dt_store_set_timeout(struct dt_store *s, double timeout_s);

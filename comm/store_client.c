@@ -255,6 +255,14 @@ void dt_store_close(struct dt_store *s)
     free(s);
 }
 
+int dt_store_detach(struct dt_store *s)
+{
+    int fd = s->fd;
+    s->fd = -1;
+    dt_store_close(s);
+    return fd;
+}
+
 double dt_store_set_timeout(struct dt_store *s, double timeout_s)
 {
     double was = s->timeout_s;

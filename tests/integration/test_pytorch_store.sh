@@ -10,17 +10,20 @@
 #     coordinator, outputs compared line by line: ADD on every kind of value
 #     (trailing text, white space, signs, empty, past 2^63), LIST_KEYS, and
 #     the store barrier (torch 2.15's BARRIER request) with a timeout.
+#  6. Sections 1 and 5 again through a node's store endpoint, in front of a
+#     coordinator with auth: token (what a command job's ranks use).
 # Needs a PyTorch 2.x from pip (scripts/python-deps.txt); without it the test fails.
 . "$(dirname "$0")/lib.sh"
 
 PY=${PYTHON:-python3}
 PROBE=${BUILD:-build}/tests/helpers/store_probe
+ENDPOINTS=${BUILD:-build}/tests/helpers/store_endpoints
 if ! "$PY" -c 'import torch.distributed as d; assert d.is_available()' 2>"$T/torch.err"; then
   not_ok "PyTorch is importable ($PY; scripts/install-deps.sh installs it)"; sed 's/^/    /' "$T/torch.err" | tail -3
   exit 0
 fi
 ok "PyTorch $("$PY" -c 'import torch; print(torch.__version__)') is importable"
-[ -x "$PROBE" ] || { not_ok "store_probe helper is built ($PROBE)"; exit 0; }
+[ -x "$PROBE" ] && [ -x "$ENDPOINTS" ] || { not_ok "store_probe and store_endpoints helpers are built"; exit 0; }
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$T"; }
@@ -196,3 +199,20 @@ else
   not_ok "dtrain's coordinator answers as PyTorch's server (< PyTorch, > dtrain)"; sed 's/^/    /' "$T/parity.diff"
   for side in pytorch dtrain; do echo "    the errors the client saw from $side's server:"; sed 's/^/      /' "$T/parity.$side.err"; done
 fi
+
+# Section 6: the same scripts through a node's store endpoint (tests/helpers/
+# store_endpoints runs them as its children, the only processes it admits), in
+# front of a coordinator with the token.
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+check "dtrain coordinator with a token starts behind an endpoint" start_coordinator epcoord
+"$ENDPOINTS" --coordinator "127.0.0.1:$PORT" -- sh -c "$PY $T/client.py \$MASTER_PORT" >"$T/ep.out" 2>"$T/ep.err"
+check "every operation of section 1 passes through the endpoint ($(grep -c '^ok - ' "$T/ep.out") of $(grep -c '^ok - ' "$T/py.out"))" \
+  test "$(grep -c '^ok - ' "$T/ep.out")" = "$(grep -c '^ok - ' "$T/py.out")" -a "$(grep -c '^not ok' "$T/ep.out")" = 0
+check "dtrain coordinator with a token starts for the comparison behind an endpoint" start_coordinator epparity
+"$ENDPOINTS" --coordinator "127.0.0.1:$PORT" -- sh -c "$PY $T/parity.py \$MASTER_PORT" >"$T/parity.endpoint" 2>"$T/parity.endpoint.err"
+if diff "$T/parity.pytorch" "$T/parity.endpoint" >"$T/parity.ep.diff"; then
+  ok "through the endpoint, dtrain answers as PyTorch's server: $(grep -c '^add ' "$T/parity.pytorch") ADD cases, LIST_KEYS, BARRIER"
+else
+  not_ok "through the endpoint, dtrain answers as PyTorch's server (< PyTorch, > endpoint)"; sed 's/^/    /' "$T/parity.ep.diff"
+fi
+unset DTRAIN_JOB_TOKEN
