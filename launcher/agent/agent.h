@@ -33,7 +33,9 @@
  * whose lost node a new agent replaces), agent_hb_relay.c (heartbeats relayed to the other
  * nodes), agent_link.c (the store connection and the records every round
  * reads), agent_records.c (every record's encoder and decoder).  Around
- * them: agent_node.c (one node's run, the refusal watch), agent_plan.c (rank
+ * them: agent_node.c (one node's run, the refusal watch), agent_endpoint.c
+ * (the ranks' store endpoint on loopback: the job's processes only, carried
+ * to the coordinator over one connection with the token), agent_plan.c (rank
  * count, command, environment), agent_summary.c (summary.json, the failure
  * report, the closing line), agent_error_file.c (a rank's error report).
  *
@@ -133,9 +135,15 @@ struct dt_agent_config {
     int nproc; /* ranks on this node (nproc_per_node, resolved) */
     const char *run_id;
     const char *run_dir;     /* exists; attempt_<k>/ directories are made inside */
-    const char *master_addr; /* the coordinator, as ranks reach it */
+    const char *master_addr; /* the coordinator, as this node reaches it */
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
+    /* The ranks' store is this node's endpoint (agent_endpoint.h) on
+     * 127.0.0.1:store_port, not the coordinator: MASTER_ADDR, MASTER_PORT and
+     * DTRAIN_COORD_ADDR name it, and the ranks are not given the token, which
+     * the endpoint presents for them. */
+    bool endpoint;
+    int store_port;
     double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
     const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */

@@ -6,8 +6,9 @@
  *               --ranks; a problem is the user's to fix: exit status 2
  *   rendezvous  the job token (given, or node 0 makes one), node 0's
  *               coordinator, the restart rounds with the other nodes
- *               (agent_rounds.c), the run id and run directory; a failure
- *               here: exit status 1
+ *               (agent_rounds.c), the node's store endpoint for a command's
+ *               ranks (agent_endpoint.h), the run id and run directory; a
+ *               failure here: exit status 1
  *   the run     dt_agent_run with the hooks: on node 0 the refusal watch (a
  *               PyTorch client turned away for want of the token ends the job
  *               at once with the setting to change, instead of hanging until
@@ -20,6 +21,7 @@
  * discover), nor for the ranks themselves (agent_supervise.c).
  */
 #include "launcher/exit_status.h"
+#include "launcher/agent/agent_endpoint.h"
 #include "launcher/agent/agent_internal.h"
 #include "launcher/agent/agent_rounds.h"
 
@@ -47,6 +49,7 @@ struct node {
     char token[DT_TOKEN_LEN + 1];
     struct dt_coord *coord; /* node 0 */
     struct dt_coord_config cc;
+    struct dt_agent_endpoint *endpoint; /* the ranks' store: a command's, with auth: token */
     struct dt_agent__round *round; /* several agents */
     struct dt_agent_hooks round_hooks;
     unsigned long refusals;
@@ -82,16 +85,36 @@ static double liveness(const struct dt_job *job)
     return t > 0 ? t : job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
 }
 
+static bool several_agents(const struct dt_agent_node *n);
+
+/* A command's ranks (a PyTorch script's TCPStore client has no token) reach
+ * the store through this node's endpoint, which admits the job's processes
+ * only and presents the token for them (agent_endpoint.h).  The bundled
+ * trainer's ranks present the token themselves; a group's ranks are not all
+ * this agent's descendants; with auth: none there is nothing to present. */
+static bool uses_endpoint(const struct node *nd)
+{
+    return nd->n->job->command && nd->token[0] && !nd->n->group;
+}
+
+/* The port a job run by this agent alone was given (rendezvous.port,
+ * torchrun's --master-port) is the one its ranks see: the endpoint's then,
+ * and the coordinator takes any free one. */
+static int coordinator_port(const struct node *nd)
+{
+    return uses_endpoint(nd) && !several_agents(nd->n) ? 0 : nd->n->coord_port;
+}
+
 static int host_coordinator(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
     nd->cc = (struct dt_coord_config){.bind_host = n->coord_bind,
-                                      .port = n->coord_port,
+                                      .port = coordinator_port(nd),
                                       .token = nd->token[0] ? nd->token : NULL,
                                       .member_liveness_s = liveness(n->job)};
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
         return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind,
-                               n->coord_port);
+                               nd->cc.port);
     if (!nd->token[0])
         dt_log_warn(
             "rendezvous.auth is none: the coordinator on %s:%d serves any client that reaches it without a "
@@ -139,8 +162,31 @@ static int join_round(struct node *nd)
     return rc;
 }
 
-/* Token, coordinator, membership, the shared run id and run directory.  The
- * coordinator first: a busy fixed port must not leave an empty run directory. */
+/* The ranks' store endpoint, once the coordinator is known (node 0's, or
+ * the one the rounds reached). */
+static int open_endpoint(struct node *nd)
+{
+    const struct dt_agent_node *n = nd->n;
+    char name[300];
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(name, sizeof name, "node %d (%s)", n->node_rank, host);
+    struct dt_agent_endpoint_config ec = {
+        .coord_host = nd->coord ? "127.0.0.1" : n->coord_host,
+        .coord_port = nd->coord ? dt_coord_port(nd->coord) : n->coord_port,
+        .token = nd->token,
+        .port = several_agents(n) ? 0 : n->coord_port,
+        .name = name,
+        .connect_timeout_s = n->job->rendezvous.timeout_s > 0 ? n->job->rendezvous.timeout_s : 60,
+        .liveness_s = nd->coord ? 0 : liveness(n->job),
+        .coordinator_here = nd->coord != NULL,
+    };
+    return dt_agent_endpoint_start(&ec, &nd->endpoint);
+}
+
+/* Token, coordinator, membership, the ranks' store endpoint, the shared run
+ * id and run directory.  The coordinator first: a busy fixed port must not
+ * leave an empty run directory. */
 static int rendezvous(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
@@ -159,6 +205,8 @@ static int rendezvous(struct node *nd)
     snprintf(nd->run_id, sizeof nd->run_id, "%s", n->run_id ? n->run_id : "");
     if (rc == 0 && several_agents(n))
         rc = join_round(nd);
+    if (rc == 0 && uses_endpoint(nd))
+        rc = open_endpoint(nd);
     const char *log_dir = n->log_dir ? n->log_dir : job->log_dir;
     if (rc == 0 && nd->run_id[0])
         rc = dt_run_dir_open(log_dir, job->name, nd->run_id, nd->run_dir, sizeof nd->run_dir);
@@ -185,12 +233,20 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
     if (!strstr(last, "PyTorch"))
         return DT_AGENT_GO_ON;
     const struct dt_job *job = nd->n->job;
-    dt_log_error(
-        "job %s: a rank connected to the coordinator without the job token and was refused: it "
-        "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
-        "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
-        "job.",
-        job->name, job->path);
+    if (nd->endpoint)
+        dt_log_error("job %s: a rank connected to the coordinator itself without the job token and was "
+                     "refused: it looks like PyTorch's TCPStore client, which would retry until its timeout. "
+                     "The ranks' store is MASTER_ADDR:MASTER_PORT (127.0.0.1:%d, this node's endpoint, which "
+                     "needs no token); a script that connects elsewhere needs `rendezvous: {auth: none}` in "
+                     "%s. Stopping the job.",
+                     job->name, dt_agent_endpoint_port(nd->endpoint), job->path);
+    else
+        dt_log_error(
+            "job %s: a rank connected to the coordinator without the job token and was refused: it "
+            "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
+            "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
+            "job.",
+            job->name, job->path);
     *status = 1;
     if (nd->round)
         dt_agent__round_abort(nd->round, *status,
@@ -256,33 +312,48 @@ static int new_round(void *ctx, int attempt)
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
         return dt_error_prefix("attempt %d: cannot start a fresh coordinator on port %d", attempt,
                                nd->cc.port);
+    /* The ranks' endpoint stays where it is; it carries them to the fresh store. */
+    if (nd->endpoint && dt_agent_endpoint_reconnect(nd->endpoint, 10) < 0)
+        return dt_error_prefix("attempt %d", attempt);
     return 0;
 }
 
 /* --- the run ------------------------------------------------------------- */
+
+/* "coordinator H:P", and the ranks' store when it is this node's endpoint. */
+static const char *where(const struct dt_agent_config *cfg, char *buf, size_t n)
+{
+    if (cfg->endpoint)
+        snprintf(buf, n, "coordinator %s:%d, the ranks' store 127.0.0.1:%d (this job's processes only)",
+                 cfg->master_addr, cfg->master_port, cfg->store_port);
+    else
+        snprintf(buf, n, "coordinator %s:%d", cfg->master_addr, cfg->master_port);
+    return buf;
+}
 
 static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
 {
     const struct dt_agent_node *n = nd->n;
     const char *job = n->job->name;
     int world = n->nnodes * nd->nproc;
+    char at[640];
+    where(cfg, at, sizeof at);
     if (elastic(n))
-        dt_log_info("job %s: elastic, %d to %d nodes of %d rank%s of '%s', coordinator %s:%d, run %s", job,
+        dt_log_info("job %s: elastic, %d to %d nodes of %d rank%s of '%s', %s, run %s", job,
                     n->nnodes_min, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-                    cfg->master_addr, cfg->master_port, nd->run_dir);
+                    at, nd->run_dir);
     else if (n->group)
-        dt_log_info("job %s: %d rank%s (%d node%s x %d) through %s, coordinator %s:%d, run %s", job, world,
+        dt_log_info("job %s: %d rank%s (%d node%s x %d) through %s, %s, run %s", job, world,
                     world == 1 ? "" : "s", n->nnodes, n->nnodes == 1 ? "" : "s", nd->nproc, cfg->argv[0],
-                    cfg->master_addr, cfg->master_port, nd->run_dir);
+                    at, nd->run_dir);
     else if (n->nnodes > 1)
         dt_log_info(
-            "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s", job,
+            "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), %s, run %s", job,
             n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, cfg->master_addr, cfg->master_port,
-            nd->run_dir);
+            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, at, nd->run_dir);
     else
-        dt_log_info("job %s: %d rank%s of '%s', coordinator %s:%d, run %s", job, nd->nproc,
-                    nd->nproc == 1 ? "" : "s", cfg->argv[0], cfg->master_addr, cfg->master_port, nd->run_dir);
+        dt_log_info("job %s: %d rank%s of '%s', %s, run %s", job, nd->nproc,
+                    nd->nproc == 1 ? "" : "s", cfg->argv[0], at, nd->run_dir);
 }
 
 /* A group's command line, from the environment of a rank of attempt 0 (what
@@ -348,6 +419,8 @@ static int run(struct node *nd)
         .master_addr = n->coord_host,
         .master_port = nd->coord ? dt_coord_port(nd->coord) : n->coord_port,
         .token = nd->token[0] ? nd->token : NULL,
+        .endpoint = nd->endpoint != NULL,
+        .store_port = nd->endpoint ? dt_agent_endpoint_port(nd->endpoint) : 0,
         .grace_s = n->grace_s,
         .console_stdout = nd->show,
         .start_mono = n->start_mono,
@@ -397,6 +470,7 @@ int dt_agent_node_run(const struct dt_agent_node *n)
         status = run(&nd);
     }
     dt_agent__round_close(nd.round);
+    dt_agent_endpoint_stop(nd.endpoint);
     dt_coord_stop(nd.coord);
     free(nd.show);
     memset(nd.token, 0, sizeof nd.token);

@@ -152,8 +152,8 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "ROLE_RANK=%d", rank);
     add(b, "ROLE_NAME=default");
     add(b, "ROLE_WORLD_SIZE=%d", world);
-    add(b, "MASTER_ADDR=%s", cfg->master_addr);
-    add(b, "MASTER_PORT=%d", cfg->master_port);
+    add(b, "MASTER_ADDR=%s", cfg->endpoint ? "127.0.0.1" : cfg->master_addr);
+    add(b, "MASTER_PORT=%d", cfg->endpoint ? cfg->store_port : cfg->master_port);
     /* torchrun counts restarts after failures only: a membership change of
      * an elastic job restarts the ranks without counting (docs/elastic.md). */
     add(b, "TORCHELASTIC_RESTART_COUNT=%d", cfg->elastic ? cfg->restarts : restart);
@@ -170,8 +170,12 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
                        const char *error_file)
 {
-    add(b, "DTRAIN_COORD_ADDR=%s:%d", cfg->master_addr, cfg->master_port);
-    if (cfg->token)
+    if (cfg->endpoint)
+        add(b, "DTRAIN_COORD_ADDR=127.0.0.1:%d", cfg->store_port);
+    else
+        add(b, "DTRAIN_COORD_ADDR=%s:%d", cfg->master_addr, cfg->master_port);
+    /* Through the node's endpoint the ranks need no token: it stays out of their reach. */
+    if (cfg->token && !cfg->endpoint)
         add(b, "DTRAIN_JOB_TOKEN=%s", cfg->token);
     add(b, "DTRAIN_RUN_DIR=%s", cfg->run_dir);
     add(b, "DTRAIN_RUN_ID=%s", cfg->run_id);

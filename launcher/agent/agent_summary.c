@@ -279,6 +279,9 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
     json_str(f, cfg->master_addr);
     fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port,
             cfg->token ? "token" : "none");
+    /* The ranks' MASTER_PORT on 127.0.0.1 when it was the node's store endpoint. */
+    if (cfg->endpoint)
+        fprintf(f, "  \"store_endpoint_port\": %d,\n", cfg->store_port);
     fprintf(f,
             "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
             "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",

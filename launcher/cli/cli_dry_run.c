@@ -70,14 +70,22 @@ int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out)
                                   .run_dir = run_dir,
                                   .master_addr = job->scheduler == DT_SCHED_LOCAL ? "127.0.0.1" : "<node 0>",
                                   .master_port = job->rendezvous.port,
-                                  .token = job->rendezvous.auth == DT_AUTH_NONE ? NULL : "<the job token>"};
+                                  .token = job->rendezvous.auth == DT_AUTH_NONE ? NULL : "<the job token>",
+                                  /* agent_node.c's uses_endpoint; its port is known at start */
+                                  .endpoint = job->command && job->rendezvous.auth != DT_AUTH_NONE &&
+                                              job->scheduler != DT_SCHED_MPIRUN,
+                                  .store_port = job->nodes == 1 ? job->rendezvous.port : 0};
     fprintf(out, "# dtrain --dry-run: nothing was started.\n# job %s, scheduler: %s, %d node%s x ", job->name,
             dt_scheduler_name(job->scheduler), job->nodes, job->nodes == 1 ? "" : "s");
     if (gpu)
         fprintf(out, "one rank per GPU (counted at start; shown for 1)\n");
     else
         fprintf(out, "%d rank%s per node = world size %d\n", nproc, nproc == 1 ? "" : "s", pl.world);
-    if (!job->rendezvous.port)
+    if (cfg.endpoint)
+        fprintf(out, "# MASTER_ADDR:MASTER_PORT is each node's store endpoint on 127.0.0.1 (this job's "
+                     "processes only; it presents the token for them)%s\n",
+                cfg.store_port ? "" : ", on a free port taken at start");
+    else if (!job->rendezvous.port)
         fprintf(out, "# MASTER_PORT 0 here: the coordinator takes a free port at start\n");
     fprintf(out, "argv: ");
     put_argv(cfg.argv, out);

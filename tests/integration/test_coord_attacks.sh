@@ -2,9 +2,10 @@
 # coordinator's resident memory checked against a stated bound (64 MiB, plus
 # the stored data where there is some) and a client with the token served
 # while it runs (docs/security.md):
-#   1. nine bytes (VALIDATE, PING) from outside a `dtrain launch` job do not
-#      stop it; from a rank of the job, they still stop it at once with the
-#      `auth: none` message;
+#   1. nine bytes (VALIDATE, PING) from outside a `dtrain launch` job, to the
+#      ranks' store endpoint or to the coordinator, do not stop it; from a rank
+#      of the job to the coordinator itself (past its endpoint), they still stop
+#      it at once with the `auth: none` message;
 #   2. memory before authentication: idle, slow and large-frame connections
 #      without the token;
 #   3. slow senders of 131072-key requests: the coordinator's CPU stays low;
@@ -51,21 +52,31 @@ job outsider 'nproc_per_node: 2' \
 LPID=$!
 for _ in $(seq 100); do [ -s "$T/port.0" ] && break; sleep 0.05; done
 port=$(cat "$T/port.0" 2>/dev/null)
-check "the job's coordinator port is known ($port)" test -n "$port"
-"$PY" "$ATTACK" nine "$port" 20 | sed 's/^/# /'
+coord=$(sed -n 's/.*coordinator 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$T/outsider.err" | head -n1)
+check "the job's store endpoint ($port) and coordinator ($coord) ports are known" test -n "$port" -a -n "$coord"
+"$PY" "$ATTACK" nine "$port" 10 | sed 's/^/# /'
+"$PY" "$ATTACK" nine "$coord" 10 | sed 's/^/# /'
 under_bound "nine bytes from outside" "$LPID" 0
 wait "$LPID"
 check "VALIDATE+PING from outside the job does not stop it (exit $?)" test "$?" = 0
 if grep -q "Stopping the job" "$T/outsider.err"; then not_ok "the launcher did not stop the job"
 else ok "the launcher did not stop the job"; fi
+contains "$T/outsider.err" "refused pid [0-9]+ .*: it is not a process of this job" "the store endpoint logged the outsider's refusals"
 contains "$T/outsider.err" "PING before the job token" "the coordinator logged the outsider's refusals"
 
-# A rank that speaks like PyTorch's client and then waits, as PyTorch's
-# client would retry until its timeout.
+# A rank that speaks like PyTorch's client to the coordinator itself, past its
+# node's endpoint, and then waits, as PyTorch's client would retry until its
+# timeout.  (The rank learns the coordinator's port from the launcher's line.)
 job insider 'nproc_per_node: 1' \
-  "command: [bash, -c, '$PY $ATTACK nine \$MASTER_PORT 1; sleep 30']"
+  "command: [bash, -c, 'while [ ! -s $T/coord.port ]; do sleep 0.05; done; $PY $ATTACK nine \$(cat $T/coord.port) 1; sleep 30']"
 start=$(date +%s)
-timeout 60 "$DTRAIN" launch "$T/insider.yaml" >"$T/insider.out" 2>"$T/insider.err"
+timeout 60 "$DTRAIN" launch "$T/insider.yaml" >"$T/insider.out" 2>"$T/insider.err" &
+IPID=$!
+for _ in $(seq 200); do
+  c=$(sed -n 's/.*coordinator 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$T/insider.err" | head -n1)
+  [ -n "$c" ] && { echo "$c" >"$T/coord.port"; break; }; sleep 0.05
+done
+wait "$IPID"
 st=$?
 took=$(( $(date +%s) - start ))
 check "the same nine bytes from a rank of the job stop it (exit $st)" test "$st" = 1
