@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void usage(FILE *out)
 {
@@ -77,6 +78,25 @@ static int parse(int argc, char **argv, struct args *a)
     return 0;
 }
 
+/* On its own the coordinator needs no descriptors for ranks' pipes and logs,
+ * which the launcher and agents keep half of theirs for: it raises its
+ * open-file limit to the hard one and serves all but 64 of it (at most
+ * 65536), so a store of many clients needs no larger limit than PyTorch's. */
+static unsigned connection_cap(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 65536 + 64)
+        return 65536;
+    return rl.rlim_cur > 128 ? (unsigned)(rl.rlim_cur - 64) : 0;
+}
+
 static int run(int argc, char **argv)
 {
     struct args a = {.port = -1};
@@ -104,7 +124,8 @@ static int run(int argc, char **argv)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     struct dt_coord_config cfg = {.bind_host = a.host, .port = a.port,
-                                  .token = a.auth_none ? NULL : token};
+                                  .token = a.auth_none ? NULL : token,
+                                  .max_conns = connection_cap()};
     struct dt_coord *c;
     if (dt_coord_start(&cfg, &c) != 0)
         goto fail;

@@ -71,8 +71,8 @@ static int refuse_op(uint8_t op)
     if (op <= DT_WIRE_STORE_BARRIER)
         return dt_error_set(DT_EAUTH,
                             "%s before the job token; this looks like a PyTorch TCPStore client, "
-                            "which cannot present one: to let PyTorch scripts in, set "
-                            "`rendezvous: {auth: none}` in the job spec",
+                            "which cannot present one: a job's ranks reach the store through their "
+                            "node's endpoint (MASTER_ADDR:MASTER_PORT), which presents it for them",
                             dt_wire_op_name(op));
     return dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(op));
 }
