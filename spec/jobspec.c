@@ -275,8 +275,10 @@ static const struct dt_spec_key rendezvous_keys[] = {
                "(docs/multinode.md)."),
     DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names, .def = "token",
            .help =
-               "How ranks prove they belong to the job. `token`: ranks present the job's token to the "
-               "coordinator. `none`: for unmodified PyTorch scripts, whose TCPStore client has no token."),
+               "How ranks prove they belong to the job. `token`: the trainer's ranks present the job's "
+               "token to the coordinator; a `command`'s ranks (PyTorch's TCPStore client has no token) "
+               "use their node's store endpoint on 127.0.0.1, which admits only the job's processes and "
+               "presents it for them. `none`: anyone who reaches the coordinator's port is a rank."),
     DT_KEY("last_call_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, last_call_timeout_s, .lo = 0,
            .hi = 86400, .flags = DT_KF_LO | DT_KF_HI, .def = "30s",
            .help =
