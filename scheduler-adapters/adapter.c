@@ -51,6 +51,38 @@ const char *dt_adapter_getenv(char *const *env, const char *name)
     return NULL;
 }
 
+void dt_adapter_put_word(FILE *out, const char *s)
+{
+    static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%";
+    if (*s && strspn(s, plain) == strlen(s)) {
+        fputs(s, out);
+        return;
+    }
+    fputc('\'', out);
+    for (; *s; s++)
+        if (*s == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*s, out);
+    fputc('\'', out);
+}
+
+void dt_adapter_put_comment(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x20 && *p != 0x7f)
+            fputc(*p, out);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\r')
+            fputs("\\r", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else
+            fprintf(out, "\\x%02x", *p);
+    }
+}
+
 char *dt_adapter_setup_script(const struct dt_job *job)
 {
     if (!job->setup)

@@ -263,4 +263,15 @@ char *dt_adapter_setup_script(const struct dt_job *job);
 /* The value of NAME in env (a NULL-terminated "NAME=value" array), or NULL. */
 const char *dt_adapter_getenv(char *const *env, const char *name);
 
+/* Text for the shell scripts and command lines adapters write (the sbatch
+ * script, the mpirun line).  put_word: one shell word, as it is when it holds
+ * only characters no shell reads specially, else in single quotes (a quote
+ * inside as '\'').  put_comment: s inside a "# ..." comment line, where a
+ * line break would end the comment and make the rest a command: every
+ * control character (newline, carriage return, tab, ESC, DEL, ...) is
+ * written as \n, \r, \t or \xHH, so nothing a value holds (a log_dir from
+ * ${SCRATCH}, a file name) becomes a line of the script. */
+void dt_adapter_put_word(FILE *out, const char *s);
+void dt_adapter_put_comment(FILE *out, const char *s);
+
 #endif

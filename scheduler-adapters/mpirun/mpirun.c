@@ -67,10 +67,11 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         return rc;
     fprintf(out, "# dtrain render mpirun: job %s, %d node%s\n", job->name, job->nodes, job->nodes == 1 ? "" : "s");
     if (mpi) {
-        fprintf(out, "# backend: mpi: mpirun starts all %d ranks itself.  Run it with `dtrain launch %s`, which\n"
+        fprintf(out, "# backend: mpi: mpirun starts all %d ranks itself.  Run it with `dtrain launch ", pl.world);
+        dt_adapter_put_comment(out, job_path); /* a path's newline must not end the comment */
+        fprintf(out, "`, which\n"
                      "# hosts the coordinator, adds --tag-output and passes the ranks' environment (the job\n"
-                     "# token included) as -x NAME; by hand the ranks have no coordinator to report to.\n",
-                pl.world, job_path);
+                     "# token included) as -x NAME; by hand the ranks have no coordinator to report to.\n");
     } else {
         fprintf(out, "# One `dtrain agent` per node; node 0's agent hosts the coordinator.  mpirun passes these\n"
                      "# on with -x NAME (the token never appears on a command line):\n");
@@ -79,8 +80,9 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         char host[256];
         if (dt_mpirun_first_host(job->mpirun, host, sizeof host) < 0)
             snprintf(host, sizeof host, "<first host>");
-        fprintf(out, "#   export DTRAIN_COORD_HOST=%s   # node 0, as every node reaches it\n",
-                host[0] ? host : "$(hostname)");
+        fputs("#   export DTRAIN_COORD_HOST=", out);
+        dt_adapter_put_comment(out, host[0] ? host : "$(hostname)");
+        fputs("   # node 0, as every node reaches it\n", out);
         if (job->rendezvous.port > 0)
             fprintf(out, "#   export DTRAIN_COORD_PORT=%d\n", job->rendezvous.port);
         else

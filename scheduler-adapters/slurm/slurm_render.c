@@ -27,24 +27,8 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-/* 'text' for the shell: single quotes, a quote inside as '\''. */
-static void shell_quote(FILE *out, const char *s)
-{
-    if (*s &&
-        strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == strlen(s)) {
-        fputs(s, out);
-        return;
-    }
-    fputc('\'', out);
-    for (; *s; s++)
-        if (*s == '\'')
-            fputs("'\\''", out);
-        else
-            fputc(*s, out);
-    fputc('\'', out);
-}
 
 /* Slurm's time forms: HH:MM:SS, or D-HH:MM:SS from a day on. */
 static void print_time(FILE *out, int64_t s)
@@ -78,25 +62,26 @@ static void print_header(const struct dt_job *job, const struct dt_placement *pl
         snprintf(per_node, sizeof per_node, "%d rank%s%s", n, n == 1 ? "" : "s",
                  pl->source == DT_NPROC_FROM_SCHEDULER ? " (one per GPU)" : "");
     bool per_rank = job->slurm && job->slurm->tasks == DT_SLURM_TASKS_PER_RANK;
-    fprintf(out,
-            "#!/bin/bash\n"
-            "# Slurm batch script of job '%s', rendered by `dtrain render slurm %s`.\n"
-            "#\n"
-            "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n",
-            job->name, job_path);
+    /* The path and log_dir are the user's (a ${SCRATCH} may hold a newline): comment text, never a line. */
+    fprintf(out, "#!/bin/bash\n# Slurm batch script of job '%s', rendered by `dtrain render slurm ", job->name);
+    dt_adapter_put_comment(out, job_path);
+    fprintf(out, "`.\n"
+                 "#\n"
+                 "# Submit with: sbatch <this file>   (from the directory the paths below are relative to)\n");
     if (per_rank)
         fprintf(out,
                 "# %d node%s x %s, each rank a Slurm task of its own (slurm.tasks: per_rank);\n"
                 "# the agent in this script (node 0) hosts the coordinator and runs their step.\n"
-                "# Rank output goes to the files below, each line prefixed [rank N], and in full to\n"
-                "# %s/%s-<job id>/.\n",
-                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+                "# Rank output goes to the files below, each line prefixed [rank N], and in full to\n# ",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node);
     else
         fprintf(out,
                 "# %d node%s; on each, one dtrain agent (the one Slurm task of the node) forks %s;\n"
                 "# node 0's agent hosts the coordinator.  Rank output goes to the files below, each\n"
-                "# line prefixed [rank N], and in full to %s/%s-<job id>/.\n",
-                job->nodes, job->nodes == 1 ? "" : "s", per_node, job->log_dir, job->name);
+                "# line prefixed [rank N], and in full to ",
+                job->nodes, job->nodes == 1 ? "" : "s", per_node);
+    dt_adapter_put_comment(out, job->log_dir);
+    fprintf(out, "/%s-<job id>/.\n", job->name);
     fprintf(out, "# Edit freely; `dtrain render slurm` writes it again from the job spec.\n");
 }
 
@@ -202,12 +187,12 @@ static void print_snapshot(const struct dt_job *job, const char *spec, FILE *out
             "# The job spec as `dtrain launch` submitted it: written into the run directory when the job\n"
             "# starts, and read from there, so an edit of the file after submission changes nothing.\n"
             "RUN_DIR=${DTRAIN_LOG_DIR:-");
-    shell_quote(out, job->log_dir);
+    dt_adapter_put_word(out, job->log_dir);
     fprintf(out, "}/%s-$SLURM_JOB_ID\n", job->name);
     /* The agents take the same run id from the environment (slurm.c's discover). */
     fprintf(out, "if [ -n \"${" DT_SLURM_RUN_ID_ENV ":-}\" ]; then  # --resume: the run this job continues\n"
                  "  RUN_DIR=${DTRAIN_LOG_DIR:-");
-    shell_quote(out, job->log_dir);
+    dt_adapter_put_word(out, job->log_dir);
     fprintf(out,
             "}/%s-$" DT_SLURM_RUN_ID_ENV "\n"
             "fi\n"
@@ -269,14 +254,25 @@ static int print_rank_step(const struct dt_job *job, const struct dt_placement *
                  "# up to max_restarts); each task's `dtrain mpirank` reads its rank from SLURM_PROCID,\n"
                  "# SLURM_LOCALID, SLURM_STEP_NUM_TASKS and SLURM_NODEID:\n"
                  "#  ");
-    for (int i = 0; a.argv[i]; i++) {
-        fputc(' ', out);
+    /* The command's words quoted as the shell reads them, then shown as comment text. */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    for (int i = 0; m && a.argv[i]; i++) {
+        fputc(' ', m);
         if (a.argv[i][0] == '$')
-            fprintf(out, "\"%s\"", a.argv[i]);
+            fprintf(m, "\"%s\"", a.argv[i]);
         else
-            shell_quote(out, a.argv[i]);
+            dt_adapter_put_word(m, a.argv[i]);
     }
+    if (!m || fclose(m) != 0) {
+        free(line);
+        dt_slurm__argv_free(&a);
+        return dt_error_set(DT_ENOMEM, "out of memory writing the sbatch script");
+    }
+    dt_adapter_put_comment(out, line);
     fputc('\n', out);
+    free(line);
     dt_slurm__argv_free(&a);
     return 0;
 }
@@ -386,7 +382,7 @@ int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const
             "                          # " DT_SLURM_RUN_ID_ENV ", the run that continues, in place of\n"
             "                          # this job's id)\n"
             "JOB=");
-    shell_quote(out, job_path);
+    dt_adapter_put_word(out, job_path);
     fprintf(out, "  # the job spec, read by every agent\n");
     if (spec)
         print_snapshot(job, spec, out);
