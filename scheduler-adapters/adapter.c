@@ -83,6 +83,25 @@ void dt_adapter_put_comment(FILE *out, const char *s)
     }
 }
 
+/* True when `word` is a whole line of `text`. */
+static bool has_line(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = text; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+void dt_adapter_put_heredoc(FILE *out, const char *text)
+{
+    char end[48] = "DTRAIN_JOB_SPEC";
+    for (int i = 1; has_line(text, end); i++)
+        snprintf(end, sizeof end, "DTRAIN_JOB_SPEC_%d", i);
+    size_t len = strlen(text);
+    fprintf(out, "'%s'\n%s%s%s\n", end, text, len && text[len - 1] != '\n' ? "\n" : "", end);
+}
+
 char *dt_adapter_setup_script(const struct dt_job *job)
 {
     if (!job->setup)

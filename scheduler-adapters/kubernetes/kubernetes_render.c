@@ -191,14 +191,16 @@ static void put_meta(const struct dt_job *job, const char *kind, const char *suf
 }
 
 /* The spec file as the user wrote it (comments and all) when it says
- * scheduler: kubernetes.  Otherwise (rendering a spec written for another
- * scheduler, or one not read from a file) the loaded job with its defaults
- * and scheduler: kubernetes, so the agents in the pods discover as pods. */
+ * scheduler: kubernetes and is the job as given.  Otherwise (rendering a
+ * spec written for another scheduler, one with ${VAR} or --set values, or
+ * one not read from a file) the loaded job with its defaults and scheduler:
+ * kubernetes, so the agents in the pods discover as pods and read what was
+ * rendered, never a file left behind. */
 static int spec_text(const struct dt_job *job, const char *job_path, char **text, size_t *len)
 {
     *text = NULL;
     *len = 0;
-    if (!job_path || job->scheduler != DT_SCHED_KUBERNETES) {
+    if (!job_path || job->scheduler != DT_SCHED_KUBERNETES || job->derived) {
         struct dt_job pod_job = *job; /* shallow: only printed */
         pod_job.scheduler = DT_SCHED_KUBERNETES;
         pod_job.rendezvous.port = dt_k8s_port(job);

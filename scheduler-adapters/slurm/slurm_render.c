@@ -10,7 +10,8 @@
  * ranks), and requeues the job when the ranks stop for it (exit status 75).
  *
  * The spec's setup: lines run in the batch shell before srun; `dtrain launch`
- * also embeds the spec as submitted (print_snapshot).  The run directory is
+ * also embeds the spec as submitted, and render a spec that is not its file
+ * as written (print_snapshot).  The run directory is
  * named by the job id, or by DTRAIN_SLURM_RUN_ID when `dtrain launch
  * --resume` continues an earlier job's run (slurm.h), as the agents' is.
  *
@@ -162,30 +163,19 @@ static void print_setup(const struct dt_job *job, FILE *out)
                  "trap - ERR\n");
 }
 
-/* True when `word` is a whole line of `text`. */
-static bool has_line(const char *text, const char *word)
-{
-    size_t n = strlen(word);
-    for (const char *p = text; (p = strstr(p, word)) != NULL; p += n)
-        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* `dtrain launch`: the spec as submitted travels in the script (sbatch keeps
- * the script as it was at submission, a requeue included) and is written
- * into the run directory when the job starts; the agents and ranks read that
- * copy, so editing the file while the job waits in the queue changes nothing. */
+/* The spec travels in the script (sbatch keeps the script as it was at
+ * submission, a requeue included) and is written into the run directory
+ * when the job starts; the agents and ranks read that copy, so editing the
+ * file while the job waits in the queue changes nothing, and the script
+ * reads no file but its own.  The run directory is made 0700 (the spec may
+ * hold what ${VAR} read); its parent, the log directory, as the user's umask says. */
 static void print_snapshot(const struct dt_job *job, const char *spec, FILE *out)
 {
-    char end[48] = "DTRAIN_JOB_SPEC";
-    for (int i = 1; has_line(spec, end); i++)
-        snprintf(end, sizeof end, "DTRAIN_JOB_SPEC_%d", i);
-    size_t len = strlen(spec);
     fprintf(out,
             "\n"
-            "# The job spec as `dtrain launch` submitted it: written into the run directory when the job\n"
-            "# starts, and read from there, so an edit of the file after submission changes nothing.\n"
+            "# The job spec as it was submitted (`dtrain launch`) or rendered: written into the run\n"
+            "# directory when the job starts, and read from there, so an edit of the file after\n"
+            "# submission changes nothing.\n"
             "RUN_DIR=${DTRAIN_LOG_DIR:-");
     dt_adapter_put_word(out, job->log_dir);
     fprintf(out, "}/%s-$SLURM_JOB_ID\n", job->name);
@@ -196,13 +186,12 @@ static void print_snapshot(const struct dt_job *job, const char *spec, FILE *out
     fprintf(out,
             "}/%s-$" DT_SLURM_RUN_ID_ENV "\n"
             "fi\n"
-            "mkdir -p \"$RUN_DIR\"\n"
-            "cat >\"$RUN_DIR/job.yaml.tmp\" <<'%s'\n"
-            "%s%s"
-            "%s\n"
-            "mv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
-            "JOB=$RUN_DIR/job.yaml\n",
-            job->name, end, spec, len && spec[len - 1] != '\n' ? "\n" : "", end);
+            "mkdir -p \"${RUN_DIR%%/*}\" && { mkdir -m 700 \"$RUN_DIR\" 2>/dev/null || [ -d \"$RUN_DIR\" ]; }\n"
+            "cat >\"$RUN_DIR/job.yaml.tmp\" <<",
+            job->name);
+    dt_adapter_put_heredoc(out, spec);
+    fprintf(out, "mv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
+                 "JOB=$RUN_DIR/job.yaml\n");
 }
 
 /* Since Slurm 22.05 srun no longer takes --cpus-per-task from sbatch: without
@@ -355,9 +344,24 @@ int dt_slurm_check(const struct dt_job *job)
     return check_values(job, &pl, job->path);
 }
 
+/* A spec that is not its file as written (${VAR}, --set, rendered for
+ * Slurm from another scheduler's spec) travels in the script as dt_job_print
+ * writes it, as `dtrain launch` embeds its spec: the script never depends
+ * on a copy left somewhere for it. */
 int dt_slurm_render(const struct dt_job *job, const char *job_path, FILE *out)
 {
-    return dt_slurm_render_script(job, job_path, NULL, out);
+    if (!job->derived)
+        return dt_slurm_render_script(job, job_path, NULL, out);
+    char *spec = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&spec, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "out of memory rendering the sbatch script");
+    dt_job_print(job, m);
+    int rc = fclose(m) == 0 ? dt_slurm_render_script(job, job_path, spec, out)
+                            : dt_error_set(DT_ENOMEM, "out of memory rendering the sbatch script");
+    free(spec);
+    return rc;
 }
 
 int dt_slurm_render_script(const struct dt_job *job, const char *job_path, const char *spec, FILE *out)

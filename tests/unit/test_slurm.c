@@ -244,12 +244,24 @@ static void render_setup_and_snapshot(void **state)
     has(out, "\nRUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$SLURM_JOB_ID\n");
     /* `dtrain launch --resume`: the run it continues names the directory instead */
     has(out, "\nif [ -n \"${DTRAIN_SLURM_RUN_ID:-}\" ]; then");
-    has(out, "\n  RUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$DTRAIN_SLURM_RUN_ID\nfi\nmkdir -p \"$RUN_DIR\"\n");
+    has(out, "\n  RUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$DTRAIN_SLURM_RUN_ID\nfi\n"
+             "mkdir -p \"${RUN_DIR%/*}\" && { mkdir -m 700 \"$RUN_DIR\" 2>/dev/null || [ -d \"$RUN_DIR\" ]; }\n");
     has(out, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC_1'\nname: s\n");
     has(out, "\nDTRAIN_JOB_SPEC\nDTRAIN_JOB_SPEC_1\nmv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
              "JOB=$RUN_DIR/job.yaml\n");
     assert_true(strstr(out, "JOB=$RUN_DIR/job.yaml") < strstr(out, "\nexec srun"));
     free(out);
+    dt_job_free(job);
+    /* a spec that is not its file as written (--set, ${VAR}) travels in the script, as printed */
+    struct dt_job_load_opts o = {.set = (char *[]){"nodes=3", NULL}, .n_set = 1};
+    assert_int_equal(dt_job_load_string_with(yaml, strlen(yaml), "s.yaml", &o, &job), 0);
+    assert_true(job->derived);
+    s = render(job, "s.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC'\nname: \"s\"\n");
+    has(s, "\nnodes: 3\n");
+    has(s, "#SBATCH --nodes=3\n");
+    free(s);
     dt_job_free(job);
 }
 
