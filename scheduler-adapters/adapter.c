@@ -93,11 +93,12 @@ static bool has_line(const char *text, const char *word)
     return false;
 }
 
-void dt_adapter_put_heredoc(FILE *out, const char *text)
+void dt_adapter_put_heredoc(FILE *out, const char *word, const char *text)
 {
-    char end[48] = "DTRAIN_JOB_SPEC";
+    char end[48];
+    snprintf(end, sizeof end, "%s", word);
     for (int i = 1; has_line(text, end); i++)
-        snprintf(end, sizeof end, "DTRAIN_JOB_SPEC_%d", i);
+        snprintf(end, sizeof end, "%.32s_%d", word, i);
     size_t len = strlen(text);
     fprintf(out, "'%s'\n%s%s%s\n", end, text, len && text[len - 1] != '\n' ? "\n" : "", end);
 }

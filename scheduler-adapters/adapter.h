@@ -275,9 +275,9 @@ void dt_adapter_put_word(FILE *out, const char *s);
 void dt_adapter_put_comment(FILE *out, const char *s);
 /* `text` as the body of a quoted here-document, after whatever the caller
  * wrote before "<<": writes "'END'\n", text (a newline added when it lacks
- * one) and the terminator line, END being DTRAIN_JOB_SPEC, or with _1, _2,
- * ... appended while the text holds that word as a whole line.  Quoted, so
- * the shell expands nothing in it: the text arrives byte for byte. */
-void dt_adapter_put_heredoc(FILE *out, const char *text);
+ * one) and the terminator line, END being `word`, or it with _1, _2, ...
+ * appended while the text holds that as a whole line.  Quoted, so the shell
+ * expands nothing in it: the text arrives byte for byte. */
+void dt_adapter_put_heredoc(FILE *out, const char *word, const char *text);
 
 #endif

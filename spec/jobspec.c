@@ -622,11 +622,12 @@ static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, cons
                         "shell before `dtrain launch`");
 }
 
-/* The schedulers start a fixed number of agents with fixed node ranks; an
- * elastic job's agents are started by hand (`dtrain agent --nnodes MIN:MAX`). */
+/* An elastic job's agents are started by hand (`dtrain agent --nnodes
+ * MIN:MAX`, scheduler local), by Slurm (--nodes=MIN-MAX) or by Kubernetes
+ * (an Indexed Job of MAX pods); mpirun starts a fixed number of agents. */
 static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    if (!dt_job_elastic(job) || job->scheduler == DT_SCHED_LOCAL)
+    if (!dt_job_elastic(job) || job->scheduler != DT_SCHED_MPIRUN)
         return 0;
     return dt_spec_fail(ctx, dt_ymap_get(map, "nodes"), "nodes",
                         "a range (%d:%d) makes an elastic job, whose agents are started with `dtrain agent "

@@ -80,7 +80,7 @@ static int put_given(const struct dt_job *job, const char *job_path, char *given
           out);
     dt_adapter_put_word(out, given);
     fputs(" <<", out);
-    dt_adapter_put_heredoc(out, text);
+    dt_adapter_put_heredoc(out, "DTRAIN_JOB_SPEC", text);
     free(text);
     return 0;
 }
