@@ -210,6 +210,13 @@ struct dt_adapter {
      * a negative DT_E* code with "<file>: <key>: <why>" set.  NULL: none. */
     int (*check)(const struct dt_job *job);
 
+    /* `dtrain launch --dry-run`: what the plan would submit, as it submits
+     * it (the sbatch script with the spec it carries, the manifests under
+     * the launch's names and in its order), with placeholders for what only
+     * the launch knows; nothing is made, written or asked.  NULL: render's
+     * output is what launch submits. */
+    int (*dry_run)(const struct dt_job *job, const struct dt_adapter_launch *opts, FILE *out);
+
     /* `dtrain launch`: what to do, into *out (zeroed by the caller), for the
      * launcher to carry out.  May make what the plan names (the run id, the
      * job token, the log directory).  Returns 0, or a negative DT_E* code with

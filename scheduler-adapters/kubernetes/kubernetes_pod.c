@@ -326,11 +326,15 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
     }
 }
 
-void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out)
+void dt_k8s_put_pod_spec(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, FILE *out)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
     fputs("restartPolicy: Never\n", out); /* podFailurePolicy requires it; the agent restarts ranks */
+    if (k->gang == DT_K8S_GANG_VOLCANO) {
+        dt_k8s_indent(out, ind);
+        fputs("schedulerName: volcano\n", out); /* Volcano places the PodGroup's pods together */
+    }
     dt_k8s_indent(out, ind);
     fputs("subdomain: ", out);
     dt_k8s_str(out, job->name);
@@ -362,6 +366,6 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, 
         fputc('\n', out);
     }
     put_tolerations(out, ind, k);
-    put_container(job, run_id, out, ind);
+    put_container(job, nm->run_id, out, ind);
     put_volumes(job, out, ind);
 }

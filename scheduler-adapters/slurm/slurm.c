@@ -267,6 +267,7 @@ const struct dt_adapter dt_adapter_slurm = {
     .render = dt_slurm_render,
     .check = dt_slurm_check,
     .plan = dt_slurm_plan,
+    .dry_run = dt_slurm_dry_run,
     .discover = dt_slurm_discover,
     .status = dt_slurm_status,
     .cancel = dt_slurm_cancel,

@@ -261,16 +261,24 @@ rendezvous: {heartbeat_timeout: 5s, last_call_timeout: 2s}
 trainer:
   model: {hidden: [32]}
   data: {batch_size: 32, workers: 1}
-  steps: 600
+  steps: 10000
   scheduler: {type: constant}
-  checkpoint: {every_steps: 50, dir: checkpoints, keep: 2, resume: auto}
+  checkpoint: {every_steps: 100, dir: checkpoints, keep: 2, resume: auto}
   eval: {every_epochs: 0}
   log_every_steps: 20
 slurm: {time: "00:10:00"}
 EOF
 }
+# idle: both nodes free, so Slurm gives a job all it asks (an elastic one takes what is idle)
+idle() {
+  for ((i = 0; i < 300; i++)); do
+    [ -z "$(squeue -h -o %i)" ] && [ "$(sinfo -h -N -o %t | sort -u)" = idle ] && { sleep 1; return; }
+    sleep 0.1
+  done
+}
+idle
 train_spec lost 2 2 >lost.yaml
-launch_until lost 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/600" "the job of 2 nodes with restarts left trains"
+launch_until lost 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/10000" "the job of 2 nodes with restarts left trains"
 a1=$(agent_of "$id" 1)
 check "node 1's agent is found (pid ${a1:-none})" test -n "$a1"
 [ -n "$a1" ] && kill -9 "$a1"
@@ -278,13 +286,15 @@ wait "$pid"; rc=$?
 check "node 1's agent killed mid-run: a new one joins and the job finishes on both nodes (exit $rc)" test "$rc" = 0
 contains lost.err "node 1: its agent ended with status 137 while the job runs on: starting a new agent for node 1 \(1 of 2\)" \
   "node 1's task starts a new agent"
-contains "runs/lost-$id/trainer_summary.json" '"steps": 600' "the training reached its last step"
+contains "runs/lost-$id/trainer_summary.json" '"steps": 10000' "the training reached its last step"
 contains "runs/lost-$id/summary.json" '"nnodes": 2' "summary.json: the job ended on 2 nodes"
 
 # --- an elastic job loses a node and finishes on the other --------------------------
+idle
 train_spec shrink 1:2 0 >shrink.yaml
-launch_until shrink 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/600" "the elastic job (nodes: 1:2) trains"
+launch_until shrink 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/10000" "the elastic job (nodes: 1:2) trains"
 contains "runs/shrink-$id.sbatch" "^#SBATCH --nodes=1-2$" "it asked Slurm for 1 to 2 nodes"
+contains shrink.err "Slurm job $id is running on n\[1-2\]" "and got both"
 a1=$(agent_of "$id" 1)
 check "the elastic job's second agent is found (pid ${a1:-none})" test -n "$a1"
 [ -n "$a1" ] && kill -9 "$a1"
@@ -292,5 +302,5 @@ wait "$pid"; rc=$?
 check "the elastic job loses a node and finishes on the other (exit $rc)" test "$rc" = 0
 contains shrink.err "node 1: its agent was lost \(status 137\); the elastic job goes on without this node" \
   "the lost node's task leaves the job without failing the step"
-contains "runs/shrink-$id/trainer_summary.json" '"steps": 600' "the training reached its last step"
+contains "runs/shrink-$id/trainer_summary.json" '"steps": 10000' "the training reached its last step"
 contains "runs/shrink-$id/summary.json" '"membership_changes": [1-9]' "summary.json counts the membership change"
