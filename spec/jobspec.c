@@ -325,8 +325,9 @@ static const struct dt_spec_key top_keys[] = {
            .form = "integer 1–65536, or `MIN:MAX`",
            .help =
                "Agents, one per node. A range makes an elastic job (agents started with "
-               "`dtrain agent --nnodes MIN:MAX`, scheduler local): it starts with at least MIN, admits late "
-               "agents and survives lost ones between rounds (docs/elastic.md).",
+               "`dtrain agent --nnodes MIN:MAX`, by Slurm with `--nodes=MIN-MAX`, or as an Indexed Job of MAX "
+               "pods; mpirun refuses it): it starts with at least MIN, admits late agents and survives lost "
+               "ones between rounds (docs/elastic.md).",
            .schema = "{\"oneOf\": [{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65536},"
                      " {\"type\": \"string\", \"pattern\": \"^[0-9]+:[0-9]+$\"}]}"),
     DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,

@@ -646,10 +646,10 @@ static const struct dt_spec_key kubernetes_keys[] = {
                      " \"maxLength\": 253}}"),
     DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels,
            DT_COUNT(struct dt_kubernetes_spec, n_labels), .unset = "none",
-           .example = "{kueue.x-k8s.io/queue-name: team-a}", .form = "mapping key → value",
+           .example = "{team: ml}", .form = "mapping key → value",
            .help =
-               "Labels of every object and the pods, e.g. Kueue's `kueue.x-k8s.io/queue-name`; dtrain's own "
-               "`app.kubernetes.io/*` and the Job controller's are refused."),
+               "Labels of every object and the pods (Kueue's queue: `gang: kueue` and `queue`); dtrain's own "
+               "(`app.kubernetes.io/*`, `dtrain/*`) and the Job controller's are refused."),
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
            DT_COUNT(struct dt_kubernetes_spec, n_annotations), .unset = "none",
            .example = "{example.com/team: ml}", .form = "mapping key → value",
@@ -683,6 +683,7 @@ static const struct dt_spec_key kubernetes_keys[] = {
                    "cluster's, `pod_template` sets another). The group's minimum is `nodes` (an elastic "
                    "job's MIN). See docs/kubernetes.md."),
     DT_KEY("queue", DT_KT_STR, struct dt_kubernetes_spec, queue, .unset = "none", .example = "team-a",
+           .doc = DT_DOC_REF_COMMENT,
            .help = "`gang: kueue`: the LocalQueue (label `kueue.x-k8s.io/queue-name`, required); "
                    "`gang: volcano`: the Volcano queue of the PodGroup."),
     DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section,

@@ -1,39 +1,49 @@
 /* kubernetes_render.c - `dtrain render kubernetes job.yaml`: the manifests a user would apply.
  *
- * Four documents, in the order kubectl should create them:
+ * The documents, in the order kubectl should create them:
  *   ConfigMap <name>-spec   the job spec, mounted at /etc/dtrain/job.yaml
  *   Secret    <name>-token  the job token, mounted at /etc/dtrain/token
  *                           (only with rendezvous.auth: token)
  *   Service   <name>        headless; publishNotReadyAddresses, so that pod
  *                           <name>-<i> resolves as <name>-<i>.<name> as soon
  *                           as it has an address, before any readiness
+ *   PodGroup  <name>        kubernetes.gang: volcano or coscheduling only
  *   Job       <name>        Indexed, one agent per pod (kubernetes_pod.c)
  * The token is made fresh for every render: each rendered manifest is a new
  * job whose clients must prove they belong to it.  The objects are named
  * after the job when rendered (a stable name: applying the manifest again
  * is the same job, and kubectl says so), and "<name>-<run id>" when launched
- * (dt_k8s_render_run), since a Job's template is immutable and a second
- * launch must not meet the first one's Job.
+ * (dt_k8s_render_with), since a Job's template is immutable and a second
+ * launch must not meet the first one's Job.  A launch applies the Job first
+ * (DT_K8S_PART_JOB) and the rest after it with an ownerReference to its uid,
+ * so Kubernetes deletes them with the Job (ttlSecondsAfterFinished, from
+ * kubernetes.ttl_after_finished, included).  Labels: app.kubernetes.io/name
+ * is the job's name, the same for every launch (what an affinity selects
+ * on), instance the objects' name (what the Service selects on), and
+ * dtrain/run-id the run's.
  *
- * The Job: completions = parallelism = nodes with completionMode Indexed:
- * pod i gets JOB_COMPLETION_INDEX=i and hostname <name>-i, and a failed pod
- * is replaced with the same index (podReplacementPolicy Failed: the
- * replacement starts only once the old pod is gone, so two agents never
- * claim one node rank).  podFailurePolicy carries restart_policy over to
- * pods (the agent exits with the job's status: the failing rank's code, or
- * 128+signal):
+ * The Job: completions = parallelism = nodes (an elastic job's MAX) with
+ * completionMode Indexed: pod i gets JOB_COMPLETION_INDEX=i and hostname
+ * <name>-i, and a failed pod is replaced with the same index
+ * (podReplacementPolicy Failed: the replacement starts only once the old
+ * pod is gone, so two agents never claim one node rank).  podFailurePolicy
+ * carries restart_policy over to pods (the agent exits with the job's
+ * status: the failing rank's code, or 128+signal):
  *   - DisruptionTarget (preemption, eviction, node drain): Ignore, the pod is
- *     replaced without counting against backoffLimit;
- *   - codes restart_policy marks `fail`: FailJob, at once;
- *   - every other failure fails the Job too: backoffLimit is 0.
- * One restart budget, the agents': max_restarts restarts of the whole rank
- * group inside the running pods (no rescheduling, no image pull, every node
- * rejoins at once), after which a pod exits with the job's status.  Counting
- * those pod failures against a backoffLimit of max_restarts as well would
- * multiply the budgets: (max_restarts + 1)^2 runs.  Disruptions stay free.
+ *     replaced without counting;
+ *   - without restarts: codes restart_policy marks `fail` are FailJob, and
+ *     every other failure fails the Job too (backoffLimit 0);
+ *   - with restarts (or elastic): a lost agent's pod (137, SIGKILL) is
+ *     counted against its index (backoffLimitPerIndex max_restarts) and
+ *     replaced, its new agent joining the running job's next round; every
+ *     other non-zero status is the job's own end, after the agents spent
+ *     their restarts: FailJob, so the pods are not started over and the
+ *     budgets do not multiply into (max_restarts + 1)^2 runs.
  * When `otherwise: fail`, the codes marked `retry` are the exceptions, so one
  * FailJob rule with NotIn says it (NotIn only matches non-zero codes; [0]
  * stands in for "no exceptions", since In/NotIn need at least one value).
+ * An elastic job may lose MAX - MIN pods for good (maxFailedIndexes) and
+ * succeeds with pod 0, the coordinator's (successPolicy).
  *
  * YAML scalars that read back as what was meant.  The trap is YAML's
  * implicit typing: `yes`, `on`, `y`, `True` become booleans under YAML 1.1
