@@ -51,6 +51,26 @@ const char *dt_adapter_getenv(char *const *env, const char *name)
     return NULL;
 }
 
+/* $'...' (bash, zsh, ksh): the word's control characters as escapes, so
+ * it stays on its line; a quote and a backslash escaped too. */
+static void put_ansi_c(FILE *out, const char *s)
+{
+    fputs("$'", out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\'' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('\'', out);
+}
+
 void dt_adapter_put_word(FILE *out, const char *s)
 {
     static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%";
@@ -58,6 +78,11 @@ void dt_adapter_put_word(FILE *out, const char *s)
         fputs(s, out);
         return;
     }
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            put_ansi_c(out, s);
+            return;
+        }
     fputc('\'', out);
     for (; *s; s++)
         if (*s == '\'')

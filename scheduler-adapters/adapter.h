@@ -271,9 +271,11 @@ char *dt_adapter_setup_script(const struct dt_job *job);
 const char *dt_adapter_getenv(char *const *env, const char *name);
 
 /* Text for the shell scripts and command lines adapters write (the sbatch
- * script, the mpirun line).  put_word: one shell word, as it is when it holds
- * only characters no shell reads specially, else in single quotes (a quote
- * inside as '\'').  put_comment: s inside a "# ..." comment line, where a
+ * script, the mpirun line, both read by bash).  put_word: one shell word, as
+ * it is when it holds only characters no shell reads specially, else in
+ * single quotes (a quote inside as '\''), or as $'...' when it holds a
+ * control character (newline, tab, ESC: \n, \t, \x1b), so a word always
+ * stays on its line and no line of a script is a value's.  put_comment: s inside a "# ..." comment line, where a
  * line break would end the comment and make the rest a command: every
  * control character (newline, carriage return, tab, ESC, DEL, ...) is
  * written as \n, \r, \t or \xHH, so nothing a value holds (a log_dir from
