@@ -163,7 +163,8 @@ static int look(const struct dt_job *job)
     return status;
 }
 
-/* Prints the pods' phases when they change; starts the log stream once all run. */
+/* Prints the pods' phases when they change; starts the log stream once the
+ * pods the job starts with run (nodes; an elastic job's MIN). */
 static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
 {
     char *pods = get(job, "pods", 1, "{range .items[*]}{.metadata.name}={.status.phase} {end}");
@@ -176,7 +177,7 @@ static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
     int running = 0;
     for (const char *p = pods; (p = strstr(p, "=Running")); p++)
         running++;
-    if (*logs < 0 && running >= job->nodes)
+    if (*logs < 0 && running >= job->nodes_min) /* an elastic job starts with MIN */
         *logs = start_logs(job);
 }
 
@@ -298,7 +299,7 @@ static void from_record(const struct dt_run_record *rec, struct recorded *out)
     memset(out, 0, sizeof *out);
     out->k.namespace_name = (char *)rec->namespace_name;
     out->job.name = (char *)rec->job_id;
-    out->job.nodes = rec->nodes;
+    out->job.nodes = out->job.nodes_min = rec->nodes;
     out->job.kubernetes = &out->k;
 }
 

@@ -291,7 +291,8 @@ contains "runs/lost-$id/summary.json" '"nnodes": 2' "summary.json: the job ended
 
 # --- an elastic job loses a node and finishes on the other --------------------------
 idle
-train_spec shrink 1:2 0 >shrink.yaml
+# --nodelist holds the job until both nodes are free: Slurm would start an elastic job on fewer
+train_spec shrink 1:2 0 | sed 's/^slurm: {time: "00:10:00"}$/slurm: {time: "00:10:00", extra_sbatch: ["--nodelist=n[1-2]"]}/' >shrink.yaml
 launch_until shrink 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/10000" "the elastic job (nodes: 1:2) trains"
 contains "runs/shrink-$id.sbatch" "^#SBATCH --nodes=1-2$" "it asked Slurm for 1 to 2 nodes"
 contains shrink.err "Slurm job $id is running on n\[1-2\]" "and got both"
