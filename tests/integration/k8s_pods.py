@@ -5,11 +5,12 @@ Each pod gets what the manifest (and the Job controller) would give it, nothing 
 this shell:
   - its files: every projected ConfigMap/Secret key of the volume mounted at a path
     under DIR/pod-<i>/<mountPath> (e.g. DIR/pod-0/etc/dtrain/job.yaml), with the mode the
-    manifest gives it (items[].mode, defaultMode, else Kubernetes' 0644), and the command's
-    arguments and env values that name a mounted path rewritten to it;
+    manifest gives it (items[].mode, defaultMode, else Kubernetes' 0644; with the pod's
+    securityContext.fsGroup, that group and group-readable, as the kubelet makes them), and
+    the command's arguments and env values that name a mounted path rewritten to it;
   - its environment: the container's env (value, or downward-API fieldRef: the Job's
     UID label -> a fixed fake UID, status.podIP -> 127.0.0.1), plus what Kubernetes
-    adds: JOB_COMPLETION_INDEX, HOSTNAME=<job>-<i>, and PATH (the image's; here the
+    adds: JOB_COMPLETION_INDEX, HOSTNAME=<job>-<i>, KUBERNETES_SERVICE_HOST/PORT, and PATH (the image's; here the
     directory of $DTRAIN first); DTRAIN_HOSTS_FILE=DIR/hosts stands in for cluster DNS;
   - its name: "127.0.0.1 <job>-<i>.<service> <job>-<i>" is appended to DIR/hosts when
     the pod starts, as DNS learns a pod's name only once it runs;
@@ -81,9 +82,13 @@ def pod_setup(docs, job, index, root, pod_ip="127.0.0.1", suffix=""):
             continue
         local = pdir + m["mountPath"]
         os.makedirs(local, exist_ok=True)
+        fs_group = (pod.get("securityContext") or {}).get("fsGroup")
         for rel, (text, mode) in files_of(docs, v).items():
             with open(os.path.join(local, rel), "w", encoding="utf-8") as f:
                 f.write(text)
+            if fs_group is not None:  # the kubelet: the pod's group owns the volume, and may read it
+                os.chown(os.path.join(local, rel), -1, fs_group)
+                mode |= 0o040
             os.chmod(os.path.join(local, rel), mode)
         remap[m["mountPath"]] = local
 
@@ -96,6 +101,7 @@ def pod_setup(docs, job, index, root, pod_ip="127.0.0.1", suffix=""):
     name = job["metadata"]["name"]
     env = {"PATH": os.path.dirname(os.environ["DTRAIN"]) + ":/usr/local/bin:/usr/bin:/bin",
            "HOSTNAME": f"{name}-{index}", "JOB_COMPLETION_INDEX": str(index),
+           "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
            "DTRAIN_HOSTS_FILE": os.path.join(root, "hosts")}
     fields = dict(FIELDS, **{"status.podIP": pod_ip})
     for e in c.get("env") or []:

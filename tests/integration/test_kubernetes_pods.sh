@@ -137,6 +137,25 @@ check "the pod's shell ran the setup: lines before the agent (their environment 
 contains "$T/probe.k8s.yaml" "^            - dtrain-setup$" "the rendered container runs setup in /bin/sh, then execs the agent"
 
 
+# A container that does not run as root reads the token through the pod's fsGroup: the kubelet
+# makes the Secret's file 0440 under that group, and the agent accepts that in a pod.
+cat >"$T/fsg.yaml" <<YAML
+name: fsg
+scheduler: kubernetes
+nodes: 1
+command: ["true"]
+kubernetes:
+  image: img
+  pod_template: {spec: {securityContext: {fsGroup: $(id -g)}}}
+YAML
+"$DTRAIN" render kubernetes "$T/fsg.yaml" >"$T/fsg.k8s.yaml" || not_ok "render fsg.yaml"
+mkdir -p "$T/fsg"
+"$PY" tests/integration/k8s_pods.py "$T/fsg.k8s.yaml" "$T/fsg" 0 --timeout 60 >"$T/fsg.out" 2>&1
+check "the token file is 0440 under the pod's fsGroup ($(stat -c %a "$T/fsg/pod-0/etc/dtrain/token" 2>/dev/null))" \
+  test "$(stat -c %a "$T/fsg/pod-0/etc/dtrain/token" 2>/dev/null)" = 440
+if grep -q '^pod 0 exit 0$' "$T/fsg.out"; then ok "the agent takes a token readable by the pod's fsGroup"
+else not_ok "the agent takes a token readable by the pod's fsGroup"; sed 's/^/    /' "$T/fsg.out"; tail -n 5 "$T/fsg/pod-0.err" | sed 's/^/    /'; fi
+
 # --- a lost pod replaced: pod 1's agent killed mid-run, its replacement 5 s later ------------------
 # The checkpoints on a volume every pod mounts (an absolute checkpoint.dir), as a real job's are.
 sed "s/^name: fmnist\$/name: frep/; s|^  steps: 50\$|  steps: 3000\n  log_every_steps: 20\n  checkpoint: {every_steps: 100, dir: $T/rep-ckpt}|; s/^nodes: 2\$/nodes: 2\nmax_restarts: 2\nrendezvous: {timeout: 60s, heartbeat_timeout: 5s}/" \
