@@ -316,8 +316,8 @@ static void comm_span(void *ctx, const char *op, const void *recv, int64_t t0, i
 {
     struct dt_trainer *t = ctx;
     int64_t bucket = -1;
-    for (int i = 0; i < t->red.nb; i++)
-        if ((const float *)recv == t->red.out + t->red.b[i].lo)
+    for (int i = 0; i < t->red.plan.n; i++)
+        if ((const float *)recv == t->red.out + t->red.plan.range[i][0])
             bucket = i;
     dt_trace_span_arg(t->trace, DT_TRACE_COMM, op, t0, t1, "bucket", bucket);
 }
