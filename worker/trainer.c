@@ -374,6 +374,8 @@ static int setup(struct dt_trainer *t)
     }
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer__device_create(t);
+    if (!rc)
+        dt_trainer__choose_home(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
