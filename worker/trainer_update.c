@@ -37,7 +37,7 @@ static int device_update(struct dt_trainer *t, bool want_norm, double *norm, boo
     return rc ? dt_error_prefix("optimizer step %lld", (long long)t->step) : dt_lr_schedule_step(&t->sched);
 }
 
-/* Under AMP: unscale this rank's part of the averages (home.c's choice: one
+/* Under AMP: unscale this rank's part of the averages (the home's: one
  * host-wide copy, each rank its slice, the agreement below covers them all;
  * ZeRO-1: its shard, the only part it reads) and agree with every rank on
  * whether any was inf/NaN (then the optimizer step is skipped everywhere). */
