@@ -24,8 +24,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* range[i] = [lo, hi) floats of the arena, in launch order: range[0] holds
+ * the last parameters. */
 struct dt_buckets {
-    size_t (*range)[2]; /* [lo, hi) floats of the arena, in launch order: range[0] holds the last parameters */
+    size_t (*range)[2];
     int n;
 };
 

@@ -40,8 +40,8 @@ static void philox_known_answers(void **state)
  * t = (52 bits of w2 w3) 2^-52. */
 static void libm_pair(uint64_t seed, uint32_t stream, uint64_t j, double std, double out[2])
 {
-    uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), stream, 0}, key[2] = {(uint32_t)seed,
-                                                                               (uint32_t)(seed >> 32)};
+    uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), stream, 0},
+             key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint32_t w[4];
     dt_philox4x32_10(ctr, key, w);
     double u = 1.0 - (double)(((uint64_t)w[0] << 32 | w[1]) >> 12) / 4503599627370496.0;
