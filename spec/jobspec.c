@@ -338,8 +338,9 @@ static const struct dt_spec_key top_keys[] = {
            .form = "integer 1–65536, or `MIN:MAX`",
            .help =
                "Agents, one per node. A range makes an elastic job (agents started with "
-               "`dtrain agent --nnodes MIN:MAX`, scheduler local): it starts with at least MIN, admits late "
-               "agents and survives lost ones between rounds (docs/elastic.md).",
+               "`dtrain agent --nnodes MIN:MAX`, by Slurm with `--nodes=MIN-MAX`, or as an Indexed Job of MAX "
+               "pods; mpirun refuses it): it starts with at least MIN, admits late agents and survives lost "
+               "ones between rounds (docs/elastic.md).",
            .schema = "{\"oneOf\": [{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65536},"
                      " {\"type\": \"string\", \"pattern\": \"^[0-9]+:[0-9]+$\"}]}"),
     DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,
@@ -636,11 +637,12 @@ static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, cons
                         "shell before `dtrain launch`");
 }
 
-/* The schedulers start a fixed number of agents with fixed node ranks; an
- * elastic job's agents are started by hand (`dtrain agent --nnodes MIN:MAX`). */
+/* An elastic job's agents are started by hand (`dtrain agent --nnodes
+ * MIN:MAX`, scheduler local), by Slurm (--nodes=MIN-MAX) or by Kubernetes
+ * (an Indexed Job of MAX pods); mpirun starts a fixed number of agents. */
 static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    if (!dt_job_elastic(job) || job->scheduler == DT_SCHED_LOCAL)
+    if (!dt_job_elastic(job) || job->scheduler != DT_SCHED_MPIRUN)
         return 0;
     return dt_spec_fail(ctx, dt_ymap_get(map, "nodes"), "nodes",
                         "a range (%d:%d) makes an elastic job, whose agents are started with `dtrain agent "

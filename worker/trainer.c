@@ -335,8 +335,8 @@ static void comm_span(void *ctx, const char *op, const void *recv, int64_t t0, i
 {
     struct dt_trainer *t = ctx;
     int64_t bucket = -1;
-    for (int i = 0; i < t->red.nb; i++)
-        if ((const float *)recv == t->red.out + t->red.b[i].lo)
+    for (int i = 0; i < t->red.plan.n; i++)
+        if ((const float *)recv == t->red.out + t->red.plan.range[i][0])
             bucket = i;
     dt_trace_span_arg(t->trace, DT_TRACE_COMM, op, t0, t1, "bucket", bucket);
 }
@@ -393,6 +393,8 @@ static int setup(struct dt_trainer *t)
     }
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer__device_create(t);
+    if (!rc)
+        dt_trainer__choose_home(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;

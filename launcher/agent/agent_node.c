@@ -33,6 +33,7 @@
 #include "launcher/coordinator/coordinator.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <limits.h>
@@ -350,7 +351,8 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
         dt_log_info(
             "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), %s, run %s", job,
             n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, at, nd->run_dir);
+            dt_placement_rank_of(nd->nproc, n->node_rank, 0),
+            dt_placement_rank_of(nd->nproc, n->node_rank, nd->nproc - 1), at, nd->run_dir);
     else
         dt_log_info("job %s: %d rank%s of '%s', %s, run %s", job, nd->nproc,
                     nd->nproc == 1 ? "" : "s", cfg->argv[0], at, nd->run_dir);

@@ -519,9 +519,15 @@ static void nodes_range(void **state)
     struct dt_job *bad = NULL;
     const char *quoted = "name: j\nnodes: '2:3'\ncommand: [true]\n";
     assert_int_equal(dt_job_load_string(quoted, strlen(quoted), "q.yaml", &bad), DT_EINVAL);
+    /* Slurm (--nodes=MIN-MAX) and Kubernetes start an elastic job's agents; mpirun a fixed number */
     const char *slurm = "name: j\nscheduler: slurm\nnodes: 1:2\ncommand: [true]\n";
-    assert_int_equal(dt_job_load_string(slurm, strlen(slurm), "s.yaml", &bad), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "s.yaml:3:8"));
+    assert_int_equal(dt_job_load_string(slurm, strlen(slurm), "s.yaml", &bad), 0);
+    assert_int_equal(bad->nodes_min * 10 + bad->nodes, 12);
+    dt_job_free(bad);
+    bad = NULL;
+    const char *mpi = "name: j\nscheduler: mpirun\nnodes: 1:2\ncommand: [true]\n";
+    assert_int_equal(dt_job_load_string(mpi, strlen(mpi), "m.yaml", &bad), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "m.yaml:3:8"));
     assert_non_null(strstr(dt_error_last(), "dtrain agent --nnodes 1:2"));
     const char *down = "name: j\nnodes: 5:1\ncommand: [true]\n";
     assert_int_equal(dt_job_load_string(down, strlen(down), "d.yaml", &bad), DT_EINVAL);
