@@ -1,7 +1,17 @@
-/* rendezvous_clients.c - N store clients doing a job's rendezvous, for bench/rendezvous.sh.
+/* rendezvous_clients.c - N store clients doing a job's rendezvous, for bench/rendezvous.sh
+ * and bench/rendezvous_nodes.sh.
  *
  *   rendezvous_clients --port P --clients N --server dtrain|pytorch [--host H]
  *                      [--connect-window K]   (at most K connects in flight; 0: all at once)
+ *                      [--world W --first F]  (these N are clients F..F+N-1 of W in the barrier)
+ *                      [--read K]             (each reads keys 0..K-1; default: all W)
+ *                      [--auth yes]           (pytorch: present DTRAIN_JOB_TOKEN after VALIDATE)
+ *                      [--procs K]            (K processes, N/K clients each, as K nodes' ranks)
+ *                      [--sync DIR]           (each process writes a byte to the FIFO DIR/ready,
+ *                                              then starts once it gets a shared flock on DIR/go)
+ *
+ * Without --port, MASTER_PORT; without --first, NODE_RANK * N (a node's
+ * ranks under bench/rendezvous_nodes.sh's endpoints).
  *
  * Every client connects, authenticates, sets its key, passes a barrier and
  * reads all N keys; the program prints how long that took for all of them.
@@ -14,7 +24,9 @@
  *            answers N SETs /rdzv/done; every client WAITs on /rdzv/done
  *            (the store barrier of torch.distributed)                     -> MULTI_GET
  *
- * The token comes from DTRAIN_JOB_TOKEN.  Not a test: it prints figures.
+ * A connection closed before its token was accepted is made again (counted as
+ * retries=), as PyTorch's client retries: nothing of it was applied.  The
+ * token comes from DTRAIN_JOB_TOKEN.  Not a test: it prints figures.
  */
 #include "comm/store_wire.h"
 #include "base/clock.h"
@@ -26,12 +38,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-enum phase { CONNECTING, FIRST_REPLY, BARRIER_REPLY, READING_KEYS, DONE };
+enum phase { CONNECTING, AUTH_REPLY, FIRST_REPLY, BARRIER_REPLY, READING_KEYS, DONE };
 
 struct client {
     int fd, id;
@@ -46,7 +61,10 @@ struct client {
 
 static struct {
     int n, pytorch, epfd, done, barrier_done;
+    int world, first, read, auth; /* the barrier's count, our first id, keys read, AUTH in pytorch mode */
     int window, started, connecting;  /* --connect-window: connects in flight at most */
+    int procs, retries;
+    const char *sync;
     struct client *cs;
     const char *token;
     struct sockaddr_in addr;
@@ -62,6 +80,28 @@ static void die(const char *what, int id)
 }
 
 static void start_more(void);
+static void start_client(struct client *c, int id);
+
+/* Before the token is accepted nothing of the client's is applied, and a
+ * coordinator at its handshake cap closes the slowest newcomers: the client
+ * connects again, as PyTorch's client retries its connect. */
+static int retry(struct client *c)
+{
+    bool before_auth = c->phase == CONNECTING || c->phase == AUTH_REPLY ||
+                       (c->phase == FIRST_REPLY && !g.pytorch);
+    if (!before_auth)
+        return 0;
+    epoll_ctl(g.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->phase != CONNECTING)
+        g.connecting++;
+    c->phase = CONNECTING;
+    c->in_len = 0;
+    c->out_len = c->out_off = 0;
+    g.retries++;
+    start_client(c, c->id);
+    return 1;
+}
 
 static void watch(struct client *c, int out)
 {
@@ -86,7 +126,7 @@ static void first_batch(struct client *c)
     b->len = 0;
     dt_wire_put_u8(b, DT_WIRE_VALIDATE);
     dt_wire_put_u32(b, DT_WIRE_MAGIC);
-    if (!g.pytorch) {
+    if (!g.pytorch || g.auth) {
         dt_wire_put_u8(b, DT_WIRE_AUTH);
         dt_wire_put_bytes(b, g.token, strlen(g.token));
     }
@@ -102,9 +142,9 @@ static void first_batch(struct client *c)
     } else {
         dt_wire_put_u8(b, DT_WIRE_BARRIER);
         dt_wire_put_bytes(b, "rdzv", 4);
-        dt_wire_put_i64(b, g.n);
+        dt_wire_put_i64(b, g.world);
     }
-    c->phase = FIRST_REPLY;
+    c->phase = g.pytorch && g.auth ? AUTH_REPLY : FIRST_REPLY;
     send_own(c);
 }
 
@@ -125,7 +165,12 @@ static size_t on_replies(struct client *c)
     size_t off = 0, left;
     while ((left = c->in_len - off) > 0) {
         const uint8_t *p = c->in + off;
-        if (c->phase == FIRST_REPLY && !g.pytorch) { /* AUTH */
+        if (c->phase == AUTH_REPLY) { /* pytorch with --auth: AUTH, then ADD */
+            if (p[0] != DT_WIRE_OK)
+                die("token refused", c->id);
+            off += 1;
+            c->phase = FIRST_REPLY;
+        } else if (c->phase == FIRST_REPLY && !g.pytorch) { /* AUTH */
             if (p[0] != DT_WIRE_OK)
                 die("token refused", c->id);
             off += 1;
@@ -136,7 +181,7 @@ static size_t on_replies(struct client *c)
             int64_t v = (int64_t)dt_wire_load_u64(p);
             off += 8;
             c->own.len = 0;
-            if (v == g.n) {
+            if (v == g.world) {
                 dt_wire_put_u8(&c->own, DT_WIRE_SET);
                 dt_wire_put_key(&c->own, "/", "rdzv/done", 9);
                 dt_wire_put_bytes(&c->own, "1", 1);
@@ -161,7 +206,7 @@ static size_t on_replies(struct client *c)
             if (n != want->len || memcmp(p + 8, want->p, n) != 0)
                 die("read a wrong value", c->id);
             off += 8 + n;
-            if (++c->keys_read == g.n) {
+            if (++c->keys_read == g.read) {
                 c->phase = DONE;
                 g.done++;
                 epoll_ctl(g.epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -181,6 +226,8 @@ static void on_readable(struct client *c)
         ssize_t r = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, 0);
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
+        if (r <= 0 && retry(c))
+            return;
         if (r <= 0)
             die(r == 0 ? "server closed the connection" : strerror(errno), c->id);
         c->in_len += (size_t)r;
@@ -198,6 +245,8 @@ static void on_writable(struct client *c)
         int err = 0;
         socklen_t len = sizeof err;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err && err != ECONNREFUSED && retry(c))
+            return;
         if (err)
             die(strerror(err), c->id);
         g.connecting--;
@@ -208,6 +257,8 @@ static void on_writable(struct client *c)
         ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
+        if (w < 0 && retry(c))
+            return;
         if (w < 0)
             die(strerror(errno), c->id);
         c->out_off += (size_t)w;
@@ -215,14 +266,12 @@ static void on_writable(struct client *c)
     watch(c, 0);
 }
 
-static void start_client(struct client *c, int id);
-
 /* Starts clients while fewer than the window are still connecting. */
 static void start_more(void)
 {
     while (g.started < g.n && (g.window == 0 || g.connecting < g.window)) {
         g.connecting++;
-        start_client(&g.cs[g.started], g.started);
+        start_client(&g.cs[g.started], g.first + g.started);
         g.started++;
     }
 }
@@ -241,58 +290,106 @@ static void start_client(struct client *c, int id)
     epoll_ctl(g.epfd, EPOLL_CTL_ADD, c->fd, &ev);
 }
 
+static void usage(void)
+{
+    fprintf(stderr, "usage: DTRAIN_JOB_TOKEN=... rendezvous_clients --port P --clients N --server dtrain|pytorch "
+                    "[--host H] [--connect-window K] [--world W --first F] [--read K] [--auth yes] [--procs K] "
+                    "[--sync DIR]\n");
+    exit(2);
+}
+
 static void parse_args(int argc, char **argv)
 {
     const char *host = "127.0.0.1";
-    int port = 0;
+    const char *mp = getenv("MASTER_PORT"), *nr = getenv("NODE_RANK");
+    int port = mp ? atoi(mp) : 0;
+    g.first = -1;
+    g.read = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--port"))
-            port = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--clients"))
-            g.n = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--server"))
-            g.pytorch = !strcmp(argv[i + 1], "pytorch");
-        else if (!strcmp(argv[i], "--connect-window"))
-            g.window = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--host"))
-            host = argv[i + 1];
+        const char *o = argv[i], *v = argv[i + 1];
+        if (!strcmp(o, "--port"))
+            port = atoi(v);
+        else if (!strcmp(o, "--clients"))
+            g.n = atoi(v);
+        else if (!strcmp(o, "--server"))
+            g.pytorch = !strcmp(v, "pytorch");
+        else if (!strcmp(o, "--connect-window"))
+            g.window = atoi(v);
+        else if (!strcmp(o, "--host"))
+            host = v;
+        else if (!strcmp(o, "--world"))
+            g.world = atoi(v);
+        else if (!strcmp(o, "--first"))
+            g.first = atoi(v);
+        else if (!strcmp(o, "--read"))
+            g.read = atoi(v);
+        else if (!strcmp(o, "--auth"))
+            g.auth = !strcmp(v, "yes");
+        else if (!strcmp(o, "--procs"))
+            g.procs = atoi(v);
+        else if (!strcmp(o, "--sync"))
+            g.sync = v;
+        else
+            usage();
     }
+    if (g.world <= 0)
+        g.world = g.n;
+    if (g.first < 0)
+        g.first = nr ? atoi(nr) * g.n : 0;
+    if (g.read < 0)
+        g.read = g.world;
     g.token = getenv("DTRAIN_JOB_TOKEN");
-    if (port <= 0 || g.n <= 0 || g.n > 1000000 || (!g.pytorch && !g.token)) {
-        fprintf(stderr, "usage: DTRAIN_JOB_TOKEN=... rendezvous_clients --port P --clients N "
-                        "--server dtrain|pytorch [--host H]\n");
-        exit(2);
-    }
+    if (port <= 0 || g.n <= 0 || g.world > 1000000 || g.first + g.n > g.world || g.read > g.world ||
+        g.procs < 0 || g.procs > g.n || ((!g.pytorch || g.auth) && !g.token))
+        usage();
     g.addr.sin_family = AF_INET;
     g.addr.sin_port = htons((uint16_t)port);
     inet_pton(AF_INET, host, &g.addr.sin_addr);
 }
 
-int main(int argc, char **argv)
+/* --sync: ready, then wait for the go, so that every process of a run
+ * starts at once however long the others took to start. */
+static void sync_start(void)
 {
-    parse_args(argc, argv);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ready", g.sync);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "r", 1) != 1)
+        die("cannot write DIR/ready", -1);
+    close(fd);
+    snprintf(path, sizeof path, "%s/go", g.sync);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || flock(fd, LOCK_SH) < 0)
+        die("cannot lock DIR/go", -1);
+    close(fd);
+}
+
+static int run_one(void)
+{
     dt_wire_put_u8(&g.mget, DT_WIRE_MULTI_GET);
-    dt_wire_put_u64(&g.mget, (uint64_t)g.n);
-    for (int i = 0; i < g.n; i++) {
+    dt_wire_put_u64(&g.mget, (uint64_t)g.read);
+    for (int i = 0; i < g.read; i++) {
         char k[32];
         key_of(i, k, sizeof k);
         dt_wire_put_key(&g.mget, "/", k, strlen(k));
     }
-    g.values = calloc((unsigned)g.n, sizeof *g.values);
-    for (int i = 0; i < g.n; i++) {
+    g.values = calloc((unsigned)g.read + 1, sizeof *g.values);
+    for (int i = 0; i < g.read; i++) {
         char v[32];
         g.values[i].len = (size_t)snprintf(v, sizeof v, "addr-of-%d", i);
         g.values[i].p = (const uint8_t *)strdup(v);
     }
     struct client *cs = g.cs = calloc((unsigned)g.n, sizeof *cs);
     g.epfd = epoll_create1(0);
+    if (g.sync)
+        sync_start();
     g.t0 = dt_clock_s();
     start_more();
     struct epoll_event evs[256];
     while (g.done < g.n) {
         int k = epoll_wait(g.epfd, evs, 256, 1000);
-        if (dt_clock_s() - g.t0 > 120)
-            die("gave up after 120 s", -1);
+        if (dt_clock_s() - g.t0 > 300)
+            die("gave up after 300 s", -1);
         for (int i = 0; i < k; i++) {
             struct client *c = evs[i].data.ptr;
             if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
@@ -301,12 +398,43 @@ int main(int argc, char **argv)
                 on_writable(c);
         }
     }
-    double t = dt_clock_s() - g.t0;
-    printf("server=%s clients=%d barrier_s=%.3f total_s=%.3f\n", g.pytorch ? "pytorch" : "dtrain",
-           g.n, g.t_barrier - g.t0, t);
+    double end = dt_clock_s();
+    /* start/barrier_at/end: CLOCK_MONOTONIC, comparable between the processes of a run. */
+    printf("server=%s clients=%d barrier_s=%.3f total_s=%.3f start=%.6f barrier_at=%.6f end=%.6f retries=%d\n",
+           g.pytorch ? "pytorch" : "dtrain", g.n, g.t_barrier - g.t0, end - g.t0, g.t0, g.t_barrier, end,
+           g.retries);
+    fflush(stdout);
     for (int i = 0; i < g.n; i++)
         dt_wire_buf_free(&cs[i].own);
     free(cs);
     dt_wire_buf_free(&g.mget);
     return 0;
+}
+
+/* --procs K: K processes of consecutive ids, as K nodes' ranks would be. */
+static int run_procs(void)
+{
+    int n = g.n, first = g.first;
+    for (int j = 0; j < g.procs; j++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die(strerror(errno), -1);
+        if (pid == 0) {
+            int lo = (int)((long)j * n / g.procs), hi = (int)((long)(j + 1) * n / g.procs);
+            g.first = first + lo;
+            g.n = hi - lo;
+            exit(run_one());
+        }
+    }
+    int rc = 0, st;
+    while (wait(&st) > 0)
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            rc = 1;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    return g.procs > 1 ? run_procs() : run_one();
 }
