@@ -519,6 +519,7 @@ static const char *const reserved[] = {
     "TORCHELASTIC_ERROR_FILE",
     "TORCHELASTIC_SIGNALS_TO_HANDLE",
     "DTRAIN_COORD_ADDR",
+    "DTRAIN_COORD_HOST",
     "DTRAIN_JOB_TOKEN",
     "DTRAIN_RUN_DIR",
     "DTRAIN_RUN_ID",

@@ -13,7 +13,8 @@
  * the spec's comm.interfaces reaches here as GLOO_SOCKET_IFNAME, set by the
  * agent; none of them holding one is an error naming the interfaces there are);
  * else the local address that routes to the coordinator (a connected UDP
- * socket tells us without sending anything), never 127.0.0.1 unless the
+ * socket tells us without sending anything; DTRAIN_COORD_HOST names it when
+ * the store is the node's endpoint on loopback), never 127.0.0.1 unless the
  * coordinator is on this host's loopback.
  *
  * Not for moving bytes during a collective (tcp_engine.c) or for the
@@ -337,7 +338,11 @@ static int bootstrap(struct dt_tcp *t, const struct dt_comm_options *o)
     if ((rc = dt_tcp__fault_open(t, &uport)) < 0 || (rc = listen_any(t, &lfd, &port)) < 0)
         return rc;
     char ip[64], key[256], val[96];
-    if ((rc = local_ip(o->store ? dt_store_peer(o->store) : NULL, ip, sizeof ip)) < 0) {
+    /* A rank behind its node's store endpoint (127.0.0.1) is told the coordinator's host. */
+    const char *coord = getenv("DTRAIN_COORD_HOST");
+    if (!coord || !*coord)
+        coord = o->store ? dt_store_peer(o->store) : NULL;
+    if ((rc = local_ip(coord, ip, sizeof ip)) < 0) {
         dt_error_prefix("rank %d", t->rank);
         goto out;
     }

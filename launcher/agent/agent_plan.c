@@ -170,9 +170,12 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
                        const char *error_file)
 {
-    if (cfg->endpoint)
+    /* The coordinator's host too, through the endpoint: the tcp communicator
+     * advertises the address that routes to it, not loopback. */
+    if (cfg->endpoint) {
         add(b, "DTRAIN_COORD_ADDR=127.0.0.1:%d", cfg->store_port);
-    else
+        add(b, "DTRAIN_COORD_HOST=%s", cfg->master_addr);
+    } else
         add(b, "DTRAIN_COORD_ADDR=%s:%d", cfg->master_addr, cfg->master_port);
     /* Through the node's endpoint the ranks need no token: it stays out of their reach. */
     if (cfg->token && !cfg->endpoint)

@@ -41,6 +41,7 @@ a1=$!; pids+=($a1)
 rc0=$?
 wait "$a1"; rc1=$?
 check "tcp: both agents exit 0 ($rc0 $rc1)" test "$rc0$rc1" = 00
+[ "$rc0$rc1" = 00 ] || tail -n 12 "$T/tcp.0.err" "$T/tcp.1.err" | sed 's/^/    /'
 table "$T/tcp.0.out" tcp
 contains "$T/tcp.0.out" "Rank  1 Group  0 Pid +[0-9]+ on .*CPU \(tcp\)" "tcp: rank 1 ran on the tcp backend"
 
