@@ -111,7 +111,7 @@ nproc_per_node: 1
 backend: tcp
 grace_period: 1s
 comm: {interfaces: [eth1]}
-command: [sh, -c, 'ss -Htn state established > "\$DTRAIN_RUN_DIR/ss.\$RANK"; echo "\$MASTER_ADDR \$GLOO_SOCKET_IFNAME \$NCCL_SOCKET_IFNAME" > "\$DTRAIN_RUN_DIR/env.\$RANK"']
+command: [sh, -c, 'ss -Htn state established > "\$DTRAIN_RUN_DIR/ss.\$RANK"; echo "\$MASTER_ADDR \$DTRAIN_COORD_HOST \$GLOO_SOCKET_IFNAME \$NCCL_SOCKET_IFNAME" > "\$DTRAIN_RUN_DIR/env.\$RANK"']
 mpirun:
   hosts: [$A1, $A2]
   allow_run_as_root: true
@@ -121,7 +121,7 @@ EOF2
 expect_status 0 "mpirun with comm.interfaces [eth1]: the job ends with 0" \
   "$NC" exec 1 timeout "$(limit_s 60)" "$DTRAIN" launch "$T/mpi.yaml" --log-dir "$T/runs-mpi"
 # Rank 1 runs on host 2, in host 2's run directory (the same path: one file system here).
-contains "$(ls "$T"/runs-mpi/ni-*/env.1 2>/dev/null | head -n 1 || echo "$T/none")" "^$B1 eth1 =eth1\$" \
-  "mpirun: the ranks get MASTER_ADDR $B1 (node 0's eth1), GLOO_SOCKET_IFNAME eth1, NCCL_SOCKET_IFNAME =eth1"
+contains "$(ls "$T"/runs-mpi/ni-*/env.1 2>/dev/null | head -n 1 || echo "$T/none")" "^127\.0\.0\.1 $B1 eth1 =eth1\$" \
+  "mpirun: the ranks get their node's store endpoint (MASTER_ADDR 127.0.0.1), DTRAIN_COORD_HOST $B1 (node 0's eth1), GLOO_SOCKET_IFNAME eth1, NCCL_SOCKET_IFNAME =eth1"
 contains "$(ls "$T"/runs-mpi/ni-*/ss.1 2>/dev/null | head -n 1 || echo "$T/none")" "$B2:[0-9]+ +$B1:29500" \
   "mpirun: host 2's agent and rank reach the coordinator on eth1's network ($B2 -> $B1:29500)"
