@@ -1,4 +1,4 @@
-/* fs.c - directories, PATH lookup, this executable, whole-file replacement (fs.h). */
+/* fs.c - directories, PATH lookup, this executable, checked opens, whole-file replacement (fs.h). */
 #include "base/fs.h"
 
 #include "base/error.h"
@@ -56,6 +56,39 @@ void dt_fs_self_path(char *out, size_t size)
     ssize_t n = readlink("/proc/self/exe", out, size - 1);
     if (n > 0)
         out[n] = 0;
+}
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISFIFO(m)                ? "a FIFO"
+           : S_ISDIR(m)               ? "a directory"
+           : S_ISSOCK(m)              ? "a socket"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                                      : "not a regular file";
+}
+
+int dt_fs_open_regular(int dfd, const char *path, struct stat *st)
+{
+    struct stat own;
+    if (!st)
+        st = &own;
+    int fd = openat(dfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0 && errno == ELOOP)
+        return dt_error_set(DT_EINVAL, "%s is a symbolic link, which is not followed", path);
+    if (fd < 0)
+        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "cannot open %s", path);
+    if (fstat(fd, st) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_error_set_errno(DT_EIO, e, "cannot stat %s", path);
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return dt_error_set(DT_EINVAL, "%s is %s, not a regular file: not read", path, kind_of(st->st_mode));
+    }
+    /* O_NONBLOCK only kept the open from waiting; reads of a regular file never do. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
 }
 
 int dt_fs_sync_dir(const char *dir)

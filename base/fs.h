@@ -1,6 +1,7 @@
 /* fs.h - the file-system steps every layer takes: make a directory with its
- * parents, find a program on PATH, name this executable, and replace a file
- * so that a reader never sees half of it.
+ * parents, find a program on PATH, name this executable, open a file for
+ * reading only when it is a regular file, and replace a file so that a
+ * reader never sees half of it.
  *
  * Errors name the path and what it was for (`what`: "log directory",
  * "checkpoint directory", ...), so a user reads a sentence, not an errno.
@@ -12,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* mkdir -p: every missing directory of `path` with `mode` (before umask).
@@ -25,6 +27,17 @@ bool dt_fs_on_path(const char *prog);
 /* This executable's path (/proc/self/exe), or "dtrain" when it cannot be read,
  * as ranks and agents run it (`<self> worker`, `<self> agent`). */
 void dt_fs_self_path(char *out, size_t size);
+
+/* Opens `path` (relative to the directory dfd, or AT_FDCWD) for reading,
+ * only when it is a regular file: opened O_NOFOLLOW|O_NONBLOCK, so neither a
+ * symlink at its last component is followed nor a FIFO waits for a writer,
+ * then fstat'd and refused unless regular, so that a FIFO, device, socket or
+ * directory planted under a file's name neither hangs nor feeds the reader.
+ * Returns the descriptor (O_CLOEXEC, blocking again) with *st filled (st may
+ * be NULL), or a negative DT_E* code naming path: DT_ENOTFOUND when there is
+ * no such name.  Readers of files that someone else could plant (a shared
+ * log directory's run files) open through here. */
+int dt_fs_open_regular(int dfd, const char *path, struct stat *st);
 
 /* Writes `path` whole or not at all: `write` fills a temporary file beside it
  * (.<name>.tmp in the same directory, hidden from listings), which then
