@@ -279,6 +279,8 @@ struct dt_agent_node {
     double grace_s;         /* --grace-period; <= 0: the job's grace_period */
     double start_mono;
     const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
+    const char *rank_spec; /* the spec file `dtrain worker` ranks read (the run directory's job.yaml,
+                              written once by this launch); NULL: job->path */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
 };
 

@@ -327,7 +327,8 @@ static int run(struct node *nd)
     const struct dt_job *job = n->job;
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker", job->path, NULL};
+    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker",
+                                 n->rank_spec ? n->rank_spec : job->path, NULL};
     struct dt_agent_hooks hooks = {.ctx = nd, .period_s = 0.2, .poll = poll_hook};
     if (nd->round) {
         hooks.period_s = nd->round_hooks.period_s;

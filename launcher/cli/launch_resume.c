@@ -188,14 +188,16 @@ int dt_launch_resume_check(const struct dt_job *job, const char *run_dir, char *
     return compare(job, run_dir, dir, snapshot);
 }
 
-int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size)
+int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size,
+                      char *dir)
 {
-    char dir[PATH_MAX];
     int rc = 0;
     if (!run_id[0])
-        rc = dt_run_dir_create(log_dir, job->name, run_id, run_id_size, dir, sizeof dir);
+        rc = dt_run_dir_create(log_dir, job->name, run_id, run_id_size, dir, PATH_MAX);
     struct dt_run_record rec;
     if (rc == 0)
         rc = dt_run_record_begin(job, log_dir, run_id, NULL, &rec);
+    if (rc == 0)
+        snprintf(dir, PATH_MAX, "%s", rec.run_dir);
     return rc;
 }
