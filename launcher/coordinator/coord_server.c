@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #define DEFAULT_MAX_TOTAL ((size_t)1 << 30)
@@ -512,10 +513,50 @@ static bool under_caps(const struct dt_coord *c)
     return c->nconns < c->conn_cap && c->npreauth < c->preauth_cap;
 }
 
-/* Room for one more connection: at a cap, the oldest connection still in
- * its handshake makes room if it had EVICT_AGE_MS to finish it (a real
- * client sends its handshake with the connect); otherwise the new one waits
- * in the kernel's backlog. */
+/* Bytes the client sent that the loop has not read yet. */
+static int unread_bytes(struct dt_coord__conn *conn)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (uv_fileno((uv_handle_t *)&conn->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0)
+        return 0;
+    return n;
+}
+
+/* The connection to close for room, oldest first among the first
+ * EVICT_SCAN: one that had EVICT_AGE_MS to finish its handshake and has
+ * nothing waiting to be read.  dtrain's and PyTorch's clients send their
+ * whole handshake with the connect, and it is read within a loop turn, so a
+ * real client is past the handshake (or has bytes waiting) long before; a
+ * connection that stays is one that sends nothing, or dribbles.  NULL when
+ * none qualifies yet (*retry_ms: when the oldest will). */
+static struct dt_coord__conn *evictable(struct dt_coord *c, uint64_t *retry_ms)
+{
+    uint64_t now = uv_now(&c->loop);
+    int looked = 0;
+    *retry_ms = 0;
+    for (struct dt_coord__conn *conn = c->pa_head; conn && looked < DT_COORD__EVICT_SCAN;
+         conn = conn->pa_next, looked++) {
+        uint64_t age = now - conn->accepted_ms;
+        if (age < DT_COORD__EVICT_AGE_MS) {
+            *retry_ms = DT_COORD__EVICT_AGE_MS - age;
+            return NULL; /* the rest are younger still */
+        }
+        if (unread_bytes(conn) == 0)
+            return conn;
+    }
+    *retry_ms = DT_COORD__EVICT_AGE_MS;
+    return NULL;
+}
+
+static void on_retry_accept(uv_timer_t *t)
+{
+    try_accept_deferred(t->data);
+}
+
+/* Room for one more connection: at a cap, a connection still in its
+ * handshake makes room (evictable); otherwise the new one waits in the
+ * kernel's backlog, and the accept is tried again as soon as one will. */
 static bool room_for_one(struct dt_coord *c)
 {
     if (under_caps(c))
@@ -523,9 +564,13 @@ static bool room_for_one(struct dt_coord *c)
     refresh_caps(c);
     if (under_caps(c))
         return true;
-    struct dt_coord__conn *old = c->pa_head;
-    if (!old || uv_now(&c->loop) - old->accepted_ms < DT_COORD__EVICT_AGE_MS)
+    uint64_t retry_ms;
+    struct dt_coord__conn *old = evictable(c, &retry_ms);
+    if (!old) {
+        if (!c->stopping && retry_ms)
+            uv_timer_start(&c->retry_accept, on_retry_accept, retry_ms, 0);
         return false;
+    }
     conn_close(old, "it had not finished its handshake when the connection limit was reached");
     return under_caps(c);
 }
@@ -633,6 +678,7 @@ static void on_stop(uv_async_t *a)
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
     uv_close((uv_handle_t *)&c->sweep, NULL);
+    uv_close((uv_handle_t *)&c->retry_accept, NULL);
 }
 
 static void loop_main(void *arg)
@@ -706,6 +752,7 @@ static void unwind(struct dt_coord *c)
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
     uv_close((uv_handle_t *)&c->sweep, NULL);
+    uv_close((uv_handle_t *)&c->retry_accept, NULL);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     uv_loop_close(&c->loop);
     dt_coord__store_free(c);
@@ -721,9 +768,11 @@ static void init_handles(struct dt_coord *c)
     uv_tcp_init(&c->loop, &c->listener);
     uv_async_init(&c->loop, &c->stop_async, on_stop);
     uv_timer_init(&c->loop, &c->sweep);
+    uv_timer_init(&c->loop, &c->retry_accept);
     c->listener.data = c;
     c->stop_async.data = c;
     c->sweep.data = c;
+    c->retry_accept.data = c;
 }
 
 int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)

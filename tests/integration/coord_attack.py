@@ -7,6 +7,7 @@ memory and CPU while they run.  Standard library only.
     coord_attack.py pipeline PORT              200 GETs of an 8 MiB value, never read
     coord_attack.py mget PORT                  MULTI_GETs of large values, then leave
     coord_attack.py nine PORT COUNT            VALIDATE then PING, COUNT times
+    coord_attack.py flood PORT SECONDS RATE    RATE connects a second that never speak
 The token comes from DTRAIN_JOB_TOKEN.  Each prints one line saying what it
 did; the shell test does the checking.
 
@@ -174,6 +175,37 @@ def nine(port, count):
     print("%d of %d VALIDATE+PING connections closed by the coordinator" % (n, count))
 
 
+def flood(port, seconds, rate):
+    """Opens RATE connections a second for `seconds` and keeps them open
+    without a byte: each holds a pre-authentication slot until the
+    coordinator closes it.  Non-blocking connects, so the pace holds
+    whatever the coordinator does."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = int(rate * 12) + 64
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    conns, n, failed = [], 0, 0
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        due = int((time.time() - t0) * rate)
+        while n < due:
+            n += 1
+            try:
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", port))
+                conns.append(c)
+            except OSError:
+                failed += 1
+        if len(conns) > want - 64 - rate:  # the oldest were closed by the coordinator long ago
+            for c in conns[:rate]:
+                c.close()
+            del conns[:rate]
+        time.sleep(0.002)
+    print("flood: %d connects in %.0f s (%d failed)" % (n, seconds, failed))
+
+
 if __name__ == "__main__":
     cmd, port = sys.argv[1], int(sys.argv[2])
     if cmd == "preauth":
@@ -186,5 +218,7 @@ if __name__ == "__main__":
         mget(port)
     elif cmd == "nine":
         nine(port, int(sys.argv[3]))
+    elif cmd == "flood":
+        flood(port, float(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit("coord_attack: unknown attack " + cmd)
