@@ -389,6 +389,8 @@ static void lost_why(const struct dt_coord *c, int64_t node, const struct dt_coo
                  "stopped acknowledging: nothing from its host for %g s (rendezvous.heartbeat_timeout): "
                  "the host or the network went away",
                  c->liveness_s);
+    else if (reason && strstr(reason, "sent nothing for"))
+        snprintf(out + len, n - (size_t)len, "stopped talking: %s", reason + 3); /* past "it " */
     else if (reason)
         snprintf(out + len, n - (size_t)len, "lost its connection (%s) without leaving", reason);
     else

@@ -407,6 +407,7 @@ static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t le
             return SIZE_MAX;
         memset(&conn->pg, 0, sizeof conn->pg);
         off += used;
+        conn->last_request_ms = uv_now(&conn->coord->loop);
         /* A whole request is progress: the next one gets its own deadline. */
         if (conn->gate.validated && conn->gate.authed)
             conn->deadline_ms = 0;
@@ -648,6 +649,16 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- deadlines ---- */
 
+/* A member (a JOINed agent) that sends nothing: its kernel acknowledges, so
+ * TCP liveness cannot tell a stopped or hung agent from a quiet one; a
+ * pending WAIT or BARRIER is a reason to be quiet. */
+static bool member_silent(const struct dt_coord__conn *conn, uint64_t now)
+{
+    const struct dt_coord *c = conn->coord;
+    return c->silence_ms && conn->member >= 0 && !conn->waiting && !conn->barrier && !conn->paused &&
+           now - conn->last_request_ms > c->silence_ms;
+}
+
 static void on_sweep(uv_timer_t *t)
 {
     struct dt_coord *c = t->data;
@@ -655,6 +666,13 @@ static void on_sweep(uv_timer_t *t)
     char why[160];
     for (struct dt_coord__conn *conn = c->conns, *next; conn; conn = next) {
         next = conn->next;
+        if (member_silent(conn, now)) {
+            snprintf(why, sizeof why,
+                     "it sent nothing for %.3g s (its agent is stopped, e.g. by SIGSTOP, or hung)",
+                     (double)c->silence_ms / 1e3);
+            conn_close(conn, why);
+            continue;
+        }
         if (!conn->deadline_ms || now < conn->deadline_ms || conn->paused)
             continue;
         if (conn->preauth)
@@ -712,15 +730,18 @@ static void apply_limits(struct dt_coord *c, const struct dt_coord_config *cfg)
     c->handshake_ms = cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : DT_COORD__HANDSHAKE_MS;
     c->request_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms : DT_COORD__REQUEST_MS;
     c->liveness_s = cfg->member_liveness_s > 0 ? cfg->member_liveness_s : 0;
+    c->silence_ms = cfg->member_silence_s > 0 ? (uint64_t)(cfg->member_silence_s * 1e3) : 0;
     c->cfg_conns = cfg->max_conns;
     c->cfg_preauth = cfg->max_preauth_conns;
     refresh_caps(c);
 }
 
-/* Often enough for the shorter deadline to be kept within a quarter of it. */
+/* Often enough for the shortest deadline to be kept within a quarter of it. */
 static uint64_t sweep_period_ms(const struct dt_coord *c)
 {
     uint64_t t = c->handshake_ms < c->request_ms ? c->handshake_ms : c->request_ms;
+    if (c->silence_ms && c->silence_ms < t)
+        t = c->silence_ms;
     t /= 4;
     return t < 10 ? 10 : t > 1000 ? 1000 : t;
 }

@@ -35,6 +35,13 @@ struct dt_coord_config {
      * acknowledged byte (dt_store_liveness_fd); 0: the kernel's own TCP
      * timeouts (minutes).  Node 0's agent gives rendezvous.heartbeat_timeout. */
     double member_liveness_s;
+    /* A member whose host still acknowledges but whose agent sends nothing
+     * (stopped by SIGSTOP, hung) is invisible to TCP: with this > 0, a
+     * member's connection that sends no request for this long, while no WAIT
+     * or BARRIER of its is pending, is closed and the member lost ("sent
+     * nothing for N s").  0: off.  Only for agents that send a request at
+     * least every few seconds in every phase of a job. */
+    double member_silence_s;
 };
 
 /* Binds, listens and starts the loop thread; returns once clients can connect. */

@@ -142,6 +142,7 @@ struct dt_coord__conn {
     bool closing, in_read;
     uint64_t accepted_ms;        /* loop time */
     uint64_t deadline_ms;        /* closed when the loop time passes it; 0: none */
+    uint64_t last_request_ms;    /* loop time of its last whole request (a member's silence) */
     size_t waits_left;           /* keys of the pending WAIT still missing */
     bool waiting;
     struct dt_coord__wait *wait_nodes;
@@ -165,6 +166,7 @@ struct dt_coord {
     size_t max_reply;
     uint64_t handshake_ms, request_ms;
     double liveness_s;                  /* dt_coord_config.member_liveness_s */
+    uint64_t silence_ms;                /* dt_coord_config.member_silence_s; 0: off */
     size_t conn_cap, preauth_cap;       /* in force now */
     unsigned cfg_conns, cfg_preauth;    /* from the configuration; 0: derived */
     bool accept_deferred;               /* a connection waits in the backlog for room */
