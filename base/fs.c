@@ -1,4 +1,5 @@
-/* fs.c - directories, PATH lookup, this executable, checked opens, whole-file replacement (fs.h). */
+/* fs.c - directories, PATH lookup, this executable, reading regular files
+ * only, whole-file replacement (fs.h). */
 #include "base/fs.h"
 
 #include "base/error.h"
@@ -58,39 +59,6 @@ void dt_fs_self_path(char *out, size_t size)
         out[n] = 0;
 }
 
-static const char *kind_of(mode_t m)
-{
-    return S_ISFIFO(m)                ? "a FIFO"
-           : S_ISDIR(m)               ? "a directory"
-           : S_ISSOCK(m)              ? "a socket"
-           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
-                                      : "not a regular file";
-}
-
-int dt_fs_open_regular(int dfd, const char *path, struct stat *st)
-{
-    struct stat own;
-    if (!st)
-        st = &own;
-    int fd = openat(dfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0 && errno == ELOOP)
-        return dt_error_set(DT_EINVAL, "%s is a symbolic link, which is not followed", path);
-    if (fd < 0)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "cannot open %s", path);
-    if (fstat(fd, st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_error_set_errno(DT_EIO, e, "cannot stat %s", path);
-    }
-    if (!S_ISREG(st->st_mode)) {
-        close(fd);
-        return dt_error_set(DT_EINVAL, "%s is %s, not a regular file: not read", path, kind_of(st->st_mode));
-    }
-    /* O_NONBLOCK only kept the open from waiting; reads of a regular file never do. */
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return fd;
-}
-
 int dt_fs_sync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -99,6 +67,63 @@ int dt_fs_sync_dir(const char *dir)
     int rc = fsync(fd) ? dt_error_set_errno(DT_EIO, errno, "fsync %s", dir) : 0;
     close(fd);
     return rc;
+}
+
+const char *dt_fs_kind(mode_t mode)
+{
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a file";
+}
+
+static int not_regular(const char *path, mode_t mode)
+{
+    if (S_ISLNK(mode))
+        return dt_error_set(
+            DT_EINVAL, "%s: a symbolic link, which is not followed here; only a regular file is read", path);
+    return dt_error_set(DT_EINVAL, "%s: not a regular file (%s); only a regular file is read", path,
+                        dt_fs_kind(mode));
+}
+
+static int cannot_open(const char *path, int err)
+{
+    return dt_error_set_errno(err == ENOENT || err == ENOTDIR ? DT_ENOTFOUND : DT_EIO, err, "%s: cannot open",
+                              path);
+}
+
+int dt_fs_open_read(int dfd, const char *path, enum dt_fs_links links, struct stat *st)
+{
+    struct stat named, opened;
+    if (fstatat(dfd, path, &named, links == DT_FS_FOLLOW ? 0 : AT_SYMLINK_NOFOLLOW) != 0)
+        return cannot_open(path, errno);
+    if (!S_ISREG(named.st_mode))
+        return not_regular(path, named.st_mode);
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (links == DT_FS_NOFOLLOW ? O_NOFOLLOW : 0);
+    int fd = openat(dfd, path, flags), rc = 0;
+    if (fd < 0)
+        return errno == ELOOP && links == DT_FS_NOFOLLOW ? not_regular(path, S_IFLNK)
+                                                         : cannot_open(path, errno);
+    if (fstat(fd, &opened) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot stat", path);
+    else if (!S_ISREG(opened.st_mode))
+        rc = not_regular(path, opened.st_mode);
+    else if (opened.st_dev != named.st_dev || opened.st_ino != named.st_ino)
+        rc =
+            dt_error_set(DT_EINVAL, "%s: replaced by another file while it was being opened; not read", path);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot read", path);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    if (st)
+        *st = opened;
+    return fd;
 }
 
 /* The directory part of path ("." for a bare name) and the rest. */

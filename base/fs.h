@@ -1,6 +1,6 @@
 /* fs.h - the file-system steps every layer takes: make a directory with its
  * parents, find a program on PATH, name this executable, open a file for
- * reading only when it is a regular file, and replace a file so that a
+ * reading only when it is a regular one, and replace a file so that a
  * reader never sees half of it.
  *
  * Errors name the path and what it was for (`what`: "log directory",
@@ -10,6 +10,7 @@
 #ifndef DT_FS_H
 #define DT_FS_H
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,16 +29,35 @@ bool dt_fs_on_path(const char *prog);
  * as ranks and agents run it (`<self> worker`, `<self> agent`). */
 void dt_fs_self_path(char *out, size_t size);
 
-/* Opens `path` (relative to the directory dfd, or AT_FDCWD) for reading,
- * only when it is a regular file: opened O_NOFOLLOW|O_NONBLOCK, so neither a
- * symlink at its last component is followed nor a FIFO waits for a writer,
- * then fstat'd and refused unless regular, so that a FIFO, device, socket or
- * directory planted under a file's name neither hangs nor feeds the reader.
- * Returns the descriptor (O_CLOEXEC, blocking again) with *st filled (st may
- * be NULL), or a negative DT_E* code naming path: DT_ENOTFOUND when there is
- * no such name.  Readers of files that someone else could plant (a shared
- * log directory's run files) open through here. */
-int dt_fs_open_regular(int dfd, const char *path, struct stat *st);
+/* Whether dt_fs_open_read follows a symbolic link at the path's last name:
+ * a path the user gave (a spec, a data set, a Hugging Face cache, whose
+ * files are links) is followed; a file dtrain finds in a run or checkpoint
+ * directory by its name is not, since whoever can write that directory
+ * (a shared log_dir: its run directories are anyone's) could point the
+ * name at another file of the reader's. */
+enum dt_fs_links { DT_FS_FOLLOW, DT_FS_NOFOLLOW };
+
+/* Opens `path` (relative to the directory dfd, or AT_FDCWD: a reader that
+ * checked a run directory's owner opens its files from that descriptor, so
+ * the directory it checked is the one it reads) for reading when it is a
+ * regular file, and only then; every reader of a file someone else may have
+ * planted opens it here.  The
+ * name is checked first (lstat, or stat when following links), so a FIFO,
+ * a device, a socket or a directory is refused without being opened: a
+ * FIFO's open(2) would wait for a writer forever, a device's may do
+ * something.  The open itself is O_NONBLOCK (and O_NOFOLLOW when not
+ * following), then fstat'd: it must be the regular file that was checked
+ * (same device and inode), so a name swapped in between is refused as
+ * well.  Returns the descriptor (O_CLOEXEC, blocking again; its fstat in
+ * *st when st is not NULL) or a negative DT_E* with a sentence naming the
+ * path and what it is: DT_ENOTFOUND when there is nothing there, DT_EINVAL
+ * for a link not followed or anything but a regular file, DT_EIO for the
+ * system's other refusals. */
+int dt_fs_open_read(int dfd, const char *path, enum dt_fs_links links, struct stat *st);
+
+/* What a file's mode says it is, for messages: "a FIFO", "a directory",
+ * "a symbolic link", ... */
+const char *dt_fs_kind(mode_t mode);
 
 /* Writes `path` whole or not at all: `write` fills a temporary file beside it
  * (.<name>.tmp in the same directory, hidden from listings), which then

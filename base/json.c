@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "base/fs.h"
 
 #define LOAD_FLAGS (JSON_DECODE_ANY | JSON_REJECT_DUPLICATES)
 
@@ -84,25 +86,35 @@ int dt_json_parse(const char *text, size_t len, const char *name, int first_line
                         err.column > 0 ? err.column : 1, err.text);
 }
 
-int dt_json_read_file(const char *path, size_t max_bytes, char **text, size_t *len)
+/* Reads the regular file `path` whole (dt_fs_open_read: nothing else is
+ * opened, a FIFO included), at most max_bytes of it. */
+static int read_whole(const char *path, enum dt_fs_links links, size_t max_bytes, char **text, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "cannot open %s", path);
     struct stat st;
+    int fd = dt_fs_open_read(AT_FDCWD, path, links, &st);
+    if (fd < 0)
+        return fd;
     char *buf = NULL;
+    size_t n = 0;
     int rc = 0;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
-        rc = dt_error_set(DT_EINVAL, "%s is not a regular file", path);
-    else if ((size_t)st.st_size > max_bytes)
+    if ((size_t)st.st_size > max_bytes)
         rc = dt_error_set(DT_EINVAL, "%s is %lld bytes, more than the %zu this reads", path,
                           (long long)st.st_size, max_bytes);
     else if (!(buf = malloc((size_t)st.st_size + 1)))
         rc = dt_error_set(DT_ENOMEM, "no memory to read %s", path);
-    size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    if (!rc && ferror(f))
-        rc = dt_error_set(DT_EIO, "reading %s failed", path);
-    fclose(f);
+    /* up to the size fstat gave: a file that grows meanwhile is cut there, not read on */
+    while (!rc && n < (size_t)st.st_size) {
+        ssize_t got = read(fd, buf + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = dt_error_set_errno(DT_EIO, errno, "reading %s failed", path);
+        else if (got == 0)
+            break;
+        else
+            n += (size_t)got;
+    }
+    close(fd);
     if (rc) {
         free(buf);
         return rc;
@@ -113,17 +125,37 @@ int dt_json_read_file(const char *path, size_t max_bytes, char **text, size_t *l
     return 0;
 }
 
-int dt_json_load_file(const char *path, size_t max_bytes, json_t **out)
+int dt_json_read_file(const char *path, size_t max_bytes, char **text, size_t *len)
+{
+    return read_whole(path, DT_FS_FOLLOW, max_bytes, text, len);
+}
+
+int dt_json_read_run_file(const char *path, size_t max_bytes, char **text, size_t *len)
+{
+    return read_whole(path, DT_FS_NOFOLLOW, max_bytes, text, len);
+}
+
+static int load(const char *path, enum dt_fs_links links, size_t max_bytes, json_t **out)
 {
     char *text;
     size_t len;
     *out = NULL;
-    int rc = dt_json_read_file(path, max_bytes, &text, &len);
+    int rc = read_whole(path, links, max_bytes, &text, &len);
     if (rc)
         return rc;
     rc = dt_json_parse(text, len, path, 1, out);
     free(text);
     return rc;
+}
+
+int dt_json_load_file(const char *path, size_t max_bytes, json_t **out)
+{
+    return load(path, DT_FS_FOLLOW, max_bytes, out);
+}
+
+int dt_json_load_run_file(const char *path, size_t max_bytes, json_t **out)
+{
+    return load(path, DT_FS_NOFOLLOW, max_bytes, out);
 }
 
 bool dt_json_get_num(const json_t *obj, const char *key, double *out)

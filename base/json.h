@@ -43,11 +43,23 @@ json_t *dt_json_loadb(const char *text, size_t len, json_error_t *err);
 int dt_json_parse(const char *text, size_t len, const char *name, int first_line, json_t **out);
 
 /* Reads path whole (a regular file of at most max_bytes) into *text,
- * malloc'd and NUL-terminated; DT_ENOTFOUND when there is no such file. */
+ * malloc'd and NUL-terminated; DT_ENOTFOUND when there is no such file.
+ * Anything but a regular file (a FIFO, a device, a directory) is refused
+ * before it is opened, so none of them blocks the reader (base/fs.h,
+ * dt_fs_open_read).  A symbolic link at path is followed: for files the
+ * user names. */
 int dt_json_read_file(const char *path, size_t max_bytes, char **text, size_t *len);
 
-/* dt_json_read_file, then dt_json_parse with path as the name. */
+/* dt_json_read_file for a file dtrain finds in a run or checkpoint
+ * directory (launch.json, summary.json, metrics.jsonl, traces, error
+ * files): a symbolic link at path is refused, not followed, so a link
+ * planted there never makes dtrain read another file of its user's. */
+int dt_json_read_run_file(const char *path, size_t max_bytes, char **text, size_t *len);
+
+/* dt_json_read_file (dt_json_read_run_file), then dt_json_parse with path
+ * as the name. */
 int dt_json_load_file(const char *path, size_t max_bytes, json_t **out);
+int dt_json_load_run_file(const char *path, size_t max_bytes, json_t **out);
 
 /* The number, integer or real, in member key of obj; false if obj is no
  * object or the member is absent or no number (null included). */

@@ -53,7 +53,9 @@ static void hold_run_dir(const char *run_dir);
 static int put_spec(void *ctx, FILE *f)
 {
     const struct dt_job *job = ctx;
-    fprintf(f, "# The spec as `dtrain launch` ran it (%s), every default filled in.\n", job->path);
+    fputs("# The spec as `dtrain launch` ran it (", f);
+    dt_adapter_put_comment(f, job->path); /* a path's newline must not end the comment */
+    fputs("), every default filled in.\n", f);
     dt_job_print(job, f);
     return ferror(f) ? dt_error_set(DT_EIO, "cannot write the spec snapshot") : 0;
 }
@@ -122,7 +124,7 @@ int dt_run_record_read_file(int dfd, const char *name, const char *shown, size_t
                             size_t *len)
 {
     struct stat st;
-    int fd = dt_fs_open_regular(dfd, name, &st);
+    int fd = dt_fs_open_read(dfd, name, DT_FS_NOFOLLOW, &st);
     if (fd < 0)
         return dfd == AT_FDCWD ? fd : dt_error_prefix("%s", shown);
     int rc = 0;

@@ -82,7 +82,7 @@ int dt_run_record_begin(const struct dt_job *job, const char *log_dir, const cha
 int dt_run_record_read(const char *run_dir, struct dt_run_record *r);
 
 /* A run file read whole: name relative to the directory dfd (or a path with
- * AT_FDCWD), opened with dt_fs_open_regular (a FIFO, device or link under
+ * AT_FDCWD), opened with dt_fs_open_read (a FIFO, device or link under
  * the name is refused, never waited on), at most max_bytes; *text is
  * malloc'd and NUL-terminated.  shown names the directory in messages. */
 int dt_run_record_read_file(int dfd, const char *name, const char *shown, size_t max_bytes, char **text,

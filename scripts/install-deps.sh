@@ -25,7 +25,7 @@ DEB_PACKAGES=(
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   bible-kjv-text bible-kjv
-  clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2
+  clang libclang-rt-14-dev python3 python3-pip python3-venv procps iproute2 time
   chromium
   slurmctld slurmd slurm-client munge
 )

@@ -120,6 +120,14 @@ struct dt_k8s_volume {
     bool read_only;
 };
 
+/* kubernetes.gang: how the pods are scheduled all at once, or not at all. */
+enum dt_k8s_gang {
+    DT_K8S_GANG_NONE,
+    DT_K8S_GANG_KUEUE,        /* Kueue admits the (suspended) Job whole: label kueue.x-k8s.io/queue-name */
+    DT_K8S_GANG_VOLCANO,      /* a Volcano PodGroup (scheduling.volcano.sh/v1beta1), schedulerName volcano */
+    DT_K8S_GANG_COSCHEDULING, /* a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) */
+};
+
 /* kubernetes: the pods of `scheduler: kubernetes` (issue 11). */
 struct dt_kubernetes_spec {
     char *image;             /* required */
@@ -147,6 +155,12 @@ struct dt_kubernetes_spec {
     int n_annotations;
     char *pod_template; /* a PodTemplateSpec mapping as flow YAML, merged into the rendered one; or NULL */
     char *job_spec;     /* a JobSpec mapping (no template) as flow YAML, merged into the Job's spec; or NULL */
+    /* Seconds a finished Job (and its pods, and through owner references the
+     * objects a launch made with it) stays before Kubernetes deletes it;
+     * 0: it stays until deleted. */
+    double ttl_after_finished_s;
+    enum dt_k8s_gang gang;
+    char *queue; /* gang: kueue's LocalQueue, volcano's queue; NULL: none named */
     /* Where run directories go so they outlive the pods: a PVC (ReadWriteMany
      * for several nodes) or a host path mounted at DT_K8S_LOG_PATH, the
      * agent's --log-dir.  Only pvc or host_path is set; NULL: in the container. */
@@ -208,6 +222,7 @@ struct dt_job_load_opts {
     char *const *set; /* "key.path=value" overrides, applied over the file in order */
     int n_set;
     char *const *env; /* what ${VAR} reads ("NAME=value", NULL-terminated); NULL: environ */
+    bool run_file;    /* a run directory's job.yaml: a symbolic link at the path is refused, not followed */
     /* Out, optional: every problem found, one a line in file order (then the
      * overrides'), malloc'd; NULL when the spec is valid.  dt_error_last()
      * holds the first either way. */
@@ -215,7 +230,9 @@ struct dt_job_load_opts {
 };
 
 /* Loads and validates a job spec file.  On failure returns a negative DT_E*
- * code and leaves "<path>:<line>:<col>: <message>" in dt_error_last(). */
+ * code and leaves "<path>:<line>:<col>: <message>" in dt_error_last().  The
+ * file must be a regular one: a FIFO, a device or a directory is refused
+ * before it is opened (base/fs.h, dt_fs_open_read), so none blocks. */
 int dt_job_load(const char *path, struct dt_job **out);
 
 /* The same from memory; `name` stands in for the path in messages. */

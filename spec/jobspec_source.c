@@ -4,13 +4,15 @@
  * from the environment or the command line is checked exactly as if it had
  * been written in the file.  Interpolation follows Docker Compose: ${NAME}
  * (an unset NAME is an error at the value's line:column), ${NAME:-default}
- * (the default when NAME is unset or empty), $$ for a literal dollar; a $
- * before anything else is left as it is.  Keys are never interpolated, nor
+ * (the default when NAME is unset or empty, itself interpolated when it is
+ * used, so ${A:-${B}} is B's value when A is unset, as in a shell), $$ for a
+ * literal dollar; a $ before anything else is left as it is.  Keys are never interpolated, nor
  * the values of DT_KF_VERBATIM keys (command, setup): those reach a shell on
  * the node, which expands $RANK and ${VAR:-x} itself with the rank's
  * environment.  An override "key.path=value" reads value as YAML (3 is a
  * number, [a, b] a list) and puts it where the file would have it, making the
- * sections on the path when the file has none.
+ * sections on the path when the file has none; a path with an empty name
+ * ('.', 'env..X') is refused.
  *
  * Not for what the keys mean (jobspec_keys.c and the tables) or YAML reading (jobspec_yaml.c).
  */
@@ -42,16 +44,42 @@ static size_t name_len(const char *s)
     return n;
 }
 
-/* One ${...} at s (s[0..1] == "${"): its value into m, and its length in *used. */
+/* ${A:-${B:-${C}}} is three levels; a default nested deeper is refused
+ * rather than expanded, so a hostile value's recursion stays bounded. */
+#define MAX_NEST 8
+
+/* The '}' that closes the ${ at s, past the ${...} of a nested default and
+ * a $$; NULL when there is none. */
+static const char *closing(const char *s)
+{
+    int depth = 0;
+    for (const char *p = s + 2; *p; p++) {
+        if (p[0] == '$' && (p[1] == '$' || p[1] == '{'))
+            depth += *++p == '{';
+        else if (*p == '}' && depth-- == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static int expand_text(struct dt_spec_ctx *ctx, const struct dt_ynode *v, const char *s, const char *end,
+                       char *const *env, FILE *m, int nest);
+
+/* One ${...} at s (s[0..1] == "${"): its value into m, and its length in
+ * *used.  A default is expanded as the value is ($$, ${NAME}, a default
+ * of its own), as a shell expands ${U:-${A}}: only when it is used.  A
+ * reference that is not closed takes the rest of the text with it, so a
+ * value of many unclosed ones is scanned once, not once per reference. */
 static int expand_ref(struct dt_spec_ctx *ctx, const struct dt_ynode *v, const char *s, char *const *env,
-                      FILE *m, size_t *used)
+                      FILE *m, size_t *used, int nest)
 {
     char q[96];
     size_t n = name_len(s + 2);
     const char *after = s + 2 + n;
-    const char *close = strchr(after, '}');
     int with_default = strncmp(after, ":-", 2) == 0;
+    const char *close = n == 0 ? strchr(s, '}') : with_default ? closing(s) : *after == '}' ? after : NULL;
     if (n == 0 || !close || (!with_default && after != close)) {
+        *used = close ? (size_t)(close - s) + 1 : strlen(s);
         snprintf(q, sizeof q, "%.*s", close ? (int)(close - s + 1) : 40, s);
         return dt_spec_report(ctx, v,
                               "'%s': expected ${NAME} or ${NAME:-default} (NAME: letters, digits and _), "
@@ -60,10 +88,10 @@ static int expand_ref(struct dt_spec_ctx *ctx, const struct dt_ynode *v, const c
     }
     *used = (size_t)(close - s) + 1;
     const char *val = env_get(env, s + 2, n);
-    if (with_default && (!val || !*val)) {
-        fwrite(after + 2, 1, (size_t)(close - after - 2), m);
-        return 0;
-    }
+    if (with_default && (!val || !*val))
+        return nest >= MAX_NEST ? dt_spec_report(ctx, v, "${%.*s:-...}: defaults nested more than %d deep",
+                                                 (int)n, s + 2, MAX_NEST)
+                                : expand_text(ctx, v, after + 2, close, env, m, nest + 1);
     if (!val)
         return dt_spec_report(ctx, v,
                               "${%.*s}: the environment variable %.*s is not set; set it, or write "
@@ -73,29 +101,37 @@ static int expand_ref(struct dt_spec_ctx *ctx, const struct dt_ynode *v, const c
     return 0;
 }
 
+/* s up to end, expanded into m; the first problem's code (every one is reported). */
+static int expand_text(struct dt_spec_ctx *ctx, const struct dt_ynode *v, const char *s, const char *end,
+                       char *const *env, FILE *m, int nest)
+{
+    int rc = 0;
+    while (s < end) {
+        size_t used = 2;
+        if (s[0] == '$' && s[1] == '$') {
+            fputc('$', m);
+        } else if (s[0] == '$' && s[1] == '{') {
+            int r = expand_ref(ctx, v, s, env, m, &used, nest);
+            rc = rc ? rc : r;
+        } else {
+            fputc(*s, m);
+            used = 1;
+        }
+        s += used;
+    }
+    return rc;
+}
+
 static int expand_scalar(struct dt_spec_ctx *ctx, struct dt_ynode *v, char *const *env)
 {
     if (!strchr(v->text, '$'))
         return 0;
     char *text = NULL;
-    size_t len = 0, used;
+    size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (!m)
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
-    int rc = 0;
-    for (const char *s = v->text; *s;) {
-        if (s[0] == '$' && s[1] == '$') {
-            fputc('$', m);
-            s += 2;
-        } else if (s[0] == '$' && s[1] == '{') {
-            used = 2;
-            int r = expand_ref(ctx, v, s, env, m, &used);
-            rc = rc ? rc : r;
-            s += used;
-        } else {
-            fputc(*s++, m);
-        }
-    }
+    int rc = expand_text(ctx, v, v->text, v->text + v->len, env, m, 0);
     if (fclose(m) != 0) {
         free(text);
         return dt_error_set(DT_ENOMEM, "out of memory reading the job spec");
@@ -217,6 +253,17 @@ int dt_spec_override(struct dt_spec_ctx *ctx, struct dt_ynode *root, int index)
     if (!eq || eq == assign || (size_t)(eq - assign) >= sizeof path)
         return dt_spec_report(ctx, &at, "expected KEY.PATH=VALUE, like trainer.steps=100");
     snprintf(path, sizeof path, "%.*s", (int)(eq - assign), assign);
+    /* strtok_r below would skip an empty name: '.' would set nothing and say
+     * nothing, 'env..X' would set env.X */
+    size_t pl = strlen(path);
+    if (path[0] == '.' || path[pl - 1] == '.' || strstr(path, ".."))
+        return dt_spec_report(ctx, &at,
+                              "the key path '%s' has an empty name %s; write names joined by single dots, "
+                              "like trainer.optimizer.lr",
+                              path,
+                              path[0] == '.'        ? "at its start"
+                              : path[pl - 1] == '.' ? "at its end"
+                                                    : "between two dots");
     const struct dt_spec_section *sec = ctx->root;
     struct dt_ynode *map = root;
     char *save = NULL, *name = strtok_r(path, ".", &save);

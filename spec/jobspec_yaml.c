@@ -222,8 +222,9 @@ static int on_end(struct builder *b)
     return c->kind == DT_Y_MAP ? check_duplicates(b, c) : 0;
 }
 
-/* Anchors, aliases and tags are refused outright: a job spec has no use for
- * them, and refusing aliases is what bounds the expansion of a hostile file. */
+/* Anchors, aliases and tags are refused outright, !!str included: a job
+ * spec has no use for them (quotes make a string), and refusing aliases is
+ * what bounds the expansion of a hostile file. */
 static int refuse_extras(const struct builder *b, const yaml_event_t *ev)
 {
     const yaml_char_t *anchor = NULL, *tag = NULL;
@@ -233,8 +234,6 @@ static int refuse_extras(const struct builder *b, const yaml_event_t *ev)
     if (ev->type == YAML_SCALAR_EVENT) {
         anchor = ev->data.scalar.anchor;
         tag = ev->data.scalar.tag;
-        if (tag && strcmp((const char *)tag, YAML_STR_TAG) == 0)
-            tag = NULL; /* !!str "quotes" a value; harmless */
     } else if (ev->type == YAML_SEQUENCE_START_EVENT) {
         anchor = ev->data.sequence_start.anchor;
         tag = ev->data.sequence_start.tag;
@@ -246,7 +245,9 @@ static int refuse_extras(const struct builder *b, const yaml_event_t *ev)
         return fail_at(b, ev->start_mark,
                        "YAML anchors (&name) are not supported in a job spec; write the value out");
     if (tag)
-        return fail_at(b, ev->start_mark, "YAML tags (!tag, !!type) are not supported in a job spec");
+        return fail_at(b, ev->start_mark,
+                       "YAML tags (!tag, !!type) are not supported in a job spec; quote a value to make it "
+                       "a string (\"3\", not !!str 3)");
     return 0;
 }
 

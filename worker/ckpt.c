@@ -19,8 +19,12 @@
  * damaged newest file with a warning and keeps the newest intact one in
  * memory, so resuming reads and checks the file once.
  *
- * A state holding a non-finite number (a diverged run) is never written,
- * and a file holding one is refused like a damaged one.
+ * A state holding a non-finite number (a diverged run) or a negative
+ * second moment is never written, and a file holding one is refused like a
+ * damaged one.  Checksums are not keys: a file made by hand passes them, so
+ * what the reader checks besides them (counters in range, moments AdamW can
+ * reach) is what a crafted file cannot get past.  Pruning (checkpoint.keep)
+ * deletes only what a header shows is a checkpoint of this run.
  *
  * The tensors written and read are the model's named tensors (worker/models/model.h) and
  * AdamW's moments, whatever the model: nothing here knows what a layer is.
@@ -197,21 +201,43 @@ static void remove_leftovers(const char *dir)
     closedir(d);
 }
 
-static void prune(const char *dir, int keep)
+static bool of_this_run(const char *path, uint64_t seed, const char *model, char *why, size_t size);
+
+/* All but the newest `keep` checkpoints of this run are removed.  Only
+ * files that are this run's checkpoints count and are removed, each known
+ * by its header (of_this_run): a file that merely has a checkpoint's name
+ * (junk, a half-copied file, one of another run or model, a link) is not
+ * dtrain's to delete, and stays, with a warning. */
+static void prune(const char *dir, int keep, uint64_t seed, const char *model)
 {
     remove_leftovers(dir);
     long long *steps;
     int n;
+    if (keep <= 0)
+        return;
     if (list_steps(dir, &steps, &n)) {
         dt_log_warn("old checkpoints not removed: %s", dt_error_last());
         return;
     }
-    for (int i = keep; keep > 0 && i < n; i++) {
-        char path[4200];
+    int kept = 0, other = 0;
+    char first[1200] = "";
+    for (int i = 0; i < n; i++) {
+        char path[4200], why[1200];
         snprintf(path, sizeof path, "%s/step_%08lld.safetensors", dir, steps[i]);
-        unlink(path);
+        if (!of_this_run(path, seed, model, why, sizeof why)) {
+            if (kept >= keep && !other++)
+                snprintf(first, sizeof first, "%s", why);
+        } else if (kept++ >= keep) {
+            unlink(path);
+        }
     }
     free(steps);
+    if (other == 1)
+        dt_log_warn("not removed by checkpoint.keep, which removes only this run's checkpoints: %s", first);
+    else if (other > 1)
+        dt_log_warn("not removed by checkpoint.keep, which removes only this run's checkpoints: %s; nor %d "
+                    "more files named step_<N>.safetensors in %s",
+                    first, other - 1, dir);
 }
 
 /* ---- the metadata's checksum and non-finite values ---- */
@@ -366,8 +392,34 @@ static int write_file(const char *path, const struct dt_st_entry *e, int n, cons
     return rc;
 }
 
+/* Index of the first element of v[0, n) below zero, n when there is none:
+ * the sign bit set on a non-zero magnitude (-0 is not below zero), tested
+ * on the bits so the loop vectorizes, as first_nonfinite's. */
+static size_t first_negative(const float *v, size_t n)
+{
+    const size_t block = 4096;
+    for (size_t lo = 0; lo < n; lo += block) {
+        size_t hi = n - lo < block ? n : lo + block;
+        uint32_t bad = 0;
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t b;
+            memcpy(&b, &v[i], 4);
+            bad |= (uint32_t)(b > 0x80000000u);
+        }
+        if (bad)
+            for (size_t i = lo; i < hi; i++)
+                if (v[i] < 0)
+                    return i;
+    }
+    return n;
+}
+
+#define EXP_AVG_SQ "optimizer.exp_avg_sq"
+
 /* A diverged state (an inf or NaN anywhere in the parameters or moments)
- * is not saved: it would replace the good checkpoints before it. */
+ * is not saved: it would replace the good checkpoints before it.  Nor is a
+ * negative second moment, which AdamW (a running mean of squares) never
+ * makes: such a state could only be refused when it is read back. */
 static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n,
                             const struct dt_ckpt_state *s)
 {
@@ -379,6 +431,13 @@ static int refuse_nonfinite(const char *path, const struct dt_st_entry *e, int n
                 "training diverged by step %lld: tensor %s holds %g at element %zu; %s is not "
                 "written, the checkpoints before it stay",
                 (long long)s->step, e[i].name, shown(((const float *)e[i].data)[at]), at, path);
+        if (strcmp(e[i].name, EXP_AVG_SQ) == 0 && (at = first_negative(e[i].data, count)) < count)
+            return dt_error_set(DT_EINTERNAL,
+                                "checkpoint at step %lld: %s holds %g at element %zu, and AdamW's second "
+                                "moment is never negative (a bug, or memory damaged); %s is not written, "
+                                "the checkpoints before it stay",
+                                (long long)s->step, EXP_AVG_SQ, (double)((const float *)e[i].data)[at], at,
+                                path);
     }
     return 0;
 }
@@ -414,7 +473,7 @@ int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adam
     free(e);
     if (rc)
         return rc;
-    prune(dir, keep);
+    prune(dir, keep, s->seed, model);
     return 0;
 }
 
@@ -501,6 +560,11 @@ static int read_scaler(struct dt_ckpt_file *c)
     if (meta_i64(&c->st, path, "growth_tracker", 0, INT32_MAX, &tracker) ||
         meta_i64(&c->st, path, "skipped_steps", 0, c->step, &skipped))
         return DT_EINVAL;
+    if (skipped > c->step - c->adamw_step) /* each step is AdamW's or skipped, never both */
+        return dt_error_set(DT_EINVAL,
+                            "%s: adamw_step %lld and skipped_steps %lld add up to more than the step, %lld: "
+                            "each step is AdamW's or a skipped one",
+                            path, (long long)c->adamw_step, skipped, (long long)c->step);
     c->loss_scale = v;
     c->growth_tracker = (int32_t)tracker;
     c->skipped_steps = skipped;
@@ -568,14 +632,21 @@ static int verify_tensors(const struct dt_safetensors *f, const char *path)
             return dt_error_set(DT_EINVAL,
                                 "%s: tensor %s holds %g at element %zu: the state of a diverged run", path,
                                 t->name, shown(((const float *)t->data)[at]), at);
+        if (strcmp(t->name, EXP_AVG_SQ) == 0 && strcmp(t->dtype, "F32") == 0 &&
+            (at = first_negative(t->data, count)) < count)
+            return dt_error_set(DT_EINVAL,
+                                "%s: tensor %s holds %g at element %zu; AdamW's second moment is a running "
+                                "mean of squares and never negative, so this state was not written by a "
+                                "training run (damaged, or made by hand)",
+                                path, t->name, (double)((const float *)t->data)[at], at);
     }
     return 0;
 }
 
-/* What a file must pass before dt_ckpt_apply() may use it: the format, the
- * counters and the scaler's state in range (into c), the metadata's
- * checksum, the step its name says, each tensor's checksum and values. */
-static int verify(struct dt_ckpt_file *c)
+/* What a file's header must pass: the format, the counters and the
+ * scaler's state in range (into c), the metadata's checksum, the step its
+ * name says.  The tensors' bytes are not needed (pruning reads no more). */
+static int verify_header(struct dt_ckpt_file *c)
 {
     const char *fmt = dt_safetensors_meta(&c->st, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
@@ -592,6 +663,14 @@ static int verify(struct dt_ckpt_file *c)
         rc = dt_error_set(DT_EINVAL,
                           "%s: the name says step %lld, the metadata step %lld (renamed or damaged)", c->path,
                           named, (long long)c->step);
+    return rc;
+}
+
+/* What a file must pass before dt_ckpt_apply() may use it: its header,
+ * then each tensor's checksum and values. */
+static int verify(struct dt_ckpt_file *c)
+{
+    int rc = verify_header(c);
     return rc ? rc : verify_tensors(&c->st, c->path);
 }
 
@@ -624,15 +703,46 @@ static int read_grad_accum(struct dt_ckpt_file *c)
     return 0;
 }
 
-int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
+/* dt_ckpt_read with the safetensors reader's flags: a file found by
+ * listing a directory is not followed through a link (DT_ST_NOFOLLOW). */
+static int read_with(const char *path, unsigned flags, struct dt_ckpt_file *c)
 {
     memset(c, 0, sizeof *c);
     if ((size_t)snprintf(c->path, sizeof c->path, "%s", path) >= sizeof c->path)
         return dt_error_set(DT_EINVAL, "checkpoint path of %zu bytes is too long: %.80s...", strlen(path), path);
-    int rc = dt_safetensors_read(path, &c->st);
+    int rc = dt_safetensors_read_with(path, flags, &c->st);
     if (rc == 0 && ((rc = verify(c)) || (rc = read_data_pos(c)) || (rc = read_grad_accum(c))))
         dt_safetensors_release(&c->st);
     return rc;
+}
+
+int dt_ckpt_read(const char *path, struct dt_ckpt_file *c)
+{
+    return read_with(path, 0, c);
+}
+
+/* Whether path is a checkpoint of this run, by its header alone (read
+ * without its tensors, and not through a link): dtrain's format, the
+ * counters, the metadata's checksum and the step its name says
+ * (verify_header), then this run's seed and model entry (a file from
+ * before the entry is taken by its seed).  Else *why says what it is. */
+static bool of_this_run(const char *path, uint64_t seed, const char *model, char *why, size_t size)
+{
+    struct dt_ckpt_file c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.path, sizeof c.path, "%s", path);
+    int rc = dt_safetensors_read_with(path, DT_ST_NOFOLLOW | DT_ST_HEADER_ONLY, &c.st);
+    if (rc == 0)
+        rc = verify_header(&c);
+    if (rc == 0 && c.seed != seed)
+        rc = dt_error_set(DT_EINVAL, "%s: saved with seed %llu, this run has seed %llu", path,
+                          (unsigned long long)c.seed, (unsigned long long)seed);
+    if (rc == 0 && c.model && strcmp(c.model, model))
+        rc = dt_error_set(DT_EINVAL, "%s: saved from the model %.200s, this run's is %s", path, c.model, model);
+    if (rc)
+        snprintf(why, size, "%s", dt_error_last());
+    dt_safetensors_release(&c.st);
+    return rc == 0;
 }
 
 void dt_ckpt_release(struct dt_ckpt_file *c)
@@ -657,7 +767,7 @@ int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c)
             return dt_error_set(DT_EINVAL, "checkpoint directory name of %zu bytes is too long: %.80s...",
                                 strlen(dir), dir);
         }
-        if (dt_ckpt_read(path, c) == 0) {
+        if (read_with(path, DT_ST_NOFOLLOW, c) == 0) {
             free(all);
             return 0;
         }

@@ -60,8 +60,13 @@ struct dt_ckpt_state {
 };
 
 /* Writes the checkpoint for s->step into dir (created if missing) and
- * deletes all but the newest `keep` (keep <= 0 keeps all).  The moments
- * must be whole (a ZeRO-1 shard is gathered first: worker/zero.h). */
+ * deletes all but the newest `keep` checkpoints of this run (keep <= 0 keeps
+ * all).  Only files that are this run's checkpoints count and are deleted,
+ * each known by its header (dtrain's format, the metadata's checksum, the
+ * step its name says, s->seed and m's model entry); anything else named
+ * step_<N>.safetensors stays, with a warning.  The moments must be whole (a
+ * ZeRO-1 shard is gathered first: worker/zero.h); a state with an inf or
+ * NaN, or a negative second moment, is not written. */
 int dt_ckpt_save(const char *dir, const struct dt_model *m, const struct dt_adamw *a,
                  const struct dt_ckpt_state *s, int keep);
 
@@ -87,7 +92,8 @@ struct dt_ckpt_file {
 int dt_ckpt_read(const char *path, struct dt_ckpt_file *c);
 
 /* The newest checkpoint in dir that reads and verifies; a damaged newer one
- * is skipped with a warning.  DT_ENOTFOUND when dir holds none, DT_EINVAL
+ * (or a symbolic link at a checkpoint's name, which is not followed) is
+ * skipped with a warning.  DT_ENOTFOUND when dir holds none, DT_EINVAL
  * when every one is damaged.  Release it even on failure. */
 int dt_ckpt_read_latest(const char *dir, struct dt_ckpt_file *c);
 
@@ -110,7 +116,14 @@ int dt_ckpt_read_any(const char *path, struct dt_ckpt_file *c);
 
 /* The model the file holds, from its "model" entry; DT_ENOTFOUND with a
  * sentence for a file saved before the entry existed, DT_EINVAL for an
- * entry that does not describe a model. */
+ * entry that does not describe a model, or (gpt2) that describes one whose
+ * tensors the file does not hold: each of the model's named tensors must be
+ * in the file, F32, of its shape, and no other besides the optimizer's.  So
+ * a caller that builds the model from the entry (`dtrain sample`) allocates
+ * no more than the file's own tensors hold: a 33 KB file declaring GPT-2
+ * 124M cost 2.4 GB before its tensors were looked at.  An MLP's entry has
+ * no input or class count, so its tensors are checked where a model is
+ * there to compare (dt_ckpt_apply, dt_ckpt_apply_weights). */
 int dt_ckpt_model_spec(const struct dt_ckpt_file *c, struct dt_model_spec *out);
 
 /* The model's tensors only (no optimizer, no counters): every named tensor

@@ -1,19 +1,23 @@
 /* ckpt_model.c - a checkpoint's model entry (ckpt.h): trainer.model as
  * the JSON the file's "model" metadata holds, written once per save, read
  * back by `dtrain export hf` and `dtrain sample` (dt_ckpt_model_spec), and
- * matched against the run's model on resume.
+ * matched against the run's model on resume.  A gpt2 entry is read back only
+ * when the file's tensors are the ones it declares: the entry decides what
+ * is allocated, the tensors what the file can fill.
  *
- * Not for the file's counters, checksums or tensors (ckpt.c).
+ * Not for the file's counters, checksums or tensors' values (ckpt.c).
  */
 #include "worker/ckpt.h"
 #include "worker/ckpt_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/json.h"
 #include "base/json_escape.h"
+#include "worker/hf_weights.h"
 
 /* {"type": ..., then the type's fields}: what `dtrain export hf` and
  * `dtrain sample` rebuild the model from, and what a resume must match.
@@ -90,6 +94,67 @@ static int model_gpt2(const char *path, json_t *o, struct dt_model_spec *out)
     return 0;
 }
 
+static void shape_str(const int64_t *shape, int ndim, char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int d = 0; d < ndim && at < size; d++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+}
+
+/* Tensor w of the declared model in the file: present, F32, of w's shape;
+ * else a sentence naming it and what the file has instead. */
+static int has_tensor(const struct dt_ckpt_file *c, const char *model, const struct dt_hf_tensor *w)
+{
+    const struct dt_st_tensor *t = dt_safetensors_find(&c->st, w->name);
+    bool same = t && strcmp(t->dtype, "F32") == 0 && t->ndim == w->ndim;
+    for (int d = 0; same && d < w->ndim; d++)
+        same = t->shape[d] == w->shape[d];
+    if (same)
+        return 0;
+    char want[64], got[128] = "has no such tensor";
+    shape_str(w->shape, w->ndim, want, sizeof want);
+    if (t) {
+        char dims[96];
+        shape_str(t->shape, t->ndim, dims, sizeof dims);
+        snprintf(got, sizeof got, "has it as %s [%s]", t->dtype, dims);
+    }
+    return dt_error_set(DT_EINVAL,
+                        "%s: its model entry declares %s, whose tensor %s is F32 [%s]; the file %s: it does "
+                        "not hold the model it declares (damaged, or not written by dtrain)",
+                        c->path, model, w->name, want, got);
+}
+
+/* A gpt2 entry's tensors are in the file (has_tensor), and no tensor
+ * besides them and the optimizer's: checked before anything builds the
+ * model, since a model is allocated (parameters, gradients, activations)
+ * from its entry alone, and a file of a few KB declaring GPT-2 124M would
+ * cost 2.4 GB first.  Past this check the model's parameters cost what
+ * the file's tensors do, and the file has been read whole already. */
+static int check_gpt2_tensors(const struct dt_ckpt_file *c, const struct dt_model_spec *s)
+{
+    int n;
+    struct dt_hf_tensor *want = dt_hf_gpt2_tensors(s, &n);
+    if (!want)
+        return DT_ENOMEM;
+    char model[160];
+    snprintf(model, sizeof model, "gpt2 n_layer %d, n_head %d, n_embd %d, vocab_size %d, block_size %d",
+             s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = has_tensor(c, model, &want[i]);
+    int others = 0; /* names are unique in a file (JSON's, base/json.h): a count tells */
+    for (int i = 0; i < c->st.n; i++)
+        others += strncmp(c->st.tensors[i].name, "optimizer.", 10) != 0;
+    if (!rc && others != n)
+        rc = dt_error_set(DT_EINVAL,
+                          "%s: %d model tensors, and its model entry (%s) has %d: the file holds tensors "
+                          "that model has not",
+                          c->path, others, model, n);
+    free(want);
+    return rc;
+}
+
 int dt_ckpt_model_spec(const struct dt_ckpt_file *c, struct dt_model_spec *out)
 {
     memset(out, 0, sizeof *out);
@@ -109,8 +174,8 @@ int dt_ckpt_model_spec(const struct dt_ckpt_file *c, struct dt_model_spec *out)
         snprintf(out->type, sizeof out->type, "%s", type);
     if (!rc && strcmp(type, "mlp") == 0)
         rc = model_mlp(c->path, o, out);
-    else if (!rc && strcmp(type, "gpt2") == 0)
-        rc = model_gpt2(c->path, o, out);
+    else if (!rc && strcmp(type, "gpt2") == 0 && !(rc = model_gpt2(c->path, o, out)))
+        rc = check_gpt2_tensors(c, out);
     json_decref(o);
     return rc;
 }

@@ -1,11 +1,10 @@
 /* cpu_pool.h - fork-join threads for the CPU kernels' loops.
  *
- * For the MLP OpenBLAS brings its own threads for the GEMMs; the memory-bound
- * loops (AdamW over every parameter) need theirs too when a rank has more than
- * one core, or the optimizer step runs on one core while the others idle.
- * gpt2 runs all its parallelism here, its GEMMs included (one single-threaded
- * BLAS call per tile, worker/models/gpt2_layers.c).  Only loops whose items
- * are independent go here, so the result does not depend on the thread count.
+ * Every parallel loop of the CPU kernels runs here, the GEMMs included: a
+ * GEMM is cut into tiles fixed by its shape, one single-threaded BLAS call
+ * each (worker/kernels_cpu.c), and gpt2 adds its attention and row loops
+ * (worker/models/gpt2_layers.c).  Only loops whose items are independent go
+ * here, so the result does not depend on the thread count.
  *
  * Not for reductions whose summation order would change with the threads; a
  * reduction in fixed blocks, one sum per block (align = the block), is fine.

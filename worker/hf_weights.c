@@ -34,12 +34,6 @@
 
 /* ---- GPT-2's tensors ---- */
 
-struct hf_tensor {
-    char name[64];
-    int ndim;
-    int64_t shape[2];
-};
-
 /* A block's tensors, Hugging Face's order: ndim, then the shape in units of C. */
 static const struct {
     const char *name;
@@ -52,29 +46,27 @@ static const struct {
 };
 #define PER_BLOCK (int)(sizeof block_tensors / sizeof block_tensors[0])
 
-/* GPT2LMHeadModel's state_dict for spec s, less lm_head and the buffers:
- * 4 + 12 * n_layer tensors, malloc'd. */
-static struct hf_tensor *gpt2_tensors(const struct dt_model_spec *s, int *n)
+struct dt_hf_tensor *dt_hf_gpt2_tensors(const struct dt_model_spec *s, int *n)
 {
     int64_t C = s->n_embd;
     *n = 4 + PER_BLOCK * s->n_layer;
-    struct hf_tensor *t = calloc((size_t)*n, sizeof *t);
+    struct dt_hf_tensor *t = calloc((size_t)*n, sizeof *t);
     if (!t) {
         dt_error_set(DT_ENOMEM, "no memory for the names of %d tensors", *n);
         return NULL;
     }
-    t[0] = (struct hf_tensor){PREFIX "wte.weight", 2, {s->vocab_size, C}};
-    t[1] = (struct hf_tensor){PREFIX "wpe.weight", 2, {s->block_size, C}};
+    t[0] = (struct dt_hf_tensor){PREFIX "wte.weight", 2, {s->vocab_size, C}};
+    t[1] = (struct dt_hf_tensor){PREFIX "wpe.weight", 2, {s->block_size, C}};
     for (int i = 0; i < s->n_layer; i++)
         for (int j = 0; j < PER_BLOCK; j++) {
-            struct hf_tensor *x = &t[2 + PER_BLOCK * i + j];
+            struct dt_hf_tensor *x = &t[2 + PER_BLOCK * i + j];
             snprintf(x->name, sizeof x->name, PREFIX "h.%d.%s", i, block_tensors[j].name);
             x->ndim = block_tensors[j].ndim;
             x->shape[0] = block_tensors[j].rows * C;
             x->shape[1] = block_tensors[j].cols * C;
         }
-    t[*n - 2] = (struct hf_tensor){PREFIX "ln_f.weight", 1, {C}};
-    t[*n - 1] = (struct hf_tensor){PREFIX "ln_f.bias", 1, {C}};
+    t[*n - 2] = (struct dt_hf_tensor){PREFIX "ln_f.weight", 1, {C}};
+    t[*n - 1] = (struct dt_hf_tensor){PREFIX "ln_f.bias", 1, {C}};
     return t;
 }
 
@@ -449,7 +441,7 @@ int dt_hf_load(const char *path, struct dt_model *m)
 /* The checkpoint's model tensors, F32 and of the shapes its model entry
  * says, and nothing else besides the optimizer's. */
 static int export_entries(const struct dt_ckpt_file *c, const struct dt_model_spec *s, struct dt_st_entry *e,
-                          const struct hf_tensor *want, int n)
+                          const struct dt_hf_tensor *want, int n)
 {
     int found = 0;
     for (int i = 0; i < n; i++) {
@@ -511,30 +503,39 @@ static int write_weights(void *ctx, FILE *f)
     return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, meta, 1);
 }
 
-/* A GPT2Config of the model, every field transformers 5 writes, dropout 0;
- * bos/eos are GPT-2's <|endoftext|> only where the vocabulary has it. */
+/* A GPT2Config of the model: every field transformers 5 writes, in its
+ * order (sorted keys, two-space indent), dropout 0; bos/eos are GPT-2's
+ * <|endoftext|> only where the vocabulary has it.  Reals print in jansson's
+ * shortest form (layer_norm_epsilon as 1e-5, where Python writes 1e-05: the
+ * same number to every JSON reader). */
+static json_t *gpt2_config(const struct dt_model_spec *s)
+{
+    json_t *eot = s->vocab_size > 50256 ? json_integer(50256) : json_null();
+    json_t *cfg = json_pack(
+        "{s:s, s:b, s:[s], s:f, s:O, s:s, s:f, s:O, s:f, s:f,"
+        " s:s, s:i, s:i, s:i, s:n, s:i, s:i, s:n, s:b, s:f,"
+        " s:b, s:b, s:n, s:f, s:b, s:s, s:b, s:b, s:b, s:i}",
+        "activation_function", "gelu_new", "add_cross_attention", 0, "architectures", "GPT2LMHeadModel",
+        "attn_pdrop", 0.0, "bos_token_id", eot, "dtype", "float32", "embd_pdrop", 0.0, "eos_token_id", eot,
+        "initializer_range", 0.02, "layer_norm_epsilon", 1e-5, "model_type", "gpt2", "n_ctx", s->block_size,
+        "n_embd", s->n_embd, "n_head", s->n_head, "n_inner", "n_layer", s->n_layer, "n_positions",
+        s->block_size, "pad_token_id", "reorder_and_upcast_attn", 0, "resid_pdrop", 0.0,
+        "scale_attn_by_inverse_layer_idx", 0, "scale_attn_weights", 1, "summary_activation",
+        "summary_first_dropout", 0.0, "summary_proj_to_labels", 1, "summary_type", "cls_index",
+        "summary_use_proj", 1, "tie_word_embeddings", 1, "use_cache", 1, "vocab_size", s->vocab_size);
+    json_decref(eot);
+    return cfg;
+}
+
 static int write_config(void *ctx, FILE *f)
 {
-    const struct dt_model_spec *s = ctx;
-    char eot[16] = "null";
-    if (s->vocab_size > 50256)
-        snprintf(eot, sizeof eot, "50256");
-    fprintf(
-        f,
-        "{\n  \"activation_function\": \"gelu_new\",\n  \"add_cross_attention\": false,\n"
-        "  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n  \"attn_pdrop\": 0.0,\n"
-        "  \"bos_token_id\": %s,\n  \"dtype\": \"float32\",\n  \"embd_pdrop\": 0.0,\n  \"eos_token_id\": "
-        "%s,\n"
-        "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-        "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n"
-        "  \"n_positions\": %d,\n  \"pad_token_id\": null,\n  \"reorder_and_upcast_attn\": false,\n"
-        "  \"resid_pdrop\": 0.0,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-        "  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": "
-        "0.0,\n"
-        "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n"
-        "  \"summary_use_proj\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n"
-        "  \"vocab_size\": %d\n}\n",
-        eot, eot, s->block_size, s->n_embd, s->n_head, s->n_layer, s->block_size, s->vocab_size);
+    json_t *cfg = gpt2_config(ctx);
+    if (!cfg)
+        return dt_error_set(DT_ENOMEM, "no memory for config.json");
+    /* a stream error is the writer's to report (dt_fs_write_atomic) */
+    if (json_dumpf(cfg, f, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15)) == 0)
+        fputc('\n', f);
+    json_decref(cfg);
     return 0;
 }
 
@@ -553,7 +554,7 @@ int dt_hf_export(const struct dt_ckpt_file *c, const char *dir, bool force)
     if (strlen(dir) > HF_PATH_MAX - 64)
         return dt_error_set(DT_EINVAL, "directory name of %zu bytes is too long: %.80s...", strlen(dir), dir);
     int n;
-    struct hf_tensor *want = gpt2_tensors(&s, &n);
+    struct dt_hf_tensor *want = dt_hf_gpt2_tensors(&s, &n);
     struct dt_st_entry *e = want ? calloc((size_t)n, sizeof *e) : NULL;
     if (!e) {
         free(want);

@@ -17,9 +17,24 @@
 #define DT_HF_WEIGHTS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "worker/ckpt.h"
 #include "worker/models/model.h"
+
+/* One tensor of GPT2LMHeadModel: its name and shape ([d0] or [d0, d1]). */
+struct dt_hf_tensor {
+    char name[64];
+    int ndim;
+    int64_t shape[2];
+};
+
+/* GPT2LMHeadModel's state_dict for a gpt2 spec s, less lm_head and the
+ * buffers: 4 + 12 * n_layer tensors, malloc'd, in state_dict order.  They
+ * are dtrain's gpt2's named tensors too (worker/models/gpt2.c), so a
+ * checkpoint's model entry says which tensors the file must hold
+ * (dt_ckpt_model_spec).  NULL with the error set when out of memory. */
+struct dt_hf_tensor *dt_hf_gpt2_tensors(const struct dt_model_spec *s, int *n);
 
 /* Copies the weights at `path` into m, a gpt2 model: a Hugging Face
  * directory (its model.safetensors; its config.json, when there, must agree

@@ -36,16 +36,23 @@ struct dt_adamw_scalars {
 
 struct dt_kernels {
     const char *name;
+    /* The GEMMs give the same bits whatever the threads (set_threads): on
+     * CPU each is cut into tiles chosen from its shape alone. */
     /* y[B,out] = x[B,in] W[out,in]^T */
     void (*matmul_forward)(float *y, const float *x, const float *w, int B, int in, int out);
     /* dw[out,in] (+)= dy[B,out]^T x[B,in]  (accumulate: add to dw instead of overwriting) */
     void (*matmul_backward_w)(float *dw, const float *dy, const float *x, int B, int in, int out,
                               bool accumulate);
-    /* Rows [r0, r0+rows) of the above: dw points at row r0 of dW, dy is the whole [B,out] */
+    /* Rows [r0, r0+rows) of the above: dw points at row r0 of dW, dy is the whole [B,out].
+     * With r0 a multiple of DT_KERNELS_W_ROWS the rows have the same bits as
+     * the whole matmul_backward_w gives them. */
     void (*matmul_backward_w_rows)(float *dw, const float *dy, const float *x, int B, int in, int out, int r0,
                                    int rows, bool accumulate);
     /* dx[B,in] = dy[B,out] W[out,in] */
     void (*matmul_backward_x)(float *dx, const float *dy, const float *w, int B, int in, int out);
+    /* C[M,N] = op(A) op(B) + beta C, row-major; op transposes A [K,M] (ta) or B [N,K] (tb) */
+    void (*gemm)(bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc);
     /* z = y + b (row broadcast), h = act(z); z may be NULL when act needs only h to go back */
     void (*bias_act_forward)(float *z, float *h, const float *y, const float *b, int B, int n,
                              enum dt_kact act);
@@ -71,18 +78,18 @@ struct dt_kernels {
      * (fp16: beyond 65504 rounds to inf, below 2^-14 to multiples of 2^-24;
      * bf16: float's range, 8 bits).  dst may be src when not accumulating. */
     void (*round_lowp)(float *dst, const float *src, size_t n, enum dt_kprec p, bool accumulate);
-    /* Sets the threads the kernels may use (BLAS and elementwise). */
+    /* Sets the threads the kernels use: the CPU pool's (worker/cpu_pool.h),
+     * which runs every parallel loop, the GEMMs' tiles included.  BLAS itself
+     * runs each call on its caller's thread. */
     void (*set_threads)(int n);
-    /* While on (counted: each true is undone by one false), BLAS runs every
-     * call on its caller's thread and set_threads' n goes to the pool alone:
-     * for a model that splits its GEMMs over the pool itself (gpt2 turns it
-     * on from creation to destruction; each pool thread calls BLAS on its own
-     * tile).  OpenBLAS's own threads keep spinning for a while after each
-     * threaded call, so they and the pool's must not both run. */
-    void (*blas_single)(bool on);
 };
 
 extern const struct dt_kernels dt_kernels_cpu;
+
+/* The weight gradient's rows are computed in tiles of this many rows from
+ * row 0 (matmul_backward_w_rows): a model that writes a weight gradient in
+ * row chunks starting on multiples of it gets the bits of the whole one. */
+#define DT_KERNELS_W_ROWS 64
 
 /* Debian 12's OpenBLAS (0.3.21, DYNAMIC_ARCH) does not know CPUs newer than
  * itself (Sapphire and Emerald Rapids) and falls back to its Prescott (SSE3)
@@ -110,6 +117,7 @@ const char *dt_kernels_cpu_blas_coretype(void);
  * model's ops (CUDA: worker/cuda/model_cuda.h).
  */
 struct dt_batch;
+struct dt_buckets;
 struct dt_comm;
 struct dt_dataset;
 struct dt_dev_model;
@@ -148,8 +156,7 @@ struct dt_dev_config {
      * 1/world shard of the arena only and the updated parameters are
      * all-gathered; get_state of m, v is then a collective every rank calls */
     bool zero;
-    const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
-    int n_buckets;
+    const struct dt_buckets *buckets; /* the reducer's gradient buckets (buckets.h), copied by create */
     /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */
     const float *m, *v;
     int64_t adam_step;

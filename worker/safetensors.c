@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/json.h"
 #include "base/json_escape.h"
 
@@ -274,26 +275,17 @@ static int read_at(int fd, const char *path, uint8_t *buf, size_t len, size_t at
 }
 
 /* What a path may be before anything is read from it: a regular file (a
- * FIFO would block, a device never end), of a size from fstat.  O_NONBLOCK
- * keeps open(2) itself from waiting on a FIFO's writer. */
-static int open_regular(const char *path, size_t *len)
+ * FIFO would block, a device never end; base/fs.h refuses both before it
+ * opens them), of a size from fstat. */
+static int open_regular(const char *path, enum dt_fs_links links, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
     struct stat st;
-    int rc = fstat(fd, &st) ? dt_error_set_errno(DT_EIO, errno, "%s: fstat", path) : 0;
-    if (rc == 0 && !S_ISREG(st.st_mode))
-        rc = dt_error_set(DT_EINVAL, "%s: not a regular file (%s)", path,
-                          S_ISFIFO(st.st_mode)   ? "a FIFO"
-                          : S_ISDIR(st.st_mode)  ? "a directory"
-                          : S_ISSOCK(st.st_mode) ? "a socket"
-                                                 : "a device");
-    if (rc == 0 && (uint64_t)st.st_size > SIZE_MAX / 2)
-        rc = dt_error_set(DT_EINVAL, "%s: %lld bytes, too large to read", path, (long long)st.st_size);
-    if (rc) {
+    int fd = dt_fs_open_read(AT_FDCWD, path, links, &st);
+    if (fd < 0)
+        return fd;
+    if ((uint64_t)st.st_size > SIZE_MAX / 2) {
         close(fd);
-        return rc;
+        return dt_error_set(DT_EINVAL, "%s: %lld bytes, too large to read", path, (long long)st.st_size);
     }
     *len = (size_t)st.st_size;
     return fd;
@@ -302,12 +294,12 @@ static int open_regular(const char *path, size_t *len)
 /* The header first, checked against the size fstat gives; the data only
  * once the header describes exactly the bytes the file has, so a junk file
  * (or one of the wrong size) costs at most its header to refuse, not its
- * length in memory and time. */
-int dt_safetensors_read(const char *path, struct dt_safetensors *out)
+ * length in memory and time.  DT_ST_HEADER_ONLY stops there. */
+int dt_safetensors_read_with(const char *path, unsigned flags, struct dt_safetensors *out)
 {
     memset(out, 0, sizeof *out);
     size_t len = 0, n = 0;
-    int fd = open_regular(path, &len);
+    int fd = open_regular(path, flags & DT_ST_NOFOLLOW ? DT_FS_NOFOLLOW : DT_FS_FOLLOW, &len);
     if (fd < 0)
         return fd;
     uint8_t le[8], *head = NULL, *buf = NULL;
@@ -320,19 +312,25 @@ int dt_safetensors_read(const char *path, struct dt_safetensors *out)
         rc = read_at(fd, path, head, n, 8);
     if (rc == 0)
         rc = describe(path, head, n, len, out);
-    if (rc == 0 && !(buf = malloc(len)))
+    bool whole = !(flags & DT_ST_HEADER_ONLY);
+    if (rc == 0 && whole && !(buf = malloc(len)))
         rc = dt_error_set(DT_ENOMEM, "%s: no memory for its %zu bytes", path, len);
-    if (rc == 0) {
+    if (rc == 0 && whole) {
         memcpy(buf, le, 8);
         memcpy(buf + 8, head, n);
         rc = read_at(fd, path, buf + 8 + n, len - 8 - n, 8 + n);
     }
     free(head);
     close(fd);
-    attach(out, buf, len, n, rc == 0);
+    attach(out, buf, len, n, rc == 0 && whole);
     if (rc)
         dt_safetensors_release(out);
     return rc;
+}
+
+int dt_safetensors_read(const char *path, struct dt_safetensors *out)
+{
+    return dt_safetensors_read_with(path, 0, out);
 }
 
 void dt_safetensors_release(struct dt_safetensors *f)

@@ -34,7 +34,7 @@ struct dt_safetensors {
     int n;
     char **meta;            /* key, value, key, value, ... */
     int n_meta;
-    uint8_t *file;          /* the whole file */
+    uint8_t *file;          /* the whole file (NULL after DT_ST_HEADER_ONLY) */
     size_t file_len;
 };
 
@@ -45,6 +45,16 @@ size_t dt_safetensors_dtype_size(const char *dtype);
  * waiting on it): its size from fstat, then the header, whose layout must
  * describe exactly the bytes the file has before any data is read. */
 int dt_safetensors_read(const char *path, struct dt_safetensors *out);
+
+/* dt_safetensors_read with flags: DT_ST_NOFOLLOW refuses a symbolic link
+ * at path (a file found in a run or checkpoint directory, base/fs.h);
+ * DT_ST_HEADER_ONLY reads the header and checks its layout against the
+ * file's size, and no data: out->file is NULL and no tensor's data is set
+ * (what a listing needs to know a file is what it claims to be). */
+#define DT_ST_NOFOLLOW 1u
+#define DT_ST_HEADER_ONLY 2u
+int dt_safetensors_read_with(const char *path, unsigned flags, struct dt_safetensors *out);
+
 /* Parses a file already in memory; takes ownership of `buf` (malloc'd). */
 int dt_safetensors_parse(const char *name, uint8_t *buf, size_t len, struct dt_safetensors *out);
 void dt_safetensors_release(struct dt_safetensors *f);

@@ -138,6 +138,14 @@ const struct dt_batch *dt_trainer__data_next(struct dt_trainer *t)
     return t->tokens ? dt_tokens_next(t->tokens) : dt_loader_next(t->loader);
 }
 
+int dt_trainer__data_none(const struct dt_trainer *t)
+{
+    if (t->tokens && dt_tokens_failed(t->tokens))
+        return dt_error_prefix("trainer.data.train");
+    return dt_error_set(DT_EINTERNAL, "loader ran dry at epoch %lld batch %lld", (long long)t->epoch,
+                        (long long)t->batch);
+}
+
 double dt_trainer__data_wait_s(const struct dt_trainer *t)
 {
     return t->tokens ? dt_tokens_wait_s(t->tokens) : dt_loader_wait_s(t->loader);
@@ -209,6 +217,8 @@ int dt_trainer__tokens_evaluate(struct dt_trainer *t)
     for (int64_t i = 0; i < t->val_batches; i++) {
         const struct dt_batch *b = dt_tokens_next(t->val_loader);
         int64_t hits = 0;
+        if (!b && dt_tokens_failed(t->val_loader))
+            return dt_error_prefix("trainer.data.val");
         if (!b)
             return dt_error_set(DT_EINTERNAL, "the validation loader ran dry at batch %lld", (long long)i);
         if (t->dev) {

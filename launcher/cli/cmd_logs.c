@@ -145,7 +145,7 @@ static void scan(struct streams *ss, const struct opts *o)
         }
         struct stream *s = &ss->s[ss->n];
         *s = (struct stream){.rank = rank, .err = err, .prefix = o->rank < 0};
-        if ((s->fd = dt_fs_open_regular(dirfd(d), e->d_name, NULL)) < 0) {
+        if ((s->fd = dt_fs_open_read(dirfd(d), e->d_name, DT_FS_NOFOLLOW, NULL)) < 0) {
             refused(ss, rank, err);
             continue;
         }

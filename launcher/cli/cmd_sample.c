@@ -192,25 +192,33 @@ static void print_ids(const int32_t *t, int n)
 
 /* ---- the model ---- */
 
-/* The checkpoint's model rebuilt for one sequence of up to block_size
- * tokens, with the checkpoint's weights. */
-static int load_model(const struct dt_ckpt_file *c, struct dt_model_spec *s, struct dt_model **m)
+/* The checkpoint's model: its entry, checked against its tensors
+ * (dt_ckpt_model_spec), and a language model. */
+static int model_spec(const struct dt_ckpt_file *c, struct dt_model_spec *s)
+{
+    int rc = dt_ckpt_model_spec(c, s);
+    if (rc == 0 && strcmp(s->type, "gpt2"))
+        rc = dt_error_set(DT_EINVAL, "%s holds a model of type %s; dtrain sample needs a language model (gpt2)",
+                          c->path, s->type);
+    return rc;
+}
+
+/* The checkpoint's model rebuilt for one sequence of `tokens` (at most
+ * block_size: the prompt and what is generated, the longest window a step
+ * reads), with the checkpoint's weights.  Its activations are sized for
+ * that sequence, not for block_size, so what sampling costs is what was
+ * asked of it, whatever block_size the file declares. */
+static int load_model(const struct dt_ckpt_file *c, struct dt_model_spec *s, int tokens, struct dt_model **m)
 {
     *m = NULL;
-    int rc = dt_ckpt_model_spec(c, s);
-    if (rc)
-        return rc;
-    if (strcmp(s->type, "gpt2"))
-        return dt_error_set(DT_EINVAL,
-                            "%s holds a model of type %s; dtrain sample needs a language model (gpt2)",
-                            c->path, s->type);
+    int rc;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     dt_kernels_cpu.set_threads(cores > 0 ? (int)cores : 1);
     struct dt_model_config mc = {
         .spec = s,
         .k = &dt_kernels_cpu,
         .max_batch = 1,
-        .data = {.kind = DT_BATCH_TOKENS, .seq_len = s->block_size, .vocab = s->vocab_size}};
+        .data = {.kind = DT_BATCH_TOKENS, .seq_len = tokens, .vocab = s->vocab_size}};
     rc = dt_model_create(&mc, m);
     if (!rc)
         rc = dt_ckpt_apply_weights(c, *m);
@@ -230,11 +238,13 @@ static int run(int argc, char **argv)
     int n_prompt = 0;
     rc = dt_ckpt_read_any(o.path, &c);
     if (!rc)
-        rc = load_model(&c, &s, &m);
+        rc = model_spec(&c, &s);
     if (!rc && !(ids = malloc(((size_t)s.block_size + (size_t)o.n_new) * sizeof *ids)))
         rc = dt_error_set(DT_ENOMEM, "no memory for %lld tokens", (long long)s.block_size + o.n_new);
     if (!rc)
         rc = prompt_tokens(&o, &s, ids, &n_prompt);
+    if (!rc)
+        rc = load_model(&c, &s, n_prompt + o.n_new < s.block_size ? n_prompt + (int)o.n_new : s.block_size, &m);
     if (!rc)
         rc = dt_sample_generate(m, ids, n_prompt, (int)o.n_new, o.temperature, (int)o.top_k, o.seed,
                                 ids + n_prompt);

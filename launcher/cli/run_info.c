@@ -160,7 +160,7 @@ static void read_step(struct dt_run_info *in)
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/metrics.jsonl", in->dir);
     struct stat st;
-    int fd = dt_fs_open_regular(AT_FDCWD, path, &st);
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_NOFOLLOW, &st);
     if (fd < 0) {
         dt_error_clear();
         return;

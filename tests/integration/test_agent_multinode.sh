@@ -55,6 +55,10 @@ check "three nodes run global ranks 0, 1, 2 of world 3" test \
   "$(grep -c 'world=3 local=0 lws=1' "$T/env3.all")" = 3 -a -n "$(grep 'rank=2 .*group=2 gws=3' "$T/env3.all")"
 
 # --- the bundled trainer: two nodes of one rank equal one node of two ----------
+# Bit for bit, on any CPU: a node of one rank gives it every core (2 threads on a
+# 2-core host), a node of two ranks one each, and the CPU kernels' results do not
+# depend on the threads (docs/trainer.md); the tcp and shm all-reduces sum two
+# ranks' gradients in the same order.
 trainer() { # nodes-line nproc
   cat <<EOF2
 name: tr

@@ -184,14 +184,14 @@ expect_status 0 "list returns with FIFOs for launch.json and summary.json" timeo
 contains "$T/last.out" "^fifo-a .*unreadable" "list: the FIFO launch.json's run is unreadable"
 contains "$T/last.out" "^fifo-b +train +local" "list: the run with a FIFO summary.json is listed"
 expect_status 1 "status returns for a FIFO launch.json" timeout 20 "$DTRAIN" status runs/fifo-a
-contains "$T/last.err" "launch.json is a FIFO, not a regular file" "status names the FIFO"
+contains "$T/last.err" "launch.json: not a regular file \(a FIFO\)" "status names the FIFO"
 expect_status 0 "status returns for a FIFO summary.json" timeout 20 "$DTRAIN" status runs/fifo-b
 expect_status 1 "a lookup by name returns past FIFOs" timeout 20 "$DTRAIN" status nosuch --log-dir runs
 cp -r "$real" runs/train-fifo
 rm -f runs/train-fifo/job.yaml && mkfifo runs/train-fifo/job.yaml
 expect_status 2 "launch --resume with a FIFO job.yaml returns" timeout 20 "$DTRAIN" launch train.yaml \
   --resume runs/train-fifo
-contains "$T/last.err" "job.yaml is a FIFO" "launch --resume names the FIFO"
+contains "$T/last.err" "job.yaml: not a regular file \(a FIFO\)" "launch --resume names the FIFO"
 
 # --- G. escape sequences are shown, not sent to the terminal -------------------
 mkdir -p gruns/esc && chmod 700 gruns/esc
@@ -212,10 +212,10 @@ mkdir -p runs/zero/attempt_0 && chmod 700 runs/zero runs/zero/attempt_0
 ln -s /dev/zero runs/zero/attempt_0/rank_0.out
 echo hello >runs/zero/attempt_0/rank_1.out
 expect_status 0 "logs returns with rank_0.out a link to /dev/zero" timeout 20 "$DTRAIN" logs runs/zero
-contains "$T/last.err" "rank_0.out is a symbolic link, which is not followed" "logs says it skipped the link"
+contains "$T/last.err" "rank_0.out: a symbolic link, which is not followed" "logs says it skipped the link"
 contains "$T/last.out" '^\[rank 1\] hello$' "and prints the other rank's log"
 mkfifo runs/zero/attempt_0/rank_2.err
 expect_status 0 "logs -f returns past a FIFO rank log once the run is over" timeout 20 "$DTRAIN" logs -f runs/zero
-contains "$T/last.err" "rank_2.err is a FIFO" "logs -f says it skipped the FIFO"
+contains "$T/last.err" "rank_2.err: not a regular file \(a FIFO\)" "logs -f says it skipped the FIFO"
 
 check "the planted pid ($victim) still runs at the end" kill -0 "$victim"

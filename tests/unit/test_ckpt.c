@@ -7,7 +7,8 @@
  * metadata, a name whose step is not the metadata's, junk or a FIFO named as
  * the newest checkpoint, more than 1024 checkpoints, counters past the step,
  * a diverged (NaN) state, a symlink at the temporary name; files from before
- * the metadata's checksum still load. */
+ * the metadata's checksum still load.  Issue 45: a negative second moment;
+ * keep removes only this run's checkpoints. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -541,6 +542,44 @@ static void diverged_state_is_neither_saved_nor_resumed(void **state)
     assert_int_equal(load_latest(f), 7);
 }
 
+static void put_negative_v(const char *name, float *v, size_t n)
+{
+    if (strcmp(name, "optimizer.exp_avg_sq") == 0)
+        v[n - 2] = -0.25f;
+}
+
+/* Issue 45: a finite negative second moment, in a file whose checksums all
+ * pass, was resumed at every restart (AdamW then takes the square root of
+ * a negative: NaN).  It is refused naming the tensor and element, the
+ * resume takes the checkpoint before it, and the writer never writes one. */
+static void negative_second_moment_is_refused(void **state)
+{
+    struct fx *f = *state;
+    save(f, 7);
+    save(f, 9);
+    char p[4300];
+    path_of(f, 9, p, sizeof p);
+    rewrite_old_style(p, put_negative_v, NULL);
+    struct dt_ckpt_state s = state_at(0);
+    assert_int_equal(dt_ckpt_load(p, f->m, &f->a, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "tensor optimizer.exp_avg_sq holds -0.25 at element"));
+    assert_non_null(strstr(dt_error_last(), "never negative"));
+    assert_int_equal(s.step, 0);
+    assert_int_equal(load_latest(f), 7);
+    fill(f, 11);
+    f->a.v[3] = -0.0f; /* -0 is zero: a square's mean may round to it */
+    s = state_at(11);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), 0);
+    fill(f, 12);
+    f->a.v[3] = -1e-30f;
+    s = state_at(12);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 0), DT_EINTERNAL);
+    assert_non_null(strstr(dt_error_last(), "optimizer.exp_avg_sq holds -1e-30 at element 3"));
+    path_of(f, 12, p, sizeof p);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(load_latest(f), 11);
+}
+
 /* adamw_step = INT64_MAX overflowed AdamW's step count; no counter that
  * counts steps may exceed the step. */
 static void counters_past_the_step_are_refused(void **state)
@@ -553,6 +592,7 @@ static void counters_past_the_step_are_refused(void **state)
         {"adamw_step", "8", "metadata 'adamw_step' is 8, outside 0..7"},
         {"epoch", "8", "metadata 'epoch' is 8, outside 0..7"},
         {"skipped_steps", "9", "metadata 'skipped_steps' is 9, outside 0..7"},
+        {"skipped_steps", "1", "adamw_step 7 and skipped_steps 1 add up to more than the step, 7"},
     };
     char p[4300];
     path_of(f, 7, p, sizeof p);
@@ -599,7 +639,8 @@ static void every_checkpoint_is_listed(void **state)
     fill(f, 3001);
     struct dt_ckpt_state s = state_at(3001);
     assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 3), 0);
-    assert_int_equal(count_ckpts(f->dir), 3); /* 3001, 3000 and the name 2000 */
+    /* 3001 and 3000, and the 2000 empty files: names only, which keep leaves alone */
+    assert_int_equal(count_ckpts(f->dir), 2002);
     assert_int_equal(load_latest(f), 3001);
     /* past 99999999 steps the name has more digits, and is still found */
     save(f, 123456789);
@@ -672,6 +713,49 @@ static void junk_or_fifo_named_as_the_newest_is_refused_cheaply(void **state)
     }
 }
 
+/* Issue 45: `keep` deleted every step_<N>.safetensors past the newest N,
+ * whatever it held.  It removes only checkpoints of this run, each known by
+ * its header: an empty file, junk, a checkpoint of another seed or model, a
+ * link (even to one of this run's) stay, and do not count as kept. */
+static void keep_removes_only_checkpoints_of_this_run(void **state)
+{
+    struct fx *f = *state;
+    char p[4300], elsewhere[4300];
+    for (int64_t step = 1; step <= 4; step++)
+        save(f, step);
+    touch(f->dir, 5); /* empty */
+    path_of(f, 6, p, sizeof p);
+    FILE *j = fopen(p, "w");
+    fputs("not a checkpoint, but the user's notes\n", j);
+    fclose(j);
+    fill(f, 7); /* another run's: another seed */
+    struct dt_ckpt_state other = state_at(7);
+    other.seed = 6;
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &other, 0), 0);
+    snprintf(elsewhere, sizeof elsewhere, "%s/kept-elsewhere", f->dir);
+    assert_int_equal(mkdir(elsewhere, 0700), 0);
+    fill(f, 8);
+    struct dt_ckpt_state s8 = state_at(8);
+    assert_int_equal(dt_ckpt_save(elsewhere, f->m, &f->a, &s8, 0), 0);
+    snprintf(elsewhere + strlen(elsewhere), sizeof elsewhere - strlen(elsewhere), "/step_00000008.safetensors");
+    path_of(f, 8, p, sizeof p);
+    assert_int_equal(symlink(elsewhere, p), 0);
+    save(f, 9); /* keep 0: nothing removed */
+    assert_int_equal(count_ckpts(f->dir), 9);
+    fill(f, 10);
+    struct dt_ckpt_state s = state_at(10);
+    assert_int_equal(dt_ckpt_save(f->dir, f->m, &f->a, &s, 2), 0);
+    const bool stays[11] = {[5] = true, [6] = true, [7] = true, [8] = true, [9] = true, [10] = true};
+    for (int64_t step = 1; step <= 10; step++) {
+        struct stat st;
+        path_of(f, step, p, sizeof p);
+        if ((lstat(p, &st) == 0) != stays[step])
+            fail_msg("step %lld: %s after keep 2", (long long)step, stays[step] ? "removed" : "still there");
+    }
+    struct stat st;
+    assert_int_equal(stat(elsewhere, &st), 0); /* the link's target, untouched */
+}
+
 /* The attack of issue 26: a link at the temporary name made the trainer
  * overwrite its target. */
 static void symlink_at_the_temporary_name_is_not_written_through(void **state)
@@ -707,10 +791,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(files_from_before_the_metadata_checksum_load, setup, teardown),
         cmocka_unit_test_setup_teardown(diverged_state_is_neither_saved_nor_resumed, setup, teardown),
         cmocka_unit_test_setup_teardown(counters_past_the_step_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(negative_second_moment_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(every_checkpoint_is_listed, setup, teardown),
         cmocka_unit_test_setup_teardown(junk_or_fifo_named_as_the_newest_is_refused_cheaply, setup, teardown),
         cmocka_unit_test_setup_teardown(symlink_at_the_temporary_name_is_not_written_through, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(keep_removes_only_checkpoints_of_this_run, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

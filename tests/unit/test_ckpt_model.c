@@ -4,7 +4,8 @@
  * into another model of the same tensor shapes is refused naming both; a
  * file without the entry (from before it) still resumes, and says it has no
  * model when asked; the weights alone load into a fresh model; a run
- * directory resolves to its newest checkpoint. */
+ * directory resolves to its newest checkpoint.  Issue 45: a gpt2 entry is
+ * read back only when the file's tensors are the model it declares. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "worker/ckpt.h"
+#include "worker/hf_weights.h"
 #include "worker/optim/adamw.h"
 #include "worker/safetensors.h"
 #include "mlp_fixture.h"
@@ -99,14 +101,32 @@ static void mlp_entry_round_trips(void **state)
     dt_ckpt_release(&c);
 }
 
-/* The gpt2 fields, written for a model whose spec says gpt2 (the tensors
- * here are the MLP's: nothing in the entry depends on them). */
+/* A gpt2 of the spec g, one sequence of block_size tokens, the CPU kernels. */
+static struct dt_model *gpt2_model(const struct dt_model_spec *g)
+{
+    struct dt_model_config mc = {
+        .spec = g,
+        .k = &dt_kernels_cpu,
+        .max_batch = 1,
+        .data = {.kind = DT_BATCH_TOKENS, .seq_len = g->block_size, .vocab = g->vocab_size}};
+    struct dt_model *m = NULL;
+    if (dt_model_create(&mc, &m))
+        fail_msg("%s", dt_error_last());
+    return m;
+}
+
+static const struct dt_model_spec small_gpt2 = {
+    .type = "gpt2", .n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .block_size = 128};
+
+/* The gpt2 fields, written for a gpt2 and read back; the file's tensors
+ * are the ones the entry declares (dt_ckpt_model_spec checks them). */
 static void gpt2_entry_round_trips(void **state)
 {
     struct fx *f = *state;
-    struct dt_model_spec g = {
-        .type = "gpt2", .n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .block_size = 128};
-    f->m->spec = g;
+    dt_model_destroy(f->m);
+    dt_adamw_release(&f->a);
+    f->m = gpt2_model(&small_gpt2);
+    assert_int_equal(dt_adamw_init(&f->a, &dt_kernels_cpu, f->m->n_params, 0.999, 1e-8, 0.01), 0);
     save(f, f->dir, 2);
     struct dt_ckpt_file c;
     read_file(f, 2, &c);
@@ -131,6 +151,59 @@ static void gpt2_entry_round_trips(void **state)
         strstr(dt_error_last(), "this run's trainer.model is {\"type\":\"gpt2\",\"n_layer\":2,\"n_head\":8"));
     assert_int_equal(st.step, 0);
     assert_int_equal(dt_ckpt_apply_weights(&c, f->m), DT_EINVAL);
+    dt_ckpt_release(&c);
+}
+
+/* What the entry declares is what a gpt2 of that spec has: the list the
+ * check holds files to (Hugging Face's names) is the model's own, name for
+ * name and shape for shape, in its order. */
+static void gpt2_declared_tensors_are_the_models(void **state)
+{
+    (void)state;
+    struct dt_model *m = gpt2_model(&small_gpt2);
+    int n;
+    struct dt_hf_tensor *want = dt_hf_gpt2_tensors(&small_gpt2, &n);
+    assert_non_null(want);
+    assert_int_equal(n, m->n_tensors);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(want[i].name, m->tensors[i].name);
+        assert_int_equal(want[i].ndim, m->tensors[i].ndim);
+        for (int d = 0; d < want[i].ndim; d++)
+            assert_int_equal(want[i].shape[d], m->tensors[i].shape[d]);
+    }
+    free(want);
+    dt_model_destroy(m);
+}
+
+/* A file whose entry declares a model its tensors are not (here an MLP's
+ * tensors under a gpt2 entry; then a gpt2 of a wider embedding) is refused
+ * by dt_ckpt_model_spec, before anything builds the declared model: `dtrain
+ * sample` of a 33 KB file declaring GPT-2 124M used 2.4 GB. */
+static void declared_model_must_be_the_files(void **state)
+{
+    struct fx *f = *state;
+    f->m->spec = small_gpt2; /* the entry says gpt2; the tensors stay the MLP's */
+    save(f, f->dir, 2);
+    struct dt_ckpt_file c;
+    read_file(f, 2, &c);
+    struct dt_model_spec s;
+    assert_int_equal(dt_ckpt_model_spec(&c, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(),
+                           "/step_00000002.safetensors: its model entry declares gpt2 n_layer 2, "
+                           "n_head 4, n_embd 64, vocab_size 256, block_size 128, whose tensor "
+                           "transformer.wte.weight is F32 [256, 64]; the file has no such tensor"));
+    dt_ckpt_release(&c);
+    struct dt_model_spec wide = small_gpt2;
+    wide.n_embd = 128;
+    dt_model_destroy(f->m);
+    dt_adamw_release(&f->a);
+    f->m = gpt2_model(&small_gpt2);
+    assert_int_equal(dt_adamw_init(&f->a, &dt_kernels_cpu, f->m->n_params, 0.999, 1e-8, 0.01), 0);
+    f->m->spec = wide;
+    save(f, f->dir, 3);
+    read_file(f, 3, &c);
+    assert_int_equal(dt_ckpt_model_spec(&c, &s), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "is F32 [256, 128]; the file has it as F32 [256, 64]"));
     dt_ckpt_release(&c);
 }
 
@@ -297,6 +370,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(mlp_entry_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(gpt2_entry_round_trips, setup, teardown),
+        cmocka_unit_test(gpt2_declared_tensors_are_the_models),
+        cmocka_unit_test_setup_teardown(declared_model_must_be_the_files, setup, teardown),
         cmocka_unit_test_setup_teardown(another_activation_is_refused_on_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(file_without_the_entry_still_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(weights_alone_load_into_a_fresh_model, setup, teardown),

@@ -152,6 +152,78 @@ static void every_problem_in_file_order(void **state)
     free(problems);
 }
 
+/* Issue 45: ${U:-${A}} gave the literal "${A}" (the first '}' closed the
+ * outer reference); a default is now interpolated when it is used, as a
+ * shell does, nested up to 8 deep, and only then (an unset variable in a
+ * default that is not used is no error). */
+static void nested_defaults(void **state)
+{
+    (void)state;
+    struct dt_job *job =
+        load("name: t\ncommand: [a]\nlog_dir: ${UNSET_U:-${HOME}}/runs\n"
+             "env: {A: '${N:-${NOPE}}', B: '${EMPTY:-${UNSET_V:-x$$y}}z', C: '${UNSET_W:-a}b}'}\n",
+             NULL, 0, NULL);
+    assert_non_null(job);
+    assert_string_equal(job->log_dir, "/home/u/runs");
+    assert_string_equal(job->env[0].value, "3");    /* N is set: the default, and its ${NOPE}, unused */
+    assert_string_equal(job->env[1].value, "x$yz"); /* $$ in a default is a $, as anywhere */
+    assert_string_equal(job->env[2].value, "ab}");  /* a } past the reference is text */
+    dt_job_free(job);
+    char *problems = NULL;
+    assert_null(
+        load("name: t\ncommand: [a]\nlog_dir: ${UNSET_U:-${NOPE_2}}\nenv: {A: '${UNSET_U:-${HOME}'}\n", NULL,
+             0, &problems));
+    assert_non_null(strstr(problems, "j.yaml:3:10: ${NOPE_2}: the environment variable NOPE_2 is not set"));
+    assert_non_null(
+        strstr(problems, "j.yaml:4:10: '${UNSET_U:-${HOME}': expected ${NAME} or ${NAME:-default}"));
+    free(problems);
+    char deep[512] = "name: t\ncommand: [a]\nlog_dir: ";
+    for (int i = 0; i < 9; i++)
+        strcat(deep, "${UNSET_D:-");
+    strcat(deep, "x}}}}}}}}}\n");
+    assert_null(load(deep, NULL, 0, &problems));
+    assert_non_null(strstr(problems, "j.yaml:3:10: ${UNSET_D:-...}: defaults nested more than 8 deep"));
+    free(problems);
+    deep[strlen("name: t\ncommand: [a]\nlog_dir: ")] = 0; /* 8 deep is read */
+    for (int i = 0; i < 8; i++)
+        strcat(deep, "${UNSET_D:-");
+    strcat(deep, "x}}}}}}}}\n");
+    job = load(deep, NULL, 0, NULL);
+    assert_non_null(job);
+    assert_string_equal(job->log_dir, "x");
+    dt_job_free(job);
+}
+
+/* Issue 45: strtok_r skipped empty names, so '.=1' set nothing and said
+ * nothing and 'env..X=1' set env.X; YAML tags are refused as the docs say,
+ * !!str included (it had been let through), in the file and in --set. */
+static void empty_path_names_and_tags_are_refused(void **state)
+{
+    (void)state;
+    char *problems = NULL;
+    char *set[] = {".=1", "env..X=1", "env.X.=1", ".name=u", "env.Y=!!str 3"};
+    assert_null(load("name: t\ncommand: [a]\n", set, 5, &problems));
+    const char *want[] = {
+        "--set .=1: the key path '.' has an empty name at its start",
+        "--set env..X=1: the key path 'env..X' has an empty name between two dots",
+        "--set env.X.=1: the key path 'env.X.' has an empty name at its end",
+        "--set .name=u: the key path '.name' has an empty name at its start",
+        "--set env.Y=!!str 3: the value is not YAML: value:1:1: YAML tags (!tag, !!type) are not supported",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(problems, want[i]))
+            fail_msg("missing '%s' in:\n%s", want[i], problems);
+    free(problems);
+    assert_null(load("name: !!str t\ncommand: [a]\n", NULL, 0, NULL)); /* a YAML error: the first and only */
+    assert_non_null(strstr(dt_error_last(),
+                           "j.yaml:1:7: YAML tags (!tag, !!type) are not supported in a job spec; quote a "
+                           "value to make it a string"));
+    struct dt_job *job = load("name: \"t\"\ncommand: [a]\nenv: {X: \"3\"}\n", NULL, 0, NULL);
+    assert_non_null(job);
+    assert_string_equal(job->env[0].value, "3");
+    dt_job_free(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +232,8 @@ int main(void)
         cmocka_unit_test(overrides),
         cmocka_unit_test(override_errors),
         cmocka_unit_test(every_problem_in_file_order),
+        cmocka_unit_test(nested_defaults),
+        cmocka_unit_test(empty_path_names_and_tags_are_refused),
     };
     return cmocka_run_group_tests_name("jobspec_source", tests, NULL, NULL);
 }

@@ -172,7 +172,7 @@ static void files_are_read_whole_within_a_limit(void **state)
     assert_int_equal(dt_json_load_file(path, 100, &v), DT_ENOTFOUND);
     assert_non_null(strstr(dt_error_last(), path));
     assert_int_equal(dt_json_load_file(run_dir, 100, &v), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "is not a regular file"));
+    assert_non_null(strstr(dt_error_last(), "not a regular file (a directory)"));
     char *text;
     size_t len;
     snprintf(path, sizeof path, "%s/ok.json", run_dir);
@@ -180,6 +180,44 @@ static void files_are_read_whole_within_a_limit(void **state)
     assert_int_equal(len, 9);
     assert_string_equal(text, "{\"n\": 3}\n");
     free(text);
+}
+
+/* Run files (issue 45): a FIFO named launch.json or summary.json hung `dtrain
+ * list` and `status` in open(2); a device was opened; a link was followed
+ * out of the run directory.  Now none is opened: the name is checked first
+ * (both readers), and the run reader refuses a link at it. */
+static void only_regular_files_are_opened(void **state)
+{
+    (void)state;
+    char fifo[600], link[600], ok[600];
+    json_t *v;
+    char *text;
+    size_t len;
+    run_dir_write("ok.json", "{\"n\": 3}\n");
+    snprintf(ok, sizeof ok, "%s/ok.json", run_dir);
+    snprintf(fifo, sizeof fifo, "%s/launch.json", run_dir);
+    snprintf(link, sizeof link, "%s/summary.json", run_dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink(ok, link), 0);
+    alarm(10); /* a reader blocked in open(2) fails the test instead of hanging it */
+    assert_int_equal(dt_json_load_file(fifo, 100, &v), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "/launch.json: not a regular file (a FIFO)"));
+    assert_int_equal(dt_json_load_run_file(fifo, 100, &v), DT_EINVAL);
+    assert_int_equal(dt_json_read_run_file(fifo, 100, &text, &len), DT_EINVAL);
+    assert_int_equal(dt_json_load_file("/dev/zero", 100, &v), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "/dev/zero: not a regular file (a character device)"));
+    alarm(0);
+    assert_int_equal(dt_json_load_file(link, 100, &v), 0); /* a path the user names: followed */
+    json_decref(v);
+    assert_int_equal(dt_json_load_run_file(link, 100, &v), DT_EINVAL);
+    assert_null(v);
+    assert_non_null(strstr(dt_error_last(), "/summary.json: a symbolic link, which is not followed here"));
+    assert_int_equal(dt_json_read_run_file(link, 100, &text, &len), DT_EINVAL);
+    assert_int_equal(dt_json_load_run_file(ok, 100, &v), 0);
+    assert_int_equal(json_integer_value(json_object_get(v, "n")), 3);
+    json_decref(v);
+    snprintf(ok, sizeof ok, "%s/none.json", run_dir);
+    assert_int_equal(dt_json_load_run_file(ok, 100, &v), DT_ENOTFOUND);
 }
 
 static void get_num_takes_integers_and_reals_only(void **state)
@@ -211,6 +249,7 @@ int main(void)
         cmocka_unit_test(lines_count_from_the_first_line_given),
         cmocka_unit_test(nesting_deeper_than_64_is_refused),
         cmocka_unit_test_setup_teardown(files_are_read_whole_within_a_limit, run_dir_setup, run_dir_teardown),
+        cmocka_unit_test_setup_teardown(only_regular_files_are_opened, run_dir_setup, run_dir_teardown),
         cmocka_unit_test(get_num_takes_integers_and_reals_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -284,6 +286,12 @@ static void test_bad_shards(void **state)
     expect_open_error(path, VOCAB, (const char *[]){"trainer.data.train: no file matches", path, NULL});
     snprintf(path, sizeof path, "%s", dir); /* a directory */
     expect_open_error(path, VOCAB, (const char *[]){path, "not a regular file", NULL});
+    snprintf(path, sizeof path, "%s/fifo.bin", dir); /* open(2) of a FIFO waited for a writer */
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(10);
+    expect_open_error(path, VOCAB, (const char *[]){path, "not a regular file (a FIFO)", NULL});
+    alarm(0);
+    unlink(path);
 }
 
 /* data.format uint16: nanoGPT's bare train.bin (np.uint16 tokens, no
@@ -483,6 +491,80 @@ static void test_trainer_epochs(void **state)
     dt_safetensors_release(&f);
 }
 
+/* Issue 45: an id past the vocabulary written into a shard after it was
+ * opened (the mapping shows it) reached the model, whose refused batch read
+ * as "training diverged at step N: loss is nan".  The loader checks what it
+ * copies: the shard, the byte, the token and the vocabulary are named. */
+static void poke(const char *path, int64_t token, uint16_t id)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &id, 2, DT_TOKENS_HEADER_BYTES + 2 * token), 2);
+    close(fd);
+}
+
+static void step_done_poke(void *ctx, int64_t step)
+{
+    if (step == 1) /* step 3 reads tokens 32..48 */
+        poke(ctx, 40, 60000);
+}
+
+static void test_out_of_vocab_written_mid_run(void **state)
+{
+    (void)state;
+    char path[256], want[512];
+    write_shard("oov_0.bin", 0, 100);
+    snprintf(path, sizeof path, "%s/oov_0.bin", dir);
+    struct dt_token_set set;
+    assert_int_equal(dt_tokens_open(path, DT_TOKENS_LLMC, VOCAB, "trainer.data.train", &set), 0);
+    struct dt_tokens_options o = {.batch_size = 2, .seq_len = 8, .world = 1};
+    struct dt_tokens_loader *l;
+    assert_int_equal(dt_tokens_loader_create(&set, &o, &l), 0);
+    dt_tokens_start_epoch(l, 0, 0);
+    assert_non_null(dt_tokens_next(l)); /* tokens 0..16 */
+    poke(path, 31, 60000);              /* the next batch's last target */
+    assert_null(dt_tokens_next(l));
+    assert_true(dt_tokens_failed(l));
+    snprintf(want, sizeof want,
+             "%s: byte 1086 (token 31): token 60000 is not below the model's vocab_size 50257; it was when "
+             "the run opened the shard, so the file was written to since",
+             path);
+    if (!strstr(dt_error_last(), want))
+        fail_msg("got: %s", dt_error_last());
+    poke(path, 31, 7);
+    assert_non_null(dt_tokens_next(l)); /* the same batch, as it is now */
+    assert_false(dt_tokens_failed(l));
+    dt_tokens_loader_destroy(l);
+    dt_tokens_close(&set);
+    /* in a run: the run fails with that sentence, not as a divergence */
+    struct dt_trainer_spec s;
+    dt_trainer_spec_defaults(&s);
+    s.model = (struct dt_model_spec){
+        .type = "gpt2", .n_layer = 1, .n_head = 2, .n_embd = 8, .vocab_size = VOCAB, .block_size = 8};
+    snprintf(s.data.dataset, sizeof s.data.dataset, "tokens");
+    s.data.train = path;
+    s.data.batch_size = 2;
+    s.data.seq_len = 8;
+    s.data.shuffle = false;
+    s.epochs = 1;
+    s.checkpoint.every_steps = 0;
+    s.checkpoint.resume = DT_RESUME_NEVER;
+    char ck[128];
+    snprintf(ck, sizeof ck, "%s/oov_ckpt", dir);
+    s.checkpoint.dir = ck;
+    struct dt_trainer_options to = {
+        .run_dir = dir, .threads = 1, .quiet = true, .step_done = step_done_poke, .ctx = path};
+    struct dt_trainer *t;
+    if (dt_trainer_create(&s, &to, &t))
+        fail_msg("%s", dt_error_last());
+    struct dt_metrics_summary sum;
+    assert_int_equal(dt_trainer_run(t, &sum), DT_EINVAL);
+    dt_trainer_destroy(t);
+    snprintf(want, sizeof want, "trainer.data.train: %s: byte 1104 (token 40): token 60000 is not below", path);
+    if (!strstr(dt_error_last(), want) || strstr(dt_error_last(), "diverged"))
+        fail_msg("got: %s", dt_error_last());
+}
+
 /* ---- an elastic run's order (accum) ---- */
 
 /* The sequences (shard << 40 | first token) that `world` ranks of loaders
@@ -570,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_uint16_format),
         cmocka_unit_test(test_accum_world_change),
+        cmocka_unit_test(test_out_of_vocab_written_mid_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

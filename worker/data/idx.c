@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/fs.h"
 
 /* The file through inflate, not gzread: after a gzip member, gzread takes
  * bytes that do not start another member for "trailing garbage" and ends
@@ -56,9 +58,13 @@ static int in_open(struct idx_in *in, const char *path)
     memset(in, 0, offsetof(struct idx_in, buf));
     in->path = path;
     in->z.next_in = in->buf;
-    in->f = fopen(path, "rb");
-    if (!in->f)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_FOLLOW, NULL); /* a FIFO is refused unopened */
+    if (fd < 0)
+        return fd;
+    if (!(in->f = fdopen(fd, "rb"))) {
+        close(fd);
+        return dt_error_set_errno(DT_ENOMEM, errno, "%s: cannot buffer", path);
+    }
     int rc = in_fill(in, 2, "the header");
     in->gzip = rc == 0 && in->z.avail_in >= 2 && in->buf[0] == 0x1f && in->buf[1] == 0x8b;
     if (rc == 0 && in->gzip && inflateInit2(&in->z, 16 + MAX_WBITS) != Z_OK)

@@ -20,6 +20,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fs.h"
 #include "worker/data/sampler.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -106,16 +107,11 @@ static int open_shard(const char *path, enum dt_token_format format, int vocab, 
 {
     int (*check)(const char *, const uint8_t *, size_t, int, const uint16_t **, int64_t *) =
         format == DT_TOKENS_UINT16 ? check_uint16 : dt_tokens_check;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error_set_errno(errno == ENOENT ? DT_ENOTFOUND : DT_EIO, errno, "%s: cannot open", path);
     struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st))
-        rc = dt_error_set_errno(DT_EIO, errno, "%s: cannot stat", path);
-    else if (!S_ISREG(st.st_mode))
-        rc = dt_error_set(DT_EINVAL, "%s: not a regular file", path);
-    else if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_FOLLOW, &st), rc = 0; /* a FIFO is refused unopened */
+    if (fd < 0)
+        return fd;
+    if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
         /* mmap of 0 bytes fails, and a file shorter than the header cannot
          * be a shard: the check's message says it better (it reads no byte) */
         rc = check(path, (const uint8_t[DT_TOKENS_HEADER_BYTES]){0}, (size_t)st.st_size, vocab, &s->tokens,
@@ -147,6 +143,8 @@ int dt_tokens_open(const char *pattern, enum dt_token_format format, int vocab, 
     memset(out, 0, sizeof *out);
     if (vocab < 1 || vocab > 65536)
         return dt_error_set(DT_EINVAL, "%s: vocab_size %d: uint16 tokens need 1..65536", what, vocab);
+    out->vocab = vocab;
+    out->header_bytes = format == DT_TOKENS_UINT16 ? 0 : DT_TOKENS_HEADER_BYTES;
     glob_t g;
     int grc = glob(pattern, GLOB_ERR, NULL, &g);
     if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
@@ -207,6 +205,7 @@ struct dt_tokens_loader {
     int64_t origin_offset;
     struct dt_batch b;
     double wait_s;
+    bool failed; /* the last batch held a token out of the vocabulary */
 };
 
 int dt_tokens_loader_create(const struct dt_token_set *s, const struct dt_tokens_options *o,
@@ -313,8 +312,39 @@ static int64_t offset_of(const struct dt_tokens_loader *l)
     return (sample * l->accum + l->m) * l->global;
 }
 
+/* Token j of the batch just copied (inputs[j] for j < bt, then the last
+ * target) at or past the vocabulary: refused naming where it is.  Checked on
+ * the copy, not the mapping, so what is checked is what the model reads. */
+static int check_copied(struct dt_tokens_loader *l, const struct dt_token_shard *s, int64_t bt)
+{
+    int32_t max = 0;
+    for (int64_t i = 0; i < bt; i++)
+        max = l->b.inputs[i] > max ? l->b.inputs[i] : max;
+    max = l->b.targets[bt - 1] > max ? l->b.targets[bt - 1] : max;
+    if (max < l->set->vocab)
+        return 0;
+    int64_t j = 0;
+    while (j < bt && l->b.inputs[j] < l->set->vocab)
+        j++;
+    int32_t id = j < bt ? l->b.inputs[j] : l->b.targets[bt - 1];
+    int64_t token = l->origin_offset + j;
+    l->failed = true;
+    return dt_error_set(DT_EINVAL,
+                        "%s: byte %lld (token %lld): token %d is not below the model's vocab_size %d; it "
+                        "was when the run opened the shard, so the file was written to since (restore it, "
+                        "or start the run again on the new data)",
+                        s->path, (long long)l->set->header_bytes + 2 * token, (long long)token, (int)id,
+                        l->set->vocab);
+}
+
+bool dt_tokens_failed(const struct dt_tokens_loader *l)
+{
+    return l->failed;
+}
+
 const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
 {
+    l->failed = false;
     if (l->batch >= l->per_epoch)
         return NULL;
     double t0 = dt_clock_s();
@@ -327,6 +357,8 @@ const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l)
         l->b.inputs[i] = src[i];
         l->b.targets[i] = src[i + 1];
     }
+    if (check_copied(l, s, bt))
+        return NULL;
     l->b.index = l->batch++;
     if (++l->m < l->accum) {
         l->wait_s += dt_clock_s() - t0;

@@ -6,7 +6,11 @@
  * bytes.  A set is every file a glob matches, in sorted (byte) order, as
  * llm.c's glob() gives them.  Each shard is mapped once, checked once at
  * open (magic, version, size, every token below the model's vocab_size; an
- * error names the file and the byte offset) and never copied.  With
+ * error names the file and the byte offset) and never copied.  The mapping
+ * shows what is written into the file later, so each batch's tokens are
+ * checked again as they are copied out of it: a token written past the
+ * vocabulary mid-run is refused naming the shard, its byte, the token and
+ * the vocabulary, before any model reads it.  With
  * format uint16 (trainer.data.format) a file is a bare array of little-endian
  * uint16 tokens, as nanoGPT's prepare.py writes train.bin and val.bin: its
  * size must be even and the count is size / 2.
@@ -70,6 +74,8 @@ struct dt_token_shard {
 struct dt_token_set {
     struct dt_token_shard *shards;
     int n;
+    int vocab;        /* every token is below it */
+    int header_bytes; /* before the first token: DT_TOKENS_HEADER_BYTES, 0 for uint16 */
 };
 
 /* Opens every file `pattern` matches, laid out as `format` says; `what`
@@ -108,8 +114,14 @@ int64_t dt_tokens_batches_per_epoch(const struct dt_tokens_loader *l);
 void dt_tokens_start_epoch(struct dt_tokens_loader *l, int64_t epoch, int64_t first);
 
 /* The next batch of the epoch (kind DT_BATCH_TOKENS, n = B, index = its
- * number in the epoch), NULL after the last; valid until the next call. */
+ * number in the epoch), NULL after the last; valid until the next call.
+ * NULL too, with the error set and dt_tokens_failed true, when a token read
+ * is not below the vocabulary (the shard was written to since it was
+ * opened); the batch is not consumed. */
 const struct dt_batch *dt_tokens_next(struct dt_tokens_loader *l);
+
+/* Whether the last dt_tokens_next found a token out of the vocabulary. */
+bool dt_tokens_failed(const struct dt_tokens_loader *l);
 
 /* Where the next batch of the epoch is read: the shard's index in the
  * sorted set and the token offset of rank 0's sequence there (rank r's is

@@ -50,7 +50,6 @@ struct dt_gpt2 {
     struct dt_model m; /* first: a struct dt_model * of this model is a struct dt_gpt2 * */
     int L, H, C, V, Vp, block, max_batch, seq_len;
     enum dt_recompute recompute;
-    bool blas_single;                        /* k->blas_single(true) was called (create; destroy undoes it) */
     size_t wte, wpe, lnfw, lnfb;             /* offsets of the tensors outside the blocks */
     size_t *blk;                             /* [L][G_PER_BLOCK] offsets */
     struct dt_model_tensor *tensors;         /* 2 + 12 L + 2, arena order */

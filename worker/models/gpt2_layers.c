@@ -2,12 +2,12 @@
  * math above them, as llm.c's train_gpt2.c keeps them (gpt2_internal.h lists
  * them).  All the parallelism is the CPU pool's (worker/cpu_pool.h): a GEMM
  * is cut into tiles of its output, each one single-threaded OpenBLAS call
- * (gpt2 keeps BLAS single-threaded: k->blas_single), attention runs one
- * (b, h) per pool item with its GEMMs inside, and every other loop is split
- * by rows or columns, weighted by the work of one (cpu_pool's cost).  Each
- * output element is one thread's, its sums run in a fixed order, and the
- * tiles depend on the shapes alone: the bits do not depend on the thread
- * count.
+ * (the kernel table's gemm), attention runs one (b, h) per pool item with
+ * its GEMMs inside (BLAS runs on its caller's thread), and every other loop
+ * is split by rows or columns, weighted by the work of one (cpu_pool's
+ * cost).  Each output element is one thread's, its sums run in a fixed
+ * order, and the tiles depend on the shapes alone: the bits do not depend on
+ * the thread count.
  *
  * Autocast (p = bf16 or fp16) follows torch.autocast on CPU for what GPT-2
  * runs: linear and matmul in the low type with fp32 accumulation (their
@@ -270,69 +270,6 @@ void dt_gpt2__layernorm_backward(float *dinp, float *dw, float *db, const float 
     run(ln_bwd_cols, &j, (size_t)C, 16, (size_t)N);
 }
 
-/* ---- GEMMs cut into tiles over the pool ---- */
-
-/* C[M,N] = op(A) op(B) + beta C, row-major, op transposing A [K,M] (ta) or
- * B [N,K] (tb), as tiles of C: each tile is one single-threaded sgemm over
- * the whole K, so an element's sum (a weight gradient's over the batch
- * included) is one call's, whatever the threads. */
-struct gemm {
-    bool ta, tb;
-    int M, N, K, lda, ldb, ldc, tm, tn, cols; /* tiles of tm x tn, cols of them per row of tiles */
-    const float *A, *B;
-    float *C;
-    float beta;
-};
-
-static void gemm_tiles(void *ctx, size_t lo, size_t hi)
-{
-    const struct gemm *g = ctx;
-    for (size_t t = lo; t < hi; t++) {
-        int i = (int)(t / (size_t)g->cols) * g->tm, j = (int)(t % (size_t)g->cols) * g->tn;
-        int m = g->M - i < g->tm ? g->M - i : g->tm, n = g->N - j < g->tn ? g->N - j : g->tn;
-        const float *a = g->ta ? g->A + i : g->A + (size_t)i * (size_t)g->lda;
-        const float *b = g->tb ? g->B + (size_t)j * (size_t)g->ldb : g->B + j;
-        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, m, n,
-                    g->K, 1.0f, a, g->lda, b, g->ldb, g->beta, g->C + (size_t)i * (size_t)g->ldc + j, g->ldc);
-    }
-}
-
-static int half16(int x)
-{
-    return (x / 2 + 15) / 16 * 16;
-}
-
-/* The tiles come from the shape alone: the larger side halved (to multiples
- * of 16, not below 16) until there are GEMM_TILES tiles.  A tile packs its
- * rows of A and its columns of B again, 4 K (tm + tn) bytes for 2 tm tn K
- * flops, so tiles are kept square and few: at 32 tiles the packing cost a
- * single-threaded step ~18% more CPU than whole calls, at 16 tiles ~12%,
- * and 16 give 16, 8, 4 or 2 threads whole tiles each. */
-#define GEMM_TILES 16
-
-static void gemm(bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                 float beta, float *C, int ldc)
-{
-    struct gemm g = {ta, tb, M, N, K, lda, ldb, ldc, M, N, 1, A, B, C, beta};
-    for (;;) {
-        int tiles = ((M + g.tm - 1) / g.tm) * ((N + g.tn - 1) / g.tn);
-        if (tiles >= GEMM_TILES)
-            break;
-        if (g.tm >= g.tn && g.tm > 32)
-            g.tm = half16(g.tm);
-        else if (g.tn > 32)
-            g.tn = half16(g.tn);
-        else if (g.tm > 32)
-            g.tm = half16(g.tm);
-        else
-            break;
-    }
-    g.cols = (N + g.tn - 1) / g.tn;
-    size_t tiles = (size_t)((M + g.tm - 1) / g.tm) * (size_t)g.cols;
-    /* a multiply-add costs about an eighth of a streamed element */
-    dt_cpu_pool_run_cost(gemm_tiles, &g, tiles, 1, (size_t)g.tm * (size_t)g.tn * (size_t)K / 8 + 1);
-}
-
 /* ---- matmul (Conv1D: W [in, out]; the tied head: W [out, in]) ---- */
 
 static void bias_rows(void *ctx, size_t lo, size_t hi)
@@ -350,9 +287,9 @@ void dt_gpt2__matmul_forward(const struct dt_kernels *k, float *out, const float
     if (b) {
         struct job j = {.out = out, .b = b, .C = oc};
         run(bias_rows, &j, (size_t)N, 1, (size_t)oc);
-        gemm(false, false, N, oc, ic, inp, ic, w, oc, 1.0f, out, oc);
+        k->gemm(false, false, N, oc, ic, inp, ic, w, oc, 1.0f, out, oc);
     } else {
-        gemm(false, true, N, oc, ic, inp, ic, w, ic, 0.0f, out, oc);
+        k->gemm(false, true, N, oc, ic, inp, ic, w, ic, 0.0f, out, oc);
     }
     if (p != DT_KPREC_F32)
         k->round_lowp(out, out, (size_t)N * (size_t)oc, p, false);
@@ -386,13 +323,13 @@ void dt_gpt2__matmul_backward(const struct dt_kernels *k, float *dinp, float *dw
         run(colsum_cols, &j, (size_t)oc, 16, (size_t)N);
         if (lp)
             k->round_lowp(db, wtmp, (size_t)oc, p, accumulate);
-        gemm(true, false, ic, oc, N, inp, ic, dout, oc, beta, dwo, oc);
+        k->gemm(true, false, ic, oc, N, inp, ic, dout, oc, beta, dwo, oc);
         if (dinp)
-            gemm(false, true, N, ic, oc, dout, oc, w, oc, 0.0f, dinp, ic);
+            k->gemm(false, true, N, ic, oc, dout, oc, w, oc, 0.0f, dinp, ic);
     } else {
-        gemm(true, false, oc, ic, N, dout, oc, inp, ic, beta, dwo, ic);
+        k->gemm(true, false, oc, ic, N, dout, oc, inp, ic, beta, dwo, ic);
         if (dinp)
-            gemm(false, false, N, ic, oc, dout, oc, w, ic, 0.0f, dinp, ic);
+            k->gemm(false, false, N, ic, oc, dout, oc, w, ic, 0.0f, dinp, ic);
     }
     if (lp) {
         k->round_lowp(dw, wtmp, (size_t)ic * (size_t)oc, p, accumulate);

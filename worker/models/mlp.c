@@ -247,7 +247,8 @@ static void layer_forward(struct dt_mlp *n, int l, const float *x, int B)
 /* ---- one Linear layer and its activation: backward ---- */
 
 /* dW of layer l in fp32, chunk by chunk from the last rows down
- * (dt_model_set_grad_chunk); the bias gradient is already final, so the
+ * (dt_model_set_grad_chunk; chunks start on the kernels' row tiles, so they
+ * hold the whole GEMM's bits); the bias gradient is already final, so the
  * first range reported also covers it. */
 static void weight_grad(struct dt_mlp *n, int l, const float *dz, const float *x, int B, bool accumulate,
                         dt_model_ready_fn ready, void *ctx)

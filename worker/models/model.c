@@ -190,23 +190,25 @@ int dt_model_chunk_rows(const struct dt_model *m, const struct dt_model_tensor *
     size_t numel = dt_model_tensor_numel(t), row = numel / (size_t)rows;
     if (!t->row_chunks || m->grad_chunk == 0 || numel <= m->grad_chunk)
         return rows;
-    size_t per = m->grad_chunk / row / 64 * 64;
-    if (per < 64)
-        per = 64;
+    size_t per = m->grad_chunk / row / DT_KERNELS_W_ROWS * DT_KERNELS_W_ROWS;
+    if (per < DT_KERNELS_W_ROWS)
+        per = DT_KERNELS_W_ROWS;
     return per >= (size_t)rows ? rows : (int)per;
 }
 
-/* Every chunk starts on a multiple of 64 rows, as a whole GEMM's tiles do,
- * and the first rows, written last, are one 64-row chunk: the all-reduce
- * nothing can hide is the smallest. */
+/* Every chunk starts on a multiple of DT_KERNELS_W_ROWS (64) rows, as the
+ * kernels' weight-gradient tiles do, and the first rows, written last, are
+ * one 64-row chunk: the all-reduce nothing can hide is the smallest. */
+enum { FIRST = DT_KERNELS_W_ROWS };
+
 static int chunk_above(int r, int R)
 {
-    return r == 0 ? 64 : r + R;
+    return r == 0 ? FIRST : r + R;
 }
 
 int dt_model__chunk_below(int top, int R)
 {
-    return top <= 64 ? 0 : 64 + (top - 64 - 1) / R * R;
+    return top <= FIRST ? 0 : FIRST + (top - FIRST - 1) / R * R;
 }
 
 int dt_model_grad_segments(const struct dt_model *m, size_t *bounds, bool *cut)

@@ -56,9 +56,7 @@ typedef void (*dt_model_ready_fn)(void *ctx, size_t lo, size_t hi);
 /* What a model is made from. */
 struct dt_model_config {
     const struct dt_model_spec *spec; /* trainer.model: its type picks the ops */
-    const struct dt_kernels *k;       /* the CPU kernel table its arithmetic goes through; a model
-                                       * that splits its GEMMs over the CPU pool itself holds
-                                       * k->blas_single on while it exists (gpt2) */
+    const struct dt_kernels *k;       /* the CPU kernel table its arithmetic goes through */
     struct dt_batch_shape data;       /* the data set's shape (must be the kind ops->input names) */
     int max_batch;                    /* most rows of a train or eval batch */
     uint64_t seed;                    /* initial parameters */
@@ -153,14 +151,15 @@ size_t dt_model_tensor_numel(const struct dt_model_tensor *t);
  * elements in row chunks of at most that size, from the last rows to the
  * first, and reports each chunk as ready once written, so its all-reduce can
  * run while the next chunk is computed.  Chunks start at rows 0, 64, 64 + R,
- * 64 + 2R, ... (R a multiple of 64): the first rows, written last, are the
- * smallest chunk.  Each element of the gradient sums over the batch in the
- * same order as a whole GEMM, and with one BLAS thread the bits are the
- * same; with more, OpenBLAS splits a whole GEMM among its threads
- * differently and the last bit may differ.  So chunking is a property of the
- * model, not of the run: 1 MiB (DT_MODEL_GRAD_CHUNK, set by dt_model_create)
- * whatever the ranks, buckets or overlap, so that those settings never change
- * a gradient.  0 writes whole tensors.  Autocast writes whole tensors. */
+ * 64 + 2R, ... (R a multiple of 64 = DT_KERNELS_W_ROWS): the first rows,
+ * written last, are the smallest chunk.  The kernels compute a weight
+ * gradient in tiles of DT_KERNELS_W_ROWS rows from row 0 (worker/kernels.h),
+ * so a chunk is the very calls the whole GEMM would make for its rows and
+ * has its bits, on any CPU and with any threads.  Chunking is a property of
+ * the model, not of the run: 1 MiB (DT_MODEL_GRAD_CHUNK, set by
+ * dt_model_create) whatever the ranks, buckets or overlap, so the buckets
+ * those settings make are cut at the same rows.  0 writes whole tensors.
+ * Autocast writes whole tensors. */
 #define DT_MODEL_GRAD_CHUNK ((size_t)1 << 18)
 void dt_model_set_grad_chunk(struct dt_model *m, size_t floats);
 
