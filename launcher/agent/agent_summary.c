@@ -229,7 +229,7 @@ static void json_trainer(FILE *f, const char *run_dir)
     size_t len = 0;
     json_t *doc = NULL;
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (dt_json_read_file(path, 1 << 20, &text, &len) || dt_json_parse(text, len, path, 1, &doc) ||
+    if (dt_json_read_run_file(path, 1 << 20, &text, &len) || dt_json_parse(text, len, path, 1, &doc) ||
         !json_is_object(doc)) {
         json_decref(doc);
         free(text);
