@@ -198,29 +198,33 @@ static void get_str(const json_t *o, const char *key, char *out, size_t size)
     snprintf(out, size, "%s", s ? s : "");
 }
 
-/* An integer member within [0, max]; absent is 0, anything else refuses the record. */
-static bool get_int(const json_t *o, const char *key, long long max, long long *out)
+/* An integer member within [min, max]; absent is 0 (not recorded),
+ * anything else refuses the record. */
+static bool get_int(const json_t *o, const char *key, long long min, long long max, long long *out)
 {
     const json_t *v = json_object_get(o, key);
     *out = 0;
     if (!v)
         return true;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
         return false;
     *out = json_integer_value(v);
     return true;
 }
 
-/* The members that are numbers: refused out of range, so nothing later
- * multiplies or casts a planted 1e300 (pid_max is at most 2^22). */
+/* The members that are numbers, refused outside what a launch writes, so
+ * nothing later multiplies or casts a planted 1e300: a pid (pid 0 is no
+ * process), the spec's bounds on nodes (65536) and nproc_per_node (1024,
+ * or -1 for "gpu", DT_NPROC_GPU; never 0). */
 static int get_numbers(const json_t *o, const char *path, struct dt_run_record *r)
 {
     long long pid, nodes, nproc, start;
-    const char *bad = !get_int(o, "pid", 1 << 22, &pid)                ? "pid"
-                      : !get_int(o, "nodes", 1 << 20, &nodes)          ? "nodes"
-                      : !get_int(o, "nproc_per_node", 1 << 20, &nproc) ? "nproc_per_node"
-                      : !get_int(o, "pid_start", LLONG_MAX, &start)    ? "pid_start"
-                                                                       : NULL;
+    const char *bad = !get_int(o, "pid", 1, INT_MAX, &pid)                         ? "pid"
+                      : !get_int(o, "nodes", 1, 65536, &nodes)                     ? "nodes"
+                      : !get_int(o, "nproc_per_node", DT_NPROC_GPU, 1024, &nproc) ? "nproc_per_node"
+                      : json_object_get(o, "nproc_per_node") && nproc == 0         ? "nproc_per_node"
+                      : !get_int(o, "pid_start", -1, LLONG_MAX, &start)            ? "pid_start"
+                                                                                    : NULL;
     double t = 0;
     if (!bad && json_object_get(o, "started_unix") &&
         (!dt_json_get_num(o, "started_unix", &t) || !(t >= 0 && t < 1e11)))

@@ -178,7 +178,7 @@ contains "$T/last.out" "^slurm-me +- +- +unreadable" "list: the refused record h
 # --- F. FIFOs are not waited on -----------------------------------------------
 mkdir -p runs/fifo-a runs/fifo-b && chmod 700 runs/fifo-a runs/fifo-b
 mkfifo runs/fifo-a/launch.json
-plant fifo-b local '"pid": 0'
+plant fifo-b local '"pid": 1'
 mkfifo runs/fifo-b/summary.json runs/fifo-b/metrics.jsonl
 expect_status 0 "list returns with FIFOs for launch.json and summary.json" timeout 20 "$DTRAIN" list runs
 contains "$T/last.out" "^fifo-a .*unreadable" "list: the FIFO launch.json's run is unreadable"

@@ -236,6 +236,23 @@ static void handles_are_ids_not_options(void **s)
     /* Numbers out of range refuse the record (nothing casts 1e300 to an int). */
     write_file(dir, "launch.json", "{\"scheduler\": \"local\", \"run_dir\": \"/x\", \"pid\": 1e300}");
     assert_int_equal(dt_run_record_read(dir, &r), DT_EPROTO);
+    /* Outside what a launch writes: pid 0, nodes beyond the spec's 65536,
+     * nproc_per_node 0 or beyond 1024; "gpu" (-1) is a shape a launch writes. */
+    const char *bad_numbers[] = {"\"pid\": 0", "\"pid\": 2147483648", "\"nodes\": 0", "\"nodes\": 65537",
+                                 "\"nproc_per_node\": 0", "\"nproc_per_node\": -2",
+                                 "\"nproc_per_node\": 1025", "\"pid_start\": -2", NULL};
+    char text[256];
+    for (int i = 0; bad_numbers[i]; i++) {
+        snprintf(text, sizeof text, "{\"scheduler\": \"local\", \"run_dir\": \"/x\", %s}", bad_numbers[i]);
+        write_file(dir, "launch.json", text);
+        assert_int_equal(dt_run_record_read(dir, &r), DT_EPROTO);
+    }
+    write_file(dir, "launch.json",
+               "{\"scheduler\": \"local\", \"run_dir\": \"/x\", \"pid\": 2147483647, \"nodes\": 65536, "
+               "\"nproc_per_node\": -1, \"pid_start\": -1}");
+    assert_int_equal(dt_run_record_read(dir, &r), 0);
+    assert_int_equal(r.nodes, 65536);
+    assert_int_equal(r.nproc_per_node, -1);
 }
 
 /* launch.json, summary.json and job.yaml as FIFOs: refused at once (a reader
@@ -281,8 +298,8 @@ static void lookup_by_name_prefers_a_trusted_record(void **s)
 {
     (void)s;
     char mine[PATH_MAX], theirs[PATH_MAX], found[PATH_MAX];
-    plant(mine, sizeof mine, "train-mine", "\"pid\": 0, \"started_unix\": 1000");
-    plant(theirs, sizeof theirs, "train-theirs", "\"pid\": 0, \"started_unix\": 99999999999");
+    plant(mine, sizeof mine, "train-mine", "\"started_unix\": 1000");
+    plant(theirs, sizeof theirs, "train-theirs", "\"started_unix\": 99999999999");
     assert_int_equal(chmod(theirs, 0777), 0);
     struct dt_run_record r;
     assert_int_equal(dt_run_record_read(theirs, &r), 0);
@@ -310,10 +327,15 @@ static void huge_shape_does_not_overflow(void **s)
 {
     (void)s;
     char dir[PATH_MAX];
-    plant(dir, sizeof dir, "huge", "\"pid\": 0, \"nodes\": 1048576, \"nproc_per_node\": 1048576");
+    plant(dir, sizeof dir, "huge", "\"nodes\": 1048576, \"nproc_per_node\": 1048576");
     struct dt_run_info in;
+    assert_int_equal(dt_run_info_load(dir, false, &in), DT_EPROTO); /* beyond any spec: refused */
+    plant(dir, sizeof dir, "largest", "\"nodes\": 65536, \"nproc_per_node\": 1024");
     assert_int_equal(dt_run_info_load(dir, false, &in), 0);
-    assert_int_equal(in.world_size, 0);
+    assert_int_equal(in.world_size, 65536 * 1024);
+    plant(dir, sizeof dir, "gpus", "\"nodes\": 65536, \"nproc_per_node\": -1");
+    assert_int_equal(dt_run_info_load(dir, false, &in), 0);
+    assert_int_equal(in.world_size, 0); /* ranks per node known to the nodes alone */
     write_file(dir, "summary.json", "{\"status\": \"failed\", \"exit_status\": 1e300, \"world_size\": -5}");
     assert_int_equal(dt_run_info_load(dir, false, &in), 0);
     assert_int_equal(in.exit_status, -1);
