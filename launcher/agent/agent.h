@@ -106,6 +106,11 @@ struct dt_agent_hooks {
      * stopped before they see this node's ranks vanish, or they take that for
      * their own ranks' failure and end with its status instead of 128 + sig. */
     void (*interrupted)(void *ctx, int sig);
+    /* While the ranks are being stopped (poll does not run then: its
+     * verdicts are moot), every second: the node shows it is alive, so
+     * node 0's coordinator, which takes a member silent for a few seconds
+     * for a stopped agent, does not lose it during a long grace period. */
+    void (*keepalive)(void *ctx);
 };
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */

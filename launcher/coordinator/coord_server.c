@@ -37,6 +37,8 @@
 
 #include <ctype.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +281,8 @@ void dt_coord__conn_flush(struct dt_coord__conn *conn)
     struct dt_wire_buf *o = &conn->out;
     if (conn->closing || o->len == 0)
         return;
+    /* A reply is news too: an answered WAIT or BARRIER starts its silence anew. */
+    conn->quiet_since_ms = uv_now(&conn->coord->loop);
     if (o->failed) {
         conn_close(conn, "out of memory for a reply");
         return;
@@ -407,7 +411,7 @@ static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t le
             return SIZE_MAX;
         memset(&conn->pg, 0, sizeof conn->pg);
         off += used;
-        conn->last_request_ms = uv_now(&conn->coord->loop);
+        conn->quiet_since_ms = uv_now(&conn->coord->loop);
         /* A whole request is progress: the next one gets its own deadline. */
         if (conn->gate.validated && conn->gate.authed)
             conn->deadline_ms = 0;
@@ -649,14 +653,29 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- deadlines ---- */
 
+/* Whether the member's host has stopped acknowledging: keepalive probes or
+ * data unanswered.  TCP liveness (member_liveness_s) closes that connection
+ * and says so; it is no silent agent. */
+static bool host_unanswering(const struct dt_coord__conn *conn)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    uv_os_fd_t fd;
+    return conn->coord->liveness_s > 0 && uv_fileno((const uv_handle_t *)&conn->tcp, &fd) == 0 &&
+           getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && (ti.tcpi_probes > 0 || ti.tcpi_unacked > 0);
+}
+
 /* A member (a JOINed agent) that sends nothing: its kernel acknowledges, so
- * TCP liveness cannot tell a stopped or hung agent from a quiet one; a
- * pending WAIT or BARRIER is a reason to be quiet. */
+ * TCP liveness cannot tell a stopped or hung agent from a quiet one.  A
+ * pending WAIT or BARRIER is a reason to be quiet, and so is a paused
+ * connection (its replies wait to be read).  Node 0's agent hosts this
+ * coordinator: stopped, it stops the coordinator too, and busy, it must not
+ * be taken for lost by its own loop thread. */
 static bool member_silent(const struct dt_coord__conn *conn, uint64_t now)
 {
     const struct dt_coord *c = conn->coord;
-    return c->silence_ms && conn->member >= 0 && !conn->waiting && !conn->barrier && !conn->paused &&
-           now - conn->last_request_ms > c->silence_ms;
+    return c->silence_ms && conn->member > 0 && !conn->closing && !conn->waiting && !conn->barrier &&
+           !conn->paused && now - conn->quiet_since_ms > c->silence_ms && !host_unanswering(conn);
 }
 
 static void on_sweep(uv_timer_t *t)
@@ -668,7 +687,7 @@ static void on_sweep(uv_timer_t *t)
         next = conn->next;
         if (member_silent(conn, now)) {
             snprintf(why, sizeof why,
-                     "it sent nothing for %.3g s (its agent is stopped, e.g. by SIGSTOP, or hung)",
+                     "it sent nothing for %.3g s", /* lost_why (coord_rendezvous.c) says more */
                      (double)c->silence_ms / 1e3);
             conn_close(conn, why);
             continue;

@@ -36,11 +36,13 @@ struct dt_coord_config {
      * timeouts (minutes).  Node 0's agent gives rendezvous.heartbeat_timeout. */
     double member_liveness_s;
     /* A member whose host still acknowledges but whose agent sends nothing
-     * (stopped by SIGSTOP, hung) is invisible to TCP: with this > 0, a
-     * member's connection that sends no request for this long, while no WAIT
-     * or BARRIER of its is pending, is closed and the member lost ("sent
-     * nothing for N s").  0: off.  Only for agents that send a request at
-     * least every few seconds in every phase of a job. */
+     * (stopped by SIGSTOP, hung) is invisible to TCP: with this > 0, the
+     * connection of a member other than node 0 (whose agent hosts this
+     * coordinator) that neither sends a request nor gets a reply for this
+     * long, while no WAIT or BARRIER of its is pending, is closed and the
+     * member lost ("went silent").  0: off.  Only for agents that call at
+     * least every few seconds in every phase of a job (dtrain's poll every
+     * 0.1 s; node 0's agent gives max(heartbeat_timeout, 5 s)). */
     double member_silence_s;
 };
 

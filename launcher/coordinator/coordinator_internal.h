@@ -142,7 +142,7 @@ struct dt_coord__conn {
     bool closing, in_read;
     uint64_t accepted_ms;        /* loop time */
     uint64_t deadline_ms;        /* closed when the loop time passes it; 0: none */
-    uint64_t last_request_ms;    /* loop time of its last whole request (a member's silence) */
+    uint64_t quiet_since_ms;     /* loop time of its last whole request or reply (a member's silence) */
     size_t waits_left;           /* keys of the pending WAIT still missing */
     bool waiting;
     struct dt_coord__wait *wait_nodes;
