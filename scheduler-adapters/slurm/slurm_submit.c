@@ -241,8 +241,12 @@ static void on_line(void *ctx, const char *line, size_t len, bool complete)
 
 static void pump(struct stream *s)
 {
-    if (s->fd < 0 && (s->fd = open(s->path, O_RDONLY | O_CLOEXEC)) < 0)
-        return; /* not there until the job starts */
+    /* Not there until the job starts; a FIFO or link under its name is
+     * refused each time (base/fs.h), never waited on. */
+    if (s->fd < 0 && (s->fd = dt_fs_open_read(AT_FDCWD, s->path, DT_FS_NOFOLLOW, NULL)) < 0) {
+        dt_error_clear();
+        return;
+    }
     char buf[16384];
     ssize_t n;
     while ((n = read(s->fd, buf, sizeof buf)) > 0)
