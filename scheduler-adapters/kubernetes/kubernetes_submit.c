@@ -311,7 +311,6 @@ int dt_k8s_status(const struct dt_run_record *rec, struct dt_adapter_state *out)
                             rec->job_id, rec->namespace_name);
     struct recorded r;
     from_record(rec, &r);
-    memset(out, 0, sizeof *out);
     int st = look(&r.job);
     if (st == -2)
         return dt_error_set(DT_ECONN, "kubernetes: kubectl cannot say how Job %s in namespace %s stands",
