@@ -31,6 +31,7 @@
 #include "launcher/coordinator/coordinator.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <limits.h>
@@ -292,7 +293,8 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
         dt_log_info(
             "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s", job,
             n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, cfg->master_addr, cfg->master_port,
+            dt_placement_rank_of(nd->nproc, n->node_rank, 0),
+            dt_placement_rank_of(nd->nproc, n->node_rank, nd->nproc - 1), cfg->master_addr, cfg->master_port,
             nd->run_dir);
     else
         dt_log_info("job %s: %d rank%s of '%s', coordinator %s:%d, run %s", job, nd->nproc,

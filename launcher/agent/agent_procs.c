@@ -34,6 +34,7 @@
 #include "base/proc.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -633,7 +634,7 @@ static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
         if (!res->attempts[k].ranks)
             return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
         for (int i = 0; i < a->nranks; i++)
-            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
+            res->attempts[k].ranks[i].rank = dt_placement_rank_of(cfg->nproc, cfg->node_rank, i);
     }
     return res->attempts
                ? 0
@@ -644,7 +645,7 @@ static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
 {
     for (int i = 0; i < a->nranks; i++) {
         struct dt_agent__sink *k = &a->sinks[i];
-        k->rank = cfg->node_rank * cfg->nproc + i;
+        k->rank = dt_placement_rank_of(cfg->nproc, cfg->node_rank, i);
         k->log_fd[0] = k->log_fd[1] = -1;
     }
     for (int i = 0; i < a->nproc; i++) {

@@ -41,6 +41,7 @@
 #include "base/proc.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -514,7 +515,7 @@ static int start_ranks(struct dt_agent *a, const char *dir)
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent__proc *p = &a->procs[i];
         /* An elastic round numbers the ranks anew. */
-        p->rank = a->sinks[i].rank = at->ranks[i].rank = a->cfg->node_rank * a->cfg->nproc + i;
+        p->rank = a->sinks[i].rank = at->ranks[i].rank = dt_placement_rank_of(a->cfg->nproc, a->cfg->node_rank, i);
         dt_agent_env_free(p->env);
         p->env = NULL;
         int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);
