@@ -86,6 +86,19 @@ static double liveness(const struct dt_job *job)
     return t > 0 ? t : job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
 }
 
+/* How long another node's agent may send nothing before node 0 takes it for
+ * lost (stopped by SIGSTOP, hung: its host still acknowledges, so liveness
+ * cannot tell).  An agent calls every 0.1 s in every phase; the floor keeps
+ * a loaded host's scheduling stalls, which a short heartbeat_timeout would
+ * catch, from ending a job. */
+#define AGENT_SILENCE_MIN_S 5.0
+
+static double agent_silence(const struct dt_job *job)
+{
+    double t = liveness(job);
+    return t > AGENT_SILENCE_MIN_S ? t : AGENT_SILENCE_MIN_S;
+}
+
 static bool several_agents(const struct dt_agent_node *n);
 
 /* A command's ranks (a PyTorch script's TCPStore client has no token) reach
@@ -112,7 +125,8 @@ static int host_coordinator(struct node *nd)
     nd->cc = (struct dt_coord_config){.bind_host = n->coord_bind,
                                       .port = coordinator_port(nd),
                                       .token = nd->token[0] ? nd->token : NULL,
-                                      .member_liveness_s = liveness(n->job)};
+                                      .member_liveness_s = liveness(n->job),
+                                      .member_silence_s = agent_silence(n->job)};
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
         return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind,
                                nd->cc.port);
@@ -400,7 +414,8 @@ static int run(struct node *nd)
     const struct dt_job *job = n->job;
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker", job->path, NULL};
+    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker",
+                                 n->rank_spec ? n->rank_spec : job->path, NULL};
     struct dt_agent_hooks hooks = {.ctx = nd, .period_s = 0.2, .poll = poll_hook};
     if (nd->round) {
         hooks.period_s = nd->round_hooks.period_s;

@@ -234,7 +234,7 @@ static void add_trainer(json_t **doc, const char *run_dir)
     char path[PATH_MAX + 32];
     json_t *t = NULL;
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (dt_json_load_file(path, 1 << 20, &t) || !json_is_object(t)) {
+    if (dt_json_load_run_file(path, 1 << 20, &t) || !json_is_object(t)) {
         json_decref(t);
         dt_error_clear();
         return;

@@ -104,6 +104,8 @@ static void requeue_signal(struct dt_agent *a)
 /* --- the hooks ----------------------------------------------------------- */
 
 #define DEFAULT_PERIOD_S 0.1
+/* The keepalive's period: well within the coordinator's 5 s floor for a silent agent. */
+#define KEEPALIVE_S 1.0
 
 static double period(const struct dt_agent *a)
 {
@@ -115,7 +117,7 @@ static double period(const struct dt_agent *a)
 static int hooks_timeout(const struct dt_agent *a, int timeout)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    if (!h || !h->poll || dt_agent__sm_ending(&a->sm))
+    if (!h || (dt_agent__sm_ending(&a->sm) ? !h->keepalive : !h->poll))
         return timeout;
     double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -127,7 +129,16 @@ static void hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
     double now = dt_clock_s();
-    if (!h || !h->poll || dt_agent__sm_ending(&a->sm) || now < a->next_hook_poll)
+    if (!h || now < a->next_hook_poll)
+        return;
+    if (dt_agent__sm_ending(&a->sm)) {
+        if (h->keepalive) {
+            a->next_hook_poll = now + KEEPALIVE_S;
+            h->keepalive(h->ctx);
+        }
+        return;
+    }
+    if (!h->poll)
         return;
     a->next_hook_poll = now + period(a);
     int status = 1;

@@ -19,6 +19,7 @@
 #include "launcher/agent/agent.h"
 #include "launcher/cli/launch_resume.h"
 #include "scheduler-adapters/adapter.h"
+#include "scheduler-adapters/run_record.h"
 #include "spec/jobspec.h"
 
 #include "base/clock.h"
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -39,12 +41,16 @@ static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *
 {
     /* The run directory first, with launch.json and the spec in it, so that
      * `dtrain status` finds the job while it runs (launch_resume.h). */
-    char run_id[64];
+    char run_id[64], run_dir[PATH_MAX], rank_spec[PATH_MAX + 16];
     snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : "");
-    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id) < 0) {
+    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id, run_dir) < 0) {
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
         return DT_EXIT_FAILED;
     }
+    /* The ranks read the spec as this launch loaded it, from the private run
+     * directory: not the user's file (which may change while the job runs),
+     * nor a copy anyone else could replace between two restarts. */
+    snprintf(rank_spec, sizeof rank_spec, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
     struct dt_agent_node n = {.job = job,
                               .who = "dtrain launch",
                               .node_rank = 0,
@@ -59,6 +65,7 @@ static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *
                               .start_mono = o->start_mono,
                               .run_id = run_id,
                               .dtrain = o->dtrain_path,
+                              .rank_spec = rank_spec,
                               .group = h->group};
     return dt_agent_node_run(&n);
 }
