@@ -32,7 +32,7 @@ static void usage(FILE *out)
             "  --host H         address to listen on (default 0.0.0.0)\n"
             "  --token-file F   read the 64-hex-char job token from F (mode 600: a file\n"
             "                   others can read is refused)\n"
-            "  --auth none      accept clients without a token (PyTorch scripts cannot present one)\n\n"
+            "  --auth none      accept clients without a token (PyTorch's client cannot present one)\n\n"
             "Without --token-file the token is read from DTRAIN_JOB_TOKEN or the file\n"
             "DTRAIN_JOB_TOKEN_FILE names.  It is never taken on the command line, where\n"
             "other users could read it.\n");
