@@ -3,6 +3,7 @@
 #   1. unmodified PyTorch DDP (Gloo, env://) runs under `dtrain run -n 2`; ranks get
 #      MASTER_ADDR=127.0.0.1, the endpoint's port, and no token; --master-port is the
 #      ranks' port; --auth none still runs the script straight against the coordinator;
+#      two agents (`dtrain agent`, two nodes on this host) each serve their rank an endpoint;
 #   2. attacks on a running job, each from a process started separately (same uid
 #      unless said): PyTorch's client and dtrain's on the endpoint are refused and can
 #      neither read nor write a key; another uid is refused; the coordinator's own
@@ -54,6 +55,32 @@ check "both ranks report identical replicas (auth none)" \
   test "$(grep -c 'rank [01]/2: loss .* replicas identical' "$T/last.out")" = 2
 if grep -q "the ranks' store" "$T/last.err"; then not_ok "auth: none uses no endpoint"; else ok "auth: none uses no endpoint"; fi
 cd - >/dev/null
+
+# Two agents (two nodes on this host), each serving its rank an endpoint of its own.
+P2=$(free_port)
+cat >"$T/two.yaml" <<EOF
+name: two
+nodes: 2
+nproc_per_node: 1
+log_dir: $T/runs
+command: [$PY, $ROOT/examples/pytorch/ddp_gloo.py]
+rendezvous: {timeout: 60s, port: $P2}
+EOF
+export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+timeout 120 "$DTRAIN" agent "$T/two.yaml" --node-rank 1 --nnodes 2 --coordinator "127.0.0.1:$P2" \
+  >"$T/two.1.out" 2>"$T/two.1.err" &
+A1=$!; pids+=("$A1")
+timeout 120 "$DTRAIN" agent "$T/two.yaml" --node-rank 0 --nnodes 2 --coordinator "127.0.0.1:$P2" \
+  >"$T/two.0.out" 2>"$T/two.0.err"
+st0=$?; wait "$A1"; st1=$?
+unset DTRAIN_JOB_TOKEN
+check "DDP on two agents, each rank through its own node's endpoint, succeeds ($st0 $st1)" test "$st0$st1" = 00
+check "both ranks report identical replicas (two agents)" \
+  test "$(cat "$T/two.0.out" "$T/two.1.out" | grep -c 'rank [01]/2: loss .* replicas identical')" = 2
+e0=$(sed -n "s/.*the ranks' store 127\.0\.0\.1:\([0-9]*\) .*/\1/p" "$T/two.0.err")
+e1=$(sed -n "s/.*the ranks' store 127\.0\.0\.1:\([0-9]*\) .*/\1/p" "$T/two.1.err")
+check "each agent serves an endpoint of its own ($e0, $e1), the coordinator on port $P2" \
+  test -n "$e0" -a -n "$e1" -a "$e0" != "$e1" -a "$e0" != "$P2"
 
 # --- 2 and 3. attacks on a running job; the job's own processes -------------
 cat >"$T/rank.py" <<'EOF'
