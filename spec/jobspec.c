@@ -365,6 +365,20 @@ static const struct dt_spec_key top_keys[] = {
         .help =
             "Time between SIGTERM and SIGKILL when ranks are stopped (a failure elsewhere, a restart, "
             "Ctrl-C), as torchrun's 30 s; a rank may save its state in it. `--grace-period` overrides it."),
+    DT_KEY("role", DT_KT_STR, struct dt_job, role, .def = "default",
+           .help = "The ranks' role (torchrun's `--role`): `ROLE_NAME` in their environment. Read, not applied "
+                   "yet: ranks get `ROLE_NAME=default`."),
+    DT_KEY("signals_to_handle", DT_KT_CUSTOM, struct dt_job, signals_to_handle, .set = dt_spec_set_signals,
+           .print = dt_spec_print_signals, .def = "[SIGHUP, SIGINT, SIGQUIT, SIGTERM]",
+           .form = "list of signal names",
+           .schema = "{\"anyOf\": [{\"type\": \"array\", \"items\": {\"enum\": [\"SIGHUP\", \"SIGINT\", "
+                     "\"SIGQUIT\", \"SIGTERM\", \"SIGUSR1\", \"SIGUSR2\", \"SIGALRM\"]}}, {\"type\": \"string\"}]}",
+           .help = "The signals the agent passes on to every rank (torchrun's `--signals-to-handle`: a list, or "
+                   "one comma-separated string). Read, not applied yet: SIGHUP, SIGINT, SIGQUIT and SIGTERM "
+                   "stop the job and SIGUSR1 is passed on (docs/slurm.md), whatever this says."),
+    DT_KEY("console", DT_KT_SECTION, struct dt_job, console, .sub = &dt_jobspec_console_section,
+           .help = "How the ranks' output reaches the console and the log files (torchrun's `-r`, `-t` and "
+                   "`--log-line-prefix-template`)."),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section,
            .help = "Coordinator settings."),
     DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section,
