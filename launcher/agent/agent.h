@@ -273,6 +273,9 @@ struct dt_agent_node {
     const char *coord_host; /* how ranks (MASTER_ADDR) and the other nodes' agents reach it */
     int coord_port;         /* 0: the kernel picks one (an agent that is the whole job) */
     const char *token;      /* the job token every node shares; NULL: node 0 makes one (auth: token) */
+    const char *auth_off;   /* how the user turns rendezvous.auth off, for the error when PyTorch
+                               clients are refused ("pass --auth none to dtrain run"); NULL: the key
+                               in the spec's file */
     const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
     const char *log_dir;    /* NULL: the spec's */
     const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */

@@ -185,12 +185,13 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
     if (!strstr(last, "PyTorch"))
         return DT_AGENT_GO_ON;
     const struct dt_job *job = nd->n->job;
+    char file_key[4400];
+    snprintf(file_key, sizeof file_key, "set `rendezvous: {auth: none}` in %s", job->path);
     dt_log_error(
         "job %s: a rank connected to the coordinator without the job token and was refused: it "
         "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
-        "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
-        "job.",
-        job->name, job->path);
+        "until its timeout. To run PyTorch scripts, %s. Stopping the job.",
+        job->name, nd->n->auth_off ? nd->n->auth_off : file_key);
     *status = 1;
     if (nd->round)
         dt_agent__round_abort(nd->round, *status,
