@@ -6,7 +6,8 @@
  * --dry-run, --resume, --quiet, --verbose) and dt_cli_launch_job: the dry run, the
  * copy of a derived spec for the nodes and ranks (cli_spec.c), and the plan
  * of the spec's scheduler's adapter (scheduler-adapters/adapter.h), which
- * cli_plan.c carries out.
+ * cli_plan.c carries out; or, for `dtrain run` of scheduler: local, the node
+ * its flags place (run_rdzv.h), run as `dtrain agent` runs one.
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
@@ -23,6 +24,8 @@
 #include "worker/trace.h"
 
 #include <limits.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,34 +53,57 @@ void dt_cli_launch_usage(FILE *out)
             "  --verbose             also dtrain's debug messages\n");
 }
 
-int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char **argv, int *i)
+const struct option dt_cli_launch_options[] = {
+    {"quiet", no_argument, NULL, 'q'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"trace", optional_argument, NULL, DT_CLI_OPT_TRACE},
+    {"detach", no_argument, NULL, DT_CLI_OPT_DETACH},
+    {"dry-run", no_argument, NULL, DT_CLI_OPT_DRY_RUN},
+    {"resume", required_argument, NULL, DT_CLI_OPT_RESUME},
+    {"ranks", required_argument, NULL, DT_CLI_OPT_RANKS},
+    {"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR},
+    {"log_dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR}, /* torchrun's spelling */
+    {"grace-period", required_argument, NULL, DT_CLI_OPT_GRACE},
+    {0},
+};
+
+int dt_cli_launch_opt(struct dt_cli_launch *o, const char *cmd, int id, const char *v)
 {
-    const char *a = argv[*i];
-    bool has_value = *i + 1 < argc;
-    if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+    switch (id) {
+    case 'q':
         dt_log_set_level(DT_LOG_WARN);
-    } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+        break;
+    case 'v':
         dt_log_set_level(DT_LOG_DEBUG);
-    } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
+        break;
+    case DT_CLI_OPT_TRACE: {
         struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (worker/rank.c) */
-        const char *steps = a[7] == '=' ? a + 8 : "10-20";
+        const char *steps = v ? v : "10-20";
         if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
             return dt_cli_usage_error(cmd, "--trace=%s: expected steps like 10-20 or 15", steps);
         o->trace = true;
-    } else if (strcmp(a, "--detach") == 0) {
+        break;
+    }
+    case DT_CLI_OPT_DETACH:
         o->detach = true;
-    } else if (strcmp(a, "--dry-run") == 0) {
+        break;
+    case DT_CLI_OPT_DRY_RUN:
         o->dry_run = true;
-    } else if (strcmp(a, "--resume") == 0 && has_value) {
-        o->resume = argv[++*i];
-    } else if (strcmp(a, "--ranks") == 0 && has_value) {
-        o->ranks = argv[++*i];
-    } else if (strcmp(a, "--log-dir") == 0 && has_value) {
-        o->log_dir = argv[++*i];
-    } else if (strcmp(a, "--grace-period") == 0 && has_value) {
-        if (dt_args_seconds(argv[++*i], &o->grace_s) < 0)
-            return dt_cli_usage_error(cmd, "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", argv[*i]);
-    } else {
+        break;
+    case DT_CLI_OPT_RESUME:
+        o->resume = v;
+        break;
+    case DT_CLI_OPT_RANKS:
+        o->ranks = v;
+        break;
+    case DT_CLI_OPT_LOG_DIR:
+        o->log_dir = v;
+        break;
+    case DT_CLI_OPT_GRACE:
+        if (dt_args_seconds(v, &o->grace_s) < 0)
+            return dt_cli_usage_error(cmd, "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
+        break;
+    default:
         return 0;
     }
     return 1;
@@ -99,8 +125,28 @@ static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, con
     return rc;
 }
 
+/* The keys of torchrun's flags that this dtrain reads but does not apply yet
+ * (spec/jobspec_torchrun.c): said once, so nobody counts on them. */
+static void say_not_applied(const struct dt_job *job)
+{
+    const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
+    if (job->role && strcmp(job->role, "default") != 0)
+        dt_log_warn("role: %s (--role) is not applied yet: ranks get ROLE_NAME=default", job->role);
+    if (job->console.redirects && strcmp(job->console.redirects, "0") != 0)
+        dt_log_warn("console.redirects: %s (-r/--redirects) is not applied yet: every stream still reaches the "
+                    "console, and its log file",
+                    job->console.redirects);
+    if (job->console.line_prefix)
+        dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
+                    "\"[rank N] \"");
+    if (job->signals_to_handle != stop_signals)
+        dt_log_warn("signals_to_handle (--signals-to-handle) is not applied yet: SIGHUP, SIGINT, SIGQUIT and "
+                    "SIGTERM stop the job, SIGUSR1 is passed on to the ranks");
+}
+
 int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd)
 {
+    say_not_applied(job);
     if (o->trace && job->command)
         dt_log_warn("--trace applies to the bundled trainer (trainer:); job %s runs a command, which "
                     "gets DTRAIN_TRACE in its environment and may ignore it",
@@ -136,7 +182,7 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
                                    .dtrain_path = self,
                                    .detach = o->detach,
                                    .run_id = o->resume ? resume_id : NULL};
-    int status = dt_cli_launch_plan(job, ad, &lo);
+    int status = o->node ? dt_cli_node_run(job, &lo, o->node, NULL) : dt_cli_launch_plan(job, ad, &lo);
     /* A detached Kubernetes Job carries its copy in its ConfigMap; nothing else reads it after the job. */
     if (copy[0])
         unlink(copy);

@@ -22,16 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dt_cli_spec_arg(struct dt_cli_spec *s, int argc, char **argv, int *i)
+const struct option dt_cli_spec_options[] = {{"set", required_argument, NULL, DT_CLI_OPT_SET}, {0}};
+
+int dt_cli_spec_opt(struct dt_cli_spec *s, int id, const char *v)
 {
-    const char *a = argv[*i], *v;
-    if (strncmp(a, "--set=", 6) == 0)
-        v = a + 6;
-    else if (strcmp(a, "--set") == 0 && *i + 1 < argc)
-        v = argv[++*i];
-    else if (strcmp(a, "--set") == 0)
-        return dt_cli_usage_error(s->cmd, "--set needs KEY.PATH=VALUE, like --set trainer.steps=100");
-    else
+    if (id != DT_CLI_OPT_SET)
         return 0;
     if (!strchr(v, '=') || v[0] == '=')
         return dt_cli_usage_error(s->cmd, "--set '%s': expected KEY.PATH=VALUE, like --set trainer.steps=100", v);
@@ -68,6 +63,8 @@ int dt_cli_spec_load(const struct dt_cli_spec *s, const char *path, const char *
         free(problems);
         return DT_EXIT_REFUSED;
     }
+    if (s->one_node_of_several)
+        return 0;
     if (!ad)
         ad = dt_adapter_for((*job)->scheduler);
     if (!ad)

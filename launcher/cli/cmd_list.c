@@ -114,17 +114,28 @@ static int list(const char *log_dir)
     return 0;
 }
 
+static int parse_args(int argc, char **argv, const char **log_dir)
+{
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "list", "", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (*log_dir)
+            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", *log_dir, v);
+        *log_dir = v;
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     const char *log_dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-' && argv[i][1])
-            return dt_cli_usage_error("list", "unknown option '%s'", argv[i]);
-        if (log_dir)
-            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", log_dir,
-                                      argv[i]);
-        log_dir = argv[i];
-    }
+    int prc = parse_args(argc, argv, &log_dir);
+    if (prc)
+        return prc;
     if (list(log_dir ? log_dir : "runs") < 0) {
         fprintf(stderr, "dtrain list: %s\n", dt_error_last());
         return 1;

@@ -20,8 +20,14 @@ static void usage(FILE *out)
 
 static int run(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1)
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "version", "", false, tables);
+    const char *v;
+    int ch = dt_cli_opts_next(&s, argc, argv, &v);
+    if (ch == DT_CLI_OPT_ERROR)
+        return DT_EXIT_REFUSED;
+    if (ch != -1)
         return dt_cli_usage_error("version", "takes no arguments");
     printf("dtrain %s\n", dt_version);
 #ifdef DT_HAVE_CUDA
