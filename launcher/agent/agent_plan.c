@@ -148,9 +148,9 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
     add(b, "GROUP_RANK=%d", cfg->node_rank);
     add(b, "GROUP_WORLD_SIZE=%d", cfg->nnodes);
-    /* One role per job, so the role's ranks are the job's ranks. */
+    /* One role per job (torchrun's --role), so the role's ranks are the job's ranks. */
     add(b, "ROLE_RANK=%d", rank);
-    add(b, "ROLE_NAME=default");
+    add(b, "ROLE_NAME=%s", cfg->job->role ? cfg->job->role : "default");
     add(b, "ROLE_WORLD_SIZE=%d", world);
     add(b, "MASTER_ADDR=%s", cfg->master_addr);
     add(b, "MASTER_PORT=%d", cfg->master_port);

@@ -130,8 +130,6 @@ static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, con
 static void say_not_applied(const struct dt_job *job)
 {
     const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
-    if (job->role && strcmp(job->role, "default") != 0)
-        dt_log_warn("role: %s (--role) is not applied yet: ranks get ROLE_NAME=default", job->role);
     if (job->console.redirects && strcmp(job->console.redirects, "0") != 0)
         dt_log_warn("console.redirects: %s (-r/--redirects) is not applied yet: every stream still reaches the "
                     "console, and its log file",
