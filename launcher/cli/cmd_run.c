@@ -101,6 +101,7 @@ struct run_opts {
     char ranks[4096];       /* --local-ranks-filter as the global ranks it shows */
     struct dt_cli_spec spec;
     struct dt_cli_launch run;
+    const char *origin[64]; /* the option each line of the spec came from (dt_cli_spec.line_origin) */
 };
 
 static void usage(FILE *out)
@@ -137,7 +138,8 @@ static void usage(FILE *out)
             "  -r, --redirects N, -t, --tee N, --log-line-prefix-template T   [console.*]\n"
             "  --role NAME [role], --signals-to-handle LIST [signals_to_handle]\n"
             "  --monitor-interval, --start-method, --event-log-handler, --local-addr,\n"
-            "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters: accepted\n"
+            "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters,\n"
+            "  --logs-specs default: accepted\n"
             "                          with one warning, no effect here (docs/torchrun.md)\n\n"
             "dtrain's options:\n"
             "  --auth none|token       none for PyTorch scripts, whose TCPStore client has no\n"
@@ -277,6 +279,8 @@ static void say_no_effect(const struct run_opts *o)
                          "slurm.cpu_bind"},
         {K_DUP_STDOUT, "every rank's stdout is in its log file, attempt_<k>/rank_<n>.out; grep it there"},
         {K_DUP_STDERR, "every rank's stderr is in its log file, attempt_<k>/rank_<n>.err; grep it there"},
+        {K_LOGS_SPECS, "torchrun's own log layout; dtrain writes each rank's output to <log dir>/<name>-<run "
+                       "id>/attempt_<k>/rank_<n>.{out,err}"},
     };
     for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++)
         if (o->v[notes[i].k])
@@ -290,10 +294,12 @@ static void say_no_effect(const struct run_opts *o)
 /* Flags whose meaning dtrain cannot give: refused with the reason. */
 static int refuse_unsupported(const struct run_opts *o)
 {
-    if (o->v[K_LOGS_SPECS])
+    /* "default" is the one entry point PyTorch registers (torchrun.logs_specs:
+     * DefaultLogsSpecs), the layout torchrun uses without the flag. */
+    if (o->v[K_LOGS_SPECS] && strcmp(o->v[K_LOGS_SPECS], "default") != 0)
         return dt_cli_usage_error("run", "--logs-specs %s names a Python LogsSpecs plugin of torchrun, which dtrain "
-                                         "cannot load; its logs are <log dir>/<name>-<run id>/attempt_<k>/"
-                                         "rank_<n>.{out,err}",
+                                         "cannot load (it takes 'default'); its logs are <log dir>/<name>-<run id>/"
+                                         "attempt_<k>/rank_<n>.{out,err}",
                                   o->v[K_LOGS_SPECS]);
     if (o->v[K_VIRTUAL_LOCAL_RANK])
         return dt_cli_usage_error("run", "--virtual-local-rank: dtrain gives each rank LOCAL_RANK and every GPU "
@@ -521,6 +527,40 @@ static char *make_spec(const struct run_opts *o)
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
+/* Which option each line of the spec came from, so that a value the spec
+ * refuses is reported under the option the user typed, not "<options>:3:17". */
+static void note_origins(struct run_opts *o, const char *text)
+{
+    static const struct {
+        const char *key, *opt;
+    } from[] = {{"name:", "--name"},
+                {"scheduler:", "--scheduler"},
+                {"nodes:", "--nnodes"},
+                {"nproc_per_node:", "--nproc-per-node"},
+                {"backend:", "--backend"},
+                {"max_restarts:", "--max-restarts"},
+                {"grace_period:", "--shutdown-timeout"},
+                {"  auth:", "--auth"},
+                {"  port:", "--master-port"},
+                {"  timeout:", "--rdzv-conf join_timeout"},
+                {"  last_call_timeout:", "--rdzv-conf last_call_timeout"},
+                {"role:", "--role"},
+                {"signals_to_handle:", "--signals-to-handle"},
+                {"  redirects:", "-r/--redirects"},
+                {"  tee:", "-t/--tee"},
+                {"  line_prefix:", "--log-line-prefix-template"}};
+    int line = 1;
+    for (const char *p = text; *p && line < (int)(sizeof o->origin / sizeof o->origin[0]); line++) {
+        for (size_t i = 0; i < sizeof from / sizeof from[0]; i++)
+            if (!strncmp(p, from[i].key, strlen(from[i].key)))
+                o->origin[line] = from[i].opt;
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    o->spec.line_origin = o->origin;
+    o->spec.n_line_origin = line;
+}
+
 /* A flag's value that goes into the spec unquoted is one plain YAML word: a
  * line break or flow character would write other keys than the flag names. */
 static int check_plain(const struct run_opts *o)
@@ -533,6 +573,16 @@ static int check_plain(const struct run_opts *o)
     for (size_t i = 0; i < 8; i++)
         if (vals[i] && (!*vals[i] || strpbrk(vals[i], "\n\r:#{}[],&*!|>'\"%@` \t")))
             return dt_cli_usage_error("run", "'%s' is not a value for that option", vals[i]);
+    /* torchrun's seconds, which the spec gets with an "s" appended */
+    const char *secs[][2] = {{"--shutdown-timeout", o->v[K_SHUTDOWN_TIMEOUT]},
+                             {"--rdzv-conf join_timeout", c->join_timeout},
+                             {"--rdzv-conf timeout", c->timeout},
+                             {"--rdzv-conf last_call_timeout", c->last_call_timeout}};
+    for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
+        char *end;
+        if (secs[i][1] && (strtod(secs[i][1], &end) < 0 || end == secs[i][1] || *end))
+            return dt_cli_usage_error("run", "%s '%s': expected seconds, like 30", secs[i][0], secs[i][1]);
+    }
     return 0;
 }
 
@@ -636,6 +686,7 @@ static int run(int argc, char **argv)
     }
     struct dt_job *job = NULL;
     o.spec.one_node_of_several = o.rdzv.several;
+    note_origins(&o, text);
     rc = dt_cli_spec_load(&o.spec, "<options>", text, NULL, &job);
     free(text);
     if (rc)

@@ -38,8 +38,8 @@ cmdline = open("/proc/self/cmdline", "rb").read().split(b"\0")
 dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
-print("probe rank=%d world=%d sum=%d main=%s u=%s argv=%s" % (dist.get_rank(), dist.get_world_size(),
-      int(t.item()), __name__ == "__main__", b"-u" in cmdline, ",".join(sys.argv)), flush=True)
+print("probe rank=%d world=%d sum=%d role=%s main=%s u=%s argv=%s" % (dist.get_rank(), dist.get_world_size(),
+      int(t.item()), os.environ["ROLE_NAME"], __name__ == "__main__", b"-u" in cmdline, ",".join(sys.argv)), flush=True)
 dist.barrier()
 dist.destroy_process_group()
 PY
@@ -69,6 +69,7 @@ expect_status 0 "torchrun --standalone --nproc-per-node 2 (with --auth none)" \
   "$DTRAIN" run --standalone --nproc-per-node 2 --auth none "$T/probe.py" a --b
 probes 2 "--standalone"
 contains "$T/last.out" "u=True argv=$T/probe.py,a,--b$" "a .py script runs under python3 -u with its arguments"
+contains "$T/last.out" "role=default main" "ROLE_NAME is torchrun's default role"
 
 cpus=$(taskset -c 0,1 python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 expect_status 0 "-n cpu under taskset -c 0,1" taskset -c 0,1 "$DTRAIN" run -n cpu --auth none "$T/probe.py"
@@ -83,8 +84,9 @@ PYTHONPATH=$T expect_status 0 "-m pkgx.train" "$DTRAIN" run -n 2 --auth none -m 
 probes 2 "-m"
 contains "$T/last.out" "main=True u=True argv=$T/pkgx/train.py,--flag,1$" "the module runs as __main__ under python3 -u -m"
 
-expect_status 0 "--run-path" "$DTRAIN" run --run-path --nproc_per_node=2 --auth none "$T/probe.py" y
+expect_status 0 "--run-path --role trainer" "$DTRAIN" run --run-path --role trainer --nproc_per_node=2 --auth none "$T/probe.py" y
 probes 2 "--run-path"
+check "--role trainer is every rank's ROLE_NAME" test "$(grep -c 'role=trainer main' "$T/last.out")" = 2
 contains "$T/last.out" "main=True u=True argv=$T/probe.py,y$" "runpy.run_path gives the script its argv and __main__"
 
 expect_status 0 "underscore spellings: --nproc_per_node=2 --max_restarts=0 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 --rdzv_id=u1 --log_dir" \
@@ -181,7 +183,13 @@ expect_status 2 "an unknown short flag is refused" "$DTRAIN" run -x train.py
 contains "$T/last.err" "^dtrain run: unknown option '-x'$" "naming it"
 expect_status 2 "a flag without its value is refused" "$DTRAIN" run --rdzv-endpoint
 contains "$T/last.err" "'--rdzv-endpoint' needs a value" "naming it"
-expect_status 2 "--logs-specs is refused" "$DTRAIN" run --logs-specs mine train.py
+expect_status 2 "-n abc is refused" "$DTRAIN" run -n abc train.py
+contains "$T/last.err" "^dtrain run: --nproc-per-node: nproc_per_node: expected an integer" "naming the flag, not a spec line"
+expect_status 2 "--tee 7 is refused" "$DTRAIN" run --tee 7 train.py
+contains "$T/last.err" "^dtrain run: -t/--tee: console.tee: expected 0 \(none\)" "naming the flag"
+expect_status 2 "--shutdown-timeout abc is refused" "$DTRAIN" run --shutdown_timeout abc train.py
+contains "$T/last.err" "--shutdown-timeout 'abc': expected seconds" "naming the flag"
+expect_status 2 "--logs-specs naming a plugin is refused" "$DTRAIN" run --logs-specs mine train.py
 contains "$T/last.err" "--logs-specs mine names a Python LogsSpecs plugin" "with the reason"
 expect_status 2 "--rdzv-backend etcd is refused" "$DTRAIN" run --rdzv-backend etcd --nnodes 2 --rdzv-endpoint h:1 train.py
 expect_status 2 "--standalone with --nnodes 2 is refused" "$DTRAIN" run --standalone --nnodes 2 train.py
@@ -190,9 +198,9 @@ contains "$T/last.err" "needs --rdzv-endpoint HOST:PORT" "saying what is missing
 expect_status 2 "--module with --no-python is refused" "$DTRAIN" run -m --no-python pkg
 expect_status 2 "an unknown --rdzv-conf key is refused" "$DTRAIN" run --rdzv-conf joint_timeout=5 train.py
 contains "$T/last.err" "unknown key 'joint_timeout'" "naming the key"
-expect_status 0 "--monitor-interval, --start-method, --numa-binding are taken" \
-  "$DTRAIN" run --monitor-interval 5 --start-method fork --numa-binding node --no-python true
-for f in monitor-interval start-method numa-binding; do
+expect_status 0 "--monitor-interval, --start-method, --numa-binding, --logs-specs default are taken" \
+  "$DTRAIN" run --monitor-interval 5 --start-method fork --numa-binding node --logs_specs default --no-python true
+for f in monitor-interval start-method numa-binding logs-specs; do
   n=$(grep -c -- "--$f .*no effect in dtrain" "$T/last.err")
   check "--$f: said once that it has no effect ($n)" test "$n" = 1
 done
