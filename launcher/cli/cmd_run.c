@@ -146,6 +146,7 @@ static void usage(FILE *out)
             "                          token [rendezvous.auth]\n"
             "  --token-file FILE       the job token every node shares (several nodes, auth: token);\n"
             "                          else DTRAIN_JOB_TOKEN(_FILE), else ~/.config/dtrain/job-token\n"
+            "                          (which nodes all on this machine make if it is missing)\n"
             "  --backend NAME          auto, tcp, shm, nccl or mpi [backend]\n"
             "  --scheduler NAME        local (default), slurm, kubernetes or mpirun [scheduler]\n"
             "  --name NAME             the job's name (default: from PROGRAM) [name]\n"
@@ -629,7 +630,7 @@ static int node_of(struct run_opts *o, const struct dt_job *job, char token[DT_T
                                    .run_id = r->run_id,
                                    .auth_off = "pass --auth none to dtrain run (the spec's rendezvous.auth)"};
     if (r->several && job->rendezvous.auth == DT_AUTH_TOKEN) {
-        if (dt_cli__rdzv_token(o->v[K_TOKEN_FILE], token) < 0) {
+        if (dt_cli__rdzv_token(o->v[K_TOKEN_FILE], r->one_machine, token) < 0) {
             fprintf(stderr, "dtrain run: %s\n", dt_error_last());
             return DT_EXIT_REFUSED;
         }

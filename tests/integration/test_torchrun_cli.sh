@@ -22,7 +22,7 @@ if ! python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>
   exit 0
 fi
 export GLOO_SOCKET_IFNAME=lo STEPS=5 HOME=$T/home # no ~/.config/dtrain/job-token of the user's
-unset DTRAIN_JOB_TOKEN DTRAIN_JOB_TOKEN_FILE
+unset DTRAIN_JOB_TOKEN DTRAIN_JOB_TOKEN_FILE XDG_CONFIG_HOME
 cd "$T" || exit 1
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
@@ -171,10 +171,23 @@ node t1 --nnodes 2 --node-rank 1 --master-port "$port" --token-file "$T/token" -
 node t0 --nnodes 2 --node-rank 0 --master-port "$port" --token-file "$T/token" --log-dir "$T/t0" "${cmd[@]}"
 wait_nodes t0 t1
 check "--token-file: both nodes exit 0 ($(cat "$T/t0.rc") $(cat "$T/t1.rc"))" test "$(cat "$T/t0.rc")$(cat "$T/t1.rc")" = 00
-expect_status 2 "several nodes with auth: token and no token anywhere are refused" \
-  "$DTRAIN" run --nnodes 2 --node-rank 1 --master-port "$port" -- true
+# No token anywhere, every node on this machine: the first makes ~/.config/dtrain/job-token.
+port=$(free_port)
+node d1 --nnodes 2 --node-rank 1 --master-port "$port" --log-dir "$T/d1" "${cmd[@]}"
+node d0 --nnodes 2 --node-rank 0 --master-port "$port" --log-dir "$T/d0" "${cmd[@]}"
+wait_nodes d0 d1
+check "no token, both nodes on loopback: both exit 0 ($(cat "$T/d0.rc") $(cat "$T/d1.rc"))" \
+  test "$(cat "$T/d0.rc")$(cat "$T/d1.rc")" = 00
+check "one of them made the default token file, mode 600" \
+  test "$(stat -c %a "$HOME/.config/dtrain/job-token" 2>&1)" = 600
+check "and said so, once" test "$(cat "$T/d0.err" "$T/d1.err" | grep -c 'made the job token every node of this machine reads')" = 1
+rm -f "$HOME/.config/dtrain/job-token"
+# Nodes of other machines (node0.invalid is never looked up: the token is missing first).
+expect_status 2 "several nodes of several machines with auth: token and no token anywhere are refused" \
+  "$DTRAIN" run --nnodes 2 --node-rank 1 --master-addr node0.invalid --master-port "$port" -- true
 contains "$T/last.err" "every node of the job needs the same job token .*--token-file FILE.*DTRAIN_JOB_TOKEN" \
   "with one sentence saying how to share one"
+check "and no token file is made for them" test ! -e "$HOME/.config/dtrain/job-token"
 
 # --- refused, or said once ------------------------------------------------------------------
 expect_status 2 "an unknown flag is refused" "$DTRAIN" run --frobnicate -n 2 train.py
