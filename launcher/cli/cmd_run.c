@@ -137,6 +137,7 @@ static void usage(FILE *out)
             "  --local-ranks-filter L  show only these local ranks' output (as --ranks)\n"
             "  -r, --redirects N, -t, --tee N, --log-line-prefix-template T   [console.*]\n"
             "  --role NAME [role], --signals-to-handle LIST [signals_to_handle]\n"
+            "  --virtual-local-rank    LOCAL_RANK=0 and one GPU per rank [virtual_local_rank]\n"
             "  --monitor-interval, --start-method, --event-log-handler, --local-addr,\n"
             "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters,\n"
             "  --logs-specs default: accepted\n"
@@ -302,9 +303,6 @@ static int refuse_unsupported(const struct run_opts *o)
                                          "cannot load (it takes 'default'); its logs are <log dir>/<name>-<run id>/"
                                          "attempt_<k>/rank_<n>.{out,err}",
                                   o->v[K_LOGS_SPECS]);
-    if (o->v[K_VIRTUAL_LOCAL_RANK])
-        return dt_cli_usage_error("run", "--virtual-local-rank: dtrain gives each rank LOCAL_RANK and every GPU "
-                                         "of its node; it cannot narrow CUDA_VISIBLE_DEVICES per rank");
     if (o->v[K_PRINT_COMPLETION])
         return dt_cli_usage_error("run", "--print-completion: dtrain has no shell completion script");
     if (o->v[K_MODULE] && o->v[K_NO_PYTHON])
@@ -474,6 +472,8 @@ static void put_torchrun_keys(const struct run_opts *o, FILE *f)
         put_str(f, o->v[K_ROLE]);
         fputc('\n', f);
     }
+    if (o->v[K_VIRTUAL_LOCAL_RANK])
+        fputs("virtual_local_rank: true\n", f);
     if (o->v[K_SIGNALS]) {
         fputs("signals_to_handle: ", f);
         put_str(f, o->v[K_SIGNALS]);
@@ -546,6 +546,7 @@ static void note_origins(struct run_opts *o, const char *text)
                 {"  timeout:", "--rdzv-conf join_timeout"},
                 {"  last_call_timeout:", "--rdzv-conf last_call_timeout"},
                 {"role:", "--role"},
+                {"virtual_local_rank:", "--virtual-local-rank"},
                 {"signals_to_handle:", "--signals-to-handle"},
                 {"  redirects:", "-r/--redirects"},
                 {"  tee:", "-t/--tee"},

@@ -108,6 +108,14 @@ check "only local rank 1's stdout is shown" bash -c "grep -q '^\[rank 1\] probe'
 expect_status 0 "--help after PROGRAM is the program's" "$DTRAIN" run --no-python printf '%s\n' --help
 contains "$T/last.out" '^\[rank 0\] --help$' "the rank got --help"
 
+CUDA_VISIBLE_DEVICES=3,5 expect_status 0 "--virtual-local-rank with CUDA_VISIBLE_DEVICES=3,5" \
+  "$DTRAIN" run --virtual-local-rank -n 2 -- sh -c 'echo "lr=$LOCAL_RANK cvd=$CUDA_VISIBLE_DEVICES"'
+contains "$T/last.out" '^\[rank 1\] lr=0 cvd=5$' "local rank 1 sees only GPU 5, as LOCAL_RANK 0"
+contains "$T/last.out" '^\[rank 0\] lr=0 cvd=3$' "local rank 0 sees only GPU 3"
+CUDA_VISIBLE_DEVICES=3 expect_status 1 "--virtual-local-rank with more ranks than GPUs fails" \
+  "$DTRAIN" run --virtual-local-rank -n 2 -- true
+contains "$T/last.err" "local rank 1 has no GPU in CUDA_VISIBLE_DEVICES=3" "naming the rank and the list"
+
 # --- two nodes on this machine --------------------------------------------------------------
 # node TAG ARGS...: one `dtrain run` in the background; status in $T/TAG.rc.
 node() {
@@ -222,9 +230,9 @@ expect_status 0 "--rdzv-conf join_timeout and last_call_timeout become rendezvou
 contains "$T/last.out" '^  timeout: 90s$' "join_timeout is rendezvous.timeout"
 contains "$T/last.out" '^  last_call_timeout: 7s$' "last_call_timeout is rendezvous.last_call_timeout"
 expect_status 0 "-r/-t/--role/--signals-to-handle/--log-line-prefix-template are carried into the spec" \
-  "$DTRAIN" run -r 3 -t 0:1,1:2 --role trainer --signals-to-handle SIGTERM,SIGUSR1 \
+  "$DTRAIN" run -r 3 -t 0:1,1:2 --role trainer --signals-to-handle SIGTERM,SIGUSR1 --virtual_local_rank \
   --log-line-prefix-template '${rank}: ' --shutdown-timeout 5 --print-spec train.py
-for k in '^role: "trainer"$' '^signals_to_handle: "SIGTERM,SIGUSR1"$' '^  redirects: "3"$' '^  tee: "0:1,1:2"$' \
+for k in '^role: "trainer"$' '^virtual_local_rank: true$' '^signals_to_handle: "SIGTERM,SIGUSR1"$' '^  redirects: "3"$' '^  tee: "0:1,1:2"$' \
          '^  line_prefix: "\$\{rank\}: "$' '^grace_period: 5s$'; do
   contains "$T/last.out" "$k" "the spec holds $k"
 done
