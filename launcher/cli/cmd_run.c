@@ -138,6 +138,7 @@ static void usage(FILE *out)
             "  -r, --redirects N, -t, --tee N, --log-line-prefix-template T   [console.*]\n"
             "  --role NAME [role], --signals-to-handle LIST [signals_to_handle]\n"
             "  --virtual-local-rank    LOCAL_RANK=0 and one GPU per rank [virtual_local_rank]\n"
+            "  --print-completion SHELL   print a bash, zsh or tcsh completion script and exit\n"
             "  --monitor-interval, --start-method, --event-log-handler, --local-addr,\n"
             "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters,\n"
             "  --logs-specs default: accepted\n"
@@ -255,11 +256,66 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     o->program = argv + optind;
     o->n_program = argc - optind;
-    if (o->v[K_HELP])
+    if (o->v[K_HELP] || o->v[K_PRINT_COMPLETION])
         return 0;
     if (o->n_program == 0)
         return dt_cli_usage_error("run", "which program? e.g. `dtrain run -n 2 train.py` or `dtrain run -n 2 -- "
                                          "python3 train.py`");
+    return 0;
+}
+
+/* --- --print-completion ---------------------------------------------------------- */
+
+/* Generated from the launcher/cmd_*.c files (see the Makefile), NULL-terminated. */
+extern const struct dt_cli_command *const dt_cli_commands[];
+
+/* The words to complete: every command, and `dtrain run`'s long options. */
+static void completion_words(FILE *out, bool commands, const char *dashes)
+{
+    for (size_t i = 0; commands && dt_cli_commands[i]; i++)
+        fprintf(out, "%s%s", i ? " " : "", dt_cli_commands[i]->name);
+    for (int k = 0; !commands && k < K_COUNT; k++)
+        fprintf(out, "%s%s%s", k ? " " : "", dashes, flags[k].name);
+    for (const struct option *l = dt_cli_launch_options; !commands && l->name; l++)
+        fprintf(out, " %s%s", dashes, l->name);
+    if (!commands)
+        fprintf(out, " %sset", dashes);
+}
+
+/* torchrun's --print-completion SHELL: a script that completes dtrain's
+ * commands and `dtrain run`'s options (zsh through its bash emulation). */
+static int print_completion(const char *shell)
+{
+    if (!strcmp(shell, "tcsh")) {
+        fputs("# dtrain's tcsh completion (dtrain run --print-completion tcsh): source it from ~/.tcshrc\n"
+              "complete dtrain 'p/1/(", stdout);
+        completion_words(stdout, true, "");
+        fputs(")/' 'c/--/(", stdout);
+        completion_words(stdout, false, "");
+        fputs(")/'\n", stdout);
+        return 0;
+    }
+    if (strcmp(shell, "bash") && strcmp(shell, "zsh"))
+        return dt_cli_usage_error("run", "--print-completion '%s': expected bash, zsh or tcsh", shell);
+    printf("# dtrain's %s completion (dtrain run --print-completion %s): source it from ~/.%src\n%s"
+           "_dtrain() {\n"
+           "    local cur=${COMP_WORDS[COMP_CWORD]}\n"
+           "    if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
+           "        COMPREPLY=($(compgen -W \"",
+           shell, shell, shell, strcmp(shell, "zsh") ? "" : "autoload -U +X bashcompinit && bashcompinit\n");
+    completion_words(stdout, true, "");
+    fputs("\" -- \"$cur\"))\n"
+          "    elif [ \"${COMP_WORDS[1]}\" = run ] && [ \"${cur#-}\" != \"$cur\" ]; then\n"
+          "        COMPREPLY=($(compgen -W \"",
+          stdout);
+    completion_words(stdout, false, "--");
+    fputs("\" -- \"$cur\"))\n"
+          "    else\n"
+          "        COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+          "    fi\n"
+          "}\n"
+          "complete -o default -F _dtrain dtrain\n",
+          stdout);
     return 0;
 }
 
@@ -303,8 +359,6 @@ static int refuse_unsupported(const struct run_opts *o)
                                          "cannot load (it takes 'default'); its logs are <log dir>/<name>-<run id>/"
                                          "attempt_<k>/rank_<n>.{out,err}",
                                   o->v[K_LOGS_SPECS]);
-    if (o->v[K_PRINT_COMPLETION])
-        return dt_cli_usage_error("run", "--print-completion: dtrain has no shell completion script");
     if (o->v[K_MODULE] && o->v[K_NO_PYTHON])
         return dt_cli_usage_error("run", "--no-python and --module (-m) together: a module runs under Python");
     static const char *const methods[] = {"spawn", "fork", "forkserver", NULL};
@@ -671,6 +725,8 @@ static int run(int argc, char **argv)
             usage(stdout);
         return rc;
     }
+    if (o.v[K_PRINT_COMPLETION])
+        return print_completion(o.v[K_PRINT_COMPLETION]);
     if ((rc = refuse_unsupported(&o)) || (rc = resolve_nproc(&o)) || (rc = place(&o)) || (rc = local_ranks(&o)) ||
         (rc = check_plain(&o)))
         goto out;

@@ -108,6 +108,12 @@ check "only local rank 1's stdout is shown" bash -c "grep -q '^\[rank 1\] probe'
 expect_status 0 "--help after PROGRAM is the program's" "$DTRAIN" run --no-python printf '%s\n' --help
 contains "$T/last.out" '^\[rank 0\] --help$' "the rank got --help"
 
+expect_status 0 "--print-completion bash" "$DTRAIN" run --print-completion bash
+words=$(bash -c '. "$1"; COMP_WORDS=(dtrain run --nproc); COMP_CWORD=2; _dtrain; echo "${COMPREPLY[*]}"' _ "$T/last.out")
+check "the script completes --nproc to --nproc-per-node ($words)" test "$words" = --nproc-per-node
+expect_status 2 "--print-completion fish is refused" "$DTRAIN" run --print-completion fish
+contains "$T/last.err" "--print-completion 'fish': expected bash, zsh or tcsh" "naming the shells it has"
+
 CUDA_VISIBLE_DEVICES=3,5 expect_status 0 "--virtual-local-rank with CUDA_VISIBLE_DEVICES=3,5" \
   "$DTRAIN" run --virtual-local-rank -n 2 -- sh -c 'echo "lr=$LOCAL_RANK cvd=$CUDA_VISIBLE_DEVICES"'
 contains "$T/last.out" '^\[rank 1\] lr=0 cvd=5$' "local rank 1 sees only GPU 5, as LOCAL_RANK 0"
