@@ -311,9 +311,10 @@ int dt_cli__rdzv_resolve(const struct dt_cli__rdzv_flags *f, struct dt_cli__rdzv
     int rc = !strcmp(b, "static") ? static_nodes(f, r) : c10d_nodes(f, r);
     if (rc)
         return rc;
+    bool ep = f->endpoint && *f->endpoint;
     if (r->port == 0)
-        return dt_cli_usage_error("run", "a job of several nodes needs a port every node knows, not 0 (%s:%d)",
-                                  r->host, r->port);
+        return dt_cli_usage_error("run", "%s %s: a job of several nodes needs a port every node knows, not 0",
+                                  ep ? "--rdzv-endpoint" : "--master-port", ep ? f->endpoint : "0");
     r->one_machine = is_loopback(r->host);
     r->bind = !r->hosting ? NULL : r->one_machine ? "127.0.0.1" : "0.0.0.0";
     return 0;
