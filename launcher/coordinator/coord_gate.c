@@ -77,7 +77,7 @@ static int refuse_op(uint8_t op)
         return dt_error_set(DT_EAUTH,
                             "%s before the job token; this looks like a PyTorch TCPStore client, "
                             "which cannot present one: to let PyTorch scripts in, set "
-                            "`rendezvous: {auth: none}` in the job spec",
+                            "`rendezvous: {auth: none}` in the job spec (dtrain run: --auth none)",
                             dt_wire_op_name(op));
     return dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(op));
 }

@@ -63,6 +63,8 @@ check "and promptly (${took}s, not the client's 30-minute timeout)" test "$took"
 contains "$T/last.err" "was refused: it looks like PyTorch's TCPStore client.* pass --auth none to dtrain run \(the spec's rendezvous.auth\)" \
   "the error names the flag --auth none and the key"
 check "and no spec file, which the run deletes" bash -c "! grep -q 'dtrain-.*\.yaml' '$T/last.err'"
+contains "$T/last.err" "looks like a PyTorch TCPStore client.*in the job spec \(dtrain run: --auth none\)" \
+  "the coordinator's warning names the key and the flag"
 
 # --- one node ----------------------------------------------------------------------------
 expect_status 0 "torchrun --standalone --nproc-per-node 2 (with --auth none)" \
