@@ -10,6 +10,9 @@
 # its own, so the two run side by side).
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
+# PyTorch on one thread: its intra-op pool spins at every op's barrier, so beside a CPU hog on two
+# cores an 80-step run of this tiny model took 146 s instead of seconds; the numbers mean nothing here.
+export OMP_NUM_THREADS=1
 
 if ! python3 -c 'import torch, numpy' 2>/dev/null; then
   not_ok "python3 has torch and numpy (scripts/install-deps.sh installs them into .venv)"
