@@ -137,7 +137,7 @@ struct dt_agent_config {
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
     double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
-    const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
+    const unsigned char *console_ranks;  /* per global rank: 1 = show its output; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */

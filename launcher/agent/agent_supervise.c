@@ -366,10 +366,16 @@ static int open_streams(struct dt_agent *a, int sig_fd)
 }
 
 /* The poll() timeout (ms): the state's (its deadline, or the sweep's and
- * SIGKILL's pace), then the progress line's, the watchdog's and the hook's. */
+ * SIGKILL's pace), a stalled line's (shown as it stands once due: the look
+ * for it happens here, before each wait), then the progress line's, the
+ * watchdog's and the hook's. */
 static int poll_timeout(struct dt_agent *a, bool children)
 {
-    int timeout = dt_agent__sm_wait_ms(&a->sm, dt_clock_s(), children && a->running == 0);
+    double now = dt_clock_s();
+    int timeout = dt_agent__sm_wait_ms(&a->sm, now, children && a->running == 0);
+    int partial = dt_agent__pump_partial(a, now);
+    if (partial >= 0 && (timeout < 0 || timeout > partial))
+        timeout = partial;
     if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
         timeout = 250;
     int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
@@ -404,6 +410,8 @@ static void supervise(struct dt_agent *a, int sig_fd)
             else
                 rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
+        if (a->progress) /* it draws over the line the cursor is on */
+            dt_agent__console_settle(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (!children)
@@ -511,6 +519,7 @@ static int start_ranks(struct dt_agent *a, const char *dir)
         double spawn_s = dt_clock_s() - a->t0;
         if (rc == 0)
             rc = dt_agent__open_logs(&a->sinks[i], dir);
+        dt_agent__console_streams(a, &a->sinks[i], i);
         if (rc == 0)
             rc = dt_agent__spawn(a, p);
         if (rc < 0)
@@ -536,6 +545,7 @@ static int start_group(struct dt_agent *a, const char *dir)
         int rc = dt_agent__open_logs(&a->sinks[i], dir);
         if (rc < 0)
             return rc;
+        dt_agent__console_streams(a, &a->sinks[i], a->cfg->nproc > 0 ? i % a->cfg->nproc : i);
     }
     char **rank_env = NULL;
     dt_agent_env_free(p->env);

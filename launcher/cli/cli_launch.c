@@ -37,8 +37,8 @@ void dt_cli_launch_usage(FILE *out)
             "  --dry-run             print what would run (ranks per node, each rank's environment\n"
             "                        and argv, the rendered sbatch script, manifests or mpirun line)\n"
             "                        and exit 0, starting nothing\n"
-            "  --ranks LIST          show stdout only of these ranks, e.g. 0 or 0,2-3 (stderr of\n"
-            "                        every rank is always shown)\n"
+            "  --ranks LIST          show the output (stdout and stderr) of these ranks only, e.g.\n"
+            "                        0 or 0,2-3; every rank's log files still get all of it\n"
             "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
             "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default:\n"
             "                        the spec's grace_period, 30s)\n"
@@ -132,10 +132,6 @@ static void say_not_applied(const struct dt_job *job)
     const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
     if (job->role && strcmp(job->role, "default") != 0)
         dt_log_warn("role: %s (--role) is not applied yet: ranks get ROLE_NAME=default", job->role);
-    if (job->console.redirects && strcmp(job->console.redirects, "0") != 0)
-        dt_log_warn("console.redirects: %s (-r/--redirects) is not applied yet: every stream still reaches the "
-                    "console, and its log file",
-                    job->console.redirects);
     if (job->console.line_prefix)
         dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
                     "\"[rank N] \"");
