@@ -232,6 +232,9 @@ struct dt_agent_result {
     enum dt_agent_status status;
     int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
     int interrupt_signal; /* the signal that interrupted the job, or 0 */
+    /* Ended DT_AGENT_EXIT_REQUEUE because a rank did not catch the signal:
+     * the agent stopped the ranks, they did not checkpoint on their own. */
+    bool requeue_stopped;
     int n_attempts;
     int max_attempts;                  /* entries allocated: max_restarts + 1 */
     int nproc;                         /* entries of each attempt's ranks */

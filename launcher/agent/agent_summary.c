@@ -273,6 +273,11 @@ int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const 
         json_str(f, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
     else
         fputs("null", f);
+    fputs(",\n  \"requeue\": ", f);
+    if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
+        json_str(f, res->requeue_stopped ? "stopped" : "checkpointed");
+    else
+        fputs("null", f);
     fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
             res->started_unix, res->wall_s);
     fputs("  \"coordinator\": ", f);
@@ -432,6 +437,11 @@ void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_
     if (res->status == DT_AGENT_SUCCEEDED)
         dt_log(cfg->node_rank == 0 ? DT_LOG_INFO : DT_LOG_DEBUG, "job %s succeeded in %.2f s%s; %s", cfg->job->name,
                res->wall_s, attempts, where);
+    else if (res->requeue_stopped)
+        dt_log_info("job %s: the ranks were stopped on %s after %.2f s (not every rank catches it), to be "
+                    "requeued (exit status %d); %s",
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
     else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
         dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
                     "status %d); %s",

@@ -11,6 +11,7 @@
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
+#include "launcher/agent/agent.h"
 #include "launcher/cli/cli.h"
 
 #include "launcher/cli/launch_resume.h"
@@ -125,6 +126,21 @@ static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, con
     return rc;
 }
 
+/* requeue: true with a command job: what SIGUSR1 will do to the user's
+ * script, said before it is submitted (launcher/agent/agent_supervise.c). */
+static void say_requeue(const struct dt_job *job, const struct dt_cli_launch *o)
+{
+    if (!job->slurm || !job->slurm->requeue || !job->command)
+        return;
+    double grace = o->grace_s > 0                ? o->grace_s
+                   : job->grace_period_s > 0 ? job->grace_period_s
+                                             : DT_JOB_GRACE_DEFAULT_S;
+    dt_log_info("requeue: SIGUSR1 comes %g s before the time limit: if every rank catches it, they get it (one that "
+                "saves its state and exits %d is requeued), else every rank is stopped (SIGTERM, SIGKILL after %g "
+                "s) and the job is requeued",
+                job->slurm->signal_lead_s, DT_AGENT_EXIT_REQUEUE, grace);
+}
+
 /* The keys of torchrun's flags that this dtrain reads but does not apply yet
  * (spec/jobspec_torchrun.c): said once, so nobody counts on them. */
 static void say_not_applied(const struct dt_job *job)
@@ -135,14 +151,15 @@ static void say_not_applied(const struct dt_job *job)
     if (job->console.line_prefix)
         dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
                     "\"[rank N] \"");
-    if (job->signals_to_handle != stop_signals)
-        dt_log_warn("signals_to_handle (--signals-to-handle) is not applied yet: SIGHUP, SIGINT, SIGQUIT and "
-                    "SIGTERM stop the job, SIGUSR1 is passed on to the ranks");
+    if ((job->signals_to_handle & stop_signals) != stop_signals)
+        dt_log_warn("signals_to_handle (--signals-to-handle) leaves out a stop signal: SIGHUP, SIGINT, SIGQUIT and "
+                    "SIGTERM stop the job all the same (passed on to the ranks, SIGKILL after the grace period)");
 }
 
 int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd)
 {
     say_not_applied(job);
+    say_requeue(job, o);
     if (o->trace && job->command)
         dt_log_warn("--trace applies to the bundled trainer (trainer:); job %s runs a command, which "
                     "gets DTRAIN_TRACE in its environment and may ignore it",

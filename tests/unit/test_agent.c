@@ -99,6 +99,7 @@ static struct dt_job job = {
     .env = spec_env,
     .n_env = 3,
     .max_restarts = 2,
+    .signals_to_handle = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM, /* the spec's default */
 };
 
 static struct dt_agent_config make_cfg(void)
@@ -185,6 +186,13 @@ static void torchrun_defaults_yield_to_the_user(void **state)
     assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
     assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
     assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    dt_agent_env_free(env);
+    /* signals_to_handle (--signals-to-handle) as torchrun exports it */
+    uint64_t was = job.signals_to_handle;
+    job.signals_to_handle = 1ull << SIGUSR1 | 1ull << SIGTERM;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    job.signals_to_handle = was;
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
     dt_agent_env_free(env);
     struct dt_env_entry nccl_env[] = {{(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING", (char *)"3"}};
     struct dt_job with_env = *cfg.job;
