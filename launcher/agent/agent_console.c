@@ -15,11 +15,13 @@
  * for that console first ends it with a newline, so lines of different
  * ranks still never share a line.  Everything for one console line goes out
  * in one write(2).  stdout and stderr that are the same file (a terminal)
- * share one open line.
+ * share one open line, and the agent's own messages (dt_log, on stderr) end
+ * the open line of their console first.
  *
  * Not for log files or the pipes (agent_procs.c).
  */
 #include "launcher/agent/agent_internal.h"
+#include "base/log.h"
 #include "spec/jobspec.h"
 
 #include <errno.h>
@@ -29,11 +31,29 @@
 
 enum { CON_CLEAN, CON_OPEN, CON_CR };
 
+static bool same_file(int fd1, int fd2)
+{
+    struct stat s1, s2;
+    return fstat(fd1, &s1) == 0 && fstat(fd2, &s2) == 0 && s1.st_dev == s2.st_dev && s1.st_ino == s2.st_ino;
+}
+
+static void end_open(struct dt_agent *a, struct dt_agent__con *c, bool is_err);
+
+/* dt_log's hook: the agent's own line on stderr ends a rank's open line there first. */
+static void before_log(void *ctx)
+{
+    struct dt_agent *a = ctx;
+    if (a->log_con >= 0)
+        end_open(a, &a->con[a->log_con], a->log_con == 1);
+}
+
 void dt_agent__console_init(struct dt_agent *a)
 {
-    struct stat o, e;
-    a->con_shared = fstat(a->out_fd, &o) == 0 && fstat(a->err_fd, &e) == 0 && o.st_dev == e.st_dev &&
-                    o.st_ino == e.st_ino;
+    a->con_shared = same_file(a->out_fd, a->err_fd);
+    a->log_con = same_file(STDERR_FILENO, a->err_fd) ? (a->con_shared ? 0 : 1)
+                 : same_file(STDERR_FILENO, a->out_fd) ? 0
+                                                        : -1;
+    dt_log_set_before(before_log, a);
 }
 
 void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int local_rank)

@@ -100,6 +100,7 @@ struct dt_agent {
     bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
     struct dt_agent__con con[2]; /* out_fd's and err_fd's open line; [0] for both when con_shared */
     bool con_shared;             /* out_fd and err_fd are one file (a terminal) */
+    int log_con;                 /* the con that dt_log's stderr is, or -1 */
     int null_fd;          /* /dev/null, the ranks' stdin */
     struct rlimit nofile; /* RLIMIT_NOFILE as the launcher found it, for the ranks */
     char *scratch;        /* one formatted console line */
@@ -173,7 +174,9 @@ int dt_agent__pump_partial(struct dt_agent *a, double now);
 
 /* --- agent_console.c ----------------------------------------------------- */
 
-/* Whether stdout and stderr are one file (they then share an open line). */
+/* Whether stdout and stderr are one file (they then share an open line),
+ * and which is dt_log's (its hook ends an open line there, until
+ * dt_agent__free). */
 void dt_agent__console_init(struct dt_agent *a);
 /* k->shown for k at local_rank: the filter, console.redirects and console.tee. */
 void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int local_rank);

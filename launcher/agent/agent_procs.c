@@ -681,6 +681,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
 
 void dt_agent__free(struct dt_agent *a)
 {
+    dt_log_set_before(NULL, NULL);
     dt_progress_close(a->progress);
     for (int i = 0; a->procs && i < a->nproc; i++) {
         dt_lines_free(&a->procs[i].out.lb);
