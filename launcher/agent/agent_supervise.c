@@ -33,7 +33,9 @@
  * on.  When some rank does not catch it, every rank is stopped as for
  * SIGTERM (SIGKILL after the grace period) and the agent exits with 75 all
  * the same: the job is requeued and starts again from whatever the script
- * saved.
+ * saved.  A rank killed by such a signal that the agent did not send (it
+ * reached the rank directly: Slurm's --signal without B:) stops the job the
+ * same way.
  *
  * What each event does to the attempt (stop, kill, sweep, drain) and when a
  * state's time is up are the state machine's (agent_state.c): this loop
@@ -308,6 +310,23 @@ static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_re
     dt_agent__event(a, settle ? DT_AGENT__EV_FAILED_ELECT : DT_AGENT__EV_FAILED, 0);
 }
 
+/* A rank killed by SIGUSR1 that dtrain did not send: the time limit's
+ * warning reached it directly (Slurm's --signal without B: signals every
+ * process of the step) and it had no handler.  That is no failure of the
+ * rank's: the job stops to be requeued, as when the agent gets it first. */
+static bool killed_by_notice(struct dt_agent *a, const struct dt_agent_rank_result *r)
+{
+    if (!WIFSIGNALED(r->wstatus) || !is_notice(a, WTERMSIG(r->wstatus)) || r->stopped_by_agent)
+        return false;
+    char tmp[32];
+    const char *name = dt_proc_signal_name(WTERMSIG(r->wstatus), tmp, sizeof tmp);
+    dt_log_warn("rank %d was killed by %s, sent to it directly (a time limit is near, and it has no handler); "
+                "stopping every rank (SIGTERM, SIGKILL after %g s) for the job to be requeued (exit status %d)",
+                r->rank, name, a->sm.grace_s, DT_AGENT_EXIT_REQUEUE);
+    dt_agent__event(a, DT_AGENT__EV_REQUEUE_STOP, WTERMSIG(r->wstatus));
+    return true;
+}
+
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
@@ -319,6 +338,8 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     a->running--;
     bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent__sm_requeue_exit(&a->sm, wstatus);
     if (ok || a->sm.end == DT_AGENT__END_INTERRUPTED || a->sm.end == DT_AGENT__END_REQUEUED)
+        return;
+    if (killed_by_notice(a, r))
         return;
     enum dt_agent__cause cause = dt_agent__cause(a, r);
     if (at->first_failed >= 0 ? !dt_agent__outranks(a, i, cause) : r->stopped_by_agent)

@@ -202,20 +202,24 @@ if sys.argv[1] != "none":
         if sys.argv[1] == "exit":
             sys.exit(75)          # saved its state: stop to be requeued
     signal.signal(signal.SIGUSR1, on_usr1)
+print("pid", os.getpid(), flush=True)
 print("ready", flush=True)
 for _ in range(40 if sys.argv[1] == "goon" else 600):
     time.sleep(0.1)
 print("finished", flush=True)
 EOF
-# usr1 NAME MODE: starts 2 ranks of usr1.py MODE, waits for both "ready", sends SIGUSR1 to
-# the launcher; the launcher's status in $status, its run directory in $rd.
+# usr1 NAME MODE [RANK]: starts 2 ranks of usr1.py MODE, waits for both "ready", sends SIGUSR1
+# to the launcher (or straight to rank RANK's process, as Slurm's --signal without B: does);
+# the launcher's status in $status, its run directory in $rd.
 usr1() {
   { echo "name: $1"; echo "scheduler: local"; echo "nproc_per_node: 2"; echo "log_dir: $T/runs"
     echo "command: ['$python', '$T/usr1.py', $2]"; } >"$T/$1.yaml"
   "$DTRAIN" launch --grace-period 5 "$T/$1.yaml" >"$T/$1.out" 2>"$T/$1.err" &
   local pid=$!
   for _ in $(seq 300); do [ "$(grep -c 'ready$' "$T/$1.out")" -ge 2 ] && break; sleep 0.05; done
-  kill -USR1 "$pid"
+  local to=$pid
+  [ -n "${3:-}" ] && to=$(sed -n "s/^\[rank $3\] pid //p" "$T/$1.out")
+  kill -USR1 "$to"
   wait "$pid"; status=$?
   rd=$(ls -d "$T"/runs/"$1"-*)
 }
@@ -245,3 +249,10 @@ usr1 goon goon
 check "SIGUSR1, a handler that carries on: the job finishes and succeeds (got $status)" test "$status" = 0
 check "SIGUSR1, a handler that carries on: the handler ran, then the script finished" \
   bash -c "grep -q 'handler ran on rank 1' '$T/goon.out' && [ \$(grep -c 'finished\$' '$T/goon.out') = 2 ]"
+
+usr1 direct none 1
+check "SIGUSR1 straight to a rank without a handler: it dies of it, the launcher exits 75, not 138 (got $status)" \
+  test "$status" = 75
+check "SIGUSR1 straight to a rank: summary.json says requeue: stopped, and rank 0 was stopped with SIGTERM" test \
+  "$(summary "d['requeue'], d['attempts'][0]['ranks'][0]['signal'], d['first_failure'] is None")" = "stopped SIGTERM True"
+contains "$T/direct.err" "rank 1 was killed by SIGUSR1, sent to it directly" "SIGUSR1 straight to a rank: the launcher says so"

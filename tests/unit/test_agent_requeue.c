@@ -107,6 +107,22 @@ static void a_rank_without_a_handler_is_stopped_for_a_requeue(void **state)
     }
 }
 
+/* SIGUSR1 sent to a rank directly (Slurm's --signal without B:) kills it: the job stops to be
+ * requeued, not failed with 138. */
+static void a_rank_killed_by_usr1_directly_is_a_requeue(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "[ $RANK = 1 ] && { sleep 0.3; kill -USR1 $$; }; sleep 30 & wait");
+    assert_int_equal(f->a.res.status, DT_AGENT_INTERRUPTED);
+    assert_int_equal(f->a.res.exit_status, DT_AGENT_EXIT_REQUEUE);
+    assert_int_equal(f->a.res.interrupt_signal, SIGUSR1);
+    assert_true(f->a.res.requeue_stopped);
+    assert_int_equal(f->a.res.n_attempts, 1);
+    assert_int_equal(f->a.res.attempts[0].first_failed, -1);
+    const struct dt_agent_rank_result *r0 = &f->a.res.attempts[0].ranks[0];
+    assert_true(r0->stopped_by_agent && WIFSIGNALED(r0->wstatus) && WTERMSIG(r0->wstatus) == SIGTERM);
+}
+
 /* signals_to_handle: SIGUSR2 is a time-limit warning like SIGUSR1. */
 static void a_listed_usr2_is_passed_on_like_usr1(void **state)
 {
@@ -129,6 +145,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(exit_75_without_usr1_is_a_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(a_rank_without_a_handler_is_stopped_for_a_requeue, setup, teardown),
         cmocka_unit_test_setup_teardown(a_listed_usr2_is_passed_on_like_usr1, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_rank_killed_by_usr1_directly_is_a_requeue, setup, teardown),
     };
     return cmocka_run_group_tests_name("agent_requeue", tests, NULL, NULL);
 }
