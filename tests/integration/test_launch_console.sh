@@ -3,7 +3,8 @@
 # alike; console.redirects / -r send a stream to the log file only and
 # console.tee / -t to both, per local rank as torchrun's Std maps say; a tqdm
 # bar (real tqdm from .venv) and a line that stalls mid-way reach the console
-# while the rank is still writing them, under its prefix.  The log files get
+# while the rank is still writing them, under its prefix; a PyTorch DDP
+# script's print, logging and warnings obey the filter.  The log files get
 # everything in every case.
 . "$(dirname "$0")/lib.sh"
 
@@ -109,3 +110,30 @@ pid=$!
 check "a stalled line is shown before its newline" watch_for "$T/stall.out" '^\[rank 0\] loss$' "$pid"
 wait "$pid"
 check "its rest follows on the same line" grep -qx '\[rank 0\] loss 1\.5' "$T/stall.out"
+
+# --- a PyTorch DDP script: the filter holds for its logging and warnings too ---------------
+cat >"$T/ddp.py" <<'EOF'
+import logging, os, warnings
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+print("sum", int(t.item()), "on rank", dist.get_rank(), flush=True)
+logging.warning("a logging warning from rank %d", dist.get_rank())
+warnings.warn(f"a Python warning from rank {dist.get_rank()}")
+dist.destroy_process_group()
+EOF
+if "$python" -c 'import torch' 2>/dev/null; then
+  expect_status 0 "a PyTorch DDP script under dtrain run --local-ranks-filter 1" \
+    "$DTRAIN" run --auth none --log-dir "$T/runs" -n 2 --local-ranks-filter 1 "$T/ddp.py"
+  check "PyTorch: rank 1's print, logging warning and Python warning are shown" \
+    bash -c "grep -qx '\[rank 1\] sum 2 on rank 1' '$T/last.out' && grep -q '^\[rank 1\] WARNING:root:a logging warning from rank 1' '$T/last.err' &&
+             grep -q '^\[rank 1\] .*UserWarning: a Python warning from rank 1' '$T/last.err'"
+  check "PyTorch: nothing of rank 0 on either stream" bash -c "! grep -q '^\[rank 0\]' '$T/last.out' '$T/last.err'"
+  rd=$(run_dir_of ddp)
+  check "PyTorch: rank 0's log files have its print and both warnings" \
+    bash -c "grep -q 'sum 2 on rank 0' '$rd/attempt_0/rank_0.out' && grep -q 'a logging warning from rank 0' '$rd/attempt_0/rank_0.err' &&
+             grep -q 'a Python warning from rank 0' '$rd/attempt_0/rank_0.err'"
+else
+  not_ok "PyTorch is importable from $python (scripts/install-deps.sh puts it in .venv)"
+fi

@@ -196,7 +196,11 @@ python=$PWD/.venv/bin/python
 [ -x "$python" ] || python=python3
 cat >"$T/usr1.py" <<'EOF'
 import os, signal, sys, time
-if sys.argv[1] != "none":
+if sys.argv[1] == "torch":  # a PyTorch DDP rank without a handler
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    dist.barrier()
+elif sys.argv[1] != "none":
     def on_usr1(sig, frame):
         print("handler ran on rank", os.environ["RANK"], flush=True)
         if sys.argv[1] == "exit":
@@ -213,10 +217,11 @@ EOF
 # the launcher's status in $status, its run directory in $rd.
 usr1() {
   { echo "name: $1"; echo "scheduler: local"; echo "nproc_per_node: 2"; echo "log_dir: $T/runs"
+    echo "rendezvous: {auth: none}"  # PyTorch's TCPStore clients carry no token
     echo "command: ['$python', '$T/usr1.py', $2]"; } >"$T/$1.yaml"
   "$DTRAIN" launch --grace-period 5 "$T/$1.yaml" >"$T/$1.out" 2>"$T/$1.err" &
   local pid=$!
-  for _ in $(seq 300); do [ "$(grep -c 'ready$' "$T/$1.out")" -ge 2 ] && break; sleep 0.05; done
+  for _ in $(seq 600); do [ "$(grep -c 'ready$' "$T/$1.out")" -ge 2 ] && break; sleep 0.05; done
   local to=$pid
   [ -n "${3:-}" ] && to=$(sed -n "s/^\[rank $3\] pid //p" "$T/$1.out")
   kill -USR1 "$to"
@@ -256,3 +261,12 @@ check "SIGUSR1 straight to a rank without a handler: it dies of it, the launcher
 check "SIGUSR1 straight to a rank: summary.json says requeue: stopped, and rank 0 was stopped with SIGTERM" test \
   "$(summary "d['requeue'], d['attempts'][0]['ranks'][0]['signal'], d['first_failure'] is None")" = "stopped SIGTERM True"
 contains "$T/direct.err" "rank 1 was killed by SIGUSR1, sent to it directly" "SIGUSR1 straight to a rank: the launcher says so"
+
+if "$python" -c 'import torch' 2>/dev/null; then
+  usr1 ddp torch
+  check "SIGUSR1 to a PyTorch DDP job without a handler: the launcher exits 75, not 138 (got $status)" test "$status" = 75
+  check "SIGUSR1, PyTorch: summary.json says requeue: stopped, both ranks stopped by dtrain" test \
+    "$(summary "d['requeue'], [r['stopped_by_dtrain'] for r in d['attempts'][0]['ranks']]")" = "stopped [True, True]"
+else
+  not_ok "PyTorch is importable from $python (scripts/install-deps.sh puts it in .venv)"
+fi
