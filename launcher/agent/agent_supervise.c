@@ -109,9 +109,26 @@ static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
 
 /* --- SIGUSR1: checkpoint, stop, be requeued ------------------------------ */
 
-/* The processes of the ranks' groups that catch sig, in pids; per rank (by
- * index) how many.  Returns how many were found. */
-static int find_catchers(const struct dt_agent *a, int sig, pid_t *pids, int max, int *per_rank)
+/* Drops the catchers whose parent catches it too: a rank's DataLoader
+ * workers inherit its handler with fork, and must not run it themselves. */
+static int outermost(pid_t *pids, const pid_t *ppids, int n)
+{
+    int kept = 0;
+    for (int k = 0; k < n; k++) {
+        bool inner = false;
+        for (int j = 0; j < n && !inner; j++)
+            inner = ppids[k] == pids[j];
+        if (!inner)
+            pids[kept++] = pids[k];
+    }
+    return kept;
+}
+
+/* The processes of the ranks' groups that catch sig, the outermost of them
+ * (a wrapper shell that does not catch it leaves its python the one to get
+ * it); per_rank (by index) counts each rank's catchers.  Returns how many
+ * are in pids. */
+static int find_catchers(const struct dt_agent *a, int sig, pid_t *pids, pid_t *ppids, int max, int *per_rank)
 {
     DIR *d = opendir("/proc");
     if (!d)
@@ -125,12 +142,13 @@ static int find_catchers(const struct dt_agent *a, int sig, pid_t *pids, int max
         pid_t pid = (pid_t)atoi(de->d_name);
         for (int i = 0; i < a->nproc; i++)
             if (a->procs[i].running && a->procs[i].pid == ps.pgrp && dt_proc_catches(pid, sig) == 1) {
+                ppids[n] = ps.ppid;
                 pids[n++] = pid;
                 per_rank[i]++;
             }
     }
     closedir(d);
-    return n;
+    return outermost(pids, ppids, n);
 }
 
 /* "3, 5, 7" of the running ranks with no catcher (the first few); how many there are. */
@@ -205,9 +223,9 @@ static void notice_signal(struct dt_agent *a, int sig)
         return;
     }
     enum { MAX_FOUND = 1024 };
-    static pid_t pids[MAX_FOUND];
+    static pid_t pids[MAX_FOUND], ppids[MAX_FOUND];
     int *per_rank = calloc((size_t)a->nproc, sizeof *per_rank);
-    int n = per_rank ? find_catchers(a, sig, pids, MAX_FOUND, per_rank) : 0;
+    int n = per_rank ? find_catchers(a, sig, pids, ppids, MAX_FOUND, per_rank) : 0;
     bool all = per_rank != NULL && a->running > 0;
     for (int i = 0; all && i < a->nproc; i++)
         all = !a->procs[i].running || per_rank[i] > 0;

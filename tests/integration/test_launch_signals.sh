@@ -203,9 +203,12 @@ if sys.argv[1] == "torch":  # a PyTorch DDP rank without a handler
 elif sys.argv[1] != "none":
     def on_usr1(sig, frame):
         print("handler ran on rank", os.environ["RANK"], flush=True)
-        if sys.argv[1] == "exit":
+        if sys.argv[1] in ("exit", "fork"):
             sys.exit(75)          # saved its state: stop to be requeued
     signal.signal(signal.SIGUSR1, on_usr1)
+    if sys.argv[1] == "fork" and os.fork() == 0:  # a DataLoader worker: inherits the handler
+        time.sleep(60)
+        os._exit(0)
 print("pid", os.getpid(), flush=True)
 print("ready", flush=True)
 for _ in range(40 if sys.argv[1] == "goon" else 600):
@@ -249,6 +252,11 @@ check "SIGUSR1, a handler: summary.json says requeue: checkpointed, nobody stopp
   "$(summary "d['requeue'], [r['exit_code'] for r in d['attempts'][0]['ranks']], [r['stopped_by_dtrain'] for r in d['attempts'][0]['ranks']]")" = \
   "checkpointed [75, 75] [False, False]"
 contains "$T/handled.err" "every rank catches it, passing it on" "SIGUSR1, a handler: the launcher says it passes it on"
+
+usr1 forked fork
+check "SIGUSR1, a handler inherited by a forked child: only each rank's own process runs it" test \
+  "$(grep -c 'handler ran' "$T/forked.out")" = 2
+check "SIGUSR1, a forked child: the launcher exits 75 (got $status)" test "$status" = 75
 
 usr1 goon goon
 check "SIGUSR1, a handler that carries on: the job finishes and succeeds (got $status)" test "$status" = 0
