@@ -24,7 +24,8 @@
  * the kernel says (/proc/<pid>/status SigCgt): a Python script without a
  * handler would die of it (CPython keeps SIGUSR1's default action), and the
  * job would fail with 138.  When every rank has a process that catches it,
- * each such process gets it and supervision goes on: the bundled trainer
+ * the outermost such process of each rank gets it (not a forked worker that
+ * inherited the handler) and supervision goes on: the bundled trainer
  * writes a checkpoint at a step all ranks agree on and exits with
  * DT_AGENT_EXIT_REQUEUE (75, EX_TEMPFAIL).  Such an exit is neither a failure
  * (the others are not stopped, nothing restarts) nor a success: the agent
