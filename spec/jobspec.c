@@ -377,8 +377,11 @@ static const struct dt_spec_key top_keys[] = {
             "Time between SIGTERM and SIGKILL when ranks are stopped (a failure elsewhere, a restart, "
             "Ctrl-C), as torchrun's 30 s; a rank may save its state in it. `--grace-period` overrides it."),
     DT_KEY("role", DT_KT_STR, struct dt_job, role, .def = "default",
-           .help = "The ranks' role (torchrun's `--role`): `ROLE_NAME` in their environment. Read, not applied "
-                   "yet: ranks get `ROLE_NAME=default`."),
+           .help = "The ranks' role (torchrun's `--role`): `ROLE_NAME` in their environment."),
+    DT_KEY("virtual_local_rank", DT_KT_BOOL, struct dt_job, virtual_local_rank, .def = "false",
+           .help = "Each rank sees only its own GPU, as device 0 (torchrun's `--virtual-local-rank`): "
+                   "`LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` the local rank's entry of the node's list "
+                   "(or the local rank itself when the list is not set)."),
     DT_KEY("signals_to_handle", DT_KT_CUSTOM, struct dt_job, signals_to_handle, .set = dt_spec_set_signals,
            .print = dt_spec_print_signals, .def = "[SIGHUP, SIGINT, SIGQUIT, SIGTERM]",
            .form = "list of signal names",

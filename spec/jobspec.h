@@ -228,6 +228,7 @@ struct dt_job {
     struct dt_kubernetes_spec *kubernetes;
     struct dt_mpirun_spec *mpirun;
     char *role;                 /* ROLE_NAME of every rank (torchrun's --role) */
+    bool virtual_local_rank;    /* LOCAL_RANK=0 and one GPU per rank (torchrun's --virtual-local-rank) */
     struct dt_console_spec console;
     uint64_t signals_to_handle; /* bit N: signal N is passed on to the ranks (torchrun's --signals-to-handle) */
     /* A value came from ${VAR} or --set: the file alone does not say this job, so

@@ -99,6 +99,12 @@ struct dt_cli_spec {
      * (dtrain run's --node-rank ...): the adapter's check of a whole launch
      * (local: one node) does not apply. */
     bool one_node_of_several;
+    /* A spec made from options (dtrain run): line_origin[N] names the option
+     * that line N came from ("--nproc-per-node"), said in place of
+     * "PATH:N:COL" in a problem with that line, so the user reads what they
+     * typed; NULL entries (and no table) keep the position. */
+    const char *const *line_origin;
+    int n_line_origin;
 };
 
 /* --set KEY.PATH=VALUE (or --set=KEY.PATH=VALUE): the option, for getopt_long. */

@@ -146,8 +146,6 @@ static void say_requeue(const struct dt_job *job, const struct dt_cli_launch *o)
 static void say_not_applied(const struct dt_job *job)
 {
     const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
-    if (job->role && strcmp(job->role, "default") != 0)
-        dt_log_warn("role: %s (--role) is not applied yet: ranks get ROLE_NAME=default", job->role);
     if (job->console.line_prefix)
         dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
                     "\"[rank N] \"");
@@ -196,7 +194,8 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
                                    .detach = o->detach,
                                    .run_id = o->resume ? resume_id : NULL};
     int status = o->node ? dt_cli_node_run(job, &lo, o->node, NULL) : dt_cli_launch_plan(job, ad, &lo);
-    /* Read at submission only (the script, the ConfigMap): gone with the launch. */
+    /* Read at submission only (the script, the ConfigMap), and by the nodes of
+     * `dtrain run` other than node 0, which have no run record: gone with the launch. */
     dt_cli_spec_hand_on_done(copy);
     return status;
 }

@@ -53,7 +53,7 @@ int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o,
 {
     /* Node 0's run directory first, with launch.json and the spec in it, so
      * that `dtrain status` finds the job while it runs (launch_resume.h). */
-    char run_id[64], run_dir[PATH_MAX] = "", rank_spec[PATH_MAX + 16] = "";
+    char run_id[64], run_dir[PATH_MAX], rank_spec[PATH_MAX + 16] = "";
     snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : p->run_id ? p->run_id : "");
     if (p->node_rank == 0 &&
         dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id, run_dir) < 0) {
@@ -62,10 +62,10 @@ int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o,
     }
     /* The ranks read the spec as this launch loaded it, from the private run
      * directory: not the user's file (which may change while the job runs),
-     * nor a copy anyone else could replace between two restarts.  Another
-     * node's agent has no run directory of node 0's: its ranks read the spec
-     * the agent was given. */
-    if (run_dir[0])
+     * nor a copy anyone else could replace between two restarts.  The other
+     * nodes of `dtrain run` have no record: theirs read the launch's private
+     * copy (job->path), which lives as long as the launch. */
+    if (p->node_rank == 0)
         snprintf(rank_spec, sizeof rank_spec, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
     struct dt_agent_node n = {.job = job,
                               .who = p->who,

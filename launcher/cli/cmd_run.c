@@ -101,6 +101,7 @@ struct run_opts {
     char ranks[4096];       /* --local-ranks-filter as the global ranks it shows */
     struct dt_cli_spec spec;
     struct dt_cli_launch run;
+    const char *origin[64]; /* the option each line of the spec came from (dt_cli_spec.line_origin) */
 };
 
 static void usage(FILE *out)
@@ -136,14 +137,18 @@ static void usage(FILE *out)
             "  --local-ranks-filter L  show only these local ranks' output (as --ranks)\n"
             "  -r, --redirects N, -t, --tee N, --log-line-prefix-template T   [console.*]\n"
             "  --role NAME [role], --signals-to-handle LIST [signals_to_handle]\n"
+            "  --virtual-local-rank    LOCAL_RANK=0 and one GPU per rank [virtual_local_rank]\n"
+            "  --print-completion SHELL   print a bash, zsh or tcsh completion script and exit\n"
             "  --monitor-interval, --start-method, --event-log-handler, --local-addr,\n"
-            "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters: accepted\n"
+            "  --numa-binding, --duplicate-stdout-filters, --duplicate-stderr-filters,\n"
+            "  --logs-specs default: accepted\n"
             "                          with one warning, no effect here (docs/torchrun.md)\n\n"
             "dtrain's options:\n"
             "  --auth none|token       none for PyTorch scripts, whose TCPStore client has no\n"
             "                          token [rendezvous.auth]\n"
             "  --token-file FILE       the job token every node shares (several nodes, auth: token);\n"
             "                          else DTRAIN_JOB_TOKEN(_FILE), else ~/.config/dtrain/job-token\n"
+            "                          (which nodes all on this machine make if it is missing)\n"
             "  --backend NAME          auto, tcp, shm, nccl or mpi [backend]\n"
             "  --scheduler NAME        local (default), slurm, kubernetes or mpirun [scheduler]\n"
             "  --name NAME             the job's name (default: from PROGRAM) [name]\n"
@@ -251,11 +256,66 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     o->program = argv + optind;
     o->n_program = argc - optind;
-    if (o->v[K_HELP])
+    if (o->v[K_HELP] || o->v[K_PRINT_COMPLETION])
         return 0;
     if (o->n_program == 0)
         return dt_cli_usage_error("run", "which program? e.g. `dtrain run -n 2 train.py` or `dtrain run -n 2 -- "
                                          "python3 train.py`");
+    return 0;
+}
+
+/* --- --print-completion ---------------------------------------------------------- */
+
+/* Generated from the launcher/cmd_*.c files (see the Makefile), NULL-terminated. */
+extern const struct dt_cli_command *const dt_cli_commands[];
+
+/* The words to complete: every command, and `dtrain run`'s long options. */
+static void completion_words(FILE *out, bool commands, const char *dashes)
+{
+    for (size_t i = 0; commands && dt_cli_commands[i]; i++)
+        fprintf(out, "%s%s", i ? " " : "", dt_cli_commands[i]->name);
+    for (int k = 0; !commands && k < K_COUNT; k++)
+        fprintf(out, "%s%s%s", k ? " " : "", dashes, flags[k].name);
+    for (const struct option *l = dt_cli_launch_options; !commands && l->name; l++)
+        fprintf(out, " %s%s", dashes, l->name);
+    if (!commands)
+        fprintf(out, " %sset", dashes);
+}
+
+/* torchrun's --print-completion SHELL: a script that completes dtrain's
+ * commands and `dtrain run`'s options (zsh through its bash emulation). */
+static int print_completion(const char *shell)
+{
+    if (!strcmp(shell, "tcsh")) {
+        fputs("# dtrain's tcsh completion (dtrain run --print-completion tcsh): source it from ~/.tcshrc\n"
+              "complete dtrain 'p/1/(", stdout);
+        completion_words(stdout, true, "");
+        fputs(")/' 'c/--/(", stdout);
+        completion_words(stdout, false, "");
+        fputs(")/'\n", stdout);
+        return 0;
+    }
+    if (strcmp(shell, "bash") && strcmp(shell, "zsh"))
+        return dt_cli_usage_error("run", "--print-completion '%s': expected bash, zsh or tcsh", shell);
+    printf("# dtrain's %s completion (dtrain run --print-completion %s): source it from ~/.%src\n%s"
+           "_dtrain() {\n"
+           "    local cur=${COMP_WORDS[COMP_CWORD]}\n"
+           "    if [ \"$COMP_CWORD\" -eq 1 ]; then\n"
+           "        COMPREPLY=($(compgen -W \"",
+           shell, shell, shell, strcmp(shell, "zsh") ? "" : "autoload -U +X bashcompinit && bashcompinit\n");
+    completion_words(stdout, true, "");
+    fputs("\" -- \"$cur\"))\n"
+          "    elif [ \"${COMP_WORDS[1]}\" = run ] && [ \"${cur#-}\" != \"$cur\" ]; then\n"
+          "        COMPREPLY=($(compgen -W \"",
+          stdout);
+    completion_words(stdout, false, "--");
+    fputs("\" -- \"$cur\"))\n"
+          "    else\n"
+          "        COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+          "    fi\n"
+          "}\n"
+          "complete -o default -F _dtrain dtrain\n",
+          stdout);
     return 0;
 }
 
@@ -277,6 +337,8 @@ static void say_no_effect(const struct run_opts *o)
                          "slurm.cpu_bind"},
         {K_DUP_STDOUT, "every rank's stdout is in its log file, attempt_<k>/rank_<n>.out; grep it there"},
         {K_DUP_STDERR, "every rank's stderr is in its log file, attempt_<k>/rank_<n>.err; grep it there"},
+        {K_LOGS_SPECS, "torchrun's own log layout; dtrain writes each rank's output to <log dir>/<name>-<run "
+                       "id>/attempt_<k>/rank_<n>.{out,err}"},
     };
     for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++)
         if (o->v[notes[i].k])
@@ -290,16 +352,13 @@ static void say_no_effect(const struct run_opts *o)
 /* Flags whose meaning dtrain cannot give: refused with the reason. */
 static int refuse_unsupported(const struct run_opts *o)
 {
-    if (o->v[K_LOGS_SPECS])
+    /* "default" is the one entry point PyTorch registers (torchrun.logs_specs:
+     * DefaultLogsSpecs), the layout torchrun uses without the flag. */
+    if (o->v[K_LOGS_SPECS] && strcmp(o->v[K_LOGS_SPECS], "default") != 0)
         return dt_cli_usage_error("run", "--logs-specs %s names a Python LogsSpecs plugin of torchrun, which dtrain "
-                                         "cannot load; its logs are <log dir>/<name>-<run id>/attempt_<k>/"
-                                         "rank_<n>.{out,err}",
+                                         "cannot load (it takes 'default'); its logs are <log dir>/<name>-<run id>/"
+                                         "attempt_<k>/rank_<n>.{out,err}",
                                   o->v[K_LOGS_SPECS]);
-    if (o->v[K_VIRTUAL_LOCAL_RANK])
-        return dt_cli_usage_error("run", "--virtual-local-rank: dtrain gives each rank LOCAL_RANK and every GPU "
-                                         "of its node; it cannot narrow CUDA_VISIBLE_DEVICES per rank");
-    if (o->v[K_PRINT_COMPLETION])
-        return dt_cli_usage_error("run", "--print-completion: dtrain has no shell completion script");
     if (o->v[K_MODULE] && o->v[K_NO_PYTHON])
         return dt_cli_usage_error("run", "--no-python and --module (-m) together: a module runs under Python");
     static const char *const methods[] = {"spawn", "fork", "forkserver", NULL};
@@ -467,6 +526,8 @@ static void put_torchrun_keys(const struct run_opts *o, FILE *f)
         put_str(f, o->v[K_ROLE]);
         fputc('\n', f);
     }
+    if (o->v[K_VIRTUAL_LOCAL_RANK])
+        fputs("virtual_local_rank: true\n", f);
     if (o->v[K_SIGNALS]) {
         fputs("signals_to_handle: ", f);
         put_str(f, o->v[K_SIGNALS]);
@@ -521,6 +582,41 @@ static char *make_spec(const struct run_opts *o)
     return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
+/* Which option each line of the spec came from, so that a value the spec
+ * refuses is reported under the option the user typed, not "<options>:3:17". */
+static void note_origins(struct run_opts *o, const char *text)
+{
+    static const struct {
+        const char *key, *opt;
+    } from[] = {{"name:", "--name"},
+                {"scheduler:", "--scheduler"},
+                {"nodes:", "--nnodes"},
+                {"nproc_per_node:", "--nproc-per-node"},
+                {"backend:", "--backend"},
+                {"max_restarts:", "--max-restarts"},
+                {"grace_period:", "--shutdown-timeout"},
+                {"  auth:", "--auth"},
+                {"  port:", "--master-port"},
+                {"  timeout:", "--rdzv-conf join_timeout"},
+                {"  last_call_timeout:", "--rdzv-conf last_call_timeout"},
+                {"role:", "--role"},
+                {"virtual_local_rank:", "--virtual-local-rank"},
+                {"signals_to_handle:", "--signals-to-handle"},
+                {"  redirects:", "-r/--redirects"},
+                {"  tee:", "-t/--tee"},
+                {"  line_prefix:", "--log-line-prefix-template"}};
+    int line = 1;
+    for (const char *p = text; *p && line < (int)(sizeof o->origin / sizeof o->origin[0]); line++) {
+        for (size_t i = 0; i < sizeof from / sizeof from[0]; i++)
+            if (!strncmp(p, from[i].key, strlen(from[i].key)))
+                o->origin[line] = from[i].opt;
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    o->spec.line_origin = o->origin;
+    o->spec.n_line_origin = line;
+}
+
 /* A flag's value that goes into the spec unquoted is one plain YAML word: a
  * line break or flow character would write other keys than the flag names. */
 static int check_plain(const struct run_opts *o)
@@ -533,6 +629,16 @@ static int check_plain(const struct run_opts *o)
     for (size_t i = 0; i < 8; i++)
         if (vals[i] && (!*vals[i] || strpbrk(vals[i], "\n\r:#{}[],&*!|>'\"%@` \t")))
             return dt_cli_usage_error("run", "'%s' is not a value for that option", vals[i]);
+    /* torchrun's seconds, which the spec gets with an "s" appended */
+    const char *secs[][2] = {{"--shutdown-timeout", o->v[K_SHUTDOWN_TIMEOUT]},
+                             {"--rdzv-conf join_timeout", c->join_timeout},
+                             {"--rdzv-conf timeout", c->timeout},
+                             {"--rdzv-conf last_call_timeout", c->last_call_timeout}};
+    for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
+        char *end;
+        if (secs[i][1] && (strtod(secs[i][1], &end) < 0 || end == secs[i][1] || *end))
+            return dt_cli_usage_error("run", "%s '%s': expected seconds, like 30", secs[i][0], secs[i][1]);
+    }
     return 0;
 }
 
@@ -579,7 +685,7 @@ static int node_of(struct run_opts *o, const struct dt_job *job, char token[DT_T
                                    .run_id = r->run_id,
                                    .auth_off = "pass --auth none to dtrain run (the spec's rendezvous.auth)"};
     if (r->several && job->rendezvous.auth == DT_AUTH_TOKEN) {
-        if (dt_cli__rdzv_token(o->v[K_TOKEN_FILE], token) < 0) {
+        if (dt_cli__rdzv_token(o->v[K_TOKEN_FILE], r->one_machine, token) < 0) {
             fprintf(stderr, "dtrain run: %s\n", dt_error_last());
             return DT_EXIT_REFUSED;
         }
@@ -619,6 +725,8 @@ static int run(int argc, char **argv)
             usage(stdout);
         return rc;
     }
+    if (o.v[K_PRINT_COMPLETION])
+        return print_completion(o.v[K_PRINT_COMPLETION]);
     if ((rc = refuse_unsupported(&o)) || (rc = resolve_nproc(&o)) || (rc = place(&o)) || (rc = local_ranks(&o)) ||
         (rc = check_plain(&o)))
         goto out;
@@ -636,6 +744,7 @@ static int run(int argc, char **argv)
     }
     struct dt_job *job = NULL;
     o.spec.one_node_of_several = o.rdzv.several;
+    note_origins(&o, text);
     rc = dt_cli_spec_load(&o.spec, "<options>", text, NULL, &job);
     free(text);
     if (rc)

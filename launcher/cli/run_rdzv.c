@@ -20,12 +20,14 @@
 #include "launcher/cli/run_rdzv.h"
 
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/log.h"
 #include "comm/store.h"
 #include "spec/jobspec.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <stddef.h>
@@ -309,10 +311,12 @@ int dt_cli__rdzv_resolve(const struct dt_cli__rdzv_flags *f, struct dt_cli__rdzv
     int rc = !strcmp(b, "static") ? static_nodes(f, r) : c10d_nodes(f, r);
     if (rc)
         return rc;
+    bool ep = f->endpoint && *f->endpoint;
     if (r->port == 0)
-        return dt_cli_usage_error("run", "a job of several nodes needs a port every node knows, not 0 (%s:%d)",
-                                  r->host, r->port);
-    r->bind = !r->hosting ? NULL : is_loopback(r->host) ? "127.0.0.1" : "0.0.0.0";
+        return dt_cli_usage_error("run", "%s %s: a job of several nodes needs a port every node knows, not 0",
+                                  ep ? "--rdzv-endpoint" : "--master-port", ep ? f->endpoint : "0");
+    r->one_machine = is_loopback(r->host);
+    r->bind = !r->hosting ? NULL : r->one_machine ? "127.0.0.1" : "0.0.0.0";
     return 0;
 }
 
@@ -327,7 +331,40 @@ int dt_cli__token_default(char *path, size_t size)
     return n < 0 || (size_t)n >= size ? DT_ENOTFOUND : 0;
 }
 
-int dt_cli__rdzv_token(const char *token_file, char out[DT_TOKEN_LEN + 1])
+/* Nodes that are all processes of this machine share its files: the first
+ * to come makes the default token file (0600), the others read it.  The
+ * token is written whole under a name of this process and linked into
+ * place, so a node finds no file or a whole one; EEXIST from link() means
+ * another node made it first, and its token is the job's. */
+static int make_default_token(const char *path, char out[DT_TOKEN_LEN + 1])
+{
+    char dir[4096], tmp[4200], tok[DT_TOKEN_LEN + 1];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int rc = slash ? dt_fs_mkdir_p(dir, 0700, "job token's directory") : 0;
+    if (rc == 0)
+        rc = dt_token_make(tok);
+    if (rc < 0)
+        return rc;
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return dt_error_set_errno(DT_EIO, errno, "making the job token file %s", tmp);
+    bool whole = dprintf(fd, "%s\n", tok) == DT_TOKEN_LEN + 1;
+    memset(tok, 0, sizeof tok);
+    if (close(fd) != 0 || !whole)
+        rc = dt_error_set(DT_EIO, "writing the job token file %s", tmp);
+    else if (link(tmp, path) == 0)
+        dt_log_info("made the job token every node of this machine reads: %s (mode 600)", path);
+    else if (errno != EEXIST)
+        rc = dt_error_set_errno(DT_EIO, errno, "making the job token file %s", path);
+    unlink(tmp);
+    return rc < 0 ? rc : dt_token_from_file(path, out);
+}
+
+int dt_cli__rdzv_token(const char *token_file, bool one_machine, char out[DT_TOKEN_LEN + 1])
 {
     bool found = false;
     if (token_file)
@@ -338,6 +375,8 @@ int dt_cli__rdzv_token(const char *token_file, char out[DT_TOKEN_LEN + 1])
     char def[4096];
     if (dt_cli__token_default(def, sizeof def) == 0 && access(def, F_OK) == 0)
         return dt_token_from_file(def, out);
+    if (one_machine && dt_cli__token_default(def, sizeof def) == 0)
+        return make_default_token(def, out);
     return dt_error_set(DT_EINVAL,
                         "every node of the job needs the same job token (rendezvous.auth: token) and none was "
                         "given: put one in a file the nodes share (`umask 077; openssl rand -hex 32 > %s`, or "

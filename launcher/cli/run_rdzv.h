@@ -38,6 +38,7 @@ struct dt_cli__rdzv {
     bool elastic;           /* MIN < MAX, or c10d: the rounds number the nodes */
     bool hosting;           /* this node hosts the coordinator (node 0) */
     bool take_node_rank;    /* c10d of a fixed count: the node rank is taken at the coordinator */
+    bool one_machine;       /* several nodes at a loopback address: all of them processes of this machine */
     int node_rank;          /* -1: the elastic rounds (or take_node_rank) say */
     char host[256];         /* where agents and ranks reach the coordinator */
     int port;               /* its port (0 for one node: the kernel's choice, or rendezvous.port) */
@@ -54,9 +55,10 @@ struct dt_cli__rdzv {
 int dt_cli__rdzv_resolve(const struct dt_cli__rdzv_flags *f, struct dt_cli__rdzv *r);
 
 /* The job token of a job of several nodes: --token-file, DTRAIN_JOB_TOKEN or
- * DTRAIN_JOB_TOKEN_FILE, or the default file (dt_cli__token_default);
+ * DTRAIN_JOB_TOKEN_FILE, or the default file (dt_cli__token_default), which
+ * the first node makes when the nodes are all on this machine (one_machine);
  * none of them is DT_EINVAL with one sentence saying how to share one. */
-int dt_cli__rdzv_token(const char *token_file, char out[DT_TOKEN_LEN + 1]);
+int dt_cli__rdzv_token(const char *token_file, bool one_machine, char out[DT_TOKEN_LEN + 1]);
 
 /* $XDG_CONFIG_HOME/dtrain/job-token, else ~/.config/dtrain/job-token. */
 int dt_cli__token_default(char *path, size_t size);

@@ -174,6 +174,46 @@ static void environment_for_a_rank(void **state)
     dt_agent_env_free(env);
 }
 
+/* torchrun's --virtual-local-rank and --role: LOCAL_RANK 0, the rank's own
+ * entry of the node's GPU list (the spec's env: over the launcher's, HIP's
+ * where set), each variable once; a rank beyond the list is refused. */
+static void virtual_local_rank_and_role(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    struct dt_job v = *cfg.job;
+    v.virtual_local_rank = true;
+    v.role = (char *)"trainer";
+    v.env = NULL;
+    v.n_env = 0;
+    cfg.job = &v;
+    char *base[] = {(char *)"CUDA_VISIBLE_DEVICES=2, 7,9", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 1, 0, base, &env), 0);
+    assert_string_equal(get(env, "LOCAL_RANK"), "0");
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "7");
+    assert_string_equal(get(env, "RANK"), "5");
+    assert_string_equal(get(env, "ROLE_NAME"), "trainer");
+    assert_null(get(env, "HIP_VISIBLE_DEVICES"));
+    dt_agent_env_free(env);
+    assert_int_equal(dt_agent_env_build(&cfg, 3, 0, base, &env), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "virtual_local_rank: local rank 3 has no GPU in CUDA_VISIBLE_DEVICES=2, 7,9"));
+    char *none[] = {NULL}, *hip[] = {(char *)"CUDA_VISIBLE_DEVICES=0,1", (char *)"HIP_VISIBLE_DEVICES=4,5", NULL};
+    assert_int_equal(dt_agent_env_build(&cfg, 3, 0, none, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "3");
+    dt_agent_env_free(env);
+    assert_int_equal(dt_agent_env_build(&cfg, 1, 0, hip, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "5");
+    assert_string_equal(get(env, "HIP_VISIBLE_DEVICES"), "5");
+    dt_agent_env_free(env);
+    struct dt_env_entry spec_env[] = {{(char *)"CUDA_VISIBLE_DEVICES", (char *)"6,8"}};
+    v.env = spec_env;
+    v.n_env = 1;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "6");
+    dt_agent_env_free(env);
+}
+
 /* TORCH_NCCL_ASYNC_ERROR_HANDLING is the user's when the launcher's
  * environment or env: sets it (torchrun keeps its own environment's);
  * TORCHELASTIC_SIGNALS_TO_HANDLE says what dtrain does, whatever is set. */
@@ -491,6 +531,7 @@ int main(void)
         cmocka_unit_test(torch_prefix_found),
         cmocka_unit_test(tail_keeps_last_lines_in_order),
         cmocka_unit_test(environment_for_a_rank),
+        cmocka_unit_test(virtual_local_rank_and_role),
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),
