@@ -135,8 +135,8 @@ static const struct dt_spec_key console_keys[] = {
            .flags = DT_KF_VERBATIM,
            .example = "\"${role_name}${local_rank}: \"",
            .help = "The prefix of each rank's console line (torchrun's `--log-line-prefix-template`, "
-                   "`${role_name}`, `${rank}`, `${local_rank}` and `${hostname}` replaced). Read, not applied "
-                   "yet."),
+                   "`${role_name}`, `${rank}`, `${local_rank}` and `${hostname}` replaced as Python's "
+                   "`string.Template.safe_substitute` does, `$$` a dollar, the rest as written)."),
 };
 const struct dt_spec_section dt_jobspec_console_section = {
     .keys = console_keys, .n_keys = DT_NKEYS(console_keys), .size = sizeof(struct dt_console_spec)};

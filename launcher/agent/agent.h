@@ -352,6 +352,16 @@ void dt_agent_env_free(char **env);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
 
+/* The longest console prefix a template gives (longer ones are cut). */
+#define DT_AGENT_PREFIX_MAX 256
+/* A rank's console prefix (agent_console.c): "[rank N] ", or console.line_prefix
+ * (torchrun's --log-line-prefix-template) as Python's Template.safe_substitute
+ * renders it: ${role_name} / $role_name, ${rank}, ${local_rank}, ${hostname}
+ * replaced, $$ a dollar, anything else kept as written.  Into out (size
+ * DT_AGENT_PREFIX_MAX); returns its length. */
+size_t dt_agent_line_prefix(char *out, const char *tmpl, const char *role, int rank, int local_rank,
+                            const char *host);
+
 /* PyTorch prefixes a rank's lines itself once its default process group is
  * up: "[rank3]: " before each line of an uncaught exception (the excepthook
  * of distributed_c10d.py's init_process_group), "[rank3]:" before c10's and

@@ -54,11 +54,80 @@ void dt_agent__console_init(struct dt_agent *a)
                  : same_file(STDERR_FILENO, a->out_fd) ? 0
                                                         : -1;
     dt_log_set_before(before_log, a);
+    if (gethostname(a->host, sizeof a->host) != 0)
+        snprintf(a->host, sizeof a->host, "localhost");
+    a->host[sizeof a->host - 1] = 0;
+}
+
+/* Appends src (n bytes) to out at *o, cut at the prefix's bound. */
+static void put_text(char *out, size_t *o, const char *src, size_t n)
+{
+    size_t room = DT_AGENT_PREFIX_MAX - 1 - *o;
+    n = n < room ? n : room;
+    memcpy(out + *o, src, n);
+    *o += n;
+}
+
+/* The value of a template's identifier, into num; NULL for one it does not know. */
+static const char *macro(const char *name, size_t n, const char *role, int rank, int local_rank,
+                         const char *host, char num[16])
+{
+    if (n == 9 && !memcmp(name, "role_name", 9))
+        return role;
+    if (n == 8 && !memcmp(name, "hostname", 8))
+        return host;
+    if ((n == 4 && !memcmp(name, "rank", 4)) || (n == 10 && !memcmp(name, "local_rank", 10))) {
+        snprintf(num, 16, "%d", n == 4 ? rank : local_rank);
+        return num;
+    }
+    return NULL;
+}
+
+static bool ident_char(char c, bool first)
+{
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
+}
+
+size_t dt_agent_line_prefix(char *out, const char *tmpl, const char *role, int rank, int local_rank,
+                            const char *host)
+{
+    if (!tmpl) {
+        size_t n = dt_agent_format_line(out, rank, "", 0) - 1; /* without its newline */
+        out[n] = 0;
+        return n;
+    }
+    size_t o = 0;
+    char num[16];
+    for (const char *p = tmpl; *p;) {
+        if (p[0] != '$' || p[1] == '$') { /* text, or "$$": one dollar */
+            put_text(out, &o, p, 1);
+            p += p[0] == '$' ? 2 : 1;
+            continue;
+        }
+        bool braced = p[1] == '{';
+        const char *name = p + 1 + braced, *end = name;
+        while (ident_char(*end, end == name))
+            end++;
+        const char *v = end > name && (!braced || *end == '}')
+                            ? macro(name, (size_t)(end - name), role, rank, local_rank, host, num)
+                            : NULL;
+        if (!v) { /* kept as written, as safe_substitute does */
+            put_text(out, &o, p, 1);
+            p++;
+            continue;
+        }
+        put_text(out, &o, v, strlen(v));
+        p = end + braced;
+    }
+    out[o] = 0;
+    return o;
 }
 
 void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int local_rank)
 {
     const struct dt_console_spec *c = &a->cfg->job->console;
+    const char *role = a->cfg->job->role ? a->cfg->job->role : "default";
+    k->prefix_len = dt_agent_line_prefix(k->prefix, c->line_prefix, role, k->rank, local_rank, a->host);
     int redirected = dt_job_std_of(c->redirects, local_rank), teed = dt_job_std_of(c->tee, local_rank);
     const unsigned char *listed = a->cfg->console_ranks;
     k->shown = listed && !listed[k->rank] ? 0 : (unsigned char)((~redirected | teed) & (DT_STD_OUT | DT_STD_ERR));
@@ -133,8 +202,10 @@ static size_t compose(struct dt_agent *a, struct dt_agent__con *c, const struct 
         out[o++] = '\n'; /* another rank's open line ends before this one starts */
     /* A bar's last \r and then its \n: the bar stays as drawn. */
     bool bare = mine && (c->state == CON_OPEN || (len == 0 && end == '\n'));
-    if (!bare)
-        o += dt_agent_format_line(out + o, k->rank, "", 0) - 1; /* the prefix, without its newline */
+    if (!bare) {
+        memcpy(out + o, k->prefix, k->prefix_len);
+        o += k->prefix_len;
+    }
     memcpy(out + o, line, len);
     o += len;
     c->owner = k;

@@ -50,6 +50,8 @@ struct dt_agent__sink {
     int log_fd[2];             /* attempt_<k>/rank_<n>.out and .err; -1 when closed */
     bool continuing[2];        /* the start of a line that is not finished was handed on */
     unsigned char shown;       /* DT_STD_OUT | DT_STD_ERR: the streams the console gets (agent_console.c) */
+    char prefix[DT_AGENT_PREFIX_MAX]; /* its console lines' prefix (dt_agent_line_prefix) */
+    size_t prefix_len;
     struct dt_agent_tail tail; /* stderr, for the failure report */
 };
 
@@ -101,6 +103,7 @@ struct dt_agent {
     struct dt_agent__con con[2]; /* out_fd's and err_fd's open line; [0] for both when con_shared */
     bool con_shared;             /* out_fd and err_fd are one file (a terminal) */
     int log_con;                 /* the con that dt_log's stderr is, or -1 */
+    char host[256];              /* this host's name, for ${hostname} in console.line_prefix */
     int null_fd;          /* /dev/null, the ranks' stdin */
     struct rlimit nofile; /* RLIMIT_NOFILE as the launcher found it, for the ranks */
     char *scratch;        /* one formatted console line */
@@ -178,7 +181,8 @@ int dt_agent__pump_partial(struct dt_agent *a, double now);
  * and which is dt_log's (its hook ends an open line there, until
  * dt_agent__free). */
 void dt_agent__console_init(struct dt_agent *a);
-/* k->shown for k at local_rank: the filter, console.redirects and console.tee. */
+/* For k at local_rank: k->shown (the filter, console.redirects and
+ * console.tee) and k->prefix (console.line_prefix). */
 void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int local_rank);
 /* A piece of k's stream as dt_lines hands it over (end: its lb.end): the
  * stderr tail, and the console if the stream is shown there. */

@@ -669,7 +669,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->pfd_proc = calloc((size_t)a->nproc * 3 + 1, sizeof *a->pfd_proc);
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_LINES_MAX + 64);
+    a->scratch = malloc(DT_LINES_MAX + DT_AGENT_PREFIX_MAX + 8); /* "\n", the prefix, the line, its end */
     if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
         !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);

@@ -146,9 +146,6 @@ static void say_requeue(const struct dt_job *job, const struct dt_cli_launch *o)
 static void say_not_applied(const struct dt_job *job)
 {
     const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
-    if (job->console.line_prefix)
-        dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
-                    "\"[rank N] \"");
     if ((job->signals_to_handle & stop_signals) != stop_signals)
         dt_log_warn("signals_to_handle (--signals-to-handle) leaves out a stop signal: SIGHUP, SIGINT, SIGQUIT and "
                     "SIGTERM stop the job all the same (passed on to the ranks, SIGKILL after the grace period)");

@@ -5,7 +5,8 @@
 # bar (real tqdm from .venv) and a line that stalls mid-way reach the console
 # while the rank is still writing them, under its prefix; a PyTorch DDP
 # script's print, logging and warnings obey the filter.  The log files get
-# everything in every case.
+# everything in every case.  console.line_prefix (--log-line-prefix-template)
+# renders as torchrun's does.
 . "$(dirname "$0")/lib.sh"
 
 job() {
@@ -59,6 +60,13 @@ expect_status 0 "dtrain run -r 3 -t 2" \
   "$DTRAIN" run --auth none --log-dir "$T/runs" -n 2 -r 3 -t 2 --no-python sh "$T/both.sh"
 check "-r 3 -t 2: stderr shown, stdout not" \
   bash -c "grep -qx '\[rank 0\] err 0' '$T/last.err' && ! grep -q '^\[rank' '$T/last.out'"
+
+# --- the prefix: torchrun's --log-line-prefix-template ---------------------------------------
+expect_status 0 "dtrain run --role trainer --log-line-prefix-template" \
+  "$DTRAIN" run --auth none --log-dir "$T/runs" -n 2 --role trainer \
+  --log-line-prefix-template '[${role_name}${local_rank}]:${rank}@${hostname} $$ ' --no-python sh "$T/both.sh"
+check "the template's names are replaced on both streams, \$\$ is a dollar" \
+  bash -c "grep -qx '\[trainer1\]:1@$(hostname) \\\$ out 1' '$T/last.out' && grep -qx '\[trainer0\]:0@$(hostname) \\\$ err 0' '$T/last.err'"
 
 # --- a line reaches the console as it is written ----------------------------------------
 # watch_for FILE PATTERN PID: whether PATTERN shows in FILE while PID still runs (15 s at most).
