@@ -25,7 +25,8 @@
  * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
  * states, the events that move it, their deadlines, how the job ends),
  * agent_policy.c (which failure is first, whether restart_policy makes it
- * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
+ * final), agent_procs.c (spawning, signalling, output), agent_console.c
+ * (what of the output the console shows, and how), agent_guard.c (the
  * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
  * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
  * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:

@@ -4,7 +4,7 @@
  * to its state machine (agent_state.h), which agent_procs.c acts on;
  * agent_policy.c says which failure of an attempt is its first and whether
  * it is final; agent_procs.c starts the processes, signals them and moves
- * their output; agent_guard.c is what runs between the agent and each rank;
+ * their output, agent_console.c shows it; agent_guard.c is what runs between the agent and each rank;
  * agent_watchdog.c looks at them from outside; agent_plan.c, agent_summary.c
  * and agent_node.c do what comes before and after.  The rounds with other
  * nodes reach dt_agent_run only through its hooks (agent_rounds.h).  Names
