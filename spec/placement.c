@@ -9,16 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dt_placement_count_gpus(void)
+/* The NVIDIA GPUs the kernel shows this machine (or container): /dev/nvidia<N>. */
+static int dev_gpus(void)
 {
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (cvd) {
-        int n = 0;
-        for (const char *p = cvd; *p; p++)
-            if (*p != ',' && (p == cvd || p[-1] == ','))
-                n++;
-        return n;
-    }
     DIR *d = opendir("/dev");
     if (!d)
         return 0;
@@ -29,6 +22,19 @@ int dt_placement_count_gpus(void)
             n++;
     closedir(d);
     return n;
+}
+
+int dt_placement_count_gpus(void)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        int n = 0;
+        for (const char *p = cvd; *p; p++)
+            if (*p != ',' && (p == cvd || p[-1] == ','))
+                n++;
+        return n;
+    }
+    return dev_gpus();
 }
 
 int dt_placement_count_cpus(void)
@@ -52,7 +58,9 @@ int dt_placement_nproc_word(const char *word, int *nproc)
     } else if (!strcmp(word, "cpu")) {
         *nproc = dt_placement_count_cpus();
     } else if (!strcmp(word, "auto")) {
-        *nproc = dt_placement_count_gpus() > 0 ? DT_NPROC_GPU : dt_placement_count_cpus();
+        /* torchrun: GPUs when torch.cuda.is_available(), which needs a device
+         * as well as a non-empty CUDA_VISIBLE_DEVICES; else CPUs. */
+        *nproc = dev_gpus() > 0 && dt_placement_count_gpus() > 0 ? DT_NPROC_GPU : dt_placement_count_cpus();
     } else {
         return dt_error_set(DT_EINVAL, "'%s' ranks per node: expected a number, auto, cpu or gpu%s", word,
                             !strcmp(word, "xpu") ? " (dtrain counts NVIDIA GPUs, not Intel's XPUs)" : "");

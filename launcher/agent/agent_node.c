@@ -208,10 +208,11 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
         "until its timeout. To run PyTorch scripts, %s. Stopping the job.",
         job->name, nd->n->auth_off ? nd->n->auth_off : file_key);
     *status = 1;
+    char why[600];
+    snprintf(why, sizeof why, "PyTorch ranks were refused for lack of the job token: %s",
+             nd->n->auth_off ? nd->n->auth_off : "set `rendezvous: {auth: none}` in the job spec");
     if (nd->round)
-        dt_agent__round_abort(nd->round, *status,
-                              "PyTorch ranks were refused for lack of the job token: set "
-                              "`rendezvous: {auth: none}` in the job spec");
+        dt_agent__round_abort(nd->round, *status, why);
     return DT_AGENT_ABORT;
 }
 

@@ -176,6 +176,17 @@ wait_nodes c0 c1
 check "c10d, 2 nodes, DTRAIN_JOB_TOKEN: both exit 0 ($(cat "$T/c0.rc") $(cat "$T/c1.rc"))" \
   test "$(cat "$T/c0.rc")$(cat "$T/c1.rc")" = 00
 contains "$T/c1.out" '^\[rank 1\] r=1 w=2 g=1$' "the node that came second is node 1"
+
+# PyTorch ranks under auth: token on two nodes: node 0 stops the job, and node 1 says how to let
+# them in (dtrain run's flag), not a spec file it never had.
+port=$(free_port)
+node p1 --nnodes 2 --node-rank 1 --master-port "$port" --log-dir "$T/p1" "$DDP"
+node p0 --nnodes 2 --node-rank 0 --master-port "$port" --log-dir "$T/p0" "$DDP"
+wait_nodes p0 p1
+check "PyTorch on two nodes under auth: token: both exit 1 ($(cat "$T/p0.rc") $(cat "$T/p1.rc"))" \
+  test "$(cat "$T/p0.rc")$(cat "$T/p1.rc")" = 11
+contains "$T/p1.err" "node 0: PyTorch ranks were refused for lack of the job token: pass --auth none to dtrain run" \
+  "node 1 names the flag"
 unset DTRAIN_JOB_TOKEN
 
 # The token from --token-file (mode 600), static.
