@@ -154,6 +154,25 @@ int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out)
     return dt_proc_stat_parse(buf, out);
 }
 
+int dt_proc_catches(pid_t pid, int sig)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *f = strstr(buf, "\nSigCgt:");
+    if (!f || sig < 1 || sig > 64)
+        return -1;
+    unsigned long long mask = strtoull(f + 8, NULL, 16);
+    return (int)((mask >> (sig - 1)) & 1);
+}
+
 /* --- signals through a pipe ---------------------------------------------- */
 
 static int signal_pipe_w = -1;

@@ -387,9 +387,11 @@ static const struct dt_spec_key top_keys[] = {
            .form = "list of signal names",
            .schema = "{\"anyOf\": [{\"type\": \"array\", \"items\": {\"enum\": [\"SIGHUP\", \"SIGINT\", "
                      "\"SIGQUIT\", \"SIGTERM\", \"SIGUSR1\", \"SIGUSR2\", \"SIGALRM\"]}}, {\"type\": \"string\"}]}",
-           .help = "The signals the agent passes on to every rank (torchrun's `--signals-to-handle`: a list, or "
-                   "one comma-separated string). Read, not applied yet: SIGHUP, SIGINT, SIGQUIT and SIGTERM "
-                   "stop the job and SIGUSR1 is passed on (docs/slurm.md), whatever this says."),
+           .help = "The signals the agent passes on to the ranks (torchrun's `--signals-to-handle`: a list, or "
+                   "one comma-separated string). SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the job (passed on, "
+                   "SIGKILL after `grace_period`) listed or not. SIGUSR1 always, and SIGUSR2 or SIGALRM when "
+                   "listed, warn of a time limit: passed on if every rank catches it, else every rank is "
+                   "stopped and the job ends with 75 to be requeued (docs/slurm.md)."),
     DT_KEY("console", DT_KT_SECTION, struct dt_job, console, .sub = &dt_jobspec_console_section,
            .help = "How the ranks' output reaches the console and the log files (torchrun's `-r`, `-t` and "
                    "`--log-line-prefix-template`)."),

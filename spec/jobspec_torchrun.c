@@ -125,7 +125,7 @@ static const struct dt_spec_key console_keys[] = {
            .form = "0–3, or `LOCAL_RANK:N` pairs like `\"0:3,1:2\"`", .schema = STD_SCHEMA,
            .help = "The rank streams that go to the rank's log files only, not to the console (torchrun's "
                    "`-r/--redirects`): 0 none, 1 stdout, 2 stderr, 3 both, for every local rank or per local "
-                   "rank. Read, not applied yet: every stream still reaches the console."),
+                   "rank. A rank left out by `--ranks` (`--local-ranks-filter`) shows neither stream."),
     DT_KEY("tee", DT_KT_CUSTOM, struct dt_console_spec, tee, .set = set_std, .release = release_tee,
            .print = print_tee, .def = "0", .form = "0–3, or `LOCAL_RANK:N` pairs like `\"0:3,1:2\"`",
            .schema = STD_SCHEMA,
@@ -135,8 +135,8 @@ static const struct dt_spec_key console_keys[] = {
            .flags = DT_KF_VERBATIM,
            .example = "\"${role_name}${local_rank}: \"",
            .help = "The prefix of each rank's console line (torchrun's `--log-line-prefix-template`, "
-                   "`${role_name}`, `${rank}`, `${local_rank}` and `${hostname}` replaced). Read, not applied "
-                   "yet."),
+                   "`${role_name}`, `${rank}`, `${local_rank}` and `${hostname}` replaced as Python's "
+                   "`string.Template.safe_substitute` does, `$$` a dollar, the rest as written)."),
 };
 const struct dt_spec_section dt_jobspec_console_section = {
     .keys = console_keys, .n_keys = DT_NKEYS(console_keys), .size = sizeof(struct dt_console_spec)};

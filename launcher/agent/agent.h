@@ -25,7 +25,8 @@
  * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
  * states, the events that move it, their deadlines, how the job ends),
  * agent_policy.c (which failure is first, whether restart_policy makes it
- * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
+ * final), agent_procs.c (spawning, signalling, output), agent_console.c
+ * (what of the output the console shows, and how), agent_guard.c (the
  * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
  * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
  * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:
@@ -142,7 +143,7 @@ struct dt_agent_config {
     int master_port;
     const char *token;                   /* job token, or NULL when rendezvous.auth is none */
     double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
-    const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
+    const unsigned char *console_ranks;  /* per global rank: 1 = show its output; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
@@ -237,6 +238,9 @@ struct dt_agent_result {
     enum dt_agent_status status;
     int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
     int interrupt_signal; /* the signal that interrupted the job, or 0 */
+    /* Ended DT_AGENT_EXIT_REQUEUE because a rank did not catch the signal:
+     * the agent stopped the ranks, they did not checkpoint on their own. */
+    bool requeue_stopped;
     int n_attempts;
     int max_attempts;                  /* entries allocated: max_restarts + 1 */
     int nproc;                         /* entries of each attempt's ranks */
@@ -348,6 +352,16 @@ void dt_agent_env_free(char **env);
 /* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
+
+/* The longest console prefix a template gives (longer ones are cut). */
+#define DT_AGENT_PREFIX_MAX 256
+/* A rank's console prefix (agent_console.c): "[rank N] ", or console.line_prefix
+ * (torchrun's --log-line-prefix-template) as Python's Template.safe_substitute
+ * renders it: ${role_name} / $role_name, ${rank}, ${local_rank}, ${hostname}
+ * replaced, $$ a dollar, anything else kept as written.  Into out (size
+ * DT_AGENT_PREFIX_MAX); returns its length. */
+size_t dt_agent_line_prefix(char *out, const char *tmpl, const char *role, int rank, int local_rank,
+                            const char *host);
 
 /* PyTorch prefixes a rank's lines itself once its default process group is
  * up: "[rank3]: " before each line of an uncaught exception (the excepthook

@@ -368,7 +368,7 @@ static int run(struct node *nd)
         .master_port = nd->coord ? dt_coord_port(nd->coord) : n->coord_port,
         .token = nd->token[0] ? nd->token : NULL,
         .grace_s = n->grace_s,
-        .console_stdout = nd->show,
+        .console_ranks = nd->show,
         .start_mono = n->start_mono,
         .progress = job->trainer && n->node_rank == 0 && dt_log_get_level() <= DT_LOG_INFO,
         .hooks = nd->round || (nd->coord && nd->token[0]) ? &hooks : NULL,

@@ -138,6 +138,24 @@ static void add(struct env_builder *b, const char *fmt, ...)
     b->v[++b->n] = NULL;
 }
 
+/* TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun exports its --signals-to-handle,
+ * by default "SIGTERM,SIGINT,SIGHUP,SIGQUIT"; signals_to_handle in that order
+ * (dtrain also passes SIGUSR1 on, a Slurm time limit, listed or not). */
+static void add_signals(struct env_builder *b, uint64_t mask)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } order[] = {{SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},  {SIGQUIT, "SIGQUIT"},
+                 {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}, {SIGALRM, "SIGALRM"}};
+    char list[96] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (mask >> order[i].sig & 1)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", order[i].name);
+    add(b, "TORCHELASTIC_SIGNALS_TO_HANDLE=%s", list);
+}
+
 static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int local_rank,
                          int restart, const char *error_file)
 {
@@ -161,10 +179,7 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
     add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
     add(b, "TORCHELASTIC_ERROR_FILE=%s", error_file);
-    /* torchrun's --signals-to-handle default, which it always exports: the
-     * signals the agent passes on to the ranks (dtrain also passes SIGUSR1,
-     * a Slurm time limit, which torchrun does not). */
-    add(b, "TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    add_signals(b, cfg->job->signals_to_handle);
 }
 
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,

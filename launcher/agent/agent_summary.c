@@ -279,6 +279,8 @@ static json_t *summary_json(const struct dt_agent_config *cfg, const struct dt_a
     add(&doc, "interrupted_by",
         res->interrupt_signal ? dt_json_str(dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp))
                               : json_null());
+    bool requeue = res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE;
+    add(&doc, "requeue", requeue ? json_string(res->requeue_stopped ? "stopped" : "checkpointed") : json_null());
     add(&doc, "started_at", json_string(when));
     add(&doc, "started_unix", seconds(res->started_unix));
     add(&doc, "wall_seconds", seconds(res->wall_s));
@@ -491,6 +493,11 @@ void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_
     if (res->status == DT_AGENT_SUCCEEDED)
         dt_log(cfg->node_rank == 0 ? DT_LOG_INFO : DT_LOG_DEBUG, "job %s succeeded in %.2f s%s; %s", cfg->job->name,
                res->wall_s, attempts, where);
+    else if (res->requeue_stopped)
+        dt_log_info("job %s: the ranks were stopped on %s after %.2f s (not every rank catches it), to be "
+                    "requeued (exit status %d); %s",
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
     else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
         dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
                     "status %d); %s",

@@ -11,6 +11,7 @@
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
+#include "launcher/agent/agent.h"
 #include "launcher/cli/cli.h"
 
 #include "launcher/cli/launch_resume.h"
@@ -37,8 +38,8 @@ void dt_cli_launch_usage(FILE *out)
             "  --dry-run             print what would run (ranks per node, each rank's environment\n"
             "                        and argv, the rendered sbatch script, manifests or mpirun line)\n"
             "                        and exit 0, starting nothing\n"
-            "  --ranks LIST          show stdout only of these ranks, e.g. 0 or 0,2-3 (stderr of\n"
-            "                        every rank is always shown)\n"
+            "  --ranks LIST          show the output (stdout and stderr) of these ranks only, e.g.\n"
+            "                        0 or 0,2-3; every rank's log files still get all of it\n"
             "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
             "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default:\n"
             "                        the spec's grace_period, 30s)\n"
@@ -125,26 +126,35 @@ static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, con
     return rc;
 }
 
+/* requeue: true with a command job: what SIGUSR1 will do to the user's
+ * script, said before it is submitted (launcher/agent/agent_supervise.c). */
+static void say_requeue(const struct dt_job *job, const struct dt_cli_launch *o)
+{
+    if (!job->slurm || !job->slurm->requeue || !job->command)
+        return;
+    double grace = o->grace_s > 0                ? o->grace_s
+                   : job->grace_period_s > 0 ? job->grace_period_s
+                                             : DT_JOB_GRACE_DEFAULT_S;
+    dt_log_info("requeue: SIGUSR1 comes %g s before the time limit: if every rank catches it, they get it (one that "
+                "saves its state and exits %d is requeued), else every rank is stopped (SIGTERM, SIGKILL after %g "
+                "s) and the job is requeued",
+                job->slurm->signal_lead_s, DT_AGENT_EXIT_REQUEUE, grace);
+}
+
 /* The keys of torchrun's flags that this dtrain reads but does not apply yet
  * (spec/jobspec_torchrun.c): said once, so nobody counts on them. */
 static void say_not_applied(const struct dt_job *job)
 {
     const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
-    if (job->console.redirects && strcmp(job->console.redirects, "0") != 0)
-        dt_log_warn("console.redirects: %s (-r/--redirects) is not applied yet: every stream still reaches the "
-                    "console, and its log file",
-                    job->console.redirects);
-    if (job->console.line_prefix)
-        dt_log_warn("console.line_prefix (--log-line-prefix-template) is not applied yet: lines are prefixed "
-                    "\"[rank N] \"");
-    if (job->signals_to_handle != stop_signals)
-        dt_log_warn("signals_to_handle (--signals-to-handle) is not applied yet: SIGHUP, SIGINT, SIGQUIT and "
-                    "SIGTERM stop the job, SIGUSR1 is passed on to the ranks");
+    if ((job->signals_to_handle & stop_signals) != stop_signals)
+        dt_log_warn("signals_to_handle (--signals-to-handle) leaves out a stop signal: SIGHUP, SIGINT, SIGQUIT and "
+                    "SIGTERM stop the job all the same (passed on to the ranks, SIGKILL after the grace period)");
 }
 
 int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd)
 {
     say_not_applied(job);
+    say_requeue(job, o);
     if (o->trace && job->command)
         dt_log_warn("--trace applies to the bundled trainer (trainer:); job %s runs a command, which "
                     "gets DTRAIN_TRACE in its environment and may ignore it",

@@ -58,7 +58,7 @@ static void usage(FILE *out)
             "  --coordinator HOST:PORT where node 0's agent is reached (PORT default: rendezvous.port)\n"
             "  --run-id ID             the same on every node (default: node 0 makes one)\n"
             "  --log-dir DIR           where run directories go (default: the spec's log_dir)\n"
-            "  --ranks LIST            show stdout only of these global ranks\n"
+            "  --ranks LIST            show the output of these global ranks only\n"
             "  --grace-period SECS     between SIGTERM and SIGKILL when stopping ranks (default:\n"
             "                          the spec's grace_period, 30s)\n"
             "  --quiet, --verbose      less or more of dtrain's own messages\n\n"
