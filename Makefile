@@ -156,6 +156,9 @@ all: $(BINDIR)/dtrain $(BUILD)/libdtrain.a
 # The CPU kernels: vectorised loops need O3, and sqrtf vectorises only without errno (kernels_cpu.c).
 $(BUILD)/worker/kernels_cpu.o: CFLAGS_ALL += -O3 -fno-math-errno
 $(BUILD)/worker/models/gpt2_layers.o: CFLAGS_ALL += -O3 -fno-math-errno
+# Initial parameters (param_init.c): its draw loop vectorises only with its selects if-converted, which
+# -fno-trapping-math allows (IEEE results are the same; only exception flags are not kept).
+$(BUILD)/worker/models/param_init.o: CFLAGS_ALL += -O3 -fno-math-errno -fno-trapping-math
 
 $(CONFIG_STAMPS): $(BUILD)/gen/%.cfg: FORCE
 	@mkdir -p $(dir $@)

@@ -51,6 +51,83 @@ const char *dt_adapter_getenv(char *const *env, const char *name)
     return NULL;
 }
 
+/* $'...' (bash, zsh, ksh): the word's control characters as escapes, so
+ * it stays on its line; a quote and a backslash escaped too. */
+static void put_ansi_c(FILE *out, const char *s)
+{
+    fputs("$'", out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\'' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('\'', out);
+}
+
+void dt_adapter_put_word(FILE *out, const char *s)
+{
+    static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%";
+    if (*s && strspn(s, plain) == strlen(s)) {
+        fputs(s, out);
+        return;
+    }
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            put_ansi_c(out, s);
+            return;
+        }
+    fputc('\'', out);
+    for (; *s; s++)
+        if (*s == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*s, out);
+    fputc('\'', out);
+}
+
+void dt_adapter_put_comment(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x20 && *p != 0x7f)
+            fputc(*p, out);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\r')
+            fputs("\\r", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else
+            fprintf(out, "\\x%02x", *p);
+    }
+}
+
+/* True when `word` is a whole line of `text`. */
+static bool has_line(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = text; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+void dt_adapter_put_heredoc(FILE *out, const char *word, const char *text)
+{
+    char end[48];
+    snprintf(end, sizeof end, "%s", word);
+    for (int i = 1; has_line(text, end); i++)
+        snprintf(end, sizeof end, "%.32s_%d", word, i);
+    size_t len = strlen(text);
+    fprintf(out, "'%s'\n%s%s%s\n", end, text, len && text[len - 1] != '\n' ? "\n" : "", end);
+}
+
 char *dt_adapter_setup_script(const struct dt_job *job)
 {
     if (!job->setup)

@@ -210,6 +210,13 @@ struct dt_adapter {
      * a negative DT_E* code with "<file>: <key>: <why>" set.  NULL: none. */
     int (*check)(const struct dt_job *job);
 
+    /* `dtrain launch --dry-run`: what the plan would submit, as it submits
+     * it (the sbatch script with the spec it carries, the manifests under
+     * the launch's names and in its order), with placeholders for what only
+     * the launch knows; nothing is made, written or asked.  NULL: render's
+     * output is what launch submits. */
+    int (*dry_run)(const struct dt_job *job, const struct dt_adapter_launch *opts, FILE *out);
+
     /* `dtrain launch`: what to do, into *out (zeroed by the caller), for the
      * launcher to carry out.  May make what the plan names (the run id, the
      * job token, the log directory).  Returns 0, or a negative DT_E* code with
@@ -262,5 +269,24 @@ char *dt_adapter_setup_script(const struct dt_job *job);
 
 /* The value of NAME in env (a NULL-terminated "NAME=value" array), or NULL. */
 const char *dt_adapter_getenv(char *const *env, const char *name);
+
+/* Text for the shell scripts and command lines adapters write (the sbatch
+ * script, the mpirun line, both read by bash).  put_word: one shell word, as
+ * it is when it holds only characters no shell reads specially, else in
+ * single quotes (a quote inside as '\''), or as $'...' when it holds a
+ * control character (newline, tab, ESC: \n, \t, \x1b), so a word always
+ * stays on its line and no line of a script is a value's.  put_comment: s inside a "# ..." comment line, where a
+ * line break would end the comment and make the rest a command: every
+ * control character (newline, carriage return, tab, ESC, DEL, ...) is
+ * written as \n, \r, \t or \xHH, so nothing a value holds (a log_dir from
+ * ${SCRATCH}, a file name) becomes a line of the script. */
+void dt_adapter_put_word(FILE *out, const char *s);
+void dt_adapter_put_comment(FILE *out, const char *s);
+/* `text` as the body of a quoted here-document, after whatever the caller
+ * wrote before "<<": writes "'END'\n", text (a newline added when it lacks
+ * one) and the terminator line, END being `word`, or it with _1, _2, ...
+ * appended while the text holds that as a whole line.  Quoted, so the shell
+ * expands nothing in it: the text arrives byte for byte. */
+void dt_adapter_put_heredoc(FILE *out, const char *word, const char *text);
 
 #endif

@@ -66,7 +66,9 @@ void dt_run_record_init(struct dt_run_record *r, const struct dt_job *job, const
 static int put_spec(void *ctx, FILE *f)
 {
     const struct dt_job *job = ctx;
-    fprintf(f, "# The spec as `dtrain launch` ran it (%s), every default filled in.\n", job->path);
+    fputs("# The spec as `dtrain launch` ran it (", f);
+    dt_adapter_put_comment(f, job->path); /* a path's newline must not end the comment */
+    fputs("), every default filled in.\n", f);
     dt_job_print(job, f);
     return ferror(f) ? dt_error_set(DT_EIO, "cannot write the spec snapshot") : 0;
 }

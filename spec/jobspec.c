@@ -25,6 +25,14 @@
 #include <unistd.h>
 
 #define DT_K8S_DEFAULT_PORT 29500
+/* rendezvous.timeout where a scheduler starts the agents: torchrun's join
+ * timeout (dynamic_rendezvous.py), since a pod or a step may start minutes
+ * after the others (an image pulled, resources pending, a lost node's
+ * replacement scheduled); a local job's agents are started by hand. */
+#define DT_SCHED_JOIN_TIMEOUT_S 600
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *const scheduler_names[] = {"local", "slurm", "kubernetes", "mpirun", NULL};
 static const char *const backend_names[] = {"auto", "tcp", "shm", "nccl", "mpi", NULL};
@@ -253,13 +261,18 @@ static const struct dt_spec_key rendezvous_keys[] = {
                "the default is 29500 and 0 is refused, as pods must know the port in advance."),
     DT_KEY("timeout", DT_KT_DURATION, struct dt_rendezvous_spec, timeout_s, .lo = 0, .hi = 86400,
            .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "60s",
-           .help = "Rendezvous and connect deadline."),
+           .help =
+               "Rendezvous and connect deadline: how long the agents wait for every node to join a round, the "
+               "first one and each after a lost node (torchrun's join timeout; under slurm, kubernetes and "
+               "mpirun " STR(DT_SCHED_JOIN_TIMEOUT_S) "s unless set, as a scheduler may start a node minutes "
+               "after the others). See docs/multinode.md."),
     DT_KEY("heartbeat_timeout", DT_KT_DURATION, struct dt_rendezvous_spec, heartbeat_timeout_s, .lo = 0,
            .hi = 86400, .flags = DT_KF_LO | DT_KF_LO_X | DT_KF_HI, .def = "30s",
            .help =
                "A rank stopped, silent or stuck this long is declared hung, described and restarted "
-               "(docs/faults.md); a host silent this long is lost and the job ends, and a `tcp` collective "
-               "stalled this long (+2 s) names its peer (docs/multinode.md)."),
+               "(docs/faults.md); a host silent this long is lost (the job ends, or with restarts left waits for "
+               "a new agent of that node), and a `tcp` collective stalled this long (+2 s) names its peer "
+               "(docs/multinode.md)."),
     DT_KEY("auth", DT_KT_ENUM, struct dt_rendezvous_spec, auth, .names = auth_names, .def = "token",
            .help =
                "How ranks prove they belong to the job. `token`: ranks present the job's token to the "
@@ -310,9 +323,6 @@ static const struct dt_spec_section comm_section = {
 
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj);
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 static const struct dt_spec_key top_keys[] = {
     DT_KEY("name", DT_KT_STR, struct dt_job, name, .flags = DT_KF_REQUIRED, .example = "reference",
            .help = "Job name, a DNS-1123 label (`a-z`, `0-9`, `-`; at most 63). Names Slurm jobs, Kubernetes "
@@ -326,8 +336,9 @@ static const struct dt_spec_key top_keys[] = {
            .form = "integer 1–65536, or `MIN:MAX`",
            .help =
                "Agents, one per node. A range makes an elastic job (agents started with "
-               "`dtrain agent --nnodes MIN:MAX`, scheduler local): it starts with at least MIN, admits late "
-               "agents and survives lost ones between rounds (docs/elastic.md).",
+               "`dtrain agent --nnodes MIN:MAX`, by Slurm with `--nodes=MIN-MAX`, or as an Indexed Job of MAX "
+               "pods; mpirun refuses it): it starts with at least MIN, admits late agents and survives lost "
+               "ones between rounds (docs/elastic.md).",
            .schema = "{\"oneOf\": [{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 65536},"
                      " {\"type\": \"string\", \"pattern\": \"^[0-9]+:[0-9]+$\"}]}"),
     DT_KEY("nproc_per_node", DT_KT_CUSTOM, struct dt_job, nproc_per_node, .set = set_nproc,
@@ -529,6 +540,7 @@ static const char *const reserved[] = {
     "DTRAIN_RESTART_COUNT",
     "DTRAIN_ERROR_FILE",
     "DTRAIN_ELASTIC",
+    "DTRAIN_ELASTIC_MAX_NODES",
 };
 
 bool dt_job_env_is_reserved(const char *name)
@@ -637,11 +649,12 @@ static int check_setup(struct dt_spec_ctx *ctx, const struct dt_ynode *map, cons
                         "shell before `dtrain launch`");
 }
 
-/* The schedulers start a fixed number of agents with fixed node ranks; an
- * elastic job's agents are started by hand (`dtrain agent --nnodes MIN:MAX`). */
+/* An elastic job's agents are started by hand (`dtrain agent --nnodes
+ * MIN:MAX`, scheduler local), by Slurm (--nodes=MIN-MAX) or by Kubernetes
+ * (an Indexed Job of MAX pods); mpirun starts a fixed number of agents. */
 static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
 {
-    if (!dt_job_elastic(job) || job->scheduler == DT_SCHED_LOCAL)
+    if (!dt_job_elastic(job) || job->scheduler != DT_SCHED_MPIRUN)
         return 0;
     return dt_spec_fail(ctx, dt_ymap_get(map, "nodes"), "nodes",
                         "a range (%d:%d) makes an elastic job, whose agents are started with `dtrain agent "
@@ -649,12 +662,93 @@ static int check_elastic(struct dt_spec_ctx *ctx, const struct dt_ynode *map, co
                         job->nodes_min, job->nodes, job->nodes_min, job->nodes, dt_scheduler_name(job->scheduler));
 }
 
+/* Unless the spec sets it, a scheduler's job waits torchrun's join timeout
+ * (DT_SCHED_JOIN_TIMEOUT_S, said in rendezvous.timeout's help). */
+static void default_join_timeout(const struct dt_ynode *map, struct dt_job *job)
+{
+    const struct dt_ynode *rdzv = dt_ymap_get(map, "rendezvous");
+    if (job->scheduler != DT_SCHED_LOCAL && !(rdzv && dt_ymap_get(rdzv, "timeout")))
+        job->rendezvous.timeout_s = DT_SCHED_JOIN_TIMEOUT_S;
+}
+
+/* Where a problem of trainer.ddp.elastic_batch is shown: the key, else nodes. */
+static const struct dt_ynode *elastic_batch_node(const struct dt_ynode *map)
+{
+    const struct dt_ynode *tr = dt_ymap_get(map, "trainer"), *ddp = tr ? dt_ymap_get(tr, "ddp") : NULL;
+    const struct dt_ynode *key = ddp ? dt_ymap_get(ddp, "elastic_batch") : NULL;
+    return key ? key : dt_ymap_get(map, "nodes");
+}
+
+static long long gcd_ll(long long a, long long b)
+{
+    while (b) {
+        long long r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* The least grad_accum with which MAX x grad_accum divides by every node
+ * count in MIN..MAX (MAX x A / n micro-batches on n nodes); 0 past 65536. */
+static long long least_accum(int min, int max)
+{
+    long long l = 1;
+    for (int n = min; n <= max && l <= 65536LL * max; n++)
+        l = l / gcd_ll(l, n) * n;
+    long long a = l / gcd_ll(l, max);
+    return l <= 65536LL * max && a <= 65536 ? a : 0;
+}
+
+/* An elastic trainer job works at every node count of its range or is
+ * refused here: keep_global runs MAX x grad_accum / n micro-batches on n
+ * nodes (nproc_per_node cancels out), which must be whole, and a GPU trainer
+ * cannot run another grad_accum than its spec's; keep_per_rank holds at
+ * every count but cannot keep a token run's place in its shards. */
+static int check_elastic_batch(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_job *job)
+{
+    const struct dt_trainer_spec *t = job->trainer;
+    if (!t || !dt_job_elastic(job))
+        return 0;
+    enum dt_elastic_batch mode = dt_trainer_elastic_batch(t);
+    if (mode == DT_ELASTIC_BATCH_PER_RANK && strcmp(t->data.dataset, "tokens") == 0)
+        return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                            "keep_per_rank cannot keep a token run's place: its shards are read in whole global "
+                            "batches (docs/elastic.md); use keep_global (the default for dataset: tokens)");
+    if (mode != DT_ELASTIC_BATCH_GLOBAL)
+        return 0;
+    long long a = t->ddp.grad_accum, keep = (long long)job->nodes * a, fit = least_accum(job->nodes_min, job->nodes);
+    char hint[160] = "";
+    if (fit > 0)
+        snprintf(hint, sizeof hint, "take trainer.ddp.grad_accum a multiple of %lld, ", fit);
+    for (int n = job->nodes_min; n < job->nodes; n++) {
+        bool device = t->device == DT_DEVICE_CUDA;
+        if (keep % n == 0 && !device)
+            continue;
+        if (keep % n == 0 && keep / n == a)
+            continue;
+        if (device)
+            return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                                "keep_global on %d nodes of %d:%d needs grad_accum %lld x %d / %d, but a GPU "
+                                "trainer cannot change grad_accum: use keep_per_rank",
+                                n, job->nodes_min, job->nodes, a, job->nodes, n);
+        return dt_spec_fail(ctx, elastic_batch_node(map), "trainer.ddp.elastic_batch",
+                            "keep_global keeps the global batch of %d nodes x grad_accum %lld (x nproc_per_node x "
+                            "batch_size %d), which a round of %d nodes cannot keep: it would need grad_accum "
+                            "%lld x %d / %d, no whole number; %sor use keep_per_rank",
+                            job->nodes, a, t->data.batch_size, n, a, job->nodes, n, hint);
+    }
+    return 0;
+}
+
 static int check_top(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_job *job = obj;
+    default_join_timeout(map, job);
     /* Independent rules: each one's problem is reported, not only the first. */
     int (*const rules[])(struct dt_spec_ctx *, const struct dt_ynode *, const struct dt_job *) = {
-        check_name, check_elastic, check_program, check_backend, check_env, check_setup, check_comm};
+        check_name, check_elastic, check_elastic_batch, check_program, check_backend, check_env, check_setup,
+        check_comm};
     int rc = check_kubernetes(ctx, map, job);
     for (size_t i = 0; i < sizeof rules / sizeof rules[0] && (rc == 0 || rc == DT_EINVAL); i++) {
         int r = rules[i](ctx, map, job);

@@ -120,6 +120,14 @@ struct dt_k8s_volume {
     bool read_only;
 };
 
+/* kubernetes.gang: how the pods are scheduled all at once, or not at all. */
+enum dt_k8s_gang {
+    DT_K8S_GANG_NONE,
+    DT_K8S_GANG_KUEUE,        /* Kueue admits the (suspended) Job whole: label kueue.x-k8s.io/queue-name */
+    DT_K8S_GANG_VOLCANO,      /* a Volcano PodGroup (scheduling.volcano.sh/v1beta1), schedulerName volcano */
+    DT_K8S_GANG_COSCHEDULING, /* a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) */
+};
+
 /* kubernetes: the pods of `scheduler: kubernetes` (issue 11). */
 struct dt_kubernetes_spec {
     char *image;             /* required */
@@ -147,6 +155,12 @@ struct dt_kubernetes_spec {
     int n_annotations;
     char *pod_template; /* a PodTemplateSpec mapping as flow YAML, merged into the rendered one; or NULL */
     char *job_spec;     /* a JobSpec mapping (no template) as flow YAML, merged into the Job's spec; or NULL */
+    /* Seconds a finished Job (and its pods, and through owner references the
+     * objects a launch made with it) stays before Kubernetes deletes it;
+     * 0: it stays until deleted. */
+    double ttl_after_finished_s;
+    enum dt_k8s_gang gang;
+    char *queue; /* gang: kueue's LocalQueue, volcano's queue; NULL: none named */
     /* Where run directories go so they outlive the pods: a PVC (ReadWriteMany
      * for several nodes) or a host path mounted at DT_K8S_LOG_PATH, the
      * agent's --log-dir.  Only pvc or host_path is set; NULL: in the container. */

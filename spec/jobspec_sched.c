@@ -12,6 +12,7 @@
 #include "spec/jobspec_keys.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ static const char *const pull_policies[] = {"IfNotPresent", "Always", "Never", N
 static const char *const operators[] = {"Equal", "Exists", NULL};
 static const char *const effects[] = {"NoSchedule", "PreferNoSchedule", "NoExecute", NULL};
 static const char *const slurm_tasks[] = {"per_node", "per_rank", NULL};
+static const char *const gangs[] = {"none", "kueue", "volcano", "coscheduling", NULL};
 
 /* Slurm's own time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
  * D-HH:MM:SS; and dtrain durations (2h, 90m) for people who think in those. */
@@ -483,16 +485,18 @@ static int qualified_name(const char *s)
     return dns_subdomain(prefix) && k8s_name_part(slash + 1, strlen(slash + 1), 0);
 }
 
-/* Labels dtrain sets itself (the Service selects the pods by them) or the
- * Job controller does (the UID label names the run). */
+/* Labels dtrain sets itself (the Service selects the pods by them; the run
+ * id's dtrain/run-id; a gang's pod-group label) or the Job controller does
+ * (the UID label names the run). */
 static int reserved_label(const char *key)
 {
     static const char *const own[] = {"app.kubernetes.io/name", "app.kubernetes.io/instance",
-                                      "app.kubernetes.io/managed-by", "job-name", "controller-uid", NULL};
+                                      "app.kubernetes.io/managed-by", "job-name", "controller-uid",
+                                      "scheduling.x-k8s.io/pod-group", NULL};
     for (int i = 0; own[i]; i++)
         if (strcmp(key, own[i]) == 0)
             return 1;
-    return strncmp(key, "batch.kubernetes.io/", 20) == 0;
+    return strncmp(key, "batch.kubernetes.io/", 20) == 0 || strncmp(key, "dtrain/", 7) == 0;
 }
 
 static int check_meta_map(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const char *key,
@@ -540,6 +544,33 @@ static const struct dt_spec_section log_volume_section = {.keys = log_volume_key
                                                           .schema =
                                                               "{\"minProperties\": 1, \"maxProperties\": 1}"};
 
+/* gang: kueue needs the LocalQueue (queue, or its label in labels, not
+ * both); queue means something only to kueue and volcano. */
+static int check_gang(struct dt_spec_ctx *ctx, const struct dt_ynode *map, const struct dt_kubernetes_spec *k)
+{
+    char q[96];
+    bool labelled = false;
+    for (int i = 0; i < k->n_labels; i++)
+        labelled = labelled || strcmp(k->labels[i].name, "kueue.x-k8s.io/queue-name") == 0;
+    if (k->gang == DT_K8S_GANG_KUEUE && !k->queue && !labelled)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "gang"), "gang",
+                            "kueue admits a Job to a LocalQueue: name it in kubernetes.queue");
+    if (k->queue && labelled)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "queue"), "queue",
+                            "the queue is named twice (queue and labels.kueue.x-k8s.io/queue-name): keep queue");
+    if (k->queue && k->gang != DT_K8S_GANG_KUEUE && k->gang != DT_K8S_GANG_VOLCANO)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "queue"), "queue",
+                            "names a Kueue LocalQueue (gang: kueue) or a Volcano queue (gang: volcano), but "
+                            "gang is %s",
+                            gangs[k->gang]);
+    if (k->queue && !k8s_name_part(k->queue, strlen(k->queue), 0))
+        return dt_spec_fail(ctx, dt_ymap_get(map, "queue"), "queue",
+                            "'%s' is not a queue name (at most 63 of letters, digits, '-', '_' and '.', starting "
+                            "and ending with a letter or digit)",
+                            dt_yaml_quote(k->queue, q, sizeof q));
+    return 0;
+}
+
 static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map, void *obj)
 {
     struct dt_kubernetes_spec *k = obj;
@@ -557,14 +588,18 @@ static int check_kubernetes(struct dt_spec_ctx *ctx, const struct dt_ynode *map,
         return dt_spec_fail(ctx, dt_ymap_get(map, "namespace"), "namespace",
                             "expected a DNS-1123 label, got '%s'",
                             dt_yaml_quote(k->namespace_name, q, sizeof q));
-    return 0;
+    if (k->ttl_after_finished_s > 0 && k->ttl_after_finished_s < 60)
+        return dt_spec_fail(ctx, dt_ymap_get(map, "ttl_after_finished"), "ttl_after_finished",
+                            "expected 0s (the finished Job stays) or at least 60s: `dtrain launch` reads the "
+                            "finished Job's pods before Kubernetes deletes them");
+    return check_gang(ctx, map, k);
 }
 
 /* Fields of the Job's spec that dtrain owns (job_spec may not set them). */
 #define JOB_SPEC_OWN                                                                                         \
     "[\"template\", \"completions\", \"parallelism\", \"completionMode\", \"backoffLimit\","                 \
     " \"backoffLimitPerIndex\", \"maxFailedIndexes\", \"podFailurePolicy\", \"podReplacementPolicy\","       \
-    " \"selector\", \"manualSelector\"]"
+    " \"successPolicy\", \"selector\", \"manualSelector\"]"
 
 static const struct dt_spec_key kubernetes_keys[] = {
     DT_KEY("image", DT_KT_STR, struct dt_kubernetes_spec, image, .flags = DT_KF_REQUIRED,
@@ -611,10 +646,10 @@ static const struct dt_spec_key kubernetes_keys[] = {
                      " \"maxLength\": 253}}"),
     DT_KEY("labels", DT_KT_STRMAP, struct dt_kubernetes_spec, labels,
            DT_COUNT(struct dt_kubernetes_spec, n_labels), .unset = "none",
-           .example = "{kueue.x-k8s.io/queue-name: team-a}", .form = "mapping key → value",
+           .example = "{team: ml}", .form = "mapping key → value",
            .help =
-               "Labels of every object and the pods, e.g. Kueue's `kueue.x-k8s.io/queue-name`; dtrain's own "
-               "`app.kubernetes.io/*` and the Job controller's are refused."),
+               "Labels of every object and the pods (Kueue's queue: `gang: kueue` and `queue`); dtrain's own "
+               "(`app.kubernetes.io/*`, `dtrain/*`) and the Job controller's are refused."),
     DT_KEY("annotations", DT_KT_STRMAP, struct dt_kubernetes_spec, annotations,
            DT_COUNT(struct dt_kubernetes_spec, n_annotations), .unset = "none",
            .example = "{example.com/team: ml}", .form = "mapping key → value",
@@ -635,6 +670,22 @@ static const struct dt_spec_key kubernetes_keys[] = {
                    "(`ttlSecondsAfterFinished`, `activeDeadlineSeconds`, `suspend`); the template, counts, "
                    "`backoffLimit` and failure policy are dtrain's and refused.",
            .schema = "{\"propertyNames\": {\"not\": {\"enum\": " JOB_SPEC_OWN "}}}"),
+    DT_KEY("ttl_after_finished", DT_KT_DURATION, struct dt_kubernetes_spec, ttl_after_finished_s, .lo = 0,
+           .hi = 315360000, .flags = DT_KF_LO | DT_KF_HI, .def = "24h",
+           .help = "How long a finished Job stays before Kubernetes deletes it with its pods "
+                   "(`ttlSecondsAfterFinished`), and with it the Service, ConfigMap and Secret a launch made "
+                   "(owned by the Job); `0s`: it stays until deleted, else at least 60s. `job_spec`'s "
+                   "`ttlSecondsAfterFinished` wins."),
+    DT_KEY("gang", DT_KT_ENUM, struct dt_kubernetes_spec, gang, .names = gangs, .def = "none",
+           .help = "Start the pods all at once or not at all: `kueue` (the Job suspended, labelled with "
+                   "`queue`, admitted whole by Kueue), `volcano` (a Volcano PodGroup, `schedulerName: volcano`), "
+                   "`coscheduling` (a scheduler-plugins PodGroup; the pods' `schedulerName` is the "
+                   "cluster's, `pod_template` sets another). The group's minimum is `nodes` (an elastic "
+                   "job's MIN). See docs/kubernetes.md."),
+    DT_KEY("queue", DT_KT_STR, struct dt_kubernetes_spec, queue, .unset = "none", .example = "team-a",
+           .doc = DT_DOC_REF_COMMENT,
+           .help = "`gang: kueue`: the LocalQueue (label `kueue.x-k8s.io/queue-name`, required); "
+                   "`gang: volcano`: the Volcano queue of the PodGroup."),
     DT_KEY("log_volume", DT_KT_SECTION_PTR, struct dt_kubernetes_spec, log_volume, .sub = &log_volume_section,
            .unset = "none (in the container)",
            .help =

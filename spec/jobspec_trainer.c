@@ -30,6 +30,8 @@ static const char *const optimizers[] = {"adamw", NULL};
 static const char *const sched_types[] = {"constant", "onecycle", "cosine", NULL};
 static const char *const anneals[] = {"cos", "linear", NULL};
 static const char *const resumes[] = {"auto", "never", NULL};
+static const char *const elastic_batches[] = {"auto", "keep_per_rank", "keep_global", NULL};
+static const char *const elastic_lrs[] = {"fixed", "linear", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const amp_dtypes[] = {"off", "bf16", "fp16", NULL};
 static const char *const recomputes[] = {"none", "gelu", "block", NULL};
@@ -379,6 +381,20 @@ static const struct dt_spec_key ddp_keys[] = {
                "of the optimizer's memory), steps its shard and all-gathers the parameters; the same bits as "
                "0, and checkpoints stay whole. Turns `share_state`'s one copy off. On `device: cuda` the GPU "
                "engine shards its AdamW state the same way."),
+    DT_KEY("elastic_batch", DT_KT_ENUM, struct dt_ddp_spec, elastic_batch, .names = elastic_batches,
+           .def = "auto",
+           .help =
+               "An elastic job (nodes: MIN:MAX) on a round of fewer nodes than MAX. `keep_per_rank`: each rank "
+               "keeps `batch_size` x `grad_accum`, so the global batch follows the world size, as under "
+               "torchrun with DDP; it holds at every node count. `keep_global`: the global batch of MAX nodes "
+               "is kept by changing `grad_accum`, which must divide at every node count in the range (`dtrain "
+               "validate` names one where it does not). `auto`: `keep_per_rank`, or `keep_global` for `dataset: "
+               "tokens`, whose order is one of whole global batches (docs/elastic.md)."),
+    DT_KEY("elastic_lr", DT_KT_ENUM, struct dt_ddp_spec, elastic_lr, .names = elastic_lrs, .def = "fixed",
+           .help =
+               "`keep_per_rank` on fewer nodes than MAX: `fixed` keeps the learning rate; `linear` scales it by "
+               "the global batch over MAX nodes' (the linear scaling rule: `optimizer.lr` is the rate of the "
+               "full job)."),
 };
 static const struct dt_spec_section ddp_section = {.keys = ddp_keys, .n_keys = DT_NKEYS(ddp_keys)};
 

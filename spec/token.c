@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,36 @@ int dt_token_check(const char *t, const char *where)
     return 0;
 }
 
+/* True when this process is a member of group g (its own or a supplementary one). */
+static bool in_group(gid_t g)
+{
+    if (getegid() == g)
+        return true;
+    gid_t groups[256];
+    int n = getgroups(256, groups);
+    for (int i = 0; i < n; i++)
+        if (groups[i] == g)
+            return true;
+    return false;
+}
+
+/* A Kubernetes Secret mounted for a pod with securityContext.fsGroup: the
+ * kubelet writes the file as root, gives it the pod's fsGroup and makes it
+ * group-readable (0440), and the container, running as a user of that
+ * group, reads it through the group.  The group is the pod's own there (no
+ * other user's process is in the pod), so that file is as private as a
+ * 0400 one: accepted when its owner is root or this user, only the group
+ * may read it besides (nobody may write it), the group is one of this
+ * process's, and this is a pod (KUBERNETES_SERVICE_HOST, which Kubernetes
+ * sets in every container).  Anywhere else a group-readable token is
+ * refused: a user's group on a shared machine is not theirs alone. */
+static bool pod_group_file(const struct stat *st)
+{
+    const char *pod = getenv("KUBERNETES_SERVICE_HOST");
+    return pod && *pod && (st->st_uid == 0 || st->st_uid == geteuid()) &&
+           !(st->st_mode & (S_IROTH | S_IWOTH | S_IXOTH | S_IWGRP)) && in_group(st->st_gid);
+}
+
 /* The file's first line into line; the checks of dt_token_from_file first.
  * O_NONBLOCK: a FIFO under that name must not block the open. */
 static int read_first_line(const char *path, char *line, size_t size)
@@ -64,7 +95,7 @@ static int read_first_line(const char *path, char *line, size_t size)
     int rc = 0;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         rc = dt_error_set(DT_EINVAL, "the job token file %s is not a regular file", path);
-    else if (st.st_mode & (S_IRGRP | S_IROTH))
+    else if ((st.st_mode & S_IROTH) || ((st.st_mode & S_IRGRP) && !pod_group_file(&st)))
         rc = dt_error_set(DT_EINVAL,
                           "the job token file %s can be read by %s (mode %04o): anyone who reads it can "
                           "use the job's coordinator; run `chmod 600 %s` (or 400)",

@@ -26,7 +26,11 @@ int dt_token_check(const char *t, const char *where);
 /* The token in the first line of the file at `path`, checked.  The file
  * must be a regular file that neither group nor others may read (a token
  * anyone can read protects nothing): otherwise DT_EINVAL with a sentence
- * saying to run chmod 600 on it. */
+ * saying to run chmod 600 on it.  One exception, in a Kubernetes pod: a
+ * Secret the kubelet made readable by the pod's fsGroup (owned by root or
+ * this user, writable by nobody, its group one of this process's), so a
+ * container that does not run as root reads it (token.c says why that
+ * group is the pod's own). */
 int dt_token_from_file(const char *path, char out[DT_TOKEN_LEN + 1]);
 
 /* The token an agent was given: DTRAIN_JOB_TOKEN, else the file

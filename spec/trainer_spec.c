@@ -17,3 +17,10 @@ void dt_trainer_spec_defaults(struct dt_trainer_spec *t)
      * so this cannot fail. */
     (void)dt_spec_init(&dt_jobspec_trainer_section, t);
 }
+
+enum dt_elastic_batch dt_trainer_elastic_batch(const struct dt_trainer_spec *t)
+{
+    if (t->ddp.elastic_batch != DT_ELASTIC_BATCH_AUTO)
+        return t->ddp.elastic_batch;
+    return strcmp(t->data.dataset, "tokens") == 0 ? DT_ELASTIC_BATCH_GLOBAL : DT_ELASTIC_BATCH_PER_RANK;
+}

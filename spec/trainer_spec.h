@@ -17,6 +17,14 @@ enum dt_activation { DT_ACT_RELU, DT_ACT_GELU };
 enum dt_sched_type { DT_SCHED_CONSTANT, DT_SCHED_ONECYCLE, DT_SCHED_COSINE };
 enum dt_anneal { DT_ANNEAL_COS, DT_ANNEAL_LINEAR };
 enum dt_resume { DT_RESUME_AUTO, DT_RESUME_NEVER };
+/* ddp.elastic_batch: what a round of another world size keeps (docs/elastic.md). */
+enum dt_elastic_batch {
+    DT_ELASTIC_BATCH_AUTO,     /* keep_per_rank, keep_global for token data sets */
+    DT_ELASTIC_BATCH_PER_RANK, /* batch_size x grad_accum per rank: the global batch follows the world */
+    DT_ELASTIC_BATCH_GLOBAL,   /* the global batch at the most nodes, through grad_accum */
+};
+/* ddp.elastic_lr: keep_per_rank's learning rate on a world of another size. */
+enum dt_elastic_lr { DT_ELASTIC_LR_FIXED, DT_ELASTIC_LR_LINEAR };
 enum dt_amp_dtype { DT_AMP_OFF, DT_AMP_BF16, DT_AMP_FP16 };
 enum dt_device { DT_DEVICE_CPU, DT_DEVICE_CUDA };
 /* How token files are laid out: llm.c's header + uint16, or bare uint16 (nanoGPT's prepare.py). */
@@ -82,7 +90,10 @@ struct dt_ddp_spec {
     int desync_check_every; /* steps between parameter-hash comparisons; 0 = off */
     bool share_state;       /* one host: one copy of parameters and moments, AdamW split (host_state.h) */
     int zero;               /* ZeRO stage: 0, or 1 = AdamW's moments sharded over the ranks (worker/zero.h) */
+    enum dt_elastic_batch elastic_batch;
+    enum dt_elastic_lr elastic_lr;
 };
+
 
 struct dt_checkpoint_spec {
     int every_steps; /* 0 = only at the end */
@@ -142,5 +153,11 @@ struct dt_trainer_spec {
 /* Fills every field with its default: the `def` of its key in the trainer's
  * key table (spec/jobspec_trainer.c), or the "not set" value. */
 void dt_trainer_spec_defaults(struct dt_trainer_spec *t);
+
+/* ddp.elastic_batch with auto resolved: token data sets keep their place in
+ * the shards' order by whole global batches (worker/data/tokens.h), so they
+ * keep the global batch; the others keep the per-rank batch, which holds at
+ * every world size. */
+enum dt_elastic_batch dt_trainer_elastic_batch(const struct dt_trainer_spec *t);
 
 #endif

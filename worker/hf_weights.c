@@ -503,30 +503,39 @@ static int write_weights(void *ctx, FILE *f)
     return dt_safetensors_write_fd(fileno(f), b->path, b->e, b->n, meta, 1);
 }
 
-/* A GPT2Config of the model, every field transformers 5 writes, dropout 0;
- * bos/eos are GPT-2's <|endoftext|> only where the vocabulary has it. */
+/* A GPT2Config of the model: every field transformers 5 writes, in its
+ * order (sorted keys, two-space indent), dropout 0; bos/eos are GPT-2's
+ * <|endoftext|> only where the vocabulary has it.  Reals print in jansson's
+ * shortest form (layer_norm_epsilon as 1e-5, where Python writes 1e-05: the
+ * same number to every JSON reader). */
+static json_t *gpt2_config(const struct dt_model_spec *s)
+{
+    json_t *eot = s->vocab_size > 50256 ? json_integer(50256) : json_null();
+    json_t *cfg = json_pack(
+        "{s:s, s:b, s:[s], s:f, s:O, s:s, s:f, s:O, s:f, s:f,"
+        " s:s, s:i, s:i, s:i, s:n, s:i, s:i, s:n, s:b, s:f,"
+        " s:b, s:b, s:n, s:f, s:b, s:s, s:b, s:b, s:b, s:i}",
+        "activation_function", "gelu_new", "add_cross_attention", 0, "architectures", "GPT2LMHeadModel",
+        "attn_pdrop", 0.0, "bos_token_id", eot, "dtype", "float32", "embd_pdrop", 0.0, "eos_token_id", eot,
+        "initializer_range", 0.02, "layer_norm_epsilon", 1e-5, "model_type", "gpt2", "n_ctx", s->block_size,
+        "n_embd", s->n_embd, "n_head", s->n_head, "n_inner", "n_layer", s->n_layer, "n_positions",
+        s->block_size, "pad_token_id", "reorder_and_upcast_attn", 0, "resid_pdrop", 0.0,
+        "scale_attn_by_inverse_layer_idx", 0, "scale_attn_weights", 1, "summary_activation",
+        "summary_first_dropout", 0.0, "summary_proj_to_labels", 1, "summary_type", "cls_index",
+        "summary_use_proj", 1, "tie_word_embeddings", 1, "use_cache", 1, "vocab_size", s->vocab_size);
+    json_decref(eot);
+    return cfg;
+}
+
 static int write_config(void *ctx, FILE *f)
 {
-    const struct dt_model_spec *s = ctx;
-    char eot[16] = "null";
-    if (s->vocab_size > 50256)
-        snprintf(eot, sizeof eot, "50256");
-    fprintf(
-        f,
-        "{\n  \"activation_function\": \"gelu_new\",\n  \"add_cross_attention\": false,\n"
-        "  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n  \"attn_pdrop\": 0.0,\n"
-        "  \"bos_token_id\": %s,\n  \"dtype\": \"float32\",\n  \"embd_pdrop\": 0.0,\n  \"eos_token_id\": "
-        "%s,\n"
-        "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-        "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n"
-        "  \"n_positions\": %d,\n  \"pad_token_id\": null,\n  \"reorder_and_upcast_attn\": false,\n"
-        "  \"resid_pdrop\": 0.0,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-        "  \"scale_attn_weights\": true,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": "
-        "0.0,\n"
-        "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n"
-        "  \"summary_use_proj\": true,\n  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n"
-        "  \"vocab_size\": %d\n}\n",
-        eot, eot, s->block_size, s->n_embd, s->n_head, s->n_layer, s->block_size, s->vocab_size);
+    json_t *cfg = gpt2_config(ctx);
+    if (!cfg)
+        return dt_error_set(DT_ENOMEM, "no memory for config.json");
+    /* a stream error is the writer's to report (dt_fs_write_atomic) */
+    if (json_dumpf(cfg, f, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15)) == 0)
+        fputc('\n', f);
+    json_decref(cfg);
     return 0;
 }
 

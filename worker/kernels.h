@@ -117,6 +117,7 @@ const char *dt_kernels_cpu_blas_coretype(void);
  * model's ops (CUDA: worker/cuda/model_cuda.h).
  */
 struct dt_batch;
+struct dt_buckets;
 struct dt_comm;
 struct dt_dataset;
 struct dt_dev_model;
@@ -155,8 +156,7 @@ struct dt_dev_config {
      * 1/world shard of the arena only and the updated parameters are
      * all-gathered; get_state of m, v is then a collective every rank calls */
     bool zero;
-    const size_t (*buckets)[2];     /* gradient ranges [lo, hi) in launch order (reducer.h) */
-    int n_buckets;
+    const struct dt_buckets *buckets; /* the reducer's gradient buckets (buckets.h), copied by create */
     /* AdamW's initial state (host, n_params floats each; NULL: zeros) and step */
     const float *m, *v;
     int64_t adam_step;

@@ -56,6 +56,7 @@ struct rank_env {
     int threads; /* OMP_NUM_THREADS: caps the kernel threads as it caps PyTorch's; 0: the cores split */
     int bench;   /* DTRAIN_BENCH_ALLREDUCE: all-reduces timed after training (benchmarks) */
     bool elastic;                 /* DTRAIN_ELASTIC=1: an elastic round (the agent says so) */
+    int elastic_max_nodes;        /* DTRAIN_ELASTIC_MAX_NODES: the largest node count of the range */
     const char *run_dir;          /* DTRAIN_RUN_DIR */
     const char *sample_log;       /* DTRAIN_SAMPLE_LOG: a directory, one file per round and rank (tests) */
     const char *trace_steps;      /* DTRAIN_TRACE: `dtrain launch --trace` when the spec names no window */
@@ -92,6 +93,8 @@ static int read_env(struct rank_env *e)
         rc = env_int("DTRAIN_BENCH_ALLREDUCE", 0, &e->bench);
     const char *el = getenv("DTRAIN_ELASTIC");
     e->elastic = el && strcmp(el, "1") == 0;
+    if (!rc && e->elastic)
+        rc = env_int("DTRAIN_ELASTIC_MAX_NODES", 0, &e->elastic_max_nodes);
     e->run_dir = getenv("DTRAIN_RUN_DIR");
     e->sample_log = env_str("DTRAIN_SAMPLE_LOG");
     e->trace_steps = env_str("DTRAIN_TRACE");
@@ -218,6 +221,7 @@ static int train(const struct dt_job *job, const struct rank_env *e, struct dt_c
                                    .quiet = e->rank != 0, .elastic = e->elastic, .after_step = after_step,
                                    .step_done = step_done, .ctx = hook, .stop_request = &stop_request};
     char sample_log[4200];
+    o.elastic_max_world = e->elastic_max_nodes * (e->local_world > 0 ? e->local_world : 1);
     if (e->sample_log) {
         snprintf(sample_log, sizeof sample_log, "%s/samples_%d_%d.txt", e->sample_log, e->restart, e->rank);
         o.sample_log = sample_log;

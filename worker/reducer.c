@@ -15,45 +15,25 @@
 #include "base/error.h"
 #include "base/clock.h"
 
-/* Walk tensors from the last to the first; a bucket closes once it holds at
- * least the current limit (first_bucket_bytes for bucket 0, then the cap), or
- * at a chunk start (cut). */
-static int assign(struct dt_reducer *r, const size_t *bounds, const bool *cut, int nt, double first, double cap)
-{
-    r->b = calloc((size_t)(nt > 0 ? nt : 1), sizeof *r->b);
-    if (!r->b)
-        return dt_error_set(DT_ENOMEM, "reducer: no memory for %d buckets", nt);
-    size_t hi = bounds[nt];
-    for (int t = nt - 1; t >= 0; t--) {
-        double limit = r->nb == 0 ? first : cap;
-        double bytes = (double)(hi - bounds[t]) * sizeof(float);
-        if (bytes >= limit || t == 0 || (cut && cut[t])) {
-            r->b[r->nb++] = (struct dt_reducer_bucket){.lo = bounds[t], .hi = hi};
-            hi = bounds[t];
-        }
-    }
-    return 0;
-}
-
 int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
                     const bool *cut, int n_tensors, double first_bucket_bytes, double bucket_cap_bytes,
                     bool overlap)
 {
     memset(r, 0, sizeof *r);
-    if (n_tensors < 1 || bounds[0] != 0)
-        return dt_error_set(DT_EINVAL, "reducer: %d tensors, first at %zu", n_tensors, bounds[0]);
-    if (!(first_bucket_bytes > 0) || !(bucket_cap_bytes > 0))
-        return dt_error_set(DT_EINVAL, "reducer: bucket sizes must be positive (%g, %g bytes)",
-                            first_bucket_bytes, bucket_cap_bytes);
+    int rc = dt_buckets_plan(&r->plan, bounds, cut, n_tensors, first_bucket_bytes, bucket_cap_bytes);
+    if (rc)
+        return rc;
     r->comm = comm;
     r->world = comm ? dt_comm_world(comm) : 1;
     r->grads = r->out = grads;
     r->n = bounds[n_tensors];
     r->overlap = overlap;
     r->hashes = calloc((size_t)r->world, sizeof *r->hashes);
-    if (!r->hashes)
-        return dt_error_set(DT_ENOMEM, "reducer: no memory for %d hashes", r->world);
-    return assign(r, bounds, cut, n_tensors, first_bucket_bytes, bucket_cap_bytes);
+    r->req = calloc((size_t)r->plan.n, sizeof *r->req);
+    if (!r->hashes || !r->req)
+        return dt_error_set(DT_ENOMEM, "reducer: no memory for %d ranks' hashes and %d buckets", r->world,
+                            r->plan.n);
+    return 0;
 }
 
 void dt_reducer_set_output(struct dt_reducer *r, float *out)
@@ -63,9 +43,10 @@ void dt_reducer_set_output(struct dt_reducer *r, float *out)
 
 void dt_reducer_release(struct dt_reducer *r)
 {
-    free(r->b);
+    dt_buckets_release(&r->plan);
+    free(r->req);
     free(r->hashes);
-    r->b = NULL;
+    r->req = NULL;
     r->hashes = NULL;
 }
 
@@ -76,15 +57,15 @@ void dt_reducer_begin(struct dt_reducer *r, bool communicate)
     r->communicate = communicate && r->world > 1;
 }
 
-static void start(struct dt_reducer *r, struct dt_reducer_bucket *b)
+static void start(struct dt_reducer *r, int i)
 {
     if (r->err)
         return;
-    int rc = dt_comm_iallreduce(r->comm, r->grads + b->lo, r->out + b->lo, b->hi - b->lo, DT_F32, DT_AVG,
-                                &b->req);
+    size_t lo = r->plan.range[i][0], hi = r->plan.range[i][1];
+    int rc = dt_comm_iallreduce(r->comm, r->grads + lo, r->out + lo, hi - lo, DT_F32, DT_AVG, &r->req[i]);
     if (rc) {
-        b->req = NULL;
-        r->err = dt_error_prefix("gradient bucket %ld (floats %zu..%zu)", (long)(b - r->b), b->lo, b->hi);
+        r->req[i] = NULL;
+        r->err = dt_error_prefix("gradient bucket %d (floats %zu..%zu)", i, lo, hi);
     }
 }
 
@@ -96,23 +77,23 @@ void dt_reducer_ready(void *ctx, size_t lo, size_t hi)
         r->ready_lo = lo;
     if (!r->communicate || !r->overlap)
         return;
-    while (r->next < r->nb && r->b[r->next].lo >= r->ready_lo)
-        start(r, &r->b[r->next++]);
+    while (dt_buckets_ready(&r->plan, r->next, r->ready_lo))
+        start(r, r->next++);
 }
 
 int dt_reducer_finish(struct dt_reducer *r)
 {
     if (!r->communicate)
         return 0;
-    while (r->next < r->nb)
-        start(r, &r->b[r->next++]);
+    while (r->next < r->plan.n)
+        start(r, r->next++);
     double t0 = dt_clock_s();
     int rc = r->err;
-    for (int i = 0; i < r->nb; i++) {
-        if (!r->b[i].req)
+    for (int i = 0; i < r->plan.n; i++) {
+        if (!r->req[i])
             continue;
-        int w = dt_comm_wait(r->b[i].req);
-        r->b[i].req = NULL;
+        int w = dt_comm_wait(r->req[i]);
+        r->req[i] = NULL;
         if (w && !rc)
             rc = dt_error_prefix("all-reduce of gradient bucket %d", i);
     }

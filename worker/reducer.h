@@ -1,15 +1,12 @@
 /* reducer.h - data-parallel gradient averaging in buckets, overlapped with backward.
  *
- * The gradient arena (worker/models/model.h) is cut into buckets of whole
- * tensors in reverse parameter order, the order backward produces them: the
- * first bucket closes at first_bucket_bytes (1 MiB, as PyTorch DDP's rebuilt
- * buckets), the others at bucket_cap_bytes (25 MiB); a tensor written in row
- * chunks gets a bucket per chunk (the last, the first rows, is the smallest).
- * Buckets are views into the arena, so nothing is copied.  While backward runs, dt_reducer_ready() learns which
- * range has its final gradients; every bucket that is complete starts its
- * all-reduce (average) on the communicator's thread at once, in bucket order
- * on every rank.  dt_reducer_finish() waits for all of them: the optimizer
- * never sees a gradient that is not averaged.
+ * The gradient arena (worker/models/model.h) is cut into buckets by the rule
+ * of worker/buckets.h, which the CUDA engine follows too: views into the
+ * arena, so nothing is copied.  While backward runs, dt_reducer_ready()
+ * learns which range has its final gradients; every bucket that is ready
+ * (buckets.h) starts its all-reduce (average) on the communicator's thread at
+ * once, in bucket order on every rank.  dt_reducer_finish() waits for all of
+ * them: the optimizer never sees a gradient that is not averaged.
  *
  * With no communicator or one rank, nothing is sent.  ZeRO-1 (worker/zero.h)
  * keeps this all-reduce, whose sums have zero 0's bits on every backend, and
@@ -24,12 +21,8 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "worker/buckets.h"
 #include "worker/kernels.h"
-
-struct dt_reducer_bucket {
-    size_t lo, hi;               /* float range of the gradient arena */
-    struct dt_comm_req *req;
-};
 
 struct dt_reducer {
     struct dt_comm *comm;        /* NULL: one process, nothing to reduce */
@@ -37,8 +30,8 @@ struct dt_reducer {
     float *grads;
     float *out;                  /* where the averages go: grads (in place) or a host-wide array */
     size_t n;
-    struct dt_reducer_bucket *b; /* in launch order: b[0] holds the last parameters */
-    int nb;
+    struct dt_buckets plan;      /* in launch order: plan.range[0] holds the last parameters */
+    struct dt_comm_req **req;    /* each bucket's all-reduce in flight, or NULL */
     int next;                    /* first bucket not yet started this backward */
     size_t ready_lo;             /* grads[ready_lo, n) are final for this backward */
     bool overlap;                /* start buckets during backward (else all at finish) */
@@ -48,11 +41,9 @@ struct dt_reducer {
     int64_t *hashes;             /* one per rank, for dt_reducer_check_same */
 };
 
-/* bounds[0..n_tensors] are the tensors' start offsets in the arena, ascending,
- * bounds[n_tensors] == n.  A "tensor" may be a row chunk of one
- * (dt_model_grad_segments); cut, when not NULL, marks those where a bucket must
- * start whatever its size, so that each chunk is all-reduced as soon as
- * backward has written it. */
+/* The buckets of dt_buckets_plan(bounds, cut, n_tensors, ...): cut, when
+ * not NULL, starts a bucket at each row chunk, so that each chunk is
+ * all-reduced as soon as backward has written it. */
 int dt_reducer_init(struct dt_reducer *r, struct dt_comm *comm, float *grads, const size_t *bounds,
                     const bool *cut, int n_tensors, double first_bucket_bytes, double bucket_cap_bytes,
                     bool overlap);

@@ -216,6 +216,23 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
     return dt_ckpt_read(path, ck);
 }
 
+/* keep_per_rank on W' ranks after a checkpoint of W: each rank keeps B x A,
+ * and the epoch goes on from the last whole batch of the new interleave at
+ * or before global sample g (DistributedSampler's order is one permutation
+ * whatever the world), so fewer than B x W' samples of it are read again. */
+static int elastic_resume_per_rank(struct dt_trainer *t, const struct dt_ckpt_file *ck, struct dt_ckpt_state *st)
+{
+    int64_t B = t->spec.data.batch_size, per = B * t->world, g = st->batch * ck->batch_size * ck->world;
+    st->batch = g / per;
+    if (t->rank == 0 && ck->world != t->world)
+        dt_log_info("elastic: %lld ranks before, %d now: each rank keeps batch_size %lld x grad_accum %d (a global "
+                    "batch of %lld); epoch %lld goes on at global sample %lld, %lld of its samples read again",
+                    (long long)ck->world, t->world, (long long)B, t->spec.ddp.grad_accum,
+                    (long long)(per * t->spec.ddp.grad_accum), (long long)st->epoch, (long long)(st->batch * per),
+                    (long long)(g - st->batch * per));
+    return 0;
+}
+
 /* A checkpoint of W ranks resumed on W' (an elastic round): the global
  * batch B x A x W is kept with A' = B x A x W / (B x W') micro-batches, and
  * the epoch goes on from global sample g = batch x B x W, which is batch
@@ -227,6 +244,8 @@ static int read_checkpoint(struct dt_trainer *t, struct dt_ckpt_file *ck, int64_
  * Refused, with the numbers, when either does not divide. */
 static int elastic_resume(struct dt_trainer *t, const struct dt_ckpt_file *ck, struct dt_ckpt_state *st)
 {
+    if (dt_trainer_elastic_batch(&t->spec) == DT_ELASTIC_BATCH_PER_RANK)
+        return elastic_resume_per_rank(t, ck, st);
     int64_t B = t->spec.data.batch_size, A = ck->grad_accum > 0 ? ck->grad_accum : t->spec.ddp.grad_accum;
     int64_t global = ck->batch_size * A * ck->world, per = B * t->world, g = st->batch * ck->batch_size * ck->world;
     if (global % per)
@@ -316,8 +335,8 @@ static void comm_span(void *ctx, const char *op, const void *recv, int64_t t0, i
 {
     struct dt_trainer *t = ctx;
     int64_t bucket = -1;
-    for (int i = 0; i < t->red.nb; i++)
-        if ((const float *)recv == t->red.out + t->red.b[i].lo)
+    for (int i = 0; i < t->red.plan.n; i++)
+        if ((const float *)recv == t->red.out + t->red.plan.range[i][0])
             bucket = i;
     dt_trace_span_arg(t->trace, DT_TRACE_COMM, op, t0, t1, "bucket", bucket);
 }
@@ -374,6 +393,8 @@ static int setup(struct dt_trainer *t)
     }
     if (!rc && t->spec.device != DT_DEVICE_CPU)
         rc = dt_trainer__device_create(t);
+    if (!rc)
+        dt_trainer__choose_home(t);
     if (!rc && t->rank == 0)
         rc = dt_metrics_open(&t->metrics, t->run_dir);
     t->metrics.total_steps = t->total_steps;
@@ -381,6 +402,46 @@ static int setup(struct dt_trainer *t)
     if (!rc && t->rank == 0)
         rc = dt_tb_open(t->run_dir, &t->tb);
     return rc;
+}
+
+/* An elastic round on W ranks of a job whose most nodes make W_max
+ * (docs/elastic.md), before anything is built from the batch or the rate:
+ * keep_global runs the global batch of W_max, B x A x W_max, with A' =
+ * A x W_max / W micro-batches (a token run's loader reads on in the same
+ * order of global batches); keep_per_rank keeps B x A per rank and, with
+ * elastic_lr: linear, scales the learning rate by W / W_max, the linear
+ * scaling rule: the spec's rate is the full job's. */
+static int elastic_round(struct dt_trainer *t)
+{
+    struct dt_trainer_spec *s = &t->spec;
+    int max = t->o.elastic_max_world;
+    if (!t->o.elastic || max <= 0 || max == t->world)
+        return 0;
+    if (dt_trainer_elastic_batch(s) == DT_ELASTIC_BATCH_GLOBAL) {
+        long long a = s->ddp.grad_accum, keep = (long long)max * a;
+        if (keep % t->world)
+            return dt_error_set(DT_EINVAL,
+                                "trainer.ddp.elastic_batch keep_global: the global batch of %d ranks x batch_size %d "
+                                "x grad_accum %lld cannot be kept by %d ranks (grad_accum %lld x %d / %d is no "
+                                "whole number): run on a node count that divides it, or use keep_per_rank",
+                                max, s->data.batch_size, a, t->world, a, max, t->world);
+        s->ddp.grad_accum = (int)(keep / t->world);
+        if (t->rank == 0)
+            dt_log_info("elastic: %d ranks of at most %d: grad_accum %lld -> %d keeps the global batch of %lld",
+                        t->world, max, a, s->ddp.grad_accum, keep * s->data.batch_size);
+        return 0;
+    }
+    if (s->ddp.elastic_lr != DT_ELASTIC_LR_LINEAR)
+        return 0;
+    double f = (double)t->world / max;
+    s->optimizer.lr *= f;
+    s->scheduler.max_lr *= f;
+    s->scheduler.min_lr *= f;
+    if (t->rank == 0)
+        dt_log_info("elastic: %d ranks of at most %d: the learning rate is scaled by %g to %g (ddp.elastic_lr: "
+                    "linear)",
+                    t->world, max, f, s->optimizer.lr);
+    return 0;
 }
 
 int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_trainer_options *o,
@@ -401,7 +462,9 @@ int dt_trainer_create(const struct dt_trainer_spec *spec, const struct dt_traine
     t->test_loss = t->test_acc = t->last_loss = NAN;
     paths(t);
     set_threads(t);
-    int rc = trace_start(t);
+    int rc = elastic_round(t);
+    if (!rc)
+        rc = trace_start(t);
     if (!rc && o->sample_log && !(t->sample_log = fopen(o->sample_log, "a")))
         rc = dt_error_set_errno(DT_EIO, errno, "trainer: cannot open the sample log %s", o->sample_log);
     int64_t t0 = dt_clock_ns();

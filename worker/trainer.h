@@ -54,6 +54,9 @@ struct dt_trainer_options {
      * world size is resumed, its global batch kept by changing grad_accum
      * and its place in the data mapped by global sample count. */
     bool elastic;
+    /* The world of the elastic job's most nodes (ddp.elastic_batch keeps its
+     * global batch, ddp.elastic_lr scales to it); 0: this world. */
+    int elastic_max_world;
     /* Non-NULL: every training sample this rank reads is appended to this
      * file as "<step> <epoch> <position in the epoch's global order> <index>"
      * (tests check that no sample is lost or read twice across rounds). */

@@ -65,13 +65,6 @@ int dt_trainer__device_create(struct dt_trainer *t)
     if (s->amp.dtype == DT_AMP_BF16)
         t->scaler.enabled = false;
     const struct dt_model *m = t->model;
-    size_t(*buckets)[2] = calloc((size_t)(t->red.nb > 0 ? t->red.nb : 1), sizeof *buckets);
-    if (!buckets)
-        return dt_error_set(DT_ENOMEM, "trainer: no memory for %d buckets", t->red.nb);
-    for (int i = 0; i < t->red.nb; i++) {
-        buckets[i][0] = t->red.b[i].lo;
-        buckets[i][1] = t->red.b[i].hi;
-    }
     struct dt_dev_config c = {.device = -1,
                               .model = m,
                               .batch = s->data.batch_size,
@@ -103,13 +96,11 @@ int dt_trainer__device_create(struct dt_trainer *t)
                               .seed = s->seed,
                               .comm = t->comm,
                               .zero = s->ddp.zero == 1,
-                              .buckets = (const size_t(*)[2])buckets,
-                              .n_buckets = t->red.nb,
+                              .buckets = &t->red.plan,
                               .m = t->opt.m,
                               .v = t->opt.v,
                               .adam_step = t->opt.step};
-    int rc = t->devk->create(&c, &t->dev);
-    free(buckets); /* the engine keeps its own copy */
+    int rc = t->devk->create(&c, &t->dev); /* the engine keeps its own copy of the buckets */
     if (!rc && t->rank == 0)
         dt_log_info("training on %s: %s, CUDA graphs %s", name,
                     c.bf16   ? "bf16 GEMMs, fp32 master weights"

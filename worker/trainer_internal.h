@@ -21,6 +21,20 @@
 #include "worker/trainer.h"
 #include "worker/zero.h"
 
+struct dt_trainer;
+
+/* Where a step's averaged gradients and the optimizer's state live
+ * (trainer_update.c: device, zero1, host, own), chosen once at set-up. */
+struct dt_trainer_home {
+    const char *name;
+    /* after the step's micro-batches: norm, clipping, AMP, AdamW, schedule;
+     * *norm NAN where not computed, *skipped for a step AMP skipped */
+    int (*update)(struct dt_trainer *t, bool want_norm, double *norm, bool *skipped);
+    /* host homes, for update: norm^2 of the averages, and AdamW on this rank's part */
+    int (*norm2)(struct dt_trainer *t, double *norm2);
+    int (*adamw)(struct dt_trainer *t, bool skip, float coef);
+};
+
 struct dt_trainer {
     struct dt_trainer_spec spec;   /* shallow copy; strings owned by the caller */
     struct dt_trainer_options o;
@@ -36,6 +50,9 @@ struct dt_trainer {
     struct dt_host_state hs;       /* shared gradients; one copy of parameters and moments per host */
     struct dt_adamw opt;           /* with ddp.zero 1: the moments of this rank's shard (zero.h) */
     struct dt_zero zero;           /* ZeRO-1's shards; off (zero.comm NULL) with zero 0 or one rank */
+    const struct dt_trainer_home *home; /* where averaged gradients and moments live (set-up's choice) */
+    float *avg_part;               /* this rank's part of the averaged gradients, which AMP unscales */
+    size_t avg_n;
     struct dt_lr_schedule sched;
     struct dt_grad_scaler scaler;  /* loss scaling under trainer.amp (disabled when off) */
     struct dt_reducer red;
@@ -87,6 +104,9 @@ void dt_trainer__data_position(struct dt_trainer *t, struct dt_ckpt_state *st);
 int dt_trainer__data_resume(struct dt_trainer *t, const struct dt_ckpt_state *st, const char *path);
 int dt_trainer__tokens_evaluate(struct dt_trainer *t);
 int dt_trainer__sample(struct dt_trainer *t);
+/* trainer_update.c: t->home and this rank's part of the averages, from
+ * what set-up made (device, ZeRO-1, the host's one copy, or none of them) */
+void dt_trainer__choose_home(struct dt_trainer *t);
 /* trainer_device.c: the accelerator table of trainer.device (NULL when this
  * build has none), the engine made from the CPU model's state, the host
  * scaler refreshed from the device's, and a token model's training FLOPs

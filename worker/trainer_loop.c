@@ -2,9 +2,10 @@
  *
  * One optimizer step: grad_accum micro-batches (fewer at the end of an
  * epoch), each a forward and a backward whose gradient ranges feed the
- * reducer; then the wait for the averaged gradients, the global norm (for
- * clipping and the metrics), AdamW with the schedule's lr and beta1, the
- * schedule's step.  Nothing here allocates.  Not for set-up: trainer.c.
+ * reducer; then the wait for the averaged gradients and the update where
+ * set-up put them (trainer_update.c: the global norm for clipping and the
+ * metrics, AdamW with the schedule's lr and beta1, the schedule's step).
+ * Nothing here allocates.  Not for set-up: trainer.c.
  *
  * Divergence: a non-finite loss (this rank's, per micro-batch) or gradient
  * norm (after averaging: the same on every rank, so every rank stops at the
@@ -160,70 +161,6 @@ static int micro_batches(struct dt_trainer *t, bool want_norm, double *loss, dou
     dt_trace_span(t->trace, DT_TRACE_COMPUTE, "comm wait", c0, c1);
     t->split_ns[3] += c1 - c0;
     return rc;
-}
-
-/* Under AMP: unscale the averaged gradients and agree with every rank on
- * whether any was inf/NaN (then the optimizer step is skipped everywhere). */
-static int unscale(struct dt_trainer *t, bool *skip)
-{
-    *skip = false;
-    if (!t->scaler.enabled)
-        return 0;
-    /* One host-wide copy of the averages: each rank unscales its slice (the agreement below covers them all);
-     * ZeRO-1: its shard, the only part it reads. */
-    float *g = t->hs.avg ? t->hs.avg + t->hs.lo : t->model->grads + t->zero.lo;
-    size_t n = t->hs.avg ? t->hs.hi - t->hs.lo : t->zero.hi - t->zero.lo;
-    bool bad = t->k->unscale(g, n, dt_grad_scaler_inv_scale(&t->scaler));
-    return dt_grad_scaler_agree(&t->scaler, t->comm, bad, skip);
-}
-
-/* Gradient norm after the all-reduce (the same on every rank), clipping
- * coefficient, AdamW, schedule.  A skipped AMP step leaves parameters, moments
- * and AdamW's step count alone but still steps the schedule, as a PyTorch loop
- * (scaler.step(opt); scaler.update(); sched.step()) does. */
-static int update(struct dt_trainer *t, bool want_norm, double *norm, bool *skipped)
-{
-    const struct dt_trainer_spec *s = &t->spec;
-    float coef = 1.0f;
-    bool skip;
-    *norm = NAN;
-    *skipped = false;
-    if (t->dev) { /* norm, clipping, AMP scaling and AdamW on the device; the norm is read at metrics rows */
-        (void)want_norm;
-        (void)skip;
-        int rc = t->devk->update(t->dev, t->sched.lr, t->sched.beta1);
-        return rc ? dt_error_prefix("optimizer step %lld", (long long)t->step) : dt_lr_schedule_step(&t->sched);
-    }
-    if (t->o.after_reduce)
-        t->o.after_reduce(t->o.ctx, t->model, t->step);
-    int rc = unscale(t, &skip);
-    if (rc)
-        return rc;
-    *skipped = skip;
-    double norm2 = NAN;
-    if (!skip && (s->optimizer.grad_clip > 0 || want_norm)) {
-        if (t->zero.comm)
-            rc = dt_zero_norm(&t->zero, &t->gnorm, &norm2);
-        else if (!t->hs.common)
-            norm2 = dt_grad_norm_finish(&t->gnorm);
-        else
-            rc = dt_host_state_norm(&t->hs, &t->gnorm, &norm2);
-        if (rc)
-            return dt_error_prefix("step %lld", (long long)t->step);
-        *norm = sqrt(norm2);
-    }
-    if (!skip && s->optimizer.grad_clip > 0)
-        coef = dt_adamw_clip_coef(*norm, s->optimizer.grad_clip);
-    if (t->zero.comm) { /* this rank's shard, then the all-gather of the parameters */
-        if ((rc = dt_zero_step(&t->zero, &t->opt, t->model, skip, t->sched.lr, t->sched.beta1, coef)))
-            return dt_error_prefix("step %lld", (long long)t->step);
-    } else if (t->hs.common) { /* this rank's slice, then the barrier before anyone's next forward */
-        if ((rc = dt_host_state_adamw(&t->hs, &t->opt, t->model, skip, t->sched.lr, t->sched.beta1, coef)))
-            return dt_error_prefix("step %lld", (long long)t->step);
-    } else if (!skip)
-        dt_adamw_step(&t->opt, t->model->params, t->model->grads, t->sched.lr, t->sched.beta1, coef);
-    dt_grad_scaler_update(&t->scaler);
-    return dt_lr_schedule_step(&t->sched);
 }
 
 /* The device's loss sum since the last row and the last step's gradient
@@ -486,7 +423,7 @@ static int loop(struct dt_trainer *t)
         int rc = micro_batches(t, want_norm, &w.loss, &rows, &bad);
         int64_t o0 = dt_clock_ns();
         if (!rc)
-            rc = update(t, log, &norm, &skipped);
+            rc = t->home->update(t, log, &norm, &skipped); /* trainer_update.c */
         if (!rc)
             rc = check_step(t, &bad, want_norm && !t->dev, norm, skipped);
         if (rc)

@@ -28,8 +28,9 @@
  * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
  * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
  * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
- * (restart rounds and the hooks), agent_elastic.c (the rounds of an elastic
- * job, nodes: MIN:MAX), agent_hb_relay.c (heartbeats relayed to the other
+ * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:
+ * an elastic job's, nodes: MIN:MAX, and a fixed-size job's with restarts,
+ * whose lost node a new agent replaces), agent_hb_relay.c (heartbeats relayed to the other
  * nodes), agent_link.c (the store connection and the records every round
  * reads), agent_records.c (every record's encoder and decoder).  Around
  * them: agent_node.c (one node's run, the refusal watch), agent_plan.c (rank
@@ -88,13 +89,17 @@ struct dt_agent_hooks {
      * agent.  Returns 0, or a negative DT_E* code (the job ends, status 1). */
     int (*attempt_end)(void *ctx, struct dt_agent_result *res, int attempt, int sig_fd, bool *restart,
                        int *status);
-    /* An elastic job's (agent_elastic.c): before each attempt, waits until
-     * this node has a place in a round and says which: *attempt (the round,
-     * at least the one asked for; a late agent's first is the job's current
-     * one), and place's node rank, node count and failure restarts so far.
-     * Returns 0 to run it, 1 when the job ended without this node (*status
-     * its status; -1: a signal came on sig_fd), or a negative DT_E* code.
-     * NULL: every node runs every attempt as it is numbered. */
+    /* Rounds node 0 forms (agent_elastic.c: an elastic job's, a fixed-size
+     * job's with restarts): before each attempt, waits until this node has a
+     * place in a round and says which: *attempt (the round, at least the one
+     * asked for; a late agent's or a lost node's replacement's first is the
+     * job's current one), and place's node rank, node count and restarts
+     * counted so far.  Returns 0 to run it, 1 when the job ended without
+     * this node (*status its status; -1: a signal came on sig_fd), 2 when a
+     * newer agent of this node holds its place (this one was cut off and
+     * fenced out: it ends, status 1, and must not touch the job), or a
+     * negative DT_E* code.  NULL: every node runs every attempt as it is
+     * numbered. */
     int (*begin_attempt)(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status);
     /* A stop signal (SIGTERM, SIGINT, ...) reached this agent, before it is
      * passed on to the ranks: the other nodes must learn the job is being
@@ -159,6 +164,7 @@ struct dt_agent_config {
      * (restarts), DTRAIN_RESTART_COUNT the round, and rounds beyond
      * max_restarts + 1 may run (membership changes are not counted). */
     bool elastic;
+    int nnodes_max; /* an elastic job's MAX (the bundled trainer's reference world); 0: nnodes */
     int restarts;
     /* NULL: fork nproc ranks.  Else one process, cfg->argv, stands for
      * group->world ranks (adapter.h): their logs, console lines, failure

@@ -19,6 +19,7 @@
 #include "comm/store.h"
 #include "launcher/coordinator/coordinator.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,7 @@ static int fetch(struct dt_agent__link *l, const char *key, char **v, size_t *le
 
 int dt_agent__link_abort(struct dt_agent__link *l, int status, const char *why)
 {
-    if (l->dead)
+    if (l->dead || l->fenced) /* a fenced agent's job goes on without it: it must not end it */
         return 0;
     struct dt_agent__rec_abort a = {.status = status};
     snprintf(a.why, sizeof a.why, "node %d: %s", l->cfg.node_rank, why);
@@ -156,13 +157,58 @@ int dt_agent__link_aborted(struct dt_agent__link *l, int *status)
     return rc;
 }
 
+/* --- incarnations -------------------------------------------------------- */
+
+/* An agent of a node that was lost and comes back (a partitioned host, a
+ * pod the scheduler replaced while the old one still ran) joins again only
+ * after the coordinator has seen the old connection go, so the JOIN, then
+ * this count, orders them: a round names the incarnation that takes part. */
+int dt_agent__link_register(struct dt_agent__link *l)
+{
+    char key[DT_AGENT__KEY_MAX];
+    int64_t inc = 0, joins = 0;
+    int rc = dt_store_add(l->store, dt_agent__key(key, DT_AGENT__K_INCARNATION, 0, l->cfg.node_rank), 1, &inc);
+    if (rc == 0)
+        rc = dt_store_add(l->store, DT_AGENT__KEY_JOINS, 1, &joins);
+    if (rc == 0 && (inc < 1 || inc > INT32_MAX))
+        rc = dt_error_set(DT_EPROTO, "%s holds %lld, which no agent counts to", key, (long long)inc);
+    if (rc)
+        return dt_error_prefix("node %d: counting this agent's incarnation", l->cfg.node_rank);
+    l->incarnation = (int)inc;
+    return 0;
+}
+
+int dt_agent__link_incarnation(struct dt_agent__link *l, int slot, int *inc)
+{
+    char key[DT_AGENT__KEY_MAX];
+    int64_t v = 0;
+    int rc = dt_store_add(l->store, dt_agent__key(key, DT_AGENT__K_INCARNATION, 0, slot), 0, &v);
+    if (rc == 0 && (v < 0 || v > INT32_MAX))
+        rc = dt_error_set(DT_EPROTO, "%s holds %lld, which no agent counts to", key, (long long)v);
+    *inc = rc == 0 ? (int)v : 0;
+    return rc;
+}
+
+int dt_agent__link_joins(struct dt_agent__link *l, long long *joins)
+{
+    int64_t v = 0;
+    int rc = dt_store_add(l->store, DT_AGENT__KEY_JOINS, 0, &v);
+    *joins = v;
+    return rc;
+}
+
 /* --- lost members -------------------------------------------------------- */
 
 bool dt_agent__link_keep_lost(struct dt_agent__link *l, const struct dt_store_member *m)
 {
-    double when = 0;
-    if (!l->cfg.coord || l->lost.node >= 0 ||
-        dt_coord_member_lost(l->cfg.coord, m->node_rank, l->lost.reason, sizeof l->lost.reason, &when) != 0)
+    double when = dt_clock_s();
+    if (!l->cfg.coord || l->lost.node >= 0)
+        return false;
+    if (m->state == DT_STORE_MEMBER_LEFT) /* a stop signal made it leave mid-round (agent_rounds.c) */
+        snprintf(l->lost.reason, sizeof l->lost.reason,
+                 "node %d (host %s, agent pid %ld) left the job mid-round: its agent was stopped by a signal",
+                 m->node_rank, m->host, m->pid);
+    else if (dt_coord_member_lost(l->cfg.coord, m->node_rank, l->lost.reason, sizeof l->lost.reason, &when) != 0)
         return false;
     l->lost.node = m->node_rank;
     snprintf(l->lost.host, sizeof l->lost.host, "%s", m->host);

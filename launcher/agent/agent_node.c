@@ -342,6 +342,7 @@ static int run(struct node *nd)
         .node_rank = n->node_rank, /* -1: an elastic round places this node */
         .nnodes = n->nnodes,
         .elastic = elastic(n),
+        .nnodes_max = n->nnodes,
         .nproc = nd->nproc,
         .run_id = nd->run_id,
         .run_dir = nd->run_dir,

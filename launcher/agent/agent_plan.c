@@ -181,8 +181,11 @@ static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg,
     add(b, "DTRAIN_RESTART_COUNT=%d", restart);
     add(b, "DTRAIN_ERROR_FILE=%s", error_file);
     /* The bundled trainer may then resume a checkpoint of another world size. */
-    if (cfg->elastic)
+    if (cfg->elastic) {
         add(b, "DTRAIN_ELASTIC=1");
+        /* the most nodes: keep_global keeps their global batch, elastic_lr scales to it */
+        add(b, "DTRAIN_ELASTIC_MAX_NODES=%d", cfg->nnodes_max > 0 ? cfg->nnodes_max : cfg->nnodes);
+    }
 }
 
 /* comm.interfaces as GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (NCCL's "="

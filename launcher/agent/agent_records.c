@@ -55,6 +55,9 @@ const char *dt_agent__key(char *out, enum dt_agent__key which, int k, int node)
     case DT_AGENT__K_VERDICT:
         snprintf(out, DT_AGENT__KEY_MAX, "dtrain/verdict/%d", k);
         break;
+    case DT_AGENT__K_INCARNATION:
+        snprintf(out, DT_AGENT__KEY_MAX, "dtrain/incarnation/%d", node);
+        break;
     }
     return out;
 }
@@ -435,13 +438,13 @@ int dt_agent__rec_hb_decode(const char *v, size_t len, int cap, struct dt_agent_
     return rc;
 }
 
-/* --- an elastic job's rounds --------------------------------------------- */
+/* --- the rounds node 0 forms -------------------------------------------- */
 
 int dt_agent__rec_round_encode(const struct dt_agent__rec_round *r, struct dt_agent__text *out)
 {
     int rc = put(out, "%d %d", r->restarts, r->n);
     for (int i = 0; rc == 0 && i < r->n; i++)
-        rc = put(out, " %d", r->slots[i]);
+        rc = put(out, " %d:%d", r->slots[i], r->incarns[i]);
     return rc;
 }
 
@@ -454,6 +457,8 @@ int dt_agent__rec_round_decode(const char *v, size_t len, int cap, struct dt_age
     for (int i = 0; rc == 0 && i < r->n; i++) {
         if ((rc = rd_char(&c, ' ')) == 0)
             rc = rd_int(&c, 0, INT_MAX, &r->slots[i]);
+        if (rc == 0 && (rc = rd_char(&c, ':')) == 0)
+            rc = rd_int(&c, 1, INT_MAX, &r->incarns[i]);
         for (int j = 0; rc == 0 && j < i; j++)
             if (r->slots[j] == r->slots[i])
                 rc = bad(&c, "a slot named twice");

@@ -10,16 +10,23 @@
  *   dtrain/ranks/<node>          dt_agent__rec_rank ...   each node, leaving    node 0, for summary.json
  *   dtrain/end/<k>               a counter (ADD), no text: nodes whose ranks of round k are gone
  *   dtrain/hb/<node>             dt_agent__rec_hb         node 0                that node's watchdog
- *   an elastic job's rounds (node: the slot the coordinator gave an agent):
+ *   rounds node 0 forms (an elastic job's, and a fixed-size job's with
+ *   restarts, agent_elastic.c; node: the slot, a fixed-size job's node rank):
+ *   dtrain/incarnation/<node>    a counter (ADD): the agents that joined as that node so far
+ *   dtrain/joins                 a counter (ADD): the agents that joined the job so far
  *   dtrain/round/<k>             dt_agent__rec_round      node 0                every agent
  *   dtrain/latest                a round number           node 0                an agent that comes late
  *   dtrain/change/<k>            a sentence, as is        node 0                every agent
  *   dtrain/end/<k>/<slot>        dt_agent__rec_slot_end   each node of round k  node 0
  *   dtrain/verdict/<k>           dt_agent__rec_verdict    node 0                the others
  *
- * k is the round, the attempt number every node shares (TORCHELASTIC_RESTART_COUNT).
- * A round record names its nodes by slot in node-rank order, so a round can
- * be formed again from other agents (a membership change; a node replaced).
+ * k is the round, the attempt number every node shares (DTRAIN_RESTART_COUNT).
+ * A round record names its nodes by slot in node-rank order, each with the
+ * incarnation that takes part (the count in dtrain/incarnation/<slot> right
+ * after its agent joined), so a round can be formed again from other agents
+ * (a membership change; a lost node replaced by a new agent), and an agent
+ * of an earlier incarnation that comes back (a partitioned host) finds its
+ * place taken instead of running beside its replacement.
  *
  * Values are text a person can read with `dtrain` store tools: numbers in
  * decimal separated by one space, wall-clock seconds with 6 decimals (each
@@ -48,6 +55,7 @@
 #define DT_AGENT__KEY_RUN_ID "dtrain/run_id"
 #define DT_AGENT__KEY_ABORT "dtrain/abort"
 #define DT_AGENT__KEY_LATEST "dtrain/latest"
+#define DT_AGENT__KEY_JOINS "dtrain/joins"
 #define DT_AGENT__KEY_MAX 64
 
 enum dt_agent__key {
@@ -60,6 +68,7 @@ enum dt_agent__key {
     DT_AGENT__K_CHANGE,   /* dtrain/change/<k> */
     DT_AGENT__K_SLOT_END, /* dtrain/end/<k>/<node> */
     DT_AGENT__K_VERDICT,  /* dtrain/verdict/<k> */
+    DT_AGENT__K_INCARNATION, /* dtrain/incarnation/<node> */
 };
 
 /* The key into out (DT_AGENT__KEY_MAX bytes); k or node unused by some. */
@@ -124,11 +133,13 @@ struct dt_agent__rec_hb {
     struct dt_agent__rec_hb_entry *e;     /* the caller's array */
 };
 
-/* dtrain/round/<k>: "<restarts> <n> <slot> ..." (n slots).  Round k's nodes,
- * node rank i being slots[i]; restarts: after failures so far. */
+/* dtrain/round/<k>: "<restarts> <n> <slot>:<incarnation> ..." (n of them).
+ * Round k's nodes, node rank i being slots[i] as joined by its incarns[i]-th
+ * agent; restarts: those counted against max_restarts so far. */
 struct dt_agent__rec_round {
     int restarts, n;
-    int *slots; /* the caller's array */
+    int *slots;   /* the caller's array */
+    int *incarns; /* the caller's array, each at least 1 */
 };
 
 /* dtrain/end/<k>/<slot>: "0" when every rank of that node exited 0 by itself, "1" otherwise. */
@@ -158,7 +169,7 @@ int dt_agent__rec_hb_encode(const struct dt_agent__rec_hb *r, struct dt_agent__t
 /* r->e holds cap entries; more is refused. */
 int dt_agent__rec_hb_decode(const char *v, size_t len, int cap, struct dt_agent__rec_hb *r);
 int dt_agent__rec_round_encode(const struct dt_agent__rec_round *r, struct dt_agent__text *out);
-/* r->slots holds cap entries; a round of more nodes, or a slot twice, is refused. */
+/* r->slots and r->incarns hold cap entries; a round of more nodes, or a slot twice, is refused. */
 int dt_agent__rec_round_decode(const char *v, size_t len, int cap, struct dt_agent__rec_round *r);
 int dt_agent__rec_slot_end_encode(const struct dt_agent__rec_slot_end *r, struct dt_agent__text *out);
 int dt_agent__rec_slot_end_decode(const char *v, size_t len, struct dt_agent__rec_slot_end *r);

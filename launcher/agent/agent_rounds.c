@@ -36,8 +36,12 @@
  * exits with the failed rank's status.  Publishing before adding to end/<k>
  * is what makes every node read the same fail/<k>.
  *
- * An elastic job (nodes: MIN:MAX) publishes its failures the same way and
- * leaves the rest to agent_elastic.c: who is in each round, how it ends.
+ * That is a job of fixed nodes without restarts (max_restarts: 0), where a
+ * lost node ends the job at once.  An elastic job (nodes: MIN:MAX), and a
+ * job of fixed nodes with restarts, whose lost node is replaced by a new
+ * agent, publish their failures the same way and leave the rest to
+ * agent_elastic.c: node 0 forms each round (who is in it, a lost node's
+ * replacement) and decides how it ends.
  *
  * Not for spawning or stopping ranks (agent_supervise.c does, told through
  * the hooks), the connection and the records every round shares
@@ -71,6 +75,8 @@ struct dt_agent__round {
     bool published[MAX_ROUNDS];    /* this node's failure of round k is in fail/<k> (or lost to another's) */
     bool told_stop;
     bool decided; /* a round's end everywhere decided the job's end: every node decides it alike */
+    bool leaving; /* a stop signal came to this agent (not node 0's) of rounds node 0 forms: this node
+                     leaves, the job goes on without it (as torchrun's agents do) */
 };
 
 /* --- while ranks run ----------------------------------------------------- */
@@ -151,7 +157,7 @@ static enum dt_agent_verdict look(struct dt_agent__round *r, int k, int *status)
     if (rc == 1)
         return DT_AGENT_ABORT;
     if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
-        dt_log_error("%s; stopping the job", why);
+        dt_log_error("%s; stopping the job (max_restarts is 0: a lost node is not replaced)", why);
         *status = 1;
         return DT_AGENT_ABORT;
     }
@@ -224,7 +230,7 @@ static int wait_round_end(struct dt_agent__round *r, int k, int sig_fd, int *sta
         if ((rc = dt_agent__link_aborted(&r->link, status)) == 1)
             return 2;
         if (rc == 0 && (rc = member_lost(r, why, sizeof why)) == 1) {
-            dt_log_error("%s; stopping the job", why);
+            dt_log_error("%s; stopping the job (max_restarts is 0: a lost node is not replaced)", why);
             *status = 1;
             return 2;
         }
@@ -329,8 +335,9 @@ int dt_agent__round_open(const struct dt_agent__round_config *cfg, struct dt_age
         return dt_error_set(DT_ENOMEM, "out of memory");
     }
     int rc = dt_agent__link_open(&r->link, cfg);
-    if (rc == 0 && cfg->nnodes_min > 0 && cfg->nnodes_min < cfg->nnodes) {
-        rc = dt_agent__elastic_open(&r->link, r->hb, cfg->nnodes_min, &r->el);
+    bool elastic = cfg->nnodes_min > 0 && cfg->nnodes_min < cfg->nnodes;
+    if (rc == 0 && (elastic || cfg->job->max_restarts > 0)) { /* node 0 forms each round */
+        rc = dt_agent__elastic_open(&r->link, r->hb, elastic ? cfg->nnodes_min : cfg->nnodes, &r->el);
     } else if (rc == 0) {
         char host[256] = "?";
         gethostname(host, sizeof host);
@@ -403,6 +410,12 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
         int in = joined(m, count, cfg->nnodes, missing, sizeof missing);
         rc = same_nproc(r, m, count);
         free(m);
+        /* An agent for a node that was lost joins a job that already ended (no restarts). */
+        int status, ended = rc ? 0 : dt_agent__link_aborted(&r->link, &status);
+        if (ended)
+            return ended < 0 ? dt_error_prefix("node %d: reading the job's state", cfg->node_rank)
+                             : dt_error_set(DT_EABORTED, "node %d: the job ended before this agent could take part",
+                                            cfg->node_rank);
         if (rc == 0 && in == cfg->nnodes)
             dt_agent__link_short_calls(&r->link); /* from here every call is made at least every POLL_S */
         if (rc || in == cfg->nnodes)
@@ -435,11 +448,32 @@ int dt_agent__round_wait_all(struct dt_agent__round *r)
 #define INTERRUPT_SAY_S 1.0
 #define INTERRUPT_SAY_HOST_S 5.0
 
+/* A stop signal to an agent other than node 0's, where node 0 forms the
+ * rounds: only this node leaves (a pod evicted, a node drained: the
+ * scheduler's SIGTERM before its SIGKILL), and node 0 takes it for a lost
+ * node: an elastic job goes on with the others, a fixed-size one with a new
+ * agent for it while restarts are left.  Stopping the whole job is node
+ * 0's signal, or every agent's (scancel, a deleted Job). */
+static bool leave_alone(struct dt_agent__round *r, const char *name)
+{
+    if (!r->el || r->link.cfg.node_rank == 0 || r->link.dead)
+        return false;
+    r->leaving = true;
+    dt_log_warn("node %d: received %s: this node leaves the job; the others go on without it (%s)",
+                r->link.cfg.node_rank, name,
+                r->link.cfg.nnodes_min < r->link.cfg.nnodes
+                    ? "an elastic job's next round"
+                    : "node 0 waits for a new agent of this node while restarts are left");
+    return true;
+}
+
 static void interrupted(void *ctx, int sig)
 {
     struct dt_agent__round *r = ctx;
     char why[128], tmp[32];
     const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
+    if (leave_alone(r, name))
+        return;
     snprintf(why, sizeof why, "its agent was interrupted by %s", name);
     double t0 = dt_clock_s();
     double was =
@@ -603,6 +637,8 @@ static void read_ranks(struct dt_agent__round *r, struct dt_agent_result *res)
 void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *res)
 {
     char why[600];
+    if (r->link.fenced) /* a newer agent holds this node's place: the job is not this one's to touch */
+        return;
     /* Another node may have ended the job first (its abort, seen before the
      * member list): node 0's summary still names a node that was lost. */
     if (r->link.cfg.node_rank == 0 && !r->link.dead && res->status != DT_AGENT_SUCCEEDED && !r->el)
@@ -614,6 +650,8 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
         dt_agent__link_abort(&r->link, res->exit_status,
                              "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+    } else if (res->status == DT_AGENT_INTERRUPTED && r->leaving) {
+        /* this node alone leaves: no abort (leave_alone) */
     } else if (res->status == DT_AGENT_INTERRUPTED) {
         char tmp[32];
         snprintf(why, sizeof why, "its agent was interrupted by %s",

@@ -6,8 +6,10 @@
  *   agent_link.c      the connection to the coordinator's store; the job's
  *                     abort; a lost member; a round's first failure, read
  *   agent_hb_relay.c  the ranks' heartbeats, relayed by node 0 to the others
- *   agent_elastic.c   the rounds of an elastic job (nodes: MIN:MAX): which
- *                     agents take part in each, as which node
+ *   agent_elastic.c   the rounds node 0 forms, of an elastic job (nodes:
+ *                     MIN:MAX) and of a fixed-size job with restarts: which
+ *                     agents take part in each, as which node; a lost node's
+ *                     replacement
  *   agent_rounds.c    the rounds of every multi-node job: a failure published,
  *                     the round's end and the decision to restart, the hooks
  *                     that put them into dt_agent_run, the rank records at the end
@@ -50,6 +52,8 @@ struct dt_agent__link {
     struct dt_store *store;
     char coord[300]; /* host:port, for messages */
     bool dead;       /* the coordinator is gone: nothing more is asked of it */
+    int incarnation; /* rounds node 0 forms: this agent is the incarnation-th to join as its slot; else 0 */
+    bool fenced;     /* a newer incarnation holds this slot: nothing more is written for the job */
     struct dt_agent_lost_node lost; /* node 0: the member whose loss ended the job (or round); node -1 */
     double lost_unix;               /* when the coordinator noticed, wall clock */
 };
@@ -69,13 +73,23 @@ int dt_agent__link_exists(struct dt_agent__link *l, const char *key);
 int dt_agent__link_get(struct dt_agent__link *l, const char *key, char **v, size_t *len);
 int dt_agent__link_get_text(struct dt_agent__link *l, const char *key, char *out, size_t n);
 int dt_agent__link_set(struct dt_agent__link *l, const char *key, const struct dt_agent__text *t);
-/* Ends the job everywhere with status (the first abort stands). */
+/* Ends the job everywhere with status (the first abort stands); nothing
+ * once the link is dead or fenced. */
 int dt_agent__link_abort(struct dt_agent__link *l, int status, const char *why);
+/* Just after this agent joined as l->cfg.node_rank: counts it in
+ * dtrain/incarnation/<slot>, then in dtrain/joins (that order: whoever sees
+ * the joins move finds the slot's new incarnation), into l->incarnation. */
+int dt_agent__link_register(struct dt_agent__link *l);
+/* How many agents joined as slot so far (0: none yet), and the job's joins. */
+int dt_agent__link_incarnation(struct dt_agent__link *l, int slot, int *inc);
+int dt_agent__link_joins(struct dt_agent__link *l, long long *joins);
 /* dtrain/abort: 1 (said, *status set) when it is there, 0 when not, negative on a store error. */
 int dt_agent__link_aborted(struct dt_agent__link *l, int *status);
 /* Node 0: keeps m, a lost member, as summary.json's lost_node in the
  * coordinator's words (how its connection ended: closed, or unacknowledged
- * for liveness_s) when it is the first; true if it was kept. */
+ * for liveness_s), or, left mid-round, as stopped by a signal (an agent
+ * other than node 0's leaves alone then, agent_rounds.c), when it is the
+ * first; true if it was kept. */
 bool dt_agent__link_keep_lost(struct dt_agent__link *l, const struct dt_store_member *m);
 /* Round k's first failure: 1 with *f, 0 when none, negative on a store error
  * or a record no agent writes. */
@@ -102,8 +116,11 @@ int dt_agent__hb_read(struct dt_agent__hb_relay *h, struct dt_agent__link *l, in
 /* --- agent_elastic.c ----------------------------------------------------- */
 
 struct dt_agent__elastic;
-/* Joins: node 0 as slot 0, the others into the slot the coordinator gives
- * (it becomes l->cfg.node_rank). */
+/* The rounds node 0 forms, of an elastic job (nodes_min below l->cfg.nnodes)
+ * or of a fixed-size one with restarts (nodes_min equal to it).  Joins: node
+ * 0 as slot 0; in an elastic job the others into the slot the coordinator
+ * gives (it becomes l->cfg.node_rank), in a fixed-size one as their node
+ * rank; then counts this agent's incarnation. */
 int dt_agent__elastic_open(struct dt_agent__link *l, struct dt_agent__hb_relay *hb, int nodes_min,
                            struct dt_agent__elastic **out);
 void dt_agent__elastic_free(struct dt_agent__elastic *el);

@@ -168,6 +168,9 @@ struct dt_agent__act dt_agent__sm_step(struct dt_agent__sm *m, enum dt_agent__ev
     case DT_AGENT__EV_COORD_LOST:
         set_end(m, DT_AGENT__END_COORD_LOST, 1);
         return end_job(m, SIGTERM, now);
+    case DT_AGENT__EV_REPLACED:
+        set_end(m, DT_AGENT__END_REPLACED, 1);
+        return end_job(m, SIGTERM, now);
     case DT_AGENT__EV_INTERRUPT:
         return interrupt(m, arg, now);
     case DT_AGENT__EV_REQUEUE:
@@ -280,7 +283,7 @@ struct dt_agent__outcome dt_agent__sm_outcome(const struct dt_agent__sm *m, int 
         o.interrupted = true;
         o.signal = m->end_status;
         o.exit_status = 128 + m->end_status;
-    } else if (m->end == DT_AGENT__END_COORD_LOST) {
+    } else if (m->end == DT_AGENT__END_COORD_LOST || m->end == DT_AGENT__END_REPLACED) {
         o.failed = true;
         o.exit_status = 1;
     } else if (requeued(m, rank_failed)) {

@@ -12,8 +12,11 @@
  *   RUNNING, SETTLING, STOPPING, KILLING ──no process left──► DRAINING ──pipes read, or DRAIN_S──► DECIDING
  *   KILLING for UNKILLABLE_S (stuck in the kernel) ──► DECIDING
  *   DECIDING ──restart──► IDLE          PLACING ──placed──► IDLE
- *            ──over, decided, abort, a signal──► DONE    (PLACING and IDLE alike)
- *   IDLE ──place──► PLACING: a round must be formed first (an elastic job's, on the others' agents)
+ *            ──over, decided, abort, replaced, a signal──► DONE    (PLACING and IDLE alike)
+ *   IDLE ──place──► PLACING: node 0 forms the round first (an elastic job's; a fixed-size
+ *                   job's with restarts, which may wait there for a lost node's replacement)
+ *   RUNNING, SETTLING ──replaced──► STOPPING: a newer agent holds this node's place (this
+ *                   one was cut off and came back): its ranks stop, the job goes on without it
  *
  * Deadlines are a function of the state alone: SETTLING lasts the election's
  * window (DT_AGENT__CAUSE_WINDOW_S), STOPPING the grace period, KILLING
@@ -22,7 +25,7 @@
  *
  * How the job ends is the machine's too (`end`): a signal to the agent
  * overrides every other reason; otherwise the weightier reason stands, the
- * first of two alike: INTERRUPTED > COORD_LOST > ABORTED > DECIDED > NONE.
+ * first of two alike: INTERRUPTED > REPLACED > COORD_LOST > ABORTED > DECIDED > NONE.
  * dt_agent__sm_outcome turns it, with the last attempt's failure and a
  * requeue, into the exit status.
  *
@@ -68,6 +71,7 @@ enum dt_agent__event {
     DT_AGENT__EV_STOP,         /* stop the attempt, the job may go on: another node failed, a hang */
     DT_AGENT__EV_ABORT,        /* stop, and the job ends with arg as its status */
     DT_AGENT__EV_COORD_LOST,   /* stop, and the job ends: the coordinator stopped answering */
+    DT_AGENT__EV_REPLACED,     /* stop, and end here: a newer agent of this node's took its place */
     DT_AGENT__EV_INTERRUPT,    /* signal arg came to the agent: passed on, the job ends; a second kills */
     DT_AGENT__EV_REQUEUE,      /* SIGUSR1 came and went on to the ranks: an exit 75 is no failure */
     DT_AGENT__EV_TICK,         /* time passed: the state's deadline may be due */
@@ -86,6 +90,8 @@ enum dt_agent__end {
     DT_AGENT__END_DECIDED,     /* status: what the nodes agreed on at an attempt's end */
     DT_AGENT__END_ABORTED,     /* status: a hook's ABORT, a log that could not be written, the agent's error */
     DT_AGENT__END_COORD_LOST,  /* the coordinator stopped answering: status 1 */
+    DT_AGENT__END_REPLACED,    /* this agent was fenced out by a newer one of its node: status 1; nothing
+                                  of it may reach the other nodes, whose job goes on */
     DT_AGENT__END_INTERRUPTED, /* a signal to the agent (status holds it): 128 + signal */
 };
 

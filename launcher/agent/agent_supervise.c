@@ -644,9 +644,10 @@ static int next_attempt(struct dt_agent *a, int sig_fd)
     return 1;
 }
 
-/* An elastic job: waits for this node's place in a round (begin_attempt)
- * and takes its numbers.  1 to run a.attempt, 0 when the job ended
- * without this node, negative on error. */
+/* Rounds node 0 forms (an elastic job's, a fixed-size job's with restarts):
+ * waits for this node's place in a round (begin_attempt) and takes its
+ * numbers.  1 to run a.attempt, 0 when the job ended without this node (or
+ * a newer agent of this node took its place), negative on error. */
 static int place_node(struct dt_agent *a, struct dt_agent_config *round, int sig_fd)
 {
     const struct dt_agent_hooks *h = round->hooks;
@@ -663,6 +664,10 @@ static int place_node(struct dt_agent *a, struct dt_agent_config *round, int sig
             handle_signals(a, sig_fd);
         else
             dt_agent__event(a, DT_AGENT__EV_DECIDED, status);
+        return over(a);
+    }
+    if (rc == 2) { /* fenced out: a newer agent of this node took its place */
+        dt_agent__event(a, DT_AGENT__EV_REPLACED, 0);
         return over(a);
     }
     if (k >= a->res->max_attempts) {
@@ -698,7 +703,7 @@ int dt_agent_run(const struct dt_agent_config *cfg_in, struct dt_agent_result *r
         res->exit_status = 1;
         return rc;
     }
-    bool placed = cfg->elastic && cfg->hooks && cfg->hooks->begin_attempt;
+    bool placed = cfg->hooks && cfg->hooks->begin_attempt; /* node 0 forms each round */
     for (a.attempt = 0;; a.attempt++) {
         if (placed && (rc = place_node(&a, &round, sv.fd)) <= 0)
             break;

@@ -5,8 +5,9 @@
  * own dt_agent_env_build, so it cannot drift from what a real launch does;
  * values known only at start, such as the run id, the coordinator's port and
  * the job token, are shown as <placeholders>), and for a scheduler with
- * something to submit the adapter's rendering (the sbatch script, the
- * manifests, the mpirun line) as `dtrain render` writes it.
+ * something to submit what launch would submit: the adapter's dry_run (the
+ * sbatch script with the spec it carries, the manifests under the launch's
+ * names and in its order) or its rendering (the mpirun line).
  *
  * Not for starting anything (cmd_launch.c, cmd_run.c).
  */
@@ -99,6 +100,12 @@ int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out)
         }
     }
     const struct dt_adapter *ad = dt_adapter_for(job->scheduler);
+    if (ad && ad->dry_run) {
+        struct dt_adapter_launch lo = {.log_dir = log_dir};
+        fprintf(out, "---- what launch would submit (as `dtrain render %s` writes it, under the launch's names) ----\n",
+                ad->name);
+        return ad->dry_run(job, &lo, out);
+    }
     if (!ad || !ad->render)
         return 0;
     fprintf(out, "---- what `dtrain render %s` writes, which launch would submit ----\n", ad->name);

@@ -4,10 +4,17 @@
  * Kubernetes manifests, an mpirun line) and writes it to stdout or -o FILE,
  * so a user can read, keep or edit exactly what `dtrain launch` would
  * submit.  FILE is private to the user (0600): Kubernetes manifests carry
- * the job token.  A scheduler with no adapter built in, one with nothing to
- * render (local), or a spec for another scheduler is a clear error with exit
- * status 2; the spec is read and checked as validate and launch read it
- * (cli_spec.c).
+ * the job token.  The scheduler is the one named on the command line: a
+ * spec written for another one is read as if it said `--set
+ * scheduler=<that>` (so the slurm: and kubernetes: sections of one spec
+ * serve render), and checked as validate and launch check it
+ * (cli_spec.c).  A scheduler with no adapter built in, or one with nothing
+ * to render (local), is a clear error with exit status 2.
+ *
+ * What is rendered never depends on a file render leaves behind: a spec
+ * that is not the file as written (${VAR}, --set, another scheduler) travels
+ * inside the output (the sbatch script's heredoc, the ConfigMap, the lines
+ * before the mpirun command), which the adapters write from dt_job_print.
  *
  * Not for submitting (dtrain launch) or for what goes into the output (the adapters).
  */
@@ -19,6 +26,7 @@
 #include "base/error.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,11 +39,12 @@ static void usage(FILE *out)
             "Usage: dtrain render SCHEDULER JOB.yaml [-o FILE] [--set KEY.PATH=VALUE ...]\n\n"
             "Writes what would be submitted for JOB.yaml under SCHEDULER (slurm: an sbatch script,\n"
             "kubernetes or k8s: manifests, mpirun: the command line; jobset: the Kubernetes manifests\n"
-            "with a JobSet around the Job) to stdout or FILE, without submitting anything.  The spec\n"
-            "must say scheduler: SCHEDULER (kubernetes for jobset; or add --set scheduler=...); it is\n"
-            "checked as `dtrain validate` and `dtrain launch` check it.\n"
-            "A spec with ${VAR} values or --set is rendered to read a copy of the job as given,\n"
-            "<log_dir>/.dtrain-<name>-<pid>.yaml (named on stderr).\n\n"
+            "with a JobSet around the Job) to stdout or FILE, without submitting anything.  A spec\n"
+            "written for another scheduler is rendered for SCHEDULER (as with --set scheduler=...),\n"
+            "using its section for SCHEDULER; it is checked as `dtrain validate` and `dtrain launch`\n"
+            "check it.  A spec with ${VAR} values or --set, or for another scheduler, travels inside\n"
+            "the output as it was resolved (the sbatch script's heredoc, the ConfigMap), so the\n"
+            "output reads no file but the ones it names.\n\n"
             "  -o, --output FILE   write to FILE instead of stdout\n"
             "  --set KEY.PATH=VALUE  override a key as if the file said it (repeatable)\n");
 }
@@ -82,6 +91,26 @@ static int render_to(const struct dt_adapter *ad, const char *sched, const struc
     else if (!out && fflush(stdout) != 0 && rc == 0)
         rc = dt_error_set_errno(DT_EIO, errno, "writing the rendered job to stdout");
     return rc;
+}
+
+/* The spec as `ad` renders it: as written when it says that scheduler, else
+ * read with one more override, scheduler=<ad's>, after the user's (the
+ * named scheduler wins), so the spec's checks (the join timeout, setup:,
+ * nodes: MIN:MAX) are that scheduler's.  Problems are printed by the load. */
+static int load_for(struct dt_cli_spec *s, const char *path, const struct dt_adapter *ad, struct dt_job **job)
+{
+    struct dt_job_load_opts quiet = {.set = s->set, .n_set = s->n_set};
+    struct dt_job *peek = NULL;
+    bool same = dt_job_load_with(path, &quiet, &peek) == 0 && peek->scheduler == ad->scheduler;
+    dt_job_free(peek);
+    static char assign[64];
+    if (!same) {
+        if (s->n_set == DT_CLI_MAX_SET)
+            return dt_cli_usage_error(s->cmd, "more than %d --set options", DT_CLI_MAX_SET - 1);
+        snprintf(assign, sizeof assign, "scheduler=%s", ad->name);
+        s->set[s->n_set++] = assign;
+    }
+    return dt_cli_spec_load(s, path, NULL, ad, job);
 }
 
 static int parse_args(int argc, char **argv, struct dt_cli_spec *s, const char **sched, const char **path,
@@ -131,23 +160,10 @@ static int run(int argc, char **argv)
         return 2;
     }
     struct dt_job *job = NULL;
-    int rc = dt_cli_spec_load(&s, path, NULL, ad, &job);
+    int rc = load_for(&s, path, ad, &job);
     if (rc)
         return rc;
-    if (job->scheduler != ad->scheduler) {
-        fprintf(stderr,
-                "dtrain render: %s: scheduler: %s, but `dtrain render %s` writes what a scheduler: %s job "
-                "submits: set scheduler: %s in the spec, or add --set scheduler=%s\n",
-                path, dt_scheduler_name(job->scheduler), sched, ad->name, ad->name, ad->name);
-        dt_job_free(job);
-        return DT_EXIT_REFUSED;
-    }
-    char copy[4096];
-    rc = dt_cli_spec_hand_on(job, NULL, copy, sizeof copy);
-    if (rc == 0 && copy[0])
-        fprintf(stderr, "dtrain render: the job as given (${VAR}, --set) is in %s, which the output reads\n", copy);
-    if (rc == 0)
-        rc = render_to(ad, sched, job, job->path, out);
+    rc = render_to(ad, sched, job, job->path, out);
     dt_job_free(job);
     if (rc < 0) {
         fprintf(stderr, "dtrain render: %s\n", dt_error_last());

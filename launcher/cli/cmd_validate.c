@@ -9,6 +9,7 @@
  */
 #include "base/error.h"
 #include "launcher/cli/cli.h"
+#include "scheduler-adapters/adapter.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_yaml.h"
 #include "spec/placement.h"
@@ -25,7 +26,8 @@ static void usage(FILE *out)
             "Checks job spec files without running anything: YAML syntax, every key\n"
             "against the known ones, types, ranges, and the rules between keys (command\n"
             "or trainer, backend and scheduler, ...), and what `dtrain launch` and `dtrain render`\n"
-            "would refuse in it for its scheduler.  For each valid file prints one line:\n"
+            "would refuse in it for its scheduler (a local spec of several nodes is checked\n"
+            "as `dtrain agent` runs it on each node).  For each valid file prints one line:\n"
             "  job.yaml: ok: fmnist, local, 1 node x 4 ranks, command: python3 train.py\n"
             "For an invalid one prints every problem, in file order: where and what was expected, e.g.\n"
             "  job.yaml:4:3: unknown key 'nproc_pernode' in the top level; did you mean 'nproc_per_node'?\n\n"
@@ -65,8 +67,12 @@ static void print_summary(const char *path, const struct dt_job *job, int as_com
     /* With --print the summary is a YAML comment, so the output stays loadable:
      * one line, whatever the path and the command hold. */
     char q[4200];
-    printf("%s%s: ok: %s, %s, %d node%s x ", as_comment ? "# " : "", dt_yaml_quote(path, q, sizeof q), job->name,
-           dt_scheduler_name(job->scheduler), job->nodes, job->nodes == 1 ? "" : "s");
+    printf("%s%s: ok: %s, %s, ", as_comment ? "# " : "", dt_yaml_quote(path, q, sizeof q), job->name,
+           dt_scheduler_name(job->scheduler));
+    if (dt_job_elastic(job))
+        printf("%d:%d nodes x ", job->nodes_min, job->nodes);
+    else
+        printf("%d node%s x ", job->nodes, job->nodes == 1 ? "" : "s");
     struct dt_placement pl;
     dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
     if (pl.source == DT_NPROC_PER_NODE)
@@ -74,7 +80,25 @@ static void print_summary(const char *path, const struct dt_job *job, int as_com
     else
         printf("%d rank%s, ", pl.nproc, pl.nproc == 1 ? "" : "s");
     print_program(job);
+    if (job->scheduler == DT_SCHED_LOCAL && job->nodes > 1)
+        printf("; runs as one `dtrain agent` per node (`dtrain launch` runs one machine)");
     printf("\n");
+}
+
+/* A local spec of several nodes (a range among them) is what `dtrain agent`
+ * runs on each node, though `dtrain launch` runs one machine and refuses it
+ * (the local adapter's check): validate reads it as the agents do, with
+ * every other rule, and says how it runs. */
+static const struct dt_adapter local_agents = {.name = "local", .scheduler = DT_SCHED_LOCAL};
+
+static const struct dt_adapter *agents_spec(const struct dt_cli_spec *s, const char *path, const char *text)
+{
+    struct dt_job_load_opts o = {.set = s->set, .n_set = s->n_set};
+    struct dt_job *job = NULL;
+    int rc = text ? dt_job_load_string_with(text, strlen(text), path, &o, &job) : dt_job_load_with(path, &o, &job);
+    bool agents = rc == 0 && job->scheduler == DT_SCHED_LOCAL && job->nodes > 1;
+    dt_job_free(job);
+    return agents ? &local_agents : NULL;
 }
 
 static int validate_one(const struct dt_cli_spec *s, const char *path, int print)
@@ -91,9 +115,9 @@ static int validate_one(const struct dt_cli_spec *s, const char *path, int print
             return DT_EXIT_REFUSED;
         }
         buf[len] = '\0';
-        rc = dt_cli_spec_load(s, "<stdin>", buf, NULL, &job);
+        rc = dt_cli_spec_load(s, "<stdin>", buf, agents_spec(s, "<stdin>", buf), &job);
     } else {
-        rc = dt_cli_spec_load(s, path, NULL, NULL, &job);
+        rc = dt_cli_spec_load(s, path, NULL, agents_spec(s, path, NULL), &job);
     }
     if (rc)
         return rc;

@@ -2,7 +2,9 @@
  *
  * In a pod of the Indexed Job that render writes, an agent learns:
  *   node rank    JOB_COMPLETION_INDEX (set by the Job controller), 0..nodes-1;
- *   nnodes       the spec's `nodes` (completions = parallelism = nodes);
+ *                an elastic job's pods but pod 0 get -1: the rounds place them;
+ *   nnodes       the spec's `nodes` (completions = parallelism = nodes, an
+ *                elastic job's MAX);
  *   coordinator  <obj>-0.<obj>:<rendezvous.port or 29500>: pod 0 under the
  *                headless Service of the same name;
  *   run id       the one `dtrain launch` chose (DTRAIN_K8S_RUN_ID), else the
@@ -145,6 +147,8 @@ static int k8s_discover(const struct dt_job *job, char *const *env, struct dt_ad
     struct dt_job named = *job; /* shallow: the objects' name for the coordinator's and the messages */
     named.name = name;
     out->nnodes = job->nodes;
+    if (dt_job_elastic(job) && out->node_rank != 0)
+        out->node_rank = -1; /* an elastic job's rounds place every pod but pod 0 (docs/elastic.md) */
     out->coord_port = dt_k8s_port(job);
     dt_k8s_coord_host(&named, out->coord_host, sizeof out->coord_host);
     snprintf(out->job_id, sizeof out->job_id, "%s", name);
@@ -157,6 +161,7 @@ const struct dt_adapter dt_adapter_kubernetes = {
     .render = dt_k8s_render,
     .check = dt_k8s_check,
     .plan = dt_k8s_plan,
+    .dry_run = dt_k8s_dry_run,
     .discover = k8s_discover,
     .status = dt_k8s_status,
     .cancel = dt_k8s_cancel,

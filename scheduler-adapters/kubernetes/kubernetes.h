@@ -7,7 +7,8 @@
  * policy, YAML scalars) and kubernetes_pod.c (the pod template), and plans
  * the launch in kubernetes_submit.c; kubernetes_template.c merges the spec's
  * pod_template into the pod template.  Names of the objects derive from the job's
- * name.
+ * name; every object is labelled with the job's name (app.kubernetes.io/name,
+ * the same for every launch) and the objects' (app.kubernetes.io/instance).
  *
  * Not for other adapters: they share only scheduler-adapters/adapter.h.
  */
@@ -42,6 +43,43 @@
 #define DT_K8S_RUN_ID_ENV "DTRAIN_K8S_RUN_ID"
 #define DT_K8S_RUN_ID_LEN 12 /* hex digits, like the UID's run id */
 
+/* The run id of a launched job's objects and pods, a label of its own. */
+#define DT_K8S_RUN_LABEL "dtrain/run-id"
+
+/* What one rendering names beside the job handed around (whose name is the
+ * objects' name, dt_k8s_object_name): the app, the spec's name, the same for
+ * every launch of it (label app.kubernetes.io/name: what a template's
+ * affinity selects on), and the run, the pods' run id when launched (label
+ * dtrain/run-id, DTRAIN_K8S_RUN_ID), NULL when rendered by hand (the pods
+ * take the Job's UID's). */
+struct dt_k8s_names {
+    const char *app;
+    const char *run_id;
+};
+
+/* The parts of a metadata mapping dt_k8s_put_metadata_maps writes beside
+ * the labels of every object (dtrain's and kubernetes.labels). */
+#define DT_K8S_META_NOTES 1u /* kubernetes.annotations: the Job (or JobSet) and the pod template */
+#define DT_K8S_META_QUEUE 2u /* gang: kueue's label kueue.x-k8s.io/queue-name: the Job (or JobSet) */
+#define DT_K8S_META_POD 4u   /* the pod template: the gang's pod-group label (coscheduling) or annotation (volcano) */
+
+/* Which objects a rendering writes: the Job, the others (ConfigMap, Secret,
+ * Service, PodGroup), or both (0). */
+#define DT_K8S_PART_JOB 1u
+#define DT_K8S_PART_REST 2u
+
+/* How dt_k8s_render_with renders. */
+struct dt_k8s_render_opts {
+    const char *launch_id; /* objects named <name>-<launch id> (dt_k8s_object_name); NULL: the job's name */
+    const char *run_id;    /* the pods' run id (launched), or NULL */
+    /* The Job's uid: every other object gets an ownerReference to the Job,
+     * so Kubernetes deletes it with the Job (its TTL included); NULL: none
+     * (a manifest applied by hand: the Job has no uid before it exists). */
+    const char *owner_uid;
+    const char *token; /* the Secret's token; NULL: a fresh one */
+    unsigned parts;    /* DT_K8S_PART_*; 0: all */
+};
+
 /* The rendezvous port the manifest opens and discover uses. */
 int dt_k8s_port(const struct dt_job *job);
 
@@ -66,6 +104,10 @@ int dt_k8s_check(const struct dt_job *job);
  * kubernetes.log_volume continues).  NULL ids render as dt_k8s_render. */
 int dt_k8s_render_run(const struct dt_job *job, const char *job_path, const char *launch_id,
                       const char *run_id, FILE *out);
+/* The same with every choice (dt_k8s_render_opts): `dtrain launch` applies
+ * the Job, then the other objects owned by it; the dry run shows both. */
+int dt_k8s_render_with(const struct dt_job *job, const char *job_path, const struct dt_k8s_render_opts *o,
+                       FILE *out);
 /* adapter.h's resume_check: a run can continue where something of it
  * outlives its pods: kubernetes.log_volume (the run directory) or the
  * trainer's absolute checkpoint.dir (a volume the user mounts). */
@@ -78,6 +120,11 @@ struct dt_adapter_launch;
 struct dt_adapter_plan;
 /* The adapter's plan: kubectl apply, then (its finish) follow the Job to its end. */
 int dt_k8s_plan(const struct dt_job *job, const struct dt_adapter_launch *opts, struct dt_adapter_plan *out);
+/* adapter.h's dry_run: the Job and then the objects it owns, as the plan
+ * applies them, with placeholders for what only the launch knows. */
+int dt_k8s_dry_run(const struct dt_job *job, const struct dt_adapter_launch *opts, FILE *out);
+#define DT_K8S_DRY_UID "<the Job's uid>"
+#define DT_K8S_DRY_TOKEN "<a fresh job token>"
 /* `dtrain status` and `dtrain cancel` of a launched Job (launch.json's name
  * and namespace): its conditions; kubectl delete of its objects (kubernetes_submit.c). */
 struct dt_run_record;
@@ -89,18 +136,21 @@ int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s);
  * writing anything. */
 int dt_k8s_check_pod(const struct dt_job *job);
 /* Writes the pod template's spec at indentation `ind` (job->name is the
- * objects' name; run_id, when launched, goes to the pods' environment). */
-void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+ * objects' name; nm->run_id, when launched, goes to the pods' environment). */
+void dt_k8s_put_pod_spec(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, FILE *out);
 /* The Job's pod template (its metadata and spec mappings at `ind`) with
  * kubernetes.pod_template merged in (kubernetes_template.c says how); 0, or
  * DT_EINVAL naming what the template may not change, having written nothing. */
-int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out);
+int dt_k8s_put_template(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, FILE *out);
 /* The Job's spec without its template: `head` (len bytes, rendered at
  * indentation `ind`) with kubernetes.job_spec merged in, at `ind`. */
 int dt_k8s_put_job_spec(const struct dt_job *job, const char *head, size_t len, int ind, FILE *out);
-/* A metadata's "labels:" (dtrain's, then kubernetes.labels) and, when
- * `annotations`, its "annotations:" (kubernetes.annotations), at `ind`. */
-void dt_k8s_put_metadata_maps(const struct dt_job *job, int ind, int annotations, FILE *out);
+/* A metadata's "labels:" (dtrain's: app.kubernetes.io/name the app,
+ * instance the objects' name, managed-by dtrain, dtrain/run-id when
+ * launched; then kubernetes.labels) and what `parts` (DT_K8S_META_*) adds,
+ * at `ind`. */
+void dt_k8s_put_metadata_maps(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, unsigned parts,
+                              FILE *out);
 /* "key:" then each "name: value" of e[0..n) indented 2 more; without key,
  * just the pairs at `ind`.  Nothing when n is 0. */
 void dt_k8s_put_map(FILE *out, int ind, const char *key, const struct dt_env_entry *e, int n);

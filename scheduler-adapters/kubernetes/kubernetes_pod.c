@@ -3,8 +3,10 @@
  * What the pod gives the agent, and why:
  *   /etc/dtrain/job.yaml, /etc/dtrain/token  one projected volume of the
  *       ConfigMap and the Secret (two volumes cannot share a directory); the
- *       token file mode 0400, as the agent requires of a token file (so the
- *       image must run as root, who owns it, or mount it for its user);
+ *       token file mode 0400, as the agent requires of a token file: a root
+ *       container reads it as its owner, another user through the pod's
+ *       fsGroup (the kubelet makes it 0440 under that group, which the agent
+ *       accepts in a pod: spec/token.c);
  *   DTRAIN_JOB_TOKEN_FILE  the token's path: tokens never travel in env or argv;
  *   DTRAIN_JOB_UID         the Job's UID (downward API, pod label
  *       batch.kubernetes.io/controller-uid): a run id all pods share and a
@@ -15,6 +17,7 @@
  *       (the coordinator is <name>-0.<name>); DTRAIN_K8S_RUN_ID the run id
  *       a launch chose (render leaves the run id to the UID);
  *   JOB_COMPLETION_INDEX   set by the Job controller itself: the node rank;
+ *   schedulerName          volcano with kubernetes.gang: volcano;
  *   /dev/shm               an in-memory emptyDir (a container's default
  *       /dev/shm is 64 MiB, too small for the shm backend and DataLoaders);
  *   /var/log/dtrain        kubernetes.log_volume, when given, and the agent's
@@ -298,8 +301,8 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
         snprintf(name, sizeof name, "%s-token", job->name);
         dt_k8s_str(out, name);
         fputc('\n', out);
-        /* 0400 (256): the agent refuses a token file its group or others may
-         * read, and Kubernetes makes Secret files 0644 unless told. */
+        /* 0400 (256): the agent refuses a token file others may read, and
+         * Kubernetes makes Secret files 0644 unless told (0440 under an fsGroup). */
         dt_k8s_indent(out, ind + 12);
         fprintf(out, "items:\n%*s- key: token\n%*spath: token\n%*smode: 256\n", ind + 14, "", ind + 16, "",
                 ind + 16, "");
@@ -326,11 +329,15 @@ static void put_volumes(const struct dt_job *job, FILE *out, int ind)
     }
 }
 
-void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, FILE *out)
+void dt_k8s_put_pod_spec(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, FILE *out)
 {
     const struct dt_kubernetes_spec *k = job->kubernetes;
     dt_k8s_indent(out, ind);
     fputs("restartPolicy: Never\n", out); /* podFailurePolicy requires it; the agent restarts ranks */
+    if (k->gang == DT_K8S_GANG_VOLCANO) {
+        dt_k8s_indent(out, ind);
+        fputs("schedulerName: volcano\n", out); /* Volcano places the PodGroup's pods together */
+    }
     dt_k8s_indent(out, ind);
     fputs("subdomain: ", out);
     dt_k8s_str(out, job->name);
@@ -362,6 +369,6 @@ void dt_k8s_put_pod_spec(const struct dt_job *job, const char *run_id, int ind, 
         fputc('\n', out);
     }
     put_tolerations(out, ind, k);
-    put_container(job, run_id, out, ind);
+    put_container(job, nm->run_id, out, ind);
     put_volumes(job, out, ind);
 }

@@ -2,9 +2,14 @@
  *
  * The manifests go to `kubectl apply -f -` on its stdin (never a temp file
  * holding the token), every object named <name>-<run id> with a run id made
- * here, so a second launch never meets the first one's immutable Job: that
- * is the plan (adapter.h), which the launcher runs.  Then (the plan's
- * finish), once a second, `kubectl get` reports the pods' phases (printed
+ * here, so a second launch never meets the first one's immutable Job.  The
+ * Job goes first (the plan, adapter.h, which the launcher runs: `kubectl
+ * apply -o jsonpath={.metadata.uid}` says its uid), then (the plan's finish)
+ * its ConfigMap, Secret, Service and PodGroup, each with an ownerReference
+ * to it, so Kubernetes deletes them with the Job (its ttlSecondsAfterFinished
+ * included); the Job's pods wait for their ConfigMap and Secret meanwhile,
+ * as the kubelet retries a volume it cannot mount yet.  If they cannot be
+ * applied, the Job is deleted again.  Then, once a second, `kubectl get` reports the pods' phases (printed
  * when they change) and the Job's conditions; when every pod runs, `kubectl
  * logs -f --prefix -l <instance label>` streams their output here.  The
  * Job's end decides the exit status: 0 when Complete; when Failed, the first
@@ -158,7 +163,8 @@ static int look(const struct dt_job *job)
     return status;
 }
 
-/* Prints the pods' phases when they change; starts the log stream once all run. */
+/* Prints the pods' phases when they change; starts the log stream once the
+ * pods the job starts with run (nodes; an elastic job's MIN). */
 static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
 {
     char *pods = get(job, "pods", 1, "{range .items[*]}{.metadata.name}={.status.phase} {end}");
@@ -171,7 +177,7 @@ static void watch_pods(const struct dt_job *job, char **last, pid_t *logs)
     int running = 0;
     for (const char *p = pods; (p = strstr(p, "=Running")); p++)
         running++;
-    if (*logs < 0 && running >= job->nodes)
+    if (*logs < 0 && running >= job->nodes_min) /* an elastic job starts with MIN */
         *logs = start_logs(job);
 }
 
@@ -293,7 +299,7 @@ static void from_record(const struct dt_run_record *rec, struct recorded *out)
     memset(out, 0, sizeof *out);
     out->k.namespace_name = (char *)rec->namespace_name;
     out->job.name = (char *)rec->job_id;
-    out->job.nodes = rec->nodes;
+    out->job.nodes = out->job.nodes_min = rec->nodes;
     out->job.kubernetes = &out->k;
 }
 
@@ -355,22 +361,76 @@ struct applied {
     const struct dt_job *job;
     struct dt_job named; /* shallow: the objects' name, to follow them */
     bool detach;
-    char *argv[5];
-    char *text; /* the manifests, with the token in its Secret: only ever on kubectl's stdin */
+    const char *job_path;
+    char *argv[8];
+    char *text; /* the Job's manifest, applied first */
     size_t len;
     char log_dir[PATH_MAX], launch_id[DT_K8S_RUN_ID_LEN + 1], run_id[DT_K8S_RUN_ID_LEN + 1], name[96];
 };
 
-/* After `kubectl apply -f -`: the launch's record, then the Job followed to its end (or left, --detach). */
+/* `kubectl apply -o jsonpath={.metadata.uid}` said the Job's uid. */
+static int job_uid(const char *out, char *uid, size_t size)
+{
+    size_t n = out ? strcspn(out, "\n") : 0;
+    if (n == 0 || n >= size || strspn(out, "0123456789abcdef-") < n)
+        return dt_error_set(DT_EPROTO, "kubernetes: `kubectl apply` printed '%.80s', not the Job's uid",
+                            out ? out : "");
+    memcpy(uid, out, n);
+    uid[n] = 0;
+    return 0;
+}
+
+/* The Job's ConfigMap, Secret (a fresh token: only ever on kubectl's stdin),
+ * Service and PodGroup, owned by the Job: Kubernetes deletes them with it
+ * (kubectl delete job, its ttlSecondsAfterFinished). */
+static int apply_owned(struct applied *a, const char *uid)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    struct dt_k8s_render_opts o = {
+        .launch_id = a->launch_id, .run_id = a->run_id, .owner_uid = uid, .parts = DT_K8S_PART_REST};
+    int rc = dt_k8s_render_with(a->job, a->job_path, &o, m);
+    if (fclose(m) != 0 && rc == 0)
+        rc = dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
+    char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
+    int st = rc ? rc : run(argv, text, len, NULL);
+    if (text)
+        memset(text, 0, len);
+    free(text);
+    if (st > 0)
+        return dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` of the Job's ConfigMap, Secret and Service "
+                                    "failed (exit %d; its message is above)", st);
+    return st;
+}
+
+/* The Job is applied but its objects are not: it must not wait for them. */
+static void delete_job(const struct applied *a)
+{
+    char *argv[] = {"kubectl", "delete", "job", (char *)a->name, "-n", a->job->kubernetes->namespace_name,
+                    "--wait=false", NULL};
+    if (run(argv, NULL, 0, NULL) != 0)
+        dt_log_error("kubernetes: `kubectl delete job %s -n %s` failed: delete it yourself", a->name,
+                     a->job->kubernetes->namespace_name);
+}
+
+/* After `kubectl apply` of the Job: its objects owned by its uid, the
+ * launch's record, then the Job followed to its end (or left, --detach). */
 static int after_apply(void *ctx, const struct dt_adapter_ran *ran)
 {
     struct applied *a = ctx;
+    char uid[64];
+    int rc = 0;
     if (ran->status < 0)
-        dt_error_prefix("kubernetes");
+        rc = dt_error_prefix("kubernetes");
     else if (ran->status != 0)
-        dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` failed (exit %d; its message is above)",
-                     ran->status);
-    if (ran->status != 0) {
+        rc = dt_error_set(DT_EIO, "kubernetes: `kubectl apply -f -` of the Job failed (exit %d; its message is "
+                                  "above)", ran->status);
+    else if ((rc = job_uid(ran->out, uid, sizeof uid)) == 0 && (rc = apply_owned(a, uid)) != 0)
+        delete_job(a);
+    if (rc) {
         fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
         return 2;
     }
@@ -421,26 +481,61 @@ int dt_k8s_plan(const struct dt_job *job, const struct dt_adapter_launch *opts, 
     struct applied *a = calloc(1, sizeof *a);
     if (!a)
         return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    *a = (struct applied){.job = job, .detach = opts->detach};
+    *a = (struct applied){.job = job, .detach = opts->detach, .job_path = job->path};
     out->ctx = a;
     out->release = applied_free;
     snprintf(a->log_dir, sizeof a->log_dir, "%s", opts->log_dir ? opts->log_dir : job->log_dir);
     int rc = name_launch(a, opts->run_id);
     if (rc)
         return rc;
-    FILE *m = open_memstream(&a->text, &a->len);
-    if (!m)
+    /* Everything is rendered (and so checked) before anything is applied. */
+    struct dt_k8s_render_opts all = {.launch_id = a->launch_id, .run_id = a->run_id, .token = DT_K8S_DRY_TOKEN},
+                              job_only = {.launch_id = a->launch_id, .run_id = a->run_id, .parts = DT_K8S_PART_JOB};
+    FILE *null = fopen("/dev/null", "w");
+    rc = null ? dt_k8s_render_with(job, job->path, &all, null) : 0;
+    if (null)
+        fclose(null);
+    FILE *m = rc ? NULL : open_memstream(&a->text, &a->len);
+    if (!rc && !m)
         return dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
-    rc = dt_k8s_render_run(job, job->path, a->launch_id, a->run_id, m);
-    if (fclose(m) != 0 && rc == 0)
+    if (!rc)
+        rc = dt_k8s_render_with(job, job->path, &job_only, m);
+    if (m && fclose(m) != 0 && rc == 0)
         rc = dt_error_set(DT_ENOMEM, "kubernetes: out of memory");
     if (rc)
         return rc;
-    char *argv[] = {"kubectl", "apply", "-f", "-", NULL};
+    /* The Job first: its uid makes it the owner of the objects applied after it (after_apply). */
+    char *argv[] = {"kubectl", "apply", "-f", "-", "-o", "jsonpath={.metadata.uid}", NULL};
     memcpy(a->argv, argv, sizeof argv);
     out->argv = a->argv;
     out->in = a->text;
     out->in_len = a->len;
+    out->io[0] = DT_PLAN_CAPTURE;
     out->finish = after_apply;
     return 0;
+}
+
+/* --dry-run: what the launch applies, in its order, with what only it
+ * knows shown as placeholders (the Job's uid, the token). */
+int dt_k8s_dry_run(const struct dt_job *job, const struct dt_adapter_launch *opts, FILE *out)
+{
+    struct applied a = {.job = job};
+    int rc = name_launch(&a, opts->run_id);
+    if (rc)
+        return rc;
+    struct dt_k8s_render_opts first = {.launch_id = a.launch_id, .run_id = a.run_id, .parts = DT_K8S_PART_JOB},
+                              then = {.launch_id = a.launch_id,
+                                      .run_id = a.run_id,
+                                      .owner_uid = DT_K8S_DRY_UID,
+                                      .token = DT_K8S_DRY_TOKEN,
+                                      .parts = DT_K8S_PART_REST};
+    fprintf(out, "# `kubectl apply -f - -o jsonpath={.metadata.uid}` of the Job (the run id %s is made anew by\n"
+                 "# each launch):\n", a.launch_id);
+    rc = dt_k8s_render_with(job, job->path, &first, out);
+    if (rc == 0) {
+        fprintf(out, "# then `kubectl apply -f -` of the objects the Job owns (its uid, known once it is applied;\n"
+                     "# a fresh job token in the Secret):\n");
+        rc = dt_k8s_render_with(job, job->path, &then, out);
+    }
+    return rc;
 }

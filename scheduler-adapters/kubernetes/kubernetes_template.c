@@ -59,7 +59,7 @@ static int refuse(const struct dt_job *job, const char *path, const char *why)
 static int check_template(const struct dt_job *job, const struct dt_ynode *t)
 {
     static const char *const own_labels[] = {"app.kubernetes.io/name", "app.kubernetes.io/instance",
-                                             "app.kubernetes.io/managed-by", NULL};
+                                             "app.kubernetes.io/managed-by", DT_K8S_RUN_LABEL, NULL};
     for (size_t i = 0; i < t->n; i++) {
         const char *k = dt_ymap_key(t, i)->text;
         if (strcmp(k, "metadata") != 0 && strcmp(k, "spec") != 0)
@@ -71,8 +71,8 @@ static int check_template(const struct dt_job *job, const struct dt_ynode *t)
     for (int i = 0; own_labels[i]; i++)
         if (at(at(meta, "labels"), own_labels[i]))
             return refuse(job, "metadata.labels",
-                          "dtrain sets app.kubernetes.io/name, instance and managed-by "
-                          "itself: the Service selects the pods by them");
+                          "dtrain sets app.kubernetes.io/name, instance and managed-by and "
+                          DT_K8S_RUN_LABEL " itself: the Service selects the pods by them");
     if (at(meta, "name") || at(meta, "namespace"))
         return refuse(job, "metadata",
                       "the pods' name and namespace come from the Job (name, "
@@ -259,7 +259,7 @@ static int merge_put(const struct dt_job *job, const char *mine, size_t len, con
     return rc;
 }
 
-int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, FILE *out)
+int dt_k8s_put_template(const struct dt_job *job, const struct dt_k8s_names *nm, int ind, FILE *out)
 {
     char *mine = NULL;
     size_t len = 0;
@@ -267,9 +267,9 @@ int dt_k8s_put_template(const struct dt_job *job, const char *run_id, int ind, F
     if (!m)
         return dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
     fputs("metadata:\n", m);
-    dt_k8s_put_metadata_maps(job, 2, 1, m);
+    dt_k8s_put_metadata_maps(job, nm, 2, DT_K8S_META_NOTES | DT_K8S_META_POD, m);
     fputs("spec:\n", m);
-    dt_k8s_put_pod_spec(job, run_id, 2, m);
+    dt_k8s_put_pod_spec(job, nm, 2, m);
     int rc = fclose(m) ? dt_error_set(DT_ENOMEM, "render kubernetes: out of memory")
                        : merge_put(job, mine, len, job->kubernetes->pod_template, "pod_template", check_template,
                                    ind, out);
@@ -284,7 +284,8 @@ static int check_job_spec(const struct dt_job *job, const struct dt_ynode *t)
 {
     static const char *const own[] = {"template", "completions", "parallelism", "completionMode", "backoffLimit",
                                       "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy",
-                                      "podReplacementPolicy", "selector", "manualSelector", NULL};
+                                      "podReplacementPolicy", "successPolicy", "selector", "manualSelector",
+                                      NULL};
     for (int i = 0; own[i]; i++)
         if (at(t, own[i]))
             return dt_error_set(DT_EINVAL,

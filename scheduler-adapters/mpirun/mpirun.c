@@ -50,6 +50,41 @@ static int check(const struct dt_job *job)
     return 0;
 }
 
+/* A spec that is not its file as written (${VAR}, --set, another
+ * scheduler's spec) is what every host must read, and mpirun's hosts read a
+ * file: the output writes it first, next to the spec (<stem>.given.yaml, on
+ * the file system the hosts share with it), from a here-document, and the
+ * line names that file.  Nothing the output reads is left behind by render. */
+static int put_given(const struct dt_job *job, const char *job_path, char *given, size_t size, FILE *out)
+{
+    size_t n = strlen(job_path);
+    if (n > 5 && strcmp(job_path + n - 5, ".yaml") == 0)
+        n -= 5;
+    else if (n > 4 && strcmp(job_path + n - 4, ".yml") == 0)
+        n -= 4;
+    if ((size_t)snprintf(given, size, "%.*s.given.yaml", (int)n, job_path) >= size)
+        return dt_error_set(DT_EINVAL, "%s: the path is too long", job_path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return dt_error_set(DT_ENOMEM, "out of memory rendering the mpirun line");
+    dt_job_print(job, m);
+    if (fclose(m) != 0) {
+        free(text);
+        return dt_error_set(DT_ENOMEM, "out of memory rendering the mpirun line");
+    }
+    fputs("# The job as given (${VAR}, --set, or a spec for another scheduler), which every host's agent\n"
+          "# reads: written next to the spec first, on the file system the hosts share with it.\n"
+          "cat >",
+          out);
+    dt_adapter_put_word(out, given);
+    fputs(" <<", out);
+    dt_adapter_put_heredoc(out, "DTRAIN_JOB_SPEC", text);
+    free(text);
+    return 0;
+}
+
 static int render(const struct dt_job *job, const char *job_path, FILE *out)
 {
     bool mpi = dt_mpirun_ranks_are_mpi(job);
@@ -57,6 +92,13 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         return DT_EINVAL;
     struct dt_placement pl;
     dt_placement_resolve(job, DT_PLACE_SPEC, &pl);
+    char given[4096];
+    if (job->derived) {
+        int rc = put_given(job, job_path, given, sizeof given, out);
+        if (rc)
+            return rc;
+        job_path = given;
+    }
     const char *none[] = {NULL};
     struct dt_mpirun_call call = {.dtrain = "dtrain", .job_path = job_path,
                                   .export_names = mpi ? none : dt_mpirun__agent_exports(job),
@@ -67,10 +109,11 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         return rc;
     fprintf(out, "# dtrain render mpirun: job %s, %d node%s\n", job->name, job->nodes, job->nodes == 1 ? "" : "s");
     if (mpi) {
-        fprintf(out, "# backend: mpi: mpirun starts all %d ranks itself.  Run it with `dtrain launch %s`, which\n"
+        fprintf(out, "# backend: mpi: mpirun starts all %d ranks itself.  Run it with `dtrain launch ", pl.world);
+        dt_adapter_put_comment(out, job_path); /* a path's newline must not end the comment */
+        fprintf(out, "`, which\n"
                      "# hosts the coordinator, adds --tag-output and passes the ranks' environment (the job\n"
-                     "# token included) as -x NAME; by hand the ranks have no coordinator to report to.\n",
-                pl.world, job_path);
+                     "# token included) as -x NAME; by hand the ranks have no coordinator to report to.\n");
     } else {
         fprintf(out, "# One `dtrain agent` per node; node 0's agent hosts the coordinator.  mpirun passes these\n"
                      "# on with -x NAME (the token never appears on a command line):\n");
@@ -79,8 +122,9 @@ static int render(const struct dt_job *job, const char *job_path, FILE *out)
         char host[256];
         if (dt_mpirun_first_host(job->mpirun, host, sizeof host) < 0)
             snprintf(host, sizeof host, "<first host>");
-        fprintf(out, "#   export DTRAIN_COORD_HOST=%s   # node 0, as every node reaches it\n",
-                host[0] ? host : "$(hostname)");
+        fputs("#   export DTRAIN_COORD_HOST=", out);
+        dt_adapter_put_comment(out, host[0] ? host : "$(hostname)");
+        fputs("   # node 0, as every node reaches it\n", out);
         if (job->rendezvous.port > 0)
             fprintf(out, "#   export DTRAIN_COORD_PORT=%d\n", job->rendezvous.port);
         else

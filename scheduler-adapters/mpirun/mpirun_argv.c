@@ -176,31 +176,11 @@ int dt_mpirun_build(const struct dt_job *job, const struct dt_placement *pl,
     return rc;
 }
 
-static bool needs_quotes(const char *s)
-{
-    if (!*s)
-        return true;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("-_./:,=+@%^", *s))
-            return true;
-    return false;
-}
-
 void dt_mpirun__print_line(FILE *out, char *const *argv)
 {
     for (int i = 0; argv[i]; i++) {
         fputs(i ? " " : "", out);
-        if (!needs_quotes(argv[i])) {
-            fputs(argv[i], out);
-            continue;
-        }
-        fputc('\'', out);
-        for (const char *p = argv[i]; *p; p++)
-            if (*p == '\'')
-                fputs("'\\''", out);
-            else
-                fputc(*p, out);
-        fputc('\'', out);
+        dt_adapter_put_word(out, argv[i]); /* one line, whatever the words hold */
     }
     fputc('\n', out);
 }

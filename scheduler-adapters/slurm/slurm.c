@@ -8,6 +8,9 @@
  *
  *   node rank   SLURM_NODEID (one agent per node, so also SLURM_PROCID)
  *   nodes       SLURM_STEP_NUM_NODES, else SLURM_NNODES; must equal the spec's nodes:
+ *               (an elastic job's nodes: MIN:MAX: any count in the range, which
+ *               Slurm chose from --nodes=MIN-MAX; its agents other than node 0
+ *               get node rank -1, a place the rounds give them)
  *   node 0      the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST),
  *               expanded by dtrain's own hostlist parser (no scontrol in the job)
  *   coordinator in a batch job (ENVIRONMENT=BATCH) srun runs on the batch host,
@@ -134,7 +137,13 @@ static int place(const struct dt_job *job, char *const *env, struct dt_adapter_n
         return dt_error_set(DT_ENOTFOUND, "neither SLURM_STEP_NUM_NODES nor SLURM_NNODES is set");
     if (rc)
         return rc;
-    if (out->nnodes != job->nodes)
+    if (dt_job_elastic(job) && (out->nnodes < job->nodes_min || out->nnodes > job->nodes))
+        return dt_error_set(DT_EINVAL,
+                            "%s: nodes: %d:%d, but this Slurm step runs on %d node%s (%s); "
+                            "allocate %d to %d (sbatch --nodes=%d-%d, as `dtrain render slurm` writes)",
+                            job->path, job->nodes_min, job->nodes, out->nnodes, out->nnodes == 1 ? "" : "s",
+                            nn_name, job->nodes_min, job->nodes, job->nodes_min, job->nodes);
+    if (!dt_job_elastic(job) && out->nnodes != job->nodes)
         return dt_error_set(DT_EINVAL,
                             "%s: nodes: %d, but this Slurm step runs on %d node%s (%s); "
                             "allocate %d (sbatch --nodes=%d, as `dtrain render slurm` writes)",
@@ -230,6 +239,14 @@ int dt_slurm_discover(const struct dt_job *job, char *const *env, struct dt_adap
     int rc = per_rank ? batch_host(job, env, out) : place(job, env, out);
     if (rc == 0 && !per_rank)
         rc = coordinator(env, out);
+    if (rc == 0 && dt_job_elastic(job)) {
+        /* The rounds number an elastic job's nodes: node 0 (the batch host's
+         * agent, the coordinator's) is named, every other agent joins for a
+         * place, up to the spec's most (docs/elastic.md). */
+        out->nnodes = job->nodes;
+        if (out->node_rank != 0)
+            out->node_rank = -1;
+    }
     if (rc == 0)
         rc = dt_slurm_port(job, id, &out->coord_port);
     if (rc == 0 && out->node_rank == 0) {
@@ -250,6 +267,7 @@ const struct dt_adapter dt_adapter_slurm = {
     .render = dt_slurm_render,
     .check = dt_slurm_check,
     .plan = dt_slurm_plan,
+    .dry_run = dt_slurm_dry_run,
     .discover = dt_slurm_discover,
     .status = dt_slurm_status,
     .cancel = dt_slurm_cancel,

@@ -59,6 +59,8 @@ int dt_slurm_port(const struct dt_job *job, const char *job_id, int *port);
  * finish) follow the job, stream its output, exit with its outcome. */
 int dt_slurm_plan(const struct dt_job *job, const struct dt_adapter_launch *opts,
                   struct dt_adapter_plan *out);
+/* adapter.h's dry_run: sbatch's line and the script the plan writes, with the spec it carries. */
+int dt_slurm_dry_run(const struct dt_job *job, const struct dt_adapter_launch *opts, FILE *out);
 
 /* `dtrain status` and `dtrain cancel` of a launched job (launch.json's job id):
  * scontrol/sacct, and scancel followed until the job's state is final. */

@@ -623,6 +623,37 @@ static void submission_free(void *ctx)
     free(sub);
 }
 
+int dt_slurm_dry_run(const struct dt_job *job, const struct dt_adapter_launch *o, FILE *out)
+{
+    char *spec = NULL, abs[PATH_MAX];
+    size_t len = 0;
+    int rc = 0;
+    if (job->derived) { /* as the launch hands it on: dt_job_print's copy */
+        FILE *m = open_memstream(&spec, &len);
+        if (!m)
+            return dt_error_set(DT_ENOMEM, "out of memory");
+        dt_job_print(job, m);
+        rc = fclose(m) ? dt_error_set(DT_ENOMEM, "out of memory") : 0;
+    } else {
+        rc = dt_json_read_file(job->path, DT_YAML_MAX_BYTES, &spec, &len);
+    }
+    if (!realpath(job->path, abs))
+        snprintf(abs, sizeof abs, "%s", job->path);
+    const char *log_dir = o->log_dir ? o->log_dir : job->log_dir;
+    fputs("# sbatch --parsable --output=", out);
+    dt_adapter_put_comment(out, log_dir);
+    fprintf(out, "/%s-%%j.out --error=", job->name);
+    dt_adapter_put_comment(out, log_dir);
+    fprintf(out, "/%s-%%j.err %s-submit-<pid>.sbatch\n"
+                 "# (DTRAIN, DTRAIN_LOG_DIR, DTRAIN_LOG, DTRAIN_GRACE_PERIOD%s%s in its environment):\n",
+            job->name, job->name, o->run_id ? ", " DT_SLURM_RUN_ID_ENV : "",
+            job->rendezvous.auth == DT_AUTH_NONE ? "" : ", DTRAIN_JOB_TOKEN (made at launch)");
+    if (rc == 0)
+        rc = dt_slurm_render_script(job, abs, spec, out);
+    free(spec);
+    return rc;
+}
+
 int dt_slurm_plan(const struct dt_job *job, const struct dt_adapter_launch *o, struct dt_adapter_plan *out)
 {
     struct submission *sub = calloc(1, sizeof *sub);

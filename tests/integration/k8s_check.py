@@ -36,15 +36,87 @@ def check_policy(spec, job):
     expect(rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
            f"first rule ignores disruptions: {rules[0]}")
     exit_rules = [r for r in rules if "onExitCodes" in r]
-    if default == "retry":
+
+    def rule(action, op, values):
+        return {"action": action, "onExitCodes": {"containerName": "agent", "operator": op, "values": values}}
+    if replaces_pods(spec):
+        # a lost agent (SIGKILL, 137) is counted and its pod replaced; any other status ends the Job
+        lost_fails = on_exit.get(137, default) == "fail"
+        want = ([] if lost_fails else [rule("Count", "In", [137])]) + [rule("FailJob", "NotIn", [0])]
+    elif default == "retry":
         fail = sorted(c for c, a in on_exit.items() if a == "fail")
-        want = [{"action": "FailJob", "onExitCodes": {"containerName": "agent", "operator": "In",
-                                                      "values": fail}}] if fail else []
+        want = [rule("FailJob", "In", fail)] if fail else []
     else:
         retry = sorted(c for c, a in on_exit.items() if a == "retry") or [0]
-        want = [{"action": "FailJob", "onExitCodes": {"containerName": "agent", "operator": "NotIn",
-                                                      "values": retry}}]
+        want = [rule("FailJob", "NotIn", retry)]
     expect(exit_rules == want, f"exit-code rules {exit_rules} != {want}")
+
+
+def node_range(spec):
+    """(MIN, MAX) of nodes: N or MIN:MAX (a YAML 1.1 reader takes 2:4 for the sexagesimal 124:
+    the text is read raw, into spec["_nodes"])."""
+    n = str(spec.get("_nodes", "1"))
+    lo, _, hi = n.partition(":")
+    return int(lo), int(hi or lo)
+
+
+def replaces_pods(spec):
+    lo, hi = node_range(spec)
+    return spec.get("max_restarts", 0) > 0 or lo < hi
+
+
+def seconds(v):
+    """A dtrain duration (24h, 90m, 3600s, 1h30m) in whole seconds."""
+    m = re.fullmatch(r"((\d+)h)?((\d+)m)?((\d+)s)?", str(v))
+    if not m:
+        sys.exit(f"k8s_check: cannot read the duration {v!r}")
+    return int(m.group(2) or 0) * 3600 + int(m.group(4) or 0) * 60 + int(m.group(6) or 0)
+
+
+def check_job_head(spec, k, js):
+    lo, hi = node_range(spec)
+    expect(js["completionMode"] == "Indexed" and js["completions"] == hi and js["parallelism"] == hi,
+           "Indexed, completions = parallelism = nodes (an elastic job's MAX)")
+    if replaces_pods(spec):
+        # each node's pod replaced up to max_restarts times; the job may lose MAX - MIN for good
+        expect(js.get("backoffLimitPerIndex") == spec.get("max_restarts", 0) and js.get("maxFailedIndexes") == hi - lo
+               and "backoffLimit" not in js, f"per-index backoff {js.get('backoffLimitPerIndex')}, "
+               f"maxFailedIndexes {js.get('maxFailedIndexes')}")
+    else:  # one restart budget, the agents'
+        expect(js.get("backoffLimit") == 0, f"backoffLimit {js.get('backoffLimit')} != 0")
+    if lo < hi:  # an elastic job succeeds with pod 0, the coordinator's
+        expect(js.get("successPolicy") == {"rules": [{"succeededIndexes": "0"}]}, f"successPolicy {js.get('successPolicy')}")
+    else:
+        expect("successPolicy" not in js, "successPolicy only for an elastic job")
+    ttl = (k.get("job_spec") or {}).get("ttlSecondsAfterFinished", seconds(k.get("ttl_after_finished", "24h")))
+    expect(js.get("ttlSecondsAfterFinished") == (ttl or None), f"ttlSecondsAfterFinished {js.get('ttlSecondsAfterFinished')}")
+    kueue = k.get("gang") == "kueue"
+    expect(js.get("suspend", False) == (kueue or (k.get("job_spec") or {}).get("suspend", False)),
+           f"suspend {js.get('suspend')} (gang: kueue suspends the Job for Kueue)")
+
+
+def check_pod_group(spec, k, docs, name):
+    groups = [d for d in docs if d["kind"] == "PodGroup"]
+    gang = k.get("gang", "none")
+    if gang not in ("volcano", "coscheduling"):
+        expect(not groups, f"no PodGroup without gang: {gang}")
+        return
+    expect(len(groups) == 1, f"one PodGroup for gang: {gang}")
+    if not groups:
+        return
+    g = groups[0]
+    api = {"volcano": "scheduling.volcano.sh/v1beta1", "coscheduling": "scheduling.x-k8s.io/v1alpha1"}[gang]
+    # the CRDs' own spec fields (volcano's PodGroupSpec, scheduler-plugins' PodGroupSpec): nothing else
+    allowed = {"volcano": {"minMember", "minTaskMember", "queue", "priorityClassName", "minResources"},
+               "coscheduling": {"minMember", "minResources", "scheduleTimeoutSeconds"}}[gang]
+    expect(g["apiVersion"] == api and g["metadata"]["name"] == name, f"PodGroup {g['apiVersion']} {g['metadata']['name']}")
+    expect(set(g) == {"apiVersion", "kind", "metadata", "spec"} and set(g["spec"]) <= allowed,
+           f"PodGroup fields {sorted(g)} / {sorted(g['spec'])}")
+    expect(g["spec"]["minMember"] == node_range(spec)[0], f"PodGroup minMember {g['spec']['minMember']}")
+    if gang == "volcano":
+        expect(g["spec"].get("queue") == k.get("queue"), f"PodGroup queue {g['spec'].get('queue')}")
+    else:
+        expect(isinstance(g["spec"].get("scheduleTimeoutSeconds"), int), "scheduleTimeoutSeconds")
 
 
 def check_pod(spec, k, pod):
@@ -76,6 +148,9 @@ def check_pod(spec, k, pod):
     for key in ("node_selector",):
         expect(pod.get("nodeSelector") == k.get(key), f"nodeSelector {pod.get('nodeSelector')}")
     expect(pod.get("serviceAccountName") == k.get("service_account"), "serviceAccountName")
+    tmpl_sched = ((k.get("pod_template") or {}).get("spec") or {}).get("schedulerName")
+    expect(pod.get("schedulerName") == (tmpl_sched or ("volcano" if k.get("gang") == "volcano" else None)),
+           f"schedulerName {pod.get('schedulerName')}")
     expect(pod.get("priorityClassName") == k.get("priority_class"), "priorityClassName")
     expect(len(pod.get("tolerations") or []) == len(k.get("tolerations") or []), "tolerations")
     secrets = [s["name"] for s in pod.get("imagePullSecrets") or []]
@@ -118,16 +193,19 @@ def check_pod(spec, k, pod):
 def main(spec_path, manifest_path):
     raw = open(spec_path, encoding="utf-8").read()
     spec = yaml.safe_load(raw)
+    spec["_nodes"] = yaml.load(raw, Loader=yaml.BaseLoader).get("nodes", "1")  # every scalar a string
     k = spec["kubernetes"]
     ns = k.get("namespace", "default")
     docs = [d for d in yaml.safe_load_all(open(manifest_path, encoding="utf-8")) if d]
     kinds = [d["kind"] for d in docs]
     auth = (spec.get("rendezvous") or {}).get("auth", "token")
-    want_kinds = ["ConfigMap"] + (["Secret"] if auth == "token" else []) + ["Service", "Job"]
+    group = ["PodGroup"] if k.get("gang") in ("volcano", "coscheduling") else []
+    want_kinds = ["ConfigMap"] + (["Secret"] if auth == "token" else []) + ["Service"] + group + ["Job"]
     expect(kinds == want_kinds, f"kinds {kinds} != {want_kinds}")
     by = {d["kind"]: d for d in docs}
     for d in docs:
         expect(d["metadata"]["namespace"] == ns, f"{d['kind']} namespace {d['metadata']['namespace']!r} != {ns!r}")
+        expect("ownerReferences" not in d["metadata"], f"{d['kind']}: no owner references in a manifest applied by hand")
     held = by["ConfigMap"]["data"]["job.yaml"]
     if spec.get("scheduler") == "kubernetes":
         expect(held == raw, "ConfigMap job.yaml is the spec byte for byte")
@@ -140,28 +218,35 @@ def main(spec_path, manifest_path):
     svc = by["Service"]["spec"]
     expect(svc["clusterIP"] == "None" and svc["publishNotReadyAddresses"] is True, "headless Service")
     job = by["Job"]
-    nodes = spec.get("nodes", 1)
     js = job["spec"]
-    expect(js["completionMode"] == "Indexed" and js["completions"] == nodes and js["parallelism"] == nodes,
-           "Indexed, completions = parallelism = nodes")
-    # One restart budget: max_restarts in the pods (the agents), none by the Job controller.
-    expect(js["backoffLimit"] == 0, f"backoffLimit {js['backoffLimit']} != 0 (the agents hold the restart budget)")
+    check_job_head(spec, k, js)
     expect(svc["selector"].items() <= js["template"]["metadata"]["labels"].items(), "Service selects the Job's pods")
     expect(by["Service"]["metadata"]["name"] == spec["name"], "Service is named after the job")
-    own = {"app.kubernetes.io/name": "dtrain", "app.kubernetes.io/instance": job["metadata"]["name"],
+    # app.kubernetes.io/name: the job's name, the same for every launch; instance: the objects' name
+    own = {"app.kubernetes.io/name": spec["name"], "app.kubernetes.io/instance": job["metadata"]["name"],
            "app.kubernetes.io/managed-by": "dtrain"}
     want_labels = {**own, **{str(a): str(b) for a, b in (k.get("labels") or {}).items()}}
     want_notes = {str(a): str(b) for a, b in (k.get("annotations") or {}).items()}
     for d in docs:
-        expect(d["metadata"]["labels"] == want_labels, f"{d['kind']} labels {d['metadata']['labels']}")
+        if d["kind"] != "Job":
+            expect(d["metadata"]["labels"] == want_labels, f"{d['kind']} labels {d['metadata']['labels']}")
     tmeta = (k.get("pod_template") or {}).get("metadata") or {}  # merged into the pod template's
-    for what, meta, extra in (("Job", job["metadata"], {}), ("pod template", js["template"]["metadata"], tmeta)):
+    gang = k.get("gang")
+    job_extra = {"labels": {"kueue.x-k8s.io/queue-name": k["queue"]}} if gang == "kueue" else {}
+    pod_extra = {"labels": {**(tmeta.get("labels") or {})}, "annotations": {**(tmeta.get("annotations") or {})}}
+    if gang == "coscheduling":
+        pod_extra["labels"]["scheduling.x-k8s.io/pod-group"] = job["metadata"]["name"]
+    if gang == "volcano":
+        pod_extra["annotations"]["scheduling.k8s.io/group-name"] = job["metadata"]["name"]
+    for what, meta, extra in (("Job", job["metadata"], job_extra), ("pod template", js["template"]["metadata"], pod_extra)):
         expect(meta["labels"] == {**want_labels, **(extra.get("labels") or {})}, f"{what} labels {meta['labels']}")
         expect((meta.get("annotations") or {}) == {**want_notes, **(extra.get("annotations") or {})},
                f"{what} annotations {meta.get('annotations')}")
-    expect(svc["selector"] == own, f"the Service selects by dtrain's labels only: {svc['selector']}")
+    expect(svc["selector"] == {k2: own[k2] for k2 in ("app.kubernetes.io/name", "app.kubernetes.io/instance")},
+           f"the Service selects by the job's and the objects' names: {svc['selector']}")
     for key, want in (k.get("job_spec") or {}).items():  # merged into the Job's spec as written
         expect(js.get(key) == want, f"job_spec.{key}: {js.get(key)!r} != {want!r}")
+    check_pod_group(spec, k, docs, job["metadata"]["name"])
     check_policy(spec, job)
     check_pod(spec, k, js["template"]["spec"])
     for p in problems:

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""k8s_jobset_check.py MANIFEST OUT - a rendered JobSet manifest, checked as Kubernetes would.
+"""k8s_jobset_check.py MANIFEST OUT SPEC - a rendered JobSet manifest, checked as Kubernetes would.
 
 The JobSet document against tests/fixtures/jobset-v1alpha2.schema.json (the JobSet CRD's
 fields, vendored: kubernetes-validate has no CRD schemas), and dtrain's shape of it: one
-replicated Job, one replica, the agents' restart budget only (failurePolicy.maxRestarts 0),
+replicated Job, one replica, failurePolicy.maxRestarts the spec's max_restarts (with a rule that
+fails the JobSet when the agents ended the job: the budgets do not multiply), the TTL on the
+JobSet and not on its Job,
 the pods' subdomain the JobSet's network.subdomain, and DTRAIN_K8S_NAME naming the Job the
 JobSet creates ("<jobset>-<replicated job>-0"), whose pod 0 is the coordinator.  Writes OUT:
 the other documents and the replicated Job's template as the batch/v1 Job the JobSet
@@ -31,8 +33,17 @@ spec = js.get("spec") or {}
 rjobs = spec.get("replicatedJobs") or []
 if len(rjobs) != 1 or rjobs[0].get("replicas") != 1:
     problems.append(f"expected one replicated Job of one replica: {rjobs}")
-if (spec.get("failurePolicy") or {}).get("maxRestarts") != 0:
-    problems.append("failurePolicy.maxRestarts must be 0: max_restarts is the agents' budget")
+job_spec = yaml.safe_load(open(sys.argv[3])) if len(sys.argv) > 3 else {}
+restarts = job_spec.get("max_restarts", 0)
+fp = spec.get("failurePolicy") or {}
+if fp.get("maxRestarts") != restarts:
+    problems.append(f"failurePolicy.maxRestarts {fp.get('maxRestarts')} != max_restarts {restarts}")
+ended = [{"name": "the-job-ended", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
+if (fp.get("rules") or []) != (ended if restarts else []):
+    problems.append(f"failurePolicy.rules {fp.get('rules')}: the job's own end (PodFailurePolicy) must fail the JobSet")
+ttl = ((job_spec.get("kubernetes") or {}).get("job_spec") or {}).get("ttlSecondsAfterFinished")
+if "ttlSecondsAfterFinished" not in spec:
+    problems.append("the JobSet has no ttlSecondsAfterFinished")
 net = spec.get("network") or {}
 job_name = f"{js['metadata']['name']}-{rjobs[0]['name']}-0" if rjobs else "?"
 if net.get("subdomain") != job_name or net.get("enableDNSHostnames") is not True:
@@ -41,6 +52,8 @@ job = {"apiVersion": "batch/v1", "kind": "Job",
        "metadata": {"name": job_name, "namespace": js["metadata"].get("namespace", "default")},
        "spec": rjobs[0]["template"]["spec"] if rjobs else {}}
 pod = job["spec"].get("template", {}).get("spec", {})
+if "ttlSecondsAfterFinished" in job["spec"] and ttl is None:
+    problems.append("the JobSet's Job has its own TTL: the JobSet's deletes it")
 if pod.get("subdomain") != job_name:
     problems.append(f"pod subdomain {pod.get('subdomain')!r} != {job_name}")
 env = {e["name"]: e.get("value") for e in (pod.get("containers") or [{}])[0].get("env") or []}

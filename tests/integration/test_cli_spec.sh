@@ -63,16 +63,23 @@ check "all four, in file order" test "$(cut -d: -f2,3 "$T/last.err" | tr '\n' ' 
 expect_status 2 "launch says the same four" "$DTRAIN" launch bad.yaml
 check "launch lists them too" test "$(grep -c '^dtrain launch: bad.yaml:' "$T/last.err")" = 4
 printf 'name: two\nnodes: 2\ncommand: [true]\n' >two.yaml
-expect_status 2 "nodes: 2 with scheduler: local fails validate, as launch would" "$DTRAIN" validate two.yaml
-contains "$T/last.err" "nodes: 2 with scheduler: local" "validate says why"
-expect_status 2 "launch refuses it the same way" "$DTRAIN" launch two.yaml
+expect_status 0 "nodes: 2 with scheduler: local passes validate: one dtrain agent per node runs it" "$DTRAIN" validate two.yaml
+contains "$T/last.out" "ok: two, local, 2 nodes x 1 rank, .*runs as one .dtrain agent. per node" "validate says how it runs"
+expect_status 2 "launch refuses it: it runs one machine" "$DTRAIN" launch two.yaml
 contains "$T/last.err" "nodes: 2 with scheduler: local" "launch says the same"
 printf 'name: l\ncommand: [true]\nkubernetes: {image: img}\n' >local.yaml
-expect_status 2 "render k8s of a scheduler: local spec is refused" "$DTRAIN" render k8s local.yaml
-contains "$T/last.err" "scheduler: local, but .dtrain render k8s. writes what a scheduler: kubernetes job submits" "it says why"
-expect_status 2 "render slurm of it too" "$DTRAIN" render slurm local.yaml
-expect_status 0 "with --set scheduler=kubernetes it renders" "$DTRAIN" render k8s local.yaml --set scheduler=kubernetes
+expect_status 0 "render k8s renders a scheduler: local spec for Kubernetes (the scheduler on the command line)" \
+  "$DTRAIN" render k8s local.yaml
 contains "$T/last.out" "kind: Job" "the manifests are written"
+contains "$T/last.out" "^    scheduler: kubernetes$" "the ConfigMap holds the spec as rendered: scheduler: kubernetes"
+expect_status 0 "render slurm of it too" "$DTRAIN" render slurm local.yaml
+contains "$T/last.out" "^scheduler: slurm$" "the script carries the spec with scheduler: slurm"
+check "render leaves no copy of the spec behind" test -z "$(find . -name '.dtrain-*' | head -n 1)"
+printf 'name: l\ncommand: [true]\nsetup: [true]\n' >setup.yaml
+expect_status 2 "validate refuses setup: with scheduler: local" "$DTRAIN" validate setup.yaml
+expect_status 0 "render slurm reads it as a Slurm spec, where setup: runs" "$DTRAIN" render slurm setup.yaml
+expect_status 2 "render k8s refuses it without a kubernetes: section" "$DTRAIN" render k8s setup.yaml
+contains "$T/last.err" "needs a kubernetes: section" "it says why"
 
 # --- launch --dry-run ---------------------------------------------------------------
 CLI_TEST_DIR="$T/dry" expect_status 0 "launch --dry-run exits 0" "$DTRAIN" launch job.yaml --dry-run

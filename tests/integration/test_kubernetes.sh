@@ -9,6 +9,11 @@
 #     names, the ConfigMap holding the spec byte for byte, counts, failure policy, env
 #     values YAML would retype, volumes, resources;
 #   - compared with the committed examples/kubernetes/<name>.k8s.yaml (render.sh).
+# Then what `dtrain launch --dry-run` shows it applies: the Job under the launch's name first,
+# then the objects it owns (ownerReferences to its uid), validated the same way; the stable
+# label (app.kubernetes.io/name) across launches and the run id's label; the TTL, the failure
+# policy of a job with restarts, the JobSet's maxRestarts; and render for the scheduler named on
+# the command line.
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
@@ -19,6 +24,11 @@ if [ -z "$KV" ]; then
   not_ok "kubernetes-validate is not installed (scripts/install-deps.sh installs it into .venv from scripts/python-deps.txt)"
   exit 1
 fi
+# core FILE OUT: the documents of Kubernetes' own kinds (a PodGroup is a CRD the schemas lack;
+# k8s_check.py checks its fields against the CRD's spec instead).
+core() { "$PY" -c 'import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] != "PodGroup"]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)' "$1" "$2"; }
 offline=()
 note="network isolated with unshare -n"
 if unshare -n true 2>/dev/null; then offline=(unshare -n); else note="unshare unavailable: network not isolated"; fi
@@ -30,8 +40,9 @@ for spec in examples/kubernetes/*.yaml; do
   if ! "${RENDER[@]}" "$spec" >"$out" 2>"$T/render.err"; then
     not_ok "$name: render failed: $(cat "$T/render.err")"; continue
   fi
+  core "$out" "$T/$name.core.yaml"
   for v in 1.37.0 1.31.0; do
-    if "${offline[@]}" "$KV" --strict --quiet -k "$v" "$out" >"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
+    if "${offline[@]}" "$KV" --strict --quiet -k "$v" "$T/$name.core.yaml" >"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
       ok "$name: every object validates against the Kubernetes $v API schemas ($note)"
     else
       not_ok "$name: kubernetes-validate $v"; sed 's/^/    /' "$T/kv.out" | head -n 20
@@ -52,9 +63,10 @@ for spec in examples/kubernetes/*.yaml; do
   if ! "$DTRAIN" render jobset "$spec" >"$T/$name.jobset.yaml" 2>"$T/render.err"; then
     not_ok "$name: render jobset failed: $(cat "$T/render.err")"; continue
   fi
-  if "$PY" tests/integration/k8s_jobset_check.py "$T/$name.jobset.yaml" "$T/$name.jobset-job.yaml" >"$T/js.out" 2>&1 &&
-     "${offline[@]}" "$KV" --strict --quiet -k 1.37.0 "$T/$name.jobset-job.yaml" >"$T/kv.out" 2>&1 &&
-     "${offline[@]}" "$KV" --strict --quiet -k 1.31.0 "$T/$name.jobset-job.yaml" >>"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
+  if "$PY" tests/integration/k8s_jobset_check.py "$T/$name.jobset.yaml" "$T/$name.jobset-job.yaml" "$spec" >"$T/js.out" 2>&1 &&
+     core "$T/$name.jobset-job.yaml" "$T/$name.jobset-core.yaml" &&
+     "${offline[@]}" "$KV" --strict --quiet -k 1.37.0 "$T/$name.jobset-core.yaml" >"$T/kv.out" 2>&1 &&
+     "${offline[@]}" "$KV" --strict --quiet -k 1.31.0 "$T/$name.jobset-core.yaml" >>"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
     ok "$name: the JobSet validates (JobSet v1alpha2 schema; its Job on Kubernetes 1.37 and 1.31)"
   else
     not_ok "$name: render jobset"; sed 's/^/    /' "$T/js.out" "$T/kv.out" | head -n 20
@@ -62,7 +74,7 @@ for spec in examples/kubernetes/*.yaml; do
 done
 sed 's/maxRestarts: 0/maxRestart: 0/' "$T/minimal.jobset.yaml" >"$T/jstypo.yaml"
 expect_status 1 "the vendored JobSet schema refuses a misspelled field (the check is live)" \
-  "$PY" tests/integration/k8s_jobset_check.py "$T/jstypo.yaml" "$T/jstypo-job.yaml"
+  "$PY" tests/integration/k8s_jobset_check.py "$T/jstypo.yaml" "$T/jstypo-job.yaml" examples/kubernetes/minimal.yaml
 
 # The schema check itself can fail: a misspelled field is refused.
 sed 's/completionMode: Indexed/completionMod: Indexed/' "$T/minimal.k8s.yaml" >"$T/typo.yaml"
@@ -96,3 +108,58 @@ if [ -z "$stale$missing" ]; then
 else
   not_ok "examples/kubernetes out of date: $(echo $stale $missing) (run examples/kubernetes/render.sh)"
 fi
+
+# --- what launch applies: `dtrain launch --dry-run` ------------------------------------------------
+# The manifests after the dry run's marker line, as launch applies them: the Job, then the rest.
+dry() { "$DTRAIN" launch --dry-run "$1" 2>"$T/dry.err" | sed -n '/^---- what launch would submit/,$p' | tail -n +2; }
+dry examples/kubernetes/gpus.yaml >"$T/dry.yaml"
+"$PY" - "$T/dry.yaml" "$T/dry.core.yaml" >"$T/dry.out" 2>&1 <<'PY'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = [d["kind"] for d in docs]
+assert kinds == ["Job", "ConfigMap", "Service"], kinds  # the Job first; auth: none, so no Secret
+job = docs[0]["metadata"]["name"]
+assert re.fullmatch(r"llm-pretrain-[0-9a-f]{12}", job), job
+for d in docs[1:]:
+    assert d["metadata"]["name"].startswith(job), d["metadata"]["name"]
+    assert d["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                                 "uid": "<the Job's uid>"}], d["metadata"]
+labels = docs[0]["spec"]["template"]["metadata"]["labels"]
+assert labels["app.kubernetes.io/name"] == "llm-pretrain" and labels["app.kubernetes.io/instance"] == job, labels
+assert labels["dtrain/run-id"] == job[-12:], labels
+env = {e["name"]: e.get("value") for e in docs[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+assert env["DTRAIN_K8S_NAME"] == job and env["DTRAIN_K8S_RUN_ID"] == job[-12:], env
+assert docs[0]["spec"]["backoffLimitPerIndex"] == 3 and docs[0]["spec"]["suspend"] is True, docs[0]["spec"]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)
+print(job)
+PY
+if [ $? = 0 ]; then ok "launch --dry-run shows the Job under the launch's name first, then the objects it owns"
+else not_ok "launch --dry-run shows what launch applies"; sed 's/^/    /' "$T/dry.out" "$T/dry.err" | head -n 20; fi
+for v in 1.37.0 1.31.0; do
+  if "${offline[@]}" "$KV" --strict --quiet -k "$v" "$T/dry.core.yaml" >"$T/kv.out" 2>&1 && ! grep -q . "$T/kv.out"; then
+    ok "what launch applies (owner references included) validates against the Kubernetes $v API schemas"
+  else not_ok "launch's manifests, kubernetes-validate $v"; sed 's/^/    /' "$T/kv.out" | head -n 20; fi
+done
+dry examples/kubernetes/gpus.yaml >"$T/dry2.yaml"
+a=$(grep -m1 '^  name: llm-pretrain-' "$T/dry.yaml") b=$(grep -m1 '^  name: llm-pretrain-' "$T/dry2.yaml")
+check "two launches: other object names ($a, $b), the same app label" \
+  test "$a" != "$b" -a "$(grep -c 'app.kubernetes.io/name: llm-pretrain$' "$T/dry2.yaml")" -gt 3
+if grep -q '^  token: "<a fresh job token>"' <(dry examples/kubernetes/minimal.yaml) && ! dry examples/kubernetes/minimal.yaml | grep -Eq '[0-9a-f]{64}'; then
+  ok "the dry run shows no job token"; else not_ok "the dry run shows no job token"; fi
+
+# --- render for the scheduler named on the command line; a spec with --set ----------------------
+cat >"$T/slurmjob.yaml" <<'YAML'
+name: both
+scheduler: slurm
+nodes: 2
+command: [hostname]
+slurm: {partition: gpu}
+kubernetes: {image: img, ttl_after_finished: 2h}
+YAML
+expect_status 0 "render k8s of a scheduler: slurm spec renders it for Kubernetes" "${RENDER[@]}" "$T/slurmjob.yaml"
+cp "$T/last.out" "$T/both.k8s.yaml"
+contains "$T/both.k8s.yaml" "^    scheduler: kubernetes$" "the ConfigMap's spec says scheduler: kubernetes (the pods discover as pods)"
+contains "$T/both.k8s.yaml" "^  ttlSecondsAfterFinished: 7200$" "kubernetes.ttl_after_finished: 2h is the Job's TTL"
+expect_status 0 "render k8s with --set" "${RENDER[@]}" examples/kubernetes/minimal.yaml --set trainer.steps=7
+contains "$T/last.out" "^      steps: 7$" "the ConfigMap holds the spec as given (--set trainer.steps=7)"
+check "and no copy of it is left in the log directory" test -z "$(find . runs -maxdepth 1 -name '.dtrain-*' 2>/dev/null | head -n 1)"

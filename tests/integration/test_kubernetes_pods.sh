@@ -7,8 +7,10 @@
 # 127.0.0.1 through DTRAIN_HOSTS_FILE).  Pod 1 starts first, before pod 0's name exists,
 # as pods start in any order: its agent must wait for the name, then the 2 pods x 2 ranks
 # train the bundled trainer to completion.  Then a pod whose pod 0 never comes fails with
-# a message naming what to look at, within rendezvous.timeout.  Last, a pod runs what a
-# merged kubernetes.pod_template gives it.
+# a message naming what to look at, within rendezvous.timeout.  A pod runs what a merged
+# kubernetes.pod_template gives it.  Last, a job with restarts left loses pod 1's agent
+# (kill -9) mid-run and the Job controller's replacement pod of index 1 comes 5 s later: the
+# job finishes on both (the agents' side: a round that waits for the lost node's new agent).
 # run-tests: uses port29500
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -91,7 +93,8 @@ cat >"$T/kbin/kubectl" <<'SH'
 #!/bin/sh
 d=$(dirname "$0")
 case "$*" in
-  'apply -f -') cat >"$d/applied"; echo "job.batch/fmnist created" ;;
+  'apply -f - -o jsonpath={.metadata.uid}') cat >"$d/applied"; printf 0f0f0f0f-1111-2222-3333-444455556666 ;;
+  'apply -f -') cat >>"$d/applied"; echo "configmap/fmnist-spec created" ;;
   *exitCode*) printf '0 3 ' ;;
   'get pods'*) printf 'fmnist-0-a=Running fmnist-1-b=Running ' ;;
   'get job/fmnist'*) printf 'FailureTarget Failed' ;;
@@ -103,6 +106,8 @@ expect_status 3 "dtrain launch applies with kubectl and exits with the failed ag
   env PATH="$T/kbin:$PATH" "$DTRAIN" launch examples/kubernetes/minimal.yaml
 check "what it applied is the rendered manifest (ConfigMap ... Job)" \
   grep -q '^kind: Job' "$T/kbin/applied"
+contains "$T/kbin/applied" "^      uid: \"?0f0f0f0f-1111-2222-3333-444455556666\"?$" \
+  "the Job went first, and its uid owns the ConfigMap, Secret and Service applied after it"
 contains "$T/last.out" "pod/fmnist-1-b/agent. dtrain: rank 2 exited with code 3" "the pods' logs are streamed"
 
 # A pod runs what the merged pod_template says: an env entry the template adds to the agent
@@ -131,3 +136,49 @@ check "the pod's shell ran the setup: lines before the agent (their environment 
   grep -qx 'mark=from-setup' "$T/probe/pod-0/work/setup.txt"
 contains "$T/probe.k8s.yaml" "^            - dtrain-setup$" "the rendered container runs setup in /bin/sh, then execs the agent"
 
+
+# A container that does not run as root reads the token through the pod's fsGroup: the kubelet
+# makes the Secret's file 0440 under that group, and the agent accepts that in a pod.
+cat >"$T/fsg.yaml" <<YAML
+name: fsg
+scheduler: kubernetes
+nodes: 1
+command: ["true"]
+kubernetes:
+  image: img
+  pod_template: {spec: {securityContext: {fsGroup: $(id -g)}}}
+YAML
+"$DTRAIN" render kubernetes "$T/fsg.yaml" >"$T/fsg.k8s.yaml" || not_ok "render fsg.yaml"
+mkdir -p "$T/fsg"
+"$PY" tests/integration/k8s_pods.py "$T/fsg.k8s.yaml" "$T/fsg" 0 --timeout 60 >"$T/fsg.out" 2>&1
+check "the token file is 0440 under the pod's fsGroup ($(stat -c %a "$T/fsg/pod-0/etc/dtrain/token" 2>/dev/null))" \
+  test "$(stat -c %a "$T/fsg/pod-0/etc/dtrain/token" 2>/dev/null)" = 440
+if grep -q '^pod 0 exit 0$' "$T/fsg.out"; then ok "the agent takes a token readable by the pod's fsGroup"
+else not_ok "the agent takes a token readable by the pod's fsGroup"; sed 's/^/    /' "$T/fsg.out"; tail -n 5 "$T/fsg/pod-0.err" | sed 's/^/    /'; fi
+
+# --- a lost pod replaced: pod 1's agent killed mid-run, its replacement 5 s later ------------------
+# The checkpoints on a volume every pod mounts (an absolute checkpoint.dir), as a real job's are.
+sed "s/^name: fmnist\$/name: frep/; s|^  steps: 50\$|  steps: 3000\n  log_every_steps: 20\n  checkpoint: {every_steps: 100, dir: $T/rep-ckpt}|; s/^nodes: 2\$/nodes: 2\nmax_restarts: 2\nrendezvous: {timeout: 60s, heartbeat_timeout: 5s}/" \
+  examples/kubernetes/minimal.yaml >"$T/rep.yaml"
+"$DTRAIN" render kubernetes "$T/rep.yaml" >"$T/rep.k8s.yaml" || not_ok "render rep.yaml"
+contains "$T/rep.k8s.yaml" "^  backoffLimitPerIndex: 2$" "with restarts left the Job controller replaces a lost pod (backoffLimitPerIndex 2)"
+mkdir -p "$T/rep"
+"$PY" tests/integration/k8s_pods.py "$T/rep.k8s.yaml" "$T/rep" 0 1 --timeout 240 >"$T/rep.out" 2>&1 &
+kp=$!
+RRUN="$T/rep/pod-0/work/runs/frep-3f2a9c1be4d7"
+for _ in $(seq 600); do grep -q '"step": [1-9][0-9][0-9]' "$RRUN/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+agent=$(pgrep -f "agent $T/rep/pod-1/etc/dtrain/job.yaml" | head -n 1)
+check "pod 1's agent runs (pid ${agent:-none}) once the job has trained 100 steps" test -n "$agent"
+[ -n "$agent" ] && kill -9 "$agent"
+sleep 5
+"$PY" tests/integration/k8s_pods.py --again "$T/rep.k8s.yaml" "$T/rep" 1 --timeout 240 >"$T/rep.again.out" 2>&1
+wait "$kp"
+check "the killed pod 1 ends 137 ($(grep '^pod 1' "$T/rep.out"))" grep -q '^pod 1 exit 137$' "$T/rep.out"
+if grep -q '^pod 0 exit 0$' "$T/rep.out" && grep -q '^pod 1 exit 0$' "$T/rep.again.out"; then
+  ok "a lost pod's replacement joins 5 s later and the job finishes on both (pod 0 and the new pod 1 exit 0)"
+else
+  not_ok "the job with a replaced pod should finish on both"; sed 's/^/    /' "$T/rep.out" "$T/rep.again.out"
+  tail -n 8 "$T/rep/pod-0.err" "$T/rep/pod-1.again.err" 2>/dev/null | sed 's/^/    /'
+fi
+contains "$(ls "$RRUN/trainer_summary.json" 2>/dev/null || echo "$T/none")" '"steps": 3000' \
+  "the training reached its last step"

@@ -198,8 +198,9 @@ check "setup ran once before each of the 2 agents" test "$(grep -c '^setup ran o
 check "the environment setup makes reaches every rank through its agent" \
   test "$(grep -cE '^\[rank [01]\] rank [01] mark=from-setup$' "$T/last.out")" = 2
 "$DTRAIN" render mpirun "$T/setup.yaml" >"$T/setup.render" 2>&1
-contains "$T/setup.render" "/bin/sh -c 'set -e$" "the rendered line runs setup in a shell before the agent"
-contains "$T/setup.render" "^' dtrain-setup dtrain agent .*setup.yaml" "which then execs the agent"
+contains "$T/setup.render" "/bin/sh -c [\$]'set -e\\\\nexport SETUP_MARK=from-setup\\\\n" \
+  "the rendered line runs setup in a shell before the agent (the script one \$'...' word, its newlines \\n)"
+contains "$T/setup.render" "exec \"[\$]@\"\\\\n' dtrain-setup dtrain agent .*setup.yaml" "which then execs the agent"
 cat >"$T/setupfail.yaml" <<EOF
 name: setupfail
 scheduler: mpirun

@@ -12,7 +12,9 @@
 #  - node 1's agent SIGKILLed;
 #  - host 1 gone (node 0 and the coordinator: link down, every process killed):
 #    node 1's agent ends;
-#  - three hosts, host 3 partitioned: nodes 0 and 1 both end.
+#  - three hosts, host 3 partitioned: nodes 0 and 1 both end;
+#  - host 2 partitioned with a restart left: a new agent for node 1 on host 3 takes
+#    its place and the job finishes; the cut-off agent ends itself.
 # Before the fix node 0's agent waited in poll() for ever after a partition.
 # Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
@@ -200,3 +202,34 @@ if fault three "$NC" cut 3 both; then
   check "three: nothing of the job is left in any host" left_in_hosts
   "$NC" heal 3
 fi
+
+# --- host 2 partitioned with a restart left: a new agent on host 3 replaces node 1 --
+# The job of fixed nodes goes on (docs/multinode.md): node 0 ends the round when host 2
+# stops acknowledging and waits for a new agent of node rank 1, which a scheduler would
+# start elsewhere (host 3, 5 s after the cut); the cut-off agent on host 2 ends itself
+# and, once the link is back, changes nothing.
+job 2000 "{every_steps: 200, dir: $T/rckpt, keep: 2}" >"$T/replace.yaml"
+printf 'max_restarts: 1\n' >>"$T/replace.yaml"
+start replace "$T/replace.yaml"
+for _ in $(seq 200); do ls "$T/rckpt"/step_*.safetensors >/dev/null 2>&1 && break; sleep 0.1; done
+t0=$(date +%s.%N)
+"$NC" cut 2 both
+sleep 5
+"$NC" exec 3 "$DTRAIN" agent "$T/replace.yaml" --node-rank 1 --nnodes 2 --coordinator "$COORD" \
+  --log-dir "$T/runs-replace" >"$T/replace.1b.out" 2>"$T/replace.1b.err" &
+a1b=$!; pids+=($a1b)
+ends "$a1" $((BOUND + 30))
+check "replace: the cut-off agent of node 1 ends itself with status 1 ($rc, ${took}s after the cut)" test "$rc" = 1
+contains "$T/replace.1.err" "lost the coordinator at $COORD" "replace: it says it lost the coordinator"
+"$NC" heal 2
+ends "$a1b" 120; rc1=$rc
+ends "$a0" 10; rc0=$rc
+check "replace: node 0 and node 1's replacement on host 3 both exit 0 ($rc0 $rc1)" test "$rc0$rc1" = 00
+contains "$T/replace.0.err" "round 0: a node of the round was lost: node 1 .* stopped acknowledging.*restart 1 of 1" \
+  "replace: node 0 ends round 0 for the lost node, a restart counted"
+contains "$T/replace.1b.err" "round 1: node 1 of 2" "replace: the new agent runs node 1 in round 1"
+s=$(summary_of replace)
+contains "${s:-$T/none}" "\"lost_node\": \\{\"node\": 1, \"host\": \"[^\"]+\", \"detected_s\": [0-9.]+, \"reason\": \"node 1 \\(host [^,]+, address $("$NC" addr 2):" \
+  "replace: summary.json names node 1 at host 2's address"
+contains "${s:-$T/none}" '"status": "succeeded"' "replace: summary.json says the job succeeded"
+check "replace: nothing of the job is left in any host" left_in_hosts

@@ -9,13 +9,17 @@
 #    the coordinator connection and the ranks' mesh run between the hosts' addresses;
 #  - with heartbeat_timeout 3 s, pod 1's host cut off mid-run: pod 0's agent ends with 1
 #    within heartbeat_timeout + a margin and its summary.json names node 1 (pod 1's
-#    address) lost; nothing is left running on either host.
+#    address) lost; nothing is left running on either host;
+#  - with restarts left (max_restarts: 2), pod 1's host lost mid-run (cut off, its processes
+#    killed) and the Job controller's replacement pod of index 1 started 5 s later on a third
+#    host: it joins the job, which finishes on both (the agents' side: a round that waits for
+#    the lost node's new agent).
 # Needs root and network namespaces; without them it fails with the reason.
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 
 . tests/integration/netns_lib.sh
-netns_up k 2
+netns_up k 3
 A1=$("$NC" addr 1) A2=$("$NC" addr 2)
 PY=$(command -v python3)
 RUNS=work/runs/fmnist-3f2a9c1be4d7 # the run id is the Job's UID (k8s_pods.py's fake one)
@@ -69,3 +73,29 @@ contains "$(ls "$T/cut/pod-0/$CRUNS/summary.json" 2>/dev/null || echo "$T/none")
   "\"lost_node\": \\{\"node\": 1, .*address $A2:[0-9]+.*stopped acknowledging" "cut: summary.json names node 1 at $A2"
 check "cut: pod 1 ends too ($(grep '^pod 1' "$T/cut.out"))" grep -q '^pod 1 exit [1-9]' "$T/cut.out"
 check "cut: nothing is left running on either host" test -z "$("$NC" pids)"
+
+# --- pod 1's host lost with restarts left: its replacement on host 3 --------------------------------
+"$NC" heal 2 # the cut above is over
+sed "s/^name: fmnist\$/name: frep/; s|^  steps: 50\$|  steps: 3000\n  log_every_steps: 20\n  checkpoint: {every_steps: 100, dir: $T/rep-ckpt}|; s/^nodes: 2\$/nodes: 2\nmax_restarts: 2\nrendezvous: {timeout: 60s, heartbeat_timeout: 3s}/" \
+  examples/kubernetes/minimal.yaml >"$T/rep.yaml"
+"$DTRAIN" render kubernetes "$T/rep.yaml" >"$T/rep.k8s.yaml" || not_ok "render rep.yaml"
+mkdir -p "$T/rep"
+"$PY" tests/integration/k8s_pods.py --netns "$NC" "$T/rep.k8s.yaml" "$T/rep" 0 1 --timeout 240 >"$T/rep.out" 2>&1 &
+kp=$!; pids+=($kp)
+RRUN="$T/rep/pod-0/work/runs/frep-3f2a9c1be4d7"
+for _ in $(seq 600); do grep -q '"step": [1-9][0-9][0-9]' "$RRUN/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+"$NC" cut 2 both
+for p in $("$NC" pids 2); do kill -9 "$p" 2>/dev/null; done
+sleep 5
+"$PY" tests/integration/k8s_pods.py --netns "$NC" --again --host 1=3 "$T/rep.k8s.yaml" "$T/rep" 1 --timeout 240 \
+  >"$T/rep.again.out" 2>&1
+wait "$kp"
+if grep -q '^pod 0 exit 0$' "$T/rep.out" && grep -q '^pod 1 exit 0$' "$T/rep.again.out"; then
+  ok "pod 1's host lost mid-run: its replacement on host 3 joins 5 s later and the job finishes on both"
+else
+  not_ok "the job with pod 1's host lost and replaced should finish on both"
+  sed 's/^/    /' "$T/rep.out" "$T/rep.again.out"; tail -n 8 "$T/rep/pod-0.err" "$T/rep/pod-1.again.err" 2>/dev/null | sed 's/^/    /'
+fi
+contains "$(ls "$RRUN/trainer_summary.json" 2>/dev/null || echo "$T/none")" '"steps": 3000' \
+  "the training reached its last step"
+check "nothing is left running on any host" test -z "$("$NC" pids)"

@@ -9,7 +9,10 @@
 #    address, the trainer over backend tcp ends with 0;
 #  - host 2 cut off mid-run: node 0's agent ends the job within heartbeat_timeout + a margin,
 #    summary.json names node 1 lost; Slurm then declares n2 down (SlurmdTimeout 5 s) and
-#    requeues the batch job, as it does after any node failure, and `dtrain launch` says so.
+#    requeues the batch job, as it does after any node failure, and `dtrain launch` says so;
+#  - an elastic job (nodes: 1:2, --nodes=1-2 and --no-kill) loses host 2 mid-run: node 0's
+#    agent goes on alone from the newest checkpoint, Slurm keeps the job (n2 down), and the
+#    job ends with 0, `dtrain launch` too.
 # Needs root, Slurm's daemons and nsenter (make test installs them; a missing one fails
 # with its name); network namespaces the kernel refuses fail with the reason, as in every
 # netns test.
@@ -108,3 +111,29 @@ kill -TERM "$l"; sleep 0.5; kill -TERM "$l" 2>/dev/null # scancel, then stop wai
 wait "$l"
 check "cut: no dtrain process is left on host 1" \
   sh -c "! '$NC' pids 1 | xargs -r ps -o comm= -p | grep -q dtrain"
+
+# --- an elastic job loses host 2 ---------------------------------------------------------------
+"$NC" heal 2
+"$NC" exec 1 scontrol update nodename=n2 state=resume 2>/dev/null
+for _ in $(seq 300); do
+  s=$("$NC" exec 1 sinfo -h -N -o '%N %t' 2>/dev/null | tr '\n' ' ')
+  [ -z "$("$NC" exec 1 squeue -h -o %i 2>/dev/null)" ] && [ "$s" = "n1 idle n2 idle " ] && break
+  sleep 0.1
+done
+check "n2 is back and idle for the elastic job ($s)" test "$s" = "n1 idle n2 idle "
+{ job shrink "$(trainer 4000 | sed 's/checkpoint: {every_steps: 0}/checkpoint: {every_steps: 100, dir: checkpoints}/')" |
+    sed 's/^nodes: 2$/nodes: 1:2/; s/^slurm: .*/slurm: {time: "00:05:00", extra_sbatch: ["--nodelist=n[1-2]"]}/'
+  echo "max_restarts: 0"; } >shrink.yaml
+sed -i 's/^rendezvous: {timeout: 20s, heartbeat_timeout: 3s}$/rendezvous: {timeout: 20s, heartbeat_timeout: 3s, last_call_timeout: 2s}/' shrink.yaml
+"$NC" exec 1 timeout "$(limit_s 240)" "$DTRAIN" launch shrink.yaml >shrink.out 2>shrink.err &
+l=$!; pids+=($l)
+for _ in $(seq 600); do grep -q '"step": [1-9][0-9][0-9]' "$(ls runs/shrink-*/metrics.jsonl 2>/dev/null | head -n 1)" 2>/dev/null && break; sleep 0.1; done
+contains shrink.err "Slurm job [0-9]+ is running on n\[1-2\]" "elastic: the job runs on both hosts"
+"$NC" cut 2 both
+wait "$l"; rc=$?
+check "elastic: host 2 lost mid-run, the job goes on with node 0 alone and ends with 0 (launch exit $rc)" test "$rc" = 0
+contains "$(ls runs/shrink-*/trainer_summary.json 2>/dev/null | head -n 1 || echo "$T/none")" '"steps": 4000' \
+  "elastic: the training reached its last step"
+contains "$(ls runs/shrink-*/summary.json 2>/dev/null | head -n 1 || echo "$T/none")" '"membership_changes": [1-9]' \
+  "elastic: summary.json counts the membership change"
+"$NC" heal 2

@@ -129,7 +129,8 @@ cat >fakebin/kubectl <<'EOF'
 # A stand-in kubectl: records each call; the Job runs until it is deleted.
 echo "$*" >>"$KUBECTL_LOG"
 case "$1" in
-  apply) cat >"$KUBECTL_LOG.applied" ;;
+  apply) cat >>"$KUBECTL_LOG.applied"  # the Job first (its uid asked for), then what it owns
+         case "$*" in *jsonpath*) printf 'a1b2c3d4-0000-1111-2222-333344445555' ;; esac ;;
   delete) touch "$KUBECTL_LOG.deleted" ;;
   get) [ -e "$KUBECTL_LOG.deleted" ] && exit 1; case "$2" in job/*) printf '' ;; *) printf 'p-0=Running ' ;; esac ;;
 esac

@@ -2,7 +2,9 @@
 # test_slurm.sh - dtrain on a REAL Slurm cluster (scripts/slurm-local.sh: one slurmctld and two
 # slurmd on this machine): the trainer through `dtrain launch` with 2 nodes x 2 ranks, the
 # rendered examples up to date and one submitted with plain sbatch, a failing rank, a job
-# cancelled with Ctrl-C, and a requeue on SIGUSR1 that resumes from the checkpoint.
+# cancelled with Ctrl-C, a requeue on SIGUSR1 that resumes from the checkpoint, a node's agent
+# killed mid-run and started again by its task (the job finishes on both nodes), and an
+# elastic job (nodes: 1:2, --nodes=1-2) that loses a node and finishes on the other.
 # A cluster that cannot start is a failure, not a skip.
 # run-tests: uses slurm
 . "$(dirname "$0")/lib.sh"
@@ -186,7 +188,8 @@ check "the setup/cpus/snapshot job completes (exit $rc)" test "$rc" = 0
 check "srun gets the CPU count on both nodes (SRUN_CPUS_PER_TASK=2)" \
   test "$(grep -c '^\[rank [01]\] rank [01] cpus=2 ' snap.out)" = 2
 check "setup's environment reaches every agent and rank" test "$(grep -c 'mark=from-setup' snap.out)" = 2
-contains snap.err "setup ran on" "setup runs in the batch script"
+check "setup runs once on every node, before its agent ($(grep -c 'setup ran on' snap.err) lines)" \
+  test "$(grep -c 'setup ran on' snap.err)" = 2
 check "the job runs the spec as submitted, not the file edited while it was queued" \
   test "$(grep -c 'spec=as-submitted' snap.out)" = 2 -a "$(grep -c 'spec=EDITED' snap.out)" = 0
 check "the submitted spec is kept in the run directory" cmp -s "runs/snap-$id/job.yaml" <(sed 's/spec=EDITED/spec=as-submitted/' snap.yaml)
@@ -233,3 +236,72 @@ EOF2
 expect_status 0 "per_rank: the trainer's 4 tasks meet at the coordinator and train" \
   timeout 120 "$DTRAIN" launch perrank-train.yaml
 contains "$T/last.out" "^\[rank 0\] done: 20 steps" "per_rank: rank 0 finishes its 20 steps"
+
+# --- a lost agent: its node's task starts a new one, which joins the next round ---------
+# (kill -9 of node 1's agent, as the OOM killer or a crashed agent would; the agents' side,
+# a round that waits for the lost node's new agent, is launcher/agent/agent_elastic.c's)
+# agent_of JOB_ID NODEID: the pid of that job's `dtrain agent` on that node.
+agent_of() {
+  local p
+  for p in $(pgrep -x dtrain); do
+    [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -d' ' -f2)" = agent ] || continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_NODEID=$2" && { echo "$p"; return; }
+  done
+}
+train_spec() { # NAME NODES MAX_RESTARTS
+  cat <<EOF
+name: $1
+scheduler: slurm
+nodes: $2
+nproc_per_node: 1
+max_restarts: $3
+backend: tcp
+rendezvous: {heartbeat_timeout: 5s, last_call_timeout: 2s}
+trainer:
+  model: {hidden: [32]}
+  data: {batch_size: 32, workers: 1}
+  steps: 10000
+  scheduler: {type: constant}
+  checkpoint: {every_steps: 100, dir: checkpoints, keep: 2, resume: auto}
+  eval: {every_epochs: 0}
+  log_every_steps: 20
+slurm: {time: "00:10:00"}
+EOF
+}
+# idle: both nodes free, so Slurm gives a job all it asks (an elastic one takes what is idle)
+idle() {
+  for ((i = 0; i < 300; i++)); do
+    [ -z "$(squeue -h -o %i)" ] && [ "$(sinfo -h -N -o %t | sort -u)" = idle ] && { sleep 1; return; }
+    sleep 0.1
+  done
+}
+idle
+train_spec lost 2 2 >lost.yaml
+launch_until lost 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/10000" "the job of 2 nodes with restarts left trains"
+a1=$(agent_of "$id" 1)
+check "node 1's agent is found (pid ${a1:-none})" test -n "$a1"
+[ -n "$a1" ] && kill -9 "$a1"
+wait "$pid"; rc=$?
+check "node 1's agent killed mid-run: a new one joins and the job finishes on both nodes (exit $rc)" test "$rc" = 0
+contains lost.err "node 1: its agent ended with status 137 while the job runs on: starting a new agent for node 1 \(1 of 2\)" \
+  "node 1's task starts a new agent"
+contains "runs/lost-$id/trainer_summary.json" '"steps": 10000' "the training reached its last step"
+contains "runs/lost-$id/summary.json" '"nnodes": 2' "summary.json: the job ended on 2 nodes"
+
+# --- an elastic job loses a node and finishes on the other --------------------------
+idle
+# --nodelist holds the job until both nodes are free: Slurm would start an elastic job on fewer
+train_spec shrink 1:2 0 | sed 's/^slurm: {time: "00:10:00"}$/slurm: {time: "00:10:00", extra_sbatch: ["--nodelist=n[1-2]"]}/' >shrink.yaml
+launch_until shrink 300 "\[rank 0\] step [0-9]*[1-9][0-9]0/10000" "the elastic job (nodes: 1:2) trains"
+contains "runs/shrink-$id.sbatch" "^#SBATCH --nodes=1-2$" "it asked Slurm for 1 to 2 nodes"
+contains shrink.err "Slurm job $id is running on n\[1-2\]" "and got both"
+a1=$(agent_of "$id" 1)
+check "the elastic job's second agent is found (pid ${a1:-none})" test -n "$a1"
+[ -n "$a1" ] && kill -9 "$a1"
+wait "$pid"; rc=$?
+check "the elastic job loses a node and finishes on the other (exit $rc)" test "$rc" = 0
+contains shrink.err "node 1: its agent was lost \(status 137\); the elastic job goes on without this node" \
+  "the lost node's task leaves the job without failing the step"
+contains "runs/shrink-$id/trainer_summary.json" '"steps": 10000' "the training reached its last step"
+contains "runs/shrink-$id/summary.json" '"membership_changes": [1-9]' "summary.json counts the membership change"

@@ -123,3 +123,12 @@ print_round_trip "$T/c1.yaml" '"K": "x\\u0080\\u0085 \\u2028 y"' "of C1 controls
 # U+2028 there would end the comment and leave the rest as YAML): shown as '?'.
 printf 'name: c1cmd\ncommand: ["a\\nb: 1", "c\\x85d\\u2028e"]\n' > "$T/c1cmd.yaml"
 print_round_trip "$T/c1cmd.yaml" '^# .*command: a\?b: 1 c\?d\?e$' "of a command with line breaks"
+
+# rendezvous.timeout, the join timeout: 60s locally, torchrun's 600s where a scheduler
+# starts the agents (a node may start minutes late), unless the spec sets it.
+printf 'name: jt\ncommand: [a]\n' > "$T/jt-local.yaml"
+printf 'name: jt\nscheduler: slurm\nnodes: 2\ncommand: [a]\n' > "$T/jt-slurm.yaml"
+printf 'name: jt\nscheduler: slurm\nnodes: 2\ncommand: [a]\nrendezvous: {timeout: 45s}\n' > "$T/jt-set.yaml"
+print_round_trip "$T/jt-local.yaml" "^  timeout: 60s$" "of a local job: the join timeout is 60s"
+print_round_trip "$T/jt-slurm.yaml" "^  timeout: 600s$" "of a Slurm job: the join timeout is torchrun's 600s"
+print_round_trip "$T/jt-set.yaml" "^  timeout: 45s$" "of a Slurm job that sets rendezvous.timeout: kept"

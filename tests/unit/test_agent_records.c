@@ -41,6 +41,7 @@ static void keys(void **state)
     assert_string_equal(dt_agent__key(k, DT_AGENT__K_CHANGE, 7, 9), "dtrain/change/7");
     assert_string_equal(dt_agent__key(k, DT_AGENT__K_SLOT_END, 7, 1), "dtrain/end/7/1");
     assert_string_equal(dt_agent__key(k, DT_AGENT__K_VERDICT, 7, 9), "dtrain/verdict/7");
+    assert_string_equal(dt_agent__key(k, DT_AGENT__K_INCARNATION, 7, 9), "dtrain/incarnation/9");
     assert_string_equal(DT_AGENT__KEY_ABORT, "dtrain/abort");
 }
 
@@ -187,15 +188,18 @@ static void hb_round_trip(void **state)
 static void rounds_round_trip(void **state)
 {
     (void)state;
-    int slots[3] = {0, 4, 2}, got[3];
-    struct dt_agent__rec_round in = {.restarts = 2, .n = 3, .slots = slots}, out = {.slots = got};
+    int slots[3] = {0, 4, 2}, incarns[3] = {1, 1, 3}, got[3], got_inc[3];
+    struct dt_agent__rec_round in = {.restarts = 2, .n = 3, .slots = slots, .incarns = incarns},
+                               out = {.slots = got, .incarns = got_inc};
     struct dt_agent__text t = {0};
     assert_int_equal(dt_agent__rec_round_encode(&in, &t), 0);
-    assert_string_equal(t.p, "2 3 0 4 2");
+    assert_string_equal(t.p, "2 3 0:1 4:1 2:3");
     assert_int_equal(dt_agent__rec_round_decode(t.p, t.len, 3, &out), 0);
     assert_int_equal(out.restarts, 2);
     assert_int_equal(out.n, 3);
     assert_memory_equal(got, slots, sizeof slots);
+    /* the incarnation fences an earlier agent of node 2 out of this round */
+    assert_memory_equal(got_inc, incarns, sizeof incarns);
     dt_agent__text_free(&t);
 
     for (int finished = 0; finished < 2; finished++) {
@@ -240,8 +244,8 @@ static int decode(enum which w, const char *v, size_t len)
     struct dt_agent__rec_rank *r = NULL;
     struct dt_agent__rec_hb_entry e[2];
     struct dt_agent__rec_hb hb = {.e = e};
-    int slots[2];
-    struct dt_agent__rec_round round = {.slots = slots};
+    int slots[2], incarns[2];
+    struct dt_agent__rec_round round = {.slots = slots, .incarns = incarns};
     struct dt_agent__rec_slot_end end;
     struct dt_agent__rec_verdict verdict;
     int n, rc = 0;
@@ -316,11 +320,15 @@ static const struct refusal refusals[] = {
     {HB, "99999999999999999999999\n", "out of range"},
     {ROUND, "", "a number is missing"},
     {ROUND, "0 0", "out of range"},
-    {ROUND, "0 3 1 2 3", "out of range"},
-    {ROUND, "0 2 1", "a space expected"},
-    {ROUND, "0 2 1 1", "a slot named twice"},
-    {ROUND, "0 2 1 2 3", "more than the record"},
-    {ROUND, "0 1 -4", "out of range"},
+    {ROUND, "0 3 1:1 2:1 3:1", "out of range"},
+    {ROUND, "0 2 1:1", "a space expected"},
+    {ROUND, "0 2 1:1 1:2", "a slot named twice"},
+    {ROUND, "0 2 1:1 2:1 3:1", "more than the record"},
+    {ROUND, "0 1 -4:1", "out of range"},
+    {ROUND, "0 2 0 1", "a mark expected"},
+    {ROUND, "0 1 0:", "a number is missing"},
+    {ROUND, "0 1 0:0", "out of range"},
+    {ROUND, "0 1 0:1:1", "more than the record"},
     {SLOT_END, "", "a number is missing"},
     {SLOT_END, "2", "out of range"},
     {SLOT_END, "0 ", "more than the record"},
@@ -379,7 +387,7 @@ static void mutations_decode_or_are_refused(void **state)
         {FAILINFO, "1 256 1 2 1765000000.5 1 77 1765000001.25 -1 1\n" FI_LINES "tail one\ntail two\n"},
         {RANKS, "0 1 2 1 256 0 1765000000.5 1765000002.5\n1 1 3 0 0 1 1765000003.5 0.000000\n"},
         {HB, "7\n1 2 0.5\n2 3 0.250\n"},
-        {ROUND, "2 2 0 5"},
+        {ROUND, "2 2 0:1 5:3"},
         {SLOT_END, "1"},
         {VERDICT, "done 3"},
         {NUMBER, "17"},

@@ -75,6 +75,11 @@ static const struct transition transitions[] = {
     {S_IDLE, DT_AGENT__EV_COORD_LOST, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_PLACING, DT_AGENT__EV_COORD_LOST, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_DECIDING, DT_AGENT__EV_COORD_LOST, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_RUNNING, DT_AGENT__EV_REPLACED, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGTERM},
+    {S_SETTLING, DT_AGENT__EV_REPLACED, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGTERM},
+    {S_IDLE, DT_AGENT__EV_REPLACED, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_PLACING, DT_AGENT__EV_REPLACED, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_DECIDING, DT_AGENT__EV_REPLACED, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_RUNNING, DT_AGENT__EV_INTERRUPT, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGINT},
     {S_SETTLING, DT_AGENT__EV_INTERRUPT, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGINT},
     {S_STOPPING, DT_AGENT__EV_INTERRUPT, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGINT},
@@ -302,6 +307,12 @@ static void the_weightier_end_stands(void **state)
     assert_int_equal(m.end, DT_AGENT__END_COORD_LOST);
     dt_agent__sm_step(&m, DT_AGENT__EV_ABORT, 5, T0);
     assert_int_equal(m.end, DT_AGENT__END_COORD_LOST);
+    /* fenced out by a newer agent of this node: that, not a lost coordinator, is why it ends */
+    dt_agent__sm_step(&m, DT_AGENT__EV_REPLACED, 0, T0);
+    assert_int_equal(m.end, DT_AGENT__END_REPLACED);
+    assert_int_equal(m.end_status, 1);
+    dt_agent__sm_step(&m, DT_AGENT__EV_COORD_LOST, 0, T0);
+    assert_int_equal(m.end, DT_AGENT__END_REPLACED);
     dt_agent__sm_step(&m, DT_AGENT__EV_INTERRUPT, SIGTERM, T0); /* a signal overrides any */
     assert_int_equal(m.end, DT_AGENT__END_INTERRUPTED);
     assert_int_equal(m.end_status, SIGTERM);
@@ -348,6 +359,7 @@ static void outcomes(void **state)
     outcome_of(DT_AGENT__END_NONE, 0, 0, 7, true, true, false, 7, 0);
     outcome_of(DT_AGENT__END_INTERRUPTED, SIGINT, 1, 7, true, false, true, 128 + SIGINT, SIGINT);
     outcome_of(DT_AGENT__END_COORD_LOST, 1, 1, 7, true, true, false, 1, 0);
+    outcome_of(DT_AGENT__END_REPLACED, 1, 1, 7, true, true, false, 1, 0); /* neither the rank's status nor a requeue */
     outcome_of(DT_AGENT__END_ABORTED, 0, 0, 7, true, false, false, 0, 0);
     outcome_of(DT_AGENT__END_ABORTED, 9, 2, -1, false, true, false, 9, 0); /* an abort beats a requeue */
     outcome_of(DT_AGENT__END_DECIDED, 3, 0, -1, false, true, false, 3, 0);

@@ -216,11 +216,17 @@ static int rank_main(const char *body)
 
 /* Runs the body on n ranks under mpirun; returns mpirun's exit status and
  * what the ranks printed (truncated to out's size) and how long it took. */
+/* mpirun's --timeout ends a job that hangs (Open MPI 4.1 has been seen to
+ * wait forever once, under load, for two ranks that both exited non-zero
+ * without MPI_Finalize: open-mpi/ompi#3380) and prints each process's state,
+ * so a hang fails this test in 3 minutes with a diagnosis, not in run-tests'
+ * 10 with none. */
 static int mpirun(int n, const char *body, char *out, size_t size, double *secs)
 {
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "mpirun -np %d --oversubscribe %s --mca btl self,vader,tcp --mca btl_tcp_if_include lo "
+             "mpirun -np %d --oversubscribe --timeout 180 --report-state-on-timeout %s "
+             "--mca btl self,vader,tcp --mca btl_tcp_if_include lo "
              "--mca oob_tcp_if_include lo --mca btl_vader_single_copy_mechanism none %s --rank %s 2>&1",
              n, geteuid() == 0 ? "--allow-run-as-root" : "", self_path, body);
     struct timespec t0, t1;

@@ -454,6 +454,15 @@ static void export_writes_the_model_and_a_config(void **state)
     assert_int_equal(json_integer_value(json_object_get(cfg, "n_positions")), BLOCKSZ);
     assert_int_equal(json_integer_value(json_object_get(cfg, "vocab_size")), V);
     assert_true(json_is_null(json_object_get(cfg, "eos_token_id"))); /* no <|endoftext|> in 13 tokens */
+    /* transformers reads these types: reals, a list, a null, booleans */
+    assert_true(json_real_value(json_object_get(cfg, "layer_norm_epsilon")) == 1e-5);
+    assert_true(json_is_real(json_object_get(cfg, "attn_pdrop")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)),
+                        "GPT2LMHeadModel");
+    assert_true(json_is_null(json_object_get(cfg, "n_inner")));
+    assert_true(json_is_true(json_object_get(cfg, "tie_word_embeddings")));
+    assert_true(json_is_false(json_object_get(cfg, "add_cross_attention")));
+    assert_int_equal(json_object_size(cfg), 30);
     json_decref(cfg);
     /* and back in: the same parameters */
     if (dt_hf_load(out, &x->dst->m))

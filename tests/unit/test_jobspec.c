@@ -520,9 +520,15 @@ static void nodes_range(void **state)
     struct dt_job *bad = NULL;
     const char *quoted = "name: j\nnodes: '2:3'\ncommand: [true]\n";
     assert_int_equal(dt_job_load_string(quoted, strlen(quoted), "q.yaml", &bad), DT_EINVAL);
+    /* Slurm (--nodes=MIN-MAX) and Kubernetes start an elastic job's agents; mpirun a fixed number */
     const char *slurm = "name: j\nscheduler: slurm\nnodes: 1:2\ncommand: [true]\n";
-    assert_int_equal(dt_job_load_string(slurm, strlen(slurm), "s.yaml", &bad), DT_EINVAL);
-    assert_non_null(strstr(dt_error_last(), "s.yaml:3:8"));
+    assert_int_equal(dt_job_load_string(slurm, strlen(slurm), "s.yaml", &bad), 0);
+    assert_int_equal(bad->nodes_min * 10 + bad->nodes, 12);
+    dt_job_free(bad);
+    bad = NULL;
+    const char *mpi = "name: j\nscheduler: mpirun\nnodes: 1:2\ncommand: [true]\n";
+    assert_int_equal(dt_job_load_string(mpi, strlen(mpi), "m.yaml", &bad), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "m.yaml:3:8"));
     assert_non_null(strstr(dt_error_last(), "dtrain agent --nnodes 1:2"));
     const char *down = "name: j\nnodes: 5:1\ncommand: [true]\n";
     assert_int_equal(dt_job_load_string(down, strlen(down), "d.yaml", &bad), DT_EINVAL);
@@ -573,6 +579,55 @@ static void torchrun_keys(void **state)
     }
 }
 
+/* An elastic trainer spec works at every node count of its range or is
+ * refused with the count: keep_global needs MAX x grad_accum / n whole. */
+static void elastic_batch_holds_at_every_count(void **state)
+{
+    (void)state;
+    struct dt_job *bad = NULL;
+    char spec[512];
+    static const struct {
+        const char *nodes, *ddp, *data, *device;
+        const char *needle; /* NULL: accepted */
+    } cases[] = {
+        {"2:3", "{}", "{batch_size: 32}", "cpu", NULL}, /* auto: keep_per_rank */
+        {"2:3", "{elastic_batch: keep_per_rank, elastic_lr: linear}", "{batch_size: 32}", "cpu", NULL},
+        {"2:3", "{elastic_batch: keep_global}", "{batch_size: 32}", "cpu",
+         "keep_global keeps the global batch of 3 nodes x grad_accum 1 (x nproc_per_node x batch_size 32), "
+         "which a round of 2 nodes cannot keep: it would need grad_accum 1 x 3 / 2, no whole number; take "
+         "trainer.ddp.grad_accum a multiple of 2, or use keep_per_rank"},
+        {"2:3", "{elastic_batch: keep_global, grad_accum: 2}", "{batch_size: 8}", "cpu", NULL},
+        {"2:4", "{elastic_batch: keep_global, grad_accum: 2}", "{batch_size: 8}", "cpu",
+         "a round of 3 nodes cannot keep: it would need grad_accum 2 x 4 / 3, no whole number; take "
+         "trainer.ddp.grad_accum a multiple of 3"},
+        {"2:4", "{elastic_batch: keep_global, grad_accum: 3}", "{batch_size: 8}", "cpu", NULL},
+        {"4", "{elastic_batch: keep_global}", "{batch_size: 8}", "cpu", NULL}, /* fixed nodes: nothing to keep */
+        {"2:3", "{elastic_batch: keep_global, grad_accum: 2}", "{batch_size: 8}", "cuda",
+         "keep_global on 2 nodes of 2:3 needs grad_accum 2 x 3 / 2, but a GPU trainer cannot change grad_accum"},
+        {"1:2", "{grad_accum: 2}", "{dataset: tokens, train: x.bin, seq_len: 8}", "cpu", NULL}, /* auto: global */
+        {"2:3", "{}", "{dataset: tokens, train: x.bin, seq_len: 8}", "cpu", "which a round of 2 nodes cannot keep"},
+        {"2:3", "{elastic_batch: keep_per_rank}", "{dataset: tokens, train: x.bin, seq_len: 8}", "cpu",
+         "keep_per_rank cannot keep a token run's place"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(spec, sizeof spec,
+                 "name: j\nnodes: %s\ntrainer:\n  device: %s\n  model: {type: %s}\n  data: %s\n  ddp: %s\n",
+                 cases[i].nodes, cases[i].device, strstr(cases[i].data, "tokens") ? "gpt2" : "mlp", cases[i].data,
+                 cases[i].ddp);
+        int rc = dt_job_load_string(spec, strlen(spec), "e.yaml", &bad);
+        if ((rc == 0) != (cases[i].needle == NULL) || (cases[i].needle && !strstr(dt_error_last(), cases[i].needle)))
+            print_message("case %zu: rc %d: %s\n", i, rc, rc ? dt_error_last() : "accepted");
+        if (cases[i].needle) {
+            assert_int_equal(rc, DT_EINVAL);
+            assert_non_null(strstr(dt_error_last(), cases[i].needle));
+        } else {
+            assert_int_equal(rc, 0);
+            dt_job_free(bad);
+        }
+        bad = NULL;
+    }
+}
+
 /* comm.interfaces as the variables hold it, and which values of them agree. */
 static void comm_interfaces_and_their_variables(void **state)
 {
@@ -602,6 +657,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nodes_range),
         cmocka_unit_test(torchrun_keys),
+        cmocka_unit_test(elastic_batch_holds_at_every_count),
         cmocka_unit_test(defaults_filled),
         cmocka_unit_test(top_level_keys_read),
         cmocka_unit_test(every_trainer_key_read),

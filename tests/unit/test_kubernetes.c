@@ -46,6 +46,8 @@ static struct dt_job *load(const char *text)
 #define SPEC(extra)                                                                                          \
     "name: fmnist\nscheduler: kubernetes\nnodes: 2\nnproc_per_node: 2\ncommand: [\"true\"]\n" extra          \
     "kubernetes:\n  image: img\n"
+/* The same with keys of the kubernetes section ("  gang: kueue\n"). */
+#define SPECK(keys) SPEC("") keys
 
 /* What a writer gives for s, as a string. */
 static char *emit(void (*fn)(FILE *, const char *), const char *s)
@@ -194,11 +196,11 @@ static void failure_policy_follows_restart_policy(void **state)
 {
     (void)state;
     int rc;
-    char *out = render(SPEC("max_restarts: 4\nrestart_policy: {on_exit: {3: fail, 1: fail, 75: retry}}\n"), &rc);
+    char *out = render(SPEC("restart_policy: {on_exit: {3: fail, 1: fail, 75: retry}}\n"), &rc);
     assert_int_equal(rc, 0);
-    /* One restart budget: the agents restart the group max_restarts times in
-     * the pods; a pod that still fails ends the Job (not (4+1)^2 runs). */
+    /* No restarts: the first pod failure ends the Job, as the agents' job ends. */
     assert_non_null(strstr(out, "  backoffLimit: 0\n"));
+    assert_null(strstr(out, "backoffLimitPerIndex"));
     assert_non_null(strstr(out, "action: FailJob\n        onExitCodes:\n          containerName: agent\n"
                                 "          operator: In\n          values: [1, 3]\n"));
     assert_null(strstr(out, "NotIn"));
@@ -215,6 +217,44 @@ static void failure_policy_follows_restart_policy(void **state)
     assert_null(strstr(out, "onExitCodes"));
     assert_non_null(strstr(out, "type: DisruptionTarget"));
     free(out);
+    /* Restarts left: a lost agent's pod (SIGKILL: 137) is replaced up to
+     * max_restarts times per node and its new agent joins the next round;
+     * any other status is the job's end, which fails the Job at once (no
+     * (4+1)^2 runs), as does a node out of replacements. */
+    out = render(SPEC("max_restarts: 4\nrestart_policy: {on_exit: {3: fail, 1: fail, 75: retry}}\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "  backoffLimitPerIndex: 4\n  maxFailedIndexes: 0\n  podReplacementPolicy: Failed\n"));
+    assert_null(strstr(out, "backoffLimit: 0"));
+    assert_non_null(strstr(out, "      - action: Ignore\n        onPodConditions:\n          - type: DisruptionTarget\n"
+                                "            status: \"True\"\n"
+                                "      - action: Count\n        onExitCodes:\n          containerName: agent\n"
+                                "          operator: In\n          values: [137]\n"
+                                "      - action: FailJob\n        onExitCodes:\n          containerName: agent\n"
+                                "          operator: NotIn\n          values: [0]\n"));
+    free(out);
+    /* 137 marked fail: a lost agent ends the job too, so nothing is counted */
+    out = render(SPEC("max_restarts: 2\nrestart_policy: {on_exit: {SIGKILL: fail}}\n"), &rc);
+    assert_null(strstr(out, "action: Count"));
+    assert_non_null(strstr(out, "action: FailJob\n        onExitCodes:\n          containerName: agent\n"
+                                "          operator: NotIn\n          values: [0]\n"));
+    free(out);
+}
+
+/* nodes: MIN:MAX: an Indexed Job of MAX pods whose lost pods are replaced
+ * (their agents join as newcomers), which may lose MAX - MIN of them for
+ * good, and which succeeds when pod 0 (the coordinator's) does. */
+static void elastic_job(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render("name: el\nscheduler: kubernetes\nnodes: 2:4\ncommand: [\"true\"]\nkubernetes: {image: i}\n",
+                       &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "  completions: 4\n  parallelism: 4\n  backoffLimitPerIndex: 0\n"
+                                "  maxFailedIndexes: 2\n  podReplacementPolicy: Failed\n"
+                                "  successPolicy:\n    rules:\n      - succeededIndexes: \"0\"\n"));
+    assert_non_null(strstr(out, "action: Count"));
+    free(out);
 }
 
 static void render_refuses_what_kubernetes_would(void **state)
@@ -226,7 +266,8 @@ static void render_refuses_what_kubernetes_would(void **state)
     } cases[] = {
         {"name: x\nnodes: 2\ncommand: [\"true\"]\n", "needs a kubernetes: section"},
         {"name: x\nnproc_per_node: gpu\ncommand: [\"true\"]\nkubernetes: {image: i}\n",
-         "kubernetes.gpus_per_node is 0"},
+         "nproc_per_node: gpu starts one rank per GPU, but kubernetes.gpus_per_node is not set, so the pods ask "
+         "for no GPU"},
         {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, env: {JOB_COMPLETION_INDEX: \"3\"}}\n",
          "kubernetes.env.JOB_COMPLETION_INDEX: the manifest sets"},
         {"name: x\ncommand: [\"true\"]\nkubernetes: {image: i, volumes: [{name: dshm, mount_path: /a, pvc: p}]}\n",
@@ -264,10 +305,10 @@ static void labels_annotations_pull_secrets(void **state)
     assert_int_equal(rc, 0);
     const char *job = strstr(out, "kind: Job\n");
     assert_non_null(job);
-    assert_non_null(strstr(job, "\n  labels:\n    app.kubernetes.io/name: dtrain\n    app.kubernetes.io/instance: "
+    assert_non_null(strstr(job, "\n  labels:\n    app.kubernetes.io/name: q\n    app.kubernetes.io/instance: "
                                 "q\n    app.kubernetes.io/managed-by: dtrain\n    kueue.x-k8s.io/queue-name: "
                                 "team-a\n    tier: \"1\"\n  annotations:\n    example.com/note: \"a: b\"\nspec:\n"));
-    assert_non_null(strstr(job, "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: dtrain\n"));
+    assert_non_null(strstr(job, "  template:\n    metadata:\n      labels:\n        app.kubernetes.io/name: q\n"));
     assert_non_null(strstr(job, "        tier: \"1\"\n      annotations:\n        example.com/note: \"a: b\"\n    spec:\n"));
     assert_non_null(strstr(job, "\n      imagePullSecrets:\n        - name: regcred\n        - name: other\n"));
     const char *svc = strstr(out, "kind: Service\n");
@@ -301,6 +342,152 @@ static void auth_none_has_no_secret(void **state)
     /* the token file 0400 (256): the agent refuses one others may read */
     assert_non_null(strstr(out, "- key: token\n                      path: token\n                      mode: 256\n"));
     free(out);
+}
+
+/* Clean-up: a TTL on the Job by default; the objects a launch makes after
+ * the Job are owned by it (its uid), so Kubernetes deletes them with it. */
+static void ttl_and_owner_references(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(SPEC(""), &rc);
+    assert_non_null(strstr(out, "  podReplacementPolicy: Failed\n  ttlSecondsAfterFinished: 86400\n"));
+    assert_null(strstr(out, "ownerReferences")); /* rendered by hand: no uid yet */
+    assert_non_null(strstr(out, "# The objects have no owner references"));
+    free(out);
+    struct dt_job *job = load("name: t\nscheduler: kubernetes\ncommand: [\"true\"]\n"
+                              "kubernetes: {image: i, ttl_after_finished: 0s}\n");
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(k8s()->render(job, NULL, m), 0);
+    fclose(m);
+    assert_null(strstr(buf, "ttlSecondsAfterFinished"));
+    free(buf);
+    dt_job_free(job);
+    const char *bad = "name: t\ncommand: [\"true\"]\nkubernetes: {image: i, ttl_after_finished: 30s}\n";
+    assert_int_equal(dt_job_load_string(bad, strlen(bad), "t.yaml", &job), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "ttl_after_finished: expected 0s (the finished Job stays) or at least 60s"));
+    job = load(SPEC(""));
+    struct dt_k8s_render_opts rest = {.launch_id = "0123456789ab", .run_id = "0123456789ab",
+                                      .owner_uid = "c0ffee00-1111-2222-3333-444455556666", .token = "t",
+                                      .parts = DT_K8S_PART_REST},
+                              first = {.launch_id = "0123456789ab", .run_id = "0123456789ab",
+                                       .parts = DT_K8S_PART_JOB};
+    m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_with(job, NULL, &rest, m), 0);
+    fclose(m);
+    assert_null(strstr(buf, "\nkind: Job\n")); /* the owner reference's kind only */
+    const char *owner = "  ownerReferences:\n    - apiVersion: batch/v1\n      kind: Job\n"
+                        "      name: fmnist-0123456789ab\n      uid: c0ffee00-1111-2222-3333-444455556666\n";
+    const char *kinds[] = {"kind: ConfigMap\n", "kind: Secret\n", "kind: Service\n"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *at = strstr(buf, kinds[i]), *next = at ? strstr(at + 1, "\n---\n") : NULL;
+        const char *o = at ? strstr(at, owner) : NULL;
+        if (!o || (next && o > next))
+            fail_msg("%sowned by the Job? in:\n%s", kinds[i], buf);
+    }
+    free(buf);
+    m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_with(job, NULL, &first, m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "\nkind: Job\n"));
+    assert_null(strstr(buf, "kind: ConfigMap"));
+    assert_null(strstr(buf, "ownerReferences"));
+    free(buf);
+    dt_job_free(job);
+}
+
+/* Every pod carries the job's name (the same for every launch) and the run
+ * id in a label of its own; the Service selects this launch's pods. */
+static void labels_stable_and_per_run(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC(""));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_run(job, NULL, "0123456789ab", "ba9876543210", m), 0);
+    fclose(m);
+    const char *tmpl = strstr(buf, "  template:\n    metadata:\n      labels:\n");
+    assert_non_null(tmpl);
+    assert_non_null(strstr(tmpl, "        app.kubernetes.io/name: fmnist\n"
+                                 "        app.kubernetes.io/instance: fmnist-0123456789ab\n"
+                                 "        app.kubernetes.io/managed-by: dtrain\n"
+                                 "        dtrain/run-id: ba9876543210\n"));
+    assert_non_null(strstr(buf, "  selector:\n    app.kubernetes.io/name: fmnist\n"
+                                "    app.kubernetes.io/instance: fmnist-0123456789ab\n  ports:"));
+    free(buf);
+    dt_job_free(job);
+    const char *bad = "name: t\ncommand: [\"true\"]\nkubernetes: {image: i, labels: {dtrain/run-id: x}}\n";
+    assert_int_equal(dt_job_load_string(bad, strlen(bad), "t.yaml", &job), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "dtrain or the Job controller sets this label itself"));
+}
+
+/* kubernetes.gang: Kueue (the Job suspended, labelled with its queue),
+ * Volcano or scheduler-plugins PodGroups whose minimum is the nodes the job
+ * starts with. */
+static void gang_scheduling(void **state)
+{
+    (void)state;
+    int rc;
+    char *out = render(SPECK("  gang: kueue\n  queue: team-a\n"), &rc);
+    assert_int_equal(rc, 0);
+    const char *job = strstr(out, "kind: Job\n");
+    assert_non_null(job);
+    assert_non_null(strstr(job, "    kueue.x-k8s.io/queue-name: team-a\n"));
+    assert_non_null(strstr(job, "  suspend: true\n"));
+    assert_true(strstr(out, "queue-name") > job); /* the Job's label, where Kueue looks */
+    assert_null(strstr(out, "PodGroup"));
+    free(out);
+    out = render("name: g\nscheduler: kubernetes\nnodes: 2:3\ncommand: [\"true\"]\n"
+                 "kubernetes: {image: i, gang: volcano, queue: q1}\n", &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata:\n  name: g\n"));
+    assert_non_null(strstr(out, "spec:\n  minMember: 2\n  queue: q1\n"));
+    assert_non_null(strstr(out, "      annotations:\n        scheduling.k8s.io/group-name: g\n    spec:\n"));
+    assert_non_null(strstr(out, "      schedulerName: volcano\n"));
+    assert_true(strstr(out, "kind: PodGroup") < strstr(out, "kind: Job"));
+    free(out);
+    out = render(SPECK("  gang: coscheduling\n"), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n"));
+    assert_non_null(strstr(out, "spec:\n  minMember: 2\n  scheduleTimeoutSeconds: "));
+    assert_non_null(strstr(out, "        scheduling.x-k8s.io/pod-group: fmnist\n"));
+    assert_null(strstr(out, "schedulerName"));
+    free(out);
+    struct dt_job *bad = NULL;
+    const char *specs[][2] = {
+        {"name: t\ncommand: [a]\nkubernetes: {image: i, gang: kueue}\n", "kueue admits a Job to a LocalQueue"},
+        {"name: t\ncommand: [a]\nkubernetes: {image: i, queue: q}\n", "but gang is none"},
+        {"name: t\ncommand: [a]\nkubernetes: {image: i, gang: kueue, queue: q, labels: {kueue.x-k8s.io/queue-name: "
+         "q}}\n", "the queue is named twice"},
+    };
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(dt_job_load_string(specs[i][0], strlen(specs[i][0]), "t.yaml", &bad), DT_EINVAL);
+        if (!strstr(dt_error_last(), specs[i][1]))
+            fail_msg("'%s' lacks '%s'", dt_error_last(), specs[i][1]);
+    }
+}
+
+/* The JobSet restarts its Job max_restarts times, but not when the agents
+ * ended the job (a FailJob rule): the two budgets do not multiply. */
+static void jobset_restarts(void **state)
+{
+    (void)state;
+    struct dt_job *job = load(SPEC("max_restarts: 3\n"));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    assert_int_equal(dt_k8s_render_jobset(job, NULL, m), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "spec:\n  failurePolicy:\n    maxRestarts: 3\n    rules:\n"
+                                "      - name: the-job-ended\n        action: FailJobSet\n"
+                                "        onJobFailureReasons: [PodFailurePolicy]\n  ttlSecondsAfterFinished: 86400\n"));
+    /* once: the JobSet's; its Job goes with it */
+    assert_null(strstr(strstr(buf, "ttlSecondsAfterFinished") + 1, "ttlSecondsAfterFinished"));
+    free(buf);
+    dt_job_free(job);
 }
 
 /* A launch names every object <name>-<run id> (a Job is immutable: launching
@@ -443,7 +630,10 @@ static void job_spec_merges(void **state)
     assert_non_null(strstr(out, "\nspec:\n  completionMode: Indexed\n"));
     assert_non_null(strstr(out, "  backoffLimit: 0\n"));
     assert_non_null(strstr(out, "          status: \"True\"\n")); /* still a string after the round trip */
-    assert_non_null(strstr(out, "  ttlSecondsAfterFinished: 600\n  suspend: true\n  template:\n"));
+    /* job_spec's TTL wins over ttl_after_finished's; its other fields are added */
+    assert_non_null(strstr(out, "  ttlSecondsAfterFinished: 600\n"));
+    assert_null(strstr(out, "ttlSecondsAfterFinished: 86400"));
+    assert_non_null(strstr(out, "  suspend: true\n  template:\n"));
     free(out);
     out = render("name: t\ncommand: [\"true\"]\nkubernetes: {image: i, job_spec: {backoffLimit: 6}}\n", &rc);
     assert_int_equal(rc, DT_EINVAL);
@@ -568,6 +758,17 @@ static void discover_reads_the_pod(void **state)
     assert_string_equal(node.run_id, "3f2a9c1be4d7");
     assert_string_equal(node.job_id, "fmnist");
     dt_job_free(job);
+    /* nodes: MIN:MAX: pod 0 is node 0, every other pod gets its place from the rounds */
+    job = load("name: fmnist\nscheduler: kubernetes\nnodes: 1:3\ncommand: [a]\nrendezvous: {port: 29411}\n"
+               "kubernetes: {image: i}\n");
+    char *late[] = {"JOB_COMPLETION_INDEX=2", "DTRAIN_JOB_UID=3f2a9c1b-e4d7-4a1e-9c55-0123456789ab", NULL};
+    assert_int_equal(k8s()->discover(job, late, &node), 0);
+    assert_int_equal(node.node_rank, -1);
+    assert_int_equal(node.nnodes, 3);
+    char *first[] = {"JOB_COMPLETION_INDEX=0", "DTRAIN_JOB_UID=3f2a9c1b-e4d7-4a1e-9c55-0123456789ab", NULL};
+    assert_int_equal(k8s()->discover(job, first, &node), 0);
+    assert_int_equal(node.node_rank, 0);
+    dt_job_free(job);
 }
 
 /* A launched Job's pods: the objects' name and the launch's run id from env. */
@@ -686,6 +887,8 @@ static const char fake_kubectl[] =
     "d=$(dirname \"$0\")\n"
     "echo \"$*\" >> \"$d/calls\"\n"
     "case \"$*\" in\n"
+    "  'apply -f - -o jsonpath={.metadata.uid}') cat > \"$d/applied-job\";\n"
+    "     printf c0ffee00-1111-2222-3333-444455556666 ;;\n"
     "  'apply -f -') cat > \"$d/applied\" ;;\n"
     "  *exitCode*) printf '0 3 ' ;;\n"
     "  'get pods'*) printf 'fmnist-0-abc=Running fmnist-1-def=Running ' ;;\n"
@@ -728,14 +931,18 @@ static int submit_with_fake(const char *outcome, char *dir, char **applied, char
     setenv("PATH", old, 1);
     free(old);
     dt_job_free(job);
-    char *bufs[2] = {NULL, NULL};
-    const char *names[2] = {"applied", "calls"};
-    for (int i = 0; i < 2; i++) {
+    /* applied: the Job's manifest (applied first), then what it owns */
+    char *bufs[2] = {calloc(1, 1 << 17), calloc(1, 1 << 16)};
+    const char *names[3] = {"applied-job", "applied", "calls"};
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
         snprintf(file, sizeof file, "%s/%s", dir, names[i]);
         f = fopen(file, "r");
         assert_non_null(f);
-        bufs[i] = calloc(1, 1 << 16);
-        fread(bufs[i], 1, (1 << 16) - 1, f);
+        if (i < 2)
+            at += fread(bufs[0] + at, 1, (1 << 16) - 1, f);
+        else
+            fread(bufs[1], 1, (1 << 16) - 1, f);
         fclose(f);
     }
     *applied = bufs[0];
@@ -757,6 +964,10 @@ static void submit_applies_and_follows(void **state)
     assert_int_equal(submit_with_fake("SuccessCriteriaMet Complete", dir, &applied, &calls), 0);
     assert_non_null(strstr(applied, "kind: Job"));
     assert_non_null(strstr(applied, "kind: Secret"));
+    /* the Job first, its uid then owning the rest */
+    assert_true(strstr(applied, "kind: Job") < strstr(applied, "kind: ConfigMap"));
+    assert_non_null(strstr(calls, "apply -f - -o jsonpath={.metadata.uid}\napply -f -\n"));
+    assert_non_null(strstr(applied, "      uid: c0ffee00-1111-2222-3333-444455556666\n"));
     assert_non_null(strstr(calls, "get pods -n default -l app.kubernetes.io/instance=fmnist"));
     assert_non_null(strstr(calls, "logs -f --prefix -n default -l app.kubernetes.io/instance=fmnist"));
     /* The Job is fmnist-<12 hex>, and that is the name followed. */
@@ -805,7 +1016,7 @@ static void submit_ctrl_c_deletes_and_detach_leaves(void **state)
     fake_detach = false;
     assert_int_equal(st, 0);
     assert_non_null(strstr(applied, "kind: Job"));
-    assert_string_equal(calls, "apply -f -\n"); /* nothing followed, nothing deleted */
+    assert_string_equal(calls, "apply -f - -o jsonpath={.metadata.uid}\napply -f -\n"); /* nothing followed */
     free(applied);
     free(calls);
     remove_dir(dir);
@@ -819,6 +1030,11 @@ int main(void)
         cmocka_unit_test(render_refuses_a_spec_file_not_utf8),
         cmocka_unit_test(bytes_as_quantities),
         cmocka_unit_test(failure_policy_follows_restart_policy),
+        cmocka_unit_test(elastic_job),
+        cmocka_unit_test(ttl_and_owner_references),
+        cmocka_unit_test(labels_stable_and_per_run),
+        cmocka_unit_test(gang_scheduling),
+        cmocka_unit_test(jobset_restarts),
         cmocka_unit_test(render_refuses_what_kubernetes_would),
         cmocka_unit_test(auth_none_has_no_secret),
         cmocka_unit_test(labels_annotations_pull_secrets),

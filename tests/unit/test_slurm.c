@@ -213,22 +213,28 @@ static void render_as_sbatch_reads(void **state)
     dt_job_free(job);
 }
 
-/* setup: lines run in the batch shell before srun; `dtrain launch` embeds the spec it submits. */
+/* setup: lines run on every node, in its task before its agent; `dtrain launch` embeds the spec it submits. */
 static void render_setup_and_snapshot(void **state)
 {
     (void)state;
     const char *yaml = "name: s\nscheduler: slurm\ncommand: [a]\nlog_dir: my runs\n"
-                       "setup: ['module load cuda/12.4', 'source venv/bin/activate']\n"
+                       "setup: ['module load cuda/12.4', 'source venv/bin/activate', DTRAIN_NODE]\n"
                        "env: {X: \"DTRAIN_JOB_SPEC\"}\n";
     struct dt_job *job = load(yaml);
     int rc;
     char *s = render(job, "s.yaml", &rc);
     assert_int_equal(rc, 0);
-    has(s, "\nset +u -e  # module and activate scripts may read unset variables\n"
-           "module load cuda/12.4\nsource venv/bin/activate\nset -u +e\ntrap - ERR\n");
-    has(s, "trap 'echo \"dtrain: a setup line failed");
+    /* the node script, in a heredoc whose end word no setup line is */
+    has(s, "\nNODE=$(cat <<'DTRAIN_NODE_1'\n"
+           "trap 'echo \"dtrain: node ${SLURM_NODEID:-?}: a setup line failed (exit status $?); its agent does not "
+           "start\" >&2' ERR\n"
+           "set +u -e  # module and activate scripts may read unset variables\n"
+           "module load cuda/12.4\nsource venv/bin/activate\nDTRAIN_NODE\nset +e\ntrap - ERR\n"
+           "exec \"$@\"\nDTRAIN_NODE_1\n)\n");
+    has(s, "\nexec srun --kill-on-bad-exit=1 bash -c \"$NODE\" dtrain-node \"$DTRAIN\" agent \"$JOB\" ");
     lacks(s, "RUN_DIR"); /* `dtrain render` leaves the spec where it is */
-    assert_true(strstr(s, "module load") < strstr(s, "\nexec srun"));
+    lacks(s, "restarts=0");  /* max_restarts 0: no agent is started again */
+    assert_true(strstr(s, "NODE=") < strstr(s, "\nexec srun"));
     free(s);
     char tmp[] = "/tmp/dtrain-test-slurm-XXXXXX";
     FILE *f = fdopen(mkstemp(tmp), "w+");
@@ -244,12 +250,24 @@ static void render_setup_and_snapshot(void **state)
     has(out, "\nRUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$SLURM_JOB_ID\n");
     /* `dtrain launch --resume`: the run it continues names the directory instead */
     has(out, "\nif [ -n \"${DTRAIN_SLURM_RUN_ID:-}\" ]; then");
-    has(out, "\n  RUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$DTRAIN_SLURM_RUN_ID\nfi\nmkdir -p \"$RUN_DIR\"\n");
+    has(out, "\n  RUN_DIR=${DTRAIN_LOG_DIR:-'my runs'}/s-$DTRAIN_SLURM_RUN_ID\nfi\n"
+             "mkdir -p \"${RUN_DIR%/*}\" && { mkdir -m 700 \"$RUN_DIR\" 2>/dev/null || [ -d \"$RUN_DIR\" ]; }\n");
     has(out, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC_1'\nname: s\n");
     has(out, "\nDTRAIN_JOB_SPEC\nDTRAIN_JOB_SPEC_1\nmv -f \"$RUN_DIR/job.yaml.tmp\" \"$RUN_DIR/job.yaml\"\n"
              "JOB=$RUN_DIR/job.yaml\n");
     assert_true(strstr(out, "JOB=$RUN_DIR/job.yaml") < strstr(out, "\nexec srun"));
     free(out);
+    dt_job_free(job);
+    /* a spec that is not its file as written (--set, ${VAR}) travels in the script, as printed */
+    struct dt_job_load_opts o = {.set = (char *[]){"nodes=3", NULL}, .n_set = 1};
+    assert_int_equal(dt_job_load_string_with(yaml, strlen(yaml), "s.yaml", &o, &job), 0);
+    assert_true(job->derived);
+    s = render(job, "s.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "cat >\"$RUN_DIR/job.yaml.tmp\" <<'DTRAIN_JOB_SPEC'\nname: \"s\"\n");
+    has(s, "\nnodes: 3\n");
+    has(s, "#SBATCH --nodes=3\n");
+    free(s);
     dt_job_free(job);
 }
 
@@ -289,11 +307,102 @@ static void render_per_rank(void **state)
     has(s, "exec srun --kill-on-bad-exit=1 --cpu-bind=map_cpu:0,1 \"$DTRAIN\" agent");
     free(s);
     dt_job_free(job);
-    /* per_rank with nproc_per_node: gpu and no GPU count: the tasks per node are unknown */
-    job = load("name: pg\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\nslurm: {tasks: per_rank}\n");
+    /* per_rank with nproc_per_node: gpu and GPUs asked another way: the tasks per node are unknown */
+    job = load("name: pg\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\n"
+               "slurm: {tasks: per_rank, extra_sbatch: [--gres=gpu:4]}\n");
     free(render(job, "pg.yaml", &rc));
     assert_int_equal(rc, DT_EINVAL);
     assert_non_null(strstr(dt_error_last(), "per_rank needs the ranks per node"));
+    dt_job_free(job);
+    /* per_rank's one step has a fixed task count: an elastic job is refused */
+    job = load("name: pe\nscheduler: slurm\nnodes: 2:3\nnproc_per_node: 2\ncommand: [a]\nslurm: {tasks: per_rank}\n");
+    free(render(job, "pe.yaml", &rc));
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "per_rank starts every rank with one step of a fixed task count, but "
+                                            "nodes: 2:3 is elastic"));
+    dt_job_free(job);
+}
+
+/* nproc_per_node: gpu asks Slurm for the GPUs or is refused, as Kubernetes refuses pods without them. */
+static void render_gpus_asked(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: g\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\n");
+    int rc;
+    free(render(job, "g.yaml", &rc));
+    assert_int_equal(rc, DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "g.yaml: nproc_per_node: gpu starts one rank per GPU, but "
+                                            "slurm.gpus_per_node is not set, so the job asks Slurm for no GPU"));
+    assert_int_equal(dt_slurm_check(job), DT_EINVAL); /* validate and launch refuse it the same way */
+    dt_job_free(job);
+    job = load("name: g\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\nslurm: {gpus_per_node: 4}\n");
+    char *s = render(job, "g.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --gpus-per-node=4\n");
+    has(s, "forks 4 ranks (one per GPU)");
+    free(s);
+    dt_job_free(job);
+    job = load("name: g\nscheduler: slurm\nnproc_per_node: gpu\ncommand: [a]\n"
+               "slurm: {extra_sbatch: [\"--gres=gpu:a100:2\"]}\n");
+    s = render(job, "g.yaml", &rc);
+    assert_int_equal(rc, 0); /* asked in the user's own line: each node counts what it got */
+    has(s, "#SBATCH --gres=gpu:a100:2\n");
+    has(s, "forks one rank per GPU");
+    free(s);
+    assert_int_equal(dt_slurm_check(job), 0);
+    dt_job_free(job);
+}
+
+/* nodes: MIN:MAX: --nodes=MIN-MAX, and neither a lost task nor a failed node ends the step. */
+static void render_elastic(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: el\nscheduler: slurm\nnodes: 2:4\nnproc_per_node: 2\ncommand: [a]\n");
+    int rc;
+    char *s = render(job, "el.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "#SBATCH --nodes=2-4\n#SBATCH --no-kill\n");
+    has(s, "# 2 to 4 nodes; on each, one dtrain agent");
+    has(s, "\nexec srun --kill-on-bad-exit=0 --no-kill bash -c \"$NODE\" dtrain-node \"$DTRAIN\" agent \"$JOB\" ");
+    lacks(s, "--kill-on-bad-exit=1");
+    /* a node whose agent stays lost leaves the job without failing the step: srun's status stays node 0's */
+    has(s, "  [ \"$lost\" = 1 ] && [ \"$restarts\" -lt 0 ] || break\n");
+    has(s, "if [ \"$lost\" = 1 ]; then\n  echo \"dtrain: node $SLURM_NODEID: its agent was lost (status $status); "
+           "the elastic job goes \"\\\n\"on without this node\" >&2\n  exit 0\nfi\nexit \"$status\"\n");
+    free(s);
+    dt_job_free(job);
+    /* a fixed job keeps one count and stops the step when an agent fails */
+    job = load("name: f\nscheduler: slurm\nnodes: 3\ncommand: [a]\n");
+    s = render(job, "f.yaml", &rc);
+    has(s, "#SBATCH --nodes=3\n");
+    lacks(s, "--no-kill");
+    free(s);
+    dt_job_free(job);
+}
+
+/* max_restarts: a node's task starts a lost agent again (never node 0's), up to max_restarts times. */
+static void render_agent_restarts(void **state)
+{
+    (void)state;
+    struct dt_job *job = load("name: r\nscheduler: slurm\nnodes: 2\nmax_restarts: 3\ncommand: [a]\n");
+    int rc;
+    char *s = render(job, "r.yaml", &rc);
+    assert_int_equal(rc, 0);
+    has(s, "\nNODE=$(cat <<'DTRAIN_NODE'\nrestarts=0 stop=0\ntrap 'stop=1' TERM INT HUP\ntrap ':' USR1 USR2\n"
+           "port=$((20000 + ${SLURM_JOB_ID%%_*} % 10000))");
+    has(s, "  if [ \"$status\" -gt 128 ] && [ \"$stop\" = 0 ] && [ \"${SLURM_NODEID:-0}\" != 0 ]; then\n");
+    has(s, "  [ \"$lost\" = 1 ] && [ \"$restarts\" -lt 3 ] || break\n");
+    has(s, "done\nexit \"$status\"\n");
+    lacks(s, "exit 0"); /* a fixed job's node never leaves it quietly */
+    has(s, "timeout 5 bash -c ': >\"/dev/tcp/$1/$2\"' dtrain-probe \\\n      \"${SLURM_LAUNCH_NODE_IPADDR:-}\" \"$port\"");
+    has(s, "\nexec srun --kill-on-bad-exit=1 bash -c \"$NODE\" dtrain-node \"$DTRAIN\" agent ");
+    lacks(s, "exec \"$@\"");
+    free(s);
+    dt_job_free(job);
+    job = load("name: r\nscheduler: slurm\nnodes: 2\nmax_restarts: 1\nrendezvous: {port: 29400}\ncommand: [a]\n");
+    s = render(job, "r.yaml", &rc);
+    has(s, "\nport=29400\n"); /* the spec's port, as the agents use it */
+    free(s);
     dt_job_free(job);
 }
 
@@ -345,6 +454,30 @@ static void discover_batch_job(void **state)
 
 /* `dtrain launch --resume`: the job's environment names the run it continues;
  * the job id still names the job (and derives the port). */
+/* nodes: MIN:MAX: any count Slurm gave in the range; node 0 named, the others placed by the rounds. */
+static void discover_elastic(void **state)
+{
+    (void)state;
+    struct dt_job *job =
+        load("name: el\nscheduler: slurm\nnodes: 2:4\ncommand: [a]\nrendezvous: {port: 1}\n");
+    char *env[] = {"ENVIRONMENT=BATCH",         "SLURM_JOB_ID=77",        "SLURM_NODEID=2",
+                   "SLURM_STEP_NUM_NODES=3",    "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_NODELIST=n[1-3]",
+                   "SLURM_LAUNCH_NODE_IPADDR=10.0.0.1", NULL};
+    struct dt_adapter_node n;
+    assert_int_equal(dt_slurm_discover(job, env, &n), 0);
+    assert_int_equal(n.node_rank, -1); /* a place from the rounds */
+    assert_int_equal(n.nnodes, 4);     /* the rounds' most */
+    assert_string_equal(n.coord_host, "10.0.0.1");
+    /* fewer nodes than MIN: Slurm did not run it as rendered */
+    char *few[] = {"ENVIRONMENT=BATCH",      "SLURM_JOB_ID=77",         "SLURM_NODEID=0",
+                   "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1",  "SLURM_STEP_NODELIST=n1",
+                   "SLURM_LAUNCH_NODE_IPADDR=10.0.0.1", NULL};
+    assert_int_equal(dt_slurm_discover(job, few, &n), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "nodes: 2:4, but this Slurm step runs on 1 node"));
+    assert_non_null(strstr(dt_error_last(), "sbatch --nodes=2-4"));
+    dt_job_free(job);
+}
+
 static void discover_resumed_run(void **state)
 {
     (void)state;
@@ -545,7 +678,11 @@ int main(void)
         cmocka_unit_test(render_as_sbatch_reads),
         cmocka_unit_test(render_setup_and_snapshot),
         cmocka_unit_test(render_per_rank),
+        cmocka_unit_test(render_gpus_asked),
+        cmocka_unit_test(render_elastic),
+        cmocka_unit_test(render_agent_restarts),
         cmocka_unit_test(render_refuses),
+        cmocka_unit_test(discover_elastic),
         cmocka_unit_test(discover_batch_job),
         cmocka_unit_test(discover_resumed_run),
         cmocka_unit_test(discover_derives_port),

@@ -79,6 +79,35 @@ static void file_private_to_its_user(void **state)
     assert_non_null(strstr(dt_error_last(), "not a regular file"));
 }
 
+/* A Kubernetes Secret under the pod's fsGroup: root's file, 0440, the group
+ * the container's user is in.  Accepted in a pod only, and only that shape. */
+static void pod_group_readable(void **state)
+{
+    (void)state;
+    char path[64], out[DT_TOKEN_LEN + 1];
+    token_file(path, sizeof path, good, 0440);
+    assert_int_equal(chown(path, geteuid(), getegid()), 0);
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    assert_int_equal(dt_token_from_file(path, out), DT_EINVAL); /* not a pod: a group is not the user's alone */
+    assert_non_null(strstr(dt_error_last(), "its group (mode 0440)"));
+    setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+    assert_int_equal(dt_token_from_file(path, out), 0);
+    assert_string_equal(out, good);
+    const mode_t refused[] = {0460, 0444, 0442, 0441}; /* the group may write, others may read, write, run */
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        chmod(path, refused[i]);
+        if (dt_token_from_file(path, out) != DT_EINVAL)
+            fail_msg("mode %04o accepted in a pod", (unsigned)refused[i]);
+    }
+    chmod(path, 0440);
+    if (geteuid() == 0 && chown(path, 0, 54321) == 0) { /* a group this process is not in */
+        assert_int_equal(dt_token_from_file(path, out), DT_EINVAL);
+        assert_non_null(strstr(dt_error_last(), "its group"));
+    }
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    unlink(path);
+}
+
 static void from_the_environment(void **state)
 {
     (void)state;
@@ -108,6 +137,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(made_fresh_and_checked),
+        cmocka_unit_test(pod_group_readable),
         cmocka_unit_test(file_private_to_its_user),
         cmocka_unit_test(from_the_environment),
     };

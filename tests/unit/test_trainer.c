@@ -212,37 +212,72 @@ static void buckets_first_small_then_cap(void **state)
     size_t sizes[6] = {300000, 1000, 300000, 1000, 10000, 10}, bounds[7] = {0};
     for (int i = 0; i < 6; i++)
         bounds[i + 1] = bounds[i] + sizes[i];
-    float *g = calloc(bounds[6], sizeof *g);
-    struct dt_reducer r;
+    struct dt_buckets b;
     /* first bucket 1 MiB = 262144 floats: closes after the 300k tensor (reverse order). */
-    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, NULL, 6, 1 << 20, 25 << 20, true), 0);
-    assert_int_equal(r.nb, 2);
-    assert_int_equal(r.b[0].hi, bounds[6]);
-    assert_int_equal(r.b[0].lo, bounds[2]);
-    assert_int_equal(r.b[1].hi, bounds[2]);
-    assert_int_equal(r.b[1].lo, 0);
-    dt_reducer_release(&r);
+    assert_int_equal(dt_buckets_plan(&b, bounds, NULL, 6, 1 << 20, 25 << 20), 0);
+    assert_int_equal(b.n, 2);
+    assert_int_equal(b.range[0][1], bounds[6]);
+    assert_int_equal(b.range[0][0], bounds[2]);
+    assert_int_equal(b.range[1][1], bounds[2]);
+    assert_int_equal(b.range[1][0], 0);
+    dt_buckets_release(&b);
     /* Tiny limits: every tensor its own bucket, last first. */
-    assert_int_equal(dt_reducer_init(&r, NULL, g, bounds, NULL, 6, 4, 4, true), 0);
-    assert_int_equal(r.nb, 6);
+    assert_int_equal(dt_buckets_plan(&b, bounds, NULL, 6, 4, 4), 0);
+    assert_int_equal(b.n, 6);
     for (int i = 0; i < 6; i++)
-        assert_int_equal(r.b[i].lo, bounds[5 - i]);
-    dt_reducer_release(&r);
+        assert_int_equal(b.range[i][0], bounds[5 - i]);
+    dt_buckets_release(&b);
     /* A cut starts a bucket whatever its size: the 300k tensor in two chunks. */
     size_t cb[8] = {0, 100000, 300000, 301000, 601000, 602000, 612000, 612010};
     bool cut[8] = {true, true, false, false, false, false, false, false};
+    assert_int_equal(dt_buckets_plan(&b, cb, cut, 7, 1 << 20, 25 << 20), 0);
+    assert_int_equal(b.n, 3);
+    assert_int_equal(b.range[0][0], cb[3]);
+    assert_int_equal(b.range[1][0], cb[1]);
+    assert_int_equal(b.range[1][1], cb[3]);
+    assert_int_equal(b.range[2][0], 0);
+    assert_int_equal(b.range[2][1], cb[1]);
+    /* Ready: a bucket once backward's report covers it, in order, none past the last. */
+    assert_false(dt_buckets_ready(&b, 0, cb[3] + 1));
+    assert_true(dt_buckets_ready(&b, 0, cb[3]));
+    assert_false(dt_buckets_ready(&b, 1, cb[3]));
+    assert_true(dt_buckets_ready(&b, 1, cb[1]));
+    assert_true(dt_buckets_ready(&b, 2, 0));
+    assert_false(dt_buckets_ready(&b, 3, 0));
+    /* A copy is the same table in its own memory (the CUDA engine keeps one). */
+    struct dt_buckets c;
+    assert_int_equal(dt_buckets_copy(&c, &b), 0);
+    assert_int_equal(c.n, b.n);
+    assert_ptr_not_equal(c.range, b.range);
+    assert_memory_equal(c.range, b.range, (size_t)b.n * sizeof *b.range);
+    dt_buckets_release(&c);
+    dt_buckets_release(&b);
+    /* Refused: no tensors, a first tensor not at 0, a size not positive. */
+    assert_int_equal(dt_buckets_plan(&b, bounds, NULL, 0, 4, 4), DT_EINVAL);
+    assert_int_equal(dt_buckets_plan(&b, bounds + 1, NULL, 5, 4, 4), DT_EINVAL);
+    assert_int_equal(dt_buckets_plan(&b, bounds, NULL, 6, 0, 4), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "sizes must be positive"));
+}
+
+/* The reducer cuts the plan's buckets; with one process begin/ready/finish
+ * send nothing and succeed. */
+static void reducer_uses_the_plan(void **state)
+{
+    (void)state;
+    size_t cb[8] = {0, 100000, 300000, 301000, 601000, 602000, 612000, 612010};
+    bool cut[8] = {true, true, false, false, false, false, false, false};
+    float *g = calloc(cb[7], sizeof *g);
+    struct dt_reducer r;
+    struct dt_buckets b;
     assert_int_equal(dt_reducer_init(&r, NULL, g, cb, cut, 7, 1 << 20, 25 << 20, true), 0);
-    assert_int_equal(r.nb, 3);
-    assert_int_equal(r.b[0].lo, cb[3]);
-    assert_int_equal(r.b[1].lo, cb[1]);
-    assert_int_equal(r.b[1].hi, cb[3]);
-    assert_int_equal(r.b[2].lo, 0);
-    assert_int_equal(r.b[2].hi, cb[1]);
-    /* One process: begin/ready/finish send nothing and succeed. */
+    assert_int_equal(dt_buckets_plan(&b, cb, cut, 7, 1 << 20, 25 << 20), 0);
+    assert_int_equal(r.plan.n, b.n);
+    assert_memory_equal(r.plan.range, b.range, (size_t)b.n * sizeof *b.range);
     dt_reducer_begin(&r, true);
-    dt_reducer_ready(&r, 0, bounds[6]);
+    dt_reducer_ready(&r, 0, cb[7]);
     assert_int_equal(dt_reducer_finish(&r), 0);
     dt_reducer_release(&r);
+    dt_buckets_release(&b);
     free(g);
 }
 
@@ -492,6 +527,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(buckets_first_small_then_cap),
+        cmocka_unit_test(reducer_uses_the_plan),
         cmocka_unit_test(bad_specs_refused),
         cmocka_unit_test(metrics_and_summary),
         cmocka_unit_test(accumulation_equals_big_batch),

@@ -38,6 +38,24 @@ static int check_shard(const struct dt_trainer *t, int rank, int world)
     return 0;
 }
 
+/* Set-up decided where the averaged gradients live (trainer_update.c):
+ * ZeRO-1's shard with zero 1; with zero 0 the host's one copy over shm (with
+ * share_state), else the rank's own arena; AMP unscales exactly that part. */
+static int check_home(const struct dt_trainer *t, const struct job *j)
+{
+    bool host = !j->spec.ddp.zero && j->spec.ddp.share_state && !strcmp(j->backend, "shm");
+    const char *want = j->spec.ddp.zero ? "zero1" : host ? "host" : "own";
+    const float *part = j->spec.ddp.zero ? t->model->grads + t->zero.lo
+                        : host           ? t->hs.avg + t->hs.lo
+                                         : t->model->grads;
+    size_t n = j->spec.ddp.zero ? t->zero.hi - t->zero.lo : host ? t->hs.hi - t->hs.lo : t->model->n_params;
+    if (strcmp(t->home->name, want) || t->avg_part != part || t->avg_n != n || (host && !t->hs.avg))
+        return dt_error_set(DT_EINTERNAL,
+                            "%s with zero %d: the averages live in \"%s\" (%zu floats), want \"%s\" (%zu)",
+                            j->backend, j->spec.ddp.zero, t->home->name, t->avg_n, want, n);
+    return 0;
+}
+
 static int rank_body(struct dt_comm *c, int rank, int world, void *arg)
 {
     struct job *j = arg;
@@ -47,6 +65,8 @@ static int rank_body(struct dt_comm *c, int rank, int world, void *arg)
     int rc = dt_trainer_create(&j->spec, &o, &t);
     if (!rc && j->spec.ddp.zero)
         rc = check_shard(t, rank, world);
+    if (!rc)
+        rc = check_home(t, j);
     if (!rc)
         rc = dt_trainer_run(t, NULL);
     dt_trainer_destroy(t);

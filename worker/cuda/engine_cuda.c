@@ -227,10 +227,10 @@ static int setup_comm(struct dt_dev_model *d)
                             "trainer.device cuda with %d ranks needs the nccl backend (backend: nccl "
                             "or auto)",
                             d->c.world);
-    if (d->c.n_buckets > DT_ENGINE_MAX_BUCKETS)
+    if (d->buckets.n > DT_ENGINE_MAX_BUCKETS)
         return dt_error_set(DT_EINVAL,
                             "cuda trainer: %d gradient buckets, at most %d (raise ddp.bucket_cap_mb)",
-                            d->c.n_buckets, DT_ENGINE_MAX_BUCKETS);
+                            d->buckets.n, DT_ENGINE_MAX_BUCKETS);
     return dt_nccl_set_compute_stream(d->c.comm, d->s);
 }
 
@@ -259,7 +259,7 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     if (!d)
         return dt_error_set(DT_ENOMEM, "cuda trainer: no memory");
     d->c = *c;
-    d->c.buckets = NULL; /* our own copy below */
+    d->c.buckets = NULL; /* our own copy below, d->buckets */
     d->mo = c->model->ops->cuda;
     d->n = c->model->n_params;
     /* Each arena starts on 256 bytes: cuBLASLt picks its fast kernels for
@@ -282,13 +282,7 @@ static int engine_create(const struct dt_dev_config *c, struct dt_dev_model **ou
     d->t = c->bf16 ? DT_CUDA_BF16 : c->fp16 ? DT_CUDA_F16 : DT_CUDA_F32;
     d->peak_flops = dt_engine__peak_flops(d->c.device, d->t != DT_CUDA_F32, c->tf32);
     d->order_epoch = -1;
-    size_t(*bk)[2] = calloc((size_t)(c->n_buckets > 0 ? c->n_buckets : 1), sizeof *bk);
-    if (bk && c->n_buckets > 0)
-        memcpy(bk, c->buckets, (size_t)c->n_buckets * sizeof *bk);
-    d->c.buckets = (const size_t(*)[2])bk;
-    int rc = 0;
-    if (!bk)
-        rc = dt_error_set(DT_ENOMEM, "cuda trainer: no memory for the buckets");
+    int rc = dt_buckets_copy(&d->buckets, c->buckets);
     if (!rc)
         rc = dt_engine__check_memory(d);
     if (!rc)
@@ -423,7 +417,7 @@ static void engine_destroy(struct dt_dev_model *d)
     cudaFree(d->nodecay);
     dt_sampler_release(&d->sampler);
     free(d->order);
-    free((void *)d->c.buckets);
+    dt_buckets_release(&d->buckets);
     dt_engine__nvml_close(d->nvml);
     events_destroy(d->phase_ev, DT_ENGINE_PHASES + 1);
     dt_cuda_ctx_destroy(d->kw);

@@ -32,6 +32,7 @@ int dt_engine__gather(cudaStream_t s, enum dt_cuda_dtype t, void *x, int32_t *y,
 
 #ifndef __CUDACC__
 #include "worker/cuda/model_cuda.h"
+#include "worker/buckets.h"
 #include "worker/kernels.h"
 #include "worker/data/sampler.h"
 
@@ -128,7 +129,8 @@ struct dt_dev_model {
     int pending_slot, pending_rows;
     float pending_dscale;
     bool warmed;
-    /* buckets: all-reduced on cs as backward writes them */
+    /* buckets (worker/buckets.h, the reducer's own): all-reduced on cs as backward writes them */
+    struct dt_buckets buckets;
     int next_bucket;
     cudaEvent_t bucket_ev[DT_ENGINE_MAX_BUCKETS], join_ev;
     double loss_read; /* loss_acc at the last read_stats */

@@ -68,15 +68,16 @@ static int mark(struct dt_dev_model *d, int i)
 }
 
 /* The model's report (model_cuda.h): gradients [ready_lo, n) are written
- * once `written_on` has run what it has queued.  Starts every bucket inside
- * them (reducer.c's rule, in bucket order on every rank, as collectives
- * require) on the communication stream, behind an event on `written_on`. */
+ * once `written_on` has run what it has queued.  Starts every bucket that is
+ * ready (worker/buckets.h, the reducer's rule: in bucket order on every rank,
+ * as collectives require) on the communication stream, behind an event on
+ * `written_on`. */
 static int start_buckets(void *ctx, size_t ready_lo, cudaStream_t written_on)
 {
     struct dt_dev_model *d = ctx;
-    while (d->next_bucket < d->c.n_buckets && d->c.buckets[d->next_bucket][0] >= ready_lo) {
+    while (dt_buckets_ready(&d->buckets, d->next_bucket, ready_lo)) {
         int i = d->next_bucket++;
-        size_t lo = d->c.buckets[i][0], hi = d->c.buckets[i][1];
+        size_t lo = d->buckets.range[i][0], hi = d->buckets.range[i][1];
         int rc = dt_cuda_stream_after(d->cs, written_on, d->bucket_ev[i], "ordering a bucket after its gradients");
         if (!rc)
             rc = dt_nccl_allreduce_stream(d->c.comm, d->g + lo, hi - lo, DT_F32, DT_AVG, d->cs);

@@ -35,7 +35,7 @@
 #include "base/arena.h"
 #include "base/clock.h"
 #include "base/error.h"
-#include "worker/data/sampler.h"
+#include "worker/models/param_init.h"
 
 #define VOCAB_PAD 128
 
@@ -93,30 +93,13 @@ static void layout(struct dt_gpt2 *g)
 
 /* ---- initialisation ---- */
 
-/* N(0, std) by Box-Muller over 53-bit uniforms in (0, 1] from MT19937. */
-static double uniform(struct dt_mt19937 *r)
-{
-    uint64_t a = dt_mt19937_next(r) >> 5, b = dt_mt19937_next(r) >> 6;
-    return ((double)(a * 67108864 + b) + 1.0) / 9007199254740992.0;
-}
-
-static void init_normal(float *x, size_t n, double std, struct dt_mt19937 *r)
-{
-    for (size_t i = 0; i < n; i += 2) {
-        double rad = sqrt(-2.0 * log(uniform(r))), th = 2.0 * M_PI * uniform(r);
-        x[i] = (float)(std * rad * cos(th));
-        if (i + 1 < n)
-            x[i + 1] = (float)(std * rad * sin(th));
-    }
-}
-
 /* GPT-2's: matrices and embeddings N(0, 0.02), the two residual output
- * projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1;
- * tensor by tensor in arena order from one generator seeded with `seed`. */
+ * projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1.
+ * Tensor i is stream i of the counter-based draws (param_init.h) under key
+ * `seed`: every value is a function of (seed, tensor, index) alone, so the
+ * CPU pool draws them in parallel and any thread count gives the same bits. */
 static void init_params(struct dt_gpt2 *g, uint64_t seed)
 {
-    struct dt_mt19937 r;
-    dt_mt19937_seed(&r, (uint32_t)(seed ^ (seed >> 32)));
     double proj_std = 0.02 / sqrt(2.0 * g->L);
     for (int i = 0; i < g->m.n_tensors; i++) {
         const struct dt_model_tensor *t = &g->tensors[i];
@@ -125,10 +108,9 @@ static void init_params(struct dt_gpt2 *g, uint64_t seed)
         size_t len = strlen(t->name);
         bool is_weight = len > 7 && !strcmp(t->name + len - 7, ".weight");
         if (t->ndim == 2)
-            init_normal(x, n, strstr(t->name, "c_proj.weight") ? proj_std : 0.02, &r);
-        else
-            for (size_t k = 0; k < n; k++)
-                x[k] = is_weight ? 1.0f : 0.0f; /* LayerNorm weights; every 1-D bias is 0 */
+            dt_param_init_normal(x, n, strstr(t->name, "c_proj.weight") ? proj_std : 0.02, seed, (uint32_t)i);
+        else /* LayerNorm weights; every 1-D bias is 0 */
+            dt_param_init_fill(x, n, is_weight ? 1.0f : 0.0f);
     }
 }
 
