@@ -359,6 +359,11 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
     if (ff->hung)
         dprintf(fd, "dtrain: rank %d was %s; states, stacks and last log lines: %s\n", ff->rank, ff->hang_reason,
                 ff->hang_report[0] ? ff->hang_report : "(the report could not be written)");
+    if (ff->hung && ff->hang_traceback[0]) {
+        dprintf(fd, "dtrain: where rank %d's Python threads were (faulthandler; all of it in the report):\n",
+                ff->rank);
+        print_quoted(fd, ff->hang_traceback);
+    }
     if (ff->oom_killer == 1)
         dprintf(
             fd,
