@@ -189,8 +189,8 @@ struct dt_agent__rows;
 bool dt_agent__rows_wanted(const struct dt_agent *a);
 /* Starts reading the new attempt's rows files (a->rows); 0 when none are wanted. */
 int dt_agent__rows_begin(struct dt_agent *a);
-/* Reads what the files gained, at most every 0.1 s unless now_please. */
-void dt_agent__rows_poll(struct dt_agent *a, bool now_please);
+/* Reads what the files gained (1 MiB a rank at most), at most every 0.1 s. */
+void dt_agent__rows_poll(struct dt_agent *a);
 /* Local rank i's last row: its step and when it was read (agent's clock);
  * DT_ENOTFOUND when it wrote none, or paused since. */
 int dt_agent__rows_heartbeat(const struct dt_agent *a, int i, int64_t *step, double *last_s);

@@ -44,6 +44,9 @@
 #define WARN_MAX 10      /* malformed lines reported per rank and attempt */
 #define NAME_MAX_BYTES 64
 #define COUNT_MAX 0x1p53 /* beyond it, doubles skip whole numbers */
+/* Bytes of one rank read per look: a rank writing rows without pause must not
+ * hold the agent's loop; what is left is read at the next look. */
+#define READ_MAX (1 << 20)
 
 struct rank_rows {
     int rank;
@@ -265,14 +268,15 @@ static bool open_rows(struct rank_rows *r)
     return true;
 }
 
-static void read_rank(struct dt_agent__rows *rs, struct rank_rows *r, double now)
+static void read_rank(struct dt_agent__rows *rs, struct rank_rows *r, double now, size_t max)
 {
-    while (open_rows(r)) {
+    for (size_t got = 0; got < max && open_rows(r);) {
         ssize_t n = read(r->fd, r->buf + r->len, LINE_MAX_BYTES - r->len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return;
+        got += (size_t)n;
         r->len += (size_t)n;
         char *start = r->buf, *end = r->buf + r->len, *nl;
         while ((nl = memchr(start, '\n', (size_t)(end - start)))) {
@@ -298,15 +302,15 @@ static void read_rank(struct dt_agent__rows *rs, struct rank_rows *r, double now
     }
 }
 
-void dt_agent__rows_poll(struct dt_agent *a, bool now_please)
+void dt_agent__rows_poll(struct dt_agent *a)
 {
     struct dt_agent__rows *rs = a->rows;
     double now = dt_clock_s();
-    if (!rs || (!now_please && now < rs->next_s))
+    if (!rs || now < rs->next_s)
         return;
     rs->next_s = now + READ_PERIOD_S;
     for (int i = 0; i < rs->n; i++)
-        read_rank(rs, &rs->r[i], now);
+        read_rank(rs, &rs->r[i], now, READ_MAX);
 }
 
 int dt_agent__rows_begin(struct dt_agent *a)
@@ -351,7 +355,12 @@ void dt_agent__rows_end(struct dt_agent *a)
     struct dt_agent__rows *rs = a->rows;
     if (!rs)
         return;
-    dt_agent__rows_poll(a, true); /* the rows written last, before the rank ended */
+    for (int i = 0; i < rs->n; i++) { /* the rows written last, before the ranks ended: all of them */
+        struct rank_rows *r = &rs->r[i];
+        read_rank(rs, r, dt_clock_s(), SIZE_MAX);
+        if (r->len > 0 && !r->overlong) /* a last row without its newline: the rank is done writing */
+            take_line(rs, r, r->buf, r->len, dt_clock_s());
+    }
     for (int i = 0; i < rs->n; i++)
         if (rs->r[i].fd >= 0)
             close(rs->r[i].fd);

@@ -406,7 +406,7 @@ static void supervise(struct dt_agent *a, int sig_fd)
             else
                 rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
-        dt_agent__rows_poll(a, false);
+        dt_agent__rows_poll(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (!children)

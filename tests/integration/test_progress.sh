@@ -106,6 +106,24 @@ else
   not_ok "python3 can import tensorboard (scripts/install-deps.sh installs it into .venv)"
 fi
 
+# Any writer: a line too long, more malformed lines than are reported, a last row without its newline.
+cat >"$T/raw.py" <<'PY'
+import os
+with open(os.environ["DTRAIN_METRICS_FILE"], "a") as f:
+    f.write('{"step": 1, "loss": 1}\n{"step": 2, "loss": ' + "1" * 70000 + '}\n{"step": 3, "loss": 1}\n')
+    f.writelines('{"step": %d, "a b": 1}\n' % s for s in range(4, 16))
+    f.write('{"step": 16, "loss": 0.5}')
+PY
+expect_status 0 "a rank writing its own malformed rows succeeds" "$DTRAIN" run -n 1 --log-dir "$runs" raw.py
+contains "$T/last.err" 'rank 0: .*rank_0\.metrics\.jsonl:2: not a progress row, ignored: longer than 65536 bytes' \
+  "a line over 64 KiB is named and skipped"
+contains "$T/last.err" 'rank_0\.metrics\.jsonl:4: .*the name "a b" is not' "a name that is not plain is refused"
+check "10 malformed lines are reported, then one line says the rest are not" \
+  test "$(grep -c 'not a progress row' "$T/last.err")" = 10 -a "$(grep -c 'further malformed lines' "$T/last.err")" = 1
+check "the rows around them, and a last one without its newline, reach metrics.jsonl" \
+  test "$(python3 -c 'import json, sys; print(*(json.loads(l)["step"] for l in open(sys.argv[1])))' \
+    "$(newest raw)/metrics.jsonl")" = "1 3 16"
+
 # --- a hung Python rank: its threads in the failure report ------------------------------
 cat >"$T/hang.py" <<'PY'
 import os, threading, time
