@@ -96,15 +96,15 @@ static int cannot_open(const char *path, int err)
                               path);
 }
 
-int dt_fs_open_read(const char *path, enum dt_fs_links links, struct stat *st)
+int dt_fs_open_read(int dfd, const char *path, enum dt_fs_links links, struct stat *st)
 {
     struct stat named, opened;
-    if ((links == DT_FS_FOLLOW ? stat(path, &named) : lstat(path, &named)) != 0)
+    if (fstatat(dfd, path, &named, links == DT_FS_FOLLOW ? 0 : AT_SYMLINK_NOFOLLOW) != 0)
         return cannot_open(path, errno);
     if (!S_ISREG(named.st_mode))
         return not_regular(path, named.st_mode);
     int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (links == DT_FS_NOFOLLOW ? O_NOFOLLOW : 0);
-    int fd = open(path, flags), rc = 0;
+    int fd = openat(dfd, path, flags), rc = 0;
     if (fd < 0)
         return errno == ELOOP && links == DT_FS_NOFOLLOW ? not_regular(path, S_IFLNK)
                                                          : cannot_open(path, errno);

@@ -10,6 +10,7 @@
 #ifndef DT_FS_H
 #define DT_FS_H
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,7 +37,11 @@ void dt_fs_self_path(char *out, size_t size);
  * name at another file of the reader's. */
 enum dt_fs_links { DT_FS_FOLLOW, DT_FS_NOFOLLOW };
 
-/* Opens `path` for reading when it is a regular file, and only then.  The
+/* Opens `path` (relative to the directory dfd, or AT_FDCWD: a reader that
+ * checked a run directory's owner opens its files from that descriptor, so
+ * the directory it checked is the one it reads) for reading when it is a
+ * regular file, and only then; every reader of a file someone else may have
+ * planted opens it here.  The
  * name is checked first (lstat, or stat when following links), so a FIFO,
  * a device, a socket or a directory is refused without being opened: a
  * FIFO's open(2) would wait for a writer forever, a device's may do
@@ -48,7 +53,7 @@ enum dt_fs_links { DT_FS_FOLLOW, DT_FS_NOFOLLOW };
  * path and what it is: DT_ENOTFOUND when there is nothing there, DT_EINVAL
  * for a link not followed or anything but a regular file, DT_EIO for the
  * system's other refusals. */
-int dt_fs_open_read(const char *path, enum dt_fs_links links, struct stat *st);
+int dt_fs_open_read(int dfd, const char *path, enum dt_fs_links links, struct stat *st);
 
 /* What a file's mode says it is, for messages: "a FIFO", "a directory",
  * "a symbolic link", ... */

@@ -91,7 +91,7 @@ int dt_json_parse(const char *text, size_t len, const char *name, int first_line
 static int read_whole(const char *path, enum dt_fs_links links, size_t max_bytes, char **text, size_t *len)
 {
     struct stat st;
-    int fd = dt_fs_open_read(path, links, &st);
+    int fd = dt_fs_open_read(AT_FDCWD, path, links, &st);
     if (fd < 0)
         return fd;
     char *buf = NULL;

@@ -1,5 +1,5 @@
-/* proc.c - processes: exits in words, /proc/<pid>/stat, signals through a
- * pipe, a helper program run to its end (see proc.h).
+/* proc.c - processes: their titles, exits in words, /proc/<pid>/stat,
+ * signals through a pipe, a helper program run to its end (see proc.h).
  *
  * Not for ranks: launcher/agent/agent_procs.c forks those.
  */
@@ -18,6 +18,38 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* --- what ps and pgrep -f show -------------------------------------------- */
+
+/* main's argv strings: the kernel laid them out one after another, and
+ * /proc/<pid>/cmdline reads that area of the process's memory as it is now. */
+static char *argv_area;
+static size_t argv_len;
+
+void dt_proc_keep_argv(int argc, char **argv)
+{
+    if (argc < 1 || !argv[0])
+        return;
+    char *end = argv[0];
+    for (int i = 0; i < argc && argv[i] == end; i++)
+        end = argv[i] + strlen(argv[i]) + 1;
+    argv_area = argv[0];
+    argv_len = (size_t)(end - argv[0]);
+}
+
+void dt_proc_retitle(const char *title)
+{
+    prctl(PR_SET_NAME, title);
+    if (!argv_area || argv_len < 2)
+        return;
+    size_t n = strlen(title);
+    if (n > argv_len - 1)
+        n = argv_len - 1;
+    /* The last byte stays NUL: the kernel then shows the area as argv, not
+     * (as for setproctitle's overwrites) running on into the environment. */
+    memcpy(argv_area, title, n);
+    memset(argv_area + n, 0, argv_len - n);
+}
 
 /* --- how a process ended ------------------------------------------------- */
 

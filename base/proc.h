@@ -21,6 +21,18 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* --- what ps and pgrep -f show -------------------------------------------- */
+
+/* Remembers where this process's command line lives (main's argv, one
+ * contiguous area the kernel shows as /proc/self/cmdline), so that a fork
+ * that never execs can show its own name instead of its parent's. */
+void dt_proc_keep_argv(int argc, char **argv);
+/* Names this process `title`: its comm (PR_SET_NAME: ps -e, top) and its
+ * command line (the argv area overwritten, the rest zeroed: ps -f, pgrep -f),
+ * so `pkill -f "dtrain launch"` aimed at a launcher does not hit its forks.
+ * Only async-signal-safe calls: a fork of a threaded process may call it. */
+void dt_proc_retitle(const char *title);
+
 /* --- how a process ended ------------------------------------------------- */
 
 /* "SIGSEGV", "SIGKILL", ... or "signal 42" (written into buf). */

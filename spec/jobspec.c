@@ -874,7 +874,7 @@ int dt_job_load_with(const char *path, const struct dt_job_load_opts *o, struct 
     /* a FIFO (or a device) is refused before it is opened: reading one
      * would wait for a writer, and `launch --resume` reads the run's job.yaml */
     struct stat st;
-    int fd = dt_fs_open_read(path, o && o->run_file ? DT_FS_NOFOLLOW : DT_FS_FOLLOW, &st);
+    int fd = dt_fs_open_read(AT_FDCWD, path, o && o->run_file ? DT_FS_NOFOLLOW : DT_FS_FOLLOW, &st);
     if (fd < 0)
         return fd;
     if (st.st_size > DT_YAML_MAX_BYTES) {

@@ -97,5 +97,15 @@ int dt_placement_resolve(const struct dt_job *job, enum dt_placement_scope scope
 
 int dt_placement_rank(const struct dt_placement *p, int node_rank, int local_rank)
 {
-    return node_rank * p->nproc + local_rank;
+    return dt_placement_rank_of(p->nproc, node_rank, local_rank);
+}
+
+int dt_placement_rank_of(int nproc, int node_rank, int local_rank)
+{
+    return node_rank * nproc + local_rank;
+}
+
+int dt_placement_local_rank_of(int nproc, int rank)
+{
+    return nproc > 0 ? rank % nproc : 0;
 }

@@ -10,7 +10,7 @@
  * start.  Whoever needs the number resolves the placement here, saying what it
  * may look at, and passes the struct down; a rank's global number is
  * dt_placement_rank's alone (torchrun's RANK: node rank x ranks per node +
- * local rank).
+ * local rank), or dt_placement_rank_of's where only the count is at hand.
  *
  * Not for where the nodes are (the scheduler adapters) or for a node's
  * place among them (the agent's rounds).
@@ -51,6 +51,14 @@ int dt_placement_resolve(const struct dt_job *job, enum dt_placement_scope scope
 
 /* The global rank of local rank `local_rank` on node `node_rank`. */
 int dt_placement_rank(const struct dt_placement *p, int node_rank, int local_rank);
+
+/* dt_placement_rank where the ranks per node are held as a number, not the
+ * resolved struct (the node agent: its round's nproc). */
+int dt_placement_rank_of(int nproc, int node_rank, int local_rank);
+
+/* The other way: global rank `rank`'s local rank, each node running nproc
+ * ranks; 0 when nproc is not known (0). */
+int dt_placement_local_rank_of(int nproc, int rank);
 
 /* The GPUs this process may use, as CUDA would count them: the entries of
  * CUDA_VISIBLE_DEVICES when it is set, else the /dev/nvidia<N> devices. */

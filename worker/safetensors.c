@@ -280,7 +280,7 @@ static int read_at(int fd, const char *path, uint8_t *buf, size_t len, size_t at
 static int open_regular(const char *path, enum dt_fs_links links, size_t *len)
 {
     struct stat st;
-    int fd = dt_fs_open_read(path, links, &st);
+    int fd = dt_fs_open_read(AT_FDCWD, path, links, &st);
     if (fd < 0)
         return fd;
     if ((uint64_t)st.st_size > SIZE_MAX / 2) {

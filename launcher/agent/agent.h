@@ -106,6 +106,11 @@ struct dt_agent_hooks {
      * stopped before they see this node's ranks vanish, or they take that for
      * their own ranks' failure and end with its status instead of 128 + sig. */
     void (*interrupted)(void *ctx, int sig);
+    /* While the ranks are being stopped (poll does not run then: its
+     * verdicts are moot), every second: the node shows it is alive, so
+     * node 0's coordinator, which takes a member silent for a few seconds
+     * for a stopped agent, does not lose it during a long grace period. */
+    void (*keepalive)(void *ctx);
 };
 
 #define DT_AGENT_TAIL_LINES 10  /* stderr lines kept per rank for the failure summary */
@@ -289,6 +294,8 @@ struct dt_agent_node {
     double grace_s;         /* --grace-period; <= 0: the job's grace_period */
     double start_mono;
     const char *dtrain; /* this binary as ranks run it (`dtrain worker`); NULL: /proc/self/exe */
+    const char *rank_spec; /* the spec file `dtrain worker` ranks read (the run directory's job.yaml,
+                              written once by this launch); NULL: job->path */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
 };
 

@@ -78,6 +78,7 @@
 #include "comm/store.h"
 #include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,14 +539,15 @@ int dt_agent__elastic_begin(struct dt_agent__elastic *el, int *attempt, int sig_
     el->next = k + 1;
     el->change_set = el->told = el->told_wait = false;
     dt_agent__hb_place(el->hb, node, el->n);
+    int first = dt_placement_rank_of(l->cfg.nproc, node, 0);
+    int last = dt_placement_rank_of(l->cfg.nproc, node, l->cfg.nproc - 1);
     if (!el->fixed)
         dt_log_info("round %d: node %d of %d (nodes %d:%d), global ranks %d-%d, %d restart%s after failures "
                     "so far",
-                    k, node, el->n, el->min, el->max, node * l->cfg.nproc, (node + 1) * l->cfg.nproc - 1,
-                    el->restarts, el->restarts == 1 ? "" : "s");
+                    k, node, el->n, el->min, el->max, first, last, el->restarts, el->restarts == 1 ? "" : "s");
     else if (k > 0)
-        dt_log_info("round %d: node %d of %d, global ranks %d-%d, restart %d of %d", k, node, el->n,
-                    node * l->cfg.nproc, (node + 1) * l->cfg.nproc - 1, el->restarts, l->cfg.job->max_restarts);
+        dt_log_info("round %d: node %d of %d, global ranks %d-%d, restart %d of %d", k, node, el->n, first, last,
+                    el->restarts, l->cfg.job->max_restarts);
     return 0;
 }
 

@@ -98,13 +98,12 @@ int dt_agent_error_file_read(const char *path, struct dt_agent_failure *ff)
 {
     char *text;
     size_t len;
-    struct stat st;
     ff->error_message[0] = ff->error_traceback[0] = 0;
     ff->traceback_left_out = 0;
     /* A rank may leave anything under that name: a FIFO would block the
-     * agent in open(), a symbolic link would be read through. */
-    if (!path[0] || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-        dt_json_read_file(path, MAX_ERROR_FILE_BYTES, &text, &len))
+     * agent in open(), a symbolic link would be read through; the run
+     * file's open refuses both. */
+    if (!path[0] || dt_json_read_run_file(path, MAX_ERROR_FILE_BYTES, &text, &len))
         return -1;
     int rc = dt_agent_error_message(text, len, ff->error_message, sizeof ff->error_message);
     int left = dt_agent_error_traceback(text, len, ff->error_traceback, sizeof ff->error_traceback);

@@ -47,6 +47,8 @@
  */
 #include "launcher/agent/agent_internal.h"
 
+#include "base/proc.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -304,7 +306,7 @@ _Noreturn void dt_agent__guard_run(const struct dt_agent *a, const struct dt_age
         _exit(1);
     setsid();
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    prctl(PR_SET_NAME, "dtrain-guard"); /* what ps -e and top show; its command line is the agent's */
+    dt_proc_retitle("dtrain-guard"); /* comm and command line: pkill -f "dtrain launch" is not for it */
     if (take_fds(a->null_fd, out_w, err_w, status_w) < 0)
         _exit(127);
     pid_t self = getpid(), rank = fork();

@@ -29,6 +29,7 @@
 #include "comm/store.h"
 #include "launcher/coordinator/coordinator.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,7 @@ static int node_record(struct dt_agent__hb_relay *h, struct dt_coord *c, int nod
     for (int i = 0; i < h->nproc; i++) {
         struct dt_agent__rec_hb_entry *e = &h->entries[r.n];
         double when;
-        e->rank = node * h->nproc + i;
+        e->rank = dt_placement_rank_of(h->nproc, node, i);
         if (dt_coord_heartbeat(c, e->rank, &e->step, &when) == 0) {
             e->age_s = now - when;
             r.n++;

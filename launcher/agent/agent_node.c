@@ -31,6 +31,7 @@
 #include "launcher/coordinator/coordinator.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 #include "spec/token.h"
 
 #include <limits.h>
@@ -82,13 +83,27 @@ static double liveness(const struct dt_job *job)
     return t > 0 ? t : job->rendezvous.timeout_s > 0 ? job->rendezvous.timeout_s : 60;
 }
 
+/* How long another node's agent may send nothing before node 0 takes it for
+ * lost (stopped by SIGSTOP, hung: its host still acknowledges, so liveness
+ * cannot tell).  An agent calls every 0.1 s in every phase; the floor keeps
+ * a loaded host's scheduling stalls, which a short heartbeat_timeout would
+ * catch, from ending a job. */
+#define AGENT_SILENCE_MIN_S 5.0
+
+static double agent_silence(const struct dt_job *job)
+{
+    double t = liveness(job);
+    return t > AGENT_SILENCE_MIN_S ? t : AGENT_SILENCE_MIN_S;
+}
+
 static int host_coordinator(struct node *nd)
 {
     const struct dt_agent_node *n = nd->n;
     nd->cc = (struct dt_coord_config){.bind_host = n->coord_bind,
                                       .port = n->coord_port,
                                       .token = nd->token[0] ? nd->token : NULL,
-                                      .member_liveness_s = liveness(n->job)};
+                                      .member_liveness_s = liveness(n->job),
+                                      .member_silence_s = agent_silence(n->job)};
     if (dt_coord_start(&nd->cc, &nd->coord) < 0)
         return dt_error_prefix("node 0: cannot start the coordinator on %s port %d", n->coord_bind,
                                n->coord_port);
@@ -279,7 +294,8 @@ static void say_start(const struct node *nd, const struct dt_agent_config *cfg)
         dt_log_info(
             "job %s: node %d of %d, %d rank%s of '%s' (global ranks %d-%d), coordinator %s:%d, run %s", job,
             n->node_rank, n->nnodes, nd->nproc, nd->nproc == 1 ? "" : "s", cfg->argv[0],
-            n->node_rank * nd->nproc, (n->node_rank + 1) * nd->nproc - 1, cfg->master_addr, cfg->master_port,
+            dt_placement_rank_of(nd->nproc, n->node_rank, 0),
+            dt_placement_rank_of(nd->nproc, n->node_rank, nd->nproc - 1), cfg->master_addr, cfg->master_port,
             nd->run_dir);
     else
         dt_log_info("job %s: %d rank%s of '%s', coordinator %s:%d, run %s", job, nd->nproc,
@@ -328,7 +344,8 @@ static int run(struct node *nd)
     const struct dt_job *job = n->job;
     char self[PATH_MAX];
     dt_fs_self_path(self, sizeof self);
-    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker", job->path, NULL};
+    const char *worker_argv[] = {n->dtrain ? n->dtrain : self, "worker",
+                                 n->rank_spec ? n->rank_spec : job->path, NULL};
     struct dt_agent_hooks hooks = {.ctx = nd, .period_s = 0.2, .poll = poll_hook};
     if (nd->round) {
         hooks.period_s = nd->round_hooks.period_s;

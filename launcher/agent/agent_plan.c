@@ -280,7 +280,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     if (!nccl_set)
         add(&b, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
 
-    int rank = cfg->node_rank * cfg->nproc + local_rank;
+    int rank = dt_placement_rank_of(cfg->nproc, cfg->node_rank, local_rank);
     char error_file[4200];
     snprintf(error_file, sizeof error_file, "%s/attempt_%d/rank_%d.error.json", cfg->run_dir, restart, rank);
     add_torchrun(&b, cfg, rank, local_rank, restart, error_file);

@@ -34,6 +34,7 @@
 #include "base/proc.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -59,17 +60,16 @@ static int open_log(const char *dir, int rank, const char *ext)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
+    /* Read and written through one descriptor: its last byte is read from
+     * the file that was opened, never from whatever the name holds by then. */
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     struct stat st;
     char last = '\n';
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        int rd = open(path, O_RDONLY | O_CLOEXEC);
-        if (rd >= 0 && pread(rd, &last, 1, st.st_size - 1) != 1)
+        if (pread(fd, &last, 1, st.st_size - 1) != 1)
             last = '\n';
-        if (rd >= 0)
-            close(rd);
         dprintf(fd, "%s%s\n", last == '\n' ? "" : "\n", DT_AGENT_LOG_RERUN_MARK);
     }
     return fd;
@@ -634,7 +634,7 @@ static int init_attempts(struct dt_agent *a, const struct dt_agent_config *cfg)
         if (!res->attempts[k].ranks)
             return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
         for (int i = 0; i < a->nranks; i++)
-            res->attempts[k].ranks[i].rank = cfg->node_rank * cfg->nproc + i;
+            res->attempts[k].ranks[i].rank = dt_placement_rank_of(cfg->nproc, cfg->node_rank, i);
     }
     return res->attempts
                ? 0
@@ -645,7 +645,7 @@ static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
 {
     for (int i = 0; i < a->nranks; i++) {
         struct dt_agent__sink *k = &a->sinks[i];
-        k->rank = cfg->node_rank * cfg->nproc + i;
+        k->rank = dt_placement_rank_of(cfg->nproc, cfg->node_rank, i);
         k->log_fd[0] = k->log_fd[1] = -1;
     }
     for (int i = 0; i < a->nproc; i++) {

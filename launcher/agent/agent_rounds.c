@@ -489,6 +489,17 @@ static void interrupted(void *ctx, int sig)
                      dt_clock_s() - t0);
 }
 
+/* One short call while the ranks stop, so the coordinator hears from this
+ * node.  A failure is the coordinator lost, as in poll_round: said once, and
+ * nothing more is asked of it (the ranks' SIGKILL is not held up again). */
+static void keepalive(void *ctx)
+{
+    struct dt_agent__round *r = ctx;
+    int status;
+    if (!r->link.dead && dt_agent__link_exists(&r->link, DT_AGENT__KEY_ABORT) < 0)
+        dt_agent__link_lost(&r->link, &status);
+}
+
 static int begin_attempt(void *ctx, int *attempt, int sig_fd, struct dt_agent_place *place, int *status)
 {
     struct dt_agent__round *r = ctx;
@@ -502,7 +513,8 @@ void dt_agent__round_hooks(struct dt_agent__round *r, struct dt_agent_hooks *h)
                                  .poll = poll_round,
                                  .attempt_end = attempt_end,
                                  .begin_attempt = r->el ? begin_attempt : NULL,
-                                 .interrupted = interrupted};
+                                 .interrupted = interrupted,
+                                 .keepalive = keepalive};
 }
 
 int dt_agent__round_abort(struct dt_agent__round *r, int status, const char *why)

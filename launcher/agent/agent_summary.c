@@ -2,6 +2,10 @@
  * first-failure report on the console, <run dir>/summary.json, and the
  * closing line (with a trainer's findings, as `dtrain report` words them).
  *
+ * summary.json is built as one jansson document (base/json.h) and written in
+ * the layout put_value describes, which readers have grepped since the first
+ * version.
+ *
  * Not for deciding anything: the supervision loop (agent_supervise.c) fills
  * struct dt_agent_result; this file only renders it.
  */
@@ -14,10 +18,12 @@
 #include "base/proc.h"
 #include "launcher/report/report.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 #include "base/fs.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,61 +45,117 @@ static const char *status_name(enum dt_agent_status s)
     return "unknown";
 }
 
-/* Error messages and tracebacks keep their lines and tabs readable here. */
-static void json_str(FILE *f, const char *s)
-{
-    dt_json_put_str(f, s, DT_JSON_SHORT_WS);
-}
+/* --- summary.json: the document ------------------------------------------ */
 
-/* exit_code and signal as two fields, one of them null, so tools need not decode 128+n. */
-static void json_status(FILE *f, bool exited, int wstatus)
+/* Appends key: v to *o, v's reference taken even on failure; a failure
+ * (out of memory: every constructor returns NULL then) frees *o and leaves
+ * it NULL, so a run of adds ends with the whole object or none. */
+static void add(json_t **o, const char *key, json_t *v)
 {
-    char tmp[32];
-    if (!exited) {
-        fputs("\"exit_code\": null, \"signal\": null", f);
-    } else if (WIFSIGNALED(wstatus)) {
-        fputs("\"exit_code\": null, \"signal\": ", f);
-        json_str(f, dt_proc_signal_name(WTERMSIG(wstatus), tmp, sizeof tmp));
-        fprintf(f, ", \"core_dumped\": %s", WCOREDUMP(wstatus) ? "true" : "false");
-    } else {
-        fprintf(f, "\"exit_code\": %d, \"signal\": null", dt_proc_exit_status(wstatus));
+    if (json_object_set_new(*o, key, v)) {
+        json_decref(*o);
+        *o = NULL;
     }
 }
 
-static void json_rank(FILE *f, const struct dt_agent_rank_result *r, int local_rank)
+/* add for arrays. */
+static void append(json_t **a, json_t *v)
 {
-    fprintf(f, "        {\"rank\": %d, \"local_rank\": %d, \"pid\": ", r->rank, local_rank);
-    if (r->pid > 0) /* 0: never started, or (mpirun) no record of it reached us */
-        fprintf(f, "%d, ", r->pid);
-    else
-        fputs("null, ", f);
-    json_status(f, r->exited, r->wstatus);
-    fprintf(f, ", \"stopped_by_dtrain\": %s, \"spawn_s\": %.6f, \"exit_s\": ",
-            r->stopped_by_agent ? "true" : "false", r->spawn_s);
-    if (r->exited)
-        fprintf(f, "%.6f}", r->exit_s);
-    else
-        fputs("null}", f);
+    if (json_array_append_new(*a, v)) {
+        json_decref(*a);
+        *a = NULL;
+    }
 }
 
-/* An elastic job's round (docs/elastic.md): written only for one, so the
- * attempts of other jobs read as they did. */
-static void json_round(FILE *f, const struct dt_agent_result *res, const struct dt_agent_attempt *at)
+/* Seconds to the microsecond, as the summary has always given them; null
+ * for a time that is no number (JSON has no NaN). */
+static json_t *seconds(double s)
 {
-    if (at->round_nodes <= 0)
-        return;
-    fprintf(f, ",\n      \"round\": {\"nodes\": %d, \"world_size\": %d, \"ended_by\": ", at->round_nodes,
-            at->round_nodes * res->nproc);
-    json_str(f, at->round_end);
-    fputs(", \"reason\": ", f);
-    json_str(f, at->round_why);
-    fputs("}", f);
+    return isfinite(s) ? json_real(round(s * 1e6) / 1e6) : json_null();
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s[0] ? dt_json_str(s) : json_null();
+}
+
+static json_t *int_or_null(bool known, json_int_t v)
+{
+    return known ? json_integer(v) : json_null();
+}
+
+/* exit_code and signal as two members, one of them null, so tools need not
+ * decode 128+n; core_dumped beside a signal only. */
+static void add_status(json_t **o, bool exited, int wstatus)
+{
+    char tmp[32];
+    bool sig = exited && WIFSIGNALED(wstatus);
+    add(o, "exit_code", int_or_null(exited && !sig, dt_proc_exit_status(wstatus)));
+    add(o, "signal",
+        sig ? dt_json_str(dt_proc_signal_name(WTERMSIG(wstatus), tmp, sizeof tmp)) : json_null());
+    if (sig)
+        add(o, "core_dumped", json_boolean(WCOREDUMP(wstatus)));
+}
+
+static json_t *rank_json(const struct dt_agent_rank_result *r, int local_rank)
+{
+    json_t *o = json_object();
+    add(&o, "rank", json_integer(r->rank));
+    add(&o, "local_rank", json_integer(local_rank));
+    /* pid 0: never started, or (mpirun) no record of it reached us */
+    add(&o, "pid", int_or_null(r->pid > 0, r->pid));
+    add_status(&o, r->exited, r->wstatus);
+    add(&o, "stopped_by_dtrain", json_boolean(r->stopped_by_agent));
+    add(&o, "spawn_s", seconds(r->spawn_s));
+    add(&o, "exit_s", r->exited ? seconds(r->exit_s) : json_null());
+    return o;
+}
+
+/* This node's ranks, then (node 0 of a multi-node job) the other nodes'. */
+static json_t *ranks_json(const struct dt_agent_result *res, const struct dt_agent_attempt *at)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < res->nproc; i++)
+        append(&a, rank_json(&at->ranks[i], i));
+    for (int i = 0; i < at->n_others; i++)
+        append(&a, rank_json(&at->others[i], dt_placement_local_rank_of(res->nproc, at->others[i].rank)));
+    return a;
+}
+
+/* The global rank of at->ranks[i]; null for no rank (i < 0). */
+static json_t *rank_or_null(const struct dt_agent_attempt *at, int i)
+{
+    return i >= 0 ? json_integer(at->ranks[i].rank) : json_null();
+}
+
+static json_t *attempt_json(const struct dt_agent_result *res, int a)
+{
+    const struct dt_agent_attempt *at = &res->attempts[a];
+    json_t *o = json_object();
+    add(&o, "attempt", json_integer(a));
+    add(&o, "start_s", seconds(at->start_s));
+    add(&o, "end_s", seconds(at->end_s));
+    add(&o, "leftover_processes", json_integer(at->leftovers));
+    add(&o, "first_failed_rank", rank_or_null(at, at->first_failed));
+    add(&o, "hung_rank", rank_or_null(at, at->hung));
+    /* An elastic job's round (docs/elastic.md): written only for one, so the
+     * attempts of other jobs read as they did. */
+    if (at->round_nodes > 0) {
+        json_t *r = json_object();
+        add(&r, "nodes", json_integer(at->round_nodes));
+        add(&r, "world_size", json_integer(at->round_nodes * res->nproc));
+        add(&r, "ended_by", dt_json_str(at->round_end));
+        add(&r, "reason", dt_json_str(at->round_why));
+        add(&o, "round", r);
+    }
+    add(&o, "ranks", ranks_json(res, at));
+    return o;
 }
 
 /* An elastic job's rounds told apart: how many ended for a membership
  * change (not counted against max_restarts) and how many for a failure
  * that was restarted (counted). */
-static void json_round_counts(FILE *f, const struct dt_agent_result *res)
+static void add_round_counts(json_t **doc, const struct dt_agent_result *res)
 {
     int membership = 0, restarts = 0, rounds = 0;
     for (int a = 0; a < res->n_attempts; a++) {
@@ -102,212 +164,209 @@ static void json_round_counts(FILE *f, const struct dt_agent_result *res)
         membership += strcmp(at->round_end, "membership") == 0;
         restarts += strcmp(at->round_end, "restart") == 0;
     }
-    if (rounds > 0)
-        fprintf(f, "  \"membership_changes\": %d,\n  \"failure_restarts\": %d,\n", membership, restarts);
+    if (rounds == 0)
+        return;
+    add(doc, "membership_changes", json_integer(membership));
+    add(doc, "failure_restarts", json_integer(restarts));
 }
 
-static void json_attempts(FILE *f, const struct dt_agent_result *res)
+static json_t *hang_json(const struct dt_agent_failure *ff)
 {
-    fputs("  \"attempts\": [\n", f);
-    for (int a = 0; a < res->n_attempts; a++) {
-        const struct dt_agent_attempt *at = &res->attempts[a];
-        fprintf(f,
-                "    {\"attempt\": %d, \"start_s\": %.6f, \"end_s\": %.6f, \"leftover_processes\": %d,\n"
-                "      \"first_failed_rank\": ",
-                a, at->start_s, at->end_s, at->leftovers);
-        if (at->first_failed >= 0)
-            fprintf(f, "%d", at->ranks[at->first_failed].rank);
-        else
-            fputs("null", f);
-        fputs(", \"hung_rank\": ", f);
-        if (at->hung >= 0)
-            fprintf(f, "%d", at->ranks[at->hung].rank);
-        else
-            fputs("null", f);
-        json_round(f, res, at);
-        fputs(", \"ranks\": [\n", f);
-        for (int i = 0; i < res->nproc; i++) {
-            json_rank(f, &at->ranks[i], i);
-            fputs(i + 1 < res->nproc || at->n_others > 0 ? ",\n" : "\n", f);
-        }
-        for (int i = 0; i < at->n_others; i++) { /* every node runs nproc ranks: local = rank % nproc */
-            json_rank(f, &at->others[i], res->nproc > 0 ? at->others[i].rank % res->nproc : 0);
-            fputs(i + 1 < at->n_others ? ",\n" : "\n", f);
-        }
-        fprintf(f, "      ]}%s\n", a + 1 < res->n_attempts ? "," : "");
-    }
-    fputs("  ],\n", f);
+    if (!ff->hung)
+        return json_null();
+    json_t *o = json_object();
+    add(&o, "rank", json_integer(ff->rank));
+    add(&o, "step", int_or_null(ff->hung_step >= 0, ff->hung_step));
+    add(&o, "detected_s", seconds(ff->hang_detected_s));
+    add(&o, "reason", dt_json_str(ff->hang_reason));
+    add(&o, "report", str_or_null(ff->hang_report));
+    return o;
 }
 
-static void json_failure(FILE *f, const struct dt_agent_result *res)
+static json_t *failure_json(const struct dt_agent_result *res)
 {
     const struct dt_agent_failure *ff = &res->first_failure;
-    if (!res->have_failure) {
-        fputs("  \"first_failure\": null,\n", f);
-        return;
-    }
+    if (!res->have_failure)
+        return json_null();
     char desc[160];
     dt_proc_describe(ff->wstatus, true, desc, sizeof desc);
-    fprintf(f, "  \"first_failure\": {\"attempt\": %d, \"rank\": %d, \"node\": %d, \"host\": ", ff->attempt,
-            ff->rank, ff->node);
-    if (ff->host[0])
-        json_str(f, ff->host);
-    else
-        fputs("null", f);
-    fputs(", ", f);
-    json_status(f, true, ff->wstatus);
-    fprintf(f, ", \"time_s\": %.6f, \"description\": ", ff->time_s);
-    json_str(f, desc);
-    fputs(", \"error_file\": ", f);
-    if (ff->error_file[0])
-        json_str(f, ff->error_file);
-    else
-        fputs("null", f);
-    fputs(", \"error_message\": ", f);
-    if (ff->error_message[0])
-        json_str(f, ff->error_message);
-    else
-        fputs("null", f);
-    fputs(", \"error_traceback\": ", f);
-    if (ff->error_traceback[0])
-        json_str(f, ff->error_traceback);
-    else
-        fputs("null", f);
-    fprintf(f, ", \"oom_killer\": %s", ff->oom_killer < 0 ? "null" : ff->oom_killer ? "true" : "false");
-    fprintf(f, ", \"final\": %s, \"hang\": ", ff->final ? "true" : "false");
-    if (ff->hung) {
-        fprintf(f, "{\"rank\": %d, \"step\": ", ff->rank);
-        if (ff->hung_step >= 0)
-            fprintf(f, "%lld", (long long)ff->hung_step);
-        else
-            fputs("null", f);
-        fprintf(f, ", \"detected_s\": %.6f, \"reason\": ", ff->hang_detected_s);
-        json_str(f, ff->hang_reason);
-        fputs(", \"report\": ", f);
-        if (ff->hang_report[0])
-            json_str(f, ff->hang_report);
-        else
-            fputs("null", f);
-        fputs("}", f);
-    } else {
-        fputs("null", f);
-    }
-    fputs(", \"stderr_tail\": [", f);
-    for (int i = 0; i < ff->n_tail; i++) {
-        json_str(f, ff->tail[i]);
-        if (i + 1 < ff->n_tail)
-            fputs(", ", f);
-    }
-    fputs("]},\n", f);
+    json_t *o = json_object(), *tail = json_array();
+    add(&o, "attempt", json_integer(ff->attempt));
+    add(&o, "rank", json_integer(ff->rank));
+    add(&o, "node", json_integer(ff->node));
+    add(&o, "host", str_or_null(ff->host));
+    add_status(&o, true, ff->wstatus);
+    add(&o, "time_s", seconds(ff->time_s));
+    add(&o, "description", dt_json_str(desc));
+    add(&o, "error_file", str_or_null(ff->error_file));
+    add(&o, "error_message", str_or_null(ff->error_message));
+    add(&o, "error_traceback", str_or_null(ff->error_traceback));
+    add(&o, "oom_killer", ff->oom_killer < 0 ? json_null() : json_boolean(ff->oom_killer));
+    add(&o, "final", json_boolean(ff->final));
+    add(&o, "hang", hang_json(ff));
+    for (int i = 0; i < ff->n_tail; i++)
+        append(&tail, dt_json_str(ff->tail[i]));
+    add(&o, "stderr_tail", tail);
+    return o;
 }
 
 /* The node whose agent was lost, as node 0's coordinator saw it; null when none. */
-static void json_lost_node(FILE *f, const struct dt_agent_lost_node *l)
+static json_t *lost_node_json(const struct dt_agent_lost_node *l)
 {
-    if (l->node < 0 || !l->reason[0]) {
-        fputs("null", f);
-        return;
-    }
-    fprintf(f, "{\"node\": %d, \"host\": ", l->node);
-    json_str(f, l->host);
-    fprintf(f, ", \"detected_s\": %.6f, \"reason\": ", l->detected_s);
-    json_str(f, l->reason);
-    fputs("}", f);
+    if (l->node < 0 || !l->reason[0])
+        return json_null();
+    json_t *o = json_object();
+    add(&o, "node", json_integer(l->node));
+    add(&o, "host", dt_json_str(l->host));
+    add(&o, "detected_s", seconds(l->detected_s));
+    add(&o, "reason", dt_json_str(l->reason));
+    return o;
 }
 
 /* The bundled trainer's figures (rank 0 writes <run dir>/trainer_summary.json,
  * worker/metrics.c): the four a person looks for first are copied to the top
- * level, the whole object goes under "trainer" as the file has it.  Jobs that
- * run a command have no such file, and a file that is no JSON object (a
- * trainer killed while writing it) is left out: neither is written.  Numbers
- * are copied in 15 digits, so each one the trainer wrote (%.9g) reads as
- * itself. */
-static void json_trainer(FILE *f, const char *run_dir)
+ * level, the whole object goes under "trainer".  Jobs that run a command have
+ * no such file, and a file that is no JSON object (a trainer killed while
+ * writing it) is left out: neither is written. */
+static void add_trainer(json_t **doc, const char *run_dir)
 {
     static const char *const keys[] = {"final_loss", "test_accuracy", "steps", "samples_per_s"};
-    char path[4200], *text = NULL;
-    size_t len = 0;
-    json_t *doc = NULL;
+    char path[PATH_MAX + 32];
+    json_t *t = NULL;
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (dt_json_read_file(path, 1 << 20, &text, &len) || dt_json_parse(text, len, path, 1, &doc) ||
-        !json_is_object(doc)) {
-        json_decref(doc);
-        free(text);
+    if (dt_json_load_run_file(path, 1 << 20, &t) || !json_is_object(t)) {
+        json_decref(t);
+        dt_error_clear();
         return;
     }
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        json_t *v = json_object_get(doc, keys[i]);
-        if (!v)
-            continue;
-        fprintf(f, "  \"%s\": ", keys[i]);
-        json_dumpf(v, f, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
-        fputs(",\n", f);
-    }
-    while (len > 0 && strchr(" \t\r\n", text[len - 1]))
-        len--;
-    fputs("  \"trainer\": ", f);
-    for (size_t c = 0; c < len; c++) /* indented one level deeper, as the rest of the file */
-        fputs(text[c] == '\n' ? "\n  " : (char[2]){text[c], 0}, f);
-    fputs(",\n", f);
-    json_decref(doc);
-    free(text);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (json_object_get(t, keys[i]))
+            add(doc, keys[i], json_incref(json_object_get(t, keys[i])));
+    add(doc, "trainer", t);
 }
 
-int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+static json_t *command_json(const char *const *argv)
 {
-    char when[32] = "";
-    char tmp[32];
+    json_t *a = json_array();
+    for (int i = 0; argv[i]; i++)
+        append(&a, dt_json_str(argv[i]));
+    return a;
+}
+
+/* Where the ranks meet: the coordinator's address and how it is guarded.
+ * (Members a node adds about its own endpoints go here too.) */
+static void add_coordinator(json_t **doc, const struct dt_agent_config *cfg)
+{
+    add(doc, "coordinator", dt_json_str(cfg->master_addr));
+    add(doc, "coordinator_port", json_integer(cfg->master_port));
+    add(doc, "auth", json_string(cfg->token ? "token" : "none"));
+}
+
+/* summary.json as one document, members in the order readers have known. */
+static json_t *summary_json(const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    char when[32] = "", tmp[32];
     time_t t = (time_t)res->started_unix;
     struct tm tm;
     if (gmtime_r(&t, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fputs("{\n  \"name\": ", f);
-    json_str(f, cfg->job->name);
-    fputs(",\n  \"run_id\": ", f);
-    json_str(f, cfg->run_id);
-    fputs(",\n  \"run_dir\": ", f);
-    json_str(f, cfg->run_dir);
-    fprintf(f, ",\n  \"status\": \"%s\",\n  \"exit_status\": %d,\n  \"interrupted_by\": ",
-            status_name(res->status), res->exit_status);
-    if (res->interrupt_signal)
-        json_str(f, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
-    else
-        fputs("null", f);
-    fprintf(f, ",\n  \"started_at\": \"%s\",\n  \"started_unix\": %.6f,\n  \"wall_seconds\": %.6f,\n", when,
-            res->started_unix, res->wall_s);
-    fputs("  \"coordinator\": ", f);
-    json_str(f, cfg->master_addr);
-    fprintf(f, ",\n  \"coordinator_port\": %d,\n  \"auth\": \"%s\",\n", cfg->master_port,
-            cfg->token ? "token" : "none");
-    fprintf(f,
-            "  \"world_size\": %d,\n  \"nnodes\": %d,\n  \"nproc_per_node\": %d,\n"
-            "  \"max_restarts\": %d,\n  \"n_attempts\": %d,\n  \"command\": [",
-            cfg->nnodes * cfg->nproc, cfg->nnodes, cfg->nproc, cfg->job->max_restarts, res->n_attempts);
-    for (int i = 0; cfg->argv[i]; i++) {
-        json_str(f, cfg->argv[i]);
-        if (cfg->argv[i + 1])
-            fputs(", ", f);
+    json_t *doc = json_object();
+    add(&doc, "name", dt_json_str(cfg->job->name));
+    add(&doc, "run_id", dt_json_str(cfg->run_id));
+    add(&doc, "run_dir", dt_json_str(cfg->run_dir));
+    add(&doc, "status", json_string(status_name(res->status)));
+    add(&doc, "exit_status", json_integer(res->exit_status));
+    add(&doc, "interrupted_by",
+        res->interrupt_signal ? dt_json_str(dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp))
+                              : json_null());
+    add(&doc, "started_at", json_string(when));
+    add(&doc, "started_unix", seconds(res->started_unix));
+    add(&doc, "wall_seconds", seconds(res->wall_s));
+    add_coordinator(&doc, cfg);
+    add(&doc, "world_size", json_integer(cfg->nnodes * cfg->nproc));
+    add(&doc, "nnodes", json_integer(cfg->nnodes));
+    add(&doc, "nproc_per_node", json_integer(cfg->nproc));
+    add(&doc, "max_restarts", json_integer(cfg->job->max_restarts));
+    add(&doc, "n_attempts", json_integer(res->n_attempts));
+    add(&doc, "command", command_json(cfg->argv));
+    add(&doc, "first_failure", failure_json(res));
+    add(&doc, "coordinator_lost", str_or_null(res->coordinator_lost));
+    add(&doc, "lost_node", lost_node_json(&res->lost_node));
+    add(&doc, "write_error", str_or_null(res->write_error));
+    add_round_counts(&doc, res);
+    json_t *attempts = json_array();
+    for (int a = 0; a < res->n_attempts; a++)
+        append(&attempts, attempt_json(res, a));
+    add(&doc, "attempts", attempts);
+    add_trainer(&doc, cfg->run_dir);
+    add(&doc, "version", json_integer(1));
+    return doc;
+}
+
+/* --- summary.json: the text ---------------------------------------------- */
+
+/* Reals in 15 significant digits: the trainer's figures (%.9g) read as
+ * themselves, and so do seconds below 10^9 rounded to the microsecond.  A
+ * Unix time (10^9 s and up: started_unix) gets 16, its ten digits before the
+ * point and the microsecond after. */
+static size_t dump_flags(const json_t *v)
+{
+    int digits = json_is_real(v) && fabs(json_real_value(v)) >= 1e9 ? 16 : 15;
+    return JSON_ENCODE_ANY | JSON_REAL_PRECISION(digits);
+}
+
+static int put_value(FILE *f, json_t *v, int indent);
+
+/* An object's members as "key": value, between open and close, sep between them. */
+static int put_members(FILE *f, json_t *o, int indent, const char *open, const char *sep, const char *close)
+{
+    const char *key;
+    json_t *v;
+    int bad = fputs(open, f) == EOF;
+    size_t n = 0;
+    json_object_foreach (o, key, v) {
+        if (n++)
+            fputs(sep, f);
+        dt_json_put_str(f, key, DT_JSON_SHORT_WS);
+        bad = bad || fputs(": ", f) == EOF || put_value(f, v, indent);
     }
-    fputs("],\n", f);
-    json_failure(f, res);
-    fputs("  \"coordinator_lost\": ", f);
-    if (res->coordinator_lost[0])
-        json_str(f, res->coordinator_lost);
-    else
-        fputs("null", f);
-    fputs(",\n  \"lost_node\": ", f);
-    json_lost_node(f, &res->lost_node);
-    fputs(",\n  \"write_error\": ", f);
-    if (res->write_error[0])
-        json_str(f, res->write_error);
-    else
-        fputs("null", f);
-    fputs(",\n", f);
-    json_round_counts(f, res);
-    json_attempts(f, res);
-    json_trainer(f, cfg->run_dir);
-    fputs("  \"version\": 1\n}\n", f);
-    return ferror(f) ? dt_error_set(DT_EIO, "writing the run summary failed") : 0;
+    return bad || fputs(close, f) == EOF;
+}
+
+/* The layout tests and scripts grep: the document one member a line; an
+ * array of objects (the attempts, an attempt's ranks) one element a line, two
+ * columns further in; any other object on one line, an array of objects in it
+ * spread as just said; the rest as jansson writes it, ", " and ": " between
+ * members.  So a rank, a first failure or a lost node is one line
+ * ("first_failure": {"attempt": 0, "rank": 3, ...), as it always was. */
+static int put_value(FILE *f, json_t *v, int indent)
+{
+    size_t i;
+    json_t *x;
+    int bad = 0;
+    if (json_is_object(v))
+        return put_members(f, v, indent, "{", ", ", "}");
+    if (!json_is_object(json_array_get(v, 0)))
+        return json_dumpf(v, f, dump_flags(v));
+    json_array_foreach (v, i, x) {
+        bad = bad || fprintf(f, "%s\n%*s", i ? "," : "[", indent + 2, "") < 0 || put_value(f, x, indent + 2);
+    }
+    return bad || fprintf(f, "\n%*s]", indent, "") < 0;
+}
+
+int dt_agent_write_summary_to(FILE *f, const struct dt_agent_config *cfg, const struct dt_agent_result *res)
+{
+    json_t *doc = summary_json(cfg, res);
+    if (!doc)
+        return dt_error_set(DT_ENOMEM, "out of memory building the run summary");
+    errno = 0;
+    int bad = put_members(f, doc, 2, "{\n  ", ",\n  ", "\n}\n");
+    int e = errno;
+    json_decref(doc);
+    if (!bad && !ferror(f))
+        return 0;
+    return e ? dt_error_set_errno(DT_EIO, e, "writing the run summary failed")
+             : dt_error_set(DT_EIO, "writing the run summary failed");
 }
 
 struct summary_out {

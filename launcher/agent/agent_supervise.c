@@ -41,6 +41,7 @@
 #include "base/proc.h"
 #include "base/run_dir.h"
 #include "spec/jobspec.h"
+#include "spec/placement.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +104,8 @@ static void requeue_signal(struct dt_agent *a)
 /* --- the hooks ----------------------------------------------------------- */
 
 #define DEFAULT_PERIOD_S 0.1
+/* The keepalive's period: well within the coordinator's 5 s floor for a silent agent. */
+#define KEEPALIVE_S 1.0
 
 static double period(const struct dt_agent *a)
 {
@@ -114,7 +117,7 @@ static double period(const struct dt_agent *a)
 static int hooks_timeout(const struct dt_agent *a, int timeout)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
-    if (!h || !h->poll || dt_agent__sm_ending(&a->sm))
+    if (!h || (dt_agent__sm_ending(&a->sm) ? !h->keepalive : !h->poll))
         return timeout;
     double left = a->next_hook_poll - dt_clock_s();
     int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
@@ -126,7 +129,16 @@ static void hooks_poll(struct dt_agent *a)
 {
     const struct dt_agent_hooks *h = a->cfg->hooks;
     double now = dt_clock_s();
-    if (!h || !h->poll || dt_agent__sm_ending(&a->sm) || now < a->next_hook_poll)
+    if (!h || now < a->next_hook_poll)
+        return;
+    if (dt_agent__sm_ending(&a->sm)) {
+        if (h->keepalive) {
+            a->next_hook_poll = now + KEEPALIVE_S;
+            h->keepalive(h->ctx);
+        }
+        return;
+    }
+    if (!h->poll)
         return;
     a->next_hook_poll = now + period(a);
     int status = 1;
@@ -506,7 +518,7 @@ static int start_ranks(struct dt_agent *a, const char *dir)
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent__proc *p = &a->procs[i];
         /* An elastic round numbers the ranks anew. */
-        p->rank = a->sinks[i].rank = at->ranks[i].rank = a->cfg->node_rank * a->cfg->nproc + i;
+        p->rank = a->sinks[i].rank = at->ranks[i].rank = dt_placement_rank_of(a->cfg->nproc, a->cfg->node_rank, i);
         dt_agent_env_free(p->env);
         p->env = NULL;
         int rc = dt_agent_env_build(a->cfg, i, a->attempt, environ, &p->env);

@@ -121,6 +121,15 @@ int dt_cli_spec_load(const struct dt_cli_spec *s, const char *path, const char *
  * read as it is leaves *written empty. */
 int dt_cli_spec_hand_on(struct dt_job *job, const char *log_dir, char *written, size_t size);
 
+/* The same for `dtrain launch`, whose copy only the launcher reads, once, as
+ * it submits (the Slurm script and the Kubernetes ConfigMap carry the spec;
+ * local and mpirun ranks and agents read the run directory's job.yaml): a
+ * fresh private directory (mkdtemp in $TMPDIR, 0700) holds it, so nothing in
+ * the log directory is read, and no one else can replace it.  *written is the
+ * file, for dt_cli_spec_hand_on_done when the launch ends. */
+int dt_cli_spec_hand_on_private(struct dt_job *job, char *written, size_t size);
+void dt_cli_spec_hand_on_done(const char *written);
+
 /* ---- the launch path of launch and run (cli_launch.c) ---- */
 
 /* One node's part of a job placed on the command line (dtrain run's

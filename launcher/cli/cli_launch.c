@@ -169,7 +169,7 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
     if (o->resume && resume_run(job, ad, o->resume, resume_log_dir, resume_id) < 0)
         return DT_EXIT_REFUSED;
     char copy[PATH_MAX];
-    if (dt_cli_spec_hand_on(job, o->log_dir, copy, sizeof copy) < 0) {
+    if (dt_cli_spec_hand_on_private(job, copy, sizeof copy) < 0) {
         fprintf(stderr, "dtrain %s: %s\n", cmd, dt_error_last());
         return DT_EXIT_FAILED;
     }
@@ -183,8 +183,7 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
                                    .detach = o->detach,
                                    .run_id = o->resume ? resume_id : NULL};
     int status = o->node ? dt_cli_node_run(job, &lo, o->node, NULL) : dt_cli_launch_plan(job, ad, &lo);
-    /* A detached Kubernetes Job carries its copy in its ConfigMap; nothing else reads it after the job. */
-    if (copy[0])
-        unlink(copy);
+    /* Read at submission only (the script, the ConfigMap), or by this node's agent: gone with the launch. */
+    dt_cli_spec_hand_on_done(copy);
     return status;
 }

@@ -19,6 +19,7 @@
 #include "launcher/agent/agent.h"
 #include "launcher/cli/launch_resume.h"
 #include "scheduler-adapters/adapter.h"
+#include "scheduler-adapters/run_record.h"
 #include "spec/jobspec.h"
 
 #include "base/clock.h"
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -51,12 +53,19 @@ int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o,
 {
     /* Node 0's run directory first, with launch.json and the spec in it, so
      * that `dtrain status` finds the job while it runs (launch_resume.h). */
-    char run_id[64];
+    char run_id[64], run_dir[PATH_MAX], rank_spec[PATH_MAX + 16] = "";
     snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : p->run_id ? p->run_id : "");
-    if (p->node_rank == 0 && dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id) < 0) {
+    if (p->node_rank == 0 &&
+        dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id, run_dir) < 0) {
         fprintf(stderr, "%s: %s\n", p->who, dt_error_last());
         return DT_EXIT_FAILED;
     }
+    /* The ranks read the spec as this launch loaded it, from the private run
+     * directory: not the user's file (which may change while the job runs),
+     * nor a copy anyone else could replace between two restarts.  Another
+     * node's ranks read the spec this command loaded. */
+    if (p->node_rank == 0)
+        snprintf(rank_spec, sizeof rank_spec, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
     struct dt_agent_node n = {.job = job,
                               .who = p->who,
                               .node_rank = p->node_rank,
@@ -72,6 +81,7 @@ int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o,
                               .start_mono = o->start_mono,
                               .run_id = run_id,
                               .dtrain = o->dtrain_path,
+                              .rank_spec = rank_spec[0] ? rank_spec : NULL,
                               .group = group};
     rank_store(p, &n);
     return dt_agent_node_run(&n);

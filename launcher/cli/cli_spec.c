@@ -5,7 +5,8 @@
  * problem in file order), then the check of the scheduler adapter that would
  * render or submit it (adapter.h), which holds what the spec alone makes
  * render or submit refuse.  A spec that is not the file as written is handed
- * on as a printed copy, because agents and ranks load it again.
+ * on as a printed copy: render's beside the script it writes, launch's in a
+ * private directory of its own, read once at submission.
  *
  * Not for the rules themselves (spec/ and the adapters' check).
  */
@@ -112,4 +113,49 @@ int dt_cli_spec_hand_on(struct dt_job *job, const char *log_dir, char *written, 
     job->path = copy;
     snprintf(written, size, "%s", path);
     return 0;
+}
+
+int dt_cli_spec_hand_on_private(struct dt_job *job, char *written, size_t size)
+{
+    written[0] = '\0';
+    if (!job->derived)
+        return 0;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], path[4096 + 160];
+    if ((size_t)snprintf(dir, sizeof dir, "%s/dtrain-spec-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= sizeof dir)
+        return dt_error_set(DT_EINVAL, "TMPDIR is too long: %s", tmp);
+    if (!mkdtemp(dir)) /* 0700, and a name no one could have taken before */
+        return dt_error_set_errno(DT_EIO, errno,
+                                  "%s: cannot make a private directory for the job as given "
+                                  "(${VAR}, --set): %s",
+                                  job->path, dir);
+    snprintf(path, sizeof path, "%s/%.128s.yaml", dir, job->name);
+    mode_t old = umask(077);
+    int rc = dt_fs_write_atomic(path, false, print_job, job);
+    umask(old);
+    char *copy = rc == 0 ? strdup(path) : NULL;
+    if (!copy) {
+        unlink(path);
+        rmdir(dir);
+        return rc < 0 ? dt_error_prefix("%s: writing the job as given (${VAR}, --set)", job->path)
+                      : dt_error_set(DT_ENOMEM, "out of memory");
+    }
+    free(job->path);
+    job->path = copy;
+    snprintf(written, size, "%s", path);
+    return 0;
+}
+
+void dt_cli_spec_hand_on_done(const char *written)
+{
+    if (!written[0])
+        return;
+    unlink(written);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", written);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        rmdir(dir);
+    }
 }

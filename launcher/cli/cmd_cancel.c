@@ -36,10 +36,8 @@ static void usage(FILE *out)
 /* The spec's grace period, as the snapshot of the run records it; 30 s when unknown. */
 static double grace_of(const struct dt_run_info *in)
 {
-    char spec[4096 + 16];
-    snprintf(spec, sizeof spec, "%s/%s", in->dir, DT_RUN_RECORD_SPEC);
     struct dt_job *job = NULL;
-    double g = dt_job_load(spec, &job) == 0 ? job->grace_period_s : 30;
+    double g = dt_run_record_load_spec(in->dir, &job) == 0 ? job->grace_period_s : 30;
     dt_job_free(job);
     dt_error_clear();
     return g;
@@ -52,14 +50,23 @@ static int cancel(const struct dt_run_info *in, double wait_s)
         return -1;
     if (!ad->cancel)
         return dt_error_set(DT_EUNSUPPORTED, "scheduler %s has no way to cancel a run", ad->name);
+    char dir[3 * 4096], where[3 * 512], state[128];
+    dt_run_info_shown(in->dir, dir, sizeof dir);
+    /* A record someone else could have written is a claim about their run, or
+     * a trap: it names which job or process to stop, so it is not acted on. */
+    if (!in->rec.trusted)
+        return dt_error_set(DT_EAUTH, "%s: %s, so it could name any job or process: not cancelled", dir,
+                            dt_run_info_shown(in->rec.distrust, where, sizeof where));
+    dt_run_info_shown(in->rec.run_dir, dir, sizeof dir);
     if (!dt_run_info_active(in)) {
-        printf("run %s is not running (%s); nothing to cancel\n", in->rec.run_dir, in->state);
+        printf("run %s is not running (%s); nothing to cancel\n", dir,
+               dt_run_info_shown(in->state, state, sizeof state));
         return 0;
     }
     int rc = ad->cancel(&in->rec, wait_s > 0 ? wait_s : grace_of(in) + 10);
     if (rc == 0)
-        printf("cancelled run %s (%s%s%s)\n", in->rec.run_dir, in->rec.scheduler,
-               in->sched.where[0] ? ": " : "", in->sched.where);
+        printf("cancelled run %s (%s%s%s)\n", dir, in->rec.scheduler, in->sched.where[0] ? ": " : "",
+               dt_run_info_shown(in->sched.where, where, sizeof where));
     return rc;
 }
 
@@ -100,7 +107,8 @@ static int run(int argc, char **argv)
     struct dt_run_info in;
     if (dt_run_info_find(handle, log_dir, dir, sizeof dir) < 0 || dt_run_info_load(dir, true, &in) < 0 ||
         cancel(&in, wait_s) < 0) {
-        fprintf(stderr, "dtrain cancel: %s\n", dt_error_last());
+        char why[4096];
+        fprintf(stderr, "dtrain cancel: %s\n", dt_run_info_shown(dt_error_last(), why, sizeof why));
         return 1;
     }
     return 0;

@@ -47,8 +47,13 @@ static void print_row(const char *log_dir, const struct row *r)
     char dir[4096 + 260], step[48] = "-", when[32] = "-";
     snprintf(dir, sizeof dir, "%s/%s", log_dir, r->entry);
     struct dt_run_info in;
-    if (dt_run_info_load(dir, false, &in) < 0)
+    char e[1024], name[512], sched[128], state[128];
+    if (dt_run_info_load(dir, false, &in) < 0) { /* a record refused (a FIFO, an option for a job id) */
+        printf("%-40s %-16s %-10s %-11s %-11s %s\n", dt_run_info_shown(r->entry, e, sizeof e), "-", "-",
+               "unreadable", "-", "-");
+        dt_error_clear();
         return;
+    }
     /* Only a run that has not said how it ended is asked about (a pid check, or one query). */
     if (!in.have_summary || in.attempt < 0)
         dt_run_info_load(dir, true, &in);
@@ -62,8 +67,11 @@ static void print_row(const char *log_dir, const struct row *r)
         gmtime_r(&t, &tm);
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
     }
-    printf("%-40s %-16s %-10s %-11s %-11s %s\n", r->entry, in.have_record ? in.rec.name : "-",
-           in.have_record ? in.rec.scheduler : "-", in.state, step, when);
+    /* Names and states may come from files someone planted: never printed raw. */
+    printf("%-40s %-16s %-10s %-11s %-11s %s\n", dt_run_info_shown(r->entry, e, sizeof e),
+           in.have_record ? dt_run_info_shown(in.rec.name, name, sizeof name) : "-",
+           in.have_record ? dt_run_info_shown(in.rec.scheduler, sched, sizeof sched) : "-",
+           dt_run_info_shown(in.state, state, sizeof state), step, when);
 }
 
 /* A directory with launch.json (started: its time) or summary.json (its mtime). */
@@ -72,13 +80,15 @@ static bool is_run(const char *log_dir, const char *entry, double *started)
     char dir[4096 + 300], path[4096 + 320];
     snprintf(dir, sizeof dir, "%s/%s", log_dir, entry);
     struct dt_run_record rec;
-    if (dt_run_record_read(dir, &rec) == 0) {
+    int rc = dt_run_record_read(dir, &rec);
+    if (rc == 0) {
         *started = rec.started_unix;
         return true;
     }
-    snprintf(path, sizeof path, "%s/summary.json", dir);
+    /* One that is there but refused is listed too, as unreadable. */
+    snprintf(path, sizeof path, "%s/%s", dir, rc == DT_ENOTFOUND ? "summary.json" : DT_RUN_RECORD_FILE);
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (lstat(path, &st) != 0)
         return false;
     *started = (double)st.st_mtime;
     return true;
@@ -139,7 +149,7 @@ static int run(int argc, char **argv)
     if (prc)
         return prc;
     if (list(log_dir ? log_dir : "runs") < 0) {
-        fprintf(stderr, "dtrain list: %s\n", dt_error_last());
+        fprintf(stderr, "dtrain list: %s\n", dt_run_info_shown(dt_error_last(), (char[4096]){0}, 4096));
         return 1;
     }
     return 0;

@@ -16,6 +16,7 @@
 #include "launcher/cli/run_info.h"
 
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/lines.h"
 
 #include <dirent.h>
@@ -63,6 +64,8 @@ struct streams {
     int n, cap;
     int attempt;
     char dir[4096 + 32]; /* attempt_<attempt>/ */
+    int refused[64];     /* rank * 2 + err of files refused (said once) */
+    int n_refused;
 };
 
 static void on_line(void *ctx, const char *line, size_t len, bool complete)
@@ -101,10 +104,29 @@ static bool known(const struct streams *ss, int rank, bool err)
     return false;
 }
 
-/* Opens the rank files of the attempt directory not yet open. */
+/* A rank file that is a link or no regular file (a FIFO, /dev/zero behind a
+ * link) is said once and skipped: a run directory may be someone else's. */
+static void refused(struct streams *ss, int rank, bool err)
+{
+    if (known(ss, rank, err) || ss->n_refused >= (int)(sizeof ss->refused / sizeof *ss->refused))
+        return;
+    for (int i = 0; i < ss->n_refused; i++)
+        if (ss->refused[i] == rank * 2 + err)
+            return;
+    ss->refused[ss->n_refused++] = rank * 2 + err;
+    char where[3 * sizeof ss->dir], why[1024];
+    fprintf(stderr, "dtrain logs: %s/%s\n", dt_run_info_shown(ss->dir, where, sizeof where),
+            dt_run_info_shown(dt_error_last(), why, sizeof why));
+}
+
+/* Opens the rank files of the attempt directory not yet open; the directory
+ * itself is not followed through a link either. */
 static void scan(struct streams *ss, const struct opts *o)
 {
-    DIR *d = opendir(ss->dir);
+    int dfd = open(ss->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d && dfd >= 0)
+        close(dfd);
     for (struct dirent *e; d && (e = readdir(d));) {
         int rank, end = 0;
         char kind[4];
@@ -121,12 +143,12 @@ static void scan(struct streams *ss, const struct opts *o)
             ss->s = s;
             ss->cap = cap;
         }
-        char path[sizeof ss->dir + 300];
-        snprintf(path, sizeof path, "%s/%s", ss->dir, e->d_name);
         struct stream *s = &ss->s[ss->n];
         *s = (struct stream){.rank = rank, .err = err, .prefix = o->rank < 0};
-        if ((s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+        if ((s->fd = dt_fs_open_read(dirfd(d), e->d_name, DT_FS_NOFOLLOW, NULL)) < 0) {
+            refused(ss, rank, err);
             continue;
+        }
         if (dt_lines_init(&s->lb, DT_LINES_MAX) < 0) {
             close(s->fd);
             continue;
@@ -249,7 +271,7 @@ static int run(int argc, char **argv)
     if (!o.handle)
         return dt_cli_usage_error("logs", "which run? Give its run directory (or job id, or name)");
     if (show(&o) < 0) {
-        fprintf(stderr, "dtrain logs: %s\n", dt_error_last());
+        fprintf(stderr, "dtrain logs: %s\n", dt_run_info_shown(dt_error_last(), (char[4096]){0}, 4096));
         return 1;
     }
     return 0;

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,21 +48,28 @@ static void print_started(double unix_s)
     printf("started:   %s\n", buf);
 }
 
+/* Every string below may come from a file someone planted: printed through
+ * dt_run_info_shown, never raw. */
+#define SHOWN(s) dt_run_info_shown((s), (char[3 * PATH_MAX]){0}, 3 * PATH_MAX)
+
 static void print_info(const struct dt_run_info *in)
 {
     const struct dt_run_record *r = &in->rec;
-    printf("run:       %s\n", in->have_record ? r->run_dir : in->dir);
+    printf("run:       %s\n", SHOWN(in->have_record ? r->run_dir : in->dir));
     /* A spec given with ${VAR}, --set or by `dtrain run` ran from a copy
      * that is gone once the job ends; the run's own job.yaml is what ran. */
     if (in->have_record) {
         bool kept = access(r->spec, R_OK) == 0;
-        printf("job:       %s (scheduler: %s, spec %s%s)\n", r->name, r->scheduler, kept ? r->spec : r->run_dir,
-               kept ? "" : "/job.yaml");
+        printf("job:       %s (scheduler: %s, spec %s%s)\n", SHOWN(r->name), SHOWN(r->scheduler),
+               SHOWN(kept ? r->spec : r->run_dir), kept ? "" : "/job.yaml");
+        if (!r->trusted)
+            printf("warning:   launch.json is not only yours (%s): what it says is shown, not acted on\n",
+                   SHOWN(r->distrust));
     }
-    printf("state:     %s", in->state);
+    printf("state:     %s", SHOWN(in->state));
     if (in->asked && in->sched.state[0] && strcmp(in->sched.state, "running") &&
         strcmp(in->sched.state, "ended"))
-        printf(" (%s)", in->sched.state);
+        printf(" (%s)", SHOWN(in->sched.state));
     printf("\n");
     if (in->attempt >= 0)
         printf("attempt:   %d\n", in->attempt);
@@ -74,7 +82,7 @@ static void print_info(const struct dt_run_info *in)
     else if (in->have_record)
         printf("ranks:     %d node%s x gpu\n", r->nodes, r->nodes == 1 ? "" : "s");
     if (in->asked && in->sched.where[0])
-        printf("where:     %s\n", in->sched.where);
+        printf("where:     %s\n", SHOWN(in->sched.where));
     if (in->have_record)
         print_started(r->started_unix);
     if (in->have_summary && !dt_run_info_active(in))
@@ -112,7 +120,7 @@ static int run(int argc, char **argv)
     char dir[4096];
     struct dt_run_info in;
     if (dt_run_info_find(handle, log_dir, dir, sizeof dir) < 0 || dt_run_info_load(dir, true, &in) < 0) {
-        fprintf(stderr, "dtrain status: %s\n", dt_error_last());
+        fprintf(stderr, "dtrain status: %s\n", dt_run_info_shown(dt_error_last(), (char[4096]){0}, 4096));
         return 1;
     }
     print_info(&in);

@@ -145,10 +145,11 @@ static int split_run_dir(const struct dt_job *job, const char *run_dir, char *lo
     return 0;
 }
 
-static int compare(const struct dt_job *job, const char *run_dir, const char *snapshot)
+static int compare(const struct dt_job *job, const char *run_dir, const char *dir, const char *snapshot)
 {
     struct dt_job *was = NULL;
-    if (dt_job_load(snapshot, &was) < 0)
+    /* Read through a checked open: a FIFO or link planted as job.yaml is refused, never waited on. */
+    if (dt_run_record_load_spec(dir, &was) < 0)
         return dt_error_prefix("--resume %s: the run's spec snapshot does not load", run_dir);
     char *text = NULL;
     size_t len = 0;
@@ -175,25 +176,28 @@ int dt_launch_resume_check(const struct dt_job *job, const char *run_dir, char *
     int rc = split_run_dir(job, run_dir, log_dir, log_dir_size, run_id, run_id_size);
     if (rc < 0)
         return rc;
-    char snapshot[PATH_MAX + 16];
-    snprintf(snapshot, sizeof snapshot, "%s/%s-%s/%s", log_dir, job->name, run_id, DT_RUN_RECORD_SPEC);
+    char dir[PATH_MAX + 16], snapshot[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/%s-%s", log_dir, job->name, run_id);
+    snprintf(snapshot, sizeof snapshot, "%s/%s", dir, DT_RUN_RECORD_SPEC);
     struct stat st;
-    if (stat(snapshot, &st) != 0)
+    if (lstat(snapshot, &st) != 0)
         return dt_error_set(DT_EINVAL,
                             "--resume %s: it has no %s, the spec snapshot `dtrain launch` leaves in a run "
                             "directory, so its model and data cannot be checked",
                             run_dir, DT_RUN_RECORD_SPEC);
-    return compare(job, run_dir, snapshot);
+    return compare(job, run_dir, dir, snapshot);
 }
 
-int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size)
+int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size,
+                      char *dir)
 {
-    char dir[PATH_MAX];
     int rc = 0;
     if (!run_id[0])
-        rc = dt_run_dir_create(log_dir, job->name, run_id, run_id_size, dir, sizeof dir);
+        rc = dt_run_dir_create(log_dir, job->name, run_id, run_id_size, dir, PATH_MAX);
     struct dt_run_record rec;
     if (rc == 0)
         rc = dt_run_record_begin(job, log_dir, run_id, NULL, &rec);
+    if (rc == 0)
+        snprintf(dir, PATH_MAX, "%s", rec.run_dir);
     return rc;
 }

@@ -41,7 +41,10 @@ int dt_launch_resume_check(const struct dt_job *job, const char *run_dir, char *
 
 /* The run directory for node 0 hosted here: <log_dir>/<name>-<run_id> for a
  * given run_id (--resume), else a new one whose id goes into run_id (at least
- * DT_RUN_ID_MAX bytes); then launch.json and job.yaml in it. */
-int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size);
+ * DT_RUN_ID_MAX bytes); then launch.json and job.yaml in it.  Its path goes
+ * into dir (at least PATH_MAX bytes): the ranks read the spec from its
+ * job.yaml, which only this user can change. */
+int dt_launch_run_dir(const struct dt_job *job, const char *log_dir, char *run_id, size_t run_id_size,
+                      char *dir);
 
 #endif

@@ -6,6 +6,7 @@
 #include "launcher/cli/cli.h"
 
 #include "base/log.h"
+#include "base/proc.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -114,6 +115,7 @@ static void print_help(FILE *out)
 
 int main(int argc, char **argv)
 {
+    dt_proc_keep_argv(argc, argv); /* the agent's guards show their own name (agent_guard.c) */
     dt_log_level_from_env();
     if (argc < 2) {
         print_help(stderr);

@@ -6,6 +6,7 @@
 #include "launcher/cli/run_info.h"
 
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/json.h"
 
 #include <dirent.h>
@@ -28,20 +29,52 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* How well a run directory of log_dir matches handle: 3 its directory
- * name, its run id or the scheduler's job id; 1 the job's name; 0 not. */
-static int matches(const char *log_dir, const char *entry, const char *handle, double *started)
+/* A run directory found in log_dir, as a lookup weighs it. */
+struct candidate {
+    int score;      /* 3: its directory name, run id or scheduler job id is the handle; 1: its job's name */
+    bool trusted;   /* its record (or, without one, its directory) is the caller's alone */
+    double started; /* the record's started_unix */
+};
+
+/* A directory without launch.json: the caller's own, writable by no one else? */
+static bool own_dir(const char *dir)
+{
+    struct stat st;
+    return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 022);
+}
+
+static struct candidate weigh(const char *log_dir, const char *entry, const char *handle)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/%s", log_dir, entry);
+    struct candidate c = {0};
     struct dt_run_record r;
-    if (dt_run_record_read(dir, &r) < 0)
-        return strcmp(entry, handle) == 0 ? 3 : 0;
-    *started = r.started_unix;
+    if (dt_run_record_read(dir, &r) < 0) {
+        c.score = strcmp(entry, handle) == 0 ? 3 : 0;
+        c.trusted = c.score && own_dir(dir);
+        dt_error_clear();
+        return c;
+    }
+    c.started = r.started_unix;
+    c.trusted = r.trusted;
     if (strcmp(entry, handle) == 0 || strcmp(r.run_id, handle) == 0 ||
         (r.job_id[0] && !strcmp(r.job_id, handle)))
-        return 3;
-    return strcmp(r.name, handle) == 0 ? 1 : 0;
+        c.score = 3;
+    else
+        c.score = strcmp(r.name, handle) == 0 ? 1 : 0;
+    return c;
+}
+
+/* A record the caller alone could have written beats any other, whatever
+ * it claims (a planted record's started_unix can be any time); then the
+ * better match; then the newer run. */
+static bool better(const struct candidate *a, const struct candidate *b)
+{
+    if (a->trusted != b->trusted)
+        return a->trusted;
+    if (a->score != b->score)
+        return a->score > b->score;
+    return a->started > b->started;
 }
 
 int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t size)
@@ -58,19 +91,18 @@ int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t 
                             "%s: no such run directory, and no log directory %s to look for it in", handle,
                             log_dir);
     char best[NAME_MAX + 1] = "";
-    int best_score = 0;
-    double best_started = -1;
+    struct candidate top = {0};
     for (struct dirent *e; (e = readdir(d));) {
-        double started = 0;
-        int score = e->d_name[0] == '.' ? 0 : matches(log_dir, e->d_name, handle, &started);
-        if (score > best_score || (score && score == best_score && started > best_started)) {
+        if (e->d_name[0] == '.')
+            continue;
+        struct candidate c = weigh(log_dir, e->d_name, handle);
+        if (c.score && (!top.score || better(&c, &top))) {
             snprintf(best, sizeof best, "%s", e->d_name);
-            best_score = score;
-            best_started = started;
+            top = c;
         }
     }
     closedir(d);
-    if (!best_score)
+    if (!top.score)
         return dt_error_set(DT_ENOTFOUND,
                             "%s: no such run directory, and no run in %s has that name, run id or job id",
                             handle, log_dir);
@@ -80,23 +112,32 @@ int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t 
 
 /* --- what the files say -------------------------------------------------- */
 
+/* An integer member of summary.json within [lo, hi], else keep. */
+static int int_in(const json_t *o, const char *key, int lo, int hi, int keep)
+{
+    double v;
+    return dt_json_get_num(o, key, &v) && v >= lo && v <= hi ? (int)v : keep;
+}
+
 static void read_summary(struct dt_run_info *in)
 {
+    char *text = NULL;
+    size_t len = 0;
+    json_t *s = NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/summary.json", in->dir);
-    json_t *s = NULL;
-    if (dt_json_load_file(path, SUMMARY_MAX_BYTES, &s) < 0)
+    if (dt_run_record_read_file(AT_FDCWD, path, in->dir, SUMMARY_MAX_BYTES, &text, &len) < 0)
+        return;
+    int rc = dt_json_parse(text, len, path, 1, &s);
+    free(text);
+    if (rc < 0)
         return;
     const char *st = json_string_value(json_object_get(s, "status"));
-    double v;
     in->have_summary = st != NULL;
     snprintf(in->ended, sizeof in->ended, "%s", st ? st : "");
-    if (dt_json_get_num(s, "exit_status", &v))
-        in->exit_status = (int)v;
-    if (dt_json_get_num(s, "world_size", &v))
-        in->world_size = (int)v;
-    if (dt_json_get_num(s, "nnodes", &v))
-        in->nnodes = (int)v;
+    in->exit_status = int_in(s, "exit_status", -1, 255, in->exit_status);
+    in->world_size = int_in(s, "world_size", 0, INT_MAX, in->world_size);
+    in->nnodes = int_in(s, "nnodes", 0, INT_MAX, in->nnodes);
     json_decref(s);
 }
 
@@ -120,15 +161,15 @@ static void read_step(struct dt_run_info *in)
 {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/metrics.jsonl", in->dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return;
     struct stat st;
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_NOFOLLOW, &st);
+    if (fd < 0) {
+        dt_error_clear();
+        return;
+    }
     char *buf = malloc(METRICS_TAIL_BYTES + 1);
-    off_t from = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > METRICS_TAIL_BYTES
-                     ? st.st_size - METRICS_TAIL_BYTES
-                     : 0;
-    ssize_t n = buf && S_ISREG(st.st_mode) ? pread(fd, buf, METRICS_TAIL_BYTES, from) : -1;
+    off_t from = st.st_size > METRICS_TAIL_BYTES ? st.st_size - METRICS_TAIL_BYTES : 0;
+    ssize_t n = buf ? pread(fd, buf, METRICS_TAIL_BYTES, from) : -1;
     close(fd);
     for (ssize_t end = n; end > 0;) {
         buf[end] = 0;
@@ -137,8 +178,8 @@ static void read_step(struct dt_run_info *in)
         json_t *row = NULL;
         double step, total;
         bool stepped = *line && dt_json_parse(line, strlen(line), path, 1, &row) == 0 &&
-                       dt_json_get_num(row, "step", &step);
-        if (stepped && dt_json_get_num(row, "total_steps", &total)) {
+                       dt_json_get_num(row, "step", &step) && step >= 0 && step < 9e18;
+        if (stepped && dt_json_get_num(row, "total_steps", &total) && total >= 0 && total < 9e18) {
             if (in->step < 0) /* else a newer row without it said the step */
                 in->step = (long long)step;
             in->total_steps = (long long)total;
@@ -202,6 +243,40 @@ static const char *state_of(const struct dt_run_info *in)
     return "unknown";
 }
 
+/* Bytes of the UTF-8 character at p that a terminal shows as text: its
+ * length, or 0 for a control character or a byte that starts none. */
+static size_t printable_len(const unsigned char *p)
+{
+    if (*p < 0x20 || *p == 0x7f)
+        return 0;
+    if (*p < 0x80)
+        return 1;
+    size_t n = *p >= 0xf0 && *p <= 0xf4 ? 4 : *p >= 0xe0 ? 3 : *p >= 0xc2 && *p < 0xe0 ? 2 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0)
+        return 0; /* U+0080..U+009F: C1 controls (0x9b is a CSI) */
+    return n;
+}
+
+const char *dt_run_info_shown(const char *s, char *buf, size_t size)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < size;) {
+        size_t n = printable_len(p);
+        if (n) {
+            memcpy(buf + o, p, n);
+            o += n;
+            p += n;
+        } else {
+            o += (size_t)snprintf(buf + o, size - o, "\\x%02x", *p++);
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 bool dt_run_info_active(const struct dt_run_info *in)
 {
     return !strcmp(in->state, "running") || !strcmp(in->state, "pending");
@@ -222,9 +297,11 @@ int dt_run_info_load(const char *dir, bool ask, struct dt_run_info *out)
     read_summary(out);
     read_attempt(out);
     read_step(out);
-    if (out->have_record && !out->world_size && out->rec.nproc_per_node > 0) {
+    /* The record's shape is bounded (run_record.c), their product not: in 64 bits, then only if it fits. */
+    long long world = (long long)out->rec.nodes * out->rec.nproc_per_node;
+    if (out->have_record && !out->world_size && world > 0 && world <= INT_MAX) {
         out->nnodes = out->rec.nodes;
-        out->world_size = out->rec.nodes * out->rec.nproc_per_node;
+        out->world_size = (int)world;
     }
     const struct dt_adapter *ad = out->have_record ? dt_adapter_by_name(out->rec.scheduler) : NULL;
     if (ask && ad && ad->status)

@@ -48,6 +48,12 @@ int dt_run_info_find(const char *handle, const char *log_dir, char *dir, size_t 
  * op: a pid check for local and mpirun, scontrol or kubectl otherwise). */
 int dt_run_info_load(const char *dir, bool ask, struct dt_run_info *out);
 
+/* s as it is safe to print on a terminal: control characters (C0, DEL, C1
+ * as UTF-8 U+0080..U+009F) and bytes that are no UTF-8 written as \xNN, so
+ * a planted record or directory name cannot move the cursor, retitle the
+ * window or rewrite the lines above.  Returns buf (cut at size). */
+const char *dt_run_info_shown(const char *s, char *buf, size_t size);
+
 /* True while the run is queued or running. */
 bool dt_run_info_active(const struct dt_run_info *in);
 

@@ -389,6 +389,11 @@ static void lost_why(const struct dt_coord *c, int64_t node, const struct dt_coo
                  "stopped acknowledging: nothing from its host for %g s (rendezvous.heartbeat_timeout): "
                  "the host or the network went away",
                  c->liveness_s);
+    else if (reason && strstr(reason, "sent nothing for"))
+        snprintf(out + len, n - (size_t)len,
+                 "went silent: its agent sent nothing for %g s while its host still acknowledged: the agent "
+                 "is stopped (SIGSTOP, a debugger) or hung",
+                 (double)c->silence_ms / 1e3);
     else if (reason)
         snprintf(out + len, n - (size_t)len, "lost its connection (%s) without leaving", reason);
     else

@@ -37,9 +37,12 @@
 
 #include <ctype.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #define DEFAULT_MAX_TOTAL ((size_t)1 << 30)
@@ -278,6 +281,8 @@ void dt_coord__conn_flush(struct dt_coord__conn *conn)
     struct dt_wire_buf *o = &conn->out;
     if (conn->closing || o->len == 0)
         return;
+    /* A reply is news too: an answered WAIT or BARRIER starts its silence anew. */
+    conn->quiet_since_ms = uv_now(&conn->coord->loop);
     if (o->failed) {
         conn_close(conn, "out of memory for a reply");
         return;
@@ -406,6 +411,7 @@ static size_t process(struct dt_coord__conn *conn, const uint8_t *buf, size_t le
             return SIZE_MAX;
         memset(&conn->pg, 0, sizeof conn->pg);
         off += used;
+        conn->quiet_since_ms = uv_now(&conn->coord->loop);
         /* A whole request is progress: the next one gets its own deadline. */
         if (conn->gate.validated && conn->gate.authed)
             conn->deadline_ms = 0;
@@ -512,10 +518,50 @@ static bool under_caps(const struct dt_coord *c)
     return c->nconns < c->conn_cap && c->npreauth < c->preauth_cap;
 }
 
-/* Room for one more connection: at a cap, the oldest connection still in
- * its handshake makes room if it had EVICT_AGE_MS to finish it (a real
- * client sends its handshake with the connect); otherwise the new one waits
- * in the kernel's backlog. */
+/* Bytes the client sent that the loop has not read yet. */
+static int unread_bytes(struct dt_coord__conn *conn)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (uv_fileno((uv_handle_t *)&conn->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0)
+        return 0;
+    return n;
+}
+
+/* The connection to close for room, oldest first among the first
+ * EVICT_SCAN: one that had EVICT_AGE_MS to finish its handshake and has
+ * nothing waiting to be read.  dtrain's and PyTorch's clients send their
+ * whole handshake with the connect, and it is read within a loop turn, so a
+ * real client is past the handshake (or has bytes waiting) long before; a
+ * connection that stays is one that sends nothing, or dribbles.  NULL when
+ * none qualifies yet (*retry_ms: when the oldest will). */
+static struct dt_coord__conn *evictable(struct dt_coord *c, uint64_t *retry_ms)
+{
+    uint64_t now = uv_now(&c->loop);
+    int looked = 0;
+    *retry_ms = 0;
+    for (struct dt_coord__conn *conn = c->pa_head; conn && looked < DT_COORD__EVICT_SCAN;
+         conn = conn->pa_next, looked++) {
+        uint64_t age = now - conn->accepted_ms;
+        if (age < DT_COORD__EVICT_AGE_MS) {
+            *retry_ms = DT_COORD__EVICT_AGE_MS - age;
+            return NULL; /* the rest are younger still */
+        }
+        if (unread_bytes(conn) == 0)
+            return conn;
+    }
+    *retry_ms = DT_COORD__EVICT_AGE_MS;
+    return NULL;
+}
+
+static void on_retry_accept(uv_timer_t *t)
+{
+    try_accept_deferred(t->data);
+}
+
+/* Room for one more connection: at a cap, a connection still in its
+ * handshake makes room (evictable); otherwise the new one waits in the
+ * kernel's backlog, and the accept is tried again as soon as one will. */
 static bool room_for_one(struct dt_coord *c)
 {
     if (under_caps(c))
@@ -523,9 +569,13 @@ static bool room_for_one(struct dt_coord *c)
     refresh_caps(c);
     if (under_caps(c))
         return true;
-    struct dt_coord__conn *old = c->pa_head;
-    if (!old || uv_now(&c->loop) - old->accepted_ms < DT_COORD__EVICT_AGE_MS)
+    uint64_t retry_ms;
+    struct dt_coord__conn *old = evictable(c, &retry_ms);
+    if (!old) {
+        if (!c->stopping && retry_ms)
+            uv_timer_start(&c->retry_accept, on_retry_accept, retry_ms, 0);
         return false;
+    }
     conn_close(old, "it had not finished its handshake when the connection limit was reached");
     return under_caps(c);
 }
@@ -603,6 +653,31 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- deadlines ---- */
 
+/* Whether the member's host has stopped acknowledging: keepalive probes or
+ * data unanswered.  TCP liveness (member_liveness_s) closes that connection
+ * and says so; it is no silent agent. */
+static bool host_unanswering(const struct dt_coord__conn *conn)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    uv_os_fd_t fd;
+    return conn->coord->liveness_s > 0 && uv_fileno((const uv_handle_t *)&conn->tcp, &fd) == 0 &&
+           getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && (ti.tcpi_probes > 0 || ti.tcpi_unacked > 0);
+}
+
+/* A member (a JOINed agent) that sends nothing: its kernel acknowledges, so
+ * TCP liveness cannot tell a stopped or hung agent from a quiet one.  A
+ * pending WAIT or BARRIER is a reason to be quiet, and so is a paused
+ * connection (its replies wait to be read).  Node 0's agent hosts this
+ * coordinator: stopped, it stops the coordinator too, and busy, it must not
+ * be taken for lost by its own loop thread. */
+static bool member_silent(const struct dt_coord__conn *conn, uint64_t now)
+{
+    const struct dt_coord *c = conn->coord;
+    return c->silence_ms && conn->member > 0 && !conn->closing && !conn->waiting && !conn->barrier &&
+           !conn->paused && now - conn->quiet_since_ms > c->silence_ms && !host_unanswering(conn);
+}
+
 static void on_sweep(uv_timer_t *t)
 {
     struct dt_coord *c = t->data;
@@ -610,6 +685,13 @@ static void on_sweep(uv_timer_t *t)
     char why[160];
     for (struct dt_coord__conn *conn = c->conns, *next; conn; conn = next) {
         next = conn->next;
+        if (member_silent(conn, now)) {
+            snprintf(why, sizeof why,
+                     "it sent nothing for %.3g s", /* lost_why (coord_rendezvous.c) says more */
+                     (double)c->silence_ms / 1e3);
+            conn_close(conn, why);
+            continue;
+        }
         if (!conn->deadline_ms || now < conn->deadline_ms || conn->paused)
             continue;
         if (conn->preauth)
@@ -633,6 +715,7 @@ static void on_stop(uv_async_t *a)
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
     uv_close((uv_handle_t *)&c->sweep, NULL);
+    uv_close((uv_handle_t *)&c->retry_accept, NULL);
 }
 
 static void loop_main(void *arg)
@@ -666,15 +749,18 @@ static void apply_limits(struct dt_coord *c, const struct dt_coord_config *cfg)
     c->handshake_ms = cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : DT_COORD__HANDSHAKE_MS;
     c->request_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms : DT_COORD__REQUEST_MS;
     c->liveness_s = cfg->member_liveness_s > 0 ? cfg->member_liveness_s : 0;
+    c->silence_ms = cfg->member_silence_s > 0 ? (uint64_t)(cfg->member_silence_s * 1e3) : 0;
     c->cfg_conns = cfg->max_conns;
     c->cfg_preauth = cfg->max_preauth_conns;
     refresh_caps(c);
 }
 
-/* Often enough for the shorter deadline to be kept within a quarter of it. */
+/* Often enough for the shortest deadline to be kept within a quarter of it. */
 static uint64_t sweep_period_ms(const struct dt_coord *c)
 {
     uint64_t t = c->handshake_ms < c->request_ms ? c->handshake_ms : c->request_ms;
+    if (c->silence_ms && c->silence_ms < t)
+        t = c->silence_ms;
     t /= 4;
     return t < 10 ? 10 : t > 1000 ? 1000 : t;
 }
@@ -706,6 +792,7 @@ static void unwind(struct dt_coord *c)
     uv_close((uv_handle_t *)&c->listener, NULL);
     uv_close((uv_handle_t *)&c->stop_async, NULL);
     uv_close((uv_handle_t *)&c->sweep, NULL);
+    uv_close((uv_handle_t *)&c->retry_accept, NULL);
     uv_run(&c->loop, UV_RUN_DEFAULT);
     uv_loop_close(&c->loop);
     dt_coord__store_free(c);
@@ -721,9 +808,11 @@ static void init_handles(struct dt_coord *c)
     uv_tcp_init(&c->loop, &c->listener);
     uv_async_init(&c->loop, &c->stop_async, on_stop);
     uv_timer_init(&c->loop, &c->sweep);
+    uv_timer_init(&c->loop, &c->retry_accept);
     c->listener.data = c;
     c->stop_async.data = c;
     c->sweep.data = c;
+    c->retry_accept.data = c;
 }
 
 int dt_coord_start(const struct dt_coord_config *cfg, struct dt_coord **out)

@@ -35,6 +35,15 @@ struct dt_coord_config {
      * acknowledged byte (dt_store_liveness_fd); 0: the kernel's own TCP
      * timeouts (minutes).  Node 0's agent gives rendezvous.heartbeat_timeout. */
     double member_liveness_s;
+    /* A member whose host still acknowledges but whose agent sends nothing
+     * (stopped by SIGSTOP, hung) is invisible to TCP: with this > 0, the
+     * connection of a member other than node 0 (whose agent hosts this
+     * coordinator) that neither sends a request nor gets a reply for this
+     * long, while no WAIT or BARRIER of its is pending, is closed and the
+     * member lost ("went silent").  0: off.  Only for agents that call at
+     * least every few seconds in every phase of a job (dtrain's poll every
+     * 0.1 s; node 0's agent gives max(heartbeat_timeout, 5 s)). */
+    double member_silence_s;
 };
 
 /* Binds, listens and starts the loop thread; returns once clients can connect. */

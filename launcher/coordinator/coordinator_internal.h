@@ -47,15 +47,24 @@
  *                            and PyTorch's clients send theirs with the
  *                            connect); then the connection is closed
  *   PREAUTH_CONNS   1024     connections in their handshake at once (and at
- *                            most half the connection cap)
+ *                            most half the connection cap); at the cap, the
+ *                            oldest that had EVICT_AGE_MS (100 ms) and has
+ *                            no unread bytes is closed to make room: a real
+ *                            client's handshake comes with its connect and
+ *                            is read within a loop turn, so what stays is
+ *                            silent or dribbling.  A flood of N connects a
+ *                            second then costs at most N/10 slots, and the
+ *                            backlog, where a rank's connect would wait
+ *                            behind it, keeps moving
  * Connections:
  *   MAX_CONNS      65536     and at most half of RLIMIT_NOFILE: the process
  *                            hosting the coordinator (the launcher, an agent)
  *                            keeps the other half for its ranks' pipes and
- *                            logs.  At a cap, the oldest connection still in
- *                            its handshake after EVICT_AGE_MS (1 s) is closed
- *                            to make room; if none is that old, the new one
- *                            waits in the kernel's backlog until one is.
+ *                            logs.  At a cap, a connection still in its
+ *                            handshake is closed to make room as above; if
+ *                            none qualifies, the new one waits in the
+ *                            kernel's backlog and the accept is retried when
+ *                            the oldest will (a timer, not the 1 s sweep).
  * After the handshake:
  *   REQUEST_MS        30 s   a request must arrive whole within this of its
  *                            first byte (or of the last whole request before
@@ -77,7 +86,8 @@
 #define DT_COORD__HANDSHAKE_MS 10000u
 #define DT_COORD__PREAUTH_CONNS 1024u
 #define DT_COORD__MAX_CONNS 65536u
-#define DT_COORD__EVICT_AGE_MS 1000u
+#define DT_COORD__EVICT_AGE_MS 100u
+#define DT_COORD__EVICT_SCAN 64 /* pre-auth connections looked at for one eviction */
 #define DT_COORD__REQUEST_MS 30000u
 #define DT_COORD__IN_TOTAL ((size_t)256 << 20)
 #define DT_COORD__OUT_PAUSE ((size_t)4 << 20)
@@ -132,6 +142,7 @@ struct dt_coord__conn {
     bool closing, in_read;
     uint64_t accepted_ms;        /* loop time */
     uint64_t deadline_ms;        /* closed when the loop time passes it; 0: none */
+    uint64_t quiet_since_ms;     /* loop time of its last whole request or reply (a member's silence) */
     size_t waits_left;           /* keys of the pending WAIT still missing */
     bool waiting;
     struct dt_coord__wait *wait_nodes;
@@ -144,6 +155,7 @@ struct dt_coord {
     uv_tcp_t listener;
     uv_async_t stop_async;
     uv_timer_t sweep;  /* closes connections past their deadline */
+    uv_timer_t retry_accept; /* a deferred accept, tried when a pre-auth connection becomes evictable */
     uv_thread_t thread;
     bool thread_started;
     int port;
@@ -154,6 +166,7 @@ struct dt_coord {
     size_t max_reply;
     uint64_t handshake_ms, request_ms;
     double liveness_s;                  /* dt_coord_config.member_liveness_s */
+    uint64_t silence_ms;                /* dt_coord_config.member_silence_s; 0: off */
     size_t conn_cap, preauth_cap;       /* in force now */
     unsigned cfg_conns, cfg_preauth;    /* from the configuration; 0: derived */
     bool accept_deferred;               /* a connection waits in the backlog for room */

@@ -151,7 +151,7 @@ static int load_metrics(struct dt_report *r)
     char path[4200], *src = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-    int rc = dt_json_read_file(path, MAX_METRICS_BYTES, &src, &len);
+    int rc = dt_json_read_run_file(path, MAX_METRICS_BYTES, &src, &len);
     if (rc == DT_ENOTFOUND)
         rc = dt_error_set(DT_ENOTFOUND, "%s: no metrics.jsonl (is this the run directory of a trainer job?)",
                           r->run_dir);
@@ -166,7 +166,7 @@ static int load_optional(struct dt_report *r, const char *name, json_t **out)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", r->run_dir, name);
-    int rc = dt_json_load_file(path, 64 << 20, out);
+    int rc = dt_json_load_run_file(path, 64 << 20, out);
     if (rc == DT_ENOTFOUND)
         return 0;
     if (!rc && !json_is_object(*out))

@@ -34,6 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/fs.h"
 #include "base/json.h"
 
 #define BUF 65536
@@ -171,24 +173,24 @@ static void put(int fd, const char *s, size_t n)
 }
 
 /* Opens the file if it is not open yet; false while there is none to read.
- * Regular files only, opened non-blocking: opening a FIFO waits for a
- * writer, and the launcher supervises the ranks from the same loop. */
+ * The run file's checked open (base/fs.h): a FIFO would wait for a writer,
+ * and the launcher supervises the ranks from the same loop; a link planted
+ * under the name is not followed. */
 static bool open_file(struct dt_progress *p)
 {
-    struct stat st;
     if (p->in_fd >= 0)
         return true;
-    if (stat(p->path, &st))
-        return false;
-    if (S_ISREG(st.st_mode))
-        return (p->in_fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) >= 0;
-    if (!p->refused) {
+    int fd = dt_fs_open_read(AT_FDCWD, p->path, DT_FS_NOFOLLOW, NULL);
+    if (fd >= 0)
+        return (p->in_fd = fd), true;
+    if (fd != DT_ENOTFOUND && !p->refused) {
         char note[4400];
-        int n = snprintf(note, sizeof note, "[dtrain] no progress line: %s is not a regular file\n", p->path);
+        int n = snprintf(note, sizeof note, "[dtrain] no progress line: %s\n", dt_error_last());
         dt_progress_hide(p);
         put(p->out_fd, note, n > 0 && (size_t)n < sizeof note ? (size_t)n : 0);
         p->refused = true;
     }
+    dt_error_clear();
     return false;
 }
 
@@ -198,7 +200,7 @@ static bool file_changed(const struct dt_progress *p)
 {
     struct stat named, open_st;
     off_t pos = lseek(p->in_fd, 0, SEEK_CUR);
-    if (fstat(p->in_fd, &open_st) || stat(p->path, &named))
+    if (fstat(p->in_fd, &open_st) || lstat(p->path, &named))
         return false;
     return named.st_ino != open_st.st_ino || named.st_dev != open_st.st_dev || open_st.st_size < pos;
 }

@@ -43,6 +43,7 @@
 struct input {
     char path[4200];
     int rank;
+    bool found;   /* found in a run directory, not named: a link there is not followed */
     json_t *doc;
 };
 
@@ -68,7 +69,7 @@ static int rank_from_name(const char *path)
     return (int)rank;
 }
 
-static int add_input(struct merge *m, const char *path)
+static int add_input(struct merge *m, const char *path, bool found)
 {
     if (m->n >= MAX_INPUTS)
         return dt_error_set(DT_EINVAL, "more than %d trace files", MAX_INPUTS);
@@ -83,6 +84,7 @@ static int add_input(struct merge *m, const char *path)
     struct input *in = &m->in[m->n++];
     snprintf(in->path, sizeof in->path, "%s", path);
     in->rank = rank_from_name(path);
+    in->found = found;
     in->doc = NULL;
     return 0;
 }
@@ -106,7 +108,7 @@ static int add_dir(struct merge *m, const char *dir)
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (rank_from_name(e->d_name) >= 0)
-            rc = add_input(m, path);
+            rc = add_input(m, path, true);
     }
     closedir(d);
     if (!rc && m->n == first)
@@ -148,7 +150,8 @@ static int load(struct input *in, int index)
 {
     json_t *ev, *e;
     size_t i;
-    int rc = dt_json_load_file(in->path, MAX_FILE_BYTES, &in->doc);
+    int rc = in->found ? dt_json_load_run_file(in->path, MAX_FILE_BYTES, &in->doc)
+                       : dt_json_load_file(in->path, MAX_FILE_BYTES, &in->doc);
     if (rc)
         return rc;
     if (!(ev = events_of(in->doc)))
@@ -367,7 +370,7 @@ static int load_summary(struct merge *m, json_t **out)
         return 0;
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.json", m->run_dir);
-    int rc = dt_json_load_file(path, 64 << 20, out);
+    int rc = dt_json_load_run_file(path, 64 << 20, out);
     return rc == DT_ENOTFOUND ? 0 : rc;
 }
 
@@ -381,7 +384,7 @@ static int merge(struct merge *m, char *const *inputs, int n_inputs, FILE *says)
         else if (S_ISDIR(st.st_mode))
             rc = add_dir(m, inputs[i]);
         else
-            rc = add_input(m, inputs[i]);
+            rc = add_input(m, inputs[i], false);
     }
     for (int i = 0; !rc && i < m->n; i++)
         rc = load(&m->in[i], i);

@@ -60,6 +60,7 @@
  */
 #include "scheduler-adapters/kubernetes/kubernetes.h"
 #include "base/error.h"
+#include "base/json.h"
 #include "base/yaml_escape.h"
 #include "spec/jobspec_yaml.h"
 #include "spec/placement.h"
@@ -266,21 +267,10 @@ static int spec_text(const struct dt_job *job, const char *job_path, char **text
         dt_job_print(&pod_job, m);
         return fclose(m) == 0 ? 0 : dt_error_set(DT_ENOMEM, "render kubernetes: out of memory");
     }
-    FILE *f = fopen(job_path, "rb");
-    if (!f)
-        return dt_error_set_errno(DT_EIO, errno, "render kubernetes: reading %s", job_path);
-    char *buf = malloc(DT_YAML_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, DT_YAML_MAX_BYTES + 1, f) : 0;
-    int bad = !buf || ferror(f) || n > DT_YAML_MAX_BYTES;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return dt_error_set(DT_EIO, "render kubernetes: cannot read %s (or it is over %d bytes)", job_path,
-                            DT_YAML_MAX_BYTES);
-    }
-    *text = buf;
-    *len = n;
-    return 0;
+    /* The user's own spec file (a link is followed), checked regular first
+     * so a FIFO named as the spec is refused, not waited on. */
+    int rc = dt_json_read_file(job_path, DT_YAML_MAX_BYTES, text, len);
+    return rc < 0 ? dt_error_prefix("render kubernetes") : 0;
 }
 
 static int put_config_map(const struct render *r, FILE *out)

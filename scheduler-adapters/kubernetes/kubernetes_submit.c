@@ -305,9 +305,12 @@ static void from_record(const struct dt_run_record *rec, struct recorded *out)
 
 int dt_k8s_status(const struct dt_run_record *rec, struct dt_adapter_state *out)
 {
+    memset(out, 0, sizeof *out);
+    if (!dt_run_record_k8s_name_ok(rec->job_id) || !dt_run_record_k8s_name_ok(rec->namespace_name))
+        return dt_error_set(DT_EINVAL, "kubernetes: '%s' in namespace '%s' is no Job name kubectl is given",
+                            rec->job_id, rec->namespace_name);
     struct recorded r;
     from_record(rec, &r);
-    memset(out, 0, sizeof *out);
     int st = look(&r.job);
     if (st == -2)
         return dt_error_set(DT_ECONN, "kubernetes: kubectl cannot say how Job %s in namespace %s stands",
@@ -322,6 +325,9 @@ int dt_k8s_status(const struct dt_run_record *rec, struct dt_adapter_state *out)
 
 int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s)
 {
+    if (!dt_run_record_k8s_name_ok(rec->job_id) || !dt_run_record_k8s_name_ok(rec->namespace_name))
+        return dt_error_set(DT_EINVAL, "kubernetes: '%s' in namespace '%s' is no Job name kubectl is given",
+                            rec->job_id, rec->namespace_name);
     struct recorded r;
     from_record(rec, &r);
     char sel[160];
@@ -329,12 +335,14 @@ int dt_k8s_cancel(const struct dt_run_record *rec, double wait_s)
     char *argv[] = {"kubectl", "delete", "job,service,configmap,secret", "-n", (char *)rec->namespace_name,
                     "-l", sel, "--wait=false", NULL};
     int st = run(argv, NULL, 0, NULL);
+    /* Only kubectl is asked: a launcher still following the Job sees it gone
+     * and ends; no pid from the record is signalled. */
+    (void)wait_s;
     if (st != 0)
         return st < 0 ? st
                       : dt_error_set(DT_EIO, "kubernetes: `kubectl delete` of Job %s failed (exit %d; its message "
                                              "is above)", rec->job_id, st);
-    /* A launcher still following the Job would wait for it; it stops as on Ctrl-C. */
-    return dt_run_record_launcher_alive(rec) ? dt_run_record_stop_launcher(rec, wait_s) : 0;
+    return 0;
 }
 
 int dt_k8s_resume_check(const struct dt_job *job)

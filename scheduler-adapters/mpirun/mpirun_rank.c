@@ -214,13 +214,26 @@ int dt_mpirun_rank_env(void)
 
 /* --- how each rank ended, as its records say ----------------------------- */
 
+/* A rank's record in the run directory, opened as a run file (base/fs.h):
+ * a FIFO there is refused, not waited on, a link not followed; NULL when
+ * there is none or it is refused (the rank then has no record). */
+static FILE *open_record(const char *dir, int q, const char *ext)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank_%d.%s", dir, q, ext);
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_NOFOLLOW, NULL);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
+    dt_error_clear();
+    return f;
+}
+
 /* What `dtrain mpirank` wrote for rank q: how it ended, whether mpirun had
  * stopped it, and when (CLOCK_REALTIME ns).  -1 when there is no record. */
 static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, long long *t_ns)
 {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/rank_%d.exit", dir, q);
-    FILE *f = fopen(path, "r");
+    FILE *f = open_record(dir, q, "exit");
     if (!f)
         return -1;
     int n = fscanf(f, "wstatus=%d stopped=%d pid=%d time_ns=%lld", ws, stopped, pid, t_ns);
@@ -231,9 +244,7 @@ static int read_exit(const char *dir, int q, int *ws, int *stopped, int *pid, lo
 /* The pid `dtrain mpirank` recorded when rank q's program started, or 0. */
 static int read_pid(const char *dir, int q)
 {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/rank_%d.pid", dir, q);
-    FILE *f = fopen(path, "r");
+    FILE *f = open_record(dir, q, "pid");
     if (!f)
         return 0;
     int pid = 0;

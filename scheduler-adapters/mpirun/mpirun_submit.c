@@ -227,10 +227,18 @@ static int group_argv(void *ctx, char *const *env, char *const **argv)
     char **names = export_names(g->job, env);
     if (!names)
         return dt_error_set(DT_ENOMEM, "out of memory");
-    char self[PATH_MAX];
+    char self[PATH_MAX], spec[PATH_MAX + 16];
     snprintf(self, sizeof self, "%s", g->opts->dtrain_path ? g->opts->dtrain_path : "dtrain");
+    /* The MPI ranks read the spec from the run directory (job.yaml, written
+     * by this launch), not from a file anyone could replace between restarts. */
+    const char *run_dir = NULL;
+    for (int i = 0; env && env[i] && !run_dir; i++)
+        if (strncmp(env[i], "DTRAIN_RUN_DIR=", 15) == 0)
+            run_dir = env[i] + 15;
+    snprintf(spec, sizeof spec, "%s%s%s", run_dir ? run_dir : g->job->path, run_dir ? "/" : "",
+             run_dir ? DT_RUN_RECORD_SPEC : "");
     struct dt_mpirun_call call = {.dtrain = self,
-                                  .job_path = g->job->path,
+                                  .job_path = spec,
                                   .export_names = (const char *const *)names,
                                   .tag_output = true,
                                   .rank_wrapper = true};
@@ -288,19 +296,37 @@ static int free_port(void)
     return port;
 }
 
+/* The record, and the spec the agents read: the run directory's job.yaml
+ * (the spec as loaded, private to the user, written once per launch), or
+ * the user's file when the record could not be written. */
+static int record(const struct dt_job *job, const struct dt_adapter_launch *opts, const char *run_id,
+                  char spec[PATH_MAX + 16])
+{
+    struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
+    if (dt_run_record_begin(job, opts->log_dir ? opts->log_dir : job->log_dir, run_id, NULL, &rec) == 0) {
+        snprintf(spec, PATH_MAX + 16, "%s/%s", rec.run_dir, DT_RUN_RECORD_SPEC);
+        return 0;
+    }
+    if (job->derived) /* its only copy is the launcher's own */
+        return dt_error_prefix("the job as given (${VAR}, --set) reaches the agents through its run "
+                               "directory's %s, which cannot be written",
+                               DT_RUN_RECORD_SPEC);
+    dt_log_warn("no launch record for run %s (dtrain status cannot name it): %s", run_id, dt_error_last());
+    dt_error_clear();
+    snprintf(spec, PATH_MAX + 16, "%s", job->path);
+    return 0;
+}
+
 static int settle(const struct dt_job *job, const struct dt_adapter_launch *opts, char run_id[DT_RUN_ID_MAX],
-                  char token[65], char host[256], int *port)
+                  char token[65], char host[256], int *port, char spec[PATH_MAX + 16])
 {
     int rc = 0;
     if (opts->run_id) /* --resume: the run's own directory */
         snprintf(run_id, DT_RUN_ID_MAX, "%s", opts->run_id);
     else
         rc = dt_run_dir_make_id(run_id, DT_RUN_ID_MAX);
-    struct dt_run_record rec; /* dtrain status/logs/cancel find the job by it */
-    if (rc == 0 && dt_run_record_begin(job, opts->log_dir ? opts->log_dir : job->log_dir, run_id, NULL, &rec) < 0) {
-        dt_log_warn("no launch record for run %s (dtrain status cannot name it): %s", run_id, dt_error_last());
-        dt_error_clear();
-    }
+    if (rc == 0)
+        rc = record(job, opts, run_id, spec);
     if (rc == 0 && job->rendezvous.auth != DT_AUTH_NONE)
         rc = dt_token_make(token);
     if (rc == 0)
@@ -451,15 +477,15 @@ static int plan_agents(const struct dt_job *job, const struct dt_placement *pl,
     *a = (struct agents){.job = job, .verdict = {.rank = -1}, .start = opts->start_mono};
     out->ctx = a;
     out->release = agents_release;
-    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "";
+    char run_id[DT_RUN_ID_MAX], token[65] = "", host[256] = "", spec[PATH_MAX + 16];
     int port = 0;
-    int rc = settle(job, opts, run_id, token, host, &port);
+    int rc = settle(job, opts, run_id, token, host, &port, spec);
     if (rc == 0 && !(a->envp = agents_env(token, host, port, run_id)))
         rc = DT_ENOMEM;
     memset(token, 0, sizeof token);
     agent_args(opts, a->grace, a->args);
     struct dt_mpirun_call call = {.dtrain = opts->dtrain_path ? opts->dtrain_path : "dtrain",
-                                  .job_path = job->path,
+                                  .job_path = spec,
                                   .export_names = dt_mpirun__agent_exports(job),
                                   .tag_output = true,
                                   .agent_args = a->args};

@@ -241,8 +241,12 @@ static void on_line(void *ctx, const char *line, size_t len, bool complete)
 
 static void pump(struct stream *s)
 {
-    if (s->fd < 0 && (s->fd = open(s->path, O_RDONLY | O_CLOEXEC)) < 0)
-        return; /* not there until the job starts */
+    /* Not there until the job starts; a FIFO or link under its name is
+     * refused each time (base/fs.h), never waited on. */
+    if (s->fd < 0 && (s->fd = dt_fs_open_read(AT_FDCWD, s->path, DT_FS_NOFOLLOW, NULL)) < 0) {
+        dt_error_clear();
+        return;
+    }
     char buf[16384];
     ssize_t n;
     while ((n = read(s->fd, buf, sizeof buf)) > 0)
@@ -252,7 +256,10 @@ static void pump(struct stream *s)
 static int query(const char *id, struct dt_slurm_job_info *info)
 {
     char out[8192], err[1024];
-    char *sc[] = {"scontrol", "show", "job", "-o", (char *)id, NULL};
+    if (!dt_run_record_slurm_id_ok(id))
+        return -1;
+    /* After "--": the id is never taken for an option, whatever a record said. */
+    char *sc[] = {"scontrol", "show", "job", "-o", "--", (char *)id, NULL};
     int rc = dt_slurm_cmd(sc, NULL, CMD_TIMEOUT_S, out, sizeof out, err, sizeof err);
     if (rc == 0 && strstr(out, "JobState=")) {
         dt_slurm_parse_job_info(out, info);
@@ -270,7 +277,11 @@ static int query(const char *id, struct dt_slurm_job_info *info)
 static void cancel(const char *id, bool kill_now)
 {
     char out[256], err[512];
-    char *argv[] = {"scancel", kill_now ? "--signal=KILL" : "--quiet", (char *)id, NULL};
+    if (!dt_run_record_slurm_id_ok(id)) {
+        dt_log_error("scancel: '%s' is not a Slurm job id; nothing cancelled", id);
+        return;
+    }
+    char *argv[] = {"scancel", kill_now ? "--signal=KILL" : "--quiet", "--", (char *)id, NULL};
     int rc = dt_slurm_cmd(argv, NULL, CMD_TIMEOUT_S, out, sizeof out, err, sizeof err);
     if (rc != 0)
         dt_log_error("scancel %s failed: %s", id, rc < 0 ? dt_error_last() : err);
@@ -445,6 +456,8 @@ int dt_slurm_status(const struct dt_run_record *rec, struct dt_adapter_state *ou
  * batch step and every srun step; the agents stop their ranks as for Ctrl-C). */
 int dt_slurm_cancel(const struct dt_run_record *rec, double wait_s)
 {
+    if (!dt_run_record_slurm_id_ok(rec->job_id))
+        return dt_error_set(DT_EINVAL, "'%s' is not a Slurm job id: nothing cancelled", rec->job_id);
     cancel(rec->job_id, false);
     struct dt_slurm_job_info info = {.exit_status = -1};
     for (double t0 = dt_clock_s(); dt_clock_s() - t0 < wait_s; sleep_tick())

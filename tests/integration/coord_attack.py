@@ -7,6 +7,9 @@ memory and CPU while they run.  Standard library only.
     coord_attack.py pipeline PORT              200 GETs of an 8 MiB value, never read
     coord_attack.py mget PORT                  MULTI_GETs of large values, then leave
     coord_attack.py nine PORT COUNT            VALIDATE then PING, COUNT times
+    coord_attack.py flood PORT SECONDS RATE    RATE connects a second that never speak
+    coord_attack.py waits PORT MAX             with the token: WAITs on 131072 fresh keys each,
+                                               on up to MAX connections, until one is refused
 The token comes from DTRAIN_JOB_TOKEN.  Each prints one line saying what it
 did; the shell test does the checking.
 
@@ -19,7 +22,7 @@ import sys
 import time
 
 MAGIC = 0x3C85F7CE
-VALIDATE, SET, GET, MULTI_GET, MULTI_SET, PING, AUTH = 0, 1, 3, 10, 11, 13, 0xD0
+VALIDATE, SET, GET, WAIT, MULTI_GET, MULTI_SET, PING, AUTH = 0, 1, 3, 6, 10, 11, 13, 0xD0
 
 
 def s(b):
@@ -174,6 +177,60 @@ def nine(port, count):
     print("%d of %d VALIDATE+PING connections closed by the coordinator" % (n, count))
 
 
+def flood(port, seconds, rate):
+    """Opens RATE connections a second for `seconds` and keeps them open
+    without a byte: each holds a pre-authentication slot until the
+    coordinator closes it.  Non-blocking connects, so the pace holds
+    whatever the coordinator does."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = int(rate * 12) + 64
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    conns, n, failed = [], 0, 0
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        due = int((time.time() - t0) * rate)
+        while n < due:
+            n += 1
+            try:
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", port))
+                conns.append(c)
+            except OSError:
+                failed += 1
+        if len(conns) > want - 64 - rate:  # the oldest were closed by the coordinator long ago
+            for c in conns[:rate]:
+                c.close()
+            del conns[:rate]
+        time.sleep(0.002)
+    print("flood: %d connects in %.0f s (%d failed)" % (n, seconds, failed))
+
+
+def waits(port, most):
+    """Each connection WAITs on 131072 keys no one sets (12 bytes each):
+    every one costs the coordinator a waiting entry, until its memory
+    budget refuses the next WAIT by closing that connection."""
+    held, refused = [], False
+    while len(held) < most and not refused:
+        c = authed(port)
+        c.sendall(bytes([WAIT]) + struct.pack("<Q", 131072)
+                  + b"".join(s(b"/w%04d-%06d" % (len(held), i)) for i in range(131072)))
+        deadline = time.time() + 10
+        while time.time() < deadline and not refused:
+            time.sleep(0.05)
+            refused = closed(c)
+            c.setblocking(True)
+            if not refused:
+                break
+        held.append(c)
+    print("%d WAITs of 131072 keys held; %s" % (len(held) - refused,
+                                                 "the next was refused" if refused else "none refused"))
+    sys.stdout.flush()
+    time.sleep(float(os.environ.get("HOLD_S", "1")))
+
+
 if __name__ == "__main__":
     cmd, port = sys.argv[1], int(sys.argv[2])
     if cmd == "preauth":
@@ -186,5 +243,9 @@ if __name__ == "__main__":
         mget(port)
     elif cmd == "nine":
         nine(port, int(sys.argv[3]))
+    elif cmd == "waits":
+        waits(port, int(sys.argv[3]))
+    elif cmd == "flood":
+        flood(port, float(sys.argv[3]), int(sys.argv[4]))
     else:
         sys.exit("coord_attack: unknown attack " + cmd)

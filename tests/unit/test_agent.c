@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,10 +281,65 @@ static void summary_names_a_lost_node(void **state)
     assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
     fclose(f);
     assert_non_null(strstr(text,
-                           "\"lost_node\": {\"node\": 1, \"host\": \"gpu7\", \"detected_s\": 14.500000, "
+                           "\"lost_node\": {\"node\": 1, \"host\": \"gpu7\", \"detected_s\": 14.5, "
                            "\"reason\": \"node 1 (host gpu7, address 10.0.0.2:4242) stopped "
                            "\\\"acknowledging\\\"\"},"));
     free(text);
+}
+
+/* summary.json's text: the layout tests and scripts grep (one member a line,
+ * an attempt's head and each rank one line), times to the microsecond (the
+ * start's Unix time too, which the trace merge aligns to), null for a time
+ * that is no number, and the same value read back. */
+static void summary_layout_and_times(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    cfg.nnodes = 1;
+    cfg.node_rank = 0;
+    cfg.nproc = 2;
+    struct dt_agent_rank_result r[2] = {{0, 100, true, 0, false, 0.25, 1.000001},
+                                        {1, 0, false, 0, false, 0.5, 0}};
+    struct dt_agent_attempt at = {.end_s = 2, .first_failed = -1, .hung = -1, .ranks = r};
+    struct dt_agent_result res = {
+        .n_attempts = 1, .nproc = 2, .attempts = &at, .started_unix = 1796683159.599631, .wall_s = NAN};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), 0);
+    fclose(f);
+    assert_non_null(strstr(text, "{\n  \"name\": \"unit\",\n  \"run_id\": \"RID\",\n"));
+    assert_non_null(strstr(text, "\n  \"started_unix\": 1796683159.599631,\n  \"wall_seconds\": null,\n"));
+    assert_non_null(strstr(text, "\n  \"attempts\": [\n    {\"attempt\": 0, \"start_s\": 0.0, "
+                                 "\"end_s\": 2.0, \"leftover_processes\": 0, \"first_failed_rank\": null, "
+                                 "\"hung_rank\": null, \"ranks\": [\n"));
+    assert_non_null(strstr(text, "\n      {\"rank\": 0, \"local_rank\": 0, \"pid\": 100, "
+                                 "\"exit_code\": 0, \"signal\": null, \"stopped_by_dtrain\": false, "
+                                 "\"spawn_s\": 0.25, \"exit_s\": 1.000001},\n"));
+    assert_non_null(strstr(text, "\n      {\"rank\": 1, \"local_rank\": 1, \"pid\": null, "
+                                 "\"exit_code\": null, \"signal\": null, \"stopped_by_dtrain\": false, "
+                                 "\"spawn_s\": 0.5, \"exit_s\": null}\n    ]}\n  ],\n  \"version\": 1\n}\n"));
+    json_t *doc;
+    if (dt_json_parse(text, len, "summary.json", 1, &doc))
+        fail_msg("%s\n%s", dt_error_last(), text);
+    assert_true(json_real_value(json_object_get(doc, "started_unix")) == res.started_unix);
+    assert_true(json_is_integer(json_object_get(doc, "world_size")));
+    json_decref(doc);
+    free(text);
+}
+
+/* A summary that cannot be written says so in a sentence, with the reason. */
+static void summary_write_failure_is_reported(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    struct dt_agent_result res = {.status = DT_AGENT_FAILED, .exit_status = 1};
+    FILE *f = fopen("/dev/full", "w"); /* every write: ENOSPC */
+    assert_non_null(f);
+    setvbuf(f, NULL, _IONBF, 0);
+    assert_int_equal(dt_agent_write_summary_to(f, &cfg, &res), DT_EIO);
+    assert_non_null(strstr(dt_error_last(), "writing the run summary failed: No space left on device"));
+    fclose(f);
 }
 
 static void oom_counter_parsed(void **state)
@@ -388,8 +444,8 @@ static json_t *summary_with_trainer(const char *text, char **out)
 }
 
 /* The trainer's figures: four copied to the top as the trainer wrote them,
- * the whole object under "trainer"; a file that is no JSON object adds
- * neither (the summary stays JSON). */
+ * the whole object under "trainer" (the same values); a file that is no JSON
+ * object adds neither (the summary stays JSON). */
 static void trainer_summary_is_copied_when_it_parses(void **state)
 {
     (void)state;
@@ -401,7 +457,10 @@ static void trainer_summary_is_copied_when_it_parses(void **state)
     assert_non_null(strstr(text, "\n  \"test_accuracy\": null,\n"));
     assert_non_null(strstr(text, "\n  \"steps\": 500,\n"));
     assert_non_null(strstr(text, "\n  \"samples_per_s\": 12345.5,\n"));
-    assert_non_null(strstr(text, "\"rank_work_seconds\": [0.5, 1e-05]\n  },\n")); /* the file's own text */
+    /* the object on one line, its numbers as jansson writes them */
+    assert_non_null(strstr(text, "\n  \"trainer\": {\"final_loss\": 1.30389352, \"test_accuracy\": null, "
+                                 "\"steps\": 500, \"samples_per_s\": 12345.5, "
+                                 "\"rank_work_seconds\": [0.5, 1e-5]},\n"));
     json_t *want = json_loads(trainer, 0, NULL);
     assert_true(json_equal(json_object_get(doc, "trainer"), want));
     json_decref(want);
@@ -428,6 +487,8 @@ int main(void)
         cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),
         cmocka_unit_test(summary_names_a_lost_node),
+        cmocka_unit_test(summary_layout_and_times),
+        cmocka_unit_test(summary_write_failure_is_reported),
         cmocka_unit_test(oom_counter_parsed),
         cmocka_unit_test(error_report_message),
         cmocka_unit_test(error_report_traceback),

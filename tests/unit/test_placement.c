@@ -105,6 +105,15 @@ static void elastic_nodes_and_the_rank_formula(void **state)
     assert_int_equal(dt_placement_rank(&pl, 0, 2), 2);
     assert_int_equal(dt_placement_rank(&pl, 1, 0), 3);
     assert_int_equal(dt_placement_rank(&pl, 4, 2), 14);
+    /* the count-only form (the agent's) is the same formula, and the local
+     * rank its inverse for every rank of the job */
+    for (int node = 0; node < pl.nnodes; node++)
+        for (int local = 0; local < pl.nproc; local++) {
+            int rank = dt_placement_rank(&pl, node, local);
+            assert_int_equal(dt_placement_rank_of(pl.nproc, node, local), rank);
+            assert_int_equal(dt_placement_local_rank_of(pl.nproc, rank), local);
+        }
+    assert_int_equal(dt_placement_local_rank_of(0, 7), 0); /* nproc not known here */
     dt_job_free(job);
 }
 

@@ -386,7 +386,7 @@ static void a_fifo_is_no_metrics_file(void **state)
     dt_progress_update(p, 1, 0);
     dt_progress_update(p, 20, 0);
     alarm(0);
-    assert_non_null(strstr(drain(), "is not a regular file"));
+    assert_non_null(strstr(drain(), "metrics.jsonl: not a regular file (a FIFO)"));
     dt_progress_update(p, 40, 0);
     assert_string_equal(drain(), "");
     dt_progress_close(p);

@@ -3,8 +3,9 @@
  * coordinator with a job token, and their bad inputs: a duplicate node rank,
  * a node rank out of range, another node count, a JOIN before the token; an
  * elastic agent's JOIN without a node rank (dt_store_join_any); why
- * a member was lost (dt_coord_member_lost) and the liveness settings of a
- * member's connection (dt_store_liveness_fd). */
+ * a member was lost (dt_coord_member_lost), a member gone silent
+ * (member_silence_s) and the liveness settings of a member's connection
+ * (dt_store_liveness_fd). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,6 +156,71 @@ static void a_lost_member_says_who_and_how(void **state)
     assert_int_equal(dt_coord_member_lost(f->coord, 2, why, sizeof why, NULL), DT_ENOTFOUND);
     dt_store_close(c);
     dt_store_close(b);
+}
+
+struct waiter {
+    struct dt_store *s;
+    int rc;
+};
+
+static void *wait_for_go(void *arg)
+{
+    struct waiter *w = arg;
+    const char *key = "go";
+    w->rc = dt_store_wait(w->s, &key, 1, 10);
+    return NULL;
+}
+
+static bool lost_now(struct dt_coord *c, int node, char *why, size_t n)
+{
+    return dt_coord_member_lost(c, node, why, n, NULL) == 0;
+}
+
+/* member_silence_s: a member other than node 0 that sends nothing is lost
+ * ("went silent", naming it); one that polls is not, nor one whose WAIT is
+ * pending, whose silence starts again when the WAIT is answered. */
+static void a_silent_member_is_lost(void **state)
+{
+    (void)state;
+    struct fx f = {0};
+    assert_int_equal(dt_token_make(f.token), 0);
+    struct dt_coord_config cfg = {
+        .bind_host = "127.0.0.1", .token = f.token, .member_liveness_s = 5, .member_silence_s = 1};
+    assert_int_equal(dt_coord_start(&cfg, &f.coord), 0);
+    struct dt_store *s0 = client(&f), *quiet = client(&f), *busy = client(&f), *waiting = client(&f);
+    assert_int_equal(dt_store_join(s0, 0, 4, 1, "h0"), 0);
+    assert_int_equal(dt_store_join(quiet, 1, 4, 1, "hquiet"), 0);
+    assert_int_equal(dt_store_join(busy, 2, 4, 1, "hbusy"), 0);
+    assert_int_equal(dt_store_join(waiting, 3, 4, 1, "hwait"), 0);
+    struct waiter w = {.s = waiting, .rc = 1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_for_go, &w), 0);
+    const char *key = "k";
+    bool ready;
+    for (int i = 0; i < 50; i++) { /* 2.5 s: the busy member polls every 50 ms */
+        assert_int_equal(dt_store_check(busy, &key, 1, &ready), 0);
+        usleep(50000);
+    }
+    char why[512];
+    assert_true(lost_now(f.coord, 1, why, sizeof why));
+    assert_non_null(strstr(why, "node 1 (host hquiet, address 127.0.0.1:"));
+    assert_non_null(strstr(why, "went silent: its agent sent nothing for 1 s while its host still acknowledged"));
+    assert_false(lost_now(f.coord, 0, why, sizeof why)); /* node 0 hosts the coordinator */
+    assert_false(lost_now(f.coord, 2, why, sizeof why));
+    assert_false(lost_now(f.coord, 3, why, sizeof why)); /* its WAIT is pending */
+    assert_int_equal(dt_store_set(s0, "go", "1", 1), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    assert_false(lost_now(f.coord, 3, why, sizeof why)); /* answered just now */
+    usleep(2500000);
+    assert_true(lost_now(f.coord, 3, why, sizeof why));
+    assert_true(lost_now(f.coord, 2, why, sizeof why));
+    assert_false(lost_now(f.coord, 0, why, sizeof why));
+    dt_store_close(quiet);
+    dt_store_close(busy);
+    dt_store_close(waiting);
+    dt_store_close(s0);
+    dt_coord_stop(f.coord);
 }
 
 /* What makes a connection to a vanished host fail in `seconds`. */
@@ -363,6 +429,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(leaving_and_dropping_are_visible, setup, teardown),
         cmocka_unit_test_setup_teardown(join_any_gives_fresh_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lost_member_says_who_and_how, setup, teardown),
+        cmocka_unit_test(a_silent_member_is_lost),
         cmocka_unit_test(liveness_sets_keepalive_and_user_timeout),
         cmocka_unit_test_setup_teardown(duplicate_node_rank_is_refused_with_who_holds_it, setup, teardown),
         cmocka_unit_test_setup_teardown(out_of_range_and_other_node_counts_are_refused, setup, teardown),

@@ -58,7 +58,7 @@ static int in_open(struct idx_in *in, const char *path)
     memset(in, 0, offsetof(struct idx_in, buf));
     in->path = path;
     in->z.next_in = in->buf;
-    int fd = dt_fs_open_read(path, DT_FS_FOLLOW, NULL); /* a FIFO is refused unopened */
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_FOLLOW, NULL); /* a FIFO is refused unopened */
     if (fd < 0)
         return fd;
     if (!(in->f = fdopen(fd, "rb"))) {

@@ -108,7 +108,7 @@ static int open_shard(const char *path, enum dt_token_format format, int vocab, 
     int (*check)(const char *, const uint8_t *, size_t, int, const uint16_t **, int64_t *) =
         format == DT_TOKENS_UINT16 ? check_uint16 : dt_tokens_check;
     struct stat st;
-    int fd = dt_fs_open_read(path, DT_FS_FOLLOW, &st), rc = 0; /* a FIFO is refused unopened */
+    int fd = dt_fs_open_read(AT_FDCWD, path, DT_FS_FOLLOW, &st), rc = 0; /* a FIFO is refused unopened */
     if (fd < 0)
         return fd;
     if (st.st_size == 0 || (format == DT_TOKENS_LLMC && st.st_size < DT_TOKENS_HEADER_BYTES))
