@@ -589,8 +589,14 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
         dt_log_warn("%s: the ranks' progress rows are not read this attempt", dt_error_last());
     if (rc == 0)
         dt_agent__watchdog_begin(a);
+    /* The loop (the progress line, the rows, the hooks) sets and clears the
+     * last error as it goes: a failed spawn's must outlive it. */
+    char *spawn_error = rc < 0 ? strdup(dt_error_last()) : NULL;
     supervise(a, sig_fd);
     dt_agent__rows_end(a);
+    if (spawn_error)
+        dt_error_set(rc, "%s", spawn_error);
+    free(spawn_error);
     dt_agent__close_attempt(a); /* a log that could not be written back fails the job there */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
