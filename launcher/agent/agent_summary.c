@@ -464,8 +464,13 @@ static void print_findings(const char *run_dir)
 {
     char path[PATH_MAX + 32], buf[4096];
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (access(path, R_OK) != 0)
+    if (access(path, R_OK) != 0) {
+        /* a script's progress rows (docs/progress.md): curves, no step-time split */
+        snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+        if (access(path, R_OK) == 0)
+            dt_log_info("curves of the progress rows: dtrain report %s", run_dir);
         return;
+    }
     struct dt_report r;
     if (dt_report_load(run_dir, &r)) {
         dt_log_warn("no run findings: %s", dt_error_last());

@@ -73,6 +73,7 @@ for n in 15 16 17 18; do  # 12 rows, a pause and its end before them
     "the warning names rank 1, its file and line $n"
 done
 contains "$T/last.err" 'rank_1.metrics.jsonl:16: .*"step" must be a whole number' "and says what is wrong"
+contains "$T/last.err" "curves of the progress rows: dtrain report $run" "the launcher's last line names dtrain report"
 rows=$(grep -c '"loss"' "$run/metrics.jsonl")
 check "rank 0's 20 training rows are in metrics.jsonl ($rows)" test "$rows" = 20
 check "only rank 0's rows are there" sh -c "! grep -q '1001.0' '$run/metrics.jsonl'"
