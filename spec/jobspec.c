@@ -546,6 +546,9 @@ static const char *const reserved[] = {
     "DTRAIN_ERROR_FILE",
     "DTRAIN_ELASTIC",
     "DTRAIN_ELASTIC_MAX_NODES",
+    "DTRAIN_METRICS_FILE",
+    "DTRAIN_TRACEBACK_FILE",
+    "DTRAIN_TRACEBACK_SIGNAL",
 };
 
 bool dt_job_env_is_reserved(const char *name)

@@ -229,6 +229,7 @@ struct dt_agent_failure {
     double hang_detected_s;   /* when the watchdog gave its verdict (seconds since the start) */
     char hang_reason[256];    /* "silent for 3.2 s (no heartbeat) ...", "" unless hung */
     char hang_report[4352];   /* attempt_<k>/hang_rank_<n>.txt: states, stacks, last log lines */
+    char hang_traceback[4096]; /* the start of its threads' Python traceback (faulthandler), "" if none */
     bool final;               /* restart_policy.on_exit made this failure final (no restart) */
     int node;                 /* the node it ran on (another node's, in node 0's multi-node summary) */
     char host[256];           /* that node's host name when it was another node, else "" */
@@ -333,12 +334,23 @@ struct dt_agent_watch {
 struct dt_agent_watch_limits {
     double hb_timeout; /* rendezvous.heartbeat_timeout */
     double first_hb_s; /* from spawn to the first heartbeat: rendezvous.timeout + heartbeat_timeout */
-    bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) */
+    bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) or progress rows (command: jobs) */
+    bool from_rows;    /* they are progress rows (docs/progress.md): a rank may write none, so one
+                          without any is judged by /proc alone (first_hb_s does not apply, D counts) */
     int first_rank;    /* global rank of w[0], for the messages */
 };
 int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
                          const struct dt_agent_watch_limits *l, char *why, size_t size);
 /* --- the rank environment (agent_plan.c) --------------------------------- */
+
+/* What a command: rank is told in its environment for docs/progress.md: the
+ * file of its progress rows (DTRAIN_METRICS_FILE), the signal that asks its
+ * Python threads' traceback (DTRAIN_TRACEBACK_SIGNAL) and the file it goes
+ * to (DTRAIN_TRACEBACK_FILE), all in attempt_<k>/. */
+#define DT_AGENT_TRACEBACK_SIGNAL SIGUSR2
+#define DT_AGENT_TRACEBACK_SIGNAL_NAME "SIGUSR2"
+void dt_agent_rows_path(const char *run_dir, int attempt, int rank, char *buf, size_t size);
+void dt_agent_traceback_path(const char *run_dir, int attempt, int rank, char *buf, size_t size);
 
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns

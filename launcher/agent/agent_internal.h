@@ -119,6 +119,7 @@ struct dt_agent {
     struct dt_agent__first first;     /* the election of the attempt's first failure (agent_policy.c) */
     struct dt_progress *progress;     /* the live progress line, NULL when off */
     struct dt_agent__watchdog wd;     /* the watchdog's timers (agent_watchdog.c) */
+    struct dt_agent__rows *rows;      /* the ranks' progress rows this attempt (agent_progress.c), or NULL */
     double next_hook_poll;            /* when cfg->hooks->poll runs next */
     struct sigaction saved_xfsz;      /* SIGXFSZ as found; the agent ignores it while it runs */
 };
@@ -220,6 +221,27 @@ int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size);
 int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, char *path, size_t size);
 /* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
 int dt_agent__oom_count(long long *count);
+
+/* Asks the Python threads' tracebacks (faulthandler) of every rank that
+ * catches DT_AGENT_TRACEBACK_SIGNAL, waits for them briefly, and appends
+ * them to the hang report at `report`; out gets the start of the hung
+ * rank's ("" when it gave none). */
+void dt_agent__watchdog_tracebacks(struct dt_agent *a, int hung, const char *report, char *out, size_t size);
+
+/* --- agent_progress.c ---------------------------------------------------- */
+
+struct dt_agent__rows;
+/* Whether this job's ranks are read for progress rows (command: jobs, not a group's). */
+bool dt_agent__rows_wanted(const struct dt_agent *a);
+/* Starts reading the new attempt's rows files (a->rows); 0 when none are wanted. */
+int dt_agent__rows_begin(struct dt_agent *a);
+/* Reads what the files gained (1 MiB a rank at most), at most every 0.1 s. */
+void dt_agent__rows_poll(struct dt_agent *a);
+/* Local rank i's last row: its step and when it was read (agent's clock);
+ * DT_ENOTFOUND when it wrote none, or paused since. */
+int dt_agent__rows_heartbeat(const struct dt_agent *a, int i, int64_t *step, double *last_s);
+/* Reads the last rows and closes the attempt's files, metrics.jsonl and TensorBoard's. */
+void dt_agent__rows_end(struct dt_agent *a);
 
 /* --- agent_plan.c -------------------------------------------------------- */
 

@@ -370,7 +370,7 @@ static int run(struct node *nd)
         .grace_s = n->grace_s,
         .console_ranks = nd->show,
         .start_mono = n->start_mono,
-        .progress = job->trainer && n->node_rank == 0 && dt_log_get_level() <= DT_LOG_INFO,
+        .progress = n->node_rank == 0 && dt_log_get_level() <= DT_LOG_INFO, /* a command: job's too: docs/progress.md */
         .hooks = nd->round || (nd->coord && nd->token[0]) ? &hooks : NULL,
         .heartbeat = nd->coord || nd->round ? heartbeat : NULL,
         .heartbeat_ctx = nd,

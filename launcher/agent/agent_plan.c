@@ -182,6 +182,30 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add_signals(b, cfg->job->signals_to_handle);
 }
 
+void dt_agent_rows_path(const char *run_dir, int attempt, int rank, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/attempt_%d/rank_%d.metrics.jsonl", run_dir, attempt, rank);
+}
+
+void dt_agent_traceback_path(const char *run_dir, int attempt, int rank, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/attempt_%d/rank_%d.traceback.txt", run_dir, attempt, rank);
+}
+
+/* docs/progress.md: a command's rank may report its steps, and Python's
+ * faulthandler may say where its threads are when the watchdog asks. */
+static void add_progress(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int restart)
+{
+    char path[4200];
+    if (!cfg->job->command || cfg->group)
+        return;
+    dt_agent_rows_path(cfg->run_dir, restart, rank, path, sizeof path);
+    add(b, "DTRAIN_METRICS_FILE=%s", path);
+    dt_agent_traceback_path(cfg->run_dir, restart, rank, path, sizeof path);
+    add(b, "DTRAIN_TRACEBACK_FILE=%s", path);
+    add(b, "DTRAIN_TRACEBACK_SIGNAL=%s", DT_AGENT_TRACEBACK_SIGNAL_NAME);
+}
+
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
                        const char *error_file)
 {
@@ -328,6 +352,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     snprintf(error_file, sizeof error_file, "%s/attempt_%d/rank_%d.error.json", cfg->run_dir, restart, rank);
     add_torchrun(&b, cfg, rank, local_rank, restart, error_file);
     add_dtrain(&b, cfg, restart, error_file);
+    add_progress(&b, cfg, rank, restart);
     if (b.rc < 0) {
         dt_agent_env_free(b.v);
         return b.rc;

@@ -420,6 +420,11 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
     if (ff->hung)
         dprintf(fd, "dtrain: rank %d was %s; states, stacks and last log lines: %s\n", ff->rank, ff->hang_reason,
                 ff->hang_report[0] ? ff->hang_report : "(the report could not be written)");
+    if (ff->hung && ff->hang_traceback[0]) {
+        dprintf(fd, "dtrain: where rank %d's Python threads were (faulthandler; all of it in the report):\n",
+                ff->rank);
+        print_quoted(fd, ff->hang_traceback);
+    }
     if (ff->oom_killer == 1)
         dprintf(
             fd,
@@ -461,8 +466,13 @@ static void print_findings(const char *run_dir)
 {
     char path[PATH_MAX + 32], buf[4096];
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (access(path, R_OK) != 0)
+    if (access(path, R_OK) != 0) {
+        /* a script's progress rows (docs/progress.md): curves, no step-time split */
+        snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+        if (access(path, R_OK) == 0)
+            dt_log_info("curves of the progress rows: dtrain report %s", run_dir);
         return;
+    }
     struct dt_report r;
     if (dt_report_load(run_dir, &r)) {
         dt_log_warn("no run findings: %s", dt_error_last());

@@ -427,6 +427,7 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
     if (dt_agent__watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
         dt_log_warn("%s", dt_error_last());
+    dt_agent__watchdog_tracebacks(a, i, ff->hang_report, ff->hang_traceback, sizeof ff->hang_traceback);
     dt_log_error("rank %d is hung: %s; what it looked like: %s; stopping the group", p->rank, why,
                  ff->hang_report[0] ? ff->hang_report : "(no report)");
     at->ranks[i].stopped_by_agent = true;
@@ -552,7 +553,8 @@ static int poll_timeout(struct dt_agent *a, bool children)
     int partial = dt_agent__pump_partial(a, now);
     if (partial >= 0 && (timeout < 0 || timeout > partial))
         timeout = partial;
-    if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
+    /* the progress line redraws 4 times a second; the ranks' progress rows are read as often */
+    if ((a->progress || a->rows) && (timeout < 0 || timeout > 250))
         timeout = 250;
     int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
     if (a->wd.next > 0 && a->running > 0 && a->sm.state == DT_AGENT__RUNNING &&
@@ -586,8 +588,11 @@ static void supervise(struct dt_agent *a, int sig_fd)
             else
                 rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
-        if (a->progress) /* it draws over the line the cursor is on */
+        /* the live line draws over the line the cursor is on; until a row comes
+         * there is none, and a rank's \r progress bar keeps its line */
+        if (dt_progress_drawing(a->progress))
             dt_agent__console_settle(a);
+        dt_agent__rows_poll(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (!children)
@@ -619,7 +624,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
-        ff->hang_reason[0] = ff->hang_report[0] = 0;
+        ff->hang_reason[0] = ff->hang_report[0] = ff->hang_traceback[0] = 0;
     }
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
@@ -756,9 +761,18 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (rc == 0)
         dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks,
                      a->nranks == 1 ? "" : "s", dir);
+    if (rc == 0 && dt_agent__rows_begin(a) < 0)
+        dt_log_warn("%s: the ranks' progress rows are not read this attempt", dt_error_last());
     if (rc == 0)
         dt_agent__watchdog_begin(a);
+    /* The loop (the progress line, the rows, the hooks) sets and clears the
+     * last error as it goes: a failed spawn's must outlive it. */
+    char *spawn_error = rc < 0 ? strdup(dt_error_last()) : NULL;
     supervise(a, sig_fd);
+    dt_agent__rows_end(a);
+    if (spawn_error)
+        dt_error_set(rc, "%s", spawn_error);
+    free(spawn_error);
     dt_agent__close_attempt(a); /* a log that could not be written back fails the job there */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)

@@ -57,8 +57,10 @@ static void print_row(const char *log_dir, const struct row *r)
     /* Only a run that has not said how it ended is asked about (a pid check, or one query). */
     if (!in.have_summary || in.attempt < 0)
         dt_run_info_load(dir, true, &in);
-    if (in.step >= 0)
+    if (in.step >= 0 && in.total_steps >= 0)
         snprintf(step, sizeof step, "%lld/%lld", in.step, in.total_steps);
+    else if (in.step >= 0)
+        snprintf(step, sizeof step, "%lld", in.step);
     if (in.have_record) {
         time_t t = (time_t)in.rec.started_unix;
         struct tm tm;

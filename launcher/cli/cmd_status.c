@@ -73,8 +73,10 @@ static void print_info(const struct dt_run_info *in)
     printf("\n");
     if (in->attempt >= 0)
         printf("attempt:   %d\n", in->attempt);
-    if (in->step >= 0)
+    if (in->step >= 0 && in->total_steps >= 0)
         printf("step:      %lld/%lld\n", in->step, in->total_steps);
+    else if (in->step >= 0)
+        printf("step:      %lld\n", in->step);
     if (in->world_size > 0)
         printf("ranks:     %d\nnodes:     %d\n", in->world_size, in->nnodes);
     else if (in->have_record)
