@@ -255,5 +255,9 @@ for k in '^role: "trainer"$' '^virtual_local_rank: true$' '^signals_to_handle: "
          '^  line_prefix: "\$\{rank\}: "$' '^grace_period: 5s$'; do
   contains "$T/last.out" "$k" "the spec holds $k"
 done
-expect_status 0 "a flag not applied yet says so when the job runs" "$DTRAIN" run -r 3 --no-python true
-contains "$T/last.err" "console.redirects: 3 \(-r/--redirects\) is not applied yet" "-r 3 is said to be not applied"
+expect_status 0 "-r 3 runs" "$DTRAIN" run -r 3 --no-python sh -c 'echo to-stdout; echo to-stderr >&2'
+check "-r 3 keeps both streams off the console (torchrun's redirect: the log file only)" \
+  bash -c "! grep -q 'to-std' '$T/last.out' '$T/last.err'"
+run=$(sed -n 's/^dtrain: job sh: .*, run //p' "$T/last.err")
+check "-r 3: the rank's log files have both lines" \
+  bash -c "grep -q to-stdout '$run/attempt_0/rank_0.out' && grep -q to-stderr '$run/attempt_0/rank_0.err'"
