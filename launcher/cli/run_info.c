@@ -126,7 +126,7 @@ static void read_summary(struct dt_run_info *in)
     json_t *s = NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/summary.json", in->dir);
-    if (dt_run_record_read_file(AT_FDCWD, path, in->dir, SUMMARY_MAX_BYTES, &text, &len) < 0)
+    if (dt_fs_read_whole(AT_FDCWD, NULL, path, DT_FS_NOFOLLOW, SUMMARY_MAX_BYTES, &text, &len) < 0)
         return;
     int rc = dt_json_parse(text, len, path, 1, &s);
     free(text);
