@@ -318,8 +318,10 @@ DOCDIR ?= $(PREFIX)/share/doc/dtrain
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dtrain/base \
-	  $(DESTDIR)$(PREFIX)/include/dtrain/comm $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(DOCDIR)
+	  $(DESTDIR)$(PREFIX)/include/dtrain/comm $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(PREFIX)/share/dtrain/python
 	install -m 755 $(BINDIR)/dtrain $(DESTDIR)$(PREFIX)/bin/dtrain
+	install -m 644 python/dtrain_progress.py $(DESTDIR)$(PREFIX)/share/dtrain/python/
 	install -m 644 $(BUILD)/libdtrain.a $(DESTDIR)$(PREFIX)/lib/libdtrain.a
 	install -m 644 base/error.h $(DESTDIR)$(PREFIX)/include/dtrain/base/
 	install -m 644 comm/comm.h comm/store.h $(DESTDIR)$(PREFIX)/include/dtrain/comm/

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -202,4 +203,43 @@ int dt_fs_write_atomic(const char *path, bool durable, dt_fs_write_fn write, voi
         rc = dt_error_set_errno(DT_EIO, errno, "fsync %s", dir);
     close(dfd);
     return rc;
+}
+
+int dt_fs_read_whole(int dfd, const char *dir_shown, const char *path, enum dt_fs_links links, size_t max_bytes,
+                     char **text, size_t *len)
+{
+    bool in_dir = dfd != AT_FDCWD && dir_shown;
+    struct stat st;
+    int fd = dt_fs_open_read(dfd, path, links, &st);
+    if (fd < 0)
+        return in_dir ? dt_error_prefix("%s", dir_shown) : fd;
+    char shown[PATH_MAX + 256];
+    snprintf(shown, sizeof shown, "%s%s%s", in_dir ? dir_shown : "", in_dir ? "/" : "", path);
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if ((size_t)st.st_size > max_bytes)
+        rc = dt_error_set(DT_EINVAL, "%s is %lld bytes, more than the %zu this reads", shown,
+                          (long long)st.st_size, max_bytes);
+    else if (!(buf = malloc((size_t)st.st_size + 1)))
+        rc = dt_error_set(DT_ENOMEM, "no memory to read %s", shown);
+    while (!rc && n < (size_t)st.st_size) {
+        ssize_t got = read(fd, buf + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = dt_error_set_errno(DT_EIO, errno, "reading %s failed", shown);
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
+    return 0;
 }

@@ -55,6 +55,15 @@ enum dt_fs_links { DT_FS_FOLLOW, DT_FS_NOFOLLOW };
  * system's other refusals. */
 int dt_fs_open_read(int dfd, const char *path, enum dt_fs_links links, struct stat *st);
 
+/* The regular file `path` read whole through dt_fs_open_read (relative to
+ * dfd as there), at most max_bytes and up to the size fstat gave: a file that
+ * grows meanwhile is cut there, one that shrinks is read as it is now.
+ * *text is malloc'd and NUL-terminated, *len its length.  Messages name the
+ * file as dir_shown/path when dfd is a directory's descriptor (dir_shown
+ * names it), else as path. */
+int dt_fs_read_whole(int dfd, const char *dir_shown, const char *path, enum dt_fs_links links, size_t max_bytes,
+                     char **text, size_t *len);
+
 /* What a file's mode says it is, for messages: "a FIFO", "a directory",
  * "a symbolic link", ... */
 const char *dt_fs_kind(mode_t mode);

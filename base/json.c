@@ -86,53 +86,14 @@ int dt_json_parse(const char *text, size_t len, const char *name, int first_line
                         err.column > 0 ? err.column : 1, err.text);
 }
 
-/* Reads the regular file `path` whole (dt_fs_open_read: nothing else is
- * opened, a FIFO included), at most max_bytes of it. */
-static int read_whole(const char *path, enum dt_fs_links links, size_t max_bytes, char **text, size_t *len)
-{
-    struct stat st;
-    int fd = dt_fs_open_read(AT_FDCWD, path, links, &st);
-    if (fd < 0)
-        return fd;
-    char *buf = NULL;
-    size_t n = 0;
-    int rc = 0;
-    if ((size_t)st.st_size > max_bytes)
-        rc = dt_error_set(DT_EINVAL, "%s is %lld bytes, more than the %zu this reads", path,
-                          (long long)st.st_size, max_bytes);
-    else if (!(buf = malloc((size_t)st.st_size + 1)))
-        rc = dt_error_set(DT_ENOMEM, "no memory to read %s", path);
-    /* up to the size fstat gave: a file that grows meanwhile is cut there, not read on */
-    while (!rc && n < (size_t)st.st_size) {
-        ssize_t got = read(fd, buf + n, (size_t)st.st_size - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            rc = dt_error_set_errno(DT_EIO, errno, "reading %s failed", path);
-        else if (got == 0)
-            break;
-        else
-            n += (size_t)got;
-    }
-    close(fd);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
 int dt_json_read_file(const char *path, size_t max_bytes, char **text, size_t *len)
 {
-    return read_whole(path, DT_FS_FOLLOW, max_bytes, text, len);
+    return dt_fs_read_whole(AT_FDCWD, NULL, path, DT_FS_FOLLOW, max_bytes, text, len);
 }
 
 int dt_json_read_run_file(const char *path, size_t max_bytes, char **text, size_t *len)
 {
-    return read_whole(path, DT_FS_NOFOLLOW, max_bytes, text, len);
+    return dt_fs_read_whole(AT_FDCWD, NULL, path, DT_FS_NOFOLLOW, max_bytes, text, len);
 }
 
 static int load(const char *path, enum dt_fs_links links, size_t max_bytes, json_t **out)
@@ -140,7 +101,7 @@ static int load(const char *path, enum dt_fs_links links, size_t max_bytes, json
     char *text;
     size_t len;
     *out = NULL;
-    int rc = read_whole(path, links, max_bytes, &text, &len);
+    int rc = dt_fs_read_whole(AT_FDCWD, NULL, path, links, max_bytes, &text, &len);
     if (rc)
         return rc;
     rc = dt_json_parse(text, len, path, 1, out);

@@ -19,9 +19,18 @@
  * agent's log files keep them whole). */
 #define DT_LINES_MAX 16384
 
+/* What ended the piece last handed over (struct dt_lines.end): '\n', '\r'
+ * (with cr set), or one of these. */
+#define DT_LINES_CUT 0  /* a piece of a line longer than the buffer (complete = false) */
+#define DT_LINES_OPEN 1 /* dt_lines_take: what has come of a line that goes on (complete = false) */
+
 struct dt_lines {
     char *buf;
     size_t len, cap;
+    /* A carriage return ends a piece too, handed over complete: a progress
+     * bar (tqdm) redraws its line with \r and never writes \n until it is done. */
+    bool cr;
+    char end; /* what ended the piece being handed over: '\n', '\r', DT_LINES_CUT or DT_LINES_OPEN */
 };
 
 /* One line (or, complete = false, a piece of a long one), without its newline. */
@@ -31,7 +40,12 @@ int dt_lines_init(struct dt_lines *lb, size_t cap);
 void dt_lines_free(struct dt_lines *lb);
 /* Hands over every line that n more bytes complete; keeps the rest. */
 void dt_lines_feed(struct dt_lines *lb, const char *data, size_t n, dt_lines_fn fn, void *ctx);
-/* Hands over a pending partial line (at end of stream), if any. */
+/* Hands over a pending partial line (at end of stream), if any, as complete
+ * (end '\n'). */
 void dt_lines_flush(struct dt_lines *lb, dt_lines_fn fn, void *ctx);
+/* Hands over what is pending of a line that has not ended (a prompt, a
+ * progress bar, output that stalls mid-line), complete = false and end
+ * DT_LINES_OPEN: the reader shows it now; the line's rest comes later. */
+void dt_lines_take(struct dt_lines *lb, dt_lines_fn fn, void *ctx);
 
 #endif

@@ -12,6 +12,16 @@
 #include <unistd.h>
 
 static enum dt_log_level log_level = DT_LOG_INFO;
+/* The hook is its setter's thread's alone: another thread that logs (the
+ * coordinator's) never runs it, so it needs no lock. */
+static _Thread_local dt_log_before_fn before_fn;
+static _Thread_local void *before_ctx;
+
+void dt_log_set_before(dt_log_before_fn fn, void *ctx)
+{
+    before_fn = fn;
+    before_ctx = ctx;
+}
 
 void dt_log_set_level(enum dt_log_level level) { log_level = level; }
 
@@ -47,6 +57,8 @@ void dt_log(enum dt_log_level level, const char *fmt, ...)
     if (len > sizeof line - 2)
         len = sizeof line - 2;
     line[len++] = '\n';
+    if (before_fn)
+        before_fn(before_ctx);
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
 }

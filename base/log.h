@@ -17,6 +17,13 @@ void dt_log_level_from_env(void);
 
 void dt_log(enum dt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Called before each line the calling thread logs is written (the agent
+ * ends a rank's unfinished console line first, so its message never lands
+ * in the middle of a progress bar); other threads' lines do not call it.
+ * NULL removes it.  One at a time. */
+typedef void (*dt_log_before_fn)(void *ctx);
+void dt_log_set_before(dt_log_before_fn fn, void *ctx);
+
 #define dt_log_debug(...) dt_log(DT_LOG_DEBUG, __VA_ARGS__)
 #define dt_log_info(...) dt_log(DT_LOG_INFO, __VA_ARGS__)
 #define dt_log_warn(...) dt_log(DT_LOG_WARN, __VA_ARGS__)

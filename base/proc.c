@@ -139,19 +139,41 @@ int dt_proc_stat_parse(const char *line, struct dt_proc_stat *out)
     return 0;
 }
 
-int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out)
+/* A /proc file's first size-1 bytes, NUL-terminated: one read, as the
+ * kernel fills these files in one go; -1 when the process is gone. */
+static int read_proc_file(const char *path, char *buf, size_t size)
 {
-    char path[300], buf[1024];
-    snprintf(path, sizeof path, "/proc/%s/stat", entry);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    ssize_t n = read(fd, buf, size - 1);
     close(fd);
     if (n <= 0)
         return -1;
     buf[n] = 0;
+    return 0;
+}
+
+int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out)
+{
+    char path[300], buf[1024];
+    snprintf(path, sizeof path, "/proc/%s/stat", entry);
+    if (read_proc_file(path, buf, sizeof buf) < 0)
+        return -1;
     return dt_proc_stat_parse(buf, out);
+}
+
+int dt_proc_catches(pid_t pid, int sig)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (read_proc_file(path, buf, sizeof buf) < 0)
+        return -1;
+    const char *f = strstr(buf, "\nSigCgt:");
+    if (!f || sig < 1 || sig > 64)
+        return -1;
+    unsigned long long mask = strtoull(f + 8, NULL, 16);
+    return (int)((mask >> (sig - 1)) & 1);
 }
 
 /* --- signals through a pipe ---------------------------------------------- */

@@ -60,6 +60,11 @@ int dt_proc_stat_read(const char *entry, struct dt_proc_stat *out);
  * ')' itself, so the fields are read after the last ')'. */
 int dt_proc_stat_parse(const char *line, struct dt_proc_stat *out);
 
+/* Whether process pid catches sig, as the kernel says (/proc/<pid>/status
+ * SigCgt: a hex mask, bit sig-1 set while a handler is installed): 1 or 0,
+ * -1 when it is gone.  Ignored or default signals are not caught. */
+int dt_proc_catches(pid_t pid, int sig);
+
 /* --- signals through a pipe ---------------------------------------------- */
 
 #define DT_PROC_SIGNALS_MAX 8

@@ -120,49 +120,13 @@ int dt_run_record_begin(const struct dt_job *job, const char *log_dir, const cha
 
 /* --- reading ------------------------------------------------------------- */
 
-int dt_run_record_read_file(int dfd, const char *name, const char *shown, size_t max_bytes, char **text,
-                            size_t *len)
-{
-    struct stat st;
-    int fd = dt_fs_open_read(dfd, name, DT_FS_NOFOLLOW, &st);
-    if (fd < 0)
-        return dfd == AT_FDCWD ? fd : dt_error_prefix("%s", shown);
-    int rc = 0;
-    char *buf = NULL;
-    if ((size_t)st.st_size > max_bytes)
-        rc = dt_error_set(DT_EINVAL, "%s/%s is %lld bytes, more than the %zu this reads", shown, name,
-                          (long long)st.st_size, max_bytes);
-    else if (!(buf = malloc((size_t)st.st_size + 1)))
-        rc = dt_error_set(DT_ENOMEM, "no memory to read %s/%s", shown, name);
-    size_t n = 0;
-    while (rc == 0 && n < (size_t)st.st_size) {
-        ssize_t got = read(fd, buf + n, (size_t)st.st_size - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            rc = dt_error_set_errno(DT_EIO, errno, "reading %s/%s failed", shown, name);
-        if (got <= 0)
-            break; /* a file that shrank is read as it is now */
-        n += (size_t)got;
-    }
-    close(fd);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
 int dt_run_record_load_spec(const char *run_dir, struct dt_job **job)
 {
     char path[PATH_MAX + 32], *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
     *job = NULL;
-    int rc = dt_run_record_read_file(AT_FDCWD, path, run_dir, DT_YAML_MAX_BYTES, &text, &len);
+    int rc = dt_fs_read_whole(AT_FDCWD, NULL, path, DT_FS_NOFOLLOW, DT_YAML_MAX_BYTES, &text, &len);
     if (rc == 0 && strlen(text) != len)
         rc = dt_error_set(DT_EINVAL, "%s: a NUL byte in the spec", path);
     if (rc == 0)
@@ -316,7 +280,7 @@ int dt_run_record_read(const char *run_dir, struct dt_run_record *r)
     size_t len = 0;
     int rc = fstat(dfd, &dir) == 0 ? 0 : dt_error_set_errno(DT_EIO, errno, "cannot stat %s", run_dir);
     if (rc == 0)
-        rc = dt_run_record_read_file(dfd, DT_RUN_RECORD_FILE, run_dir, RECORD_MAX_BYTES, &text, &len);
+        rc = dt_fs_read_whole(dfd, run_dir, DT_RUN_RECORD_FILE, DT_FS_NOFOLLOW, RECORD_MAX_BYTES, &text, &len);
     if (rc == 0 && fstatat(dfd, DT_RUN_RECORD_FILE, &file, AT_SYMLINK_NOFOLLOW) != 0)
         rc = dt_error_set_errno(DT_EIO, errno, "cannot stat %s", path);
     close(dfd);

@@ -81,14 +81,7 @@ int dt_run_record_begin(const struct dt_job *job, const char *log_dir, const cha
  * handle is no id of its scheduler or whose numbers are out of range. */
 int dt_run_record_read(const char *run_dir, struct dt_run_record *r);
 
-/* A run file read whole: name relative to the directory dfd (or a path with
- * AT_FDCWD), opened with dt_fs_open_read (a FIFO, device or link under
- * the name is refused, never waited on), at most max_bytes; *text is
- * malloc'd and NUL-terminated.  shown names the directory in messages. */
-int dt_run_record_read_file(int dfd, const char *name, const char *shown, size_t max_bytes, char **text,
-                            size_t *len);
-
-/* <run_dir>/job.yaml loaded (read with dt_run_record_read_file, so a FIFO
+/* <run_dir>/job.yaml loaded (read with dt_fs_read_whole, so a FIFO
  * or link planted under its name is refused, not waited on). */
 int dt_run_record_load_spec(const char *run_dir, struct dt_job **job);
 

@@ -378,6 +378,25 @@ static const struct dt_spec_key top_keys[] = {
         .help =
             "Time between SIGTERM and SIGKILL when ranks are stopped (a failure elsewhere, a restart, "
             "Ctrl-C), as torchrun's 30 s; a rank may save its state in it. `--grace-period` overrides it."),
+    DT_KEY("role", DT_KT_STR, struct dt_job, role, .def = "default",
+           .help = "The ranks' role (torchrun's `--role`): `ROLE_NAME` in their environment."),
+    DT_KEY("virtual_local_rank", DT_KT_BOOL, struct dt_job, virtual_local_rank, .def = "false",
+           .help = "Each rank sees only its own GPU, as device 0 (torchrun's `--virtual-local-rank`): "
+                   "`LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` the local rank's entry of the node's list "
+                   "(or the local rank itself when the list is not set)."),
+    DT_KEY("signals_to_handle", DT_KT_CUSTOM, struct dt_job, signals_to_handle, .set = dt_spec_set_signals,
+           .print = dt_spec_print_signals, .def = "[SIGHUP, SIGINT, SIGQUIT, SIGTERM]",
+           .form = "list of signal names",
+           .schema = "{\"anyOf\": [{\"type\": \"array\", \"items\": {\"enum\": [\"SIGHUP\", \"SIGINT\", "
+                     "\"SIGQUIT\", \"SIGTERM\", \"SIGUSR1\", \"SIGUSR2\", \"SIGALRM\"]}}, {\"type\": \"string\"}]}",
+           .help = "The signals the agent passes on to the ranks (torchrun's `--signals-to-handle`: a list, or "
+                   "one comma-separated string). SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the job (passed on, "
+                   "SIGKILL after `grace_period`) listed or not. SIGUSR1 always, and SIGUSR2 or SIGALRM when "
+                   "listed, warn of a time limit: passed on if every rank catches it, else every rank is "
+                   "stopped and the job ends with 75 to be requeued (docs/slurm.md)."),
+    DT_KEY("console", DT_KT_SECTION, struct dt_job, console, .sub = &dt_jobspec_console_section,
+           .help = "How the ranks' output reaches the console and the log files (torchrun's `-r`, `-t` and "
+                   "`--log-line-prefix-template`)."),
     DT_KEY("rendezvous", DT_KT_SECTION, struct dt_job, rendezvous, .sub = &rendezvous_section,
            .help = "Coordinator settings."),
     DT_KEY("comm", DT_KT_SECTION, struct dt_job, comm, .sub = &comm_section,
@@ -530,6 +549,9 @@ static const char *const reserved[] = {
     "DTRAIN_ERROR_FILE",
     "DTRAIN_ELASTIC",
     "DTRAIN_ELASTIC_MAX_NODES",
+    "DTRAIN_METRICS_FILE",
+    "DTRAIN_TRACEBACK_FILE",
+    "DTRAIN_TRACEBACK_SIGNAL",
 };
 
 bool dt_job_env_is_reserved(const char *name)

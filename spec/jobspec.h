@@ -181,6 +181,21 @@ struct dt_mpirun_spec {
     int n_extra_args;
 };
 
+/* console: how the ranks' output reaches the console (torchrun's -r, -t,
+ * --log-line-prefix-template; spec/jobspec_torchrun.c).  redirects and tee
+ * are torchrun's Std text ("3", "0:3,1:2"), read with dt_job_std_of. */
+struct dt_console_spec {
+    char *redirects;   /* streams that go to the log files only */
+    char *tee;         /* streams that go to the console and the log files */
+    char *line_prefix; /* NULL: "[rank N] " */
+};
+
+/* A console.redirects or console.tee value for one local rank: a mask of
+ * DT_STD_OUT and DT_STD_ERR. */
+#define DT_STD_OUT 1
+#define DT_STD_ERR 2
+int dt_job_std_of(const char *std, int local_rank);
+
 struct dt_trainer_spec; /* the bundled trainer's section: spec/trainer_spec.h */
 
 struct dt_job {
@@ -212,6 +227,10 @@ struct dt_job {
     struct dt_slurm_spec *slurm; /* NULL unless the section is present */
     struct dt_kubernetes_spec *kubernetes;
     struct dt_mpirun_spec *mpirun;
+    char *role;                 /* ROLE_NAME of every rank (torchrun's --role) */
+    bool virtual_local_rank;    /* LOCAL_RANK=0 and one GPU per rank (torchrun's --virtual-local-rank) */
+    struct dt_console_spec console;
+    uint64_t signals_to_handle; /* bit N: signal N is passed on to the ranks (torchrun's --signals-to-handle) */
     /* A value came from ${VAR} or --set: the file alone does not say this job, so
      * whoever hands the spec on (nodes, ranks) hands on dt_job_print's copy. */
     bool derived;

@@ -139,6 +139,12 @@ extern const struct dt_spec_section dt_jobspec_trainer_section;
 extern const struct dt_spec_section dt_jobspec_slurm_section;
 extern const struct dt_spec_section dt_jobspec_kubernetes_section;
 extern const struct dt_spec_section dt_jobspec_mpirun_section;
+extern const struct dt_spec_section dt_jobspec_console_section;
+
+/* signals_to_handle (jobspec_torchrun.c): a list of signal names, or
+ * torchrun's "SIGTERM,SIGINT" in one string, as a mask (bit N: signal N). */
+int dt_spec_set_signals(struct dt_spec_ctx *ctx, const struct dt_spec_key *k, const struct dt_ynode *v, void *obj);
+int dt_spec_print_signals(const void *obj, char *buf, size_t size);
 
 /* A number key's setter (DT_KT_INT ... DT_KT_NUM), for a custom key whose
  * plain form is a number (nodes: N besides MIN:MAX). */

@@ -295,7 +295,9 @@ static const struct dt_spec_key slurm_keys[] = {
            .help = "sbatch --constraint: node features."),
     DT_KEY("exclusive", DT_KT_BOOL, struct dt_slurm_spec, exclusive, .def = "false", .help = "Whole nodes."),
     DT_KEY("requeue", DT_KT_BOOL, struct dt_slurm_spec, requeue, .def = "false",
-           .help = "`--requeue`, and SIGUSR1 before the time limit so the trainer checkpoints."),
+           .help = "`--requeue`, and SIGUSR1 before the time limit: if every rank catches it they get it (the "
+                   "trainer checkpoints and exits 75, and the job is requeued), else every rank is stopped and "
+                   "the job is requeued."),
     DT_KEY("signal_lead", DT_KT_DURATION, struct dt_slurm_spec, signal_lead_s, .lo = 1, .hi = 65535,
            .flags = DT_KF_LO | DT_KF_HI, .def = "90s",
            .help =

@@ -4,8 +4,25 @@
 #include "base/error.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The NVIDIA GPUs the kernel shows this machine (or container): /dev/nvidia<N>. */
+static int dev_gpus(void)
+{
+    DIR *d = opendir("/dev");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "nvidia", 6) == 0 && de->d_name[6] >= '0' && de->d_name[6] <= '9')
+            n++;
+    closedir(d);
+    return n;
+}
 
 int dt_placement_count_gpus(void)
 {
@@ -17,16 +34,38 @@ int dt_placement_count_gpus(void)
                 n++;
         return n;
     }
-    DIR *d = opendir("/dev");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (strncmp(de->d_name, "nvidia", 6) == 0 && de->d_name[6] >= '0' && de->d_name[6] <= '9')
-            n++;
-    closedir(d);
-    return n;
+    return dev_gpus();
+}
+
+int dt_placement_count_cpus(void)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    return n > 0 ? n : 1;
+}
+
+int dt_placement_nproc_word(const char *word, int *nproc)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(word, &end, 10);
+    if (end != word && !*end && !errno) {
+        if (n < 1 || n > 1024)
+            return dt_error_set(DT_EINVAL, "%ld ranks per node: expected 1 to 1024", n);
+        *nproc = (int)n;
+    } else if (!strcmp(word, "gpu")) {
+        *nproc = DT_NPROC_GPU;
+    } else if (!strcmp(word, "cpu")) {
+        *nproc = dt_placement_count_cpus();
+    } else if (!strcmp(word, "auto")) {
+        /* torchrun: GPUs when torch.cuda.is_available(), which needs a device
+         * as well as a non-empty CUDA_VISIBLE_DEVICES; else CPUs. */
+        *nproc = dev_gpus() > 0 && dt_placement_count_gpus() > 0 ? DT_NPROC_GPU : dt_placement_count_cpus();
+    } else {
+        return dt_error_set(DT_EINVAL, "'%s' ranks per node: expected a number, auto, cpu or gpu%s", word,
+                            !strcmp(word, "xpu") ? " (dtrain counts NVIDIA GPUs, not Intel's XPUs)" : "");
+    }
+    return 0;
 }
 
 /* "gpu" as the scheduler section counts a node's GPUs; 0 when it does not. */

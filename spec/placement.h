@@ -64,4 +64,14 @@ int dt_placement_local_rank_of(int nproc, int rank);
  * CUDA_VISIBLE_DEVICES when it is set, else the /dev/nvidia<N> devices. */
 int dt_placement_count_gpus(void);
 
+/* The CPUs this process may run on (its affinity mask, which taskset and
+ * cgroup cpusets narrow), as torchrun's `-n cpu` counts them; at least 1. */
+int dt_placement_count_cpus(void);
+
+/* torchrun's --nproc-per-node words, on this machine: a count is itself;
+ * "gpu" stays DT_NPROC_GPU (the agent counts its node's GPUs); "cpu" is
+ * dt_placement_count_cpus(); "auto" is "gpu" when this machine shows a GPU,
+ * else "cpu".  DT_EINVAL with a sentence for any other word ("xpu"). */
+int dt_placement_nproc_word(const char *word, int *nproc);
+
 #endif

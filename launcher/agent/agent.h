@@ -25,7 +25,8 @@
  * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
  * states, the events that move it, their deadlines, how the job ends),
  * agent_policy.c (which failure is first, whether restart_policy makes it
- * final), agent_procs.c (spawning, signalling, output), agent_guard.c (the
+ * final), agent_procs.c (spawning, signalling, output), agent_console.c
+ * (what of the output the console shows, and how), agent_guard.c (the
  * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
  * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
  * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:
@@ -150,7 +151,7 @@ struct dt_agent_config {
     bool endpoint;
     int store_port;
     double grace_s;                      /* SIGTERM to SIGKILL; <= 0: the job's grace_period */
-    const unsigned char *console_stdout; /* per global rank: 1 = show its stdout; NULL = all */
+    const unsigned char *console_ranks;  /* per global rank: 1 = show its output; NULL = all */
     int out_fd, err_fd;                  /* the console; both 0 mean STDOUT/STDERR_FILENO */
     double start_mono;                   /* CLOCK_MONOTONIC seconds when the launcher started (times in the
                                             summary count from it); 0 means when dt_agent_run starts */
@@ -236,6 +237,7 @@ struct dt_agent_failure {
     double hang_detected_s;   /* when the watchdog gave its verdict (seconds since the start) */
     char hang_reason[256];    /* "silent for 3.2 s (no heartbeat) ...", "" unless hung */
     char hang_report[4352];   /* attempt_<k>/hang_rank_<n>.txt: states, stacks, last log lines */
+    char hang_traceback[4096]; /* the start of its threads' Python traceback (faulthandler), "" if none */
     bool final;               /* restart_policy.on_exit made this failure final (no restart) */
     int node;                 /* the node it ran on (another node's, in node 0's multi-node summary) */
     char host[256];           /* that node's host name when it was another node, else "" */
@@ -245,6 +247,9 @@ struct dt_agent_result {
     enum dt_agent_status status;
     int exit_status;      /* what the launcher exits with: 0, the code, or 128 + signal */
     int interrupt_signal; /* the signal that interrupted the job, or 0 */
+    /* Ended DT_AGENT_EXIT_REQUEUE because a rank did not catch the signal:
+     * the agent stopped the ranks, they did not checkpoint on their own. */
+    bool requeue_stopped;
     int n_attempts;
     int max_attempts;                  /* entries allocated: max_restarts + 1 */
     int nproc;                         /* entries of each attempt's ranks */
@@ -292,6 +297,9 @@ struct dt_agent_node {
     const char *coord_host; /* how ranks (MASTER_ADDR) and the other nodes' agents reach it */
     int coord_port;         /* 0: the kernel picks one (an agent that is the whole job) */
     const char *token;      /* the job token every node shares; NULL: node 0 makes one (auth: token) */
+    const char *auth_off;   /* how the user turns rendezvous.auth off, for the error when PyTorch
+                               clients are refused ("pass --auth none to dtrain run"); NULL: the key
+                               in the spec's file */
     const char *run_id;     /* shared by every node; NULL or "": node 0 makes one */
     const char *log_dir;    /* NULL: the spec's */
     const char *ranks;      /* --ranks: stdout of these global ranks only, or NULL */
@@ -334,12 +342,23 @@ struct dt_agent_watch {
 struct dt_agent_watch_limits {
     double hb_timeout; /* rendezvous.heartbeat_timeout */
     double first_hb_s; /* from spawn to the first heartbeat: rendezvous.timeout + heartbeat_timeout */
-    bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) */
+    bool heartbeats;   /* the ranks send heartbeats (trainer: jobs) or progress rows (command: jobs) */
+    bool from_rows;    /* they are progress rows (docs/progress.md): a rank may write none, so one
+                          without any is judged by /proc alone (first_hb_s does not apply, D counts) */
     int first_rank;    /* global rank of w[0], for the messages */
 };
 int dt_agent_watch_judge(const struct dt_agent_watch *w, int n, double now,
                          const struct dt_agent_watch_limits *l, char *why, size_t size);
 /* --- the rank environment (agent_plan.c) --------------------------------- */
+
+/* What a command: rank is told in its environment for docs/progress.md: the
+ * file of its progress rows (DTRAIN_METRICS_FILE), the signal that asks its
+ * Python threads' traceback (DTRAIN_TRACEBACK_SIGNAL) and the file it goes
+ * to (DTRAIN_TRACEBACK_FILE), all in attempt_<k>/. */
+#define DT_AGENT_TRACEBACK_SIGNAL SIGUSR2
+#define DT_AGENT_TRACEBACK_SIGNAL_NAME "SIGUSR2"
+void dt_agent_rows_path(const char *run_dir, int attempt, int rank, char *buf, size_t size);
+void dt_agent_traceback_path(const char *run_dir, int attempt, int rank, char *buf, size_t size);
 
 /* The environment of one rank: `base` (normally environ) without the names
  * dtrain sets, then the spec's env: entries, then dtrain's variables.  Returns
@@ -353,6 +372,16 @@ void dt_agent_env_free(char **env);
 /* Formats "[rank N] <line>\n" into out (which holds at least len + 32 bytes);
  * returns the length. */
 size_t dt_agent_format_line(char *out, int rank, const char *line, size_t len);
+
+/* The longest console prefix a template gives (longer ones are cut). */
+#define DT_AGENT_PREFIX_MAX 256
+/* A rank's console prefix (agent_console.c): "[rank N] ", or console.line_prefix
+ * (torchrun's --log-line-prefix-template) as Python's Template.safe_substitute
+ * renders it: ${role_name} / $role_name, ${rank}, ${local_rank}, ${hostname}
+ * replaced, $$ a dollar, anything else kept as written.  Into out (size
+ * DT_AGENT_PREFIX_MAX); returns its length. */
+size_t dt_agent_line_prefix(char *out, const char *tmpl, const char *role, int rank, int local_rank,
+                            const char *host);
 
 /* PyTorch prefixes a rank's lines itself once its default process group is
  * up: "[rank3]: " before each line of an uncaught exception (the excepthook

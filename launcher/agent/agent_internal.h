@@ -4,7 +4,7 @@
  * to its state machine (agent_state.h), which agent_procs.c acts on;
  * agent_policy.c says which failure of an attempt is its first and whether
  * it is final; agent_procs.c starts the processes, signals them and moves
- * their output; agent_guard.c is what runs between the agent and each rank;
+ * their output, agent_console.c shows it; agent_guard.c is what runs between the agent and each rank;
  * agent_watchdog.c looks at them from outside; agent_plan.c, agent_summary.c
  * and agent_node.c do what comes before and after.  The rounds with other
  * nodes reach dt_agent_run only through its hooks (agent_rounds.h).  Names
@@ -28,13 +28,30 @@ struct dt_agent__stream {
     int fd; /* read end; -1 once at end of file */
     bool is_err;
     struct dt_lines lb;
+    double last_read; /* when it last gave bytes (CLOCK_MONOTONIC s): a partial line waits from then */
+};
+
+/* A line that waits this long for its end is shown as far as it has come
+ * (a prompt, a progress bar without \r, a print(..., end="")). */
+#define DT_AGENT__PARTIAL_S 0.1
+
+/* One console (the agent's stdout or stderr) and the line left open on it:
+ * state is 0 (none), or a rank's line shown as far as it came (1) or ended
+ * by \r (2), owner's stream is_err (agent_console.c). */
+struct dt_agent__con {
+    const struct dt_agent__sink *owner;
+    bool is_err;
+    int state;
 };
 
 /* Where one rank's output goes: its log files, the console, its stderr tail. */
 struct dt_agent__sink {
     int rank;                  /* global rank */
     int log_fd[2];             /* attempt_<k>/rank_<n>.out and .err; -1 when closed */
-    bool continuing[2];        /* the console got the start of a line that is not finished */
+    bool continuing[2];        /* the start of a line that is not finished was handed on */
+    unsigned char shown;       /* DT_STD_OUT | DT_STD_ERR: the streams the console gets (agent_console.c) */
+    char prefix[DT_AGENT_PREFIX_MAX]; /* its console lines' prefix (dt_agent_line_prefix) */
+    size_t prefix_len;
     struct dt_agent_tail tail; /* stderr, for the failure report */
 };
 
@@ -83,6 +100,10 @@ struct dt_agent {
     bool group_stopped; /* SIGTERM went to the group's process this attempt */
     int out_fd, err_fd;
     bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
+    struct dt_agent__con con[2]; /* out_fd's and err_fd's open line; [0] for both when con_shared */
+    bool con_shared;             /* out_fd and err_fd are one file (a terminal) */
+    int log_con;                 /* the con that dt_log's stderr is, or -1 */
+    char host[256];              /* this host's name, for ${hostname} in console.line_prefix */
     int null_fd;          /* /dev/null, the ranks' stdin */
     struct rlimit nofile; /* RLIMIT_NOFILE as the launcher found it, for the ranks */
     char *scratch;        /* one formatted console line */
@@ -98,6 +119,7 @@ struct dt_agent {
     struct dt_agent__first first;     /* the election of the attempt's first failure (agent_policy.c) */
     struct dt_progress *progress;     /* the live progress line, NULL when off */
     struct dt_agent__watchdog wd;     /* the watchdog's timers (agent_watchdog.c) */
+    struct dt_agent__rows *rows;      /* the ranks' progress rows this attempt (agent_progress.c), or NULL */
     double next_hook_poll;            /* when cfg->hooks->poll runs next */
     struct sigaction saved_xfsz;      /* SIGXFSZ as found; the agent ignores it while it runs */
 };
@@ -149,6 +171,31 @@ void dt_agent__close_attempt(struct dt_agent *a);
  * of file closes the pipe.  Returns bytes read, 0 at end of file. */
 ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s);
 
+/* Reads, for every rank's stream with part of a line pending for
+ * DT_AGENT__PARTIAL_S, what has come and shows it; returns how many ms
+ * until the next such stream is due, -1 when none waits. */
+int dt_agent__pump_partial(struct dt_agent *a, double now);
+
+/* --- agent_console.c ----------------------------------------------------- */
+
+/* Whether stdout and stderr are one file (they then share an open line),
+ * and which is dt_log's (its hook ends an open line there, until
+ * dt_agent__free). */
+void dt_agent__console_init(struct dt_agent *a);
+/* For k at local_rank: k->shown (the filter, console.redirects and
+ * console.tee) and k->prefix (console.line_prefix). */
+void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int local_rank);
+/* A piece of k's stream as dt_lines hands it over (end: its lb.end): the
+ * stderr tail, and the console if the stream is shown there. */
+void dt_agent__console_piece(struct dt_agent *a, struct dt_agent__sink *k, bool is_err, const char *line,
+                             size_t len, char end);
+/* Ends the line k's stream left open on the console (its end of file). */
+void dt_agent__console_end(struct dt_agent *a, const struct dt_agent__sink *k, bool is_err);
+/* Ends every open line (the progress line is drawn next, the attempt is over). */
+void dt_agent__console_settle(struct dt_agent *a);
+/* A whole line of the agent's own (a group's process's): after any open line. */
+void dt_agent__console_line(struct dt_agent *a, bool is_err, const char *buf, size_t len);
+
 /* --- agent_guard.c ------------------------------------------------------- */
 
 /* The guard's whole life, in the child the agent forked with every signal
@@ -174,6 +221,27 @@ int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size);
 int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, char *path, size_t size);
 /* The OOM kills counted by this process's memory cgroup so far (cgroup v2 or v1). */
 int dt_agent__oom_count(long long *count);
+
+/* Asks the Python threads' tracebacks (faulthandler) of every rank that
+ * catches DT_AGENT_TRACEBACK_SIGNAL, waits for them briefly, and appends
+ * them to the hang report at `report`; out gets the start of the hung
+ * rank's ("" when it gave none). */
+void dt_agent__watchdog_tracebacks(struct dt_agent *a, int hung, const char *report, char *out, size_t size);
+
+/* --- agent_progress.c ---------------------------------------------------- */
+
+struct dt_agent__rows;
+/* Whether this job's ranks are read for progress rows (command: jobs, not a group's). */
+bool dt_agent__rows_wanted(const struct dt_agent *a);
+/* Starts reading the new attempt's rows files (a->rows); 0 when none are wanted. */
+int dt_agent__rows_begin(struct dt_agent *a);
+/* Reads what the files gained (1 MiB a rank at most), at most every 0.1 s. */
+void dt_agent__rows_poll(struct dt_agent *a);
+/* Local rank i's last row: its step and when it was read (agent's clock);
+ * DT_ENOTFOUND when it wrote none, or paused since. */
+int dt_agent__rows_heartbeat(const struct dt_agent *a, int i, int64_t *step, double *last_s);
+/* Reads the last rows and closes the attempt's files, metrics.jsonl and TensorBoard's. */
+void dt_agent__rows_end(struct dt_agent *a);
 
 /* --- agent_plan.c -------------------------------------------------------- */
 

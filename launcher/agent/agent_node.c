@@ -248,25 +248,26 @@ static enum dt_agent_verdict watch_refusals(struct node *nd, int *status)
     if (!strstr(last, "PyTorch"))
         return DT_AGENT_GO_ON;
     const struct dt_job *job = nd->n->job;
+    char file_key[4400];
+    snprintf(file_key, sizeof file_key, "set `rendezvous: {auth: none}` in %s", job->path);
+    const char *off = nd->n->auth_off ? nd->n->auth_off : file_key;
     if (nd->endpoint)
         dt_log_error("job %s: a rank connected to the coordinator itself without the job token and was "
                      "refused: it looks like PyTorch's TCPStore client, which would retry until its timeout. "
                      "The ranks' store is MASTER_ADDR:MASTER_PORT (127.0.0.1:%d, this node's endpoint, which "
-                     "needs no token); a script that connects elsewhere needs `rendezvous: {auth: none}` in "
-                     "%s. Stopping the job.",
-                     job->name, dt_agent_endpoint_port(nd->endpoint), job->path);
+                     "needs no token); for a script that connects elsewhere, %s. Stopping the job.",
+                     job->name, dt_agent_endpoint_port(nd->endpoint), off);
     else
-        dt_log_error(
-            "job %s: a rank connected to the coordinator without the job token and was refused: it "
-            "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would retry "
-            "until its timeout. Set `rendezvous: {auth: none}` in %s to run PyTorch scripts. Stopping the "
-            "job.",
-            job->name, job->path);
+        dt_log_error("job %s: a rank connected to the coordinator without the job token and was refused: it "
+                     "looks like PyTorch's TCPStore client, which cannot present dtrain's token and would "
+                     "retry until its timeout. To run PyTorch scripts, %s. Stopping the job.",
+                     job->name, off);
     *status = 1;
+    char why[600];
+    snprintf(why, sizeof why, "PyTorch ranks were refused for lack of the job token: %s",
+             nd->n->auth_off ? nd->n->auth_off : "set `rendezvous: {auth: none}` in the job spec");
     if (nd->round)
-        dt_agent__round_abort(nd->round, *status,
-                              "PyTorch ranks were refused for lack of the job token: set "
-                              "`rendezvous: {auth: none}` in the job spec");
+        dt_agent__round_abort(nd->round, *status, why);
     return DT_AGENT_ABORT;
 }
 
@@ -439,9 +440,9 @@ static int run(struct node *nd)
         .endpoint = nd->endpoint != NULL,
         .store_port = nd->endpoint ? dt_agent_endpoint_port(nd->endpoint) : 0,
         .grace_s = n->grace_s,
-        .console_stdout = nd->show,
+        .console_ranks = nd->show,
         .start_mono = n->start_mono,
-        .progress = job->trainer && n->node_rank == 0 && dt_log_get_level() <= DT_LOG_INFO,
+        .progress = n->node_rank == 0 && dt_log_get_level() <= DT_LOG_INFO, /* a command: job's too: docs/progress.md */
         .hooks = nd->round || (nd->coord && nd->token[0]) ? &hooks : NULL,
         .heartbeat = nd->coord || nd->round ? heartbeat : NULL,
         .heartbeat_ctx = nd,

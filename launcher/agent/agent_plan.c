@@ -138,19 +138,37 @@ static void add(struct env_builder *b, const char *fmt, ...)
     b->v[++b->n] = NULL;
 }
 
+/* TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun exports its --signals-to-handle,
+ * by default "SIGTERM,SIGINT,SIGHUP,SIGQUIT"; signals_to_handle in that order
+ * (dtrain also passes SIGUSR1 on, a Slurm time limit, listed or not). */
+static void add_signals(struct env_builder *b, uint64_t mask)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } order[] = {{SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},  {SIGQUIT, "SIGQUIT"},
+                 {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}, {SIGALRM, "SIGALRM"}};
+    char list[96] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (mask >> order[i].sig & 1)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", order[i].name);
+    add(b, "TORCHELASTIC_SIGNALS_TO_HANDLE=%s", list);
+}
+
 static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int local_rank,
                          int restart, const char *error_file)
 {
     int world = cfg->nnodes * cfg->nproc;
     add(b, "RANK=%d", rank);
-    add(b, "LOCAL_RANK=%d", local_rank);
+    add(b, "LOCAL_RANK=%d", cfg->job->virtual_local_rank ? 0 : local_rank);
     add(b, "WORLD_SIZE=%d", world);
     add(b, "LOCAL_WORLD_SIZE=%d", cfg->nproc);
     add(b, "GROUP_RANK=%d", cfg->node_rank);
     add(b, "GROUP_WORLD_SIZE=%d", cfg->nnodes);
-    /* One role per job, so the role's ranks are the job's ranks. */
+    /* One role per job (torchrun's --role), so the role's ranks are the job's ranks. */
     add(b, "ROLE_RANK=%d", rank);
-    add(b, "ROLE_NAME=default");
+    add(b, "ROLE_NAME=%s", cfg->job->role ? cfg->job->role : "default");
     add(b, "ROLE_WORLD_SIZE=%d", world);
     add(b, "MASTER_ADDR=%s", cfg->endpoint ? "127.0.0.1" : cfg->master_addr);
     add(b, "MASTER_PORT=%d", cfg->endpoint ? cfg->store_port : cfg->master_port);
@@ -161,10 +179,31 @@ static void add_torchrun(struct env_builder *b, const struct dt_agent_config *cf
     add(b, "TORCHELASTIC_RUN_ID=%s", cfg->run_id);
     add(b, "TORCHELASTIC_USE_AGENT_STORE=True");
     add(b, "TORCHELASTIC_ERROR_FILE=%s", error_file);
-    /* torchrun's --signals-to-handle default, which it always exports: the
-     * signals the agent passes on to the ranks (dtrain also passes SIGUSR1,
-     * a Slurm time limit, which torchrun does not). */
-    add(b, "TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    add_signals(b, cfg->job->signals_to_handle);
+}
+
+void dt_agent_rows_path(const char *run_dir, int attempt, int rank, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/attempt_%d/rank_%d.metrics.jsonl", run_dir, attempt, rank);
+}
+
+void dt_agent_traceback_path(const char *run_dir, int attempt, int rank, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/attempt_%d/rank_%d.traceback.txt", run_dir, attempt, rank);
+}
+
+/* docs/progress.md: a command's rank may report its steps, and Python's
+ * faulthandler may say where its threads are when the watchdog asks. */
+static void add_progress(struct env_builder *b, const struct dt_agent_config *cfg, int rank, int restart)
+{
+    char path[4200];
+    if (!cfg->job->command || cfg->group)
+        return;
+    dt_agent_rows_path(cfg->run_dir, restart, rank, path, sizeof path);
+    add(b, "DTRAIN_METRICS_FILE=%s", path);
+    dt_agent_traceback_path(cfg->run_dir, restart, rank, path, sizeof path);
+    add(b, "DTRAIN_TRACEBACK_FILE=%s", path);
+    add(b, "DTRAIN_TRACEBACK_SIGNAL=%s", DT_AGENT_TRACEBACK_SIGNAL_NAME);
 }
 
 static void add_dtrain(struct env_builder *b, const struct dt_agent_config *cfg, int restart,
@@ -226,6 +265,56 @@ static void add_ifnames(struct env_builder *b, const struct dt_job *job, char *c
     }
 }
 
+/* torchrun's --virtual-local-rank (local_elastic_agent.py): each rank sees
+ * only its GPU, entry LOCAL_RANK of the node's CUDA_VISIBLE_DEVICES (HIP's
+ * on ROCm, which takes precedence there), or GPU LOCAL_RANK with no list.
+ * The rank then finds it as device 0 with LOCAL_RANK=0. */
+static bool visible_var(const struct dt_job *job, const char *name_or_entry)
+{
+    static const char *const vars[] = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"};
+    for (int v = 0; v < 2 && job->virtual_local_rank; v++) {
+        size_t n = strlen(vars[v]);
+        if (!strncmp(name_or_entry, vars[v], n) && (name_or_entry[n] == '=' || name_or_entry[n] == '\0'))
+            return true;
+    }
+    return false;
+}
+
+static void add_visible_gpu(struct env_builder *b, const struct dt_job *job, char *const *base, int local_rank)
+{
+    const char *vars[] = {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}, *list = NULL;
+    bool hip = false;
+    for (int v = 0; v < 2 && !list; v++) {
+        const struct dt_env_entry *se = spec_entry(job, vars[v]);
+        list = se ? se->value : NULL;
+        for (char *const *e = base; !se && e && *e; e++)
+            if (entry_is(*e, vars[v]) && (*e)[strlen(vars[v]) + 1])
+                list = *e + strlen(vars[v]) + 1;
+        hip = list && v == 0;
+    }
+    if (!list) {
+        add(b, "CUDA_VISIBLE_DEVICES=%d", local_rank);
+        return;
+    }
+    const char *p = list;
+    for (int i = 0; i < local_rank && p; i++)
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+    size_t n = p ? strcspn(p, ",") : 0;
+    while (n && p[0] == ' ') /* torchrun strips each entry */
+        p++, n--;
+    while (n && p[n - 1] == ' ')
+        n--;
+    if (!n) {
+        if (b->rc >= 0)
+            b->rc = dt_error_set(DT_EINVAL, "%s: virtual_local_rank: local rank %d has no GPU in %s=%s",
+                                 job->path, local_rank, hip ? vars[0] : vars[1], list);
+        return;
+    }
+    add(b, "CUDA_VISIBLE_DEVICES=%.*s", (int)n, p);
+    if (hip)
+        add(b, "HIP_VISIBLE_DEVICES=%.*s", (int)n, p);
+}
+
 int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int restart, char *const *base,
                        char ***out)
 {
@@ -234,7 +323,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     bool omp_set = spec_entry(job, "OMP_NUM_THREADS") != NULL;
     bool nccl_set = spec_entry(job, "TORCH_NCCL_ASYNC_ERROR_HANDLING") != NULL;
     for (char *const *e = base; e && *e; e++) {
-        if (entry_reserved(*e) || spec_overrides(job, *e))
+        if (entry_reserved(*e) || spec_overrides(job, *e) || visible_var(job, *e))
             continue;
         if (entry_is(*e, "OMP_NUM_THREADS"))
             omp_set = true;
@@ -245,8 +334,10 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
         add(&b, "%s", *e);
     }
     for (int i = 0; i < job->n_env; i++)
-        if (!dt_job_env_is_reserved(job->env[i].name))
+        if (!dt_job_env_is_reserved(job->env[i].name) && !visible_var(job, job->env[i].name))
             add(&b, "%s=%s", job->env[i].name, job->env[i].value);
+    if (job->virtual_local_rank)
+        add_visible_gpu(&b, job, base, local_rank);
     add_ifnames(&b, job, base);
     /* torchrun's default for more than one rank per node: N ranks of a threaded
      * library would otherwise each start one thread per core and oversubscribe
@@ -268,6 +359,7 @@ int dt_agent_env_build(const struct dt_agent_config *cfg, int local_rank, int re
     snprintf(error_file, sizeof error_file, "%s/attempt_%d/rank_%d.error.json", cfg->run_dir, restart, rank);
     add_torchrun(&b, cfg, rank, local_rank, restart, error_file);
     add_dtrain(&b, cfg, restart, error_file);
+    add_progress(&b, cfg, rank, restart);
     if (b.rc < 0) {
         dt_agent_env_free(b.v);
         return b.rc;

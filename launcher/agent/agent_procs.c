@@ -15,10 +15,11 @@
  * outlives the agent and kills everything of its rank.
  *
  * Output.  Log files get the bytes exactly as the rank wrote them.  The
- * console gets whole lines, each prefixed "[rank N]" and written with one
- * write(2), so lines of different ranks never mix mid-line; stdout is shown
- * only for the ranks chosen with --ranks, stderr always; the last stderr
- * lines of each rank are kept for the failure report.  A group's process
+ * console gets each piece of a line as agent_console.c says (prefixed
+ * "[rank N]", lines of different ranks never mixed; the streams the filter,
+ * console.redirects and console.tee leave); a piece ends at \n or \r, or
+ * where a line stalls for DT_AGENT__PARTIAL_S; the last stderr lines of each
+ * rank are kept for the failure report.  A group's process
  * (mpirun) carries every rank's lines on its two pipes: the group's route
  * says whose each is, and it goes to that rank's log file (a line at a time:
  * the tags are gone) and the console the same way; the process's own lines
@@ -353,6 +354,7 @@ static void log_failed(struct dt_agent *a, int rank, bool is_err, int e);
 
 void dt_agent__close_attempt(struct dt_agent *a)
 {
+    dt_agent__console_settle(a);
     for (int i = 0; i < a->nproc; i++) {
         struct dt_agent__proc *p = &a->procs[i];
         struct dt_agent__stream *ss[2] = {&p->out, &p->err};
@@ -454,30 +456,6 @@ struct line_ctx {
     struct dt_agent__stream *s;
 };
 
-/* Writes all of buf unless the console is gone; a full pipe to a slow
- * terminal only slows the agent down, it never drops output. */
-static void console_write(struct dt_agent *a, int fd, const char *buf, size_t len)
-{
-    dt_progress_hide(a->progress); /* rank output scrolls above the progress line */
-    while (len > 0 && !a->console_broken) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno == EAGAIN) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            poll(&pfd, 1, 100);
-            continue;
-        }
-        if (w <= 0) {
-            /* EPIPE (SIGPIPE is ignored): `dtrain launch | head` closed early; the logs go on. */
-            a->console_broken = true;
-            return;
-        }
-        buf += w;
-        len -= (size_t)w;
-    }
-}
-
 /* A log that cannot be written (a full disk, a quota, RLIMIT_FSIZE) would
  * leave the run's record cut short without a word: the first such error is
  * kept in res->write_error, naming the file and the reason, and fails the
@@ -517,37 +495,10 @@ static void log_write(struct dt_agent *a, int *fd, int rank, bool is_err, const 
     }
 }
 
-/* One line (or piece) of a rank's stream: its stderr tail, the console. */
-static void to_console(struct dt_agent *a, struct dt_agent__sink *k, bool is_err, const char *line,
-                       size_t len, bool complete)
-{
-    bool *continuing = &k->continuing[is_err];
-    if (*continuing && complete && len == 0) {
-        /* A long line that ended exactly at a piece boundary: nothing left to show. */
-        *continuing = false;
-        if (is_err)
-            dt_agent_tail_push(&k->tail, line, 0, true);
-        return;
-    }
-    if (!*continuing) { /* a line's start: PyTorch's own "[rankN]:" goes, ours replaces it */
-        size_t own = dt_agent_torch_prefix(k->rank, line, len);
-        line += own;
-        len -= own;
-    }
-    *continuing = !complete;
-    if (is_err)
-        dt_agent_tail_push(&k->tail, line, len, complete);
-    const unsigned char *show = a->cfg->console_stdout;
-    if (!is_err && show && !show[k->rank])
-        return;
-    size_t n = dt_agent_format_line(a->scratch, k->rank, line, len);
-    console_write(a, is_err ? a->err_fd : a->out_fd, a->scratch, n);
-}
-
 /* A line of a group's process: a rank's, by its route, or its own.  The
  * stream it came on is the rank's unless the route says otherwise (mpirun's
  * tags name the stream; srun --label's do not). */
-static void from_group(struct dt_agent *a, bool on_err, const char *line, size_t len, bool complete)
+static void from_group(struct dt_agent *a, bool on_err, const char *line, size_t len, bool complete, char end)
 {
     const struct dt_adapter_group *g = a->group;
     const char *text;
@@ -559,22 +510,22 @@ static void from_group(struct dt_agent *a, bool on_err, const char *line, size_t
         log_write(a, &k->log_fd[is_err], k->rank, is_err, text, n);
         if (complete)
             log_write(a, &k->log_fd[is_err], k->rank, is_err, "\n", 1);
-        to_console(a, k, is_err, text, n, complete);
+        dt_agent__console_piece(a, k, is_err, text, n, end);
         return;
     }
     memcpy(a->scratch, line, len);
     a->scratch[len] = '\n';
     log_write(a, &a->own_log, -1, false, a->scratch, len + 1);
-    console_write(a, a->err_fd, a->scratch, len + 1);
+    dt_agent__console_line(a, true, a->scratch, len + 1);
 }
 
 static void on_line(void *ctx, const char *line, size_t len, bool complete)
 {
     struct line_ctx *c = ctx;
     if (c->a->group)
-        from_group(c->a, c->s->is_err, line, len, complete);
+        from_group(c->a, c->s->is_err, line, len, complete, c->s->lb.end);
     else
-        to_console(c->a, &c->a->sinks[c->p->index], c->s->is_err, line, len, complete);
+        dt_agent__console_piece(c->a, &c->a->sinks[c->p->index], c->s->is_err, line, len, c->s->lb.end);
 }
 
 ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_agent__stream *s)
@@ -592,12 +543,40 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
         close(s->fd);
         s->fd = -1;
         dt_lines_flush(&s->lb, on_line, &c);
+        if (!a->group)
+            dt_agent__console_end(a, &a->sinks[p->index], s->is_err);
         return 0;
     }
+    s->last_read = dt_clock_s();
     if (!a->group)
         log_write(a, &a->sinks[p->index].log_fd[s->is_err], p->rank, s->is_err, a->readbuf, (size_t)n);
     dt_lines_feed(&s->lb, a->readbuf, (size_t)n, on_line, &c);
     return n;
+}
+
+/* A group's lines are whole or nothing: the route reads each line's tag. */
+int dt_agent__pump_partial(struct dt_agent *a, double now)
+{
+    int wait_ms = -1;
+    for (int i = 0; i < a->nproc && !a->group; i++) {
+        struct dt_agent__proc *p = &a->procs[i];
+        struct dt_agent__stream *ss[2] = {&p->out, &p->err};
+        for (int k = 0; k < 2; k++) {
+            struct dt_agent__stream *s = ss[k];
+            if (s->fd < 0 || s->lb.len == 0 || !(a->sinks[i].shown & (s->is_err ? DT_STD_ERR : DT_STD_OUT)))
+                continue;
+            double left = s->last_read + DT_AGENT__PARTIAL_S - now;
+            if (left <= 0) {
+                struct line_ctx c = {a, p, s};
+                dt_lines_take(&s->lb, on_line, &c);
+                continue;
+            }
+            int ms = (int)(left * 1000) + 1;
+            if (wait_ms < 0 || ms < wait_ms)
+                wait_ms = ms;
+        }
+    }
+    return wait_ms;
 }
 
 /* --- the agent's state: processes, sinks, buffers ------------------------ */
@@ -659,6 +638,7 @@ static int init_procs(struct dt_agent *a, const struct dt_agent_config *cfg)
             rc = dt_lines_init(&p->err.lb, DT_LINES_MAX);
         if (rc < 0)
             return rc;
+        p->out.lb.cr = p->err.lb.cr = !a->group; /* a group's \r would cut a line from its tag */
     }
     return 0;
 }
@@ -677,6 +657,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
     a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
     a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
+    dt_agent__console_init(a);
     dt_agent__sm_init(&a->sm, cfg->grace_s > 0               ? cfg->grace_s
                               : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
                                                              : DT_JOB_GRACE_DEFAULT_S);
@@ -688,7 +669,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->pfd_proc = calloc((size_t)a->nproc * 3 + 1, sizeof *a->pfd_proc);
     a->readbuf_size = READ_CHUNK;
     a->readbuf = malloc(READ_CHUNK);
-    a->scratch = malloc(DT_LINES_MAX + 64);
+    a->scratch = malloc(DT_LINES_MAX + DT_AGENT_PREFIX_MAX + 8); /* "\n", the prefix, the line, its end */
     if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
         !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
@@ -700,6 +681,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
 
 void dt_agent__free(struct dt_agent *a)
 {
+    dt_log_set_before(NULL, NULL);
     dt_progress_close(a->progress);
     for (int i = 0; a->procs && i < a->nproc; i++) {
         dt_lines_free(&a->procs[i].out.lb);

@@ -660,8 +660,12 @@ void dt_agent__round_finish(struct dt_agent__round *r, struct dt_agent_result *r
         res->lost_node.detected_s = r->link.lost_unix - res->started_unix;
     }
     if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE) {
-        dt_agent__link_abort(&r->link, res->exit_status,
-                             "its ranks checkpointed and stopped on SIGUSR1 to be requeued");
+        char tmp[32];
+        snprintf(why, sizeof why,
+                 res->requeue_stopped ? "its ranks were stopped on %s (not all catch it) to be requeued"
+                                      : "its ranks checkpointed and stopped on %s to be requeued",
+                 dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp));
+        dt_agent__link_abort(&r->link, res->exit_status, why);
     } else if (res->status == DT_AGENT_INTERRUPTED && r->leaving) {
         /* this node alone leaves: no abort (leave_alone) */
     } else if (res->status == DT_AGENT_INTERRUPTED) {

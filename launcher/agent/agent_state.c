@@ -175,7 +175,11 @@ struct dt_agent__act dt_agent__sm_step(struct dt_agent__sm *m, enum dt_agent__ev
         return interrupt(m, arg, now);
     case DT_AGENT__EV_REQUEUE:
         m->requeue_asked = true;
+        m->requeue_sig = arg > 0 ? arg : SIGUSR1;
         return NOTHING;
+    case DT_AGENT__EV_REQUEUE_STOP:
+        set_end(m, DT_AGENT__END_REQUEUED, arg);
+        return end_job(m, SIGTERM, now);
     case DT_AGENT__EV_TICK:
         return tick(m, now);
     case DT_AGENT__EV_RANKS_GONE:
@@ -250,7 +254,7 @@ bool dt_agent__sm_supervising(const struct dt_agent__sm *m)
 
 bool dt_agent__sm_ending(const struct dt_agent__sm *m)
 {
-    return m->end >= DT_AGENT__END_ABORTED;
+    return m->end >= DT_AGENT__END_REQUEUED;
 }
 
 bool dt_agent__sm_sent(const struct dt_agent__sm *m, int sig)
@@ -286,9 +290,13 @@ struct dt_agent__outcome dt_agent__sm_outcome(const struct dt_agent__sm *m, int 
     } else if (m->end == DT_AGENT__END_COORD_LOST || m->end == DT_AGENT__END_REPLACED) {
         o.failed = true;
         o.exit_status = 1;
+    } else if (m->end == DT_AGENT__END_REQUEUED) {
+        o.interrupted = true;
+        o.signal = m->end_status;
+        o.exit_status = DT_AGENT_EXIT_REQUEUE;
     } else if (requeued(m, rank_failed)) {
         o.interrupted = true;
-        o.signal = SIGUSR1;
+        o.signal = m->requeue_sig > 0 ? m->requeue_sig : SIGUSR1;
         o.exit_status = DT_AGENT_EXIT_REQUEUE;
     } else if (m->end == DT_AGENT__END_ABORTED || m->end == DT_AGENT__END_DECIDED) {
         o.exit_status = m->end_status;

@@ -25,7 +25,7 @@
  *
  * How the job ends is the machine's too (`end`): a signal to the agent
  * overrides every other reason; otherwise the weightier reason stands, the
- * first of two alike: INTERRUPTED > REPLACED > COORD_LOST > ABORTED > DECIDED > NONE.
+ * first of two alike: INTERRUPTED > REPLACED > COORD_LOST > ABORTED > REQUEUED > DECIDED > NONE.
  * dt_agent__sm_outcome turns it, with the last attempt's failure and a
  * requeue, into the exit status.
  *
@@ -73,7 +73,10 @@ enum dt_agent__event {
     DT_AGENT__EV_COORD_LOST,   /* stop, and the job ends: the coordinator stopped answering */
     DT_AGENT__EV_REPLACED,     /* stop, and end here: a newer agent of this node's took its place */
     DT_AGENT__EV_INTERRUPT,    /* signal arg came to the agent: passed on, the job ends; a second kills */
-    DT_AGENT__EV_REQUEUE,      /* SIGUSR1 came and went on to the ranks: an exit 75 is no failure */
+    DT_AGENT__EV_REQUEUE,      /* SIGUSR1 (arg; 0: SIGUSR1) came and went on to the ranks: an exit 75
+                                  is no failure */
+    DT_AGENT__EV_REQUEUE_STOP, /* signal arg (SIGUSR1) came and some rank would die of it: stop them,
+                                  the job ends to be requeued */
     DT_AGENT__EV_TICK,         /* time passed: the state's deadline may be due */
     DT_AGENT__EV_RANKS_GONE,   /* every rank reaped, what they left still runs (sent again each look) */
     DT_AGENT__EV_NO_CHILDREN,  /* no process of the attempt is left */
@@ -88,6 +91,8 @@ enum dt_agent__event {
 enum dt_agent__end {
     DT_AGENT__END_NONE,        /* nothing has ended it: a failure restarts while restart_policy allows */
     DT_AGENT__END_DECIDED,     /* status: what the nodes agreed on at an attempt's end */
+    DT_AGENT__END_REQUEUED,    /* the ranks were stopped on a signal (status holds it) to be requeued:
+                                  DT_AGENT_EXIT_REQUEUE */
     DT_AGENT__END_ABORTED,     /* status: a hook's ABORT, a log that could not be written, the agent's error */
     DT_AGENT__END_COORD_LOST,  /* the coordinator stopped answering: status 1 */
     DT_AGENT__END_REPLACED,    /* this agent was fenced out by a newer one of its node: status 1; nothing
@@ -122,6 +127,7 @@ struct dt_agent__sm {
     enum dt_agent__end end;
     int end_status;     /* DECIDED, ABORTED: the exit status; INTERRUPTED: the signal */
     bool requeue_asked; /* SIGUSR1 came and was passed on to the ranks */
+    int requeue_sig;    /* which signal that was (SIGUSR1, or SIGUSR2, SIGALRM: signals_to_handle) */
 };
 
 /* IDLE, with the job's grace period. */
@@ -135,7 +141,8 @@ double dt_agent__sm_deadline(const struct dt_agent__sm *m);
 int dt_agent__sm_wait_ms(const struct dt_agent__sm *m, double now, bool ranks_gone);
 /* The attempt still has processes to watch (RUNNING to DRAINING). */
 bool dt_agent__sm_supervising(const struct dt_agent__sm *m);
-/* A reason to end the job that no attempt's end changes (abort, lost coordinator, a signal). */
+/* A reason to end the job that no attempt's end changes (a requeue stop, an
+ * abort, a lost coordinator, a signal). */
 bool dt_agent__sm_ending(const struct dt_agent__sm *m);
 /* Whether the agent sent sig to the ranks in this attempt (a death by it is no failure of theirs). */
 bool dt_agent__sm_sent(const struct dt_agent__sm *m, int sig);

@@ -282,6 +282,8 @@ static json_t *summary_json(const struct dt_agent_config *cfg, const struct dt_a
     add(&doc, "interrupted_by",
         res->interrupt_signal ? dt_json_str(dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp))
                               : json_null());
+    bool requeue = res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE;
+    add(&doc, "requeue", requeue ? json_string(res->requeue_stopped ? "stopped" : "checkpointed") : json_null());
     add(&doc, "started_at", json_string(when));
     add(&doc, "started_unix", seconds(res->started_unix));
     add(&doc, "wall_seconds", seconds(res->wall_s));
@@ -421,6 +423,11 @@ void dt_agent__print_failure(const struct dt_agent_config *cfg, const struct dt_
     if (ff->hung)
         dprintf(fd, "dtrain: rank %d was %s; states, stacks and last log lines: %s\n", ff->rank, ff->hang_reason,
                 ff->hang_report[0] ? ff->hang_report : "(the report could not be written)");
+    if (ff->hung && ff->hang_traceback[0]) {
+        dprintf(fd, "dtrain: where rank %d's Python threads were (faulthandler; all of it in the report):\n",
+                ff->rank);
+        print_quoted(fd, ff->hang_traceback);
+    }
     if (ff->oom_killer == 1)
         dprintf(
             fd,
@@ -462,8 +469,13 @@ static void print_findings(const char *run_dir)
 {
     char path[PATH_MAX + 32], buf[4096];
     snprintf(path, sizeof path, "%s/trainer_summary.json", run_dir);
-    if (access(path, R_OK) != 0)
+    if (access(path, R_OK) != 0) {
+        /* a script's progress rows (docs/progress.md): curves, no step-time split */
+        snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+        if (access(path, R_OK) == 0)
+            dt_log_info("curves of the progress rows: dtrain report %s", run_dir);
         return;
+    }
     struct dt_report r;
     if (dt_report_load(run_dir, &r)) {
         dt_log_warn("no run findings: %s", dt_error_last());
@@ -494,6 +506,11 @@ void dt_agent__print_outcome(const struct dt_agent_config *cfg, const struct dt_
     if (res->status == DT_AGENT_SUCCEEDED)
         dt_log(cfg->node_rank == 0 ? DT_LOG_INFO : DT_LOG_DEBUG, "job %s succeeded in %.2f s%s; %s", cfg->job->name,
                res->wall_s, attempts, where);
+    else if (res->requeue_stopped)
+        dt_log_info("job %s: the ranks were stopped on %s after %.2f s (not every rank catches it), to be "
+                    "requeued (exit status %d); %s",
+                    cfg->job->name, dt_proc_signal_name(res->interrupt_signal, tmp, sizeof tmp), res->wall_s,
+                    DT_AGENT_EXIT_REQUEUE, where);
     else if (res->status == DT_AGENT_INTERRUPTED && res->exit_status == DT_AGENT_EXIT_REQUEUE)
         dt_log_info("job %s: the ranks checkpointed and stopped on %s after %.2f s, to be requeued (exit "
                     "status %d); %s",

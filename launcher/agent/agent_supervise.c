@@ -19,13 +19,24 @@
  * agent_rounds.c's (the restart rounds).
  *
  * SIGUSR1 (a scheduler's time limit is near: Slurm's --signal=B:USR1@90,
- * passed on by the batch script and srun) goes to every rank's process
- * group and supervision goes on: the bundled trainer writes a checkpoint at
- * a step all ranks agree on and exits with DT_AGENT_EXIT_REQUEUE (75,
- * EX_TEMPFAIL).  Such an exit is neither a failure (the others are not
- * stopped, nothing restarts) nor a success: the agent exits with 75, and the
- * batch script requeues the job, which resumes from that checkpoint.  A rank
- * that ignores the signal simply runs on.
+ * passed on by the batch script and srun), and SIGUSR2 or SIGALRM when
+ * signals_to_handle lists them, goes on only to processes that catch it, as
+ * the kernel says (/proc/<pid>/status SigCgt): a Python script without a
+ * handler would die of it (CPython keeps SIGUSR1's default action), and the
+ * job would fail with 138.  When every rank has a process that catches it,
+ * the outermost such process of each rank gets it (not a forked worker that
+ * inherited the handler) and supervision goes on: the bundled trainer
+ * writes a checkpoint at a step all ranks agree on and exits with
+ * DT_AGENT_EXIT_REQUEUE (75, EX_TEMPFAIL).  Such an exit is neither a failure
+ * (the others are not stopped, nothing restarts) nor a success: the agent
+ * exits with 75, and the batch script requeues the job, which resumes from
+ * that checkpoint; a rank that handles the signal and runs on simply runs
+ * on.  When some rank does not catch it, every rank is stopped as for
+ * SIGTERM (SIGKILL after the grace period) and the agent exits with 75 all
+ * the same: the job is requeued and starts again from whatever the script
+ * saved.  A rank killed by such a signal that the agent did not send (it
+ * reached the rank directly: Slurm's --signal without B:) stops the job the
+ * same way.
  *
  * What each event does to the attempt (stop, kill, sweep, drain) and when a
  * state's time is up are the state machine's (agent_state.c): this loop
@@ -43,6 +54,8 @@
 #include "spec/jobspec.h"
 #include "spec/placement.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -59,12 +72,30 @@
 
 /* The job's signals, SIGUSR1 (a scheduler's time limit is near: requeue, below)
  * and SIGCHLD all arrive on one pipe the loop polls, so none is lost between
- * a check and the wait. */
+ * a check and the wait.  The stop signals stop the job whatever
+ * signals_to_handle says: an agent that died of one would leave its ranks to
+ * their guards' SIGKILL, with no grace period. */
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGCHLD};
+
+/* A signal that says a time limit is near (requeue, below): SIGUSR1, and
+ * those signals_to_handle lists beyond the stop signals (SIGUSR2, SIGALRM). */
+static bool is_notice(const struct dt_agent *a, int sig)
+{
+    for (size_t i = 0; i < sizeof caught / sizeof *caught; i++)
+        if (caught[i] == sig)
+            return sig == SIGUSR1;
+    return sig > 0 && sig < 64 && (a->cfg->job->signals_to_handle >> sig & 1);
+}
 
 static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
 {
-    int rc = dt_proc_signals_catch(caught, (int)(sizeof caught / sizeof *caught), sv);
+    int sigs[DT_PROC_SIGNALS_MAX], n = 0;
+    for (size_t i = 0; i < sizeof caught / sizeof *caught; i++)
+        sigs[n++] = caught[i];
+    for (int sig = 1; sig < 64 && n < DT_PROC_SIGNALS_MAX; sig++)
+        if (sig != SIGUSR1 && is_notice(a, sig))
+            sigs[n++] = sig;
+    int rc = dt_proc_signals_catch(sigs, n, sv);
     if (rc < 0)
         return dt_error_prefix("the agent's signals");
     /* A log past RLIMIT_FSIZE must be an error the agent reports (EFBIG),
@@ -80,25 +111,139 @@ static int install_signals(struct dt_agent *a, struct dt_proc_signals *sv)
 
 /* --- SIGUSR1: checkpoint, stop, be requeued ------------------------------ */
 
-/* Not dt_agent__signal_groups: that marks the ranks as stopped by the agent, and
- * these are only asked to stop; one that then fails has failed. */
-static void requeue_signal(struct dt_agent *a)
+/* Drops the catchers whose parent catches it too: a rank's DataLoader
+ * workers inherit its handler with fork, and must not run it themselves. */
+static int outermost(pid_t *pids, const pid_t *ppids, int n)
 {
-    if (!a->sm.requeue_asked)
-        dt_log_warn("received SIGUSR1 (the time limit is near): passing it on to the ranks; a rank that "
-                    "exits with %d has checkpointed and stopped to be requeued",
-                    DT_AGENT_EXIT_REQUEUE);
-    dt_agent__event(a, DT_AGENT__EV_REQUEUE, 0);
-    if (a->group) { /* its process passes SIGUSR1 on to the ranks (mpirun does) */
+    int kept = 0;
+    for (int k = 0; k < n; k++) {
+        bool inner = false;
+        for (int j = 0; j < n && !inner; j++)
+            inner = ppids[k] == pids[j];
+        if (!inner)
+            pids[kept++] = pids[k];
+    }
+    return kept;
+}
+
+/* The processes of the ranks' groups that catch sig, the outermost of them
+ * (a wrapper shell that does not catch it leaves its python the one to get
+ * it); per_rank (by index) counts each rank's catchers.  Returns how many
+ * are in pids. */
+static int find_catchers(const struct dt_agent *a, int sig, pid_t *pids, pid_t *ppids, int max, int *per_rank)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while (n < max && (de = readdir(d)) != NULL) {
+        struct dt_proc_stat ps;
+        if (!isdigit((unsigned char)de->d_name[0]) || dt_proc_stat_read(de->d_name, &ps) != 0 || ps.state == 'Z')
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        for (int i = 0; i < a->nproc; i++)
+            if (a->procs[i].running && a->procs[i].pid == ps.pgrp && dt_proc_catches(pid, sig) == 1) {
+                ppids[n] = ps.ppid;
+                pids[n++] = pid;
+                per_rank[i]++;
+            }
+    }
+    closedir(d);
+    return outermost(pids, ppids, n);
+}
+
+/* "3, 5, 7" of the running ranks with no catcher (the first few); how many there are. */
+static int name_ranks(const struct dt_agent *a, const int *per_rank, char *buf, size_t size)
+{
+    size_t used = 0;
+    int listed = 0, left = 0;
+    buf[0] = 0;
+    for (int i = 0; i < a->nproc; i++) {
+        if (!a->procs[i].running || per_rank[i] > 0)
+            continue;
+        if (listed == 8) {
+            left++;
+            continue;
+        }
+        used += (size_t)snprintf(buf + used, used < size ? size - used : 0, "%s%d", listed ? ", " : "",
+                                 a->procs[i].rank);
+        listed++;
+    }
+    if (left)
+        snprintf(buf + used, used < size ? size - used : 0, " and %d more", left);
+    return listed + left;
+}
+
+/* No rank runs: before the ranks start, or while a restart is pending, the
+ * job stops to be requeued; after they are done there is nothing to do. */
+static bool nothing_to_tell(struct dt_agent *a)
+{
+    const struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
+    return a->sm.state != DT_AGENT__IDLE && a->sm.state != DT_AGENT__PLACING &&
+           !(a->sm.state == DT_AGENT__DECIDING && at->first_failed >= 0);
+}
+
+/* Some rank would die of sig (per_rank: who has a process that catches it,
+ * NULL when that could not be told): every rank stops for a requeue. */
+static void requeue_stop(struct dt_agent *a, int sig, const char *name, const int *per_rank)
+{
+    char who[160];
+    if (a->running == 0)
+        dt_log_warn("received %s (a time limit is near) while no rank runs: ending the job for it to be requeued "
+                    "(exit status %d)",
+                    name, DT_AGENT_EXIT_REQUEUE);
+    else {
+        int n = per_rank ? name_ranks(a, per_rank, who, sizeof who) : 2;
+        if (!per_rank)
+            snprintf(who, sizeof who, "(out of memory: which ones cannot be told)");
+        dt_log_warn("received %s (a time limit is near): rank%s %s do%s not catch it and would die of it (a "
+                    "Python script without a handler does); stopping every rank (SIGTERM, SIGKILL after %g s) for "
+                    "the job to be requeued (exit status %d)",
+                    name, n == 1 ? "" : "s", who, n == 1 ? "es" : "", a->sm.grace_s, DT_AGENT_EXIT_REQUEUE);
+    }
+    dt_agent__event(a, DT_AGENT__EV_REQUEUE_STOP, sig);
+}
+
+/* Passes sig on to the processes that catch it when every rank has one, or
+ * stops the ranks for a requeue (see the top of this file). */
+static void notice_signal(struct dt_agent *a, int sig)
+{
+    char tmp[32];
+    const char *name = dt_proc_signal_name(sig, tmp, sizeof tmp);
+    if (a->sm.end == DT_AGENT__END_REQUEUED)
+        return; /* already stopping for it */
+    if (a->group) { /* its process passes the signal on to the ranks (mpirun does) */
+        dt_log_warn("received %s (a time limit is near): passing it on to %s", name, a->cfg->argv[0]);
+        dt_agent__event(a, DT_AGENT__EV_REQUEUE, sig);
         if (a->procs[0].running)
-            kill(a->procs[0].pid, SIGUSR1);
+            kill(a->procs[0].pid, sig);
         return;
     }
-    for (int i = 0; i < a->nproc; i++) {
-        const struct dt_agent__proc *p = &a->procs[i];
-        if (p->pid > 0 && p->running && kill(-p->pid, SIGUSR1) != 0 && errno == ESRCH)
-            kill(p->pid, SIGUSR1); /* not yet in its own group (see dt_agent__signal_groups) */
+    if (a->running == 0 && nothing_to_tell(a)) {
+        dt_log_info("received %s after the ranks ended: nothing to pass it on to", name);
+        return;
     }
+    enum { MAX_FOUND = 1024 };
+    static pid_t pids[MAX_FOUND], ppids[MAX_FOUND];
+    int *per_rank = calloc((size_t)a->nproc, sizeof *per_rank);
+    int n = per_rank ? find_catchers(a, sig, pids, ppids, MAX_FOUND, per_rank) : 0;
+    bool all = per_rank != NULL && a->running > 0;
+    for (int i = 0; all && i < a->nproc; i++)
+        all = !a->procs[i].running || per_rank[i] > 0;
+    if (!all) {
+        requeue_stop(a, sig, name, per_rank);
+        free(per_rank);
+        return;
+    }
+    if (!a->sm.requeue_asked)
+        dt_log_warn("received %s (a time limit is near): every rank catches it, passing it on; a rank that exits "
+                    "with %d has checkpointed and stopped to be requeued",
+                    name, DT_AGENT_EXIT_REQUEUE);
+    dt_agent__event(a, DT_AGENT__EV_REQUEUE, sig);
+    for (int k = 0; k < n; k++)
+        kill(pids[k], sig);
+    free(per_rank);
 }
 
 /* --- the hooks ----------------------------------------------------------- */
@@ -196,6 +341,23 @@ static void stop_after_failure(struct dt_agent *a, const struct dt_agent_rank_re
     dt_agent__event(a, settle ? DT_AGENT__EV_FAILED_ELECT : DT_AGENT__EV_FAILED, 0);
 }
 
+/* A rank killed by SIGUSR1 that dtrain did not send: the time limit's
+ * warning reached it directly (Slurm's --signal without B: signals every
+ * process of the step) and it had no handler.  That is no failure of the
+ * rank's: the job stops to be requeued, as when the agent gets it first. */
+static bool killed_by_notice(struct dt_agent *a, const struct dt_agent_rank_result *r)
+{
+    if (!WIFSIGNALED(r->wstatus) || !is_notice(a, WTERMSIG(r->wstatus)) || r->stopped_by_agent)
+        return false;
+    char tmp[32];
+    const char *name = dt_proc_signal_name(WTERMSIG(r->wstatus), tmp, sizeof tmp);
+    dt_log_warn("rank %d was killed by %s, sent to it directly (a time limit is near, and it has no handler); "
+                "stopping every rank (SIGTERM, SIGKILL after %g s) for the job to be requeued (exit status %d)",
+                r->rank, name, a->sm.grace_s, DT_AGENT_EXIT_REQUEUE);
+    dt_agent__event(a, DT_AGENT__EV_REQUEUE_STOP, WTERMSIG(r->wstatus));
+    return true;
+}
+
 static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
 {
     struct dt_agent_attempt *at = &a->res->attempts[a->attempt];
@@ -206,7 +368,9 @@ static void on_rank_exit(struct dt_agent *a, int i, int wstatus)
     a->procs[i].running = false;
     a->running--;
     bool ok = (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) || dt_agent__sm_requeue_exit(&a->sm, wstatus);
-    if (ok || a->sm.end == DT_AGENT__END_INTERRUPTED)
+    if (ok || a->sm.end == DT_AGENT__END_INTERRUPTED || a->sm.end == DT_AGENT__END_REQUEUED)
+        return;
+    if (killed_by_notice(a, r))
         return;
     enum dt_agent__cause cause = dt_agent__cause(a, r);
     if (at->first_failed >= 0 ? !dt_agent__outranks(a, i, cause) : r->stopped_by_agent)
@@ -263,6 +427,7 @@ static void on_hang(struct dt_agent *a, int i, const char *why)
     snprintf(ff->hang_reason, sizeof ff->hang_reason, "%s", why);
     if (dt_agent__watchdog_capture(a, i, why, ff->hang_report, sizeof ff->hang_report) < 0)
         dt_log_warn("%s", dt_error_last());
+    dt_agent__watchdog_tracebacks(a, i, ff->hang_report, ff->hang_traceback, sizeof ff->hang_traceback);
     dt_log_error("rank %d is hung: %s; what it looked like: %s; stopping the group", p->rank, why,
                  ff->hang_report[0] ? ff->hang_report : "(no report)");
     at->ranks[i].stopped_by_agent = true;
@@ -345,8 +510,8 @@ static bool handle_signals(struct dt_agent *a, int fd)
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0)
         for (ssize_t i = 0; i < n; i++)
-            if (buf[i] == SIGUSR1)
-                requeue_signal(a);
+            if (is_notice(a, buf[i]))
+                notice_signal(a, buf[i]);
             else if (buf[i] != SIGCHLD)
                 on_interrupt(a, buf[i]);
     return reap(a);
@@ -378,11 +543,18 @@ static int open_streams(struct dt_agent *a, int sig_fd)
 }
 
 /* The poll() timeout (ms): the state's (its deadline, or the sweep's and
- * SIGKILL's pace), then the progress line's, the watchdog's and the hook's. */
+ * SIGKILL's pace), a stalled line's (shown as it stands once due: the look
+ * for it happens here, before each wait), then the progress line's, the
+ * watchdog's and the hook's. */
 static int poll_timeout(struct dt_agent *a, bool children)
 {
-    int timeout = dt_agent__sm_wait_ms(&a->sm, dt_clock_s(), children && a->running == 0);
-    if (a->progress && (timeout < 0 || timeout > 250)) /* the progress line redraws 4 times a second */
+    double now = dt_clock_s();
+    int timeout = dt_agent__sm_wait_ms(&a->sm, now, children && a->running == 0);
+    int partial = dt_agent__pump_partial(a, now);
+    if (partial >= 0 && (timeout < 0 || timeout > partial))
+        timeout = partial;
+    /* the progress line redraws 4 times a second; the ranks' progress rows are read as often */
+    if ((a->progress || a->rows) && (timeout < 0 || timeout > 250))
         timeout = 250;
     int watch_ms = (int)(DT_AGENT__WATCH_PERIOD_S * 1000);
     if (a->wd.next > 0 && a->running > 0 && a->sm.state == DT_AGENT__RUNNING &&
@@ -416,6 +588,11 @@ static void supervise(struct dt_agent *a, int sig_fd)
             else
                 rank_status(a, (int)(a->pfd_proc[k] - a->procs));
         }
+        /* the live line draws over the line the cursor is on; until a row comes
+         * there is none, and a rank's \r progress bar keeps its line */
+        if (dt_progress_drawing(a->progress))
+            dt_agent__console_settle(a);
+        dt_agent__rows_poll(a);
         dt_progress_update(a->progress, dt_clock_s(), a->attempt);
         children = handle_signals(a, sig_fd);
         if (!children)
@@ -447,7 +624,7 @@ static void record_failure(struct dt_agent *a, const char *attempt_dir)
     ff->hung = at->hung == at->first_failed;
     if (!ff->hung) {
         ff->hung_step = -1;
-        ff->hang_reason[0] = ff->hang_report[0] = 0;
+        ff->hang_reason[0] = ff->hang_report[0] = ff->hang_traceback[0] = 0;
     }
     snprintf(ff->error_file, sizeof ff->error_file, "%s/rank_%d.error.json", attempt_dir, r->rank);
     if (access(ff->error_file, F_OK) != 0)
@@ -523,6 +700,7 @@ static int start_ranks(struct dt_agent *a, const char *dir)
         double spawn_s = dt_clock_s() - a->t0;
         if (rc == 0)
             rc = dt_agent__open_logs(&a->sinks[i], dir);
+        dt_agent__console_streams(a, &a->sinks[i], i);
         if (rc == 0)
             rc = dt_agent__spawn(a, p);
         if (rc < 0)
@@ -548,6 +726,7 @@ static int start_group(struct dt_agent *a, const char *dir)
         int rc = dt_agent__open_logs(&a->sinks[i], dir);
         if (rc < 0)
             return rc;
+        dt_agent__console_streams(a, &a->sinks[i], a->cfg->nproc > 0 ? i % a->cfg->nproc : i);
     }
     char **rank_env = NULL;
     dt_agent_env_free(p->env);
@@ -582,9 +761,18 @@ static int run_attempt(struct dt_agent *a, int sig_fd)
     if (rc == 0)
         dt_log_debug("attempt %d: started %d rank%s; logs in %s", a->attempt, a->nranks,
                      a->nranks == 1 ? "" : "s", dir);
+    if (rc == 0 && dt_agent__rows_begin(a) < 0)
+        dt_log_warn("%s: the ranks' progress rows are not read this attempt", dt_error_last());
     if (rc == 0)
         dt_agent__watchdog_begin(a);
+    /* The loop (the progress line, the rows, the hooks) sets and clears the
+     * last error as it goes: a failed spawn's must outlive it. */
+    char *spawn_error = rc < 0 ? strdup(dt_error_last()) : NULL;
     supervise(a, sig_fd);
+    dt_agent__rows_end(a);
+    if (spawn_error)
+        dt_error_set(rc, "%s", spawn_error);
+    free(spawn_error);
     dt_agent__close_attempt(a); /* a log that could not be written back fails the job there */
     a->res->attempts[a->attempt].end_s = dt_clock_s() - a->t0;
     if (rc == 0 && a->group)
@@ -604,6 +792,7 @@ static void finish(struct dt_agent *a)
     struct dt_agent__outcome o = dt_agent__sm_outcome(&a->sm, failed, last->first_failed >= 0);
     res->wall_s = dt_clock_s() - a->t0;
     res->interrupt_signal = o.signal;
+    res->requeue_stopped = a->sm.end == DT_AGENT__END_REQUEUED;
     res->exit_status = o.exit_status;
     res->status = o.interrupted ? DT_AGENT_INTERRUPTED : o.failed ? DT_AGENT_FAILED : DT_AGENT_SUCCEEDED;
 }

@@ -14,9 +14,14 @@
  *    heartbeat_timeout, none since the start for rendezvous.timeout +
  *    heartbeat_timeout, or a step below another rank's that has not moved
  *    for heartbeat_timeout.
- * What the watchdog cannot see: a command: rank that is wedged but neither
- * stopped nor in D (a deadlock in a futex, a lost collective) looks like a
- * rank waiting for its peers; its own communicator's timeout must end it.
+ *  - progress rows (command: jobs that write them, agent_progress.c): the
+ *    same rules, except that a rank which has written none is not judged
+ *    by them (its script may not report at all) and a pause row stops the
+ *    judging until its next row.
+ * What the watchdog cannot see: a command: rank without progress rows that
+ * is wedged but neither stopped nor in D (a deadlock in a futex, a lost
+ * collective) looks like a rank waiting for its peers; its own
+ * communicator's timeout must end it.
  * A trainer rank whose compute thread is stuck freezes its peers at the same
  * step in the all-reduce, so no step is "behind": the communicator's
  * deadline (rendezvous.timeout) ends that round and names the stalled peer.
@@ -26,7 +31,13 @@
  * verdict, then for every rank of the node (the hung one first: a hang is
  * often a peer waiting on it) the state, wchan and kernel stack of each
  * process in its group and each of their threads, and the last lines of its
- * stdout and stderr logs.  /proc/<pid>/stack needs CAP_SYS_ADMIN (root) on
+ * stdout and stderr logs.  Then, for Python ranks, where each of their
+ * threads is: every process that catches DT_AGENT_TRACEBACK_SIGNAL (Python's
+ * faulthandler.register, docs/progress.md) and whose parent does not (a
+ * DataLoader worker inherits its parent's handler) gets the signal;
+ * faulthandler writes every thread's stack from its signal handler, without
+ * the GIL, so a thread stuck in C code still answers.  The agent waits up to
+ * TRACEBACK_WAIT_S for the dumps, then appends them to the report.  /proc/<pid>/stack needs CAP_SYS_ADMIN (root) on
  * most kernels, and wchan shows 0 when kallsyms are hidden; the file says so
  * instead of leaving a silent gap.  A py-spy or gdb stack needs the user's
  * tools: the report names the pids to aim them at.
@@ -56,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,7 +100,8 @@ static int judge_state(const struct dt_agent_watch *w, int n, double now,
     for (int i = 0; i < n; i++) {
         char st = w[i].state;
         double in_state = now - w[i].state_since_s;
-        if ((st == 'T' || st == 't' || (st == 'D' && !l->heartbeats)) && in_state >= l->hb_timeout) {
+        bool d_counts = !l->heartbeats || l->from_rows;
+        if ((st == 'T' || st == 't' || (st == 'D' && d_counts)) && in_state >= l->hb_timeout) {
             snprintf(why, size, "in process state %c (%s) for %.1f s (heartbeat_timeout %g s)", st,
                      state_words(st), in_state, l->hb_timeout);
             return i;
@@ -103,11 +116,12 @@ static int judge_silence(const struct dt_agent_watch *w, int n, double now,
 {
     for (int i = 0; i < n; i++) {
         if (w[i].has_hb && w[i].hb_age_s >= l->hb_timeout) {
-            snprintf(why, size, "silent for %.1f s: no heartbeat (heartbeat_timeout %g s); last step %lld",
-                     w[i].hb_age_s, l->hb_timeout, (long long)w[i].step);
+            snprintf(why, size, "silent for %.1f s: no %s (heartbeat_timeout %g s); last step %lld",
+                     w[i].hb_age_s, l->from_rows ? "progress row" : "heartbeat", l->hb_timeout,
+                     (long long)w[i].step);
             return i;
         }
-        if (!w[i].has_hb && now - w[i].spawn_s >= l->first_hb_s) {
+        if (!w[i].has_hb && !l->from_rows && now - w[i].spawn_s >= l->first_hb_s) {
             snprintf(
                 why, size,
                 "without a heartbeat in the %.1f s since it started (rendezvous.timeout + heartbeat_timeout)",
@@ -199,7 +213,24 @@ void dt_agent__watchdog_begin(struct dt_agent *a)
 
 static bool heartbeats(const struct dt_agent *a)
 {
-    return a->cfg->heartbeat && a->cfg->job->trainer;
+    return a->cfg->job->trainer ? a->cfg->heartbeat != NULL : a->rows != NULL;
+}
+
+/* A command rank's last progress row stands for its heartbeat. */
+static void read_row(struct dt_agent *a, int i, double now)
+{
+    struct dt_agent_watch *w = &a->procs[i].watch;
+    int64_t step;
+    double last_s;
+    if (dt_agent__rows_heartbeat(a, i, &step, &last_s) != 0) {
+        w->has_hb = false; /* none yet, or paused */
+        return;
+    }
+    if (!w->has_hb || step != w->step)
+        w->step_since_s = now;
+    w->has_hb = true;
+    w->step = step;
+    w->hb_age_s = now - last_s;
 }
 
 /* A heartbeat counts when it came during this attempt: older ones are the
@@ -276,6 +307,7 @@ int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size)
     struct dt_agent_watch_limits l = {.hb_timeout = rv->heartbeat_timeout_s,
                                       .first_hb_s = rv->timeout_s + rv->heartbeat_timeout_s,
                                       .heartbeats = heartbeats(a),
+                                      .from_rows = !a->cfg->job->trainer,
                                       .first_rank = a->procs[0].rank};
     int err = 0;
     for (int i = 0; i < a->nproc; i++) {
@@ -287,8 +319,11 @@ int dt_agent__watchdog_tick(struct dt_agent *a, char *why, size_t size)
         a->procs[i].cpu_ticks = ticks[i];
         pw->state = worst[i];
         /* Command ranks send no heartbeat: one read still tells whether the coordinator answers. */
-        if (a->cfg->heartbeat && !err && (l.heartbeats ? a->procs[i].running : i == 0))
-            err = read_heartbeat(a, i, now, attempt_start, l.heartbeats);
+        bool trainer = a->cfg->job->trainer != NULL;
+        if (a->cfg->heartbeat && !err && (trainer ? a->procs[i].running : i == 0))
+            err = read_heartbeat(a, i, now, attempt_start, trainer);
+        if (!trainer && a->rows && a->procs[i].running)
+            read_row(a, i, now);
         w[i] = *pw;
         if (!a->procs[i].running) /* exited ones are the supervision loop's business */
             w[i] = (struct dt_agent_watch){.spawn_s = now, .step_since_s = now, .state_since_s = now};
@@ -420,7 +455,8 @@ static void write_rank(FILE *f, struct dt_agent *a, int i, const char *attempt_d
     const struct dt_agent_watch *w = &p->watch;
     fprintf(f, "\n== rank %d (local %d, pid %d)%s ==\n", p->rank, i, (int)p->pid, hung ? " - HUNG" : "");
     if (w->has_hb)
-        fprintf(f, "  heartbeat: step %lld, %.1f s ago\n", (long long)w->step, w->hb_age_s);
+        fprintf(f, "  %s: step %lld, %.1f s ago\n", a->cfg->job->trainer ? "heartbeat" : "last progress row",
+                (long long)w->step, w->hb_age_s);
     else if (a->cfg->heartbeat && a->cfg->job->trainer)
         fprintf(f, "  heartbeat: none in this attempt\n");
     if (!p->running) {
@@ -457,8 +493,9 @@ int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, ch
     fprintf(f, "dtrain watchdog: rank %d (pid %d) is hung: %s\n", a->procs[hung].rank,
             (int)a->procs[hung].pid, why);
     fprintf(f, "attempt %d, %.2f s after the start, %s\n", a->attempt, dt_clock_s() - a->t0, when);
-    fprintf(f, "User-space stacks need a tool such as py-spy or gdb; dtrain kills the group right after "
-               "writing this.\n");
+    fprintf(f, "User-space stacks need a tool such as py-spy or gdb, except a Python rank's: where its threads "
+               "were follows at the end when it registered faulthandler (docs/progress.md). dtrain kills the "
+               "group right after writing this.\n");
     write_rank(f, a, hung, dir, true);
     for (int i = 0; i < a->nproc; i++)
         if (i != hung)
@@ -467,6 +504,158 @@ int dt_agent__watchdog_capture(struct dt_agent *a, int hung, const char *why, ch
     if (fclose(f) != 0 && rc == 0)
         rc = dt_error_set_errno(DT_EIO, errno, "cannot write the hang report %s", path);
     return rc;
+}
+
+/* --- Python's tracebacks ------------------------------------------------- */
+
+#define TRACEBACK_WAIT_S 2.0    /* for every dump to come */
+#define TRACEBACK_QUIET_S 0.2   /* a dump that grew no more for this long is whole */
+#define TRACEBACK_MAX_BYTES 65536
+#define TRACEBACK_TARGETS 8     /* processes of one rank signalled at most */
+
+/* Whether the process has a handler for sig (SigCgt in /proc/<pid>/status:
+ * the kernel's mask of caught signals, bit sig - 1, in hex). */
+static bool catches(int pid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "re");
+    unsigned long long mask = 0;
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    if (f)
+        fclose(f);
+    return found && (mask >> (sig - 1) & 1);
+}
+
+/* The processes of leader's group that catch sig while their parent does
+ * not: the rank's Python, under a wrapper shell or not, without the
+ * children that inherited its handler. */
+static int traceback_targets(int leader, int sig, int *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    for (struct dirent *de; d && n < max && (de = readdir(d)) != NULL;) {
+        struct dt_proc_stat ps;
+        if (!isdigit((unsigned char)de->d_name[0]) || dt_proc_stat_read(de->d_name, &ps) != 0 ||
+            ps.pgrp != leader)
+            continue;
+        int pid = atoi(de->d_name);
+        struct dt_proc_stat parent;
+        char ppid[16];
+        snprintf(ppid, sizeof ppid, "%d", (int)ps.ppid);
+        bool parent_catches = dt_proc_stat_read(ppid, &parent) == 0 && parent.pgrp == leader &&
+                              catches((int)ps.ppid, sig);
+        if (catches(pid, sig) && !parent_catches)
+            out[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+}
+
+/* Waits until every asked rank's file grew and then rested, or the time is up. */
+static void wait_dumps(const char (*path)[4200], const off_t *before, const bool *asked, int n)
+{
+    off_t last[n];
+    double quiet_since[n], start = dt_clock_s();
+    for (int i = 0; i < n; i++) {
+        last[i] = before[i];
+        quiet_since[i] = 0;
+    }
+    for (;;) {
+        double now = dt_clock_s();
+        bool all = true;
+        for (int i = 0; i < n; i++) {
+            if (!asked[i])
+                continue;
+            off_t size = file_size(path[i]);
+            if (size != last[i])
+                quiet_since[i] = now;
+            last[i] = size;
+            all &= size > before[i] && now - quiet_since[i] >= TRACEBACK_QUIET_S;
+        }
+        if (all || now - start >= TRACEBACK_WAIT_S)
+            return;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* path's bytes from `from` (at most TRACEBACK_MAX_BYTES), NUL-terminated, malloc'd; NULL when none. */
+static char *read_from(const char *path, off_t from)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    char *buf = fd >= 0 ? malloc(TRACEBACK_MAX_BYTES + 1) : NULL;
+    ssize_t n = buf ? pread(fd, buf, TRACEBACK_MAX_BYTES, from) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+/* The start of the dump, whole lines, in out. */
+static void keep_start(const char *dump, char *out, size_t size)
+{
+    size_t n = strlen(dump);
+    if (n >= size) {
+        n = size - 1;
+        while (n > 0 && dump[n - 1] != '\n')
+            n--;
+    }
+    memcpy(out, dump, n);
+    out[n] = 0;
+    while (n > 0 && out[n - 1] == '\n')
+        out[--n] = 0;
+}
+
+void dt_agent__watchdog_tracebacks(struct dt_agent *a, int hung, const char *report, char *out, size_t size)
+{
+    const int sig = DT_AGENT_TRACEBACK_SIGNAL;
+    char(*path)[4200] = calloc((size_t)a->nproc, sizeof *path);
+    off_t *before = calloc((size_t)a->nproc, sizeof *before);
+    bool *asked = calloc((size_t)a->nproc, sizeof *asked), any = false;
+    out[0] = 0;
+    for (int i = 0; path && before && asked && i < a->nproc; i++) {
+        int pids[TRACEBACK_TARGETS];
+        int n = a->procs[i].running ? traceback_targets(a->procs[i].pid, sig, pids, TRACEBACK_TARGETS) : 0;
+        dt_agent_traceback_path(a->cfg->run_dir, a->attempt, a->procs[i].rank, path[i], sizeof path[i]);
+        before[i] = file_size(path[i]);
+        for (int k = 0; k < n; k++)
+            asked[i] |= kill(pids[k], sig) == 0;
+        any |= asked[i];
+    }
+    FILE *f = any ? fopen(report, "ae") : NULL;
+    if (f) {
+        wait_dumps((const char(*)[4200])path, before, asked, a->nproc);
+        for (int j = 0; j < a->nproc; j++) {
+            int i = j == 0 ? hung : j == hung ? 0 : j; /* the hung rank first, as above */
+            if (!asked[i])
+                continue;
+            char *dump = read_from(path[i], before[i]);
+            fprintf(f, "\n== rank %d: where its Python threads were (faulthandler, on %s; %s) ==\n%s",
+                    a->procs[i].rank, DT_AGENT_TRACEBACK_SIGNAL_NAME, path[i],
+                    dump ? dump : "(no traceback came within 2 s: the process may be stopped)\n");
+            if (dump && i == hung)
+                keep_start(dump, out, size);
+            free(dump);
+        }
+        fclose(f);
+    }
+    free(path);
+    free(before);
+    free(asked);
 }
 
 /* --- the OOM killer ------------------------------------------------------ */

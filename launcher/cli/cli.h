@@ -21,6 +21,7 @@
 
 #include "launcher/exit_status.h"
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -29,6 +30,9 @@ struct dt_cli_command {
     const char *summary;          /* one line for `dtrain --help` */
     int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
     void (*usage)(FILE *out);      /* full help for `dtrain <name> --help` */
+    /* run reads -h/--help itself: `dtrain run train.py --help` is the
+     * program's --help, not run's (its options end at PROGRAM). */
+    bool own_help;
 };
 
 /* True if argv holds -h or --help before any "--". */
@@ -36,6 +40,47 @@ int dt_cli_wants_help(int argc, char **argv);
 
 /* Prints "dtrain <cmd>: <message>" and a hint to use --help; returns 2. */
 int dt_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- options (cli_opts.c): every command reads argv with getopt_long ---- */
+
+/* Ids of the shared options (cli_spec.c, cli_launch.c); a command's own
+ * options are their short letter, or DT_CLI_OPT_OWN and up when long only. */
+enum {
+    DT_CLI_OPT_ERROR = -2,  /* dt_cli_opts_next printed a usage error */
+    DT_CLI_OPT_OPERAND = 1, /* an argument that is not an option, in place */
+    DT_CLI_OPT_SET = 0x100,
+    DT_CLI_OPT_TRACE,
+    DT_CLI_OPT_DETACH,
+    DT_CLI_OPT_DRY_RUN,
+    DT_CLI_OPT_RESUME,
+    DT_CLI_OPT_RANKS,
+    DT_CLI_OPT_LOG_DIR,
+    DT_CLI_OPT_GRACE,
+    DT_CLI_OPT_OWN = 0x200,
+};
+
+#define DT_CLI_MAX_OPTS 128
+
+struct dt_cli_opts {
+    const char *cmd;
+    bool in_order, ended;
+    char shorts[64];
+    struct option longs[DT_CLI_MAX_OPTS + 1];
+};
+
+/* Starts reading argv[1..]: `shorts` in getopt's notation ("o:f"), the long
+ * options of the NULL-terminated `tables` (each ending in a zero entry).
+ * in_order: options end at the first operand (run's PROGRAM); otherwise
+ * options and operands may come in any order. */
+void dt_cli_opts_init(struct dt_cli_opts *s, const char *cmd, const char *shorts, bool in_order,
+                      const struct option *const *tables);
+
+/* The next option's id (its letter or the table's val) with *arg its value
+ * (NULL without), DT_CLI_OPT_OPERAND with *arg the operand (those after
+ * "--" too), -1 at the end (in_order: optind is the first argument not read,
+ * run's PROGRAM), or
+ * DT_CLI_OPT_ERROR once the usage error is printed (return DT_EXIT_REFUSED). */
+int dt_cli_opts_next(struct dt_cli_opts *s, int argc, char **argv, const char **arg);
 
 extern const char dt_version[];
 
@@ -50,12 +95,23 @@ struct dt_cli_spec {
     const char *cmd;                 /* the subcommand, for messages */
     char *set[DT_CLI_MAX_SET + 1];   /* --set assignments, in order */
     int n_set;
+    /* This node's part of a job whose nodes are placed on the command line
+     * (dtrain run's --node-rank ...): the adapter's check of a whole launch
+     * (local: one node) does not apply. */
+    bool one_node_of_several;
+    /* A spec made from options (dtrain run): line_origin[N] names the option
+     * that line N came from ("--nproc-per-node"), said in place of
+     * "PATH:N:COL" in a problem with that line, so the user reads what they
+     * typed; NULL entries (and no table) keep the position. */
+    const char *const *line_origin;
+    int n_line_origin;
 };
 
-/* When argv[*i] is `--set KEY.PATH=VALUE` or `--set=KEY.PATH=VALUE`, takes it
- * (moving *i past its value) and returns 1; returns 0 for another argument,
- * DT_EXIT_REFUSED after printing a usage error. */
-int dt_cli_spec_arg(struct dt_cli_spec *s, int argc, char **argv, int *i);
+/* --set KEY.PATH=VALUE (or --set=KEY.PATH=VALUE): the option, for getopt_long. */
+extern const struct option dt_cli_spec_options[];
+/* Takes option `id` with its value: returns 1 when it is --set, 0 for
+ * another option, DT_EXIT_REFUSED after printing a usage error. */
+int dt_cli_spec_opt(struct dt_cli_spec *s, int id, const char *arg);
 
 /* Loads the spec at path (text: from memory, named path) with the overrides,
  * then checks it as `ad` (NULL: the spec's scheduler's adapter) would before
@@ -82,7 +138,25 @@ void dt_cli_spec_hand_on_done(const char *written);
 
 /* ---- the launch path of launch and run (cli_launch.c) ---- */
 
+/* One node's part of a job placed on the command line (dtrain run's
+ * torchrun flags), run here through the agent as `dtrain agent` runs it;
+ * also node 0 of a job an adapter's plan hosts here (local, mpirun). */
+struct dt_cli_node {
+    const char *who;        /* "dtrain launch", "dtrain run": how its error lines start */
+    int node_rank;          /* -1: an elastic job's rounds place this node */
+    int nnodes, nnodes_min; /* nnodes_min below nnodes: an elastic job */
+    int nproc;              /* ranks per node; 0: nproc_per_node, resolved by the agent */
+    const char *bind;       /* node 0: the address the coordinator listens on */
+    const char *host;       /* the coordinator, as agents and ranks reach it */
+    int port;               /* 0: the kernel picks one (one node) */
+    const char *token;      /* shared by every node; NULL: node 0 makes one (or auth: none) */
+    const char *run_id;     /* shared by every node; NULL: node 0 makes one */
+    const char *auth_off;   /* how this job's user turns rendezvous.auth off, for the error when
+                               PyTorch clients are refused; NULL: the key in the spec's file */
+};
+
 struct dt_cli_launch {
+    const struct dt_cli_node *node; /* run: where this node stands; NULL: the scheduler's plan */
     const char *log_dir; /* --log-dir, or NULL for the spec's */
     const char *ranks;   /* --ranks */
     double grace_s;      /* --grace-period, <= 0 for the spec's */
@@ -91,9 +165,12 @@ struct dt_cli_launch {
     bool detach, dry_run, trace;
 };
 
-/* The options launch and run share: takes argv[*i] (and its value) and
- * returns 1, returns 0 for another argument, DT_EXIT_REFUSED after a usage error. */
-int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char **argv, int *i);
+/* The options launch and run share (short: "qv"), for getopt_long; takes
+ * option `id` with its value: returns 1 when it is one of them, 0 for
+ * another option, DT_EXIT_REFUSED after printing a usage error. */
+extern const struct option dt_cli_launch_options[];
+#define DT_CLI_LAUNCH_SHORTS "qv"
+int dt_cli_launch_opt(struct dt_cli_launch *o, const char *cmd, int id, const char *arg);
 void dt_cli_launch_usage(FILE *out);
 
 /* Runs (or with dry_run prints) the loaded job through its scheduler's
@@ -106,6 +183,14 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
 struct dt_adapter_launch;
 int dt_cli_launch_plan(const struct dt_job *job, const struct dt_adapter *ad,
                        const struct dt_adapter_launch *lo);
+
+/* This node's run of the job (cli_plan.c): node 0's run directory with
+ * launch.json, then the agent's dt_agent_node_run, the same path as `dtrain
+ * agent`.  group: one process stands for every rank (an adapter's, or NULL).
+ * Returns the exit status. */
+struct dt_adapter_group;
+int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *lo, const struct dt_cli_node *node,
+                    const struct dt_adapter_group *group);
 
 /* --dry-run (cli_dry_run.c): prints what launching `job` would run, starting nothing. */
 int dt_cli_dry_run(const struct dt_job *job, const char *log_dir, FILE *out);

@@ -6,10 +6,12 @@
  * --dry-run, --resume, --quiet, --verbose) and dt_cli_launch_job: the dry run, the
  * copy of a derived spec for the nodes and ranks (cli_spec.c), and the plan
  * of the spec's scheduler's adapter (scheduler-adapters/adapter.h), which
- * cli_plan.c carries out.
+ * cli_plan.c carries out; or, for `dtrain run` of scheduler: local, the node
+ * its flags place (run_rdzv.h), run as `dtrain agent` runs one.
  *
  * Not for parsing a spec (cli_spec.c) or running ranks (the agent).
  */
+#include "launcher/agent/agent.h"
 #include "launcher/cli/cli.h"
 
 #include "launcher/cli/launch_resume.h"
@@ -23,6 +25,8 @@
 #include "worker/trace.h"
 
 #include <limits.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +38,8 @@ void dt_cli_launch_usage(FILE *out)
             "  --dry-run             print what would run (ranks per node, each rank's environment\n"
             "                        and argv, the rendered sbatch script, manifests or mpirun line)\n"
             "                        and exit 0, starting nothing\n"
-            "  --ranks LIST          show stdout only of these ranks, e.g. 0 or 0,2-3 (stderr of\n"
-            "                        every rank is always shown)\n"
+            "  --ranks LIST          show the output (stdout and stderr) of these ranks only, e.g.\n"
+            "                        0 or 0,2-3; every rank's log files still get all of it\n"
             "  --log-dir DIR         where run directories go (default: the spec's log_dir, \"runs\")\n"
             "  --grace-period SECS   between SIGTERM and SIGKILL when stopping ranks (default:\n"
             "                        the spec's grace_period, 30s)\n"
@@ -50,34 +54,57 @@ void dt_cli_launch_usage(FILE *out)
             "  --verbose             also dtrain's debug messages\n");
 }
 
-int dt_cli_launch_arg(struct dt_cli_launch *o, const char *cmd, int argc, char **argv, int *i)
+const struct option dt_cli_launch_options[] = {
+    {"quiet", no_argument, NULL, 'q'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"trace", optional_argument, NULL, DT_CLI_OPT_TRACE},
+    {"detach", no_argument, NULL, DT_CLI_OPT_DETACH},
+    {"dry-run", no_argument, NULL, DT_CLI_OPT_DRY_RUN},
+    {"resume", required_argument, NULL, DT_CLI_OPT_RESUME},
+    {"ranks", required_argument, NULL, DT_CLI_OPT_RANKS},
+    {"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR},
+    {"log_dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR}, /* torchrun's spelling */
+    {"grace-period", required_argument, NULL, DT_CLI_OPT_GRACE},
+    {0},
+};
+
+int dt_cli_launch_opt(struct dt_cli_launch *o, const char *cmd, int id, const char *v)
 {
-    const char *a = argv[*i];
-    bool has_value = *i + 1 < argc;
-    if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+    switch (id) {
+    case 'q':
         dt_log_set_level(DT_LOG_WARN);
-    } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+        break;
+    case 'v':
         dt_log_set_level(DT_LOG_DEBUG);
-    } else if (strcmp(a, "--trace") == 0 || strncmp(a, "--trace=", 8) == 0) {
+        break;
+    case DT_CLI_OPT_TRACE: {
         struct dt_trace_spec w; /* ranks inherit it; dtrain worker reads it (worker/rank.c) */
-        const char *steps = a[7] == '=' ? a + 8 : "10-20";
+        const char *steps = v ? v : "10-20";
         if (dt_trace_parse_steps(steps, &w) || setenv("DTRAIN_TRACE", steps, 1))
             return dt_cli_usage_error(cmd, "--trace=%s: expected steps like 10-20 or 15", steps);
         o->trace = true;
-    } else if (strcmp(a, "--detach") == 0) {
+        break;
+    }
+    case DT_CLI_OPT_DETACH:
         o->detach = true;
-    } else if (strcmp(a, "--dry-run") == 0) {
+        break;
+    case DT_CLI_OPT_DRY_RUN:
         o->dry_run = true;
-    } else if (strcmp(a, "--resume") == 0 && has_value) {
-        o->resume = argv[++*i];
-    } else if (strcmp(a, "--ranks") == 0 && has_value) {
-        o->ranks = argv[++*i];
-    } else if (strcmp(a, "--log-dir") == 0 && has_value) {
-        o->log_dir = argv[++*i];
-    } else if (strcmp(a, "--grace-period") == 0 && has_value) {
-        if (dt_args_seconds(argv[++*i], &o->grace_s) < 0)
-            return dt_cli_usage_error(cmd, "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", argv[*i]);
-    } else {
+        break;
+    case DT_CLI_OPT_RESUME:
+        o->resume = v;
+        break;
+    case DT_CLI_OPT_RANKS:
+        o->ranks = v;
+        break;
+    case DT_CLI_OPT_LOG_DIR:
+        o->log_dir = v;
+        break;
+    case DT_CLI_OPT_GRACE:
+        if (dt_args_seconds(v, &o->grace_s) < 0)
+            return dt_cli_usage_error(cmd, "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
+        break;
+    default:
         return 0;
     }
     return 1;
@@ -99,8 +126,35 @@ static int resume_run(const struct dt_job *job, const struct dt_adapter *ad, con
     return rc;
 }
 
+/* requeue: true with a command job: what SIGUSR1 will do to the user's
+ * script, said before it is submitted (launcher/agent/agent_supervise.c). */
+static void say_requeue(const struct dt_job *job, const struct dt_cli_launch *o)
+{
+    if (!job->slurm || !job->slurm->requeue || !job->command)
+        return;
+    double grace = o->grace_s > 0                ? o->grace_s
+                   : job->grace_period_s > 0 ? job->grace_period_s
+                                             : DT_JOB_GRACE_DEFAULT_S;
+    dt_log_info("requeue: SIGUSR1 comes %g s before the time limit: if every rank catches it, they get it (one that "
+                "saves its state and exits %d is requeued), else every rank is stopped (SIGTERM, SIGKILL after %g "
+                "s) and the job is requeued",
+                job->slurm->signal_lead_s, DT_AGENT_EXIT_REQUEUE, grace);
+}
+
+/* The keys of torchrun's flags that this dtrain reads but does not apply yet
+ * (spec/jobspec_torchrun.c): said once, so nobody counts on them. */
+static void say_not_applied(const struct dt_job *job)
+{
+    const uint64_t stop_signals = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM;
+    if ((job->signals_to_handle & stop_signals) != stop_signals)
+        dt_log_warn("signals_to_handle (--signals-to-handle) leaves out a stop signal: SIGHUP, SIGINT, SIGQUIT and "
+                    "SIGTERM stop the job all the same (passed on to the ranks, SIGKILL after the grace period)");
+}
+
 int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const char *cmd)
 {
+    say_not_applied(job);
+    say_requeue(job, o);
     if (o->trace && job->command)
         dt_log_warn("--trace applies to the bundled trainer (trainer:); job %s runs a command, which "
                     "gets DTRAIN_TRACE in its environment and may ignore it",
@@ -136,8 +190,9 @@ int dt_cli_launch_job(struct dt_job *job, const struct dt_cli_launch *o, const c
                                    .dtrain_path = self,
                                    .detach = o->detach,
                                    .run_id = o->resume ? resume_id : NULL};
-    int status = dt_cli_launch_plan(job, ad, &lo);
-    /* Read at submission only (the script, the ConfigMap): gone with the launch. */
+    int status = o->node ? dt_cli_node_run(job, &lo, o->node, NULL) : dt_cli_launch_plan(job, ad, &lo);
+    /* Read at submission only (the script, the ConfigMap), and by the nodes of
+     * `dtrain run` other than node 0, which have no run record: gone with the launch. */
     dt_cli_spec_hand_on_done(copy);
     return status;
 }

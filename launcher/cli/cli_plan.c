@@ -34,40 +34,74 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A plan's host_node0: node 0 of the job, run in this process (the local
- * adapter's whole job; mpirun's MPI ranks, through their one process). */
-static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
-                      const struct dt_adapter_host *h)
+/* What this node's ranks get as MASTER_ADDR:MASTER_PORT (and DTRAIN_COORD_ADDR),
+ * chosen here for every job launch and run host or join: the coordinator
+ * itself, which is both the agents' rendezvous and the ranks' store
+ * (TORCHELASTIC_USE_AGENT_STORE).  An agent-local store endpoint (each node's
+ * agent serving its own ranks and forwarding to the coordinator over its
+ * authenticated link, so PyTorch's token-less client needs no auth: none)
+ * slots in here: ranks would get its address while the agents keep the
+ * coordinator's. */
+static void rank_store(const struct dt_cli_node *p, struct dt_agent_node *n)
 {
-    /* The run directory first, with launch.json and the spec in it, so that
-     * `dtrain status` finds the job while it runs (launch_resume.h). */
-    char run_id[64], run_dir[PATH_MAX], rank_spec[PATH_MAX + 16];
-    snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : "");
-    if (dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id, run_dir) < 0) {
-        fprintf(stderr, "dtrain launch: %s\n", dt_error_last());
+    n->coord_host = p->host;
+    n->coord_port = p->port;
+}
+
+int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o, const struct dt_cli_node *p,
+                    const struct dt_adapter_group *group)
+{
+    /* Node 0's run directory first, with launch.json and the spec in it, so
+     * that `dtrain status` finds the job while it runs (launch_resume.h). */
+    char run_id[64], run_dir[PATH_MAX], rank_spec[PATH_MAX + 16] = "";
+    snprintf(run_id, sizeof run_id, "%s", o->run_id ? o->run_id : p->run_id ? p->run_id : "");
+    if (p->node_rank == 0 &&
+        dt_launch_run_dir(job, o->log_dir ? o->log_dir : job->log_dir, run_id, sizeof run_id, run_dir) < 0) {
+        fprintf(stderr, "%s: %s\n", p->who, dt_error_last());
         return DT_EXIT_FAILED;
     }
     /* The ranks read the spec as this launch loaded it, from the private run
      * directory: not the user's file (which may change while the job runs),
-     * nor a copy anyone else could replace between two restarts. */
-    snprintf(rank_spec, sizeof rank_spec, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
+     * nor a copy anyone else could replace between two restarts.  The other
+     * nodes of `dtrain run` have no record: theirs read the launch's private
+     * copy (job->path), which lives as long as the launch. */
+    if (p->node_rank == 0)
+        snprintf(rank_spec, sizeof rank_spec, "%s/%s", run_dir, DT_RUN_RECORD_SPEC);
     struct dt_agent_node n = {.job = job,
-                              .who = "dtrain launch",
-                              .node_rank = 0,
-                              .nnodes = h->nnodes,
-                              .nproc = h->nproc,
-                              .coord_bind = h->bind,
-                              .coord_host = h->advertise,
-                              .coord_port = job->rendezvous.port,
+                              .who = p->who,
+                              .node_rank = p->node_rank,
+                              .nnodes = p->nnodes,
+                              .nnodes_min = p->nnodes_min,
+                              .nproc = p->nproc,
+                              .coord_bind = p->bind,
+                              .token = p->token,
+                              .auth_off = p->auth_off,
                               .log_dir = o->log_dir,
                               .ranks = o->ranks,
                               .grace_s = o->grace_s,
                               .start_mono = o->start_mono,
                               .run_id = run_id,
                               .dtrain = o->dtrain_path,
-                              .rank_spec = rank_spec,
-                              .group = h->group};
+                              .rank_spec = rank_spec[0] ? rank_spec : NULL,
+                              .group = group};
+    rank_store(p, &n);
     return dt_agent_node_run(&n);
+}
+
+/* A plan's host_node0: node 0 of the job, run in this process (the local
+ * adapter's whole job; mpirun's MPI ranks, through their one process). */
+static int host_node0(const struct dt_job *job, const struct dt_adapter_launch *o,
+                      const struct dt_adapter_host *h)
+{
+    struct dt_cli_node p = {.who = "dtrain launch",
+                            .node_rank = 0,
+                            .nnodes = h->nnodes,
+                            .nnodes_min = h->nnodes,
+                            .nproc = h->nproc,
+                            .bind = h->bind,
+                            .host = h->advertise,
+                            .port = job->rendezvous.port};
+    return dt_cli_node_run(job, o, &p, h->group);
 }
 
 /* --- a plan's program ------------------------------------------------------ */

@@ -23,16 +23,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dt_cli_spec_arg(struct dt_cli_spec *s, int argc, char **argv, int *i)
+const struct option dt_cli_spec_options[] = {{"set", required_argument, NULL, DT_CLI_OPT_SET}, {0}};
+
+int dt_cli_spec_opt(struct dt_cli_spec *s, int id, const char *v)
 {
-    const char *a = argv[*i], *v;
-    if (strncmp(a, "--set=", 6) == 0)
-        v = a + 6;
-    else if (strcmp(a, "--set") == 0 && *i + 1 < argc)
-        v = argv[++*i];
-    else if (strcmp(a, "--set") == 0)
-        return dt_cli_usage_error(s->cmd, "--set needs KEY.PATH=VALUE, like --set trainer.steps=100");
-    else
+    if (id != DT_CLI_OPT_SET)
         return 0;
     if (!strchr(v, '=') || v[0] == '=')
         return dt_cli_usage_error(s->cmd, "--set '%s': expected KEY.PATH=VALUE, like --set trainer.steps=100", v);
@@ -42,15 +37,36 @@ int dt_cli_spec_arg(struct dt_cli_spec *s, int argc, char **argv, int *i)
     return 1;
 }
 
+/* The option a problem's line came from (dt_cli_spec.line_origin): the
+ * length of its "PATH:LINE:COL: " prefix, and the option; 0 for none. */
+static size_t origin_of(const struct dt_cli_spec *s, const char *path, const char *line, const char **opt)
+{
+    size_t plen = path ? strlen(path) : 0;
+    if (!s->line_origin || !plen || strncmp(line, path, plen) != 0 || line[plen] != ':')
+        return 0;
+    char *end;
+    long n = strtol(line + plen + 1, &end, 10);
+    if (end == line + plen + 1 || n < 1 || n >= s->n_line_origin || !s->line_origin[n])
+        return 0;
+    while (*end == ':' || (*end >= '0' && *end <= '9'))
+        end++;
+    *opt = s->line_origin[n];
+    return (size_t)(end - line) + (*end == ' ');
+}
+
 /* validate's lines are the messages themselves (file:line:col first, as compilers
  * write them); the other commands say who is speaking. */
-static void say(const struct dt_cli_spec *s, const char *lines)
+static void say(const struct dt_cli_spec *s, const char *path, const char *lines)
 {
     const char *who = strcmp(s->cmd, "validate") == 0 ? "" : s->cmd;
     for (const char *p = lines; *p;) {
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        if (*who)
+        const char *opt = NULL;
+        size_t skip = origin_of(s, path, p, &opt);
+        if (skip && skip <= n)
+            fprintf(stderr, "dtrain %s: %s: %.*s\n", who, opt, (int)(n - skip), p + skip);
+        else if (*who)
             fprintf(stderr, "dtrain %s: %.*s\n", who, (int)n, p);
         else
             fprintf(stderr, "%.*s\n", (int)n, p);
@@ -65,10 +81,12 @@ int dt_cli_spec_load(const struct dt_cli_spec *s, const char *path, const char *
     struct dt_job_load_opts o = {.set = s->set, .n_set = s->n_set, .problems = &problems};
     int rc = text ? dt_job_load_string_with(text, strlen(text), path, &o, job) : dt_job_load_with(path, &o, job);
     if (rc < 0) {
-        say(s, problems ? problems : dt_error_last());
+        say(s, path, problems ? problems : dt_error_last());
         free(problems);
         return DT_EXIT_REFUSED;
     }
+    if (s->one_node_of_several)
+        return 0;
     if (!ad)
         ad = dt_adapter_for((*job)->scheduler);
     if (!ad)
@@ -77,7 +95,7 @@ int dt_cli_spec_load(const struct dt_cli_spec *s, const char *path, const char *
     else if (ad->check)
         rc = ad->check(*job);
     if (rc < 0) {
-        say(s, dt_error_last());
+        say(s, NULL, dt_error_last());
         dt_job_free(*job);
         *job = NULL;
         return DT_EXIT_REFUSED;

@@ -58,7 +58,7 @@ static void usage(FILE *out)
             "  --coordinator HOST:PORT where node 0's agent is reached (PORT default: rendezvous.port)\n"
             "  --run-id ID             the same on every node (default: node 0 makes one)\n"
             "  --log-dir DIR           where run directories go (default: the spec's log_dir)\n"
-            "  --ranks LIST            show stdout only of these global ranks\n"
+            "  --ranks LIST            show the output of these global ranks only\n"
             "  --grace-period SECS     between SIGTERM and SIGKILL when stopping ranks (default:\n"
             "                          the spec's grace_period, 30s)\n"
             "  --quiet, --verbose      less or more of dtrain's own messages\n\n"
@@ -77,52 +77,57 @@ static int parse_int(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-static int parse_value(const char *a, const char *v, struct agent_opts *o)
+enum { NODE_RANK = DT_CLI_OPT_OWN, NNODES, COORDINATOR, RUN_ID, TOKEN };
+
+static int parse_value(int ch, const char *v, struct agent_opts *o)
 {
-    if (strcmp(a, "--node-rank") == 0 && parse_int(v, 0, 1 << 20, &o->node_rank) < 0)
+    if (ch == NODE_RANK && parse_int(v, 0, 1 << 20, &o->node_rank) < 0)
         return dt_cli_usage_error("agent", "--node-rank '%s': expected a number from 0", v);
-    if (strcmp(a, "--nnodes") == 0 && dt_job_parse_nodes(v, &o->nnodes_min, &o->nnodes) < 0)
+    if (ch == NNODES && dt_job_parse_nodes(v, &o->nnodes_min, &o->nnodes) < 0)
         return dt_cli_usage_error("agent", "--nnodes: %s", dt_error_last());
-    if (strcmp(a, "--grace-period") == 0 && dt_args_seconds(v, &o->grace_s) < 0)
+    if (ch == DT_CLI_OPT_GRACE && dt_args_seconds(v, &o->grace_s) < 0)
         return dt_cli_usage_error("agent", "--grace-period '%s': expected seconds, e.g. 3 or 0.5s", v);
-    if (strcmp(a, "--coordinator") == 0)
+    if (ch == COORDINATOR)
         o->coordinator = v;
-    else if (strcmp(a, "--run-id") == 0)
+    else if (ch == RUN_ID)
         o->run_id = v;
-    else if (strcmp(a, "--log-dir") == 0)
+    else if (ch == DT_CLI_OPT_LOG_DIR)
         o->log_dir = v;
-    else if (strcmp(a, "--ranks") == 0)
+    else if (ch == DT_CLI_OPT_RANKS)
         o->ranks = v;
     return 0;
 }
 
 static int parse_args(int argc, char **argv, struct agent_opts *o)
 {
-    static const char *const with_value[] = {"--node-rank", "--nnodes", "--coordinator",  "--run-id",
-                                             "--log-dir",   "--ranks",  "--grace-period", NULL};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool takes = false;
-        for (int k = 0; with_value[k]; k++)
-            takes |= strcmp(a, with_value[k]) == 0;
-        if (takes && i + 1 < argc) {
-            int rc = parse_value(a, argv[++i], o);
-            if (rc)
-                return rc;
-        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            dt_log_set_level(DT_LOG_WARN);
-        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
-            dt_log_set_level(DT_LOG_DEBUG);
-        } else if (strcmp(a, "--token") == 0 || strncmp(a, "--token=", 8) == 0) {
+    static const struct option own[] = {{"node-rank", required_argument, NULL, NODE_RANK},
+                                        {"nnodes", required_argument, NULL, NNODES},
+                                        {"coordinator", required_argument, NULL, COORDINATOR},
+                                        {"run-id", required_argument, NULL, RUN_ID},
+                                        {"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR},
+                                        {"ranks", required_argument, NULL, DT_CLI_OPT_RANKS},
+                                        {"grace-period", required_argument, NULL, DT_CLI_OPT_GRACE},
+                                        {"quiet", no_argument, NULL, 'q'},
+                                        {"verbose", no_argument, NULL, 'v'},
+                                        {"token", optional_argument, NULL, TOKEN},
+                                        {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "agent", "qv", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        int rc = ch == DT_CLI_OPT_ERROR ? DT_EXIT_REFUSED : parse_value(ch, v, o);
+        if (rc)
+            return rc;
+        if (ch == 'q' || ch == 'v') {
+            dt_log_set_level(ch == 'q' ? DT_LOG_WARN : DT_LOG_DEBUG);
+        } else if (ch == TOKEN) {
             return dt_cli_usage_error("agent", "the job token is not taken on the command line (others could "
                                                "read it): set DTRAIN_JOB_TOKEN or DTRAIN_JOB_TOKEN_FILE");
-        } else if (a[0] == '-' && a[1]) {
-            return dt_cli_usage_error("agent", "unknown option '%s'%s", a,
-                                      takes ? " (it needs a value)" : "");
-        } else if (o->job_path) {
-            return dt_cli_usage_error("agent", "one job file at a time (got '%s' and '%s')", o->job_path, a);
-        } else {
-            o->job_path = a;
+        } else if (ch == DT_CLI_OPT_OPERAND && o->job_path) {
+            return dt_cli_usage_error("agent", "one job file at a time (got '%s' and '%s')", o->job_path, v);
+        } else if (ch == DT_CLI_OPT_OPERAND) {
+            o->job_path = v;
         }
     }
     if (!o->job_path)

@@ -78,33 +78,35 @@ static int parse(int argc, char **argv, struct dt_bench_args *a)
         {"iters", 1, 0, 'n'},    {"warmup_iters", 1, 0, 'w'}, {"check", 1, 0, 'c'}, {"datatype", 1, 0, 'd'},
         {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},      {"backend", 1, 0, 'B'},   {"min-bw", 1, 0, 'M'},
         {"timeout", 1, 0, 'T'},  {"bind", 0, 0, 'P'},    {0, 0, 0, 0}};
-    int ch;
+    static const struct option *const tables[] = {longs, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "bench", "b:e:f:i:n:w:c:d:o:r:", false, tables);
+    const char *v;
     double d;
-    optind = 2;
-    while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:", longs, NULL)) != -1) {
+    for (int ch; (ch = dt_cli_opts_next(&s, argc - 1, argv + 1, &v)) != -1;) { /* after the collective */
         switch (ch) {
+        case DT_CLI_OPT_ERROR: return DT_EXIT_REFUSED;
+        case DT_CLI_OPT_OPERAND: return dt_cli_usage_error("bench", "unexpected argument '%s'", v);
         case 'b': case 'e': case 'i':
-            if (dt_bench_parse_size(optarg, ch == 'b' ? &a->min_bytes : ch == 'e' ? &a->max_bytes : &a->step_bytes))
+            if (dt_bench_parse_size(v, ch == 'b' ? &a->min_bytes : ch == 'e' ? &a->max_bytes : &a->step_bytes))
                 return dt_cli_usage_error("bench", "%s", dt_error_last());
             if (ch == 'i')
                 a->step_factor = 0;
             break;
-        case 'f': if (parse_num(optarg, 1, &a->step_factor)) return dt_cli_usage_error("bench", "-f wants a factor > 1"); break;
-        case 'n': if (parse_num(optarg, 1, &d)) return dt_cli_usage_error("bench", "-n wants a count >= 1"); a->iters = (int)d; break;
-        case 'w': if (parse_num(optarg, 0, &d)) return dt_cli_usage_error("bench", "-w wants a count >= 0"); a->warmup = (int)d; break;
-        case 'c': if (parse_num(optarg, 0, &d)) return dt_cli_usage_error("bench", "-c wants a count >= 0"); a->check = (int)d; break;
-        case 'r': if (parse_num(optarg, 0, &d)) return dt_cli_usage_error("bench", "-r wants a rank"); a->root = (int)d; break;
-        case 'M': if (parse_num(optarg, 0, &a->min_bw)) return dt_cli_usage_error("bench", "--min-bw wants GB/s"); break;
-        case 'T': if (parse_num(optarg, 0.001, &a->timeout_s)) return dt_cli_usage_error("bench", "--timeout wants seconds"); break;
-        case 'B': a->backend = optarg; break;
+        case 'f': if (parse_num(v, 1, &a->step_factor)) return dt_cli_usage_error("bench", "-f wants a factor > 1"); break;
+        case 'n': if (parse_num(v, 1, &d)) return dt_cli_usage_error("bench", "-n wants a count >= 1"); a->iters = (int)d; break;
+        case 'w': if (parse_num(v, 0, &d)) return dt_cli_usage_error("bench", "-w wants a count >= 0"); a->warmup = (int)d; break;
+        case 'c': if (parse_num(v, 0, &d)) return dt_cli_usage_error("bench", "-c wants a count >= 0"); a->check = (int)d; break;
+        case 'r': if (parse_num(v, 0, &d)) return dt_cli_usage_error("bench", "-r wants a rank"); a->root = (int)d; break;
+        case 'M': if (parse_num(v, 0, &a->min_bw)) return dt_cli_usage_error("bench", "--min-bw wants GB/s"); break;
+        case 'T': if (parse_num(v, 0.001, &a->timeout_s)) return dt_cli_usage_error("bench", "--timeout wants seconds"); break;
+        case 'B': a->backend = v; break;
         case 'P': a->bind = true; break;
-        case 'd': if (parse_enum("bench", "datatype", optarg, dtype_name, DT_DTYPE_COUNT, &a->dtype)) return 2; break;
-        case 'o': if (parse_enum("bench", "op", optarg, redop_name, DT_REDOP_COUNT, &a->op)) return 2; break;
-        default: return dt_cli_usage_error("bench", "unknown flag");
+        case 'd': if (parse_enum("bench", "datatype", v, dtype_name, DT_DTYPE_COUNT, &a->dtype)) return 2; break;
+        case 'o': if (parse_enum("bench", "op", v, redop_name, DT_REDOP_COUNT, &a->op)) return 2; break;
+        default: return dt_cli_usage_error("bench", "unknown option");
         }
     }
-    if (optind < argc)
-        return dt_cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (a->min_bytes > a->max_bytes)
         return dt_cli_usage_error("bench", "-b %zu is larger than -e %zu", a->min_bytes, a->max_bytes);
     return 0;

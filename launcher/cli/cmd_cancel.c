@@ -70,24 +70,37 @@ static int cancel(const struct dt_run_info *in, double wait_s)
     return rc;
 }
 
+static int parse_args(int argc, char **argv, const char **handle, const char **log_dir, double *wait_s)
+{
+    enum { WAIT = DT_CLI_OPT_OWN };
+    static const struct option own[] = {
+        {"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR}, {"wait", required_argument, NULL, WAIT}, {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "cancel", "", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == DT_CLI_OPT_LOG_DIR)
+            *log_dir = v;
+        else if (ch == WAIT && dt_args_seconds(v, wait_s) < 0)
+            return dt_cli_usage_error("cancel", "--wait '%s': expected seconds, e.g. 30", v);
+        else if (ch == DT_CLI_OPT_OPERAND && *handle)
+            return dt_cli_usage_error("cancel", "one run at a time (got '%s' and '%s')", *handle, v);
+        else if (ch == DT_CLI_OPT_OPERAND)
+            *handle = v;
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     const char *handle = NULL, *log_dir = NULL;
     double wait_s = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--log-dir") == 0 && i + 1 < argc) {
-            log_dir = argv[++i];
-        } else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc) {
-            if (dt_args_seconds(argv[++i], &wait_s) < 0)
-                return dt_cli_usage_error("cancel", "--wait '%s': expected seconds, e.g. 30", argv[i]);
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return dt_cli_usage_error("cancel", "unknown option '%s'", argv[i]);
-        } else if (handle) {
-            return dt_cli_usage_error("cancel", "one run at a time (got '%s' and '%s')", handle, argv[i]);
-        } else {
-            handle = argv[i];
-        }
-    }
+    int prc = parse_args(argc, argv, &handle, &log_dir, &wait_s);
+    if (prc)
+        return prc;
     if (!handle)
         return dt_cli_usage_error("cancel", "which run? Give its run directory (or job id, or name)");
     char dir[4096];

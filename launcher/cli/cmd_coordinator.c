@@ -47,31 +47,36 @@ struct args {
 
 static int parse(int argc, char **argv, struct args *a)
 {
-    for (int i = 1; i < argc; i += 2) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(o, "--port") == 0 && v) {
-            char *end;
-            long p = strtol(v, &end, 10);
-            if (*end || p < 0 || p > 65535)
-                return dt_cli_usage_error("coordinator", "--port %s is not a port number", v);
-            a->port = (int)p;
-        } else if (strcmp(o, "--host") == 0 && v) {
-            a->host = v;
-        } else if (strcmp(o, "--token-file") == 0 && v) {
-            a->token_file = v;
-        } else if (strcmp(o, "--auth") == 0 && v) {
-            if (strcmp(v, "none") != 0 && strcmp(v, "token") != 0)
-                return dt_cli_usage_error("coordinator", "--auth takes none or token, not '%s'", v);
-            a->auth_none = strcmp(v, "none") == 0;
-        } else if (strcmp(o, "--token") == 0) {
+    enum { PORT = DT_CLI_OPT_OWN, HOST, TOKEN_FILE, AUTH, TOKEN };
+    static const struct option own[] = {{"port", required_argument, NULL, PORT},
+                                        {"host", required_argument, NULL, HOST},
+                                        {"token-file", required_argument, NULL, TOKEN_FILE},
+                                        {"auth", required_argument, NULL, AUTH},
+                                        {"token", optional_argument, NULL, TOKEN},
+                                        {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "coordinator", "", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        char *end;
+        long p = ch == PORT ? strtol(v, &end, 10) : 0;
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == PORT && (*end || end == v || p < 0 || p > 65535))
+            return dt_cli_usage_error("coordinator", "--port %s is not a port number", v);
+        if (ch == AUTH && strcmp(v, "none") != 0 && strcmp(v, "token") != 0)
+            return dt_cli_usage_error("coordinator", "--auth takes none or token, not '%s'", v);
+        if (ch == TOKEN)
             return dt_cli_usage_error("coordinator", "the job token is not taken on the command line "
                                                      "(others could read it): use DTRAIN_JOB_TOKEN "
                                                      "or --token-file");
-        } else {
-            return dt_cli_usage_error("coordinator", "unexpected argument '%s'%s", o,
-                                      v ? "" : " (or it lacks its value)");
-        }
+        if (ch == DT_CLI_OPT_OPERAND)
+            return dt_cli_usage_error("coordinator", "unexpected argument '%s'", v);
+        a->port = ch == PORT ? (int)p : a->port;
+        a->host = ch == HOST ? v : a->host;
+        a->token_file = ch == TOKEN_FILE ? v : a->token_file;
+        a->auth_none = ch == AUTH ? strcmp(v, "none") == 0 : a->auth_none;
     }
     if (a->port < 0)
         return dt_cli_usage_error("coordinator", "--port is required");

@@ -185,31 +185,30 @@ static int run(int argc, char **argv)
     bool force = false;
     char **inputs = calloc((size_t)argc, sizeof *inputs);
     int n_in = 0;
-    for (int i = 2; inputs && i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (!has_value)
-                return free(inputs), dt_cli_usage_error("data", "%s needs a directory", a);
-            dir = argv[++i];
-        } else if (strcmp(a, "--val-fraction") == 0) {
-            if (!has_value || parse_number(argv[++i], &frac) || !(frac >= 0 && frac < 1))
-                return free(inputs),
-                       dt_cli_usage_error("data", "--val-fraction needs a number in [0, 1), got '%s'",
-                                          has_value ? argv[i] : "");
-        } else if (strcmp(a, "--shard-tokens") == 0) {
-            if (!has_value || parse_number(argv[++i], &per) || per < 1 || per > INT32_MAX ||
-                per != (int64_t)per)
-                return free(inputs),
-                       dt_cli_usage_error("data", "--shard-tokens needs an integer in 1..%d, got '%s'",
-                                          INT32_MAX, has_value ? argv[i] : "");
-        } else if (strcmp(a, "--force") == 0) {
+    enum { VAL_FRACTION = DT_CLI_OPT_OWN, SHARD_TOKENS, FORCE };
+    static const struct option own[] = {{"output", required_argument, NULL, 'o'},
+                                        {"val-fraction", required_argument, NULL, VAL_FRACTION},
+                                        {"shard-tokens", required_argument, NULL, SHARD_TOKENS},
+                                        {"force", no_argument, NULL, FORCE},
+                                        {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "data", "o:", false, tables);
+    const char *v;
+    for (int ch; inputs && (ch = dt_cli_opts_next(&s, argc - 1, argv + 1, &v)) != -1;) { /* after "bytes" */
+        if (ch == DT_CLI_OPT_ERROR)
+            return free(inputs), DT_EXIT_REFUSED;
+        if (ch == VAL_FRACTION && (parse_number(v, &frac) || !(frac >= 0 && frac < 1)))
+            return free(inputs), dt_cli_usage_error("data", "--val-fraction needs a number in [0, 1), got '%s'", v);
+        if (ch == SHARD_TOKENS && (parse_number(v, &per) || per < 1 || per > INT32_MAX || per != (int64_t)per))
+            return free(inputs),
+                   dt_cli_usage_error("data", "--shard-tokens needs an integer in 1..%d, got '%s'", INT32_MAX, v);
+        if (ch == 'o')
+            dir = v;
+        else if (ch == FORCE)
             force = true;
-        } else if (a[0] == '-' && a[1]) {
-            return free(inputs), dt_cli_usage_error("data", "unknown option '%s'", a);
-        } else {
-            inputs[n_in++] = argv[i];
-        }
+        else if (ch == DT_CLI_OPT_OPERAND)
+            inputs[n_in++] = (char *)v;
     }
     if (!inputs)
         return fprintf(stderr, "dtrain data bytes: no memory\n"), 1;

@@ -45,20 +45,23 @@ static int run(int argc, char **argv)
                                   argc < 2 ? "" : argv[1]);
     const char *ckpt = NULL, *dir = NULL;
     bool force = false;
-    for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
-            if (++i >= argc)
-                return dt_cli_usage_error("export", "%s needs a directory", argv[i - 1]);
-            dir = argv[i];
-        } else if (strcmp(argv[i], "--force") == 0) {
+    static const struct option own[] = {
+        {"output", required_argument, NULL, 'o'}, {"force", no_argument, NULL, 'F'}, {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "export", "o:", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc - 1, argv + 1, &v)) != -1;) { /* after the format */
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == 'o')
+            dir = v;
+        else if (ch == 'F')
             force = true;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return dt_cli_usage_error("export", "unknown option '%s'", argv[i]);
-        } else if (!ckpt) {
-            ckpt = argv[i];
-        } else {
-            return dt_cli_usage_error("export", "one checkpoint at a time ('%s' is a second)", argv[i]);
-        }
+        else if (!ckpt)
+            ckpt = v;
+        else
+            return dt_cli_usage_error("export", "one checkpoint at a time ('%s' is a second)", v);
     }
     if (!ckpt)
         return dt_cli_usage_error("export", "hf needs a checkpoint file or run directory");

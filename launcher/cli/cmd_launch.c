@@ -44,24 +44,21 @@ static void usage(FILE *out)
 
 static int parse_args(int argc, char **argv, struct launch_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        int taken = dt_cli_spec_arg(&o->spec, argc, argv, &i);
+    static const struct option *const tables[] = {dt_cli_spec_options, dt_cli_launch_options, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "launch", DT_CLI_LAUNCH_SHORTS, false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        int taken = ch == DT_CLI_OPT_ERROR ? DT_EXIT_REFUSED : dt_cli_spec_opt(&o->spec, ch, v);
         if (!taken)
-            taken = dt_cli_launch_arg(&o->run, "launch", argc, argv, &i);
+            taken = dt_cli_launch_opt(&o->run, "launch", ch, v);
         if (taken == DT_EXIT_REFUSED)
             return taken;
-        if (taken) {
+        if (ch != DT_CLI_OPT_OPERAND)
             continue;
-        } else if (a[0] == '-' && a[1]) {
-            return dt_cli_usage_error("launch", "unknown option '%s'%s", a,
-                                      has_value ? "" : " (or it needs a value)");
-        } else if (o->job_path) {
-            return dt_cli_usage_error("launch", "one job file at a time (got '%s' and '%s')", o->job_path, a);
-        } else {
-            o->job_path = a;
-        }
+        if (o->job_path)
+            return dt_cli_usage_error("launch", "one job file at a time (got '%s' and '%s')", o->job_path, v);
+        o->job_path = v;
     }
     if (!o->job_path)
         return dt_cli_usage_error("launch", "which job? Give the path of a job spec (YAML)");

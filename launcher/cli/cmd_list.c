@@ -57,8 +57,10 @@ static void print_row(const char *log_dir, const struct row *r)
     /* Only a run that has not said how it ended is asked about (a pid check, or one query). */
     if (!in.have_summary || in.attempt < 0)
         dt_run_info_load(dir, true, &in);
-    if (in.step >= 0)
+    if (in.step >= 0 && in.total_steps >= 0)
         snprintf(step, sizeof step, "%lld/%lld", in.step, in.total_steps);
+    else if (in.step >= 0)
+        snprintf(step, sizeof step, "%lld", in.step);
     if (in.have_record) {
         time_t t = (time_t)in.rec.started_unix;
         struct tm tm;
@@ -124,17 +126,28 @@ static int list(const char *log_dir)
     return 0;
 }
 
+static int parse_args(int argc, char **argv, const char **log_dir)
+{
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "list", "", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (*log_dir)
+            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", *log_dir, v);
+        *log_dir = v;
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     const char *log_dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-' && argv[i][1])
-            return dt_cli_usage_error("list", "unknown option '%s'", argv[i]);
-        if (log_dir)
-            return dt_cli_usage_error("list", "one log directory at a time (got '%s' and '%s')", log_dir,
-                                      argv[i]);
-        log_dir = argv[i];
-    }
+    int prc = parse_args(argc, argv, &log_dir);
+    if (prc)
+        return prc;
     if (list(log_dir ? log_dir : "runs") < 0) {
         fprintf(stderr, "dtrain list: %s\n", dt_run_info_shown(dt_error_last(), (char[4096]){0}, 4096));
         return 1;

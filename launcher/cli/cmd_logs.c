@@ -228,31 +228,46 @@ static int show(const struct opts *o)
     return 0;
 }
 
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    enum { RANK = DT_CLI_OPT_OWN, ATTEMPT };
+    static const struct option own[] = {{"follow", no_argument, NULL, 'f'},
+                                        {"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR},
+                                        {"rank", required_argument, NULL, RANK},
+                                        {"attempt", required_argument, NULL, ATTEMPT},
+                                        {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "logs", "f", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        char *end;
+        long n = ch == RANK || ch == ATTEMPT ? strtol(v, &end, 10) : 0;
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if ((ch == RANK || ch == ATTEMPT) && (end == v || *end || n < 0 || n > 1 << 20))
+            return dt_cli_usage_error("logs", "%s '%s': expected a number from 0", ch == RANK ? "--rank" : "--attempt",
+                                      v);
+        if (ch == 'f')
+            o->follow = true;
+        else if (ch == DT_CLI_OPT_LOG_DIR)
+            o->log_dir = v;
+        else if (ch == RANK || ch == ATTEMPT)
+            *(ch == RANK ? &o->rank : &o->attempt) = (int)n;
+        else if (o->handle)
+            return dt_cli_usage_error("logs", "one run at a time (got '%s' and '%s')", o->handle, v);
+        else
+            o->handle = v;
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     struct opts o = {.rank = -1, .attempt = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0) {
-            o.follow = true;
-        } else if (strcmp(a, "--log-dir") == 0 && has_value) {
-            o.log_dir = argv[++i];
-        } else if ((strcmp(a, "--rank") == 0 || strcmp(a, "--attempt") == 0) && has_value) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (end == argv[i] || *end || v < 0 || v > 1 << 20)
-                return dt_cli_usage_error("logs", "%s '%s': expected a number from 0", a, argv[i]);
-            *(a[2] == 'r' ? &o.rank : &o.attempt) = (int)v;
-        } else if (a[0] == '-' && a[1]) {
-            return dt_cli_usage_error("logs", "unknown option '%s'%s", a,
-                                      has_value ? "" : " (or it needs a value)");
-        } else if (o.handle) {
-            return dt_cli_usage_error("logs", "one run at a time (got '%s' and '%s')", o.handle, a);
-        } else {
-            o.handle = a;
-        }
-    }
+    int prc = parse_args(argc, argv, &o);
+    if (prc)
+        return prc;
     if (!o.handle)
         return dt_cli_usage_error("logs", "which run? Give its run directory (or job id, or name)");
     if (show(&o) < 0) {

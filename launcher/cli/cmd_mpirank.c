@@ -20,9 +20,13 @@ static void usage(FILE *out)
 
 static int run(int argc, char **argv)
 {
-    int first = 1;
-    if (first < argc && !strcmp(argv[first], "--"))
-        first++;
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "mpirank", "", true, tables); /* options end at PROGRAM (or --) */
+    const char *v;
+    if (dt_cli_opts_next(&s, argc, argv, &v) != -1)
+        return DT_EXIT_REFUSED;
+    int first = optind;
     if (first >= argc)
         return dt_cli_usage_error("mpirank", "which program? dtrain mpirank -- PROGRAM [ARGS...]");
     return dt_mpirun_rank_main(argv + first);

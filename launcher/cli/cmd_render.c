@@ -113,27 +113,39 @@ static int load_for(struct dt_cli_spec *s, const char *path, const struct dt_ada
     return dt_cli_spec_load(s, path, NULL, ad, job);
 }
 
-static int run(int argc, char **argv)
+static int parse_args(int argc, char **argv, struct dt_cli_spec *s, const char **sched, const char **path,
+                      const char **out)
 {
-    const char *sched = NULL, *path = NULL, *out = NULL;
-    struct dt_cli_spec s = {.cmd = "render"};
-    for (int i = 1; i < argc; i++) {
-        int taken = dt_cli_spec_arg(&s, argc, argv, &i);
+    static const struct option own[] = {{"output", required_argument, NULL, 'o'}, {0}};
+    static const struct option *const tables[] = {own, dt_cli_spec_options, NULL};
+    struct dt_cli_opts o;
+    dt_cli_opts_init(&o, "render", "o:", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&o, argc, argv, &v)) != -1;) {
+        int taken = ch == DT_CLI_OPT_ERROR ? DT_EXIT_REFUSED : dt_cli_spec_opt(s, ch, v);
         if (taken == DT_EXIT_REFUSED)
             return taken;
         if (taken)
             continue;
-        if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
-            out = argv[++i];
-        else if (argv[i][0] == '-' && argv[i][1])
-            return dt_cli_usage_error("render", "unknown option '%s'", argv[i]);
-        else if (!sched)
-            sched = argv[i];
-        else if (!path)
-            path = argv[i];
+        if (ch == 'o')
+            *out = v;
+        else if (!*sched)
+            *sched = v;
+        else if (!*path)
+            *path = v;
         else
-            return dt_cli_usage_error("render", "unexpected argument '%s'", argv[i]);
+            return dt_cli_usage_error("render", "unexpected argument '%s'", v);
     }
+    return 0;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *sched = NULL, *path = NULL, *out = NULL;
+    struct dt_cli_spec s = {.cmd = "render"};
+    int prc = parse_args(argc, argv, &s, &sched, &path, &out);
+    if (prc)
+        return prc;
     if (!sched || !path)
         return dt_cli_usage_error("render", "expected a scheduler and a job spec, e.g. `dtrain render slurm job.yaml`");
     const struct dt_adapter *ad = dt_adapter_by_name(strcmp(sched, "jobset") ? sched : "kubernetes");

@@ -45,18 +45,20 @@ static int write_page(const struct dt_report *r, const char *out)
 static int run(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
-            if (++i >= argc)
-                return dt_cli_usage_error("report", "-o needs a file name");
-            out = argv[i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return dt_cli_usage_error("report", "unknown option '%s'", argv[i]);
-        } else if (!dir) {
-            dir = argv[i];
-        } else {
+    static const struct option own[] = {{"output", required_argument, NULL, 'o'}, {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "report", "o:", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == 'o')
+            out = v;
+        else if (!dir)
+            dir = v;
+        else
             return dt_cli_usage_error("report", "takes one run directory");
-        }
     }
     if (!dir)
         return dt_cli_usage_error("report", "needs a run directory");

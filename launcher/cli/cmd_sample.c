@@ -72,45 +72,53 @@ static bool parse_ll(const char *s, long long lo, long long hi, long long *out)
     return true;
 }
 
+static int parse_value(struct opts *o, int ch, const char *name, const char *v)
+{
+    char *end = NULL;
+    if (ch == 'n' && !parse_ll(v, 0, MAX_NEW, &o->n_new))
+        return dt_cli_usage_error("sample", "%s: expected a token count from 0 to %d, got '%s'", name, MAX_NEW, v);
+    if (ch == 'k' && !parse_ll(v, 0, INT32_MAX, &o->top_k))
+        return dt_cli_usage_error("sample", "--top-k: expected an integer >= 0, got '%s'", v);
+    if (ch == 'T') {
+        o->temperature = strtod(v, &end);
+        if (!*v || *end || !(o->temperature >= 0) || o->temperature > 1e6)
+            return dt_cli_usage_error("sample", "--temperature: expected a number >= 0, got '%s'", v);
+    }
+    if (ch == 's') {
+        errno = 0;
+        o->seed = strtoull(v, &end, 10);
+        if (*v < '0' || *v > '9' || *end || errno)
+            return dt_cli_usage_error("sample", "--seed: expected an integer from 0 to 2^64-1, got '%s'", v);
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.n_new = 200, .top_k = 200, .temperature = 0.8};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = !strcmp(a, "--prompt") || !strcmp(a, "--tokens") || !strcmp(a, "-n") ||
-                     !strcmp(a, "--new") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
-                     !strcmp(a, "--seed");
-        if (takes && !v)
-            return dt_cli_usage_error("sample", "%s needs a value", a);
-        char *end = NULL;
-        if (!strcmp(a, "--prompt"))
+    static const struct option own[] = {{"prompt", required_argument, NULL, 'p'},
+                                        {"tokens", required_argument, NULL, 't'},
+                                        {"new", required_argument, NULL, 'n'},
+                                        {"temperature", required_argument, NULL, 'T'},
+                                        {"top-k", required_argument, NULL, 'k'},
+                                        {"seed", required_argument, NULL, 's'},
+                                        {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "sample", "n:", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        int rc = ch == DT_CLI_OPT_ERROR ? DT_EXIT_REFUSED : parse_value(o, ch, argv[optind - 1][1] == '-' ? "--new" : "-n", v);
+        if (rc)
+            return rc;
+        if (ch == 'p')
             o->prompt = v;
-        else if (!strcmp(a, "--tokens"))
+        else if (ch == 't')
             o->tokens = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--new")) {
-            if (!parse_ll(v, 0, MAX_NEW, &o->n_new))
-                return dt_cli_usage_error("sample", "%s: expected a token count from 0 to %d, got '%s'", a,
-                                          MAX_NEW, v);
-        } else if (!strcmp(a, "--top-k")) {
-            if (!parse_ll(v, 0, INT32_MAX, &o->top_k))
-                return dt_cli_usage_error("sample", "--top-k: expected an integer >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--temperature")) {
-            o->temperature = strtod(v, &end);
-            if (!*v || *end || !(o->temperature >= 0) || o->temperature > 1e6)
-                return dt_cli_usage_error("sample", "--temperature: expected a number >= 0, got '%s'", v);
-        } else if (!strcmp(a, "--seed")) {
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (*v < '0' || *v > '9' || *end || errno)
-                return dt_cli_usage_error("sample", "--seed: expected an integer from 0 to 2^64-1, got '%s'",
-                                          v);
-        } else if (a[0] == '-' && a[1])
-            return dt_cli_usage_error("sample", "unknown option '%s'", a);
-        else if (!o->path)
-            o->path = a;
-        else
-            return dt_cli_usage_error("sample", "one checkpoint at a time ('%s' is a second)", a);
-        i += takes;
+        else if (ch == DT_CLI_OPT_OPERAND && o->path)
+            return dt_cli_usage_error("sample", "one checkpoint at a time ('%s' is a second)", v);
+        else if (ch == DT_CLI_OPT_OPERAND)
+            o->path = v;
     }
     if (!o->path)
         return dt_cli_usage_error("sample", "needs a checkpoint file or run directory");

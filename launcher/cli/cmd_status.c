@@ -73,8 +73,10 @@ static void print_info(const struct dt_run_info *in)
     printf("\n");
     if (in->attempt >= 0)
         printf("attempt:   %d\n", in->attempt);
-    if (in->step >= 0)
+    if (in->step >= 0 && in->total_steps >= 0)
         printf("step:      %lld/%lld\n", in->step, in->total_steps);
+    else if (in->step >= 0)
+        printf("step:      %lld\n", in->step);
     if (in->world_size > 0)
         printf("ranks:     %d\nnodes:     %d\n", in->world_size, in->nnodes);
     else if (in->have_record)
@@ -87,19 +89,32 @@ static void print_info(const struct dt_run_info *in)
         printf("exit:      %d\n", in->exit_status);
 }
 
+static int parse_args(int argc, char **argv, const char **handle, const char **log_dir)
+{
+    static const struct option own[] = {{"log-dir", required_argument, NULL, DT_CLI_OPT_LOG_DIR}, {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "status", "", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1;) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == DT_CLI_OPT_LOG_DIR)
+            *log_dir = v;
+        else if (*handle)
+            return dt_cli_usage_error("status", "one run at a time (got '%s' and '%s')", *handle, v);
+        else
+            *handle = v;
+    }
+    return 0;
+}
+
 static int run(int argc, char **argv)
 {
     const char *handle = NULL, *log_dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--log-dir") == 0 && i + 1 < argc)
-            log_dir = argv[++i];
-        else if (argv[i][0] == '-' && argv[i][1])
-            return dt_cli_usage_error("status", "unknown option '%s'", argv[i]);
-        else if (handle)
-            return dt_cli_usage_error("status", "one run at a time (got '%s' and '%s')", handle, argv[i]);
-        else
-            handle = argv[i];
-    }
+    int prc = parse_args(argc, argv, &handle, &log_dir);
+    if (prc)
+        return prc;
     if (!handle)
         return dt_cli_usage_error("status", "which run? Give its run directory (or job id, or name)");
     char dir[4096];

@@ -39,18 +39,20 @@ static int run(int argc, char **argv)
     const char *run_dir = NULL, *out = NULL;
     char *names[256], out_default[4200];
     int n_names = 0, merged = 0;
-    for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
-            if (++i >= argc)
-                return dt_cli_usage_error("trace", "-o needs a file name");
-            out = argv[i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return dt_cli_usage_error("trace", "unknown option '%s'", argv[i]);
-        } else if (n_names < 256) {
-            names[n_names++] = argv[i];
-        } else {
+    static const struct option own[] = {{"output", required_argument, NULL, 'o'}, {0}};
+    static const struct option *const tables[] = {own, NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "trace", "o:", false, tables);
+    const char *v;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc - 1, argv + 1, &v)) != -1;) { /* after "merge" */
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        if (ch == 'o')
+            out = v;
+        else if (n_names < 256)
+            names[n_names++] = (char *)v;
+        else
             return dt_cli_usage_error("trace", "more than 256 inputs; give the run directory instead");
-        }
     }
     if (n_names == 0)
         return dt_cli_usage_error("trace", "merge needs a run directory or trace files");

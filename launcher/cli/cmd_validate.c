@@ -16,6 +16,7 @@
 #include "spec/trainer_spec.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *out)
@@ -129,41 +130,37 @@ static int validate_one(const struct dt_cli_spec *s, const char *path, int print
 
 static int run(int argc, char **argv)
 {
-    int print = 0, files = 0, status = 0;
+    enum { LIST_KEYS = DT_CLI_OPT_OWN, PRINT };
+    static const struct option own[] = {
+        {"list-keys", no_argument, NULL, LIST_KEYS}, {"print", no_argument, NULL, PRINT}, {0}};
+    static const struct option *const tables[] = {own, dt_cli_spec_options, NULL};
+    int print = 0, n_files = 0, status = 0;
+    const char **files = calloc((size_t)argc, sizeof *files);
     struct dt_cli_spec s = {.cmd = "validate"};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0)
-            break;
-        int taken = dt_cli_spec_arg(&s, argc, argv, &i);
-        if (taken == DT_EXIT_REFUSED)
+    struct dt_cli_opts o;
+    dt_cli_opts_init(&o, "validate", "", false, tables);
+    const char *v;
+    /* Every option first, then the files: --set applies to each file wherever it stands. */
+    for (int ch; files && (ch = dt_cli_opts_next(&o, argc, argv, &v)) != -1;) {
+        int taken = ch == DT_CLI_OPT_ERROR ? DT_EXIT_REFUSED : dt_cli_spec_opt(&s, ch, v);
+        if (taken == DT_EXIT_REFUSED) {
+            free(files);
             return taken;
-        if (taken)
-            continue;
-        if (strcmp(argv[i], "--list-keys") == 0) {
+        }
+        if (ch == LIST_KEYS) {
             dt_job_list_keys(stdout);
+            free(files);
             return 0;
         }
-        if (strcmp(argv[i], "--print") == 0)
-            print = 1;
-        else if (argv[i][0] == '-' && argv[i][1])
-            return dt_cli_usage_error("validate", "unknown option '%s'", argv[i]);
+        print |= ch == PRINT;
+        if (ch == DT_CLI_OPT_OPERAND)
+            files[n_files++] = v;
     }
-    for (int i = 1, opts = 1; i < argc; i++) {
-        if (opts && strcmp(argv[i], "--") == 0) {
-            opts = 0;
-            continue;
-        }
-        if (opts && (strcmp(argv[i], "--set") == 0)) {
-            i++;
-            continue;
-        }
-        if (opts && argv[i][0] == '-' && argv[i][1])
-            continue;
-        files++;
-        if (validate_one(&s, argv[i], print))
+    for (int i = 0; i < n_files; i++)
+        if (validate_one(&s, files[i], print))
             status = DT_EXIT_REFUSED;
-    }
-    if (!files)
+    free(files);
+    if (!n_files)
         return dt_cli_usage_error("validate", "no job spec file given");
     return status;
 }

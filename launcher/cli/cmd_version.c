@@ -20,15 +20,22 @@ static void usage(FILE *out)
 
 static int run(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1)
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "version", "", false, tables);
+    const char *v;
+    int ch = dt_cli_opts_next(&s, argc, argv, &v);
+    if (ch == DT_CLI_OPT_ERROR)
+        return DT_EXIT_REFUSED;
+    if (ch != -1)
         return dt_cli_usage_error("version", "takes no arguments");
     printf("dtrain %s\n", dt_version);
 #ifdef DT_HAVE_CUDA
     /* NCCL's code is major*10000 + minor*100 + patch since 2.9 (22809: 2.28.9). */
-    int v = dt_nccl_version();
-    if (v > 0)
-        printf("cuda: yes (NCCL %d.%d.%d backend and CUDA trainer built in)\n", v / 10000, v / 100 % 100, v % 100);
+    int nccl = dt_nccl_version();
+    if (nccl > 0)
+        printf("cuda: yes (NCCL %d.%d.%d backend and CUDA trainer built in)\n", nccl / 10000, nccl / 100 % 100,
+               nccl % 100);
     else
         printf("cuda: yes (NCCL backend and CUDA trainer built in; the NCCL library did not load)\n");
 #else

@@ -29,15 +29,25 @@ static void usage(FILE *out)
 
 static int run(int argc, char **argv)
 {
-    if (argc != 2)
+    static const struct option *const tables[] = {NULL};
+    struct dt_cli_opts s;
+    dt_cli_opts_init(&s, "worker", "", false, tables);
+    const char *v, *spec = NULL;
+    int n = 0;
+    for (int ch; (ch = dt_cli_opts_next(&s, argc, argv, &v)) != -1; n++) {
+        if (ch == DT_CLI_OPT_ERROR)
+            return DT_EXIT_REFUSED;
+        spec = v;
+    }
+    if (n != 1)
         return dt_cli_usage_error("worker", "expects one argument, the job spec");
     dt_log_level_from_env();
-    char *const again[] = {"dtrain", "worker", argv[1], NULL};
+    char *const again[] = {"dtrain", "worker", (char *)spec, NULL};
     dt_rank_fix_blas(again);
     /* Started by mpirun itself (backend: mpi): the rank is MPI's. */
     if (dt_mpirun_rank_env() < 0)
         return dt_rank_fail(0);
-    return dt_rank_main(argv[1]);
+    return dt_rank_main(spec);
 }
 
 const struct dt_cli_command dt_cli_worker = {

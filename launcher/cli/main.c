@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct dt_cli_command *cmd = find_command(name);
-    if (cmd && dt_cli_wants_help(argc - 1, argv + 1)) {
+    if (cmd && !cmd->own_help && dt_cli_wants_help(argc - 1, argv + 1)) {
         cmd->usage(stdout);
         return 0;
     }

@@ -126,7 +126,7 @@ static void read_summary(struct dt_run_info *in)
     json_t *s = NULL;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/summary.json", in->dir);
-    if (dt_run_record_read_file(AT_FDCWD, path, in->dir, SUMMARY_MAX_BYTES, &text, &len) < 0)
+    if (dt_fs_read_whole(AT_FDCWD, NULL, path, DT_FS_NOFOLLOW, SUMMARY_MAX_BYTES, &text, &len) < 0)
         return;
     int rc = dt_json_parse(text, len, path, 1, &s);
     free(text);
@@ -154,7 +154,9 @@ static void read_attempt(struct dt_run_info *in)
         closedir(d);
 }
 
-/* The newest row with total_steps (a training row; eval rows have none). */
+/* The newest row with total_steps (a training row; eval rows have none);
+ * else, for a script's progress rows that never say it (docs/progress.md),
+ * the newest row's step with total_steps -1. */
 static void read_step(struct dt_run_info *in)
 {
     char path[PATH_MAX + 16];
@@ -175,14 +177,17 @@ static void read_step(struct dt_run_info *in)
         line = line ? line + 1 : buf;
         json_t *row = NULL;
         double step, total;
-        if (*line && dt_json_parse(line, strlen(line), path, 1, &row) == 0 &&
-            dt_json_get_num(row, "step", &step) && dt_json_get_num(row, "total_steps", &total) && step >= 0 &&
-            step < 9e18 && total >= 0 && total < 9e18) {
-            in->step = (long long)step;
+        bool stepped = *line && dt_json_parse(line, strlen(line), path, 1, &row) == 0 &&
+                       dt_json_get_num(row, "step", &step) && step >= 0 && step < 9e18;
+        if (stepped && dt_json_get_num(row, "total_steps", &total) && total >= 0 && total < 9e18) {
+            if (in->step < 0) /* else a newer row without it said the step */
+                in->step = (long long)step;
             in->total_steps = (long long)total;
             json_decref(row);
             break;
         }
+        if (stepped && in->step < 0)
+            in->step = (long long)step;
         json_decref(row);
         end = line == buf ? 0 : line - 1 - buf;
     }

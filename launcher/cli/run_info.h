@@ -33,7 +33,8 @@ struct dt_run_info {
     int exit_status;             /* its exit_status, -1 without one */
     int world_size, nnodes;      /* 0 when unknown */
     int attempt;                 /* the newest attempt_<k>/, -1 before any */
-    long long step, total_steps; /* the last training row of metrics.jsonl; -1 when none */
+    long long step, total_steps; /* the last training row of metrics.jsonl; -1 when none (total_steps
+                                    alone: rows that do not say it) */
     char state[32]; /* pending, running, succeeded, failed, interrupted, cancelled, lost, unknown */
 };
 

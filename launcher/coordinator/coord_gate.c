@@ -72,7 +72,9 @@ static int refuse_op(uint8_t op)
         return dt_error_set(DT_EAUTH,
                             "%s before the job token; this looks like a PyTorch TCPStore client, "
                             "which cannot present one: a job's ranks reach the store through their "
-                            "node's endpoint (MASTER_ADDR:MASTER_PORT), which presents it for them",
+                            "node's endpoint (MASTER_ADDR:MASTER_PORT), which presents it for them; "
+                            "elsewhere, `rendezvous: {auth: none}` in the job spec (dtrain run: --auth none) "
+                            "lets it in",
                             dt_wire_op_name(op));
     return dt_error_set(DT_EAUTH, "%s before the job token", dt_wire_op_name(op));
 }

@@ -365,6 +365,11 @@ void dt_progress_hide(struct dt_progress *p)
     p->shown = false;
 }
 
+bool dt_progress_drawing(const struct dt_progress *p)
+{
+    return p && p->tty && !isnan(p->first_now);
+}
+
 const struct dt_progress_state *dt_progress_state(const struct dt_progress *p)
 {
     return &p->st;

@@ -48,6 +48,11 @@ void dt_progress_update(struct dt_progress *p, double now, int restarts);
  * update draws it again.  NULL is fine. */
 void dt_progress_hide(struct dt_progress *p);
 
+/* Whether the line is drawn in place on a terminal, which it is once a row
+ * has been read: a rank's unfinished output line must then be ended before
+ * each redraw, which would otherwise write over it.  NULL is fine. */
+bool dt_progress_drawing(const struct dt_progress *p);
+
 /* Erases the line and frees (NULL is fine). */
 void dt_progress_close(struct dt_progress *p);
 

@@ -23,3 +23,24 @@ expect_status 0 "dtrain version exits 0" "$DTRAIN" version
 contains "$T/last.out" "^cuda: (yes \(NCCL [0-9]+\.[0-9]+\.[0-9]+ backend|no \()" \
   "version says whether CUDA is built in, with the version of the NCCL library it loads"
 contains "$T/last.out" "^mpi: (yes|no) \(" "version says whether the MPI backend is built in"
+
+# Every command reads its options with getopt_long (launcher/cli/cli_opts.c): the same words for
+# the same mistakes, options before or after operands, "--" ending them, --opt=VALUE.
+for cmd in launch validate render agent status logs cancel list report sample "export hf" "data bytes" "trace merge" coordinator; do
+  expect_status 2 "dtrain $cmd --frobnicate: unknown option" "$DTRAIN" $cmd --frobnicate
+  contains "$T/last.err" "^dtrain ${cmd%% *}: unknown option '--frobnicate'$" "dtrain $cmd names it"
+done
+expect_status 2 "a value missing at the end" "$DTRAIN" logs run-x --rank
+contains "$T/last.err" "^dtrain logs: '--rank' needs a value$" "the option is named"
+expect_status 2 "a value given to an option that takes none" "$DTRAIN" launch --dry-run=1 job.yaml
+contains "$T/last.err" "^dtrain launch: '--dry-run' takes no value$" "the option is named"
+expect_status 2 "a prefix of several options" "$DTRAIN" launch --d job.yaml
+contains "$T/last.err" "^dtrain launch: '--d' is short for several options: --detach, --dry-run$" "they are named"
+printf 'name: j\ncommand: ["true"]\n' >"$T/j.yaml"
+expect_status 0 "options after the operand, --opt=VALUE and a unique prefix" \
+  "$DTRAIN" launch "$T/j.yaml" --set=max_restarts=2 --dry
+contains "$T/last.out" "dry-run" "launch --dry is --dry-run"
+expect_status 2 "after --, an operand that looks like an option is one" "$DTRAIN" validate -- --print
+contains "$T/last.err" "^--print: cannot open" "validate read --print as a file name"
+expect_status 2 "bench: an unknown option is named too" "$DTRAIN" bench allreduce --frob
+contains "$T/last.err" "^dtrain bench: unknown option '--frob'$" "dtrain bench names it"

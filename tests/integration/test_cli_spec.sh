@@ -14,13 +14,13 @@ check "and removed its spec copy once the job ended" test -z "$(ls -A "$T/runs" 
 expect_status 0 "--print-spec with torchrun's spellings" "$DTRAIN" run --nproc_per_node=3 --max-restarts 1 --auth none --print-spec train.py --lr 1
 contains "$T/last.out" '^nproc_per_node: 3$' "--nproc_per_node=3 is nproc_per_node: 3"
 contains "$T/last.out" '^  auth: none$' "--auth none is rendezvous.auth"
-contains "$T/last.out" '^command: \["python3", "train.py", "--lr", "1"\]$' "a .py PROGRAM runs under python3, its flags kept"
+contains "$T/last.out" '^command: \["python3", "-u", "train.py", "--lr", "1"\]$' "a .py PROGRAM runs under python3 -u (as torchrun), its flags kept"
 expect_status 0 "--print-spec of an interpreter and its script" "$DTRAIN" run --print-spec -- python3 train_gpt.py --lr 1
 contains "$T/last.out" '^name: "train-gpt"$' "the job is named after the script python3 runs, not python3"
 expect_status 0 "--nproc-per-node N" "$DTRAIN" run --nproc-per-node 2 --print-spec -- true
 contains "$T/last.out" '^nproc_per_node: 2$' "--nproc-per-node 2 is nproc_per_node: 2"
-PYTHON=echo expect_status 0 "-m MODULE runs python -m MODULE" "$DTRAIN" run -n 1 --log-dir "$T/runs" -m pkg.mod --flag x
-contains "$T/last.out" '^\[rank 0\] -m pkg.mod --flag x$' "the rank ran \$PYTHON -m pkg.mod --flag x"
+PYTHON=echo expect_status 0 "-m MODULE runs python -u -m MODULE" "$DTRAIN" run -n 1 --log-dir "$T/runs" -m pkg.mod --flag x
+contains "$T/last.out" '^\[rank 0\] -u -m pkg.mod --flag x$' "the rank ran \$PYTHON -u -m pkg.mod --flag x"
 expect_status 2 "dtrain run -n x: a spec error" "$DTRAIN" run -n x -- true
 contains "$T/last.err" "nproc_per_node: expected an integer" "it names the key the flag stands for"
 expect_status 2 "dtrain run without a program" "$DTRAIN" run -n 2

@@ -4,7 +4,10 @@
 # a session of their own, and processes the ranks left behind when they exited;
 # also when the launcher is killed with SIGKILL (the ranks' guards clean up).
 # Each job carries a unique marker in its environment; /proc tells what is left.
-# Last, grace_period: the default 30 s, the spec's, and --grace-period over it.
+# Then grace_period: the default 30 s, the spec's, and --grace-period over it.  Last,
+# SIGUSR1 (a Slurm time limit is near) to a real Python script: without a handler no rank
+# gets it (CPython would die of it, 138) and the ranks are stopped for a requeue (75); with
+# one, the handler runs.
 . "$(dirname "$0")/lib.sh"
 
 marker_pids() { grep -lsa "DTRAIN_TEST_MARKER=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3; }
@@ -187,3 +190,91 @@ check "grace_period: 1s kills it before it has saved" test ! -f "$T/gshort.saved
 contains "$T/last.err" "SIGKILL after 1 s" "the launcher says the spec's grace period"
 expect_status 3 "--grace-period 6 over the spec's 1s" "$DTRAIN" launch --grace-period 6 "$T/gshort.yaml"
 check "--grace-period overrides grace_period: it saves" test -f "$T/gshort.saved"
+
+# --- SIGUSR1: passed on only to ranks that catch it ------------------------------------
+python=$PWD/.venv/bin/python
+[ -x "$python" ] || python=python3
+cat >"$T/usr1.py" <<'EOF'
+import os, signal, sys, time
+if sys.argv[1] == "torch":  # a PyTorch DDP rank without a handler
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    dist.barrier()
+elif sys.argv[1] != "none":
+    def on_usr1(sig, frame):
+        print("handler ran on rank", os.environ["RANK"], flush=True)
+        if sys.argv[1] in ("exit", "fork"):
+            sys.exit(75)          # saved its state: stop to be requeued
+    signal.signal(signal.SIGUSR1, on_usr1)
+    if sys.argv[1] == "fork" and os.fork() == 0:  # a DataLoader worker: inherits the handler
+        time.sleep(60)
+        os._exit(0)
+print("pid", os.getpid(), flush=True)
+print("ready", flush=True)
+for _ in range(40 if sys.argv[1] == "goon" else 600):
+    time.sleep(0.1)
+print("finished", flush=True)
+EOF
+# usr1 NAME MODE [RANK]: starts 2 ranks of usr1.py MODE, waits for both "ready", sends SIGUSR1
+# to the launcher (or straight to rank RANK's process, as Slurm's --signal without B: does);
+# the launcher's status in $status, its run directory in $rd.
+usr1() {
+  { echo "name: $1"; echo "scheduler: local"; echo "nproc_per_node: 2"; echo "log_dir: $T/runs"
+    echo "rendezvous: {auth: none}"  # PyTorch's TCPStore clients carry no token
+    echo "command: ['$python', '$T/usr1.py', $2]"; } >"$T/$1.yaml"
+  "$DTRAIN" launch --grace-period 5 "$T/$1.yaml" >"$T/$1.out" 2>"$T/$1.err" &
+  local pid=$!
+  for _ in $(seq 600); do [ "$(grep -c 'ready$' "$T/$1.out")" -ge 2 ] && break; sleep 0.05; done
+  local to=$pid
+  [ -n "${3:-}" ] && to=$(sed -n "s/^\[rank $3\] pid //p" "$T/$1.out")
+  kill -USR1 "$to"
+  wait "$pid"; status=$?
+  rd=$(ls -d "$T"/runs/"$1"-*)
+}
+summary() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($1)" "$rd/summary.json"; }
+
+usr1 nohandler none
+check "SIGUSR1, no handler: the launcher exits 75 to be requeued, not 138 (got $status)" test "$status" = 75
+check "SIGUSR1, no handler: no rank died of SIGUSR1; both were stopped with SIGTERM" test \
+  "$(summary "[(r['signal'], r['stopped_by_dtrain']) for r in d['attempts'][0]['ranks']]")" = \
+  "[('SIGTERM', True), ('SIGTERM', True)]"
+check "SIGUSR1, no handler: summary.json says interrupted by SIGUSR1, requeue: stopped" test \
+  "$(summary "d['status'], d['interrupted_by'], d['requeue'], d['n_attempts']")" = "interrupted SIGUSR1 stopped 1"
+contains "$T/nohandler.err" "received SIGUSR1 .*ranks 0, 1 do not catch it" "SIGUSR1, no handler: the launcher says which ranks do not catch it"
+contains "$T/nohandler.err" "the ranks were stopped on SIGUSR1 .* to be requeued \(exit status 75\)" \
+  "SIGUSR1, no handler: the summary line says they were stopped to be requeued"
+
+usr1 handled exit
+check "SIGUSR1, a handler that exits 75: the launcher exits 75 (got $status)" test "$status" = 75
+check "SIGUSR1, a handler: it ran on both ranks" \
+  bash -c "grep -qx '\[rank 0\] handler ran on rank 0' '$T/handled.out' && grep -qx '\[rank 1\] handler ran on rank 1' '$T/handled.out'"
+check "SIGUSR1, a handler: summary.json says requeue: checkpointed, nobody stopped by dtrain" test \
+  "$(summary "d['requeue'], [r['exit_code'] for r in d['attempts'][0]['ranks']], [r['stopped_by_dtrain'] for r in d['attempts'][0]['ranks']]")" = \
+  "checkpointed [75, 75] [False, False]"
+contains "$T/handled.err" "every rank catches it, passing it on" "SIGUSR1, a handler: the launcher says it passes it on"
+
+usr1 forked fork
+check "SIGUSR1, a handler inherited by a forked child: only each rank's own process runs it" test \
+  "$(grep -c 'handler ran' "$T/forked.out")" = 2
+check "SIGUSR1, a forked child: the launcher exits 75 (got $status)" test "$status" = 75
+
+usr1 goon goon
+check "SIGUSR1, a handler that carries on: the job finishes and succeeds (got $status)" test "$status" = 0
+check "SIGUSR1, a handler that carries on: the handler ran, then the script finished" \
+  bash -c "grep -q 'handler ran on rank 1' '$T/goon.out' && [ \$(grep -c 'finished\$' '$T/goon.out') = 2 ]"
+
+usr1 direct none 1
+check "SIGUSR1 straight to a rank without a handler: it dies of it, the launcher exits 75, not 138 (got $status)" \
+  test "$status" = 75
+check "SIGUSR1 straight to a rank: summary.json says requeue: stopped, and rank 0 was stopped with SIGTERM" test \
+  "$(summary "d['requeue'], d['attempts'][0]['ranks'][0]['signal'], d['first_failure'] is None")" = "stopped SIGTERM True"
+contains "$T/direct.err" "rank 1 was killed by SIGUSR1, sent to it directly" "SIGUSR1 straight to a rank: the launcher says so"
+
+if "$python" -c 'import torch' 2>/dev/null; then
+  usr1 ddp torch
+  check "SIGUSR1 to a PyTorch DDP job without a handler: the launcher exits 75, not 138 (got $status)" test "$status" = 75
+  check "SIGUSR1, PyTorch: summary.json says requeue: stopped, both ranks stopped by dtrain" test \
+    "$(summary "d['requeue'], [r['stopped_by_dtrain'] for r in d['attempts'][0]['ranks']]")" = "stopped [True, True]"
+else
+  not_ok "PyTorch is importable from $python (scripts/install-deps.sh puts it in .venv)"
+fi

@@ -31,6 +31,35 @@ static void prefix_is_rank_and_newline(void **state)
     assert_memory_equal(out, "[rank 0] \n", n);
 }
 
+/* console.line_prefix, as torchrun's --log-line-prefix-template renders it
+ * (string.Template.safe_substitute): known names replaced, braced or not;
+ * $$ a dollar; unknown names, a bare $ and an unclosed brace kept. */
+static void line_prefix_template(void **state)
+{
+    (void)state;
+    char out[DT_AGENT_PREFIX_MAX];
+    static const struct {
+        const char *tmpl, *want;
+    } cases[] = {
+        {NULL, "[rank 12] "},
+        {"[${role_name}${local_rank}]:", "[trainer4]:"},
+        {"${hostname}:${rank}: ", "node7:12: "},
+        {"$rank|$local_rank|$role_name ", "12|4|trainer "},
+        {"$$rank ${unknown} $nope ${rank", "$rank ${unknown} $nope ${rank"},
+        {"cost: 5$", "cost: 5$"},
+        {"${rank}x$rankx", "12x$rankx"}, /* "$rankx" names rankx, which it does not know */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = dt_agent_line_prefix(out, cases[i].tmpl, "trainer", 12, 4, "node7");
+        assert_int_equal(n, strlen(cases[i].want));
+        assert_string_equal(out, cases[i].want);
+    }
+    char big[600];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    assert_int_equal(dt_agent_line_prefix(out, big, "r", 0, 0, "h"), DT_AGENT_PREFIX_MAX - 1); /* cut */
+}
+
 /* PyTorch's own prefix for this rank is dropped from the console, one space with it. */
 static void torch_prefix_found(void **state)
 {
@@ -100,6 +129,7 @@ static struct dt_job job = {
     .env = spec_env,
     .n_env = 3,
     .max_restarts = 2,
+    .signals_to_handle = 1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM, /* the spec's default */
 };
 
 static struct dt_agent_config make_cfg(void)
@@ -173,6 +203,46 @@ static void environment_for_a_rank(void **state)
     dt_agent_env_free(env);
 }
 
+/* torchrun's --virtual-local-rank and --role: LOCAL_RANK 0, the rank's own
+ * entry of the node's GPU list (the spec's env: over the launcher's, HIP's
+ * where set), each variable once; a rank beyond the list is refused. */
+static void virtual_local_rank_and_role(void **state)
+{
+    (void)state;
+    struct dt_agent_config cfg = make_cfg();
+    struct dt_job v = *cfg.job;
+    v.virtual_local_rank = true;
+    v.role = (char *)"trainer";
+    v.env = NULL;
+    v.n_env = 0;
+    cfg.job = &v;
+    char *base[] = {(char *)"CUDA_VISIBLE_DEVICES=2, 7,9", NULL};
+    char **env;
+    assert_int_equal(dt_agent_env_build(&cfg, 1, 0, base, &env), 0);
+    assert_string_equal(get(env, "LOCAL_RANK"), "0");
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "7");
+    assert_string_equal(get(env, "RANK"), "5");
+    assert_string_equal(get(env, "ROLE_NAME"), "trainer");
+    assert_null(get(env, "HIP_VISIBLE_DEVICES"));
+    dt_agent_env_free(env);
+    assert_int_equal(dt_agent_env_build(&cfg, 3, 0, base, &env), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "virtual_local_rank: local rank 3 has no GPU in CUDA_VISIBLE_DEVICES=2, 7,9"));
+    char *none[] = {NULL}, *hip[] = {(char *)"CUDA_VISIBLE_DEVICES=0,1", (char *)"HIP_VISIBLE_DEVICES=4,5", NULL};
+    assert_int_equal(dt_agent_env_build(&cfg, 3, 0, none, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "3");
+    dt_agent_env_free(env);
+    assert_int_equal(dt_agent_env_build(&cfg, 1, 0, hip, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "5");
+    assert_string_equal(get(env, "HIP_VISIBLE_DEVICES"), "5");
+    dt_agent_env_free(env);
+    struct dt_env_entry spec_env[] = {{(char *)"CUDA_VISIBLE_DEVICES", (char *)"6,8"}};
+    v.env = spec_env;
+    v.n_env = 1;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    assert_string_equal(get(env, "CUDA_VISIBLE_DEVICES"), "6");
+    dt_agent_env_free(env);
+}
+
 /* TORCH_NCCL_ASYNC_ERROR_HANDLING is the user's when the launcher's
  * environment or env: sets it (torchrun keeps its own environment's);
  * TORCHELASTIC_SIGNALS_TO_HANDLE says what dtrain does, whatever is set. */
@@ -186,6 +256,13 @@ static void torchrun_defaults_yield_to_the_user(void **state)
     assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
     assert_string_equal(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
     assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+    dt_agent_env_free(env);
+    /* signals_to_handle (--signals-to-handle) as torchrun exports it */
+    uint64_t was = job.signals_to_handle;
+    job.signals_to_handle = 1ull << SIGUSR1 | 1ull << SIGTERM;
+    assert_int_equal(dt_agent_env_build(&cfg, 0, 0, base, &env), 0);
+    job.signals_to_handle = was;
+    assert_string_equal(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
     dt_agent_env_free(env);
     struct dt_env_entry nccl_env[] = {{(char *)"TORCH_NCCL_ASYNC_ERROR_HANDLING", (char *)"3"}};
     struct dt_job with_env = *cfg.job;
@@ -479,10 +556,12 @@ static void trainer_summary_is_copied_when_it_parses(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(line_prefix_template),
         cmocka_unit_test(prefix_is_rank_and_newline),
         cmocka_unit_test(torch_prefix_found),
         cmocka_unit_test(tail_keeps_last_lines_in_order),
         cmocka_unit_test(environment_for_a_rank),
+        cmocka_unit_test(virtual_local_rank_and_role),
         cmocka_unit_test(no_token_no_variable),
         cmocka_unit_test(torchrun_defaults_yield_to_the_user),
         cmocka_unit_test(summary_json),

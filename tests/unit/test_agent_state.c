@@ -42,7 +42,11 @@ static struct dt_agent__sm in_state(enum dt_agent__state s)
 /* The arg each event is fed with, and a time at which every deadline is due. */
 static int arg_of(enum dt_agent__event e)
 {
-    return e == DT_AGENT__EV_INTERRUPT ? SIGINT : e == DT_AGENT__EV_ABORT ? 3 : e == DT_AGENT__EV_DECIDED ? 4 : 0;
+    return e == DT_AGENT__EV_INTERRUPT      ? SIGINT
+           : e == DT_AGENT__EV_REQUEUE_STOP ? SIGUSR1
+           : e == DT_AGENT__EV_ABORT        ? 3
+           : e == DT_AGENT__EV_DECIDED      ? 4
+                                            : 0;
 }
 #define LATE (T0 + 1000.0)
 
@@ -86,6 +90,11 @@ static const struct transition transitions[] = {
     {S_IDLE, DT_AGENT__EV_INTERRUPT, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_PLACING, DT_AGENT__EV_INTERRUPT, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_DECIDING, DT_AGENT__EV_INTERRUPT, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_RUNNING, DT_AGENT__EV_REQUEUE_STOP, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGTERM},
+    {S_SETTLING, DT_AGENT__EV_REQUEUE_STOP, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGTERM},
+    {S_IDLE, DT_AGENT__EV_REQUEUE_STOP, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_PLACING, DT_AGENT__EV_REQUEUE_STOP, S_DONE, DT_AGENT__DO_NOTHING, 0},
+    {S_DECIDING, DT_AGENT__EV_REQUEUE_STOP, S_DONE, DT_AGENT__DO_NOTHING, 0},
     {S_SETTLING, DT_AGENT__EV_TICK, S_STOPPING, DT_AGENT__DO_SIGNAL, SIGTERM},
     {S_STOPPING, DT_AGENT__EV_TICK, S_KILLING, DT_AGENT__DO_SIGNAL, SIGKILL},
     {S_KILLING, DT_AGENT__EV_TICK, S_DECIDING, DT_AGENT__DO_GIVE_UP, 0},
@@ -296,6 +305,16 @@ static void the_weightier_end_stands(void **state)
     assert_false(dt_agent__sm_ending(&m)); /* decided: the job ends, but as the nodes agreed */
     assert_int_equal(m.end, DT_AGENT__END_DECIDED);
 
+    /* a requeue stop outweighs the nodes' decision, an abort outweighs it */
+    m = in_state(S_RUNNING);
+    dt_agent__sm_step(&m, DT_AGENT__EV_REQUEUE_STOP, SIGUSR1, T0);
+    assert_true(dt_agent__sm_ending(&m));
+    dt_agent__sm_step(&m, DT_AGENT__EV_DECIDED, 0, T0);
+    assert_int_equal(m.end, DT_AGENT__END_REQUEUED);
+    assert_int_equal(m.end_status, SIGUSR1);
+    dt_agent__sm_step(&m, DT_AGENT__EV_ABORT, 3, T0);
+    assert_int_equal(m.end, DT_AGENT__END_ABORTED);
+
     m = in_state(S_RUNNING);
     dt_agent__sm_step(&m, DT_AGENT__EV_ABORT, 3, T0);
     dt_agent__sm_step(&m, DT_AGENT__EV_ABORT, 4, T0); /* the first abort stands */
@@ -369,6 +388,9 @@ static void outcomes(void **state)
                SIGUSR1);
     outcome_of(DT_AGENT__END_DECIDED, 2, 1, -1, false, true, false, 2, 0); /* another node failed */
     outcome_of(DT_AGENT__END_NONE, 0, 1, 5, true, true, false, 5, 0);      /* a rank here failed */
+    /* stopped because a rank would die of the signal: a requeue, whatever the ranks' statuses */
+    outcome_of(DT_AGENT__END_REQUEUED, SIGUSR1, 0, 143, true, false, true, DT_AGENT_EXIT_REQUEUE, SIGUSR1);
+    outcome_of(DT_AGENT__END_REQUEUED, SIGUSR2, 0, -1, false, false, true, DT_AGENT_EXIT_REQUEUE, SIGUSR2);
 }
 
 static void helpers_and_names(void **state)

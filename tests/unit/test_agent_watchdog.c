@@ -113,6 +113,30 @@ static void judge_each_way_to_hang(void **state)
     assert_int_equal(dt_agent_watch_judge(w, 4, 100, &none, why, sizeof why), -1);
 }
 
+/* Progress rows (command: jobs, docs/progress.md) are optional heartbeats: a
+ * rank that wrote none, or paused, is judged by /proc alone, D included;
+ * one that wrote rows and fell silent is hung, said in rows' words. */
+static void judge_progress_rows(void **state)
+{
+    (void)state;
+    struct dt_agent_watch w[4];
+    char why[256];
+    struct dt_agent_watch_limits rows = hb;
+    rows.from_rows = true;
+    healthy(w);
+    w[3].has_hb = false; /* never wrote a row, long after the start */
+    assert_int_equal(dt_agent_watch_judge(w, 4, 1000, &rows, why, sizeof why), -1);
+    w[2].hb_age_s = 3.5;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &rows, why, sizeof why), 2);
+    assert_non_null(strstr(why, "silent for 3.5 s: no progress row (heartbeat_timeout 3 s); last step 10"));
+    healthy(w);
+    w[0].has_hb = false;
+    w[0].state = 'D';
+    w[0].state_since_s = 96;
+    assert_int_equal(dt_agent_watch_judge(w, 4, 100, &rows, why, sizeof why), 0);
+    assert_non_null(strstr(why, "uninterruptible sleep"));
+}
+
 /* --- the agent with real processes -------------------------------------------- */
 
 struct fixture {
@@ -316,6 +340,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(judge_healthy_and_look_alikes),
         cmocka_unit_test(judge_each_way_to_hang),
+        cmocka_unit_test(judge_progress_rows),
         cmocka_unit_test_setup_teardown(stopped_rank_is_hung_and_the_group_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(stopped_child_of_a_shell_is_seen, setup, teardown),
         cmocka_unit_test_setup_teardown(on_exit_fail_is_final, setup, teardown),

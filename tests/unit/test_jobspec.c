@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -534,6 +535,50 @@ static void nodes_range(void **state)
     assert_non_null(strstr(dt_error_last(), "d.yaml:2:8: nodes: the node range '5:1' has MIN 5 above MAX 1"));
 }
 
+/* The keys torchrun's flags stand for (jobspec_torchrun.c): torchrun's Std
+ * forms for console.redirects and tee, signal names as a list or torchrun's
+ * one string, the role; each read back as printed. */
+static void torchrun_keys(void **state)
+{
+    (void)state;
+    struct dt_job *job = load_ok("name: j\ncommand: [true]\n");
+    assert_string_equal(job->role, "default");
+    assert_string_equal(job->console.redirects, "0");
+    assert_null(job->console.line_prefix);
+    assert_true(job->signals_to_handle == (1ull << SIGHUP | 1ull << SIGINT | 1ull << SIGQUIT | 1ull << SIGTERM));
+    dt_job_free(job);
+    job = load_ok("name: j\ncommand: [true]\nrole: trainer\nsignals_to_handle: SIGTERM,SIGUSR1\n"
+                  "console: {redirects: 3, tee: \"0:1,12:2\", line_prefix: \"${rank}: \"}\n");
+    assert_string_equal(job->role, "trainer");
+    assert_true(job->signals_to_handle == (1ull << SIGTERM | 1ull << SIGUSR1));
+    assert_string_equal(job->console.line_prefix, "${rank}: "); /* verbatim: no ${VAR} here */
+    assert_int_equal(dt_job_std_of(job->console.redirects, 5), DT_STD_OUT | DT_STD_ERR);
+    assert_int_equal(dt_job_std_of(job->console.tee, 0), DT_STD_OUT);
+    assert_int_equal(dt_job_std_of(job->console.tee, 12), DT_STD_ERR);
+    assert_int_equal(dt_job_std_of(job->console.tee, 1), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    dt_job_print(job, f);
+    fclose(f);
+    assert_non_null(strstr(text, "signals_to_handle: [SIGTERM, SIGUSR1]\n"));
+    assert_non_null(strstr(text, "  tee: \"0:1,12:2\"\n"));
+    dt_job_free(job);
+    job = load_ok(text);
+    assert_true(job->signals_to_handle == (1ull << SIGTERM | 1ull << SIGUSR1));
+    dt_job_free(job);
+    free(text);
+    const char *bad[] = {"console: {redirects: 4}", "console: {tee: \"0:1,0:2\"}", "console: {tee: \"0:\"}",
+                         "console: {redirects: \"a:1\"}", "signals_to_handle: [SIGKILL]", "signals_to_handle: {}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char yaml[256];
+        snprintf(yaml, sizeof yaml, "name: j\ncommand: [true]\n%s\n", bad[i]);
+        struct dt_job *b = NULL;
+        assert_int_equal(dt_job_load_string(yaml, strlen(yaml), "t.yaml", &b), DT_EINVAL);
+        assert_non_null(strstr(dt_error_last(), "t.yaml:3:"));
+    }
+}
+
 /* An elastic trainer spec works at every node count of its range or is
  * refused with the count: keep_global needs MAX x grad_accum / n whole. */
 static void elastic_batch_holds_at_every_count(void **state)
@@ -611,6 +656,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nodes_range),
+        cmocka_unit_test(torchrun_keys),
         cmocka_unit_test(elastic_batch_holds_at_every_count),
         cmocka_unit_test(defaults_filled),
         cmocka_unit_test(top_level_keys_read),

@@ -2,13 +2,16 @@
  * spec's everywhere; "gpu" is the scheduler section's GPUs per node before
  * the job starts, the machine's own GPUs on a node, and unknown (each node
  * counts its own) elsewhere; a node without GPUs is refused naming the spec;
- * the world size and the one rank formula. */
+ * the world size and the one rank formula; torchrun's -n words (auto, cpu,
+ * gpu, a count) on this machine. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <glob.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +119,41 @@ static void elastic_nodes_and_the_rank_formula(void **state)
     dt_job_free(job);
 }
 
+static void torchrun_words(void **state)
+{
+    (void)state;
+    char *old = getenv("CUDA_VISIBLE_DEVICES") ? strdup(getenv("CUDA_VISIBLE_DEVICES")) : NULL;
+    int n = 0, cpus = dt_placement_count_cpus();
+    assert_true(cpus >= 1);
+    assert_int_equal(dt_placement_nproc_word("3", &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(dt_placement_nproc_word("cpu", &n), 0);
+    assert_int_equal(n, cpus);
+    assert_int_equal(dt_placement_nproc_word("gpu", &n), 0);
+    assert_int_equal(n, DT_NPROC_GPU); /* the agent counts them on its node */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1); /* no GPU: auto is one rank per CPU */
+    assert_int_equal(dt_placement_nproc_word("auto", &n), 0);
+    assert_int_equal(n, cpus);
+    /* GPUs listed: auto is gpu where the kernel shows a device, as torch.cuda.is_available()
+     * needs; a list on a machine without one is one rank per CPU. */
+    glob_t g;
+    bool devices = glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0;
+    if (devices)
+        globfree(&g);
+    setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+    assert_int_equal(dt_placement_nproc_word("auto", &n), 0);
+    assert_int_equal(n, devices ? DT_NPROC_GPU : cpus);
+    assert_int_equal(dt_placement_nproc_word("xpu", &n), DT_EINVAL);
+    assert_non_null(strstr(dt_error_last(), "not Intel's XPUs"));
+    assert_int_equal(dt_placement_nproc_word("0", &n), DT_EINVAL);
+    assert_int_equal(dt_placement_nproc_word("4x", &n), DT_EINVAL);
+    if (old)
+        setenv("CUDA_VISIBLE_DEVICES", old, 1);
+    else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    free(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -123,6 +161,7 @@ int main(void)
         cmocka_unit_test(gpu_before_the_job_starts),
         cmocka_unit_test(gpu_on_a_node_counts_its_own),
         cmocka_unit_test(elastic_nodes_and_the_rank_formula),
+        cmocka_unit_test(torchrun_words),
     };
     return cmocka_run_group_tests_name("placement", tests, NULL, NULL);
 }

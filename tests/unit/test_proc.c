@@ -263,6 +263,29 @@ static void helper_stopped_after_it_says_so(void **state)
     assert_true(took >= 0.2 + 0.9 && took < 5); /* the grace is at least 1 s */
 }
 
+static void on_usr2(int sig) { (void)sig; }
+
+/* SigCgt as the kernel reports it: a handler is caught, an ignored or
+ * default signal is not; a process that is gone says so. */
+static void catches_read_from_proc(void **state)
+{
+    (void)state;
+    struct sigaction sa = {.sa_handler = on_usr2}, old;
+    sigemptyset(&sa.sa_mask);
+    assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+    assert_int_equal(dt_proc_catches(getpid(), SIGUSR2), 1);
+    signal(SIGUSR2, SIG_IGN);
+    assert_int_equal(dt_proc_catches(getpid(), SIGUSR2), 0);
+    signal(SIGUSR2, SIG_DFL);
+    assert_int_equal(dt_proc_catches(getpid(), SIGUSR2), 0);
+    sigaction(SIGUSR2, &old, NULL);
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0);
+    assert_int_equal(dt_proc_catches(child, SIGUSR2), -1); /* reaped: gone */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +295,7 @@ int main(void)
         cmocka_unit_test(truncated_or_garbage_refused),
         cmocka_unit_test(reads_own_process),
         cmocka_unit_test(signals_arrive_on_the_pipe),
+        cmocka_unit_test(catches_read_from_proc),
         cmocka_unit_test(signals_wait_skips_a_late_sigchld),
         cmocka_unit_test(helper_output_captured),
         cmocka_unit_test(helper_output_by_lines),
