@@ -64,13 +64,15 @@ contains "$T/c2.err" "joined the elastic job at $H1:29400" "host 2 joined it, th
 # static, with the token from the default file.
 mkdir -p "$HOME/.config/dtrain"
 (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$HOME/.config/dtrain/job-token")
-on 2 s2 --nnodes 2 --node-rank 1 --master-addr "$H1" --master-port 29500 -n 2 --auth none --max-restarts 1 \
+on 2 s2 --nnodes 2 --node-rank 1 --master-addr "$H1" --master-port 29500 -n 2 --max-restarts 1 \
   --log-dir "$T/s2" "$DDP"
-on 1 s1 --nnodes 2 --node-rank 0 --master-addr "$H1" --master-port 29500 -n 2 --auth none --max-restarts 1 \
+on 1 s1 --nnodes 2 --node-rank 0 --master-addr "$H1" --master-port 29500 -n 2 --max-restarts 1 \
   --log-dir "$T/s1" "$DDP"
 wait_rc s1 s2
 both_ok "static 2 nodes" s1 s2
 replicas "static 2 nodes" 4 s1 s2
+contains "$T/s2.err" "coordinator $H1:29500, the ranks' store 127\.0\.0\.1:[0-9]+ \(this job's processes only\)" \
+  "host 2's PyTorch ranks reach the store through their own host's endpoint, the token on"
 
 cmd=(-n 1 -- sh -c 'echo "r=$RANK w=$WORLD_SIZE"')
 on 2 t2 --nnodes 2 --node-rank 1 --master-addr "$H1" --master-port 29500 "${cmd[@]}"
