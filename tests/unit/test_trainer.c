@@ -26,9 +26,10 @@
 #include "worker/reducer.h"
 #include "trainer_fixture.h"
 
-/* The binary puts its own fopen and open in front of the C library's to
- * count opens of checkpoint files (the safetensors reader's way in: open(2)
- * since it refuses a FIFO without blocking on it, fopen before): resuming
+/* The binary puts its own fopen, open and openat in front of the C library's
+ * to count opens of checkpoint files (the safetensors reader's way in:
+ * dt_fs_open_read's openat(2), which refuses a FIFO without blocking on it;
+ * open and fopen before): resuming
  * read the newest file twice, once to find an intact one and once to load it. */
 static atomic_int ckpt_opens;
 
@@ -54,6 +55,20 @@ int open(const char *path, int flags, ...)
     if (strstr(path, "/checkpoints/step_"))
         atomic_fetch_add(&ckpt_opens, 1);
     return next(path, flags, mode);
+}
+
+int openat(int dfd, const char *path, int flags, ...)
+{
+    static int (*_Atomic next)(int, const char *, int, ...);
+    if (!next)
+        next = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+    va_end(ap);
+    if (strstr(path, "/checkpoints/step_"))
+        atomic_fetch_add(&ckpt_opens, 1);
+    return next(dfd, path, flags, mode);
 }
 
 static void train(const struct dt_trainer_spec *s, const char *dir, int64_t stop_after,
