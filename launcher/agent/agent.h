@@ -27,8 +27,9 @@
  * agent_policy.c (which failure is first, whether restart_policy makes it
  * final), agent_procs.c (spawning, signalling, output), agent_console.c
  * (what of the output the console shows, and how), agent_guard.c (the
- * process between the agent and each rank), agent_watchdog.c (hangs, the OOM
- * killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
+ * process between the agent and each rank), agent_progress.c (the progress
+ * rows a user's script writes: the live line, metrics.jsonl, TensorBoard),
+ * agent_watchdog.c (hangs, the OOM killer).  The rounds with the other nodes (agent_rounds.h): agent_rounds.c
  * (restart rounds and the hooks), agent_elastic.c (the rounds node 0 forms:
  * an elastic job's, nodes: MIN:MAX, and a fixed-size job's with restarts,
  * whose lost node a new agent replaces), agent_hb_relay.c (heartbeats relayed to the other
