@@ -43,20 +43,20 @@ static void end_open(struct dt_agent *a, struct dt_agent__con *c, bool is_err);
 static void before_log(void *ctx)
 {
     struct dt_agent *a = ctx;
-    if (a->log_con >= 0)
-        end_open(a, &a->con[a->log_con], a->log_con == 1);
+    if (a->con.log_con >= 0)
+        end_open(a, &a->con.line[a->con.log_con], a->con.log_con == 1);
 }
 
 void dt_agent__console_init(struct dt_agent *a)
 {
-    a->con_shared = same_file(a->out_fd, a->err_fd);
-    a->log_con = same_file(STDERR_FILENO, a->err_fd) ? (a->con_shared ? 0 : 1)
-                 : same_file(STDERR_FILENO, a->out_fd) ? 0
+    a->con.shared = same_file(a->con.out_fd, a->con.err_fd);
+    a->con.log_con = same_file(STDERR_FILENO, a->con.err_fd) ? (a->con.shared ? 0 : 1)
+                 : same_file(STDERR_FILENO, a->con.out_fd) ? 0
                                                         : -1;
     dt_log_set_before(before_log, a);
-    if (gethostname(a->host, sizeof a->host) != 0)
-        snprintf(a->host, sizeof a->host, "localhost");
-    a->host[sizeof a->host - 1] = 0;
+    if (gethostname(a->con.host, sizeof a->con.host) != 0)
+        snprintf(a->con.host, sizeof a->con.host, "localhost");
+    a->con.host[sizeof a->con.host - 1] = 0;
 }
 
 /* Appends src (n bytes) to out at *o, cut at the prefix's bound. */
@@ -127,7 +127,7 @@ void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int
 {
     const struct dt_console_spec *c = &a->cfg->job->console;
     const char *role = a->cfg->job->role ? a->cfg->job->role : "default";
-    k->prefix_len = dt_agent_line_prefix(k->prefix, c->line_prefix, role, k->rank, local_rank, a->host);
+    k->prefix_len = dt_agent_line_prefix(k->prefix, c->line_prefix, role, k->rank, local_rank, a->con.host);
     int redirected = dt_job_std_of(c->redirects, local_rank), teed = dt_job_std_of(c->tee, local_rank);
     const unsigned char *listed = a->cfg->console_ranks;
     k->shown = listed && !listed[k->rank] ? 0 : (unsigned char)((~redirected | teed) & (DT_STD_OUT | DT_STD_ERR));
@@ -135,16 +135,16 @@ void dt_agent__console_streams(struct dt_agent *a, struct dt_agent__sink *k, int
 
 static struct dt_agent__con *con_of(struct dt_agent *a, bool is_err)
 {
-    return &a->con[is_err && !a->con_shared];
+    return &a->con.line[is_err && !a->con.shared];
 }
 
 /* Writes all of buf unless the console is gone; a full pipe to a slow
  * terminal only slows the agent down, it never drops output. */
 static void put(struct dt_agent *a, bool is_err, const char *buf, size_t len)
 {
-    int fd = is_err ? a->err_fd : a->out_fd;
+    int fd = is_err ? a->con.err_fd : a->con.out_fd;
     dt_progress_hide(a->progress); /* rank output scrolls above the progress line */
-    while (len > 0 && !a->console_broken) {
+    while (len > 0 && !a->con.broken) {
         ssize_t w = write(fd, buf, len);
         if (w < 0 && errno == EINTR)
             continue;
@@ -155,7 +155,7 @@ static void put(struct dt_agent *a, bool is_err, const char *buf, size_t len)
         }
         if (w <= 0) {
             /* EPIPE (SIGPIPE is ignored): `dtrain launch | head` closed early; the logs go on. */
-            a->console_broken = true;
+            a->con.broken = true;
             return;
         }
         buf += w;
@@ -174,8 +174,8 @@ static void end_open(struct dt_agent *a, struct dt_agent__con *c, bool is_err)
 
 void dt_agent__console_settle(struct dt_agent *a)
 {
-    end_open(a, &a->con[0], false);
-    end_open(a, &a->con[1], true);
+    end_open(a, &a->con.line[0], false);
+    end_open(a, &a->con.line[1], true);
 }
 
 void dt_agent__console_end(struct dt_agent *a, const struct dt_agent__sink *k, bool is_err)

@@ -44,6 +44,17 @@ struct dt_agent__con {
     int state;
 };
 
+/* The agent's two consoles (agent_console.c): where the ranks' shown lines
+ * and dtrain's own go, and the line left open on each. */
+struct dt_agent__console {
+    int out_fd, err_fd;
+    bool broken;                  /* the console went away (EPIPE): keep logging to files only */
+    struct dt_agent__con line[2]; /* out_fd's and err_fd's open line; [0] for both when shared */
+    bool shared;                  /* out_fd and err_fd are one file (a terminal) */
+    int log_con;                  /* the line that dt_log's stderr is, or -1 */
+    char host[256];               /* this host's name, for ${hostname} in console.line_prefix */
+};
+
 /* Where one rank's output goes: its log files, the console, its stderr tail. */
 struct dt_agent__sink {
     int rank;                  /* global rank */
@@ -98,12 +109,7 @@ struct dt_agent {
     int group_wstatus;  /* how a group's process ended this attempt */
     int group_failed;   /* a group's attempt that failed with no rank named: its exit status, else 0 */
     bool group_stopped; /* SIGTERM went to the group's process this attempt */
-    int out_fd, err_fd;
-    bool console_broken;  /* the console went away (EPIPE): keep logging to files only */
-    struct dt_agent__con con[2]; /* out_fd's and err_fd's open line; [0] for both when con_shared */
-    bool con_shared;             /* out_fd and err_fd are one file (a terminal) */
-    int log_con;                 /* the con that dt_log's stderr is, or -1 */
-    char host[256];              /* this host's name, for ${hostname} in console.line_prefix */
+    struct dt_agent__console con;
     int null_fd;          /* /dev/null, the ranks' stdin */
     struct rlimit nofile; /* RLIMIT_NOFILE as the launcher found it, for the ranks */
     char *scratch;        /* one formatted console line */

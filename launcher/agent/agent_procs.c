@@ -655,8 +655,8 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     a->nranks = res->nproc = a->group ? a->group->world : cfg->nproc;
     a->own_log = -1;
     raise_fd_limit(a); /* first: dt_agent__free puts it back whatever fails below */
-    a->out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
-    a->err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
+    a->con.out_fd = cfg->out_fd || cfg->err_fd ? cfg->out_fd : STDOUT_FILENO;
+    a->con.err_fd = cfg->out_fd || cfg->err_fd ? cfg->err_fd : STDERR_FILENO;
     dt_agent__console_init(a);
     dt_agent__sm_init(&a->sm, cfg->grace_s > 0               ? cfg->grace_s
                               : cfg->job->grace_period_s > 0 ? cfg->job->grace_period_s
@@ -673,7 +673,7 @@ int dt_agent__init(struct dt_agent *a, const struct dt_agent_config *cfg, struct
     if (a->null_fd < 0 || !a->procs || !a->sinks || !a->pfds || !a->pfd_stream || !a->pfd_proc ||
         !a->readbuf || !a->scratch)
         return dt_error_set(DT_ENOMEM, "out of memory starting the agent for %d ranks", a->nranks);
-    if (cfg->progress && dt_progress_open(cfg->run_dir, a->out_fd, isatty(a->out_fd), 10, &a->progress))
+    if (cfg->progress && dt_progress_open(cfg->run_dir, a->con.out_fd, isatty(a->con.out_fd), 10, &a->progress))
         return dt_error_set(DT_ENOMEM, "out of memory for the progress line");
     int rc = init_attempts(a, cfg);
     return rc ? rc : init_procs(a, cfg);
