@@ -62,6 +62,15 @@ static void reencode(const uint8_t *frame, const struct dt_wire_request *r)
         dt_wire_put_i64(&b, r->i1);
         dt_wire_put_i64(&b, r->i2);
         break;
+    case DT_WIRE_CHANNEL_OPEN:
+        dt_wire_put_u32(&b, r->u32);
+        dt_wire_put_bytes(&b, r->key.p, r->key.len);
+        break;
+    case DT_WIRE_CHANNEL:
+        dt_wire_put_u32(&b, r->u32);
+        dt_wire_put_bytes(&b, r->v1.p, r->v1.len);
+        break;
+    case DT_WIRE_CHANNEL_CLOSE: dt_wire_put_u32(&b, r->u32); break;
     case DT_WIRE_CHECK:
     case DT_WIRE_WAIT:
     case DT_WIRE_MULTI_GET:
