@@ -565,3 +565,11 @@ int dt_proc_run(struct dt_proc_run *r)
         rc = dt_error_set(DT_ETIMEDOUT, "%s did not finish within %g s", r->argv[0], r->timeout_s);
     return rc < 0 ? rc : dt_proc_exit_status(st);
 }
+
+void dt_proc_thread_block_sigpipe(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}

@@ -131,4 +131,12 @@ struct dt_proc_run {
  * PATH"), DT_ETIMEDOUT, DT_EIO when it could not be started. */
 int dt_proc_run(struct dt_proc_run *r);
 
+/* Blocks SIGPIPE in the calling thread, for a thread that writes to sockets
+ * (a libuv loop): a write to a peer that closed then fails with EPIPE instead
+ * of killing the process, whatever the process's SIGPIPE disposition is at
+ * that moment (the agent ignores it only while it supervises ranks, and a
+ * loop thread can outlive that).  The signal stays pending on the thread and
+ * goes with it. */
+void dt_proc_thread_block_sigpipe(void);
+
 #endif

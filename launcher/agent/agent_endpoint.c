@@ -726,6 +726,7 @@ static void on_async(uv_async_t *a)
 static void loop_main(void *arg)
 {
     struct dt_agent_endpoint *e = arg;
+    dt_proc_thread_block_sigpipe();
     uv_run(&e->loop, UV_RUN_DEFAULT);
 }
 

@@ -31,6 +31,7 @@
  */
 #include "launcher/coordinator/coordinator_internal.h"
 
+#include "base/proc.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "spec/token.h"
@@ -726,6 +727,7 @@ static void on_stop(uv_async_t *a)
 static void loop_main(void *arg)
 {
     struct dt_coord *c = arg;
+    dt_proc_thread_block_sigpipe();
     uv_run(&c->loop, UV_RUN_DEFAULT);
 }
 
