@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # test_script_attacks.sh - values that reach a rendered script, each tried as an attacker
 # who controls them would (a team's shared environment, a file name in a shared
-# directory), with the script then run, Slurm's commands stubbed, to see that nothing the
+# directory), with the script then run, Slurm's commands replaced by stand-ins, to see that nothing the
 # value holds runs (docs/security.md):
 #   1. log_dir: ${SCRATCH:-/tmp}/runs (the docs' own) with SCRATCH=$'...\ntouch PWN #': the
 #      sbatch script's comment lines, its RUN_DIR and the spec it carries;
 #   2. a spec file whose name holds a newline and a command: the script's header comment;
-#   3. the same through `dtrain launch` (a stub sbatch keeps the script it is given);
+#   3. the same through `dtrain launch` (a stand-in sbatch keeps the script it is given);
 #   4. slurm.tasks: per_rank, a command word holding a newline: the step shown in a comment;
 #   5. the mpirun line of a spec given with --set, under such a name;
 #   6. a local launch of such a file: the heading comment of the run's job.yaml snapshot.
@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 
 mkdir -p "$T/bin" "$T/work"
-# Slurm's commands, stubbed: srun runs nothing, sbatch keeps the script it is given.
+# Slurm's commands, replaced by stand-ins: srun runs nothing, sbatch keeps the script it is given.
 cat >"$T/bin/srun" <<'SH'
 #!/bin/sh
 exit 0
@@ -33,7 +33,7 @@ SH
 chmod +x "$T/bin/srun" "$T/bin/sbatch" "$T/bin/scontrol"
 
 # run_script WHAT FILE: parses it, and runs it as the batch shell would (SLURM_JOB_ID set, the
-# stub srun on PATH) in $T/work; ok when nothing named PWN* appears anywhere under $T.
+# stand-in srun on PATH) in $T/work; ok when nothing named PWN* appears anywhere under $T.
 run_script() {
   check "$1: the script parses (bash -n)" bash -n "$2"
   if grep -qE '^touch ' "$2"; then not_ok "$1: no line of the script is the injected command"
@@ -72,7 +72,7 @@ run_script "a spec file named with a newline" "$T/name.sbatch"
 
 # --- 3. the same through dtrain launch -------------------------------------------------------
 env PATH="$T/bin:$PATH" "$DTRAIN" launch "$evil" >"$T/launch.out" 2>&1
-check "launch submitted the script (stub sbatch)" test -s "$T/bin/submitted.sbatch"
+check "launch submitted the script (stand-in sbatch)" test -s "$T/bin/submitted.sbatch"
 run_script "dtrain launch of that file" "$T/bin/submitted.sbatch"
 
 # --- 4. per_rank: a command word with a newline, shown in a comment --------------------------
