@@ -185,8 +185,25 @@ count() {
     f=1; echo "run-tests: $name checked nothing"
   fi
   counts="$p passed, $f failed, $s skipped"
+  [ "$f" -gt 0 ] && failure_excerpt "$kind" "$name" "$log" >>"$OUT/failures"
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
   [ "$f" -gt 0 ] && failed_names+=("$name")
+}
+
+# failure_excerpt KIND NAME LOG: a failing suite's failed checks with the lines that
+# explain them, repeated at the end of the run: CI shows a long log's head and tail
+# only, and a failure in the middle must still be readable there.
+failure_excerpt() {
+  echo "--- $2"
+  if [ "$1" = unit ]; then
+    grep -E -m 30 '^\[ *(FAILED|ERROR) *\]|error:|[Ff]ailure|[Aa]ssert' "$3"
+  else
+    local lines
+    lines=$(awk '/^not ok - / {print; more = 8; next}
+                 more > 0 && /^[ \t#]/ {print; more--; next}
+                 {more = 0}' "$3" | head -n 60)
+    if [ -n "$lines" ]; then echo "$lines"; else tail -n 10 "$3"; fi # it failed without a "not ok"
+  fi
 }
 
 finish() { # PID RC
@@ -234,6 +251,10 @@ echo
 echo "run-tests: $((SECONDS - t_start)) s ($JOBS at a time)"
 echo "run-tests: the ten slowest suites:"
 printf '%s\n' "${times[@]}" | sort -k1,1nr | head -n 10 | awk '{printf "  %7.1f s  %s\n", $1, $2}'
-[ ${#failed_names[@]} -gt 0 ] && echo "run-tests: failing suites: ${failed_names[*]}"
+if [ ${#failed_names[@]} -gt 0 ]; then
+  echo "run-tests: what failed (each suite's failed checks; its whole output is above):"
+  head -n 200 "$OUT/failures"
+  echo "run-tests: failing suites: ${failed_names[*]}"
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

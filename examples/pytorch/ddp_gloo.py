@@ -10,6 +10,7 @@ shard, and at the end checks what DDP promises: every rank holds the same
 parameters.  Prints one line per rank with the final loss and a parameter
 checksum.
 """
+import gc
 import os
 
 import torch
@@ -43,10 +44,14 @@ def main():
     print(f"rank {rank}/{world}: loss {loss.item():.4f} checksum {flat.sum().item():.6f} "
           f"replicas {'identical' if same else 'DIFFER'}", flush=True)
     dist.barrier()
-    # DDP holds the process group: drop it first, so the group and Gloo's threads end here, while
-    # the interpreter is whole, not at its exit (a Gloo thread left to interpreter teardown can
-    # abort the process: "terminate called without an active exception").
-    del model, opt
+    # Free everything that holds the process group or a tensor a collective used (DDP's module
+    # and its reference cycles, the gathered tensors), then destroy the group, while the
+    # interpreter is whole. Gloo's worker threads drop finished collectives a moment after the
+    # caller returns; a tensor made in Python needs the GIL to be freed, and a thread that asks
+    # for it during interpreter teardown ends the process: "terminate called without an active
+    # exception" (PyTorch's known Gloo exit race, pytorch/pytorch#179291).
+    del model, opt, loss, gathered, flat
+    gc.collect()
     dist.destroy_process_group()
     if not same:
         raise SystemExit(1)

@@ -8,6 +8,7 @@ where its Python threads were), and rank 0's rows become dtrain's live line, `dt
 step, metrics.jsonl for `dtrain report` and TensorBoard scalars in the run directory.  Under
 torchrun or plain python the progress calls do nothing.
 """
+import gc
 import os
 import sys
 import time
@@ -64,7 +65,10 @@ def main():
     print(f"rank {rank}/{world}: loss {loss.item():.4f} test loss {test_loss.item() / world:.4f}", flush=True)
     progress.close()
     dist.barrier()
-    del model, opt
+    # As in ddp_gloo.py: free DDP and the collectives' tensors before the group, so no Gloo
+    # thread frees a Python tensor during interpreter teardown (an abort).
+    del model, opt, sched, loss, test_loss
+    gc.collect()
     dist.destroy_process_group()
 
 

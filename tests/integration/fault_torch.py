@@ -6,6 +6,7 @@ and knows nothing of its steps.  On the first attempt only (DTRAIN_RESTART_COUNT
 status N) at step FAULT_STEP, after printing the wall-clock time on stderr.  On
 a restart it trains to the end and prints one line per rank with its checksum.
 """
+import gc
 import os
 import signal
 import sys
@@ -44,6 +45,10 @@ def main():
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"rank {rank}/{world}: done, checksum {flat.sum().item():.6f}", flush=True)
     dist.barrier()
+    # As in examples/pytorch/ddp_gloo.py: free DDP first, so no Gloo thread frees a Python
+    # tensor during interpreter teardown (an abort).
+    del model, opt, loss, flat
+    gc.collect()
     dist.destroy_process_group()
 
 
