@@ -5,7 +5,7 @@
 # closing "Done N runs" line, and nothing may say crash, leak, timeout or
 # sanitizer error.  clang is a dependency (scripts/install-deps.sh); without
 # it the test fails rather than skipping.
-# run-tests: uses alone make
+# run-tests: uses make
 . "$(dirname "$0")/lib.sh"
 
 secs=${DTRAIN_FUZZ_SECONDS:-4}
