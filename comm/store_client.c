@@ -160,8 +160,7 @@ static int handshake(struct dt_store *s, double deadline)
         return rc;
     if (s->token && r[0] != DT_WIRE_OK) {
         dt_store__drop(s);
-        return dt_error_set(DT_EAUTH, "coordinator %s refused the job token: DTRAIN_JOB_TOKEN "
-                                      "is not this job's", s->peer);
+        return dt_error_set(DT_EAUTH, "coordinator %s refused the job token (not this job's)", s->peer);
     }
     if (!s->token && dt_wire_load_u32(r) != nonce) {
         dt_store__drop(s);

@@ -22,7 +22,8 @@
  * `dtrain agent`, and `dtrain launch` as node 0 (an adapter's plan with host_node0, adapter.h).
  *
  * Files.  The supervisor (agent_internal.h): agent_supervise.c
- * (dt_agent_run: the loop, the hooks, requeue), agent_state.c (the attempt's
+ * (dt_agent_run: the loop, the hooks), agent_requeue.c (a time limit's
+ * signal: passed on, or a stop for a requeue), agent_state.c (the attempt's
  * states, the events that move it, their deadlines, how the job ends),
  * agent_policy.c (which failure is first, whether restart_policy makes it
  * final), agent_procs.c (spawning, signalling, output), agent_console.c
@@ -310,6 +311,8 @@ struct dt_agent_node {
     const char *rank_spec; /* the spec file `dtrain worker` ranks read (the run directory's job.yaml,
                               written once by this launch); NULL: job->path */
     const struct dt_adapter_group *group; /* node 0 only: one process stands for every rank */
+    bool own_terminal; /* started by hand in a terminal of its own (dtrain run), not beside node 0's
+                          output (a Slurm batch file, mpirun's console) */
 };
 
 /* The whole run (checks, rendezvous, the ranks, summary.json, the closing

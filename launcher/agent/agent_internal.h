@@ -4,7 +4,8 @@
  * to its state machine (agent_state.h), which agent_procs.c acts on;
  * agent_policy.c says which failure of an attempt is its first and whether
  * it is final; agent_procs.c starts the processes, signals them and moves
- * their output, agent_console.c shows it; agent_guard.c is what runs between the agent and each rank;
+ * their output, agent_console.c shows it; agent_requeue.c passes a time
+ * limit's signal on or stops for a requeue; agent_guard.c is what runs between the agent and each rank;
  * agent_watchdog.c looks at them from outside; agent_plan.c, agent_summary.c
  * and agent_node.c do what comes before and after.  The rounds with other
  * nodes reach dt_agent_run only through its hooks (agent_rounds.h).  Names
@@ -181,6 +182,13 @@ ssize_t dt_agent__pump(struct dt_agent *a, struct dt_agent__proc *p, struct dt_a
  * DT_AGENT__PARTIAL_S, what has come and shows it; returns how many ms
  * until the next such stream is due, -1 when none waits. */
 int dt_agent__pump_partial(struct dt_agent *a, double now);
+
+/* --- agent_requeue.c ----------------------------------------------------- */
+
+/* sig says a time limit is near: passes it on to the processes that catch it
+ * when every rank has one, or stops the ranks for a requeue (exit status
+ * DT_AGENT_EXIT_REQUEUE). */
+void dt_agent__notice_signal(struct dt_agent *a, int sig);
 
 /* --- agent_console.c ----------------------------------------------------- */
 

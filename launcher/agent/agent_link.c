@@ -33,7 +33,12 @@ int dt_agent__link_open(struct dt_agent__link *l, const struct dt_agent__round_c
     struct dt_store_options o = {
         .host = cfg->coord_host, .port = cfg->coord_port, .token = cfg->token, .timeout_s = cfg->timeout_s};
     int rc = dt_store_connect(&o, &l->store);
-    if (rc)
+    if (rc && dt_error_code() == DT_EAUTH)
+        dt_error_prefix("node %d: the coordinator at %s (node 0's agent) holds another job token than this "
+                        "node; every node of a job needs the same one (DTRAIN_JOB_TOKEN, the file "
+                        "DTRAIN_JOB_TOKEN_FILE names, or dtrain run --token-file)",
+                        cfg->node_rank, l->coord);
+    else if (rc)
         dt_error_prefix("node %d: cannot reach the coordinator at %s (node 0's agent hosts it) within "
                         "rendezvous.timeout (%gs)",
                         cfg->node_rank, l->coord, cfg->timeout_s);

@@ -469,6 +469,12 @@ static int run(struct node *nd)
     if (n->node_rank == 0)
         write_summary(nd, &cfg, &res);
     dt_agent__print_outcome(&cfg, &res);
+    /* Only node 0 says the job succeeded (print_outcome). A node of `dtrain run` started by hand, as
+     * torchrun's are, has a terminal of its own that would otherwise end without a word. */
+    if (res.status == DT_AGENT_SUCCEEDED && cfg.node_rank != 0 && n->own_terminal)
+        dt_log_info("node %d: its %d rank%s succeeded in %.2f s; node 0 reports the job (summary.json in "
+                    "its run directory)",
+                    cfg.node_rank, cfg.nproc, cfg.nproc == 1 ? "" : "s", res.wall_s);
     /* summary.json keeps the rank's own status; the exit status must not read as a refusal (docs/cli.md). */
     int status = dt_cli_job_exit(res.exit_status);
     dt_agent_result_free(&res);

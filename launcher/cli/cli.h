@@ -153,6 +153,7 @@ struct dt_cli_node {
     const char *run_id;     /* shared by every node; NULL: node 0 makes one */
     const char *auth_off;   /* how this job's user turns rendezvous.auth off, for the error when
                                PyTorch clients are refused; NULL: the key in the spec's file */
+    bool own_terminal;      /* each node was started by hand in a terminal of its own (dtrain run) */
 };
 
 struct dt_cli_launch {

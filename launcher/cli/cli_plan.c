@@ -83,7 +83,8 @@ int dt_cli_node_run(const struct dt_job *job, const struct dt_adapter_launch *o,
                               .run_id = run_id,
                               .dtrain = o->dtrain_path,
                               .rank_spec = rank_spec[0] ? rank_spec : NULL,
-                              .group = group};
+                              .group = group,
+                              .own_terminal = p->own_terminal};
     rank_store(p, &n);
     return dt_agent_node_run(&n);
 }

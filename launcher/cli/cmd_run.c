@@ -684,7 +684,8 @@ static int node_of(struct run_opts *o, const struct dt_job *job, char token[DT_T
                                    .host = r->host,
                                    .port = r->several ? r->port : job->rendezvous.port,
                                    .run_id = r->run_id,
-                                   .auth_off = "pass --auth none to dtrain run (the spec's rendezvous.auth)"};
+                                   .auth_off = "pass --auth none to dtrain run (the spec's rendezvous.auth)",
+                                   .own_terminal = true};
     if (r->several && job->rendezvous.auth == DT_AUTH_TOKEN) {
         if (dt_cli__rdzv_token(o->v[K_TOKEN_FILE], r->one_machine, token) < 0) {
             fprintf(stderr, "dtrain run: %s\n", dt_error_last());

@@ -55,6 +55,8 @@ replace() {
       "an agent for node 1 without the job's token is refused" "$DTRAIN" agent "$spec" --node-rank 1 --nnodes 2 \
       --coordinator "127.0.0.1:$port" --log-dir "$T/runs"
     contains "$T/last.err" "refused the job token" "it says the coordinator refused its token"
+    contains "$T/last.err" "node 1: the coordinator at 127\.0\.0\.1:$port .* holds another job token than this node; every node" \
+      "and that every node needs the same one, not that it cannot reach the coordinator"
   fi
   sleep 5
   agent "$spec" "${tag}1b" "$port" 1

@@ -152,6 +152,8 @@ check "static: node 1 exits 0 ($(cat "$T/s1.rc"))" test "$(cat "$T/s1.rc")" = 0
 replicas 4 s0 s1
 contains "$T/s0.err" "node 0 of 2, 2 ranks .* \(global ranks 0-1\)" "node 0 ran global ranks 0-1"
 contains "$T/s1.err" "node 1 of 2, 2 ranks .* \(global ranks 2-3\)" "node 1 ran global ranks 2-3"
+contains "$T/s1.err" "node 1: its 2 ranks succeeded in [0-9.]+ s; node 0 reports the job" \
+  "node 1's terminal gets a closing line of its own"
 check "node 0 wrote launch.json and summary.json" test -f "$(ls -d "$T"/s0/ddp-gloo-*/summary.json | head -n1)"
 
 port=$(free_port)
