@@ -31,6 +31,7 @@
 #include "launcher/agent/agent_internal.h"
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/run_dir.h"
@@ -62,13 +63,22 @@ static int open_log(const char *dir, int rank, const char *ext)
     char path[4300];
     snprintf(path, sizeof path, "%s/rank_%d.%s", dir, rank, ext);
     /* Read and written through one descriptor: its last byte is read from
-     * the file that was opened, never from whatever the name holds by then. */
-    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DT_RUN_DIR_FILE_MODE);
+     * the file that was opened, never from whatever the name holds by then.
+     * O_NONBLOCK, then a regular file or nothing: a FIFO or a device planted
+     * at the name would stall the agent's one loop at the first full write. */
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, DT_RUN_DIR_FILE_MODE);
     if (fd < 0)
         return dt_error_set_errno(DT_EIO, errno, "cannot create the log file %s", path);
     struct stat st;
+    int err = fstat(fd, &st) != 0 ? errno : 0;
+    if (err || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err ? dt_error_set_errno(DT_EIO, err, "cannot read what the log file %s is", path)
+                   : dt_error_set(DT_EIO, "the log file %s: not a regular file (%s); remove it", path,
+                                  dt_fs_kind(st.st_mode));
+    }
     char last = '\n';
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (st.st_size > 0) {
         if (pread(fd, &last, 1, st.st_size - 1) != 1)
             last = '\n';
         dprintf(fd, "%s%s\n", last == '\n' ? "" : "\n", DT_AGENT_LOG_RERUN_MARK);

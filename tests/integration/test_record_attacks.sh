@@ -8,7 +8,9 @@
 #      log directory: `list`, `status` and a lookup by name return; a FIFO job.yaml:
 #      `launch --resume` returns, naming the file;
 #   3. a symbolic link named as a run's newest checkpoint, pointing out of its
-#      directory: not followed.
+#      directory: not followed;
+#   4. a FIFO named as a rank's log in a run directory used again (`launch --resume`):
+#      the agent refuses it, naming the file, instead of stalling its loop on it.
 # The checkpoints are made by tests/integration/ckpt_craft.py.
 . "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-python3}
@@ -92,3 +94,12 @@ expect_status 1 "sample of a run whose newest checkpoint is a link is refused" \
   timeout 10 "$DTRAIN" sample "$T/runs/quick-29991231-000000-link" -n 1
 contains "$T/last.err" "step_00000009.safetensors: a symbolic link, which is not followed" \
   "it says the link is not followed"
+
+# --- 4. a FIFO as a rank's log -------------------------------------------------
+# A run directory used again (--resume, a Slurm requeue) appends to its attempts' logs.
+cp -r "$run" "$T/runs/quick-29991231-000000-log"
+rm "$T/runs/quick-29991231-000000-log/attempt_0/rank_0.out"
+mkfifo "$T/runs/quick-29991231-000000-log/attempt_0/rank_0.out"
+expect_status 1 "launch --resume with a FIFO as rank 0's log returns, refused" \
+  timeout 10 "$DTRAIN" launch quick.yaml --resume "$T/runs/quick-29991231-000000-log"
+contains "$T/last.err" "attempt_0/rank_0.out: not a regular file \(a FIFO\)" "it names the log file and what it is"
