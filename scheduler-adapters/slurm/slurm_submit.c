@@ -214,6 +214,8 @@ struct stream {
     bool filter;
     const struct follow *f;
     struct dt_lines lb;
+    bool mid_line; /* the last piece shown did not end its line: the next one goes on with it */
+    bool showing;  /* the line being shown passed the rank filter */
 };
 
 /* A "[rank N] " line of a rank not asked for is left out. */
@@ -228,14 +230,24 @@ static bool shown(const struct follow *f, const char *line, size_t len)
     return f->show[r] != 0;
 }
 
+/* Pieces as the agents wrote them: a line to its newline, a progress bar's
+ * redraw to its \r (passed on, so the terminal redraws it too), and what came
+ * of a line that stalls a tick (shown now, its rest when it comes).  The
+ * first piece of a line decides for all of it: only that one carries the
+ * agent's "[rank N] " prefix. */
 static void on_line(void *ctx, const char *line, size_t len, bool complete)
 {
     struct stream *s = ctx;
-    if (s->filter && !shown(s->f, line, len))
+    (void)complete;
+    if (!s->mid_line)
+        s->showing = !s->filter || shown(s->f, line, len);
+    char end = s->lb.end;
+    s->mid_line = end == DT_LINES_OPEN || end == DT_LINES_CUT;
+    if (!s->showing)
         return;
     fwrite(line, 1, len, s->to);
-    if (complete || len)
-        fputc('\n', s->to);
+    if (end == '\r' || end == '\n' || end == DT_LINES_CUT)
+        fputc(end == '\r' ? '\r' : '\n', s->to);
     fflush(s->to);
 }
 
@@ -249,8 +261,15 @@ static void pump(struct stream *s)
     }
     char buf[16384];
     ssize_t n;
-    while ((n = read(s->fd, buf, sizeof buf)) > 0)
+    bool got = false;
+    while ((n = read(s->fd, buf, sizeof buf)) > 0) {
         dt_lines_feed(&s->lb, buf, (size_t)n, on_line, s);
+        got = true;
+    }
+    /* Nothing new for a tick (TICK_S): a line left open (a prompt, a bar
+     * before its first \r) is shown as far as it came. */
+    if (!got)
+        dt_lines_take(&s->lb, on_line, s);
 }
 
 static int query(const char *id, struct dt_slurm_job_info *info)
@@ -416,10 +435,13 @@ static int follow_loop(const struct follow *f, struct stream s[2])
 
 static int follow_job(const struct follow *f)
 {
-    struct stream s[2] = {{f->out_path, -1, stdout, true, f, {0}}, {f->err_path, -1, stderr, false, f, {0}}};
-    for (int i = 0; i < 2; i++)
+    struct stream s[2] = {{.path = f->out_path, .fd = -1, .to = stdout, .filter = true, .f = f},
+                          {.path = f->err_path, .fd = -1, .to = stderr, .filter = false, .f = f}};
+    for (int i = 0; i < 2; i++) {
         if (dt_lines_init(&s[i].lb, DT_LINES_MAX) < 0)
             return 1;
+        s[i].lb.cr = true;
+    }
     struct sigaction sa = {.sa_handler = on_signal}, old[3];
     static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
     got_signal = n_signals = 0;

@@ -31,6 +31,12 @@ wait_for() {
   for ((i = 0; i < $3 * 10; i++)); do grep -Eq -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
+# wait_for_cr FILE TEXT SECONDS: until TEXT is in FILE followed by a carriage return
+wait_for_cr() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do grep -q -- "$2"$'\r' "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
 # launch_until NAME SECONDS PATTERN WHAT: `dtrain launch NAME.yaml` in the background (output in
 # NAME.out/NAME.err, killed after SECONDS) until PATTERN is in NAME.out; sets pid and the Slurm job's id.
 launch_until() {
@@ -113,9 +119,14 @@ name: slow
 scheduler: slurm
 nodes: 2
 nproc_per_node: 2
-command: [sh, -c, 'echo "rank \$RANK up"; sleep 120; echo $mark']
+command: [sh, -c, 'echo "rank \$RANK up"; printf "rank \$RANK bar 1/2\r"; sleep 0.3; printf "rank \$RANK bar 2/2"; sleep 120; echo $mark']
 EOF
 launch_until slow 120 "\[rank 3\] rank 3 up" "the long job runs"
+# A progress bar's \r redraw reaches launch's console while the job runs, as a redraw: not
+# only at its newline, which this one never writes.  (Its last piece, without a \r, srun
+# holds until a newline: docs/slurm.md.)
+check "a \\r redraw reaches the console as one (rank 3 bar 1/2, then \\r)" \
+  wait_for_cr slow.out "rank 3 bar 1/2" 30
 kill -INT "$pid"
 wait "$pid"; rc=$?
 check "Ctrl-C: launch exits 130 (exit $rc)" test "$rc" = 130
