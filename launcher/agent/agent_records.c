@@ -285,20 +285,69 @@ int dt_agent__rec_fail_decode(const char *v, size_t len, struct dt_agent__rec_fa
 
 /* --- failinfo ------------------------------------------------------------ */
 
+/* A traceback is kept line for line: "<n>\n" then its n lines. */
+#define TRACEBACK_MAX_LINES 512
+
+static int put_block(struct dt_agent__text *t, const char *text)
+{
+    int n = 0;
+    for (const char *p = text; *p && n < TRACEBACK_MAX_LINES; n++) {
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    int rc = put(t, "%d\n", n);
+    for (const char *p = text; rc == 0 && n-- > 0;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        rc = put(t, "%.*s\n", (int)len, p); /* a line of its own: no newline inside, and \r is text */
+        p += len + (nl != NULL);
+    }
+    return rc;
+}
+
+static int rd_block(struct rd *c, char *out, size_t size)
+{
+    int n, rc = rd_int(c, 0, TRACEBACK_MAX_LINES, &n);
+    if (rc == 0)
+        rc = rd_char(c, '\n');
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+        if (!nl)
+            return bad(c, "a traceback line without its end");
+        size_t len = (size_t)(nl - c->p);
+        if (used + len + 1 < size) { /* whole lines only: what does not fit is left out */
+            memcpy(out + used, c->p, len);
+            used += len;
+            out[used++] = '\n';
+            out[used] = 0;
+        }
+        c->p = nl + 1;
+    }
+    return rc;
+}
+
 int dt_agent__rec_failinfo_encode(const struct dt_agent__rec_failinfo *r, struct dt_agent__text *out)
 {
     const struct dt_agent_failure *f = &r->f;
-    int rc = put(out, "%d %d %d %d %.6f %d %lld %.6f %d %d\n", f->rank, f->wstatus, f->node, f->n_tail,
-                 r->time_unix, f->hung, (long long)f->hung_step, r->detected_unix, f->oom_killer, f->final);
+    int rc = put(out, "%d %d %d %d %.6f %d %lld %.6f %d %d %d\n", f->rank, f->wstatus, f->node, f->n_tail,
+                 r->time_unix, f->hung, (long long)f->hung_step, r->detected_unix, f->oom_killer, f->final,
+                 f->traceback_left_out);
     const char *lines[] = {f->host, f->error_file, f->error_message, f->hang_reason, f->hang_report};
     for (size_t i = 0; rc == 0 && i < sizeof lines / sizeof *lines; i++)
         rc = put_sentence(out, lines[i], "\n");
     for (int i = 0; rc == 0 && i < f->n_tail; i++)
         rc = put_sentence(out, f->tail[i], "\n");
+    /* The tracebacks whole, for node 0's summary.json and report as the failing node saw them. */
+    if (rc == 0)
+        rc = put_block(out, f->error_traceback);
+    if (rc == 0)
+        rc = put_block(out, f->hang_traceback);
     return rc;
 }
 
-/* "<rank> <wstatus> <node> <n_tail> <time> <hung> <hung step> <detected> <oom> <final>\n" */
+/* "<rank> <wstatus> <node> <n_tail> <time> <hung> <hung step> <detected> <oom> <final> <left out>\n" */
 static int failinfo_head(struct rd *c, struct dt_agent__rec_failinfo *r)
 {
     struct dt_agent_failure *f = &r->f;
@@ -322,6 +371,8 @@ static int failinfo_head(struct rd *c, struct dt_agent__rec_failinfo *r)
         rc = rd_int(c, -1, 1, &f->oom_killer);
     if (rc == 0 && (rc = rd_char(c, ' ')) == 0)
         rc = rd_bool(c, &f->final);
+    if (rc == 0 && (rc = rd_char(c, ' ')) == 0)
+        rc = rd_int(c, 0, INT_MAX, &f->traceback_left_out);
     f->hung_step = step;
     return rc ? rc : rd_char(c, '\n');
 }
@@ -344,6 +395,10 @@ int dt_agent__rec_failinfo_decode(const char *v, size_t len, struct dt_agent__re
         rc = rd_line(&c, lines[i].out, lines[i].size);
     for (int i = 0; rc == 0 && i < f->n_tail; i++)
         rc = rd_line(&c, f->tail[i], DT_AGENT_TAIL_WIDTH);
+    if (rc == 0)
+        rc = rd_block(&c, f->error_traceback, sizeof f->error_traceback);
+    if (rc == 0)
+        rc = rd_block(&c, f->hang_traceback, sizeof f->hang_traceback);
     return rc ? rc : rd_end(&c);
 }
 

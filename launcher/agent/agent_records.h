@@ -99,11 +99,12 @@ struct dt_agent__rec_fail {
 };
 
 /* dtrain/failinfo/<k>/<node>: "<rank> <wstatus> <node> <n_tail> <time> <hung>
- * <hung step> <detected> <oom killer> <final>\n" then host, error file, error
- * message, hang reason and hang report a line each, then n_tail stderr lines.
- * f holds them (f.node, f.host: where it ran); f.attempt, f.time_s,
- * f.hang_detected_s, f.error_traceback and f.traceback_left_out are not in
- * the record: the times travel as time_unix and detected_unix. */
+ * <hung step> <detected> <oom killer> <final> <traceback lines left out>\n"
+ * then host, error file, error message, hang reason and hang report a line
+ * each, then n_tail stderr lines, then the error's traceback and the hung
+ * rank's threads' traceback, each as "<n>\n" and n lines.  f holds them
+ * (f.node, f.host: where it ran); f.attempt, f.time_s and f.hang_detected_s
+ * are not in the record: the times travel as time_unix and detected_unix. */
 struct dt_agent__rec_failinfo {
     struct dt_agent_failure f;
     double time_unix, detected_unix;

@@ -180,6 +180,7 @@ static json_t *hang_json(const struct dt_agent_failure *ff)
     add(&o, "detected_s", seconds(ff->hang_detected_s));
     add(&o, "reason", dt_json_str(ff->hang_reason));
     add(&o, "report", str_or_null(ff->hang_report));
+    add(&o, "traceback", str_or_null(ff->hang_traceback));
     return o;
 }
 

@@ -158,6 +158,26 @@ contains "$T/hang.err" '> +File ".*hang\.py", line [0-9]+ in waiting_for_data' "
 report="$(newest hang)/attempt_0/hang_rank_1.txt"
 contains "$report" '== rank 1: where its Python threads were \(faulthandler, on SIGUSR2' "the hang report has rank 1's dump"
 contains "$report" '== rank 0: where its Python threads were' "and its peer's"
+
+# The same on two nodes, rank 1 on node 1: its node's console shows the threads, and node 0's
+# summary.json has them (the record node 1 hands node 0 carries the tracebacks).
+port=$(free_port)
+( timeout "$(limit_s 120)" "$DTRAIN" run --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 \
+    --auth none --log-dir "$T/hang1" --set rendezvous.heartbeat_timeout=2s hang.py >"$T/hang1.out" 2>"$T/hang1.err" ) &
+node1=$!
+timeout "$(limit_s 120)" "$DTRAIN" run --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -n 1 \
+  --auth none --log-dir "$T/hang0" --set rendezvous.heartbeat_timeout=2s hang.py >"$T/hang0.out" 2>"$T/hang0.err"
+st=$?
+wait "$node1"
+check "two nodes, rank 1 hung on node 1: node 0 fails the job (exit $st)" test "$st" != 0 -a "$st" != 124
+contains "$T/hang0.err" "rank 1 on node 1 was hung" "node 0 names the rank and its node"
+contains "$T/hang1.err" '> +File ".*hang\.py", line [0-9]+ in stuck_in_collective' \
+  "node 1's console shows where its hung rank's threads were"
+summary=$(ls "$T"/hang0/*/summary.json 2>/dev/null | head -n 1)
+check "node 0's summary.json has it as first_failure.hang.traceback" python3 -c '
+import json, sys
+h = json.load(open(sys.argv[1]))["first_failure"]["hang"]
+assert h["rank"] == 1 and "in stuck_in_collective" in h["traceback"], h' "$summary"
 check "rank 0 was not the one declared hung" sh -c "! grep -q 'rank 0 is hung' '$T/hang.err'"
 
 # --- PyTorch ---------------------------------------------------------------------------

@@ -90,6 +90,11 @@ static void failinfo_round_trip(void **state)
     snprintf(f->tail[0], DT_AGENT_TAIL_WIDTH, "Traceback (most recent call last):");
     snprintf(f->tail[1], DT_AGENT_TAIL_WIDTH, "  with a trailing carriage return\r");
     snprintf(f->tail[2], DT_AGENT_TAIL_WIDTH, "%s", "");
+    snprintf(f->error_traceback, sizeof f->error_traceback,
+             "  File \"train.py\", line 3, in <module>\n    main()\nRuntimeError: CUDA error\r\n");
+    f->traceback_left_out = 17;
+    snprintf(f->hang_traceback, sizeof f->hang_traceback, "Thread 0x7f (most recent call first):\n"
+                                                           "  File \"train.py\", line 9 in step");
     in->time_unix = 1765000000.123456;
     in->detected_unix = 1765000001.5;
     struct dt_agent__text t = {0};
@@ -114,6 +119,11 @@ static void failinfo_round_trip(void **state)
     assert_string_equal(out->f.tail[0], f->tail[0]);
     assert_string_equal(out->f.tail[1], "  with a trailing carriage return ");
     assert_string_equal(out->f.tail[2], "");
+    /* the tracebacks line for line (a last line without its newline gets one) */
+    assert_string_equal(out->f.error_traceback, f->error_traceback);
+    assert_int_equal(out->f.traceback_left_out, 17);
+    assert_string_equal(out->f.hang_traceback,
+                        "Thread 0x7f (most recent call first):\n  File \"train.py\", line 9 in step\n");
     free(v);
     dt_agent__text_free(&t);
     free(in);
@@ -273,8 +283,9 @@ struct refusal {
     const char *why; /* in the error's sentence */
 };
 
-#define FI_HEAD "1 256 1 0 1765000000.5 0 -1 1765000000.5 -1 0\n"
+#define FI_HEAD "1 256 1 0 1765000000.5 0 -1 1765000000.5 -1 0 0\n"
 #define FI_LINES "host\nfile\nmessage\nreason\nreport\n"
+#define FI_TB "0\n0\n" /* no tracebacks */
 
 static const struct refusal refusals[] = {
     {ABORT, "", "a number is missing"},
@@ -295,17 +306,22 @@ static const struct refusal refusals[] = {
     {FAIL, "1 2 3 +1", "a number is missing"},
     {FAILINFO, "", "a number is missing"},
     {FAILINFO, FI_HEAD, "a line without its end"},
-    {FAILINFO, FI_HEAD FI_LINES "extra\n", "more than the record"},
-    {FAILINFO, "1 256 1 2 1765000000.5 0 -1 1765000000.5 -1 0\n" FI_LINES "one tail line\n",
+    {FAILINFO, FI_HEAD FI_LINES FI_TB "extra\n", "more than the record"},
+    {FAILINFO, FI_HEAD FI_LINES, "a number is missing"},
+    {FAILINFO, FI_HEAD FI_LINES "513\n0\n", "out of range"},
+    {FAILINFO, FI_HEAD FI_LINES "2\none line\n", "a traceback line without its end"},
+    {FAILINFO, FI_HEAD FI_LINES "1 \nline\n0\n", "a line break expected"},
+    {FAILINFO, "1 256 1 2 1765000000.5 0 -1 1765000000.5 -1 0 0\n" FI_LINES "one tail line\n",
      "a line without its end"},
-    {FAILINFO, "1 256 1 11 1765000000.5 0 -1 1765000000.5 -1 0\n" FI_LINES, "out of range"},
-    {FAILINFO, "1 256 1 0 1e999 0 -1 1765000000.5 -1 0\n" FI_LINES, "not a finite number"},
-    {FAILINFO, "1 256 1 0 nan 0 -1 1765000000.5 -1 0\n" FI_LINES, "a number is missing"},
-    {FAILINFO, "1 256 1 0 -5 0 -1 1765000000.5 -1 0\n" FI_LINES, "not a finite number in range"},
-    {FAILINFO, "1 256 1 0 1.5.5 0 -1 1765000000.5 -1 0\n" FI_LINES, "not a finite number"},
-    {FAILINFO, "1 256 1 0 1765000000.5 0 -2 1765000000.5 -1 0\n" FI_LINES, "out of range"},
-    {FAILINFO, "1 256 1 0 1765000000.5 0 -1 1765000000.5 2 0\n" FI_LINES, "out of range"},
-    {FAILINFO, "1 256 1 0 1765000000.5 0 -1 1765000000.5 -1 0 7\n" FI_LINES, "a line break expected"},
+    {FAILINFO, "1 256 1 11 1765000000.5 0 -1 1765000000.5 -1 0 0\n" FI_LINES, "out of range"},
+    {FAILINFO, "1 256 1 0 1e999 0 -1 1765000000.5 -1 0 0\n" FI_LINES, "not a finite number"},
+    {FAILINFO, "1 256 1 0 nan 0 -1 1765000000.5 -1 0 0\n" FI_LINES, "a number is missing"},
+    {FAILINFO, "1 256 1 0 -5 0 -1 1765000000.5 -1 0 0\n" FI_LINES, "not a finite number in range"},
+    {FAILINFO, "1 256 1 0 1.5.5 0 -1 1765000000.5 -1 0 0\n" FI_LINES, "not a finite number"},
+    {FAILINFO, "1 256 1 0 1765000000.5 0 -2 1765000000.5 -1 0 0\n" FI_LINES, "out of range"},
+    {FAILINFO, "1 256 1 0 1765000000.5 0 -1 1765000000.5 2 0 0\n" FI_LINES, "out of range"},
+    {FAILINFO, "1 256 1 0 1765000000.5 0 -1 1765000000.5 -1 0 -3\n" FI_LINES, "out of range"},
+    {FAILINFO, "1 256 1 0 1765000000.5 0 -1 1765000000.5 -1 0 0 7\n" FI_LINES, "a line break expected"},
     {RANKS, "0 1 2 1 0 0 1.5 2.5", "a line break expected"},
     {RANKS, "0 1 2 1 0 0 1.5\n", "a space expected"},
     {RANKS, "0 1 2 1 0 0 1.5 2.5\n0 1 2", "a space expected"},
@@ -384,7 +400,8 @@ static void mutations_decode_or_are_refused(void **state)
     } valid[] = {
         {ABORT, "143 node 1: its agent was interrupted by SIGTERM"},
         {FAIL, "12 9 3 1"},
-        {FAILINFO, "1 256 1 2 1765000000.5 1 77 1765000001.25 -1 1\n" FI_LINES "tail one\ntail two\n"},
+        {FAILINFO, "1 256 1 2 1765000000.5 1 77 1765000001.25 -1 1 4\n" FI_LINES "tail one\ntail two\n"
+                   "2\n  File \"t.py\", line 1\nValueError: x\n1\nThread 0x1:\n"},
         {RANKS, "0 1 2 1 256 0 1765000000.5 1765000002.5\n1 1 3 0 0 1 1765000003.5 0.000000\n"},
         {HB, "7\n1 2 0.5\n2 3 0.250\n"},
         {ROUND, "2 2 0:1 5:3"},
