@@ -37,42 +37,8 @@ fi
 somax=$(cat /proc/sys/net/core/somaxconn 2>/dev/null || echo 4096)
 [ "$somax" -ge "$max" ] || echo "rendezvous.sh: note: net.core.somaxconn=$somax < $max clients; connects may be retried"
 
-W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-
-# PyTorch's server reverse-resolves each client on its loop thread (see the
-# shim's comment); numeric answers keep DNS out of the figure and off the wire.
-cc -shared -fPIC -O2 -o "$W/numeric_getnameinfo.so" bench/numeric_getnameinfo.c -ldl
-
-cpu_s() { awk '{printf "%.2f", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"; }
-
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-# One fresh server per (server, N, repeat), so no run sees another's keys.
-start_dtrain() {
-  "$DTRAIN" coordinator --port 0 --host 127.0.0.1 >"$W/d.out" 2>"$W/d.err" &
-  SPID=$!; pids+=("$SPID")
-  for _ in $(seq 200); do
-    PORT=$(sed -n 's/^dtrain coordinator listening on [^ ]*:\([0-9]*\) .*/\1/p' "$W/d.out")
-    [ -n "$PORT" ] && return 0; sleep 0.02
-  done
-  echo "rendezvous.sh: dtrain coordinator did not start" >&2; cat "$W/d.err" >&2; exit 1
-}
-start_pytorch() {
-  mkfifo "$W/in.$$.$RANDOM" 2>/dev/null || true
-  local fifo; fifo=$(ls "$W"/in.* | tail -n1)
-  LD_PRELOAD="$W/numeric_getnameinfo.so" "$PY" bench/rendezvous_pytorch_server.py <"$fifo" >"$W/p.out" 2>"$W/p.err" &
-  SPID=$!; pids+=("$SPID")
-  exec 8>"$fifo"
-  for _ in $(seq 500); do
-    PORT=$(head -n1 "$W/p.out" 2>/dev/null || true)
-    [ -n "$PORT" ] && return 0; sleep 0.02
-  done
-  echo "rendezvous.sh: PyTorch server did not start" >&2; cat "$W/p.err" >&2; exit 1
-}
-stop_server() { exec 8>&- 2>/dev/null || true; kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
+# The two servers, started fresh per (server, N, repeat) so no run sees another's keys.
+. bench/rendezvous_servers.sh
 
 # run SERVER N -> prints "wall_s cpu_s"
 run() {

@@ -62,37 +62,9 @@ if [ "$(ulimit -n)" -lt $((N + 64)) ]; then
   exit 1
 fi
 
-W=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-cc -shared -fPIC -O2 -o "$W/numeric_getnameinfo.so" bench/numeric_getnameinfo.c -ldl
-cpu_s() { awk '{printf "%.2f", ($14 + $15) / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"; }
+. bench/rendezvous_servers.sh
 # Established connections whose server end is 127.0.0.1:PORT.
 conns() { awk -v p=":$(printf '%04X' "$1")" 'substr($2, length($2) - 4) == p && $4 == "01"' /proc/net/tcp | wc -l; }
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-start_dtrain() {
-  "$DTRAIN" coordinator --port 0 --host 127.0.0.1 >"$W/d.out" 2>"$W/d.err" &
-  SPID=$!; pids+=("$SPID")
-  for _ in $(seq 200); do
-    PORT=$(sed -n 's/^dtrain coordinator listening on [^ ]*:\([0-9]*\) .*/\1/p' "$W/d.out")
-    [ -n "$PORT" ] && return 0; sleep 0.02
-  done
-  echo "rendezvous_nodes.sh: dtrain coordinator did not start" >&2; cat "$W/d.err" >&2; exit 1
-}
-start_pytorch() {
-  rm -f "$W/in"; mkfifo "$W/in"
-  LD_PRELOAD="$W/numeric_getnameinfo.so" "$PY" bench/rendezvous_pytorch_server.py <"$W/in" >"$W/p.out" 2>"$W/p.err" &
-  SPID=$!; pids+=("$SPID")
-  exec 8>"$W/in"
-  for _ in $(seq 500); do
-    PORT=$(head -n1 "$W/p.out" 2>/dev/null || true)
-    [ -n "$PORT" ] && return 0; sleep 0.02
-  done
-  echo "rendezvous_nodes.sh: PyTorch server did not start" >&2; cat "$W/p.err" >&2; exit 1
-}
-stop_server() { exec 8>&- 2>/dev/null || true; kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
 
 # The endpoints, SHARDS processes of NODES/SHARDS nodes each; their clients
 # start and wait for the go.  EPIDS: the shards' pids.
