@@ -38,8 +38,6 @@
 #include "spec/jobspec.h"
 #include "spec/placement.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
