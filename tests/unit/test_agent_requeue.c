@@ -88,18 +88,24 @@ static void exit_75_without_usr1_is_a_failure(void **state)
     assert_int_equal(f->a.res.n_attempts, 3); /* restarted like any failure */
 }
 
-/* Rank 1 has no handler: the signal would kill it (138).  No rank gets it (rank 0's trap
- * would exit 75); every rank is stopped, and the job ends to be requeued, not failed. */
-static void a_rank_without_a_handler_is_stopped_for_a_requeue(void **state)
+/* The job ended on SIGUSR1 to be requeued (75) in its first attempt, no rank's exit its failure. */
+static void assert_stopped_for_requeue(const struct fixture *f)
 {
-    struct fixture *f = *state;
-    run(f, "if [ $RANK = 0 ]; then trap 'exit 75' USR1; (sleep 0.3; kill -USR1 %d) & fi; sleep 30 & wait");
     assert_int_equal(f->a.res.status, DT_AGENT_INTERRUPTED);
     assert_int_equal(f->a.res.exit_status, DT_AGENT_EXIT_REQUEUE);
     assert_int_equal(f->a.res.interrupt_signal, SIGUSR1);
     assert_true(f->a.res.requeue_stopped);
     assert_int_equal(f->a.res.n_attempts, 1);
     assert_int_equal(f->a.res.attempts[0].first_failed, -1);
+}
+
+/* Rank 1 has no handler: the signal would kill it (138).  No rank gets it (rank 0's trap
+ * would exit 75); every rank is stopped, and the job ends to be requeued, not failed. */
+static void a_rank_without_a_handler_is_stopped_for_a_requeue(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "if [ $RANK = 0 ]; then trap 'exit 75' USR1; (sleep 0.3; kill -USR1 %d) & fi; sleep 30 & wait");
+    assert_stopped_for_requeue(f);
     for (int r = 0; r < 2; r++) {
         const struct dt_agent_rank_result *rr = &f->a.res.attempts[0].ranks[r];
         assert_true(WIFSIGNALED(rr->wstatus) && WTERMSIG(rr->wstatus) == SIGTERM);
@@ -113,12 +119,7 @@ static void a_rank_killed_by_usr1_directly_is_a_requeue(void **state)
 {
     struct fixture *f = *state;
     run(f, "[ $RANK = 1 ] && { sleep 0.3; kill -USR1 $$; }; sleep 30 & wait");
-    assert_int_equal(f->a.res.status, DT_AGENT_INTERRUPTED);
-    assert_int_equal(f->a.res.exit_status, DT_AGENT_EXIT_REQUEUE);
-    assert_int_equal(f->a.res.interrupt_signal, SIGUSR1);
-    assert_true(f->a.res.requeue_stopped);
-    assert_int_equal(f->a.res.n_attempts, 1);
-    assert_int_equal(f->a.res.attempts[0].first_failed, -1);
+    assert_stopped_for_requeue(f);
     const struct dt_agent_rank_result *r0 = &f->a.res.attempts[0].ranks[0];
     assert_true(r0->stopped_by_agent && WIFSIGNALED(r0->wstatus) && WTERMSIG(r0->wstatus) == SIGTERM);
 }
