@@ -11,10 +11,7 @@
 #  - `dtrain render` refuses schedulers with nothing to render.
 . "$(dirname "$0")/lib.sh"
 
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
+. "$(dirname "$0")/agent_lib.sh"
 
 # agents SPEC N TAG: runs N agents of SPEC (node 0 in the background), waits for
 # all; their exit statuses go to $T/TAG.<node>.rc, output to $T/TAG.<node>.{out,err}.
@@ -28,7 +25,6 @@ agents() {
   done
   wait "${ps[@]}"
 }
-rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
 
 # --- a command: job on 2 and on 3 nodes ----------------------------------------
 cat >"$T/env.yaml" <<'EOF2'

@@ -17,27 +17,10 @@
 #  - no replacement within rendezvous.timeout: the job fails, naming the node.
 . "$(dirname "$0")/lib.sh"
 
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-pids=()
-wait_for() { # seconds command...
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
+. "$(dirname "$0")/agent_lib.sh"
 
-# agent SPEC TAG PORT NODE: one agent of a 2-node job in the background; its status
-# goes to $T/TAG.rc, its pid to $T/TAG.pid.
-agent() {
-  local spec=$1 tag=$2 port=$3 node=$4
-  ( "$DTRAIN" agent "$spec" --node-rank "$node" --nnodes 2 --coordinator "127.0.0.1:$port" \
-      --log-dir "$T/runs" >"$T/$tag.out" 2>"$T/$tag.err" &
-    echo $! >"$T/$tag.pid"; wait $!; echo $? >"$T/$tag.rc" ) 2>/dev/null &
-  pids+=($!)
-  wait_for 5 test -s "$T/$tag.pid"
-  pids+=($(cat "$T/$tag.pid"))
-}
-rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
+# agent SPEC TAG PORT NODE: one agent of a 2-node job in the background (bg_agent).
+agent() { bg_agent "$2" "$T/runs" "$1" --node-rank "$4" --nnodes 2 --coordinator "127.0.0.1:$3"; }
 summary_of() { ls "$T"/runs/"$1"-*/summary.json 2>/dev/null | head -n 1; }
 
 # replace SPEC TAG MARK [IMPOSTOR]: nodes 0 and 1 (TAG0, TAG1) start; once MARK shows in

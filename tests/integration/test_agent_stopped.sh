@@ -11,30 +11,13 @@
 #    round on node 0 and ends 0, summary.json's lost_node naming node 1.
 . "$(dirname "$0")/lib.sh"
 
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-pids=()
-wait_for() { # seconds command...
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
-cleanup() {
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/agent_lib.sh"
 
-# agent SPEC TAG PORT NNODES [args]: one agent in the background; its pid goes to
-# $T/TAG.pid, its status to $T/TAG.rc.
+# agent SPEC TAG PORT NNODES [args]: one agent in the background (bg_agent), runs in runs-TAG.
 agent() {
   local spec=$1 tag=$2 port=$3 nn=$4; shift 4
-  ( "$DTRAIN" agent "$spec" --nnodes "$nn" --coordinator "127.0.0.1:$port" "$@" \
-      --log-dir "$T/runs-$tag" >"$T/$tag.out" 2>"$T/$tag.err" &
-    echo $! >"$T/$tag.pid"; wait $!; echo $? >"$T/$tag.rc" ) &
-  pids+=($!)
-  wait_for 5 test -s "$T/$tag.pid"
-  pids+=($(cat "$T/$tag.pid"))
+  bg_agent "$tag" "$T/runs-$tag" "$spec" --nnodes "$nn" --coordinator "127.0.0.1:$port" "$@"
 }
-rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
 # rank_pid TAG: the pid the rank of agent TAG printed ("up PID").
 rank_pid() { sed -n 's/^\[rank [0-9]*\] up \([0-9]*\).*/\1/p' "$T/$1.out" | tail -n 1; }
 

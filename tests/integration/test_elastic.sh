@@ -17,26 +17,13 @@
 #  - --nnodes MIN:MAX errors.
 . "$(dirname "$0")/lib.sh"
 
-export DTRAIN_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-pids=()
-wait_for() { # seconds command...
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
+. "$(dirname "$0")/agent_lib.sh"
 
-# agent SPEC TAG PORT [--node-rank 0]: one agent in the background; its status goes to $T/TAG.rc.
+# agent SPEC TAG PORT [--node-rank 0]: one agent of NN nodes in the background (bg_agent).
 agent() {
   local spec=$1 tag=$2 port=$3; shift 3
-  ( "$DTRAIN" agent "$spec" --nnodes "$NN" --coordinator "127.0.0.1:$port" "$@" \
-      --log-dir "$T/runs" >"$T/$tag.out" 2>"$T/$tag.err" &
-    echo $! >"$T/$tag.pid"; wait $!; echo $? >"$T/$tag.rc" ) &
-  pids+=($!)
-  wait_for 5 test -s "$T/$tag.pid"
-  pids+=($(cat "$T/$tag.pid"))
+  bg_agent "$tag" "$T/runs" "$spec" --nnodes "$NN" --coordinator "127.0.0.1:$port" "$@"
 }
-rc_of() { cat "$T/$1.rc" 2>/dev/null || echo none; }
 # no_loss DIR STEPS PER_STEP: each step's samples come from the last round that ran it
 # (a round after the checkpoint redoes the steps its predecessor ran past it): over
 # steps 1..STEPS the positions 0..STEPS*PER_STEP-1 of epoch 0's order must each be read
